@@ -1,0 +1,38 @@
+"""Die-area model: a sum of blocks, each a count times a technology coefficient.
+
+* arrays: every PE is sized by its most expensive precision mode,
+  ``max_d(macs_per_pe_per_cycle[d] × mm2_per_mac[d])``; narrower modes reuse (bit-slice) that
+  datapath, as multi-precision MAC units do;
+* SRAM: scratchpad + accumulator MiB of every core × mm² per MiB;
+* vector units: lanes × mm² per lane;
+* DRAM PHY + controller per stack (PHYs do not shrink with the node);
+* interconnect SerDes per link; plus a fixed overhead (control, NoC, PCIe, pads).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .chip import Chip
+
+
+def pe_area_mm2(chip: "Chip") -> float:
+    """Area of one PE: the largest of macs_per_pe_per_cycle × mm²/MAC over supported dtypes."""
+    macs = chip.core.array.macs_per_pe_per_cycle
+    per_mac = chip.area.mm2_per_mac
+    return max(macs[d] * per_mac[d] for d in chip.core.array.dtypes)
+
+
+def area_breakdown_mm2(chip: "Chip") -> dict[str, float]:
+    """Die area by block in mm²; the blocks sum to :attr:`Chip.die_area_mm2`."""
+    a = chip.area
+    sp = chip.core.scratchpad
+    return {
+        "arrays": chip.arrays * chip.core.array.pes * pe_area_mm2(chip),
+        "sram": chip.tensor_cores * (sp.capacity_mib + sp.accumulator_mib) * a.mm2_per_mib_sram,
+        "vector": chip.tensor_cores * chip.core.vector.lanes * a.mm2_per_vector_lane,
+        "dram_phy": chip.dram.stacks * a.mm2_per_hbm_phy,
+        "interconnect": chip.interconnect.links * a.mm2_per_link,
+        "overhead": a.fixed_overhead_mm2,
+    }

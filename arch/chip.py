@@ -1,0 +1,298 @@
+"""The chip description: frozen dataclasses with units in field names.
+
+A :class:`Chip` is ``tensor_cores`` identical :class:`TensorCore` s (each with ``arrays``
+systolic arrays, a vector unit and a scratchpad), a DMA engine, DRAM, a chip-to-chip
+interconnect and technology tables for energy and area. Load one with
+:func:`diptych.arch.load_chip`; every field is validated when the chip is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from .dtypes import DTYPES
+from .schema import f, fail
+
+DATAFLOWS: tuple[str, ...] = ("os", "ws", "is")
+DRAM_KINDS: tuple[str, ...] = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4", "ddr3", "ddr4",
+                               "ddr5", "lpddr5", "gddr6")
+
+MAX_ARRAY_DIM = 4096
+
+
+@dataclass(frozen=True, kw_only=True)
+class DtypeTable:
+    """One non-negative number per precision (0 = unsupported / not applicable)."""
+
+    int4: float = f(default=0.0, min=0.0, doc="value for int4")
+    int8: float = f(default=0.0, min=0.0, doc="value for int8")
+    fp8: float = f(default=0.0, min=0.0, doc="value for fp8")
+    bf16: float = f(default=0.0, min=0.0, doc="value for bf16")
+    fp16: float = f(default=0.0, min=0.0, doc="value for fp16")
+    fp32: float = f(default=0.0, min=0.0, doc="value for fp32")
+
+    def __getitem__(self, dtype: str) -> float:
+        if dtype not in DTYPES:
+            raise KeyError(dtype)
+        return getattr(self, dtype)
+
+    def items(self):
+        return [(d, getattr(self, d)) for d in DTYPES]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystolicArray:
+    """An R×C systolic MAC array.
+
+    ``macs_per_pe_per_cycle[dtype]`` is the number of MACs one PE completes per cycle in that
+    precision (0 = unsupported; fractions model multi-pass modes such as TPU v1's 16-bit
+    quarter rate). All precisions share the array-timing contract (design.md §4): a dtype with
+    n MACs per PE per cycle processes n K-steps per PE per cycle, so its compute time is the
+    single-rate timeline with K divided by n.
+    """
+
+    rows: int = f(min=1, max=MAX_ARRAY_DIM, doc="PE rows (integer 1..4096)")
+    cols: int = f(min=1, max=MAX_ARRAY_DIM, doc="PE columns (integer 1..4096)")
+    dataflows: tuple[str, ...] = f(choices=DATAFLOWS, nonempty=True,
+                                   doc="list of supported dataflows: os, ws, is")
+    macs_per_pe_per_cycle: DtypeTable = f(doc="table of MACs per PE per cycle by dtype")
+
+    def _validate(self, source, path):
+        if all(v == 0 for _, v in self.macs_per_pe_per_cycle.items()):
+            fail(source, f"{path}.macs_per_pe_per_cycle", {},
+                 "at least one dtype with MACs per PE per cycle > 0")
+
+    @property
+    def pes(self) -> int:
+        return self.rows * self.cols
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """Supported precisions, narrowest first."""
+        return tuple(d for d, v in self.macs_per_pe_per_cycle.items() if v > 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class VectorUnit:
+    """SIMD unit beside the arrays for elementwise ops and reductions."""
+
+    lanes: int = f(min=1, doc="vector lanes (integer >= 1)")
+    ops_per_lane_per_cycle: float = f(gt=0.0, doc="ops per lane per cycle (> 0)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scratchpad:
+    """Software-managed on-chip SRAM of one tensor core."""
+
+    capacity_mib: float = f(gt=0.0, doc="capacity in MiB (> 0)")
+    banks: int = f(min=1, doc="number of banks (integer >= 1)")
+    bank_width_bytes: int = f(min=1, doc="bytes per bank access (integer >= 1)")
+    ports: int = f(min=1, doc="ports per bank (integer >= 1)")
+    accumulator_mib: float = f(default=0.0, min=0.0,
+                               doc="separate accumulator SRAM in MiB (>= 0)")
+
+    @property
+    def capacity_bytes(self) -> int:
+        return int(self.capacity_mib * 2**20)
+
+    @property
+    def bytes_per_cycle(self) -> int:
+        """Peak SRAM bandwidth: banks × width × ports."""
+        return self.banks * self.bank_width_bytes * self.ports
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorCore:
+    """One tensor core: ``arrays`` identical systolic arrays sharing a scratchpad."""
+
+    arrays: int = f(min=1, doc="systolic arrays per core (integer >= 1)")
+    array: SystolicArray = f(doc="the systolic array table")
+    vector: VectorUnit = f(doc="the vector unit table")
+    scratchpad: Scratchpad = f(doc="the scratchpad table")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dma:
+    """The DMA engines moving tiles between DRAM and scratchpad."""
+
+    engines: int = f(min=1, doc="DMA engines (integer >= 1)")
+    max_outstanding: int = f(min=1, doc="outstanding transfers per engine (integer >= 1)")
+    bytes_per_cycle: float = f(gt=0.0, doc="bytes per core cycle per engine (> 0)")
+    setup_cycles: int = f(default=0, min=0, doc="fixed per-descriptor latency in cycles (>= 0)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dram:
+    """Off-chip DRAM (HBM stacks or DDR channels) with JEDEC-style timing."""
+
+    kind: str = f(choices=DRAM_KINDS, doc="DRAM kind")
+    stacks: int = f(min=1, doc="stacks (HBM) or DIMM groups (DDR), integer >= 1")
+    channels_per_stack: int = f(min=1, doc="channels per stack (integer >= 1)")
+    pseudo_channels_per_channel: int = f(min=1, doc="pseudo-channels per channel (integer >= 1)")
+    bits_per_pseudo_channel: int = f(min=1, doc="data bits per pseudo-channel (integer >= 1)")
+    gbps_per_pin: float = f(gt=0.0, max=64.0, doc="data rate per pin in Gb/s (0 < x <= 64)")
+    banks_per_pseudo_channel: int = f(min=1, doc="banks per pseudo-channel (integer >= 1)")
+    page_bytes: int = f(min=32, doc="row-buffer (page) size in bytes (integer >= 32)")
+    burst_bytes: int = f(min=8, doc="bytes per burst (integer >= 8)")
+    interleave_bytes: int = f(min=32, doc="address-interleave granularity across pseudo-channels "
+                                          "in bytes (integer >= 32)")
+    t_rcd_ns: float = f(gt=0.0, doc="tRCD in ns (> 0)")
+    t_cl_ns: float = f(gt=0.0, doc="tCL in ns (> 0)")
+    t_rp_ns: float = f(gt=0.0, doc="tRP in ns (> 0)")
+    t_ras_ns: float = f(gt=0.0, doc="tRAS in ns (> 0)")
+    t_rfc_ns: float = f(gt=0.0, doc="tRFC in ns (> 0)")
+    t_refi_ns: float = f(gt=0.0, doc="tREFI in ns (> 0)")
+    t_wtr_ns: float = f(min=0.0, doc="write-to-read turnaround tWTR in ns (>= 0)")
+    t_rtw_ns: float = f(min=0.0, doc="read-to-write turnaround in ns (>= 0)")
+    capacity_gib: float = f(gt=0.0, doc="capacity in GiB (> 0)")
+
+    def _validate(self, source, path):
+        if self.burst_bytes > self.page_bytes:
+            fail(source, f"{path}.burst_bytes", self.burst_bytes,
+                 f"at most page_bytes ({self.page_bytes})")
+        if self.t_refi_ns <= self.t_rfc_ns:
+            fail(source, f"{path}.t_refi_ns", self.t_refi_ns,
+                 f"more than t_rfc_ns ({self.t_rfc_ns})")
+        if self.t_ras_ns < self.t_rcd_ns:
+            fail(source, f"{path}.t_ras_ns", self.t_ras_ns, f"at least t_rcd_ns ({self.t_rcd_ns})")
+
+    @property
+    def pseudo_channels(self) -> int:
+        return self.stacks * self.channels_per_stack * self.pseudo_channels_per_channel
+
+    @property
+    def bus_bits(self) -> int:
+        return self.pseudo_channels * self.bits_per_pseudo_channel
+
+    @property
+    def peak_bytes_per_s(self) -> float:
+        """Pin bandwidth: all pseudo-channels × bits × Gb/s per pin ÷ 8."""
+        return self.bus_bits * self.gbps_per_pin * 1e9 / 8
+
+    @property
+    def capacity_bytes(self) -> int:
+        return int(self.capacity_gib * 2**30)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interconnect:
+    """Chip-to-chip links (ICI, NVLink, NeuronLink ...)."""
+
+    links: int = f(min=0, doc="links (integer >= 0)")
+    gb_per_s_per_link_per_direction: float = f(min=0.0, doc="GB/s per link per direction (>= 0)")
+    latency_us: float = f(min=0.0, doc="per-hop latency in microseconds (>= 0)")
+
+    @property
+    def bytes_per_s_per_direction(self) -> float:
+        return self.links * self.gb_per_s_per_link_per_direction * 1e9
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnergyTable:
+    """Dynamic energy per event, plus static power."""
+
+    pj_per_mac: DtypeTable = f(doc="table of pJ per MAC by dtype")
+    pj_per_sram_byte: float = f(min=0.0, doc="pJ per scratchpad byte read or written (>= 0)")
+    pj_per_dram_bit: float = f(min=0.0, doc="pJ per DRAM bit transferred (>= 0)")
+    pj_per_link_bit: float = f(min=0.0, doc="pJ per interconnect bit (>= 0)")
+    pj_per_vector_op: float = f(min=0.0, doc="pJ per vector-unit op (>= 0)")
+    static_w: float = f(default=0.0, min=0.0, doc="static (leakage + idle) power in W (>= 0)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AreaTable:
+    """Area coefficients of the die-area model (see :mod:`diptych.arch.area`)."""
+
+    mm2_per_mac: DtypeTable = f(doc="table of mm² per MAC unit by dtype")
+    mm2_per_mib_sram: float = f(min=0.0, doc="mm² per MiB of SRAM (>= 0)")
+    mm2_per_vector_lane: float = f(min=0.0, doc="mm² per vector lane (>= 0)")
+    mm2_per_hbm_phy: float = f(min=0.0, doc="mm² per DRAM stack PHY + controller (>= 0)")
+    mm2_per_link: float = f(min=0.0, doc="mm² per interconnect link SerDes (>= 0)")
+    fixed_overhead_mm2: float = f(min=0.0, doc="fixed overhead in mm² (>= 0)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Chip:
+    """A whole accelerator chip. Derived peaks are properties; see :mod:`diptych.arch.area`."""
+
+    name: str = f(doc="chip name")
+    description: str = f(default="", doc="one-line description")
+    clock_ghz: float = f(gt=0.0, max=10.0, doc="core clock in GHz (0 < x <= 10)")
+    tensor_cores: int = f(min=1, doc="tensor cores (integer >= 1)")
+    default_dtype: str = f(choices=DTYPES, doc="default datapath dtype")
+    core: TensorCore = f(doc="the tensor core table")
+    dma: Dma = f(doc="the dma table")
+    dram: Dram = f(doc="the dram table")
+    interconnect: Interconnect = f(doc="the interconnect table")
+    energy: EnergyTable = f(doc="the energy table")
+    area: AreaTable = f(doc="the area table")
+    tdp_w: float = f(gt=0.0, doc="thermal design power in W (> 0)")
+    area_budget_mm2: float = f(default=0.0, min=0.0,
+                               doc="die-area budget in mm² (0 = none stated)")
+
+    def _validate(self, source, path):
+        supported = self.core.array.dtypes
+        if self.default_dtype not in supported:
+            fail(source, "default_dtype", self.default_dtype,
+                 f"a dtype the array supports ({', '.join(supported)})")
+        if self.area_budget_mm2 and self.die_area_mm2 > self.area_budget_mm2 * (1 + 1e-9):
+            fail(source, "area_budget_mm2", self.area_budget_mm2,
+                 f"at least the modelled die area ({self.die_area_mm2:.1f} mm²)")
+
+    # ---- derived quantities -------------------------------------------------------------
+    @property
+    def clock_hz(self) -> float:
+        return self.clock_ghz * 1e9
+
+    @property
+    def arrays(self) -> int:
+        """Systolic arrays on the chip."""
+        return self.tensor_cores * self.core.arrays
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return self.core.array.dtypes
+
+    def supports(self, dtype: str) -> bool:
+        return dtype in self.dtypes
+
+    def peak_macs_per_cycle(self, dtype: str) -> float:
+        """MACs per cycle of the whole chip in ``dtype`` (0 when unsupported)."""
+        return self.arrays * self.core.array.pes * self.core.array.macs_per_pe_per_cycle[dtype]
+
+    @property
+    def peak_ops_per_s(self) -> dict[str, float]:
+        """Peak ops/s by supported dtype (ops = 2 × MACs)."""
+        return {d: 2.0 * self.peak_macs_per_cycle(d) * self.clock_hz for d in self.dtypes}
+
+    @property
+    def dram_bytes_per_s(self) -> float:
+        return self.dram.peak_bytes_per_s
+
+    @property
+    def sram_bytes(self) -> int:
+        """All on-chip SRAM: scratchpads plus accumulators of every core."""
+        sp = self.core.scratchpad
+        return int(self.tensor_cores * (sp.capacity_mib + sp.accumulator_mib) * 2**20)
+
+    @property
+    def vector_ops_per_s(self) -> float:
+        v = self.core.vector
+        return self.tensor_cores * v.lanes * v.ops_per_lane_per_cycle * self.clock_hz
+
+    @property
+    def area_breakdown_mm2(self) -> dict[str, float]:
+        from .area import area_breakdown_mm2
+        return area_breakdown_mm2(self)
+
+    @property
+    def die_area_mm2(self) -> float:
+        return sum(self.area_breakdown_mm2.values())
+
+    def ridge_ops_per_byte(self, dtype: str) -> float:
+        """Roofline ridge point: peak ops/s ÷ peak DRAM bytes/s."""
+        return self.peak_ops_per_s[dtype] / self.dram_bytes_per_s
+
+
+def field_names(cls) -> list[str]:
+    return [x.name for x in fields(cls)]

@@ -1,0 +1,144 @@
+"""Build frozen dataclasses from nested dicts (parsed TOML), validating eagerly.
+
+Each dataclass field may carry metadata:
+
+* ``min`` / ``max``: inclusive bounds; ``gt``: exclusive lower bound;
+* ``choices``: allowed values (for strings, or for each element of a tuple of strings);
+* ``doc``: a human description, shown in error messages as what was expected.
+
+Errors raise :class:`ConfigError` with one message naming the source file, the dotted key path,
+the offending value and what was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, get_args, get_origin, get_type_hints
+
+
+class ConfigError(ValueError):
+    """A configuration file or dict is invalid. The message names file, key, value, expectation."""
+
+
+def _where(source: str | None, path: str) -> str:
+    prefix = f"{source}: " if source else ""
+    return f"{prefix}{path}" if path else (source or "<config>")
+
+
+def _fail(source: str | None, path: str, value: Any, expected: str) -> typing.NoReturn:
+    raise ConfigError(f"{_where(source, path)}: expected {expected}, got {value!r}")
+
+
+def _check_number(meta: dict, value: float, source, path) -> None:
+    if "gt" in meta and not value > meta["gt"]:
+        _fail(source, path, value, f"a number > {meta['gt']}")
+    lo, hi = meta.get("min"), meta.get("max")
+    if lo is not None and value < lo:
+        _fail(source, path, value, f"a number >= {lo}" + (f" and <= {hi}" if hi is not None else ""))
+    if hi is not None and value > hi:
+        _fail(source, path, value, f"a number <= {hi}" + (f" and >= {lo}" if lo is not None else ""))
+
+
+def _convert(tp: Any, value: Any, meta: dict, source: str | None, path: str) -> Any:
+    origin = get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(args[0], value, meta, source, path)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            _fail(source, path, value, f"a table of {tp.__name__} fields")
+        return build(tp, value, source=source, path=path)
+    if tp is bool:
+        if not isinstance(value, bool):
+            _fail(source, path, value, "true or false")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            _fail(source, path, value, "an integer")
+        _check_number(meta, value, source, path)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            _fail(source, path, value, "a number")
+        value = float(value)
+        _check_number(meta, value, source, path)
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            _fail(source, path, value, "a string")
+        if "choices" in meta and value not in meta["choices"]:
+            _fail(source, path, value, "one of " + ", ".join(map(repr, meta["choices"])))
+        return value
+    if origin is tuple:
+        (elem,) = [a for a in get_args(tp) if a is not Ellipsis]
+        if not isinstance(value, (list, tuple)):
+            _fail(source, path, value, "a list")
+        if meta.get("nonempty") and not value:
+            _fail(source, path, value, "a non-empty list")
+        out = []
+        for i, item in enumerate(value):
+            out.append(_convert(elem, item, {k: v for k, v in meta.items() if k != "nonempty"},
+                                source, f"{path}[{i}]"))
+        if len(set(out)) != len(out):
+            _fail(source, path, value, "a list without repeated entries")
+        return tuple(out)
+    raise TypeError(f"unsupported field type {tp!r} at {path}")  # programming error
+
+
+def build(cls: type, data: dict, *, source: str | None = None, path: str = "") -> Any:
+    """Instantiate dataclass ``cls`` from ``data`` (nested dicts), validating every field.
+
+    Unknown keys, missing required keys, wrong types and out-of-range values raise
+    :class:`ConfigError`. After fields are converted, the class's ``_validate(source, path)``
+    hook (if present) runs cross-field checks.
+    """
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in data:
+        if key not in fields:
+            known = ", ".join(sorted(fields))
+            _fail(source, _join(path, key), data[key], f"no such key (known keys: {known})")
+    kwargs = {}
+    for name, field in fields.items():
+        sub = _join(path, name)
+        if name not in data:
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"{_where(source, sub)}: missing required key "
+                                  f"({field.metadata.get('doc', hints[name])})")
+            continue
+        kwargs[name] = _convert(hints[name], data[name], dict(field.metadata), source, sub)
+    obj = cls(**kwargs)
+    hook = getattr(obj, "_validate", None)
+    if hook is not None:
+        hook(source, path)
+    return obj
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def fail(source: str | None, path: str, value: Any, expected: str) -> typing.NoReturn:
+    """Raise the standard ConfigError; for ``_validate`` hooks."""
+    _fail(source, path, value, expected)
+
+
+def to_dict(obj: Any) -> Any:
+    """Inverse of :func:`build`: a dataclass tree as plain dicts/lists (JSON/TOML-friendly)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, tuple):
+        return [to_dict(x) for x in obj]
+    return obj
+
+
+def f(*, doc: str = "", default: Any = dataclasses.MISSING, **meta: Any) -> Any:
+    """Shorthand for a dataclass field with validation metadata."""
+    meta["doc"] = doc
+    if default is dataclasses.MISSING:
+        return dataclasses.field(metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)

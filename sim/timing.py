@@ -1,0 +1,194 @@
+"""The array-timing contract (design.md §4), shared with the RTL bench.
+
+This module is the single statement of *when* a systolic array consumes inputs and produces
+outputs. The engine uses its closed forms; the cocotb bench imports :func:`os_output_cycles`
+and :func:`ws_output_cycles` and checks that every hardware output appears in exactly the
+predicted cycle. Cycle ``n`` ends with rising edge ``n``; interfaces are unskewed.
+
+Output stationary (OS), ``C[R×C] = A[R×K] · B[K×C]``
+    Step ``k`` (column ``k`` of A and row ``k`` of B) is presented in cycle ``n_k``; PE(i, j)
+    executes it at edge ``n_k + i + j``. With ``L`` the cycle of the tile's last step, output
+    row ``i`` (0 = top) appears in cycle ``L + R + C − 1 + (R − 1 − i)``: bottom row first.
+    Issue rules between consecutive tiles ``t``, ``t+1``: ``n_{t+1,0} > L_t`` (one step per
+    cycle) and ``L_{t+1} ≥ L_t + R`` (the drain register holds one tile's results for R
+    cycles). An isolated tile takes ``K + 2R + C − 2`` cycles; back-to-back tiles settle at one
+    per ``max(K, R)`` cycles.
+
+Weight stationary (WS), ``C[M×C] = A[M×R] · W[R×C]``
+    A tile's weights are shifted into shadow registers during the R cycles
+    ``w .. w + R − 1`` (double buffering); row ``m`` of A presented in cycle ``s_m`` leaves in
+    cycle ``s_m + R + C − 1``. Rules: ``s_{t,0} ≥ w_t + R``; rows strictly increase and
+    ``s_{t+1,0} > s_{t,last}``; the next weight load may start once this tile's swap wave has
+    left the array, ``w_{t+1} ≥ s_{t,0} + R + C − 2`` (which also implies ``≥ w_t + R``).
+    An isolated tile takes ``2R + C + M − 1`` cycles; the tile period is
+    ``max(M, 2R + C − 2)``. For K > R the previous partial sums enter at the top edge with
+    their row, so accumulation order is unchanged.
+
+Input stationary (IS) is WS on the transposed problem: ``Cᵀ = Bᵀ · Aᵀ`` with A held in the
+array and columns of B streamed (the engine swaps M and N).
+
+Precisions: INT8 and BF16 share this timeline (single-cycle MAC). A PE doing ``n`` MACs per
+cycle in some dtype consumes ``n`` K-steps per cycle: the engine applies these rules with
+``K → ceil(K / n)`` (OS) or with an effective ``n·R``-deep stationary tile (WS/IS); ``n < 1``
+(multi-pass modes) stretches each step to ``1/n`` cycles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "os_isolated_cycles", "ws_isolated_cycles", "os_period", "ws_period",
+    "os_output_cycles", "ws_output_cycles", "os_schedule", "ws_schedule",
+    "os_sequence_cycles", "ws_sequence_cycles",
+]
+
+
+def _check_dims(rows: int, cols: int) -> None:
+    for name, v in (("rows", rows), ("cols", cols)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, not {v!r}")
+
+
+def os_isolated_cycles(rows: int, cols: int, k: int) -> int:
+    """Cycles of one OS tile alone: first step presented in cycle 0 to last output, inclusive."""
+    return k + 2 * rows + cols - 2
+
+
+def ws_isolated_cycles(rows: int, cols: int, m: int) -> int:
+    """Cycles of one WS tile alone: weight load from cycle 0 to last output, inclusive."""
+    return 2 * rows + cols + m - 1
+
+
+def os_period(rows: int, k: int) -> int:
+    """Steady-state cycles between back-to-back OS tiles of depth ``k``."""
+    return max(k, rows)
+
+
+def ws_period(rows: int, cols: int, m: int) -> int:
+    """Steady-state cycles between back-to-back WS tiles of ``m`` streamed rows."""
+    return max(m, 2 * rows + cols - 2)
+
+
+def os_output_cycles(rows: int, cols: int, step_cycles: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Predict when each OS tile's output rows appear.
+
+    ``step_cycles[t][k]`` is the cycle in which step ``k`` of tile ``t`` is presented (ragged
+    tiles simply have fewer steps; a tile using fewer rows or columns keeps the same timeline).
+    Returns ``out[t][i]``: the cycle in which output row ``i`` (0 = top) of tile ``t`` appears.
+    Raises ValueError if the presentation breaks an issue rule.
+    """
+    _check_dims(rows, cols)
+    out: list[list[int]] = []
+    prev_last = None
+    for t, steps in enumerate(step_cycles):
+        if len(steps) == 0:
+            raise ValueError(f"tile {t} has no steps")
+        for k in range(1, len(steps)):
+            if steps[k] <= steps[k - 1]:
+                raise ValueError(f"tile {t}: step {k} presented in cycle {steps[k]}, "
+                                 f"not after step {k - 1} (cycle {steps[k - 1]})")
+        if steps[0] < 0:
+            raise ValueError(f"tile {t}: step 0 presented in negative cycle {steps[0]}")
+        last = steps[-1]
+        if prev_last is not None:
+            if steps[0] <= prev_last:
+                raise ValueError(f"tile {t}: first step in cycle {steps[0]} overlaps the previous "
+                                 f"tile, whose last step was in cycle {prev_last}")
+            if last < prev_last + rows:
+                raise ValueError(f"tile {t}: last step in cycle {last} is less than R={rows} "
+                                 f"cycles after the previous tile's ({prev_last})")
+        out.append([last + rows + cols - 1 + (rows - 1 - i) for i in range(rows)])
+        prev_last = last
+    return out
+
+
+def os_schedule(rows: int, cols: int, k_per_tile: Sequence[int], start: int = 0) -> list[list[int]]:
+    """Earliest legal presentation cycles for back-to-back OS tiles of the given depths."""
+    _check_dims(rows, cols)
+    sched: list[list[int]] = []
+    prev_last = None
+    for t, k in enumerate(k_per_tile):
+        if k < 1:
+            raise ValueError(f"tile {t}: k must be >= 1, not {k!r}")
+        first = start if prev_last is None else prev_last + 1
+        if prev_last is not None:
+            first = max(first, prev_last + rows - (k - 1))
+        sched.append(list(range(first, first + k)))
+        prev_last = first + k - 1
+    return sched
+
+
+def os_sequence_cycles(rows: int, cols: int, k_per_tile: Sequence[int]) -> int:
+    """Total cycles (cycle 0 to the last output, inclusive) of back-to-back OS tiles."""
+    last = -1
+    for t, k in enumerate(k_per_tile):
+        last = k - 1 if t == 0 else max(last + k, last + rows)
+    return last + 2 * rows + cols - 1
+
+
+def ws_output_cycles(rows: int, cols: int, weight_load_cycles: Sequence[int],
+                     row_cycles: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Predict when each WS tile's output rows leave the array.
+
+    ``weight_load_cycles[t]`` is the first of the R cycles in which tile ``t``'s weights are
+    shifted in; ``row_cycles[t][m]`` the cycle in which row ``m`` of A is presented.
+    Returns ``out[t][m]`` = the cycle in which output row ``m`` of tile ``t`` leaves.
+    Raises ValueError if an issue rule is broken.
+    """
+    _check_dims(rows, cols)
+    if len(weight_load_cycles) != len(row_cycles):
+        raise ValueError("weight_load_cycles and row_cycles must have one entry per tile")
+    out: list[list[int]] = []
+    prev_first = prev_last = None
+    for t, (w, srows) in enumerate(zip(weight_load_cycles, row_cycles)):
+        if len(srows) == 0:
+            raise ValueError(f"tile {t} has no rows")
+        if w < 0:
+            raise ValueError(f"tile {t}: weight load in negative cycle {w}")
+        for m in range(1, len(srows)):
+            if srows[m] <= srows[m - 1]:
+                raise ValueError(f"tile {t}: row {m} presented in cycle {srows[m]}, "
+                                 f"not after row {m - 1} (cycle {srows[m - 1]})")
+        if srows[0] < w + rows:
+            raise ValueError(f"tile {t}: first row in cycle {srows[0]} before its weights are "
+                             f"loaded (load starts {w}, takes R={rows} cycles)")
+        if prev_first is not None:
+            if w < prev_first + rows + cols - 2:
+                raise ValueError(f"tile {t}: weight load in cycle {w} before the previous tile's "
+                                 f"swap wave left the array (cycle {prev_first + rows + cols - 2})")
+            if srows[0] <= prev_last:
+                raise ValueError(f"tile {t}: first row in cycle {srows[0]} overlaps the previous "
+                                 f"tile's last row (cycle {prev_last})")
+        out.append([s + rows + cols - 1 for s in srows])
+        prev_first, prev_last = srows[0], srows[-1]
+    return out
+
+
+def ws_schedule(rows: int, cols: int, m_per_tile: Sequence[int],
+                start: int = 0) -> tuple[list[int], list[list[int]]]:
+    """Earliest legal (weight-load cycles, row cycles) for back-to-back WS tiles."""
+    _check_dims(rows, cols)
+    loads: list[int] = []
+    sched: list[list[int]] = []
+    prev_first = prev_last = None
+    for t, m in enumerate(m_per_tile):
+        if m < 1:
+            raise ValueError(f"tile {t}: m must be >= 1, not {m!r}")
+        w = start if prev_first is None else prev_first + rows + cols - 2
+        first = w + rows
+        if prev_last is not None:
+            first = max(first, prev_last + 1)
+        loads.append(w)
+        sched.append(list(range(first, first + m)))
+        prev_first, prev_last = first, first + m - 1
+    return loads, sched
+
+
+def ws_sequence_cycles(rows: int, cols: int, m_per_tile: Sequence[int]) -> int:
+    """Total cycles (cycle 0 to the last output, inclusive) of back-to-back WS tiles."""
+    first = last = None
+    for m in m_per_tile:
+        f = rows if first is None else max(first + 2 * rows + cols - 2, last + 1)
+        first, last = f, f + m - 1
+    return last + rows + cols

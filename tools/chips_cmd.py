@@ -1,0 +1,97 @@
+"""``diptych chips``: list, show and validate chip descriptions."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..arch import Chip, load_chip, load_chip_file, preset_names, to_dict
+from .errors import friendly
+
+
+def chip_summary(chip: Chip) -> dict:
+    """The full description plus derived quantities, JSON-ready."""
+    d = to_dict(chip)
+    d["peak_ops_per_s"] = chip.peak_ops_per_s
+    d["dram_bytes_per_s"] = chip.dram_bytes_per_s
+    d["sram_bytes"] = chip.sram_bytes
+    d["vector_ops_per_s"] = chip.vector_ops_per_s
+    d["area_mm2"] = chip.area_breakdown_mm2
+    d["die_area_mm2"] = chip.die_area_mm2
+    return d
+
+
+def _fmt_rate(x: float, unit: str) -> str:
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
+        if x >= scale:
+            return f"{x / scale:.1f} {prefix}{unit}"
+    return f"{x:.1f} {unit}"
+
+
+@click.group("chips")
+def chips():
+    """Chip descriptions: built-in presets and your own TOML files."""
+
+
+@chips.command("list")
+def chips_list():
+    """List the built-in chip presets."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("name", "description", "peak (default dtype)", "DRAM", "area")
+    for name in preset_names():
+        c = load_chip(name)
+        table.add_row(name, c.description,
+                      f"{_fmt_rate(c.peak_ops_per_s[c.default_dtype], 'OP/s')} {c.default_dtype}",
+                      _fmt_rate(c.dram_bytes_per_s, "B/s"), f"{c.die_area_mm2:.0f} mm²")
+    Console().print(table)
+
+
+@chips.command("show")
+@click.argument("chip")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@friendly
+def chips_show(chip: str, as_json: bool):
+    """Show CHIP (a preset name or a TOML path) with its derived peaks."""
+    c = load_chip(chip)
+    d = chip_summary(c)
+    if as_json:
+        click.echo(json.dumps(d, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    con.print(f"[bold]{c.name}[/bold]: {c.description}")
+    a = c.core.array
+    t = Table("quantity", "value", show_header=False)
+    t.add_row("clock", f"{c.clock_ghz} GHz")
+    t.add_row("tensor cores", f"{c.tensor_cores} × {c.core.arrays} arrays of {a.rows}×{a.cols} "
+              f"({', '.join(a.dataflows)})")
+    for dt, ops in c.peak_ops_per_s.items():
+        t.add_row(f"peak {dt}", _fmt_rate(ops, "OP/s"))
+    t.add_row("vector", _fmt_rate(c.vector_ops_per_s, "OP/s"))
+    t.add_row("SRAM", f"{c.sram_bytes / 2**20:.1f} MiB")
+    t.add_row("DRAM", f"{c.dram.kind}, {c.dram.stacks} stack(s), {c.dram.capacity_gib} GiB, "
+              f"{_fmt_rate(c.dram_bytes_per_s, 'B/s')}")
+    t.add_row("interconnect", f"{c.interconnect.links} × "
+              f"{c.interconnect.gb_per_s_per_link_per_direction} GB/s per direction")
+    t.add_row("ridge point", f"{c.ridge_ops_per_byte(c.default_dtype):.0f} ops/byte "
+              f"({c.default_dtype})")
+    for block, mm2 in c.area_breakdown_mm2.items():
+        t.add_row(f"area: {block}", f"{mm2:.1f} mm²")
+    t.add_row("die area", f"{c.die_area_mm2:.1f} mm²"
+              + (f" (budget {c.area_budget_mm2:.0f})" if c.area_budget_mm2 else ""))
+    t.add_row("TDP", f"{c.tdp_w:.0f} W")
+    con.print(t)
+
+
+@chips.command("validate")
+@click.argument("path", type=click.Path(dir_okay=False))
+@friendly
+def chips_validate(path: str):
+    """Check a chip TOML file; print OK or the first problem (exit 2)."""
+    c = load_chip_file(path)
+    click.echo(f"{path}: OK ({c.name}, {c.die_area_mm2:.0f} mm²)")

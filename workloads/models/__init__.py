@@ -1,0 +1,1 @@
+"""diptych.workloads.models"""
