@@ -13,6 +13,7 @@ the offending value and what was expected.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
 from typing import Any, get_args, get_origin, get_type_hints
@@ -31,14 +32,19 @@ def _fail(source: str | None, path: str, value: Any, expected: str) -> typing.No
     raise ConfigError(f"{_where(source, path)}: expected {expected}, got {value!r}")
 
 
-def _check_number(meta: dict, value: float, source, path) -> None:
-    if "gt" in meta and not value > meta["gt"]:
-        _fail(source, path, value, f"a number > {meta['gt']}")
+def _check_number(meta: dict, value: float, source, path, kind: str = "a number") -> None:
     lo, hi = meta.get("min"), meta.get("max")
-    if lo is not None and value < lo:
-        _fail(source, path, value, f"a number >= {lo}" + (f" and <= {hi}" if hi is not None else ""))
-    if hi is not None and value > hi:
-        _fail(source, path, value, f"a number <= {hi}" + (f" and >= {lo}" if lo is not None else ""))
+    parts = []
+    if "gt" in meta:
+        parts.append(f"> {meta['gt']:g}")
+    if lo is not None:
+        parts.append(f">= {lo:g}")
+    if hi is not None:
+        parts.append(f"<= {hi:g}")
+    bad = (("gt" in meta and not value > meta["gt"]) or (lo is not None and value < lo)
+           or (hi is not None and value > hi))
+    if bad:
+        _fail(source, path, value, f"{kind} " + " and ".join(parts))
 
 
 def _convert(tp: Any, value: Any, meta: dict, source: str | None, path: str) -> Any:
@@ -59,7 +65,7 @@ def _convert(tp: Any, value: Any, meta: dict, source: str | None, path: str) -> 
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             _fail(source, path, value, "an integer")
-        _check_number(meta, value, source, path)
+        _check_number(meta, value, source, path, "an integer")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -101,7 +107,10 @@ def build(cls: type, data: dict, *, source: str | None = None, path: str = "") -
     for key in data:
         if key not in fields:
             known = ", ".join(sorted(fields))
-            _fail(source, _join(path, key), data[key], f"no such key (known keys: {known})")
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ConfigError(f"{_where(source, _join(path, key))}: unknown key{hint}, "
+                              f"got {data[key]!r}; expected one of: {known}")
     kwargs = {}
     for name, field in fields.items():
         sub = _join(path, name)

@@ -1,0 +1,134 @@
+"""Broken chip descriptions are rejected with one exact message naming file, key, value and
+what was expected."""
+
+import copy
+import dataclasses
+import tomllib
+from importlib import resources
+
+import pytest
+
+from diptych.arch import ConfigError, chip_from_dict, load_chip, load_chip_file
+
+
+def base() -> dict:
+    text = resources.files("diptych.arch.chips").joinpath("tpu-v4.toml").read_text()
+    return tomllib.loads(text)
+
+
+def _set(path, value):
+    def mod(d):
+        *parents, last = path.split(".")
+        for p in parents:
+            d = d[p]
+        d[last] = value
+    return mod
+
+
+def _del(path):
+    def mod(d):
+        *parents, last = path.split(".")
+        for p in parents:
+            d = d[p]
+        del d[last]
+    return mod
+
+
+KNOWN_TOP = ("area, area_budget_mm2, clock_ghz, core, default_dtype, description, dma, dram, "
+             "energy, interconnect, name, tdp_w, tensor_cores")
+
+BROKEN = [
+    ("misspelt key", _set("clock_gz", 1.0),
+     "bad.toml: clock_gz: unknown key (did you mean 'clock_ghz'?), got 1.0; "
+     f"expected one of: {KNOWN_TOP}"),
+    ("negative clock", _set("clock_ghz", -1.0),
+     "bad.toml: clock_ghz: expected a number > 0 and <= 10, got -1.0"),
+    ("rows = 0", _set("core.array.rows", 0),
+     "bad.toml: core.array.rows: expected an integer >= 1 and <= 4096, got 0"),
+    ("rows too large", _set("core.array.cols", 5000),
+     "bad.toml: core.array.cols: expected an integer >= 1 and <= 4096, got 5000"),
+    ("rows not integer", _set("core.array.rows", 2.5),
+     "bad.toml: core.array.rows: expected an integer, got 2.5"),
+    ("default dtype the array lacks", _set("default_dtype", "fp8"),
+     "bad.toml: default_dtype: expected a dtype the array supports (int8, bf16), got 'fp8'"),
+    ("unknown dtype", _set("default_dtype", "int9"),
+     "bad.toml: default_dtype: expected one of 'int4', 'int8', 'fp8', 'bf16', 'fp16', 'fp32', "
+     "got 'int9'"),
+    ("capacity as a string", _set("dram.capacity_gib", "32"),
+     "bad.toml: dram.capacity_gib: expected a number, got '32'"),
+    ("missing table", _del("core.vector"),
+     "bad.toml: core.vector: missing required key (the vector unit table)"),
+    ("missing scalar", _del("dram.t_rcd_ns"),
+     "bad.toml: dram.t_rcd_ns: missing required key (tRCD in ns (> 0))"),
+    ("bad dataflow", _set("core.array.dataflows", ["ws", "xs"]),
+     "bad.toml: core.array.dataflows[1]: expected one of 'os', 'ws', 'is', got 'xs'"),
+    ("empty dataflows", _set("core.array.dataflows", []),
+     "bad.toml: core.array.dataflows: expected a non-empty list, got []"),
+    ("repeated dataflows", _set("core.array.dataflows", ["ws", "ws"]),
+     "bad.toml: core.array.dataflows: expected a list without repeated entries, got ['ws', 'ws']"),
+    ("unknown dtype key", _set("core.array.macs_per_pe_per_cycle", {"int9": 1}),
+     "bad.toml: core.array.macs_per_pe_per_cycle.int9: unknown key (did you mean 'int8'?), got 1; "
+     "expected one of: bf16, fp16, fp32, fp8, int4, int8"),
+    ("no supported dtype", _set("core.array.macs_per_pe_per_cycle", {"int8": 0}),
+     "bad.toml: core.array.macs_per_pe_per_cycle: expected at least one dtype with MACs per PE "
+     "per cycle > 0, got {}"),
+    ("bool as integer", _set("tensor_cores", True),
+     "bad.toml: tensor_cores: expected an integer, got True"),
+    ("table given as number", _set("dma", 4),
+     "bad.toml: dma: expected a table of Dma fields, got 4"),
+    ("refresh interval below tRFC", _set("dram.t_refi_ns", 100.0),
+     "bad.toml: dram.t_refi_ns: expected more than t_rfc_ns (260.0), got 100.0"),
+    ("burst larger than page", _set("dram.burst_bytes", 4096),
+     "bad.toml: dram.burst_bytes: expected at most page_bytes (1024), got 4096"),
+    ("unknown DRAM kind", _set("dram.kind", "sram"),
+     "bad.toml: dram.kind: expected one of 'hbm2', 'hbm2e', 'hbm3', 'hbm3e', 'hbm4', 'ddr3', "
+     "'ddr4', 'ddr5', 'lpddr5', 'gddr6', got 'sram'"),
+    ("negative energy", _set("energy.pj_per_dram_bit", -1),
+     "bad.toml: energy.pj_per_dram_bit: expected a number >= 0, got -1.0"),
+    ("area over budget", _set("area_budget_mm2", 100.0),
+     "bad.toml: area_budget_mm2: expected at least the modelled die area (359.6 mm²), got 100.0"),
+]
+
+
+@pytest.mark.parametrize("what,mod,message", BROKEN, ids=[b[0] for b in BROKEN])
+def test_broken_config_message(what, mod, message):
+    d = base()
+    mod(d)
+    with pytest.raises(ConfigError) as info:
+        chip_from_dict(d, source="bad.toml")
+    assert str(info.value) == message
+
+
+def test_config_error_is_value_error():
+    assert issubclass(ConfigError, ValueError)
+
+
+def test_base_is_valid():
+    chip_from_dict(base(), source="ok.toml")
+
+
+def test_file_errors(tmp_path):
+    p = tmp_path / "broken.toml"
+    p.write_text("name = \n")
+    with pytest.raises(ConfigError, match=r"broken.toml: invalid TOML"):
+        load_chip_file(p)
+    with pytest.raises(ConfigError, match=r"missing.toml: cannot read chip file"):
+        load_chip_file(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match=r"unknown chip 'tpu-v99': expected a preset"):
+        load_chip("tpu-v99")
+
+
+def test_roundtrip_via_file(tmp_path):
+    src = resources.files("diptych.arch.chips").joinpath("tpu-v1.toml").read_text()
+    p = tmp_path / "mine.toml"
+    p.write_text(src.replace('name = "tpu-v1"', 'name = "mine"'))
+    c = load_chip(str(p))
+    assert c.name == "mine"
+    assert c == dataclasses.replace(load_chip("tpu-v1"), name="mine")
+
+
+def test_frozen():
+    c = load_chip("tpu-v4")
+    with pytest.raises(AttributeError):
+        c.clock_ghz = 2.0  # type: ignore[misc]
+    assert copy.deepcopy(c) == c

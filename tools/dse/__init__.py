@@ -1,0 +1,1 @@
+"""Design-space exploration: area/energy studies, compare, sweeps, plots."""
