@@ -1,0 +1,111 @@
+"""``diptych models``: list and show transformer models (built-ins and HF config.json files)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .errors import friendly
+
+
+def model_summary(name_or_path: str) -> dict:
+    """Shapes, parameter counts, KV bytes per token by dtype and FLOPs per token, JSON-ready."""
+    from dataclasses import asdict
+
+    from ..arch.dtypes import DTYPES
+    from ..workloads import load_model
+    from ..workloads.params import (active_param_count, attention_flops_per_token,
+                                    kv_bytes_per_token, matmul_param_count, param_count)
+
+    m = load_model(name_or_path)
+    return {
+        "config": asdict(m),
+        "parameters": param_count(m),
+        "active_parameters": active_param_count(m),
+        "kv_bytes_per_token": {d: kv_bytes_per_token(m, d) for d in DTYPES},
+        "flops_per_token": 2.0 * matmul_param_count(m),
+        "attention_flops_per_token_per_context_token": attention_flops_per_token(m, 1),
+    }
+
+
+def _console():
+    """A rich console; when output is not a terminal (pipes, files, tests) tables are laid
+    out 160 columns wide instead of wrapping at 80."""
+    import sys
+
+    from rich.console import Console
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def _b(x: float) -> str:
+    return f"{x / 1e9:.2f} B"
+
+
+@click.group("models")
+def models():
+    """Transformer models: built-ins and your own HuggingFace config.json files."""
+
+
+@models.command("list")
+@friendly
+def models_list():
+    """List the built-in models."""
+    from rich.table import Table
+
+    from ..workloads import builtin_names
+
+    t = Table("name", "architecture", "layers", "d_model", "heads (kv)", "params", "active",
+              "KV/token bf16")
+    for n in builtin_names():
+        s = model_summary(n)
+        c = s["config"]
+        kv = "latent" if c["kv_lora_rank"] else str(c["kv_heads"])
+        t.add_row(n, c["architecture"], str(c["layers"]), str(c["hidden_size"]),
+                  f"{c['heads']} ({kv})", _b(s["parameters"]), _b(s["active_parameters"]),
+                  f"{s['kv_bytes_per_token']['bf16'] / 1024:.1f} KiB")
+    _console().print(t)
+
+
+@models.command("show")
+@click.argument("model")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@friendly
+def models_show(model: str, as_json: bool):
+    """Show MODEL (a built-in name or a path to a config.json): shapes, parameters, active
+    parameters, KV-cache bytes per token per dtype, FLOPs per token."""
+    s = model_summary(model)
+    if as_json:
+        click.echo(json.dumps(s, indent=2))
+        return
+    from rich.table import Table
+
+    c = s["config"]
+    con = _console()
+    con.print(f"[bold]{c['name']}[/bold]: {c['architecture']} ({c['family']})")
+    t = Table("quantity", "value", show_header=False)
+    t.add_row("layers", str(c["layers"]))
+    t.add_row("hidden size", str(c["hidden_size"]))
+    if c["kv_lora_rank"]:
+        t.add_row("attention", f"MLA, {c['heads']} heads, q_lora {c['q_lora_rank']}, kv_lora "
+                  f"{c['kv_lora_rank']}, qk {c['qk_nope_head_dim']}+{c['qk_rope_head_dim']}, "
+                  f"v {c['v_head_dim']}")
+    else:
+        t.add_row("attention", f"{c['heads']} heads, {c['kv_heads']} KV heads, head dim "
+                  f"{c['head_dim']}" + (f", window {c['sliding_window']}"
+                                        if c["sliding_window"] else ""))
+    if c["experts"]:
+        t.add_row("MoE", f"{c['experts']} experts, top-{c['experts_per_token']}, "
+                  f"{c['shared_experts']} shared, width {c['moe_intermediate_size']}, "
+                  f"first {c['first_dense_layers']} layers dense")
+    t.add_row("FFN", f"{c['intermediate_size']} ({c['activation']})")
+    t.add_row("vocab", str(c["vocab_size"]))
+    t.add_row("max positions", str(c["max_position_embeddings"]))
+    t.add_row("parameters", f"{s['parameters']:,} ({_b(s['parameters'])})")
+    t.add_row("active parameters", f"{s['active_parameters']:,.0f} "
+              f"({_b(s['active_parameters'])})")
+    for d in ("bf16", "fp8", "int4"):
+        t.add_row(f"KV bytes/token {d}", f"{s['kv_bytes_per_token'][d]:,.0f}")
+    t.add_row("FLOPs/token (forward)", f"{s['flops_per_token']:.3e} + "
+              f"{s['attention_flops_per_token_per_context_token']:.3e} per context token")
+    con.print(t)

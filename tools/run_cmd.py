@@ -1,0 +1,222 @@
+"""``diptych run``: one model phase (or a topology CSV) on a chip: per-layer table and totals."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import click
+
+from ..arch.dtypes import DTYPES
+from .errors import echo_err, friendly
+
+
+def _console():
+    """A rich console; when output is not a terminal (pipes, files, tests) tables are laid
+    out 160 columns wide instead of wrapping at 80."""
+    import sys
+
+    from rich.console import Console
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+def parse_batches(text: str) -> list[int]:
+    """``"1,8,32"`` → ``[1, 8, 32]``; each must be a positive integer."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            v = int(part)
+        except ValueError:
+            raise ValueError(f"batch must be a positive integer or a comma-separated list of "
+                             f"them, not {part!r}") from None
+        if v < 1:
+            raise ValueError(f"batch must be a positive integer, not {v}")
+        out.append(v)
+    return out
+
+
+def _si(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    for s, p in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= s:
+            return f"{x / s:.2f} {p}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def _t(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.2f} µs"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f} %"
+
+
+def _layer_table(layers: list[dict], total: float, title: str):
+    from rich.table import Table
+
+    t = Table("block", "op", "shape", "×", "time", "total", "share", "bound", "util",
+              title=title)
+    for r in layers:
+        t.add_row(r["block"], r["op"], r["shape"], str(r["repeat"]), _t(r["seconds"]),
+                  _t(r["total_seconds"]), _pct(r["total_seconds"] / total if total else None),
+                  r["bound"], _pct(r["utilization"]))
+    return t
+
+
+def _totals_table(d: dict):
+    from rich.table import Table
+
+    t = Table("quantity", "value", show_header=False, title="totals")
+    ph = d["phase"]
+    if ph == "prefill":
+        t.add_row("time to first token", _t(d["ttft_s"]))
+    elif ph == "decode":
+        t.add_row("time per output token", _t(d["tpot_s"]) +
+                  f" (at context {d['info']['context_len']})")
+        t.add_row("tokens/s per user", f"{d['tokens_per_s_per_user']:.1f}")
+    else:
+        t.add_row("step time", _t(d["seconds"]))
+        t.add_row("HFU", _pct(d["hfu"]))
+    t.add_row("tokens/s", f"{d['tokens_per_s']:.1f} ({d['tokens_per_s_per_chip']:.1f} per chip)")
+    t.add_row("MFU", _pct(d["mfu"]))
+    t.add_row("FLOPs (model)", _si(d["flops"], "FLOP"))
+    t.add_row("DRAM traffic", _si(d["dram_bytes"], "B"))
+    t.add_row("DRAM bandwidth utilisation", _pct(d["dram_bw_utilization"]))
+    t.add_row("bound", d["bound"])
+    t.add_row("energy per token", _si(d["energy_j_per_token"], "J") if d["energy_j_per_token"]
+              >= 1 else f"{d['energy_j_per_token'] * 1e3:.3f} mJ")
+    t.add_row("chips", f"{d['chips']} (tp {d['tp']}, dp {d['dp']})")
+    p = d["precision"]
+    t.add_row("precision", f"W {p['weights']} / A {p['activations']} / KV {p['kv']} / "
+              f"acc {p['accumulation']}")
+    mem = d["memory"]
+    bd = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in mem["breakdown"].items())
+    t.add_row("memory per chip", f"{mem['memory_bytes'] / 2**30:.1f} of "
+              f"{mem['capacity_bytes'] / 2**30:.1f} GiB ({bd} GiB): "
+              + ("fits" if mem["fits"] else "[red]does not fit[/red]"))
+    return t
+
+
+def _curve_table(curve: dict):
+    from rich.table import Table
+
+    phase = curve["results"][0].phase
+    label = {"prefill": "TTFT", "decode": "TPOT", "train": "step"}[phase]
+    t = Table("batch", label, "tokens/s per user", "tokens/s per chip", "MFU", "DRAM BW",
+              "bound", "fits", title="batching curve")
+    for r in curve["results"]:
+        mark = " ◀ compute-bound from here" if r.batch == curve["compute_bound_batch"] else ""
+        t.add_row(str(r.batch), _t(r.seconds),
+                  f"{r.tokens_per_s_per_user:.1f}" if r.tokens_per_s_per_user else "-",
+                  f"{r.tokens_per_s / r.chips:.1f}", _pct(r.mfu), _pct(r.dram_bw_utilization),
+                  r.bound + mark, "yes" if r.fits else "no")
+    return t
+
+
+@click.command("run")
+@click.option("--chip", required=True, help="Chip preset name or TOML path.")
+@click.option("--model", help="Built-in model name or path to a HF config.json.")
+@click.option("--phase", type=click.Choice(["prefill", "decode", "train"]), default="decode",
+              show_default=True)
+@click.option("--batch", default="1", show_default=True,
+              help="Sequences per batch, or a comma list (1,8,32) for a batching curve.")
+@click.option("--prompt", type=int, help="Prompt length (prefill) / context before decode.")
+@click.option("--gen", type=int, help="Generated tokens (decode; default 1).")
+@click.option("--seq", type=int, help="Training sequence length.")
+@click.option("--chips", type=int, help="Total chips (tp × dp).")
+@click.option("--tp", type=int, help="Tensor-parallel degree.")
+@click.option("--dp", type=int, help="Data-parallel degree (training).")
+@click.option("--weights-dtype", type=click.Choice(DTYPES), help="Weight precision.")
+@click.option("--act-dtype", type=click.Choice(DTYPES), help="Activation precision.")
+@click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
+@click.option("--overlap/--no-overlap", default=True, show_default=True,
+              help="Overlap collectives with compute.")
+@click.option("--recompute", is_flag=True, help="Full activation recomputation (training).")
+@click.option("--micro-batch", type=int,
+              help="Sequences per training micro-batch (default: ~8k tokens per micro-batch).")
+@click.option("--topology", type=click.Path(dir_okay=False),
+              help="SCALE-Sim topology CSV or GEMM list to run instead of a model.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--trace", type=click.Path(dir_okay=False),
+              help="Write a Chrome/Perfetto trace of the (last) run.")
+@friendly
+def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, weights_dtype, act_dtype,
+        kv_dtype, overlap, recompute, micro_batch, topology, as_json, trace):
+    """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
+
+    Prints a per-layer table (op, shape, time, compute- or memory-bound, utilisation) and
+    totals; identical layers are simulated once and scaled. A comma list of batch sizes on
+    decode gives the latency/throughput curve, marking where decode turns compute-bound.
+    """
+
+    from ..workloads import run_curve, run_topology
+    from ..workloads.trace import chrome_trace
+
+    con = _console()
+    if topology:
+        if model:
+            raise ValueError("give either --model or --topology, not both")
+        res = run_topology(chip, topology, dtype=act_dtype)
+        d = res.to_dict()
+        if trace:
+            _write_trace(trace, chrome_trace(res.layers, name=f"{res.chip}: {topology}"))
+        if as_json:
+            click.echo(json.dumps(d, indent=2))
+            return
+        for r in res.layers:
+            r.setdefault("total_seconds", r["seconds"])
+        con.print(_layer_table(res.layers, res.seconds, f"{topology} on {res.chip}"))
+        con.print(f"total {_t(res.seconds)}, {_si(res.flops, 'FLOP')}, MFU {_pct(res.mfu)}, "
+                  f"DRAM {_si(res.dram_bytes, 'B')} ({_pct(res.dram_bw_utilization)} of peak "
+                  f"bandwidth), {res.bound}-bound, energy {res.energy_j:.4g} J")
+        return
+    if not model:
+        raise ValueError("--model is required (or --topology FILE.csv)")
+    batches = parse_batches(batch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        curve = run_curve(chip, model, batches=batches, phase=phase, prompt=prompt, gen=gen,
+                          seq=seq, chips=chips, tp=tp, dp=dp, weights_dtype=weights_dtype,
+                          act_dtype=act_dtype, kv_dtype=kv_dtype, overlap=overlap,
+                          recompute=recompute, micro_batch=micro_batch)
+    for msg in dict.fromkeys(str(w.message) for w in caught):
+        echo_err(f"Warning: {msg}")
+    results = curve["results"]
+    last = results[-1]
+    if trace:
+        _write_trace(trace, chrome_trace(last.layers, overlap=overlap,
+                                         name=f"{last.model} {last.phase} on {last.chip}"))
+    if as_json:
+        if len(results) == 1:
+            out = results[0].to_dict()
+        else:
+            out = {"curve": [r.to_dict() for r in results],
+                   "compute_bound_batch": curve["compute_bound_batch"]}
+        click.echo(json.dumps(out, indent=2))
+        return
+    d = last.to_dict()
+    con.print(_layer_table(last.layers, last.seconds,
+                           f"{last.model} {last.phase} on {last.chip}, batch {last.batch} "
+                           f"(identical layers simulated once, × = repeats)"))
+    con.print(_totals_table(d))
+    if len(results) > 1:
+        con.print(_curve_table(curve))
+        cb = curve["compute_bound_batch"]
+        con.print(f"{last.phase} turns compute-bound at batch {cb}" if cb is not None
+                  else "no batch in the list is compute-bound")
+    for r in results:
+        if not r.fits:
+            con.print(f"[yellow]batch {r.batch}: does not fit: {r.memory['advice']}[/yellow]")
+
+
+def _write_trace(path: str, data: dict) -> None:
+    with open(path, "w") as fh:
+        json.dump(data, fh)

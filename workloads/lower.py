@@ -1,0 +1,345 @@
+"""Lower a model's forward pass, per layer, to ops for one chip of a tensor-parallel group.
+
+Conventions (all documented in docs/workloads.md):
+
+* Linear layers are :class:`Gemm` s ``m = tokens``, ``k = in``, ``n = out / tp`` (column
+  parallel) or ``k = in / tp`` (row parallel, followed by an all-reduce of ``tokens × d``
+  activations: Megatron's two all-reduces per layer). Weight matrices carry the tag ``weight``.
+* Attention is batched GEMMs over (sequence, KV head): GQA puts the ``g = H/H_kv`` query heads
+  sharing a KV head into ``m`` so each K/V is read once. Prefill and training attend causally;
+  a query attends on average ``(s+1)/2`` keys (window-capped), modelled as an ``s × ceil(mean)``
+  product, i.e. the exact number of MACs of a masked (flash-style) kernel. Decode attends the
+  whole cache: GEMVs whose B operand is the KV cache in the KV dtype.
+* MLA (DeepSeek-V3): prefill/training use the explicit path (``kv_b_proj`` expands the latent
+  into per-head K and V); decode uses the absorbed path (queries projected into the latent
+  space, attention directly over the ``kv_lora + rope`` cache, values projected out per head).
+* Attention is unfused: scores go to memory and the softmax reads them back (the op language
+  has no fused-attention op), which is pessimistic for long prefill.
+* MoE: the router GEMM, a top-k on the vector unit, then the experts touched by the batch
+  (:func:`diptych.workloads.moe.expert_load`) as a batched GEMM with one weight matrix per
+  expert, plus shared experts as a dense MLP. Only touched experts' weights are read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..sim.ops import Collective, Gemm, Op, VectorOp
+from .config import ModelConfig
+from .graph import Block, Workload
+from .moe import expert_load
+from .params import kv_heads_per_rank
+from .precision import Precision
+
+#: ALU ops per output element on the vector unit [assumption: counted from the textbook
+#: formulas: RMSNorm x², sum, scale, weight; LayerNorm adds mean and bias; softmax max, sub,
+#: exp, sum, divide; SwiGLU = SiLU (exp, add, divide, multiply) × up; tanh-GELU ≈ 8].
+VECTOR_OPS_PER_ELEMENT = {
+    "rmsnorm": 4.0, "layernorm": 7.0, "softmax": 5.0, "swiglu": 5.0, "gelu": 8.0, "rope": 3.0,
+    "add": 1.0, "copy": 0.0, "embedding": 0.0, "topk": 2.0, "mul": 2.0,
+}
+
+
+def _pos(name: str, v) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, not {v!r}")
+
+
+def check_tp(m: ModelConfig, tp: int) -> None:
+    """Raise ValueError unless Megatron tensor parallelism of degree ``tp`` splits ``m``."""
+    _pos("tp", tp)
+    if tp == 1:
+        return
+    problems = []
+    if m.heads % tp:
+        problems.append(f"attention heads ({m.heads})")
+    if not m.is_mla and m.kv_heads % tp and tp % m.kv_heads:
+        problems.append(f"KV heads ({m.kv_heads}), which must divide or be divided by tp")
+    if m.dense_layers and m.intermediate_size % tp:
+        problems.append(f"intermediate_size ({m.intermediate_size})")
+    if m.is_moe and m.moe_intermediate_size % tp:
+        problems.append(f"moe_intermediate_size ({m.moe_intermediate_size})")
+    if problems:
+        raise ValueError(f"tp={tp} cannot split {m.name}: it must divide "
+                         + "; ".join(problems))
+
+
+def valid_tp_degrees(m: ModelConfig, limit: int = 1024) -> list[int]:
+    """Tensor-parallel degrees that split ``m``, ascending, up to ``limit``."""
+    out = []
+    for t in range(1, limit + 1):
+        try:
+            check_tp(m, t)
+        except ValueError:
+            continue
+        out.append(t)
+    return out
+
+
+def causal_mean_keys(q_len: int, past: int = 0, window: int | None = None) -> float:
+    """Mean number of keys a query attends when ``q_len`` new tokens follow ``past`` cached
+    ones under a causal mask (query i sees ``past + i + 1`` keys), capped at ``window``."""
+    if window is None or window >= past + q_len:
+        return past + (q_len + 1) / 2.0
+    total = 0.0
+    # closed form of sum_{i=1..q} min(past + i, w)
+    full_from = max(0, window - past)      # queries 1..full_from are below the window
+    n_low = min(q_len, full_from)
+    total += n_low * past + n_low * (n_low + 1) / 2.0
+    total += (q_len - n_low) * window
+    return total / q_len
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    m: ModelConfig
+    p: Precision
+    tp: int
+    batch: int        # sequences
+    q_len: int        # new tokens per sequence
+    keys: int         # keys attended per query (rounded-up mean)
+    phase: str        # prefill | decode | train
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.q_len
+
+    @property
+    def kv_cached(self) -> bool:
+        return self.phase != "train"
+
+    def gemm(self, name: str, m: int, k: int, n: int, *, batch: int = 1, weight: bool = True,
+             b_dtype: str | None = None, tags: tuple[str, ...] = (), shared_b: bool | None = None
+             ) -> Gemm:
+        p = self.p
+        return Gemm(name=name, m=m, k=k, n=n, batch=batch, a_dtype=p.activations,
+                    b_dtype=b_dtype or (p.weights if weight else p.activations),
+                    c_dtype=p.activations, acc_dtype=p.accumulation,
+                    b_is_weight=(batch == 1 or weight) if shared_b is None else shared_b,
+                    tags=(("weight",) if weight else ()) + tags)
+
+    def vec(self, name: str, kind: str, elements: float, *, reads: float = 1.0,
+            writes: float = 1.0, extra_read_bytes: float = 0.0, write_dtype_bytes=None,
+            ops: float | None = None, tags: tuple[str, ...] = ()) -> VectorOp:
+        a = self.p.a_bytes
+        wb = a if write_dtype_bytes is None else write_dtype_bytes
+        e = max(1, int(math.ceil(elements)))
+        return VectorOp(name=name, kind=kind, elements=e,
+                        ops_per_element=VECTOR_OPS_PER_ELEMENT[kind] if ops is None else ops,
+                        read_bytes=e * reads * a + extra_read_bytes, write_bytes=e * writes * wb,
+                        dtype=self.p.activations, tags=tags)
+
+    def all_reduce(self, name: str, elements: float) -> list[Op]:
+        if self.tp == 1:
+            return []
+        return [Collective(name=name, kind="all_reduce", bytes=elements * self.p.a_bytes,
+                           group=self.tp, tags=("tp",))]
+
+    def norm(self, name: str, width: int) -> VectorOp:
+        kind = self.m.norm
+        return self.vec(name, kind, self.tokens * width, reads=1.0,
+                        extra_read_bytes=width * self.p.w_bytes * (2 if kind == "layernorm" else 1),
+                        tags=("saved",))
+
+
+def _attention_gqa(c: _Ctx) -> list[Op]:
+    m, tp, T = c.m, c.tp, c.tokens
+    d, dh = m.hidden_size, m.head_dim
+    h = m.heads // tp
+    hkv = kv_heads_per_rank(m, tp)
+    g = h // hkv
+    ops: list[Op] = [c.norm("attn_norm", d),
+                     c.gemm("qkv_proj", T, d, (h + 2 * hkv) * dh, tags=("attn",))]
+    if not m.learned_positions:
+        ops.append(c.vec("rope", "rope", T * (h + hkv) * dh))
+    kv_dtype = c.p.kv if c.phase == "decode" else None
+    if c.kv_cached:
+        ops.append(c.vec("kv_write", "copy", T * 2 * hkv * dh, write_dtype_bytes=c.p.kv_bytes))
+    sq = g * c.q_len
+    ops += [c.gemm("attn_scores", sq, dh, c.keys, batch=c.batch * hkv, weight=False,
+                   b_dtype=kv_dtype, tags=("attn", "saved_b"), shared_b=False),
+            c.vec("softmax", "softmax", c.batch * h * c.q_len * c.keys),
+            c.gemm("attn_pv", sq, c.keys, dh, batch=c.batch * hkv, weight=False,
+                   b_dtype=kv_dtype, tags=("attn", "saved_b", "no_save_a"), shared_b=False),
+            c.gemm("o_proj", T, h * dh, d, tags=("attn",))]
+    return ops
+
+
+def _attention_mla(c: _Ctx) -> list[Op]:
+    m, tp, T = c.m, c.tp, c.tokens
+    d, h = m.hidden_size, m.heads // tp
+    r_kv, rope, nope, v = m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim
+    qk = nope + rope
+    ops: list[Op] = [c.norm("attn_norm", d)]
+    if m.q_lora_rank:
+        ops += [c.gemm("q_a_proj", T, d, m.q_lora_rank, tags=("attn",)),
+                c.norm("q_a_norm", m.q_lora_rank),
+                c.gemm("q_b_proj", T, m.q_lora_rank, h * qk, tags=("attn",))]
+    else:
+        ops.append(c.gemm("q_proj", T, d, h * qk, tags=("attn",)))
+    ops += [c.gemm("kv_a_proj", T, d, r_kv + rope, tags=("attn",)),
+            c.norm("kv_a_norm", r_kv),
+            c.vec("rope", "rope", T * (h + 1) * rope)]
+    if c.kv_cached:
+        ops.append(c.vec("kv_write", "copy", T * (r_kv + rope), write_dtype_bytes=c.p.kv_bytes))
+    if c.phase == "decode":
+        # absorbed: q_nope · W_UK per head into the latent space; attend over the latent cache
+        # (MQA-like: all heads of a sequence share it); project values out with W_UV per head.
+        kv = c.p.kv
+        ops += [c.gemm("q_absorb", T, nope, r_kv, batch=h, tags=("attn",), shared_b=False),
+                c.gemm("attn_scores", h * c.q_len, r_kv + rope, c.keys, batch=c.batch,
+                       weight=False, b_dtype=kv, tags=("attn",), shared_b=False),
+                c.vec("softmax", "softmax", c.batch * h * c.q_len * c.keys),
+                c.gemm("attn_pv", h * c.q_len, c.keys, r_kv, batch=c.batch, weight=False,
+                       b_dtype=kv, tags=("attn",), shared_b=False),
+                c.gemm("v_absorb", T, r_kv, v, batch=h, tags=("attn",), shared_b=False)]
+    else:
+        ops += [c.gemm("kv_b_proj", T, r_kv, h * (nope + v), tags=("attn",)),
+                c.gemm("attn_scores", c.q_len, qk, c.keys, batch=c.batch * h, weight=False,
+                       tags=("attn", "saved_b"), shared_b=False),
+                c.vec("softmax", "softmax", c.batch * h * c.q_len * c.keys),
+                c.gemm("attn_pv", c.q_len, c.keys, v, batch=c.batch * h, weight=False,
+                       tags=("attn", "saved_b", "no_save_a"), shared_b=False)]
+    ops.append(c.gemm("o_proj", T, h * v, d, tags=("attn",)))
+    return ops
+
+
+def _dense_mlp(c: _Ctx, prefix: str, width: int) -> list[Op]:
+    T, d, f = c.tokens, c.m.hidden_size, width // c.tp
+    if c.m.activation == "swiglu":
+        return [c.gemm(f"{prefix}gate_up_proj", T, d, 2 * f, tags=("mlp",)),
+                c.vec(f"{prefix}swiglu", "swiglu", T * f, reads=2.0, tags=("saved",)),
+                c.gemm(f"{prefix}down_proj", T, f, d, tags=("mlp",))]
+    return [c.gemm(f"{prefix}fc1", T, d, f, tags=("mlp",)),
+            c.vec(f"{prefix}gelu", "gelu", T * f, tags=("saved",)),
+            c.gemm(f"{prefix}fc2", T, f, d, tags=("mlp",))]
+
+
+def _moe_mlp(c: _Ctx) -> list[Op]:
+    m, T, d = c.m, c.tokens, c.m.hidden_size
+    e, k = m.experts, m.experts_per_token
+    f = m.moe_intermediate_size // c.tp
+    groups = expert_load(e, k, T)
+    ops: list[Op] = [c.gemm("router", T, d, e, tags=("moe",)),
+                     c.vec("topk", "topk", T * e, writes=k / e)]
+    for i, (n_exp, per) in enumerate(groups):
+        sfx = f"[{i}]" if len(groups) > 1 else ""
+        ops.append(c.gemm(f"experts_gate_up{sfx}", per, d, 2 * f, batch=n_exp,
+                          tags=("moe", "expert"), shared_b=False))
+    ops.append(c.vec("experts_swiglu", "swiglu", T * k * f, reads=2.0, tags=("saved",)))
+    for i, (n_exp, per) in enumerate(groups):
+        sfx = f"[{i}]" if len(groups) > 1 else ""
+        ops.append(c.gemm(f"experts_down{sfx}", per, f, d, batch=n_exp,
+                          tags=("moe", "expert"), shared_b=False))
+    ops.append(c.vec("experts_combine", "mul", T * k * d, writes=1.0 / k))
+    if m.shared_experts:
+        ops += _dense_mlp(c, "shared_", m.moe_intermediate_size * m.shared_experts)
+    return ops
+
+
+def layer_ops(c: _Ctx, moe: bool) -> list[Op]:
+    """One transformer layer for one TP rank, in execution order."""
+    d, T = c.m.hidden_size, c.tokens
+    ops = _attention_mla(c) if c.m.is_mla else _attention_gqa(c)
+    ops += c.all_reduce("attn_all_reduce", T * d)
+    ops.append(c.vec("attn_residual", "add", T * d, reads=2.0))
+    ops.append(c.norm("mlp_norm", d))
+    ops += _moe_mlp(c) if moe else _dense_mlp(c, "", c.m.intermediate_size)
+    ops += c.all_reduce("mlp_all_reduce", T * d)
+    ops.append(c.vec("mlp_residual", "add", T * d, reads=2.0))
+    return ops
+
+
+def _embedding(c: _Ctx) -> list[Op]:
+    d, T = c.m.hidden_size, c.tokens
+    ops: list[Op] = [c.vec("embed_tokens", "embedding", T * d, reads=0.0,
+                           extra_read_bytes=T * d * c.p.w_bytes)]
+    ops += c.all_reduce("embed_all_reduce", T * d)
+    if c.m.learned_positions:
+        ops.append(c.vec("embed_positions", "add", T * d, reads=1.0,
+                         extra_read_bytes=T * d * c.p.w_bytes))
+    return ops
+
+
+def _head(c: _Ctx) -> list[Op]:
+    """Final norm and LM head; inference computes logits for the last token only."""
+    d = c.m.hidden_size
+    v = -(-c.m.vocab_size // c.tp)
+    rows = c.tokens if c.phase == "train" else c.batch
+    nw = d * c.p.w_bytes * (2 if c.m.norm == "layernorm" else 1)
+    ops: list[Op] = [c.vec("final_norm", c.m.norm, rows * d, extra_read_bytes=nw,
+                           tags=("saved",))]
+    ops.append(c.gemm("lm_head", rows, d, v, tags=("head",)))
+    if c.phase == "train":
+        ops.append(c.vec("cross_entropy", "softmax", rows * v, writes=1.0 / v, tags=("saved",)))
+    elif c.tp > 1:
+        ops.append(Collective(name="logits_all_gather", kind="all_gather",
+                              bytes=rows * c.m.vocab_size * c.p.a_bytes, group=c.tp, tags=("tp",)))
+    return ops
+
+
+def _layer_blocks(c: _Ctx, stage: str = "forward") -> list[Block]:
+    m = c.m
+    blocks = []
+    if m.dense_layers:
+        blocks.append(Block(f"layers[0:{m.dense_layers}]" if m.is_moe else "layers",
+                            m.dense_layers, tuple(layer_ops(c, moe=False)), stage))
+    if m.moe_layers:
+        lo = m.first_dense_layers
+        blocks.append(Block(f"layers[{lo}:{m.layers}] (moe)" if lo else "layers (moe)",
+                            m.moe_layers, tuple(layer_ops(c, moe=True)), stage))
+    return blocks
+
+
+def forward_blocks(c: _Ctx) -> list[Block]:
+    """Embedding, the layer blocks and the head of one forward pass."""
+    return ([Block("embedding", 1, tuple(_embedding(c)))] + _layer_blocks(c)
+            + [Block("head", 1, tuple(_head(c)))])
+
+
+def _check_common(m: ModelConfig, batch: int, tp: int, **lengths) -> None:
+    _pos("batch", batch)
+    for k, v in lengths.items():
+        _pos(k, v)
+    check_tp(m, tp)
+
+
+def prefill(m: ModelConfig, batch: int, prompt_len: int, *, precision: Precision | None = None,
+            tp: int = 1) -> Workload:
+    """The prompt pass: ``batch`` sequences of ``prompt_len`` tokens, causal attention, KV
+    written to the cache, logits for the last position (time to first token)."""
+    _check_common(m, batch, tp, prompt_len=prompt_len)
+    p = precision or Precision()
+    keys = math.ceil(causal_mean_keys(prompt_len, 0, m.sliding_window))
+    c = _Ctx(m, p, tp, batch, prompt_len, keys, "prefill")
+    return Workload("prefill", tuple(forward_blocks(c)), tokens=batch * prompt_len, batch=batch,
+                    info={"prompt_len": prompt_len, "keys_per_query": keys, "tp": tp})
+
+
+def decode_context(prompt_len: int, gen: int) -> int:
+    """The representative context of ``gen`` decode steps after a ``prompt_len`` prompt.
+
+    Step i (0-based) attends ``prompt_len + i + 1`` keys; attention cost is linear in the
+    context, so the mean over the steps, ``prompt_len + (gen + 1)/2`` (rounded up), gives
+    the average time per output token."""
+    _pos("prompt", prompt_len)
+    _pos("gen", gen)
+    return prompt_len + (gen + 2) // 2
+
+
+def decode(m: ModelConfig, batch: int, context_len: int, steps: int = 1, *,
+           precision: Precision | None = None, tp: int = 1) -> Workload:
+    """``steps`` decode steps, each generating one token per sequence attending
+    ``context_len`` keys: every step reads all active weights and each sequence's whole KV
+    cache (window-capped), and writes the new KV entries. The step's blocks repeat ``steps``
+    times (``repeat`` is multiplied), so use :func:`decode_context` for a representative
+    context when the steps' contexts differ."""
+    _check_common(m, batch, tp, context_len=context_len, steps=steps)
+    p = precision or Precision()
+    keys = min(context_len, m.sliding_window) if m.sliding_window else context_len
+    c = _Ctx(m, p, tp, batch, 1, keys, "decode")
+    blocks = [Block(b.name, b.repeat * steps, b.ops, b.stage) for b in forward_blocks(c)]
+    return Workload("decode", tuple(blocks), tokens=batch * steps, batch=batch,
+                    info={"context_len": context_len, "keys_per_query": keys, "steps": steps,
+                          "tp": tp})

@@ -1,0 +1,166 @@
+"""Parameter inventory, KV-cache size and FLOPs per token of a :class:`ModelConfig`.
+
+The inventory lists every weight tensor as HF stores it (biases, norms, router, embeddings), so
+the totals are the ``sum(p.numel())`` a HF checkpoint reports. Each tensor records whether
+Megatron tensor parallelism splits it (column/row-parallel linears, vocab-parallel embedding and
+LM head) or replicates it (norms, router, MLA down-projections, row-parallel biases).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..arch.dtypes import dtype_bytes
+from .config import ModelConfig
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """``count`` copies (one per layer using it) of a weight tensor of ``elements`` elements.
+
+    ``active`` is the fraction of the copies a token uses (``k / E`` for routed experts).
+    """
+
+    name: str
+    elements: int
+    count: int
+    split: bool          # split across tensor-parallel ranks
+    group: str           # attn | mlp | expert | shared_expert | router | norm | embed | head
+    active: float = 1.0
+
+    @property
+    def total(self) -> int:
+        return self.elements * self.count
+
+
+def _attention_tensors(m: ModelConfig) -> list[Tensor]:
+    d, h, L = m.hidden_size, m.heads, m.layers
+    out: list[Tensor] = []
+    if m.is_mla:
+        qk = m.qk_head_dim
+        if m.q_lora_rank:
+            out += [Tensor("q_a_proj", d * m.q_lora_rank, L, False, "attn"),
+                    Tensor("q_a_layernorm", m.q_lora_rank, L, False, "norm"),
+                    Tensor("q_b_proj", m.q_lora_rank * h * qk, L, True, "attn")]
+        else:
+            out.append(Tensor("q_proj", d * h * qk, L, True, "attn"))
+        out += [Tensor("kv_a_proj_with_mqa", d * (m.kv_lora_rank + m.qk_rope_head_dim), L, False,
+                       "attn"),
+                Tensor("kv_a_layernorm", m.kv_lora_rank, L, False, "norm"),
+                Tensor("kv_b_proj", m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim), L,
+                       True, "attn"),
+                Tensor("o_proj", h * m.v_head_dim * d, L, True, "attn")]
+        return out
+    q, kv = h * m.head_dim, m.kv_heads * m.head_dim
+    out += [Tensor("q_proj", d * q, L, True, "attn"), Tensor("k_proj", d * kv, L, True, "attn"),
+            Tensor("v_proj", d * kv, L, True, "attn"), Tensor("o_proj", q * d, L, True, "attn")]
+    if m.qkv_bias:
+        out.append(Tensor("qkv_bias", q + 2 * kv, L, True, "attn"))
+    if m.out_bias:
+        out.append(Tensor("o_bias", d, L, False, "attn"))
+    return out
+
+
+def _mlp(name: str, d: int, f: int, count: int, group: str, m: ModelConfig,
+         active: float = 1.0) -> list[Tensor]:
+    mats = 3 if m.activation == "swiglu" else 2
+    out = [Tensor(f"{name}.weights", mats * d * f, count, True, group, active)]
+    if m.mlp_bias:
+        out += [Tensor(f"{name}.in_bias", (mats - 1) * f, count, True, group, active),
+                Tensor(f"{name}.out_bias", d, count, False, group, active)]
+    return out
+
+
+def weight_tensors(m: ModelConfig) -> list[Tensor]:
+    """Every weight tensor of the model (see :class:`Tensor`)."""
+    d, L = m.hidden_size, m.layers
+    norm_elems = d if m.norm == "rmsnorm" else 2 * d
+    out = _attention_tensors(m)
+    out.append(Tensor("layer_norms", 2 * norm_elems, L, False, "norm"))
+    if m.dense_layers:
+        out += _mlp("mlp", d, m.intermediate_size, m.dense_layers, "mlp", m)
+    if m.is_moe:
+        n = m.moe_layers
+        out.append(Tensor("router", d * m.experts, n, False, "router"))
+        if m.family == "deepseek_v3":
+            out.append(Tensor("router_bias", m.experts, n, False, "router"))
+        out += _mlp("experts", d, m.moe_intermediate_size, n * m.experts, "expert", m,
+                    active=m.experts_per_token / m.experts)
+        if m.shared_experts:
+            out += _mlp("shared_experts", d, m.moe_intermediate_size * m.shared_experts, n,
+                        "shared_expert", m)
+    out.append(Tensor("final_norm", norm_elems, 1, False, "norm"))
+    out.append(Tensor("embed_tokens", m.vocab_size * d, 1, True, "embed"))
+    if m.learned_positions:
+        out.append(Tensor("embed_positions", m.max_position_embeddings * d, 1, False, "embed"))
+    if not m.tie_word_embeddings:
+        out.append(Tensor("lm_head", m.vocab_size * d, 1, True, "head"))
+    return out
+
+
+def param_count(m: ModelConfig) -> int:
+    """Total parameters (as a HF checkpoint counts them; tied embeddings once)."""
+    return sum(t.total for t in weight_tensors(m))
+
+
+def active_param_count(m: ModelConfig) -> float:
+    """Parameters one token uses: routed experts count ``experts_per_token / experts``."""
+    return sum(t.total * t.active for t in weight_tensors(m))
+
+
+def matmul_param_count(m: ModelConfig, *, active: bool = True) -> float:
+    """Parameters that take part in matrix products (everything but norms, biases and the
+    input embedding lookup; the LM head counts, tied or not). ``2 ×`` this is the non-attention
+    forward FLOPs per token."""
+    total = 0.0
+    for t in weight_tensors(m):
+        if t.group in ("norm", "embed") or "bias" in t.name:
+            continue
+        total += t.total * (t.active if active else 1.0)
+    if m.tie_word_embeddings:
+        total += m.vocab_size * m.hidden_size
+    return total
+
+
+def params_per_chip(m: ModelConfig, tp: int) -> float:
+    """Parameters one tensor-parallel rank holds (split tensors ÷ tp, the rest replicated)."""
+    return sum(t.total / tp if t.split else t.total for t in weight_tensors(m))
+
+
+def kv_elements_per_token(m: ModelConfig) -> int:
+    """KV-cache elements per token, all layers: ``2·L·H_kv·d_head`` (MLA: ``L·(r_kv + d_rope)``)."""
+    if m.is_mla:
+        return m.layers * (m.kv_lora_rank + m.qk_rope_head_dim)
+    return 2 * m.layers * m.kv_heads * m.head_dim
+
+
+def kv_bytes_per_token(m: ModelConfig, dtype: str = "bf16") -> float:
+    """KV-cache bytes per token in ``dtype`` (Llama-3-70B BF16: 327,680 B)."""
+    return kv_elements_per_token(m) * dtype_bytes(dtype)
+
+
+def kv_heads_per_rank(m: ModelConfig, tp: int) -> int:
+    """KV heads a tensor-parallel rank stores: ``H_kv / tp``, or 1 (replicated) when tp > H_kv.
+    MLA's latent cache is shared by all heads and replicated on every rank (returns 1)."""
+    if m.is_mla:
+        return 1
+    return max(1, m.kv_heads // tp)
+
+
+def kv_bytes_per_token_per_chip(m: ModelConfig, dtype: str, tp: int) -> float:
+    """KV-cache bytes per token one tensor-parallel rank stores."""
+    if m.is_mla:
+        return kv_bytes_per_token(m, dtype)
+    return 2 * m.layers * kv_heads_per_rank(m, tp) * m.head_dim * dtype_bytes(dtype)
+
+
+def attention_flops_per_token(m: ModelConfig, context: float) -> float:
+    """Forward attention FLOPs of one token attending to ``context`` keys, all layers:
+    scores ``2·H·d_qk·c`` plus ``P·V`` ``2·H·d_v·c`` per layer (MHA: ``4·d·c``)."""
+    c = min(context, m.sliding_window) if m.sliding_window else context
+    return 2.0 * m.layers * m.heads * (m.qk_head_dim + m.v_dim) * c
+
+
+def flops_per_token(m: ModelConfig, context: float = 0.0) -> float:
+    """Forward FLOPs per token: ``2 × active matmul parameters`` plus attention at ``context``."""
+    return 2.0 * matmul_param_count(m) + attention_flops_per_token(m, context)

@@ -1,0 +1,380 @@
+"""Run a model phase on a chip: lower, simulate each distinct op once, scale, sum.
+
+:func:`run_workload` is the library entry point behind ``diptych run``. Every op of a block is
+simulated once (the engine memoises identical ops) and multiplied by the block's ``repeat``, so
+identical transformer layers cost one simulation. Timing per block: the compute ops run in
+sequence; with ``overlap`` the block's tensor-parallel collectives hide behind its compute
+(``max(compute, comm)``, the collective-matmul / async-TP ideal), without it they add. The
+data-parallel gradient all-reduce overlaps the whole backward pass when ``overlap`` is set.
+
+What ``seconds`` means per phase: prefill, the time to first token (TTFT); decode, the time
+per output token (TPOT) of one step at the mean context of the ``gen`` steps (prompt +
+(gen+1)/2, see :func:`diptych.workloads.lower.decode_context`); train, one optimizer step.
+``energy_j`` is the energy of that same interval summed over all chips.
+"""
+
+from __future__ import annotations
+
+import warnings as _warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..arch import Chip, load_chip
+from ..arch.dtypes import dtype_bytes
+from ..sim.ops import Collective, Gemm, Op
+from .config import ModelConfig
+from .graph import Workload
+from .lower import decode, decode_context, prefill
+from .memory import MemoryReport, inference_memory, train_memory
+from .parallel import collective_energy_j, collective_seconds
+from .precision import Precision
+from .registry import load_model
+from .train import train_step
+
+PHASES = ("prefill", "decode", "train")
+
+
+@dataclass
+class RunResult:
+    """Totals and per-op records of one run (one batch size). See the module docstring."""
+
+    phase: str
+    chip: str
+    model: str
+    batch: int
+    chips: int
+    tp: int
+    dp: int
+    seconds: float
+    flops: float
+    hardware_flops: float
+    dram_bytes: float
+    mfu: float
+    hfu: float
+    ttft_s: float | None
+    tpot_s: float | None
+    tokens_per_s: float
+    tokens_per_s_per_user: float | None
+    energy_j: float
+    energy_j_per_token: float
+    fits: bool
+    memory_bytes: float
+    memory_breakdown: dict[str, float]
+    bound: str
+    layers: list[dict]
+    dram_bw_utilization: float = 0.0
+    compute_seconds: float = 0.0
+    memory_bound_seconds: float = 0.0
+    communication_seconds: float = 0.0
+    precision: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict (the output of ``diptych run --json`` for one batch size)."""
+        d = dict(self.__dict__)
+        d["dram_bytes_per_chip"] = self.dram_bytes / self.chips
+        d["flops_per_chip"] = self.hardware_flops / self.chips
+        d["energy_j_per_chip"] = self.energy_j / self.chips
+        d["power_w_per_chip"] = self.energy_j / self.chips / self.seconds if self.seconds else None
+        d["tokens_per_s_per_chip"] = self.tokens_per_s / self.chips
+        d["memory_bytes_per_chip"] = self.memory_bytes
+        return d
+
+
+def default_precision(chip: Chip, phase: str, weights_dtype=None, act_dtype=None,
+                      kv_dtype=None) -> Precision:
+    """Inference: the chip's default dtype for weights and activations, KV as activations.
+    Training: BF16 (FP16 if the chip lacks BF16) with FP32 master copy and moments."""
+    if phase == "train":
+        base = next((d for d in ("bf16", "fp16") if chip.supports(d)), None)
+        if base is None and act_dtype is None:
+            raise ValueError(f"chip {chip.name!r} supports neither bf16 nor fp16 "
+                             f"({', '.join(chip.dtypes)}); pass --act-dtype for training")
+        a = act_dtype or base
+        w = weights_dtype or a
+        return Precision(weights=w, activations=a, kv=kv_dtype or a, grads=a)
+    a = act_dtype or chip.default_dtype
+    w = weights_dtype or a
+    return Precision(weights=w, activations=a, kv=kv_dtype or a)
+
+
+def _wider(a: str, b: str) -> str:
+    return a if dtype_bytes(a) >= dtype_bytes(b) else b
+
+
+def _check_supported(chip: Chip, p: Precision) -> str:
+    comp = _wider(p.activations, p.weights)
+    for what, d in (("weights x activations", comp),
+                    ("attention over the KV cache", _wider(p.activations, p.kv))):
+        if not chip.supports(d):
+            raise ValueError(f"chip {chip.name!r} cannot compute {what} in {d} (its arrays "
+                             f"support {', '.join(chip.dtypes)}); choose --act-dtype/"
+                             f"--weights-dtype/--kv-dtype among those")
+    return comp
+
+
+def _shape(op: Op) -> str:
+    if isinstance(op, Gemm):
+        s = f"{op.m}x{op.k}x{op.n}"
+        return f"{op.batch}x({s})" if op.batch > 1 else s
+    if isinstance(op, Collective):
+        return f"{op.bytes / 2**20:.2f} MiB x{op.group}"
+    return f"{op.elements}"
+
+
+def _default_simulate():
+    from ..sim import simulate
+    return simulate
+
+
+def resolve_parallelism(phase: str, chips: int | None, tp: int | None, dp: int | None
+                        ) -> tuple[int, int]:
+    """(tp, dp) from the optional --chips/--tp/--dp; inference has no data parallelism."""
+    for n, v in (("chips", chips), ("tp", tp), ("dp", dp)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{n} must be a positive integer, not {v!r}")
+    if phase != "train":
+        if dp not in (None, 1):
+            raise ValueError("dp applies to training only; for inference use --tp (replicas "
+                             "of a served model are independent)")
+        t = tp or chips or 1
+        if chips is not None and chips != t:
+            raise ValueError(f"--chips ({chips}) must equal --tp ({t}) for inference")
+        return t, 1
+    t = tp or 1
+    if dp is None:
+        if chips is not None and chips % t:
+            raise ValueError(f"--chips ({chips}) must be a multiple of --tp ({t})")
+        d = chips // t if chips else 1
+    else:
+        d = dp
+    if chips is not None and chips != t * d:
+        raise ValueError(f"--chips ({chips}) must equal tp × dp ({t} × {d})")
+    return t, d
+
+
+def lower_workload(model: ModelConfig, phase: str, *, batch: int, prompt: int | None,
+                   gen: int | None, seq: int | None, precision: Precision, tp: int, dp: int,
+                   recompute: bool = False, micro_batch: int | None = None
+                   ) -> tuple[Workload, int]:
+    """The per-chip workload of a phase and the context length its memory must hold."""
+    if phase == "prefill":
+        if prompt is None:
+            raise ValueError("prefill needs --prompt (prompt length in tokens)")
+        return prefill(model, batch, prompt, precision=precision, tp=tp), prompt
+    if phase == "decode":
+        if prompt is None:
+            raise ValueError("decode needs --prompt (context before generation)")
+        g = 1 if gen is None else gen
+        ctx = decode_context(prompt, g)
+        return decode(model, batch, ctx, precision=precision, tp=tp), prompt + g
+    if phase == "train":
+        s = seq if seq is not None else prompt
+        if s is None:
+            raise ValueError("train needs --seq (sequence length in tokens)")
+        return train_step(model, batch, s, precision=precision, tp=tp, dp=dp,
+                          recompute=recompute, micro_batch=micro_batch), s
+    raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
+
+
+def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
+                      simulate: Callable | None = None) -> dict:
+    """Simulate every op once, scale by repeats and return per-chip totals and op records."""
+    sim = simulate or _default_simulate()
+    records: list[dict] = []
+    t_compute = t_mem = t_comm_exposed = 0.0
+    total = energy = dram = 0.0
+    backward_s = 0.0
+    dp_comm = 0.0
+    for b in w.blocks:
+        comp_s = comm_s = 0.0
+        for op in b.ops:
+            if isinstance(op, Collective):
+                s = collective_seconds(op, chip)
+                e = collective_energy_j(op, chip)
+                rec = {"op": op.name, "kind": op.kind, "shape": _shape(op), "seconds": s,
+                       "bound": "communication", "utilization": None, "flops": 0.0,
+                       "dram_bytes": 0.0, "energy_j": e, "link_bytes": op.bytes}
+                if "dp" in op.tags:
+                    dp_comm += s * b.repeat
+                else:
+                    comm_s += s
+            else:
+                st = sim(op, chip)
+                s = st.seconds
+                e = st.energy_j
+                db = st.dram_read_bytes + st.dram_write_bytes
+                rec = {"op": op.name, "kind": st.kind, "shape": _shape(op), "seconds": s,
+                       "bound": st.bound, "utilization": st.utilization, "flops": st.flops,
+                       "dram_bytes": db, "energy_j": e}
+                if isinstance(op, Gemm):
+                    rec["dtype"] = op.compute_dtype
+                comp_s += s
+                dram += db * b.repeat
+                if st.bound == "compute":
+                    t_compute += s * b.repeat
+                else:
+                    t_mem += s * b.repeat
+            energy += e * b.repeat
+            rec.update(block=b.name, stage=b.stage, repeat=b.repeat,
+                       total_seconds=rec["seconds"] * b.repeat)
+            records.append(rec)
+        block_s = max(comp_s, comm_s) if overlap else comp_s + comm_s
+        t_comm_exposed += (block_s - comp_s) * b.repeat
+        total += block_s * b.repeat
+        if b.stage == "backward":
+            backward_s += block_s * b.repeat
+    # the gradient all-reduce can only overlap the last micro-batch's backward pass
+    last_bwd = backward_s / w.info.get("micro_batches", 1)
+    exposed_dp = max(0.0, dp_comm - last_bwd) if overlap else dp_comm
+    total += exposed_dp
+    t_comm_exposed += exposed_dp
+    return {"seconds": total, "energy_j": energy, "dram_bytes": dram, "layers": records,
+            "compute_seconds": t_compute, "memory_bound_seconds": t_mem,
+            "communication_seconds": t_comm_exposed}
+
+
+def _bound(t: dict) -> str:
+    parts = {"compute": t["compute_seconds"], "memory": t["memory_bound_seconds"],
+             "communication": t["communication_seconds"]}
+    return max(parts, key=parts.get)
+
+
+def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, batch: int,
+                 prompt: int | None = None, gen: int | None = None, seq: int | None = None,
+                 tp: int | None = None, dp: int | None = None, chips: int | None = None,
+                 weights_dtype: str | None = None, act_dtype: str | None = None,
+                 kv_dtype: str | None = None, overlap: bool = True, recompute: bool = False,
+                 micro_batch: int | None = None, simulate: Callable | None = None
+                 ) -> RunResult:
+    """Lower ``phase`` of ``model`` for ``chip`` and simulate it (see module docstring).
+
+    ``batch`` is the number of sequences (global batch for training, split over ``dp``);
+    ``prompt`` the prompt (prefill) or context before generation (decode); ``gen`` the number
+    of generated tokens (decode, default 1); ``seq`` the training sequence length;
+    ``micro_batch`` sequences per training micro-batch (default: see
+    :func:`diptych.workloads.train.default_micro_batch`).
+    ``simulate`` replaces :func:`diptych.sim.simulate` (tests use a roofline double).
+    """
+    chip = load_chip(chip)
+    model = load_model(model)
+    if phase not in PHASES:
+        raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
+    tp, dp = resolve_parallelism(phase, chips, tp, dp)
+    n_chips = tp * dp
+    p = default_precision(chip, phase, weights_dtype, act_dtype, kv_dtype)
+    comp_dtype = _check_supported(chip, p)
+    w, context = lower_workload(model, phase, batch=batch, prompt=prompt, gen=gen, seq=seq,
+                                precision=p, tp=tp, dp=dp, recompute=recompute,
+                                micro_batch=micro_batch)
+    warns = []
+    if context > model.max_position_embeddings:
+        msg = (f"context of {context} tokens exceeds {model.name}'s max_position_embeddings "
+               f"({model.max_position_embeddings})")
+        warns.append(msg)
+        _warnings.warn(msg, stacklevel=2)
+    cap = chip.dram.capacity_bytes
+    if phase == "train":
+        mem: MemoryReport = train_memory(model, p, tp, w, cap, recompute)
+    else:
+        narrow = tuple(d for d in ("fp8", "int8", "int4")
+                       if d == "int4" or chip.supports(_wider(p.activations, d)))
+        mem = inference_memory(model, p, tp, batch, context, w, cap, narrow)
+
+    t = simulate_workload(w, chip, overlap=overlap, simulate=simulate)
+    secs = t["seconds"]
+    # model FLOPs: the unsplit graph of the whole (global) batch, without recomputation
+    ref, _ = lower_workload(model, phase, batch=batch, prompt=prompt, gen=gen, seq=seq,
+                            precision=p, tp=1, dp=1, recompute=False)
+    # (the unsplit graph's default micro-batching may differ; FLOPs do not depend on it)
+    model_flops = ref.flops()
+    hw_flops = w.flops() * n_chips
+    peak = chip.peak_ops_per_s[comp_dtype] * n_chips
+    energy = t["energy_j"] * n_chips
+    if phase == "prefill":
+        tokens = batch * prompt
+        ttft, tpot = secs, None
+        tps, tps_user = tokens / secs, prompt / secs
+    elif phase == "decode":
+        tokens = batch
+        ttft, tpot = None, secs
+        tps, tps_user = batch / secs, 1.0 / secs
+    else:
+        tokens = batch * w.info["seq_len"]
+        ttft = tpot = tps_user = None
+        tps = tokens / secs
+    info = dict(w.info)
+    info.update(prompt=prompt, gen=gen, seq=seq, overlap=overlap, recompute=recompute,
+                compute_dtype=comp_dtype, simulated_ops=w.op_count(),
+                vector_ops=w.vector_ops * n_chips, collective_bytes=w.collective_bytes,
+                identical_layers_simulated_once=True)
+    return RunResult(
+        phase=phase, chip=chip.name, model=model.name, batch=batch, chips=n_chips, tp=tp, dp=dp,
+        seconds=secs, flops=model_flops, hardware_flops=hw_flops,
+        dram_bytes=t["dram_bytes"] * n_chips, mfu=model_flops / (peak * secs),
+        hfu=hw_flops / (peak * secs), ttft_s=ttft, tpot_s=tpot, tokens_per_s=tps,
+        tokens_per_s_per_user=tps_user, energy_j=energy, energy_j_per_token=energy / tokens,
+        fits=mem.fits, memory_bytes=mem.total_bytes, memory_breakdown=dict(mem.breakdown),
+        bound=_bound(t), layers=t["layers"],
+        dram_bw_utilization=t["dram_bytes"] / (secs * chip.dram_bytes_per_s),
+        compute_seconds=t["compute_seconds"], memory_bound_seconds=t["memory_bound_seconds"],
+        communication_seconds=t["communication_seconds"],
+        precision={"weights": p.weights, "activations": p.activations, "kv": p.kv,
+                   "accumulation": p.accumulation, "grads": p.grads, "master": p.master,
+                   "moments": p.moments},
+        memory=mem.to_dict(), info=info, warnings=warns)
+
+
+def run_curve(chip, model, *, batches: list[int], **kwargs) -> dict:
+    """Run one batch size after another (the batching curve) and mark where decode turns
+    compute-bound: the smallest batch whose run is compute-bound (None if none is)."""
+    if not batches:
+        raise ValueError("batches must list at least one batch size")
+    results = [run_workload(chip, model, batch=b, **kwargs) for b in batches]
+    turn = next((r.batch for r in results if r.bound == "compute"), None)
+    return {"results": results, "compute_bound_batch": turn}
+
+
+@dataclass
+class TopologyResult:
+    """Totals and per-op records of a topology file (a list of GEMMs) on one chip."""
+
+    chip: str
+    source: str
+    seconds: float
+    flops: float
+    dram_bytes: float
+    mfu: float
+    energy_j: float
+    bound: str
+    layers: list[dict]
+    dram_bw_utilization: float = 0.0
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,
+                 simulate: Callable | None = None) -> TopologyResult:
+    """Simulate the GEMMs of a SCALE-Sim topology CSV or GEMM list in sequence on ``chip``
+    (``dtype`` defaults to the chip's default precision)."""
+    from .graph import Block
+    from .topology import load_topology
+
+    chip = load_chip(chip)
+    dt = dtype or chip.default_dtype
+    if not chip.supports(dt):
+        raise ValueError(f"chip {chip.name!r} does not support {dt} (supports "
+                         f"{', '.join(chip.dtypes)})")
+    ops = load_topology(path, dtype=dt)
+    w = Workload("topology", (Block("topology", 1, tuple(ops)),), tokens=1, batch=1)
+    t = simulate_workload(w, chip, simulate=simulate)
+    secs = t["seconds"]
+    return TopologyResult(chip=chip.name, source=str(path), seconds=secs, flops=w.flops(),
+                          dram_bytes=t["dram_bytes"],
+                          mfu=w.flops() / (chip.peak_ops_per_s[dt] * secs), energy_j=t["energy_j"],
+                          bound=_bound(t), layers=t["layers"],
+                          dram_bw_utilization=t["dram_bytes"] / (secs * chip.dram_bytes_per_s))
