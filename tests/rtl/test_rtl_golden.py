@@ -1,0 +1,114 @@
+"""The NumPy golden model against the exact Fraction oracle (random and edge vectors)."""
+
+import numpy as np
+import pytest
+
+import rtl_fraction_oracle as oracle
+from rtl_test_vectors import BF16_EDGES, FP32_EDGES, random_fp32
+from diptych.rtl import golden
+
+def test_bf16_mul_edges_cross_product():
+    a = np.array(BF16_EDGES, np.uint16)
+    got = golden.bf16_mul_bits(a[:, None], a[None, :])
+    for i, x in enumerate(BF16_EDGES):
+        for j, y in enumerate(BF16_EDGES):
+            assert int(got[i, j]) == oracle.bf16_mul(x, y), (hex(x), hex(y))
+
+
+def test_bf16_mul_random():
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 2**16, 4000).astype(np.uint16)
+    b = rng.integers(0, 2**16, 4000).astype(np.uint16)
+    got = golden.bf16_mul_bits(a, b)
+    for x, y, g in zip(a.tolist(), b.tolist(), got.tolist()):
+        assert g == oracle.bf16_mul(x, y), (hex(x), hex(y))
+
+
+def test_fp32_add_edges_cross_product():
+    a = np.array(FP32_EDGES, np.uint32)
+    got = golden.fp32_add_bits(a[:, None], a[None, :])
+    for i, x in enumerate(FP32_EDGES):
+        for j, y in enumerate(FP32_EDGES):
+            assert int(got[i, j]) == oracle.fp32_add(x, y), (hex(x), hex(y))
+
+
+def test_fp32_add_random_and_cancellation():
+    rng = np.random.default_rng(6)
+    x = random_fp32(rng, 4000)
+    y = random_fp32(rng, 4000)
+    # near-cancellation: y ≈ −x, a few ulps apart
+    y[:800] = (x[:800] ^ np.uint32(0x80000000)) + rng.integers(0, 5, 800).astype(np.uint32)
+    got = golden.fp32_add_bits(x, y)
+    for a, b, g in zip(x.tolist(), y.tolist(), got.tolist()):
+        assert g == oracle.fp32_add(a, b), (hex(a), hex(b))
+
+
+@pytest.mark.parametrize("x, y, expected", [
+    (0x3F800000, 0x33800000, 0x3F800000),   # 1 + 2^-24: a tie, rounds to even (down)
+    (0x3F800001, 0x33800000, 0x3F800002),   # (1 + ulp) + 2^-24: a tie, rounds to even (up)
+    (0x7F7FFFFF, 0x73000000, 0x7F800000),   # FLT_MAX + half an ulp: tie to even overflows
+    (0x00C00000, 0x80800000, 0x00000000),   # 1.5·2^-126 − 2^-126 = 2^-127: flushed, +0
+    (0x80C00000, 0x00800000, 0x80000000),   # and the negative case keeps its sign
+    (0x80000000, 0x80000000, 0x80000000),   # (−0) + (−0) = −0
+    (0x3F800000, 0xBF800000, 0x00000000),   # x + (−x) = +0
+    (0x807FFFFF, 0x80000000, 0x80000000),   # a subnormal input reads as −0
+    (0x7F800000, 0xFF800000, 0x7FC00000),   # Inf − Inf = canonical NaN
+    (0xFFC00001, 0x3F800000, 0x7FC00000),   # any NaN becomes canonical
+])
+def test_fp32_add_named_cases(x, y, expected):
+    assert int(golden.fp32_add_bits(x, y)) == expected
+    assert oracle.fp32_add(x, y) == expected
+
+
+def test_bf16_matmul_against_oracle():
+    rng = np.random.default_rng(7)
+    for trial in range(6):
+        m, k, n = rng.integers(1, 5, 3)
+        edges = np.array(BF16_EDGES, np.uint16)
+        a = rng.integers(0, 2**16, (m, k)).astype(np.uint16)
+        b = rng.integers(0x3C00, 0x4400, (k, n)).astype(np.uint16)   # mostly moderate values
+        a = np.where(rng.random((m, k)) < 0.2, rng.choice(edges, (m, k)), a).astype(np.uint16)
+        init = None if trial % 2 else random_fp32(rng, m * n).reshape(m, n)
+        got = golden.bf16_matmul_bits(a, b, init)
+        want = oracle.bf16_matmul(a.tolist(), b.tolist(), None if init is None else init.tolist())
+        assert got.tolist() == want
+
+
+def test_bf16_matmul_is_one_sequential_order():
+    """Splitting K into chunks and feeding partial sums back gives the same bits (WS K > R)."""
+    rng = np.random.default_rng(8)
+    a = rng.integers(0x3800, 0x4800, (3, 10)).astype(np.uint16)
+    b = (rng.integers(0x3800, 0x4800, (10, 2)) | (rng.integers(0, 2, (10, 2)) << 15)).astype(np.uint16)
+    full = golden.bf16_matmul_bits(a, b)
+    part = golden.bf16_matmul_bits(a[:, :4], b[:4])
+    part = golden.bf16_matmul_bits(a[:, 4:7], b[4:7], part)
+    part = golden.bf16_matmul_bits(a[:, 7:], b[7:], part)
+    assert np.array_equal(full, part)
+    assert oracle.bf16_matmul(a.tolist(), b.tolist()) == full.tolist()
+
+
+def test_int8_matmul_wraps():
+    a = np.full((1, 4), -128, np.int8)
+    b = np.full((4, 1), -128, np.int8)
+    init = np.array([[2**31 - 1 - 3 * 16384]], np.int64)
+    got = golden.int8_matmul(a, b, init)
+    assert int(got[0, 0]) == (2**31 - 1 - 3 * 16384 + 4 * 16384) - 2**32
+
+
+def test_int8_matmul_matches_python():
+    rng = np.random.default_rng(9)
+    a = rng.integers(-128, 128, (3, 7)).astype(np.int8)
+    b = rng.integers(-128, 128, (7, 4)).astype(np.int8)
+    got = golden.int8_matmul(a, b)
+    for i in range(3):
+        for j in range(4):
+            assert int(got[i, j]) == sum(int(a[i, k]) * int(b[k, j]) for k in range(7))
+
+
+def test_golden_rejects_bad_input():
+    with pytest.raises(ValueError, match="bf16 bit patterns"):
+        golden.bf16_mul_bits(-1, 0)
+    with pytest.raises(ValueError, match="matching K"):
+        golden.bf16_matmul_bits(np.zeros((2, 3), np.uint16), np.zeros((2, 3), np.uint16))
+    with pytest.raises(ValueError, match="int8"):
+        golden.int8_matmul(np.array([[200]]), np.array([[1]]))
