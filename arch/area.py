@@ -17,6 +17,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from .chip import Chip
 
 
+#: The blocks of :func:`area_breakdown_mm2`, in floorplan order.
+AREA_BLOCKS: tuple[str, ...] = ("arrays", "sram", "vector", "dram_phy", "interconnect", "overhead")
+
+
 def pe_area_mm2(chip: "Chip") -> float:
     """Area of one PE: the largest of macs_per_pe_per_cycle × mm²/MAC over supported dtypes."""
     macs = chip.core.array.macs_per_pe_per_cycle
@@ -36,3 +40,23 @@ def area_breakdown_mm2(chip: "Chip") -> dict[str, float]:
         "interconnect": chip.interconnect.links * a.mm2_per_link,
         "overhead": a.fixed_overhead_mm2,
     }
+
+
+def area_shares(chip: "Chip") -> dict[str, float]:
+    """Each block's fraction of the die (they sum to 1)."""
+    parts = area_breakdown_mm2(chip)
+    total = sum(parts.values())
+    return {k: v / total for k, v in parts.items()}
+
+
+def mac_area_ratio(chip: "Chip", numerator: str, denominator: str) -> float:
+    """Area of one ``numerator`` MAC over one ``denominator`` MAC in the chip's area table.
+
+    E.g. ``mac_area_ratio(chip, "int8", "bf16")``, the figure cross-checked against the Yosys
+    cell areas of ``diptych rtl area``.
+    """
+    table = chip.area.mm2_per_mac
+    for d in (numerator, denominator):
+        if table[d] <= 0:
+            raise ValueError(f"area.mm2_per_mac.{d} must be > 0 for a ratio, not {table[d]!r}")
+    return table[numerator] / table[denominator]

@@ -1,0 +1,72 @@
+"""The default sweep evaluator: one workload phase on one chip, through ``run_workload``.
+
+Returns the scalar metrics of :meth:`RunResult.to_dict` (per-op ``layers`` and other tables
+dropped, warnings joined into one string) plus average power per chip (energy ÷ chips ÷
+time), whether it exceeds the chip's TDP, and tokens per joule.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any
+
+from ...arch.energy import power_check
+
+#: Metrics every row of a successful point carries (when the workload reports them).
+SCALAR_TYPES = (bool, int, float, str, type(None))
+
+
+@functools.lru_cache(maxsize=32)
+def _model(name: str):
+    from ...workloads import load_model
+    return load_model(name)
+
+
+def run_phase(chip, workload: dict[str, Any], *, simulate=None):
+    """``run_workload`` for a workload dict (model name, phase, batch, prompt, gen, ...);
+    ``simulate`` replaces the engine (tests pass a roofline double)."""
+    from ...workloads import run_workload
+
+    wl = dict(workload)
+    model = _model(wl.pop("model"))
+    phase = wl.pop("phase")
+    kwargs = {k: v for k, v in wl.items() if v is not None}
+    if phase != "train":
+        kwargs.pop("seq", None)
+    if simulate is not None:
+        kwargs["simulate"] = simulate
+    return run_workload(chip, model, phase=phase, **kwargs)
+
+
+def power_metrics(chip, energy_j: float | None, seconds: float | None,
+                  chips: int = 1) -> dict[str, Any]:
+    """Average power per chip (``power_w`` = ``energy_j`` of all ``chips`` ÷ chips ÷
+    ``seconds``), ``tdp_fraction`` and ``exceeds_tdp`` against the chip's TDP (None when
+    unknown)."""
+    if not energy_j or not seconds or seconds <= 0:
+        return {"power_w": None, "tdp_fraction": None, "exceeds_tdp": None}
+    pc = power_check(chip, energy_j / max(1, chips or 1), seconds)
+    return {"power_w": pc.power_w, "tdp_fraction": pc.tdp_fraction,
+            "exceeds_tdp": pc.exceeds_tdp}
+
+
+def result_metrics(chip, res) -> dict[str, Any]:
+    """Scalar metrics of a workload result, plus power and tokens per joule."""
+    d = res.to_dict() if hasattr(res, "to_dict") else dict(res)
+    out = {k: v for k, v in d.items() if isinstance(v, SCALAR_TYPES)}
+    out.update(power_metrics(chip, d.get("energy_j"), d.get("seconds"), d.get("chips", 1)))
+    if d.get("warnings"):
+        out["warnings"] = "; ".join(map(str, d["warnings"]))
+    ej = d.get("energy_j_per_token")
+    out["tokens_per_j"] = (1.0 / ej) if ej else None
+    return out
+
+
+def evaluate_workload(chip, workload: dict[str, Any]) -> dict[str, Any]:
+    """The sweep evaluator: run ``workload`` on ``chip`` and return its scalar metrics.
+
+    The run's warnings go into the ``warnings`` column rather than the worker's stderr."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return result_metrics(chip, run_phase(chip, workload))

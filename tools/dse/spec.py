@@ -1,0 +1,403 @@
+"""Sweep specifications: which chips and workloads a sweep visits.
+
+A spec is a TOML file (or the equivalent dict)::
+
+    base = "infer-2026"        # preset or chip TOML every point starts from
+    mode = "grid"              # "grid": every combination; "random": `samples` draws
+    samples = 100              # random mode only: number of chip points
+    seed = 0                   # random mode only
+    area_budget_mm2 = 800.0    # optional: points whose die is larger are not run
+    power_budget_w = 700.0     # optional: rows report whether average power is within it
+    points_per_task = 8        # optional: points per work unit (and per result file)
+
+    [chip]                     # chip parameters (CHIP_PARAMS), each a list of values;
+    array_rows = [64, 128]     # random mode also takes {min, max, log, integer} ranges
+    dtype = ["int8", "bf16"]
+    "dram.t_rcd_ns" = [14.4]   # any scalar field of the chip, by its dotted path
+
+    [workload]                 # workload parameters (WORKLOAD_PARAMS): a value or a list
+    model = "llama-3-8b"
+    phase = ["prefill", "decode"]
+    batch = [1, 8]
+
+The points are the chip points × every combination of the workload values. Each point's id is a
+hash of the base chip and the point's parameters, so the same point always has the same id.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import random
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ...arch import DTYPES, Chip, chip_from_dict, load_chip, to_dict
+
+# ---------------------------------------------------------------------------------------------
+# chip parameters: name -> (kind, doc, setter(d, value))
+
+
+def _set(path: str) -> Callable[[dict, Any], None]:
+    keys = path.split(".")
+
+    def setter(d: dict, v: Any) -> None:
+        node = d
+        for k in keys[:-1]:
+            node = node[k]
+        node[keys[-1]] = v
+
+    return setter
+
+
+def _set_dtype(d: dict, v: str) -> None:
+    d["core"]["array"]["macs_per_pe_per_cycle"] = {v: 1.0}
+    d["default_dtype"] = v
+
+
+def _set_square(d: dict, v: int) -> None:
+    d["core"]["array"]["rows"] = v
+    d["core"]["array"]["cols"] = v
+
+
+def _set_stacks(d: dict, v: int) -> None:
+    dram = d["dram"]
+    per_stack = dram["capacity_gib"] / dram["stacks"]
+    dram["stacks"] = v
+    dram["capacity_gib"] = per_stack * v
+
+
+def _set_sram_total(d: dict, v: float) -> None:
+    d["core"]["scratchpad"]["capacity_mib"] = v / d["tensor_cores"]
+
+
+#: Named chip parameters. Order matters: ``sram_mib`` (a chip total) is applied after ``cores``.
+CHIP_PARAMS: dict[str, tuple[str, str, Callable[[dict, Any], None]]] = {
+    "clock_ghz": ("float", "core clock in GHz", _set("clock_ghz")),
+    "cores": ("int", "tensor cores", _set("tensor_cores")),
+    "arrays_per_core": ("int", "systolic arrays per tensor core", _set("core.arrays")),
+    "array_rows": ("int", "PE rows per array", _set("core.array.rows")),
+    "array_cols": ("int", "PE columns per array", _set("core.array.cols")),
+    "array_dim": ("int", "square arrays: rows = cols", _set_square),
+    "dtype": ("dtype", "datapath precision: the array is built for this dtype only, "
+                       "one MAC per PE per cycle, and it becomes the default dtype", _set_dtype),
+    "sram_mib_per_core": ("float", "scratchpad MiB per tensor core",
+                          _set("core.scratchpad.capacity_mib")),
+    "sram_mib": ("float", "scratchpad MiB of the whole chip, split evenly over the cores",
+                 _set_sram_total),
+    "vector_lanes": ("int", "vector lanes per tensor core", _set("core.vector.lanes")),
+    "hbm_stacks": ("int", "DRAM stacks (capacity scales with the stack count)", _set_stacks),
+    "hbm_gbps_per_pin": ("float", "DRAM data rate per pin in Gb/s", _set("dram.gbps_per_pin")),
+    "links": ("int", "chip-to-chip links", _set("interconnect.links")),
+    "link_gb_per_s": ("float", "GB/s per link per direction",
+                      _set("interconnect.gb_per_s_per_link_per_direction")),
+    "tdp_w": ("float", "thermal design power in W", _set("tdp_w")),
+}
+
+PHASES = ("prefill", "decode", "train")
+
+#: Workload parameters passed to ``run_workload``: name -> (kind, doc, default).
+WORKLOAD_PARAMS: dict[str, tuple[str, str, Any]] = {
+    "model": ("str", "model name (built-in) or path to a HuggingFace config.json", None),
+    "phase": ("phase", "prefill, decode or train", None),
+    "batch": ("int", "batch size (sequences)", 1),
+    "prompt": ("int", "prompt tokens (prefill; decode context before generation)", 2048),
+    "gen": ("int", "generated tokens (decode)", 128),
+    "seq": ("int", "training sequence length (train)", None),
+    "tp": ("int", "tensor-parallel degree", 1),
+    "dp": ("int", "data-parallel degree", 1),
+    "weights_dtype": ("dtype", "weight precision (default: the chip's)", None),
+    "act_dtype": ("dtype", "activation precision (default: the chip's)", None),
+    "kv_dtype": ("dtype", "KV-cache precision (default: the chip's)", None),
+}
+
+TOP_KEYS = ("base", "mode", "samples", "seed", "area_budget_mm2", "power_budget_w",
+            "points_per_task", "chip", "workload")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One sweep point: chip parameters × workload parameters, with a stable id."""
+
+    id: str
+    chip: dict[str, Any]
+    workload: dict[str, Any]
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {**self.chip, **self.workload}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A validated sweep specification (see the module docstring)."""
+
+    base: str
+    base_chip: Chip
+    mode: str
+    chip_axes: dict[str, Any]
+    workload_axes: dict[str, list]
+    samples: int = 0
+    seed: int = 0
+    area_budget_mm2: float | None = None
+    power_budget_w: float | None = None
+    points_per_task: int | None = None
+    source: str = "<spec>"
+    chip_kinds: dict[str, str] = field(default_factory=dict)
+    _base_key: str = field(default="", repr=False)
+
+    # ---- chips ---------------------------------------------------------------------------
+    def chip_dict(self, params: dict[str, Any]) -> dict:
+        """The base chip's dict with ``params`` applied (not yet validated)."""
+        d = copy.deepcopy(to_dict(self.base_chip))
+        _normalise_tables(d)
+        for name in _ordered(params):
+            value = params[name]
+            if name in CHIP_PARAMS:
+                CHIP_PARAMS[name][2](d, value)
+            else:
+                _set(name)(d, value)
+        d["name"] = f"{self.base_chip.name}-" + _digest({"chip": params})[:8]
+        d["description"] = "sweep point of " + self.base_chip.name + ": " + ", ".join(
+            f"{k}={v}" for k, v in params.items())
+        d["area_budget_mm2"] = 0.0  # budgets are the sweep's, applied per point
+        return d
+
+    def build_chip(self, params: dict[str, Any]) -> Chip:
+        """The validated chip of one chip point; raises ConfigError naming the parameters."""
+        return chip_from_dict(self.chip_dict(params),
+                              source=f"{self.base} with " + ", ".join(
+                                  f"{k}={v}" for k, v in params.items()))
+
+    # ---- points --------------------------------------------------------------------------
+    def chip_points(self) -> list[dict[str, Any]]:
+        """Chip parameter sets: the grid in spec order, or ``samples`` seeded random draws."""
+        names = list(self.chip_axes)
+        if self.mode == "grid":
+            return [dict(zip(names, combo))
+                    for combo in itertools.product(*(self.chip_axes[n] for n in names))]
+        rng = random.Random(self.seed)
+        out = []
+        for _ in range(self.samples):
+            out.append({n: _draw(rng, self.chip_axes[n], self.chip_kinds.get(n, 'float'))
+                        for n in names})
+        return out
+
+    def workload_points(self) -> list[dict[str, Any]]:
+        names = list(self.workload_axes)
+        return [dict(zip(names, combo))
+                for combo in itertools.product(*(self.workload_axes[n] for n in names))]
+
+    def points(self) -> list[Point]:
+        """Every point, chip-major, duplicates (same id) removed, order stable."""
+        seen: set[str] = set()
+        out = []
+        workloads = self.workload_points()
+        for cp in self.chip_points():
+            for wp in workloads:
+                pid = _digest({"base": self._base_key, "chip": cp, "workload": wp})[:16]
+                if pid not in seen:
+                    seen.add(pid)
+                    out.append(Point(pid, cp, wp))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def _ordered(params: dict[str, Any]) -> list[str]:
+    order = {n: i for i, n in enumerate(CHIP_PARAMS)}
+    return sorted(params, key=lambda n: order.get(n, -1))
+
+
+def _normalise_tables(d: dict) -> None:
+    """Drop zero entries of dtype tables so that ``to_dict`` output round-trips compactly."""
+    mac = d["core"]["array"]["macs_per_pe_per_cycle"]
+    d["core"]["array"]["macs_per_pe_per_cycle"] = {k: v for k, v in mac.items() if v}
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _draw(rng: random.Random, axis: Any, kind: str):
+    if isinstance(axis, list):
+        return axis[rng.randrange(len(axis))]
+    lo, hi = axis["min"], axis["max"]
+    if axis.get("log"):
+        x = math.exp(rng.uniform(math.log(lo), math.log(hi)))
+    else:
+        x = rng.uniform(lo, hi)
+    if kind == "int" or axis.get("integer"):
+        return int(min(hi, max(lo, round(x))))
+    return x
+
+
+def _err(source: str, key: str, value: Any, expected: str) -> ValueError:
+    return ValueError(f"{source}: {key}: expected {expected}, got {value!r}")
+
+
+def _check_value(source: str, key: str, kind: str, v: Any) -> Any:
+    if kind == "int":
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise _err(source, key, v, "a positive integer")
+    elif kind == "float":
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            raise _err(source, key, v, "a positive number")
+        v = float(v)
+    elif kind == "dtype":
+        if v not in DTYPES:
+            raise _err(source, key, v, "one of " + ", ".join(DTYPES))
+    elif kind == "phase":
+        if v not in PHASES:
+            raise _err(source, key, v, "one of " + ", ".join(PHASES))
+    elif kind == "str":
+        if not isinstance(v, str) or not v:
+            raise _err(source, key, v, "a non-empty string")
+    return v
+
+
+def _raw_path_kind(base: dict, path: str, source: str) -> str:
+    node: Any = base
+    for k in path.split("."):
+        if not isinstance(node, dict) or k not in node:
+            raise ValueError(
+                f"{source}: chip.{path}: unknown chip parameter; expected one of "
+                f"{', '.join(CHIP_PARAMS)}, or a dotted path to a field of the base chip "
+                "(e.g. \"dram.t_rcd_ns\")")
+        node = node[k]
+    if isinstance(node, (dict, list)) or isinstance(node, str):
+        raise ValueError(f"{source}: chip.{path}: a dotted path must name a numeric field, "
+                         f"not a {type(node).__name__}")
+    return "int" if isinstance(node, int) and not isinstance(node, bool) else "float"
+
+
+def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
+    """Validate a spec dict (parsed TOML); every problem is a ValueError naming the key."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: expected a table of sweep settings, got {data!r}")
+    for key in data:
+        if key not in TOP_KEYS:
+            raise _err(source, key, data[key], f"no such key (known keys: {', '.join(TOP_KEYS)})")
+    if "base" not in data:
+        raise ValueError(f"{source}: base: missing required key (a chip preset or TOML path "
+                         "every point starts from)")
+    base = data["base"]
+    if not isinstance(base, str):
+        raise _err(source, "base", base, "a chip preset name or TOML path")
+    base_path = Path(base)
+    if not base_path.is_absolute() and (Path(source).parent / base_path).exists() \
+            and base.endswith(".toml"):
+        base = str(Path(source).parent / base_path)
+    base_chip = load_chip(base)
+    mode = data.get("mode", "grid")
+    if mode not in ("grid", "random"):
+        raise _err(source, "mode", mode, "\"grid\" or \"random\"")
+    samples = data.get("samples", 0)
+    if mode == "random":
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise _err(source, "samples", samples, "a positive integer in random mode")
+    elif "samples" in data:
+        raise _err(source, "samples", samples, "no samples in grid mode (use mode = \"random\")")
+    seed = data.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise _err(source, "seed", seed, "an integer")
+    budgets = {}
+    for key in ("area_budget_mm2", "power_budget_w"):
+        if key in data:
+            budgets[key] = _check_value(source, key, "float", data[key])
+    ppt = data.get("points_per_task")
+    if ppt is not None:
+        _check_value(source, "points_per_task", "int", ppt)
+
+    base_dict = to_dict(base_chip)
+    chip_axes: dict[str, Any] = {}
+    chip_kinds: dict[str, str] = {}
+    chip_tab = data.get("chip", {})
+    if not isinstance(chip_tab, dict):
+        raise _err(source, "chip", chip_tab, "a table of chip parameters")
+    for name, axis in chip_tab.items():
+        kind = CHIP_PARAMS[name][0] if name in CHIP_PARAMS else _raw_path_kind(
+            base_dict, name, source)
+        key = f"chip.{name}"
+        chip_kinds[name] = kind
+        if isinstance(axis, dict):
+            if mode != "random":
+                raise _err(source, key, axis, "a list of values (ranges need mode = \"random\")")
+            extra = set(axis) - {"min", "max", "log", "integer"}
+            if extra or "min" not in axis or "max" not in axis:
+                raise _err(source, key, axis, "a range table {min, max, log, integer}")
+            if kind not in ("int", "float"):
+                raise _err(source, key, axis, "a list of values (this parameter is not numeric)")
+            lo = _check_value(source, f"{key}.min", "float", axis["min"])
+            hi = _check_value(source, f"{key}.max", "float", axis["max"])
+            if hi < lo:
+                raise _err(source, f"{key}.max", axis["max"], f"at least min ({axis['min']})")
+            chip_axes[name] = dict(axis)
+            continue
+        values = axis if isinstance(axis, list) else [axis]
+        if not values:
+            raise ValueError(f"{source}: {key}: empty list: the grid would have no points; "
+                             "give at least one value")
+        chip_axes[name] = [_check_value(source, f"{key}[{i}]", kind, v)
+                           for i, v in enumerate(values)]
+    for i, v in enumerate(chip_axes.get("dtype", []) if isinstance(chip_axes.get("dtype"),
+                                                                   list) else []):
+        for table, coeff in (("area.mm2_per_mac", base_chip.area.mm2_per_mac[v]),
+                             ("energy.pj_per_mac", base_chip.energy.pj_per_mac[v])):
+            if coeff <= 0:
+                raise ValueError(f"{source}: chip.dtype[{i}]: the base chip {base_chip.name!r} "
+                                 f"has no {table}.{v} coefficient (it is {coeff}); add one to "
+                                 "the base chip's TOML or drop this dtype")
+    if "array_dim" in chip_axes and ({"array_rows", "array_cols"} & set(chip_axes)):
+        raise ValueError(f"{source}: chip.array_dim: cannot be combined with array_rows or "
+                         "array_cols (it sets both)")
+    if "sram_mib" in chip_axes and "sram_mib_per_core" in chip_axes:
+        raise ValueError(f"{source}: chip.sram_mib: cannot be combined with sram_mib_per_core")
+
+    wl_tab = data.get("workload")
+    if not isinstance(wl_tab, dict) or not wl_tab:
+        raise ValueError(f"{source}: workload: missing table; expected at least model and "
+                         "phase, e.g. [workload] model = \"llama-3-8b\", phase = [\"decode\"]")
+    workload_axes: dict[str, list] = {}
+    for name, axis in wl_tab.items():
+        if name not in WORKLOAD_PARAMS:
+            raise _err(source, f"workload.{name}", axis,
+                       f"a known workload parameter ({', '.join(WORKLOAD_PARAMS)})")
+        values = axis if isinstance(axis, list) else [axis]
+        if not values:
+            raise ValueError(f"{source}: workload.{name}: empty list: the grid would have no "
+                             "points; give at least one value")
+        kind = WORKLOAD_PARAMS[name][0]
+        workload_axes[name] = [_check_value(source, f"workload.{name}[{i}]", kind, v)
+                               for i, v in enumerate(values)]
+    for req in ("model", "phase"):
+        if req not in workload_axes:
+            raise ValueError(f"{source}: workload.{req}: missing required key "
+                             f"({WORKLOAD_PARAMS[req][1]})")
+
+    spec = SweepSpec(base=base, base_chip=base_chip, mode=mode, chip_axes=chip_axes,
+                     workload_axes=workload_axes, samples=samples, seed=seed,
+                     area_budget_mm2=budgets.get("area_budget_mm2"),
+                     power_budget_w=budgets.get("power_budget_w"), points_per_task=ppt,
+                     source=source, chip_kinds=chip_kinds, _base_key=_digest(base_dict)[:16])
+    return spec
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep spec TOML file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read sweep spec ({exc.strerror})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: invalid TOML ({exc})") from None
+    return parse_spec(data, source=str(path))

@@ -1,0 +1,101 @@
+"""``diptych sweep`` and ``diptych pareto``: design-space sweeps and their Pareto fronts."""
+
+from __future__ import annotations
+
+import click
+
+from .errors import echo_err, friendly
+
+
+@click.command("sweep")
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False),
+              help="Results directory (Parquet part files); rerun with the same one to resume.")
+@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+              help="Run on this Dask distributed scheduler instead of a local process pool.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Local worker processes (default: one per CPU).")
+@click.option("--points-per-task", type=click.IntRange(min=1), default=None,
+              help="Points per work unit and result file (default: from the spec, else automatic).")
+@click.option("--evaluator", default=None, metavar="MODULE:FUNCTION",
+              help="Evaluate points with FUNCTION(chip, workload) -> dict instead of run_workload.")
+@click.option("--csv", "csv_path", default=None, type=click.Path(dir_okay=False),
+              help="Also write every row to this CSV file at the end.")
+@click.option("--dry-run", is_flag=True, help="Validate the spec and count the points; run nothing.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+@friendly
+def sweep(spec, out, scheduler, jobs, points_per_task, evaluator, csv_path, dry_run, no_progress):
+    """Run the sweep described by SPEC (TOML) into the results directory --out.
+
+    One row per point (every parameter and metric). Killed sweeps resume where they stopped:
+    finished points are skipped, none lost, none duplicated. A point that fails is recorded
+    with its error.
+    """
+    from .dse.spec import load_spec
+    from .dse.sweep import prepare, read_results, run_sweep
+
+    s = load_spec(spec)
+    if dry_run:
+        items, bad, over = prepare(s)
+        click.echo(f"{spec}: {len(s.points())} points ({len(s.chip_points())} chips × "
+                   f"{len(s.workload_points())} workloads); {len(items)} to run, {len(bad)} "
+                   f"invalid chips, {over} over the area budget")
+        return
+    summary = run_sweep(s, out, evaluate=evaluator, scheduler=scheduler, jobs=jobs,
+                        points_per_task=points_per_task, progress=not no_progress, log=echo_err)
+    click.echo(summary.describe())
+    if csv_path:
+        import pyarrow.csv as pcsv
+
+        table = read_results(out)
+        keep = [c for c in table.column_names if c != "traceback"]
+        pcsv.write_csv(table.select(keep), csv_path)
+        click.echo(f"wrote {csv_path} ({table.num_rows} rows)")
+
+
+def _describe(rows: list[dict], key) -> str:
+    """A point's parameters (the columns between point_id and chip), found by id or chip."""
+    for r in rows:
+        if key in (r.get("point_id"), r.get("chip")):
+            names = list(r)
+            start = names.index("point_id") + 1 if "point_id" in names else 0
+            stop = names.index("chip") if "chip" in names else len(names)
+            params = " ".join(f"{k}={r[k]}" for k in names[start:stop] if r[k] is not None)
+            return f"{params} ({r.get('chip', key)})"
+    return str(key)
+
+
+@click.command("pareto")
+@click.argument("results", type=click.Path())
+@click.option("--x", "x", default="area_mm2", show_default=True, help="Metric on the x axis.")
+@click.option("--y", "y", default="decode_tokens_per_s", show_default=True,
+              help="Metric on the y axis (<phase>_<column> picks a phase's rows).")
+@click.option("--x-sense", type=click.Choice(["min", "max"]), default=None,
+              help="Is smaller or larger x better (default: guessed from the name).")
+@click.option("--y-sense", type=click.Choice(["min", "max"]), default=None,
+              help="Is smaller or larger y better (default: guessed from the name).")
+@click.option("--where", multiple=True, metavar="COLUMN=VALUE",
+              help="Keep only rows where COLUMN equals VALUE (repeatable).")
+@click.option("--log-x", is_flag=True, help="Logarithmic x axis.")
+@click.option("--log-y", is_flag=True, help="Logarithmic y axis.")
+@click.option("-o", "--output", default="pareto.svg", show_default=True,
+              type=click.Path(dir_okay=False), help="Plot file (.svg, .png or .pdf).")
+@friendly
+def pareto(results, x, y, x_sense, y_sense, where, log_x, log_y, output):
+    """Plot the Pareto front of RESULTS (a sweep directory, .parquet or .csv) and list it."""
+    from .dse.floorplan import save_figure
+    from .dse.pareto import default_sense, pareto_front, parse_where, select_xy
+    from .dse.plots import pareto_plot
+    from .dse.sweep import read_results
+
+    rows = read_results(results).to_pylist()
+    xs, ys, keys = select_xy(rows, x, y, parse_where(where))
+    sx, sy = x_sense or default_sense(x), y_sense or default_sense(y)
+    fig = pareto_plot(xs, ys, x_label=x, y_label=y, sense_x=sx, sense_y=sy,
+                      log_x=log_x, log_y=log_y)
+    save_figure(fig, output)
+    front = pareto_front(xs, ys, sx, sy)
+    click.echo(f"Pareto front ({x} {sx}, {y} {sy}): {len(front)} of {len(xs)} points")
+    for i in front:
+        click.echo(f"  {x}={xs[i]:.6g}  {y}={ys[i]:.6g}  {_describe(rows, keys[i])}")
+    click.echo(f"wrote {output}")
