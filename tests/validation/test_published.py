@@ -1,0 +1,133 @@
+"""diptych against published measurements, where the model *should* agree.
+
+Each tolerance is justified next to its assertion. The comparisons where diptych deviates
+(H100 compute-bound phases, TPU v1 activation traffic) are documented, with their causes, in
+docs/validation-published.md and printed by ``benchmarks/validate_published.py``; they are not
+asserted here, because asserting a known-wrong number would only freeze the error.
+
+The published figures and the case builders live in ``benchmarks/validate_published.py`` (one
+source for the script and these tests).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import pytest
+
+from diptych.arch import load_chip
+from diptych.sim import simulate, simulate_gemm
+from diptych.sim.ops import Gemm
+from diptych.workloads import run_workload
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+import validate_published as vp  # noqa: E402
+
+
+# --- HBM streaming efficiency ------------------------------------------------------------------
+
+@pytest.mark.parametrize("preset", ["h100", "tpu-v4", "tpu-v5e"])
+def test_hbm_streaming_efficiency_matches_measured(preset):
+    chip = load_chip(preset)
+    frac = vp.stream_fraction(chip)
+    # Measured: H100 HBM3 D2D copy / STREAM 0.90-0.93 of 3.35 TB/s, GB200 HBM3e 0.92 of 8 TB/s
+    # (vp.PUBLISHED["h100_stream"]). HBM2/2e parts have the same row/refresh structure, so the
+    # same band applies; 4 points of slack below 0.90 cover controller differences we do not
+    # model per part (ECC, scheduling), and no more: below 0.86 the model would be wrong.
+    assert frac >= vp.PUBLISHED["h100_stream"].value - 0.05, frac
+    # Upper bound from first principles, independent of the simulator: all-bank refresh takes
+    # the whole device for tRFC every tREFI, so no stream can beat 1 - tRFC/tREFI of peak.
+    assert frac <= 1.0 - chip.dram.t_rfc_ns / chip.dram.t_refi_ns + 1e-3, frac
+
+
+# --- batch-1 decode is DRAM-bound at weights ÷ achieved bandwidth --------------------------------
+
+def test_llama3_8b_batch1_decode_is_weight_streaming_bound():
+    chip = load_chip("h100")
+    prompt, gen = 1024, 128
+    r = run_workload(chip, "llama-3-8b", phase="decode", batch=1, prompt=prompt,
+                     gen=gen).to_dict()
+    assert r["bound"] == "memory"
+    # Independent byte count from the published model card/shape table (reference.md §5):
+    # 8,030,261,248 BF16 parameters, KV 128 KiB per token at the mean context of the run.
+    weights = 8_030_261_248 * 2
+    kv = 131_072 * (prompt + (gen + 1) / 2)
+    implied_bw = (weights + kv) / r["tpot_s"] / chip.dram_bytes_per_s
+    # Real decode kernels reach 0.78 (MLP weights) to 0.84 (coalesced matrix loads) of peak
+    # [Nsight, vp.PUBLISHED["h100_decode_bw"]]; a clean stream reaches 0.90-0.92. diptych reads
+    # weights as long sequential DMAs, so it must land in [0.78, 0.93]: slower than the slowest
+    # measured weight kernel or faster than the best measured stream would both be wrong.
+    assert 0.78 <= implied_bw <= 0.93, implied_bw
+
+
+def test_llama3_70b_tp8_decode_bandwidth_near_nsight_measurement():
+    frac = vp.decode_bw_fraction(load_chip("h100"), "llama-3-70b", 8)
+    # Nsight on this exact setup (70B BF16, TP=8, H100) measured 0.84 for coalesced weight
+    # loads and 0.78 for MLP weights; the whole step also has tiny vector ops and collectives
+    # that use no HBM, so the step average may sit a little below the kernels': ±0.08.
+    assert abs(frac - vp.PUBLISHED["h100_decode_bw"].value) <= 0.08, frac
+
+
+# --- TPU v1: ridge point and weight-bound MLP/LSTM behaviour ------------------------------------
+
+def test_tpu_v1_ridge_point():
+    chip = load_chip("tpu-v1")
+    # ISCA'17: ridge at ~1350 MAC per weight byte (46 TMAC/s ÷ 34 GB/s). The preset's clock,
+    # array and DDR3 pins give the same figure; 1 % covers the paper's rounding (92 TOPS).
+    ridge_macs = chip.ridge_ops_per_byte("int8") / 2.0
+    assert ridge_macs == pytest.approx(vp.PUBLISHED["tpu_v1_ridge"].value, rel=0.01)
+
+
+@pytest.mark.parametrize("batch", [64, 200])
+def test_tpu_v1_weight_bound_gemm_follows_roofline(batch):
+    chip = load_chip("tpu-v1")
+    k = n = 4096     # 16 MiB of INT8 weights: far more than one layer's activations
+    s = simulate(Gemm(name="fc", m=batch, k=k, n=n, a_dtype="int8", b_dtype="int8",
+                      c_dtype="int8"), chip)
+    tops = 2.0 * batch * k * n / s.seconds / 1e12
+    roof = min(chip.peak_ops_per_s["int8"], 2.0 * batch * chip.dram_bytes_per_s) / 1e12
+    assert s.bound == "memory"
+    # The TPU reached 0.90 (MLP0, batch 200: 12.3 of 13.6 TOPS) and 0.85 (LSTM0, batch 64:
+    # 3.7 of 4.35) of this weight roofline (Table 3), with its activations on chip. diptych also
+    # moves A and C through DDR3 (a documented deviation), i.e. (1 + 2·batch/k) times the weight
+    # bytes, so it must reach at least the worse measured fraction scaled by that factor; above
+    # 1.0 would break the roofline.
+    floor = 0.85 / (1.0 + 2.0 * batch / k)
+    assert floor <= tops / roof <= 1.0, (tops / roof, floor)
+
+
+def test_tpu_v1_mlp0_within_published_band():
+    tops, stats = vp.tpu_v1_app_tops("MLP0")
+    # Measured 12.3 TOPS. diptych streams activations through DDR3 where the TPU keeps them in
+    # its Unified Buffer (+20 % bytes for 2000² layers at batch 200, documented deviation), so
+    # it is expected ~20 % low; 30 % is the most that cause explains, and it must not be faster
+    # than the weight roofline (13.6 TOPS).
+    pub = vp.PUBLISHED["tpu_v1_MLP0"].value
+    assert 0.70 * pub <= tops <= vp.tpu_v1_weight_roofline_tops("MLP0"), tops
+    assert stats.bound == "memory"
+
+
+# --- a large GEMM on a TPU-like weight-stationary array ------------------------------------------
+
+def test_large_gemm_on_ws_array_reaches_high_utilisation():
+    chip = load_chip("tpu-v4")
+    s = simulate_gemm(8192, 8192, 8192, chip)
+    assert s.mapping["dataflow"] == "ws"
+    # Measured compute-bound work on WS arrays: TPU v1 CNN0 86 of 92 TOPS = 0.93 (ISCA'17
+    # Table 3). The WS closed form (design.md §4) loses (2R+C-2)/M per tile to fill and
+    # weight load, < 5 % at these sizes, plus DRAM stalls at the edges; >= 0.85 allows for
+    # those and nothing else.
+    assert 0.85 <= s.utilization <= 1.0, s.utilization
+    assert s.bound == "compute"
+
+
+# --- training MFU on TPU v4 vs PaLM -------------------------------------------------------------
+
+def test_tpu_v4_training_mfu_brackets_palm():
+    mfu = vp.train_mfu(load_chip("tpu-v4"), "gpt3-175b", 8, 8, 2048)
+    # PaLM-540B measured 46.2 % MFU (57.8 % HFU) on 6144 TPU v4. diptych models one TP group
+    # without pod-scale data-parallel traffic, stragglers or compiler overheads, so it must not
+    # be *below* PaLM; above 0.75 MFU would exceed anything published for dense LLM training
+    # (PaLM's HFU, which includes recomputation, is 0.578).
+    assert vp.PUBLISHED["palm_mfu"].value <= mfu <= 0.75, mfu
