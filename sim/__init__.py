@@ -1,1 +1,10 @@
-"""diptych.sim"""
+"""diptych.sim: the cycle-approximate engine.
+
+``simulate(op, chip, dataflow=None)`` and ``simulate_gemm(m, k, n, chip, dtype=None,
+dataflow=None)`` return :class:`OpStats`. See docs/engine.md for the model.
+"""
+
+from .api import simulate, simulate_gemm
+from .stats import OpStats
+
+__all__ = ["OpStats", "simulate", "simulate_gemm"]

@@ -1,0 +1,112 @@
+"""Engine speed: simulated GEMMs/s and tiles (blocks, folds)/s, peak RSS.
+
+Run: ``python benchmarks/bench_gemm.py [--scalesim-python /tmp/ss/bin/python]``. Targets (issue 3): the (8192, 8192, 28672) BF16 GEMM
+on a 128×128 array in < 0.5 s after JIT warm-up; 1000 mixed GEMMs in < 10 s; RSS < 500 MB.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import resource
+import time
+
+from diptych.arch import load_chip
+from diptych.sim.gemm import gemm_stats
+from diptych.sim.ops import Gemm
+
+
+def chip_128():
+    c = load_chip("tpu-v4")  # 128x128 arrays, 2 cores x 4 arrays, HBM2 1.2 TB/s
+    return c
+
+
+def scalesim_speed(python: str) -> None:
+    """Time SCALE-Sim and diptych on the same small GEMMs (one 16x8 array, all dataflows)."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import scalesim_crosscheck as X
+
+    shapes = [(256, 256, 256), (64, 64, 64), (33, 65, 17), (16, 16, 16)]
+    X.SHAPES[:] = shapes
+    t = time.perf_counter()
+    X.measure_scalesim(python)
+    ts = (time.perf_counter() - t) / (3 * len(shapes))
+    c = load_chip("tpu-v4")
+    arr = dataclasses.replace(c.core.array, rows=X.R, cols=X.C, dataflows=("os", "ws", "is"))
+    one = dataclasses.replace(c, tensor_cores=1, area_budget_mm2=0.0,
+                              core=dataclasses.replace(c.core, arrays=1, array=arr))
+    gemm_stats(Gemm(name="w", m=8, k=8, n=8), one)
+    t = time.perf_counter()
+    for df in ("os", "ws", "is"):
+        for m, k, n in shapes:
+            gemm_stats(Gemm(name="s", m=m, k=k, n=n), one, df)
+    td = (time.perf_counter() - t) / (3 * len(shapes))
+    # one engine run of a fixed mapping (the whole GEMM as one block), as SCALE-Sim does
+    from diptych.sim import mapper as MP
+    from diptych.sim.array import array_rates
+    from diptych.sim.gemm import run_engine
+    rates = array_rates(one, "bf16")
+    t = time.perf_counter()
+    for df in ("os", "ws", "is"):
+        for m, k, n in shapes:
+            split = MP.Split(pb=1, pm=1, pn=1, batch=1, m=m, n=n, active=1, arrays_per_core=1)
+            pb = MP.orient(Gemm(name="s", m=m, k=k, n=n), df, split, m)
+            run_engine(one, pb, MP.Blocks(pb.m, pb.k, pb.n, 0), rates, split, True)
+    tf = (time.perf_counter() - t) / (3 * len(shapes))
+    print(f"SCALE-Sim v3: {ts:.3f} s per GEMM. diptych, one fixed mapping with the DRAM model: "
+          f"{tf * 1e6:.0f} us per GEMM ({ts / tf:,.0f}x faster); with the full mapper search "
+          f"over splits, dataflow, blocks and loop orders: {td * 1e3:.2f} ms per GEMM "
+          f"({ts / td:,.0f}x faster)")
+
+
+def main():
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scalesim-python", default=None,
+                    help="interpreter with scalesim installed, to time it on shared shapes")
+    args = ap.parse_args()
+    chip = chip_128()
+    gemm_stats(Gemm(name="warm", m=256, k=256, n=256), chip)  # JIT warm-up (or cache load)
+    op = Gemm(name="big", m=8192, k=8192, n=28672)
+    t = time.perf_counter()
+    st = gemm_stats(op, chip)
+    dt = time.perf_counter() - t
+    print(f"8192x8192x28672 bf16 on {chip.name} ({chip.core.array.rows}x{chip.core.array.cols}): "
+          f"{dt:.3f} s, {st.mapping['blocks']} blocks, {st.mapping['folds']} folds/array, "
+          f"{st.mapping['folds'] / dt:,.0f} folds/s, util {st.utilization:.3f}")
+    one = dataclasses.replace(chip, tensor_cores=1, core=dataclasses.replace(chip.core, arrays=1),
+                              area_budget_mm2=0.0)
+    t = time.perf_counter()
+    st1 = gemm_stats(op, one)
+    dt1 = time.perf_counter() - t
+    print(f"  same on a single 128x128 array: {dt1:.3f} s, {st1.mapping['blocks']} blocks, "
+          f"{st1.mapping['folds']} folds, {st1.mapping['folds'] / dt1:,.0f} folds/s")
+    rng = random.Random(0)
+    dims = [1, 8, 64, 128, 512, 1024, 2048, 4096, 8192]
+    ops = [Gemm(name=f"g{i}", m=rng.choice(dims), k=rng.choice(dims[2:]) + rng.randrange(0, 64),
+                n=rng.choice(dims[2:]) + rng.randrange(0, 64)) for i in range(1000)]
+    t = time.perf_counter()
+    blocks = 0
+    for o in ops:
+        blocks += gemm_stats(o, chip).mapping["blocks"]
+    dt = time.perf_counter() - t
+    print(f"1000 mixed GEMMs (uncached): {dt:.2f} s = {1000 / dt:,.0f} GEMMs/s, "
+          f"{blocks / dt:,.0f} blocks/s (final mappings only)")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS {rss:.0f} MB")
+    python = args.scalesim_python
+    if python is None:
+        try:
+            import scalesim  # noqa: F401
+            import sys
+            python = sys.executable
+        except ImportError:
+            print("scalesim not importable here (pass --scalesim-python): SCALE-Sim timing skipped")
+    if python:
+        scalesim_speed(python)
+
+
+if __name__ == "__main__":
+    main()

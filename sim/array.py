@@ -1,0 +1,42 @@
+"""Dtype scaling of the array timeline (design.md §4, the docstring of :mod:`.timing`).
+
+INT8 and BF16 share one single-cycle timeline. A precision with ``rate`` MACs per PE per cycle:
+
+* output stationary: each fold's depth becomes ``ke = ceil(K · den / num)`` steps where
+  ``rate = num/den``; ``rate = 2`` halves the steps, ``rate = 1/4`` (four passes) quadruples
+  them;
+* weight/input stationary: with ``rate ≥ 1`` a PE holds ``rate`` weights, so a stationary tile
+  covers ``R · rate`` rows of K (``stationary_rows``); with ``rate < 1`` each streamed row
+  takes ``1/rate`` cycles (``me = ceil(M · den / num)``).
+
+So peak MACs per cycle of an R×C array is ``R·C·rate`` in every dataflow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+
+@dataclass(frozen=True)
+class Rates:
+    rate: float
+    os_num: int
+    os_den: int
+    ws_num: int
+    ws_den: int
+    stationary_rows: int
+
+
+def array_rates(chip, dtype: str) -> Rates:
+    """The rate parameters of ``chip``'s array in ``dtype``; ValueError if unsupported."""
+    arr = chip.core.array
+    r = arr.macs_per_pe_per_cycle[dtype]
+    if r <= 0:
+        raise ValueError(f"dtype {dtype!r} is not supported by chip {chip.name!r} "
+                         f"(supported: {', '.join(arr.dtypes)})")
+    fr = Fraction(r).limit_denominator(64)
+    ws = min(fr, Fraction(1))
+    return Rates(rate=float(r), os_num=fr.numerator, os_den=fr.denominator,
+                 ws_num=ws.numerator, ws_den=ws.denominator,
+                 stationary_rows=arr.rows * max(1, int(fr)))

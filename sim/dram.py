@@ -1,0 +1,403 @@
+"""The fast, analytic DRAM model (HBM pseudo-channels or DDR channels).
+
+Address mapping (both models). The byte address ``a`` falls in interleave chunk
+``c = a // I`` (``I`` = ``interleave_bytes``), which lives on pseudo-channel ``c % P``; inside
+that pseudo-channel its local address is ``(c // P)·I + a % I``. Local addresses fill a page
+(row buffer, ``page_bytes``) and then move to the next bank: page ``g = local // page_bytes``
+is row ``g // banks`` of bank ``g % banks``. A sequential stream therefore spreads evenly over
+all pseudo-channels and, inside each, rotates through the banks one page at a time.
+
+Per transfer, per pseudo-channel (analytic, O(1) after counting). Count the bursts ``n_b`` (one
+``burst_bytes`` access each) and the row activations ``n_a`` (accesses to a bank whose open row
+differs; every transfer starts with closed rows, a slightly pessimistic open-page policy). Then
+
+* the data bus needs ``n_b · t_burst`` with ``t_burst = burst_bytes·8 / (bits · Gb/s)``;
+* the first data arrives ``tRCD + tCL`` after the transfer is issued, and no earlier than the
+  bus is free (plus ``tWTR`` or ``tRTW`` when the direction changes);
+* activations obey the four-activate window: activation ``j`` is at least ``tFAW`` after
+  activation ``j − 4`` (state kept per pseudo-channel across transfers), and the data that
+  follows the last activation ends no earlier than ``a_last + tRCD + tCL + t_burst``;
+* a bank activated ``n`` times in one transfer (row conflicts) needs ``(n − 1)·tRC`` between
+  its first and last activation (``tRC = tRAS + tRP``);
+* all-bank refresh: in each window ``[k·tREFI, k·tREFI + tRFC + tRCD + tCL)`` (k ≥ 1) the
+  data bus is dark (refresh, then the rows must be re-opened); data time is work-conserving
+  around those windows, which keeps the model monotone in start time and in work.
+
+Bank precharge (tRP, tRAS) is hidden by bank-level parallelism in streaming access; the
+burst-level reference (:mod:`diptych.sim.dram_ref`) models it and the tests check that the two
+agree within 5 % on small transfers. ``share`` > 1 stretches data and activation time by that
+factor: the representative array of a multi-array chip sees its pseudo-channels time-sliced
+with the other ``share − 1`` arrays doing the same work. Their transfers go to other
+addresses, so a transfer touching ``t`` of the ``P`` pseudo-channels is stretched by
+``max(1, share · t / P)``: the average load the others put on those channels. On top, an
+aggregate server caps the array at ``1/share`` of the pin bandwidth (all bursts of all arrays
+at peak rate, dark during refresh), so the chip never moves more than its peak.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+import os as _os
+
+from .jit import invalidate_stale_cache, jit
+
+invalidate_stale_cache(__file__, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "jit.py"))
+
+#: Four-activate window in ns. Ramulator2's JESD238A HBM3 preset: nFAW 48 at tCK 0.625 ns =
+#: 30 ns; DRAMsim3 HBM2_8Gb_x128.ini: tFAW 30 at tCK 1 ns (reference.md §2b). DDR3/4 x8
+#: devices with 1-2 KiB pages have 25-35 ns, so 30 ns serves every kind.
+T_FAW_NS = 30.0
+
+#: Reorder look-ahead of the burst-level reference controller: a row activation may be issued
+#: while the previous ``LOOKAHEAD_BURSTS`` bursts are still waiting for the data bus (a 64-entry
+#: command queue, as in DRAMsim3's default ``cmd_queue_size`` range of 32-64 [assumption]).
+LOOKAHEAD_BURSTS = 64
+
+#: Entries of the per-transfer pattern cache of the Numba model (direct-mapped).
+CACHE_ENTRIES = 512
+
+#: Entries of the pattern cache shared by engine runs on one DRAM geometry.
+PERSISTENT_CACHE_ENTRIES = 2048
+
+# Layout of the integer and float parameter vectors shared by the kernels.
+I_P, I_INTERLEAVE, I_PAGE, I_BURST, I_BANKS, I_PERIOD = range(6)
+F_TBURST, F_LAT, F_TRFC, F_TREFI, F_BLACKOUT, F_TWTR, F_TRTW, F_TFAW, F_TRC = range(9)
+
+
+@dataclass(frozen=True)
+class DramTiming:
+    """DRAM parameters the models use, derived from :class:`diptych.arch.Dram` (times in ns)."""
+
+    pseudo_channels: int
+    interleave_bytes: int
+    page_bytes: int
+    burst_bytes: int
+    banks: int
+    t_burst_ns: float
+    t_rcd_ns: float
+    t_cl_ns: float
+    t_rp_ns: float
+    t_ras_ns: float
+    t_rfc_ns: float
+    t_refi_ns: float
+    t_wtr_ns: float
+    t_rtw_ns: float
+    t_faw_ns: float
+    peak_bytes_per_ns: float
+
+    @classmethod
+    def from_dram(cls, d) -> "DramTiming":
+        if d.interleave_bytes % d.burst_bytes:
+            raise ValueError(f"dram.interleave_bytes ({d.interleave_bytes}) must be a multiple of "
+                             f"dram.burst_bytes ({d.burst_bytes})")
+        if d.page_bytes % d.interleave_bytes and d.interleave_bytes % d.page_bytes:
+            raise ValueError(f"dram.page_bytes ({d.page_bytes}) and dram.interleave_bytes "
+                             f"({d.interleave_bytes}) must divide one another")
+        gbps = d.bits_per_pseudo_channel * d.gbps_per_pin  # Gb/s per pseudo-channel
+        return cls(
+            pseudo_channels=d.pseudo_channels, interleave_bytes=d.interleave_bytes,
+            page_bytes=d.page_bytes, burst_bytes=d.burst_bytes, banks=d.banks_per_pseudo_channel,
+            t_burst_ns=d.burst_bytes * 8.0 / gbps, t_rcd_ns=d.t_rcd_ns, t_cl_ns=d.t_cl_ns,
+            t_rp_ns=d.t_rp_ns, t_ras_ns=d.t_ras_ns, t_rfc_ns=d.t_rfc_ns, t_refi_ns=d.t_refi_ns,
+            t_wtr_ns=d.t_wtr_ns, t_rtw_ns=d.t_rtw_ns, t_faw_ns=T_FAW_NS,
+            peak_bytes_per_ns=d.pseudo_channels * gbps / 8.0)
+
+    @property
+    def period_bytes(self) -> int:
+        """Address period after which the per-channel access pattern repeats."""
+        return self.pseudo_channels * math.lcm(self.interleave_bytes, self.page_bytes)
+
+    def iparams(self) -> np.ndarray:
+        return np.array([self.pseudo_channels, self.interleave_bytes, self.page_bytes,
+                         self.burst_bytes, self.banks, self.period_bytes], dtype=np.int64)
+
+    def fparams(self) -> np.ndarray:
+        lat = self.t_rcd_ns + self.t_cl_ns
+        return np.array([self.t_burst_ns, lat, self.t_rfc_ns, self.t_refi_ns,
+                         self.t_rfc_ns + lat, self.t_wtr_ns, self.t_rtw_ns, self.t_faw_ns,
+                         self.t_ras_ns + self.t_rp_ns],
+                        dtype=np.float64)
+
+
+_PATTERN_CACHES: dict = {}
+
+
+def pattern_cache(timing: DramTiming, entries: int = PERSISTENT_CACHE_ENTRIES):
+    """The per-thread pattern cache of one DRAM geometry, shared by engine runs.
+
+    A tuple (open_row, stamp, bank_cnt, counter, keys, bursts, acts, bank_max) as
+    :func:`dram_transfer` takes it. Entries hold exact counts, so sharing cannot change results.
+    """
+    import threading
+    key = (timing.pseudo_channels, timing.interleave_bytes, timing.page_bytes,
+           timing.burst_bytes, timing.banks, threading.get_ident())
+    c = _PATTERN_CACHES.get(key)
+    if c is None:
+        p, b = timing.pseudo_channels, timing.banks
+        c = (np.full((p, b), -1, dtype=np.int64), np.zeros((p, b), dtype=np.int64),
+             np.zeros((p, b), dtype=np.int64), np.zeros(2, dtype=np.int64),
+             np.full((entries, 4), -1, dtype=np.int64), np.zeros((entries, p), dtype=np.int64),
+             np.zeros((entries, p), dtype=np.int64), np.zeros((entries, p), dtype=np.int64))
+        _PATTERN_CACHES[key] = c
+    return c
+
+
+class DramState:
+    """Mutable per-pseudo-channel state of the fast model (bus, direction, activations, cache)."""
+
+    def __init__(self, timing: DramTiming):
+        p = timing.pseudo_channels
+        self.bus_free = np.zeros(p)
+        self.last_dir = np.full(p, -1, dtype=np.int64)
+        self.act_ring = np.full((p, 4), -1e18)
+        self.open_row = np.full((p, timing.banks), -1, dtype=np.int64)
+        self.stamp = np.zeros((p, timing.banks), dtype=np.int64)
+        self.bank_cnt = np.zeros((p, timing.banks), dtype=np.int64)
+        self.counter = np.zeros(2, dtype=np.int64)  # [transfer id, unused]
+        self.cache_keys = np.full((CACHE_ENTRIES, 4), -1, dtype=np.int64)
+        self.cache_bursts = np.zeros((CACHE_ENTRIES, p), dtype=np.int64)
+        self.cache_acts = np.zeros((CACHE_ENTRIES, p), dtype=np.int64)
+        self.cache_bmax = np.zeros((CACHE_ENTRIES, p), dtype=np.int64)
+        self.busy_ns = np.zeros(p)
+        self.agg = np.zeros(1)
+
+    def arrays(self):
+        return (self.bus_free, self.last_dir, self.act_ring, self.open_row, self.stamp,
+                self.bank_cnt, self.counter, self.cache_keys, self.cache_bursts, self.cache_acts,
+                self.cache_bmax, self.busy_ns, self.agg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Numba kernels (also called by the engine kernel)
+
+@jit
+def count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
+                  acts, bank_max):
+    """Add one transfer's bursts and row activations per pseudo-channel into ``bursts``/``acts``;
+    ``bank_max`` gets the most activations any single bank of the pseudo-channel needs.
+
+    Rows start closed for the transfer (``stamp`` != ``tid`` means closed)."""
+    p_n = ip[I_P]
+    il = ip[I_INTERLEAVE]
+    page = ip[I_PAGE]
+    burst = ip[I_BURST]
+    banks = ip[I_BANKS]
+    full_bursts = il // burst
+    for r in range(rows):
+        a = addr + r * stride
+        end = a + row_bytes
+        c = a // il
+        off = a - c * il
+        pc = c % p_n
+        q = c // p_n          # chunk index inside the pseudo-channel
+        gq = -1               # page of the current q when a chunk lies inside one page
+        bank = 0
+        row = 0
+        while a < end:
+            take = min(il - off, end - a)
+            lo = q * il + off
+            hi = lo + take
+            if take == il and il <= page:
+                # a whole chunk inside one page: its page is shared by the whole sweep
+                bursts[pc] += full_bursts
+                if gq != q:
+                    gq = q
+                    g = lo // page
+                    bank = g % banks
+                    row = g // banks
+                # (inlined _touch)
+                if stamp[pc, bank] != tid:
+                    stamp[pc, bank] = tid
+                    open_row[pc, bank] = row
+                    bank_cnt[pc, bank] = 1
+                    acts[pc] += 1
+                    if bank_max[pc] < 1:
+                        bank_max[pc] = 1
+                elif open_row[pc, bank] != row:
+                    open_row[pc, bank] = row
+                    bank_cnt[pc, bank] += 1
+                    acts[pc] += 1
+                    if bank_cnt[pc, bank] > bank_max[pc]:
+                        bank_max[pc] = bank_cnt[pc, bank]
+            else:
+                bursts[pc] += (hi + burst - 1) // burst - lo // burst
+                g = lo // page
+                g_last = (hi - 1) // page
+                while g <= g_last:
+                    bk = g % banks
+                    rw = g // banks
+                    if stamp[pc, bk] != tid:
+                        stamp[pc, bk] = tid
+                        open_row[pc, bk] = rw
+                        bank_cnt[pc, bk] = 1
+                        acts[pc] += 1
+                        if bank_max[pc] < 1:
+                            bank_max[pc] = 1
+                    elif open_row[pc, bk] != rw:
+                        open_row[pc, bk] = rw
+                        bank_cnt[pc, bk] += 1
+                        acts[pc] += 1
+                        if bank_cnt[pc, bk] > bank_max[pc]:
+                            bank_max[pc] = bank_cnt[pc, bk]
+                    g += 1
+            a += take
+            off = 0
+            pc += 1
+            if pc == p_n:
+                pc = 0
+                q += 1
+
+
+@jit
+def _advance(t, work, fp):
+    """Finish time of ``work`` ns of data-bus time started at ``t``, skipping refresh windows."""
+    trefi = fp[F_TREFI]
+    blk = fp[F_BLACKOUT]
+    while True:
+        k = math.floor(t / trefi)
+        if k >= 1 and t < k * trefi + blk:
+            t = k * trefi + blk
+        nxt = (k + 1) * trefi
+        if t + work <= nxt:
+            return t + work
+        work -= nxt - t
+        t = nxt + blk
+
+
+@jit
+def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp,
+                  bus_free, last_dir, act_ring, open_row, stamp, bank_cnt, counter,
+                  cache_keys, cache_bursts, cache_acts, cache_bmax, busy_ns, agg, pc_start, pc_end):
+    """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.
+
+    ``pc_start``/``pc_end`` receive each pseudo-channel's data interval (-1 when untouched).
+    """
+    p_n = ip[I_P]
+    period = ip[I_PERIOD]
+    a_mod = addr % period
+    x = ((a_mod * 1000003 + rows) * 1000003 + row_bytes) * 1000003 + stride
+    x ^= x >> 29
+    x *= 0x5851F42D4C957F2D
+    x ^= x >> 32
+    h = (x & 0x7FFFFFFF) % cache_keys.shape[0]
+    if not (cache_keys[h, 0] == a_mod and cache_keys[h, 1] == rows
+            and cache_keys[h, 2] == row_bytes and cache_keys[h, 3] == stride):
+        counter[0] += 1
+        for p in range(p_n):
+            cache_bursts[h, p] = 0
+            cache_acts[h, p] = 0
+            cache_bmax[h, p] = 0
+        count_pattern(a_mod, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, counter[0],
+                      cache_bursts[h], cache_acts[h], cache_bmax[h])
+        cache_keys[h, 0] = a_mod
+        cache_keys[h, 1] = rows
+        cache_keys[h, 2] = row_bytes
+        cache_keys[h, 3] = stride
+    touched = 0
+    nbursts = 0
+    for p in range(p_n):
+        if cache_bursts[h, p] > 0:
+            touched += 1
+            nbursts += cache_bursts[h, p]
+    # aggregate cap: all ``share`` arrays together never exceed the pin bandwidth
+    agg_start = max(start_ns, agg[0])
+    agg[0] = _advance(agg_start, nbursts * fp[F_TBURST] * share / p_n, fp)
+    # the other share-1 arrays' transfers spread over all channels: this transfer's channels
+    # carry share × touched / P of them on average
+    share = max(1.0, share * touched / p_n)
+    tb = fp[F_TBURST]
+    lat = fp[F_LAT]
+    tfaw = fp[F_TFAW]  # activations of arrays on neighbouring tiles share open rows
+    finish = start_ns
+    for p in range(p_n):
+        nb = cache_bursts[h, p]
+        if nb == 0:
+            pc_start[p] = -1.0
+            pc_end[p] = -1.0
+            continue
+        na = cache_acts[h, p]
+        ta = 0.0
+        if last_dir[p] >= 0 and last_dir[p] != is_write:
+            ta = fp[F_TWTR] if last_dir[p] == 1 else fp[F_TRTW]
+        d0 = max(start_ns + lat, bus_free[p] + ta)
+        work = nb * tb * share
+        end = _advance(d0, work, fp)
+        if na > 0:
+            a0 = max(start_ns, act_ring[p, 0] + tfaw)
+            a1 = max(start_ns, act_ring[p, 1] + tfaw)
+            a2 = max(start_ns, act_ring[p, 2] + tfaw)
+            a3 = max(start_ns, act_ring[p, 3] + tfaw)
+            first = (a0, a1, a2, a3)
+            if na >= 4:
+                for q in range(4):
+                    j = na - 4 + q
+                    act_ring[p, q] = first[j % 4] + (j // 4) * tfaw
+                a_last = act_ring[p, 3]
+            else:
+                for q in range(4):
+                    j = q + na  # the ring shifts by na
+                    if j < 4:
+                        act_ring[p, q] = act_ring[p, j]
+                    else:
+                        act_ring[p, q] = first[j - 4]
+                a_last = act_ring[p, 3]
+            end = max(end, a_last + lat + tb,
+                      start_ns + (cache_bmax[h, p] - 1) * fp[F_TRC] + lat + tb)
+        pc_start[p] = d0
+        pc_end[p] = end
+        busy_ns[p] += end - d0
+        bus_free[p] = end
+        last_dir[p] = is_write
+        if end > finish:
+            finish = end
+    return max(finish, agg[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Python conveniences
+
+class FastDram:
+    """The analytic model with its state, for tests, benchmarks and vector-op traffic."""
+
+    def __init__(self, dram):
+        self.timing = DramTiming.from_dram(dram)
+        self.state = DramState(self.timing)
+        self._ip = self.timing.iparams()
+        self._fp = self.timing.fparams()
+        p = self.timing.pseudo_channels
+        self._s = np.zeros(p)
+        self._e = np.zeros(p)
+
+    def transfer(self, start_ns: float, addr: int, rows: int, row_bytes: int, stride: int,
+                 write: bool = False, share: float = 1.0) -> float:
+        """Finish time (ns) of a 2-D transfer of ``rows`` × ``row_bytes`` at ``stride``."""
+        return float(dram_transfer(float(start_ns), int(addr), int(rows), int(row_bytes),
+                                   int(stride), int(write), float(share), self._ip, self._fp,
+                                   *self.state.arrays(), self._s, self._e))
+
+
+def refresh_lower_bound_ns(work_ns, t_refi_ns: float, blackout_ns: float):
+    """Least time to do ``work_ns`` of data-bus work from t = 0 around the refresh windows
+    ``[k·tREFI, k·tREFI + blackout)`` (k ≥ 1), counting only windows that end before the work
+    does: ``T = work + k·blackout`` with the largest ``k`` such that ``k·tREFI + blackout ≤ T``,
+    i.e. ``k = floor((work − blackout) / (tREFI − blackout))``. Works on NumPy arrays too."""
+    w = np.asarray(work_ns, dtype=np.float64)
+    k = np.maximum(0.0, np.floor((w - blackout_ns) / (t_refi_ns - blackout_ns)))
+    return w + k * blackout_ns
+
+
+def stream_bytes_per_ns(dram, nbytes: int, *, write: bool = False, chunk_bytes: int = 1 << 20) -> float:
+    """Achieved bandwidth (bytes/ns) of a long sequential stream issued in ``chunk_bytes`` pieces."""
+    m = FastDram(dram)
+    t = 0.0
+    done = 0.0
+    addr = 0
+    while addr < nbytes:
+        n = min(chunk_bytes, nbytes - addr)
+        done = m.transfer(t, addr, 1, n, n, write)
+        addr += n
+    return nbytes / done

@@ -1,0 +1,396 @@
+"""The engine: one array's tile schedule as a Numba recurrence (DMA-in → compute → write-back).
+
+The problem handed to :func:`run_schedule` is already *oriented*: ``X[M×K] · W[K×N] = O[M×N]``
+where, for output- and weight-stationary dataflows, X = A, W = B, O = C, and for input
+stationary X = Bᵀ, W = Aᵀ, O = Cᵀ (the operands keep their physical row-major layout in DRAM;
+a transposed flag turns a logical block into the right 2-D descriptor). ``batch`` independent
+problems run one after another.
+
+Blocks. The mapper's block (Mb, Kb, Nb) is what one double-buffered scratchpad slot holds.
+Blocks are visited with K innermost and either M (``order`` 0) or N (``order`` 1) outermost; a
+block's X (or W) block is loaded only when it differs from the previous block's. Each operand
+has two slots: a new block goes into the slot not holding the current one, as soon as the last
+block that used that slot has presented its last input to the array. The output tile (Mb×Nb
+accumulators) has two slots too; it is written back after its last K block and its slot is
+free when the write-back completes. Loads of block b+1 are issued before block b computes.
+
+Array timeline per block (design.md §4, :mod:`diptych.sim.timing`), with ``L`` the last-input
+cycle of the previous fold (OS) or ``s_first``/``s_last`` its first and last streamed rows (WS):
+
+* OS: ``ceil(mb/R)·ceil(nb/C)`` folds of depth ``ke`` = ``ceil(kb / rate)``; a fold's first
+  step is after ``L`` and after the block's data is ready; ``L' = max(first + ke − 1, L + R)``.
+  Later folds of the block follow at ``max(ke, R)``. The last output is ``L + 2R + C − 2``.
+* WS: ``ceil(kb/Rk)·ceil(nb/C)`` folds (``Rk`` = R × max(1, rate) stationary rows) of ``me`` =
+  ``ceil(mb / min(rate, 1))`` streamed rows; weight load ``w = max(s_first + R + C − 2,
+  ready)``, first row ``max(w + R, s_last + 1)``; later folds follow at ``max(me, 2R + C − 2)``.
+  The last output is ``s_last + R + C − 1``.
+
+Every delay beyond the memory-free recurrence is charged to DRAM (data not ready) or to
+write-back (output slot still draining), so ``cycles = compute_cycles + dram + write-back``
+exactly; ``compute_cycles − busy`` is fill/drain (and issue-rule gaps).
+
+DMA. Descriptors go round-robin to the engines; a descriptor is issued once the one
+``max_outstanding`` earlier on its engine has completed, its data starts ``setup`` cycles later
+(and after the engine's port is free), moves at the engine rate, and completes when both the
+port and the DRAM pseudo-channels (:mod:`diptych.sim.dram`) are done.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import os as _os
+
+from .dram import dram_transfer
+from .jit import invalidate_stale_cache, jit
+
+_here = _os.path.dirname(_os.path.abspath(__file__))
+invalidate_stale_cache(__file__, _os.path.join(_here, "dram.py"), _os.path.join(_here, "jit.py"))
+
+# integer parameters
+(P_DF, P_R, P_C, P_M, P_K, P_N, P_BATCH, P_MB, P_KB, P_NB, P_ORDER, P_OS_NUM, P_OS_DEN,
+ P_WS_NUM, P_WS_DEN, P_RK,
+ P_X_BASE, P_X_LD, P_X_BITS, P_X_T, P_X_BSTRIDE,
+ P_W_BASE, P_W_LD, P_W_BITS, P_W_T, P_W_BSTRIDE,
+ P_O_BASE, P_O_LD, P_O_BITS, P_O_T, P_O_BSTRIDE,
+ P_ACC_BITS, P_ENGINES, P_MAXOUT, P_SETUP, P_MEMORY, P_CUTOFF, P_PERIODS, P_TRAFFIC, N_IPARAMS) = range(40)
+# float parameters
+F_GHZ, F_DMA_BPC, F_SHARE, N_FPARAMS = range(4)
+# outputs
+(O_CYCLES, O_BUSY, O_DRAM_STALL, O_WB_STALL, O_DRAM_RD, O_DRAM_WR, O_SRAM_RD, O_SRAM_WR,
+ O_BLOCKS, O_FOLDS, O_TRANSFERS, O_DRAM_BUSY_NS, O_NTRACE_BLOCKS, O_NTRACE_PC, O_LAST_OUT,
+ O_ABORTED, N_OUT) = range(17)
+# trace columns per block
+(T_BT, T_I, T_J, T_K, T_XS, T_XE, T_WS, T_WE, T_CS, T_CE, T_OS, T_OE, N_TRACE) = range(13)
+NEG = -(1 << 60)
+
+
+@jit
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+@jit
+def _descriptor(base, ld, bits, trans, bstride, bt, r0, c0, nr, nc):
+    """Logical block (r0, c0, nr × nc) of a row-major (or transposed) operand → 2-D descriptor."""
+    if trans == 0:
+        rows = nr
+        row_bytes = (nc * bits + 7) // 8
+        addr = base + bt * bstride + r0 * ld + (c0 * bits) // 8
+    else:
+        rows = nc
+        row_bytes = (nr * bits + 7) // 8
+        addr = base + bt * bstride + c0 * ld + (r0 * bits) // 8
+    stride = ld
+    if rows > 1 and stride == row_bytes:
+        row_bytes = rows * row_bytes
+        rows = 1
+    return addr, rows, row_bytes, stride
+
+
+@jit
+def _dma(req_ns, addr, rows, row_bytes, stride, is_write, ip, fp, dip, dfp, ds, eng,
+         pc_s, pc_e, tr_pc, out):
+    """Issue one descriptor; returns (data start ns, completion ns)."""
+    n_eng = ip[P_ENGINES]
+    maxout = ip[P_MAXOUT]
+    ghz = fp[F_GHZ]
+    cnt = int(out[O_TRANSFERS])
+    e = cnt % n_eng
+    slot = (cnt // n_eng) % maxout
+    t_issue = max(req_ns, eng[e, 1 + slot])
+    start = max(t_issue + ip[P_SETUP] / ghz, eng[e, 0])
+    dram_end = dram_transfer(start, addr, rows, row_bytes, stride, is_write, fp[F_SHARE], dip,
+                             dfp, ds[0], ds[1], ds[2], ds[3], ds[4], ds[5], ds[6], ds[7], ds[8],
+                             ds[9], ds[10], ds[11], ds[12], pc_s, pc_e)
+    port_end = start + (rows * row_bytes) / (fp[F_DMA_BPC] * ghz)
+    eng[e, 0] = port_end
+    done = max(dram_end, port_end)
+    eng[e, 1 + slot] = done
+    out[O_TRANSFERS] += 1
+    if tr_pc.shape[0] > 0:
+        for p in range(pc_s.shape[0]):
+            if pc_s[p] >= 0.0:
+                n = int(out[O_NTRACE_PC])
+                if n < tr_pc.shape[0]:
+                    tr_pc[n, 0] = p
+                    tr_pc[n, 1] = pc_s[p]
+                    tr_pc[n, 2] = pc_e[p]
+                    tr_pc[n, 3] = is_write
+                    out[O_NTRACE_PC] += 1
+    return start, done
+
+
+@jit
+def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
+    """Play one array's block schedule; returns the output vector (see ``O_*``).
+
+    With ``ip[P_CUTOFF]`` > 0 the run stops as soon as it cannot finish before that cycle
+    (``ip[P_PERIODS]`` must then hold the sum of all fold periods); ``out[O_ABORTED]`` is 1 and
+    ``out[O_CYCLES]`` a lower bound.
+
+    ``pat`` is the DRAM pattern cache (:func:`diptych.sim.dram.pattern_cache`): counts are
+    exact, so it may be shared between runs on the same DRAM geometry."""
+    out = np.zeros(N_OUT)
+    df = ip[P_DF]
+    R = ip[P_R]
+    C = ip[P_C]
+    M = ip[P_M]
+    K = ip[P_K]
+    N = ip[P_N]
+    Mb = ip[P_MB]
+    Kb = ip[P_KB]
+    Nb = ip[P_NB]
+    memory = ip[P_MEMORY]
+    ghz = fp[F_GHZ]
+    nmb = _cdiv(M, Mb)
+    nkb = _cdiv(K, Kb)
+    nnb = _cdiv(N, Nb)
+    per_batch = nmb * nnb * nkb
+    total = ip[P_BATCH] * per_batch
+    acc_bytes = ip[P_ACC_BITS] / 8.0
+    # DRAM and DMA state
+    p_n = dip[0]
+    ds = (np.zeros(p_n), np.full(p_n, -1, np.int64), np.full((p_n, 4), -1e18),
+          pat[0], pat[1], pat[2], pat[3], pat[4], pat[5], pat[6], pat[7], np.zeros(p_n),
+          np.zeros(1))
+    pc_s = np.zeros(p_n)
+    pc_e = np.zeros(p_n)
+    eng = np.zeros((ip[P_ENGINES], 1 + ip[P_MAXOUT]))
+    # operand slots: [slot] -> cycle when free; current slot index; ready ns of current block
+    x_free = np.zeros(2)
+    w_free = np.zeros(2)
+    out_free = np.zeros(2)
+    x_cur = 1
+    w_cur = 1
+    x_key = NEG
+    w_key = NEG
+    x_ready = 0.0
+    w_ready = 0.0
+    nxt_x_ready = 0.0
+    nxt_w_ready = 0.0
+    nxt_x_key = NEG
+    nxt_w_key = NEG
+    n_out = 0
+    nxt_x_slot = 0
+    nxt_w_slot = 0
+    # array state
+    L = NEG
+    s_first = NEG
+    s_last = NEG
+    last_out = 0
+    wb_end_cyc = 0
+    periods_done = 0
+    cutoff = ip[P_CUTOFF]
+    # pending loads for block b are issued at iteration b-1 (b = 0 before the loop)
+    for b in range(-1, total):
+        # ---- issue the loads of block b+1 -------------------------------------------------
+        nb_ = b + 1
+        if nb_ < total:
+            bt = nb_ // per_batch
+            r = nb_ % per_batch
+            k = r % nkb
+            q = r // nkb
+            if ip[P_ORDER] == 0:
+                i = q // nnb
+                j = q % nnb
+            else:
+                j = q // nmb
+                i = q % nmb
+            mb = min(Mb, M - i * Mb)
+            kb = min(Kb, K - k * Kb)
+            nbb = min(Nb, N - j * Nb)
+            xk = (bt * nmb + i) * nkb + k
+            wk = (bt * nkb + k) * nnb + j
+            x_load = xk != x_key
+            w_load = wk != w_key
+            nxt_x_key = xk
+            nxt_w_key = wk
+            if x_load:
+                a, rows, rb, st = _descriptor(ip[P_X_BASE], ip[P_X_LD], ip[P_X_BITS], ip[P_X_T],
+                                              ip[P_X_BSTRIDE], bt, i * Mb, k * Kb, mb, kb)
+                out[O_DRAM_RD] += rows * rb
+                out[O_SRAM_WR] += rows * rb
+                if memory == 1:
+                    req = x_free[1 - x_cur] / ghz
+                    s0, d0 = _dma(req, a, rows, rb, st, 0, ip, fp, dip, dfp, ds, eng, pc_s,
+                                  pc_e, tr_pc, out)
+                    nxt_x_ready = d0
+                    if nb_ < tr_blocks.shape[0]:
+                        tr_blocks[nb_, T_XS] = s0
+                        tr_blocks[nb_, T_XE] = d0
+                else:
+                    nxt_x_ready = 0.0
+            else:
+                nxt_x_ready = x_ready
+            if w_load:
+                a, rows, rb, st = _descriptor(ip[P_W_BASE], ip[P_W_LD], ip[P_W_BITS], ip[P_W_T],
+                                              ip[P_W_BSTRIDE], bt, k * Kb, j * Nb, kb, nbb)
+                out[O_DRAM_RD] += rows * rb
+                out[O_SRAM_WR] += rows * rb
+                if memory == 1:
+                    req = w_free[1 - w_cur] / ghz
+                    s0, d0 = _dma(req, a, rows, rb, st, 0, ip, fp, dip, dfp, ds, eng, pc_s,
+                                  pc_e, tr_pc, out)
+                    nxt_w_ready = d0
+                    if nb_ < tr_blocks.shape[0]:
+                        tr_blocks[nb_, T_WS] = s0
+                        tr_blocks[nb_, T_WE] = d0
+                else:
+                    nxt_w_ready = 0.0
+            else:
+                nxt_w_ready = w_ready
+            nxt_x_slot = (1 - x_cur) if x_load else x_cur
+            nxt_w_slot = (1 - w_cur) if w_load else w_cur
+        if b < 0:
+            x_cur = nxt_x_slot
+            w_cur = nxt_w_slot
+            x_ready = nxt_x_ready
+            w_ready = nxt_w_ready
+            x_key = nxt_x_key
+            w_key = nxt_w_key
+            continue
+        # ---- compute block b ----------------------------------------------------------------
+        bt = b // per_batch
+        r = b % per_batch
+        k = r % nkb
+        q = r // nkb
+        if ip[P_ORDER] == 0:
+            i = q // nnb
+            j = q % nnb
+        else:
+            j = q // nmb
+            i = q % nmb
+        mb = min(Mb, M - i * Mb)
+        kb = min(Kb, K - k * Kb)
+        nbb = min(Nb, N - j * Nb)
+        ready = 0
+        ofree = 0
+        if memory == 1:
+            ready = int(math.ceil(max(x_ready, w_ready) * ghz))
+            if k == 0:
+                ofree = int(out_free[n_out % 2])
+        xbits = ip[P_X_BITS]
+        wbits = ip[P_W_BITS]
+        ncf = _cdiv(nbb, C)
+        if df == 0:
+            nf = _cdiv(mb, R) * ncf
+            ke = _cdiv(kb * ip[P_OS_DEN], ip[P_OS_NUM])
+            per = max(ke, R)
+            if L == NEG:
+                first = max(ready, ofree)
+                Ln = first + ke - 1
+                delay = first
+            else:
+                first = max(L + 1, ready, ofree)
+                Ln = max(first + ke - 1, L + R)
+                delay = Ln - (L + per)
+            start_c = first
+            L = Ln + (nf - 1) * per
+            consume = L
+            lo = L + 2 * R + C - 2
+            out[O_BUSY] += nf * ke
+            out[O_SRAM_RD] += mb * kb * xbits / 8.0 * ncf + kb * nbb * wbits / 8.0 * _cdiv(mb, R)
+            out[O_SRAM_WR] += mb * nbb * acc_bytes
+            if k > 0:
+                out[O_SRAM_RD] += mb * nbb * acc_bytes
+        else:
+            nkf = _cdiv(kb, ip[P_RK])
+            nf = nkf * ncf
+            me = _cdiv(mb * ip[P_WS_DEN], ip[P_WS_NUM])
+            per = max(me, 2 * R + C - 2)
+            if s_first == NEG:
+                w = ready
+                s0 = max(w + R, ofree)
+                delay = s0 - R
+            else:
+                w_nd = s_first + R + C - 2
+                s0_nd = max(w_nd + R, s_last + 1)
+                w = max(w_nd, ready)
+                s0 = max(w + R, s_last + 1, ofree, ready)
+                delay = s0 - s0_nd
+            start_c = w
+            s_first = s0 + (nf - 1) * per
+            s_last = s_first + me - 1
+            consume = s_last
+            lo = s_last + R + C - 1
+            out[O_BUSY] += nf * me
+            out[O_SRAM_RD] += mb * kb * xbits / 8.0 * ncf + kb * nbb * wbits / 8.0
+            out[O_SRAM_WR] += mb * nbb * acc_bytes * nkf
+            out[O_SRAM_RD] += mb * nbb * acc_bytes * (nkf - 1 + (1 if k > 0 else 0))
+        if delay > 0:
+            if ready >= ofree:
+                out[O_DRAM_STALL] += delay
+            else:
+                out[O_WB_STALL] += delay
+        out[O_FOLDS] += nf
+        out[O_BLOCKS] += 1
+        periods_done += nf * per
+        if cutoff > 0:
+            # branch and bound: every remaining fold adds at least its period, every remaining
+            # byte at least its share of the pin bandwidth on the aggregate server
+            # OS: L advances by at least a period per fold, the last output is 2R + C − 1
+            # cycles after the last input; WS: the last row of the last fold is at least
+            # ``rem − R + 1`` after this one (a short last fold can take less than its period)
+            if df == 0:
+                proj = consume + (ip[P_PERIODS] - periods_done) + 2 * R + C - 1
+            else:
+                proj = consume + (ip[P_PERIODS] - periods_done) - R + 2
+            if memory == 1:
+                rem = ip[P_TRAFFIC] - (out[O_DRAM_RD] + out[O_DRAM_WR])
+                pm = (ds[12][0] + rem / dip[3] * dfp[0] * fp[F_SHARE] / p_n) * ghz
+                if pm > proj:
+                    proj = pm
+            if proj >= cutoff:
+                out[O_CYCLES] = proj
+                out[O_ABORTED] = 1
+                return out
+        last_out = lo
+        x_free[x_cur] = consume
+        w_free[w_cur] = consume
+        if b < tr_blocks.shape[0]:
+            tr_blocks[b, T_BT] = bt
+            tr_blocks[b, T_I] = i
+            tr_blocks[b, T_J] = j
+            tr_blocks[b, T_K] = k
+            tr_blocks[b, T_CS] = start_c
+            tr_blocks[b, T_CE] = lo + 1
+            out[O_NTRACE_BLOCKS] = b + 1
+        # ---- write-back after the last K block of an output tile ----------------------------
+        if k == nkb - 1:
+            a, rows, rb, st = _descriptor(ip[P_O_BASE], ip[P_O_LD], ip[P_O_BITS], ip[P_O_T],
+                                          ip[P_O_BSTRIDE], bt, i * Mb, j * Nb, mb, nbb)
+            out[O_DRAM_WR] += rows * rb
+            out[O_SRAM_RD] += rows * rb
+            if memory == 1:
+                s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, 1, ip, fp, dip, dfp, ds, eng,
+                                pc_s, pc_e, tr_pc, out)
+                done_c = int(math.ceil(d0w * ghz))
+                out_free[n_out % 2] = done_c
+                if done_c > wb_end_cyc:
+                    wb_end_cyc = done_c
+                if b < tr_blocks.shape[0]:
+                    tr_blocks[b, T_OS] = s0w
+                    tr_blocks[b, T_OE] = d0w
+            n_out += 1
+        # the next block becomes current
+        if b + 1 < total:
+            x_cur = nxt_x_slot
+            w_cur = nxt_w_slot
+            x_ready = nxt_x_ready
+            w_ready = nxt_w_ready
+            x_key = nxt_x_key
+            w_key = nxt_w_key
+    cyc = last_out + 1
+    if wb_end_cyc > cyc:
+        out[O_WB_STALL] += wb_end_cyc - cyc
+        cyc = wb_end_cyc
+    out[O_CYCLES] = cyc
+    out[O_LAST_OUT] = last_out
+    s = 0.0
+    for p in range(p_n):
+        s += ds[11][p]
+    out[O_DRAM_BUSY_NS] = s
+    return out

@@ -1,0 +1,166 @@
+"""Timing one GEMM: validate, split over arrays, map, run the engine, gather statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..arch.chip import DATAFLOWS
+from . import engine as E
+from . import mapper as MP
+from .array import array_rates
+from .dram import pattern_cache
+from .stats import OpStats
+
+
+def check_dataflows(chip, dataflow):
+    """The dataflows to try: the requested one (validated) or all the chip supports."""
+    supported = chip.core.array.dataflows
+    if dataflow is None:
+        return tuple(supported)
+    if dataflow not in DATAFLOWS:
+        raise ValueError(f"dataflow must be one of {', '.join(DATAFLOWS)}, not {dataflow!r}")
+    if dataflow not in supported:
+        raise ValueError(f"dataflow {dataflow!r} is not supported by chip {chip.name!r} "
+                         f"(supported: {', '.join(supported)})")
+    return (dataflow,)
+
+
+def run_engine(chip, pb, blk, rates, split, memory: bool, trace_blocks: int = 0,
+               trace_spans: int = 0, cutoff: int = 0):
+    """One engine run; returns (output vector, block trace, channel-span trace).
+
+    ``cutoff`` > 0 lets the engine give up once it cannot beat that many cycles."""
+    ip, fp = MP.engine_params(chip, pb, blk, rates, split, memory)
+    if cutoff > 0:
+        ip[E.P_CUTOFF] = cutoff
+        ip[E.P_PERIODS] = MP.period_cycles(chip, pb, blk, rates)
+        ip[E.P_TRAFFIC] = int(MP.traffic_bytes(pb, blk))
+    t = MP.dram_timing(chip)
+    tb = np.zeros((trace_blocks, E.N_TRACE))
+    tp = np.zeros((trace_spans, 4))
+    out = E.run_schedule(ip, fp, t.iparams(), t.fparams(), pattern_cache(t), tb, tp)
+    return out, tb, tp
+
+
+def plan(op, chip, dataflow=None):
+    """Choose the split, dataflow and blocking for ``op``; returns a dict of the decision."""
+    dtype = op.compute_dtype
+    rates = array_rates(chip, dtype)
+    flows = check_dataflows(chip, dataflow)
+    folded = op.b_is_weight and op.batch > 1
+    m_total = op.m * op.batch if folded else op.m
+    batch = 1 if folded else op.batch
+    cands = []
+    errors = []
+    view = _as_oriented(op, m_total, batch)
+    for split in MP.splits(chip, batch, m_total, op.n):
+        peak_bpc = chip.dram.peak_bytes_per_s / chip.clock_hz / split.active
+        for df in flows:
+            pb = MP.orient(view, df, split, m_total)
+            try:
+                cs, est, lb = MP.candidate_table(chip, pb, rates, split, peak_bpc)
+            except ValueError as exc:
+                errors.append(exc)
+                continue
+            for i, blk in enumerate(cs):
+                cands.append((float(est[i]), len(cands), float(lb[i]), pb, blk, split))
+    if not cands:
+        raise errors[0]
+    cands.sort(key=lambda c: (c[0], c[1]))
+    best = None
+    sims = 0
+    spent = 0
+    for est, idx, lb, pb, blk, split in cands:
+        if best is not None and lb >= best[0] * (1.0 - MP.PRUNE_TOLERANCE):
+            continue
+        if best is not None and spent >= MP.MAX_SIMULATED_BLOCKS:
+            break
+        spent += pb.batch * MP._cdiv(pb.m, blk.mb) * MP._cdiv(pb.k, blk.kb) * MP._cdiv(pb.n, blk.nb)
+        cut = 0 if best is None else int(best[0] * (1.0 - MP.PRUNE_TOLERANCE)) + 1
+        out, _, _ = run_engine(chip, pb, blk, rates, split, True, cutoff=cut)
+        sims += 1
+        if out[E.O_ABORTED]:
+            continue
+        key = (int(out[E.O_CYCLES]), idx)
+        if best is None or key < best[:2]:
+            best = (key[0], idx, pb, blk, out, split)
+    _, _, pb, blk, out, split = best
+    return dict(rates=rates, split=split, problem=pb, blocks=blk, out=out,
+                candidates=len(cands), simulated=sims, dtype=dtype)
+
+
+class _Oriented:
+    """A view of a Gemm with the weight-shared batch folded into M."""
+
+    def __init__(self, op, m_total, batch):
+        self.a_dtype, self.b_dtype, self.c_dtype = op.a_dtype, op.b_dtype, op.c_dtype
+        self.acc_dtype, self.k, self.n = op.acc_dtype, op.k, op.n
+        self.b_is_weight = op.b_is_weight
+        self.batch = batch
+        self.m = m_total
+
+
+def _as_oriented(op, m_total, batch):
+    return _Oriented(op, m_total, batch)
+
+
+def gemm_stats(op, chip, dataflow=None) -> OpStats:
+    """Simulate one :class:`~diptych.sim.ops.Gemm` (uncached; see :func:`simulate`)."""
+    p = plan(op, chip, dataflow)
+    rates, split, pb, blk, out = p["rates"], p["split"], p["problem"], p["blocks"], p["out"]
+    comp, _, _ = run_engine(chip, pb, blk, rates, split, False)
+    act = split.active
+    cycles = int(out[E.O_CYCLES])
+    compute_cycles = int(comp[E.O_CYCLES])
+    busy = int(out[E.O_BUSY])
+    dram_stall = int(out[E.O_DRAM_STALL])
+    wb_stall = int(out[E.O_WB_STALL])
+    fill = compute_cycles - busy
+    seconds = cycles / chip.clock_hz
+    dram_rd = float(out[E.O_DRAM_RD]) * act
+    dram_wr = float(out[E.O_DRAM_WR]) * act
+    sram_rd = float(out[E.O_SRAM_RD]) * act
+    sram_wr = float(out[E.O_SRAM_WR]) * act
+    macs = op.macs
+    peak = chip.peak_macs_per_cycle(p["dtype"])
+    util = macs / (cycles * peak)
+    en = chip.energy
+    e = {
+        "mac": macs * en.pj_per_mac[p["dtype"]] * 1e-12,
+        "sram": (sram_rd + sram_wr) * en.pj_per_sram_byte * 1e-12,
+        "dram": (dram_rd + dram_wr) * 8 * en.pj_per_dram_bit * 1e-12,
+        "vector": 0.0,
+        "static": en.static_w * seconds,
+    }
+    dram_bps = (dram_rd + dram_wr) / seconds
+    array_frac = busy / cycles
+    dram_frac = dram_bps / chip.dram.peak_bytes_per_s
+    mapping = {
+        "dataflow": pb.dataflow,
+        "dtype": p["dtype"],
+        "macs_per_pe_per_cycle": rates.rate,
+        "split": {"batch": split.pb, "m": split.pm, "n": split.pn},
+        "active_arrays": act,
+        "arrays_per_core": split.arrays_per_core,
+        "per_array": {"batch": pb.batch, "m": pb.m, "k": pb.k, "n": pb.n,
+                      "transposed": pb.transposed},
+        "block": {"m": blk.mb, "k": blk.kb, "n": blk.nb},
+        "loop_order": "mnk" if blk.order == 0 else "nmk",
+        "buffering": "double",
+        "scratchpad_bytes_used": MP.footprint(pb, blk.mb, blk.kb, blk.nb,
+                                              MP.capacity(chip, split)[1]),
+        "scratchpad_bytes_per_array": MP.capacity(chip, split)[0],
+        "blocks": int(out[E.O_BLOCKS]),
+        "folds": int(out[E.O_FOLDS]),
+        "dma_transfers": int(out[E.O_TRANSFERS]),
+        "candidates": p["candidates"],
+        "simulated_candidates": p["simulated"],
+    }
+    return OpStats(
+        name=op.name, kind="gemm", cycles=cycles, seconds=seconds,
+        compute_cycles=compute_cycles, array_busy_cycles=busy, stall_cycles=cycles - busy,
+        stall_breakdown={"fill_drain": fill, "dram": dram_stall, "writeback": wb_stall},
+        macs=macs, flops=float(op.flops), utilization=util, dram_read_bytes=dram_rd,
+        dram_write_bytes=dram_wr, sram_read_bytes=sram_rd, sram_write_bytes=sram_wr,
+        dram_bytes_per_s=dram_bps, energy_j=sum(e.values()), energy_breakdown=e,
+        bound="memory" if dram_frac > array_frac else "compute", mapping=mapping)

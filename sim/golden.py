@@ -1,0 +1,254 @@
+"""Pure-Python golden twin of :func:`diptych.sim.engine.run_schedule`.
+
+Written for clarity rather than speed: the block list is materialised, every fold is stepped
+with the issue rules of the timing contract one at a time (no closed forms for runs of folds),
+DMA engines are explicit objects and each DRAM transfer goes through :class:`FastDram`. The
+tests require that it and the Numba engine agree exactly on random small cases.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .dram import FastDram
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass
+class Operand:
+    base: int
+    ld: int
+    bits: int
+    transposed: bool
+    batch_stride: int
+
+    def descriptor(self, bt, r0, c0, nr, nc):
+        if not self.transposed:
+            rows, row_bytes = nr, (nc * self.bits + 7) // 8
+            addr = self.base + bt * self.batch_stride + r0 * self.ld + (c0 * self.bits) // 8
+        else:
+            rows, row_bytes = nc, (nr * self.bits + 7) // 8
+            addr = self.base + bt * self.batch_stride + c0 * self.ld + (r0 * self.bits) // 8
+        return addr, rows, row_bytes, self.ld
+
+
+@dataclass
+class Problem:
+    """Everything :func:`run_schedule` reads from its parameter vectors, by name."""
+
+    dataflow: str          # "os" or "ws" (IS arrives here already transposed to "ws")
+    rows: int
+    cols: int
+    m: int
+    k: int
+    n: int
+    batch: int
+    mb: int
+    kb: int
+    nb: int
+    order: str             # "mnk" or "nmk"
+    os_rate: tuple[int, int]   # K steps per cycle as (num, den)
+    ws_rate: tuple[int, int]   # streamed rows per cycle as (num, den), <= 1
+    stationary_rows: int
+    x: Operand
+    w: Operand
+    o: Operand
+    acc_bits: int
+    engines: int
+    max_outstanding: int
+    setup_cycles: int
+    memory: bool
+    clock_ghz: float
+    dma_bytes_per_cycle: float
+    share: float
+
+
+@dataclass
+class Result:
+    cycles: int = 0
+    busy: int = 0
+    dram_stall: int = 0
+    wb_stall: int = 0
+    dram_rd: float = 0.0
+    dram_wr: float = 0.0
+    sram_rd: float = 0.0
+    sram_wr: float = 0.0
+    blocks: int = 0
+    folds: int = 0
+    transfers: int = 0
+
+
+@dataclass
+class DmaEngine:
+    port_free: float = 0.0
+    done: list = field(default_factory=list)   # completion times, in issue order
+
+
+class Dma:
+    def __init__(self, pb: Problem, dram: FastDram, res: Result):
+        self.pb, self.dram, self.res = pb, dram, res
+        self.engines = [DmaEngine() for _ in range(pb.engines)]
+
+    def issue(self, req_ns, addr, rows, row_bytes, stride, write):
+        pb = self.pb
+        if rows > 1 and stride == row_bytes:
+            rows, row_bytes = 1, rows * row_bytes
+        eng = self.engines[self.res.transfers % pb.engines]
+        t_issue = req_ns
+        if len(eng.done) >= pb.max_outstanding:
+            t_issue = max(req_ns, eng.done[-pb.max_outstanding])
+        else:
+            t_issue = max(req_ns, 0.0)
+        start = max(t_issue + pb.setup_cycles / pb.clock_ghz, eng.port_free)
+        dram_end = self.dram.transfer(start, addr, rows, row_bytes, stride, write, pb.share)
+        port_end = start + (rows * row_bytes) / (pb.dma_bytes_per_cycle * pb.clock_ghz)
+        eng.port_free = port_end
+        done = max(dram_end, port_end)
+        eng.done.append(done)
+        self.res.transfers += 1
+        return done
+
+
+def blocks(pb: Problem):
+    """The block visiting order: batch, then M or N outermost, K innermost."""
+    nm, nk, nn = cdiv(pb.m, pb.mb), cdiv(pb.k, pb.kb), cdiv(pb.n, pb.nb)
+    for bt in range(pb.batch):
+        outer = [(i, j) for i in range(nm) for j in range(nn)] if pb.order == "mnk" else \
+                [(i, j) for j in range(nn) for i in range(nm)]
+        for i, j in outer:
+            for k in range(nk):
+                yield bt, i, j, k
+
+
+def run(pb: Problem, dram) -> Result:
+    """Play the schedule of ``pb`` on a fresh DRAM model built from ``dram`` (arch.Dram)."""
+    res = Result()
+    fd = FastDram(dram)
+    dma = Dma(pb, fd, res)
+    R, C = pb.rows, pb.cols
+    nk = cdiv(pb.k, pb.kb)
+    blist = list(blocks(pb))
+    # --- loads: decide which operand blocks each block loads, and into which slot
+    x_slot_free, w_slot_free, out_slot_free = [0, 0], [0, 0], [0, 0]
+    x_slot_of, w_slot_of, x_ready, w_ready = {}, {}, {}, {}
+
+    def dims(bk):
+        bt, i, j, k = bk
+        return (min(pb.mb, pb.m - i * pb.mb), min(pb.kb, pb.k - k * pb.kb),
+                min(pb.nb, pb.n - j * pb.nb))
+
+    def issue_loads(idx):
+        bt, i, j, k = blist[idx]
+        mb, kb, nb = dims(blist[idx])
+        prev = blist[idx - 1] if idx > 0 else None
+        same_x = prev is not None and (prev[0], prev[1], prev[3]) == (bt, i, k)
+        same_w = prev is not None and (prev[0], prev[3], prev[2]) == (bt, k, j)
+        for name, same, op, r0, c0, nr, nc, slot_of, slot_free, ready in (
+                ("x", same_x, pb.x, i * pb.mb, k * pb.kb, mb, kb, x_slot_of, x_slot_free, x_ready),
+                ("w", same_w, pb.w, k * pb.kb, j * pb.nb, kb, nb, w_slot_of, w_slot_free, w_ready)):
+            if same:
+                slot_of[idx] = slot_of[idx - 1]
+                ready[idx] = ready[idx - 1]
+                continue
+            slot = 0 if idx == 0 else 1 - slot_of[idx - 1]
+            slot_of[idx] = slot
+            addr, rows, rb, st = op.descriptor(bt, r0, c0, nr, nc)
+            res.dram_rd += rows * rb
+            res.sram_wr += rows * rb
+            if pb.memory:
+                ready[idx] = dma.issue(slot_free[slot] / pb.clock_ghz, addr, rows, rb, st, 0)
+            else:
+                ready[idx] = 0.0
+
+    issue_loads(0)
+    prev_L = None                     # OS: last-input cycle of the previous fold
+    prev_first = prev_last = None     # WS: first/last streamed row of the previous fold
+    last_out, wb_end, n_out = 0, 0, 0
+    for idx, (bt, i, j, k) in enumerate(blist):
+        if idx + 1 < len(blist):
+            issue_loads(idx + 1)
+        mb, kb, nb = dims(blist[idx])
+        ready = math.ceil(max(x_ready[idx], w_ready[idx]) * pb.clock_ghz) if pb.memory else 0
+        ofree = int(out_slot_free[n_out % 2]) if (pb.memory and k == 0) else 0
+        col_folds = cdiv(nb, C)
+        if pb.dataflow == "os":
+            ke = cdiv(kb * pb.os_rate[1], pb.os_rate[0])
+            nfold = cdiv(mb, R) * col_folds
+            for f in range(nfold):
+                if prev_L is None:
+                    first = max(ready, ofree)
+                    L = first + ke - 1
+                    delay = first
+                else:
+                    first = prev_L + 1
+                    if f == 0:
+                        first = max(first, ready, ofree)
+                    L = max(first + ke - 1, prev_L + R)
+                    delay = L - (prev_L + max(ke, R))
+                if f == 0:
+                    start_c = first
+                    block_delay = delay
+                prev_L = L
+            consume, lo = prev_L, prev_L + 2 * R + C - 2
+            res.busy += nfold * ke
+            res.sram_rd += mb * kb * pb.x.bits / 8.0 * col_folds + kb * nb * pb.w.bits / 8.0 * cdiv(mb, R)
+            res.sram_wr += mb * nb * (pb.acc_bits / 8.0)
+            if k > 0:
+                res.sram_rd += mb * nb * (pb.acc_bits / 8.0)
+        else:
+            me = cdiv(mb * pb.ws_rate[1], pb.ws_rate[0])
+            kfolds = cdiv(kb, pb.stationary_rows)
+            nfold = kfolds * col_folds
+            for f in range(nfold):
+                if prev_first is None:
+                    w = ready
+                    s0 = max(w + R, ofree)
+                    delay = s0 - R
+                else:
+                    w = prev_first + R + C - 2
+                    s0_nd = max(w + R, prev_last + 1)
+                    if f == 0:
+                        w = max(w, ready)
+                        s0 = max(w + R, prev_last + 1, ofree, ready)
+                    else:
+                        s0 = max(w + R, prev_last + 1)
+                    delay = s0 - s0_nd
+                if f == 0:
+                    block_delay = delay
+                prev_first, prev_last = s0, s0 + me - 1
+            consume, lo = prev_last, prev_last + R + C - 1
+            res.busy += nfold * me
+            acc = pb.acc_bits / 8.0
+            res.sram_rd += mb * kb * pb.x.bits / 8.0 * col_folds + kb * nb * pb.w.bits / 8.0
+            res.sram_wr += mb * nb * acc * kfolds
+            res.sram_rd += mb * nb * acc * (kfolds - 1 + (1 if k > 0 else 0))
+        if block_delay > 0:
+            if ready >= ofree:
+                res.dram_stall += block_delay
+            else:
+                res.wb_stall += block_delay
+        res.folds += nfold
+        res.blocks += 1
+        last_out = lo
+        x_slot_free[x_slot_of[idx]] = consume
+        w_slot_free[w_slot_of[idx]] = consume
+        if k == nk - 1:
+            addr, rows, rb, st = pb.o.descriptor(bt, i * pb.mb, j * pb.nb, mb, nb)
+            res.dram_wr += rows * rb
+            res.sram_rd += rows * rb
+            if pb.memory:
+                done = math.ceil(dma.issue((lo + 1) / pb.clock_ghz, addr, rows, rb, st, 1)
+                                 * pb.clock_ghz)
+                out_slot_free[n_out % 2] = done
+                wb_end = max(wb_end, done)
+            n_out += 1
+    cycles = last_out + 1
+    if wb_end > cycles:
+        res.wb_stall += wb_end - cycles
+        cycles = wb_end
+    res.cycles = cycles
+    return res

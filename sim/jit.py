@@ -1,0 +1,63 @@
+"""The one place where Numba JIT flags live.
+
+Every compiled kernel in diptych is decorated with :func:`jit` (or ``numba.njit(**JIT)``).
+``cache=True`` writes the compiled machine code next to the source so that a second process
+starts in well under a second; ``nogil=True`` lets sweeps run kernels from threads;
+``fastmath`` stays off so that the Numba kernels and their pure-Python golden twins give
+bit-identical floating-point results (the tests require it).
+"""
+
+from __future__ import annotations
+
+import numba
+
+#: Flags shared by every kernel.
+JIT = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
+
+
+def jit(fn=None, **overrides):
+    """``numba.njit`` with :data:`JIT` flags; usable as ``@jit`` or ``@jit(boundscheck=True)``."""
+    opts = {**JIT, **overrides}
+    if fn is None:
+        return lambda f: numba.njit(**opts)(f)
+    return numba.njit(**opts)(fn)
+
+
+def invalidate_stale_cache(module_file: str, *deps: str) -> None:
+    """Drop Numba's on-disk cache of ``module_file`` when it or one of ``deps`` changed.
+
+    Numba keys a cached kernel on its own source file only, so a kernel that calls kernels of
+    another module would keep running stale machine code after that module is edited. Kernel
+    modules call this at import with the files their kernels use; the cache next to the source
+    (``__pycache__``, the development case) is cleared when their combined hash changes.
+    Failures (read-only installs, races between processes) are ignored: Numba then recompiles.
+    """
+    import glob
+    import hashlib
+    import os
+
+    h = hashlib.sha1()
+    for path in (module_file, *deps):
+        try:
+            with open(path, "rb") as fh:
+                h.update(fh.read())
+        except OSError:
+            return
+    digest = h.hexdigest()
+    cache_dir = os.path.join(os.path.dirname(os.path.abspath(module_file)), "__pycache__")
+    stem = os.path.splitext(os.path.basename(module_file))[0]
+    stamp = os.path.join(cache_dir, f"{stem}.deps-sha1")
+    try:
+        with open(stamp) as fh:
+            if fh.read() == digest:
+                return
+    except OSError:
+        pass
+    try:
+        for f in glob.glob(os.path.join(cache_dir, f"{stem}.*.nb[ic]")):
+            os.remove(f)
+        os.makedirs(cache_dir, exist_ok=True)
+        with open(stamp, "w") as fh:
+            fh.write(digest)
+    except OSError:
+        pass

@@ -1,0 +1,102 @@
+"""Vector-unit ops (elementwise, softmax, RMSNorm/LayerNorm) with their DRAM traffic.
+
+A :class:`~diptych.sim.ops.VectorOp` is spread evenly over the tensor cores. Each core streams
+its share of ``read_bytes`` in and ``write_bytes`` out through the scratchpad in
+:data:`CHUNK_BYTES` pieces, double-buffered, while its vector unit does ``elements ×
+ops_per_element`` ALU ops at ``lanes × ops_per_lane_per_cycle`` per cycle. The DRAM side is the
+fast model of :mod:`.dram` (a sequential read stream, then the write stream, on all
+pseudo-channels); the pipeline takes ``max(compute, memory)`` plus one chunk of the shorter
+side to fill and drain. The helper constructors give the op counts we assume per element.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..arch.dtypes import dtype_bytes
+from .dram import FastDram
+from .ops import VectorOp
+from .stats import OpStats
+
+#: Streaming granularity of vector ops through the scratchpad (bytes per chunk per core).
+CHUNK_BYTES = 64 * 1024
+
+#: ALU ops per element (documented assumptions): softmax = max, subtract, exp, sum, divide;
+#: RMSNorm = square, sum, rsqrt-scale, weight multiply; LayerNorm = sum, subtract, square,
+#: sum, scale, weight multiply, bias add.
+OPS_PER_ELEMENT = {"softmax": 5.0, "rmsnorm": 4.0, "layernorm": 7.0, "elementwise": 1.0,
+                   "add": 1.0, "mul": 1.0, "silu": 4.0, "gelu": 8.0, "swiglu": 5.0, "rope": 6.0,
+                   "copy": 0.0}
+
+
+def elementwise_op(name: str, elements: int, *, inputs: int = 1, kind: str = "elementwise",
+                   dtype: str = "bf16") -> VectorOp:
+    """``inputs`` tensors of ``elements`` in, one out."""
+    b = dtype_bytes(dtype)
+    return VectorOp(name=name, kind=kind, elements=elements, ops_per_element=OPS_PER_ELEMENT[kind],
+                    read_bytes=inputs * elements * b, write_bytes=elements * b, dtype=dtype)
+
+
+def softmax_op(name: str, rows: int, cols: int, dtype: str = "bf16") -> VectorOp:
+    """Row softmax of a ``rows × cols`` tensor (one pass: each row fits the scratchpad)."""
+    b = dtype_bytes(dtype)
+    n = rows * cols
+    return VectorOp(name=name, kind="softmax", elements=n, ops_per_element=OPS_PER_ELEMENT["softmax"],
+                    read_bytes=n * b, write_bytes=n * b, dtype=dtype)
+
+
+def norm_op(name: str, rows: int, cols: int, kind: str = "rmsnorm", dtype: str = "bf16") -> VectorOp:
+    """RMSNorm or LayerNorm over the last dimension, reading the weight (and bias) vectors."""
+    b = dtype_bytes(dtype)
+    n = rows * cols
+    params = cols * b * (2 if kind == "layernorm" else 1)
+    return VectorOp(name=name, kind=kind, elements=n, ops_per_element=OPS_PER_ELEMENT[kind],
+                    read_bytes=n * b + params, write_bytes=n * b, dtype=dtype)
+
+
+def vector_stats(op: VectorOp, chip) -> OpStats:
+    """Time a vector op on ``chip`` (uncached; see :func:`diptych.sim.simulate`)."""
+    cores = chip.tensor_cores
+    v = chip.core.vector
+    ops = op.elements * op.ops_per_element
+    compute = math.ceil(ops / (cores * v.lanes * v.ops_per_lane_per_cycle))
+    rd, wr = float(op.read_bytes), float(op.write_bytes)
+    mem_ns = 0.0
+    dram = FastDram(chip.dram)
+    chunk = CHUNK_BYTES * cores
+    addr = 0
+    done = 0.0
+    for total, write in ((int(math.ceil(rd)), False), (int(math.ceil(wr)), True)):
+        left = total
+        while left > 0:
+            n = min(chunk, left)
+            done = dram.transfer(0.0, addr, 1, n, n, write)
+            addr += n
+            left -= n
+        addr = 1 << 40
+    mem_ns = done
+    dma_bpc = chip.dma.engines * chip.dma.bytes_per_cycle * cores
+    setup = chip.dma.setup_cycles if (rd + wr) > 0 else 0
+    mem = max(math.ceil(mem_ns * chip.clock_ghz), math.ceil((rd + wr) / dma_bpc)) + setup
+    nchunks = max(1, math.ceil((rd + wr) / chunk))
+    cycles = max(compute, mem) + math.ceil(min(compute, mem) / nchunks)
+    cycles = max(cycles, 1)
+    seconds = cycles / chip.clock_hz
+    en = chip.energy
+    sram = 2.0 * (rd + wr)
+    e = {"mac": 0.0, "sram": sram * en.pj_per_sram_byte * 1e-12,
+         "dram": (rd + wr) * 8 * en.pj_per_dram_bit * 1e-12,
+         "vector": ops * en.pj_per_vector_op * 1e-12, "static": en.static_w * seconds}
+    mem_bound = mem > compute
+    return OpStats(
+        name=op.name, kind="vector", cycles=cycles, seconds=seconds, compute_cycles=compute,
+        array_busy_cycles=compute, stall_cycles=cycles - compute,
+        stall_breakdown={"fill_drain": cycles - max(compute, mem) if not mem_bound else 0,
+                         "dram": (mem - compute) + (cycles - mem) if mem_bound else 0,
+                         "writeback": 0},
+        macs=0, flops=float(ops), utilization=0.0, dram_read_bytes=rd, dram_write_bytes=wr,
+        sram_read_bytes=sram / 2, sram_write_bytes=sram / 2,
+        dram_bytes_per_s=(rd + wr) / seconds, energy_j=sum(e.values()), energy_breakdown=e,
+        bound="memory" if mem_bound else "compute",
+        mapping={"unit": "vector", "cores": cores, "chunk_bytes": CHUNK_BYTES,
+                 "vector_cycles": compute, "memory_cycles": mem})

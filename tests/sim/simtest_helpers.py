@@ -1,0 +1,59 @@
+"""Small chips and direct engine runs for the sim tests."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from diptych.arch import load_chip
+from diptych.sim import mapper as MP
+from diptych.sim.array import array_rates
+from diptych.sim.gemm import run_engine
+from diptych.sim.ops import Gemm
+
+
+def small_chip(rows=8, cols=8, cores=1, arrays=1, spad_mib=1.0, gbps=None, dataflows=("os", "ws", "is"),
+               base="tpu-v4"):
+    c = load_chip(base)
+    arr = dataclasses.replace(c.core.array, rows=rows, cols=cols, dataflows=tuple(dataflows))
+    sp = dataclasses.replace(c.core.scratchpad, capacity_mib=spad_mib, accumulator_mib=0.0)
+    core = dataclasses.replace(c.core, array=arr, scratchpad=sp, arrays=arrays)
+    dram = c.dram if gbps is None else dataclasses.replace(c.dram, gbps_per_pin=gbps)
+    return dataclasses.replace(c, core=core, tensor_cores=cores, dram=dram, area_budget_mm2=0.0)
+
+
+def one_array_run(chip, m, k, n, dataflow, mb, kb, nb, order=0, memory=False, dtype="bf16",
+                  batch=1, b_is_weight=True, active=1, arrays_per_core=1):
+    """Run the engine on one array with a forced blocking; returns the output vector."""
+    op = Gemm(name="t", m=m, k=k, n=n, batch=batch, a_dtype=dtype, b_dtype=dtype, c_dtype=dtype,
+              b_is_weight=b_is_weight)
+    mt = m * batch if b_is_weight else m
+    bt = 1 if b_is_weight else batch
+    split = MP.Split(pb=1, pm=1, pn=1, batch=bt, m=mt, n=n, active=active,
+                     arrays_per_core=arrays_per_core)
+
+    class V:
+        pass
+    v = V()
+    v.a_dtype, v.b_dtype, v.c_dtype, v.acc_dtype = op.a_dtype, op.b_dtype, op.c_dtype, op.acc_dtype
+    v.k, v.n, v.b_is_weight, v.batch, v.m = k, n, b_is_weight, bt, mt
+    pb = MP.orient(v, dataflow, split, mt)
+    rates = array_rates(chip, dtype)
+    out, _, _ = run_engine(chip, pb, MP.Blocks(mb, kb, nb, order), rates, split, memory)
+    return out, pb, rates, split
+
+
+def golden_problem(chip, pb, blk, rates, split, memory):
+    from diptych.sim import golden as G
+    arr = chip.core.array
+    eng, per = MP.dma_share(chip, split)
+    t = pb.transposed
+    return G.Problem(
+        dataflow="os" if pb.dataflow == "os" else "ws", rows=arr.rows, cols=arr.cols, m=pb.m,
+        k=pb.k, n=pb.n, batch=pb.batch, mb=blk.mb, kb=blk.kb, nb=blk.nb,
+        order="mnk" if blk.order == 0 else "nmk", os_rate=(rates.os_num, rates.os_den),
+        ws_rate=(rates.ws_num, rates.ws_den), stationary_rows=rates.stationary_rows,
+        x=G.Operand(pb.x_base, pb.x_ld, pb.x_bits, t, pb.x_bstride),
+        w=G.Operand(pb.w_base, pb.w_ld, pb.w_bits, t, pb.w_bstride),
+        o=G.Operand(pb.o_base, pb.o_ld, pb.o_bits, t, pb.o_bstride), acc_bits=pb.acc_bits,
+        engines=eng, max_outstanding=chip.dma.max_outstanding, setup_cycles=chip.dma.setup_cycles,
+        memory=memory, clock_ghz=chip.clock_ghz, dma_bytes_per_cycle=per, share=float(split.active))

@@ -1,0 +1,64 @@
+"""Invariants over random chips and shapes (design.md §2)."""
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diptych.sim.gemm import gemm_stats
+from diptych.sim.ops import Gemm
+
+from simtest_helpers import small_chip
+
+chips = st.builds(
+    lambda r, c, cores, arrays, spad, gbps, dfs: small_chip(
+        r, c, cores=cores, arrays=arrays, spad_mib=spad, gbps=gbps, dataflows=dfs),
+    st.sampled_from([4, 8, 16, 32]), st.sampled_from([4, 8, 16, 32]), st.integers(1, 3),
+    st.integers(1, 2), st.sampled_from([0.0625, 0.25, 1.0]), st.sampled_from([1.6, 3.2]),
+    st.sampled_from([("os",), ("ws",), ("is",), ("os", "ws", "is")]))
+shapes = st.tuples(st.integers(1, 300), st.integers(1, 300), st.integers(1, 300),
+                   st.integers(1, 3), st.booleans())
+
+
+def _op(s):
+    m, k, n, b, shared = s
+    return Gemm(name="g", m=m, k=k, n=n, batch=b, b_is_weight=shared)
+
+
+@settings(max_examples=100, deadline=None)
+@given(chip=chips, s=shapes)
+def test_bounds_and_utilization(chip, s):
+    op = _op(s)
+    st_ = gemm_stats(op, chip)
+    peak_macs = chip.peak_macs_per_cycle(op.compute_dtype)
+    peak_bpc = chip.dram.peak_bytes_per_s / chip.clock_hz
+    assert st_.cycles >= op.macs / peak_macs
+    assert st_.cycles >= (st_.dram_read_bytes + st_.dram_write_bytes) / peak_bpc * (1 - 1e-9)
+    assert 0 < st_.utilization <= 1
+    assert st_.cycles >= st_.compute_cycles >= st_.array_busy_cycles
+    assert st_.stall_cycles == sum(st_.stall_breakdown.values())
+    assert st_.cycles == st_.array_busy_cycles + st_.stall_cycles
+    # minimum traffic: every operand at least once
+    assert st_.dram_read_bytes >= op.a_bytes + op.b_bytes - 1e-6
+    assert st_.dram_write_bytes >= op.c_bytes - 1e-6
+
+
+@settings(max_examples=100, deadline=None)
+@given(chip=chips, s=shapes)
+def test_more_bandwidth_or_scratchpad_never_slower(chip, s):
+    op = _op(s)
+    base = gemm_stats(op, chip).cycles
+    fast = dataclasses.replace(chip, dram=dataclasses.replace(
+        chip.dram, gbps_per_pin=chip.dram.gbps_per_pin * 2))
+    assert gemm_stats(op, fast).cycles <= base
+    sp = chip.core.scratchpad
+    big = dataclasses.replace(chip, core=dataclasses.replace(
+        chip.core, scratchpad=dataclasses.replace(sp, capacity_mib=sp.capacity_mib * 2)))
+    assert gemm_stats(op, big).cycles <= base
+
+
+@settings(max_examples=20, deadline=None)
+@given(chip=chips, s=shapes)
+def test_deterministic(chip, s):
+    op = _op(s)
+    assert gemm_stats(op, chip) == gemm_stats(op, chip)

@@ -1,0 +1,63 @@
+"""``diptych gemm``: time one GEMM on a chip."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .errors import friendly
+
+
+@click.command("gemm")
+@click.argument("m", type=str)
+@click.argument("k", type=str)
+@click.argument("n", type=str)
+@click.option("--chip", "chip_name", required=True, help="Preset name or TOML path.")
+@click.option("--dtype", type=str, default=None, help="int8|fp8|bf16|fp16|fp32 (default: the chip's).")
+@click.option("--dataflow", type=str, default=None, help="os|ws|is (default: the best supported).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="Write a Chrome/Perfetto trace-event JSON file.")
+@friendly
+def gemm(m, k, n, chip_name, dtype, dataflow, as_json, trace_path):
+    """Simulate C[M×N] = A[M×K]·B[K×N] on CHIP and report cycles, stalls, bytes and energy."""
+    from ..arch import load_chip
+    from ..sim import simulate_gemm
+
+    dims = []
+    for name, v in (("m", m), ("k", k), ("n", n)):
+        try:
+            iv = int(v, 10)
+        except ValueError:
+            raise ValueError(f"{name} must be a positive integer, not {v!r}") from None
+        dims.append(iv)
+    chip = load_chip(chip_name)
+    st = simulate_gemm(*dims, chip, dtype=dtype, dataflow=dataflow)
+    if trace_path:
+        from ..sim.trace import write_gemm_trace
+        write_gemm_trace(trace_path, dims[0], dims[1], dims[2], chip, dtype=dtype,
+                         dataflow=dataflow)
+    if as_json:
+        click.echo(json.dumps(st.to_dict(), indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"GEMM {dims[0]}×{dims[1]}×{dims[2]} on {chip.name} "
+                    f"({st.mapping['dtype']}, {st.mapping['dataflow']})", show_header=False)
+    rows = [
+        ("cycles", f"{st.cycles:,}"), ("time", f"{st.seconds * 1e6:,.2f} µs"),
+        ("compute cycles (no memory limit)", f"{st.compute_cycles:,}"),
+        ("stalls", ", ".join(f"{k_} {v:,}" for k_, v in st.stall_breakdown.items())),
+        ("utilization", f"{st.utilization:.1%}"), ("bound", st.bound),
+        ("DRAM read / write", f"{st.dram_read_bytes / 1e6:,.2f} MB / {st.dram_write_bytes / 1e6:,.2f} MB"),
+        ("DRAM bandwidth achieved", f"{st.dram_bytes_per_s / 1e9:,.1f} GB/s "
+                                    f"({st.dram_bytes_per_s / chip.dram_bytes_per_s:.0%} of peak)"),
+        ("energy", f"{st.energy_j * 1e3:,.3f} mJ"),
+        ("mapping", f"split {st.mapping['split']} over {st.mapping['active_arrays']} arrays, "
+                    f"block {st.mapping['block']}, order {st.mapping['loop_order']}"),
+    ]
+    for a, b in rows:
+        t.add_row(a, b)
+    Console().print(t)
