@@ -9,7 +9,7 @@ import importlib
 
 import click
 
-from .. import __version__
+from . import __version__
 
 #: (module under diptych.tools, attribute) of every subcommand; a module that is missing is
 #: skipped so that partial installs still work.

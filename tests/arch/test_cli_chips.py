@@ -4,7 +4,7 @@ import json
 
 from click.testing import CliRunner
 
-from diptych import __version__
+from diptych.tools import __version__
 from diptych.arch import load_chip, preset_names
 from diptych.tools.cli import main
 
