@@ -7,7 +7,7 @@ from importlib import resources
 from pathlib import Path
 
 from .chip import Chip
-from .schema import ConfigError, build
+from .schema import ConfigError, build, read_config_file
 
 
 def preset_names() -> list[str]:
@@ -23,16 +23,7 @@ def chip_from_dict(data: dict, *, source: str | None = None) -> Chip:
 
 def load_chip_file(path: str | Path) -> Chip:
     """Load a chip TOML file; raises :class:`ConfigError` on any problem."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read chip file ({exc.strerror})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML ({exc})") from None
-    return chip_from_dict(data, source=str(path))
+    return chip_from_dict(read_config_file(path, "chip file"), source=str(path))
 
 
 def load_chip(name_or_path: "str | Path | Chip") -> Chip:

@@ -136,10 +136,39 @@ def fail(source: str | None, path: str, value: Any, expected: str) -> typing.NoR
     _fail(source, path, value, expected)
 
 
+def read_config_file(path, what: str, *, fmt: str | None = None,
+                     error: type[Exception] = ConfigError) -> Any:
+    """Read and parse a TOML or JSON file (``fmt`` "toml"/"json"; by default by suffix).
+
+    Problems raise ``error`` with a message naming the file and ``what`` it should be, e.g.
+    ``"mine.toml: cannot read chip file (No such file or directory)"``.
+    """
+    import json
+    import tomllib
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
+    if (fmt or ("json" if path.suffix == ".json" else "toml")) == "json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise error(f"{path}: invalid JSON ({exc})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{path}: invalid TOML ({exc})") from None
+
+
 def to_dict(obj: Any) -> Any:
-    """Inverse of :func:`build`: a dataclass tree as plain dicts/lists (JSON/TOML-friendly)."""
+    """Inverse of :func:`build`: a dataclass tree as plain dicts/lists (JSON/TOML-friendly).
+    Optional fields that are None (an absent optional table) are left out."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+                if getattr(obj, f.name) is not None}
     if isinstance(obj, tuple):
         return [to_dict(x) for x in obj]
     return obj

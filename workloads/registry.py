@@ -6,6 +6,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
+from ..arch.schema import read_config_file
 from .config import ModelConfig, model_from_hf
 
 
@@ -20,14 +21,7 @@ def load_model_file(path: str | Path, name: str | None = None) -> ModelConfig:
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read model config ({exc.strerror})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: invalid JSON ({exc})") from None
+    data = read_config_file(path, "model config", fmt="json", error=ValueError)
     if name is None:
         name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
     return model_from_hf(data, name=name, source=str(path))

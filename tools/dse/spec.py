@@ -32,12 +32,12 @@ import itertools
 import json
 import math
 import random
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from ...arch import DTYPES, Chip, chip_from_dict, load_chip, to_dict
+from ...arch.schema import read_config_file
 
 # ---------------------------------------------------------------------------------------------
 # chip parameters: name -> (kind, doc, setter(d, value))
@@ -391,13 +391,5 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
 
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a sweep spec TOML file."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read sweep spec ({exc.strerror})") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ValueError(f"{path}: invalid TOML ({exc})") from None
+    data = read_config_file(path, "sweep spec", error=ValueError)
     return parse_spec(data, source=str(path))
