@@ -175,6 +175,23 @@ class Dram:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SharedBuffer:
+    """Optional chip-level on-chip buffer shared by every tensor core (GPU L2, TPU v4 CMEM).
+
+    The engine serves an operand's re-reads from it when their reuse set fits (docs/engine.md,
+    "Shared buffer"); its bytes cost ``energy.pj_per_sram_byte``.
+    """
+
+    capacity_mib: float = f(gt=0.0, doc="capacity in MiB (> 0)")
+    bytes_per_cycle: float = f(gt=0.0, doc="read bandwidth of the whole buffer in bytes per "
+                                           "core cycle, all arrays together (> 0)")
+
+    @property
+    def capacity_bytes(self) -> int:
+        return int(self.capacity_mib * 2**20)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Interconnect:
     """Chip-to-chip links (ICI, NVLink, NeuronLink ...)."""
 
@@ -229,6 +246,9 @@ class Chip:
     tdp_w: float = f(gt=0.0, doc="thermal design power in W (> 0)")
     area_budget_mm2: float = f(default=0.0, min=0.0,
                                doc="die-area budget in mm² (0 = none stated)")
+    shared_buffer: SharedBuffer | None = f(default=None,
+                                           doc="optional shared on-chip buffer table "
+                                               "(L2 / CMEM); absent = none")
 
     def _validate(self, source, path):
         supported = self.core.array.dtypes

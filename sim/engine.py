@@ -29,6 +29,13 @@ Every delay beyond the memory-free recurrence is charged to DRAM (data not ready
 write-back (output slot still draining), so ``cycles = compute_cycles + dram + write-back``
 exactly; ``compute_cycles − busy`` is fill/drain (and issue-rule gaps).
 
+Shared buffer (``P_X_SB``/``P_W_SB``, modes of :class:`diptych.sim.mapper.Blocks`). In modes 1
+and 2 an operand's DRAM loads count ``1/dup`` of their bytes and are time-shared by
+``active/dup`` arrays (the ``dup`` arrays sharing the slice fetch it once); in mode 2 a block
+touched before by this array (X with ``j > 0``, W with ``i > 0``) comes from the shared buffer
+instead, a server at this array's share of its bandwidth (``F_SB_BPC``), after the DMA setup
+and through the DMA port like any load.
+
 DMA. Descriptors go round-robin to the engines; a descriptor is issued once the one
 ``max_outstanding`` earlier on its engine has completed, its data starts ``setup`` cycles later
 (and after the engine's port is free), moves at the engine rate, and completes when both the
@@ -55,13 +62,15 @@ invalidate_stale_cache(__file__, _os.path.join(_here, "dram.py"), _os.path.join(
  P_X_BASE, P_X_LD, P_X_BITS, P_X_T, P_X_BSTRIDE,
  P_W_BASE, P_W_LD, P_W_BITS, P_W_T, P_W_BSTRIDE,
  P_O_BASE, P_O_LD, P_O_BITS, P_O_T, P_O_BSTRIDE,
- P_ACC_BITS, P_ENGINES, P_MAXOUT, P_SETUP, P_MEMORY, P_CUTOFF, P_PERIODS, P_TRAFFIC, N_IPARAMS) = range(40)
-# float parameters
-F_GHZ, F_DMA_BPC, F_SHARE, N_FPARAMS = range(4)
+ P_ACC_BITS, P_ENGINES, P_MAXOUT, P_SETUP, P_MEMORY, P_CUTOFF, P_PERIODS, P_TRAFFIC,
+ P_X_SB, P_W_SB, N_IPARAMS) = range(42)
+# float parameters (F_X_DUP/F_W_DUP: arrays sharing one X/W slice; F_SB_BPC: this array's
+# share of the shared buffer's bytes per cycle)
+F_GHZ, F_DMA_BPC, F_SHARE, F_X_DUP, F_W_DUP, F_SB_BPC, N_FPARAMS = range(7)
 # outputs
 (O_CYCLES, O_BUSY, O_DRAM_STALL, O_WB_STALL, O_DRAM_RD, O_DRAM_WR, O_SRAM_RD, O_SRAM_WR,
  O_BLOCKS, O_FOLDS, O_TRANSFERS, O_DRAM_BUSY_NS, O_NTRACE_BLOCKS, O_NTRACE_PC, O_LAST_OUT,
- O_ABORTED, N_OUT) = range(17)
+ O_ABORTED, O_SB_RD, N_OUT) = range(18)
 # trace columns per block
 (T_BT, T_I, T_J, T_K, T_XS, T_XE, T_WS, T_WE, T_CS, T_CE, T_OS, T_OE, N_TRACE) = range(13)
 NEG = -(1 << 60)
@@ -91,9 +100,12 @@ def _descriptor(base, ld, bits, trans, bstride, bt, r0, c0, nr, nc):
 
 
 @jit
-def _dma(req_ns, addr, rows, row_bytes, stride, is_write, ip, fp, dip, dfp, ds, eng,
-         pc_s, pc_e, tr_pc, out):
-    """Issue one descriptor; returns (data start ns, completion ns)."""
+def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip, dfp, ds,
+         eng, sbs, pc_s, pc_e, tr_pc, out):
+    """Issue one descriptor; returns (data start ns, completion ns).
+
+    ``sb`` = 1: the data comes from the shared buffer (a server at this array's share of its
+    bandwidth, state ``sbs[0]``) instead of DRAM; ``share``: the DRAM time-sharing factor."""
     n_eng = ip[P_ENGINES]
     maxout = ip[P_MAXOUT]
     ghz = fp[F_GHZ]
@@ -102,15 +114,20 @@ def _dma(req_ns, addr, rows, row_bytes, stride, is_write, ip, fp, dip, dfp, ds, 
     slot = (cnt // n_eng) % maxout
     t_issue = max(req_ns, eng[e, 1 + slot])
     start = max(t_issue + ip[P_SETUP] / ghz, eng[e, 0])
-    dram_end = dram_transfer(start, addr, rows, row_bytes, stride, is_write, fp[F_SHARE], dip,
-                             dfp, ds[0], ds[1], ds[2], ds[3], ds[4], ds[5], ds[6], ds[7], ds[8],
-                             ds[9], ds[10], ds[11], ds[12], pc_s, pc_e)
+    if sb == 1:
+        s_start = max(start, sbs[0])
+        dram_end = s_start + (rows * row_bytes) / (fp[F_SB_BPC] * ghz)
+        sbs[0] = dram_end
+    else:
+        dram_end = dram_transfer(start, addr, rows, row_bytes, stride, is_write, share, dip,
+                                 dfp, ds[0], ds[1], ds[2], ds[3], ds[4], ds[5], ds[6], ds[7],
+                                 ds[8], ds[9], ds[10], ds[11], ds[12], pc_s, pc_e)
     port_end = start + (rows * row_bytes) / (fp[F_DMA_BPC] * ghz)
     eng[e, 0] = port_end
     done = max(dram_end, port_end)
     eng[e, 1 + slot] = done
     out[O_TRANSFERS] += 1
-    if tr_pc.shape[0] > 0:
+    if tr_pc.shape[0] > 0 and sb == 0:
         for p in range(pc_s.shape[0]):
             if pc_s[p] >= 0.0:
                 n = int(out[O_NTRACE_PC])
@@ -159,6 +176,8 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     pc_s = np.zeros(p_n)
     pc_e = np.zeros(p_n)
     eng = np.zeros((ip[P_ENGINES], 1 + ip[P_MAXOUT]))
+    sbs = np.zeros(1)
+    share = fp[F_SHARE]
     # operand slots: [slot] -> cycle when free; current slot index; ready ns of current block
     x_free = np.zeros(2)
     w_free = np.zeros(2)
@@ -211,12 +230,22 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             if x_load:
                 a, rows, rb, st = _descriptor(ip[P_X_BASE], ip[P_X_LD], ip[P_X_BITS], ip[P_X_T],
                                               ip[P_X_BSTRIDE], bt, i * Mb, k * Kb, mb, kb)
-                out[O_DRAM_RD] += rows * rb
+                # shared buffer (modes in mapper.Blocks): 1, every load comes from DRAM once
+                # for the x_dup arrays sharing the slice; 2, only the first touch (j = 0) does
+                # and later touches are shared-buffer re-reads
+                sb = 1 if (ip[P_X_SB] == 2 and j > 0) else 0
+                sh = share / fp[F_X_DUP] if ip[P_X_SB] > 0 else share
+                if sb == 1:
+                    out[O_SB_RD] += rows * rb
+                elif ip[P_X_SB] > 0:
+                    out[O_DRAM_RD] += rows * rb / fp[F_X_DUP]
+                else:
+                    out[O_DRAM_RD] += rows * rb
                 out[O_SRAM_WR] += rows * rb
                 if memory == 1:
                     req = x_free[1 - x_cur] / ghz
-                    s0, d0 = _dma(req, a, rows, rb, st, 0, ip, fp, dip, dfp, ds, eng, pc_s,
-                                  pc_e, tr_pc, out)
+                    s0, d0 = _dma(req, a, rows, rb, st, 0, sh, sb, ip, fp, dip, dfp, ds, eng,
+                                  sbs, pc_s, pc_e, tr_pc, out)
                     nxt_x_ready = d0
                     if nb_ < tr_blocks.shape[0]:
                         tr_blocks[nb_, T_XS] = s0
@@ -228,12 +257,19 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             if w_load:
                 a, rows, rb, st = _descriptor(ip[P_W_BASE], ip[P_W_LD], ip[P_W_BITS], ip[P_W_T],
                                               ip[P_W_BSTRIDE], bt, k * Kb, j * Nb, kb, nbb)
-                out[O_DRAM_RD] += rows * rb
+                sb = 1 if (ip[P_W_SB] == 2 and i > 0) else 0
+                sh = share / fp[F_W_DUP] if ip[P_W_SB] > 0 else share
+                if sb == 1:
+                    out[O_SB_RD] += rows * rb
+                elif ip[P_W_SB] > 0:
+                    out[O_DRAM_RD] += rows * rb / fp[F_W_DUP]
+                else:
+                    out[O_DRAM_RD] += rows * rb
                 out[O_SRAM_WR] += rows * rb
                 if memory == 1:
                     req = w_free[1 - w_cur] / ghz
-                    s0, d0 = _dma(req, a, rows, rb, st, 0, ip, fp, dip, dfp, ds, eng, pc_s,
-                                  pc_e, tr_pc, out)
+                    s0, d0 = _dma(req, a, rows, rb, st, 0, sh, sb, ip, fp, dip, dfp, ds, eng,
+                                  sbs, pc_s, pc_e, tr_pc, out)
                     nxt_w_ready = d0
                     if nb_ < tr_blocks.shape[0]:
                         tr_blocks[nb_, T_WS] = s0
@@ -365,8 +401,8 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             out[O_DRAM_WR] += rows * rb
             out[O_SRAM_RD] += rows * rb
             if memory == 1:
-                s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, 1, ip, fp, dip, dfp, ds, eng,
-                                pc_s, pc_e, tr_pc, out)
+                s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, 1, share, 0, ip, fp, dip, dfp,
+                                ds, eng, sbs, pc_s, pc_e, tr_pc, out)
                 done_c = int(math.ceil(d0w * ghz))
                 out_free[n_out % 2] = done_c
                 if done_c > wb_end_cyc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..arch.chip import DATAFLOWS
@@ -10,6 +12,9 @@ from . import mapper as MP
 from .array import array_rates
 from .dram import pattern_cache
 from .stats import OpStats
+
+
+_SB_MODES = ("dram", "shared copies", "shared copies and re-reads")
 
 
 def check_dataflows(chip, dataflow):
@@ -26,19 +31,21 @@ def check_dataflows(chip, dataflow):
 
 
 def run_engine(chip, pb, blk, rates, split, memory: bool, trace_blocks: int = 0,
-               trace_spans: int = 0, cutoff: int = 0):
+               trace_spans: int = 0, cutoff: int = 0, periods: int | None = None):
     """One engine run; returns (output vector, block trace, channel-span trace).
 
-    ``cutoff`` > 0 lets the engine give up once it cannot beat that many cycles."""
+    ``cutoff`` > 0 lets the engine give up once it cannot beat that many cycles
+    (``periods``: :func:`mapper.period_cycles` of the blocking, if already known)."""
     ip, fp = MP.engine_params(chip, pb, blk, rates, split, memory)
     if cutoff > 0:
         ip[E.P_CUTOFF] = cutoff
-        ip[E.P_PERIODS] = MP.period_cycles(chip, pb, blk, rates)
+        ip[E.P_PERIODS] = MP.period_cycles(chip, pb, blk, rates) if periods is None else periods
         ip[E.P_TRAFFIC] = int(MP.traffic_bytes(pb, blk))
     t = MP.dram_timing(chip)
+    dip, dfp = MP.dram_vectors(chip.dram)
     tb = np.zeros((trace_blocks, E.N_TRACE))
     tp = np.zeros((trace_spans, 4))
-    out = E.run_schedule(ip, fp, t.iparams(), t.fparams(), pattern_cache(t), tb, tp)
+    out = E.run_schedule(ip, fp, dip, dfp, pattern_cache(t), tb, tp)
     return out, tb, tp
 
 
@@ -50,43 +57,73 @@ def plan(op, chip, dataflow=None):
     folded = op.b_is_weight and op.batch > 1
     m_total = op.m * op.batch if folded else op.m
     batch = 1 if folded else op.batch
-    cands = []
-    errors = []
+    # Candidates are simulated in order of their estimate across every (split, dataflow)
+    # group (ties: group order, then blocking order), skipping those whose bound cannot beat
+    # the best. A group's table is built lazily: only once the next candidate's estimate
+    # reaches the group's floor (a bound below every estimate and bound in it), and never when
+    # that floor cannot beat the best; the order is the same as with every table built.
     view = _as_oriented(op, m_total, batch)
+    groups = []
     for split in MP.splits(chip, batch, m_total, op.n):
         peak_bpc = chip.dram.peak_bytes_per_s / chip.clock_hz / split.active
         for df in flows:
             pb = MP.orient(view, df, split, m_total)
+            groups.append([MP.group_floor(chip, pb, rates, split, peak_bpc), len(groups), pb,
+                           split, peak_bpc, None])
+    pending = sorted(groups, key=lambda g: (g[0], g[1]))
+    built = []          # [group, table, est order, est sorted, lb sorted, pointer]
+    errors = []
+    n_cands = 0
+    best = None
+    sims = 0
+    spent = 0
+    while True:
+        thr = math.inf if best is None else best[0] * (1.0 - MP.PRUNE_TOLERANCE)
+        head = None
+        for b in built:
+            lbs = b[4]
+            if b[5] < len(lbs) and not lbs[b[5]] < thr:
+                ahead = np.flatnonzero(lbs[b[5]:] < thr)
+                b[5] = len(lbs) if ahead.size == 0 else b[5] + int(ahead[0])
+            if b[5] < len(lbs):
+                key = (b[3][b[5]], b[0][1], int(b[2][b[5]]))
+                if head is None or key < head[0]:
+                    head = (key, b)
+        if pending and pending[0][0] < thr and (head is None or pending[0][0] <= head[0][0]):
+            g = pending.pop(0)
+            _, _, pb, split, peak_bpc, _ = g
             try:
                 cs, est, lb = MP.candidate_table(chip, pb, rates, split, peak_bpc)
             except ValueError as exc:
                 errors.append(exc)
                 continue
-            for i, blk in enumerate(cs):
-                cands.append((float(est[i]), len(cands), float(lb[i]), pb, blk, split))
-    if not cands:
-        raise errors[0]
-    cands.sort(key=lambda c: (c[0], c[1]))
-    best = None
-    sims = 0
-    spent = 0
-    for est, idx, lb, pb, blk, split in cands:
-        if best is not None and lb >= best[0] * (1.0 - MP.PRUNE_TOLERANCE):
+            order = np.argsort(est, kind="stable")
+            built.append([g, cs, order, est[order], lb[order], 0])
+            n_cands += len(cs)
             continue
+        if head is None:
+            break
         if best is not None and spent >= MP.MAX_SIMULATED_BLOCKS:
             break
+        (_, gpos, local), b = head
+        b[5] += 1
+        pb, split, cs = b[0][2], b[0][3], b[1]
+        blk = cs[local]
         spent += pb.batch * MP._cdiv(pb.m, blk.mb) * MP._cdiv(pb.k, blk.kb) * MP._cdiv(pb.n, blk.nb)
         cut = 0 if best is None else int(best[0] * (1.0 - MP.PRUNE_TOLERANCE)) + 1
-        out, _, _ = run_engine(chip, pb, blk, rates, split, True, cutoff=cut)
+        out, _, _ = run_engine(chip, pb, blk, rates, split, True, cutoff=cut,
+                               periods=int(cs.periods[local]))
         sims += 1
         if out[E.O_ABORTED]:
             continue
-        key = (int(out[E.O_CYCLES]), idx)
-        if best is None or key < best[:2]:
-            best = (key[0], idx, pb, blk, out, split)
-    _, _, pb, blk, out, split = best
+        key = (int(out[E.O_CYCLES]), gpos, local)
+        if best is None or key < best[:3]:
+            best = (key[0], gpos, local, pb, blk, out, split)
+    if best is None:
+        raise errors[0]
+    _, _, _, pb, blk, out, split = best
     return dict(rates=rates, split=split, problem=pb, blocks=blk, out=out,
-                candidates=len(cands), simulated=sims, dtype=dtype)
+                candidates=n_cands, simulated=sims, dtype=dtype)
 
 
 class _Oriented:
@@ -121,13 +158,14 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
     dram_wr = float(out[E.O_DRAM_WR]) * act
     sram_rd = float(out[E.O_SRAM_RD]) * act
     sram_wr = float(out[E.O_SRAM_WR]) * act
+    sb_rd = float(out[E.O_SB_RD]) * act
     macs = op.macs
     peak = chip.peak_macs_per_cycle(p["dtype"])
     util = macs / (cycles * peak)
     en = chip.energy
     e = {
         "mac": macs * en.pj_per_mac[p["dtype"]] * 1e-12,
-        "sram": (sram_rd + sram_wr) * en.pj_per_sram_byte * 1e-12,
+        "sram": (sram_rd + sram_wr + sb_rd) * en.pj_per_sram_byte * 1e-12,
         "dram": (dram_rd + dram_wr) * 8 * en.pj_per_dram_bit * 1e-12,
         "vector": 0.0,
         "static": en.static_w * seconds,
@@ -146,6 +184,8 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
                       "transposed": pb.transposed},
         "block": {"m": blk.mb, "k": blk.kb, "n": blk.nb},
         "loop_order": "mnk" if blk.order == 0 else "nmk",
+        "shared_buffer": {("B" if pb.transposed else "A"): _SB_MODES[blk.x_sb],
+                          ("A" if pb.transposed else "B"): _SB_MODES[blk.w_sb]},
         "buffering": "double",
         "scratchpad_bytes_used": MP.footprint(pb, blk.mb, blk.kb, blk.nb,
                                               MP.capacity(chip, split)[1]),
@@ -163,4 +203,5 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
         macs=macs, flops=float(op.flops), utilization=util, dram_read_bytes=dram_rd,
         dram_write_bytes=dram_wr, sram_read_bytes=sram_rd, sram_write_bytes=sram_wr,
         dram_bytes_per_s=dram_bps, energy_j=sum(e.values()), energy_breakdown=e,
-        bound="memory" if dram_frac > array_frac else "compute", mapping=mapping)
+        bound="memory" if dram_frac > array_frac else "compute", mapping=mapping,
+        shared_buffer_read_bytes=sb_rd)

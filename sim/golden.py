@@ -65,6 +65,11 @@ class Problem:
     clock_ghz: float
     dma_bytes_per_cycle: float
     share: float
+    x_sb: int = 0                 # shared-buffer mode of X and W (mapper.Blocks)
+    w_sb: int = 0
+    x_dup: float = 1.0            # arrays sharing one X / W slice
+    w_dup: float = 1.0
+    sb_bytes_per_cycle: float = 0.0   # this array's share of the shared buffer
 
 
 @dataclass
@@ -80,6 +85,7 @@ class Result:
     blocks: int = 0
     folds: int = 0
     transfers: int = 0
+    sb_rd: float = 0.0
 
 
 @dataclass
@@ -92,8 +98,11 @@ class Dma:
     def __init__(self, pb: Problem, dram: FastDram, res: Result):
         self.pb, self.dram, self.res = pb, dram, res
         self.engines = [DmaEngine() for _ in range(pb.engines)]
+        self.sb_free = 0.0   # the shared buffer serves this array's re-reads one at a time
 
-    def issue(self, req_ns, addr, rows, row_bytes, stride, write):
+    def issue(self, req_ns, addr, rows, row_bytes, stride, write, share=None, sb=False):
+        """One descriptor from DRAM (time-shared by ``share`` arrays, default all active
+        ones) or, with ``sb``, from the shared buffer; returns its completion time in ns."""
         pb = self.pb
         if rows > 1 and stride == row_bytes:
             rows, row_bytes = 1, rows * row_bytes
@@ -104,7 +113,13 @@ class Dma:
         else:
             t_issue = max(req_ns, 0.0)
         start = max(t_issue + pb.setup_cycles / pb.clock_ghz, eng.port_free)
-        dram_end = self.dram.transfer(start, addr, rows, row_bytes, stride, write, pb.share)
+        if sb:
+            dram_end = max(start, self.sb_free) + (rows * row_bytes) / (
+                pb.sb_bytes_per_cycle * pb.clock_ghz)
+            self.sb_free = dram_end
+        else:
+            dram_end = self.dram.transfer(start, addr, rows, row_bytes, stride, write,
+                                          pb.share if share is None else share)
         port_end = start + (rows * row_bytes) / (pb.dma_bytes_per_cycle * pb.clock_ghz)
         eng.port_free = port_end
         done = max(dram_end, port_end)
@@ -147,9 +162,11 @@ def run(pb: Problem, dram) -> Result:
         prev = blist[idx - 1] if idx > 0 else None
         same_x = prev is not None and (prev[0], prev[1], prev[3]) == (bt, i, k)
         same_w = prev is not None and (prev[0], prev[3], prev[2]) == (bt, k, j)
-        for name, same, op, r0, c0, nr, nc, slot_of, slot_free, ready in (
-                ("x", same_x, pb.x, i * pb.mb, k * pb.kb, mb, kb, x_slot_of, x_slot_free, x_ready),
-                ("w", same_w, pb.w, k * pb.kb, j * pb.nb, kb, nb, w_slot_of, w_slot_free, w_ready)):
+        for name, same, op, r0, c0, nr, nc, slot_of, slot_free, ready, mode, dup, touched in (
+                ("x", same_x, pb.x, i * pb.mb, k * pb.kb, mb, kb, x_slot_of, x_slot_free, x_ready,
+                 pb.x_sb, pb.x_dup, j > 0),
+                ("w", same_w, pb.w, k * pb.kb, j * pb.nb, kb, nb, w_slot_of, w_slot_free, w_ready,
+                 pb.w_sb, pb.w_dup, i > 0)):
             if same:
                 slot_of[idx] = slot_of[idx - 1]
                 ready[idx] = ready[idx - 1]
@@ -157,10 +174,19 @@ def run(pb: Problem, dram) -> Result:
             slot = 0 if idx == 0 else 1 - slot_of[idx - 1]
             slot_of[idx] = slot
             addr, rows, rb, st = op.descriptor(bt, r0, c0, nr, nc)
-            res.dram_rd += rows * rb
+            # shared buffer: mode 1, the dup arrays sharing this slice fetch it from DRAM once;
+            # mode 2, also blocks touched before by this array (re-reads) come from the buffer
+            from_sb = mode == 2 and touched
+            if from_sb:
+                res.sb_rd += rows * rb
+            elif mode:
+                res.dram_rd += rows * rb / dup
+            else:
+                res.dram_rd += rows * rb
             res.sram_wr += rows * rb
             if pb.memory:
-                ready[idx] = dma.issue(slot_free[slot] / pb.clock_ghz, addr, rows, rb, st, 0)
+                ready[idx] = dma.issue(slot_free[slot] / pb.clock_ghz, addr, rows, rb, st, 0,
+                                       share=pb.share / dup if mode else pb.share, sb=from_sb)
             else:
                 ready[idx] = 0.0
 

@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -71,6 +72,8 @@ class Problem:
     x_base: int
     w_base: int
     o_base: int
+    x_dup: int = 1       # arrays reading the same X slice (the split ways over W's columns)
+    w_dup: int = 1       # arrays reading the same W slice (the split ways over X's rows)
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,11 @@ class Blocks:
     kb: int
     nb: int
     order: int   # 0: M outermost (mnk), 1: N outermost (nmk)
+    #: shared-buffer use of X and W: 0 none; 1 the ``dup`` arrays sharing a slice read it from
+    #: DRAM once (in lockstep) and the copies come from the buffer; 2 as 1 and re-reads within
+    #: the array too
+    x_sb: int = 0
+    w_sb: int = 0
 
 
 def _cdiv(a, b):
@@ -101,23 +109,31 @@ def splits(chip, batch: int, m: int, n: int) -> list[Split]:
     """Every distinct way to share (batch, M, N) over the chip's arrays, deterministic order.
 
     ``pb`` (batch ways) and ``pn`` (N ways) run over powers of two and the largest value that
-    fits; ``pm`` takes the arrays left. Splits giving the same per-array share are merged.
+    fits; ``pm`` (M ways) over powers of two up to the arrays left and that largest value, so a
+    split may leave arrays idle rather than duplicate an operand across them. Splits giving the
+    same per-array share are merged.
     """
     arrays = chip.arrays
     out = {}
     top = min(batch, arrays)
-    for pb in sorted({top} | {2 ** i for i in range(24) if 2 ** i <= top}):
+    for pb in _ways(top):
         rest = arrays // pb
-        for pn in sorted({1, rest} | {2 ** i for i in range(24) if 2 ** i <= rest}):
-            pm = rest // pn
-            bs, ms, ns = _cdiv(batch, pb), max(1, _cdiv(m, pm)), _cdiv(n, pn)
-            if (bs, ms, ns) in out:
-                continue
-            act = _cdiv(batch, bs) * _cdiv(m, ms) * _cdiv(n, ns)
-            apc = min(chip.core.arrays, _cdiv(act, chip.tensor_cores))
-            out[(bs, ms, ns)] = Split(pb=_cdiv(batch, bs), pm=_cdiv(m, ms), pn=_cdiv(n, ns),
-                                      batch=bs, m=ms, n=ns, active=act, arrays_per_core=apc)
+        for pn in _ways(rest):
+            for pm in _ways(min(rest // pn, m)):
+                bs, ms, ns = _cdiv(batch, pb), max(1, _cdiv(m, pm)), _cdiv(n, pn)
+                if (bs, ms, ns) in out:
+                    continue
+                act = _cdiv(batch, bs) * _cdiv(m, ms) * _cdiv(n, ns)
+                apc = min(chip.core.arrays, _cdiv(act, chip.tensor_cores))
+                out[(bs, ms, ns)] = Split(pb=_cdiv(batch, bs), pm=_cdiv(m, ms), pn=_cdiv(n, ns),
+                                          batch=bs, m=ms, n=ns, active=act, arrays_per_core=apc)
     return list(out.values())
+
+
+def _ways(top: int) -> list[int]:
+    """1, 2, 4, ... up to ``top``, and ``top`` itself."""
+    top = max(1, top)
+    return sorted({top} | {2 ** i for i in range(40) if 2 ** i <= top})
 
 
 def orient(op, dataflow: str, split: Split, m_total: int) -> Problem:
@@ -138,12 +154,14 @@ def orient(op, dataflow: str, split: Split, m_total: int) -> Problem:
         return Problem(dataflow=dataflow, m=split.m, k=k, n=split.n, batch=split.batch,
                        x_bits=ab, w_bits=bb, o_bits=cb, acc_bits=accb, transposed=False,
                        x_ld=a_ld, w_ld=b_ld, o_ld=c_ld, x_bstride=a_bs, w_bstride=b_bs,
-                       o_bstride=c_bs, x_base=0, w_base=b_base, o_base=c_base)
+                       o_bstride=c_bs, x_base=0, w_base=b_base, o_base=c_base,
+                       x_dup=split.pn, w_dup=split.pm)
     # X = Bᵀ (at b_base), W = Aᵀ (at 0), O = Cᵀ
     return Problem(dataflow=dataflow, m=split.n, k=k, n=split.m, batch=split.batch,
                    x_bits=bb, w_bits=ab, o_bits=cb, acc_bits=accb, transposed=True,
                    x_ld=b_ld, w_ld=a_ld, o_ld=c_ld, x_bstride=b_bs, w_bstride=a_bs,
-                   o_bstride=c_bs, x_base=b_base, w_base=0, o_base=c_base)
+                   o_bstride=c_bs, x_base=b_base, w_base=0, o_base=c_base,
+                   x_dup=split.pm, w_dup=split.pn)
 
 
 def engine_params(chip, pb: Problem, blk: Blocks, rates: Rates, split: Split,
@@ -171,9 +189,18 @@ def engine_params(chip, pb: Problem, blk: Blocks, rates: Rates, split: Split,
     ip[E.P_ENGINES], ip[E.P_MAXOUT], ip[E.P_SETUP] = engines, chip.dma.max_outstanding, \
         chip.dma.setup_cycles
     ip[E.P_MEMORY] = 1 if memory else 0
+    ip[E.P_X_SB], ip[E.P_W_SB] = blk.x_sb, blk.w_sb
     fp = np.zeros(E.N_FPARAMS)
     fp[E.F_GHZ], fp[E.F_DMA_BPC], fp[E.F_SHARE] = chip.clock_ghz, per_engine, float(split.active)
+    fp[E.F_X_DUP], fp[E.F_W_DUP] = float(pb.x_dup), float(pb.w_dup)
+    fp[E.F_SB_BPC] = shared_buffer_bpc(chip, split)
     return ip, fp
+
+
+def shared_buffer_bpc(chip, split: Split) -> float:
+    """One array's share of the shared buffer's bandwidth in bytes per cycle (0: none)."""
+    sbuf = chip.shared_buffer
+    return 0.0 if sbuf is None else sbuf.bytes_per_cycle / split.active
 
 
 def dma_share(chip, split: Split) -> tuple[int, float]:
@@ -243,8 +270,8 @@ def candidates(chip, pb: Problem, rates: Rates, split: Split) -> list[Blocks]:
     return out
 
 
-def traffic_bytes(pb: Problem, blk: Blocks) -> float:
-    """DRAM bytes of a blocking (closed form of the engine's reuse rule)."""
+def _loads(pb: Problem, blk: Blocks) -> tuple[float, float, float, float, float]:
+    """(X bytes, X bytes loaded, W bytes, W bytes loaded, O bytes) of one batch element."""
     nm, nk, nn = _cdiv(pb.m, blk.mb), _cdiv(pb.k, blk.kb), _cdiv(pb.n, blk.nb)
     x = pb.m * pb.k * pb.x_bits / 8
     w = pb.k * pb.n * pb.w_bits / 8
@@ -255,7 +282,75 @@ def traffic_bytes(pb: Problem, blk: Blocks) -> float:
     else:
         wt = w * (nm if nk > 1 else 1)
         xt = x * (1 if (nk == 1 and nm == 1) else nn)
-    return pb.batch * (xt + wt + o)
+    return x, xt, w, wt, o
+
+
+def traffic_bytes(pb: Problem, blk: Blocks) -> float:
+    """DRAM bytes of a blocking, this array's part (closed form of the engine's reuse rule).
+
+    An operand in the shared buffer is read from DRAM once for the ``dup`` arrays sharing
+    it (each array counts ``1/dup`` of its first touch); its re-reads are
+    :func:`shared_buffer_bytes`."""
+    x, xt, w, wt, o = _loads(pb, blk)
+    xd = (x if blk.x_sb == 2 else xt) / (pb.x_dup if blk.x_sb else 1)
+    wd = (w if blk.w_sb == 2 else wt) / (pb.w_dup if blk.w_sb else 1)
+    return pb.batch * (xd + wd + o)
+
+
+def shared_buffer_bytes(pb: Problem, blk: Blocks) -> float:
+    """Bytes this array re-reads from the shared buffer."""
+    x, xt, w, wt, o = _loads(pb, blk)
+    return pb.batch * ((xt - x if blk.x_sb == 2 else 0.0) + (wt - w if blk.w_sb == 2 else 0.0))
+
+
+def reuse_sets(pb: Problem, blk: Blocks, split: Split) -> tuple[float, float, float, float]:
+    """Chip-wide bytes the shared buffer must hold: (X mode 1, X mode 2, W mode 1, W mode 2).
+
+    Mode 1 (copies shared across arrays): the ``dup`` arrays sharing a slice play the same
+    schedule in lockstep, so only a slice's two in-flight blocks must stay (``2·Mb·Kb`` for X,
+    ``2·Kb·Nb`` for W). Mode 2 (re-reads within an array too): a block must stay between two
+    touches, so X's block row (``Mb × K``) when M is outermost, all of X when N is; W's block
+    column (``K × Nb``) when N is outermost, all of W when M is. The chip holds one set per
+    distinct slice: ``active / dup`` of them."""
+    mb, kb, nb = min(blk.mb, pb.m), min(blk.kb, pb.k), min(blk.nb, pb.n)
+    xn = split.active // pb.x_dup
+    wn = split.active // pb.w_dup
+    x1 = 2 * mb * kb * pb.x_bits / 8 * xn
+    w1 = 2 * kb * nb * pb.w_bits / 8 * wn
+    x2 = (mb * pb.k if blk.order == 0 else pb.m * pb.k) * pb.x_bits / 8 * xn
+    w2 = (pb.k * pb.n if blk.order == 0 else pb.k * nb) * pb.w_bits / 8 * wn
+    return x1, max(x1, x2), w1, max(w1, w2)
+
+
+def shared_buffer_modes(chip, pb: Problem, blk: Blocks, split: Split) -> list[Blocks]:
+    """``blk`` and its variants using the chip's shared buffer for X and/or W (modes 1, 2):
+    a mode is offered when it changes something (mode 1: the operand is duplicated across
+    arrays; mode 2: it is re-read within the array) and the chosen sets fit the capacity
+    together; mode 0 (bypass) is dropped where mode 1 fits instead (it only lightens DRAM).
+    A bigger buffer only adds variants or replaces them by dominating ones."""
+    sbuf = chip.shared_buffer
+    if sbuf is None:
+        return [blk]
+    cap = sbuf.capacity_bytes
+    x, xt, w, wt, o = _loads(pb, blk)
+    x1, x2, w1, w2 = reuse_sets(pb, blk, split)
+    xm = [(0, 0.0)] + ([(1, x1)] if pb.x_dup > 1 else []) + ([(2, x2)] if xt > x else [])
+    wm = [(0, 0.0)] + ([(1, w1)] if pb.w_dup > 1 else []) + ([(2, w2)] if wt > w else [])
+    fits = {(a, b) for a, sa in xm for b, sb in wm if sa + sb <= cap}
+    # mode 1 only lightens DRAM (same loads, each shared by dup arrays), so where it fits it
+    # dominates mode 0 for the same blocking and other operand's mode: mode 0 is dropped
+    keep = {(a, b) for a, b in fits
+            if not (a == 0 and (1, b) in fits) and not (b == 0 and (a, 1) in fits)}
+    # mode 2 dominates modes 0 and 1 where the buffer serves a re-read at least as fast as the
+    # DRAM pins would (its bandwidth ≥ dup × the pins': the DRAM transfer it replaces is
+    # time-shared by active/dup arrays, the buffer by active) and it fits
+    pin_bpc = chip.dram.peak_bytes_per_s / chip.clock_hz
+    if sbuf.bytes_per_cycle >= pb.x_dup * pin_bpc:
+        keep = {(a, b) for a, b in keep if not (a < 2 and (2, b) in fits)}
+    if sbuf.bytes_per_cycle >= pb.w_dup * pin_bpc:
+        keep = {(a, b) for a, b in keep if not (b < 2 and (a, 2) in fits)}
+    return [Blocks(blk.mb, blk.kb, blk.nb, blk.order, a, b) for a in range(3) for b in range(3)
+            if (a, b) in keep]
 
 
 def busy_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
@@ -318,12 +413,28 @@ def compute_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
 
 
 def edge_bytes(pb: Problem, blk: Blocks) -> float:
-    """Bytes that must cross DRAM before the first fold (first X and W blocks) plus after the
-    last one (the last output tile)."""
+    """Bytes that must cross DRAM before the first fold (first X and W blocks, this array's
+    part of them) plus after the last one (the last output tile)."""
+    return sum(_edge_parts(pb, blk))
+
+
+def _edge_parts(pb: Problem, blk: Blocks) -> tuple[float, float]:
     m0, k0, n0 = min(blk.mb, pb.m), min(blk.kb, pb.k), min(blk.nb, pb.n)
     ml = pb.m - (_cdiv(pb.m, blk.mb) - 1) * blk.mb
     nl = pb.n - (_cdiv(pb.n, blk.nb) - 1) * blk.nb
-    return (m0 * k0 * pb.x_bits + k0 * n0 * pb.w_bits + ml * nl * pb.o_bits) / 8
+    return ((m0 * k0 * pb.x_bits / (pb.x_dup if blk.x_sb else 1)
+             + k0 * n0 * pb.w_bits / (pb.w_dup if blk.w_sb else 1)) / 8,
+            ml * nl * pb.o_bits / 8)
+
+
+def edge_cycles(chip, pb: Problem, blk: Blocks, peak_bpc: float) -> float:
+    """Cycles a run must add to its memory-free cycles: the first blocks' loads and the last
+    tile's write-back each take a DMA setup, then at least the DRAM latency (tRCD + tCL) and
+    at least their bytes at the array's share of the pins (the aggregate server)."""
+    t = dram_timing(chip)
+    lat = (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz
+    e_in, e_out = _edge_parts(pb, blk)
+    return (2 * chip.dma.setup_cycles + max(e_in / peak_bpc, lat) + max(e_out / peak_bpc, lat))
 
 
 def _parts(extent: int, block: int):
@@ -337,8 +448,90 @@ def _parts(extent: int, block: int):
 
 
 def dram_timing(chip) -> DramTiming:
-    return DramTiming.from_dram(chip.dram)
+    return _dram_timing(chip.dram)
 
+
+@lru_cache(maxsize=64)
+def _dram_timing(dram) -> DramTiming:
+    return DramTiming.from_dram(dram)
+
+
+@lru_cache(maxsize=64)
+def dram_vectors(dram) -> tuple[np.ndarray, np.ndarray]:
+    """The DRAM model's (integer, float) parameter vectors, shared: the kernels only read them."""
+    t = _dram_timing(dram)
+    return t.iparams(), t.fparams()
+
+
+
+def candidate_arrays(chip, pb: Problem, rates: Rates, split: Split):
+    """:func:`candidates` as NumPy columns (mb, kb, nb, order), same order (tests compare)."""
+    arr = chip.core.array
+    cap, acc = capacity(chip, split)
+    ms = np.array(_sizes(min(arr.rows, pb.m), pb.m), dtype=np.int64)
+    kbase = arr.rows if pb.dataflow == "os" else rates.stationary_rows
+    ks = np.array(_sizes(min(kbase, pb.k), pb.k), dtype=np.int64)
+    ns = np.array(_sizes(min(arr.cols, pb.n), pb.n), dtype=np.int64)
+    mb, kb, nb = (a.ravel() for a in np.meshgrid(ms, ks, ns, indexing="ij"))
+    x = 2 * (-(-(mb * kb * pb.x_bits) // 8))
+    w = 2 * (-(-(kb * nb * pb.w_bits) // 8))
+    o = 2 * (-(-(mb * nb * pb.acc_bits) // 8))
+    if acc:
+        fits = (o <= acc) & (x + w <= cap)
+    else:
+        fits = x + w + o <= cap
+    mb, kb, nb = mb[fits], kb[fits], nb[fits]
+    both = (-(-pb.m // mb) > 1) & (-(-pb.n // nb) > 1)
+    # order 0 for every fitting blocking, followed by order 1 where it differs
+    rep = 1 + both.astype(np.int64)
+    idx = np.repeat(np.arange(len(mb)), rep)
+    order = np.zeros(len(idx), dtype=np.int64)
+    first = np.cumsum(rep) - rep
+    order[first[both] + 1] = 1
+    if len(idx) == 0:
+        candidates(chip, pb, rates, split)   # raises the explanatory ValueError
+    return mb[idx], kb[idx], nb[idx], order
+
+
+def group_floor(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float) -> float:
+    """A bound below every candidate's estimate and lower bound for this split and dataflow:
+    max(MACs at the array's peak rate, the fewest DRAM bytes any mode can move at the array's
+    share of the pins). Operands cross DRAM at least once per array, or once per ``dup``
+    arrays with a shared buffer."""
+    arr = chip.core.array
+    macs = pb.batch * pb.m * pb.k * pb.n
+    busy = macs / (arr.rows * arr.cols * rates.rate)
+    x = pb.m * pb.k * pb.x_bits / 8
+    w = pb.k * pb.n * pb.w_bits / 8
+    o = pb.m * pb.n * pb.o_bits / 8
+    if chip.shared_buffer is not None:
+        x, w = x / pb.x_dup, w / pb.w_dup
+    # 1e-9: float rounding must not lift the floor above a candidate's own numbers
+    return max(busy, pb.batch * (x + w + o) / peak_bpc) * (1.0 - 1e-9)
+
+
+class BlockTable:
+    """A vector of :class:`Blocks` kept as NumPy columns (built lazily when indexed)."""
+
+    def __init__(self, mb, kb, nb, order, x_sb, w_sb):
+        self.mb, self.kb, self.nb, self.order, self.x_sb, self.w_sb = mb, kb, nb, order, x_sb, w_sb
+        self.periods = None   # filled by candidate_table: period_cycles of each candidate
+
+    def __len__(self):
+        return len(self.mb)
+
+    def __getitem__(self, i) -> Blocks:
+        if not 0 <= i < len(self.mb):
+            raise IndexError(i)
+        return Blocks(int(self.mb[i]), int(self.kb[i]), int(self.nb[i]), int(self.order[i]),
+                      int(self.x_sb[i]), int(self.w_sb[i]))
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def blocks_count(self, pb: Problem) -> np.ndarray:
+        """Blocks of each candidate's schedule."""
+        return pb.batch * (-(-pb.m // self.mb)) * (-(-pb.k // self.kb)) * (-(-pb.n // self.nb))
 
 
 def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float):
@@ -346,35 +539,83 @@ def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: flo
 
     Returns (mb, kb, nb, order, est, lb) NumPy arrays; the same numbers as
     :func:`compute_cycles`, :func:`traffic_bytes` and :func:`edge_bytes` per candidate (the
-    tests compare them). ``lb`` = max(memory-free cycles + first and last blocks' bytes at the
-    array's share of the pin bandwidth, all bytes at that rate); ``est`` = max(memory-free
-    cycles, bytes at 90 % of it) + one DMA setup per block per engine.
+    tests compare them). ``lb`` = max(memory-free cycles + :func:`edge_cycles`, all bytes at
+    the array's share of the pin bandwidth, all loads and write-backs at
+    the array's DMA port rate, shared-buffer re-reads at the array's share of its bandwidth);
+    ``est`` = max(memory-free
+    cycles, DRAM bytes at 90 % of the pin share, the port time, re-reads at 90 % of the
+    shared-buffer share) + one DMA setup per block per engine.
     """
-    cs = candidates(chip, pb, rates, split)
     arr = chip.core.array
     R, C = arr.rows, arr.cols
-    mb = np.array([c.mb for c in cs], dtype=np.int64)
-    kb = np.array([c.kb for c in cs], dtype=np.int64)
-    nb = np.array([c.nb for c in cs], dtype=np.int64)
-    order = np.array([c.order for c in cs], dtype=np.int64)
 
     def cd(a, b):
         return -(-a // b)
 
-    def parts(extent, blk):
-        return [(extent // blk, blk), ((extent % blk > 0).astype(np.int64), extent % blk)]
+    mb, kb, nb, order = candidate_arrays(chip, pb, rates, split)
+    xsb = np.zeros(len(mb), dtype=np.int64)
+    wsb = np.zeros(len(mb), dtype=np.int64)
+    base = mb
+    if chip.shared_buffer is not None:
+        # vectorised shared_buffer_modes: every (X mode, W mode) variant that fits
+        x = pb.m * pb.k * pb.x_bits / 8
+        w = pb.k * pb.n * pb.w_bits / 8
+        nm_, nk_, nn_ = cd(pb.m, mb), cd(pb.k, kb), cd(pb.n, nb)
+        x_re = np.where(order == 0, (nk_ > 1) & (nn_ > 1), (nn_ > 1) & ~((nk_ == 1) & (nm_ == 1)))
+        w_re = np.where(order == 0, (nm_ > 1) & ~((nk_ == 1) & (nn_ == 1)), (nk_ > 1) & (nm_ > 1))
+        m0_, k0_, n0_ = np.minimum(mb, pb.m), np.minimum(kb, pb.k), np.minimum(nb, pb.n)
+        xn, wn = split.active // pb.x_dup, split.active // pb.w_dup
+        x1 = 2 * m0_ * k0_ * pb.x_bits / 8 * xn
+        w1 = 2 * k0_ * n0_ * pb.w_bits / 8 * wn
+        x2 = np.maximum(x1, np.where(order == 0, m0_ * pb.k, pb.m * pb.k) * pb.x_bits / 8 * xn)
+        w2 = np.maximum(w1, np.where(order == 0, pb.k * pb.n, pb.k * n0_) * pb.w_bits / 8 * wn)
+        cap = chip.shared_buffer.capacity_bytes
+        n0 = len(base)
+        xs = np.zeros((3, n0))                 # reuse set of X in mode 0, 1, 2
+        xs[1], xs[2] = x1, x2
+        ws = np.zeros((3, n0))
+        ws[1], ws[2] = w1, w2
+        xg = np.ones((3, n0), dtype=bool)      # the mode changes something
+        xg[1], xg[2] = pb.x_dup > 1, x_re
+        wg = np.ones((3, n0), dtype=bool)
+        wg[1], wg[2] = pb.w_dup > 1, w_re
+        # keep[a, b, i]: X mode a and W mode b of base candidate i fit (and change something)
+        fits = xg[:, None, :] & wg[None, :, :] & (xs[:, None, :] + ws[None, :, :] <= cap)
+        keep = fits.copy()
+        keep[:, 0, :] &= ~fits[:, 1, :]      # mode 1 dominates mode 0 where it fits (modes)
+        keep[0, :, :] &= ~fits[1, :, :]
+        pin_bpc = chip.dram.peak_bytes_per_s / chip.clock_hz
+        sb_total = chip.shared_buffer.bytes_per_cycle
+        if sb_total >= pb.x_dup * pin_bpc:   # and so does mode 2 where the buffer is faster
+            keep[0, :, :] &= ~fits[2, :, :]
+            keep[1, :, :] &= ~fits[2, :, :]
+        if sb_total >= pb.w_dup * pin_bpc:
+            keep[:, 0, :] &= ~fits[:, 2, :]
+            keep[:, 1, :] &= ~fits[:, 2, :]
+        # the variants of one base candidate stay together, in (X mode, W mode) order
+        idx, combo = np.nonzero(keep.reshape(9, n0).T)
+        xsb, wsb = combo // 3, combo % 3
+        mb, kb, nb, order = mb[idx], kb[idx], nb[idx], order[idx]
+    cs = BlockTable(mb, kb, nb, order, xsb, wsb)
 
-    periods = np.zeros(len(cs), dtype=np.int64)
-    for cm, sm in parts(pb.m, mb):
-        for ck, sk in parts(pb.k, kb):
-            for cn, sn in parts(pb.n, nb):
-                if pb.dataflow == "os":
-                    f = cd(sm, R) * cd(sn, C) * np.maximum(cd(sk * rates.os_den, rates.os_num), R)
-                else:
-                    f = cd(sk, rates.stationary_rows) * cd(sn, C) * \
-                        np.maximum(cd(sm * rates.ws_den, rates.ws_num), 2 * R + C - 2)
-                periods += f * cm * ck * cn
+    def dim_sum(extent, blk, fn):
+        # Σ over a dimension's blocks (full ones and the ragged last one) of fn(block size);
+        # a fold's period is a product of one such factor per dimension, so the sum over all
+        # blocks is the product of the per-dimension sums
+        rem = extent % blk
+        return (extent // blk) * fn(blk) + np.where(rem > 0, fn(rem), 0)
+
+    if pb.dataflow == "os":
+        periods = (dim_sum(pb.m, mb, lambda v: cd(v, R)) * dim_sum(pb.n, nb, lambda v: cd(v, C))
+                   * dim_sum(pb.k, kb, lambda v: np.maximum(cd(v * rates.os_den, rates.os_num),
+                                                            R)))
+    else:
+        periods = (dim_sum(pb.k, kb, lambda v: cd(v, rates.stationary_rows))
+                   * dim_sum(pb.n, nb, lambda v: cd(v, C))
+                   * dim_sum(pb.m, mb, lambda v: np.maximum(cd(v * rates.ws_den, rates.ws_num),
+                                                            2 * R + C - 2)))
     periods *= pb.batch
+    cs.periods = periods
     k0 = np.minimum(kb, pb.k)
     m0, n0 = np.minimum(mb, pb.m), np.minimum(nb, pb.n)
     ml = pb.m - (cd(pb.m, mb) - 1) * mb
@@ -393,12 +634,32 @@ def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: flo
     wt0 = w * np.where((nk == 1) & (nn == 1), 1, nm)
     wt1 = w * np.where(nk > 1, nm, 1)
     xt1 = x * np.where((nk == 1) & (nm == 1), 1, nn)
-    traffic = pb.batch * (np.where(order == 0, xt0 + wt0, xt1 + wt1) + o)
-    edge = (m0 * k0 * pb.x_bits + k0 * n0 * pb.w_bits + ml * nl * pb.o_bits) / 8
+    xt = np.where(order == 0, xt0, xt1)
+    wt = np.where(order == 0, wt0, wt1)
+    xdiv = np.where(xsb > 0, pb.x_dup, 1)
+    wdiv = np.where(wsb > 0, pb.w_dup, 1)
+    traffic = pb.batch * (np.where(xsb == 2, x, xt) / xdiv + np.where(wsb == 2, w, wt) / wdiv + o)
+    sbb = pb.batch * (np.where(xsb == 2, xt - x, 0.0) + np.where(wsb == 2, wt - w, 0.0))
+    e_in = (m0 * k0 * pb.x_bits / xdiv + k0 * n0 * pb.w_bits / wdiv) / 8
+    e_out = ml * nl * pb.o_bits / 8
     t = dram_timing(chip)
+    lat = (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz
+    edge = (2 * chip.dma.setup_cycles + np.maximum(e_in / peak_bpc, lat)
+            + np.maximum(e_out / peak_bpc, lat))
     mem_ns = refresh_lower_bound_ns(traffic / peak_bpc / chip.clock_ghz, t.t_refi_ns,
                                     t.t_rfc_ns + t.t_rcd_ns + t.t_cl_ns)
-    lb = np.maximum(comp + edge / peak_bpc, mem_ns * chip.clock_ghz)
+    lb = np.maximum(comp + edge, mem_ns * chip.clock_ghz)
     est = np.maximum(comp, traffic / (0.9 * peak_bpc))
+    # every load and write-back passes the array's DMA ports, each moving one descriptor at a
+    # time at the engine rate
+    engines, per_engine = dma_share(chip, split)
+    port = pb.batch * (xt + wt + o) / (engines * per_engine)
+    lb = np.maximum(lb, port)
+    est = np.maximum(est, port)
+    sb_bpc = shared_buffer_bpc(chip, split)
+    if sb_bpc > 0:
+        # the shared buffer serves one re-read at a time per array
+        lb = np.maximum(lb, sbb / sb_bpc)
+        est = np.maximum(est, sbb / (0.9 * sb_bpc))
     est = est + pb.batch * nm * nk * nn * chip.dma.setup_cycles / dma_share(chip, split)[0]
     return cs, est, lb

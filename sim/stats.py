@@ -15,7 +15,8 @@ class OpStats:
     ``cycles − array_busy_cycles``, split in ``stall_breakdown`` into ``fill_drain`` (pipeline
     fill/drain and issue-rule gaps), ``dram`` (waiting for DRAM data) and ``writeback``
     (waiting for an output buffer or for the final write-back). ``utilization`` = ``macs`` ÷
-    (``cycles`` × the chip's peak MACs per cycle in the op's dtype). Bytes are whole-chip totals;
+    (``cycles`` × the chip's peak MACs per cycle in the op's dtype). Bytes are whole-chip totals
+    (``shared_buffer_read_bytes``: operand re-reads served by the chip's shared buffer);
     ``dram_bytes_per_s`` is the achieved DRAM bandwidth. ``energy_breakdown`` in joules has
     keys ``mac``, ``sram``, ``dram``, ``vector``, ``static``. ``bound`` is ``"memory"`` when
     the DRAM was busier (fraction of peak) than the arrays, else ``"compute"``.
@@ -41,6 +42,7 @@ class OpStats:
     energy_breakdown: dict = field(hash=False)
     bound: str
     mapping: dict = field(hash=False)
+    shared_buffer_read_bytes: float = 0.0
 
     @property
     def dram_bytes(self) -> float:

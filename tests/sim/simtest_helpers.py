@@ -12,13 +12,17 @@ from diptych.sim.ops import Gemm
 
 
 def small_chip(rows=8, cols=8, cores=1, arrays=1, spad_mib=1.0, gbps=None, dataflows=("os", "ws", "is"),
-               base="tpu-v4"):
+               base="tpu-v4", sb_mib=None, sb_bpc=64.0):
+    """A small chip derived from ``base``; ``sb_mib`` adds a shared buffer (None: none)."""
+    from diptych.arch import SharedBuffer
     c = load_chip(base)
+    sbuf = None if sb_mib is None else SharedBuffer(capacity_mib=sb_mib, bytes_per_cycle=sb_bpc)
     arr = dataclasses.replace(c.core.array, rows=rows, cols=cols, dataflows=tuple(dataflows))
     sp = dataclasses.replace(c.core.scratchpad, capacity_mib=spad_mib, accumulator_mib=0.0)
     core = dataclasses.replace(c.core, array=arr, scratchpad=sp, arrays=arrays)
     dram = c.dram if gbps is None else dataclasses.replace(c.dram, gbps_per_pin=gbps)
-    return dataclasses.replace(c, core=core, tensor_cores=cores, dram=dram, area_budget_mm2=0.0)
+    return dataclasses.replace(c, core=core, tensor_cores=cores, dram=dram, area_budget_mm2=0.0,
+                               shared_buffer=sbuf)
 
 
 def one_array_run(chip, m, k, n, dataflow, mb, kb, nb, order=0, memory=False, dtype="bf16",
@@ -56,4 +60,6 @@ def golden_problem(chip, pb, blk, rates, split, memory):
         w=G.Operand(pb.w_base, pb.w_ld, pb.w_bits, t, pb.w_bstride),
         o=G.Operand(pb.o_base, pb.o_ld, pb.o_bits, t, pb.o_bstride), acc_bits=pb.acc_bits,
         engines=eng, max_outstanding=chip.dma.max_outstanding, setup_cycles=chip.dma.setup_cycles,
-        memory=memory, clock_ghz=chip.clock_ghz, dma_bytes_per_cycle=per, share=float(split.active))
+        memory=memory, clock_ghz=chip.clock_ghz, dma_bytes_per_cycle=per, share=float(split.active),
+        x_sb=blk.x_sb, w_sb=blk.w_sb, x_dup=float(pb.x_dup), w_dup=float(pb.w_dup),
+        sb_bytes_per_cycle=MP.shared_buffer_bpc(chip, split))

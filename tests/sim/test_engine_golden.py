@@ -1,5 +1,8 @@
 """The Numba engine and its pure-Python golden twin agree exactly on random small cases."""
 
+import dataclasses
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,17 +19,22 @@ from simtest_helpers import golden_problem, one_array_run, small_chip
        fm=st.integers(1, 3), fk=st.integers(1, 3), fn=st.integers(1, 3), order=st.integers(0, 1),
        memory=st.booleans(), batch=st.integers(1, 3), shared=st.booleans(),
        dtype=st.sampled_from(["bf16", "int8", "fp32"]), active=st.sampled_from([1, 3, 16]),
-       apc=st.sampled_from([1, 2]))
+       apc=st.sampled_from([1, 2]), x_sb=st.integers(0, 2), w_sb=st.integers(0, 2),
+       x_dup=st.integers(1, 3), w_dup=st.integers(1, 3))
 def test_engine_equals_golden(R, C, m, k, n, df, fm, fk, fn, order, memory, batch, shared, dtype,
-                              active, apc):
-    chip = small_chip(R, C, base="train-2026" if dtype == "fp32" else "tpu-v4")
+                              active, apc, x_sb, w_sb, x_dup, w_dup):
+    sb = x_sb or w_sb
+    chip = small_chip(R, C, base="train-2026" if dtype == "fp32" else "tpu-v4",
+                      sb_mib=1.0 if sb else None, sb_bpc=24.0)
     if dtype not in chip.dtypes:
         dtype = chip.default_dtype
     out, pb, rates, split = one_array_run(chip, m, k, n, df, 1, 1, 1, dtype=dtype, batch=batch,
                                           b_is_weight=shared, active=active,
                                           arrays_per_core=apc)
     blk = MP.Blocks(min(pb.m, R * fm), min(pb.k, rates.stationary_rows * fk if df != "os" else R * fk),
-                    min(pb.n, C * fn), order)
+                    min(pb.n, C * fn), order, x_sb, w_sb)
+    if sb:   # arrays sharing operand slices (the split's duplication factors)
+        pb = dataclasses.replace(pb, x_dup=x_dup, w_dup=w_dup)
     from diptych.sim.gemm import run_engine
     out, _, _ = run_engine(chip, pb, blk, rates, split, memory)
     ref = G.run(golden_problem(chip, pb, blk, rates, split, memory), chip.dram)
@@ -38,5 +46,9 @@ def test_engine_equals_golden(R, C, m, k, n, df, fm, fk, fn, order, memory, batc
     assert out[E.O_SRAM_RD] == ref.sram_rd and out[E.O_SRAM_WR] == ref.sram_wr
     assert out[E.O_BLOCKS] == ref.blocks and out[E.O_FOLDS] == ref.folds
     assert out[E.O_TRANSFERS] == ref.transfers
-    # the DRAM bytes follow the mapper's closed form
-    assert out[E.O_DRAM_RD] + out[E.O_DRAM_WR] == MP.traffic_bytes(pb, blk)
+    assert out[E.O_SB_RD] == ref.sb_rd
+    # the DRAM and shared-buffer bytes follow the mapper's closed forms (sums of 1/dup parts
+    # may round differently from the closed form's single division)
+    assert out[E.O_DRAM_RD] + out[E.O_DRAM_WR] == pytest.approx(MP.traffic_bytes(pb, blk),
+                                                                rel=1e-12)
+    assert out[E.O_SB_RD] == MP.shared_buffer_bytes(pb, blk)

@@ -94,5 +94,8 @@ def test_candidate_table_matches_scalar_closed_forms():
         for i, blk in enumerate(cs):
             comp = MP.compute_cycles(chip, pb, blk, rates)
             tr = MP.traffic_bytes(pb, blk)
-            assert lb[i] >= max(comp + MP.edge_bytes(pb, blk) / 10.0, tr / 10.0)
-            assert lb[i] == comp + MP.edge_bytes(pb, blk) / 10.0 or lb[i] >= tr / 10.0
+            assert cs.periods[i] == MP.period_cycles(chip, pb, blk, rates)
+            edge = MP.edge_cycles(chip, pb, blk, 10.0)
+            assert edge >= MP.edge_bytes(pb, blk) / 10.0 / 2
+            assert lb[i] >= max(comp + edge, tr / 10.0)
+            assert lb[i] == pytest.approx(comp + edge, rel=1e-12) or lb[i] >= tr / 10.0
