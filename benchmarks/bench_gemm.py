@@ -94,6 +94,14 @@ def main():
     dt = time.perf_counter() - t
     print(f"1000 mixed GEMMs (uncached): {dt:.2f} s = {1000 / dt:,.0f} GEMMs/s, "
           f"{blocks / dt:,.0f} blocks/s (final mappings only)")
+    import os
+    from diptych.sim import simulate_many
+    ops2 = [dataclasses.replace(o, k=o.k + 64) for o in ops]  # fresh shapes: nothing memoised
+    t = time.perf_counter()
+    simulate_many(ops2, chip, workers=os.cpu_count())
+    dt2 = time.perf_counter() - t
+    print(f"1000 mixed GEMMs via simulate_many on {os.cpu_count()} processes (uncached): "
+          f"{dt2:.2f} s = {1000 / dt2:,.0f} GEMMs/s")
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {rss:.0f} MB")
     python = args.scalesim_python

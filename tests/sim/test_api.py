@@ -119,3 +119,21 @@ def test_vector_ops():
     big = simulate(elementwise_op("a", 1 << 22), chip)
     small = simulate(elementwise_op("a", 1 << 20), chip)
     assert big.cycles > 3 * small.cycles
+
+
+def test_simulate_many_equals_simulate_in_order_serial_and_forked():
+    from diptych.sim import simulate_many
+    chip = load_chip("tpu-v4")
+    ops = [Gemm(name=f"g{i}", m=m, k=k, n=n)
+           for i, (m, k, n) in enumerate([(1, 256, 512), (64, 512, 256), (1, 256, 512),
+                                          (128, 128, 128), (8, 1024, 384), (256, 256, 300),
+                                          (2, 640, 128), (33, 128, 200), (64, 512, 256)])]
+    want = [simulate(op, chip) for op in ops]
+    assert simulate_many(ops, chip, workers=1) == want
+    assert simulate_many(ops, chip, workers=2) == want  # 7 distinct shapes < 4 x 2: serial
+    got = simulate_many(ops * 4, chip, workers=2)         # still 7 distinct
+    assert got == want * 4
+    many = [Gemm(name=f"h{i}", m=1 + 7 * i, k=128 + 32 * i, n=256) for i in range(12)]
+    assert simulate_many(many, chip, workers=2) == [simulate(op, chip) for op in many]  # forked
+    with pytest.raises(ValueError, match="workers must be a positive integer, not 0"):
+        simulate_many(ops, chip, workers=0)
