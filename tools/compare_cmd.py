@@ -81,8 +81,9 @@ def render_table(cmp) -> "object":
               help="Tensor-parallel chips for training.")
 @click.option("--train-dp", default=1, show_default=True, type=click.IntRange(min=1),
               help="Data-parallel replicas for training.")
-@click.option("--train-batch", default=2, show_default=True, type=click.IntRange(min=1),
-              help="Sequences per data-parallel replica per step.")
+@click.option("--train-batch", default=16, show_default=True, type=click.IntRange(min=1),
+              help="Sequences per data-parallel replica per optimizer step (run as "
+                   "micro-batches of ~8k tokens, gradients accumulated).")
 @click.option("--train-seq", default=4096, show_default=True, type=click.IntRange(min=1),
               help="Training sequence length.")
 @click.option("--tp", "infer_tp", default=1, show_default=True, type=click.IntRange(min=1),

@@ -33,14 +33,16 @@ def _pos_int(name: str, v) -> int:
 
 @dataclass(frozen=True)
 class CompareSettings:
-    """What the study runs. Defaults: training at TP=8, DP=1 with 2 sequences of 4096 tokens
-    per replica (llama-3-70b's weights, gradients, Adam state and activations then fit in the
-    192-216 GiB of either 2026 chip; 4 sequences do not), inference at TP=1; prompts 2k/32k;
-    decode batches 1-256 at 2k/32k contexts."""
+    """What the study runs. Defaults: training at TP=8, DP=1 with 16 sequences of 4096 tokens
+    per replica per optimizer step, run as micro-batches of ~8k tokens with gradients
+    accumulated (so the AdamW step is amortised as in real training, and llama-3-70b's
+    weights, gradients, Adam state and one micro-batch's activations fit in the 192-216 GiB of
+    either 2026 chip), inference at TP=1; prompts 2k/32k; decode batches 1-256 at 2k/32k
+    contexts."""
 
     train_tp: int = 8
     train_dp: int = 1
-    train_batch: int = 2
+    train_batch: int = 16
     train_seq: int = 4096
     infer_tp: int = 1
     prompts: tuple[int, ...] = (2048, 32768)
