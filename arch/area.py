@@ -3,7 +3,8 @@
 * arrays: every PE is sized by its most expensive precision mode,
   ``max_d(macs_per_pe_per_cycle[d] × mm2_per_mac[d])``; narrower modes reuse (bit-slice) that
   datapath, as multi-precision MAC units do;
-* SRAM: scratchpad + accumulator MiB of every core × mm² per MiB;
+* SRAM: scratchpad + accumulator MiB of every core, plus the chip-level shared buffer (L2,
+  CMEM) when there is one, × mm² per MiB;
 * vector units: lanes × mm² per lane;
 * DRAM PHY + controller per stack (PHYs do not shrink with the node);
 * interconnect SerDes per link; plus a fixed overhead (control, NoC, PCIe, pads).
@@ -34,7 +35,9 @@ def area_breakdown_mm2(chip: "Chip") -> dict[str, float]:
     sp = chip.core.scratchpad
     return {
         "arrays": chip.arrays * chip.core.array.pes * pe_area_mm2(chip),
-        "sram": chip.tensor_cores * (sp.capacity_mib + sp.accumulator_mib) * a.mm2_per_mib_sram,
+        "sram": (chip.tensor_cores * (sp.capacity_mib + sp.accumulator_mib)
+                 + (chip.shared_buffer.capacity_mib if chip.shared_buffer else 0.0))
+                * a.mm2_per_mib_sram,
         "vector": chip.tensor_cores * chip.core.vector.lanes * a.mm2_per_vector_lane,
         "dram_phy": chip.dram.stacks * a.mm2_per_hbm_phy,
         "interconnect": chip.interconnect.links * a.mm2_per_link,

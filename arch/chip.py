@@ -291,9 +291,10 @@ class Chip:
 
     @property
     def sram_bytes(self) -> int:
-        """All on-chip SRAM: scratchpads plus accumulators of every core."""
+        """All on-chip SRAM: scratchpads plus accumulators of every core, plus the shared buffer."""
         sp = self.core.scratchpad
-        return int(self.tensor_cores * (sp.capacity_mib + sp.accumulator_mib) * 2**20)
+        shared = self.shared_buffer.capacity_mib if self.shared_buffer else 0.0
+        return int((self.tensor_cores * (sp.capacity_mib + sp.accumulator_mib) + shared) * 2**20)
 
     @property
     def vector_ops_per_s(self) -> float:

@@ -86,7 +86,7 @@ BROKEN = [
     ("negative energy", _set("energy.pj_per_dram_bit", -1),
      "bad.toml: energy.pj_per_dram_bit: expected a number >= 0, got -1.0"),
     ("area over budget", _set("area_budget_mm2", 100.0),
-     "bad.toml: area_budget_mm2: expected at least the modelled die area (359.6 mm²), got 100.0"),
+     "bad.toml: area_budget_mm2: expected at least the modelled die area (419.8 mm²), got 100.0"),
 ]
 
 

@@ -24,7 +24,8 @@ def hand_area(d: dict) -> float:
     pe = max(n * area["mm2_per_mac"][dt] for dt, n in macs.items() if n > 0)
     pes = d["tensor_cores"] * core["arrays"] * core["array"]["rows"] * core["array"]["cols"]
     sp = core["scratchpad"]
-    sram_mib = d["tensor_cores"] * (sp["capacity_mib"] + sp.get("accumulator_mib", 0.0))
+    sram_mib = (d["tensor_cores"] * (sp["capacity_mib"] + sp.get("accumulator_mib", 0.0))
+                + d.get("shared_buffer", {}).get("capacity_mib", 0.0))
     return (pes * pe + sram_mib * area["mm2_per_mib_sram"]
             + d["tensor_cores"] * core["vector"]["lanes"] * area["mm2_per_vector_lane"]
             + d["dram"]["stacks"] * area["mm2_per_hbm_phy"]
@@ -41,10 +42,10 @@ def test_die_area_equals_hand_sum(name):
 
 
 def test_infer_area_by_hand():
-    # infer-2026: 8 cores x 2 arrays x 256x256 PEs sized by fp8 (1 MAC x 0.30e-3 mm2, the
+    # infer-2026: 8 cores x 8 arrays x 128x128 PEs sized by fp8 (1 MAC x 0.30e-3 mm2, the
     # largest of int4 2 x 0.12e-3, int8 0.26e-3, fp8 0.30e-3, bf16 0.25 x 0.6e-3)
     parts = load_chip("infer-2026").area_breakdown_mm2
-    assert parts["arrays"] == pytest.approx(8 * 2 * 256 * 256 * 0.30e-3)
+    assert parts["arrays"] == pytest.approx(8 * 8 * 128 * 128 * 0.30e-3)
     assert parts["sram"] == pytest.approx(8 * 64 * 0.35)
     assert parts["dram_phy"] == pytest.approx(8 * 16.2)
 
