@@ -140,6 +140,9 @@ def _curve_table(curve: dict):
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="Overlap collectives with compute.")
 @click.option("--recompute", is_flag=True, help="Full activation recomputation (training).")
+@click.option("--attention", type=click.Choice(["fused", "unfused"]), default="fused",
+              show_default=True,
+              help="Fused (FlashAttention-style, scores stay on chip) or unfused attention.")
 @click.option("--micro-batch", type=int,
               help="Sequences per training micro-batch (default: ~8k tokens per micro-batch).")
 @click.option("--topology", type=click.Path(dir_okay=False),
@@ -149,7 +152,7 @@ def _curve_table(curve: dict):
               help="Write a Chrome/Perfetto trace of the (last) run.")
 @friendly
 def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, weights_dtype, act_dtype,
-        kv_dtype, overlap, recompute, micro_batch, topology, as_json, trace):
+        kv_dtype, overlap, recompute, attention, micro_batch, topology, as_json, trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
 
     Prints a per-layer table (op, shape, time, compute- or memory-bound, utilisation) and
@@ -186,7 +189,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, weights_dtyp
         curve = run_curve(chip, model, batches=batches, phase=phase, prompt=prompt, gen=gen,
                           seq=seq, chips=chips, tp=tp, dp=dp, weights_dtype=weights_dtype,
                           act_dtype=act_dtype, kv_dtype=kv_dtype, overlap=overlap,
-                          recompute=recompute, micro_batch=micro_batch)
+                          recompute=recompute, micro_batch=micro_batch, attention=attention)
     for msg in dict.fromkeys(str(w.message) for w in caught):
         echo_err(f"Warning: {msg}")
     results = curve["results"]

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..sim.ops import Collective, Gemm, Op, VectorOp
+from .fused import FusedAttention
 
 STAGES = ("forward", "recompute", "backward", "optimizer")
 
@@ -31,7 +32,15 @@ class Block:
 
     @property
     def gemm_flops(self) -> float:
-        return self.repeat * sum(o.flops for o in self.ops if isinstance(o, Gemm))
+        """GEMM FLOPs of ``repeat`` copies, fused attention's included (with its recompute)."""
+        return self.repeat * sum(o.flops if isinstance(o, Gemm) else o.gemm_flops
+                                 for o in self.ops if isinstance(o, (Gemm, FusedAttention)))
+
+    @property
+    def recompute_flops(self) -> float:
+        """GEMM FLOPs fused attention backward spends recomputing scores (not model FLOPs)."""
+        return self.repeat * sum(o.recompute_flops for o in self.ops
+                                 if isinstance(o, FusedAttention))
 
 
 @dataclass(frozen=True)
@@ -53,14 +62,17 @@ class Workload:
             for op in b.ops:
                 yield b, op
 
-    def flops(self, stages: tuple[str, ...] = STAGES) -> float:
-        """GEMM FLOPs (2 × MACs) of the blocks in ``stages``, repeats included."""
-        return sum(b.gemm_flops for b in self.blocks if b.stage in stages)
+    def flops(self, stages: tuple[str, ...] = STAGES, *, recompute: bool = True) -> float:
+        """GEMM FLOPs (2 × MACs) of the blocks in ``stages``, repeats included; without
+        ``recompute``, less the scores fused attention backward recomputes (model FLOPs)."""
+        return sum(b.gemm_flops - (0.0 if recompute else b.recompute_flops)
+                   for b in self.blocks if b.stage in stages)
 
     @property
     def vector_ops(self) -> float:
-        return sum(b.repeat * o.flops for b in self.blocks for o in b.ops
-                   if isinstance(o, VectorOp))
+        return sum(b.repeat * (o.flops if isinstance(o, VectorOp) else o.vector_flops)
+                   for b in self.blocks for o in b.ops
+                   if isinstance(o, (VectorOp, FusedAttention)))
 
     @property
     def collective_bytes(self) -> float:

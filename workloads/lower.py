@@ -13,8 +13,10 @@ Conventions (all documented in docs/workloads.md):
 * MLA (DeepSeek-V3): prefill/training use the explicit path (``kv_b_proj`` expands the latent
   into per-head K and V); decode uses the absorbed path (queries projected into the latent
   space, attention directly over the ``kv_lora + rope`` cache, values projected out per head).
-* Attention is unfused: scores go to memory and the softmax reads them back (the op language
-  has no fused-attention op), which is pessimistic for long prefill.
+* Attention is fused by default (``attention="fused"``, FlashAttention-style: one
+  :class:`~diptych.workloads.fused.FusedAttention` record per layer whose DRAM traffic is Q, K,
+  V and O, plus the softmax statistics in training; see :mod:`diptych.workloads.fused`). With
+  ``attention="unfused"`` the scores go to memory and the softmax reads them back.
 * MoE: the router GEMM, a top-k on the vector unit, then the experts touched by the batch
   (:func:`diptych.workloads.moe.expert_load`) as a batched GEMM with one weight matrix per
   expert, plus shared experts as a dense MLP. Only touched experts' weights are read.
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 from ..sim.ops import Collective, Gemm, Op, VectorOp
 from .config import ModelConfig
+from .fused import fuse
 from .graph import Block, Workload
 from .moe import expert_load
 from .params import kv_heads_per_rank
@@ -100,6 +103,7 @@ class _Ctx:
     q_len: int        # new tokens per sequence
     keys: int         # keys attended per query (rounded-up mean)
     phase: str        # prefill | decode | train
+    attention: str = "fused"   # fused | unfused
 
     @property
     def tokens(self) -> int:
@@ -143,6 +147,26 @@ class _Ctx:
                         tags=("saved",))
 
 
+ATTENTION_MODES = ("fused", "unfused")
+
+
+def check_attention(attention) -> None:
+    if attention not in ATTENTION_MODES:
+        raise ValueError(f"attention must be one of {', '.join(ATTENTION_MODES)}, "
+                         f"not {attention!r}")
+
+
+def _attend(c: _Ctx, scores: Gemm, softmax: VectorOp, pv: Gemm, heads: int,
+            kv_shared: bool = False) -> list[Op]:
+    """The attention trio as three ops (unfused) or one fused record."""
+    if c.attention == "unfused":
+        return [scores, softmax, pv]
+    stored = c.keys if c.phase == "decode" else c.q_len
+    return [fuse("attention (fused)", scores, softmax, pv, keys_stored=stored,
+                 heads_rows=c.batch * heads * c.q_len, kv_shared=kv_shared,
+                 stats=c.phase == "train", kv_cache=c.phase == "decode", tags=("attn",))]
+
+
 def _attention_gqa(c: _Ctx) -> list[Op]:
     m, tp, T = c.m, c.tp, c.tokens
     d, dh = m.hidden_size, m.head_dim
@@ -157,12 +181,13 @@ def _attention_gqa(c: _Ctx) -> list[Op]:
     if c.kv_cached:
         ops.append(c.vec("kv_write", "copy", T * 2 * hkv * dh, write_dtype_bytes=c.p.kv_bytes))
     sq = g * c.q_len
-    ops += [c.gemm("attn_scores", sq, dh, c.keys, batch=c.batch * hkv, weight=False,
-                   b_dtype=kv_dtype, tags=("attn", "saved_b"), shared_b=False),
-            c.vec("softmax", "softmax", c.batch * h * c.q_len * c.keys),
-            c.gemm("attn_pv", sq, c.keys, dh, batch=c.batch * hkv, weight=False,
-                   b_dtype=kv_dtype, tags=("attn", "saved_b", "no_save_a"), shared_b=False),
-            c.gemm("o_proj", T, h * dh, d, tags=("attn",))]
+    ops += _attend(c, c.gemm("attn_scores", sq, dh, c.keys, batch=c.batch * hkv, weight=False,
+                             b_dtype=kv_dtype, tags=("attn", "saved_b"), shared_b=False),
+                   c.vec("softmax", "softmax", c.batch * h * c.q_len * c.keys),
+                   c.gemm("attn_pv", sq, c.keys, dh, batch=c.batch * hkv, weight=False,
+                          b_dtype=kv_dtype, tags=("attn", "saved_b", "no_save_a"),
+                          shared_b=False), h)
+    ops.append(c.gemm("o_proj", T, h * dh, d, tags=("attn",)))
     return ops
 
 
@@ -187,20 +212,23 @@ def _attention_mla(c: _Ctx) -> list[Op]:
         # absorbed: q_nope · W_UK per head into the latent space; attend over the latent cache
         # (MQA-like: all heads of a sequence share it); project values out with W_UV per head.
         kv = c.p.kv
-        ops += [c.gemm("q_absorb", T, nope, r_kv, batch=h, tags=("attn",), shared_b=False),
-                c.gemm("attn_scores", h * c.q_len, r_kv + rope, c.keys, batch=c.batch,
-                       weight=False, b_dtype=kv, tags=("attn",), shared_b=False),
-                c.vec("softmax", "softmax", c.batch * h * c.q_len * c.keys),
-                c.gemm("attn_pv", h * c.q_len, c.keys, r_kv, batch=c.batch, weight=False,
-                       b_dtype=kv, tags=("attn",), shared_b=False),
-                c.gemm("v_absorb", T, r_kv, v, batch=h, tags=("attn",), shared_b=False)]
+        ops.append(c.gemm("q_absorb", T, nope, r_kv, batch=h, tags=("attn",), shared_b=False))
+        ops += _attend(c, c.gemm("attn_scores", h * c.q_len, r_kv + rope, c.keys,
+                                 batch=c.batch, weight=False, b_dtype=kv, tags=("attn",),
+                                 shared_b=False),
+                       c.vec("softmax", "softmax", c.batch * h * c.q_len * c.keys),
+                       c.gemm("attn_pv", h * c.q_len, c.keys, r_kv, batch=c.batch,
+                              weight=False, b_dtype=kv, tags=("attn",), shared_b=False),
+                       h, kv_shared=True)   # values are the latent: the cache is read once
+        ops.append(c.gemm("v_absorb", T, r_kv, v, batch=h, tags=("attn",), shared_b=False))
     else:
         ops += [c.gemm("kv_b_proj", T, r_kv, h * (nope + v), tags=("attn",)),
-                c.gemm("attn_scores", c.q_len, qk, c.keys, batch=c.batch * h, weight=False,
-                       tags=("attn", "saved_b"), shared_b=False),
-                c.vec("softmax", "softmax", c.batch * h * c.q_len * c.keys),
-                c.gemm("attn_pv", c.q_len, c.keys, v, batch=c.batch * h, weight=False,
-                       tags=("attn", "saved_b", "no_save_a"), shared_b=False)]
+                *_attend(c, c.gemm("attn_scores", c.q_len, qk, c.keys, batch=c.batch * h,
+                                   weight=False, tags=("attn", "saved_b"), shared_b=False),
+                         c.vec("softmax", "softmax", c.batch * h * c.q_len * c.keys),
+                         c.gemm("attn_pv", c.q_len, c.keys, v, batch=c.batch * h,
+                                weight=False, tags=("attn", "saved_b", "no_save_a"),
+                                shared_b=False), h)]
     ops.append(c.gemm("o_proj", T, h * v, d, tags=("attn",)))
     return ops
 
@@ -306,15 +334,18 @@ def _check_common(m: ModelConfig, batch: int, tp: int, **lengths) -> None:
 
 
 def prefill(m: ModelConfig, batch: int, prompt_len: int, *, precision: Precision | None = None,
-            tp: int = 1) -> Workload:
-    """The prompt pass: ``batch`` sequences of ``prompt_len`` tokens, causal attention, KV
-    written to the cache, logits for the last position (time to first token)."""
+            tp: int = 1, attention: str = "fused") -> Workload:
+    """The prompt pass: ``batch`` sequences of ``prompt_len`` tokens, causal attention
+    (``attention``: "fused" or "unfused"), KV written to the cache, logits for the last
+    position (time to first token)."""
     _check_common(m, batch, tp, prompt_len=prompt_len)
+    check_attention(attention)
     p = precision or Precision()
     keys = math.ceil(causal_mean_keys(prompt_len, 0, m.sliding_window))
-    c = _Ctx(m, p, tp, batch, prompt_len, keys, "prefill")
+    c = _Ctx(m, p, tp, batch, prompt_len, keys, "prefill", attention)
     return Workload("prefill", tuple(forward_blocks(c)), tokens=batch * prompt_len, batch=batch,
-                    info={"prompt_len": prompt_len, "keys_per_query": keys, "tp": tp})
+                    info={"prompt_len": prompt_len, "keys_per_query": keys, "tp": tp,
+                          "attention": attention})
 
 
 def decode_context(prompt_len: int, gen: int) -> int:
@@ -329,17 +360,19 @@ def decode_context(prompt_len: int, gen: int) -> int:
 
 
 def decode(m: ModelConfig, batch: int, context_len: int, steps: int = 1, *,
-           precision: Precision | None = None, tp: int = 1) -> Workload:
+           precision: Precision | None = None, tp: int = 1, attention: str = "fused"
+           ) -> Workload:
     """``steps`` decode steps, each generating one token per sequence attending
-    ``context_len`` keys: every step reads all active weights and each sequence's whole KV
-    cache (window-capped), and writes the new KV entries. The step's blocks repeat ``steps``
-    times (``repeat`` is multiplied), so use :func:`decode_context` for a representative
-    context when the steps' contexts differ."""
+    ``context_len`` keys (``attention``: "fused" or "unfused"): every step reads all active
+    weights and each sequence's whole KV cache (window-capped), and writes the new KV
+    entries. The step's blocks repeat ``steps`` times (``repeat`` is multiplied), so use
+    :func:`decode_context` for a representative context when the steps' contexts differ."""
     _check_common(m, batch, tp, context_len=context_len, steps=steps)
+    check_attention(attention)
     p = precision or Precision()
     keys = min(context_len, m.sliding_window) if m.sliding_window else context_len
-    c = _Ctx(m, p, tp, batch, 1, keys, "decode")
+    c = _Ctx(m, p, tp, batch, 1, keys, "decode", attention)
     blocks = [Block(b.name, b.repeat * steps, b.ops, b.stage) for b in forward_blocks(c)]
     return Workload("decode", tuple(blocks), tokens=batch * steps, batch=batch,
                     info={"context_len": context_len, "keys_per_query": keys, "steps": steps,
-                          "tp": tp})
+                          "tp": tp, "attention": attention})

@@ -1,15 +1,19 @@
 """Memory footprint per chip against DRAM capacity, and what would make it fit.
 
 Inference: weights (all experts resident) + KV cache (batch × context, window-capped, KV heads
-split over TP ranks, MLA's latent replicated) + the peak activation working set of one op.
+split over TP ranks, MLA's latent replicated) + the peak activation working set of one op
+(unfused attention's softmax holds the ``s × keys`` scores and probabilities; fused attention
+only Q, K, V and O).
 Training: weights + gradients + optimizer state (master copy and two moments: 16 B/param with
 the defaults) + saved activations, with or without full recomputation:
 
 * without recomputation every layer keeps the inputs its backward needs: the A operand of
   every GEMM, Q, K and V of attention, and the inputs of norms and activation functions.
-  Attention memory is flash-style: the ``s × s`` scores and probabilities are recomputed in
-  backward, not stored (for GPT-3 this is Korthikanti et al. 2022's ``34·s·b·h`` per layer
-  without the ``5·a·s²·b`` score term and the ``2·s·b·h`` of dropout masks: ``32·s·b·h``);
+  Attention memory is flash-style in both attention modes: the ``s × s`` scores and
+  probabilities are recomputed in backward, not stored (fused attention also keeps its softmax
+  statistics, 2 FP32 values per query row and head). For GPT-3 this is Korthikanti et al.
+  2022's ``34·s·b·h`` per layer without the ``5·a·s²·b`` score term and the ``2·s·b·h`` of
+  dropout masks: ``32·s·b·h``;
 * with full recomputation each layer keeps only its input (``s·b·h``) and one layer's
   activations are live at a time during backward.
 """
@@ -20,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from ..sim.ops import Gemm, VectorOp
 from .config import ModelConfig
+from .fused import FusedAttention
 from .graph import Block, Workload
 from .lower import valid_tp_degrees
 from .params import kv_bytes_per_token_per_chip, params_per_chip
@@ -40,6 +45,8 @@ def saved_bytes(block: Block, kv_scale: float = 1.0) -> float:
                 total += op.b_bytes * kv_scale
         elif isinstance(op, VectorOp) and "saved" in op.tags:
             total += op.read_bytes
+        elif isinstance(op, FusedAttention):   # Q, stats; K and V over the full sequence
+            total += op.saved_bytes + op.saved_kv_bytes
     return total
 
 
@@ -52,6 +59,8 @@ def peak_working_bytes(w: Workload) -> float:
                                               or w.phase == "decode" else op.b_bytes)
         elif isinstance(op, VectorOp) and op.kind != "optimizer":
             live = op.read_bytes + op.write_bytes
+        elif isinstance(op, FusedAttention):
+            live = op.working_bytes
         else:
             continue
         peak = max(peak, live)

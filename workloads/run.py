@@ -2,7 +2,8 @@
 
 :func:`run_workload` is the library entry point behind ``diptych run``. Every op of a block is
 simulated once (the engine memoises identical ops) and multiplied by the block's ``repeat``, so
-identical transformer layers cost one simulation. Timing per block: the compute ops run in
+identical transformer layers cost one simulation (a fused attention record is timed from its
+parts' simulations, see :mod:`diptych.workloads.fused`). Timing per block: the compute ops run in
 sequence; with ``overlap`` the block's tensor-parallel collectives hide behind its compute
 (``max(compute, comm)``, the collective-matmul / async-TP ideal), without it they add. The
 data-parallel gradient all-reduce overlaps the whole backward pass when ``overlap`` is set.
@@ -24,6 +25,7 @@ from ..arch import Chip, load_chip
 from ..arch.dtypes import dtype_bytes
 from ..sim.ops import Collective, Gemm, Op
 from .config import ModelConfig
+from .fused import FusedAttention, fused_stats
 from .graph import Workload
 from .lower import decode, decode_context, prefill
 from .memory import MemoryReport, inference_memory, train_memory
@@ -117,6 +119,8 @@ def _check_supported(chip: Chip, p: Precision) -> str:
 
 
 def _shape(op: Op) -> str:
+    if isinstance(op, FusedAttention):
+        return "fused " + _shape(op.gemms[0])
     if isinstance(op, Gemm):
         s = f"{op.m}x{op.k}x{op.n}"
         return f"{op.batch}x({s})" if op.batch > 1 else s
@@ -158,25 +162,27 @@ def resolve_parallelism(phase: str, chips: int | None, tp: int | None, dp: int |
 
 def lower_workload(model: ModelConfig, phase: str, *, batch: int, prompt: int | None,
                    gen: int | None, seq: int | None, precision: Precision, tp: int, dp: int,
-                   recompute: bool = False, micro_batch: int | None = None
-                   ) -> tuple[Workload, int]:
+                   recompute: bool = False, micro_batch: int | None = None,
+                   attention: str = "fused") -> tuple[Workload, int]:
     """The per-chip workload of a phase and the context length its memory must hold."""
     if phase == "prefill":
         if prompt is None:
             raise ValueError("prefill needs --prompt (prompt length in tokens)")
-        return prefill(model, batch, prompt, precision=precision, tp=tp), prompt
+        return prefill(model, batch, prompt, precision=precision, tp=tp,
+                       attention=attention), prompt
     if phase == "decode":
         if prompt is None:
             raise ValueError("decode needs --prompt (context before generation)")
         g = 1 if gen is None else gen
         ctx = decode_context(prompt, g)
-        return decode(model, batch, ctx, precision=precision, tp=tp), prompt + g
+        return decode(model, batch, ctx, precision=precision, tp=tp,
+                      attention=attention), prompt + g
     if phase == "train":
         s = seq if seq is not None else prompt
         if s is None:
             raise ValueError("train needs --seq (sequence length in tokens)")
         return train_step(model, batch, s, precision=precision, tp=tp, dp=dp,
-                          recompute=recompute, micro_batch=micro_batch), s
+                          recompute=recompute, micro_batch=micro_batch, attention=attention), s
     raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
 
 
@@ -202,6 +208,21 @@ def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
                     dp_comm += s * b.repeat
                 else:
                     comm_s += s
+            elif isinstance(op, FusedAttention):
+                fs = fused_stats(op, chip, sim)
+                s, e, db = fs.seconds, fs.energy_j, op.dram_bytes
+                rec = {"op": op.name, "kind": "attention", "shape": _shape(op), "seconds": s,
+                       "bound": fs.bound, "utilization": fs.utilization, "flops": fs.flops,
+                       "dram_bytes": db, "energy_j": e, "dtype": op.compute_dtype,
+                       "compute_seconds": fs.compute_seconds,
+                       "memory_seconds": fs.memory_seconds,
+                       "stream_bytes_per_s": fs.stream_bytes_per_s}
+                comp_s += s
+                dram += db * b.repeat
+                if fs.bound == "compute":
+                    t_compute += s * b.repeat
+                else:
+                    t_mem += s * b.repeat
             else:
                 st = sim(op, chip)
                 s = st.seconds
@@ -248,15 +269,16 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
                  tp: int | None = None, dp: int | None = None, chips: int | None = None,
                  weights_dtype: str | None = None, act_dtype: str | None = None,
                  kv_dtype: str | None = None, overlap: bool = True, recompute: bool = False,
-                 micro_batch: int | None = None, simulate: Callable | None = None
-                 ) -> RunResult:
+                 micro_batch: int | None = None, attention: str = "fused",
+                 simulate: Callable | None = None) -> RunResult:
     """Lower ``phase`` of ``model`` for ``chip`` and simulate it (see module docstring).
 
     ``batch`` is the number of sequences (global batch for training, split over ``dp``);
     ``prompt`` the prompt (prefill) or context before generation (decode); ``gen`` the number
     of generated tokens (decode, default 1); ``seq`` the training sequence length;
     ``micro_batch`` sequences per training micro-batch (default: see
-    :func:`diptych.workloads.train.default_micro_batch`).
+    :func:`diptych.workloads.train.default_micro_batch`); ``attention`` "fused" (default,
+    FlashAttention-style, see :mod:`diptych.workloads.fused`) or "unfused".
     ``simulate`` replaces :func:`diptych.sim.simulate` (tests use a roofline double).
     """
     chip = load_chip(chip)
@@ -269,7 +291,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     comp_dtype = _check_supported(chip, p)
     w, context = lower_workload(model, phase, batch=batch, prompt=prompt, gen=gen, seq=seq,
                                 precision=p, tp=tp, dp=dp, recompute=recompute,
-                                micro_batch=micro_batch)
+                                micro_batch=micro_batch, attention=attention)
     warns = []
     if context > model.max_position_embeddings:
         msg = (f"context of {context} tokens exceeds {model.name}'s max_position_embeddings "
@@ -287,10 +309,11 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     t = simulate_workload(w, chip, overlap=overlap, simulate=simulate)
     secs = t["seconds"]
     # model FLOPs: the unsplit graph of the whole (global) batch, without recomputation
+    # (neither --recompute's nor fused attention backward's recomputed scores)
     ref, _ = lower_workload(model, phase, batch=batch, prompt=prompt, gen=gen, seq=seq,
-                            precision=p, tp=1, dp=1, recompute=False)
+                            precision=p, tp=1, dp=1, recompute=False, attention=attention)
     # (the unsplit graph's default micro-batching may differ; FLOPs do not depend on it)
-    model_flops = ref.flops()
+    model_flops = ref.flops(recompute=False)
     hw_flops = w.flops() * n_chips
     peak = chip.peak_ops_per_s[comp_dtype] * n_chips
     energy = t["energy_j"] * n_chips
@@ -308,6 +331,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
         tps = tokens / secs
     info = dict(w.info)
     info.update(prompt=prompt, gen=gen, seq=seq, overlap=overlap, recompute=recompute,
+                attention=attention,
                 compute_dtype=comp_dtype, simulated_ops=w.op_count(),
                 vector_ops=w.vector_ops * n_chips, collective_bytes=w.collective_bytes,
                 identical_layers_simulated_once=True)

@@ -5,9 +5,10 @@ product gets its two backward GEMMs: for ``C[m×n] = A[m×k]·B[k×n]``, ``dA = 
 (``m×n·n×k``, dX / dQ / dP) and ``dB = Aᵀ·dC`` (``k×m·m×n``, dW / dK / dV). Each has the
 forward product's MAC count, so backward GEMM FLOPs are exactly twice forward and a step is
 3× forward (4× with full recomputation, which re-runs every layer's forward before its
-backward). Vector ops get a backward op of the same kind with twice the ALU work that reads the
-saved input and the incoming gradient and writes the input gradient; each tensor-parallel
-all-reduce has its mirror in backward (Megatron's f/g pair).
+backward). Fused attention's backward also recomputes the scores QKᵀ (FlashAttention), which
+counts in hardware FLOPs only. Vector ops get a backward op of the same kind with twice the
+ALU work that reads the saved input and the incoming gradient and writes the input gradient;
+each tensor-parallel all-reduce has its mirror in backward (Megatron's f/g pair).
 
 The optimizer is AdamW over the rank's parameter shard: it reads the gradient, the master copy
 and both moments and writes them back together with the working-precision weights. With data
@@ -20,8 +21,10 @@ import math
 
 from ..sim.ops import Collective, Gemm, Op, VectorOp
 from .config import ModelConfig
+from .fused import FusedAttention, fused_backward
 from .graph import Block, Workload
-from .lower import _check_common, _Ctx, _embedding, _head, _layer_blocks, causal_mean_keys
+from .lower import (_check_common, _Ctx, _embedding, _head, _layer_blocks, causal_mean_keys,
+                    check_attention)
 from .params import params_per_chip
 from .precision import Precision
 
@@ -37,7 +40,10 @@ ADAMW_OPS_PER_PARAM = 14.0
 
 
 def backward_ops(op: Op, p: Precision) -> list[Op]:
-    """The backward ops of one forward op, in execution order."""
+    """The backward ops of one forward op, in execution order (a fused attention block's
+    backward is one fused block, see :func:`diptych.workloads.fused.fused_backward`)."""
+    if isinstance(op, FusedAttention):
+        return [fused_backward(op, lambda o: backward_ops(o, p))]
     if isinstance(op, Gemm):
         weight = "weight" in op.tags
         da = Gemm(name=f"{op.name}.dgrad", m=op.m, k=op.n, n=op.k, batch=op.batch,
@@ -105,15 +111,17 @@ def default_micro_batch(batch: int, seq_len: int) -> int:
 
 def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision | None = None,
                tp: int = 1, dp: int = 1, recompute: bool = False,
-               micro_batch: int | None = None) -> Workload:
+               micro_batch: int | None = None, attention: str = "fused") -> Workload:
     """One optimizer step on ``batch`` sequences (global, split over ``dp`` replicas) of
     ``seq_len`` tokens, for one chip of a ``tp``-way tensor-parallel group.
 
     Each replica runs its sequences as ``micro_batch``-sequence micro-batches (gradient
     accumulation: forward and backward per micro-batch, weights re-read each time, one
     micro-batch's activations live at a time), then one optimizer update. Blocks of one
-    micro-batch are repeated ``batch / dp / micro_batch`` times."""
+    micro-batch are repeated ``batch / dp / micro_batch`` times. ``attention``: "fused"
+    (FlashAttention forward and backward) or "unfused"."""
     _check_common(m, batch, tp, seq_len=seq_len, dp=dp)
+    check_attention(attention)
     if batch % dp:
         raise ValueError(f"batch ({batch}) must be divisible by dp ({dp}): the global batch is "
                          f"split evenly over data-parallel replicas")
@@ -125,7 +133,7 @@ def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision
                          f"batch ({b}), not {mb!r}")
     n_micro = b // mb
     keys = math.ceil(causal_mean_keys(seq_len, 0, m.sliding_window))
-    c = _Ctx(m, p, tp, mb, seq_len, keys, "train")
+    c = _Ctx(m, p, tp, mb, seq_len, keys, "train", attention)
     emb = Block("embedding", 1, tuple(_embedding(c)))
     layers = _layer_blocks(c)
     head = Block("head", 1, tuple(_head(c)))
@@ -140,4 +148,4 @@ def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision
     return Workload("train", tuple(blocks), tokens=b * seq_len, batch=b,
                     info={"seq_len": seq_len, "keys_per_query": keys, "tp": tp, "dp": dp,
                           "recompute": recompute, "global_batch": batch, "micro_batch": mb,
-                          "micro_batches": n_micro})
+                          "micro_batches": n_micro, "attention": attention})

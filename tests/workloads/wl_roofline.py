@@ -23,6 +23,8 @@ class Stats:
     utilization: float
     bound: str
     energy_j: float
+    compute_cycles: float = 0.0      # t_compute × clock: the unlimited-bandwidth schedule
+    dram_bytes_per_s: float = 0.0    # achieved: compulsory bytes ÷ seconds
 
 
 def roofline(op, chip) -> Stats:
@@ -40,4 +42,5 @@ def roofline(op, chip) -> Stats:
     t_m = (rd + wr) / bw
     s = max(t_c, t_m)
     return Stats(op.name, kind, s, op.flops, rd, wr, op.flops / (peak * s) if s else 0.0,
-                 "compute" if t_c >= t_m else "memory", (rd + wr) * 8 * 5e-12 + op.flops * 1e-12)
+                 "compute" if t_c >= t_m else "memory", (rd + wr) * 8 * 5e-12 + op.flops * 1e-12,
+                 t_c * chip.clock_hz, (rd + wr) / s if s else 0.0)

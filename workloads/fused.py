@@ -1,0 +1,163 @@
+"""Fused (FlashAttention-style) attention: one record per layer, timed from its parts.
+
+A fused attention block keeps the ``s × keys`` scores and probabilities on chip: DRAM sees Q,
+K, V and O once (plus, in training, the softmax statistics: 2 FP32 values per query row per
+head, written in forward and read in backward). The block carries the ops the kernel runs on
+chip (``parts``: the QKᵀ and PV GEMMs and the softmax, with their unfused shapes) so the
+engine's own results for those shapes time its compute.
+
+Timing rule (:func:`fused_stats`)::
+
+    seconds = max(Σ compute time of the parts,  dram_bytes ÷ streaming bandwidth)
+
+where a part's compute time is the engine's ``compute_cycles`` (the same schedule with
+unlimited DRAM bandwidth, fill and drain included) ÷ the clock, and the streaming bandwidth is
+the highest DRAM bandwidth the engine achieves on any of the parts (the same kind of data
+movement at larger size; capped at the chip's peak). The backward block (FlashAttention-2's)
+recomputes S = QKᵀ: that GEMM is one of its parts, tagged ``recompute``, so it counts in
+hardware FLOPs (HFU) but not in model FLOPs (MFU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from ..sim.ops import Gemm, Op, VectorOp
+
+#: Bytes of one softmax statistic (row max and row sum are kept in FP32 by FlashAttention).
+STAT_BYTES = 4.0
+
+
+@dataclass(frozen=True)
+class FusedAttention:
+    """One fused attention kernel of one layer (forward or backward).
+
+    ``read_bytes``/``write_bytes`` are its DRAM traffic; ``saved_bytes`` the activations it
+    keeps for backward besides those counted elsewhere (Q and the stats), ``saved_kv_bytes``
+    the K and V it keeps (full sequence); ``working_bytes`` its live footprint outside the
+    KV cache (for the inference peak working set)."""
+
+    name: str
+    parts: tuple[Op, ...]
+    read_bytes: float
+    write_bytes: float
+    saved_bytes: float = 0.0
+    saved_kv_bytes: float = 0.0
+    working_bytes: float = 0.0
+    tags: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if not self.parts or not all(isinstance(p, (Gemm, VectorOp)) for p in self.parts):
+            raise ValueError(f"parts of {self.name!r} must be a non-empty tuple of Gemm and "
+                             f"VectorOp, not {self.parts!r}")
+        for f in ("read_bytes", "write_bytes", "saved_bytes", "saved_kv_bytes",
+                  "working_bytes"):
+            v = getattr(self, f)
+            if not v >= 0:
+                raise ValueError(f"{f} of {self.name!r} must be >= 0, not {v!r}")
+
+    @property
+    def gemms(self) -> tuple[Gemm, ...]:
+        return tuple(p for p in self.parts if isinstance(p, Gemm))
+
+    @property
+    def gemm_flops(self) -> float:
+        """GEMM FLOPs of the parts, recomputation included (hardware FLOPs)."""
+        return sum(g.flops for g in self.gemms)
+
+    @property
+    def recompute_flops(self) -> float:
+        """GEMM FLOPs spent recomputing the scores (not model FLOPs)."""
+        return sum(g.flops for g in self.gemms if "recompute" in g.tags)
+
+    @property
+    def vector_flops(self) -> float:
+        return sum(p.flops for p in self.parts if isinstance(p, VectorOp))
+
+    @property
+    def flops(self) -> float:
+        return self.gemm_flops + self.vector_flops
+
+    @property
+    def dram_bytes(self) -> float:
+        return self.read_bytes + self.write_bytes
+
+    @property
+    def compute_dtype(self) -> str:
+        return self.gemms[0].compute_dtype
+
+
+def _compute_seconds(st, chip) -> float:
+    cc = getattr(st, "compute_cycles", None)
+    if cc is None:               # a test double without an unlimited-bandwidth schedule
+        return st.seconds
+    return cc / chip.clock_hz
+
+
+def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
+    """Time, energy and bound of ``op`` on ``chip`` by the rule in the module docstring.
+
+    Energy: the parts' energy without their DRAM and static shares, plus the fused traffic at
+    the parts' mean DRAM energy per byte, plus static power (the parts' mean) × the time."""
+    sts = [simulate(p, chip) for p in op.parts]
+    t_comp = sum(_compute_seconds(st, chip) for st in sts)
+    peak_bw = chip.dram_bytes_per_s
+    achieved = [min(st.dram_bytes_per_s, peak_bw) for st in sts
+                if getattr(st, "dram_bytes_per_s", 0.0) > 0.0]
+    bw = max(achieved) if achieved else peak_bw
+    t_mem = op.dram_bytes / bw
+    seconds = max(t_comp, t_mem)
+    bound = "compute" if t_comp >= t_mem else "memory"
+    if all(getattr(st, "energy_breakdown", None) for st in sts):
+        part_bytes = sum(st.dram_read_bytes + st.dram_write_bytes for st in sts)
+        dram_e = sum(st.energy_breakdown.get("dram", 0.0) for st in sts)
+        static_e = sum(st.energy_breakdown.get("static", 0.0) for st in sts)
+        part_s = sum(st.seconds for st in sts)
+        energy = (sum(st.energy_j for st in sts) - dram_e - static_e
+                  + (dram_e / part_bytes * op.dram_bytes if part_bytes else 0.0)
+                  + (static_e / part_s * seconds if part_s else 0.0))
+    else:                        # a test double: no breakdown to re-cost
+        energy = sum(st.energy_j for st in sts)
+    peak = chip.peak_ops_per_s[op.compute_dtype]
+    return SimpleNamespace(seconds=seconds, compute_seconds=t_comp, memory_seconds=t_mem,
+                           stream_bytes_per_s=bw, bound=bound, energy_j=energy,
+                           flops=op.flops,
+                           utilization=op.gemm_flops / (peak * seconds) if seconds else 0.0)
+
+
+def fuse(name: str, scores: Gemm, softmax: VectorOp, pv: Gemm, *, keys_stored: int,
+         heads_rows: int, kv_shared: bool = False, stats: bool = False,
+         kv_cache: bool = False, tags: tuple[str, ...] = ()) -> FusedAttention:
+    """The forward fused block of the unfused trio ``scores → softmax → pv``.
+
+    Q is the scores' A operand, O the PV product; K and V are the B operands over the
+    ``keys_stored`` keys held per sequence (the GEMMs' ``n``/``k`` is the causal mean, so they
+    are rescaled to the full length). ``kv_shared``: V is a slice of K's tensor (MLA's latent
+    cache) and is not read again. ``heads_rows``: query rows × heads (for the statistics,
+    written only when ``stats``). ``kv_cache``: K and V are the KV cache (not working set)."""
+    q, o = scores.a_bytes, pv.c_bytes
+    k = scores.b_bytes * keys_stored / scores.n
+    v = 0.0 if kv_shared else pv.b_bytes * keys_stored / pv.k
+    st = 2.0 * STAT_BYTES * heads_rows if stats else 0.0
+    return FusedAttention(name=name, parts=(scores, softmax, pv), read_bytes=q + k + v,
+                          write_bytes=o + st, saved_bytes=q + st, saved_kv_bytes=k + v,
+                          working_bytes=q + o + (0.0 if kv_cache else k + v), tags=tags)
+
+
+def fused_backward(op: FusedAttention, backward_ops) -> FusedAttention:
+    """FlashAttention backward of a forward fused block: recompute S = QKᵀ, softmax backward,
+    dP = dO·Vᵀ, dV = Pᵀ·dO, dS → dQ = dS·K, dK = dSᵀ·Q. Reads Q, K, V, O, dO and the
+    statistics; writes dQ, dK, dV. ``backward_ops`` maps a forward op to its backward ops."""
+    scores, softmax, pv = op.parts
+    recompute = Gemm(name=f"{scores.name}.recompute", m=scores.m, k=scores.k, n=scores.n,
+                     batch=scores.batch, a_dtype=scores.a_dtype, b_dtype=scores.b_dtype,
+                     c_dtype=scores.c_dtype, acc_dtype=scores.acc_dtype,
+                     b_is_weight=scores.b_is_weight, tags=scores.tags + ("recompute",))
+    parts = [recompute] + backward_ops(pv) + backward_ops(softmax) + backward_ops(scores)
+    q, o = scores.a_bytes, pv.c_bytes
+    kv = op.saved_kv_bytes
+    st = op.saved_bytes - q
+    return FusedAttention(name=f"{op.name}.bwd", parts=tuple(parts),
+                          read_bytes=q + kv + o + o + st, write_bytes=q + kv,
+                          working_bytes=2 * (q + kv + o), tags=op.tags + ("bwd",))
