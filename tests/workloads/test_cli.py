@@ -6,7 +6,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from wl_roofline import roofline
+from roofline_double import roofline
 
 import diptych.workloads.run as run_mod
 from diptych.tools.cli import main

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from wl_roofline import roofline
+from roofline_double import roofline
 
 import diptych.workloads.run as run_mod
 from diptych.arch import load_chip

@@ -1,10 +1,10 @@
 """run_workload, the batching curve, memory fit advice and topology files, on a roofline double
-of the engine (wl_roofline.py) so that aggregation is checked independently of sim/."""
+of the engine (tests/roofline_double.py) so that aggregation is checked independently of sim/."""
 
 from __future__ import annotations
 
 import pytest
-from wl_roofline import roofline
+from roofline_double import roofline
 
 from diptych.arch import load_chip
 from diptych.workloads import load_topology, run_curve, run_topology, run_workload

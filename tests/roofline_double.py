@@ -1,14 +1,17 @@
 """A roofline test double for ``diptych.sim.simulate``: obviously correct, engine-free.
 
-time = max(MACs / peak MACs per second, DRAM bytes / peak bytes per second) with DRAM bytes
-the op's compulsory traffic (each operand read once, the output written once). It lets the
-workload tests check aggregation (repeats, overlap, bounds, MFU) independently of the engine.
+time = max(FLOPs / peak, DRAM bytes / peak bytes per second) with DRAM bytes the op's
+compulsory traffic (each operand read once, the output written once); energy from the chip's
+own table via :mod:`diptych.arch.energy`. It lets the workload and design-space tests check
+aggregation (repeats, overlap, bounds, MFU, reports) independently of the engine. Shared by
+``tests/workloads`` and ``tests/dse`` (``tests/`` is on ``sys.path`` through its conftest).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from diptych.arch.energy import energy_j
 from diptych.sim.ops import Gemm
 
 
@@ -32,15 +35,17 @@ def roofline(op, chip) -> Stats:
     if isinstance(op, Gemm):
         rd, wr = op.a_bytes + op.b_bytes, op.c_bytes
         peak = chip.peak_ops_per_s[op.compute_dtype]
-        t_c = op.flops / peak
         kind = "gemm"
+        counts = {"macs": {op.compute_dtype: op.macs}}
     else:
         rd, wr = op.read_bytes, op.write_bytes
-        t_c = op.flops / chip.vector_ops_per_s
         peak = chip.vector_ops_per_s
         kind = "vector"
+        counts = {"vector_ops": op.flops}
+    t_c = op.flops / peak
     t_m = (rd + wr) / bw
     s = max(t_c, t_m)
+    e = energy_j(chip, dram_bytes=rd + wr, sram_bytes=2 * (rd + wr), seconds=s, **counts)
     return Stats(op.name, kind, s, op.flops, rd, wr, op.flops / (peak * s) if s else 0.0,
-                 "compute" if t_c >= t_m else "memory", (rd + wr) * 8 * 5e-12 + op.flops * 1e-12,
-                 t_c * chip.clock_hz, (rd + wr) / s if s else 0.0)
+                 "compute" if t_c >= t_m else "memory", e, t_c * chip.clock_hz,
+                 (rd + wr) / s if s else 0.0)
