@@ -16,14 +16,17 @@ def model_summary(name_or_path: str) -> dict:
     from ..arch.dtypes import DTYPES
     from ..workloads import load_model
     from ..workloads.params import (active_param_count, attention_flops_per_token,
-                                    kv_bytes_per_token, matmul_param_count, param_count)
+                                    kv_bytes_by_layer_kind, kv_bytes_per_token,
+                                    matmul_param_count, param_count)
 
     m = load_model(name_or_path)
     return {
         "config": asdict(m),
+        "layer_pattern": m.describe_layers(),
         "parameters": param_count(m),
         "active_parameters": active_param_count(m),
         "kv_bytes_per_token": {d: kv_bytes_per_token(m, d) for d in DTYPES},
+        "kv_bytes_by_layer_kind": kv_bytes_by_layer_kind(m, "bf16"),
         "flops_per_token": 2.0 * matmul_param_count(m),
         "attention_flops_per_token_per_context_token": attention_flops_per_token(m, 1),
     }
@@ -84,7 +87,7 @@ def models_show(model: str, as_json: bool):
     con = _console()
     con.print(f"[bold]{c['name']}[/bold]: {c['architecture']} ({c['family']})")
     t = Table("quantity", "value", show_header=False)
-    t.add_row("layers", str(c["layers"]))
+    t.add_row("layers", f"{c['layers']} ({s['layer_pattern']})")
     t.add_row("hidden size", str(c["hidden_size"]))
     if c["kv_lora_rank"]:
         t.add_row("attention", f"MLA, {c['heads']} heads, q_lora {c['q_lora_rank']}, kv_lora "
@@ -92,12 +95,10 @@ def models_show(model: str, as_json: bool):
                   f"v {c['v_head_dim']}")
     else:
         t.add_row("attention", f"{c['heads']} heads, {c['kv_heads']} KV heads, head dim "
-                  f"{c['head_dim']}" + (f", window {c['sliding_window']}"
-                                        if c["sliding_window"] else ""))
+                  f"{c['head_dim']}")
     if c["experts"]:
         t.add_row("MoE", f"{c['experts']} experts, top-{c['experts_per_token']}, "
-                  f"{c['shared_experts']} shared, width {c['moe_intermediate_size']}, "
-                  f"first {c['first_dense_layers']} layers dense")
+                  f"{c['shared_experts']} shared, width {c['moe_intermediate_size']}")
     t.add_row("FFN", f"{c['intermediate_size']} ({c['activation']})")
     t.add_row("vocab", str(c["vocab_size"]))
     t.add_row("max positions", str(c["max_position_embeddings"]))

@@ -1,13 +1,29 @@
 """Transformer model descriptions, built from HuggingFace ``config.json`` dicts.
 
 :class:`ModelConfig` is the one shape description every other module in ``workloads/`` reads.
-:func:`model_from_hf` maps the fields of the supported HF architectures onto it and validates
-them eagerly: a message names the file, the field, the value and what was expected.
+:func:`model_from_hf` maps the fields of the supported HF architectures onto it (the mapping per
+architecture family is in :mod:`diptych.workloads.hf`) and validates them eagerly: a message
+names the file, the field, the value and what was expected.
 
-Families (what the lowering distinguishes):
+Layers need not be identical: :meth:`ModelConfig.layer_specs` gives each layer's
+:class:`LayerSpec` (attention kind and window, MoE or dense, RoPE or NoPE, q/k norm) and
+:meth:`ModelConfig.layer_groups` groups identical layers, which the lowering emits as one block
+each with its repeat count. Families (what the parser distinguishes; the lowering only reads the
+fields):
 
 * ``llama``: pre-RMSNorm, RoPE, GQA, SwiGLU MLP (Llama, Mistral, Qwen2; Qwen2 has QKV biases).
+* ``qwen3`` / ``qwen3_moe``: ``llama`` with per-head q/k RMSNorm; the MoE variant routes
+  top-k over ``num_experts`` in every ``decoder_sparse_step``-th layer not in ``mlp_only_layers``.
+* ``phi3``: ``llama`` with fused ``qkv_proj`` / ``gate_up_proj`` (same shapes) and a window.
 * ``mixtral``: ``llama`` attention with a top-k routed SwiGLU MoE in every layer.
+* ``gemma2`` / ``gemma3``: GeGLU (tanh GELU), sandwich norms, embeddings scaled by √d, tied
+  head; interleaved sliding-window and global layers (1:1 in Gemma 2, 5:1 in Gemma 3); Gemma 2
+  soft-caps attention and final logits, Gemma 3 has q/k norm instead.
+* ``gpt_oss``: MoE in every layer with biased experts and router, clamped SwiGLU, attention
+  sinks, QKV/O biases, alternating sliding (128) and full layers.
+* ``llama4``: MoE with one shared expert on ``moe_layers`` (dense ``intermediate_size_mlp``
+  MLPs elsewhere), chunked attention on RoPE layers, global NoPE layers every fourth layer,
+  weightless L2 q/k norm on RoPE layers.
 * ``gpt2``: pre-LayerNorm with biases, learned positions, MHA, GELU MLP of ``n_inner`` (4·d).
 * ``deepseek_v3``: multi-head latent attention (MLA) and a MoE with shared experts after
   ``first_k_dense_replace`` dense layers.
@@ -15,18 +31,45 @@ Families (what the lowering distinguishes):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
-#: HF ``architectures`` entry → family.
-ARCHITECTURES: dict[str, str] = {
-    "LlamaForCausalLM": "llama",
-    "MistralForCausalLM": "llama",
-    "Qwen2ForCausalLM": "llama",
-    "MixtralForCausalLM": "mixtral",
-    "GPT2LMHeadModel": "gpt2",
-    "DeepseekV3ForCausalLM": "deepseek_v3",
-}
+from .hf import ARCHITECTURES, parse
+
+#: Per-layer attention kinds: every earlier key (``full``), the last ``window`` keys
+#: (``sliding``), or the keys of the current ``window``-token chunk (``chunked``, Llama 4).
+ATTENTION_KINDS = ("full", "sliding", "chunked")
+#: MLP activations: gated (three matrices) SiLU, tanh-GELU and gpt-oss's clamped SiLU; the
+#: ungated GPT-2 GELU (two matrices).
+ACTIVATIONS = ("swiglu", "geglu", "swiglu_clamped", "gelu")
+NORMS = ("rmsnorm", "layernorm")
+#: q/k normalisation: none, RMSNorm with a ``head_dim`` weight on every layer (Qwen3, Gemma 3),
+#: or a weightless L2 norm on the RoPE layers only (Llama 4).
+QK_NORMS = ("", "rmsnorm", "l2")
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """What distinguishes one transformer layer from another of the same model.
+
+    ``window`` is the sliding window (``sliding``) or chunk size (``chunked``) in tokens, None
+    for ``full`` attention."""
+
+    attention: str = "full"
+    window: int | None = None
+    moe: bool = False
+    rope: bool = True
+    qk_norm: bool = False
+
+    def describe_attention(self) -> str:
+        return self.attention if self.window is None else f"{self.attention} {self.window}"
+
+    def kv_tokens(self, context: int) -> int:
+        """Tokens of a ``context``-token sequence this layer's KV cache must hold: the window
+        for sliding layers, the current chunk (at most ``window``) for chunked ones."""
+        return context if self.window is None else min(context, self.window)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,9 +79,20 @@ class ModelConfig:
     ``head_dim`` is the per-head width of Q/K/V for GQA/MHA models. For MLA models the Q/K head
     width is ``qk_nope_head_dim + qk_rope_head_dim``, V's is ``v_head_dim``, and the KV cache
     holds ``kv_lora_rank + qk_rope_head_dim`` elements per token per layer.
-    ``experts == 0`` means a dense model; otherwise layers from ``first_dense_layers`` on are MoE
-    layers with ``experts`` routed experts (``experts_per_token`` active per token) plus
-    ``shared_experts`` always-active experts, each of width ``moe_intermediate_size``.
+    ``experts == 0`` means a dense model; otherwise MoE layers (``layer_moe``, or every layer
+    from ``first_dense_layers`` on) have ``experts`` routed experts (``experts_per_token``
+    active per token) plus ``shared_experts`` always-active experts, each of width
+    ``moe_intermediate_size``; dense layers have an MLP of ``intermediate_size``.
+
+    Per-layer tuples (``layer_attention``, ``layer_moe``, ``layer_rope``) hold one entry per
+    layer or are empty for a uniform model: every layer ``sliding`` when ``sliding_window`` is
+    set, else ``full``; MoE from ``first_dense_layers`` on; RoPE unless ``learned_positions``.
+    ``attn_logit_softcap``/``final_logit_softcap``: ``cap·tanh(x/cap)`` on the attention scores
+    / the LM head's logits (Gemma 2). ``attention_sinks``: one learned logit per head in every
+    softmax denominator (gpt-oss). ``sandwich_norms``: a norm after attention and after the MLP
+    too (Gemma). ``scale_embeddings``: embeddings multiplied by √d (Gemma).
+    ``rotary_fraction``: share of each head's dimensions RoPE rotates. ``attn_temperature_tuning``:
+    NoPE layers scale queries by a position-dependent factor (Llama 4).
     """
 
     name: str
@@ -53,25 +107,73 @@ class ModelConfig:
     vocab_size: int
     max_position_embeddings: int
     norm: str = "rmsnorm"                 # "rmsnorm" | "layernorm"
-    activation: str = "swiglu"            # "swiglu" | "gelu"
+    activation: str = "swiglu"            # see ACTIVATIONS
     tie_word_embeddings: bool = False
     qkv_bias: bool = False
     out_bias: bool = False
     mlp_bias: bool = False
     learned_positions: bool = False
     sliding_window: int | None = None
+    # per-layer pattern (empty: uniform, see the class docstring)
+    layer_attention: tuple[str, ...] = ()
+    layer_moe: tuple[bool, ...] = ()
+    layer_rope: tuple[bool, ...] = ()
+    attention_chunk_size: int | None = None
+    # attention and block details
+    qk_norm: str = ""                     # see QK_NORMS
+    attn_logit_softcap: float | None = None
+    final_logit_softcap: float | None = None
+    attention_sinks: bool = False
+    sandwich_norms: bool = False
+    scale_embeddings: bool = False
+    rotary_fraction: float = 1.0
+    attn_temperature_tuning: bool = False
     # MoE
     experts: int = 0
     experts_per_token: int = 0
     shared_experts: int = 0
     moe_intermediate_size: int = 0
     first_dense_layers: int = 0
+    router_bias: bool = False
     # MLA
     q_lora_rank: int = 0
     kv_lora_rank: int = 0
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+
+    def __post_init__(self):
+        def bad(field: str, value, expected: str):
+            raise ValueError(f"model {self.name!r}: {field} must be {expected}, not {value!r}")
+
+        if self.norm not in NORMS:
+            bad("norm", self.norm, "one of " + ", ".join(NORMS))
+        if self.activation not in ACTIVATIONS:
+            bad("activation", self.activation, "one of " + ", ".join(ACTIVATIONS))
+        if self.qk_norm not in QK_NORMS:
+            bad("qk_norm", self.qk_norm, "one of " + ", ".join(repr(q) for q in QK_NORMS))
+        for f in ("layer_attention", "layer_moe", "layer_rope"):
+            v = getattr(self, f)
+            if v and len(v) != self.layers:
+                bad(f, v, f"empty or one entry per layer ({self.layers}), not {len(v)} entries")
+        for i, a in enumerate(self.layer_attention):
+            if a not in ATTENTION_KINDS:
+                bad(f"layer_attention[{i}]", a, "one of " + ", ".join(ATTENTION_KINDS))
+        kinds = set(self.layer_attention) or {"sliding" if self.sliding_window else "full"}
+        for kind, f in (("sliding", "sliding_window"), ("chunked", "attention_chunk_size")):
+            v = getattr(self, f)
+            if kind in kinds and v is None:
+                bad(f, v, f"set (a positive integer) when layers use {kind} attention")
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                bad(f, v, "a positive integer or None")
+        if any(self.layer_moe) and not self.is_moe:
+            bad("layer_moe", self.layer_moe, "all False for a model without experts")
+        for f in ("attn_logit_softcap", "final_logit_softcap"):
+            v = getattr(self, f)
+            if v is not None and not v > 0:
+                bad(f, v, "a positive number or None")
+        if not 0 < self.rotary_fraction <= 1:
+            bad("rotary_fraction", self.rotary_fraction, "in (0, 1]")
 
     @property
     def is_moe(self) -> bool:
@@ -81,9 +183,53 @@ class ModelConfig:
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
 
-    @property
+    def layer_specs(self) -> tuple[LayerSpec, ...]:
+        """Each layer's :class:`LayerSpec`, in order."""
+        return self._specs
+
+    def layer_groups(self) -> list[tuple[LayerSpec, tuple[int, ...]]]:
+        """Identical layers grouped: ``[(spec, layer indices), ...]`` in order of first use."""
+        return list(self._groups)
+
+    @cached_property
+    def _specs(self) -> tuple[LayerSpec, ...]:
+        specs = []
+        for i in range(self.layers):
+            att = (self.layer_attention[i] if self.layer_attention
+                   else "sliding" if self.sliding_window else "full")
+            window = {"sliding": self.sliding_window,
+                      "chunked": self.attention_chunk_size}.get(att)
+            moe = (self.layer_moe[i] if self.layer_moe
+                   else self.is_moe and i >= self.first_dense_layers)
+            rope = not self.learned_positions and (self.layer_rope[i] if self.layer_rope
+                                                   else True)
+            qk = self.qk_norm == "rmsnorm" or (self.qk_norm == "l2" and rope)
+            specs.append(LayerSpec(att, window, bool(moe), rope, qk))
+        return tuple(specs)
+
+    @cached_property
+    def _groups(self) -> tuple[tuple[LayerSpec, tuple[int, ...]], ...]:
+        groups: dict[LayerSpec, list[int]] = {}
+        for i, s in enumerate(self._specs):
+            groups.setdefault(s, []).append(i)
+        return tuple((s, tuple(ix)) for s, ix in groups.items())
+
+    def describe_layers(self) -> str:
+        """The layer pattern in words, e.g. ``21 × sliding 4096 + 21 × full``."""
+        groups = self.layer_groups()
+        parts = []
+        for s, ix in groups:
+            tags = [s.describe_attention()]
+            if self.is_moe:
+                tags.append("moe" if s.moe else "dense")
+            if not s.rope and not self.learned_positions:
+                tags.append("nope")
+            parts.append(f"{len(ix)} × {' '.join(tags)}")
+        return " + ".join(parts)
+
+    @cached_property
     def moe_layers(self) -> int:
-        return self.layers - self.first_dense_layers if self.is_moe else 0
+        return sum(s.moe for s in self._specs) if self.is_moe else 0
 
     @property
     def dense_layers(self) -> int:
@@ -104,32 +250,13 @@ class ModelConfig:
         """Query heads per KV head (GQA group; 1 for MHA)."""
         return self.heads // self.kv_heads
 
-
-def _where(source: str | None, key: str) -> str:
-    return f"{source}: {key}" if source else key
-
-
-def _get(d: dict, keys: tuple[str, ...], source: str | None, *, default: Any = ..., kind=int,
-         minimum: int | None = 1) -> Any:
-    """The first present key of ``keys``; validated as a positive integer by default."""
-    for k in keys:
-        if k in d and d[k] is not None:
-            v = d[k]
-            if kind is int:
-                if isinstance(v, bool) or not isinstance(v, int):
-                    raise ValueError(f"{_where(source, k)} must be an integer, not {v!r}")
-                if minimum is not None and v < minimum:
-                    raise ValueError(f"{_where(source, k)} must be an integer >= {minimum}, "
-                                     f"not {v!r}")
-            elif kind is bool and not isinstance(v, bool):
-                raise ValueError(f"{_where(source, k)} must be true or false, not {v!r}")
-            return v
-    if default is ...:
-        raise ValueError(f"{_where(source, keys[0])} is missing (required by this architecture)")
-    return default
+    @property
+    def gated_mlp(self) -> bool:
+        """Gate, up and down matrices (every activation but GPT-2's GELU)."""
+        return self.activation != "gelu"
 
 
-def model_from_hf(d: dict, *, name: str, source: str | None = None) -> ModelConfig:
+def model_from_hf(d: Any, *, name: str, source: str | None = None) -> ModelConfig:
     """Build a :class:`ModelConfig` from a parsed HF ``config.json`` dict.
 
     Raises ValueError for unsupported architectures (listing the supported ones), missing or
@@ -137,95 +264,19 @@ def model_from_hf(d: dict, *, name: str, source: str | None = None) -> ModelConf
     """
     if not isinstance(d, dict):
         raise ValueError(f"{source or 'config'}: expected a JSON object, got {type(d).__name__}")
+    where = f"{source}: architectures" if source else "architectures"
     archs = d.get("architectures")
-    if not archs or not isinstance(archs, list):
-        raise ValueError(f"{_where(source, 'architectures')} is missing: expected a list with one "
-                         f"of {', '.join(ARCHITECTURES)}")
+    if not archs:
+        raise ValueError(f"{where} is missing: expected a list with one of "
+                         f"{', '.join(ARCHITECTURES)}")
+    if not isinstance(archs, Sequence) or isinstance(archs, str) or not all(
+            isinstance(a, str) for a in archs):
+        raise ValueError(f"{where} must be a list of architecture names (strings) such as "
+                         f'["LlamaForCausalLM"], not {archs!r}')
     arch = archs[0]
     if arch not in ARCHITECTURES:
-        raise ValueError(f"{_where(source, 'architectures')}: unsupported architecture {arch!r}; "
+        raise ValueError(f"{where}: unsupported architecture {arch!r}; "
                          f"supported: {', '.join(ARCHITECTURES)}")
     family = ARCHITECTURES[arch]
-    g = lambda *keys, **kw: _get(d, keys, source, **kw)  # noqa: E731
-
-    if family == "gpt2":
-        hidden = g("n_embd", "hidden_size")
-        heads = g("n_head", "num_attention_heads")
-        _check_div(hidden, heads, source, "n_embd", "n_head")
-        inner = g("n_inner", default=4 * hidden)
-        cfg = dict(
-            layers=g("n_layer", "num_hidden_layers"), hidden_size=hidden, heads=heads,
-            kv_heads=heads, head_dim=hidden // heads, intermediate_size=inner,
-            vocab_size=g("vocab_size"), max_position_embeddings=g("n_positions", "n_ctx"),
-            norm="layernorm", activation="gelu",
-            tie_word_embeddings=g("tie_word_embeddings", default=True, kind=bool),
-            qkv_bias=True, out_bias=True, mlp_bias=True, learned_positions=True)
-    else:
-        hidden = g("hidden_size")
-        heads = g("num_attention_heads")
-        kv_heads = g("num_key_value_heads", default=heads)
-        if heads % kv_heads:
-            raise ValueError(f"{_where(source, 'num_key_value_heads')} ({kv_heads}) must divide "
-                             f"num_attention_heads ({heads})")
-        if "head_dim" in d and d["head_dim"] is not None and family != "deepseek_v3":
-            head_dim = g("head_dim")
-        else:
-            _check_div(hidden, heads, source, "hidden_size", "num_attention_heads")
-            head_dim = hidden // heads
-        act = d.get("hidden_act", "silu")
-        if act not in ("silu", "swish"):
-            raise ValueError(f"{_where(source, 'hidden_act')}: unsupported activation {act!r} for "
-                             f"{arch}; expected silu")
-        window = None
-        if family == "llama" and d.get("sliding_window") is not None:
-            if arch != "Qwen2ForCausalLM" or d.get("use_sliding_window", False):
-                window = g("sliding_window")
-        cfg = dict(
-            layers=g("num_hidden_layers"), hidden_size=hidden, heads=heads, kv_heads=kv_heads,
-            head_dim=head_dim, intermediate_size=g("intermediate_size"),
-            vocab_size=g("vocab_size"),
-            max_position_embeddings=g("max_position_embeddings"),
-            tie_word_embeddings=g("tie_word_embeddings", default=False, kind=bool),
-            qkv_bias=(arch == "Qwen2ForCausalLM"
-                      or g("attention_bias", default=False, kind=bool)),
-            out_bias=g("attention_bias", default=False, kind=bool),
-            mlp_bias=g("mlp_bias", default=False, kind=bool),
-            sliding_window=window)
-        if family == "mixtral":
-            e = g("num_local_experts")
-            k = g("num_experts_per_tok")
-            if k > e:
-                raise ValueError(f"{_where(source, 'num_experts_per_tok')} ({k}) must be at most "
-                                 f"num_local_experts ({e})")
-            cfg.update(experts=e, experts_per_token=k,
-                       moe_intermediate_size=cfg["intermediate_size"])
-        if family == "deepseek_v3":
-            e = g("n_routed_experts")
-            k = g("num_experts_per_tok")
-            if k > e:
-                raise ValueError(f"{_where(source, 'num_experts_per_tok')} ({k}) must be at most "
-                                 f"n_routed_experts ({e})")
-            freq = g("moe_layer_freq", default=1)
-            if freq != 1:
-                raise ValueError(f"{_where(source, 'moe_layer_freq')}: only 1 (every layer after "
-                                 f"first_k_dense_replace) is supported, not {freq!r}")
-            first = g("first_k_dense_replace", default=0, minimum=0)
-            if first > cfg["layers"]:
-                raise ValueError(f"{_where(source, 'first_k_dense_replace')} ({first}) must be at "
-                                 f"most num_hidden_layers ({cfg['layers']})")
-            cfg.update(
-                experts=e, experts_per_token=k,
-                shared_experts=g("n_shared_experts", default=0, minimum=0),
-                moe_intermediate_size=g("moe_intermediate_size"), first_dense_layers=first,
-                q_lora_rank=g("q_lora_rank", default=0, minimum=0),
-                kv_lora_rank=g("kv_lora_rank"), qk_nope_head_dim=g("qk_nope_head_dim"),
-                qk_rope_head_dim=g("qk_rope_head_dim"), v_head_dim=g("v_head_dim"),
-                head_dim=g("qk_nope_head_dim") + g("qk_rope_head_dim"),
-                kv_heads=heads)
-    return ModelConfig(name=name, architecture=arch, family=family, **cfg)
-
-
-def _check_div(a: int, b: int, source, a_name: str, b_name: str) -> None:
-    if a % b:
-        raise ValueError(f"{_where(source, a_name)} ({a}) must be divisible by {b_name} ({b}); "
-                         f"inconsistent shapes")
+    return ModelConfig(name=name, architecture=arch, family=family,
+                       **parse(family, arch, d, source))

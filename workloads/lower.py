@@ -20,15 +20,24 @@ Conventions (all documented in docs/workloads.md):
 * MoE: the router GEMM, a top-k on the vector unit, then the experts touched by the batch
   (:func:`diptych.workloads.moe.expert_load`) as a batched GEMM with one weight matrix per
   expert, plus shared experts as a dense MLP. Only touched experts' weights are read.
+* Layers that differ (sliding vs global attention, MoE vs dense, RoPE vs NoPE) are lowered once
+  per distinct :class:`~diptych.workloads.config.LayerSpec`, each block with its repeat count.
+  A sliding layer attends at most its window, a chunked layer the keys of its own chunk; in
+  decode each reads only the cache it holds. Attention soft-capping adds ``cap·tanh(s/cap)``
+  work per score to the softmax, attention sinks one extra logit column per query row.
+
+Each op group is one function (``_attention_gqa``/``_attention_mla``, ``_qk_norm``, ``_rope``,
+``_softmax``, ``_attend``, ``_residual``, ``_dense_mlp``, ``_moe_mlp``, ``_embedding``,
+``_head``) so that a data-flow view can name its tensors.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..sim.ops import Collective, Gemm, Op, VectorOp
-from .config import ModelConfig
+from .config import LayerSpec, ModelConfig
 from .fused import fuse
 from .graph import Block, Workload
 from .moe import expert_load
@@ -37,11 +46,16 @@ from .precision import Precision
 
 #: ALU ops per output element on the vector unit [assumption: counted from the textbook
 #: formulas: RMSNorm x², sum, scale, weight; LayerNorm adds mean and bias; softmax max, sub,
-#: exp, sum, divide; SwiGLU = SiLU (exp, add, divide, multiply) × up; tanh-GELU ≈ 8].
+#: exp, sum, divide; SwiGLU = SiLU (exp, add, divide, multiply) × up; tanh-GELU ≈ 8; GeGLU =
+#: tanh-GELU × up; gpt-oss's clamped SwiGLU = clamp gate (1), clamp up (2), ·α, sigmoid (exp,
+#: add, divide), × gate, up + 1, × = 10; soft-capping cap·tanh(x/cap) = scale, tanh, scale = 3].
 VECTOR_OPS_PER_ELEMENT = {
     "rmsnorm": 4.0, "layernorm": 7.0, "softmax": 5.0, "swiglu": 5.0, "gelu": 8.0, "rope": 3.0,
     "add": 1.0, "copy": 0.0, "embedding": 0.0, "topk": 2.0, "mul": 2.0,
+    "geglu": 9.0, "swiglu_clamped": 10.0, "softcap": 3.0,
 }
+#: Lowering kinds the op language (``sim.ops.VECTOR_KINDS``) names differently.
+_SIM_KIND = {"geglu": "gelu", "swiglu_clamped": "swiglu", "softcap": "elementwise"}
 
 
 def _pos(name: str, v) -> None:
@@ -94,6 +108,23 @@ def causal_mean_keys(q_len: int, past: int = 0, window: int | None = None) -> fl
     return total / q_len
 
 
+def chunked_mean_keys(q_len: int, past: int, chunk: int) -> float:
+    """Mean number of keys a query attends when ``q_len`` new tokens follow ``past`` cached ones
+    under chunked causal attention: the token at position ``p`` (1-based) sees the
+    ``((p−1) mod chunk) + 1`` tokens of its chunk up to itself (Llama 4's local layers)."""
+    def upto(n: int) -> int:        # sum over positions 1..n
+        q, r = divmod(n, chunk)
+        return q * chunk * (chunk + 1) // 2 + r * (r + 1) // 2
+    return (upto(past + q_len) - upto(past)) / q_len
+
+
+def mean_keys(layer: LayerSpec, q_len: int, past: int = 0) -> float:
+    """Mean keys per query of a layer of kind ``layer`` (see :func:`causal_mean_keys`)."""
+    if layer.attention == "chunked":
+        return chunked_mean_keys(q_len, past, layer.window)
+    return causal_mean_keys(q_len, past, layer.window)
+
+
 @dataclass(frozen=True)
 class _Ctx:
     m: ModelConfig
@@ -101,9 +132,16 @@ class _Ctx:
     tp: int
     batch: int        # sequences
     q_len: int        # new tokens per sequence
-    keys: int         # keys attended per query (rounded-up mean)
+    keys: int         # keys attended per query (rounded-up mean) by the current layer kind
     phase: str        # prefill | decode | train
     attention: str = "fused"   # fused | unfused
+    past: int = 0     # tokens already cached per sequence (decode: context − 1)
+    layer: LayerSpec = LayerSpec()
+
+    def for_layer(self, layer: LayerSpec) -> "_Ctx":
+        """This context for one layer kind (its keys per query)."""
+        return replace(self, layer=layer,
+                       keys=math.ceil(mean_keys(layer, self.q_len, self.past)))
 
     @property
     def tokens(self) -> int:
@@ -129,7 +167,7 @@ class _Ctx:
         a = self.p.a_bytes
         wb = a if write_dtype_bytes is None else write_dtype_bytes
         e = max(1, int(math.ceil(elements)))
-        return VectorOp(name=name, kind=kind, elements=e,
+        return VectorOp(name=name, kind=_SIM_KIND.get(kind, kind), elements=e,
                         ops_per_element=VECTOR_OPS_PER_ELEMENT[kind] if ops is None else ops,
                         read_bytes=e * reads * a + extra_read_bytes, write_bytes=e * writes * wb,
                         dtype=self.p.activations, tags=tags)
@@ -140,10 +178,14 @@ class _Ctx:
         return [Collective(name=name, kind="all_reduce", bytes=elements * self.p.a_bytes,
                            group=self.tp, tags=("tp",))]
 
-    def norm(self, name: str, width: int) -> VectorOp:
+    def norm(self, name: str, width: int, rows: float | None = None, *, weights: int = 1,
+             ops: float | None = None) -> VectorOp:
+        """The model's norm over ``rows`` (default: the tokens) rows of ``width``; ``weights``
+        weight vectors of ``width`` read (0 for a weightless norm)."""
         kind = self.m.norm
-        return self.vec(name, kind, self.tokens * width, reads=1.0,
-                        extra_read_bytes=width * self.p.w_bytes * (2 if kind == "layernorm" else 1),
+        rows = self.tokens if rows is None else rows
+        wb = width * self.p.w_bytes * weights * (2 if kind == "layernorm" else 1)
+        return self.vec(name, kind, rows * width, reads=1.0, extra_read_bytes=wb, ops=ops,
                         tags=("saved",))
 
 
@@ -154,6 +196,16 @@ def check_attention(attention) -> None:
     if attention not in ATTENTION_MODES:
         raise ValueError(f"attention must be one of {', '.join(ATTENTION_MODES)}, "
                          f"not {attention!r}")
+
+
+def _softmax(c: _Ctx, rows: int) -> VectorOp:
+    """The softmax over ``rows`` query rows of ``c.keys`` scores; attention sinks add one
+    logit column per row, soft-capping its ALU ops per score."""
+    cols = c.keys + (1 if c.m.attention_sinks else 0)
+    ops = None
+    if c.m.attn_logit_softcap:
+        ops = VECTOR_OPS_PER_ELEMENT["softmax"] + VECTOR_OPS_PER_ELEMENT["softcap"]
+    return c.vec("softmax", "softmax", rows * cols, ops=ops)
 
 
 def _attend(c: _Ctx, scores: Gemm, softmax: VectorOp, pv: Gemm, heads: int,
@@ -167,6 +219,28 @@ def _attend(c: _Ctx, scores: Gemm, softmax: VectorOp, pv: Gemm, heads: int,
                  stats=c.phase == "train", kv_cache=c.phase == "decode", tags=("attn",))]
 
 
+def _qk_norm(c: _Ctx, h: int, hkv: int) -> list[Op]:
+    """Per-head q/k norm over ``head_dim`` (Qwen3, Gemma 3: RMSNorm with weights; Llama 4: a
+    weightless L2 norm, one op less per element)."""
+    if not c.layer.qk_norm:
+        return []
+    l2 = c.m.qk_norm == "l2"
+    return [c.norm("qk_norm", c.m.head_dim, c.tokens * (h + hkv), weights=0 if l2 else 2,
+                   ops=VECTOR_OPS_PER_ELEMENT["rmsnorm"] - 1.0 if l2 else None)]
+
+
+def _rope(c: _Ctx, h: int, hkv: int) -> list[Op]:
+    """RoPE on q and k (the rotated share of each head), or on NoPE layers with temperature
+    tuning the position-dependent query scale (Llama 4)."""
+    if c.layer.rope:
+        frac = c.m.rotary_fraction
+        dims = c.m.head_dim if frac == 1.0 else c.m.head_dim * frac
+        return [c.vec("rope", "rope", c.tokens * (h + hkv) * dims)]
+    if c.m.attn_temperature_tuning and not c.m.learned_positions:
+        return [c.vec("attn_temperature", "mul", c.tokens * h * c.m.head_dim, ops=1.0)]
+    return []
+
+
 def _attention_gqa(c: _Ctx) -> list[Op]:
     m, tp, T = c.m, c.tp, c.tokens
     d, dh = m.hidden_size, m.head_dim
@@ -175,15 +249,14 @@ def _attention_gqa(c: _Ctx) -> list[Op]:
     g = h // hkv
     ops: list[Op] = [c.norm("attn_norm", d),
                      c.gemm("qkv_proj", T, d, (h + 2 * hkv) * dh, tags=("attn",))]
-    if not m.learned_positions:
-        ops.append(c.vec("rope", "rope", T * (h + hkv) * dh))
+    ops += _qk_norm(c, h, hkv) + _rope(c, h, hkv)
     kv_dtype = c.p.kv if c.phase == "decode" else None
     if c.kv_cached:
         ops.append(c.vec("kv_write", "copy", T * 2 * hkv * dh, write_dtype_bytes=c.p.kv_bytes))
     sq = g * c.q_len
     ops += _attend(c, c.gemm("attn_scores", sq, dh, c.keys, batch=c.batch * hkv, weight=False,
                              b_dtype=kv_dtype, tags=("attn", "saved_b"), shared_b=False),
-                   c.vec("softmax", "softmax", c.batch * h * c.q_len * c.keys),
+                   _softmax(c, c.batch * h * c.q_len),
                    c.gemm("attn_pv", sq, c.keys, dh, batch=c.batch * hkv, weight=False,
                           b_dtype=kv_dtype, tags=("attn", "saved_b", "no_save_a"),
                           shared_b=False), h)
@@ -216,7 +289,7 @@ def _attention_mla(c: _Ctx) -> list[Op]:
         ops += _attend(c, c.gemm("attn_scores", h * c.q_len, r_kv + rope, c.keys,
                                  batch=c.batch, weight=False, b_dtype=kv, tags=("attn",),
                                  shared_b=False),
-                       c.vec("softmax", "softmax", c.batch * h * c.q_len * c.keys),
+                       _softmax(c, c.batch * h * c.q_len),
                        c.gemm("attn_pv", h * c.q_len, c.keys, r_kv, batch=c.batch,
                               weight=False, b_dtype=kv, tags=("attn",), shared_b=False),
                        h, kv_shared=True)   # values are the latent: the cache is read once
@@ -225,7 +298,7 @@ def _attention_mla(c: _Ctx) -> list[Op]:
         ops += [c.gemm("kv_b_proj", T, r_kv, h * (nope + v), tags=("attn",)),
                 *_attend(c, c.gemm("attn_scores", c.q_len, qk, c.keys, batch=c.batch * h,
                                    weight=False, tags=("attn", "saved_b"), shared_b=False),
-                         c.vec("softmax", "softmax", c.batch * h * c.q_len * c.keys),
+                         _softmax(c, c.batch * h * c.q_len),
                          c.gemm("attn_pv", c.q_len, c.keys, v, batch=c.batch * h,
                                 weight=False, tags=("attn", "saved_b", "no_save_a"),
                                 shared_b=False), h)]
@@ -234,10 +307,10 @@ def _attention_mla(c: _Ctx) -> list[Op]:
 
 
 def _dense_mlp(c: _Ctx, prefix: str, width: int) -> list[Op]:
-    T, d, f = c.tokens, c.m.hidden_size, width // c.tp
-    if c.m.activation == "swiglu":
+    T, d, f, act = c.tokens, c.m.hidden_size, width // c.tp, c.m.activation
+    if c.m.gated_mlp:
         return [c.gemm(f"{prefix}gate_up_proj", T, d, 2 * f, tags=("mlp",)),
-                c.vec(f"{prefix}swiglu", "swiglu", T * f, reads=2.0, tags=("saved",)),
+                c.vec(f"{prefix}{act}", act, T * f, reads=2.0, tags=("saved",)),
                 c.gemm(f"{prefix}down_proj", T, f, d, tags=("mlp",))]
     return [c.gemm(f"{prefix}fc1", T, d, f, tags=("mlp",)),
             c.vec(f"{prefix}gelu", "gelu", T * f, tags=("saved",)),
@@ -245,7 +318,7 @@ def _dense_mlp(c: _Ctx, prefix: str, width: int) -> list[Op]:
 
 
 def _moe_mlp(c: _Ctx) -> list[Op]:
-    m, T, d = c.m, c.tokens, c.m.hidden_size
+    m, T, d, act = c.m, c.tokens, c.m.hidden_size, c.m.activation
     e, k = m.experts, m.experts_per_token
     f = m.moe_intermediate_size // c.tp
     groups = expert_load(e, k, T)
@@ -255,7 +328,7 @@ def _moe_mlp(c: _Ctx) -> list[Op]:
         sfx = f"[{i}]" if len(groups) > 1 else ""
         ops.append(c.gemm(f"experts_gate_up{sfx}", per, d, 2 * f, batch=n_exp,
                           tags=("moe", "expert"), shared_b=False))
-    ops.append(c.vec("experts_swiglu", "swiglu", T * k * f, reads=2.0, tags=("saved",)))
+    ops.append(c.vec(f"experts_{act}", act, T * k * f, reads=2.0, tags=("saved",)))
     for i, (n_exp, per) in enumerate(groups):
         sfx = f"[{i}]" if len(groups) > 1 else ""
         ops.append(c.gemm(f"experts_down{sfx}", per, f, d, batch=n_exp,
@@ -266,16 +339,24 @@ def _moe_mlp(c: _Ctx) -> list[Op]:
     return ops
 
 
-def layer_ops(c: _Ctx, moe: bool) -> list[Op]:
-    """One transformer layer for one TP rank, in execution order."""
+def _residual(c: _Ctx, name: str) -> list[Op]:
+    """TP all-reduce of a sub-block's output, its post-norm (sandwich norms) and the residual
+    add."""
     d, T = c.m.hidden_size, c.tokens
+    ops = c.all_reduce(f"{name}_all_reduce", T * d)
+    if c.m.sandwich_norms:
+        ops.append(c.norm(f"{name}_post_norm", d))
+    ops.append(c.vec(f"{name}_residual", "add", T * d, reads=2.0))
+    return ops
+
+
+def layer_ops(c: _Ctx) -> list[Op]:
+    """One transformer layer of kind ``c.layer`` for one TP rank, in execution order."""
     ops = _attention_mla(c) if c.m.is_mla else _attention_gqa(c)
-    ops += c.all_reduce("attn_all_reduce", T * d)
-    ops.append(c.vec("attn_residual", "add", T * d, reads=2.0))
-    ops.append(c.norm("mlp_norm", d))
-    ops += _moe_mlp(c) if moe else _dense_mlp(c, "", c.m.intermediate_size)
-    ops += c.all_reduce("mlp_all_reduce", T * d)
-    ops.append(c.vec("mlp_residual", "add", T * d, reads=2.0))
+    ops += _residual(c, "attn")
+    ops.append(c.norm("mlp_norm", c.m.hidden_size))
+    ops += _moe_mlp(c) if c.layer.moe else _dense_mlp(c, "", c.m.intermediate_size)
+    ops += _residual(c, "mlp")
     return ops
 
 
@@ -284,6 +365,8 @@ def _embedding(c: _Ctx) -> list[Op]:
     ops: list[Op] = [c.vec("embed_tokens", "embedding", T * d, reads=0.0,
                            extra_read_bytes=T * d * c.p.w_bytes)]
     ops += c.all_reduce("embed_all_reduce", T * d)
+    if c.m.scale_embeddings:
+        ops.append(c.vec("embed_scale", "mul", T * d, ops=1.0))
     if c.m.learned_positions:
         ops.append(c.vec("embed_positions", "add", T * d, reads=1.0,
                          extra_read_bytes=T * d * c.p.w_bytes))
@@ -291,14 +374,15 @@ def _embedding(c: _Ctx) -> list[Op]:
 
 
 def _head(c: _Ctx) -> list[Op]:
-    """Final norm and LM head; inference computes logits for the last token only."""
+    """Final norm and LM head (and the final logit soft-capping); inference computes logits
+    for the last token only."""
     d = c.m.hidden_size
     v = -(-c.m.vocab_size // c.tp)
     rows = c.tokens if c.phase == "train" else c.batch
-    nw = d * c.p.w_bytes * (2 if c.m.norm == "layernorm" else 1)
-    ops: list[Op] = [c.vec("final_norm", c.m.norm, rows * d, extra_read_bytes=nw,
-                           tags=("saved",))]
+    ops: list[Op] = [c.norm("final_norm", d, rows)]
     ops.append(c.gemm("lm_head", rows, d, v, tags=("head",)))
+    if c.m.final_logit_softcap:
+        ops.append(c.vec("logit_softcap", "softcap", rows * v))
     if c.phase == "train":
         ops.append(c.vec("cross_entropy", "softmax", rows * v, writes=1.0 / v, tags=("saved",)))
     elif c.tp > 1:
@@ -307,23 +391,47 @@ def _head(c: _Ctx) -> list[Op]:
     return ops
 
 
+def _block_name(groups, spec: LayerSpec, ix: tuple[int, ...]) -> str:
+    """``layers`` for a uniform model; ``layers[a:b]`` for a contiguous run (DeepSeek's dense
+    prefix); otherwise ``layers (…)`` with what sets the kind apart; ``(moe)`` marks MoE."""
+    if len(groups) == 1:
+        return "layers (moe)" if spec.moe else "layers"
+    specs = [s for s, _ in groups]
+    tags = ["moe"] if spec.moe else []
+    contiguous = ix == tuple(range(ix[0], ix[-1] + 1))
+    if not contiguous and not spec.moe and any(s.moe for s in specs):
+        tags.append("dense")
+    if len({(s.attention, s.window) for s in specs}) > 1:
+        tags.append(spec.describe_attention())
+    if not spec.rope and any(s.rope for s in specs):
+        tags.append("nope")
+    if len({s.qk_norm for s in specs}) > 1 and len({s.rope for s in specs}) == 1:
+        tags.append("qk-norm" if spec.qk_norm else "no qk-norm")
+    base = f"layers[{ix[0]}:{ix[-1] + 1}]" if contiguous else "layers"
+    return f"{base} ({', '.join(tags)})" if tags else base
+
+
+def layer_kinds(c: _Ctx) -> list[tuple[str, int, _Ctx]]:
+    """``(block name, layers, context)`` per distinct layer kind, in order of first use."""
+    groups = c.m.layer_groups()
+    return [(_block_name(groups, s, ix), len(ix), c.for_layer(s)) for s, ix in groups]
+
+
 def _layer_blocks(c: _Ctx, stage: str = "forward") -> list[Block]:
-    m = c.m
-    blocks = []
-    if m.dense_layers:
-        blocks.append(Block(f"layers[0:{m.dense_layers}]" if m.is_moe else "layers",
-                            m.dense_layers, tuple(layer_ops(c, moe=False)), stage))
-    if m.moe_layers:
-        lo = m.first_dense_layers
-        blocks.append(Block(f"layers[{lo}:{m.layers}] (moe)" if lo else "layers (moe)",
-                            m.moe_layers, tuple(layer_ops(c, moe=True)), stage))
-    return blocks
+    return [Block(name, n, tuple(layer_ops(ck)), stage) for name, n, ck in layer_kinds(c)]
 
 
 def forward_blocks(c: _Ctx) -> list[Block]:
     """Embedding, the layer blocks and the head of one forward pass."""
     return ([Block("embedding", 1, tuple(_embedding(c)))] + _layer_blocks(c)
             + [Block("head", 1, tuple(_head(c)))])
+
+
+def keys_info(c: _Ctx) -> dict:
+    """``keys_per_query`` (the longest span over layer kinds) and ``keys_per_query_by_block``
+    for a workload's ``info``."""
+    by_block = {name: ck.keys for name, _, ck in layer_kinds(c)}
+    return {"keys_per_query": max(by_block.values()), "keys_per_query_by_block": by_block}
 
 
 def _check_common(m: ModelConfig, batch: int, tp: int, **lengths) -> None:
@@ -336,15 +444,14 @@ def _check_common(m: ModelConfig, batch: int, tp: int, **lengths) -> None:
 def prefill(m: ModelConfig, batch: int, prompt_len: int, *, precision: Precision | None = None,
             tp: int = 1, attention: str = "fused") -> Workload:
     """The prompt pass: ``batch`` sequences of ``prompt_len`` tokens, causal attention
-    (``attention``: "fused" or "unfused"), KV written to the cache, logits for the last
-    position (time to first token)."""
+    (``attention``: "fused" or "unfused"; window- or chunk-limited per layer kind), KV written
+    to the cache, logits for the last position (time to first token)."""
     _check_common(m, batch, tp, prompt_len=prompt_len)
     check_attention(attention)
     p = precision or Precision()
-    keys = math.ceil(causal_mean_keys(prompt_len, 0, m.sliding_window))
-    c = _Ctx(m, p, tp, batch, prompt_len, keys, "prefill", attention)
+    c = _Ctx(m, p, tp, batch, prompt_len, 0, "prefill", attention)
     return Workload("prefill", tuple(forward_blocks(c)), tokens=batch * prompt_len, batch=batch,
-                    info={"prompt_len": prompt_len, "keys_per_query": keys, "tp": tp,
+                    info={"prompt_len": prompt_len, **keys_info(c), "tp": tp,
                           "attention": attention})
 
 
@@ -364,15 +471,15 @@ def decode(m: ModelConfig, batch: int, context_len: int, steps: int = 1, *,
            ) -> Workload:
     """``steps`` decode steps, each generating one token per sequence attending
     ``context_len`` keys (``attention``: "fused" or "unfused"): every step reads all active
-    weights and each sequence's whole KV cache (window-capped), and writes the new KV
+    weights and each sequence's whole KV cache (a sliding layer's window, a chunked layer's
+    current chunk: ``((context_len − 1) mod chunk) + 1`` keys), and writes the new KV
     entries. The step's blocks repeat ``steps`` times (``repeat`` is multiplied), so use
     :func:`decode_context` for a representative context when the steps' contexts differ."""
     _check_common(m, batch, tp, context_len=context_len, steps=steps)
     check_attention(attention)
     p = precision or Precision()
-    keys = min(context_len, m.sliding_window) if m.sliding_window else context_len
-    c = _Ctx(m, p, tp, batch, 1, keys, "decode", attention)
+    c = _Ctx(m, p, tp, batch, 1, 0, "decode", attention, past=context_len - 1)
     blocks = [Block(b.name, b.repeat * steps, b.ops, b.stage) for b in forward_blocks(c)]
     return Workload("decode", tuple(blocks), tokens=batch * steps, batch=batch,
-                    info={"context_len": context_len, "keys_per_query": keys, "steps": steps,
+                    info={"context_len": context_len, **keys_info(c), "steps": steps,
                           "tp": tp, "attention": attention})

@@ -1,7 +1,8 @@
 """Memory footprint per chip against DRAM capacity, and what would make it fit.
 
-Inference: weights (all experts resident) + KV cache (batch × context, window-capped, KV heads
-split over TP ranks, MLA's latent replicated) + the peak activation working set of one op
+Inference: weights (all experts resident) + KV cache (batch × context per layer, capped at the
+window of sliding layers and the chunk of chunked ones, KV heads split over TP ranks, MLA's
+latent replicated) + the peak activation working set of one op
 (unfused attention's softmax holds the ``s × keys`` scores and probabilities; fused attention
 only Q, K, V and O).
 Training: weights + gradients + optimizer state (master copy and two moments: 16 B/param with
@@ -27,7 +28,7 @@ from .config import ModelConfig
 from .fused import FusedAttention
 from .graph import Block, Workload
 from .lower import valid_tp_degrees
-from .params import kv_bytes_per_token_per_chip, params_per_chip
+from .params import kv_cache_bytes, params_per_chip
 from .precision import Precision
 
 
@@ -103,9 +104,8 @@ def _gib(x: float) -> str:
 
 def inference_breakdown(m: ModelConfig, p: Precision, tp: int, batch: int, context: int,
                         activations: float) -> dict[str, float]:
-    ctx = min(context, m.sliding_window) if m.sliding_window else context
     return {"weights": params_per_chip(m, tp) * p.w_bytes,
-            "kv_cache": batch * ctx * kv_bytes_per_token_per_chip(m, p.kv, tp),
+            "kv_cache": batch * kv_cache_bytes(m, p.kv, context, tp),
             "activations": activations}
 
 
@@ -178,11 +178,16 @@ def activation_bytes(w: Workload, m: ModelConfig, p: Precision) -> tuple[float, 
     layers = [b for b in fwd if b.name not in ("embedding", "head")]
     n_micro = w.info.get("micro_batches", 1)          # one micro-batch's activations live
     tokens = w.tokens // n_micro
-    ks = w.info.get("seq_len", 1) / w.info.get("keys_per_query", 1)
-    head = sum(saved_bytes(b, ks) for b in fwd if b.name == "head")
-    full = sum(b.repeat // n_micro * saved_bytes(b, ks) for b in layers) + head
+    seq = w.info.get("seq_len", 1)
+    keys = w.info.get("keys_per_query_by_block", {})
+
+    def saved(b: Block) -> float:   # K/V over each layer kind's mean keys → the stored sequence
+        return saved_bytes(b, seq / keys.get(b.name, w.info.get("keys_per_query", 1)))
+
+    head = sum(saved(b) for b in fwd if b.name == "head")
+    full = sum(b.repeat // n_micro * saved(b) for b in layers) + head
     ckpt = (sum(b.repeat // n_micro for b in layers) * tokens * m.hidden_size * p.a_bytes
-            + max((saved_bytes(b, ks) for b in layers), default=0.0) + head)
+            + max((saved(b) for b in layers), default=0.0) + head)
     return full, ckpt
 
 

@@ -25,7 +25,7 @@ class Tensor:
     elements: int
     count: int
     split: bool          # split across tensor-parallel ranks
-    group: str           # attn | mlp | expert | shared_expert | router | norm | embed | head
+    group: str   # attn | sink | mlp | expert | shared_expert | router | norm | embed | head
     active: float = 1.0
 
     @property
@@ -58,12 +58,16 @@ def _attention_tensors(m: ModelConfig) -> list[Tensor]:
         out.append(Tensor("qkv_bias", q + 2 * kv, L, True, "attn"))
     if m.out_bias:
         out.append(Tensor("o_bias", d, L, False, "attn"))
+    if m.qk_norm == "rmsnorm":           # one head_dim weight each for q and k, shared by heads
+        out.append(Tensor("qk_norm", 2 * m.head_dim, L, False, "norm"))
+    if m.attention_sinks:                # one learned logit per head
+        out.append(Tensor("sinks", h, L, True, "sink"))
     return out
 
 
 def _mlp(name: str, d: int, f: int, count: int, group: str, m: ModelConfig,
          active: float = 1.0) -> list[Tensor]:
-    mats = 3 if m.activation == "swiglu" else 2
+    mats = 3 if m.gated_mlp else 2
     out = [Tensor(f"{name}.weights", mats * d * f, count, True, group, active)]
     if m.mlp_bias:
         out += [Tensor(f"{name}.in_bias", (mats - 1) * f, count, True, group, active),
@@ -76,13 +80,14 @@ def weight_tensors(m: ModelConfig) -> list[Tensor]:
     d, L = m.hidden_size, m.layers
     norm_elems = d if m.norm == "rmsnorm" else 2 * d
     out = _attention_tensors(m)
-    out.append(Tensor("layer_norms", 2 * norm_elems, L, False, "norm"))
+    per_layer = 4 if m.sandwich_norms else 2       # pre (and post) attention and MLP norms
+    out.append(Tensor("layer_norms", per_layer * norm_elems, L, False, "norm"))
     if m.dense_layers:
         out += _mlp("mlp", d, m.intermediate_size, m.dense_layers, "mlp", m)
     if m.is_moe:
         n = m.moe_layers
         out.append(Tensor("router", d * m.experts, n, False, "router"))
-        if m.family == "deepseek_v3":
+        if m.router_bias:
             out.append(Tensor("router_bias", m.experts, n, False, "router"))
         out += _mlp("experts", d, m.moe_intermediate_size, n * m.experts, "expert", m,
                     active=m.experts_per_token / m.experts)
@@ -114,7 +119,7 @@ def matmul_param_count(m: ModelConfig, *, active: bool = True) -> float:
     forward FLOPs per token."""
     total = 0.0
     for t in weight_tensors(m):
-        if t.group in ("norm", "embed") or "bias" in t.name:
+        if t.group in ("norm", "embed", "sink") or "bias" in t.name:
             continue
         total += t.total * (t.active if active else 1.0)
     if m.tie_word_embeddings:
@@ -128,7 +133,8 @@ def params_per_chip(m: ModelConfig, tp: int) -> float:
 
 
 def kv_elements_per_token(m: ModelConfig) -> int:
-    """KV-cache elements per token, all layers: ``2·L·H_kv·d_head`` (MLA: ``L·(r_kv + d_rope)``)."""
+    """KV-cache elements per token, all layers: ``2·L·H_kv·d_head`` (MLA: ``L·(r_kv + d_rope)``).
+    Sliding and chunked layers hold only their window of tokens: see :func:`kv_cache_bytes`."""
     if m.is_mla:
         return m.layers * (m.kv_lora_rank + m.qk_rope_head_dim)
     return 2 * m.layers * m.kv_heads * m.head_dim
@@ -148,17 +154,53 @@ def kv_heads_per_rank(m: ModelConfig, tp: int) -> int:
 
 
 def kv_bytes_per_token_per_chip(m: ModelConfig, dtype: str, tp: int) -> float:
-    """KV-cache bytes per token one tensor-parallel rank stores."""
+    """KV-cache bytes per token one tensor-parallel rank stores, all layers."""
     if m.is_mla:
         return kv_bytes_per_token(m, dtype)
     return 2 * m.layers * kv_heads_per_rank(m, tp) * m.head_dim * dtype_bytes(dtype)
 
 
+def kv_bytes_by_layer_kind(m: ModelConfig, dtype: str = "bf16", tp: int = 1) -> list[dict]:
+    """Per distinct layer kind: ``attention`` (e.g. ``sliding 4096``), ``layers``,
+    ``bytes_per_token_per_layer`` on one TP rank and ``window`` (tokens a layer of this kind
+    caches at most; None: the whole context)."""
+    per_layer = kv_bytes_per_token_per_chip(m, dtype, tp) / m.layers
+    return [{"attention": s.describe_attention(), "layers": len(ix),
+             "bytes_per_token_per_layer": per_layer, "window": s.window}
+            for s, ix in _kv_groups(m)]
+
+
+def _kv_groups(m: ModelConfig):
+    """Layer groups by attention kind only (what the KV cache depends on)."""
+    groups: dict = {}
+    for s, ix in m.layer_groups():
+        key = (s.attention, s.window)
+        groups.setdefault(key, (s, []))[1].extend(ix)
+    return [(s, ix) for s, ix in groups.values()]
+
+
+def kv_cache_bytes(m: ModelConfig, dtype: str, context: int, tp: int = 1) -> float:
+    """KV-cache bytes of one ``context``-token sequence on one TP rank: every layer caches
+    ``min(context, window)`` tokens (sliding: the window; chunked: at most one chunk, the worst
+    case over positions; full: the whole context)."""
+    per_token_all = kv_bytes_per_token_per_chip(m, dtype, tp)
+    groups = _kv_groups(m)
+    if len(groups) == 1:                     # uniform: keep the historical product exactly
+        return groups[0][0].kv_tokens(context) * per_token_all
+    return sum(len(ix) * s.kv_tokens(context) for s, ix in groups) * (per_token_all / m.layers)
+
+
 def attention_flops_per_token(m: ModelConfig, context: float) -> float:
-    """Forward attention FLOPs of one token attending to ``context`` keys, all layers:
-    scores ``2·H·d_qk·c`` plus ``P·V`` ``2·H·d_v·c`` per layer (MHA: ``4·d·c``)."""
-    c = min(context, m.sliding_window) if m.sliding_window else context
-    return 2.0 * m.layers * m.heads * (m.qk_head_dim + m.v_dim) * c
+    """Forward attention GEMM FLOPs of one token attending to ``context`` keys, all layers:
+    scores ``2·H·d_qk·c`` plus ``P·V`` ``2·H·d_v·c`` per layer (MHA: ``4·d·c``), with ``c``
+    capped at each layer's window (sliding) or chunk (chunked: an upper bound, a token attends
+    only the keys of its own chunk so far)."""
+    groups = _kv_groups(m)
+    if len(groups) == 1:                     # uniform: the historical expression exactly
+        c = min(context, groups[0][0].window or context)
+        return 2.0 * m.layers * m.heads * (m.qk_head_dim + m.v_dim) * c
+    return 2.0 * m.heads * (m.qk_head_dim + m.v_dim) * sum(
+        len(ix) * min(context, s.window or context) for s, ix in groups)
 
 
 def flops_per_token(m: ModelConfig, context: float = 0.0) -> float:

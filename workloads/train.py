@@ -23,8 +23,8 @@ from ..sim.ops import Collective, Gemm, Op, VectorOp
 from .config import ModelConfig
 from .fused import FusedAttention, fused_backward
 from .graph import Block, Workload
-from .lower import (_check_common, _Ctx, _embedding, _head, _layer_blocks, causal_mean_keys,
-                    check_attention)
+from .lower import (_check_common, _Ctx, _embedding, _head, _layer_blocks, check_attention,
+                    keys_info)
 from .params import params_per_chip
 from .precision import Precision
 
@@ -132,8 +132,7 @@ def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision
         raise ValueError(f"micro_batch must be a positive integer dividing the per-replica "
                          f"batch ({b}), not {mb!r}")
     n_micro = b // mb
-    keys = math.ceil(causal_mean_keys(seq_len, 0, m.sliding_window))
-    c = _Ctx(m, p, tp, mb, seq_len, keys, "train", attention)
+    c = _Ctx(m, p, tp, mb, seq_len, 0, "train", attention)
     emb = Block("embedding", 1, tuple(_embedding(c)))
     layers = _layer_blocks(c)
     head = Block("head", 1, tuple(_head(c)))
@@ -146,6 +145,6 @@ def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision
     blocks = [Block(x.name, x.repeat * n_micro, x.ops, x.stage) for x in blocks]
     blocks += optimizer_blocks(m, p, tp, dp)
     return Workload("train", tuple(blocks), tokens=b * seq_len, batch=b,
-                    info={"seq_len": seq_len, "keys_per_query": keys, "tp": tp, "dp": dp,
+                    info={"seq_len": seq_len, **keys_info(c), "tp": tp, "dp": dp,
                           "recompute": recompute, "global_batch": batch, "micro_batch": mb,
                           "micro_batches": n_micro, "attention": attention})
