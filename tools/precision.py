@@ -108,6 +108,28 @@ def parse_precision(specs: str | Iterable[str]) -> dict[str, PrecisionChoice]:
     return out
 
 
+def run_dtypes(spec: str | None, phase: str, weights: str | None = None, act: str | None = None,
+               kv: str | None = None) -> tuple[str | None, str | None, str | None]:
+    """``(weights, activations, kv)`` dtypes of one run from a ``--precision`` spec and the
+    per-tensor options (``--weights-dtype`` ...); giving one tensor both ways, or a spec that
+    does not pin ``phase``, is an error."""
+    if spec is None:
+        return weights, act, kv
+    pinned = parse_precision(spec)
+    if phase not in pinned:
+        raise ValueError(f"--precision {spec!r} pins {', '.join(pinned)}, not the "
+                         f"{phase} phase this run simulates")
+    c = pinned[phase]
+    out = []
+    for opt, given, pin in (("--weights-dtype", weights, c.weights),
+                            ("--act-dtype", act, c.activations), ("--kv-dtype", kv, c.kv)):
+        if given is not None and pin is not None:
+            raise ValueError(f"{opt} {given} and --precision {spec!r} both set that tensor; "
+                             f"give it once")
+        out.append(given if given is not None else pin)
+    return out[0], out[1], out[2]
+
+
 def _wider(a: str, b: str) -> str:
     return a if DTYPE_BYTES[a] >= DTYPE_BYTES[b] else b
 

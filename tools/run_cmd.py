@@ -147,11 +147,12 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, w
 
     from ..workloads import run_curve, run_topology
     from ..workloads.trace import chrome_trace
+    from .precision import run_dtypes
     from .progress import progress_display
 
     con = _console()
-    weights_dtype, act_dtype, kv_dtype = _dtypes(precision, phase, weights_dtype, act_dtype,
-                                                  kv_dtype)
+    weights_dtype, act_dtype, kv_dtype = run_dtypes(precision, phase, weights_dtype,
+                                                     act_dtype, kv_dtype)
     if topology:
         if model:
             raise ValueError("give either --model or --topology, not both")
@@ -215,29 +216,6 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, w
     for r in results:
         if not r.fits:
             con.print(f"[yellow]batch {r.batch}: does not fit: {r.memory['advice']}[/yellow]")
-
-
-def _dtypes(spec: str | None, phase: str, weights: str | None, act: str | None,
-            kv: str | None) -> tuple[str | None, str | None, str | None]:
-    """(weights, activations, KV) dtypes from ``--precision`` and the per-tensor options;
-    giving one tensor both ways is an error."""
-    if spec is None:
-        return weights, act, kv
-    from .precision import parse_precision
-
-    pinned = parse_precision(spec)
-    if phase not in pinned:
-        raise ValueError(f"--precision {spec!r} pins {', '.join(pinned)}, not the "
-                         f"{phase} phase this run simulates")
-    c = pinned[phase]
-    out = []
-    for opt, given, pin in (("--weights-dtype", weights, c.weights),
-                            ("--act-dtype", act, c.activations), ("--kv-dtype", kv, c.kv)):
-        if given is not None and pin is not None:
-            raise ValueError(f"{opt} {given} and --precision {spec!r} both set that tensor; "
-                             f"give it once")
-        out.append(given if given is not None else pin)
-    return tuple(out)
 
 
 def _write_trace(path: str, data: dict) -> None:
