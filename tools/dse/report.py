@@ -23,9 +23,10 @@ from .floorplan import draw_floorplans, save_figure
 from .plots import decode_curve_plot, roofline_plot
 
 #: How the plots mark points that are not feasible: (matplotlib marker style, legend label).
-INFEASIBLE = {"fits": (dict(marker="x", color="#d62728", s=60, linewidths=1.5),
+#: Black, so that they stand out from every line colour.
+INFEASIBLE = {"fits": (dict(marker="x", color="black", s=60, linewidths=1.5),
                        "does not fit in memory"),
-              "exceeds_tdp": (dict(marker="s", facecolors="none", edgecolors="#ff7f0e", s=70,
+              "exceeds_tdp": (dict(marker="s", facecolors="none", edgecolors="black", s=90,
                                    linewidths=1.2), "above the chip's TDP")}
 
 
