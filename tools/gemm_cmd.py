@@ -38,7 +38,8 @@ def gemm(m, k, n, chip_name, dtype, dataflow, as_json, trace_path):
 
     steps = 2 if trace_path else 1
     with progress_display("gemm", enabled=not as_json) as progress:
-        progress(0, steps, f"mapping and simulating {dims[0]}×{dims[1]}×{dims[2]} on {chip.name}")
+        progress(0, steps, f"mapping and simulating {dims[0]}×{dims[1]}×{dims[2]} on "
+                           f"{chip.name}")
         st = simulate_gemm(*dims, chip, dtype=dtype, dataflow=dataflow)
         if trace_path:
             from ..sim.trace import write_gemm_trace

@@ -19,14 +19,16 @@ def _noop(done: int, total: int, label: str) -> None:
 
 
 @contextlib.contextmanager
-def progress_display(title: str, *, enabled: bool = True) -> Iterator[ProgressFn]:
+def progress_display(title: str, *, enabled: bool = True,
+                     console=None) -> Iterator[ProgressFn]:
     """``with progress_display("compare") as progress: work(progress=progress)``.
 
     The bar disappears when the block ends (the command's own output follows); a step that
-    takes long keeps the spinner and the clock moving."""
+    takes long keeps the spinner and the clock moving. ``console``: a rich Console to draw
+    on (default: stderr)."""
     from rich.console import Console
 
-    console = Console(stderr=True)
+    console = console or Console(stderr=True)
     if not enabled or not console.is_terminal:
         yield _noop
         return

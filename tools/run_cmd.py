@@ -70,8 +70,8 @@ def _totals_table(d: dict):
     t.add_row("DRAM traffic", fmt.si(d["dram_bytes"], "B"))
     t.add_row("DRAM bandwidth utilisation", fmt.pct(d["dram_bw_utilization"]))
     t.add_row("bound", d["bound"])
-    t.add_row("energy per token", fmt.si(d["energy_j_per_token"], "J") if d["energy_j_per_token"]
-              >= 1 else f"{d['energy_j_per_token'] * 1e3:.3f} mJ")
+    ej = d["energy_j_per_token"]
+    t.add_row("energy per token", fmt.si(ej, "J") if ej >= 1 else f"{ej * 1e3:.3f} mJ")
     t.add_row("chips", f"{d['chips']} (tp {d['tp']}, dp {d['dp']})")
     p = d["precision"]
     t.add_row("precision", f"W {p['weights']} / A {p['activations']} / KV {p['kv']} / "

@@ -302,9 +302,10 @@ def _one(run, chip, model, precision: dict, choice: PrecisionChoice | None, **kw
     return d
 
 
-def compare(chips, model: str, settings: CompareSettings | None = None, *,
+def compare(chips, model, settings: CompareSettings | None = None, *,
             run: Callable | None = None, progress: ProgressFn | None = None) -> Comparison:
-    """Run the study for ``chips`` (names, paths or Chip objects) on ``model``.
+    """Run the study for ``chips`` (names, paths or Chip objects) on ``model`` (a name, a
+    config.json path or a ModelConfig).
 
     ``run(chip, model, **kwargs)`` defaults to ``run_workload``; tests inject their own.
     ``progress(done, total, label)`` is told before every run which one starts (see
@@ -324,25 +325,26 @@ def compare(chips, model: str, settings: CompareSettings | None = None, *,
     per_chip = 1 + len(s.prompts) + len(s.contexts) * len(s.batches)
     total, done = per_chip * len(loaded), 0
 
-    def one(chip, label, phase, **kw):
+    def one(cr: ChipRuns, label: str, phase: str, **kw) -> dict:
         nonlocal done
-        tell(done, total, f"{chip.name}: {label}")
-        r = _one(run, chip, m, prec[phase], s.precision.get(phase), phase=phase, **kw)
+        tell(done, total, f"{cr.chip.name}: {label}")
+        r = _one(run, cr.chip, m, cr.precision[phase], s.precision.get(phase), phase=phase,
+                 **kw)
         done += 1
         return r
 
     out: dict[str, ChipRuns] = {}
     for chip in loaded:
-        prec = {ph: resolve(chip, ph, s.precision.get(ph)) for ph in PHASES}
-        cr = ChipRuns(chip=chip, precision=prec,
-                      train=one(chip, "train", "train", batch=s.train_batch * s.train_dp,
-                                seq=s.train_seq, tp=s.train_tp, dp=s.train_dp))
+        cr = ChipRuns(chip=chip, train={},
+                      precision={ph: resolve(chip, ph, s.precision.get(ph)) for ph in PHASES})
+        cr.train = one(cr, "train", "train", batch=s.train_batch * s.train_dp,
+                       seq=s.train_seq, tp=s.train_tp, dp=s.train_dp)
         for p in s.prompts:
-            cr.prefill[p] = one(chip, f"prefill {p}", "prefill", batch=1, prompt=p, gen=s.gen,
+            cr.prefill[p] = one(cr, f"prefill {p}", "prefill", batch=1, prompt=p, gen=s.gen,
                                 tp=s.infer_tp)
         for c in s.contexts:
             for b in s.batches:
-                cr.decode[(b, c)] = one(chip, f"decode b={b} ctx={c}", "decode", batch=b,
+                cr.decode[(b, c)] = one(cr, f"decode b={b} ctx={c}", "decode", batch=b,
                                         prompt=c, gen=s.gen, tp=s.infer_tp)
         out[chip.name] = cr
     tell(total, total, "done")
