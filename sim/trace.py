@@ -26,8 +26,9 @@ from .ops import Gemm
 MAX_BLOCKS = 20000
 #: DRAM busy spans the engine records.
 MAX_SPANS = 200000
-#: Blocks shown over all arrays together (each array shows the same first blocks).
-MAX_SHOWN_BLOCKS = 80000
+#: Blocks shown over all arrays together (each array shows the same first blocks; the file
+#: stays under ~40 MB): ``otherData.blocks_shown_per_array`` says how many of how many.
+MAX_SHOWN_BLOCKS = 40000
 
 _NOTE = ("The engine simulates one representative array; every active array runs the same "
          "schedule on its own slice of the GEMM, so the arrays' tracks have the same times. "

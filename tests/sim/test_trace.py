@@ -90,3 +90,14 @@ def test_run_trace_spans_carry_the_op_records():
         assert qkv[0]["args"][k] == recs["qkv_proj"][k]
     assert sum(e["args"].get("flops", 0) for e in ev) == pytest.approx(
         sum(r["flops"] * r["repeat"] for r in res.layers))
+
+
+def test_large_traces_show_the_first_blocks_of_every_array(monkeypatch):
+    import diptych.sim.trace as T
+
+    monkeypatch.setattr(T, "MAX_SHOWN_BLOCKS", 64)
+    tr = T.gemm_trace(3000, 1000, 5000, load_chip("infer-2026"))      # 64 arrays, 5 blocks each
+    od = tr["otherData"]
+    assert (od["active_arrays"], od["blocks_per_array"], od["blocks_shown_per_array"]) == (64, 5, 1)
+    compute = [e for e in _spans(tr) if e["tid"] == 3]
+    assert len(compute) == 64 and {e["args"]["block"]["k"] for e in compute} == {0}
