@@ -21,9 +21,18 @@ def chip_from_dict(data: dict, *, source: str | None = None) -> Chip:
     return build(Chip, data, source=source)
 
 
+#: Top-level key of a chip JSON file that loading ignores: the derived quantities that
+#: ``diptych chips show --json`` writes beside the description.
+DERIVED_KEY = "derived"
+
+
 def load_chip_file(path: str | Path) -> Chip:
-    """Load a chip TOML file; raises :class:`ConfigError` on any problem."""
-    return chip_from_dict(read_config_file(path, "chip file"), source=str(path))
+    """Load a chip TOML (or JSON) file; raises :class:`ConfigError` on any problem.
+    A JSON file's top-level ``derived`` table (output only) is ignored."""
+    data = read_config_file(path, "chip file")
+    if str(path).endswith(".json") and isinstance(data, dict):
+        data = {k: v for k, v in data.items() if k != DERIVED_KEY}
+    return chip_from_dict(data, source=str(path))
 
 
 def load_chip(name_or_path: "str | Path | Chip") -> Chip:

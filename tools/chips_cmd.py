@@ -1,4 +1,4 @@
-"""``diptych chips``: list, show and validate chip descriptions."""
+"""``diptych chips``: list, show, template and validate chip descriptions."""
 
 from __future__ import annotations
 
@@ -7,19 +7,41 @@ import json
 import click
 
 from ..arch import Chip, load_chip, load_chip_file, preset_names, to_dict
+from ..arch.loader import DERIVED_KEY
 from .errors import friendly
 
 
 def chip_summary(chip: Chip) -> dict:
-    """The full description plus derived quantities, JSON-ready."""
+    """The full description (loadable: ``load_chip`` of it saved as ``.json`` gives ``chip``
+    back) plus the derived quantities under ``derived``, which loading ignores; JSON-ready."""
     d = to_dict(chip)
-    d["peak_ops_per_s"] = chip.peak_ops_per_s
-    d["dram_bytes_per_s"] = chip.dram_bytes_per_s
-    d["sram_bytes"] = chip.sram_bytes
-    d["vector_ops_per_s"] = chip.vector_ops_per_s
-    d["area_mm2"] = chip.area_breakdown_mm2
-    d["die_area_mm2"] = chip.die_area_mm2
+    d[DERIVED_KEY] = {
+        "peak_ops_per_s": chip.peak_ops_per_s,
+        "dram_bytes_per_s": chip.dram_bytes_per_s,
+        "sram_bytes": chip.sram_bytes,
+        "vector_ops_per_s": chip.vector_ops_per_s,
+        "area_mm2": chip.area_breakdown_mm2,
+        "die_area_mm2": chip.die_area_mm2,
+    }
     return d
+
+
+def _origin(spec: str, chip: Chip) -> str:
+    if spec in preset_names():
+        return f"written from the built-in preset {spec}"
+    return f"written from {spec} ({chip.name})"
+
+
+def _template(spec: str, name: str | None, path: str) -> str:
+    import dataclasses
+
+    from .chip_template import chip_toml
+
+    c = load_chip(spec)
+    origin = _origin(spec, c)
+    if name:
+        c = dataclasses.replace(c, name=name)
+    return chip_toml(c, origin=origin, path=path)
 
 
 def _fmt_rate(x: float, unit: str) -> str:
@@ -51,10 +73,20 @@ def chips_list():
 
 @chips.command("show")
 @click.argument("chip")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Machine-readable output; loads back as a chip file (.json) with the "
+                   "derived quantities under \"derived\", which the loader ignores.")
+@click.option("--toml", "as_toml", is_flag=True,
+              help="The chip as an editable TOML file, each field commented "
+                   "(see also `chips template`).")
 @friendly
-def chips_show(chip: str, as_json: bool):
+def chips_show(chip: str, as_json: bool, as_toml: bool):
     """Show CHIP (a preset name or a TOML path) with its derived peaks."""
+    if as_json and as_toml:
+        raise ValueError("give --json or --toml, not both")
+    if as_toml:
+        click.echo(_template(chip, None, "mine.toml"), nl=False)
+        return
     c = load_chip(chip)
     d = chip_summary(c)
     if as_json:
@@ -88,10 +120,37 @@ def chips_show(chip: str, as_json: bool):
     con.print(t)
 
 
+@chips.command("template")
+@click.argument("chip")
+@click.option("-o", "--output", "output", required=True, type=click.Path(dir_okay=False),
+              help="The TOML file to write (e.g. mine.toml).")
+@click.option("--name", default=None, help="Name of your chip (default: CHIP's name).")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@friendly
+def chips_template(chip: str, output: str, name: str | None, force: bool):
+    """Start your own chip from CHIP (a preset or a TOML file): write it to OUTPUT as a
+    commented TOML file that `chips validate` accepts as it is.
+
+    Example: diptych chips template infer-2026 -o mine.toml --name my-chip
+    """
+    from pathlib import Path
+
+    out = Path(output)
+    if out.exists() and not force:
+        raise ValueError(f"{out} exists; pass --force to overwrite it")
+    text = _template(chip, name, str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    c = load_chip_file(out)
+    click.echo(f"wrote {out} ({c.name}, from {chip}): edit it, then "
+               f"`diptych chips validate {out}`")
+
+
 @chips.command("validate")
 @click.argument("path", type=click.Path(dir_okay=False))
 @friendly
 def chips_validate(path: str):
-    """Check a chip TOML file; print OK or the first problem (exit 2)."""
+    """Check a chip file (TOML, or the JSON of `chips show --json`); print OK or the first
+    problem (exit 2)."""
     c = load_chip_file(path)
     click.echo(f"{path}: OK ({c.name}, {c.die_area_mm2:.0f} mm²)")

@@ -9,7 +9,9 @@ import click
 from .errors import echo_err, friendly
 
 
-def _ints(text: str, name: str) -> tuple[int, ...]:
+def _ints(text: str | None, name: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
     try:
         vals = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
@@ -17,57 +19,44 @@ def _ints(text: str, name: str) -> tuple[int, ...]:
     return vals
 
 
-def _t(v, unit="", scale=1.0, digits=3) -> str:
-    if v is None:
-        return "–"
-    return f"{v * scale:.{digits}g}{unit}"
+_NOTE_STYLE = {"does not fit": "yellow", "> TDP": "red", "error": "red", "unsupported": "red"}
+
+
+def _cell(text: str, notes) -> str:
+    from rich.markup import escape
+
+    if "unsupported" in notes:
+        return "[red]unsupported[/]"
+    flags = " ".join(f"[{_NOTE_STYLE[n]}]{n}[/]" for n in notes)
+    return escape(text) + (f" {flags}" if flags else "")
 
 
 def render_table(cmp) -> "object":
-    """The side-by-side rich Table of a Comparison."""
+    """The side-by-side rich Table of a Comparison: one column per chip, then the ratio of
+    every other chip to the first."""
+    from rich.markup import escape
     from rich.table import Table
 
-    data = cmp.to_json()["chips"]
-    names = list(data)
-    t = Table(title=f"{cmp.model}: {' vs '.join(names)}", caption=cmp.settings.describe())
+    from .dse.compare_table import metrics, ratio_caption
+
+    names = list(cmp.chips)
+    caption = cmp.settings.describe()
+    if len(names) > 1:
+        caption += "\n" + ratio_caption(cmp)
+    t = Table(title=f"{cmp.model}: {' vs '.join(names)}", caption=escape(caption))
     t.add_column("")
     for n in names:
-        t.add_column(n, justify="right")
-
-    def flags(n, runs):
-        notes = []
-        if any(r.get("fits") is False for r in runs):
-            notes.append("[yellow]does not fit[/]")
-        if any(r.get("exceeds_tdp") for r in runs):
-            notes.append("[red]> TDP[/]")
-        if any(r.get("error") for r in runs):
-            notes.append("[red]error[/]")
-        return (" " + " ".join(notes)) if notes else ""
-
-    t.add_row("die area", *[_t(data[n]["area_mm2"], " mm²", digits=4) for n in names])
-    t.add_row("tokens / J (decode ref.)", *[_t(data[n]["tokens_per_j"]) for n in names])
-    t.add_section()
-    t.add_row("train tokens/s per chip",
-              *[_t(data[n]["train"]["tokens_per_s"]) + flags(n, [cmp.chips[n].train])
-                for n in names])
-    t.add_row("train MFU", *[_t(data[n]["train"]["mfu"], "", 100, 3) + ("%" if data[n]["train"]
-                             ["mfu"] is not None else "") for n in names])
-    t.add_row("train step", *[_t(data[n]["train"]["step_s"], " s") for n in names])
-    t.add_section()
-    for i, p in enumerate(cmp.settings.prompts):
-        t.add_row(f"TTFT, {p} prompt", *[
-            _t(data[n]["prefill"][i]["ttft_s"], " ms", 1e3) + flags(n, [cmp.chips[n].prefill[p]])
-            for n in names])
-    t.add_section()
-    for i, d in enumerate(data[names[0]]["decode"]):
-        b, c = d["batch"], d["context"]
-        t.add_row(f"decode b={b} ctx={c}", *[
-            f"{_t(data[n]['decode'][i]['tpot_s'], ' ms', 1e3)} · "
-            f"{_t(data[n]['decode'][i]['tokens_per_s'], ' tok/s')}"
-            + flags(n, [cmp.chips[n].decode[(b, c)]]) for n in names])
-    t.add_section()
-    for ph in ("train", "prefill", "decode"):
-        t.add_row(f"bottleneck: {ph}", *[str(data[n]["bottleneck"][ph] or "–") for n in names])
+        t.add_column(escape(n), justify="right")
+    for n in names[1:]:
+        t.add_column(escape(f"{n} / {names[0]}"), justify="right", style="cyan")
+    section = None
+    for m in metrics(cmp):
+        if section is not None and m.section != section:
+            t.add_section()
+        section = m.section
+        ratios = list(m.ratios) or [""] * (len(names) - 1)
+        t.add_row(escape(m.label), *[_cell(c, n) for c, n in zip(m.cells, m.notes)],
+                  *[escape(r) for r in ratios])
     return t
 
 
@@ -77,6 +66,11 @@ def render_table(cmp) -> "object":
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.option("--report", type=click.Path(file_okay=False), default=None,
               help="Write tables, plots and index.html to this directory.")
+@click.option("--precision", "precision", multiple=True, metavar="SPEC",
+              help="Pin the precision on every chip: a dtype (bf16), per tensor "
+                   "(w=fp8,a=fp8,kv=fp8) or per phase (train:bf16, infer:fp8; repeat the "
+                   "option). Default: each chip's own (inference: its default dtype; "
+                   "training: bf16).")
 @click.option("--train-tp", default=8, show_default=True, type=click.IntRange(min=1),
               help="Tensor-parallel chips for training.")
 @click.option("--train-dp", default=1, show_default=True, type=click.IntRange(min=1),
@@ -88,43 +82,48 @@ def render_table(cmp) -> "object":
               help="Training sequence length.")
 @click.option("--tp", "infer_tp", default=1, show_default=True, type=click.IntRange(min=1),
               help="Tensor-parallel chips for prefill and decode.")
-@click.option("--prompts", default="2048,32768", show_default=True,
-              help="Prompt lengths for time to first token.")
+@click.option("--context", "context", default=None, metavar="LIST",
+              help="Prompt lengths and decode contexts at once, e.g. 2048,8192 "
+                   "(--prompts/--contexts override either).")
+@click.option("--prompts", default=None, metavar="LIST",
+              help="Prompt lengths for time to first token. Default: a short and a long one "
+                   "within the model's max_position_embeddings (2048 and min(32768, window)).")
 @click.option("--batches", default="1,8,64,256", show_default=True, help="Decode batch sizes.")
-@click.option("--contexts", default="2048,32768", show_default=True, help="Decode contexts.")
+@click.option("--contexts", default=None, metavar="LIST",
+              help="Decode contexts (tokens before the generated one). Default: as --prompts, "
+                   "the long one a token shorter so that it stays within the window.")
 @click.option("--ref-batch", default=64, show_default=True, type=click.IntRange(min=1),
               help="Decode batch of the tokens/J and bottleneck reference point.")
 @friendly
-def compare(chips, model, as_json, report, train_tp, train_dp, train_batch, train_seq, infer_tp,
-            prompts, batches, contexts, ref_batch):
+def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_batch,
+            train_seq, infer_tp, context, prompts, batches, contexts, ref_batch):
     """Compare CHIPS (presets or TOML paths) on one model: training, prefill, decode.
 
-    Example: diptych compare train-2026 infer-2026 --model llama-3-70b --report out/
+    States the precision each chip runs in per phase, and the ratio of every chip to the
+    first. Example: diptych compare train-2026 infer-2026 --model llama-3-70b --report out/
     """
     from .dse.compare import CompareSettings
     from .dse.compare import compare as run_compare
+    from .precision import parse_precision
+    from .progress import progress_display
 
+    both = _ints(context, "--context")
     s = CompareSettings(train_tp=train_tp, train_dp=train_dp, train_batch=train_batch,
                         train_seq=train_seq, infer_tp=infer_tp,
-                        prompts=_ints(prompts, "--prompts"), batches=_ints(batches, "--batches"),
-                        contexts=_ints(contexts, "--contexts"), ref_batch=ref_batch)
-    cmp = run_compare(list(chips), model, s, progress=None if as_json else echo_err)
+                        prompts=_ints(prompts, "--prompts") or both,
+                        batches=_ints(batches, "--batches"),
+                        contexts=_ints(contexts, "--contexts") or both, ref_batch=ref_batch,
+                        precision=parse_precision(precision))
+    with progress_display("compare", enabled=not as_json) as progress:
+        cmp = run_compare(list(chips), model, s, progress=progress)
     if as_json:
         click.echo(json.dumps(cmp.to_json(), indent=2))
     else:
-        from rich.console import Console
+        from .run_cmd import _console
 
-        Console().print(render_table(cmp))
-        hot = [r for r in cmp.rows() if r.get("exceeds_tdp")]
-        for r in hot:
-            click.echo(f"warning: {r['chip']} {r['phase']} (batch {r['batch']}, context "
-                       f"{r['context']}) averages {r['power_w']:.0f} W, above its TDP")
-        for w in cmp.run_warnings():
-            click.echo(f"note: {w}")
-        for r in cmp.rows():
-            if r.get("error"):
-                click.echo(f"note: {r['chip']} {r['phase']} (batch {r['batch']}, context "
-                           f"{r['context']}): {r['error']}")
+        _console().print(render_table(cmp))
+        for w in cmp.warnings():
+            click.echo(f"warning: {w}")
     if report:
         from .dse.report import write_report
 

@@ -18,7 +18,8 @@ from .errors import friendly
 @click.option("--dataflow", type=str, default=None, help="os|ws|is (default: the best supported).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
-              help="Write a Chrome/Perfetto trace-event JSON file.")
+              help="Write a Chrome/Perfetto trace-event JSON file: every active array's "
+                   "DMA, compute and write-back blocks and the DRAM pseudo-channels.")
 @friendly
 def gemm(m, k, n, chip_name, dtype, dataflow, as_json, trace_path):
     """Simulate C[M×N] = A[M×K]·B[K×N] on CHIP and report cycles, stalls, bytes and energy."""
@@ -33,11 +34,20 @@ def gemm(m, k, n, chip_name, dtype, dataflow, as_json, trace_path):
             raise ValueError(f"{name} must be a positive integer, not {v!r}") from None
         dims.append(iv)
     chip = load_chip(chip_name)
-    st = simulate_gemm(*dims, chip, dtype=dtype, dataflow=dataflow)
-    if trace_path:
-        from ..sim.trace import write_gemm_trace
-        write_gemm_trace(trace_path, dims[0], dims[1], dims[2], chip, dtype=dtype,
-                         dataflow=dataflow)
+    from .progress import progress_display
+
+    steps = 2 if trace_path else 1
+    with progress_display("gemm", enabled=not as_json) as progress:
+        progress(0, steps, f"mapping and simulating {dims[0]}×{dims[1]}×{dims[2]} on "
+                           f"{chip.name}")
+        st = simulate_gemm(*dims, chip, dtype=dtype, dataflow=dataflow)
+        if trace_path:
+            from ..sim.trace import write_gemm_trace
+
+            progress(1, steps, f"writing the trace to {trace_path}")
+            write_gemm_trace(trace_path, dims[0], dims[1], dims[2], chip, dtype=dtype,
+                             dataflow=dataflow)
+        progress(steps, steps, "done")
     if as_json:
         click.echo(json.dumps(st.to_dict(), indent=2))
         return

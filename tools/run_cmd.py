@@ -8,6 +8,7 @@ import warnings
 import click
 
 from ..arch.dtypes import DTYPES
+from . import fmt
 from .errors import echo_err, friendly
 
 
@@ -36,38 +37,16 @@ def parse_batches(text: str) -> list[int]:
     return out
 
 
-def _si(x: float | None, unit: str = "") -> str:
-    if x is None:
-        return "-"
-    for s, p in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= s:
-            return f"{x / s:.2f} {p}{unit}"
-    return f"{x:.3g} {unit}"
-
-
-def _t(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s >= 1:
-        return f"{s:.3f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3f} ms"
-    return f"{s * 1e6:.2f} µs"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f} %"
-
-
 def _layer_table(layers: list[dict], total: float, title: str):
     from rich.table import Table
 
     t = Table("block", "op", "shape", "×", "time", "total", "share", "bound", "util",
               title=title)
     for r in layers:
-        t.add_row(r["block"], r["op"], r["shape"], str(r["repeat"]), _t(r["seconds"]),
-                  _t(r["total_seconds"]), _pct(r["total_seconds"] / total if total else None),
-                  r["bound"], _pct(r["utilization"]))
+        t.add_row(r["block"], r["op"], r["shape"], str(r["repeat"]), fmt.seconds(r["seconds"]),
+                  fmt.seconds(r["total_seconds"]),
+                  fmt.pct(r["total_seconds"] / total if total else None), r["bound"],
+                  fmt.pct(r["utilization"]))
     return t
 
 
@@ -77,22 +56,22 @@ def _totals_table(d: dict):
     t = Table("quantity", "value", show_header=False, title="totals")
     ph = d["phase"]
     if ph == "prefill":
-        t.add_row("time to first token", _t(d["ttft_s"]))
+        t.add_row("time to first token", fmt.seconds(d["ttft_s"]))
     elif ph == "decode":
-        t.add_row("time per output token", _t(d["tpot_s"]) +
+        t.add_row("time per output token", fmt.seconds(d["tpot_s"]) +
                   f" (at context {d['info']['context_len']})")
         t.add_row("tokens/s per user", f"{d['tokens_per_s_per_user']:.1f}")
     else:
-        t.add_row("step time", _t(d["seconds"]))
-        t.add_row("HFU", _pct(d["hfu"]))
+        t.add_row("step time", fmt.seconds(d["seconds"]))
+        t.add_row("HFU", fmt.pct(d["hfu"]))
     t.add_row("tokens/s", f"{d['tokens_per_s']:.1f} ({d['tokens_per_s_per_chip']:.1f} per chip)")
-    t.add_row("MFU", _pct(d["mfu"]))
-    t.add_row("FLOPs (model)", _si(d["flops"], "FLOP"))
-    t.add_row("DRAM traffic", _si(d["dram_bytes"], "B"))
-    t.add_row("DRAM bandwidth utilisation", _pct(d["dram_bw_utilization"]))
+    t.add_row("MFU", f"{fmt.pct(d['mfu'])} of the chip's {d['info']['compute_dtype']} peak")
+    t.add_row("FLOPs (model)", fmt.si(d["flops"], "FLOP"))
+    t.add_row("DRAM traffic", fmt.si(d["dram_bytes"], "B"))
+    t.add_row("DRAM bandwidth utilisation", fmt.pct(d["dram_bw_utilization"]))
     t.add_row("bound", d["bound"])
-    t.add_row("energy per token", _si(d["energy_j_per_token"], "J") if d["energy_j_per_token"]
-              >= 1 else f"{d['energy_j_per_token'] * 1e3:.3f} mJ")
+    ej = d["energy_j_per_token"]
+    t.add_row("energy per token", fmt.si(ej, "J") if ej >= 1 else f"{ej * 1e3:.3f} mJ")
     t.add_row("chips", f"{d['chips']} (tp {d['tp']}, dp {d['dp']})")
     p = d["precision"]
     t.add_row("precision", f"W {p['weights']} / A {p['activations']} / KV {p['kv']} / "
@@ -114,9 +93,10 @@ def _curve_table(curve: dict):
               "bound", "fits", title="batching curve")
     for r in curve["results"]:
         mark = " ◀ compute-bound from here" if r.batch == curve["compute_bound_batch"] else ""
-        t.add_row(str(r.batch), _t(r.seconds),
+        t.add_row(str(r.batch), fmt.seconds(r.seconds),
                   f"{r.tokens_per_s_per_user:.1f}" if r.tokens_per_s_per_user else "-",
-                  f"{r.tokens_per_s / r.chips:.1f}", _pct(r.mfu), _pct(r.dram_bw_utilization),
+                  f"{r.tokens_per_s / r.chips:.1f}", fmt.pct(r.mfu),
+                  fmt.pct(r.dram_bw_utilization),
                   r.bound + mark, "yes" if r.fits else "no")
     return t
 
@@ -134,6 +114,10 @@ def _curve_table(curve: dict):
 @click.option("--chips", type=int, help="Total chips (tp × dp).")
 @click.option("--tp", type=int, help="Tensor-parallel degree.")
 @click.option("--dp", type=int, help="Data-parallel degree (training).")
+@click.option("--precision", "precision", metavar="SPEC",
+              help="Weights, activations and KV cache at once: a dtype (bf16) or per tensor "
+                   "(w=fp8,a=fp8,kv=fp8), as in `diptych compare --precision`. Default: "
+                   "inference in the chip's default dtype, training in bf16.")
 @click.option("--weights-dtype", type=click.Choice(DTYPES), help="Weight precision.")
 @click.option("--act-dtype", type=click.Choice(DTYPES), help="Activation precision.")
 @click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
@@ -151,8 +135,9 @@ def _curve_table(curve: dict):
 @click.option("--trace", type=click.Path(dir_okay=False),
               help="Write a Chrome/Perfetto trace of the (last) run.")
 @friendly
-def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, weights_dtype, act_dtype,
-        kv_dtype, overlap, recompute, attention, micro_batch, topology, as_json, trace):
+def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, weights_dtype,
+        act_dtype, kv_dtype, overlap, recompute, attention, micro_batch, topology, as_json,
+        trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
 
     Prints a per-layer table (op, shape, time, compute- or memory-bound, utilisation) and
@@ -162,12 +147,22 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, weights_dtyp
 
     from ..workloads import run_curve, run_topology
     from ..workloads.trace import chrome_trace
+    from .precision import run_dtypes
+    from .progress import progress_display
 
     con = _console()
+    weights_dtype, act_dtype, kv_dtype = run_dtypes(precision, phase, weights_dtype,
+                                                     act_dtype, kv_dtype)
     if topology:
         if model:
             raise ValueError("give either --model or --topology, not both")
-        res = run_topology(chip, topology, dtype=act_dtype)
+        if weights_dtype not in (None, act_dtype) or kv_dtype not in (None, act_dtype):
+            raise ValueError("a topology runs every GEMM in one dtype: give --act-dtype or "
+                             "--precision DTYPE")
+        with progress_display("run", enabled=not as_json) as progress:
+            progress(0, 1, f"{topology} on {chip}")
+            res = run_topology(chip, topology, dtype=act_dtype)
+            progress(1, 1, "done")
         d = res.to_dict()
         if trace:
             _write_trace(trace, chrome_trace(res.layers, name=f"{res.chip}: {topology}"))
@@ -177,19 +172,22 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, weights_dtyp
         for r in res.layers:
             r.setdefault("total_seconds", r["seconds"])
         con.print(_layer_table(res.layers, res.seconds, f"{topology} on {res.chip}"))
-        con.print(f"total {_t(res.seconds)}, {_si(res.flops, 'FLOP')}, MFU {_pct(res.mfu)}, "
-                  f"DRAM {_si(res.dram_bytes, 'B')} ({_pct(res.dram_bw_utilization)} of peak "
+        con.print(f"total {fmt.seconds(res.seconds)}, {fmt.si(res.flops, 'FLOP')}, "
+                  f"MFU {fmt.pct(res.mfu)}, DRAM {fmt.si(res.dram_bytes, 'B')} "
+                  f"({fmt.pct(res.dram_bw_utilization)} of peak "
                   f"bandwidth), {res.bound}-bound, energy {res.energy_j:.4g} J")
         return
     if not model:
         raise ValueError("--model is required (or --topology FILE.csv)")
     batches = parse_batches(batch)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, \
+            progress_display(f"{model} {phase} on {chip}", enabled=not as_json) as progress:
         warnings.simplefilter("always")
         curve = run_curve(chip, model, batches=batches, phase=phase, prompt=prompt, gen=gen,
                           seq=seq, chips=chips, tp=tp, dp=dp, weights_dtype=weights_dtype,
                           act_dtype=act_dtype, kv_dtype=kv_dtype, overlap=overlap,
-                          recompute=recompute, micro_batch=micro_batch, attention=attention)
+                          recompute=recompute, micro_batch=micro_batch, attention=attention,
+                          progress=progress)
     for msg in dict.fromkeys(str(w.message) for w in caught):
         echo_err(f"Warning: {msg}")
     results = curve["results"]
@@ -221,5 +219,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, weights_dtyp
 
 
 def _write_trace(path: str, data: dict) -> None:
+    from pathlib import Path
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         json.dump(data, fh)

@@ -352,12 +352,19 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
         memory=mem.to_dict(), info=info, warnings=warns)
 
 
-def run_curve(chip, model, *, batches: list[int], **kwargs) -> dict:
+def run_curve(chip, model, *, batches: list[int], progress: Callable | None = None,
+              **kwargs) -> dict:
     """Run one batch size after another (the batching curve) and mark where decode turns
-    compute-bound: the smallest batch whose run is compute-bound (None if none is)."""
+    compute-bound: the smallest batch whose run is compute-bound (None if none is).
+    ``progress(done, total, label)`` is told before each batch and once at the end."""
     if not batches:
         raise ValueError("batches must list at least one batch size")
-    results = [run_workload(chip, model, batch=b, **kwargs) for b in batches]
+    tell = progress or (lambda *_: None)
+    results = []
+    for i, b in enumerate(batches):
+        tell(i, len(batches), f"batch {b}")
+        results.append(run_workload(chip, model, batch=b, **kwargs))
+    tell(len(batches), len(batches), "done")
     turn = next((r.batch for r in results if r.bound == "compute"), None)
     return {"results": results, "compute_bound_batch": turn}
 

@@ -2,9 +2,14 @@
 
 Repeated blocks are expanded (layer by layer), compute ops on one track and collectives on a
 second; with overlap a block's collectives start with its compute, as the timing model assumes.
+Each span's ``args`` carry the op's block, shape, bound and, where the record has them, its
+kind, dtype, FLOPs, DRAM bytes, link bytes, array utilisation and energy (per repeat).
 """
 
 from __future__ import annotations
+
+#: Per-op quantities copied into each span's ``args`` when the record has them.
+_ARGS = ("kind", "dtype", "flops", "dram_bytes", "link_bytes", "utilization", "energy_j")
 
 
 def chrome_trace(layers: list[dict], *, overlap: bool = True, name: str = "diptych") -> dict:
@@ -28,7 +33,8 @@ def chrome_trace(layers: list[dict], *, overlap: bool = True, name: str = "dipty
                 events.append({"name": r["op"], "cat": r.get("stage", "forward"), "ph": "X",
                                "ts": ts, "dur": dur, "pid": 1, "tid": 2 if comm else 1,
                                "args": {"block": label, "shape": r["shape"],
-                                        "bound": r["bound"]}})
+                                        "bound": r["bound"],
+                                        **{k: r[k] for k in _ARGS if r.get(k) is not None}}})
                 if comm:
                     tn = ts + dur
                     if not overlap:

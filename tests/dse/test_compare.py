@@ -44,8 +44,10 @@ def test_json_structure_is_exactly_the_issues(cmp):
     assert set(j) == {"model", "chips"} and j["model"] == MODEL
     assert list(j["chips"]) == ["train-2026", "infer-2026"]
     for c in j["chips"].values():
-        assert set(c) == {"area_mm2", "tokens_per_j", "train", "prefill", "decode", "bottleneck"}
-        assert set(c["train"]) == {"tokens_per_s", "mfu", "step_s"}
+        assert set(c) == {"area_mm2", "tokens_per_j", "train", "prefill", "decode", "bottleneck",
+                          "precision"}
+        assert set(c["train"]) == {"tokens_per_s", "mfu", "step_s", "mfu_peak_dtype"}
+        assert set(c["precision"]) == {"train", "prefill", "decode"}
         assert [set(p) for p in c["prefill"]] == [{"prompt", "ttft_s"}] * 2
         assert [(d["batch"], d["context"]) for d in c["decode"]] == [
             (1, 1024), (8, 1024), (1, 4096), (8, 4096)]
@@ -165,3 +167,164 @@ def test_run_warnings_are_collected_not_printed(cmp):
             run=fake_eval.roofline_run)
     notes = long.run_warnings()
     assert notes and all("max_position_embeddings" in n for n in notes)
+
+
+# ---- precision, default contexts, ratios, warnings, progress (issue 15) ---------------------
+
+def test_precision_stated_is_what_each_run_used(cmp):
+    for name in ("train-2026", "infer-2026"):
+        s = cmp.to_json()["chips"][name]
+        tr = direct(name, phase="train", batch=SMALL.train_batch, seq=1024, tp=8, dp=1)
+        dc = direct(name, phase="decode", batch=8, prompt=1024, gen=1, tp=1)
+        for phase, run in (("train", tr), ("decode", dc)):
+            p = s["precision"][phase]
+            for k in ("weights", "activations", "kv", "accumulation"):
+                assert p[k] == run["precision"][k]
+            assert p["compute"] == run["info"]["compute_dtype"] and p["unsupported"] is None
+        assert s["train"]["mfu_peak_dtype"] == tr["info"]["compute_dtype"]
+    # the defaults differ between the chips: that is what the table must say
+    assert cmp.summary("infer-2026")["precision"]["decode"]["weights"] == "fp8"
+    assert cmp.summary("train-2026")["precision"]["decode"]["weights"] == "bf16"
+
+
+def test_pinned_precision_runs_every_chip_in_it():
+    from diptych.tools.precision import parse_precision
+
+    s = CompareSettings(prompts=(512,), batches=(1,), contexts=(1024,), ref_batch=1,
+                        train_seq=1024, precision=parse_precision("bf16"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = compare(["train-2026", "infer-2026"], MODEL, s, run=fake_eval.roofline_run)
+    for name in c.chips:
+        for ph, p in c.summary(name)["precision"].items():
+            assert (p["weights"], p["activations"], p["kv"]) == ("bf16",) * 3, (name, ph)
+    dc = direct("infer-2026", phase="decode", batch=1, prompt=1024, gen=1, tp=1,
+                weights_dtype="bf16", act_dtype="bf16", kv_dtype="bf16")
+    assert c.summary("infer-2026")["decode"][0]["tpot_s"] == pytest.approx(dc["tpot_s"])
+    # per phase and per tensor: only inference weights pinned to int4
+    s2 = CompareSettings(prompts=(512,), batches=(1,), contexts=(1024,), ref_batch=1,
+                         train_seq=1024, precision=parse_precision(["infer:w=int4"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c2 = compare(["infer-2026"], MODEL, s2, run=fake_eval.roofline_run)
+    p = c2.summary("infer-2026")["precision"]
+    assert (p["decode"]["weights"], p["decode"]["activations"]) == ("int4", "fp8")
+    assert p["train"]["weights"] == "bf16"
+
+
+def test_unsupported_precision_is_a_cell_not_a_crash(monkeypatch):
+    monkeypatch.setattr(compare_mod, "_default_run", fake_eval.roofline_run)
+    args = ["compare", "infer-2026", "tpu-v1", "--model", MODEL, "--prompts", "512",
+            "--batches", "1", "--contexts", "1024", "--ref-batch", "1", "--train-seq", "1024",
+            "--precision", "fp8"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    assert "unsupported" in r.output and "tpu-v1 has no fp8 datapath" in r.output
+    r = CliRunner().invoke(main, args + ["--json"])
+    j = json.loads(r.stdout)["chips"]["tpu-v1"]
+    assert j["train"]["tokens_per_s"] is None and j["decode"][0]["tpot_s"] is None
+    assert "int8" in j["precision"]["decode"]["unsupported"]
+    assert json.loads(r.stdout)["chips"]["infer-2026"]["decode"][0]["tpot_s"] > 0
+    r = CliRunner().invoke(main, args[:-1] + ["w=fp9"])
+    assert r.exit_code == 2 and "'fp9' is not a dtype" in r.output
+
+
+def test_default_contexts_stay_within_the_model_window():
+    from diptych.tools.dse.compare import default_contexts
+
+    assert default_contexts(8192) == ((2048, 8192), (2048, 8191))
+    assert default_contexts(2048) == ((1024, 2048), (1023, 2047))
+    assert default_contexts(131072, gen=4) == ((2048, 32768), (2048, 32768))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c = compare(["infer-2026"], MODEL, CompareSettings(batches=(1,), ref_batch=1,
+                                                           train_seq=1024),
+                    run=fake_eval.roofline_run)
+    assert c.settings.prompts == (2048, 8192) and c.settings.contexts == (2048, 8191)
+    assert c.run_warnings() == []  # llama-3-8b: max_position_embeddings 8192
+    assert c.max_positions == 8192
+
+
+def test_cli_context_sets_prompts_and_contexts(monkeypatch):
+    monkeypatch.setattr(compare_mod, "_default_run", fake_eval.roofline_run)
+    base = ["compare", "infer-2026", "--model", MODEL, "--batches", "1", "--ref-batch", "1",
+            "--train-seq", "1024", "--json"]
+    j = json.loads(CliRunner().invoke(main, base + ["--context", "512,1024"]).stdout)
+    c = j["chips"]["infer-2026"]
+    assert [p["prompt"] for p in c["prefill"]] == [512, 1024]
+    assert [d["context"] for d in c["decode"]] == [512, 1024]
+    j = json.loads(CliRunner().invoke(main, base + ["--context", "512", "--prompts",
+                                                    "256"]).stdout)
+    c = j["chips"]["infer-2026"]
+    assert [p["prompt"] for p in c["prefill"]] == [256]
+    assert [d["context"] for d in c["decode"]] == [512]
+
+
+def test_ratio_column_is_each_chip_over_the_first(cmp):
+    from diptych.tools.dse.compare_table import metrics
+
+    rows = {m.label: m for m in metrics(cmp)}
+    a, b = (cmp.to_json()["chips"][n] for n in ("train-2026", "infer-2026"))
+    want = b["train"]["tokens_per_s"] / a["train"]["tokens_per_s"]
+    assert rows["train tokens/s per chip"].ratios == (f"{want:.3g}×",)
+    tpot = b["decode"][1]["tpot_s"] / a["decode"][1]["tpot_s"]
+    tps = b["decode"][1]["tokens_per_s"] / a["decode"][1]["tokens_per_s"]
+    assert rows["decode b=8 ctx=1024: TPOT · tokens/s"].ratios == (f"{tpot:.3g}× · {tps:.3g}×",)
+    # training leads its section with tokens/s; MFU names its peak's precision
+    train = [m for m in metrics(cmp) if m.section == "train"]
+    assert train[0].label == "train tokens/s per chip"
+    assert all(c.endswith("of bf16 peak") for c in rows["train MFU (of the chip's own peak)"].cells)
+    assert not rows["precision: train"].ratios
+
+
+def test_progress_reports_every_run(cmp):
+    calls = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compare(["infer-2026"], MODEL, SMALL, run=fake_eval.roofline_run,
+                progress=lambda d, t, label: calls.append((d, t, label)))
+    total = 1 + 2 + 2 * 2
+    assert [c[0] for c in calls] == list(range(total + 1))
+    assert {c[1] for c in calls} == {total}
+    assert calls[0][2] == "infer-2026: train" and calls[-1][2] == "done"
+
+
+def test_report_warns_and_marks_infeasible_points(tmp_path):
+    d = to_dict(load_chip("infer-2026"))
+    d["name"], d["tdp_w"] = "tiny-tdp", 1.0
+    d["dram"]["capacity_gib"] = 17.0      # llama-3-8b bf16 weights (16 GB) fit, large batches not
+    chip = chip_from_dict(d)
+    s = CompareSettings(prompts=(512,), batches=(1, 256), contexts=(1024, 16384), ref_batch=1,
+                        train_seq=1024)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = compare([chip], MODEL, s, run=fake_eval.roofline_run)
+    write_report(c, tmp_path / "rep")
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "does not fit in memory" in page and "TDP" in page
+    assert "exceeds llama-3-8b&#x27;s max_position_embeddings" in page
+    from diptych.tools.dse.report import INFEASIBLE, _mark, infeasible_points
+
+    bad = infeasible_points(c)
+    no_fit = [(r["tokens_per_s"], r["tpot_s"] * 1e3) for r in c.chips["tiny-tdp"].decode.values()
+              if r["fits"] is False]
+    assert no_fit and sorted(bad["fits"]["decode"]) == sorted(no_fit)
+    fig = decode_curve_plot(decode_curves(c))
+    _mark(fig, bad, "decode")
+    (marks,) = [m for m in fig.axes[0].collections
+                if m.get_label() == INFEASIBLE["fits"][1]]
+    got = sorted(map(tuple, marks.get_offsets().tolist()))
+    assert [x for p in got for x in p] == pytest.approx([x for p in sorted(no_fit) for x in p])
+
+
+def test_roofline_title_agrees_with_the_legend(cmp):
+    inputs = list(roofline_inputs(cmp))
+    ax = roofline_plot(inputs).axes[0]
+    skipped = sum(1 for _, _, _, ops in inputs for o in ops
+                  if not (o["flops"] and o["dram_bytes"] and o["seconds"]))
+    legend_says = any("not placeable" in t.get_text() for t in ax.get_legend().get_texts())
+    assert (skipped > 0) == legend_says
+    if skipped:
+        assert f"{skipped} without FLOPs or DRAM traffic left out" in ax.get_title()
+    else:
+        assert ax.get_title() == "Roofline: every op placed"

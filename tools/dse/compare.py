@@ -3,13 +3,20 @@
 For each chip :func:`compare` runs (through ``run_workload``):
 
 * **train**: one training step at ``train_tp`` × ``train_dp`` chips, ``train_batch`` sequences
-  of ``train_seq`` tokens per data-parallel replica: tokens/s per chip, MFU, step time;
+  of ``train_seq`` tokens per data-parallel replica: tokens/s per chip, step time, MFU (against
+  the chip's own peak in the precision the run computes in, which the result names);
 * **prefill**: time to first token for each prompt length in ``prompts`` at batch 1;
 * **decode**: time per output token and tokens/s for every batch in ``batches`` and context
   in ``contexts``;
 * tokens per joule and the bottleneck of each phase at the reference points (the first prompt;
   decode at ``ref_batch`` and the first context);
 * average power (energy ÷ time) of every run against the chip's TDP.
+
+Precision: each chip runs its defaults (inference: the chip's default dtype; training: bf16)
+unless ``settings.precision`` pins it (see :mod:`diptych.tools.precision`); the result states
+per chip and phase what ran. A chip that cannot compute a pinned precision gets an
+``unsupported`` record instead of a run. Prompts and contexts default to a short and a long
+one within the model's ``max_position_embeddings`` (:func:`default_contexts`).
 
 Inference runs at ``infer_tp`` chips. The result keeps every raw run (for the report) and
 gives the ``--json`` structure of issue 6 through :meth:`Comparison.to_json`.
@@ -18,11 +25,21 @@ gives the ``--json`` structure of issue 6 through :meth:`Comparison.to_json`.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from ...arch import load_chip
+from ..precision import PHASES, PrecisionChoice, describe, resolve
 from .evaluate import power_metrics
+
+#: ``progress(done, total, label)``: called before each run (``label`` says which) and once
+#: at the end with ``done == total``.
+ProgressFn = Callable[[int, int, str], None]
+
+#: The longest default context (tokens), for models whose window is longer still.
+LONG_CONTEXT = 32768
+#: The short default context (tokens), or half the long one if that is less.
+SHORT_CONTEXT = 2048
 
 
 def _pos_int(name: str, v) -> int:
@@ -31,25 +48,41 @@ def _pos_int(name: str, v) -> int:
     return v
 
 
+def default_contexts(max_positions: int, gen: int = 1) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(prompts, decode contexts)``: a short and a long one within a model's window.
+
+    Long: ``min(32768, max_positions)`` for prompts, and for decode ``gen`` tokens fewer, so
+    that context + generated tokens stays within the window; short: ``min(2048, long // 2)``.
+    llama-3-70b (8192 positions): prompts 2048 and 8192, decode contexts 2048 and 8191."""
+    def pair(top: int) -> tuple[int, ...]:
+        top = max(1, top)
+        return tuple(dict.fromkeys((max(1, min(SHORT_CONTEXT, top // 2)), top)))
+
+    return (pair(min(LONG_CONTEXT, max_positions)),
+            pair(min(LONG_CONTEXT, max_positions - gen)))
+
+
 @dataclass(frozen=True)
 class CompareSettings:
     """What the study runs. Defaults: training at TP=8, DP=1 with 16 sequences of 4096 tokens
     per replica per optimizer step, run as micro-batches of ~8k tokens with gradients
     accumulated (so the AdamW step is amortised as in real training, and llama-3-70b's
     weights, gradients, Adam state and one micro-batch's activations fit in the 192-216 GiB of
-    either 2026 chip), inference at TP=1; prompts 2k/32k; decode batches 1-256 at 2k/32k
-    contexts."""
+    either 2026 chip), inference at TP=1; decode batches 1-256; prompts and contexts ``None``
+    = :func:`default_contexts` of the model (:meth:`for_model` fills them in); ``precision``
+    pins ``{phase: PrecisionChoice}`` for every chip (empty: each chip's defaults)."""
 
     train_tp: int = 8
     train_dp: int = 1
     train_batch: int = 16
     train_seq: int = 4096
     infer_tp: int = 1
-    prompts: tuple[int, ...] = (2048, 32768)
+    prompts: tuple[int, ...] | None = None
     batches: tuple[int, ...] = (1, 8, 64, 256)
-    contexts: tuple[int, ...] = (2048, 32768)
+    contexts: tuple[int, ...] | None = None
     gen: int = 1
     ref_batch: int = 64
+    precision: dict[str, PrecisionChoice] = field(default_factory=dict, hash=False)
 
     def __post_init__(self):
         for n in ("train_tp", "train_dp", "train_batch", "train_seq", "infer_tp", "gen",
@@ -57,6 +90,8 @@ class CompareSettings:
             _pos_int(n, getattr(self, n))
         for n in ("prompts", "batches", "contexts"):
             vals = getattr(self, n)
+            if vals is None and n != "batches":
+                continue
             if not vals:
                 raise ValueError(f"{n} must list at least one value, not an empty list")
             for v in vals:
@@ -64,24 +99,43 @@ class CompareSettings:
         if self.ref_batch not in self.batches:
             raise ValueError(f"ref_batch must be one of the decode batches "
                              f"({', '.join(map(str, self.batches))}), not {self.ref_batch}")
+        for ph, c in self.precision.items():
+            if ph not in PHASES or not isinstance(c, PrecisionChoice):
+                raise ValueError(f"precision must map phases ({', '.join(PHASES)}) to "
+                                 f"PrecisionChoice, not {ph!r}: {c!r}")
+
+    def for_model(self, model) -> "CompareSettings":
+        """These settings with unset prompts/contexts derived from ``model``'s window."""
+        prompts, contexts = default_contexts(model.max_position_embeddings, self.gen)
+        return replace(self, prompts=self.prompts or prompts,
+                       contexts=self.contexts or contexts)
 
     def describe(self) -> str:
+        groups: dict[PrecisionChoice, list[str]] = {}
+        for ph, c in self.precision.items():
+            groups.setdefault(c, []).append(ph)
+        pin = ("; precision pinned: " + ", ".join(
+            f"{c.describe()} ({'every phase' if len(phs) == len(PHASES) else ', '.join(phs)})"
+            for c, phs in groups.items())
+               if self.precision else "; precision: each chip's defaults")
+        ctx = f", context {self.contexts[0]}" if self.contexts else ""
         return (f"train: TP={self.train_tp} DP={self.train_dp}, {self.train_batch} × "
                 f"{self.train_seq} tokens per replica; inference: TP={self.infer_tp}; "
-                f"tokens/J and decode bottleneck at batch {self.ref_batch}, context "
-                f"{self.contexts[0]}")
+                f"tokens/J and decode bottleneck at batch {self.ref_batch}{ctx}{pin}")
 
 
 @dataclass
 class ChipRuns:
     """Every run of one chip: ``train``, ``prefill[prompt]``, ``decode[(batch, context)]``, each
     a ``to_dict()`` of a workload result with ``power_w``/``exceeds_tdp`` added (or an
-    ``error`` string when the run failed)."""
+    ``error`` string when the run failed, plus ``unsupported: True`` when the chip cannot
+    compute the precision); ``precision[phase]`` is :func:`diptych.tools.precision.resolve`."""
 
     chip: Any
     train: dict
     prefill: dict[int, dict] = field(default_factory=dict)
     decode: dict[tuple[int, int], dict] = field(default_factory=dict)
+    precision: dict[str, dict] = field(default_factory=dict)
 
     def runs(self):
         yield ("train", None), self.train
@@ -91,14 +145,29 @@ class ChipRuns:
             yield ("decode", bc), r
 
 
+def run_notes(r: dict) -> list[str]:
+    """Short flags of one run: unsupported, error, does not fit, > TDP."""
+    if r.get("unsupported"):
+        return ["unsupported"]
+    notes = ["error"] if r.get("error") else []
+    if r.get("fits") is False:
+        notes.append("does not fit")
+    if r.get("exceeds_tdp"):
+        notes.append("> TDP")
+    return notes
+
+
 @dataclass
 class Comparison:
     model: str
     settings: CompareSettings
     chips: dict[str, ChipRuns]
+    #: the model's ``max_position_embeddings`` (contexts beyond it are out of spec)
+    max_positions: int | None = None
 
     def summary(self, name: str) -> dict:
-        """The issue's per-chip structure."""
+        """The issue's per-chip structure, plus ``precision`` per phase and the precision
+        of the peak that ``train.mfu`` refers to (``train.mfu_peak_dtype``)."""
         cr = self.chips[name]
         s = self.settings
         ref = cr.decode[(s.ref_batch, s.contexts[0])]
@@ -107,7 +176,8 @@ class Comparison:
             "area_mm2": cr.chip.die_area_mm2,
             "tokens_per_j": (1.0 / ej) if ej else None,
             "train": {"tokens_per_s": _per_chip(cr.train),
-                      "mfu": cr.train.get("mfu"), "step_s": cr.train.get("seconds")},
+                      "mfu": cr.train.get("mfu"), "step_s": cr.train.get("seconds"),
+                      "mfu_peak_dtype": cr.precision["train"]["compute"]},
             "prefill": [{"prompt": p, "ttft_s": r.get("ttft_s")} for p, r in cr.prefill.items()],
             "decode": [{"batch": b, "context": c, "tpot_s": r.get("tpot_s"),
                         "tokens_per_s": r.get("tokens_per_s")}
@@ -115,23 +185,31 @@ class Comparison:
             "bottleneck": {"train": cr.train.get("bound"),
                            "prefill": cr.prefill[s.prompts[0]].get("bound"),
                            "decode": ref.get("bound")},
+            "precision": {ph: dict(p) for ph, p in cr.precision.items()},
         }
 
     def to_json(self) -> dict:
-        """``{"model": …, "chips": {NAME: summary}}``, exactly the structure of issue 6."""
+        """``{"model": …, "chips": {NAME: summary}}``: the structure of issue 6, with
+        ``precision`` and ``train.mfu_peak_dtype`` added per chip."""
         return {"model": self.model, "chips": {n: self.summary(n) for n in self.chips}}
 
     def details(self) -> dict:
-        """:meth:`to_json` plus the settings, and per run: fits, power and TDP flags, errors."""
+        """:meth:`to_json` plus the settings, the warnings, and per run: fits, power and TDP
+        flags, errors."""
         out = self.to_json()
-        out["settings"] = {k: (list(v) if isinstance(v, tuple) else v)
-                           for k, v in self.settings.__dict__.items()}
+        st = {k: (list(v) if isinstance(v, tuple) else v)
+              for k, v in self.settings.__dict__.items() if k != "precision"}
+        st["precision"] = {ph: c.__dict__ for ph, c in self.settings.precision.items()}
+        out["settings"] = st
         out["settings_text"] = self.settings.describe()
+        out["max_position_embeddings"] = self.max_positions
+        out["warnings"] = self.warnings()
         for name, cr in self.chips.items():
             out["chips"][name]["runs"] = [
                 {"phase": ph, "point": (list(pt) if isinstance(pt, tuple) else pt),
                  **{k: r.get(k) for k in ("seconds", "fits", "bound", "power_w",
-                                          "tdp_fraction", "exceeds_tdp", "energy_j", "error")}}
+                                          "tdp_fraction", "exceeds_tdp", "energy_j", "error",
+                                          "unsupported")}}
                 for (ph, pt), r in cr.runs()]
         return out
 
@@ -144,24 +222,56 @@ class Comparison:
                     seen.setdefault(str(w), None)
         return list(seen)
 
+    def warnings(self) -> list[str]:
+        """Every caveat of the study, one line per chip and kind, naming the runs: runs that
+        do not fit in memory, runs above the chip's TDP, unsupported precisions and other
+        failures; then the runs' own warnings (e.g. contexts beyond the model's window)."""
+        out: list[str] = []
+        for name, cr in self.chips.items():
+            groups: dict[str, list[str]] = {}
+            for (ph, pt), r in cr.runs():
+                point = _point(ph, pt)
+                if r.get("error"):
+                    groups.setdefault(r["error"], []).append(point)
+                    continue
+                if r.get("fits") is False:
+                    groups.setdefault("does not fit in memory", []).append(point)
+                if r.get("exceeds_tdp"):
+                    groups.setdefault("averages more power than its TDP, not sustainable",
+                                      []).append(point)
+            n_runs = sum(1 for _ in cr.runs())
+            out += [f"{name}: {text} ({'every run' if len(pts) == n_runs else ', '.join(pts)})"
+                    for text, pts in groups.items()]
+        return out + self.run_warnings()
+
     def rows(self) -> list[dict]:
         """One flat row per run (the CSV table)."""
         out = []
         for name, cr in self.chips.items():
             for (phase, pt), r in cr.runs():
+                p = cr.precision[phase]
                 row = {"chip": name, "phase": phase,
                        "batch": (pt[0] if phase == "decode" else
                                  1 if phase == "prefill"
                                  else self.settings.train_batch * self.settings.train_dp),
                        "context": (pt[1] if phase == "decode" else
                                    pt if phase == "prefill" else self.settings.train_seq),
-                       "area_mm2": cr.chip.die_area_mm2}
+                       "area_mm2": cr.chip.die_area_mm2,
+                       "precision": describe(p), "compute_dtype": p["compute"]}
                 for k in ("seconds", "ttft_s", "tpot_s", "tokens_per_s", "mfu", "energy_j",
                           "energy_j_per_token", "power_w", "exceeds_tdp", "fits", "bound",
                           "error"):
                     row[k] = r.get(k)
                 out.append(row)
         return out
+
+
+def _point(phase: str, pt) -> str:
+    if phase == "train":
+        return "train"
+    if phase == "prefill":
+        return f"prefill {pt}"
+    return f"decode b={pt[0]} ctx={pt[1]}"
 
 
 def _per_chip(res: dict) -> float | None:
@@ -175,7 +285,12 @@ def _default_run(chip, model, **kw):
     return run_workload(chip, model, **kw)
 
 
-def _one(run, chip, model, **kw) -> dict:
+def _one(run, chip, model, precision: dict, choice: PrecisionChoice | None, **kw) -> dict:
+    if precision["unsupported"]:
+        return {"error": f"unsupported precision: {precision['unsupported']}",
+                "unsupported": True}
+    if choice is not None:
+        kw.update(choice.run_kwargs())
     try:
         with warnings.catch_warnings():  # kept in the result's ``warnings`` list instead
             warnings.simplefilter("ignore", UserWarning)
@@ -187,14 +302,15 @@ def _one(run, chip, model, **kw) -> dict:
     return d
 
 
-def compare(chips, model: str, settings: CompareSettings | None = None, *,
-            run: Callable | None = None, progress: Callable[[str], None] | None = None
-            ) -> Comparison:
-    """Run the study for ``chips`` (names, paths or Chip objects) on ``model``.
+def compare(chips, model, settings: CompareSettings | None = None, *,
+            run: Callable | None = None, progress: ProgressFn | None = None) -> Comparison:
+    """Run the study for ``chips`` (names, paths or Chip objects) on ``model`` (a name, a
+    config.json path or a ModelConfig).
 
     ``run(chip, model, **kwargs)`` defaults to ``run_workload``; tests inject their own.
+    ``progress(done, total, label)`` is told before every run which one starts (see
+    :data:`ProgressFn`); the library prints nothing.
     """
-    s = settings or CompareSettings()
     run = run or _default_run
     loaded = [load_chip(c) for c in chips]
     if not loaded:
@@ -204,21 +320,33 @@ def compare(chips, model: str, settings: CompareSettings | None = None, *,
         raise ValueError(f"chips must be distinct, not {names}")
     from ...workloads import load_model
     m = load_model(model)
-    say = progress or (lambda _: None)
+    s = (settings or CompareSettings()).for_model(m)
+    tell = progress or (lambda *_: None)
+    per_chip = 1 + len(s.prompts) + len(s.contexts) * len(s.batches)
+    total, done = per_chip * len(loaded), 0
+
+    def one(cr: ChipRuns, label: str, phase: str, **kw) -> dict:
+        nonlocal done
+        tell(done, total, f"{cr.chip.name}: {label}")
+        r = _one(run, cr.chip, m, cr.precision[phase], s.precision.get(phase), phase=phase,
+                 **kw)
+        done += 1
+        return r
+
     out: dict[str, ChipRuns] = {}
     for chip in loaded:
-        say(f"{chip.name}: train")
-        cr = ChipRuns(chip=chip, train=_one(run, chip, m, phase="train",
-                                            batch=s.train_batch * s.train_dp,
-                                            seq=s.train_seq, tp=s.train_tp, dp=s.train_dp))
+        cr = ChipRuns(chip=chip, train={},
+                      precision={ph: resolve(chip, ph, s.precision.get(ph)) for ph in PHASES})
+        cr.train = one(cr, "train", "train", batch=s.train_batch * s.train_dp,
+                       seq=s.train_seq, tp=s.train_tp, dp=s.train_dp)
         for p in s.prompts:
-            say(f"{chip.name}: prefill {p}")
-            cr.prefill[p] = _one(run, chip, m, phase="prefill", batch=1, prompt=p, gen=s.gen,
-                                 tp=s.infer_tp)
+            cr.prefill[p] = one(cr, f"prefill {p}", "prefill", batch=1, prompt=p, gen=s.gen,
+                                tp=s.infer_tp)
         for c in s.contexts:
             for b in s.batches:
-                say(f"{chip.name}: decode batch {b} context {c}")
-                cr.decode[(b, c)] = _one(run, chip, m, phase="decode", batch=b, prompt=c,
-                                         gen=s.gen, tp=s.infer_tp)
+                cr.decode[(b, c)] = one(cr, f"decode b={b} ctx={c}", "decode", batch=b,
+                                        prompt=c, gen=s.gen, tp=s.infer_tp)
         out[chip.name] = cr
-    return Comparison(model=getattr(m, "name", str(model)), settings=s, chips=out)
+    tell(total, total, "done")
+    return Comparison(model=getattr(m, "name", str(model)), settings=s, chips=out,
+                      max_positions=getattr(m, "max_position_embeddings", None))

@@ -97,7 +97,10 @@ def roofline_plot(chips: Iterable[tuple[str, float, float, Sequence[dict]]], *,
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / DRAM byte)")
     ax.set_ylabel("achieved FLOP/s")
-    ax.set_title("Roofline: every op placed")
+    skipped_all = sum(len(c[3]) for c in chips) - sum(len(p) for p in placed_all)
+    ax.set_title("Roofline: every op placed" if not skipped_all else
+                 f"Roofline: {sum(len(p) for p in placed_all)} ops placed, {skipped_all} "
+                 f"without FLOPs or DRAM traffic left out")
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(fontsize=7)
     return fig

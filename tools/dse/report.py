@@ -1,9 +1,13 @@
 """The compare report: a directory of tables and plots with a static ``index.html``.
 
 Files: ``compare.csv`` (one row per run), ``compare.json`` (the ``--json`` structure plus
-settings and per-run power/fit details), ``roofline.svg`` (every op of the reference runs
-placed on each chip's roofline), ``decode.svg`` (latency vs throughput), ``floorplan.svg`` and
-``index.html`` showing them all. No server and no external assets: open the file directly.
+settings, warnings and per-run power/fit details), ``roofline.svg`` (every op of the reference
+runs placed on each chip's roofline), ``decode.svg`` (latency vs throughput), ``floorplan.svg``
+and ``index.html`` showing them all: the summary with each chip's precision per phase and the
+ratios between chips, the warnings (runs that do not fit, runs above the TDP, unsupported
+precisions, contexts beyond the model's window), and on the plots a mark on every point whose
+run does not fit in memory or exceeds the TDP. No server and no external assets: open the file
+directly.
 """
 
 from __future__ import annotations
@@ -14,8 +18,16 @@ import json
 from pathlib import Path
 
 from .compare import Comparison
+from .compare_table import metrics, ratio_caption
 from .floorplan import draw_floorplans, save_figure
 from .plots import decode_curve_plot, roofline_plot
+
+#: How the plots mark points that are not feasible: (matplotlib marker style, legend label).
+#: Black, so that they stand out from every line colour.
+INFEASIBLE = {"fits": (dict(marker="x", color="black", s=60, linewidths=1.5),
+                       "does not fit in memory"),
+              "exceeds_tdp": (dict(marker="s", facecolors="none", edgecolors="black", s=90,
+                                   linewidths=1.2), "above the chip's TDP")}
 
 
 def op_points(run: dict) -> list[dict]:
@@ -32,12 +44,15 @@ def op_points(run: dict) -> list[dict]:
     return out
 
 
-def roofline_inputs(cmp: Comparison):
+def _reference_runs(cmp: Comparison, cr) -> list[dict]:
     s = cmp.settings
+    return [cr.train, cr.prefill[s.prompts[0]], cr.decode[(s.ref_batch, s.contexts[0])]]
+
+
+def roofline_inputs(cmp: Comparison):
     for name, cr in cmp.chips.items():
         chip = cr.chip
-        ops = (op_points(cr.train) + op_points(cr.prefill[s.prompts[0]])
-               + op_points(cr.decode[(s.ref_batch, s.contexts[0])]))
+        ops = [o for r in _reference_runs(cmp, cr) for o in op_points(r)]
         yield (name, chip.peak_ops_per_s[chip.default_dtype], chip.dram_bytes_per_s, ops)
 
 
@@ -47,6 +62,40 @@ def decode_curves(cmp: Comparison):
             pts = [(b, cr.decode[(b, c)].get("tokens_per_s"), cr.decode[(b, c)].get("tpot_s"))
                    for b in cmp.settings.batches]
             yield (name, c, pts)
+
+
+def infeasible_points(cmp: Comparison) -> dict[str, dict[str, list[tuple[float, float]]]]:
+    """Where the plots mark infeasible runs, per kind (``fits``: does not fit, ``exceeds_tdp``):
+    ``decode``, (tokens/s, TPOT in ms) of decode runs; ``roofline``, (FLOP/byte, FLOP/s) of
+    the ops of the reference runs."""
+    out = {k: {"decode": [], "roofline": []} for k in INFEASIBLE}
+    for cr in cmp.chips.values():
+        bad = lambda r, k: (r.get(k) is False) if k == "fits" else bool(r.get(k))  # noqa: E731
+        for r in cr.decode.values():
+            for k in INFEASIBLE:
+                if bad(r, k) and r.get("tokens_per_s") and r.get("tpot_s"):
+                    out[k]["decode"].append((r["tokens_per_s"], r["tpot_s"] * 1e3))
+        for r in _reference_runs(cmp, cr):
+            for k in INFEASIBLE:
+                if bad(r, k):
+                    out[k]["roofline"] += [(o["flops"] / o["dram_bytes"], o["flops"] / o["seconds"])
+                                           for o in op_points(r)
+                                           if o["flops"] and o["dram_bytes"] and o["seconds"]]
+    return out
+
+
+def _mark(fig, points: dict[str, list[tuple[float, float]]], which: str) -> None:
+    """Overlay the infeasible ``points[kind][which]`` on the figure's axes, one legend entry
+    per kind."""
+    ax = fig.axes[0]
+    added = False
+    for kind, (style, label) in INFEASIBLE.items():
+        pts = points[kind][which]
+        if pts:
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], label=label, zorder=5, **style)
+            added = True
+    if added:
+        ax.legend(fontsize=7)
 
 
 def write_report(cmp: Comparison, out: str | Path) -> list[Path]:
@@ -66,13 +115,14 @@ def write_report(cmp: Comparison, out: str | Path) -> list[Path]:
     p = out / "compare.json"
     p.write_text(json.dumps(cmp.details(), indent=2))
     files.append(p)
-    figs = {
-        "roofline.svg": roofline_plot(
-            roofline_inputs(cmp),
-            dtype_peaks={n: cr.chip.peak_ops_per_s for n, cr in cmp.chips.items()}),
-        "decode.svg": decode_curve_plot(decode_curves(cmp)),
-        "floorplan.svg": draw_floorplans([cr.chip for cr in cmp.chips.values()]),
-    }
+    bad = infeasible_points(cmp)
+    roof = roofline_plot(roofline_inputs(cmp),
+                         dtype_peaks={n: cr.chip.peak_ops_per_s for n, cr in cmp.chips.items()})
+    _mark(roof, bad, "roofline")
+    dec = decode_curve_plot(decode_curves(cmp))
+    _mark(dec, bad, "decode")
+    figs = {"roofline.svg": roof, "decode.svg": dec,
+            "floorplan.svg": draw_floorplans([cr.chip for cr in cmp.chips.values()])}
     for fname, fig in figs.items():
         save_figure(fig, out / fname)
         files.append(out / fname)
@@ -92,45 +142,54 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def index_html(cmp: Comparison, rows: list[dict]) -> str:
-    """A self-contained page: settings, the summary, the per-run table and the plots."""
+def summary_html(cmp: Comparison) -> str:
+    """The summary table: one column per chip (with the runs' flags), then the ratios."""
     e = html.escape
-    summ = cmp.to_json()["chips"]
-    names = list(summ)
+    names = list(cmp.chips)
     head = "".join(f"<th>{e(n)}</th>" for n in names)
+    head += "".join(f"<th class=ratio>{e(n)} / {e(names[0])}</th>" for n in names[1:])
+    lines, section = [], None
+    for m in metrics(cmp):
+        if m.section != section:
+            lines.append(f"<tr class=section><th colspan={2 * len(names)}>{e(m.section)}</th></tr>")
+            section = m.section
+        cells = []
+        for text, notes in zip(m.cells, m.notes):
+            if "unsupported" in notes:
+                cells.append("<td class=bad>unsupported</td>")
+                continue
+            flags = "".join(f" <span class=flag>{e(n)}</span>" for n in notes)
+            cells.append(f"<td{' class=bad' if notes else ''}>{e(text)}{flags}</td>")
+        ratios = list(m.ratios) or [""] * (len(names) - 1)
+        cells += [f"<td class=ratio>{e(r)}</td>" for r in ratios]
+        lines.append(f"<tr><th>{e(m.label)}</th>{''.join(cells)}</tr>")
+    return f"<table><tr><th></th>{head}</tr>{''.join(lines)}</table>"
 
-    def line(label, vals):
-        return f"<tr><th>{e(label)}</th>" + "".join(f"<td>{e(_fmt(v))}</td>" for v in vals) + "</tr>"
 
-    lines = [line("area (mm²)", [summ[n]["area_mm2"] for n in names]),
-             line("tokens per joule (decode ref.)", [summ[n]["tokens_per_j"] for n in names]),
-             line("train tokens/s per chip", [summ[n]["train"]["tokens_per_s"] for n in names]),
-             line("train MFU", [summ[n]["train"]["mfu"] for n in names]),
-             line("train step (s)", [summ[n]["train"]["step_s"] for n in names])]
-    for i, p in enumerate(cmp.settings.prompts):
-        lines.append(line(f"TTFT {p} (s)", [summ[n]["prefill"][i]["ttft_s"] for n in names]))
-    for i, d in enumerate(summ[names[0]]["decode"]):
-        lines.append(line(f"decode b={d['batch']} ctx={d['context']}: TPOT (s)",
-                          [summ[n]["decode"][i]["tpot_s"] for n in names]))
-        lines.append(line(f"decode b={d['batch']} ctx={d['context']}: tokens/s",
-                          [summ[n]["decode"][i]["tokens_per_s"] for n in names]))
-    for ph in ("train", "prefill", "decode"):
-        lines.append(line(f"bottleneck: {ph}", [summ[n]["bottleneck"][ph] for n in names]))
+def index_html(cmp: Comparison, rows: list[dict]) -> str:
+    """A self-contained page: settings, warnings, the summary, the plots and every run."""
+    e = html.escape
+    names = list(cmp.chips)
     cols = list(rows[0])
     runs = "".join("<tr>" + "".join(f"<td>{e(_fmt(r[c]))}</td>" for c in cols) + "</tr>"
                    for r in rows)
-    hot = [r for r in rows if r.get("exceeds_tdp")]
-    warn = (f"<p class=warn>{len(hot)} run(s) draw more average power than the chip's TDP "
-            "(column exceeds_tdp): those speeds could not be sustained.</p>") if hot else ""
+    warns = cmp.warnings()
+    warn = ("<h2>Warnings</h2><ul class=warn>" + "".join(f"<li>{e(w)}</li>" for w in warns)
+            + "</ul><p>Marked on the plots: × does not fit in memory, □ above the chip's "
+              "TDP.</p>") if warns else ""
+    window = (f" The model's max_position_embeddings is {cmp.max_positions}."
+              if cmp.max_positions else "")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>diptych compare: {e(cmp.model)}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1200px}}
 table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 8px;
-text-align:right}}th{{background:#f3f3f3}}.warn{{color:#a00}}img{{max-width:100%;
-border:1px solid #ddd;margin:1em 0}}</style></head><body>
+text-align:right}}th{{background:#f3f3f3}}.warn{{color:#a00}}.bad{{background:#fff3e0}}
+.flag{{color:#a00;font-size:11px}}.ratio{{color:#06c}}tr.section th{{text-align:left;
+background:#e8e8e8}}img{{max-width:100%;border:1px solid #ddd;margin:1em 0}}</style></head><body>
 <h1>{e(cmp.model)}: {e(' vs '.join(names))}</h1>
-<p>{e(cmp.settings.describe())}</p>{warn}
-<h2>Summary</h2><table><tr><th></th>{head}</tr>{''.join(lines)}</table>
+<p>{e(cmp.settings.describe())}.{e(window)}</p>
+<p>{e(ratio_caption(cmp))}</p>{warn}
+<h2>Summary</h2>{summary_html(cmp)}
 <h2>Floorplans</h2><img src="floorplan.svg" alt="floorplans">
 <h2>Roofline</h2><img src="roofline.svg" alt="roofline">
 <h2>Decode latency vs throughput</h2><img src="decode.svg" alt="decode curve">

@@ -1,0 +1,85 @@
+"""``import diptych``: a light import, and the facade returns what the commands print."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from roofline_double import roofline
+
+import diptych
+import diptych.workloads.run as run_mod
+from diptych.arch import load_chip
+from diptych.tools.cli import main
+from diptych.tools.dse import compare as compare_mod
+
+
+@pytest.fixture
+def no_engine(monkeypatch):
+    """The engine replaced by the roofline double, for the facade and the CLI alike."""
+    monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)
+
+
+def test_import_is_light_until_a_simulation():
+    code = ("import sys, diptych\n"
+            "assert 'numba' not in sys.modules, 'import diptych loaded numba'\n"
+            "chip = diptych.load_chip('tpu-v4'); diptych.Chip\n"
+            "assert 'numba' not in sys.modules, 'load_chip loaded numba'\n"
+            "diptych.simulate_gemm(128, 128, 128, chip)\n"
+            "assert 'numba' in sys.modules\n"
+            "print(diptych.__version__)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == diptych.__version__
+
+
+def test_public_names():
+    for name in diptych.__all__:
+        assert getattr(diptych, name) is not None, name
+        assert name in dir(diptych)
+    assert diptych.Chip is type(diptych.load_chip("tpu-v4"))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        diptych.nope  # noqa: B018
+
+
+def test_simulate_gemm_is_the_engine_s():
+    from diptych.sim import simulate_gemm
+
+    chip = load_chip("tpu-v4")
+    assert diptych.simulate_gemm(256, 512, 128, "tpu-v4") == simulate_gemm(256, 512, 128, chip)
+
+
+def test_run_is_run_json(no_engine):
+    args = dict(phase="decode", batch=4, prompt=512, gen=8, precision="w=fp8,a=fp8,kv=fp8")
+    r = diptych.run("train-2026", "llama-3-8b", **args)
+    cli = CliRunner().invoke(main, ["run", "--chip", "train-2026", "--model", "llama-3-8b",
+                                    "--phase", "decode", "--batch", "4", "--prompt", "512",
+                                    "--gen", "8", "--precision", "w=fp8,a=fp8,kv=fp8",
+                                    "--json"])
+    assert cli.exit_code == 0, cli.output
+    assert json.loads(json.dumps(r.to_dict())) == json.loads(cli.stdout)
+    with pytest.raises(ValueError, match="not a dtype"):
+        diptych.run("train-2026", "llama-3-8b", phase="decode", prompt=64, precision="fp9")
+
+
+def test_compare_is_compare_json(monkeypatch):
+    from diptych.workloads import run_workload
+
+    monkeypatch.setattr(compare_mod, "_default_run",
+                        lambda chip, model, **kw: run_workload(chip, model, simulate=roofline,
+                                                               **kw))
+    cmp = diptych.compare(["train-2026", "infer-2026"], "llama-3-8b", prompts=[512],
+                          contexts=[1024], batches=[1, 8], ref_batch=8, train_seq=1024,
+                          precision=["train:bf16", "infer:fp8"])
+    cli = CliRunner().invoke(main, ["compare", "train-2026", "infer-2026", "--model",
+                                    "llama-3-8b", "--prompts", "512", "--contexts", "1024",
+                                    "--batches", "1,8", "--ref-batch", "8", "--train-seq",
+                                    "1024", "--precision", "train:bf16", "--precision",
+                                    "infer:fp8", "--json"])
+    assert cli.exit_code == 0, cli.output
+    assert json.loads(json.dumps(cmp.to_json())) == json.loads(cli.stdout)
+    assert cmp.summary("train-2026")["precision"]["decode"]["weights"] == "fp8"

@@ -1,0 +1,102 @@
+"""The summary of a :class:`~diptych.tools.dse.compare.Comparison` as labelled rows, shared by
+the terminal table (``diptych compare``) and the HTML report.
+
+Each :class:`Metric` row has one formatted cell per chip, the flags of the runs behind each
+cell (``does not fit``, ``> TDP``, ``error``, ``unsupported``) and, when the values are
+comparable, the ratio of every chip to the first one (``B / A``). Training leads with tokens/s
+per chip; MFU names the precision of the peak it is taken against and gets no ratio when the
+chips' peaks are in different precisions (the ratio would mislead).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import fmt
+from ..precision import describe
+from .compare import Comparison, run_notes
+
+
+@dataclass(frozen=True)
+class Metric:
+    section: str                      # chip, train, prefill, decode, efficiency
+    label: str
+    cells: tuple[str, ...]            # per chip, formatted
+    notes: tuple[tuple[str, ...], ...]  # per chip: flags of the runs behind the cell
+    ratios: tuple[str, ...] = ()      # per chip after the first: value ÷ first chip's value
+
+
+def _ratio_cells(vals) -> tuple[str, ...]:
+    base = vals[0]
+    return tuple(fmt.ratio(v / base) if (v is not None and base) else fmt.MISSING
+                 for v in vals[1:])
+
+
+def _pair_ratios(a, b) -> tuple[str, ...]:
+    return tuple(f"{x} · {y}" for x, y in zip(_ratio_cells(a), _ratio_cells(b)))
+
+
+def ratio_caption(cmp: Comparison) -> str:
+    names = list(cmp.chips)
+    if len(names) < 2:
+        return ""
+    return (f"ratios: each chip ÷ {names[0]} (times: below 1× is faster; rates: above 1× "
+            f"is more)")
+
+
+def metrics(cmp: Comparison) -> list[Metric]:
+    """The summary rows, in display order."""
+    s = cmp.settings
+    names = list(cmp.chips)
+    runs = [cmp.chips[n] for n in names]
+    summ = [cmp.summary(n) for n in names]
+    none = tuple(() for _ in names)
+    out: list[Metric] = []
+
+    def row(section, label, vals, cell, notes=none, ratio=True):
+        out.append(Metric(section, label, tuple(cell(v) for v in vals), notes,
+                          _ratio_cells(vals) if ratio else ()))
+
+    row("chip", "die area", [cr.chip.die_area_mm2 for cr in runs], lambda v: fmt.number(v, "mm²"))
+    row("chip", "TDP", [cr.chip.tdp_w for cr in runs], lambda v: fmt.number(v, "W"))
+    infer_same = all(cr.precision["prefill"] == cr.precision["decode"] for cr in runs)
+    for ph in (("train", "prefill, decode") if infer_same else ("train", "prefill", "decode")):
+        key = ph.split(",")[0]
+        ps = [cr.precision[key] for cr in runs]
+        row("chip", f"precision: {ph}", ps,
+            lambda p: f"unsupported: {p['unsupported']}" if p["unsupported"] else describe(p),
+            ratio=False)
+
+    tn = tuple(tuple(run_notes(cr.train)) for cr in runs)
+    row("train", "train tokens/s per chip", [x["train"]["tokens_per_s"] for x in summ],
+        lambda v: fmt.number(v, "tok/s"), tn)
+    row("train", "train step time", [x["train"]["step_s"] for x in summ], fmt.seconds, tn)
+    dts = [x["train"]["mfu_peak_dtype"] for x in summ]
+    out.append(Metric("train", "train MFU (of the chip's own peak)",
+                      tuple(f"{fmt.pct(x['train']['mfu'])} of {d} peak"
+                            if x["train"]["mfu"] is not None else fmt.MISSING
+                            for x, d in zip(summ, dts)), tn,
+                      _ratio_cells([x["train"]["mfu"] for x in summ])
+                      if len(set(dts)) == 1 else ()))
+
+    for i, p in enumerate(s.prompts):
+        row("prefill", f"TTFT, {p}-token prompt", [x["prefill"][i]["ttft_s"] for x in summ],
+            fmt.seconds, tuple(tuple(run_notes(cr.prefill[p])) for cr in runs))
+
+    for i, d in enumerate(summ[0]["decode"]):
+        b, c = d["batch"], d["context"]
+        tpot = [x["decode"][i]["tpot_s"] for x in summ]
+        tps = [x["decode"][i]["tokens_per_s"] for x in summ]
+        out.append(Metric(
+            "decode", f"decode b={b} ctx={c}: TPOT · tokens/s",
+            tuple(f"{fmt.seconds(t)} · {fmt.number(r, 'tok/s')}" for t, r in zip(tpot, tps)),
+            tuple(tuple(run_notes(cr.decode[(b, c)])) for cr in runs), _pair_ratios(tpot, tps)))
+
+    ref = (s.ref_batch, s.contexts[0])
+    row("efficiency", f"tokens/J (decode b={ref[0]} ctx={ref[1]})",
+        [x["tokens_per_j"] for x in summ], fmt.number,
+        tuple(tuple(run_notes(cr.decode[ref])) for cr in runs))
+    for ph in ("train", "prefill", "decode"):
+        row("efficiency", f"bottleneck: {ph}", [x["bottleneck"][ph] for x in summ],
+            lambda v: v or fmt.MISSING, ratio=False)
+    return out

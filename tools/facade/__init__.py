@@ -1,0 +1,149 @@
+"""diptych: a cycle-approximate AI-accelerator simulator. The Python API.
+
+A notebook starts here::
+
+    import diptych
+
+    chip = diptych.load_chip("infer-2026")              # a preset, a TOML/JSON file or a Chip
+    model = diptych.load_model("llama-3-8b")            # built-in or a HuggingFace config.json
+    st = diptych.simulate_gemm(4096, 4096, 4096, chip)  # one GEMM: cycles, stalls, bytes, energy
+    r = diptych.run(chip, model, phase="decode", batch=8, prompt=2048)
+    r.tpot_s, r.bound, r.to_dict()                       # to_dict() is `diptych run --json`
+    cmp = diptych.compare(["train-2026", "infer-2026"], "llama-3-8b")
+    cmp.to_json()                                        # `diptych compare --json`
+    diptych.write_report(cmp, "out/report")             # the HTML report of `--report`
+
+Each function is a thin layer over the library the ``diptych`` command uses, so it returns
+the same numbers; see docs/api.md. Importing ``diptych`` is light: the simulation engine (Numba)
+loads when a function first needs it. The packages underneath are ``diptych.arch`` (chips),
+``diptych.workloads`` (models, lowering, runs), ``diptych.sim`` (the engine), ``diptych.rtl``
+and ``diptych.tools`` (CLI, design-space exploration).
+
+This module is ``tools/facade/`` in the source tree, mapped to ``diptych`` by pyproject.toml.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+try:
+    __version__ = version("diptych")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0.0.0+unknown"
+
+if TYPE_CHECKING:  # pragma: no cover
+    from diptych.arch import Chip
+    from diptych.sim import OpStats
+    from diptych.tools.dse.compare import Comparison
+    from diptych.workloads import ModelConfig, RunResult
+
+__all__ = ["__version__", "load_chip", "load_model", "simulate_gemm", "run", "compare",
+           "write_report", "Chip", "ModelConfig", "OpStats", "RunResult", "Comparison",
+           "CompareSettings"]
+
+#: Types re-exported lazily: name → module that defines it.
+_TYPES = {"Chip": "diptych.arch", "ModelConfig": "diptych.workloads",
+          "OpStats": "diptych.sim", "RunResult": "diptych.workloads",
+          "Comparison": "diptych.tools.dse.compare",
+          "CompareSettings": "diptych.tools.dse.compare"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TYPES:
+        return getattr(import_module(_TYPES[name]), name)
+    raise AttributeError(f"module 'diptych' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_TYPES))
+
+
+def load_chip(chip: "str | Chip") -> "Chip":
+    """A chip: a preset name (``"tpu-v4"``; ``diptych chips list``), a path to a TOML file (or
+    the JSON of ``diptych chips show --json``), or a :class:`Chip` (returned as is). Raises
+    ``ValueError`` (a ``ConfigError``) naming the file, key, value and what was expected."""
+    from diptych.arch import load_chip as _load
+    return _load(chip)
+
+
+def load_model(model: "str | ModelConfig") -> "ModelConfig":
+    """A model: a built-in name (``"llama-3-70b"``; ``diptych models list``), a path to a
+    HuggingFace ``config.json``, or a :class:`ModelConfig` (returned as is)."""
+    from diptych.workloads import load_model as _load
+    return _load(model)
+
+
+def simulate_gemm(m: int, k: int, n: int, chip: "str | Chip", *, dtype: str | None = None,
+                  dataflow: str | None = None, batch: int = 1) -> "OpStats":
+    """Time ``C[m×n] = A[m×k]·B[k×n]`` (``batch`` independent products) on ``chip``, every
+    operand in ``dtype`` (default: the chip's), FP32 accumulation; ``dataflow`` ``"os"``,
+    ``"ws"``, ``"is"`` or None for the best the chip supports. Returns :class:`OpStats`
+    (``cycles``, ``seconds``, ``utilization``, ``bound``, ``stall_breakdown``, DRAM/SRAM bytes,
+    ``energy_j``, ``mapping``); ``.to_dict()`` is ``diptych gemm --json``."""
+    from diptych.sim import simulate_gemm as _sim
+    return _sim(m, k, n, load_chip(chip), dtype=dtype, dataflow=dataflow, batch=batch)
+
+
+def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: int = 1,
+        prompt: int | None = None, gen: int | None = None, seq: int | None = None,
+        tp: int | None = None, dp: int | None = None, chips: int | None = None,
+        precision: str | None = None, weights_dtype: str | None = None,
+        act_dtype: str | None = None, kv_dtype: str | None = None, overlap: bool = True,
+        recompute: bool = False, micro_batch: int | None = None,
+        attention: str = "fused") -> "RunResult":
+    """Simulate one phase of ``model`` on ``chip``, as ``diptych run`` does for one batch size.
+
+    ``phase``: ``"prefill"`` (needs ``prompt``: the time to first token), ``"decode"`` (needs
+    ``prompt``: the context before generation; ``gen`` generated tokens, default 1: the time
+    per output token) or ``"train"`` (needs ``seq``: one optimizer step over ``batch``
+    sequences). ``tp``/``dp``/``chips``: parallelism. ``precision``: a spec as
+    ``--precision`` (``"bf16"``, ``"w=fp8,a=fp8,kv=fp8"``) or the per-tensor dtypes; default
+    inference in the chip's default dtype, training in bf16. Returns a :class:`RunResult`
+    whose ``to_dict()`` is exactly ``diptych run --json``; contexts beyond the model's window
+    warn (``warnings``) and are listed in ``result.warnings``.
+    """
+    from diptych.tools.precision import run_dtypes
+    from diptych.workloads import run_workload
+
+    w, a, kv = run_dtypes(precision, phase, weights_dtype, act_dtype, kv_dtype)
+    return run_workload(load_chip(chip), load_model(model), phase=phase, batch=batch,
+                        prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp, chips=chips,
+                        weights_dtype=w, act_dtype=a, kv_dtype=kv, overlap=overlap,
+                        recompute=recompute, micro_batch=micro_batch, attention=attention)
+
+
+def compare(chips: Sequence["str | Chip"], model: "str | ModelConfig", *,
+            precision: str | Sequence[str] | None = None,
+            prompts: Sequence[int] | None = None, contexts: Sequence[int] | None = None,
+            batches: Sequence[int] = (1, 8, 64, 256), ref_batch: int = 64,
+            train_tp: int = 8, train_dp: int = 1, train_batch: int = 16,
+            train_seq: int = 4096, infer_tp: int = 1,
+            progress: Callable[[int, int, str], None] | None = None) -> "Comparison":
+    """The headline study of ``diptych compare``: ``model`` trained, prefilled and decoded on
+    each of ``chips``. Defaults as the command's: prompts and contexts a short and a long one
+    within the model's window, decode batches 1-256, training at TP=8; ``precision`` pins
+    the precision for every chip (specs as ``--precision``: ``"bf16"``, or a list such as
+    ``["train:bf16", "infer:fp8"]``). ``progress(done, total, label)`` is called before every
+    run. Returns a :class:`Comparison`: ``to_json()`` (``--json``), ``rows()`` (one dict per
+    run), ``summary(name)``, ``warnings()``; :func:`write_report` writes its HTML report."""
+    from diptych.tools.dse.compare import CompareSettings
+    from diptych.tools.dse.compare import compare as _compare
+    from diptych.tools.precision import parse_precision
+
+    s = CompareSettings(train_tp=train_tp, train_dp=train_dp, train_batch=train_batch,
+                        train_seq=train_seq, infer_tp=infer_tp,
+                        prompts=tuple(prompts) if prompts else None,
+                        batches=tuple(batches),
+                        contexts=tuple(contexts) if contexts else None, ref_batch=ref_batch,
+                        precision=parse_precision(precision or []))
+    return _compare(list(chips), load_model(model), s, progress=progress)
+
+
+def write_report(comparison: "Comparison", directory) -> list:
+    """Write the report of a :func:`compare` result to ``directory`` (created if missing):
+    ``index.html`` with the summary, warnings and plots, ``compare.csv``, ``compare.json``,
+    ``roofline.svg``, ``decode.svg``, ``floorplan.svg``. Returns the paths written."""
+    from diptych.tools.dse.report import write_report as _write
+    return _write(comparison, directory)

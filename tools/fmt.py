@@ -1,0 +1,51 @@
+"""Human formatting of the quantities the commands print: times, rates, shares, ratios.
+
+Every function takes ``None`` for a missing value and returns ``"–"``.
+"""
+
+from __future__ import annotations
+
+MISSING = "–"
+
+
+def seconds(s: float | None) -> str:
+    """Four significant digits in the unit that keeps 1-999 before the point: ``3.091 s``,
+    ``32.91 ms``, ``8.18 µs`` (``1,234 s`` from a thousand seconds on)."""
+    if s is None:
+        return MISSING
+    if s >= 1000:
+        return f"{s:,.0f} s"
+    if s >= 1:
+        return f"{s:.4g} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.4g} ms"
+    return f"{s * 1e6:.4g} µs"
+
+
+def si(x: float | None, unit: str = "") -> str:
+    """``144.37 GFLOP``, ``70.26 GB``: SI prefixes k to E."""
+    if x is None:
+        return MISSING
+    for s, p in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= s:
+            return f"{x / s:.2f} {p}{unit}"
+    return f"{x:.3g} {unit}".rstrip()
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    """A fraction as a percentage: ``0.683`` → ``68.3 %``."""
+    return MISSING if x is None else f"{100 * x:.{digits}f} %"
+
+
+def number(x: float | None, unit: str = "") -> str:
+    """Three significant digits below 1000, whole numbers with thousands separators above:
+    ``30.4 tok/s``, ``9,664 tok/s``."""
+    if x is None:
+        return MISSING
+    text = f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.3g}"
+    return f"{text} {unit}".rstrip()
+
+
+def ratio(x: float | None) -> str:
+    """``3.88×``, ``0.258×``."""
+    return MISSING if x is None else f"{x:.3g}×"
