@@ -6,7 +6,8 @@
 * SRAM: scratchpad + accumulator MiB of every core, plus the chip-level shared buffer (L2,
   CMEM) when there is one, × mm² per MiB;
 * vector units: lanes × mm² per lane;
-* DRAM PHY + controller per stack (PHYs do not shrink with the node);
+* DRAM PHY + controller per stack (PHYs do not shrink with the node; none on an all-SRAM
+  chip);
 * interconnect SerDes per link; plus a fixed overhead (control, NoC, PCIe, pads).
 """
 
@@ -39,7 +40,7 @@ def area_breakdown_mm2(chip: "Chip") -> dict[str, float]:
                  + (chip.shared_buffer.capacity_mib if chip.shared_buffer else 0.0))
                 * a.mm2_per_mib_sram,
         "vector": chip.tensor_cores * chip.core.vector.lanes * a.mm2_per_vector_lane,
-        "dram_phy": chip.dram.stacks * a.mm2_per_hbm_phy,
+        "dram_phy": (chip.dram.stacks if chip.dram is not None else 0) * a.mm2_per_hbm_phy,
         "interconnect": chip.interconnect.links * a.mm2_per_link,
         "overhead": a.fixed_overhead_mm2,
     }

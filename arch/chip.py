@@ -16,6 +16,10 @@ from .schema import f, fail
 DATAFLOWS: tuple[str, ...] = ("os", "ws", "is")
 DRAM_KINDS: tuple[str, ...] = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4", "ddr3", "ddr4",
                                "ddr5", "lpddr5", "gddr6")
+#: Kinds of program tensors (:mod:`diptych.sim.program`); a chip's ``[residency]`` table says
+#: which of them may stay in each on-chip memory between ops.
+TENSOR_KINDS: tuple[str, ...] = ("weight", "activation", "kv_cache", "gradient",
+                                 "optimizer_state")
 
 MAX_ARRAY_DIM = 4096
 
@@ -78,6 +82,10 @@ class VectorUnit:
 
     lanes: int = f(min=1, doc="vector lanes (integer >= 1)")
     ops_per_lane_per_cycle: float = f(gt=0.0, doc="ops per lane per cycle (> 0)")
+    on_array_output_path: bool = f(default=False,
+                                   doc="true when the vector unit sits on the arrays' output "
+                                       "path, so elementwise work can fuse into a GEMM's "
+                                       "epilogue (default false: unknown)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,6 +237,49 @@ class AreaTable:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Overheads:
+    """Fixed costs that no bandwidth or FLOP count explains (optional ``[overheads]`` table).
+
+    ``op_launch_us``: issue cost of every op (a GPU kernel launch: the gap between dependent
+    kernels); ``step_sync_us``: once per program step (graph launch, host synchronisation,
+    hand-over of the sampled tokens); ``collective_launch_us``: per collective, on top of the
+    interconnect's per-hop latency. Absent, all are zero, so results without the table do not
+    move. The program scheduler (:mod:`diptych.sim.program`) charges them as their own
+    intervals; they are never folded into a bandwidth.
+    """
+
+    op_launch_us: float = f(default=0.0, min=0.0, max=1000.0,
+                            doc="fixed issue cost per op in microseconds (0..1000)")
+    step_sync_us: float = f(default=0.0, min=0.0, max=1e6,
+                            doc="fixed cost per program step in microseconds (0..1e6)")
+    collective_launch_us: float = f(default=0.0, min=0.0, max=1000.0,
+                                    doc="fixed cost per collective in microseconds (0..1000)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResidencyPolicy:
+    """Which tensors may stay on chip between ops (optional ``[residency]`` table).
+
+    ``scratchpad_kinds`` / ``shared_buffer_kinds``: the tensor kinds (:data:`TENSOR_KINDS`)
+    the residency planner may keep in the cores' scratchpads / the shared buffer from one op
+    to the next; a chip whose arrays take weights only from DRAM (TPU v1's weight FIFO) or
+    whose scratchpad does not outlive an op (a GPU's shared memory) lists fewer.
+    ``reserve_fraction``: the share of each on-chip memory kept free for the engine's
+    double-buffered tiles and operand reuse; the planner never fills it.
+    """
+
+    scratchpad_kinds: tuple[str, ...] = f(default=TENSOR_KINDS, choices=TENSOR_KINDS,
+                                          doc="list of tensor kinds that may stay in the "
+                                              "scratchpads between ops")
+    shared_buffer_kinds: tuple[str, ...] = f(default=TENSOR_KINDS, choices=TENSOR_KINDS,
+                                             doc="list of tensor kinds that may stay in the "
+                                                 "shared buffer between ops")
+    reserve_fraction: float = f(default=0.25, min=0.0, max=0.95,
+                                doc="fraction of each on-chip memory kept for the engine's "
+                                    "tiles (0..0.95)")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Chip:
     """A whole accelerator chip. Derived peaks are properties; see :mod:`diptych.arch.area`."""
 
@@ -239,7 +290,9 @@ class Chip:
     default_dtype: str = f(choices=DTYPES, doc="default datapath dtype")
     core: TensorCore = f(doc="the tensor core table")
     dma: Dma = f(doc="the dma table")
-    dram: Dram = f(doc="the dram table")
+    dram: Dram | None = f(default=None,
+                          doc="the dram table (absent: an all-SRAM chip without off-chip "
+                              "memory; see docs/chips.md)")
     interconnect: Interconnect = f(doc="the interconnect table")
     energy: EnergyTable = f(doc="the energy table")
     area: AreaTable = f(doc="the area table")
@@ -249,6 +302,13 @@ class Chip:
     shared_buffer: SharedBuffer | None = f(default=None,
                                            doc="optional shared on-chip buffer table "
                                                "(L2 / CMEM); absent = none")
+    overheads: Overheads | None = f(default=None,
+                                    doc="optional fixed costs table (per op, per step, per "
+                                        "collective); absent = all zero")
+    residency: ResidencyPolicy | None = f(default=None,
+                                          doc="optional residency table: which tensor kinds "
+                                              "may stay on chip between ops; absent = "
+                                              "defaults of ResidencyPolicy")
 
     def _validate(self, source, path):
         supported = self.core.array.dtypes
@@ -286,8 +346,38 @@ class Chip:
         return {d: 2.0 * self.peak_macs_per_cycle(d) * self.clock_hz for d in self.dtypes}
 
     @property
+    def has_dram(self) -> bool:
+        """False for an all-SRAM chip (no ``[dram]`` table)."""
+        return self.dram is not None
+
+    def require_dram(self, what: str) -> "Dram":
+        """The chip's DRAM, or a ValueError saying that ``what`` needs one."""
+        if self.dram is None:
+            raise ValueError(f"chip {self.name!r} has no DRAM (an all-SRAM chip: no [dram] "
+                             f"table); {what} needs one: the engine cannot time a chip "
+                             f"without DRAM yet (docs/program.md, 'All-SRAM chips')")
+        return self.dram
+
+    @property
     def dram_bytes_per_s(self) -> float:
-        return self.dram.peak_bytes_per_s
+        """Peak DRAM bandwidth (0 for a chip without DRAM)."""
+        return self.dram.peak_bytes_per_s if self.dram is not None else 0.0
+
+    @property
+    def memory_bytes(self) -> int:
+        """The largest memory a tensor can live in: DRAM capacity, or for an all-SRAM chip
+        its SRAM."""
+        return self.dram.capacity_bytes if self.dram is not None else self.sram_bytes
+
+    @property
+    def fixed_costs(self) -> Overheads:
+        """The ``[overheads]`` table, or all zeros when absent."""
+        return self.overheads if self.overheads is not None else Overheads()
+
+    @property
+    def residency_policy(self) -> ResidencyPolicy:
+        """The ``[residency]`` table, or its defaults when absent."""
+        return self.residency if self.residency is not None else ResidencyPolicy()
 
     @property
     def sram_bytes(self) -> int:
@@ -311,8 +401,9 @@ class Chip:
         return sum(self.area_breakdown_mm2.values())
 
     def ridge_ops_per_byte(self, dtype: str) -> float:
-        """Roofline ridge point: peak ops/s ÷ peak DRAM bytes/s."""
-        return self.peak_ops_per_s[dtype] / self.dram_bytes_per_s
+        """Roofline ridge point: peak ops/s ÷ peak DRAM bytes/s (inf without DRAM)."""
+        bw = self.dram_bytes_per_s
+        return self.peak_ops_per_s[dtype] / bw if bw > 0 else float("inf")
 
 
 def field_names(cls) -> list[str]:

@@ -44,6 +44,10 @@ def _template(spec: str, name: str | None, path: str) -> str:
     return chip_toml(c, origin=origin, path=path)
 
 
+def _dram_cell(c: Chip) -> str:
+    return _fmt_rate(c.dram_bytes_per_s, "B/s") if c.has_dram else "none (all SRAM)"
+
+
 def _fmt_rate(x: float, unit: str) -> str:
     for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M")):
         if x >= scale:
@@ -67,7 +71,7 @@ def chips_list():
         c = load_chip(name)
         table.add_row(name, c.description,
                       f"{_fmt_rate(c.peak_ops_per_s[c.default_dtype], 'OP/s')} {c.default_dtype}",
-                      _fmt_rate(c.dram_bytes_per_s, "B/s"), f"{c.die_area_mm2:.0f} mm²")
+                      _dram_cell(c), f"{c.die_area_mm2:.0f} mm²")
     Console().print(table)
 
 
@@ -106,12 +110,19 @@ def chips_show(chip: str, as_json: bool, as_toml: bool):
         t.add_row(f"peak {dt}", _fmt_rate(ops, "OP/s"))
     t.add_row("vector", _fmt_rate(c.vector_ops_per_s, "OP/s"))
     t.add_row("SRAM", f"{c.sram_bytes / 2**20:.1f} MiB")
-    t.add_row("DRAM", f"{c.dram.kind}, {c.dram.stacks} stack(s), {c.dram.capacity_gib} GiB, "
-              f"{_fmt_rate(c.dram_bytes_per_s, 'B/s')}")
+    if c.has_dram:
+        t.add_row("DRAM", f"{c.dram.kind}, {c.dram.stacks} stack(s), {c.dram.capacity_gib} GiB, "
+                  f"{_fmt_rate(c.dram_bytes_per_s, 'B/s')}")
+    else:
+        t.add_row("DRAM", "none: an all-SRAM chip (every tensor lives on chip)")
     t.add_row("interconnect", f"{c.interconnect.links} × "
               f"{c.interconnect.gb_per_s_per_link_per_direction} GB/s per direction")
-    t.add_row("ridge point", f"{c.ridge_ops_per_byte(c.default_dtype):.0f} ops/byte "
-              f"({c.default_dtype})")
+    if c.has_dram:
+        t.add_row("ridge point", f"{c.ridge_ops_per_byte(c.default_dtype):.0f} ops/byte "
+                  f"({c.default_dtype})")
+    o = c.fixed_costs
+    t.add_row("fixed costs", f"op launch {o.op_launch_us:g} µs, step sync {o.step_sync_us:g} µs, "
+              f"collective launch {o.collective_launch_us:g} µs")
     for block, mm2 in c.area_breakdown_mm2.items():
         t.add_row(f"area: {block}", f"{mm2:.1f} mm²")
     t.add_row("die area", f"{c.die_area_mm2:.1f} mm²"

@@ -34,6 +34,7 @@ def gemm(m, k, n, chip_name, dtype, dataflow, as_json, trace_path):
             raise ValueError(f"{name} must be a positive integer, not {v!r}") from None
         dims.append(iv)
     chip = load_chip(chip_name)
+    chip.require_dram("the per-op engine behind `diptych gemm`")
     from .progress import progress_display
 
     steps = 2 if trace_path else 1

@@ -282,6 +282,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     ``simulate`` replaces :func:`diptych.sim.simulate` (tests use a roofline double).
     """
     chip = load_chip(chip)
+    chip.require_dram("the per-op engine behind run_workload")
     model = load_model(model)
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
@@ -396,6 +397,7 @@ def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,
     from .topology import load_topology
 
     chip = load_chip(chip)
+    chip.require_dram("the per-op engine behind run_topology")
     dt = dtype or chip.default_dtype
     if not chip.supports(dt):
         raise ValueError(f"chip {chip.name!r} does not support {dt} (supports "

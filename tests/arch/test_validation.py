@@ -35,7 +35,8 @@ def _del(path):
 
 
 KNOWN_TOP = ("area, area_budget_mm2, clock_ghz, core, default_dtype, description, dma, dram, "
-             "energy, interconnect, name, shared_buffer, tdp_w, tensor_cores")
+             "energy, interconnect, name, overheads, residency, shared_buffer, tdp_w, "
+             "tensor_cores")
 
 BROKEN = [
     ("misspelt key", _set("clock_gz", 1.0),

@@ -28,7 +28,7 @@ def hand_area(d: dict) -> float:
                 + d.get("shared_buffer", {}).get("capacity_mib", 0.0))
     return (pes * pe + sram_mib * area["mm2_per_mib_sram"]
             + d["tensor_cores"] * core["vector"]["lanes"] * area["mm2_per_vector_lane"]
-            + d["dram"]["stacks"] * area["mm2_per_hbm_phy"]
+            + d.get("dram", {}).get("stacks", 0) * area["mm2_per_hbm_phy"]
             + d["interconnect"]["links"] * area["mm2_per_link"] + area["fixed_overhead_mm2"])
 
 
