@@ -1,0 +1,521 @@
+"""The program graph: tensors, ops that read and write them, and blocks repeated L times.
+
+A :class:`Program` is a sequence of :class:`Block` s. A block holds one copy of its ops
+(:class:`Node`) and of its own tensors (:class:`Tensor`) and stands for ``repeat`` identical
+copies run one after the other (the L layers of a transformer): every repeat has its own
+instance of each block tensor (its own weights, KV cache and activations), and a
+:class:`Carry` hands one repeat's output to the next repeat's input. Program-level tensors
+(``Program.tensors``) connect blocks: a block reads them by name, and a repeated block exports
+its last repeat's output to one of them (``Carry.exit``).
+
+Rules (checked eagerly, errors name the block, node and tensor):
+
+* names are unique (program tensors, block names, a block's tensors and nodes), and a block's
+  tensor names do not shadow program tensors;
+* every tensor has at most one producer (``writes``); a repeated block writes program tensors
+  only through ``Carry.exit``;
+* a tensor without producer is an input: program tensors of any kind, block tensors of a state
+  kind (:data:`STATE_KINDS`: the layer's weights, KV cache, optimizer state, gradients) or a
+  carried input; anything else is read before any producer;
+* ``updates`` (read-modify-write in place: a KV-cache append, an optimizer step) only touch
+  inputs of a state kind; accesses to an updated tensor are ordered as listed in the block;
+* blocks are in dependency order (a block reads program tensors produced by earlier blocks or
+  by itself), and a block's dependency graph has no cycle (the error names the cycle);
+* bytes are finite and >= 0.
+
+A graph that only makes sense on some chip (a tensor larger than every memory) is checked by
+:meth:`Program.check_fits`. :meth:`Program.expand` materialises the repeats (all of them, or
+the first, one middle and the last) for the golden models and the planner.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...arch.chip import TENSOR_KINDS
+from .demand import Demand
+
+#: Tensor kinds that live across program invocations (weights, caches, optimizer state,
+#: gradient accumulators): an input of one of these kinds is resident for the whole program.
+STATE_KINDS: tuple[str, ...] = ("weight", "kv_cache", "optimizer_state", "gradient")
+
+#: The main unit an op runs on (informative; the scheduler uses the node's :class:`Demand`).
+UNITS: tuple[str, ...] = ("array", "vector", "link", "dma")
+
+
+def _name(what: str, value) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string, not {value!r}")
+
+
+def _names(what: str, value) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (tuple, list)):
+        raise ValueError(f"{what} must be a tuple of tensor names, not {value!r}")
+    for v in value:
+        _name(what, v)
+    if len(set(value)) != len(value):
+        raise ValueError(f"{what} lists a tensor twice: {tuple(value)!r}")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A tensor of ``bytes`` bytes. ``kind`` is one of :data:`~diptych.arch.chip.TENSOR_KINDS`.
+    ``live_out``: its value must outlive the program (new KV entries, updated weights, the
+    logits): it is live until the end of the program."""
+
+    name: str
+    bytes: float
+    kind: str = "activation"
+    live_out: bool = False
+
+    def __post_init__(self):
+        _name("tensor name", self.name)
+        b = self.bytes
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) \
+                or b < 0:
+            raise ValueError(f"tensor {self.name!r}: bytes must be a finite number >= 0, "
+                             f"not {b!r}")
+        if self.kind not in TENSOR_KINDS:
+            raise ValueError(f"tensor {self.name!r}: kind must be one of "
+                             f"{', '.join(TENSOR_KINDS)}, not {self.kind!r}")
+
+    @property
+    def is_state(self) -> bool:
+        return self.kind in STATE_KINDS
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op: the tensors it ``reads``, ``writes`` (it is their producer) and ``updates`` in
+    place. ``unit`` names the unit its main work runs on; ``demand`` is what the scheduler
+    needs (:class:`~diptych.sim.program.demand.Demand`, attached once the op is timed, see
+    :meth:`Program.with_demands`); ``payload`` carries the op record (Gemm, VectorOp, ...)."""
+
+    name: str
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    updates: tuple[str, ...] = ()
+    unit: str = "array"
+    demand: Demand | None = None
+    payload: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        _name("node name", self.name)
+        for what in ("reads", "writes", "updates"):
+            object.__setattr__(self, what, _names(f"node {self.name!r}: {what}",
+                                                  getattr(self, what)))
+        both = set(self.reads) & set(self.writes) | set(self.updates) & (
+            set(self.reads) | set(self.writes))
+        if both:
+            raise ValueError(f"node {self.name!r}: {sorted(both)[0]!r} appears in more than "
+                             f"one of reads/writes/updates (an in-place op lists it in "
+                             f"updates only)")
+        if self.unit not in UNITS:
+            raise ValueError(f"node {self.name!r}: unit must be one of {', '.join(UNITS)}, "
+                             f"not {self.unit!r}")
+        if self.demand is not None and not isinstance(self.demand, Demand):
+            raise ValueError(f"node {self.name!r}: demand must be a Demand, not "
+                             f"{type(self.demand).__name__}")
+
+    @property
+    def accesses(self) -> tuple[str, ...]:
+        return self.reads + self.writes + self.updates
+
+
+@dataclass(frozen=True)
+class Carry:
+    """Repeat k's block tensor ``output`` becomes repeat k+1's block tensor ``input``; repeat 0
+    reads the program tensor ``entry`` instead, and the last repeat's ``output`` is the program
+    tensor ``exit`` (if given)."""
+
+    input: str
+    output: str
+    entry: str
+    exit: str | None = None
+
+
+@dataclass(frozen=True)
+class Block:
+    """``repeat`` identical copies of ``nodes`` over their own instances of ``tensors``."""
+
+    name: str
+    tensors: tuple[Tensor, ...]
+    nodes: tuple[Node, ...]
+    repeat: int = 1
+    carry: tuple[Carry, ...] = ()
+
+    def __post_init__(self):
+        _name("block name", self.name)
+        r = self.repeat
+        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+            raise ValueError(f"block {self.name!r}: repeat must be a positive integer, "
+                             f"not {r!r}")
+        object.__setattr__(self, "tensors", tuple(self.tensors))
+        object.__setattr__(self, "nodes", tuple(self.nodes))
+        object.__setattr__(self, "carry", tuple(self.carry))
+        if not self.nodes:
+            raise ValueError(f"block {self.name!r} has no nodes")
+        _unique(f"block {self.name!r}: tensor", [t.name for t in self.tensors])
+        _unique(f"block {self.name!r}: node", [n.name for n in self.nodes])
+
+    def tensor(self, name: str) -> Tensor:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+def _unique(what: str, names) -> None:
+    seen = set()
+    for n in names:
+        if n in seen:
+            raise ValueError(f"{what} {n!r} is defined twice")
+        seen.add(n)
+
+
+@dataclass(frozen=True)
+class NodeInst:
+    """One node of one repeat in a materialised program (see :meth:`Program.expand`)."""
+
+    index: int
+    block: int
+    repeat: int
+    node: Node
+    reads: tuple[str, ...]
+    writes: tuple[str, ...]
+    updates: tuple[str, ...]
+    preds: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.node.name}"
+
+
+@dataclass(frozen=True)
+class TensorInst:
+    """One tensor instance of a materialised program. ``cls`` groups the instances that share
+    a residency decision: ``"block/tensor"`` for block tensors, the name for program tensors."""
+
+    id: str
+    tensor: Tensor
+    cls: str
+    block: int | None
+    repeat: int | None
+
+
+@dataclass(frozen=True)
+class Expanded:
+    """A materialised program: nodes in program order (blocks, repeats, each block's
+    topological order) with resolved tensor instances and dependencies. ``repeats[b]`` lists
+    the repeat indices that were materialised for block ``b`` (all, or first/middle/last)."""
+
+    nodes: tuple[NodeInst, ...]
+    tensors: dict
+    repeats: tuple[tuple[int, ...], ...]
+
+
+class Program:
+    """A validated program graph (see the module docstring). Immutable; build once."""
+
+    def __init__(self, name: str, blocks, tensors=()):
+        _name("program name", name)
+        self.name = name
+        self.blocks: tuple[Block, ...] = tuple(blocks)
+        self.tensors: tuple[Tensor, ...] = tuple(tensors)
+        if not self.blocks:
+            raise ValueError(f"program {name!r} has no blocks")
+        for b in self.blocks:
+            if not isinstance(b, Block):
+                raise ValueError(f"program {name!r}: blocks must be Block, not "
+                                 f"{type(b).__name__}")
+        _unique(f"program {name!r}: block", [b.name for b in self.blocks])
+        _unique(f"program {name!r}: tensor", [t.name for t in self.tensors])
+        self._global = {t.name: t for t in self.tensors}
+        self._order = tuple(self._validate_block(i) for i in range(len(self.blocks)))
+        self._check_block_order()
+
+    # ---- validation ---------------------------------------------------------------------
+    def _resolve_kind(self, b: Block, name: str):
+        """("local", Tensor) | ("global", Tensor) | None."""
+        for t in b.tensors:
+            if t.name == name:
+                return "local", t
+        if name in self._global:
+            return "global", self._global[name]
+        return None
+
+    def _validate_block(self, bi: int) -> tuple[int, ...]:
+        b = self.blocks[bi]
+        where = f"block {b.name!r}"
+        for t in b.tensors:
+            if t.name in self._global:
+                raise ValueError(f"{where}: tensor {t.name!r} shadows the program tensor of "
+                                 f"the same name")
+        producer: dict[str, str] = {}
+        for n in b.nodes:
+            for t in n.accesses:
+                if self._resolve_kind(b, t) is None:
+                    raise ValueError(f"{where}: node {n.name!r} accesses unknown tensor {t!r}")
+            for t in n.writes:
+                if t in producer:
+                    raise ValueError(f"{where}: tensor {t!r} has two producers "
+                                     f"({producer[t]!r} and {n.name!r})")
+                producer[t] = n.name
+                if b.repeat > 1 and self._resolve_kind(b, t)[0] == "global":
+                    raise ValueError(f"{where}: node {n.name!r} writes program tensor {t!r} "
+                                     f"in every one of {b.repeat} repeats; a repeated block "
+                                     f"exports its last repeat's output through Carry.exit")
+            for t in n.updates:
+                scope, ten = self._resolve_kind(b, t)
+                if not ten.is_state:
+                    raise ValueError(f"{where}: node {n.name!r} updates {t!r} in place, but "
+                                     f"only state tensors ({', '.join(STATE_KINDS)}) can be "
+                                     f"updated, not a {ten.kind}")
+                if scope == "global" and b.repeat > 1:
+                    raise ValueError(f"{where}: node {n.name!r} updates program tensor {t!r} "
+                                     f"in every repeat; per-repeat state must be a block "
+                                     f"tensor (one instance per repeat)")
+        carried = {}
+        for c in b.carry:
+            for nm, what in ((c.input, "input"), (c.output, "output")):
+                r = self._resolve_kind(b, nm)
+                if r is None or r[0] != "local":
+                    raise ValueError(f"{where}: carry {what} {nm!r} must be a tensor of the "
+                                     f"block")
+            if c.input in producer:
+                raise ValueError(f"{where}: carried input {c.input!r} is also written by "
+                                 f"node {producer[c.input]!r}")
+            if c.output not in producer:
+                raise ValueError(f"{where}: carried output {c.output!r} has no producer in "
+                                 f"the block")
+            if c.input in carried:
+                raise ValueError(f"{where}: tensor {c.input!r} is carried twice")
+            carried[c.input] = c
+            for nm, what in ((c.entry, "entry"), (c.exit, "exit")):
+                if nm is None:
+                    continue
+                if nm not in self._global:
+                    raise ValueError(f"{where}: carry {what} {nm!r} must be a program tensor")
+                if self._global[nm].bytes != b.tensor(c.input if what == "entry"
+                                                      else c.output).bytes:
+                    raise ValueError(f"{where}: carry {what} {nm!r} has "
+                                     f"{self._global[nm].bytes!r} bytes, the block tensor "
+                                     f"{(c.input if what == 'entry' else c.output)!r} has "
+                                     f"{b.tensor(c.input if what == 'entry' else c.output).bytes!r}")
+        for n in b.nodes:
+            for t in n.reads:
+                scope, ten = self._resolve_kind(b, t)
+                if scope == "local" and t not in producer and t not in carried \
+                        and not ten.is_state:
+                    raise ValueError(f"{where}: node {n.name!r} reads {t!r} before any "
+                                     f"producer: it is a {ten.kind} that no node writes and "
+                                     f"not a carried input or a state tensor")
+        return _topo_order(b, producer)
+
+    def _check_block_order(self) -> None:
+        producer_block: dict[str, int] = {}
+        for bi, b in enumerate(self.blocks):
+            for n in b.nodes:
+                for t in n.writes:
+                    if self._resolve_kind(b, t)[0] == "global":
+                        if t in producer_block:
+                            other = self.blocks[producer_block[t]].name
+                            raise ValueError(f"program tensor {t!r} has two producers (blocks "
+                                             f"{other!r} and {b.name!r})")
+                        producer_block[t] = bi
+            for c in b.carry:
+                if c.exit is not None:
+                    if c.exit in producer_block:
+                        other = self.blocks[producer_block[c.exit]].name
+                        raise ValueError(f"program tensor {c.exit!r} has two producers "
+                                         f"(blocks {other!r} and {b.name!r})")
+                    producer_block[c.exit] = bi
+        for bi, b in enumerate(self.blocks):
+            names = [(n.name, t) for n in b.nodes for t in n.reads + n.updates] + \
+                    [(f"carry {c.input!r}", c.entry) for c in b.carry]
+            for who, t in names:
+                if self._resolve_kind(b, t)[0] != "global":
+                    continue
+                pb = producer_block.get(t)
+                if pb is not None and pb > bi:
+                    raise ValueError(f"block {b.name!r}: {who} reads program tensor {t!r}, "
+                                     f"produced by the later block {self.blocks[pb].name!r}: "
+                                     f"blocks must be listed in dependency order")
+                if pb is not None and pb == bi and b.repeat > 1:
+                    raise ValueError(f"block {b.name!r}: {who} reads program tensor {t!r} "
+                                     f"that the block itself exports")
+
+    # ---- queries ------------------------------------------------------------------------
+    def order(self, block: int) -> tuple[int, ...]:
+        """Node indices of block ``block`` in the topological order the scheduler uses
+        (stable: the listed order where dependencies allow)."""
+        return self._order[block]
+
+    @property
+    def node_count(self) -> int:
+        """Nodes of the materialised program (repeats included)."""
+        return sum(b.repeat * len(b.nodes) for b in self.blocks)
+
+    def with_demands(self, demands) -> "Program":
+        """A copy whose nodes carry ``demands[(block name, node name)]`` (a
+        :class:`~diptych.sim.program.demand.Demand`); nodes not in the mapping keep theirs."""
+        import dataclasses
+        blocks = []
+        for b in self.blocks:
+            nodes = tuple(dataclasses.replace(n, demand=demands[(b.name, n.name)])
+                          if (b.name, n.name) in demands else n for n in b.nodes)
+            blocks.append(dataclasses.replace(b, nodes=nodes))
+        return Program(self.name, blocks, self.tensors)
+
+    def all_tensors(self):
+        """(block name or None, Tensor) for every program and block tensor."""
+        for t in self.tensors:
+            yield None, t
+        for b in self.blocks:
+            for t in b.tensors:
+                yield b.name, t
+
+    def check_fits(self, chip) -> None:
+        """Raise ValueError for a tensor larger than every memory of ``chip`` (its DRAM, or the
+        SRAM of a chip without DRAM)."""
+        cap = chip.memory_bytes
+        where = (f"DRAM of {chip.dram.capacity_bytes:,} bytes" if chip.has_dram
+                 else f"SRAM of {chip.sram_bytes:,} bytes (no DRAM)")
+        for bname, t in self.all_tensors():
+            if t.bytes > cap:
+                owner = f"block {bname!r}" if bname else f"program {self.name!r}"
+                raise ValueError(f"{owner}: tensor {t.name!r} ({t.bytes:,.0f} bytes) is larger "
+                                 f"than every memory of chip {chip.name!r} (largest: {where})")
+
+    # ---- materialisation ----------------------------------------------------------------
+    def expand(self, *, condensed: bool = False) -> Expanded:
+        """Materialise the repeats: all of them, or with ``condensed`` only the first, one
+        middle and the last repeat of each block (every middle repeat sees exactly the same
+        live tensors and dependency pattern, so this is enough for the planner).
+
+        Dependencies come from one version table over tensor instances, in program order: a
+        read depends on the last writer or updater of the instance; an update also on every
+        read since (write-after-read); a carried input is the previous repeat's output
+        instance, repeat 0's is the program tensor ``entry``, the last repeat's exported
+        output is the program tensor ``exit``."""
+        nodes: list[NodeInst] = []
+        tensors: dict[str, TensorInst] = {t.name: TensorInst(t.name, t, t.name, None, None)
+                                          for t in self.tensors}
+        writer: dict[str, int] = {}
+        readers: dict[str, list[int]] = {}
+        reps_all = []
+        for bi, b in enumerate(self.blocks):
+            L = b.repeat
+            reps = tuple(range(L)) if not condensed or L <= 3 else (0, 1, L - 1)
+            reps_all.append(reps)
+            carried = {c.input: c for c in b.carry}
+            exits = {c.output: c.exit for c in b.carry if c.exit is not None}
+            prev: dict[str, str] = {}
+            for ri, k in enumerate(reps):
+                inst_of: dict[str, str] = {}
+                for t in b.tensors:
+                    if t.name in carried:
+                        c = carried[t.name]
+                        inst_of[t.name] = c.entry if ri == 0 else prev[c.output]
+                    elif k == L - 1 and t.name in exits:
+                        inst_of[t.name] = exits[t.name]
+                    else:
+                        tid = f"{b.name}[{k}].{t.name}"
+                        inst_of[t.name] = tid
+                        tensors[tid] = TensorInst(tid, t, f"{b.name}/{t.name}", bi, k)
+                for ni in self._order[bi]:
+                    n = b.nodes[ni]
+                    idx = len(nodes)
+                    res = {t: inst_of.get(t, t) for t in n.accesses}
+                    preds: set[int] = set()
+                    for t in n.reads:
+                        tid = res[t]
+                        if tid in writer:
+                            preds.add(writer[tid])
+                        readers.setdefault(tid, []).append(idx)
+                    for t in n.updates:
+                        tid = res[t]
+                        if tid in writer:
+                            preds.add(writer[tid])
+                        preds.update(readers.get(tid, ()))
+                        writer[tid] = idx
+                        readers[tid] = []
+                    for t in n.writes:
+                        writer[res[t]] = idx
+                        readers[res[t]] = []
+                    preds.discard(idx)
+                    nodes.append(NodeInst(idx, bi, k, n, tuple(res[t] for t in n.reads),
+                                          tuple(res[t] for t in n.writes),
+                                          tuple(res[t] for t in n.updates),
+                                          tuple(sorted(preds))))
+                prev = {c.output: inst_of[c.output] for c in b.carry}
+        return Expanded(tuple(nodes), tensors, tuple(reps_all))
+
+
+def _topo_order(b: Block, producer: dict[str, str]) -> tuple[int, ...]:
+    """Stable topological order of one repeat of ``b`` (Kahn, smallest listed index first);
+    a cycle raises ValueError naming it."""
+    import heapq
+    idx = {n.name: i for i, n in enumerate(b.nodes)}
+    succ: list[set[int]] = [set() for _ in b.nodes]
+    why: dict[tuple[int, int], str] = {}
+    indeg = [0] * len(b.nodes)
+    last_update: dict[str, int] = {}
+    since: dict[str, list[int]] = {}
+    for i, n in enumerate(b.nodes):
+        deps = []
+        for t in n.reads + n.updates:
+            if t in producer and producer[t] != n.name:
+                deps.append((idx[producer[t]], t))
+            if t in last_update:
+                deps.append((last_update[t], t))
+        for t in n.updates:
+            deps += [(j, t) for j in since.get(t, ())]
+            last_update[t] = i
+            since[t] = []
+        for t in n.reads:
+            since.setdefault(t, []).append(i)
+        for j, t in deps:
+            if j != i and i not in succ[j]:
+                succ[j].add(i)
+                why[(j, i)] = t
+                indeg[i] += 1
+        for t in n.reads:
+            if producer.get(t) == n.name:
+                raise ValueError(f"block {b.name!r} has a cycle: {n.name} -> {n.name} "
+                                 f"(reads its own output {t!r})")
+    ready = [i for i in range(len(b.nodes)) if indeg[i] == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        i = heapq.heappop(ready)
+        out.append(i)
+        for j in succ[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                heapq.heappush(ready, j)
+    if len(out) < len(b.nodes):
+        cycle = _find_cycle([i for i in range(len(b.nodes)) if indeg[i] > 0], succ)
+        names = " -> ".join(b.nodes[i].name for i in cycle + [cycle[0]])
+        via = ", ".join(f"{why[(cycle[k], cycle[(k + 1) % len(cycle)])]!r}"
+                        for k in range(len(cycle)))
+        raise ValueError(f"block {b.name!r} has a cycle: {names} (through tensors {via})")
+    return tuple(out)
+
+
+def _find_cycle(nodes: list[int], succ: list[set[int]]) -> list[int]:
+    """A cycle among ``nodes``, the nodes Kahn's algorithm could not order: each has a
+    predecessor among them, so walking predecessors must revisit a node."""
+    inside = set(nodes)
+    pred = {j: min(i for i in inside if j in succ[i]) for j in inside}
+    path: list[int] = []
+    seen: dict[int, int] = {}
+    cur = min(inside)
+    while cur not in seen:
+        seen[cur] = len(path)
+        path.append(cur)
+        cur = pred[cur]
+    return path[seen[cur]:][::-1]

@@ -1,0 +1,383 @@
+"""Residency planner: which tensors stay on chip (scratchpads, shared buffer) and which live
+in DRAM, for the whole program.
+
+**Capacities** (:func:`capacities`): the scratchpads of all cores together
+(``tensor_cores × capacity``) and the shared buffer, each less ``[residency]
+reserve_fraction`` kept free for the engine's double-buffered tiles and operand reuse; the
+``[residency]`` table also says which tensor kinds each memory may hold between ops. A tensor
+placed in "the scratchpad" is spread over the cores' scratchpads like the ops that use it.
+
+**Items.** A program tensor is one item. A block tensor is one *class* of ``repeat``
+instances (one per repeat): a transient class (activations, anything with a producer) is one
+item decided for all its instances together (they are the same buffer in every repeat); a
+state input of a block (that layer's weights, KV cache, optimizer state) is ``repeat`` items,
+one per instance, so that the first k of L layers' weights can be pinned. An item is live
+over an interval of the program (positions = node instances in program order): a state input
+for the whole program (it stays where it is across program invocations), a produced tensor
+from its producer to its last access (to the end if ``live_out``), an activation input from
+the start to its last access. Its *load* at a position is its bytes times the number of its
+instances live there.
+
+**Priority.** Items are ordered by DRAM bytes saved per byte of on-chip memory, highest first
+(``traffic ÷ peak load``, exact rationals; a transient block class saves its traffic in every
+repeat with one buffer), then by fewer bytes, class name and instance.
+
+**Rule** (nested thresholds). For each on-chip memory M separately, an item eligible for M
+gets ``f_M = max over its live positions of (load of every higher-priority M-eligible item +
+its own load)``, whether or not those higher-priority items were placed. An item goes to the
+scratchpad if eligible and ``f_scratchpad ≤ C_scratchpad``, else to the shared buffer if
+eligible and ``f_shared ≤ C_shared``, else to DRAM. Because ``f`` does not depend on the
+capacities, the set placed on chip only grows with either capacity (more SRAM never adds DRAM
+traffic), and at every position the items placed in M are a priority prefix of the live ones,
+so M's capacity is never exceeded. The price of that guarantee: a high-priority tensor that
+does not fit still blocks lower-priority ones live at the same time (documented in
+docs/program.md). A tensor larger than a memory never goes there.
+
+:func:`plan_residency` is the fast planner: it materialises only the first, one middle and
+the last repeat of each block (every middle repeat has the same live set) and places the
+instances of a state class in closed form. ``residency_ref.plan_residency_ref`` is the
+golden twin over every repeat, literally summing live bytes per position; they agree exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from .graph import Expanded, Program
+
+LOCATIONS: tuple[str, ...] = ("scratchpad", "shared_buffer", "dram")
+
+#: DRAM accesses an op makes to an operand, by how it uses it.
+ACCESS_COUNT = {"read": 1, "write": 1, "update": 2}
+
+
+@dataclass(frozen=True)
+class Capacities:
+    """Bytes the planner may fill in each on-chip memory, and the kinds each may hold.
+    ``dram``: False for an all-SRAM chip (everything must fit on chip)."""
+
+    scratchpad: int
+    shared_buffer: int = 0
+    scratchpad_kinds: frozenset = frozenset()
+    shared_buffer_kinds: frozenset = frozenset()
+    dram: bool = True
+
+    def __post_init__(self):
+        for n in ("scratchpad", "shared_buffer"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"capacities.{n} must be an integer number of bytes >= 0, "
+                                 f"not {v!r}")
+        object.__setattr__(self, "scratchpad_kinds", frozenset(self.scratchpad_kinds))
+        object.__setattr__(self, "shared_buffer_kinds", frozenset(self.shared_buffer_kinds))
+
+
+def capacities(chip, *, reserve_fraction: float | None = None) -> Capacities:
+    """The residency capacities of ``chip`` (see the module docstring); ``reserve_fraction``
+    overrides the chip's ``[residency]`` value."""
+    pol = chip.residency_policy
+    r = pol.reserve_fraction if reserve_fraction is None else reserve_fraction
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r < 1:
+        raise ValueError(f"reserve_fraction must be in [0, 1), not {r!r}")
+    sp = chip.tensor_cores * chip.core.scratchpad.capacity_bytes
+    sb = chip.shared_buffer.capacity_bytes if chip.shared_buffer is not None else 0
+    return Capacities(scratchpad=int(sp * (1 - r)), shared_buffer=int(sb * (1 - r)),
+                      scratchpad_kinds=pol.scratchpad_kinds,
+                      shared_buffer_kinds=pol.shared_buffer_kinds if sb else (),
+                      dram=chip.has_dram)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the instances of one tensor class live. Instance i (repeat i of its block, or the
+    single program tensor) is in the scratchpad for ``i < scratchpad``, in the shared buffer
+    for ``i < scratchpad + shared_buffer``, else in DRAM. ``traffic_bytes``: DRAM bytes its
+    accesses would move per program if all of it were in DRAM; ``live``: False for a tensor no
+    node accesses (it is left in DRAM and costs nothing)."""
+
+    cls: str
+    block: str | None
+    tensor: object
+    instances: int
+    scratchpad: int
+    shared_buffer: int
+    state: bool
+    traffic_bytes: int
+    live: bool = True
+
+    def location(self, i: int = 0) -> str:
+        if i < self.scratchpad:
+            return "scratchpad"
+        if i < self.scratchpad + self.shared_buffer:
+            return "shared_buffer"
+        return "dram"
+
+    @property
+    def dram(self) -> int:
+        return self.instances - self.scratchpad - self.shared_buffer
+
+
+@dataclass(frozen=True)
+class Access:
+    """One operand of a node: tensor (instance name), how it is used, where it is, bytes."""
+
+    tensor: str
+    mode: str
+    location: str
+    bytes: float
+    transient: bool
+
+
+@dataclass(frozen=True)
+class NodeResidency:
+    """For every operand of one node instance: where it is read from / written to.
+    ``spill_bytes``: DRAM bytes of its transient operands (activations and other produced
+    tensors) that did not fit on chip, the traffic an unlimited SRAM would remove."""
+
+    accesses: tuple[Access, ...]
+
+    @property
+    def dram_read_bytes(self) -> float:
+        return sum(a.bytes * (1 if a.mode != "write" else 0) for a in self.accesses
+                   if a.location == "dram")
+
+    @property
+    def dram_write_bytes(self) -> float:
+        return sum(a.bytes for a in self.accesses
+                   if a.location == "dram" and a.mode in ("write", "update"))
+
+    @property
+    def spill_bytes(self) -> float:
+        return sum(a.bytes * ACCESS_COUNT[a.mode] for a in self.accesses
+                   if a.location == "dram" and a.transient)
+
+    def location(self, tensor: str) -> str:
+        for a in self.accesses:
+            if a.tensor == tensor:
+                return a.location
+        raise KeyError(tensor)
+
+
+@dataclass(frozen=True)
+class Residency:
+    """The planner's decision: a :class:`Placement` per tensor class, and per-node views."""
+
+    program: Program
+    capacity: Capacities
+    placements: dict = field(hash=False)
+
+    def placement(self, name: str, block: str | None = None) -> Placement:
+        """The placement of program tensor ``name`` or of block ``block``'s tensor ``name``."""
+        return self.placements[f"{block}/{name}" if block else name]
+
+    @property
+    def dram_bytes(self) -> int:
+        """DRAM bytes the program's accesses move per invocation under this plan (the
+        planner's count: each access moves the tensor once)."""
+        return sum(p.traffic_bytes * p.dram // p.instances for p in self.placements.values()
+                   if p.live and p.instances)
+
+    def on_chip_bytes(self, location: str) -> int:
+        """Bytes of state kept in ``location`` for the whole program (pinned weights, caches)."""
+        n = {"scratchpad": lambda p: p.scratchpad, "shared_buffer": lambda p: p.shared_buffer}
+        return sum(int(math.ceil(p.tensor.bytes)) * n[location](p)
+                   for p in self.placements.values() if p.state)
+
+    def segments(self, block: str) -> tuple[tuple[int, int], ...]:
+        """Ranges ``[start, stop)`` of ``block``'s repeats within which every tensor has the
+        same location (phase 2 times each range's ops once)."""
+        b = next(x for x in self.program.blocks if x.name == block)
+        cuts = {0, b.repeat}
+        for p in self.placements.values():
+            if p.block == block and p.state:
+                cuts.update(c for c in (p.scratchpad, p.scratchpad + p.shared_buffer)
+                            if 0 < c < b.repeat)
+        cuts = sorted(cuts)
+        return tuple(zip(cuts[:-1], cuts[1:]))
+
+    def node(self, block: str, node: str, repeat: int = 0) -> NodeResidency:
+        """Where each operand of ``node`` of ``block`` (in ``repeat``) lives."""
+        bi = next(i for i, x in enumerate(self.program.blocks) if x.name == block)
+        b = self.program.blocks[bi]
+        if not 0 <= repeat < b.repeat:
+            raise ValueError(f"repeat must be in [0, {b.repeat}) for block {block!r}, "
+                             f"not {repeat!r}")
+        n = next((x for x in b.nodes if x.name == node), None)
+        if n is None:
+            raise ValueError(f"block {block!r} has no node {node!r}")
+        carried = {c.input: c for c in b.carry}
+        exits = {c.output: c.exit for c in b.carry if c.exit is not None}
+        out = []
+        for mode, names in (("read", n.reads), ("write", n.writes), ("update", n.updates)):
+            for t in names:
+                local = any(x.name == t for x in b.tensors)
+                if not local:
+                    p, i, tid = self.placements[t], 0, t
+                elif t in carried:
+                    c = carried[t]
+                    if repeat == 0:
+                        p, i, tid = self.placements[c.entry], 0, c.entry
+                    else:
+                        p = self.placements[f"{block}/{c.output}"]
+                        i, tid = repeat - 1, f"{block}[{repeat - 1}].{c.output}"
+                elif repeat == b.repeat - 1 and t in exits:
+                    p, i, tid = self.placements[exits[t]], 0, exits[t]
+                else:
+                    p = self.placements[f"{block}/{t}"]
+                    i, tid = repeat, f"{block}[{repeat}].{t}"
+                loc = p.location(i) if p.live else "dram"
+                out.append(Access(tid, mode, loc, float(p.tensor.bytes), not p.state))
+        return NodeResidency(tuple(out))
+
+
+# ---- the specification shared by both planners: classes and their ordering ---------------
+def _interval(n_positions: int, producer, accesses, tensor) -> tuple[int, int] | None:
+    """The live interval of one instance, or None if nothing accesses it."""
+    if producer is None and tensor.is_state:
+        return (0, n_positions - 1) if accesses else None
+    if not accesses and producer is None:
+        return None
+    first = producer if producer is not None else 0
+    last = n_positions - 1 if tensor.live_out else max(accesses)
+    return first, last
+
+
+def priority_key(traffic: int, peak: int, nbytes: int, cls: str, instance: int):
+    """Sort key of an item: saved DRAM bytes per byte of memory (descending, exact), then
+    fewer bytes, then class name and instance."""
+    density = Fraction(traffic, peak) if peak else Fraction(traffic + 1, 1) * 10**30
+    return (-density, nbytes, cls, instance)
+
+
+def _fits_error(program: Program, cls: str, nbytes: int, cap: Capacities) -> ValueError:
+    return ValueError(f"program {program.name!r} does not fit on chip: the chip has no DRAM "
+                      f"and tensor {cls!r} ({nbytes:,} bytes) finds no room in "
+                      f"{cap.scratchpad:,} bytes of scratchpad"
+                      + (f" and {cap.shared_buffer:,} of shared buffer" if cap.shared_buffer
+                         else "") + " left for residency (more chips, a narrower precision or "
+                      "a smaller batch would)")
+
+
+def _eligible(cap: Capacities, kind: str) -> tuple[bool, bool]:
+    return kind in cap.scratchpad_kinds, kind in cap.shared_buffer_kinds
+
+
+def plan_residency(program: Program, chip=None, *, capacity: Capacities | None = None
+                   ) -> Residency:
+    """Decide where every tensor of ``program`` lives (see the module docstring).
+
+    Give ``chip`` (capacities from its scratchpads, shared buffer and ``[residency]`` table;
+    also checks that no tensor exceeds every memory) or ``capacity`` explicitly. Raises
+    ValueError on a chip without DRAM when the program does not fit on chip."""
+    if capacity is None:
+        if chip is None:
+            raise ValueError("plan_residency needs a chip or capacities")
+        program.check_fits(chip)
+        capacity = capacities(chip)
+    ex = program.expand(condensed=True)
+    classes = _classes(program, ex)
+    P = len(ex.nodes)
+    H = {"scratchpad": np.zeros(P, dtype=np.int64), "shared_buffer": np.zeros(P, dtype=np.int64)}
+    limit = {"scratchpad": capacity.scratchpad, "shared_buffer": capacity.shared_buffer}
+    placed: dict[str, list[int]] = {}
+    for c in sorted(classes.values(), key=lambda c: c["key"]):
+        if not c["live"]:
+            continue
+        el = dict(zip(("scratchpad", "shared_buffer"), _eligible(capacity, c["kind"])))
+        counts = {"scratchpad": 0, "shared_buffer": 0}
+        left = c["n"]
+        for mem in ("scratchpad", "shared_buffer"):
+            if not el[mem]:
+                continue
+            h = H[mem]
+            if c["per_instance"]:
+                # every instance is live everywhere: instance j needs max(H) + (j+1)·size
+                top = int(h.max())
+                s = c["size"]
+                room = limit[mem] - top
+                k = (c["n"] if room >= 0 else 0) if s == 0 else max(0, min(c["n"], room // s))
+                # the first k instances fit here; those already placed above stay there
+                take = max(0, min(left, k - (c["n"] - left)))
+                counts[mem] = take
+                left -= take
+                h += c["n"] * s
+            else:
+                load = c["load"]
+                live = c["mask"]
+                f = int((h[live] + load[live]).max())
+                if left and f <= limit[mem]:
+                    counts[mem] = left
+                    left = 0
+                h += load
+        if left and not capacity.dram:
+            raise _fits_error(program, c["cls"], c["size"], capacity)
+        placed[c["cls"]] = [counts["scratchpad"], counts["shared_buffer"]]
+    return _result(program, capacity, classes, placed)
+
+
+def _classes(program: Program, ex: Expanded) -> dict[str, dict]:
+    """Items of the fast planner from a condensed expansion (middle repeats weighted)."""
+    P = len(ex.nodes)
+    weight = {}
+    for bi, reps in enumerate(ex.repeats):
+        L = program.blocks[bi].repeat
+        for k in reps:
+            weight[(bi, k)] = (L - 2) if (len(reps) == 3 and L > 3 and k == 1) else 1
+    prod: dict[str, int] = {}
+    acc: dict[str, list[int]] = {}
+    traffic: dict[str, int] = {}
+    for n in ex.nodes:
+        w = weight[(n.block, n.repeat)]
+        for mode, names in (("read", n.reads), ("write", n.writes), ("update", n.updates)):
+            for t in names:
+                acc.setdefault(t, []).append(n.index)
+                nb = int(math.ceil(ex.tensors[t].tensor.bytes))
+                traffic[t] = traffic.get(t, 0) + ACCESS_COUNT[mode] * nb * w
+                if mode == "write":
+                    prod[t] = n.index
+    classes: dict[str, dict] = {}
+    for tid, ti in ex.tensors.items():
+        t = ti.tensor
+        size = int(math.ceil(t.bytes))
+        c = classes.get(ti.cls)
+        if c is None:
+            b = program.blocks[ti.block] if ti.block is not None else None
+            per_instance = b is not None and t.is_state and not any(
+                t.name in n.writes for n in b.nodes)
+            c = classes[ti.cls] = {
+                "cls": ti.cls, "block": b.name if b else None, "tensor": t, "kind": t.kind,
+                "size": size, "per_instance": per_instance, "state": per_instance or (
+                    b is None and t.is_state and tid not in prod),
+                "n": 0, "traffic": 0, "load": np.zeros(P, dtype=np.int64),
+                "mask": np.zeros(P, dtype=bool), "live": False}
+        w = weight[(ti.block, ti.repeat)] if ti.block is not None else 1
+        c["n"] += w
+        c["traffic"] += traffic.get(tid, 0)
+        iv = _interval(P, prod.get(tid), acc.get(tid, ()), t)
+        if iv is not None:
+            c["live"] = True
+            c["load"][iv[0]:iv[1] + 1] += size
+            c["mask"][iv[0]:iv[1] + 1] = True
+    for c in classes.values():
+        if c["per_instance"]:
+            per = c["traffic"] // c["n"] if c["n"] else 0
+            c["key"] = priority_key(per, c["size"], c["size"], c["cls"], 0)
+        else:
+            c["key"] = priority_key(c["traffic"], int(c["load"].max()) if c["live"] else 0,
+                                    c["size"], c["cls"], 0)
+    return classes
+
+
+def _result(program: Program, capacity: Capacities, classes: dict, placed: dict
+            ) -> Residency:
+    out = {}
+    for cls, c in classes.items():
+        sp, sb = placed.get(cls, (0, 0))
+        out[cls] = Placement(cls=cls, block=c["block"], tensor=c["tensor"], instances=c["n"],
+                             scratchpad=sp, shared_buffer=sb, state=c["state"],
+                             traffic_bytes=c["traffic"], live=c["live"])
+    return Residency(program, capacity, out)

@@ -1,0 +1,123 @@
+"""Random valid programs for the program-layer tests (built from one integer seed, so
+hypothesis drives them), and a small decode-like layer used by several tests."""
+
+from __future__ import annotations
+
+import random
+
+from diptych.sim.program import Block, Carry, Demand, Node, Phase, Program, Tensor, op_demand
+
+RES = ("array", "vector", "dram", "link")
+
+
+def random_demand(rng: random.Random, *, space: int, prefetch: bool = True) -> Demand:
+    """1-3 reserved phases with random durations and shares, maybe after a prefetch."""
+    phases = []
+    hold = 0
+    if prefetch and space > 0 and rng.random() < 0.4:
+        hold = rng.randint(0, space)
+        phases.append(Phase(rng.choice([1, 2, 3, 5]) * 1e-6, {"dram": 1.0}, early=True,
+                            label="prefetch"))
+    for _ in range(rng.randint(1, 3)):
+        use = {}
+        for r in rng.sample(RES, rng.randint(1, 3)):
+            use[r] = rng.choice([1.0, 1.0, 0.5, 0.3, 0.75, 0.05])
+        phases.append(Phase(rng.choice([1, 2, 3, 4, 7]) * 1e-6, use))
+    return Demand(tuple(phases), hold_bytes=hold)
+
+
+def random_program(seed: int, *, max_blocks: int = 3, max_nodes: int = 4, max_repeat: int = 4,
+                   space: int = 0, demands: bool = True) -> Program:
+    """A random valid program: blocks of random nodes over local activations, state tensors
+    (some updated in place), carried layer inputs and program tensors between blocks."""
+    rng = random.Random(seed)
+    gl = [Tensor("in0", rng.randint(1, 50) * 100)]
+    avail = ["in0"]                     # program tensors later blocks may read
+    blocks = []
+    for bi in range(rng.randint(1, max_blocks)):
+        L = rng.randint(1, max_repeat)
+        tensors = []
+        states = []
+        for s in range(rng.randint(0, 2)):
+            kind = rng.choice(["weight", "kv_cache", "weight"])
+            tensors.append(Tensor(f"s{s}", rng.randint(1, 40) * 100, kind))
+            states.append(f"s{s}")
+        carry = ()
+        local = []
+        xsize = rng.randint(1, 30) * 100
+        if L > 1 or rng.random() < 0.5:
+            tensors.append(Tensor("x", xsize))
+            local.append("x")
+        nodes = []
+        for j in range(rng.randint(1, max_nodes)):
+            pool = local + states + avail
+            reads = tuple(rng.sample(pool, min(len(pool), rng.randint(1, 3))))
+            updates = ()
+            kv = [s for s in states if s not in reads]
+            if kv and rng.random() < 0.25:
+                updates = (rng.choice(kv),)
+            out = f"t{j}"
+            size = xsize if j == 0 else rng.randint(1, 30) * 100
+            tensors.append(Tensor(out, size, live_out=(L == 1 and rng.random() < 0.1)))
+            unit = rng.choice(["array", "vector", "link"])
+            d = random_demand(rng, space=space) if demands else None
+            nodes.append(Node(f"n{j}", reads=reads, writes=(out,), updates=updates, unit=unit,
+                              demand=d))
+            local.append(out)
+        if "x" in local:
+            # the carried output must have x's size: the first node's output has it
+            entry = f"g{bi}_in"
+            exit_ = f"g{bi}_out"
+            src = avail[-1] if rng.random() < 0.5 else None
+            if src is not None and next(t for t in gl if t.name == src).bytes == xsize:
+                entry = src
+            else:
+                gl.append(Tensor(entry, xsize))
+            gl.append(Tensor(exit_, xsize))
+            carry = (Carry("x", "t0", entry, exit_),)
+            avail.append(exit_)
+        blocks.append(Block(f"b{bi}", tuple(tensors), tuple(nodes), repeat=L, carry=carry))
+    return Program(f"p{seed}", blocks, gl)
+
+
+def decode_layer_program(layers: int, *, prefetch_bytes: float = 0.0, allreduce_s: float = 0.0,
+                         launch_s: float = 0.0) -> Program:
+    """A decode step of ``layers`` identical layers: norm (vector) -> qkv (GEMV, weights) ->
+    attention over the KV cache -> o_proj -> [all-reduce] -> mlp (two GEMVs), each GEMV
+    memory-bound: 1 us of weight streaming, 0.1 us of compute."""
+    bw = 1e12
+    gemv = dict(seconds=1e-6, unit="array", compute_seconds=0.1e-6, dram_bytes=1e6,
+                stream_bytes_per_s=bw,
+                launch_seconds=launch_s)
+    pre = dict(prefetch_bytes=prefetch_bytes) if prefetch_bytes else {}
+    T = [Tensor("x", 16e3), Tensor("h", 16e3), Tensor("q", 16e3), Tensor("a", 16e3),
+         Tensor("o", 16e3), Tensor("r", 16e3), Tensor("m", 16e3), Tensor("y", 16e3),
+         Tensor("w_qkv", 1e6, "weight"), Tensor("w_o", 1e6, "weight"),
+         Tensor("w_up", 1e6, "weight"), Tensor("w_down", 1e6, "weight"),
+         Tensor("kv", 0.5e6, "kv_cache")]
+    N = [Node("norm", reads=("x",), writes=("h",), unit="vector",
+              demand=op_demand(seconds=0.05e-6, unit="vector", launch_seconds=launch_s)),
+         Node("qkv", reads=("h", "w_qkv"), writes=("q",), demand=op_demand(**gemv, **pre)),
+         Node("attn", reads=("q", "kv"), writes=("a",),
+              demand=op_demand(seconds=0.5e-6, unit="array", dram_bytes=0.5e6,
+                               stream_bytes_per_s=bw, launch_seconds=launch_s)),
+         Node("o_proj", reads=("a", "w_o"), writes=("o",), demand=op_demand(**gemv, **pre))]
+    if allreduce_s:
+        N.append(Node("all_reduce", reads=("o",), writes=("r",), unit="link",
+                      demand=op_demand(seconds=allreduce_s, unit="link",
+                                       launch_seconds=launch_s)))
+        mlp_in = "r"
+    else:
+        mlp_in = "o"
+    N += [Node("up", reads=(mlp_in, "w_up"), writes=("m",), demand=op_demand(**gemv, **pre)),
+          Node("down", reads=("m", "w_down"), writes=("y",), demand=op_demand(**gemv, **pre))]
+    layer = Block("layers", tuple(T), tuple(N), repeat=layers,
+                  carry=(Carry("x", "y", "emb", "hidden"),))
+    embed = Block("embed", (), (Node("embed", reads=("tokens",), writes=("emb",),
+                                     unit="vector", demand=op_demand(seconds=0.1e-6,
+                                                                     unit="vector")),))
+    head = Block("head", (), (Node("lm_head", reads=("hidden",), writes=("logits",),
+                                   demand=op_demand(seconds=2e-6, unit="array")),))
+    return Program("decode", [embed, layer, head],
+                   [Tensor("tokens", 64), Tensor("emb", 16e3), Tensor("hidden", 16e3),
+                    Tensor("logits", 256e3, live_out=True)])

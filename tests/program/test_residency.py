@@ -1,0 +1,194 @@
+"""Residency planner: fast against golden, the properties (capacity never exceeded, more SRAM
+never more DRAM traffic, too-large tensors off chip, kinds honoured), a hand-computed case
+and the chip-derived capacities."""
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from diptych.arch import TENSOR_KINDS, load_chip
+from diptych.sim.program import Block, Capacities, Carry, Node, Program, Tensor, capacities
+from diptych.sim.program import plan_residency
+from diptych.sim.program.residency_ref import plan_residency_ref
+from progtest_helpers import random_program
+
+
+def random_caps(rng: random.Random, dram=True) -> Capacities:
+    return Capacities(scratchpad=rng.randint(0, 9000),
+                      shared_buffer=rng.choice([0, rng.randint(0, 6000)]),
+                      scratchpad_kinds=set(rng.sample(TENSOR_KINDS, rng.randint(0, 5))),
+                      shared_buffer_kinds=set(rng.sample(TENSOR_KINDS, rng.randint(0, 5))),
+                      dram=dram)
+
+
+def decisions(res):
+    return {k: (p.scratchpad, p.shared_buffer) for k, p in res.placements.items()}
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 10**9))
+def test_fast_equals_golden(seed):
+    rng = random.Random(seed)
+    p = random_program(seed, max_repeat=7, demands=False)
+    cap = random_caps(rng)
+    fast, ref = plan_residency(p, capacity=cap), plan_residency_ref(p, capacity=cap)
+    assert decisions(fast) == decisions(ref)
+    assert fast.dram_bytes == ref.dram_bytes
+
+
+def live_sets(program, res):
+    """Independently of the planner: per position, the bytes of instances in each memory."""
+    ex = program.expand()
+    n = len(ex.nodes)
+    first, last, state = {}, {}, {}
+    for node in ex.nodes:
+        for t in node.reads + node.writes + node.updates:
+            last[t] = node.index
+            first.setdefault(t, node.index)
+        for t in node.writes:
+            first[t] = node.index
+    for tid, ti in ex.tensors.items():
+        produced = any(tid in node.writes for node in ex.nodes)
+        if tid in last and ti.tensor.is_state and not produced:
+            first[tid], last[tid] = 0, n - 1
+        elif tid in last and not produced:
+            first[tid] = 0
+        if tid in last and ti.tensor.live_out:
+            last[tid] = n - 1
+    used = {"scratchpad": [0] * n, "shared_buffer": [0] * n}
+    for tid, ti in ex.tensors.items():
+        if tid not in last:
+            continue
+        p = res.placements[ti.cls]
+        loc = p.location(ti.repeat if ti.repeat is not None else 0)
+        if loc in used:
+            for x in range(first[tid], last[tid] + 1):
+                used[loc][x] += math.ceil(ti.tensor.bytes)
+    return used
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 10**9))
+def test_capacity_never_exceeded_and_big_tensors_stay_off_chip(seed):
+    rng = random.Random(seed)
+    p = random_program(seed, max_repeat=7, demands=False)
+    cap = random_caps(rng)
+    res = plan_residency(p, capacity=cap)
+    used = live_sets(p, res)
+    assert max(used["scratchpad"]) <= cap.scratchpad
+    assert max(used["shared_buffer"]) <= cap.shared_buffer
+    for pl in res.placements.values():
+        if pl.scratchpad:
+            assert pl.tensor.bytes <= cap.scratchpad and pl.tensor.kind in cap.scratchpad_kinds
+        if pl.shared_buffer:
+            assert pl.tensor.bytes <= cap.shared_buffer
+            assert pl.tensor.kind in cap.shared_buffer_kinds
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 10**9), st.integers(0, 4000), st.integers(0, 4000))
+def test_more_sram_never_more_dram_traffic(seed, more_sp, more_sb):
+    rng = random.Random(seed)
+    p = random_program(seed, max_repeat=7, demands=False)
+    small = random_caps(rng)
+    big = Capacities(scratchpad=small.scratchpad + more_sp,
+                     shared_buffer=small.shared_buffer + more_sb,
+                     scratchpad_kinds=small.scratchpad_kinds,
+                     shared_buffer_kinds=small.shared_buffer_kinds)
+    a, b = plan_residency(p, capacity=small), plan_residency(p, capacity=big)
+    assert b.dram_bytes <= a.dram_bytes
+    for k, pa in a.placements.items():      # what was on chip stays on chip
+        pb = b.placements[k]
+        assert pb.scratchpad + pb.shared_buffer >= pa.scratchpad + pa.shared_buffer
+
+
+def test_everything_fits_means_no_dram_traffic():
+    p = random_program(7, max_repeat=5, demands=False)
+    cap = Capacities(scratchpad=10**9, scratchpad_kinds=TENSOR_KINDS)
+    res = plan_residency(p, capacity=cap)
+    assert res.dram_bytes == 0
+    assert all(pl.dram == 0 for pl in res.placements.values() if pl.live)
+
+
+# ---- a case computed by hand -------------------------------------------------------------
+def layer_program():
+    """4 layers of one node: reads the layer input x and weight w (100 B), appends to its KV
+    cache kv (60 B, updated in place), writes y (10 B), carried to the next layer."""
+    T = (Tensor("x", 10), Tensor("y", 10), Tensor("w", 100, "weight"),
+         Tensor("kv", 60, "kv_cache"))
+    N = (Node("attn", reads=("x", "w"), updates=("kv",), writes=("y",)),)
+    b = Block("b", T, N, repeat=4, carry=(Carry("x", "y", "emb", "out"),))
+    return Program("p", [b], [Tensor("emb", 10), Tensor("out", 10, live_out=True)])
+
+
+# Priorities (saved DRAM bytes per byte): y 60/20 = 3 (three instances, two live at once),
+# kv 120/60 = 2 per instance, then emb, out and w at 1 (fewer bytes first).
+# Loads before each item: y peaks at 20; kv instance j needs 20 + 60(j+1) = 80 .. 260;
+# emb and out then need 250 + 10 = 260; weight instance j needs 260 + 100(j+1) = 360 ...
+@pytest.mark.parametrize("cap,sp,dram", [
+    (300, {"b/y": 3, "b/kv": 4, "emb": 1, "out": 1, "b/w": 0}, 4 * 100),
+    (100, {"b/y": 3, "b/kv": 1, "emb": 0, "out": 0, "b/w": 0}, 3 * 120 + 10 + 10 + 400),
+    (10, {"b/y": 0, "b/kv": 0, "emb": 0, "out": 0, "b/w": 0}, 60 + 4 * 120 + 10 + 10 + 400),
+    (660, {"b/y": 3, "b/kv": 4, "emb": 1, "out": 1, "b/w": 4}, 0),
+])
+def test_hand_computed(cap, sp, dram):
+    c = Capacities(scratchpad=cap, scratchpad_kinds=TENSOR_KINDS)
+    res = plan_residency(layer_program(), capacity=c)
+    assert {k: p.scratchpad for k, p in res.placements.items()} == sp
+    assert res.dram_bytes == dram
+
+
+def test_node_views_segments_and_spill():
+    p = layer_program()
+    res = plan_residency(p, capacity=Capacities(scratchpad=100,
+                                                scratchpad_kinds=TENSOR_KINDS))
+    assert res.segments("b") == ((0, 1), (1, 4))           # KV of the first layer on chip
+    v0, v2 = res.node("b", "attn", 0), res.node("b", "attn", 2)
+    assert v0.location("emb") == "dram" and v0.location("b[0].kv") == "scratchpad"
+    assert v2.location("b[1].y") == "scratchpad" and v2.location("b[2].kv") == "dram"
+    assert res.node("b", "attn", 3).location("out") == "dram"
+    assert v2.dram_read_bytes == 100 + 60 and v2.dram_write_bytes == 60 and v2.spill_bytes == 0
+    tiny = plan_residency(p, capacity=Capacities(scratchpad=10,
+                                                 scratchpad_kinds=TENSOR_KINDS))
+    assert tiny.node("b", "attn", 1).spill_bytes == 10 + 10  # reads y[0], writes y[1]
+    with pytest.raises(ValueError, match="repeat must be in"):
+        res.node("b", "attn", 4)
+
+
+def test_all_sram_chip_must_fit():
+    p = layer_program()
+    fit = plan_residency(p, capacity=Capacities(scratchpad=660, scratchpad_kinds=TENSOR_KINDS,
+                                                dram=False))
+    assert fit.dram_bytes == 0
+    with pytest.raises(ValueError) as info:
+        plan_residency(p, capacity=Capacities(scratchpad=300, scratchpad_kinds=TENSOR_KINDS,
+                                              dram=False))
+    assert "the chip has no DRAM and tensor 'b/w' (100 bytes) finds no room in 300 bytes" \
+        in str(info.value)
+
+
+# ---- capacities from chips ---------------------------------------------------------------
+def test_capacities_from_presets():
+    v1 = capacities(load_chip("tpu-v1"))
+    assert v1.scratchpad == int(24 * 2**20 * 0.75)          # the UB less the 25 % tile reserve
+    assert v1.scratchpad_kinds == {"activation"}            # weights only via the weight FIFO
+    assert v1.shared_buffer == 0 and v1.dram
+    h = capacities(load_chip("h100"))
+    assert h.scratchpad_kinds == set() and h.shared_buffer_kinds == {"activation"}
+    assert h.shared_buffer == int(int(47.68 * 2**20) * 0.75)
+    g = capacities(load_chip("groq-lpu"))
+    assert g.scratchpad == int(220 * 2**20 * 0.95) and not g.dram
+    assert g.scratchpad_kinds == set(TENSOR_KINDS)
+    assert capacities(load_chip("tpu-v1"), reserve_fraction=0.0).scratchpad == 24 * 2**20
+    with pytest.raises(ValueError, match=r"reserve_fraction must be in \[0, 1\)"):
+        capacities(load_chip("tpu-v1"), reserve_fraction=1.0)
+
+
+def test_tpu_v1_keeps_activations_not_weights():
+    p = layer_program()
+    res = plan_residency(p, load_chip("tpu-v1"))
+    assert res.placement("w", "b").scratchpad == 0
+    assert res.placement("y", "b").scratchpad == 3
+    assert res.dram_bytes == 4 * 100 + 4 * 120              # weights and caches stay in DDR3

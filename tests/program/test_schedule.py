@@ -1,0 +1,160 @@
+"""The list scheduler against its golden twin, closed-form cases and the bounds every
+schedule obeys; the steady-state jump over repeated blocks against the materialised run."""
+
+import random
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from diptych.sim.program import (Block, Demand, Node, Phase, Program, Tensor, bounds_ps,
+                                 op_demand, schedule)
+from diptych.sim.program.schedule_ref import schedule_ref
+from progtest_helpers import decode_layer_program, random_program
+
+US = 10**6          # picoseconds per microsecond
+
+
+def prog(*nodes, tensors=None):
+    names = {t for n in nodes for t in n.reads + n.writes}
+    tensors = tensors or tuple(Tensor(t, 10) for t in sorted(names))
+    return Program("p", [Block("b", tensors, tuple(nodes))])
+
+
+def ph(us, **use):
+    return Phase(us * 1e-6, use)
+
+
+# ---- closed forms ------------------------------------------------------------------------
+def test_independent_units_overlap_dependent_ops_add():
+    a = Node("a", writes=("x",), demand=Demand((ph(3, array=1.0),)))
+    v = Node("v", writes=("y",), unit="vector", demand=Demand((ph(2, vector=1.0),)))
+    assert schedule(prog(a, v)).makespan_ps == 3 * US
+    v2 = Node("v", reads=("x",), writes=("y",), unit="vector",
+              demand=Demand((ph(2, vector=1.0),)))
+    assert schedule(prog(a, v2)).makespan_ps == 5 * US
+
+
+def test_dram_shares_serialise_or_share():
+    a = Node("a", writes=("x",), demand=Demand((ph(3, array=1.0, dram=0.6),)))
+    v = Node("v", writes=("y",), unit="vector", demand=Demand((ph(2, vector=1.0, dram=0.6),)))
+    assert schedule(prog(a, v)).makespan_ps == 5 * US        # 0.6 + 0.6 > 1: one after another
+    v = Node("v", writes=("y",), unit="vector", demand=Demand((ph(2, vector=1.0, dram=0.4),)))
+    assert schedule(prog(a, v)).makespan_ps == 3 * US        # 0.6 + 0.4 fit together
+
+
+def test_prefetch_overlaps_the_previous_op():
+    a = Node("a", writes=("x",), demand=Demand((ph(2, array=1.0),)))
+    pre = Demand((Phase(1e-6, {"dram": 1.0}, early=True), ph(1, array=1.0)), hold_bytes=100)
+    b = Node("b", reads=("x",), writes=("y",), demand=pre)
+    assert schedule(prog(a, b), space_bytes=100).makespan_ps == 3 * US
+    # the same op without a prefetch phase waits for its data, then streams
+    b = Node("b", reads=("x",), writes=("y",), demand=Demand((ph(2, array=1.0, dram=0.5),)))
+    assert schedule(prog(a, b), space_bytes=100).makespan_ps == 4 * US
+
+
+def test_prefetch_takes_the_dram_left_free():
+    # a reserves half the DRAM for 2 us: b's 1 us prefetch streams at the other half, ends at 2
+    a = Node("a", writes=("x",), demand=Demand((ph(2, array=1.0, dram=0.5),)))
+    pre = Demand((Phase(1e-6, {"dram": 1.0}, early=True), ph(1, array=1.0)), hold_bytes=1)
+    b = Node("b", reads=("x",), writes=("y",), demand=pre)
+    r = schedule(prog(a, b), space_bytes=1)
+    assert r.makespan_ps == 3 * US
+    assert r.nodes[("b", 0, "b")] == (0.0, 3e-6)
+
+
+def test_prefetch_space_is_held_until_the_node_ends():
+    # two prefetching ops, space for one: the second prefetch waits for the first op's end
+    mk = lambda n, r, w: Node(n, reads=r, writes=w, demand=Demand(
+        (Phase(1e-6, {"dram": 1.0}, early=True), ph(1, array=1.0)), hold_bytes=10))
+    a = Node("a", writes=("x",), demand=Demand((ph(5, vector=1.0),)), unit="vector")
+    b, c = mk("b", ("x",), ("y",)), mk("c", ("y",), ("z",))
+    assert schedule(prog(a, b, c), space_bytes=20).makespan_ps == 7 * US
+    # b's prefetch 0-1, a ends 5, b 5-6, c's prefetch 6-7 (space freed at 6), c 7-8
+    assert schedule(prog(a, b, c), space_bytes=10).makespan_ps == 8 * US
+
+
+def test_all_reduce_in_decode_is_exposed_without_prefetch():
+    L, ar = 12, 2e-6
+    base = schedule(decode_layer_program(L)).makespan_s
+    with_ar = schedule(decode_layer_program(L, allreduce_s=ar)).makespan_s
+    assert with_ar - base == pytest.approx(L * ar, rel=1e-9)
+    # with room to prefetch the next weights, streaming continues under the all-reduce
+    pre = schedule(decode_layer_program(L, prefetch_bytes=1e6), space_bytes=4e6).makespan_s
+    pre_ar = schedule(decode_layer_program(L, prefetch_bytes=1e6, allreduce_s=ar),
+                      space_bytes=4e6).makespan_s
+    assert pre <= base and pre_ar - pre < 0.2 * L * ar
+
+
+def test_fixed_costs_add_up():
+    p = decode_layer_program(4, launch_s=2e-6)
+    q = decode_layer_program(4)
+    r, r0 = schedule(p, step_sync_seconds=20e-6), schedule(q)
+    launches = 4 * 6              # every node of every layer (embed and head have none)
+    # a chain of dependent ops: every launch is on the critical path
+    assert r.makespan_s - r0.makespan_s == pytest.approx(launches * 2e-6, rel=1e-9)
+    assert r.seconds == pytest.approx(r.makespan_s + 20e-6)
+
+
+def test_errors():
+    n = Node("a", writes=("x",))
+    with pytest.raises(ValueError, match="block 'b': node 'a' has no demand"):
+        schedule(prog(n))
+    big = Node("a", writes=("x",), demand=Demand((Phase(1e-6, {"dram": 1.0}, early=True),
+                                                   ph(1, array=1.0)), hold_bytes=50))
+    with pytest.raises(ValueError, match="node 'a' holds 50 bytes, more than the 10-byte "
+                                         "prefetch space"):
+        schedule(prog(big), space_bytes=10)
+    with pytest.raises(ValueError, match="space_bytes must be a finite number >= 0"):
+        schedule(prog(big), space_bytes=-1)
+    with pytest.raises(ValueError, match="step_sync_seconds must be a finite number >= 0"):
+        schedule(prog(big), space_bytes=100, step_sync_seconds=-1e-6)
+
+
+# ---- golden twin, bounds, steady state ---------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**9), st.sampled_from([0, 1000, 3000]))
+def test_fast_equals_golden(seed, space):
+    p = random_program(seed, space=space, max_repeat=5)
+    fast = schedule(p, space_bytes=space, steady_state_min_repeats=4)
+    ref = schedule_ref(p, space_bytes=space)
+    assert fast.makespan_ps == ref["makespan_ps"]
+    for blk, rep, name, spans in ref["nodes"]:
+        got = fast.nodes.get((blk, rep, name))
+        if got is not None:
+            assert got == (spans[0][0] / 1e12, spans[-1][1] / 1e12)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 10**9), st.sampled_from([0, 1000, 3000]))
+def test_bounds(seed, space):
+    p = random_program(seed, space=space, max_repeat=6)
+    b = bounds_ps(p)
+    m = schedule(p, space_bytes=space).makespan_ps
+    assert b["critical_path"] <= m
+    assert b["busiest"] <= m
+    assert m <= b["serial"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**9), st.sampled_from([0, 1000, 3000]))
+def test_repeated_block_equals_materialised(seed, space):
+    p = random_program(seed, space=space, max_repeat=16, max_blocks=2, max_nodes=3)
+    jumped = schedule(p, space_bytes=space, steady_state_min_repeats=4)
+    full = schedule(p, space_bytes=space, steady_state=False)
+    assert jumped.makespan_ps == full.makespan_ps
+    for key, span in jumped.nodes.items():
+        assert full.nodes[key] == span
+    assert jumped.busy_s == full.busy_s
+
+
+def test_steady_state_is_used_and_cheap():
+    p = decode_layer_program(80, prefetch_bytes=1e6, allreduce_s=2e-6)
+    r = schedule(p, space_bytes=4e6)
+    full = schedule(p, space_bytes=4e6, steady_state=False)
+    assert r.makespan_ps == full.makespan_ps
+    layers = r.blocks[1]
+    assert layers.simulated_repeats < 10 and layers.period_s is not None
+    assert r.simulated_phases < full.simulated_phases / 8
+    # the period is a layer's DRAM time: 4 x 1 MB of weights and 0.5 MB of KV at 1 TB/s
+    assert layers.period_s == pytest.approx(4.5e-6, rel=1e-9)
+    assert r.utilization("dram") == pytest.approx(full.utilization("dram"))
