@@ -62,9 +62,10 @@ def _fill(container, obj, *, optional_comments: list[str], prefix: str = "") -> 
         v = getattr(obj, f.name)
         if v is None or _is_table(type(v)):
             continue
-        container.add(f.name, _value(v))
+        item = tomlkit.item(_value(v))      # an item, so that booleans take a comment too
         if _doc(f):
-            container[f.name].comment(_doc(f))
+            item.comment(_doc(f))
+        container.add(f.name, item)
     for f in fields:
         v = getattr(obj, f.name)
         if v is not None and _is_table(type(v)):

@@ -101,8 +101,8 @@ def test_cli_on_an_all_sram_chip():
     r = run("chips", "show", "groq-lpu")
     assert r.exit_code == 0 and "none: an all-SRAM chip" in r.output
     d = json.loads(run("chips", "show", "groq-lpu", "--json").output)
-    assert "dram" not in d and d["dram_bytes_per_s"] == 0.0
-    assert d["area_mm2"]["dram_phy"] == 0.0
+    assert "dram" not in d and d["derived"]["dram_bytes_per_s"] == 0.0
+    assert d["derived"]["area_mm2"]["dram_phy"] == 0.0
     assert "none (all SRAM)" in run("chips", "list").output
     r = run("run", "--chip", "groq-lpu", "--model", "llama-3-8b", "--phase", "decode",
             "--prompt", "128")
