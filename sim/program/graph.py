@@ -42,7 +42,7 @@ from .demand import Demand
 STATE_KINDS: tuple[str, ...] = ("weight", "kv_cache", "optimizer_state", "gradient")
 
 #: The main unit an op runs on (informative; the scheduler uses the node's :class:`Demand`).
-UNITS: tuple[str, ...] = ("array", "vector", "link", "dma")
+NODE_UNITS: tuple[str, ...] = ("array", "vector", "link", "dma")
 
 
 def _name(what: str, value) -> None:
@@ -113,9 +113,9 @@ class Node:
             raise ValueError(f"node {self.name!r}: {sorted(both)[0]!r} appears in more than "
                              f"one of reads/writes/updates (an in-place op lists it in "
                              f"updates only)")
-        if self.unit not in UNITS:
-            raise ValueError(f"node {self.name!r}: unit must be one of {', '.join(UNITS)}, "
-                             f"not {self.unit!r}")
+        if self.unit not in NODE_UNITS:
+            raise ValueError(f"node {self.name!r}: unit must be one of "
+                             f"{', '.join(NODE_UNITS)}, not {self.unit!r}")
         if self.demand is not None and not isinstance(self.demand, Demand):
             raise ValueError(f"node {self.name!r}: demand must be a Demand, not "
                              f"{type(self.demand).__name__}")
@@ -188,10 +188,6 @@ class NodeInst:
     writes: tuple[str, ...]
     updates: tuple[str, ...]
     preds: tuple[int, ...]
-
-    @property
-    def name(self) -> str:
-        return f"{self.node.name}"
 
 
 @dataclass(frozen=True)
@@ -278,6 +274,12 @@ class Program:
                     raise ValueError(f"{where}: node {n.name!r} updates program tensor {t!r} "
                                      f"in every repeat; per-repeat state must be a block "
                                      f"tensor (one instance per repeat)")
+        for n in b.nodes:
+            for t in n.updates:
+                if t in producer:
+                    raise ValueError(f"{where}: node {n.name!r} updates {t!r} in place, but "
+                                     f"{producer[t]!r} produces it: only inputs (state without "
+                                     f"a producer) are updated in place")
         carried = {}
         for c in b.carry:
             for nm, what in ((c.input, "input"), (c.output, "output")):
@@ -299,12 +301,11 @@ class Program:
                     continue
                 if nm not in self._global:
                     raise ValueError(f"{where}: carry {what} {nm!r} must be a program tensor")
-                if self._global[nm].bytes != b.tensor(c.input if what == "entry"
-                                                      else c.output).bytes:
+                local = c.input if what == "entry" else c.output
+                if self._global[nm].bytes != b.tensor(local).bytes:
                     raise ValueError(f"{where}: carry {what} {nm!r} has "
                                      f"{self._global[nm].bytes!r} bytes, the block tensor "
-                                     f"{(c.input if what == 'entry' else c.output)!r} has "
-                                     f"{b.tensor(c.input if what == 'entry' else c.output).bytes!r}")
+                                     f"{local!r} has {b.tensor(local).bytes!r}")
         for n in b.nodes:
             for t in n.reads:
                 scope, ten = self._resolve_kind(b, t)

@@ -73,6 +73,8 @@ def test_self_cycle_is_named():
      "block 'b': node 'a' accesses unknown tensor 'nope'"),
     ((Node("a", updates=("y",)), Node("c", writes=("y",))), (act("y"),),
      "block 'b': node 'a' updates 'y' in place, but only state tensors"),
+    ((Node("a", updates=("g",)), Node("c", writes=("g",))), (Tensor("g", 4, "gradient"),),
+     "block 'b': node 'a' updates 'g' in place, but 'c' produces it"),
 ])
 def test_wrong_graphs(nodes, tensors, message):
     with pytest.raises(ValueError) as info:

@@ -23,6 +23,11 @@ def random_caps(rng: random.Random, dram=True) -> Capacities:
                       dram=dram)
 
 
+def random_case(seed: int):
+    """A random program (no demands needed) and random capacities for it."""
+    return random_program(seed, max_repeat=7, demands=False), random_caps(random.Random(seed))
+
+
 def decisions(res):
     return {k: (p.scratchpad, p.shared_buffer) for k, p in res.placements.items()}
 
@@ -30,9 +35,7 @@ def decisions(res):
 @settings(max_examples=80, deadline=None)
 @given(st.integers(0, 10**9))
 def test_fast_equals_golden(seed):
-    rng = random.Random(seed)
-    p = random_program(seed, max_repeat=7, demands=False)
-    cap = random_caps(rng)
+    p, cap = random_case(seed)
     fast, ref = plan_residency(p, capacity=cap), plan_residency_ref(p, capacity=cap)
     assert decisions(fast) == decisions(ref)
     assert fast.dram_bytes == ref.dram_bytes
@@ -72,9 +75,7 @@ def live_sets(program, res):
 @settings(max_examples=80, deadline=None)
 @given(st.integers(0, 10**9))
 def test_capacity_never_exceeded_and_big_tensors_stay_off_chip(seed):
-    rng = random.Random(seed)
-    p = random_program(seed, max_repeat=7, demands=False)
-    cap = random_caps(rng)
+    p, cap = random_case(seed)
     res = plan_residency(p, capacity=cap)
     used = live_sets(p, res)
     assert max(used["scratchpad"]) <= cap.scratchpad
@@ -90,9 +91,7 @@ def test_capacity_never_exceeded_and_big_tensors_stay_off_chip(seed):
 @settings(max_examples=80, deadline=None)
 @given(st.integers(0, 10**9), st.integers(0, 4000), st.integers(0, 4000))
 def test_more_sram_never_more_dram_traffic(seed, more_sp, more_sb):
-    rng = random.Random(seed)
-    p = random_program(seed, max_repeat=7, demands=False)
-    small = random_caps(rng)
+    p, small = random_case(seed)
     big = Capacities(scratchpad=small.scratchpad + more_sp,
                      shared_buffer=small.shared_buffer + more_sb,
                      scratchpad_kinds=small.scratchpad_kinds,
