@@ -173,8 +173,8 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
     head = (f"needs {rep.total_bytes / gib:.1f} GiB per chip (stage {worst}) but the chip has "
             f"{capacity_bytes / gib:.1f} GiB")
     return dataclasses.replace(rep, advice=head + ("; " + advice if advice else
-                                                   "; no single change in the advice list "
-                                                   "fits"), suggestion=sugg)
+                                                   "; no change in the advice list fits, "
+                                                   "alone or together (more chips?)"), suggestion=sugg)
 
 
 #: Changes the advice tries, cheapest in step time first: sharding the optimizer state and
@@ -209,22 +209,45 @@ def _variants(plan: Plan, global_batch: int):
 
 def _advise(model, plan, p, *, phase, seq, micro_batches, layers_per_chunk, capacity_bytes,
             global_batch, context, attention) -> tuple[str, dict | None]:
-    from .plan import check_plan, split_layers
-    for step, q, text in _variants(plan, global_batch):
-        if phase != "train" and step not in ("pp", "tp"):
-            continue
+    """The first single change of :data:`ADVICE_ORDER` that fits; if none does, the changes
+    applied one after another until the plan fits."""
+    from .plan import check_plan
+
+    def fitted(q: Plan) -> ClusterMemory | None:
         try:
             info = check_plan(q, model, chips=q.chips, batch=global_batch, seq_len=seq,
                               phase=phase)
         except ValueError:
-            continue
-        lpc = (layers_per_chunk if q.pp == plan.pp else
-               split_layers(model.layers, q.chunks))
+            return None
+        lpc = (layers_per_chunk if q.pp == plan.pp and q.layers_per_stage is None
+               and plan.layers_per_stage is None else info["layers_per_chunk"])
         rep = plan_memory(model, q, p, phase=phase, seq=seq, micro_batches=info["micro_batches"],
                           layers_per_chunk=lpc, capacity_bytes=capacity_bytes,
                           global_batch=global_batch, context=context, attention=attention,
                           advise=False)
-        if rep.fits:
-            return (f"fits with {text}: {rep.total_bytes / 2**30:.1f} GiB",
-                    {k: v for k, v in q.to_dict().items() if v != plan.to_dict()[k]})
+        return rep
+
+    def diff(q: Plan) -> dict:
+        return {k: v for k, v in q.to_dict().items() if v != plan.to_dict()[k]}
+
+    allowed = (lambda step: True) if phase == "train" else (lambda step: step in ("pp", "tp"))
+    for step, q, text in _variants(plan, global_batch):
+        rep = fitted(q) if allowed(step) else None
+        if rep is not None and rep.fits:
+            return f"fits with {text}: {rep.total_bytes / 2**30:.1f} GiB", diff(q)
+    cur = plan
+    for step in ADVICE_ORDER:
+        if not allowed(step):
+            continue
+        for st, q, text in _variants(cur, global_batch):
+            if st != step:
+                continue
+            rep = fitted(q)
+            if rep is None:
+                continue
+            cur = q
+            if rep.fits:
+                flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in diff(cur).items())
+                return (f"no single change fits; together: {flags}: "
+                        f"{rep.total_bytes / 2**30:.1f} GiB", diff(cur))
     return "", None

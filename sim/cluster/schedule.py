@@ -165,14 +165,18 @@ def fast_pipeline_seconds(fwd: list[float], bwd: list[float], m: int, v: int = 1
 
 def in_flight_weight(schedule: str, p: int, m: int, v: int, s: int,
                      chunk_weights: list[float]) -> float:
-    """Peak activations device ``s`` holds (sum of ``chunk_weights`` over the forward units
-    it has run and not yet run backward for), in closed form: GPipe all ``m·v`` units;
-    otherwise the warm-up units plus the first steady-state forward (Korthikanti et al.
-    2022 §4.2.3: the first 1F1B stage holds ``p`` micro-batches; interleaved ``p(1 +
-    (p−1)/(pv))`` micro-batches' worth of its layers)."""
+    """Peak activations device ``s`` holds: the largest sum of ``chunk_weights`` over the
+    forward units it has run and not yet run backward for, walking its order (no timing
+    needed). GPipe holds all ``m·v`` units; 1F1B ``min(p − s, m)`` micro-batches;
+    interleaved its warm-up units plus one, ``p(1 + (p−1)/(pv))`` micro-batches' worth of its
+    layers on the first device (Korthikanti et al. 2022 §4.2.3) when chunks are equal."""
     _check(schedule, p, m, v)
-    n = m * v
-    k = n if schedule == "gpipe" else min(warmup(schedule, p, m, v, s) + 1, n)
-    if schedule != "interleaved":
+    if max(chunk_weights) == min(chunk_weights):           # closed form for equal chunks
+        n = m * v
+        k = n if schedule == "gpipe" else min(warmup(schedule, p, m, v, s) + 1, n)
         return k * chunk_weights[0]
-    return sum(chunk_weights[_unit(i, p, v, False)[1]] for i in range(k))
+    live = peak = 0.0
+    for kind, _, c in stage_order(schedule, p, m, v, s):
+        live += chunk_weights[c] if kind == "F" else -chunk_weights[c]
+        peak = max(peak, live)
+    return peak

@@ -182,22 +182,25 @@ def cuts(net: Network, shape: GroupShape) -> list[tuple[int, int, float]]:
     the cut's bandwidth per direction (what the smaller side can send or receive across it).
 
     Switch domain: the ports of half the members (non-blocking). Torus: through one dimension
-    (the cross-section of the other dimensions, doubled for a ring). Several domains: between
-    halves of the domains (the smaller half's NICs)."""
+    (the cross-section of the other dimensions, doubled for a ring). With several domains such
+    a cut runs through every domain, and the smaller side's NICs also cross it; and a cut
+    between halves of the domains crosses only the smaller half's NICs."""
     n = shape.n
     out: list[tuple[int, int, float]] = []
-    if shape.n_local > 1:
+    nic = nic_bytes_per_s(net, shape) if shape.n_dom > 1 else 0.0
+    if shape.n_local > 1:          # a cut inside every domain (traffic may also leave by NIC)
         if net.torus and shape.spans:
-            for i, (k, ring) in enumerate(shape.spans):
+            for k, ring in shape.spans:
                 cross = shape.n_local // k * shape.n_dom
                 a = k // 2 * (shape.n_local // k) * shape.n_dom
-                out.append((a, n - a, cross * (2 if ring else 1) * net.link_bytes_per_s))
+                out.append((a, n - a, cross * (2 if ring else 1) * net.link_bytes_per_s
+                            + a * nic))
         else:
             a = shape.n_local // 2 * shape.n_dom
-            out.append((a, n - a, a * net.port_bytes_per_s))
+            out.append((a, n - a, a * (net.port_bytes_per_s + nic)))
     if shape.n_dom > 1:
         a = shape.n_dom // 2 * shape.n_local
-        out.append((a, n - a, a * nic_bytes_per_s(net, shape)))
+        out.append((a, n - a, a * nic))
     return out
 
 
