@@ -116,8 +116,7 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
                    sequence_parallel=plan.sequence_parallel, attention=attention)
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
     chunks = chunk_layers(model, layers_per_chunk)
-    d = plan.dp * plan.cp
-    de = max(1, d // plan.ep)
+    d, de = plan.shards, plan.expert_shards
     last_vs = plan.chunks - 1
     totals, details = [], []
     for s in range(plan.pp):

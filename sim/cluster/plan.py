@@ -10,7 +10,10 @@ so ``ep`` must divide ``cp × dp``; the experts are split ``experts / ep`` per r
 replicated over the ``cp·dp/ep`` expert-data-parallel ranks.
 
 ``zero`` is the ZeRO stage over the data-parallel (``dp × cp``) ranks: 0 replicates the
-training state, 1 shards the optimizer state, 2 also the gradients, 3 (FSDP) also the weights.
+training state, 1 shards the optimizer state, 2 also the gradients, 3 (FSDP) also the weights;
+``zero_shards`` shards within groups of that many ranks and replicates across the groups
+(hybrid sharding: PyTorch FSDP's ``HYBRID_SHARD``, Megatron's distributed-optimizer
+instances), whose gradients are then all-reduced between replicas.
 
 The global batch is ``dp × micro_batch × micro_batches`` sequences. ``schedule`` is
 ``gpipe``, ``1f1b`` or ``interleaved`` (``virtual_stages = v ≥ 2`` chunks per stage,
@@ -60,6 +63,7 @@ class Plan:
     virtual_stages: int = 1
     micro_batch: int = 1
     recompute: str = "none"
+    zero_shards: int | None = None
     sequence_parallel: bool = True
     layers_per_stage: tuple[int, ...] | None = None
     order: str = ORDERS[0]
@@ -71,6 +75,8 @@ class Plan:
     def __post_init__(self):
         for n in ("tp", "pp", "dp", "ep", "cp", "virtual_stages", "micro_batch"):
             _positive(n, getattr(self, n))
+        if self.zero_shards is not None:
+            _positive("zero_shards", self.zero_shards)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero must be a ZeRO stage 0, 1, 2 or 3 (3 = FSDP), "
                              f"not {self.zero!r}")
@@ -106,6 +112,18 @@ class Plan:
         return self.tp * self.pp * self.dp * self.cp
 
     @property
+    def shards(self) -> int:
+        """Data-parallel ranks the ZeRO state is sharded over: ``zero_shards`` (hybrid
+        sharding: shard within groups of that many ranks, replicate across them), else all
+        ``dp × cp``."""
+        return self.zero_shards or self.dp * self.cp
+
+    @property
+    def expert_shards(self) -> int:
+        """Expert-data-parallel ranks the routed experts' state is sharded over."""
+        return max(1, self.shards // self.ep)
+
+    @property
     def chunks(self) -> int:
         """Model chunks (virtual pipeline stages): ``pp × v``."""
         return self.pp * self.virtual_stages
@@ -123,7 +141,8 @@ class Plan:
         return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "ep": self.ep, "cp": self.cp,
                 "zero": self.zero, "schedule": self.schedule,
                 "virtual_stages": self.virtual_stages, "micro_batch": self.micro_batch,
-                "recompute": self.recompute, "sequence_parallel": self.sequence_parallel,
+                "recompute": self.recompute, "zero_shards": self.zero_shards,
+                "sequence_parallel": self.sequence_parallel,
                 "layers_per_stage": list(self.layers_per_stage or ()) or None,
                 "order": self.order, "overlap_tp": self.overlap_tp,
                 "overlap_dp": self.overlap_dp, "overlap_ep": self.overlap_ep,
@@ -184,6 +203,14 @@ def check_plan(plan: Plan, model, *, chips: int, batch: int, seq_len: int,
         if (plan.dp * plan.cp) % plan.ep:
             raise ValueError(f"ep={plan.ep} must divide dp x cp = {plan.dp * plan.cp}: expert "
                              f"parallel ranks are carved out of the data/context-parallel ranks")
+    if plan.zero_shards is not None:
+        d = plan.dp * plan.cp
+        if d % plan.zero_shards:
+            raise ValueError(f"zero_shards={plan.zero_shards} must divide dp x cp = {d}: the "
+                             f"state is sharded within groups of zero_shards ranks")
+        if plan.zero_shards % plan.ep:
+            raise ValueError(f"zero_shards={plan.zero_shards} must be a multiple of "
+                             f"ep={plan.ep} so that expert shards align with expert groups")
     if plan.cp > 1:
         if phase == "decode":
             raise ValueError(f"cp={plan.cp}: context parallelism splits a prompt or training "

@@ -170,7 +170,7 @@ class _Comm:
     def __init__(self, plan: Plan, net: Network):
         self.net = net
         self.shapes = {k: group_shape(group_ranks(plan, k), net)
-                       for k in ("tp", "cp", "dp", "ep", "edp")}
+                       for k in ("tp", "cp", "dp", "ep", "edp", "zs", "zr", "ezs")}
         self.shapes["pp"] = group_shape([0, stage_peer(plan)], net) if plan.pp > 1 else \
             group_shape([0], net)
         self.log: dict[str, dict] = {}
@@ -219,12 +219,14 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
         if train and plan.zero >= 3:
             e = lp.moe_experts if kind == "moe" else 0.0
             for lst in (fwd, bwd):
-                add(lst, "dp", "dp", "all_gather", (params[kind] - e) * w_bytes,
+                add(lst, "dp", "zs", "all_gather", (params[kind] - e) * w_bytes,
                     f"zero3 all-gather {kind}")
-                add(lst, "dp", "edp", "all_gather", e * w_bytes, "zero3 all-gather experts")
-            add(bwd, "dp", "dp", "reduce_scatter", (params[kind] - e) * g_bytes,
+                add(lst, "dp", "ezs", "all_gather", e * w_bytes, "zero3 all-gather experts")
+            add(bwd, "dp", "zs", "reduce_scatter", (params[kind] - e) * g_bytes,
                 f"zero3 reduce-scatter {kind}")
-            add(bwd, "dp", "edp", "reduce_scatter", e * g_bytes, "zero3 reduce-scatter experts")
+            add(bwd, "dp", "ezs", "reduce_scatter", e * g_bytes, "zero3 reduce-scatter experts")
+            add(bwd, "dp", "zr", "all_reduce", params[kind] * g_bytes / plan.shards,
+                f"zero3 replica all-reduce {kind}")
         bwd_compute = t.bwd_s
         if plan.recompute == "full":
             bwd_compute += t.fwd_s
@@ -375,7 +377,6 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
         busy = [m * (F[s] + B[s]) for s in range(P)]
         pp_exposed = 2 * (P - 1) * send
     # after the pipeline: gradient reduction, optimizer, ZeRO-1/2 parameter all-gather
-    d = plan.dp * plan.cp
     tails, opt_s, ag_s = [], [], []
     sec_per_param = _adamw_seconds_per_param(model, chip, p, simulate) if train else 0.0
     for s in range(P):
@@ -399,19 +400,26 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
             expert_params += e
             if plan.zero >= 3:
                 continue
-            op = "all_reduce" if plan.zero == 0 else "reduce_scatter"
-            c = (comm("dp", op, (par[k] - e) * p.g_bytes, f"dp grad {op} {k}")
-                 + comm("edp", op, e * p.g_bytes, f"dp grad {op} experts"))
+            if plan.zero == 0:
+                c = (comm("dp", "all_reduce", (par[k] - e) * p.g_bytes, f"dp grad all_reduce {k}")
+                     + comm("edp", "all_reduce", e * p.g_bytes, "dp grad all_reduce experts"))
+            else:
+                c = (comm("zs", "reduce_scatter", (par[k] - e) * p.g_bytes,
+                          f"dp grad reduce_scatter {k}")
+                     + comm("ezs", "reduce_scatter", e * p.g_bytes,
+                            "dp grad reduce_scatter experts")
+                     + comm("zr", "all_reduce", par[k] * p.g_bytes / plan.shards,
+                            f"dp grad replica all_reduce {k}"))
             buckets.append((steps[k].bwd, c))
         tails.append(_bucket_tail(buckets, plan.overlap_dp))
         if plan.zero >= 1:                # the optimizer updates this rank's shard only
-            local = dense_params / d + expert_params / max(1, d // plan.ep)
+            local = dense_params / plan.shards + expert_params / plan.expert_shards
         else:
             local = dense_params + expert_params
         opt_s.append(local * sec_per_param)
         if plan.zero in (1, 2):
-            ag = (comm("dp", "all_gather", dense_params * p.w_bytes, "dp param all-gather")
-                  + comm("edp", "all_gather", expert_params * p.w_bytes,
+            ag = (comm("zs", "all_gather", dense_params * p.w_bytes, "dp param all-gather")
+                  + comm("ezs", "all_gather", expert_params * p.w_bytes,
                          "dp param all-gather experts"))
             ag_s.append(_exposed(ag, sum(fwd[s]), plan.overlap_dp))
         else:

@@ -103,13 +103,14 @@ def _strides(plan: Plan) -> tuple[dict[str, int], dict[str, int]]:
     return sizes, strides
 
 
-GROUP_KINDS = ("tp", "cp", "pp", "dp", "ep", "edp")
+GROUP_KINDS = ("tp", "cp", "pp", "dp", "ep", "edp", "zs", "zr", "ezs")
 
 
 def group_ranks(plan: Plan, kind: str) -> list[int]:
     """Global ranks of the ``kind`` group that holds rank 0 (``dp`` is the dense gradient
     group, dp × cp ranks; ``ep`` the expert-parallel group, ``edp`` the expert gradient
-    group, cp·dp/ep ranks)."""
+    group, cp·dp/ep ranks; ``zs`` the ZeRO shard group, the innermost ``plan.shards`` of
+    the dp × cp ranks, ``zr`` its replicas, ``ezs`` the expert shard group)."""
     if kind not in GROUP_KINDS:
         raise ValueError(f"group kind must be one of {', '.join(GROUP_KINDS)}, not {kind!r}")
     sizes, strides = _strides(plan)
@@ -127,7 +128,20 @@ def group_ranks(plan: Plan, kind: str) -> list[int]:
         return block
     if kind == "ep":
         return block[:plan.ep]
-    return block[::plan.ep]
+    if kind == "edp":
+        return block[::plan.ep]
+    return _zero_group(block, 0, plan, kind)
+
+
+def _zero_group(block: list[int], b: int, plan: Plan, kind: str) -> list[int]:
+    """The ZeRO shard / replica / expert-shard group of block position ``b``."""
+    S = plan.shards
+    lo = b - b % S
+    if kind == "zs":
+        return block[lo:lo + S]
+    if kind == "zr":
+        return block[b % S::S]
+    return block[lo + b % plan.ep:lo + S:plan.ep]
 
 
 def stage_peer(plan: Plan) -> int:
@@ -234,4 +248,6 @@ def group_of(plan: Plan, kind: str, rank: int) -> tuple[int, ...]:
     if kind == "ep":
         lo = b - b % plan.ep
         return tuple(block[lo:lo + plan.ep])
-    return tuple(block[b % plan.ep::plan.ep])
+    if kind == "edp":
+        return tuple(block[b % plan.ep::plan.ep])
+    return tuple(_zero_group(block, b, plan, kind))

@@ -112,3 +112,10 @@ def test_advice_names_the_cheapest_change_that_fits():
     # 70B on 8 chips cannot hold its 16 B/param training state even fully sharded
     r = mem(m, Plan(dp=8, zero=3), seq=8192)
     assert not r.fits and "no change in the advice list fits, alone or together" in r.advice
+
+
+def test_hybrid_sharding_divides_by_the_shard_group():
+    m = load_model("llama-3-8b")
+    psi = param_count(m)
+    bd = mem(m, Plan(dp=8, zero=1, zero_shards=2)).breakdown
+    assert bd["optimizer_state"] == pytest.approx(12 * psi / 2)

@@ -117,3 +117,16 @@ def test_group_shapes_on_the_presets():
     assert tp16.spans == ((16, True),)
     dp = group_shape(group_ranks(Plan(tp=16, dp=256), "dp"), pod)
     assert dp.spans == ((16, True), (16, True)) and dp.n_dom == 1
+
+
+def test_hybrid_sharding_groups():
+    # ZeRO state sharded within groups of 4 of the 8 data-parallel ranks, replicated twice
+    q = Plan(tp=2, dp=8, zero=3, zero_shards=4)
+    assert group_ranks(q, "zs") == [0, 2, 4, 6] and group_ranks(q, "zr") == [0, 8]
+    assert group_of(q, "zs", 11) == (9, 11, 13, 15) and group_of(q, "zr", 11) == (3, 11)
+    e = Plan(dp=8, ep=2, zero=1, zero_shards=4)
+    assert group_ranks(e, "ezs") == [0, 2] and group_of(e, "ezs", 5) == (5, 7)
+    with pytest.raises(ValueError, match=r"zero_shards=3 must divide dp x cp = 8"):
+        check_plan(Plan(dp=8, zero_shards=3), LLAMA, chips=8, batch=8, seq_len=4096)
+    with pytest.raises(ValueError, match=r"zero_shards must be a positive integer, not 0"):
+        Plan(zero_shards=0)

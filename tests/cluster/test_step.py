@@ -124,3 +124,11 @@ def test_bad_input():
     with pytest.raises(ValueError, match="cannot compute in"):
         simulate_cluster_step("llama-3-8b", load_chip("tpu-v1"), "dgx-h100", Plan(),
                               batch=4, seq=2048, act_dtype="fp16", simulate=roofline)
+
+
+def test_hybrid_sharding_all_reduces_between_replicas():
+    m = load_model("llama-3-8b")
+    r = step(m, Plan(tp=8, dp=4, zero=1, zero_shards=2))
+    rep = r.comm["dp grad replica all_reduce dense"]
+    assert rep["kind"] == "all_reduce" and rep["group"] == 2
+    assert r.comm["dp grad reduce_scatter dense"]["group"] == 2
