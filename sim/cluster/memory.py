@@ -28,11 +28,11 @@ first change in :data:`ADVICE_ORDER` (cheapest in step time first) that fits.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ...workloads.config import ModelConfig
 from ...workloads.graph import Block, Workload
-from ...workloads.memory import peak_working_bytes
+from ...workloads.memory import MemoryReport, peak_working_bytes
 from ...workloads.params import kv_bytes_per_token_per_chip
 from ...workloads.precision import Precision
 from .layers import LayerOps, layer_ops
@@ -42,34 +42,18 @@ from .schedule import in_flight_weight
 
 
 @dataclass(frozen=True)
-class ClusterMemory:
+class ClusterMemory(MemoryReport):
     """Bytes per chip on the worst pipeline device (``breakdown``), every device's total
     (``per_stage``), against ``capacity_bytes``; ``advice``/``suggestion`` when it does not
-    fit."""
+    fit (:class:`~diptych.workloads.memory.MemoryReport`'s fields and rules)."""
 
-    capacity_bytes: float
-    breakdown: dict[str, float]
-    per_stage: tuple[float, ...]
-    worst_stage: int
-    advice: str = ""
-    suggestion: dict | None = None
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def total_bytes(self) -> float:
-        return sum(self.breakdown.values())
-
-    @property
-    def fits(self) -> bool:
-        return self.total_bytes <= self.capacity_bytes
+    per_stage: tuple[float, ...] = ()
+    worst_stage: int = 0
 
     def to_dict(self) -> dict:
-        return {"fits": self.fits, "memory_bytes": self.total_bytes,
-                "capacity_bytes": self.capacity_bytes,
-                "deficit_bytes": max(0.0, self.total_bytes - self.capacity_bytes),
-                "breakdown": dict(self.breakdown), "per_stage": list(self.per_stage),
-                "worst_stage": self.worst_stage, "advice": self.advice,
-                "suggestion": self.suggestion, **self.extra}
+        d = super().to_dict()
+        del d["min_tp"]
+        return {**d, "per_stage": list(self.per_stage), "worst_stage": self.worst_stage}
 
 
 def zero_state_bytes(params: float, zero: int, shards: int, p: Precision) -> dict[str, float]:
@@ -162,7 +146,8 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
         totals.append(sum(bd.values()))
         details.append(bd)
     worst = max(range(plan.pp), key=lambda i: totals[i])
-    rep = ClusterMemory(capacity_bytes, details[worst], tuple(totals), worst)
+    rep = ClusterMemory(capacity_bytes, details[worst], per_stage=tuple(totals),
+                        worst_stage=worst)
     if rep.fits or not advise:
         return rep
     advice, sugg = _advise(model, plan, p, phase=phase, seq=seq, micro_batches=micro_batches,

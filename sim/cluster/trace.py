@@ -226,6 +226,14 @@ class _RankGraph:
         self.nodes.append(n)
         return n
 
+    def p2p(self, name: str, ntype: str, src: int, dst: int, nbytes: float, tag: int):
+        """A pipeline transfer node (send or receive) from ``src`` to ``dst``."""
+        A = self.Attr
+        return self.add(name, ntype, [A(name="comm_src", int64_val=src),
+                                      A(name="comm_dst", int64_val=dst),
+                                      A(name="comm_size", uint64_val=int(nbytes)),
+                                      A(name="comm_tag", int64_val=tag)])
+
 
 def export_chakra(res: ClusterResult, directory, *, prefix: str = "diptych",
                   max_ranks: int = 4096) -> list[Path]:
@@ -263,11 +271,8 @@ def export_chakra(res: ClusterResult, directory, *, prefix: str = "diptych",
             fwd = kind == "F"
             src_vs = vs - 1 if fwd else vs + 1
             if 0 <= src_vs < V and (fwd or res.phase == "train") and send_bytes:
-                peer = pipe[src_vs % P]
-                g.add(f"recv {kind} mb{mb} vs{vs}", "COMM_RECV_NODE", [
-                    Attr(name="comm_src", int64_val=peer), Attr(name="comm_dst", int64_val=r),
-                    Attr(name="comm_size", uint64_val=int(send_bytes)),
-                    Attr(name="comm_tag", int64_val=(mb * V + vs) * 2 + (0 if fwd else 1))])
+                g.p2p(f"recv {kind} mb{mb} vs{vs}", "COMM_RECV_NODE", pipe[src_vs % P], r,
+                      send_bytes, (mb * V + vs) * 2 + (0 if fwd else 1))
             for i, k in enumerate(_unit_layers(res, vs)):
                 st = res.layers[k]
                 comp = st.fwd_compute if fwd else st.bwd_compute
@@ -281,11 +286,8 @@ def export_chakra(res: ClusterResult, directory, *, prefix: str = "diptych",
                         Attr(name="pg_name", string_val=pg(group, r))])
             dst_vs = vs + 1 if fwd else vs - 1
             if 0 <= dst_vs < V and (fwd or res.phase == "train") and send_bytes:
-                peer = pipe[dst_vs % P]
-                g.add(f"send {kind} mb{mb} vs{vs}", "COMM_SEND_NODE", [
-                    Attr(name="comm_src", int64_val=r), Attr(name="comm_dst", int64_val=peer),
-                    Attr(name="comm_size", uint64_val=int(send_bytes)),
-                    Attr(name="comm_tag", int64_val=(mb * V + dst_vs) * 2 + (0 if fwd else 1))])
+                g.p2p(f"send {kind} mb{mb} vs{vs}", "COMM_SEND_NODE", r, pipe[dst_vs % P],
+                      send_bytes, (mb * V + dst_vs) * 2 + (0 if fwd else 1))
         if res.phase == "train":
             for label, entry in res.comm.items():
                 if label.startswith("dp grad") and entry["bytes"] > 0:

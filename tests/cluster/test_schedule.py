@@ -17,6 +17,13 @@ def equal(p, v, f=1.0, b=2.0):
     return [[f / v] * v for _ in range(p)], [[b / v] * v for _ in range(p)]
 
 
+def shape(sched, p, k, v):
+    """(p, v, m) valid for ``sched``: interleaving needs p >= 2, the others v = 1."""
+    p = max(p, 2) if sched == "interleaved" else p
+    v = v if sched == "interleaved" else 1
+    return p, v, p * k
+
+
 @given(st.integers(1, 8), st.integers(1, 24))
 @settings(max_examples=60, deadline=None)
 def test_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1(p, m):
@@ -42,10 +49,7 @@ def test_interleaving_divides_the_bubble_by_v(p, k, v):
        st.integers(2, 3), st.integers(0, 7))
 @settings(max_examples=80, deadline=None)
 def test_every_unit_runs_once_in_dependency_order(sched, p, k, v, s):
-    if sched == "interleaved" and p < 2:
-        p = 2
-    v = v if sched == "interleaved" else 1
-    m = p * k
+    p, v, m = shape(sched, p, k, v)
     order = stage_order(sched, p, m, v, s % p)
     assert sorted(order) == sorted((kind, i, c) for kind in "FB" for i in range(m)
                                    for c in range(v))
@@ -91,10 +95,7 @@ def test_sends_delay_the_pipeline():
        st.integers(2, 3), st.data())
 @settings(max_examples=60, deadline=None)
 def test_in_flight_closed_form_matches_the_simulation(sched, p, k, v, data):
-    if sched == "interleaved" and p < 2:
-        p = 2
-    v = v if sched == "interleaved" else 1
-    m = p * k
+    p, v, m = shape(sched, p, k, v)
     w = [[data.draw(st.integers(1, 5)) * 1.0 for _ in range(v)] for _ in range(p)]
     fwd, bwd = equal(p, v)
     run = simulate_pipeline(fwd, bwd, m, schedule=sched, chunk_weights=w)
