@@ -55,7 +55,8 @@ SELECTIVE_KINDS = ("rmsnorm", "layernorm", "swiglu", "gelu")
 
 @dataclass(frozen=True)
 class LayerOps:
-    """One copy of a layer kind for one micro-batch on one rank.
+    """One copy of a layer kind for one micro-batch on one rank (``kind``: the lowering's
+    block name, ``embedding`` or ``head``; ``moe``: it has routed experts).
 
     ``forward``/``backward``: compute ops (no collectives); ``tp``: the forward
     tensor-parallel collectives (their backward mirrors are the same); ``a2a_bytes``: one
@@ -68,6 +69,7 @@ class LayerOps:
     kind: str
     forward: tuple[Op, ...]
     backward: tuple[Op, ...]
+    moe: bool = False
     tp: tuple[Collective, ...] = ()
     a2a_bytes: float = 0.0
     cp_kv_bytes: float = 0.0
@@ -199,8 +201,10 @@ def _backward(ops: list[Op], p: Precision) -> tuple[Op, ...]:
 def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep: int,
               micro_batch: int, seq: int, context: int = 0, sequence_parallel: bool = True,
               attention: str = "fused") -> dict[str, LayerOps]:
-    """The plan-adapted ops of each layer kind (``dense``, ``moe``, ``embedding``, ``head``)
-    for one micro-batch of ``micro_batch`` sequences on one rank (module docstring).
+    """The plan-adapted ops of each layer kind for one micro-batch of ``micro_batch``
+    sequences on one rank (module docstring), keyed by the lowering's block name (one per
+    distinct layer kind, in order of first use; see :func:`layer_order`), ``embedding`` and
+    ``head``.
 
     ``phase``: ``train`` (forward and backward of ``seq``-token sequences), ``prefill``
     (forward, logits for the last position) or ``decode`` (one token per sequence attending
@@ -223,14 +227,13 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
             continue
         ops = list(b.ops)
         kind = b.name
-        if b.name.startswith("layers"):
-            kind = "moe" if any(getattr(o, "name", "").startswith("experts_") for o in ops) \
-                else "dense"
+        layer = kind not in ("embedding", "head")
+        moe = any(getattr(o, "name", "").startswith("experts_") for o in ops)
         tp_ops = tuple(o for o in ops if isinstance(o, Collective))
         ops = [o for o in ops if not isinstance(o, Collective)]
         kv_chunk = 0.0
         ks = w.info.get("prompt_len", q_len) / w.info.get("keys_per_query", 1)
-        if kind in ("dense", "moe") and cp > 1:
+        if layer and cp > 1:
             if attention == "unfused":
                 kv_chunk = _unfused_kv_chunk(ops, q_len)
                 ops, _ = _cp_attention(ops, keys, seq)
@@ -238,7 +241,7 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
             else:
                 ops, kv_chunk = _cp_attention(ops, keys, seq)
         a2a = 0.0
-        if kind == "moe" and ep > 1:
+        if moe and ep > 1:
             ops = _ep_experts(ops, m, ep, tokens)
             a2a = tokens * m.experts_per_token * m.hidden_size * p.a_bytes / tp
         blk = Block(kind, 1, tuple(ops))
@@ -248,10 +251,31 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
         if split > 1:
             saved -= _replicated_saved(ops, m, tokens) * (1 - 1 / split)
         out[kind] = LayerOps(
-            kind=kind, forward=tuple(ops),
+            kind=kind, forward=tuple(ops), moe=moe,
             backward=_backward(ops, p) if phase == "train" else (),
             tp=tp_ops, a2a_bytes=a2a, cp_kv_bytes=kv_chunk, saved_bytes=saved,
             selective_bytes=sel_bytes if phase == "train" else 0.0,
             selective_ops=sel_ops if phase == "train" else (),
             input_bytes=tokens * m.hidden_size * p.a_bytes / split)
     return out
+
+
+def layer_order(m: ModelConfig, ops: dict[str, LayerOps]) -> list[str]:
+    """The :func:`layer_ops` key of every layer, in layer order. The lowering emits one block
+    per distinct layer kind in order of first use: the model's ``layer_groups()`` where the
+    config has them, else its dense layers followed by its MoE layers."""
+    keys = [k for k in ops if k not in ("embedding", "head")]
+    groups = getattr(m, "layer_groups", None)
+    if groups is not None:
+        index = [0] * m.layers
+        for g, (_, layers) in enumerate(groups()):
+            for i in layers:
+                index[i] = g
+    else:
+        first_moe = 1 if m.dense_layers else 0
+        index = [first_moe if (m.is_moe and i >= m.first_dense_layers) else 0
+                 for i in range(m.layers)]
+    if max(index) >= len(keys):                      # pragma: no cover - lowering changed
+        raise ValueError(f"{m.name}: {max(index) + 1} layer kinds but the lowering emitted "
+                         f"{len(keys)} layer blocks ({', '.join(keys)})")
+    return [keys[i] for i in index]

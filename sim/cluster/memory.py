@@ -35,8 +35,8 @@ from ...workloads.graph import Block, Workload
 from ...workloads.memory import MemoryReport, peak_working_bytes
 from ...workloads.params import kv_bytes_per_token_per_chip
 from ...workloads.precision import Precision
-from .layers import LayerOps, layer_ops
-from .params import layer_kinds, layer_params
+from .layers import LayerOps, layer_ops, layer_order
+from .params import layer_params
 from .plan import Plan
 from .schedule import in_flight_weight
 
@@ -65,9 +65,11 @@ def zero_state_bytes(params: float, zero: int, shards: int, p: Precision) -> dic
             "optimizer_state": params * o / (shards if zero >= 1 else 1)}
 
 
-def chunk_layers(model: ModelConfig, layers_per_chunk: tuple[int, ...]) -> list[list[str]]:
-    """Layer kinds of each model chunk (virtual stage), in pipeline order."""
-    kinds = layer_kinds(model)
+def chunk_layers(model: ModelConfig, layers_per_chunk: tuple[int, ...],
+                 ops: dict[str, LayerOps]) -> list[list[str]]:
+    """Layer kinds (:func:`~diptych.sim.cluster.layers.layer_ops` keys) of each model chunk
+    (virtual stage), in pipeline order."""
+    kinds = layer_order(model, ops)
     out, i = [], 0
     for n in layers_per_chunk:
         out.append(kinds[i:i + n])
@@ -99,22 +101,24 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
                    micro_batch=plan.micro_batch, seq=seq, context=context,
                    sequence_parallel=plan.sequence_parallel, attention=attention)
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
-    chunks = chunk_layers(model, layers_per_chunk)
+    chunks = chunk_layers(model, layers_per_chunk, lo)
     d, de = plan.shards, plan.expert_shards
     last_vs = plan.chunks - 1
     totals, details = [], []
     for s in range(plan.pp):
         mine = device_chunks(plan, s)
         kinds = [k for c in mine for k in chunks[c]]
-        nd, nm = kinds.count("dense"), kinds.count("moe")
+        nm = sum(1 for k in kinds if lo[k].moe)
+        nd = len(kinds) - nm
         first, last = 0 in mine, last_vs in mine
         total, experts = lp.stage(nd, nm, first, last)
         if train:
             bd = zero_state_bytes(total - experts, plan.zero, d, p)
             for k, v in zero_state_bytes(experts, plan.zero, de, p).items():
                 bd[k] += v
-            biggest = max([lp.dense if nd else 0.0, lp.moe if nm else 0.0,
-                           lp.embedding if first else 0.0, lp.head if last else 0.0])
+            ends = (["embedding"] if first else []) + (["head"] if last else [])
+            biggest = max(lp.of(k, lo[k].moe if k in lo else False)[0]
+                          for k in set(kinds) | set(ends))
             work = 0.0
             if plan.zero >= 3:
                 work += 2 * biggest * p.w_bytes + biggest * p.g_bytes

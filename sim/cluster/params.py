@@ -17,8 +17,8 @@ from functools import lru_cache
 from ...workloads.config import ModelConfig
 from ...workloads.params import weight_tensors
 
-#: Tensor groups that belong to every layer, dense layers, MoE layers, and the ends.
-_EVERY = ("attn", "norm")
+#: Tensor groups that belong to every layer (attention sinks: one logit per head and layer).
+_EVERY = ("attn", "norm", "sink")
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,15 @@ class LayerParams:
     moe_experts: float
     embedding: float
     head: float
+
+    def of(self, kind: str, moe: bool) -> tuple[float, float]:
+        """(parameters, routed-expert parameters) of one copy of a layer kind: ``embedding``,
+        ``head``, or a layer (``moe``: with routed experts)."""
+        if kind == "embedding":
+            return self.embedding, 0.0
+        if kind == "head":
+            return self.head, 0.0
+        return (self.moe, self.moe_experts) if moe else (self.dense, 0.0)
 
     def stage(self, dense_layers: int, moe_layers: int, first: bool, last: bool
               ) -> tuple[float, float]:
@@ -69,8 +78,3 @@ def layer_params(m: ModelConfig, tp: int, ep: int = 1, pp: int = 1) -> LayerPara
     return LayerParams(dense=every + dense, moe=every + moe + experts, moe_experts=experts,
                        embedding=emb, head=head)
 
-
-def layer_kinds(m: ModelConfig) -> list[str]:
-    """``dense`` or ``moe`` for every layer index, in order."""
-    return ["dense" if (not m.is_moe or i < m.first_dense_layers) else "moe"
-            for i in range(m.layers)]

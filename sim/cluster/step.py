@@ -189,7 +189,6 @@ class _Comm:
 def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes: float,
                  g_bytes: float, train: bool) -> dict[str, LayerStep]:
     out = {}
-    params = {"dense": lp.dense, "moe": lp.moe, "embedding": lp.embedding, "head": lp.head}
     for kind, t in lt.items():
         ops = t.ops
         fwd: list[tuple[str, str, str, float, float]] = []
@@ -217,15 +216,15 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
                 for what in ("dispatch", "combine"):
                     add(lst, "ep", "ep", "all_to_all", ops.a2a_bytes, f"ep all-to-all {what}")
         if train and plan.zero >= 3:
-            e = lp.moe_experts if kind == "moe" else 0.0
+            total, e = lp.of(kind, ops.moe)
             for lst in (fwd, bwd):
-                add(lst, "dp", "zs", "all_gather", (params[kind] - e) * w_bytes,
+                add(lst, "dp", "zs", "all_gather", (total - e) * w_bytes,
                     f"zero3 all-gather {kind}")
                 add(lst, "dp", "ezs", "all_gather", e * w_bytes, "zero3 all-gather experts")
-            add(bwd, "dp", "zs", "reduce_scatter", (params[kind] - e) * g_bytes,
+            add(bwd, "dp", "zs", "reduce_scatter", (total - e) * g_bytes,
                 f"zero3 reduce-scatter {kind}")
             add(bwd, "dp", "ezs", "reduce_scatter", e * g_bytes, "zero3 reduce-scatter experts")
-            add(bwd, "dp", "zr", "all_reduce", params[kind] * g_bytes / plan.shards,
+            add(bwd, "dp", "zr", "all_reduce", total * g_bytes / plan.shards,
                 f"zero3 replica all-reduce {kind}")
         bwd_compute = t.bwd_s
         if plan.recompute == "full":
@@ -332,7 +331,7 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     comm = _Comm(plan, net)
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
     steps = _layer_steps(lt, plan, comm, lp, p.w_bytes, p.g_bytes, train)
-    chunks = chunk_layers(model, lpc)
+    chunks = chunk_layers(model, lpc, {k: t.ops for k, t in lt.items()})
     last_vs = plan.chunks - 1
 
     def chunk_time(vs: int, fwd: bool) -> float:
@@ -391,24 +390,23 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
             opt_s.append(0.0)
             ag_s.append(0.0)
             continue
-        par = {"dense": lp.dense, "moe": lp.moe, "embedding": lp.embedding, "head": lp.head}
         buckets = []
         dense_params = expert_params = 0.0
         for k in kinds:
-            e = lp.moe_experts if k == "moe" else 0.0
-            dense_params += par[k] - e
+            total, e = lp.of(k, lt[k].ops.moe)
+            dense_params += total - e
             expert_params += e
             if plan.zero >= 3:
                 continue
             if plan.zero == 0:
-                c = (comm("dp", "all_reduce", (par[k] - e) * p.g_bytes, f"dp grad all_reduce {k}")
+                c = (comm("dp", "all_reduce", (total - e) * p.g_bytes, f"dp grad all_reduce {k}")
                      + comm("edp", "all_reduce", e * p.g_bytes, "dp grad all_reduce experts"))
             else:
-                c = (comm("zs", "reduce_scatter", (par[k] - e) * p.g_bytes,
+                c = (comm("zs", "reduce_scatter", (total - e) * p.g_bytes,
                           f"dp grad reduce_scatter {k}")
                      + comm("ezs", "reduce_scatter", e * p.g_bytes,
                             "dp grad reduce_scatter experts")
-                     + comm("zr", "all_reduce", par[k] * p.g_bytes / plan.shards,
+                     + comm("zr", "all_reduce", total * p.g_bytes / plan.shards,
                             f"dp grad replica all_reduce {k}"))
             buckets.append((steps[k].bwd, c))
         tails.append(_bucket_tail(buckets, plan.overlap_dp))

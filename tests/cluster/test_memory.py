@@ -119,3 +119,16 @@ def test_hybrid_sharding_divides_by_the_shard_group():
     psi = param_count(m)
     bd = mem(m, Plan(dp=8, zero=1, zero_shards=2)).breakdown
     assert bd["optimizer_state"] == pytest.approx(12 * psi / 2)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "mixtral-8x7b", "llama-3-8b"])
+def test_layers_in_order_add_up_to_the_model(name):
+    # every layer index maps to the lowered block of its kind (DeepSeek-V3: 3 dense, 58 MoE)
+    from diptych.sim.cluster.layers import layer_ops, layer_order
+    m = load_model(name)
+    lo = layer_ops(m, P, phase="train", tp=1, cp=1, ep=1, micro_batch=1, seq=1024)
+    order = layer_order(m, lo)
+    lp = layer_params(m, 1)
+    total = sum(lp.of(k, lo[k].moe)[0] for k in order + ["embedding", "head"])
+    assert total == pytest.approx(param_count(m), rel=1e-12)
+    assert sum(lo[k].moe for k in order) == m.moe_layers
