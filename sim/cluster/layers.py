@@ -190,6 +190,15 @@ def _replicated_saved(ops: list[Op], m: ModelConfig, tokens: int) -> float:
                for op in ops if _is_replicated(op, m, tokens))
 
 
+def _windows(m: ModelConfig) -> list[int | None]:
+    """The attention window of each lowered layer block, in order (the model's layer groups
+    where the config has them, else its one sliding window)."""
+    groups = getattr(m, "layer_groups", None)
+    if groups is not None:
+        return [spec.window for spec, _ in groups()]
+    return [m.sliding_window] * 2
+
+
 def _backward(ops: list[Op], p: Precision) -> tuple[Op, ...]:
     out: list[Op] = []
     for op in reversed(ops):
@@ -220,7 +229,7 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
     else:
         raise ValueError(f"phase must be train, prefill or decode, not {phase!r}")
     tokens = micro_batch * (1 if phase == "decode" else q_len)
-    keys = math.ceil(causal_mean_keys(seq, 0, m.sliding_window))
+    windows = iter(_windows(m))
     out: dict[str, LayerOps] = {}
     for b in w.blocks:
         if b.stage != "forward":
@@ -228,6 +237,8 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
         ops = list(b.ops)
         kind = b.name
         layer = kind not in ("embedding", "head")
+        if layer:
+            keys = math.ceil(causal_mean_keys(seq, 0, next(windows)))
         moe = any(getattr(o, "name", "").startswith("experts_") for o in ops)
         tp_ops = tuple(o for o in ops if isinstance(o, Collective))
         ops = [o for o in ops if not isinstance(o, Collective)]
