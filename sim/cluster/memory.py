@@ -98,7 +98,8 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
     length; ``context``: tokens of KV cache per sequence (inference)."""
     train = phase == "train"
     lo = layer_ops(model, p, phase=phase, tp=plan.tp, cp=plan.cp, ep=plan.ep,
-                   micro_batch=plan.micro_batch, seq=seq, context=context,
+                   micro_batch=plan.micro_batch, seq=seq,
+                   context=context if phase == "decode" else 0,
                    sequence_parallel=plan.sequence_parallel, attention=attention)
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
     chunks = chunk_layers(model, layers_per_chunk, lo)
@@ -227,7 +228,7 @@ def _advise(model, plan, p, *, phase, seq, micro_batches, layers_per_chunk, capa
     for step in ADVICE_ORDER:
         if not allowed(step):
             continue
-        for st, q, text in _variants(cur, global_batch):
+        for st, q, _ in _variants(cur, global_batch):
             if st != step:
                 continue
             rep = fitted(q)

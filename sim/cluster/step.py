@@ -303,7 +303,7 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     if phase not in ("train", "prefill", "decode"):
         raise ValueError(f"phase must be train, prefill or decode, not {phase!r}")
     train = phase == "train"
-    context = 0
+    context = kv_tokens = 0
     if train:
         if seq is None:
             raise ValueError("train needs seq (sequence length in tokens)")
@@ -311,12 +311,13 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     elif phase == "prefill":
         if prompt is None:
             raise ValueError("prefill needs prompt (prompt length in tokens)")
-        length = prompt
+        length = kv_tokens = prompt
     else:
         if prompt is None:
             raise ValueError("decode needs prompt (context before generation)")
         from ...workloads.lower import decode_context
         context = decode_context(prompt, 1 if gen is None else gen)
+        kv_tokens = prompt + (1 if gen is None else gen)     # the cache at the last step
         length = 1
     info = check_plan(plan, model, chips=plan.chips, batch=batch, seq_len=length, phase=phase,
                       cluster_chips=cluster.chips)
@@ -455,7 +456,7 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     peak = chip.peak_ops_per_s[comp] * plan.chips
     mem = plan_memory(model, plan, p, phase=phase, seq=length, micro_batches=m,
                       layers_per_chunk=lpc, capacity_bytes=chip.dram.capacity_bytes,
-                      global_batch=batch, context=context, attention=attention)
+                      global_batch=batch, context=kv_tokens, attention=attention)
     tokens = batch * (length if phase != "decode" else 1)
     stage_seconds = [{"stage": s, "forward_s": sum(fwd[s]), "backward_s": sum(bwd[s]),
                       "finish_s": finish[s], "grad_reduce_exposed_s": tails[s],

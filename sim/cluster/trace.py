@@ -264,7 +264,7 @@ def export_chakra(res: ClusterResult, directory, *, prefix: str = "diptych",
         s = rank_coords(plan, r)["pp"]
         pipe = group_of(plan, "pp", r)
         g = _RankGraph(Node, Attr)
-        for kind, mb, c, start, end in run.units[s]:
+        for kind, mb, c, _, _ in run.units[s]:
             if kind == "B" and res.phase != "train":
                 continue
             vs = c * P + s
@@ -279,7 +279,7 @@ def export_chakra(res: ClusterResult, directory, *, prefix: str = "diptych",
                 flops = st.fwd_flops if fwd else st.bwd_flops
                 g.add(f"{kind} mb{mb} vs{vs} {k}[{i}]", "COMP_NODE", [
                     Attr(name="num_ops", int64_val=int(flops))], comp * 1e6)
-                for ck, group, coll, nbytes, _ in (st.colls_fwd if fwd else st.colls_bwd):
+                for _, group, coll, nbytes, _ in (st.colls_fwd if fwd else st.colls_bwd):
                     g.add(f"{coll} ({group}) {k}[{i}] {kind} mb{mb}", "COMM_COLL_NODE", [
                         Attr(name="comm_type", int64_val=_COLL_TYPES[coll]),
                         Attr(name="comm_size", uint64_val=int(nbytes)),

@@ -132,3 +132,16 @@ def test_hybrid_sharding_all_reduces_between_replicas():
     rep = r.comm["dp grad replica all_reduce layers"]
     assert rep["kind"] == "all_reduce" and rep["group"] == 2
     assert r.comm["dp grad reduce_scatter layers"]["group"] == 2
+
+
+def test_inference_memory_holds_the_whole_cache():
+    # prefill writes the prompt's KV; decode holds prompt + generated tokens at its last step
+    m = load_model("llama-3-70b")
+    from diptych.workloads.params import kv_bytes_per_token_per_chip
+    per_token = kv_bytes_per_token_per_chip(m, "bf16", 8)
+    pre = simulate_cluster_step(m, "h100", "dgx-h100", Plan(tp=8), phase="prefill", batch=4,
+                                prompt=4096, simulate=roofline)
+    assert pre.memory.breakdown["kv_cache"] == pytest.approx(4 * 4096 * per_token)
+    dec = simulate_cluster_step(m, "h100", "dgx-h100", Plan(tp=8, pp=2), phase="decode",
+                                batch=4, prompt=4096, gen=512, simulate=roofline)
+    assert dec.memory.breakdown["kv_cache"] == pytest.approx(4 * 4608 * per_token / 2)
