@@ -55,7 +55,8 @@ class SearchResult:
                          "bubble_fraction": r.bubble_fraction,
                          "exposed_comm_s": dict(r.exposed_comm_s),
                          "memory_bytes_per_chip": r.memory_bytes_per_chip, "fits": r.fits,
-                         "memory_breakdown": dict(r.memory.breakdown)})
+                         "memory_breakdown": dict(r.memory.breakdown),
+                         "comm": r.comm})
         return {"plans": rows, "candidates": self.candidates, "fitting": self.fitting,
                 "refined": len(self.plans)}
 
