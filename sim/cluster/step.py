@@ -54,7 +54,7 @@ from .params import layer_params
 from .plan import Plan, check_plan
 from .schedule import PipelineRun, fast_pipeline_seconds, simulate_pipeline
 from .timing import LayerTime, layer_times
-from .topology import Network, bind, group_ranks, group_shape, stage_peer
+from .topology import GroupShape, Network, bind, group_ranks, group_shape, stage_peer
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 
@@ -164,15 +164,24 @@ def _exposed(comm: float, hide: float, overlap: bool) -> float:
     return max(0.0, comm - hide) if overlap else comm
 
 
+@lru_cache(maxsize=4096)
+def _group_shapes(layout: Plan, net: Network) -> dict[str, GroupShape]:
+    """Where each group of a layout sits (memoised: plans that differ only in ZeRO stage,
+    schedule, micro-batch or recomputation share their groups)."""
+    shapes = {k: group_shape(group_ranks(layout, k), net)
+              for k in ("tp", "cp", "dp", "ep", "edp", "zs", "zr", "ezs")}
+    shapes["pp"] = group_shape([0, stage_peer(layout)] if layout.pp > 1 else [0], net)
+    return shapes
+
+
 class _Comm:
     """Collective costs of one plan on one network, by group kind, memoised per call."""
 
     def __init__(self, plan: Plan, net: Network):
         self.net = net
-        self.shapes = {k: group_shape(group_ranks(plan, k), net)
-                       for k in ("tp", "cp", "dp", "ep", "edp", "zs", "zr", "ezs")}
-        self.shapes["pp"] = group_shape([0, stage_peer(plan)], net) if plan.pp > 1 else \
-            group_shape([0], net)
+        self.shapes = _group_shapes(Plan(tp=plan.tp, pp=plan.pp, dp=plan.dp, ep=plan.ep,
+                                         cp=plan.cp, zero_shards=plan.zero_shards,
+                                         order=plan.order), net)
         self.log: dict[str, dict] = {}
         self._memo: dict[tuple, CommCost] = {}
 

@@ -155,10 +155,10 @@ def group_shape(ranks: list[int], net: Network) -> GroupShape:
     if not ranks:
         raise ValueError("a communication group needs at least one rank")
     D = net.domain_chips
+    if max(ranks) >= net.chips:
+        raise ValueError(f"rank {max(ranks)} is outside the cluster's {net.chips} chips")
     doms: dict[int, list[int]] = {}
     for r in ranks:
-        if r >= net.chips:
-            raise ValueError(f"rank {r} is outside the cluster's {net.chips} chips")
         doms.setdefault(r // D, []).append(r % D)
     n_local = max(len(v) for v in doms.values())
     first = doms[min(doms)]

@@ -32,7 +32,7 @@ BASE = ["--chip", "h100", "--cluster", "dgx-h100", "--batch", "32", "--seq", "51
 
 def test_plan_json_trace_and_execution_traces(tiny, tmp_path):
     tr, et = tmp_path / "t.json", tmp_path / "et"
-    r = run("--model", tiny, *BASE, "--chips", "16", "--top", "3", "--refine", "4", "--json",
+    r = run("--model", tiny, *BASE, "--chips", "8", "--top", "3", "--refine", "3", "--json",
             "--trace", str(tr), "--export-et", str(et))
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
@@ -40,16 +40,16 @@ def test_plan_json_trace_and_execution_traces(tiny, tmp_path):
     for p in d["plans"]:
         assert {"tp", "pp", "dp", "ep", "cp", "zero", "schedule", "micro_batch", "seconds",
                 "mfu", "memory_bytes_per_chip", "fits"} <= set(p)
-        assert p["tp"] * p["pp"] * p["dp"] * p["cp"] == 16 and p["fits"]
+        assert p["tp"] * p["pp"] * p["dp"] * p["cp"] == 8 and p["fits"]
     secs = [p["seconds"] for p in d["plans"]]
     assert secs == sorted(secs)
     trace = json.loads(tr.read_text())
-    assert sum(e.get("name") == "process_name" for e in trace["traceEvents"]) == 16
-    assert len(list(et.glob("diptych.*.et"))) == 16 and (et / "comm_group.json").exists()
+    assert sum(e.get("name") == "process_name" for e in trace["traceEvents"]) == 8
+    assert len(list(et.glob("diptych.*.et"))) == 8 and (et / "comm_group.json").exists()
 
 
 def test_plan_table(tiny):
-    r = run("--model", tiny, *BASE, "--chips", "8", "--top", "2", "--refine", "2")
+    r = run("--model", tiny, *BASE, "--chips", "4", "--top", "2", "--refine", "2")
     assert r.exit_code == 0, r.output
     assert "best 2 of" in r.output and "best plan:" in r.output
 
