@@ -23,6 +23,7 @@ COMMANDS = [
     ("compare_cmd", "compare"),
     ("sweep_cmd", "sweep"),
     ("sweep_cmd", "pareto"),
+    ("plan_cmd", "plan"),
 ]
 
 

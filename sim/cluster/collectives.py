@@ -1,0 +1,235 @@
+"""Collective and point-to-point communication over a cluster topology.
+
+A collective moves a ``nbytes`` buffer per rank (the :class:`~diptych.sim.ops.Collective`
+convention: all-reduce and reduce-scatter reduce a ``nbytes`` input, all-gather builds a
+``nbytes`` output from ``nbytes/n`` shards, all-to-all sends ``nbytes/n`` to every member)
+over a group whose placement is a :class:`~diptych.sim.cluster.topology.GroupShape`. Each
+algorithm's time is a bandwidth term (the busiest link's bytes ÷ its bandwidth) plus a latency
+term (sequential steps × the per-step latency of the slowest link class used):
+
+* ``ring`` (one domain or a flat ring over several): the ring fraction ``2(n−1)/n`` (all-reduce)
+  or ``(n−1)/n`` of the buffer through each chip's scale-up port, and across domains through
+  the NICs, with ``n_local`` parallel rings (one per rail, as NCCL runs one ring per NIC) so a
+  domain's ``n_local`` NICs share the inter-domain part; ``2(n−1)`` or ``n−1`` steps.
+  On a torus: bucket algorithms dimension by dimension (reduce-scatter along x, then y, ...;
+  all-gather in reverse; all-reduce is both), the buffer split into one part per dimension,
+  the parts rotating their dimension order so that every dimension's links are busy at
+  once; a full dimension with wraparound runs two opposite rings (2× a link), a partial one
+  (a line) one;
+* ``tree`` (all-reduce): NCCL's double binary tree between domains (chains inside),
+  ``2·nbytes`` per domain spread over its NICs, ``2⌈log2 n_dom⌉`` network steps; one domain
+  on a switch: a tree of chips (``2⌈log2 n⌉`` steps);
+* ``hierarchical`` (several domains, several members per domain): reduce-scatter inside the
+  domain, the collective on ``nbytes / n_local`` between domains (one member per domain per
+  rail, ring or tree, whichever is faster), all-gather inside the domain;
+* ``direct`` (all-to-all): every pair at once; on a switch each chip's port carries its
+  ``(n_local−1)/n`` share, across domains each NIC ``(n − n_local)/n``; on a torus with
+  dimension-ordered routing a dimension's busiest link carries ``nbytes · Σ_j min(j, k−j) /
+  (2k)`` (ring of ``k``) or ``max_i (i+1)(k−1−i) · nbytes / k`` (line), hops × latency;
+* ``p2p`` (send): one message, scale-up port (switch), one link (torus neighbour) or the NIC.
+
+:func:`collective` evaluates every algorithm that applies and keeps the fastest, as NCCL's
+tuner does from its own cost model, so small buffers pick latency-lean trees and large ones
+bandwidth-optimal rings. :func:`lower_bound_seconds` is the bisection bound every algorithm
+respects (tests: time ≥ bytes that must cross a cut ÷ the cut's bandwidth).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .topology import GroupShape, Network, cuts, nic_bytes_per_s
+
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send")
+ALGORITHMS = ("ring", "tree", "hierarchical", "direct", "p2p")
+
+
+@dataclass(frozen=True)
+class CommCost:
+    """Time of one collective and the bytes it puts on each link class, per direction:
+    ``scale_up`` on the busiest chip port (switch) or link (torus), ``scale_out`` on the
+    busiest NIC."""
+
+    kind: str
+    algorithm: str
+    seconds: float
+    nbytes: float
+    group: int
+    link_bytes: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "algorithm": self.algorithm, "seconds": self.seconds,
+                "bytes": self.nbytes, "group": self.group, "link_bytes": dict(self.link_bytes)}
+
+
+def ring_fraction(kind: str, n: int) -> tuple[float, int]:
+    """(fraction of the buffer each rank sends, sequential steps) of a ring collective."""
+    if n <= 1:
+        return 0.0, 0
+    if kind == "all_reduce":
+        return 2.0 * (n - 1) / n, 2 * (n - 1)
+    return (n - 1) / n, n - 1
+
+
+# ---- inside one domain ------------------------------------------------------------------------
+
+def _torus_bucket(kind: str, nbytes: float, spans, net: Network) -> tuple[float, float, float]:
+    """(bandwidth seconds, latency seconds, busiest link bytes) of a reduce-scatter /
+    all-gather / all-reduce over torus ``spans``, one buffer part per dimension."""
+    dims = [(k, ring) for k, ring in spans if k > 1]
+    if not dims:
+        return 0.0, 0.0, 0.0
+    parts = len(dims)
+    per_dim_bytes = [0.0] * parts
+    total = 0.0
+    for t in range(parts):
+        phase = 0.0
+        for j in range(parts):
+            data = nbytes / parts
+            for s in range(t):                      # the dims this part has already done
+                data /= dims[(j + s) % parts][0]
+            d = (j + t) % parts
+            k, ring = dims[d]
+            lanes = 2 if ring else 1
+            b = (k - 1) / k * data / lanes
+            per_dim_bytes[d] += b
+            phase = max(phase, b / net.link_bytes_per_s)
+        total += phase
+    lat = sum(k - 1 for k, _ in dims) * net.up_latency_s
+    factor = 2 if kind == "all_reduce" else 1
+    return factor * total, factor * lat, factor * max(per_dim_bytes)
+
+
+def torus_all_to_all_link_bytes(nbytes: float, k: int, ring: bool) -> float:
+    """Bytes on the busiest link (one direction) of one dimension of ``k`` chips when every
+    chip sends ``nbytes`` spread evenly over the ``k`` positions (dimension-ordered routing;
+    ties on a ring split evenly)."""
+    if k <= 1:
+        return 0.0
+    if ring:
+        return nbytes * sum(min(j, k - j) for j in range(1, k)) / (2 * k)
+    return max((i + 1) * (k - 1 - i) for i in range(k - 1)) * nbytes / k
+
+
+def _intra(kind: str, nbytes: float, shape: GroupShape, net: Network
+           ) -> tuple[float, float, float]:
+    """(bandwidth s, latency s, busiest scale-up bytes) of ``kind`` among the ``n_local``
+    members of one domain (ring / bucket algorithms; all-to-all direct)."""
+    k = shape.n_local
+    if k <= 1:
+        return 0.0, 0.0, 0.0
+    if net.torus:
+        if kind == "all_to_all":
+            loads = [torus_all_to_all_link_bytes(nbytes, kk, ring) for kk, ring in shape.spans]
+            hops = sum((kk // 2 if ring else kk - 1) for kk, ring in shape.spans)
+            worst = max(loads, default=0.0)
+            return worst / net.link_bytes_per_s, hops * net.up_latency_s, worst
+        return _torus_bucket(kind, nbytes, shape.spans, net)
+    if kind == "all_to_all":
+        b = (k - 1) / k * nbytes
+        return b / net.port_bytes_per_s, net.up_latency_s, b
+    frac, steps = ring_fraction(kind, k)
+    b = frac * nbytes
+    return b / net.port_bytes_per_s, steps * net.up_latency_s, b
+
+
+# ---- algorithms ---------------------------------------------------------------------------
+
+def _cost(kind, algo, bw_s, lat_s, nbytes, shape, up=0.0, out=0.0) -> CommCost:
+    return CommCost(kind, algo, bw_s + lat_s, nbytes, shape.n,
+                    {"scale_up": up, "scale_out": out})
+
+
+def _candidates(kind: str, nbytes: float, shape: GroupShape, net: Network) -> list[CommCost]:
+    n, nl, nd = shape.n, shape.n_local, shape.n_dom
+    nic = nic_bytes_per_s(net, shape) if nd > 1 else 0.0
+    out: list[CommCost] = []
+    if kind == "send":
+        if nd > 1:
+            return [_cost(kind, "p2p", nbytes / nic, net.out_latency_s, nbytes, shape,
+                          out=nbytes)]
+        bw = net.link_bytes_per_s if net.torus else net.port_bytes_per_s
+        return [_cost(kind, "p2p", nbytes / bw, net.up_latency_s, nbytes, shape, up=nbytes)]
+    if nd == 1:
+        bw_s, lat_s, up = _intra(kind, nbytes, shape, net)
+        out.append(_cost(kind, "direct" if kind == "all_to_all" else "ring", bw_s, lat_s,
+                         nbytes, shape, up=up))
+        if kind == "all_reduce" and not net.torus:
+            b = 2.0 * nbytes
+            out.append(_cost(kind, "tree", b / net.port_bytes_per_s,
+                             2 * math.ceil(math.log2(n)) * net.up_latency_s, nbytes, shape,
+                             up=b))
+        return out
+    if kind == "all_to_all":
+        bw_i, lat_i, up = _intra(kind, nbytes * nl / n, shape, net)
+        inter = (n - nl) / n * nbytes
+        out.append(_cost(kind, "direct", max(bw_i, inter / nic),
+                         max(lat_i, net.out_latency_s), nbytes, shape, up=up, out=inter))
+        return out
+    # several domains: flat ring (switch domains), tree, hierarchical
+    frac, steps = ring_fraction(kind, n)
+    if not net.torus or nl == 1:
+        up = frac * nbytes if nl > 1 else 0.0
+        o = frac * nbytes / nl
+        out.append(_cost(kind, "ring", max(up / net.port_bytes_per_s, o / nic),
+                         steps * max(net.up_latency_s, net.out_latency_s), nbytes, shape,
+                         up=up, out=o))
+    if kind == "all_reduce":
+        b_out = 2.0 * nbytes / nl
+        bw_i, lat_i, up = ((2.0 * nbytes / net.port_bytes_per_s,
+                            2 * (nl - 1) * net.up_latency_s, 2.0 * nbytes) if nl > 1
+                           else (0.0, 0.0, 0.0))
+        if net.torus and nl > 1:                  # reduce / broadcast by dimension buckets
+            bw_i, lat_i, up = _torus_bucket("all_reduce", nbytes, shape.spans, net)
+        out.append(_cost(kind, "tree", max(bw_i, b_out / nic),
+                         lat_i + 2 * math.ceil(math.log2(nd)) * net.out_latency_s, nbytes,
+                         shape, up=up, out=b_out))
+    if nl > 1:
+        inner = "reduce_scatter" if kind in ("all_reduce", "reduce_scatter") else "all_gather"
+        bw_i, lat_i, up = _intra(inner, nbytes, shape, net)
+        if kind == "all_reduce":
+            bw_i, lat_i, up = 2 * bw_i, 2 * lat_i, 2 * up
+        per = nbytes / nl
+        ishape = GroupShape(n=nd, n_local=1, n_dom=nd, leaf_local=shape.leaf_local)
+        inter = min(_candidates(kind, per, ishape, net), key=lambda c: c.seconds)
+        out.append(CommCost(kind, "hierarchical", bw_i + lat_i + inter.seconds, nbytes, n,
+                            {"scale_up": up, "scale_out": inter.link_bytes["scale_out"]}))
+    return out
+
+
+def collective(kind: str, nbytes: float, shape: GroupShape, net: Network,
+               algorithm: str | None = None) -> CommCost:
+    """The fastest algorithm for ``kind`` on ``nbytes`` per rank over ``shape`` (or the
+    named ``algorithm``; ValueError if it does not apply)."""
+    if kind not in KINDS:
+        raise ValueError(f"collective kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    if not nbytes >= 0:
+        raise ValueError(f"collective bytes must be >= 0, not {nbytes!r}")
+    if shape.n <= 1 or nbytes == 0:
+        return CommCost(kind, "none", 0.0, nbytes, shape.n, {"scale_up": 0.0, "scale_out": 0.0})
+    cands = _candidates(kind, nbytes, shape, net)
+    if algorithm is not None:
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, "
+                             f"not {algorithm!r}")
+        cands = [c for c in cands if c.algorithm == algorithm]
+        if not cands:
+            raise ValueError(f"algorithm {algorithm!r} does not apply to a {kind} over "
+                             f"{shape.n} ranks in {shape.n_dom} domain(s)")
+    return min(cands, key=lambda c: c.seconds)
+
+
+def lower_bound_seconds(kind: str, nbytes: float, shape: GroupShape, net: Network) -> float:
+    """The largest, over the group's cuts (:func:`~diptych.sim.cluster.topology.cuts`), of
+    the bytes that must cross the cut ÷ its bandwidth per direction: for sides ``a ≤ b``
+    (``n = a + b``), all-to-all moves ``a·b·nbytes/n``; all-gather, reduce-scatter and
+    all-reduce at least ``b·nbytes/n`` (the larger side's shards / reduced outputs)."""
+    n = shape.n
+    if n < 2 or kind == "send" or nbytes == 0:
+        return 0.0
+    best = 0.0
+    for a, b, bw in cuts(net, shape):
+        crossing = a * b * nbytes / n if kind == "all_to_all" else b * nbytes / n
+        best = max(best, crossing / bw)
+    return best

@@ -1,0 +1,163 @@
+"""Search the parallel layouts of a training run and rank those that fit by step time.
+
+Candidates: every tensor-parallel degree that splits the model and stays inside a scale-up
+domain (``max_tp``), context-parallel degrees that split the sequence, pipeline depths up to
+the layer count, the data-parallel degree that fills the chips, expert-parallel degrees that
+divide the experts and ``dp·cp`` (MoE models), ZeRO 0–3, GPipe / 1F1B / interleaved 1F1B
+(``v`` in ``virtual_stages``), micro-batches of ``micro_batches`` sequences, and the three
+recomputation modes. Invalid combinations are skipped (:func:`~.plan.check_plan`).
+
+Two passes, because the engine takes seconds per new layer shape: every candidate's memory is
+computed (no simulation) and those that fit are timed with the roofline estimate
+(:mod:`diptych.sim.cluster.estimate`) and the closed-form pipeline; the best ``refine`` of
+them are then simulated with the engine and the event-level pipeline, and ranked by that
+time. Per-layer simulations are memoised across plans (:func:`~.timing.layer_times`), so the
+engine runs once per distinct (tp, cp, ep, micro-batch) among the refined plans.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ...arch.chip import Chip
+from ...arch.cluster import Cluster, load_cluster
+from ...arch.loader import load_chip
+from ...workloads.config import ModelConfig
+from ...workloads.lower import valid_tp_degrees
+from ...workloads.registry import load_model
+from ...workloads.run import default_precision
+from .estimate import roofline_simulate
+from .memory import plan_memory
+from .plan import Plan, check_plan
+from .step import ClusterResult, simulate_cluster_step
+
+
+@dataclass
+class SearchResult:
+    """Ranked plans (engine-timed, best first), and what the search looked at."""
+
+    plans: list[ClusterResult]
+    candidates: int
+    fitting: int
+    screened: list[tuple[float, Plan]] = field(default_factory=list, repr=False)
+
+    def to_dict(self, top: int | None = None) -> dict:
+        rows = []
+        for r in self.plans[:top]:
+            rows.append({"tp": r.plan.tp, "pp": r.plan.pp, "dp": r.plan.dp, "ep": r.plan.ep,
+                         "cp": r.plan.cp, "zero": r.plan.zero, "schedule": r.plan.schedule,
+                         "virtual_stages": r.plan.virtual_stages,
+                         "micro_batch": r.plan.micro_batch, "recompute": r.plan.recompute,
+                         "seconds": r.seconds, "mfu": r.mfu, "hfu": r.hfu,
+                         "tokens_per_s": r.tokens_per_s,
+                         "bubble_fraction": r.bubble_fraction,
+                         "exposed_comm_s": dict(r.exposed_comm_s),
+                         "memory_bytes_per_chip": r.memory_bytes_per_chip, "fits": r.fits,
+                         "memory_breakdown": dict(r.memory.breakdown),
+                         "comm": r.comm})
+        return {"plans": rows, "candidates": self.candidates, "fitting": self.fitting,
+                "refined": len(self.plans)}
+
+
+def _divisors(n: int, limit: int) -> list[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def candidate_plans(model: ModelConfig, chips: int, batch: int, seq: int, *,
+                    max_tp: int, max_cp: int = 16, max_pp: int = 64, max_ep: int = 64,
+                    micro_batches: tuple[int, ...] = (1, 2, 4),
+                    virtual_stages: tuple[int, ...] = (2, 4),
+                    zero: tuple[int, ...] = (0, 1, 2, 3),
+                    recompute: tuple[str, ...] = ("none", "selective", "full")
+                    ) -> list[Plan]:
+    """Every plan the search considers that passes :func:`check_plan` (module docstring)."""
+    out = []
+    tps = [t for t in valid_tp_degrees(model, max_tp) if chips % t == 0]
+    for tp in tps:
+        for cp in _divisors(chips // tp, max_cp):
+            if seq % (2 * cp) and cp > 1:
+                continue
+            for pp in _divisors(chips // (tp * cp), min(max_pp, model.layers)):
+                dp = chips // (tp * cp * pp)
+                eps = [1]
+                if model.is_moe:
+                    eps = [e for e in _divisors(model.experts, max_ep) if (dp * cp) % e == 0]
+                scheds = [("1f1b", 1)]
+                if pp > 1:
+                    scheds += [("gpipe", 1)] + [("interleaved", v) for v in virtual_stages]
+                for ep, (sch, v), mb, z, rc in itertools.product(
+                        eps, scheds, micro_batches, zero, recompute):
+                    if batch % (dp * mb):
+                        continue
+                    plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=z, schedule=sch,
+                                virtual_stages=v, micro_batch=mb, recompute=rc)
+                    try:
+                        check_plan(plan, model, chips=chips, batch=batch, seq_len=seq)
+                    except ValueError:
+                        continue
+                    out.append(plan)
+    return out
+
+
+def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Cluster | str", *,
+                 chips: int, batch: int, seq: int, refine: int = 8, max_tp: int | None = None,
+                 attention: str = "fused", simulate: Callable | None = None,
+                 screen_simulate: Callable | None = None,
+                 progress: Callable[[str, int, int], None] | None = None,
+                 **space) -> SearchResult:
+    """Rank the training plans of ``model`` on ``chips`` chips of ``cluster`` that fit
+    (module docstring). ``refine``: plans timed with ``simulate`` (default: the engine) and
+    the event-level pipeline; ``screen_simulate``: the first pass's op timer (default: the
+    roofline estimate); ``progress(stage, done, total)`` is called as work proceeds; other
+    keyword arguments narrow the space (see :func:`candidate_plans`)."""
+    model = load_model(model)
+    chip = load_chip(chip)
+    cluster = load_cluster(cluster)
+    if chips > cluster.chips:
+        raise ValueError(f"chips ({chips}) exceeds the cluster's {cluster.chips} chips "
+                         f"({cluster.name})")
+    p = default_precision(chip, "train")
+    limit = max_tp or min(cluster.scale_up.chips, 64)
+    plans = candidate_plans(model, chips, batch, seq, max_tp=limit, **space)
+    if not plans:
+        raise ValueError(f"no parallel plan splits {model.name} over {chips} chips with batch "
+                         f"{batch} and seq {seq} (tp up to {limit})")
+    screen = screen_simulate or roofline_simulate
+    cap = chip.dram.capacity_bytes
+    fitting = []
+    for i, q in enumerate(plans):
+        if progress and i % 64 == 0:
+            progress("memory", i, len(plans))
+        info = check_plan(q, model, chips=chips, batch=batch, seq_len=seq)
+        mem = plan_memory(model, q, p, phase="train", seq=seq,
+                          micro_batches=info["micro_batches"],
+                          layers_per_chunk=info["layers_per_chunk"], capacity_bytes=cap,
+                          attention=attention, advise=False)
+        if mem.fits:
+            fitting.append(q)
+    if progress:
+        progress("memory", len(plans), len(plans))
+    scored = []
+    for i, q in enumerate(fitting):
+        if progress and i % 32 == 0:
+            progress("screen", i, len(fitting))
+        r = simulate_cluster_step(model, chip, cluster, q, batch=batch, seq=seq,
+                                  attention=attention, golden=False, simulate=screen)
+        scored.append((r.seconds, q))
+    if progress:
+        progress("screen", len(fitting), len(fitting))
+    scored.sort(key=lambda x: x[0])
+    best = []
+    for i, (_, q) in enumerate(scored[:refine]):
+        if progress:
+            progress("refine", i, min(refine, len(scored)))
+        best.append(simulate_cluster_step(model, chip, cluster, q, batch=batch, seq=seq,
+                                          attention=attention, golden=True,
+                                          simulate=simulate))
+    if progress:
+        progress("refine", len(best), len(best))
+    best.sort(key=lambda r: r.seconds)
+    return SearchResult(plans=best, candidates=len(plans), fitting=len(fitting),
+                        screened=scored)

@@ -1,0 +1,490 @@
+"""One training step (or one inference pass) of a model on a cluster under a plan.
+
+:func:`simulate_cluster_step` composes the layers below it:
+
+1. **per-layer compute** of one micro-batch on one rank, simulated
+   (:func:`diptych.sim.cluster.timing.layer_times`, memoised across plans);
+2. **communication inside a layer**, on the topology (:mod:`diptych.sim.cluster.collectives`,
+   groups placed by :mod:`diptych.sim.cluster.topology`): the layer's tensor-parallel
+   collectives (their backward mirrors, and again under full recomputation), hidden behind
+   the layer's compute with ``overlap_tp`` (``max(0, comm − compute)`` exposed); ring
+   attention's K/V exchange (an all-gather of the ``cp`` chunks forward, all-gather +
+   reduce-scatter of dK/dV backward) behind the attention compute with ``overlap_cp``; the
+   expert all-to-alls (dispatch and combine, each way), exposed unless ``overlap_ep``; under
+   ZeRO-3 the per-layer weight all-gather (forward and backward) and gradient reduce-scatter,
+   prefetched behind the layer's compute with ``overlap_dp``;
+3. **the pipeline** over devices and micro-batches (:mod:`diptych.sim.cluster.schedule`): the
+   event-level simulation (``golden=True``) or its closed form, with the activation send
+   between stages (``micro_batch × seq/cp × hidden`` activations, ÷ tp with sequence
+   parallelism) on the link between the two stages' ranks;
+4. **after the last backward**, per device: the gradient reduction (all-reduce under ZeRO-0,
+   reduce-scatter under ZeRO-1/2; routed experts over their expert-data-parallel group),
+   bucketed per layer and started as each layer's last backward finishes (``overlap_dp``),
+   then AdamW over the rank's shard (timed with the lowering's own AdamW op), then ZeRO-1/2's
+   all-gather of the updated weights, hidden behind the next step's first forward with
+   ``overlap_dp``. The step ends when the slowest device is done.
+
+Reported: ``seconds``, tokens/s, MFU (model FLOPs of the unsplit graph, no recomputation) and
+HFU (what the chips execute), the pipeline bubble fraction, exposed communication by kind
+(``tp``, ``cp``, ``ep``, ``pp``, ``dp``) on the slowest device, and memory per chip
+(:mod:`diptych.sim.cluster.memory`). Inference (``prefill``/``decode``) runs the same layers
+forward only, micro-batches streaming through the stages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from ...arch.chip import Chip
+from ...arch.cluster import Cluster, load_cluster
+from ...arch.dtypes import dtype_bytes
+from ...arch.loader import load_chip
+from ...workloads.config import ModelConfig
+from ...workloads.graph import Block, Workload
+from ...workloads.lower import decode, prefill
+from ...workloads.registry import load_model
+from ...workloads.run import default_precision, simulate_workload
+from ...workloads.train import optimizer_blocks, train_step
+from .collectives import CommCost, collective
+from .memory import ClusterMemory, chunk_layers, device_chunks, plan_memory
+from .params import layer_params
+from .plan import Plan, check_plan
+from .schedule import PipelineRun, fast_pipeline_seconds, simulate_pipeline
+from .timing import LayerTime, layer_times
+from .topology import GroupShape, Network, bind, group_ranks, group_shape, stage_peer
+
+COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
+
+
+@dataclass(frozen=True)
+class LayerStep:
+    """One copy of a layer kind for one micro-batch on one rank, communication included:
+    compute seconds and FLOPs, each collective (``(comm kind, group kind, collective,
+    bytes per rank, seconds)``), and the part of each kind's communication left exposed, for
+    the forward and the backward pass (backward includes recomputation)."""
+
+    fwd_compute: float
+    bwd_compute: float
+    colls_fwd: tuple[tuple[str, str, str, float, float], ...]
+    colls_bwd: tuple[tuple[str, str, str, float, float], ...]
+    exposed_fwd: dict[str, float]
+    exposed_bwd: dict[str, float]
+    fwd_flops: float = 0.0
+    bwd_flops: float = 0.0
+
+    @staticmethod
+    def _by_kind(colls) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for kind, _, _, _, secs in colls:
+            out[kind] = out.get(kind, 0.0) + secs
+        return out
+
+    @property
+    def comm_fwd(self) -> dict[str, float]:
+        return self._by_kind(self.colls_fwd)
+
+    @property
+    def comm_bwd(self) -> dict[str, float]:
+        return self._by_kind(self.colls_bwd)
+
+    @property
+    def fwd(self) -> float:
+        return self.fwd_compute + sum(self.exposed_fwd.values())
+
+    @property
+    def bwd(self) -> float:
+        return self.bwd_compute + sum(self.exposed_bwd.values())
+
+
+@dataclass
+class ClusterResult:
+    """A simulated cluster step (see the module docstring); ``to_dict`` is the JSON form."""
+
+    phase: str
+    model: str
+    chip: str
+    cluster: str
+    plan: Plan
+    chips: int
+    batch: int
+    seq: int
+    micro_batches: int
+    seconds: float
+    tokens_per_s: float
+    mfu: float
+    hfu: float
+    flops: float
+    hardware_flops: float
+    bubble_fraction: float
+    exposed_comm_s: dict[str, float]
+    comm: dict[str, dict]
+    memory: ClusterMemory
+    stage_seconds: list[dict]
+    timing: str
+    layers: dict[str, LayerStep] = field(default_factory=dict, repr=False)
+    pipeline: PipelineRun | None = field(default=None, repr=False)
+    layout: dict[str, Any] = field(default_factory=dict, repr=False)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+    @property
+    def memory_bytes_per_chip(self) -> float:
+        return self.memory.total_bytes
+
+    def to_dict(self) -> dict:
+        return {"phase": self.phase, "model": self.model, "chip": self.chip,
+                "cluster": self.cluster, "chips": self.chips, "batch": self.batch,
+                "seq": self.seq, **self.plan.to_dict(), "micro_batches": self.micro_batches,
+                "seconds": self.seconds, "tokens_per_s": self.tokens_per_s,
+                "tokens_per_s_per_chip": self.tokens_per_s / self.chips,
+                "mfu": self.mfu, "hfu": self.hfu, "flops": self.flops,
+                "hardware_flops": self.hardware_flops,
+                "bubble_fraction": self.bubble_fraction,
+                "exposed_comm_s": dict(self.exposed_comm_s), "comm": self.comm,
+                "fits": self.fits, "memory_bytes_per_chip": self.memory_bytes_per_chip,
+                "memory": self.memory.to_dict(), "stage_seconds": self.stage_seconds,
+                "timing": self.timing, "info": dict(self.info)}
+
+
+def _check_dtypes(chip: Chip, p) -> str:
+    comp = p.activations if dtype_bytes(p.activations) >= dtype_bytes(p.weights) else p.weights
+    if not chip.supports(comp):
+        raise ValueError(f"chip {chip.name!r} cannot compute in {comp} (its arrays support "
+                         f"{', '.join(chip.dtypes)})")
+    return comp
+
+
+def _exposed(comm: float, hide: float, overlap: bool) -> float:
+    return max(0.0, comm - hide) if overlap else comm
+
+
+@lru_cache(maxsize=4096)
+def _group_shapes(layout: Plan, net: Network) -> dict[str, GroupShape]:
+    """Where each group of a layout sits (memoised: plans that differ only in ZeRO stage,
+    schedule, micro-batch or recomputation share their groups)."""
+    shapes = {k: group_shape(group_ranks(layout, k), net)
+              for k in ("tp", "cp", "dp", "ep", "edp", "zs", "zr", "ezs")}
+    shapes["pp"] = group_shape([0, stage_peer(layout)] if layout.pp > 1 else [0], net)
+    return shapes
+
+
+class _Comm:
+    """Collective costs of one plan on one network, by group kind, memoised per call."""
+
+    def __init__(self, plan: Plan, net: Network):
+        self.net = net
+        self.shapes = _group_shapes(Plan(tp=plan.tp, pp=plan.pp, dp=plan.dp, ep=plan.ep,
+                                         cp=plan.cp, zero_shards=plan.zero_shards,
+                                         order=plan.order), net)
+        self.log: dict[str, dict] = {}
+        self._memo: dict[tuple, CommCost] = {}
+
+    def __call__(self, group: str, kind: str, nbytes: float, label: str) -> float:
+        key = (group, kind, nbytes)
+        c = self._memo.get(key)
+        if c is None:
+            c = self._memo[key] = collective(kind, nbytes, self.shapes[group], self.net)
+        if c.seconds > 0 and label not in self.log:
+            self.log[label] = {**c.to_dict(), "group_kind": group}
+        return c.seconds
+
+
+def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes: float,
+                 g_bytes: float, train: bool) -> dict[str, LayerStep]:
+    out = {}
+    for kind, t in lt.items():
+        ops = t.ops
+        fwd: list[tuple[str, str, str, float, float]] = []
+        bwd: list[tuple[str, str, str, float, float]] = []
+
+        def add(lst, ck, group, coll, nbytes, label):
+            secs = comm(group, coll, nbytes, label)
+            if secs > 0:
+                lst.append((ck, group, coll, nbytes, secs))
+
+        for c in ops.tp:
+            add(fwd, "tp", "tp", c.kind, c.bytes, f"tp {c.name}")
+            if train:
+                add(bwd, "tp", "tp", c.kind, c.bytes, f"tp {c.name}")
+                if plan.recompute == "full":
+                    add(bwd, "tp", "tp", c.kind, c.bytes, f"tp {c.name}")
+        if ops.cp_kv_bytes:
+            kv = plan.cp * ops.cp_kv_bytes
+            add(fwd, "cp", "cp", "all_gather", kv, "cp kv all-gather")
+            if train:
+                add(bwd, "cp", "cp", "all_gather", kv, "cp kv all-gather")
+                add(bwd, "cp", "cp", "reduce_scatter", kv, "cp dkv reduce-scatter")
+        if ops.a2a_bytes:
+            for lst in (fwd, bwd) if train else (fwd,):
+                for what in ("dispatch", "combine"):
+                    add(lst, "ep", "ep", "all_to_all", ops.a2a_bytes, f"ep all-to-all {what}")
+        if train and plan.zero >= 3:
+            total, e = lp.of(kind, ops.moe)
+            for lst in (fwd, bwd):
+                add(lst, "dp", "zs", "all_gather", (total - e) * w_bytes,
+                    f"zero3 all-gather {kind}")
+                add(lst, "dp", "ezs", "all_gather", e * w_bytes, "zero3 all-gather experts")
+            add(bwd, "dp", "zs", "reduce_scatter", (total - e) * g_bytes,
+                f"zero3 reduce-scatter {kind}")
+            add(bwd, "dp", "ezs", "reduce_scatter", e * g_bytes, "zero3 reduce-scatter experts")
+            add(bwd, "dp", "zr", "all_reduce", total * g_bytes / plan.shards,
+                f"zero3 replica all-reduce {kind}")
+        bwd_compute = t.bwd_s
+        if plan.recompute == "full":
+            bwd_compute += t.fwd_s
+        elif plan.recompute == "selective":
+            bwd_compute += t.selective_s
+        # what each kind's communication hides behind (module docstring)
+        overlap = {"tp": plan.overlap_tp, "cp": plan.overlap_cp, "ep": plan.overlap_ep,
+                   "dp": plan.overlap_dp}
+        step = LayerStep(t.fwd_s, bwd_compute if train else 0.0, tuple(fwd), tuple(bwd), {},
+                         {}, t.fwd_flops, t.bwd_flops if train else 0.0)
+        hide_f = {"cp": t.attn_fwd_s}
+        hide_b = {"cp": t.attn_bwd_s}
+        ef = {k: _exposed(v, hide_f.get(k, t.fwd_s), overlap[k])
+              for k, v in step.comm_fwd.items()}
+        eb = {k: _exposed(v, hide_b.get(k, bwd_compute), overlap[k])
+              for k, v in step.comm_bwd.items()}
+        out[kind] = LayerStep(step.fwd_compute, step.bwd_compute, step.colls_fwd,
+                              step.colls_bwd, ef, eb, step.fwd_flops, step.bwd_flops)
+    return out
+
+
+@lru_cache(maxsize=256)
+def _model_flops(model: ModelConfig, phase: str, batch: int, seq: int, context: int, p,
+                 attention: str) -> float:
+    """Model FLOPs of the phase for the whole batch, from the unsplit lowering (no
+    recomputation), as ``diptych run`` counts them."""
+    if phase == "train":
+        return train_step(model, 1, seq, precision=p, micro_batch=1,
+                          attention=attention).flops(recompute=False) * batch
+    if phase == "prefill":
+        return prefill(model, 1, seq, precision=p, attention=attention).flops() * batch
+    return decode(model, 1, context, precision=p, attention=attention).flops() * batch
+
+
+@lru_cache(maxsize=256)
+def _adamw_seconds_per_param(model, chip, p, simulate) -> float:
+    """Seconds per parameter of the lowering's AdamW op (one chunk, simulated)."""
+    blk = optimizer_blocks(model, p, 1, 1)[0]
+    w = Workload("train", (Block(blk.name, 1, blk.ops, "optimizer"),), tokens=1, batch=1)
+    return simulate_workload(w, chip, simulate=simulate)["seconds"] / blk.ops[0].elements
+
+
+def _bucket_tail(buckets: list[tuple[float, float]], overlap: bool) -> float:
+    """Exposed time of per-layer gradient buckets ``(layer backward s, bucket comm s)`` in
+    backward order, each starting when its layer's backward is done (back to back, ending
+    at 0) and after the previous bucket: the time past the last layer's backward."""
+    total_comm = sum(c for _, c in buckets)
+    if not overlap:
+        return total_comm
+    t = -sum(b for b, _ in buckets)
+    end = t
+    for b, c in buckets:
+        t += b
+        end = max(end, t) + c
+    return max(0.0, end)
+
+
+def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
+                          cluster: "Cluster | str", plan: Plan, *, batch: int,
+                          seq: int | None = None, phase: str = "train",
+                          prompt: int | None = None, gen: int | None = None,
+                          weights_dtype: str | None = None, act_dtype: str | None = None,
+                          kv_dtype: str | None = None, attention: str = "fused",
+                          golden: bool = True, simulate: Callable | None = None
+                          ) -> ClusterResult:
+    """Simulate one step of ``model`` on ``plan.chips`` chips of ``cluster`` (module
+    docstring). ``batch``: global batch in sequences; ``seq``: training sequence length
+    (train) — for inference ``prompt`` (prefill: the prompt; decode: context before
+    generation) and ``gen`` (decode: generated tokens, evaluated at the mean context as
+    ``diptych run`` does); ``golden``: event-level pipeline simulation (else the closed
+    form); ``simulate`` replaces the engine (tests use a roofline double)."""
+    model = load_model(model)
+    chip = load_chip(chip)
+    cluster = load_cluster(cluster)
+    if phase not in ("train", "prefill", "decode"):
+        raise ValueError(f"phase must be train, prefill or decode, not {phase!r}")
+    train = phase == "train"
+    context = kv_tokens = 0
+    if train:
+        if seq is None:
+            raise ValueError("train needs seq (sequence length in tokens)")
+        length = seq
+    elif phase == "prefill":
+        if prompt is None:
+            raise ValueError("prefill needs prompt (prompt length in tokens)")
+        length = kv_tokens = prompt
+    else:
+        if prompt is None:
+            raise ValueError("decode needs prompt (context before generation)")
+        from ...workloads.lower import decode_context
+        context = decode_context(prompt, 1 if gen is None else gen)
+        kv_tokens = prompt + (1 if gen is None else gen)     # the cache at the last step
+        length = 1
+    info = check_plan(plan, model, chips=plan.chips, batch=batch, seq_len=length, phase=phase,
+                      cluster_chips=cluster.chips)
+    m, lpc = info["micro_batches"], info["layers_per_chunk"]
+    net = bind(cluster, chip)
+    p = default_precision(chip, phase, weights_dtype, act_dtype, kv_dtype)
+    comp = _check_dtypes(chip, p)
+    lt = layer_times(model, chip, p, phase=phase, tp=plan.tp, cp=plan.cp, ep=plan.ep,
+                     micro_batch=plan.micro_batch, seq=length, context=context,
+                     sequence_parallel=plan.sequence_parallel, attention=attention,
+                     simulate=simulate)
+    comm = _Comm(plan, net)
+    lp = layer_params(model, plan.tp, plan.ep, plan.pp)
+    steps = _layer_steps(lt, plan, comm, lp, p.w_bytes, p.g_bytes, train)
+    chunks = chunk_layers(model, lpc, {k: t.ops for k, t in lt.items()})
+    last_vs = plan.chunks - 1
+
+    def chunk_time(vs: int, fwd: bool) -> float:
+        t = sum(steps[k].fwd if fwd else steps[k].bwd for k in chunks[vs])
+        if vs == 0:
+            t += steps["embedding"].fwd if fwd else steps["embedding"].bwd
+        if vs == last_vs:
+            t += steps["head"].fwd if fwd else steps["head"].bwd
+        return t
+
+    P, v = plan.pp, plan.virtual_stages
+    fwd = [[chunk_time(c * P + s, True) for c in range(v)] for s in range(P)]
+    bwd = [[chunk_time(c * P + s, False) for c in range(v)] for s in range(P)]
+    tokens_mb = plan.micro_batch * (1 if phase == "decode" else length // plan.cp)
+    act = tokens_mb * model.hidden_size * p.a_bytes
+    if plan.sequence_parallel and plan.tp > 1:
+        act /= plan.tp
+    send = comm("pp", "send", act, "pp send") if P > 1 else 0.0
+    sched = plan.schedule if train else "gpipe"
+    run = None
+    if not train:                       # forward only: a flow shop of identical jobs
+        per = [sum(f) for f in fwd]
+        t_pipe = sum(per) + (m - 1) * max(per) + (P - 1) * send
+        finish = [t_pipe] * P
+        busy = [m * x for x in per]
+        pp_exposed = (P - 1) * send
+        if golden:                     # the event-level run, for traces (same F timings)
+            run = simulate_pipeline(fwd, [[0.0] * v for _ in range(P)], m, schedule="gpipe",
+                                    send_s=send)
+    elif golden:
+        run = simulate_pipeline(fwd, bwd, m, schedule=sched, send_s=send)
+        t_pipe, finish, busy = run.seconds, list(run.finish_s), list(run.busy_s)
+        pp_exposed = t_pipe - (simulate_pipeline(fwd, bwd, m, schedule=sched).seconds
+                               if send else t_pipe)
+    else:
+        F, B = [sum(x) for x in fwd], [sum(x) for x in bwd]
+        t_pipe = fast_pipeline_seconds(F, B, m, v, send, sched)
+        finish, acc = [], 0.0
+        for s in range(P):
+            finish.append(t_pipe - acc)
+            acc += bwd[s][0] + send
+        busy = [m * (F[s] + B[s]) for s in range(P)]
+        pp_exposed = 2 * (P - 1) * send
+    # after the pipeline: gradient reduction, optimizer, ZeRO-1/2 parameter all-gather
+    tails, opt_s, ag_s = [], [], []
+    sec_per_param = _adamw_seconds_per_param(model, chip, p, simulate) if train else 0.0
+    for s in range(P):
+        mine = device_chunks(plan, s)
+        kinds = [k for c in reversed(mine) for k in reversed(chunks[c])]
+        if last_vs in mine:
+            kinds = ["head"] + kinds
+        if 0 in mine:
+            kinds = kinds + ["embedding"]
+        if not train:
+            tails.append(0.0)
+            opt_s.append(0.0)
+            ag_s.append(0.0)
+            continue
+        buckets = []
+        dense_params = expert_params = 0.0
+        for k in kinds:
+            total, e = lp.of(k, lt[k].ops.moe)
+            dense_params += total - e
+            expert_params += e
+            if plan.zero >= 3:
+                continue
+            if plan.zero == 0:
+                c = (comm("dp", "all_reduce", (total - e) * p.g_bytes, f"dp grad all_reduce {k}")
+                     + comm("edp", "all_reduce", e * p.g_bytes, "dp grad all_reduce experts"))
+            else:
+                c = (comm("zs", "reduce_scatter", (total - e) * p.g_bytes,
+                          f"dp grad reduce_scatter {k}")
+                     + comm("ezs", "reduce_scatter", e * p.g_bytes,
+                            "dp grad reduce_scatter experts")
+                     + comm("zr", "all_reduce", total * p.g_bytes / plan.shards,
+                            f"dp grad replica all_reduce {k}"))
+            buckets.append((steps[k].bwd, c))
+        tails.append(_bucket_tail(buckets, plan.overlap_dp))
+        if plan.zero >= 1:                # the optimizer updates this rank's shard only
+            local = dense_params / plan.shards + expert_params / plan.expert_shards
+        else:
+            local = dense_params + expert_params
+        opt_s.append(local * sec_per_param)
+        if plan.zero in (1, 2):
+            ag = (comm("zs", "all_gather", dense_params * p.w_bytes, "dp param all-gather")
+                  + comm("ezs", "all_gather", expert_params * p.w_bytes,
+                         "dp param all-gather experts"))
+            ag_s.append(_exposed(ag, sum(fwd[s]), plan.overlap_dp))
+        else:
+            ag_s.append(0.0)
+    ends = [finish[s] + tails[s] + opt_s[s] + ag_s[s] for s in range(P)]
+    worst = max(range(P), key=lambda s: ends[s])
+    seconds = ends[worst]
+    # exposed communication on the slowest device
+    exposed = {k: 0.0 for k in COMM_KINDS}
+    for c in device_chunks(plan, worst):
+        kinds = list(chunks[c]) + (["embedding"] if c == 0 else []) + \
+            (["head"] if c == last_vs else [])
+        for k in kinds:
+            for kk, x in steps[k].exposed_fwd.items():
+                exposed[kk] += x * m
+            for kk, x in steps[k].exposed_bwd.items():
+                exposed[kk] += x * m
+    exposed["pp"] += max(0.0, pp_exposed)
+    exposed["dp"] += tails[worst] + ag_s[worst]
+    bubble = 1.0 - max(busy) / t_pipe if t_pipe else 0.0
+    # FLOPs
+    flops = _model_flops(model, phase, batch, length if phase != "decode" else 1, context, p,
+                         attention)
+    hw = 0.0
+    for s in range(P):
+        for c in device_chunks(plan, s):
+            kinds = list(chunks[c]) + (["embedding"] if c == 0 else []) + \
+                (["head"] if c == last_vs else [])
+            for k in kinds:
+                x = lt[k].fwd_flops + lt[k].bwd_flops
+                if plan.recompute == "full":
+                    x += lt[k].fwd_flops
+                hw += x
+    hw *= m * plan.tp * plan.dp * plan.cp
+    peak = chip.peak_ops_per_s[comp] * plan.chips
+    mem = plan_memory(model, plan, p, phase=phase, seq=length, micro_batches=m,
+                      layers_per_chunk=lpc, capacity_bytes=chip.dram.capacity_bytes,
+                      global_batch=batch, context=kv_tokens, attention=attention)
+    tokens = batch * (length if phase != "decode" else 1)
+    stage_seconds = [{"stage": s, "forward_s": sum(fwd[s]), "backward_s": sum(bwd[s]),
+                      "finish_s": finish[s], "grad_reduce_exposed_s": tails[s],
+                      "optimizer_s": opt_s[s], "param_all_gather_exposed_s": ag_s[s],
+                      "end_s": ends[s]} for s in range(P)]
+    return ClusterResult(
+        phase=phase, model=model.name, chip=chip.name, cluster=cluster.name, plan=plan,
+        chips=plan.chips, batch=batch, seq=length, micro_batches=m, seconds=seconds,
+        tokens_per_s=tokens / seconds, mfu=flops / (peak * seconds),
+        hfu=hw / (peak * seconds), flops=flops, hardware_flops=hw, bubble_fraction=bubble,
+        exposed_comm_s=exposed, comm=comm.log, memory=mem, stage_seconds=stage_seconds,
+        timing="engine" if simulate is None else getattr(simulate, "timing", "custom"),
+        layers=steps, pipeline=run,
+        layout={"fwd": fwd, "bwd": bwd, "send_s": send, "chunks": chunks,
+                "finish": finish, "tails": tails, "optimizer": opt_s, "param_ag": ag_s,
+                "pipeline_s": t_pipe},
+        info={"schedule": sched, "pipeline_s": t_pipe, "send_s": send,
+              "compute_dtype": comp, "context": context or None,
+              "layers_per_chunk": list(lpc), "golden_pipeline": bool(golden or not train),
+              "groups": {k: {"ranks": s.n, "per_domain": s.n_local, "domains": s.n_dom}
+                         for k, s in comm.shapes.items()},
+              "identical_layers_simulated_once": True})

@@ -1,0 +1,70 @@
+"""Simulated compute time of each layer kind for one micro-batch on one rank, memoised.
+
+The ops come from :func:`diptych.sim.cluster.layers.layer_ops`; they are timed with the
+library's own :func:`diptych.workloads.run.simulate_workload` (so fused attention, the
+engine's memo of op shapes and the ``simulate`` test double all behave as in ``diptych
+run``). Collectives are not in these ops: the cluster layer times them on the topology.
+Results are memoised per (model, chip, precision, phase, tp, cp, ep, micro-batch, sequence),
+so a plan search simulates each distinct layer shape once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ...arch.chip import Chip
+from ...workloads.config import ModelConfig
+from ...workloads.graph import Block, Workload
+from ...workloads.precision import Precision
+from ...workloads.run import simulate_workload
+from .layers import LayerOps, layer_ops
+
+_ATTN_OPS = ("attn_scores", "softmax", "attn_pv")
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Compute seconds of one copy of a layer kind (one micro-batch, one rank) and its
+    hardware FLOPs: forward, backward, their attention parts (what ring attention's KV
+    exchange can hide behind), and the forward ops selective recomputation re-runs."""
+
+    ops: LayerOps
+    fwd_s: float
+    bwd_s: float
+    attn_fwd_s: float = 0.0
+    attn_bwd_s: float = 0.0
+    selective_s: float = 0.0
+    fwd_flops: float = 0.0
+    bwd_flops: float = 0.0
+    energy_j: float = 0.0
+
+
+def _sum(ops, chip, simulate, stage) -> tuple[float, float, float, float]:
+    """(seconds, attention seconds, GEMM FLOPs, energy) of ops run in sequence."""
+    if not ops:
+        return 0.0, 0.0, 0.0, 0.0
+    w = Workload("train", (Block("x", 1, tuple(ops), stage),), tokens=1, batch=1)
+    t = simulate_workload(w, chip, simulate=simulate)
+    attn = sum(r["seconds"] for r in t["layers"]
+               if r["kind"] == "attention" or r["op"].split(".")[0] in _ATTN_OPS)
+    return t["seconds"], attn, w.flops(), t["energy_j"]
+
+
+@lru_cache(maxsize=4096)
+def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int, cp: int,
+                ep: int, micro_batch: int, seq: int, context: int = 0,
+                sequence_parallel: bool = True, attention: str = "fused",
+                simulate: Callable | None = None) -> dict[str, LayerTime]:
+    """:class:`LayerTime` of each layer kind (``dense``, ``moe``, ``embedding``, ``head``)."""
+    lo = layer_ops(m, p, phase=phase, tp=tp, cp=cp, ep=ep, micro_batch=micro_batch, seq=seq,
+                   context=context, sequence_parallel=sequence_parallel, attention=attention)
+    out = {}
+    for kind, ops in lo.items():
+        f, fa, ff, fe = _sum(ops.forward, chip, simulate, "forward")
+        b, ba, bf, be = _sum(ops.backward, chip, simulate, "backward")
+        sel = _sum(ops.selective_ops, chip, simulate, "recompute")[0]
+        out[kind] = LayerTime(ops=ops, fwd_s=f, bwd_s=b, attn_fwd_s=fa, attn_bwd_s=ba,
+                              selective_s=sel, fwd_flops=ff, bwd_flops=bf, energy_j=fe + be)
+    return out

@@ -1,0 +1,74 @@
+"""``diptych plan``: JSON shape and order, trace files, and bad input (exit 2, one line naming
+the field and value). A 4-layer model keeps the engine's part short."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from diptych.tools.cli import main
+
+TINY = {"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 4,
+        "vocab_size": 1024, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+        "head_dim": 32}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    (d / "config.json").write_text(json.dumps(TINY))
+    return str(d / "config.json")
+
+
+def run(*args):
+    return CliRunner().invoke(main, ["plan", *args])
+
+
+BASE = ["--chip", "h100", "--cluster", "dgx-h100", "--batch", "32", "--seq", "512"]
+
+
+def test_plan_json_trace_and_execution_traces(tiny, tmp_path):
+    tr, et = tmp_path / "t.json", tmp_path / "et"
+    r = run("--model", tiny, *BASE, "--chips", "8", "--top", "3", "--refine", "3", "--json",
+            "--trace", str(tr), "--export-et", str(et))
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert len(d["plans"]) == 3 and d["candidates"] >= d["fitting"] >= 3
+    for p in d["plans"]:
+        assert {"tp", "pp", "dp", "ep", "cp", "zero", "schedule", "micro_batch", "seconds",
+                "mfu", "memory_bytes_per_chip", "fits"} <= set(p)
+        assert p["tp"] * p["pp"] * p["dp"] * p["cp"] == 8 and p["fits"]
+    secs = [p["seconds"] for p in d["plans"]]
+    assert secs == sorted(secs)
+    trace = json.loads(tr.read_text())
+    assert sum(e.get("name") == "process_name" for e in trace["traceEvents"]) == 8
+    assert len(list(et.glob("diptych.*.et"))) == 8 and (et / "comm_group.json").exists()
+
+
+def test_plan_table(tiny):
+    r = run("--model", tiny, *BASE, "--chips", "4", "--top", "2", "--refine", "2")
+    assert r.exit_code == 0, r.output
+    assert "best 2 of" in r.output and "best plan:" in r.output
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--chips", "32768"], "chips (32768) exceeds the cluster's 16384 chips (dgx-h100)"),
+    (["--chips", "7"], "no parallel plan splits"),
+    (["--chips", "8", "--top", "0"], "--top must be a positive integer, not 0"),
+])
+def test_bad_input_exits_2(tiny, args, msg):
+    r = run("--model", tiny, *BASE, *args)
+    assert r.exit_code == 2 and msg in r.output, r.output
+
+
+def test_unknown_topology_kind_exits_2(tiny, tmp_path):
+    bad = tmp_path / "c.toml"
+    bad.write_text('name = "x"\ndomains = 1\n[scale_up]\nfabric = "hypercube"\nchips = 8\n'
+                   'latency_us = 1.0\n[scale_out]\nkind = "none"\n')
+    r = run("--model", tiny, "--chip", "h100", "--cluster", str(bad), "--chips", "8",
+            "--batch", "8", "--seq", "512")
+    assert r.exit_code == 2
+    assert "scale_up.fabric: expected one of 'switch', 'torus', got 'hypercube'" in r.output

@@ -1,0 +1,76 @@
+"""Cluster descriptions: presets against their published figures, and validation messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from diptych.arch import load_chip
+from diptych.arch.cluster import Cluster, cluster_from_dict, load_cluster, preset_names
+from diptych.arch.schema import ConfigError, to_dict
+from diptych.sim.cluster import bind
+from diptych.sim.cluster.topology import GroupShape, bisection_bytes_per_s
+
+
+def test_presets_load():
+    assert {"dgx-h100", "tpu-v4-pod"} <= set(preset_names())
+    for name in preset_names():
+        c = load_cluster(name)
+        assert isinstance(c, Cluster) and c.chips == c.domains * c.scale_up.chips
+
+
+def test_dgx_h100_published_figures():
+    net = bind(load_cluster("dgx-h100"), load_chip("h100"))
+    assert net.domain_chips == 8                                   # 8 GPUs per DGX H100
+    assert 2 * net.port_bytes_per_s == pytest.approx(900e9)       # NVLink4 900 GB/s bidir
+    assert net.nic_bytes_per_s * 8 == pytest.approx(400e9)        # NDR 400 Gb/s per GPU
+    assert net.chips == 16384 and net.rail_group_domains == 32     # 64 SU x 32 DGX
+
+
+def test_tpu_v4_pod_bisection_matches_published_24_tb_s():
+    # Jouppi et al. ISCA 2023: 4096 chips, bisection 24 TB/s per pod (one direction). A
+    # 16^3 torus cut in half crosses 2 x 16 x 16 links of 45 GB/s: 23.0 TB/s.
+    net = bind(load_cluster("tpu-v4-pod"), load_chip("tpu-v4"))
+    assert net.dims == (16, 16, 16) and net.links_per_chip == 6
+    pod = GroupShape(n=4096, n_local=4096, n_dom=1, spans=((16, True),) * 3)
+    assert bisection_bytes_per_s(net, pod) == pytest.approx(24e12, rel=0.05)
+
+
+def test_links_default_to_the_chips_interconnect():
+    data = to_dict(load_cluster("dgx-h100"))
+    del data["scale_up"]["links_per_chip"], data["scale_up"]["gb_per_s_per_link_per_direction"]
+    net = bind(cluster_from_dict(data), load_chip("train-2026"))
+    ic = load_chip("train-2026").interconnect
+    assert net.links_per_chip == ic.links
+    assert net.link_bytes_per_s == ic.gb_per_s_per_link_per_direction * 1e9
+
+
+def _bad(path_value, match):
+    data = to_dict(load_cluster("dgx-h100"))
+    section, key, value = path_value
+    (data[section] if section else data)[key] = value
+    with pytest.raises(ConfigError, match=match):
+        cluster_from_dict(data, source="mine.toml")
+
+
+def test_init_wrong_topology_kind_names_field_and_value():
+    _bad(("scale_up", "fabric", "dragonfly"), r"mine.toml: scale_up.fabric: expected one of "
+                                              r"'switch', 'torus', got 'dragonfly'")
+    _bad(("scale_out", "kind", "ring"), r"scale_out.kind: expected one of .*got 'ring'")
+
+
+def test_init_wrong_values():
+    _bad(("scale_up", "chips", 0), r"scale_up.chips: expected an integer >= 1, got 0")
+    _bad(("scale_up", "torus_x", 4), r"scale_up.torus_x: expected no torus dimensions")
+    _bad(("scale_out", "oversubscription", 0.5), r"oversubscription: expected a number >= 1")
+    _bad(("scale_out", "kind", "none"), r"scale_out.kind: expected a network .* got 'none'")
+    _bad(("scale_up", "latency", 1.0), r"unknown key \(did you mean 'latency_us'\?\)")
+    data = to_dict(load_cluster("tpu-v4-pod"))
+    data["scale_up"]["torus_z"] = 8
+    with pytest.raises(ConfigError, match=r"torus_x x torus_y x torus_z = scale_up.chips "
+                                          r"\(4096\), got \[16, 16, 8\]"):
+        cluster_from_dict(data)
+
+
+def test_unknown_cluster_name():
+    with pytest.raises(ConfigError, match=r"unknown cluster 'dgx-h200'.*dgx-h100"):
+        load_cluster("dgx-h200")

@@ -1,0 +1,120 @@
+"""``diptych plan``: search the parallel layouts of a training run on a cluster and rank them."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .errors import friendly
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.1f}"
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.1f}"
+
+
+def _table(res, top: int):
+    from rich.table import Table
+
+    t = Table("#", "tp", "pp", "dp", "cp", "ep", "ZeRO", "schedule", "mb", "recompute",
+              "step (s)", "MFU", "bubble", "exposed tp/cp/ep/pp/dp (ms)", "GiB/chip",
+              title=f"best {min(top, len(res.plans))} of {res.candidates} plans "
+                    f"({res.fitting} fit; {len(res.plans)} simulated with the engine)")
+    for i, r in enumerate(res.plans[:top], 1):
+        p = r.plan
+        sched = f"interleaved v{p.virtual_stages}" if p.schedule == "interleaved" else p.schedule
+        e = r.exposed_comm_s
+        t.add_row(str(i), str(p.tp), str(p.pp), str(p.dp), str(p.cp), str(p.ep), str(p.zero),
+                  sched, str(p.micro_batch), p.recompute, f"{r.seconds:.3f}",
+                  f"{100 * r.mfu:.1f} %", f"{100 * r.bubble_fraction:.1f} %",
+                  "/".join(_ms(e[k]) for k in ("tp", "cp", "ep", "pp", "dp")),
+                  _gib(r.memory_bytes_per_chip))
+    return t
+
+
+def _detail(r):
+    from rich.table import Table
+
+    t = Table("collective", "group", "algorithm", "bytes/rank", "time (ms)",
+              title=f"best plan: {r.plan.describe()}; memory per chip "
+                    + ", ".join(f"{k} {_gib(v)}" for k, v in r.memory.breakdown.items())
+                    + " GiB")
+    for label, c in r.comm.items():
+        t.add_row(label, f"{c['group_kind']} ({c['group']})", c["algorithm"],
+                  f"{c['bytes'] / 2**20:.1f} MiB", f"{c['seconds'] * 1e3:.3f}")
+    return t
+
+
+@click.command("plan")
+@click.option("--model", required=True, help="Built-in model name or path to a HF config.json.")
+@click.option("--chip", required=True, help="Chip preset name or TOML path.")
+@click.option("--cluster", "cluster", required=True,
+              help="Cluster preset (dgx-h100, tpu-v4-pod) or TOML path.")
+@click.option("--chips", type=int, required=True, help="Chips the run uses.")
+@click.option("--batch", type=int, required=True, help="Global batch in sequences.")
+@click.option("--seq", type=int, required=True, help="Sequence length in tokens.")
+@click.option("--top", type=int, default=5, show_default=True, help="Plans to show.")
+@click.option("--refine", type=int, default=8, show_default=True,
+              help="Best screened plans to simulate with the engine.")
+@click.option("--max-tp", type=int, help="Largest tensor-parallel degree (default: the "
+                                         "scale-up domain).")
+@click.option("--attention", type=click.Choice(["fused", "unfused"]), default="fused",
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--trace", type=click.Path(dir_okay=False),
+              help="Write the best plan's step as a Perfetto trace (one process per rank).")
+@click.option("--export-et", "export_et", type=click.Path(file_okay=False),
+              help="Write the best plan's step as Chakra execution traces (one per rank).")
+@friendly
+def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention, as_json,
+         trace, export_et):
+    """Search tp × pp × dp × cp × ep, ZeRO stage, schedule, micro-batch and recomputation
+    for a training step on a cluster; rank the plans that fit by simulated step time.
+
+    Every candidate's memory is checked, those that fit are screened with a roofline
+    estimate, and the best --refine are simulated with the engine and an event-level
+    pipeline.
+    """
+    import sys
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    from ..sim.cluster.search import search_plans
+    from ..sim.cluster.trace import export_chakra, write_perfetto_trace
+
+    for name, v in (("top", top), ("refine", refine)):
+        if v < 1:
+            raise ValueError(f"--{name} must be a positive integer, not {v}")
+    err = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), console=err, transient=True,
+                  disable=not sys.stderr.isatty()) as prog:
+        tasks: dict[str, int] = {}
+
+        def report(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = prog.add_task(stage, total=total)
+            prog.update(tasks[stage], completed=done, total=total)
+
+        res = search_plans(model, chip, cluster, chips=chips, batch=batch, seq=seq,
+                           refine=max(refine, top), max_tp=max_tp, attention=attention,
+                           progress=report)
+    if not res.plans:
+        raise ValueError(f"no plan fits: {res.candidates} candidates, none within the chip's "
+                         f"memory; try more chips, a smaller --batch or --seq")
+    best = res.plans[0]
+    if trace:
+        write_perfetto_trace(best, trace)
+    if export_et:
+        export_chakra(best, export_et)
+    if as_json:
+        click.echo(json.dumps(res.to_dict(top), indent=2))
+        return
+    con = Console() if sys.stdout.isatty() else Console(width=200)
+    con.print(_table(res, top))
+    con.print(_detail(best))
