@@ -535,8 +535,8 @@ def validate_chip(chip: "Chip", source: str | None) -> None:
         if dc.kind == "io":
             continue
         need = sum(dc.blocks.values())
-        if stated < need * (1 - 1e-9):
+        if stated < need * (1 - 1e-6):
             fail(source, "die.width_mm", spec.width_mm,
                  f"an outline that holds the blocks: {spec.width_mm:g} × {spec.height_mm:g} mm "
-                 f"= {stated:.1f} mm² is {need - stated:.1f} mm² smaller than the modelled "
-                 f"{dc.kind} die ({need:.1f} mm²)")
+                 f"= {stated:.2f} mm² is {need - stated:.2f} mm² smaller than the modelled "
+                 f"{dc.kind} die ({need:.2f} mm²)")

@@ -156,8 +156,8 @@ def test_an_io_limited_die_grows_and_reports_whitespace():
      "die.width_mm: expected a number > 0 and <= 1000, got -3.0"),
     ({"die__width_mm": 30.0}, "die.height_mm: expected a number > 0 too (width_mm is given"),
     ({"die__width_mm": 20.0, "die__height_mm": 20.0},
-     "die.width_mm: expected an outline that holds the blocks: 20 × 20 mm = 400.0 mm² is "
-     "260.9 mm² smaller than the modelled monolithic die (660.9 mm²)"),
+     "die.width_mm: expected an outline that holds the blocks: 20 × 20 mm = 400.00 mm² is "
+     "260.87 mm² smaller than the modelled monolithic die (660.87 mm²)"),
     ({"die__max_aspect_ratio": 0.5}, "die.max_aspect_ratio: expected a number >= 1"),
     ({"die__hbm_sites": 4}, "die.hbm_sites: expected at least dram.stacks (6)"),
     ({"cost__node": "n2x"}, "cost.node: expected one of 'n28', 'n16', 'n7', 'n5', 'n4', 'n3', "
