@@ -196,8 +196,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, w
     from ..arch.cost import cost_metrics
     from .dse.physical import geometry_warnings
     the_chip = load_chip(chip)
-    for w in geometry_warnings(the_chip):
-        echo_err(f"Warning: cannot be built as described: {w}")
+    geometry = [f"cannot be built as described: {w}" for w in geometry_warnings(the_chip)]
     if trace:
         _write_trace(trace, chrome_trace(last.layers, overlap=overlap,
                                          name=f"{last.model} {last.phase} on {last.chip}"))
@@ -205,6 +204,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, w
         dicts = [r.to_dict() for r in results]
         for r in dicts:  # cost_usd, usd_per_mtok, tokens_per_s_per_usd (null without [cost])
             r.update(cost_metrics(the_chip, r))
+            r["warnings"] = list(r.get("warnings") or []) + geometry
         if len(results) == 1:
             out = dicts[0]
         else:
@@ -212,6 +212,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, w
                    "compute_bound_batch": curve["compute_bound_batch"]}
         click.echo(json.dumps(out, indent=2))
         return
+    for w in geometry:
+        echo_err(f"Warning: {w}")
     d = last.to_dict()
     con.print(_layer_table(last.layers, last.seconds,
                            f"{last.model} {last.phase} on {last.chip}, batch {last.batch} "
