@@ -33,13 +33,15 @@ def chip(name="train-2026", **changes):
 
 # ---- hand-computed edge placement -----------------------------------------------------------
 
+def place(w, h, spec=DEFAULT_DIE, *, hbm=0, links=0, **kw):
+    return assign_edges(w, h, spec, hbm_phys=hbm, links=links, d2d=kw.pop("d2d", {}),
+                        phy_depth_mm=PHY, link_depth_mm=LINK, **kw)
+
+
 def test_three_phys_per_long_edge_need_31_mm():
     # long edges hold floor((w - 2 × 0.5) / 10) PHYs: 2 on a 30 mm edge, 3 on a 31 mm edge
-    _, short = assign_edges(30.0, 20.0, DEFAULT_DIE, hbm_phys=6, links=0, d2d={},
-                            phy_depth_mm=PHY)
-    assert short["hbm"] == 2
-    slots, short = assign_edges(31.0, 20.0, DEFAULT_DIE, hbm_phys=6, links=0, d2d={},
-                                phy_depth_mm=PHY)
+    assert place(30.0, 20.0, hbm=6)[1]["hbm"] == 2
+    slots, short = place(31.0, 20.0, hbm=6)
     assert short["hbm"] == 0
     assert sorted(s.edge for s in slots) == ["north"] * 3 + ["south"] * 3
 
@@ -47,25 +49,18 @@ def test_three_phys_per_long_edge_need_31_mm():
 def test_phys_on_short_edges_only_when_allowed():
     spec = DieSpec(hbm_edges=4)
     # short edges: 20 - 2 × max(0.5, 1.62) = 16.76 mm → one PHY each
-    slots, short = assign_edges(30.0, 20.0, spec, hbm_phys=6, links=0, d2d={}, phy_depth_mm=PHY)
+    slots, short = place(30.0, 20.0, spec, hbm=6)
     assert short["hbm"] == 0
     assert sorted(s.edge for s in slots).count("west") == 1
-    _, short = assign_edges(30.0, 20.0, spec, hbm_phys=7, links=0, d2d={}, phy_depth_mm=PHY)
-    assert short["hbm"] == 1
+    assert place(30.0, 20.0, spec, hbm=7)[1]["hbm"] == 1
 
 
 def test_link_capacity_of_a_20mm_square():
     # long: floor(19 / 1.2) = 15 each; short: 20 - 2 × 2.083 = 15.83 → 13 each: 56 in all
-    _, short = assign_edges(20.0, 20.0, DEFAULT_DIE, hbm_phys=0, links=56, d2d={},
-                            link_depth_mm=LINK)
-    assert short["links"] == 0
-    _, short = assign_edges(20.0, 20.0, DEFAULT_DIE, hbm_phys=0, links=57, d2d={},
-                            link_depth_mm=LINK)
-    assert short["links"] == 1
+    assert place(20.0, 20.0, links=56)[1]["links"] == 0
+    assert place(20.0, 20.0, links=57)[1]["links"] == 1
     # edges facing a neighbouring die take none: 30 on the long edges
-    _, short = assign_edges(20.0, 20.0, DEFAULT_DIE, hbm_phys=0, links=31, d2d={},
-                            link_depth_mm=LINK, blocked=("west", "east"))
-    assert short["links"] == 1
+    assert place(20.0, 20.0, links=31, blocked=("west", "east"))[1]["links"] == 1
 
 
 def test_d2d_longer_than_its_edge_is_short_by_the_difference():
