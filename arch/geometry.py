@@ -201,18 +201,19 @@ def assign_edges(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: int
     corners (``corner_keepout_mm`` at each end); a short edge also leaves the deepest interface
     band of the long edges free at each end (:func:`usable_lengths`).
     """
-    usable = usable_lengths(w, h, spec, [phy_depth_mm if hbm_phys else 0.0,
-                                         link_depth_mm if links else 0.0,
-                                         d2d_depth_mm if any(d2d.values()) else 0.0])
+    depths = [phy_depth_mm if hbm_phys else 0.0, link_depth_mm if links else 0.0,
+              d2d_depth_mm if any(d2d.values()) else 0.0]
+    usable = usable_lengths(w, h, spec, depths)
     free = dict(usable)
     items: dict[str, list[tuple[str, float, float]]] = {e: [] for e in EDGES}
     short = {"hbm": 0, "links": 0, "d2d": 0.0}
     for e, mm in d2d.items():
         if mm <= 0:
             continue
-        take = min(mm, free[e])
+        take = min(mm, free[e])  # what does not fit is short (and drawn inside the die)
         short["d2d"] += mm - take
-        items[e].append(("d2d", mm, d2d_depth_mm))
+        if take > 0:
+            items[e].append(("d2d", take, d2d_depth_mm))
         free[e] -= take
     eligible = [e for e in EDGES if not d2d.get(e) and e not in blocked]
     eligible.sort(key=lambda e: -edge_length(w, h, e))  # stable: south, north first on ties
@@ -239,8 +240,6 @@ def assign_edges(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: int
             free[best] -= sl
     slots: list[EdgeSlot] = []
     counters = {"dram_phy": 0, "interconnect": 0, "d2d": 0}
-    depths = [phy_depth_mm if hbm_phys else 0.0, link_depth_mm if links else 0.0,
-              d2d_depth_mm if any(d2d.values()) else 0.0]
     for e in EDGES:
         its = _order(items[e])
         total = sum(i[1] for i in its)

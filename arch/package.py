@@ -6,8 +6,9 @@ IO/memory dies:
 
 * ``io_dies = 0`` (a B200-like package): every compute die carries its share of the DRAM
   stacks' PHYs and of the link SerDes; the compute dies sit in a row, neighbours joined by one
-  D2D interface on their facing short edges (west/east), which host nothing else. DRAM addresses are interleaved over
-  every stack, so a fraction (n − 1)/n of each die's DRAM traffic crosses D2D interfaces;
+  D2D interface on their facing short edges (west/east), which host nothing else. DRAM
+  addresses are interleaved over every stack, so a fraction (n − 1)/n of each die's DRAM
+  traffic crosses D2D interfaces;
 * ``io_dies > 0`` (an MI300-like split, drawn 2.5D): the DRAM PHYs and link SerDes move to the
   IO dies, which sit in a row north of the compute dies (at most one IO die per compute die);
   every compute die has one D2D interface (on its north edge) to an IO die, and all DRAM
@@ -249,7 +250,8 @@ def d2d_report(chip: "Chip") -> D2DReport:
 
     Row of n compute dies, DRAM interleaved over every die's stacks: a die's bytes go to die
     j with probability 1/n; the interface between dies i and i+1 carries, per direction,
-    (i+1)(n−i−1)/n² of all DRAM bytes, the most at the middle; bytes cross |i − j| interfaces.
+    (i+1)(n−i−1)/n² of all DRAM bytes, the most at the middle; bytes cross |i − j|
+    interfaces.
     With IO dies every byte crosses once and each compute die's interface carries 1/n.
     """
     pkg = getattr(chip, "package", None)
