@@ -192,39 +192,32 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, w
         echo_err(f"Warning: {msg}")
     results = curve["results"]
     last = results[-1]
-    from ..arch import load_chip
-    from ..arch.cost import cost_metrics
-    from .dse.physical import geometry_warnings
-    the_chip = load_chip(chip)
-    geometry = [f"cannot be built as described: {w}" for w in geometry_warnings(the_chip)]
     if trace:
         _write_trace(trace, chrome_trace(last.layers, overlap=overlap,
                                          name=f"{last.model} {last.phase} on {last.chip}"))
     if as_json:
-        dicts = [r.to_dict() for r in results]
-        for r in dicts:  # cost_usd, usd_per_mtok, tokens_per_s_per_usd (null without [cost])
-            r.update(cost_metrics(the_chip, r))
-            r["warnings"] = list(r.get("warnings") or []) + geometry
         if len(results) == 1:
-            out = dicts[0]
+            out = results[0].to_dict()
         else:
-            out = {"curve": dicts,
+            out = {"curve": [r.to_dict() for r in results],
                    "compute_bound_batch": curve["compute_bound_batch"]}
         click.echo(json.dumps(out, indent=2))
         return
-    for w in geometry:
-        echo_err(f"Warning: {w}")
+    from ..arch import load_chip
+    from .dse.physical import geometry_warnings
+    the_chip = load_chip(chip)
+    for w in geometry_warnings(the_chip):
+        echo_err(f"Warning: cannot be built as described: {w}")
     d = last.to_dict()
     con.print(_layer_table(last.layers, last.seconds,
                            f"{last.model} {last.phase} on {last.chip}, batch {last.batch} "
                            f"(identical layers simulated once, × = repeats)"))
     con.print(_totals_table(d))
-    econ = cost_metrics(the_chip, d)
-    if econ["usd_per_mtok"] is not None:
+    if d["usd_per_mtok"] is not None:
         c = the_chip.cost
-        con.print(f"cost: ${econ['cost_usd']:,.0f} per chip; ${econ['usd_per_mtok']:.4g} per "
-                  f"million tokens ({c.utilisation:.0%} utilisation, {c.lifetime_years:g} years, "
-                  f"${c.usd_per_kwh:g}/kWh); {econ['tokens_per_s_per_usd']:.4g} tokens/s per $")
+        con.print(f"cost: ${d['cost_usd']:,.0f} per chip; ${d['usd_per_mtok']:.4g} per million "
+                  f"tokens ({c.utilisation:.0%} utilisation, {c.lifetime_years:g} years, "
+                  f"${c.usd_per_kwh:g}/kWh); {d['tokens_per_s_per_usd']:.4g} tokens/s per $")
     if len(results) > 1:
         con.print(_curve_table(curve))
         cb = curve["compute_bound_batch"]

@@ -16,6 +16,7 @@ per output token (TPOT) of one step at the mean context of the ``gen`` steps (pr
 
 from __future__ import annotations
 
+import dataclasses
 import warnings as _warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,6 +74,10 @@ class RunResult:
     memory: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # one chip's economics (diptych.arch.cost.token_economics); None without a [cost] table
+    cost_usd: float | None = None
+    usd_per_mtok: float | None = None
+    tokens_per_s_per_usd: float | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the output of ``diptych run --json`` for one batch size)."""
@@ -282,7 +287,8 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     ``simulate`` replaces :func:`diptych.sim.simulate` (tests use a roofline double).
     For a chip with a ``[power]`` table the run is reported at the clock it can sustain within
     its TDP, with idle arrays power-gated (:mod:`diptych.workloads.power_limit`;
-    ``power_limit=False`` skips that).
+    ``power_limit=False`` skips that). With a ``[cost]`` table the result carries
+    ``cost_usd``, ``usd_per_mtok`` and ``tokens_per_s_per_usd``.
     """
     chip = load_chip(chip)
     chip.require_dram("the per-op engine behind run_workload")
@@ -361,6 +367,12 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
                      overlap=overlap, recompute=recompute, micro_batch=micro_batch,
                      attention=attention, simulate=simulate, power_limit=False)
         res = apply_power_limit(res, chip, lambda c: run_workload(c, model, **again))
+    if chip.cost is not None:
+        from ..arch.cost import cost_metrics
+        econ = cost_metrics(chip, res.to_dict())
+        res = dataclasses.replace(res, cost_usd=econ["cost_usd"],
+                                  usd_per_mtok=econ["usd_per_mtok"],
+                                  tokens_per_s_per_usd=econ["tokens_per_s_per_usd"])
     return res
 
 
