@@ -5,7 +5,8 @@ scratchpads and vector units; DRAM, links and leakage are on other rails or do n
 the core voltage) and how well idle arrays are power-gated:
 
 * ``V(f) = v_min`` for ``f ≤ f_at_v_min_ghz`` and
-  ``v_min + volts_per_ghz × (f − f_at_v_min_ghz)`` above (voltage linear in frequency above a floor, the usual shape of published DVFS curves);
+  ``v_min + volts_per_ghz × (f − f_at_v_min_ghz)`` above (voltage linear in frequency above a
+  floor, the usual shape of published DVFS curves);
 * dynamic core energy per operation ∝ V², so the core power of a compute-bound run at clock f'
   instead of f is ``P_core × (f'/f) × (V(f')/V(f))²``; DRAM and link power scale with the run's
   pace (f'/f) at constant energy per bit; static power stays.
