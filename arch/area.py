@@ -8,7 +8,11 @@
 * vector units: lanes × mm² per lane;
 * DRAM PHY + controller per stack (PHYs do not shrink with the node; none on an all-SRAM
   chip);
-* interconnect SerDes per link; plus a fixed overhead (control, NoC, PCIe, pads).
+* interconnect SerDes per link; plus a fixed overhead (control, NoC, PCIe, pads), and the fixed
+  logic of any IO dies of a chiplet package;
+* ``d2d``: die-to-die PHYs of a chiplet package (:mod:`diptych.arch.package`; 0 when
+  monolithic);
+* ``spare_cores``: tensor cores fused off for yield (``[die] spare_cores``; 0 when none).
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 #: The blocks of :func:`area_breakdown_mm2`, in floorplan order.
-AREA_BLOCKS: tuple[str, ...] = ("arrays", "sram", "vector", "dram_phy", "interconnect", "overhead")
+AREA_BLOCKS: tuple[str, ...] = ("arrays", "sram", "vector", "dram_phy", "interconnect", "overhead",
+                                 "d2d", "spare_cores")
 
 
 def pe_area_mm2(chip: "Chip") -> float:
@@ -32,8 +37,13 @@ def pe_area_mm2(chip: "Chip") -> float:
 
 def area_breakdown_mm2(chip: "Chip") -> dict[str, float]:
     """Die area by block in mm²; the blocks sum to :attr:`Chip.die_area_mm2`."""
+    from .package import core_area_mm2, d2d_area_mm2
+
     a = chip.area
     sp = chip.core.scratchpad
+    pkg = getattr(chip, "package", None)
+    die = getattr(chip, "die", None)
+    spares = die.spare_cores if die is not None else 0
     return {
         "arrays": chip.arrays * chip.core.array.pes * pe_area_mm2(chip),
         "sram": (chip.tensor_cores * (sp.capacity_mib + sp.accumulator_mib)
@@ -42,7 +52,10 @@ def area_breakdown_mm2(chip: "Chip") -> dict[str, float]:
         "vector": chip.tensor_cores * chip.core.vector.lanes * a.mm2_per_vector_lane,
         "dram_phy": (chip.dram.stacks if chip.dram is not None else 0) * a.mm2_per_hbm_phy,
         "interconnect": chip.interconnect.links * a.mm2_per_link,
-        "overhead": a.fixed_overhead_mm2,
+        "overhead": a.fixed_overhead_mm2
+                    + (pkg.io_dies * pkg.io_die_overhead_mm2 if pkg is not None else 0.0),
+        "d2d": d2d_area_mm2(chip),
+        "spare_cores": spares * core_area_mm2(chip) if spares else 0.0,
     }
 
 

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from .cost import CostTable
 from .dtypes import DTYPES
+from .geometry import DieSpec
+from .noc import Noc
+from .package import Package
+from .power import PowerTable
 from .schema import f, fail
 
 DATAFLOWS: tuple[str, ...] = ("os", "ws", "is")
@@ -309,12 +314,21 @@ class Chip:
                                           doc="optional residency table: which tensor kinds "
                                               "may stay on chip between ops; absent = "
                                               "defaults of ResidencyPolicy")
+    # optional physical-design tables (docs/floorplan.md); absent = nothing changes
+    die: DieSpec | None = f(default=None, doc="optional die outline and edge table")
+    package: Package | None = f(default=None, doc="optional chiplet package table")
+    noc: Noc | None = f(default=None, doc="optional on-chip network table")
+    cost: CostTable | None = f(default=None, doc="optional cost table")
+    power: PowerTable | None = f(default=None, doc="optional V/f curve and power-gating table")
 
     def _validate(self, source, path):
         supported = self.core.array.dtypes
         if self.default_dtype not in supported:
             fail(source, "default_dtype", self.default_dtype,
                  f"a dtype the array supports ({', '.join(supported)})")
+        from . import geometry, package
+        package.validate_chip(self, source)
+        geometry.validate_chip(self, source)
         if self.area_budget_mm2 and self.die_area_mm2 > self.area_budget_mm2 * (1 + 1e-9):
             fail(source, "area_budget_mm2", self.area_budget_mm2,
                  f"at least the modelled die area ({self.die_area_mm2:.1f} mm²)")

@@ -35,6 +35,11 @@ def _doc(field: dataclasses.Field) -> str:
     return doc
 
 
+def _optional(hint):
+    """``X`` of an ``X | None`` hint."""
+    return next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+
+
 def _is_table(tp) -> bool:
     return dataclasses.is_dataclass(tp) and tp is not DtypeTable
 
@@ -60,6 +65,9 @@ def _fill(container, obj, *, optional_comments: list[str], prefix: str = "") -> 
     fields = dataclasses.fields(obj)
     for f in fields:
         v = getattr(obj, f.name)
+        if v is None and not _is_table(_optional(hints[f.name])):
+            container.add(tomlkit.comment(f"{f.name} = ...  # {_doc(f)} (optional)"))
+            continue
         if v is None or _is_table(type(v)):
             continue
         item = tomlkit.item(_value(v))      # an item, so that booleans take a comment too
@@ -72,8 +80,8 @@ def _fill(container, obj, *, optional_comments: list[str], prefix: str = "") -> 
             t = tomlkit.table()
             _fill(t, v, optional_comments=optional_comments, prefix=f"{prefix}{f.name}.")
             container.add(f.name, t)
-        elif v is None:
-            tp = next(a for a in typing.get_args(hints[f.name]) if a is not type(None))
+        elif v is None and _is_table(_optional(hints[f.name])):
+            tp = _optional(hints[f.name])
             lines = [f"[{prefix}{f.name}]  # {_doc(f)}"]
             lines += [f"{g.name} = ...  # {_doc(g)}" for g in dataclasses.fields(tp)]
             optional_comments.extend(lines)

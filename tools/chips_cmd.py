@@ -127,6 +127,15 @@ def chips_show(chip: str, as_json: bool, as_toml: bool):
         t.add_row(f"area: {block}", f"{mm2:.1f} mm²")
     t.add_row("die area", f"{c.die_area_mm2:.1f} mm²"
               + (f" (budget {c.area_budget_mm2:.0f})" if c.area_budget_mm2 else ""))
+    from ..arch.cost import chip_cost
+    from ..arch.geometry import dies
+    for g in dies(c):
+        t.add_row(f"outline: {g.name}", f"{g.width_mm:.1f} × {g.height_mm:.1f} mm"
+                  + ("" if not g.violations else " [red]" + "; ".join(
+                      v.message for v in g.violations) + "[/red]"))
+    cost = chip_cost(c)
+    if cost is not None:
+        t.add_row("cost per chip", f"${cost.total_usd:,.0f}")
     t.add_row("TDP", f"{c.tdp_w:.0f} W")
     con.print(t)
 
@@ -162,6 +171,14 @@ def chips_template(chip: str, output: str, name: str | None, force: bool):
 @friendly
 def chips_validate(path: str):
     """Check a chip file (TOML, or the JSON of `chips show --json`); print OK or the first
-    problem (exit 2)."""
+    problem (exit 2).
+
+    A valid description of a chip that cannot be built as described (a die over the reticle,
+    DRAM PHYs or SerDes that do not fit on its edges: docs/floorplan.md) is OK with a warning
+    that says why and by how much."""
+    from ..arch.geometry import check
+
     c = load_chip_file(path)
     click.echo(f"{path}: OK ({c.name}, {c.die_area_mm2:.0f} mm²)")
+    for v in check(c):
+        click.echo(f"warning: cannot be built as described: {v.message}", err=True)

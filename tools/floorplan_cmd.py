@@ -1,4 +1,4 @@
-"""``diptych floorplan``: draw dies to scale, side by side."""
+"""``diptych floorplan``: dies to scale, interfaces on their edges, cores as tiles."""
 
 from __future__ import annotations
 
@@ -15,17 +15,27 @@ from .errors import friendly
 def floorplan(chips: tuple[str, ...], output: str):
     """Draw the floorplan of each CHIP (preset name or TOML path) to scale.
 
-    Blocks are rectangles of their modelled area (MAC arrays, SRAM, vector units, DRAM PHYs,
-    link SerDes, other), labelled with mm² and share of the die; chips side by side at one
-    scale.
+    Each die is drawn at its outline (stated in [die] or derived within the reticle and the
+    aspect-ratio limit) with its DRAM PHYs, link SerDes and die-to-die PHYs on its edges and
+    its tensor cores as tiles (arrays, scratchpad, vector unit), labelled with mm² and share;
+    chips side by side at one scale. Dies that cannot be built as described (over the reticle,
+    interfaces that do not fit on the edges) are drawn in red and listed.
     """
     from ..arch import load_chip
-    from .dse.floorplan import draw_floorplans, floorplan as plan, save_figure
+    from ..arch.cost import chip_cost
+    from .dse.floorplan import describe, draw_floorplans, floorplan as plan, save_figure
 
     loaded = [load_chip(c) for c in chips]
     fig = draw_floorplans(loaded)
     save_figure(fig, output)
     for c in loaded:
-        parts = ", ".join(f"{r.block} {r.area_mm2:.0f} mm² ({r.share:.0%})" for r in plan(c))
-        click.echo(f"{c.name}: {c.die_area_mm2:.0f} mm²: {parts}")
+        p = plan(c)
+        click.echo(describe(c, p))
+        cost = chip_cost(c)
+        if cost is not None:
+            parts = ", ".join(f"{k} ${v:,.0f}" for k, v in cost.breakdown().items())
+            click.echo(f"  cost: ${cost.total_usd:,.0f} per chip ({parts}); die yield "
+                       + ", ".join(f"{d.name} {d.yield_:.1%}" for d in cost.dies))
+        for v in p.violations:
+            click.echo(f"  cannot be built as described: {v.message}")
     click.echo(f"wrote {output}")

@@ -203,11 +203,21 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, w
                    "compute_bound_batch": curve["compute_bound_batch"]}
         click.echo(json.dumps(out, indent=2))
         return
+    from ..arch import load_chip
+    from .dse.physical import geometry_warnings
+    the_chip = load_chip(chip)
+    for w in geometry_warnings(the_chip):
+        echo_err(f"Warning: cannot be built as described: {w}")
     d = last.to_dict()
     con.print(_layer_table(last.layers, last.seconds,
                            f"{last.model} {last.phase} on {last.chip}, batch {last.batch} "
                            f"(identical layers simulated once, × = repeats)"))
     con.print(_totals_table(d))
+    if d["usd_per_mtok"] is not None:
+        c = the_chip.cost
+        con.print(f"cost: ${d['cost_usd']:,.0f} per chip; ${d['usd_per_mtok']:.4g} per million "
+                  f"tokens ({c.utilisation:.0%} utilisation, {c.lifetime_years:g} years, "
+                  f"${c.usd_per_kwh:g}/kWh); {d['tokens_per_s_per_usd']:.4g} tokens/s per $")
     if len(results) > 1:
         con.print(_curve_table(curve))
         cb = curve["compute_bound_batch"]

@@ -16,6 +16,7 @@ per output token (TPOT) of one step at the mean context of the ``gen`` steps (pr
 
 from __future__ import annotations
 
+import dataclasses
 import warnings as _warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -73,6 +74,10 @@ class RunResult:
     memory: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # one chip's economics (diptych.arch.cost.token_economics); None without a [cost] table
+    cost_usd: float | None = None
+    usd_per_mtok: float | None = None
+    tokens_per_s_per_usd: float | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the output of ``diptych run --json`` for one batch size)."""
@@ -270,7 +275,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
                  weights_dtype: str | None = None, act_dtype: str | None = None,
                  kv_dtype: str | None = None, overlap: bool = True, recompute: bool = False,
                  micro_batch: int | None = None, attention: str = "fused",
-                 simulate: Callable | None = None) -> RunResult:
+                 simulate: Callable | None = None, power_limit: bool = True) -> RunResult:
     """Lower ``phase`` of ``model`` for ``chip`` and simulate it (see module docstring).
 
     ``batch`` is the number of sequences (global batch for training, split over ``dp``);
@@ -280,6 +285,10 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     :func:`diptych.workloads.train.default_micro_batch`); ``attention`` "fused" (default,
     FlashAttention-style, see :mod:`diptych.workloads.fused`) or "unfused".
     ``simulate`` replaces :func:`diptych.sim.simulate` (tests use a roofline double).
+    For a chip with a ``[power]`` table the run is reported at the clock it can sustain within
+    its TDP, with idle arrays power-gated (:mod:`diptych.workloads.power_limit`;
+    ``power_limit=False`` skips that). With a ``[cost]`` table the result carries
+    ``cost_usd``, ``usd_per_mtok`` and ``tokens_per_s_per_usd``.
     """
     chip = load_chip(chip)
     chip.require_dram("the per-op engine behind run_workload")
@@ -336,7 +345,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
                 compute_dtype=comp_dtype, simulated_ops=w.op_count(),
                 vector_ops=w.vector_ops * n_chips, collective_bytes=w.collective_bytes,
                 identical_layers_simulated_once=True)
-    return RunResult(
+    res = RunResult(
         phase=phase, chip=chip.name, model=model.name, batch=batch, chips=n_chips, tp=tp, dp=dp,
         seconds=secs, flops=model_flops, hardware_flops=hw_flops,
         dram_bytes=t["dram_bytes"] * n_chips, mfu=model_flops / (peak * secs),
@@ -351,6 +360,20 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
                    "accumulation": p.accumulation, "grads": p.grads, "master": p.master,
                    "moments": p.moments},
         memory=mem.to_dict(), info=info, warnings=warns)
+    if power_limit and chip.power is not None:
+        from .power_limit import apply_power_limit
+        again = dict(phase=phase, batch=batch, prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp,
+                     weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype,
+                     overlap=overlap, recompute=recompute, micro_batch=micro_batch,
+                     attention=attention, simulate=simulate, power_limit=False)
+        res = apply_power_limit(res, chip, lambda c: run_workload(c, model, **again))
+    if chip.cost is not None:
+        from ..arch.cost import cost_metrics
+        econ = cost_metrics(chip, res.to_dict())
+        res = dataclasses.replace(res, cost_usd=econ["cost_usd"],
+                                  usd_per_mtok=econ["usd_per_mtok"],
+                                  tokens_per_s_per_usd=econ["tokens_per_s_per_usd"])
+    return res
 
 
 def run_curve(chip, model, *, batches: list[int], progress: Callable | None = None,

@@ -34,9 +34,9 @@ def _del(path):
     return mod
 
 
-KNOWN_TOP = ("area, area_budget_mm2, clock_ghz, core, default_dtype, description, dma, dram, "
-             "energy, interconnect, name, overheads, residency, shared_buffer, tdp_w, "
-             "tensor_cores")
+KNOWN_TOP = ("area, area_budget_mm2, clock_ghz, core, cost, default_dtype, description, die, "
+             "dma, dram, energy, interconnect, name, noc, overheads, package, power, residency, "
+             "shared_buffer, tdp_w, tensor_cores")
 
 BROKEN = [
     ("misspelt key", _set("clock_gz", 1.0),

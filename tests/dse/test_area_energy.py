@@ -26,10 +26,16 @@ def hand_area(d: dict) -> float:
     sp = core["scratchpad"]
     sram_mib = (d["tensor_cores"] * (sp["capacity_mib"] + sp.get("accumulator_mib", 0.0))
                 + d.get("shared_buffer", {}).get("capacity_mib", 0.0))
+    # spare cores ([die]): whole tensor cores, each its PEs, scratchpad and lanes
+    spares = d.get("die", {}).get("spare_cores", 0)
+    per_core = (pes * pe + d["tensor_cores"] * (sp["capacity_mib"] + sp.get("accumulator_mib", 0.0))
+                * area["mm2_per_mib_sram"] + d["tensor_cores"] * core["vector"]["lanes"]
+                * area["mm2_per_vector_lane"]) / d["tensor_cores"]
     return (pes * pe + sram_mib * area["mm2_per_mib_sram"]
             + d["tensor_cores"] * core["vector"]["lanes"] * area["mm2_per_vector_lane"]
             + d.get("dram", {}).get("stacks", 0) * area["mm2_per_hbm_phy"]
-            + d["interconnect"]["links"] * area["mm2_per_link"] + area["fixed_overhead_mm2"])
+            + d["interconnect"]["links"] * area["mm2_per_link"] + area["fixed_overhead_mm2"]
+            + spares * per_core)
 
 
 @pytest.mark.parametrize("name", preset_names())

@@ -45,7 +45,7 @@ def test_json_structure_is_exactly_the_issues(cmp):
     assert list(j["chips"]) == ["train-2026", "infer-2026"]
     for c in j["chips"].values():
         assert set(c) == {"area_mm2", "tokens_per_j", "train", "prefill", "decode", "bottleneck",
-                          "precision"}
+                          "precision", "cost_usd", "usd_per_mtok"}
         assert set(c["train"]) == {"tokens_per_s", "mfu", "step_s", "mfu_peak_dtype"}
         assert set(c["precision"]) == {"train", "prefill", "decode"}
         assert [set(p) for p in c["prefill"]] == [{"prompt", "ttft_s"}] * 2

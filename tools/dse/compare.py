@@ -31,6 +31,8 @@ from typing import Any, Callable
 from ...arch import load_chip
 from ..precision import PHASES, PrecisionChoice, describe, resolve
 from .evaluate import power_metrics
+from ...arch.geometry import check
+from .physical import cost_summary
 
 #: ``progress(done, total, label)``: called before each run (``label`` says which) and once
 #: at the end with ``done == total``.
@@ -186,6 +188,7 @@ class Comparison:
                            "prefill": cr.prefill[s.prompts[0]].get("bound"),
                            "decode": ref.get("bound")},
             "precision": {ph: dict(p) for ph, p in cr.precision.items()},
+            **cost_summary(cr.chip, ref),  # cost_usd, usd_per_mtok at the decode reference
         }
 
     def to_json(self) -> dict:
@@ -242,6 +245,7 @@ class Comparison:
             n_runs = sum(1 for _ in cr.runs())
             out += [f"{name}: {text} ({'every run' if len(pts) == n_runs else ', '.join(pts)})"
                     for text, pts in groups.items()]
+            out += [f"{name}: cannot be built as described: {v}" for v in check(cr.chip)]
         return out + self.run_warnings()
 
     def rows(self) -> list[dict]:
@@ -259,8 +263,8 @@ class Comparison:
                        "area_mm2": cr.chip.die_area_mm2,
                        "precision": describe(p), "compute_dtype": p["compute"]}
                 for k in ("seconds", "ttft_s", "tpot_s", "tokens_per_s", "mfu", "energy_j",
-                          "energy_j_per_token", "power_w", "exceeds_tdp", "fits", "bound",
-                          "error"):
+                          "energy_j_per_token", "power_w", "exceeds_tdp", "usd_per_mtok",
+                          "fits", "bound", "error"):
                     row[k] = r.get(k)
                 out.append(row)
         return out
@@ -299,6 +303,7 @@ def _one(run, chip, model, precision: dict, choice: PrecisionChoice | None, **kw
         return {"error": str(exc)}
     d = res.to_dict() if hasattr(res, "to_dict") else dict(res)
     d.update(power_metrics(chip, d.get("energy_j"), d.get("seconds"), d.get("chips", 1)))
+    d.update(cost_summary(chip, d))
     return d
 
 

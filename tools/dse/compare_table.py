@@ -59,6 +59,7 @@ def metrics(cmp: Comparison) -> list[Metric]:
 
     row("chip", "die area", [cr.chip.die_area_mm2 for cr in runs], lambda v: fmt.number(v, "mm²"))
     row("chip", "TDP", [cr.chip.tdp_w for cr in runs], lambda v: fmt.number(v, "W"))
+    row("chip", "cost per chip", [x["cost_usd"] for x in summ], lambda v: fmt.number(v, "$"))
     infer_same = all(cr.precision["prefill"] == cr.precision["decode"] for cr in runs)
     for ph in (("train", "prefill, decode") if infer_same else ("train", "prefill", "decode")):
         key = ph.split(",")[0]
@@ -95,6 +96,9 @@ def metrics(cmp: Comparison) -> list[Metric]:
     ref = (s.ref_batch, s.contexts[0])
     row("efficiency", f"tokens/J (decode b={ref[0]} ctx={ref[1]})",
         [x["tokens_per_j"] for x in summ], fmt.number,
+        tuple(tuple(run_notes(cr.decode[ref])) for cr in runs))
+    row("efficiency", f"$ per million tokens (decode b={ref[0]} ctx={ref[1]})",
+        [x["usd_per_mtok"] for x in summ], lambda v: fmt.number(v, "$"),
         tuple(tuple(run_notes(cr.decode[ref])) for cr in runs))
     for ph in ("train", "prefill", "decode"):
         row("efficiency", f"bottleneck: {ph}", [x["bottleneck"][ph] for x in summ],

@@ -11,6 +11,7 @@ import functools
 import warnings
 from typing import Any
 
+from ...arch.cost import cost_metrics
 from ...arch.energy import power_check
 
 #: Metrics every row of a successful point carries (when the workload reports them).
@@ -60,6 +61,7 @@ def result_metrics(chip, res) -> dict[str, Any]:
         out["warnings"] = "; ".join(map(str, d["warnings"]))
     ej = d.get("energy_j_per_token")
     out["tokens_per_j"] = (1.0 / ej) if ej else None
+    out.update(cost_metrics(chip, d))  # cost_usd, usd_per_mtok, tokens_per_s_per_usd ...
     return out
 
 

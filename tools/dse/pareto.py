@@ -13,7 +13,7 @@ import math
 from typing import Sequence
 
 _MIN_HINTS = ("area", "_s", "seconds", "energy", "power", "latency", "ttft", "tpot", "_w",
-              "bytes", "cost", "joule_per", "j_per")
+              "bytes", "cost", "joule_per", "j_per", "usd")
 _MAX_HINTS = ("per_s", "tokens_per", "mfu", "hfu", "throughput", "per_j", "utilization",
               "utilisation", "efficiency", "ops")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from .compare import Comparison
 from .compare_table import metrics, ratio_caption
 from .floorplan import draw_floorplans, save_figure
+from .physical import geometry_warnings, provenance
 from .plots import decode_curve_plot, roofline_plot
 
 #: How the plots mark points that are not feasible: (matplotlib marker style, legend label).
@@ -113,7 +114,11 @@ def write_report(cmp: Comparison, out: str | Path) -> list[Path]:
         w.writerows(rows)
     files.append(p)
     p = out / "compare.json"
-    p.write_text(json.dumps(cmp.details(), indent=2))
+    details = cmp.details()
+    details["provenance"] = provenance()
+    details["geometry_warnings"] = [w for cr in cmp.chips.values()
+                                    for w in geometry_warnings(cr.chip)]
+    p.write_text(json.dumps(details, indent=2))
     files.append(p)
     bad = infeasible_points(cmp)
     roof = roofline_plot(roofline_inputs(cmp),
@@ -179,6 +184,9 @@ def index_html(cmp: Comparison, rows: list[dict]) -> str:
               "TDP.</p>") if warns else ""
     window = (f" The model's max_position_embeddings is {cmp.max_positions}."
               if cmp.max_positions else "")
+    prov = provenance()
+    made = (f"<p>diptych {e(prov['diptych_version'])}, <code>{e(prov['command'])}</code>, "
+            f"{e(prov['date_utc'])}</p>")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>diptych compare: {e(cmp.model)}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1200px}}
@@ -187,7 +195,7 @@ text-align:right}}th{{background:#f3f3f3}}.warn{{color:#a00}}.bad{{background:#f
 .flag{{color:#a00;font-size:11px}}.ratio{{color:#06c}}tr.section th{{text-align:left;
 background:#e8e8e8}}img{{max-width:100%;border:1px solid #ddd;margin:1em 0}}</style></head><body>
 <h1>{e(cmp.model)}: {e(' vs '.join(names))}</h1>
-<p>{e(cmp.settings.describe())}.{e(window)}</p>
+<p>{e(cmp.settings.describe())}.{e(window)}</p>{made}
 <p>{e(ratio_caption(cmp))}</p>{warn}
 <h2>Summary</h2>{summary_html(cmp)}
 <h2>Floorplans</h2><img src="floorplan.svg" alt="floorplans">

@@ -78,6 +78,8 @@ def chip_columns(chip) -> dict[str, Any]:
         "tdp_w": chip.tdp_w,
         "default_dtype": chip.default_dtype,
     }
+    from .physical import physical_columns
+    cols.update(physical_columns(chip))  # feasible, infeasible_reason, outline, cost, NoC
     return cols
 
 

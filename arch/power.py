@@ -1,0 +1,147 @@
+"""Power as a limit: the clock a chip can sustain within its TDP, and power-gated idle arrays.
+
+An optional ``[power]`` table gives the voltage/frequency curve of the core domain (the arrays,
+scratchpads and vector units; DRAM, links and leakage are on other rails or do not scale with
+the core voltage) and how well idle arrays are power-gated:
+
+* ``V(f) = v_min`` for ``f ≤ f_at_v_min_ghz`` and
+  ``v_min + volts_per_ghz × (f − f_at_v_min_ghz)`` above (voltage linear in frequency above a
+  floor, the usual shape of published DVFS curves);
+* dynamic core energy per operation ∝ V², so the core power of a compute-bound run at clock f'
+  instead of f is ``P_core × (f'/f) × (V(f')/V(f))²``; DRAM and link power scale with the run's
+  pace (f'/f) at constant energy per bit; static power stays.
+
+:func:`sustained_clock` solves ``P(f') = TDP`` for f' (bisection on a monotone function); a
+wrapper in :mod:`diptych.workloads.power_limit` re-runs the phase at that clock (which changes
+the time of compute-bound ops and barely that of memory-bound ones) until the average power
+is within the TDP, and scales the core energy by (V(f')/V(f))².
+
+Idle arrays: with ``gated_leakage_fraction`` g < 1, an array idle for a fraction (1 − u) of an
+op (u its utilisation) leaks only g of its share of the static power; the arrays' share of the
+static power is ``arrays_leakage_share`` (default: their share of the die area, leakage ∝
+area). :func:`gated_static_savings_j` gives the energy saved.
+
+Defaults [assumption, docs/floorplan.md]: ``v_min`` 0.65 V up to 1.0 GHz, 0.25 V/GHz above
+(7-4 nm accelerators run ~0.65-0.9 V between ~1 and ~2 GHz; no vendor publishes its curve);
+``gated_leakage_fraction`` 1.0 (no gating; power gating typically removes ~90 % of a block's
+leakage, i.e. 0.1, at a wake-up cost not modelled here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Mapping
+
+from .schema import f
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .chip import Chip
+
+
+@dataclass(frozen=True, kw_only=True)
+class PowerTable:
+    """The ``[power]`` table: the core V/f curve and the gating of idle arrays."""
+
+    v_min: float = f(default=0.65, gt=0.0, max=2.0, doc="core voltage floor in V (0 < x <= 2)")
+    f_at_v_min_ghz: float = f(default=1.0, min=0.0, max=10.0,
+                              doc="highest clock at the voltage floor in GHz (>= 0)")
+    volts_per_ghz: float = f(default=0.25, min=0.0, max=5.0,
+                             doc="voltage slope above the floor in V per GHz (>= 0)")
+    gated_leakage_fraction: float = f(default=1.0, min=0.0, max=1.0,
+                                      doc="leakage left in an idle, power-gated array (0..1; "
+                                          "1 = no gating)")
+    arrays_leakage_share: float | None = f(default=None, min=0.0, max=1.0,
+                                           doc="arrays' share of static power (absent = their "
+                                               "share of the die area)")
+    min_clock_ghz: float = f(default=0.1, gt=0.0, max=10.0,
+                             doc="lowest clock the part can run at in GHz (> 0)")
+
+    def volts(self, clock_ghz: float) -> float:
+        """Core voltage at ``clock_ghz``."""
+        return self.v_min + self.volts_per_ghz * max(0.0, clock_ghz - self.f_at_v_min_ghz)
+
+
+DEFAULT_POWER = PowerTable()
+
+
+def power_table(chip: "Chip") -> PowerTable:
+    return getattr(chip, "power", None) or DEFAULT_POWER
+
+
+@dataclass(frozen=True)
+class PowerSplit:
+    """A run's average power (one chip) by domain, in W."""
+
+    core_w: float      # MACs, SRAM, vector: scales with V² and pace
+    io_w: float        # DRAM and links: scales with pace
+    static_w: float
+
+    @property
+    def total_w(self) -> float:
+        return self.core_w + self.io_w + self.static_w
+
+
+def power_at(chip: "Chip", split: PowerSplit, clock_ghz: float) -> float:
+    """Average power at ``clock_ghz`` of a compute-bound run measured as ``split`` at the
+    chip's clock (see the module docstring)."""
+    t = power_table(chip)
+    pace = clock_ghz / chip.clock_ghz
+    v = (t.volts(clock_ghz) / t.volts(chip.clock_ghz)) ** 2
+    return (split.core_w * v + split.io_w) * pace + split.static_w
+
+
+def sustained_clock(chip: "Chip", energy_j: float, seconds: float, *,
+                    split: PowerSplit | None = None) -> float:
+    """The highest clock (GHz, ≤ ``chip.clock_ghz``) at which a run of ``energy_j`` per chip
+    over ``seconds`` stays within ``chip.tdp_w``, assuming its time scales with 1/clock.
+
+    Without ``split`` the energy is taken as all core energy above the chip's static power.
+    Raises ValueError when even ``min_clock_ghz`` exceeds the TDP (the static power alone
+    does, for instance).
+    """
+    for n, v in (("energy_j", energy_j), ("seconds", seconds)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+            raise ValueError(f"{n} must be a non-negative number, not {v!r}")
+    if seconds <= 0:
+        raise ValueError("seconds must be > 0 to compute a power, not 0")
+    if split is None:
+        static = min(chip.energy.static_w, energy_j / seconds)
+        split = PowerSplit(energy_j / seconds - static, 0.0, static)
+    tdp = chip.tdp_w
+    f_hi = chip.clock_ghz
+    if power_at(chip, split, f_hi) <= tdp:
+        return f_hi
+    f_lo = min(power_table(chip).min_clock_ghz, f_hi)
+    if power_at(chip, split, f_lo) > tdp:
+        raise ValueError(f"chip {chip.name!r}: {power_at(chip, split, f_lo):.0f} W even at "
+                         f"{f_lo:g} GHz exceeds its {tdp:g} W TDP (static {split.static_w:.0f} W)")
+    for _ in range(60):
+        mid = 0.5 * (f_lo + f_hi)
+        if power_at(chip, split, mid) > tdp:
+            f_hi = mid
+        else:
+            f_lo = mid
+    return f_lo
+
+
+def arrays_leakage_share(chip: "Chip") -> float:
+    t = power_table(chip)
+    if t.arrays_leakage_share is not None:
+        return t.arrays_leakage_share
+    parts = chip.area_breakdown_mm2
+    return parts["arrays"] / sum(parts.values())
+
+
+def gated_static_savings_j(chip: "Chip", ops: Iterable[Mapping]) -> float:
+    """Static energy (J, one chip) saved by power-gating idle arrays over ``ops``: records with
+    ``seconds``, ``utilization`` (None: not an array op, arrays fully idle) and ``repeat``."""
+    g = power_table(chip).gated_leakage_fraction
+    if g >= 1.0:
+        return 0.0
+    watts = chip.energy.static_w * arrays_leakage_share(chip) * (1.0 - g)
+    saved = 0.0
+    for op in ops:
+        u = op.get("utilization")
+        u = 0.0 if u is None else min(1.0, max(0.0, u))
+        saved += watts * (1.0 - u) * op.get("seconds", 0.0) * op.get("repeat", 1)
+    return saved
