@@ -9,6 +9,7 @@ import click
 from . import fmt
 from .errors import friendly
 
+
 def _exposed(e: dict) -> str:
     """Exposed communication by kind (tp, cp, ep, pp, dp), the kinds that expose any:
     ``tp 1.2 ms, dp 40 ms``."""

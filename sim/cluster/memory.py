@@ -104,7 +104,7 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
     # decode's working set: the ops of the last step (attending the whole ``context``)
     lo = layer_ops(model, p, phase=phase, tp=plan.tp, cp=plan.cp, ep=plan.ep,
                    micro_batch=plan.micro_batch, seq=seq,
-                   context=context - 1 if phase == "decode" else 0,
+                   context=max(context - 1, 0) if phase == "decode" else 0,
                    sequence_parallel=plan.sequence_parallel, attention=attention)
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
     chunks = chunk_layers(model, layers_per_chunk, lo)
