@@ -5,8 +5,10 @@ A :class:`Cluster` is ``domains`` identical scale-up domains of ``scale_up.chips
 * the **scale-up fabric** inside a domain is either a ``switch`` (NVLink through NVSwitch: any
   chip reaches any other at its full port bandwidth, non-blocking) or a ``torus`` (TPU ICI: a
   2-D or 3-D torus, each chip linked to its neighbours along each dimension; ``wraparound =
-  false`` makes it a mesh). Per-link bandwidth and the number of links per chip default to the
-  chip's own ``[interconnect]`` table, so the same cluster file can host different chip designs;
+  false`` makes it a mesh). Per-link bandwidth, the number of links per chip and the per-hop
+  latency default to the chip's own ``[interconnect]`` table, so the same cluster file can host
+  different chip designs (the presets leave them to the chip); a cluster file that gives them
+  overrides the chip's;
 * the **scale-out network** joins the domains: one NIC per chip into a ``fat_tree`` (optionally
   ``oversubscription``:1 above the leaf switches), a ``rail_optimized`` fat tree (NIC i of every
   domain on rail i: same-rail traffic within a leaf group of ``rail_group_domains`` domains never
@@ -49,8 +51,9 @@ class ScaleUp:
     gb_per_s_per_link_per_direction: float | None = f(
         default=None, gt=0.0, doc="GB/s per link per direction (> 0; default: the chip's "
                                   "interconnect value)")
-    latency_us: float = f(min=0.0, doc="latency per hop / per collective step in "
-                                       "microseconds (>= 0)")
+    latency_us: float | None = f(default=None, min=0.0,
+                                 doc="latency per hop / per collective step in microseconds "
+                                     "(>= 0; default: the chip's interconnect.latency_us)")
 
     def _validate(self, source, path):
         dims = (self.torus_x, self.torus_y, self.torus_z)
@@ -58,13 +61,20 @@ class ScaleUp:
             if math.prod(dims) != self.chips:
                 fail(source, f"{path}.torus_x", list(dims),
                      f"torus_x x torus_y x torus_z = scale_up.chips ({self.chips})")
-            need = 2 * sum(1 for d in dims if d > 1)
-            if self.links_per_chip is not None and self.links_per_chip < need:
+            if self.links_per_chip is not None and self.links_per_chip < self.torus_links:
                 fail(source, f"{path}.links_per_chip", self.links_per_chip,
-                     f"at least {need} (two per torus dimension)")
+                     f"at least {self.torus_links} (two per torus dimension)")
         elif dims != (1, 1, 1):
             fail(source, f"{path}.torus_x", list(dims),
                  "no torus dimensions for a switch fabric")
+
+    @property
+    def torus_links(self) -> int:
+        """Links a chip needs for the torus: two per dimension longer than 1 (0 on a
+        switch)."""
+        if self.fabric != "torus":
+            return 0
+        return 2 * sum(1 for d in (self.torus_x, self.torus_y, self.torus_z) if d > 1)
 
     @property
     def torus_dims(self) -> tuple[int, ...]:

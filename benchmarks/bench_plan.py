@@ -39,7 +39,7 @@ def main() -> None:
     marks: dict[str, float] = {}
     t0 = time.perf_counter()
 
-    def progress(stage: str, done: int, total: int) -> None:
+    def progress(done: int, total: int, stage: str) -> None:
         if done == total:
             marks[stage] = time.perf_counter() - t0
 

@@ -3,7 +3,8 @@
 Each row simulates a published training run with its published parallel layout (nothing is
 fitted to a row: presets, models and plans are used as stated, with every assumption named
 in the row) and prints diptych's MFU beside the published one. Writes the markdown table of
-docs/validation-cluster.md with ``--out``.
+docs/validation-published.md's "Cluster scale" section with ``--out`` (the discussion is in
+docs/validation-cluster.md).
 
 Run: ``python benchmarks/validate_cluster.py [--out table.md] [--rows gpt3-96,...]``
 (a few minutes on 2 cores: every distinct layer shape is simulated by the engine).

@@ -49,3 +49,9 @@ def number(x: float | None, unit: str = "") -> str:
 def ratio(x: float | None) -> str:
     """``3.88×``, ``0.258×``."""
     return MISSING if x is None else f"{x:.3g}×"
+
+
+def gib(x: float | None) -> str:
+    """Bytes in binary gigabytes, one decimal: ``70.6 GiB`` (memory sizes, as chips quote
+    their capacity)."""
+    return MISSING if x is None else f"{x / 2**30:.1f} GiB"

@@ -6,46 +6,42 @@ import json
 
 import click
 
+from . import fmt
 from .errors import friendly
 
 
-def _gib(x: float) -> str:
-    return f"{x / 2**30:.1f}"
-
-
-def _ms(x: float) -> str:
-    return f"{x * 1e3:.1f}"
+def _exposed(e: dict) -> str:
+    """Exposed communication by kind (tp, cp, ep, pp, dp), the kinds that expose any:
+    ``tp 1.2 ms, dp 40 ms``."""
+    return ", ".join(f"{k} {fmt.seconds(v)}" for k, v in e.items() if v) or "none"
 
 
 def _table(res, top: int):
     from rich.table import Table
 
     t = Table("#", "tp", "pp", "dp", "cp", "ep", "ZeRO", "schedule", "mb", "recompute",
-              "step (s)", "MFU", "bubble", "exposed tp/cp/ep/pp/dp (ms)", "GiB/chip",
+              "step", "MFU", "bubble", "exposed communication", "memory/chip",
               title=f"best {min(top, len(res.plans))} of {res.candidates} plans "
                     f"({res.fitting} fit; {len(res.plans)} simulated with the engine)")
     for i, r in enumerate(res.plans[:top], 1):
         p = r.plan
         sched = f"interleaved v{p.virtual_stages}" if p.schedule == "interleaved" else p.schedule
-        e = r.exposed_comm_s
         t.add_row(str(i), str(p.tp), str(p.pp), str(p.dp), str(p.cp), str(p.ep), str(p.zero),
-                  sched, str(p.micro_batch), p.recompute, f"{r.seconds:.3f}",
-                  f"{100 * r.mfu:.1f} %", f"{100 * r.bubble_fraction:.1f} %",
-                  "/".join(_ms(e[k]) for k in ("tp", "cp", "ep", "pp", "dp")),
-                  _gib(r.memory_bytes_per_chip))
+                  sched, str(p.micro_batch), p.recompute, fmt.seconds(r.seconds),
+                  fmt.pct(r.mfu), fmt.pct(r.bubble_fraction), _exposed(r.exposed_comm_s),
+                  fmt.gib(r.memory_bytes_per_chip))
     return t
 
 
 def _detail(r):
     from rich.table import Table
 
-    t = Table("collective", "group", "algorithm", "bytes/rank", "time (ms)",
+    t = Table("collective", "group", "algorithm", "bytes/rank", "time",
               title=f"best plan: {r.plan.describe()}; memory per chip "
-                    + ", ".join(f"{k} {_gib(v)}" for k, v in r.memory.breakdown.items())
-                    + " GiB")
+                    + ", ".join(f"{k} {fmt.gib(v)}" for k, v in r.memory.breakdown.items()))
     for label, c in r.comm.items():
         t.add_row(label, f"{c['group_kind']} ({c['group']})", c["algorithm"],
-                  f"{c['bytes'] / 2**20:.1f} MiB", f"{c['seconds'] * 1e3:.3f}")
+                  fmt.si(c["bytes"], "B"), fmt.seconds(c["seconds"]))
     return t
 
 
@@ -82,28 +78,18 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
     import sys
 
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn
 
     from ..sim.cluster.search import search_plans
     from ..sim.cluster.trace import export_chakra, write_perfetto_trace
+    from .progress import progress_display
 
-    for name, v in (("top", top), ("refine", refine)):
-        if v < 1:
+    for name, v in (("top", top), ("refine", refine), ("max-tp", max_tp)):
+        if v is not None and v < 1:
             raise ValueError(f"--{name} must be a positive integer, not {v}")
-    err = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total}"), console=err, transient=True,
-                  disable=not sys.stderr.isatty()) as prog:
-        tasks: dict[str, int] = {}
-
-        def report(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = prog.add_task(stage, total=total)
-            prog.update(tasks[stage], completed=done, total=total)
-
+    with progress_display("plan", enabled=not as_json) as progress:
         res = search_plans(model, chip, cluster, chips=chips, batch=batch, seq=seq,
                            refine=max(refine, top), max_tp=max_tp, attention=attention,
-                           progress=report)
+                           progress=progress)
     if not res.plans:
         raise ValueError(f"no plan fits: {res.candidates} candidates, none within the chip's "
                          f"memory; try more chips, a smaller --batch or --seq")

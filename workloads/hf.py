@@ -421,6 +421,25 @@ _PARSERS = {"llama": _llama, "phi3": _phi3, "qwen3": _qwen3, "qwen3_moe": _qwen3
             "llama4": _llama4, "gpt2": _gpt2, "deepseek_v3": _deepseek_v3}
 
 
+def _dense_without_moe_layers(cfg: dict) -> dict:
+    """A MoE configuration whose layer pattern leaves no MoE layer is a dense model, as
+    transformers builds it: its decoder layers put a plain MLP wherever the pattern does not
+    ask for experts (``Qwen3MoeDecoderLayer``: ``decoder_sparse_step`` and
+    ``mlp_only_layers``; ``Llama4TextDecoderLayer``: ``moe_layers``; DeepSeek-V3:
+    ``first_k_dense_replace``), so e.g. Qwen3-MoE with ``decoder_sparse_step`` = 100 over 48
+    layers or Llama 4 with ``moe_layers: []`` has no experts, router or shared expert
+    (``experts = 0``)."""
+    if not cfg.get("experts"):
+        return cfg
+    pattern = cfg.get("layer_moe")
+    if any(pattern) if pattern else cfg.get("first_dense_layers", 0) < cfg["layers"]:
+        return cfg
+    return {**cfg, "experts": 0, "experts_per_token": 0, "shared_experts": 0,
+            "moe_intermediate_size": 0, "first_dense_layers": 0, "router_bias": False,
+            "layer_moe": ()}
+
+
 def parse(family: str, arch: str, d: dict, source: str | None) -> dict:
-    """ModelConfig keyword arguments (all but name, architecture, family) for ``d``."""
-    return _PARSERS[family](Fields(d, source), arch)
+    """ModelConfig keyword arguments (all but name, architecture, family) for ``d``; a MoE
+    configuration without MoE layers comes back dense (:func:`_dense_without_moe_layers`)."""
+    return _dense_without_moe_layers(_PARSERS[family](Fields(d, source), arch))

@@ -7,11 +7,13 @@ micro-batch of ``micro_batch`` sequences of ``seq / cp`` tokens and adapts them 
 without touching ``workloads/``:
 
 * **context parallelism** (``cp > 1``, ring attention with Megatron's load balancing): every
-  op sees the rank's ``seq / cp`` tokens, but attention's queries attend the causal mean over
-  the *whole* sequence (``(seq+1)/2`` keys, window-capped): the attention GEMMs are rebuilt
-  with that key count and re-fused (:func:`diptych.workloads.fused.fuse`) over the whole
-  sequence's K and V, which arrive chunk by chunk over the cp ring; the rank keeps only its
-  own K/V chunk for backward (``cp_kv_bytes``, the ring's message);
+  op sees the rank's ``seq / cp`` tokens, but attention's queries attend the mean keys of the
+  *whole* sequence under the layer kind's mask (``(seq+1)/2`` for full attention, less for a
+  sliding window or Llama 4's chunks, :func:`~diptych.workloads.lower.mean_keys`): the
+  attention GEMMs are rebuilt with that key count and re-fused
+  (:func:`diptych.workloads.fused.fuse`) over the whole sequence's K and V, which arrive
+  chunk by chunk over the cp ring; the rank keeps only its own K/V chunk for backward
+  (``cp_kv_bytes``, the ring's message);
 * **expert parallelism** (``ep > 1``): the expert GEMMs are rebuilt for the rank's
   ``experts / ep`` experts, which receive the rank's share of the ``tokens × top-k``
   token-expert pairs (``T·k`` per rank under balanced routing) — the expected number of
@@ -19,6 +21,8 @@ without touching ``workloads/``:
   :mod:`diptych.workloads.moe` — plus two all-to-alls per MoE layer each way (dispatch,
   combine) of ``T·k·d`` activations per rank (÷ tp: each tensor-parallel rank dispatches its
   sequence-parallel share);
+* **decode** evaluates one representative step of ``gen``: each layer kind attends its own
+  mean keys over the steps (:func:`decode_keys`), not its keys at the mean context;
 * the **backward** ops are derived from the adapted forward ops with the lowering's own
   :func:`diptych.workloads.train.backward_ops`;
 * **activation memory** per layer is :func:`diptych.workloads.memory.saved_bytes` of the
@@ -40,8 +44,8 @@ from functools import lru_cache
 from ...sim.ops import Collective, Gemm, Op, VectorOp
 from ...workloads.config import ModelConfig
 from ...workloads.fused import FusedAttention, fuse
-from ...workloads.graph import Block
-from ...workloads.lower import causal_mean_keys, decode, prefill
+from ...workloads.graph import Block, Workload
+from ...workloads.lower import decode, mean_keys, prefill
 from ...workloads.memory import saved_bytes
 from ...workloads.moe import expected_experts_touched
 from ...workloads.precision import Precision
@@ -190,15 +194,6 @@ def _replicated_saved(ops: list[Op], m: ModelConfig, tokens: int) -> float:
                for op in ops if _is_replicated(op, m, tokens))
 
 
-def _windows(m: ModelConfig) -> list[int | None]:
-    """The attention window of each lowered layer block, in order (the model's layer groups
-    where the config has them, else its one sliding window)."""
-    groups = getattr(m, "layer_groups", None)
-    if groups is not None:
-        return [spec.window for spec, _ in groups()]
-    return [m.sliding_window] * 2
-
-
 def _backward(ops: list[Op], p: Precision) -> tuple[Op, ...]:
     out: list[Op] = []
     for op in reversed(ops):
@@ -206,18 +201,53 @@ def _backward(ops: list[Op], p: Precision) -> tuple[Op, ...]:
     return tuple(out)
 
 
+def decode_keys(m: ModelConfig, context: int, gen: int) -> list[int]:
+    """Keys per query of each layer kind (``m.layer_groups()`` order), averaged over ``gen``
+    decode steps after a ``context``-token cache: step ``i`` (0-based) attends the keys of
+    position ``context + i + 1`` under the layer's mask, so the mean is
+    :func:`~diptych.workloads.lower.mean_keys` of ``gen`` queries after ``context`` past
+    tokens (rounded up, as the lowering rounds). A chunked layer's mean is not its keys at
+    the mean context: Llama 4's 8192-token chunks, prompt 4096, 8192 steps: 4096.5 keys, not
+    the 1 key of position 8193."""
+    return [math.ceil(mean_keys(spec, gen, context)) for spec, _ in m.layer_groups()]
+
+
+@lru_cache(maxsize=256)
+def decode_workload(m: ModelConfig, batch: int, context: int, gen: int = 1, *,
+                    precision: Precision | None = None, tp: int = 1,
+                    attention: str = "fused") -> Workload:
+    """One representative step of ``gen`` decode steps of ``batch`` sequences after a
+    ``context``-token cache, each layer kind attending its own mean keys over the steps
+    (:func:`decode_keys`). Each layer block comes from the lowering's one-step
+    :func:`~diptych.workloads.decode` at a cache length equal to that mean, which is exact:
+    the mean never exceeds the layer's window or chunk, so the lowering's capping leaves it
+    alone, and nothing else in a decode step depends on the cache length."""
+    keys = decode_keys(m, context, gen)
+    lowered = {k: decode(m, batch, k, precision=precision, tp=tp, attention=attention)
+               for k in set(keys)}
+    base = lowered[keys[0]]
+    layers = [lowered[k].blocks[1 + g] for g, k in enumerate(keys)]
+    blocks = (base.blocks[0], *layers, base.blocks[-1])
+    by_block = {b.name: k for b, k in zip(layers, keys)}
+    return Workload("decode", blocks, tokens=batch, batch=batch,
+                    info={**base.info, "context_len": context, "gen": gen,
+                          "keys_per_query": max(keys), "keys_per_query_by_block": by_block})
+
+
 @lru_cache(maxsize=1024)
 def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep: int,
-              micro_batch: int, seq: int, context: int = 0, sequence_parallel: bool = True,
-              attention: str = "fused") -> dict[str, LayerOps]:
+              micro_batch: int, seq: int, context: int = 0, gen: int = 1,
+              sequence_parallel: bool = True, attention: str = "fused"
+              ) -> dict[str, LayerOps]:
     """The plan-adapted ops of each layer kind for one micro-batch of ``micro_batch``
     sequences on one rank (module docstring), keyed by the lowering's block name (one per
     distinct layer kind, in order of first use; see :func:`layer_order`), ``embedding`` and
     ``head``.
 
     ``phase``: ``train`` (forward and backward of ``seq``-token sequences), ``prefill``
-    (forward, logits for the last position) or ``decode`` (one token per sequence attending
-    ``context`` keys)."""
+    (forward, logits for the last position) or ``decode`` (one token per sequence: the
+    representative step of ``gen`` steps after a ``context``-token cache, each layer kind
+    at its mean keys over the steps, :func:`decode_workload`)."""
     q_len = seq // cp
     if phase == "train":
         w = train_step(m, micro_batch, q_len, precision=p, tp=tp, micro_batch=micro_batch,
@@ -225,11 +255,14 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
     elif phase == "prefill":
         w = prefill(m, micro_batch, q_len, precision=p, tp=tp, attention=attention)
     elif phase == "decode":
-        w = decode(m, micro_batch, context, precision=p, tp=tp, attention=attention)
+        w = decode_workload(m, micro_batch, context, gen, precision=p, tp=tp,
+                            attention=attention)
     else:
         raise ValueError(f"phase must be train, prefill or decode, not {phase!r}")
     tokens = micro_batch * (1 if phase == "decode" else q_len)
-    windows = iter(_windows(m))
+    # keys per query of each layer kind over the whole sequence (ring attention, cp > 1)
+    specs = iter(spec for spec, _ in m.layer_groups())
+    keys_by_block = w.info["keys_per_query_by_block"]
     out: dict[str, LayerOps] = {}
     for b in w.blocks:
         if b.stage != "forward":
@@ -237,14 +270,14 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
         ops = list(b.ops)
         kind = b.name
         layer = kind not in ("embedding", "head")
-        if layer:
-            keys = math.ceil(causal_mean_keys(seq, 0, next(windows)))
         moe = any(getattr(o, "name", "").startswith("experts_") for o in ops)
         tp_ops = tuple(o for o in ops if isinstance(o, Collective))
         ops = [o for o in ops if not isinstance(o, Collective)]
         kv_chunk = 0.0
-        ks = w.info.get("prompt_len", q_len) / w.info.get("keys_per_query", 1)
+        # unfused K/V operands span the layer kind's mean keys; the stored K/V is q_len long
+        ks = q_len / keys_by_block[kind] if layer else 1.0
         if layer and cp > 1:
+            keys = math.ceil(mean_keys(next(specs), seq))
             if attention == "unfused":
                 kv_chunk = _unfused_kv_chunk(ops, q_len)
                 ops, _ = _cp_attention(ops, keys, seq)
@@ -273,19 +306,12 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
 
 def layer_order(m: ModelConfig, ops: dict[str, LayerOps]) -> list[str]:
     """The :func:`layer_ops` key of every layer, in layer order. The lowering emits one block
-    per distinct layer kind in order of first use: the model's ``layer_groups()`` where the
-    config has them, else its dense layers followed by its MoE layers."""
+    per distinct layer kind in order of first use: the model's ``layer_groups()``."""
     keys = [k for k in ops if k not in ("embedding", "head")]
-    groups = getattr(m, "layer_groups", None)
-    if groups is not None:
-        index = [0] * m.layers
-        for g, (_, layers) in enumerate(groups()):
-            for i in layers:
-                index[i] = g
-    else:
-        first_moe = 1 if m.dense_layers else 0
-        index = [first_moe if (m.is_moe and i >= m.first_dense_layers) else 0
-                 for i in range(m.layers)]
+    index = [0] * m.layers
+    for g, (_, layers) in enumerate(m.layer_groups()):
+        for i in layers:
+            index[i] = g
     if max(index) >= len(keys):                      # pragma: no cover - lowering changed
         raise ValueError(f"{m.name}: {max(index) + 1} layer kinds but the lowering emitted "
                          f"{len(keys)} layer blocks ({', '.join(keys)})")

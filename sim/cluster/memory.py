@@ -18,8 +18,11 @@ Per pipeline device (the worst one is reported):
   recomputed); times the micro-batches in flight on the device
   (:func:`diptych.sim.cluster.schedule.in_flight_weight`: GPipe ``m``, 1F1B ``p − s``,
   interleaved its warm-up chunks);
-* **KV cache** (inference): the replica's sequences × context × the device's layers' KV bytes
-  per token per rank (KV heads ÷ tp, context ÷ cp).
+* **KV cache** (inference): the replica's sequences × the KV bytes per token per layer per
+  rank (KV heads ÷ tp) × the tokens each of the device's layers caches (÷ cp): the whole
+  context for full attention, at most the window for a sliding layer or the chunk for a
+  chunked one (:meth:`~diptych.workloads.config.LayerSpec.kv_tokens`, the rule of
+  :func:`diptych.workloads.params.kv_cache_bytes`).
 
 :func:`plan_memory` returns a :class:`ClusterMemory`; when it does not fit, ``advice`` names the
 first change in :data:`ADVICE_ORDER` (cheapest in step time first) that fits.
@@ -28,6 +31,7 @@ first change in :data:`ADVICE_ORDER` (cheapest in step time first) that fits.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 from ...workloads.config import ModelConfig
@@ -97,9 +101,10 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
     """Memory per chip of ``plan`` (module docstring). ``seq``: training sequence or prompt
     length; ``context``: tokens of KV cache per sequence (inference)."""
     train = phase == "train"
+    # decode's working set: the ops of the last step (attending the whole ``context``)
     lo = layer_ops(model, p, phase=phase, tp=plan.tp, cp=plan.cp, ep=plan.ep,
                    micro_batch=plan.micro_batch, seq=seq,
-                   context=context if phase == "decode" else 0,
+                   context=max(context - 1, 0) if phase == "decode" else 0,
                    sequence_parallel=plan.sequence_parallel, attention=attention)
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
     chunks = chunk_layers(model, layers_per_chunk, lo)
@@ -118,8 +123,7 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
             for k, v in zero_state_bytes(experts, plan.zero, de, p).items():
                 bd[k] += v
             ends = (["embedding"] if first else []) + (["head"] if last else [])
-            biggest = max(lp.of(k, lo[k].moe if k in lo else False)[0]
-                          for k in set(kinds) | set(ends))
+            biggest = max(lp.of(k, lo[k].moe)[0] for k in set(kinds) | set(ends))
             work = 0.0
             if plan.zero >= 3:
                 work += 2 * biggest * p.w_bytes + biggest * p.g_bytes
@@ -141,10 +145,14 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
             bd["activations"] = act
         else:
             bd = {"weights": total * p.w_bytes}
-            per_seq = kv_bytes_per_token_per_chip(model, p.kv, plan.tp) / model.layers
-            ctx = min(context, model.sliding_window) if model.sliding_window else context
+            per_layer = kv_bytes_per_token_per_chip(model, p.kv, plan.tp) / model.layers
+            # each layer caches what its kind needs: the context, a window, or a chunk
+            specs = model.layer_specs()
+            starts = (0, *itertools.accumulate(layers_per_chunk))
+            cached = sum(specs[i].kv_tokens(context) for c in mine
+                         for i in range(starts[c], starts[c + 1]))
             seqs = global_batch // plan.dp
-            bd["kv_cache"] = seqs * ctx / plan.cp * per_seq * (nd + nm)
+            bd["kv_cache"] = seqs * cached / plan.cp * per_layer
             w = Workload(phase, tuple(Block(k, 1, lo[k].forward) for k in lo), tokens=1,
                          batch=1)
             bd["activations"] = peak_working_bytes(w) + lo["embedding"].input_bytes

@@ -56,6 +56,8 @@ def layer_params(m: ModelConfig, tp: int, ep: int = 1, pp: int = 1) -> LayerPara
     parallel degree ``ep``; ``pp > 1`` with tied embeddings gives the last stage its head."""
     every = dense = moe = experts = emb = head = 0.0
     for t in weight_tensors(m):
+        if t.count == 0:          # a kind of layer the model does not have
+            continue
         per = t.elements / tp if t.split else float(t.elements)
         if t.name == "final_norm":
             head += per

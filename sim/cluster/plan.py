@@ -28,6 +28,10 @@ as evenly as possible, the remainder going to the middle chunks (the first stage
 the embedding and the last the head, as Llama 3 405B's 16-stage split does); or give
 ``layers_per_stage`` explicitly (one count per model chunk, in pipeline order).
 
+``overlap_tp``, ``overlap_dp``, ``overlap_ep``, ``overlap_cp``: whether each kind of
+communication hides behind compute (docs/cluster.md, "The step"); ``overlap_tp = None`` (the
+default) overlaps tensor-parallel collectives in training only (:meth:`Plan.tp_overlapped`).
+
 :func:`check_plan` validates a plan against a model, a chip count, a batch and a sequence
 length, with messages naming the field and its value.
 """
@@ -44,7 +48,8 @@ RECOMPUTE = ("none", "selective", "full")
 ORDERS = ("tp-cp-dp-pp", "tp-cp-pp-dp")
 
 
-def _positive(name: str, v) -> None:
+def check_positive(name: str, v) -> None:
+    """Raise ValueError naming ``name`` and the value unless ``v`` is an integer >= 1."""
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ValueError(f"{name} must be a positive integer, not {v!r}")
 
@@ -67,16 +72,16 @@ class Plan:
     sequence_parallel: bool = True
     layers_per_stage: tuple[int, ...] | None = None
     order: str = ORDERS[0]
-    overlap_tp: bool = True
+    overlap_tp: bool | None = None
     overlap_dp: bool = True
     overlap_ep: bool = False
     overlap_cp: bool = True
 
     def __post_init__(self):
         for n in ("tp", "pp", "dp", "ep", "cp", "virtual_stages", "micro_batch"):
-            _positive(n, getattr(self, n))
+            check_positive(n, getattr(self, n))
         if self.zero_shards is not None:
-            _positive("zero_shards", self.zero_shards)
+            check_positive("zero_shards", self.zero_shards)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise ValueError(f"zero must be a ZeRO stage 0, 1, 2 or 3 (3 = FSDP), "
                              f"not {self.zero!r}")
@@ -103,8 +108,17 @@ class Plan:
                 raise ValueError(f"layers_per_stage must list pp x virtual_stages = "
                                  f"{self.pp * self.virtual_stages} counts, not {len(lps)}")
             for x in lps:
-                _positive("layers_per_stage entry", x)
+                check_positive("layers_per_stage entry", x)
             object.__setattr__(self, "layers_per_stage", lps)
+
+    def tp_overlapped(self, train: bool) -> bool:
+        """Whether a layer's tensor-parallel collectives hide behind its compute:
+        ``overlap_tp`` when given, else on for training (Megatron overlaps them with the
+        neighbouring GEMMs through sequence-parallel communication overlap) and off for
+        prefill and decode, where each all-reduce sits on the dependency chain between a
+        layer's GEMMs and the next (the program scheduler of issue 9 is to replace this
+        rule with the scheduled op graph)."""
+        return train if self.overlap_tp is None else self.overlap_tp
 
     @property
     def chips(self) -> int:
@@ -163,7 +177,7 @@ class Plan:
 def split_layers(layers: int, chunks: int) -> tuple[int, ...]:
     """``layers`` over ``chunks`` model chunks as evenly as possible; the remainder goes to the
     chunks nearest the middle (the ends also hold the embedding and the head)."""
-    _positive("chunks", chunks)
+    check_positive("chunks", chunks)
     if chunks > layers:
         raise ValueError(f"pp x virtual_stages ({chunks}) must be at most the number of "
                          f"layers ({layers}): every model chunk needs a layer")
@@ -184,9 +198,9 @@ def check_plan(plan: Plan, model, *, chips: int, batch: int, seq_len: int,
     and a cluster smaller than the plan."""
     from ...workloads.lower import check_tp
 
-    _positive("chips", chips)
-    _positive("batch", batch)
-    _positive("seq_len", seq_len)
+    check_positive("chips", chips)
+    check_positive("batch", batch)
+    check_positive("seq_len", seq_len)
     if cluster_chips is not None and chips > cluster_chips:
         raise ValueError(f"chips ({chips}) exceeds the cluster's {cluster_chips} chips")
     if plan.chips != chips:

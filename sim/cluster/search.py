@@ -30,7 +30,7 @@ from ...workloads.registry import load_model
 from ...workloads.run import default_precision
 from .estimate import roofline_simulate
 from .memory import plan_memory
-from .plan import Plan, check_plan
+from .plan import Plan, check_plan, check_positive
 from .step import ClusterResult, simulate_cluster_step
 
 
@@ -105,16 +105,24 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
                  chips: int, batch: int, seq: int, refine: int = 8, max_tp: int | None = None,
                  attention: str = "fused", simulate: Callable | None = None,
                  screen_simulate: Callable | None = None,
-                 progress: Callable[[str, int, int], None] | None = None,
+                 progress: Callable[[int, int, str], None] | None = None,
                  **space) -> SearchResult:
     """Rank the training plans of ``model`` on ``chips`` chips of ``cluster`` that fit
     (module docstring). ``refine``: plans timed with ``simulate`` (default: the engine) and
     the event-level pipeline; ``screen_simulate``: the first pass's op timer (default: the
-    roofline estimate); ``progress(stage, done, total)`` is called as work proceeds; other
-    keyword arguments narrow the space (see :func:`candidate_plans`)."""
+    roofline estimate); ``progress(done, total, stage)`` is called as work proceeds (stage
+    ``memory``, ``screen`` or ``refine``; the callback of
+    :func:`diptych.tools.progress.progress_display`); other keyword arguments narrow the
+    space (see :func:`candidate_plans`).
+
+    Raises ValueError naming the value for a non-positive ``chips``, ``batch``, ``seq`` or
+    ``refine``, more chips than the cluster has, a chip without DRAM, or no valid plan."""
+    for name, v in (("chips", chips), ("batch", batch), ("seq", seq), ("refine", refine)):
+        check_positive(name, v)
     model = load_model(model)
     chip = load_chip(chip)
     cluster = load_cluster(cluster)
+    chip.require_dram("the plan search (memory per chip and the per-op engine)")
     if chips > cluster.chips:
         raise ValueError(f"chips ({chips}) exceeds the cluster's {cluster.chips} chips "
                          f"({cluster.name})")
@@ -129,7 +137,7 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
     fitting = []
     for i, q in enumerate(plans):
         if progress and i % 64 == 0:
-            progress("memory", i, len(plans))
+            progress(i, len(plans), "memory")
         info = check_plan(q, model, chips=chips, batch=batch, seq_len=seq)
         mem = plan_memory(model, q, p, phase="train", seq=seq,
                           micro_batches=info["micro_batches"],
@@ -138,26 +146,26 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
         if mem.fits:
             fitting.append(q)
     if progress:
-        progress("memory", len(plans), len(plans))
+        progress(len(plans), len(plans), "memory")
     scored = []
     for i, q in enumerate(fitting):
         if progress and i % 32 == 0:
-            progress("screen", i, len(fitting))
+            progress(i, len(fitting), "screen")
         r = simulate_cluster_step(model, chip, cluster, q, batch=batch, seq=seq,
                                   attention=attention, golden=False, simulate=screen)
         scored.append((r.seconds, q))
     if progress:
-        progress("screen", len(fitting), len(fitting))
+        progress(len(fitting), len(fitting), "screen")
     scored.sort(key=lambda x: x[0])
     best = []
     for i, (_, q) in enumerate(scored[:refine]):
         if progress:
-            progress("refine", i, min(refine, len(scored)))
+            progress(i, min(refine, len(scored)), "refine")
         best.append(simulate_cluster_step(model, chip, cluster, q, batch=batch, seq=seq,
                                           attention=attention, golden=True,
                                           simulate=simulate))
     if progress:
-        progress("refine", len(best), len(best))
+        progress(len(best), len(best), "refine")
     best.sort(key=lambda r: r.seconds)
     return SearchResult(plans=best, candidates=len(plans), fitting=len(fitting),
                         screened=scored)

@@ -7,7 +7,9 @@
 2. **communication inside a layer**, on the topology (:mod:`diptych.sim.cluster.collectives`,
    groups placed by :mod:`diptych.sim.cluster.topology`): the layer's tensor-parallel
    collectives (their backward mirrors, and again under full recomputation), hidden behind
-   the layer's compute with ``overlap_tp`` (``max(0, comm − compute)`` exposed); ring
+   the layer's compute with ``overlap_tp`` (``max(0, comm − compute)`` exposed; by default
+   in training only: in prefill and decode each all-reduce is on the dependency chain,
+   :meth:`~.plan.Plan.tp_overlapped`); ring
    attention's K/V exchange (an all-gather of the ``cp`` chunks forward, all-gather +
    reduce-scatter of dK/dV backward) behind the attention compute with ``overlap_cp``; the
    expert all-to-alls (dispatch and combine, each way), exposed unless ``overlap_ep``; under
@@ -28,7 +30,8 @@ Reported: ``seconds``, tokens/s, MFU (model FLOPs of the unsplit graph, no recom
 HFU (what the chips execute), the pipeline bubble fraction, exposed communication by kind
 (``tp``, ``cp``, ``ep``, ``pp``, ``dp``) on the slowest device, and memory per chip
 (:mod:`diptych.sim.cluster.memory`). Inference (``prefill``/``decode``) runs the same layers
-forward only, micro-batches streaming through the stages.
+forward only, micro-batches streaming through the stages; decode is one representative step
+of ``gen``, each layer kind at its own mean keys over the steps.
 """
 
 from __future__ import annotations
@@ -40,18 +43,19 @@ from typing import Any
 
 from ...arch.chip import Chip
 from ...arch.cluster import Cluster, load_cluster
-from ...arch.dtypes import dtype_bytes
 from ...arch.loader import load_chip
+from ...workloads.checks import check_supported
 from ...workloads.config import ModelConfig
 from ...workloads.graph import Block, Workload
-from ...workloads.lower import decode, prefill
+from ...workloads.lower import prefill
 from ...workloads.registry import load_model
 from ...workloads.run import default_precision, simulate_workload
 from ...workloads.train import optimizer_blocks, train_step
 from .collectives import CommCost, collective
+from .layers import decode_workload
 from .memory import ClusterMemory, chunk_layers, device_chunks, plan_memory
 from .params import layer_params
-from .plan import Plan, check_plan
+from .plan import Plan, check_positive, check_plan
 from .schedule import PipelineRun, fast_pipeline_seconds, simulate_pipeline
 from .timing import LayerTime, layer_times
 from .topology import GroupShape, Network, bind, group_ranks, group_shape, stage_peer
@@ -152,14 +156,6 @@ class ClusterResult:
                 "timing": self.timing, "info": dict(self.info)}
 
 
-def _check_dtypes(chip: Chip, p) -> str:
-    comp = p.activations if dtype_bytes(p.activations) >= dtype_bytes(p.weights) else p.weights
-    if not chip.supports(comp):
-        raise ValueError(f"chip {chip.name!r} cannot compute in {comp} (its arrays support "
-                         f"{', '.join(chip.dtypes)})")
-    return comp
-
-
 def _exposed(comm: float, hide: float, overlap: bool) -> float:
     return max(0.0, comm - hide) if overlap else comm
 
@@ -233,7 +229,7 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
             add(bwd, "dp", "zs", "reduce_scatter", (total - e) * g_bytes,
                 f"zero3 reduce-scatter {kind}")
             add(bwd, "dp", "ezs", "reduce_scatter", e * g_bytes, "zero3 reduce-scatter experts")
-            add(bwd, "dp", "zr", "all_reduce", total * g_bytes / plan.shards,
+            add(bwd, "dp", "zr", "all_reduce", _replica_params(total, e, plan) * g_bytes,
                 f"zero3 replica all-reduce {kind}")
         bwd_compute = t.bwd_s
         if plan.recompute == "full":
@@ -241,8 +237,8 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
         elif plan.recompute == "selective":
             bwd_compute += t.selective_s
         # what each kind's communication hides behind (module docstring)
-        overlap = {"tp": plan.overlap_tp, "cp": plan.overlap_cp, "ep": plan.overlap_ep,
-                   "dp": plan.overlap_dp}
+        overlap = {"tp": plan.tp_overlapped(train), "cp": plan.overlap_cp,
+                   "ep": plan.overlap_ep, "dp": plan.overlap_dp}
         step = LayerStep(t.fwd_s, bwd_compute if train else 0.0, tuple(fwd), tuple(bwd), {},
                          {}, t.fwd_flops, t.bwd_flops if train else 0.0)
         hide_f = {"cp": t.attn_fwd_s}
@@ -257,16 +253,25 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
 
 
 @lru_cache(maxsize=256)
-def _model_flops(model: ModelConfig, phase: str, batch: int, seq: int, context: int, p,
-                 attention: str) -> float:
+def _model_flops(model: ModelConfig, phase: str, batch: int, seq: int, context: int, gen: int,
+                 p, attention: str) -> float:
     """Model FLOPs of the phase for the whole batch, from the unsplit lowering (no
-    recomputation), as ``diptych run`` counts them."""
+    recomputation), as ``diptych run`` counts them; decode: the representative step of
+    ``gen`` after ``context`` (:func:`~.layers.decode_workload`)."""
     if phase == "train":
         return train_step(model, 1, seq, precision=p, micro_batch=1,
                           attention=attention).flops(recompute=False) * batch
     if phase == "prefill":
         return prefill(model, 1, seq, precision=p, attention=attention).flops() * batch
-    return decode(model, 1, context, precision=p, attention=attention).flops() * batch
+    return decode_workload(model, 1, context, gen, precision=p,
+                           attention=attention).flops() * batch
+
+
+def _replica_params(total: float, experts: float, plan: Plan) -> float:
+    """Parameters of one rank's ZeRO shard of a layer that hybrid sharding all-reduces
+    between replicas: the dense part ÷ the shard group, the routed experts ÷ their (``ep``
+    times smaller) expert shard group."""
+    return (total - experts) / plan.shards + experts / plan.expert_shards
 
 
 @lru_cache(maxsize=256)
@@ -303,39 +308,49 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     """Simulate one step of ``model`` on ``plan.chips`` chips of ``cluster`` (module
     docstring). ``batch``: global batch in sequences; ``seq``: training sequence length
     (train) — for inference ``prompt`` (prefill: the prompt; decode: context before
-    generation) and ``gen`` (decode: generated tokens, evaluated at the mean context as
-    ``diptych run`` does); ``golden``: event-level pipeline simulation (else the closed
-    form); ``simulate`` replaces the engine (tests use a roofline double)."""
+    generation) and ``gen`` (decode: generated tokens, default 1; one representative step,
+    each layer kind attending its mean keys over the ``gen`` steps,
+    :func:`~.layers.decode_keys`); ``golden``: event-level pipeline simulation (else the
+    closed form); ``simulate`` replaces the engine (tests use a roofline double).
+
+    Raises ValueError naming the field and value for a non-positive ``batch``, ``seq``,
+    ``prompt`` or ``gen``, a plan that does not fit the model, batch or cluster
+    (:func:`~.plan.check_plan`), a chip without DRAM, or a precision the chip cannot
+    compute (:func:`~diptych.workloads.checks.check_supported`)."""
     model = load_model(model)
     chip = load_chip(chip)
     cluster = load_cluster(cluster)
     if phase not in ("train", "prefill", "decode"):
         raise ValueError(f"phase must be train, prefill or decode, not {phase!r}")
+    check_positive("batch", batch)
     train = phase == "train"
     context = kv_tokens = 0
+    gen = 1 if gen is None else gen
     if train:
         if seq is None:
             raise ValueError("train needs seq (sequence length in tokens)")
+        check_positive("seq", seq)
         length = seq
-    elif phase == "prefill":
-        if prompt is None:
-            raise ValueError("prefill needs prompt (prompt length in tokens)")
-        length = kv_tokens = prompt
     else:
         if prompt is None:
-            raise ValueError("decode needs prompt (context before generation)")
-        from ...workloads.lower import decode_context
-        context = decode_context(prompt, 1 if gen is None else gen)
-        kv_tokens = prompt + (1 if gen is None else gen)     # the cache at the last step
-        length = 1
+            raise ValueError(f"{phase} needs prompt (prompt length in tokens)")
+        check_positive("prompt", prompt)
+        if phase == "prefill":
+            length = kv_tokens = prompt
+        else:
+            check_positive("gen", gen)
+            context = prompt
+            kv_tokens = prompt + gen             # the cache at the last step
+            length = 1
+    chip.require_dram("the per-op engine behind the cluster step")
     info = check_plan(plan, model, chips=plan.chips, batch=batch, seq_len=length, phase=phase,
                       cluster_chips=cluster.chips)
     m, lpc = info["micro_batches"], info["layers_per_chunk"]
     net = bind(cluster, chip)
     p = default_precision(chip, phase, weights_dtype, act_dtype, kv_dtype)
-    comp = _check_dtypes(chip, p)
+    comp = check_supported(chip, p)
     lt = layer_times(model, chip, p, phase=phase, tp=plan.tp, cp=plan.cp, ep=plan.ep,
-                     micro_batch=plan.micro_batch, seq=length, context=context,
+                     micro_batch=plan.micro_batch, seq=length, context=context, gen=gen,
                      sequence_parallel=plan.sequence_parallel, attention=attention,
                      simulate=simulate)
     comm = _Comm(plan, net)
@@ -416,7 +431,7 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
                           f"dp grad reduce_scatter {k}")
                      + comm("ezs", "reduce_scatter", e * p.g_bytes,
                             "dp grad reduce_scatter experts")
-                     + comm("zr", "all_reduce", total * p.g_bytes / plan.shards,
+                     + comm("zr", "all_reduce", _replica_params(total, e, plan) * p.g_bytes,
                             f"dp grad replica all_reduce {k}"))
             buckets.append((steps[k].bwd, c))
         tails.append(_bucket_tail(buckets, plan.overlap_dp))
@@ -449,8 +464,7 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     exposed["dp"] += tails[worst] + ag_s[worst]
     bubble = 1.0 - max(busy) / t_pipe if t_pipe else 0.0
     # FLOPs
-    flops = _model_flops(model, phase, batch, length if phase != "decode" else 1, context, p,
-                         attention)
+    flops = _model_flops(model, phase, batch, length, context, gen, p, attention)
     hw = 0.0
     for s in range(P):
         for c in device_chunks(plan, s):
@@ -483,7 +497,11 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
                 "finish": finish, "tails": tails, "optimizer": opt_s, "param_ag": ag_s,
                 "pipeline_s": t_pipe},
         info={"schedule": sched, "pipeline_s": t_pipe, "send_s": send,
-              "compute_dtype": comp, "context": context or None,
+              "compute_dtype": comp,
+              "decode": {"prompt": context, "gen": gen, "keys_per_query_by_block":
+                         decode_workload(model, 1, context, gen, precision=p,
+                                         attention=attention).info["keys_per_query_by_block"]}
+              if phase == "decode" else None,
               "layers_per_chunk": list(lpc), "golden_pipeline": bool(golden or not train),
               "groups": {k: {"ranks": s.n, "per_domain": s.n_local, "domains": s.n_dom}
                          for k, s in comm.shapes.items()},

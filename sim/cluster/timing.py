@@ -4,8 +4,8 @@ The ops come from :func:`diptych.sim.cluster.layers.layer_ops`; they are timed w
 library's own :func:`diptych.workloads.run.simulate_workload` (so fused attention, the
 engine's memo of op shapes and the ``simulate`` test double all behave as in ``diptych
 run``). Collectives are not in these ops: the cluster layer times them on the topology.
-Results are memoised per (model, chip, precision, phase, tp, cp, ep, micro-batch, sequence),
-so a plan search simulates each distinct layer shape once.
+Results are memoised per (model, chip, precision, phase, tp, cp, ep, micro-batch, sequence or
+decode context), so a plan search simulates each distinct layer shape once.
 """
 
 from __future__ import annotations
@@ -54,12 +54,15 @@ def _sum(ops, chip, simulate, stage) -> tuple[float, float, float, float]:
 
 @lru_cache(maxsize=4096)
 def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int, cp: int,
-                ep: int, micro_batch: int, seq: int, context: int = 0,
+                ep: int, micro_batch: int, seq: int, context: int = 0, gen: int = 1,
                 sequence_parallel: bool = True, attention: str = "fused",
                 simulate: Callable | None = None) -> dict[str, LayerTime]:
-    """:class:`LayerTime` of each layer kind (``dense``, ``moe``, ``embedding``, ``head``)."""
+    """:class:`LayerTime` of each layer kind (:func:`~.layers.layer_ops` keys: the lowering's
+    layer blocks, ``embedding``, ``head``); ``context``/``gen``: decode's cache before the
+    first of ``gen`` steps."""
     lo = layer_ops(m, p, phase=phase, tp=tp, cp=cp, ep=ep, micro_batch=micro_batch, seq=seq,
-                   context=context, sequence_parallel=sequence_parallel, attention=attention)
+                   context=context, gen=gen, sequence_parallel=sequence_parallel,
+                   attention=attention)
     out = {}
     for kind, ops in lo.items():
         f, fa, ff, fe = _sum(ops.forward, chip, simulate, "forward")

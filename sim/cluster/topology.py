@@ -58,23 +58,33 @@ class Network:
 
 
 def bind(cluster: Cluster, chip: Chip) -> Network:
-    """Resolve ``cluster`` for ``chip``: scale-up links not given in the cluster file come
-    from the chip's interconnect table. Raises ValueError when the chip has no links and the
-    cluster does not give them."""
+    """Resolve ``cluster`` for ``chip``: scale-up links, their bandwidth and latency not given
+    in the cluster file come from the chip's interconnect table. Raises ValueError when the
+    chip has no links and the cluster does not give them, or when a torus needs more links
+    per chip (two per dimension) than the chip has."""
     up = cluster.scale_up
-    links = up.links_per_chip if up.links_per_chip is not None else chip.interconnect.links
+    ic = chip.interconnect
+    links = up.links_per_chip if up.links_per_chip is not None else ic.links
     gbps = (up.gb_per_s_per_link_per_direction if up.gb_per_s_per_link_per_direction
-            is not None else chip.interconnect.gb_per_s_per_link_per_direction)
+            is not None else ic.gb_per_s_per_link_per_direction)
+    latency_us = up.latency_us if up.latency_us is not None else ic.latency_us
     if up.chips > 1 and (links < 1 or gbps <= 0):
         raise ValueError(f"cluster {cluster.name!r}: scale_up.links_per_chip and "
                          f"gb_per_s_per_link_per_direction are not set and chip "
                          f"{chip.name!r} has no links (interconnect.links = "
-                         f"{chip.interconnect.links}); set them in the cluster file")
+                         f"{ic.links}); set them in the cluster file")
+    if links < up.torus_links:
+        where = ("scale_up.links_per_chip" if up.links_per_chip is not None
+                 else f"chip {chip.name!r}: interconnect.links")
+        raise ValueError(f"cluster {cluster.name!r}: {where} ({links}) must be at least "
+                         f"{up.torus_links} for its {'x'.join(map(str, up.torus_dims))} torus "
+                         f"(two links per dimension); give scale_up.links_per_chip or use "
+                         f"a chip with more links")
     so = cluster.scale_out
     return Network(name=cluster.name, domains=cluster.domains, domain_chips=up.chips,
                    fabric=up.fabric, dims=up.torus_dims, wraparound=up.wraparound,
                    links_per_chip=links, link_bytes_per_s=gbps * 1e9,
-                   up_latency_s=up.latency_us * 1e-6, scale_out=so.kind,
+                   up_latency_s=latency_us * 1e-6, scale_out=so.kind,
                    nic_bytes_per_s=so.nic_gb_per_s_per_direction * 1e9,
                    out_latency_s=so.latency_us * 1e-6, oversubscription=so.oversubscription,
                    rail_group_domains=so.rail_group_domains)

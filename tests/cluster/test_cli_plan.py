@@ -58,10 +58,37 @@ def test_plan_table(tiny):
     (["--chips", "32768"], "chips (32768) exceeds the cluster's 16384 chips (dgx-h100)"),
     (["--chips", "7"], "no parallel plan splits"),
     (["--chips", "8", "--top", "0"], "--top must be a positive integer, not 0"),
+    (["--chips", "0"], "chips must be a positive integer, not 0"),
+    (["--chips", "8", "--batch", "0"], "batch must be a positive integer, not 0"),
+    (["--chips", "8", "--seq", "-512"], "seq must be a positive integer, not -512"),
+    (["--chips", "8", "--max-tp", "0"], "--max-tp must be a positive integer, not 0"),
+    (["--chips", "8", "--chip", "groq-lpu"], "chip 'groq-lpu' has no DRAM"),
 ])
 def test_bad_input_exits_2(tiny, args, msg):
     r = run("--model", tiny, *BASE, *args)
     assert r.exit_code == 2 and msg in r.output, r.output
+    assert "Traceback" not in r.output
+
+
+def test_progress_is_off_under_json(tiny, monkeypatch):
+    # the progress display is asked to stay quiet with --json (it also stays quiet when
+    # stderr is no terminal, as under the test runner, so record what it is asked)
+    import contextlib
+
+    from diptych.tools import progress as progress_mod
+
+    asked = []
+
+    @contextlib.contextmanager
+    def spy(title, *, enabled=True, console=None):
+        asked.append(enabled)
+        yield lambda done, total, label: None
+
+    monkeypatch.setattr(progress_mod, "progress_display", spy)
+    for extra, want in ((["--json"], False), ([], True)):
+        r = run("--model", tiny, *BASE, "--chips", "2", "--top", "1", "--refine", "1", *extra)
+        assert r.exit_code == 0, r.output
+        assert asked.pop() is want
 
 
 def test_unknown_topology_kind_exits_2(tiny, tmp_path):

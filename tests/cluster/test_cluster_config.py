@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from diptych.arch import load_chip
@@ -35,13 +37,39 @@ def test_tpu_v4_pod_bisection_matches_published_24_tb_s():
     assert bisection_bytes_per_s(net, pod) == pytest.approx(24e12, rel=0.05)
 
 
-def test_links_default_to_the_chips_interconnect():
-    data = to_dict(load_cluster("dgx-h100"))
-    del data["scale_up"]["links_per_chip"], data["scale_up"]["gb_per_s_per_link_per_direction"]
-    net = bind(cluster_from_dict(data), load_chip("train-2026"))
-    ic = load_chip("train-2026").interconnect
+@pytest.mark.parametrize("cluster,chip", [("dgx-h100", "train-2026"), ("dgx-h100", "h100"),
+                                          ("tpu-v4-pod", "tpu-v4")])
+def test_presets_take_links_and_latency_from_the_chip(cluster, chip):
+    # the presets give no link figures, so each chip keeps its own: train-2026 on a DGX
+    # H100 pod gets its 18 x 50 GB/s (not H100's 25), and its own per-hop latency
+    ic = load_chip(chip).interconnect
+    net = bind(load_cluster(cluster), load_chip(chip))
     assert net.links_per_chip == ic.links
     assert net.link_bytes_per_s == ic.gb_per_s_per_link_per_direction * 1e9
+    assert net.up_latency_s == ic.latency_us * 1e-6
+
+
+def test_cluster_link_figures_override_the_chip():
+    chip = load_chip("train-2026")
+    slow = dataclasses.replace(chip, interconnect=dataclasses.replace(chip.interconnect,
+                                                                      latency_us=2.5))
+    data = to_dict(load_cluster("dgx-h100"))
+    assert bind(cluster_from_dict(data), slow).up_latency_s == pytest.approx(2.5e-6)
+    data["scale_up"].update(links_per_chip=4, gb_per_s_per_link_per_direction=10.0,
+                            latency_us=0.5)
+    net = bind(cluster_from_dict(data), slow)
+    assert (net.links_per_chip, net.link_bytes_per_s, net.up_latency_s) == (4, 10e9, 0.5e-6)
+
+
+def test_torus_needs_two_links_per_dimension_from_the_chip_too():
+    # tpu-v5e has 4 ICI links (a 2-D torus): a 3-D 16^3 pod needs 6 per chip
+    with pytest.raises(ValueError, match=r"chip 'tpu-v5e': interconnect.links \(4\) must be "
+                                         r"at least 6 for its 16x16x16 torus"):
+        bind(load_cluster("tpu-v4-pod"), load_chip("tpu-v5e"))
+    data = to_dict(load_cluster("tpu-v4-pod"))
+    data["scale_up"]["links_per_chip"] = 4
+    with pytest.raises(ConfigError, match=r"scale_up.links_per_chip: expected at least 6"):
+        cluster_from_dict(data)
 
 
 def _bad(path_value, match):

@@ -132,3 +132,34 @@ def test_layers_in_order_add_up_to_the_model(name):
     total = sum(lp.of(k, lo[k].moe)[0] for k in order + ["embedding", "head"])
     assert total == pytest.approx(param_count(m), rel=1e-12)
     assert sum(lo[k].moe for k in order) == m.moe_layers
+
+
+@pytest.mark.parametrize("name,tp", [("gemma-3-27b", 8), ("gpt-oss-120b", 8),
+                                     ("llama-4-scout", 8), ("llama-3-70b", 8)])
+def test_kv_cache_holds_what_each_layer_kind_caches(name, tp):
+    # sliding layers hold their window, chunked ones a chunk, global ones the context:
+    # the workloads library's kv_cache_bytes per sequence, times the replica's sequences
+    # (Gemma 3: 52 of 62 layers slide over 1024 tokens; gpt-oss: half over 128; Llama 4
+    # Scout: 36 of 48 chunked at 8192)
+    from diptych.workloads.params import kv_cache_bytes
+    m = load_model(name)
+    context = 32768
+    r = mem(m, Plan(tp=tp, dp=2), batch=16, phase="decode", context=context,
+            cap=2**50)
+    assert r.breakdown["kv_cache"] == pytest.approx(8 * kv_cache_bytes(m, "bf16", context, tp))
+
+
+def test_unfused_saved_keys_follow_each_layer_kind():
+    # unfused attention keeps K and V of the whole sequence for backward whatever a layer
+    # kind's window: the saved bytes are the workloads library's activation_bytes, layer
+    # kind by layer kind (gemma-2-9b at 8192 tokens: sliding layers attend 3072 keys on
+    # average, global ones 4096.5)
+    from diptych.sim.cluster.layers import layer_ops, layer_order
+    from diptych.workloads import train_step
+    from diptych.workloads.memory import activation_bytes
+    m, seq = load_model("gemma-2-9b"), 8192
+    lo = layer_ops(m, P, phase="train", tp=1, cp=1, ep=1, micro_batch=1, seq=seq,
+                   attention="unfused")
+    ours = sum(lo[k].saved_bytes for k in layer_order(m, lo)) + lo["head"].saved_bytes
+    w = train_step(m, 1, seq, precision=P, attention="unfused")
+    assert ours == pytest.approx(activation_bytes(w, m, P)[0], rel=1e-12)

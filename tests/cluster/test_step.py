@@ -4,6 +4,7 @@ apply, against hand counts for EP and CP, and its invariants."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from roofline_double import roofline
@@ -107,13 +108,24 @@ def test_zero3_gathers_each_layer():
 
 
 def test_decode_with_expert_parallelism():
-    r = simulate_cluster_step("deepseek-v3", "h100", "dgx-h100", Plan(tp=8, pp=2, dp=8, ep=8),
-                              phase="decode", batch=256, prompt=4096, gen=256,
-                              simulate=roofline)
+    # DeepSeek-V3 (MLA, 256 routed experts top-8, d = 7168), 32 sequences per replica in
+    # micro-batches of one, BF16
+    plan = Plan(tp=8, pp=2, dp=8, ep=8)
+    r = simulate_cluster_step("deepseek-v3", "h100", "dgx-h100", plan, phase="decode",
+                              batch=256, prompt=4096, gen=256, simulate=roofline)
     assert r.phase == "decode" and r.seconds > 0
-    assert r.memory.breakdown["kv_cache"] > 0
-    assert "ep all-to-all dispatch" in r.comm
     assert r.tokens_per_s == pytest.approx(256 / r.seconds)
+    # MLA caches the latent (kv_lora_rank 512) and the rope key (64) per token and layer,
+    # the same on every TP rank; 61 layers over 2 stages: 31 on the first, 30 on the last
+    layers = (31, 30)[r.memory.worst_stage]
+    want = 32 * (4096 + 256) * (512 + 64) * 2 * layers
+    assert r.memory.breakdown["kv_cache"] == pytest.approx(want)
+    # each micro-batch's MoE layer dispatches T x top-k x d activations per rank, / tp:
+    # T = 1 token, k = 8, d = 7168, 2 bytes
+    a2a = r.comm["ep all-to-all dispatch"]
+    assert a2a["kind"] == "all_to_all" and a2a["group"] == 8
+    assert a2a["bytes"] == pytest.approx(1 * 8 * 7168 * 2 / 8)
+    assert r.comm["ep all-to-all combine"]["bytes"] == a2a["bytes"]
 
 
 def test_bad_input():
@@ -121,9 +133,94 @@ def test_bad_input():
         step("llama-3-8b", Plan(tp=8, dp=4096))
     with pytest.raises(ValueError, match="phase must be train, prefill or decode"):
         step("llama-3-8b", Plan(), phase="serve")
-    with pytest.raises(ValueError, match="cannot compute in"):
-        simulate_cluster_step("llama-3-8b", load_chip("tpu-v1"), "dgx-h100", Plan(),
-                              batch=4, seq=2048, act_dtype="fp16", simulate=roofline)
+    with pytest.raises(ValueError, match=r"chip 'tpu-v4' cannot compute weights x activations "
+                                         r"in fp8"):
+        simulate_cluster_step("llama-3-8b", "tpu-v4", "tpu-v4-pod", Plan(), batch=4,
+                              seq=2048, act_dtype="fp8", simulate=roofline)
+    with pytest.raises(ValueError, match=r"chip 'groq-lpu' has no DRAM"):
+        step("llama-3-8b", Plan(tp=8), chip="groq-lpu")
+    for kw, name in ((dict(batch=0), "batch"), (dict(seq=-1), "seq")):
+        with pytest.raises(ValueError, match=rf"^{name} must be a positive integer, not "):
+            step("llama-3-8b", Plan(), **kw)
+    for kw, name in ((dict(prompt=0), "prompt"), (dict(prompt=64, gen=0), "gen")):
+        with pytest.raises(ValueError, match=rf"^{name} must be a positive integer, not 0"):
+            simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(), batch=1,
+                                  phase="decode", simulate=roofline, **kw)
+
+
+def test_hybrid_sharding_reduces_expert_shards_between_replicas():
+    # Mixtral on 16 chips: ZeRO-1 shards over groups of 8 ranks and replicates across the 2
+    # groups; EP 8 leaves each rank one whole expert (expert shard group of 8 / 8 = 1), so
+    # the replica all-reduce carries the dense part / 8 and the rank's expert whole
+    d, f = 4096, 14336
+    dense = 2 * d * d + 2 * d * 1024 + 2 * d + 8 * d      # q, o; k, v (8 KV heads); norms; router
+    expert = 3 * d * f
+    r = step("mixtral-8x7b", Plan(dp=16, ep=8, zero=1, zero_shards=8), batch=16, seq=512)
+    rep = r.comm["dp grad replica all_reduce layers (moe)"]
+    assert rep["group"] == 2
+    assert rep["bytes"] == pytest.approx((dense / 8 + expert) * 2)
+    z3 = step("mixtral-8x7b", Plan(dp=16, ep=8, zero=3, zero_shards=8), batch=16, seq=512)
+    assert z3.comm["zero3 replica all-reduce layers (moe)"]["bytes"] == pytest.approx(
+        (dense / 8 + expert) * 2)
+
+
+def test_prefill_tensor_parallel_all_reduce_is_not_hidden():
+    # in prefill each layer's all-reduce feeds the next GEMM: by default it adds to the
+    # layer's time (run_workload with overlap off); overlap_tp=True hides it as
+    # run_workload's overlap does
+    kw = dict(phase="prefill", batch=4, prompt=2048, simulate=roofline)
+    r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=8, micro_batch=4), **kw)
+    serial = run_workload("h100", "llama-3-8b", tp=8, overlap=False, **kw)
+    assert r.seconds == pytest.approx(serial.seconds, rel=1e-6)
+    hidden = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100",
+                                   Plan(tp=8, micro_batch=4, overlap_tp=True), **kw)
+    overlapped = run_workload("h100", "llama-3-8b", tp=8, **kw)
+    assert hidden.seconds == pytest.approx(overlapped.seconds, rel=1e-6)
+    assert hidden.seconds < r.seconds
+
+
+def test_decode_exposes_every_tensor_parallel_collective():
+    # Llama-3-8B decode on TP8: per step 32 layers x (attention + MLP all-reduce), the
+    # vocab-parallel embedding's all-reduce and the logits' all-gather, all exposed (small
+    # all-reduces take the tree algorithm, unlike run_workload's ring, so the hand count
+    # uses the collectives' own times)
+    kw = dict(phase="decode", batch=4, prompt=2048, gen=64, simulate=roofline)
+    r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=8, micro_batch=4), **kw)
+    c = {k: v["seconds"] for k, v in r.comm.items()}
+    want = (32 * (c["tp attn_all_reduce"] + c["tp mlp_all_reduce"])
+            + c["tp embed_all_reduce"] + c["tp logits_all_gather"])
+    assert r.exposed_comm_s["tp"] == pytest.approx(want, rel=1e-9)
+    hidden = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100",
+                                   Plan(tp=8, micro_batch=4, overlap_tp=True), **kw)
+    assert hidden.exposed_comm_s["tp"] < want / 2
+    assert r.seconds - hidden.seconds == pytest.approx(want - hidden.exposed_comm_s["tp"])
+
+
+def test_decode_attends_each_layer_kinds_mean_keys_over_the_steps():
+    # Llama 4 Scout: 36 chunked layers (8192-token chunks) and 12 global ones; prompt 4096,
+    # 8192 generated tokens. Brute force over the steps: step i attends position
+    # 4096 + i + 1, whose chunk holds ((p - 1) mod 8192) + 1 keys (4096.5 on average; the
+    # mean context 8193 would give 1 key), a global layer p keys.
+    from diptych.sim.cluster.layers import layer_ops
+    from diptych.workloads.run import default_precision
+    m = load_model("llama-4-scout")
+    prompt, gen, chunk = 4096, 8192, 8192
+    positions = range(prompt + 1, prompt + gen + 1)
+    want = {"chunked": math.ceil(sum((q - 1) % chunk + 1 for q in positions) / gen),
+            "full": math.ceil(sum(positions) / gen)}
+    assert want["chunked"] == 4097
+    p = default_precision(load_chip("h100"), "decode")
+    lo = layer_ops(m, p, phase="decode", tp=8, cp=1, ep=1, micro_batch=1, seq=1,
+                   context=prompt, gen=gen, attention="unfused")
+    for kind, ops in lo.items():
+        if kind in ("embedding", "head"):
+            continue
+        scores = next(o for o in ops.forward if getattr(o, "name", "") == "attn_scores")
+        assert scores.n == want["chunked" if "chunked" in kind else "full"], kind
+    r = simulate_cluster_step(m, "h100", "dgx-h100", Plan(tp=8), phase="decode", batch=1,
+                              prompt=prompt, gen=gen, simulate=roofline)
+    assert r.info["decode"]["keys_per_query_by_block"] == {
+        "layers (moe, chunked 8192)": want["chunked"], "layers (moe, full, nope)": want["full"]}
 
 
 def test_hybrid_sharding_all_reduces_between_replicas():
