@@ -8,13 +8,13 @@ See docs/program.md.
 """
 
 from .demand import RESOURCES, Demand, Phase, op_demand
-from .graph import STATE_KINDS, Block, Carry, Node, Program, Tensor
+from .graph import STATE_KINDS, Block, Carry, Import, Node, Program, Tensor
 from .residency import (Capacities, NodeResidency, Placement, Residency, capacities,
                         plan_residency)
 from .schedule import BlockTiming, ScheduleResult, bounds_ps, schedule
 
 __all__ = [
-    "RESOURCES", "STATE_KINDS", "Block", "BlockTiming", "Capacities", "Carry", "Demand",
+    "RESOURCES", "STATE_KINDS", "Block", "BlockTiming", "Capacities", "Carry", "Demand", "Import",
     "Node", "NodeResidency", "Phase", "Placement", "Program", "Residency", "ScheduleResult",
     "Tensor", "bounds_ps", "capacities", "op_demand", "plan_residency", "schedule",
 ]

@@ -157,6 +157,15 @@ class _Scheduler:
                 else:
                     pats.append(("a", pb, pk, ppos))
             self.pat[b].setdefault(self._type(b, k), {})[pos] = pats
+        # reads of imported tensors, by node position: their writers come from the rule
+        # (Program.import_writer), exact for every repeat, not from the condensed pattern
+        self.import_reads = []
+        for bi, b in enumerate(program.blocks):
+            imp = program.imported(bi)
+            self.import_reads.append([[t for t in b.nodes[ni].reads if t in imp]
+                                      for ni in program.order(bi)])
+        self.has_imports = any(program.imported(bi) for bi in range(nb))
+        self.skipped: list[list[tuple[int, int]]] = [[] for _ in range(nb)]
         self.insts: dict[tuple, _Inst] = {}
         self.unfinished: set = set()
         self.pending: dict[tuple, list] = {}
@@ -212,10 +221,16 @@ class _Scheduler:
         for pos in range(self.n[b]):
             key = (b, k, pos)
             inst = _Inst()
-            for p in pats[pos]:
-                pk = (b, k, p[1]) if p[0] == "s" else (
-                    (b, k - 1, p[1]) if p[0] == "p" else (p[1], p[2], p[3]))
+            keys = [(b, k, p[1]) if p[0] == "s" else (
+                (b, k - 1, p[1]) if p[0] == "p" else (p[1], p[2], p[3])) for p in pats[pos]]
+            for t in self.import_reads[b][pos]:
+                w = self.prog.import_writer(b, t, k)
+                if w is not None and w not in keys:
+                    keys.append(w)
+            for pk in keys:
                 pi = self.insts.get(pk)
+                if pi is None and self._skipped(pk):
+                    continue                     # jumped over: finished long ago
                 if pi is None:
                     self.pending.setdefault(pk, []).append(key)
                     inst.rem += 1
@@ -228,6 +243,31 @@ class _Scheduler:
             new.append(key)
         for key in new:
             self._maybe_ready(key)
+
+    def _skipped(self, key) -> bool:
+        return any(lo <= key[1] < hi for lo, hi in self.skipped[key[0]])
+
+    def _jump_safe(self, b: int, r0: int, top: int) -> bool:
+        """No dependency (only imports make one) ties block ``b``'s window of repeats
+        ``[r0, top]`` to another block's nodes that are not finished: the jump re-labels the
+        window, which only the window's own edges survive."""
+        if not self.has_imports:
+            return True
+        inside = lambda key: key[0] == b and r0 <= key[1] <= top
+        for pk, waiters in self.pending.items():
+            if pk[0] == b and any(w[0] != b for w in waiters):
+                return False
+        for key in self.unfinished:
+            if inside(key):
+                continue
+            if any(inside(s) for s in self.insts[key].succ):
+                return False
+        for k in range(r0, top + 1):
+            for pos in range(self.n[b]):
+                inst = self.insts[(b, k, pos)]
+                if not inst.finished and any(s[0] != b for s in inst.succ):
+                    return False
+        return True
 
     # ---- the list schedule --------------------------------------------------------------
     def _maybe_ready(self, key) -> None:
@@ -368,6 +408,9 @@ class _Scheduler:
             m, period = r0 - r1, self.t - t1
             jumps = (self.L[b] - 2 - top) // m
             if jumps >= 1 and period > 0:
+                if not self._jump_safe(b, r0, top):
+                    self.seen[b].clear()
+                    continue
                 self._shift(b, r0, top, m * jumps, period * jumps)
                 self.jump[b] = (m * jumps, period // m if period % m == 0 else period / m)
             self.steady[b] = False
@@ -433,6 +476,7 @@ class _Scheduler:
         if self.elastic is not None:
             self.elastic[0] = rekey(self.elastic[0])
         self.t += dt
+        self.skipped[b].append((r0, r0 + dk))
         self.r0[b] = r0 + dk
         self.mat_next[b] = top + 1 + dk
         self.seen[b].clear()
