@@ -35,6 +35,7 @@ from .registry import load_model
 from .train import train_step
 
 PHASES = ("prefill", "decode", "train")
+EXECUTIONS = ("sum", "schedule")
 
 
 @dataclass
@@ -73,10 +74,16 @@ class RunResult:
     memory: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    execution: str = "sum"
+    fixed_costs_s: float | None = None
+    utilization: dict[str, float] = field(default_factory=dict)
+    schedule: dict[str, Any] = field(default_factory=dict)
+    timeline: list = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the output of ``diptych run --json`` for one batch size)."""
         d = dict(self.__dict__)
+        d.pop("timeline")
         d["dram_bytes_per_chip"] = self.dram_bytes / self.chips
         d["flops_per_chip"] = self.hardware_flops / self.chips
         d["energy_j_per_chip"] = self.energy_j / self.chips
@@ -270,6 +277,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
                  weights_dtype: str | None = None, act_dtype: str | None = None,
                  kv_dtype: str | None = None, overlap: bool = True, recompute: bool = False,
                  micro_batch: int | None = None, attention: str = "fused",
+                 execution: str = "sum", fusion: bool = True,
                  simulate: Callable | None = None) -> RunResult:
     """Lower ``phase`` of ``model`` for ``chip`` and simulate it (see module docstring).
 
@@ -279,8 +287,15 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     ``micro_batch`` sequences per training micro-batch (default: see
     :func:`diptych.workloads.train.default_micro_batch`); ``attention`` "fused" (default,
     FlashAttention-style, see :mod:`diptych.workloads.fused`) or "unfused".
+    ``execution``: "sum" (every op timed alone, times added: see the module docstring) or
+    "schedule" (a list schedule of the program with the chip's fixed costs, see
+    :mod:`diptych.workloads.execute`); ``fusion`` (schedule only): fuse elementwise and norm
+    ops into GEMMs where the chip allows it.
     ``simulate`` replaces :func:`diptych.sim.simulate` (tests use a roofline double).
     """
+    if execution not in EXECUTIONS:
+        raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
+                         f"{execution!r}")
     chip = load_chip(chip)
     chip.require_dram("the per-op engine behind run_workload")
     model = load_model(model)
@@ -307,7 +322,13 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
                        if d == "int4" or chip.supports(_wider(p.activations, d)))
         mem = inference_memory(model, p, tp, batch, context, w, cap, narrow)
 
-    t = simulate_workload(w, chip, overlap=overlap, simulate=simulate)
+    if execution == "schedule":
+        from .execute import schedule_workload
+        from .train import dp_buckets
+        t = schedule_workload(w, chip, simulate=simulate or _default_simulate(), fusion=fusion,
+                              dp_buckets=dp_buckets(model, p, tp) if dp > 1 else None)
+    else:
+        t = simulate_workload(w, chip, overlap=overlap, simulate=simulate)
     secs = t["seconds"]
     # model FLOPs: the unsplit graph of the whole (global) batch, without recomputation
     # (neither --recompute's nor fused attention backward's recomputed scores)
@@ -350,7 +371,11 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
         precision={"weights": p.weights, "activations": p.activations, "kv": p.kv,
                    "accumulation": p.accumulation, "grads": p.grads, "master": p.master,
                    "moments": p.moments},
-        memory=mem.to_dict(), info=info, warnings=warns)
+        memory=mem.to_dict(), info=info, warnings=warns, execution=execution,
+        fixed_costs_s=t.get("fixed_costs_s"), utilization=t.get("utilization", {}),
+        schedule={k: t[k] for k in ("pieces", "launch_s", "step_sync_s", "stream_bytes_per_s",
+                                    "fused") if k in t},
+        timeline=t.get("timeline", []))
 
 
 def run_curve(chip, model, *, batches: list[int], progress: Callable | None = None,

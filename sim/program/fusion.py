@@ -16,8 +16,9 @@ block is fused on its own (one layer fuses like every other). What fuses:
   written by the fused node, otherwise), and its outputs become the fused node's.
 
 Prologues are tried first (a norm read by one GEMM fuses there rather than into its producer's
-epilogue, which would write both tensors), then epilogues, repeatedly, in program order, until
-nothing changes. Both need the chip's vector unit on the arrays' operand path
+epilogue, which would write both tensors), then epilogues, in program order, and again until
+nothing changes; a merge that would order the block's nodes in a cycle (through the listed
+order of an updated tensor's accesses) is not made. Both need the chip's vector unit on the arrays' operand path
 (``chip.core.vector.on_array_output_path``); the caller decides. Softmax (attention's is
 already inside the fused FlashAttention node), top-k, embedding lookups and the optimizer do
 not fuse, nor does anything across a collective.
@@ -184,13 +185,16 @@ def fuse_block(program: Program, bi: int) -> Block:
     ext = _external(program, bi)
     updated = {t for n in b.nodes for t in n.updates}
     nodes = list(b.nodes)
-    while _prologue(nodes, ext, updated):
-        pass
-    while _epilogue(nodes, ext, updated):
-        pass
-    used = {t for n in nodes for t in n.accesses} | {c.input for c in b.carry} | ext
-    return replace(b, nodes=tuple(nodes), tensors=tuple(t for t in b.tensors if t.name in used),
-                   imports=tuple(i for i in b.imports if i.local in used))
+    changed = True
+    while changed:                   # prologues first, then epilogues, until nothing fuses
+        changed = False
+        while _prologue(nodes, ext, updated):
+            changed = True
+        while _epilogue(nodes, ext, updated):
+            changed = True
+    used = ({t for n in nodes for t in n.accesses} | {c.input for c in b.carry} | ext
+            | {i.local for i in b.imports})
+    return replace(b, nodes=tuple(nodes), tensors=tuple(t for t in b.tensors if t.name in used))
 
 
 def fuse_program(program: Program) -> Program:

@@ -64,7 +64,9 @@ def compile_demand(block: str, node) -> tuple[list, int]:
 @dataclass(frozen=True)
 class BlockTiming:
     """When a block ran: first phase start and last phase end (seconds), how many of its
-    repeats were simulated, and the steady-state period per repeat (None if not used)."""
+    repeats were simulated, the steady-state period per repeat (None if not used) and a
+    ``representative`` repeat whose neighbours were simulated too (in the periodic regime when
+    there is one): the repeat to report and draw."""
 
     name: str
     repeat: int
@@ -72,6 +74,7 @@ class BlockTiming:
     end_s: float
     simulated_repeats: int
     period_s: float | None = None
+    representative: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,13 +82,15 @@ class ScheduleResult:
     """``seconds`` = ``makespan_s`` (the list schedule) + ``step_sync_s`` (the per-step fixed
     cost). ``busy_s``: each resource's total reserved work (shares × time) in seconds of a whole
     resource, for the whole program; ``nodes``: (start, end) in seconds of every *simulated*
-    node instance, keyed by (block, repeat, node)."""
+    node instance, keyed by (block, repeat, node); ``phases``: the same keys, each phase's
+    ``(start, end, label, early)``."""
 
     makespan_s: float
     step_sync_s: float
     blocks: tuple[BlockTiming, ...]
     busy_s: dict = field(hash=False)
     nodes: dict = field(hash=False, repr=False)
+    phases: dict = field(default_factory=dict, hash=False, repr=False)
     makespan_ps: int = 0
     simulated_phases: int = 0
 
@@ -122,6 +127,9 @@ class _Scheduler:
         self.phases: list[list] = []
         self.hold: list[list[int]] = []
         self.names: list[list[str]] = []
+        self.labels = [[[p.label for p in b.nodes[ni].demand.phases] if b.nodes[ni].demand
+                         else [] for ni in program.order(bi)]
+                       for bi, b in enumerate(program.blocks)]
         for bi, b in enumerate(program.blocks):
             ph, ho, nm = [], [], []
             for ni in program.order(bi):
@@ -182,6 +190,7 @@ class _Scheduler:
         self.seen: list[dict] = [dict() for _ in range(nb)]
         self.r0 = [0] * nb
         self.jump = [None] * nb        # (repeats skipped, period ps per repeat)
+        self.periodic_from = [0] * nb  # first repeat of the periodic regime (with a jump)
         self.simulated = 0
         for bi in range(nb):
             L = self.L[bi]
@@ -411,6 +420,7 @@ class _Scheduler:
                 if not self._jump_safe(b, r0, top):
                     self.seen[b].clear()
                     continue
+                self.periodic_from[b] = r1
                 self._shift(b, r0, top, m * jumps, period * jumps)
                 self.jump[b] = (m * jumps, period // m if period % m == 0 else period / m)
             self.steady[b] = False
@@ -484,13 +494,16 @@ class _Scheduler:
     # ---- results ------------------------------------------------------------------------
     def result(self, step_sync_s: float) -> ScheduleResult:
         makespan = max((i.ends[-1] for i in self.insts.values() if i.ends), default=0)
-        nodes = {}
+        nodes, phases = {}, {}
         span: dict[int, list] = {}
         for (b, k, pos), inst in self.insts.items():
             if not inst.starts:
                 continue
-            nodes[(self.prog.blocks[b].name, k, self.names[b][pos])] = (
-                inst.starts[0] / PS_PER_S, inst.ends[-1] / PS_PER_S)
+            key = (self.prog.blocks[b].name, k, self.names[b][pos])
+            nodes[key] = (inst.starts[0] / PS_PER_S, inst.ends[-1] / PS_PER_S)
+            phases[key] = tuple((s0 / PS_PER_S, s1 / PS_PER_S, lab, ph[2]) for s0, s1, ph, lab
+                                in zip(inst.starts, inst.ends, self.phases[b][pos],
+                                       self.labels[b][pos]))
             s = span.setdefault(b, [inst.starts[0], inst.ends[-1]])
             s[0] = min(s[0], inst.starts[0])
             s[1] = max(s[1], inst.ends[-1])
@@ -498,9 +511,11 @@ class _Scheduler:
         for b, blk in enumerate(self.prog.blocks):
             s = span.get(b, [0, 0])
             skipped, per = self.jump[b] if self.jump[b] else (0, None)
+            rep = self.periodic_from[b] if self.jump[b] else min(blk.repeat - 1,
+                                                                 blk.repeat // 2)
             blocks.append(BlockTiming(blk.name, blk.repeat, s[0] / PS_PER_S, s[1] / PS_PER_S,
                                       blk.repeat - skipped,
-                                      None if per is None else per / PS_PER_S))
+                                      None if per is None else per / PS_PER_S, rep))
         busy = {r: 0 for r in RESOURCES}
         for b, blk in enumerate(self.prog.blocks):
             for ph in self.phases[b]:
@@ -510,7 +525,7 @@ class _Scheduler:
         return ScheduleResult(makespan_s=makespan / PS_PER_S, step_sync_s=step_sync_s,
                               blocks=tuple(blocks),
                               busy_s={r: v / UNITS / PS_PER_S for r, v in busy.items()},
-                              nodes=nodes, makespan_ps=makespan,
+                              nodes=nodes, phases=phases, makespan_ps=makespan,
                               simulated_phases=self.simulated)
 
 

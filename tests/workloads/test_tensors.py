@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from diptych.sim.ops import Collective, Gemm, VectorOp
+from diptych.sim.ops import Gemm, VectorOp
 from diptych.sim.program import Program
 from diptych.workloads import Precision, decode, load_model, prefill, train_step
 from diptych.workloads.dataflow import Flow
