@@ -263,9 +263,6 @@ class _Scheduler:
         if not self.has_imports:
             return True
         inside = lambda key: key[0] == b and r0 <= key[1] <= top
-        for pk, waiters in self.pending.items():
-            if pk[0] == b and any(w[0] != b for w in waiters):
-                return False
         for key in self.unfinished:
             if inside(key):
                 continue
@@ -416,6 +413,13 @@ class _Scheduler:
             t1, r1 = hit
             m, period = r0 - r1, self.t - t1
             jumps = (self.L[b] - 2 - top) // m
+            if self.has_imports:
+                # a later block waits for a repeat not yet materialised (an import's writer):
+                # jump short of it, so that it is simulated and its waiters told in time
+                waited = [pk[1] for pk, ws in self.pending.items()
+                          if pk[0] == b and any(w[0] != b for w in ws)]
+                if waited:
+                    jumps = min(jumps, (min(waited) - 1 - top) // m)
             if jumps >= 1 and period > 0:
                 if not self._jump_safe(b, r0, top):
                     self.seen[b].clear()
