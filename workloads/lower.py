@@ -28,7 +28,10 @@ Conventions (all documented in docs/workloads.md):
 
 Each op group is one function (``_attention_gqa``/``_attention_mla``, ``_qk_norm``, ``_rope``,
 ``_softmax``, ``_attend``, ``_residual``, ``_dense_mlp``, ``_moe_mlp``, ``_embedding``,
-``_head``) so that a data-flow view can name its tensors.
+``_head``). Each takes an optional ``flow`` (:class:`~diptych.workloads.dataflow.Flow`) that
+records the tensors its ops read and write (names in docs/workloads.md, "Tensors"); without it
+the same ops come back and nothing is recorded. The blocks :func:`prefill` and :func:`decode`
+return carry those records.
 """
 
 from __future__ import annotations

@@ -13,6 +13,11 @@ each tensor-parallel all-reduce has its mirror in backward (Megatron's f/g pair)
 The optimizer is AdamW over the rank's parameter shard: it reads the gradient, the master copy
 and both moments and writes them back together with the working-precision weights. With data
 parallelism the gradients are all-reduced over the ``dp`` replicas first (no ZeRO sharding).
+
+Tensor names: a backward block reads the forward tensors by their forward names (its
+``source`` is the forward block), the gradients ``d.<output>`` of the forward op's outputs, and
+writes ``d.<input>`` (an activation read by several ops: running partials ``d.t#i``) or updates
+``g.<weight>`` (docs/workloads.md, "Tensors").
 """
 
 from __future__ import annotations
