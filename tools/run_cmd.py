@@ -45,8 +45,7 @@ def _residency(rec: dict) -> str:
     by: dict[str, tuple[list, list]] = {}
     for a in rec.get("residency", ()):
         r, w = by.setdefault(_WHERE[a["location"]], ([], []))
-        (r if a["mode"] == "read" else w).append(a["tensor"].rsplit(".", 1)[-1]
-                                                 if "]." in a["tensor"] else a["tensor"])
+        (r if a["mode"] == "read" else w).append(a["tensor"].rsplit("].", 1)[-1])
     return " · ".join(f"{loc}: {','.join(r)}" + (f"→{','.join(w)}" if w else "")
                       for loc, (r, w) in by.items())
 

@@ -7,6 +7,8 @@ parts' simulations, see :mod:`diptych.workloads.fused`). Timing per block: the c
 sequence; with ``overlap`` the block's tensor-parallel collectives hide behind its compute
 (``max(compute, comm)``, the collective-matmul / async-TP ideal), without it they add. The
 data-parallel gradient all-reduce overlaps the whole backward pass when ``overlap`` is set.
+That is ``execution="sum"`` (the default); ``execution="schedule"`` times the phase as a list
+schedule of its program instead (:mod:`diptych.workloads.execute`, docs/program.md).
 
 What ``seconds`` means per phase: prefill, the time to first token (TTFT); decode, the time
 per output token (TPOT) of one step at the mean context of the ``gen`` steps (prompt +

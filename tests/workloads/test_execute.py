@@ -104,7 +104,7 @@ def test_records_and_steady_state():
         assert x["residency"] and all(a["location"] in ("scratchpad", "shared_buffer", "dram")
                                       for a in x["residency"])
     qkv = next(x for x in r.layers if "qkv_proj" in x["op"])
-    where = {a["tensor"].rsplit(".", 1)[-1]: a["location"] for a in qkv["residency"]}
+    where = {a["tensor"].rsplit("].", 1)[-1]: a["location"] for a in qkv["residency"]}
     assert where["w_qkv"] == "dram"            # h100 keeps only activations in its L2
     assert set(r.utilization) == {"array", "vector", "dram", "link"}
     assert 0 < r.utilization["dram"] <= 1
@@ -165,3 +165,18 @@ def test_bad_input_is_a_clear_error(monkeypatch, tmp_path):
     assert r.exit_code == 2 and "block 'b' has a cycle: b -> a -> b (through tensors" in r.output
     with pytest.raises(ValueError, match="execution must be one of sum, schedule"):
         run(load_chip("h100"), phase="decode", batch=1, prompt=16, execution="fast")
+
+
+def test_run_table_shows_residency_and_fixed_costs(monkeypatch):
+    monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)
+    r = CliRunner().invoke(main, ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",
+                                  "train", "--batch", "4", "--seq", "256", "--dp", "2",
+                                  "--execution", "schedule"])
+    assert r.exit_code == 0, r.output
+    assert "fixed costs" in r.output and "exposed communication" in r.output
+    assert "g.w_qkv" in r.output                # a bucket reads the layer's gradients
+    assert "attn_norm+qkv_proj" not in r.output   # training keeps h_attn for backward
+    r = CliRunner().invoke(main, ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",
+                                  "decode", "--prompt", "64", "--execution", "schedule",
+                                  "--no-fusion"])
+    assert r.exit_code == 0 and "no fusion" in r.output and "attn_norm+" not in r.output
