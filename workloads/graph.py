@@ -216,15 +216,10 @@ def _chain_block(b: Block, repeat: int, prev: Tensor | None, i: int
     """A block without names as a chain: op j reads op j−1's output; repeat k's first op reads
     repeat k−1's last output (the previous block's for k = 0)."""
     outs = [Tensor(f"out{j}", float(output_bytes(op))) for j, op in enumerate(b.ops)]
-    entry = prev or Tensor(f"chain{i}.in", outs[-1].bytes)
-    glob = [] if prev else [entry]
+    entry = prev or Tensor(f"chain{i}.in", 0.0)
     exit_ = Tensor(f"chain{i}.out", outs[-1].bytes)
-    glob.append(exit_)
+    glob = ([] if prev else [entry]) + [exit_]
     inp = Tensor("in", entry.bytes)
-    if repeat > 1 and inp.bytes != outs[-1].bytes:
-        inp = Tensor("in", outs[-1].bytes)
-        entry = Tensor(f"chain{i}.in", outs[-1].bytes)
-        glob = [t for t in glob if t.name != entry.name] + [entry]
     nodes = []
     for j, op in enumerate(b.ops):
         nodes.append(Node(op.name if op.name not in {n.name for n in nodes} else f"{op.name}#{j}",

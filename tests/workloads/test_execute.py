@@ -180,3 +180,22 @@ def test_run_table_shows_residency_and_fixed_costs(monkeypatch):
                                   "decode", "--prompt", "64", "--execution", "schedule",
                                   "--no-fusion"])
     assert r.exit_code == 0 and "no fusion" in r.output and "attn_norm+" not in r.output
+
+
+def test_blocks_without_names_run_as_a_chain():
+    # a hand-made block (a topology's GEMM list, a block built without a flow): each op reads
+    # its predecessor's output, repeats chain too; on a chip without fixed costs and prefetch
+    # its schedule is its sum
+    from diptych.sim.ops import Gemm, VectorOp
+    from diptych.workloads.execute import schedule_workload
+    from diptych.workloads.graph import Block as WBlock, Workload
+    ops = (Gemm(name="a", m=64, k=512, n=512), VectorOp(name="v", kind="add", elements=4096,
+                                                         ops_per_element=1.0, read_bytes=8e3,
+                                                         write_bytes=8e3),
+           Gemm(name="a", m=64, k=512, n=256))           # names may repeat
+    w = Workload("topology", (WBlock("one", 1, ops[:1]), WBlock("rep", 3, ops)), 1, 1)
+    c = chip(overheads=False, fusion=False)
+    t = schedule_workload(w, c, simulate=roofline, fusion=False)
+    s = run_mod.simulate_workload(w, c, simulate=roofline)
+    assert t["seconds"] == pytest.approx(s["seconds"], abs=20 * PS)
+    assert [r["op"] for r in t["layers"]] == ["a", "a", "v", "a#2"]
