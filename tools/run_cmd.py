@@ -37,16 +37,35 @@ def parse_batches(text: str) -> list[int]:
     return out
 
 
+_WHERE = {"scratchpad": "SP", "shared_buffer": "SB", "dram": "DRAM"}
+
+
+def _residency(rec: dict) -> str:
+    """Where an op's operands live: ``SB: h_attn→qkv · DRAM: w_qkv`` (reads → writes)."""
+    by: dict[str, tuple[list, list]] = {}
+    for a in rec.get("residency", ()):
+        r, w = by.setdefault(_WHERE[a["location"]], ([], []))
+        (r if a["mode"] == "read" else w).append(a["tensor"].rsplit("].", 1)[-1])
+    return " · ".join(f"{loc}: {','.join(r)}" + (f"→{','.join(w)}" if w else "")
+                      for loc, (r, w) in by.items())
+
+
 def _layer_table(layers: list[dict], total: float, title: str):
     from rich.table import Table
 
-    t = Table("block", "op", "shape", "×", "time", "total", "share", "bound", "util",
-              title=title)
+    scheduled = any("start_s" in r for r in layers)
+    cols = ["block", "op", "shape", "×", "time", "total", "share", "bound", "util"]
+    if scheduled:
+        cols += ["exposed", "residency"]
+    t = Table(*cols, title=title)
     for r in layers:
-        t.add_row(r["block"], r["op"], r["shape"], str(r["repeat"]), fmt.seconds(r["seconds"]),
-                  fmt.seconds(r["total_seconds"]),
-                  fmt.pct(r["total_seconds"] / total if total else None), r["bound"],
-                  fmt.pct(r["utilization"]))
+        row = [r["block"], r["op"], r["shape"], str(r["repeat"]), fmt.seconds(r["seconds"]),
+               fmt.seconds(r["total_seconds"]),
+               fmt.pct(r["total_seconds"] / total if total else None), r["bound"],
+               fmt.pct(r["utilization"])]
+        if scheduled:
+            row += [fmt.seconds(r["exposed_s"]), _residency(r)]
+        t.add_row(*row)
     return t
 
 
@@ -76,6 +95,16 @@ def _totals_table(d: dict):
     p = d["precision"]
     t.add_row("precision", f"W {p['weights']} / A {p['activations']} / KV {p['kv']} / "
               f"acc {p['accumulation']}")
+    if d.get("execution") == "schedule":
+        sch = d["schedule"]
+        t.add_row("execution", "schedule" + (", ops fused into GEMMs" if sch.get("fused")
+                                             else ", no fusion"))
+        t.add_row("fixed costs", f"{fmt.seconds(d['fixed_costs_s'])} (launches "
+                  f"{fmt.seconds(sch['launch_s'])}, step sync {fmt.seconds(sch['step_sync_s'])}"
+                  f"; overlapped where the schedule allows)")
+        t.add_row("exposed communication", fmt.seconds(d["communication_seconds"]))
+        t.add_row("utilisation", ", ".join(f"{k} {fmt.pct(v)}"
+                                           for k, v in d["utilization"].items()))
     mem = d["memory"]
     bd = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in mem["breakdown"].items())
     t.add_row("memory per chip", f"{mem['memory_bytes'] / 2**30:.1f} of "
@@ -129,6 +158,14 @@ def _curve_table(curve: dict):
               help="Fused (FlashAttention-style, scores stay on chip) or unfused attention.")
 @click.option("--micro-batch", type=int,
               help="Sequences per training micro-batch (default: ~8k tokens per micro-batch).")
+@click.option("--execution", type=click.Choice(["sum", "schedule"]), default="sum",
+              show_default=True,
+              help="sum: every op timed alone and added; schedule: a list schedule of the "
+                   "program on the chip's arrays, vector unit, DRAM and links, with fixed "
+                   "costs (docs/program.md).")
+@click.option("--fusion/--no-fusion", default=True, show_default=True,
+              help="With --execution schedule: fuse norms and elementwise ops into GEMMs "
+                   "where the chip's vector unit sits on the arrays' path.")
 @click.option("--topology", type=click.Path(dir_okay=False),
               help="SCALE-Sim topology CSV or GEMM list to run instead of a model.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -136,8 +173,8 @@ def _curve_table(curve: dict):
               help="Write a Chrome/Perfetto trace of the (last) run.")
 @friendly
 def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, weights_dtype,
-        act_dtype, kv_dtype, overlap, recompute, attention, micro_batch, topology, as_json,
-        trace):
+        act_dtype, kv_dtype, overlap, recompute, attention, micro_batch, execution, fusion,
+        topology, as_json, trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
 
     Prints a per-layer table (op, shape, time, compute- or memory-bound, utilisation) and
@@ -146,7 +183,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, w
     """
 
     from ..workloads import run_curve, run_topology
-    from ..workloads.trace import chrome_trace
+    from ..workloads.trace import chrome_trace, schedule_trace
     from .precision import run_dtypes
     from .progress import progress_display
 
@@ -187,14 +224,16 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, w
                           seq=seq, chips=chips, tp=tp, dp=dp, weights_dtype=weights_dtype,
                           act_dtype=act_dtype, kv_dtype=kv_dtype, overlap=overlap,
                           recompute=recompute, micro_batch=micro_batch, attention=attention,
-                          progress=progress)
+                          execution=execution, fusion=fusion, progress=progress)
     for msg in dict.fromkeys(str(w.message) for w in caught):
         echo_err(f"Warning: {msg}")
     results = curve["results"]
     last = results[-1]
     if trace:
-        _write_trace(trace, chrome_trace(last.layers, overlap=overlap,
-                                         name=f"{last.model} {last.phase} on {last.chip}"))
+        label = f"{last.model} {last.phase} on {last.chip}"
+        _write_trace(trace, schedule_trace(last.timeline, last.schedule, name=label)
+                     if last.execution == "schedule" else
+                     chrome_trace(last.layers, overlap=overlap, name=label))
     if as_json:
         if len(results) == 1:
             out = results[0].to_dict()
@@ -209,9 +248,12 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, w
     for w in geometry_warnings(the_chip):
         echo_err(f"Warning: cannot be built as described: {w}")
     d = last.to_dict()
+    how = ("scheduled; time, exposed: one representative repeat; residency: SP scratchpad, "
+           "SB shared buffer" if last.execution == "schedule" else "")
     con.print(_layer_table(last.layers, last.seconds,
                            f"{last.model} {last.phase} on {last.chip}, batch {last.batch} "
-                           f"(identical layers simulated once, × = repeats)"))
+                           f"(identical layers simulated once, × = repeats"
+                           + (f"; {how})" if how else ")")))
     con.print(_totals_table(d))
     if d["usd_per_mtok"] is not None:
         c = the_chip.cost

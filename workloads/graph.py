@@ -1,34 +1,126 @@
-"""The lowered op graph: blocks of ops, each block standing for ``repeat`` identical layers.
+"""The lowered op graph: blocks of ops, each block standing for ``repeat`` identical layers, and
+the tensors the ops read and write.
 
 Identical transformer layers are lowered (and later simulated) once and scaled by ``repeat``;
 ops within a block run in order. ``stage`` says where in a training step a block belongs.
+
+**Tensors.** Every op of a lowered block has an :class:`Access` record naming the tensors it
+reads, writes and updates, with its role (a GEMM's A, B or C operand) and the share of the
+tensor it moves (a partial access: RoPE on the rotated part of q and k, the touched rows of an
+embedding table). The names live in the block's tensor table (``tensors``: one layer's
+weights, activations, KV cache, gradients) or, for tensors that connect blocks (the
+embedding's output, the last layer's output, the logits), in ``program_tensors``; ``carry``
+hands the layer output to the next layer's input. A backward (or recompute) block names the
+forward tensors it reads by their forward names and says which block they come from
+(``source``). The access records are kept *beside* the ops, never in them: an op record stays
+a pure shape (``Gemm``, ``VectorOp``, ...) that the engine memoises on.
+
+:func:`program_pieces` turns a :class:`Workload` into the :class:`~diptych.sim.program.Program`
+(s) the scheduler runs (docs/program.md); a block without access records (a topology file, a
+hand-made block) becomes a chain: each op reads its predecessor's output.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..sim.ops import Collective, Gemm, Op, VectorOp
+from ..sim.program import Block as PBlock
+from ..sim.program import Carry, Import, Node, Program, Tensor
 from .fused import FusedAttention
 
 STAGES = ("forward", "recompute", "backward", "optimizer")
 
+#: How an op uses a tensor.
+MODES = ("read", "write", "update")
+#: A use's role: a GEMM's ``a``/``b`` input or ``c`` output; ``dep``: an ordering-only read
+#: (share 0: a summed gradient partial, routing indices the op's byte model leaves out).
+ROLES = ("", "a", "b", "c", "dep")
+
+
+@dataclass(frozen=True)
+class Use:
+    """One op's use of one tensor: ``mode`` (read, write, update), ``share`` (bytes the op
+    moves ÷ the tensor's bytes; 0 for an ordering-only read) and ``role``."""
+
+    tensor: str
+    mode: str = "read"
+    share: float = 1.0
+    role: str = ""
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"use of {self.tensor!r}: mode must be one of {', '.join(MODES)}, "
+                             f"not {self.mode!r}")
+        if self.role not in ROLES:
+            raise ValueError(f"use of {self.tensor!r}: role must be one of {ROLES}, not "
+                             f"{self.role!r}")
+        if not (isinstance(self.share, (int, float)) and math.isfinite(self.share)
+                and self.share >= 0):
+            raise ValueError(f"use of {self.tensor!r}: share must be a finite number >= 0, "
+                             f"not {self.share!r}")
+
+
+@dataclass(frozen=True)
+class Access:
+    """The tensors one op uses (:class:`Use` s, in role order). ``rmw``: a vector op's updates
+    are read and written (AdamW's master copy and moments); otherwise an update is written
+    only (a gradient accumulated by a GEMM's output, whose read the engine does not model)."""
+
+    uses: tuple[Use, ...]
+    rmw: bool = False
+
+    def _names(self, mode: str) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(u.tensor for u in self.uses if u.mode == mode))
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return self._names("read")
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        return self._names("write")
+
+    @property
+    def updates(self) -> tuple[str, ...]:
+        return self._names("update")
+
+    def of(self, *, mode: str | None = None, role: str | None = None) -> tuple[Use, ...]:
+        return tuple(u for u in self.uses if (mode is None or u.mode == mode)
+                     and (role is None or u.role == role))
+
 
 @dataclass(frozen=True)
 class Block:
-    """``repeat`` identical copies of ``ops`` (one transformer layer, the head, ...)."""
+    """``repeat`` identical copies of ``ops`` (one transformer layer, the head, ...).
+
+    ``access`` (one :class:`Access` per op, or empty for a block without names), ``tensors``
+    (its own tensors, one instance per repeat), ``program_tensors`` (tensors it shares with
+    other blocks), ``carry`` (layer input ← previous layer's output) and ``source`` (the
+    forward block whose tensors a backward or recompute block reads by their names) are
+    described in the module docstring."""
 
     name: str
     repeat: int
     ops: tuple[Op, ...]
     stage: str = "forward"
+    access: tuple[Access, ...] = ()
+    tensors: tuple[Tensor, ...] = ()
+    program_tensors: tuple[Tensor, ...] = ()
+    carry: tuple[Carry, ...] = ()
+    source: str | None = None
 
     def __post_init__(self):
         if self.repeat < 1:
             raise ValueError(f"repeat must be a positive integer, not {self.repeat!r}")
         if self.stage not in STAGES:
             raise ValueError(f"stage must be one of {', '.join(STAGES)}, not {self.stage!r}")
+        if self.access and len(self.access) != len(self.ops):
+            raise ValueError(f"block {self.name!r}: {len(self.access)} access records for "
+                             f"{len(self.ops)} ops (one per op, or none)")
 
     @property
     def gemm_flops(self) -> float:
@@ -41,6 +133,12 @@ class Block:
         """GEMM FLOPs fused attention backward spends recomputing scores (not model FLOPs)."""
         return self.repeat * sum(o.recompute_flops for o in self.ops
                                  if isinstance(o, FusedAttention))
+
+    def tensor(self, name: str) -> Tensor:
+        for t in self.tensors + self.program_tensors:
+            if t.name == name:
+                return t
+        raise KeyError(f"block {self.name!r} has no tensor {name!r}")
 
 
 @dataclass(frozen=True)
@@ -81,3 +179,166 @@ class Workload:
 
     def op_count(self) -> int:
         return sum(len(b.ops) for b in self.blocks)
+
+
+# ---- from a workload to programs -----------------------------------------------------------
+def op_unit(op) -> str:
+    """The unit an op's main work runs on (``Node.unit``)."""
+    if isinstance(op, Collective):
+        return "link"
+    if isinstance(op, VectorOp):
+        return "vector"
+    return "array"
+
+
+def output_bytes(op) -> float:
+    """Bytes an op writes (a chain block's tensor sizes)."""
+    if isinstance(op, Gemm):
+        return op.c_bytes
+    if isinstance(op, Collective):
+        return op.bytes
+    return op.write_bytes
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A program run ``times`` times in a row (decode steps, a training step's micro-batches
+    but the last), and whether the per-step fixed cost follows each run (``step``)."""
+
+    program: Program
+    times: int = 1
+    step: bool = True
+    label: str = ""
+
+
+def _chain_block(b: Block, repeat: int, prev: Tensor | None, i: int
+                 ) -> tuple[PBlock, list[Tensor], Tensor]:
+    """A block without names as a chain: op j reads op j−1's output; repeat k's first op reads
+    repeat k−1's last output (the previous block's for k = 0)."""
+    outs = [Tensor(f"out{j}", float(output_bytes(op))) for j, op in enumerate(b.ops)]
+    entry = prev or Tensor(f"chain{i}.in", 0.0)
+    exit_ = Tensor(f"chain{i}.out", outs[-1].bytes)
+    glob = ([] if prev else [entry]) + [exit_]
+    inp = Tensor("in", entry.bytes)
+    nodes = []
+    for j, op in enumerate(b.ops):
+        nodes.append(Node(op.name if op.name not in {n.name for n in nodes} else f"{op.name}#{j}",
+                          reads=("in",) if j == 0 else (outs[j - 1].name,),
+                          writes=(outs[j].name,), unit=op_unit(op), payload=op))
+    blk = PBlock(b.name, (inp, *outs), tuple(nodes), repeat,
+                 (Carry("in", outs[-1].name, entry.name, exit_.name),))
+    return blk, glob, exit_
+
+
+def _named_block(b: Block, repeat: int, source: Block | None, extra_nodes=(),
+                 extra_tensors=()) -> PBlock:
+    nodes = [Node(op.name, reads=a.reads, writes=a.writes, updates=a.updates,
+                  unit=op_unit(op), payload=op) for op, a in zip(b.ops, b.access)]
+    nodes += list(extra_nodes)
+    tensors = list(b.tensors) + list(extra_tensors)
+    imports = ()
+    if source is not None:
+        src = {t.name for t in source.tensors}
+        local = {t for n in nodes for t in n.writes + n.updates}
+        used = dict.fromkeys(t for n in nodes for t in n.reads)
+        imports = tuple(Import(t, source.name, t) for t in used if t in src and t not in local)
+    return PBlock(b.name, tuple(tensors), tuple(nodes), repeat, b.carry, imports)
+
+
+def _program(name: str, blocks: list[tuple[Block, int]], by_name: dict[str, Block],
+             extras: dict | None = None) -> Program:
+    """A Program of ``(workload block, repeat)`` pairs; blocks with access records keep their
+    names, the others become chains. ``extras[block name]`` = (nodes, tensors) to append."""
+    extras = extras or {}
+    out, glob = [], {}
+    prev = None
+    for i, (b, L) in enumerate(blocks):
+        if not b.access:
+            blk, g, prev = _chain_block(b, L, prev, i)
+            for t in g:
+                glob[t.name] = t
+            out.append(blk)
+            continue
+        for t in b.program_tensors:
+            old = glob.setdefault(t.name, t)
+            if old != t:
+                raise ValueError(f"program tensor {t.name!r} is declared twice differently: "
+                                 f"{old!r} and {t!r}")
+        nodes, tensors = extras.get(b.name, ((), ()))
+        out.append(_named_block(b, L, by_name.get(b.source) if b.source else None,
+                                nodes, tensors))
+    return Program(name, out, tuple(glob.values()))
+
+
+def _merge_recompute(rec: Block, bwd: Block) -> Block:
+    """A recompute block and the backward block of the same layers as one block: each layer
+    is recomputed right before its backward (activation checkpointing) — the recomputation
+    starts when the gradient reaches the layer (an ordering-only read of the carried
+    gradient), and the backward ops read the recomputed tensors locally."""
+    dy = bwd.carry[0].input
+    first = rec.access[0]
+    access = (Access(first.uses + (Use(dy, "read", 0.0, "dep"),), first.rmw),) + rec.access[1:]
+    tensors = {t.name: t for t in bwd.tensors}
+    for t in rec.tensors:
+        tensors.setdefault(t.name, t)
+    return dataclasses.replace(bwd, ops=rec.ops + bwd.ops, access=access + bwd.access,
+                               tensors=tuple(tensors.values()))
+
+
+def program_pieces(w: Workload, *, dp_buckets: dict | None = None) -> list[Piece]:
+    """The programs a workload's step runs, in order (docs/program.md, "Programs of a run").
+
+    Inference: one program per step (a decode of ``steps`` steps runs it ``steps`` times).
+    Training: the micro-batch (forward, recompute, backward) runs ``micro_batches − 1`` times,
+    then the last micro-batch with the data-parallel gradient all-reduce, bucketed per layer
+    (``dp_buckets[block name]`` = bytes per repeat; from :func:`.train.dp_buckets`), then
+    the optimizer. Repeats are per micro-batch / per step here."""
+    by_name = {b.name: b for b in w.blocks}
+    if w.phase == "train":
+        n = w.info.get("micro_batches", 1)
+        mb = [b for b in w.blocks if b.stage != "optimizer"]
+        rec = {b.source: b for b in mb if b.stage == "recompute"}
+        seq = []
+        for b in mb:
+            if b.stage == "recompute":
+                continue
+            if b.stage == "backward" and b.source in rec:
+                b = _merge_recompute(rec[b.source], b)
+            seq.append((b, b.repeat // n))
+        pieces = []
+        dp = w.info.get("dp", 1)
+        if n > 1 or dp == 1:
+            pieces.append(Piece(_program(f"{w.phase} micro-batch", seq, by_name),
+                                n - 1 if dp > 1 else n, step=False, label="micro-batch"))
+        if dp > 1:
+            pieces.append(Piece(_program(f"{w.phase} last micro-batch", seq, by_name,
+                                         _dp_nodes(seq, dp_buckets or {}, dp)),
+                                1, step=False, label="last micro-batch + gradient all-reduce"))
+        opt = [(b, b.repeat) for b in w.blocks if b.stage == "optimizer"
+               and not any(isinstance(o, Collective) for o in b.ops)]
+        if opt:
+            pieces.append(Piece(_program(f"{w.phase} optimizer", opt, by_name), 1, step=False,
+                                label="optimizer"))
+        return [dataclasses.replace(pieces[-1], step=True)] if len(pieces) == 1 else \
+            pieces[:-1] + [dataclasses.replace(pieces[-1], step=True)]
+    steps = w.info.get("steps", 1)
+    seq = [(b, b.repeat // steps) for b in w.blocks]
+    return [Piece(_program(w.phase, seq, by_name), steps, label="step")]
+
+
+def _dp_nodes(seq, buckets: dict, dp: int) -> dict:
+    """Per backward block, the data-parallel all-reduce of its gradients (one bucket per
+    repeat), after the block's weight-gradient ops."""
+    out = {}
+    for b, _ in seq:
+        if b.stage != "backward" or b.source not in buckets:
+            continue
+        nbytes = buckets[b.source]
+        grads = tuple(dict.fromkeys(t for a in b.access for t in a.updates))
+        op = Collective(name="grad_all_reduce", kind="all_reduce", bytes=nbytes, group=dp,
+                        tags=("dp",))
+        node = Node("grad_all_reduce", reads=grads, writes=("g.reduced",), unit="link",
+                    payload=op)
+        out[b.name] = ((node,), (Tensor("g.reduced", float(nbytes), "gradient",
+                                        live_out=True),))
+    return out

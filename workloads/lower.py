@@ -28,7 +28,10 @@ Conventions (all documented in docs/workloads.md):
 
 Each op group is one function (``_attention_gqa``/``_attention_mla``, ``_qk_norm``, ``_rope``,
 ``_softmax``, ``_attend``, ``_residual``, ``_dense_mlp``, ``_moe_mlp``, ``_embedding``,
-``_head``) so that a data-flow view can name its tensors.
+``_head``). Each takes an optional ``flow`` (:class:`~diptych.workloads.dataflow.Flow`) that
+records the tensors its ops read and write (names in docs/workloads.md, "Tensors"); without it
+the same ops come back and nothing is recorded. The blocks :func:`prefill` and :func:`decode`
+return carry those records.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from dataclasses import dataclass, replace
 
 from ..sim.ops import Collective, Gemm, Op, VectorOp
 from .config import LayerSpec, ModelConfig
+from ..sim.program import Carry
+from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .fused import fuse
 from .graph import Block, Workload
 from .moe import expert_load
@@ -209,185 +214,398 @@ def _softmax(c: _Ctx, rows: int) -> VectorOp:
 
 
 def _attend(c: _Ctx, scores: Gemm, softmax: VectorOp, pv: Gemm, heads: int,
-            kv_shared: bool = False) -> list[Op]:
-    """The attention trio as three ops (unfused) or one fused record."""
+            kv_shared: bool = False, *, flow=None, q: Pieces = (), k: Pieces = (),
+            v: Pieces = (), out: str = "attn") -> list[Op]:
+    """The attention trio as three ops (unfused) or one fused record. With a ``flow``: ``q``
+    (the scores' A operand), ``k`` and ``v`` (the stored keys and values, whole: the GEMMs
+    read their causal-mean share) as pieces; the output is tensor ``out``."""
+    fl = flow or NOFLOW
+    rows = c.batch * heads * c.q_len
+    fl.t(out, pv.c_bytes)
     if c.attention == "unfused":
-        return [scores, softmax, pv]
+        stored = c.keys if c.phase == "decode" else c.q_len
+        cols = c.keys + (1 if c.m.attention_sinks else 0)
+        fl.t("scores", scores.c_bytes)
+        fl.t("probs", rows * cols * c.p.a_bytes)
+        return [fl.gemm(scores, q, scaled(k, c.keys / stored), [("scores", 1.0)]),
+                fl.vec(softmax, [("scores", cols / c.keys)], [("probs", 1.0)]),
+                fl.gemm(pv, [("probs", c.keys / cols)], scaled(v, c.keys / stored),
+                        [(out, 1.0)])]
     stored = c.keys if c.phase == "decode" else c.q_len
-    return [fuse("attention (fused)", scores, softmax, pv, keys_stored=stored,
-                 heads_rows=c.batch * heads * c.q_len, kv_shared=kv_shared,
-                 stats=c.phase == "train", kv_cache=c.phase == "decode", tags=("attn",))]
+    op = fuse("attention (fused)", scores, softmax, pv, keys_stored=stored,
+              heads_rows=rows, kv_shared=kv_shared, stats=c.phase == "train",
+              kv_cache=c.phase == "decode", tags=("attn",))
+    writes = [(out, 1.0)]
+    if c.phase == "train":
+        writes.append((fl.t("attn_stats", op.write_bytes - pv.c_bytes), 1.0))
+    return [fl.vec(op, list(q) + list(k) + list(v), writes)]
 
 
-def _qk_norm(c: _Ctx, h: int, hkv: int) -> list[Op]:
+def _qk_norm(c: _Ctx, h: int, hkv: int, *, flow=None, parts: dict | None = None) -> list[Op]:
     """Per-head q/k norm over ``head_dim`` (Qwen3, Gemma 3: RMSNorm with weights; Llama 4: a
-    weightless L2 norm, one op less per element)."""
+    weightless L2 norm, one op less per element). With a ``flow``, ``parts`` maps q/k/v to
+    their pieces and is updated: q and k now live in ``qk_n``."""
     if not c.layer.qk_norm:
         return []
+    fl = flow or NOFLOW
     l2 = c.m.qk_norm == "l2"
-    return [c.norm("qk_norm", c.m.head_dim, c.tokens * (h + hkv), weights=0 if l2 else 2,
-                   ops=VECTOR_OPS_PER_ELEMENT["rmsnorm"] - 1.0 if l2 else None)]
+    op = c.norm("qk_norm", c.m.head_dim, c.tokens * (h + hkv), weights=0 if l2 else 2,
+                ops=VECTOR_OPS_PER_ELEMENT["rmsnorm"] - 1.0 if l2 else None)
+    if parts is None:
+        return [op]
+    w = [] if l2 else [(fl.t("w_qk_norm", op.read_bytes - c.tokens * (h + hkv) * c.m.head_dim
+                             * c.p.a_bytes, "weight"), 1.0)]
+    fl.t("qk_n", c.tokens * (h + hkv) * c.m.head_dim * c.p.a_bytes)
+    fl.vec(op, parts["q"] + parts["k"] + w, [("qk_n", 1.0)])
+    parts["q"], parts["k"] = [("qk_n", h / (h + hkv))], [("qk_n", hkv / (h + hkv))]
+    return [op]
 
 
-def _rope(c: _Ctx, h: int, hkv: int) -> list[Op]:
+def _rope(c: _Ctx, h: int, hkv: int, *, flow=None, parts: dict | None = None) -> list[Op]:
     """RoPE on q and k (the rotated share of each head), or on NoPE layers with temperature
-    tuning the position-dependent query scale (Llama 4)."""
+    tuning the position-dependent query scale (Llama 4). With a ``flow`` (see
+    :func:`_qk_norm`): the rotated dimensions of q and k live in ``qk_rot`` (the rest stays
+    where it was), a scaled q in ``q_temp``."""
+    fl = flow or NOFLOW
     if c.layer.rope:
         frac = c.m.rotary_fraction
         dims = c.m.head_dim if frac == 1.0 else c.m.head_dim * frac
-        return [c.vec("rope", "rope", c.tokens * (h + hkv) * dims)]
+        op = c.vec("rope", "rope", c.tokens * (h + hkv) * dims)
+        if parts is not None:
+            f = dims / c.m.head_dim
+            fl.t("qk_rot", op.write_bytes)
+            fl.vec(op, scaled(parts["q"] + parts["k"], f), [("qk_rot", 1.0)])
+            rest = 1.0 - f
+            parts["q"] = [("qk_rot", h / (h + hkv))] + (scaled(parts["q"], rest) if rest else [])
+            parts["k"] = [("qk_rot", hkv / (h + hkv))] + (scaled(parts["k"], rest) if rest
+                                                           else [])
+        return [op]
     if c.m.attn_temperature_tuning and not c.m.learned_positions:
-        return [c.vec("attn_temperature", "mul", c.tokens * h * c.m.head_dim, ops=1.0)]
+        op = c.vec("attn_temperature", "mul", c.tokens * h * c.m.head_dim, ops=1.0)
+        if parts is not None:
+            fl.t("q_temp", op.write_bytes)
+            fl.vec(op, parts["q"], [("q_temp", 1.0)])
+            parts["q"] = [("q_temp", 1.0)]
+        return [op]
     return []
 
 
-def _attention_gqa(c: _Ctx) -> list[Op]:
+def _attention_gqa(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -> list[Op]:
     m, tp, T = c.m, c.tp, c.tokens
     d, dh = m.hidden_size, m.head_dim
     h = m.heads // tp
     hkv = kv_heads_per_rank(m, tp)
     g = h // hkv
-    ops: list[Op] = [c.norm("attn_norm", d),
-                     c.gemm("qkv_proj", T, d, (h + 2 * hkv) * dh, tags=("attn",))]
-    ops += _qk_norm(c, h, hkv) + _rope(c, h, hkv)
+    fl = flow or NOFLOW
+    a, wb = c.p.a_bytes, c.p.w_bytes
+    qkvw = (h + 2 * hkv) * dh
+    norm = c.norm("attn_norm", d)
+    fl.t(x, T * d * a)
+    fl.vec(norm, [(x, 1.0), (fl.t("w_attn_norm", norm.read_bytes - T * d * a, "weight"), 1.0)],
+           [(fl.t("h_attn", T * d * a), 1.0)])
+    qkv = c.gemm("qkv_proj", T, d, qkvw, tags=("attn",))
+    fl.gemm(qkv, [("h_attn", 1.0)], [(fl.t("w_qkv", d * qkvw * wb, "weight"), 1.0)],
+            [(fl.t("qkv", T * qkvw * a), 1.0)])
+    ops: list[Op] = [norm, qkv]
+    parts = {"q": [("qkv", h / (h + 2 * hkv))], "k": [("qkv", hkv / (h + 2 * hkv))],
+             "v": [("qkv", hkv / (h + 2 * hkv))]} if flow is not None else None
+    ops += _qk_norm(c, h, hkv, flow=flow, parts=parts)
+    ops += _rope(c, h, hkv, flow=flow, parts=parts)
+    parts = parts or {"q": [], "k": [], "v": []}
     kv_dtype = c.p.kv if c.phase == "decode" else None
     if c.kv_cached:
-        ops.append(c.vec("kv_write", "copy", T * 2 * hkv * dh, write_dtype_bytes=c.p.kv_bytes))
+        op = c.vec("kv_write", "copy", T * 2 * hkv * dh, write_dtype_bytes=c.p.kv_bytes)
+        fl.vec(op, parts["k"] + parts["v"],
+               [(fl.t("kv_new", op.write_bytes, "kv_cache", live_out=True), 1.0)])
+        ops.append(op)
     sq = g * c.q_len
+    if c.phase == "decode":                      # K and V: the cache and the new entries
+        fl.t("kv_cache", c.batch * (c.keys - 1) * 2 * hkv * dh * c.p.kv_bytes, "kv_cache")
+        k = v = [("kv_cache", 0.5), ("kv_new", 0.5)]
+    else:
+        k, v = parts["k"], parts["v"]
     ops += _attend(c, c.gemm("attn_scores", sq, dh, c.keys, batch=c.batch * hkv, weight=False,
                              b_dtype=kv_dtype, tags=("attn", "saved_b"), shared_b=False),
                    _softmax(c, c.batch * h * c.q_len),
                    c.gemm("attn_pv", sq, c.keys, dh, batch=c.batch * hkv, weight=False,
                           b_dtype=kv_dtype, tags=("attn", "saved_b", "no_save_a"),
-                          shared_b=False), h)
-    ops.append(c.gemm("o_proj", T, h * dh, d, tags=("attn",)))
+                          shared_b=False), h, flow=flow, q=parts["q"], k=k, v=v)
+    o = c.gemm("o_proj", T, h * dh, d, tags=("attn",))
+    fl.gemm(o, [("attn", 1.0)], [(fl.t("w_o", h * dh * d * wb, "weight"), 1.0)],
+            [(fl.t(out, T * d * a), 1.0)])
+    ops.append(o)
     return ops
 
 
-def _attention_mla(c: _Ctx) -> list[Op]:
+def _attention_mla(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -> list[Op]:
     m, tp, T = c.m, c.tp, c.tokens
     d, h = m.hidden_size, m.heads // tp
     r_kv, rope, nope, v = m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim
     qk = nope + rope
-    ops: list[Op] = [c.norm("attn_norm", d)]
+    fl = flow or NOFLOW
+    a, wb = c.p.a_bytes, c.p.w_bytes
+
+    def norm(name: str, width: int, src: Pieces, dst: str) -> VectorOp:
+        op = c.norm(name, width)
+        return fl.vec(op, src + [(fl.t(f"w_{name}", op.read_bytes - T * width * a, "weight"),
+                                  1.0)], [(fl.t(dst, T * width * a), 1.0)])
+
+    def lin(name: str, src: str, k_: int, n_: int, dst: str) -> Gemm:
+        op = c.gemm(name, T, k_, n_, tags=("attn",))
+        return fl.gemm(op, [(src, 1.0)], [(fl.t(f"w_{name}", k_ * n_ * wb, "weight"), 1.0)],
+                       [(fl.t(dst, T * n_ * a), 1.0)])
+
+    fl.t(x, T * d * a)
+    ops: list[Op] = [norm("attn_norm", d, [(x, 1.0)], "h_attn")]
     if m.q_lora_rank:
-        ops += [c.gemm("q_a_proj", T, d, m.q_lora_rank, tags=("attn",)),
-                c.norm("q_a_norm", m.q_lora_rank),
-                c.gemm("q_b_proj", T, m.q_lora_rank, h * qk, tags=("attn",))]
+        ops += [lin("q_a_proj", "h_attn", d, m.q_lora_rank, "q_a"),
+                norm("q_a_norm", m.q_lora_rank, [("q_a", 1.0)], "q_a_n"),
+                lin("q_b_proj", "q_a_n", m.q_lora_rank, h * qk, "q")]
     else:
-        ops.append(c.gemm("q_proj", T, d, h * qk, tags=("attn",)))
-    ops += [c.gemm("kv_a_proj", T, d, r_kv + rope, tags=("attn",)),
-            c.norm("kv_a_norm", r_kv),
-            c.vec("rope", "rope", T * (h + 1) * rope)]
+        ops.append(lin("q_proj", "h_attn", d, h * qk, "q"))
+    ops += [lin("kv_a_proj", "h_attn", d, r_kv + rope, "kv_a"),
+            norm("kv_a_norm", r_kv, [("kv_a", r_kv / (r_kv + rope))], "c_kv")]
+    op = c.vec("rope", "rope", T * (h + 1) * rope)
+    fl.vec(op, [("q", rope / qk), ("kv_a", rope / (r_kv + rope))],
+           [(fl.t("qk_pe", op.write_bytes), 1.0)])
+    ops.append(op)
+    q_pe, k_pe = [("qk_pe", h / (h + 1))], [("qk_pe", 1 / (h + 1))]
     if c.kv_cached:
-        ops.append(c.vec("kv_write", "copy", T * (r_kv + rope), write_dtype_bytes=c.p.kv_bytes))
+        op = c.vec("kv_write", "copy", T * (r_kv + rope), write_dtype_bytes=c.p.kv_bytes)
+        fl.vec(op, [("c_kv", 1.0)] + k_pe,
+               [(fl.t("kv_new", op.write_bytes, "kv_cache", live_out=True), 1.0)])
+        ops.append(op)
+    w_kv_b = fl.t("w_kv_b", r_kv * h * (nope + v) * wb, "weight")
     if c.phase == "decode":
         # absorbed: q_nope · W_UK per head into the latent space; attend over the latent cache
         # (MQA-like: all heads of a sequence share it); project values out with W_UV per head.
         kv = c.p.kv
-        ops.append(c.gemm("q_absorb", T, nope, r_kv, batch=h, tags=("attn",), shared_b=False))
+        fl.t("kv_cache", c.batch * (c.keys - 1) * (r_kv + rope) * c.p.kv_bytes, "kv_cache")
+        latent = [("kv_cache", 1.0), ("kv_new", 1.0)]
+        qa = c.gemm("q_absorb", T, nope, r_kv, batch=h, tags=("attn",), shared_b=False)
+        fl.gemm(qa, [("q", nope / qk)], [(w_kv_b, nope / (nope + v))],
+                [(fl.t("q_lat", T * h * r_kv * a), 1.0)])
+        ops.append(qa)
         ops += _attend(c, c.gemm("attn_scores", h * c.q_len, r_kv + rope, c.keys,
                                  batch=c.batch, weight=False, b_dtype=kv, tags=("attn",),
                                  shared_b=False),
                        _softmax(c, c.batch * h * c.q_len),
                        c.gemm("attn_pv", h * c.q_len, c.keys, r_kv, batch=c.batch,
                               weight=False, b_dtype=kv, tags=("attn",), shared_b=False),
-                       h, kv_shared=True)   # values are the latent: the cache is read once
-        ops.append(c.gemm("v_absorb", T, r_kv, v, batch=h, tags=("attn",), shared_b=False))
+                       h, kv_shared=True,   # values are the latent: the cache is read once
+                       flow=flow, q=[("q_lat", 1.0)] + q_pe, k=latent,
+                       v=scaled(latent, r_kv / (r_kv + rope)) if c.attention == "unfused"
+                       else [], out="o_lat")
+        va = c.gemm("v_absorb", T, r_kv, v, batch=h, tags=("attn",), shared_b=False)
+        fl.gemm(va, [("o_lat", 1.0)], [(w_kv_b, v / (nope + v))],
+                [(fl.t("attn", T * h * v * a), 1.0)])
+        ops.append(va)
     else:
-        ops += [c.gemm("kv_b_proj", T, r_kv, h * (nope + v), tags=("attn",)),
+        kvb = c.gemm("kv_b_proj", T, r_kv, h * (nope + v), tags=("attn",))
+        fl.gemm(kvb, [("c_kv", 1.0)], [(w_kv_b, 1.0)],
+                [(fl.t("kv_b", T * h * (nope + v) * a), 1.0)])
+        ops += [kvb,
                 *_attend(c, c.gemm("attn_scores", c.q_len, qk, c.keys, batch=c.batch * h,
                                    weight=False, tags=("attn", "saved_b"), shared_b=False),
                          _softmax(c, c.batch * h * c.q_len),
                          c.gemm("attn_pv", c.q_len, c.keys, v, batch=c.batch * h,
                                 weight=False, tags=("attn", "saved_b", "no_save_a"),
-                                shared_b=False), h)]
-    ops.append(c.gemm("o_proj", T, h * v, d, tags=("attn",)))
+                                shared_b=False), h,
+                         flow=flow, q=[("q", nope / qk)] + q_pe,
+                         # K: each head's k_nope and the shared k_pe (broadcast to the heads)
+                         k=[("kv_b", nope / (nope + v))] + scaled(k_pe, h),
+                         v=[("kv_b", v / (nope + v))])]
+    o = c.gemm("o_proj", T, h * v, d, tags=("attn",))
+    fl.gemm(o, [("attn", 1.0)], [(fl.t("w_o", h * v * d * wb, "weight"), 1.0)],
+            [(fl.t(out, T * d * a), 1.0)])
+    ops.append(o)
     return ops
 
 
-def _dense_mlp(c: _Ctx, prefix: str, width: int) -> list[Op]:
+def _dense_mlp(c: _Ctx, prefix: str, width: int, *, flow=None, inp: str = "h_mlp",
+               out: str | None = None) -> list[Op]:
     T, d, f, act = c.tokens, c.m.hidden_size, width // c.tp, c.m.activation
+    fl = flow or NOFLOW
+    a, wb = c.p.a_bytes, c.p.w_bytes
+    out = out or f"{prefix}mlp_out"
     if c.m.gated_mlp:
-        return [c.gemm(f"{prefix}gate_up_proj", T, d, 2 * f, tags=("mlp",)),
-                c.vec(f"{prefix}{act}", act, T * f, reads=2.0, tags=("saved",)),
-                c.gemm(f"{prefix}down_proj", T, f, d, tags=("mlp",))]
-    return [c.gemm(f"{prefix}fc1", T, d, f, tags=("mlp",)),
-            c.vec(f"{prefix}gelu", "gelu", T * f, tags=("saved",)),
-            c.gemm(f"{prefix}fc2", T, f, d, tags=("mlp",))]
+        up, fn, down = (c.gemm(f"{prefix}gate_up_proj", T, d, 2 * f, tags=("mlp",)),
+                        c.vec(f"{prefix}{act}", act, T * f, reads=2.0, tags=("saved",)),
+                        c.gemm(f"{prefix}down_proj", T, f, d, tags=("mlp",)))
+        names = (f"{prefix}gate_up", f"w_{prefix}gate_up", f"w_{prefix}down")
+        up_n = 2 * f
+    else:
+        up, fn, down = (c.gemm(f"{prefix}fc1", T, d, f, tags=("mlp",)),
+                        c.vec(f"{prefix}gelu", "gelu", T * f, tags=("saved",)),
+                        c.gemm(f"{prefix}fc2", T, f, d, tags=("mlp",)))
+        names = (f"{prefix}fc1", f"w_{prefix}fc1", f"w_{prefix}fc2")
+        up_n = f
+    fl.gemm(up, [(inp, 1.0)], [(fl.t(names[1], d * up_n * wb, "weight"), 1.0)],
+            [(fl.t(names[0], T * up_n * a), 1.0)])
+    fl.vec(fn, [(names[0], 1.0)], [(fl.t(f"{prefix}act", T * f * a), 1.0)])
+    fl.gemm(down, [(f"{prefix}act", 1.0)], [(fl.t(names[2], f * d * wb, "weight"), 1.0)],
+            [(fl.t(out, T * d * a), 1.0)])
+    return [up, fn, down]
 
 
-def _moe_mlp(c: _Ctx) -> list[Op]:
+def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") -> list[Op]:
     m, T, d, act = c.m, c.tokens, c.m.hidden_size, c.m.activation
     e, k = m.experts, m.experts_per_token
     f = m.moe_intermediate_size // c.tp
+    fl = flow or NOFLOW
+    a, wb = c.p.a_bytes, c.p.w_bytes
     groups = expert_load(e, k, T)
-    ops: list[Op] = [c.gemm("router", T, d, e, tags=("moe",)),
-                     c.vec("topk", "topk", T * e, writes=k / e)]
-    for i, (n_exp, per) in enumerate(groups):
-        sfx = f"[{i}]" if len(groups) > 1 else ""
-        ops.append(c.gemm(f"experts_gate_up{sfx}", per, d, 2 * f, batch=n_exp,
-                          tags=("moe", "expert"), shared_b=False))
-    ops.append(c.vec(f"experts_{act}", act, T * k * f, reads=2.0, tags=("saved",)))
-    for i, (n_exp, per) in enumerate(groups):
-        sfx = f"[{i}]" if len(groups) > 1 else ""
-        ops.append(c.gemm(f"experts_down{sfx}", per, f, d, batch=n_exp,
-                          tags=("moe", "expert"), shared_b=False))
-    ops.append(c.vec("experts_combine", "mul", T * k * d, writes=1.0 / k))
+    router = c.gemm("router", T, d, e, tags=("moe",))
+    topk = c.vec("topk", "topk", T * e, writes=k / e)
+    fl.gemm(router, [(inp, 1.0)], [(fl.t("w_router", d * e * wb, "weight"), 1.0)],
+            [(fl.t("router_logits", T * e * a), 1.0)])
+    fl.vec(topk, [("router_logits", 1.0)], [(fl.t("topk", topk.write_bytes), 1.0)])
+    ops: list[Op] = [router, topk]
+    sfxs = [f"[{i}]" if len(groups) > 1 else "" for i in range(len(groups))]
+    for (n_exp, per), sfx in zip(groups, sfxs):
+        op = c.gemm(f"experts_gate_up{sfx}", per, d, 2 * f, batch=n_exp,
+                    tags=("moe", "expert"), shared_b=False)
+        # the tokens routed to these experts: a gather of the MLP input (routing: topk)
+        fl.gemm(op, [(inp, n_exp * per / T)],
+                [(fl.t(f"w_experts_gate_up{sfx}", n_exp * d * 2 * f * wb, "weight"), 1.0)],
+                [(fl.t(f"experts_gate_up{sfx}", n_exp * per * 2 * f * a), 1.0)], deps=("topk",))
+        ops.append(op)
+    op = c.vec(f"experts_{act}", act, T * k * f, reads=2.0, tags=("saved",))
+    fl.vec(op, [(f"experts_gate_up{sfx}", 1.0) for sfx in sfxs],
+           [(fl.t("experts_act", T * k * f * a), 1.0)])
+    ops.append(op)
+    for (n_exp, per), sfx in zip(groups, sfxs):
+        op = c.gemm(f"experts_down{sfx}", per, f, d, batch=n_exp,
+                    tags=("moe", "expert"), shared_b=False)
+        fl.gemm(op, [("experts_act", n_exp * per / (T * k))],
+                [(fl.t(f"w_experts_down{sfx}", n_exp * f * d * wb, "weight"), 1.0)],
+                [(fl.t(f"experts_down{sfx}", n_exp * per * d * a), 1.0)])
+        ops.append(op)
+    op = c.vec("experts_combine", "mul", T * k * d, writes=1.0 / k)
+    fl.vec(op, [(f"experts_down{sfx}", 1.0) for sfx in sfxs],
+           [(fl.t(out, T * d * a), 1.0)], deps=("topk",))
+    ops.append(op)
     if m.shared_experts:
-        ops += _dense_mlp(c, "shared_", m.moe_intermediate_size * m.shared_experts)
+        ops += _dense_mlp(c, "shared_", m.moe_intermediate_size * m.shared_experts, flow=flow,
+                          inp=inp, out="shared_out")
     return ops
 
 
-def _residual(c: _Ctx, name: str) -> list[Op]:
+def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: str = "x",
+              out: str | None = None, extra: tuple[str, ...] = ()) -> list[Op]:
     """TP all-reduce of a sub-block's output, its post-norm (sandwich norms) and the residual
-    add."""
+    add. With a ``flow``: ``inp`` the sub-block's output, ``resid`` the residual stream,
+    ``out`` the sum; ``extra`` outputs summed into ``inp`` (the shared experts': the sum is
+    not an op of its own, an ordering-only read of the first op)."""
     d, T = c.m.hidden_size, c.tokens
+    fl = flow or NOFLOW
+    a = c.p.a_bytes
+    cur, deps = inp, extra
     ops = c.all_reduce(f"{name}_all_reduce", T * d)
+    for op in ops:
+        fl.vec(op, [(cur, 1.0)], [(fl.t(f"{name}_red", T * d * a), 1.0)], deps=deps)
+        cur, deps = f"{name}_red", ()
     if c.m.sandwich_norms:
-        ops.append(c.norm(f"{name}_post_norm", d))
-    ops.append(c.vec(f"{name}_residual", "add", T * d, reads=2.0))
+        op = c.norm(f"{name}_post_norm", d)
+        fl.vec(op, [(cur, 1.0), (fl.t(f"w_{name}_post_norm", op.read_bytes - T * d * a,
+                                      "weight"), 1.0)],
+               [(fl.t(f"{name}_pn", T * d * a), 1.0)], deps=deps)
+        ops.append(op)
+        cur, deps = f"{name}_pn", ()
+    op = c.vec(f"{name}_residual", "add", T * d, reads=2.0)
+    fl.vec(op, [(cur, 1.0), (resid, 1.0)], [(fl.t(out or f"{name}_sum", T * d * a), 1.0)],
+           deps=deps)
+    ops.append(op)
     return ops
 
 
-def layer_ops(c: _Ctx) -> list[Op]:
-    """One transformer layer of kind ``c.layer`` for one TP rank, in execution order."""
-    ops = _attention_mla(c) if c.m.is_mla else _attention_gqa(c)
-    ops += _residual(c, "attn")
-    ops.append(c.norm("mlp_norm", c.m.hidden_size))
-    ops += _moe_mlp(c) if c.layer.moe else _dense_mlp(c, "", c.m.intermediate_size)
-    ops += _residual(c, "mlp")
+def layer_ops(c: _Ctx, *, flow=None) -> list[Op]:
+    """One transformer layer of kind ``c.layer`` for one TP rank, in execution order. With a
+    ``flow`` (:class:`~diptych.workloads.dataflow.Flow`) the tensors are recorded: the layer
+    reads ``x`` and writes ``y`` (docs/workloads.md lists the names)."""
+    fl = flow or NOFLOW
+    T, d, a = c.tokens, c.m.hidden_size, c.p.a_bytes
+    attn = _attention_mla if c.m.is_mla else _attention_gqa
+    ops = attn(c, flow=flow)
+    ops += _residual(c, "attn", flow=flow, inp="attn_out", resid="x", out="h1")
+    op = c.norm("mlp_norm", c.m.hidden_size)
+    fl.vec(op, [("h1", 1.0), (fl.t("w_mlp_norm", op.read_bytes - T * d * a, "weight"), 1.0)],
+           [(fl.t("h_mlp", T * d * a), 1.0)])
+    ops.append(op)
+    if c.layer.moe:
+        ops += _moe_mlp(c, flow=flow)
+        out, extra = "moe_out", ("shared_out",) if c.m.shared_experts else ()
+    else:
+        ops += _dense_mlp(c, "", c.m.intermediate_size, flow=flow)
+        out, extra = "mlp_out", ()
+    ops += _residual(c, "mlp", flow=flow, inp=out, resid="h1", out="y", extra=extra)
     return ops
 
 
-def _embedding(c: _Ctx) -> list[Op]:
+def _embedding(c: _Ctx, *, flow=None, out: str = "emb") -> list[Op]:
+    """The token embedding (vocab-parallel: an all-reduce), [× √d], [+ learned positions].
+    With a ``flow``: reads rows of the program tensor ``w_embed``, writes ``out``."""
     d, T = c.m.hidden_size, c.tokens
-    ops: list[Op] = [c.vec("embed_tokens", "embedding", T * d, reads=0.0,
-                           extra_read_bytes=T * d * c.p.w_bytes)]
-    ops += c.all_reduce("embed_all_reduce", T * d)
+    fl = flow or NOFLOW
+    a, wb = c.p.a_bytes, c.p.w_bytes
+    table = fl.t("w_embed", -(-c.m.vocab_size // c.tp) * d * wb, "weight", program=True)
+    spec: list = [(c.vec("embed_tokens", "embedding", T * d, reads=0.0,
+                         extra_read_bytes=T * d * wb),
+                   [(table, T / -(-c.m.vocab_size // c.tp))])]
+    spec += [(op, []) for op in c.all_reduce("embed_all_reduce", T * d)]
     if c.m.scale_embeddings:
-        ops.append(c.vec("embed_scale", "mul", T * d, ops=1.0))
+        spec.append((c.vec("embed_scale", "mul", T * d, ops=1.0), []))
     if c.m.learned_positions:
-        ops.append(c.vec("embed_positions", "add", T * d, reads=1.0,
-                         extra_read_bytes=T * d * c.p.w_bytes))
-    return ops
+        pos = fl.t("w_pos", c.m.max_position_embeddings * d * wb, "weight")
+        spec.append((c.vec("embed_positions", "add", T * d, reads=1.0,
+                           extra_read_bytes=T * d * wb),
+                     [(pos, T / c.m.max_position_embeddings)]))
+    cur = None
+    for i, (op, extra) in enumerate(spec):
+        last = i == len(spec) - 1
+        dst = fl.t(out, T * d * a, program=True) if last else fl.t(f"emb{i}", T * d * a)
+        fl.vec(op, ([(cur, 1.0)] if cur else []) + extra, [(dst, 1.0)])
+        cur = dst
+    return [op for op, _ in spec]
 
 
-def _head(c: _Ctx) -> list[Op]:
+def _head(c: _Ctx, *, flow=None, inp: str = "hidden") -> list[Op]:
     """Final norm and LM head (and the final logit soft-capping); inference computes logits
-    for the last token only."""
+    for the last token only. With a ``flow``: reads the program tensor ``inp`` (the last
+    layer's output); the LM head of a model with tied embeddings reads ``w_embed``."""
     d = c.m.hidden_size
     v = -(-c.m.vocab_size // c.tp)
     rows = c.tokens if c.phase == "train" else c.batch
-    ops: list[Op] = [c.norm("final_norm", d, rows)]
-    ops.append(c.gemm("lm_head", rows, d, v, tags=("head",)))
+    fl = flow or NOFLOW
+    a, wb = c.p.a_bytes, c.p.w_bytes
+    norm = c.norm("final_norm", d, rows)
+    fl.t(inp, c.tokens * d * a, program=True)
+    fl.vec(norm, [(inp, rows / c.tokens),
+                  (fl.t("w_final_norm", norm.read_bytes - rows * d * a, "weight"), 1.0)],
+           [(fl.t("hn", rows * d * a), 1.0)])
+    head = c.gemm("lm_head", rows, d, v, tags=("head",))
+    w = (fl.t("w_embed", v * d * wb, "weight", program=True) if c.m.tie_word_embeddings
+         else fl.t("w_head", d * v * wb, "weight"))
+    fl.gemm(head, [("hn", 1.0)], [(w, 1.0)], [(fl.t("logits", rows * v * a), 1.0)])
+    ops: list[Op] = [norm, head]
+    cur = "logits"
     if c.m.final_logit_softcap:
-        ops.append(c.vec("logit_softcap", "softcap", rows * v))
+        op = c.vec("logit_softcap", "softcap", rows * v)
+        fl.vec(op, [(cur, 1.0)], [(fl.t("logits_capped", rows * v * a), 1.0)])
+        ops.append(op)
+        cur = "logits_capped"
     if c.phase == "train":
-        ops.append(c.vec("cross_entropy", "softmax", rows * v, writes=1.0 / v, tags=("saved",)))
+        op = c.vec("cross_entropy", "softmax", rows * v, writes=1.0 / v, tags=("saved",))
+        fl.vec(op, [(cur, 1.0)], [(fl.t("loss", op.write_bytes, program=True,
+                                        live_out=True), 1.0)])
+        ops.append(op)
     elif c.tp > 1:
-        ops.append(Collective(name="logits_all_gather", kind="all_gather",
-                              bytes=rows * c.m.vocab_size * c.p.a_bytes, group=c.tp, tags=("tp",)))
+        op = Collective(name="logits_all_gather", kind="all_gather",
+                        bytes=rows * c.m.vocab_size * c.p.a_bytes, group=c.tp, tags=("tp",))
+        fl.vec(op, [(cur, 1.0)], [(fl.t("logits_all", op.bytes, live_out=True), 1.0)])
+        ops.append(op)
+    else:
+        fl.live_out(cur)
     return ops
 
 
@@ -417,14 +635,52 @@ def layer_kinds(c: _Ctx) -> list[tuple[str, int, _Ctx]]:
     return [(_block_name(groups, s, ix), len(ix), c.for_layer(s)) for s, ix in groups]
 
 
+def _named(name: str, repeat: int, fl: Flow, ops: list[Op], stage: str = "forward",
+           carry=()) -> Block:
+    """A block of ``ops`` with the tensors and accesses ``fl`` recorded for them."""
+    if [id(o) for o, _ in fl.records] != [id(o) for o in ops]:
+        raise ValueError(f"lowering bug: block {name!r} recorded "
+                         f"{[o.name for o, _ in fl.records]} for ops {[o.name for o in ops]}")
+    return Block(name, repeat, tuple(ops), stage, access=tuple(a for _, a in fl.records),
+                 tensors=tuple(fl.tensors.values()), program_tensors=tuple(fl.program.values()),
+                 carry=tuple(carry))
+
+
+def layer_exits(c: _Ctx) -> list[tuple[str, str]]:
+    """``(entry, exit)`` program tensors of each layer block: the embedding's output feeds
+    the first kind, ``hidden`` is the last kind's output (``hidden[i]`` in between)."""
+    n = len(layer_kinds(c))
+    names = ["emb"] + [f"hidden[{i}]" for i in range(n - 1)] + ["hidden"]
+    return list(zip(names[:-1], names[1:]))
+
+
 def _layer_blocks(c: _Ctx, stage: str = "forward") -> list[Block]:
-    return [Block(name, n, tuple(layer_ops(ck)), stage) for name, n, ck in layer_kinds(c)]
+    out = []
+    T, d, a = c.tokens, c.m.hidden_size, c.p.a_bytes
+    for (name, n, ck), (entry, exit_) in zip(layer_kinds(c), layer_exits(c)):
+        fl = Flow()
+        ops = layer_ops(ck, flow=fl)
+        fl.t(entry, T * d * a, program=True)
+        fl.t(exit_, T * d * a, program=True)
+        out.append(_named(name, n, fl, ops, stage, (Carry("x", "y", entry, exit_),)))
+    return out
+
+
+def embedding_block(c: _Ctx) -> Block:
+    """The embedding as a block with its tensors."""
+    fl = Flow()
+    return _named("embedding", 1, fl, _embedding(c, flow=fl))
+
+
+def head_block(c: _Ctx) -> Block:
+    """The final norm and LM head as a block with its tensors."""
+    fl = Flow()
+    return _named("head", 1, fl, _head(c, flow=fl))
 
 
 def forward_blocks(c: _Ctx) -> list[Block]:
     """Embedding, the layer blocks and the head of one forward pass."""
-    return ([Block("embedding", 1, tuple(_embedding(c)))] + _layer_blocks(c)
-            + [Block("head", 1, tuple(_head(c)))])
+    return [embedding_block(c)] + _layer_blocks(c) + [head_block(c)]
 
 
 def keys_info(c: _Ctx) -> dict:
@@ -479,7 +735,7 @@ def decode(m: ModelConfig, batch: int, context_len: int, steps: int = 1, *,
     check_attention(attention)
     p = precision or Precision()
     c = _Ctx(m, p, tp, batch, 1, 0, "decode", attention, past=context_len - 1)
-    blocks = [Block(b.name, b.repeat * steps, b.ops, b.stage) for b in forward_blocks(c)]
+    blocks = [replace(b, repeat=b.repeat * steps) for b in forward_blocks(c)]
     return Workload("decode", tuple(blocks), tokens=batch * steps, batch=batch,
                     info={"context_len": context_len, **keys_info(c), "steps": steps,
                           "tp": tp, "attention": attention})

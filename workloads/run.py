@@ -7,6 +7,8 @@ parts' simulations, see :mod:`diptych.workloads.fused`). Timing per block: the c
 sequence; with ``overlap`` the block's tensor-parallel collectives hide behind its compute
 (``max(compute, comm)``, the collective-matmul / async-TP ideal), without it they add. The
 data-parallel gradient all-reduce overlaps the whole backward pass when ``overlap`` is set.
+That is ``execution="sum"`` (the default); ``execution="schedule"`` times the phase as a list
+schedule of its program instead (:mod:`diptych.workloads.execute`, docs/program.md).
 
 What ``seconds`` means per phase: prefill, the time to first token (TTFT); decode, the time
 per output token (TPOT) of one step at the mean context of the ``gen`` steps (prompt +
@@ -36,6 +38,7 @@ from .registry import load_model
 from .train import train_step
 
 PHASES = ("prefill", "decode", "train")
+EXECUTIONS = ("sum", "schedule")
 
 
 @dataclass
@@ -78,10 +81,16 @@ class RunResult:
     cost_usd: float | None = None
     usd_per_mtok: float | None = None
     tokens_per_s_per_usd: float | None = None
+    execution: str = "sum"
+    fixed_costs_s: float | None = None
+    utilization: dict[str, float] = field(default_factory=dict)
+    schedule: dict[str, Any] = field(default_factory=dict)
+    timeline: list = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the output of ``diptych run --json`` for one batch size)."""
         d = dict(self.__dict__)
+        d.pop("timeline")
         d["dram_bytes_per_chip"] = self.dram_bytes / self.chips
         d["flops_per_chip"] = self.hardware_flops / self.chips
         d["energy_j_per_chip"] = self.energy_j / self.chips
@@ -275,6 +284,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
                  weights_dtype: str | None = None, act_dtype: str | None = None,
                  kv_dtype: str | None = None, overlap: bool = True, recompute: bool = False,
                  micro_batch: int | None = None, attention: str = "fused",
+                 execution: str = "sum", fusion: bool = True,
                  simulate: Callable | None = None, power_limit: bool = True) -> RunResult:
     """Lower ``phase`` of ``model`` for ``chip`` and simulate it (see module docstring).
 
@@ -284,12 +294,19 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     ``micro_batch`` sequences per training micro-batch (default: see
     :func:`diptych.workloads.train.default_micro_batch`); ``attention`` "fused" (default,
     FlashAttention-style, see :mod:`diptych.workloads.fused`) or "unfused".
+    ``execution``: "sum" (every op timed alone, times added: see the module docstring) or
+    "schedule" (a list schedule of the program with the chip's fixed costs, see
+    :mod:`diptych.workloads.execute`); ``fusion`` (schedule only): fuse elementwise and norm
+    ops into GEMMs where the chip allows it.
     ``simulate`` replaces :func:`diptych.sim.simulate` (tests use a roofline double).
     For a chip with a ``[power]`` table the run is reported at the clock it can sustain within
     its TDP, with idle arrays power-gated (:mod:`diptych.workloads.power_limit`;
     ``power_limit=False`` skips that). With a ``[cost]`` table the result carries
     ``cost_usd``, ``usd_per_mtok`` and ``tokens_per_s_per_usd``.
     """
+    if execution not in EXECUTIONS:
+        raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
+                         f"{execution!r}")
     chip = load_chip(chip)
     chip.require_dram("the per-op engine behind run_workload")
     model = load_model(model)
@@ -316,7 +333,13 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
                        if d == "int4" or chip.supports(_wider(p.activations, d)))
         mem = inference_memory(model, p, tp, batch, context, w, cap, narrow)
 
-    t = simulate_workload(w, chip, overlap=overlap, simulate=simulate)
+    if execution == "schedule":
+        from .execute import schedule_workload
+        from .train import dp_buckets
+        t = schedule_workload(w, chip, simulate=simulate or _default_simulate(), fusion=fusion,
+                              dp_buckets=dp_buckets(model, p, tp) if dp > 1 else None)
+    else:
+        t = simulate_workload(w, chip, overlap=overlap, simulate=simulate)
     secs = t["seconds"]
     # model FLOPs: the unsplit graph of the whole (global) batch, without recomputation
     # (neither --recompute's nor fused attention backward's recomputed scores)
@@ -359,13 +382,18 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
         precision={"weights": p.weights, "activations": p.activations, "kv": p.kv,
                    "accumulation": p.accumulation, "grads": p.grads, "master": p.master,
                    "moments": p.moments},
-        memory=mem.to_dict(), info=info, warnings=warns)
+        memory=mem.to_dict(), info=info, warnings=warns, execution=execution,
+        fixed_costs_s=t.get("fixed_costs_s"), utilization=t.get("utilization", {}),
+        schedule={k: t[k] for k in ("pieces", "launch_s", "step_sync_s", "stream_bytes_per_s",
+                                    "fused") if k in t},
+        timeline=t.get("timeline", []))
     if power_limit and chip.power is not None:
         from .power_limit import apply_power_limit
         again = dict(phase=phase, batch=batch, prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp,
                      weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype,
                      overlap=overlap, recompute=recompute, micro_batch=micro_batch,
-                     attention=attention, simulate=simulate, power_limit=False)
+                     attention=attention, execution=execution, fusion=fusion,
+                     simulate=simulate, power_limit=False)
         res = apply_power_limit(res, chip, lambda c: run_workload(c, model, **again))
     if chip.cost is not None:
         from ..arch.cost import cost_metrics

@@ -1,7 +1,10 @@
 """Chrome/Perfetto trace (``chrome://tracing`` JSON) of a run's op timeline on one chip.
 
-Repeated blocks are expanded (layer by layer), compute ops on one track and collectives on a
-second; with overlap a block's collectives start with its compute, as the timing model assumes.
+:func:`chrome_trace` (a summed run, ``execution="sum"``): repeated blocks are expanded (layer
+by layer), compute ops on one track and collectives on a second; with overlap a block's
+collectives start with its compute, as the timing model assumes.
+:func:`schedule_trace` (``execution="schedule"``): the scheduled phases themselves, one track
+per unit.
 Each span's ``args`` carry the op's block, shape, bound and, where the record has them, its
 kind, dtype, FLOPs, DRAM bytes, link bytes, array utilisation and energy (per repeat).
 """
@@ -48,4 +51,52 @@ def chrome_trace(layers: list[dict], *, overlap: bool = True, name: str = "dipty
             {"name": "thread_name", "ph": "M", "pid": 1, "tid": 2,
              "args": {"name": "interconnect"}},
             {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": name}}]
+    return {"traceEvents": meta + events, "displayTimeUnit": "ms"}
+
+
+#: Trace tracks of a scheduled run: a node's reserved phases on its unit's track, weight
+#: prefetches on the DRAM track, block and repetition markers on their own.
+_TRACKS = {"array": (1, "arrays"), "vector": (2, "vector unit"), "link": (3, "interconnect"),
+           "dma": (4, "DRAM (prefetch)"), "prefetch": (4, "DRAM (prefetch)"),
+           "blocks": (5, "blocks and repeats")}
+
+
+def schedule_trace(timeline: list[dict], schedule: dict, *, name: str = "diptych") -> dict:
+    """Trace events of a scheduled run (``RunResult.timeline`` and ``.schedule``): every
+    simulated node phase at its scheduled time — the first repeats of each block up to the
+    steady state and its last repeats (the periodic middle is jumped over, not drawn) — and,
+    on the "blocks" track, one span per block saying how many repeats it stands for and its
+    period, and one per program run more than once (micro-batches, decode steps) for the
+    runs not drawn."""
+    events: list[dict] = []
+    us = 1e6
+    for ent in timeline:
+        for s, e, label, early in ent["phases"]:
+            tid = _TRACKS["prefetch" if early else ent["unit"]][0]
+            op = ent["op"] if label in ("main", "") else f"{ent['op']} ({label})"
+            events.append({"name": op, "cat": ent.get("stage", "forward"), "ph": "X",
+                           "ts": s * us, "dur": (e - s) * us, "pid": 1, "tid": tid,
+                           "args": {"block": ent["block"], "repeat": ent["repeat"],
+                                    "phase": label, "program": ent.get("piece", "")}})
+    for piece in schedule.get("pieces", []):
+        for b in piece["blocks"]:
+            if b["repeat"] < 2:
+                continue
+            per = b["period_s"]
+            label = (f"{b['block']} × {b['repeat']}" + (f", period {per * us:.4g} µs, "
+                     f"{b['simulated_repeats']} repeats drawn" if per else ""))
+            events.append({"name": label, "cat": "block", "ph": "X", "ts": b["start_s"] * us,
+                           "dur": (b["end_s"] - b["start_s"]) * us, "pid": 1,
+                           "tid": _TRACKS["blocks"][0],
+                           "args": {"repeat": b["repeat"], "period_s": per,
+                                    "representative_repeat": b["representative"]}})
+        if piece["times"] > 1:
+            length = piece["makespan_s"] + piece["step_sync_s"]
+            events.append({"name": f"{piece['label']} × {piece['times'] - 1} more (not drawn)",
+                           "cat": "repeat", "ph": "X", "ts": (piece["start_s"] + length) * us,
+                           "dur": (piece["times"] - 1) * length * us, "pid": 1,
+                           "tid": _TRACKS["blocks"][0], "args": {"times": piece["times"]}})
+    meta = [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": n}}
+            for tid, n in sorted(set(_TRACKS.values()))]
+    meta.append({"name": "process_name", "ph": "M", "pid": 1, "args": {"name": name}})
     return {"traceEvents": meta + events, "displayTimeUnit": "ms"}

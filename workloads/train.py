@@ -13,19 +13,28 @@ each tensor-parallel all-reduce has its mirror in backward (Megatron's f/g pair)
 The optimizer is AdamW over the rank's parameter shard: it reads the gradient, the master copy
 and both moments and writes them back together with the working-precision weights. With data
 parallelism the gradients are all-reduced over the ``dp`` replicas first (no ZeRO sharding).
+
+Tensor names: a backward block reads the forward tensors by their forward names (its
+``source`` is the forward block), the gradients ``d.<output>`` of the forward op's outputs, and
+writes ``d.<input>`` (an activation read by several ops: running partials ``d.t#i``) or updates
+``g.<weight>`` (docs/workloads.md, "Tensors").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import replace
 
+from ..arch.dtypes import dtype_bytes
 from ..sim.ops import Collective, Gemm, Op, VectorOp
+from ..sim.program import Carry, Tensor
 from .config import ModelConfig
 from .fused import FusedAttention, fused_backward
-from .graph import Block, Workload
-from .lower import (_check_common, _Ctx, _embedding, _head, _layer_blocks, check_attention,
-                    keys_info)
-from .params import params_per_chip
+from .graph import Access, Block, Use, Workload
+from .lower import (_check_common, _Ctx, _layer_blocks, check_attention, embedding_block,
+                    head_block, keys_info, layer_kinds)
+from .params import params_per_chip, weight_tensors
 from .precision import Precision
 
 #: Parameters per AdamW op: the update runs as a sequence of equal chunks (as multi-tensor
@@ -69,7 +78,132 @@ def _backward_block(b: Block, p: Precision) -> Block:
     ops: list[Op] = []
     for op in reversed(b.ops):
         ops += backward_ops(op, p)
-    return Block(f"{b.name}.bwd", b.repeat, tuple(ops), "backward")
+    if not b.access:
+        return Block(f"{b.name}.bwd", b.repeat, tuple(ops), "backward")
+    return _named_backward(b, ops, p)
+
+
+def _grad_name(name: str) -> str:
+    return f"d.{name}"
+
+
+class _Grads:
+    """Gradient tensors of one backward block while it is derived, forward op by forward op
+    in reverse. A forward tensor read by several ops gets one gradient contribution from each
+    of their backward ops: each contribution is a new partial ``d.t#i`` that also reads the
+    previous one (the running sum, fused into the op: an ordering-only read, not in the
+    backward op's byte model), and the last one is renamed ``d.t``. A weight's gradient is a
+    state tensor ``g.w`` (kind gradient) that the backward op updates (accumulated over
+    micro-batches)."""
+
+    def __init__(self, fwd: Block, tables: dict, p: Precision):
+        self.fwd, self.tab, self.p = fwd, tables, p
+        self.latest: dict[str, str] = {}
+        self.count: dict[str, int] = {}
+        self.tensors: dict[str, Tensor] = {}
+        self.program: dict[str, Tensor] = {}
+
+    def declare(self, name: str, t: Tensor, program: bool) -> str:
+        (self.program if program else self.tensors)[name] = t
+        return name
+
+    def seed(self, fwd_name: str, grad: str, program: bool) -> None:
+        t = self.tab[fwd_name]
+        self.declare(grad, Tensor(grad, t.bytes), program)
+        self.latest[fwd_name] = grad
+
+    def of_output(self, name: str) -> str | None:
+        return self.latest.get(name)
+
+    def contribute(self, name: str, share: float, role: str = "c") -> list[Use]:
+        """Uses of one backward op adding to the gradient of forward tensor ``name``."""
+        t = self.tab[name]
+        program = name not in {x.name for x in self.fwd.tensors}
+        if t.kind == "weight":
+            g = f"g.{name}"
+            self.declare(g, Tensor(g, t.bytes / self.p.w_bytes * self.p.g_bytes, "gradient"),
+                         program)
+            return [Use(g, "update", share, role)]
+        if t.is_state:
+            return []
+        i = self.count.get(name, 0) + 1
+        self.count[name] = i
+        new = f"{_grad_name(name)}#{i}"
+        self.declare(new, Tensor(new, t.bytes), program)
+        out = [Use(new, "write", share, role)]
+        prev = self.latest.get(name)
+        if prev is not None and prev.startswith(_grad_name(name) + "#"):
+            out.append(Use(prev, "read", 0.0, "dep"))
+        self.latest[name] = new
+        return out
+
+
+def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
+    """The backward block of forward block ``b`` with its tensors: every backward op reads the
+    forward tensors it needs by their forward names (the program imports them from ``b``:
+    ``source``), the gradients of the forward op's outputs, and writes the gradients of its
+    inputs (module docstring of :mod:`diptych.workloads.train`; names in docs/workloads.md)."""
+    tab = {t.name: t for t in b.tensors + b.program_tensors}
+    gr = _Grads(b, tab, p)
+    carry = ()
+    for c in b.carry:        # the layer output's gradient comes from the next layer
+        gr.seed(c.output, _grad_name(c.output), False)
+    for t in b.program_tensors:          # what the block exports: the embedding, the loss
+        if any(t.name in a.writes for a in b.access):
+            gr.seed(t.name, _grad_name(t.name), True)
+    access: list[Access] = []
+    it = iter(bops)
+    for op, a in reversed(list(zip(b.ops, b.access))):
+        outs = a.writes[:1] if isinstance(op, FusedAttention) else a.writes
+        d_out = [Use(gr.of_output(w), "read", u.share) for w in outs
+                 for u in a.of(mode="write") if u.tensor == w and gr.of_output(w)]
+        reads = a.of(mode="read")
+        deps = a.of(role="dep")
+        # an ordering-only input (routing indices) gets an ordering-only gradient, so that
+        # its producer's backward op still runs behind the gradient chain
+        dep_grads = [x for u in deps for x in gr.contribute(
+            u.tensor, 0.0, "c" if isinstance(op, Gemm) else "")]
+        if isinstance(op, Gemm):
+            next(it), next(it)
+            ua, ub = a.of(role="a"), a.of(role="b")
+            access.append(Access((*(Use(u.tensor, "read", u.share, "b") for u in ub),
+                                  *(dataclasses.replace(u, role="a") for u in d_out), *deps,
+                                  *[x for u in ua for x in gr.contribute(u.tensor, u.share)],
+                                  *dep_grads)))
+            access.append(Access((*ua, *(dataclasses.replace(u, role="b") for u in d_out),
+                                  *deps,
+                                  *[x for u in ub for x in gr.contribute(u.tensor, u.share)])))
+            continue
+        next(it)
+        if isinstance(op, Collective):     # the mirrored collective moves the gradient only
+            uses: tuple = tuple(d_out)
+        elif isinstance(op, FusedAttention):  # reads O and the softmax statistics it saved
+            uses = (*reads, *(Use(u.tensor, "read", u.share) for u in a.of(mode="write")),
+                    *d_out)
+        else:
+            uses = (*reads, *d_out)
+        grads = [x for u in reads if u.role != "dep"
+                 for x in gr.contribute(u.tensor, u.share, "")]
+        access.append(Access(tuple(uses) + tuple(grads) + tuple(dep_grads)))
+    # the last partial of each gradient takes the plain name d.t
+    final = {v: _grad_name(k) for k, v in gr.latest.items() if "#" in v}
+    access = [Access(tuple(dataclasses.replace(u, tensor=final.get(u.tensor, u.tensor))
+                           for u in x.uses), x.rmw) for x in access]
+    rename = lambda d: {final.get(k, k): Tensor(final.get(k, k), t.bytes, t.kind, t.live_out)
+                        for k, t in d.items()}
+    local, program = rename(gr.tensors), rename(gr.program)
+    for c in b.carry:
+        carry += (Carry(_grad_name(c.output), _grad_name(c.input), _grad_name(c.exit),
+                        _grad_name(c.entry)),)
+        program[_grad_name(c.exit)] = Tensor(_grad_name(c.exit), tab[c.output].bytes)
+        program[_grad_name(c.entry)] = Tensor(_grad_name(c.entry), tab[c.input].bytes)
+    # the forward tensors it reads (the program imports them from the forward block)
+    read = {u.tensor for x in access for u in x.uses}
+    local.update({t.name: t for t in b.tensors if t.name in read})
+    program.update({t.name: t for t in b.program_tensors if t.name in read})
+    return Block(f"{b.name}.bwd", b.repeat, tuple(bops), "backward", access=tuple(access),
+                 tensors=tuple(local.values()), program_tensors=tuple(program.values()),
+                 carry=carry, source=b.name)
 
 
 def _adamw(name: str, n: int, p: Precision) -> VectorOp:
@@ -79,6 +213,21 @@ def _adamw(name: str, n: int, p: Precision) -> VectorOp:
                     dtype="fp32", tags=("optimizer",))
 
 
+def _adamw_block(name: str, repeat: int, n: int, p: Precision) -> Block:
+    """``repeat`` AdamW chunks of ``n`` parameters, each with its own slice of the gradient,
+    master copy, moments and working weights."""
+    master = dtype_bytes(p.master) if p.master else 0.0
+    t = [Tensor("g", n * p.g_bytes, "gradient"),
+         Tensor("master", n * master, "optimizer_state"),
+         Tensor("m", n * dtype_bytes(p.moments), "optimizer_state"),
+         Tensor("v", n * dtype_bytes(p.moments), "optimizer_state"),
+         Tensor("w", n * p.w_bytes, "weight", live_out=True)]
+    acc = Access((Use("g"), Use("master", "update"), Use("m", "update"), Use("v", "update"),
+                  Use("w", "write")), rmw=True)
+    return Block(name, repeat, (_adamw("adamw", n, p),), "optimizer", access=(acc,),
+                 tensors=tuple(t))
+
+
 def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Block]:
     """Gradient all-reduce over ``dp`` replicas (if any) and the AdamW update of one shard:
     it reads the gradient, master copy and both moments and writes them back with the
@@ -86,15 +235,55 @@ def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Blo
     n = max(1, math.ceil(params_per_chip(m, tp)))
     blocks: list[Block] = []
     if dp > 1:
-        blocks.append(Block("grad_all_reduce", 1, (
-            Collective(name="grad_all_reduce", kind="all_reduce", bytes=n * p.g_bytes,
-                       group=dp, tags=("dp",)),), "optimizer"))
+        op = Collective(name="grad_all_reduce", kind="all_reduce", bytes=n * p.g_bytes,
+                        group=dp, tags=("dp",))
+        blocks.append(Block("grad_all_reduce", 1, (op,), "optimizer",
+                            access=(Access((Use("grads"), Use("grads_reduced", "write"))),),
+                            tensors=(Tensor("grads", op.bytes, "gradient"),
+                                     Tensor("grads_reduced", op.bytes, "gradient",
+                                            live_out=True))))
     q, r = divmod(n, ADAMW_CHUNK)
     if q:
-        blocks.append(Block("optimizer", q, (_adamw("adamw", ADAMW_CHUNK, p),), "optimizer"))
+        blocks.append(_adamw_block("optimizer", q, ADAMW_CHUNK, p))
     if r:
-        blocks.append(Block("optimizer.tail", 1, (_adamw("adamw", r, p),), "optimizer"))
+        blocks.append(_adamw_block("optimizer.tail", 1, r, p))
     return blocks
+
+
+def layer_params_per_chip(m: ModelConfig, tp: int) -> dict[str, float]:
+    """Parameters one TP rank holds per layer of each kind (``"dense"``, ``"moe"``: every
+    expert, touched or not) and outside the layers (``"embedding"``: the token and position
+    tables; ``"head"``: the final norm and an untied LM head); the layers' sum plus these is
+    :func:`~diptych.workloads.params.params_per_chip`."""
+    out = {"dense": 0.0, "moe": 0.0, "embedding": 0.0, "head": 0.0}
+    for t in weight_tensors(m):
+        n = t.elements / tp if t.split else t.elements
+        if t.group == "embed":
+            out["embedding"] += n
+        elif t.group == "head" or t.name == "final_norm":
+            out["head"] += n
+        elif t.group == "mlp":
+            out["dense"] += n
+        elif t.group in ("router", "shared_expert"):
+            out["moe"] += n
+        elif t.group == "expert":
+            out["moe"] += n * m.experts
+        else:                                    # attention, sinks, layer norms
+            out["dense"] += n
+            out["moe"] += n
+    return out
+
+
+def dp_buckets(m: ModelConfig, p: Precision, tp: int) -> dict[str, float]:
+    """Bytes of the data-parallel gradient all-reduce per repeat of each forward block: one
+    bucket per layer (all of its parameters, every expert of an MoE layer), the head's and
+    the embedding's (what a DDP-style all-reduce overlapping backward reduces)."""
+    per = layer_params_per_chip(m, tp)
+    c = _Ctx(m, p, tp, 1, 1, 0, "train")
+    out = {"embedding": per["embedding"] * p.g_bytes, "head": per["head"] * p.g_bytes}
+    for name, _, ck in layer_kinds(c):
+        out[name] = per["moe" if ck.layer.moe else "dense"] * p.g_bytes
+    return out
 
 
 #: Default tokens per micro-batch [assumption: a typical per-chip micro-batch at 4-8k
@@ -133,16 +322,17 @@ def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision
                          f"batch ({b}), not {mb!r}")
     n_micro = b // mb
     c = _Ctx(m, p, tp, mb, seq_len, 0, "train", attention)
-    emb = Block("embedding", 1, tuple(_embedding(c)))
+    emb = embedding_block(c)
     layers = _layer_blocks(c)
-    head = Block("head", 1, tuple(_head(c)))
+    head = head_block(c)
     fwd = [emb, *layers, head]
     blocks = list(fwd)
     if recompute:
-        blocks += [Block(f"{x.name}.recompute", x.repeat, x.ops, "recompute") for x in layers]
+        blocks += [replace(x, name=f"{x.name}.recompute", stage="recompute", carry=(),
+                           program_tensors=(), source=x.name) for x in layers]
     blocks += [_backward_block(head, p)] + [_backward_block(x, p) for x in reversed(layers)]
     blocks.append(_backward_block(emb, p))
-    blocks = [Block(x.name, x.repeat * n_micro, x.ops, x.stage) for x in blocks]
+    blocks = [replace(x, repeat=x.repeat * n_micro) for x in blocks]
     blocks += optimizer_blocks(m, p, tp, dp)
     return Workload("train", tuple(blocks), tokens=b * seq_len, batch=b,
                     info={"seq_len": seq_len, **keys_info(c), "tp": tp, "dp": dp,

@@ -108,7 +108,8 @@ class Demand:
 
 def op_demand(*, seconds: float, unit: str, dram_bytes: float = 0.0,
               stream_bytes_per_s: float | None = None, compute_seconds: float | None = None,
-              prefetch_bytes: float = 0.0, launch_seconds: float = 0.0) -> Demand:
+              prefetch_bytes: float = 0.0, launch_seconds: float = 0.0,
+              co_seconds: Mapping[str, float] | None = None) -> Demand:
     """The phases of one op from its standalone engine time (see the module docstring).
 
     ``seconds``: the engine's time for the op alone; ``compute_seconds``: its memory-free
@@ -116,7 +117,9 @@ def op_demand(*, seconds: float, unit: str, dram_bytes: float = 0.0,
     ``stream_bytes_per_s``: the achieved streaming bandwidth (needed when ``dram_bytes`` > 0);
     ``prefetch_bytes``: bytes that may be fetched ahead (weights in DRAM, when the scratchpad
     has room for them); ``launch_seconds``: the fixed per-op cost. ``unit``: array, vector,
-    link or dma (a pure transfer on DRAM)."""
+    link or dma (a pure transfer on DRAM). ``co_seconds``: work on other resources that runs
+    during the main phase (a GEMM's fused epilogue on the vector unit: resource → seconds of
+    the whole resource), reserved at its average rate over the main phase."""
     T = _seconds("seconds", seconds)
     if unit not in UNIT_RESOURCE:
         raise ValueError(f"unit must be one of {', '.join(UNIT_RESOURCE)}, not {unit!r}")
@@ -146,6 +149,13 @@ def op_demand(*, seconds: float, unit: str, dram_bytes: float = 0.0,
         share = min(1.0, rest / stream_bytes_per_s / main) if main > 0 else 1.0
         if share > 0:
             use["dram"] = share
+    for r, sec in (co_seconds or {}).items():
+        sec = _seconds(f"co_seconds[{r!r}]", sec)
+        if r not in RESOURCES:
+            raise ValueError(f"co_seconds: unknown resource {r!r} (expected one of "
+                             f"{', '.join(RESOURCES)})")
+        if sec > 0 and r != res:
+            use[r] = max(use.get(r, 0.0), min(1.0, sec / main) if main > 0 else 1.0)
     phases.append(Phase(main, use, label="main"))
     if pre > 0:
         # the prefetch comes first, before the launch: it does not wait for the op's issue

@@ -138,14 +138,31 @@ class Carry:
 
 
 @dataclass(frozen=True)
+class Import:
+    """Block tensor ``local`` is, in repeat k, the instance of the earlier block ``block``'s
+    tensor ``tensor`` from repeat ``L−1−k`` (``reverse``: a backward pass reading what the
+    forward pass saved, last layer first) or from repeat ``k``. Both blocks have the same
+    ``repeat`` L. The source tensor is produced in ``block`` (an activation saved for
+    backward), is its carried input (the layer input) or is one of its state inputs (the
+    layer's weights, read again by backward)."""
+
+    local: str
+    block: str
+    tensor: str
+    reverse: bool = True
+
+
+@dataclass(frozen=True)
 class Block:
-    """``repeat`` identical copies of ``nodes`` over their own instances of ``tensors``."""
+    """``repeat`` identical copies of ``nodes`` over their own instances of ``tensors``;
+    ``imports`` name tensors of an earlier block's repeats (see :class:`Import`)."""
 
     name: str
     tensors: tuple[Tensor, ...]
     nodes: tuple[Node, ...]
     repeat: int = 1
     carry: tuple[Carry, ...] = ()
+    imports: tuple[Import, ...] = ()
 
     def __post_init__(self):
         _name("block name", self.name)
@@ -156,6 +173,7 @@ class Block:
         object.__setattr__(self, "tensors", tuple(self.tensors))
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "carry", tuple(self.carry))
+        object.__setattr__(self, "imports", tuple(self.imports))
         if not self.nodes:
             raise ValueError(f"block {self.name!r} has no nodes")
         _unique(f"block {self.name!r}: tensor", [t.name for t in self.tensors])
@@ -230,7 +248,14 @@ class Program:
         _unique(f"program {name!r}: block", [b.name for b in self.blocks])
         _unique(f"program {name!r}: tensor", [t.name for t in self.tensors])
         self._global = {t.name: t for t in self.tensors}
-        self._order = tuple(self._validate_block(i) for i in range(len(self.blocks)))
+        self._index = {b.name: i for i, b in enumerate(self.blocks)}
+        self._producer: list[dict[str, str]] = []
+        self._imports: list[dict[str, Import]] = []
+        order = []
+        for i in range(len(self.blocks)):
+            order.append(self._validate_block(i))
+        self._order = tuple(order)
+        self._pos = tuple({ni: p for p, ni in enumerate(o)} for o in self._order)
         self._check_block_order()
 
     # ---- validation ---------------------------------------------------------------------
@@ -306,15 +331,71 @@ class Program:
                     raise ValueError(f"{where}: carry {what} {nm!r} has "
                                      f"{self._global[nm].bytes!r} bytes, the block tensor "
                                      f"{local!r} has {b.tensor(local).bytes!r}")
+        imports = self._validate_imports(bi, producer, carried)
+        self._producer.append(producer)
+        self._imports.append(imports)
+        if imports and b.repeat > 1:
+            _check_behind_carry(b, producer, carried, imports)
         for n in b.nodes:
             for t in n.reads:
                 scope, ten = self._resolve_kind(b, t)
                 if scope == "local" and t not in producer and t not in carried \
-                        and not ten.is_state:
+                        and t not in imports and not ten.is_state:
                     raise ValueError(f"{where}: node {n.name!r} reads {t!r} before any "
                                      f"producer: it is a {ten.kind} that no node writes and "
                                      f"not a carried input or a state tensor")
         return _topo_order(b, producer)
+
+    def _validate_imports(self, bi: int, producer: dict, carried: dict) -> dict:
+        b = self.blocks[bi]
+        where = f"block {b.name!r}"
+        out: dict[str, Import] = {}
+        updated = {t for n in b.nodes for t in n.updates}
+        for imp in b.imports:
+            if not isinstance(imp, Import):
+                raise ValueError(f"{where}: imports must be Import, not {type(imp).__name__}")
+            r = self._resolve_kind(b, imp.local)
+            if r is None or r[0] != "local":
+                raise ValueError(f"{where}: imported tensor {imp.local!r} must be a tensor of "
+                                 f"the block")
+            if imp.local in out:
+                raise ValueError(f"{where}: tensor {imp.local!r} is imported twice")
+            if imp.local in producer or imp.local in updated or imp.local in carried:
+                raise ValueError(f"{where}: imported tensor {imp.local!r} is also written, "
+                                 f"updated or carried in the block (an import is read only)")
+            si = self._index.get(imp.block)
+            if si is None or si >= bi:
+                raise ValueError(f"{where}: import {imp.local!r} names block {imp.block!r}, "
+                                 f"which must be an earlier block of the program")
+            src = self.blocks[si]
+            if src.repeat != b.repeat:
+                raise ValueError(f"{where}: imports from block {src.name!r}, which has "
+                                 f"{src.repeat} repeats, not {b.repeat}: both must have the "
+                                 f"same number")
+            st = next((t for t in src.tensors if t.name == imp.tensor), None)
+            if st is None:
+                raise ValueError(f"{where}: import {imp.local!r} names tensor {imp.tensor!r}, "
+                                 f"which block {src.name!r} does not have")
+            lt = b.tensor(imp.local)
+            if (lt.bytes, lt.kind) != (st.bytes, st.kind):
+                raise ValueError(f"{where}: imported tensor {imp.local!r} ({lt.bytes!r} bytes, "
+                                 f"{lt.kind}) differs from {src.name!r}'s {imp.tensor!r} "
+                                 f"({st.bytes!r} bytes, {st.kind})")
+            src_carried = {c.input for c in src.carry}
+            src_updated = {t for n in src.nodes for t in n.updates}
+            if imp.tensor in self._imports[si]:
+                raise ValueError(f"{where}: import {imp.local!r} names {src.name!r}'s "
+                                 f"{imp.tensor!r}, itself an import: import from its source")
+            if imp.tensor in src_updated:
+                raise ValueError(f"{where}: import {imp.local!r} names {src.name!r}'s "
+                                 f"{imp.tensor!r}, which that block updates in place")
+            if imp.tensor not in self._producer[si] and imp.tensor not in src_carried \
+                    and not st.is_state:
+                raise ValueError(f"{where}: import {imp.local!r} names {src.name!r}'s "
+                                 f"{imp.tensor!r}, which that block neither produces nor "
+                                 f"carries in and which is not a state tensor")
+            out[imp.local] = imp
+        return out
 
     def _check_block_order(self) -> None:
         producer_block: dict[str, int] = {}
@@ -391,6 +472,89 @@ class Program:
                 raise ValueError(f"{owner}: tensor {t.name!r} ({t.bytes:,.0f} bytes) is larger "
                                  f"than every memory of chip {chip.name!r} (largest: {where})")
 
+    # ---- imports ------------------------------------------------------------------------
+    def imported(self, block: int) -> dict:
+        """``{local name: Import}`` of block index ``block``."""
+        return self._imports[block]
+
+    def saved_classes(self) -> frozenset:
+        """Tensor classes (``"block/tensor"``) some later block imports as produced
+        activations (saved for backward): their instances are live from their producer to the
+        importing read, so the planners treat each instance as its own item (see
+        :mod:`~diptych.sim.program.residency`)."""
+        out = set()
+        for bi in range(len(self.blocks)):
+            for imp in self._imports[bi].values():
+                si = self._index[imp.block]
+                src = self.blocks[si]
+                name = imp.tensor
+                for c in src.carry:
+                    if c.input == name:
+                        name = c.output
+                if name in self._producer[si]:
+                    out.add(f"{src.name}/{name}")
+        return frozenset(out)
+
+    def _source(self, bi: int, local: str, k: int) -> tuple[int, str, int]:
+        """(source block, tensor, repeat) an import of block ``bi`` reads in repeat ``k``."""
+        imp = self._imports[bi][local]
+        si = self._index[imp.block]
+        L = self.blocks[si].repeat
+        return si, imp.tensor, (L - 1 - k if imp.reverse else k)
+
+    def instance(self, block: int, name: str, repeat: int, reps=None) -> str:
+        """The instance id block index ``block``'s tensor ``name`` has in ``repeat``: its own
+        (``"blk[k].name"``), the previous repeat's carried output, the carry entry, the carry
+        exit, or (for an import) the source's. With ``reps`` (the repeats materialised of
+        each block, as :meth:`expand` with ``condensed`` keeps them) a repeat that is not
+        materialised maps to the middle one."""
+        owner, name, k = self.instance_parts(block, name, repeat, reps)
+        return name if owner is None else f"{owner}[{k}].{name}"
+
+    def instance_parts(self, block: int, name: str, repeat: int, reps=None
+                       ) -> tuple[str | None, str, int]:
+        """:meth:`instance` as ``(owner block name, tensor name, repeat)``; the owner is None
+        for a program tensor (then the repeat is 0)."""
+        if name in self._imports[block]:
+            block, name, repeat = self._source(block, name, repeat)
+        b = self.blocks[block]
+        if not any(t.name == name for t in b.tensors):
+            return None, name, 0
+        for c in b.carry:
+            if c.input == name:
+                if repeat == 0:
+                    return None, c.entry, 0
+                name, repeat = c.output, repeat - 1
+                break
+        if repeat == b.repeat - 1:
+            for c in b.carry:
+                if c.output == name and c.exit is not None:
+                    return None, c.exit, 0
+        if reps is not None and repeat not in reps[block]:
+            repeat = reps[block][1]
+        return b.name, name, repeat
+
+    def import_writer(self, block: int, local: str, repeat: int):
+        """``(block, repeat, position in that block's order)`` of the node whose output block
+        index ``block``'s imported tensor ``local`` is in ``repeat``; None when it is a state
+        input or a program tensor (the carry's entry or exit, an ordinary dependency)."""
+        si, name, j = self._source(block, local, repeat)
+        src = self.blocks[si]
+        for c in src.carry:
+            if c.input == name:
+                if j == 0:
+                    return None
+                name, j = c.output, j - 1
+                break
+        if j == src.repeat - 1 and any(c.output == name and c.exit is not None
+                                       for c in src.carry):
+            return None
+        w = self._producer[si].get(name)
+        if w is None:
+            return None
+        ni = next(i for i, n in enumerate(src.nodes) if n.name == w)
+        return si, j, self._pos[si][ni]
+
     # ---- materialisation ----------------------------------------------------------------
     def expand(self, *, condensed: bool = False) -> Expanded:
         """Materialise the repeats: all of them, or with ``condensed`` only the first, one
@@ -401,7 +565,9 @@ class Program:
         read depends on the last writer or updater of the instance; an update also on every
         read since (write-after-read); a carried input is the previous repeat's output
         instance, repeat 0's is the program tensor ``entry``, the last repeat's exported
-        output is the program tensor ``exit``."""
+        output is the program tensor ``exit``; an import reads its source's instance (with
+        ``condensed``, a representative one, without a dependency on its writer: see
+        :meth:`import_writer`)."""
         nodes: list[NodeInst] = []
         tensors: dict[str, TensorInst] = {t.name: TensorInst(t.name, t, t.name, None, None)
                                           for t in self.tensors}
@@ -414,11 +580,15 @@ class Program:
             reps_all.append(reps)
             carried = {c.input: c for c in b.carry}
             exits = {c.output: c.exit for c in b.carry if c.exit is not None}
+            imports = self._imports[bi]
             prev: dict[str, str] = {}
             for ri, k in enumerate(reps):
                 inst_of: dict[str, str] = {}
                 for t in b.tensors:
-                    if t.name in carried:
+                    if t.name in imports:
+                        inst_of[t.name] = self.instance(
+                            bi, t.name, k, tuple(reps_all) if condensed else None)
+                    elif t.name in carried:
                         c = carried[t.name]
                         inst_of[t.name] = c.entry if ri == 0 else prev[c.output]
                     elif k == L - 1 and t.name in exits:
@@ -434,7 +604,11 @@ class Program:
                     preds: set[int] = set()
                     for t in n.reads:
                         tid = res[t]
-                        if tid in writer:
+                        # a condensed expansion reads a representative instance of an
+                        # import: its writer is not this repeat's (the scheduler adds the
+                        # exact one, Program.import_writer)
+                        if tid in writer and not (condensed and t in imports
+                                                  and tid not in self._global):
                             preds.add(writer[tid])
                         readers.setdefault(tid, []).append(idx)
                     for t in n.updates:
@@ -454,6 +628,31 @@ class Program:
                                           tuple(sorted(preds))))
                 prev = {c.output: inst_of[c.output] for c in b.carry}
         return Expanded(tuple(nodes), tensors, tuple(reps_all))
+
+
+def _check_behind_carry(b: Block, producer: dict, carried: dict, imports: dict) -> None:
+    """In a repeated block, every node that reads an import must depend, within its repeat,
+    on a carried input: repeat k+1 runs behind repeat k (a backward layer runs when the
+    gradient reaches it). The fast scheduler relies on it: it materialises repeat k+1 when
+    repeat k starts."""
+    behind: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for n in b.nodes:
+            if n.name in behind:
+                continue
+            if any(t in carried or (t in producer and producer[t] in behind)
+                   for t in n.reads + n.updates):
+                behind.add(n.name)
+                changed = True
+    for n in b.nodes:
+        t = next((t for t in n.reads if t in imports), None)
+        if t is not None and n.name not in behind:
+            raise ValueError(f"block {b.name!r}: node {n.name!r} reads the imported tensor "
+                             f"{t!r} but does not depend on a carried input of the block: in "
+                             f"a repeated block, imports are read behind the carried chain "
+                             f"(a backward layer runs when the gradient reaches it)")
 
 
 def _topo_order(b: Block, producer: dict[str, str]) -> tuple[int, ...]:

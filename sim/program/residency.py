@@ -97,7 +97,8 @@ class Placement:
     single program tensor) is in the scratchpad for ``i < scratchpad``, in the shared buffer
     for ``i < scratchpad + shared_buffer``, else in DRAM. ``traffic_bytes``: DRAM bytes its
     accesses would move per program if all of it were in DRAM; ``live``: False for a tensor no
-    node accesses (it is left in DRAM and costs nothing)."""
+    node accesses (it is left in DRAM and costs nothing); ``saved``: an activation a later
+    block imports (saved for backward), placed instance by instance like state."""
 
     cls: str
     block: str | None
@@ -108,6 +109,7 @@ class Placement:
     state: bool
     traffic_bytes: int
     live: bool = True
+    saved: bool = False
 
     def location(self, i: int = 0) -> str:
         if i < self.scratchpad:
@@ -185,17 +187,23 @@ class Residency:
         """Bytes of state kept in ``location`` for the whole program (pinned weights, caches)."""
         n = {"scratchpad": lambda p: p.scratchpad, "shared_buffer": lambda p: p.shared_buffer}
         return sum(int(math.ceil(p.tensor.bytes)) * n[location](p)
-                   for p in self.placements.values() if p.state)
+                   for p in self.placements.values() if p.state or p.saved)
 
     def segments(self, block: str) -> tuple[tuple[int, int], ...]:
         """Ranges ``[start, stop)`` of ``block``'s repeats within which every tensor has the
         same location (phase 2 times each range's ops once)."""
-        b = next(x for x in self.program.blocks if x.name == block)
+        bi = next(i for i, x in enumerate(self.program.blocks) if x.name == block)
+        b = self.program.blocks[bi]
+        sources = {(imp.block, imp.reverse) for imp in self.program.imported(bi).values()}
         cuts = {0, b.repeat}
         for p in self.placements.values():
-            if p.block == block and p.state:
-                cuts.update(c for c in (p.scratchpad, p.scratchpad + p.shared_buffer)
-                            if 0 < c < b.repeat)
+            if not (p.state or p.saved):
+                continue
+            for src, reverse in {(block, False)} | sources:
+                if p.block == src:
+                    cuts.update(b.repeat - c if reverse else c
+                                for c in (p.scratchpad, p.scratchpad + p.shared_buffer)
+                                if 0 < c < b.repeat)
         cuts = sorted(cuts)
         return tuple(zip(cuts[:-1], cuts[1:]))
 
@@ -209,35 +217,24 @@ class Residency:
         n = next((x for x in b.nodes if x.name == node), None)
         if n is None:
             raise ValueError(f"block {block!r} has no node {node!r}")
-        carried = {c.input: c for c in b.carry}
-        exits = {c.output: c.exit for c in b.carry if c.exit is not None}
         out = []
         for mode, names in (("read", n.reads), ("write", n.writes), ("update", n.updates)):
             for t in names:
-                local = any(x.name == t for x in b.tensors)
-                if not local:
-                    p, i, tid = self.placements[t], 0, t
-                elif t in carried:
-                    c = carried[t]
-                    if repeat == 0:
-                        p, i, tid = self.placements[c.entry], 0, c.entry
-                    else:
-                        p = self.placements[f"{block}/{c.output}"]
-                        i, tid = repeat - 1, f"{block}[{repeat - 1}].{c.output}"
-                elif repeat == b.repeat - 1 and t in exits:
-                    p, i, tid = self.placements[exits[t]], 0, exits[t]
-                else:
-                    p = self.placements[f"{block}/{t}"]
-                    i, tid = repeat, f"{block}[{repeat}].{t}"
+                owner, name, i = self.program.instance_parts(bi, t, repeat)
+                p = self.placements[name if owner is None else f"{owner}/{name}"]
+                tid = name if owner is None else f"{owner}[{i}].{name}"
                 loc = p.location(i) if p.live else "dram"
                 out.append(Access(tid, mode, loc, float(p.tensor.bytes), not p.state))
         return NodeResidency(tuple(out))
 
 
 # ---- the specification shared by both planners: classes and their ordering ---------------
-def _interval(n_positions: int, producer, accesses, tensor) -> tuple[int, int] | None:
-    """The live interval of one instance, or None if nothing accesses it."""
-    if producer is None and tensor.is_state:
+def _interval(n_positions: int, producer, accesses, tensor, saved: bool = False
+              ) -> tuple[int, int] | None:
+    """The live interval of one instance, or None if nothing accesses it. An instance saved
+    for a later block (``saved``) counts as live for the whole program (conservative: it is
+    really live from its producer to the importing read)."""
+    if saved or (producer is None and tensor.is_state):
         return (0, n_positions - 1) if accesses else None
     if not accesses and producer is None:
         return None
@@ -330,6 +327,7 @@ def _classes(program: Program, ex: Expanded) -> dict[str, dict]:
     prod: dict[str, int] = {}
     acc: dict[str, list[int]] = {}
     traffic: dict[str, int] = {}
+    saved = program.saved_classes()
     for n in ex.nodes:
         w = weight[(n.block, n.repeat)]
         for mode, names in (("read", n.reads), ("write", n.writes), ("update", n.updates)):
@@ -346,18 +344,20 @@ def _classes(program: Program, ex: Expanded) -> dict[str, dict]:
         c = classes.get(ti.cls)
         if c is None:
             b = program.blocks[ti.block] if ti.block is not None else None
-            per_instance = b is not None and t.is_state and not any(
-                t.name in n.writes for n in b.nodes)
+            is_saved = ti.cls in saved
+            per_instance = is_saved or (b is not None and t.is_state and not any(
+                t.name in n.writes for n in b.nodes))
             c = classes[ti.cls] = {
                 "cls": ti.cls, "block": b.name if b else None, "tensor": t, "kind": t.kind,
-                "size": size, "per_instance": per_instance, "state": per_instance or (
-                    b is None and t.is_state and tid not in prod),
+                "size": size, "per_instance": per_instance, "saved": is_saved,
+                "state": not is_saved and (per_instance or (
+                    b is None and t.is_state and tid not in prod)),
                 "n": 0, "traffic": 0, "load": np.zeros(P, dtype=np.int64),
                 "mask": np.zeros(P, dtype=bool), "live": False}
         w = weight[(ti.block, ti.repeat)] if ti.block is not None else 1
         c["n"] += w
         c["traffic"] += traffic.get(tid, 0)
-        iv = _interval(P, prod.get(tid), acc.get(tid, ()), t)
+        iv = _interval(P, prod.get(tid), acc.get(tid, ()), t, c["saved"])
         if iv is not None:
             c["live"] = True
             c["load"][iv[0]:iv[1] + 1] += size
@@ -379,5 +379,6 @@ def _result(program: Program, capacity: Capacities, classes: dict, placed: dict
         sp, sb = placed.get(cls, (0, 0))
         out[cls] = Placement(cls=cls, block=c["block"], tensor=c["tensor"], instances=c["n"],
                              scratchpad=sp, shared_buffer=sb, state=c["state"],
-                             traffic_bytes=c["traffic"], live=c["live"])
+                             traffic_bytes=c["traffic"], live=c["live"],
+                             saved=c.get("saved", False))
     return Residency(program, capacity, out)

@@ -30,6 +30,7 @@ def plan_residency_ref(program: Program, chip=None, *, capacity: Capacities | No
                     producer[t] = n.index
 
     # the instances of each class, with their live intervals
+    saved = program.saved_classes()
     members: dict[str, list] = {}
     for tid, ti in ex.tensors.items():
         members.setdefault(ti.cls, []).append(tid)
@@ -40,16 +41,17 @@ def plan_residency_ref(program: Program, chip=None, *, capacity: Capacities | No
         size = int(math.ceil(t0.bytes))
         blk = ex.tensors[tids[0]].block
         b = program.blocks[blk] if blk is not None else None
-        per_instance = b is not None and t0.is_state and not any(
-            t0.name in n.writes for n in b.nodes)
-        intervals = {tid: _interval(P, producer.get(tid), accessed.get(tid, ()), t0)
+        is_saved = cls in saved
+        per_instance = is_saved or (b is not None and t0.is_state and not any(
+            t0.name in n.writes for n in b.nodes))
+        intervals = {tid: _interval(P, producer.get(tid), accessed.get(tid, ()), t0, is_saved)
                      for tid in tids}
         live = any(iv is not None for iv in intervals.values())
         total = sum(traffic.get(tid, 0) for tid in tids)
         info[cls] = {"cls": cls, "block": b.name if b else None, "tensor": t0, "kind": t0.kind,
-                     "n": len(tids), "traffic": total, "live": live,
-                     "state": per_instance or (b is None and t0.is_state
-                                               and tids[0] not in producer)}
+                     "n": len(tids), "traffic": total, "live": live, "saved": is_saved,
+                     "state": not is_saved and (per_instance or (
+                         b is None and t0.is_state and tids[0] not in producer))}
         if not live:
             continue
         if per_instance:

@@ -64,7 +64,9 @@ def compile_demand(block: str, node) -> tuple[list, int]:
 @dataclass(frozen=True)
 class BlockTiming:
     """When a block ran: first phase start and last phase end (seconds), how many of its
-    repeats were simulated, and the steady-state period per repeat (None if not used)."""
+    repeats were simulated, the steady-state period per repeat (None if not used) and a
+    ``representative`` repeat whose neighbours were simulated too (in the periodic regime when
+    there is one): the repeat to report and draw."""
 
     name: str
     repeat: int
@@ -72,6 +74,7 @@ class BlockTiming:
     end_s: float
     simulated_repeats: int
     period_s: float | None = None
+    representative: int = 0
 
 
 @dataclass(frozen=True)
@@ -79,13 +82,15 @@ class ScheduleResult:
     """``seconds`` = ``makespan_s`` (the list schedule) + ``step_sync_s`` (the per-step fixed
     cost). ``busy_s``: each resource's total reserved work (shares × time) in seconds of a whole
     resource, for the whole program; ``nodes``: (start, end) in seconds of every *simulated*
-    node instance, keyed by (block, repeat, node)."""
+    node instance, keyed by (block, repeat, node); ``phases``: the same keys, each phase's
+    ``(start, end, label, early)``."""
 
     makespan_s: float
     step_sync_s: float
     blocks: tuple[BlockTiming, ...]
     busy_s: dict = field(hash=False)
     nodes: dict = field(hash=False, repr=False)
+    phases: dict = field(default_factory=dict, hash=False, repr=False)
     makespan_ps: int = 0
     simulated_phases: int = 0
 
@@ -122,6 +127,9 @@ class _Scheduler:
         self.phases: list[list] = []
         self.hold: list[list[int]] = []
         self.names: list[list[str]] = []
+        self.labels = [[[p.label for p in b.nodes[ni].demand.phases] if b.nodes[ni].demand
+                         else [] for ni in program.order(bi)]
+                       for bi, b in enumerate(program.blocks)]
         for bi, b in enumerate(program.blocks):
             ph, ho, nm = [], [], []
             for ni in program.order(bi):
@@ -157,6 +165,15 @@ class _Scheduler:
                 else:
                     pats.append(("a", pb, pk, ppos))
             self.pat[b].setdefault(self._type(b, k), {})[pos] = pats
+        # reads of imported tensors, by node position: their writers come from the rule
+        # (Program.import_writer), exact for every repeat, not from the condensed pattern
+        self.import_reads = []
+        for bi, b in enumerate(program.blocks):
+            imp = program.imported(bi)
+            self.import_reads.append([[t for t in b.nodes[ni].reads if t in imp]
+                                      for ni in program.order(bi)])
+        self.has_imports = any(program.imported(bi) for bi in range(nb))
+        self.skipped: list[list[tuple[int, int]]] = [[] for _ in range(nb)]
         self.insts: dict[tuple, _Inst] = {}
         self.unfinished: set = set()
         self.pending: dict[tuple, list] = {}
@@ -173,6 +190,7 @@ class _Scheduler:
         self.seen: list[dict] = [dict() for _ in range(nb)]
         self.r0 = [0] * nb
         self.jump = [None] * nb        # (repeats skipped, period ps per repeat)
+        self.periodic_from = [0] * nb  # first repeat of the periodic regime (with a jump)
         self.simulated = 0
         for bi in range(nb):
             L = self.L[bi]
@@ -212,10 +230,16 @@ class _Scheduler:
         for pos in range(self.n[b]):
             key = (b, k, pos)
             inst = _Inst()
-            for p in pats[pos]:
-                pk = (b, k, p[1]) if p[0] == "s" else (
-                    (b, k - 1, p[1]) if p[0] == "p" else (p[1], p[2], p[3]))
+            keys = [(b, k, p[1]) if p[0] == "s" else (
+                (b, k - 1, p[1]) if p[0] == "p" else (p[1], p[2], p[3])) for p in pats[pos]]
+            for t in self.import_reads[b][pos]:
+                w = self.prog.import_writer(b, t, k)
+                if w is not None and w not in keys:
+                    keys.append(w)
+            for pk in keys:
                 pi = self.insts.get(pk)
+                if pi is None and self._skipped(pk):
+                    continue                     # jumped over: finished long ago
                 if pi is None:
                     self.pending.setdefault(pk, []).append(key)
                     inst.rem += 1
@@ -228,6 +252,28 @@ class _Scheduler:
             new.append(key)
         for key in new:
             self._maybe_ready(key)
+
+    def _skipped(self, key) -> bool:
+        return any(lo <= key[1] < hi for lo, hi in self.skipped[key[0]])
+
+    def _jump_safe(self, b: int, r0: int, top: int) -> bool:
+        """No dependency (only imports make one) ties block ``b``'s window of repeats
+        ``[r0, top]`` to another block's nodes that are not finished: the jump re-labels the
+        window, which only the window's own edges survive."""
+        if not self.has_imports:
+            return True
+        inside = lambda key: key[0] == b and r0 <= key[1] <= top
+        for key in self.unfinished:
+            if inside(key):
+                continue
+            if any(inside(s) for s in self.insts[key].succ):
+                return False
+        for k in range(r0, top + 1):
+            for pos in range(self.n[b]):
+                inst = self.insts[(b, k, pos)]
+                if not inst.finished and any(s[0] != b for s in inst.succ):
+                    return False
+        return True
 
     # ---- the list schedule --------------------------------------------------------------
     def _maybe_ready(self, key) -> None:
@@ -367,7 +413,18 @@ class _Scheduler:
             t1, r1 = hit
             m, period = r0 - r1, self.t - t1
             jumps = (self.L[b] - 2 - top) // m
+            if self.has_imports:
+                # a later block waits for a repeat not yet materialised (an import's writer):
+                # jump short of it, so that it is simulated and its waiters told in time
+                waited = [pk[1] for pk, ws in self.pending.items()
+                          if pk[0] == b and any(w[0] != b for w in ws)]
+                if waited:
+                    jumps = min(jumps, (min(waited) - 1 - top) // m)
             if jumps >= 1 and period > 0:
+                if not self._jump_safe(b, r0, top):
+                    self.seen[b].clear()
+                    continue
+                self.periodic_from[b] = r1
                 self._shift(b, r0, top, m * jumps, period * jumps)
                 self.jump[b] = (m * jumps, period // m if period % m == 0 else period / m)
             self.steady[b] = False
@@ -433,6 +490,7 @@ class _Scheduler:
         if self.elastic is not None:
             self.elastic[0] = rekey(self.elastic[0])
         self.t += dt
+        self.skipped[b].append((r0, r0 + dk))
         self.r0[b] = r0 + dk
         self.mat_next[b] = top + 1 + dk
         self.seen[b].clear()
@@ -440,13 +498,16 @@ class _Scheduler:
     # ---- results ------------------------------------------------------------------------
     def result(self, step_sync_s: float) -> ScheduleResult:
         makespan = max((i.ends[-1] for i in self.insts.values() if i.ends), default=0)
-        nodes = {}
+        nodes, phases = {}, {}
         span: dict[int, list] = {}
         for (b, k, pos), inst in self.insts.items():
             if not inst.starts:
                 continue
-            nodes[(self.prog.blocks[b].name, k, self.names[b][pos])] = (
-                inst.starts[0] / PS_PER_S, inst.ends[-1] / PS_PER_S)
+            key = (self.prog.blocks[b].name, k, self.names[b][pos])
+            nodes[key] = (inst.starts[0] / PS_PER_S, inst.ends[-1] / PS_PER_S)
+            phases[key] = tuple((s0 / PS_PER_S, s1 / PS_PER_S, lab, ph[2]) for s0, s1, ph, lab
+                                in zip(inst.starts, inst.ends, self.phases[b][pos],
+                                       self.labels[b][pos]))
             s = span.setdefault(b, [inst.starts[0], inst.ends[-1]])
             s[0] = min(s[0], inst.starts[0])
             s[1] = max(s[1], inst.ends[-1])
@@ -454,9 +515,11 @@ class _Scheduler:
         for b, blk in enumerate(self.prog.blocks):
             s = span.get(b, [0, 0])
             skipped, per = self.jump[b] if self.jump[b] else (0, None)
+            rep = self.periodic_from[b] if self.jump[b] else min(blk.repeat - 1,
+                                                                 blk.repeat // 2)
             blocks.append(BlockTiming(blk.name, blk.repeat, s[0] / PS_PER_S, s[1] / PS_PER_S,
                                       blk.repeat - skipped,
-                                      None if per is None else per / PS_PER_S))
+                                      None if per is None else per / PS_PER_S, rep))
         busy = {r: 0 for r in RESOURCES}
         for b, blk in enumerate(self.prog.blocks):
             for ph in self.phases[b]:
@@ -466,7 +529,7 @@ class _Scheduler:
         return ScheduleResult(makespan_s=makespan / PS_PER_S, step_sync_s=step_sync_s,
                               blocks=tuple(blocks),
                               busy_s={r: v / UNITS / PS_PER_S for r, v in busy.items()},
-                              nodes=nodes, makespan_ps=makespan,
+                              nodes=nodes, phases=phases, makespan_ps=makespan,
                               simulated_phases=self.simulated)
 
 

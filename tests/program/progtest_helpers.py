@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import random
 
-from diptych.sim.program import Block, Carry, Demand, Node, Phase, Program, Tensor, op_demand
+from diptych.sim.program import (Block, Carry, Demand, Import, Node, Phase, Program, Tensor,
+                                 op_demand)
 
 RES = ("array", "vector", "dram", "link")
 
@@ -121,3 +122,71 @@ def decode_layer_program(layers: int, *, prefetch_bytes: float = 0.0, allreduce_
     return Program("decode", [embed, layer, head],
                    [Tensor("tokens", 64), Tensor("emb", 16e3), Tensor("hidden", 16e3),
                     Tensor("logits", 256e3, live_out=True)])
+
+
+def random_program_with_imports(seed: int, *, space: int = 0, demands: bool = True,
+                                **kw) -> Program:
+    """:func:`random_program` plus a "backward" block that imports tensors of an earlier
+    block's repeats (produced ones, its carried input, its state), in reverse or in the same
+    order, sometimes behind a carried gradient chain that starts after the source block."""
+    rng = random.Random(seed ^ 0x5EED)
+    base = random_program(seed, space=space, demands=demands, **kw)
+    blocks = list(base.blocks)
+    gl = list(base.tensors)
+    src = rng.choice(blocks)
+    produced = [t for n in src.nodes for t in n.writes
+                if not any(t == g.name for g in gl)]
+    carried = [c.input for c in src.carry]
+    states = [t.name for t in src.tensors if t.is_state
+              and not any(t.name in n.updates for n in src.nodes)]
+    pool = produced + carried + states
+    if not pool:
+        return base
+    chosen = rng.sample(pool, rng.randint(1, min(3, len(pool))))
+    reverse = rng.random() < 0.7
+    tensors, imports = [], []
+    for i, name in enumerate(chosen):
+        t = src.tensor(name)
+        tensors.append(Tensor(f"i{i}", t.bytes, t.kind))
+        imports.append(Import(f"i{i}", src.name, name, reverse))
+    tensors.append(Tensor("g", rng.randint(1, 20) * 100, "gradient"))
+    local = [f"i{i}" for i in range(len(chosen))]
+    carry = ()
+    if src.repeat > 1 or rng.random() < 0.5:     # a repeated block needs its chain
+        size = rng.randint(1, 20) * 100
+        entry = "d_in"
+        gl.append(Tensor(entry, size))
+        # the chain starts after the source block: a node of a new block reads the source's
+        # exports, or nothing (then the backward block may run alongside its source)
+        exports = [c.exit for b in blocks for c in b.carry if c.exit]
+        reads = (rng.choice(exports),) if exports and rng.random() < 0.8 else ()
+        blocks.append(Block("seed", (), (Node("seed", reads=reads, writes=(entry,),
+                                              unit="vector",
+                                              demand=random_demand(rng, space=0)
+                                              if demands else None),)))
+        tensors += [Tensor("dy", size), Tensor("dx", size)]
+        carry = (Carry("dy", "dx", entry, "d_out"),)
+        gl.append(Tensor("d_out", size))
+        local.append("dy")
+    nodes = []
+    last = None
+    chain = ["dy"] if carry else []      # imports are read behind the carried chain
+    for j in range(rng.randint(1, 3)):
+        reads = tuple(rng.sample(local, rng.randint(1, len(local))))
+        if chain and not set(reads) & set(chain):
+            reads += (rng.choice(chain),)
+        out = f"o{j}"
+        chain.append(out)
+        tensors.append(Tensor(out, rng.randint(1, 20) * 100))
+        upd = ("g",) if j == 0 else ()
+        nodes.append(Node(f"b{j}", reads=reads, writes=(out,), updates=upd,
+                          unit=rng.choice(["array", "vector", "link"]),
+                          demand=random_demand(rng, space=space) if demands else None))
+        local.append(out)
+        last = out
+    if carry:
+        nodes.append(Node("dx", reads=(last,), writes=("dx",), unit="vector",
+                          demand=random_demand(rng, space=0) if demands else None))
+    blocks.append(Block("bwd", tuple(tensors), tuple(nodes), repeat=src.repeat, carry=carry,
+                        imports=tuple(imports)))
+    return Program(f"{base.name}+bwd", blocks, gl)

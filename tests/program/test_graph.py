@@ -188,3 +188,29 @@ def test_with_demands_and_listed_order():
     d = op_demand(seconds=1e-6, unit="array")
     q = p.with_demands({("blk", "first"): d})
     assert q.blocks[0].nodes[1].demand == d and q.blocks[0].nodes[0].demand is None
+
+
+def test_import_checks():
+    from diptych.sim.program import Import
+    f = Block("f", (act("x"), act("h"), act("y"), Tensor("w", 5, "weight")),
+              (Node("a", reads=("x", "w"), writes=("h",)), Node("b", reads=("h",), writes=("y",))),
+              repeat=3, carry=(Carry("x", "y", "in", "out"),))
+    glob = [act("in"), act("out"), act("d")]
+
+    def bwd(imports, tensors=(act("hs"),), repeat=3):
+        return Block("g", tensors + (act("dy"), act("p")),
+                     (Node("n", reads=tuple(dict.fromkeys(i.local for i in imports)) + ("dy",),
+                           writes=("p",)),), repeat=repeat,
+                     carry=(Carry("dy", "p", "d"),), imports=tuple(imports))
+
+    Program("p", [f, bwd([Import("hs", "f", "h")])], glob)            # valid
+    for imports, tensors, repeat, msg in [
+        ([Import("hs", "nope", "h")], (act("hs"),), 3, "names block 'nope', which must be an "
+                                                        "earlier block"),
+        ([Import("hs", "f", "zz")], (act("hs"),), 3, "which block 'f' does not have"),
+        ([Import("hs", "f", "h")], (act("hs"),), 2, "which has 3 repeats, not 2"),
+        ([Import("hs", "f", "h")], (Tensor("hs", 99),), 3, "differs from 'f''s 'h'"),
+        ([Import("hs", "f", "h"), Import("hs", "f", "y")], (act("hs"),), 3, "imported twice"),
+    ]:
+        with pytest.raises(ValueError, match=msg):
+            Program("p", [f, bwd(imports, tensors, repeat)], glob)

@@ -12,7 +12,7 @@ from diptych.arch import TENSOR_KINDS, load_chip
 from diptych.sim.program import Block, Capacities, Carry, Node, Program, Tensor, capacities
 from diptych.sim.program import plan_residency
 from diptych.sim.program.residency_ref import plan_residency_ref
-from progtest_helpers import random_program
+from progtest_helpers import random_program, random_program_with_imports
 
 
 def random_caps(rng: random.Random, dram=True) -> Capacities:
@@ -191,3 +191,21 @@ def test_tpu_v1_keeps_activations_not_weights():
     assert res.placement("w", "b").scratchpad == 0
     assert res.placement("y", "b").scratchpad == 3
     assert res.dram_bytes == 4 * 100 + 4 * 120              # weights and caches stay in DDR3
+
+
+# ---- imports: activations saved for a later block ----------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**9))
+def test_imports_fast_equals_golden_and_fits(seed):
+    p = random_program_with_imports(seed, max_repeat=7, demands=False)
+    cap = random_caps(random.Random(seed))
+    fast, ref = plan_residency(p, capacity=cap), plan_residency_ref(p, capacity=cap)
+    assert decisions(fast) == decisions(ref)
+    assert fast.dram_bytes == ref.dram_bytes
+    used = live_sets(p, fast)
+    assert max(used["scratchpad"]) <= cap.scratchpad
+    assert max(used["shared_buffer"]) <= cap.shared_buffer
+    more = Capacities(scratchpad=cap.scratchpad + 3000, shared_buffer=cap.shared_buffer,
+                      scratchpad_kinds=cap.scratchpad_kinds,
+                      shared_buffer_kinds=cap.shared_buffer_kinds)
+    assert plan_residency(p, capacity=more).dram_bytes <= fast.dram_bytes

@@ -6,10 +6,11 @@ import random
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from diptych.sim.program import (Block, Demand, Node, Phase, Program, Tensor, bounds_ps,
+from diptych.sim.program import (Block, Carry, Demand, Import, Node, Phase, Program, Tensor,
+                                 bounds_ps,
                                  op_demand, schedule)
 from diptych.sim.program.schedule_ref import schedule_ref
-from progtest_helpers import decode_layer_program, random_program
+from progtest_helpers import decode_layer_program, random_program, random_program_with_imports
 
 US = 10**6          # picoseconds per microsecond
 
@@ -111,10 +112,12 @@ def test_errors():
 
 
 # ---- golden twin, bounds, steady state ---------------------------------------------------
-@settings(max_examples=60, deadline=None)
-@given(st.integers(0, 10**9), st.sampled_from([0, 1000, 3000]))
-def test_fast_equals_golden(seed, space):
-    p = random_program(seed, space=space, max_repeat=5)
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 10**9), st.sampled_from([0, 1000, 3000]), st.booleans())
+def test_fast_equals_golden(seed, space, imports):
+    # with imports: a backward block reading what an earlier block's repeats saved
+    make = random_program_with_imports if imports else random_program
+    p = make(seed, space=space, max_repeat=5)
     fast = schedule(p, space_bytes=space, steady_state_min_repeats=4)
     ref = schedule_ref(p, space_bytes=space)
     assert fast.makespan_ps == ref["makespan_ps"]
@@ -158,3 +161,61 @@ def test_steady_state_is_used_and_cheap():
     # the period is a layer's DRAM time: 4 x 1 MB of weights and 0.5 MB of KV at 1 TB/s
     assert layers.period_s == pytest.approx(4.5e-6, rel=1e-9)
     assert r.utilization("dram") == pytest.approx(full.utilization("dram"))
+
+
+# ---- imports (a backward block reading what an earlier block's repeats saved) ------------
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**9), st.sampled_from([0, 1000, 3000]))
+def test_imports_repeated_block_equals_materialised(seed, space):
+    p = random_program_with_imports(seed, space=space, max_repeat=14, max_blocks=2,
+                                    max_nodes=3)
+    jumped = schedule(p, space_bytes=space, steady_state_min_repeats=4)
+    full = schedule(p, space_bytes=space, steady_state=False)
+    assert jumped.makespan_ps == full.makespan_ps
+    for key, span in jumped.nodes.items():
+        assert full.nodes[key] == span
+    b = bounds_ps(p)
+    assert b["critical_path"] <= jumped.makespan_ps <= b["serial"]
+
+
+def test_backward_reads_the_saved_layer_in_reverse():
+    # forward: 6 layers of a (1 us, array) -> b (1 us, vector), each saving "h"; a seed op
+    # (1 us); backward: 6 layers of one 2 us op reading the saved "h" and the layer input of
+    # layer L-1-k behind the carried gradient. A chain: 12 + 1 + 12 us.
+    act = lambda n, b=10: Tensor(n, b)
+    fwd = Block("f", (act("x"), act("h"), act("y")),
+                (Node("a", reads=("x",), writes=("h",), demand=Demand((ph(1, array=1.0),))),
+                 Node("b", reads=("h",), writes=("y",), unit="vector",
+                      demand=Demand((ph(1, vector=1.0),)))),
+                repeat=6, carry=(Carry("x", "y", "in", "out"),))
+    seed = Block("s", (), (Node("s", reads=("out",), writes=("d0",), unit="vector",
+                                demand=Demand((ph(1, vector=1.0),))),))
+    bwd = Block("g", (act("hs"), act("xs"), act("dy"), act("p")),
+                (Node("d", reads=("hs", "xs", "dy"), writes=("p",), unit="link",
+                      demand=Demand((ph(2, link=1.0),))),),
+                repeat=6, carry=(Carry("dy", "p", "d0", "d6"),),
+                imports=(Import("hs", "f", "h"), Import("xs", "f", "x")))
+    p = Program("p", [fwd, seed, bwd], [act("in"), act("out"), act("d0"), act("d6")])
+    r = schedule(p)
+    assert r.makespan_ps == schedule_ref(p)["makespan_ps"] == 25 * US
+    ex = p.expand()
+    g0 = next(n for n in ex.nodes if n.block == 2 and n.repeat == 0)
+    assert g0.reads == ("f[5].h", "f[4].y", "d0")      # layer 5's h, its input = layer 4's y
+    g5 = next(n for n in ex.nodes if n.block == 2 and n.repeat == 5)
+    assert g5.reads == ("f[0].h", "in", "g[4].p")
+    f = {(n.repeat, n.node.name): n.index for n in ex.nodes if n.block == 0}
+    assert f[(5, "a")] in g0.preds and f[(0, "a")] in g5.preds
+    assert p.import_writer(2, "hs", 1) == (0, 4, 0)     # repeat 1 reads layer 4's "h" (node a)
+    assert p.import_writer(2, "xs", 5) is None           # layer 0's input: the program's "in"
+    # saved activations are placed instance by instance, live for the whole program
+    from diptych.sim.program import Capacities, plan_residency
+    # g's carried gradient p saves most per byte (two of its 10-byte instances live at a
+    # time), then 30 bytes leave room for three of the six saved "h"
+    res = plan_residency(p, capacity=Capacities(scratchpad=50, scratchpad_kinds={"activation"}))
+    assert res.placement("h", "f").saved and res.placement("h", "f").scratchpad == 3
+    assert res.node("g", "d", 0).location("f[5].h") == "dram"
+    assert res.node("g", "d", 5).location("f[0].h") == "scratchpad"
+    with pytest.raises(ValueError, match="node 'd' reads the imported tensor 'hs' but does not "
+                                         "depend on a carried input"):
+        Program("p", [fwd, Block("g", bwd.tensors, (Node("d", reads=("hs",), writes=("p",)),),
+                                 repeat=6, imports=bwd.imports[:1])], [act("in"), act("out")])

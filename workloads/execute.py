@@ -1,0 +1,277 @@
+"""Time a workload as a schedule of its program, not as a sum of its ops.
+
+:func:`schedule_workload` is ``run_workload``'s ``execution="schedule"`` (docs/program.md,
+"Phase 2"):
+
+    lower → Program(s) (workloads/graph.py) → fusion (optional) → plan_residency
+          → time each distinct op with the engine (operands in DRAM, as the sum does; memoised)
+          → op_demand (the chip's fixed costs) → schedule → totals and per-op records
+
+The engine does not honour residency yet (phase 2b): every op is timed as ``simulate`` times
+it alone, with its operands in DRAM; the residency plan is reported (per op: where each operand
+lives) but does not change a time. What the schedule changes: ops overlap where the data
+allows (a vector op beside independent array work, a collective beside work that does not wait
+for it, a weight prefetch during the previous op's compute), and the fixed costs are charged.
+
+**Fused nodes** (:class:`~diptych.sim.program.FusedOps`): the vector work runs during the
+GEMM's main phase: ``seconds = max(GEMM, Σ vector ALU time)`` where a vector op's ALU time is
+its memory-free time (``compute_cycles`` ÷ clock), reserving the vector unit at its average
+rate; DRAM bytes are the GEMM's own (the fused ops' traffic disappears). One launch.
+
+**Weight prefetch**: an op whose weights are in DRAM may stream them ahead, during earlier
+ops, when the chip's scratchpad keeps weights between ops (``[residency] scratchpad_kinds``
+lists ``weight``) and they fit the scratchpad left after residency's pinned state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+
+from ..sim.ops import Collective, Gemm
+from ..sim.program import FusedOps, capacities, fuse_program, op_demand, plan_residency
+from ..sim.program import schedule as list_schedule
+from .fused import FusedAttention, fused_stats
+from .graph import Workload, program_pieces
+from .parallel import collective_energy_j, collective_seconds
+
+
+def _compute_seconds(st, chip) -> float:
+    cc = getattr(st, "compute_cycles", None)
+    return st.seconds if cc is None else cc / chip.clock_hz
+
+
+def _alu_energy(st) -> float:
+    """The ALU share of a vector op's energy (what stays when it runs in a GEMM's epilogue)."""
+    bd = getattr(st, "energy_breakdown", None)
+    return bd.get("vector", 0.0) if bd else st.energy_j
+
+
+class _Timer:
+    """Times each distinct op record once (the engine memoises too; this also memoises fused
+    attention, collectives and fused nodes)."""
+
+    def __init__(self, chip, sim: Callable):
+        self.chip, self.sim = chip, sim
+        self.memo: dict = {}
+        self.stream = 0.0           # the highest DRAM bandwidth the engine achieved
+
+    def __call__(self, op):
+        key = op
+        got = self.memo.get(key)
+        if got is None:
+            got = self.memo[key] = self._time(op)
+            self.stream = max(self.stream, got.bandwidth)
+        return got
+
+    def _time(self, op) -> SimpleNamespace:
+        chip = self.chip
+        peak_bw = chip.dram_bytes_per_s
+        if isinstance(op, Collective):
+            return SimpleNamespace(kind=op.kind, seconds=collective_seconds(op, chip),
+                                   compute_seconds=0.0, dram_bytes=0.0, vector_seconds=0.0,
+                                   energy_j=collective_energy_j(op, chip), bound="communication",
+                                   utilization=None, flops=0.0, bandwidth=0.0, unit="link",
+                                   weight_bytes=0.0, link_bytes=op.bytes, dtype=None)
+        if isinstance(op, FusedAttention):
+            fs = fused_stats(op, chip, self.sim)
+            return SimpleNamespace(kind="attention", seconds=fs.seconds,
+                                   compute_seconds=fs.compute_seconds, dram_bytes=op.dram_bytes,
+                                   vector_seconds=0.0, energy_j=fs.energy_j, bound=fs.bound,
+                                   utilization=fs.utilization, flops=fs.flops,
+                                   bandwidth=min(fs.stream_bytes_per_s, peak_bw), unit="array",
+                                   weight_bytes=0.0, dtype=op.compute_dtype,
+                                   memory_seconds=fs.memory_seconds)
+        gemm, vecs = (op.gemm, op.vector_ops) if isinstance(op, FusedOps) else (
+            (op, ()) if isinstance(op, Gemm) else (None, (op,)))
+        if gemm is None:
+            st = self.sim(op, chip)
+            return SimpleNamespace(kind=st.kind, seconds=st.seconds,
+                                   compute_seconds=_compute_seconds(st, chip),
+                                   dram_bytes=st.dram_read_bytes + st.dram_write_bytes,
+                                   vector_seconds=0.0, energy_j=st.energy_j, bound=st.bound,
+                                   utilization=st.utilization, flops=st.flops,
+                                   bandwidth=min(getattr(st, "dram_bytes_per_s", 0.0), peak_bw),
+                                   unit="vector", weight_bytes=0.0, dtype=None)
+        st = self.sim(gemm, chip)
+        vst = [self.sim(v, chip) for v in vecs]
+        vec_s = sum(_compute_seconds(v, chip) for v in vst)
+        seconds = max(st.seconds, vec_s)
+        peak = chip.peak_ops_per_s[gemm.compute_dtype]
+        return SimpleNamespace(
+            kind="fused" if vecs else st.kind, seconds=seconds,
+            compute_seconds=max(_compute_seconds(st, chip), vec_s),
+            dram_bytes=st.dram_read_bytes + st.dram_write_bytes, vector_seconds=vec_s,
+            energy_j=st.energy_j + sum(_alu_energy(v) for v in vst),
+            bound=st.bound if st.seconds >= vec_s else "vector",
+            utilization=gemm.flops / (peak * seconds) if seconds else 0.0,
+            flops=st.flops + sum(v.flops for v in vst),
+            bandwidth=min(getattr(st, "dram_bytes_per_s", 0.0), peak_bw), unit="array",
+            weight_bytes=gemm.b_bytes if "weight" in gemm.tags else 0.0,
+            dtype=gemm.compute_dtype)
+
+
+def _shape(op) -> str:
+    from .run import _shape as shape
+    if isinstance(op, FusedOps):
+        return shape(op.gemm)
+    return shape(op)
+
+
+def _exposed(phases: dict, key) -> float:
+    """Seconds during which node ``key``'s reserved (non-prefetch) phases run and no other
+    simulated node's do: the time it alone holds up the step."""
+    mine = [(s, e) for s, e, _, early in phases[key] if not early and e > s]
+    if not mine:
+        return 0.0
+    lo, hi = min(s for s, _ in mine), max(e for _, e in mine)
+    others = sorted((s, e) for k, ph in phases.items() if k != key
+                    for s, e, _, early in ph if not early and e > lo and s < hi)
+    total = 0.0
+    for s, e in mine:
+        cur = s
+        for os_, oe in others:
+            if oe <= cur or os_ >= e:
+                continue
+            if os_ > cur:
+                total += os_ - cur
+            cur = max(cur, oe)
+            if cur >= e:
+                break
+        total += max(0.0, e - cur)
+    return total
+
+
+def _residency_view(res, block: str, node: str, repeat: int) -> list[dict]:
+    v = res.node(block, node, repeat)
+    return [{"tensor": a.tensor, "mode": a.mode, "location": a.location, "bytes": a.bytes}
+            for a in v.accesses]
+
+
+def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = True,
+                      dp_buckets: dict | None = None) -> dict:
+    """Time ``w`` on ``chip`` as a schedule of its programs (module docstring). Returns the
+    totals :func:`~diptych.workloads.run.simulate_workload` returns (``seconds``,
+    ``energy_j``, ``dram_bytes``, ``layers``, ``compute_seconds``, ``memory_bound_seconds``,
+    ``communication_seconds``) plus ``fixed_costs_s`` (launches + step syncs), ``launch_s``,
+    ``step_sync_s``, ``utilization`` (per resource, over the step), ``timeline`` (the
+    simulated node phases, for the trace) and ``pieces`` (each program's time and count)."""
+    fc = chip.fixed_costs
+    op_launch, coll_launch = fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6
+    sync = fc.step_sync_us * 1e-6
+    fuse = fusion and chip.core.vector.on_array_output_path
+    timer = _Timer(chip, simulate)
+    stage = {b.name: b.stage for b in w.blocks}
+    cap = capacities(chip)
+    prefetch_ok = "weight" in cap.scratchpad_kinds
+    pieces = program_pieces(w, dp_buckets=dp_buckets)
+    plans = []
+    for piece in pieces:
+        prog = fuse_program(piece.program) if fuse else piece.program
+        res = plan_residency(prog, chip)
+        for b in prog.blocks:
+            for n in b.nodes:
+                timer(n.payload)
+        plans.append((piece, prog, res))
+    stream = timer.stream or chip.dram_bytes_per_s
+    records: dict = {}
+    order: list = []
+    timeline: list = []
+    total = energy = dram = launches = syncs = 0.0
+    t_compute = t_mem = t_comm = 0.0
+    busy: dict = {}
+    offset = 0.0
+    summary = []
+    for piece, prog, res in plans:
+        space = max(0, cap.scratchpad - res.on_chip_bytes("scratchpad")) if prefetch_ok else 0
+        demands = {}
+        for b in prog.blocks:
+            for n in b.nodes:
+                t = timer(n.payload)
+                coll = isinstance(n.payload, Collective)
+                pre = t.weight_bytes if 0 < t.weight_bytes <= space else 0.0
+                demands[(b.name, n.name)] = op_demand(
+                    seconds=t.seconds, unit=t.unit, dram_bytes=t.dram_bytes,
+                    stream_bytes_per_s=max(stream, t.bandwidth) if t.dram_bytes else None,
+                    compute_seconds=t.compute_seconds, prefetch_bytes=pre,
+                    launch_seconds=coll_launch if coll else op_launch,
+                    co_seconds={"vector": t.vector_seconds} if t.vector_seconds else None)
+        r = list_schedule(prog.with_demands(demands), space_bytes=space,
+                          step_sync_seconds=sync if piece.step else 0.0)
+        length = r.makespan_s + r.step_sync_s
+        total += piece.times * length
+        syncs += piece.times * r.step_sync_s
+        for k, v in r.busy_s.items():
+            busy[k] = busy.get(k, 0.0) + piece.times * v
+        summary.append({"program": prog.name, "label": piece.label, "times": piece.times,
+                        "makespan_s": r.makespan_s, "step_sync_s": r.step_sync_s,
+                        "start_s": offset,
+                        "blocks": [{"block": bt.name, "repeat": bt.repeat,
+                                    "start_s": offset + bt.start_s, "end_s": offset + bt.end_s,
+                                    "simulated_repeats": bt.simulated_repeats,
+                                    "period_s": bt.period_s, "representative": bt.representative}
+                                   for bt in r.blocks]})
+        for key, ph in r.phases.items():
+            blk = next(b for b in prog.blocks if b.name == key[0])
+            node = next(n for n in blk.nodes if n.name == key[2])
+            timeline.append({"block": key[0], "repeat": key[1], "op": key[2],
+                             "unit": node.unit, "stage": stage.get(key[0], "forward"),
+                             "piece": piece.label,
+                             "phases": [(offset + s, offset + e, lab, early)
+                                        for s, e, lab, early in ph]})
+        for b, bt in zip(prog.blocks, r.blocks):
+            count = b.repeat * piece.times
+            for n in b.nodes:
+                t = timer(n.payload)
+                launch = coll_launch if isinstance(n.payload, Collective) else op_launch
+                launches += launch * count
+                energy += t.energy_j * count
+                dram += t.dram_bytes * count
+                if t.bound == "communication":
+                    pass
+                elif t.bound == "memory":
+                    t_mem += t.seconds * count
+                else:
+                    t_compute += t.seconds * count
+                key = (b.name, n.name)
+                rep = bt.representative
+                start, end = r.nodes[(b.name, rep, n.name)]
+                exposed = _exposed(r.phases, (b.name, rep, n.name))
+                if t.bound == "communication":
+                    t_comm += exposed * count
+                rec = records.get(key)
+                if rec is not None:
+                    rec["repeat"] += count
+                    rec["total_seconds"] = rec["seconds"] * rec["repeat"]
+                    rec["exposed_total_s"] += exposed * count
+                    continue
+                op = n.payload
+                rec = {"op": n.name, "kind": t.kind, "shape": _shape(op), "seconds": t.seconds,
+                       "bound": t.bound, "utilization": t.utilization, "flops": t.flops,
+                       "dram_bytes": t.dram_bytes, "energy_j": t.energy_j,
+                       "block": b.name, "stage": stage.get(b.name, "optimizer"),
+                       "repeat": count, "total_seconds": t.seconds * count,
+                       "start_s": offset + start, "end_s": offset + end, "exposed_s": exposed,
+                       "exposed_total_s": exposed * count, "launch_s": launch,
+                       "residency": _residency_view(res, b.name, n.name, rep)}
+                if t.dtype:
+                    rec["dtype"] = t.dtype
+                if isinstance(op, Collective):
+                    rec["link_bytes"] = op.bytes
+                if isinstance(op, FusedOps):
+                    rec["fused"] = [o.name for o in op.ops]
+                if isinstance(op, FusedAttention):
+                    rec.update(compute_seconds=t.compute_seconds,
+                               memory_seconds=t.memory_seconds,
+                               stream_bytes_per_s=t.bandwidth)
+                records[key] = rec
+                order.append(key)
+        offset += piece.times * length
+    layers = [records[k] for k in order]
+    return {"seconds": total, "energy_j": energy, "dram_bytes": dram, "layers": layers,
+            "compute_seconds": t_compute, "memory_bound_seconds": t_mem,
+            "communication_seconds": t_comm, "fixed_costs_s": launches + syncs,
+            "launch_s": launches, "step_sync_s": syncs,
+            "utilization": {k: v / total if total else 0.0 for k, v in busy.items()},
+            "timeline": timeline, "pieces": summary, "fused": fuse,
+            "stream_bytes_per_s": stream}
