@@ -22,21 +22,64 @@ instances live there.
 (``traffic ÷ peak load``, exact rationals; a transient block class saves its traffic in every
 repeat with one buffer), then by fewer bytes, class name and instance.
 
-**Rule** (nested thresholds). For each on-chip memory M separately, an item eligible for M
-gets ``f_M = max over its live positions of (load of every higher-priority M-eligible item +
-its own load)``, whether or not those higher-priority items were placed. An item goes to the
-scratchpad if eligible and ``f_scratchpad ≤ C_scratchpad``, else to the shared buffer if
-eligible and ``f_shared ≤ C_shared``, else to DRAM. Because ``f`` does not depend on the
-capacities, the set placed on chip only grows with either capacity (more SRAM never adds DRAM
-traffic), and at every position the items placed in M are a priority prefix of the live ones,
-so M's capacity is never exceeded. The price of that guarantee: a high-priority tensor that
-does not fit still blocks lower-priority ones live at the same time (documented in
-docs/program.md). A tensor larger than a memory never goes there.
+**Rule** (thresholds over what each memory is offered). Items are taken in priority order.
+An item is *offered* to the scratchpad if its kind may live there, then, if the scratchpad did
+not take it, to the shared buffer if its kind may live there. Offered to memory M, item i gets
+``f_M(i) = max over its live positions of (load of every higher-priority item offered to M,
+taken or refused, + its own load)``; M takes it if ``f_M(i) ≤ C_M``. An item no memory takes
+lives in DRAM. Properties (proofs):
+
+1. *Capacity is never exceeded at any position.* The items M holds at a position were all
+   offered to M; the lowest-priority of them, i, counted the others' bytes there in
+   ``f_M(i) ≤ C_M``.
+2. *A tensor larger than a memory never goes there; kinds are honoured*: ``f_M(i)`` is at
+   least its own bytes; an item is offered only where its kind may live.
+3. *More SRAM, in either memory, never moves a tensor down the hierarchy, so never adds DRAM
+   traffic.* The scratchpad is offered every item its kinds allow, whatever the capacities:
+   its ``f`` are constants, so what it takes grows with ``C_scratchpad`` and does not depend
+   on ``C_shared``. The shared buffer is offered the allowed items the scratchpad did not take:
+   a set that shrinks as ``C_scratchpad`` grows and does not depend on ``C_shared``; so each
+   ``f_shared`` can only fall as ``C_scratchpad`` grows and is constant in ``C_shared``, and
+   an item the shared buffer held stays on chip. Every item's location therefore only moves
+   up (DRAM → shared buffer → scratchpad) as either capacity grows; the DRAM traffic (that of
+   the items left in DRAM) never rises.
+4. *Use of both memories* (every kind allowed in both). If the live bytes fit the scratchpad
+   at every position, or the shared buffer at every position, nothing is left in DRAM (every
+   ``f`` is at most the live bytes). If every item is live over the whole program (state:
+   weights, KV caches, optimizer state — what fills the memories in decode), ``f`` is the
+   priority prefix sum, so the scratchpad holds the items before its first refusal a and the shared
+   buffer the next ones before its first refusal b: the on-chip set is the priority prefix
+   before b, more than ``C_scratchpad + C_shared − s_a − s_b`` bytes. The optimum (one
+   location per item, both capacities) saves at most the fractional knapsack of
+   ``C_scratchpad + C_shared`` bytes by traffic per byte, so
+   ``DRAM traffic ≤ optimum + d_b × (free on-chip bytes) ≤ optimum + t_a + t_b``
+   (``d``: traffic per byte, ``t``: traffic, ``s``: bytes of an item). In particular nothing
+   is left in DRAM when the total fits ``C_scratchpad + C_shared`` less the largest item: the
+   scratchpad leaves fewer than ``s_a`` bytes free, so what it refuses fits the shared buffer.
+
+The trade-off. (i) A memory also counts the items it refused — the scratchpad even those the
+shared buffer then took — so where live ranges differ a refused tensor blocks lower-priority
+ones live beside it (100-byte tensors A at position 0, B at 0-1, C at 1-2 in that order, 150 +
+150 bytes: A goes to the scratchpad, B to the shared buffer, C to DRAM, though A and C in the
+scratchpad and B in the shared buffer fit). Counting only what a memory holds (a plain greedy)
+is not monotone: tensors A (4 bytes at position 1, traffic 11), B (3 bytes at 1-2, 7), C
+(6 bytes at 2, 12) in one memory: with 6 bytes, A and C fit (7 DRAM bytes); with 7 bytes, A
+and B fit and C does not (12). (ii) No rule can promise zero DRAM traffic whenever the live bytes
+fit ``C_scratchpad + C_shared``: three 60-byte tensors live together do not fit two 100-byte
+memories, and deciding whether some placement leaves nothing in DRAM is PARTITION already for
+state tensors alone. Thresholds over the combined capacity admit such sets, and a split in
+priority order then overfills a memory (A at 0, B at 0-1, C at 1, 100 bytes each, 100 + 100:
+all three pass 200 bytes; the scratchpad's thresholds keep A, B and C go to the shared buffer,
+200 bytes at position 1); repairing the split (dropping what it cannot hold) ties each
+memory's decisions to both capacities, and the monotonicity of 3 is then not guaranteed. The
+rule above keeps the exact per-tensor monotonicity (what makes an SRAM sweep go one way) with
+the guarantees of 4.
 
 :func:`plan_residency` is the fast planner: it materialises only the first, one middle and
 the last repeat of each block (every middle repeat has the same live set) and places the
 instances of a state class in closed form. ``residency_ref.plan_residency_ref`` is the
-golden twin over every repeat, literally summing live bytes per position; they agree exactly.
+golden twin over every repeat, literally summing offered bytes per position; they agree
+exactly.
 """
 
 from __future__ import annotations
@@ -50,6 +93,8 @@ import numpy as np
 from .graph import Expanded, Program
 
 LOCATIONS: tuple[str, ...] = ("scratchpad", "shared_buffer", "dram")
+#: The on-chip memories, in the order an item is offered to them.
+MEMORIES: tuple[str, ...] = LOCATIONS[:2]
 
 #: DRAM accesses an op makes to an operand, by how it uses it.
 ACCESS_COUNT = {"read": 1, "write": 1, "update": 2}
@@ -278,41 +323,33 @@ def plan_residency(program: Program, chip=None, *, capacity: Capacities | None =
     ex = program.expand(condensed=True)
     classes = _classes(program, ex)
     P = len(ex.nodes)
-    H = {"scratchpad": np.zeros(P, dtype=np.int64), "shared_buffer": np.zeros(P, dtype=np.int64)}
+    H = {m: np.zeros(P, dtype=np.int64) for m in MEMORIES}    # bytes offered, per position
     limit = {"scratchpad": capacity.scratchpad, "shared_buffer": capacity.shared_buffer}
     placed: dict[str, list[int]] = {}
     for c in sorted(classes.values(), key=lambda c: c["key"]):
         if not c["live"]:
             continue
-        el = dict(zip(("scratchpad", "shared_buffer"), _eligible(capacity, c["kind"])))
-        counts = {"scratchpad": 0, "shared_buffer": 0}
-        left = c["n"]
-        for mem in ("scratchpad", "shared_buffer"):
-            if not el[mem]:
+        counts = [0, 0]
+        offered = c["n"]    # instances not taken yet: the last ``offered`` ones
+        for slot, (mem, ok) in enumerate(zip(MEMORIES, _eligible(capacity, c["kind"]))):
+            if not ok or not offered:
                 continue
             h = H[mem]
             if c["per_instance"]:
-                # every instance is live everywhere: instance j needs max(H) + (j+1)·size
-                top = int(h.max())
+                # every instance is live everywhere: the j-th offered one needs max(h) + (j+1)·size
                 s = c["size"]
-                room = limit[mem] - top
-                k = (c["n"] if room >= 0 else 0) if s == 0 else max(0, min(c["n"], room // s))
-                # the first k instances fit here; those already placed above stay there
-                take = max(0, min(left, k - (c["n"] - left)))
-                counts[mem] = take
-                left -= take
-                h += c["n"] * s
+                room = limit[mem] - int(h.max())
+                k = (offered if room >= 0 else 0) if s == 0 else max(0, min(offered, room // s))
+                h += offered * s
             else:
-                load = c["load"]
                 live = c["mask"]
-                f = int((h[live] + load[live]).max())
-                if left and f <= limit[mem]:
-                    counts[mem] = left
-                    left = 0
-                h += load
-        if left and not capacity.dram:
+                k = offered if int((h[live] + c["load"][live]).max()) <= limit[mem] else 0
+                h += c["load"]
+            counts[slot] = k
+            offered -= k
+        if offered and not capacity.dram:
             raise _fits_error(program, c["cls"], c["size"], capacity)
-        placed[c["cls"]] = [counts["scratchpad"], counts["shared_buffer"]]
+        placed[c["cls"]] = counts
     return _result(program, capacity, classes, placed)
 
 

@@ -1,15 +1,35 @@
 """Golden twin of the residency planner: every repeat materialised, every item decided one
-by one by literally summing, at each program position, the bytes of the higher-priority items
-live there. Slow (items × positions × items) and obviously the rule of
-:mod:`diptych.sim.program.residency`; tests require the same placements."""
+by one in priority order by literally summing, at each program position, the bytes of the
+higher-priority items already offered to a memory. Slow (items × positions × items) and
+obviously the rule of :mod:`diptych.sim.program.residency`; tests require the same
+placements."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from .graph import Program
-from .residency import (ACCESS_COUNT, Capacities, _eligible, _fits_error, _interval, _result,
-                        capacities, priority_key)
+from .residency import (ACCESS_COUNT, MEMORIES, Capacities, _eligible, _fits_error, _interval,
+                        _result, capacities, priority_key)
+
+
+@dataclass
+class _Item:
+    """What the planner decides at once: a transient class (all its ``count`` instances) or
+    one instance of a per-instance class. ``intervals``: the live intervals of its instances."""
+
+    key: tuple
+    cls: str
+    size: int
+    intervals: list
+    count: int = 1
+
+    def load_at(self, x: int) -> int:
+        return sum(self.size for lo, hi in self.intervals if lo <= x <= hi)
+
+    def positions(self) -> set[int]:
+        return {x for lo, hi in self.intervals for x in range(lo, hi + 1)}
 
 
 def plan_residency_ref(program: Program, chip=None, *, capacity: Capacities | None = None):
@@ -29,14 +49,15 @@ def plan_residency_ref(program: Program, chip=None, *, capacity: Capacities | No
                 if mode == "write":
                     producer[t] = n.index
 
-    # the instances of each class, with their live intervals
+    # the instances of each class, with their live intervals; the items to decide
     saved = program.saved_classes()
     members: dict[str, list] = {}
     for tid, ti in ex.tensors.items():
         members.setdefault(ti.cls, []).append(tid)
-    items = []      # (key, cls, [instance ids], per_instance index or None)
+    items: list[_Item] = []
     info = {}
     for cls, tids in members.items():
+        tids = sorted(tids, key=lambda tid: ex.tensors[tid].repeat or 0)
         t0 = ex.tensors[tids[0]].tensor
         size = int(math.ceil(t0.bytes))
         blk = ex.tensors[tids[0]].block
@@ -44,59 +65,46 @@ def plan_residency_ref(program: Program, chip=None, *, capacity: Capacities | No
         is_saved = cls in saved
         per_instance = is_saved or (b is not None and t0.is_state and not any(
             t0.name in n.writes for n in b.nodes))
-        intervals = {tid: _interval(P, producer.get(tid), accessed.get(tid, ()), t0, is_saved)
-                     for tid in tids}
-        live = any(iv is not None for iv in intervals.values())
-        total = sum(traffic.get(tid, 0) for tid in tids)
+        iv = {tid: _interval(P, producer.get(tid), accessed.get(tid, ()), t0, is_saved)
+              for tid in tids}
+        live = any(v is not None for v in iv.values())
         info[cls] = {"cls": cls, "block": b.name if b else None, "tensor": t0, "kind": t0.kind,
-                     "n": len(tids), "traffic": total, "live": live, "saved": is_saved,
+                     "n": len(tids), "traffic": sum(traffic.get(tid, 0) for tid in tids),
+                     "live": live, "saved": is_saved,
                      "state": not is_saved and (per_instance or (
                          b is None and t0.is_state and tids[0] not in producer))}
         if not live:
             continue
-        if per_instance:
-            order = sorted(tids, key=lambda tid: ex.tensors[tid].repeat)
-            for j, tid in enumerate(order):
-                key = priority_key(traffic.get(tid, 0), size, size, cls, j)
-                items.append((key, cls, [tid], j, size, intervals))
-        else:
-            peak = max(sum(size for tid in tids if intervals[tid] is not None
-                           and intervals[tid][0] <= x <= intervals[tid][1]) for x in range(P))
-            items.append((priority_key(total, peak, size, cls, 0), cls, tids, None, size,
-                          intervals))
-    items.sort(key=lambda it: it[0])
+        if per_instance:        # one item per instance, in repeat order
+            for j, tid in enumerate(tids):
+                items.append(_Item(priority_key(traffic.get(tid, 0), size, size, cls, j),
+                                   cls, size, [iv[tid]] if iv[tid] else []))
+        else:                   # one item for the whole class
+            ivs = [v for v in iv.values() if v is not None]
+            item = _Item(None, cls, size, ivs, count=len(tids))
+            peak = max(item.load_at(x) for x in range(P))
+            item.key = priority_key(info[cls]["traffic"], peak, size, cls, 0)
+            items.append(item)
+    items.sort(key=lambda it: it.key)
 
-    def load_at(item, x):
-        _, _, tids, _, size, intervals = item
-        return sum(size for tid in tids if intervals[tid] is not None
-                   and intervals[tid][0] <= x <= intervals[tid][1])
-
-    def live_at(item, x):
-        _, _, tids, _, _, intervals = item
-        return any(intervals[tid] is not None and intervals[tid][0] <= x <= intervals[tid][1]
-                   for tid in tids)
-
+    # the rule: offer each item to the memories its kind allows, in order; a memory takes it
+    # if, at every position where it is live, the items offered to that memory before it
+    # (taken or refused) and itself fit
     limit = {"scratchpad": capacity.scratchpad, "shared_buffer": capacity.shared_buffer}
+    offered: dict[str, list[_Item]] = {m: [] for m in MEMORIES}
     placed = {cls: [0, 0] for cls in info}
-    for i, item in enumerate(items):
-        cls = item[1]
-        el = dict(zip(("scratchpad", "shared_buffer"), _eligible(capacity, info[cls]["kind"])))
-        where = None
-        for slot, mem in enumerate(("scratchpad", "shared_buffer")):
-            if not el[mem]:
+    for item in items:
+        allowed = dict(zip(MEMORIES, _eligible(capacity, info[item.cls]["kind"])))
+        for slot, mem in enumerate(MEMORIES):
+            if not allowed[mem]:
                 continue
-            higher = [h for h in items[:i] if _eligible(capacity, info[h[1]]["kind"])[slot]]
-            f = max(sum(load_at(h, x) for h in higher) + load_at(item, x)
-                    for x in range(P) if live_at(item, x))
+            f = max(sum(h.load_at(x) for h in offered[mem]) + item.load_at(x)
+                    for x in item.positions())
+            offered[mem].append(item)
             if f <= limit[mem]:
-                where = slot
+                placed[item.cls][slot] += item.count
                 break
-        if where is None:
-            if not capacity.dram:
-                raise _fits_error(program, cls, item[4], capacity)
-            continue
-        if item[3] is None:
-            placed[cls][where] = info[cls]["n"]
         else:
-            placed[cls][where] += 1
+            if not capacity.dram:
+                raise _fits_error(program, item.cls, item.size, capacity)
     return _result(program, capacity, info, placed)

@@ -8,10 +8,13 @@ shares; a phase reserves its shares for its duration (:mod:`diptych.sim.program.
 Early phases (weight prefetches) form one in-order stream: one at a time, each holding its
 scratchpad space (``space_bytes``, what residency and the tile reserve leave free) until its
 node ends, each progressing at the DRAM shares the reserved phases leave free (so it never
-delays them). Times are integer picoseconds (every phase at least 1 ps); shares are rounded
-up to ``1/UNITS``. Because the schedule never idles while work is left, its length lies
-between the critical path (and the busiest resource's total) and the serial sum of all
-phases.
+delays them). Times are integer picoseconds (every phase at least 1 ps); shares are whole
+units of ``1/UNITS``, rounded to the nearest (at least one unit). Exactness needs only that
+both schedulers and :func:`bounds_ps` work on the same integers, not a rounding direction;
+rounding lowers a share by at most half a unit, so phases that together ask for more than a
+whole resource plus half a unit each never overlap. Because the schedule never idles while
+work is left, its length lies between the critical path (and the busiest resource's total)
+and the serial sum of all phases.
 
 **Repeated blocks in steady state.** A block of L repeats is not materialised L times: repeats
 are generated as the schedule reaches them, and each time the earliest unfinished repeat

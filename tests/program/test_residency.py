@@ -1,8 +1,7 @@
 """Residency planner: fast against golden, the properties (capacity never exceeded, more SRAM
 never more DRAM traffic, too-large tensors off chip, kinds honoured), a hand-computed case
-and the chip-derived capacities."""
+and the chip-derived capacities. (Against the exhaustive optimum: test_residency_optimum.py.)"""
 
-import math
 import random
 
 import pytest
@@ -13,9 +12,19 @@ from diptych.sim.program import Block, Capacities, Carry, Node, Program, Tensor,
 from diptych.sim.program import plan_residency
 from diptych.sim.program.residency_ref import plan_residency_ref
 from progtest_helpers import random_program, random_program_with_imports
+from residency_oracle import held, instances, locations
+
+#: Rank of a location in the hierarchy (a tensor may only move up as SRAM grows).
+RANK = {"scratchpad": 0, "shared_buffer": 1, "dram": 2}
 
 
 def random_caps(rng: random.Random, dram=True) -> Capacities:
+    """Random capacities: one time in three both memories with every kind in both (where the
+    second memory takes what the first refused), else random kinds, maybe no shared buffer."""
+    if rng.random() < 1 / 3:
+        return Capacities(scratchpad=rng.randint(0, 9000), shared_buffer=rng.randint(1, 9000),
+                          scratchpad_kinds=TENSOR_KINDS, shared_buffer_kinds=TENSOR_KINDS,
+                          dram=dram)
     return Capacities(scratchpad=rng.randint(0, 9000),
                       shared_buffer=rng.choice([0, rng.randint(0, 6000)]),
                       scratchpad_kinds=set(rng.sample(TENSOR_KINDS, rng.randint(0, 5))),
@@ -43,33 +52,8 @@ def test_fast_equals_golden(seed):
 
 def live_sets(program, res):
     """Independently of the planner: per position, the bytes of instances in each memory."""
-    ex = program.expand()
-    n = len(ex.nodes)
-    first, last, state = {}, {}, {}
-    for node in ex.nodes:
-        for t in node.reads + node.writes + node.updates:
-            last[t] = node.index
-            first.setdefault(t, node.index)
-        for t in node.writes:
-            first[t] = node.index
-    for tid, ti in ex.tensors.items():
-        produced = any(tid in node.writes for node in ex.nodes)
-        if tid in last and ti.tensor.is_state and not produced:
-            first[tid], last[tid] = 0, n - 1
-        elif tid in last and not produced:
-            first[tid] = 0
-        if tid in last and ti.tensor.live_out:
-            last[tid] = n - 1
-    used = {"scratchpad": [0] * n, "shared_buffer": [0] * n}
-    for tid, ti in ex.tensors.items():
-        if tid not in last:
-            continue
-        p = res.placements[ti.cls]
-        loc = p.location(ti.repeat if ti.repeat is not None else 0)
-        if loc in used:
-            for x in range(first[tid], last[tid] + 1):
-                used[loc][x] += math.ceil(ti.tensor.bytes)
-    return used
+    insts, n = instances(program)
+    return held(insts, n, locations(insts, res))
 
 
 @settings(max_examples=80, deadline=None)
@@ -91,16 +75,20 @@ def test_capacity_never_exceeded_and_big_tensors_stay_off_chip(seed):
 @settings(max_examples=80, deadline=None)
 @given(st.integers(0, 10**9), st.integers(0, 4000), st.integers(0, 4000))
 def test_more_sram_never_more_dram_traffic(seed, more_sp, more_sb):
+    """More of either memory (or both): no more DRAM traffic, and every tensor instance stays
+    where it was or moves up (DRAM -> shared buffer -> scratchpad)."""
     p, small = random_case(seed)
-    big = Capacities(scratchpad=small.scratchpad + more_sp,
-                     shared_buffer=small.shared_buffer + more_sb,
-                     scratchpad_kinds=small.scratchpad_kinds,
-                     shared_buffer_kinds=small.shared_buffer_kinds)
-    a, b = plan_residency(p, capacity=small), plan_residency(p, capacity=big)
-    assert b.dram_bytes <= a.dram_bytes
-    for k, pa in a.placements.items():      # what was on chip stays on chip
-        pb = b.placements[k]
-        assert pb.scratchpad + pb.shared_buffer >= pa.scratchpad + pa.shared_buffer
+    insts, _ = instances(p)
+    a = plan_residency(p, capacity=small)
+    for sp, sb in ((more_sp, 0), (0, more_sb), (more_sp, more_sb)):
+        big = Capacities(scratchpad=small.scratchpad + sp,
+                         shared_buffer=small.shared_buffer + sb,
+                         scratchpad_kinds=small.scratchpad_kinds,
+                         shared_buffer_kinds=small.shared_buffer_kinds)
+        b = plan_residency(p, capacity=big)
+        assert b.dram_bytes <= a.dram_bytes
+        for la, lb in zip(locations(insts, a), locations(insts, b)):
+            assert RANK[lb] <= RANK[la]
 
 
 def test_everything_fits_means_no_dram_traffic():
@@ -137,6 +125,21 @@ def test_hand_computed(cap, sp, dram):
     res = plan_residency(layer_program(), capacity=c)
     assert {k: p.scratchpad for k, p in res.placements.items()} == sp
     assert res.dram_bytes == dram
+
+
+# Both memories, every kind in both, 100 + 300 bytes. Scratchpad (offered everything): y (20),
+# kv[0] (20 + 60 = 80); kv[1] would need 140, and emb, out, w are refused too (the offered
+# loads reach 260 + their own). Shared buffer (offered what the scratchpad refused): kv[1..3]
+# (60, 120, 180), emb and out (190 where each is live), w[0] (180 + 10 + 100 = 290); w[1]
+# would need 390. DRAM: w[1..3], 300 bytes.
+def test_hand_computed_two_memories():
+    c = Capacities(scratchpad=100, shared_buffer=300, scratchpad_kinds=TENSOR_KINDS,
+                   shared_buffer_kinds=TENSOR_KINDS)
+    res = plan_residency(layer_program(), capacity=c)
+    assert decisions(res) == {"b/y": (3, 0), "b/kv": (1, 3), "emb": (0, 1), "out": (0, 1),
+                              "b/w": (0, 1)}
+    assert res.dram_bytes == 3 * 100
+    assert res.segments("b") == ((0, 1), (1, 4))
 
 
 def test_node_views_segments_and_spill():
