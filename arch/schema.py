@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from typing import Any, get_args, get_origin, get_type_hints
@@ -32,19 +33,27 @@ def _fail(source: str | None, path: str, value: Any, expected: str) -> typing.No
     raise ConfigError(f"{_where(source, path)}: expected {expected}, got {value!r}")
 
 
-def _check_number(meta: dict, value: float, source, path, kind: str = "a number") -> None:
-    lo, hi = meta.get("min"), meta.get("max")
+def range_text(meta: dict) -> str:
+    """The bounds of a field's metadata as text, e.g. ``"> 0 and <= 10"`` ("" if none)."""
     parts = []
     if "gt" in meta:
         parts.append(f"> {meta['gt']:g}")
-    if lo is not None:
-        parts.append(f">= {lo:g}")
-    if hi is not None:
-        parts.append(f"<= {hi:g}")
+    if meta.get("min") is not None:
+        parts.append(f">= {meta['min']:g}")
+    if meta.get("max") is not None:
+        parts.append(f"<= {meta['max']:g}")
+    return " and ".join(parts)
+
+
+def _check_number(meta: dict, value: float, source, path, kind: str = "a number") -> None:
+    lo, hi = meta.get("min"), meta.get("max")
+    rng = range_text(meta)
+    if isinstance(value, float) and not math.isfinite(value):
+        _fail(source, path, value, f"a finite number {rng}".rstrip())
     bad = (("gt" in meta and not value > meta["gt"]) or (lo is not None and value < lo)
            or (hi is not None and value > hi))
     if bad:
-        _fail(source, path, value, f"{kind} " + " and ".join(parts))
+        _fail(source, path, value, f"{kind} {rng}")
 
 
 def _convert(tp: Any, value: Any, meta: dict, source: str | None, path: str) -> Any:
@@ -136,31 +145,71 @@ def fail(source: str | None, path: str, value: Any, expected: str) -> typing.NoR
     _fail(source, path, value, expected)
 
 
+#: Largest configuration or input file read (bytes): far above any real chip, spec, model or
+#: topology file, far below what would exhaust memory.
+MAX_INPUT_BYTES = 64 * 2**20
+
+
+def read_text_file(path, what: str, *, error: type[Exception] = ConfigError) -> str:
+    """The UTF-8 text of a regular file, or ``error`` naming the file and ``what`` it is.
+
+    Refuses what is not a regular file (a directory, a FIFO or device that would block or never
+    end), files over :data:`MAX_INPUT_BYTES` and bytes that are not UTF-8 (a leading BOM is
+    allowed).
+    """
+    import os
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise error(f"{path}: cannot read {what} ({kind})")
+    if st.st_size > MAX_INPUT_BYTES:
+        raise error(f"{path}: {what} of {st.st_size:,} bytes is larger than the "
+                    f"{MAX_INPUT_BYTES // 2**20} MiB diptych reads")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: {what} is not UTF-8 text (byte {exc.start}: "
+                    f"{data[exc.start:exc.start + 1]!r})") from None
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def read_config_file(path, what: str, *, fmt: str | None = None,
                      error: type[Exception] = ConfigError) -> Any:
     """Read and parse a TOML or JSON file (``fmt`` "toml"/"json"; by default by suffix).
 
     Problems raise ``error`` with a message naming the file and ``what`` it should be, e.g.
-    ``"mine.toml: cannot read chip file (No such file or directory)"``.
+    ``"mine.toml: cannot read chip file (No such file or directory)"``; see
+    :func:`read_text_file` for what is refused before parsing. JSON's non-standard ``NaN`` and
+    ``Infinity`` tokens are refused; so is nesting deeper than the parser's recursion limit.
     """
     import json
     import tomllib
     from pathlib import Path
 
     path = Path(path)
+    text = read_text_file(path, what, error=error)
+    kind = fmt or ("json" if path.suffix == ".json" else "toml")
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
-    if (fmt or ("json" if path.suffix == ".json" else "toml")) == "json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise error(f"{path}: invalid JSON ({exc})") from None
-    try:
+        if kind == "json":
+            return json.loads(text, parse_constant=_no_constant)
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise error(f"{path}: invalid TOML ({exc})") from None
+    except RecursionError:
+        raise error(f"{path}: invalid {kind.upper()} (nested too deeply)") from None
+    except ValueError as exc:  # JSONDecodeError, TOMLDecodeError, over-long integers
+        raise error(f"{path}: invalid {kind.upper()} ({exc})") from None
 
 
 def to_dict(obj: Any) -> Any:
