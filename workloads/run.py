@@ -26,6 +26,7 @@ from typing import Any
 
 from ..arch import Chip, load_chip
 from ..arch.dtypes import dtype_bytes
+from ..sim.limits import check_sizes
 from ..sim.ops import Collective, Gemm, Op
 from .config import ModelConfig
 from .fused import FusedAttention, fused_stats
@@ -312,6 +313,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     model = load_model(model)
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
+    check_sizes(batch=batch, micro_batch=micro_batch, prompt=prompt, gen=gen, seq=seq)
     tp, dp = resolve_parallelism(phase, chips, tp, dp)
     n_chips = tp * dp
     p = default_precision(chip, phase, weights_dtype, act_dtype, kv_dtype)
