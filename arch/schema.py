@@ -150,13 +150,11 @@ def fail(source: str | None, path: str, value: Any, expected: str) -> typing.NoR
 MAX_INPUT_BYTES = 64 * 2**20
 
 
-def read_text_file(path, what: str, *, error: type[Exception] = ConfigError) -> str:
-    """The UTF-8 text of a regular file, or ``error`` naming the file and ``what`` it is.
-
-    Refuses what is not a regular file (a directory, a FIFO or device that would block or never
-    end), files over :data:`MAX_INPUT_BYTES` and bytes that are not UTF-8 (a leading BOM is
-    allowed).
-    """
+def check_input_file(path, what: str, *, error: type[Exception] = ConfigError,
+                     max_bytes: int | None = MAX_INPUT_BYTES) -> int:
+    """The size of ``path`` if it is a regular file of at most ``max_bytes`` (None: any size);
+    else ``error`` naming the file and ``what`` it is. Refuses a directory, a FIFO or device
+    (reading would block or never end) before anything is opened."""
     import os
     import stat
 
@@ -167,9 +165,17 @@ def read_text_file(path, what: str, *, error: type[Exception] = ConfigError) -> 
     if not stat.S_ISREG(st.st_mode):
         kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
         raise error(f"{path}: cannot read {what} ({kind})")
-    if st.st_size > MAX_INPUT_BYTES:
+    if max_bytes is not None and st.st_size > max_bytes:
         raise error(f"{path}: {what} of {st.st_size:,} bytes is larger than the "
-                    f"{MAX_INPUT_BYTES // 2**20} MiB diptych reads")
+                    f"{max_bytes // 2**20} MiB diptych reads")
+    return st.st_size
+
+
+def read_text_file(path, what: str, *, error: type[Exception] = ConfigError) -> str:
+    """The UTF-8 text of a regular file (:func:`check_input_file`, at most
+    :data:`MAX_INPUT_BYTES`), or ``error`` naming the file and ``what`` it is. Bytes that are
+    not UTF-8 are refused (a leading BOM is allowed)."""
+    check_input_file(path, what, error=error)
     try:
         with open(path, "rb") as fh:
             data = fh.read(MAX_INPUT_BYTES + 1)
