@@ -30,7 +30,10 @@ def run_phase(chip, workload: dict[str, Any], *, simulate=None):
     ``simulate`` replaces the engine (tests pass a roofline double)."""
     from ...workloads import run_workload
 
-    wl = dict(workload)
+    from .spec import WORKLOAD_PARAMS
+
+    wl = {k: d for k, (_, _, d) in WORKLOAD_PARAMS.items() if d is not None}
+    wl.update(workload)  # the documented defaults (batch 1, prompt 2048, gen 128) when absent
     model = _model(wl.pop("model"))
     phase = wl.pop("phase")
     kwargs = {k: v for k, v in wl.items() if v is not None}
