@@ -33,15 +33,20 @@ def _fail(source: str | None, path: str, value: Any, expected: str) -> typing.No
     raise ConfigError(f"{_where(source, path)}: expected {expected}, got {value!r}")
 
 
+def _num(v: float) -> str:
+    """A bound as written in messages: integral values in full (1048576), others ``:g``."""
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e16 else f"{v:g}"
+
+
 def range_text(meta: dict) -> str:
     """The bounds of a field's metadata as text, e.g. ``"> 0 and <= 10"`` ("" if none)."""
     parts = []
     if "gt" in meta:
-        parts.append(f"> {meta['gt']:g}")
+        parts.append(f"> {_num(meta['gt'])}")
     if meta.get("min") is not None:
-        parts.append(f">= {meta['min']:g}")
+        parts.append(f">= {_num(meta['min'])}")
     if meta.get("max") is not None:
-        parts.append(f"<= {meta['max']:g}")
+        parts.append(f"<= {_num(meta['max'])}")
     return " and ".join(parts)
 
 

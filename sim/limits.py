@@ -1,11 +1,11 @@
-"""Size limits: what the simulator refuses to time, checked before it starts.
+"""Size limits: what the simulator refuses to time, checked before it starts (docs/limits.md).
 
 The engine plays a GEMM block by block and a vector op chunk by chunk, so its run time grows
-with those counts (about 0.1-0.2 M blocks/s and 0.25 M chunks/s on one core). Rather than run for
-hours, a problem past a limit is refused with a message that states the limit; everything
-within the limits is simulated in bounded time (tens of seconds at most on one core). The
-limits sit far above any real workload: a 405B-parameter model's prefill of 64 × 8k tokens
-needs ~10⁴ blocks per array on ``infer-2026``, a 10¹⁸-MAC GEMM ~10⁷.
+with those counts (about 0.1-0.2 M blocks/s and 0.25 M chunks/s on one loaded core). Rather
+than run for hours, a problem past a limit is refused with a message that states the limit.
+The limits sit far above real workloads: a 405B-parameter model's prefill of 64 × 8k tokens
+needs ~9·10³ blocks per array on ``infer-2026`` and a 16M-token training batch ~3·10⁵, while a
+10¹⁸-MAC GEMM needs ~2·10⁷.
 
 * :data:`MAX_ENGINE_BLOCKS`: GEMM blocks per array, estimated by :func:`min_blocks`;
 * :data:`MAX_VECTOR_CHUNKS`: DRAM chunks of one vector op;
@@ -93,6 +93,22 @@ def check_vector(op, chip) -> None:
         raise ValueError(f"vector op {op.kind} over {op.elements:,} elements moves {nbytes:.3g} "
                          f"bytes: {chunks:,} DRAM chunks on {chip.name}, more than the "
                          f"{MAX_VECTOR_CHUNKS:,} the simulator plays (sim/limits.py)")
+
+
+def check_ops(ops, chip) -> None:
+    """:func:`check_gemm` / :func:`check_vector` of every distinct GEMM and vector op in
+    ``ops`` (others are skipped): a workload is refused before its first op is simulated."""
+    import dataclasses
+
+    from .ops import Gemm, VectorOp
+
+    seen = set()
+    for op in ops:
+        if isinstance(op, (Gemm, VectorOp)):
+            key = dataclasses.replace(op, name="", tags=())
+            if key not in seen:
+                seen.add(key)
+                (check_gemm if isinstance(op, Gemm) else check_vector)(op, chip)
 
 
 def check_sizes(**sizes: int | None) -> None:

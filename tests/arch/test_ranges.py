@@ -148,3 +148,17 @@ def test_huge_files_are_refused_before_reading(tmp_path):
     with pytest.raises(ConfigError, match=r"huge.toml: chip file of 67,108,865 bytes is larger "
                                           r"than the 64 MiB diptych reads"):
         load_chip_file(p)
+
+
+def test_docs_table_matches_the_code():
+    from pathlib import Path
+
+    from diptych.arch.schema import range_text
+
+    doc = (Path(__file__).parents[2] / "docs" / "chips.md").read_text()
+    for path, f, tp in FIELDS:
+        if path.split(".")[-1] in ("int4", "int8", "fp8", "bf16", "fp16", "fp32"):
+            continue
+        row = f"| `{path}` | {'integer' if tp is int else 'number'} " \
+              f"{range_text(dict(f.metadata))} |"
+        assert row in doc, row
