@@ -1,19 +1,21 @@
 """Run a sweep: evaluate every point of a spec on an executor, writing rows as they finish.
 
 * **One code path for every executor**: work goes through the ``concurrent.futures.Executor``
-  interface: a local :class:`~concurrent.futures.ProcessPoolExecutor` by default, or
-  ``distributed.Client(address).get_executor()`` for a Dask cluster.
-* **Incremental, resumable output**: the results directory holds one Parquet part file per
-  finished task (a few points), written to a temporary name, fsynced and renamed, so a killed
-  sweep leaves only whole files. On restart the ids already present are skipped: no point is
-  lost or run twice.
+  interface (:mod:`.pool`): a local process pool by default, or a Dask cluster's executor.
+* **Incremental, resumable output** (:mod:`.results`): one Parquet part per finished task, all
+  with one schema, written atomically into a locked directory. On restart the ids already
+  present are skipped: no point is lost or run twice.
 * **Failures are data**: an exception while evaluating a point becomes that point's ``error``
   column; the sweep goes on.
+* **Dead workers lose nothing** (:class:`_Driver`): when a worker process dies the pool is
+  rebuilt and the tasks in flight run again, alone, until the point that kills its worker is
+  found; only that point is recorded as failed (``worker_died``), and a resume runs it again.
 * **Budgets**: points whose die exceeds ``area_budget_mm2`` are not run (an error if that
   leaves none); ``power_budget_w`` adds a ``within_power_budget`` column.
 
 The evaluation callable is a parameter (``evaluate(chip, workload) -> dict of scalars``) so that
-tests and users can plug in their own; it must be picklable (a module-level function).
+tests and users can plug in their own; it must be picklable (a module-level function). It may
+declare its metrics' types in a ``metric_types`` attribute (see :func:`result_columns`).
 """
 
 from __future__ import annotations
