@@ -371,7 +371,12 @@ ROOT_CAUSES = [
     ("deeply nested JSON", "model", b"[" * 100_000 + b"]" * 100_000,
      "invalid JSON (nested too deeply)"),
     ("nested architectures", "model", b'{"architectures": [["LlamaForCausalLM"]]}',
-     "architectures: unsupported architecture ['LlamaForCausalLM']; supported: "),
+     "architectures must be a list of architecture names (strings)"),
+    ("10**30 layers (hung building them)", "model",
+     json.dumps({**json.loads(resources.files("diptych.workloads.models")
+                              .joinpath("llama-3-8b.json").read_text()),
+                 "num_hidden_layers": 10**30}).encode(),
+     "num_hidden_layers must be an integer <= 10,000"),
     ("CSV field over 128 KiB", "topology", b"M,N,K\n" + b'"' + b"1" * 200_000 + b'",1,1\n',
      "invalid CSV (field larger than field limit (131072))"),
     ("undecodable chip", "chip", b'name = "caf\xe9"\n', "chip file is not UTF-8 text"),
