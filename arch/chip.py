@@ -133,7 +133,8 @@ class Scratchpad:
 
     capacity_mib: float = f(gt=0.0, max=SRAM_MIB_MAX, doc="capacity in MiB (0 < x <= 1048576)")
     banks: int = f(min=1, max=65536, doc="number of banks (integer 1..65536)")
-    bank_width_bytes: int = f(min=1, max=4096, doc="bytes per bank access (integer 1..4096)")
+    bank_width_bytes: int = f(min=1, max=2**20,
+                              doc="bytes per bank access (integer 1..1048576)")
     ports: int = f(min=1, max=64, doc="ports per bank (integer 1..64)")
     accumulator_mib: float = f(default=0.0, min=0.0, max=SRAM_MIB_MAX,
                                doc="separate accumulator SRAM in MiB (0 <= x <= 1048576)")

@@ -17,8 +17,10 @@ from diptych.arch.schema import MAX_INPUT_BYTES, read_config_file
 
 
 def base() -> dict:
-    d = tomllib.loads(resources.files("diptych.arch.chips").joinpath("tpu-v4.toml").read_text())
-    d.setdefault("shared_buffer", {"capacity_mib": 32.0, "bytes_per_cycle": 1024.0})
+    """A valid chip with every optional table present (h100 has the shared buffer, die, cost,
+    overheads and residency tables; the rest at their defaults)."""
+    d = tomllib.loads(resources.files("diptych.arch.chips").joinpath("h100.toml").read_text())
+    d.update(noc={"link_bytes_per_cycle": 64.0}, package={}, power={})
     return d
 
 
@@ -48,7 +50,7 @@ def test_every_numeric_field_has_an_upper_bound():
 def _set(d, path, value):
     *parents, last = path.split(".")
     for p in parents:
-        d = d[p]
+        d = d.setdefault(p, {})
     d[last] = value
 
 

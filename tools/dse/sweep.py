@@ -166,7 +166,8 @@ def result_columns(spec: SweepSpec, fn: Evaluate) -> dict[str, Any]:
     for name in spec.workload_axes:
         cols[name] = arrow_type(kinds.get(WORKLOAD_PARAMS[name][0], str))
     for name, v in chip_columns(spec.base_chip).items():
-        cols.setdefault(name, arrow_type(type(v)))
+        if v is not None:  # a column null on the base chip is added when a value appears
+            cols.setdefault(name, arrow_type(type(v)))
     declared = getattr(fn, "metric_types", None)
     declared = declared() if callable(declared) else (declared or {})
     for name, py in declared.items():
