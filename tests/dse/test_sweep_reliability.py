@@ -5,6 +5,7 @@ closed-form evaluators of ``fake_eval`` keep every test to a few seconds."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import os
 import signal
 import subprocess
@@ -134,21 +135,31 @@ def test_a_point_that_always_kills_its_worker_is_failed_alone_and_resumed(tmp_pa
 # ---- (b) the parent dies -------------------------------------------------------------------
 
 
-def _start_sweep(tmp_path, out, *extra, delay="0.3", **env):
+@contextlib.contextmanager
+def running_sweep(tmp_path, out, *extra, delay="0.3"):
+    """(command, process) of a ``diptych sweep`` subprocess in its own session; the whole
+    session is SIGKILLed on the way out."""
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC_TOML)
     cmd = [sys.executable, "-m", "diptych.tools.cli", "sweep", str(spec), "--out", str(out),
            "--evaluator", "fake_eval:toy_eval", "-j", "2", "--points-per-task", "1",
            "--no-progress", *extra]
-    return cmd, subprocess.Popen(cmd, env=env_with_fake(FAKE_EVAL_DELAY_S=delay, **env),
-                                 start_new_session=True, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env_with_fake(FAKE_EVAL_DELAY_S=delay),
+                            start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        yield cmd, proc
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
 
 def test_sigkill_of_the_sweep_takes_its_workers_with_it(tmp_path):
     out = tmp_path / "o"
-    _, proc = _start_sweep(tmp_path, out)
-    try:
+    with running_sweep(tmp_path, out) as (_, proc):
         wait_until(lambda: len(children(proc.pid)) >= 2 and part_files(out), 60,
                    "the sweep started no workers")
         workers = children(proc.pid)
@@ -158,17 +169,10 @@ def test_sigkill_of_the_sweep_takes_its_workers_with_it(tmp_path):
         wait_until(lambda: not any(alive(w) for w in workers), 5,
                    f"workers {workers} outlived their parent by 5 s")
         assert time.monotonic() - t0 < 5
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def test_ctrl_c_stops_a_sweep_with_exit_130_and_one_line(tmp_path):
-    out = tmp_path / "o"
-    _, proc = _start_sweep(tmp_path, out, delay="2")
-    try:
+    with running_sweep(tmp_path, tmp_path / "o", delay="2") as (_, proc):
         wait_until(lambda: len(children(proc.pid)) >= 2, 60, "the sweep started no workers")
         workers = children(proc.pid)
         time.sleep(0.3)
@@ -179,11 +183,6 @@ def test_ctrl_c_stops_a_sweep_with_exit_130_and_one_line(tmp_path):
         assert proc.returncode == 130
         assert err.strip().splitlines() == ["diptych: interrupted"]
         wait_until(lambda: not any(alive(w) for w in workers), 5, "workers outlived Ctrl-C")
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 # ---- (c) two sweeps, one directory; (d) stale temporary files --------------------------------
@@ -191,8 +190,7 @@ def test_ctrl_c_stops_a_sweep_with_exit_130_and_one_line(tmp_path):
 
 def test_a_second_sweep_on_a_locked_directory_is_refused(tmp_path):
     out = tmp_path / "o"
-    cmd, proc = _start_sweep(tmp_path, out, delay="0.2")
-    try:
+    with running_sweep(tmp_path, out, delay="0.2") as (cmd, proc):
         wait_until(lambda: part_files(out), 60, "the first sweep wrote nothing")
         r = CliRunner().invoke(main, cmd[3:], env=env_with_fake())
         assert r.exit_code == 2
@@ -200,9 +198,6 @@ def test_a_second_sweep_on_a_locked_directory_is_refused(tmp_path):
                                     "to this results directory; wait for it to finish, or use "
                                     "another --out")
         assert proc.wait(60) == 0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     rows = read_results(out).column("point_id").to_pylist()
     assert len(rows) == len(set(rows)) == 16
     assert (out / LOCK_FILE).exists()  # released, not removed: the next sweep takes it
