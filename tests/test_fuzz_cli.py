@@ -367,7 +367,7 @@ def test_fuzz_command_line_numbers(ws):
         check(["sweep", str(spec), "--out", str(ws / "s"), "--scheduler", sched], sched)
 
 
-# ---- the root causes, by name -------------------------------------------------------------
+# ---- the root causes, by name ------------------------------------------------------------
 
 
 ROOT_CAUSES = [
@@ -439,7 +439,7 @@ def test_internal_errors_are_one_line_with_exit_1(monkeypatch):
     assert isinstance(r.exception, ZeroDivisionError)  # --debug keeps the traceback
 
 
-# ---- a handful through real processes ---------------------------------------------------------------
+# ---- a handful through real processes ------------------------------------------------------------
 
 
 @pytest.mark.parametrize("what,kind,content,message", ROOT_CAUSES[:4],

@@ -40,11 +40,10 @@ def sweep(spec, out, scheduler, jobs, points_per_task, evaluator, csv_path, dry_
     s = load_spec(spec)
     if dry_run:
         run, bad, over = count_points(s)
-        n_chips = s.samples if s.mode == "random" else None
-        chips = f"{n_chips:,}" if n_chips is not None else f"{len(s.chip_points()):,}"
-        click.echo(f"{spec}: {run + bad + over:,} points ({chips} chips × "
-                   f"{len(s.workload_points()):,} workloads); {run:,} to run, {bad:,} "
-                   f"invalid chips, {over:,} over the area budget")
+        n_wl = len(s.workload_points())
+        click.echo(f"{spec}: {run + bad + over:,} points ({s.count() // n_wl:,} chips × "
+                   f"{n_wl:,} workloads); {run:,} to run, {bad:,} invalid chips, {over:,} over "
+                   "the area budget")
         return
     summary = run_sweep(s, out, evaluate=evaluator, scheduler=scheduler, jobs=jobs,
                         points_per_task=points_per_task, progress=not no_progress, log=echo_err)

@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 

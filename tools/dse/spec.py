@@ -424,17 +424,16 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
     for i, v in enumerate(workload_axes["model"]):
         _check_model(source, f"workload.model[{i}]", v)
 
-    n_chips = samples if mode == "random" else math.prod(len(v) for v in chip_axes.values())
-    n = n_chips * math.prod(len(v) for v in workload_axes.values())
-    if n > MAX_SWEEP_POINTS:
-        raise ValueError(f"{source}: the spec describes {n:,} points ({n_chips:,} chips × "
-                         f"{n // n_chips:,} workloads); a sweep runs at most "
-                         f"{MAX_SWEEP_POINTS:,}: split it into several specs")
     spec = SweepSpec(base=base, base_chip=base_chip, mode=mode, chip_axes=chip_axes,
                      workload_axes=workload_axes, samples=samples, seed=seed,
                      area_budget_mm2=budgets.get("area_budget_mm2"),
                      power_budget_w=budgets.get("power_budget_w"), points_per_task=ppt,
                      source=source, chip_kinds=chip_kinds, _base_key=_digest(base_dict)[:16])
+    n, n_wl = spec.count(), math.prod(len(v) for v in workload_axes.values())
+    if n > MAX_SWEEP_POINTS:
+        raise ValueError(f"{source}: the spec describes {n:,} points ({n // n_wl:,} chips × "
+                         f"{n_wl:,} workloads); a sweep runs at most "
+                         f"{MAX_SWEEP_POINTS:,}: split it into several specs")
     return spec
 
 
