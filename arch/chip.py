@@ -26,19 +26,49 @@ DRAM_KINDS: tuple[str, ...] = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4", "ddr3",
 TENSOR_KINDS: tuple[str, ...] = ("weight", "activation", "kv_cache", "gradient",
                                  "optimizer_state")
 
+# Physical ranges (docs/chips.md, "Valid ranges"). Every numeric field has an upper bound:
+# generous (a wafer-scale engine, a 2030s HBM stack fit inside) but finite, so that nonsense
+# (a typo of 10**20, NaN, inf) is refused when the chip is loaded, not met inside the engine.
 MAX_ARRAY_DIM = 4096
+#: Largest value in any dtype table; the per-table limits below are tighter.
+DTYPE_TABLE_MAX = 1e4
+#: MACs per PE per cycle: a rate is n/d with d <= MAX_RATE_DENOMINATOR (exactly representable,
+#: so the array timeline never rounds a rate up) and MIN_RATE <= rate <= MAX_RATE.
+MAX_RATE_DENOMINATOR = 1024
+MIN_RATE = 1 / MAX_RATE_DENOMINATOR
+MAX_RATE = 64.0
+PJ_PER_MAC_MAX = 1000.0     # pJ per MAC; a 45 nm fp32 MAC is ~4 pJ
+MM2_PER_MAC_MAX = 1.0       # mm² per MAC unit; a 45 nm fp32 MAC is ~0.01 mm²
+SRAM_MIB_MAX = 2.0**20      # 1 TiB of SRAM in one table; a wafer-scale engine has ~42,000 MiB
+POWER_W_MAX = 1e5           # W; a wafer-scale system draws ~25 kW
+AREA_MM2_MAX = 1e5          # mm²; a 300 mm wafer is ~70,000 mm²
+
+
+def check_rate(rate: float, source, path) -> None:
+    """``rate`` MACs per PE per cycle must be a ratio n/d with d <= MAX_RATE_DENOMINATOR that
+    equals the float exactly (to 1e-12), within [MIN_RATE, MAX_RATE]."""
+    from fractions import Fraction
+
+    if not MIN_RATE <= rate <= MAX_RATE:
+        fail(source, path, rate, f"a rate >= 1/{MAX_RATE_DENOMINATOR} and <= {MAX_RATE:g} "
+                                 "(or 0 for unsupported)")
+    fr = Fraction(rate).limit_denominator(MAX_RATE_DENOMINATOR)
+    if abs(float(fr) - rate) > 1e-12 * rate:
+        fail(source, path, rate, f"a rate n/d with d <= {MAX_RATE_DENOMINATOR} (the array "
+                                 "timeline plays whole steps; e.g. 0.25, 0.75 or 1/3 = "
+                                 f"0.333...), nearest is {fr} = {float(fr):.6g}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class DtypeTable:
     """One non-negative number per precision (0 = unsupported / not applicable)."""
 
-    int4: float = f(default=0.0, min=0.0, doc="value for int4")
-    int8: float = f(default=0.0, min=0.0, doc="value for int8")
-    fp8: float = f(default=0.0, min=0.0, doc="value for fp8")
-    bf16: float = f(default=0.0, min=0.0, doc="value for bf16")
-    fp16: float = f(default=0.0, min=0.0, doc="value for fp16")
-    fp32: float = f(default=0.0, min=0.0, doc="value for fp32")
+    int4: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for int4")
+    int8: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for int8")
+    fp8: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for fp8")
+    bf16: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for bf16")
+    fp16: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for fp16")
+    fp32: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for fp32")
 
     def __getitem__(self, dtype: str) -> float:
         if dtype not in DTYPES:
@@ -70,6 +100,9 @@ class SystolicArray:
         if all(v == 0 for _, v in self.macs_per_pe_per_cycle.items()):
             fail(source, f"{path}.macs_per_pe_per_cycle", {},
                  "at least one dtype with MACs per PE per cycle > 0")
+        for dtype, v in self.macs_per_pe_per_cycle.items():
+            if v:
+                check_rate(v, source, f"{path}.macs_per_pe_per_cycle.{dtype}")
 
     @property
     def pes(self) -> int:
@@ -85,8 +118,9 @@ class SystolicArray:
 class VectorUnit:
     """SIMD unit beside the arrays for elementwise ops and reductions."""
 
-    lanes: int = f(min=1, doc="vector lanes (integer >= 1)")
-    ops_per_lane_per_cycle: float = f(gt=0.0, doc="ops per lane per cycle (> 0)")
+    lanes: int = f(min=1, max=2**20, doc="vector lanes (integer 1..1048576)")
+    ops_per_lane_per_cycle: float = f(gt=0.0, max=1024.0,
+                                      doc="ops per lane per cycle (0 < x <= 1024)")
     on_array_output_path: bool = f(default=False,
                                    doc="true when the vector unit sits on the arrays' output "
                                        "path, so elementwise work can fuse into a GEMM's "
@@ -97,12 +131,13 @@ class VectorUnit:
 class Scratchpad:
     """Software-managed on-chip SRAM of one tensor core."""
 
-    capacity_mib: float = f(gt=0.0, doc="capacity in MiB (> 0)")
-    banks: int = f(min=1, doc="number of banks (integer >= 1)")
-    bank_width_bytes: int = f(min=1, doc="bytes per bank access (integer >= 1)")
-    ports: int = f(min=1, doc="ports per bank (integer >= 1)")
-    accumulator_mib: float = f(default=0.0, min=0.0,
-                               doc="separate accumulator SRAM in MiB (>= 0)")
+    capacity_mib: float = f(gt=0.0, max=SRAM_MIB_MAX, doc="capacity in MiB (0 < x <= 1048576)")
+    banks: int = f(min=1, max=65536, doc="number of banks (integer 1..65536)")
+    bank_width_bytes: int = f(min=1, max=2**20,
+                              doc="bytes per bank access (integer 1..1048576)")
+    ports: int = f(min=1, max=64, doc="ports per bank (integer 1..64)")
+    accumulator_mib: float = f(default=0.0, min=0.0, max=SRAM_MIB_MAX,
+                               doc="separate accumulator SRAM in MiB (0 <= x <= 1048576)")
 
     @property
     def capacity_bytes(self) -> int:
@@ -118,7 +153,7 @@ class Scratchpad:
 class TensorCore:
     """One tensor core: ``arrays`` identical systolic arrays sharing a scratchpad."""
 
-    arrays: int = f(min=1, doc="systolic arrays per core (integer >= 1)")
+    arrays: int = f(min=1, max=4096, doc="systolic arrays per core (integer 1..4096)")
     array: SystolicArray = f(doc="the systolic array table")
     vector: VectorUnit = f(doc="the vector unit table")
     scratchpad: Scratchpad = f(doc="the scratchpad table")
@@ -128,10 +163,13 @@ class TensorCore:
 class Dma:
     """The DMA engines moving tiles between DRAM and scratchpad."""
 
-    engines: int = f(min=1, doc="DMA engines (integer >= 1)")
-    max_outstanding: int = f(min=1, doc="outstanding transfers per engine (integer >= 1)")
-    bytes_per_cycle: float = f(gt=0.0, doc="bytes per core cycle per engine (> 0)")
-    setup_cycles: int = f(default=0, min=0, doc="fixed per-descriptor latency in cycles (>= 0)")
+    engines: int = f(min=1, max=1024, doc="DMA engines (integer 1..1024)")
+    max_outstanding: int = f(min=1, max=65536,
+                             doc="outstanding transfers per engine (integer 1..65536)")
+    bytes_per_cycle: float = f(min=0.01, max=1e6,
+                               doc="bytes per core cycle per engine (0.01 <= x <= 1e6)")
+    setup_cycles: int = f(default=0, min=0, max=1_000_000,
+                          doc="fixed per-descriptor latency in cycles (integer 0..1000000)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,25 +177,31 @@ class Dram:
     """Off-chip DRAM (HBM stacks or DDR channels) with JEDEC-style timing."""
 
     kind: str = f(choices=DRAM_KINDS, doc="DRAM kind")
-    stacks: int = f(min=1, doc="stacks (HBM) or DIMM groups (DDR), integer >= 1")
-    channels_per_stack: int = f(min=1, doc="channels per stack (integer >= 1)")
-    pseudo_channels_per_channel: int = f(min=1, doc="pseudo-channels per channel (integer >= 1)")
-    bits_per_pseudo_channel: int = f(min=1, doc="data bits per pseudo-channel (integer >= 1)")
-    gbps_per_pin: float = f(gt=0.0, max=64.0, doc="data rate per pin in Gb/s (0 < x <= 64)")
-    banks_per_pseudo_channel: int = f(min=1, doc="banks per pseudo-channel (integer >= 1)")
-    page_bytes: int = f(min=32, doc="row-buffer (page) size in bytes (integer >= 32)")
-    burst_bytes: int = f(min=8, doc="bytes per burst (integer >= 8)")
-    interleave_bytes: int = f(min=32, doc="address-interleave granularity across pseudo-channels "
-                                          "in bytes (integer >= 32)")
-    t_rcd_ns: float = f(gt=0.0, doc="tRCD in ns (> 0)")
-    t_cl_ns: float = f(gt=0.0, doc="tCL in ns (> 0)")
-    t_rp_ns: float = f(gt=0.0, doc="tRP in ns (> 0)")
-    t_ras_ns: float = f(gt=0.0, doc="tRAS in ns (> 0)")
-    t_rfc_ns: float = f(gt=0.0, doc="tRFC in ns (> 0)")
-    t_refi_ns: float = f(gt=0.0, doc="tREFI in ns (> 0)")
-    t_wtr_ns: float = f(min=0.0, doc="write-to-read turnaround tWTR in ns (>= 0)")
-    t_rtw_ns: float = f(min=0.0, doc="read-to-write turnaround in ns (>= 0)")
-    capacity_gib: float = f(gt=0.0, doc="capacity in GiB (> 0)")
+    stacks: int = f(min=1, max=64, doc="stacks (HBM) or DIMM groups (DDR), integer 1..64")
+    channels_per_stack: int = f(min=1, max=128, doc="channels per stack (integer 1..128)")
+    pseudo_channels_per_channel: int = f(min=1, max=16,
+                                         doc="pseudo-channels per channel (integer 1..16)")
+    bits_per_pseudo_channel: int = f(min=1, max=1024,
+                                     doc="data bits per pseudo-channel (integer 1..1024)")
+    gbps_per_pin: float = f(min=0.1, max=64.0, doc="data rate per pin in Gb/s (0.1 <= x <= 64)")
+    banks_per_pseudo_channel: int = f(min=1, max=1024,
+                                      doc="banks per pseudo-channel (integer 1..1024)")
+    page_bytes: int = f(min=32, max=65536, doc="row-buffer (page) size in bytes (integer "
+                                               "32..65536)")
+    burst_bytes: int = f(min=8, max=4096, doc="bytes per burst (integer 8..4096)")
+    interleave_bytes: int = f(min=32, max=2**30,
+                              doc="address-interleave granularity across pseudo-channels "
+                                  "in bytes (integer 32..1073741824)")
+    t_rcd_ns: float = f(gt=0.0, max=1000.0, doc="tRCD in ns (0 < x <= 1000)")
+    t_cl_ns: float = f(gt=0.0, max=1000.0, doc="tCL in ns (0 < x <= 1000)")
+    t_rp_ns: float = f(gt=0.0, max=1000.0, doc="tRP in ns (0 < x <= 1000)")
+    t_ras_ns: float = f(gt=0.0, max=10_000.0, doc="tRAS in ns (0 < x <= 10000)")
+    t_rfc_ns: float = f(gt=0.0, max=100_000.0, doc="tRFC in ns (0 < x <= 100000)")
+    t_refi_ns: float = f(gt=0.0, max=1e6, doc="tREFI in ns (0 < x <= 1e6)")
+    t_wtr_ns: float = f(min=0.0, max=1000.0,
+                        doc="write-to-read turnaround tWTR in ns (0 <= x <= 1000)")
+    t_rtw_ns: float = f(min=0.0, max=1000.0, doc="read-to-write turnaround in ns (0 <= x <= 1000)")
+    capacity_gib: float = f(gt=0.0, max=65536.0, doc="capacity in GiB (0 < x <= 65536)")
 
     def _validate(self, source, path):
         if self.burst_bytes > self.page_bytes:
@@ -195,9 +239,10 @@ class SharedBuffer:
     "Shared buffer"); its bytes cost ``energy.pj_per_sram_byte``.
     """
 
-    capacity_mib: float = f(gt=0.0, doc="capacity in MiB (> 0)")
-    bytes_per_cycle: float = f(gt=0.0, doc="read bandwidth of the whole buffer in bytes per "
-                                           "core cycle, all arrays together (> 0)")
+    capacity_mib: float = f(gt=0.0, max=SRAM_MIB_MAX, doc="capacity in MiB (0 < x <= 1048576)")
+    bytes_per_cycle: float = f(min=0.01, max=1e7,
+                               doc="read bandwidth of the whole buffer in bytes per core cycle, "
+                                   "all arrays together (0.01 <= x <= 1e7)")
 
     @property
     def capacity_bytes(self) -> int:
@@ -208,9 +253,11 @@ class SharedBuffer:
 class Interconnect:
     """Chip-to-chip links (ICI, NVLink, NeuronLink ...)."""
 
-    links: int = f(min=0, doc="links (integer >= 0)")
-    gb_per_s_per_link_per_direction: float = f(min=0.0, doc="GB/s per link per direction (>= 0)")
-    latency_us: float = f(min=0.0, doc="per-hop latency in microseconds (>= 0)")
+    links: int = f(min=0, max=1024, doc="links (integer 0..1024)")
+    gb_per_s_per_link_per_direction: float = f(min=0.0, max=100_000.0,
+                                               doc="GB/s per link per direction (0 <= x <= 1e5)")
+    latency_us: float = f(min=0.0, max=10_000.0,
+                          doc="per-hop latency in microseconds (0 <= x <= 10000)")
 
     @property
     def bytes_per_s_per_direction(self) -> float:
@@ -222,11 +269,21 @@ class EnergyTable:
     """Dynamic energy per event, plus static power."""
 
     pj_per_mac: DtypeTable = f(doc="table of pJ per MAC by dtype")
-    pj_per_sram_byte: float = f(min=0.0, doc="pJ per scratchpad byte read or written (>= 0)")
-    pj_per_dram_bit: float = f(min=0.0, doc="pJ per DRAM bit transferred (>= 0)")
-    pj_per_link_bit: float = f(min=0.0, doc="pJ per interconnect bit (>= 0)")
-    pj_per_vector_op: float = f(min=0.0, doc="pJ per vector-unit op (>= 0)")
-    static_w: float = f(default=0.0, min=0.0, doc="static (leakage + idle) power in W (>= 0)")
+    pj_per_sram_byte: float = f(min=0.0, max=1000.0,
+                                doc="pJ per scratchpad byte read or written (0 <= x <= 1000)")
+    pj_per_dram_bit: float = f(min=0.0, max=1000.0,
+                               doc="pJ per DRAM bit transferred (0 <= x <= 1000)")
+    pj_per_link_bit: float = f(min=0.0, max=1000.0,
+                               doc="pJ per interconnect bit (0 <= x <= 1000)")
+    pj_per_vector_op: float = f(min=0.0, max=1000.0, doc="pJ per vector-unit op (0 <= x <= 1000)")
+    static_w: float = f(default=0.0, min=0.0, max=POWER_W_MAX,
+                        doc="static (leakage + idle) power in W (0 <= x <= 100000)")
+
+    def _validate(self, source, path):
+        for dtype, v in self.pj_per_mac.items():
+            if v > PJ_PER_MAC_MAX:
+                fail(source, f"{path}.pj_per_mac.{dtype}", v,
+                     f"a number >= 0 and <= {PJ_PER_MAC_MAX:g}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -234,11 +291,21 @@ class AreaTable:
     """Area coefficients of the die-area model (see :mod:`diptych.arch.area`)."""
 
     mm2_per_mac: DtypeTable = f(doc="table of mm² per MAC unit by dtype")
-    mm2_per_mib_sram: float = f(min=0.0, doc="mm² per MiB of SRAM (>= 0)")
-    mm2_per_vector_lane: float = f(min=0.0, doc="mm² per vector lane (>= 0)")
-    mm2_per_hbm_phy: float = f(min=0.0, doc="mm² per DRAM stack PHY + controller (>= 0)")
-    mm2_per_link: float = f(min=0.0, doc="mm² per interconnect link SerDes (>= 0)")
-    fixed_overhead_mm2: float = f(min=0.0, doc="fixed overhead in mm² (>= 0)")
+    mm2_per_mib_sram: float = f(min=0.0, max=1000.0, doc="mm² per MiB of SRAM (0 <= x <= 1000)")
+    mm2_per_vector_lane: float = f(min=0.0, max=100.0,
+                                   doc="mm² per vector lane (0 <= x <= 100)")
+    mm2_per_hbm_phy: float = f(min=0.0, max=1000.0,
+                               doc="mm² per DRAM stack PHY + controller (0 <= x <= 1000)")
+    mm2_per_link: float = f(min=0.0, max=1000.0,
+                            doc="mm² per interconnect link SerDes (0 <= x <= 1000)")
+    fixed_overhead_mm2: float = f(min=0.0, max=AREA_MM2_MAX,
+                                  doc="fixed overhead in mm² (0 <= x <= 100000)")
+
+    def _validate(self, source, path):
+        for dtype, v in self.mm2_per_mac.items():
+            if v > MM2_PER_MAC_MAX:
+                fail(source, f"{path}.mm2_per_mac.{dtype}", v,
+                     f"a number >= 0 and <= {MM2_PER_MAC_MAX:g}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,8 +357,8 @@ class Chip:
 
     name: str = f(doc="chip name")
     description: str = f(default="", doc="one-line description")
-    clock_ghz: float = f(gt=0.0, max=10.0, doc="core clock in GHz (0 < x <= 10)")
-    tensor_cores: int = f(min=1, doc="tensor cores (integer >= 1)")
+    clock_ghz: float = f(min=0.001, max=10.0, doc="core clock in GHz (0.001 <= x <= 10)")
+    tensor_cores: int = f(min=1, max=1_000_000, doc="tensor cores (integer 1..1000000)")
     default_dtype: str = f(choices=DTYPES, doc="default datapath dtype")
     core: TensorCore = f(doc="the tensor core table")
     dma: Dma = f(doc="the dma table")
@@ -301,9 +368,9 @@ class Chip:
     interconnect: Interconnect = f(doc="the interconnect table")
     energy: EnergyTable = f(doc="the energy table")
     area: AreaTable = f(doc="the area table")
-    tdp_w: float = f(gt=0.0, doc="thermal design power in W (> 0)")
-    area_budget_mm2: float = f(default=0.0, min=0.0,
-                               doc="die-area budget in mm² (0 = none stated)")
+    tdp_w: float = f(gt=0.0, max=POWER_W_MAX, doc="thermal design power in W (0 < x <= 100000)")
+    area_budget_mm2: float = f(default=0.0, min=0.0, max=AREA_MM2_MAX,
+                               doc="die-area budget in mm² (0 = none stated; at most 100000)")
     shared_buffer: SharedBuffer | None = f(default=None,
                                            doc="optional shared on-chip buffer table "
                                                "(L2 / CMEM); absent = none")

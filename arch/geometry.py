@@ -68,18 +68,22 @@ class DieSpec:
                                 doc="largest long ÷ short side of a derived outline (1..10)")
     mm_edge_per_hbm_phy: float = f(default=10.0, gt=0.0, max=100.0,
                                    doc="mm of die edge per DRAM stack PHY (> 0)")
-    hbm_sites: int = f(default=0, min=0, doc="DRAM PHY sites on the die, incl. unpopulated "
-                                             "ones (0 = dram.stacks)")
+    hbm_sites: int = f(default=0, min=0, max=64,
+                       doc="DRAM PHY sites on the die, incl. unpopulated ones "
+                           "(0 = dram.stacks; at most 64)")
     hbm_edges: int = f(default=2, min=1, max=4,
                        doc="edges that may host DRAM PHYs, longest first (1..4)")
     mm_edge_per_link: float = f(default=1.2, min=0.0, max=100.0,
                                 doc="mm of die edge per chip-to-chip link SerDes (>= 0)")
     corner_keepout_mm: float = f(default=0.5, min=0.0, max=100.0,
                                  doc="free length at both ends of every edge in mm (>= 0)")
-    spare_cores: int = f(default=0, min=0, doc="extra tensor cores on the die, fused off "
-                                               "for yield (their area counts; >= 0)")
-    reticle_width_mm: float = f(default=26.0, gt=0.0, doc="reticle short side in mm (> 0)")
-    reticle_height_mm: float = f(default=33.0, gt=0.0, doc="reticle long side in mm (> 0)")
+    spare_cores: int = f(default=0, min=0, max=1_000_000,
+                         doc="extra tensor cores on the die, fused off for yield (their area "
+                             "counts; 0..1000000)")
+    reticle_width_mm: float = f(default=26.0, gt=0.0, max=1000.0,
+                                doc="reticle short side in mm (0 < x <= 1000)")
+    reticle_height_mm: float = f(default=33.0, gt=0.0, max=1000.0,
+                                 doc="reticle long side in mm (0 < x <= 1000)")
 
     def _validate(self, source, path):
         if (self.width_mm is None) != (self.height_mm is None):

@@ -52,16 +52,21 @@ class Package:
     compute_dies: int = f(default=1, min=1, max=64, doc="compute dies (integer 1..64)")
     io_dies: int = f(default=0, min=0, max=64, doc="IO/memory dies hosting the DRAM PHYs "
                                                     "and SerDes (integer 0..64)")
-    d2d_gb_per_s: float = f(default=0.0, min=0.0, doc="bandwidth of one D2D interface per "
-                                                      "direction in GB/s (>= 0)")
-    d2d_gb_per_s_per_mm: float = f(default=658.0, gt=0.0, doc="D2D bandwidth per direction "
-                                                              "per mm of die edge (> 0)")
-    d2d_mm2_per_mm: float = f(default=1.0, min=0.0, doc="D2D PHY area per mm of edge (>= 0)")
-    d2d_pj_per_bit: float = f(default=0.3, min=0.0, doc="energy per bit crossing one D2D "
-                                                        "interface in pJ (>= 0)")
-    d2d_latency_ns: float = f(default=2.0, min=0.0, doc="latency of one D2D crossing in ns")
-    io_die_overhead_mm2: float = f(default=0.0, min=0.0,
-                                   doc="fixed logic per IO die in mm² (>= 0)")
+    d2d_gb_per_s: float = f(default=0.0, min=0.0, max=1e6,
+                            doc="bandwidth of one D2D interface per direction in GB/s "
+                                "(0 <= x <= 1e6)")
+    d2d_gb_per_s_per_mm: float = f(default=658.0, gt=0.0, max=1e5,
+                                   doc="D2D bandwidth per direction per mm of die edge "
+                                       "(0 < x <= 1e5)")
+    d2d_mm2_per_mm: float = f(default=1.0, min=0.0, max=100.0,
+                              doc="D2D PHY area per mm of edge (0 <= x <= 100)")
+    d2d_pj_per_bit: float = f(default=0.3, min=0.0, max=1000.0,
+                              doc="energy per bit crossing one D2D interface in pJ "
+                                  "(0 <= x <= 1000)")
+    d2d_latency_ns: float = f(default=2.0, min=0.0, max=1e6,
+                              doc="latency of one D2D crossing in ns (0 <= x <= 1e6)")
+    io_die_overhead_mm2: float = f(default=0.0, min=0.0, max=1e5,
+                                   doc="fixed logic per IO die in mm² (0 <= x <= 100000)")
 
     def _validate(self, source, path):
         if self.dies > 1 and self.d2d_gb_per_s <= 0:

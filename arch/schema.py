@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from typing import Any, get_args, get_origin, get_type_hints
@@ -32,19 +33,32 @@ def _fail(source: str | None, path: str, value: Any, expected: str) -> typing.No
     raise ConfigError(f"{_where(source, path)}: expected {expected}, got {value!r}")
 
 
-def _check_number(meta: dict, value: float, source, path, kind: str = "a number") -> None:
-    lo, hi = meta.get("min"), meta.get("max")
+def _num(v: float) -> str:
+    """A bound as written in messages: integral values in full (1048576), others ``:g``."""
+    return str(int(v)) if float(v).is_integer() and abs(v) < 1e16 else f"{v:g}"
+
+
+def range_text(meta: dict) -> str:
+    """The bounds of a field's metadata as text, e.g. ``"> 0 and <= 10"`` ("" if none)."""
     parts = []
     if "gt" in meta:
-        parts.append(f"> {meta['gt']:g}")
-    if lo is not None:
-        parts.append(f">= {lo:g}")
-    if hi is not None:
-        parts.append(f"<= {hi:g}")
+        parts.append(f"> {_num(meta['gt'])}")
+    if meta.get("min") is not None:
+        parts.append(f">= {_num(meta['min'])}")
+    if meta.get("max") is not None:
+        parts.append(f"<= {_num(meta['max'])}")
+    return " and ".join(parts)
+
+
+def _check_number(meta: dict, value: float, source, path, kind: str = "a number") -> None:
+    lo, hi = meta.get("min"), meta.get("max")
+    rng = range_text(meta)
+    if isinstance(value, float) and not math.isfinite(value):
+        _fail(source, path, value, f"a finite number {rng}".rstrip())
     bad = (("gt" in meta and not value > meta["gt"]) or (lo is not None and value < lo)
            or (hi is not None and value > hi))
     if bad:
-        _fail(source, path, value, f"{kind} " + " and ".join(parts))
+        _fail(source, path, value, f"{kind} {rng}")
 
 
 def _convert(tp: Any, value: Any, meta: dict, source: str | None, path: str) -> Any:
@@ -136,31 +150,77 @@ def fail(source: str | None, path: str, value: Any, expected: str) -> typing.NoR
     _fail(source, path, value, expected)
 
 
+#: Largest configuration or input file read (bytes): far above any real chip, spec, model or
+#: topology file, far below what would exhaust memory.
+MAX_INPUT_BYTES = 64 * 2**20
+
+
+def check_input_file(path, what: str, *, error: type[Exception] = ConfigError,
+                     max_bytes: int | None = MAX_INPUT_BYTES) -> int:
+    """The size of ``path`` if it is a regular file of at most ``max_bytes`` (None: any size);
+    else ``error`` naming the file and ``what`` it is. Refuses a directory, a FIFO or device
+    (reading would block or never end) before anything is opened."""
+    import os
+    import stat
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise error(f"{path}: cannot read {what} ({kind})")
+    if max_bytes is not None and st.st_size > max_bytes:
+        raise error(f"{path}: {what} of {st.st_size:,} bytes is larger than the "
+                    f"{max_bytes // 2**20} MiB diptych reads")
+    return st.st_size
+
+
+def read_text_file(path, what: str, *, error: type[Exception] = ConfigError) -> str:
+    """The UTF-8 text of a regular file (:func:`check_input_file`, at most
+    :data:`MAX_INPUT_BYTES`), or ``error`` naming the file and ``what`` it is. Bytes that are
+    not UTF-8 are refused (a leading BOM is allowed)."""
+    check_input_file(path, what, error=error)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_INPUT_BYTES + 1)
+    except OSError as exc:
+        raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: {what} is not UTF-8 text (byte {exc.start}: "
+                    f"{data[exc.start:exc.start + 1]!r})") from None
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def read_config_file(path, what: str, *, fmt: str | None = None,
                      error: type[Exception] = ConfigError) -> Any:
     """Read and parse a TOML or JSON file (``fmt`` "toml"/"json"; by default by suffix).
 
     Problems raise ``error`` with a message naming the file and ``what`` it should be, e.g.
-    ``"mine.toml: cannot read chip file (No such file or directory)"``.
+    ``"mine.toml: cannot read chip file (No such file or directory)"``; see
+    :func:`read_text_file` for what is refused before parsing. JSON's non-standard ``NaN`` and
+    ``Infinity`` tokens are refused; so is nesting deeper than the parser's recursion limit.
     """
     import json
     import tomllib
     from pathlib import Path
 
     path = Path(path)
+    text = read_text_file(path, what, error=error)
+    kind = fmt or ("json" if path.suffix == ".json" else "toml")
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
-    if (fmt or ("json" if path.suffix == ".json" else "toml")) == "json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise error(f"{path}: invalid JSON ({exc})") from None
-    try:
+        if kind == "json":
+            return json.loads(text, parse_constant=_no_constant)
         return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise error(f"{path}: invalid TOML ({exc})") from None
+    except RecursionError:
+        raise error(f"{path}: invalid {kind.upper()} (nested too deeply)") from None
+    except ValueError as exc:  # JSONDecodeError, TOMLDecodeError, over-long integers
+        raise error(f"{path}: invalid {kind.upper()} ({exc})") from None
 
 
 def to_dict(obj: Any) -> Any:

@@ -6,6 +6,7 @@ import dataclasses
 from functools import lru_cache
 
 from .gemm import check_dataflows, gemm_stats
+from .limits import check_gemm, check_vector
 from .ops import Collective, Gemm, VectorOp
 from .stats import OpStats
 from .vector import vector_stats
@@ -13,11 +14,13 @@ from .vector import vector_stats
 
 @lru_cache(maxsize=4096)
 def _gemm_cached(shape: Gemm, chip, dataflow) -> OpStats:
+    check_gemm(shape, chip)  # refuse, stating the limit, what would run for hours
     return gemm_stats(shape, chip, dataflow)
 
 
 @lru_cache(maxsize=4096)
 def _vector_cached(shape: VectorOp, chip) -> OpStats:
+    check_vector(shape, chip)
     return vector_stats(shape, chip)
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..arch.chip import MAX_RATE_DENOMINATOR
+
 
 @dataclass(frozen=True)
 class Rates:
@@ -35,7 +37,7 @@ def array_rates(chip, dtype: str) -> Rates:
     if r <= 0:
         raise ValueError(f"dtype {dtype!r} is not supported by chip {chip.name!r} "
                          f"(supported: {', '.join(arr.dtypes)})")
-    fr = Fraction(r).limit_denominator(64)
+    fr = Fraction(r).limit_denominator(MAX_RATE_DENOMINATOR)  # exact: arch.chip.check_rate
     ws = min(fr, Fraction(1))
     return Rates(rate=float(r), os_num=fr.numerator, os_den=fr.denominator,
                  ws_num=ws.numerator, ws_den=ws.denominator,

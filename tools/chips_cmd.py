@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from ..arch import Chip, load_chip, load_chip_file, preset_names, to_dict
 from ..arch.loader import DERIVED_KEY
 from .errors import friendly
+from .jsonout import dumps
 
 
 def chip_summary(chip: Chip) -> dict:
@@ -94,7 +93,7 @@ def chips_show(chip: str, as_json: bool, as_toml: bool):
     c = load_chip(chip)
     d = chip_summary(c)
     if as_json:
-        click.echo(json.dumps(d, indent=2))
+        click.echo(dumps(d))
         return
     from rich.console import Console
     from rich.table import Table

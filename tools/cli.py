@@ -27,7 +27,30 @@ COMMANDS = [
 ]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The root group: Ctrl-C ends any command within a second with exit code 130 and one
+    line (see :mod:`diptych.tools.interrupt`)."""
+
+    def main(self, *args, **kwargs):
+        from .interrupt import install
+
+        restore = install()
+        try:
+            return super().main(*args, **kwargs)
+        finally:
+            restore()
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            from .interrupt import EXIT_CODE, report
+
+            report()
+            ctx.exit(EXIT_CODE)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="diptych")
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.pass_context

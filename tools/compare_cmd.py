@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from .errors import echo_err, friendly
+from .jsonout import dumps
 
 
 def _ints(text: str | None, name: str) -> tuple[int, ...] | None:
@@ -117,7 +116,7 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
     with progress_display("compare", enabled=not as_json) as progress:
         cmp = run_compare(list(chips), model, s, progress=progress)
     if as_json:
-        click.echo(json.dumps(cmp.to_json(), indent=2))
+        click.echo(dumps(cmp.to_json()))
     else:
         from .run_cmd import _console
 

@@ -1,4 +1,11 @@
-"""How the CLI turns library errors into short messages and exit code 2."""
+"""How the CLI turns errors into short messages: one line, never a traceback.
+
+* Bad input (``ValueError`` incl. ``ConfigError``, ``OSError``, ``KeyError``) → ``Error:
+  <message>`` and exit code 2.
+* Anything else is a bug in diptych: ``Error: internal error: <type>: <message> (rerun with
+  diptych --debug ...)`` and exit code 1, as a last-resort net; its root cause is to be fixed.
+* ``diptych --debug`` shows the traceback instead.
+"""
 
 from __future__ import annotations
 
@@ -14,24 +21,43 @@ class UsageError(click.ClickException):
     exit_code = 2
 
 
-def friendly(fn):
-    """Decorator for click commands: ValueError/OSError become exit 2 with a short message.
+class InternalError(click.ClickException):
+    """An unexpected exception (a bug), reported in one line with exit code 1."""
 
-    With ``diptych --debug`` the traceback is shown instead.
-    """
+    exit_code = 1
+
+
+def one_line(msg: str) -> str:
+    """``msg`` with its lines joined by "; " (messages stay one line)."""
+    return "; ".join(part.strip() for part in str(msg).splitlines() if part.strip())
+
+
+def _debug() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and bool((ctx.find_root().obj or {}).get("debug"))
+
+
+def friendly(fn):
+    """Decorator for click commands: errors become one line and an exit code (module
+    docstring); with ``diptych --debug`` the traceback is shown instead."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except click.ClickException:
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
         except (ValueError, OSError, KeyError) as exc:
-            ctx = click.get_current_context(silent=True)
-            if ctx is not None and (ctx.find_root().obj or {}).get("debug"):
+            if _debug():
                 raise
             msg = str(exc) if not isinstance(exc, KeyError) else str(exc.args[0])
-            raise UsageError(msg) from None
+            raise UsageError(one_line(msg)) from None
+        except Exception as exc:  # noqa: BLE001 - the last-resort net
+            if _debug():
+                raise
+            raise InternalError(one_line(
+                f"internal error: {type(exc).__name__}: {exc} (a bug in diptych; rerun with "
+                "`diptych --debug ...` for the traceback and report it)")) from None
 
     return wrapper
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from .errors import friendly
+from .jsonout import dumps
 
 
 @click.command("gemm")
@@ -50,7 +49,7 @@ def gemm(m, k, n, chip_name, dtype, dataflow, as_json, trace_path):
                              dataflow=dataflow)
         progress(steps, steps, "done")
     if as_json:
-        click.echo(json.dumps(st.to_dict(), indent=2))
+        click.echo(dumps(st.to_dict()))
         return
     from rich.console import Console
     from rich.table import Table

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from .errors import friendly
+from .jsonout import dumps
 
 
 def model_summary(name_or_path: str) -> dict:
@@ -79,7 +78,7 @@ def models_show(model: str, as_json: bool):
     parameters, KV-cache bytes per token per dtype, FLOPs per token."""
     s = model_summary(model)
     if as_json:
-        click.echo(json.dumps(s, indent=2))
+        click.echo(dumps(s))
         return
     from rich.table import Table
 

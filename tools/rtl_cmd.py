@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from .errors import UsageError, friendly
+from .jsonout import dumps
 
 _DTYPES = ("int8", "bf16")
 _DATAFLOWS = ("os", "ws")
@@ -126,7 +126,7 @@ def rtl_area(dtype, rows, cols, dataflow, as_json):
         a, b = reports["int8"]["blocks"], reports["bf16"]["blocks"]
         ratios = {k: round(b[k]["cells"] / a[k]["cells"], 2) for k in a if k in b}
     if as_json:
-        click.echo(json.dumps({"reports": reports, "bf16_to_int8_cell_ratio": ratios}, indent=2))
+        click.echo(dumps({"reports": reports, "bf16_to_int8_cell_ratio": ratios}))
         return
     from rich.console import Console
     from rich.table import Table

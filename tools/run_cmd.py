@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import warnings
 
 import click
@@ -10,6 +9,7 @@ import click
 from ..arch.dtypes import DTYPES
 from . import fmt
 from .errors import echo_err, friendly
+from .jsonout import dumps
 
 
 def _console():
@@ -204,7 +204,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, w
         if trace:
             _write_trace(trace, chrome_trace(res.layers, name=f"{res.chip}: {topology}"))
         if as_json:
-            click.echo(json.dumps(d, indent=2))
+            click.echo(dumps(d))
             return
         for r in res.layers:
             r.setdefault("total_seconds", r["seconds"])
@@ -240,7 +240,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, w
         else:
             out = {"curve": [r.to_dict() for r in results],
                    "compute_bound_batch": curve["compute_bound_batch"]}
-        click.echo(json.dumps(out, indent=2))
+        click.echo(dumps(out))
         return
     from ..arch import load_chip
     from .dse.physical import geometry_warnings
@@ -275,4 +275,4 @@ def _write_trace(path: str, data: dict) -> None:
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
-        json.dump(data, fh)
+        fh.write(dumps(data, indent=None))

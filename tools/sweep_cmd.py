@@ -12,7 +12,9 @@ from .errors import echo_err, friendly
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False),
               help="Results directory (Parquet part files); rerun with the same one to resume.")
 @click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
-              help="Run on this Dask distributed scheduler instead of a local process pool.")
+              help="Run on this Dask distributed scheduler instead of a local process pool. "
+                   "The cluster runs the code it is sent and diptych unpickles the results it "
+                   "returns: use only a cluster you trust.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Local worker processes (default: one per CPU).")
 @click.option("--points-per-task", type=click.IntRange(min=1), default=None,
@@ -31,15 +33,17 @@ def sweep(spec, out, scheduler, jobs, points_per_task, evaluator, csv_path, dry_
     finished points are skipped, none lost, none duplicated. A point that fails is recorded
     with its error.
     """
+    from .dse.csvsafe import safe_table
     from .dse.spec import load_spec
-    from .dse.sweep import prepare, read_results, run_sweep
+    from .dse.sweep import count_points, read_results, run_sweep
 
     s = load_spec(spec)
     if dry_run:
-        items, bad, over = prepare(s)
-        click.echo(f"{spec}: {len(s.points())} points ({len(s.chip_points())} chips × "
-                   f"{len(s.workload_points())} workloads); {len(items)} to run, {len(bad)} "
-                   f"invalid chips, {over} over the area budget")
+        run, bad, over = count_points(s)
+        n_wl = len(s.workload_points())
+        click.echo(f"{spec}: {run + bad + over:,} points ({s.count() // n_wl:,} chips × "
+                   f"{n_wl:,} workloads); {run:,} to run, {bad:,} invalid chips, {over:,} over "
+                   "the area budget")
         return
     summary = run_sweep(s, out, evaluate=evaluator, scheduler=scheduler, jobs=jobs,
                         points_per_task=points_per_task, progress=not no_progress, log=echo_err)
@@ -49,8 +53,17 @@ def sweep(spec, out, scheduler, jobs, points_per_task, evaluator, csv_path, dry_
 
         table = read_results(out)
         keep = [c for c in table.column_names if c != "traceback"]
-        pcsv.write_csv(table.select(keep), csv_path)
+        pcsv.write_csv(safe_table(table.select(keep)), csv_path)
         click.echo(f"wrote {csv_path} ({table.num_rows} rows)")
+    if summary.succeeded == 0 and summary.total > summary.over_budget:
+        raise SweepFailed(f"every point of {spec} failed (results kept in {out}); the first "
+                          f"error: {summary.first_error}")
+
+
+class SweepFailed(click.ClickException):
+    """A sweep none of whose points has a result: exit code 1."""
+
+    exit_code = 1
 
 
 def _describe(rows: list[dict], key) -> str:

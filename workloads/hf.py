@@ -57,6 +57,11 @@ _GELU_TANH = ("gelu_pytorch_tanh", "gelu_tanh", "gelu_new", "gelu")
 _SILU = ("silu", "swish")
 
 
+#: Largest integers accepted: layers are built one by one, so their count is bounded tightly
+#: (the deepest published models have ~100-200 layers); every other integer at 2**40.
+MAX_INT: dict = {"num_hidden_layers": 10_000, "n_layer": 10_000, None: 2**40}
+
+
 class Fields:
     """Typed reads of one config dict (``prefix`` names a nested one, e.g. ``text_config.``);
     ``defaults`` are the HF configuration class's values for absent keys."""
@@ -103,6 +108,9 @@ class Fields:
             raise ValueError(f"{self.where(k)} must be an integer, not {v!r}")
         if minimum is not None and v < minimum:
             raise ValueError(f"{self.where(k)} must be an integer >= {minimum}, not {v!r}")
+        top = MAX_INT.get(k, MAX_INT[None])
+        if v > top:
+            raise ValueError(f"{self.where(k)} must be an integer <= {top:,}, not {v!r}")
         return v
 
     def bool(self, *keys: str, default: Any = ...) -> Any:

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..arch import Chip, load_chip
 from ..arch.dtypes import dtype_bytes
+from ..sim.limits import check_ops, check_sizes
 from ..sim.ops import Collective, Gemm, Op
 from .config import ModelConfig
 from .fused import FusedAttention, fused_stats
@@ -312,6 +313,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     model = load_model(model)
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
+    check_sizes(batch=batch, micro_batch=micro_batch, prompt=prompt, gen=gen, seq=seq)
     tp, dp = resolve_parallelism(phase, chips, tp, dp)
     n_chips = tp * dp
     p = default_precision(chip, phase, weights_dtype, act_dtype, kv_dtype)
@@ -319,6 +321,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     w, context = lower_workload(model, phase, batch=batch, prompt=prompt, gen=gen, seq=seq,
                                 precision=p, tp=tp, dp=dp, recompute=recompute,
                                 micro_batch=micro_batch, attention=attention)
+    check_ops((op for b in w.blocks for op in b.ops), chip)  # refuse before simulating any
     warns = []
     if context > model.max_position_embeddings:
         msg = (f"context of {context} tokens exceeds {model.name}'s max_position_embeddings "
@@ -454,6 +457,7 @@ def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,
         raise ValueError(f"chip {chip.name!r} does not support {dt} (supports "
                          f"{', '.join(chip.dtypes)})")
     ops = load_topology(path, dtype=dt)
+    check_ops(ops, chip)
     w = Workload("topology", (Block("topology", 1, tuple(ops)),), tokens=1, batch=1)
     t = simulate_workload(w, chip, simulate=simulate)
     secs = t["seconds"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from ..arch.schema import read_text_file
 from ..sim.ops import Gemm
 
 _CONV_COLS = ("ifmap height", "ifmap width", "filter height", "filter width", "channels",
@@ -33,8 +34,9 @@ def _int(path, line: int, col: str, text: str) -> int:
     try:
         v = int(text.strip())
     except ValueError:
+        shown = text.strip() if len(text.strip()) <= 40 else text.strip()[:40] + "..."
         raise ValueError(f"{path}:{line}: column {col!r} must be an integer, not "
-                         f"{text.strip()!r}") from None
+                         f"{shown!r}") from None
     if v < 1:
         raise ValueError(f"{path}:{line}: column {col!r} must be a positive integer, not {v}")
     return v
@@ -44,11 +46,12 @@ def load_topology(path: str | Path, *, dtype: str = "bf16", acc_dtype: str = "fp
                   ) -> list[Gemm]:
     """The GEMMs of a topology CSV (see the module docstring), in file order."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read topology file ({exc.strerror})") from None
-    rows = [(i + 1, r) for i, r in enumerate(csv.reader(text.splitlines()))]
+    text = read_text_file(path, "topology file", error=ValueError)
+    reader = csv.reader(text.splitlines())
+    try:  # csv.Error: a field over csv.field_size_limit() (128 KiB), a NUL byte ...
+        rows = [(reader.line_num, r) for r in reader]
+    except csv.Error as exc:
+        raise ValueError(f"{path}:{reader.line_num}: invalid CSV ({exc})") from None
     rows = [(n, [c for c in r]) for n, r in rows if any(c.strip() for c in r)]
     if not rows:
         raise ValueError(f"{path}: empty topology file")

@@ -47,3 +47,34 @@ def roofline_run(chip, model, **kw):
     from roofline_double import roofline
 
     return run_workload(chip, model, simulate=roofline, **kw)
+
+
+# ---- evaluators that misbehave, for the reliability tests
+
+
+def dying_eval(chip, workload):
+    """:func:`toy_eval`, except that a point with ``batch == FAKE_EVAL_DIE_BATCH`` kills its own
+    process with SIGKILL (as the kernel's out-of-memory killer or a segfault would): every
+    time, or only the first time when ``FAKE_EVAL_DIE_ONCE`` names a directory for markers."""
+    import signal
+    from pathlib import Path
+
+    die = os.environ.get("FAKE_EVAL_DIE_BATCH")
+    if die and workload.get("batch") == int(die):
+        marks = os.environ.get("FAKE_EVAL_DIE_ONCE")
+        mark = Path(marks) / f"{chip.name}-{workload['phase']}" if marks else None
+        if mark is None or not mark.exists():
+            if mark is not None:
+                mark.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+    return toy_eval(chip, workload)
+
+
+def late_metric_eval(chip, workload):
+    """:func:`toy_eval` plus metrics no evaluator declares: ``late`` only for batch 8 (an int
+    for prefill, a float for decode), ``label`` a string that starts like a formula."""
+    out = toy_eval(chip, workload)
+    if workload.get("batch") == 8:
+        out["late"] = 3 if workload["phase"] == "prefill" else 2.5
+    out["label"] = f"=HYPERLINK(\"x\",\"{workload['phase']}\")"
+    return out

@@ -90,7 +90,7 @@ def test_derived_chip_applies_every_named_parameter():
     ({"budget": 3}, "budget: expected no such key"),
     ({"base": "h100", "chip": {"dtype": ["int4"]}},
      "chip.dtype[0]: the base chip 'h100' has no area.mm2_per_mac.int4 coefficient"),
-    ({"area_budget_mm2": -5}, "area_budget_mm2: expected a positive number"),
+    ({"area_budget_mm2": -5}, "area_budget_mm2: expected a finite positive number"),
     ({"base": "no-such-chip"}, "unknown chip 'no-such-chip'"),
 ])
 def test_bad_specs_have_clear_messages(data, message):

@@ -158,6 +158,11 @@ def test_sigkill_mid_run_then_resume_gives_the_uninterrupted_row_set(tmp_path):
     run_sweep(load_spec(spec), whole, evaluate=fake_eval.toy_eval,
               executor=cf.ThreadPoolExecutor(2), progress=False)
     assert rows_by_id(killed) == rows_by_id(whole)
+    # the resumed directory is one table for the tools people use, without duplicates
+    import pandas as pd
+    import pyarrow.dataset as ds
+
+    assert len(pd.read_parquet(killed)) == n == ds.dataset(killed).to_table().num_rows
 
 
 def test_dask_scheduler_and_worker_on_loopback(tmp_path):

@@ -8,6 +8,7 @@ time), whether it exceeds the chip's TDP, and tokens per joule.
 from __future__ import annotations
 
 import functools
+import types
 import warnings
 from typing import Any
 
@@ -29,7 +30,10 @@ def run_phase(chip, workload: dict[str, Any], *, simulate=None):
     ``simulate`` replaces the engine (tests pass a roofline double)."""
     from ...workloads import run_workload
 
-    wl = dict(workload)
+    from .spec import WORKLOAD_PARAMS
+
+    wl = {k: d for k, (_, _, d) in WORKLOAD_PARAMS.items() if d is not None}
+    wl.update(workload)  # the documented defaults (batch 1, prompt 2048, gen 128) when absent
     model = _model(wl.pop("model"))
     phase = wl.pop("phase")
     kwargs = {k: v for k, v in wl.items() if v is not None}
@@ -72,3 +76,33 @@ def evaluate_workload(chip, workload: dict[str, Any]) -> dict[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return result_metrics(chip, run_phase(chip, workload))
+
+
+@functools.lru_cache(maxsize=1)
+def metric_types() -> dict[str, type]:
+    """Name → Python type (bool, int, float, str) of every metric :func:`evaluate_workload`
+    returns, derived without a run: :func:`result_metrics` of a :class:`RunResult` whose
+    fields hold sample values of their annotated types. Sweeps declare these columns before
+    the first result arrives (one Parquet schema for every part)."""
+    import dataclasses
+    import typing
+
+    from ...arch import load_chip
+    from ...workloads.run import RunResult
+
+    samples = {bool: True, int: 1, float: 1.0, str: "x"}
+    hints = typing.get_type_hints(RunResult)
+    kw = {}
+    for f in dataclasses.fields(RunResult):
+        tp = hints[f.name]
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        base = args[0] if typing.get_origin(tp) in (typing.Union, types.UnionType) else tp
+        origin = typing.get_origin(base) or base
+        kw[f.name] = samples.get(base, origin() if origin in (list, dict) else None)
+    res = RunResult(**kw)
+    res.warnings = ["x"]
+    metrics = result_metrics(load_chip("tpu-v4"), res)
+    return {k: type(v) for k, v in metrics.items() if type(v) in samples}
+
+
+evaluate_workload.metric_types = metric_types

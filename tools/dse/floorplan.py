@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from ...arch.area import AREA_BLOCKS
 from ...arch.geometry import EDGES, DieGeometry, band_depths, dies
 from ...arch.package import core_area_mm2
+from .plots import text as literal
 
 #: A fixed colour per block, so that every floorplan and report reads the same way.
 BLOCK_COLORS: dict[str, str] = {
@@ -393,6 +394,9 @@ def _stacks(chip, g: DieGeometry, dx: float, dy: float) -> list[Rect]:
 
 def floorplan(chip) -> Floorplan:
     """The floorplan of ``chip``: every die laid out and placed (see the module docstring)."""
+    if not chip.die_area_mm2 > 0:
+        raise ValueError(f"chip {chip.name!r}: the modelled die area is 0 mm² (every area "
+                         "coefficient is 0): there is no floorplan to draw")
     geos = dies(chip)
     compute = [g for g in geos if g.kind != "io"]
     io = [g for g in geos if g.kind == "io"]
@@ -546,7 +550,7 @@ def _title(chip, plan: Floorplan, cost) -> str:
     ws = sum(d.geometry.whitespace_mm2 for d in ds)
     extra = f" + {ws:.0f} whitespace" if ws > 0.5 else ""
     budget = f", budget {chip.area_budget_mm2:.0f}" if chip.area_budget_mm2 else ""
-    line = f"{chip.name}: {chip.die_area_mm2:.0f} mm²{extra} ({shape}){budget}"
+    line = f"{literal(chip.name)}: {chip.die_area_mm2:.0f} mm²{extra} ({shape}){budget}"
     if cost is not None:  # "\$": a literal dollar, not matplotlib mathtext
         line += f"\n\\${cost.total_usd:,.0f} per chip (dies \\${cost.die_usd:,.0f}, yield " + \
             ", ".join(f"{d.yield_:.0%}" for d in cost.dies[:3]) + ")"

@@ -12,6 +12,12 @@ from typing import Iterable, Sequence
 from .pareto import pareto_front
 
 
+def text(s) -> str:
+    """``s`` as literal plot text: matplotlib reads ``$...$`` as maths, so every label or
+    title built from a user's string (chip, model, metric names) goes through this."""
+    return str(s).replace("$", r"\$")
+
+
 def _figure(size=(6.4, 4.8)):
     from matplotlib.figure import Figure
     return Figure(figsize=size, layout="constrained")
@@ -36,15 +42,16 @@ def pareto_plot(xs: Sequence[float], ys: Sequence[float], *, x_label: str, y_lab
             label="Pareto front", markersize=5)
     if annotations is not None:
         for i in front:
-            ax.annotate(str(annotations[i]), (xs[i], ys[i]), fontsize=6,
+            ax.annotate(text(annotations[i]), (xs[i], ys[i]), fontsize=6,
                         xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel(x_label)
-    ax.set_ylabel(y_label)
+    ax.set_xlabel(text(x_label))
+    ax.set_ylabel(text(y_label))
     if log_x:
         ax.set_xscale("log")
     if log_y:
         ax.set_yscale("log")
-    ax.set_title(title or f"Pareto front: {y_label} vs {x_label} ({len(front)} of {len(ok)})")
+    ax.set_title(text(title or f"Pareto front: {y_label} vs {x_label} ({len(front)} of "
+                      f"{len(ok)})"))
     ax.grid(True, alpha=0.3)
     ax.legend()
     return fig
@@ -83,16 +90,17 @@ def roofline_plot(chips: Iterable[tuple[str, float, float, Sequence[dict]]], *,
         c = colors(k % 10)
         n = 200
         xs = [lo_i * (hi_i / lo_i) ** (j / (n - 1)) for j in range(n)]
-        ax.plot(xs, [min(peak, bw * x) for x in xs], color=c, label=f"{name} roof")
+        shown = text(name)
+        ax.plot(xs, [min(peak, bw * x) for x in xs], color=c, label=f"{shown} roof")
         used = {o.get("dtype") for o in ops if o.get("dtype")}
         for dt, p in sorted(((dtype_peaks or {}).get(name) or {}).items()):
             if dt in used and p != peak:
                 ax.plot(xs, [min(p, bw * x) for x in xs], color=c, linestyle="--",
-                        linewidth=0.9, label=f"{name} roof ({dt})")
+                        linewidth=0.9, label=f"{shown} roof ({dt})")
         skipped = len(ops) - len(pts)
         note = f" ({skipped} not placeable)" if skipped else ""
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=10, color=c, alpha=0.6,
-                   label=f"{name} ops{note}")
+                   label=f"{shown} ops{note}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / DRAM byte)")
@@ -120,7 +128,7 @@ def decode_curve_plot(curves: Iterable[tuple[str, int, Sequence[tuple[int, float
             continue
         pts = sorted(pts)
         line, = ax.plot([p[1] for p in pts], [p[2] * 1e3 for p in pts], "o-",
-                        label=f"{chip} ctx={context}")
+                        label=text(f"{chip} ctx={context}"))
         for b, tps, tpot in pts:
             ax.annotate(f"b{b}", (tps, tpot * 1e3), fontsize=6, xytext=(3, 3),
                         textcoords="offset points", color=line.get_color())

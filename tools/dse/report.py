@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import csv
 import html
-import json
 from pathlib import Path
 
+from ..jsonout import dumps
 from .compare import Comparison
 from .compare_table import metrics, ratio_caption
+from .csvsafe import safe_rows
 from .floorplan import draw_floorplans, save_figure
 from .physical import geometry_warnings, provenance
 from .plots import decode_curve_plot, roofline_plot
@@ -109,16 +110,17 @@ def write_report(cmp: Comparison, out: str | Path) -> list[Path]:
     rows = cmp.rows()
     p = out / "compare.csv"
     with open(p, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        safe = safe_rows(rows)  # no spreadsheet formulas from chip or model names
+        w = csv.DictWriter(fh, fieldnames=list(safe[0]))
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(safe)
     files.append(p)
     p = out / "compare.json"
     details = cmp.details()
     details["provenance"] = provenance()
     details["geometry_warnings"] = [w for cr in cmp.chips.values()
                                     for w in geometry_warnings(cr.chip)]
-    p.write_text(json.dumps(details, indent=2))
+    p.write_text(dumps(details))
     files.append(p)
     bad = infeasible_points(cmp)
     roof = roofline_plot(roofline_inputs(cmp),

@@ -38,6 +38,11 @@ from typing import Any, Callable
 
 from ...arch import DTYPES, Chip, chip_from_dict, load_chip, to_dict
 from ...arch.schema import read_config_file
+from ...sim.limits import check_sizes
+
+#: Most points one sweep may describe (checked before any point is built): a million
+#: workload runs is days of CPU; split larger explorations into several specs.
+MAX_SWEEP_POINTS = 1_000_000
 
 # ---------------------------------------------------------------------------------------------
 # chip parameters: name -> (kind, doc, setter(d, value))
@@ -193,6 +198,17 @@ class SweepSpec:
         return [dict(zip(names, combo))
                 for combo in itertools.product(*(self.workload_axes[n] for n in names))]
 
+    def count(self) -> int:
+        """Points the spec describes (repeated values counted), without building any."""
+        chips = self.samples if self.mode == "random" else math.prod(
+            len(v) for v in self.chip_axes.values())
+        return chips * math.prod(len(v) for v in self.workload_axes.values())
+
+    def point(self, chip: dict[str, Any], workload: dict[str, Any]) -> Point:
+        """The point of chip parameters ``chip`` and workload parameters ``workload``."""
+        pid = _digest({"base": self._base_key, "chip": chip, "workload": workload})[:16]
+        return Point(pid, chip, workload)
+
     def points(self) -> list[Point]:
         """Every point, chip-major, duplicates (same id) removed, order stable."""
         seen: set[str] = set()
@@ -200,10 +216,10 @@ class SweepSpec:
         workloads = self.workload_points()
         for cp in self.chip_points():
             for wp in workloads:
-                pid = _digest({"base": self._base_key, "chip": cp, "workload": wp})[:16]
-                if pid not in seen:
-                    seen.add(pid)
-                    out.append(Point(pid, cp, wp))
+                p = self.point(cp, wp)
+                if p.id not in seen:
+                    seen.add(p.id)
+                    out.append(p)
         return out
 
 
@@ -247,8 +263,9 @@ def _check_value(source: str, key: str, kind: str, v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise _err(source, key, v, "a positive integer")
     elif kind == "float":
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-            raise _err(source, key, v, "a positive number")
+        if (isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0
+                or not math.isfinite(v)):
+            raise _err(source, key, v, "a finite positive number")
         v = float(v)
     elif kind == "dtype":
         if v not in DTYPES:
@@ -277,6 +294,16 @@ def _raw_path_kind(base: dict, path: str, source: str) -> str:
     return "int" if isinstance(node, int) and not isinstance(node, bool) else "float"
 
 
+def _check_model(source: str, key: str, name: str) -> None:
+    """A spec's model must load (built-in name or readable config.json) before any point runs."""
+    from ...workloads import load_model
+
+    try:
+        load_model(name)
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"{source}: {key}: {exc}") from None
+
+
 def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
     """Validate a spec dict (parsed TOML); every problem is a ValueError naming the key."""
     if not isinstance(data, dict):
@@ -294,14 +321,19 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
     if not base_path.is_absolute() and (Path(source).parent / base_path).exists() \
             and base.endswith(".toml"):
         base = str(Path(source).parent / base_path)
-    base_chip = load_chip(base)
+    try:
+        base_chip = load_chip(base)
+    except ValueError as exc:
+        raise ValueError(f"{source}: base: {exc}") from None
     mode = data.get("mode", "grid")
     if mode not in ("grid", "random"):
         raise _err(source, "mode", mode, "\"grid\" or \"random\"")
     samples = data.get("samples", 0)
     if mode == "random":
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise _err(source, "samples", samples, "a positive integer in random mode")
+        if (isinstance(samples, bool) or not isinstance(samples, int) or not
+                1 <= samples <= MAX_SWEEP_POINTS):
+            raise _err(source, "samples", samples,
+                       f"a positive integer in random mode (at most {MAX_SWEEP_POINTS:,})")
     elif "samples" in data:
         raise _err(source, "samples", samples, "no samples in grid mode (use mode = \"random\")")
     seed = data.get("seed", 0)
@@ -334,6 +366,9 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
                 raise _err(source, key, axis, "a range table {min, max, log, integer}")
             if kind not in ("int", "float"):
                 raise _err(source, key, axis, "a list of values (this parameter is not numeric)")
+            for flag in ("log", "integer"):
+                if not isinstance(axis.get(flag, False), bool):
+                    raise _err(source, f"{key}.{flag}", axis[flag], "true or false")
             lo = _check_value(source, f"{key}.min", "float", axis["min"])
             hi = _check_value(source, f"{key}.max", "float", axis["max"])
             if hi < lo:
@@ -376,16 +411,29 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
         kind = WORKLOAD_PARAMS[name][0]
         workload_axes[name] = [_check_value(source, f"workload.{name}[{i}]", kind, v)
                                for i, v in enumerate(values)]
+        for i, v in enumerate(workload_axes[name]):
+            if name in ("batch", "prompt", "gen", "seq"):
+                try:
+                    check_sizes(**{name: v})
+                except ValueError as exc:
+                    raise ValueError(f"{source}: workload.{name}[{i}]: {exc}") from None
     for req in ("model", "phase"):
         if req not in workload_axes:
             raise ValueError(f"{source}: workload.{req}: missing required key "
                              f"({WORKLOAD_PARAMS[req][1]})")
+    for i, v in enumerate(workload_axes["model"]):
+        _check_model(source, f"workload.model[{i}]", v)
 
     spec = SweepSpec(base=base, base_chip=base_chip, mode=mode, chip_axes=chip_axes,
                      workload_axes=workload_axes, samples=samples, seed=seed,
                      area_budget_mm2=budgets.get("area_budget_mm2"),
                      power_budget_w=budgets.get("power_budget_w"), points_per_task=ppt,
                      source=source, chip_kinds=chip_kinds, _base_key=_digest(base_dict)[:16])
+    n, n_wl = spec.count(), math.prod(len(v) for v in workload_axes.values())
+    if n > MAX_SWEEP_POINTS:
+        raise ValueError(f"{source}: the spec describes {n:,} points ({n // n_wl:,} chips × "
+                         f"{n_wl:,} workloads); a sweep runs at most "
+                         f"{MAX_SWEEP_POINTS:,}: split it into several specs")
     return spec
 
 

@@ -1,39 +1,40 @@
 """Run a sweep: evaluate every point of a spec on an executor, writing rows as they finish.
 
 * **One code path for every executor**: work goes through the ``concurrent.futures.Executor``
-  interface: a local :class:`~concurrent.futures.ProcessPoolExecutor` by default, or
-  ``distributed.Client(address).get_executor()`` for a Dask cluster.
-* **Incremental, resumable output**: the results directory holds one Parquet part file per
-  finished task (a few points), written to a temporary name, fsynced and renamed, so a killed
-  sweep leaves only whole files. On restart the ids already present are skipped: no point is
-  lost or run twice.
+  interface (:mod:`.pool`): a local process pool by default, or a Dask cluster's executor.
+* **Incremental, resumable output** (:mod:`.results`): one Parquet part per finished task, all
+  with one schema, written atomically into a locked directory. On restart the ids already
+  present are skipped: no point is lost or run twice.
 * **Failures are data**: an exception while evaluating a point becomes that point's ``error``
   column; the sweep goes on.
+* **Dead workers lose nothing** (:class:`_Driver`): when a worker process dies the pool is
+  rebuilt and the tasks in flight run again, alone, until the point that kills its worker is
+  found; only that point is recorded as failed (``worker_died``), and a resume runs it again.
 * **Budgets**: points whose die exceeds ``area_budget_mm2`` are not run (an error if that
   leaves none); ``power_budget_w`` adds a ``within_power_budget`` column.
 
 The evaluation callable is a parameter (``evaluate(chip, workload) -> dict of scalars``) so that
-tests and users can plug in their own; it must be picklable (a module-level function).
+tests and users can plug in their own; it must be picklable (a module-level function). It may
+declare its metrics' types in a ``metric_types`` attribute (see :func:`result_columns`).
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import importlib
-import os
 import time
 import traceback
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ...arch.area import area_breakdown_mm2
-from .spec import Point, SweepSpec
+from .pool import Pool
+from .results import (PART_GLOB, ResultsDir, arrow_type, finished_ids, part_files,  # noqa: F401
+                      read_results)
+from .spec import WORKLOAD_PARAMS, Point, SweepSpec
 
 Evaluate = Callable[[Any, dict], dict]
-
-PART_GLOB = "part-*.parquet"
 
 
 @dataclass(frozen=True)
@@ -54,11 +55,16 @@ class SweepSummary:
     failed: int           # of which recorded with an error
     seconds: float
     out: Path
+    worker_deaths: int = 0     # times a worker process died (its points were run again)
+    succeeded: int = 0         # points of the spec with a result in the directory
+    first_error: str | None = None  # the first error recorded for a point of the spec
 
     def describe(self) -> str:
         rate = f", {self.ran / self.seconds:.1f} points/s" if self.seconds > 0 and self.ran else ""
+        died = (f"; a worker process died {self.worker_deaths} time(s), its points were run "
+                "again" if self.worker_deaths else "")
         return (f"{self.total} points: {self.ran} run ({self.failed} failed), "
-                f"{self.skipped} already done, {self.over_budget} over the area budget; "
+                f"{self.skipped} already done, {self.over_budget} over the area budget{died}; "
                 f"{self.seconds:.1f} s{rate}; results in {self.out}")
 
 
@@ -122,16 +128,18 @@ def run_task(task: Task, evaluate: Evaluate, power_budget_w: float | None = None
             if not isinstance(metrics, dict):
                 raise TypeError(f"evaluator returned {type(metrics).__name__}, not a dict")
             for k, v in metrics.items():
-                v = _scalar(v)
+                k, v = str(k), _scalar(v)
                 if k in row:
                     if row[k] == v:
                         continue  # the result repeats a parameter (batch, phase, chip ...)
                     k = f"metric_{k}"
                 row[k] = v
             row["error"] = None
+            row["worker_died"] = False
         except Exception as exc:  # noqa: BLE001 - a failing point is recorded, not fatal
             row["error"] = f"{type(exc).__name__}: {exc}"
             row["traceback"] = traceback.format_exc(limit=6)
+            row["worker_died"] = False
         if power_budget_w is not None:
             p = row.get("power_w")
             row["within_power_budget"] = (None if p is None else bool(p <= power_budget_w))
@@ -140,81 +148,44 @@ def run_task(task: Task, evaluate: Evaluate, power_budget_w: float | None = None
     return rows
 
 
-# ---- results directory -----------------------------------------------------------------------
+# ---- results directory (see :mod:`.results`) -------------------------------------------------
 
 
-def write_part(out: Path, rows: list[dict]) -> Path:
-    """Write ``rows`` as one Parquet part file, atomically (temp file, fsync, rename)."""
+def result_columns(spec: SweepSpec, fn: Evaluate) -> dict[str, Any]:
+    """The declared columns (name → Arrow type) of a sweep's rows, in order: point id, the
+    spec's parameters, the chip columns, the evaluator's declared metrics (its
+    ``metric_types`` attribute: a dict or a callable returning one, name → bool/int/float/str),
+    then the error, bookkeeping and budget columns."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    table = pa.Table.from_pylist(rows)
-    name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
-    tmp = out / f".{name}.tmp"
-    with open(tmp, "wb") as fh:
-        pq.write_table(table, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    final = out / name
-    os.replace(tmp, final)
-    dfd = os.open(out, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-    return final
-
-
-def part_files(out: Path) -> list[Path]:
-    return sorted(Path(out).glob(PART_GLOB))
-
-
-def read_results(path: str | Path):
-    """All rows of a results directory (or one .parquet / .csv file) as a ``pyarrow.Table``.
-
-    Part files may differ in columns (e.g. a part of failed points has no metrics): the union
-    is taken, missing values are null. A point id present twice keeps its first row.
-    """
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    if path.is_dir():
-        files = part_files(path)
-        if not files:
-            raise ValueError(f"{path}: no results (no {PART_GLOB} files); run `diptych sweep` "
-                             "with --out pointing here first")
-        tables = [pq.read_table(f) for f in files]
-        table = pa.concat_tables(tables, promote_options="permissive")
-    elif path.suffix == ".parquet":
-        table = pq.read_table(path)
-    elif path.suffix == ".csv":
-        table = pcsv.read_csv(path)
-    elif not path.exists():
-        raise ValueError(f"{path}: no such results directory or file")
-    else:
-        raise ValueError(f"{path}: expected a results directory, a .parquet or a .csv file")
-    if "point_id" in table.column_names and table.num_rows:
-        ids = table.column("point_id").to_pylist()
-        seen: set = set()
-        keep = [not (i in seen or seen.add(i)) for i in ids]
-        if not all(keep):
-            table = table.filter(pa.array(keep))
-    return table
-
-
-def finished_ids(out: Path) -> set[str]:
-    """Point ids already recorded in ``out`` (reads only the id column)."""
-    import pyarrow.parquet as pq
-
-    ids: set[str] = set()
-    for f in part_files(out):
-        ids.update(pq.read_table(f, columns=["point_id"]).column("point_id").to_pylist())
-    return ids
+    kinds = {"int": int, "float": float}
+    cols: dict[str, Any] = {"point_id": pa.string()}
+    for name in spec.chip_axes:
+        kind = spec.chip_kinds.get(name, "float")
+        cols[name] = arrow_type(kinds.get(kind, str))
+    for name in spec.workload_axes:
+        cols[name] = arrow_type(kinds.get(WORKLOAD_PARAMS[name][0], str))
+    for name, v in chip_columns(spec.base_chip).items():
+        if v is not None:  # a column null on the base chip is added when a value appears
+            cols.setdefault(name, arrow_type(type(v)))
+    declared = getattr(fn, "metric_types", None)
+    declared = declared() if callable(declared) else (declared or {})
+    for name, py in declared.items():
+        if name not in cols and py in (bool, int, float, str):
+            cols[name] = arrow_type(py)
+    cols.update(error=pa.string(), worker_died=pa.bool_(), traceback=pa.string())
+    if spec.power_budget_w is not None:
+        cols["within_power_budget"] = pa.bool_()
+    cols["eval_s"] = pa.float64()
+    return cols
 
 
 # ---- the driver ------------------------------------------------------------------------------
+
+#: A task whose worker process died while it ran alone is split into single points; a point
+#: whose worker died this many times while it ran alone is recorded as failed (``worker_died``
+#: true, so that a resume runs it again).
+MAX_WORKER_DEATHS = 2
 
 
 def _chunks(items: list, size: int) -> Iterable[list]:
@@ -222,66 +193,56 @@ def _chunks(items: list, size: int) -> Iterable[list]:
         yield items[i:i + size]
 
 
-def make_executor(scheduler: str | None, jobs: int | None):
-    """(executor, closer): a local process pool, or a Dask cluster's executor."""
-    if scheduler:
+def _chip_points(spec: SweepSpec):
+    """(chip params, chip, chip columns, error) of every distinct chip point, in spec order."""
+    seen: set[str] = set()
+    for cp in spec.chip_points():
+        key = repr(sorted(cp.items()))
+        if key in seen:
+            continue
+        seen.add(key)
         try:
-            from distributed import Client
-        except ImportError as exc:  # pragma: no cover - distributed is a dependency
-            raise ValueError(f"--scheduler needs dask.distributed ({exc})") from None
-        _probe(scheduler)
-        try:
-            client = Client(scheduler, timeout="10s")
-        except OSError as exc:
-            raise ValueError(f"cannot reach the Dask scheduler at {scheduler} ({exc})") from None
-        ex = client.get_executor(pure=False)
-
-        def close():
-            ex.shutdown(wait=True)
-            client.close()
-
-        return ex, close, sum(client.nthreads().values()) or 1
-    n = jobs or os.cpu_count() or 1
-    ex = cf.ProcessPoolExecutor(max_workers=n)
-    return ex, lambda: ex.shutdown(wait=True, cancel_futures=True), n
+            chip = spec.build_chip(cp)
+            yield cp, chip, chip_columns(chip), None
+        except ValueError as exc:
+            yield cp, None, None, f"{type(exc).__name__}: {exc}"
 
 
-def _probe(address: str) -> None:
-    """Fail fast, with a clear message, when nothing listens at a tcp://HOST:PORT address."""
-    import socket
-    from urllib.parse import urlsplit
+def _distinct(points: list[dict]) -> list[dict]:
+    return list({repr(sorted(w.items())): w for w in points}.values())
 
-    u = urlsplit(address if "://" in address else f"tcp://{address}")
-    if u.scheme != "tcp" or not u.hostname or not u.port:
-        raise ValueError(f"--scheduler must be written tcp://HOST:PORT, not {address!r}")
-    try:
-        socket.create_connection((u.hostname, u.port), timeout=5).close()
-    except OSError as exc:
-        raise ValueError(f"cannot reach the Dask scheduler at {address} ({exc})") from None
+
+def count_points(spec: SweepSpec) -> tuple[int, int, int]:
+    """(points to run, points of invalid chips, points over the area budget), building every
+    chip point but no sweep point (``sweep --dry-run``)."""
+    n_wl = len(_distinct(spec.workload_points()))
+    run = bad = over = 0
+    for _, chip, cols, err in _chip_points(spec):
+        if err is not None:
+            bad += n_wl
+        elif spec.area_budget_mm2 is not None and cols["area_mm2"] > spec.area_budget_mm2:
+            over += n_wl
+        else:
+            run += n_wl
+    return run, bad, over
 
 
 def prepare(spec: SweepSpec) -> tuple[list[tuple[Point, Any, dict]], list[dict], int]:
     """Build every point's chip: (runnable items, error rows for invalid chips, over-budget)."""
-    items, bad, over = [], [], 0
-    cache: dict[str, tuple] = {}
-    for p in spec.points():
-        key = repr(sorted(p.chip.items()))
-        if key not in cache:
-            try:
-                chip = spec.build_chip(p.chip)
-                cache[key] = (chip, chip_columns(chip), None)
-            except ValueError as exc:
-                cache[key] = (None, None, f"{type(exc).__name__}: {exc}")
-        chip, cols, err = cache[key]
+    items, bad, over, areas = [], [], 0, []
+    workloads = _distinct(spec.workload_points())
+    for cp, chip, cols, err in _chip_points(spec):
+        pts = [spec.point(cp, wp) for wp in workloads]
         if err is not None:
-            bad.append({"point_id": p.id, **p.params, "error": err})
+            bad += [{"point_id": p.id, **p.params, "error": err, "worker_died": False}
+                    for p in pts]
             continue
+        areas.append(cols["area_mm2"])
         if spec.area_budget_mm2 is not None and cols["area_mm2"] > spec.area_budget_mm2:
-            over += 1
+            over += len(pts)
             continue
-        items.append((p, chip, cols))
+        items += [(p, chip, cols) for p in pts]
     if not items and not bad:
-        areas = [c[1]["area_mm2"] for c in cache.values() if c[1] is not None]
         smallest = f"; the smallest die is {min(areas):.1f} mm²" if areas else ""
         raise ValueError(f"{spec.source}: area_budget_mm2 = {spec.area_budget_mm2} excludes "
                          f"every one of the {over} points{smallest}")
@@ -295,79 +256,190 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, evaluate: Evaluate | str | No
     """Evaluate every unfinished point of ``spec`` into the results directory ``out``.
 
     ``evaluate`` defaults to :func:`diptych.tools.dse.evaluate.evaluate_workload`; ``executor``
-    (any ``concurrent.futures.Executor``) overrides ``scheduler``/``jobs``.
+    (any ``concurrent.futures.Executor``) overrides ``scheduler``/``jobs``. The directory is
+    locked for the duration (a second sweep on it is refused); points whose worker died in an
+    earlier run are run again.
     """
     t0 = time.perf_counter()
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+    log = log or (lambda s: None)
     fn = resolve_evaluator(evaluate)
     items, bad, over = prepare(spec)
     total = len(items) + len(bad) + over
-    done = finished_ids(out)
-    todo = [it for it in items if it[0].id not in done]
-    n_bad = len(bad)
-    bad = [r for r in bad if r["point_id"] not in done]
-    skipped = len(items) - len(todo) + n_bad - len(bad)
-    if bad:
-        write_part(out, bad)
-    failed = len(bad)
-    ran = len(bad)
-    log = log or (lambda s: None)
-    if skipped:
-        log(f"resuming: {skipped} of {total - over} points already in {out}")
-    if todo:
-        closer = None
-        workers = 1
-        if executor is None:
-            executor, closer, workers = make_executor(scheduler, jobs)
-        size = points_per_task or spec.points_per_task or max(1, min(16, len(todo) // (8 * workers)))
-        try:
-            failed_now = _drive(executor, todo, size, fn, spec.power_budget_w, out, progress)
-        finally:
-            if closer is not None:
-                closer()
-        failed += failed_now
-        ran += len(todo)
+    with ResultsDir(out, result_columns(spec, fn)) as rd:
+        again = rd.forget([p.id for p, _, _ in items])
+        done = rd.finished_ids()
+        todo = [it for it in items if it[0].id not in done]
+        new_bad = [r for r in bad if r["point_id"] not in done]
+        skipped = len(items) - len(todo) + len(bad) - len(new_bad)
+        if new_bad:
+            rd.write(new_bad)
+        if skipped:
+            log(f"resuming: {skipped} of {total - over} points already in {rd.out}")
+        if again:
+            log(f"running again {again} points whose worker process died last time")
+        failed, deaths = len(new_bad), 0
+        if todo:
+            pool = Pool(scheduler=scheduler, jobs=jobs, executor=executor)
+            size = points_per_task or spec.points_per_task or max(
+                1, min(16, len(todo) // (8 * pool.workers)))
+            try:
+                failed_now, deaths = _Driver(pool, fn, spec.power_budget_w, rd, log).run(
+                    todo, size, progress)
+            except BaseException:
+                pool.close(wait=False)
+                raise
+            pool.close()
+            failed += failed_now
+        ok, first_error = _outcome(rd.out, {p.id for p, _, _ in items} | {r["point_id"]
+                                                                           for r in bad})
     summary = SweepSummary(total=total, over_budget=over, skipped=skipped,
-                           ran=ran, failed=failed, seconds=time.perf_counter() - t0, out=out)
+                           ran=len(todo) + len(new_bad), failed=failed,
+                           seconds=time.perf_counter() - t0, out=Path(out), worker_deaths=deaths,
+                           succeeded=ok, first_error=first_error)
     if spec.power_budget_w is not None:
-        _check_power_budget(spec, out)
+        _check_power_budget(spec, Path(out))
     return summary
 
 
-def _drive(executor, todo, size, fn, power_budget_w, out: Path, progress: bool) -> int:
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
+def _outcome(out: Path, ids: set[str]) -> tuple[int, str | None]:
+    """(points of ``ids`` with a result in ``out``, the first error recorded for one)."""
+    import pyarrow.parquet as pq
 
-    failed = 0
-    futures = {}
-    for chunk in _chunks(todo, size):
-        fut = executor.submit(run_task, Task(tuple(chunk)), fn, power_budget_w)
-        futures[fut] = chunk
-    cols = (TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
-            TextColumn("({task.fields[failed]} failed)"), TimeElapsedColumn(), TextColumn("ETA"),
-            TimeRemainingColumn())
-    with Progress(*cols, disable=not progress, transient=False) as bar:
-        task = bar.add_task("sweep", total=len(todo), failed=0)
+    ok, first = set(), None
+    for f in part_files(out):
+        for r in pq.read_table(f, columns=["point_id", "error"]).to_pylist():
+            if r["point_id"] in ids:
+                if r["error"] is None:
+                    ok.add(r["point_id"])
+                elif first is None:
+                    first = r["error"]
+    return len(ok), first
+
+
+@dataclass
+class _Job:
+    """Points evaluated by one worker call, and how often its worker died running it alone."""
+
+    items: list
+    deaths: int = 0
+
+
+class _Driver:
+    """Keeps ``pool.workers`` tasks in flight and writes their rows as they finish.
+
+    When a worker process dies the pool breaks and every task in flight fails with it: the
+    pool is rebuilt and those tasks become suspects, run again one at a time, alone (so that
+    a death is attributed to the task that ran). A suspect task whose worker dies alone is
+    split into single points; a point whose worker dies :data:`MAX_WORKER_DEATHS` times alone
+    is recorded as failed with ``worker_died`` true. Nothing else is lost: an exception in a
+    worker call that is not a dead worker fails its points deterministically.
+    """
+
+    def __init__(self, pool: Pool, fn: Evaluate, power_budget_w, rd: ResultsDir, log):
+        self.pool, self.fn, self.power, self.rd, self.log = pool, fn, power_budget_w, rd, log
+        self.failed = 0
+        self.deaths = 0
+
+    def _rows(self, job: _Job, error: str, worker_died: bool) -> list[dict]:
+        return [{"point_id": p.id, **p.params, **cols, "error": error,
+                 "worker_died": worker_died} for p, _, cols in job.items]
+
+    def run(self, todo: list, size: int, progress: bool) -> tuple[int, int]:
+        """Evaluate ``todo`` in tasks of ``size`` points; returns (failed points, deaths)."""
+        from collections import deque
+
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        queue = deque(_Job(chunk) for chunk in _chunks(todo, size))
+        suspects: deque = deque()
+        flight: dict = {}
+        alone = False  # the one task in flight is a suspect running alone
+        cols = (TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TextColumn("points"),
+                TextColumn("({task.fields[failed]} failed)"), TimeElapsedColumn(),
+                TextColumn("ETA"), TimeRemainingColumn())
+        with Progress(*cols, disable=not progress, transient=False) as bar:
+            task = bar.add_task("sweep", total=len(todo), failed=0)
+
+            def record(rows):
+                self.rd.write(rows)
+                self.failed += sum(1 for r in rows if r.get("error"))
+                bar.update(task, advance=len(rows), failed=self.failed)
+
+            while queue or suspects or flight:
+                if not flight:
+                    alone = bool(suspects)
+                    if alone:
+                        self._submit(suspects.popleft(), flight)
+                if not alone:
+                    while queue and len(flight) < self.pool.workers:
+                        self._submit(queue.popleft(), flight)
+                victims: list[_Job] = []
+                done, _ = cf.wait(list(flight), return_when=cf.FIRST_COMPLETED)
+                if any(self._broken(f) for f in done):  # the rest of the pool breaks too
+                    done = cf.wait(list(flight)).done
+                for fut in done:
+                    rows = self._result(fut, flight.pop(fut), victims)
+                    if rows is not None:
+                        record(rows)
+                if victims:
+                    self.deaths += 1
+                    if not self.pool.rebuild():
+                        for job in victims + list(suspects) + list(queue):
+                            record(self._rows(job, "worker died: the executor broke and cannot "
+                                                   "be rebuilt; a resume runs this point again",
+                                              True))
+                        break
+                    self._blame(victims, alone, suspects, record)
+        return self.failed, self.deaths
+
+    def _submit(self, job: _Job, flight: dict) -> None:
         try:
-            for fut in cf.as_completed(futures):
-                chunk = futures.pop(fut)
-                try:
-                    rows = fut.result()
-                except Exception as exc:  # noqa: BLE001 - a crashed worker fails its points
-                    rows = [{"point_id": p.id, **p.params, **cols,
-                             "error": f"worker failed: {type(exc).__name__}: {exc}"}
-                            for p, _, cols in chunk]
-                write_part(out, rows)
-                failed += sum(1 for r in rows if r.get("error"))
-                bar.update(task, advance=len(rows), failed=failed)
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
-            raise
-    return failed
+            fut = self.pool.executor.submit(run_task, Task(tuple(job.items)), self.fn,
+                                            self.power)
+        except cf.BrokenExecutor as exc:  # it broke before the call was queued
+            fut = cf.Future()
+            fut.set_exception(exc)
+        flight[fut] = job
+
+    @staticmethod
+    def _broken(fut) -> bool:
+        return not fut.cancelled() and isinstance(fut.exception(), cf.BrokenExecutor)
+
+    def _result(self, fut, job: _Job, victims: list) -> list[dict] | None:
+        """The rows of a finished call; None (and ``job`` added to ``victims``) if its worker
+        died."""
+        if fut.cancelled() or self._broken(fut):
+            victims.append(job)
+            return None
+        exc = fut.exception()
+        if exc is None:
+            return fut.result()
+        if type(exc).__name__ == "KilledWorker":  # Dask retried and gave up
+            return self._rows(job, f"worker died: Dask gave up on this task after its workers "
+                                   f"died running it ({exc}); a resume runs it again", True)
+        return self._rows(job, f"worker failed: {type(exc).__name__}: {exc}", False)
+
+    def _blame(self, victims: list[_Job], alone: bool, suspects, record) -> None:
+        n = sum(len(j.items) for j in victims)
+        if not alone:
+            self.log(f"a worker process died (killed: out of memory? a crash?); running its "
+                     f"{n} points again, one task at a time")
+            suspects.extend(victims)
+            return
+        (job,) = victims
+        job.deaths += 1
+        if len(job.items) > 1:
+            suspects.extendleft(reversed([_Job([it]) for it in job.items]))
+        elif job.deaths >= MAX_WORKER_DEATHS:
+            p = job.items[0][0]
+            self.log(f"point {p.id} killed its worker {job.deaths} times running alone: "
+                     "recorded as failed")
+            record(self._rows(job, f"worker died: the worker process died {job.deaths} times "
+                                   "while evaluating this point alone (killed: out of memory? "
+                                   "a crash in native code?); a resume runs it again", True))
+        else:
+            suspects.appendleft(job)
 
 
 def _check_power_budget(spec: SweepSpec, out: Path) -> None:

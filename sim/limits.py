@@ -1,0 +1,124 @@
+"""Size limits: what the simulator refuses to time, checked before it starts (docs/limits.md).
+
+The engine plays a GEMM block by block and a vector op chunk by chunk, so its run time grows
+with those counts (about 0.1-0.2 M blocks/s and 0.25 M chunks/s on one loaded core). Rather
+than run for hours, a problem past a limit is refused with a message that states the limit.
+The limits sit far above real workloads: a 405B-parameter model's prefill of 64 × 8k tokens
+needs ~9·10³ blocks per array on ``infer-2026`` and a 16M-token training batch ~3·10⁵, while a
+10¹⁸-MAC GEMM needs ~2·10⁷.
+
+* :data:`MAX_ENGINE_BLOCKS`: GEMM blocks per array, estimated by :func:`min_blocks`;
+* :data:`MAX_VECTOR_CHUNKS`: DRAM chunks of one vector op;
+* :data:`MAX_OPERAND_BYTES`: bytes of one GEMM operand (addresses stay far from int64 overflow);
+* :data:`MAX_BATCH`, :data:`MAX_TOKENS`: workload sizes (sequences; tokens of a prompt, a
+  context, a generation or a training sequence), checked by ``run_workload``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..arch.dtypes import DTYPE_BYTES
+
+MAX_ENGINE_BLOCKS = 2**20          # 1,048,576: ~5-10 s of engine time per GEMM
+MAX_VECTOR_CHUNKS = 2**21          # ~8 s per vector op
+MAX_OPERAND_BYTES = 2**48          # 256 TiB
+MAX_BATCH = 2**20                  # 1,048,576 sequences
+MAX_TOKENS = 2**24                 # 16,777,216 tokens (the longest published contexts are 10M)
+
+
+def _grid(extent: int) -> np.ndarray:
+    """Candidate block extents: powers of √2 up to ``extent``, and ``extent`` itself."""
+    top = max(0.0, math.log2(extent))
+    pts = np.exp2(np.arange(0.0, top + 0.5, 0.5))
+    return np.unique(np.append(np.minimum(np.floor(pts), extent), extent))
+
+
+def min_blocks(op, chip) -> int:
+    """An estimate of the blocks one array plays for the GEMM ``op`` spread over every array
+    (the mapper's choice for any GEMM large enough to matter here): its share of the MACs
+    (``op.macs`` ÷ arrays) over the largest block ``mb·kb·nb`` whose double-buffered operands
+    fit one array's share of its core's scratchpad (the output in the accumulator SRAM when the
+    chip has one and it fits there, else in the scratchpad). The mapper's blocks are aligned to
+    the array, so it plays up to ~2× more."""
+    sp = chip.core.scratchpad
+    cap = sp.capacity_mib * 2**20 / chip.core.arrays
+    acc = sp.accumulator_mib * 2**20 / chip.core.arrays
+    xb, wb = DTYPE_BYTES[op.a_dtype], DTYPE_BYTES[op.b_dtype]
+    ab = DTYPE_BYTES[op.acc_dtype]
+    m_ext = op.m * op.batch if op.b_is_weight else op.m
+    mb = _grid(m_ext)[:, None]
+    nb = _grid(op.n)[None, :]
+    out = 2.0 * mb * nb * ab
+    room = np.where(out <= acc, cap, cap - out)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        kb = np.minimum(op.k, room / (2.0 * (mb * xb + nb * wb)))
+    vol = np.where(kb >= 1.0, mb * nb * kb, 0.0).max()
+    if vol <= 0:
+        return 1  # not even a minimal block fits: the mapper says so with its own message
+    return max(1, math.ceil(op.macs / chip.arrays / vol))
+
+
+def check_gemm(op, chip) -> None:
+    """ValueError stating the limit if ``op`` is past :data:`MAX_OPERAND_BYTES` or
+    :data:`MAX_ENGINE_BLOCKS` on ``chip``."""
+    shape = f"GEMM {op.m}×{op.k}×{op.n}" + (f" (batch {op.batch})" if op.batch > 1 else "")
+    big = max(op.a_bytes, op.b_bytes, op.c_bytes)
+    if big > MAX_OPERAND_BYTES:
+        raise ValueError(f"{shape}: an operand of {big:.3g} bytes is larger than the "
+                         f"{MAX_OPERAND_BYTES:.3g} bytes (256 TiB) the simulator addresses")
+    blocks = min_blocks(op, chip)
+    if blocks > MAX_ENGINE_BLOCKS:
+        raise ValueError(f"{shape}: needs about {blocks:,} blocks per array on {chip.name} "
+                         f"(at the largest block its scratchpad holds); the engine plays at "
+                         f"most {MAX_ENGINE_BLOCKS:,} (sim/limits.py): split it into smaller "
+                         "GEMMs or use a smaller problem")
+
+
+def vector_chunks(op, chip) -> int:
+    """DRAM chunks the vector model plays for ``op`` (see :mod:`diptych.sim.vector`)."""
+    from .vector import CHUNK_BYTES
+
+    return math.ceil((float(op.read_bytes) + float(op.write_bytes))
+                     / (CHUNK_BYTES * chip.tensor_cores))
+
+
+def check_vector(op, chip) -> None:
+    """ValueError stating the limit if ``op`` is past :data:`MAX_VECTOR_CHUNKS` on ``chip``."""
+    chunks = vector_chunks(op, chip)
+    if chunks > MAX_VECTOR_CHUNKS:
+        nbytes = float(op.read_bytes) + float(op.write_bytes)
+        raise ValueError(f"vector op {op.kind} over {op.elements:,} elements moves {nbytes:.3g} "
+                         f"bytes: {chunks:,} DRAM chunks on {chip.name}, more than the "
+                         f"{MAX_VECTOR_CHUNKS:,} the simulator plays (sim/limits.py)")
+
+
+def check_ops(ops, chip) -> None:
+    """:func:`check_gemm` / :func:`check_vector` of every distinct GEMM and vector op in
+    ``ops`` (others are skipped): a workload is refused before its first op is simulated."""
+    import dataclasses
+
+    from .ops import Gemm, VectorOp
+
+    seen = set()
+    for op in ops:
+        if isinstance(op, (Gemm, VectorOp)):
+            key = dataclasses.replace(op, name="", tags=())
+            if key not in seen:
+                seen.add(key)
+                (check_gemm if isinstance(op, Gemm) else check_vector)(op, chip)
+
+
+def check_sizes(**sizes: int | None) -> None:
+    """ValueError naming the first size past its limit: ``batch`` and ``micro_batch`` against
+    :data:`MAX_BATCH`, every other keyword (prompt, gen, seq, context ...) against
+    :data:`MAX_TOKENS`. None is skipped; positivity and type are the caller's checks."""
+    for name, v in sizes.items():
+        if v is None or isinstance(v, bool) or not isinstance(v, int):
+            continue
+        limit, unit = ((MAX_BATCH, "sequences") if "batch" in name else (MAX_TOKENS, "tokens"))
+        if v > limit:
+            raise ValueError(f"{name} must be at most {limit:,} {unit} (sim/limits.py), "
+                             f"not {v:,}")
