@@ -135,6 +135,12 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
     length = seq if phase == "train" else prompt
     if phase == "train" and length is None:
         raise ValueError("train needs --seq (sequence length in tokens)")
+    if cluster is not None:
+        from ..arch.cluster import load_cluster
+        cluster = load_cluster(cluster)
+        if chips is not None and chips > cluster.chips:
+            raise ValueError(f"--chips ({chips}) exceeds the cluster's {cluster.chips} chips "
+                             f"({cluster.name})")
     results = []
     for i, b in enumerate(batches):
         progress(i, len(batches), f"batch {b}")
