@@ -25,13 +25,20 @@ Conventions (all documented in docs/workloads.md):
   A sliding layer attends at most its window, a chunked layer the keys of its own chunk; in
   decode each reads only the cache it holds. Attention soft-capping adds ``cap·tanh(s/cap)``
   work per score to the softmax, attention sinks one extra logit column per query row.
+* Decode over a generation (:func:`decode_mean`): one step standing for ``gen`` steps, each
+  layer kind at its own mean keys over them (:meth:`_Ctx.for_layer`), not at the mean
+  context (a chunked layer's keys wrap at every chunk boundary).
+* Context and expert parallelism (:class:`_Ctx`'s ``cp`` and ``ep``): one rank's
+  ``seq / cp`` tokens attending the whole sequence over K/V all-gathered from the ring, its
+  ``experts / ep`` experts between two all-to-alls; the collectives are ops tagged ``cp`` and
+  ``ep`` (as tensor parallelism's are tagged ``tp``).
 
 Each op group is one function (``_attention_gqa``/``_attention_mla``, ``_qk_norm``, ``_rope``,
 ``_softmax``, ``_attend``, ``_residual``, ``_dense_mlp``, ``_moe_mlp``, ``_embedding``,
 ``_head``). Each takes an optional ``flow`` (:class:`~diptych.workloads.dataflow.Flow`) that
 records the tensors its ops read and write (names in docs/workloads.md, "Tensors"); without it
-the same ops come back and nothing is recorded. The blocks :func:`prefill` and :func:`decode`
-return carry those records.
+the same ops come back and nothing is recorded. The blocks :func:`prefill`, :func:`decode` and
+:func:`decode_mean` return carry those records.
 """
 
 from __future__ import annotations

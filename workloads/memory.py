@@ -17,6 +17,11 @@ the defaults) + saved activations, with or without full recomputation:
   dropout masks: ``32·s·b·h``;
 * with full recomputation each layer keeps only its input (``s·b·h``) and one layer's
   activations are live at a time during backward.
+
+:func:`train_memory` also takes a ZeRO stage and shard count (:func:`zero_state_bytes`,
+:func:`zero_buffer_bytes`) and sequence parallelism (:func:`layer_saved_bytes`: the tensors
+every tensor-parallel rank would replicate stored ``÷ tp``); the cluster layer's
+:func:`diptych.sim.cluster.memory.plan_memory` applies the same functions per pipeline stage.
 """
 
 from __future__ import annotations

@@ -10,10 +10,14 @@ data-parallel gradient all-reduce overlaps the whole backward pass when ``overla
 That is ``execution="sum"`` (the default); ``execution="schedule"`` times the phase as a list
 schedule of its program instead (:mod:`diptych.workloads.execute`, docs/program.md).
 
-What ``seconds`` means per phase: prefill, the time to first token (TTFT); decode, the time
-per output token (TPOT) of one step at the mean context of the ``gen`` steps (prompt +
-(gen+1)/2, see :func:`diptych.workloads.lower.decode_context`); train, one optimizer step.
-``energy_j`` is the energy of that same interval summed over all chips.
+What ``seconds`` means per phase: prefill, the time to first token (TTFT); decode, the mean
+time per output token (TPOT) over the ``gen`` steps: one step with each layer kind at its mean
+keys over them (:func:`diptych.workloads.lower.decode_mean`; for full attention, the step at
+the mean context prompt + (gen+1)/2); train, one optimizer step. ``energy_j`` is the energy of
+that same interval summed over all chips.
+
+Given a ``cluster`` or a ``plan``, :func:`run_workload` runs a parallel plan's step on a
+cluster instead (:mod:`diptych.workloads.run_cluster`, docs/cluster.md).
 """
 
 from __future__ import annotations

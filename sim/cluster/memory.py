@@ -9,11 +9,13 @@ Per pipeline device (the worst one is reported):
   dp·cp`` (routed experts over their ``dp·cp/ep`` expert-data-parallel ranks), Rajbhandari
   et al. 2020: stage 1 the optimizer state, 2 also the gradients, 3 also the weights. With the
   default precision that is ZeRO's ``(2 + 2 + K)Ψ`` with ``K = 12`` (FP32 master + two FP32
-  moments): ``16Ψ``, ``4Ψ + 12Ψ/d``, ``2Ψ + 14Ψ/d``, ``16Ψ/d``. Stage 2 keeps one layer's
-  gradients unsharded (the bucket being reduced); stage 3 keeps two layers' gathered weights
-  (the one computing and the one prefetched) and one layer's gradients;
-* **activations**: per layer, :func:`diptych.workloads.memory.saved_bytes` of the plan's
-  adapted layer (sequence parallelism applied), less what selective recomputation drops, or
+  moments): ``16Ψ``, ``4Ψ + 12Ψ/d``, ``2Ψ + 14Ψ/d``, ``16Ψ/d``
+  (:func:`diptych.workloads.memory.zero_state_bytes`). Stage 2 keeps one layer's gradients
+  unsharded (the bucket being reduced); stage 3 keeps two layers' gathered weights (the one
+  computing and the one prefetched) and one layer's gradients
+  (:func:`~diptych.workloads.memory.zero_buffer_bytes`);
+* **activations**: per layer, :func:`diptych.workloads.memory.layer_saved_bytes` of the
+  plan's layer (sequence parallelism applied), less what selective recomputation drops, or
   with full recomputation only the layer input plus one whole layer (the one being
   recomputed); times the micro-batches in flight on the device
   (:func:`diptych.sim.cluster.schedule.in_flight_weight`: GPipe ``m``, 1F1B ``p − s``,

@@ -22,6 +22,9 @@ from diptych.tools.dse.report import decode_curves, roofline_inputs, write_repor
 sys.path.insert(0, str(Path(__file__).parent))
 import fake_eval  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tiny_models import TINY, write_config  # noqa: E402
+
 SMALL = CompareSettings(prompts=(512, 2048), batches=(1, 8), contexts=(1024, 4096),
                         ref_batch=8, train_seq=1024)
 MODEL = "llama-3-8b"
@@ -332,17 +335,9 @@ def test_roofline_title_agrees_with_the_legend(cmp):
         assert ax.get_title() == "Roofline: every op placed"
 
 
-TINY = {"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
-        "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 4,
-        "vocab_size": 1024, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
-        "head_dim": 32}
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny")
-    (d / "config.json").write_text(json.dumps(TINY))
-    return str(d / "config.json")
+    return write_config(tmp_path_factory.mktemp("tiny"), TINY)
 
 
 _SEARCH = compare_mod._default_search

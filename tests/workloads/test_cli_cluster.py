@@ -19,21 +19,12 @@ from diptych.workloads import run_workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from roofline_double import roofline  # noqa: E402
-
-TINY = {"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
-        "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 4,
-        "vocab_size": 1024, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
-        "head_dim": 32}
-TINY_MOE = {**TINY, "architectures": ["MixtralForCausalLM"], "num_local_experts": 8,
-            "num_experts_per_tok": 2}
-
+from tiny_models import TINY, TINY_MOE, write_config  # noqa: E402
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("models")
-    (d / "tiny.json").write_text(json.dumps(TINY))
-    (d / "moe.json").write_text(json.dumps(TINY_MOE))
-    return str(d / "tiny.json"), str(d / "moe.json")
+    return write_config(d, TINY, "tiny.json"), write_config(d, TINY_MOE, "moe.json")
 
 
 def run(*args):
