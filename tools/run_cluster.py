@@ -135,6 +135,14 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
     length = seq if phase == "train" else prompt
     if phase == "train" and length is None:
         raise ValueError("train needs --seq (sequence length in tokens)")
+    if phase != "train":
+        for flag, v in (("--zero", zero), ("--zero-shards", zero_shards),
+                        ("--schedule", schedule), ("--virtual-stages", virtual_stages),
+                        ("--recompute", recompute)):
+            if v is not None:
+                raise ValueError(f"{flag} applies to training; {phase} runs the plan forward "
+                                 f"only (micro-batches streaming through the stages, no "
+                                 f"optimizer state)")
     if cluster is not None:
         from ..arch.cluster import load_cluster
         cluster = load_cluster(cluster)

@@ -140,7 +140,8 @@ def _curve_table(curve: dict):
 @click.option("--prompt", type=int, help="Prompt length (prefill) / context before decode.")
 @click.option("--gen", type=int, help="Generated tokens (decode; default 1).")
 @click.option("--seq", type=int, help="Training sequence length.")
-@click.option("--chips", type=int, help="Total chips (tp × dp; on a cluster tp × pp × dp × cp).")
+@click.option("--chips", type=int,
+              help="Total chips (tp × dp; on a cluster tp × pp × dp × cp).")
 @click.option("--tp", type=int, help="Tensor-parallel degree.")
 @click.option("--dp", type=int, help="Data-parallel degree (training; on a cluster also "
                                      "inference replicas).")

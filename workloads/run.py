@@ -165,16 +165,16 @@ def resolve_parallelism(phase: str, chips: int | None, tp: int | None, dp: int |
             raise ValueError(f"--chips ({chips}) must equal --tp ({t}) for inference")
         return t, 1
     t = tp or 1
-    model = t * (pp or 1) * (cp or 1)          # chips of one data-parallel replica
+    replica = t * (pp or 1) * (cp or 1)        # chips of one data-parallel replica
     what, parts = ("tp × pp × cp", f"{t} × {pp or 1} × {cp or 1}") if plan else ("tp", f"{t}")
     if dp is None:
-        if chips is not None and chips % model:
+        if chips is not None and chips % replica:
             raise ValueError(f"--chips ({chips}) must be a multiple of "
                              + (f"{what} ({parts})" if plan else f"--tp ({t})"))
-        d = chips // model if chips else 1
+        d = chips // replica if chips else 1
     else:
         d = dp
-    if chips is not None and chips != model * d:
+    if chips is not None and chips != replica * d:
         raise ValueError(f"--chips ({chips}) must equal {what} × dp ({parts} × {d})")
     if ep not in (None, 1) and (d * (cp or 1)) % ep:
         raise ValueError(f"--ep ({ep}) must divide dp × cp ({d} × {cp or 1}): expert-parallel "

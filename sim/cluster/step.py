@@ -147,7 +147,8 @@ class ClusterResult:
     def to_dict(self) -> dict:
         return {"phase": self.phase, "model": self.model, "chip": self.chip,
                 "cluster": self.cluster, "chips": self.chips, "batch": self.batch,
-                "seq": self.seq, **self.plan.to_dict(), "plan_text": self.plan.describe(self.phase == "train"),
+                "seq": self.seq, **self.plan.to_dict(),
+                "plan_text": self.plan.describe(self.phase == "train"),
                 "micro_batches": self.micro_batches,
                 "seconds": self.seconds, "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_chip": self.tokens_per_s / self.chips,
@@ -329,8 +330,9 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     (train) — for inference ``prompt`` (prefill: the prompt; decode: context before
     generation) and ``gen`` (decode: generated tokens, default 1; one representative step,
     each layer kind attending its mean keys over the ``gen`` steps,
-    :func:`~diptych.workloads.lower.decode_mean`); ``golden``: event-level pipeline simulation (else the
-    closed form); ``simulate`` replaces the engine (tests use a roofline double).
+    :func:`~diptych.workloads.lower.decode_mean`); ``golden``: event-level pipeline
+    simulation (else the closed form); ``simulate`` replaces the engine (tests use a
+    roofline double).
 
     Raises ValueError naming the field and value for a non-positive ``batch``, ``seq``,
     ``prompt`` or ``gen``, a plan that does not fit the model, batch or cluster

@@ -133,6 +133,16 @@ def test_a_batching_curve_on_a_cluster(models):
     assert [c["batch"] for c in json.loads(r.stdout)["curve"]] == [2, 8]
 
 
+def test_training_only_flags_are_refused_for_inference(models):
+    tiny, _ = models
+    r = run("--model", tiny, "--chip", "h100", "--phase", "decode", "--prompt", "128",
+            "--pp", "2", "--chips", "2", "--zero", "1")
+    assert r.exit_code == 2 and "--zero applies to training; decode runs the plan" in r.output
+    r = run("--model", tiny, "--chip", "h100", "--phase", "prefill", "--prompt", "128",
+            "--cp", "2", "--chips", "2", "--schedule", "gpipe")
+    assert r.exit_code == 2 and "--schedule applies to training" in r.output
+
+
 @pytest.mark.parametrize("args,msg", [
     (["--chips", "8", "--tp", "3", "--pp", "2"],
      "--chips (8) must be a multiple of tp × pp × cp (3 × 2 × 1)"),

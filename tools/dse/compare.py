@@ -370,8 +370,8 @@ def _default_search(chip, model, cluster, *, chips: int, batch: int, seq: int,
                        refine=PLAN_REFINE, weights_dtype=weights_dtype, act_dtype=act_dtype,
                        kv_dtype=kv_dtype, simulate=simulate)
     if not res.plans:
-        raise ValueError(f"no parallel plan fits {chips} chips of {cluster} "
-                         f"({res.candidates} candidates)")
+        raise ValueError(f"no parallel plan fits {chips} chips of "
+                         f"{getattr(cluster, 'name', cluster)} ({res.candidates} candidates)")
     return {**res.plans[0].to_dict(),
             "search": {"candidates": res.candidates, "fitting": res.fitting}}
 
