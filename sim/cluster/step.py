@@ -307,7 +307,7 @@ def _bucket_tail(buckets: list[tuple[float, float]], overlap: bool) -> float:
     backward order, each starting when its layer's backward is done (back to back, ending
     at 0) and after the previous bucket: the time past the last layer's backward."""
     total_comm = sum(c for _, c in buckets)
-    if not overlap:
+    if not overlap or total_comm <= 0.0:     # (nothing to reduce: no rounding residue)
         return total_comm
     t = -sum(b for b, _ in buckets)
     end = t
