@@ -93,13 +93,25 @@ def render_table(cmp) -> "object":
                    "the long one a token shorter so that it stays within the window.")
 @click.option("--ref-batch", default=64, show_default=True, type=click.IntRange(min=1),
               help="Decode batch of the tokens/J and bottleneck reference point.")
+@click.option("--cluster-chips", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Train on N chips of a cluster instead of one node: the best parallel "
+                   "plan (tp, pp, dp, cp, ep, ZeRO, schedule, micro-batch, recomputation) "
+                   "found by the plan search (`diptych plan`), stated in the table.")
+@click.option("--cluster", default=None, metavar="PRESET|PATH",
+              help="Cluster of --cluster-chips. Default: dgx-h100 (NVSwitch domains of 8, "
+                   "each chip on its own links; 400 Gb/s per chip between domains).")
+@click.option("--cluster-batch", type=click.IntRange(min=1), default=None, metavar="G",
+              help="Global batch (sequences per optimizer step) of --cluster-chips. Default: "
+                   "--train-batch x N / --train-tp, the one-node run's sequences per chip.")
 @friendly
 def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_batch,
-            train_seq, infer_tp, context, prompts, batches, contexts, ref_batch):
+            train_seq, infer_tp, context, prompts, batches, contexts, ref_batch, cluster_chips,
+            cluster, cluster_batch):
     """Compare CHIPS (presets or TOML paths) on one model: training, prefill, decode.
 
-    States the precision each chip runs in per phase, and the ratio of every chip to the
-    first. Example: diptych compare train-2026 infer-2026 --model llama-3-70b --report out/
+    States the precision each chip runs in per phase, the parallel plan of training, and
+    the ratio of every chip to the first. Example: diptych compare train-2026 infer-2026
+    --model llama-3-70b --report out/ (add --cluster-chips 1024 to train at cluster scale).
     """
     from .dse.compare import CompareSettings
     from .dse.compare import compare as run_compare
@@ -112,7 +124,8 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
                         prompts=_ints(prompts, "--prompts") or both,
                         batches=_ints(batches, "--batches"),
                         contexts=_ints(contexts, "--contexts") or both, ref_batch=ref_batch,
-                        precision=parse_precision(precision))
+                        precision=parse_precision(precision), cluster_chips=cluster_chips,
+                        cluster=cluster, cluster_batch=cluster_batch)
     with progress_display("compare", enabled=not as_json) as progress:
         cmp = run_compare(list(chips), model, s, progress=progress)
     if as_json:

@@ -130,15 +130,12 @@ def run_dtypes(spec: str | None, phase: str, weights: str | None = None, act: st
     return out[0], out[1], out[2]
 
 
-def _wider(a: str, b: str) -> str:
-    return a if DTYPE_BYTES[a] >= DTYPE_BYTES[b] else b
-
-
 def resolve(chip, phase: str, choice: PrecisionChoice | None = None) -> dict:
     """What ``chip`` runs for ``phase`` with ``choice`` pinned: ``weights``, ``activations``,
     ``kv``, ``accumulation``, ``compute`` (the arrays' dtype: the wider of weights and
     activations, whose peak MFU refers to) and ``unsupported`` (None, or why the chip cannot
     run it)."""
+    from ..workloads.checks import check_supported, wider
     from ..workloads.run import default_precision
 
     c = choice or PrecisionChoice()
@@ -147,11 +144,14 @@ def resolve(chip, phase: str, choice: PrecisionChoice | None = None) -> dict:
     except ValueError as exc:  # training on a chip with neither bf16 nor fp16
         return {"weights": c.weights, "activations": c.activations, "kv": c.kv,
                 "accumulation": None, "compute": None, "unsupported": str(exc)}
-    comp = _wider(p.activations, p.weights)
-    missing = [d for d in dict.fromkeys((comp, _wider(p.activations, p.kv)))
-               if not chip.supports(d)]
-    why = (f"{chip.name} has no {' or '.join(missing)} datapath; its arrays support "
-           f"{', '.join(chip.dtypes)}") if missing else None
+    try:                   # the check every run makes (workloads.checks)
+        comp, why = check_supported(chip, p), None
+    except ValueError:     # say it in a report's words: which datapaths are missing
+        comp = wider(p.activations, p.weights)
+        missing = [d for d in dict.fromkeys((comp, wider(p.activations, p.kv)))
+                   if not chip.supports(d)]
+        why = (f"{chip.name} has no {' or '.join(missing)} datapath; its arrays support "
+               f"{', '.join(chip.dtypes)}")
     return {"weights": p.weights, "activations": p.activations, "kv": p.kv,
             "accumulation": p.accumulation, "compute": comp, "unsupported": why}
 

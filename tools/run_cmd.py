@@ -140,9 +140,29 @@ def _curve_table(curve: dict):
 @click.option("--prompt", type=int, help="Prompt length (prefill) / context before decode.")
 @click.option("--gen", type=int, help="Generated tokens (decode; default 1).")
 @click.option("--seq", type=int, help="Training sequence length.")
-@click.option("--chips", type=int, help="Total chips (tp × dp).")
+@click.option("--chips", type=int,
+              help="Total chips (tp × dp; on a cluster tp × pp × dp × cp).")
 @click.option("--tp", type=int, help="Tensor-parallel degree.")
-@click.option("--dp", type=int, help="Data-parallel degree (training).")
+@click.option("--dp", type=int, help="Data-parallel degree (training; on a cluster also "
+                                     "inference replicas).")
+@click.option("--cluster", "cluster", metavar="PRESET|PATH",
+              help="Run a parallel plan's step on a cluster (dgx-h100, tpu-v4-pod or a TOML "
+                   "file; docs/cluster.md). The plan flags below without --cluster run on "
+                   "one switch domain of --chips chips on the chip's own links.")
+@click.option("--pp", type=int, help="Pipeline-parallel stages (plan).")
+@click.option("--ep", type=int, help="Expert-parallel degree, carved out of dp × cp (plan; "
+                                     "MoE models).")
+@click.option("--cp", type=int, help="Context-parallel degree: each sequence split over cp "
+                                     "ranks, ring attention (plan; train, prefill).")
+@click.option("--zero", type=int, help="ZeRO stage 0-3 (3 = FSDP) over the dp × cp ranks "
+                                       "(plan; default 0).")
+@click.option("--zero-shards", type=int,
+              help="Shard the ZeRO state within groups of this many ranks, replicate across "
+                   "them (hybrid sharding; plan).")
+@click.option("--schedule", type=click.Choice(["1f1b", "interleaved", "gpipe"]),
+              help="Pipeline schedule (plan; default 1f1b).")
+@click.option("--virtual-stages", type=int,
+              help="Model chunks per pipeline stage of the interleaved schedule (plan).")
 @click.option("--precision", "precision", metavar="SPEC",
               help="Weights, activations and KV cache at once: a dtype (bf16) or per tensor "
                    "(w=fp8,a=fp8,kv=fp8), as in `diptych compare --precision`. Default: "
@@ -152,7 +172,10 @@ def _curve_table(curve: dict):
 @click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="Overlap collectives with compute.")
-@click.option("--recompute", is_flag=True, help="Full activation recomputation (training).")
+@click.option("--recompute", type=click.Choice(["none", "selective", "full"]), is_flag=False,
+              flag_value="full", default=None,
+              help="Activation recomputation (training): none (default), selective (norms "
+                   "and activation functions; plan) or full; --recompute alone is full.")
 @click.option("--attention", type=click.Choice(["fused", "unfused"]), default="fused",
               show_default=True,
               help="Fused (FlashAttention-style, scores stay on chip) or unfused attention.")
@@ -172,20 +195,26 @@ def _curve_table(curve: dict):
 @click.option("--trace", type=click.Path(dir_okay=False),
               help="Write a Chrome/Perfetto trace of the (last) run.")
 @friendly
-def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, weights_dtype,
-        act_dtype, kv_dtype, overlap, recompute, attention, micro_batch, execution, fusion,
-        topology, as_json, trace):
+def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp, ep, cp, zero,
+        zero_shards, schedule, virtual_stages, precision, weights_dtype, act_dtype, kv_dtype,
+        overlap, recompute, attention, micro_batch, execution, fusion, topology, as_json,
+        trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
 
     Prints a per-layer table (op, shape, time, compute- or memory-bound, utilisation) and
     totals; identical layers are simulated once and scaled. A comma list of batch sizes on
     decode gives the latency/throughput curve, marking where decode turns compute-bound.
+
+    With --cluster (or any of --pp, --ep, --cp, --zero, --zero-shards, --schedule,
+    --virtual-stages, --recompute selective) it simulates a parallel plan's step: pipeline,
+    ZeRO, expert and context parallelism over the cluster's topology (docs/cluster.md).
     """
 
     from ..workloads import run_curve, run_topology
     from ..workloads.trace import chrome_trace, schedule_trace
     from .precision import run_dtypes
     from .progress import progress_display
+    from .run_cluster import plan_flags_given, run_plan
 
     con = _console()
     weights_dtype, act_dtype, kv_dtype = run_dtypes(precision, phase, weights_dtype,
@@ -214,16 +243,42 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, precision, w
                   f"({fmt.pct(res.dram_bw_utilization)} of peak "
                   f"bandwidth), {res.bound}-bound, energy {res.energy_j:.4g} J")
         return
+    plan_flags = plan_flags_given(dict(pp=pp, ep=ep, cp=cp, zero=zero, zero_shards=zero_shards,
+                                       schedule=schedule, virtual_stages=virtual_stages,
+                                       recompute=recompute))
+    if topology and (cluster or plan_flags):
+        raise ValueError(f"{'--cluster' if cluster else plan_flags[0]} applies to a model "
+                         f"(--model), not to a --topology file")
     if not model:
         raise ValueError("--model is required (or --topology FILE.csv)")
     batches = parse_batches(batch)
+    if cluster or plan_flags:
+        if execution != "sum":
+            raise ValueError("--execution schedule times one node's program; with --cluster "
+                             "(or " + (plan_flags[0] if plan_flags else "a plan flag")
+                             + ") the step is composed over the pipeline: leave --execution "
+                               "at sum")
+        with warnings.catch_warnings(record=True) as caught, \
+                progress_display(f"{model} {phase} on {chip}", enabled=not as_json) as progress:
+            warnings.simplefilter("always")
+            run_plan(con, chip=chip, model=model, phase=phase, batches=batches, cluster=cluster,
+                     prompt=prompt, gen=gen, seq=seq, chips=chips, tp=tp, dp=dp, pp=pp, ep=ep,
+                     cp=cp, zero=zero, zero_shards=zero_shards, schedule=schedule,
+                     virtual_stages=virtual_stages, micro_batch=micro_batch,
+                     recompute=recompute, overlap=overlap, attention=attention,
+                     weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype,
+                     as_json=as_json, trace=trace, progress=progress)
+        for msg in dict.fromkeys(str(w.message) for w in caught):
+            echo_err(f"Warning: {msg}")
+        return
     with warnings.catch_warnings(record=True) as caught, \
             progress_display(f"{model} {phase} on {chip}", enabled=not as_json) as progress:
         warnings.simplefilter("always")
         curve = run_curve(chip, model, batches=batches, phase=phase, prompt=prompt, gen=gen,
                           seq=seq, chips=chips, tp=tp, dp=dp, weights_dtype=weights_dtype,
                           act_dtype=act_dtype, kv_dtype=kv_dtype, overlap=overlap,
-                          recompute=recompute, micro_batch=micro_batch, attention=attention,
+                          recompute=recompute == "full", micro_batch=micro_batch,
+                          attention=attention,
                           execution=execution, fusion=fusion, progress=progress)
     for msg in dict.fromkeys(str(w.message) for w in caught):
         echo_err(f"Warning: {msg}")

@@ -7,7 +7,7 @@ simulates it on a chip and returns a :class:`RunResult`.
 
 from .config import ARCHITECTURES, ModelConfig, model_from_hf
 from .graph import Block, Workload
-from .lower import causal_mean_keys, check_tp, decode, decode_context, prefill
+from .lower import causal_mean_keys, check_tp, decode, decode_context, decode_mean, prefill
 from .memory import MemoryReport
 from .moe import expected_experts_touched, expert_load
 from .parallel import collective_seconds
@@ -17,13 +17,14 @@ from .precision import Precision
 from .registry import builtin_names, load_model, load_model_file
 from .run import RunResult, TopologyResult, run_curve, run_topology, run_workload
 from .topology import load_topology
-from .train import train_step
+from .train import train_forward, train_step
 
 __all__ = [
     "ARCHITECTURES", "Block", "MemoryReport", "ModelConfig", "Precision", "RunResult",
     "TopologyResult", "Workload", "active_param_count", "builtin_names", "causal_mean_keys",
-    "check_tp", "collective_seconds", "decode", "decode_context", "expected_experts_touched",
+    "check_tp", "collective_seconds", "decode", "decode_context", "decode_mean",
+    "expected_experts_touched",
     "expert_load", "flops_per_token", "kv_bytes_per_token", "load_model", "load_model_file",
     "load_topology", "model_from_hf", "param_count", "prefill", "run_curve", "run_topology",
-    "run_workload", "train_step", "weight_tensors",
+    "run_workload", "train_forward", "train_step", "weight_tensors",
 ]

@@ -1,9 +1,7 @@
 """Whether a chip can run a precision: the check every command that times a workload makes.
 
-:func:`check_supported` is the public form of ``diptych run``'s precision check (the cluster
-step, :mod:`diptych.sim.cluster.step`, calls it too); ``workloads/run.py``'s private
-``_check_supported`` / ``_wider`` and ``tools/precision.py``'s ``_wider`` are meant to call
-these instead of repeating them.
+:func:`check_supported` is ``diptych run``'s precision check; ``workloads/run.py``, the
+cluster step (:mod:`diptych.sim.cluster.step`) and ``tools/precision.py`` call it.
 """
 
 from __future__ import annotations

@@ -25,13 +25,20 @@ Conventions (all documented in docs/workloads.md):
   A sliding layer attends at most its window, a chunked layer the keys of its own chunk; in
   decode each reads only the cache it holds. Attention soft-capping adds ``cap·tanh(s/cap)``
   work per score to the softmax, attention sinks one extra logit column per query row.
+* Decode over a generation (:func:`decode_mean`): one step standing for ``gen`` steps, each
+  layer kind at its own mean keys over them (:meth:`_Ctx.for_layer`), not at the mean
+  context (a chunked layer's keys wrap at every chunk boundary).
+* Context and expert parallelism (:class:`_Ctx`'s ``cp`` and ``ep``): one rank's
+  ``seq / cp`` tokens attending the whole sequence over K/V all-gathered from the ring, its
+  ``experts / ep`` experts between two all-to-alls; the collectives are ops tagged ``cp`` and
+  ``ep`` (as tensor parallelism's are tagged ``tp``).
 
 Each op group is one function (``_attention_gqa``/``_attention_mla``, ``_qk_norm``, ``_rope``,
 ``_softmax``, ``_attend``, ``_residual``, ``_dense_mlp``, ``_moe_mlp``, ``_embedding``,
 ``_head``). Each takes an optional ``flow`` (:class:`~diptych.workloads.dataflow.Flow`) that
 records the tensors its ops read and write (names in docs/workloads.md, "Tensors"); without it
-the same ops come back and nothing is recorded. The blocks :func:`prefill` and :func:`decode`
-return carry those records.
+the same ops come back and nothing is recorded. The blocks :func:`prefill`, :func:`decode` and
+:func:`decode_mean` return carry those records.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ from ..sim.program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .fused import fuse
 from .graph import Block, Workload
-from .moe import expert_load
+from .moe import expected_experts_touched, expert_load
 from .params import kv_heads_per_rank
 from .precision import Precision
 
@@ -132,21 +139,40 @@ def mean_keys(layer: LayerSpec, q_len: int, past: int = 0) -> float:
 
 @dataclass(frozen=True)
 class _Ctx:
+    """What one rank lowers: ``batch`` sequences of ``q_len`` new tokens each (per rank) after
+    ``past`` cached ones, for the layer kind ``layer`` (:meth:`for_layer` sets it and its
+    ``keys``).
+
+    ``cp``: context-parallel degree (train, prefill): the rank holds ``q_len`` of each
+    sequence's ``q_len·cp`` tokens (load-balanced chunks), its queries attend the mean keys of
+    the whole sequence under the layer's mask, whose K and V arrive over the ring (an
+    all-gather tagged ``cp``), and it keeps only its own K/V chunk. ``ep``: expert-parallel
+    degree: the rank holds ``experts / ep`` routed experts and receives its share of the
+    token-expert pairs through two all-to-alls (dispatch, combine; tagged ``ep``). ``gen``
+    (decode): the step stands for ``gen`` consecutive steps of ``q_len`` queries after
+    ``past`` cached tokens, and each layer kind attends its own mean keys over them (a
+    chunked or sliding layer's mean is not its keys at the mean context)."""
+
     m: ModelConfig
     p: Precision
     tp: int
     batch: int        # sequences
-    q_len: int        # new tokens per sequence
+    q_len: int        # new tokens per sequence (per context-parallel rank)
     keys: int         # keys attended per query (rounded-up mean) by the current layer kind
     phase: str        # prefill | decode | train
     attention: str = "fused"   # fused | unfused
-    past: int = 0     # tokens already cached per sequence (decode: context − 1)
+    past: int = 0     # tokens already cached per sequence (decode: the prompt)
     layer: LayerSpec = LayerSpec()
+    cp: int = 1       # context-parallel ranks a sequence is split over (train, prefill)
+    ep: int = 1       # expert-parallel ranks the routed experts are split over
+    gen: int = 1      # decode: consecutive steps the one lowered step stands for
 
     def for_layer(self, layer: LayerSpec) -> "_Ctx":
-        """This context for one layer kind (its keys per query)."""
-        return replace(self, layer=layer,
-                       keys=math.ceil(mean_keys(layer, self.q_len, self.past)))
+        """This context for one layer kind: its keys per query, the rounded-up mean of
+        :func:`mean_keys` over every query the context stands for (all ``gen`` steps; the
+        whole sequence under context parallelism)."""
+        return replace(self, layer=layer, keys=math.ceil(
+            mean_keys(layer, self.q_len * self.cp * self.gen, self.past)))
 
     @property
     def tokens(self) -> int:
@@ -213,32 +239,57 @@ def _softmax(c: _Ctx, rows: int) -> VectorOp:
     return c.vec("softmax", "softmax", rows * cols, ops=ops)
 
 
+def _ring_kv(c: _Ctx, scores: Gemm, pv: Gemm, kv_shared: bool, *, flow=None,
+             k: Pieces = (), v: Pieces = ()) -> tuple[list[Op], float, Pieces, Pieces]:
+    """Context parallelism's K/V exchange (ring attention): the ``cp`` ranks' K and V chunks
+    of ``q_len`` tokens, all-gathered so that each rank's queries see the whole sequence (one
+    collective standing for the ring's ``cp − 1`` steps; its bytes are the gathered buffer).
+    Returns ``(ops, this rank's K+V chunk bytes, k, v)``, the pieces now in ``kv_ring``."""
+    fl = flow or NOFLOW
+    k_own = scores.b_bytes * c.q_len / scores.n      # K and V of this rank's tokens
+    v_own = 0.0 if kv_shared else pv.b_bytes * c.q_len / pv.k
+    chunk = k_own + v_own
+    if c.cp == 1 or c.phase == "decode":
+        return [], chunk, list(k), list(v)
+    op = Collective(name="cp_kv_all_gather", kind="all_gather", bytes=c.cp * chunk,
+                    group=c.cp, tags=("cp",))
+    ring = fl.t("kv_ring", op.bytes)
+    fl.vec(op, list(k) + list(v), [(ring, 1.0)])
+    kf = k_own / chunk
+    return [op], chunk, [(ring, kf)], ([(ring, 1.0 - kf)] if v_own else [])
+
+
 def _attend(c: _Ctx, scores: Gemm, softmax: VectorOp, pv: Gemm, heads: int,
             kv_shared: bool = False, *, flow=None, q: Pieces = (), k: Pieces = (),
             v: Pieces = (), out: str = "attn") -> list[Op]:
-    """The attention trio as three ops (unfused) or one fused record. With a ``flow``: ``q``
+    """The attention trio as three ops (unfused) or one fused record, after the context-
+    parallel K/V all-gather (:func:`_ring_kv`) when ``c.cp > 1``. With a ``flow``: ``q``
     (the scores' A operand), ``k`` and ``v`` (the stored keys and values, whole: the GEMMs
     read their causal-mean share) as pieces; the output is tensor ``out``."""
     fl = flow or NOFLOW
     rows = c.batch * heads * c.q_len
+    ring, chunk, k, v = _ring_kv(c, scores, pv, kv_shared, flow=flow, k=k, v=v)
+    # keys each sequence's K/V holds: the cache (decode), else the whole sequence (which
+    # under context parallelism arrives over the ring)
+    stored = c.keys if c.phase == "decode" else c.q_len * c.cp
     fl.t(out, pv.c_bytes)
     if c.attention == "unfused":
-        stored = c.keys if c.phase == "decode" else c.q_len
         cols = c.keys + (1 if c.m.attention_sinks else 0)
         fl.t("scores", scores.c_bytes)
         fl.t("probs", rows * cols * c.p.a_bytes)
-        return [fl.gemm(scores, q, scaled(k, c.keys / stored), [("scores", 1.0)]),
-                fl.vec(softmax, [("scores", cols / c.keys)], [("probs", 1.0)]),
-                fl.gemm(pv, [("probs", c.keys / cols)], scaled(v, c.keys / stored),
-                        [(out, 1.0)])]
-    stored = c.keys if c.phase == "decode" else c.q_len
+        return ring + [fl.gemm(scores, q, scaled(k, c.keys / stored), [("scores", 1.0)]),
+                       fl.vec(softmax, [("scores", cols / c.keys)], [("probs", 1.0)]),
+                       fl.gemm(pv, [("probs", c.keys / cols)], scaled(v, c.keys / stored),
+                               [(out, 1.0)])]
     op = fuse("attention (fused)", scores, softmax, pv, keys_stored=stored,
               heads_rows=rows, kv_shared=kv_shared, stats=c.phase == "train",
               kv_cache=c.phase == "decode", tags=("attn",))
+    if ring:                     # the rank keeps only its own K/V chunk for backward
+        op = replace(op, saved_kv_bytes=chunk)
     writes = [(out, 1.0)]
     if c.phase == "train":
         writes.append((fl.t("attn_stats", op.write_bytes - pv.c_bytes), 1.0))
-    return [fl.vec(op, list(q) + list(k) + list(v), writes)]
+    return ring + [fl.vec(op, list(q) + list(k) + list(v), writes)]
 
 
 def _qk_norm(c: _Ctx, h: int, hkv: int, *, flow=None, parts: dict | None = None) -> list[Op]:
@@ -448,25 +499,59 @@ def _dense_mlp(c: _Ctx, prefix: str, width: int, *, flow=None, inp: str = "h_mlp
     return [up, fn, down]
 
 
+def expert_groups(m: ModelConfig, tokens: int, ep: int = 1) -> list[tuple[int, int]]:
+    """``[(experts, token-expert pairs each), ...]`` that one rank's expert GEMMs run for
+    ``tokens`` tokens routed top-k (balanced routing).
+
+    Without expert parallelism: :func:`diptych.workloads.moe.expert_load` over all experts.
+    With ``ep`` ranks each holding ``experts / ep`` of them, every rank receives ``T·k``
+    pairs (the ``ep`` ranks' ``ep·T`` tokens spread evenly), falling on the expected number
+    of its experts touched, ``E/ep · (1 − (1 − k/E)^(ep·T))`` (rounded, at least 1, at most
+    its experts and its pairs), as evenly as integers allow."""
+    e, k = m.experts, m.experts_per_token
+    if ep == 1:
+        return expert_load(e, k, tokens)
+    pairs = tokens * k
+    touched = expected_experts_touched(e, k, ep * tokens) / ep
+    n_exp = max(1, min(e // ep, pairs, round(touched)))
+    q, r = divmod(pairs, n_exp)
+    return [(n, t) for n, t in ((r, q + 1), (n_exp - r, q)) if n and t]
+
+
 def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") -> list[Op]:
+    """Router, top-k, the routed experts (this rank's ``experts / ep`` with expert
+    parallelism, between the dispatch and combine all-to-alls: ``T·k·d`` activations per
+    rank each way, ÷ tp because each tensor-parallel rank dispatches its sequence-parallel
+    share, as Megatron-Core's token dispatcher does), the weighted combine, shared
+    experts."""
     m, T, d, act = c.m, c.tokens, c.m.hidden_size, c.m.activation
     e, k = m.experts, m.experts_per_token
     f = m.moe_intermediate_size // c.tp
     fl = flow or NOFLOW
     a, wb = c.p.a_bytes, c.p.w_bytes
-    groups = expert_load(e, k, T)
+    groups = expert_groups(m, T, c.ep)
     router = c.gemm("router", T, d, e, tags=("moe",))
     topk = c.vec("topk", "topk", T * e, writes=k / e)
     fl.gemm(router, [(inp, 1.0)], [(fl.t("w_router", d * e * wb, "weight"), 1.0)],
             [(fl.t("router_logits", T * e * a), 1.0)])
     fl.vec(topk, [("router_logits", 1.0)], [(fl.t("topk", topk.write_bytes), 1.0)])
     ops: list[Op] = [router, topk]
+    src, pairs_in = inp, T                    # the experts' input and its rows
+    a2a = T * k * d * a / c.tp                # one all-to-all per rank (docstring)
+    if c.ep > 1:
+        # the tensors hold what arrives at this rank (÷ tp); its tensor-parallel group
+        # shares them, so the experts read tp times their share
+        op = Collective(name="ep_dispatch", kind="all_to_all", bytes=a2a, group=c.ep,
+                        tags=("ep",))
+        fl.vec(op, [(inp, k / c.tp)], [(fl.t("ep_in", a2a), 1.0)], deps=("topk",))
+        ops.append(op)
+        src, pairs_in = "ep_in", T * k / c.tp
     sfxs = [f"[{i}]" if len(groups) > 1 else "" for i in range(len(groups))]
     for (n_exp, per), sfx in zip(groups, sfxs):
         op = c.gemm(f"experts_gate_up{sfx}", per, d, 2 * f, batch=n_exp,
                     tags=("moe", "expert"), shared_b=False)
         # the tokens routed to these experts: a gather of the MLP input (routing: topk)
-        fl.gemm(op, [(inp, n_exp * per / T)],
+        fl.gemm(op, [(src, n_exp * per / pairs_in)],
                 [(fl.t(f"w_experts_gate_up{sfx}", n_exp * d * 2 * f * wb, "weight"), 1.0)],
                 [(fl.t(f"experts_gate_up{sfx}", n_exp * per * 2 * f * a), 1.0)], deps=("topk",))
         ops.append(op)
@@ -481,9 +566,15 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
                 [(fl.t(f"w_experts_down{sfx}", n_exp * f * d * wb, "weight"), 1.0)],
                 [(fl.t(f"experts_down{sfx}", n_exp * per * d * a), 1.0)])
         ops.append(op)
+    downs = [(f"experts_down{sfx}", 1.0) for sfx in sfxs]
+    if c.ep > 1:
+        op = Collective(name="ep_combine", kind="all_to_all", bytes=a2a, group=c.ep,
+                        tags=("ep",))
+        fl.vec(op, scaled(downs, 1.0 / c.tp), [(fl.t("ep_out", a2a), 1.0)])
+        ops.append(op)
+        downs = [("ep_out", float(c.tp))]
     op = c.vec("experts_combine", "mul", T * k * d, writes=1.0 / k)
-    fl.vec(op, [(f"experts_down{sfx}", 1.0) for sfx in sfxs],
-           [(fl.t(out, T * d * a), 1.0)], deps=("topk",))
+    fl.vec(op, downs, [(fl.t(out, T * d * a), 1.0)], deps=("topk",))
     ops.append(op)
     if m.shared_experts:
         ops += _dense_mlp(c, "shared_", m.moe_intermediate_size * m.shared_experts, flow=flow,
@@ -697,45 +788,101 @@ def _check_common(m: ModelConfig, batch: int, tp: int, **lengths) -> None:
     check_tp(m, tp)
 
 
+def check_ep(m: ModelConfig, ep: int) -> None:
+    """Raise ValueError unless ``ep`` expert-parallel ranks split ``m``'s routed experts."""
+    _pos("ep", ep)
+    if ep == 1:
+        return
+    if not m.is_moe:
+        raise ValueError(f"ep={ep} needs a mixture-of-experts model; {m.name} is dense "
+                         f"(use ep=1)")
+    if m.experts % ep:
+        raise ValueError(f"ep={ep} must divide the number of experts ({m.experts} in "
+                         f"{m.name})")
+
+
+def check_cp(cp: int, length: int, name: str = "seq_len") -> None:
+    """Raise ValueError unless ``cp`` context-parallel ranks split a ``length``-token
+    sequence into equal chunks."""
+    _pos("cp", cp)
+    if length % cp:
+        raise ValueError(f"cp={cp} must divide {name} ({length}): each context-parallel rank "
+                         f"holds an equal share of every sequence")
+
+
 def prefill(m: ModelConfig, batch: int, prompt_len: int, *, precision: Precision | None = None,
-            tp: int = 1, attention: str = "fused") -> Workload:
+            tp: int = 1, attention: str = "fused", cp: int = 1, ep: int = 1) -> Workload:
     """The prompt pass: ``batch`` sequences of ``prompt_len`` tokens, causal attention
     (``attention``: "fused" or "unfused"; window- or chunk-limited per layer kind), KV written
-    to the cache, logits for the last position (time to first token)."""
+    to the cache, logits for the last position (time to first token). ``cp``/``ep``: one
+    rank's share under context / expert parallelism (:class:`_Ctx`): ``prompt_len / cp``
+    tokens per sequence, ``experts / ep`` routed experts."""
     _check_common(m, batch, tp, prompt_len=prompt_len)
     check_attention(attention)
+    check_cp(cp, prompt_len, "prompt_len")
+    check_ep(m, ep)
     p = precision or Precision()
-    c = _Ctx(m, p, tp, batch, prompt_len, 0, "prefill", attention)
-    return Workload("prefill", tuple(forward_blocks(c)), tokens=batch * prompt_len, batch=batch,
+    c = _Ctx(m, p, tp, batch, prompt_len // cp, 0, "prefill", attention, cp=cp, ep=ep)
+    return Workload("prefill", tuple(forward_blocks(c)), tokens=batch * c.q_len, batch=batch,
                     info={"prompt_len": prompt_len, **keys_info(c), "tp": tp,
-                          "attention": attention})
+                          "attention": attention, **({"cp": cp, "ep": ep}
+                                                     if (cp, ep) != (1, 1) else {})})
 
 
 def decode_context(prompt_len: int, gen: int) -> int:
-    """The representative context of ``gen`` decode steps after a ``prompt_len`` prompt.
+    """The mean context of ``gen`` decode steps after a ``prompt_len`` prompt.
 
-    Step i (0-based) attends ``prompt_len + i + 1`` keys; attention cost is linear in the
-    context, so the mean over the steps, ``prompt_len + (gen + 1)/2`` (rounded up), gives
-    the average time per output token."""
+    Step i (0-based) attends position ``prompt_len + i + 1``; the mean over the steps,
+    ``prompt_len + (gen + 1)/2`` rounded up, is what a **full-attention** layer attends on
+    average (its cost is linear in the context). A sliding-window or chunked layer's mean
+    keys over the steps are *not* its keys at this context (a chunked layer's
+    ``((c − 1) mod chunk) + 1`` is not linear in ``c``): :func:`decode_mean` gives each layer
+    kind its own mean (:meth:`_Ctx.for_layer`)."""
     _pos("prompt", prompt_len)
     _pos("gen", gen)
     return prompt_len + (gen + 2) // 2
 
 
 def decode(m: ModelConfig, batch: int, context_len: int, steps: int = 1, *,
-           precision: Precision | None = None, tp: int = 1, attention: str = "fused"
-           ) -> Workload:
+           precision: Precision | None = None, tp: int = 1, attention: str = "fused",
+           ep: int = 1) -> Workload:
     """``steps`` decode steps, each generating one token per sequence attending
     ``context_len`` keys (``attention``: "fused" or "unfused"): every step reads all active
     weights and each sequence's whole KV cache (a sliding layer's window, a chunked layer's
     current chunk: ``((context_len − 1) mod chunk) + 1`` keys), and writes the new KV
-    entries. The step's blocks repeat ``steps`` times (``repeat`` is multiplied), so use
-    :func:`decode_context` for a representative context when the steps' contexts differ."""
+    entries. The step's blocks repeat ``steps`` times (``repeat`` is multiplied). For the
+    steps of a generation, whose contexts differ, use :func:`decode_mean`. ``ep``: one
+    rank's share of the routed experts (:class:`_Ctx`)."""
     _check_common(m, batch, tp, context_len=context_len, steps=steps)
     check_attention(attention)
+    check_ep(m, ep)
     p = precision or Precision()
-    c = _Ctx(m, p, tp, batch, 1, 0, "decode", attention, past=context_len - 1)
+    c = _Ctx(m, p, tp, batch, 1, 0, "decode", attention, past=context_len - 1, ep=ep)
     blocks = [replace(b, repeat=b.repeat * steps) for b in forward_blocks(c)]
     return Workload("decode", tuple(blocks), tokens=batch * steps, batch=batch,
                     info={"context_len": context_len, **keys_info(c), "steps": steps,
-                          "tp": tp, "attention": attention})
+                          "tp": tp, "attention": attention, **({"ep": ep} if ep > 1 else {})})
+
+
+def decode_mean(m: ModelConfig, batch: int, prompt_len: int, gen: int = 1, *,
+                precision: Precision | None = None, tp: int = 1, attention: str = "fused",
+                ep: int = 1) -> Workload:
+    """One representative step of the ``gen`` decode steps after a ``prompt_len``-token
+    prompt (one token per sequence per step; step ``i``, 0-based, attends position
+    ``prompt_len + i + 1``): each layer kind attends its own mean keys over the steps,
+    :func:`mean_keys` of ``gen`` queries after ``prompt_len`` cached tokens, rounded up —
+    the mean context (:func:`decode_context`) for a full-attention layer, at most the
+    window for a sliding one, the mean of its chunk's keys for a chunked one (Llama 4 Scout,
+    8192-token chunks, prompt 4096, 8192 steps: 4097 keys, not the 1 key of the mean context
+    8193). Nothing else in a decode step depends on the cache length, so the step's time is
+    the mean time per output token. ``info["context_len"]`` is the mean context."""
+    context = decode_context(prompt_len, gen)
+    _check_common(m, batch, tp)
+    check_attention(attention)
+    check_ep(m, ep)
+    p = precision or Precision()
+    c = _Ctx(m, p, tp, batch, 1, 0, "decode", attention, past=prompt_len, ep=ep, gen=gen)
+    return Workload("decode", tuple(forward_blocks(c)), tokens=batch, batch=batch,
+                    info={"context_len": context,
+                          "prompt_len": prompt_len, "gen": gen, **keys_info(c), "steps": 1,
+                          "tp": tp, "attention": attention, **({"ep": ep} if ep > 1 else {})})

@@ -17,6 +17,11 @@ the defaults) + saved activations, with or without full recomputation:
   dropout masks: ``32·s·b·h``;
 * with full recomputation each layer keeps only its input (``s·b·h``) and one layer's
   activations are live at a time during backward.
+
+:func:`train_memory` also takes a ZeRO stage and shard count (:func:`zero_state_bytes`,
+:func:`zero_buffer_bytes`) and sequence parallelism (:func:`layer_saved_bytes`: the tensors
+every tensor-parallel rank would replicate stored ``÷ tp``); the cluster layer's
+:func:`diptych.sim.cluster.memory.plan_memory` applies the same functions per pipeline stage.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from ..sim.ops import Gemm, VectorOp
 from .config import ModelConfig
 from .fused import FusedAttention
 from .graph import Block, Workload
-from .lower import valid_tp_degrees
+from .lower import _pos, valid_tp_degrees
 from .params import kv_cache_bytes, params_per_chip
 from .precision import Precision
 
@@ -165,44 +170,130 @@ def _advice(rep: MemoryReport, tp: int, min_tp: int | None, suggestion: dict | N
     return "; ".join(parts)
 
 
-def train_breakdown(m: ModelConfig, p: Precision, tp: int, activations: float) -> dict:
-    n = params_per_chip(m, tp)
-    return {"weights": n * p.w_bytes, "gradients": n * p.g_bytes,
-            "optimizer_state": n * p.optimizer_state_bytes_per_param, "activations": activations}
+def zero_state_bytes(params: float, zero: int, shards: int, p: Precision) -> dict[str, float]:
+    """Weights, gradients and optimizer state of ``params`` parameters under ZeRO stage
+    ``zero`` over ``shards`` data-parallel ranks (Rajbhandari et al. 2020: stage 1 shards the
+    optimizer state, 2 also the gradients, 3 = FSDP also the weights), without the working
+    buffers (:func:`zero_buffer_bytes`). Stage 0 is every replica holding it all."""
+    w, g, o = p.w_bytes, p.g_bytes, p.optimizer_state_bytes_per_param
+    return {"weights": params * w / (shards if zero >= 3 else 1),
+            "gradients": params * g / (shards if zero >= 2 else 1),
+            "optimizer_state": params * o / (shards if zero >= 1 else 1)}
 
 
-def activation_bytes(w: Workload, m: ModelConfig, p: Precision) -> tuple[float, float]:
-    """(without recomputation, with full recomputation) saved-activation bytes of a training
-    workload's forward pass."""
+def zero_buffer_bytes(largest_layer_params: float, zero: int, p: Precision) -> float:
+    """Unsharded working buffers of ZeRO stage ``zero``: stage 2 keeps one layer's gradients
+    (the bucket being reduced), stage 3 two layers' gathered weights (the one computing and
+    the one prefetched) and one layer's gradients; ``largest_layer_params``: the largest
+    layer (or embedding, or head) the rank holds."""
+    n = largest_layer_params
+    if zero >= 3:
+        return 2 * n * p.w_bytes + n * p.g_bytes
+    if zero == 2:
+        return n * p.g_bytes
+    return 0.0
+
+
+def is_replicated(op, hidden: int, tokens: int) -> bool:
+    """Saved by every tensor-parallel rank in full, what sequence parallelism splits
+    ``÷ tp`` (Korthikanti et al. 2022, §4.2.2): a norm's input, or the input of a
+    column-parallel GEMM over all ``tokens`` (``k`` = the model width ``hidden``)."""
+    if isinstance(op, VectorOp):
+        return op.kind in ("rmsnorm", "layernorm") and "saved" in op.tags
+    return (isinstance(op, Gemm) and "weight" in op.tags and op.m == tokens
+            and op.k == hidden and op.batch == 1 and "no_save_a" not in op.tags)
+
+
+def replicated_saved_bytes(ops, hidden: int, tokens: int) -> float:
+    """Saved bytes every tensor-parallel rank holds in full (:func:`is_replicated`)."""
+    return sum(op.read_bytes if isinstance(op, VectorOp) else op.a_bytes
+               for op in ops if is_replicated(op, hidden, tokens))
+
+
+def layer_saved_bytes(block: Block, kv_scale: float, hidden: int, tokens: int,
+                      sp_split: int = 1) -> float:
+    """:func:`saved_bytes` of one copy of a forward block with sequence parallelism over
+    ``sp_split`` tensor-parallel ranks (1: none): the replicated tensors are stored split."""
+    total = saved_bytes(block, kv_scale)
+    if sp_split > 1:
+        total -= replicated_saved_bytes(block.ops, hidden, tokens) * (1 - 1 / sp_split)
+    return total
+
+
+def train_breakdown(m: ModelConfig, p: Precision, tp: int, activations: float,
+                    zero: int = 0, shards: int = 1) -> dict:
+    """Weights, gradients, optimizer state (sharded by ZeRO ``zero`` over ``shards`` ranks)
+    and ``activations`` of one tensor-parallel rank; ZeRO 2-3's working buffers are
+    :func:`zero_buffer_bytes` (added by :func:`train_memory`)."""
+    return {**zero_state_bytes(params_per_chip(m, tp), zero, shards, p),
+            "activations": activations}
+
+
+def activation_bytes(w: Workload, m: ModelConfig, p: Precision, *,
+                     sequence_parallel: bool = False) -> tuple[float, float]:
+    """(without recomputation, with full recomputation) saved-activation bytes of one
+    micro-batch of a training workload's forward pass (:func:`saved_bytes` per layer; K and
+    V over the tokens a rank stores, ``seq_len / cp``). ``sequence_parallel``: Megatron's
+    sequence parallelism over the workload's ``tp`` ranks stores the tensors every rank
+    would replicate (norm inputs, column-parallel GEMM inputs, the layer input kept by full
+    recomputation) split ``÷ tp``."""
     fwd = [b for b in w.blocks if b.stage == "forward"]
     layers = [b for b in fwd if b.name not in ("embedding", "head")]
     n_micro = w.info.get("micro_batches", 1)          # one micro-batch's activations live
     tokens = w.tokens // n_micro
-    seq = w.info.get("seq_len", 1)
+    stored = w.info.get("seq_len", 1) / w.info.get("cp", 1)
     keys = w.info.get("keys_per_query_by_block", {})
+    tp = w.info.get("tp", 1)
+    split = tp if sequence_parallel and tp > 1 else 1
 
-    def saved(b: Block) -> float:   # K/V over each layer kind's mean keys → the stored sequence
-        return saved_bytes(b, seq / keys.get(b.name, w.info.get("keys_per_query", 1)))
+    def saved(b: Block) -> float:   # K/V over each layer kind's mean keys → the stored tokens
+        ks = stored / keys.get(b.name, w.info.get("keys_per_query", 1))
+        return layer_saved_bytes(b, ks, m.hidden_size, tokens, split)
 
     head = sum(saved(b) for b in fwd if b.name == "head")
     full = sum(b.repeat // n_micro * saved(b) for b in layers) + head
     ckpt = (sum(b.repeat // n_micro for b in layers) * tokens * m.hidden_size * p.a_bytes
-            + max((saved(b) for b in layers), default=0.0) + head)
+            / split + max((saved(b) for b in layers), default=0.0) + head)
     return full, ckpt
 
 
+def _largest_layer_params(m: ModelConfig, tp: int) -> float:
+    """Parameters of the largest layer kind, embedding or head one rank holds."""
+    from .train import layer_params_per_chip
+
+    per = layer_params_per_chip(m, tp)
+    kinds = ["embedding", "head"] + (["dense"] if m.dense_layers else []) + \
+        (["moe"] if m.moe_layers else [])
+    return max(per[k] for k in kinds)
+
+
 def train_memory(m: ModelConfig, p: Precision, tp: int, workload: Workload,
-                 capacity_bytes: float, recompute: bool) -> MemoryReport:
-    """Footprint of one training replica's chip (no ZeRO: every DP replica holds it all)."""
-    full, ckpt = activation_bytes(workload, m, p)
+                 capacity_bytes: float, recompute: bool, *, zero: int = 0, shards: int = 1,
+                 sequence_parallel: bool = False) -> MemoryReport:
+    """Footprint of one training replica's chip: the model state per tensor-parallel rank,
+    sharded by ZeRO stage ``zero`` over ``shards`` data-parallel ranks (0, the default:
+    every replica holds it all) with ZeRO 2-3's working buffers, and one micro-batch's
+    saved activations (:func:`activation_bytes`). The cluster layer's
+    :func:`diptych.sim.cluster.memory.plan_memory` applies the same rules
+    (:func:`zero_state_bytes`, :func:`zero_buffer_bytes`, :func:`layer_saved_bytes`) per
+    pipeline stage; for one stage they agree (a test)."""
+    if isinstance(zero, bool) or zero not in (0, 1, 2, 3):
+        raise ValueError(f"zero must be a ZeRO stage 0, 1, 2 or 3, not {zero!r}")
+    _pos("shards", shards)
+    full, ckpt = activation_bytes(workload, m, p, sequence_parallel=sequence_parallel)
     act = ckpt if recompute else full
-    rep = MemoryReport(capacity_bytes, train_breakdown(m, p, tp, act),
+    bd = train_breakdown(m, p, tp, act, zero, shards)
+    if zero >= 2:
+        bd = {**bd, "zero_buffers": zero_buffer_bytes(_largest_layer_params(m, tp), zero, p)}
+    rep = MemoryReport(capacity_bytes, bd,
                        extra={"activations_no_recompute": full, "activations_recompute": ckpt})
     if rep.fits:
         return rep
 
     def total(t: int, a: float) -> float:
-        return sum(train_breakdown(m, p, t, a * tp / t).values())
+        state = sum(train_breakdown(m, p, t, a * tp / t, zero, shards).values())
+        return state + zero_buffer_bytes(_largest_layer_params(m, t), zero, p) if zero >= 2 \
+            else state
 
     recompute_fits = not recompute and total(tp, ckpt) <= capacity_bytes
     min_tp = next((t for t in valid_tp_degrees(m) if t > tp and total(t, act) <= capacity_bytes),
@@ -214,3 +305,4 @@ def train_memory(m: ModelConfig, p: Precision, tp: int, workload: Workload,
         advice += "; fits with one sequence per micro-batch (--micro-batch 1)"
     return replace(rep, min_tp=min_tp, advice=advice,
                    suggestion={"micro_batch": mb} if mb != w_mb else None)
+

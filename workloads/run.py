@@ -10,10 +10,14 @@ data-parallel gradient all-reduce overlaps the whole backward pass when ``overla
 That is ``execution="sum"`` (the default); ``execution="schedule"`` times the phase as a list
 schedule of its program instead (:mod:`diptych.workloads.execute`, docs/program.md).
 
-What ``seconds`` means per phase: prefill, the time to first token (TTFT); decode, the time
-per output token (TPOT) of one step at the mean context of the ``gen`` steps (prompt +
-(gen+1)/2, see :func:`diptych.workloads.lower.decode_context`); train, one optimizer step.
-``energy_j`` is the energy of that same interval summed over all chips.
+What ``seconds`` means per phase: prefill, the time to first token (TTFT); decode, the mean
+time per output token (TPOT) over the ``gen`` steps: one step with each layer kind at its mean
+keys over them (:func:`diptych.workloads.lower.decode_mean`; for full attention, the step at
+the mean context prompt + (gen+1)/2); train, one optimizer step. ``energy_j`` is the energy of
+that same interval summed over all chips.
+
+Given a ``cluster`` or a ``plan``, :func:`run_workload` runs a parallel plan's step on a
+cluster instead (:mod:`diptych.workloads.run_cluster`, docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -22,21 +26,25 @@ import dataclasses
 import warnings as _warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..arch import Chip, load_chip
-from ..arch.dtypes import dtype_bytes
 from ..sim.limits import check_ops, check_sizes
 from ..sim.ops import Collective, Gemm, Op
+from .checks import check_supported, wider
 from .config import ModelConfig
 from .fused import FusedAttention, fused_stats
 from .graph import Workload
-from .lower import decode, decode_context, prefill
+from .lower import decode_mean, prefill
 from .memory import MemoryReport, inference_memory, train_memory
 from .parallel import collective_energy_j, collective_seconds
 from .precision import Precision
 from .registry import load_model
 from .train import train_step
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..arch.cluster import Cluster
+    from ..sim.cluster import ClusterResult, Plan
 
 PHASES = ("prefill", "decode", "train")
 EXECUTIONS = ("sum", "schedule")
@@ -118,21 +126,6 @@ def default_precision(chip: Chip, phase: str, weights_dtype=None, act_dtype=None
     return Precision(weights=w, activations=a, kv=kv_dtype or a)
 
 
-def _wider(a: str, b: str) -> str:
-    return a if dtype_bytes(a) >= dtype_bytes(b) else b
-
-
-def _check_supported(chip: Chip, p: Precision) -> str:
-    comp = _wider(p.activations, p.weights)
-    for what, d in (("weights x activations", comp),
-                    ("attention over the KV cache", _wider(p.activations, p.kv))):
-        if not chip.supports(d):
-            raise ValueError(f"chip {chip.name!r} cannot compute {what} in {d} (its arrays "
-                             f"support {', '.join(chip.dtypes)}); choose --act-dtype/"
-                             f"--weights-dtype/--kv-dtype among those")
-    return comp
-
-
 def _shape(op: Op) -> str:
     if isinstance(op, FusedAttention):
         return "fused " + _shape(op.gemms[0])
@@ -149,29 +142,44 @@ def _default_simulate():
     return simulate
 
 
-def resolve_parallelism(phase: str, chips: int | None, tp: int | None, dp: int | None
-                        ) -> tuple[int, int]:
-    """(tp, dp) from the optional --chips/--tp/--dp; inference has no data parallelism."""
-    for n, v in (("chips", chips), ("tp", tp), ("dp", dp)):
+def resolve_parallelism(phase: str, chips: int | None, tp: int | None, dp: int | None, *,
+                        pp: int | None = None, cp: int | None = None, ep: int | None = None,
+                        cluster: bool = False) -> tuple[int, int]:
+    """(tp, dp) from the optional --chips/--tp/--dp (and --pp/--cp/--ep).
+
+    Without a cluster (``cluster=False`` and no ``pp``/``cp``/``ep`` above 1): chips = tp × dp
+    for training, and inference has no data parallelism (chips = tp). On a cluster (a
+    parallel plan): chips = tp × pp × dp × cp in every phase (inference's ``dp`` are
+    independent replicas, which expert parallelism is carved from); ``dp`` defaults to what
+    fills ``chips``. Raises ValueError naming the flags."""
+    for n, v in (("chips", chips), ("tp", tp), ("dp", dp), ("pp", pp), ("cp", cp), ("ep", ep)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{n} must be a positive integer, not {v!r}")
-    if phase != "train":
+    plan = cluster or any(v not in (None, 1) for v in (pp, cp, ep))
+    if phase != "train" and not plan:
         if dp not in (None, 1):
             raise ValueError("dp applies to training only; for inference use --tp (replicas "
-                             "of a served model are independent)")
+                             "of a served model are independent), or give --cluster to "
+                             "place replicas (and expert parallelism) on a cluster")
         t = tp or chips or 1
         if chips is not None and chips != t:
             raise ValueError(f"--chips ({chips}) must equal --tp ({t}) for inference")
         return t, 1
     t = tp or 1
+    replica = t * (pp or 1) * (cp or 1)        # chips of one data-parallel replica
+    what, parts = ("tp × pp × cp", f"{t} × {pp or 1} × {cp or 1}") if plan else ("tp", f"{t}")
     if dp is None:
-        if chips is not None and chips % t:
-            raise ValueError(f"--chips ({chips}) must be a multiple of --tp ({t})")
-        d = chips // t if chips else 1
+        if chips is not None and chips % replica:
+            raise ValueError(f"--chips ({chips}) must be a multiple of "
+                             + (f"{what} ({parts})" if plan else f"--tp ({t})"))
+        d = chips // replica if chips else 1
     else:
         d = dp
-    if chips is not None and chips != t * d:
-        raise ValueError(f"--chips ({chips}) must equal tp × dp ({t} × {d})")
+    if chips is not None and chips != replica * d:
+        raise ValueError(f"--chips ({chips}) must equal {what} × dp ({parts} × {d})")
+    if ep not in (None, 1) and (d * (cp or 1)) % ep:
+        raise ValueError(f"--ep ({ep}) must divide dp × cp ({d} × {cp or 1}): expert-parallel "
+                         f"ranks are carved out of the data- and context-parallel ranks")
     return t, d
 
 
@@ -189,9 +197,8 @@ def lower_workload(model: ModelConfig, phase: str, *, batch: int, prompt: int | 
         if prompt is None:
             raise ValueError("decode needs --prompt (context before generation)")
         g = 1 if gen is None else gen
-        ctx = decode_context(prompt, g)
-        return decode(model, batch, ctx, precision=precision, tp=tp,
-                      attention=attention), prompt + g
+        return decode_mean(model, batch, prompt, g, precision=precision, tp=tp,
+                           attention=attention), prompt + g
     if phase == "train":
         s = seq if seq is not None else prompt
         if s is None:
@@ -283,10 +290,12 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
                  prompt: int | None = None, gen: int | None = None, seq: int | None = None,
                  tp: int | None = None, dp: int | None = None, chips: int | None = None,
                  weights_dtype: str | None = None, act_dtype: str | None = None,
-                 kv_dtype: str | None = None, overlap: bool = True, recompute: bool = False,
-                 micro_batch: int | None = None, attention: str = "fused",
-                 execution: str = "sum", fusion: bool = True,
-                 simulate: Callable | None = None, power_limit: bool = True) -> RunResult:
+                 kv_dtype: str | None = None, overlap: bool = True,
+                 recompute: "bool | str" = False, micro_batch: int | None = None,
+                 attention: str = "fused", execution: str = "sum", fusion: bool = True,
+                 simulate: Callable | None = None, power_limit: bool = True,
+                 cluster: "Cluster | str | None" = None, plan: "Plan | None" = None
+                 ) -> "RunResult | ClusterResult":
     """Lower ``phase`` of ``model`` for ``chip`` and simulate it (see module docstring).
 
     ``batch`` is the number of sequences (global batch for training, split over ``dp``);
@@ -304,7 +313,20 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     its TDP, with idle arrays power-gated (:mod:`diptych.workloads.power_limit`;
     ``power_limit=False`` skips that). With a ``[cost]`` table the result carries
     ``cost_usd``, ``usd_per_mtok`` and ``tokens_per_s_per_usd``.
+
+    ``cluster`` (a :class:`~diptych.arch.cluster.Cluster`, preset name or path) or ``plan``
+    (a :class:`~diptych.sim.cluster.plan.Plan`): the step of a parallel plan on a cluster,
+    :func:`diptych.sim.cluster.simulate_cluster_step`'s
+    :class:`~diptych.sim.cluster.step.ClusterResult` (pipeline, ZeRO, expert and context
+    parallelism over the cluster's topology; see
+    :func:`diptych.workloads.run_cluster.run_on_cluster` for the defaults: without a plan the
+    degrees ``tp``/``dp``/``chips`` make one, without a cluster the plan's chips form one
+    scale-up domain on the chip's own links). ``recompute``: ``"none"``, ``"selective"``
+    (a plan only), ``"full"``, or a bool (True = full). A cluster run has no power limit
+    or cost figures (its result carries no energy) and no ``execution="schedule"``.
     """
+    from .run_cluster import recompute_mode
+
     if execution not in EXECUTIONS:
         raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
                          f"{execution!r}")
@@ -314,10 +336,27 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
     check_sizes(batch=batch, micro_batch=micro_batch, prompt=prompt, gen=gen, seq=seq)
+    mode = recompute_mode(recompute)
+    if cluster is not None or plan is not None:
+        if execution != "sum":
+            raise ValueError("execution='schedule' times one node's program; a cluster step "
+                             "composes per-layer times over the pipeline (use execution='sum')")
+        from .run_cluster import run_on_cluster
+        return run_on_cluster(chip, model, cluster=cluster, plan=plan, phase=phase,
+                              batch=batch, prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp,
+                              chips=chips, weights_dtype=weights_dtype, act_dtype=act_dtype,
+                              kv_dtype=kv_dtype, overlap=overlap, recompute=mode,
+                              micro_batch=micro_batch, attention=attention,
+                              simulate=simulate)
+    if mode == "selective":
+        raise ValueError("recompute 'selective' needs a parallel plan: pass plan= or "
+                         "cluster= (on the command line: --cluster, or any of --pp, --cp, "
+                         "--ep, --zero, which run on one domain of the chip's links)")
+    recompute = mode == "full"
     tp, dp = resolve_parallelism(phase, chips, tp, dp)
     n_chips = tp * dp
     p = default_precision(chip, phase, weights_dtype, act_dtype, kv_dtype)
-    comp_dtype = _check_supported(chip, p)
+    comp_dtype = check_supported(chip, p)
     w, context = lower_workload(model, phase, batch=batch, prompt=prompt, gen=gen, seq=seq,
                                 precision=p, tp=tp, dp=dp, recompute=recompute,
                                 micro_batch=micro_batch, attention=attention)
@@ -333,7 +372,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
         mem: MemoryReport = train_memory(model, p, tp, w, cap, recompute)
     else:
         narrow = tuple(d for d in ("fp8", "int8", "int4")
-                       if d == "int4" or chip.supports(_wider(p.activations, d)))
+                       if d == "int4" or chip.supports(wider(p.activations, d)))
         mem = inference_memory(model, p, tp, batch, context, w, cap, narrow)
 
     if execution == "schedule":

@@ -32,8 +32,8 @@ from ..sim.program import Carry, Tensor
 from .config import ModelConfig
 from .fused import FusedAttention, fused_backward
 from .graph import Access, Block, Use, Workload
-from .lower import (_check_common, _Ctx, _layer_blocks, check_attention, embedding_block,
-                    head_block, keys_info, layer_kinds)
+from .lower import (_check_common, _Ctx, _layer_blocks, check_attention, check_cp, check_ep,
+                    embedding_block, forward_blocks, head_block, keys_info, layer_kinds)
 from .params import params_per_chip, weight_tensors
 from .precision import Precision
 
@@ -206,7 +206,10 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
                  carry=carry, source=b.name)
 
 
-def _adamw(name: str, n: int, p: Precision) -> VectorOp:
+def adamw_op(n: int, p: Precision, name: str = "adamw") -> VectorOp:
+    """One AdamW update of ``n`` parameters on the vector unit: reads the gradient, the
+    master copy and both moments, writes them back with the working-precision weights
+    (:data:`ADAMW_OPS_PER_PARAM` ALU ops per parameter)."""
     state = p.optimizer_state_bytes_per_param
     return VectorOp(name=name, kind="optimizer", elements=n, ops_per_element=ADAMW_OPS_PER_PARAM,
                     read_bytes=n * (p.g_bytes + state), write_bytes=n * (state + p.w_bytes),
@@ -224,7 +227,7 @@ def _adamw_block(name: str, repeat: int, n: int, p: Precision) -> Block:
          Tensor("w", n * p.w_bytes, "weight", live_out=True)]
     acc = Access((Use("g"), Use("master", "update"), Use("m", "update"), Use("v", "update"),
                   Use("w", "write")), rmw=True)
-    return Block(name, repeat, (_adamw("adamw", n, p),), "optimizer", access=(acc,),
+    return Block(name, repeat, (adamw_op(n, p),), "optimizer", access=(acc,),
                  tensors=tuple(t))
 
 
@@ -296,6 +299,30 @@ def default_micro_batch(batch: int, seq_len: int) -> int:
     """Sequences per micro-batch (see :data:`DEFAULT_MICRO_TOKENS`)."""
     cap = max(1, max(seq_len, DEFAULT_MICRO_TOKENS) // seq_len)
     return max(d for d in range(1, min(batch, cap) + 1) if batch % d == 0)
+
+
+def train_forward(m: ModelConfig, micro_batch: int, seq_len: int, *,
+                  precision: Precision | None = None, tp: int = 1, cp: int = 1, ep: int = 1,
+                  attention: str = "fused") -> Workload:
+    """The forward blocks (embedding, one block per layer kind, head with the loss) of one
+    training micro-batch of ``micro_batch`` sequences of ``seq_len`` tokens on one rank of a
+    ``tp``-way tensor-parallel, ``cp``-way context-parallel, ``ep``-way expert-parallel
+    group (:class:`~diptych.workloads.lower._Ctx`: the rank holds ``seq_len / cp`` tokens of
+    each sequence and ``experts / ep`` routed experts; the context- and expert-parallel
+    collectives are ops of the blocks, tagged ``cp`` and ``ep``). These are the blocks
+    :func:`train_step` repeats per micro-batch (at ``cp = ep = 1``) and what the cluster
+    layer (:mod:`diptych.sim.cluster.layers`) times per pipeline stage."""
+    _check_common(m, micro_batch, tp, seq_len=seq_len)
+    check_attention(attention)
+    check_cp(cp, seq_len)
+    check_ep(m, ep)
+    p = precision or Precision()
+    c = _Ctx(m, p, tp, micro_batch, seq_len // cp, 0, "train", attention, cp=cp, ep=ep)
+    return Workload("train", tuple(forward_blocks(c)), tokens=micro_batch * c.q_len,
+                    batch=micro_batch,
+                    info={"seq_len": seq_len, **keys_info(c), "tp": tp, "cp": cp, "ep": ep,
+                          "micro_batch": micro_batch, "micro_batches": 1,
+                          "attention": attention})
 
 
 def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision | None = None,

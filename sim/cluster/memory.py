@@ -9,11 +9,13 @@ Per pipeline device (the worst one is reported):
   dp·cp`` (routed experts over their ``dp·cp/ep`` expert-data-parallel ranks), Rajbhandari
   et al. 2020: stage 1 the optimizer state, 2 also the gradients, 3 also the weights. With the
   default precision that is ZeRO's ``(2 + 2 + K)Ψ`` with ``K = 12`` (FP32 master + two FP32
-  moments): ``16Ψ``, ``4Ψ + 12Ψ/d``, ``2Ψ + 14Ψ/d``, ``16Ψ/d``. Stage 2 keeps one layer's
-  gradients unsharded (the bucket being reduced); stage 3 keeps two layers' gathered weights
-  (the one computing and the one prefetched) and one layer's gradients;
-* **activations**: per layer, :func:`diptych.workloads.memory.saved_bytes` of the plan's
-  adapted layer (sequence parallelism applied), less what selective recomputation drops, or
+  moments): ``16Ψ``, ``4Ψ + 12Ψ/d``, ``2Ψ + 14Ψ/d``, ``16Ψ/d``
+  (:func:`diptych.workloads.memory.zero_state_bytes`). Stage 2 keeps one layer's gradients
+  unsharded (the bucket being reduced); stage 3 keeps two layers' gathered weights (the one
+  computing and the one prefetched) and one layer's gradients
+  (:func:`~diptych.workloads.memory.zero_buffer_bytes`);
+* **activations**: per layer, :func:`diptych.workloads.memory.layer_saved_bytes` of the
+  plan's layer (sequence parallelism applied), less what selective recomputation drops, or
   with full recomputation only the layer input plus one whole layer (the one being
   recomputed); times the micro-batches in flight on the device
   (:func:`diptych.sim.cluster.schedule.in_flight_weight`: GPipe ``m``, 1F1B ``p − s``,
@@ -36,7 +38,8 @@ from dataclasses import dataclass
 
 from ...workloads.config import ModelConfig
 from ...workloads.graph import Block, Workload
-from ...workloads.memory import MemoryReport, peak_working_bytes
+from ...workloads.memory import (MemoryReport, peak_working_bytes, zero_buffer_bytes,
+                                 zero_state_bytes)
 from ...workloads.params import kv_bytes_per_token_per_chip
 from ...workloads.precision import Precision
 from .layers import LayerOps, layer_ops, layer_order
@@ -58,15 +61,6 @@ class ClusterMemory(MemoryReport):
         d = super().to_dict()
         del d["min_tp"]
         return {**d, "per_stage": list(self.per_stage), "worst_stage": self.worst_stage}
-
-
-def zero_state_bytes(params: float, zero: int, shards: int, p: Precision) -> dict[str, float]:
-    """Weights, gradients and optimizer state of ``params`` parameters under ZeRO ``zero``
-    over ``shards`` data-parallel ranks (without the working buffers)."""
-    w, g, o = p.w_bytes, p.g_bytes, p.optimizer_state_bytes_per_param
-    return {"weights": params * w / (shards if zero >= 3 else 1),
-            "gradients": params * g / (shards if zero >= 2 else 1),
-            "optimizer_state": params * o / (shards if zero >= 1 else 1)}
 
 
 def chunk_layers(model: ModelConfig, layers_per_chunk: tuple[int, ...],
@@ -124,12 +118,7 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
                 bd[k] += v
             ends = (["embedding"] if first else []) + (["head"] if last else [])
             biggest = max(lp.of(k, lo[k].moe)[0] for k in set(kinds) | set(ends))
-            work = 0.0
-            if plan.zero >= 3:
-                work += 2 * biggest * p.w_bytes + biggest * p.g_bytes
-            elif plan.zero == 2:
-                work += biggest * p.g_bytes
-            bd["zero_buffers"] = work
+            bd["zero_buffers"] = zero_buffer_bytes(biggest, plan.zero, p)
             weights = []
             for c in mine:
                 wgt = sum(_act_per_layer(lo[k], plan.recompute) for k in chunks[c])

@@ -162,7 +162,9 @@ class Plan:
                 "overlap_dp": self.overlap_dp, "overlap_ep": self.overlap_ep,
                 "overlap_cp": self.overlap_cp}
 
-    def describe(self) -> str:
+    def describe(self, train: bool = True) -> str:
+        """One line: ``tp8 pp4 dp2 ep2, ZeRO-1, 1f1b, mb 1, recompute none``; inference
+        (``train=False``) leaves out the training-only fields (``tp1 pp1 dp64 ep64, mb 16``)."""
         sched = (f"interleaved v={self.virtual_stages}" if self.schedule == "interleaved"
                  else self.schedule)
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
@@ -170,6 +172,8 @@ class Plan:
             parts.append(f"cp{self.cp}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
+        if not train:
+            return " ".join(parts) + f", mb {self.micro_batch}"
         return (" ".join(parts) + f", ZeRO-{self.zero}, {sched}, mb {self.micro_batch}, "
                 f"recompute {self.recompute}")
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from ...arch.chip import Chip
 from ...arch.cluster import Cluster, load_cluster
 from ...arch.loader import load_chip
+from ...workloads.checks import check_supported
 from ...workloads.config import ModelConfig
 from ...workloads.lower import valid_tp_degrees
 from ...workloads.registry import load_model
@@ -103,14 +104,18 @@ def candidate_plans(model: ModelConfig, chips: int, batch: int, seq: int, *,
 
 def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Cluster | str", *,
                  chips: int, batch: int, seq: int, refine: int = 8, max_tp: int | None = None,
-                 attention: str = "fused", simulate: Callable | None = None,
+                 attention: str = "fused", weights_dtype: str | None = None,
+                 act_dtype: str | None = None, kv_dtype: str | None = None,
+                 simulate: Callable | None = None,
                  screen_simulate: Callable | None = None,
                  progress: Callable[[int, int, str], None] | None = None,
                  **space) -> SearchResult:
     """Rank the training plans of ``model`` on ``chips`` chips of ``cluster`` that fit
     (module docstring). ``refine``: plans timed with ``simulate`` (default: the engine) and
     the event-level pipeline; ``screen_simulate``: the first pass's op timer (default: the
-    roofline estimate); ``progress(done, total, stage)`` is called as work proceeds (stage
+    roofline estimate); ``weights_dtype``/``act_dtype``/``kv_dtype`` pin the precision
+    (default: training's, :func:`~diptych.workloads.run.default_precision`);
+    ``progress(done, total, stage)`` is called as work proceeds (stage
     ``memory``, ``screen`` or ``refine``; the callback of
     :func:`diptych.tools.progress.progress_display`); other keyword arguments narrow the
     space (see :func:`candidate_plans`).
@@ -126,7 +131,9 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
     if chips > cluster.chips:
         raise ValueError(f"chips ({chips}) exceeds the cluster's {cluster.chips} chips "
                          f"({cluster.name})")
-    p = default_precision(chip, "train")
+    p = default_precision(chip, "train", weights_dtype, act_dtype, kv_dtype)
+    check_supported(chip, p)
+    dtypes = dict(weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)
     limit = max_tp or min(cluster.scale_up.chips, 64)
     plans = candidate_plans(model, chips, batch, seq, max_tp=limit, **space)
     if not plans:
@@ -152,7 +159,7 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
         if progress and i % 32 == 0:
             progress(i, len(fitting), "screen")
         r = simulate_cluster_step(model, chip, cluster, q, batch=batch, seq=seq,
-                                  attention=attention, golden=False, simulate=screen)
+                                  attention=attention, golden=False, simulate=screen, **dtypes)
         scored.append((r.seconds, q))
     if progress:
         progress(len(fitting), len(fitting), "screen")
@@ -163,7 +170,7 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
             progress(i, min(refine, len(scored)), "refine")
         best.append(simulate_cluster_step(model, chip, cluster, q, batch=batch, seq=seq,
                                           attention=attention, golden=True,
-                                          simulate=simulate))
+                                          simulate=simulate, **dtypes))
     if progress:
         progress(len(best), len(best), "refine")
     best.sort(key=lambda r: r.seconds)

@@ -36,6 +36,7 @@ of ``gen``, each layer kind at its own mean keys over the steps.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -47,12 +48,13 @@ from ...arch.loader import load_chip
 from ...workloads.checks import check_supported
 from ...workloads.config import ModelConfig
 from ...workloads.graph import Block, Workload
-from ...workloads.lower import prefill
+from ...workloads.lower import decode_mean, prefill
+from ...workloads.params import params_per_chip
 from ...workloads.registry import load_model
 from ...workloads.run import default_precision, simulate_workload
-from ...workloads.train import optimizer_blocks, train_step
+from ...workloads.train import ADAMW_CHUNK, adamw_op, train_step
 from .collectives import CommCost, collective
-from .layers import decode_workload
+from .layers import forward_workload
 from .memory import ClusterMemory, chunk_layers, device_chunks, plan_memory
 from .params import layer_params
 from .plan import Plan, check_positive, check_plan
@@ -132,6 +134,7 @@ class ClusterResult:
     pipeline: PipelineRun | None = field(default=None, repr=False)
     layout: dict[str, Any] = field(default_factory=dict, repr=False)
     info: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def fits(self) -> bool:
@@ -144,7 +147,9 @@ class ClusterResult:
     def to_dict(self) -> dict:
         return {"phase": self.phase, "model": self.model, "chip": self.chip,
                 "cluster": self.cluster, "chips": self.chips, "batch": self.batch,
-                "seq": self.seq, **self.plan.to_dict(), "micro_batches": self.micro_batches,
+                "seq": self.seq, **self.plan.to_dict(),
+                "plan_text": self.plan.describe(self.phase == "train"),
+                "micro_batches": self.micro_batches,
                 "seconds": self.seconds, "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_chip": self.tokens_per_s / self.chips,
                 "mfu": self.mfu, "hfu": self.hfu, "flops": self.flops,
@@ -153,7 +158,20 @@ class ClusterResult:
                 "exposed_comm_s": dict(self.exposed_comm_s), "comm": self.comm,
                 "fits": self.fits, "memory_bytes_per_chip": self.memory_bytes_per_chip,
                 "memory": self.memory.to_dict(), "stage_seconds": self.stage_seconds,
-                "timing": self.timing, "info": dict(self.info)}
+                "timing": self.timing, **self.latency(), "warnings": list(self.warnings),
+                "info": dict(self.info)}
+
+    def latency(self) -> dict[str, float | None]:
+        """``ttft_s`` (prefill: the step), ``tpot_s`` and ``tokens_per_s_per_user`` (decode:
+        the mean step of the generation), as ``diptych run`` reports them; None in
+        training."""
+        if self.phase == "prefill":
+            return {"ttft_s": self.seconds, "tpot_s": None,
+                    "tokens_per_s_per_user": self.seq / self.seconds}
+        if self.phase == "decode":
+            return {"ttft_s": None, "tpot_s": self.seconds,
+                    "tokens_per_s_per_user": 1.0 / self.seconds}
+        return {"ttft_s": None, "tpot_s": None, "tokens_per_s_per_user": None}
 
 
 def _exposed(comm: float, hide: float, overlap: bool) -> float:
@@ -257,14 +275,14 @@ def _model_flops(model: ModelConfig, phase: str, batch: int, seq: int, context: 
                  p, attention: str) -> float:
     """Model FLOPs of the phase for the whole batch, from the unsplit lowering (no
     recomputation), as ``diptych run`` counts them; decode: the representative step of
-    ``gen`` after ``context`` (:func:`~.layers.decode_workload`)."""
+    ``gen`` after ``context`` (:func:`~diptych.workloads.lower.decode_mean`)."""
     if phase == "train":
         return train_step(model, 1, seq, precision=p, micro_batch=1,
                           attention=attention).flops(recompute=False) * batch
     if phase == "prefill":
         return prefill(model, 1, seq, precision=p, attention=attention).flops() * batch
-    return decode_workload(model, 1, context, gen, precision=p,
-                           attention=attention).flops() * batch
+    return decode_mean(model, 1, context, gen, precision=p,
+                       attention=attention).flops() * batch
 
 
 def _replica_params(total: float, experts: float, plan: Plan) -> float:
@@ -276,10 +294,12 @@ def _replica_params(total: float, experts: float, plan: Plan) -> float:
 
 @lru_cache(maxsize=256)
 def _adamw_seconds_per_param(model, chip, p, simulate) -> float:
-    """Seconds per parameter of the lowering's AdamW op (one chunk, simulated)."""
-    blk = optimizer_blocks(model, p, 1, 1)[0]
-    w = Workload("train", (Block(blk.name, 1, blk.ops, "optimizer"),), tokens=1, batch=1)
-    return simulate_workload(w, chip, simulate=simulate)["seconds"] / blk.ops[0].elements
+    """Seconds per parameter of the lowering's AdamW op (one chunk of
+    :data:`~diptych.workloads.train.ADAMW_CHUNK` parameters, or the whole model if smaller,
+    simulated)."""
+    op = adamw_op(min(ADAMW_CHUNK, max(1, math.ceil(params_per_chip(model, 1)))), p)
+    w = Workload("train", (Block("optimizer", 1, (op,), "optimizer"),), tokens=1, batch=1)
+    return simulate_workload(w, chip, simulate=simulate)["seconds"] / op.elements
 
 
 def _bucket_tail(buckets: list[tuple[float, float]], overlap: bool) -> float:
@@ -287,7 +307,7 @@ def _bucket_tail(buckets: list[tuple[float, float]], overlap: bool) -> float:
     backward order, each starting when its layer's backward is done (back to back, ending
     at 0) and after the previous bucket: the time past the last layer's backward."""
     total_comm = sum(c for _, c in buckets)
-    if not overlap:
+    if not overlap or total_comm <= 0.0:     # (nothing to reduce: no rounding residue)
         return total_comm
     t = -sum(b for b, _ in buckets)
     end = t
@@ -310,8 +330,9 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     (train) — for inference ``prompt`` (prefill: the prompt; decode: context before
     generation) and ``gen`` (decode: generated tokens, default 1; one representative step,
     each layer kind attending its mean keys over the ``gen`` steps,
-    :func:`~.layers.decode_keys`); ``golden``: event-level pipeline simulation (else the
-    closed form); ``simulate`` replaces the engine (tests use a roofline double).
+    :func:`~diptych.workloads.lower.decode_mean`); ``golden``: event-level pipeline
+    simulation (else the closed form); ``simulate`` replaces the engine (tests use a
+    roofline double).
 
     Raises ValueError naming the field and value for a non-positive ``batch``, ``seq``,
     ``prompt`` or ``gen``, a plan that does not fit the model, batch or cluster
@@ -499,8 +520,10 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
         info={"schedule": sched, "pipeline_s": t_pipe, "send_s": send,
               "compute_dtype": comp,
               "decode": {"prompt": context, "gen": gen, "keys_per_query_by_block":
-                         decode_workload(model, 1, context, gen, precision=p,
-                                         attention=attention).info["keys_per_query_by_block"]}
+                         forward_workload(model, p, phase="decode", tp=plan.tp, cp=1,
+                                          ep=plan.ep, micro_batch=plan.micro_batch, seq=1,
+                                          context=context, gen=gen, attention=attention
+                                          ).info["keys_per_query_by_block"]}
               if phase == "decode" else None,
               "layers_per_chunk": list(lpc), "golden_pipeline": bool(golden or not train),
               "groups": {k: {"ranks": s.n, "per_domain": s.n_local, "domains": s.n_dom}

@@ -90,6 +90,21 @@ def bind(cluster: Cluster, chip: Chip) -> Network:
                    rail_group_domains=so.rail_group_domains)
 
 
+def single_domain(chip: Chip, chips: int) -> Cluster:
+    """The cluster a plan runs on when none is given: one scale-up domain of ``chips`` chips
+    on a switch, each chip with the links of its own ``[interconnect]``, no scale-out
+    network. Its collectives are rings striped over all of a chip's links, the model
+    ``diptych run`` uses without a cluster (:mod:`diptych.workloads.parallel`)."""
+    from ...arch.cluster import cluster_from_dict
+
+    return cluster_from_dict({
+        "name": f"{chip.name} x{chips}",
+        "description": f"one switch domain of {chips} {chip.name} on the chip's own links "
+                       f"(default: no cluster given)",
+        "domains": 1, "scale_up": {"fabric": "switch", "chips": chips},
+        "scale_out": {"kind": "none"}})
+
+
 @dataclass(frozen=True)
 class GroupShape:
     """Where a group's ``n`` members sit: ``n_local`` per domain over ``n_dom`` domains;

@@ -4,23 +4,20 @@ the field and value). A 4-layer model keeps the engine's part short."""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from diptych.tools.cli import main
 
-TINY = {"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
-        "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 4,
-        "vocab_size": 1024, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
-        "head_dim": 32}
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tiny_models import TINY, write_config  # noqa: E402
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny")
-    (d / "config.json").write_text(json.dumps(TINY))
-    return str(d / "config.json")
+    return write_config(tmp_path_factory.mktemp("tiny"), TINY)
 
 
 def run(*args):

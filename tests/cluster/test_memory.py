@@ -163,3 +163,52 @@ def test_unfused_saved_keys_follow_each_layer_kind():
     ours = sum(lo[k].saved_bytes for k in layer_order(m, lo)) + lo["head"].saved_bytes
     w = train_step(m, 1, seq, precision=P, attention="unfused")
     assert ours == pytest.approx(activation_bytes(w, m, P)[0], rel=1e-12)
+
+
+@pytest.mark.parametrize("name,tp,dp,zero,recompute,sp", [
+    ("llama-3-8b", 1, 8, 0, "none", False),
+    ("llama-3-8b", 2, 4, 0, "full", False),
+    ("gpt3-175b", 8, 2, 0, "none", True),
+    ("gpt3-175b", 8, 2, 0, "full", True),
+    ("mixtral-8x7b", 2, 2, 0, "none", False),
+    ("deepseek-v3", 8, 1, 0, "none", True),
+    ("llama-3-8b", 2, 8, 1, "none", True),
+    ("llama-3-8b", 1, 8, 2, "none", False),
+    ("gemma-3-12b", 4, 4, 3, "full", True),
+])
+def test_train_memory_agrees_with_plan_memory_on_one_stage(name, tp, dp, zero, recompute, sp):
+    # the workloads library's train_memory (one replica's chip, ZeRO over dp shards) and the
+    # cluster's plan_memory of the single-stage plan apply the same rules
+    from diptych.workloads import train_step
+    from diptych.workloads.memory import train_memory
+    m, seq, mb = load_model(name), 2048, 1
+    w = train_step(m, dp * mb * 2, seq, tp=tp, dp=dp, micro_batch=mb,
+                   recompute=recompute == "full")
+    ours = train_memory(m, P, tp, w, 2**50, recompute == "full", zero=zero, shards=dp,
+                        sequence_parallel=sp)
+    theirs = mem(m, Plan(tp=tp, dp=dp, zero=zero, micro_batch=mb, recompute=recompute,
+                         sequence_parallel=sp), seq=seq, batch=dp * mb * 2, cap=2**50)
+    assert ours.total_bytes == pytest.approx(theirs.total_bytes, rel=1e-12)
+    for k, v in ours.breakdown.items():
+        assert v == pytest.approx(theirs.breakdown[k], rel=1e-12, abs=1e-6), k
+
+
+def test_sequence_parallel_activation_bytes_follow_korthikanti():
+    # the workloads library's activation_bytes with sequence parallelism: GPT-3's
+    # 32·s·b·h/t + 8·a·s·b/t per layer (flash-style, no dropout masks); without it the norm
+    # and column-parallel inputs (8·s·b·h) stay whole: 8·s·b·h + 24·s·b·h/t + 8·a·s·b/t.
+    # The head keeps the final norm's and the LM head's input (split by SP) and the logits
+    # of its vocabulary shard for the loss (ceil(50257 / 8) = 6283 columns); a saved norm
+    # input counts with the norm's gain and bias vectors (2·h), 2 per layer + the final one
+    from diptych.workloads import train_step
+    from diptych.workloads.memory import activation_bytes
+    m = load_model("gpt3-175b")
+    s, b, h, a, t, v = 2048, 1, 12288, 96, 8, 6283
+    w = train_step(m, b, s, tp=t, micro_batch=b)
+    sp, _ = activation_bytes(w, m, P, sequence_parallel=True)
+    nosp, _ = activation_bytes(w, m, P)
+    gains = (2 * 96 + 1) * 2 * h * 2
+    assert sp == pytest.approx(96 * (32 * s * b * h + 8 * a * s * b) / t
+                               + (2 * 2 * s * b * h + gains) / t + 2 * s * b * v, rel=1e-9)
+    assert nosp == pytest.approx(96 * (8 * s * b * h + (24 * s * b * h + 8 * a * s * b) / t)
+                                 + 2 * 2 * s * b * h + gains + 2 * s * b * v, rel=1e-9)

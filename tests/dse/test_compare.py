@@ -15,11 +15,15 @@ from diptych.arch import chip_from_dict, load_chip, to_dict
 from diptych.tools.cli import main
 from diptych.tools.dse import compare as compare_mod
 from diptych.tools.dse.compare import CompareSettings, compare
+from diptych.tools.dse.compare_table import metrics
 from diptych.tools.dse.plots import decode_curve_plot, roofline_plot
 from diptych.tools.dse.report import decode_curves, roofline_inputs, write_report
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fake_eval  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tiny_models import TINY, write_config  # noqa: E402
 
 SMALL = CompareSettings(prompts=(512, 2048), batches=(1, 8), contexts=(1024, 4096),
                         ref_batch=8, train_seq=1024)
@@ -46,7 +50,8 @@ def test_json_structure_is_exactly_the_issues(cmp):
     for c in j["chips"].values():
         assert set(c) == {"area_mm2", "tokens_per_j", "train", "prefill", "decode", "bottleneck",
                           "precision", "cost_usd", "usd_per_mtok"}
-        assert set(c["train"]) == {"tokens_per_s", "mfu", "step_s", "mfu_peak_dtype"}
+        assert set(c["train"]) == {"tokens_per_s", "mfu", "step_s", "mfu_peak_dtype", "plan"}
+        assert c["train"]["plan"]["tp"] == 8 and c["train"]["plan"]["cluster"] is None
         assert set(c["precision"]) == {"train", "prefill", "decode"}
         assert [set(p) for p in c["prefill"]] == [{"prompt", "ttft_s"}] * 2
         assert [(d["batch"], d["context"]) for d in c["decode"]] == [
@@ -328,3 +333,80 @@ def test_roofline_title_agrees_with_the_legend(cmp):
         assert f"{skipped} without FLOPs or DRAM traffic left out" in ax.get_title()
     else:
         assert ax.get_title() == "Roofline: every op placed"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_config(tmp_path_factory.mktemp("tiny"), TINY)
+
+
+_SEARCH = compare_mod._default_search
+
+
+def roofline_search(chip, model, cluster, **kw):
+    """The plan search with the engine replaced by the roofline double."""
+    from roofline_double import roofline
+    return _SEARCH(chip, model, cluster, simulate=roofline, **kw)
+
+
+def test_cluster_chips_trains_the_plan_the_search_finds(tiny):
+    from diptych.sim.cluster.search import search_plans
+    from roofline_double import roofline
+
+    s = CompareSettings(prompts=(256,), batches=(1,), contexts=(256,), ref_batch=1,
+                        train_seq=512, train_tp=2, train_batch=4, cluster_chips=4)
+    assert s.global_batch == 4 * 4 // 2 and s.cluster_name == "dgx-h100"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cmp = compare(["h100", "train-2026"], tiny, s, run=fake_eval.roofline_run,
+                      search=roofline_search)
+    for name in ("h100", "train-2026"):
+        tr = cmp.to_json()["chips"][name]["train"]
+        best = search_plans(tiny, name, "dgx-h100", chips=4, batch=8, seq=512,
+                            refine=compare_mod.PLAN_REFINE, simulate=roofline).plans[0]
+        assert tr["step_s"] == pytest.approx(best.seconds)
+        assert tr["tokens_per_s"] == pytest.approx(best.tokens_per_s / 4)
+        plan = tr["plan"]
+        assert {k: plan[k] for k in ("tp", "pp", "dp", "cp", "ep", "zero", "schedule",
+                                     "micro_batch", "recompute")} == {
+            k: getattr(best.plan, k) for k in ("tp", "pp", "dp", "cp", "ep", "zero",
+                                               "schedule", "micro_batch", "recompute")}
+        assert plan["chips"] == 4 and plan["cluster"] == "dgx-h100"
+        assert plan["candidates"] >= plan["fitting"] >= 1
+        assert plan["text"] == best.plan.describe()
+    rows = {m.label: m for m in metrics(cmp)}
+    label = "train plan (4 chips of dgx-h100)"
+    assert rows[label].cells == tuple(cmp.to_json()["chips"][n]["train"]["plan"]["text"]
+                                      for n in ("h100", "train-2026"))
+    assert "best plan found for 4 chips of dgx-h100, 8 × 512 tokens" in s.describe()
+    from rich.console import Console
+    from diptych.tools.compare_cmd import render_table
+    con = Console(width=250, record=True)
+    con.print(render_table(cmp))
+    text = con.export_text()
+    assert label in text and rows[label].cells[0] in text
+    assert [r["batch"] for r in cmp.rows() if r["phase"] == "train"] == [8, 8]
+
+
+def test_cli_cluster_chips_json_report_and_bad_input(tiny, monkeypatch, tmp_path):
+    monkeypatch.setattr(compare_mod, "_default_run", fake_eval.roofline_run)
+    monkeypatch.setattr(compare_mod, "_default_search", roofline_search)
+    args = ["compare", "h100", "--model", tiny, "--prompts", "256", "--batches", "1",
+            "--contexts", "256", "--ref-batch", "1", "--train-seq", "512", "--train-tp", "2",
+            "--train-batch", "4", "--cluster-chips", "4"]
+    r = CliRunner().invoke(main, args + ["--json", "--report", str(tmp_path / "rep")])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.stdout)["chips"]["h100"]["train"]["plan"]
+    assert plan["tp"] * plan["pp"] * plan["dp"] * plan["cp"] == 4
+    html = (tmp_path / "rep" / "index.html").read_text()
+    assert "train plan (4 chips of dgx-h100)" in html and plan["text"] in html
+    assert json.loads((tmp_path / "rep" / "compare.json").read_text())[
+        "chips"]["h100"]["train"]["plan"] == plan
+    for extra, msg in ((["--cluster-chips", "99999"], "cluster_chips (99999) exceeds the "
+                        "cluster's 16384 chips (dgx-h100)"),
+                       (["--cluster", "no-such.toml"], "no-such.toml"),
+                       (["--train-batch", "3", "--cluster-chips", "3"], "--cluster-batch")):
+        r = CliRunner().invoke(main, args + extra)
+        assert r.exit_code == 2 and msg in r.output, r.output
+    r = CliRunner().invoke(main, args[:-2] + ["--cluster", "dgx-h100"])
+    assert r.exit_code == 2 and "--cluster-chips" in r.output

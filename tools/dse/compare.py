@@ -4,7 +4,12 @@ For each chip :func:`compare` runs (through ``run_workload``):
 
 * **train**: one training step at ``train_tp`` × ``train_dp`` chips, ``train_batch`` sequences
   of ``train_seq`` tokens per data-parallel replica: tokens/s per chip, step time, MFU (against
-  the chip's own peak in the precision the run computes in, which the result names);
+  the chip's own peak in the precision the run computes in, which the result names); or, with
+  ``cluster_chips`` = N, the best parallel plan for N chips of ``cluster`` (default
+  ``dgx-h100``: NVSwitch domains of 8 on each chip's own links, 400 Gb/s per chip between
+  them) found by :func:`diptych.sim.cluster.search.search_plans` for a global batch of
+  ``cluster_batch`` sequences (default: ``train_batch × N / train_tp``, the single-node
+  run's sequences per chip). Either way the result states the plan (``train.plan``);
 * **prefill**: time to first token for each prompt length in ``prompts`` at batch 1;
 * **decode**: time per output token and tokens/s for every batch in ``batches`` and context
   in ``contexts``;
@@ -42,6 +47,11 @@ ProgressFn = Callable[[int, int, str], None]
 LONG_CONTEXT = 32768
 #: The short default context (tokens), or half the long one if that is less.
 SHORT_CONTEXT = 2048
+#: The cluster of the training plan search when ``cluster_chips`` is given without one
+#: (every chip on it uses its own scale-up links; docs/cluster.md).
+DEFAULT_CLUSTER = "dgx-h100"
+#: Plans of the search's roofline screen simulated with the engine (the best is kept).
+PLAN_REFINE = 3
 
 
 def _pos_int(name: str, v) -> int:
@@ -85,11 +95,28 @@ class CompareSettings:
     gen: int = 1
     ref_batch: int = 64
     precision: dict[str, PrecisionChoice] = field(default_factory=dict, hash=False)
+    cluster_chips: int | None = None
+    cluster: str | None = None
+    cluster_batch: int | None = None
 
     def __post_init__(self):
         for n in ("train_tp", "train_dp", "train_batch", "train_seq", "infer_tp", "gen",
                   "ref_batch"):
             _pos_int(n, getattr(self, n))
+        for n in ("cluster_chips", "cluster_batch"):
+            if getattr(self, n) is not None:
+                _pos_int(n, getattr(self, n))
+        if self.cluster_chips is None:
+            for n in ("cluster", "cluster_batch"):
+                if getattr(self, n) is not None:
+                    raise ValueError(f"{n} applies to the training plan search: give "
+                                     f"cluster_chips (--cluster-chips N) too")
+        elif self.cluster_batch is None and (self.train_batch * self.cluster_chips
+                                             % self.train_tp):
+            raise ValueError(f"the default cluster_batch, train_batch x cluster_chips / "
+                             f"train_tp = {self.train_batch} x {self.cluster_chips} / "
+                             f"{self.train_tp}, is not an integer: give cluster_batch "
+                             f"(--cluster-batch)")
         for n in ("prompts", "batches", "contexts"):
             vals = getattr(self, n)
             if vals is None and n != "batches":
@@ -112,6 +139,28 @@ class CompareSettings:
         return replace(self, prompts=self.prompts or prompts,
                        contexts=self.contexts or contexts)
 
+    @property
+    def cluster_name(self) -> str | None:
+        """The cluster of the training plan search (None without ``cluster_chips``)."""
+        if self.cluster_chips is None:
+            return None
+        return self.cluster or DEFAULT_CLUSTER
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences per optimizer step of the training run (all replicas)."""
+        if self.cluster_chips is None:
+            return self.train_batch * self.train_dp
+        return self.cluster_batch or self.train_batch * self.cluster_chips // self.train_tp
+
+    def train_text(self) -> str:
+        """What the training column runs, in one line."""
+        if self.cluster_chips is None:
+            return (f"train: TP={self.train_tp} DP={self.train_dp}, {self.train_batch} × "
+                    f"{self.train_seq} tokens per replica")
+        return (f"train: best plan found for {self.cluster_chips} chips of "
+                f"{self.cluster_name}, {self.global_batch} × {self.train_seq} tokens per step")
+
     def describe(self) -> str:
         groups: dict[PrecisionChoice, list[str]] = {}
         for ph, c in self.precision.items():
@@ -121,8 +170,7 @@ class CompareSettings:
             for c, phs in groups.items())
                if self.precision else "; precision: each chip's defaults")
         ctx = f", context {self.contexts[0]}" if self.contexts else ""
-        return (f"train: TP={self.train_tp} DP={self.train_dp}, {self.train_batch} × "
-                f"{self.train_seq} tokens per replica; inference: TP={self.infer_tp}; "
+        return (f"{self.train_text()}; inference: TP={self.infer_tp}; "
                 f"tokens/J and decode bottleneck at batch {self.ref_batch}{ctx}{pin}")
 
 
@@ -179,7 +227,8 @@ class Comparison:
             "tokens_per_j": (1.0 / ej) if ej else None,
             "train": {"tokens_per_s": _per_chip(cr.train),
                       "mfu": cr.train.get("mfu"), "step_s": cr.train.get("seconds"),
-                      "mfu_peak_dtype": cr.precision["train"]["compute"]},
+                      "mfu_peak_dtype": cr.precision["train"]["compute"],
+                      "plan": train_plan(cr.train, s)},
             "prefill": [{"prompt": p, "ttft_s": r.get("ttft_s")} for p, r in cr.prefill.items()],
             "decode": [{"batch": b, "context": c, "tpot_s": r.get("tpot_s"),
                         "tokens_per_s": r.get("tokens_per_s")}
@@ -256,8 +305,7 @@ class Comparison:
                 p = cr.precision[phase]
                 row = {"chip": name, "phase": phase,
                        "batch": (pt[0] if phase == "decode" else
-                                 1 if phase == "prefill"
-                                 else self.settings.train_batch * self.settings.train_dp),
+                                 1 if phase == "prefill" else self.settings.global_batch),
                        "context": (pt[1] if phase == "decode" else
                                    pt if phase == "prefill" else self.settings.train_seq),
                        "area_mm2": cr.chip.die_area_mm2,
@@ -278,6 +326,28 @@ def _point(phase: str, pt) -> str:
     return f"decode b={pt[0]} ctx={pt[1]}"
 
 
+PLAN_KEYS = ("tp", "pp", "dp", "cp", "ep", "zero", "schedule", "virtual_stages",
+             "micro_batch", "recompute")
+
+
+def train_plan(run: dict, s: CompareSettings) -> dict | None:
+    """The parallel layout the training run used: ``tp``, ``pp``, ``dp``, ``cp``, ``ep``,
+    ``zero``, ``schedule``, ``virtual_stages``, ``micro_batch``, ``recompute``, ``chips``,
+    ``cluster`` (None: one node, collectives on a ring of the chip's links), ``text``; with a
+    plan search also ``candidates`` and ``fitting``. None when the run failed."""
+    if run.get("error"):
+        return None
+    if s.cluster_chips is None:
+        mb = (run.get("info") or {}).get("micro_batch")
+        out = {"tp": s.train_tp, "pp": 1, "dp": s.train_dp, "cp": 1, "ep": 1, "zero": 0,
+               "schedule": None, "virtual_stages": 1, "micro_batch": mb, "recompute": "none",
+               "chips": s.train_tp * s.train_dp, "cluster": None}
+        return {**out, "text": f"tp{s.train_tp} dp{s.train_dp}, mb {mb} (one node)"}
+    return {**{k: run.get(k) for k in PLAN_KEYS}, "chips": run.get("chips"),
+            "cluster": run.get("cluster"), "text": run.get("plan_text"),
+            **run.get("search", {})}
+
+
 def _per_chip(res: dict) -> float | None:
     """Training tokens/s per chip: the run's tokens/s (all its chips) ÷ its chip count."""
     v = res.get("tokens_per_s")
@@ -287,6 +357,23 @@ def _per_chip(res: dict) -> float | None:
 def _default_run(chip, model, **kw):
     from ...workloads import run_workload
     return run_workload(chip, model, **kw)
+
+
+def _default_search(chip, model, cluster, *, chips: int, batch: int, seq: int,
+                    weights_dtype=None, act_dtype=None, kv_dtype=None, simulate=None):
+    """The best plan of :func:`diptych.sim.cluster.search.search_plans` as a result dict
+    (its ``to_dict``, with ``search``: candidates and plans that fit); raises ValueError
+    when no plan fits. ``simulate`` replaces the engine (tests)."""
+    from ...sim.cluster.search import search_plans
+
+    res = search_plans(model, chip, cluster, chips=chips, batch=batch, seq=seq,
+                       refine=PLAN_REFINE, weights_dtype=weights_dtype, act_dtype=act_dtype,
+                       kv_dtype=kv_dtype, simulate=simulate)
+    if not res.plans:
+        raise ValueError(f"no parallel plan fits {chips} chips of "
+                         f"{getattr(cluster, 'name', cluster)} ({res.candidates} candidates)")
+    return {**res.plans[0].to_dict(),
+            "search": {"candidates": res.candidates, "fitting": res.fitting}}
 
 
 def _one(run, chip, model, precision: dict, choice: PrecisionChoice | None, **kw) -> dict:
@@ -308,15 +395,20 @@ def _one(run, chip, model, precision: dict, choice: PrecisionChoice | None, **kw
 
 
 def compare(chips, model, settings: CompareSettings | None = None, *,
-            run: Callable | None = None, progress: ProgressFn | None = None) -> Comparison:
+            run: Callable | None = None, search: Callable | None = None,
+            progress: ProgressFn | None = None) -> Comparison:
     """Run the study for ``chips`` (names, paths or Chip objects) on ``model`` (a name, a
     config.json path or a ModelConfig).
 
-    ``run(chip, model, **kwargs)`` defaults to ``run_workload``; tests inject their own.
+    ``run(chip, model, **kwargs)`` defaults to ``run_workload``; ``search(chip, model,
+    cluster, chips=, batch=, seq=, weights_dtype=, act_dtype=, kv_dtype=)`` (the training
+    plan search with ``cluster_chips``) to :func:`_default_search`; tests inject their own.
     ``progress(done, total, label)`` is told before every run which one starts (see
-    :data:`ProgressFn`); the library prints nothing.
+    :data:`ProgressFn`); the library prints nothing. Raises ValueError for a cluster that
+    cannot be loaded or has fewer chips than ``cluster_chips``.
     """
     run = run or _default_run
+    search = search or _default_search
     loaded = [load_chip(c) for c in chips]
     if not loaded:
         raise ValueError("chips must name at least one chip, not an empty list")
@@ -326,6 +418,12 @@ def compare(chips, model, settings: CompareSettings | None = None, *,
     from ...workloads import load_model
     m = load_model(model)
     s = (settings or CompareSettings()).for_model(m)
+    if s.cluster_chips is not None:
+        from ...arch.cluster import load_cluster
+        cl = load_cluster(s.cluster_name)
+        if s.cluster_chips > cl.chips:
+            raise ValueError(f"cluster_chips ({s.cluster_chips}) exceeds the cluster's "
+                             f"{cl.chips} chips ({cl.name})")
     tell = progress or (lambda *_: None)
     per_chip = 1 + len(s.prompts) + len(s.contexts) * len(s.batches)
     total, done = per_chip * len(loaded), 0
@@ -342,8 +440,15 @@ def compare(chips, model, settings: CompareSettings | None = None, *,
     for chip in loaded:
         cr = ChipRuns(chip=chip, train={},
                       precision={ph: resolve(chip, ph, s.precision.get(ph)) for ph in PHASES})
-        cr.train = one(cr, "train", "train", batch=s.train_batch * s.train_dp,
-                       seq=s.train_seq, tp=s.train_tp, dp=s.train_dp)
+        if s.cluster_chips is None:
+            cr.train = one(cr, "train", "train", batch=s.global_batch, seq=s.train_seq,
+                           tp=s.train_tp, dp=s.train_dp)
+        else:
+            tell(done, total, f"{chip.name}: train (plan search on {s.cluster_chips} chips)")
+            cr.train = _one(lambda c, mm, phase, **kw: search(c, mm, cl, **kw), chip, m,
+                            cr.precision["train"], s.precision.get("train"), phase="train",
+                            chips=s.cluster_chips, batch=s.global_batch, seq=s.train_seq)
+            done += 1
         for p in s.prompts:
             cr.prefill[p] = one(cr, f"prefill {p}", "prefill", batch=1, prompt=p, gen=s.gen,
                                 tp=s.infer_tp)

@@ -4,7 +4,8 @@ the terminal table (``diptych compare``) and the HTML report.
 Each :class:`Metric` row has one formatted cell per chip, the flags of the runs behind each
 cell (``does not fit``, ``> TDP``, ``error``, ``unsupported``) and, when the values are
 comparable, the ratio of every chip to the first one (``B / A``). Training leads with tokens/s
-per chip; MFU names the precision of the peak it is taken against and gets no ratio when the
+per chip and ends with the parallel plan it ran (one node's TP × DP, or the plan a cluster
+search chose); MFU names the precision of the peak it is taken against and gets no ratio when the
 chips' peaks are in different precisions (the ratio would mislead).
 """
 
@@ -79,6 +80,10 @@ def metrics(cmp: Comparison) -> list[Metric]:
                             for x, d in zip(summ, dts)), tn,
                       _ratio_cells([x["train"]["mfu"] for x in summ])
                       if len(set(dts)) == 1 else ()))
+    row("train", "train plan" + (f" ({s.cluster_chips} chips of {s.cluster_name})"
+                                 if s.cluster_chips else ""),
+        [x["train"]["plan"] for x in summ], lambda p: p["text"] if p else fmt.MISSING, tn,
+        ratio=False)
 
     for i, p in enumerate(s.prompts):
         row("prefill", f"TTFT, {p}-token prompt", [x["prefill"][i]["ttft_s"] for x in summ],

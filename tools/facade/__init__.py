@@ -91,8 +91,8 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
         tp: int | None = None, dp: int | None = None, chips: int | None = None,
         precision: str | None = None, weights_dtype: str | None = None,
         act_dtype: str | None = None, kv_dtype: str | None = None, overlap: bool = True,
-        recompute: bool = False, micro_batch: int | None = None,
-        attention: str = "fused") -> "RunResult":
+        recompute: bool | str = False, micro_batch: int | None = None,
+        attention: str = "fused", cluster=None, plan=None) -> "RunResult":
     """Simulate one phase of ``model`` on ``chip``, as ``diptych run`` does for one batch size.
 
     ``phase``: ``"prefill"`` (needs ``prompt``: the time to first token), ``"decode"`` (needs
@@ -102,7 +102,11 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     ``--precision`` (``"bf16"``, ``"w=fp8,a=fp8,kv=fp8"``) or the per-tensor dtypes; default
     inference in the chip's default dtype, training in bf16. Returns a :class:`RunResult`
     whose ``to_dict()`` is exactly ``diptych run --json``; contexts beyond the model's window
-    warn (``warnings``) and are listed in ``result.warnings``.
+    warn (``warnings``) and are listed in ``result.warnings``. ``cluster`` (a preset such as
+    ``"dgx-h100"``, a path or a Cluster) and/or ``plan`` (a ``diptych.sim.cluster.Plan``)
+    run a parallel plan's step instead (``diptych run --cluster``; docs/cluster.md) and
+    return its ``ClusterResult``; ``recompute``: ``"none"``, ``"selective"`` (a plan only),
+    ``"full"`` or a bool.
     """
     from diptych.tools.precision import run_dtypes
     from diptych.workloads import run_workload
@@ -111,32 +115,40 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     return run_workload(load_chip(chip), load_model(model), phase=phase, batch=batch,
                         prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp, chips=chips,
                         weights_dtype=w, act_dtype=a, kv_dtype=kv, overlap=overlap,
-                        recompute=recompute, micro_batch=micro_batch, attention=attention)
+                        recompute=recompute, micro_batch=micro_batch, attention=attention,
+                        cluster=cluster, plan=plan)
 
 
 def compare(chips: Sequence["str | Chip"], model: "str | ModelConfig", *,
             precision: str | Sequence[str] | None = None,
             prompts: Sequence[int] | None = None, contexts: Sequence[int] | None = None,
-            batches: Sequence[int] = (1, 8, 64, 256), ref_batch: int = 64,
-            train_tp: int = 8, train_dp: int = 1, train_batch: int = 16,
-            train_seq: int = 4096, infer_tp: int = 1,
+            batches: Sequence[int] | None = None, ref_batch: int | None = None,
+            train_tp: int | None = None, train_dp: int | None = None,
+            train_batch: int | None = None, train_seq: int | None = None,
+            infer_tp: int | None = None, cluster_chips: int | None = None,
+            cluster: str | None = None, cluster_batch: int | None = None,
             progress: Callable[[int, int, str], None] | None = None) -> "Comparison":
     """The headline study of ``diptych compare``: ``model`` trained, prefilled and decoded on
-    each of ``chips``. Defaults as the command's: prompts and contexts a short and a long one
-    within the model's window, decode batches 1-256, training at TP=8; ``precision`` pins
-    the precision for every chip (specs as ``--precision``: ``"bf16"``, or a list such as
-    ``["train:bf16", "infer:fp8"]``). ``progress(done, total, label)`` is called before every
-    run. Returns a :class:`Comparison`: ``to_json()`` (``--json``), ``rows()`` (one dict per
-    run), ``summary(name)``, ``warnings()``; :func:`write_report` writes its HTML report."""
+    each of ``chips``. Every setting left out keeps :class:`CompareSettings`' default (the
+    command's): prompts and contexts a short and a long one within the model's window,
+    decode batches 1-256, training at TP=8 on one node, or with ``cluster_chips`` the best
+    parallel plan for that many chips of ``cluster`` (default ``dgx-h100``);
+    ``precision`` pins the precision for every chip (specs as ``--precision``: ``"bf16"``,
+    or a list such as ``["train:bf16", "infer:fp8"]``). ``progress(done, total, label)`` is
+    called before every run. Returns a :class:`Comparison`: ``to_json()`` (``--json``),
+    ``rows()`` (one dict per run), ``summary(name)``, ``warnings()``; :func:`write_report`
+    writes its HTML report."""
     from diptych.tools.dse.compare import CompareSettings
     from diptych.tools.dse.compare import compare as _compare
     from diptych.tools.precision import parse_precision
 
-    s = CompareSettings(train_tp=train_tp, train_dp=train_dp, train_batch=train_batch,
-                        train_seq=train_seq, infer_tp=infer_tp,
-                        prompts=tuple(prompts) if prompts else None,
-                        batches=tuple(batches),
-                        contexts=tuple(contexts) if contexts else None, ref_batch=ref_batch,
+    given = dict(train_tp=train_tp, train_dp=train_dp, train_batch=train_batch,
+                 train_seq=train_seq, infer_tp=infer_tp, ref_batch=ref_batch,
+                 cluster_chips=cluster_chips, cluster=cluster, cluster_batch=cluster_batch,
+                 prompts=tuple(prompts) if prompts else None,
+                 contexts=tuple(contexts) if contexts else None,
+                 batches=tuple(batches) if batches is not None else None)
+    s = CompareSettings(**{k: v for k, v in given.items() if v is not None},
                         precision=parse_precision(precision or []))
     return _compare(list(chips), load_model(model), s, progress=progress)
 

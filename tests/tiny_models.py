@@ -1,0 +1,22 @@
+"""Four-layer HuggingFace configs that keep the engine's part of command tests short, shared
+by the ``plan``, ``run --cluster`` and ``compare --cluster-chips`` tests (``tests/`` is put on
+``sys.path`` by each test module, as for :mod:`roofline_double`)."""
+
+from __future__ import annotations
+
+import json
+
+TINY = {"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 4,
+        "vocab_size": 1024, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
+        "head_dim": 32}
+#: The same with 8 experts, top-2 (Mixtral's layout).
+TINY_MOE = {**TINY, "architectures": ["MixtralForCausalLM"], "num_local_experts": 8,
+            "num_experts_per_tok": 2}
+
+
+def write_config(directory, config: dict, name: str = "config.json") -> str:
+    """Write ``config`` as ``directory/name`` and return its path."""
+    path = directory / name
+    path.write_text(json.dumps(config))
+    return str(path)

@@ -1,0 +1,134 @@
+"""Context and expert parallelism in the lowering (``_Ctx.cp``, ``_Ctx.ep``) against hand
+counts: a context-parallel rank's queries, keys and K/V exchange; an expert-parallel rank's
+experts, token-expert pairs and all-to-alls; their tensors and programs; bad degrees."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from diptych.sim.ops import Collective, Gemm
+from diptych.sim.program import Program
+from diptych.workloads import Precision, load_model, prefill, train_step
+from diptych.workloads.graph import program_pieces
+from diptych.workloads.lower import decode_mean
+from diptych.workloads.train import train_forward
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_tensors import check_bytes  # noqa: E402
+
+BF16 = 2
+
+
+def layer_blocks(w):
+    return [b for b in w.blocks if b.name.startswith("layers")]
+
+
+def attention_macs(w) -> float:
+    return sum(g.macs * b.repeat for b in layer_blocks(w) for o in b.ops
+               if o.name == "attention (fused)" for g in o.gemms)
+
+
+def test_context_parallel_rank_attends_the_whole_sequence():
+    m = load_model("llama-3-8b")          # 32 heads, 8 KV heads of 128
+    seq, cp = 4096, 4
+    w = train_forward(m, 1, seq, cp=cp)
+    q, hkv, dh = seq // cp, 8, 128
+    assert w.tokens == q
+    (blk,) = layer_blocks(w)
+    (ag,) = [o for o in blk.ops if isinstance(o, Collective) and "cp" in o.tags]
+    chunk = q * 2 * hkv * dh * BF16                      # this rank's K and V
+    assert (ag.kind, ag.group, ag.bytes) == ("all_gather", cp, cp * chunk)
+    fused = next(o for o in blk.ops if o.name == "attention (fused)")
+    scores = fused.parts[0]
+    assert (scores.m, scores.n) == (4 * q, math.ceil((seq + 1) / 2))   # g = 4 queries/KV head
+    assert fused.saved_kv_bytes == pytest.approx(chunk)               # only its own chunk
+    assert fused.read_bytes - scores.a_bytes == pytest.approx(cp * chunk)   # K, V streamed
+    # the cp ranks together do the unsplit layer's attention work (the causal mean)
+    whole = train_forward(m, 1, seq)
+    assert cp * attention_macs(w) == pytest.approx(attention_macs(whole), rel=1e-3)
+
+
+def test_context_parallel_sliding_layers_attend_their_window_over_the_whole_sequence():
+    m = load_model("gemma-3-12b")         # sliding 1024 and full layers
+    seq, cp = 8192, 4
+    keys = train_forward(m, 1, seq, cp=cp).info["keys_per_query_by_block"]
+    # sum_{i=1..8192} min(i, 1024) / 8192 and (8192 + 1) / 2
+    sliding = (1024 * 1025 / 2 + (seq - 1024) * 1024) / seq
+    assert sorted(keys.values()) == [math.ceil(sliding), math.ceil((seq + 1) / 2)]
+
+
+def test_expert_parallel_rank_holds_its_experts_and_their_pairs():
+    m = load_model("deepseek-v3")         # 256 routed experts, top-8, hidden 7168
+    T, ep = 512, 8
+    w = prefill(m, 1, T, ep=ep)
+    blk = next(b for b in layer_blocks(w) if "moe" in b.name)
+    experts = [o for o in blk.ops if isinstance(o, Gemm) and o.name.startswith("experts_gate")]
+    pairs = sum(o.batch * o.m for o in experts)
+    assert pairs == T * 8                                  # balanced: T·k pairs per rank
+    touched = 256 / ep * (1 - (1 - 8 / 256) ** (ep * T))   # expected local experts touched
+    assert sum(o.batch for o in experts) == min(256 // ep, round(touched))
+    a2a = [o for o in blk.ops if isinstance(o, Collective) and "ep" in o.tags]
+    assert [(o.name, o.kind, o.group) for o in a2a] == [
+        ("ep_dispatch", "all_to_all", ep), ("ep_combine", "all_to_all", ep)]
+    assert all(o.bytes == T * 8 * 7168 * BF16 for o in a2a)
+    # with tensor parallelism each rank dispatches its 1/tp share
+    w2 = prefill(m, 1, T, ep=ep, tp=2)
+    blk2 = next(b for b in layer_blocks(w2) if "moe" in b.name)
+    assert next(o for o in blk2.ops if o.name == "ep_dispatch").bytes == T * 8 * 7168 * BF16 / 2
+
+
+def test_expert_parallel_decode_touches_few_local_experts():
+    m = load_model("deepseek-v3")
+    ep, batch = 64, 16
+    blk = next(b for b in layer_blocks(decode_mean(m, batch, 4096, 64, ep=ep))
+               if "moe" in b.name)
+    experts = [o for o in blk.ops if isinstance(o, Gemm) and o.name.startswith("experts_gate")]
+    touched = 256 / ep * (1 - (1 - 8 / 256) ** (ep * batch))
+    assert sum(o.batch for o in experts) == min(4, round(touched))
+    assert sum(o.batch * o.m for o in experts) == batch * 8
+
+
+def test_no_parallelism_is_the_training_step_s_forward():
+    m = load_model("mixtral-8x7b")
+    fwd = [b for b in train_step(m, 2, 512, micro_batch=2, tp=2).blocks
+           if b.stage == "forward"]
+    assert list(train_forward(m, 2, 512, tp=2).blocks) == fwd
+
+
+@pytest.mark.parametrize("name,ep", [("llama-3-8b", 1), ("deepseek-v3", 8),
+                                     ("gpt-oss-20b", 4), ("llama-4-scout", 4)])
+@pytest.mark.parametrize("attention", ["fused", "unfused"])
+def test_parallel_blocks_agree_with_their_tensors_and_programs_validate(name, ep, attention):
+    m = load_model(name)
+    for w in (train_forward(m, 2, 256, tp=2, cp=4, ep=ep, attention=attention),
+              prefill(m, 1, 256, tp=2, cp=2, ep=ep, attention=attention),
+              decode_mean(m, 8, 1000, 64, tp=2, ep=ep, attention=attention)):
+        assert check_bytes(w) == [], (name, w.phase)
+        assert all(isinstance(p.program, Program) for p in program_pieces(w))
+
+
+def test_bad_degrees_name_the_field():
+    with pytest.raises(ValueError, match=r"ep=3 must divide the number of experts \(256"):
+        prefill(load_model("deepseek-v3"), 1, 64, ep=3)
+    with pytest.raises(ValueError, match="ep=2 needs a mixture-of-experts model"):
+        prefill(load_model("llama-3-8b"), 1, 64, ep=2)
+    with pytest.raises(ValueError, match=r"cp=3 must divide seq_len \(1024\)"):
+        train_forward(load_model("llama-3-8b"), 1, 1024, cp=3)
+    with pytest.raises(ValueError, match="cp must be a positive integer, not 0"):
+        prefill(load_model("llama-3-8b"), 1, 64, cp=0)
+    with pytest.raises(ValueError, match="ep must be a positive integer"):
+        decode_mean(load_model("llama-3-8b"), 1, 64, 4, ep=-1)
+
+
+def test_precision_reaches_the_collectives():
+    m = load_model("mixtral-8x7b")
+    w = prefill(m, 1, 128, ep=2, cp=2, precision=Precision(weights="fp8", activations="fp8",
+                                                            kv="fp8"))
+    colls = [o for b in layer_blocks(w) for o in b.ops if isinstance(o, Collective)]
+    assert {o.name for o in colls} == {"cp_kv_all_gather", "ep_dispatch", "ep_combine"}
+    disp = next(o for o in colls if o.name == "ep_dispatch")
+    assert disp.bytes == 64 * 2 * 4096 * 1                   # fp8 activations: 1 byte
