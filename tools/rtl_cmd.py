@@ -19,7 +19,7 @@ _DATAFLOWS = ("os", "ws")
 #: and odd sizes, BF16 beyond 4×4, and the INT8 OS tile whose sums wrap.
 STANDARD_CONFIGS = ((8, 8, "int8", "os", ("os_wrap",)), (8, 8, "int8", "ws", ()),
                     (4, 8, "bf16", "os", ()), (4, 4, "bf16", "ws", ()),
-                    (3, 4, "multi", "os", ()), (4, 3, "multi", "ws", ()))
+                    (2, 3, "multi", "os", ()), (3, 2, "multi", "ws", ()))
 
 _DTYPE_HELP = ("PE datapath: int8, bf16, fp8 (E4M3/E5M2) or multi (INT8/FP8 at 2 MACs per "
                "cycle, BF16 at 1).")
@@ -82,7 +82,7 @@ def rtl_test(rows, cols, dtype, dataflow, modes, seed, n_seeds, tiles, wrap, wav
     diptych.sim.timing predicts.
 
     Without --rows/--cols/--dtype/--dataflow it runs the CI set (INT8 OS/WS 8x8 with the
-    wrapping OS tile, BF16 OS 4x8 and WS 4x4, multi-precision OS 3x4 and WS 4x3). Exits
+    wrapping OS tile, BF16 OS 4x8 and WS 4x4, multi-precision OS 2x3 and WS 3x2). Exits
     non-zero if any check fails.
     """
     from ..rtl.array import check_config

@@ -85,7 +85,7 @@ def test_test_runs_the_ci_set_by_default_and_passes_options(monkeypatch):
     assert r.exit_code == 0, r.output
     assert [c[:4] for c in calls] == [(8, 8, "int8", "os"), (8, 8, "int8", "ws"),
                                       (4, 8, "bf16", "os"), (4, 4, "bf16", "ws"),
-                                      (3, 4, "multi", "os"), (4, 3, "multi", "ws")]
+                                      (2, 3, "multi", "os"), (3, 2, "multi", "ws")]
     assert calls[0][7] == ("os_wrap",) and "6 passed, 0 failed" in r.output
     calls.clear()
     r = _run("test", "--rows", "3", "--cols", "5", "--dataflow", "ws", "--seed", "9",
