@@ -1,4 +1,5 @@
-"""Simulator-independent testbench pieces: stimulus, reference model, scoreboard.
+"""Simulator-independent testbench pieces: stimulus and reference model (the scoreboard and the
+:class:`Plan` itself live in the light :mod:`diptych.rtl.plan` and are re-exported here).
 
 A :class:`Plan` is everything a driver needs to exercise a :class:`~diptych.rtl.array.SystolicArray`
 for a fixed number of cycles: the port values to present in each cycle, and for each cycle in
@@ -21,8 +22,11 @@ E4M3/E5M2 and mixed), back to back at the earliest legal cycle or with bubbles; 
 operands from several regimes: a narrow exponent range (rounding, cancellation); the full range
 (overflow to Inf, underflow to zero); FP8 subnormals; edge values sprinkled or dense (INT8
 −128/127/0/−1; bf16 ±0, subnormals, ±Inf, NaNs, extreme normals; FP8 ±0, subnormals, max, NaN,
-E5M2 Inf); *underflow* tiles whose sums cancel into the FP32 subnormal range (they must flush)
-and *overflow* tiles whose sums pass FLT_MAX. WS plans add top-edge partial sums (zeros, FP32
+E5M2 Inf); *underflow* tiles whose sums cancel into the FP32 subnormal range (they must flush),
+*ties* tiles (bf16 products at ½ ulp of the running sum), *rounding-order* tiles (FP8 products
+at the last bits of the running sum) and *overflow* tiles whose sums pass FLT_MAX; every plan
+has the directed regimes of each element family it uses, and its tile 1 is long and full of
+bubbles. WS plans add top-edge partial sums (zeros, FP32
 bits with subnormals/Inf/NaN, int32 values near the limits so the accumulator wraps) and chains
 of passes that continue a K > R reduction. :func:`os_wrap_plan` is a directed INT8 OS tile of
 2¹⁷ + 1024 steps whose int32 sums wrap.
@@ -209,9 +213,9 @@ def _regimes(mode: str) -> tuple[str, ...]:
 
 class _Regimes:
     """The tiles of each element family (INT8, BF16, FP8 in any of its modes) go round its
-    regimes, directed ones first (bf16: underflow, rounding ties, edge values; FP8: every finite edge
-    value, then rounding-order tiles, then subnormal inputs; INT8: edge values), so a plan
-    with as many tiles of a family as it has regimes meets them all."""
+    regimes, directed ones first (bf16: underflow, rounding ties, edge values; FP8: every
+    finite edge value, then rounding-order tiles, then subnormal inputs; INT8: edge values), so
+    a plan with as many tiles of a family as it has regimes meets them all."""
 
     def __init__(self):
         self.next: dict[str, int] = {}

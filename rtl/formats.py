@@ -39,9 +39,10 @@ Technical Blog, June 2025; TensorRT-LLM ``fp4Quantize``)
     FP32 scale: ``x = e2m1 · s_block · s_tensor``. Quantise: ``s_tensor = fp32(amax / (6 ·
     448))`` (or given), ``s_block = e4m3(amax_block / (6 · s_tensor))`` and ``e2m1(x / (s_block ·
     s_tensor))``, each conversion rounding to nearest even and saturating (CUDA's
-    ``satfinite``); ``s_tensor`` is 1 when that division gives zero. Dot product: steps 1 and 2 above with the E4M3 block scales, then the
-    accumulated FP32 sum is multiplied by ``alpha = fp32(s_tensor_A · s_tensor_B)`` (the GEMM
-    epilogue's alpha), rounded to nearest even with the same flushes.
+    ``satfinite``); ``s_tensor`` is 1 when that division gives zero. Dot product: steps 1 and 2
+    above with the E4M3 block scales, then the accumulated FP32 sum is multiplied by ``alpha =
+    fp32(s_tensor_A · s_tensor_B)`` (the GEMM epilogue's alpha), rounded to nearest even with
+    the same flushes.
 """
 
 from __future__ import annotations
@@ -309,5 +310,5 @@ def block_matmul_bits(a: BlockTensor, b: BlockTensor) -> np.ndarray:
 
 
 def block_dot_bits(a: BlockTensor, b: BlockTensor) -> int:
-    """The dot product of two blocked vectors ``[K]`` as FP32 bits (see :func:`block_matmul_bits`)."""
+    """Dot product of two blocked vectors ``[K]`` as FP32 bits (see :func:`block_matmul_bits`)."""
     return int(block_matmul_bits(a, b)[0, 0])

@@ -24,7 +24,7 @@ DTYPES = {name: d.lane_bits for name, d in DATAPATHS.items()}
 
 
 def operand_bits(dtype: str) -> int:
-    """Operand lane width of ``dtype`` in bits; raises ValueError naming the value if unsupported."""
+    """Operand lane width of ``dtype`` in bits; ValueError naming the value if unsupported."""
     return get_datapath(dtype).lane_bits
 
 

@@ -180,7 +180,7 @@ class BenchResult:
 
 @dataclass
 class VerilatorModel:
-    """A built model: generate once with :func:`build_model`, run many plans with :func:`run_model`."""
+    """A built model: made once by :func:`build_model`, run many plans with :func:`run_model`."""
 
     rows: int
     cols: int

@@ -63,8 +63,8 @@ def encode32(sign: int, value: Fraction, flush: bool = True) -> int:
     return (sign << 31) | ((e2 + 127) << 23) | int(frac)
 
 
-def bf16_mul(a: int, b: int) -> int:
-    x, y = decode_bf16(a), decode_bf16(b)
+def mul_decoded(x, y) -> int:
+    """FP32 bits of the product of two decoded values: exact, then one rounding (encode32)."""
     if x[0] == "nan" or y[0] == "nan":
         return NAN
     sign = x[1] ^ y[1]
@@ -74,6 +74,10 @@ def bf16_mul(a: int, b: int) -> int:
             return NAN
         return (sign << 31) | 0x7F800000
     return encode32(sign, x[2] * y[2])
+
+
+def bf16_mul(a: int, b: int) -> int:
+    return mul_decoded(decode_bf16(a), decode_bf16(b))
 
 
 def fp32_add(a: int, b: int) -> int:
@@ -94,8 +98,8 @@ def fp32_add(a: int, b: int) -> int:
     return encode32(int(s < 0), abs(s))
 
 
-def bf16_matmul(A, B, init=None):
-    """Row-major lists of bf16 bits → FP32 bits, ((init + p0) + p1) + … in ascending k."""
+def matmul(A, B, mul, init=None):
+    """Row-major lists of bit patterns → FP32 bits, ((init + p0) + p1) + … in ascending k."""
     M, K, N = len(A), len(B), len(B[0])
     out = []
     for i in range(M):
@@ -103,10 +107,14 @@ def bf16_matmul(A, B, init=None):
         for j in range(N):
             acc = 0 if init is None else int(init[i][j])
             for k in range(K):
-                acc = fp32_add(acc, bf16_mul(int(A[i][k]), int(B[k][j])))
+                acc = fp32_add(acc, mul(int(A[i][k]), int(B[k][j])))
             row.append(acc)
         out.append(row)
     return out
+
+
+def bf16_matmul(A, B, init=None):
+    return matmul(A, B, bf16_mul, init)
 
 
 # ---- FP8 / FP6 / FP4 / E8M0 from first principles (OCP OFP8 v1.0, OCP MX v1.0 §5.3-5.4) ------
@@ -181,44 +189,16 @@ def encode_mini(name: str, sign: int, value: Fraction, saturate: bool = True) ->
 
 def fp8_mul(a: int, b: int, fa: str, fb: str) -> int:
     """Exact FP8 × FP8 product to FP32 bits (FP8 subnormals honoured, NaN canonical)."""
-    x, y = decode_mini(fa, a), decode_mini(fb, b)
-    if x[0] == "nan" or y[0] == "nan":
-        return NAN
-    sign = x[1] ^ y[1]
-    if x[0] == "inf" or y[0] == "inf":
-        other = y if x[0] == "inf" else x
-        if other[0] == "num" and other[2] == 0:
-            return NAN
-        return (sign << 31) | 0x7F800000
-    return encode32(sign, x[2] * y[2])
+    return mul_decoded(decode_mini(fa, a), decode_mini(fb, b))
 
 
 def fp8_matmul(A, B, fa: str, fb: str, init=None):
-    M, K, N = len(A), len(B), len(B[0])
-    out = []
-    for i in range(M):
-        row = []
-        for j in range(N):
-            acc = 0 if init is None else int(init[i][j])
-            for k in range(K):
-                acc = fp32_add(acc, fp8_mul(int(A[i][k]), int(B[k][j]), fa, fb))
-            row.append(acc)
-        out.append(row)
-    return out
+    return matmul(A, B, lambda a, b: fp8_mul(a, b, fa, fb), init)
 
 
 def fp32_mul(a: int, b: int) -> int:
     """FP32 × FP32 under the contract (inputs DAZ, one rounding, result FTZ, NaN canonical)."""
-    x, y = decode32(a), decode32(b)
-    if x[0] == "nan" or y[0] == "nan":
-        return NAN
-    sign = x[1] ^ y[1]
-    if x[0] == "inf" or y[0] == "inf":
-        other = y if x[0] == "inf" else x
-        if other[0] == "num" and other[2] == 0:
-            return NAN
-        return (sign << 31) | 0x7F800000
-    return encode32(sign, x[2] * y[2])
+    return mul_decoded(decode32(a), decode32(b))
 
 
 def fp32_value(bits: int) -> Fraction:
