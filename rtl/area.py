@@ -18,7 +18,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from amaranth.back import rtlil
@@ -63,6 +63,10 @@ class AreaStats:
         return self.cells - self.flip_flops
 
 
+#: Results by RTLIL text: a block synthesised once per process is not synthesised again.
+_CACHE: dict[str, AreaStats] = {}
+
+
 def synth_stats(blocks: dict) -> dict[str, AreaStats]:
     """Synthesise each ``{name: elaboratable}`` and return its :class:`AreaStats`.
 
@@ -75,9 +79,22 @@ def synth_stats(blocks: dict) -> dict[str, AreaStats]:
     for name in blocks:
         if not re.fullmatch(r"[A-Za-z0-9_]+", name):
             raise ValueError(f"block names must be identifiers, not {name!r}")
+    texts = {name: rtlil.convert(obj, name="top") for name, obj in blocks.items()}
+    out = {name: replace(_CACHE[t], name=name) for name, t in texts.items() if t in _CACHE}
+    todo = [name for name in blocks if name not in out]
+    if todo:
+        fresh = _synthesise({name: texts[name] for name in todo})
+        for name, st in fresh.items():
+            _CACHE[texts[name]] = st
+        out.update(fresh)
+    return {name: out[name] for name in blocks}
+
+
+def _synthesise(texts: dict[str, str]) -> dict[str, AreaStats]:
     with tempfile.TemporaryDirectory(prefix="diptych-area-") as work:
-        for name, obj in blocks.items():
-            Path(work, f"{name}.il").write_text(rtlil.convert(obj, name="top"))
+        for name, text in texts.items():
+            Path(work, f"{name}.il").write_text(text)
+        blocks = list(texts)
         proc = subprocess.run([sys.executable, "-c", _WORKER, work, *blocks],
                               capture_output=True, text=True, env={**os.environ})
         if proc.returncode != 0:
