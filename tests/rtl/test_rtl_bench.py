@@ -180,6 +180,18 @@ def test_plan_rejects_illegal_schedules_shapes_and_modes():
         os_plan(2, 2, "fp8", [(a.view(np.uint8), b.view(np.uint8))], [[0]])
 
 
+def test_rate_helpers_of_the_contract():
+    """os_steps / ws_stationary_depth: K → ⌈K/n⌉ steps and n·R stationary rows, as the engine
+    treats macs_per_pe_per_cycle (n < 1: each step stretched to 1/n cycles)."""
+    assert [timing.os_steps(k, 2) for k in (1, 2, 7, 8)] == [1, 1, 4, 4]
+    assert timing.os_steps(5, 1) == 5 and timing.os_steps(5, 0.25) == 20
+    assert timing.ws_stationary_depth(4, 2) == 8 and timing.ws_stationary_depth(4, 0.5) == 4
+    with pytest.raises(ValueError, match="k must be a positive integer, not 0"):
+        timing.os_steps(0, 2)
+    with pytest.raises(ValueError, match="macs_per_pe_per_cycle must be > 0, not 0"):
+        timing.ws_stationary_depth(4, 0)
+
+
 # ---- one contract: the bench's timeline is diptych.sim.timing's --------------------------
 
 def _late(fn):
