@@ -18,16 +18,18 @@ import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from amaranth.back import rtlil
 
 from .array import SystolicArray, check_config
-from .fp import Bf16Multiplier, Fp32Adder
-from .pe import Int8Multiplier, Int32Adder, Mac, OsPe, WsPe, operand_bits
+from .datapath import DATAPATHS, get_datapath
+from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
+from .pe import Int8Multiplier, Int32Adder, Mac, OsPe, WsPe
 
-__all__ = ["AreaStats", "synth_stats", "pe_blocks", "area_report", "PYOSYS_HINT"]
+__all__ = ["AreaStats", "synth_stats", "pe_blocks", "area_report", "per_mac_ratios",
+           "PYOSYS_HINT"]
 
 PYOSYS_HINT = 'full Yosys is needed for synthesis: pip install "diptych[rtl]" (it brings pyosys)'
 
@@ -61,6 +63,10 @@ class AreaStats:
         return self.cells - self.flip_flops
 
 
+#: Results by RTLIL text: a block synthesised once per process is not synthesised again.
+_CACHE: dict[str, AreaStats] = {}
+
+
 def synth_stats(blocks: dict) -> dict[str, AreaStats]:
     """Synthesise each ``{name: elaboratable}`` and return its :class:`AreaStats`.
 
@@ -73,9 +79,22 @@ def synth_stats(blocks: dict) -> dict[str, AreaStats]:
     for name in blocks:
         if not re.fullmatch(r"[A-Za-z0-9_]+", name):
             raise ValueError(f"block names must be identifiers, not {name!r}")
+    texts = {name: rtlil.convert(obj, name="top") for name, obj in blocks.items()}
+    out = {name: replace(_CACHE[t], name=name) for name, t in texts.items() if t in _CACHE}
+    todo = [name for name in blocks if name not in out]
+    if todo:
+        fresh = _synthesise({name: texts[name] for name in todo})
+        for name, st in fresh.items():
+            _CACHE[texts[name]] = st
+        out.update(fresh)
+    return {name: out[name] for name in blocks}
+
+
+def _synthesise(texts: dict[str, str]) -> dict[str, AreaStats]:
     with tempfile.TemporaryDirectory(prefix="diptych-area-") as work:
-        for name, obj in blocks.items():
-            Path(work, f"{name}.il").write_text(rtlil.convert(obj, name="top"))
+        for name, text in texts.items():
+            Path(work, f"{name}.il").write_text(text)
+        blocks = list(texts)
         proc = subprocess.run([sys.executable, "-c", _WORKER, work, *blocks],
                               capture_output=True, text=True, env={**os.environ})
         if proc.returncode != 0:
@@ -93,20 +112,26 @@ def synth_stats(blocks: dict) -> dict[str, AreaStats]:
         return out
 
 
+#: The multiplier and adder of each single-precision datapath (the multi datapath has several).
+_UNITS = {"int8": (Int8Multiplier, Int32Adder), "bf16": (Bf16Multiplier, Fp32Adder),
+          "fp8": (Fp8Multiplier, Fp32Adder)}
+
+
 def pe_blocks(dtype: str) -> dict:
-    """The blocks of one PE of ``dtype``: multiplier, adder, MAC, OS PE and WS PE."""
-    operand_bits(dtype)
-    if dtype == "int8":
-        mul, add = Int8Multiplier(), Int32Adder()
-    else:
-        mul, add = Bf16Multiplier(), Fp32Adder()
-    return {"multiplier": mul, "adder": add, "mac": Mac(dtype), "pe_os": OsPe(dtype),
-            "pe_ws": WsPe(dtype)}
+    """The blocks of one PE of ``dtype``: multiplier and adder (single-precision datapaths),
+    MAC, OS PE and WS PE."""
+    get_datapath(dtype)
+    blocks = {}
+    if dtype in _UNITS:
+        mul, add = _UNITS[dtype]
+        blocks = {"multiplier": mul(), "adder": add()}
+    return {**blocks, "mac": Mac(dtype), "pe_os": OsPe(dtype), "pe_ws": WsPe(dtype)}
 
 
 def area_report(dtype: str, rows: int | None = None, cols: int | None = None,
                 dataflow: str = "os") -> dict:
-    """Cell counts for the PE blocks of ``dtype`` and, with rows and cols, the whole array."""
+    """Cell counts for the PE blocks of ``dtype`` and, with rows and cols, the whole array;
+    ``macs_per_cycle`` gives the datapath's MACs per PE per cycle by mode."""
     if (rows is None) != (cols is None):
         raise ValueError("give both rows and cols to synthesise an array, or neither")
     if rows is not None:
@@ -115,5 +140,29 @@ def area_report(dtype: str, rows: int | None = None, cols: int | None = None,
     if rows is not None:
         blocks[f"array_{dataflow}_{rows}x{cols}"] = SystolicArray(rows, cols, dtype, dataflow)
     stats = synth_stats(blocks)
-    return {"dtype": dtype, "blocks": {k: {**asdict(v), "logic_cells": v.logic_cells}
-                                       for k, v in stats.items()}}
+    return {"dtype": dtype, "macs_per_cycle": dict(DATAPATHS[dtype].rates),
+            "blocks": {k: {**asdict(v), "logic_cells": v.logic_cells}
+                       for k, v in stats.items()}}
+
+
+def per_mac_ratios(reports: dict, blocks=("mac", "pe_os", "pe_ws"), base: str = "bf16") -> dict:
+    """Cells per MAC of each datapath's blocks, and their ratio to ``base``'s.
+
+    ``reports`` maps datapath → :func:`area_report`. A datapath doing ``n`` MACs per cycle in
+    some modes is listed once per distinct rate (``multi@2`` for its INT8/FP8 modes,
+    ``multi@1`` for BF16): cells / n.
+    """
+    rows = {}
+    for dt, rep in reports.items():
+        for n in sorted(set(rep["macs_per_cycle"].values()), reverse=True):
+            modes = [m for m, r in rep["macs_per_cycle"].items() if r == n]
+            key = dt if len(set(rep["macs_per_cycle"].values())) == 1 else f"{dt}@{n}"
+            rows[key] = {"modes": modes, "macs_per_cycle": n,
+                         "cells_per_mac": {b: rep["blocks"][b]["cells"] / n for b in blocks
+                                           if b in rep["blocks"]}}
+    if base in rows:
+        ref = rows[base]["cells_per_mac"]
+        for r in rows.values():
+            r["to_" + base] = {b: round(v / ref[b], 3) for b, v in r["cells_per_mac"].items()
+                               if b in ref}
+    return rows

@@ -1,5 +1,12 @@
 """``SystolicArray(rows, cols, dtype, dataflow)``: an R×C MAC array with unskewed interfaces.
 
+``dtype`` is the PE datapath (:mod:`diptych.rtl.datapath`): ``int8``, ``bf16``, ``fp8`` or
+``multi``. Datapaths with several modes have a ``mode`` input (3 bits) presented with
+``in_valid`` and carried with the row through the array, so each step (OS) or row (WS) is
+computed in the mode it was presented with. Lanes of ``a_data``/``b_data``/``w_data`` are the
+datapath's lane width (8 or 16 bits); in the ``multi`` datapath an 8-bit mode packs two
+K-consecutive elements into each 16-bit lane (low byte first).
+
 The array obeys the timing contract of design.md §4, stated in code in
 :mod:`diptych.sim.timing` (the cocotb bench checks every output against it). Conventions:
 cycle ``n`` ends with rising edge ``n``; a value *presented in cycle n* is driven on the input
@@ -39,6 +46,7 @@ from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from .datapath import MODE_BITS, get_datapath
 from .pe import OsPe, WsPe, operand_bits
 
 __all__ = ["SystolicArray", "MAX_DIM", "DATAFLOWS", "check_config"]
@@ -86,6 +94,8 @@ class SystolicArray(wiring.Component):
             "out_valid": Out(1),
             "out_data": Out(data.ArrayLayout(32, cols)),
         }
+        if get_datapath(dtype).has_mode_port:
+            sig["mode"] = In(MODE_BITS)
         if dataflow == "os":
             sig.update({
                 "in_last": In(1),
@@ -104,6 +114,21 @@ class SystolicArray(wiring.Component):
     def elaborate(self, platform):
         return self._elaborate_os() if self.dataflow == "os" else self._elaborate_ws()
 
+    def _west_edge(self, m: Module, pe, flag: str) -> None:
+        """Row i's operand, valid, ``flag`` (last/first) and mode enter PE(i, 0) delayed by i
+        (the skew) and travel east one register per PE."""
+        ports = [("a", self.a_data, "a"), ("valid", self.in_valid, "valid"),
+                 (flag, getattr(self, f"in_{flag}"), flag)]
+        if hasattr(self, "mode"):
+            ports.append(("mode", self.mode, "mode"))
+        for i in range(self.rows):
+            for port, src, name in ports:
+                sig = src[i] if port == "a" else src
+                m.d.comb += getattr(pe[i][0], f"{port}_in").eq(_delay(m, sig, i, f"{name}{i}"))
+                for j in range(1, self.cols):
+                    m.d.comb += getattr(pe[i][j], f"{port}_in").eq(
+                        getattr(pe[i][j - 1], f"{port}_out"))
+
     def _elaborate_os(self):
         m = Module()
         R, C = self.rows, self.cols
@@ -111,18 +136,7 @@ class SystolicArray(wiring.Component):
         for i in range(R):
             for j in range(C):
                 m.submodules[f"pe_{i}_{j}"] = pe[i][j]
-        # West edge: row i delayed by i (skew), with its control flags.
-        for i in range(R):
-            p = pe[i][0]
-            m.d.comb += [
-                p.a_in.eq(_delay(m, self.a_data[i], i, f"a{i}")),
-                p.valid_in.eq(_delay(m, self.in_valid, i, f"valid{i}")),
-                p.last_in.eq(_delay(m, self.in_last, i, f"last{i}")),
-            ]
-            for j in range(1, C):
-                q = pe[i][j - 1]
-                m.d.comb += [pe[i][j].a_in.eq(q.a_out), pe[i][j].valid_in.eq(q.valid_out),
-                             pe[i][j].last_in.eq(q.last_out)]
+        self._west_edge(m, pe, "last")
         # North edge: column j delayed by j.
         for j in range(C):
             m.d.comb += pe[0][j].b_in.eq(_delay(m, self.b_data[j], j, f"b{j}"))
@@ -142,10 +156,9 @@ class SystolicArray(wiring.Component):
                 m.d.sync += cnt.eq(R)
             with m.Elif(cnt != 0):
                 m.d.sync += cnt.eq(cnt - 1)
-            for i in range(R):
-                m.d.comb += pe[i][j].shift.eq(cnt > R - i)
-                if i > 0:
-                    m.d.comb += pe[i][j].drain_in.eq(pe[i - 1][j].drain_out)
+            for i in range(1, R):       # row 0 has nothing above it: it never shifts
+                m.d.comb += [pe[i][j].shift.eq(cnt > R - i),
+                             pe[i][j].drain_in.eq(pe[i - 1][j].drain_out)]
             bottom_valid.append(cnt != 0)
             out_row.append(cnt - 1)
         # De-skew: column j's bottom delayed by C − 1 − j, so a row leaves in one cycle.
@@ -163,17 +176,7 @@ class SystolicArray(wiring.Component):
             for j in range(C):
                 m.submodules[f"pe_{i}_{j}"] = pe[i][j]
                 m.d.comb += pe[i][j].w_load.eq(self.w_load)
-        for i in range(R):
-            p = pe[i][0]
-            m.d.comb += [
-                p.a_in.eq(_delay(m, self.a_data[i], i, f"a{i}")),
-                p.valid_in.eq(_delay(m, self.in_valid, i, f"valid{i}")),
-                p.first_in.eq(_delay(m, self.in_first, i, f"first{i}")),
-            ]
-            for j in range(1, C):
-                q = pe[i][j - 1]
-                m.d.comb += [pe[i][j].a_in.eq(q.a_out), pe[i][j].valid_in.eq(q.valid_out),
-                             pe[i][j].first_in.eq(q.first_out)]
+        self._west_edge(m, pe, "first")
         for j in range(C):
             m.d.comb += [
                 pe[0][j].psum_in.eq(_delay(m, self.psum_data[j], j, f"psum{j}")),

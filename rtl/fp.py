@@ -1,8 +1,10 @@
-"""Combinational floating-point units of the BF16 MAC: a bf16 multiplier and an FP32 adder.
+"""Combinational floating-point units of the MACs: bf16 and FP8 multipliers, an FP32 adder.
 
-Both follow the numerics contract of design.md §4 exactly (the NumPy statement of it is
-:mod:`diptych.rtl.golden`): subnormal inputs read as signed zero, subnormal results are flushed
-to signed zero, every NaN becomes ``0x7FC00000``, the adder rounds to nearest, ties to even.
+All follow the numerics contract of design.md §4 exactly (the NumPy statement of it is
+:mod:`diptych.rtl.golden`): subnormal bf16/FP32 inputs read as signed zero, subnormal results
+are flushed to signed zero, every NaN becomes ``0x7FC00000``, the adder rounds to nearest, ties
+to even. FP8 inputs (E4M3, E5M2) keep their subnormal values: their products are exact and far
+above FP32's smallest normal.
 """
 
 # No ``from __future__ import annotations`` here: wiring.Component reads port annotations.
@@ -10,7 +12,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["Bf16Multiplier", "Fp32Adder", "CANONICAL_NAN"]
+__all__ = ["Bf16Multiplier", "Fp8Multiplier", "Fp32Adder", "CANONICAL_NAN"]
 
 CANONICAL_NAN = 0x7FC00000
 
@@ -57,6 +59,82 @@ class Bf16Multiplier(wiring.Component):
             m.d.comb += self.p.eq(Cat(Const(0, 31), sign))
         with m.Else():
             m.d.comb += self.p.eq(Cat(frac, exp[0:8], sign))
+        return m
+
+
+class Fp8Multiplier(wiring.Component):
+    """``p = a × b``: two FP8 bit patterns in, the exact product as FP32 bits out.
+
+    ``a_e5m2``/``b_e5m2`` select each operand's format (0: E4M3, 1: E5M2; OCP OFP8 v1.0).
+    Each operand decodes to a sign, a 4-bit integer significand ``M`` (hidden bit included; a
+    subnormal has none) and the exponent ``E`` of its last bit, value ``M · 2^E`` (E4M3: ``E =
+    max(e, 1) − 10``; E5M2: ``E = max(e, 1) − 17``). The 8-bit product ``Ma · Mb`` is
+    normalised by its leading one (subnormal operands make it short) into an FP32 with biased
+    exponent ``Ea + Eb + lead + 127``, which lies in 95 … 160: never subnormal, never Inf.
+    E4M3 has no Inf (S.1111.111 is its only NaN); E5M2's S.11111.00 is ±Inf. Inf × 0 and any
+    NaN give the canonical NaN.
+    """
+
+    a: In(8)
+    b: In(8)
+    a_e5m2: In(1)
+    b_e5m2: In(1)
+    p: Out(32)
+
+    @staticmethod
+    def _decode(m: Module, x, e5m2, name: str):
+        """(sign, M[4], E, nan, inf) of an FP8 operand of either format."""
+        e4, f3 = x[3:7], x[0:3]
+        e5, f2 = x[2:7], x[0:2]
+        sig = Signal(4, name=f"{name}_sig")
+        exp = Signal(range(-20, 16), name=f"{name}_exp")
+        nan = Signal(name=f"{name}_nan")
+        inf = Signal(name=f"{name}_inf")
+        with m.If(e5m2):
+            m.d.comb += [
+                sig.eq(Mux(e5 == 0, f2, Cat(f2, Const(1, 2)))),
+                exp.eq(Mux(e5 == 0, 1, e5) - 17),
+                nan.eq((e5 == 0x1F) & (f2 != 0)),
+                inf.eq((e5 == 0x1F) & (f2 == 0)),
+            ]
+        with m.Else():
+            m.d.comb += [
+                sig.eq(Mux(e4 == 0, f3, Cat(f3, Const(1, 1)))),
+                exp.eq(Mux(e4 == 0, 1, e4) - 10),
+                nan.eq((e4 == 0xF) & (f3 == 0x7)),
+                inf.eq(0),
+            ]
+        return x[7], sig, exp, nan, inf
+
+    def elaborate(self, platform):
+        m = Module()
+        sa, ma, ea, a_nan, a_inf = self._decode(m, self.a, self.a_e5m2, "a")
+        sb, mb, eb, b_nan, b_inf = self._decode(m, self.b, self.b_e5m2, "b")
+        sign = sa ^ sb
+        a_zero = ma == 0
+        b_zero = mb == 0
+
+        prod = Signal(8)
+        m.d.comb += prod.eq(ma * mb)
+        lead = Signal(range(8))
+        for i in range(8):                    # priority encoder: the highest set bit wins
+            with m.If(prod[i]):
+                m.d.comb += lead.eq(i)
+        exp = Signal(8)
+        m.d.comb += exp.eq(ea + eb + lead + 127)
+        shamt = Signal(3)
+        m.d.comb += shamt.eq(7 - lead)
+        frac = Signal(23)                     # the bits below the leading one, left-aligned
+        m.d.comb += frac.eq(Cat(Const(0, 16), prod[0:7]) << shamt)
+
+        with m.If(a_nan | b_nan | (a_inf & b_zero) | (b_inf & a_zero)):
+            m.d.comb += self.p.eq(CANONICAL_NAN)
+        with m.Elif(a_inf | b_inf):
+            m.d.comb += self.p.eq(Cat(Const(0, 23), Const(0xFF, 8), sign))
+        with m.Elif(a_zero | b_zero):
+            m.d.comb += self.p.eq(Cat(Const(0, 31), sign))
+        with m.Else():
+            m.d.comb += self.p.eq(Cat(frac, exp, sign))
         return m
 
 

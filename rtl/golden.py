@@ -5,6 +5,16 @@ This is the reference every piece of RTL is checked against, bit for bit.
 INT8
     ``int8 × int8 → int32``; the accumulator wraps in two's complement.
 
+FP8 (E4M3 and E5M2 of the OCP 8-bit Floating Point Specification v1.0, either format for
+either operand)
+    * FP8 inputs are honoured in full: subnormals keep their value (``0.m × 2^(1 − bias)``),
+      E4M3's S.1111.111 and E5M2's S.11111.xx (xx ≠ 0) are NaN, E5M2's S.11111.00 is ±Inf
+      (E4M3 has no Inf); the product of two FP8 values is exact in FP32 and never subnormal
+      (at least 2^-18 for E4M3, 2^-32 for E5M2; at most 57344² < 2^32), so FP8 products
+      need no flush; Inf × 0 and any NaN give the canonical NaN;
+    * accumulation is exactly BF16's below: FP32 add, round to nearest even, ascending ``k``,
+      FP32 addends that are subnormal read as zero, subnormal sums flush to zero.
+
 BF16 (the same rules as Intel AMX ``VDPBF16PS`` and common DSP blocks)
     * the product of two bf16 values is formed exactly in FP32 (8 × 8 significand bits fit in
       24), overflowing to ±Inf;
@@ -16,17 +26,22 @@ BF16 (the same rules as Intel AMX ``VDPBF16PS`` and common DSP blocks)
 
 NumPy reproduces this exactly with float32 arithmetic when the input flush is applied before
 and the output flush after each operation (float32 multiply and add are IEEE round-to-nearest-
-even, and the product of two bf16 significands is exact). All functions take and return
-unsigned integer arrays holding bit patterns (``uint16`` for bf16, ``uint32`` for FP32).
+even, and the products of two bf16 or two FP8 significands are exact). All functions take and
+return unsigned integer arrays holding bit patterns (``uint8`` for FP8, ``uint16`` for bf16,
+``uint32`` for FP32).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
 __all__ = [
     "CANONICAL_NAN", "daz32", "ftz32", "bf16_mul_bits", "fp32_add_bits",
     "bf16_matmul_bits", "int8_matmul", "bf16_to_float", "float_to_bf16_bits",
+    "FP8_FORMATS", "MODES", "mode_formats", "fp8_to_fp32_bits", "fp8_mul_bits",
+    "fp8_matmul_bits", "matmul_bits",
 ]
 
 #: The only NaN the hardware ever produces (FP32 quiet NaN, positive, zero payload).
@@ -98,14 +113,99 @@ def bf16_matmul_bits(a_bits, b_bits, init_bits=None) -> np.ndarray:
     b = _as_u16(b_bits)
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"A[M,K]·B[K,N] needs matching K, got shapes {a.shape} and {b.shape}")
-    m, k = a.shape
-    n = b.shape[1]
+    return _accumulate(lambda kk: bf16_mul_bits(a[:, kk][:, None], b[kk, :][None, :]),
+                       a.shape[0], a.shape[1], b.shape[1], init_bits)
+
+
+def _accumulate(products, m: int, k: int, n: int, init_bits) -> np.ndarray:
+    """``((init + p0) + p1) + …`` with :func:`fp32_add_bits`; ``products(kk)`` is [M, N]."""
     acc = (np.zeros((m, n), np.uint32) if init_bits is None
            else np.array(np.broadcast_to(_as_u32(init_bits), (m, n)), dtype=np.uint32))
     for kk in range(k):
-        p = bf16_mul_bits(a[:, kk][:, None], b[kk, :][None, :])
-        acc = fp32_add_bits(acc, p)
+        acc = fp32_add_bits(acc, products(kk))
     return acc
+
+
+#: The FP8 element formats of the datapath (OCP OFP8 v1.0).
+FP8_FORMATS = ("e4m3", "e5m2")
+
+#: Element types of a tile (a *mode* of the datapath): its A and B element formats.
+MODES = {
+    "int8": ("int8", "int8"),
+    "bf16": ("bf16", "bf16"),
+    "e4m3": ("e4m3", "e4m3"),
+    "e5m2": ("e5m2", "e5m2"),
+    "e4m3xe5m2": ("e4m3", "e5m2"),     # A (activations) E4M3, B (weights) E5M2
+    "e5m2xe4m3": ("e5m2", "e4m3"),     # e.g. gradients E5M2 times weights E4M3
+}
+
+
+def mode_formats(mode: str) -> tuple[str, str]:
+    """(A format, B format) of ``mode``; ValueError naming the value if unknown."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    return MODES[mode]
+
+
+@functools.lru_cache(maxsize=None)
+def _fp8_table(fmt: str) -> np.ndarray:
+    from .minifloat import decode
+    if fmt not in FP8_FORMATS:
+        raise ValueError(f"FP8 format must be one of {', '.join(FP8_FORMATS)}, not {fmt!r}")
+    vals = decode(fmt, np.arange(256))
+    return ftz32(vals.astype(np.float32).view(np.uint32))   # exact; NaN → canonical
+
+
+def _as_u8(x) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype != np.uint8:
+        if a.dtype.kind not in "ui" or np.any(a < 0) or np.any(a > 0xFF):
+            raise ValueError("FP8 bit patterns must be integers in 0 .. 0xFF")
+        a = a.astype(np.uint8)
+    return a
+
+
+def fp8_to_fp32_bits(bits, fmt: str) -> np.ndarray:
+    """FP8 bit patterns of ``fmt`` → FP32 bits of the same value (exact; NaN canonical)."""
+    return _fp8_table(fmt)[_as_u8(bits)]
+
+
+def fp8_mul_bits(a, b, fmt_a: str = "e4m3", fmt_b: str = "e4m3") -> np.ndarray:
+    """Exact FP8 × FP8 product as FP32 bits (subnormal inputs honoured; NaN canonical)."""
+    x = fp8_to_fp32_bits(a, fmt_a)
+    y = fp8_to_fp32_bits(b, fmt_b)
+    with np.errstate(all="ignore"):
+        p = x.view(np.float32) * y.view(np.float32)      # exact: ≤ 8 significand bits
+    return ftz32(np.asarray(p, dtype=np.float32).view(np.uint32))
+
+
+def fp8_matmul_bits(a_bits, b_bits, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
+                    init_bits=None) -> np.ndarray:
+    """``C = init + A·B`` for FP8 A[M, K] (``fmt_a``) and B[K, N] (``fmt_b``), FP32 bits out.
+
+    The same order and FP32 rounding as :func:`bf16_matmul_bits`: ``((init + p0) + p1) + …``.
+    """
+    a, b = _as_u8(a_bits), _as_u8(b_bits)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"A[M,K]·B[K,N] needs matching K, got shapes {a.shape} and {b.shape}")
+    return _accumulate(lambda kk: fp8_mul_bits(a[:, kk][:, None], b[kk, :][None, :],
+                                               fmt_a, fmt_b),
+                       a.shape[0], a.shape[1], b.shape[1], init_bits)
+
+
+def matmul_bits(mode: str, a, b, init_bits=None) -> np.ndarray:
+    """``C = init + A·B`` in ``mode`` (see :data:`MODES`) as unsigned 32-bit patterns.
+
+    Operands are int8 values for ``int8``, uint16 bit patterns for ``bf16`` and uint8 bit
+    patterns for the FP8 modes; ``init_bits`` is uint32 (int32 or FP32 bits).
+    """
+    fa, fb = mode_formats(mode)
+    if mode == "int8":
+        init = None if init_bits is None else np.asarray(init_bits).astype(np.uint32).view(np.int32)
+        return int8_matmul(a, b, init).view(np.uint32)
+    if mode == "bf16":
+        return bf16_matmul_bits(a, b, init_bits)
+    return fp8_matmul_bits(a, b, fa, fb, init_bits)
 
 
 def int8_matmul(a, b, init=None) -> np.ndarray:

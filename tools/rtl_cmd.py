@@ -1,4 +1,5 @@
-"""``diptych rtl``: generate Verilog for the MAC array, test it on Verilator, count its gates."""
+"""``diptych rtl``: generate Verilog for the MAC array, test it on Verilator, count its gates,
+and check the block-scaled number formats of the golden numerics."""
 
 from __future__ import annotations
 
@@ -9,23 +10,32 @@ import click
 from .errors import UsageError, friendly
 from .jsonout import dumps
 
-_DTYPES = ("int8", "bf16")
+_DTYPES = ("int8", "bf16", "fp8", "multi")       # diptych.rtl.datapath.DATAPATHS
 _DATAFLOWS = ("os", "ws")
 
-#: What ``diptych rtl test`` runs without a configuration: the CI set (design.md §5 build times).
-STANDARD_CONFIGS = ((8, 8, "int8", "os"), (8, 8, "int8", "ws"),
-                    (4, 4, "bf16", "os"), (4, 4, "bf16", "ws"))
+#: What ``diptych rtl test`` runs without a configuration, and the slow test tier's set:
+#: (rows, cols, dtype, dataflow, directed plans). Every mode of every datapath but fp8 (whose
+#: FP8 multiplier and FP32 adder the multi-precision PE contains), both dataflows, non-square
+#: and odd sizes, BF16 beyond 4×4, and the INT8 OS tile whose sums wrap.
+STANDARD_CONFIGS = ((8, 8, "int8", "os", ("os_wrap",)), (8, 8, "int8", "ws", ()),
+                    (4, 8, "bf16", "os", ()), (4, 4, "bf16", "ws", ()),
+                    (2, 3, "multi", "os", ()), (3, 2, "multi", "ws", ()))
+
+_DTYPE_HELP = ("PE datapath: int8, bf16, fp8 (E4M3/E5M2) or multi (INT8/FP8 at 2 MACs per "
+               "cycle, BF16 at 1).")
 
 
 @click.group("rtl")
 def rtl():
-    """The Amaranth INT8/BF16 systolic array: Verilog, cocotb-on-Verilator bench, area."""
+    """The Amaranth INT8/FP8/BF16/multi-precision systolic array: Verilog, cocotb-on-Verilator
+    bench, area; the block-scaled formats (MX, NVFP4) of the golden numerics."""
 
 
 @rtl.command("verilog")
 @click.option("--rows", type=int, default=8, show_default=True, help="Array rows R.")
 @click.option("--cols", type=int, default=8, show_default=True, help="Array columns C.")
-@click.option("--dtype", type=click.Choice(_DTYPES), default="int8", show_default=True)
+@click.option("--dtype", type=click.Choice(_DTYPES), default="int8", show_default=True,
+              help=_DTYPE_HELP)
 @click.option("--dataflow", type=click.Choice(_DATAFLOWS), default="os", show_default=True,
               help="Output stationary or weight stationary.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), required=True,
@@ -47,25 +57,36 @@ def rtl_verilog(rows, cols, dtype, dataflow, output):
 
 
 @rtl.command("test")
-@click.option("--rows", type=int, help="Array rows (default: 8 for int8, 4 for bf16).")
+@click.option("--rows", type=int, help="Array rows (default: 8 for int8, 4 otherwise).")
 @click.option("--cols", type=int, help="Array columns (default: as rows).")
-@click.option("--dtype", type=click.Choice(_DTYPES), help="Element type.")
+@click.option("--dtype", type=click.Choice(_DTYPES), help=_DTYPE_HELP)
 @click.option("--dataflow", type=click.Choice(_DATAFLOWS), help="os or ws.")
-@click.option("--seed", type=int, default=1, show_default=True, help="Stimulus seed.")
-@click.option("--tiles", type=int, default=10, show_default=True, help="Tiles per run.")
+@click.option("--mode", "modes", multiple=True,
+              help="Only tiles of this mode (repeatable): int8, bf16, e4m3, e5m2, e4m3xe5m2, "
+                   "e5m2xe4m3; default every mode of the datapath.")
+@click.option("--seed", type=int, default=1, show_default=True, help="First stimulus seed.")
+@click.option("--seeds", "n_seeds", type=int, default=1, show_default=True,
+              help="Number of seeds (random plans) run on each build.")
+@click.option("--tiles", type=int, default=10, show_default=True, help="Tiles per plan.")
+@click.option("--wrap", is_flag=True,
+              help="Also run the INT8 OS tile of 2^17 + 1024 steps whose int32 sums wrap.")
 @click.option("--waves", is_flag=True, help="Record FST waveforms (kept in --work-dir).")
 @click.option("--work-dir", type=click.Path(file_okay=False), default=None,
               help="Keep Verilog, build and waves here (default: a temporary directory).")
 @click.option("--verbose", is_flag=True, help="Show Verilator's and cocotb's output.")
 @friendly
-def rtl_test(rows, cols, dtype, dataflow, seed, tiles, waves, work_dir, verbose):
-    """Build with Verilator and run the cocotb bench; every output is checked bit-exactly
-    against the golden model and at the cycle diptych.sim.timing predicts.
+def rtl_test(rows, cols, dtype, dataflow, modes, seed, n_seeds, tiles, wrap, waves, work_dir,
+             verbose):
+    """Build with Verilator once per configuration and run the cocotb bench on it; every
+    output is checked bit-exactly against the golden model and at the cycle
+    diptych.sim.timing predicts.
 
-    Without --rows/--cols/--dtype/--dataflow it runs the CI set: INT8 OS and WS 8x8, BF16 OS
-    and WS 4x4. Exits non-zero if any check fails.
+    Without --rows/--cols/--dtype/--dataflow it runs the CI set (INT8 OS/WS 8x8 with the
+    wrapping OS tile, BF16 OS 4x8 and WS 4x4, multi-precision OS 2x3 and WS 3x2). Exits
+    non-zero if any check fails.
     """
     from ..rtl.array import check_config
+    from ..rtl.datapath import get_datapath
     from ..rtl.verilator import VerilatorMissing, run_bench
 
     if waves and work_dir is None:
@@ -77,16 +98,22 @@ def rtl_test(rows, cols, dtype, dataflow, seed, tiles, waves, work_dir, verbose)
         dataflow = dataflow or "os"
         rows = rows if rows is not None else (8 if dtype == "int8" else 4)
         cols = cols if cols is not None else rows
-        configs = ((rows, cols, dtype, dataflow),)
-    for cfg in configs:
-        check_config(*cfg)
-    if isinstance(tiles, bool) or tiles < 1:
-        raise ValueError(f"tiles must be a positive integer, not {tiles!r}")
+        configs = ((rows, cols, dtype, dataflow, ("os_wrap",) if wrap else ()),)
+    for r, c, dt, df, directed in configs:
+        check_config(r, c, dt, df)
+        for m in modes:
+            get_datapath(dt).macs_per_cycle(m)
+        if directed and (df != "os" or "int8" not in get_datapath(dt).modes):
+            raise ValueError(f"--wrap needs an OS array with an int8 mode, not {dt} {df}")
+    for name, v in (("tiles", tiles), ("seeds", n_seeds)):
+        if isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, not {v!r}")
     results = []
-    for r, c, dt, df in configs:
+    for r, c, dt, df, directed in configs:
         click.echo(f"building and testing {dt} {df} {r}x{c} ...", err=True)
         try:
-            res = run_bench(r, c, dt, df, seed=seed, tiles=tiles, waves=waves,
+            res = run_bench(r, c, dt, df, seeds=range(seed, seed + n_seeds), tiles=tiles,
+                            modes=modes or None, directed=directed, waves=waves,
                             work_dir=None if work_dir is None else Path(work_dir),
                             quiet=not verbose)
         except VerilatorMissing as exc:
@@ -104,29 +131,33 @@ def rtl_test(rows, cols, dtype, dataflow, seed, tiles, waves, work_dir, verbose)
 
 
 @rtl.command("area")
-@click.option("--dtype", type=click.Choice(_DTYPES + ("both",)), default="both",
-              show_default=True, help="PE element type to synthesise.")
+@click.option("--dtype", "dtypes", type=click.Choice(_DTYPES), multiple=True,
+              help="PE datapath to synthesise (repeatable; default: every one).")
 @click.option("--rows", type=int, help="Also synthesise an array of this many rows.")
 @click.option("--cols", type=int, help="... and this many columns.")
 @click.option("--dataflow", type=click.Choice(_DATAFLOWS), default="os", show_default=True,
               help="Dataflow of the array (with --rows/--cols).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @friendly
-def rtl_area(dtype, rows, cols, dataflow, as_json):
-    """Synthesise a PE (and optionally an array) with Yosys synth + stat; report cell counts."""
-    from ..rtl.area import area_report
+def rtl_area(dtypes, rows, cols, dataflow, as_json):
+    """Synthesise each PE (and optionally an array) with Yosys synth + stat; report cell
+    counts, and cells per MAC against BF16 (the multi-precision PE at its INT8/FP8 rate of 2
+    MACs per cycle and its BF16 rate of 1)."""
+    from ..rtl.area import area_report, per_mac_ratios
 
-    dtypes = _DTYPES if dtype == "both" else (dtype,)
+    dtypes = tuple(dict.fromkeys(dtypes)) or _DTYPES
     try:
         reports = {dt: area_report(dt, rows, cols, dataflow) for dt in dtypes}
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
-    ratios = {}
-    if len(dtypes) == 2:
+    per_mac = per_mac_ratios(reports)
+    out = {"reports": reports, "per_mac": per_mac}
+    if "int8" in reports and "bf16" in reports:
         a, b = reports["int8"]["blocks"], reports["bf16"]["blocks"]
-        ratios = {k: round(b[k]["cells"] / a[k]["cells"], 2) for k in a if k in b}
+        out["bf16_to_int8_cell_ratio"] = {k: round(b[k]["cells"] / a[k]["cells"], 2)
+                                          for k in a if k in b}
     if as_json:
-        click.echo(dumps({"reports": reports, "bf16_to_int8_cell_ratio": ratios}))
+        click.echo(dumps(out))
         return
     from rich.console import Console
     from rich.table import Table
@@ -140,5 +171,87 @@ def rtl_area(dtype, rows, cols, dataflow, as_json):
                           str(s["logic_cells"]), tr)
     console = Console()
     console.print(table)
-    if ratios:
-        console.print("BF16 : INT8 cells  " + ", ".join(f"{k} {v}x" for k, v in ratios.items()))
+    base = "to_bf16" if "bf16" in reports else None
+    ptable = Table("datapath", "modes", "MACs/cycle", "MAC cells/MAC", "OS PE cells/MAC",
+                   "WS PE cells/MAC", *(("MAC : BF16", "OS PE : BF16") if base else ()),
+                   title="Cells per MAC")
+    for key, r in per_mac.items():
+        c = r["cells_per_mac"]
+        ratio = ((f"{r[base]['mac']:.2f}", f"{r[base]['pe_os']:.2f}") if base else ())
+        ptable.add_row(key, ", ".join(r["modes"]), str(r["macs_per_cycle"]),
+                       f"{c['mac']:.0f}", f"{c['pe_os']:.0f}", f"{c['pe_ws']:.0f}", *ratio)
+    console.print(ptable)
+
+
+@rtl.command("formats")
+@click.option("--format", "names", multiple=True,
+              help="Block format to evaluate (repeatable; default: all): mxfp8_e4m3, "
+                   "mxfp8_e5m2, mxfp6_e3m2, mxfp6_e2m3, mxfp4, mxint8, nvfp4.")
+@click.option("--block", type=int, help="Non-standard block size (the specs fix 32 for MX, "
+                                        "16 for NVFP4).")
+@click.option("--k", "k", type=int, default=4096, show_default=True,
+              help="Length of the vectors quantised and dotted.")
+@click.option("--rows", type=int, default=16, show_default=True,
+              help="Random vector pairs evaluated.")
+@click.option("--outliers", type=float, default=0.001, show_default=True,
+              help="Fraction of elements scaled up 100x (activation outliers).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@friendly
+def rtl_formats(names, block, k, rows, outliers, seed, as_json):
+    """Block-scaled formats of the golden numerics (OCP MX v1.0, NVIDIA NVFP4): bits per
+    element with the scales, and the error of quantising Gaussian data with outliers and of
+    the dot products computed by the reference rules (docs/rtl.md), against float64."""
+    import numpy as np
+
+    from ..rtl import formats as F
+
+    for name in names:
+        F.get_block_format(name)
+    for what, v in (("k", k), ("rows", rows)):
+        if isinstance(v, bool) or v < 1:
+            raise ValueError(f"{what} must be a positive integer, not {v!r}")
+    if not 0 <= outliers < 1:
+        raise ValueError(f"outliers must be a fraction in [0, 1), not {outliers!r}")
+    fmts = [F.get_block_format(n, block) for n in (names or F.BLOCK_FORMATS)]
+    for f in fmts:
+        if k % f.block:
+            raise ValueError(f"block size {f.block} of {f.name} does not divide k={k}")
+    rng = np.random.default_rng(seed)
+
+    def data():
+        x = rng.standard_normal((rows, k))
+        return np.where(rng.random((rows, k)) < outliers, x * 100, x).astype(np.float32)
+    a, b = data(), data()
+    exact = np.einsum("ik,ik->i", a.astype(np.float64), b.astype(np.float64))
+    out = []
+    for f in fmts:
+        qa, qb = F.quantize(a, f), F.quantize(b, f)
+        err = F.dequantize(qa) - a
+        dots = np.array([F.block_dot_bits(F.BlockTensor(f, qa.elements[i], qa.scales[i],
+                                                        qa.tensor_scale),
+                                          F.BlockTensor(f, qb.elements[i], qb.scales[i],
+                                                        qb.tensor_scale))
+                         for i in range(rows)], np.uint32).view(np.float32)
+        out.append({"format": f.name, "element": f.element, "block": f.block,
+                    "scale": f.scale, "bits_per_element": f.bits_per_element,
+                    "quant_rel_rms_error": float(np.sqrt(np.mean(err**2) / np.mean(a**2))),
+                    "dot_rel_rms_error": float(np.sqrt(np.mean((dots - exact) ** 2)
+                                                       / np.mean(exact ** 2))),
+                    "spec": f.spec})
+    if as_json:
+        click.echo(dumps({"k": k, "rows": rows, "outliers": outliers, "seed": seed,
+                          "formats": out}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("format", "element", "block", "scale", "bits/element",
+                  "quantisation rel. RMS error", "dot rel. RMS error",
+                  title=f"{rows} Gaussian vectors of {k}, {outliers:.2%} outliers ×100 "
+                        f"(seed {seed})")
+    for r in out:
+        table.add_row(r["format"], r["element"], str(r["block"]), r["scale"],
+                      f"{r['bits_per_element']:g}", f"{r['quant_rel_rms_error']:.2e}",
+                      f"{r['dot_rel_rms_error']:.2e}")
+    Console().print(table)

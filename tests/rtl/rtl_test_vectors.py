@@ -18,3 +18,9 @@ def random_fp32(rng, n):
     f = rng.integers(0, 2**23, n).astype(np.uint32)
     narrow = (s << 31) | (e << 23) | f
     return np.where(rng.random(n) < 0.5, u, narrow).astype(np.uint32)
+
+#: FP8 edge codes (both formats read them differently): zeros, smallest/largest subnormals,
+#: smallest normals, E4M3 256 (1111.000) and max 448 (1111.110), E5M2 max (11110.11), E5M2 ±Inf
+#: (11111.00), NaNs (E4M3 S.1111.111; E5M2 S.11111.xx), ±1 in each format, a mid value.
+FP8_EDGES = [0x00, 0x80, 0x01, 0x81, 0x03, 0x07, 0x87, 0x04, 0x08, 0x78, 0x7B, 0xFB, 0x7C,
+             0xFC, 0x7D, 0x7E, 0xFE, 0x7F, 0xFF, 0x38, 0xB8, 0x3C, 0xBC, 0x55]

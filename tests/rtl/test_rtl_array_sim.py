@@ -1,4 +1,5 @@
-"""Fast tier: 1×1–4×4 arrays in amaranth.sim, every output checked in its predicted cycle."""
+"""Fast tier: 1×1–4×4 arrays of every datapath in amaranth.sim, every output checked in its
+predicted cycle."""
 
 import numpy as np
 import pytest
@@ -7,6 +8,7 @@ from hypothesis import strategies as st
 
 from amaranth.hdl import Fragment
 
+from diptych.rtl import golden
 from diptych.rtl.array import MAX_DIM, SystolicArray
 from diptych.rtl.bench import make_plan, os_plan, score, ws_plan
 from diptych.rtl.pysim import run_plan
@@ -33,7 +35,7 @@ def test_init_ws():
     (dict(rows=2, cols=-1), "cols must be a positive integer, not -1"),
     (dict(rows=2.0, cols=2), "rows must be a positive integer, not 2.0"),
     (dict(rows=MAX_DIM + 1, cols=2), f"rows must be at most {MAX_DIM}, not {MAX_DIM + 1}"),
-    (dict(rows=2, cols=2, dtype="fp8"), "dtype must be one of int8, bf16, not 'fp8'"),
+    (dict(rows=2, cols=2, dtype="fp4"), "dtype must be one of int8, bf16, fp8, multi, not 'fp4'"),
     (dict(rows=2, cols=2, dataflow="is"), "dataflow must be one of os, ws, not 'is'"),
 ])
 def test_init_wrong(kwargs, message):
@@ -41,14 +43,68 @@ def test_init_wrong(kwargs, message):
         SystolicArray(**kwargs)
 
 
-@pytest.mark.parametrize("dataflow", ["os", "ws"])
-@pytest.mark.parametrize("dtype", ["int8", "bf16"])
-@pytest.mark.parametrize("rows, cols, seed", [(1, 1, 1), (2, 3, 2), (3, 2, 3), (4, 4, 4)])
+def test_init_mode_port():
+    a = SystolicArray(2, 3, "multi", "ws")
+    Fragment.get(a, None)
+    assert len(a.mode) == 3 and len(a.a_data.as_value()) == 2 * 16
+    b = SystolicArray(2, 2, "bf16", "os")
+    Fragment.get(b, None)
+    assert not hasattr(b, "mode")
+
+
+_SIM_CASES = [(r, c, s, dt, df) for dt in ("int8", "bf16", "fp8", "multi") for df in ("os", "ws")
+              for r, c, s in ((1, 1, 1), (2, 3, 2), (3, 2, 3), (4, 4, 4))
+              if (r, dt) != (4, "fp8") and (r, c, dt) != (4, 4, "multi")]
+
+
+@pytest.mark.parametrize("rows, cols, seed, dtype, dataflow", _SIM_CASES)
 def test_sim(rows, cols, dtype, dataflow, seed):
-    plan = make_plan(rows, cols, dtype, dataflow, seed=seed, tiles=6)
+    plan = make_plan(rows, cols, dtype, dataflow, seed=seed, tiles=6 if rows < 4 else 8)
     observed = run_plan(plan)
     assert score(plan, observed) == []
     assert len(observed) == len(plan.expected)
+
+
+@pytest.mark.parametrize("mode", ["int8", "e4m3", "e5m2xe4m3"])
+def test_sim_multi_two_macs_per_cycle_os(mode):
+    """An 8-bit mode of the multi datapath runs a K-deep OS tile in ceil(K/2) steps: the
+    isolated tile takes os_isolated_cycles(R, C, ceil(K/2)) and the result is the K-deep one."""
+    R, C, K = 3, 2, 7
+    rng = np.random.default_rng(5)
+    if mode == "int8":
+        a, b = rng.integers(-128, 128, (R, K)), rng.integers(-128, 128, (K, C))
+    else:
+        a, b = rng.integers(0x20, 0x50, (R, K)), rng.integers(0x20, 0x50, (K, C))
+    steps = timing.os_steps(K, 2)
+    assert steps == 4
+    plan = os_plan(R, C, "multi", [(a, b)], [list(range(steps))], [mode])
+    observed = run_plan(plan)
+    assert score(plan, observed) == []
+    assert observed[-1][0] + 1 == timing.os_isolated_cycles(R, C, steps)
+    fa, fb = golden.mode_formats(mode)
+    want = (golden.int8_matmul(a, b).view(np.uint32) if mode == "int8"
+            else golden.fp8_matmul_bits(a, b, fa, fb))
+    got = {row: words for _, row, words in observed}
+    assert [list(got[i]) for i in range(R)] == want.tolist()
+
+
+def test_sim_multi_ws_holds_2r_weights_and_chains_bit_exactly():
+    """WS on the multi datapath in FP8: each PE holds two weights (a 2R-deep tile); two passes
+    chained through the top-edge partial sums equal one K = 4R reduction bit for bit."""
+    R, C, M = 2, 3, 3
+    D = timing.ws_stationary_depth(R, 2)
+    assert D == 4
+    rng = np.random.default_rng(6)
+    a = rng.integers(0x28, 0x48, (M, 2 * D)) | (rng.integers(0, 2, (M, 2 * D)) << 7)
+    w = rng.integers(0x28, 0x48, (2 * D, C))
+    first = golden.fp8_matmul_bits(a[:, :D], w[:D], "e4m3", "e4m3")
+    loads, rows = timing.ws_schedule(R, C, [M, M])
+    plan = ws_plan(R, C, "multi", [(a[:, :D], w[:D], None), (a[:, D:], w[D:], first)],
+                   loads, rows, ["e4m3", "e4m3"])
+    observed = run_plan(plan)
+    assert score(plan, observed) == []
+    last = [list(plan.expected[c][1]) for c in plan.predicted[1]]
+    assert last == golden.fp8_matmul_bits(a, w, "e4m3", "e4m3").tolist()
 
 
 def test_sim_isolated_os_tile_takes_closed_form_cycles():

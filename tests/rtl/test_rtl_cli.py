@@ -30,7 +30,8 @@ def test_verilog_writes_a_module(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--rows", "0"], "rows must be a positive integer, not 0"),
     (["--cols", "65"], "cols must be at most 64, not 65"),
-    (["--dtype", "fp8"], "'fp8' is not one of 'int8', 'bf16'"),
+    (["--dtype", "fp4"], "'fp4' is not one of 'int8', 'bf16', 'fp8', 'multi'"),
+    (["--dtype", "mxfp8"], "'mxfp8' is not one of 'int8', 'bf16', 'fp8', 'multi'"),
     (["--dataflow", "is"], "'is' is not one of 'os', 'ws'"),
 ])
 def test_verilog_bad_input(args, message, tmp_path):
@@ -40,9 +41,20 @@ def test_verilog_bad_input(args, message, tmp_path):
     assert "Traceback" not in r.output
 
 
-def test_test_bad_input():
-    r = _run("test", "--rows", "-3")
-    assert r.exit_code == 2 and "rows must be a positive integer, not -3" in r.output
+@pytest.mark.parametrize("args, message", [
+    (["--rows", "-3"], "rows must be a positive integer, not -3"),
+    (["--dtype", "int8", "--mode", "e4m3"],
+     "'e4m3' is not a mode of the int8 datapath (its modes: int8"),
+    (["--dtype", "multi", "--mode", "mxfp4"],
+     "'mxfp4' is not a block-scaled format of the multi datapath"),
+    (["--dtype", "multi", "--mode", "nvfp4"], "block-scaled MX/NVFP4 formats exist in the golden"),
+    (["--dtype", "bf16", "--wrap"], "--wrap needs an OS array with an int8 mode, not bf16 os"),
+    (["--seeds", "0"], "seeds must be a positive integer, not 0"),
+])
+def test_test_bad_input(args, message):
+    r = _run("test", *args)
+    assert r.exit_code == 2, r.output
+    assert message in r.output and "Traceback" not in r.output
 
 
 def test_test_without_verilator_says_what_to_install(monkeypatch):
@@ -65,34 +77,47 @@ def test_test_runs_the_ci_set_by_default_and_passes_options(monkeypatch):
     calls = []
 
     def passing(rows, cols, dtype, dataflow, **kw):
-        calls.append((rows, cols, dtype, dataflow, kw["seed"], kw["tiles"]))
+        calls.append((rows, cols, dtype, dataflow, list(kw["seeds"]), kw["tiles"], kw["modes"],
+                      tuple(kw["directed"])))
         return BenchResult(rows, cols, dtype, dataflow, passed=True, tiles=kw["tiles"])
     monkeypatch.setattr(rtl_verilator, "run_bench", passing)
     r = _run("test")
     assert r.exit_code == 0, r.output
     assert [c[:4] for c in calls] == [(8, 8, "int8", "os"), (8, 8, "int8", "ws"),
-                                      (4, 4, "bf16", "os"), (4, 4, "bf16", "ws")]
-    assert "4 passed, 0 failed" in r.output
+                                      (4, 8, "bf16", "os"), (4, 4, "bf16", "ws"),
+                                      (2, 3, "multi", "os"), (3, 2, "multi", "ws")]
+    assert calls[0][7] == ("os_wrap",) and "6 passed, 0 failed" in r.output
     calls.clear()
     r = _run("test", "--rows", "3", "--cols", "5", "--dataflow", "ws", "--seed", "9",
-             "--tiles", "2")
+             "--seeds", "3", "--tiles", "2")
     assert r.exit_code == 0, r.output
-    assert calls == [(3, 5, "int8", "ws", 9, 2)]
+    assert calls == [(3, 5, "int8", "ws", [9, 10, 11], 2, None, ())]
+    calls.clear()
+    r = _run("test", "--dtype", "multi", "--mode", "e5m2", "--mode", "bf16", "--wrap")
+    assert r.exit_code == 0, r.output
+    assert calls == [(4, 4, "multi", "os", [1], 10, ("e5m2", "bf16"), ("os_wrap",))]
 
 
 def test_area_json_counts_the_pe_registers():
-    r = _run("area", "--json")
+    r = _run("area", "--dtype", "int8", "--dtype", "bf16", "--dtype", "fp8", "--json")
     assert r.exit_code == 0, r.output
     rep = json.loads(r.output)
     i8 = rep["reports"]["int8"]["blocks"]
     bf = rep["reports"]["bf16"]["blocks"]
-    # OS PE registers: accumulator 32 + drain 32 + a and b passed on + valid + last
+    f8 = rep["reports"]["fp8"]["blocks"]
+    # OS PE registers: accumulator 32 + drain 32 + a and b passed on + valid + last (+ mode 3)
     assert i8["pe_os"]["flip_flops"] == 32 + 32 + 2 * 8 + 2
     assert bf["pe_os"]["flip_flops"] == 32 + 32 + 2 * 16 + 2
+    assert f8["pe_os"]["flip_flops"] == 32 + 32 + 2 * 8 + 2 + 3
     assert i8["multiplier"]["flip_flops"] == 0
-    # the FP32 adder dominates: far larger than the int32 adder, and the BF16 PE is larger
+    # the FP32 adder dominates: far larger than the int32 adder, and shared by FP8 and BF16
     assert bf["adder"]["cells"] > 4 * i8["adder"]["cells"]
+    assert f8["adder"]["cells"] == bf["adder"]["cells"]
+    assert f8["multiplier"]["cells"] < bf["multiplier"]["cells"]
     assert rep["bf16_to_int8_cell_ratio"]["pe_os"] > 1.5
+    per = rep["per_mac"]
+    assert per["bf16"]["to_bf16"]["mac"] == 1.0
+    assert 0.5 < per["fp8"]["to_bf16"]["mac"] < 1.0      # the FP32 adder keeps it near BF16
 
 
 def test_area_bad_input():
@@ -100,3 +125,35 @@ def test_area_bad_input():
     assert r.exit_code == 2 and "give both rows and cols" in r.output
     r = _run("area", "--dtype", "int8", "--rows", "0", "--cols", "2")
     assert r.exit_code == 2 and "rows must be a positive integer, not 0" in r.output
+    r = _run("area", "--dtype", "mxfp4")
+    assert r.exit_code == 2 and "'mxfp4' is not one of" in r.output
+
+
+def test_formats_reports_every_format_and_its_bits():
+    r = _run("formats", "--k", "256", "--rows", "3", "--outliers", "0", "--json")
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.output)
+    by = {f["format"]: f for f in rep["formats"]}
+    assert set(by) == {"mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4",
+                       "mxint8", "nvfp4"}
+    assert by["mxfp4"]["bits_per_element"] == 4 + 8 / 32
+    assert by["nvfp4"]["bits_per_element"] == 4 + 8 / 16
+    # more mantissa bits, less error on Gaussian data; a finer scale helps FP4
+    err = {n: f["quant_rel_rms_error"] for n, f in by.items()}
+    assert err["mxint8"] < err["mxfp6_e2m3"] < err["mxfp4"] and err["nvfp4"] < err["mxfp4"]
+    r = _run("formats", "--format", "nvfp4", "--block", "32", "--k", "64", "--rows", "1")
+    assert r.exit_code == 0 and "nvfp4" in r.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--format", "mxfp4", "--k", "1000"], "block size 32 of mxfp4 does not divide k=1000"),
+    (["--format", "nvfp4", "--block", "48", "--k", "64"],
+     "block size 48 of nvfp4 does not divide k=64"),
+    (["--format", "mxfp3"], "block format must be one of"),
+    (["--block", "0"], "block must be a positive integer, not 0"),
+    (["--outliers", "1.5"], "outliers must be a fraction in [0, 1), not 1.5"),
+])
+def test_formats_bad_input(args, message):
+    r = _run("formats", *args)
+    assert r.exit_code == 2, r.output
+    assert message in r.output and "Traceback" not in r.output

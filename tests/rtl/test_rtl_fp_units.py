@@ -1,4 +1,4 @@
-"""Fast tier: the BF16 multiplier and FP32 adder in amaranth.sim against the golden model."""
+"""Fast tier: the FP units and MACs in amaranth.sim against the golden model and the oracle."""
 
 import numpy as np
 import pytest
@@ -7,8 +7,10 @@ from amaranth.sim import Simulator
 
 import rtl_fraction_oracle as oracle
 from diptych.rtl import golden
-from diptych.rtl.fp import Bf16Multiplier, Fp32Adder
-from rtl_test_vectors import BF16_EDGES, FP32_EDGES, random_fp32
+from diptych.rtl.datapath import MODE_CODES, get_datapath
+from diptych.rtl.fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
+from diptych.rtl.pe import Mac
+from rtl_test_vectors import BF16_EDGES, FP8_EDGES, FP32_EDGES, random_fp32
 
 
 def _run_comb(dut, in_a, in_b, out, xs, ys):
@@ -73,3 +75,90 @@ def test_adder_random_against_golden(seed):
     want = golden.fp32_add_bits(xs, ys).tolist()
     bad = [(hex(x), hex(y), hex(g), hex(w)) for x, y, g, w in zip(xs, ys, got, want) if g != w]
     assert not bad, bad[:10]
+
+
+# ---- FP8 multiplier and the MACs of the fp8 and multi datapaths ---------------------------
+
+_FMT = {"e4m3": 0, "e5m2": 1}
+
+
+def _run_fp8(pairs):
+    """[(a, b, fmt_a, fmt_b)] through the Fp8Multiplier in amaranth.sim."""
+    dut = Fp8Multiplier()
+    got = []
+
+    async def tb(ctx):
+        for a, b, fa, fb in pairs:
+            ctx.set(dut.a, int(a))
+            ctx.set(dut.b, int(b))
+            ctx.set(dut.a_e5m2, _FMT[fa])
+            ctx.set(dut.b_e5m2, _FMT[fb])
+            got.append(ctx.get(dut.p))
+
+    sim = Simulator(dut)
+    sim.add_testbench(tb)
+    sim.run()
+    return got
+
+
+@pytest.mark.parametrize("fa, fb", [("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e4m3", "e5m2"),
+                                    ("e5m2", "e4m3")])
+def test_fp8_multiplier_edges_against_oracle(fa, fb):
+    pairs = [(x, y, fa, fb) for x in FP8_EDGES for y in FP8_EDGES]
+    assert _run_fp8(pairs) == [oracle.fp8_mul(x, y, fa, fb) for x, y, _, _ in pairs]
+
+
+def test_fp8_multiplier_random_against_golden():
+    rng = np.random.default_rng(14)
+    n = 4000
+    a, b = rng.integers(0, 256, n), rng.integers(0, 256, n)
+    fmts = [("e4m3", "e5m2")[i] for i in rng.integers(0, 2, 2 * n)]
+    pairs = list(zip(a, b, fmts[:n], fmts[n:]))
+    want = [int(golden.fp8_mul_bits(np.uint8(x), np.uint8(y), fa, fb)) for x, y, fa, fb in pairs]
+    assert _run_fp8(pairs) == want
+
+
+def _lane(x, n, w):
+    return sum(int(v) << (w * t) for t, v in enumerate(np.ravel(x)[:n]))
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "multi"])
+def test_mac_every_mode_against_golden(dtype):
+    """``result = acc + a·b`` (multi, 8-bit modes: ``(acc + a₀b₀) + a₁b₁``) in every mode."""
+    dp = get_datapath(dtype)
+    rng = np.random.default_rng(15)
+    dut = Mac(dtype)
+    cases = []
+    for mode in dp.modes:
+        n = dp.macs_per_cycle(mode)
+        for _ in range(150):
+            if mode == "int8":
+                a = rng.integers(-128, 128, (1, n)).astype(np.int8)
+                b = rng.integers(-128, 128, (n, 1)).astype(np.int8)
+                acc = rng.integers(0, 2**32, (1, 1), dtype=np.uint64).astype(np.uint32)
+            else:
+                a = rng.integers(0, 1 << dp.element_bits(mode), (1, n))
+                b = rng.integers(0, 1 << dp.element_bits(mode), (n, 1))
+                acc = random_fp32(rng, 1).reshape(1, 1)
+            want = int(golden.matmul_bits(mode, a, b, acc)[0, 0])
+            eb = dp.element_bits(mode)
+            cases.append((MODE_CODES[mode], _lane(a.view(np.uint8) if mode == "int8" else a,
+                                                  n, eb),
+                          _lane(b.T.view(np.uint8) if mode == "int8" else b.T, n, eb),
+                          int(acc[0, 0]), want, mode))
+    got = []
+
+    async def tb(ctx):
+        for code, a, b, acc, _, _ in cases:
+            ctx.set(dut.mode, code)
+            ctx.set(dut.a, a)
+            ctx.set(dut.b, b)
+            ctx.set(dut.acc, acc)
+            got.append(ctx.get(dut.result))
+
+    sim = Simulator(dut)
+    sim.add_testbench(tb)
+    sim.run()
+    bad = [(c[5], hex(c[1]), hex(c[2]), hex(c[3]), hex(g), hex(c[4]))
+           for c, g in zip(cases, got) if g != c[4]]
+    assert not bad, bad[:5]

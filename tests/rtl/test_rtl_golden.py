@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import rtl_fraction_oracle as oracle
-from rtl_test_vectors import BF16_EDGES, FP32_EDGES, random_fp32
+from rtl_test_vectors import BF16_EDGES, FP8_EDGES, FP32_EDGES, random_fp32
 from diptych.rtl import golden
 
 def test_bf16_mul_edges_cross_product():
@@ -112,3 +112,81 @@ def test_golden_rejects_bad_input():
         golden.bf16_matmul_bits(np.zeros((2, 3), np.uint16), np.zeros((2, 3), np.uint16))
     with pytest.raises(ValueError, match="int8"):
         golden.int8_matmul(np.array([[200]]), np.array([[1]]))
+
+
+# ---- FP8 ----------------------------------------------------------------------------------
+
+FP8_PAIRS = [("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e4m3", "e5m2"), ("e5m2", "e4m3")]
+
+
+@pytest.mark.parametrize("fa, fb", FP8_PAIRS)
+def test_fp8_mul_edges_against_oracle(fa, fb):
+    a = np.array(FP8_EDGES, np.uint8)
+    got = golden.fp8_mul_bits(a[:, None], a[None, :], fa, fb)
+    for i, x in enumerate(FP8_EDGES):
+        for j, y in enumerate(FP8_EDGES):
+            assert int(got[i, j]) == oracle.fp8_mul(x, y, fa, fb), (fa, fb, hex(x), hex(y))
+
+
+@pytest.mark.parametrize("fa, fb", FP8_PAIRS)
+def test_fp8_mul_random_against_oracle(fa, fb):
+    rng = np.random.default_rng(21)
+    a = rng.integers(0, 256, 1500).astype(np.uint8)
+    b = rng.integers(0, 256, 1500).astype(np.uint8)
+    got = golden.fp8_mul_bits(a, b, fa, fb)
+    for x, y, g in zip(a.tolist(), b.tolist(), got.tolist()):
+        assert g == oracle.fp8_mul(x, y, fa, fb), (hex(x), hex(y))
+
+
+@pytest.mark.parametrize("fa, fb", FP8_PAIRS)
+def test_fp8_mul_all_pairs_are_exact_products(fa, fb):
+    """All 65,536 pairs: finite products equal the float64 product of the decoded values
+    (exact there), are never subnormal in FP32, and specials follow the OFP8 rules."""
+    from diptych.rtl.minifloat import decode
+    codes = np.arange(256)
+    x = decode(fa, codes)[:, None]
+    y = decode(fb, codes)[None, :]
+    got = golden.fp8_mul_bits(codes[:, None].astype(np.uint8), codes[None, :].astype(np.uint8),
+                              fa, fb)
+    with np.errstate(invalid="ignore"):
+        want = x * y
+    nan = np.isnan(want)
+    assert np.all(got[nan] == golden.CANONICAL_NAN)
+    fin = np.isfinite(want)
+    assert np.array_equal(got[fin].view(np.float32).astype(np.float64), want[fin])
+    assert np.all(np.isinf(got[~nan & ~fin].view(np.float32)))
+    exp = (got[fin] >> 23) & 0xFF
+    assert np.all((exp > 0) | ((got[fin] & 0x7FFFFFFF) == 0))       # no subnormal products
+    assert np.sum(fin & (np.abs(want) > 0) & (np.abs(want) < 2.0**-14)) > 0  # subnormals used
+
+
+@pytest.mark.parametrize("fa, fb", FP8_PAIRS)
+def test_fp8_matmul_against_oracle(fa, fb):
+    rng = np.random.default_rng(22)
+    edges = np.array(FP8_EDGES, np.uint8)
+    for trial in range(4):
+        m, k, n = rng.integers(1, 5, 3)
+        a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+        b = rng.integers(0x20, 0x48, (k, n)).astype(np.uint8)
+        a = np.where(rng.random((m, k)) < 0.2, rng.choice(edges, (m, k)), a).astype(np.uint8)
+        init = None if trial % 2 else random_fp32(rng, m * n).reshape(m, n)
+        got = golden.fp8_matmul_bits(a, b, fa, fb, init)
+        want = oracle.fp8_matmul(a.tolist(), b.tolist(), fa, fb,
+                                 None if init is None else init.tolist())
+        assert got.tolist() == want
+
+
+def test_matmul_bits_dispatches_on_mode():
+    rng = np.random.default_rng(23)
+    a8 = rng.integers(-128, 128, (2, 3)).astype(np.int8)
+    b8 = rng.integers(-128, 128, (3, 2)).astype(np.int8)
+    assert np.array_equal(golden.matmul_bits("int8", a8, b8).view(np.int32),
+                          golden.int8_matmul(a8, b8))
+    a = rng.integers(0, 256, (2, 3)).astype(np.uint8)
+    b = rng.integers(0, 256, (3, 2)).astype(np.uint8)
+    assert np.array_equal(golden.matmul_bits("e5m2xe4m3", a, b),
+                          golden.fp8_matmul_bits(a, b, "e5m2", "e4m3"))
+    with pytest.raises(ValueError, match="mode must be one of .* not 'fp4'"):
+        golden.matmul_bits("fp4", a, b)
+    with pytest.raises(ValueError, match="FP8 bit patterns"):
+        golden.fp8_mul_bits(300, 1)

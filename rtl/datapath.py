@@ -1,0 +1,90 @@
+"""The PE datapaths of the RTL: which element types (*modes*) each does, at how many MACs per cycle.
+
+No Amaranth here: the bench, the CLI and the area report use this table without building RTL.
+
+==========  ====  ==================================================  ===========================
+datapath    lane  modes (MACs per PE per cycle)                       ``mode`` port
+==========  ====  ==================================================  ===========================
+``int8``    8     int8 (1)                                            none
+``bf16``    16    bf16 (1)                                            none
+``fp8``     8     e4m3, e5m2, e4m3xe5m2, e5m2xe4m3 (1)                3 bits
+``multi``   16    int8 (2), e4m3/e5m2/mixed FP8 (2), bf16 (1)         3 bits
+==========  ====  ==================================================  ===========================
+
+A *lane* is one operand port element: ``a_data[i]``, ``b_data[j]``, ``w_data[j]``. In the
+``multi`` datapath an 8-bit mode packs **two K-consecutive elements per 16-bit lane** (element
+``2s`` in bits 7:0, ``2s + 1`` in bits 15:8), and the PE does both MACs in one cycle, in that
+order: ``acc ← (acc + a₀·b₀) + a₁·b₁``, two FP32 additions rounded one after the other (INT8:
+one int32 sum, order immaterial). So an 8-bit mode runs an OS tile of depth K in ``ceil(K / 2)``
+steps and holds a ``2R``-deep stationary tile in WS, exactly the rule the simulator applies to
+an array with ``macs_per_pe_per_cycle = 2`` (:func:`diptych.sim.timing.os_steps`,
+:func:`diptych.sim.timing.ws_stationary_depth`), and the FP32 results are bit-identical to the
+one-MAC-per-cycle reduction in ascending ``k``.
+
+Mode codes on the ``mode`` port (3 bits): int8 0, bf16 1, and for FP8 ``0b1ab`` with ``a`` = A
+is E5M2 and ``b`` = B is E5M2 (e4m3 4, e4m3xe5m2 5, e5m2xe4m3 6, e5m2 7). In the array the
+mode travels with ``in_valid`` (east along each row, one register per PE), so tiles of
+different modes may follow each other back to back. Codes 2 and 3 are reserved (the hardware
+treats them as int8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .golden import MODES
+
+__all__ = ["Datapath", "DATAPATHS", "MODE_CODES", "MODE_BITS", "get_datapath"]
+
+#: Values of the ``mode`` port.
+MODE_CODES = {"int8": 0, "bf16": 1, "e4m3": 4, "e4m3xe5m2": 5, "e5m2xe4m3": 6, "e5m2": 7}
+MODE_BITS = 3
+
+
+@dataclass(frozen=True)
+class Datapath:
+    """A PE datapath: operand lane width and the MACs per cycle of each mode it supports."""
+
+    name: str
+    lane_bits: int
+    rates: tuple[tuple[str, int], ...]
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return tuple(m for m, _ in self.rates)
+
+    @property
+    def has_mode_port(self) -> bool:
+        return len(self.rates) > 1
+
+    def macs_per_cycle(self, mode: str) -> int:
+        """MACs per PE per cycle in ``mode``; ValueError naming the mode if unsupported."""
+        rates = dict(self.rates)
+        if mode not in rates:
+            kind = "a block-scaled format" if mode.startswith(("mx", "nvfp")) else "a mode"
+            raise ValueError(f"{mode!r} is not {kind} of the {self.name} datapath (its modes: "
+                             f"{', '.join(self.modes)}; block-scaled MX/NVFP4 formats exist in "
+                             f"the golden numerics only, diptych.rtl.formats)")
+        return rates[mode]
+
+    def element_bits(self, mode: str) -> int:
+        """Width of one element in ``mode`` (a lane holds ``macs_per_cycle`` of them)."""
+        self.macs_per_cycle(mode)
+        return 16 if mode == "bf16" else 8
+
+
+_FP8_MODES = ("e4m3", "e5m2", "e4m3xe5m2", "e5m2xe4m3")
+DATAPATHS: dict[str, Datapath] = {d.name: d for d in (
+    Datapath("int8", 8, (("int8", 1),)),
+    Datapath("bf16", 16, (("bf16", 1),)),
+    Datapath("fp8", 8, tuple((m, 1) for m in _FP8_MODES)),
+    Datapath("multi", 16, (("int8", 2),) + tuple((m, 2) for m in _FP8_MODES) + (("bf16", 1),)),
+)}
+assert all(m in MODES for d in DATAPATHS.values() for m in d.modes)
+
+
+def get_datapath(dtype: str) -> Datapath:
+    """The datapath called ``dtype``; ValueError naming the value if there is none."""
+    if dtype not in DATAPATHS:
+        raise ValueError(f"dtype must be one of {', '.join(DATAPATHS)}, not {dtype!r}")
+    return DATAPATHS[dtype]

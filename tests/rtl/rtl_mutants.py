@@ -1,0 +1,152 @@
+"""Deliberately broken RTL for the mutation test: each mutant is one small source edit.
+
+A mutant names a module of ``diptych.rtl``, an exact piece of its source and the replacement;
+:func:`applied` executes the edited source as a fresh module and monkeypatches its classes into
+the modules that use them (the array and the simulator look them up when they elaborate), so
+the rest of the bench is unchanged. If a mutation site disappears from the source the test
+fails ("site not found") rather than silently testing nothing.
+
+Run ``python tests/rtl/rtl_mutants.py`` to print the mutation table (which plans catch which
+fault, and whether random data in the bubbles is what catches it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import sys
+import types
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    fault: str
+    module: str                     # the module whose source is edited
+    edits: tuple[tuple[str, str], ...]
+    patch: tuple[tuple[str, str], ...]   # (module, attribute) that get the mutated class
+    config: tuple[int, int, str, str]    # (rows, cols, dtype, dataflow) of the bench run
+
+
+_PE = "diptych.rtl.pe"
+_FP = "diptych.rtl.fp"
+_ARRAY = "diptych.rtl.array"
+
+MUTANTS = (
+    Mutant("os-acc-while-invalid", "OS PE accumulates while valid is low", _PE,
+           (("            with m.If(self.valid_in):\n                m.d.sync += acc.eq(",
+             "            with m.If(1):\n                m.d.sync += acc.eq("),),
+           ((_ARRAY, "OsPe"),), (2, 3, "int8", "os")),
+    Mutant("adder-keeps-subnormals", "FP32 adder keeps subnormal sums (no flush)", _FP,
+           (("        with m.Elif(e_fin <= 0):\n"
+             "            m.d.comb += self.s.eq(Cat(Const(0, 31), sx))",
+             "        with m.Elif(e_fin <= 0):\n"
+             "            m.d.comb += self.s.eq(Cat((Cat(frac_fin, Const(1, 1)) >> "
+             "(1 - e_fin).as_unsigned())[0:23], Const(0, 8), sx))"),),
+           ((_PE, "Fp32Adder"),), (2, 3, "bf16", "os")),
+    Mutant("adder-ties-away", "FP32 adder rounds ties away from zero", _FP,
+           (("round_up = guard & (rnd | sticky | mant[0])", "round_up = guard"),),
+           ((_PE, "Fp32Adder"),), (2, 3, "bf16", "ws")),
+    Mutant("int32-saturates", "int32 accumulator saturates instead of wrapping", _PE,
+           (("m.d.comb += self.s.eq(self.a + self.b.as_signed())",
+             "full = self.a.as_signed() + self.b.as_signed()\n"
+             "        m.d.comb += self.s.eq(Mux(full > 2**31 - 1, 2**31 - 1, "
+             "Mux(full < -2**31, -2**31, full)))"),),
+           ((_ARRAY, "OsPe"), (_ARRAY, "WsPe")), (2, 3, "int8", "ws")),
+    Mutant("ws-swap-without-valid", "WS PE swaps weights on in_first without valid", _PE,
+           (("swap = self.valid_in & self.first_in", "swap = self.first_in"),),
+           ((_ARRAY, "WsPe"),), (2, 3, "int8", "ws")),
+    Mutant("ws-swap-one-row-late", "WS PE uses the new weights from the 2nd row on", _PE,
+           (("weight = Mux(swap, self.w_out, active)", "weight = active"),),
+           ((_ARRAY, "WsPe"),), (2, 3, "int8", "ws")),
+    Mutant("ws-shadow-shifts-always", "WS shadow register shifts without w_load", _PE,
+           (("        with m.If(self.w_load):\n            m.d.sync += self.w_out.eq(",
+             "        with m.If(1):\n            m.d.sync += self.w_out.eq("),),
+           ((_ARRAY, "WsPe"),), (2, 3, "bf16", "ws")),
+    Mutant("os-no-deskew", "OS outputs not de-skewed (columns a cycle apart)", _ARRAY,
+           (("_delay(m, pe[R - 1][j].drain_out, C - 1 - j, f\"out{j}\")",
+             "_delay(m, pe[R - 1][j].drain_out, C - 1, f\"out{j}\")"),),
+           (("diptych.rtl.pysim", "SystolicArray"),), (2, 3, "int8", "os")),
+    Mutant("fp8-subnormals-flushed", "FP8 multiplier flushes FP8 subnormal inputs", _FP,
+           (("sig.eq(Mux(e5 == 0, f2,", "sig.eq(Mux(e5 == 0, 0,"),
+            ("sig.eq(Mux(e4 == 0, f3,", "sig.eq(Mux(e4 == 0, 0,")),
+           ((_PE, "Fp8Multiplier"),), (2, 3, "fp8", "os")),
+    Mutant("e4m3-has-inf", "E4M3 S.1111.000 decoded as Inf (IEEE habit)", _FP,
+           (("                inf.eq(0),", "                inf.eq((e4 == 0xF) & (f3 == 0)),"),),
+           ((_PE, "Fp8Multiplier"),), (2, 3, "fp8", "ws")),
+    Mutant("multi-fp8-order-swapped", "multi PE adds the two FP8 products in the wrong order",
+           _PE, (("fadd0.b.eq(Mux(is_bf16, bmul.p, fp8[0].p))",
+                  "fadd0.b.eq(Mux(is_bf16, bmul.p, fp8[1].p))"),
+                 ("fadd1.b.eq(fp8[1].p)", "fadd1.b.eq(fp8[0].p)")),
+           ((_ARRAY, "OsPe"), (_ARRAY, "WsPe")), (2, 3, "multi", "ws")),
+    Mutant("multi-b-format-from-a", "multi PE decodes B in A's FP8 format", _PE,
+           (("mul.b_e5m2.eq(mode[0])]", "mul.b_e5m2.eq(mode[1])]"),),
+           ((_ARRAY, "OsPe"), (_ARRAY, "WsPe")), (2, 3, "multi", "os")),
+)
+
+
+def mutated_module(m: Mutant) -> types.ModuleType:
+    """The mutant's module: the real source with the edits, executed as a new module."""
+    real = importlib.import_module(m.module)
+    src = inspect.getsource(real)
+    for old, new in m.edits:
+        if src.count(old) != 1:
+            raise AssertionError(f"{m.name}: mutation site found {src.count(old)} times in "
+                                 f"{m.module}: {old!r}")
+        src = src.replace(old, new)
+    mod = types.ModuleType(f"{m.module}__{m.name.replace('-', '_')}")
+    mod.__package__ = real.__package__
+    mod.__file__ = real.__file__
+    exec(compile(src, f"<mutant {m.name}>", "exec", dont_inherit=True), mod.__dict__)
+    return mod
+
+
+@contextlib.contextmanager
+def applied(m: Mutant):
+    """Within the block, the RTL elaborates with the mutant in place."""
+    mod = mutated_module(m)
+    saved = []
+    try:
+        for target, attr in m.patch:
+            tmod = importlib.import_module(target)
+            saved.append((tmod, attr, getattr(tmod, attr)))
+            setattr(tmod, attr, getattr(mod, attr))
+        yield mod
+    finally:
+        for tmod, attr, value in reversed(saved):
+            setattr(tmod, attr, value)
+
+
+def caught(m: Mutant, seeds=(1, 2), tiles: int = 8, bubble_data: str = "random") -> list[str]:
+    """The scoreboard's complaints about the mutant on the standard random plans."""
+    from diptych.rtl.bench import make_plan, score
+    from diptych.rtl.pysim import run_plan
+
+    rows, cols, dtype, dataflow = m.config
+    errors = []
+    with applied(m):
+        for seed in seeds:
+            plan = make_plan(rows, cols, dtype, dataflow, seed=seed, tiles=tiles,
+                             bubble_data=bubble_data)
+            errors += [f"seed {seed}: {e}" for e in score(plan, run_plan(plan))]
+    return errors
+
+
+def main() -> int:
+    print("| mutant | fault | bench run | standard plans (random bubbles) | "
+          "same plans, zero bubbles |")
+    print("|---|---|---|---|---|")
+    for m in MUTANTS:
+        rows, cols, dtype, dataflow = m.config
+        rand = caught(m)
+        zero = caught(m, bubble_data="zero")
+        fmt = lambda e: f"caught ({len(e)} mismatches)" if e else "**missed**"   # noqa: E731
+        print(f"| `{m.name}` | {m.fault} | {dtype} {dataflow.upper()} {rows}×{cols} | "
+              f"{fmt(rand)} | {fmt(zero)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
