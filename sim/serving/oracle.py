@@ -130,11 +130,13 @@ class GridSpec:
     the dense ranges). ``max_tokens`` bounds the token and chunk axes, ``max_keys`` the
     context axes, ``max_batch`` the decode-batch axis."""
 
-    token_ratio: float = 1.08
-    batch_ratio: float = 1.25
-    keys_ratio: float = 1.25
-    chunk_ratio: float = 1.15
-    past_ratio: float = 1.25
+    token_ratio: float = 1.04
+    batch_ratio: float = 1.08
+    keys_ratio: float = 1.08
+    chunk_ratio: float = 1.1
+    past_ratio: float = 1.15
+    token_dense: int = 64
+    batch_dense: int = 32
     max_tokens: int = 1 << 20
     max_keys: int = 1 << 22
     max_batch: int = 1 << 16
@@ -181,8 +183,10 @@ class GridOracle:
         self._simulate = simulate
         g = grid or GridSpec()
         self.grid = g
-        self._tok = _Axis(geometric_axis(16, g.token_ratio, g.max_tokens), "step tokens")
-        self._bat = _Axis(geometric_axis(8, g.batch_ratio, g.max_batch), "decode batch")
+        self._tok = _Axis(geometric_axis(g.token_dense, g.token_ratio, g.max_tokens),
+                          "step tokens")
+        self._bat = _Axis(geometric_axis(g.batch_dense, g.batch_ratio, g.max_batch),
+                          "decode batch")
         self._keys = _Axis(geometric_axis(16, g.keys_ratio, g.max_keys), "mean keys")
         self._chunk = _Axis(geometric_axis(16, g.chunk_ratio, g.max_tokens), "prefill chunk")
         self._past = _Axis(geometric_axis(16, g.past_ratio, g.max_keys, start=0), "past")

@@ -74,13 +74,17 @@ def parse_length(text: str, what: str = "length") -> LengthDist:
     """Parse ``1000``, ``fixed:1000``, ``uniform:lo=100,hi=2000``, ``normal:mean=..,std=..``
     or ``lognormal:mean=..,sigma=..``; ``what`` names the option in messages."""
     s = str(text).strip()
-    head, _, rest = s.partition(":")
-    if not rest and head not in LENGTH_KINDS:
-        return LengthDist("fixed", _positive(what, "value", head, integer=True))
+    head, colon, rest = s.partition(":")
     kind = head.strip().lower()
+    forms = "N, " + ", ".join(k + ":..." for k in LENGTH_KINDS)
+    if not colon:
+        try:
+            float(head)
+        except ValueError:
+            raise ValueError(f"{what} must be one of {forms}, not {text!r}") from None
+        return LengthDist("fixed", _positive(what, "value", head, integer=True))
     if kind not in LENGTH_KINDS:
-        raise ValueError(f"{what} must be N or one of {', '.join(k + ':...' for k in LENGTH_KINDS)}"
-                         f", not {text!r}")
+        raise ValueError(f"{what} must be one of {forms}, not {text!r}")
     if kind == "fixed":
         val = rest.split("=", 1)[-1]
         return LengthDist("fixed", _positive(what, "value", val, integer=True))

@@ -470,3 +470,28 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
         kv=[{"role": role, **b.to_dict()} for role, b in budgets],
         slo={"ttft_s": cfg.slo_ttft_s, "tpot_s": cfg.slo_tpot_s}, config=cfgd, info=info,
         instances=instances, reqs=done)
+
+
+def fit_tp(chip, model, cfg: ServeConfig | None = None, *, precision: dict | None = None,
+           attention: str = "fused") -> int:
+    """The fewest tensor-parallel chips whose memory holds the weights, the activations, the
+    reserve and a KV cache of at least one step's tokens (``max_batched_tokens``)."""
+    from ...workloads import load_model
+    from ...workloads.lower import valid_tp_degrees
+
+    cfg = cfg or ServeConfig()
+    m = load_model(model)
+    last = None
+    for t in valid_tp_degrees(m, 64):
+        r = make_replica(chip, m, tp=t, attention=attention, **(precision or {}))
+        try:
+            b = kv_budget(r, block_tokens=cfg.kv_block_tokens,
+                          max_batched_tokens=cfg.max_batched_tokens,
+                          reserve_fraction=cfg.kv_reserve_fraction)
+        except ValueError as exc:
+            last = exc
+            continue
+        if b.tokens >= cfg.max_batched_tokens:
+            return t
+    raise ValueError(f"{m.name} does not fit {getattr(r.chip, 'name', chip)} at any tensor-"
+                     f"parallel degree up to 64" + (f" ({last})" if last else ""))
