@@ -10,7 +10,10 @@ For a model and a set of chips, on the same number of chips (``settings.chips``)
   figures.
 
 The highest rate is found by doubling from ``qps_start`` until the SLOs fail, then bisecting
-to ``rel_tol``; every run draws the same request stream (same seed), scaled in time.
+to ``rel_tol``; every run draws the same request stream (same seed), scaled in time, for
+``duration_s`` seconds of arrivals (so a faster rate sends more requests and an overloaded
+server builds a queue, as in MLPerf's server scenario; a fixed request count would arrive as
+one burst at high rates and hide the overload), from ``min_requests`` to ``max_requests``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ class ServingSettings:
     chips: int = 2
     prompt: str = "lognormal:mean=1024,sigma=0.5"
     gen: str = "lognormal:mean=256,sigma=0.5"
-    requests: int = 400
+    duration_s: float = 60.0
+    min_requests: int = 50
+    max_requests: int = 20_000
     slo_ttft_s: float = 2.0
     slo_tpot_s: float = 0.2
     qps_start: float = 1.0
@@ -54,8 +59,13 @@ class ServingSettings:
                            seed=self.seed)
 
     def load(self, qps: float) -> Load:
-        return Load(qps=qps, prompt=parse_length(self.prompt, "prompt"),
-                    gen=parse_length(self.gen, "gen"), requests=self.requests)
+        """``duration_s`` of arrivals at ``qps`` (between ``min_requests`` and
+        ``max_requests`` requests)."""
+        p, g = parse_length(self.prompt, "prompt"), parse_length(self.gen, "gen")
+        if qps * self.duration_s < self.min_requests:
+            return Load(qps=qps, prompt=p, gen=g, requests=self.min_requests)
+        return Load(qps=qps, prompt=p, gen=g, duration_s=self.duration_s,
+                    requests=self.max_requests)
 
 
 def max_qps(dep: Deployment, s: ServingSettings, oracles: OracleCache,
@@ -159,3 +169,33 @@ def serving_study(chips, model: str, settings: ServingSettings | None = None, *,
             out["disaggregated"].append(entry)
     return out
 
+
+
+def render_serving_table(study: dict):
+    """A rich Table of :func:`serving_study`'s result (``diptych compare --serving``)."""
+    from rich.table import Table
+
+    s = study["settings"]
+    t = Table("deployment", "chips", "max QPS at SLO", "QPS per chip", "tokens/s per chip",
+              "tokens / J", "TTFT p99", "TPOT p99",
+              title=f"{study['model']}: serving under SLOs (p99 TTFT ≤ {s['slo_ttft_s']:g} s, "
+                    f"p99 TPOT ≤ {s['slo_tpot_s']:g} s)",
+              caption=f"prompts {s['prompt']}, outputs {s['gen']}, {s['duration_s']:g} s of "
+                      f"arrivals per load point")
+
+    def row(name, d):
+        if d.get("error") or d.get("max_qps") is None:
+            t.add_row(name, str(d.get("chips", "-")),
+                      f"[red]{d.get('error') or d.get('note')}[/red]", "", "", "", "", "")
+            return
+        t.add_row(name, str(d["chips"]), f"{d['max_qps']:.3g}",
+                  f"{d['max_qps'] / d['chips']:.3g}", f"{d['tokens_per_s_per_chip']:.0f}",
+                  f"{d['tokens_per_j']:.3g}", f"{d['ttft_p99_s'] * 1e3:.0f} ms",
+                  f"{d['tpot_p99_s'] * 1e3:.1f} ms" if d["tpot_p99_s"] is not None else "-")
+
+    for name, d in study["colocated"].items():
+        extra = f" ({d['replicas']} x tp {d['tp']})" if "tp" in d else ""
+        row(f"{name}{extra}", d)
+    for d in study["disaggregated"]:
+        row(f"prefill {d['prefill']} + decode {d['decode']}", d)
+    return t

@@ -68,7 +68,7 @@ def test_closed_loop_disaggregated_and_speculative_runs(cli):
 
 def test_sweep_json_and_plot(cli, tmp_path):
     png = tmp_path / "curve.png"
-    r = cli(*BASE, "--sweep-qps", "2:30:3", "--requests", 80, "--plot", png, "--json")
+    r = cli(*BASE, "--sweep-qps", "2:30:3", "--requests", 40, "--plot", png, "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert [p["qps"] for p in d["points"]] == [2, 16, 30]
