@@ -10,6 +10,10 @@
 Prints CPU time (this process) and wall time beside each target, and the machine's load
 average (the machine may be shared). Usage: ``python benchmarks/bench_serve.py [--quick]``
 (``--quick``: 2,000 requests and a 4-point sweep, for a smoke run).
+
+``python benchmarks/bench_serve.py --oracle-error MODEL CHIP TP N`` instead measures the grid
+oracle's interpolation error against direct simulation on N random steps (the distribution
+quoted in docs/serving.md).
 """
 
 from __future__ import annotations
@@ -65,5 +69,36 @@ def main(quick: bool = False) -> None:
     print(f"load average now {os.getloadavg()[0]:.2f}")
 
 
+def oracle_error(model: str, chip: str, tp: int, n: int, seed: int = 5) -> None:
+    """Max, p90 and mean relative step-time error of the grid oracle on ``n`` random steps:
+    decode batches 0-200 at contexts 10-3000, 0-2 prompt chunks of 1-2048 tokens with a past
+    of 0-2000."""
+    import numpy as np
+
+    from diptych.sim.serving.oracle import GridOracle, interpolation_error, make_replica
+    from diptych.workloads.step import Step
+
+    rng = np.random.default_rng(seed)
+    steps = []
+    for _ in range(n):
+        b = int(rng.integers(0, 200))
+        keys = int((rng.integers(10, 3000, size=b) + 1).sum())
+        chunks = tuple((int(rng.integers(1, 2048)), int(rng.integers(0, 2000)))
+                       for _ in range(int(rng.integers(0 if b else 1, 3))))
+        steps.append(Step(b, keys, chunks))
+    c0, w0 = _clock()
+    g = GridOracle(make_replica(chip, model, tp=tp))
+    e = np.asarray(interpolation_error(g, steps))
+    c1, w1 = _clock()
+    print(f"{model} on {chip} x{tp}, {n} random steps: max {100 * e.max():.2f} %, p90 "
+          f"{100 * np.percentile(e, 90):.2f} %, mean {100 * e.mean():.2f} % "
+          f"({g.simulations} grid piece simulations; CPU {c1 - c0:.0f} s, wall {w1 - w0:.0f} s)")
+
+
 if __name__ == "__main__":
-    main(quick="--quick" in sys.argv[1:])
+    if "--oracle-error" in sys.argv:
+        i = sys.argv.index("--oracle-error")
+        m, ch, t, k = sys.argv[i + 1:i + 5]
+        oracle_error(m, ch, int(t), int(k))
+    else:
+        main(quick="--quick" in sys.argv[1:])
