@@ -38,11 +38,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..sim.ops import Collective, Op
-from .config import ModelConfig
+from .config import LayerSpec, ModelConfig
 from .fused import FusedAttention
 from .graph import Block, Workload
-from .lower import (_attention_gqa, _attention_mla, _Ctx, _embedding, _head, causal_mean_keys,
-                    check_attention, check_tp, layer_ops)
+from .lower import (_attention_gqa, _attention_mla, _Ctx, _embedding, _head, check_attention,
+                    check_tp, layer_kinds, layer_ops)
 from .params import kv_bytes_per_token_per_chip
 from .precision import Precision
 
@@ -123,66 +123,79 @@ def _cores(ops: list[Op]) -> list[Op]:
     return [op for op in ops if op.name in CORE_OPS]
 
 
-def _window(m: ModelConfig, keys: float) -> float:
-    return min(keys, m.sliding_window) if m.sliding_window else keys
+def _cached_past(layer: LayerSpec, past: int) -> int:
+    """Tokens of a ``past``-token prefix a layer of kind ``layer`` holds in its cache (and a
+    chunk after it reads): all of them, the window (sliding) or the current chunk's
+    (chunked)."""
+    if layer.window is None:
+        return past
+    if layer.attention == "chunked":
+        return past % layer.window
+    return min(past, layer.window)
 
 
-def decode_core(m: ModelConfig, batch: int, keys: int, queries: int, *, precision: Precision,
-                tp: int, attention: str = "fused") -> tuple[Op, ...]:
-    """The per-sequence ops of one layer for ``batch`` decode sequences holding ``keys`` keys
-    in all (after this step's ``queries`` tokens each are written)."""
+def decode_cores(m: ModelConfig, batch: int, keys: int, queries: int, *, precision: Precision,
+                 tp: int, attention: str = "fused") -> dict[str, tuple[Op, ...]]:
+    """The per-sequence ops of one layer of each layer kind (by block name) for ``batch``
+    decode sequences holding ``keys`` keys in all after this step's ``queries`` tokens each
+    are written: one batched record at the mean past (rounded up), capped per layer kind by
+    its window."""
     _check(m, tp, attention)
-    mean_stored = _window(m, keys / batch)
-    # queries attend causally over the new tokens: the mean query sees (q - 1)/2 fewer keys
-    mean_keys = max(1, math.ceil(mean_stored - (queries - 1) / 2.0))
-    c = _Ctx(m, precision, tp, batch, queries, mean_keys, "decode", attention)
-    return tuple(_cores(_attention_ops(c)))
+    past = max(0, math.ceil(keys / batch - queries))
+    c = _Ctx(m, precision, tp, batch, queries, 0, "decode", attention, past=past)
+    return {name: tuple(_cores(_attention_ops(ck))) for name, _, ck in layer_kinds(c)}
 
 
-def prefill_core(m: ModelConfig, chunk: int, past: int, count: int = 1, *,
-                 precision: Precision, tp: int, attention: str = "fused") -> tuple[Op, ...]:
-    """The per-sequence ops of one layer for ``count`` identical chunks of ``chunk`` prompt
-    tokens after ``past`` cached ones (see the module docstring for the past's reads)."""
+def prefill_cores(m: ModelConfig, chunk: int, past: int, count: int = 1, *,
+                  precision: Precision, tp: int, attention: str = "fused"
+                  ) -> dict[str, tuple[Op, ...]]:
+    """The per-sequence ops of one layer of each layer kind for ``count`` identical chunks of
+    ``chunk`` prompt tokens after ``past`` cached ones (see the module docstring for the
+    past's reads)."""
     _check(m, tp, attention)
-    keys = math.ceil(causal_mean_keys(chunk, past, m.sliding_window))
-    c = _Ctx(m, precision, tp, count, chunk, keys, "prefill", attention)
-    ops = _cores(_attention_ops(c))
-    past_read = int(_window(m, past))
-    if not past_read:
-        return tuple(ops)
+    c = _Ctx(m, precision, tp, count, chunk, 0, "prefill", attention, past=past)
     kv_layer = kv_bytes_per_token_per_chip(m, precision.kv, tp) / m.layers
-    extra = count * past_read * kv_layer
-    out: list[Op] = []
-    for op in ops:
-        if isinstance(op, FusedAttention):
-            op = replace(op, read_bytes=op.read_bytes + extra)
-        elif op.name == "kv_b_proj":          # MLA: expand the cached latents of the past too
-            out.append(replace(op, name="kv_b_proj (past)", m=count * past_read))
-        out.append(op)
-    return tuple(out)
-
-
-def _dense_layer(c: _Ctx, moe: bool) -> tuple[list[Op], int]:
-    """A layer's token-parallel ops and the index where its cores belong."""
-    ops = layer_ops(c, moe)
-    at = next(i for i, op in enumerate(ops) if op.name in CORE_OPS)
-    return [op for op in ops if op.name not in CORE_OPS], at
-
-
-def _layer_blocks(m: ModelConfig, c: _Ctx, cores: tuple[Op, ...]) -> list[Block]:
-    kinds = []
-    if m.dense_layers:
-        kinds.append((f"layers[0:{m.dense_layers}]" if m.is_moe else "layers",
-                      m.dense_layers, False))
-    if m.moe_layers:
-        lo = m.first_dense_layers
-        kinds.append((f"layers[{lo}:{m.layers}] (moe)" if lo else "layers (moe)",
-                      m.moe_layers, True))
-    out = []
-    for name, rep, moe in kinds:
-        ops, at = _dense_layer(c, moe)
-        out.append(Block(name, rep, tuple(ops[:at]) + cores + tuple(ops[at:])))
+    out = {}
+    for name, _, ck in layer_kinds(c):
+        ops = _cores(_attention_ops(ck))
+        past_read = _cached_past(ck.layer, past)
+        if past_read:
+            extra = count * past_read * kv_layer
+            grown: list[Op] = []
+            for op in ops:
+                if isinstance(op, FusedAttention):
+                    op = replace(op, read_bytes=op.read_bytes + extra)
+                elif op.name == "kv_b_proj":      # MLA: expand the cached latents of the past
+                    grown.append(replace(op, name="kv_b_proj (past)", m=count * past_read))
+                grown.append(op)
+            ops = grown
+        out[name] = tuple(ops)
     return out
+
+
+def _merge(into: dict[str, list[Op]], cores: dict[str, tuple[Op, ...]]) -> None:
+    for name, ops in cores.items():
+        into.setdefault(name, []).extend(ops)
+
+
+def _layer_blocks(c: _Ctx, cores: dict[str, list[Op]]) -> list[Block]:
+    """Each layer kind's token-parallel ops with its cores where its attention belongs."""
+    out = []
+    for name, rep, ck in layer_kinds(c):
+        ops = layer_ops(ck)
+        at = next(i for i, op in enumerate(ops) if op.name in CORE_OPS)
+        dense = [op for op in ops if op.name not in CORE_OPS]
+        out.append(Block(name, rep, tuple(dense[:at]) + tuple(cores.get(name, ()))
+                         + tuple(dense[at:])))
+    return out
+
+
+def _blocks(m: ModelConfig, p: Precision, tp: int, attention: str, tokens: int, rows: int,
+            cores: dict[str, list[Op]]) -> list[Block]:
+    c = _Ctx(m, p, tp, tokens, 1, 0, "decode", attention)
+    h = _Ctx(m, p, tp, rows, 1, 0, "decode", attention)
+    return ([Block("embedding", 1, tuple(_embedding(c)))] + _layer_blocks(c, cores)
+            + [Block("head", 1, tuple(_head(h)))])
 
 
 def frame(m: ModelConfig, tokens: int, rows: int, *, precision: Precision, tp: int,
@@ -190,12 +203,8 @@ def frame(m: ModelConfig, tokens: int, rows: int, *, precision: Precision, tp: i
     """The step without its cores: embedding, the layers' token-parallel ops over ``tokens``
     rows, and the head over ``rows`` rows."""
     _check(m, tp, attention)
-    c = _Ctx(m, precision, tp, tokens, 1, 1, "decode", attention)
-    h = _Ctx(m, precision, tp, rows, 1, 1, "decode", attention)
-    blocks = ([Block("embedding", 1, tuple(_embedding(c)))] + _layer_blocks(m, c, ())
-              + [Block("head", 1, tuple(_head(h)))])
-    return Workload("decode", tuple(blocks), tokens=tokens, batch=rows,
-                    info={"tp": tp, "attention": attention})
+    return Workload("decode", tuple(_blocks(m, precision, tp, attention, tokens, rows, {})),
+                    tokens=tokens, batch=rows, info={"tp": tp, "attention": attention})
 
 
 def _group(chunks) -> list[tuple[int, int, int]]:
@@ -205,23 +214,32 @@ def _group(chunks) -> list[tuple[int, int, int]]:
     return [(c, p, n) for (c, p), n in counts.items()]
 
 
+def step_cores(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
+               attention: str = "fused") -> list[dict[str, tuple[Op, ...]]]:
+    """The cores of each of ``step``'s sequence groups (decode batch first, then each
+    distinct prefill chunk), per layer kind."""
+    groups = []
+    if step.decode_batch:
+        groups.append(decode_cores(m, step.decode_batch, step.decode_keys,
+                                   step.decode_queries, precision=precision, tp=tp,
+                                   attention=attention))
+    for chunk, past, n in _group(step.prefill):
+        groups.append(prefill_cores(m, chunk, past, n, precision=precision, tp=tp,
+                                    attention=attention))
+    return groups
+
+
 def lower_step(m: ModelConfig, step: Step, *, precision: Precision | None = None, tp: int = 1,
                attention: str = "fused") -> Workload:
     """The workload of one serving ``step`` for one of ``tp`` ranks (module docstring)."""
     _check(m, tp, attention)
     p = precision or Precision()
-    cores: list[Op] = []
-    if step.decode_batch:
-        cores += decode_core(m, step.decode_batch, step.decode_keys, step.decode_queries,
-                             precision=p, tp=tp, attention=attention)
-    for chunk, past, n in _group(step.prefill):
-        cores += prefill_core(m, chunk, past, n, precision=p, tp=tp, attention=attention)
-    c = _Ctx(m, p, tp, step.tokens, 1, 1, "decode", attention)
-    h = _Ctx(m, p, tp, step.rows, 1, 1, "decode", attention)
-    blocks = ([Block("embedding", 1, tuple(_embedding(c)))]
-              + _layer_blocks(m, c, tuple(cores)) + [Block("head", 1, tuple(_head(h)))])
+    cores: dict[str, list[Op]] = {}
+    for g in step_cores(m, step, precision=p, tp=tp, attention=attention):
+        _merge(cores, g)
     phase = "prefill" if step.prefill else "decode"
-    return Workload(phase, tuple(blocks), tokens=step.tokens, batch=step.rows,
+    return Workload(phase, tuple(_blocks(m, p, tp, attention, step.tokens, step.rows, cores)),
+                    tokens=step.tokens, batch=step.rows,
                     info={"tp": tp, "attention": attention, "decode_batch": step.decode_batch,
                           "decode_keys": step.decode_keys, "prefill": list(step.prefill)})
 
@@ -270,45 +288,36 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None) -> list[Blo
     return [BlockCost(b, **acc[b]) for b in order]
 
 
-def combine_parts(blocks: list[BlockCost], core_compute_s: float, core_energy_j: float,
-                  overlap: bool = True) -> tuple[float, float]:
+def combine_parts(blocks: list[BlockCost], core_compute_s: dict[str, float],
+                  core_energy_j: dict[str, float], overlap: bool = True) -> tuple[float, float]:
     """(seconds, energy) of a step from its frame's blocks and its cores' time and energy per
-    layer: a layer block's copy takes ``max(compute + cores, collectives)`` (with ``overlap``,
-    else their sum), as :func:`~diptych.workloads.run.simulate_workload` does."""
+    layer of each layer block (by name): a layer block's copy takes ``max(compute + cores,
+    collectives)`` (with ``overlap``, else their sum), as
+    :func:`~diptych.workloads.run.simulate_workload` does."""
     secs = energy = 0.0
     for b in blocks:
-        comp = b.compute_s
-        e = b.energy_j
-        if b.name.startswith("layers"):
-            comp += core_compute_s
-            e += core_energy_j
+        comp = b.compute_s + core_compute_s.get(b.name, 0.0)
+        e = b.energy_j + core_energy_j.get(b.name, 0.0)
         secs += b.repeat * (max(comp, b.comm_s) if overlap else comp + b.comm_s)
         energy += b.repeat * e
     return secs, energy
 
 
-def core_workload(ops: tuple[Op, ...]) -> Workload:
-    """The cores of one layer as a one-block workload (for timing them alone)."""
-    if any(isinstance(o, Collective) for o in ops):
-        raise ValueError("attention cores hold no collectives")
-    return Workload("decode", (Block("cores", 1, tuple(ops)),), tokens=1, batch=1)
+def core_workload(cores: dict[str, tuple[Op, ...]]) -> Workload:
+    """Cores (per layer kind) as one block each, repeat 1 (for timing them alone)."""
+    for ops in cores.values():
+        if any(isinstance(o, Collective) for o in ops):
+            raise ValueError("attention cores hold no collectives")
+    return Workload("decode", tuple(Block(name, 1, tuple(ops)) for name, ops in cores.items()),
+                    tokens=1, batch=1)
 
 
 def step_parts(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
-               attention: str = "fused") -> tuple[Workload, list[tuple[Op, ...]]]:
-    """The frame of ``step`` and the cores of each of its sequence groups (decode batch first,
-    then each distinct prefill chunk)."""
-    groups: list[tuple[Op, ...]] = []
-    if step.decode_batch:
-        groups.append(decode_core(m, step.decode_batch, step.decode_keys,
-                                  step.decode_queries, precision=precision, tp=tp,
-                                  attention=attention))
-    for chunk, past, n in _group(step.prefill):
-        groups.append(prefill_core(m, chunk, past, n, precision=precision, tp=tp,
-                                   attention=attention))
-    return frame(m, step.tokens, step.rows, precision=precision, tp=tp, attention=attention), \
-        groups
+               attention: str = "fused") -> tuple[Workload, list[dict[str, tuple[Op, ...]]]]:
+    """The frame of ``step`` and the cores of each of its sequence groups."""
+    return (frame(m, step.tokens, step.rows, precision=precision, tp=tp, attention=attention),
+            step_cores(m, step, precision=precision, tp=tp, attention=attention))
 
 
 __all__ = ["BlockCost", "CORE_OPS", "Step", "block_costs", "combine_parts", "core_workload",
-           "decode_core", "frame", "lower_step", "prefill_core", "step_parts"]
+           "decode_cores", "frame", "lower_step", "prefill_cores", "step_cores", "step_parts"]

@@ -70,12 +70,10 @@ class Instance:
     ``role``: "mixed" (prefill and decode), "prefill" (hands requests off after their first
     token) or "decode" (receives prefilled requests). ``oracle``/``draft`` time steps;
     ``chips`` is the tensor-parallel degree; ``blocks`` the KV blocks (after the pinned
-    prefix); ``block_bytes`` one block's bytes per chip; ``window`` the model's sliding
-    window (None: full attention)."""
+    prefix); ``block_bytes`` one block's bytes per chip."""
 
     def __init__(self, idx: int, role: str, oracle, cfg: ServeConfig, *, chips: int,
-                 blocks: int, block_bytes: float, static_w: float, window: int | None = None,
-                 draft=None, rng: np.random.Generator | None = None, prefix_blocks: int = 0):
+                 blocks: int, block_bytes: float, static_w: float, draft=None, rng: np.random.Generator | None = None, prefix_blocks: int = 0):
         self.idx = idx
         self.role = role
         self.oracle = oracle
@@ -87,7 +85,6 @@ class Instance:
         self.free = blocks - prefix_blocks
         self.block_bytes = block_bytes
         self.static_w = static_w
-        self.window = window
         self.rng = rng
         self.bs = cfg.kv_block_tokens
         self.q = cfg.decode_queries
@@ -378,12 +375,7 @@ class Instance:
         if not dec:
             return Step(0, 0, pf)
         q = self.q
-        w = self.window
-        if w is None:
-            keys = sum(r.computed for r in dec) + q * len(dec)
-        else:
-            keys = sum(min(r.computed + q, w) for r in dec)
-        return Step(len(dec), keys, pf, q)
+        return Step(len(dec), sum(r.computed for r in dec) + q * len(dec), pf, q)
 
     def commit(self, t: float) -> tuple[list[Req], list[Req]]:
         """Apply the planned step's results at its end time ``t``; return (finished requests,

@@ -50,7 +50,7 @@ class GoldenRun:
 
 
 def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: int, *,
-                 prefix_blocks: int = 0, window: int | None = None, draft=None,
+                 prefix_blocks: int = 0, draft=None,
                  block_bytes: float = 0.0, closed_loop: list[GoldenRequest] | None = None,
                  rng: np.random.Generator | None = None) -> GoldenRun:
     """Serve ``reqs`` (arrival-ordered; with ``closed_loop`` the not-yet-issued requests of
@@ -192,8 +192,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         return decodes, chunks
 
     def keys_of(r):
-        n = r.computed + q
-        return min(n, window) if window else n
+        return r.computed + q
 
     def draft_cost(step):
         secs = energy = 0.0

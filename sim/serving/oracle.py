@@ -39,8 +39,8 @@ from ...arch import Chip, load_chip
 from ...workloads import load_model
 from ...workloads.config import ModelConfig
 from ...workloads.precision import Precision
-from ...workloads.step import (Step, block_costs, combine_parts, core_workload, decode_core,
-                               frame, lower_step, prefill_core)
+from ...workloads.step import (Step, block_costs, combine_parts, core_workload, decode_cores,
+                               frame, lower_step, prefill_cores)
 
 
 class StepCost(NamedTuple):
@@ -196,6 +196,7 @@ class GridOracle:
         self._progress = progress
         self.simulations = 0
         self._blocks: list[tuple[str, int]] | None = None
+        self._kinds: list[str] | None = None
 
     # -- vertices (each one simulation of a piece) --------------------------------------------
 
@@ -217,21 +218,37 @@ class GridOracle:
             self._tick()
         return got
 
-    def _core(self, ops) -> tuple[float, float, float, float]:
-        """(seconds of the non-fused ops, fused compute term, fused memory term, energy)."""
+    @property
+    def kinds(self) -> list[str]:
+        """The layer blocks (one per layer kind), in the frame's order."""
+        if self._kinds is None:
+            r = self.replica
+            w = frame(r.model, 1, 1, precision=r.precision, tp=r.tp, attention=r.attention)
+            self._kinds = [b.name for b in w.blocks if b.name not in ("embedding", "head")]
+        return self._kinds
+
+    def _core(self, cores: dict, per_token: int = 0) -> tuple:
+        """Per layer kind: (seconds of the non-fused ops, fused compute term, fused memory
+        term, energy); with ``per_token`` the compute term and the energy divided by it."""
         r = self.replica
-        b = block_costs(core_workload(ops), r.chip, self._simulate)[0]
-        fused = max(b.attention_compute_s, b.attention_memory_s) \
-            if (b.attention_compute_s or b.attention_memory_s) else 0.0
+        by = {b.name: b for b in block_costs(core_workload(cores), r.chip, self._simulate)}
+        out: list[float] = []
+        for name in self.kinds:
+            b = by[name]
+            fused = max(b.attention_compute_s, b.attention_memory_s)
+            c, e = b.attention_compute_s, b.energy_j
+            if per_token:
+                c, e = c / per_token, e / per_token
+            out += [b.compute_s - fused, c, b.attention_memory_s, e]
         self._tick()
-        return (b.compute_s - fused, b.attention_compute_s, b.attention_memory_s, b.energy_j)
+        return tuple(out)
 
     def _dec_at(self, batch: int, keys: int, q: int) -> tuple:
         k = (batch, keys, q)
         got = self._dec.get(k)
         if got is None:
             r = self.replica
-            got = self._dec[k] = self._core(decode_core(
+            got = self._dec[k] = self._core(decode_cores(
                 r.model, batch, batch * keys, q, precision=r.precision, tp=r.tp,
                 attention=r.attention))
         return got
@@ -241,10 +258,10 @@ class GridOracle:
         got = self._pf.get(k)
         if got is None:
             r = self.replica
-            o, c, m, e = self._core(prefill_core(r.model, chunk, past, 1, precision=r.precision,
-                                                 tp=r.tp, attention=r.attention))
             # per query token: compute and energy grow as chunk·(past + chunk/2)
-            got = self._pf[k] = (o, c / chunk, m, e / chunk)
+            got = self._pf[k] = self._core(prefill_cores(
+                r.model, chunk, past, 1, precision=r.precision, tp=r.tp,
+                attention=r.attention), per_token=chunk)
         return got
 
     # -- interpolation ------------------------------------------------------------------------
@@ -269,33 +286,36 @@ class GridOracle:
 
     def cost(self, step: Step) -> StepCost:
         """Interpolated cost of ``step`` (see the module docstring)."""
-        other = att_c = att_m = core_e = 0.0
+        kinds = self.kinds
+        nk = len(kinds)
+        cores = [0.0] * nk
+        core_e = [0.0] * nk
         if step.decode_batch:
             b = step.decode_batch
-            o, c, m, e = self._bilinear(self._dec_at, self._bat, self._keys, b,
-                                        step.decode_keys / b, step.decode_queries)
-            other += o
-            att_c += c
-            att_m += m
-            core_e += e
-        fused_s = max(att_c, att_m)
+            v = self._bilinear(self._dec_at, self._bat, self._keys, b, step.decode_keys / b,
+                               step.decode_queries)
+            for k in range(nk):
+                o, c, m, e = v[4 * k:4 * k + 4]
+                cores[k] += o + max(c, m)
+                core_e[k] += e
         for chunk, past in step.prefill:
-            o, c, m, e = self._bilinear(self._pf_at, self._chunk, self._past, chunk, past)
-            other += o
-            fused_s += max(c * chunk, m)
-            core_e += e * chunk
+            v = self._bilinear(self._pf_at, self._chunk, self._past, chunk, past)
+            for k in range(nk):
+                o, c, m, e = v[4 * k:4 * k + 4]
+                cores[k] += o + max(c * chunk, m)
+                core_e[k] += e * chunk
         body = self._frame_interp(step.tokens)
         head = self._frame_interp(step.rows)
-        blocks = self._blocks
         secs = energy = 0.0
-        cores = other + fused_s
         overlap = self.replica.overlap
-        for i, (name, rep) in enumerate(blocks):
+        k = 0
+        for i, (name, rep) in enumerate(self._blocks):
             src = head if name == "head" else body
             comp, comm, e = src[3 * i], src[3 * i + 1], src[3 * i + 2]
-            if name.startswith("layers"):
-                comp += cores
-                e += core_e
+            if k < nk and name == kinds[k]:
+                comp += cores[k]
+                e += core_e[k]
+                k += 1
             secs += rep * (max(comp, comm) if overlap else comp + comm)
             energy += rep * e
         return StepCost(secs, energy)
@@ -310,10 +330,13 @@ def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = N
     r = replica
     fr, groups = step_parts(r.model, step, precision=r.precision, tp=r.tp,
                             attention=r.attention)
-    bc = block_costs(fr, r.chip, simulate)
-    cores = [block_costs(core_workload(g), r.chip, simulate)[0] for g in groups]
-    s, e = combine_parts(bc, sum(c.compute_s for c in cores), sum(c.energy_j for c in cores),
-                         overlap=r.overlap)
+    comp: dict[str, float] = {}
+    energy: dict[str, float] = {}
+    for g in groups:
+        for b in block_costs(core_workload(g), r.chip, simulate):
+            comp[b.name] = comp.get(b.name, 0.0) + b.compute_s
+            energy[b.name] = energy.get(b.name, 0.0) + b.energy_j
+    s, e = combine_parts(block_costs(fr, r.chip, simulate), comp, energy, overlap=r.overlap)
     return StepCost(s, e)
 
 

@@ -38,7 +38,7 @@ import json
 from pathlib import Path
 
 from ...workloads.run import simulate_workload
-from ...workloads.step import Step, core_workload, decode_core, frame, prefill_core
+from ...workloads.step import Step, block_costs, core_workload, decode_cores, frame, prefill_cores
 from .oracle import Replica
 
 #: diptych op → Vidur's op name in mlp.csv
@@ -116,8 +116,10 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
         for rec in t["layers"]:
             if rec["block"] == "head":
                 continue
+            share = 1.0 if rec["block"] == "embedding" else rec["repeat"] / m.layers
             if rec["bound"] == "communication":
-                if rec["op"].startswith("mlp_all_reduce"):
+                if rec["op"].startswith("mlp_all_reduce") and \
+                        not any(a["size"] == int(n * m.hidden_size * 2) for a in ar_rows):
                     ar_rows.append({"size": int(n * m.hidden_size * 2), "num_workers": tp,
                                     "devices_per_node": tp, "collective": "all_reduce",
                                     **_stat_cols("all_reduce", rec["seconds"] * 1e3),
@@ -126,7 +128,7 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
             if rec["op"] == "kv_write":
                 continue
             name = VIDUR_MLP.get(rec["op"], "diptych_" + rec["op"])
-            ms[name] = ms.get(name, 0.0) + rec["seconds"] * 1e3
+            ms[name] = ms.get(name, 0.0) + rec["seconds"] * 1e3 * share
         for name, v in ms.items():
             row.update(_stat_cols(name, v))
         row.update(common, num_tokens=n, num_tensor_parallel_workers=tp)
@@ -143,19 +145,26 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
                "max_model_len": m.max_position_embeddings,
                "attention_backend": f"diptych_{r.attention}"}
 
-    def core_ms(ops) -> float:
-        return simulate_workload(core_workload(ops), r.chip, simulate=simulate)["seconds"] * 1e3
+    reps = {name: rep for name, rep in
+            ((b.name, b.repeat) for b in frame(m, 1, 1, precision=p, tp=tp,
+                                               attention=r.attention).blocks)}
+
+    def core_ms(cores) -> float:
+        """One layer's attention, averaged over the layer kinds by their layer counts."""
+        return 1e3 * sum(b.compute_s * reps[b.name] for b in
+                         block_costs(core_workload(cores), r.chip, simulate)) / m.layers
 
     def kv_save_ms(n: int) -> float:
         t = simulate_workload(frame(m, n, 1, precision=p, tp=tp, attention=r.attention),
                               r.chip, simulate=simulate)
-        return 1e3 * next((x["seconds"] for x in t["layers"] if x["op"] == "kv_write"), 0.0)
+        return 1e3 * sum(x["seconds"] * x["repeat"] for x in t["layers"]
+                         if x["op"] == "kv_write") / m.layers
 
     att_rows, step_rows = [], []
     for b in batches:
         save = kv_save_ms(b)
         for c in contexts:
-            a = core_ms(decode_core(m, b, b * (c + 1), 1, precision=p, tp=tp,
+            a = core_ms(decode_cores(m, b, b * (c + 1), 1, precision=p, tp=tp,
                                        attention=r.attention))
             att_rows.append({**_stat_cols("attn_decode", a), **_stat_cols("attn_kv_cache_save",
                                                                           save),
@@ -173,7 +182,8 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
             if c + ch > ctx_max:
                 tick()
                 continue
-            a = core_ms(prefill_core(m, ch, c, 1, precision=p, tp=tp, attention=r.attention))
+            a = core_ms(prefill_cores(m, ch, c, 1, precision=p, tp=tp,
+                                      attention=r.attention))
             att_rows.append({**_stat_cols("attn_prefill", a), **_stat_cols("attn_kv_cache_save",
                                                                            save),
                              **acommon, "batch_size": 1, "prefill_chunk_size": ch,

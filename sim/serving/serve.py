@@ -285,7 +285,7 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: OracleCache, st
     for k in range(pool.replicas):
         out.append(Instance(start + k, role, oracles.get(r), cfg, chips=r.tp,
                             blocks=budget.blocks, block_bytes=budget.block_bytes,
-                            static_w=r.chip.energy.static_w, window=r.model.sliding_window,
+                            static_w=r.chip.energy.static_w,
                             draft=oracles.get(draft) if draft is not None else None,
                             rng=rng, prefix_blocks=prefix_blocks))
     return out, budget

@@ -35,7 +35,7 @@ def _random_steps(n: int, seed: int, max_batch: int = 200, max_ctx: int = 4000,
 
 
 @pytest.mark.parametrize("model,tp", [("llama-3-8b", 1), ("mixtral-8x7b", 2),
-                                      ("llama-3-70b", 4)])
+                                      ("llama-3-70b", 4), ("gemma-3-12b", 2)])
 def test_interpolation_error_under_2_percent_on_random_steps(model, tp):
     g = GridOracle(make_replica("h100", model, tp=tp), roofline)
     err = interpolation_error(g, _random_steps(150, seed=11), roofline)

@@ -12,9 +12,12 @@ from diptych.workloads import decode, load_model, prefill
 from diptych.workloads.fused import FusedAttention
 from diptych.workloads.params import kv_bytes_per_token_per_chip
 from diptych.workloads.run import default_precision, simulate_workload
-from diptych.workloads.step import Step, lower_step, prefill_core
+from diptych.workloads.step import Step, lower_step, prefill_cores
 
-MODELS = [("llama-3-70b", 2), ("mixtral-8x7b", 2), ("deepseek-v3", 8)]
+#: uniform, MoE, MLA + MoE, and models whose layers differ (sliding/global windows, attention
+#: sinks, chunked attention and NoPE layers)
+MODELS = [("llama-3-70b", 2), ("mixtral-8x7b", 2), ("deepseek-v3", 8), ("gemma-3-12b", 2),
+          ("gpt-oss-20b", 1), ("llama-4-scout", 8)]
 
 
 @pytest.mark.parametrize("name,tp", MODELS)
@@ -53,9 +56,9 @@ def test_mixed_step_linear_ops_see_all_tokens_as_one_gemm():
 def test_chunk_reads_its_past_kv_from_the_cache():
     m = load_model("llama-3-8b")
     p = default_precision(load_chip("h100"), "decode", None, None, None)
-    fresh = [o for o in prefill_core(m, 512, 0, precision=p, tp=1)
+    fresh = [o for o in prefill_cores(m, 512, 0, precision=p, tp=1)["layers"]
              if isinstance(o, FusedAttention)][0]
-    later = [o for o in prefill_core(m, 512, 3000, precision=p, tp=1)
+    later = [o for o in prefill_cores(m, 512, 3000, precision=p, tp=1)["layers"]
              if isinstance(o, FusedAttention)][0]
     per_layer = kv_bytes_per_token_per_chip(m, p.kv, 1) / m.layers
     assert later.read_bytes - fresh.read_bytes == pytest.approx(3000 * per_layer)
@@ -66,8 +69,9 @@ def test_chunk_reads_its_past_kv_from_the_cache():
 
 def test_mla_chunk_expands_the_past_latents():
     m = load_model("deepseek-v3")
-    ops = prefill_core(m, 256, 1024, precision=default_precision(load_chip("h100"), "decode",
-                                                                 None, None, None), tp=8)
+    cores = prefill_cores(m, 256, 1024, precision=default_precision(load_chip("h100"), "decode",
+                                                                    None, None, None), tp=8)
+    ops = cores["layers[3:61] (moe)"]
     names = [o.name for o in ops]
     assert "kv_b_proj (past)" in names
     past = ops[names.index("kv_b_proj (past)")]
