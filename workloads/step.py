@@ -11,12 +11,13 @@ its prompt already in the KV cache (its *past*). The lowering:
   context of ``N`` single-token rows.
 * **Attention** is per sequence (the *cores*: the fused attention record, or the unfused
   scores/softmax/PV trio, and for MLA the absorbed ``q_absorb``/``v_absorb`` of decode or the
-  ``kv_b_proj`` expansion of prefill): the decode sequences are one batched record at their
-  mean number of keys (the KV bytes read are the sum over the sequences up to the rounding of
-  the mean; attention time is linear in the keys); each prefill chunk is a causal record of
-  ``chunk`` queries over ``past + chunk`` keys (identical chunks are batched). A chunk with a
-  past also reads the past's K/V from the cache (in the KV dtype); MLA's explicit prefill path
-  also expands the past's latents (``kv_b_proj`` over the past tokens).
+  ``kv_b_proj`` expansion of prefill), lowered once per layer kind (a sliding, chunked or
+  global layer attends its own span): the decode sequences are one batched record at their
+  mean past (rounded up; the KV bytes read are the sum over the sequences up to that rounding,
+  attention time being linear in the keys); each prefill chunk is a causal record of
+  ``chunk`` queries after its ``past`` (identical chunks are batched). A chunk with a past
+  also reads the past's K/V that its layer kind caches (in the KV dtype); MLA's explicit
+  prefill path also expands the past's latents (``kv_b_proj`` over the past tokens).
 * **Logits** are computed for ``logits_rows`` rows: each decode query row and each chunk that
   completes its prompt.
 
@@ -62,8 +63,9 @@ class Step:
     """What one serving step computes (per model replica).
 
     ``decode_batch`` sequences decode ``decode_queries`` tokens each; ``decode_keys`` is the
-    sum over them of the keys held after the step's tokens are written (window-capped), so
-    a plain decode step of sequences with ``c_i`` cached tokens has ``Σ (c_i + 1)``.
+    sum over them of their tokens after the step's are written (each layer kind caps it by
+    its window when lowered), so a plain decode step of sequences with ``c_i`` cached tokens
+    has ``Σ (c_i + 1)``.
     ``prefill`` lists ``(chunk, past)`` pairs: ``chunk`` prompt tokens computed this step after
     ``past`` already cached. ``logits_rows``: rows that need logits (default: one per decode
     query and one per chunk)."""
@@ -262,19 +264,40 @@ class BlockCost:
     attention_memory_s: float = 0.0
 
 
-def block_costs(w: Workload, chip, simulate: Callable | None = None) -> list[BlockCost]:
+def launch_seconds(chip) -> tuple[float, float]:
+    """(per op launch, per collective launch) in seconds from the chip's ``[overheads]``."""
+    fc = chip.fixed_costs
+    return fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6
+
+
+def step_sync_seconds(chip) -> float:
+    """The chip's fixed cost per step (``[overheads] step_sync_us``) in seconds."""
+    return chip.fixed_costs.step_sync_us * 1e-6
+
+
+def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
+                fixed_costs: bool = False) -> list[BlockCost]:
     """Per-block costs of ``w`` from :func:`~diptych.workloads.run.simulate_workload`'s
-    records (the one place step times come from)."""
+    records (the one place step times come from).
+
+    With ``fixed_costs`` each block also pays the chip's launch costs (``[overheads]``): one
+    ``op_launch_us`` per distinct op of the block (a serving engine runs the attention of all
+    the step's sequences as one kernel, so records of one op name are one launch) on its
+    compute side and one ``collective_launch_us`` per collective on its communication side,
+    spending static power meanwhile. (This stands in for the program scheduler, which will
+    charge them itself; the step's ``step_sync_us`` is the caller's.)"""
     from .run import simulate_workload
 
     t = simulate_workload(w, chip, simulate=simulate)
     acc: dict[str, dict] = {}
+    names: dict[str, set] = {}
     order: list[str] = []
     for r in t["layers"]:
         b = r["block"]
         if b not in acc:
             acc[b] = {"repeat": r["repeat"], "compute_s": 0.0, "comm_s": 0.0, "energy_j": 0.0,
                       "attention_compute_s": 0.0, "attention_memory_s": 0.0}
+            names[b] = set()
             order.append(b)
         a = acc[b]
         if r["bound"] == "communication":
@@ -285,7 +308,23 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None) -> list[Blo
             a["attention_compute_s"] += r["compute_seconds"]
             a["attention_memory_s"] += r["memory_seconds"]
         a["energy_j"] += r["energy_j"]
+        if fixed_costs:
+            names[b].add(("c" if r["bound"] == "communication" else "o", r["op"]))
+    if fixed_costs:
+        op_s, coll_s = launch_seconds(chip)
+        static = chip.energy.static_w
+        for b in order:
+            n_op = sum(1 for k, _ in names[b] if k == "o")
+            n_coll = sum(1 for k, _ in names[b] if k == "c")
+            acc[b]["compute_s"] += n_op * op_s
+            acc[b]["comm_s"] += n_coll * coll_s
+            acc[b]["energy_j"] += static * (n_op * op_s + n_coll * coll_s)
     return [BlockCost(b, **acc[b]) for b in order]
+
+
+def core_op_names(cores: dict[str, tuple[Op, ...]]) -> dict[str, frozenset[str]]:
+    """The distinct op names of cores, per layer kind (one launch each per step)."""
+    return {k: frozenset(o.name for o in ops) for k, ops in cores.items()}
 
 
 def combine_parts(blocks: list[BlockCost], core_compute_s: dict[str, float],
@@ -319,5 +358,6 @@ def step_parts(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
             step_cores(m, step, precision=precision, tp=tp, attention=attention))
 
 
-__all__ = ["BlockCost", "CORE_OPS", "Step", "block_costs", "combine_parts", "core_workload",
-           "decode_cores", "frame", "lower_step", "prefill_cores", "step_cores", "step_parts"]
+__all__ = ["BlockCost", "CORE_OPS", "Step", "block_costs", "combine_parts", "core_op_names",
+           "core_workload", "decode_cores", "frame", "launch_seconds", "lower_step",
+           "prefill_cores", "step_cores", "step_parts", "step_sync_seconds"]

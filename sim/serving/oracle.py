@@ -39,8 +39,9 @@ from ...arch import Chip, load_chip
 from ...workloads import load_model
 from ...workloads.config import ModelConfig
 from ...workloads.precision import Precision
-from ...workloads.step import (Step, block_costs, combine_parts, core_workload, decode_cores,
-                               frame, lower_step, prefill_cores)
+from ...workloads.step import (Step, block_costs, combine_parts, core_op_names, core_workload,
+                               decode_cores, frame, launch_seconds, lower_step, prefill_cores,
+                               step_sync_seconds)
 
 
 class StepCost(NamedTuple):
@@ -58,7 +59,11 @@ class StepTimer(Protocol):
 
 @dataclass(frozen=True)
 class Replica:
-    """A model served on ``tp`` chips of one kind: what every step of one engine runs on."""
+    """A model served on ``tp`` chips of one kind: what every step of one engine runs on.
+
+    ``fixed_costs``: charge the chip's ``[overheads]`` (a launch per distinct op of each layer
+    block, per collective, and a synchronisation per step; see
+    :func:`~diptych.workloads.step.block_costs`)."""
 
     chip: Chip
     model: ModelConfig
@@ -66,15 +71,25 @@ class Replica:
     precision: Precision
     attention: str = "fused"
     overlap: bool = True
+    fixed_costs: bool = True
 
     @property
     def name(self) -> str:
         return f"{self.model.name} on {self.chip.name} x{self.tp}"
 
+    @property
+    def step_sync_s(self) -> float:
+        return step_sync_seconds(self.chip) if self.fixed_costs else 0.0
+
+    def with_sync(self, seconds: float, energy_j: float) -> "StepCost":
+        """A step's cost with the per-step synchronisation (static power meanwhile)."""
+        sync = self.step_sync_s
+        return StepCost(seconds + sync, energy_j + self.chip.energy.static_w * sync)
+
 
 def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
                  act_dtype: str | None = None, kv_dtype: str | None = None,
-                 attention: str = "fused") -> Replica:
+                 attention: str = "fused", fixed_costs: bool = True) -> Replica:
     """A :class:`Replica` with the precision ``diptych run`` would use for inference."""
     from ...workloads.lower import check_attention, check_tp
     from ...workloads.run import _check_supported, default_precision
@@ -85,7 +100,8 @@ def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
     check_attention(attention)
     p = default_precision(chip, "decode", weights_dtype, act_dtype, kv_dtype)
     _check_supported(chip, p)
-    return Replica(chip=chip, model=model, tp=tp, precision=p, attention=attention)
+    return Replica(chip=chip, model=model, tp=tp, precision=p, attention=attention,
+                   fixed_costs=fixed_costs)
 
 
 class DirectOracle:
@@ -100,13 +116,13 @@ class DirectOracle:
     def cost(self, step: Step) -> StepCost:
         got = self._memo.get(step)
         if got is None:
-            from ...workloads.run import simulate_workload
-
             r = self.replica
             w = lower_step(r.model, step, precision=r.precision, tp=r.tp,
                            attention=r.attention)
-            t = simulate_workload(w, r.chip, overlap=r.overlap, simulate=self._simulate)
-            got = self._memo[step] = StepCost(t["seconds"], t["energy_j"])
+            s, e = combine_parts(block_costs(w, r.chip, self._simulate,
+                                             fixed_costs=r.fixed_costs), {}, {},
+                                 overlap=r.overlap)
+            got = self._memo[step] = r.with_sync(s, e)
             self.simulations += 1
         return got
 
@@ -197,6 +213,7 @@ class GridOracle:
         self.simulations = 0
         self._blocks: list[tuple[str, int]] | None = None
         self._kinds: list[str] | None = None
+        self._names: dict = {}
 
     # -- vertices (each one simulation of a piece) --------------------------------------------
 
@@ -210,7 +227,7 @@ class GridOracle:
         if got is None:
             r = self.replica
             w = frame(r.model, n, n, precision=r.precision, tp=r.tp, attention=r.attention)
-            bc = block_costs(w, r.chip, self._simulate)
+            bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs)
             if self._blocks is None:
                 self._blocks = [(b.name, b.repeat) for b in bc]
             got = tuple(x for b in bc for x in (b.compute_s, b.comm_s, b.energy_j))
@@ -226,6 +243,30 @@ class GridOracle:
             w = frame(r.model, 1, 1, precision=r.precision, tp=r.tp, attention=r.attention)
             self._kinds = [b.name for b in w.blocks if b.name not in ("embedding", "head")]
         return self._kinds
+
+    def _launches(self, step: Step) -> list[float]:
+        """Per layer kind: launch seconds of the cores' distinct ops present in ``step``."""
+        r = self.replica
+        if not r.fixed_costs:
+            return [0.0] * len(self.kinds)
+        keys = []
+        if step.decode_batch:
+            keys.append(("d", step.decode_queries))
+        keys += [("p", past > 0) for _, past in step.prefill]
+        names = {k: set() for k in self.kinds}
+        for key in dict.fromkeys(keys):
+            got = self._names.get(key)
+            if got is None:
+                m, p, a = r.model, r.precision, r.attention
+                cores = (decode_cores(m, 1, 1 + key[1], key[1], precision=p, tp=r.tp,
+                                      attention=a) if key[0] == "d" else
+                         prefill_cores(m, 1, int(key[1]), 1, precision=p, tp=r.tp,
+                                       attention=a))
+                got = self._names[key] = core_op_names(cores)
+            for k, ns in got.items():
+                names[k] |= ns
+        op_s = launch_seconds(r.chip)[0]
+        return [len(names[k]) * op_s for k in self.kinds]
 
     def _core(self, cores: dict, per_token: int = 0) -> tuple:
         """Per layer kind: (seconds of the non-fused ops, fused compute term, fused memory
@@ -304,6 +345,10 @@ class GridOracle:
                 o, c, m, e = v[4 * k:4 * k + 4]
                 cores[k] += o + max(c * chunk, m)
                 core_e[k] += e * chunk
+        static = self.replica.chip.energy.static_w
+        for k, launch in enumerate(self._launches(step)):
+            cores[k] += launch
+            core_e[k] += static * launch
         body = self._frame_interp(step.tokens)
         head = self._frame_interp(step.rows)
         secs = energy = 0.0
@@ -318,7 +363,7 @@ class GridOracle:
                 k += 1
             secs += rep * (max(comp, comm) if overlap else comp + comm)
             energy += rep * e
-        return StepCost(secs, energy)
+        return self.replica.with_sync(secs, energy)
 
 
 def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = None
@@ -332,12 +377,21 @@ def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = N
                             attention=r.attention)
     comp: dict[str, float] = {}
     energy: dict[str, float] = {}
+    names: dict[str, set] = {}
     for g in groups:
         for b in block_costs(core_workload(g), r.chip, simulate):
             comp[b.name] = comp.get(b.name, 0.0) + b.compute_s
             energy[b.name] = energy.get(b.name, 0.0) + b.energy_j
-    s, e = combine_parts(block_costs(fr, r.chip, simulate), comp, energy, overlap=r.overlap)
-    return StepCost(s, e)
+        for k, ns in core_op_names(g).items():
+            names.setdefault(k, set()).update(ns)
+    if r.fixed_costs:
+        op_s = launch_seconds(r.chip)[0]
+        for k, ns in names.items():
+            comp[k] += len(ns) * op_s
+            energy[k] += r.chip.energy.static_w * len(ns) * op_s
+    s, e = combine_parts(block_costs(fr, r.chip, simulate, fixed_costs=r.fixed_costs), comp,
+                         energy, overlap=r.overlap)
+    return r.with_sync(s, e)
 
 
 def interpolation_error(oracle: GridOracle, steps, simulate: Callable | None = None
