@@ -11,6 +11,7 @@
   previous one completes (the event loop creates those arrivals).
 * **Traces** (:func:`load_trace`): a CSV with the header ``arrival_s,prompt_tokens,
   output_tokens``; rows are sorted by arrival; errors name ``file:line``.
+* :class:`Load` says which of these arrive and how many; :func:`draw_requests` draws them.
 
 Everything random draws from one ``numpy.random.Generator`` seeded by the user's seed, in a
 fixed order (gaps, then prompts, then outputs), so a seed gives one stream.
@@ -245,3 +246,113 @@ def load_trace(path: str | Path) -> Trace:
     order = np.argsort(np.asarray(arr), kind="stable")
     return Trace(np.asarray(arr)[order], np.asarray(pr, dtype=np.int64)[order],
                  np.asarray(out, dtype=np.int64)[order], str(path))
+
+
+#: Requests when neither a count nor a duration is given.
+DEFAULT_REQUESTS = 1000
+
+
+@dataclass(frozen=True)
+class Load:
+    """The request stream: exactly one of ``qps`` (open loop; ``burstiness`` 1 = Poisson),
+    ``concurrency`` (closed loop) or ``trace`` (a CSV path); lengths from ``prompt`` and
+    ``gen`` (ignored with a trace); ``requests`` and/or ``duration_s`` bound it (default
+    1000 requests, or the whole trace)."""
+
+    qps: float | None = None
+    concurrency: int | None = None
+    trace: str | None = None
+    prompt: LengthDist = LengthDist("fixed", 1000)
+    gen: LengthDist = LengthDist("fixed", 200)
+    requests: int | None = None
+    duration_s: float | None = None
+    burstiness: float = 1.0
+
+    def __post_init__(self):
+        given = [n for n in ("qps", "concurrency", "trace") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of --qps, --concurrency or --trace"
+                             + (f" (got {', '.join('--' + g for g in given)})" if given else ""))
+        if self.qps is not None:
+            check_rate("qps", self.qps)
+        if self.concurrency is not None and (isinstance(self.concurrency, bool) or not
+                                             isinstance(self.concurrency, int)
+                                             or self.concurrency < 1):
+            raise ValueError(f"concurrency must be a positive integer, not "
+                             f"{self.concurrency!r}")
+        if self.requests is not None and (isinstance(self.requests, bool) or not
+                                          isinstance(self.requests, int) or self.requests < 1):
+            raise ValueError(f"requests must be a positive integer, not {self.requests!r}")
+        if self.duration_s is not None and (not isinstance(self.duration_s, (int, float))
+                                            or not math.isfinite(self.duration_s)
+                                            or self.duration_s <= 0):
+            raise ValueError(f"duration must be a positive number of seconds, not "
+                             f"{self.duration_s!r}")
+        b = self.burstiness
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) \
+                or b <= 0:
+            raise ValueError(f"burstiness must be a positive number, not {b!r}")
+
+    def describe(self) -> str:
+        if self.qps is not None:
+            kind = "Poisson" if self.burstiness == 1 else f"gamma (burstiness {self.burstiness:g})"
+            src = f"{self.qps:g} req/s {kind}"
+        elif self.concurrency is not None:
+            src = f"{self.concurrency} concurrent clients"
+        else:
+            return f"trace {self.trace}"
+        return f"{src}, prompt {self.prompt.describe()}, output {self.gen.describe()}"
+
+
+def draw_requests(load: Load, ctx_limit: int, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """Arrival times (NaN for closed-loop requests), prompt and output lengths."""
+    info: dict = {}
+    if load.trace is not None:
+        tr = load_trace(load.trace)
+        arr, pr, out = tr.arrival_s, tr.prompt_tokens, tr.output_tokens
+        keep = np.ones(len(arr), dtype=bool)
+        if load.duration_s is not None:
+            keep &= arr < load.duration_s
+        arr, pr, out = arr[keep], pr[keep], out[keep]
+        if load.requests is not None:
+            arr, pr, out = arr[:load.requests], pr[:load.requests], out[:load.requests]
+        if len(arr) == 0:
+            raise ValueError(f"{load.trace}: no request arrives within --duration "
+                             f"{load.duration_s:g} s")
+        bad = np.nonzero(pr + out > ctx_limit)[0]
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"{load.trace}: request {i + 1} has {int(pr[i])} prompt + "
+                             f"{int(out[i])} output tokens, more than the model's context of "
+                             f"{ctx_limit} tokens")
+        return arr.astype(float), pr.astype(np.int64), out.astype(np.int64), info
+    count = load.requests
+    if count is None and load.duration_s is None:
+        count = DEFAULT_REQUESTS
+    if load.qps is not None:
+        arr = open_loop_arrivals(rng, load.qps, count=count, duration_s=load.duration_s,
+                                 burstiness=load.burstiness)
+        n = len(arr)
+        if n == 0:
+            raise ValueError(f"no request arrives within --duration {load.duration_s:g} s at "
+                             f"--qps {load.qps:g}")
+    else:
+        n = count if count is not None else max(16, 64 * load.concurrency)
+        arr = np.full(n, np.nan)
+    for d, what in ((load.prompt, "prompt"), (load.gen, "output")):
+        if d.kind in ("fixed", "uniform") and (d.b if d.kind == "uniform" else d.a) >= ctx_limit:
+            raise ValueError(f"--{'prompt' if what == 'prompt' else 'gen'} of "
+                             f"{int(d.b if d.kind == 'uniform' else d.a)} {what} tokens does "
+                             f"not fit the model's context of {ctx_limit} tokens")
+    pr = load.prompt.sample(rng, n)
+    out = load.gen.sample(rng, n)
+    if load.prompt.kind == "fixed" and load.gen.kind == "fixed" and pr[0] + out[0] > ctx_limit:
+        raise ValueError(f"a prompt of {int(pr[0])} tokens plus {int(out[0])} output tokens "
+                         f"exceeds the model's context of {ctx_limit} tokens")
+    pr_c = np.minimum(pr, ctx_limit - 1)
+    out_c = np.minimum(out, ctx_limit - pr_c)
+    clipped = int(np.count_nonzero((pr_c != pr) | (out_c != out)))
+    if clipped:
+        info["clipped_to_context"] = clipped
+    return arr, pr_c, out_c, info

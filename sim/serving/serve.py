@@ -15,135 +15,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...workloads.params import kv_bytes_per_token
 from .config import ServeConfig
+from .deployment import Deployment, Pool, colocated, fit_tp, kv_transfer
 from .engine import Instance, Req, run_loop
 from .kv import KvBudget, kv_budget
 from .metrics import mean_in_system, queue_series, request_metrics, stats
 from .oracle import DirectOracle, GridOracle, GridSpec, Replica, make_replica
-from .requests import LengthDist, check_rate, load_trace, open_loop_arrivals
+from .requests import Load, draw_requests
+
+__all__ = ["Deployment", "Load", "OracleCache", "Pool", "ServeResult", "colocated", "fit_tp",
+           "serve"]
 
 ORACLES = ("grid", "direct")
-
-#: Requests when neither a count nor a duration is given.
-DEFAULT_REQUESTS = 1000
-
-
-@dataclass(frozen=True)
-class Pool:
-    """``replicas`` copies of one replica kind (``replica.tp`` chips each)."""
-
-    replica: Replica
-    replicas: int = 1
-
-    def __post_init__(self):
-        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) \
-                or self.replicas < 1:
-            raise ValueError(f"replicas must be a positive integer, not {self.replicas!r}")
-
-    @property
-    def chips(self) -> int:
-        return self.replica.tp * self.replicas
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """Colocated (``pool``) or disaggregated (``prefill`` and ``decode`` pools)."""
-
-    pool: Pool | None = None
-    prefill: Pool | None = None
-    decode: Pool | None = None
-
-    def __post_init__(self):
-        if (self.pool is None) == (self.prefill is None or self.decode is None):
-            raise ValueError("a deployment is one pool, or a prefill pool and a decode pool")
-        if self.pool is None and self.prefill.replica.model.name != \
-                self.decode.replica.model.name:
-            raise ValueError("the prefill and decode pools must serve the same model")
-
-    @property
-    def disaggregated(self) -> bool:
-        return self.pool is None
-
-    @property
-    def pools(self) -> list[Pool]:
-        return [self.pool] if self.pool is not None else [self.prefill, self.decode]
-
-    @property
-    def chips(self) -> int:
-        return sum(p.chips for p in self.pools)
-
-    @property
-    def model(self):
-        return self.pools[0].replica.model
-
-    def describe(self) -> str:
-        if self.pool is not None:
-            r = self.pool.replica
-            n = f"{self.pool.replicas} x " if self.pool.replicas > 1 else ""
-            return f"{r.model.name} on {n}{r.chip.name} (tp {r.tp})"
-        p, d = self.prefill, self.decode
-        return (f"{p.replica.model.name}: prefill on {p.replicas} x {p.replica.chip.name} (tp "
-                f"{p.replica.tp}), decode on {d.replicas} x {d.replica.chip.name} (tp "
-                f"{d.replica.tp})")
-
-
-def colocated(chip, model, *, tp: int = 1, replicas: int = 1, **precision) -> Deployment:
-    """One pool of ``replicas`` × ``tp`` chips (precision keywords as ``diptych run``)."""
-    return Deployment(pool=Pool(make_replica(chip, model, tp=tp, **precision), replicas))
-
-
-@dataclass(frozen=True)
-class Load:
-    """The request stream: exactly one of ``qps`` (open loop; ``burstiness`` 1 = Poisson),
-    ``concurrency`` (closed loop) or ``trace`` (a CSV path); lengths from ``prompt`` and
-    ``gen`` (ignored with a trace); ``requests`` and/or ``duration_s`` bound it (default
-    1000 requests, or the whole trace)."""
-
-    qps: float | None = None
-    concurrency: int | None = None
-    trace: str | None = None
-    prompt: LengthDist = LengthDist("fixed", 1000)
-    gen: LengthDist = LengthDist("fixed", 200)
-    requests: int | None = None
-    duration_s: float | None = None
-    burstiness: float = 1.0
-
-    def __post_init__(self):
-        given = [n for n in ("qps", "concurrency", "trace") if getattr(self, n) is not None]
-        if len(given) != 1:
-            raise ValueError("give exactly one of --qps, --concurrency or --trace"
-                             + (f" (got {', '.join('--' + g for g in given)})" if given else ""))
-        if self.qps is not None:
-            check_rate("qps", self.qps)
-        if self.concurrency is not None and (isinstance(self.concurrency, bool) or not
-                                             isinstance(self.concurrency, int)
-                                             or self.concurrency < 1):
-            raise ValueError(f"concurrency must be a positive integer, not "
-                             f"{self.concurrency!r}")
-        if self.requests is not None and (isinstance(self.requests, bool) or not
-                                          isinstance(self.requests, int) or self.requests < 1):
-            raise ValueError(f"requests must be a positive integer, not {self.requests!r}")
-        if self.duration_s is not None and (not isinstance(self.duration_s, (int, float))
-                                            or not math.isfinite(self.duration_s)
-                                            or self.duration_s <= 0):
-            raise ValueError(f"duration must be a positive number of seconds, not "
-                             f"{self.duration_s!r}")
-        b = self.burstiness
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) \
-                or b <= 0:
-            raise ValueError(f"burstiness must be a positive number, not {b!r}")
-
-    def describe(self) -> str:
-        if self.qps is not None:
-            kind = "Poisson" if self.burstiness == 1 else f"gamma (burstiness {self.burstiness:g})"
-            src = f"{self.qps:g} req/s {kind}"
-        elif self.concurrency is not None:
-            src = f"{self.concurrency} concurrent clients"
-        else:
-            return f"trace {self.trace}"
-        return f"{src}, prompt {self.prompt.describe()}, output {self.gen.describe()}"
-
 
 @dataclass
 class ServeResult:
@@ -218,60 +101,6 @@ class OracleCache:
         return sum(o.simulations for o in self._o.values())
 
 
-def _draw_requests(load: Load, cfg: ServeConfig, ctx_limit: int, rng: np.random.Generator
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
-    """Arrival times (NaN for closed-loop requests), prompt and output lengths."""
-    info: dict = {}
-    if load.trace is not None:
-        tr = load_trace(load.trace)
-        arr, pr, out = tr.arrival_s, tr.prompt_tokens, tr.output_tokens
-        keep = np.ones(len(arr), dtype=bool)
-        if load.duration_s is not None:
-            keep &= arr < load.duration_s
-        arr, pr, out = arr[keep], pr[keep], out[keep]
-        if load.requests is not None:
-            arr, pr, out = arr[:load.requests], pr[:load.requests], out[:load.requests]
-        if len(arr) == 0:
-            raise ValueError(f"{load.trace}: no request arrives within --duration "
-                             f"{load.duration_s:g} s")
-        bad = np.nonzero(pr + out > ctx_limit)[0]
-        if bad.size:
-            i = int(bad[0])
-            raise ValueError(f"{load.trace}: request {i + 1} has {int(pr[i])} prompt + "
-                             f"{int(out[i])} output tokens, more than the model's context of "
-                             f"{ctx_limit} tokens")
-        return arr.astype(float), pr.astype(np.int64), out.astype(np.int64), info
-    count = load.requests
-    if count is None and load.duration_s is None:
-        count = DEFAULT_REQUESTS
-    if load.qps is not None:
-        arr = open_loop_arrivals(rng, load.qps, count=count, duration_s=load.duration_s,
-                                 burstiness=load.burstiness)
-        n = len(arr)
-        if n == 0:
-            raise ValueError(f"no request arrives within --duration {load.duration_s:g} s at "
-                             f"--qps {load.qps:g}")
-    else:
-        n = count if count is not None else max(16, 64 * load.concurrency)
-        arr = np.full(n, np.nan)
-    for d, what in ((load.prompt, "prompt"), (load.gen, "output")):
-        if d.kind in ("fixed", "uniform") and (d.b if d.kind == "uniform" else d.a) >= ctx_limit:
-            raise ValueError(f"--{'prompt' if what == 'prompt' else 'gen'} of "
-                             f"{int(d.b if d.kind == 'uniform' else d.a)} {what} tokens does "
-                             f"not fit the model's context of {ctx_limit} tokens")
-    pr = load.prompt.sample(rng, n)
-    out = load.gen.sample(rng, n)
-    if load.prompt.kind == "fixed" and load.gen.kind == "fixed" and pr[0] + out[0] > ctx_limit:
-        raise ValueError(f"a prompt of {int(pr[0])} tokens plus {int(out[0])} output tokens "
-                         f"exceeds the model's context of {ctx_limit} tokens")
-    pr_c = np.minimum(pr, ctx_limit - 1)
-    out_c = np.minimum(out, ctx_limit - pr_c)
-    clipped = int(np.count_nonzero((pr_c != pr) | (out_c != out)))
-    if clipped:
-        info["clipped_to_context"] = clipped
-    return arr, pr_c, out_c, info
-
-
 def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: OracleCache, start: int,
                prefix_blocks: int, draft: Replica | None, rng) -> tuple[list[Instance], KvBudget]:
     r = pool.replica
@@ -314,7 +143,7 @@ def serve(deployment: Deployment, load: Load, cfg: ServeConfig | None = None, *,
     oracles = oracles or OracleCache(oracle, simulate)
     model = deployment.model
     rng = np.random.default_rng(cfg.seed)
-    arr, pr, out, info = _draw_requests(load, cfg, model.max_position_embeddings, rng)
+    arr, pr, out, info = draw_requests(load, model.max_position_embeddings, rng)
     n = len(pr)
     bs = cfg.kv_block_tokens
     shared = (np.floor(cfg.prefix_share * pr / bs) * bs).astype(np.int64)
@@ -364,7 +193,7 @@ def serve(deployment: Deployment, load: Load, cfg: ServeConfig | None = None, *,
             return r
 
     link = {"energy_j": 0.0, "bytes": 0.0}
-    transfer = _transfer_fn(deployment, link) if deployment.disaggregated else None
+    transfer = kv_transfer(deployment, link) if deployment.disaggregated else None
     total = n
     tick = (lambda done: progress(done, total)) if progress is not None else None
     run_loop(instances, known, next_request=next_request, prefill_pool=prefill_pool,
@@ -392,41 +221,6 @@ def _check_fit(pr, out, shared, cfg: ServeConfig, budgets) -> None:
                              f"recomputed sequence): --max-batched-tokens "
                              f"{cfg.max_batched_tokens} is below the longest request's "
                              f"{longest} tokens; raise it or use --chunked-prefill")
-
-
-def _transfer_fn(dep: Deployment, link: dict):
-    """KV transfer time from a prefill instance to a decode instance over the chips' links:
-    the sending group's and the receiving group's aggregate link bandwidth (the slower), plus
-    one link latency; overlapped layer by layer with the prefill when the decode side had room
-    as the prefill finished (the first layer's KV can leave once that layer is done)."""
-    pr, dr = dep.prefill.replica, dep.decode.replica
-    per_tok = kv_bytes_per_token(pr.model, pr.precision.kv)
-    bw = min(pr.tp * pr.chip.interconnect.bytes_per_s_per_direction,
-             dr.tp * dr.chip.interconnect.bytes_per_s_per_direction)
-    if bw <= 0:
-        bad = pr.chip if pr.chip.interconnect.bytes_per_s_per_direction <= 0 else dr.chip
-        raise ValueError(f"chip {bad.name!r} has no chip-to-chip links; it cannot send or "
-                         f"receive a KV cache in a disaggregated deployment")
-    lat = max(pr.chip.interconnect.latency_us, dr.chip.interconnect.latency_us) * 1e-6
-    layers = pr.model.layers
-    pj = pr.chip.energy.pj_per_link_bit
-
-    def transfer(r: Req, src: Instance, dst: Instance, t: float) -> float:
-        nbytes = (r.computed - r.shared) * per_tok
-        tx = nbytes / bw + lat
-        free = max(src.link_free, dst.in_free)
-        if t == r.pf_end:
-            span = r.pf_end - r.pf_start
-            start = max(free, t - span * (layers - 1) / layers)
-            end = max(start + tx, t + tx / layers)
-        else:
-            end = max(free, t) + tx
-        src.link_free = dst.in_free = end
-        link["bytes"] += nbytes
-        link["energy_j"] += nbytes * 8 * pj * 1e-12
-        return end
-
-    return transfer
 
 
 def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budgets, link,
@@ -472,26 +266,3 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
         instances=instances, reqs=done)
 
 
-def fit_tp(chip, model, cfg: ServeConfig | None = None, *, precision: dict | None = None,
-           attention: str = "fused") -> int:
-    """The fewest tensor-parallel chips whose memory holds the weights, the activations, the
-    reserve and a KV cache of at least one step's tokens (``max_batched_tokens``)."""
-    from ...workloads import load_model
-    from ...workloads.lower import valid_tp_degrees
-
-    cfg = cfg or ServeConfig()
-    m = load_model(model)
-    last = None
-    for t in valid_tp_degrees(m, 64):
-        r = make_replica(chip, m, tp=t, attention=attention, **(precision or {}))
-        try:
-            b = kv_budget(r, block_tokens=cfg.kv_block_tokens,
-                          max_batched_tokens=cfg.max_batched_tokens,
-                          reserve_fraction=cfg.kv_reserve_fraction)
-        except ValueError as exc:
-            last = exc
-            continue
-        if b.tokens >= cfg.max_batched_tokens:
-            return t
-    raise ValueError(f"{m.name} does not fit {getattr(r.chip, 'name', chip)} at any tensor-"
-                     f"parallel degree up to 64" + (f" ({last})" if last else ""))
