@@ -61,7 +61,7 @@ class Req:
         self.swapped = 0
         self.reserved = 0
         self.done = False
-        self.inst = -1
+        self.inst = -1                 # the instance it was dispatched to on arrival
 
 
 class Instance:

@@ -39,7 +39,7 @@ def serving_trace(result, name: str = "diptych serve") -> dict:
         common = {"cat": "request", "pid": 0, "id": rid}
         ev.append({**common, "name": f"request {rid}", "ph": "b", "ts": a,
                    "args": {"prompt": r.prompt, "output": r.output,
-                            "preemptions": r.preemptions}})
+                            "preemptions": r.preemptions, "instance": r.inst}})
         for nm, t0, t1 in (("queued", a, start), ("prefill", start, first),
                            ("decode", first, f)):
             if t1 > t0:
