@@ -146,13 +146,13 @@ class GridSpec:
     the dense ranges). ``max_tokens`` bounds the token and chunk axes, ``max_keys`` the
     context axes, ``max_batch`` the decode-batch axis."""
 
-    token_ratio: float = 1.04
-    batch_ratio: float = 1.08
-    keys_ratio: float = 1.08
-    chunk_ratio: float = 1.1
-    past_ratio: float = 1.15
-    token_dense: int = 64
-    batch_dense: int = 32
+    token_ratio: float = 1.06
+    batch_ratio: float = 1.12
+    keys_ratio: float = 1.12
+    chunk_ratio: float = 1.12
+    past_ratio: float = 1.2
+    token_dense: int = 32
+    batch_dense: int = 16
     max_tokens: int = 1 << 20
     max_keys: int = 1 << 22
     max_batch: int = 1 << 16

@@ -40,7 +40,7 @@ def test_interpolation_error_under_2_percent_on_random_steps(model, tp):
     g = GridOracle(make_replica("h100", model, tp=tp), roofline)
     err = interpolation_error(g, _random_steps(150, seed=11), roofline)
     assert max(err) < 0.02
-    assert np.mean(err) < 0.002
+    assert np.mean(err) < 0.005
 
 
 def test_oracle_is_exact_on_its_vertices():
