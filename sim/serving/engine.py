@@ -152,7 +152,8 @@ class Instance:
     # -- one step ----------------------------------------------------------------------------
 
     def plan(self, now: float):
-        """Choose the next step's work; return its (seconds, energy per chip) or None."""
+        """Choose the next step's work and account for it; return its duration in seconds (the
+        step, the draft model's share, KV swapping) or None when there is nothing to run."""
         self._swap_s = 0.0
         if self.cfg.scheduler == "static":
             step = self._plan_static()
@@ -169,6 +170,7 @@ class Instance:
             secs += ds
             energy += de
         secs += self._swap_s
+        energy += self.static_w * self._swap_s        # chips idle while blocks cross the link
         if now > self.last_end:
             self.idle_s += now - self.last_end
         used = self.total_blocks - self.free
