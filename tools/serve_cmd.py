@@ -118,9 +118,9 @@ def _sweep_table(sw: dict, slo: dict):
     return t
 
 
-def _pool(chip, model, tp, replicas, chips, precision, attention, cfg, what):
-    from ..sim.serving.serve import Pool, fit_tp
+def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg, what):
     from ..sim.serving.oracle import make_replica
+    from ..sim.serving.serve import Pool, fit_tp
 
     if tp is None:
         tp = fit_tp(chip, model, cfg, precision=precision, attention=attention)
@@ -129,7 +129,8 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, cfg, what):
             raise ValueError(f"--{what}-chips ({chips}) must be a multiple of the tensor-"
                              f"parallel degree ({tp})")
         replicas = chips // tp
-    return Pool(make_replica(chip, model, tp=tp, attention=attention, **precision), replicas)
+    return Pool(make_replica(chip, model, tp=tp, attention=attention, execution=execution,
+                             **precision), replicas)
 
 
 @click.command("serve")
@@ -189,6 +190,9 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, cfg, what):
 @click.option("--oracle", type=click.Choice(["grid", "direct"]), default="grid",
               show_default=True, help="Step times interpolated on a grid, or every step "
                                       "simulated (exact, slow).")
+@click.option("--execution", type=click.Choice(["sum", "schedule"]), default="sum",
+              show_default=True, help="Time a step as the sum of its ops, or as a list "
+                                      "schedule of its program (with --oracle direct).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--trace-out", type=click.Path(dir_okay=False),
               help="Write a Perfetto/Chrome trace of requests and steps.")
@@ -197,7 +201,8 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
           requests, duration, scheduler, max_batch, max_batched_tokens, chunked_prefill,
           kv_block, preemption, slo_ttft, slo_tpot, weights_dtype, act_dtype, kv_dtype,
           attention, prefill_chip, prefill_chips, decode_chip, decode_chips, speculative,
-          prefix_share, seed, sweep_qps, plot, export_profile, oracle, as_json, trace_out):
+          prefix_share, seed, sweep_qps, plot, export_profile, oracle, execution, as_json,
+          trace_out):
     """Simulate an LLM serving engine: arrivals, continuous batching, chunked prefill, paged
     KV cache, preemption; TTFT, TPOT, throughput, goodput under SLOs, tokens per joule.
 
@@ -232,14 +237,17 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
             if v < 1:
                 raise ValueError(f"{n} must be a positive integer, not {v}")
         dep = Deployment(prefill=_pool(prefill_chip, model, tp, 1, prefill_chips, precision,
-                                       attention, cfg, "prefill"),
+                                       attention, execution, cfg, "prefill"),
                          decode=_pool(decode_chip, model, tp, 1, decode_chips, precision,
-                                      attention, cfg, "decode"))
+                                      attention, execution, cfg, "decode"))
     else:
         if chip is None:
             raise ValueError("--chip is required (or the --prefill-*/--decode-* pools)")
-        dep = Deployment(pool=_pool(chip, model, tp, replicas, None, precision, attention, cfg,
-                                    "chip"))
+        dep = Deployment(pool=_pool(chip, model, tp, replicas, None, precision, attention,
+                                    execution, cfg, "chip"))
+    if execution == "schedule" and oracle == "grid":
+        raise ValueError("--execution schedule times every step as a program schedule: use "
+                         "--oracle direct (the grid interpolates the summed step model)")
     show = not as_json and sys.stderr.isatty()
     bar = _LazyProgress(show)
     oracles = OracleCache(oracle, progress=bar.grid)

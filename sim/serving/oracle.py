@@ -23,9 +23,10 @@ implementations:
   (:func:`~diptych.workloads.step.combine_parts`), so with every quantity linear between
   vertices the oracle equals direct simulation; docs/serving.md gives the measured error.
 
-When the program scheduler of the execution-model issue replaces ``simulate_workload``, only
-:func:`~diptych.workloads.step.block_costs` (and, if a step stops being a sum of its pieces,
-the recombination here) changes; the event loop does not.
+The execution model (a list schedule of the step's program, ``execution="schedule"``) is
+available through :class:`DirectOracle` (``Replica(execution="schedule")``); the grid oracle
+interpolates the summed model only, since a scheduled step is not a sum of its pieces. Either
+way the event loop is unchanged: it only calls ``cost``.
 """
 
 from __future__ import annotations
@@ -63,7 +64,10 @@ class Replica:
 
     ``fixed_costs``: charge the chip's ``[overheads]`` (a launch per distinct op of each layer
     block, per collective, and a synchronisation per step; see
-    :func:`~diptych.workloads.step.block_costs`)."""
+    :func:`~diptych.workloads.step.block_costs`). ``execution``: "sum" (every op timed alone,
+    the times added per block, as ``diptych run``'s default) or "schedule" (the step's
+    program list-scheduled on the chip's resources with its fixed costs,
+    :func:`~diptych.workloads.execute.schedule_workload`; the direct oracle only)."""
 
     chip: Chip
     model: ModelConfig
@@ -72,6 +76,13 @@ class Replica:
     attention: str = "fused"
     overlap: bool = True
     fixed_costs: bool = True
+    execution: str = "sum"
+
+    def __post_init__(self):
+        from ...workloads.run import EXECUTIONS
+        if self.execution not in EXECUTIONS:
+            raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
+                             f"{self.execution!r}")
 
     @property
     def name(self) -> str:
@@ -89,7 +100,8 @@ class Replica:
 
 def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
                  act_dtype: str | None = None, kv_dtype: str | None = None,
-                 attention: str = "fused", fixed_costs: bool = True) -> Replica:
+                 attention: str = "fused", fixed_costs: bool = True,
+                 execution: str = "sum") -> Replica:
     """A :class:`Replica` with the precision ``diptych run`` would use for inference."""
     from ...workloads.lower import check_attention, check_tp
     from ...workloads.run import _check_supported, default_precision
@@ -101,7 +113,7 @@ def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
     p = default_precision(chip, "decode", weights_dtype, act_dtype, kv_dtype)
     _check_supported(chip, p)
     return Replica(chip=chip, model=model, tp=tp, precision=p, attention=attention,
-                   fixed_costs=fixed_costs)
+                   fixed_costs=fixed_costs, execution=execution)
 
 
 class DirectOracle:
@@ -119,10 +131,17 @@ class DirectOracle:
             r = self.replica
             w = lower_step(r.model, step, precision=r.precision, tp=r.tp,
                            attention=r.attention)
-            s, e = combine_parts(block_costs(w, r.chip, self._simulate,
-                                             fixed_costs=r.fixed_costs), {}, {},
-                                 overlap=r.overlap)
-            got = self._memo[step] = r.with_sync(s, e)
+            if r.execution == "schedule":
+                from ...workloads.execute import schedule_workload
+                from ...workloads.run import _default_simulate
+
+                t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate())
+                got = self._memo[step] = StepCost(t["seconds"], t["energy_j"])
+            else:
+                s, e = combine_parts(block_costs(w, r.chip, self._simulate,
+                                                 fixed_costs=r.fixed_costs), {}, {},
+                                     overlap=r.overlap)
+                got = self._memo[step] = r.with_sync(s, e)
             self.simulations += 1
         return got
 
@@ -195,6 +214,10 @@ class GridOracle:
 
     def __init__(self, replica: Replica, simulate: Callable | None = None,
                  grid: GridSpec | None = None, progress: Callable[[int], None] | None = None):
+        if replica.execution != "sum":
+            raise ValueError(f"the grid oracle interpolates the summed step model; with "
+                             f"execution {replica.execution!r} use the direct oracle "
+                             f"(--oracle direct)")
         self.replica = replica
         self._simulate = simulate
         g = grid or GridSpec()

@@ -291,3 +291,18 @@ def test_expected_tokens_formula():
     assert Speculation(3, 1.0).expected_tokens == 4
     assert Speculation(3, 0.0).expected_tokens == 1
     assert math.isclose(Speculation(1, 0.8).expected_tokens, 1.8)
+
+
+def test_scheduled_execution_through_the_direct_oracle():
+    """execution="schedule": a decode step is `diptych run --execution schedule`'s decode."""
+    rep = make_replica("h100", "llama-3-8b", execution="schedule")
+    o = DirectOracle(rep, roofline)
+    run = run_workload("h100", "llama-3-8b", phase="decode", batch=8, prompt=999, gen=1,
+                       execution="schedule", simulate=roofline)
+    assert o.cost(Step(8, 8 * 1000)).seconds == pytest.approx(run.seconds, rel=1e-12)
+    res = serve(Deployment(pool=Pool(rep)), Load(qps=5, prompt=P("300"), gen=P("20"),
+                                                 requests=10), oracles=OracleCache(
+        "direct", roofline))
+    assert res.requests == 10
+    with pytest.raises(ValueError, match="use the direct oracle"):
+        serve(Deployment(pool=Pool(rep)), Load(qps=5, requests=3), oracles=grid())
