@@ -149,6 +149,18 @@ class Instance:
             victim.target = victim.prompt + victim.generated
             self.waiting.appendleft(victim)
 
+    def _make_room(self, i: int, extra: int) -> bool:
+        """Preempt from the tail of the running list until ``extra`` blocks are free for
+        ``running[i]``; False when that request itself had to go."""
+        run = self.running
+        r = run[i]
+        while extra > self.free:
+            victim = run.pop()
+            self._preempt(victim)
+            if victim is r:
+                return False
+        return True
+
     # -- one step ----------------------------------------------------------------------------
 
     def plan(self, now: float):
@@ -227,12 +239,7 @@ class Instance:
             extra = self.blocks_for(r, r.computed + need) - r.blocks
             if extra > self.free:
                 preempted = True
-                while extra > self.free:
-                    victim = run.pop()
-                    self._preempt(victim)
-                    if victim is r:
-                        break
-                if i >= len(run):           # r itself was preempted
+                if not self._make_room(i, extra):
                     break
             self.free -= extra
             r.blocks += extra
@@ -314,12 +321,7 @@ class Instance:
             extra = self.blocks_for(r, r.computed + q) - r.blocks
             if extra > self.free:
                 preempted = True
-                while extra > self.free:
-                    victim = run.pop()
-                    self._preempt(victim)
-                    if victim is r:
-                        break
-                if i >= len(run):
+                if not self._make_room(i, extra):
                     break
             self.free -= extra
             r.blocks += extra

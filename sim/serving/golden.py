@@ -121,16 +121,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         if not cfg.chunked_prefill:
             # whole prompts first; a prefill-only step when any can be admitted
             if not swapped:
-                while waiting and len(running) < cfg.max_batch:
-                    r = waiting[0]
-                    need = r.target - r.computed
-                    if need > budget or not fits(r, r.computed + need):
-                        break
-                    waiting.pop(0)
-                    grow(r, r.computed + need)
-                    running.append(r)
-                    chunks.append((r, need))
-                    budget -= need
+                admit(chunks, budget, whole=True)
             if chunks:
                 return decodes, chunks
         preempted = False
@@ -179,17 +170,25 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             budget -= need
             (decodes.append(r) if is_decode else chunks.append((r, need)))
         if cfg.chunked_prefill and not swapped:
-            while waiting and budget > 0 and len(running) < cfg.max_batch:
-                r = waiting[0]
-                need = min(r.target - r.computed, budget)
-                if not fits(r, r.computed + need):
-                    break
-                waiting.pop(0)
-                grow(r, r.computed + need)
-                running.append(r)
-                chunks.append((r, need))
-                budget -= need
+            admit(chunks, budget, whole=False)
         return decodes, chunks
+
+    def admit(chunks, budget, whole):
+        """Waiting requests, first come first served, while the budget, the batch limit and
+        free blocks allow; ``whole``: a prompt is admitted whole or not at all."""
+        while waiting and budget > 0 and len(running) < cfg.max_batch:
+            r = waiting[0]
+            rest = r.target - r.computed
+            if whole and rest > budget:
+                break
+            need = min(rest, budget)
+            if not fits(r, r.computed + need):
+                break
+            waiting.pop(0)
+            grow(r, r.computed + need)
+            running.append(r)
+            chunks.append((r, need))
+            budget -= need
 
     def keys_of(r):
         return r.computed + q
