@@ -79,8 +79,9 @@ def _summary_table(d: dict):
               caption=d["load"])
     t.add_row("requests", f"{d['requests']} in {d['duration_s']:.1f} s "
               f"({d['requests_per_s']:.2f} req/s)")
+    chips = f"{d['chips']} chip" + ("s" if d["chips"] != 1 else "")
     t.add_row("output tokens/s", f"{d['tokens_per_s']:.0f} ({d['tokens_per_s_per_chip']:.0f} "
-              f"per chip, {d['chips']} chips)")
+              f"per chip, {chips})")
     t.add_row("input tokens/s", f"{d['input_tokens_per_s']:.0f}")
     slo = d["slo"]
     t.add_row("goodput", f"{d['goodput_rps']:.2f} req/s ({100 * d['slo_attainment']:.1f} % "
@@ -88,8 +89,8 @@ def _summary_table(d: dict):
     t.add_row("SLOs at p99 (MLPerf rule)", "[green]met[/green]" if d["meets_slo"]
               else "[red]missed[/red]")
     t.add_row("tokens per joule", f"{d['tokens_per_j']:.2f} ({d['energy_j'] / 1e3:.1f} kJ)")
-    kv = ", ".join(f"{k['role']}: {k['tokens']:,} tokens ({k['kv_bytes'] / 2**30:.1f} GiB per "
-                   f"chip)" for k in d["kv"])
+    kv = ", ".join(f"{'' if k['role'] == 'mixed' else k['role'] + ': '}{k['tokens']:,} tokens "
+                   f"per replica ({k['kv_bytes'] / 2**30:.1f} GiB per chip)" for k in d["kv"])
     t.add_row("KV cache", kv)
     t.add_row("KV occupancy", f"peak {100 * d['kv_peak_fraction']:.1f} %, mean "
               f"{100 * d['kv_mean_fraction']:.1f} %")
