@@ -10,6 +10,7 @@ import click
 
 from ..arch.dtypes import DTYPES
 from .errors import friendly
+from .jsonout import dumps
 
 
 class _LazyProgress:
@@ -284,7 +285,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
         _write_trace(trace_out, res)
     d = res.to_dict()
     if as_json:
-        click.echo(json.dumps(d, indent=2))
+        click.echo(dumps(d))
         return
     from rich.console import Console
 
@@ -322,7 +323,7 @@ def _run_sweep(dep, cfg, spec, prompt, gen, requests, duration, burstiness, qps,
            "points": sw["points"], "max_qps_meeting_slo": sw["max_qps_meeting_slo"],
            "chips": dep.chips}
     if as_json:
-        click.echo(json.dumps(out, indent=2))
+        click.echo(dumps(out))
         return
     from rich.console import Console
 

@@ -104,14 +104,15 @@ def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
                  execution: str = "sum") -> Replica:
     """A :class:`Replica` with the precision ``diptych run`` would use for inference."""
     from ...workloads.lower import check_attention, check_tp
-    from ...workloads.run import _check_supported, default_precision
+    from ...workloads.checks import check_supported
+    from ...workloads.run import default_precision
 
     chip = load_chip(chip)
     model = load_model(model)
     check_tp(model, tp)
     check_attention(attention)
     p = default_precision(chip, "decode", weights_dtype, act_dtype, kv_dtype)
-    _check_supported(chip, p)
+    check_supported(chip, p)
     return Replica(chip=chip, model=model, tp=tp, precision=p, attention=attention,
                    fixed_costs=fixed_costs, execution=execution)
 
