@@ -18,6 +18,7 @@ COMMANDS = [
     ("gemm_cmd", "gemm"),
     ("models_cmd", "models"),
     ("run_cmd", "run"),
+    ("serve_cmd", "serve"),
     ("rtl_cmd", "rtl"),
     ("floorplan_cmd", "floorplan"),
     ("compare_cmd", "compare"),
