@@ -43,9 +43,12 @@ import numpy as np
 
 import os as _os
 
+from .dram_counts import I_BANKS, I_BURST, I_INTERLEAVE, I_P, I_PAGE, I_PERIOD  # noqa: F401
+from .dram_counts import count_pattern, count_transfer  # noqa: F401  (count_pattern: reference)
 from .jit import invalidate_stale_cache, jit
 
-invalidate_stale_cache(__file__, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "jit.py"))
+_here = _os.path.dirname(_os.path.abspath(__file__))
+invalidate_stale_cache(__file__, _os.path.join(_here, "dram_counts.py"), _os.path.join(_here, "jit.py"))
 
 #: Four-activate window in ns. Ramulator2's JESD238A HBM3 preset: nFAW 48 at tCK 0.625 ns =
 #: 30 ns; DRAMsim3 HBM2_8Gb_x128.ini: tFAW 30 at tCK 1 ns (reference.md §2b). DDR3/4 x8
@@ -63,8 +66,8 @@ CACHE_ENTRIES = 512
 #: Entries of the pattern cache shared by engine runs on one DRAM geometry.
 PERSISTENT_CACHE_ENTRIES = 2048
 
-# Layout of the integer and float parameter vectors shared by the kernels.
-I_P, I_INTERLEAVE, I_PAGE, I_BURST, I_BANKS, I_PERIOD = range(6)
+# Layout of the float parameter vector shared by the kernels (the integer one, I_*, lives in
+# dram_counts).
 F_TBURST, F_LAT, F_TRFC, F_TREFI, F_BLACKOUT, F_TWTR, F_TRTW, F_TFAW, F_TRC = range(9)
 
 
@@ -129,8 +132,10 @@ _PATTERN_CACHES: dict = {}
 def pattern_cache(timing: DramTiming, entries: int = PERSISTENT_CACHE_ENTRIES):
     """The per-thread pattern cache of one DRAM geometry, shared by engine runs.
 
-    A tuple (open_row, stamp, bank_cnt, counter, keys, bursts, acts, bank_max) as
-    :func:`dram_transfer` takes it. Entries hold exact counts, so sharing cannot change results.
+    A tuple (open_row, stamp, bank_cnt, counter, keys, bursts, acts, bank_max, base, aux) as
+    :func:`dram_transfer` takes it (``base``, ``aux``: scratch of
+    :func:`~diptych.sim.dram_counts.count_transfer`). Entries hold exact counts, so sharing
+    cannot change results.
     """
     import threading
     key = (timing.pseudo_channels, timing.interleave_bytes, timing.page_bytes,
@@ -141,9 +146,15 @@ def pattern_cache(timing: DramTiming, entries: int = PERSISTENT_CACHE_ENTRIES):
         c = (np.full((p, b), -1, dtype=np.int64), np.zeros((p, b), dtype=np.int64),
              np.zeros((p, b), dtype=np.int64), np.zeros(2, dtype=np.int64),
              np.full((entries, 4), -1, dtype=np.int64), np.zeros((entries, p), dtype=np.int64),
-             np.zeros((entries, p), dtype=np.int64), np.zeros((entries, p), dtype=np.int64))
+             np.zeros((entries, p), dtype=np.int64), np.zeros((entries, p), dtype=np.int64),
+             *_count_scratch(p, b))
         _PATTERN_CACHES[key] = c
     return c
+
+
+def _count_scratch(p: int, banks: int):
+    """Scratch arrays of :func:`~diptych.sim.dram_counts.count_transfer`."""
+    return np.zeros((p, banks), dtype=np.int64), np.zeros(p + 2 * banks + 1, dtype=np.int64)
 
 
 class DramState:
@@ -162,95 +173,18 @@ class DramState:
         self.cache_bursts = np.zeros((CACHE_ENTRIES, p), dtype=np.int64)
         self.cache_acts = np.zeros((CACHE_ENTRIES, p), dtype=np.int64)
         self.cache_bmax = np.zeros((CACHE_ENTRIES, p), dtype=np.int64)
+        self.count_base, self.count_aux = _count_scratch(p, timing.banks)
         self.busy_ns = np.zeros(p)
         self.agg = np.zeros(1)
 
     def arrays(self):
         return (self.bus_free, self.last_dir, self.act_ring, self.open_row, self.stamp,
                 self.bank_cnt, self.counter, self.cache_keys, self.cache_bursts, self.cache_acts,
-                self.cache_bmax, self.busy_ns, self.agg)
+                self.cache_bmax, self.busy_ns, self.agg, self.count_base, self.count_aux)
 
 
 # ---------------------------------------------------------------------------------------------
 # Numba kernels (also called by the engine kernel)
-
-@jit
-def count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
-                  acts, bank_max):
-    """Add one transfer's bursts and row activations per pseudo-channel into ``bursts``/``acts``;
-    ``bank_max`` gets the most activations any single bank of the pseudo-channel needs.
-
-    Rows start closed for the transfer (``stamp`` != ``tid`` means closed)."""
-    p_n = ip[I_P]
-    il = ip[I_INTERLEAVE]
-    page = ip[I_PAGE]
-    burst = ip[I_BURST]
-    banks = ip[I_BANKS]
-    full_bursts = il // burst
-    for r in range(rows):
-        a = addr + r * stride
-        end = a + row_bytes
-        c = a // il
-        off = a - c * il
-        pc = c % p_n
-        q = c // p_n          # chunk index inside the pseudo-channel
-        gq = -1               # page of the current q when a chunk lies inside one page
-        bank = 0
-        row = 0
-        while a < end:
-            take = min(il - off, end - a)
-            lo = q * il + off
-            hi = lo + take
-            if take == il and il <= page:
-                # a whole chunk inside one page: its page is shared by the whole sweep
-                bursts[pc] += full_bursts
-                if gq != q:
-                    gq = q
-                    g = lo // page
-                    bank = g % banks
-                    row = g // banks
-                # (inlined _touch)
-                if stamp[pc, bank] != tid:
-                    stamp[pc, bank] = tid
-                    open_row[pc, bank] = row
-                    bank_cnt[pc, bank] = 1
-                    acts[pc] += 1
-                    if bank_max[pc] < 1:
-                        bank_max[pc] = 1
-                elif open_row[pc, bank] != row:
-                    open_row[pc, bank] = row
-                    bank_cnt[pc, bank] += 1
-                    acts[pc] += 1
-                    if bank_cnt[pc, bank] > bank_max[pc]:
-                        bank_max[pc] = bank_cnt[pc, bank]
-            else:
-                bursts[pc] += (hi + burst - 1) // burst - lo // burst
-                g = lo // page
-                g_last = (hi - 1) // page
-                while g <= g_last:
-                    bk = g % banks
-                    rw = g // banks
-                    if stamp[pc, bk] != tid:
-                        stamp[pc, bk] = tid
-                        open_row[pc, bk] = rw
-                        bank_cnt[pc, bk] = 1
-                        acts[pc] += 1
-                        if bank_max[pc] < 1:
-                            bank_max[pc] = 1
-                    elif open_row[pc, bk] != rw:
-                        open_row[pc, bk] = rw
-                        bank_cnt[pc, bk] += 1
-                        acts[pc] += 1
-                        if bank_cnt[pc, bk] > bank_max[pc]:
-                            bank_max[pc] = bank_cnt[pc, bk]
-                    g += 1
-            a += take
-            off = 0
-            pc += 1
-            if pc == p_n:
-                pc = 0
-                q += 1
-
 
 @jit
 def _advance(t, work, fp):
@@ -271,7 +205,8 @@ def _advance(t, work, fp):
 @jit
 def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp,
                   bus_free, last_dir, act_ring, open_row, stamp, bank_cnt, counter,
-                  cache_keys, cache_bursts, cache_acts, cache_bmax, busy_ns, agg, pc_start, pc_end):
+                  cache_keys, cache_bursts, cache_acts, cache_bmax, busy_ns, agg, count_base,
+                  count_aux, pc_start, pc_end):
     """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.
 
     ``pc_start``/``pc_end`` receive each pseudo-channel's data interval (-1 when untouched).
@@ -291,8 +226,8 @@ def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, 
             cache_bursts[h, p] = 0
             cache_acts[h, p] = 0
             cache_bmax[h, p] = 0
-        count_pattern(a_mod, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, counter[0],
-                      cache_bursts[h], cache_acts[h], cache_bmax[h])
+        count_transfer(a_mod, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, counter[0],
+                       cache_bursts[h], cache_acts[h], cache_bmax[h], count_base, count_aux)
         cache_keys[h, 0] = a_mod
         cache_keys[h, 1] = rows
         cache_keys[h, 2] = row_bytes

@@ -54,7 +54,8 @@ from .dram import dram_transfer
 from .jit import invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
-invalidate_stale_cache(__file__, _os.path.join(_here, "dram.py"), _os.path.join(_here, "jit.py"))
+invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in
+                                   ("dram.py", "dram_counts.py", "jit.py")))
 
 # integer parameters
 (P_DF, P_R, P_C, P_M, P_K, P_N, P_BATCH, P_MB, P_KB, P_NB, P_ORDER, P_OS_NUM, P_OS_DEN,
@@ -121,7 +122,8 @@ def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip
     else:
         dram_end = dram_transfer(start, addr, rows, row_bytes, stride, is_write, share, dip,
                                  dfp, ds[0], ds[1], ds[2], ds[3], ds[4], ds[5], ds[6], ds[7],
-                                 ds[8], ds[9], ds[10], ds[11], ds[12], pc_s, pc_e)
+                                 ds[8], ds[9], ds[10], ds[11], ds[12], ds[13], ds[14], pc_s,
+                                 pc_e)
     port_end = start + (rows * row_bytes) / (fp[F_DMA_BPC] * ghz)
     eng[e, 0] = port_end
     done = max(dram_end, port_end)
@@ -172,7 +174,7 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     p_n = dip[0]
     ds = (np.zeros(p_n), np.full(p_n, -1, np.int64), np.full((p_n, 4), -1e18),
           pat[0], pat[1], pat[2], pat[3], pat[4], pat[5], pat[6], pat[7], np.zeros(p_n),
-          np.zeros(1))
+          np.zeros(1), pat[8], pat[9])
     pc_s = np.zeros(p_n)
     pc_e = np.zeros(p_n)
     eng = np.zeros((ip[P_ENGINES], 1 + ip[P_MAXOUT]))
