@@ -126,65 +126,53 @@ class DramTiming:
                         dtype=np.float64)
 
 
+#: Indices of the pattern-cache tuple (:func:`pattern_cache`): the reference's per-bank state
+#: (open row, stamp, activations), the transfer counter, then per entry the key, the dense
+#: per-pseudo-channel counts, (touched pseudo-channels, total bursts) and the touched list.
+(C_OPEN, C_STAMP, C_BANK, C_COUNTER, C_KEYS, C_BURSTS, C_ACTS, C_BMAX, C_META,
+ C_PCS) = range(10)
+
+#: Indices of the run-state tuple (:func:`run_state`): per pseudo-channel bus-free time, last
+#: direction, the last four activations, busy time; the aggregate server's free time.
+S_BUS, S_DIR, S_ACT, S_BUSY, S_AGG = range(5)
+
 _PATTERN_CACHES: dict = {}
+
+
+def new_pattern_cache(timing: DramTiming, entries: int):
+    """A fresh pattern cache (see the ``C_*`` indices) with ``entries`` direct-mapped entries."""
+    p, b = timing.pseudo_channels, timing.banks
+    z = np.zeros
+    return (np.full((p, b), -1, dtype=np.int64), z((p, b), dtype=np.int64),
+            z((p, b), dtype=np.int64), z(2, dtype=np.int64),
+            np.full((entries, 4), -1, dtype=np.int64), z((entries, p), dtype=np.int64),
+            z((entries, p), dtype=np.int64), z((entries, p), dtype=np.int64),
+            z((entries, 2), dtype=np.int64), z((entries, p), dtype=np.int64))
 
 
 def pattern_cache(timing: DramTiming, entries: int = PERSISTENT_CACHE_ENTRIES):
     """The per-thread pattern cache of one DRAM geometry, shared by engine runs.
 
-    A tuple (open_row, stamp, bank_cnt, counter, keys, bursts, acts, bank_max, base, aux) as
-    :func:`dram_transfer` takes it (``base``, ``aux``: scratch of
-    :func:`~diptych.sim.dram_counts.count_transfer`). Entries hold exact counts, so sharing
-    cannot change results.
+    Entries hold exact counts, so sharing cannot change results.
     """
     import threading
     key = (timing.pseudo_channels, timing.interleave_bytes, timing.page_bytes,
            timing.burst_bytes, timing.banks, threading.get_ident())
     c = _PATTERN_CACHES.get(key)
     if c is None:
-        p, b = timing.pseudo_channels, timing.banks
-        c = (np.full((p, b), -1, dtype=np.int64), np.zeros((p, b), dtype=np.int64),
-             np.zeros((p, b), dtype=np.int64), np.zeros(2, dtype=np.int64),
-             np.full((entries, 4), -1, dtype=np.int64), np.zeros((entries, p), dtype=np.int64),
-             np.zeros((entries, p), dtype=np.int64), np.zeros((entries, p), dtype=np.int64),
-             *_count_scratch(p, b))
-        _PATTERN_CACHES[key] = c
+        c = _PATTERN_CACHES[key] = new_pattern_cache(timing, entries)
     return c
-
-
-def _count_scratch(p: int, banks: int):
-    """Scratch arrays of :func:`~diptych.sim.dram_counts.count_transfer`."""
-    return np.zeros((p, banks), dtype=np.int64), np.zeros(p + 2 * banks + 1, dtype=np.int64)
-
-
-class DramState:
-    """Mutable per-pseudo-channel state of the fast model (bus, direction, activations, cache)."""
-
-    def __init__(self, timing: DramTiming):
-        p = timing.pseudo_channels
-        self.bus_free = np.zeros(p)
-        self.last_dir = np.full(p, -1, dtype=np.int64)
-        self.act_ring = np.full((p, 4), -1e18)
-        self.open_row = np.full((p, timing.banks), -1, dtype=np.int64)
-        self.stamp = np.zeros((p, timing.banks), dtype=np.int64)
-        self.bank_cnt = np.zeros((p, timing.banks), dtype=np.int64)
-        self.counter = np.zeros(2, dtype=np.int64)  # [transfer id, unused]
-        self.cache_keys = np.full((CACHE_ENTRIES, 4), -1, dtype=np.int64)
-        self.cache_bursts = np.zeros((CACHE_ENTRIES, p), dtype=np.int64)
-        self.cache_acts = np.zeros((CACHE_ENTRIES, p), dtype=np.int64)
-        self.cache_bmax = np.zeros((CACHE_ENTRIES, p), dtype=np.int64)
-        self.count_base, self.count_aux = _count_scratch(p, timing.banks)
-        self.busy_ns = np.zeros(p)
-        self.agg = np.zeros(1)
-
-    def arrays(self):
-        return (self.bus_free, self.last_dir, self.act_ring, self.open_row, self.stamp,
-                self.bank_cnt, self.counter, self.cache_keys, self.cache_bursts, self.cache_acts,
-                self.cache_bmax, self.busy_ns, self.agg, self.count_base, self.count_aux)
 
 
 # ---------------------------------------------------------------------------------------------
 # Numba kernels (also called by the engine kernel)
+
+@jit
+def run_state(p):
+    """Fresh per-run DRAM state for ``p`` pseudo-channels (see the ``S_*`` indices)."""
+    return (np.zeros(p), np.full(p, -1, dtype=np.int64), np.full((p, 4), -1e18), np.zeros(p),
+            np.zeros(1))
+
 
 @jit
 def _advance(t, work, fp):
@@ -203,41 +191,66 @@ def _advance(t, work, fp):
 
 
 @jit
-def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp,
-                  bus_free, last_dir, act_ring, open_row, stamp, bank_cnt, counter,
-                  cache_keys, cache_bursts, cache_acts, cache_bmax, busy_ns, agg, count_base,
-                  count_aux, pc_start, pc_end):
-    """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.
-
-    ``pc_start``/``pc_end`` receive each pseudo-channel's data interval (-1 when untouched).
-    """
+def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
+    """The pattern-cache entry holding this transfer's counts (counted on a miss)."""
     p_n = ip[I_P]
-    period = ip[I_PERIOD]
-    a_mod = addr % period
+    keys = pat[C_KEYS]
+    a_mod = addr % ip[I_PERIOD]
     x = ((a_mod * 1000003 + rows) * 1000003 + row_bytes) * 1000003 + stride
     x ^= x >> 29
     x *= 0x5851F42D4C957F2D
     x ^= x >> 32
-    h = (x & 0x7FFFFFFF) % cache_keys.shape[0]
-    if not (cache_keys[h, 0] == a_mod and cache_keys[h, 1] == rows
-            and cache_keys[h, 2] == row_bytes and cache_keys[h, 3] == stride):
+    h = (x & 0x7FFFFFFF) % keys.shape[0]
+    if not (keys[h, 0] == a_mod and keys[h, 1] == rows and keys[h, 2] == row_bytes
+            and keys[h, 3] == stride):
+        counter = pat[C_COUNTER]
         counter[0] += 1
+        bursts = pat[C_BURSTS][h]
         for p in range(p_n):
-            cache_bursts[h, p] = 0
-            cache_acts[h, p] = 0
-            cache_bmax[h, p] = 0
-        count_transfer(a_mod, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, counter[0],
-                       cache_bursts[h], cache_acts[h], cache_bmax[h], count_base, count_aux)
-        cache_keys[h, 0] = a_mod
-        cache_keys[h, 1] = rows
-        cache_keys[h, 2] = row_bytes
-        cache_keys[h, 3] = stride
-    touched = 0
-    nbursts = 0
-    for p in range(p_n):
-        if cache_bursts[h, p] > 0:
-            touched += 1
-            nbursts += cache_bursts[h, p]
+            bursts[p] = 0
+            pat[C_ACTS][h, p] = 0
+            pat[C_BMAX][h, p] = 0
+        count_transfer(a_mod, rows, row_bytes, stride, ip, pat[C_OPEN], pat[C_STAMP],
+                       pat[C_BANK], counter[0], bursts, pat[C_ACTS][h], pat[C_BMAX][h])
+        keys[h, 0] = a_mod
+        keys[h, 1] = rows
+        keys[h, 2] = row_bytes
+        keys[h, 3] = stride
+        n = 0
+        tot = 0
+        pcs = pat[C_PCS]
+        for p in range(p_n):
+            if bursts[p] > 0:
+                pcs[h, n] = p
+                n += 1
+                tot += bursts[p]
+        pat[C_META][h, 0] = n
+        pat[C_META][h, 1] = tot
+    return h
+
+
+@jit
+def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp, st, pat,
+                  pc_start, pc_end):
+    """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.
+
+    ``st`` is the run state (:func:`run_state`), ``pat`` the pattern cache. Unless they are
+    empty, ``pc_start``/``pc_end`` receive each pseudo-channel's data interval (-1 when
+    untouched). Costs O(pseudo-channels the transfer touches) once its counts are cached.
+    """
+    p_n = ip[I_P]
+    h = pattern_entry(addr, rows, row_bytes, stride, ip, pat)
+    touched = pat[C_META][h, 0]
+    nbursts = pat[C_META][h, 1]
+    pcs = pat[C_PCS][h]
+    bursts = pat[C_BURSTS][h]
+    acts = pat[C_ACTS][h]
+    bmax = pat[C_BMAX][h]
+    bus_free = st[S_BUS]
+    last_dir = st[S_DIR]
+    act_ring = st[S_ACT]
+    busy_ns = st[S_BUSY]
+    agg = st[S_AGG]
     # aggregate cap: all ``share`` arrays together never exceed the pin bandwidth
     agg_start = max(start_ns, agg[0])
     agg[0] = _advance(agg_start, nbursts * fp[F_TBURST] * share / p_n, fp)
@@ -248,13 +261,15 @@ def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, 
     lat = fp[F_LAT]
     tfaw = fp[F_TFAW]  # activations of arrays on neighbouring tiles share open rows
     finish = start_ns
-    for p in range(p_n):
-        nb = cache_bursts[h, p]
-        if nb == 0:
+    spans = pc_start.shape[0] > 0
+    if spans:
+        for p in range(p_n):
             pc_start[p] = -1.0
             pc_end[p] = -1.0
-            continue
-        na = cache_acts[h, p]
+    for t in range(touched):
+        p = pcs[t]
+        nb = bursts[p]
+        na = acts[p]
         ta = 0.0
         if last_dir[p] >= 0 and last_dir[p] != is_write:
             ta = fp[F_TWTR] if last_dir[p] == 1 else fp[F_TRTW]
@@ -281,9 +296,10 @@ def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, 
                         act_ring[p, q] = first[j - 4]
                 a_last = act_ring[p, 3]
             end = max(end, a_last + lat + tb,
-                      start_ns + (cache_bmax[h, p] - 1) * fp[F_TRC] + lat + tb)
-        pc_start[p] = d0
-        pc_end[p] = end
+                      start_ns + (bmax[p] - 1) * fp[F_TRC] + lat + tb)
+        if spans:
+            pc_start[p] = d0
+            pc_end[p] = end
         busy_ns[p] += end - d0
         bus_free[p] = end
         last_dir[p] = is_write
@@ -292,27 +308,56 @@ def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, 
     return max(finish, agg[0])
 
 
+@jit
+def stream_transfers(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, st, pat,
+                     pc_start, pc_end):
+    """Issue ``total_bytes`` from ``addr`` as back-to-back 1-row transfers of ``chunk_bytes``
+    (the last one shorter), all at ``start_ns``; returns the last one's finish time (``start_ns``
+    when there are no bytes). One compiled call instead of one per chunk."""
+    done = start_ns
+    left = total_bytes
+    while left > 0:
+        n = min(chunk_bytes, left)
+        done = dram_transfer(start_ns, addr, 1, n, n, is_write, 1.0, ip, fp, st, pat, pc_start,
+                             pc_end)
+        addr += n
+        left -= n
+    return done
+
+
 # ---------------------------------------------------------------------------------------------
 # Python conveniences
+
+_NO_SPANS = np.zeros(0)
+
 
 class FastDram:
     """The analytic model with its state, for tests, benchmarks and vector-op traffic."""
 
     def __init__(self, dram):
         self.timing = DramTiming.from_dram(dram)
-        self.state = DramState(self.timing)
+        self.state = run_state(self.timing.pseudo_channels)
+        self.patterns = new_pattern_cache(self.timing, CACHE_ENTRIES)
         self._ip = self.timing.iparams()
         self._fp = self.timing.fparams()
         p = self.timing.pseudo_channels
         self._s = np.zeros(p)
         self._e = np.zeros(p)
 
+    def stream(self, start_ns: float, addr: int, total_bytes: int, chunk_bytes: int,
+               write: bool = False) -> float:
+        """:func:`stream_transfers` on this model's state: the finish time (ns) of the last of
+        the back-to-back chunks (``start_ns`` when ``total_bytes`` is 0)."""
+        return float(stream_transfers(float(start_ns), int(addr), int(total_bytes),
+                                      int(chunk_bytes), int(write), self._ip, self._fp,
+                                      self.state, self.patterns, _NO_SPANS, _NO_SPANS))
+
     def transfer(self, start_ns: float, addr: int, rows: int, row_bytes: int, stride: int,
                  write: bool = False, share: float = 1.0) -> float:
         """Finish time (ns) of a 2-D transfer of ``rows`` × ``row_bytes`` at ``stride``."""
         return float(dram_transfer(float(start_ns), int(addr), int(rows), int(row_bytes),
                                    int(stride), int(write), float(share), self._ip, self._fp,
-                                   *self.state.arrays(), self._s, self._e))
+                                   self.state, self.patterns, self._s, self._e))
 
 
 def refresh_lower_bound_ns(work_ns, t_refi_ns: float, blackout_ns: float):

@@ -49,6 +49,8 @@ from __future__ import annotations
 
 import os as _os
 
+import numpy as np
+
 from .jit import invalidate_stale_cache, jit
 
 invalidate_stale_cache(__file__, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "jit.py"))
@@ -170,77 +172,200 @@ def count_row(a, row_bytes, ip, bursts, acts, bank_max):
             bank_max[p] = bm
 
 
+#: Near periods tried by :func:`near_period` (rows per step of the reduced frame).
+MAX_NEAR_PERIOD = 1024
+
+#: Costs relative to one burst of the drift walk (~10 ns), measured: a piece (chunk of a row)
+#: of the reference walk, and a segment (sorting, merging, banks) of the drift walk.
+PIECE_COST = 3
+SEGMENT_COST = 10
+
+
 @jit
-def fold_period(rows, row_bytes, stride, ip):
-    """(Π, q, s) of fact 3: rows per translation step, whole steps and leftover rows."""
+def _jrange(lo, hi, x0, eps, n):
+    """The steps ``j`` in ``[0, n)`` with ``lo <= x0 + j·eps <= hi`` (first, last; empty if
+    first > last)."""
+    if eps > 0:
+        j1 = -((x0 - lo) // eps)
+        j2 = (hi - x0) // eps
+    elif eps < 0:
+        e = -eps
+        j1 = -((hi - x0) // e)
+        j2 = (x0 - lo) // e
+    else:
+        if lo <= x0 <= hi:
+            return 0, n - 1
+        return 1, 0
+    return max(j1, 0), min(j2, n - 1)
+
+
+@jit
+def near_period(rows, row_bytes, stride, ip):
+    """(T, ε, cost): the rows per step of the reduced frame (fact 3), ``T·S ≡ ε (mod W)``
+    with ``|ε| ≤ W/2``, minimising the bursts the drift walk visits (``cost``). The search
+    stops once the fixed part of the cost, ``T·(L + 2·unit)/B``, exceeds the best found."""
     w = ip[I_PERIOD]
-    pi = w // _gcd(stride, w)
-    rho = (w + row_bytes - 1 + stride - 1) // stride - 1
-    big_pi = ((rho + pi) // pi) * pi                 # least multiple of pi above rho
-    return big_pi, rows // big_pi, rows % big_pi
+    unit = min(ip[I_INTERLEAVE], ip[I_PAGE])
+    burst = ip[I_BURST]
+    fixed = (row_bytes + 2 * unit) // burst + 1 + SEGMENT_COST * (row_bytes // unit + 2)
+    s_mod = stride % w
+    best_t = 1
+    best_e = 0
+    best = -1
+    r = 0
+    for t in range(1, min(rows, MAX_NEAR_PERIOD) + 1):
+        if best >= 0 and t * fixed > best:
+            break
+        r += s_mod
+        if r >= w:
+            r -= w
+        e = r - w if 2 * r > w else r
+        cost = abs(e) * (rows - t) * (unit + SEGMENT_COST * burst) // (burst * unit) + t * fixed
+        if best < 0 or cost < best:
+            best, best_t, best_e = cost, t, e
+    return best_t, best_e, best
+
+
+@jit
+def _bank_cycle(step, banks):
+    """Length of the cycle of ``b -> b + step`` in Z_banks."""
+    sb = step % banks
+    return 1 if sb == 0 else banks // _gcd(sb, banks)
+
+
+@jit
+def count_drift(addr, rows, row_bytes, stride, t_rows, eps, ip, bursts, acts, bank_max):
+    """Fact 3 of the module docstring (requires ``stride >= row_bytes`` and units of
+    ``min(I, G)`` bytes that are whole bursts); outputs must be zero on entry."""
+    p_n = ip[I_P]
+    il = ip[I_INTERLEAVE]
+    page = ip[I_PAGE]
+    burst = ip[I_BURST]
+    banks = ip[I_BANKS]
+    unit = min(il, page)
+    w = ip[I_PERIOD]
+    m = (t_rows * stride - eps) // w                 # W-translations per step
+    step = m * (w // (p_n * page))                   # local pages per step
+    # segments: (pseudo-channel, first local page, pages) of the units each sub-progression
+    # touches; the units of one sub-progression's span, summed
+    cap = 0
+    for rho in range(t_rows):
+        n = (rows - rho + t_rows - 1) // t_rows
+        cap += (abs(eps) * (n - 1) + row_bytes) // unit + 2
+    seg_pc = np.empty(cap, dtype=np.int64)
+    seg_s = np.empty(cap, dtype=np.int64)
+    seg_c = np.empty(cap, dtype=np.int64)
+    ns = 0
+    nb_unit = unit // burst
+    for rho in range(t_rows):
+        n = (rows - rho + t_rows - 1) // t_rows
+        if n <= 0:
+            continue
+        x0 = addr + rho * stride                     # row rho; step j starts at x0 + j·eps
+        y_lo = x0 + min(0, eps * (n - 1))
+        y_hi = x0 + max(0, eps * (n - 1)) + row_bytes - 1
+        for u in range(y_lo // unit, y_hi // unit + 1):
+            a = u * unit
+            j1, j2 = _jrange(a - row_bytes + 1, a + unit - 1, x0, eps, n)
+            if j1 > j2:
+                continue
+            c = a // il
+            pc = c % p_n
+            lp = ((c // p_n) * il + a % il) // page
+            if eps == 0:   # every step touches what row rho touches
+                hi = min(a + unit, x0 + row_bytes)
+                bursts[pc] += n * ((hi + burst - 1) // burst - max(a, x0) // burst)
+            for b in range(nb_unit if eps != 0 else 0):
+                ab = a + b * burst
+                k1, k2 = _jrange(ab - row_bytes + 1, ab + burst - 1, x0, eps, n)
+                if k1 <= k2:
+                    bursts[pc] += k2 - k1 + 1
+            seg_pc[ns] = pc
+            seg_s[ns] = lp + step * j1
+            seg_c[ns] = j2 - j1 + 1 if step > 0 else 1
+            ns += 1
+    if ns == 0:
+        return
+    # distinct pages per pseudo-channel: merge the segments of each (channel, class mod step)
+    smin = seg_s[0]
+    for i in range(ns):
+        smin = min(smin, seg_s[i])
+    # sort by (channel, class mod step, start): by start, then stably by (channel, class)
+    mod = step if step > 0 else 1
+    key = np.empty(ns, dtype=np.int64)
+    for i in range(ns):
+        key[i] = seg_s[i] - smin
+    order = np.argsort(key)
+    for i in range(ns):
+        key[i] = seg_pc[i] * mod + (seg_s[i] - smin) % mod
+    order = order[np.argsort(key[order], kind="mergesort")]
+    lam = _bank_cycle(step, banks)
+    merged_s = np.empty(ns, dtype=np.int64)
+    merged_c = np.empty(ns, dtype=np.int64)
+    cnt = np.zeros(banks, dtype=np.int64)
+    i = 0
+    while i < ns:
+        pc = seg_pc[order[i]]
+        nm = 0
+        # merge this channel's segments (sorted by class, then start)
+        cur_k = -1
+        cur_s = 0
+        cur_e = 0
+        while i < ns and seg_pc[order[i]] == pc:
+            o = order[i]
+            k = key[o]
+            s = seg_s[o]
+            e = s + step * (seg_c[o] - 1)
+            if k == cur_k and s <= cur_e + step:
+                cur_e = max(cur_e, e)
+            else:
+                if cur_k >= 0:
+                    merged_s[nm] = cur_s
+                    merged_c[nm] = (cur_e - cur_s) // mod + 1
+                    nm += 1
+                cur_k, cur_s, cur_e = k, s, e
+            i += 1
+        merged_s[nm] = cur_s
+        merged_c[nm] = (cur_e - cur_s) // mod + 1
+        nm += 1
+        total = 0
+        for t in range(nm):
+            total += merged_c[t]
+        acts[pc] = total
+        if nm == 1:
+            bank_max[pc] = (merged_c[0] + lam - 1) // lam
+            continue
+        # several segments: count per bank (the pages of a segment cycle with period lam)
+        for b in range(banks):
+            cnt[b] = 0
+        for t in range(nm):
+            full = merged_c[t] // lam
+            rem = merged_c[t] % lam
+            for q in range(lam if full > 0 else rem):
+                cnt[(merged_s[t] + q * step) % banks] += full + (1 if q < rem else 0)
+        best = 0
+        for b in range(banks):
+            best = max(best, cnt[b])
+        bank_max[pc] = best
 
 
 @jit
 def count_transfer(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
-                   acts, bank_max, base, aux):
-    """The fast path: the same numbers as :func:`count_pattern` (module docstring).
-
-    ``base`` (P × NB) and ``aux`` (≥ P + 2·NB + 1) are scratch; ``open_row``, ``stamp`` and
-    ``bank_cnt`` are the reference's state (used for the enumerated rows)."""
+                   acts, bank_max):
+    """The fast path: the same numbers as :func:`count_pattern` (module docstring); outputs
+    must be zero on entry. ``open_row``, ``stamp`` and ``bank_cnt`` are the reference's state,
+    used when it is cheaper (or needed: overlapping rows)."""
     if rows <= 0 or row_bytes <= 0:
         return
     if rows == 1:
         count_row(addr, row_bytes, ip, bursts, acts, bank_max)
         return
-    if stride < row_bytes:
-        count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
-                      acts, bank_max)
-        return
-    big_pi, q, s = fold_period(rows, row_bytes, stride, ip)
-    if q < 3:
-        count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
-                      acts, bank_max)
-        return
-    p_n = ip[I_P]
-    banks = ip[I_BANKS]
-    # rows [0, Π + s): f(Π + s), kept in base (banks) and aux[:P] (bursts)
-    count_pattern(addr, big_pi + s, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
+    unit = min(ip[I_INTERLEAVE], ip[I_PAGE])
+    if stride >= row_bytes and unit % ip[I_BURST] == 0:
+        t_rows, eps, cost = near_period(rows, row_bytes, stride, ip)
+        direct = rows * (row_bytes // unit + 2) * PIECE_COST
+        if cost < direct:
+            count_drift(addr, rows, row_bytes, stride, t_rows, eps, ip, bursts, acts, bank_max)
+            return
+    count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
                   acts, bank_max)
-    for p in range(p_n):
-        aux[p] = bursts[p]
-        if bursts[p] > 0:
-            for b in range(banks):
-                base[p, b] = bank_cnt[p, b] if stamp[p, b] == tid else 0
-    # rows [Π + s, 2Π + s): f(2Π + s) in bank_cnt and bursts
-    count_pattern(addr + (big_pi + s) * stride, big_pi, row_bytes, stride, ip, open_row, stamp,
-                  bank_cnt, tid, bursts, acts, bank_max)
-    n = q - 1                                        # translated increments to add
-    sigma = (big_pi * stride) // (p_n * ip[I_PAGE]) % banks
-    d = banks if sigma == 0 else _gcd(sigma, banks)  # cycles of b -> b - sigma in Z_NB
-    lam = banks // d                                 # ... each this long
-    whole = n // lam
-    rem = n % lam
-    pre = aux[p_n:]
-    for p in range(p_n):
-        if bursts[p] == 0:
-            continue
-        b1 = aux[p]
-        bursts[p] = b1 + n * (bursts[p] - b1)
-        total = 0
-        best = 0
-        for c in range(d):
-            # the cycle c, c - sigma, c - 2 sigma, ...: prefix sums of g over two turns
-            pre[0] = 0
-            for i in range(2 * lam):
-                b = (c - (i % lam) * sigma) % banks
-                g = (bank_cnt[p, b] if stamp[p, b] == tid else 0) - (base[p, b] if b1 > 0 else 0)
-                pre[i + 1] = pre[i] + g
-            cyc = pre[lam]
-            for i in range(lam):
-                b = (c - i * sigma) % banks
-                f = (base[p, b] if b1 > 0 else 0) + whole * cyc + pre[i + rem] - pre[i]
-                total += f
-                if f > best:
-                    best = f
-        acts[p] = total
-        bank_max[p] = best

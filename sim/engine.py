@@ -50,7 +50,7 @@ import numpy as np
 
 import os as _os
 
-from .dram import dram_transfer
+from .dram import F_BLACKOUT, F_TREFI, S_AGG, S_BUSY, dram_transfer, run_state
 from .jit import invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
@@ -64,7 +64,7 @@ invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in
  P_W_BASE, P_W_LD, P_W_BITS, P_W_T, P_W_BSTRIDE,
  P_O_BASE, P_O_LD, P_O_BITS, P_O_T, P_O_BSTRIDE,
  P_ACC_BITS, P_ENGINES, P_MAXOUT, P_SETUP, P_MEMORY, P_CUTOFF, P_PERIODS, P_TRAFFIC,
- P_X_SB, P_W_SB, N_IPARAMS) = range(42)
+ P_X_SB, P_W_SB, P_BEST, N_IPARAMS) = range(43)
 # float parameters (F_X_DUP/F_W_DUP: arrays sharing one X/W slice; F_SB_BPC: this array's
 # share of the shared buffer's bytes per cycle)
 F_GHZ, F_DMA_BPC, F_SHARE, F_X_DUP, F_W_DUP, F_SB_BPC, N_FPARAMS = range(7)
@@ -101,7 +101,7 @@ def _descriptor(base, ld, bits, trans, bstride, bt, r0, c0, nr, nc):
 
 
 @jit
-def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip, dfp, ds,
+def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip, dfp, ds, pat,
          eng, sbs, pc_s, pc_e, tr_pc, out):
     """Issue one descriptor; returns (data start ns, completion ns).
 
@@ -121,9 +121,7 @@ def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip
         sbs[0] = dram_end
     else:
         dram_end = dram_transfer(start, addr, rows, row_bytes, stride, is_write, share, dip,
-                                 dfp, ds[0], ds[1], ds[2], ds[3], ds[4], ds[5], ds[6], ds[7],
-                                 ds[8], ds[9], ds[10], ds[11], ds[12], ds[13], ds[14], pc_s,
-                                 pc_e)
+                                 dfp, ds, pat, pc_s, pc_e)
     port_end = start + (rows * row_bytes) / (fp[F_DMA_BPC] * ghz)
     eng[e, 0] = port_end
     done = max(dram_end, port_end)
@@ -172,11 +170,11 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     acc_bytes = ip[P_ACC_BITS] / 8.0
     # DRAM and DMA state
     p_n = dip[0]
-    ds = (np.zeros(p_n), np.full(p_n, -1, np.int64), np.full((p_n, 4), -1e18),
-          pat[0], pat[1], pat[2], pat[3], pat[4], pat[5], pat[6], pat[7], np.zeros(p_n),
-          np.zeros(1), pat[8], pat[9])
-    pc_s = np.zeros(p_n)
-    pc_e = np.zeros(p_n)
+    ds = run_state(p_n)
+    # per-pseudo-channel spans of the last transfer: only kept when tracing
+    n_span = p_n if tr_pc.shape[0] > 0 else 0
+    pc_s = np.zeros(n_span)
+    pc_e = np.zeros(n_span)
     eng = np.zeros((ip[P_ENGINES], 1 + ip[P_MAXOUT]))
     sbs = np.zeros(1)
     share = fp[F_SHARE]
@@ -246,8 +244,8 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 out[O_SRAM_WR] += rows * rb
                 if memory == 1:
                     req = x_free[1 - x_cur] / ghz
-                    s0, d0 = _dma(req, a, rows, rb, st, 0, sh, sb, ip, fp, dip, dfp, ds, eng,
-                                  sbs, pc_s, pc_e, tr_pc, out)
+                    s0, d0 = _dma(req, a, rows, rb, st, 0, sh, sb, ip, fp, dip, dfp, ds, pat,
+                                  eng, sbs, pc_s, pc_e, tr_pc, out)
                     nxt_x_ready = d0
                     if nb_ < tr_blocks.shape[0]:
                         tr_blocks[nb_, T_XS] = s0
@@ -270,8 +268,8 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 out[O_SRAM_WR] += rows * rb
                 if memory == 1:
                     req = w_free[1 - w_cur] / ghz
-                    s0, d0 = _dma(req, a, rows, rb, st, 0, sh, sb, ip, fp, dip, dfp, ds, eng,
-                                  sbs, pc_s, pc_e, tr_pc, out)
+                    s0, d0 = _dma(req, a, rows, rb, st, 0, sh, sb, ip, fp, dip, dfp, ds, pat,
+                                  eng, sbs, pc_s, pc_e, tr_pc, out)
                     nxt_w_ready = d0
                     if nb_ < tr_blocks.shape[0]:
                         tr_blocks[nb_, T_WS] = s0
@@ -378,9 +376,16 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 proj = consume + (ip[P_PERIODS] - periods_done) - R + 2
             if memory == 1:
                 rem = ip[P_TRAFFIC] - (out[O_DRAM_RD] + out[O_DRAM_WR])
-                pm = (ds[12][0] + rem / dip[3] * dfp[0] * fp[F_SHARE] / p_n) * ghz
+                rem_ns = rem / dip[3] * dfp[0] * fp[F_SHARE] / p_n
+                pm = (ds[S_AGG][0] + rem_ns) * ghz
                 if pm > proj:
                     proj = pm
+                if ip[P_BEST] > 0 and proj < cutoff:
+                    # the aggregate server is dark in every refresh window: a span of D ns
+                    # holds at least floor(D / tREFI) - 1 whole windows
+                    dark = dfp[F_BLACKOUT] * max(0.0, math.floor(rem_ns / dfp[F_TREFI]) - 1.0)
+                    if (ds[S_AGG][0] + rem_ns + dark) * ghz > ip[P_BEST]:
+                        proj = cutoff
             if proj >= cutoff:
                 out[O_CYCLES] = proj
                 out[O_ABORTED] = 1
@@ -404,7 +409,7 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             out[O_SRAM_RD] += rows * rb
             if memory == 1:
                 s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, 1, share, 0, ip, fp, dip, dfp,
-                                ds, eng, sbs, pc_s, pc_e, tr_pc, out)
+                                ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                 done_c = int(math.ceil(d0w * ghz))
                 out_free[n_out % 2] = done_c
                 if done_c > wb_end_cyc:
@@ -429,6 +434,6 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     out[O_LAST_OUT] = last_out
     s = 0.0
     for p in range(p_n):
-        s += ds[11][p]
+        s += ds[S_BUSY][p]
     out[O_DRAM_BUSY_NS] = s
     return out

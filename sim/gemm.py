@@ -31,7 +31,8 @@ def check_dataflows(chip, dataflow):
 
 
 def run_engine(chip, pb, blk, rates, split, memory: bool, trace_blocks: int = 0,
-               trace_spans: int = 0, cutoff: int = 0, periods: int | None = None):
+               trace_spans: int = 0, cutoff: int = 0, periods: int | None = None,
+               best: int = 0):
     """One engine run; returns (output vector, block trace, channel-span trace).
 
     ``cutoff`` > 0 lets the engine give up once it cannot beat that many cycles
@@ -41,6 +42,7 @@ def run_engine(chip, pb, blk, rates, split, memory: bool, trace_blocks: int = 0,
         ip[E.P_CUTOFF] = cutoff
         ip[E.P_PERIODS] = MP.period_cycles(chip, pb, blk, rates) if periods is None else periods
         ip[E.P_TRAFFIC] = int(MP.traffic_bytes(pb, blk))
+        ip[E.P_BEST] = best
     t = MP.dram_timing(chip)
     dip, dfp = MP.dram_vectors(chip.dram)
     tb = np.zeros((trace_blocks, E.N_TRACE))
@@ -112,7 +114,8 @@ def plan(op, chip, dataflow=None):
         spent += pb.batch * MP._cdiv(pb.m, blk.mb) * MP._cdiv(pb.k, blk.kb) * MP._cdiv(pb.n, blk.nb)
         cut = 0 if best is None else int(best[0] * (1.0 - MP.PRUNE_TOLERANCE)) + 1
         out, _, _ = run_engine(chip, pb, blk, rates, split, True, cutoff=cut,
-                               periods=int(cs.periods[local]))
+                               periods=int(cs.periods[local]),
+                               best=0 if best is None else best[0])
         sims += 1
         if out[E.O_ABORTED]:
             continue
