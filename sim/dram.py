@@ -230,43 +230,20 @@ def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
 
 
 @jit
-def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp, st, pat,
-                  pc_start, pc_end):
-    """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.
-
-    ``st`` is the run state (:func:`run_state`), ``pat`` the pattern cache. Unless they are
-    empty, ``pc_start``/``pc_end`` receive each pseudo-channel's data interval (-1 when
-    untouched). Costs O(pseudo-channels the transfer touches) once its counts are cached.
-    """
-    p_n = ip[I_P]
-    h = pattern_entry(addr, rows, row_bytes, stride, ip, pat)
-    touched = pat[C_META][h, 0]
-    nbursts = pat[C_META][h, 1]
-    pcs = pat[C_PCS][h]
-    bursts = pat[C_BURSTS][h]
-    acts = pat[C_ACTS][h]
-    bmax = pat[C_BMAX][h]
+def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_start, pc_end):
+    """The per-channel part of a transfer on channels ``pcs[:n]`` with the given counts
+    (indexed by channel); updates the run state and returns the latest data end (ns, at least
+    ``start_ns``). ``pc_start``/``pc_end`` (unless empty) get each channel's data interval."""
     bus_free = st[S_BUS]
     last_dir = st[S_DIR]
     act_ring = st[S_ACT]
     busy_ns = st[S_BUSY]
-    agg = st[S_AGG]
-    # aggregate cap: all ``share`` arrays together never exceed the pin bandwidth
-    agg_start = max(start_ns, agg[0])
-    agg[0] = _advance(agg_start, nbursts * fp[F_TBURST] * share / p_n, fp)
-    # the other share-1 arrays' transfers spread over all channels: this transfer's channels
-    # carry share × touched / P of them on average
-    share = max(1.0, share * touched / p_n)
     tb = fp[F_TBURST]
     lat = fp[F_LAT]
     tfaw = fp[F_TFAW]  # activations of arrays on neighbouring tiles share open rows
-    finish = start_ns
     spans = pc_start.shape[0] > 0
-    if spans:
-        for p in range(p_n):
-            pc_start[p] = -1.0
-            pc_end[p] = -1.0
-    for t in range(touched):
+    finish = start_ns
+    for t in range(n):
         p = pcs[t]
         nb = bursts[p]
         na = acts[p]
@@ -305,6 +282,34 @@ def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, 
         last_dir[p] = is_write
         if end > finish:
             finish = end
+    return finish
+
+
+@jit
+def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp, st, pat,
+                  pc_start, pc_end):
+    """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.
+
+    ``st`` is the run state (:func:`run_state`), ``pat`` the pattern cache. Unless they are
+    empty, ``pc_start``/``pc_end`` receive each pseudo-channel's data interval (-1 when
+    untouched). Costs O(pseudo-channels the transfer touches) once its counts are cached.
+    """
+    p_n = ip[I_P]
+    h = pattern_entry(addr, rows, row_bytes, stride, ip, pat)
+    touched = pat[C_META][h, 0]
+    agg = st[S_AGG]
+    # aggregate cap: all ``share`` arrays together never exceed the pin bandwidth
+    agg_start = max(start_ns, agg[0])
+    agg[0] = _advance(agg_start, pat[C_META][h, 1] * fp[F_TBURST] * share / p_n, fp)
+    # the other share-1 arrays' transfers spread over all channels: this transfer's channels
+    # carry share × touched / P of them on average
+    share = max(1.0, share * touched / p_n)
+    if pc_start.shape[0] > 0:
+        for p in range(p_n):
+            pc_start[p] = -1.0
+            pc_end[p] = -1.0
+    finish = _play(start_ns, is_write, share, fp, st, pat[C_PCS][h], touched, pat[C_BURSTS][h],
+                   pat[C_ACTS][h], pat[C_BMAX][h], pc_start, pc_end)
     return max(finish, agg[0])
 
 
@@ -313,7 +318,8 @@ def stream_transfers(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp,
                      pc_start, pc_end):
     """Issue ``total_bytes`` from ``addr`` as back-to-back 1-row transfers of ``chunk_bytes``
     (the last one shorter), all at ``start_ns``; returns the last one's finish time (``start_ns``
-    when there are no bytes). One compiled call instead of one per chunk."""
+    when there are no bytes). One compiled call instead of one per chunk; the reference of
+    :func:`stream_classes`."""
     done = start_ns
     left = total_bytes
     while left > 0:
@@ -328,7 +334,120 @@ def stream_transfers(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp,
 # ---------------------------------------------------------------------------------------------
 # Python conveniences
 
-_NO_SPANS = np.zeros(0)
+#: Longest period of chunk addresses (mod ``period_bytes``) that :func:`stream_classes`
+#: groups pseudo-channels over; longer ones are streamed transfer by transfer.
+MAX_STREAM_PERIOD = 64
+
+
+@jit
+def stream_classes(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, st, pat):
+    """:func:`stream_transfers` (same result, same final state) in O(chunks × classes).
+
+    All chunks start at ``start_ns`` and the share is 1, so a pseudo-channel's trajectory
+    depends only on its state and the counts it gets from each chunk. Chunk ``i`` starts at
+    ``addr + i·chunk``; its counts depend on that address mod ``period_bytes``, which repeats
+    every ``π = period / gcd(chunk, period)`` chunks. Pseudo-channels with equal state and
+    equal counts in the π chunk patterns (and the shorter last chunk) form a class: one member
+    is simulated with exactly the per-channel update of :func:`dram_transfer`, the others
+    copy its final state. The aggregate server is played chunk by chunk."""
+    p_n = ip[I_P]
+    if total_bytes <= 0:
+        return start_ns
+    w = ip[I_PERIOD]
+    n = (total_bytes + chunk_bytes - 1) // chunk_bytes
+    last = total_bytes - (n - 1) * chunk_bytes
+    g = chunk_bytes
+    b = w
+    while b:
+        g, b = b, g % b
+    period = w // g
+    if period > MAX_STREAM_PERIOD or n <= 2 * period:
+        no_spans = np.zeros(0)
+        return stream_transfers(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, st,
+                                pat, no_spans, no_spans)
+    # counts of the period's full chunks (k < period) and of the last chunk (k = period)
+    nk = period + 1
+    cnt = np.zeros((3, nk, p_n), dtype=np.int64)
+    tot = np.zeros(nk, dtype=np.int64)
+    for k in range(nk):
+        a = addr + (k if k < period else n - 1) * chunk_bytes
+        size = chunk_bytes if k < period else last
+        h = pattern_entry(a, 1, size, size, ip, pat)
+        tot[k] = pat[C_META][h, 1]
+        for p in range(p_n):
+            cnt[0, k, p] = pat[C_BURSTS][h, p]
+            cnt[1, k, p] = pat[C_ACTS][h, p]
+            cnt[2, k, p] = pat[C_BMAX][h, p]
+    # classes: equal state and counts (hash, then exact comparison within equal hashes)
+    bus_free = st[S_BUS]
+    last_dir = st[S_DIR]
+    act_ring = st[S_ACT]
+    busy = st[S_BUSY]
+    sig = np.empty(p_n, dtype=np.int64)
+    for p in range(p_n):
+        x = np.int64(last_dir[p])
+        x = x * 1000003 ^ np.int64(hash(bus_free[p]))
+        x = x * 1000003 ^ np.int64(hash(busy[p]))
+        for q in range(4):
+            x = x * 1000003 ^ np.int64(hash(act_ring[p, q]))
+        for k in range(nk):
+            for c in range(3):
+                x = x * 1000003 ^ cnt[c, k, p]
+        sig[p] = x
+    order = np.argsort(sig)
+    rep = np.empty(p_n, dtype=np.int64)        # each channel's class representative
+    i = 0
+    while i < p_n:
+        j = i
+        while j < p_n and sig[order[j]] == sig[order[i]]:
+            j += 1
+        for a in range(i, j):
+            pa = order[a]
+            rep[pa] = pa
+            for b2 in range(i, a):
+                pb = order[b2]
+                if rep[pb] != pb:
+                    continue
+                same = (last_dir[pa] == last_dir[pb] and bus_free[pa] == bus_free[pb]
+                        and busy[pa] == busy[pb])
+                for q in range(4):
+                    same = same and act_ring[pa, q] == act_ring[pb, q]
+                for k in range(nk):
+                    for c in range(3):
+                        same = same and cnt[c, k, pa] == cnt[c, k, pb]
+                if same:
+                    rep[pa] = pb
+                    break
+        i = j
+    # per chunk pattern, the representatives it touches
+    reps = np.empty((nk, p_n), dtype=np.int64)
+    nrep = np.zeros(nk, dtype=np.int64)
+    for k in range(nk):
+        for p in range(p_n):
+            if rep[p] == p and cnt[0, k, p] > 0:
+                reps[k, nrep[k]] = p
+                nrep[k] += 1
+    # play the chunks on the representatives (and the aggregate server), as dram_transfer does
+    agg = st[S_AGG]
+    share = 1.0
+    no_spans = np.zeros(0)
+    finish = start_ns
+    for c in range(n):
+        k = c % period if c < n - 1 else period
+        agg_start = max(start_ns, agg[0])
+        agg[0] = _advance(agg_start, tot[k] * fp[F_TBURST] * share / p_n, fp)
+        finish = _play(start_ns, is_write, share, fp, st, reps[k], nrep[k], cnt[0, k],
+                       cnt[1, k], cnt[2, k], no_spans, no_spans)
+    # the other members copy their representative's state
+    for p in range(p_n):
+        r = rep[p]
+        if r != p:
+            bus_free[p] = bus_free[r]
+            last_dir[p] = last_dir[r]
+            busy[p] = busy[r]
+            for q in range(4):
+                act_ring[p, q] = act_ring[r, q]
+    return max(finish, agg[0])
 
 
 class FastDram:
@@ -348,9 +467,9 @@ class FastDram:
                write: bool = False) -> float:
         """:func:`stream_transfers` on this model's state: the finish time (ns) of the last of
         the back-to-back chunks (``start_ns`` when ``total_bytes`` is 0)."""
-        return float(stream_transfers(float(start_ns), int(addr), int(total_bytes),
-                                      int(chunk_bytes), int(write), self._ip, self._fp,
-                                      self.state, self.patterns, _NO_SPANS, _NO_SPANS))
+        return float(stream_classes(float(start_ns), int(addr), int(total_bytes),
+                                    int(chunk_bytes), int(write), self._ip, self._fp,
+                                    self.state, self.patterns))
 
     def transfer(self, start_ns: float, addr: int, rows: int, row_bytes: int, stride: int,
                  write: bool = False, share: float = 1.0) -> float:
