@@ -44,7 +44,7 @@ import numpy as np
 import os as _os
 
 from .dram_counts import I_BANKS, I_BURST, I_INTERLEAVE, I_P, I_PAGE, I_PERIOD  # noqa: F401
-from .dram_counts import count_pattern, count_transfer  # noqa: F401  (count_pattern: reference)
+from .dram_counts import COUNT_DTYPE, count_pattern, count_transfer  # noqa: F401
 from .jit import invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
@@ -63,8 +63,12 @@ LOOKAHEAD_BURSTS = 64
 #: Entries of the per-transfer pattern cache of the Numba model (direct-mapped).
 CACHE_ENTRIES = 512
 
-#: Entries of the pattern cache shared by engine runs on one DRAM geometry.
-PERSISTENT_CACHE_ENTRIES = 2048
+#: Entries of the pattern cache shared by engine runs on one DRAM geometry (~32 MB at 256
+#: pseudo-channels: per entry and channel three int32 counts and the touched list).
+PERSISTENT_CACHE_ENTRIES = 8192
+
+#: Pattern caches kept (one per DRAM geometry and thread, least recently used dropped).
+PERSISTENT_CACHES = 4
 
 # Layout of the float parameter vector shared by the kernels (the integer one, I_*, lives in
 # dram_counts).
@@ -145,9 +149,9 @@ def new_pattern_cache(timing: DramTiming, entries: int):
     z = np.zeros
     return (np.full((p, b), -1, dtype=np.int64), z((p, b), dtype=np.int64),
             z((p, b), dtype=np.int64), z(2, dtype=np.int64),
-            np.full((entries, 4), -1, dtype=np.int64), z((entries, p), dtype=np.int64),
-            z((entries, p), dtype=np.int64), z((entries, p), dtype=np.int64),
-            z((entries, 2), dtype=np.int64), z((entries, p), dtype=np.int64))
+            np.full((entries, 4), -1, dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE),
+            z((entries, p), dtype=COUNT_DTYPE), z((entries, p), dtype=COUNT_DTYPE),
+            z((entries, 2), dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE))
 
 
 def pattern_cache(timing: DramTiming, entries: int = PERSISTENT_CACHE_ENTRIES):
@@ -158,9 +162,12 @@ def pattern_cache(timing: DramTiming, entries: int = PERSISTENT_CACHE_ENTRIES):
     import threading
     key = (timing.pseudo_channels, timing.interleave_bytes, timing.page_bytes,
            timing.burst_bytes, timing.banks, threading.get_ident())
-    c = _PATTERN_CACHES.get(key)
+    c = _PATTERN_CACHES.pop(key, None)
     if c is None:
-        c = _PATTERN_CACHES[key] = new_pattern_cache(timing, entries)
+        c = new_pattern_cache(timing, entries)
+        while len(_PATTERN_CACHES) >= PERSISTENT_CACHES:
+            del _PATTERN_CACHES[next(iter(_PATTERN_CACHES))]
+    _PATTERN_CACHES[key] = c           # most recently used last
     return c
 
 
@@ -191,9 +198,41 @@ def _advance(t, work, fp):
 
 
 @jit
+def _fill_entry(h, a_mod, rows, row_bytes, stride, ip, pat):
+    """Count a transfer into pattern-cache entry ``h`` (the miss path of :func:`pattern_entry`,
+    kept out of line so that hits stay cheap)."""
+    p_n = ip[I_P]
+    counter = pat[C_COUNTER]
+    counter[0] += 1
+    bursts = pat[C_BURSTS][h]
+    acts = pat[C_ACTS][h]
+    bmax = pat[C_BMAX][h]
+    for p in range(p_n):
+        bursts[p] = 0
+        acts[p] = 0
+        bmax[p] = 0
+    count_transfer(a_mod, rows, row_bytes, stride, ip, pat[C_OPEN], pat[C_STAMP], pat[C_BANK],
+                   counter[0], bursts, acts, bmax)
+    keys = pat[C_KEYS]
+    keys[h, 0] = a_mod
+    keys[h, 1] = rows
+    keys[h, 2] = row_bytes
+    keys[h, 3] = stride
+    n = 0
+    tot = 0
+    pcs = pat[C_PCS]
+    for p in range(p_n):
+        if bursts[p] > 0:
+            pcs[h, n] = p
+            n += 1
+            tot += bursts[p]
+    pat[C_META][h, 0] = n
+    pat[C_META][h, 1] = tot
+
+
+@jit(inline="always")
 def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
     """The pattern-cache entry holding this transfer's counts (counted on a miss)."""
-    p_n = ip[I_P]
     keys = pat[C_KEYS]
     a_mod = addr % ip[I_PERIOD]
     x = ((a_mod * 1000003 + rows) * 1000003 + row_bytes) * 1000003 + stride
@@ -203,33 +242,11 @@ def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
     h = (x & 0x7FFFFFFF) % keys.shape[0]
     if not (keys[h, 0] == a_mod and keys[h, 1] == rows and keys[h, 2] == row_bytes
             and keys[h, 3] == stride):
-        counter = pat[C_COUNTER]
-        counter[0] += 1
-        bursts = pat[C_BURSTS][h]
-        for p in range(p_n):
-            bursts[p] = 0
-            pat[C_ACTS][h, p] = 0
-            pat[C_BMAX][h, p] = 0
-        count_transfer(a_mod, rows, row_bytes, stride, ip, pat[C_OPEN], pat[C_STAMP],
-                       pat[C_BANK], counter[0], bursts, pat[C_ACTS][h], pat[C_BMAX][h])
-        keys[h, 0] = a_mod
-        keys[h, 1] = rows
-        keys[h, 2] = row_bytes
-        keys[h, 3] = stride
-        n = 0
-        tot = 0
-        pcs = pat[C_PCS]
-        for p in range(p_n):
-            if bursts[p] > 0:
-                pcs[h, n] = p
-                n += 1
-                tot += bursts[p]
-        pat[C_META][h, 0] = n
-        pat[C_META][h, 1] = tot
+        _fill_entry(h, a_mod, rows, row_bytes, stride, ip, pat)
     return h
 
 
-@jit
+@jit(inline="always")
 def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_start, pc_end):
     """The per-channel part of a transfer on channels ``pcs[:n]`` with the given counts
     (indexed by channel); updates the run state and returns the latest data end (ns, at least
@@ -285,7 +302,7 @@ def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_star
     return finish
 
 
-@jit
+@jit(inline="always")
 def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp, st, pat,
                   pc_start, pc_end):
     """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.
@@ -367,7 +384,7 @@ def stream_classes(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, s
                                 pat, no_spans, no_spans)
     # counts of the period's full chunks (k < period) and of the last chunk (k = period)
     nk = period + 1
-    cnt = np.zeros((3, nk, p_n), dtype=np.int64)
+    cnt = np.zeros((3, nk, p_n), dtype=COUNT_DTYPE)
     tot = np.zeros(nk, dtype=np.int64)
     for k in range(nk):
         a = addr + (k if k < period else n - 1) * chunk_bytes
@@ -420,7 +437,7 @@ def stream_classes(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, s
                     break
         i = j
     # per chunk pattern, the representatives it touches
-    reps = np.empty((nk, p_n), dtype=np.int64)
+    reps = np.empty((nk, p_n), dtype=COUNT_DTYPE)
     nrep = np.zeros(nk, dtype=np.int64)
     for k in range(nk):
         for p in range(p_n):

@@ -55,6 +55,10 @@ from .jit import invalidate_stale_cache, jit
 
 invalidate_stale_cache(__file__, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "jit.py"))
 
+#: Integer type of the per-channel count outputs (bursts, activations, most on one bank) as
+#: the pattern cache stores them: 2^31 bursts per channel is a 64 GiB transfer.
+COUNT_DTYPE = np.int32
+
 # Layout of the integer parameter vector (also dram.iparams()).
 I_P, I_INTERLEAVE, I_PAGE, I_BURST, I_BANKS, I_PERIOD = range(6)
 

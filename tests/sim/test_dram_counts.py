@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from diptych.arch import load_chip, preset_names
 from diptych.sim.dram import DramTiming
-from diptych.sim.dram_counts import count_drift, count_pattern, count_transfer, near_period
+from diptych.sim.dram_counts import (COUNT_DTYPE, count_drift, count_pattern, count_transfer,
+                                     near_period)
 
 
 class Geometry:
@@ -23,7 +24,7 @@ class Geometry:
         p, b = self.p, self.banks
         state = (np.full((p, b), -1, dtype=np.int64), np.zeros((p, b), dtype=np.int64),
                  np.zeros((p, b), dtype=np.int64))
-        out = [np.zeros(p, dtype=np.int64) for _ in range(3)]
+        out = [np.zeros(p, dtype=COUNT_DTYPE) for _ in range(3)]
         fn(addr, rows, row_bytes, stride, self.ip, *state, 1, *out)
         return [o.tolist() for o in out]
 
@@ -32,7 +33,7 @@ class Geometry:
         w = int(self.ip[5])
         eps = t_rows * stride % w
         eps = eps - w if 2 * eps > w else eps
-        out = [np.zeros(self.p, dtype=np.int64) for _ in range(3)]
+        out = [np.zeros(self.p, dtype=COUNT_DTYPE) for _ in range(3)]
         count_drift(addr, rows, row_bytes, stride, t_rows, eps, self.ip, *out)
         return [o.tolist() for o in out]
 
