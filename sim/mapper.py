@@ -168,19 +168,31 @@ def orient(op, dataflow: str, split: Split, m_total: int) -> Problem:
 def engine_params(chip, pb: Problem, blk: Blocks, rates: Rates, split: Split,
                   memory: bool) -> tuple[np.ndarray, np.ndarray]:
     """The integer and float parameter vectors of :func:`engine.run_schedule`."""
+    ip, fp = engine_base(chip, pb, rates, split, memory)
+    return set_blocking(ip.copy(), blk), fp
+
+
+def set_blocking(ip: np.ndarray, blk: Blocks) -> np.ndarray:
+    """Write a blocking into an integer parameter vector (returned)."""
+    ip[E.P_MB], ip[E.P_KB], ip[E.P_NB], ip[E.P_ORDER] = blk.mb, blk.kb, blk.nb, blk.order
+    ip[E.P_X_SB], ip[E.P_W_SB] = blk.x_sb, blk.w_sb
+    return ip
+
+
+def engine_base(chip, pb: Problem, rates: Rates, split: Split,
+                memory: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`engine_params` without the blocking (shared by a group's candidates)."""
     arr = chip.core.array
     ip = np.zeros(E.N_IPARAMS, dtype=np.int64)
     ip[E.P_DF] = 0 if pb.dataflow == "os" else 1
     ip[E.P_R], ip[E.P_C] = arr.rows, arr.cols
     ip[E.P_M], ip[E.P_K], ip[E.P_N], ip[E.P_BATCH] = pb.m, pb.k, pb.n, pb.batch
-    ip[E.P_MB], ip[E.P_KB], ip[E.P_NB], ip[E.P_ORDER] = blk.mb, blk.kb, blk.nb, blk.order
     ip[E.P_OS_NUM], ip[E.P_OS_DEN] = rates.os_num, rates.os_den
     ip[E.P_WS_NUM], ip[E.P_WS_DEN] = rates.ws_num, rates.ws_den
     ip[E.P_RK] = rates.stationary_rows
     t = 1 if pb.transposed else 0
-    x_base = pb.x_base
     ip[E.P_X_BASE], ip[E.P_X_LD], ip[E.P_X_BITS], ip[E.P_X_T], ip[E.P_X_BSTRIDE] = \
-        x_base, pb.x_ld, pb.x_bits, t, pb.x_bstride
+        pb.x_base, pb.x_ld, pb.x_bits, t, pb.x_bstride
     ip[E.P_W_BASE], ip[E.P_W_LD], ip[E.P_W_BITS], ip[E.P_W_T], ip[E.P_W_BSTRIDE] = \
         (pb.w_base, pb.w_ld, pb.w_bits, t, pb.w_bstride)
     ip[E.P_O_BASE], ip[E.P_O_LD], ip[E.P_O_BITS], ip[E.P_O_T], ip[E.P_O_BSTRIDE] = \
@@ -190,7 +202,6 @@ def engine_params(chip, pb: Problem, blk: Blocks, rates: Rates, split: Split,
     ip[E.P_ENGINES], ip[E.P_MAXOUT], ip[E.P_SETUP] = engines, chip.dma.max_outstanding, \
         chip.dma.setup_cycles
     ip[E.P_MEMORY] = 1 if memory else 0
-    ip[E.P_X_SB], ip[E.P_W_SB] = blk.x_sb, blk.w_sb
     fp = np.zeros(E.N_FPARAMS)
     fp[E.F_GHZ], fp[E.F_DMA_BPC], fp[E.F_SHARE] = chip.clock_ghz, per_engine, float(split.active)
     fp[E.F_X_DUP], fp[E.F_W_DUP] = float(pb.x_dup), float(pb.w_dup)
