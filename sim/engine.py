@@ -18,12 +18,17 @@ Array timeline per block (design.md §4, :mod:`diptych.sim.timing`), with ``L`` 
 cycle of the previous fold (OS) or ``s_first``/``s_last`` its first and last streamed rows (WS):
 
 * OS: ``ceil(mb/R)·ceil(nb/C)`` folds of depth ``ke`` = ``ceil(kb / rate)``; a fold's first
-  step is after ``L`` and after the block's data is ready; ``L' = max(first + ke − 1, L + R)``.
-  Later folds of the block follow at ``max(ke, R)``. The last output is ``L + 2R + C − 2``.
+  step is after ``L`` and after the block's data is ready; ``L' = max(first + ke − 1, L + R)``
+  (:func:`~diptych.sim.timing.os_last_step`). Later folds of the block follow at
+  ``max(ke, R)`` (``os_period``). The last output is ``L + 2R + C − 2`` (``os_last_output``).
 * WS: ``ceil(kb/Rk)·ceil(nb/C)`` folds (``Rk`` = R × max(1, rate) stationary rows) of ``me`` =
   ``ceil(mb / min(rate, 1))`` streamed rows; weight load ``w = max(s_first + R + C − 2,
-  ready)``, first row ``max(w + R, s_last + 1)``; later folds follow at ``max(me, 2R + C − 2)``.
-  The last output is ``s_last + R + C − 1``.
+  ready)`` (``ws_weight_load``), first row ``max(w + R, s_last + 1)`` (``ws_first_row``);
+  later folds follow at ``max(me, 2R + C − 2)`` (``ws_period``). The last output is
+  ``s_last + R + C − 1`` (``ws_row_output``).
+
+These rules are the functions of :mod:`diptych.sim.timing`, compiled here; they are not
+restated in this module.
 
 Every delay beyond the memory-free recurrence is charged to DRAM (data not ready) or to
 write-back (output slot still draining), so ``cycles = compute_cycles + dram + write-back``
@@ -50,12 +55,20 @@ import numpy as np
 
 import os as _os
 
+from . import timing as T
 from .dram import F_BLACKOUT, F_TREFI, S_AGG, S_BUSY, dram_transfer, run_state
-from .jit import invalidate_stale_cache, jit
+from .jit import compile_pure, invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
 invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in
-                                   ("dram.py", "dram_counts.py", "jit.py")))
+                                   ("dram.py", "dram_counts.py", "jit.py", "timing.py")))
+
+# The array-timing contract, compiled from its single statement in sim/timing.py (bound at
+# import: with NUMBA_DISABLE_JIT=1 a replaced timing function takes effect here if it is
+# replaced before this module is imported).
+(_os_last_step, _os_last_output, _os_period, _ws_weight_load, _ws_first_row, _ws_row_output,
+ _ws_period) = compile_pure(T, ("os_last_step", "os_last_output", "os_period", "ws_weight_load",
+                                "ws_first_row", "ws_row_output", "ws_period"))
 
 # integer parameters
 (P_DF, P_R, P_C, P_M, P_K, P_N, P_BATCH, P_MB, P_KB, P_NB, P_ORDER, P_OS_NUM, P_OS_DEN,
@@ -314,19 +327,19 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
         if df == 0:
             nf = _cdiv(mb, R) * ncf
             ke = _cdiv(kb * ip[P_OS_DEN], ip[P_OS_NUM])
-            per = max(ke, R)
+            per = _os_period(R, ke)
             if L == NEG:
                 first = max(ready, ofree)
                 Ln = first + ke - 1
                 delay = first
             else:
                 first = max(L + 1, ready, ofree)
-                Ln = max(first + ke - 1, L + R)
+                Ln = _os_last_step(first, ke, L, R)
                 delay = Ln - (L + per)
             start_c = first
             L = Ln + (nf - 1) * per
             consume = L
-            lo = L + 2 * R + C - 2
+            lo = _os_last_output(L, R, C)
             out[O_BUSY] += nf * ke
             out[O_SRAM_RD] += mb * kb * xbits / 8.0 * ncf + kb * nbb * wbits / 8.0 * _cdiv(mb, R)
             out[O_SRAM_WR] += mb * nbb * acc_bytes
@@ -336,22 +349,22 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             nkf = _cdiv(kb, ip[P_RK])
             nf = nkf * ncf
             me = _cdiv(mb * ip[P_WS_DEN], ip[P_WS_NUM])
-            per = max(me, 2 * R + C - 2)
+            per = _ws_period(R, C, me)
             if s_first == NEG:
                 w = ready
-                s0 = max(w + R, ofree)
-                delay = s0 - R
+                s0 = max(_ws_first_row(w, NEG, R), ofree)
+                delay = s0 - _ws_first_row(0, NEG, R)
             else:
-                w_nd = s_first + R + C - 2
-                s0_nd = max(w_nd + R, s_last + 1)
+                w_nd = _ws_weight_load(s_first, R, C)
+                s0_nd = _ws_first_row(w_nd, s_last, R)
                 w = max(w_nd, ready)
-                s0 = max(w + R, s_last + 1, ofree, ready)
+                s0 = max(_ws_first_row(w, s_last, R), ofree, ready)
                 delay = s0 - s0_nd
             start_c = w
             s_first = s0 + (nf - 1) * per
             s_last = s_first + me - 1
             consume = s_last
-            lo = s_last + R + C - 1
+            lo = _ws_row_output(s_last, R, C)
             out[O_BUSY] += nf * me
             out[O_SRAM_RD] += mb * kb * xbits / 8.0 * ncf + kb * nbb * wbits / 8.0
             out[O_SRAM_WR] += mb * nbb * acc_bytes * nkf
@@ -371,7 +384,7 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             # cycles after the last input; WS: the last row of the last fold is at least
             # ``rem − R + 1`` after this one (a short last fold can take less than its period)
             if df == 0:
-                proj = consume + (ip[P_PERIODS] - periods_done) + 2 * R + C - 1
+                proj = _os_last_output(consume + (ip[P_PERIODS] - periods_done), R, C) + 1
             else:
                 proj = consume + (ip[P_PERIODS] - periods_done) - R + 2
             if memory == 1:

@@ -23,6 +23,30 @@ def jit(fn=None, **overrides):
     return numba.njit(**opts)(fn)
 
 
+_REGISTERED: set = set()
+
+
+def compile_pure(module, names):
+    """Compile the plain functions ``names`` of ``module`` (a module that must not import
+    Numba, e.g. :mod:`diptych.sim.timing`) for use in kernels; returns their dispatchers in
+    order. Every function the module lists in ``KERNEL_FUNCTIONS`` is first registered with
+    Numba, so that they may call one another by name. With ``NUMBA_DISABLE_JIT=1`` the plain
+    functions themselves are returned, looked up when this is called: a test may replace one
+    in ``module`` before importing the kernels' module."""
+    import numba
+    from numba.extending import register_jitable
+
+    fns = [getattr(module, n) for n in names]
+    if numba.config.DISABLE_JIT:
+        return tuple(fns)
+    for n in module.KERNEL_FUNCTIONS:
+        f = getattr(module, n)
+        if id(f) not in _REGISTERED:
+            register_jitable(f)
+            _REGISTERED.add(id(f))
+    return tuple(jit(f) for f in fns)
+
+
 def invalidate_stale_cache(module_file: str, *deps: str) -> None:
     """Drop Numba's on-disk cache of ``module_file`` when it or one of ``deps`` changed.
 

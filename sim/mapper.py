@@ -31,6 +31,7 @@ import numpy as np
 from ..arch.dtypes import DTYPE_BYTES
 from . import engine as E
 from . import mapper_kernels as MK
+from . import timing as T
 from .array import Rates
 from .dram import DramTiming, refresh_lower_bound_ns
 
@@ -394,10 +395,10 @@ def period_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
             for nb, cn in _parts(pb.n, blk.nb):
                 if pb.dataflow == "os":
                     ke = _cdiv(kb * rates.os_den, rates.os_num)
-                    f = _cdiv(mb, R) * _cdiv(nb, C) * max(ke, R)
+                    f = _cdiv(mb, R) * _cdiv(nb, C) * T.os_period(R, ke)
                 else:
                     me = _cdiv(mb * rates.ws_den, rates.ws_num)
-                    f = _cdiv(kb, rates.stationary_rows) * _cdiv(nb, C) * max(me, 2 * R + C - 2)
+                    f = _cdiv(kb, rates.stationary_rows) * _cdiv(nb, C) * T.ws_period(R, C, me)
                 total += f * cm * ck * cn
     return pb.batch * total
 
@@ -417,11 +418,13 @@ def compute_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
     m0, k0, n0 = min(blk.mb, pb.m), min(blk.kb, pb.k), min(blk.nb, pb.n)
     ml = pb.m - (_cdiv(pb.m, blk.mb) - 1) * blk.mb
     if pb.dataflow == "os":
+        # the first fold's last step is ke0 − 1 instead of a period after the previous one
         ke0 = _cdiv(k0 * rates.os_den, rates.os_num)
-        return total - max(ke0, R) + ke0 - 1 + 2 * R + C - 1
+        return T.os_last_output(total - T.os_period(R, ke0) + ke0 - 1, R, C) + 1
+    # the first fold's first row is R (weights from cycle 0); the last fold streams mel rows
     mel = _cdiv(ml * rates.ws_den, rates.ws_num)
-    per_l = max(mel, 2 * R + C - 2)
-    return R + total - per_l + mel - 1 + R + C
+    first = T.ws_first_row(0, -1, R)
+    return T.ws_row_output(first + total - T.ws_period(R, C, mel) + mel - 1, R, C) + 1
 
 
 def edge_bytes(pb: Problem, blk: Blocks) -> float:

@@ -14,9 +14,15 @@ import os as _os
 
 import numpy as np
 
-from .jit import invalidate_stale_cache, jit
+from . import timing as T
+from .jit import compile_pure, invalidate_stale_cache, jit
 
-invalidate_stale_cache(__file__, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "jit.py"))
+_here = _os.path.dirname(_os.path.abspath(__file__))
+invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in ("jit.py", "timing.py")))
+
+# the array timeline (sim/timing.py), compiled
+_os_period, _os_last_output, _ws_period, _ws_first_row, _ws_row_output = compile_pure(
+    T, ("os_period", "os_last_output", "ws_period", "ws_first_row", "ws_row_output"))
 
 # integer inputs of table_numbers
 (K_OS, K_R, K_C, K_RK, K_OS_NUM, K_OS_DEN, K_WS_NUM, K_WS_DEN, K_M, K_K, K_N, K_BATCH,
@@ -115,13 +121,13 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
         if iv[K_OS] == 1:
             a = mf * _cd(mbi, R) + (_cd(mr, R) if mr > 0 else 0)
             b = nf * _cd(nbi, C) + (_cd(nr, C) if nr > 0 else 0)
-            c = kf * max(_cd(kbi * iv[K_OS_DEN], iv[K_OS_NUM]), R) + (
-                max(_cd(kr * iv[K_OS_DEN], iv[K_OS_NUM]), R) if kr > 0 else 0)
+            c = kf * _os_period(R, _cd(kbi * iv[K_OS_DEN], iv[K_OS_NUM])) + (
+                _os_period(R, _cd(kr * iv[K_OS_DEN], iv[K_OS_NUM])) if kr > 0 else 0)
         else:
             a = kf * _cd(kbi, iv[K_RK]) + (_cd(kr, iv[K_RK]) if kr > 0 else 0)
             b = nf * _cd(nbi, C) + (_cd(nr, C) if nr > 0 else 0)
-            c = mf * max(_cd(mbi * iv[K_WS_DEN], iv[K_WS_NUM]), 2 * R + C - 2) + (
-                max(_cd(mr * iv[K_WS_DEN], iv[K_WS_NUM]), 2 * R + C - 2) if mr > 0 else 0)
+            c = mf * _ws_period(R, C, _cd(mbi * iv[K_WS_DEN], iv[K_WS_NUM])) + (
+                _ws_period(R, C, _cd(mr * iv[K_WS_DEN], iv[K_WS_NUM])) if mr > 0 else 0)
         per = a * b * c * batch
         periods[i] = per
         k0 = min(kbi, k)
@@ -132,12 +138,13 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
         nn = _cd(n, nbi)
         ml = m - (nm - 1) * mbi
         nl = n - (nn - 1) * nbi
-        if iv[K_OS] == 1:
+        if iv[K_OS] == 1:   # (mapper.compute_cycles)
             ke0 = _cd(k0 * iv[K_OS_DEN], iv[K_OS_NUM])
-            comp = per - max(ke0, R) + ke0 - 1 + 2 * R + C - 1
+            comp = _os_last_output(per - _os_period(R, ke0) + ke0 - 1, R, C) + 1
         else:
             mel = _cd(ml * iv[K_WS_DEN], iv[K_WS_NUM])
-            comp = R + per - max(mel, 2 * R + C - 2) + mel - 1 + R + C
+            comp = _ws_row_output(_ws_first_row(0, -1, R) + per - _ws_period(R, C, mel) + mel - 1,
+                                  R, C) + 1
         if order[i] == 0:
             xt = x * (nn if nk > 1 else 1)
             wt = w * (1 if (nk == 1 and nn == 1) else nm)
