@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
+from . import cache
 from .gemm import check_dataflows, gemm_stats
 from .ops import Collective, Gemm, VectorOp
 from .stats import OpStats
@@ -13,16 +14,17 @@ from .vector import vector_stats
 
 @lru_cache(maxsize=4096)
 def _gemm_cached(shape: Gemm, chip, dataflow) -> OpStats:
-    return gemm_stats(shape, chip, dataflow)
+    return cache.cached("gemm", shape, chip, dataflow, lambda: gemm_stats(shape, chip, dataflow))
 
 
 @lru_cache(maxsize=4096)
 def _vector_cached(shape: VectorOp, chip) -> OpStats:
-    return vector_stats(shape, chip)
+    return cache.cached("vector", shape, chip, None, lambda: vector_stats(shape, chip))
 
 
 def simulate(op, chip, *, dataflow: str | None = None) -> OpStats:
-    """Time one op on ``chip``; results are memoised on (shape, dtypes, chip, dataflow).
+    """Time one op on ``chip``; results are memoised on (shape, dtypes, chip, dataflow), in
+    memory and in the persistent cache (:mod:`diptych.sim.cache`) unless it is off.
 
     ``op`` is a :class:`~diptych.sim.ops.Gemm` or :class:`~diptych.sim.ops.VectorOp`;
     ``dataflow`` (GEMMs only) is ``"os"``, ``"ws"``, ``"is"`` or None for the best the chip
