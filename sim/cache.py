@@ -68,6 +68,19 @@ def set_enabled(on: bool | None) -> None:
     _state["enabled"] = on
 
 
+class disabled:
+    """Context manager: the cache off inside, the previous setting restored after."""
+
+    def __enter__(self):
+        self._prev = _state["enabled"]
+        _state["enabled"] = False
+        return self
+
+    def __exit__(self, *exc):
+        _state["enabled"] = self._prev
+        return False
+
+
 @lru_cache(maxsize=1)
 def code_hash() -> str:
     """SHA-256 of the diptych version and the source files of diptych.sim and diptych.arch."""
