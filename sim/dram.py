@@ -44,7 +44,7 @@ import numpy as np
 import os as _os
 
 from .dram_counts import I_BANKS, I_BURST, I_INTERLEAVE, I_P, I_PAGE, I_PERIOD  # noqa: F401
-from .dram_counts import COUNT_DTYPE, count_pattern, count_transfer  # noqa: F401
+from .dram_counts import COUNT_DTYPE, count_c, count_pattern, count_transfer  # noqa: F401
 from .jit import invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
@@ -132,9 +132,10 @@ class DramTiming:
 
 #: Indices of the pattern-cache tuple (:func:`pattern_cache`): the reference's per-bank state
 #: (open row, stamp, activations), the transfer counter, then per entry the key, the dense
-#: per-pseudo-channel counts, (touched pseudo-channels, total bursts) and the touched list.
+#: per-pseudo-channel counts, (touched pseudo-channels, total bursts) and the touched list;
+#: last the counting function (:data:`~diptych.sim.dram_counts.count_c`, called on misses).
 (C_OPEN, C_STAMP, C_BANK, C_COUNTER, C_KEYS, C_BURSTS, C_ACTS, C_BMAX, C_META,
- C_PCS) = range(10)
+ C_PCS, C_COUNT) = range(11)
 
 #: Indices of the run-state tuple (:func:`run_state`): per pseudo-channel bus-free time, last
 #: direction, the last four activations, busy time; the aggregate server's free time.
@@ -151,7 +152,7 @@ def new_pattern_cache(timing: DramTiming, entries: int):
             z((p, b), dtype=np.int64), z(2, dtype=np.int64),
             np.full((entries, 4), -1, dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE),
             z((entries, p), dtype=COUNT_DTYPE), z((entries, p), dtype=COUNT_DTYPE),
-            z((entries, 2), dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE))
+            z((entries, 2), dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE), count_c)
 
 
 def pattern_cache(timing: DramTiming, entries: int = PERSISTENT_CACHE_ENTRIES):
@@ -211,8 +212,10 @@ def _fill_entry(h, a_mod, rows, row_bytes, stride, ip, pat):
         bursts[p] = 0
         acts[p] = 0
         bmax[p] = 0
-    count_transfer(a_mod, rows, row_bytes, stride, ip, pat[C_OPEN], pat[C_STAMP], pat[C_BANK],
-                   counter[0], bursts, acts, bmax)
+    count = pat[C_COUNT]      # count_transfer, through its C function pointer
+    count(a_mod, rows, row_bytes, stride, ip.ctypes.data, pat[C_OPEN].ctypes.data,
+          pat[C_STAMP].ctypes.data, pat[C_BANK].ctypes.data, counter[0], bursts.ctypes.data,
+          acts.ctypes.data, bmax.ctypes.data)
     keys = pat[C_KEYS]
     keys[h, 0] = a_mod
     keys[h, 1] = rows
@@ -230,7 +233,7 @@ def _fill_entry(h, a_mod, rows, row_bytes, stride, ip, pat):
     pat[C_META][h, 1] = tot
 
 
-@jit(inline="always")
+@jit
 def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
     """The pattern-cache entry holding this transfer's counts (counted on a miss)."""
     keys = pat[C_KEYS]
@@ -246,7 +249,7 @@ def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
     return h
 
 
-@jit(inline="always")
+@jit
 def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_start, pc_end):
     """The per-channel part of a transfer on channels ``pcs[:n]`` with the given counts
     (indexed by channel); updates the run state and returns the latest data end (ns, at least
@@ -302,7 +305,7 @@ def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_star
     return finish
 
 
-@jit(inline="always")
+@jit
 def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp, st, pat,
                   pc_start, pc_end):
     """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.
@@ -339,9 +342,10 @@ def stream_transfers(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp,
     :func:`stream_classes`."""
     done = start_ns
     left = total_bytes
+    one = np.int64(1)    # (a literal would compile another specialisation)
     while left > 0:
         n = min(chunk_bytes, left)
-        done = dram_transfer(start_ns, addr, 1, n, n, is_write, 1.0, ip, fp, st, pat, pc_start,
+        done = dram_transfer(start_ns, addr, one, n, n, is_write, 1.0, ip, fp, st, pat, pc_start,
                              pc_end)
         addr += n
         left -= n
@@ -389,53 +393,37 @@ def stream_classes(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, s
     for k in range(nk):
         a = addr + (k if k < period else n - 1) * chunk_bytes
         size = chunk_bytes if k < period else last
-        h = pattern_entry(a, 1, size, size, ip, pat)
+        h = pattern_entry(a, np.int64(1), size, size, ip, pat)
         tot[k] = pat[C_META][h, 1]
         for p in range(p_n):
             cnt[0, k, p] = pat[C_BURSTS][h, p]
             cnt[1, k, p] = pat[C_ACTS][h, p]
             cnt[2, k, p] = pat[C_BMAX][h, p]
-    # classes: equal state and counts (hash, then exact comparison within equal hashes)
+    # classes: equal state and counts (compared with each class's first member)
     bus_free = st[S_BUS]
     last_dir = st[S_DIR]
     act_ring = st[S_ACT]
     busy = st[S_BUSY]
-    sig = np.empty(p_n, dtype=np.int64)
-    for p in range(p_n):
-        x = np.int64(last_dir[p])
-        x = x * 1000003 ^ np.int64(hash(bus_free[p]))
-        x = x * 1000003 ^ np.int64(hash(busy[p]))
-        for q in range(4):
-            x = x * 1000003 ^ np.int64(hash(act_ring[p, q]))
-        for k in range(nk):
-            for c in range(3):
-                x = x * 1000003 ^ cnt[c, k, p]
-        sig[p] = x
-    order = np.argsort(sig)
     rep = np.empty(p_n, dtype=np.int64)        # each channel's class representative
-    i = 0
-    while i < p_n:
-        j = i
-        while j < p_n and sig[order[j]] == sig[order[i]]:
-            j += 1
-        for a in range(i, j):
-            pa = order[a]
-            rep[pa] = pa
-            for b2 in range(i, a):
-                pb = order[b2]
-                if rep[pb] != pb:
-                    continue
-                same = (last_dir[pa] == last_dir[pb] and bus_free[pa] == bus_free[pb]
-                        and busy[pa] == busy[pb])
-                for q in range(4):
-                    same = same and act_ring[pa, q] == act_ring[pb, q]
-                for k in range(nk):
-                    for c in range(3):
-                        same = same and cnt[c, k, pa] == cnt[c, k, pb]
-                if same:
-                    rep[pa] = pb
-                    break
-        i = j
+    firsts = np.empty(p_n, dtype=np.int64)     # the representatives so far
+    nfirst = 0
+    for pa in range(p_n):
+        rep[pa] = pa
+        for c in range(nfirst):
+            pb = firsts[c]
+            same = (last_dir[pa] == last_dir[pb] and bus_free[pa] == bus_free[pb]
+                    and busy[pa] == busy[pb])
+            for q in range(4):
+                same = same and act_ring[pa, q] == act_ring[pb, q]
+            for k in range(nk):
+                for c3 in range(3):
+                    same = same and cnt[c3, k, pa] == cnt[c3, k, pb]
+            if same:
+                rep[pa] = pb
+                break
+        if rep[pa] == pa:
+            firsts[nfirst] = pa
+            nfirst += 1
     # per chunk pattern, the representatives it touches
     reps = np.empty((nk, p_n), dtype=COUNT_DTYPE)
     nrep = np.zeros(nk, dtype=np.int64)

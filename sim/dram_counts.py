@@ -50,6 +50,8 @@ from __future__ import annotations
 import os as _os
 
 import numpy as np
+from numba import carray, cfunc, types
+from numba.extending import intrinsic
 
 from .jit import invalidate_stale_cache, jit
 
@@ -290,19 +292,35 @@ def count_drift(addr, rows, row_bytes, stride, t_rows, eps, ip, bursts, acts, ba
             ns += 1
     if ns == 0:
         return
-    # distinct pages per pseudo-channel: merge the segments of each (channel, class mod step)
+    # distinct pages per pseudo-channel: merge the segments of each (channel, class mod step);
+    # order them by channel (counting sort), then by (class, start) within a channel
+    # (insertion sort: a channel has a few segments)
     smin = seg_s[0]
     for i in range(ns):
         smin = min(smin, seg_s[i])
-    # sort by (channel, class mod step, start): by start, then stably by (channel, class)
     mod = step if step > 0 else 1
-    key = np.empty(ns, dtype=np.int64)
+    key = np.empty(ns, dtype=np.int64)      # class mod step
     for i in range(ns):
-        key[i] = seg_s[i] - smin
-    order = np.argsort(key)
+        key[i] = (seg_s[i] - smin) % mod
+    first = np.zeros(p_n + 1, dtype=np.int64)
     for i in range(ns):
-        key[i] = seg_pc[i] * mod + (seg_s[i] - smin) % mod
-    order = order[np.argsort(key[order], kind="mergesort")]
+        first[seg_pc[i] + 1] += 1
+    for p in range(p_n):
+        first[p + 1] += first[p]
+    fill = first[:p_n].copy()
+    order = np.empty(ns, dtype=np.int64)
+    for i in range(ns):
+        order[fill[seg_pc[i]]] = i
+        fill[seg_pc[i]] += 1
+    for p in range(p_n):
+        for a in range(first[p] + 1, first[p + 1]):
+            o = order[a]
+            b = a - 1
+            while b >= first[p] and (key[order[b]] > key[o] or (
+                    key[order[b]] == key[o] and seg_s[order[b]] > seg_s[o])):
+                order[b + 1] = order[b]
+                b -= 1
+            order[b + 1] = o
     lam = _bank_cycle(step, banks)
     merged_s = np.empty(ns, dtype=np.int64)
     merged_c = np.empty(ns, dtype=np.int64)
@@ -373,3 +391,49 @@ def count_transfer(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt,
             return
     count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
                   acts, bank_max)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fast path as a C-callable function. Callers (the engine's DRAM model) call it through a
+# function pointer kept in the pattern cache, so its code is compiled once instead of being
+# linked into, and optimised again with, every kernel above it (which made the cold compile
+# several times longer).
+
+@intrinsic
+def _i64p(typingctx, addr):
+    sig = types.CPointer(types.int64)(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int64)))
+    return sig, codegen
+
+
+@intrinsic
+def _i32p(typingctx, addr):
+    sig = types.CPointer(types.int32)(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int32)))
+    return sig, codegen
+
+
+#: addr, rows, row_bytes, stride, then the addresses of ip (6), open_row, stamp, bank_cnt
+#: (P × NB int64 each), the transfer id, the addresses of bursts, acts, bank_max (P int32 each)
+COUNT_C_SIG = types.void(types.int64, types.int64, types.int64, types.int64, types.uint64,
+                         types.uint64, types.uint64, types.uint64, types.int64, types.uint64,
+                         types.uint64, types.uint64)
+
+
+def _count_c(addr, rows, row_bytes, stride, ip_a, open_a, stamp_a, bank_a, tid, bursts_a,
+             acts_a, bmax_a):
+    ip = carray(_i64p(ip_a), (6,))
+    p_n = ip[I_P]
+    banks = ip[I_BANKS]
+    count_transfer(addr, rows, row_bytes, stride, ip, carray(_i64p(open_a), (p_n, banks)),
+                   carray(_i64p(stamp_a), (p_n, banks)), carray(_i64p(bank_a), (p_n, banks)),
+                   tid, carray(_i32p(bursts_a), (p_n,)), carray(_i32p(acts_a), (p_n,)),
+                   carray(_i32p(bmax_a), (p_n,)))
+
+
+#: :func:`count_transfer` behind a C function pointer (see above); arrays by address.
+count_c = cfunc(COUNT_C_SIG, cache=True)(_count_c)

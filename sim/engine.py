@@ -95,7 +95,7 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
-@jit(inline="always")
+@jit
 def _descriptor(base, ld, bits, trans, bstride, bt, r0, c0, nr, nc):
     """Logical block (r0, c0, nr × nc) of a row-major (or transposed) operand → 2-D descriptor."""
     if trans == 0:
@@ -113,7 +113,7 @@ def _descriptor(base, ld, bits, trans, bstride, bt, r0, c0, nr, nc):
     return addr, rows, row_bytes, stride
 
 
-@jit(inline="always")
+@jit
 def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip, dfp, ds, pat,
          eng, sbs, pc_s, pc_e, tr_pc, out):
     """Issue one descriptor; returns (data start ns, completion ns).
@@ -164,6 +164,11 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     ``pat`` is the DRAM pattern cache (:func:`diptych.sim.dram.pattern_cache`): counts are
     exact, so it may be shared between runs on the same DRAM geometry."""
     out = np.zeros(N_OUT)
+    # typed (not literal) constants: literal arguments would compile extra specialisations
+    neg = np.int64(NEG)
+    zero = np.int64(0)
+    read = np.int64(0)
+    write = np.int64(1)
     df = ip[P_DF]
     R = ip[P_R]
     C = ip[P_C]
@@ -197,21 +202,21 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     out_free = np.zeros(2)
     x_cur = 1
     w_cur = 1
-    x_key = NEG
-    w_key = NEG
+    x_key = neg
+    w_key = neg
     x_ready = 0.0
     w_ready = 0.0
     nxt_x_ready = 0.0
     nxt_w_ready = 0.0
-    nxt_x_key = NEG
-    nxt_w_key = NEG
+    nxt_x_key = neg
+    nxt_w_key = neg
     n_out = 0
     nxt_x_slot = 0
     nxt_w_slot = 0
     # array state
-    L = NEG
-    s_first = NEG
-    s_last = NEG
+    L = neg
+    s_first = neg
+    s_last = neg
     last_out = 0
     wb_end_cyc = 0
     periods_done = 0
@@ -257,7 +262,7 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 out[O_SRAM_WR] += rows * rb
                 if memory == 1:
                     req = x_free[1 - x_cur] / ghz
-                    s0, d0 = _dma(req, a, rows, rb, st, 0, sh, sb, ip, fp, dip, dfp, ds, pat,
+                    s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, ip, fp, dip, dfp, ds, pat,
                                   eng, sbs, pc_s, pc_e, tr_pc, out)
                     nxt_x_ready = d0
                     if nb_ < tr_blocks.shape[0]:
@@ -281,7 +286,7 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 out[O_SRAM_WR] += rows * rb
                 if memory == 1:
                     req = w_free[1 - w_cur] / ghz
-                    s0, d0 = _dma(req, a, rows, rb, st, 0, sh, sb, ip, fp, dip, dfp, ds, pat,
+                    s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, ip, fp, dip, dfp, ds, pat,
                                   eng, sbs, pc_s, pc_e, tr_pc, out)
                     nxt_w_ready = d0
                     if nb_ < tr_blocks.shape[0]:
@@ -328,7 +333,7 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             nf = _cdiv(mb, R) * ncf
             ke = _cdiv(kb * ip[P_OS_DEN], ip[P_OS_NUM])
             per = _os_period(R, ke)
-            if L == NEG:
+            if L == neg:
                 first = max(ready, ofree)
                 Ln = first + ke - 1
                 delay = first
@@ -350,10 +355,10 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             nf = nkf * ncf
             me = _cdiv(mb * ip[P_WS_DEN], ip[P_WS_NUM])
             per = _ws_period(R, C, me)
-            if s_first == NEG:
+            if s_first == neg:
                 w = ready
-                s0 = max(_ws_first_row(w, NEG, R), ofree)
-                delay = s0 - _ws_first_row(0, NEG, R)
+                s0 = max(_ws_first_row(w, neg, R), ofree)
+                delay = s0 - _ws_first_row(zero, neg, R)
             else:
                 w_nd = _ws_weight_load(s_first, R, C)
                 s0_nd = _ws_first_row(w_nd, s_last, R)
@@ -421,7 +426,7 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             out[O_DRAM_WR] += rows * rb
             out[O_SRAM_RD] += rows * rb
             if memory == 1:
-                s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, 1, share, 0, ip, fp, dip, dfp,
+                s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, write, share, zero, ip, fp, dip, dfp,
                                 ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                 done_c = int(math.ceil(d0w * ghz))
                 out_free[n_out % 2] = done_c

@@ -24,6 +24,7 @@ def jit(fn=None, **overrides):
 
 
 _REGISTERED: set = set()
+_COMPILED: dict = {}
 
 
 def compile_pure(module, names):
@@ -44,7 +45,12 @@ def compile_pure(module, names):
         if id(f) not in _REGISTERED:
             register_jitable(f)
             _REGISTERED.add(id(f))
-    return tuple(jit(f) for f in fns)
+    out = []
+    for f in fns:     # one dispatcher per function, shared by every kernel module
+        if f not in _COMPILED:
+            _COMPILED[f] = jit(f)
+        out.append(_COMPILED[f])
+    return tuple(out)
 
 
 def invalidate_stale_cache(module_file: str, *deps: str) -> None:
@@ -53,7 +59,8 @@ def invalidate_stale_cache(module_file: str, *deps: str) -> None:
     Numba keys a cached kernel on its own source file only, so a kernel that calls kernels of
     another module would keep running stale machine code after that module is edited. Kernel
     modules call this at import with the files their kernels use; the cache next to the source
-    (``__pycache__``, the development case) is cleared when their combined hash changes.
+    (``__pycache__``, the development case, or the one under ``NUMBA_CACHE_DIR``) is cleared
+    when their combined hash changes.
     Failures (read-only installs, races between processes) are ignored: Numba then recompiles.
     """
     import glob
@@ -69,6 +76,10 @@ def invalidate_stale_cache(module_file: str, *deps: str) -> None:
             return
     digest = h.hexdigest()
     cache_dir = os.path.join(os.path.dirname(os.path.abspath(module_file)), "__pycache__")
+    if numba.config.CACHE_DIR:   # NUMBA_CACHE_DIR: Numba keeps the cache there instead
+        from numba.core.caching import UserProvidedCacheLocator
+        cache_dir = os.path.join(numba.config.CACHE_DIR,
+                                 UserProvidedCacheLocator.get_suitable_cache_subpath(module_file))
     stem = os.path.splitext(os.path.basename(module_file))[0]
     stamp = os.path.join(cache_dir, f"{stem}.deps-sha1")
     try:

@@ -143,8 +143,8 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
             comp = _os_last_output(per - _os_period(R, ke0) + ke0 - 1, R, C) + 1
         else:
             mel = _cd(ml * iv[K_WS_DEN], iv[K_WS_NUM])
-            comp = _ws_row_output(_ws_first_row(0, -1, R) + per - _ws_period(R, C, mel) + mel - 1,
-                                  R, C) + 1
+            first = _ws_first_row(np.int64(0), np.int64(-1), R)
+            comp = _ws_row_output(first + per - _ws_period(R, C, mel) + mel - 1, R, C) + 1
         if order[i] == 0:
             xt = x * (nn if nk > 1 else 1)
             wt = w * (1 if (nk == 1 and nn == 1) else nm)
