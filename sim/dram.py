@@ -370,7 +370,8 @@ def stream_classes(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, s
     every ``π = period / gcd(chunk, period)`` chunks. Pseudo-channels with equal state and
     equal counts in the π chunk patterns (and the shorter last chunk) form a class: one member
     is simulated with exactly the per-channel update of :func:`dram_transfer`, the others
-    copy its final state. The aggregate server is played chunk by chunk."""
+    copy its final state. The aggregate server is played chunk by chunk. Worth it when the
+    stream has many more chunks than π (:meth:`FastDram.stream` chooses)."""
     p_n = ip[I_P]
     if total_bytes <= 0:
         return start_ns
@@ -382,10 +383,6 @@ def stream_classes(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, s
     while b:
         g, b = b, g % b
     period = w // g
-    if period > MAX_STREAM_PERIOD or n <= 2 * period:
-        no_spans = np.zeros(0)
-        return stream_transfers(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, st,
-                                pat, no_spans, no_spans)
     # counts of the period's full chunks (k < period) and of the last chunk (k = period)
     nk = period + 1
     cnt = np.zeros((3, nk, p_n), dtype=COUNT_DTYPE)
@@ -472,9 +469,14 @@ class FastDram:
                write: bool = False) -> float:
         """:func:`stream_transfers` on this model's state: the finish time (ns) of the last of
         the back-to-back chunks (``start_ns`` when ``total_bytes`` is 0)."""
-        return float(stream_classes(float(start_ns), int(addr), int(total_bytes),
-                                    int(chunk_bytes), int(write), self._ip, self._fp,
-                                    self.state, self.patterns))
+        args = (float(start_ns), int(addr), int(total_bytes), int(chunk_bytes), int(write),
+                self._ip, self._fp, self.state, self.patterns)
+        period = self.timing.period_bytes // math.gcd(int(chunk_bytes), self.timing.period_bytes)
+        chunks = -(-int(total_bytes) // int(chunk_bytes))
+        if period <= MAX_STREAM_PERIOD and chunks > 2 * period:
+            return float(stream_classes(*args))
+        no_spans = np.zeros(0)
+        return float(stream_transfers(*args, no_spans, no_spans))
 
     def transfer(self, start_ns: float, addr: int, rows: int, row_bytes: int, stride: int,
                  write: bool = False, share: float = 1.0) -> float:
