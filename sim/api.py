@@ -6,20 +6,39 @@ import dataclasses
 from functools import lru_cache
 
 from . import cache
-from .gemm import check_dataflows, gemm_stats
-from .ops import Collective, Gemm, VectorOp
+from .ops import Collective, Gemm, VectorOp, check_dataflows
 from .stats import OpStats
-from .vector import vector_stats
+
+# The engine (and Numba) is imported on the first result that is not in the persistent cache:
+# a run whose every op is cached starts in a fraction of a second.
+_ENGINE = {"gemm_stats": "gemm", "vector_stats": "vector"}
+
+
+def __getattr__(name):
+    if name in _ENGINE:
+        return _engine(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _engine(name):
+    fn = globals().get(name)
+    if fn is None:
+        import importlib
+        fn = globals()[name] = getattr(importlib.import_module(f"{__package__}.{_ENGINE[name]}"),
+                                       name)
+    return fn
 
 
 @lru_cache(maxsize=4096)
 def _gemm_cached(shape: Gemm, chip, dataflow) -> OpStats:
-    return cache.cached("gemm", shape, chip, dataflow, lambda: gemm_stats(shape, chip, dataflow))
+    return cache.cached("gemm", shape, chip, dataflow,
+                        lambda: _engine("gemm_stats")(shape, chip, dataflow))
 
 
 @lru_cache(maxsize=4096)
 def _vector_cached(shape: VectorOp, chip) -> OpStats:
-    return cache.cached("vector", shape, chip, None, lambda: vector_stats(shape, chip))
+    return cache.cached("vector", shape, chip, None,
+                        lambda: _engine("vector_stats")(shape, chip))
 
 
 def simulate(op, chip, *, dataflow: str | None = None) -> OpStats:

@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 
-from ..arch.chip import DATAFLOWS
 from . import engine as E
 from . import mapper as MP
 from .array import array_rates
+from .ops import check_dataflows
 from .dram import pattern_cache
 from .stats import OpStats
 
@@ -20,19 +20,6 @@ _SB_MODES = ("dram", "shared copies", "shared copies and re-reads")
 # untraced runs share these (the engine writes nothing into empty traces)
 _NO_TRACE_BLOCKS = np.zeros((0, E.N_TRACE))
 _NO_TRACE_SPANS = np.zeros((0, 4))
-
-
-def check_dataflows(chip, dataflow):
-    """The dataflows to try: the requested one (validated) or all the chip supports."""
-    supported = chip.core.array.dataflows
-    if dataflow is None:
-        return tuple(supported)
-    if dataflow not in DATAFLOWS:
-        raise ValueError(f"dataflow must be one of {', '.join(DATAFLOWS)}, not {dataflow!r}")
-    if dataflow not in supported:
-        raise ValueError(f"dataflow {dataflow!r} is not supported by chip {chip.name!r} "
-                         f"(supported: {', '.join(supported)})")
-    return (dataflow,)
 
 
 def run_engine(chip, pb, blk, rates, split, memory: bool, trace_blocks: int = 0,
