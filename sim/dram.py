@@ -44,7 +44,8 @@ import numpy as np
 import os as _os
 
 from .dram_counts import I_BANKS, I_BURST, I_INTERLEAVE, I_P, I_PAGE, I_PERIOD  # noqa: F401
-from .dram_counts import COUNT_DTYPE, count_c, count_pattern, count_transfer  # noqa: F401
+from .dram_counts import (COUNT_DTYPE, call_count, count_c, count_pattern,  # noqa: F401
+                          count_transfer)
 from .jit import invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
@@ -132,10 +133,11 @@ class DramTiming:
 
 #: Indices of the pattern-cache tuple (:func:`pattern_cache`): the reference's per-bank state
 #: (open row, stamp, activations), the transfer counter, then per entry the key, the dense
-#: per-pseudo-channel counts, (touched pseudo-channels, total bursts) and the touched list;
-#: last the counting function (:data:`~diptych.sim.dram_counts.count_c`, called on misses).
+#: per-pseudo-channel counts, (touched pseudo-channels, total bursts) and the touched list.
+#: The counter holds [transfer id, address of the counting function
+#: (:data:`~diptych.sim.dram_counts.count_c`, called on misses)].
 (C_OPEN, C_STAMP, C_BANK, C_COUNTER, C_KEYS, C_BURSTS, C_ACTS, C_BMAX, C_META,
- C_PCS, C_COUNT) = range(11)
+ C_PCS) = range(10)
 
 #: Indices of the run-state tuple (:func:`run_state`): per pseudo-channel bus-free time, last
 #: direction, the last four activations, busy time; the aggregate server's free time.
@@ -149,10 +151,10 @@ def new_pattern_cache(timing: DramTiming, entries: int):
     p, b = timing.pseudo_channels, timing.banks
     z = np.zeros
     return (np.full((p, b), -1, dtype=np.int64), z((p, b), dtype=np.int64),
-            z((p, b), dtype=np.int64), z(2, dtype=np.int64),
+            z((p, b), dtype=np.int64), np.array([0, count_c.address], dtype=np.int64),
             np.full((entries, 4), -1, dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE),
             z((entries, p), dtype=COUNT_DTYPE), z((entries, p), dtype=COUNT_DTYPE),
-            z((entries, 2), dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE), count_c)
+            z((entries, 2), dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE))
 
 
 def pattern_cache(timing: DramTiming, entries: int = PERSISTENT_CACHE_ENTRIES):
@@ -212,10 +214,10 @@ def _fill_entry(h, a_mod, rows, row_bytes, stride, ip, pat):
         bursts[p] = 0
         acts[p] = 0
         bmax[p] = 0
-    count = pat[C_COUNT]      # count_transfer, through its C function pointer
-    count(a_mod, rows, row_bytes, stride, ip.ctypes.data, pat[C_OPEN].ctypes.data,
-          pat[C_STAMP].ctypes.data, pat[C_BANK].ctypes.data, counter[0], bursts.ctypes.data,
-          acts.ctypes.data, bmax.ctypes.data)
+    # count_transfer, through its C function pointer
+    call_count(counter[1], a_mod, rows, row_bytes, stride, ip.ctypes.data,
+               pat[C_OPEN].ctypes.data, pat[C_STAMP].ctypes.data, pat[C_BANK].ctypes.data,
+               counter[0], bursts.ctypes.data, acts.ctypes.data, bmax.ctypes.data)
     keys = pat[C_KEYS]
     keys[h, 0] = a_mod
     keys[h, 1] = rows
@@ -233,7 +235,7 @@ def _fill_entry(h, a_mod, rows, row_bytes, stride, ip, pat):
     pat[C_META][h, 1] = tot
 
 
-@jit
+@jit(inline="always")
 def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
     """The pattern-cache entry holding this transfer's counts (counted on a miss)."""
     keys = pat[C_KEYS]
@@ -249,7 +251,7 @@ def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
     return h
 
 
-@jit
+@jit(inline="always")
 def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_start, pc_end):
     """The per-channel part of a transfer on channels ``pcs[:n]`` with the given counts
     (indexed by channel); updates the run state and returns the latest data end (ns, at least
@@ -305,7 +307,7 @@ def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_star
     return finish
 
 
-@jit
+@jit(inline="always")
 def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp, st, pat,
                   pc_start, pc_end):
     """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.

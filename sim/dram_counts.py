@@ -50,6 +50,7 @@ from __future__ import annotations
 import os as _os
 
 import numpy as np
+from llvmlite import ir
 from numba import carray, cfunc, types
 from numba.extending import intrinsic
 
@@ -437,3 +438,17 @@ def _count_c(addr, rows, row_bytes, stride, ip_a, open_a, stamp_a, bank_a, tid, 
 
 #: :func:`count_transfer` behind a C function pointer (see above); arrays by address.
 count_c = cfunc(COUNT_C_SIG, cache=True)(_count_c)
+
+
+@intrinsic
+def call_count(typingctx, fn, addr, rows, row_bytes, stride, ip_a, open_a, stamp_a, bank_a, tid,
+               bursts_a, acts_a, bmax_a):
+    """Call :data:`count_c` through its address ``fn`` (an int64 held in an array, so that
+    compiled callers neither link its code nor carry a function object)."""
+    sig = types.void(types.int64, *COUNT_C_SIG.args)
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(64)] * len(COUNT_C_SIG.args))
+        builder.call(builder.inttoptr(args[0], fnty.as_pointer()), args[1:])
+        return context.get_dummy_value()
+    return sig, codegen
