@@ -372,8 +372,8 @@ def stream_classes(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, s
     every ``π = period / gcd(chunk, period)`` chunks. Pseudo-channels with equal state and
     equal counts in the π chunk patterns (and the shorter last chunk) form a class: one member
     is simulated with exactly the per-channel update of :func:`dram_transfer`, the others
-    copy its final state. The aggregate server is played chunk by chunk. Worth it when the
-    stream has many more chunks than π (:meth:`FastDram.stream` chooses)."""
+    copy its final state. The aggregate server is played chunk by chunk. (Used when π is
+    small, see :meth:`FastDram.stream`.)"""
     p_n = ip[I_P]
     if total_bytes <= 0:
         return start_ns
@@ -474,8 +474,7 @@ class FastDram:
         args = (float(start_ns), int(addr), int(total_bytes), int(chunk_bytes), int(write),
                 self._ip, self._fp, self.state, self.patterns)
         period = self.timing.period_bytes // math.gcd(int(chunk_bytes), self.timing.period_bytes)
-        chunks = -(-int(total_bytes) // int(chunk_bytes))
-        if period <= MAX_STREAM_PERIOD and chunks > 2 * period:
+        if period <= MAX_STREAM_PERIOD:
             return float(stream_classes(*args))
         no_spans = np.zeros(0)
         return float(stream_transfers(*args, no_spans, no_spans))

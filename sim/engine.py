@@ -113,7 +113,7 @@ def _descriptor(base, ld, bits, trans, bstride, bt, r0, c0, nr, nc):
     return addr, rows, row_bytes, stride
 
 
-@jit(inline="always")
+@jit
 def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip, dfp, ds, pat,
          eng, sbs, pc_s, pc_e, tr_pc, out):
     """Issue one descriptor; returns (data start ns, completion ns).
