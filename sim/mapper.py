@@ -571,46 +571,16 @@ def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: floa
 
 
 def _shared_buffer_variants(chip, pb: Problem, split: Split, mb, kb, nb, order):
-    """Vectorised :func:`shared_buffer_modes`: every (X mode, W mode) variant of each blocking
-    that fits the buffer, the variants of one blocking together in (X mode, W mode) order."""
-
-    def cd(a, b):
-        return -(-a // b)
-
-    nm_, nk_, nn_ = cd(pb.m, mb), cd(pb.k, kb), cd(pb.n, nb)
-    x_re = np.where(order == 0, (nk_ > 1) & (nn_ > 1), (nn_ > 1) & ~((nk_ == 1) & (nm_ == 1)))
-    w_re = np.where(order == 0, (nm_ > 1) & ~((nk_ == 1) & (nn_ == 1)), (nk_ > 1) & (nm_ > 1))
-    m0_, k0_, n0_ = np.minimum(mb, pb.m), np.minimum(kb, pb.k), np.minimum(nb, pb.n)
-    xn, wn = split.active // pb.x_dup, split.active // pb.w_dup
-    x1 = 2 * m0_ * k0_ * pb.x_bits / 8 * xn
-    w1 = 2 * k0_ * n0_ * pb.w_bits / 8 * wn
-    x2 = np.maximum(x1, np.where(order == 0, m0_ * pb.k, pb.m * pb.k) * pb.x_bits / 8 * xn)
-    w2 = np.maximum(w1, np.where(order == 0, pb.k * pb.n, pb.k * n0_) * pb.w_bits / 8 * wn)
-    cap = chip.shared_buffer.capacity_bytes
-    n0 = len(mb)
-    xs = np.zeros((3, n0))                 # reuse set of X in mode 0, 1, 2
-    xs[1], xs[2] = x1, x2
-    ws = np.zeros((3, n0))
-    ws[1], ws[2] = w1, w2
-    xg = np.ones((3, n0), dtype=bool)      # the mode changes something
-    xg[1], xg[2] = pb.x_dup > 1, x_re
-    wg = np.ones((3, n0), dtype=bool)
-    wg[1], wg[2] = pb.w_dup > 1, w_re
-    # keep[a, b, i]: X mode a and W mode b of base candidate i fit (and change something)
-    fits = xg[:, None, :] & wg[None, :, :] & (xs[:, None, :] + ws[None, :, :] <= cap)
-    keep = fits.copy()
-    keep[:, 0, :] &= ~fits[:, 1, :]      # mode 1 dominates mode 0 where it fits (modes)
-    keep[0, :, :] &= ~fits[1, :, :]
+    """Every (X mode, W mode) variant of each blocking that fits the buffer
+    (:func:`shared_buffer_modes`, compiled: :func:`mapper_kernels.shared_buffer_variants`)."""
+    sv = np.zeros(MK.N_S, dtype=np.int64)
+    sv[MK.S_M], sv[MK.S_K], sv[MK.S_N] = pb.m, pb.k, pb.n
+    sv[MK.S_XBITS], sv[MK.S_WBITS] = pb.x_bits, pb.w_bits
+    sv[MK.S_XDUP], sv[MK.S_WDUP], sv[MK.S_ACTIVE] = pb.x_dup, pb.w_dup, split.active
     pin_bpc = chip.dram.peak_bytes_per_s / chip.clock_hz
     sb_total = chip.shared_buffer.bytes_per_cycle
-    if sb_total >= pb.x_dup * pin_bpc:   # and so does mode 2 where the buffer is faster
-        keep[0, :, :] &= ~fits[2, :, :]
-        keep[1, :, :] &= ~fits[2, :, :]
-    if sb_total >= pb.w_dup * pin_bpc:
-        keep[:, 0, :] &= ~fits[:, 2, :]
-        keep[:, 1, :] &= ~fits[:, 2, :]
-    # the variants of one base candidate stay together, in (X mode, W mode) order
-    idx, combo = np.nonzero(keep.reshape(9, n0).T)
-    xsb, wsb = combo // 3, combo % 3
-    mb, kb, nb, order = mb[idx], kb[idx], nb[idx], order[idx]
-    return mb, kb, nb, order, xsb, wsb
+    sv[MK.S_XFAST] = sb_total >= pb.x_dup * pin_bpc
+    sv[MK.S_WFAST] = sb_total >= pb.w_dup * pin_bpc
+    idx, xsb, wsb = MK.shared_buffer_variants(mb, kb, nb, order, sv,
+                                              float(chip.shared_buffer.capacity_bytes))
+    return mb[idx], kb[idx], nb[idx], order[idx], xsb, wsb

@@ -174,3 +174,58 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
         est[i] = es + batch * nm * nk * nn * setup / engines
         lb[i] = lo
     return periods, est, lb
+
+
+# integer and float inputs of shared_buffer_variants
+(S_M, S_K, S_N, S_XBITS, S_WBITS, S_XDUP, S_WDUP, S_ACTIVE, S_XFAST, S_WFAST, N_S) = range(11)
+
+
+@jit
+def shared_buffer_variants(mb, kb, nb, order, sv, cap):
+    """:func:`~diptych.sim.mapper.shared_buffer_modes` of every blocking: (index of the
+    blocking, X mode, W mode) of each variant that fits ``cap`` bytes, in blocking order and
+    (X mode, W mode) order within one. ``sv[S_XFAST]``/``[S_WFAST]``: the buffer serves a
+    re-read at least as fast as the DRAM pins (mode 2 then dominates modes 0 and 1)."""
+    n0 = mb.shape[0]
+    idx = np.empty(9 * n0, dtype=np.int64)
+    xsb = np.empty(9 * n0, dtype=np.int64)
+    wsb = np.empty(9 * n0, dtype=np.int64)
+    m, k, n = sv[S_M], sv[S_K], sv[S_N]
+    xn = sv[S_ACTIVE] // sv[S_XDUP]
+    wn = sv[S_ACTIVE] // sv[S_WDUP]
+    xs = np.zeros(3)
+    ws = np.zeros(3)
+    xg = np.ones(3, dtype=np.bool_)
+    wg = np.ones(3, dtype=np.bool_)
+    fits = np.zeros((3, 3), dtype=np.bool_)
+    c = 0
+    for i in range(n0):
+        nm, nk, nn = _cd(m, mb[i]), _cd(k, kb[i]), _cd(n, nb[i])
+        if order[i] == 0:
+            x_re = nk > 1 and nn > 1
+            w_re = nm > 1 and not (nk == 1 and nn == 1)
+        else:
+            x_re = nn > 1 and not (nk == 1 and nm == 1)
+            w_re = nk > 1 and nm > 1
+        m0, k0, n0_ = min(mb[i], m), min(kb[i], k), min(nb[i], n)
+        xs[1] = 2 * m0 * k0 * sv[S_XBITS] / 8 * xn
+        ws[1] = 2 * k0 * n0_ * sv[S_WBITS] / 8 * wn
+        xs[2] = max(xs[1], (m0 * k if order[i] == 0 else m * k) * sv[S_XBITS] / 8 * xn)
+        ws[2] = max(ws[1], (k * n if order[i] == 0 else k * n0_) * sv[S_WBITS] / 8 * wn)
+        xg[1], xg[2] = sv[S_XDUP] > 1, x_re
+        wg[1], wg[2] = sv[S_WDUP] > 1, w_re
+        for a in range(3):
+            for b in range(3):
+                fits[a, b] = xg[a] and wg[b] and xs[a] + ws[b] <= cap
+        for a in range(3):
+            for b in range(3):
+                # mode 1 dominates mode 0 where it fits; mode 2 dominates 0 and 1 where the
+                # buffer is fast enough and it fits
+                if (fits[a, b] and not (b == 0 and fits[a, 1]) and not (a == 0 and fits[1, b])
+                        and not (sv[S_XFAST] == 1 and a < 2 and fits[2, b])
+                        and not (sv[S_WFAST] == 1 and b < 2 and fits[a, 2])):
+                    idx[c] = i
+                    xsb[c] = a
+                    wsb[c] = b
+                    c += 1
+    return idx[:c], xsb[:c], wsb[:c]
