@@ -21,28 +21,31 @@ per-bank open-row state: O(R · (L/I + pages)). :func:`count_transfer` gives the
    grow with the global address on each pseudo-channel, so every bank sees non-decreasing pages:
    its activations are its *distinct* pages. (``S < L``, overlapping rows, never produced by the
    engine, falls back to the reference.)
-3. **Translation.** ``W = P · lcm(I, G)`` (``period_bytes``) maps chunks to the same
+3. **Translation and drift.** ``W = P · lcm(I, G)`` (``period_bytes``) maps chunks to the same
    pseudo-channel and shifts every local address by a whole number of pages
-   (``σ_W = lcm(I, G)/G``): bursts and page *counts* per pseudo-channel are invariant, and bank
-   ``b``'s count moves to bank ``b + σ_W mod NB``. Rows ``r`` and ``r + Π`` differ by ``Π·S``,
-   a multiple of ``W`` when ``Π`` is a multiple of ``π = W / gcd(S, W)``. Two rows can share a
-   page only if they are closer than ``ρ + 1`` rows, ``ρ = ⌈(W + L − 1)/S⌉ − 1`` (a page lies in
-   a ``W``-window). With ``Π`` the least multiple of ``π`` above ``ρ`` and ``R = qΠ + s``, the
-   pages that rows ``[n, n + Π)`` add to rows ``[0, n)`` depend only on rows ``[n − Π, n + Π)``,
-   and shift by ``σ = Π·S/(P·G)`` pages per ``Π`` rows. Hence, per pseudo-channel and bank,
-   with ``f(n)`` the count after ``n`` rows and ``g = f(2Π + s) − f(Π + s)``::
+   (``σ_W = lcm(I, G)/G``): bursts and page *counts* per pseudo-channel are invariant, and
+   bank ``b``'s pages move to bank ``b + σ_W mod NB``. Choose ``T`` rows (the near period) with
+   ``T·S = m·W + ε``, ``|ε| ≤ W/2``. Row ``ρ + jT`` (sub-progression ``ρ < T``, step ``j``)
+   starts at ``x_ρ + j·m·W + j·ε``: in the *reduced frame* (translations by ``W`` dropped) it
+   is the row ``[y_j, y_j + L)``, ``y_j = x_ρ + j·ε``, drifting by ``ε`` per step, and its pages
+   are the reduced ones shifted by ``j·m·σ_W``. So
 
-       f_b(R) = f_b(Π + s) + Σ_{j=0}^{q−2} g_{(b − j·σ) mod NB}
+   * a burst at reduced address ``β`` is touched by the steps with
+     ``β − L + 1 ≤ y_j ≤ β + B − 1``: one contiguous range of ``j`` (two floor divisions, or
+     stepped quotients along a unit); its pseudo-channel is the reduced one;
+   * an interleave unit (``min(I, G)`` bytes: within one page) is touched by one contiguous
+     range ``j1..j2``, and the pages it stands for are the arithmetic progression
+     ``lp + m·σ_W·j``. Per pseudo-channel, merging these progressions (same step; by residue
+     class, then start) gives the distinct pages (= activations, fact 2) and, with each
+     progression's bank cycle ``b ↦ b + m·σ_W mod NB``, the pages per bank and their maximum.
 
-   (bursts: the same without the bank rotation). The sum over ``j`` runs along the cycles of
-   ``b ↦ b − σ`` in ``Z_NB`` (``d = gcd(σ, NB)`` cycles of ``NB/d``): whole cycles add the
-   cycle's total, the rest is a window of a prefix sum, O(NB) per pseudo-channel.
-
-So a multi-row transfer enumerates ``2Π + s < 3Π`` rows instead of ``R`` (for the strides of
-real operands, multiples of 2^9 and more, ``Π`` is tens of rows: a 4,096-row block on
-train-2026 takes 64) and combines in O(touched pseudo-channels × NB). Strides with few factors
-in common with ``W`` (e.g. odd multiples of 2 bytes) have ``Π ≥ R/3`` and are enumerated in
-full: always exact, never slower than the reference.
+   Every ``T`` is exact (tested with random ``T``); the cost is the bursts visited,
+   ``≈ (|ε|·R + T·L)/B``, plus the merges. :func:`near_period` searches ``T ≤ 1024`` for the
+   cheapest; ``ε = 0`` is an exact period (a 16 KiB stride on train-2026 repeats every 12 rows),
+   small ``ε`` the odd strides of real shapes (K = 16385 → 32,770 bytes drifts by 12 bytes every
+   6 rows: ~2,000 bursts visited instead of 16,000 row pieces walked). When no near period
+   beats the reference walk (strides sharing few factors with ``W``), or rows overlap, the
+   reference is used: the counts are exact whichever path runs.
 """
 
 from __future__ import annotations
