@@ -31,8 +31,8 @@ per-bank open-row state: O(R · (L/I + pages)). :func:`count_transfer` gives the
    are the reduced ones shifted by ``j·m·σ_W``. So
 
    * a burst at reduced address ``β`` is touched by the steps with
-     ``β − L + 1 ≤ y_j ≤ β + B − 1``: one contiguous range of ``j`` (two floor divisions, or
-     stepped quotients along a unit); its pseudo-channel is the reduced one;
+     ``β − L + 1 ≤ y_j ≤ β + B − 1``: one contiguous range of ``j`` (two floor divisions);
+     its pseudo-channel is the reduced one;
    * an interleave unit (``min(I, G)`` bytes: within one page) is touched by one contiguous
      range ``j1..j2``, and the pages it stands for are the arithmetic progression
      ``lp + m·σ_W·j``. Per pseudo-channel, merging these progressions (same step; by residue
@@ -149,7 +149,7 @@ def count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, 
                 q += 1
 
 
-@jit
+@jit(inline="always")
 def _gcd(a, b):
     while b:
         a, b = b, a % b
@@ -191,7 +191,7 @@ PIECE_COST = 3
 SEGMENT_COST = 10
 
 
-@jit
+@jit(inline="always")
 def _jrange(lo, hi, x0, eps, n):
     """The steps ``j`` in ``[0, n)`` with ``lo <= x0 + j·eps <= hi`` (first, last; empty if
     first > last)."""
@@ -236,7 +236,7 @@ def near_period(rows, row_bytes, stride, ip):
     return best_t, best_e, best
 
 
-@jit
+@jit(inline="always")
 def _bank_cycle(step, banks):
     """Length of the cycle of ``b -> b + step`` in Z_banks."""
     sb = step % banks
@@ -285,51 +285,12 @@ def count_drift(addr, rows, row_bytes, stride, t_rows, eps, ip, bursts, acts, ba
             if eps == 0:   # every step touches what row rho touches
                 hi = min(a + unit, x0 + row_bytes)
                 bursts[pc] += n * ((hi + burst - 1) // burst - max(a, x0) // burst)
-            elif eps > 0:
-                # burst b of the unit is touched by the steps j with
-                # ab − L + 1 ≤ x0 + j·eps ≤ ab + B − 1 (ab = a + b·B): j from
-                # ceil((ab − L + 1 − x0)/eps) = floor((ab − L + eps − x0)/eps) to
-                # floor((ab + B − 1 − x0)/eps); both numerators grow by B per burst, so the
-                # quotients are stepped (no division per burst)
-                q1, r1 = divmod(a - row_bytes + eps - x0, eps)
-                q2, r2 = divmod(a + burst - 1 - x0, eps)
-                dq, dr = divmod(burst, eps)
-                for b in range(nb_unit):
-                    k = min(q2, n - 1) - max(q1, 0) + 1
-                    if k > 0:
-                        bursts[pc] += k
-                    q1 += dq
-                    r1 += dr
-                    if r1 >= eps:
-                        r1 -= eps
-                        q1 += 1
-                    q2 += dq
-                    r2 += dr
-                    if r2 >= eps:
-                        r2 -= eps
-                        q2 += 1
             else:
-                # eps < 0, e = −eps: j from ceil((x0 − ab − B + 1)/e) =
-                # floor((x0 − ab − B + e)/e) to floor((x0 − ab + L − 1)/e); both numerators
-                # fall by B per burst
-                e = -eps
-                q1, r1 = divmod(x0 - a - burst + e, e)
-                q2, r2 = divmod(x0 - a + row_bytes - 1, e)
-                dq, dr = divmod(burst, e)
                 for b in range(nb_unit):
-                    k = min(q2, n - 1) - max(q1, 0) + 1
-                    if k > 0:
-                        bursts[pc] += k
-                    q1 -= dq
-                    r1 -= dr
-                    if r1 < 0:
-                        r1 += e
-                        q1 -= 1
-                    q2 -= dq
-                    r2 -= dr
-                    if r2 < 0:
-                        r2 += e
-                        q2 -= 1
+                    ab = a + b * burst
+                    k1, k2 = _jrange(ab - row_bytes + 1, ab + burst - 1, x0, eps, n)
+                    if k1 <= k2:
+                        bursts[pc] += k2 - k1 + 1
             seg_pc[ns] = pc
             seg_s[ns] = lp + step * j1
             seg_c[ns] = j2 - j1 + 1 if step > 0 else 1

@@ -90,7 +90,7 @@ F_GHZ, F_DMA_BPC, F_SHARE, F_X_DUP, F_W_DUP, F_SB_BPC, N_FPARAMS = range(7)
 NEG = -(1 << 60)
 
 
-@jit
+@jit(inline="always")
 def _cdiv(a, b):
     return -(-a // b)
 

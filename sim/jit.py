@@ -48,7 +48,7 @@ def compile_pure(module, names):
     out = []
     for f in fns:     # one dispatcher per function, shared by every kernel module
         if f not in _COMPILED:
-            _COMPILED[f] = jit(f)
+            _COMPILED[f] = jit(f, inline="always")
         out.append(_COMPILED[f])
     return tuple(out)
 

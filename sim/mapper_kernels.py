@@ -31,12 +31,12 @@ _os_period, _os_last_output, _ws_period, _ws_first_row, _ws_row_output = compile
 (G_PEAK, G_GHZ, G_LAT, G_TREFI, G_BLACKOUT, G_PER_ENGINE, G_SB_BPC, N_G) = range(8)
 
 
-@jit
+@jit(inline="always")
 def _cd(a, b):
     return -(-a // b)
 
 
-@jit
+@jit(inline="always")
 def _sizes(base, extent, out):
     """Array-aligned sizes ``base·2^i`` below ``extent``, then ``extent``; returns the count."""
     n = 0
