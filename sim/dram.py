@@ -49,7 +49,7 @@ from .dram_counts import (COUNT_DTYPE, call_count, count_c, count_pattern,  # no
 from .jit import invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
-invalidate_stale_cache(__file__, _os.path.join(_here, "dram_counts.py"), _os.path.join(_here, "jit.py"))
+invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in ("dram_counts.py", "jit.py")))
 
 #: Four-activate window in ns. Ramulator2's JESD238A HBM3 preset: nFAW 48 at tCK 0.625 ns =
 #: 30 ns; DRAMsim3 HBM2_8Gb_x128.ini: tFAW 30 at tCK 1 ns (reference.md §2b). DDR3/4 x8

@@ -15,8 +15,9 @@ per-bank open-row state: O(R · (L/I + pages)). :func:`count_transfer` gives the
    with ``c ≡ p (mod P)``, its last ``c_l`` the last ``≤ (a + L − 1) // I``; only ``c_f`` may
    start inside the chunk and only ``c_l`` end inside it. Chunk boundaries are burst-aligned
    (``I`` is a multiple of ``B``), so the bursts are ``⌈hi/B⌉ − ⌊lo/B⌋``; the pages
-   ``n = ⌊(hi − 1)/G⌋ − ⌊lo/G⌋ + 1`` are consecutive, so each is one activation and banks get
-   ``⌊n/NB⌋`` or ``⌈n/NB⌉`` of them: ``bank_max = ⌈n/NB⌉``. O(min(P, chunks)) per transfer.
+   ``n = ⌊(hi − 1)/G⌋ − ⌊lo/G⌋ + 1`` are consecutive, so each is one activation and banks
+   get ``⌊n/NB⌋`` or ``⌈n/NB⌉`` of them: ``bank_max = ⌈n/NB⌉``. O(min(P, chunks)) per
+   transfer.
 2. **Monotone rows.** With ``S ≥ L`` the rows are disjoint and increasing, and local addresses
    grow with the global address on each pseudo-channel, so every bank sees non-decreasing pages:
    its activations are its *distinct* pages. (``S < L``, overlapping rows, never produced by the
@@ -59,7 +60,8 @@ from numba.extending import intrinsic
 
 from .jit import invalidate_stale_cache, jit
 
-invalidate_stale_cache(__file__, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "jit.py"))
+_here = _os.path.dirname(_os.path.abspath(__file__))
+invalidate_stale_cache(__file__, _os.path.join(_here, "jit.py"))
 
 #: Integer type of the per-channel count outputs (bursts, activations, most on one bank) as
 #: the pattern cache stores them: 2^31 bursts per channel is a 64 GiB transfer.

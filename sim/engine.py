@@ -426,8 +426,8 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             out[O_DRAM_WR] += rows * rb
             out[O_SRAM_RD] += rows * rb
             if memory == 1:
-                s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, write, share, zero, ip, fp, dip, dfp,
-                                ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
+                s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, write, share, zero, ip, fp, dip,
+                                dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                 done_c = int(math.ceil(d0w * ghz))
                 out_free[n_out % 2] = done_c
                 if done_c > wb_end_cyc:

@@ -10,8 +10,8 @@ import numpy as np
 from . import engine as E
 from . import mapper as MP
 from .array import array_rates
-from .ops import check_dataflows
 from .dram import pattern_cache
+from .ops import check_dataflows
 from .stats import OpStats
 
 

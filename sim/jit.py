@@ -30,10 +30,11 @@ _COMPILED: dict = {}
 def compile_pure(module, names):
     """Compile the plain functions ``names`` of ``module`` (a module that must not import
     Numba, e.g. :mod:`diptych.sim.timing`) for use in kernels; returns their dispatchers in
-    order. Every function the module lists in ``KERNEL_FUNCTIONS`` is first registered with
-    Numba, so that they may call one another by name. With ``NUMBA_DISABLE_JIT=1`` the plain
-    functions themselves are returned, looked up when this is called: a test may replace one
-    in ``module`` before importing the kernels' module."""
+    order (inlined into the kernels that call them: small functions cost more to compile on
+    their own). Every function the module lists in ``KERNEL_FUNCTIONS`` is first registered
+    with Numba, so that they may call one another by name. With ``NUMBA_DISABLE_JIT=1`` the
+    plain functions themselves are returned, looked up when this is called: a test may
+    replace one in ``module`` before importing the kernels' module."""
     import numba
     from numba.extending import register_jitable
 
@@ -46,7 +47,7 @@ def compile_pure(module, names):
             register_jitable(f)
             _REGISTERED.add(id(f))
     out = []
-    for f in fns:     # one dispatcher per function, shared by every kernel module
+    for f in fns:     # one dispatcher per function, shared by the kernel modules
         if f not in _COMPILED:
             _COMPILED[f] = jit(f, inline="always")
         out.append(_COMPILED[f])

@@ -65,7 +65,8 @@ def vector_stats(op: VectorOp, chip) -> OpStats:
     chunk = CHUNK_BYTES * cores
     # the read stream from address 0, then the write stream from 2^40, chunk by chunk
     done = 0.0
-    for addr, total, write in ((0, int(math.ceil(rd)), False), (1 << 40, int(math.ceil(wr)), True)):
+    for addr, total, write in ((0, int(math.ceil(rd)), False),
+                               (1 << 40, int(math.ceil(wr)), True)):
         if total > 0:
             done = dram.stream(0.0, addr, total, chunk, write)
     mem_ns = done
