@@ -1,7 +1,7 @@
 """The golden set: simulated numbers pinned so that speed work cannot move them (issue 14, item 7).
 
 ``tests/sim/golden_set.json`` holds, for the cases listed here, every field of the
-:class:`~diptych.sim.OpStats` of ~70 GEMMs and vector ops over all presets, dtypes and
+:class:`~diptych.sim.OpStats` of 51 GEMMs and 31 vector ops over all presets, dtypes and
 dataflows, the full ``to_dict()`` of a few small ``run_workload`` runs and the JSON of a small
 ``compare``. It was written by this script from the code *before* the speed work (the commit
 is recorded in the file); ``tests/sim/test_golden_set.py`` requires bit-identical results.
