@@ -64,9 +64,10 @@ LOOKAHEAD_BURSTS = 64
 #: Entries of the per-transfer pattern cache of the Numba model (direct-mapped).
 CACHE_ENTRIES = 512
 
-#: Entries of the pattern cache shared by engine runs on one DRAM geometry (~32 MB at 256
-#: pseudo-channels: per entry and channel three int32 counts and the touched list).
-PERSISTENT_CACHE_ENTRIES = 8192
+#: Bytes of the pattern cache shared by engine runs on one DRAM geometry: per entry and
+#: pseudo-channel three int32 counts and the touched list (16 bytes), so 8,192 entries at 256
+#: pseudo-channels and 32,768 at 64.
+PERSISTENT_CACHE_BYTES = 32 << 20
 
 #: Pattern caches kept (one per DRAM geometry and thread, least recently used dropped).
 PERSISTENT_CACHES = 4
@@ -157,8 +158,18 @@ def new_pattern_cache(timing: DramTiming, entries: int):
             z((entries, 2), dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE))
 
 
-def pattern_cache(timing: DramTiming, entries: int = PERSISTENT_CACHE_ENTRIES):
-    """The per-thread pattern cache of one DRAM geometry, shared by engine runs.
+def persistent_entries(pseudo_channels: int) -> int:
+    """Entries of a shared pattern cache: a power of two filling :data:`PERSISTENT_CACHE_BYTES`
+    (2,048 to 65,536)."""
+    n = 2048
+    while n < 65536 and 2 * n * pseudo_channels * 16 <= PERSISTENT_CACHE_BYTES:
+        n *= 2
+    return n
+
+
+def pattern_cache(timing: DramTiming, entries: int | None = None):
+    """The per-thread pattern cache of one DRAM geometry, shared by engine runs
+    (:func:`persistent_entries` entries unless given).
 
     Entries hold exact counts, so sharing cannot change results.
     """
@@ -167,7 +178,7 @@ def pattern_cache(timing: DramTiming, entries: int = PERSISTENT_CACHE_ENTRIES):
            timing.burst_bytes, timing.banks, threading.get_ident())
     c = _PATTERN_CACHES.pop(key, None)
     if c is None:
-        c = new_pattern_cache(timing, entries)
+        c = new_pattern_cache(timing, entries or persistent_entries(timing.pseudo_channels))
         while len(_PATTERN_CACHES) >= PERSISTENT_CACHES:
             del _PATTERN_CACHES[next(iter(_PATTERN_CACHES))]
     _PATTERN_CACHES[key] = c           # most recently used last
