@@ -65,9 +65,9 @@ LOOKAHEAD_BURSTS = 64
 CACHE_ENTRIES = 512
 
 #: Bytes of the pattern cache shared by engine runs on one DRAM geometry: per entry and
-#: pseudo-channel three int32 counts and the touched list (16 bytes), so 8,192 entries at 256
-#: pseudo-channels and 32,768 at 64.
-PERSISTENT_CACHE_BYTES = 32 << 20
+#: pseudo-channel three int32 counts and the touched list (16 bytes), so 16,384 entries at 256
+#: pseudo-channels and 65,536 at 64.
+PERSISTENT_CACHE_BYTES = 64 << 20
 
 #: Pattern caches kept (one per DRAM geometry and thread, least recently used dropped).
 PERSISTENT_CACHES = 4
