@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 import os as _os
@@ -146,13 +147,18 @@ S_BUS, S_DIR, S_ACT, S_BUSY, S_AGG = range(5)
 
 _PATTERN_CACHES: dict = {}
 
+# with NUMBA_DISABLE_JIT=1 (tests that perturb the timing contract) the kernels are plain
+# Python and the counting function is called directly
+_PURE_PYTHON = bool(numba.config.DISABLE_JIT)
+
 
 def new_pattern_cache(timing: DramTiming, entries: int):
     """A fresh pattern cache (see the ``C_*`` indices) with ``entries`` direct-mapped entries."""
     p, b = timing.pseudo_channels, timing.banks
     z = np.zeros
     return (np.full((p, b), -1, dtype=np.int64), z((p, b), dtype=np.int64),
-            z((p, b), dtype=np.int64), np.array([0, count_c.address], dtype=np.int64),
+            z((p, b), dtype=np.int64),
+            np.array([0, 0 if _PURE_PYTHON else count_c.address], dtype=np.int64),
             np.full((entries, 4), -1, dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE),
             z((entries, p), dtype=COUNT_DTYPE), z((entries, p), dtype=COUNT_DTYPE),
             z((entries, 2), dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE))
@@ -225,10 +231,13 @@ def _fill_entry(h, a_mod, rows, row_bytes, stride, ip, pat):
         bursts[p] = 0
         acts[p] = 0
         bmax[p] = 0
-    # count_transfer, through its C function pointer
-    call_count(counter[1], a_mod, rows, row_bytes, stride, ip.ctypes.data,
-               pat[C_OPEN].ctypes.data, pat[C_STAMP].ctypes.data, pat[C_BANK].ctypes.data,
-               counter[0], bursts.ctypes.data, acts.ctypes.data, bmax.ctypes.data)
+    if _PURE_PYTHON:   # NUMBA_DISABLE_JIT: no function pointers
+        count_transfer(a_mod, rows, row_bytes, stride, ip, pat[C_OPEN], pat[C_STAMP],
+                       pat[C_BANK], counter[0], bursts, acts, bmax)
+    else:              # count_transfer, through its C function pointer
+        call_count(counter[1], a_mod, rows, row_bytes, stride, ip.ctypes.data,
+                   pat[C_OPEN].ctypes.data, pat[C_STAMP].ctypes.data, pat[C_BANK].ctypes.data,
+                   counter[0], bursts.ctypes.data, acts.ctypes.data, bmax.ctypes.data)
     keys = pat[C_KEYS]
     keys[h, 0] = a_mod
     keys[h, 1] = rows
