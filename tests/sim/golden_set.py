@@ -186,9 +186,11 @@ def _compute(parts) -> dict:
 
 
 def diff(a, b, path="") -> list[str]:
-    """Paths where two JSON values differ (exact comparison; NaN equals NaN)."""
+    """Paths where the pinned value ``a`` differs from ``b`` (exact comparison; NaN equals
+    NaN). Keys that ``b`` adds are not differences: outputs may grow (a new metric), pinned
+    numbers may not move or disappear."""
     if isinstance(a, dict) and isinstance(b, dict):
-        out = [f"{path}/{k}: missing on one side" for k in sorted(set(a) ^ set(b))]
+        out = [f"{path}/{k}: missing" for k in sorted(set(a) - set(b))]
         for k in a:
             if k in b:
                 out += diff(a[k], b[k], f"{path}/{k}")

@@ -22,8 +22,10 @@ def test_bit_identical_to_the_pinned_results(part):
 
 
 def test_the_golden_set_covers_every_preset_and_dataflow():
-    from diptych.arch import preset_names
-    assert {c[0] for c in G.GEMMS} == set(preset_names())
-    assert {c[0] for c in G.VECTORS} == set(preset_names())
+    from diptych.arch import load_chip, preset_names
+    # every preset the per-op engine runs (an all-SRAM chip has no DRAM for it yet)
+    engine_presets = {p for p in preset_names() if load_chip(p).has_dram}
+    assert {c[0] for c in G.GEMMS} == engine_presets
+    assert {c[0] for c in G.VECTORS} == engine_presets
     assert {c[7] for c in G.GEMMS} == {None, "os", "ws", "is"}
     assert {g["mapping"]["dataflow"] for g in WANT["gemms"]} == {"os", "ws", "is"}
