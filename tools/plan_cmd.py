@@ -45,6 +45,53 @@ def _detail(r):
     return t
 
 
+class IntList(click.ParamType):
+    """A comma-separated list of positive integers (non-negative with ``zero_ok``)."""
+
+    name = "LIST"
+
+    def __init__(self, zero_ok: bool = False):
+        self.zero_ok = zero_ok
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        out = []
+        for part in str(value).split(","):
+            try:
+                v = int(part.strip())
+            except ValueError:
+                v = None
+            if v is None or v < (0 if self.zero_ok else 1):
+                kind = "non-negative" if self.zero_ok else "positive"
+                self.fail(f"expected comma-separated {kind} integers, not {value!r}", param, ctx)
+            out.append(v)
+        return tuple(dict.fromkeys(out))
+
+
+class NameList(click.ParamType):
+    """A comma-separated list of names from :mod:`diptych.sim.cluster.plan`'s tuple
+    ``domain`` (``SCHEDULES`` or ``RECOMPUTE``; looked up when a value is given, so that
+    ``--help`` imports no simulator)."""
+
+    name = "LIST"
+
+    def __init__(self, domain: str):
+        self.domain = domain
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        from ..sim.cluster import plan as plan_mod
+
+        choices = getattr(plan_mod, self.domain)
+        out = [part.strip() for part in str(value).split(",")]
+        for v in out:
+            if v not in choices:
+                self.fail(f"{v!r} is not one of {', '.join(choices)}", param, ctx)
+        return tuple(dict.fromkeys(out))
+
+
 @click.command("plan")
 @click.option("--model", required=True, help="Built-in model name or path to a HF config.json.")
 @click.option("--chip", required=True, help="Chip preset name or TOML path.")
@@ -60,20 +107,37 @@ def _detail(r):
                                          "scale-up domain).")
 @click.option("--attention", type=click.Choice(["fused", "unfused"]), default="fused",
               show_default=True)
+@click.option("--tp", "tp", type=IntList(), help="Only these tensor-parallel degrees (e.g. 8 "
+                                                 "or 4,8).")
+@click.option("--pp", "pp", type=IntList(), help="Only these pipeline depths.")
+@click.option("--cp", "cp", type=IntList(), help="Only these context-parallel degrees.")
+@click.option("--ep", "ep", type=IntList(), help="Only these expert-parallel degrees (MoE).")
+@click.option("--zero", "zero", type=IntList(zero_ok=True),
+              help="ZeRO stages to try (default 0,1,2,3).")
+@click.option("--micro-batch", "micro_batch", type=IntList(),
+              help="Micro-batch sizes in sequences to try (default 1,2,4).")
+@click.option("--virtual-stages", "virtual_stages", type=IntList(),
+              help="Virtual stages per rank for interleaved 1F1B (default 2,4).")
+@click.option("--schedule", "schedule", type=NameList("SCHEDULES"),
+              help="Pipeline schedules to try (default 1f1b,gpipe,interleaved).")
+@click.option("--recompute", "recompute", type=NameList("RECOMPUTE"),
+              help="Activation recomputation modes to try (default none,selective,full).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--trace", type=click.Path(dir_okay=False),
               help="Write the best plan's step as a Perfetto trace (one process per rank).")
 @click.option("--export-et", "export_et", type=click.Path(file_okay=False),
               help="Write the best plan's step as Chakra execution traces (one per rank).")
 @friendly
-def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention, as_json,
-         trace, export_et):
+def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention, tp, pp, cp,
+         ep, zero, micro_batch, virtual_stages, schedule, recompute, as_json, trace, export_et):
     """Search tp × pp × dp × cp × ep, ZeRO stage, schedule, micro-batch and recomputation
     for a training step on a cluster; rank the plans that fit by simulated step time.
 
     Every candidate's memory is checked, those that fit are screened with a roofline
     estimate, and the best --refine are simulated with the engine and an event-level
-    pipeline.
+    pipeline. --tp/--pp/--cp/--ep/--zero/--micro-batch/--virtual-stages/--schedule/
+    --recompute narrow the search (comma-separated values), e.g. for MoE models whose space
+    is large.
     """
     import sys
 
@@ -86,10 +150,14 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
     for name, v in (("top", top), ("refine", refine), ("max-tp", max_tp)):
         if v is not None and v < 1:
             raise ValueError(f"--{name} must be a positive integer, not {v}")
+    narrowed = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero": zero,
+                "micro_batches": micro_batch, "virtual_stages": virtual_stages,
+                "schedules": schedule, "recompute": recompute}
+    space = {k: v for k, v in narrowed.items() if v is not None}
     with progress_display("plan", enabled=not as_json) as progress:
         res = search_plans(model, chip, cluster, chips=chips, batch=batch, seq=seq,
                            refine=max(refine, top), max_tp=max_tp, attention=attention,
-                           progress=progress)
+                           progress=progress, **space)
     if not res.plans:
         raise ValueError(f"no plan fits: {res.candidates} candidates, none within the chip's "
                          f"memory; try more chips, a smaller --batch or --seq")

@@ -31,7 +31,7 @@ from ...workloads.registry import load_model
 from ...workloads.run import default_precision
 from .estimate import roofline_simulate
 from .memory import plan_memory
-from .plan import Plan, check_plan, check_positive
+from .plan import RECOMPUTE, SCHEDULES, Plan, check_plan, check_positive
 from .step import ClusterResult, simulate_cluster_step
 
 
@@ -62,6 +62,28 @@ class SearchResult:
                 "refined": len(self.plans)}
 
 
+def _check_space(**space) -> None:
+    """Raise ValueError naming the first narrowing value outside its domain."""
+    domains = {"schedules": SCHEDULES, "recompute": RECOMPUTE, "zero": (0, 1, 2, 3)}
+    for name, values in space.items():
+        if values is None:
+            continue
+        if len(values) == 0:
+            raise ValueError(f"{name} must name at least one value")
+        for v in values:
+            if name in domains:
+                if v not in domains[name]:
+                    raise ValueError(f"{name} must be among "
+                                     f"{', '.join(map(str, domains[name]))}, not {v!r}")
+            elif isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be positive integers, not {v!r}")
+
+
+def _describe(space: dict) -> str:
+    return ", ".join(f"{k} {','.join(map(str, v)) if isinstance(v, tuple) else v}"
+                     for k, v in space.items())
+
+
 def _divisors(n: int, limit: int) -> list[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
@@ -71,28 +93,46 @@ def candidate_plans(model: ModelConfig, chips: int, batch: int, seq: int, *,
                     micro_batches: tuple[int, ...] = (1, 2, 4),
                     virtual_stages: tuple[int, ...] = (2, 4),
                     zero: tuple[int, ...] = (0, 1, 2, 3),
-                    recompute: tuple[str, ...] = ("none", "selective", "full")
+                    recompute: tuple[str, ...] = RECOMPUTE,
+                    schedules: tuple[str, ...] = SCHEDULES,
+                    tp: tuple[int, ...] | None = None, pp: tuple[int, ...] | None = None,
+                    cp: tuple[int, ...] | None = None, ep: tuple[int, ...] | None = None
                     ) -> list[Plan]:
-    """Every plan the search considers that passes :func:`check_plan` (module docstring)."""
+    """Every plan the search considers that passes :func:`check_plan` (module docstring).
+
+    The keyword arguments narrow the space: ``micro_batches``, ``virtual_stages``, ``zero``,
+    ``recompute`` and ``schedules`` are the values tried; ``tp``/``pp``/``cp``/``ep``, when
+    given, are the only degrees tried (each still subject to the divisibility rules). A
+    pipeline of one stage always runs as ``1f1b`` (the schedules coincide there), so it is
+    kept whatever ``schedules`` says. Raises ValueError naming a value outside its domain."""
+    _check_space(micro_batches=micro_batches, virtual_stages=virtual_stages, zero=zero,
+                 recompute=recompute, schedules=schedules, tp=tp, pp=pp, cp=cp, ep=ep)
     out = []
-    tps = [t for t in valid_tp_degrees(model, max_tp) if chips % t == 0]
-    for tp in tps:
-        for cp in _divisors(chips // tp, max_cp):
-            if seq % (2 * cp) and cp > 1:
+    tps = [t for t in valid_tp_degrees(model, max_tp) if chips % t == 0
+           and (tp is None or t in tp)]
+    for t in tps:
+        for c in _divisors(chips // t, max_cp):
+            if (seq % (2 * c) and c > 1) or (cp is not None and c not in cp):
                 continue
-            for pp in _divisors(chips // (tp * cp), min(max_pp, model.layers)):
-                dp = chips // (tp * cp * pp)
+            for p in _divisors(chips // (t * c), min(max_pp, model.layers)):
+                if pp is not None and p not in pp:
+                    continue
+                dp = chips // (t * c * p)
                 eps = [1]
                 if model.is_moe:
-                    eps = [e for e in _divisors(model.experts, max_ep) if (dp * cp) % e == 0]
+                    eps = [e for e in _divisors(model.experts, max_ep) if (dp * c) % e == 0]
+                if ep is not None:
+                    eps = [e for e in eps if e in ep]
                 scheds = [("1f1b", 1)]
-                if pp > 1:
-                    scheds += [("gpipe", 1)] + [("interleaved", v) for v in virtual_stages]
-                for ep, (sch, v), mb, z, rc in itertools.product(
+                if p > 1:
+                    scheds = [(sch, 1) for sch in ("1f1b", "gpipe") if sch in schedules]
+                    if "interleaved" in schedules:
+                        scheds += [("interleaved", v) for v in virtual_stages]
+                for e, (sch, v), mb, z, rc in itertools.product(
                         eps, scheds, micro_batches, zero, recompute):
                     if batch % (dp * mb):
                         continue
-                    plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, zero=z, schedule=sch,
+                    plan = Plan(tp=t, pp=p, dp=dp, cp=c, ep=e, zero=z, schedule=sch,
                                 virtual_stages=v, micro_batch=mb, recompute=rc)
                     try:
                         check_plan(plan, model, chips=chips, batch=batch, seq_len=seq)
@@ -138,7 +178,8 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
     plans = candidate_plans(model, chips, batch, seq, max_tp=limit, **space)
     if not plans:
         raise ValueError(f"no parallel plan splits {model.name} over {chips} chips with batch "
-                         f"{batch} and seq {seq} (tp up to {limit})")
+                         f"{batch} and seq {seq} (tp up to {limit}"
+                         + (f"; narrowed to {_describe(space)}" if space else "") + ")")
     screen = screen_simulate or roofline_simulate
     cap = chip.dram.capacity_bytes
     fitting = []

@@ -96,3 +96,31 @@ def test_unknown_topology_kind_exits_2(tiny, tmp_path):
             "--batch", "8", "--seq", "512")
     assert r.exit_code == 2
     assert "scale_up.fabric: expected one of 'switch', 'torus', got 'hypercube'" in r.output
+
+
+def test_narrowing_flags_restrict_the_search_to_the_values_given():
+    args = ["plan", "--model", "llama-3-8b", "--chip", "h100", "--cluster", "dgx-h100",
+            "--chips", "64", "--batch", "64", "--seq", "2048", "--top", "3", "--refine", "3",
+            "--json"]
+    full = json.loads(CliRunner().invoke(main, args).output)
+    r = CliRunner().invoke(main, args + ["--tp", "4,8", "--zero", "1", "--micro-batch", "1",
+                                         "--schedule", "1f1b", "--recompute", "none"])
+    assert r.exit_code == 0, r.output
+    narrow = json.loads(r.output)
+    assert 0 < narrow["candidates"] < full["candidates"]
+    for p in narrow["plans"]:
+        assert p["tp"] in (4, 8) and p["zero"] == 1 and p["micro_batch"] == 1
+        assert p["schedule"] == "1f1b" and p["recompute"] == "none"
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--zero", "4", "zero must be among 0, 1, 2, 3, not 4"),
+    ("--tp", "0", "expected comma-separated positive integers, not '0'"),
+    ("--schedule", "zigzag", "'zigzag' is not one of gpipe, 1f1b, interleaved"),
+    ("--pp", "3", "narrowed to pp 3"),
+])
+def test_narrowing_flags_reject_bad_values_naming_them(flag, value, message):
+    r = CliRunner().invoke(main, ["plan", "--model", "llama-3-8b", "--chip", "h100",
+                                  "--cluster", "dgx-h100", "--chips", "64", "--batch", "64",
+                                  "--seq", "2048", flag, value])
+    assert r.exit_code == 2 and message in r.output, r.output
