@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from .cost import CostTable
-from .dtypes import DTYPES
+from .dtypes import BLOCK_DTYPES, DTYPE_BYTES, DTYPES
 from .geometry import DieSpec
 from .noc import Noc
 from .package import Package
@@ -19,6 +19,10 @@ from .power import PowerTable
 from .schema import f, fail
 
 DATAFLOWS: tuple[str, ...] = ("os", "ws", "is")
+#: Where a chip applies block scales (``core.array.block_scale``, docs/precision.md).
+BLOCK_SCALE_PLACES: tuple[str, ...] = ("none", "pe", "vector")
+#: Where a chip expands narrow weights for a wider product (``core.array.dequant``).
+DEQUANT_PLACES: tuple[str, ...] = ("none", "vector")
 DRAM_KINDS: tuple[str, ...] = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4", "ddr3", "ddr4",
                                "ddr5", "lpddr5", "gddr6")
 #: Kinds of program tensors (:mod:`diptych.sim.program`); a chip's ``[residency]`` table says
@@ -69,6 +73,12 @@ class DtypeTable:
     bf16: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for bf16")
     fp16: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for fp16")
     fp32: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for fp32")
+    # block-scaled formats (arch/dtypes.py; docs/precision.md)
+    mxfp4: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for mxfp4")
+    nvfp4: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for nvfp4")
+    mxfp6: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for mxfp6")
+    mxfp8: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for mxfp8")
+    mxint8: float = f(default=0.0, min=0.0, max=DTYPE_TABLE_MAX, doc="value for mxint8")
 
     def __getitem__(self, dtype: str) -> float:
         if dtype not in DTYPES:
@@ -77,6 +87,14 @@ class DtypeTable:
 
     def items(self):
         return [(d, getattr(self, d)) for d in DTYPES]
+
+
+#: Mixed-input pairs ``WEIGHTxACT`` (weights narrower than the activations) a PE may multiply
+#: directly (``core.array.mixed_input``).
+#: Each pair's (weights, activations) dtypes.
+MIXED_PAIR_DTYPES: dict[str, tuple[str, str]] = {
+    f"{w}x{a}": (w, a) for w in DTYPES for a in DTYPES if DTYPE_BYTES[w] < DTYPE_BYTES[a]}
+MIXED_PAIRS: tuple[str, ...] = tuple(MIXED_PAIR_DTYPES)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +113,19 @@ class SystolicArray:
     dataflows: tuple[str, ...] = f(choices=DATAFLOWS, nonempty=True,
                                    doc="list of supported dataflows: os, ws, is")
     macs_per_pe_per_cycle: DtypeTable = f(doc="table of MACs per PE per cycle by dtype")
+    # ---- precision support beyond the rates (docs/precision.md) ---------------------------
+    block_scale: str = f(default="none", choices=BLOCK_SCALE_PLACES,
+                         doc="where block scales of MX/NVFP4 operands are applied: none (no "
+                             "block-scaled dtype), pe (in the MAC datapath: no extra time) or "
+                             "vector (each K-block's partial sums rescaled on the vector "
+                             "unit)")
+    mixed_input: tuple[str, ...] = f(default=(), choices=MIXED_PAIRS,
+                                     doc="list of WEIGHTxACT pairs the PE multiplies directly "
+                                         "at the activation dtype's rate (e.g. int4xbf16)")
+    dequant: str = f(default="vector", choices=DEQUANT_PLACES,
+                     doc="how weights narrower than the activations are expanded when their "
+                         "pair is not in mixed_input: vector (on the vector unit) or none "
+                         "(the chip cannot run such a product)")
 
     def _validate(self, source, path):
         if all(v == 0 for _, v in self.macs_per_pe_per_cycle.items()):
@@ -103,6 +134,17 @@ class SystolicArray:
         for dtype, v in self.macs_per_pe_per_cycle.items():
             if v:
                 check_rate(v, source, f"{path}.macs_per_pe_per_cycle.{dtype}")
+        scaled = [d for d in BLOCK_DTYPES if self.macs_per_pe_per_cycle[d] > 0]
+        if scaled and self.block_scale == "none":
+            fail(source, f"{path}.block_scale", self.block_scale,
+                 f"pe or vector: the array runs the block-scaled {', '.join(scaled)} "
+                 f"(macs_per_pe_per_cycle), so it must say where their scales are applied")
+        for pair in self.mixed_input:
+            _, act = MIXED_PAIR_DTYPES[pair]
+            if self.macs_per_pe_per_cycle[act] <= 0:
+                fail(source, f"{path}.mixed_input", pair,
+                     f"pairs whose activation dtype the array supports; {act} has no "
+                     f"macs_per_pe_per_cycle")
 
     @property
     def pes(self) -> int:

@@ -28,7 +28,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..arch.dtypes import DTYPE_BYTES
+from ..arch.dtypes import element_bits
 from . import engine as E
 from . import mapper_kernels as MK
 from . import timing as T
@@ -48,7 +48,9 @@ _BASE_ALIGN = 1 << 20  # operands are placed at 1 MiB-aligned addresses
 
 
 def _bits(dtype: str) -> int:
-    return int(round(DTYPE_BYTES[dtype] * 8))
+    """Bits of one operand element (a block-scaled format's scales are not in the tiles the
+    engine moves: :attr:`diptych.sim.ops.Gemm.a_scale_bytes`)."""
+    return element_bits(dtype)
 
 
 @dataclass(frozen=True)

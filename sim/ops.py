@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..arch.dtypes import check_dtype, dtype_bytes
+from ..arch.dtypes import check_dtype, dtype_bytes, element_bits, scale_bytes
 
 VECTOR_KINDS = ("elementwise", "add", "mul", "silu", "gelu", "swiglu", "rope", "softmax",
-                "rmsnorm", "layernorm", "embedding", "optimizer", "copy", "topk")
+                "rmsnorm", "layernorm", "embedding", "optimizer", "copy", "topk", "dequant",
+                "scale")
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
@@ -29,6 +30,14 @@ class Gemm:
     ``a_dtype``/``b_dtype`` are the input precisions, ``c_dtype`` the stored output precision,
     ``acc_dtype`` the accumulator's. The array runs in ``compute_dtype`` (defaults to the wider
     of the inputs).
+
+    Bytes (``a_bytes``, ``b_bytes``, ``c_bytes``) are each operand's elements at their element
+    bits plus, for a block-scaled dtype (MX, NVFP4), its scales: A (m × k) and B (k × n) are
+    blocked along k, C (m × n) along n (it is the next product's A), ``rows × ceil(len /
+    block)`` scales each (a partial last block is padded), plus the per-tensor scale once
+    per operand (docs/precision.md). The engine moves the element tiles; the scale streams
+    (``*_scale_bytes``) are charged by the op that loads them
+    (:mod:`diptych.workloads.quant`).
     """
 
     name: str
@@ -61,18 +70,36 @@ class Gemm:
     def flops(self) -> int:
         return 2 * self.macs
 
+    # ---- byte accounting (element bytes + block scales; docs/precision.md) ---------------
+    @property
+    def b_count(self) -> int:
+        """Distinct B matrices: 1 for a shared weight, else one per batch element."""
+        return 1 if self.b_is_weight else self.batch
+
+    @property
+    def a_scale_bytes(self) -> float:
+        return scale_bytes(self.a_dtype, self.batch * self.m, self.k)
+
+    @property
+    def b_scale_bytes(self) -> float:
+        return scale_bytes(self.b_dtype, self.b_count * self.n, self.k)
+
+    @property
+    def c_scale_bytes(self) -> float:
+        return scale_bytes(self.c_dtype, self.batch * self.m, self.n)
+
     @property
     def a_bytes(self) -> float:
-        return self.batch * self.m * self.k * dtype_bytes(self.a_dtype)
+        return self.batch * self.m * self.k * element_bits(self.a_dtype) / 8 + self.a_scale_bytes
 
     @property
     def b_bytes(self) -> float:
-        nb = 1 if self.b_is_weight else self.batch
-        return nb * self.k * self.n * dtype_bytes(self.b_dtype)
+        return (self.b_count * self.k * self.n * element_bits(self.b_dtype) / 8
+                + self.b_scale_bytes)
 
     @property
     def c_bytes(self) -> float:
-        return self.batch * self.m * self.n * dtype_bytes(self.c_dtype)
+        return self.batch * self.m * self.n * element_bits(self.c_dtype) / 8 + self.c_scale_bytes
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,8 @@ cluster step (:mod:`diptych.sim.cluster.step`) and ``tools/precision.py`` call i
 from __future__ import annotations
 
 from ..arch.chip import Chip
-from ..arch.dtypes import dtype_bytes
+from ..arch.dtypes import dtype_bytes, is_block_scaled
+from ..sim.ops import Gemm
 from .precision import Precision
 
 
@@ -20,12 +21,23 @@ def check_supported(chip: Chip, p: Precision) -> str:
     """The compute dtype of ``p`` on ``chip`` (the wider of weights and activations, whose
     peak MFU refers to). Raises ValueError naming the chip, the dtype and the dtypes its
     arrays support when it cannot multiply weights by activations or attend over the KV
-    cache (activations × KV) in that precision."""
+    cache (activations × KV) in that precision, or when its weights are narrower than its
+    activations and the chip has no way to expand them (``core.array.mixed_input`` /
+    ``core.array.dequant``, docs/precision.md)."""
     comp = wider(p.activations, p.weights)
     for what, d in (("weights x activations", comp),
                     ("attention over the KV cache", wider(p.activations, p.kv))):
         if not chip.supports(d):
-            raise ValueError(f"chip {chip.name!r} cannot compute {what} in {d} (its arrays "
-                             f"support {', '.join(chip.dtypes)}); choose --act-dtype/"
+            why = ""
+            if is_block_scaled(d) and chip.core.array.block_scale == "none":
+                why = "; its arrays have no block-scale support (core.array.block_scale " \
+                      "is 'none')"
+            raise ValueError(f"chip {chip.name!r} cannot compute {what} in {d}: "
+                             f"core.array.macs_per_pe_per_cycle.{d} is 0 (its arrays "
+                             f"support {', '.join(chip.dtypes)}){why}; choose --act-dtype/"
                              f"--weights-dtype/--kv-dtype among those")
+    if dtype_bytes(p.weights) < dtype_bytes(p.activations):
+        from .quant import dequant_place
+        dequant_place(chip, Gemm(name="w", m=1, k=1, n=1, a_dtype=p.activations,
+                                 b_dtype=p.weights, tags=("weight",)))
     return comp

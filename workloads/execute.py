@@ -111,6 +111,14 @@ class _Timer:
             dtype=gemm.compute_dtype)
 
 
+def _launch(op, op_launch: float, coll_launch: float) -> float:
+    """An op's fixed issue cost: a collective's, an op's, or none for the scale and dequant
+    ops of :mod:`.quant` (they run inside their GEMM's kernel)."""
+    if isinstance(op, Collective):
+        return coll_launch
+    return 0.0 if "precision" in getattr(op, "tags", ()) else op_launch
+
+
 def _shape(op) -> str:
     from .run import _shape as shape
     if isinstance(op, FusedOps):
@@ -188,13 +196,12 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
         for b in prog.blocks:
             for n in b.nodes:
                 t = timer(n.payload)
-                coll = isinstance(n.payload, Collective)
                 pre = t.weight_bytes if 0 < t.weight_bytes <= space else 0.0
                 demands[(b.name, n.name)] = op_demand(
                     seconds=t.seconds, unit=t.unit, dram_bytes=t.dram_bytes,
                     stream_bytes_per_s=max(stream, t.bandwidth) if t.dram_bytes else None,
                     compute_seconds=t.compute_seconds, prefetch_bytes=pre,
-                    launch_seconds=coll_launch if coll else op_launch,
+                    launch_seconds=_launch(n.payload, op_launch, coll_launch),
                     co_seconds={"vector": t.vector_seconds} if t.vector_seconds else None)
         r = list_schedule(prog.with_demands(demands), space_bytes=space,
                           step_sync_seconds=sync if piece.step else 0.0)
@@ -223,7 +230,7 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
             count = b.repeat * piece.times
             for n in b.nodes:
                 t = timer(n.payload)
-                launch = coll_launch if isinstance(n.payload, Collective) else op_launch
+                launch = _launch(n.payload, op_launch, coll_launch)
                 launches += launch * count
                 energy += t.energy_j * count
                 dram += t.dram_bytes * count

@@ -39,6 +39,7 @@ from .lower import decode_mean, prefill
 from .memory import MemoryReport, inference_memory, train_memory
 from .parallel import collective_energy_j, collective_seconds
 from .precision import Precision
+from .quant import with_precision_ops
 from .registry import load_model
 from .train import train_step
 
@@ -360,6 +361,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     w, context = lower_workload(model, phase, batch=batch, prompt=prompt, gen=gen, seq=seq,
                                 precision=p, tp=tp, dp=dp, recompute=recompute,
                                 micro_batch=micro_batch, attention=attention)
+    w = with_precision_ops(w, chip)    # block scales and dequantisation (workloads/quant.py)
     check_ops((op for b in w.blocks for op in b.ops), chip)  # refuse before simulating any
     warns = []
     if context > model.max_position_embeddings:

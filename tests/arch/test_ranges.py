@@ -155,11 +155,12 @@ def test_huge_files_are_refused_before_reading(tmp_path):
 def test_docs_table_matches_the_code():
     from pathlib import Path
 
+    from diptych.arch.dtypes import DTYPES
     from diptych.arch.schema import range_text
 
     doc = (Path(__file__).parents[2] / "docs" / "chips.md").read_text()
     for path, f, tp in FIELDS:
-        if path.split(".")[-1] in ("int4", "int8", "fp8", "bf16", "fp16", "fp32"):
+        if path.split(".")[-1] in DTYPES:
             continue
         row = f"| `{path}` | {'integer' if tp is int else 'number'} " \
               f"{range_text(dict(f.metadata))} |"

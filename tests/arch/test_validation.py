@@ -54,7 +54,7 @@ BROKEN = [
      "bad.toml: default_dtype: expected a dtype the array supports (int8, bf16), got 'fp8'"),
     ("unknown dtype", _set("default_dtype", "int9"),
      "bad.toml: default_dtype: expected one of 'int4', 'int8', 'fp8', 'bf16', 'fp16', 'fp32', "
-     "got 'int9'"),
+     "'mxfp4', 'nvfp4', 'mxfp6', 'mxfp8', 'mxint8', got 'int9'"),
     ("capacity as a string", _set("dram.capacity_gib", "32"),
      "bad.toml: dram.capacity_gib: expected a number, got '32'"),
     ("missing table", _del("core.vector"),
@@ -69,7 +69,7 @@ BROKEN = [
      "bad.toml: core.array.dataflows: expected a list without repeated entries, got ['ws', 'ws']"),
     ("unknown dtype key", _set("core.array.macs_per_pe_per_cycle", {"int9": 1}),
      "bad.toml: core.array.macs_per_pe_per_cycle.int9: unknown key (did you mean 'int8'?), got 1; "
-     "expected one of: bf16, fp16, fp32, fp8, int4, int8"),
+     "expected one of: bf16, fp16, fp32, fp8, int4, int8, mxfp4, mxfp6, mxfp8, mxint8, nvfp4"),
     ("no supported dtype", _set("core.array.macs_per_pe_per_cycle", {"int8": 0}),
      "bad.toml: core.array.macs_per_pe_per_cycle: expected at least one dtype with MACs per PE "
      "per cycle > 0, got {}"),

@@ -21,7 +21,7 @@ def hand_area(d: dict) -> float:
     """The die-area formula written out once more, from the TOML dict alone."""
     core, area = d["core"], d["area"]
     macs = core["array"]["macs_per_pe_per_cycle"]
-    pe = max(n * area["mm2_per_mac"][dt] for dt, n in macs.items() if n > 0)
+    pe = max(n * area["mm2_per_mac"].get(dt, 0.0) for dt, n in macs.items() if n > 0)
     pes = d["tensor_cores"] * core["arrays"] * core["array"]["rows"] * core["array"]["cols"]
     sp = core["scratchpad"]
     sram_mib = (d["tensor_cores"] * (sp["capacity_mib"] + sp.get("accumulator_mib", 0.0))

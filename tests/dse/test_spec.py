@@ -28,7 +28,8 @@ def test_grid_expands_every_combination_with_stable_ids():
                  workload={"model": "llama-3-8b", "phase": ["prefill", "decode"],
                            "batch": [1, 8]})
     assert [p.id for p in again.points()] == [p.id for p in pts]
-    other_base = parse_spec({**BASE, "base": "train-2026",
+    other_base = parse_spec({**BASE, "base": "train-2026",    # (no int8: rebuilt arrays)
+                             "dtype_datapath": "rebuild",
                              "chip": {"array_dim": [64, 128], "dtype": ["int8", "fp8", "bf16"]},
                              "workload": {"model": "llama-3-8b", "phase": ["prefill", "decode"],
                                           "batch": [1, 8]}})
@@ -58,7 +59,9 @@ def test_derived_chip_applies_every_named_parameter():
     c = s.build_chip(params)
     assert (c.clock_ghz, c.tensor_cores, c.core.arrays) == (1.2, 4, 1)
     assert (c.core.array.rows, c.core.array.cols) == (64, 32)
-    assert c.dtypes == ("bf16",) and c.default_dtype == "bf16"
+    # the dtype axis keeps the base chip's datapath: every rate as declared, bf16 the default
+    assert c.dtypes == base.dtypes and c.default_dtype == "bf16"
+    assert c.core.array.macs_per_pe_per_cycle == base.core.array.macs_per_pe_per_cycle
     assert c.core.scratchpad.capacity_mib == 8.0  # 32 MiB over 4 cores
     assert c.core.vector.lanes == 256
     assert c.dram.stacks == 4
@@ -88,7 +91,7 @@ def test_derived_chip_applies_every_named_parameter():
     ({"mode": "random"}, "samples: expected a positive integer in random mode"),
     ({"mode": "lhs"}, "mode: expected \"grid\" or \"random\""),
     ({"budget": 3}, "budget: expected no such key"),
-    ({"base": "h100", "chip": {"dtype": ["int4"]}},
+    ({"base": "h100", "dtype_datapath": "rebuild", "chip": {"dtype": ["int4"]}},
      "chip.dtype[0]: the base chip 'h100' has no area.mm2_per_mac.int4 coefficient"),
     ({"area_budget_mm2": -5}, "area_budget_mm2: expected a finite positive number"),
     ({"base": "no-such-chip"}, "unknown chip 'no-such-chip'"),

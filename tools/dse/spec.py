@@ -9,6 +9,7 @@ A spec is a TOML file (or the equivalent dict)::
     area_budget_mm2 = 800.0    # optional: points whose die is larger are not run
     power_budget_w = 700.0     # optional: rows report whether average power is within it
     points_per_task = 8        # optional: points per work unit (and per result file)
+    dtype_datapath = "keep"    # optional: "keep" (default) or "rebuild" (the dtype axis)
 
     [chip]                     # chip parameters (CHIP_PARAMS), each a list of values;
     array_rows = [64, 128]     # random mode also takes {min, max, log, integer} ranges
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ...arch import DTYPES, Chip, chip_from_dict, load_chip, to_dict
+from ...arch.dtypes import is_block_scaled
 from ...arch.schema import read_config_file
 from ...sim.limits import check_sizes
 
@@ -61,7 +63,18 @@ def _set(path: str) -> Callable[[dict, Any], None]:
 
 
 def _set_dtype(d: dict, v: str) -> None:
+    """``dtype_datapath = "keep"``: the default dtype among those the base chip's arrays
+    support; rates, area and energy stay as declared."""
+    d["default_dtype"] = v
+
+
+def _rebuild_dtype(d: dict, v: str) -> None:
+    """``dtype_datapath = "rebuild"``: arrays built for ``v`` only, one MAC per PE per cycle
+    (the PE's area and energy are ``v``'s coefficients)."""
     d["core"]["array"]["macs_per_pe_per_cycle"] = {v: 1.0}
+    d["core"]["array"]["mixed_input"] = []
+    if d["core"]["array"].get("block_scale", "none") == "none" and is_block_scaled(v):
+        d["core"]["array"]["block_scale"] = "pe"
     d["default_dtype"] = v
 
 
@@ -89,8 +102,9 @@ CHIP_PARAMS: dict[str, tuple[str, str, Callable[[dict, Any], None]]] = {
     "array_rows": ("int", "PE rows per array", _set("core.array.rows")),
     "array_cols": ("int", "PE columns per array", _set("core.array.cols")),
     "array_dim": ("int", "square arrays: rows = cols", _set_square),
-    "dtype": ("dtype", "datapath precision: the array is built for this dtype only, "
-                       "one MAC per PE per cycle, and it becomes the default dtype", _set_dtype),
+    "dtype": ("dtype", "default datapath precision, among those the base chip supports, at "
+                       "its declared rate (dtype_datapath = \"rebuild\": arrays built for "
+                       "this dtype only, one MAC per PE per cycle)", _set_dtype),
     "sram_mib_per_core": ("float", "scratchpad MiB per tensor core",
                           _set("core.scratchpad.capacity_mib")),
     "sram_mib": ("float", "scratchpad MiB of the whole chip, split evenly over the cores",
@@ -122,7 +136,9 @@ WORKLOAD_PARAMS: dict[str, tuple[str, str, Any]] = {
 }
 
 TOP_KEYS = ("base", "mode", "samples", "seed", "area_budget_mm2", "power_budget_w",
-            "points_per_task", "chip", "workload")
+            "points_per_task", "dtype_datapath", "chip", "workload")
+#: What a sweep's ``dtype`` axis does to the arrays (docs/dse.md, "The dtype axis").
+DTYPE_DATAPATHS = ("keep", "rebuild")
 
 
 @dataclass(frozen=True)
@@ -154,6 +170,7 @@ class SweepSpec:
     points_per_task: int | None = None
     source: str = "<spec>"
     chip_kinds: dict[str, str] = field(default_factory=dict)
+    dtype_datapath: str = "keep"
     _base_key: str = field(default="", repr=False)
 
     # ---- chips ---------------------------------------------------------------------------
@@ -163,7 +180,9 @@ class SweepSpec:
         _normalise_tables(d)
         for name in _ordered(params):
             value = params[name]
-            if name in CHIP_PARAMS:
+            if name == "dtype" and self.dtype_datapath == "rebuild":
+                _rebuild_dtype(d, value)
+            elif name in CHIP_PARAMS:
                 CHIP_PARAMS[name][2](d, value)
             else:
                 _set(name)(d, value)
@@ -381,8 +400,19 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
                              "give at least one value")
         chip_axes[name] = [_check_value(source, f"{key}[{i}]", kind, v)
                            for i, v in enumerate(values)]
+    datapath = data.get("dtype_datapath", "keep")
+    if datapath not in DTYPE_DATAPATHS:
+        raise _err(source, "dtype_datapath", datapath, "\"keep\" or \"rebuild\"")
     for i, v in enumerate(chip_axes.get("dtype", []) if isinstance(chip_axes.get("dtype"),
                                                                    list) else []):
+        if datapath == "keep":
+            if not base_chip.supports(v):
+                raise _err(source, f"chip.dtype[{i}]", v,
+                           f"a dtype the base chip {base_chip.name!r} supports "
+                           f"({', '.join(base_chip.dtypes)}): core.array."
+                           f"macs_per_pe_per_cycle.{v} is 0 (dtype_datapath = \"rebuild\" "
+                           "builds arrays for it instead)")
+            continue
         for table, coeff in (("area.mm2_per_mac", base_chip.area.mm2_per_mac[v]),
                              ("energy.pj_per_mac", base_chip.energy.pj_per_mac[v])):
             if coeff <= 0:
@@ -428,7 +458,9 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
                      workload_axes=workload_axes, samples=samples, seed=seed,
                      area_budget_mm2=budgets.get("area_budget_mm2"),
                      power_budget_w=budgets.get("power_budget_w"), points_per_task=ppt,
-                     source=source, chip_kinds=chip_kinds, _base_key=_digest(base_dict)[:16])
+                     source=source, chip_kinds=chip_kinds, dtype_datapath=datapath,
+                     _base_key=_digest(base_dict if "dtype" not in chip_axes else
+                                       {"base": base_dict, "dtype_datapath": datapath})[:16])
     n, n_wl = spec.count(), math.prod(len(v) for v in workload_axes.values())
     if n > MAX_SWEEP_POINTS:
         raise ValueError(f"{source}: the spec describes {n:,} points ({n // n_wl:,} chips × "
