@@ -86,11 +86,12 @@ def check_sources(op, chip) -> None:
                              f"has no [shared_buffer]")
 
 
-def check_gemm(op, chip) -> None:
+def check_gemm(op, chip, sources: bool = True) -> None:
     """ValueError stating the limit if ``op`` is past :data:`MAX_OPERAND_BYTES` or
     :data:`MAX_ENGINE_BLOCKS` on ``chip``, or reads a memory the chip lacks
-    (:func:`check_sources`)."""
-    check_sources(op, chip)
+    (:func:`check_sources`; ``sources=False`` skips that: a lowered op before residency)."""
+    if sources:
+        check_sources(op, chip)
     shape = f"GEMM {op.m}×{op.k}×{op.n}" + (f" (batch {op.batch})" if op.batch > 1 else "")
     big = max(op.a_bytes, op.b_bytes, op.c_bytes)
     if big > MAX_OPERAND_BYTES:
@@ -112,10 +113,11 @@ def vector_chunks(op, chip) -> int:
                      / (CHUNK_BYTES * chip.tensor_cores))
 
 
-def check_vector(op, chip) -> None:
+def check_vector(op, chip, sources: bool = True) -> None:
     """ValueError stating the limit if ``op`` is past :data:`MAX_VECTOR_CHUNKS` on ``chip``, or
-    reads a memory the chip lacks (:func:`check_sources`)."""
-    check_sources(op, chip)
+    reads a memory the chip lacks (:func:`check_sources`, unless ``sources`` is False)."""
+    if sources:
+        check_sources(op, chip)
     chunks = vector_chunks(op, chip)
     if chunks > MAX_VECTOR_CHUNKS:
         nbytes = float(op.read_bytes) + float(op.write_bytes)
@@ -126,7 +128,8 @@ def check_vector(op, chip) -> None:
 
 def check_ops(ops, chip) -> None:
     """:func:`check_gemm` / :func:`check_vector` of every distinct GEMM and vector op in
-    ``ops`` (others are skipped): a workload is refused before its first op is simulated."""
+    ``ops`` (others are skipped): a workload is refused before its first op is simulated.
+    Where the operands live is not checked here (the residency plan decides it later)."""
     import dataclasses
 
     from .ops import Gemm, VectorOp
@@ -137,7 +140,7 @@ def check_ops(ops, chip) -> None:
             key = dataclasses.replace(op, name="", tags=())
             if key not in seen:
                 seen.add(key)
-                (check_gemm if isinstance(op, Gemm) else check_vector)(op, chip)
+                (check_gemm if isinstance(op, Gemm) else check_vector)(op, chip, False)
 
 
 def check_sizes(**sizes: int | None) -> None:

@@ -44,7 +44,7 @@ from types import SimpleNamespace
 from ..sim.ops import Collective, Gemm
 from ..sim.program import FusedOps, capacities, fuse_program, op_demand, plan_residency
 from ..sim.program import schedule as list_schedule
-from .fused import FusedAttention, fused_stats
+from .fused import FusedAttention, fused_stats, on_chip
 from .graph import Workload, program_pieces
 from .parallel import collective_energy_j, collective_seconds
 from .placed import access_index, placed_op, split_segments
@@ -108,7 +108,9 @@ class _Timer:
                                    bandwidth=min(getattr(st, "dram_bytes_per_s", 0.0), peak_bw),
                                    unit="vector", weight_bytes=0.0, dtype=None)
         st = self.sim(gemm, chip)
-        vst = [self.sim(v, chip) for v in vecs]
+        # a fused vector op only lends its ALU time (its bytes stay on the output path); on a
+        # chip without DRAM it is timed with its bytes on chip
+        vst = [self.sim(v if chip.has_dram else on_chip(v), chip) for v in vecs]
         vec_s = sum(_compute_seconds(v, chip) for v in vst)
         dram_b = st.dram_read_bytes + st.dram_write_bytes
         extra = getattr(op, "extra_dram_bytes", 0.0)
@@ -196,7 +198,7 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
             ob, _, rep = origin[b.name]
             for n in b.nodes:
                 op = ops[(b.name, n.name)] = placed_op(n.payload, n, res.node(ob, n.name, rep),
-                                                       accesses, pinned)
+                                                       accesses, pinned, chip.has_dram)
                 timer(op)
         plans.append((piece, prog, res, origin, ops))
     stream = timer.stream or chip.dram_bytes_per_s

@@ -111,12 +111,26 @@ def _compute_seconds(st, chip) -> float:
     return cc / chip.clock_hz
 
 
+def on_chip(op):
+    """``op`` (a Gemm or VectorOp) with every operand in the scratchpads: how the parts of a
+    fused kernel, and fused vector ops, are timed on a chip without DRAM (their compute is
+    what counts; their traffic is the fused record's)."""
+    import dataclasses
+    if isinstance(op, Gemm):
+        return dataclasses.replace(op, a_source="scratchpad", b_source="scratchpad",
+                                   c_dest="scratchpad")
+    return dataclasses.replace(op, scratchpad_read_bytes=op.read_bytes,
+                               shared_buffer_read_bytes=0.0,
+                               scratchpad_write_bytes=op.write_bytes,
+                               shared_buffer_write_bytes=0.0)
+
+
 def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
     """Time, energy and bound of ``op`` on ``chip`` by the rule in the module docstring.
 
     Energy: the parts' energy without their DRAM and static shares, plus the fused traffic at
     the parts' mean DRAM energy per byte, plus static power (the parts' mean) × the time."""
-    sts = [simulate(p, chip) for p in op.parts]
+    sts = [simulate(p if chip.has_dram else on_chip(p), chip) for p in op.parts]
     t_comp = sum(_compute_seconds(st, chip) for st in sts)
     peak_bw = chip.dram_bytes_per_s
     achieved = [min(st.dram_bytes_per_s, peak_bw) for st in sts

@@ -57,17 +57,19 @@ def _split(op_bytes: float, pieces, loc, size) -> tuple[float, float]:
     return op_bytes * sp / tot, op_bytes * sb / tot
 
 
-def placed_op(op, node, nres, accesses: dict, sp_state_bytes: int):
+def placed_op(op, node, nres, accesses: dict, sp_state_bytes: int, has_dram: bool = True):
     """``op`` (node ``node``'s payload) with the locations of :class:`NodeResidency`
     ``nres``; ``accesses``: :func:`access_index`; ``sp_state_bytes``: scratchpad bytes held
-    by pinned state for the whole program (``Residency.on_chip_bytes``)."""
+    by pinned state for the whole program (``Residency.on_chip_bytes``); ``has_dram``: False
+    on an all-SRAM chip (a chain block's weights, which are no tensor of the program, are
+    then in the scratchpad)."""
     names = node.reads + node.writes + node.updates
     loc = {t: a.location for t, a in zip(names, nres.accesses)}
     size = {t: a.bytes for t, a in zip(names, nres.accesses)}
     resident = sp_state_bytes + int(sum(a.bytes for a in nres.accesses
                                         if a.transient and a.location == "scratchpad"))
     if isinstance(op, (Gemm, FusedOps)):
-        return _placed_gemm(op, node, loc, size, accesses, resident)
+        return _placed_gemm(op, node, loc, size, accesses, resident, has_dram)
     if isinstance(op, VectorOp):
         acc = accesses.get(id(op))
         rd = _uses(acc, node, None, ("read", "update"))
@@ -101,7 +103,7 @@ def _main(pieces, loc, size):
     return main, sum(b for b, t in ps if t != main and loc[t] == "dram")
 
 
-def _placed_gemm(op, node, loc, size, accesses, resident):
+def _placed_gemm(op, node, loc, size, accesses, resident, has_dram):
     fused = op if isinstance(op, FusedOps) else None
     g = fused.gemm if fused else op
     acc = accesses.get(id(g))
@@ -132,7 +134,8 @@ def _placed_gemm(op, node, loc, size, accesses, resident):
         if main is not None:
             c_t, extra = [main], extra + other
     srcs = dict(a_source=_where({loc[t] for t in a_t if t in loc}),
-                b_source=_where({loc[t] for t in b_t if t in loc}),
+                b_source=_where({loc[t] for t in b_t if t in loc}) if acc is not None
+                or has_dram else "scratchpad",
                 c_dest=_where({loc[t] for t in c_t if t in loc}))
     # the scratchpad held during the op: pinned state plus this node's resident transients
     on_chip = any(v != "dram" for v in srcs.values())
