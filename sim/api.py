@@ -115,7 +115,8 @@ def _check_dim(name, v):
 def simulate_gemm(m: int, k: int, n: int, chip, *, dtype: str | None = None,
                   dataflow: str | None = None, batch: int = 1, name: str = "gemm") -> OpStats:
     """Time ``C[m×n] = A[m×k]·B[k×n]`` with every operand in ``dtype`` (default: the chip's),
-    FP32 accumulation (INT32 for integer dtypes) and the output stored in ``dtype``."""
+    FP32 accumulation (INT32 for integer dtypes) and the output stored in ``dtype``; operands
+    in DRAM, or on a chip without DRAM resident in the scratchpads (:func:`on_chip_gemm`)."""
     for nm, v in (("m", m), ("k", k), ("n", n), ("batch", batch)):
         _check_dim(nm, v)
     dtype = chip.default_dtype if dtype is None else dtype
@@ -127,4 +128,25 @@ def simulate_gemm(m: int, k: int, n: int, chip, *, dtype: str | None = None,
     acc = "fp32"
     op = Gemm(name=name, m=m, k=k, n=n, batch=batch, a_dtype=dtype, b_dtype=dtype,
               c_dtype=dtype, acc_dtype=acc)
+    if not chip.has_dram:
+        op = on_chip_gemm(op, chip)
     return simulate(op, chip, dataflow=dataflow)
+
+
+def on_chip_gemm(op: Gemm, chip) -> Gemm:
+    """``op`` with A, B and C resident in the scratchpads (an all-SRAM chip: operands stream
+    at the scratchpad bandwidth), or a ValueError naming what does not fit the scratchpad
+    space the residency planner may fill (``[residency] reserve_fraction`` kept for tiles)."""
+    import dataclasses
+
+    from .program.residency import capacities
+    need = int(op.a_bytes + op.b_bytes + op.c_bytes)
+    room = capacities(chip).scratchpad
+    if need > room:
+        raise ValueError(
+            f"GEMM {op.m}×{op.k}×{op.n}" + (f" (batch {op.batch})" if op.batch > 1 else "")
+            + f" does not fit on chip {chip.name!r} (no DRAM): A, B and C need {need:,} bytes, "
+            f"the scratchpads hold {room:,} besides the tile reserve; use more chips "
+            f"(split the GEMM), a narrower precision or a smaller batch")
+    return dataclasses.replace(op, a_source="scratchpad", b_source="scratchpad",
+                               c_dest="scratchpad", resident_bytes=need)

@@ -41,6 +41,15 @@ touched before by this array (X with ``j > 0``, W with ``i > 0``) comes from the
 instead, a server at this array's share of its bandwidth (``F_SB_BPC``), after the DMA setup
 and through the DMA port like any load.
 
+Resident operands (``P_X_SRC``/``P_W_SRC``/``P_O_DST``, :data:`SRC_SCRATCHPAD` or
+:data:`SRC_SHARED_BUFFER`: the residency planner keeps the tensor on chip between ops). A block
+of an operand resident in the scratchpad moves into its tile slot at this array's share of the
+core's scratchpad bandwidth (``F_SP_BPC``; a server, one block at a time, no DMA descriptor and
+no DRAM); a result kept in the scratchpad leaves its output slot the same way. An operand
+resident in the shared buffer is served like a mode-2 re-read (DMA setup and port, the buffer's
+server); a result kept there is written through the DMA port to the buffer's server. Neither
+moves a DRAM byte; their bytes count as SRAM (scratchpad) or shared-buffer bytes.
+
 DMA. Descriptors go round-robin to the engines; a descriptor is issued once the one
 ``max_outstanding`` earlier on its engine has completed, its data starts ``setup`` cycles later
 (and after the engine's port is free), moves at the engine rate, and completes when both the
@@ -77,10 +86,13 @@ invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in
  P_W_BASE, P_W_LD, P_W_BITS, P_W_T, P_W_BSTRIDE,
  P_O_BASE, P_O_LD, P_O_BITS, P_O_T, P_O_BSTRIDE,
  P_ACC_BITS, P_ENGINES, P_MAXOUT, P_SETUP, P_MEMORY, P_CUTOFF, P_PERIODS, P_TRAFFIC,
- P_X_SB, P_W_SB, P_BEST, N_IPARAMS) = range(43)
+ P_X_SB, P_W_SB, P_BEST, P_X_SRC, P_W_SRC, P_O_DST, N_IPARAMS) = range(46)
+# operand locations (P_X_SRC, P_W_SRC: where X/W are read from; P_O_DST: where O is written)
+SRC_DRAM, SRC_SCRATCHPAD, SRC_SHARED_BUFFER = 0, 1, 2
 # float parameters (F_X_DUP/F_W_DUP: arrays sharing one X/W slice; F_SB_BPC: this array's
-# share of the shared buffer's bytes per cycle)
-F_GHZ, F_DMA_BPC, F_SHARE, F_X_DUP, F_W_DUP, F_SB_BPC, N_FPARAMS = range(7)
+# share of the shared buffer's bytes per cycle; F_SP_BPC: its share of its core's scratchpad
+# bandwidth, which serves resident operands)
+F_GHZ, F_DMA_BPC, F_SHARE, F_X_DUP, F_W_DUP, F_SB_BPC, F_SP_BPC, N_FPARAMS = range(8)
 # outputs
 (O_CYCLES, O_BUSY, O_DRAM_STALL, O_WB_STALL, O_DRAM_RD, O_DRAM_WR, O_SRAM_RD, O_SRAM_WR,
  O_BLOCKS, O_FOLDS, O_TRANSFERS, O_DRAM_BUSY_NS, O_NTRACE_BLOCKS, O_NTRACE_PC, O_LAST_OUT,
@@ -128,7 +140,7 @@ def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip
     slot = (cnt // n_eng) % maxout
     t_issue = max(req_ns, eng[e, 1 + slot])
     start = max(t_issue + ip[P_SETUP] / ghz, eng[e, 0])
-    if sb == 1:
+    if sb == 1:   # the shared buffer (resident operands and mode-2 re-reads share its server)
         s_start = max(start, sbs[0])
         dram_end = s_start + (rows * row_bytes) / (fp[F_SB_BPC] * ghz)
         sbs[0] = dram_end
@@ -150,6 +162,17 @@ def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip
                     tr_pc[n, 2] = pc_e[p]
                     tr_pc[n, 3] = is_write
                     out[O_NTRACE_PC] += 1
+    return start, done
+
+
+@jit(inline="always")
+def _local(req_ns, nbytes, fp, sbs):
+    """A block moved within the scratchpad (a resident operand into its tile slot, or a
+    result out of its output slot): the scratchpad server at this array's share of the
+    core's bandwidth, one block at a time. Returns (start ns, completion ns)."""
+    start = max(req_ns, sbs[1])
+    done = start + nbytes / (fp[F_SP_BPC] * fp[F_GHZ])
+    sbs[1] = done
     return start, done
 
 
@@ -194,7 +217,7 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     pc_s = np.zeros(n_span)
     pc_e = np.zeros(n_span)
     eng = np.zeros((ip[P_ENGINES], 1 + ip[P_MAXOUT]))
-    sbs = np.zeros(1)
+    sbs = np.zeros(2)   # free time of the shared buffer's server [0] and the scratchpad's [1]
     share = fp[F_SHARE]
     # operand slots: [slot] -> cycle when free; current slot index; ready ns of current block
     x_free = np.zeros(2)
@@ -251,9 +274,13 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 # shared buffer (modes in mapper.Blocks): 1, every load comes from DRAM once
                 # for the x_dup arrays sharing the slice; 2, only the first touch (j = 0) does
                 # and later touches are shared-buffer re-reads
-                sb = 1 if (ip[P_X_SB] == 2 and j > 0) else 0
+                # a resident X (P_X_SRC) never uses the shared-buffer modes (mapper)
+                src = ip[P_X_SRC]
+                sb = 1 if ((ip[P_X_SB] == 2 and j > 0) or src == 2) else 0
                 sh = share / fp[F_X_DUP] if ip[P_X_SB] > 0 else share
-                if sb == 1:
+                if src == 1:
+                    out[O_SRAM_RD] += rows * rb
+                elif sb == 1:
                     out[O_SB_RD] += rows * rb
                 elif ip[P_X_SB] > 0:
                     out[O_DRAM_RD] += rows * rb / fp[F_X_DUP]
@@ -262,8 +289,11 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 out[O_SRAM_WR] += rows * rb
                 if memory == 1:
                     req = x_free[1 - x_cur] / ghz
-                    s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, ip, fp, dip, dfp, ds, pat,
-                                  eng, sbs, pc_s, pc_e, tr_pc, out)
+                    if src == 1:
+                        s0, d0 = _local(req, rows * rb, fp, sbs)
+                    else:
+                        s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, ip, fp, dip, dfp, ds,
+                                      pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                     nxt_x_ready = d0
                     if nb_ < tr_blocks.shape[0]:
                         tr_blocks[nb_, T_XS] = s0
@@ -275,9 +305,12 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             if w_load:
                 a, rows, rb, st = _descriptor(ip[P_W_BASE], ip[P_W_LD], ip[P_W_BITS], ip[P_W_T],
                                               ip[P_W_BSTRIDE], bt, k * Kb, j * Nb, kb, nbb)
-                sb = 1 if (ip[P_W_SB] == 2 and i > 0) else 0
+                src = ip[P_W_SRC]
+                sb = 1 if ((ip[P_W_SB] == 2 and i > 0) or src == 2) else 0
                 sh = share / fp[F_W_DUP] if ip[P_W_SB] > 0 else share
-                if sb == 1:
+                if src == 1:
+                    out[O_SRAM_RD] += rows * rb
+                elif sb == 1:
                     out[O_SB_RD] += rows * rb
                 elif ip[P_W_SB] > 0:
                     out[O_DRAM_RD] += rows * rb / fp[F_W_DUP]
@@ -286,8 +319,11 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 out[O_SRAM_WR] += rows * rb
                 if memory == 1:
                     req = w_free[1 - w_cur] / ghz
-                    s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, ip, fp, dip, dfp, ds, pat,
-                                  eng, sbs, pc_s, pc_e, tr_pc, out)
+                    if src == 1:
+                        s0, d0 = _local(req, rows * rb, fp, sbs)
+                    else:
+                        s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, ip, fp, dip, dfp, ds,
+                                      pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                     nxt_w_ready = d0
                     if nb_ < tr_blocks.shape[0]:
                         tr_blocks[nb_, T_WS] = s0
@@ -423,11 +459,19 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
         if k == nkb - 1:
             a, rows, rb, st = _descriptor(ip[P_O_BASE], ip[P_O_LD], ip[P_O_BITS], ip[P_O_T],
                                           ip[P_O_BSTRIDE], bt, i * Mb, j * Nb, mb, nbb)
-            out[O_DRAM_WR] += rows * rb
+            dst = ip[P_O_DST]
+            if dst == 0:
+                out[O_DRAM_WR] += rows * rb
+            else:   # kept on chip: written into the scratchpad or the shared buffer
+                out[O_SRAM_WR] += rows * rb
             out[O_SRAM_RD] += rows * rb
             if memory == 1:
-                s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, write, share, zero, ip, fp, dip,
-                                dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
+                if dst == 1:
+                    s0w, d0w = _local((lo + 1) / ghz, rows * rb, fp, sbs)
+                else:
+                    s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, write, share,
+                                    zero if dst == 0 else np.int64(1), ip, fp, dip, dfp, ds, pat,
+                                    eng, sbs, pc_s, pc_e, tr_pc, out)
                 done_c = int(math.ceil(d0w * ghz))
                 out_free[n_out % 2] = done_c
                 if done_c > wb_end_cyc:

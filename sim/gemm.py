@@ -40,7 +40,7 @@ def run_engine(chip, pb, blk, rates, split, memory: bool, trace_blocks: int = 0,
         ip[E.P_TRAFFIC] = int(MP.traffic_bytes(pb, blk))
         ip[E.P_BEST] = best
     t = MP.dram_timing(chip)
-    dip, dfp = MP.dram_vectors(chip.dram)
+    dip, dfp = MP.dram_vectors(MP.engine_dram(chip))
     tb = np.zeros((trace_blocks, E.N_TRACE)) if trace_blocks else _NO_TRACE_BLOCKS
     tp = np.zeros((trace_spans, 4)) if trace_spans else _NO_TRACE_SPANS
     out = E.run_schedule(ip, fp, dip, dfp, pattern_cache(t), tb, tp)
@@ -62,10 +62,11 @@ def plan(op, chip, dataflow=None):
     # that floor cannot beat the best; the order is the same as with every table built.
     view = _as_oriented(op, m_total, batch)
     groups = []
+    pin = MP.pin_bytes_per_s(chip)
     for split in MP.splits(chip, batch, m_total, op.n):
-        peak_bpc = chip.dram.peak_bytes_per_s / chip.clock_hz / split.active
+        peak_bpc = pin / chip.clock_hz / split.active
         for df in flows:
-            pb = MP.orient(view, df, split, m_total)
+            pb = MP.orient(view, df, split, m_total, chip.tensor_cores)
             groups.append([MP.group_floor(chip, pb, rates, split, peak_bpc), len(groups), pb,
                            split, peak_bpc, None])
     pending = sorted(groups, key=lambda g: (g[0], g[1]))
@@ -146,6 +147,8 @@ class _Oriented:
         self.b_is_weight = op.b_is_weight
         self.batch = batch
         self.m = m_total
+        self.a_source, self.b_source, self.c_dest = op.a_source, op.b_source, op.c_dest
+        self.resident_bytes = op.resident_bytes
 
 
 def _as_oriented(op, m_total, batch):
@@ -183,7 +186,7 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
     }
     dram_bps = (dram_rd + dram_wr) / seconds
     array_frac = busy / cycles
-    dram_frac = dram_bps / chip.dram.peak_bytes_per_s
+    dram_frac = dram_bps / chip.dram_bytes_per_s if chip.has_dram else 0.0
     mapping = {
         "dataflow": pb.dataflow,
         "dtype": p["dtype"],
@@ -200,13 +203,16 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
         "buffering": "double",
         "scratchpad_bytes_used": MP.footprint(pb, blk.mb, blk.kb, blk.nb,
                                               MP.capacity(chip, split)[1]),
-        "scratchpad_bytes_per_array": MP.capacity(chip, split)[0],
+        "scratchpad_bytes_per_array": MP.capacity(chip, split, pb.resident_per_core)[0],
         "blocks": int(out[E.O_BLOCKS]),
         "folds": int(out[E.O_FOLDS]),
         "dma_transfers": int(out[E.O_TRANSFERS]),
         "candidates": p["candidates"],
         "simulated_candidates": p["simulated"],
     }
+    if op.on_chip or op.resident_bytes:
+        mapping["residency"] = {"A": op.a_source, "B": op.b_source, "C": op.c_dest,
+                                "resident_bytes": op.resident_bytes}
     return OpStats(
         name=op.name, kind="gemm", cycles=cycles, seconds=seconds,
         compute_cycles=compute_cycles, array_busy_cycles=busy, stall_cycles=cycles - busy,

@@ -70,6 +70,12 @@ class Problem:
     x_dup: float = 1.0            # arrays sharing one X / W slice
     w_dup: float = 1.0
     sb_bytes_per_cycle: float = 0.0   # this array's share of the shared buffer
+    # residency: where X and W are read from and O is written ("dram", "scratchpad",
+    # "shared_buffer") and this array's share of its core's scratchpad bandwidth
+    x_src: str = "dram"
+    w_src: str = "dram"
+    o_dst: str = "dram"
+    sp_bytes_per_cycle: float = 0.0
 
 
 @dataclass
@@ -99,6 +105,14 @@ class Dma:
         self.pb, self.dram, self.res = pb, dram, res
         self.engines = [DmaEngine() for _ in range(pb.engines)]
         self.sb_free = 0.0   # the shared buffer serves this array's re-reads one at a time
+        self.sp_free = 0.0   # the scratchpad serves resident blocks one at a time
+
+    def local(self, req_ns, nbytes):
+        """A block moved within the scratchpad (a resident operand into its slot, a result
+        kept on chip out of its slot): no descriptor, no DRAM; returns its completion time."""
+        start = max(req_ns, self.sp_free)
+        self.sp_free = start + nbytes / (self.pb.sp_bytes_per_cycle * self.pb.clock_ghz)
+        return self.sp_free
 
     def issue(self, req_ns, addr, rows, row_bytes, stride, write, share=None, sb=False):
         """One descriptor from DRAM (time-shared by ``share`` arrays, default all active
@@ -162,11 +176,11 @@ def run(pb: Problem, dram) -> Result:
         prev = blist[idx - 1] if idx > 0 else None
         same_x = prev is not None and (prev[0], prev[1], prev[3]) == (bt, i, k)
         same_w = prev is not None and (prev[0], prev[3], prev[2]) == (bt, k, j)
-        for name, same, op, r0, c0, nr, nc, slot_of, slot_free, ready, mode, dup, touched in (
+        for name, same, op, r0, c0, nr, nc, slot_of, slot_free, ready, mode, dup, touched, src in (
                 ("x", same_x, pb.x, i * pb.mb, k * pb.kb, mb, kb, x_slot_of, x_slot_free, x_ready,
-                 pb.x_sb, pb.x_dup, j > 0),
+                 pb.x_sb, pb.x_dup, j > 0, pb.x_src),
                 ("w", same_w, pb.w, k * pb.kb, j * pb.nb, kb, nb, w_slot_of, w_slot_free, w_ready,
-                 pb.w_sb, pb.w_dup, i > 0)):
+                 pb.w_sb, pb.w_dup, i > 0, pb.w_src)):
             if same:
                 slot_of[idx] = slot_of[idx - 1]
                 ready[idx] = ready[idx - 1]
@@ -176,15 +190,21 @@ def run(pb: Problem, dram) -> Result:
             addr, rows, rb, st = op.descriptor(bt, r0, c0, nr, nc)
             # shared buffer: mode 1, the dup arrays sharing this slice fetch it from DRAM once;
             # mode 2, also blocks touched before by this array (re-reads) come from the buffer
-            from_sb = mode == 2 and touched
-            if from_sb:
+            # a resident operand: from the scratchpad (no DMA) or the shared buffer (a DMA
+            # descriptor served by the buffer, like a re-read); never from DRAM
+            from_sb = (mode == 2 and touched) or src == "shared_buffer"
+            if src == "scratchpad":
+                res.sram_rd += rows * rb
+            elif from_sb:
                 res.sb_rd += rows * rb
             elif mode:
                 res.dram_rd += rows * rb / dup
             else:
                 res.dram_rd += rows * rb
             res.sram_wr += rows * rb
-            if pb.memory:
+            if pb.memory and src == "scratchpad":
+                ready[idx] = dma.local(slot_free[slot] / pb.clock_ghz, rows * rb)
+            elif pb.memory:
                 ready[idx] = dma.issue(slot_free[slot] / pb.clock_ghz, addr, rows, rb, st, 0,
                                        share=pb.share / dup if mode else pb.share, sb=from_sb)
             else:
@@ -264,11 +284,16 @@ def run(pb: Problem, dram) -> Result:
         w_slot_free[w_slot_of[idx]] = consume
         if k == nk - 1:
             addr, rows, rb, st = pb.o.descriptor(bt, i * pb.mb, j * pb.nb, mb, nb)
-            res.dram_wr += rows * rb
+            if pb.o_dst == "dram":
+                res.dram_wr += rows * rb
+            else:                 # kept on chip: a write into the scratchpad or the buffer
+                res.sram_wr += rows * rb
             res.sram_rd += rows * rb
             if pb.memory:
-                done = math.ceil(dma.issue((lo + 1) / pb.clock_ghz, addr, rows, rb, st, 1)
-                                 * pb.clock_ghz)
+                t = (lo + 1) / pb.clock_ghz
+                end = (dma.local(t, rows * rb) if pb.o_dst == "scratchpad" else
+                       dma.issue(t, addr, rows, rb, st, 1, sb=pb.o_dst == "shared_buffer"))
+                done = math.ceil(end * pb.clock_ghz)
                 out_slot_free[n_out % 2] = done
                 wb_end = max(wb_end, done)
             n_out += 1

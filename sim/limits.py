@@ -61,9 +61,37 @@ def min_blocks(op, chip) -> int:
     return max(1, math.ceil(op.macs / chip.arrays / vol))
 
 
-def check_gemm(op, chip) -> None:
+def check_sources(op, chip) -> None:
+    """ValueError if ``op`` reads or writes a memory ``chip`` lacks: DRAM on an all-SRAM chip
+    (the operand must be resident: the residency planner places every tensor of such a chip
+    on chip), or the shared buffer on a chip without one."""
+    from .ops import Gemm
+    if isinstance(op, Gemm):
+        what = f"GEMM {op.m}×{op.k}×{op.n}"
+        ends = (("A", op.a_source, op.a_bytes), ("B", op.b_source, op.b_bytes),
+                ("C", op.c_dest, op.c_bytes))
+    else:
+        what = f"vector op {op.kind} over {op.elements:,} elements"
+        sb = op.shared_buffer_read_bytes + op.shared_buffer_write_bytes
+        ends = (("its reads", "dram", op.dram_read_bytes),
+                ("its writes", "dram", op.dram_write_bytes),
+                ("its on-chip bytes", "shared_buffer" if sb else "dram", sb))
+    for name, loc, nbytes in ends:
+        if loc == "dram" and nbytes > 0 and not chip.has_dram:
+            raise ValueError(f"{what}: {name} ({nbytes:,.0f} bytes) in DRAM, but chip "
+                             f"{chip.name!r} has no DRAM (an all-SRAM chip): every operand "
+                             f"must be resident on chip")
+        if loc == "shared_buffer" and nbytes > 0 and chip.shared_buffer is None:
+            raise ValueError(f"{what}: {name} in the shared buffer, but chip {chip.name!r} "
+                             f"has no [shared_buffer]")
+
+
+def check_gemm(op, chip, sources: bool = True) -> None:
     """ValueError stating the limit if ``op`` is past :data:`MAX_OPERAND_BYTES` or
-    :data:`MAX_ENGINE_BLOCKS` on ``chip``."""
+    :data:`MAX_ENGINE_BLOCKS` on ``chip``, or reads a memory the chip lacks
+    (:func:`check_sources`; ``sources=False`` skips that: a lowered op before residency)."""
+    if sources:
+        check_sources(op, chip)
     shape = f"GEMM {op.m}×{op.k}×{op.n}" + (f" (batch {op.batch})" if op.batch > 1 else "")
     big = max(op.a_bytes, op.b_bytes, op.c_bytes)
     if big > MAX_OPERAND_BYTES:
@@ -85,8 +113,11 @@ def vector_chunks(op, chip) -> int:
                      / (CHUNK_BYTES * chip.tensor_cores))
 
 
-def check_vector(op, chip) -> None:
-    """ValueError stating the limit if ``op`` is past :data:`MAX_VECTOR_CHUNKS` on ``chip``."""
+def check_vector(op, chip, sources: bool = True) -> None:
+    """ValueError stating the limit if ``op`` is past :data:`MAX_VECTOR_CHUNKS` on ``chip``, or
+    reads a memory the chip lacks (:func:`check_sources`, unless ``sources`` is False)."""
+    if sources:
+        check_sources(op, chip)
     chunks = vector_chunks(op, chip)
     if chunks > MAX_VECTOR_CHUNKS:
         nbytes = float(op.read_bytes) + float(op.write_bytes)
@@ -97,7 +128,8 @@ def check_vector(op, chip) -> None:
 
 def check_ops(ops, chip) -> None:
     """:func:`check_gemm` / :func:`check_vector` of every distinct GEMM and vector op in
-    ``ops`` (others are skipped): a workload is refused before its first op is simulated."""
+    ``ops`` (others are skipped): a workload is refused before its first op is simulated.
+    Where the operands live is not checked here (the residency plan decides it later)."""
     import dataclasses
 
     from .ops import Gemm, VectorOp
@@ -108,7 +140,7 @@ def check_ops(ops, chip) -> None:
             key = dataclasses.replace(op, name="", tags=())
             if key not in seen:
                 seen.add(key)
-                (check_gemm if isinstance(op, Gemm) else check_vector)(op, chip)
+                (check_gemm if isinstance(op, Gemm) else check_vector)(op, chip, False)
 
 
 def check_sizes(**sizes: int | None) -> None:

@@ -78,6 +78,12 @@ class Problem:
     o_base: int
     x_dup: int = 1       # arrays reading the same X slice (the split ways over W's columns)
     w_dup: int = 1       # arrays reading the same W slice (the split ways over X's rows)
+    # residency: where X and W are read from and O written (engine.SRC_*: 0 DRAM,
+    # 1 scratchpad, 2 shared buffer), and scratchpad bytes per core held by resident tensors
+    x_src: int = 0
+    w_src: int = 0
+    o_dst: int = 0
+    resident_per_core: int = 0
 
 
 @dataclass(frozen=True)
@@ -140,8 +146,19 @@ def _ways(top: int) -> list[int]:
     return sorted({top} | {2 ** i for i in range(40) if 2 ** i <= top})
 
 
-def orient(op, dataflow: str, split: Split, m_total: int) -> Problem:
-    """The per-array problem for ``dataflow`` (IS transposes), with DRAM layout strides."""
+#: :data:`diptych.sim.ops.SOURCES` → the engine's location codes.
+SRC_CODE = {"dram": E.SRC_DRAM, "scratchpad": E.SRC_SCRATCHPAD,
+            "shared_buffer": E.SRC_SHARED_BUFFER}
+
+
+def orient(op, dataflow: str, split: Split, m_total: int, tensor_cores: int = 1) -> Problem:
+    """The per-array problem for ``dataflow`` (IS transposes), with DRAM layout strides and
+    the op's residency (``a_source``, ``b_source``, ``c_dest``, ``resident_bytes`` spread
+    over ``tensor_cores``; absent: all in DRAM)."""
+    a_src = SRC_CODE[getattr(op, "a_source", "dram")]
+    b_src = SRC_CODE[getattr(op, "b_source", "dram")]
+    o_dst = SRC_CODE[getattr(op, "c_dest", "dram")]
+    res = _cdiv(getattr(op, "resident_bytes", 0), tensor_cores)
     ab, bb, cb, accb = (_bits(op.a_dtype), _bits(op.b_dtype), _bits(op.c_dtype),
                         _bits(op.acc_dtype))
     k, n = op.k, op.n
@@ -159,13 +176,15 @@ def orient(op, dataflow: str, split: Split, m_total: int) -> Problem:
                        x_bits=ab, w_bits=bb, o_bits=cb, acc_bits=accb, transposed=False,
                        x_ld=a_ld, w_ld=b_ld, o_ld=c_ld, x_bstride=a_bs, w_bstride=b_bs,
                        o_bstride=c_bs, x_base=0, w_base=b_base, o_base=c_base,
-                       x_dup=split.pn, w_dup=split.pm)
+                       x_dup=split.pn, w_dup=split.pm, x_src=a_src, w_src=b_src, o_dst=o_dst,
+                       resident_per_core=res)
     # X = Bᵀ (at b_base), W = Aᵀ (at 0), O = Cᵀ
     return Problem(dataflow=dataflow, m=split.n, k=k, n=split.m, batch=split.batch,
                    x_bits=bb, w_bits=ab, o_bits=cb, acc_bits=accb, transposed=True,
                    x_ld=b_ld, w_ld=a_ld, o_ld=c_ld, x_bstride=b_bs, w_bstride=a_bs,
                    o_bstride=c_bs, x_base=b_base, w_base=0, o_base=c_base,
-                   x_dup=split.pm, w_dup=split.pn)
+                   x_dup=split.pm, w_dup=split.pn, x_src=b_src, w_src=a_src, o_dst=o_dst,
+                   resident_per_core=res)
 
 
 def engine_params(chip, pb: Problem, blk: Blocks, rates: Rates, split: Split,
@@ -205,11 +224,19 @@ def engine_base(chip, pb: Problem, rates: Rates, split: Split,
     ip[E.P_ENGINES], ip[E.P_MAXOUT], ip[E.P_SETUP] = engines, chip.dma.max_outstanding, \
         chip.dma.setup_cycles
     ip[E.P_MEMORY] = 1 if memory else 0
+    ip[E.P_X_SRC], ip[E.P_W_SRC], ip[E.P_O_DST] = pb.x_src, pb.w_src, pb.o_dst
     fp = np.zeros(E.N_FPARAMS)
     fp[E.F_GHZ], fp[E.F_DMA_BPC], fp[E.F_SHARE] = chip.clock_ghz, per_engine, float(split.active)
     fp[E.F_X_DUP], fp[E.F_W_DUP] = float(pb.x_dup), float(pb.w_dup)
     fp[E.F_SB_BPC] = shared_buffer_bpc(chip, split)
+    fp[E.F_SP_BPC] = scratchpad_bpc(chip, split)
     return ip, fp
+
+
+def scratchpad_bpc(chip, split: Split) -> float:
+    """One array's share of its core's scratchpad bandwidth in bytes per cycle (the rate at
+    which resident operands reach its tile slots)."""
+    return chip.core.scratchpad.bytes_per_cycle / max(1, split.arrays_per_core)
 
 
 def shared_buffer_bpc(chip, split: Split) -> float:
@@ -226,11 +253,17 @@ def dma_share(chip, split: Split) -> tuple[int, float]:
     return engines, per_engine
 
 
-def capacity(chip, split: Split) -> tuple[int, int]:
-    """(scratchpad bytes, accumulator bytes) available to one array."""
+def capacity(chip, split: Split, resident_per_core: int = 0) -> tuple[int, int]:
+    """(scratchpad bytes, accumulator bytes) available to one array for tiling: its share of
+    the core's scratchpad less ``resident_per_core`` (bytes the residency planner keeps
+    there), never below the ``[residency] reserve_fraction`` of it."""
     sp = chip.core.scratchpad
     apc = max(1, split.arrays_per_core)
-    return int(sp.capacity_mib * 2**20) // apc, int(sp.accumulator_mib * 2**20) // apc
+    core = int(sp.capacity_mib * 2**20)
+    if resident_per_core:
+        core = max(core - resident_per_core,
+                   int(core * chip.residency_policy.reserve_fraction))
+    return core // apc, int(sp.accumulator_mib * 2**20) // apc
 
 
 def footprint(pb: Problem, mb: int, kb: int, nb: int, acc_bytes_avail: int) -> int:
@@ -258,7 +291,7 @@ def _sizes(base: int, extent: int) -> list[int]:
 def candidates(chip, pb: Problem, rates: Rates, split: Split) -> list[Blocks]:
     """Every blocking that fits the scratchpad share; ValueError if none does."""
     arr = chip.core.array
-    cap, acc = capacity(chip, split)
+    cap, acc = capacity(chip, split, pb.resident_per_core)
     if pb.dataflow == "os":
         ms = _sizes(min(arr.rows, pb.m), pb.m)
         ks = _sizes(min(arr.rows, pb.k), pb.k)
@@ -309,13 +342,19 @@ def traffic_bytes(pb: Problem, blk: Blocks) -> float:
     x, xt, w, wt, o = _loads(pb, blk)
     xd = (x if blk.x_sb == 2 else xt) / (pb.x_dup if blk.x_sb else 1)
     wd = (w if blk.w_sb == 2 else wt) / (pb.w_dup if blk.w_sb else 1)
+    if pb.x_src or pb.w_src or pb.o_dst:   # resident operands move no DRAM byte
+        return pb.batch * ((0.0 if pb.x_src else xd) + (0.0 if pb.w_src else wd)
+                           + (0.0 if pb.o_dst else o))
     return pb.batch * (xd + wd + o)
 
 
 def shared_buffer_bytes(pb: Problem, blk: Blocks) -> float:
-    """Bytes this array re-reads from the shared buffer."""
+    """Bytes this array reads from the shared buffer (mode-2 re-reads and operands resident
+    there; a result kept there is a write, counted as SRAM bytes)."""
     x, xt, w, wt, o = _loads(pb, blk)
-    return pb.batch * ((xt - x if blk.x_sb == 2 else 0.0) + (wt - w if blk.w_sb == 2 else 0.0))
+    return pb.batch * ((xt - x if blk.x_sb == 2 else 0.0) + (wt - w if blk.w_sb == 2 else 0.0)
+                       + (xt if pb.x_src == E.SRC_SHARED_BUFFER else 0.0)
+                       + (wt if pb.w_src == E.SRC_SHARED_BUFFER else 0.0))
 
 
 def reuse_sets(pb: Problem, blk: Blocks, split: Split) -> tuple[float, float, float, float]:
@@ -349,8 +388,11 @@ def shared_buffer_modes(chip, pb: Problem, blk: Blocks, split: Split) -> list[Bl
     cap = sbuf.capacity_bytes
     x, xt, w, wt, o = _loads(pb, blk)
     x1, x2, w1, w2 = reuse_sets(pb, blk, split)
-    xm = [(0, 0.0)] + ([(1, x1)] if pb.x_dup > 1 else []) + ([(2, x2)] if xt > x else [])
-    wm = [(0, 0.0)] + ([(1, w1)] if pb.w_dup > 1 else []) + ([(2, w2)] if wt > w else [])
+    # a resident operand is already on chip: no shared-buffer mode for it
+    xm = [(0, 0.0)] + ([(1, x1)] if pb.x_dup > 1 and not pb.x_src else []) + (
+        [(2, x2)] if xt > x and not pb.x_src else [])
+    wm = [(0, 0.0)] + ([(1, w1)] if pb.w_dup > 1 and not pb.w_src else []) + (
+        [(2, w2)] if wt > w and not pb.w_src else [])
     fits = {(a, b) for a, sa in xm for b, sb in wm if sa + sb <= cap}
     # mode 1 only lightens DRAM (same loads, each shared by dup arrays), so where it fits it
     # dominates mode 0 for the same blocking and other operand's mode: mode 0 is dropped
@@ -359,7 +401,7 @@ def shared_buffer_modes(chip, pb: Problem, blk: Blocks, split: Split) -> list[Bl
     # mode 2 dominates modes 0 and 1 where the buffer serves a re-read at least as fast as the
     # DRAM pins would (its bandwidth ≥ dup × the pins': the DRAM transfer it replaces is
     # time-shared by active/dup arrays, the buffer by active) and it fits
-    pin_bpc = chip.dram.peak_bytes_per_s / chip.clock_hz
+    pin_bpc = pin_bytes_per_s(chip) / chip.clock_hz
     if sbuf.bytes_per_cycle >= pb.x_dup * pin_bpc:
         keep = {(a, b) for a, b in keep if not (a < 2 and (2, b) in fits)}
     if sbuf.bytes_per_cycle >= pb.w_dup * pin_bpc:
@@ -436,9 +478,15 @@ def edge_bytes(pb: Problem, blk: Blocks) -> float:
 
 
 def _edge_parts(pb: Problem, blk: Blocks) -> tuple[float, float]:
+    """DRAM bytes of the first X and W blocks and of the last output tile (resident operands:
+    none)."""
     m0, k0, n0 = min(blk.mb, pb.m), min(blk.kb, pb.k), min(blk.nb, pb.n)
     ml = pb.m - (_cdiv(pb.m, blk.mb) - 1) * blk.mb
     nl = pb.n - (_cdiv(pb.n, blk.nb) - 1) * blk.nb
+    if pb.x_src or pb.w_src or pb.o_dst:
+        return (((0.0 if pb.x_src else m0 * k0 * pb.x_bits / (pb.x_dup if blk.x_sb else 1))
+                 + (0.0 if pb.w_src else k0 * n0 * pb.w_bits / (pb.w_dup if blk.w_sb else 1)))
+                / 8, 0.0 if pb.o_dst else ml * nl * pb.o_bits / 8)
     return ((m0 * k0 * pb.x_bits / (pb.x_dup if blk.x_sb else 1)
              + k0 * n0 * pb.w_bits / (pb.w_dup if blk.w_sb else 1)) / 8,
             ml * nl * pb.o_bits / 8)
@@ -447,11 +495,21 @@ def _edge_parts(pb: Problem, blk: Blocks) -> tuple[float, float]:
 def edge_cycles(chip, pb: Problem, blk: Blocks, peak_bpc: float) -> float:
     """Cycles a run must add to its memory-free cycles: the first blocks' loads and the last
     tile's write-back each take a DMA setup, then at least the DRAM latency (tRCD + tCL) and
-    at least their bytes at the array's share of the pins (the aggregate server)."""
+    at least their bytes at the array's share of the pins (the aggregate server). With
+    resident operands: the DRAM terms only where an operand of that end crosses DRAM, the
+    setup only where one goes through the DMA (DRAM or the shared buffer)."""
     t = dram_timing(chip)
     lat = (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz
     e_in, e_out = _edge_parts(pb, blk)
-    return (2 * chip.dma.setup_cycles + max(e_in / peak_bpc, lat) + max(e_out / peak_bpc, lat))
+    if not (pb.x_src or pb.w_src or pb.o_dst):
+        return (2 * chip.dma.setup_cycles + max(e_in / peak_bpc, lat)
+                + max(e_out / peak_bpc, lat))
+    s = chip.dma.setup_cycles
+    dram_in = not pb.x_src or not pb.w_src
+    dma_in = dram_in or pb.x_src == E.SRC_SHARED_BUFFER or pb.w_src == E.SRC_SHARED_BUFFER
+    e = (s if dma_in else 0) + (max(e_in / peak_bpc, lat) if dram_in else 0.0)
+    return e + ((s + max(e_out / peak_bpc, lat)) if not pb.o_dst
+                else (s if pb.o_dst == E.SRC_SHARED_BUFFER else 0))
 
 
 def _parts(extent: int, block: int):
@@ -465,7 +523,34 @@ def _parts(extent: int, block: int):
 
 
 def dram_timing(chip) -> DramTiming:
-    return _dram_timing(chip.dram)
+    return _dram_timing(engine_dram(chip))
+
+
+def engine_dram(chip):
+    """The DRAM description the engine's memory model is built from: the chip's, or for an
+    all-SRAM chip (no ``[dram]``) :data:`NO_DRAM`, a placeholder geometry no transfer ever
+    reaches (every operand of such a chip is resident; :func:`diptych.sim.limits.check_sources`
+    refuses anything else)."""
+    return chip.dram if chip.dram is not None else NO_DRAM
+
+
+def pin_bytes_per_s(chip) -> float:
+    """The DRAM pin bandwidth the mapper's bounds use (the placeholder's for an all-SRAM chip:
+    its bounds then only see resident operands, which move no DRAM byte)."""
+    return engine_dram(chip).peak_bytes_per_s
+
+
+def _placeholder_dram():
+    from ..arch.chip import Dram
+    # one HBM3-like stack [placeholder, never transferred to: see engine_dram]
+    return Dram(kind="hbm3", stacks=1, channels_per_stack=16, pseudo_channels_per_channel=2,
+                bits_per_pseudo_channel=32, gbps_per_pin=6.4, banks_per_pseudo_channel=16,
+                page_bytes=1024, burst_bytes=64, interleave_bytes=256, t_rcd_ns=14.0,
+                t_cl_ns=14.0, t_rp_ns=14.0, t_ras_ns=33.0, t_rfc_ns=350.0, t_refi_ns=3900.0,
+                t_wtr_ns=2.5, t_rtw_ns=2.0, capacity_gib=1.0)
+
+
+NO_DRAM = _placeholder_dram()
 
 
 @lru_cache(maxsize=64)
@@ -489,9 +574,9 @@ def group_floor(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float) 
     arr = chip.core.array
     macs = pb.batch * pb.m * pb.k * pb.n
     busy = macs / (arr.rows * arr.cols * rates.rate)
-    x = pb.m * pb.k * pb.x_bits / 8
-    w = pb.k * pb.n * pb.w_bits / 8
-    o = pb.m * pb.n * pb.o_bits / 8
+    x = 0.0 if pb.x_src else pb.m * pb.k * pb.x_bits / 8
+    w = 0.0 if pb.w_src else pb.k * pb.n * pb.w_bits / 8
+    o = 0.0 if pb.o_dst else pb.m * pb.n * pb.o_bits / 8
     if chip.shared_buffer is not None:
         x, w = x / pb.x_dup, w / pb.w_dup
     # 1e-9: float rounding must not lift the floor above a candidate's own numbers
@@ -535,7 +620,7 @@ def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: flo
     90 % of the shared-buffer share) + one DMA setup per block per engine.
     """
     arr = chip.core.array
-    cap, acc = capacity(chip, split)
+    cap, acc = capacity(chip, split, pb.resident_per_core)
     kbase = arr.rows if pb.dataflow == "os" else rates.stationary_rows
     mb, kb, nb, order = MK.blockings(arr.rows, arr.cols, kbase, pb.m, pb.k, pb.n, pb.x_bits,
                                      pb.w_bits, pb.acc_bits, cap, acc)
@@ -563,12 +648,14 @@ def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: floa
     iv[MK.K_XDUP], iv[MK.K_WDUP] = pb.x_dup, pb.w_dup
     engines, per_engine = dma_share(chip, split)
     iv[MK.K_SETUP], iv[MK.K_ENGINES] = chip.dma.setup_cycles, engines
+    iv[MK.K_XSRC], iv[MK.K_WSRC], iv[MK.K_ODST] = pb.x_src, pb.w_src, pb.o_dst
     t = dram_timing(chip)
     fv = np.zeros(MK.N_G)
     fv[MK.G_PEAK], fv[MK.G_GHZ] = peak_bpc, chip.clock_ghz
     fv[MK.G_LAT] = (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz
     fv[MK.G_TREFI], fv[MK.G_BLACKOUT] = t.t_refi_ns, t.t_rfc_ns + t.t_rcd_ns + t.t_cl_ns
     fv[MK.G_PER_ENGINE], fv[MK.G_SB_BPC] = per_engine, shared_buffer_bpc(chip, split)
+    fv[MK.G_SP_BPC] = scratchpad_bpc(chip, split)
     return iv, fv
 
 
@@ -579,7 +666,8 @@ def _shared_buffer_variants(chip, pb: Problem, split: Split, mb, kb, nb, order):
     sv[MK.S_M], sv[MK.S_K], sv[MK.S_N] = pb.m, pb.k, pb.n
     sv[MK.S_XBITS], sv[MK.S_WBITS] = pb.x_bits, pb.w_bits
     sv[MK.S_XDUP], sv[MK.S_WDUP], sv[MK.S_ACTIVE] = pb.x_dup, pb.w_dup, split.active
-    pin_bpc = chip.dram.peak_bytes_per_s / chip.clock_hz
+    sv[MK.S_XRES], sv[MK.S_WRES] = pb.x_src != 0, pb.w_src != 0
+    pin_bpc = pin_bytes_per_s(chip) / chip.clock_hz
     sb_total = chip.shared_buffer.bytes_per_cycle
     sv[MK.S_XFAST] = sb_total >= pb.x_dup * pin_bpc
     sv[MK.S_WFAST] = sb_total >= pb.w_dup * pin_bpc

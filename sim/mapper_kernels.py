@@ -26,9 +26,10 @@ _os_period, _os_last_output, _ws_period, _ws_first_row, _ws_row_output = compile
 
 # integer inputs of table_numbers
 (K_OS, K_R, K_C, K_RK, K_OS_NUM, K_OS_DEN, K_WS_NUM, K_WS_DEN, K_M, K_K, K_N, K_BATCH,
- K_XBITS, K_WBITS, K_OBITS, K_XDUP, K_WDUP, K_SETUP, K_ENGINES, N_K) = range(20)
+ K_XBITS, K_WBITS, K_OBITS, K_XDUP, K_WDUP, K_SETUP, K_ENGINES, K_XSRC, K_WSRC, K_ODST,
+ N_K) = range(23)
 # float inputs
-(G_PEAK, G_GHZ, G_LAT, G_TREFI, G_BLACKOUT, G_PER_ENGINE, G_SB_BPC, N_G) = range(8)
+(G_PEAK, G_GHZ, G_LAT, G_TREFI, G_BLACKOUT, G_PER_ENGINE, G_SB_BPC, G_SP_BPC, N_G) = range(9)
 
 
 @jit(inline="always")
@@ -153,31 +154,58 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
             xt = x * (1 if (nk == 1 and nm == 1) else nn)
         xdiv = iv[K_XDUP] if xsb[i] > 0 else 1
         wdiv = iv[K_WDUP] if wsb[i] > 0 else 1
-        traffic = batch * ((x if xsb[i] == 2 else xt) / xdiv + (w if wsb[i] == 2 else wt) / wdiv
-                           + o)
-        sbb = batch * ((xt - x if xsb[i] == 2 else 0.0) + (wt - w if wsb[i] == 2 else 0.0))
-        e_in = (m0 * k0 * iv[K_XBITS] / xdiv + k0 * n0 * iv[K_WBITS] / wdiv) / 8
-        e_out = ml * nl * iv[K_OBITS] / 8
-        edge = 2 * setup + max(e_in / peak, lat) + max(e_out / peak, lat)
+        xs, ws, od = iv[K_XSRC], iv[K_WSRC], iv[K_ODST]
+        if xs == 0 and ws == 0 and od == 0:   # every operand in DRAM
+            traffic = batch * ((x if xsb[i] == 2 else xt) / xdiv
+                               + (w if wsb[i] == 2 else wt) / wdiv + o)
+            sbb = batch * ((xt - x if xsb[i] == 2 else 0.0) + (wt - w if wsb[i] == 2 else 0.0))
+            e_in = (m0 * k0 * iv[K_XBITS] / xdiv + k0 * n0 * iv[K_WBITS] / wdiv) / 8
+            e_out = ml * nl * iv[K_OBITS] / 8
+            edge = 2 * setup + max(e_in / peak, lat) + max(e_out / peak, lat)
+            port = batch * (xt + wt + o) / (engines * fv[G_PER_ENGINE])
+            spb = 0.0
+        else:
+            # resident operands (mapper.traffic_bytes, shared_buffer_bytes, edge_cycles):
+            # no DRAM bytes; scratchpad ones bypass the DMA port, shared-buffer ones do not
+            traffic = batch * ((0.0 if xs else (x if xsb[i] == 2 else xt) / xdiv)
+                               + (0.0 if ws else (w if wsb[i] == 2 else wt) / wdiv)
+                               + (0.0 if od else o))
+            sbb = batch * ((xt - x if xsb[i] == 2 else 0.0) + (wt - w if wsb[i] == 2 else 0.0)
+                           + (xt if xs == 2 else 0.0) + (wt if ws == 2 else 0.0))
+            spb = batch * ((xt if xs == 1 else 0.0) + (wt if ws == 1 else 0.0)
+                           + (o if od == 1 else 0.0))
+            e_in = ((0.0 if xs else m0 * k0 * iv[K_XBITS] / xdiv)
+                    + (0.0 if ws else k0 * n0 * iv[K_WBITS] / wdiv)) / 8
+            e_out = 0.0 if od else ml * nl * iv[K_OBITS] / 8
+            dram_in = xs == 0 or ws == 0
+            dma_in = dram_in or xs == 2 or ws == 2
+            edge = ((setup if dma_in else 0) + (max(e_in / peak, lat) if dram_in else 0.0)
+                    + ((setup + max(e_out / peak, lat)) if od == 0
+                       else (setup if od == 2 else 0)))
+            port = batch * ((xt if xs != 1 else 0.0) + (wt if ws != 1 else 0.0)
+                            + (o if od != 1 else 0.0)) / (engines * fv[G_PER_ENGINE])
         # all bytes at the pin share around the refresh windows (refresh_lower_bound_ns)
         work = traffic / peak / ghz
         kw = max(0.0, math.floor((work - blackout) / (fv[G_TREFI] - blackout)))
         mem_ns = work + kw * blackout
         lo = max(comp + edge, mem_ns * ghz)
         es = max(comp, traffic / (0.9 * peak))
-        port = batch * (xt + wt + o) / (engines * fv[G_PER_ENGINE])
         lo = max(lo, port)
         es = max(es, port)
         if fv[G_SB_BPC] > 0:
             lo = max(lo, sbb / fv[G_SB_BPC])
             es = max(es, sbb / (0.9 * fv[G_SB_BPC]))
+        if spb > 0:   # the scratchpad server moves resident blocks one at a time
+            lo = max(lo, spb / fv[G_SP_BPC])
+            es = max(es, spb / fv[G_SP_BPC])
         est[i] = es + batch * nm * nk * nn * setup / engines
         lb[i] = lo
     return periods, est, lb
 
 
 # integer and float inputs of shared_buffer_variants
-(S_M, S_K, S_N, S_XBITS, S_WBITS, S_XDUP, S_WDUP, S_ACTIVE, S_XFAST, S_WFAST, N_S) = range(11)
+(S_M, S_K, S_N, S_XBITS, S_WBITS, S_XDUP, S_WDUP, S_ACTIVE, S_XFAST, S_WFAST, S_XRES, S_WRES,
+ N_S) = range(13)
 
 
 @jit
@@ -185,7 +213,8 @@ def shared_buffer_variants(mb, kb, nb, order, sv, cap):
     """:func:`~diptych.sim.mapper.shared_buffer_modes` of every blocking: (index of the
     blocking, X mode, W mode) of each variant that fits ``cap`` bytes, in blocking order and
     (X mode, W mode) order within one. ``sv[S_XFAST]``/``[S_WFAST]``: the buffer serves a
-    re-read at least as fast as the DRAM pins (mode 2 then dominates modes 0 and 1)."""
+    re-read at least as fast as the DRAM pins (mode 2 then dominates modes 0 and 1).
+    ``sv[S_XRES]``/``[S_WRES]``: the operand is resident (already on chip: mode 0 only)."""
     n0 = mb.shape[0]
     idx = np.empty(9 * n0, dtype=np.int64)
     xsb = np.empty(9 * n0, dtype=np.int64)
@@ -212,8 +241,8 @@ def shared_buffer_variants(mb, kb, nb, order, sv, cap):
         ws[1] = 2 * k0 * n0_ * sv[S_WBITS] / 8 * wn
         xs[2] = max(xs[1], (m0 * k if order[i] == 0 else m * k) * sv[S_XBITS] / 8 * xn)
         ws[2] = max(ws[1], (k * n if order[i] == 0 else k * n0_) * sv[S_WBITS] / 8 * wn)
-        xg[1], xg[2] = sv[S_XDUP] > 1, x_re
-        wg[1], wg[2] = sv[S_WDUP] > 1, w_re
+        xg[1], xg[2] = sv[S_XDUP] > 1 and sv[S_XRES] == 0, x_re and sv[S_XRES] == 0
+        wg[1], wg[2] = sv[S_WDUP] > 1 and sv[S_WRES] == 0, w_re and sv[S_WRES] == 0
         for a in range(3):
             for b in range(3):
                 fits[a, b] = xg[a] and wg[b] and xs[a] + ws[b] <= cap

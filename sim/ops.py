@@ -14,6 +14,20 @@ VECTOR_KINDS = ("elementwise", "add", "mul", "silu", "gelu", "swiglu", "rope", "
                 "rmsnorm", "layernorm", "embedding", "optimizer", "copy", "topk", "dequant",
                 "scale")
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+#: Where an operand of an op lives (the residency planner's locations, docs/program.md):
+#: DRAM (the default: streamed through the DMA engines), or kept on chip between ops in the
+#: cores' scratchpads or the shared buffer.
+SOURCES = ("dram", "scratchpad", "shared_buffer")
+
+
+def _check_source(name: str, value) -> None:
+    if value not in SOURCES:
+        raise ValueError(f"{name} must be one of {', '.join(SOURCES)}, not {value!r}")
+
+
+def _check_bytes(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be an integer number of bytes >= 0, not {value!r}")
 
 
 def _positive_int(name: str, value) -> None:
@@ -38,6 +52,15 @@ class Gemm:
     per operand (docs/precision.md). The engine moves the element tiles; the scale streams
     (``*_scale_bytes``) are charged by the op that loads them
     (:mod:`diptych.workloads.quant`).
+
+    Residency (docs/engine.md, "Resident operands"; all part of the memo and cache keys, and
+    the defaults time the op exactly as before they existed): ``a_source``/``b_source`` say
+    where A and B are read from and ``c_dest`` where C is written (:data:`SOURCES`): an
+    operand in the ``scratchpad`` streams into the tile slots at the core's scratchpad
+    bandwidth, one in the ``shared_buffer`` at the array's share of its bandwidth, neither
+    moves a DRAM byte. ``resident_bytes``: bytes of the scratchpads (all cores together) held
+    by tensors the residency planner keeps there during this op; the tiling capacity of each
+    core shrinks by its share (never below the ``[residency] reserve_fraction`` of it).
     """
 
     name: str
@@ -51,12 +74,25 @@ class Gemm:
     acc_dtype: str = "fp32"
     b_is_weight: bool = True
     tags: tuple[str, ...] = field(default=())
+    # residency (phase 2b of issue 9): where each operand lives; defaults = all in DRAM
+    a_source: str = "dram"
+    b_source: str = "dram"
+    c_dest: str = "dram"
+    resident_bytes: int = 0
 
     def __post_init__(self):
         for n in ("m", "k", "n", "batch"):
             _positive_int(n, getattr(self, n))
         for n in ("a_dtype", "b_dtype", "c_dtype", "acc_dtype"):
             check_dtype(getattr(self, n), n)
+        for n in ("a_source", "b_source", "c_dest"):
+            _check_source(n, getattr(self, n))
+        _check_bytes("resident_bytes", self.resident_bytes)
+
+    @property
+    def on_chip(self) -> bool:
+        """True when some operand lives on chip (the engine's resident paths are used)."""
+        return (self.a_source, self.b_source, self.c_dest) != ("dram",) * 3
 
     @property
     def compute_dtype(self) -> str:
@@ -105,7 +141,12 @@ class Gemm:
 @dataclass(frozen=True, kw_only=True)
 class VectorOp:
     """An op on the vector unit: ``elements`` outputs, ``ops_per_element`` ALU ops each,
-    ``read_bytes`` in from DRAM and ``write_bytes`` out to DRAM."""
+    ``read_bytes`` in and ``write_bytes`` out.
+
+    Residency (defaults: everything in DRAM, timed exactly as before these fields existed):
+    ``scratchpad_read_bytes``/``shared_buffer_read_bytes`` are the parts of ``read_bytes``
+    read from tensors kept on chip, ``scratchpad_write_bytes``/``shared_buffer_write_bytes``
+    the parts of ``write_bytes`` written to them; the rest crosses DRAM."""
 
     name: str
     kind: str
@@ -115,15 +156,39 @@ class VectorOp:
     write_bytes: float
     dtype: str = "bf16"
     tags: tuple[str, ...] = field(default=())
+    # residency (phase 2b of issue 9): bytes served on chip; defaults = all in DRAM
+    scratchpad_read_bytes: float = 0.0
+    shared_buffer_read_bytes: float = 0.0
+    scratchpad_write_bytes: float = 0.0
+    shared_buffer_write_bytes: float = 0.0
 
     def __post_init__(self):
         if self.kind not in VECTOR_KINDS:
             raise ValueError(f"kind must be one of {', '.join(VECTOR_KINDS)}, not {self.kind!r}")
         _positive_int("elements", self.elements)
-        for n in ("ops_per_element", "read_bytes", "write_bytes"):
+        for n in ("ops_per_element", "read_bytes", "write_bytes", "scratchpad_read_bytes",
+                  "shared_buffer_read_bytes", "scratchpad_write_bytes",
+                  "shared_buffer_write_bytes"):
             if getattr(self, n) < 0:
                 raise ValueError(f"{n} must be >= 0, not {getattr(self, n)!r}")
+        for io in ("read", "write"):
+            on = getattr(self, f"scratchpad_{io}_bytes") + getattr(self, f"shared_buffer_{io}_bytes")
+            if on > getattr(self, f"{io}_bytes") * (1 + 1e-12):
+                raise ValueError(f"scratchpad_{io}_bytes + shared_buffer_{io}_bytes ({on:.6g}) "
+                                 f"must be at most {io}_bytes ({getattr(self, f'{io}_bytes'):.6g})")
         check_dtype(self.dtype)
+
+    @property
+    def dram_read_bytes(self) -> float:
+        """The part of ``read_bytes`` that crosses DRAM."""
+        return max(0.0, self.read_bytes - self.scratchpad_read_bytes
+                   - self.shared_buffer_read_bytes)
+
+    @property
+    def dram_write_bytes(self) -> float:
+        """The part of ``write_bytes`` that crosses DRAM."""
+        return max(0.0, self.write_bytes - self.scratchpad_write_bytes
+                   - self.shared_buffer_write_bytes)
 
     @property
     def flops(self) -> float:

@@ -1,5 +1,9 @@
 """Vector-unit ops (elementwise, softmax, RMSNorm/LayerNorm) with their DRAM traffic.
 
+Resident tensors (the op's ``scratchpad_*_bytes``/``shared_buffer_*_bytes``) do not cross
+DRAM: they move at the scratchpads' bandwidth (all cores) and the shared buffer's, overlapped
+with the DRAM stream of the rest; an op with no DRAM byte runs on a chip without DRAM.
+
 A :class:`~diptych.sim.ops.VectorOp` is spread evenly over the tensor cores. Each core streams
 its share of ``read_bytes`` in and ``write_bytes`` out through the scratchpad in
 :data:`CHUNK_BYTES` pieces, double-buffered, while its vector unit does ``elements ×
@@ -60,25 +64,40 @@ def vector_stats(op: VectorOp, chip) -> OpStats:
     v = chip.core.vector
     ops = op.elements * op.ops_per_element
     compute = math.ceil(ops / (cores * v.lanes * v.ops_per_lane_per_cycle))
-    rd, wr = float(op.read_bytes), float(op.write_bytes)
-    dram = FastDram(chip.dram)
+    on_chip = (op.scratchpad_read_bytes + op.shared_buffer_read_bytes
+               + op.scratchpad_write_bytes + op.shared_buffer_write_bytes)
+    if on_chip:   # resident tensors: only the rest crosses DRAM
+        rd, wr = op.dram_read_bytes, op.dram_write_bytes
+    else:
+        rd, wr = float(op.read_bytes), float(op.write_bytes)
     chunk = CHUNK_BYTES * cores
     # the read stream from address 0, then the write stream from 2^40, chunk by chunk
     done = 0.0
-    for addr, total, write in ((0, int(math.ceil(rd)), False),
-                               (1 << 40, int(math.ceil(wr)), True)):
-        if total > 0:
-            done = dram.stream(0.0, addr, total, chunk, write)
+    if rd + wr > 0:
+        dram = FastDram(chip.dram)
+        for addr, total, write in ((0, int(math.ceil(rd)), False),
+                                   (1 << 40, int(math.ceil(wr)), True)):
+            if total > 0:
+                done = dram.stream(0.0, addr, total, chunk, write)
     mem_ns = done
     dma_bpc = chip.dma.engines * chip.dma.bytes_per_cycle * cores
     setup = chip.dma.setup_cycles if (rd + wr) > 0 else 0
     mem = max(math.ceil(mem_ns * chip.clock_ghz), math.ceil((rd + wr) / dma_bpc)) + setup
-    nchunks = max(1, math.ceil((rd + wr) / chunk))
+    if on_chip:
+        # resident bytes at the scratchpads' bandwidth (every core) and the shared buffer's
+        sp = op.scratchpad_read_bytes + op.scratchpad_write_bytes
+        sb = op.shared_buffer_read_bytes + op.shared_buffer_write_bytes
+        local = sp / (cores * chip.core.scratchpad.bytes_per_cycle)
+        if sb:
+            local += sb / chip.shared_buffer.bytes_per_cycle
+        mem = max(mem, math.ceil(local))
+    nchunks = max(1, math.ceil((rd + wr + on_chip) / chunk))
     cycles = max(compute, mem) + math.ceil(min(compute, mem) / nchunks)
     cycles = max(cycles, 1)
     seconds = cycles / chip.clock_hz
     en = chip.energy
-    sram = 2.0 * (rd + wr)
+    # DRAM bytes pass the scratchpad twice (in, out to the unit), resident bytes once
+    sram = 2.0 * (rd + wr) + on_chip
     e = {"mac": 0.0, "sram": sram * en.pj_per_sram_byte * 1e-12,
          "dram": (rd + wr) * 8 * en.pj_per_dram_bit * 1e-12,
          "vector": ops * en.pj_per_vector_op * 1e-12, "static": en.static_w * seconds}

@@ -1,7 +1,8 @@
 """A roofline test double for ``diptych.sim.simulate``: obviously correct, engine-free.
 
 time = max(FLOPs / peak, DRAM bytes / peak bytes per second) with DRAM bytes the op's
-compulsory traffic (each operand read once, the output written once); energy from the chip's
+compulsory traffic (each operand in DRAM read once, the output written once if it goes to DRAM;
+operands the residency plan keeps on chip cost nothing here); energy from the chip's
 own table via :mod:`diptych.arch.energy`. It lets the workload and design-space tests check
 aggregation (repeats, overlap, bounds, MFU, reports) independently of the engine. Shared by
 ``tests/workloads`` and ``tests/dse`` (``tests/`` is on ``sys.path`` through its conftest).
@@ -33,17 +34,19 @@ class Stats:
 def roofline(op, chip) -> Stats:
     bw = chip.dram_bytes_per_s
     if isinstance(op, Gemm):
-        rd, wr = op.a_bytes + op.b_bytes, op.c_bytes
+        rd = ((op.a_bytes if op.a_source == "dram" else 0.0)
+              + (op.b_bytes if op.b_source == "dram" else 0.0))
+        wr = op.c_bytes if op.c_dest == "dram" else 0.0
         peak = chip.peak_ops_per_s[op.compute_dtype]
         kind = "gemm"
         counts = {"macs": {op.compute_dtype: op.macs}}
     else:
-        rd, wr = op.read_bytes, op.write_bytes
+        rd, wr = op.dram_read_bytes, op.dram_write_bytes
         peak = chip.vector_ops_per_s
         kind = "vector"
         counts = {"vector_ops": op.flops}
     t_c = op.flops / peak
-    t_m = (rd + wr) / bw
+    t_m = (rd + wr) / bw if rd + wr else 0.0
     s = max(t_c, t_m)
     e = energy_j(chip, dram_bytes=rd + wr, sram_bytes=2 * (rd + wr), seconds=s, **counts)
     return Stats(op.name, kind, s, op.flops, rd, wr, op.flops / (peak * s) if s else 0.0,

@@ -33,7 +33,8 @@ def gemm(m, k, n, chip_name, dtype, dataflow, as_json, trace_path):
             raise ValueError(f"{name} must be a positive integer, not {v!r}") from None
         dims.append(iv)
     chip = load_chip(chip_name)
-    chip.require_dram("the per-op engine behind `diptych gemm`")
+    if trace_path:
+        chip.require_dram("the DRAM trace of `diptych gemm --trace`")
     from .progress import progress_display
 
     steps = 2 if trace_path else 1
@@ -63,7 +64,8 @@ def gemm(m, k, n, chip_name, dtype, dataflow, as_json, trace_path):
         ("utilization", f"{st.utilization:.1%}"), ("bound", st.bound),
         ("DRAM read / write", f"{st.dram_read_bytes / 1e6:,.2f} MB / {st.dram_write_bytes / 1e6:,.2f} MB"),
         ("DRAM bandwidth achieved", f"{st.dram_bytes_per_s / 1e9:,.1f} GB/s "
-                                    f"({st.dram_bytes_per_s / chip.dram_bytes_per_s:.0%} of peak)"),
+                                    f"({st.dram_bytes_per_s / chip.dram_bytes_per_s:.0%} of peak)"
+         if chip.has_dram else "no DRAM (operands resident in the scratchpads)"),
         ("energy", f"{st.energy_j * 1e3:,.3f} mJ"),
         ("mapping", f"split {st.mapping['split']} over {st.mapping['active_arrays']} arrays, "
                     f"block {st.mapping['block']}, order {st.mapping['loop_order']}"),

@@ -181,11 +181,11 @@ def _curve_table(curve: dict):
               help="Fused (FlashAttention-style, scores stay on chip) or unfused attention.")
 @click.option("--micro-batch", type=int,
               help="Sequences per training micro-batch (default: ~8k tokens per micro-batch).")
-@click.option("--execution", type=click.Choice(["sum", "schedule"]), default="sum",
-              show_default=True,
-              help="sum: every op timed alone and added; schedule: a list schedule of the "
-                   "program on the chip's arrays, vector unit, DRAM and links, with fixed "
-                   "costs (docs/program.md).")
+@click.option("--execution", type=click.Choice(["sum", "schedule"]), default=None,
+              help="schedule: a list schedule of the program on the chip's arrays, vector "
+                   "unit, DRAM and links, with the residency plan and fixed costs "
+                   "(docs/program.md); sum: every op timed alone from DRAM and added. "
+                   "Default: sum, schedule on an all-SRAM chip.")
 @click.option("--fusion/--no-fusion", default=True, show_default=True,
               help="With --execution schedule: fuse norms and elementwise ops into GEMMs "
                    "where the chip's vector unit sits on the arrays' path.")
@@ -227,7 +227,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                              "--precision DTYPE")
         with progress_display("run", enabled=not as_json) as progress:
             progress(0, 1, f"{topology} on {chip}")
-            res = run_topology(chip, topology, dtype=act_dtype)
+            res = run_topology(chip, topology, dtype=act_dtype,
+                               execution=execution, fusion=fusion)
             progress(1, 1, "done")
         d = res.to_dict()
         if trace:
@@ -253,7 +254,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
         raise ValueError("--model is required (or --topology FILE.csv)")
     batches = parse_batches(batch)
     if cluster or plan_flags:
-        if execution != "sum":
+        if execution == "schedule":
             raise ValueError("--execution schedule times one node's program; with --cluster "
                              "(or " + (plan_flags[0] if plan_flags else "a plan flag")
                              + ") the step is composed over the pipeline: leave --execution "

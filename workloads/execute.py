@@ -4,19 +4,32 @@
 "Phase 2"):
 
     lower → Program(s) (workloads/graph.py) → fusion (optional) → plan_residency
-          → time each distinct op with the engine (operands in DRAM, as the sum does; memoised)
+          → split each block at its residency segments → each node's op with its operands'
+            locations (resident_op) → time each distinct op with the engine (memoised)
           → op_demand (the chip's fixed costs) → schedule → totals and per-op records
 
-The engine does not honour residency yet (phase 2b): every op is timed as ``simulate`` times
-it alone, with its operands in DRAM; the residency plan is reported (per op: where each operand
-lives) but does not change a time. What the schedule changes: ops overlap where the data
-allows (a vector op beside independent array work, a collective beside work that does not wait
-for it, a weight prefetch during the previous op's compute), and the fixed costs are charged.
+**Residency in the engine** (phase 2b): every op is timed with the locations the planner gave
+its operands (``Residency.node``): a GEMM's A, B and C (by their roles in the lowering's access
+records) become ``a_source``/``b_source``/``c_dest`` (an operand made of several tensors is on
+chip only when all of them are: in the shared buffer if any is there), with the scratchpad
+bytes held by pinned state and the node's own resident operands as ``resident_bytes``; a
+vector op's and fused attention's reads and writes are split by the share of their bytes
+each location holds. A block whose repeats differ (``Residency.segments``: the first k
+layers' weights pinned) is split into one block per segment, chained through its carries,
+and each segment's ops are timed once; a block that imports from or is imported by another
+(training's forward/backward pairs) is kept whole and timed with its last repeat's residency
+(the one with the most in DRAM; the segments mirror each other across the pair).
+
+What the schedule changes besides: ops overlap where the data allows (a vector op beside
+independent array work, a collective beside work that does not wait for it, a weight prefetch
+during the previous op's compute), and the fixed costs are charged.
 
 **Fused nodes** (:class:`~diptych.sim.program.FusedOps`): the vector work runs during the
-GEMM's main phase: ``seconds = max(GEMM, Σ vector ALU time)`` where a vector op's ALU time is
-its memory-free time (``compute_cycles`` ÷ clock), reserving the vector unit at its average
-rate; DRAM bytes are the GEMM's own (the fused ops' traffic disappears). One launch.
+GEMM's main phase: ``seconds = max(GEMM, Σ vector ALU time, DRAM bytes ÷ peak)`` where a
+vector op's ALU time is its memory-free time (``compute_cycles`` ÷ clock), reserving the vector
+unit at its average rate. DRAM bytes are the GEMM's own (A from the prologue's input, C to the
+fused output's location) plus the epilogue's extra inputs in DRAM (a residual, a bias) and any
+output bytes beyond the GEMM's C. One launch.
 
 **Weight prefetch**: an op whose weights are in DRAM may stream them ahead, during earlier
 ops, when the chip's scratchpad keeps weights between ops (``[residency] scratchpad_kinds``
@@ -31,9 +44,10 @@ from types import SimpleNamespace
 from ..sim.ops import Collective, Gemm
 from ..sim.program import FusedOps, capacities, fuse_program, op_demand, plan_residency
 from ..sim.program import schedule as list_schedule
-from .fused import FusedAttention, fused_stats
+from .fused import FusedAttention, fused_stats, on_chip
 from .graph import Workload, program_pieces
 from .parallel import collective_energy_j, collective_seconds
+from .placed import access_index, placed_op, split_segments
 
 
 def _compute_seconds(st, chip) -> float:
@@ -94,21 +108,28 @@ class _Timer:
                                    bandwidth=min(getattr(st, "dram_bytes_per_s", 0.0), peak_bw),
                                    unit="vector", weight_bytes=0.0, dtype=None)
         st = self.sim(gemm, chip)
-        vst = [self.sim(v, chip) for v in vecs]
+        # a fused vector op only lends its ALU time (its bytes stay on the output path); on a
+        # chip without DRAM it is timed with its bytes on chip
+        vst = [self.sim(v if chip.has_dram else on_chip(v), chip) for v in vecs]
         vec_s = sum(_compute_seconds(v, chip) for v in vst)
+        dram_b = st.dram_read_bytes + st.dram_write_bytes
+        extra = getattr(op, "extra_dram_bytes", 0.0)
         seconds = max(st.seconds, vec_s)
+        if extra:   # the epilogue's own DRAM traffic streams beside the GEMM's
+            dram_b += extra
+            seconds = max(seconds, dram_b / peak_bw)
         peak = chip.peak_ops_per_s[gemm.compute_dtype]
         return SimpleNamespace(
             kind="fused" if vecs else st.kind, seconds=seconds,
             compute_seconds=max(_compute_seconds(st, chip), vec_s),
-            dram_bytes=st.dram_read_bytes + st.dram_write_bytes, vector_seconds=vec_s,
+            dram_bytes=dram_b, vector_seconds=vec_s,
             energy_j=st.energy_j + sum(_alu_energy(v) for v in vst),
             bound=st.bound if st.seconds >= vec_s else "vector",
             utilization=gemm.flops / (peak * seconds) if seconds else 0.0,
             flops=st.flops + sum(v.flops for v in vst),
             bandwidth=min(getattr(st, "dram_bytes_per_s", 0.0), peak_bw), unit="array",
-            weight_bytes=gemm.b_bytes if "weight" in gemm.tags else 0.0,
-            dtype=gemm.compute_dtype)
+            weight_bytes=gemm.b_bytes if "weight" in gemm.tags and gemm.b_source == "dram"
+            else 0.0, dtype=gemm.compute_dtype)
 
 
 def _launch(op, op_launch: float, coll_launch: float) -> float:
@@ -173,14 +194,21 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     cap = capacities(chip)
     prefetch_ok = "weight" in cap.scratchpad_kinds
     pieces = program_pieces(w, dp_buckets=dp_buckets)
+    accesses = access_index(w)
     plans = []
     for piece in pieces:
         prog = fuse_program(piece.program) if fuse else piece.program
         res = plan_residency(prog, chip)
+        prog, origin = split_segments(prog, res)
+        pinned = res.on_chip_bytes("scratchpad")
+        ops = {}   # (block, node) → the op with its operands' locations (its segment's)
         for b in prog.blocks:
+            ob, _, rep = origin[b.name]
             for n in b.nodes:
-                timer(n.payload)
-        plans.append((piece, prog, res))
+                op = ops[(b.name, n.name)] = placed_op(n.payload, n, res.node(ob, n.name, rep),
+                                                       accesses, pinned, chip.has_dram)
+                timer(op)
+        plans.append((piece, prog, res, origin, ops))
     stream = timer.stream or chip.dram_bytes_per_s
     records: dict = {}
     order: list = []
@@ -190,12 +218,12 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     busy: dict = {}
     offset = 0.0
     summary = []
-    for piece, prog, res in plans:
+    for piece, prog, res, origin, ops in plans:
         space = max(0, cap.scratchpad - res.on_chip_bytes("scratchpad")) if prefetch_ok else 0
         demands = {}
         for b in prog.blocks:
             for n in b.nodes:
-                t = timer(n.payload)
+                t = timer(ops[(b.name, n.name)])
                 pre = t.weight_bytes if 0 < t.weight_bytes <= space else 0.0
                 demands[(b.name, n.name)] = op_demand(
                     seconds=t.seconds, unit=t.unit, dram_bytes=t.dram_bytes,
@@ -222,15 +250,17 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
             blk = next(b for b in prog.blocks if b.name == key[0])
             node = next(n for n in blk.nodes if n.name == key[2])
             timeline.append({"block": key[0], "repeat": key[1], "op": key[2],
-                             "unit": node.unit, "stage": stage.get(key[0], "forward"),
+                             "unit": node.unit,
+                             "stage": stage.get(origin[key[0]][0], "forward"),
                              "piece": piece.label,
                              "phases": [(offset + s, offset + e, lab, early)
                                         for s, e, lab, early in ph]})
         for b, bt in zip(prog.blocks, r.blocks):
             count = b.repeat * piece.times
             for n in b.nodes:
-                t = timer(n.payload)
-                launch = _launch(n.payload, op_launch, coll_launch)
+                op = ops[(b.name, n.name)]
+                t = timer(op)
+                launch = _launch(op, op_launch, coll_launch)
                 launches += launch * count
                 energy += t.energy_j * count
                 dram += t.dram_bytes * count
@@ -252,15 +282,15 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
                     rec["total_seconds"] = rec["seconds"] * rec["repeat"]
                     rec["exposed_total_s"] += exposed * count
                     continue
-                op = n.payload
+                ob, s0, _ = origin[b.name]
                 rec = {"op": n.name, "kind": t.kind, "shape": _shape(op), "seconds": t.seconds,
                        "bound": t.bound, "utilization": t.utilization, "flops": t.flops,
                        "dram_bytes": t.dram_bytes, "energy_j": t.energy_j,
-                       "block": b.name, "stage": stage.get(b.name, "optimizer"),
+                       "block": b.name, "stage": stage.get(ob, "optimizer"),
                        "repeat": count, "total_seconds": t.seconds * count,
                        "start_s": offset + start, "end_s": offset + end, "exposed_s": exposed,
                        "exposed_total_s": exposed * count, "launch_s": launch,
-                       "residency": _residency_view(res, b.name, n.name, rep)}
+                       "residency": _residency_view(res, ob, n.name, s0 + rep)}
                 if t.dtype:
                     rec["dtype"] = t.dtype
                 if isinstance(op, Collective):

@@ -46,13 +46,17 @@ class FusedAttention:
     saved_kv_bytes: float = 0.0
     working_bytes: float = 0.0
     tags: tuple[str, ...] = ()
+    # residency (phase 2b): the parts of read_bytes + write_bytes served by tensors kept in
+    # the scratchpads or the shared buffer (default: all in DRAM)
+    scratchpad_bytes: float = 0.0
+    shared_buffer_bytes: float = 0.0
 
     def __post_init__(self):
         if not self.parts or not all(isinstance(p, (Gemm, VectorOp)) for p in self.parts):
             raise ValueError(f"parts of {self.name!r} must be a non-empty tuple of Gemm and "
                              f"VectorOp, not {self.parts!r}")
         for f in ("read_bytes", "write_bytes", "saved_bytes", "saved_kv_bytes",
-                  "working_bytes"):
+                  "working_bytes", "scratchpad_bytes", "shared_buffer_bytes"):
             v = getattr(self, f)
             if not v >= 0:
                 raise ValueError(f"{f} of {self.name!r} must be >= 0, not {v!r}")
@@ -81,7 +85,19 @@ class FusedAttention:
 
     @property
     def dram_bytes(self) -> float:
+        """Bytes that cross DRAM (the traffic less what resident tensors serve)."""
+        if self.scratchpad_bytes or self.shared_buffer_bytes:
+            return max(0.0, self.read_bytes + self.write_bytes - self.scratchpad_bytes
+                       - self.shared_buffer_bytes)
         return self.read_bytes + self.write_bytes
+
+    def on_chip_seconds(self, chip) -> float:
+        """Time the resident traffic takes at the scratchpads' (every core) and the shared
+        buffer's bandwidth."""
+        t = self.scratchpad_bytes / (chip.tensor_cores * chip.core.scratchpad.bytes_per_cycle)
+        if self.shared_buffer_bytes:
+            t += self.shared_buffer_bytes / chip.shared_buffer.bytes_per_cycle
+        return t / chip.clock_hz
 
     @property
     def compute_dtype(self) -> str:
@@ -95,18 +111,34 @@ def _compute_seconds(st, chip) -> float:
     return cc / chip.clock_hz
 
 
+def on_chip(op):
+    """``op`` (a Gemm or VectorOp) with every operand in the scratchpads: how the parts of a
+    fused kernel, and fused vector ops, are timed on a chip without DRAM (their compute is
+    what counts; their traffic is the fused record's)."""
+    import dataclasses
+    if isinstance(op, Gemm):
+        return dataclasses.replace(op, a_source="scratchpad", b_source="scratchpad",
+                                   c_dest="scratchpad")
+    return dataclasses.replace(op, scratchpad_read_bytes=op.read_bytes,
+                               shared_buffer_read_bytes=0.0,
+                               scratchpad_write_bytes=op.write_bytes,
+                               shared_buffer_write_bytes=0.0)
+
+
 def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
     """Time, energy and bound of ``op`` on ``chip`` by the rule in the module docstring.
 
     Energy: the parts' energy without their DRAM and static shares, plus the fused traffic at
     the parts' mean DRAM energy per byte, plus static power (the parts' mean) × the time."""
-    sts = [simulate(p, chip) for p in op.parts]
+    sts = [simulate(p if chip.has_dram else on_chip(p), chip) for p in op.parts]
     t_comp = sum(_compute_seconds(st, chip) for st in sts)
     peak_bw = chip.dram_bytes_per_s
     achieved = [min(st.dram_bytes_per_s, peak_bw) for st in sts
                 if getattr(st, "dram_bytes_per_s", 0.0) > 0.0]
     bw = max(achieved) if achieved else peak_bw
-    t_mem = op.dram_bytes / bw
+    t_mem = op.dram_bytes / bw if op.dram_bytes else 0.0
+    if op.scratchpad_bytes or op.shared_buffer_bytes:   # resident operands (per operand)
+        t_mem = max(t_mem, op.on_chip_seconds(chip))
     seconds = max(t_comp, t_mem)
     bound = "compute" if t_comp >= t_mem else "memory"
     if all(getattr(st, "energy_breakdown", None) for st in sts):
@@ -117,6 +149,9 @@ def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
         energy = (sum(st.energy_j for st in sts) - dram_e - static_e
                   + (dram_e / part_bytes * op.dram_bytes if part_bytes else 0.0)
                   + (static_e / part_s * seconds if part_s else 0.0))
+        if op.scratchpad_bytes or op.shared_buffer_bytes:
+            energy += ((op.scratchpad_bytes + op.shared_buffer_bytes)
+                       * chip.energy.pj_per_sram_byte * 1e-12)
     else:                        # a test double: no breakdown to re-cost
         energy = sum(st.energy_j for st in sts)
     peak = chip.peak_ops_per_s[op.compute_dtype]

@@ -7,8 +7,10 @@ parts' simulations, see :mod:`diptych.workloads.fused`). Timing per block: the c
 sequence; with ``overlap`` the block's tensor-parallel collectives hide behind its compute
 (``max(compute, comm)``, the collective-matmul / async-TP ideal), without it they add. The
 data-parallel gradient all-reduce overlaps the whole backward pass when ``overlap`` is set.
-That is ``execution="sum"`` (the default); ``execution="schedule"`` times the phase as a list
-schedule of its program instead (:mod:`diptych.workloads.execute`, docs/program.md).
+That is ``execution="sum"`` (the default on a chip with DRAM); ``execution="schedule"`` (the
+default, and the only way, on an all-SRAM chip) times the phase as a list schedule of its
+program instead, with the residency plan honoured by the engine and the chip's fixed costs
+(:mod:`diptych.workloads.execute`, docs/program.md).
 
 What ``seconds`` means per phase: prefill, the time to first token (TTFT); decode, the mean
 time per output token (TPOT) over the ``gen`` steps: one step with each layer kind at its mean
@@ -293,7 +295,8 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
                  weights_dtype: str | None = None, act_dtype: str | None = None,
                  kv_dtype: str | None = None, overlap: bool = True,
                  recompute: "bool | str" = False, micro_batch: int | None = None,
-                 attention: str = "fused", execution: str = "sum", fusion: bool = True,
+                 attention: str = "fused", execution: str | None = None,
+                 fusion: bool = True,
                  simulate: Callable | None = None, power_limit: bool = True,
                  cluster: "Cluster | str | None" = None, plan: "Plan | None" = None
                  ) -> "RunResult | ClusterResult":
@@ -305,10 +308,11 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     ``micro_batch`` sequences per training micro-batch (default: see
     :func:`diptych.workloads.train.default_micro_batch`); ``attention`` "fused" (default,
     FlashAttention-style, see :mod:`diptych.workloads.fused`) or "unfused".
-    ``execution``: "sum" (every op timed alone, times added: see the module docstring) or
-    "schedule" (a list schedule of the program with the chip's fixed costs, see
-    :mod:`diptych.workloads.execute`); ``fusion`` (schedule only): fuse elementwise and norm
-    ops into GEMMs where the chip allows it.
+    ``execution``: "schedule" (a list schedule of the program with the residency plan and the
+    chip's fixed costs, see :mod:`diptych.workloads.execute`) or "sum" (every op timed alone
+    with its operands in DRAM, times added: see the module docstring); None:
+    :func:`default_execution`; ``fusion`` (schedule only): fuse elementwise and norm ops into
+    GEMMs where the chip allows it.
     ``simulate`` replaces :func:`diptych.sim.simulate` (tests use a roofline double).
     For a chip with a ``[power]`` table the run is reported at the clock it can sustain within
     its TDP, with idle arrays power-gated (:mod:`diptych.workloads.power_limit`;
@@ -328,11 +332,18 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     """
     from .run_cluster import recompute_mode
 
+    if execution is None:
+        execution = default_execution(load_chip(chip), cluster is not None or plan is not None)
     if execution not in EXECUTIONS:
         raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
                          f"{execution!r}")
     chip = load_chip(chip)
-    chip.require_dram("the per-op engine behind run_workload")
+    if cluster is not None or plan is not None:
+        chip.require_dram("the cluster step behind run_workload(cluster=..., plan=...)")
+    elif execution == "sum" and not chip.has_dram:
+        raise ValueError(f"chip {chip.name!r} has no DRAM (an all-SRAM chip): "
+                         f"execution='sum' reads every operand from DRAM; use "
+                         f"execution='schedule' (the residency plan keeps every tensor on chip)")
     model = load_model(model)
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
@@ -369,7 +380,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
                f"({model.max_position_embeddings})")
         warns.append(msg)
         _warnings.warn(msg, stacklevel=2)
-    cap = chip.dram.capacity_bytes
+    cap = chip.memory_bytes   # DRAM, or an all-SRAM chip's SRAM
     if phase == "train":
         mem: MemoryReport = train_memory(model, p, tp, w, cap, recompute)
     else:
@@ -420,7 +431,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
         tokens_per_s_per_user=tps_user, energy_j=energy, energy_j_per_token=energy / tokens,
         fits=mem.fits, memory_bytes=mem.total_bytes, memory_breakdown=dict(mem.breakdown),
         bound=_bound(t), layers=t["layers"],
-        dram_bw_utilization=t["dram_bytes"] / (secs * chip.dram_bytes_per_s),
+        dram_bw_utilization=_bw_share(t["dram_bytes"], secs, chip),
         compute_seconds=t["compute_seconds"], memory_bound_seconds=t["memory_bound_seconds"],
         communication_seconds=t["communication_seconds"],
         precision={"weights": p.weights, "activations": p.activations, "kv": p.kv,
@@ -484,15 +495,31 @@ class TopologyResult:
         return dict(self.__dict__)
 
 
+def default_execution(chip, cluster: bool = False) -> str:
+    """The execution a run gets when none is given: "schedule" on an all-SRAM chip (the
+    summed run reads every operand from DRAM), else "sum" (the switch of the default to
+    "schedule" for every chip, issue 9 item 4, is pending: it moves the pinned numbers)."""
+    return "schedule" if not chip.has_dram and not cluster else "sum"
+
+
 def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,
-                 simulate: Callable | None = None) -> TopologyResult:
+                 simulate: Callable | None = None, execution: str | None = None,
+                 fusion: bool = True) -> TopologyResult:
     """Simulate the GEMMs of a SCALE-Sim topology CSV or GEMM list in sequence on ``chip``
-    (``dtype`` defaults to the chip's default precision)."""
+    (``dtype`` defaults to the chip's default precision). ``execution``: "schedule" (a chain
+    program, each GEMM reading its predecessor's output, with the residency plan and fixed
+    costs) or "sum" (each GEMM alone from DRAM, times added); None: :func:`default_execution`."""
     from .graph import Block
     from .topology import load_topology
 
     chip = load_chip(chip)
-    chip.require_dram("the per-op engine behind run_topology")
+    if execution is None:
+        execution = default_execution(chip)
+    if execution not in EXECUTIONS:
+        raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
+                         f"{execution!r}")
+    if execution == "sum":
+        chip.require_dram("execution='sum' (every operand from DRAM) in run_topology")
     dt = dtype or chip.default_dtype
     if not chip.supports(dt):
         raise ValueError(f"chip {chip.name!r} does not support {dt} (supports "
@@ -500,10 +527,19 @@ def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,
     ops = load_topology(path, dtype=dt)
     check_ops(ops, chip)
     w = Workload("topology", (Block("topology", 1, tuple(ops)),), tokens=1, batch=1)
-    t = simulate_workload(w, chip, simulate=simulate)
+    if execution == "schedule":
+        from .execute import schedule_workload
+        t = schedule_workload(w, chip, simulate=simulate or _default_simulate(), fusion=fusion)
+    else:
+        t = simulate_workload(w, chip, simulate=simulate)
     secs = t["seconds"]
     return TopologyResult(chip=chip.name, source=str(path), seconds=secs, flops=w.flops(),
                           dram_bytes=t["dram_bytes"],
                           mfu=w.flops() / (chip.peak_ops_per_s[dt] * secs), energy_j=t["energy_j"],
                           bound=_bound(t), layers=t["layers"],
-                          dram_bw_utilization=t["dram_bytes"] / (secs * chip.dram_bytes_per_s))
+                          dram_bw_utilization=_bw_share(t["dram_bytes"], secs, chip))
+
+
+def _bw_share(dram_bytes: float, secs: float, chip) -> float:
+    """Achieved share of the DRAM pin bandwidth (0 on a chip without DRAM)."""
+    return dram_bytes / (secs * chip.dram_bytes_per_s) if chip.has_dram else 0.0

@@ -51,6 +51,9 @@ class FusedOps:
     gemm: Gemm
     prologue: tuple[VectorOp, ...] = ()
     epilogue: tuple[VectorOp, ...] = ()
+    #: DRAM bytes the fused node moves beyond its GEMM's own (the epilogue's extra inputs in
+    #: DRAM, output bytes beyond C): set when the node is timed with its residency
+    extra_dram_bytes: float = 0.0
 
     @property
     def ops(self) -> tuple:

@@ -106,4 +106,27 @@ def test_cli_on_an_all_sram_chip():
     assert "none (all SRAM)" in run("chips", "list").output
     r = run("run", "--chip", "groq-lpu", "--model", "llama-3-8b", "--phase", "decode",
             "--prompt", "128")
-    assert r.exit_code == 2 and "has no DRAM" in r.output and "Traceback" not in r.output
+    # the engine runs an all-SRAM chip (phase 2b); llama-3-8b's embedding alone exceeds one
+    # groq-lpu's SRAM: exit 2 naming it
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "'w_embed'" in r.output and "larger than every memory of chip 'groq-lpu'" in r.output
+
+
+def test_an_all_sram_chip_runs_when_everything_fits():
+    """groq-lpu (no DRAM): `run` (schedule, the default there), `gemm` and the library run
+    with every tensor on chip and no DRAM byte; what does not fit is refused with advice."""
+    from diptych.sim import simulate_gemm
+    from diptych.workloads import run_workload
+    r = run_workload("groq-lpu", "phi-3-mini-4k", phase="decode", batch=1, prompt=256,
+                     tp=32, chips=32)
+    assert r.execution == "schedule" and r.dram_bytes == 0 and r.seconds > 0
+    assert all(a["location"] != "dram" for x in r.layers for a in x.get("residency", ()))
+    with pytest.raises(ValueError, match="execution='sum' reads every operand from DRAM"):
+        run_workload("groq-lpu", "phi-3-mini-4k", phase="decode", batch=1, prompt=256,
+                     tp=32, chips=32, execution="sum")
+    st = simulate_gemm(1024, 2048, 2048, load_chip("groq-lpu"))
+    assert st.dram_read_bytes == st.dram_write_bytes == 0 and st.bound == "compute"
+    with pytest.raises(ValueError, match="more chips .*narrower precision or a smaller batch"):
+        simulate_gemm(16384, 16384, 16384, load_chip("groq-lpu"))
+    out = CliRunner().invoke(main, ["gemm", "512", "512", "512", "--chip", "groq-lpu"])
+    assert out.exit_code == 0 and "no DRAM" in out.output

@@ -62,4 +62,9 @@ def golden_problem(chip, pb, blk, rates, split, memory):
         engines=eng, max_outstanding=chip.dma.max_outstanding, setup_cycles=chip.dma.setup_cycles,
         memory=memory, clock_ghz=chip.clock_ghz, dma_bytes_per_cycle=per, share=float(split.active),
         x_sb=blk.x_sb, w_sb=blk.w_sb, x_dup=float(pb.x_dup), w_dup=float(pb.w_dup),
-        sb_bytes_per_cycle=MP.shared_buffer_bpc(chip, split))
+        sb_bytes_per_cycle=MP.shared_buffer_bpc(chip, split),
+        x_src=_LOC[pb.x_src], w_src=_LOC[pb.w_src], o_dst=_LOC[pb.o_dst],
+        sp_bytes_per_cycle=MP.scratchpad_bpc(chip, split))
+
+
+_LOC = {0: "dram", 1: "scratchpad", 2: "shared_buffer"}

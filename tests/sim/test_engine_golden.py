@@ -20,10 +20,14 @@ from simtest_helpers import golden_problem, one_array_run, small_chip
        memory=st.booleans(), batch=st.integers(1, 3), shared=st.booleans(),
        dtype=st.sampled_from(["bf16", "int8", "fp32"]), active=st.sampled_from([1, 3, 16]),
        apc=st.sampled_from([1, 2]), x_sb=st.integers(0, 2), w_sb=st.integers(0, 2),
-       x_dup=st.integers(1, 3), w_dup=st.integers(1, 3))
+       x_dup=st.integers(1, 3), w_dup=st.integers(1, 3),
+       src=st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 2)) | st.just((0, 0, 0)))
 def test_engine_equals_golden(R, C, m, k, n, df, fm, fk, fn, order, memory, batch, shared, dtype,
-                              active, apc, x_sb, w_sb, x_dup, w_dup):
-    sb = x_sb or w_sb
+                              active, apc, x_sb, w_sb, x_dup, w_dup, src):
+    """Also with resident operands (``src``: X, W, O in DRAM 0, the scratchpad 1, the shared
+    buffer 2; a resident operand uses no shared-buffer mode, as the mapper guarantees)."""
+    x_sb, w_sb = (0 if src[0] else x_sb), (0 if src[1] else w_sb)
+    sb = x_sb or w_sb or 2 in src
     chip = small_chip(R, C, base="train-2026" if dtype == "fp32" else "tpu-v4",
                       sb_mib=1.0 if sb else None, sb_bpc=24.0)
     if dtype not in chip.dtypes:
@@ -35,6 +39,7 @@ def test_engine_equals_golden(R, C, m, k, n, df, fm, fk, fn, order, memory, batc
                     min(pb.n, C * fn), order, x_sb, w_sb)
     if sb:   # arrays sharing operand slices (the split's duplication factors)
         pb = dataclasses.replace(pb, x_dup=x_dup, w_dup=w_dup)
+    pb = dataclasses.replace(pb, x_src=src[0], w_src=src[1], o_dst=src[2])
     from diptych.sim.gemm import run_engine
     out, _, _ = run_engine(chip, pb, blk, rates, split, memory)
     ref = G.run(golden_problem(chip, pb, blk, rates, split, memory), chip.dram)
