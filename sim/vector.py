@@ -5,7 +5,8 @@ its share of ``read_bytes`` in and ``write_bytes`` out through the scratchpad in
 :data:`CHUNK_BYTES` pieces, double-buffered, while its vector unit does ``elements ×
 ops_per_element`` ALU ops at ``lanes × ops_per_lane_per_cycle`` per cycle. The DRAM side is the
 fast model of :mod:`.dram` (a sequential read stream, then the write stream, on all
-pseudo-channels); the pipeline takes ``max(compute, memory)`` plus one chunk of the shorter
+pseudo-channels, capped by the NoC and D2D bandwidth and delayed by their latency:
+:mod:`.fabric`); the pipeline takes ``max(compute, memory)`` plus one chunk of the shorter
 side to fill and drain. The helper constructors give the op counts we assume per element.
 """
 
@@ -15,6 +16,7 @@ import math
 
 from ..arch.dtypes import dtype_bytes
 from .dram import FastDram
+from .fabric import fabric
 from .ops import VectorOp
 from .stats import OpStats
 
@@ -61,7 +63,8 @@ def vector_stats(op: VectorOp, chip) -> OpStats:
     ops = op.elements * op.ops_per_element
     compute = math.ceil(ops / (cores * v.lanes * v.ops_per_lane_per_cycle))
     rd, wr = float(op.read_bytes), float(op.write_bytes)
-    dram = FastDram(chip.dram)
+    fab = fabric(chip)
+    dram = FastDram(chip.dram, fab.ns_per_byte)
     chunk = CHUNK_BYTES * cores
     # the read stream from address 0, then the write stream from 2^40, chunk by chunk
     done = 0.0
@@ -71,7 +74,10 @@ def vector_stats(op: VectorOp, chip) -> OpStats:
             done = dram.stream(0.0, addr, total, chunk, write)
     mem_ns = done
     dma_bpc = chip.dma.engines * chip.dma.bytes_per_cycle * cores
-    setup = chip.dma.setup_cycles if (rd + wr) > 0 else 0
+    setup = 0
+    if rd + wr > 0:
+        setup = chip.dma.setup_cycles + (math.ceil(fab.dram_setup_ns * chip.clock_ghz)
+                                         if fab.dram_setup_ns else 0)
     mem = max(math.ceil(mem_ns * chip.clock_ghz), math.ceil((rd + wr) / dma_bpc)) + setup
     nchunks = max(1, math.ceil((rd + wr) / chunk))
     cycles = max(compute, mem) + math.ceil(min(compute, mem) / nchunks)
@@ -81,7 +87,8 @@ def vector_stats(op: VectorOp, chip) -> OpStats:
     sram = 2.0 * (rd + wr)
     e = {"mac": 0.0, "sram": sram * en.pj_per_sram_byte * 1e-12,
          "dram": (rd + wr) * 8 * en.pj_per_dram_bit * 1e-12,
-         "vector": ops * en.pj_per_vector_op * 1e-12, "static": en.static_w * seconds}
+         "vector": ops * en.pj_per_vector_op * 1e-12, "static": en.static_w * seconds,
+         **fab.energy_j(rd + wr, rd + wr)}
     mem_bound = mem > compute
     return OpStats(
         name=op.name, kind="vector", cycles=cycles, seconds=seconds, compute_cycles=compute,

@@ -48,6 +48,7 @@ def one_array_run(chip, m, k, n, dataflow, mb, kb, nb, order=0, memory=False, dt
 
 def golden_problem(chip, pb, blk, rates, split, memory):
     from diptych.sim import golden as G
+    from diptych.sim.fabric import fabric
     arr = chip.core.array
     eng, per = MP.dma_share(chip, split)
     t = pb.transposed
@@ -62,4 +63,5 @@ def golden_problem(chip, pb, blk, rates, split, memory):
         engines=eng, max_outstanding=chip.dma.max_outstanding, setup_cycles=chip.dma.setup_cycles,
         memory=memory, clock_ghz=chip.clock_ghz, dma_bytes_per_cycle=per, share=float(split.active),
         x_sb=blk.x_sb, w_sb=blk.w_sb, x_dup=float(pb.x_dup), w_dup=float(pb.w_dup),
-        sb_bytes_per_cycle=MP.shared_buffer_bpc(chip, split))
+        sb_bytes_per_cycle=MP.shared_buffer_bpc(chip, split),
+        dram_setup_ns=fabric(chip).dram_setup_ns, fabric_ns_per_byte=fabric(chip).ns_per_byte)
