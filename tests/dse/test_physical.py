@@ -90,7 +90,8 @@ def test_compare_report_has_cost_warnings_and_provenance(tmp_path):
                         train_seq=1024)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cmp = compare(["train-2026", "infer-2026"], "llama-3-8b", s, run=fake_eval.roofline_run)
+        cmp = compare(["train-2026", "infer-2026", "examples/chips/infer-2026-1die.toml"],
+                      "llama-3-8b", s, run=fake_eval.roofline_run)
     j = cmp.to_json()["chips"]
     for name in ("train-2026", "infer-2026"):
         assert j[name]["cost_usd"] == pytest.approx(chip_cost(load_chip(name)).total_usd)
@@ -103,7 +104,8 @@ def test_compare_report_has_cost_warnings_and_provenance(tmp_path):
     write_report(cmp, tmp_path)
     page = (tmp_path / "index.html").read_text()
     assert "cost per chip" in page and "$ per million tokens" in page
-    assert "infer-2026: cannot be built as described: the die: 8 DRAM PHYs" in page
+    assert "infer-2026-1die: cannot be built as described: the die: 8 DRAM PHYs" in page
+    assert "infer-2026: cannot be built" not in page   # the preset's two dies fit
     assert f"diptych {__version__}" in page
     details = json.loads((tmp_path / "compare.json").read_text())
     assert details["provenance"]["diptych_version"] == __version__
