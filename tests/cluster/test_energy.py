@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import pytest
 from roofline_double import roofline
+from test_step import step   # the cluster step on the roofline double
 
 from diptych.arch import load_chip
 from diptych.arch.cost import cost_metrics
-from diptych.sim.cluster import Plan, simulate_cluster_step
+from diptych.sim.cluster import Plan
 from diptych.sim.cluster.energy import PARTS, sent_bytes
 from diptych.workloads import load_model, run_workload
 from diptych.workloads.params import params_per_chip
 from diptych.workloads.run import default_precision
 
 
-def step(model, plan, **kw):
-    kw.setdefault("batch", plan.dp * plan.micro_batch * 4)
-    kw.setdefault("seq", 2048)
-    return simulate_cluster_step(model, kw.pop("chip", "h100"), kw.pop("cluster", "dgx-h100"),
-                                 plan, simulate=roofline, **kw)
 
 
 @pytest.mark.parametrize("tp", [1, 8])

@@ -31,11 +31,18 @@ def hand_area(d: dict) -> float:
     per_core = (pes * pe + d["tensor_cores"] * (sp["capacity_mib"] + sp.get("accumulator_mib", 0.0))
                 * area["mm2_per_mib_sram"] + d["tensor_cores"] * core["vector"]["lanes"]
                 * area["mm2_per_vector_lane"]) / d["tensor_cores"]
+    # D2D PHYs ([package]): each interface's shoreline (GB/s ÷ GB/s per mm) on both its dies;
+    # compute dies in a row have n - 1 interfaces, with IO dies one per compute die
+    pkg = d.get("package", {})
+    n, io = pkg.get("compute_dies", 1), pkg.get("io_dies", 0)
+    ifaces = (n if io else n - 1) if n + io > 1 else 0
+    d2d = (2 * ifaces * pkg.get("d2d_gb_per_s", 0.0) / pkg.get("d2d_gb_per_s_per_mm", 658.0)
+           * pkg.get("d2d_mm2_per_mm", 1.0))
     return (pes * pe + sram_mib * area["mm2_per_mib_sram"]
             + d["tensor_cores"] * core["vector"]["lanes"] * area["mm2_per_vector_lane"]
             + d.get("dram", {}).get("stacks", 0) * area["mm2_per_hbm_phy"]
             + d["interconnect"]["links"] * area["mm2_per_link"] + area["fixed_overhead_mm2"]
-            + spares * per_core)
+            + spares * per_core + d2d)
 
 
 @pytest.mark.parametrize("name", preset_names())
