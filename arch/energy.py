@@ -10,6 +10,12 @@ ops) and the elapsed time; this module turns them into joules using the chip's
 * ``link``:   bytes sent over chip-to-chip links × 8 × ``pj_per_link_bit``
 * ``vector``: vector-unit ops × ``pj_per_vector_op``
 * ``static``: ``static_w`` × seconds (leakage and idle clocking for the whole run)
+* ``noc``:    bytes on the on-chip network (DRAM and shared-buffer bytes) × the NoC's pJ/byte
+  (:func:`~diptych.arch.noc.noc_report`), for a chip with a ``[noc]`` table
+* ``d2d``:    DRAM bytes × the D2D pJ per DRAM byte (:func:`~diptych.arch.package.d2d_report`),
+  for a multi-die ``[package]``
+
+(``noc`` and ``d2d`` only when ``noc_bytes`` is given, and only for a chip with the table.)
 
 Power is energy ÷ time, checked against the chip's ``tdp_w``: a run whose average power
 exceeds the TDP could not sustain that speed on a real part, and is flagged.
@@ -41,8 +47,9 @@ def _count(name: str, value) -> float:
 def energy_breakdown_j(chip: "Chip", *, macs: Mapping[str, float] | None = None,
                        sram_bytes: float = 0.0, dram_bytes: float = 0.0,
                        link_bytes: float = 0.0, vector_ops: float = 0.0,
-                       seconds: float = 0.0) -> dict[str, float]:
-    """Energy in joules by block (:data:`ENERGY_BLOCKS`); the values sum to the total.
+                       seconds: float = 0.0, noc_bytes: float | None = None) -> dict[str, float]:
+    """Energy in joules by block (:data:`ENERGY_BLOCKS`, then ``noc`` and ``d2d`` where they
+    apply: see the module docstring); the values sum to the total.
 
     ``macs`` maps a dtype name to a MAC count in that precision; MACs in a dtype the chip's
     arrays do not support are rejected (they cannot have happened).
@@ -57,7 +64,7 @@ def energy_breakdown_j(chip: "Chip", *, macs: Mapping[str, float] | None = None,
             raise ValueError(f"macs[{dtype!r}]: chip {chip.name!r} has no {dtype} datapath "
                              f"(supported: {', '.join(chip.dtypes)})")
         mac_pj += n * e.pj_per_mac[dtype]
-    return {
+    out = {
         "mac": mac_pj * PJ,
         "sram": _count("sram_bytes", sram_bytes) * e.pj_per_sram_byte * PJ,
         "dram": _count("dram_bytes", dram_bytes) * 8.0 * e.pj_per_dram_bit * PJ,
@@ -65,6 +72,16 @@ def energy_breakdown_j(chip: "Chip", *, macs: Mapping[str, float] | None = None,
         "vector": _count("vector_ops", vector_ops) * e.pj_per_vector_op * PJ,
         "static": _count("seconds", seconds) * e.static_w,
     }
+    if noc_bytes is not None:
+        from .noc import noc_report
+        from .package import d2d_report
+        noc = noc_report(chip) if chip.has_dram else None
+        if noc is not None:
+            out["noc"] = _count("noc_bytes", noc_bytes) * noc.pj_per_byte * PJ
+        pkg = getattr(chip, "package", None)
+        if pkg is not None and pkg.dies > 1 and chip.has_dram:
+            out["d2d"] = float(dram_bytes) * d2d_report(chip).pj_per_dram_byte * PJ
+    return out
 
 
 def energy_j(chip: "Chip", **counts) -> float:

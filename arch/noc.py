@@ -26,7 +26,9 @@ Coefficients and sources (docs/floorplan.md):
   mesh NoCs, e.g. Intel's Xeon mesh, ARM CMN];
 * link width: a design choice of each chip (bytes per core clock per direction).
 
-The engine does not yet charge NoC hops (phase 2, docs/floorplan.md).
+The engine charges them (:mod:`diptych.sim.fabric`, docs/floorplan.md §7): the DRAM cap,
+the mean latency on every DRAM descriptor, the energy per byte, the bisection on the shared
+buffer.
 """
 
 from __future__ import annotations

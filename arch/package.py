@@ -29,9 +29,9 @@ per mm of edge. Coefficients (defaults) and sources:
 For scale: NVIDIA's NV-HBI joins B200's two dies at 10 TB/s [S: reference.md 1a], i.e. ~7.6 mm
 of each die's edge at this density.
 
-The engine does not yet charge the D2D hop (phase 2, see docs/floorplan.md); this module
-gives its area, its edges, the traffic that crosses it and the DRAM bandwidth it caps
-(:func:`d2d_report`).
+This module gives the D2D interfaces' area, edges, the traffic that crosses them and the DRAM
+bandwidth they cap (:func:`d2d_report`); the engine charges the cap, the latency and the
+energy (:mod:`diptych.sim.fabric`, docs/floorplan.md §7).
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ PERSISTENT_CACHES = 4
 
 # Layout of the float parameter vector shared by the kernels (the integer one, I_*, lives in
 # dram_counts).
-F_TBURST, F_LAT, F_TRFC, F_TREFI, F_BLACKOUT, F_TWTR, F_TRTW, F_TFAW, F_TRC = range(9)
+# ``F_FABRIC``: ns per byte of the fabric server (the NoC/D2D cap of :mod:`.fabric`; 0 = none).
+F_TBURST, F_LAT, F_TRFC, F_TREFI, F_BLACKOUT, F_TWTR, F_TRTW, F_TFAW, F_TRC, F_FABRIC = range(10)
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class DramTiming:
         lat = self.t_rcd_ns + self.t_cl_ns
         return np.array([self.t_burst_ns, lat, self.t_rfc_ns, self.t_refi_ns,
                          self.t_rfc_ns + lat, self.t_wtr_ns, self.t_rtw_ns, self.t_faw_ns,
-                         self.t_ras_ns + self.t_rp_ns],
+                         self.t_ras_ns + self.t_rp_ns, 0.0],
                         dtype=np.float64)
 
 
@@ -142,7 +143,8 @@ class DramTiming:
  C_PCS) = range(10)
 
 #: Indices of the run-state tuple (:func:`run_state`): per pseudo-channel bus-free time, last
-#: direction, the last four activations, busy time; the aggregate server's free time.
+#: direction, the last four activations, busy time; the aggregate servers' free times (the
+#: pins', then the fabric's).
 S_BUS, S_DIR, S_ACT, S_BUSY, S_AGG = range(5)
 
 _PATTERN_CACHES: dict = {}
@@ -198,7 +200,7 @@ def pattern_cache(timing: DramTiming, entries: int | None = None):
 def run_state(p):
     """Fresh per-run DRAM state for ``p`` pseudo-channels (see the ``S_*`` indices)."""
     return (np.zeros(p), np.full(p, -1, dtype=np.int64), np.full((p, 4), -1e18), np.zeros(p),
-            np.zeros(1))
+            np.zeros(2))
 
 
 @jit
@@ -328,6 +330,20 @@ def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_star
 
 
 @jit(inline="always")
+def _aggregate(start_ns, bursts, share, ip, fp, agg):
+    """Play ``bursts`` (this array's, standing for ``share`` arrays' alike) on the aggregate
+    servers: the pins (all bursts at peak rate, dark during refresh) and, when
+    ``fp[F_FABRIC]`` > 0, the fabric (the NoC/D2D cap, never dark). Returns the later finish."""
+    p_n = ip[I_P]
+    agg_start = max(start_ns, agg[0])
+    agg[0] = _advance(agg_start, bursts * fp[F_TBURST] * share / p_n, fp)
+    if fp[F_FABRIC] > 0.0:
+        agg[1] = max(start_ns, agg[1]) + bursts * ip[I_BURST] * share * fp[F_FABRIC]
+        return max(agg[0], agg[1])
+    return agg[0]
+
+
+@jit(inline="always")
 def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp, st, pat,
                   pc_start, pc_end):
     """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.
@@ -339,10 +355,9 @@ def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, 
     p_n = ip[I_P]
     h = pattern_entry(addr, rows, row_bytes, stride, ip, pat)
     touched = pat[C_META][h, 0]
-    agg = st[S_AGG]
-    # aggregate cap: all ``share`` arrays together never exceed the pin bandwidth
-    agg_start = max(start_ns, agg[0])
-    agg[0] = _advance(agg_start, pat[C_META][h, 1] * fp[F_TBURST] * share / p_n, fp)
+    # aggregate caps: all ``share`` arrays together never exceed the pin bandwidth (nor the
+    # fabric's)
+    agg_end = _aggregate(start_ns, pat[C_META][h, 1], share, ip, fp, st[S_AGG])
     # the other share-1 arrays' transfers spread over all channels: this transfer's channels
     # carry share × touched / P of them on average
     share = max(1.0, share * touched / p_n)
@@ -352,7 +367,7 @@ def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, 
             pc_end[p] = -1.0
     finish = _play(start_ns, is_write, share, fp, st, pat[C_PCS][h], touched, pat[C_BURSTS][h],
                    pat[C_ACTS][h], pat[C_BMAX][h], pc_start, pc_end)
-    return max(finish, agg[0])
+    return max(finish, agg_end)
 
 
 @jit
@@ -452,14 +467,13 @@ def stream_classes(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, s
                 reps[k, nrep[k]] = p
                 nrep[k] += 1
     # play the chunks on the representatives (and the aggregate server), as dram_transfer does
-    agg = st[S_AGG]
     share = 1.0
     no_spans = np.zeros(0)
     finish = start_ns
+    agg_end = start_ns
     for c in range(n):
         k = c % period if c < n - 1 else period
-        agg_start = max(start_ns, agg[0])
-        agg[0] = _advance(agg_start, tot[k] * fp[F_TBURST] * share / p_n, fp)
+        agg_end = _aggregate(start_ns, tot[k], share, ip, fp, st[S_AGG])
         finish = _play(start_ns, is_write, share, fp, st, reps[k], nrep[k], cnt[0, k],
                        cnt[1, k], cnt[2, k], no_spans, no_spans)
     # the other members copy their representative's state
@@ -471,18 +485,22 @@ def stream_classes(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, s
             busy[p] = busy[r]
             for q in range(4):
                 act_ring[p, q] = act_ring[r, q]
-    return max(finish, agg[0])
+    return max(finish, agg_end)
 
 
 class FastDram:
-    """The analytic model with its state, for tests, benchmarks and vector-op traffic."""
+    """The analytic model with its state, for tests, benchmarks and vector-op traffic.
 
-    def __init__(self, dram):
+    ``fabric_ns_per_byte`` > 0 adds the fabric server (a NoC/D2D cap of
+    ``1 / fabric_ns_per_byte`` bytes per ns, :mod:`.fabric`)."""
+
+    def __init__(self, dram, fabric_ns_per_byte: float = 0.0):
         self.timing = DramTiming.from_dram(dram)
         self.state = run_state(self.timing.pseudo_channels)
         self.patterns = new_pattern_cache(self.timing, CACHE_ENTRIES)
         self._ip = self.timing.iparams()
         self._fp = self.timing.fparams()
+        self._fp[F_FABRIC] = fabric_ns_per_byte
         p = self.timing.pseudo_channels
         self._s = np.zeros(p)
         self._e = np.zeros(p)

@@ -52,8 +52,9 @@ moves a DRAM byte; their bytes count as SRAM (scratchpad) or shared-buffer bytes
 
 DMA. Descriptors go round-robin to the engines; a descriptor is issued once the one
 ``max_outstanding`` earlier on its engine has completed, its data starts ``setup`` cycles later
-(and after the engine's port is free), moves at the engine rate, and completes when both the
-port and the DRAM pseudo-channels (:mod:`diptych.sim.dram`) are done.
+(and after the engine's port is free; a DRAM descriptor also waits the NoC and D2D latency,
+``F_DRAM_SETUP_NS``), moves at the engine rate, and completes when both the port and the DRAM
+pseudo-channels (:mod:`diptych.sim.dram`, with the NoC/D2D bandwidth cap) are done.
 """
 
 from __future__ import annotations
@@ -91,8 +92,10 @@ invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in
 SRC_DRAM, SRC_SCRATCHPAD, SRC_SHARED_BUFFER = 0, 1, 2
 # float parameters (F_X_DUP/F_W_DUP: arrays sharing one X/W slice; F_SB_BPC: this array's
 # share of the shared buffer's bytes per cycle; F_SP_BPC: its share of its core's scratchpad
-# bandwidth, which serves resident operands)
-F_GHZ, F_DMA_BPC, F_SHARE, F_X_DUP, F_W_DUP, F_SB_BPC, F_SP_BPC, N_FPARAMS = range(8)
+# bandwidth, which serves resident operands; F_DRAM_SETUP_NS: NoC + D2D latency added to
+# each DRAM descriptor's setup, :mod:`diptych.sim.fabric`)
+(F_GHZ, F_DMA_BPC, F_SHARE, F_X_DUP, F_W_DUP, F_SB_BPC, F_SP_BPC, F_DRAM_SETUP_NS,
+ N_FPARAMS) = range(9)
 # outputs
 (O_CYCLES, O_BUSY, O_DRAM_STALL, O_WB_STALL, O_DRAM_RD, O_DRAM_WR, O_SRAM_RD, O_SRAM_WR,
  O_BLOCKS, O_FOLDS, O_TRANSFERS, O_DRAM_BUSY_NS, O_NTRACE_BLOCKS, O_NTRACE_PC, O_LAST_OUT,
@@ -139,7 +142,8 @@ def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip
     e = cnt % n_eng
     slot = (cnt // n_eng) % maxout
     t_issue = max(req_ns, eng[e, 1 + slot])
-    start = max(t_issue + ip[P_SETUP] / ghz, eng[e, 0])
+    setup_ns = ip[P_SETUP] / ghz if sb == 1 else ip[P_SETUP] / ghz + fp[F_DRAM_SETUP_NS]
+    start = max(t_issue + setup_ns, eng[e, 0])
     if sb == 1:   # the shared buffer (resident operands and mode-2 re-reads share its server)
         s_start = max(start, sbs[0])
         dram_end = s_start + (rows * row_bytes) / (fp[F_SB_BPC] * ghz)

@@ -11,6 +11,7 @@ from . import engine as E
 from . import mapper as MP
 from .array import array_rates
 from .dram import pattern_cache
+from .fabric import dram_vectors, fabric
 from .ops import check_dataflows
 from .stats import OpStats
 
@@ -40,7 +41,7 @@ def run_engine(chip, pb, blk, rates, split, memory: bool, trace_blocks: int = 0,
         ip[E.P_TRAFFIC] = int(MP.traffic_bytes(pb, blk))
         ip[E.P_BEST] = best
     t = MP.dram_timing(chip)
-    dip, dfp = MP.dram_vectors(MP.engine_dram(chip))
+    dip, dfp = dram_vectors(chip)
     tb = np.zeros((trace_blocks, E.N_TRACE)) if trace_blocks else _NO_TRACE_BLOCKS
     tp = np.zeros((trace_spans, 4)) if trace_spans else _NO_TRACE_SPANS
     out = E.run_schedule(ip, fp, dip, dfp, pattern_cache(t), tb, tp)
@@ -183,6 +184,7 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
         "dram": (dram_rd + dram_wr) * 8 * en.pj_per_dram_bit * 1e-12,
         "vector": 0.0,
         "static": en.static_w * seconds,
+        **fabric(chip).energy_j(dram_rd + dram_wr, dram_rd + dram_wr + sb_rd),
     }
     dram_bps = (dram_rd + dram_wr) / seconds
     array_frac = busy / cycles

@@ -76,6 +76,8 @@ class Problem:
     w_src: str = "dram"
     o_dst: str = "dram"
     sp_bytes_per_cycle: float = 0.0
+    dram_setup_ns: float = 0.0        # NoC + D2D latency added to each DRAM descriptor's setup
+    fabric_ns_per_byte: float = 0.0   # the NoC/D2D bandwidth cap as ns per byte (0: none)
 
 
 @dataclass
@@ -126,7 +128,10 @@ class Dma:
             t_issue = max(req_ns, eng.done[-pb.max_outstanding])
         else:
             t_issue = max(req_ns, 0.0)
-        start = max(t_issue + pb.setup_cycles / pb.clock_ghz, eng.port_free)
+        setup_ns = pb.setup_cycles / pb.clock_ghz
+        if not sb:
+            setup_ns += pb.dram_setup_ns
+        start = max(t_issue + setup_ns, eng.port_free)
         if sb:
             dram_end = max(start, self.sb_free) + (rows * row_bytes) / (
                 pb.sb_bytes_per_cycle * pb.clock_ghz)
@@ -156,7 +161,7 @@ def blocks(pb: Problem):
 def run(pb: Problem, dram) -> Result:
     """Play the schedule of ``pb`` on a fresh DRAM model built from ``dram`` (arch.Dram)."""
     res = Result()
-    fd = FastDram(dram)
+    fd = FastDram(dram, pb.fabric_ns_per_byte)
     dma = Dma(pb, fd, res)
     R, C = pb.rows, pb.cols
     nk = cdiv(pb.k, pb.kb)

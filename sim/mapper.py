@@ -34,6 +34,7 @@ from . import mapper_kernels as MK
 from . import timing as T
 from .array import Rates
 from .dram import DramTiming, refresh_lower_bound_ns
+from .fabric import fabric
 
 #: Budget of one mapping decision: engine runs stop once the candidates simulated so far hold
 #: this many blocks in all (small problems are therefore searched exhaustively, up to the
@@ -230,6 +231,7 @@ def engine_base(chip, pb: Problem, rates: Rates, split: Split,
     fp[E.F_X_DUP], fp[E.F_W_DUP] = float(pb.x_dup), float(pb.w_dup)
     fp[E.F_SB_BPC] = shared_buffer_bpc(chip, split)
     fp[E.F_SP_BPC] = scratchpad_bpc(chip, split)
+    fp[E.F_DRAM_SETUP_NS] = fabric(chip).dram_setup_ns
     return ip, fp
 
 
@@ -240,9 +242,10 @@ def scratchpad_bpc(chip, split: Split) -> float:
 
 
 def shared_buffer_bpc(chip, split: Split) -> float:
-    """One array's share of the shared buffer's bandwidth in bytes per cycle (0: none)."""
-    sbuf = chip.shared_buffer
-    return 0.0 if sbuf is None else sbuf.bytes_per_cycle / split.active
+    """One array's share of the shared buffer's bandwidth in bytes per cycle (0: none), the
+    buffer capped at the NoC's bisection (:mod:`.fabric`)."""
+    sb = fabric(chip).shared_buffer_bytes_per_cycle
+    return 0.0 if sb is None else sb / split.active
 
 
 def dma_share(chip, split: Split) -> tuple[int, float]:
@@ -668,7 +671,7 @@ def _shared_buffer_variants(chip, pb: Problem, split: Split, mb, kb, nb, order):
     sv[MK.S_XDUP], sv[MK.S_WDUP], sv[MK.S_ACTIVE] = pb.x_dup, pb.w_dup, split.active
     sv[MK.S_XRES], sv[MK.S_WRES] = pb.x_src != 0, pb.w_src != 0
     pin_bpc = pin_bytes_per_s(chip) / chip.clock_hz
-    sb_total = chip.shared_buffer.bytes_per_cycle
+    sb_total = fabric(chip).shared_buffer_bytes_per_cycle
     sv[MK.S_XFAST] = sb_total >= pb.x_dup * pin_bpc
     sv[MK.S_WFAST] = sb_total >= pb.w_dup * pin_bpc
     idx, xsb, wsb = MK.shared_buffer_variants(mb, kb, nb, order, sv,

@@ -9,7 +9,8 @@ its share of ``read_bytes`` in and ``write_bytes`` out through the scratchpad in
 :data:`CHUNK_BYTES` pieces, double-buffered, while its vector unit does ``elements ×
 ops_per_element`` ALU ops at ``lanes × ops_per_lane_per_cycle`` per cycle. The DRAM side is the
 fast model of :mod:`.dram` (a sequential read stream, then the write stream, on all
-pseudo-channels); the pipeline takes ``max(compute, memory)`` plus one chunk of the shorter
+pseudo-channels, capped by the NoC and D2D bandwidth and delayed by their latency:
+:mod:`.fabric`); the pipeline takes ``max(compute, memory)`` plus one chunk of the shorter
 side to fill and drain. The helper constructors give the op counts we assume per element.
 """
 
@@ -19,6 +20,7 @@ import math
 
 from ..arch.dtypes import dtype_bytes
 from .dram import FastDram
+from .fabric import fabric
 from .ops import VectorOp
 from .stats import OpStats
 
@@ -70,18 +72,22 @@ def vector_stats(op: VectorOp, chip) -> OpStats:
         rd, wr = op.dram_read_bytes, op.dram_write_bytes
     else:
         rd, wr = float(op.read_bytes), float(op.write_bytes)
+    fab = fabric(chip)
     chunk = CHUNK_BYTES * cores
     # the read stream from address 0, then the write stream from 2^40, chunk by chunk
     done = 0.0
     if rd + wr > 0:
-        dram = FastDram(chip.dram)
+        dram = FastDram(chip.dram, fab.ns_per_byte)
         for addr, total, write in ((0, int(math.ceil(rd)), False),
                                    (1 << 40, int(math.ceil(wr)), True)):
             if total > 0:
                 done = dram.stream(0.0, addr, total, chunk, write)
     mem_ns = done
     dma_bpc = chip.dma.engines * chip.dma.bytes_per_cycle * cores
-    setup = chip.dma.setup_cycles if (rd + wr) > 0 else 0
+    setup = 0
+    if rd + wr > 0:
+        setup = chip.dma.setup_cycles + (math.ceil(fab.dram_setup_ns * chip.clock_ghz)
+                                         if fab.dram_setup_ns else 0)
     mem = max(math.ceil(mem_ns * chip.clock_ghz), math.ceil((rd + wr) / dma_bpc)) + setup
     if on_chip:
         # resident bytes at the scratchpads' bandwidth (every core) and the shared buffer's
@@ -100,7 +106,8 @@ def vector_stats(op: VectorOp, chip) -> OpStats:
     sram = 2.0 * (rd + wr) + on_chip
     e = {"mac": 0.0, "sram": sram * en.pj_per_sram_byte * 1e-12,
          "dram": (rd + wr) * 8 * en.pj_per_dram_bit * 1e-12,
-         "vector": ops * en.pj_per_vector_op * 1e-12, "static": en.static_w * seconds}
+         "vector": ops * en.pj_per_vector_op * 1e-12, "static": en.static_w * seconds,
+         **fab.energy_j(rd + wr, rd + wr)}
     mem_bound = mem > compute
     return OpStats(
         name=op.name, kind="vector", cycles=cycles, seconds=seconds, compute_cycles=compute,

@@ -172,12 +172,15 @@ def chips_validate(path: str):
     """Check a chip file (TOML, or the JSON of `chips show --json`); print OK or the first
     problem (exit 2).
 
-    A valid description of a chip that cannot be built as described (a die over the reticle,
-    DRAM PHYs or SerDes that do not fit on its edges: docs/floorplan.md) is OK with a warning
-    that says why and by how much."""
+    A chip that cannot be built as described (a die over the reticle, DRAM PHYs or SerDes
+    that do not fit on its edges: docs/floorplan.md) fails too (exit 2), with every reason
+    and by how much; `floorplan`, `run` and `compare` still take it (with a warning) and a
+    sweep records it as an infeasible row."""
     from ..arch.geometry import check
 
     c = load_chip_file(path)
+    problems = check(c)
+    if problems:
+        raise ValueError(f"{path}: {c.name} cannot be built as described: "
+                         + "; ".join(v.message for v in problems))
     click.echo(f"{path}: OK ({c.name}, {c.die_area_mm2:.0f} mm²)")
-    for v in check(c):
-        click.echo(f"warning: cannot be built as described: {v.message}", err=True)

@@ -18,7 +18,8 @@ def _ints(text: str | None, name: str) -> tuple[int, ...] | None:
     return vals
 
 
-_NOTE_STYLE = {"does not fit": "yellow", "> TDP": "red", "error": "red", "unsupported": "red"}
+_NOTE_STYLE = {"does not fit": "yellow", "> TDP": "red", "error": "red", "unsupported": "red",
+               "power-limited": "magenta", "cannot be built": "red"}
 
 
 def _cell(text: str, notes) -> str:
@@ -38,10 +39,14 @@ def render_table(cmp) -> "object":
 
     from .dse.compare_table import metrics, ratio_caption
 
+    from .dse.physical import provenance
+
     names = list(cmp.chips)
     caption = cmp.settings.describe()
     if len(names) > 1:
         caption += "\n" + ratio_caption(cmp)
+    prov = provenance()
+    caption += f"\ndiptych {prov['diptych_version']}, {prov['date_utc']}"
     t = Table(title=f"{cmp.model}: {' vs '.join(names)}", caption=escape(caption))
     t.add_column("")
     for n in names:

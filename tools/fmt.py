@@ -32,6 +32,25 @@ def si(x: float | None, unit: str = "") -> str:
     return f"{x:.3g} {unit}".rstrip()
 
 
+def eng(x: float | None, unit: str = "", digits: int = 3) -> str:
+    """Engineering notation: ``digits`` significant digits and an SI prefix whose exponent is
+    a multiple of 3 (p to E): ``9.83 TB/s``, ``412 mW``; a unit of several letters that is
+    not an SI symbol takes the prefix apart: ``2.65 k tok/s``, ``7.88 tok/J``."""
+    if x is None:
+        return MISSING
+    if x == 0 or x != x:
+        return f"{x:g} {unit}".rstrip()
+    import math
+    e3 = max(-4, min(6, math.floor(math.log10(abs(x)) / 3)))
+    m = x / 10 ** (3 * e3)
+    if abs(float(f"{m:.{digits}g}")) >= 1000 and e3 < 6:   # 999.96 k rounds to 1.00 M
+        e3 += 1
+        m = x / 10 ** (3 * e3)
+    prefix = "pnµm kMGTPE"[e3 + 4].strip()
+    sep = " " if prefix and unit[:3] in ("tok", "seq", "req") else ""
+    return f"{m:.{digits}g} {prefix}{sep}{unit}".rstrip()
+
+
 def pct(x: float | None, digits: int = 1) -> str:
     """A fraction as a percentage: ``0.683`` → ``68.3 %``."""
     return MISSING if x is None else f"{100 * x:.{digits}f} %"

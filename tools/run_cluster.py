@@ -64,6 +64,17 @@ def totals_table(d: dict):
               f"{'es' if m > 1 else ''} of {d['micro_batch']} over {p} stage"
               f"{'s' if p > 1 else ''}, {d['info']['schedule']})")
     t.add_row("exposed communication", _exposed(d["exposed_comm_s"]))
+    if d.get("energy_j"):
+        parts = ", ".join(f"{k.replace('_', ' ')} {fmt.si(v, 'J')}"
+                          for k, v in d["energy_breakdown"].items() if v)
+        t.add_row("energy per step", f"{fmt.si(d['energy_j'], 'J')} ({parts}); "
+                  f"{d['tokens_per_j']:.3g} tokens/J")
+        hot = " [red]above the TDP[/red]" if d.get("exceeds_tdp") else ""
+        t.add_row("power per chip", f"{fmt.si(d['power_w'], 'W')} of its "
+                  f"{fmt.si(d['tdp_w'], 'W')} TDP{hot}")
+    if d.get("usd_per_mtok") is not None:
+        t.add_row("cost", f"${d['cost_usd']:,.0f} per chip, ${d['usd_per_mtok']:.3g} per "
+                  "million tokens")
     mem = d["memory"]
     bd = ", ".join(f"{k} {fmt.gib(v)}" for k, v in mem["breakdown"].items())
     t.add_row("memory per chip", f"{fmt.gib(mem['memory_bytes'])} of "

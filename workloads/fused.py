@@ -143,7 +143,8 @@ def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
     bound = "compute" if t_comp >= t_mem else "memory"
     if all(getattr(st, "energy_breakdown", None) for st in sts):
         part_bytes = sum(st.dram_read_bytes + st.dram_write_bytes for st in sts)
-        dram_e = sum(st.energy_breakdown.get("dram", 0.0) for st in sts)
+        dram_e = sum(sum(st.energy_breakdown.get(k, 0.0) for k in ("dram", "noc", "d2d"))
+                     for st in sts)   # per-byte energies: DRAM, and the NoC/D2D it crosses
         static_e = sum(st.energy_breakdown.get("static", 0.0) for st in sts)
         part_s = sum(st.seconds for st in sts)
         energy = (sum(st.energy_j for st in sts) - dram_e - static_e

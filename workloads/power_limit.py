@@ -29,9 +29,14 @@ MAX_PASSES = 6
 
 def energy_split(chip, layers: list[dict]) -> dict[str, float]:
     """A run's per-chip energy by domain (J), from its op records: ``link`` (collectives),
-    ``dram`` (DRAM bytes × pJ/bit), ``static`` (static W × op time) and ``core`` (the rest:
+    ``dram`` (DRAM bytes × pJ/bit, and the D2D hop they take), ``static`` (static W × op time) and ``core`` (the rest:
     MACs, SRAM, vector)."""
+    from ..sim.fabric import fabric
+
     e = chip.energy
+    # the D2D PHYs are I/O like the DRAM's: their energy per byte does not fall with the core
+    # voltage (the NoC's, on the core's supply, does)
+    d2d_pj = fabric(chip).d2d_pj_per_dram_byte
     out = {"core": 0.0, "dram": 0.0, "link": 0.0, "static": 0.0}
     for r in layers:
         n = r.get("repeat", 1)
@@ -39,7 +44,8 @@ def energy_split(chip, layers: list[dict]) -> dict[str, float]:
         if r.get("bound") == "communication":
             out["link"] += total
             continue
-        dram = (r.get("dram_bytes") or 0.0) * 8 * e.pj_per_dram_bit * 1e-12 * n
+        nbytes = r.get("dram_bytes") or 0.0
+        dram = nbytes * 8 * e.pj_per_dram_bit * 1e-12 * n + nbytes * d2d_pj * 1e-12 * n
         static = e.static_w * (r.get("seconds") or 0.0) * n
         out["dram"] += dram
         out["static"] += static

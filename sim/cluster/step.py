@@ -54,6 +54,7 @@ from ...workloads.registry import load_model
 from ...workloads.run import default_precision, simulate_workload
 from ...workloads.train import ADAMW_CHUNK, adamw_op, train_step
 from .collectives import CommCost, collective
+from .energy import step_energy
 from .layers import forward_workload
 from .memory import ClusterMemory, chunk_layers, device_chunks, plan_memory
 from .params import layer_params
@@ -130,6 +131,12 @@ class ClusterResult:
     memory: ClusterMemory
     stage_seconds: list[dict]
     timing: str
+    energy_j: float = 0.0                  # the whole cluster's step (sim/cluster/energy.py)
+    energy_breakdown: dict[str, float] = field(default_factory=dict)
+    energy_j_per_token: float | None = None
+    power_w_per_chip: float | None = None
+    tdp_w: float | None = None
+    economics: dict[str, Any] = field(default_factory=dict)   # cost_metrics, with a [cost]
     layers: dict[str, LayerStep] = field(default_factory=dict, repr=False)
     pipeline: PipelineRun | None = field(default=None, repr=False)
     layout: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -158,8 +165,17 @@ class ClusterResult:
                 "exposed_comm_s": dict(self.exposed_comm_s), "comm": self.comm,
                 "fits": self.fits, "memory_bytes_per_chip": self.memory_bytes_per_chip,
                 "memory": self.memory.to_dict(), "stage_seconds": self.stage_seconds,
-                "timing": self.timing, **self.latency(), "warnings": list(self.warnings),
-                "info": dict(self.info)}
+                "timing": self.timing, **self.latency(),
+                "energy_j": self.energy_j, "energy_breakdown": dict(self.energy_breakdown),
+                "energy_j_per_token": self.energy_j_per_token,
+                "tokens_per_j": 1.0 / self.energy_j_per_token if self.energy_j_per_token
+                else None,
+                "power_w": self.power_w_per_chip, "tdp_w": self.tdp_w,
+                "exceeds_tdp": (None if self.power_w_per_chip is None or self.tdp_w is None
+                                else self.power_w_per_chip > self.tdp_w),
+                **{k: self.economics.get(k) for k in ("cost_usd", "usd_per_mtok",
+                                                        "tokens_per_s_per_usd")},
+                "warnings": list(self.warnings), "info": dict(self.info)}
 
     def latency(self) -> dict[str, float | None]:
         """``ttft_s`` (prefill: the step), ``tpot_s`` and ``tokens_per_s_per_user`` (decode:
@@ -293,13 +309,63 @@ def _replica_params(total: float, experts: float, plan: Plan) -> float:
 
 
 @lru_cache(maxsize=256)
-def _adamw_seconds_per_param(model, chip, p, simulate) -> float:
-    """Seconds per parameter of the lowering's AdamW op (one chunk of
+def _adamw_per_param(model, chip, p, simulate) -> tuple[float, float]:
+    """(seconds, joules) per parameter of the lowering's AdamW op (one chunk of
     :data:`~diptych.workloads.train.ADAMW_CHUNK` parameters, or the whole model if smaller,
     simulated)."""
     op = adamw_op(min(ADAMW_CHUNK, max(1, math.ceil(params_per_chip(model, 1)))), p)
     w = Workload("train", (Block("optimizer", 1, (op,), "optimizer"),), tokens=1, batch=1)
-    return simulate_workload(w, chip, simulate=simulate)["seconds"] / op.elements
+    t = simulate_workload(w, chip, simulate=simulate)
+    return t["seconds"] / op.elements, t["energy_j"] / op.elements
+
+
+def _stage_kinds(plan: Plan, chunks, s: int) -> list[str]:
+    """Layer kinds of pipeline device ``s``'s chunks (embedding and head included)."""
+    last = plan.chunks - 1
+    return [k for c in device_chunks(plan, s) for k in
+            list(chunks[c]) + (["embedding"] if c == 0 else []) + (["head"] if c == last else [])]
+
+
+def _energy(chip, plan: Plan, lt, steps, chunks, comm: "_Comm", m: int, train: bool,
+            act_bytes: float, seconds: float, opt_s, opt_j, step_colls) -> dict[str, float]:
+    """The cluster step's joules by part (:func:`~.energy.step_energy`)."""
+    extra = {"full": "fwd_energy_j", "selective": "selective_energy_j"}.get(plan.recompute)
+    stages = []
+    last = plan.chunks - 1
+    for s in range(plan.pp):
+        kinds = _stage_kinds(plan, chunks, s)
+        comp = sum(lt[k].fwd_energy_j + (lt[k].bwd_energy_j
+                                         + (getattr(lt[k], extra) if extra else 0.0)
+                                         if train else 0.0) for k in kinds)
+        busy = sum(steps[k].fwd_compute + steps[k].bwd_compute for k in kinds)
+        colls = [(coll, nbytes, comm.shapes[group].n) for k in kinds
+                 for _, group, coll, nbytes, _ in steps[k].colls_fwd + steps[k].colls_bwd]
+        if plan.pp > 1:   # activations to the next chunk, their gradients back
+            mine = device_chunks(plan, s)
+            sends = sum(c != last for c in mine) + (sum(c != 0 for c in mine) if train else 0)
+            colls += [("send", act_bytes, 2)] * sends
+        stages.append({"compute_j": comp, "busy_s": busy, "colls_per_mb": colls,
+                       "colls_per_step": step_colls[s], "optimizer_j": opt_j[s],
+                       "optimizer_s": opt_s[s]})
+    return step_energy(chip, ranks_per_stage=plan.chips // plan.pp, micro_batches=m,
+                       seconds=seconds, stages=stages)
+
+
+def _power_and_cost(chip, chips: int, seconds: float, energy_j: float,
+                    tokens: float) -> dict[str, Any]:
+    """Tokens/J inputs, the average power per chip against the TDP, and the chip's cost
+    metrics (None without a ``[cost]`` table) of a step."""
+    from ...arch.cost import cost_metrics
+    from ...arch.energy import power_check
+
+    per_token = energy_j / tokens if tokens else None
+    pc = power_check(chip, energy_j / chips, seconds) if seconds > 0 else None
+    econ = (cost_metrics(chip, {"tokens_per_s": tokens / seconds, "chips": chips,
+                                "energy_j_per_token": per_token})
+            if chip.cost is not None and seconds > 0 else {})
+    return {"energy_j_per_token": per_token,
+            "power_w_per_chip": pc.power_w if pc else None,
+            "economics": econ}
 
 
 def _bucket_tail(buckets: list[tuple[float, float]], overlap: bool) -> float:
@@ -396,6 +462,12 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     if plan.sequence_parallel and plan.tp > 1:
         act /= plan.tp
     send = comm("pp", "send", act, "pp send") if P > 1 else 0.0
+    step_colls: list[list[tuple[str, float, int]]] = [[] for _ in range(P)]  # once per step
+
+    def logged(s: int, group: str, kind: str, nbytes: float, label: str) -> float:
+        """``comm`` of a collective stage ``s`` runs once per step, remembered for energy."""
+        step_colls[s].append((kind, nbytes, comm.shapes[group].n))
+        return comm(group, kind, nbytes, label)
     sched = plan.schedule if train else "gpipe"
     run = None
     if not train:                       # forward only: a flow shop of identical jobs
@@ -423,7 +495,9 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
         pp_exposed = 2 * (P - 1) * send
     # after the pipeline: gradient reduction, optimizer, ZeRO-1/2 parameter all-gather
     tails, opt_s, ag_s = [], [], []
-    sec_per_param = _adamw_seconds_per_param(model, chip, p, simulate) if train else 0.0
+    sec_per_param, j_per_param = (_adamw_per_param(model, chip, p, simulate) if train
+                                  else (0.0, 0.0))
+    opt_j = []
     for s in range(P):
         mine = device_chunks(plan, s)
         kinds = [k for c in reversed(mine) for k in reversed(chunks[c])]
@@ -434,6 +508,7 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
         if not train:
             tails.append(0.0)
             opt_s.append(0.0)
+            opt_j.append(0.0)
             ag_s.append(0.0)
             continue
         buckets = []
@@ -445,15 +520,17 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
             if plan.zero >= 3:
                 continue
             if plan.zero == 0:
-                c = (comm("dp", "all_reduce", (total - e) * p.g_bytes, f"dp grad all_reduce {k}")
-                     + comm("edp", "all_reduce", e * p.g_bytes, "dp grad all_reduce experts"))
+                c = (logged(s, "dp", "all_reduce", (total - e) * p.g_bytes,
+                            f"dp grad all_reduce {k}")
+                     + logged(s, "edp", "all_reduce", e * p.g_bytes,
+                              "dp grad all_reduce experts"))
             else:
-                c = (comm("zs", "reduce_scatter", (total - e) * p.g_bytes,
-                          f"dp grad reduce_scatter {k}")
-                     + comm("ezs", "reduce_scatter", e * p.g_bytes,
-                            "dp grad reduce_scatter experts")
-                     + comm("zr", "all_reduce", _replica_params(total, e, plan) * p.g_bytes,
-                            f"dp grad replica all_reduce {k}"))
+                c = (logged(s, "zs", "reduce_scatter", (total - e) * p.g_bytes,
+                            f"dp grad reduce_scatter {k}")
+                     + logged(s, "ezs", "reduce_scatter", e * p.g_bytes,
+                              "dp grad reduce_scatter experts")
+                     + logged(s, "zr", "all_reduce", _replica_params(total, e, plan) * p.g_bytes,
+                              f"dp grad replica all_reduce {k}"))
             buckets.append((steps[k].bwd, c))
         tails.append(_bucket_tail(buckets, plan.overlap_dp))
         if plan.zero >= 1:                # the optimizer updates this rank's shard only
@@ -461,10 +538,11 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
         else:
             local = dense_params + expert_params
         opt_s.append(local * sec_per_param)
+        opt_j.append(local * j_per_param)
         if plan.zero in (1, 2):
-            ag = (comm("zs", "all_gather", dense_params * p.w_bytes, "dp param all-gather")
-                  + comm("ezs", "all_gather", expert_params * p.w_bytes,
-                         "dp param all-gather experts"))
+            ag = (logged(s, "zs", "all_gather", dense_params * p.w_bytes, "dp param all-gather")
+                  + logged(s, "ezs", "all_gather", expert_params * p.w_bytes,
+                           "dp param all-gather experts"))
             ag_s.append(_exposed(ag, sum(fwd[s]), plan.overlap_dp))
         else:
             ag_s.append(0.0)
@@ -502,6 +580,14 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
                       layers_per_chunk=lpc, capacity_bytes=chip.dram.capacity_bytes,
                       global_batch=batch, context=kv_tokens, attention=attention)
     tokens = batch * (length if phase != "decode" else 1)
+    energy = _energy(chip, plan, lt, steps, chunks, comm, m, train, act, seconds, opt_s, opt_j,
+                     step_colls)
+    energy_j = sum(energy.values())
+    pwr = _power_and_cost(chip, plan.chips, seconds, energy_j, tokens)
+    hot = [] if not pwr["power_w_per_chip"] or pwr["power_w_per_chip"] <= chip.tdp_w else [
+        f"{chip.name}: {pwr['power_w_per_chip']:.0f} W per chip averaged over the step exceeds "
+        f"its {chip.tdp_w:.0f} W TDP: not sustainable at {chip.clock_ghz:g} GHz (the cluster "
+        f"step is not re-run at a lower clock)"]
     stage_seconds = [{"stage": s, "forward_s": sum(fwd[s]), "backward_s": sum(bwd[s]),
                       "finish_s": finish[s], "grad_reduce_exposed_s": tails[s],
                       "optimizer_s": opt_s[s], "param_all_gather_exposed_s": ag_s[s],
@@ -512,6 +598,7 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
         tokens_per_s=tokens / seconds, mfu=flops / (peak * seconds),
         hfu=hw / (peak * seconds), flops=flops, hardware_flops=hw, bubble_fraction=bubble,
         exposed_comm_s=exposed, comm=comm.log, memory=mem, stage_seconds=stage_seconds,
+        energy_j=energy_j, energy_breakdown=energy, tdp_w=chip.tdp_w, warnings=hot, **pwr,
         timing="engine" if simulate is None else getattr(simulate, "timing", "custom"),
         layers=steps, pipeline=run,
         layout={"fwd": fwd, "bwd": bwd, "send_s": send, "chunks": chunks,

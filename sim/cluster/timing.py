@@ -28,7 +28,8 @@ _ATTN_OPS = ("attn_scores", "softmax", "attn_pv")
 class LayerTime:
     """Compute seconds of one copy of a layer kind (one micro-batch, one rank) and its
     hardware FLOPs: forward, backward, their attention parts (what ring attention's KV
-    exchange can hide behind), and the forward ops selective recomputation re-runs."""
+    exchange can hide behind), and the forward ops selective recomputation re-runs; the
+    energy (J, one rank) of each, as ``diptych run`` counts it."""
 
     ops: LayerOps
     fwd_s: float
@@ -38,7 +39,10 @@ class LayerTime:
     selective_s: float = 0.0
     fwd_flops: float = 0.0
     bwd_flops: float = 0.0
-    energy_j: float = 0.0
+    energy_j: float = 0.0          # forward + backward
+    fwd_energy_j: float = 0.0
+    bwd_energy_j: float = 0.0
+    selective_energy_j: float = 0.0
 
 
 def _sum(ops, chip, simulate, stage) -> tuple[float, float, float, float]:
@@ -67,7 +71,8 @@ def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int
     for kind, ops in lo.items():
         f, fa, ff, fe = _sum(ops.forward, chip, simulate, "forward")
         b, ba, bf, be = _sum(ops.backward, chip, simulate, "backward")
-        sel = _sum(ops.selective_ops, chip, simulate, "recompute")[0]
+        sel, _, _, se = _sum(ops.selective_ops, chip, simulate, "recompute")
         out[kind] = LayerTime(ops=ops, fwd_s=f, bwd_s=b, attn_fwd_s=fa, attn_bwd_s=ba,
-                              selective_s=sel, fwd_flops=ff, bwd_flops=bf, energy_j=fe + be)
+                              selective_s=sel, fwd_flops=ff, bwd_flops=bf, energy_j=fe + be,
+                              fwd_energy_j=fe, bwd_energy_j=be, selective_energy_j=se)
     return out

@@ -111,12 +111,18 @@ def test_presets_outlines_and_the_infeasible_one():
     (g,) = dies(load_chip("h100"))
     phys = [s for s in g.slots if s.kind == "dram_phy"]
     assert sorted(s.edge for s in phys) == ["north"] * 3 + ["south"] * 3 and g.stacks == 5
-    # infer-2026: 8 PHYs, 3 per long edge of at most 33 mm: short by 2 PHYs = 20 mm
-    (v,) = check(load_chip("infer-2026"))
+    # infer-2026 as one die: 8 PHYs, 3 per long edge of at most 33 mm: short by 2 PHYs = 20 mm
+    one = load_chip("examples/chips/infer-2026-1die.toml")
+    (v,) = check(one)
     assert v.kind == "hbm_edge" and v.excess == pytest.approx(20.0)
     assert "short by 2 PHY(s), 20.0 mm of edge" in v.message
-    cols = geometry_columns(load_chip("infer-2026"))
+    cols = geometry_columns(one)
     assert cols["feasible"] is False and "8 DRAM PHYs" in cols["infeasible_reason"]
+    # the preset: two compute dies of 4 stacks each, 2 per long edge
+    two = load_chip("infer-2026")
+    assert check(two) == [] and geometry_columns(two)["feasible"] is True
+    assert [g.stacks for g in dies(two)] == [4, 4]
+    assert two.die_area_mm2 <= two.area_budget_mm2 == 800.0
 
 
 def test_reticle_violation_says_by_how_much():
@@ -181,11 +187,14 @@ def test_cli_exit_2_naming_the_problem(tmp_path):
     zero.write_text(text + "\n[die]\nwidth_mm = 0\nheight_mm = 20\n")
     r = CliRunner().invoke(main, ["chips", "validate", str(zero)])
     assert r.exit_code == 2 and "die.width_mm" in r.output
-    # a valid description of a design that cannot be built: OK, with the reason and by how much
+    # a design that cannot be built: exit 2, with the reason and by how much
+    r = CliRunner().invoke(main, ["chips", "validate", "examples/chips/infer-2026-1die.toml"])
+    assert r.exit_code == 2 and "cannot be built as described" in r.output
+    assert "short by 2 PHY(s), 20.0 mm of edge" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    # its two-die package, the preset, is OK
     infer = resources.files("diptych.arch.chips").joinpath("infer-2026.toml").read_text()
     f = tmp_path / "infer.toml"
     f.write_text(infer)
     r = CliRunner().invoke(main, ["chips", "validate", str(f)])
-    assert r.exit_code == 0 and "OK" in r.stdout
-    assert "cannot be built as described" in r.stderr
-    assert "short by 2 PHY(s), 20.0 mm of edge" in r.stderr
+    assert r.exit_code == 0 and "OK" in r.stdout and not r.stderr

@@ -142,8 +142,7 @@ def test_io_dies_every_byte_crosses_once():
     assert d2d_report(load_chip("train-2026")).interfaces == 0
 
 
-@pytest.mark.parametrize("path", [f"{EXAMPLES}/infer-2026-2die.toml",
-                                  f"{EXAMPLES}/train-2026-iod.toml"])
+@pytest.mark.parametrize("path", ["infer-2026", f"{EXAMPLES}/train-2026-iod.toml"])
 def test_example_packages_add_up_and_can_be_built(path):
     c = load_chip(path)
     parts = c.area_breakdown_mm2
@@ -163,8 +162,8 @@ def test_example_packages_add_up_and_can_be_built(path):
 
 
 def test_splitting_infer_2026_fixes_its_shoreline():
-    assert check(load_chip("infer-2026"))
-    split = load_chip(f"{EXAMPLES}/infer-2026-2die.toml")
+    assert check(load_chip(f"{EXAMPLES}/infer-2026-1die.toml"))
+    split = load_chip("infer-2026")
     assert check(split) == []
     # the D2D interface caps the DRAM bandwidth at 4 × 5 TB/s, above the 9.8 TB/s of pins
     assert d2d_report(split).dram_cap_bytes_per_s == pytest.approx(4 * 5000e9)

@@ -104,8 +104,69 @@ def test_power_gating_saves_static_energy_of_idle_arrays():
 
 
 def test_without_a_power_table_nothing_changes():
-    c = load_chip("train-2026")
-    assert c.power is None
+    c = dataclasses.replace(load_chip("train-2026"), power=None)
     a = _run(c, phase="decode", batch=8, prompt=2048)
     b = _run(c, phase="decode", batch=8, prompt=2048, power_limit=False)
     assert dataclasses.asdict(a) == dataclasses.asdict(b)
+
+
+PRESETS = ("h100", "tpu-v4", "tpu-v5e", "trainium2", "train-2026", "infer-2026", "tpu-v1",
+           "groq-lpu")
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_has_a_cited_power_table(name):
+    from importlib import resources
+
+    from diptych.arch import preset_names
+    assert set(PRESETS) == set(preset_names())
+    c = load_chip(name)
+    assert c.power is not None
+    text = resources.files("diptych.arch.chips").joinpath(f"{name}.toml").read_text()
+    block = text[text.index("[power]"):]
+    assert any(tag in block for tag in ("[P]", "[S]", "[assumption]", "[design]"))
+    # the nominal clock sits at a core voltage of a real process: 0.7-1.05 V
+    assert 0.7 <= c.power.volts(c.clock_ghz) <= 1.05
+    # gating: an idle array keeps at most its leakage
+    assert 0.0 <= c.power.gated_leakage_fraction <= 1.0
+
+
+def test_h100_power_at_its_other_boost_clock_by_hand():
+    """Closed form: on the preset's curve, a run measured at 1.83 GHz (tensor boost) would
+    draw core power × f·V² more, I/O × f more and the same static power at 1.98 GHz."""
+    from diptych.arch.power import power_at
+    c = load_chip("h100")
+    split = PowerSplit(400.0, 150.0, c.energy.static_w)   # a hot, compute-bound run at 1.83
+    assert power_at(c, split, 1.83) == pytest.approx(split.total_w)
+    hi = power_at(c, split, 1.98)
+    v = c.power.volts
+    assert hi == pytest.approx(400.0 * 1.98 / 1.83 * (v(1.98) / v(1.83)) ** 2
+                               + 150.0 * 1.98 / 1.83 + c.energy.static_w)
+
+
+@pytest.mark.parametrize("name", ["infer-2026", "h100"])
+def test_a_preset_above_its_tdp_runs_at_the_clock_it_can_sustain(name):
+    """Lower the preset's TDP under its prefill power: the run comes back within the TDP at a
+    lower clock, its time longer by at most the clock ratio."""
+    c = load_chip(name)
+    hot = _run(c, phase="prefill", batch=1, prompt=2048)
+    assert hot.info["power_limit"]["clock_ghz"] == c.clock_ghz    # fits today
+    power = hot.energy_j / hot.seconds / hot.chips
+    tdp = 0.7 * power
+    low = _run(dataclasses.replace(c, tdp_w=tdp), phase="prefill", batch=1, prompt=2048)
+    lim = low.info["power_limit"]
+    assert lim["clock_ghz"] < c.clock_ghz
+    assert low.energy_j / low.seconds / low.chips <= tdp * (1 + 1e-3)
+    assert hot.seconds < low.seconds <= hot.seconds * c.clock_ghz / lim["clock_ghz"] * (1 + 1e-9)
+
+
+def test_gating_makes_decode_cheaper_on_the_presets():
+    """Decode leaves most arrays idle: gating saves energy, never time."""
+    c = load_chip("infer-2026")
+    on = _run(c, phase="decode", batch=8, prompt=2048)
+    off = _run(dataclasses.replace(c, power=dataclasses.replace(c.power,
+                                                                gated_leakage_fraction=1.0)),
+               phase="decode", batch=8, prompt=2048)
+    assert on.seconds == off.seconds
+    assert on.info["power_limit"]["gated_static_saved_j"] > 0
+    assert on.energy_j < off.energy_j

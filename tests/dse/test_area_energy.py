@@ -31,11 +31,18 @@ def hand_area(d: dict) -> float:
     per_core = (pes * pe + d["tensor_cores"] * (sp["capacity_mib"] + sp.get("accumulator_mib", 0.0))
                 * area["mm2_per_mib_sram"] + d["tensor_cores"] * core["vector"]["lanes"]
                 * area["mm2_per_vector_lane"]) / d["tensor_cores"]
+    # D2D PHYs ([package]): each interface's shoreline (GB/s ÷ GB/s per mm) on both its dies;
+    # compute dies in a row have n - 1 interfaces, with IO dies one per compute die
+    pkg = d.get("package", {})
+    n, io = pkg.get("compute_dies", 1), pkg.get("io_dies", 0)
+    ifaces = (n if io else n - 1) if n + io > 1 else 0
+    d2d = (2 * ifaces * pkg.get("d2d_gb_per_s", 0.0) / pkg.get("d2d_gb_per_s_per_mm", 658.0)
+           * pkg.get("d2d_mm2_per_mm", 1.0))
     return (pes * pe + sram_mib * area["mm2_per_mib_sram"]
             + d["tensor_cores"] * core["vector"]["lanes"] * area["mm2_per_vector_lane"]
             + d.get("dram", {}).get("stacks", 0) * area["mm2_per_hbm_phy"]
             + d["interconnect"]["links"] * area["mm2_per_link"] + area["fixed_overhead_mm2"]
-            + spares * per_core)
+            + spares * per_core + d2d)
 
 
 @pytest.mark.parametrize("name", preset_names())
@@ -136,7 +143,7 @@ def test_int8_bf16_mac_area_ratio_matches_rtl(name, rtl_cells):
 # ---- the engine's energy equals this model applied to the engine's own event counts -----------
 
 
-@pytest.mark.parametrize("chip_name", ["infer-2026", "h100"])
+@pytest.mark.parametrize("chip_name", ["infer-2026", "train-2026", "h100"])
 def test_engine_energy_is_the_energy_model_of_its_counts(chip_name):
     from diptych.sim import simulate
     from diptych.sim.ops import Gemm, VectorOp
@@ -147,8 +154,11 @@ def test_engine_energy_is_the_energy_model_of_its_counts(chip_name):
     want = energy_breakdown_j(chip, macs={g.mapping["dtype"]: g.macs},
                               sram_bytes=g.sram_read_bytes + g.sram_write_bytes,
                               dram_bytes=g.dram_read_bytes + g.dram_write_bytes,
-                              seconds=g.seconds)
+                              seconds=g.seconds,
+                              noc_bytes=(g.dram_read_bytes + g.dram_write_bytes
+                                         + g.shared_buffer_read_bytes))
     assert g.energy_j == pytest.approx(sum(want.values()), rel=1e-12)
+    assert set(g.energy_breakdown) == set(want) - {"link"}   # ops use no links
     for block, joules in g.energy_breakdown.items():
         assert joules == pytest.approx(want[block], rel=1e-12, abs=1e-18)
     v = simulate(VectorOp(name="v", kind="softmax", elements=1 << 16, ops_per_element=5.0,
@@ -156,5 +166,7 @@ def test_engine_energy_is_the_energy_model_of_its_counts(chip_name):
     want = energy_breakdown_j(chip, vector_ops=v.flops,
                               sram_bytes=v.sram_read_bytes + v.sram_write_bytes,
                               dram_bytes=v.dram_read_bytes + v.dram_write_bytes,
-                              seconds=v.seconds)
+                              seconds=v.seconds,
+                              noc_bytes=v.dram_read_bytes + v.dram_write_bytes)
     assert v.energy_j == pytest.approx(sum(want.values()), rel=1e-12)
+    assert set(v.energy_breakdown) == set(want) - {"link"}

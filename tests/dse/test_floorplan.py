@@ -16,7 +16,7 @@ from diptych.arch.package import core_area_mm2
 from diptych.tools.cli import main
 from diptych.tools.dse.floorplan import draw_floorplans, floorplan
 
-EXAMPLES = ["examples/chips/infer-2026-2die.toml", "examples/chips/train-2026-iod.toml"]
+EXAMPLES = ["examples/chips/infer-2026-1die.toml", "examples/chips/train-2026-iod.toml"]
 
 
 def _overlap(a, b) -> float:
@@ -100,7 +100,7 @@ def test_h100_has_six_phy_sites_one_unused_and_twelve_spare_tiles():
 
 
 def test_phys_without_an_edge_are_drawn_inside_and_flagged():
-    plan = floorplan(load_chip("infer-2026"))
+    plan = floorplan(load_chip("examples/chips/infer-2026-1die.toml"))
     lost = [r for r in plan.rects if r.note == "no edge"]
     assert [r.block for r in lost] == ["dram_phy"]
     assert lost[0].area_mm2 == pytest.approx(2 * 16.2)
@@ -131,7 +131,8 @@ def test_random_chips_are_sound(cores, arrays, dim, stacks, links, spares, sb, d
 
 
 def test_figure_side_by_side_same_scale():
-    chips = [load_chip("train-2026"), load_chip("infer-2026"), load_chip("h100")]
+    chips = [load_chip("train-2026"), load_chip("examples/chips/infer-2026-1die.toml"),
+             load_chip("h100")]
     fig = draw_floorplans(chips)
     axes = [ax for ax in fig.axes if ax.patches]
     assert len(axes) == 3
@@ -147,7 +148,7 @@ def test_figure_side_by_side_same_scale():
             assert got == pytest.approx(mm2), block
         outline = [p for p in rects if p.get_label().startswith("die:")]
         assert len(outline) == 1
-        assert (outline[0].get_edgecolor()[0] == 1.0) == (chip.name == "infer-2026")  # red
+        assert (outline[0].get_edgecolor()[0] == 1.0) == (chip.name == "infer-2026-1die")  # red
     texts = {ax: " ".join(t.get_text().replace("\n", " ") for t in ax.texts)
              for ax in fig.axes}
     notes = [ax for ax in fig.axes if not ax.patches]

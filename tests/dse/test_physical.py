@@ -90,7 +90,8 @@ def test_compare_report_has_cost_warnings_and_provenance(tmp_path):
                         train_seq=1024)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cmp = compare(["train-2026", "infer-2026"], "llama-3-8b", s, run=fake_eval.roofline_run)
+        cmp = compare(["train-2026", "infer-2026", "examples/chips/infer-2026-1die.toml"],
+                      "llama-3-8b", s, run=fake_eval.roofline_run)
     j = cmp.to_json()["chips"]
     for name in ("train-2026", "infer-2026"):
         assert j[name]["cost_usd"] == pytest.approx(chip_cost(load_chip(name)).total_usd)
@@ -103,8 +104,52 @@ def test_compare_report_has_cost_warnings_and_provenance(tmp_path):
     write_report(cmp, tmp_path)
     page = (tmp_path / "index.html").read_text()
     assert "cost per chip" in page and "$ per million tokens" in page
-    assert "infer-2026: cannot be built as described: the die: 8 DRAM PHYs" in page
+    assert "infer-2026-1die: cannot be built as described: the die: 8 DRAM PHYs" in page
+    assert "infer-2026: cannot be built" not in page   # the preset's two dies fit
     assert f"diptych {__version__}" in page
     details = json.loads((tmp_path / "compare.json").read_text())
     assert details["provenance"]["diptych_version"] == __version__
     assert any("8 DRAM PHYs" in w for w in details["geometry_warnings"])
+
+
+def test_compare_flags_power_limited_runs_and_states_each_chips_spec(tmp_path):
+    """A chip whose TDP its prefill exceeds: the runs are flagged power-limited with the
+    clock they were reported at (table, warnings, report); the chip rows state its spec in
+    engineering notation."""
+    import dataclasses
+    import warnings
+
+    from rich.console import Console
+
+    from diptych.tools.compare_cmd import render_table
+    from diptych.tools.dse.compare import CompareSettings, compare
+    from diptych.tools.dse.compare_table import metrics
+    from diptych.tools.dse.report import write_report
+
+    base = load_chip("infer-2026")
+    s = CompareSettings(prompts=(2048,), batches=(1,), contexts=(1024,), ref_batch=1,
+                        train_seq=1024, train_tp=1, train_batch=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hot = fake_eval.roofline_run(base, "llama-3-8b", phase="prefill", batch=1, prompt=2048)
+        tdp = 0.7 * hot.energy_j / hot.seconds
+        cool = dataclasses.replace(base, name="infer-cool", tdp_w=tdp)
+        cmp = compare([base, cool], "llama-3-8b", s, run=fake_eval.roofline_run)
+    rows = {m.label: m for m in metrics(cmp)}
+    ttft = rows["TTFT, 2048-token prompt"]
+    assert "power-limited" not in ttft.notes[0] and "power-limited" in ttft.notes[1]
+    warns = [w for w in cmp.warnings() if w.startswith("infer-cool: power-limited")]
+    assert len(warns) == 1 and "reported at the clock it can sustain" in warns[0]
+    assert "prefill 2048 at" in warns[0] or "every run, at" in warns[0]
+    # the spec, in engineering notation, with ratios where the units agree
+    assert rows["DRAM bandwidth"].cells == ("9.83 TB/s", "9.83 TB/s")
+    assert rows["peak (inference precision)"].cells[0] == "3.36 POP/s fp8"
+    assert rows["dies (outline)"].cells[0] == "2 × 21.0 × 17.5 mm"
+    assert rows["clock"].ratios == ("1×",)
+    con = Console(width=250, record=True)
+    con.print(render_table(cmp))
+    text = con.export_text()
+    assert "power-limited" in text and "diptych " in text and "9.83 TB/s" in text
+    write_report(cmp, tmp_path)
+    page = (tmp_path / "index.html").read_text()
+    assert "power-limited" in page and "tensor cores × arrays" in page

@@ -13,7 +13,8 @@ from diptych.sim.ops import Gemm
 
 def small_chip(rows=8, cols=8, cores=1, arrays=1, spad_mib=1.0, gbps=None, dataflows=("os", "ws", "is"),
                base="tpu-v4", sb_mib=None, sb_bpc=64.0):
-    """A small chip derived from ``base``; ``sb_mib`` adds a shared buffer (None: none)."""
+    """A small chip derived from ``base`` (one die); ``sb_mib`` adds a shared buffer (None:
+    none)."""
     from diptych.arch import SharedBuffer
     c = load_chip(base)
     sbuf = None if sb_mib is None else SharedBuffer(capacity_mib=sb_mib, bytes_per_cycle=sb_bpc)
@@ -21,8 +22,9 @@ def small_chip(rows=8, cols=8, cores=1, arrays=1, spad_mib=1.0, gbps=None, dataf
     sp = dataclasses.replace(c.core.scratchpad, capacity_mib=spad_mib, accumulator_mib=0.0)
     core = dataclasses.replace(c.core, array=arr, scratchpad=sp, arrays=arrays)
     dram = c.dram if gbps is None else dataclasses.replace(c.dram, gbps_per_pin=gbps)
+    # one die (a chiplet [package] of the base would not split these cores)
     return dataclasses.replace(c, core=core, tensor_cores=cores, dram=dram, area_budget_mm2=0.0,
-                               shared_buffer=sbuf)
+                               shared_buffer=sbuf, package=None)
 
 
 def one_array_run(chip, m, k, n, dataflow, mb, kb, nb, order=0, memory=False, dtype="bf16",
@@ -48,6 +50,7 @@ def one_array_run(chip, m, k, n, dataflow, mb, kb, nb, order=0, memory=False, dt
 
 def golden_problem(chip, pb, blk, rates, split, memory):
     from diptych.sim import golden as G
+    from diptych.sim.fabric import fabric
     arr = chip.core.array
     eng, per = MP.dma_share(chip, split)
     t = pb.transposed
@@ -64,7 +67,8 @@ def golden_problem(chip, pb, blk, rates, split, memory):
         x_sb=blk.x_sb, w_sb=blk.w_sb, x_dup=float(pb.x_dup), w_dup=float(pb.w_dup),
         sb_bytes_per_cycle=MP.shared_buffer_bpc(chip, split),
         x_src=_LOC[pb.x_src], w_src=_LOC[pb.w_src], o_dst=_LOC[pb.o_dst],
-        sp_bytes_per_cycle=MP.scratchpad_bpc(chip, split))
+        sp_bytes_per_cycle=MP.scratchpad_bpc(chip, split),
+        dram_setup_ns=fabric(chip).dram_setup_ns, fabric_ns_per_byte=fabric(chip).ns_per_byte)
 
 
 _LOC = {0: "dram", 1: "scratchpad", 2: "shared_buffer"}

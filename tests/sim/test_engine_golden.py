@@ -21,15 +21,21 @@ from simtest_helpers import golden_problem, one_array_run, small_chip
        dtype=st.sampled_from(["bf16", "int8", "fp32"]), active=st.sampled_from([1, 3, 16]),
        apc=st.sampled_from([1, 2]), x_sb=st.integers(0, 2), w_sb=st.integers(0, 2),
        x_dup=st.integers(1, 3), w_dup=st.integers(1, 3),
-       src=st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 2)) | st.just((0, 0, 0)))
+       src=st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 2)) | st.just((0, 0, 0)),
+       noc=st.sampled_from([None, 0.5, 4.0, 64.0]))
 def test_engine_equals_golden(R, C, m, k, n, df, fm, fk, fn, order, memory, batch, shared, dtype,
-                              active, apc, x_sb, w_sb, x_dup, w_dup, src):
+                              active, apc, x_sb, w_sb, x_dup, w_dup, src, noc):
     """Also with resident operands (``src``: X, W, O in DRAM 0, the scratchpad 1, the shared
-    buffer 2; a resident operand uses no shared-buffer mode, as the mapper guarantees)."""
+    buffer 2; a resident operand uses no shared-buffer mode, as the mapper guarantees) and with
+    a NoC (``noc``: link bytes per cycle, a DRAM cap and latency)."""
     x_sb, w_sb = (0 if src[0] else x_sb), (0 if src[1] else w_sb)
     sb = x_sb or w_sb or 2 in src
     chip = small_chip(R, C, base="train-2026" if dtype == "fp32" else "tpu-v4",
                       sb_mib=1.0 if sb else None, sb_bpc=24.0)
+    if noc is not None:   # a NoC: a DRAM cap (below the pins for narrow links) and latency
+        from diptych.arch.noc import Noc
+        chip = dataclasses.replace(chip, noc=Noc(link_bytes_per_cycle=noc,
+                                                 hop_latency_cycles=3.0))
     if dtype not in chip.dtypes:
         dtype = chip.default_dtype
     out, pb, rates, split = one_array_run(chip, m, k, n, df, 1, 1, 1, dtype=dtype, batch=batch,

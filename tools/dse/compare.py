@@ -195,8 +195,16 @@ class ChipRuns:
             yield ("decode", bc), r
 
 
+def power_limited_ghz(r: dict) -> float | None:
+    """The clock a run was reported at because its TDP could not sustain the nominal one
+    (:mod:`diptych.workloads.power_limit`); None when it was not power-limited."""
+    pl = (r.get("info") or {}).get("power_limit") or {}
+    clock, nominal = pl.get("clock_ghz"), pl.get("nominal_clock_ghz")
+    return clock if clock is not None and nominal and clock < nominal else None
+
+
 def run_notes(r: dict) -> list[str]:
-    """Short flags of one run: unsupported, error, does not fit, > TDP."""
+    """Short flags of one run: unsupported, error, does not fit, > TDP, power-limited."""
     if r.get("unsupported"):
         return ["unsupported"]
     notes = ["error"] if r.get("error") else []
@@ -204,6 +212,8 @@ def run_notes(r: dict) -> list[str]:
         notes.append("does not fit")
     if r.get("exceeds_tdp"):
         notes.append("> TDP")
+    if power_limited_ghz(r) is not None:
+        notes.append("power-limited")
     return notes
 
 
@@ -276,11 +286,13 @@ class Comparison:
 
     def warnings(self) -> list[str]:
         """Every caveat of the study, one line per chip and kind, naming the runs: runs that
-        do not fit in memory, runs above the chip's TDP, unsupported precisions and other
-        failures; then the runs' own warnings (e.g. contexts beyond the model's window)."""
+        do not fit in memory, runs above the chip's TDP, power-limited runs (and their
+        clock), unsupported precisions and other failures, a chip that cannot be built; then
+        the runs' own warnings (e.g. contexts beyond the model's window)."""
         out: list[str] = []
         for name, cr in self.chips.items():
             groups: dict[str, list[str]] = {}
+            clocks: list[float] = []
             for (ph, pt), r in cr.runs():
                 point = _point(ph, pt)
                 if r.get("error"):
@@ -291,9 +303,19 @@ class Comparison:
                 if r.get("exceeds_tdp"):
                     groups.setdefault("averages more power than its TDP, not sustainable",
                                       []).append(point)
+                ghz = power_limited_ghz(r)
+                if ghz is not None:
+                    clocks.append(ghz)
+                    groups.setdefault(f"power-limited: above its {cr.chip.tdp_w:.0f} W TDP at "
+                                      f"{cr.chip.clock_ghz:g} GHz, reported at the clock it "
+                                      "can sustain", []).append(f"{point} at {ghz:.3g} GHz")
             n_runs = sum(1 for _ in cr.runs())
-            out += [f"{name}: {text} ({'every run' if len(pts) == n_runs else ', '.join(pts)})"
-                    for text, pts in groups.items()]
+            for text, pts in groups.items():
+                where = ", ".join(pts)
+                if len(pts) == n_runs:
+                    where = "every run" + (f", at {min(clocks):.3g}-{max(clocks):.3g} GHz"
+                                           if text.startswith("power-limited") else "")
+                out.append(f"{name}: {text} ({where})")
             out += [f"{name}: cannot be built as described: {v}" for v in check(cr.chip)]
         return out + self.run_warnings()
 

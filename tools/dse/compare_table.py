@@ -2,11 +2,15 @@
 the terminal table (``diptych compare``) and the HTML report.
 
 Each :class:`Metric` row has one formatted cell per chip, the flags of the runs behind each
-cell (``does not fit``, ``> TDP``, ``error``, ``unsupported``) and, when the values are
+cell (``does not fit``, ``> TDP``, ``power-limited``, ``error``, ``unsupported``; a chip that
+cannot be built is flagged on its ``dies`` row) and, when the values are
 comparable, the ratio of every chip to the first one (``B / A``). Training leads with tokens/s
 per chip and ends with the parallel plan it ran (one node's TP × DP, or the plan a cluster
 search chose); MFU names the precision of the peak it is taken against and gets no ratio when the
-chips' peaks are in different precisions (the ratio would mislead).
+chips' peaks are in different precisions (the ratio would mislead). The chip section states
+each chip's spec (dies and outlines, clock, cores and arrays, peak in its inference
+precision, DRAM, SRAM, TDP, cost); rates are in engineering notation (``2.65 k tok/s``,
+``9.83 TB/s``), times in the unit that keeps 1-999 before the point.
 """
 
 from __future__ import annotations
@@ -15,7 +19,16 @@ from dataclasses import dataclass
 
 from .. import fmt
 from ..precision import describe
+from ...arch.geometry import check, dies
 from .compare import Comparison, run_notes
+
+
+def _dies(chip) -> str:
+    """``31.0 × 21.3 mm``, or ``2 × 21.0 × 17.5 mm`` for a package of equal dies."""
+    outlines = [f"{g.width_mm:.1f} × {g.height_mm:.1f} mm" for g in dies(chip)]
+    if len(set(outlines)) == 1:
+        return outlines[0] if len(outlines) == 1 else f"{len(outlines)} × {outlines[0]}"
+    return " + ".join(outlines)
 
 
 @dataclass(frozen=True)
@@ -58,8 +71,26 @@ def metrics(cmp: Comparison) -> list[Metric]:
         out.append(Metric(section, label, tuple(cell(v) for v in vals), notes,
                           _ratio_cells(vals) if ratio else ()))
 
+    out.append(Metric("chip", "dies (outline)", tuple(_dies(cr.chip) for cr in runs),
+                      tuple(("cannot be built",) if check(cr.chip) else () for cr in runs)))
     row("chip", "die area", [cr.chip.die_area_mm2 for cr in runs], lambda v: fmt.number(v, "mm²"))
-    row("chip", "TDP", [cr.chip.tdp_w for cr in runs], lambda v: fmt.number(v, "W"))
+    row("chip", "clock", [cr.chip.clock_hz for cr in runs], lambda v: fmt.eng(v, "Hz"))
+    a = [cr.chip.core for cr in runs]
+    out.append(Metric("chip", "tensor cores × arrays", tuple(
+        f"{cr.chip.tensor_cores} × {c.arrays} of {c.array.rows}×{c.array.cols}"
+        for cr, c in zip(runs, a)), none))
+    pdt = [cr.precision["prefill"]["compute"] for cr in runs]
+    peaks = [cr.chip.peak_ops_per_s.get(d) if d else None for cr, d in zip(runs, pdt)]
+    out.append(Metric("chip", "peak (inference precision)", tuple(
+        f"{fmt.eng(v, 'OP/s')} {d}" if v else fmt.MISSING for v, d in zip(peaks, pdt)), none,
+        _ratio_cells(peaks) if len(set(pdt)) == 1 else ()))
+    row("chip", "DRAM bandwidth", [cr.chip.dram_bytes_per_s or None for cr in runs],
+        lambda v: fmt.eng(v, "B/s"))
+    row("chip", "DRAM capacity", [cr.chip.dram.capacity_gib if cr.chip.has_dram else None
+                                  for cr in runs], lambda v: fmt.number(v, "GiB"))
+    row("chip", "on-chip SRAM", [cr.chip.sram_bytes / 2**20 for cr in runs],
+        lambda v: fmt.number(v, "MiB"))
+    row("chip", "TDP", [cr.chip.tdp_w for cr in runs], lambda v: fmt.eng(v, "W"))
     row("chip", "cost per chip", [x["cost_usd"] for x in summ], lambda v: fmt.number(v, "$"))
     infer_same = all(cr.precision["prefill"] == cr.precision["decode"] for cr in runs)
     for ph in (("train", "prefill, decode") if infer_same else ("train", "prefill", "decode")):
@@ -71,7 +102,7 @@ def metrics(cmp: Comparison) -> list[Metric]:
 
     tn = tuple(tuple(run_notes(cr.train)) for cr in runs)
     row("train", "train tokens/s per chip", [x["train"]["tokens_per_s"] for x in summ],
-        lambda v: fmt.number(v, "tok/s"), tn)
+        lambda v: fmt.eng(v, "tok/s"), tn)
     row("train", "train step time", [x["train"]["step_s"] for x in summ], fmt.seconds, tn)
     dts = [x["train"]["mfu_peak_dtype"] for x in summ]
     out.append(Metric("train", "train MFU (of the chip's own peak)",
@@ -95,12 +126,12 @@ def metrics(cmp: Comparison) -> list[Metric]:
         tps = [x["decode"][i]["tokens_per_s"] for x in summ]
         out.append(Metric(
             "decode", f"decode b={b} ctx={c}: TPOT · tokens/s",
-            tuple(f"{fmt.seconds(t)} · {fmt.number(r, 'tok/s')}" for t, r in zip(tpot, tps)),
+            tuple(f"{fmt.seconds(t)} · {fmt.eng(r, 'tok/s')}" for t, r in zip(tpot, tps)),
             tuple(tuple(run_notes(cr.decode[(b, c)])) for cr in runs), _pair_ratios(tpot, tps)))
 
     ref = (s.ref_batch, s.contexts[0])
     row("efficiency", f"tokens/J (decode b={ref[0]} ctx={ref[1]})",
-        [x["tokens_per_j"] for x in summ], fmt.number,
+        [x["tokens_per_j"] for x in summ], lambda v: fmt.eng(v, "tok/J"),
         tuple(tuple(run_notes(cr.decode[ref])) for cr in runs))
     row("efficiency", f"$ per million tokens (decode b={ref[0]} ctx={ref[1]})",
         [x["usd_per_mtok"] for x in summ], lambda v: fmt.number(v, "$"),

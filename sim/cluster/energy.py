@@ -1,0 +1,64 @@
+"""Energy of a cluster step: per-stage compute from the per-layer records, plus the links.
+
+Every chip of pipeline stage ``s`` (``plan.chips / pp`` of them: its tensor-, context- and
+data-parallel ranks) spends, per step:
+
+* **compute**: for each of the ``m`` micro-batches, the simulated energy of the layers of its
+  chunks (:class:`~.timing.LayerTime`: forward; in training backward, plus the forward again
+  under full recomputation or the selective ops under selective recomputation), which
+  includes the static power of the ops' own time, exactly as ``diptych run`` counts it; in
+  training also the optimizer (AdamW over the rank's parameters, the lowering's own op);
+* **links**: every collective it takes part in, at ``pj_per_link_bit`` per bit it sends
+  (all-reduce ``2(n−1)/n`` of the buffer, reduce-scatter, all-gather and all-to-all
+  ``(n−1)/n``, a point-to-point send its bytes: the ring volumes, the least any algorithm
+  sends): the layers' collectives per micro-batch, the pipeline sends (activations forward,
+  their gradients backward), the gradient reduction and ZeRO's parameter all-gather once;
+* **idle static**: ``static_w`` × the step time its ops do not cover (pipeline bubbles,
+  exposed communication, waiting for the slowest stage): a chip leaks while it waits.
+
+:func:`step_energy` returns the whole cluster's joules by part; the sum is ``energy_j`` of
+:class:`~.step.ClusterResult`, which derives tokens/J, the average power per chip against the
+TDP and, for a chip with a ``[cost]`` table, $ per million tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from .collectives import ring_fraction
+
+PARTS = ("compute", "optimizer", "link", "idle_static")
+
+
+def sent_bytes(kind: str, nbytes: float, group: int) -> float:
+    """Bytes one rank sends in a ``kind`` collective of ``nbytes`` per rank over ``group``
+    ranks (module docstring)."""
+    if kind == "send":
+        return float(nbytes)
+    return ring_fraction(kind, group)[0] * nbytes
+
+
+def link_joules(chip, colls: Iterable[tuple[str, float, int]]) -> float:
+    """Link energy (J, one rank) of ``(collective kind, bytes per rank, group size)``."""
+    return sum(sent_bytes(k, b, n) for k, b, n in colls) * 8 * chip.energy.pj_per_link_bit \
+        * 1e-12
+
+
+def step_energy(chip, *, ranks_per_stage: int, micro_batches: int, seconds: float,
+                stages: list[Mapping]) -> dict[str, float]:
+    """Joules of one step of the whole cluster by part (:data:`PARTS`).
+
+    ``stages``: per pipeline stage, one rank's ``compute_j`` per micro-batch,
+    ``busy_s`` per micro-batch (its ops' time), ``optimizer_j`` and ``optimizer_s`` per
+    step, ``colls_per_mb`` (``(kind, bytes, group)`` of each micro-batch) and
+    ``colls_per_step`` (once per step)."""
+    m = micro_batches
+    out = dict.fromkeys(PARTS, 0.0)
+    for st in stages:
+        out["compute"] += st["compute_j"] * m
+        out["optimizer"] += st.get("optimizer_j", 0.0)
+        out["link"] += (link_joules(chip, st["colls_per_mb"]) * m
+                        + link_joules(chip, st.get("colls_per_step", ())))
+        busy = st["busy_s"] * m + st.get("optimizer_s", 0.0)
+        out["idle_static"] += chip.energy.static_w * max(0.0, seconds - busy)
+    return {k: v * ranks_per_stage for k, v in out.items()}
