@@ -157,7 +157,8 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
     p = plan(op, chip, dataflow)
     rates, split, pb, blk, out = p["rates"], p["split"], p["problem"], p["blocks"], p["out"]
     comp, _, _ = run_engine(chip, pb, blk, rates, split, False)
-    act = split.active
+    # the representative array's run, times the chip-wide copies of it (tiles over waves)
+    act = split.scale
     cycles = int(out[E.O_CYCLES])
     compute_cycles = int(comp[E.O_CYCLES])
     busy = int(out[E.O_BUSY])
@@ -189,8 +190,17 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
         "dtype": p["dtype"],
         "macs_per_pe_per_cycle": rates.rate,
         "split": {"batch": split.pb, "m": split.pm, "n": split.pn},
-        "active_arrays": act,
+        "active_arrays": split.active,
         "arrays_per_core": split.arrays_per_core,
+        # tile waves (docs/engine.md "Mapper"): the grid above dealt to units (arrays, or
+        # cores whose arrays share the tile's operand blocks as a core_tile grid of sub-tiles)
+        "waves": split.waves,
+        "tiles": split.tiles,
+        "units": "cores" if split.qm * split.qn > 1 else "arrays",
+        "busy_units": split.units,
+        "last_wave_units": (split.tail_active or split.active) // (split.qm * split.qn),
+        "wave_quantisation_loss": 1.0 - split.wave_efficiency,
+        "core_tile": {"m": split.qm, "n": split.qn},
         "per_array": {"batch": pb.batch, "m": pb.m, "k": pb.k, "n": pb.n,
                       "transposed": pb.transposed},
         "block": {"m": blk.mb, "k": blk.kb, "n": blk.nb},

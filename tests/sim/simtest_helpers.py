@@ -62,4 +62,6 @@ def golden_problem(chip, pb, blk, rates, split, memory):
         engines=eng, max_outstanding=chip.dma.max_outstanding, setup_cycles=chip.dma.setup_cycles,
         memory=memory, clock_ghz=chip.clock_ghz, dma_bytes_per_cycle=per, share=float(split.active),
         x_sb=blk.x_sb, w_sb=blk.w_sb, x_dup=float(pb.x_dup), w_dup=float(pb.w_dup),
-        sb_bytes_per_cycle=MP.shared_buffer_bpc(chip, split))
+        sb_bytes_per_cycle=MP.shared_buffer_bpc(chip, split), x_cdup=float(pb.x_cdup),
+        w_cdup=float(pb.w_cdup), tail_from=split.tail_from,
+        share_tail=float(split.tail_active or split.active))
