@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -93,7 +94,9 @@ class Split:
     core's scratchpad. ``batch``, ``m``, ``n`` are what the representative array plays: its
     ``waves`` tiles one after another (``batch`` = tiles × the tile's batch share), each
     ``m × K × n``. ``active`` arrays run at once in a full wave, ``tail_active`` in the last
-    one when it is partly full (0: every wave is full)."""
+    one when it is partly full (0: every wave is full). With ``pk`` > 1 (split-K) the arrays
+    also split K ``pk`` ways, ``k`` deep each, and write FP32 partial tiles that a reduction
+    adds (:func:`diptych.sim.gemm.split_k_reduction`)."""
 
     pb: int
     pm: int
@@ -109,10 +112,12 @@ class Split:
     qn: int = 1
     a_dup: int = 0       # arrays reading one A (B) slice at once; 0: pn·qn (pm·qm), one wave
     b_dup: int = 0
+    pk: int = 1          # split-K: K ways; each array writes FP32 partial sums, reduced after
+    k: int = 0           # its share of K (with pk > 1)
 
     @property
     def tiles(self) -> int:
-        return self.pb * self.pm * self.pn
+        return self.pb * self.pm * self.pn * self.pk
 
     @property
     def units(self) -> int:
@@ -166,12 +171,16 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
+#: Split-K keeps each array's share of K at least this deep (a shallower share mostly adds
+#: partial-sum traffic; 256 rows is one to two folds of the presets' arrays).
+MIN_SPLIT_K = 256
+
 #: Wave grids are offered up to this many tiles per unit (quantisation loss ≤ 1/16 when the
 #: tiles are at least this many times the units; bigger grids only shrink the tiles).
 MAX_WAVES = 16
 
 
-def splits(chip, batch: int, m: int, n: int) -> list[Split]:
+def splits(chip, batch: int, m: int, n: int, k: int = 0) -> list[Split]:
     """Every distinct way to deal (batch, M, N) to the chip's arrays, deterministic order.
 
     1. **One wave over the arrays** (each array one tile): ``pb`` (batch ways) and ``pn`` (N
@@ -187,12 +196,24 @@ def splits(chip, batch: int, m: int, n: int) -> list[Split]:
        are offered: otherwise each unit's tiles form a tile of a one-wave split (1 or 2) that
        plays the same blocks, so power-of-two unit counts get no wave splits.
 
+    4. **Split-K** (with ``k`` given): a one-wave split of 1 whose tiles are fewer than the
+       arrays also splits K ``pk`` ways (powers of two) over the idle arrays, each share at
+       least :data:`MIN_SPLIT_K` deep; every array writes its partial output tile at the
+       accumulator's precision and a reduction (:func:`diptych.sim.gemm.split_k_reduction`)
+       adds them.
+
     Splits giving the same per-array work are merged: in 1 the first is kept; in 2 and 3 the
     core sub-grid whose core tile is the squarest (the most MACs per operand byte through the
     core's port; a core split before an array one, which it dominates); a split of 2 replaces
     the split of 1 with the same per-array work on as many arrays per core (it dominates it:
     the same blockings fit, each moving at most the bytes it moved there).
     """
+    return list(_splits(chip, batch, m, n, k))
+
+
+@lru_cache(maxsize=1024)
+def _splits(chip, batch: int, m: int, n: int, k: int) -> tuple[Split, ...]:
+    """The splits of :func:`splits` (memoised: a chip and its shapes repeat)."""
     arrays, cores, per_core = chip.arrays, chip.tensor_cores, chip.core.arrays
     out = {}
     # 1. one wave, one tile per array (keyed by the per-array share, as it always was)
@@ -224,6 +245,16 @@ def splits(chip, batch: int, m: int, n: int) -> list[Split]:
                     t = pb * pm * pn
                     if units < t <= MAX_WAVES * units and t % units:
                         _offer(best, _tile_split(chip, batch, m, n, pb, pm, pn, qm, qn, units))
+    if k:
+        for sp in [s for s in out.values() if s.qm * s.qn == 1 and s.waves == 1]:
+            pk = 2
+            while sp.tiles * pk <= arrays and _cdiv(k, pk) >= MIN_SPLIT_K:
+                ks = _cdiv(k, pk)
+                act = sp.tiles * _cdiv(k, ks)
+                out[len(out), "k"] = dataclasses.replace(
+                    sp, pk=_cdiv(k, ks), k=ks, active=act,
+                    arrays_per_core=min(per_core, _cdiv(act, cores)))
+                pk *= 2
     for sp in best.values():
         # a core split dominates the one-array-per-tile split giving each array the same work
         # on as many arrays per core (the same blockings fit, each moving at most the bytes it
@@ -235,7 +266,7 @@ def splits(chip, batch: int, m: int, n: int) -> list[Split]:
             out[key] = sp
         elif sp.waves > 1 or sp.qm * sp.qn > 1:
             out[len(out), "tiles"] = sp
-    return list(out.values())
+    return tuple(out.values())
 
 
 def _offer(best: dict, sp: Split | None) -> None:
@@ -288,11 +319,13 @@ def _tile_split(chip, batch: int, m: int, n: int, pb: int, pm: int, pn: int, qm:
                  a_dup=a_dup, b_dup=b_dup)
 
 
+@lru_cache(maxsize=4096)
 def _pow2(top: int) -> list[int]:
     """1, 2, 4, ... up to ``top``."""
     return [2 ** i for i in range(max(1, top).bit_length()) if 2 ** i <= top]
 
 
+@lru_cache(maxsize=4096)
 def _ways(top: int) -> list[int]:
     """1, 2, 4, ... up to ``top``, and ``top`` itself."""
     top = max(1, top)
@@ -303,6 +336,8 @@ def orient(op, dataflow: str, split: Split, m_total: int) -> Problem:
     """The per-array problem for ``dataflow`` (IS transposes), with DRAM layout strides."""
     ab, bb, cb, accb = (_bits(op.a_dtype), _bits(op.b_dtype), _bits(op.c_dtype),
                         _bits(op.acc_dtype))
+    if split.pk > 1:
+        cb = accb            # split-K: partial sums leave at the accumulator's precision
     k, n = op.k, op.n
     a_ld, b_ld, c_ld = _cdiv(k * ab, 8), _cdiv(n * bb, 8), _cdiv(n * cb, 8)
     folded = op.b_is_weight
@@ -315,6 +350,8 @@ def orient(op, dataflow: str, split: Split, m_total: int) -> Problem:
     c_base = b_base + _cdiv(b_size, _BASE_ALIGN) * _BASE_ALIGN
     a_dup = split.a_dup or split.pn * split.qn
     b_dup = split.b_dup or split.pm * split.qm
+    # the array's share of K (split-K: its first share's addresses stand for all of them)
+    k = split.k if split.pk > 1 else op.k
     if dataflow != "is":
         return Problem(dataflow=dataflow, m=split.m, k=k, n=split.n, batch=split.batch,
                        x_bits=ab, w_bits=bb, o_bits=cb, acc_bits=accb, transposed=False,

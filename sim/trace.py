@@ -76,14 +76,15 @@ def _arrays(split):
                 a += 1
 
 
-def _origin(split, tile: int, qi: int, qj: int, m: int, n: int, batch: int):
-    """``(batch0, m0, n0)`` of an array's sub-tile of tile ``tile`` (raster order, N
-    fastest), clamped to the GEMM."""
+def _origin(split, tile: int, qi: int, qj: int, m: int, n: int, k: int, batch: int):
+    """``(batch0, m0, n0, k0)`` of an array's sub-tile of tile ``tile`` (raster order over
+    batch, M, N and the split-K shares, the last fastest), clamped to the GEMM."""
     bs = split.batch // split.waves
+    tile, kq = divmod(tile, split.pk)
     ib, r = divmod(tile, split.pm * split.pn)
     im, jn = divmod(r, split.pn)
     return (min(ib * bs, batch), min(im * split.m * split.qm + qi * split.m, m),
-            min(jn * split.n * split.qn + qj * split.n, n))
+            min(jn * split.n * split.qn + qj * split.n, n), min(kq * split.k, k))
 
 
 def gemm_trace(m, k, n, chip, *, dtype=None, dataflow=None) -> dict:
@@ -116,7 +117,7 @@ def gemm_trace(m, k, n, chip, *, dtype=None, dataflow=None) -> dict:
     t = pb.transposed
     bs = split.batch // split.waves          # batch elements of one tile
     for a, u, qi, qj in _arrays(split):
-        b0, m0, n0 = _origin(split, u, qi, qj, m, n, op.batch)
+        b0, m0, n0, _ = _origin(split, u, qi, qj, m, n, k, op.batch)
         pid = a + 1
         core = a // split.arrays_per_core
         meta(pid, "process_name", {"name": f"array {a} (core {core})"})
@@ -132,7 +133,7 @@ def gemm_trace(m, k, n, chip, *, dtype=None, dataflow=None) -> dict:
             tile = u + (bt // bs) * split.units
             if tile >= split.tiles:
                 continue                     # this array has no tile in the last wave
-            b0, m0, n0 = _origin(split, tile, qi, qj, m, n, op.batch)
+            b0, m0, n0, k0 = _origin(split, tile, qi, qj, m, n, k, op.batch)
             # the block in the array's oriented problem (input stationary swaps M and N)
             mb = min(blk.mb, pb.m - i * blk.mb)
             kb = min(blk.kb, pb.k - kk * blk.kb)
@@ -142,7 +143,7 @@ def gemm_trace(m, k, n, chip, *, dtype=None, dataflow=None) -> dict:
             r_rng = [min(lim_r, rows0 + i * blk.mb), min(lim_r, rows0 + i * blk.mb + mb)]
             c_rng = [min(lim_c, cols0 + j * blk.nb), min(lim_c, cols0 + j * blk.nb + nb)]
             rng = {"m": c_rng if t else r_rng, "n": r_rng if t else c_rng,
-                   "k": [kk * blk.kb, kk * blk.kb + kb]}
+                   "k": [k0 + kk * blk.kb, k0 + kk * blk.kb + kb]}
             if op.batch > 1:
                 rng["batch"] = [b0 + bt % bs, b0 + bt % bs + 1]
             base = {"block": {"batch": bt, "m": i, "n": j, "k": kk}, "gemm_range": rng}
