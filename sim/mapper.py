@@ -197,16 +197,17 @@ def splits(chip, batch: int, m: int, n: int, k: int = 0) -> list[Split]:
        plays the same blocks, so power-of-two unit counts get no wave splits.
 
     4. **Split-K** (with ``k`` given): a one-wave split of 1 whose tiles are fewer than the
-       arrays also splits K ``pk`` ways (powers of two) over the idle arrays, each share at
-       least :data:`MIN_SPLIT_K` deep; every array writes its partial output tile at the
+       arrays also splits K over the idle arrays, the most ``pk`` ways (a power of two) that
+       fit with each share at least :data:`MIN_SPLIT_K` deep; every array writes its partial output tile at the
        accumulator's precision and a reduction (:func:`diptych.sim.gemm.split_k_reduction`)
        adds them.
 
-    Splits giving the same per-array work are merged: in 1 the first is kept; in 2 and 3 the
-    core sub-grid whose core tile is the squarest (the most MACs per operand byte through the
-    core's port; a core split before an array one, which it dominates); a split of 2 replaces
-    the split of 1 with the same per-array work on as many arrays per core (it dominates it:
-    the same blockings fit, each moving at most the bytes it moved there).
+    Splits giving the same per-array work are merged (the first is kept). Of the sub-grids of
+    one core tile grid (2, 3) only the one whose sub-tiles fold most evenly on the array is
+    kept: the core loads the same X and W blocks for any of them. A split of 2 takes the place
+    of the split of 1 with the same per-array work on as many arrays per core, which it
+    dominates (the same blockings fit, each moving at most the bytes it moved there); a split
+    of 2 giving work no split of 1 gives is not offered (search time, see the code).
     """
     return list(_splits(chip, batch, m, n, k))
 
@@ -215,6 +216,7 @@ def splits(chip, batch: int, m: int, n: int, k: int = 0) -> list[Split]:
 def _splits(chip, batch: int, m: int, n: int, k: int) -> tuple[Split, ...]:
     """The splits of :func:`splits` (memoised: a chip and its shapes repeat)."""
     arrays, cores, per_core = chip.arrays, chip.tensor_cores, chip.core.arrays
+    R, C = chip.core.array.rows, chip.core.array.cols
     out = {}
     # 1. one wave, one tile per array (keyed by the per-array share, as it always was)
     top = min(batch, arrays)
@@ -234,7 +236,8 @@ def _splits(chip, batch: int, m: int, n: int, k: int) -> tuple[Split, ...]:
             rest = cores // pb
             for pn in _ways(rest):
                 for pm in _ways(min(rest // pn, m)):
-                    _offer(best, _tile_split(chip, batch, m, n, pb, pm, pn, qm, qn, cores))
+                    _offer(best, _tile_split(chip, batch, m, n, pb, pm, pn, qm, qn, cores),
+                           R, C)
     # 3. waves over the arrays or over the cores
     for qm, qn, units in [(1, 1, arrays)] + [(qm, qn, cores) for qm, qn in subs]:
         if units & (units - 1) == 0:
@@ -244,47 +247,56 @@ def _splits(chip, batch: int, m: int, n: int, k: int) -> tuple[Split, ...]:
                 for pn in _pow2(_cdiv(n, qn)):
                     t = pb * pm * pn
                     if units < t <= MAX_WAVES * units and t % units:
-                        _offer(best, _tile_split(chip, batch, m, n, pb, pm, pn, qm, qn, units))
+                        _offer(best, _tile_split(chip, batch, m, n, pb, pm, pn, qm, qn, units),
+                               R, C)
     if k:
         for sp in [s for s in out.values() if s.qm * s.qn == 1 and s.waves == 1]:
-            pk = 2
-            while sp.tiles * pk <= arrays and _cdiv(k, pk) >= MIN_SPLIT_K:
+            # the most ways that fit the idle arrays and the minimum depth (fewer ways leave
+            # arrays idle for a smaller reduction, which only matters when the partial tiles
+            # are large, i.e. when split-K does not pay anyway)
+            pk = 1
+            while sp.tiles * pk * 2 <= arrays and _cdiv(k, pk * 2) >= MIN_SPLIT_K:
+                pk *= 2
+            if pk > 1:
                 ks = _cdiv(k, pk)
                 act = sp.tiles * _cdiv(k, ks)
                 out[len(out), "k"] = dataclasses.replace(
                     sp, pk=_cdiv(k, ks), k=ks, active=act,
                     arrays_per_core=min(per_core, _cdiv(act, cores)))
-                pk *= 2
     for sp in best.values():
         # a core split dominates the one-array-per-tile split giving each array the same work
         # on as many arrays per core (the same blockings fit, each moving at most the bytes it
-        # moved there through the port and DRAM): that one is replaced in its place
+        # moved there through the port and DRAM): it takes that one's place. A one-wave core
+        # split of work no split of 1 gives is not offered: its smaller footprint fits many
+        # blockings that tie on compute-bound GEMMs, and the search time grew by a third
         key = (sp.batch, sp.m, sp.n)
         one = out.get(key)
         if sp.waves == 1 and one is not None and one.qm * one.qn == 1 and \
                 (one.active, one.arrays_per_core) == (sp.active, sp.arrays_per_core):
             out[key] = sp
-        elif sp.waves > 1 or sp.qm * sp.qn > 1:
+        elif sp.waves > 1:
             out[len(out), "tiles"] = sp
     return tuple(out.values())
 
 
-def _offer(best: dict, sp: Split | None) -> None:
-    """Keep ``sp`` unless a split giving each array the same work (tiles, waves, arrays busy)
-    is already kept whose core tile is at least as square: of the sub-grids of one piece of
-    per-array work, the one with the most MACs per operand byte crossing the core's port (a
-    core split before an array one, which it dominates)."""
+def _offer(best: dict, sp: Split | None, rows: int, cols: int) -> None:
+    """Keep ``sp`` unless a split of the same tile grid dealt to the same units is already
+    kept whose arrays' sub-tiles match the ``rows × cols`` array at least as well. The core
+    loads its tile's X and W blocks once whatever the sub-grid (the same bytes cross its
+    port), so of one core tile's sub-grids the one whose sub-tiles fold best is kept."""
     if sp is None:
         return
-    key = (sp.batch, sp.m, sp.n, sp.active, sp.arrays_per_core, sp.waves, sp.tail_active)
+    key = (sp.pb, sp.pm, sp.pn, sp.pk, sp.units, sp.qm * sp.qn > 1)
     cur = best.get(key)
-    if cur is None or _squareness(sp) > _squareness(cur):
+    if cur is None or _fit(sp, rows, cols) > _fit(cur, rows, cols):
         best[key] = sp
 
 
-def _squareness(sp: Split) -> tuple[int, float]:
-    cm, cn = sp.m * sp.qm, sp.n * sp.qn
-    return (1 if sp.qm * sp.qn > 1 else 0, min(cm, cn) / max(cm, cn))
+def _fit(sp: Split, rows: int, cols: int) -> float:
+    """How square a sub-tile is in folds of the array (1: as many row folds as column
+    folds)."""
+    a, b = sp.m / rows, sp.n / cols
+    return min(a, b) / max(a, b)
 
 
 def _tile_split(chip, batch: int, m: int, n: int, pb: int, pm: int, pn: int, qm: int, qn: int,
