@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import heapq
 import math
+from functools import lru_cache
 
 import numpy as np
 
+from ..arch.dtypes import DTYPE_BYTES
 from . import engine as E
 from . import mapper as MP
 from .array import array_rates
 from .dram import pattern_cache
-from functools import lru_cache
-
-from ..arch.dtypes import DTYPE_BYTES
 from .ops import VectorOp, check_dataflows
 from .stats import OpStats
 
