@@ -50,6 +50,14 @@ resident in the shared buffer is served like a mode-2 re-read (DMA setup and por
 server); a result kept there is written through the DMA port to the buffer's server. Neither
 moves a DRAM byte; their bytes count as SRAM (scratchpad) or shared-buffer bytes.
 
+Waves and core-shared blocks (:class:`diptych.sim.mapper.Split`). The batch elements from
+``P_TAIL_BT`` on are the representative array's tile in a partly full last wave: their DRAM
+transfers are time-shared by ``F_SHARE_TAIL`` arrays instead of ``F_SHARE``. An X (W) block
+shared by ``F_X_CDUP`` (``F_W_CDUP``) arrays of this core is loaded once for them: this array
+counts ``1/cdup`` of its bytes (DRAM, scratchpad writes, shared-buffer re-reads), its DMA port
+and shared-buffer time are those of ``1/cdup`` of the bytes, and without the shared buffer its
+DRAM transfer is time-shared by ``share / cdup`` arrays (with it, ``share / dup`` as above).
+
 DMA. Descriptors go round-robin to the engines; a descriptor is issued once the one
 ``max_outstanding`` earlier on its engine has completed, its data starts ``setup`` cycles later
 (and after the engine's port is free; a DRAM descriptor also waits the NoC and D2D latency,
@@ -87,15 +95,17 @@ invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in
  P_W_BASE, P_W_LD, P_W_BITS, P_W_T, P_W_BSTRIDE,
  P_O_BASE, P_O_LD, P_O_BITS, P_O_T, P_O_BSTRIDE,
  P_ACC_BITS, P_ENGINES, P_MAXOUT, P_SETUP, P_MEMORY, P_CUTOFF, P_PERIODS, P_TRAFFIC,
- P_X_SB, P_W_SB, P_BEST, P_X_SRC, P_W_SRC, P_O_DST, N_IPARAMS) = range(46)
+ P_X_SB, P_W_SB, P_BEST, P_X_SRC, P_W_SRC, P_O_DST, P_TAIL_BT, N_IPARAMS) = range(47)
 # operand locations (P_X_SRC, P_W_SRC: where X/W are read from; P_O_DST: where O is written)
 SRC_DRAM, SRC_SCRATCHPAD, SRC_SHARED_BUFFER = 0, 1, 2
 # float parameters (F_X_DUP/F_W_DUP: arrays sharing one X/W slice; F_SB_BPC: this array's
 # share of the shared buffer's bytes per cycle; F_SP_BPC: its share of its core's scratchpad
 # bandwidth, which serves resident operands; F_DRAM_SETUP_NS: NoC + D2D latency added to
-# each DRAM descriptor's setup, :mod:`diptych.sim.fabric`)
-(F_GHZ, F_DMA_BPC, F_SHARE, F_X_DUP, F_W_DUP, F_SB_BPC, F_SP_BPC, F_DRAM_SETUP_NS,
- N_FPARAMS) = range(9)
+# each DRAM descriptor's setup, :mod:`diptych.sim.fabric`; F_X_CDUP/F_W_CDUP: arrays of this
+# core sharing its X/W block in the scratchpad; F_SHARE_TAIL: the DRAM time-sharing factor of
+# the batch elements from P_TAIL_BT on, the last wave's tile)
+(F_GHZ, F_DMA_BPC, F_SHARE, F_X_DUP, F_W_DUP, F_SB_BPC, F_SP_BPC, F_DRAM_SETUP_NS, F_X_CDUP,
+ F_W_CDUP, F_SHARE_TAIL, N_FPARAMS) = range(12)
 # outputs
 (O_CYCLES, O_BUSY, O_DRAM_STALL, O_WB_STALL, O_DRAM_RD, O_DRAM_WR, O_SRAM_RD, O_SRAM_WR,
  O_BLOCKS, O_FOLDS, O_TRANSFERS, O_DRAM_BUSY_NS, O_NTRACE_BLOCKS, O_NTRACE_PC, O_LAST_OUT,
@@ -129,12 +139,14 @@ def _descriptor(base, ld, bits, trans, bstride, bt, r0, c0, nr, nc):
 
 
 @jit
-def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip, dfp, ds, pat,
-         eng, sbs, pc_s, pc_e, tr_pc, out):
+def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, div, ip, fp, dip, dfp, ds,
+         pat, eng, sbs, pc_s, pc_e, tr_pc, out):
     """Issue one descriptor; returns (data start ns, completion ns).
 
     ``sb`` = 1: the data comes from the shared buffer (a server at this array's share of its
-    bandwidth, state ``sbs[0]``) instead of DRAM; ``share``: the DRAM time-sharing factor."""
+    bandwidth, state ``sbs[0]``) instead of DRAM; ``share``: the DRAM time-sharing factor;
+    ``div``: the arrays of this core sharing the block (the core's port and the shared buffer
+    carry it once for them: this array's part is ``1/div`` of its bytes)."""
     n_eng = ip[P_ENGINES]
     maxout = ip[P_MAXOUT]
     ghz = fp[F_GHZ]
@@ -146,12 +158,12 @@ def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip
     start = max(t_issue + setup_ns, eng[e, 0])
     if sb == 1:   # the shared buffer (resident operands and mode-2 re-reads share its server)
         s_start = max(start, sbs[0])
-        dram_end = s_start + (rows * row_bytes) / (fp[F_SB_BPC] * ghz)
+        dram_end = s_start + (rows * row_bytes / div) / (fp[F_SB_BPC] * ghz)
         sbs[0] = dram_end
     else:
         dram_end = dram_transfer(start, addr, rows, row_bytes, stride, is_write, share, dip,
                                  dfp, ds, pat, pc_s, pc_e)
-    port_end = start + (rows * row_bytes) / (fp[F_DMA_BPC] * ghz)
+    port_end = start + (rows * row_bytes / div) / (fp[F_DMA_BPC] * ghz)
     eng[e, 0] = port_end
     done = max(dram_end, port_end)
     eng[e, 1 + slot] = done
@@ -194,6 +206,7 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     # typed (not literal) constants: literal arguments would compile extra specialisations
     neg = np.int64(NEG)
     zero = np.int64(0)
+    one = 1.0
     read = np.int64(0)
     write = np.int64(1)
     df = ip[P_DF]
@@ -277,27 +290,29 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                                               ip[P_X_BSTRIDE], bt, i * Mb, k * Kb, mb, kb)
                 # shared buffer (modes in mapper.Blocks): 1, every load comes from DRAM once
                 # for the x_dup arrays sharing the slice; 2, only the first touch (j = 0) does
-                # and later touches are shared-buffer re-reads
-                # a resident X (P_X_SRC) never uses the shared-buffer modes (mapper)
+                # and later touches are shared-buffer re-reads. Without it the x_cdup arrays
+                # of this core sharing the block still load it once (F_X_CDUP, 1 if none).
+                # A resident X (P_X_SRC) never uses the shared-buffer modes (mapper): from
+                # the scratchpad it moves within the core, from the shared buffer it is served
+                # by the buffer's server; either way once for the core's sharing arrays.
                 src = ip[P_X_SRC]
                 sb = 1 if ((ip[P_X_SB] == 2 and j > 0) or src == 2) else 0
-                sh = share / fp[F_X_DUP] if ip[P_X_SB] > 0 else share
+                dd = fp[F_X_DUP] if ip[P_X_SB] > 0 else fp[F_X_CDUP]
+                sh = (share if bt < ip[P_TAIL_BT] else fp[F_SHARE_TAIL]) / dd
                 if src == 1:
-                    out[O_SRAM_RD] += rows * rb
+                    out[O_SRAM_RD] += rows * rb / fp[F_X_CDUP]
                 elif sb == 1:
-                    out[O_SB_RD] += rows * rb
-                elif ip[P_X_SB] > 0:
-                    out[O_DRAM_RD] += rows * rb / fp[F_X_DUP]
+                    out[O_SB_RD] += rows * rb / fp[F_X_CDUP]
                 else:
-                    out[O_DRAM_RD] += rows * rb
-                out[O_SRAM_WR] += rows * rb
+                    out[O_DRAM_RD] += rows * rb / dd
+                out[O_SRAM_WR] += rows * rb / fp[F_X_CDUP]
                 if memory == 1:
                     req = x_free[1 - x_cur] / ghz
                     if src == 1:
-                        s0, d0 = _local(req, rows * rb, fp, sbs)
+                        s0, d0 = _local(req, rows * rb / fp[F_X_CDUP], fp, sbs)
                     else:
-                        s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, ip, fp, dip, dfp, ds,
-                                      pat, eng, sbs, pc_s, pc_e, tr_pc, out)
+                        s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, fp[F_X_CDUP], ip,
+                                      fp, dip, dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                     nxt_x_ready = d0
                     if nb_ < tr_blocks.shape[0]:
                         tr_blocks[nb_, T_XS] = s0
@@ -309,25 +324,28 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             if w_load:
                 a, rows, rb, st = _descriptor(ip[P_W_BASE], ip[P_W_LD], ip[P_W_BITS], ip[P_W_T],
                                               ip[P_W_BSTRIDE], bt, k * Kb, j * Nb, kb, nbb)
+                # (as for X: shared-buffer modes, the core's sharing arrays, residency)
+                # A resident W (P_W_SRC) never uses the shared-buffer modes (mapper): from
+                # the scratchpad it moves within the core, from the shared buffer it is served
+                # by the buffer's server; either way once for the core's sharing arrays.
                 src = ip[P_W_SRC]
                 sb = 1 if ((ip[P_W_SB] == 2 and i > 0) or src == 2) else 0
-                sh = share / fp[F_W_DUP] if ip[P_W_SB] > 0 else share
+                dd = fp[F_W_DUP] if ip[P_W_SB] > 0 else fp[F_W_CDUP]
+                sh = (share if bt < ip[P_TAIL_BT] else fp[F_SHARE_TAIL]) / dd
                 if src == 1:
-                    out[O_SRAM_RD] += rows * rb
+                    out[O_SRAM_RD] += rows * rb / fp[F_W_CDUP]
                 elif sb == 1:
-                    out[O_SB_RD] += rows * rb
-                elif ip[P_W_SB] > 0:
-                    out[O_DRAM_RD] += rows * rb / fp[F_W_DUP]
+                    out[O_SB_RD] += rows * rb / fp[F_W_CDUP]
                 else:
-                    out[O_DRAM_RD] += rows * rb
-                out[O_SRAM_WR] += rows * rb
+                    out[O_DRAM_RD] += rows * rb / dd
+                out[O_SRAM_WR] += rows * rb / fp[F_W_CDUP]
                 if memory == 1:
                     req = w_free[1 - w_cur] / ghz
                     if src == 1:
-                        s0, d0 = _local(req, rows * rb, fp, sbs)
+                        s0, d0 = _local(req, rows * rb / fp[F_W_CDUP], fp, sbs)
                     else:
-                        s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, ip, fp, dip, dfp, ds,
-                                      pat, eng, sbs, pc_s, pc_e, tr_pc, out)
+                        s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, fp[F_W_CDUP], ip,
+                                      fp, dip, dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                     nxt_w_ready = d0
                     if nb_ < tr_blocks.shape[0]:
                         tr_blocks[nb_, T_WS] = s0
@@ -434,7 +452,15 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 proj = consume + (ip[P_PERIODS] - periods_done) - R + 2
             if memory == 1:
                 rem = ip[P_TRAFFIC] - (out[O_DRAM_RD] + out[O_DRAM_WR])
-                rem_ns = rem / dip[3] * dfp[0] * fp[F_SHARE] / p_n
+                if ip[P_TAIL_BT] >= ip[P_BATCH]:
+                    rem_ns = rem / dip[3] * dfp[0] * fp[F_SHARE] / p_n
+                else:
+                    # the last wave's bytes (the batch elements from P_TAIL_BT on, moved last)
+                    # at its own share
+                    tail = ip[P_TRAFFIC] / ip[P_BATCH] * (ip[P_BATCH] - ip[P_TAIL_BT])
+                    rt = min(max(rem, 0.0), tail)
+                    rem_ns = ((rem - rt) * fp[F_SHARE] + rt * fp[F_SHARE_TAIL]) / dip[3] * \
+                        dfp[0] / p_n
                 pm = (ds[S_AGG][0] + rem_ns) * ghz
                 if pm > proj:
                     proj = pm
@@ -473,9 +499,10 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 if dst == 1:
                     s0w, d0w = _local((lo + 1) / ghz, rows * rb, fp, sbs)
                 else:
-                    s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, write, share,
-                                    zero if dst == 0 else np.int64(1), ip, fp, dip, dfp, ds, pat,
-                                    eng, sbs, pc_s, pc_e, tr_pc, out)
+                    s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, write,
+                                    share if bt < ip[P_TAIL_BT] else fp[F_SHARE_TAIL],
+                                    zero if dst == 0 else np.int64(1), one, ip, fp, dip, dfp,
+                                    ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                 done_c = int(math.ceil(d0w * ghz))
                 out_free[n_out % 2] = done_c
                 if done_c > wb_end_cyc:

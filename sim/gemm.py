@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import heapq
 import math
+from functools import lru_cache
 
 import numpy as np
 
+from ..arch.dtypes import DTYPE_BYTES
 from . import engine as E
 from . import mapper as MP
 from .array import array_rates
 from .dram import pattern_cache
 from .fabric import dram_vectors, fabric
-from .ops import check_dataflows
+from .ops import VectorOp, check_dataflows
 from .stats import OpStats
 
 
@@ -64,12 +66,21 @@ def plan(op, chip, dataflow=None):
     view = _as_oriented(op, m_total, batch)
     groups = []
     pin = MP.pin_bytes_per_s(chip)
-    for split in MP.splits(chip, batch, m_total, op.n):
+    # split-K writes partial tiles to DRAM and reduces them there: only for an op whose
+    # result goes to DRAM (not on an all-SRAM chip, not a result kept on chip)
+    partials_ok = chip.has_dram and getattr(op, "c_dest", "dram") == "dram"
+    for split in MP.splits(chip, batch, m_total, op.n, op.k if partials_ok else 0):
         peak_bpc = pin / chip.clock_hz / split.active
+        # split-K: the reduction's cycles follow the partial products (a constant per split,
+        # timed when the group's table is built; until then its bytes at the pins bound it)
+        extra = 0
+        if split.pk > 1:
+            r = _reduction_op(op, split.pk)
+            extra = math.floor((r.read_bytes + r.write_bytes) * chip.clock_hz / pin)
         for df in flows:
             pb = MP.orient(view, df, split, m_total, chip.tensor_cores)
-            groups.append([MP.group_floor(chip, pb, rates, split, peak_bpc), len(groups), pb,
-                           split, peak_bpc, None])
+            groups.append([MP.group_floor(chip, pb, rates, split, peak_bpc) + extra,
+                           len(groups), pb, split, peak_bpc, extra])
     pending = sorted(groups, key=lambda g: (g[0], g[1]))
     built = []          # [group, table, est order, est sorted, lb sorted, pointer, engine base]
     heads = []          # heap of (est, group position, local index, built index): each built
@@ -96,12 +107,16 @@ def plan(op, chip, dataflow=None):
         head = heads[0] if heads else None
         if pending and pending[0][0] < thr and (head is None or pending[0][0] <= head[0]):
             g = pending.pop(0)
-            _, _, pb, split, peak_bpc, _ = g
+            _, _, pb, split, peak_bpc, extra = g
+            if split.pk > 1:
+                g[5] = extra = split_k_reduction(op, chip, split).cycles
             try:
                 cs, est, lb = MP.candidate_table(chip, pb, rates, split, peak_bpc)
             except ValueError as exc:
                 errors.append(exc)
                 continue
+            if extra:
+                est, lb = est + extra, lb + extra
             order = np.argsort(est, kind="stable")
             b = [g, cs, order, est[order], lb[order], 0, None, len(built)]
             built.append(b)
@@ -117,19 +132,22 @@ def plan(op, chip, dataflow=None):
         b[5] += 1
         if b[5] < len(b[4]):
             heapq.heappush(heads, (b[3][b[5]], gpos, int(b[2][b[5]]), bi))
-        pb, split, cs = b[0][2], b[0][3], b[1]
+        pb, split, cs, extra = b[0][2], b[0][3], b[1], b[0][5]
         if b[6] is None:
             b[6] = MP.engine_base(chip, pb, rates, split, True)
         blk = cs[local]
         spent += pb.batch * MP._cdiv(pb.m, blk.mb) * MP._cdiv(pb.k, blk.kb) * MP._cdiv(pb.n, blk.nb)
         cut = 0 if best is None else int(best[0] * (1.0 - MP.PRUNE_TOLERANCE)) + 1
-        out, _, _ = run_engine(chip, pb, blk, rates, split, True, cutoff=cut,
+        if best is not None and cut - extra <= 1:
+            continue                       # the reduction alone cannot beat the best
+        out, _, _ = run_engine(chip, pb, blk, rates, split, True,
+                               cutoff=cut - extra if cut else 0,
                                periods=int(cs.periods[local]),
-                               best=0 if best is None else best[0], base=b[6])
+                               best=0 if best is None else best[0] - extra, base=b[6])
         sims += 1
         if out[E.O_ABORTED]:
             continue
-        key = (int(out[E.O_CYCLES]), gpos, local)
+        key = (int(out[E.O_CYCLES]) + extra, gpos, local)
         if best is None or key < best[:3]:
             best = (key[0], gpos, local, pb, blk, out, split)
     if best is None:
@@ -137,6 +155,29 @@ def plan(op, chip, dataflow=None):
     _, _, _, pb, blk, out, split = best
     return dict(rates=rates, split=split, problem=pb, blocks=blk, out=out,
                 candidates=n_cands, simulated=sims, dtype=dtype)
+
+
+def split_k_reduction(op, chip, split) -> OpStats:
+    """The reduction of a split-K mapping (``split.pk`` > 1), timed as a vector op: the
+    ``pk`` partial output tiles are read back at the accumulator's precision (they were
+    written to DRAM by the arrays), the vector units add them (``pk − 1`` adds per output
+    element) and the result is written at C's precision."""
+    return _reduction_stats(op, chip, split.pk)
+
+
+@lru_cache(maxsize=256)
+def _reduction_stats(op, chip, pk: int) -> OpStats:
+    from .vector import vector_stats
+    return vector_stats(_reduction_op(op, pk), chip)
+
+
+@lru_cache(maxsize=256)
+def _reduction_op(op, pk: int) -> VectorOp:
+    elements = op.batch * op.m * op.n
+    return VectorOp(name=f"{op.name}.split_k_reduce", kind="add", elements=elements,
+                    ops_per_element=float(pk - 1),
+                    read_bytes=pk * elements * DTYPE_BYTES[op.acc_dtype],
+                    write_bytes=elements * DTYPE_BYTES[op.c_dtype], dtype=op.acc_dtype)
 
 
 class _Oriented:
@@ -161,19 +202,31 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
     p = plan(op, chip, dataflow)
     rates, split, pb, blk, out = p["rates"], p["split"], p["problem"], p["blocks"], p["out"]
     comp, _, _ = run_engine(chip, pb, blk, rates, split, False)
-    act = split.active
+    # the representative array's run, times the chip-wide copies of it (tiles over waves)
+    act = split.scale
     cycles = int(out[E.O_CYCLES])
     compute_cycles = int(comp[E.O_CYCLES])
     busy = int(out[E.O_BUSY])
     dram_stall = int(out[E.O_DRAM_STALL])
     wb_stall = int(out[E.O_WB_STALL])
-    fill = compute_cycles - busy
-    seconds = cycles / chip.clock_hz
     dram_rd = float(out[E.O_DRAM_RD]) * act
     dram_wr = float(out[E.O_DRAM_WR]) * act
     sram_rd = float(out[E.O_SRAM_RD]) * act
     sram_wr = float(out[E.O_SRAM_WR]) * act
     sb_rd = float(out[E.O_SB_RD]) * act
+    red = split_k_reduction(op, chip, split) if split.pk > 1 else None
+    if red is not None:
+        # the reduction follows the partial products: its vector-unit cycles are memory-free
+        # work, the rest of its time is DRAM
+        cycles += red.cycles
+        compute_cycles += red.compute_cycles
+        dram_stall += red.cycles - red.compute_cycles
+        dram_rd += red.dram_read_bytes
+        dram_wr += red.dram_write_bytes
+        sram_rd += red.sram_read_bytes
+        sram_wr += red.sram_write_bytes
+    fill = compute_cycles - busy
+    seconds = cycles / chip.clock_hz
     macs = op.macs
     peak = chip.peak_macs_per_cycle(p["dtype"])
     util = macs / (cycles * peak)
@@ -182,7 +235,7 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
         "mac": macs * en.pj_per_mac[p["dtype"]] * 1e-12,
         "sram": (sram_rd + sram_wr + sb_rd) * en.pj_per_sram_byte * 1e-12,
         "dram": (dram_rd + dram_wr) * 8 * en.pj_per_dram_bit * 1e-12,
-        "vector": 0.0,
+        "vector": 0.0 if red is None else red.energy_breakdown["vector"],
         "static": en.static_w * seconds,
         **fabric(chip).energy_j(dram_rd + dram_wr, dram_rd + dram_wr + sb_rd),
     }
@@ -194,8 +247,20 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
         "dtype": p["dtype"],
         "macs_per_pe_per_cycle": rates.rate,
         "split": {"batch": split.pb, "m": split.pm, "n": split.pn},
-        "active_arrays": act,
+        "active_arrays": split.active,
         "arrays_per_core": split.arrays_per_core,
+        # tile waves (docs/engine.md "Mapper"): the grid above dealt to units (arrays, or
+        # cores whose arrays share the tile's operand blocks as a core_tile grid of sub-tiles)
+        "waves": split.waves,
+        "tiles": split.tiles,
+        "units": "cores" if split.qm * split.qn > 1 else "arrays",
+        "busy_units": split.units,
+        "last_wave_units": (split.tail_active or split.active) // (split.qm * split.qn),
+        "wave_quantisation_loss": 1.0 - split.wave_efficiency,
+        "core_tile": {"m": split.qm, "n": split.qn},
+        "split_k": ({"ways": split.pk, "k_per_array": split.k,
+                     "partial_bytes": red.dram_read_bytes, "reduction_cycles": red.cycles}
+                    if red is not None else None),
         "per_array": {"batch": pb.batch, "m": pb.m, "k": pb.k, "n": pb.n,
                       "transposed": pb.transposed},
         "block": {"m": blk.mb, "k": blk.kb, "n": blk.nb},

@@ -78,6 +78,10 @@ class Problem:
     sp_bytes_per_cycle: float = 0.0
     dram_setup_ns: float = 0.0        # NoC + D2D latency added to each DRAM descriptor's setup
     fabric_ns_per_byte: float = 0.0   # the NoC/D2D bandwidth cap as ns per byte (0: none)
+    x_cdup: float = 1.0           # arrays of this core sharing its X / W block (scratchpad)
+    w_cdup: float = 1.0
+    tail_from: int | None = None  # batch elements from here on are the last wave's tile ...
+    share_tail: float = 0.0       # ... and time-share DRAM with this many arrays
 
 
 @dataclass
@@ -116,9 +120,11 @@ class Dma:
         self.sp_free = start + nbytes / (self.pb.sp_bytes_per_cycle * self.pb.clock_ghz)
         return self.sp_free
 
-    def issue(self, req_ns, addr, rows, row_bytes, stride, write, share=None, sb=False):
-        """One descriptor from DRAM (time-shared by ``share`` arrays, default all active
-        ones) or, with ``sb``, from the shared buffer; returns its completion time in ns."""
+    def issue(self, req_ns, addr, rows, row_bytes, stride, write, share, sb=False, div=1.0):
+        """One descriptor from DRAM (time-shared by ``share`` arrays) or, with ``sb``, from
+        the shared buffer; ``div`` arrays of this core share the block (the port and the
+        shared buffer carry ``1/div`` of its bytes for this array). Returns its completion
+        time in ns."""
         pb = self.pb
         if rows > 1 and stride == row_bytes:
             rows, row_bytes = 1, rows * row_bytes
@@ -133,13 +139,12 @@ class Dma:
             setup_ns += pb.dram_setup_ns
         start = max(t_issue + setup_ns, eng.port_free)
         if sb:
-            dram_end = max(start, self.sb_free) + (rows * row_bytes) / (
+            dram_end = max(start, self.sb_free) + (rows * row_bytes / div) / (
                 pb.sb_bytes_per_cycle * pb.clock_ghz)
             self.sb_free = dram_end
         else:
-            dram_end = self.dram.transfer(start, addr, rows, row_bytes, stride, write,
-                                          pb.share if share is None else share)
-        port_end = start + (rows * row_bytes) / (pb.dma_bytes_per_cycle * pb.clock_ghz)
+            dram_end = self.dram.transfer(start, addr, rows, row_bytes, stride, write, share)
+        port_end = start + (rows * row_bytes / div) / (pb.dma_bytes_per_cycle * pb.clock_ghz)
         eng.port_free = port_end
         done = max(dram_end, port_end)
         eng.done.append(done)
@@ -166,6 +171,11 @@ def run(pb: Problem, dram) -> Result:
     R, C = pb.rows, pb.cols
     nk = cdiv(pb.k, pb.kb)
     blist = list(blocks(pb))
+    tail_from = pb.batch if pb.tail_from is None else pb.tail_from
+
+    def share_of(bt):
+        """DRAM time-sharing of batch element ``bt``: the last wave has fewer arrays."""
+        return pb.share if bt < tail_from else pb.share_tail
     # --- loads: decide which operand blocks each block loads, and into which slot
     x_slot_free, w_slot_free, out_slot_free = [0, 0], [0, 0], [0, 0]
     x_slot_of, w_slot_of, x_ready, w_ready = {}, {}, {}, {}
@@ -181,11 +191,12 @@ def run(pb: Problem, dram) -> Result:
         prev = blist[idx - 1] if idx > 0 else None
         same_x = prev is not None and (prev[0], prev[1], prev[3]) == (bt, i, k)
         same_w = prev is not None and (prev[0], prev[3], prev[2]) == (bt, k, j)
-        for name, same, op, r0, c0, nr, nc, slot_of, slot_free, ready, mode, dup, touched, src in (
+        for (name, same, op, r0, c0, nr, nc, slot_of, slot_free, ready, mode, dup, cdup,
+             touched, src) in (
                 ("x", same_x, pb.x, i * pb.mb, k * pb.kb, mb, kb, x_slot_of, x_slot_free, x_ready,
-                 pb.x_sb, pb.x_dup, j > 0, pb.x_src),
+                 pb.x_sb, pb.x_dup, pb.x_cdup, j > 0, pb.x_src),
                 ("w", same_w, pb.w, k * pb.kb, j * pb.nb, kb, nb, w_slot_of, w_slot_free, w_ready,
-                 pb.w_sb, pb.w_dup, i > 0, pb.w_src)):
+                 pb.w_sb, pb.w_dup, pb.w_cdup, i > 0, pb.w_src)):
             if same:
                 slot_of[idx] = slot_of[idx - 1]
                 ready[idx] = ready[idx - 1]
@@ -194,24 +205,24 @@ def run(pb: Problem, dram) -> Result:
             slot_of[idx] = slot
             addr, rows, rb, st = op.descriptor(bt, r0, c0, nr, nc)
             # shared buffer: mode 1, the dup arrays sharing this slice fetch it from DRAM once;
-            # mode 2, also blocks touched before by this array (re-reads) come from the buffer
-            # a resident operand: from the scratchpad (no DMA) or the shared buffer (a DMA
-            # descriptor served by the buffer, like a re-read); never from DRAM
+            # mode 2, also blocks touched before by this array (re-reads) come from the buffer.
+            # The cdup arrays of this core sharing the block load it once for all of them.
+            # A resident operand: from the scratchpad (no DMA) or the shared buffer (a DMA
+            # descriptor served by the buffer, like a re-read); never from DRAM.
             from_sb = (mode == 2 and touched) or src == "shared_buffer"
+            once_for = dup if mode else cdup
             if src == "scratchpad":
-                res.sram_rd += rows * rb
+                res.sram_rd += rows * rb / cdup
             elif from_sb:
-                res.sb_rd += rows * rb
-            elif mode:
-                res.dram_rd += rows * rb / dup
+                res.sb_rd += rows * rb / cdup
             else:
-                res.dram_rd += rows * rb
-            res.sram_wr += rows * rb
+                res.dram_rd += rows * rb / once_for
+            res.sram_wr += rows * rb / cdup
             if pb.memory and src == "scratchpad":
-                ready[idx] = dma.local(slot_free[slot] / pb.clock_ghz, rows * rb)
+                ready[idx] = dma.local(slot_free[slot] / pb.clock_ghz, rows * rb / cdup)
             elif pb.memory:
                 ready[idx] = dma.issue(slot_free[slot] / pb.clock_ghz, addr, rows, rb, st, 0,
-                                       share=pb.share / dup if mode else pb.share, sb=from_sb)
+                                       share_of(bt) / once_for, sb=from_sb, div=cdup)
             else:
                 ready[idx] = 0.0
 
@@ -297,7 +308,8 @@ def run(pb: Problem, dram) -> Result:
             if pb.memory:
                 t = (lo + 1) / pb.clock_ghz
                 end = (dma.local(t, rows * rb) if pb.o_dst == "scratchpad" else
-                       dma.issue(t, addr, rows, rb, st, 1, sb=pb.o_dst == "shared_buffer"))
+                       dma.issue(t, addr, rows, rb, st, 1, share_of(bt),
+                                 sb=pb.o_dst == "shared_buffer"))
                 done = math.ceil(end * pb.clock_ghz)
                 out_slot_free[n_out % 2] = done
                 wb_end = max(wb_end, done)

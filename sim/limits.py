@@ -40,7 +40,8 @@ def min_blocks(op, chip) -> int:
     """An estimate of the blocks one array plays for the GEMM ``op`` spread over every array
     (the mapper's choice for any GEMM large enough to matter here): its share of the MACs
     (``op.macs`` ÷ arrays) over the largest block ``mb·kb·nb`` whose double-buffered operands
-    fit one array's share of its core's scratchpad (the output in the accumulator SRAM when the
+    (shared by the core's arrays in any sub-grid) fit one array's share of its core's
+    scratchpad (the output in the accumulator SRAM when the
     chip has one and it fits there, else in the scratchpad). The mapper's blocks are aligned to
     the array, so it plays up to ~2× more."""
     sp = chip.core.scratchpad
@@ -53,9 +54,17 @@ def min_blocks(op, chip) -> int:
     nb = _grid(op.n)[None, :]
     out = 2.0 * mb * nb * ab
     room = np.where(out <= acc, cap, cap - out)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        kb = np.minimum(op.k, room / (2.0 * (mb * xb + nb * wb)))
-    vol = np.where(kb >= 1.0, mb * nb * kb, 0.0).max()
+    vol = 0.0
+    # a core's arrays may share its operand blocks as qm × qn sub-tiles (docs/engine.md, "Tiles,
+    # waves and cores"): an X block then counts 1/qn of its bytes per array, a W block 1/qm
+    per_core = chip.core.arrays
+    subs = [(1, 1)] + [(q, per_core // q) for q in range(1, per_core + 1) if per_core % q == 0]
+    for qm, qn in subs:
+        if qm > m_ext or qn > op.n:
+            continue       # a sub-tile per array needs that many rows and columns
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kb = np.minimum(op.k, room / (2.0 * (mb * xb / qn + nb * wb / qm)))
+        vol = max(vol, np.where(kb >= 1.0, mb * nb * kb, 0.0).max())
     if vol <= 0:
         return 1  # not even a minimal block fits: the mapper says so with its own message
     return max(1, math.ceil(op.macs / chip.arrays / vol))

@@ -4,13 +4,16 @@
    is one product with ``M·batch`` rows (the A and C matrices are stacked). Otherwise the batch
    elements are independent products. Input stationary is weight stationary on the transposed
    problem (``Cᵀ = Bᵀ·Aᵀ``): M and N swap and so do the operands.
-2. **Multi-array split.** The chip's ``tensor_cores × arrays`` arrays each take an equal
-   share: ``pb`` ways over the batch, then ``pm × pn`` ways over M and N. Each array plays the
-   same schedule on its share; DRAM pseudo-channels are time-shared by the ``active`` arrays
-   (each sees ``1/active`` of every channel), a core's DMA engines and scratchpad are split
-   among its busy arrays. Splitting M makes every array read its own copy of its B columns;
-   splitting N or the batch duplicates nothing. Every distinct split is a candidate like the
-   blockings below (the search is over split × dataflow × blocking).
+2. **Tiles, waves and cores** (:func:`splits`, :class:`Split`). The output is a grid of tiles
+   dealt to units (arrays, or cores whose arrays take ``qm × qn`` sub-tiles and share the
+   tile's operand blocks in the core's scratchpad) in ``ceil(tiles / units)`` waves. One
+   representative array plays its tiles one after another; DRAM pseudo-channels are
+   time-shared by the ``active`` arrays of a full wave (each sees ``1/active`` of every
+   channel; the last wave's tile by that wave's arrays), a core's DMA engines and scratchpad
+   are split among its busy arrays. Splitting M makes every array read its own copy of its B
+   columns unless its core's arrays share them; splitting N or the batch duplicates nothing.
+   Every split is a candidate like the blockings below (the search is over split × dataflow ×
+   blocking).
 3. **Blocks.** Candidate block sizes are the array-aligned sizes ``R·2^i`` (rows),
    ``Rk·2^i`` or ``R·2^i`` (depth), ``C·2^i`` (columns) and the full extent, for both loop
    orders, that fit the scratchpad with two slots each for the X and W blocks and two output
@@ -23,6 +26,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -77,8 +81,10 @@ class Problem:
     x_base: int
     w_base: int
     o_base: int
-    x_dup: int = 1       # arrays reading the same X slice (the split ways over W's columns)
-    w_dup: int = 1       # arrays reading the same W slice (the split ways over X's rows)
+    x_dup: int = 1       # arrays reading the same X slice at once (all cores)
+    w_dup: int = 1       # arrays reading the same W slice at once (all cores)
+    x_cdup: int = 1      # arrays of one core sharing its X block in the scratchpad
+    w_cdup: int = 1      # arrays of one core sharing its W block
     # residency: where X and W are read from and O written (engine.SRC_*: 0 DRAM,
     # 1 scratchpad, 2 shared buffer), and scratchpad bytes per core held by resident tensors
     x_src: int = 0
@@ -89,14 +95,72 @@ class Problem:
 
 @dataclass(frozen=True)
 class Split:
+    """How a GEMM is dealt to the chip's arrays (see :func:`splits`).
+
+    The output is a grid of ``pb × pm × pn`` tiles (batch, M, N ways) dealt to *units* in
+    waves, the way thread blocks fill SMs: a unit is one array, or (``qm × qn`` > 1) one core
+    whose arrays take ``qm × qn`` sub-tiles of its tile and share its operand blocks in the
+    core's scratchpad. ``batch``, ``m``, ``n`` are what the representative array plays: its
+    ``waves`` tiles one after another (``batch`` = tiles × the tile's batch share), each
+    ``m × K × n``. ``active`` arrays run at once in a full wave, ``tail_active`` in the last
+    one when it is partly full (0: every wave is full). With ``pk`` > 1 (split-K) the arrays
+    also split K ``pk`` ways, ``k`` deep each, and write FP32 partial tiles that a reduction
+    adds (:func:`diptych.sim.gemm.split_k_reduction`)."""
+
     pb: int
     pm: int
     pn: int
-    batch: int   # per-array share
+    batch: int   # per-array share: the tile's batch share × waves
     m: int
     n: int
     active: int
     arrays_per_core: int
+    waves: int = 1
+    tail_active: int = 0
+    qm: int = 1          # a core tile's sub-tiles over the core's arrays (M ways, N ways)
+    qn: int = 1
+    a_dup: int = 0       # arrays reading one A (B) slice at once; 0: pn·qn (pm·qm), one wave
+    b_dup: int = 0
+    pk: int = 1          # split-K: K ways; each array writes FP32 partial sums, reduced after
+    k: int = 0           # its share of K (with pk > 1)
+
+    @property
+    def tiles(self) -> int:
+        return self.pb * self.pm * self.pn * self.pk
+
+    @property
+    def units(self) -> int:
+        """Units busy in a full wave (arrays, or cores sharing tiles)."""
+        return self.active // (self.qm * self.qn)
+
+    @property
+    def scale(self) -> float:
+        """Chip-wide copies of the representative array's run: (tiles × sub-tiles) ÷ waves
+        (its bytes and energy times this are the chip's)."""
+        t = self.tiles * self.qm * self.qn
+        return t if self.waves == 1 else t / self.waves
+
+    @property
+    def wave_efficiency(self) -> float:
+        """Tiles ÷ (waves × units): 1 when every wave is full (the rest is quantisation loss)."""
+        return self.tiles / (self.waves * self.units)
+
+    @property
+    def tail_from(self) -> int:
+        """The representative array's first batch element in the partial last wave (``batch``
+        when there is none)."""
+        return self.batch - self.batch // self.waves if self.tail_active else self.batch
+
+    def dram_weight(self) -> float:
+        """Its DRAM bytes in units of a full wave's share: the last wave's tile moves at
+        ``tail_active / active`` of the time (1.0 without a partial wave)."""
+        if not self.tail_active:
+            return 1.0
+        return (self.waves - 1 + self.tail_active / self.active) / self.waves
+
+    def tail_ratio(self) -> float:
+        """The last tile's DRAM time-sharing relative to a full wave's (1.0: none)."""
+        return self.tail_active / self.active if self.tail_active else 1.0
 
 
 @dataclass(frozen=True)
@@ -116,31 +180,173 @@ def _cdiv(a, b):
     return -(-a // b)
 
 
-def splits(chip, batch: int, m: int, n: int) -> list[Split]:
-    """Every distinct way to share (batch, M, N) over the chip's arrays, deterministic order.
+#: Split-K keeps each array's share of K at least this deep (a shallower share mostly adds
+#: partial-sum traffic; 256 rows is one to two folds of the presets' arrays).
+MIN_SPLIT_K = 256
 
-    ``pb`` (batch ways) and ``pn`` (N ways) run over powers of two and the largest value that
-    fits; ``pm`` (M ways) over powers of two up to the arrays left and that largest value, so a
-    split may leave arrays idle rather than duplicate an operand across them. Splits giving the
-    same per-array share are merged.
+#: Wave grids are offered up to this many tiles per unit (quantisation loss ≤ 1/16 when the
+#: tiles are at least this many times the units; bigger grids only shrink the tiles).
+MAX_WAVES = 16
+
+
+def splits(chip, batch: int, m: int, n: int, k: int = 0) -> list[Split]:
+    """Every distinct way to deal (batch, M, N) to the chip's arrays, deterministic order.
+
+    1. **One wave over the arrays** (each array one tile): ``pb`` (batch ways) and ``pn`` (N
+       ways) run over powers of two and the largest value that fits; ``pm`` (M ways) over
+       powers of two up to the arrays left and that largest value, so a split may leave arrays
+       idle rather than duplicate an operand across them.
+    2. **One wave over the cores, tiles shared by a core's arrays**: the same grids over the
+       cores, each core tile cut into ``qm × qn`` sub-tiles (every factorisation of the
+       core's arrays); the core loads each operand block once into its scratchpad for them.
+    3. **Waves**: power-of-two grids of more tiles than units (arrays, or cores as in 2), up to
+       :data:`MAX_WAVES` per unit, dealt ``ceil(tiles / units)`` tiles to a unit; the last
+       wave may be partly full. Only grids whose tile count is not a multiple of the units
+       are offered: otherwise each unit's tiles form a tile of a one-wave split (1 or 2) that
+       plays the same blocks, so power-of-two unit counts get no wave splits.
+
+    4. **Split-K** (with ``k`` given): a one-wave split of 1 whose tiles are fewer than the
+       arrays also splits K over the idle arrays, the most ``pk`` ways (a power of two) that
+       fit with each share at least :data:`MIN_SPLIT_K` deep; every array writes its partial output tile at the
+       accumulator's precision and a reduction (:func:`diptych.sim.gemm.split_k_reduction`)
+       adds them.
+
+    Splits giving the same per-array work are merged (the first is kept). Of the sub-grids of
+    one core tile grid (2, 3) only the one whose sub-tiles fold most evenly on the array is
+    kept: the core loads the same X and W blocks for any of them. A split of 2 takes the place
+    of the split of 1 with the same per-array work on as many arrays per core, which it
+    dominates (the same blockings fit, each moving at most the bytes it moved there); a split
+    of 2 giving work no split of 1 gives is not offered (search time, see the code).
     """
-    arrays = chip.arrays
+    return list(_splits(chip, batch, m, n, k))
+
+
+@lru_cache(maxsize=1024)
+def _splits(chip, batch: int, m: int, n: int, k: int) -> tuple[Split, ...]:
+    """The splits of :func:`splits` (memoised: a chip and its shapes repeat)."""
+    arrays, cores, per_core = chip.arrays, chip.tensor_cores, chip.core.arrays
+    R, C = chip.core.array.rows, chip.core.array.cols
     out = {}
+    # 1. one wave, one tile per array (keyed by the per-array share, as it always was)
     top = min(batch, arrays)
     for pb in _ways(top):
         rest = arrays // pb
         for pn in _ways(rest):
             for pm in _ways(min(rest // pn, m)):
-                bs, ms, ns = _cdiv(batch, pb), max(1, _cdiv(m, pm)), _cdiv(n, pn)
-                if (bs, ms, ns) in out:
-                    continue
-                act = _cdiv(batch, bs) * _cdiv(m, ms) * _cdiv(n, ns)
-                apc = min(chip.core.arrays, _cdiv(act, chip.tensor_cores))
-                out[(bs, ms, ns)] = Split(pb=_cdiv(batch, bs), pm=_cdiv(m, ms), pn=_cdiv(n, ns),
-                                          batch=bs, m=ms, n=ns, active=act, arrays_per_core=apc)
-    return list(out.values())
+                sp = _tile_split(chip, batch, m, n, pb, pm, pn, 1, 1, arrays)
+                out.setdefault((sp.batch, sp.m, sp.n), sp)
+    subs = [(qm, per_core // qm) for qm in range(1, per_core + 1) if per_core % qm == 0] \
+        if per_core > 1 else []
+    best: dict = {}      # per-array work -> the split of 2 or 3 kept for it
+    # 2. one wave over the cores, each core's arrays sharing its tile
+    for qm, qn in subs:
+        top = min(batch, cores)
+        for pb in _ways(top):
+            rest = cores // pb
+            for pn in _ways(rest):
+                for pm in _ways(min(rest // pn, m)):
+                    _offer(best, _tile_split(chip, batch, m, n, pb, pm, pn, qm, qn, cores),
+                           R, C)
+    # 3. waves over the arrays or over the cores
+    for qm, qn, units in [(1, 1, arrays)] + [(qm, qn, cores) for qm, qn in subs]:
+        if units & (units - 1) == 0:
+            continue
+        for pb in _pow2(batch):
+            for pm in _pow2(_cdiv(m, qm)):
+                for pn in _pow2(_cdiv(n, qn)):
+                    t = pb * pm * pn
+                    if units < t <= MAX_WAVES * units and t % units:
+                        _offer(best, _tile_split(chip, batch, m, n, pb, pm, pn, qm, qn, units),
+                               R, C)
+    if k:
+        for sp in [s for s in out.values() if s.qm * s.qn == 1 and s.waves == 1]:
+            # the most ways that fit the idle arrays and the minimum depth (fewer ways leave
+            # arrays idle for a smaller reduction, which only matters when the partial tiles
+            # are large, i.e. when split-K does not pay anyway)
+            pk = 1
+            while sp.tiles * pk * 2 <= arrays and _cdiv(k, pk * 2) >= MIN_SPLIT_K:
+                pk *= 2
+            if pk > 1:
+                ks = _cdiv(k, pk)
+                act = sp.tiles * _cdiv(k, ks)
+                out[len(out), "k"] = dataclasses.replace(
+                    sp, pk=_cdiv(k, ks), k=ks, active=act,
+                    arrays_per_core=min(per_core, _cdiv(act, cores)))
+    for sp in best.values():
+        # a core split dominates the one-array-per-tile split giving each array the same work
+        # on as many arrays per core (the same blockings fit, each moving at most the bytes it
+        # moved there through the port and DRAM): it takes that one's place. A one-wave core
+        # split of work no split of 1 gives is not offered: its smaller footprint fits many
+        # blockings that tie on compute-bound GEMMs, and the search time grew by a third
+        key = (sp.batch, sp.m, sp.n)
+        one = out.get(key)
+        if sp.waves == 1 and one is not None and one.qm * one.qn == 1 and \
+                (one.active, one.arrays_per_core) == (sp.active, sp.arrays_per_core):
+            out[key] = sp
+        elif sp.waves > 1:
+            out[len(out), "tiles"] = sp
+    return tuple(out.values())
 
 
+def _offer(best: dict, sp: Split | None, rows: int, cols: int) -> None:
+    """Keep ``sp`` unless a split of the same tile grid dealt to the same units is already
+    kept whose arrays' sub-tiles match the ``rows × cols`` array at least as well. The core
+    loads its tile's X and W blocks once whatever the sub-grid (the same bytes cross its
+    port), so of one core tile's sub-grids the one whose sub-tiles fold best is kept."""
+    if sp is None:
+        return
+    key = (sp.pb, sp.pm, sp.pn, sp.pk, sp.units, sp.qm * sp.qn > 1)
+    cur = best.get(key)
+    if cur is None or _fit(sp, rows, cols) > _fit(cur, rows, cols):
+        best[key] = sp
+
+
+def _fit(sp: Split, rows: int, cols: int) -> float:
+    """How square a sub-tile is in folds of the array (1: as many row folds as column
+    folds)."""
+    a, b = sp.m / rows, sp.n / cols
+    return min(a, b) / max(a, b)
+
+
+def _tile_split(chip, batch: int, m: int, n: int, pb: int, pm: int, pn: int, qm: int, qn: int,
+                units: int) -> Split | None:
+    """The split dealing a ``pb × pm × pn`` tile grid to ``units`` units in waves (cores whose
+    arrays take ``qm × qn`` sub-tiles when that is > 1, else arrays); None when a core's
+    sub-tiles would leave one of its arrays idle."""
+    bs, mu, nu = _cdiv(batch, pb), max(1, _cdiv(m, pm)), _cdiv(n, pn)
+    pb, pm, pn = _cdiv(batch, bs), _cdiv(m, mu), _cdiv(n, nu)
+    ms, ns = _cdiv(mu, qm), _cdiv(nu, qn)
+    if _cdiv(mu, ms) < qm or _cdiv(nu, ns) < qn:
+        return None
+    tiles = pb * pm * pn
+    waves = _cdiv(tiles, units)
+    busy = min(tiles, units)
+    tail = tiles - (waves - 1) * units
+    q = qm * qn
+    if q > 1:
+        active, apc = busy * q, q
+    else:
+        active = busy
+        apc = min(chip.core.arrays, _cdiv(active, chip.tensor_cores))
+    if waves == 1:
+        a_dup, b_dup = pn * qn, pm * qm
+    else:
+        # a wave is ``units`` consecutive tiles in raster order (N fastest): an A slice is read
+        # by the tiles of its row in the wave, a B slice by the rows the wave covers
+        a_dup, b_dup = min(pn, units) * qn, max(1, min(pm, units // pn)) * qm
+    return Split(pb=pb, pm=pm, pn=pn, batch=bs * waves, m=ms, n=ns, active=active,
+                 arrays_per_core=apc, waves=waves,
+                 tail_active=tail * q if (waves > 1 and tail < units) else 0, qm=qm, qn=qn,
+                 a_dup=a_dup, b_dup=b_dup)
+
+
+@lru_cache(maxsize=4096)
+def _pow2(top: int) -> list[int]:
+    """1, 2, 4, ... up to ``top``."""
+    return [2 ** i for i in range(max(1, top).bit_length()) if 2 ** i <= top]
+
+
+@lru_cache(maxsize=4096)
 def _ways(top: int) -> list[int]:
     """1, 2, 4, ... up to ``top``, and ``top`` itself."""
     top = max(1, top)
@@ -162,6 +368,8 @@ def orient(op, dataflow: str, split: Split, m_total: int, tensor_cores: int = 1)
     res = _cdiv(getattr(op, "resident_bytes", 0), tensor_cores)
     ab, bb, cb, accb = (_bits(op.a_dtype), _bits(op.b_dtype), _bits(op.c_dtype),
                         _bits(op.acc_dtype))
+    if split.pk > 1:
+        cb = accb            # split-K: partial sums leave at the accumulator's precision
     k, n = op.k, op.n
     a_ld, b_ld, c_ld = _cdiv(k * ab, 8), _cdiv(n * bb, 8), _cdiv(n * cb, 8)
     folded = op.b_is_weight
@@ -172,20 +380,24 @@ def orient(op, dataflow: str, split: Split, m_total: int, tensor_cores: int = 1)
     b_size = k * b_ld * (1 if folded else op.batch)
     b_base = _cdiv(a_size, _BASE_ALIGN) * _BASE_ALIGN
     c_base = b_base + _cdiv(b_size, _BASE_ALIGN) * _BASE_ALIGN
+    a_dup = split.a_dup or split.pn * split.qn
+    b_dup = split.b_dup or split.pm * split.qm
+    # the array's share of K (split-K: its first share's addresses stand for all of them)
+    k = split.k if split.pk > 1 else op.k
     if dataflow != "is":
         return Problem(dataflow=dataflow, m=split.m, k=k, n=split.n, batch=split.batch,
                        x_bits=ab, w_bits=bb, o_bits=cb, acc_bits=accb, transposed=False,
                        x_ld=a_ld, w_ld=b_ld, o_ld=c_ld, x_bstride=a_bs, w_bstride=b_bs,
                        o_bstride=c_bs, x_base=0, w_base=b_base, o_base=c_base,
-                       x_dup=split.pn, w_dup=split.pm, x_src=a_src, w_src=b_src, o_dst=o_dst,
-                       resident_per_core=res)
+                       x_dup=a_dup, w_dup=b_dup, x_cdup=split.qn, w_cdup=split.qm,
+                       x_src=a_src, w_src=b_src, o_dst=o_dst, resident_per_core=res)
     # X = Bᵀ (at b_base), W = Aᵀ (at 0), O = Cᵀ
     return Problem(dataflow=dataflow, m=split.n, k=k, n=split.m, batch=split.batch,
                    x_bits=bb, w_bits=ab, o_bits=cb, acc_bits=accb, transposed=True,
                    x_ld=b_ld, w_ld=a_ld, o_ld=c_ld, x_bstride=b_bs, w_bstride=a_bs,
                    o_bstride=c_bs, x_base=b_base, w_base=0, o_base=c_base,
-                   x_dup=split.pm, w_dup=split.pn, x_src=b_src, w_src=a_src, o_dst=o_dst,
-                   resident_per_core=res)
+                   x_dup=b_dup, w_dup=a_dup, x_cdup=split.qm, w_cdup=split.qn,
+                   x_src=b_src, w_src=a_src, o_dst=o_dst, resident_per_core=res)
 
 
 def engine_params(chip, pb: Problem, blk: Blocks, rates: Rates, split: Split,
@@ -232,6 +444,9 @@ def engine_base(chip, pb: Problem, rates: Rates, split: Split,
     fp[E.F_SB_BPC] = shared_buffer_bpc(chip, split)
     fp[E.F_SP_BPC] = scratchpad_bpc(chip, split)
     fp[E.F_DRAM_SETUP_NS] = fabric(chip).dram_setup_ns
+    fp[E.F_X_CDUP], fp[E.F_W_CDUP] = float(pb.x_cdup), float(pb.w_cdup)
+    ip[E.P_TAIL_BT] = split.tail_from
+    fp[E.F_SHARE_TAIL] = float(split.tail_active or split.active)
     return ip, fp
 
 
@@ -270,9 +485,10 @@ def capacity(chip, split: Split, resident_per_core: int = 0) -> tuple[int, int]:
 
 
 def footprint(pb: Problem, mb: int, kb: int, nb: int, acc_bytes_avail: int) -> int:
-    """Scratchpad bytes of a blocking (two slots per operand, two output tiles)."""
-    x = 2 * _cdiv(mb * kb * pb.x_bits, 8)
-    w = 2 * _cdiv(kb * nb * pb.w_bits, 8)
+    """Scratchpad bytes of a blocking, this array's part (two slots per operand, two output
+    tiles; an operand block shared by ``cdup`` arrays of the core counts ``1/cdup``)."""
+    x = 2 * _cdiv(_cdiv(mb * kb * pb.x_bits, 8), pb.x_cdup)
+    w = 2 * _cdiv(_cdiv(kb * nb * pb.w_bits, 8), pb.w_cdup)
     o = 2 * _cdiv(mb * nb * pb.acc_bits, 8)
     if acc_bytes_avail and o <= acc_bytes_avail:
         o = 0
@@ -343,8 +559,8 @@ def traffic_bytes(pb: Problem, blk: Blocks) -> float:
     it (each array counts ``1/dup`` of its first touch); its re-reads are
     :func:`shared_buffer_bytes`."""
     x, xt, w, wt, o = _loads(pb, blk)
-    xd = (x if blk.x_sb == 2 else xt) / (pb.x_dup if blk.x_sb else 1)
-    wd = (w if blk.w_sb == 2 else wt) / (pb.w_dup if blk.w_sb else 1)
+    xd = (x if blk.x_sb == 2 else xt) / (pb.x_dup if blk.x_sb else pb.x_cdup)
+    wd = (w if blk.w_sb == 2 else wt) / (pb.w_dup if blk.w_sb else pb.w_cdup)
     if pb.x_src or pb.w_src or pb.o_dst:   # resident operands move no DRAM byte
         return pb.batch * ((0.0 if pb.x_src else xd) + (0.0 if pb.w_src else wd)
                            + (0.0 if pb.o_dst else o))
@@ -352,12 +568,25 @@ def traffic_bytes(pb: Problem, blk: Blocks) -> float:
 
 
 def shared_buffer_bytes(pb: Problem, blk: Blocks) -> float:
-    """Bytes this array reads from the shared buffer (mode-2 re-reads and operands resident
-    there; a result kept there is a write, counted as SRAM bytes)."""
+    """Bytes this array reads from the shared buffer: mode-2 re-reads and operands resident
+    there (its core reads a block once for the ``cdup`` arrays sharing it; a result kept there
+    is a write, counted as SRAM bytes)."""
     x, xt, w, wt, o = _loads(pb, blk)
-    return pb.batch * ((xt - x if blk.x_sb == 2 else 0.0) + (wt - w if blk.w_sb == 2 else 0.0)
-                       + (xt if pb.x_src == E.SRC_SHARED_BUFFER else 0.0)
-                       + (wt if pb.w_src == E.SRC_SHARED_BUFFER else 0.0))
+    return pb.batch * (((xt - x) / pb.x_cdup if blk.x_sb == 2 else 0.0)
+                       + ((wt - w) / pb.w_cdup if blk.w_sb == 2 else 0.0)
+                       + (xt / pb.x_cdup if pb.x_src == E.SRC_SHARED_BUFFER else 0.0)
+                       + (wt / pb.w_cdup if pb.w_src == E.SRC_SHARED_BUFFER else 0.0))
+
+
+def port_bytes(pb: Problem, blk: Blocks) -> float:
+    """Bytes through this array's share of its core's DMA port: every load from DRAM or the
+    shared buffer (``1/cdup`` of a block the core's arrays share) and every write-back that
+    leaves the scratchpad (operands resident in the scratchpad move within it)."""
+    x, xt, w, wt, o = _loads(pb, blk)
+    sp = E.SRC_SCRATCHPAD
+    return pb.batch * ((0.0 if pb.x_src == sp else xt / pb.x_cdup)
+                       + (0.0 if pb.w_src == sp else wt / pb.w_cdup)
+                       + (0.0 if pb.o_dst == sp else o))
 
 
 def reuse_sets(pb: Problem, blk: Blocks, split: Split) -> tuple[float, float, float, float]:
@@ -391,10 +620,11 @@ def shared_buffer_modes(chip, pb: Problem, blk: Blocks, split: Split) -> list[Bl
     cap = sbuf.capacity_bytes
     x, xt, w, wt, o = _loads(pb, blk)
     x1, x2, w1, w2 = reuse_sets(pb, blk, split)
-    # a resident operand is already on chip: no shared-buffer mode for it
-    xm = [(0, 0.0)] + ([(1, x1)] if pb.x_dup > 1 and not pb.x_src else []) + (
+    # mode 1 changes something when more arrays than the core's own share the slice; a
+    # resident operand is already on chip: no shared-buffer mode for it
+    xm = [(0, 0.0)] + ([(1, x1)] if pb.x_dup > pb.x_cdup and not pb.x_src else []) + (
         [(2, x2)] if xt > x and not pb.x_src else [])
-    wm = [(0, 0.0)] + ([(1, w1)] if pb.w_dup > 1 and not pb.w_src else []) + (
+    wm = [(0, 0.0)] + ([(1, w1)] if pb.w_dup > pb.w_cdup and not pb.w_src else []) + (
         [(2, w2)] if wt > w and not pb.w_src else [])
     fits = {(a, b) for a, sa in xm for b, sb in wm if sa + sb <= cap}
     # mode 1 only lightens DRAM (same loads, each shared by dup arrays), so where it fits it
@@ -486,32 +716,34 @@ def _edge_parts(pb: Problem, blk: Blocks) -> tuple[float, float]:
     m0, k0, n0 = min(blk.mb, pb.m), min(blk.kb, pb.k), min(blk.nb, pb.n)
     ml = pb.m - (_cdiv(pb.m, blk.mb) - 1) * blk.mb
     nl = pb.n - (_cdiv(pb.n, blk.nb) - 1) * blk.nb
+    xdiv = pb.x_dup if blk.x_sb else pb.x_cdup
+    wdiv = pb.w_dup if blk.w_sb else pb.w_cdup
     if pb.x_src or pb.w_src or pb.o_dst:
-        return (((0.0 if pb.x_src else m0 * k0 * pb.x_bits / (pb.x_dup if blk.x_sb else 1))
-                 + (0.0 if pb.w_src else k0 * n0 * pb.w_bits / (pb.w_dup if blk.w_sb else 1)))
+        return (((0.0 if pb.x_src else m0 * k0 * pb.x_bits / xdiv)
+                 + (0.0 if pb.w_src else k0 * n0 * pb.w_bits / wdiv))
                 / 8, 0.0 if pb.o_dst else ml * nl * pb.o_bits / 8)
-    return ((m0 * k0 * pb.x_bits / (pb.x_dup if blk.x_sb else 1)
-             + k0 * n0 * pb.w_bits / (pb.w_dup if blk.w_sb else 1)) / 8,
+    return ((m0 * k0 * pb.x_bits / xdiv + k0 * n0 * pb.w_bits / wdiv) / 8,
             ml * nl * pb.o_bits / 8)
 
 
-def edge_cycles(chip, pb: Problem, blk: Blocks, peak_bpc: float) -> float:
+def edge_cycles(chip, pb: Problem, blk: Blocks, peak_bpc: float, tail_ratio: float = 1.0) -> float:
     """Cycles a run must add to its memory-free cycles: the first blocks' loads and the last
     tile's write-back each take a DMA setup, then at least the DRAM latency (tRCD + tCL) and
-    at least their bytes at the array's share of the pins (the aggregate server). With
-    resident operands: the DRAM terms only where an operand of that end crosses DRAM, the
-    setup only where one goes through the DMA (DRAM or the shared buffer)."""
+    at least their bytes at the array's share of the pins (the aggregate server; the last
+    write-back at the last wave's share, ``tail_ratio`` of a full wave's time). With resident
+    operands: the DRAM terms only where an operand of that end crosses DRAM, the setup only
+    where one goes through the DMA (DRAM or the shared buffer)."""
     t = dram_timing(chip)
     lat = (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz
     e_in, e_out = _edge_parts(pb, blk)
     if not (pb.x_src or pb.w_src or pb.o_dst):
         return (2 * chip.dma.setup_cycles + max(e_in / peak_bpc, lat)
-                + max(e_out / peak_bpc, lat))
+                + max(e_out * tail_ratio / peak_bpc, lat))
     s = chip.dma.setup_cycles
     dram_in = not pb.x_src or not pb.w_src
     dma_in = dram_in or pb.x_src == E.SRC_SHARED_BUFFER or pb.w_src == E.SRC_SHARED_BUFFER
     e = (s if dma_in else 0) + (max(e_in / peak_bpc, lat) if dram_in else 0.0)
-    return e + ((s + max(e_out / peak_bpc, lat)) if not pb.o_dst
+    return e + ((s + max(e_out * tail_ratio / peak_bpc, lat)) if not pb.o_dst
                 else (s if pb.o_dst == E.SRC_SHARED_BUFFER else 0))
 
 
@@ -582,8 +814,10 @@ def group_floor(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float) 
     o = 0.0 if pb.o_dst else pb.m * pb.n * pb.o_bits / 8
     if chip.shared_buffer is not None:
         x, w = x / pb.x_dup, w / pb.w_dup
+    else:
+        x, w = x / pb.x_cdup, w / pb.w_cdup
     # 1e-9: float rounding must not lift the floor above a candidate's own numbers
-    return max(busy, pb.batch * (x + w + o) / peak_bpc) * (1.0 - 1e-9)
+    return max(busy, pb.batch * (x + w + o) * split.dram_weight() / peak_bpc) * (1.0 - 1e-9)
 
 
 class BlockTable:
@@ -626,7 +860,7 @@ def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: flo
     cap, acc = capacity(chip, split, pb.resident_per_core)
     kbase = arr.rows if pb.dataflow == "os" else rates.stationary_rows
     mb, kb, nb, order = MK.blockings(arr.rows, arr.cols, kbase, pb.m, pb.k, pb.n, pb.x_bits,
-                                     pb.w_bits, pb.acc_bits, cap, acc)
+                                     pb.w_bits, pb.acc_bits, cap, acc, pb.x_cdup, pb.w_cdup)
     if len(mb) == 0:
         candidates(chip, pb, rates, split)   # raises the explanatory ValueError
     xsb, wsb = np.zeros(len(mb), dtype=np.int64), np.zeros(len(mb), dtype=np.int64)
@@ -649,6 +883,7 @@ def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: floa
     iv[MK.K_M], iv[MK.K_K], iv[MK.K_N], iv[MK.K_BATCH] = pb.m, pb.k, pb.n, pb.batch
     iv[MK.K_XBITS], iv[MK.K_WBITS], iv[MK.K_OBITS] = pb.x_bits, pb.w_bits, pb.o_bits
     iv[MK.K_XDUP], iv[MK.K_WDUP] = pb.x_dup, pb.w_dup
+    iv[MK.K_XCDUP], iv[MK.K_WCDUP] = pb.x_cdup, pb.w_cdup
     engines, per_engine = dma_share(chip, split)
     iv[MK.K_SETUP], iv[MK.K_ENGINES] = chip.dma.setup_cycles, engines
     iv[MK.K_XSRC], iv[MK.K_WSRC], iv[MK.K_ODST] = pb.x_src, pb.w_src, pb.o_dst
@@ -659,6 +894,7 @@ def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: floa
     fv[MK.G_TREFI], fv[MK.G_BLACKOUT] = t.t_refi_ns, t.t_rfc_ns + t.t_rcd_ns + t.t_cl_ns
     fv[MK.G_PER_ENGINE], fv[MK.G_SB_BPC] = per_engine, shared_buffer_bpc(chip, split)
     fv[MK.G_SP_BPC] = scratchpad_bpc(chip, split)
+    fv[MK.G_DRAM_W], fv[MK.G_TAIL_R] = split.dram_weight(), split.tail_ratio()
     return iv, fv
 
 
@@ -670,6 +906,7 @@ def _shared_buffer_variants(chip, pb: Problem, split: Split, mb, kb, nb, order):
     sv[MK.S_XBITS], sv[MK.S_WBITS] = pb.x_bits, pb.w_bits
     sv[MK.S_XDUP], sv[MK.S_WDUP], sv[MK.S_ACTIVE] = pb.x_dup, pb.w_dup, split.active
     sv[MK.S_XRES], sv[MK.S_WRES] = pb.x_src != 0, pb.w_src != 0
+    sv[MK.S_XCDUP], sv[MK.S_WCDUP] = pb.x_cdup, pb.w_cdup
     pin_bpc = pin_bytes_per_s(chip) / chip.clock_hz
     sb_total = fabric(chip).shared_buffer_bytes_per_cycle
     sv[MK.S_XFAST] = sb_total >= pb.x_dup * pin_bpc

@@ -27,9 +27,10 @@ _os_period, _os_last_output, _ws_period, _ws_first_row, _ws_row_output = compile
 # integer inputs of table_numbers
 (K_OS, K_R, K_C, K_RK, K_OS_NUM, K_OS_DEN, K_WS_NUM, K_WS_DEN, K_M, K_K, K_N, K_BATCH,
  K_XBITS, K_WBITS, K_OBITS, K_XDUP, K_WDUP, K_SETUP, K_ENGINES, K_XSRC, K_WSRC, K_ODST,
- N_K) = range(23)
-# float inputs
-(G_PEAK, G_GHZ, G_LAT, G_TREFI, G_BLACKOUT, G_PER_ENGINE, G_SB_BPC, G_SP_BPC, N_G) = range(9)
+ K_XCDUP, K_WCDUP, N_K) = range(25)
+# float inputs (G_DRAM_W: Split.dram_weight, G_TAIL_R: Split.tail_ratio)
+(G_PEAK, G_GHZ, G_LAT, G_TREFI, G_BLACKOUT, G_PER_ENGINE, G_SB_BPC, G_SP_BPC, G_DRAM_W,
+ G_TAIL_R, N_G) = range(11)
 
 
 @jit(inline="always")
@@ -51,10 +52,10 @@ def _sizes(base, extent, out):
 
 
 @jit
-def blockings(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc):
-    """:func:`~diptych.sim.mapper.candidate_arrays`: (mb, kb, nb, order) of every blocking that
+def blockings(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc, xcd, wcd):
+    """:func:`~diptych.sim.mapper.candidates`: (mb, kb, nb, order) of every blocking that
     fits, M-major then K then N, order 0 followed by order 1 where both M and N have several
-    blocks."""
+    blocks (``xcd``/``wcd``: arrays of the core sharing an X/W block, see ``footprint``)."""
     ms = np.empty(64, dtype=np.int64)
     ks = np.empty(64, dtype=np.int64)
     ns = np.empty(64, dtype=np.int64)
@@ -70,8 +71,8 @@ def blockings(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc):
     for i in range(nms):
         for j in range(nks):
             for q in range(nns):
-                x = 2 * _cd(ms[i] * ks[j] * x_bits, 8)
-                w = 2 * _cd(ks[j] * ns[q] * w_bits, 8)
+                x = 2 * _cd(_cd(ms[i] * ks[j] * x_bits, 8), xcd)
+                w = 2 * _cd(_cd(ks[j] * ns[q] * w_bits, 8), wcd)
                 o = 2 * _cd(ms[i] * ns[q] * acc_bits, 8)
                 if acc:
                     fits = o <= acc and x + w <= cap
@@ -152,27 +153,33 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
         else:
             wt = w * (nm if nk > 1 else 1)
             xt = x * (1 if (nk == 1 and nm == 1) else nn)
-        xdiv = iv[K_XDUP] if xsb[i] > 0 else 1
-        wdiv = iv[K_WDUP] if wsb[i] > 0 else 1
+        xcd = iv[K_XCDUP]
+        wcd = iv[K_WCDUP]
+        xdiv = iv[K_XDUP] if xsb[i] > 0 else xcd
+        wdiv = iv[K_WDUP] if wsb[i] > 0 else wcd
         xs, ws, od = iv[K_XSRC], iv[K_WSRC], iv[K_ODST]
         if xs == 0 and ws == 0 and od == 0:   # every operand in DRAM
             traffic = batch * ((x if xsb[i] == 2 else xt) / xdiv
                                + (w if wsb[i] == 2 else wt) / wdiv + o)
-            sbb = batch * ((xt - x if xsb[i] == 2 else 0.0) + (wt - w if wsb[i] == 2 else 0.0))
+            sbb = batch * (((xt - x) / xcd if xsb[i] == 2 else 0.0)
+                           + ((wt - w) / wcd if wsb[i] == 2 else 0.0))
             e_in = (m0 * k0 * iv[K_XBITS] / xdiv + k0 * n0 * iv[K_WBITS] / wdiv) / 8
             e_out = ml * nl * iv[K_OBITS] / 8
-            edge = 2 * setup + max(e_in / peak, lat) + max(e_out / peak, lat)
-            port = batch * (xt + wt + o) / (engines * fv[G_PER_ENGINE])
+            edge = (2 * setup + max(e_in / peak, lat)
+                    + max(e_out * fv[G_TAIL_R] / peak, lat))
+            port = batch * (xt / xcd + wt / wcd + o) / (engines * fv[G_PER_ENGINE])
             spb = 0.0
         else:
             # resident operands (mapper.traffic_bytes, shared_buffer_bytes, edge_cycles):
-            # no DRAM bytes; scratchpad ones bypass the DMA port, shared-buffer ones do not
+            # no DRAM bytes; scratchpad ones bypass the DMA port, shared-buffer ones do not;
+            # a block the core's arrays share moves once for them (1/cdup)
             traffic = batch * ((0.0 if xs else (x if xsb[i] == 2 else xt) / xdiv)
                                + (0.0 if ws else (w if wsb[i] == 2 else wt) / wdiv)
                                + (0.0 if od else o))
-            sbb = batch * ((xt - x if xsb[i] == 2 else 0.0) + (wt - w if wsb[i] == 2 else 0.0)
-                           + (xt if xs == 2 else 0.0) + (wt if ws == 2 else 0.0))
-            spb = batch * ((xt if xs == 1 else 0.0) + (wt if ws == 1 else 0.0)
+            sbb = batch * (((xt - x) / xcd if xsb[i] == 2 else 0.0)
+                           + ((wt - w) / wcd if wsb[i] == 2 else 0.0)
+                           + (xt / xcd if xs == 2 else 0.0) + (wt / wcd if ws == 2 else 0.0))
+            spb = batch * ((xt / xcd if xs == 1 else 0.0) + (wt / wcd if ws == 1 else 0.0)
                            + (o if od == 1 else 0.0))
             e_in = ((0.0 if xs else m0 * k0 * iv[K_XBITS] / xdiv)
                     + (0.0 if ws else k0 * n0 * iv[K_WBITS] / wdiv)) / 8
@@ -180,16 +187,17 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
             dram_in = xs == 0 or ws == 0
             dma_in = dram_in or xs == 2 or ws == 2
             edge = ((setup if dma_in else 0) + (max(e_in / peak, lat) if dram_in else 0.0)
-                    + ((setup + max(e_out / peak, lat)) if od == 0
+                    + ((setup + max(e_out * fv[G_TAIL_R] / peak, lat)) if od == 0
                        else (setup if od == 2 else 0)))
-            port = batch * ((xt if xs != 1 else 0.0) + (wt if ws != 1 else 0.0)
+            port = batch * ((xt / xcd if xs != 1 else 0.0) + (wt / wcd if ws != 1 else 0.0)
                             + (o if od != 1 else 0.0)) / (engines * fv[G_PER_ENGINE])
-        # all bytes at the pin share around the refresh windows (refresh_lower_bound_ns)
-        work = traffic / peak / ghz
+        # all bytes at the pin share around the refresh windows (refresh_lower_bound_ns); the
+        # last wave's bytes at its share (G_DRAM_W)
+        work = traffic * fv[G_DRAM_W] / peak / ghz
         kw = max(0.0, math.floor((work - blackout) / (fv[G_TREFI] - blackout)))
         mem_ns = work + kw * blackout
         lo = max(comp + edge, mem_ns * ghz)
-        es = max(comp, traffic / (0.9 * peak))
+        es = max(comp, traffic * fv[G_DRAM_W] / (0.9 * peak))
         lo = max(lo, port)
         es = max(es, port)
         if fv[G_SB_BPC] > 0:
@@ -205,7 +213,7 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
 
 # integer and float inputs of shared_buffer_variants
 (S_M, S_K, S_N, S_XBITS, S_WBITS, S_XDUP, S_WDUP, S_ACTIVE, S_XFAST, S_WFAST, S_XRES, S_WRES,
- N_S) = range(13)
+ S_XCDUP, S_WCDUP, N_S) = range(15)
 
 
 @jit
@@ -241,8 +249,8 @@ def shared_buffer_variants(mb, kb, nb, order, sv, cap):
         ws[1] = 2 * k0 * n0_ * sv[S_WBITS] / 8 * wn
         xs[2] = max(xs[1], (m0 * k if order[i] == 0 else m * k) * sv[S_XBITS] / 8 * xn)
         ws[2] = max(ws[1], (k * n if order[i] == 0 else k * n0_) * sv[S_WBITS] / 8 * wn)
-        xg[1], xg[2] = sv[S_XDUP] > 1 and sv[S_XRES] == 0, x_re and sv[S_XRES] == 0
-        wg[1], wg[2] = sv[S_WDUP] > 1 and sv[S_WRES] == 0, w_re and sv[S_WRES] == 0
+        xg[1], xg[2] = sv[S_XDUP] > sv[S_XCDUP] and sv[S_XRES] == 0, x_re and sv[S_XRES] == 0
+        wg[1], wg[2] = sv[S_WDUP] > sv[S_WCDUP] and sv[S_WRES] == 0, w_re and sv[S_WRES] == 0
         for a in range(3):
             for b in range(3):
                 fits[a, b] = xg[a] and wg[b] and xs[a] + ws[b] <= cap

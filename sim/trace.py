@@ -1,7 +1,7 @@
 """Chrome / Perfetto trace-event JSON of one GEMM's schedule (opens in ui.perfetto.dev).
 
 The engine simulates one representative array: every active array plays the same schedule on
-its own slice of the GEMM (docs/engine.md, "Multi-array split"). The trace shows that: one
+its own slice of the GEMM (docs/engine.md, "Tiles, waves and cores"). The trace shows that: one
 process per active array (``array 3 (core 1)``), each with a track for DMA-in of X blocks,
 DMA-in of W blocks, compute and write-back, one span per block, at the representative's
 times. Every span's ``args`` carry the block's indices within its array (``block``), the
@@ -31,7 +31,8 @@ MAX_SPANS = 200000
 MAX_SHOWN_BLOCKS = 40000
 
 _NOTE = ("The engine simulates one representative array; every active array runs the same "
-         "schedule on its own slice of the GEMM, so the arrays' tracks have the same times. "
+         "schedule on its own slice of the GEMM (its tiles, wave after wave; a core's arrays "
+         "share the operand blocks of its tile), so the arrays' tracks have the same times. "
          "args.block: the block's indices within its array; args.gemm_range: the half-open "
          "element ranges of C = A[m×k]·B[k×n] it covers. The DRAM tracks are the "
          "representative array's transfers; every array gets an equal share of each "
@@ -50,6 +51,11 @@ def _block_bytes(rows: int, cols: int, bits: int, transposed: bool) -> int:
     return rows * _cdiv(cols * bits, 8)
 
 
+def _share(nbytes: int, cdup: int):
+    """One array's part of a block loaded once for the ``cdup`` arrays of its core."""
+    return nbytes if cdup == 1 else nbytes / cdup
+
+
 def _source(mode: int, dup: int, again: bool) -> str:
     """Where a DMA-in reads from, by the block's shared-buffer mode (mapper.Blocks)."""
     if mode == 0:
@@ -59,14 +65,26 @@ def _source(mode: int, dup: int, again: bool) -> str:
     return f"DRAM, read once for the {dup} arrays sharing it (copies via the shared buffer)"
 
 
-def _array_slices(split, m: int, n: int, batch: int):
-    """``(index, batch0, m0, n0)`` of every active array, in the order of the split."""
+def _arrays(split):
+    """``(index, unit, qi, qj)`` of every array busy in a full wave: unit ``u`` (an array, or a
+    core whose arrays take the ``qm × qn`` sub-tiles ``(qi, qj)`` of its tile)."""
     a = 0
-    for ib in range(split.pb):
-        for im in range(split.pm):
-            for jn in range(split.pn):
-                yield a, min(ib * split.batch, batch), min(im * split.m, m), min(jn * split.n, n)
+    for u in range(split.units):
+        for qi in range(split.qm):
+            for qj in range(split.qn):
+                yield a, u, qi, qj
                 a += 1
+
+
+def _origin(split, tile: int, qi: int, qj: int, m: int, n: int, k: int, batch: int):
+    """``(batch0, m0, n0, k0)`` of an array's sub-tile of tile ``tile`` (raster order over
+    batch, M, N and the split-K shares, the last fastest), clamped to the GEMM."""
+    bs = split.batch // split.waves
+    tile, kq = divmod(tile, split.pk)
+    ib, r = divmod(tile, split.pm * split.pn)
+    im, jn = divmod(r, split.pn)
+    return (min(ib * bs, batch), min(im * split.m * split.qm + qi * split.m, m),
+            min(jn * split.n * split.qn + qj * split.n, n), min(kq * split.k, k))
 
 
 def gemm_trace(m, k, n, chip, *, dtype=None, dataflow=None) -> dict:
@@ -97,7 +115,9 @@ def gemm_trace(m, k, n, chip, *, dtype=None, dataflow=None) -> dict:
                        "dur": e_us - s_us, "args": args})
 
     t = pb.transposed
-    for a, b0, m0, n0 in _array_slices(split, m, n, op.batch):
+    bs = split.batch // split.waves          # batch elements of one tile
+    for a, u, qi, qj in _arrays(split):
+        b0, m0, n0, _ = _origin(split, u, qi, qj, m, n, k, op.batch)
         pid = a + 1
         core = a // split.arrays_per_core
         meta(pid, "process_name", {"name": f"array {a} (core {core})"})
@@ -109,6 +129,11 @@ def gemm_trace(m, k, n, chip, *, dtype=None, dataflow=None) -> dict:
         for b in range(shown):
             r = tb[b]
             bt, i, j, kk = (int(r[c]) for c in (E.T_BT, E.T_I, E.T_J, E.T_K))
+            # the array's (bt // bs)-th tile is tile u + (bt // bs)·units of the grid (waves)
+            tile = u + (bt // bs) * split.units
+            if tile >= split.tiles:
+                continue                     # this array has no tile in the last wave
+            b0, m0, n0, k0 = _origin(split, tile, qi, qj, m, n, k, op.batch)
             # the block in the array's oriented problem (input stationary swaps M and N)
             mb = min(blk.mb, pb.m - i * blk.mb)
             kb = min(blk.kb, pb.k - kk * blk.kb)
@@ -118,17 +143,20 @@ def gemm_trace(m, k, n, chip, *, dtype=None, dataflow=None) -> dict:
             r_rng = [min(lim_r, rows0 + i * blk.mb), min(lim_r, rows0 + i * blk.mb + mb)]
             c_rng = [min(lim_c, cols0 + j * blk.nb), min(lim_c, cols0 + j * blk.nb + nb)]
             rng = {"m": c_rng if t else r_rng, "n": r_rng if t else c_rng,
-                   "k": [kk * blk.kb, kk * blk.kb + kb]}
+                   "k": [k0 + kk * blk.kb, k0 + kk * blk.kb + kb]}
             if op.batch > 1:
-                rng["batch"] = [b0 + bt, b0 + bt + 1]
+                rng["batch"] = [b0 + bt % bs, b0 + bt % bs + 1]
             base = {"block": {"batch": bt, "m": i, "n": j, "k": kk}, "gemm_range": rng}
             lab = (f"block b{bt} " if op.batch > 1 else "block ") + f"m{i} n{j} k{kk}"
             x_src = _source(blk.x_sb, pb.x_dup, j > 0)
             w_src = _source(blk.w_sb, pb.w_dup, i > 0)
+            # a block the core's arrays share is loaded once for them: this array's part
             span(pid, 1, lab, r[E.T_XS] / 1e3, r[E.T_XE] / 1e3,
-                 {**base, "bytes": _block_bytes(mb, kb, pb.x_bits, t), "source": x_src})
+                 {**base, "bytes": _share(_block_bytes(mb, kb, pb.x_bits, t), pb.x_cdup),
+                  "source": x_src})
             span(pid, 2, lab, r[E.T_WS] / 1e3, r[E.T_WE] / 1e3,
-                 {**base, "bytes": _block_bytes(kb, nb, pb.w_bits, t), "source": w_src})
+                 {**base, "bytes": _share(_block_bytes(kb, nb, pb.w_bits, t), pb.w_cdup),
+                  "source": w_src})
             span(pid, 3, lab, r[E.T_CS] / ghz / 1e3, r[E.T_CE] / ghz / 1e3,
                  {**base, "macs": mb * kb * nb})
             span(pid, 4, lab, r[E.T_OS] / 1e3, r[E.T_OE] / 1e3,
@@ -146,6 +174,7 @@ def gemm_trace(m, k, n, chip, *, dtype=None, dataflow=None) -> dict:
         "gemm": f"C[{m}×{n}] = A[{m}×{k}]·B[{k}×{n}]", "chip": chip.name, "dtype": dtype,
         "dataflow": pb.dataflow, "active_arrays": active,
         "split": {"batch": split.pb, "m": split.pm, "n": split.pn},
+        "waves": split.waves, "core_tile": {"m": split.qm, "n": split.qn},
         "block": {"m": blk.mb, "k": blk.kb, "n": blk.nb},
         "blocks_per_array": int(out[E.O_BLOCKS]), "blocks_shown_per_array": shown,
         "note": _NOTE,

@@ -18,8 +18,9 @@ def candidate_arrays(chip, pb, rates, split):
     ks = np.array(MP._sizes(min(kbase, pb.k), pb.k), dtype=np.int64)
     ns = np.array(MP._sizes(min(arr.cols, pb.n), pb.n), dtype=np.int64)
     mb, kb, nb = (a.ravel() for a in np.meshgrid(ms, ks, ns, indexing="ij"))
-    x = 2 * (-(-(mb * kb * pb.x_bits) // 8))
-    w = 2 * (-(-(kb * nb * pb.w_bits) // 8))
+    # an operand block shared by the core's ``cdup`` arrays counts 1/cdup (mapper.footprint)
+    x = 2 * (-(-(-(-(mb * kb * pb.x_bits) // 8)) // pb.x_cdup))
+    w = 2 * (-(-(-(-(kb * nb * pb.w_bits) // 8)) // pb.w_cdup))
     o = 2 * (-(-(mb * nb * pb.acc_bits) // 8))
     if acc:
         fits = (o <= acc) & (x + w <= cap)
@@ -82,9 +83,9 @@ def candidate_table(chip, pb, rates, split, peak_bpc: float):
         ws = np.zeros((3, n0))
         ws[1], ws[2] = w1, w2
         xg = np.ones((3, n0), dtype=bool)      # the mode changes something
-        xg[1], xg[2] = pb.x_dup > 1, x_re
+        xg[1], xg[2] = pb.x_dup > pb.x_cdup, x_re
         wg = np.ones((3, n0), dtype=bool)
-        wg[1], wg[2] = pb.w_dup > 1, w_re
+        wg[1], wg[2] = pb.w_dup > pb.w_cdup, w_re
         # keep[a, b, i]: X mode a and W mode b of base candidate i fit (and change something)
         fits = xg[:, None, :] & wg[None, :, :] & (xs[:, None, :] + ws[None, :, :] <= cap)
         keep = fits.copy()
@@ -142,24 +143,28 @@ def candidate_table(chip, pb, rates, split, peak_bpc: float):
     xt1 = x * np.where((nk == 1) & (nm == 1), 1, nn)
     xt = np.where(order == 0, xt0, xt1)
     wt = np.where(order == 0, wt0, wt1)
-    xdiv = np.where(xsb > 0, pb.x_dup, 1)
-    wdiv = np.where(wsb > 0, pb.w_dup, 1)
+    xdiv = np.where(xsb > 0, pb.x_dup, pb.x_cdup)
+    wdiv = np.where(wsb > 0, pb.w_dup, pb.w_cdup)
     traffic = pb.batch * (np.where(xsb == 2, x, xt) / xdiv + np.where(wsb == 2, w, wt) / wdiv + o)
-    sbb = pb.batch * (np.where(xsb == 2, xt - x, 0.0) + np.where(wsb == 2, wt - w, 0.0))
+    sbb = pb.batch * (np.where(xsb == 2, (xt - x) / pb.x_cdup, 0.0)
+                      + np.where(wsb == 2, (wt - w) / pb.w_cdup, 0.0))
     e_in = (m0 * k0 * pb.x_bits / xdiv + k0 * n0 * pb.w_bits / wdiv) / 8
     e_out = ml * nl * pb.o_bits / 8
     t = MP.dram_timing(chip)
     lat = (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz
+    # the last write-back at the last wave's share; all bytes weighted by the waves' shares
     edge = (2 * chip.dma.setup_cycles + np.maximum(e_in / peak_bpc, lat)
-            + np.maximum(e_out / peak_bpc, lat))
-    mem_ns = MP.refresh_lower_bound_ns(traffic / peak_bpc / chip.clock_ghz, t.t_refi_ns,
+            + np.maximum(e_out * split.tail_ratio() / peak_bpc, lat))
+    dw = split.dram_weight()
+    mem_ns = MP.refresh_lower_bound_ns(traffic * dw / peak_bpc / chip.clock_ghz, t.t_refi_ns,
                                     t.t_rfc_ns + t.t_rcd_ns + t.t_cl_ns)
     lb = np.maximum(comp + edge, mem_ns * chip.clock_ghz)
-    est = np.maximum(comp, traffic / (0.9 * peak_bpc))
+    est = np.maximum(comp, traffic * dw / (0.9 * peak_bpc))
     # every load and write-back passes the array's DMA ports, each moving one descriptor at a
     # time at the engine rate
     engines, per_engine = MP.dma_share(chip, split)
-    port = pb.batch * (xt + wt + o) / (engines * per_engine)
+    # (a block the core's arrays share crosses the port once for its cdup arrays)
+    port = pb.batch * (xt / pb.x_cdup + wt / pb.w_cdup + o) / (engines * per_engine)
     lb = np.maximum(lb, port)
     est = np.maximum(est, port)
     sb_bpc = MP.shared_buffer_bpc(chip, split)

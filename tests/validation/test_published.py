@@ -149,5 +149,9 @@ def test_h100_long_prefill_is_compute_bound():
     assert r["bound"] == "compute"
     assert r["dram_bytes_per_chip"] < 8 * 6.7e9
     # and the published TTFT (36 ms) is not beaten by more than the launch and scheduling
-    # overheads diptych leaves out could explain (a third), nor missed by more than 2x
-    assert 24e-3 <= r["ttft_s"] <= 72e-3
+    # overheads diptych leaves out could explain, nor missed by more than 2x. Since an SM's
+    # four tensor cores share its tiles (issue 9 item 5) the FP8 GEMMs run at cuBLAS-like
+    # rates (~0.65 of peak) and the prefill at ~0.6 of the measured time: TensorRT-LLM v0.5's
+    # 36 ms is ~42 % FP8 MFU, the rest being launches, unfused kernels and host work diptych
+    # does not time (docs/validation-published.md, "Tile waves")
+    assert 18e-3 <= r["ttft_s"] <= 72e-3
