@@ -30,8 +30,8 @@ def test_verilog_writes_a_module(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--rows", "0"], "rows must be a positive integer, not 0"),
     (["--cols", "65"], "cols must be at most 64, not 65"),
-    (["--dtype", "fp4"], "'fp4' is not one of 'int8', 'bf16', 'fp8', 'multi'"),
-    (["--dtype", "mxfp8"], "'mxfp8' is not one of 'int8', 'bf16', 'fp8', 'multi'"),
+    (["--dtype", "fp4"], "'fp4' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused'"),
+    (["--dtype", "mxfp8"], "'mxfp8' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused'"),
     (["--dataflow", "is"], "'is' is not one of 'os', 'ws'"),
 ])
 def test_verilog_bad_input(args, message, tmp_path):
@@ -85,7 +85,7 @@ def test_test_runs_the_ci_set_by_default_and_passes_options(monkeypatch):
     assert r.exit_code == 0, r.output
     assert [c[:4] for c in calls] == [(8, 8, "int8", "os"), (8, 8, "int8", "ws"),
                                       (4, 8, "bf16", "os"), (4, 4, "bf16", "ws"),
-                                      (2, 3, "multi", "os"), (3, 2, "multi", "ws")]
+                                      (2, 3, "fused", "os"), (3, 2, "fused", "ws")]
     assert calls[0][7] == ("os_wrap",) and "6 passed, 0 failed" in r.output
     calls.clear()
     r = _run("test", "--rows", "3", "--cols", "5", "--dataflow", "ws", "--seed", "9",
@@ -99,7 +99,8 @@ def test_test_runs_the_ci_set_by_default_and_passes_options(monkeypatch):
 
 
 def test_area_json_counts_the_pe_registers():
-    r = _run("area", "--dtype", "int8", "--dtype", "bf16", "--dtype", "fp8", "--json")
+    r = _run("area", "--dtype", "int8", "--dtype", "bf16", "--dtype", "fp8", "--dtype", "fused",
+             "--json")
     assert r.exit_code == 0, r.output
     rep = json.loads(r.output)
     i8 = rep["reports"]["int8"]["blocks"]
@@ -118,6 +119,22 @@ def test_area_json_counts_the_pe_registers():
     per = rep["per_mac"]
     assert per["bf16"]["to_bf16"]["mac"] == 1.0
     assert 0.5 < per["fp8"]["to_bf16"]["mac"] < 1.0      # the FP32 adder keeps it near BF16
+    assert per["fused@2"]["macs_per_cycle"] == 2 and per["fused@1"]["modes"] == ["bf16"]
+    # the area model's terms, recomputed from the cell counts: per MAC = PE cells / MACs per
+    # cycle / the dedicated BF16 PE's cells
+    cells = {dt: rep["reports"][dt]["blocks"]["pe_os"]["cells"] for dt in rep["reports"]}
+    am = rep["area_model"]
+    assert am["dedicated"] == {"fp8": round(cells["fp8"] / cells["bf16"], 3),
+                               "int8": round(cells["int8"] / cells["bf16"], 3)}
+    sh = am["shared"]["fused"]
+    assert sh["pe"] == round(cells["fused"] / cells["bf16"], 3) == sh["per_mac"]["bf16"]
+    assert sh["per_mac"]["e5m2"] == sh["per_mac"]["int8"] == round(cells["fused"] / 2 /
+                                                                   cells["bf16"], 3)
+    assert sh["in_pe"] == {m: (1.0 if m == "bf16" else 0.5) for m in sh["per_mac"]}
+    fu = rep["reports"]["fused"]["blocks"]
+    # the exact three-operand adder is the fused PE's largest block, more than one FP32 adder
+    assert fu["adder"]["cells"] > bf["adder"]["cells"]
+    assert fu["adder"]["cells"] > fu["lane0"]["cells"] + fu["lane1"]["cells"]
 
 
 def test_area_bad_input():

@@ -9,6 +9,7 @@ import rtl_fraction_oracle as oracle
 from diptych.rtl import golden
 from diptych.rtl.datapath import MODE_CODES, get_datapath
 from diptych.rtl.fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
+from diptych.rtl.fused import Fp32Add3, ProductLane
 from diptych.rtl.pe import Mac
 from rtl_test_vectors import BF16_EDGES, FP8_EDGES, FP32_EDGES, random_fp32
 
@@ -122,9 +123,10 @@ def _lane(x, n, w):
     return sum(int(v) << (w * t) for t, v in enumerate(np.ravel(x)[:n]))
 
 
-@pytest.mark.parametrize("dtype", ["fp8", "multi"])
+@pytest.mark.parametrize("dtype", ["fp8", "multi", "fused"])
 def test_mac_every_mode_against_golden(dtype):
-    """``result = acc + a·b`` (multi, 8-bit modes: ``(acc + a₀b₀) + a₁b₁``) in every mode."""
+    """``result = acc + a·b`` (multi, 8-bit modes: ``(acc + a₀b₀) + a₁b₁``; fused:
+    ``round(acc + a₀b₀ + a₁b₁)``) in every mode, by the datapath's golden rule."""
     dp = get_datapath(dtype)
     rng = np.random.default_rng(15)
     dut = Mac(dtype)
@@ -140,7 +142,7 @@ def test_mac_every_mode_against_golden(dtype):
                 a = rng.integers(0, 1 << dp.element_bits(mode), (1, n))
                 b = rng.integers(0, 1 << dp.element_bits(mode), (n, 1))
                 acc = random_fp32(rng, 1).reshape(1, 1)
-            want = int(golden.matmul_bits(mode, a, b, acc)[0, 0])
+            want = int(golden.matmul_bits(mode, a, b, acc, rule=dp.rule)[0, 0])
             eb = dp.element_bits(mode)
             cases.append((MODE_CODES[mode], _lane(a.view(np.uint8) if mode == "int8" else a,
                                                   n, eb),
@@ -161,4 +163,85 @@ def test_mac_every_mode_against_golden(dtype):
     sim.run()
     bad = [(c[5], hex(c[1]), hex(c[2]), hex(c[3]), hex(g), hex(c[4]))
            for c, g in zip(cases, got) if g != c[4]]
+    assert not bad, bad[:5]
+
+
+# ---- the fused datapath: product lanes and the exact three-operand adder ------------------
+
+def _run_add3(triples):
+    dut = Fp32Add3()
+    got = []
+
+    async def tb(ctx):
+        for x, y, z in triples:
+            ctx.set(dut.a, int(x))
+            ctx.set(dut.b, int(y))
+            ctx.set(dut.c, int(z))
+            got.append(ctx.get(dut.s))
+
+    sim = Simulator(dut)
+    sim.add_testbench(tb)
+    sim.run()
+    return got
+
+
+def test_add3_edges_against_oracle():
+    """A sample of the FP32 edge cube (every value in every position, with every other)."""
+    rng = np.random.default_rng(41)
+    e = FP32_EDGES
+    triples = [(x, y, rng.choice(e)) for x in e for y in e] + \
+              [(rng.choice(e), x, y) for x in e for y in e[::2]]
+    got = _run_add3(triples)
+    bad = [(hex(x), hex(y), hex(z), hex(g)) for (x, y, z), g in zip(triples, got)
+           if g != oracle.fp32_add3(int(x), int(y), int(z))]
+    assert not bad, bad[:5]
+
+
+def test_add3_adversarial_against_golden():
+    """The deep check's vector classes (fp_sweep.add3_vectors), a sample in amaranth.sim."""
+    from diptych.rtl.fp_sweep import add3_vectors
+
+    v = add3_vectors(1000, seed=12)
+    got = _run_add3(v[:, :3].tolist())
+    bad = [tuple(hex(int(t)) for t in row) + (hex(g),) for row, g in zip(v, got)
+           if g != int(row[3])]
+    assert not bad, bad[:5]
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_product_lanes_against_golden(bf16):
+    """Each lane's one multiplier: int8 × int8, every FP8 format pair on the edge codes and at
+    random, and (lane 0) bf16 × bf16, against the golden model's products."""
+    rng = np.random.default_rng(42)
+    dut = ProductLane(bf16=bf16)
+    cases = []
+    for a, b in zip(rng.integers(-128, 128, 300), rng.integers(-128, 128, 300)):
+        cases.append((MODE_CODES["int8"], int(a) & 0xFF, int(b) & 0xFF, "ip",
+                      (int(a) * int(b)) & 0xFFFF))
+    for mode in ("e4m3", "e5m2", "e4m3xe5m2", "e5m2xe4m3"):
+        fa, fb = golden.mode_formats(mode)
+        pairs = [(x, y) for x in FP8_EDGES for y in FP8_EDGES[::3]]
+        pairs += list(zip(rng.integers(0, 256, 200).tolist(), rng.integers(0, 256, 200).tolist()))
+        for x, y in pairs:
+            cases.append((MODE_CODES[mode], x, y, "p",
+                          int(golden.fp8_mul_bits(np.uint8(x), np.uint8(y), fa, fb))))
+    if bf16:
+        xs = list(BF16_EDGES) + rng.integers(0, 2**16, 600).tolist()
+        ys = list(BF16_EDGES[::-1]) + rng.integers(0, 2**16, 600).tolist()
+        for x, y in zip(xs, ys):
+            cases.append((MODE_CODES["bf16"], x, y, "p", int(golden.bf16_mul_bits(x, y))))
+    got = []
+
+    async def tb(ctx):
+        for code, a, b, port, _ in cases:
+            ctx.set(dut.mode, code)
+            ctx.set(dut.a, a)
+            ctx.set(dut.b, b)
+            got.append(ctx.get(getattr(dut, port)))
+
+    sim = Simulator(dut)
+    sim.add_testbench(tb)
+    sim.run()
+    bad = [(c[0], hex(c[1]), hex(c[2]), hex(g), hex(c[4])) for c, g in zip(cases, got)
+           if g != c[4]]
     assert not bad, bad[:5]
