@@ -1,12 +1,16 @@
 """Engine speed: simulated GEMMs/s and tiles (blocks, folds)/s, peak RSS.
 
-Run: ``python benchmarks/bench_gemm.py [--scalesim-python /tmp/ss/bin/python]``. Targets (issue 3): the (8192, 8192, 28672) BF16 GEMM
-on a 128×128 array in < 0.5 s after JIT warm-up; 1000 mixed GEMMs in < 10 s; RSS < 500 MB.
+Run: ``python benchmarks/bench_gemm.py [--scalesim-python /tmp/ss/bin/python]``. Targets:
+the (8192, 8192, 28672) BF16 GEMM on a 128×128 array in < 0.5 s after JIT warm-up (issue 3);
+1000 mixed GEMMs in < 5 s of CPU in one process (issue 14; it was 10 s); RSS < 500 MB. Times
+are CPU seconds of this process (and of its workers for ``simulate_many``), so other load on
+the machine does not count; the persistent result cache is off (every GEMM is simulated).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import resource
 import time
@@ -32,7 +36,7 @@ def scalesim_speed(python: str) -> None:
     X.SHAPES[:] = shapes
     t = time.perf_counter()
     X.measure_scalesim(python)
-    ts = (time.perf_counter() - t) / (3 * len(shapes))
+    ts = (time.perf_counter() - t) / (3 * len(shapes))   # (wall: SCALE-Sim runs in a subprocess)
     c = load_chip("tpu-v4")
     arr = dataclasses.replace(c.core.array, rows=X.R, cols=X.C, dataflows=("os", "ws", "is"))
     one = dataclasses.replace(c, tensor_cores=1, area_budget_mm2=0.0,
@@ -61,49 +65,64 @@ def scalesim_speed(python: str) -> None:
           f"({ts / td:,.0f}x faster)")
 
 
+def _cpu(children: bool = False) -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    t = r.ru_utime + r.ru_stime
+    if children:
+        c = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t += c.ru_utime + c.ru_stime
+    return t
+
+
 def main():
     import argparse
+    from diptych.sim import cache
+    cache.set_enabled(False)
+    os.environ["DIPTYCH_NO_CACHE"] = "1"   # (workers too)
     ap = argparse.ArgumentParser()
     ap.add_argument("--scalesim-python", default=None,
                     help="interpreter with scalesim installed, to time it on shared shapes")
     args = ap.parse_args()
     chip = chip_128()
     gemm_stats(Gemm(name="warm", m=256, k=256, n=256), chip)  # JIT warm-up (or cache load)
+    print(f"load average {os.getloadavg()[0]:.1f}; CPU seconds")
     op = Gemm(name="big", m=8192, k=8192, n=28672)
-    t = time.perf_counter()
+    t = _cpu()
     st = gemm_stats(op, chip)
-    dt = time.perf_counter() - t
+    dt = _cpu() - t
     print(f"8192x8192x28672 bf16 on {chip.name} ({chip.core.array.rows}x{chip.core.array.cols}): "
-          f"{dt:.3f} s, {st.mapping['blocks']} blocks, {st.mapping['folds']} folds/array, "
-          f"{st.mapping['folds'] / dt:,.0f} folds/s, util {st.utilization:.3f}")
+          f"{dt:.3f} s (target < 0.5 s), {st.mapping['blocks']} blocks, "
+          f"{st.mapping['folds']} folds/array, {st.mapping['folds'] / max(dt, 1e-9):,.0f} folds/s, "
+          f"util {st.utilization:.3f}")
     one = dataclasses.replace(chip, tensor_cores=1, core=dataclasses.replace(chip.core, arrays=1),
                               area_budget_mm2=0.0)
-    t = time.perf_counter()
+    t = _cpu()
     st1 = gemm_stats(op, one)
-    dt1 = time.perf_counter() - t
+    dt1 = _cpu() - t
     print(f"  same on a single 128x128 array: {dt1:.3f} s, {st1.mapping['blocks']} blocks, "
           f"{st1.mapping['folds']} folds, {st1.mapping['folds'] / dt1:,.0f} folds/s")
     rng = random.Random(0)
     dims = [1, 8, 64, 128, 512, 1024, 2048, 4096, 8192]
     ops = [Gemm(name=f"g{i}", m=rng.choice(dims), k=rng.choice(dims[2:]) + rng.randrange(0, 64),
                 n=rng.choice(dims[2:]) + rng.randrange(0, 64)) for i in range(1000)]
-    t = time.perf_counter()
+    t = _cpu()
     blocks = 0
     for o in ops:
         blocks += gemm_stats(o, chip).mapping["blocks"]
-    dt = time.perf_counter() - t
-    print(f"1000 mixed GEMMs (uncached): {dt:.2f} s = {1000 / dt:,.0f} GEMMs/s, "
+    dt = _cpu() - t
+    print(f"1000 mixed GEMMs (uncached, one process): {dt:.2f} s (target < 5 s: "
+          f"{'OK' if dt < 5 else 'MISSED'}) = {1000 / dt:,.0f} GEMMs/s, "
           f"{blocks / dt:,.0f} blocks/s (final mappings only)")
-    import os
     from diptych.sim import simulate_many
     ops2 = [dataclasses.replace(o, k=o.k + 64) for o in ops]  # fresh shapes: nothing memoised
-    t = time.perf_counter()
+    t, w = _cpu(children=True), time.perf_counter()
     simulate_many(ops2, chip, workers=os.cpu_count())
-    dt2 = time.perf_counter() - t
+    dt2, wall2 = _cpu(children=True) - t, time.perf_counter() - w
     print(f"1000 mixed GEMMs via simulate_many on {os.cpu_count()} processes (uncached): "
-          f"{dt2:.2f} s = {1000 / dt2:,.0f} GEMMs/s")
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peak RSS {rss:.0f} MB")
+          f"{dt2:.2f} s CPU in all, {wall2:.2f} s wall = {1000 / wall2:,.0f} GEMMs/s")
+    rss = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+              resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss) / 1024
+    print(f"peak RSS {rss:.0f} MB (target < 500 MB)")
     python = args.scalesim_python
     if python is None:
         try:

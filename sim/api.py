@@ -5,27 +5,48 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
-from .gemm import check_dataflows, gemm_stats
+from . import cache
 from .limits import check_gemm, check_vector
-from .ops import Collective, Gemm, VectorOp
+from .ops import Collective, Gemm, VectorOp, check_dataflows
 from .stats import OpStats
-from .vector import vector_stats
+
+# The engine (and Numba) is imported on the first result that is not in the persistent cache:
+# a run whose every op is cached starts in a fraction of a second.
+_ENGINE = {"gemm_stats": "gemm", "vector_stats": "vector"}
+
+
+def __getattr__(name):
+    if name in _ENGINE:
+        return _engine(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _engine(name):
+    fn = globals().get(name)
+    if fn is None:
+        import importlib
+        fn = globals()[name] = getattr(importlib.import_module(f"{__package__}.{_ENGINE[name]}"),
+                                       name)
+    return fn
 
 
 @lru_cache(maxsize=4096)
 def _gemm_cached(shape: Gemm, chip, dataflow) -> OpStats:
     check_gemm(shape, chip)  # refuse, stating the limit, what would run for hours
-    return gemm_stats(shape, chip, dataflow)
+    return cache.cached("gemm", shape, chip, dataflow,
+                        lambda: _engine("gemm_stats")(shape, chip, dataflow))
 
 
 @lru_cache(maxsize=4096)
 def _vector_cached(shape: VectorOp, chip) -> OpStats:
     check_vector(shape, chip)
-    return vector_stats(shape, chip)
+    return cache.cached("vector", shape, chip, None,
+                        lambda: _engine("vector_stats")(shape, chip))
 
 
 def simulate(op, chip, *, dataflow: str | None = None) -> OpStats:
-    """Time one op on ``chip``; results are memoised on (shape, dtypes, chip, dataflow).
+    """Time one op on ``chip``; results are memoised on (shape, dtypes, chip, dataflow), in
+    memory and in the persistent cache (:mod:`diptych.sim.cache`) unless it is off.
 
     ``op`` is a :class:`~diptych.sim.ops.Gemm` or :class:`~diptych.sim.ops.VectorOp`;
     ``dataflow`` (GEMMs only) is ``"os"``, ``"ws"``, ``"is"`` or None for the best the chip

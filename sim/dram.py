@@ -39,13 +39,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 import os as _os
 
+from .dram_counts import I_BANKS, I_BURST, I_INTERLEAVE, I_P, I_PAGE, I_PERIOD  # noqa: F401
+from .dram_counts import (COUNT_DTYPE, call_count, count_c, count_pattern,  # noqa: F401
+                          count_transfer)
 from .jit import invalidate_stale_cache, jit
 
-invalidate_stale_cache(__file__, _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "jit.py"))
+_here = _os.path.dirname(_os.path.abspath(__file__))
+invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in ("dram_counts.py", "jit.py")))
 
 #: Four-activate window in ns. Ramulator2's JESD238A HBM3 preset: nFAW 48 at tCK 0.625 ns =
 #: 30 ns; DRAMsim3 HBM2_8Gb_x128.ini: tFAW 30 at tCK 1 ns (reference.md §2b). DDR3/4 x8
@@ -60,11 +65,16 @@ LOOKAHEAD_BURSTS = 64
 #: Entries of the per-transfer pattern cache of the Numba model (direct-mapped).
 CACHE_ENTRIES = 512
 
-#: Entries of the pattern cache shared by engine runs on one DRAM geometry.
-PERSISTENT_CACHE_ENTRIES = 2048
+#: Bytes of the pattern cache shared by engine runs on one DRAM geometry: per entry and
+#: pseudo-channel three int32 counts and the touched list (16 bytes), so 16,384 entries at 256
+#: pseudo-channels and 65,536 at 64.
+PERSISTENT_CACHE_BYTES = 64 << 20
 
-# Layout of the integer and float parameter vectors shared by the kernels.
-I_P, I_INTERLEAVE, I_PAGE, I_BURST, I_BANKS, I_PERIOD = range(6)
+#: Pattern caches kept (one per DRAM geometry and thread, least recently used dropped).
+PERSISTENT_CACHES = 4
+
+# Layout of the float parameter vector shared by the kernels (the integer one, I_*, lives in
+# dram_counts).
 F_TBURST, F_LAT, F_TRFC, F_TREFI, F_BLACKOUT, F_TWTR, F_TRTW, F_TFAW, F_TRC = range(9)
 
 
@@ -123,133 +133,72 @@ class DramTiming:
                         dtype=np.float64)
 
 
+#: Indices of the pattern-cache tuple (:func:`pattern_cache`): the reference's per-bank state
+#: (open row, stamp, activations), the transfer counter, then per entry the key, the dense
+#: per-pseudo-channel counts, (touched pseudo-channels, total bursts) and the touched list.
+#: The counter holds [transfer id, address of the counting function
+#: (:data:`~diptych.sim.dram_counts.count_c`, called on misses)].
+(C_OPEN, C_STAMP, C_BANK, C_COUNTER, C_KEYS, C_BURSTS, C_ACTS, C_BMAX, C_META,
+ C_PCS) = range(10)
+
+#: Indices of the run-state tuple (:func:`run_state`): per pseudo-channel bus-free time, last
+#: direction, the last four activations, busy time; the aggregate server's free time.
+S_BUS, S_DIR, S_ACT, S_BUSY, S_AGG = range(5)
+
 _PATTERN_CACHES: dict = {}
 
+# with NUMBA_DISABLE_JIT=1 (tests that perturb the timing contract) the kernels are plain
+# Python and the counting function is called directly
+_PURE_PYTHON = bool(numba.config.DISABLE_JIT)
 
-def pattern_cache(timing: DramTiming, entries: int = PERSISTENT_CACHE_ENTRIES):
-    """The per-thread pattern cache of one DRAM geometry, shared by engine runs.
 
-    A tuple (open_row, stamp, bank_cnt, counter, keys, bursts, acts, bank_max) as
-    :func:`dram_transfer` takes it. Entries hold exact counts, so sharing cannot change results.
+def new_pattern_cache(timing: DramTiming, entries: int):
+    """A fresh pattern cache (see the ``C_*`` indices) with ``entries`` direct-mapped entries."""
+    p, b = timing.pseudo_channels, timing.banks
+    z = np.zeros
+    return (np.full((p, b), -1, dtype=np.int64), z((p, b), dtype=np.int64),
+            z((p, b), dtype=np.int64),
+            np.array([0, 0 if _PURE_PYTHON else count_c.address], dtype=np.int64),
+            np.full((entries, 4), -1, dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE),
+            z((entries, p), dtype=COUNT_DTYPE), z((entries, p), dtype=COUNT_DTYPE),
+            z((entries, 2), dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE))
+
+
+def persistent_entries(pseudo_channels: int) -> int:
+    """Entries of a shared pattern cache: a power of two filling :data:`PERSISTENT_CACHE_BYTES`
+    (2,048 to 65,536)."""
+    n = 2048
+    while n < 65536 and 2 * n * pseudo_channels * 16 <= PERSISTENT_CACHE_BYTES:
+        n *= 2
+    return n
+
+
+def pattern_cache(timing: DramTiming, entries: int | None = None):
+    """The per-thread pattern cache of one DRAM geometry, shared by engine runs
+    (:func:`persistent_entries` entries unless given).
+
+    Entries hold exact counts, so sharing cannot change results.
     """
     import threading
     key = (timing.pseudo_channels, timing.interleave_bytes, timing.page_bytes,
            timing.burst_bytes, timing.banks, threading.get_ident())
-    c = _PATTERN_CACHES.get(key)
+    c = _PATTERN_CACHES.pop(key, None)
     if c is None:
-        p, b = timing.pseudo_channels, timing.banks
-        c = (np.full((p, b), -1, dtype=np.int64), np.zeros((p, b), dtype=np.int64),
-             np.zeros((p, b), dtype=np.int64), np.zeros(2, dtype=np.int64),
-             np.full((entries, 4), -1, dtype=np.int64), np.zeros((entries, p), dtype=np.int64),
-             np.zeros((entries, p), dtype=np.int64), np.zeros((entries, p), dtype=np.int64))
-        _PATTERN_CACHES[key] = c
+        c = new_pattern_cache(timing, entries or persistent_entries(timing.pseudo_channels))
+        while len(_PATTERN_CACHES) >= PERSISTENT_CACHES:
+            del _PATTERN_CACHES[next(iter(_PATTERN_CACHES))]
+    _PATTERN_CACHES[key] = c           # most recently used last
     return c
-
-
-class DramState:
-    """Mutable per-pseudo-channel state of the fast model (bus, direction, activations, cache)."""
-
-    def __init__(self, timing: DramTiming):
-        p = timing.pseudo_channels
-        self.bus_free = np.zeros(p)
-        self.last_dir = np.full(p, -1, dtype=np.int64)
-        self.act_ring = np.full((p, 4), -1e18)
-        self.open_row = np.full((p, timing.banks), -1, dtype=np.int64)
-        self.stamp = np.zeros((p, timing.banks), dtype=np.int64)
-        self.bank_cnt = np.zeros((p, timing.banks), dtype=np.int64)
-        self.counter = np.zeros(2, dtype=np.int64)  # [transfer id, unused]
-        self.cache_keys = np.full((CACHE_ENTRIES, 4), -1, dtype=np.int64)
-        self.cache_bursts = np.zeros((CACHE_ENTRIES, p), dtype=np.int64)
-        self.cache_acts = np.zeros((CACHE_ENTRIES, p), dtype=np.int64)
-        self.cache_bmax = np.zeros((CACHE_ENTRIES, p), dtype=np.int64)
-        self.busy_ns = np.zeros(p)
-        self.agg = np.zeros(1)
-
-    def arrays(self):
-        return (self.bus_free, self.last_dir, self.act_ring, self.open_row, self.stamp,
-                self.bank_cnt, self.counter, self.cache_keys, self.cache_bursts, self.cache_acts,
-                self.cache_bmax, self.busy_ns, self.agg)
 
 
 # ---------------------------------------------------------------------------------------------
 # Numba kernels (also called by the engine kernel)
 
 @jit
-def count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
-                  acts, bank_max):
-    """Add one transfer's bursts and row activations per pseudo-channel into ``bursts``/``acts``;
-    ``bank_max`` gets the most activations any single bank of the pseudo-channel needs.
-
-    Rows start closed for the transfer (``stamp`` != ``tid`` means closed)."""
-    p_n = ip[I_P]
-    il = ip[I_INTERLEAVE]
-    page = ip[I_PAGE]
-    burst = ip[I_BURST]
-    banks = ip[I_BANKS]
-    full_bursts = il // burst
-    for r in range(rows):
-        a = addr + r * stride
-        end = a + row_bytes
-        c = a // il
-        off = a - c * il
-        pc = c % p_n
-        q = c // p_n          # chunk index inside the pseudo-channel
-        gq = -1               # page of the current q when a chunk lies inside one page
-        bank = 0
-        row = 0
-        while a < end:
-            take = min(il - off, end - a)
-            lo = q * il + off
-            hi = lo + take
-            if take == il and il <= page:
-                # a whole chunk inside one page: its page is shared by the whole sweep
-                bursts[pc] += full_bursts
-                if gq != q:
-                    gq = q
-                    g = lo // page
-                    bank = g % banks
-                    row = g // banks
-                # (inlined _touch)
-                if stamp[pc, bank] != tid:
-                    stamp[pc, bank] = tid
-                    open_row[pc, bank] = row
-                    bank_cnt[pc, bank] = 1
-                    acts[pc] += 1
-                    if bank_max[pc] < 1:
-                        bank_max[pc] = 1
-                elif open_row[pc, bank] != row:
-                    open_row[pc, bank] = row
-                    bank_cnt[pc, bank] += 1
-                    acts[pc] += 1
-                    if bank_cnt[pc, bank] > bank_max[pc]:
-                        bank_max[pc] = bank_cnt[pc, bank]
-            else:
-                bursts[pc] += (hi + burst - 1) // burst - lo // burst
-                g = lo // page
-                g_last = (hi - 1) // page
-                while g <= g_last:
-                    bk = g % banks
-                    rw = g // banks
-                    if stamp[pc, bk] != tid:
-                        stamp[pc, bk] = tid
-                        open_row[pc, bk] = rw
-                        bank_cnt[pc, bk] = 1
-                        acts[pc] += 1
-                        if bank_max[pc] < 1:
-                            bank_max[pc] = 1
-                    elif open_row[pc, bk] != rw:
-                        open_row[pc, bk] = rw
-                        bank_cnt[pc, bk] += 1
-                        acts[pc] += 1
-                        if bank_cnt[pc, bk] > bank_max[pc]:
-                            bank_max[pc] = bank_cnt[pc, bk]
-                    g += 1
-            a += take
-            off = 0
-            pc += 1
-            if pc == p_n:
-                pc = 0
-                q += 1
+def run_state(p):
+    """Fresh per-run DRAM state for ``p`` pseudo-channels (see the ``S_*`` indices)."""
+    return (np.zeros(p), np.full(p, -1, dtype=np.int64), np.full((p, 4), -1e18), np.zeros(p),
+            np.zeros(1))
 
 
 @jit
@@ -269,57 +218,77 @@ def _advance(t, work, fp):
 
 
 @jit
-def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp,
-                  bus_free, last_dir, act_ring, open_row, stamp, bank_cnt, counter,
-                  cache_keys, cache_bursts, cache_acts, cache_bmax, busy_ns, agg, pc_start, pc_end):
-    """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.
-
-    ``pc_start``/``pc_end`` receive each pseudo-channel's data interval (-1 when untouched).
-    """
+def _fill_entry(h, a_mod, rows, row_bytes, stride, ip, pat):
+    """Count a transfer into pattern-cache entry ``h`` (the miss path of :func:`pattern_entry`,
+    kept out of line so that hits stay cheap)."""
     p_n = ip[I_P]
-    period = ip[I_PERIOD]
-    a_mod = addr % period
+    counter = pat[C_COUNTER]
+    counter[0] += 1
+    bursts = pat[C_BURSTS][h]
+    acts = pat[C_ACTS][h]
+    bmax = pat[C_BMAX][h]
+    for p in range(p_n):
+        bursts[p] = 0
+        acts[p] = 0
+        bmax[p] = 0
+    if _PURE_PYTHON:   # NUMBA_DISABLE_JIT: no function pointers
+        count_transfer(a_mod, rows, row_bytes, stride, ip, pat[C_OPEN], pat[C_STAMP],
+                       pat[C_BANK], counter[0], bursts, acts, bmax)
+    else:              # count_transfer, through its C function pointer
+        call_count(counter[1], a_mod, rows, row_bytes, stride, ip.ctypes.data,
+                   pat[C_OPEN].ctypes.data, pat[C_STAMP].ctypes.data, pat[C_BANK].ctypes.data,
+                   counter[0], bursts.ctypes.data, acts.ctypes.data, bmax.ctypes.data)
+    keys = pat[C_KEYS]
+    keys[h, 0] = a_mod
+    keys[h, 1] = rows
+    keys[h, 2] = row_bytes
+    keys[h, 3] = stride
+    n = 0
+    tot = 0
+    pcs = pat[C_PCS]
+    for p in range(p_n):
+        if bursts[p] > 0:
+            pcs[h, n] = p
+            n += 1
+            tot += bursts[p]
+    pat[C_META][h, 0] = n
+    pat[C_META][h, 1] = tot
+
+
+@jit(inline="always")
+def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
+    """The pattern-cache entry holding this transfer's counts (counted on a miss)."""
+    keys = pat[C_KEYS]
+    a_mod = addr % ip[I_PERIOD]
     x = ((a_mod * 1000003 + rows) * 1000003 + row_bytes) * 1000003 + stride
     x ^= x >> 29
     x *= 0x5851F42D4C957F2D
     x ^= x >> 32
-    h = (x & 0x7FFFFFFF) % cache_keys.shape[0]
-    if not (cache_keys[h, 0] == a_mod and cache_keys[h, 1] == rows
-            and cache_keys[h, 2] == row_bytes and cache_keys[h, 3] == stride):
-        counter[0] += 1
-        for p in range(p_n):
-            cache_bursts[h, p] = 0
-            cache_acts[h, p] = 0
-            cache_bmax[h, p] = 0
-        count_pattern(a_mod, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, counter[0],
-                      cache_bursts[h], cache_acts[h], cache_bmax[h])
-        cache_keys[h, 0] = a_mod
-        cache_keys[h, 1] = rows
-        cache_keys[h, 2] = row_bytes
-        cache_keys[h, 3] = stride
-    touched = 0
-    nbursts = 0
-    for p in range(p_n):
-        if cache_bursts[h, p] > 0:
-            touched += 1
-            nbursts += cache_bursts[h, p]
-    # aggregate cap: all ``share`` arrays together never exceed the pin bandwidth
-    agg_start = max(start_ns, agg[0])
-    agg[0] = _advance(agg_start, nbursts * fp[F_TBURST] * share / p_n, fp)
-    # the other share-1 arrays' transfers spread over all channels: this transfer's channels
-    # carry share × touched / P of them on average
-    share = max(1.0, share * touched / p_n)
+    h = (x & 0x7FFFFFFF) % keys.shape[0]
+    if not (keys[h, 0] == a_mod and keys[h, 1] == rows and keys[h, 2] == row_bytes
+            and keys[h, 3] == stride):
+        _fill_entry(h, a_mod, rows, row_bytes, stride, ip, pat)
+    return h
+
+
+@jit(inline="always")
+def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_start, pc_end):
+    """The per-channel part of a transfer on channels ``pcs[:n]`` with the given counts
+    (indexed by channel); updates the run state and returns the latest data end (ns, at least
+    ``start_ns``). ``pc_start``/``pc_end`` (unless empty) get each channel's data interval."""
+    bus_free = st[S_BUS]
+    last_dir = st[S_DIR]
+    act_ring = st[S_ACT]
+    busy_ns = st[S_BUSY]
     tb = fp[F_TBURST]
     lat = fp[F_LAT]
     tfaw = fp[F_TFAW]  # activations of arrays on neighbouring tiles share open rows
+    spans = pc_start.shape[0] > 0
     finish = start_ns
-    for p in range(p_n):
-        nb = cache_bursts[h, p]
-        if nb == 0:
-            pc_start[p] = -1.0
-            pc_end[p] = -1.0
-            continue
-        na = cache_acts[h, p]
+    for t in range(n):
+        p = pcs[t]
+        nb = bursts[p]
+        na = acts[p]
         ta = 0.0
         if last_dir[p] >= 0 and last_dir[p] != is_write:
             ta = fp[F_TWTR] if last_dir[p] == 1 else fp[F_TRTW]
@@ -346,38 +315,196 @@ def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, 
                         act_ring[p, q] = first[j - 4]
                 a_last = act_ring[p, 3]
             end = max(end, a_last + lat + tb,
-                      start_ns + (cache_bmax[h, p] - 1) * fp[F_TRC] + lat + tb)
-        pc_start[p] = d0
-        pc_end[p] = end
+                      start_ns + (bmax[p] - 1) * fp[F_TRC] + lat + tb)
+        if spans:
+            pc_start[p] = d0
+            pc_end[p] = end
         busy_ns[p] += end - d0
         bus_free[p] = end
         last_dir[p] = is_write
         if end > finish:
             finish = end
+    return finish
+
+
+@jit(inline="always")
+def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp, st, pat,
+                  pc_start, pc_end):
+    """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.
+
+    ``st`` is the run state (:func:`run_state`), ``pat`` the pattern cache. Unless they are
+    empty, ``pc_start``/``pc_end`` receive each pseudo-channel's data interval (-1 when
+    untouched). Costs O(pseudo-channels the transfer touches) once its counts are cached.
+    """
+    p_n = ip[I_P]
+    h = pattern_entry(addr, rows, row_bytes, stride, ip, pat)
+    touched = pat[C_META][h, 0]
+    agg = st[S_AGG]
+    # aggregate cap: all ``share`` arrays together never exceed the pin bandwidth
+    agg_start = max(start_ns, agg[0])
+    agg[0] = _advance(agg_start, pat[C_META][h, 1] * fp[F_TBURST] * share / p_n, fp)
+    # the other share-1 arrays' transfers spread over all channels: this transfer's channels
+    # carry share × touched / P of them on average
+    share = max(1.0, share * touched / p_n)
+    if pc_start.shape[0] > 0:
+        for p in range(p_n):
+            pc_start[p] = -1.0
+            pc_end[p] = -1.0
+    finish = _play(start_ns, is_write, share, fp, st, pat[C_PCS][h], touched, pat[C_BURSTS][h],
+                   pat[C_ACTS][h], pat[C_BMAX][h], pc_start, pc_end)
     return max(finish, agg[0])
+
+
+@jit
+def stream_transfers(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, st, pat,
+                     pc_start, pc_end):
+    """Issue ``total_bytes`` from ``addr`` as back-to-back 1-row transfers of ``chunk_bytes``
+    (the last one shorter), all at ``start_ns``; returns the last one's finish time (``start_ns``
+    when there are no bytes). One compiled call instead of one per chunk; the reference of
+    :func:`stream_classes`."""
+    done = start_ns
+    left = total_bytes
+    one = np.int64(1)    # (a literal would compile another specialisation)
+    while left > 0:
+        n = min(chunk_bytes, left)
+        done = dram_transfer(start_ns, addr, one, n, n, is_write, 1.0, ip, fp, st, pat, pc_start,
+                             pc_end)
+        addr += n
+        left -= n
+    return done
 
 
 # ---------------------------------------------------------------------------------------------
 # Python conveniences
+
+#: Longest period of chunk addresses (mod ``period_bytes``) that :func:`stream_classes`
+#: groups pseudo-channels over; longer ones are streamed transfer by transfer.
+MAX_STREAM_PERIOD = 64
+
+
+@jit
+def stream_classes(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, st, pat):
+    """:func:`stream_transfers` (same result, same final state) in O(chunks × classes).
+
+    All chunks start at ``start_ns`` and the share is 1, so a pseudo-channel's trajectory
+    depends only on its state and the counts it gets from each chunk. Chunk ``i`` starts at
+    ``addr + i·chunk``; its counts depend on that address mod ``period_bytes``, which repeats
+    every ``π = period / gcd(chunk, period)`` chunks. Pseudo-channels with equal state and
+    equal counts in the π chunk patterns (and the shorter last chunk) form a class: one member
+    is simulated with exactly the per-channel update of :func:`dram_transfer`, the others
+    copy its final state. The aggregate server is played chunk by chunk. (Used when π is
+    small, see :meth:`FastDram.stream`.)"""
+    p_n = ip[I_P]
+    if total_bytes <= 0:
+        return start_ns
+    w = ip[I_PERIOD]
+    n = (total_bytes + chunk_bytes - 1) // chunk_bytes
+    last = total_bytes - (n - 1) * chunk_bytes
+    g = chunk_bytes
+    b = w
+    while b:
+        g, b = b, g % b
+    period = w // g
+    # counts of the period's full chunks (k < period) and of the last chunk (k = period)
+    nk = period + 1
+    cnt = np.zeros((3, nk, p_n), dtype=COUNT_DTYPE)
+    tot = np.zeros(nk, dtype=np.int64)
+    for k in range(nk):
+        a = addr + (k if k < period else n - 1) * chunk_bytes
+        size = chunk_bytes if k < period else last
+        h = pattern_entry(a, np.int64(1), size, size, ip, pat)
+        tot[k] = pat[C_META][h, 1]
+        for p in range(p_n):
+            cnt[0, k, p] = pat[C_BURSTS][h, p]
+            cnt[1, k, p] = pat[C_ACTS][h, p]
+            cnt[2, k, p] = pat[C_BMAX][h, p]
+    # classes: equal state and counts (compared with each class's first member)
+    bus_free = st[S_BUS]
+    last_dir = st[S_DIR]
+    act_ring = st[S_ACT]
+    busy = st[S_BUSY]
+    rep = np.empty(p_n, dtype=np.int64)        # each channel's class representative
+    firsts = np.empty(p_n, dtype=np.int64)     # the representatives so far
+    nfirst = 0
+    for pa in range(p_n):
+        rep[pa] = pa
+        for c in range(nfirst):
+            pb = firsts[c]
+            same = (last_dir[pa] == last_dir[pb] and bus_free[pa] == bus_free[pb]
+                    and busy[pa] == busy[pb])
+            for q in range(4):
+                same = same and act_ring[pa, q] == act_ring[pb, q]
+            for k in range(nk):
+                for c3 in range(3):
+                    same = same and cnt[c3, k, pa] == cnt[c3, k, pb]
+            if same:
+                rep[pa] = pb
+                break
+        if rep[pa] == pa:
+            firsts[nfirst] = pa
+            nfirst += 1
+    # per chunk pattern, the representatives it touches
+    reps = np.empty((nk, p_n), dtype=COUNT_DTYPE)
+    nrep = np.zeros(nk, dtype=np.int64)
+    for k in range(nk):
+        for p in range(p_n):
+            if rep[p] == p and cnt[0, k, p] > 0:
+                reps[k, nrep[k]] = p
+                nrep[k] += 1
+    # play the chunks on the representatives (and the aggregate server), as dram_transfer does
+    agg = st[S_AGG]
+    share = 1.0
+    no_spans = np.zeros(0)
+    finish = start_ns
+    for c in range(n):
+        k = c % period if c < n - 1 else period
+        agg_start = max(start_ns, agg[0])
+        agg[0] = _advance(agg_start, tot[k] * fp[F_TBURST] * share / p_n, fp)
+        finish = _play(start_ns, is_write, share, fp, st, reps[k], nrep[k], cnt[0, k],
+                       cnt[1, k], cnt[2, k], no_spans, no_spans)
+    # the other members copy their representative's state
+    for p in range(p_n):
+        r = rep[p]
+        if r != p:
+            bus_free[p] = bus_free[r]
+            last_dir[p] = last_dir[r]
+            busy[p] = busy[r]
+            for q in range(4):
+                act_ring[p, q] = act_ring[r, q]
+    return max(finish, agg[0])
+
 
 class FastDram:
     """The analytic model with its state, for tests, benchmarks and vector-op traffic."""
 
     def __init__(self, dram):
         self.timing = DramTiming.from_dram(dram)
-        self.state = DramState(self.timing)
+        self.state = run_state(self.timing.pseudo_channels)
+        self.patterns = new_pattern_cache(self.timing, CACHE_ENTRIES)
         self._ip = self.timing.iparams()
         self._fp = self.timing.fparams()
         p = self.timing.pseudo_channels
         self._s = np.zeros(p)
         self._e = np.zeros(p)
 
+    def stream(self, start_ns: float, addr: int, total_bytes: int, chunk_bytes: int,
+               write: bool = False) -> float:
+        """:func:`stream_transfers` on this model's state: the finish time (ns) of the last of
+        the back-to-back chunks (``start_ns`` when ``total_bytes`` is 0)."""
+        args = (float(start_ns), int(addr), int(total_bytes), int(chunk_bytes), int(write),
+                self._ip, self._fp, self.state, self.patterns)
+        period = self.timing.period_bytes // math.gcd(int(chunk_bytes), self.timing.period_bytes)
+        if period <= MAX_STREAM_PERIOD:
+            return float(stream_classes(*args))
+        no_spans = np.zeros(0)
+        return float(stream_transfers(*args, no_spans, no_spans))
+
     def transfer(self, start_ns: float, addr: int, rows: int, row_bytes: int, stride: int,
                  write: bool = False, share: float = 1.0) -> float:
         """Finish time (ns) of a 2-D transfer of ``rows`` × ``row_bytes`` at ``stride``."""
         return float(dram_transfer(float(start_ns), int(addr), int(rows), int(row_bytes),
                                    int(stride), int(write), float(share), self._ip, self._fp,
-                                   *self.state.arrays(), self._s, self._e))
+                                   self.state, self.patterns, self._s, self._e))
 
 
 def refresh_lower_bound_ns(work_ns, t_refi_ns: float, blackout_ns: float):

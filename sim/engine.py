@@ -18,12 +18,17 @@ Array timeline per block (design.md §4, :mod:`diptych.sim.timing`), with ``L`` 
 cycle of the previous fold (OS) or ``s_first``/``s_last`` its first and last streamed rows (WS):
 
 * OS: ``ceil(mb/R)·ceil(nb/C)`` folds of depth ``ke`` = ``ceil(kb / rate)``; a fold's first
-  step is after ``L`` and after the block's data is ready; ``L' = max(first + ke − 1, L + R)``.
-  Later folds of the block follow at ``max(ke, R)``. The last output is ``L + 2R + C − 2``.
+  step is after ``L`` and after the block's data is ready; ``L' = max(first + ke − 1, L + R)``
+  (:func:`~diptych.sim.timing.os_last_step`). Later folds of the block follow at
+  ``max(ke, R)`` (``os_period``). The last output is ``L + 2R + C − 2`` (``os_last_output``).
 * WS: ``ceil(kb/Rk)·ceil(nb/C)`` folds (``Rk`` = R × max(1, rate) stationary rows) of ``me`` =
   ``ceil(mb / min(rate, 1))`` streamed rows; weight load ``w = max(s_first + R + C − 2,
-  ready)``, first row ``max(w + R, s_last + 1)``; later folds follow at ``max(me, 2R + C − 2)``.
-  The last output is ``s_last + R + C − 1``.
+  ready)`` (``ws_weight_load``), first row ``max(w + R, s_last + 1)`` (``ws_first_row``);
+  later folds follow at ``max(me, 2R + C − 2)`` (``ws_period``). The last output is
+  ``s_last + R + C − 1`` (``ws_row_output``).
+
+These rules are the functions of :mod:`diptych.sim.timing`, compiled here; they are not
+restated in this module.
 
 Every delay beyond the memory-free recurrence is charged to DRAM (data not ready) or to
 write-back (output slot still draining), so ``cycles = compute_cycles + dram + write-back``
@@ -50,11 +55,20 @@ import numpy as np
 
 import os as _os
 
-from .dram import dram_transfer
-from .jit import invalidate_stale_cache, jit
+from . import timing as T
+from .dram import F_BLACKOUT, F_TREFI, S_AGG, S_BUSY, dram_transfer, run_state
+from .jit import compile_pure, invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
-invalidate_stale_cache(__file__, _os.path.join(_here, "dram.py"), _os.path.join(_here, "jit.py"))
+invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in
+                                   ("dram.py", "dram_counts.py", "jit.py", "timing.py")))
+
+# The array-timing contract, compiled from its single statement in sim/timing.py (bound at
+# import: with NUMBA_DISABLE_JIT=1 a replaced timing function takes effect here if it is
+# replaced before this module is imported).
+(_os_last_step, _os_last_output, _os_period, _ws_weight_load, _ws_first_row, _ws_row_output,
+ _ws_period) = compile_pure(T, ("os_last_step", "os_last_output", "os_period", "ws_weight_load",
+                                "ws_first_row", "ws_row_output", "ws_period"))
 
 # integer parameters
 (P_DF, P_R, P_C, P_M, P_K, P_N, P_BATCH, P_MB, P_KB, P_NB, P_ORDER, P_OS_NUM, P_OS_DEN,
@@ -63,7 +77,7 @@ invalidate_stale_cache(__file__, _os.path.join(_here, "dram.py"), _os.path.join(
  P_W_BASE, P_W_LD, P_W_BITS, P_W_T, P_W_BSTRIDE,
  P_O_BASE, P_O_LD, P_O_BITS, P_O_T, P_O_BSTRIDE,
  P_ACC_BITS, P_ENGINES, P_MAXOUT, P_SETUP, P_MEMORY, P_CUTOFF, P_PERIODS, P_TRAFFIC,
- P_X_SB, P_W_SB, N_IPARAMS) = range(42)
+ P_X_SB, P_W_SB, P_BEST, N_IPARAMS) = range(43)
 # float parameters (F_X_DUP/F_W_DUP: arrays sharing one X/W slice; F_SB_BPC: this array's
 # share of the shared buffer's bytes per cycle)
 F_GHZ, F_DMA_BPC, F_SHARE, F_X_DUP, F_W_DUP, F_SB_BPC, N_FPARAMS = range(7)
@@ -76,12 +90,12 @@ F_GHZ, F_DMA_BPC, F_SHARE, F_X_DUP, F_W_DUP, F_SB_BPC, N_FPARAMS = range(7)
 NEG = -(1 << 60)
 
 
-@jit
+@jit(inline="always")
 def _cdiv(a, b):
     return -(-a // b)
 
 
-@jit
+@jit(inline="always")
 def _descriptor(base, ld, bits, trans, bstride, bt, r0, c0, nr, nc):
     """Logical block (r0, c0, nr × nc) of a row-major (or transposed) operand → 2-D descriptor."""
     if trans == 0:
@@ -100,7 +114,7 @@ def _descriptor(base, ld, bits, trans, bstride, bt, r0, c0, nr, nc):
 
 
 @jit
-def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip, dfp, ds,
+def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip, dfp, ds, pat,
          eng, sbs, pc_s, pc_e, tr_pc, out):
     """Issue one descriptor; returns (data start ns, completion ns).
 
@@ -120,8 +134,7 @@ def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, ip, fp, dip
         sbs[0] = dram_end
     else:
         dram_end = dram_transfer(start, addr, rows, row_bytes, stride, is_write, share, dip,
-                                 dfp, ds[0], ds[1], ds[2], ds[3], ds[4], ds[5], ds[6], ds[7],
-                                 ds[8], ds[9], ds[10], ds[11], ds[12], pc_s, pc_e)
+                                 dfp, ds, pat, pc_s, pc_e)
     port_end = start + (rows * row_bytes) / (fp[F_DMA_BPC] * ghz)
     eng[e, 0] = port_end
     done = max(dram_end, port_end)
@@ -151,6 +164,11 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     ``pat`` is the DRAM pattern cache (:func:`diptych.sim.dram.pattern_cache`): counts are
     exact, so it may be shared between runs on the same DRAM geometry."""
     out = np.zeros(N_OUT)
+    # typed (not literal) constants: literal arguments would compile extra specialisations
+    neg = np.int64(NEG)
+    zero = np.int64(0)
+    read = np.int64(0)
+    write = np.int64(1)
     df = ip[P_DF]
     R = ip[P_R]
     C = ip[P_C]
@@ -170,11 +188,11 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     acc_bytes = ip[P_ACC_BITS] / 8.0
     # DRAM and DMA state
     p_n = dip[0]
-    ds = (np.zeros(p_n), np.full(p_n, -1, np.int64), np.full((p_n, 4), -1e18),
-          pat[0], pat[1], pat[2], pat[3], pat[4], pat[5], pat[6], pat[7], np.zeros(p_n),
-          np.zeros(1))
-    pc_s = np.zeros(p_n)
-    pc_e = np.zeros(p_n)
+    ds = run_state(p_n)
+    # per-pseudo-channel spans of the last transfer: only kept when tracing
+    n_span = p_n if tr_pc.shape[0] > 0 else 0
+    pc_s = np.zeros(n_span)
+    pc_e = np.zeros(n_span)
     eng = np.zeros((ip[P_ENGINES], 1 + ip[P_MAXOUT]))
     sbs = np.zeros(1)
     share = fp[F_SHARE]
@@ -184,21 +202,21 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     out_free = np.zeros(2)
     x_cur = 1
     w_cur = 1
-    x_key = NEG
-    w_key = NEG
+    x_key = neg
+    w_key = neg
     x_ready = 0.0
     w_ready = 0.0
     nxt_x_ready = 0.0
     nxt_w_ready = 0.0
-    nxt_x_key = NEG
-    nxt_w_key = NEG
+    nxt_x_key = neg
+    nxt_w_key = neg
     n_out = 0
     nxt_x_slot = 0
     nxt_w_slot = 0
     # array state
-    L = NEG
-    s_first = NEG
-    s_last = NEG
+    L = neg
+    s_first = neg
+    s_last = neg
     last_out = 0
     wb_end_cyc = 0
     periods_done = 0
@@ -244,8 +262,8 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 out[O_SRAM_WR] += rows * rb
                 if memory == 1:
                     req = x_free[1 - x_cur] / ghz
-                    s0, d0 = _dma(req, a, rows, rb, st, 0, sh, sb, ip, fp, dip, dfp, ds, eng,
-                                  sbs, pc_s, pc_e, tr_pc, out)
+                    s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, ip, fp, dip, dfp, ds, pat,
+                                  eng, sbs, pc_s, pc_e, tr_pc, out)
                     nxt_x_ready = d0
                     if nb_ < tr_blocks.shape[0]:
                         tr_blocks[nb_, T_XS] = s0
@@ -268,8 +286,8 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 out[O_SRAM_WR] += rows * rb
                 if memory == 1:
                     req = w_free[1 - w_cur] / ghz
-                    s0, d0 = _dma(req, a, rows, rb, st, 0, sh, sb, ip, fp, dip, dfp, ds, eng,
-                                  sbs, pc_s, pc_e, tr_pc, out)
+                    s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, ip, fp, dip, dfp, ds, pat,
+                                  eng, sbs, pc_s, pc_e, tr_pc, out)
                     nxt_w_ready = d0
                     if nb_ < tr_blocks.shape[0]:
                         tr_blocks[nb_, T_WS] = s0
@@ -314,19 +332,19 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
         if df == 0:
             nf = _cdiv(mb, R) * ncf
             ke = _cdiv(kb * ip[P_OS_DEN], ip[P_OS_NUM])
-            per = max(ke, R)
-            if L == NEG:
+            per = _os_period(R, ke)
+            if L == neg:
                 first = max(ready, ofree)
                 Ln = first + ke - 1
                 delay = first
             else:
                 first = max(L + 1, ready, ofree)
-                Ln = max(first + ke - 1, L + R)
+                Ln = _os_last_step(first, ke, L, R)
                 delay = Ln - (L + per)
             start_c = first
             L = Ln + (nf - 1) * per
             consume = L
-            lo = L + 2 * R + C - 2
+            lo = _os_last_output(L, R, C)
             out[O_BUSY] += nf * ke
             out[O_SRAM_RD] += mb * kb * xbits / 8.0 * ncf + kb * nbb * wbits / 8.0 * _cdiv(mb, R)
             out[O_SRAM_WR] += mb * nbb * acc_bytes
@@ -336,22 +354,22 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             nkf = _cdiv(kb, ip[P_RK])
             nf = nkf * ncf
             me = _cdiv(mb * ip[P_WS_DEN], ip[P_WS_NUM])
-            per = max(me, 2 * R + C - 2)
-            if s_first == NEG:
+            per = _ws_period(R, C, me)
+            if s_first == neg:
                 w = ready
-                s0 = max(w + R, ofree)
-                delay = s0 - R
+                s0 = max(_ws_first_row(w, neg, R), ofree)
+                delay = s0 - _ws_first_row(zero, neg, R)
             else:
-                w_nd = s_first + R + C - 2
-                s0_nd = max(w_nd + R, s_last + 1)
+                w_nd = _ws_weight_load(s_first, R, C)
+                s0_nd = _ws_first_row(w_nd, s_last, R)
                 w = max(w_nd, ready)
-                s0 = max(w + R, s_last + 1, ofree, ready)
+                s0 = max(_ws_first_row(w, s_last, R), ofree, ready)
                 delay = s0 - s0_nd
             start_c = w
             s_first = s0 + (nf - 1) * per
             s_last = s_first + me - 1
             consume = s_last
-            lo = s_last + R + C - 1
+            lo = _ws_row_output(s_last, R, C)
             out[O_BUSY] += nf * me
             out[O_SRAM_RD] += mb * kb * xbits / 8.0 * ncf + kb * nbb * wbits / 8.0
             out[O_SRAM_WR] += mb * nbb * acc_bytes * nkf
@@ -371,14 +389,21 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             # cycles after the last input; WS: the last row of the last fold is at least
             # ``rem − R + 1`` after this one (a short last fold can take less than its period)
             if df == 0:
-                proj = consume + (ip[P_PERIODS] - periods_done) + 2 * R + C - 1
+                proj = _os_last_output(consume + (ip[P_PERIODS] - periods_done), R, C) + 1
             else:
                 proj = consume + (ip[P_PERIODS] - periods_done) - R + 2
             if memory == 1:
                 rem = ip[P_TRAFFIC] - (out[O_DRAM_RD] + out[O_DRAM_WR])
-                pm = (ds[12][0] + rem / dip[3] * dfp[0] * fp[F_SHARE] / p_n) * ghz
+                rem_ns = rem / dip[3] * dfp[0] * fp[F_SHARE] / p_n
+                pm = (ds[S_AGG][0] + rem_ns) * ghz
                 if pm > proj:
                     proj = pm
+                if ip[P_BEST] > 0 and proj < cutoff:
+                    # the aggregate server is dark in every refresh window: a span of D ns
+                    # holds at least floor(D / tREFI) - 1 whole windows
+                    dark = dfp[F_BLACKOUT] * max(0.0, math.floor(rem_ns / dfp[F_TREFI]) - 1.0)
+                    if (ds[S_AGG][0] + rem_ns + dark) * ghz > ip[P_BEST]:
+                        proj = cutoff
             if proj >= cutoff:
                 out[O_CYCLES] = proj
                 out[O_ABORTED] = 1
@@ -401,8 +426,8 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             out[O_DRAM_WR] += rows * rb
             out[O_SRAM_RD] += rows * rb
             if memory == 1:
-                s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, 1, share, 0, ip, fp, dip, dfp,
-                                ds, eng, sbs, pc_s, pc_e, tr_pc, out)
+                s0w, d0w = _dma((lo + 1) / ghz, a, rows, rb, st, write, share, zero, ip, fp, dip,
+                                dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                 done_c = int(math.ceil(d0w * ghz))
                 out_free[n_out % 2] = done_c
                 if done_c > wb_end_cyc:
@@ -427,6 +452,6 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     out[O_LAST_OUT] = last_out
     s = 0.0
     for p in range(p_n):
-        s += ds[11][p]
+        s += ds[S_BUSY][p]
     out[O_DRAM_BUSY_NS] = s
     return out

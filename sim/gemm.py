@@ -2,49 +2,47 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 
 import numpy as np
 
-from ..arch.chip import DATAFLOWS
 from . import engine as E
 from . import mapper as MP
 from .array import array_rates
 from .dram import pattern_cache
+from .ops import check_dataflows
 from .stats import OpStats
 
 
 _SB_MODES = ("dram", "shared copies", "shared copies and re-reads")
 
-
-def check_dataflows(chip, dataflow):
-    """The dataflows to try: the requested one (validated) or all the chip supports."""
-    supported = chip.core.array.dataflows
-    if dataflow is None:
-        return tuple(supported)
-    if dataflow not in DATAFLOWS:
-        raise ValueError(f"dataflow must be one of {', '.join(DATAFLOWS)}, not {dataflow!r}")
-    if dataflow not in supported:
-        raise ValueError(f"dataflow {dataflow!r} is not supported by chip {chip.name!r} "
-                         f"(supported: {', '.join(supported)})")
-    return (dataflow,)
+# untraced runs share these (the engine writes nothing into empty traces)
+_NO_TRACE_BLOCKS = np.zeros((0, E.N_TRACE))
+_NO_TRACE_SPANS = np.zeros((0, 4))
 
 
 def run_engine(chip, pb, blk, rates, split, memory: bool, trace_blocks: int = 0,
-               trace_spans: int = 0, cutoff: int = 0, periods: int | None = None):
+               trace_spans: int = 0, cutoff: int = 0, periods: int | None = None,
+               best: int = 0, base=None):
     """One engine run; returns (output vector, block trace, channel-span trace).
 
-    ``cutoff`` > 0 lets the engine give up once it cannot beat that many cycles
-    (``periods``: :func:`mapper.period_cycles` of the blocking, if already known)."""
-    ip, fp = MP.engine_params(chip, pb, blk, rates, split, memory)
+    ``cutoff`` > 0 lets the engine give up once it cannot beat that many cycles, and ``best``
+    (the best cycles so far) once a bound shows it cannot (``periods``:
+    :func:`mapper.period_cycles` of the blocking, if already known). ``base``: the group's
+    :func:`mapper.engine_base` vectors, if already built."""
+    if base is None:
+        base = MP.engine_base(chip, pb, rates, split, memory)
+    ip, fp = MP.set_blocking(base[0].copy(), blk), base[1]
     if cutoff > 0:
         ip[E.P_CUTOFF] = cutoff
         ip[E.P_PERIODS] = MP.period_cycles(chip, pb, blk, rates) if periods is None else periods
         ip[E.P_TRAFFIC] = int(MP.traffic_bytes(pb, blk))
+        ip[E.P_BEST] = best
     t = MP.dram_timing(chip)
     dip, dfp = MP.dram_vectors(chip.dram)
-    tb = np.zeros((trace_blocks, E.N_TRACE))
-    tp = np.zeros((trace_spans, 4))
+    tb = np.zeros((trace_blocks, E.N_TRACE)) if trace_blocks else _NO_TRACE_BLOCKS
+    tp = np.zeros((trace_spans, 4)) if trace_spans else _NO_TRACE_SPANS
     out = E.run_schedule(ip, fp, dip, dfp, pattern_cache(t), tb, tp)
     return out, tb, tp
 
@@ -71,7 +69,9 @@ def plan(op, chip, dataflow=None):
             groups.append([MP.group_floor(chip, pb, rates, split, peak_bpc), len(groups), pb,
                            split, peak_bpc, None])
     pending = sorted(groups, key=lambda g: (g[0], g[1]))
-    built = []          # [group, table, est order, est sorted, lb sorted, pointer]
+    built = []          # [group, table, est order, est sorted, lb sorted, pointer, engine base]
+    heads = []          # heap of (est, group position, local index, built index): each built
+    #                     group's next candidate (lazily checked against the threshold)
     errors = []
     n_cands = 0
     best = None
@@ -79,17 +79,20 @@ def plan(op, chip, dataflow=None):
     spent = 0
     while True:
         thr = math.inf if best is None else best[0] * (1.0 - MP.PRUNE_TOLERANCE)
-        head = None
-        for b in built:
+        # the head: the least (est, group, local) among the groups' next candidates whose
+        # bound can beat the best (skipped ones never can again: thr only falls)
+        while heads:
+            b = built[heads[0][3]]
             lbs = b[4]
-            if b[5] < len(lbs) and not lbs[b[5]] < thr:
-                ahead = np.flatnonzero(lbs[b[5]:] < thr)
-                b[5] = len(lbs) if ahead.size == 0 else b[5] + int(ahead[0])
-            if b[5] < len(lbs):
-                key = (b[3][b[5]], b[0][1], int(b[2][b[5]]))
-                if head is None or key < head[0]:
-                    head = (key, b)
-        if pending and pending[0][0] < thr and (head is None or pending[0][0] <= head[0][0]):
+            if lbs[b[5]] < thr:
+                break
+            heapq.heappop(heads)
+            ahead = np.flatnonzero(lbs[b[5]:] < thr)
+            if ahead.size:
+                b[5] += int(ahead[0])
+                heapq.heappush(heads, (b[3][b[5]], b[0][1], int(b[2][b[5]]), b[7]))
+        head = heads[0] if heads else None
+        if pending and pending[0][0] < thr and (head is None or pending[0][0] <= head[0]):
             g = pending.pop(0)
             _, _, pb, split, peak_bpc, _ = g
             try:
@@ -98,21 +101,29 @@ def plan(op, chip, dataflow=None):
                 errors.append(exc)
                 continue
             order = np.argsort(est, kind="stable")
-            built.append([g, cs, order, est[order], lb[order], 0])
+            b = [g, cs, order, est[order], lb[order], 0, None, len(built)]
+            built.append(b)
+            heapq.heappush(heads, (b[3][0], g[1], int(order[0]), b[7]))
             n_cands += len(cs)
             continue
         if head is None:
             break
         if best is not None and spent >= MP.MAX_SIMULATED_BLOCKS:
             break
-        (_, gpos, local), b = head
+        _, gpos, local, bi = heapq.heappop(heads)
+        b = built[bi]
         b[5] += 1
+        if b[5] < len(b[4]):
+            heapq.heappush(heads, (b[3][b[5]], gpos, int(b[2][b[5]]), bi))
         pb, split, cs = b[0][2], b[0][3], b[1]
+        if b[6] is None:
+            b[6] = MP.engine_base(chip, pb, rates, split, True)
         blk = cs[local]
         spent += pb.batch * MP._cdiv(pb.m, blk.mb) * MP._cdiv(pb.k, blk.kb) * MP._cdiv(pb.n, blk.nb)
         cut = 0 if best is None else int(best[0] * (1.0 - MP.PRUNE_TOLERANCE)) + 1
         out, _, _ = run_engine(chip, pb, blk, rates, split, True, cutoff=cut,
-                               periods=int(cs.periods[local]))
+                               periods=int(cs.periods[local]),
+                               best=0 if best is None else best[0], base=b[6])
         sims += 1
         if out[E.O_ABORTED]:
             continue

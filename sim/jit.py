@@ -23,13 +23,45 @@ def jit(fn=None, **overrides):
     return numba.njit(**opts)(fn)
 
 
+_REGISTERED: set = set()
+_COMPILED: dict = {}
+
+
+def compile_pure(module, names):
+    """Compile the plain functions ``names`` of ``module`` (a module that must not import
+    Numba, e.g. :mod:`diptych.sim.timing`) for use in kernels; returns their dispatchers in
+    order (inlined into the kernels that call them: small functions cost more to compile on
+    their own). Every function the module lists in ``KERNEL_FUNCTIONS`` is first registered
+    with Numba, so that they may call one another by name. With ``NUMBA_DISABLE_JIT=1`` the
+    plain functions themselves are returned, looked up when this is called: a test may
+    replace one in ``module`` before importing the kernels' module."""
+    import numba
+    from numba.extending import register_jitable
+
+    fns = [getattr(module, n) for n in names]
+    if numba.config.DISABLE_JIT:
+        return tuple(fns)
+    for n in module.KERNEL_FUNCTIONS:
+        f = getattr(module, n)
+        if id(f) not in _REGISTERED:
+            register_jitable(f)
+            _REGISTERED.add(id(f))
+    out = []
+    for f in fns:     # one dispatcher per function, shared by the kernel modules
+        if f not in _COMPILED:
+            _COMPILED[f] = jit(f, inline="always")
+        out.append(_COMPILED[f])
+    return tuple(out)
+
+
 def invalidate_stale_cache(module_file: str, *deps: str) -> None:
     """Drop Numba's on-disk cache of ``module_file`` when it or one of ``deps`` changed.
 
     Numba keys a cached kernel on its own source file only, so a kernel that calls kernels of
     another module would keep running stale machine code after that module is edited. Kernel
     modules call this at import with the files their kernels use; the cache next to the source
-    (``__pycache__``, the development case) is cleared when their combined hash changes.
+    (``__pycache__``, the development case, or the one under ``NUMBA_CACHE_DIR``) is cleared
+    when their combined hash changes.
     Failures (read-only installs, races between processes) are ignored: Numba then recompiles.
     """
     import glob
@@ -45,6 +77,10 @@ def invalidate_stale_cache(module_file: str, *deps: str) -> None:
             return
     digest = h.hexdigest()
     cache_dir = os.path.join(os.path.dirname(os.path.abspath(module_file)), "__pycache__")
+    if numba.config.CACHE_DIR:   # NUMBA_CACHE_DIR: Numba keeps the cache there instead
+        from numba.core.caching import UserProvidedCacheLocator
+        cache_dir = os.path.join(numba.config.CACHE_DIR,
+                                 UserProvidedCacheLocator.get_suitable_cache_subpath(module_file))
     stem = os.path.splitext(os.path.basename(module_file))[0]
     stamp = os.path.join(cache_dir, f"{stem}.deps-sha1")
     try:

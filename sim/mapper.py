@@ -30,6 +30,8 @@ import numpy as np
 
 from ..arch.dtypes import DTYPE_BYTES
 from . import engine as E
+from . import mapper_kernels as MK
+from . import timing as T
 from .array import Rates
 from .dram import DramTiming, refresh_lower_bound_ns
 
@@ -167,19 +169,31 @@ def orient(op, dataflow: str, split: Split, m_total: int) -> Problem:
 def engine_params(chip, pb: Problem, blk: Blocks, rates: Rates, split: Split,
                   memory: bool) -> tuple[np.ndarray, np.ndarray]:
     """The integer and float parameter vectors of :func:`engine.run_schedule`."""
+    ip, fp = engine_base(chip, pb, rates, split, memory)
+    return set_blocking(ip.copy(), blk), fp
+
+
+def set_blocking(ip: np.ndarray, blk: Blocks) -> np.ndarray:
+    """Write a blocking into an integer parameter vector (returned)."""
+    ip[E.P_MB], ip[E.P_KB], ip[E.P_NB], ip[E.P_ORDER] = blk.mb, blk.kb, blk.nb, blk.order
+    ip[E.P_X_SB], ip[E.P_W_SB] = blk.x_sb, blk.w_sb
+    return ip
+
+
+def engine_base(chip, pb: Problem, rates: Rates, split: Split,
+                memory: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`engine_params` without the blocking (shared by a group's candidates)."""
     arr = chip.core.array
     ip = np.zeros(E.N_IPARAMS, dtype=np.int64)
     ip[E.P_DF] = 0 if pb.dataflow == "os" else 1
     ip[E.P_R], ip[E.P_C] = arr.rows, arr.cols
     ip[E.P_M], ip[E.P_K], ip[E.P_N], ip[E.P_BATCH] = pb.m, pb.k, pb.n, pb.batch
-    ip[E.P_MB], ip[E.P_KB], ip[E.P_NB], ip[E.P_ORDER] = blk.mb, blk.kb, blk.nb, blk.order
     ip[E.P_OS_NUM], ip[E.P_OS_DEN] = rates.os_num, rates.os_den
     ip[E.P_WS_NUM], ip[E.P_WS_DEN] = rates.ws_num, rates.ws_den
     ip[E.P_RK] = rates.stationary_rows
     t = 1 if pb.transposed else 0
-    x_base = pb.x_base
     ip[E.P_X_BASE], ip[E.P_X_LD], ip[E.P_X_BITS], ip[E.P_X_T], ip[E.P_X_BSTRIDE] = \
-        x_base, pb.x_ld, pb.x_bits, t, pb.x_bstride
+        pb.x_base, pb.x_ld, pb.x_bits, t, pb.x_bstride
     ip[E.P_W_BASE], ip[E.P_W_LD], ip[E.P_W_BITS], ip[E.P_W_T], ip[E.P_W_BSTRIDE] = \
         (pb.w_base, pb.w_ld, pb.w_bits, t, pb.w_bstride)
     ip[E.P_O_BASE], ip[E.P_O_LD], ip[E.P_O_BITS], ip[E.P_O_T], ip[E.P_O_BSTRIDE] = \
@@ -189,7 +203,6 @@ def engine_params(chip, pb: Problem, blk: Blocks, rates: Rates, split: Split,
     ip[E.P_ENGINES], ip[E.P_MAXOUT], ip[E.P_SETUP] = engines, chip.dma.max_outstanding, \
         chip.dma.setup_cycles
     ip[E.P_MEMORY] = 1 if memory else 0
-    ip[E.P_X_SB], ip[E.P_W_SB] = blk.x_sb, blk.w_sb
     fp = np.zeros(E.N_FPARAMS)
     fp[E.F_GHZ], fp[E.F_DMA_BPC], fp[E.F_SHARE] = chip.clock_ghz, per_engine, float(split.active)
     fp[E.F_X_DUP], fp[E.F_W_DUP] = float(pb.x_dup), float(pb.w_dup)
@@ -382,10 +395,10 @@ def period_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
             for nb, cn in _parts(pb.n, blk.nb):
                 if pb.dataflow == "os":
                     ke = _cdiv(kb * rates.os_den, rates.os_num)
-                    f = _cdiv(mb, R) * _cdiv(nb, C) * max(ke, R)
+                    f = _cdiv(mb, R) * _cdiv(nb, C) * T.os_period(R, ke)
                 else:
                     me = _cdiv(mb * rates.ws_den, rates.ws_num)
-                    f = _cdiv(kb, rates.stationary_rows) * _cdiv(nb, C) * max(me, 2 * R + C - 2)
+                    f = _cdiv(kb, rates.stationary_rows) * _cdiv(nb, C) * T.ws_period(R, C, me)
                 total += f * cm * ck * cn
     return pb.batch * total
 
@@ -405,11 +418,13 @@ def compute_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
     m0, k0, n0 = min(blk.mb, pb.m), min(blk.kb, pb.k), min(blk.nb, pb.n)
     ml = pb.m - (_cdiv(pb.m, blk.mb) - 1) * blk.mb
     if pb.dataflow == "os":
+        # the first fold's last step is ke0 − 1 instead of a period after the previous one
         ke0 = _cdiv(k0 * rates.os_den, rates.os_num)
-        return total - max(ke0, R) + ke0 - 1 + 2 * R + C - 1
+        return T.os_last_output(total - T.os_period(R, ke0) + ke0 - 1, R, C) + 1
+    # the first fold's first row is R (weights from cycle 0); the last fold streams mel rows
     mel = _cdiv(ml * rates.ws_den, rates.ws_num)
-    per_l = max(mel, 2 * R + C - 2)
-    return R + total - per_l + mel - 1 + R + C
+    first = T.ws_first_row(0, -1, R)
+    return T.ws_row_output(first + total - T.ws_period(R, C, mel) + mel - 1, R, C) + 1
 
 
 def edge_bytes(pb: Problem, blk: Blocks) -> float:
@@ -464,35 +479,6 @@ def dram_vectors(dram) -> tuple[np.ndarray, np.ndarray]:
 
 
 
-def candidate_arrays(chip, pb: Problem, rates: Rates, split: Split):
-    """:func:`candidates` as NumPy columns (mb, kb, nb, order), same order (tests compare)."""
-    arr = chip.core.array
-    cap, acc = capacity(chip, split)
-    ms = np.array(_sizes(min(arr.rows, pb.m), pb.m), dtype=np.int64)
-    kbase = arr.rows if pb.dataflow == "os" else rates.stationary_rows
-    ks = np.array(_sizes(min(kbase, pb.k), pb.k), dtype=np.int64)
-    ns = np.array(_sizes(min(arr.cols, pb.n), pb.n), dtype=np.int64)
-    mb, kb, nb = (a.ravel() for a in np.meshgrid(ms, ks, ns, indexing="ij"))
-    x = 2 * (-(-(mb * kb * pb.x_bits) // 8))
-    w = 2 * (-(-(kb * nb * pb.w_bits) // 8))
-    o = 2 * (-(-(mb * nb * pb.acc_bits) // 8))
-    if acc:
-        fits = (o <= acc) & (x + w <= cap)
-    else:
-        fits = x + w + o <= cap
-    mb, kb, nb = mb[fits], kb[fits], nb[fits]
-    both = (-(-pb.m // mb) > 1) & (-(-pb.n // nb) > 1)
-    # order 0 for every fitting blocking, followed by order 1 where it differs
-    rep = 1 + both.astype(np.int64)
-    idx = np.repeat(np.arange(len(mb)), rep)
-    order = np.zeros(len(idx), dtype=np.int64)
-    first = np.cumsum(rep) - rep
-    order[first[both] + 1] = 1
-    if len(idx) == 0:
-        candidates(chip, pb, rates, split)   # raises the explanatory ValueError
-    return mb[idx], kb[idx], nb[idx], order
-
-
 def group_floor(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float) -> float:
     """A bound below every candidate's estimate and lower bound for this split and dataflow:
     max(MACs at the array's peak rate, the fewest DRAM bytes any mode can move at the array's
@@ -535,131 +521,66 @@ class BlockTable:
 
 
 def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float):
-    """Vectorised :func:`candidates` with their estimate and lower bound.
+    """:func:`candidates` (and their :func:`shared_buffer_modes`) with their estimate and
+    lower bound, compiled (:mod:`diptych.sim.mapper_kernels`).
 
-    Returns (mb, kb, nb, order, est, lb) NumPy arrays; the same numbers as
-    :func:`compute_cycles`, :func:`traffic_bytes` and :func:`edge_bytes` per candidate (the
-    tests compare them). ``lb`` = max(memory-free cycles + :func:`edge_cycles`, all bytes at
-    the array's share of the pin bandwidth, all loads and write-backs at
-    the array's DMA port rate, shared-buffer re-reads at the array's share of its bandwidth);
-    ``est`` = max(memory-free
-    cycles, DRAM bytes at 90 % of the pin share, the port time, re-reads at 90 % of the
-    shared-buffer share) + one DMA setup per block per engine.
+    Returns (BlockTable, est, lb); the same numbers as :func:`compute_cycles`,
+    :func:`traffic_bytes` and :func:`edge_bytes` per candidate (the tests compare them and an
+    independent NumPy version). ``lb`` = max(memory-free cycles + :func:`edge_cycles`, all
+    bytes at the array's share of the pin bandwidth, all loads and write-backs at the array's
+    DMA port rate, shared-buffer re-reads at the array's share of its bandwidth); ``est`` =
+    max(memory-free cycles, DRAM bytes at 90 % of the pin share, the port time, re-reads at
+    90 % of the shared-buffer share) + one DMA setup per block per engine.
     """
     arr = chip.core.array
-    R, C = arr.rows, arr.cols
-
-    def cd(a, b):
-        return -(-a // b)
-
-    mb, kb, nb, order = candidate_arrays(chip, pb, rates, split)
-    xsb = np.zeros(len(mb), dtype=np.int64)
-    wsb = np.zeros(len(mb), dtype=np.int64)
-    base = mb
+    cap, acc = capacity(chip, split)
+    kbase = arr.rows if pb.dataflow == "os" else rates.stationary_rows
+    mb, kb, nb, order = MK.blockings(arr.rows, arr.cols, kbase, pb.m, pb.k, pb.n, pb.x_bits,
+                                     pb.w_bits, pb.acc_bits, cap, acc)
+    if len(mb) == 0:
+        candidates(chip, pb, rates, split)   # raises the explanatory ValueError
+    xsb, wsb = np.zeros(len(mb), dtype=np.int64), np.zeros(len(mb), dtype=np.int64)
     if chip.shared_buffer is not None:
-        # vectorised shared_buffer_modes: every (X mode, W mode) variant that fits
-        x = pb.m * pb.k * pb.x_bits / 8
-        w = pb.k * pb.n * pb.w_bits / 8
-        nm_, nk_, nn_ = cd(pb.m, mb), cd(pb.k, kb), cd(pb.n, nb)
-        x_re = np.where(order == 0, (nk_ > 1) & (nn_ > 1), (nn_ > 1) & ~((nk_ == 1) & (nm_ == 1)))
-        w_re = np.where(order == 0, (nm_ > 1) & ~((nk_ == 1) & (nn_ == 1)), (nk_ > 1) & (nm_ > 1))
-        m0_, k0_, n0_ = np.minimum(mb, pb.m), np.minimum(kb, pb.k), np.minimum(nb, pb.n)
-        xn, wn = split.active // pb.x_dup, split.active // pb.w_dup
-        x1 = 2 * m0_ * k0_ * pb.x_bits / 8 * xn
-        w1 = 2 * k0_ * n0_ * pb.w_bits / 8 * wn
-        x2 = np.maximum(x1, np.where(order == 0, m0_ * pb.k, pb.m * pb.k) * pb.x_bits / 8 * xn)
-        w2 = np.maximum(w1, np.where(order == 0, pb.k * pb.n, pb.k * n0_) * pb.w_bits / 8 * wn)
-        cap = chip.shared_buffer.capacity_bytes
-        n0 = len(base)
-        xs = np.zeros((3, n0))                 # reuse set of X in mode 0, 1, 2
-        xs[1], xs[2] = x1, x2
-        ws = np.zeros((3, n0))
-        ws[1], ws[2] = w1, w2
-        xg = np.ones((3, n0), dtype=bool)      # the mode changes something
-        xg[1], xg[2] = pb.x_dup > 1, x_re
-        wg = np.ones((3, n0), dtype=bool)
-        wg[1], wg[2] = pb.w_dup > 1, w_re
-        # keep[a, b, i]: X mode a and W mode b of base candidate i fit (and change something)
-        fits = xg[:, None, :] & wg[None, :, :] & (xs[:, None, :] + ws[None, :, :] <= cap)
-        keep = fits.copy()
-        keep[:, 0, :] &= ~fits[:, 1, :]      # mode 1 dominates mode 0 where it fits (modes)
-        keep[0, :, :] &= ~fits[1, :, :]
-        pin_bpc = chip.dram.peak_bytes_per_s / chip.clock_hz
-        sb_total = chip.shared_buffer.bytes_per_cycle
-        if sb_total >= pb.x_dup * pin_bpc:   # and so does mode 2 where the buffer is faster
-            keep[0, :, :] &= ~fits[2, :, :]
-            keep[1, :, :] &= ~fits[2, :, :]
-        if sb_total >= pb.w_dup * pin_bpc:
-            keep[:, 0, :] &= ~fits[:, 2, :]
-            keep[:, 1, :] &= ~fits[:, 2, :]
-        # the variants of one base candidate stay together, in (X mode, W mode) order
-        idx, combo = np.nonzero(keep.reshape(9, n0).T)
-        xsb, wsb = combo // 3, combo % 3
-        mb, kb, nb, order = mb[idx], kb[idx], nb[idx], order[idx]
+        mb, kb, nb, order, xsb, wsb = _shared_buffer_variants(chip, pb, split, mb, kb, nb, order)
     cs = BlockTable(mb, kb, nb, order, xsb, wsb)
-
-    def dim_sum(extent, blk, fn):
-        # Σ over a dimension's blocks (full ones and the ragged last one) of fn(block size);
-        # a fold's period is a product of one such factor per dimension, so the sum over all
-        # blocks is the product of the per-dimension sums
-        rem = extent % blk
-        return (extent // blk) * fn(blk) + np.where(rem > 0, fn(rem), 0)
-
-    if pb.dataflow == "os":
-        periods = (dim_sum(pb.m, mb, lambda v: cd(v, R)) * dim_sum(pb.n, nb, lambda v: cd(v, C))
-                   * dim_sum(pb.k, kb, lambda v: np.maximum(cd(v * rates.os_den, rates.os_num),
-                                                            R)))
-    else:
-        periods = (dim_sum(pb.k, kb, lambda v: cd(v, rates.stationary_rows))
-                   * dim_sum(pb.n, nb, lambda v: cd(v, C))
-                   * dim_sum(pb.m, mb, lambda v: np.maximum(cd(v * rates.ws_den, rates.ws_num),
-                                                            2 * R + C - 2)))
-    periods *= pb.batch
-    cs.periods = periods
-    k0 = np.minimum(kb, pb.k)
-    m0, n0 = np.minimum(mb, pb.m), np.minimum(nb, pb.n)
-    ml = pb.m - (cd(pb.m, mb) - 1) * mb
-    nl = pb.n - (cd(pb.n, nb) - 1) * nb
-    if pb.dataflow == "os":
-        ke0 = cd(k0 * rates.os_den, rates.os_num)
-        comp = periods - np.maximum(ke0, R) + ke0 - 1 + 2 * R + C - 1
-    else:
-        mel = cd(ml * rates.ws_den, rates.ws_num)
-        comp = R + periods - np.maximum(mel, 2 * R + C - 2) + mel - 1 + R + C
-    nm, nk, nn = cd(pb.m, mb), cd(pb.k, kb), cd(pb.n, nb)
-    x = pb.m * pb.k * pb.x_bits / 8
-    w = pb.k * pb.n * pb.w_bits / 8
-    o = pb.m * pb.n * pb.o_bits / 8
-    xt0 = x * np.where(nk > 1, nn, 1)
-    wt0 = w * np.where((nk == 1) & (nn == 1), 1, nm)
-    wt1 = w * np.where(nk > 1, nm, 1)
-    xt1 = x * np.where((nk == 1) & (nm == 1), 1, nn)
-    xt = np.where(order == 0, xt0, xt1)
-    wt = np.where(order == 0, wt0, wt1)
-    xdiv = np.where(xsb > 0, pb.x_dup, 1)
-    wdiv = np.where(wsb > 0, pb.w_dup, 1)
-    traffic = pb.batch * (np.where(xsb == 2, x, xt) / xdiv + np.where(wsb == 2, w, wt) / wdiv + o)
-    sbb = pb.batch * (np.where(xsb == 2, xt - x, 0.0) + np.where(wsb == 2, wt - w, 0.0))
-    e_in = (m0 * k0 * pb.x_bits / xdiv + k0 * n0 * pb.w_bits / wdiv) / 8
-    e_out = ml * nl * pb.o_bits / 8
-    t = dram_timing(chip)
-    lat = (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz
-    edge = (2 * chip.dma.setup_cycles + np.maximum(e_in / peak_bpc, lat)
-            + np.maximum(e_out / peak_bpc, lat))
-    mem_ns = refresh_lower_bound_ns(traffic / peak_bpc / chip.clock_ghz, t.t_refi_ns,
-                                    t.t_rfc_ns + t.t_rcd_ns + t.t_cl_ns)
-    lb = np.maximum(comp + edge, mem_ns * chip.clock_ghz)
-    est = np.maximum(comp, traffic / (0.9 * peak_bpc))
-    # every load and write-back passes the array's DMA ports, each moving one descriptor at a
-    # time at the engine rate
-    engines, per_engine = dma_share(chip, split)
-    port = pb.batch * (xt + wt + o) / (engines * per_engine)
-    lb = np.maximum(lb, port)
-    est = np.maximum(est, port)
-    sb_bpc = shared_buffer_bpc(chip, split)
-    if sb_bpc > 0:
-        # the shared buffer serves one re-read at a time per array
-        lb = np.maximum(lb, sbb / sb_bpc)
-        est = np.maximum(est, sbb / (0.9 * sb_bpc))
-    est = est + pb.batch * nm * nk * nn * chip.dma.setup_cycles / dma_share(chip, split)[0]
+    iv, fv = _table_vectors(chip, pb, rates, split, peak_bpc)
+    cs.periods, est, lb = MK.table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv)
     return cs, est, lb
+
+
+def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float):
+    """The scalar inputs of :func:`mapper_kernels.table_numbers`."""
+    arr = chip.core.array
+    iv = np.zeros(MK.N_K, dtype=np.int64)
+    iv[MK.K_OS] = 1 if pb.dataflow == "os" else 0
+    iv[MK.K_R], iv[MK.K_C], iv[MK.K_RK] = arr.rows, arr.cols, rates.stationary_rows
+    iv[MK.K_OS_NUM], iv[MK.K_OS_DEN] = rates.os_num, rates.os_den
+    iv[MK.K_WS_NUM], iv[MK.K_WS_DEN] = rates.ws_num, rates.ws_den
+    iv[MK.K_M], iv[MK.K_K], iv[MK.K_N], iv[MK.K_BATCH] = pb.m, pb.k, pb.n, pb.batch
+    iv[MK.K_XBITS], iv[MK.K_WBITS], iv[MK.K_OBITS] = pb.x_bits, pb.w_bits, pb.o_bits
+    iv[MK.K_XDUP], iv[MK.K_WDUP] = pb.x_dup, pb.w_dup
+    engines, per_engine = dma_share(chip, split)
+    iv[MK.K_SETUP], iv[MK.K_ENGINES] = chip.dma.setup_cycles, engines
+    t = dram_timing(chip)
+    fv = np.zeros(MK.N_G)
+    fv[MK.G_PEAK], fv[MK.G_GHZ] = peak_bpc, chip.clock_ghz
+    fv[MK.G_LAT] = (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz
+    fv[MK.G_TREFI], fv[MK.G_BLACKOUT] = t.t_refi_ns, t.t_rfc_ns + t.t_rcd_ns + t.t_cl_ns
+    fv[MK.G_PER_ENGINE], fv[MK.G_SB_BPC] = per_engine, shared_buffer_bpc(chip, split)
+    return iv, fv
+
+
+def _shared_buffer_variants(chip, pb: Problem, split: Split, mb, kb, nb, order):
+    """Every (X mode, W mode) variant of each blocking that fits the buffer
+    (:func:`shared_buffer_modes`, compiled: :func:`mapper_kernels.shared_buffer_variants`)."""
+    sv = np.zeros(MK.N_S, dtype=np.int64)
+    sv[MK.S_M], sv[MK.S_K], sv[MK.S_N] = pb.m, pb.k, pb.n
+    sv[MK.S_XBITS], sv[MK.S_WBITS] = pb.x_bits, pb.w_bits
+    sv[MK.S_XDUP], sv[MK.S_WDUP], sv[MK.S_ACTIVE] = pb.x_dup, pb.w_dup, split.active
+    pin_bpc = chip.dram.peak_bytes_per_s / chip.clock_hz
+    sb_total = chip.shared_buffer.bytes_per_cycle
+    sv[MK.S_XFAST] = sb_total >= pb.x_dup * pin_bpc
+    sv[MK.S_WFAST] = sb_total >= pb.w_dup * pin_bpc
+    idx, xsb, wsb = MK.shared_buffer_variants(mb, kb, nb, order, sv,
+                                              float(chip.shared_buffer.capacity_bytes))
+    return mb[idx], kb[idx], nb[idx], order[idx], xsb, wsb

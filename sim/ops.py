@@ -122,3 +122,18 @@ class Collective:
 
 
 Op = Gemm | VectorOp | Collective
+
+
+def check_dataflows(chip, dataflow):
+    """The dataflows to try for a GEMM on ``chip``: the requested one (validated) or all the
+    chip supports."""
+    from ..arch.chip import DATAFLOWS
+    supported = chip.core.array.dataflows
+    if dataflow is None:
+        return tuple(supported)
+    if dataflow not in DATAFLOWS:
+        raise ValueError(f"dataflow must be one of {', '.join(DATAFLOWS)}, not {dataflow!r}")
+    if dataflow not in supported:
+        raise ValueError(f"dataflow {dataflow!r} is not supported by chip {chip.name!r} "
+                         f"(supported: {', '.join(supported)})")
+    return (dataflow,)

@@ -31,6 +31,16 @@ Precisions: INT8 and BF16 share this timeline (single-cycle MAC). A PE doing ``n
 cycle in some dtype consumes ``n`` K-steps per cycle: the engine applies these rules with
 ``K → ceil(K / n)`` (OS) or with an effective ``n·R``-deep stationary tile (WS/IS); ``n < 1``
 (multi-pass modes) stretches each step to ``1/n`` cycles.
+
+The rules are stated once, as the small scalar functions in "The recurrences" below
+(:func:`os_last_step`, :func:`os_last_output`, :func:`ws_weight_load`, :func:`ws_first_row`,
+:func:`ws_row_output`, :func:`os_period`, :func:`ws_period`). The contract functions here
+(used by the RTL bench), the Numba engine (:mod:`diptych.sim.engine` compiles these same
+functions) and the mapper's closed forms all call them, so changing the contract here changes
+every prediction. The module imports nothing but the standard library (the RTL bench imports
+it without Numba). To run the engine on a perturbed contract, set ``NUMBA_DISABLE_JIT=1`` in a
+fresh process and replace the function here before importing :mod:`diptych.sim.engine` (the
+engine binds them at import); tests/sim/test_timing_once.py does this.
 """
 
 from __future__ import annotations
@@ -41,7 +51,52 @@ __all__ = [
     "os_isolated_cycles", "ws_isolated_cycles", "os_period", "ws_period",
     "os_output_cycles", "ws_output_cycles", "os_schedule", "ws_schedule",
     "os_sequence_cycles", "ws_sequence_cycles",
+    "os_last_step", "os_last_output", "os_row_output", "ws_weight_load", "ws_first_row",
+    "ws_row_output",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The recurrences: pure integer functions of scalars (the kernels compile them with
+# sim.jit.compile_pure, which lets them call one another)
+
+#: The functions kernels may compile (they call only one another).
+KERNEL_FUNCTIONS = ("os_last_step", "os_row_output", "os_last_output", "os_period",
+                    "ws_weight_load", "ws_first_row", "ws_row_output", "ws_period")
+
+def os_last_step(first: int, k: int, prev_last: int, rows: int) -> int:
+    """OS: the last-step cycle of a tile of ``k`` steps offered from cycle ``first`` (which must
+    be after ``prev_last``, the previous tile's last step): its steps run back to back, and
+    the drain register holds the previous results for R cycles, so ``L ≥ prev_last + R``."""
+    return max(first + k - 1, prev_last + rows)
+
+
+def os_row_output(last: int, rows: int, cols: int, i: int) -> int:
+    """OS: the cycle in which output row ``i`` (0 = top) of a tile whose last step was in
+    cycle ``last`` appears: ``last + R + C − 1 + (R − 1 − i)``, bottom row first."""
+    return last + rows + cols - 1 + (rows - 1 - i)
+
+
+def os_last_output(last: int, rows: int, cols: int) -> int:
+    """OS: the cycle of a tile's last output (its top row)."""
+    return os_row_output(last, rows, cols, 0)
+
+
+def ws_weight_load(prev_first: int, rows: int, cols: int) -> int:
+    """WS: the earliest weight load after a tile whose first row was in ``prev_first``: once
+    that tile's swap wave has left the array, ``prev_first + R + C − 2``."""
+    return prev_first + rows + cols - 2
+
+
+def ws_first_row(load: int, prev_last: int, rows: int) -> int:
+    """WS: the earliest first row of a tile whose weights load from cycle ``load``: after the
+    R-cycle load and after the previous tile's last row ``prev_last``."""
+    return max(load + rows, prev_last + 1)
+
+
+def ws_row_output(row: int, rows: int, cols: int) -> int:
+    """WS: the cycle in which a row presented in cycle ``row`` leaves the array."""
+    return row + rows + cols - 1
 
 
 def _check_dims(rows: int, cols: int) -> None:
@@ -52,22 +107,24 @@ def _check_dims(rows: int, cols: int) -> None:
 
 def os_isolated_cycles(rows: int, cols: int, k: int) -> int:
     """Cycles of one OS tile alone: first step presented in cycle 0 to last output, inclusive."""
-    return k + 2 * rows + cols - 2
+    return os_last_output(k - 1, rows, cols) + 1
 
 
 def ws_isolated_cycles(rows: int, cols: int, m: int) -> int:
     """Cycles of one WS tile alone: weight load from cycle 0 to last output, inclusive."""
-    return 2 * rows + cols + m - 1
+    return ws_row_output(rows + m - 1, rows, cols) + 1
 
 
 def os_period(rows: int, k: int) -> int:
-    """Steady-state cycles between back-to-back OS tiles of depth ``k``."""
-    return max(k, rows)
+    """Steady-state cycles between back-to-back OS tiles of depth ``k``: the last steps of
+    consecutive tiles are ``os_last_step(L + 1, k, L, R) − L`` apart."""
+    return os_last_step(1, k, 0, rows)
 
 
 def ws_period(rows: int, cols: int, m: int) -> int:
-    """Steady-state cycles between back-to-back WS tiles of ``m`` streamed rows."""
-    return max(m, 2 * rows + cols - 2)
+    """Steady-state cycles between back-to-back WS tiles of ``m`` streamed rows: the first rows
+    of consecutive tiles are ``ws_first_row(ws_weight_load(s, R, C), s + m − 1, R) − s`` apart."""
+    return ws_first_row(ws_weight_load(0, rows, cols), m - 1, rows)
 
 
 def os_output_cycles(rows: int, cols: int, step_cycles: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -95,10 +152,10 @@ def os_output_cycles(rows: int, cols: int, step_cycles: Sequence[Sequence[int]])
             if steps[0] <= prev_last:
                 raise ValueError(f"tile {t}: first step in cycle {steps[0]} overlaps the previous "
                                  f"tile, whose last step was in cycle {prev_last}")
-            if last < prev_last + rows:
+            if last < os_last_step(steps[0], 1, prev_last, rows):
                 raise ValueError(f"tile {t}: last step in cycle {last} is less than R={rows} "
                                  f"cycles after the previous tile's ({prev_last})")
-        out.append([last + rows + cols - 1 + (rows - 1 - i) for i in range(rows)])
+        out.append([os_row_output(last, rows, cols, i) for i in range(rows)])
         prev_last = last
     return out
 
@@ -111,9 +168,10 @@ def os_schedule(rows: int, cols: int, k_per_tile: Sequence[int], start: int = 0)
     for t, k in enumerate(k_per_tile):
         if k < 1:
             raise ValueError(f"tile {t}: k must be >= 1, not {k!r}")
-        first = start if prev_last is None else prev_last + 1
-        if prev_last is not None:
-            first = max(first, prev_last + rows - (k - 1))
+        if prev_last is None:
+            first = start
+        else:   # steps back to back, ending at the earliest legal last step
+            first = os_last_step(prev_last + 1, k, prev_last, rows) - (k - 1)
         sched.append(list(range(first, first + k)))
         prev_last = first + k - 1
     return sched
@@ -123,8 +181,8 @@ def os_sequence_cycles(rows: int, cols: int, k_per_tile: Sequence[int]) -> int:
     """Total cycles (cycle 0 to the last output, inclusive) of back-to-back OS tiles."""
     last = -1
     for t, k in enumerate(k_per_tile):
-        last = k - 1 if t == 0 else max(last + k, last + rows)
-    return last + 2 * rows + cols - 1
+        last = k - 1 if t == 0 else os_last_step(last + 1, k, last, rows)
+    return os_last_output(last, rows, cols) + 1
 
 
 def ws_output_cycles(rows: int, cols: int, weight_load_cycles: Sequence[int],
@@ -154,13 +212,14 @@ def ws_output_cycles(rows: int, cols: int, weight_load_cycles: Sequence[int],
             raise ValueError(f"tile {t}: first row in cycle {srows[0]} before its weights are "
                              f"loaded (load starts {w}, takes R={rows} cycles)")
         if prev_first is not None:
-            if w < prev_first + rows + cols - 2:
+            if w < ws_weight_load(prev_first, rows, cols):
                 raise ValueError(f"tile {t}: weight load in cycle {w} before the previous tile's "
-                                 f"swap wave left the array (cycle {prev_first + rows + cols - 2})")
+                                 f"swap wave left the array (cycle "
+                                 f"{ws_weight_load(prev_first, rows, cols)})")
             if srows[0] <= prev_last:
                 raise ValueError(f"tile {t}: first row in cycle {srows[0]} overlaps the previous "
                                  f"tile's last row (cycle {prev_last})")
-        out.append([s + rows + cols - 1 for s in srows])
+        out.append([ws_row_output(s, rows, cols) for s in srows])
         prev_first, prev_last = srows[0], srows[-1]
     return out
 
@@ -175,10 +234,11 @@ def ws_schedule(rows: int, cols: int, m_per_tile: Sequence[int],
     for t, m in enumerate(m_per_tile):
         if m < 1:
             raise ValueError(f"tile {t}: m must be >= 1, not {m!r}")
-        w = start if prev_first is None else prev_first + rows + cols - 2
-        first = w + rows
-        if prev_last is not None:
-            first = max(first, prev_last + 1)
+        if prev_first is None:
+            w, first = start, start + rows
+        else:
+            w = ws_weight_load(prev_first, rows, cols)
+            first = ws_first_row(w, prev_last, rows)
         loads.append(w)
         sched.append(list(range(first, first + m)))
         prev_first, prev_last = first, first + m - 1
@@ -189,9 +249,9 @@ def ws_sequence_cycles(rows: int, cols: int, m_per_tile: Sequence[int]) -> int:
     """Total cycles (cycle 0 to the last output, inclusive) of back-to-back WS tiles."""
     first = last = None
     for m in m_per_tile:
-        f = rows if first is None else max(first + 2 * rows + cols - 2, last + 1)
+        f = rows if first is None else ws_first_row(ws_weight_load(first, rows, cols), last, rows)
         first, last = f, f + m - 1
-    return last + rows + cols
+    return ws_row_output(last, rows, cols) + 1
 
 
 def os_steps(k: int, macs_per_pe_per_cycle: float = 1) -> int:
@@ -202,7 +262,7 @@ def os_steps(k: int, macs_per_pe_per_cycle: float = 1) -> int:
 
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive integer, not {k!r}")
-    n = Fraction(macs_per_pe_per_cycle).limit_denominator(64)
+    n = Fraction(macs_per_pe_per_cycle).limit_denominator(1024)  # exact: arch.chip.check_rate
     if n <= 0:
         raise ValueError(f"macs_per_pe_per_cycle must be > 0, not {macs_per_pe_per_cycle!r}")
     return -(-k * n.denominator // n.numerator)

@@ -61,19 +61,14 @@ def vector_stats(op: VectorOp, chip) -> OpStats:
     ops = op.elements * op.ops_per_element
     compute = math.ceil(ops / (cores * v.lanes * v.ops_per_lane_per_cycle))
     rd, wr = float(op.read_bytes), float(op.write_bytes)
-    mem_ns = 0.0
     dram = FastDram(chip.dram)
     chunk = CHUNK_BYTES * cores
-    addr = 0
+    # the read stream from address 0, then the write stream from 2^40, chunk by chunk
     done = 0.0
-    for total, write in ((int(math.ceil(rd)), False), (int(math.ceil(wr)), True)):
-        left = total
-        while left > 0:
-            n = min(chunk, left)
-            done = dram.transfer(0.0, addr, 1, n, n, write)
-            addr += n
-            left -= n
-        addr = 1 << 40
+    for addr, total, write in ((0, int(math.ceil(rd)), False),
+                               (1 << 40, int(math.ceil(wr)), True)):
+        if total > 0:
+            done = dram.stream(0.0, addr, total, chunk, write)
     mem_ns = done
     dma_bpc = chip.dma.engines * chip.dma.bytes_per_cycle * cores
     setup = chip.dma.setup_cycles if (rd + wr) > 0 else 0

@@ -11,23 +11,58 @@ import click
 
 from . import __version__
 
-#: (module under diptych.tools, attribute) of every subcommand; a module that is missing is
-#: skipped so that partial installs still work.
+#: (module under diptych.tools, attribute) of every subcommand, imported on first use; a
+#: module that is missing is skipped so that partial installs still work.
 COMMANDS = [
     ("chips_cmd", "chips"),
     ("gemm_cmd", "gemm"),
     ("models_cmd", "models"),
     ("run_cmd", "run"),
+    ("serve_cmd", "serve"),
     ("rtl_cmd", "rtl"),
     ("floorplan_cmd", "floorplan"),
     ("compare_cmd", "compare"),
     ("sweep_cmd", "sweep"),
     ("sweep_cmd", "pareto"),
     ("plan_cmd", "plan"),
+    ("cache_cmd", "cache"),
 ]
 
 
-class _Main(click.Group):
+class LazyGroup(click.Group):
+    """A group whose subcommands (:data:`COMMANDS`) are imported only when they are used or
+    listed, so that ``diptych chips list`` does not import the engine (or Numba)."""
+
+    def __init__(self, *args, lazy=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self._lazy = {name: mod for mod, name in lazy}
+
+    def list_commands(self, ctx):
+        for name in list(self._lazy):
+            self._load(name)
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx, name):
+        return super().get_command(ctx, name) or self._load(name)
+
+    def _load(self, name):
+        mod = self._lazy.get(name)
+        if mod is None:
+            return None
+        try:
+            m = importlib.import_module(f"{__package__}.{mod}")
+        except ModuleNotFoundError as exc:  # a partial install: skip the command
+            if exc.name != f"{__package__}.{mod}":
+                raise
+            self._lazy.pop(name)
+            return None
+        cmd = getattr(m, name)
+        self.add_command(cmd, name)
+        self._lazy.pop(name)
+        return cmd
+
+
+class _Main(LazyGroup):
     """The root group: Ctrl-C ends any command within a second with exit code 130 and one
     line (see :mod:`diptych.tools.interrupt`)."""
 
@@ -50,26 +85,22 @@ class _Main(click.Group):
             ctx.exit(EXIT_CODE)
 
 
-@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Main, lazy=COMMANDS,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="diptych")
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
+@click.option("--no-cache", is_flag=True,
+              help="Neither read nor write the persistent result cache (see `diptych cache`).")
 @click.pass_context
-def main(ctx: click.Context, debug: bool):
+def main(ctx: click.Context, debug: bool, no_cache: bool):
     """diptych: a cycle-approximate AI-accelerator simulator.
 
     What does this chip do for training, for prefill, for decode?
     """
     ctx.obj = {"debug": debug}
-
-
-for _mod, _attr in COMMANDS:
-    try:
-        _m = importlib.import_module(f"{__package__}.{_mod}")
-    except ModuleNotFoundError as _exc:
-        if _exc.name != f"{__package__}.{_mod}":
-            raise
-        continue
-    main.add_command(getattr(_m, _attr))
+    if no_cache:   # through the environment, so that sweep workers see it too
+        import os
+        os.environ["DIPTYCH_NO_CACHE"] = "1"
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -103,10 +103,13 @@ def render_table(cmp) -> "object":
 @click.option("--cluster-batch", type=click.IntRange(min=1), default=None, metavar="G",
               help="Global batch (sequences per optimizer step) of --cluster-chips. Default: "
                    "--train-batch x N / --train-tp, the one-node run's sequences per chip.")
+@click.option("--serving", is_flag=True,
+              help="Add the serving study: highest QPS under SLOs and tokens/J per chip, and "
+                   "disaggregated prefill/decode pairs (docs/serving.md).")
 @friendly
 def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_batch,
             train_seq, infer_tp, context, prompts, batches, contexts, ref_batch, cluster_chips,
-            cluster, cluster_batch):
+            cluster, cluster_batch, serving):
     """Compare CHIPS (presets or TOML paths) on one model: training, prefill, decode.
 
     States the precision each chip runs in per phase, the parallel plan of training, and
@@ -128,14 +131,22 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
                         cluster=cluster, cluster_batch=cluster_batch)
     with progress_display("compare", enabled=not as_json) as progress:
         cmp = run_compare(list(chips), model, s, progress=progress)
+    study = None
+    if serving:
+        from ..sim.serving.study import serving_study
+        study = serving_study(list(chips), model,
+                              progress=None if as_json else (lambda m: click.echo(m, err=True)))
     if as_json:
-        click.echo(dumps(cmp.to_json()))
+        click.echo(dumps({**cmp.to_json(), **({"serving": study} if study else {})}))
     else:
         from .run_cmd import _console
 
         _console().print(render_table(cmp))
         for w in cmp.warnings():
             click.echo(f"warning: {w}")
+        if study:
+            from ..sim.serving.study import render_serving_table
+            _console().print(render_serving_table(study))
     if report:
         from .dse.report import write_report
 

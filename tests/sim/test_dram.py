@@ -71,3 +71,24 @@ def test_refresh_lower_bound_is_the_advance_from_zero():
     for w in (0.0, 10.0, 3000.0, 3521.2, 3600.0, 10000.0, 123456.7):
         assert refresh_lower_bound_ns(w, t.t_refi_ns, fp[4]) == pytest.approx(
             _advance(0.0, w, fp), abs=1e-6)
+
+
+@pytest.mark.parametrize("chip", ["h100", "infer-2026", "tpu-v1", "train-2026", "trainium2"])
+@pytest.mark.parametrize("total,chunk", [(1 << 26, 1 << 19), ((1 << 26) + 777, 1 << 19),
+                                         (3 << 24, 132 << 16), (5 << 20, 3 << 16), (100, 1 << 19)])
+def test_stream_equals_its_transfers_one_by_one(chip, total, chunk):
+    """FastDram.stream (pseudo-channel classes) is the chunk-by-chunk loop, state included:
+    a read stream then a write stream, as vector ops issue them."""
+    import numpy as np
+    d = load_chip(chip).dram
+    fast, ref = FastDram(d), FastDram(d)
+    for addr, write in ((0, False), (1 << 40, True)):
+        got = fast.stream(0.0, addr, total, chunk, write)
+        done, a, left = 0.0, addr, total
+        while left > 0:
+            n = min(chunk, left)
+            done = ref.transfer(0.0, a, 1, n, n, write)
+            a, left = a + n, left - n
+        assert got == done
+        for x, y in zip(fast.state, ref.state):
+            assert np.array_equal(x, y)

@@ -108,11 +108,19 @@ class Pool:
         return True
 
     def close(self, *, wait: bool = True) -> None:
+        """Shut the executor down. ``wait=False`` is the way out of an interrupted or failed
+        sweep: queued tasks are cancelled and local workers, which ignore SIGINT, are
+        terminated, so a point still running cannot hold the exit (the interpreter would
+        otherwise join the pool's threads until every running point had finished)."""
         if self._client is not None:
             self.executor.shutdown(wait=wait)
             self._client.close()
         elif self.rebuildable:
+            workers = list((getattr(self.executor, "_processes", None) or {}).values())
             self.executor.shutdown(wait=wait, cancel_futures=True)
+            if not wait:
+                for proc in workers:
+                    proc.terminate()
 
 
 def probe(address: str) -> None:

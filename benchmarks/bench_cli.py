@@ -1,0 +1,138 @@
+"""Speed of the commands a user waits for (issue 14), as fresh processes.
+
+Prints, for each command, CPU seconds (user + system of the command's process, the minimum
+over ``--repeat`` runs; other processes on the machine do not count), wall seconds and peak
+RSS, each beside its target, and the load average.
+
+1. Start-up: ``diptych --help``, ``chips list``, ``models show`` (none may import Numba).
+2. The headline, ``diptych compare train-2026 infer-2026 --model llama-3-70b``:
+   Numba cache warm and the persistent result cache off (``--no-cache``): target < 5 s;
+   a cold Numba cache (a fresh ``NUMBA_CACHE_DIR``), result cache off: target < 15 s;
+   with the result cache (an empty one, then the same command again). Its JSON must equal
+   ``benchmarks/headline_compare.json`` (written from commit 450f107, before the speed work).
+3. ``diptych run`` of one phase, warm, result cache off: target < 2 s each.
+Peak RSS < 500 MB throughout.
+
+    python benchmarks/bench_cli.py [--repeat N] [--no-cold] [--only startup,headline,run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+HEADLINE = ["compare", "train-2026", "infer-2026", "--model", "llama-3-70b", "--json"]
+RUNS = [
+    ("prefill 2048, llama-3-70b, train-2026",
+     ["run", "--chip", "train-2026", "--model", "llama-3-70b", "--phase", "prefill",
+      "--prompt", "2048", "--json"]),
+    ("prefill 32768, llama-3-70b, infer-2026",
+     ["run", "--chip", "infer-2026", "--model", "llama-3-70b", "--phase", "prefill",
+      "--prompt", "32768", "--json"]),
+    ("decode b64 ctx 2048, llama-3-70b, train-2026",
+     ["run", "--chip", "train-2026", "--model", "llama-3-70b", "--phase", "decode",
+      "--batch", "64", "--prompt", "2048", "--json"]),
+    ("train step seq 4096 b16 tp8, llama-3-70b, train-2026",
+     ["run", "--chip", "train-2026", "--model", "llama-3-70b", "--phase", "train",
+      "--seq", "4096", "--batch", "16", "--tp", "8", "--json"]),
+]
+NUMBA_PROBE = ("import sys, runpy; sys.argv = ['diptych'] + sys.argv[1:]\n"
+               "from diptych.tools.cli import main\n"
+               "try:\n    main()\nexcept SystemExit:\n    pass\n"
+               "sys.stderr.write('NUMBA-IMPORTED %s\\n' % ('numba' in sys.modules))")
+
+
+def measure(args: list[str], env: dict | None = None, probe: bool = False):
+    """(cpu s, wall s, peak RSS MB, stdout, numba imported or None) of one fresh process."""
+    import time
+    code = NUMBA_PROBE if probe else "from diptych.tools.cli import main; main()"
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        p = subprocess.Popen([sys.executable, "-c", code, *args], stdout=out, stderr=err,
+                             env={**os.environ, **(env or {})})
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        text, etext = out.read().decode(), err.read().decode()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"diptych {' '.join(args)} failed:\n{etext[-2000:]}")
+    numba = None
+    if probe:
+        numba = "NUMBA-IMPORTED True" in etext
+    return ru.ru_utime + ru.ru_stime, wall, ru.ru_maxrss / 1024, text, numba
+
+
+def best(args, repeat, env=None, probe=False):
+    runs = [measure(args, env, probe) for _ in range(repeat)]
+    return min(runs, key=lambda r: r[0]), runs
+
+
+def line(label, cpu, wall, rss, target=None, extra=""):
+    t = "" if target is None else f"  target < {target:g} s: {'OK' if cpu < target else 'MISSED'}"
+    print(f"  {label:52s} {cpu:6.2f} s CPU  {wall:6.2f} s wall  {rss:5.0f} MB{t}{extra}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--no-cold", action="store_true", help="skip the cold Numba cache run")
+    ap.add_argument("--only", default="startup,headline,run")
+    a = ap.parse_args()
+    parts = set(a.only.split(","))
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
+          f"(CPU seconds exclude other processes)")
+    off = {"DIPTYCH_NO_CACHE": "1"}
+    rss_max = 0.0
+    if "startup" in parts:
+        print("start-up (no Numba import expected):")
+        for args in (["--help"], ["chips", "list"], ["models", "show", "llama-3-70b"],
+                     ["cache", "info"]):
+            (cpu, wall, rss, _, numba), _ = best(args, a.repeat, probe=True)
+            rss_max = max(rss_max, rss)
+            line("diptych " + " ".join(args), cpu, wall, rss, 0.5,
+                 f"  Numba imported: {'yes' if numba else 'no'}")
+    if "headline" in parts:
+        want = json.loads((HERE / "headline_compare.json").read_text())
+        print("headline: diptych compare train-2026 infer-2026 --model llama-3-70b")
+        measure(["--no-cache", *HEADLINE])           # make sure the Numba cache is warm
+        (cpu, wall, rss, out, _), _ = best(["--no-cache", *HEADLINE], a.repeat)
+        rss_max = max(rss_max, rss)
+        same = json.loads(out) == want
+        line("warm Numba cache, no result cache", cpu, wall, rss, 5,
+             f"  output identical to the pinned one: {'yes' if same else 'NO'}")
+        if not a.no_cold:
+            with tempfile.TemporaryDirectory() as nc:
+                cpu, wall, rss, out, _ = measure(["--no-cache", *HEADLINE],
+                                                 {"NUMBA_CACHE_DIR": nc})
+            rss_max = max(rss_max, rss)
+            line("cold Numba cache (fresh NUMBA_CACHE_DIR), no result cache", cpu, wall, rss,
+                 15, f"  identical: {'yes' if json.loads(out) == want else 'NO'}")
+        with tempfile.TemporaryDirectory() as rc:
+            env = {"DIPTYCH_CACHE_DIR": rc}
+            cpu, wall, rss, out, _ = measure(HEADLINE, env)
+            line("result cache on, empty (writes every op)", cpu, wall, rss,
+                 extra=f"  identical: {'yes' if json.loads(out) == want else 'NO'}")
+            cpu, wall, rss, out, _ = measure(HEADLINE, env)
+            rss_max = max(rss_max, rss)
+            line("result cache on, second run (every op a hit)", cpu, wall, rss,
+                 extra=f"  identical: {'yes' if json.loads(out) == want else 'NO'}")
+    if "run" in parts:
+        print("diptych run of one phase (warm Numba cache, no result cache):")
+        for label, args in RUNS:
+            measure(["--no-cache", *args])
+            (cpu, wall, rss, _, _), _ = best(["--no-cache", *args], a.repeat)
+            rss_max = max(rss_max, rss)
+            line(label, cpu, wall, rss, 2)
+    print(f"peak RSS of any command {rss_max:.0f} MB (target < 500 MB: "
+          f"{'OK' if rss_max < 500 else 'MISSED'})")
+
+
+if __name__ == "__main__":
+    main()

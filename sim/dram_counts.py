@@ -1,0 +1,460 @@
+"""Per-pseudo-channel counts of one 2-D strided DRAM transfer: bursts, row activations and the
+most activations of any one bank — by enumeration (the reference) and without it (the fast path).
+
+The address mapping is the one of :mod:`diptych.sim.dram`: byte ``a`` is in interleave chunk
+``c = a // I`` on pseudo-channel ``c % P`` at local address ``(c // P)·I + a % I``; local page
+``g = local // G`` is row ``g // NB`` of bank ``g % NB``. A transfer is ``R`` rows of ``L`` bytes
+at stride ``S``; rows start closed for every transfer.
+
+:func:`count_pattern` (the reference) walks every interleave chunk and page of every row with a
+per-bank open-row state: O(R · (L/I + pages)). :func:`count_transfer` gives the same numbers
+(exactly; property-tested against it) from three facts:
+
+1. **One row** ``[a, a + L)`` touches, on each pseudo-channel ``p``, one contiguous range of
+   local addresses ``[lo_p, hi_p)``: its first chunk ``c_f`` is the first chunk ``≥ a // I``
+   with ``c ≡ p (mod P)``, its last ``c_l`` the last ``≤ (a + L − 1) // I``; only ``c_f`` may
+   start inside the chunk and only ``c_l`` end inside it. Chunk boundaries are burst-aligned
+   (``I`` is a multiple of ``B``), so the bursts are ``⌈hi/B⌉ − ⌊lo/B⌋``; the pages
+   ``n = ⌊(hi − 1)/G⌋ − ⌊lo/G⌋ + 1`` are consecutive, so each is one activation and banks
+   get ``⌊n/NB⌋`` or ``⌈n/NB⌉`` of them: ``bank_max = ⌈n/NB⌉``. O(min(P, chunks)) per
+   transfer.
+2. **Monotone rows.** With ``S ≥ L`` the rows are disjoint and increasing, and local addresses
+   grow with the global address on each pseudo-channel, so every bank sees non-decreasing pages:
+   its activations are its *distinct* pages. (``S < L``, overlapping rows, never produced by the
+   engine, falls back to the reference.)
+3. **Translation and drift.** ``W = P · lcm(I, G)`` (``period_bytes``) maps chunks to the same
+   pseudo-channel and shifts every local address by a whole number of pages
+   (``σ_W = lcm(I, G)/G``): bursts and page *counts* per pseudo-channel are invariant, and
+   bank ``b``'s pages move to bank ``b + σ_W mod NB``. Choose ``T`` rows (the near period) with
+   ``T·S = m·W + ε``, ``|ε| ≤ W/2``. Row ``ρ + jT`` (sub-progression ``ρ < T``, step ``j``)
+   starts at ``x_ρ + j·m·W + j·ε``: in the *reduced frame* (translations by ``W`` dropped) it
+   is the row ``[y_j, y_j + L)``, ``y_j = x_ρ + j·ε``, drifting by ``ε`` per step, and its pages
+   are the reduced ones shifted by ``j·m·σ_W``. So
+
+   * a burst at reduced address ``β`` is touched by the steps with
+     ``β − L + 1 ≤ y_j ≤ β + B − 1``: one contiguous range of ``j`` (two floor divisions);
+     its pseudo-channel is the reduced one;
+   * an interleave unit (``min(I, G)`` bytes: within one page) is touched by one contiguous
+     range ``j1..j2``, and the pages it stands for are the arithmetic progression
+     ``lp + m·σ_W·j``. Per pseudo-channel, merging these progressions (same step; by residue
+     class, then start) gives the distinct pages (= activations, fact 2) and, with each
+     progression's bank cycle ``b ↦ b + m·σ_W mod NB``, the pages per bank and their maximum.
+
+   Every ``T`` is exact (tested with random ``T``); the cost is the bursts visited,
+   ``≈ (|ε|·R + T·L)/B``, plus the merges. :func:`near_period` searches ``T ≤ 1024`` for the
+   cheapest; ``ε = 0`` is an exact period (a 16 KiB stride on train-2026 repeats every 12 rows),
+   small ``ε`` the odd strides of real shapes (K = 16385 → 32,770 bytes drifts by 12 bytes every
+   6 rows: ~2,000 bursts visited instead of 16,000 row pieces walked). When no near period
+   beats the reference walk (strides sharing few factors with ``W``), or rows overlap, the
+   reference is used: the counts are exact whichever path runs.
+"""
+
+from __future__ import annotations
+
+import os as _os
+
+import numpy as np
+from llvmlite import ir
+from numba import carray, cfunc, types
+from numba.extending import intrinsic
+
+from .jit import invalidate_stale_cache, jit
+
+_here = _os.path.dirname(_os.path.abspath(__file__))
+invalidate_stale_cache(__file__, _os.path.join(_here, "jit.py"))
+
+#: Integer type of the per-channel count outputs (bursts, activations, most on one bank) as
+#: the pattern cache stores them: 2^31 bursts per channel is a 64 GiB transfer.
+COUNT_DTYPE = np.int32
+
+# Layout of the integer parameter vector (also dram.iparams()).
+I_P, I_INTERLEAVE, I_PAGE, I_BURST, I_BANKS, I_PERIOD = range(6)
+
+
+@jit
+def count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
+                  acts, bank_max):
+    """The reference: add one transfer's bursts and row activations per pseudo-channel into
+    ``bursts``/``acts``; ``bank_max`` gets the most activations any single bank of the
+    pseudo-channel needs. Walks every chunk and page of every row.
+
+    Rows start closed for the transfer (``stamp`` != ``tid`` means closed); ``bank_cnt`` holds
+    each bank's activations so far (valid where ``stamp == tid``)."""
+    p_n = ip[I_P]
+    il = ip[I_INTERLEAVE]
+    page = ip[I_PAGE]
+    burst = ip[I_BURST]
+    banks = ip[I_BANKS]
+    full_bursts = il // burst
+    for r in range(rows):
+        a = addr + r * stride
+        end = a + row_bytes
+        c = a // il
+        off = a - c * il
+        pc = c % p_n
+        q = c // p_n          # chunk index inside the pseudo-channel
+        gq = -1               # page of the current q when a chunk lies inside one page
+        bank = 0
+        row = 0
+        while a < end:
+            take = min(il - off, end - a)
+            lo = q * il + off
+            hi = lo + take
+            if take == il and il <= page:
+                # a whole chunk inside one page: its page is shared by the whole sweep
+                bursts[pc] += full_bursts
+                if gq != q:
+                    gq = q
+                    g = lo // page
+                    bank = g % banks
+                    row = g // banks
+                # (inlined _touch)
+                if stamp[pc, bank] != tid:
+                    stamp[pc, bank] = tid
+                    open_row[pc, bank] = row
+                    bank_cnt[pc, bank] = 1
+                    acts[pc] += 1
+                    if bank_max[pc] < 1:
+                        bank_max[pc] = 1
+                elif open_row[pc, bank] != row:
+                    open_row[pc, bank] = row
+                    bank_cnt[pc, bank] += 1
+                    acts[pc] += 1
+                    if bank_cnt[pc, bank] > bank_max[pc]:
+                        bank_max[pc] = bank_cnt[pc, bank]
+            else:
+                bursts[pc] += (hi + burst - 1) // burst - lo // burst
+                g = lo // page
+                g_last = (hi - 1) // page
+                while g <= g_last:
+                    bk = g % banks
+                    rw = g // banks
+                    if stamp[pc, bk] != tid:
+                        stamp[pc, bk] = tid
+                        open_row[pc, bk] = rw
+                        bank_cnt[pc, bk] = 1
+                        acts[pc] += 1
+                        if bank_max[pc] < 1:
+                            bank_max[pc] = 1
+                    elif open_row[pc, bk] != rw:
+                        open_row[pc, bk] = rw
+                        bank_cnt[pc, bk] += 1
+                        acts[pc] += 1
+                        if bank_cnt[pc, bk] > bank_max[pc]:
+                            bank_max[pc] = bank_cnt[pc, bk]
+                    g += 1
+            a += take
+            off = 0
+            pc += 1
+            if pc == p_n:
+                pc = 0
+                q += 1
+
+
+@jit(inline="always")
+def _gcd(a, b):
+    while b:
+        a, b = b, a % b
+    return a
+
+
+@jit
+def count_row(a, row_bytes, ip, bursts, acts, bank_max):
+    """Fact 1 of the module docstring: one row ``[a, a + row_bytes)`` in O(min(P, chunks))."""
+    p_n = ip[I_P]
+    il = ip[I_INTERLEAVE]
+    page = ip[I_PAGE]
+    burst = ip[I_BURST]
+    banks = ip[I_BANKS]
+    end = a + row_bytes
+    c1 = a // il
+    c2 = (end - 1) // il
+    n_pc = min(p_n, c2 - c1 + 1)
+    for t in range(n_pc):
+        cf = c1 + t                                  # first chunk on this pseudo-channel
+        p = cf % p_n
+        cl = cf + ((c2 - cf) // p_n) * p_n           # last chunk on it
+        lo = (cf // p_n) * il + (a - c1 * il if cf == c1 else 0)
+        hi = (cl // p_n) * il + (end - cl * il if cl == c2 else il)
+        bursts[p] += (hi + burst - 1) // burst - lo // burst
+        n = (hi - 1) // page - lo // page + 1
+        acts[p] += n
+        bm = (n + banks - 1) // banks
+        if bm > bank_max[p]:
+            bank_max[p] = bm
+
+
+#: Near periods tried by :func:`near_period` (rows per step of the reduced frame).
+MAX_NEAR_PERIOD = 1024
+
+#: Costs relative to one burst of the drift walk (~10 ns), measured: a piece (chunk of a row)
+#: of the reference walk, and a segment (sorting, merging, banks) of the drift walk.
+PIECE_COST = 3
+SEGMENT_COST = 10
+
+
+@jit(inline="always")
+def _jrange(lo, hi, x0, eps, n):
+    """The steps ``j`` in ``[0, n)`` with ``lo <= x0 + j·eps <= hi`` (first, last; empty if
+    first > last)."""
+    if eps > 0:
+        j1 = -((x0 - lo) // eps)
+        j2 = (hi - x0) // eps
+    elif eps < 0:
+        e = -eps
+        j1 = -((hi - x0) // e)
+        j2 = (x0 - lo) // e
+    else:
+        if lo <= x0 <= hi:
+            return 0, n - 1
+        return 1, 0
+    return max(j1, 0), min(j2, n - 1)
+
+
+@jit
+def near_period(rows, row_bytes, stride, ip):
+    """(T, ε, cost): the rows per step of the reduced frame (fact 3), ``T·S ≡ ε (mod W)``
+    with ``|ε| ≤ W/2``, minimising the bursts the drift walk visits (``cost``). The search
+    stops once the fixed part of the cost, ``T·(L + 2·unit)/B``, exceeds the best found."""
+    w = ip[I_PERIOD]
+    unit = min(ip[I_INTERLEAVE], ip[I_PAGE])
+    burst = ip[I_BURST]
+    fixed = (row_bytes + 2 * unit) // burst + 1 + SEGMENT_COST * (row_bytes // unit + 2)
+    s_mod = stride % w
+    best_t = 1
+    best_e = 0
+    best = -1
+    r = 0
+    for t in range(1, min(rows, MAX_NEAR_PERIOD) + 1):
+        if best >= 0 and t * fixed > best:
+            break
+        r += s_mod
+        if r >= w:
+            r -= w
+        e = r - w if 2 * r > w else r
+        cost = abs(e) * (rows - t) * (unit + SEGMENT_COST * burst) // (burst * unit) + t * fixed
+        if best < 0 or cost < best:
+            best, best_t, best_e = cost, t, e
+    return best_t, best_e, best
+
+
+@jit(inline="always")
+def _bank_cycle(step, banks):
+    """Length of the cycle of ``b -> b + step`` in Z_banks."""
+    sb = step % banks
+    return 1 if sb == 0 else banks // _gcd(sb, banks)
+
+
+@jit
+def count_drift(addr, rows, row_bytes, stride, t_rows, eps, ip, bursts, acts, bank_max):
+    """Fact 3 of the module docstring (requires ``stride >= row_bytes`` and units of
+    ``min(I, G)`` bytes that are whole bursts); outputs must be zero on entry."""
+    p_n = ip[I_P]
+    il = ip[I_INTERLEAVE]
+    page = ip[I_PAGE]
+    burst = ip[I_BURST]
+    banks = ip[I_BANKS]
+    unit = min(il, page)
+    w = ip[I_PERIOD]
+    m = (t_rows * stride - eps) // w                 # W-translations per step
+    step = m * (w // (p_n * page))                   # local pages per step
+    # segments: (pseudo-channel, first local page, pages) of the units each sub-progression
+    # touches; the units of one sub-progression's span, summed
+    cap = 0
+    for rho in range(t_rows):
+        n = (rows - rho + t_rows - 1) // t_rows
+        cap += (abs(eps) * (n - 1) + row_bytes) // unit + 2
+    seg_pc = np.empty(cap, dtype=np.int64)
+    seg_s = np.empty(cap, dtype=np.int64)
+    seg_c = np.empty(cap, dtype=np.int64)
+    ns = 0
+    nb_unit = unit // burst
+    for rho in range(t_rows):
+        n = (rows - rho + t_rows - 1) // t_rows
+        if n <= 0:
+            continue
+        x0 = addr + rho * stride                     # row rho; step j starts at x0 + j·eps
+        y_lo = x0 + min(0, eps * (n - 1))
+        y_hi = x0 + max(0, eps * (n - 1)) + row_bytes - 1
+        for u in range(y_lo // unit, y_hi // unit + 1):
+            a = u * unit
+            j1, j2 = _jrange(a - row_bytes + 1, a + unit - 1, x0, eps, n)
+            if j1 > j2:
+                continue
+            c = a // il
+            pc = c % p_n
+            lp = ((c // p_n) * il + a % il) // page
+            if eps == 0:   # every step touches what row rho touches
+                hi = min(a + unit, x0 + row_bytes)
+                bursts[pc] += n * ((hi + burst - 1) // burst - max(a, x0) // burst)
+            else:
+                for b in range(nb_unit):
+                    ab = a + b * burst
+                    k1, k2 = _jrange(ab - row_bytes + 1, ab + burst - 1, x0, eps, n)
+                    if k1 <= k2:
+                        bursts[pc] += k2 - k1 + 1
+            seg_pc[ns] = pc
+            seg_s[ns] = lp + step * j1
+            seg_c[ns] = j2 - j1 + 1 if step > 0 else 1
+            ns += 1
+    if ns == 0:
+        return
+    # distinct pages per pseudo-channel: merge the segments of each (channel, class mod step);
+    # order them by channel (counting sort), then by (class, start) within a channel
+    # (insertion sort: a channel has a few segments)
+    smin = seg_s[0]
+    for i in range(ns):
+        smin = min(smin, seg_s[i])
+    mod = step if step > 0 else 1
+    key = np.empty(ns, dtype=np.int64)      # class mod step
+    for i in range(ns):
+        key[i] = (seg_s[i] - smin) % mod
+    first = np.zeros(p_n + 1, dtype=np.int64)
+    for i in range(ns):
+        first[seg_pc[i] + 1] += 1
+    for p in range(p_n):
+        first[p + 1] += first[p]
+    fill = first[:p_n].copy()
+    order = np.empty(ns, dtype=np.int64)
+    for i in range(ns):
+        order[fill[seg_pc[i]]] = i
+        fill[seg_pc[i]] += 1
+    for p in range(p_n):
+        for a in range(first[p] + 1, first[p + 1]):
+            o = order[a]
+            b = a - 1
+            while b >= first[p] and (key[order[b]] > key[o] or (
+                    key[order[b]] == key[o] and seg_s[order[b]] > seg_s[o])):
+                order[b + 1] = order[b]
+                b -= 1
+            order[b + 1] = o
+    lam = _bank_cycle(step, banks)
+    merged_s = np.empty(ns, dtype=np.int64)
+    merged_c = np.empty(ns, dtype=np.int64)
+    cnt = np.zeros(banks, dtype=np.int64)
+    i = 0
+    while i < ns:
+        pc = seg_pc[order[i]]
+        nm = 0
+        # merge this channel's segments (sorted by class, then start)
+        cur_k = -1
+        cur_s = 0
+        cur_e = 0
+        while i < ns and seg_pc[order[i]] == pc:
+            o = order[i]
+            k = key[o]
+            s = seg_s[o]
+            e = s + step * (seg_c[o] - 1)
+            if k == cur_k and s <= cur_e + step:
+                cur_e = max(cur_e, e)
+            else:
+                if cur_k >= 0:
+                    merged_s[nm] = cur_s
+                    merged_c[nm] = (cur_e - cur_s) // mod + 1
+                    nm += 1
+                cur_k, cur_s, cur_e = k, s, e
+            i += 1
+        merged_s[nm] = cur_s
+        merged_c[nm] = (cur_e - cur_s) // mod + 1
+        nm += 1
+        total = 0
+        for t in range(nm):
+            total += merged_c[t]
+        acts[pc] = total
+        if nm == 1:
+            bank_max[pc] = (merged_c[0] + lam - 1) // lam
+            continue
+        # several segments: count per bank (the pages of a segment cycle with period lam)
+        for b in range(banks):
+            cnt[b] = 0
+        for t in range(nm):
+            full = merged_c[t] // lam
+            rem = merged_c[t] % lam
+            for q in range(lam if full > 0 else rem):
+                cnt[(merged_s[t] + q * step) % banks] += full + (1 if q < rem else 0)
+        best = 0
+        for b in range(banks):
+            best = max(best, cnt[b])
+        bank_max[pc] = best
+
+
+@jit
+def count_transfer(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
+                   acts, bank_max):
+    """The fast path: the same numbers as :func:`count_pattern` (module docstring); outputs
+    must be zero on entry. ``open_row``, ``stamp`` and ``bank_cnt`` are the reference's state,
+    used when it is cheaper (or needed: overlapping rows)."""
+    if rows <= 0 or row_bytes <= 0:
+        return
+    if rows == 1:
+        count_row(addr, row_bytes, ip, bursts, acts, bank_max)
+        return
+    unit = min(ip[I_INTERLEAVE], ip[I_PAGE])
+    if stride >= row_bytes and unit % ip[I_BURST] == 0:
+        t_rows, eps, cost = near_period(rows, row_bytes, stride, ip)
+        direct = rows * (row_bytes // unit + 2) * PIECE_COST
+        if cost < direct:
+            count_drift(addr, rows, row_bytes, stride, t_rows, eps, ip, bursts, acts, bank_max)
+            return
+    count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
+                  acts, bank_max)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fast path as a C-callable function. Callers (the engine's DRAM model) call it through a
+# function pointer kept in the pattern cache, so its code is compiled once instead of being
+# linked into, and optimised again with, every kernel above it (which made the cold compile
+# several times longer).
+
+@intrinsic
+def _i64p(typingctx, addr):
+    sig = types.CPointer(types.int64)(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int64)))
+    return sig, codegen
+
+
+@intrinsic
+def _i32p(typingctx, addr):
+    sig = types.CPointer(types.int32)(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.CPointer(types.int32)))
+    return sig, codegen
+
+
+#: addr, rows, row_bytes, stride, then the addresses of ip (6), open_row, stamp, bank_cnt
+#: (P × NB int64 each), the transfer id, the addresses of bursts, acts, bank_max (P int32 each)
+COUNT_C_SIG = types.void(types.int64, types.int64, types.int64, types.int64, types.uint64,
+                         types.uint64, types.uint64, types.uint64, types.int64, types.uint64,
+                         types.uint64, types.uint64)
+
+
+def _count_c(addr, rows, row_bytes, stride, ip_a, open_a, stamp_a, bank_a, tid, bursts_a,
+             acts_a, bmax_a):
+    ip = carray(_i64p(ip_a), (6,))
+    p_n = ip[I_P]
+    banks = ip[I_BANKS]
+    count_transfer(addr, rows, row_bytes, stride, ip, carray(_i64p(open_a), (p_n, banks)),
+                   carray(_i64p(stamp_a), (p_n, banks)), carray(_i64p(bank_a), (p_n, banks)),
+                   tid, carray(_i32p(bursts_a), (p_n,)), carray(_i32p(acts_a), (p_n,)),
+                   carray(_i32p(bmax_a), (p_n,)))
+
+
+#: :func:`count_transfer` behind a C function pointer (see above); arrays by address.
+count_c = cfunc(COUNT_C_SIG, cache=True)(_count_c)
+
+
+@intrinsic
+def call_count(typingctx, fn, addr, rows, row_bytes, stride, ip_a, open_a, stamp_a, bank_a, tid,
+               bursts_a, acts_a, bmax_a):
+    """Call :data:`count_c` through its address ``fn`` (an int64 held in an array, so that
+    compiled callers neither link its code nor carry a function object)."""
+    sig = types.void(types.int64, *COUNT_C_SIG.args)
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(64)] * len(COUNT_C_SIG.args))
+        builder.call(builder.inttoptr(args[0], fnty.as_pointer()), args[1:])
+        return context.get_dummy_value()
+    return sig, codegen

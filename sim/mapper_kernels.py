@@ -1,0 +1,231 @@
+"""Compiled candidate tables of the mapper (:func:`diptych.sim.mapper.candidate_table`).
+
+The same numbers as the NumPy/scalar closed forms of :mod:`diptych.sim.mapper` (the tests
+compare them), computed in one call per (split, dataflow) group instead of ~100 small NumPy
+operations: the blockings that fit the scratchpad, and for each its fold periods, its lower
+bound and its estimate. Every floating-point expression keeps the operation order of
+:func:`~diptych.sim.mapper.candidate_table`, so the results are bit-identical.
+"""
+
+from __future__ import annotations
+
+import math
+import os as _os
+
+import numpy as np
+
+from . import timing as T
+from .jit import compile_pure, invalidate_stale_cache, jit
+
+_here = _os.path.dirname(_os.path.abspath(__file__))
+invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in ("jit.py", "timing.py")))
+
+# the array timeline (sim/timing.py), compiled
+_os_period, _os_last_output, _ws_period, _ws_first_row, _ws_row_output = compile_pure(
+    T, ("os_period", "os_last_output", "ws_period", "ws_first_row", "ws_row_output"))
+
+# integer inputs of table_numbers
+(K_OS, K_R, K_C, K_RK, K_OS_NUM, K_OS_DEN, K_WS_NUM, K_WS_DEN, K_M, K_K, K_N, K_BATCH,
+ K_XBITS, K_WBITS, K_OBITS, K_XDUP, K_WDUP, K_SETUP, K_ENGINES, N_K) = range(20)
+# float inputs
+(G_PEAK, G_GHZ, G_LAT, G_TREFI, G_BLACKOUT, G_PER_ENGINE, G_SB_BPC, N_G) = range(8)
+
+
+@jit(inline="always")
+def _cd(a, b):
+    return -(-a // b)
+
+
+@jit(inline="always")
+def _sizes(base, extent, out):
+    """Array-aligned sizes ``base·2^i`` below ``extent``, then ``extent``; returns the count."""
+    n = 0
+    s = base
+    while s < extent:
+        out[n] = s
+        n += 1
+        s *= 2
+    out[n] = extent
+    return n + 1
+
+
+@jit
+def blockings(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc):
+    """:func:`~diptych.sim.mapper.candidate_arrays`: (mb, kb, nb, order) of every blocking that
+    fits, M-major then K then N, order 0 followed by order 1 where both M and N have several
+    blocks."""
+    ms = np.empty(64, dtype=np.int64)
+    ks = np.empty(64, dtype=np.int64)
+    ns = np.empty(64, dtype=np.int64)
+    nms = _sizes(min(R, m), m, ms)
+    nks = _sizes(min(kbase, k), k, ks)
+    nns = _sizes(min(C, n), n, ns)
+    cap_n = 2 * nms * nks * nns
+    mb = np.empty(cap_n, dtype=np.int64)
+    kb = np.empty(cap_n, dtype=np.int64)
+    nb = np.empty(cap_n, dtype=np.int64)
+    order = np.empty(cap_n, dtype=np.int64)
+    c = 0
+    for i in range(nms):
+        for j in range(nks):
+            for q in range(nns):
+                x = 2 * _cd(ms[i] * ks[j] * x_bits, 8)
+                w = 2 * _cd(ks[j] * ns[q] * w_bits, 8)
+                o = 2 * _cd(ms[i] * ns[q] * acc_bits, 8)
+                if acc:
+                    fits = o <= acc and x + w <= cap
+                else:
+                    fits = x + w + o <= cap
+                if not fits:
+                    continue
+                both = _cd(m, ms[i]) > 1 and _cd(n, ns[q]) > 1
+                for od in range(2 if both else 1):
+                    mb[c] = ms[i]
+                    kb[c] = ks[j]
+                    nb[c] = ns[q]
+                    order[c] = od
+                    c += 1
+    return mb[:c], kb[:c], nb[:c], order[:c]
+
+
+@jit
+def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
+    """(periods, est, lb) of each candidate, as :func:`~diptych.sim.mapper.candidate_table`."""
+    nc = mb.shape[0]
+    periods = np.empty(nc, dtype=np.int64)
+    est = np.empty(nc, dtype=np.float64)
+    lb = np.empty(nc, dtype=np.float64)
+    R = iv[K_R]
+    C = iv[K_C]
+    m = iv[K_M]
+    k = iv[K_K]
+    n = iv[K_N]
+    batch = iv[K_BATCH]
+    x = m * k * iv[K_XBITS] / 8
+    w = k * n * iv[K_WBITS] / 8
+    o = m * n * iv[K_OBITS] / 8
+    peak = fv[G_PEAK]
+    ghz = fv[G_GHZ]
+    lat = fv[G_LAT]
+    blackout = fv[G_BLACKOUT]
+    setup = iv[K_SETUP]
+    engines = iv[K_ENGINES]
+    for i in range(nc):
+        mbi = mb[i]
+        kbi = kb[i]
+        nbi = nb[i]
+        # Σ of fold periods: a product of one per-dimension sum each
+        mf, mr = m // mbi, m % mbi
+        kf, kr = k // kbi, k % kbi
+        nf, nr = n // nbi, n % nbi
+        if iv[K_OS] == 1:
+            a = mf * _cd(mbi, R) + (_cd(mr, R) if mr > 0 else 0)
+            b = nf * _cd(nbi, C) + (_cd(nr, C) if nr > 0 else 0)
+            c = kf * _os_period(R, _cd(kbi * iv[K_OS_DEN], iv[K_OS_NUM])) + (
+                _os_period(R, _cd(kr * iv[K_OS_DEN], iv[K_OS_NUM])) if kr > 0 else 0)
+        else:
+            a = kf * _cd(kbi, iv[K_RK]) + (_cd(kr, iv[K_RK]) if kr > 0 else 0)
+            b = nf * _cd(nbi, C) + (_cd(nr, C) if nr > 0 else 0)
+            c = mf * _ws_period(R, C, _cd(mbi * iv[K_WS_DEN], iv[K_WS_NUM])) + (
+                _ws_period(R, C, _cd(mr * iv[K_WS_DEN], iv[K_WS_NUM])) if mr > 0 else 0)
+        per = a * b * c * batch
+        periods[i] = per
+        k0 = min(kbi, k)
+        m0 = min(mbi, m)
+        n0 = min(nbi, n)
+        nm = _cd(m, mbi)
+        nk = _cd(k, kbi)
+        nn = _cd(n, nbi)
+        ml = m - (nm - 1) * mbi
+        nl = n - (nn - 1) * nbi
+        if iv[K_OS] == 1:   # (mapper.compute_cycles)
+            ke0 = _cd(k0 * iv[K_OS_DEN], iv[K_OS_NUM])
+            comp = _os_last_output(per - _os_period(R, ke0) + ke0 - 1, R, C) + 1
+        else:
+            mel = _cd(ml * iv[K_WS_DEN], iv[K_WS_NUM])
+            first = _ws_first_row(np.int64(0), np.int64(-1), R)
+            comp = _ws_row_output(first + per - _ws_period(R, C, mel) + mel - 1, R, C) + 1
+        if order[i] == 0:
+            xt = x * (nn if nk > 1 else 1)
+            wt = w * (1 if (nk == 1 and nn == 1) else nm)
+        else:
+            wt = w * (nm if nk > 1 else 1)
+            xt = x * (1 if (nk == 1 and nm == 1) else nn)
+        xdiv = iv[K_XDUP] if xsb[i] > 0 else 1
+        wdiv = iv[K_WDUP] if wsb[i] > 0 else 1
+        traffic = batch * ((x if xsb[i] == 2 else xt) / xdiv + (w if wsb[i] == 2 else wt) / wdiv
+                           + o)
+        sbb = batch * ((xt - x if xsb[i] == 2 else 0.0) + (wt - w if wsb[i] == 2 else 0.0))
+        e_in = (m0 * k0 * iv[K_XBITS] / xdiv + k0 * n0 * iv[K_WBITS] / wdiv) / 8
+        e_out = ml * nl * iv[K_OBITS] / 8
+        edge = 2 * setup + max(e_in / peak, lat) + max(e_out / peak, lat)
+        # all bytes at the pin share around the refresh windows (refresh_lower_bound_ns)
+        work = traffic / peak / ghz
+        kw = max(0.0, math.floor((work - blackout) / (fv[G_TREFI] - blackout)))
+        mem_ns = work + kw * blackout
+        lo = max(comp + edge, mem_ns * ghz)
+        es = max(comp, traffic / (0.9 * peak))
+        port = batch * (xt + wt + o) / (engines * fv[G_PER_ENGINE])
+        lo = max(lo, port)
+        es = max(es, port)
+        if fv[G_SB_BPC] > 0:
+            lo = max(lo, sbb / fv[G_SB_BPC])
+            es = max(es, sbb / (0.9 * fv[G_SB_BPC]))
+        est[i] = es + batch * nm * nk * nn * setup / engines
+        lb[i] = lo
+    return periods, est, lb
+
+
+# integer and float inputs of shared_buffer_variants
+(S_M, S_K, S_N, S_XBITS, S_WBITS, S_XDUP, S_WDUP, S_ACTIVE, S_XFAST, S_WFAST, N_S) = range(11)
+
+
+@jit
+def shared_buffer_variants(mb, kb, nb, order, sv, cap):
+    """:func:`~diptych.sim.mapper.shared_buffer_modes` of every blocking: (index of the
+    blocking, X mode, W mode) of each variant that fits ``cap`` bytes, in blocking order and
+    (X mode, W mode) order within one. ``sv[S_XFAST]``/``[S_WFAST]``: the buffer serves a
+    re-read at least as fast as the DRAM pins (mode 2 then dominates modes 0 and 1)."""
+    n0 = mb.shape[0]
+    idx = np.empty(9 * n0, dtype=np.int64)
+    xsb = np.empty(9 * n0, dtype=np.int64)
+    wsb = np.empty(9 * n0, dtype=np.int64)
+    m, k, n = sv[S_M], sv[S_K], sv[S_N]
+    xn = sv[S_ACTIVE] // sv[S_XDUP]
+    wn = sv[S_ACTIVE] // sv[S_WDUP]
+    xs = np.zeros(3)
+    ws = np.zeros(3)
+    xg = np.ones(3, dtype=np.bool_)
+    wg = np.ones(3, dtype=np.bool_)
+    fits = np.zeros((3, 3), dtype=np.bool_)
+    c = 0
+    for i in range(n0):
+        nm, nk, nn = _cd(m, mb[i]), _cd(k, kb[i]), _cd(n, nb[i])
+        if order[i] == 0:
+            x_re = nk > 1 and nn > 1
+            w_re = nm > 1 and not (nk == 1 and nn == 1)
+        else:
+            x_re = nn > 1 and not (nk == 1 and nm == 1)
+            w_re = nk > 1 and nm > 1
+        m0, k0, n0_ = min(mb[i], m), min(kb[i], k), min(nb[i], n)
+        xs[1] = 2 * m0 * k0 * sv[S_XBITS] / 8 * xn
+        ws[1] = 2 * k0 * n0_ * sv[S_WBITS] / 8 * wn
+        xs[2] = max(xs[1], (m0 * k if order[i] == 0 else m * k) * sv[S_XBITS] / 8 * xn)
+        ws[2] = max(ws[1], (k * n if order[i] == 0 else k * n0_) * sv[S_WBITS] / 8 * wn)
+        xg[1], xg[2] = sv[S_XDUP] > 1, x_re
+        wg[1], wg[2] = sv[S_WDUP] > 1, w_re
+        for a in range(3):
+            for b in range(3):
+                fits[a, b] = xg[a] and wg[b] and xs[a] + ws[b] <= cap
+        for a in range(3):
+            for b in range(3):
+                # mode 1 dominates mode 0 where it fits; mode 2 dominates 0 and 1 where the
+                # buffer is fast enough and it fits
+                if (fits[a, b] and not (b == 0 and fits[a, 1]) and not (a == 0 and fits[1, b])
+                        and not (sv[S_XFAST] == 1 and a < 2 and fits[2, b])
+                        and not (sv[S_WFAST] == 1 and b < 2 and fits[a, 2])):
+                    idx[c] = i
+                    xsb[c] = a
+                    wsb[c] = b
+                    c += 1
+    return idx[:c], xsb[:c], wsb[:c]

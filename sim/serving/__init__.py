@@ -1,0 +1,1 @@
+"""diptych.sim.serving: a discrete-event simulation of an LLM serving engine (docs/serving.md)."""

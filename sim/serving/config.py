@@ -1,0 +1,146 @@
+"""What the serving engine does: scheduler, KV cache, SLOs, speculation. Validated eagerly.
+
+Defaults and their sources:
+
+* ``max_batch`` 1024 and ``max_batched_tokens`` 8192: vLLM's defaults for its OpenAI API
+  server on devices with at least 70 GiB (``EngineArgs.get_batch_defaults``,
+  vllm/engine/arg_utils.py) [S].
+* ``kv_block_tokens`` 16: vLLM's default ``block_size`` [S].
+* ``kv_reserve_fraction`` 0.10: vLLM's default ``gpu_memory_utilization`` of 0.9 leaves 10 %
+  of device memory outside weights + activations + KV cache [S].
+* ``slo_ttft_s`` 2 s and ``slo_tpot_s`` 0.2 s: the MLPerf Inference Llama-2-70B server
+  scenario's latency constraints (99th percentile TTFT ≤ 2 s, TPOT ≤ 200 ms;
+  mlcommons/inference loadgen/mlperf.conf: ``llama2-70b.Server.ttft_latency = 2000``,
+  ``tpot_latency = 200``) [S].
+* ``host_link_bytes_per_s`` 63.0e9: PCIe Gen5 x16, one direction: 32 GT/s × 16 lanes ×
+  128/130 ÷ 8 = 63.0 GB/s [D] (the link KV swapping uses; chips have no host-link field yet).
+* ``preemption`` "recompute": vLLM V1's only mode [S].
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+SCHEDULERS = ("continuous", "static")
+PREEMPTION = ("recompute", "swap")
+
+
+def _pos_int(name: str, v) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, not {v!r}")
+
+
+def _pos(name: str, v, what: str = "a positive number") -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be {what}, not {v!r}")
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """Speculative decoding: a draft proposes ``k`` tokens per sequence and step, the target
+    verifies them in one ``k + 1``-row step; each proposed token is accepted with probability
+    ``accept`` (independently, until the first rejection), so a step yields
+    ``(1 − accept^(k+1)) / (1 − accept)`` tokens on average (the bonus token included).
+    ``draft`` is a model name or path, or ``None`` for proposals that cost nothing on the
+    chip (n-gram / prompt lookup, or a self-speculation head folded into the target)."""
+
+    k: int
+    accept: float
+    draft: str | None = None
+
+    def __post_init__(self):
+        _pos_int("speculative k", self.k)
+        a = self.accept
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
+            raise ValueError(f"speculative accept must be a probability in [0, 1], not {a!r}")
+
+    @property
+    def expected_tokens(self) -> float:
+        p, k = self.accept, self.k
+        return float(k + 1) if p == 1.0 else (1.0 - p ** (k + 1)) / (1.0 - p)
+
+
+def parse_speculative(text: str) -> Speculation:
+    """``draft=MODEL,k=K,accept=P`` (``draft=none`` for free proposals; draft may be
+    omitted)."""
+    kv: dict[str, str] = {}
+    for part in str(text).split(","):
+        k, eq, v = part.partition("=")
+        if not eq or not v.strip():
+            raise ValueError(f"--speculative expects draft=MODEL,k=K,accept=P, not {text!r}")
+        kv[k.strip().lower()] = v.strip()
+    unknown = set(kv) - {"draft", "k", "accept"}
+    if unknown or "k" not in kv or "accept" not in kv:
+        raise ValueError(f"--speculative expects draft=MODEL,k=K,accept=P (draft optional), "
+                         f"not {text!r}")
+    try:
+        k = int(kv["k"])
+    except ValueError:
+        raise ValueError(f"speculative k must be a positive integer, not {kv['k']!r}") from None
+    try:
+        p = float(kv["accept"])
+    except ValueError:
+        raise ValueError(f"speculative accept must be a probability in [0, 1], not "
+                         f"{kv['accept']!r}") from None
+    d = kv.get("draft")
+    return Speculation(k=k, accept=p, draft=None if d in (None, "none", "self") else d)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The engine's policy (module docstring for defaults and sources).
+
+    ``scheduler``: "continuous" (iteration-level batching; with ``chunked_prefill`` prompts
+    are split to fill each step's ``max_batched_tokens`` beside the decodes, vLLM-V1 style;
+    without it a step prefills whole prompts only, and decodes wait for it, vLLM-V0 style) or
+    "static" (fixed batches of up to ``max_batch`` requests run to completion, prompts padded
+    to the longest: what ``diptych run`` evaluates). ``preemption``: when a running sequence
+    needs a KV block and none is free, the most recently admitted sequence is preempted and
+    either recomputed later (its blocks freed) or swapped to host memory over the host link.
+    ``prefix_share``: fraction of every prompt that is a prefix shared by all requests (a
+    common system prompt or document) and held in the prefix cache. ``slo_*``: a request meets
+    its SLOs when its TTFT and its TPOT are both within them.
+    """
+
+    scheduler: str = "continuous"
+    max_batch: int = 1024
+    max_batched_tokens: int = 8192
+    chunked_prefill: bool = True
+    kv_block_tokens: int = 16
+    preemption: str = "recompute"
+    kv_reserve_fraction: float = 0.10
+    host_link_bytes_per_s: float = 63.0e9
+    prefix_share: float = 0.0
+    slo_ttft_s: float = 2.0
+    slo_tpot_s: float = 0.2
+    speculative: Speculation | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(f"scheduler must be one of {', '.join(SCHEDULERS)}, not "
+                             f"{self.scheduler!r}")
+        if self.preemption not in PREEMPTION:
+            raise ValueError(f"preemption must be one of {', '.join(PREEMPTION)}, not "
+                             f"{self.preemption!r}")
+        for n in ("max_batch", "max_batched_tokens", "kv_block_tokens"):
+            _pos_int(n, getattr(self, n))
+        r = self.kv_reserve_fraction
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0.0 <= r < 1.0:
+            raise ValueError(f"kv_reserve_fraction must be in [0, 1), not {r!r}")
+        _pos("host_link_bytes_per_s", self.host_link_bytes_per_s)
+        f = self.prefix_share
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
+            raise ValueError(f"prefix share must be a fraction in [0, 1], not {f!r}")
+        _pos("slo_ttft_s", self.slo_ttft_s, "a positive number of seconds")
+        _pos("slo_tpot_s", self.slo_tpot_s, "a positive number of seconds")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, not {self.seed!r}")
+        if self.scheduler == "static" and (self.speculative or self.prefix_share):
+            raise ValueError("the static scheduler runs plain fixed batches; speculative "
+                             "decoding and prefix caching need --scheduler continuous")
+
+    @property
+    def decode_queries(self) -> int:
+        return 1 + (self.speculative.k if self.speculative else 0)

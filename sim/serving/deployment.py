@@ -1,0 +1,135 @@
+"""What serves: pools of model replicas, colocated or disaggregated, and the KV transfer
+between a prefill pool and a decode pool (docs/serving.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...workloads.params import kv_bytes_per_token
+from .config import ServeConfig
+from .kv import kv_budget
+from .oracle import Replica, make_replica
+
+
+@dataclass(frozen=True)
+class Pool:
+    """``replicas`` copies of one replica kind (``replica.tp`` chips each)."""
+
+    replica: Replica
+    replicas: int = 1
+
+    def __post_init__(self):
+        if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) \
+                or self.replicas < 1:
+            raise ValueError(f"replicas must be a positive integer, not {self.replicas!r}")
+
+    @property
+    def chips(self) -> int:
+        return self.replica.tp * self.replicas
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """Colocated (``pool``) or disaggregated (``prefill`` and ``decode`` pools)."""
+
+    pool: Pool | None = None
+    prefill: Pool | None = None
+    decode: Pool | None = None
+
+    def __post_init__(self):
+        if (self.pool is None) == (self.prefill is None or self.decode is None):
+            raise ValueError("a deployment is one pool, or a prefill pool and a decode pool")
+        if self.pool is None and self.prefill.replica.model.name != \
+                self.decode.replica.model.name:
+            raise ValueError("the prefill and decode pools must serve the same model")
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.pool is None
+
+    @property
+    def pools(self) -> list[Pool]:
+        return [self.pool] if self.pool is not None else [self.prefill, self.decode]
+
+    @property
+    def chips(self) -> int:
+        return sum(p.chips for p in self.pools)
+
+    @property
+    def model(self):
+        return self.pools[0].replica.model
+
+    def describe(self) -> str:
+        if self.pool is not None:
+            r = self.pool.replica
+            n = f"{self.pool.replicas} x " if self.pool.replicas > 1 else ""
+            return f"{r.model.name} on {n}{r.chip.name} (tp {r.tp})"
+        p, d = self.prefill, self.decode
+        return (f"{p.replica.model.name}: prefill on {p.replicas} x {p.replica.chip.name} (tp "
+                f"{p.replica.tp}), decode on {d.replicas} x {d.replica.chip.name} (tp "
+                f"{d.replica.tp})")
+
+
+def colocated(chip, model, *, tp: int = 1, replicas: int = 1, **precision) -> Deployment:
+    """One pool of ``replicas`` × ``tp`` chips (precision keywords as ``diptych run``)."""
+    return Deployment(pool=Pool(make_replica(chip, model, tp=tp, **precision), replicas))
+
+
+def fit_tp(chip, model, cfg: ServeConfig | None = None, *, precision: dict | None = None,
+           attention: str = "fused") -> int:
+    """The fewest tensor-parallel chips whose memory holds the weights, the activations, the
+    reserve and a KV cache of at least one step's tokens (``max_batched_tokens``)."""
+    from ...workloads import load_model
+    from ...workloads.lower import valid_tp_degrees
+
+    cfg = cfg or ServeConfig()
+    m = load_model(model)
+    last = None
+    for t in valid_tp_degrees(m, 64):
+        r = make_replica(chip, m, tp=t, attention=attention, **(precision or {}))
+        try:
+            b = kv_budget(r, block_tokens=cfg.kv_block_tokens,
+                          max_batched_tokens=cfg.max_batched_tokens,
+                          reserve_fraction=cfg.kv_reserve_fraction)
+        except ValueError as exc:
+            last = exc
+            continue
+        if b.tokens >= cfg.max_batched_tokens:
+            return t
+    raise ValueError(f"{m.name} does not fit {getattr(r.chip, 'name', chip)} at any tensor-"
+                     f"parallel degree up to 64" + (f" ({last})" if last else ""))
+
+
+def kv_transfer(dep: Deployment, link: dict):
+    """KV transfer time from a prefill instance to a decode instance over the chips' links:
+    the sending group's and the receiving group's aggregate link bandwidth (the slower), plus
+    one link latency; overlapped layer by layer with the prefill when the decode side had room
+    as the prefill finished (the first layer's KV can leave once that layer is done)."""
+    pr, dr = dep.prefill.replica, dep.decode.replica
+    per_tok = kv_bytes_per_token(pr.model, pr.precision.kv)
+    bw = min(pr.tp * pr.chip.interconnect.bytes_per_s_per_direction,
+             dr.tp * dr.chip.interconnect.bytes_per_s_per_direction)
+    if bw <= 0:
+        bad = pr.chip if pr.chip.interconnect.bytes_per_s_per_direction <= 0 else dr.chip
+        raise ValueError(f"chip {bad.name!r} has no chip-to-chip links; it cannot send or "
+                         f"receive a KV cache in a disaggregated deployment")
+    lat = max(pr.chip.interconnect.latency_us, dr.chip.interconnect.latency_us) * 1e-6
+    layers = pr.model.layers
+    pj = pr.chip.energy.pj_per_link_bit
+
+    def transfer(r, src, dst, t: float) -> float:
+        nbytes = (r.computed - r.shared) * per_tok
+        tx = nbytes / bw + lat
+        free = max(src.link_free, dst.in_free)
+        if t == r.pf_end:
+            span = r.pf_end - r.pf_start
+            start = max(free, t - span * (layers - 1) / layers)
+            end = max(start + tx, t + tx / layers)
+        else:
+            end = max(free, t) + tx
+        src.link_free = dst.in_free = end
+        link["bytes"] += nbytes
+        link["energy_j"] += nbytes * 8 * pj * 1e-12
+        return end
+
+    return transfer

@@ -1,0 +1,597 @@
+"""The event loop: requests flowing through one or more serving instances.
+
+An :class:`Instance` is one model replica (a tensor-parallel group of chips) running an
+iteration-level scheduler over a paged KV cache; :func:`run_loop` moves time from event to
+event (arrivals, step ends, KV transfers), dispatching arrivals to the instance with the fewest
+outstanding requests. docs/serving.md states the policies; :mod:`.golden` is a plain
+re-implementation of the same rules, written for clarity, that tests compare this loop with.
+
+Token accounting of a request (``P`` prompt tokens, ``G`` output tokens):
+
+* ``computed``: tokens whose K/V are in the cache; ``generated``: output tokens sampled.
+* A prefill pass computes ``target = P + generated`` tokens (``generated`` is 0 at first, more
+  after a recompute preemption) and samples one token. Each decode step feeds the last token
+  (and ``k`` draft tokens when speculating), writes their K/V and samples; afterwards
+  ``computed = P + generated − 1``. A decode step therefore attends ``computed + 1`` keys per
+  sequence, as :func:`diptych.workloads.lower.decode_context` counts them.
+* Prefix caching: the first ``shared`` tokens (whole blocks) of a prompt are in the pinned
+  prefix cache: they are never computed, and blocks are held only for the rest.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from collections import deque
+
+import numpy as np
+
+from ...workloads.step import Step
+from .config import ServeConfig
+
+STEP_END, KV_DONE, ARRIVE = 0, 1, 2
+
+
+class Req:
+    """One request's state (module docstring for the token accounting)."""
+
+    __slots__ = ("rid", "arrival", "prompt", "output", "shared", "computed", "target",
+                 "generated", "first_t", "finish_t", "last_t", "blocks", "preemptions",
+                 "client", "pf_start", "pf_end", "swapped", "reserved", "done", "inst")
+
+    def __init__(self, rid: int, arrival: float, prompt: int, output: int, shared: int = 0,
+                 client: int = -1):
+        self.rid = rid
+        self.arrival = arrival
+        self.prompt = prompt
+        self.output = output
+        self.shared = shared
+        self.computed = shared
+        self.target = prompt
+        self.generated = 0
+        self.first_t = -1.0
+        self.finish_t = -1.0
+        self.last_t = -1.0
+        self.blocks = 0
+        self.preemptions = 0
+        self.client = client
+        self.pf_start = -1.0
+        self.pf_end = -1.0
+        self.swapped = 0
+        self.reserved = 0
+        self.done = False
+        self.inst = -1                 # the instance it was dispatched to on arrival
+
+
+class Instance:
+    """One replica: scheduler state, KV blocks and the record of its steps.
+
+    ``role``: "mixed" (prefill and decode), "prefill" (hands requests off after their first
+    token) or "decode" (receives prefilled requests). ``oracle``/``draft`` time steps;
+    ``chips`` is the tensor-parallel degree; ``blocks`` the KV blocks (after the pinned
+    prefix); ``block_bytes`` one block's bytes per chip."""
+
+    def __init__(self, idx: int, role: str, oracle, cfg: ServeConfig, *, chips: int,
+                 blocks: int, block_bytes: float, static_w: float, draft=None, rng: np.random.Generator | None = None, prefix_blocks: int = 0):
+        self.idx = idx
+        self.role = role
+        self.oracle = oracle
+        self.draft = draft
+        self.cfg = cfg
+        self.chips = chips
+        self.total_blocks = blocks
+        self.prefix_blocks = prefix_blocks
+        self.free = blocks - prefix_blocks
+        self.block_bytes = block_bytes
+        self.static_w = static_w
+        self.rng = rng
+        self.bs = cfg.kv_block_tokens
+        self.q = cfg.decode_queries
+        self.spec = cfg.speculative
+        self.waiting: deque[Req] = deque()
+        self.swapped: deque[Req] = deque()
+        self.running: list[Req] = []
+        self.incoming = 0                        # transfers in flight to this instance
+        self.busy = False
+        self.static_left = 0                     # static mode: decode steps left in the batch
+        self.static_pad = (0, 0)                 # static mode: (padded prompt, steps done)
+        self.last_end = 0.0
+        self.idle_s = 0.0
+        self.energy_j = 0.0
+        self.preemptions = 0
+        self.swap_bytes = 0.0
+        self.peak_used = prefix_blocks
+        self.used_time = 0.0                     # ∫ used blocks dt over steps
+        self.link_free = 0.0                     # outgoing KV link (prefill role)
+        self.in_free = 0.0                       # incoming KV link (decode role)
+        # per-step record: start, duration, decode seqs, prefill tokens, chunks, waiting,
+        # running, used blocks
+        self.rec_t = array("d")
+        self.rec_dt = array("d")
+        self.rec_dec = array("l")
+        self.rec_pf = array("l")
+        self.rec_chunks = array("l")
+        self.rec_wait = array("l")
+        self.rec_run = array("l")
+        self.rec_used = array("l")
+        self.itl = array("d")
+        self._dec: list[Req] = []
+        self._chunks: list[tuple[Req, int]] = []
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.waiting) + len(self.running) + len(self.swapped) + self.incoming
+
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting or self.swapped)
+
+    def blocks_for(self, r: Req, tokens: int) -> int:
+        """Blocks ``r`` holds with ``tokens`` tokens in the cache (its shared prefix is in the
+        pinned prefix cache)."""
+        return -((r.shared - tokens) // self.bs)
+
+    def _preempt(self, victim: Req) -> None:
+        self.free += victim.blocks
+        victim.preemptions += 1
+        self.preemptions += 1
+        if self.cfg.preemption == "swap":
+            victim.swapped = victim.blocks
+            self.swap_bytes += victim.blocks * self.block_bytes
+            self._swap_s += victim.blocks * self.block_bytes / self.cfg.host_link_bytes_per_s
+            victim.blocks = 0
+            self.swapped.append(victim)
+        else:
+            victim.blocks = 0
+            victim.computed = victim.shared
+            victim.target = victim.prompt + victim.generated
+            self.waiting.appendleft(victim)
+
+    def _make_room(self, i: int, extra: int) -> bool:
+        """Preempt from the tail of the running list until ``extra`` blocks are free for
+        ``running[i]``; False when that request itself had to go."""
+        run = self.running
+        r = run[i]
+        while extra > self.free:
+            victim = run.pop()
+            self._preempt(victim)
+            if victim is r:
+                return False
+        return True
+
+    # -- one step ----------------------------------------------------------------------------
+
+    def plan(self, now: float):
+        """Choose the next step's work and account for it; return its duration in seconds (the
+        step, the draft model's share, KV swapping) or None when there is nothing to run."""
+        self._swap_s = 0.0
+        if self.cfg.scheduler == "static":
+            step = self._plan_static()
+        elif self.cfg.chunked_prefill:
+            step = self._plan_chunked()
+        else:
+            step = self._plan_whole()
+        if step is None:
+            return None
+        cost = self.oracle.cost(step)
+        secs, energy = cost.seconds, cost.energy_j
+        if self.draft is not None:
+            ds, de = self._draft_cost(step)
+            secs += ds
+            energy += de
+        secs += self._swap_s
+        energy += self.static_w * self._swap_s        # chips idle while blocks cross the link
+        if now > self.last_end:
+            self.idle_s += now - self.last_end
+        used = self.total_blocks - self.free
+        self.peak_used = max(self.peak_used, used)
+        self.used_time += used * secs
+        self.energy_j += energy * self.chips
+        self.rec_t.append(now)
+        self.rec_dt.append(secs)
+        self.rec_dec.append(step.decode_batch)
+        self.rec_pf.append(step.tokens - step.decode_batch * step.decode_queries)
+        self.rec_chunks.append(len(step.prefill))
+        self.rec_wait.append(len(self.waiting) + len(self.swapped))
+        self.rec_run.append(len(self.running))
+        self.rec_used.append(used)
+        return secs
+
+    def _draft_cost(self, step: Step) -> tuple[float, float]:
+        """The draft model: its share of the prompt chunks plus k proposal steps."""
+        k = self.spec.k
+        secs = energy = 0.0
+        b, keys0 = step.decode_batch, step.decode_keys - step.decode_batch * (self.q - 1)
+        for j in range(k):
+            pf = step.prefill if j == 0 else ()
+            if not b and not pf:
+                break
+            c = self.draft.cost(Step(b, keys0 + j * b, pf) if b else Step(prefill=pf))
+            secs += c.seconds
+            energy += c.energy_j
+        return secs, energy
+
+    def _plan_chunked(self):
+        budget = self.cfg.max_batched_tokens
+        q = self.q
+        dec: list[Req] = []
+        chunks: list[tuple[Req, int]] = []
+        run = self.running
+        preempted = False
+        i = 0
+        while i < len(run):
+            r = run[i]
+            decoding = r.computed >= r.target
+            if decoding:
+                need = q
+                if budget < q:
+                    i += 1
+                    continue
+            else:
+                need = r.target - r.computed
+                if need > budget:
+                    need = budget
+                if need == 0:
+                    i += 1
+                    continue
+            extra = self.blocks_for(r, r.computed + need) - r.blocks
+            if extra > self.free:
+                preempted = True
+                if not self._make_room(i, extra):
+                    break
+            self.free -= extra
+            r.blocks += extra
+            budget -= need
+            if decoding:
+                dec.append(r)
+            else:
+                chunks.append((r, need))
+            i += 1
+        if not preempted:
+            budget = self._admit_swapped(dec, chunks, budget)
+            if not self.swapped:
+                self._admit_waiting(chunks, budget, chunked=True)
+        return self._make_step(dec, chunks)
+
+    def _admit_swapped(self, dec, chunks, budget: int) -> int:
+        sw = self.swapped
+        q = self.q
+        while sw and budget > 0 and len(self.running) < self.cfg.max_batch:
+            r = sw[0]
+            decoding = r.computed >= r.target
+            need = q if decoding else min(r.target - r.computed, budget)
+            if need > budget:
+                break
+            total = self.blocks_for(r, r.computed + need)
+            if total > self.free:
+                break
+            sw.popleft()
+            self.free -= total
+            self._swap_s += r.swapped * self.block_bytes / self.cfg.host_link_bytes_per_s
+            self.swap_bytes += r.swapped * self.block_bytes
+            r.swapped = 0
+            r.blocks = total
+            self.running.append(r)
+            budget -= need
+            if decoding:
+                dec.append(r)
+            else:
+                chunks.append((r, need))
+        return budget
+
+    def _admit_waiting(self, chunks, budget: int, chunked: bool) -> int:
+        wq = self.waiting
+        while wq and budget > 0 and len(self.running) < self.cfg.max_batch:
+            r = wq[0]
+            rest = r.target - r.computed
+            if rest > budget:
+                if not chunked:
+                    break
+                need = budget
+            else:
+                need = rest
+            total = self.blocks_for(r, r.computed + need)
+            if total > self.free:
+                break
+            wq.popleft()
+            self.free -= total
+            r.blocks = total
+            self.running.append(r)
+            budget -= need
+            chunks.append((r, need))
+        return budget
+
+    def _plan_whole(self):
+        """Without chunked prefill: whole prompts in prefill-only steps, which take priority
+        over decodes (vLLM V0's default scheduler)."""
+        chunks: list[tuple[Req, int]] = []
+        if not self.swapped:
+            self._admit_waiting(chunks, self.cfg.max_batched_tokens, chunked=False)
+        if chunks:
+            return self._make_step([], chunks)
+        q = self.q
+        dec: list[Req] = []
+        run = self.running
+        preempted = False
+        i = 0
+        while i < len(run):
+            r = run[i]
+            extra = self.blocks_for(r, r.computed + q) - r.blocks
+            if extra > self.free:
+                preempted = True
+                if not self._make_room(i, extra):
+                    break
+            self.free -= extra
+            r.blocks += extra
+            dec.append(r)
+            i += 1
+        if not preempted:
+            self._admit_swapped(dec, chunks, self.cfg.max_batched_tokens - q * len(dec))
+        return self._make_step(dec, chunks)
+
+    def _plan_static(self):
+        """Fixed batches: admit up to max_batch waiting requests when idle, prefill them as
+        one batch padded to the longest prompt, decode all of them (padded to the longest
+        output) until the last one is done."""
+        if not self.running:
+            wq = self.waiting
+            if not wq:
+                return None
+            batch: list[Req] = []
+            pmax = gmax = 0
+            while wq and len(batch) < self.cfg.max_batch:
+                r = wq[0]
+                p2, g2 = max(pmax, r.prompt), max(gmax, r.output)
+                per = -(-(p2 + g2) // self.bs)
+                if per * (len(batch) + 1) > self.free:
+                    break
+                wq.popleft()
+                batch.append(r)
+                pmax, gmax = p2, g2
+            per = -(-(pmax + gmax) // self.bs)
+            for r in batch:
+                r.blocks = per
+            self.free -= per * len(batch)
+            self.running = batch
+            self.static_pad = (pmax, gmax)
+            self.static_left = gmax - 1
+            self._static_step = 0
+            return self._make_step([], [(r, pmax) for r in batch], static_prefill=True)
+        pmax, _ = self.static_pad
+        b = len(self.running)
+        ctx = pmax + self._static_step + 1
+        self._static_step += 1
+        self._dec = list(self.running)
+        self._chunks = []
+        return Step(b, b * ctx)
+
+    def _make_step(self, dec, chunks, static_prefill: bool = False):
+        self._dec = dec
+        self._chunks = chunks
+        if not dec and not chunks:
+            return None
+        if static_prefill:
+            pf = tuple((c, 0) for _, c in chunks)
+        else:
+            pf = tuple((c, r.computed) for r, c in chunks)
+        if not dec:
+            return Step(0, 0, pf)
+        q = self.q
+        return Step(len(dec), sum(r.computed for r in dec) + q * len(dec), pf, q)
+
+    def commit(self, t: float) -> tuple[list[Req], list[Req]]:
+        """Apply the planned step's results at its end time ``t``; return (finished requests,
+        requests whose prefill finished on a prefill-role instance)."""
+        self.last_end = t
+        finished: list[Req] = []
+        handed: list[Req] = []
+        if self.cfg.scheduler == "static":
+            return self._commit_static(t)
+        dec = self._dec
+        itl = self.itl
+        if dec:
+            spec = self.spec
+            if spec is not None:
+                draws = self._accepted(len(dec))
+            for j, r in enumerate(dec):
+                a = 1 if spec is None else draws[j]
+                left = r.output - r.generated
+                if a > left:
+                    a = left
+                r.generated += a
+                r.computed += a
+                itl.append(t - r.last_t)
+                r.last_t = t
+                if spec is not None:
+                    keep = self.blocks_for(r, r.computed)
+                    self.free += r.blocks - keep
+                    r.blocks = keep
+                if r.generated >= r.output:
+                    self._finish(r, t)
+                    finished.append(r)
+        for r, c in self._chunks:
+            if r.pf_start < 0:
+                r.pf_start = t - self.rec_dt[-1]
+            r.computed += c
+            if r.computed >= r.target:
+                r.generated += 1
+                if r.first_t < 0:
+                    r.first_t = t
+                    r.pf_end = t
+                else:
+                    itl.append(t - r.last_t)
+                r.last_t = t
+                if r.generated >= r.output:
+                    self._finish(r, t)
+                    finished.append(r)
+                elif self.role == "prefill":
+                    r.done = True          # leaves this instance's batch
+                    handed.append(r)
+        if finished or handed:
+            self.running = [r for r in self.running if not r.done]
+        return finished, handed
+
+    def _commit_static(self, t: float):
+        finished: list[Req] = []
+        if self._chunks:
+            for r, _ in self._chunks:
+                r.computed = r.prompt
+                r.generated = 1
+                r.first_t = r.last_t = r.pf_end = t
+                r.pf_start = t - self.rec_dt[-1]
+                if r.generated >= r.output:
+                    r.finish_t = t
+                    finished.append(r)
+        else:
+            for r in self._dec:
+                if r.generated < r.output:
+                    r.generated += 1
+                    r.computed += 1
+                    self.itl.append(t - r.last_t)
+                    r.last_t = t
+                    if r.generated >= r.output:
+                        r.finish_t = t
+                        finished.append(r)
+            self.static_left -= 1
+        if self.static_left <= 0:
+            for r in self.running:
+                r.done = True
+                self.free += r.blocks
+                r.blocks = 0
+            self.running = []
+        return finished, []
+
+    def _finish(self, r: Req, t: float) -> None:
+        r.finish_t = t
+        r.done = True
+        self.free += r.blocks
+        r.blocks = 0
+
+    def _accepted(self, n: int) -> list[int]:
+        """Tokens each of ``n`` verified sequences gains: 1 + the accepted draft tokens, the
+        count of leading successes of Bernoulli(accept) trials, at most k."""
+        p, k = self.spec.accept, self.spec.k
+        u = self.rng.random(n)
+        if p <= 0.0:
+            return [1] * n
+        if p >= 1.0:
+            return [k + 1] * n
+        x = np.floor(np.log1p(-u) / math.log(p))   # P(x >= j) = p^j
+        return (1 + np.minimum(x, k)).astype(np.int64).tolist()
+
+    # -- disaggregation: KV arriving from a prefill instance ------------------------------
+
+    def try_reserve(self, r: Req) -> bool:
+        """Reserve blocks for a prefilled request's cache (decode role)."""
+        need = self.blocks_for(r, r.computed)
+        if need > self.free or len(self.running) + self.incoming >= self.cfg.max_batch:
+            return False
+        self.free -= need
+        r.reserved = need
+        self.incoming += 1
+        return True
+
+    def accept(self, r: Req) -> None:
+        """A transfer completed: the request joins this instance's batch."""
+        self.incoming -= 1
+        r.blocks = r.reserved
+        r.reserved = 0
+        r.done = False
+        self.running.append(r)
+
+
+def run_loop(instances: list[Instance], arrivals: list[Req], *, next_request=None,
+             prefill_pool: list[Instance] | None = None,
+             decode_pool: list[Instance] | None = None, transfer=None,
+             progress=None) -> float:
+    """Run the event loop to completion; return the time of the last event.
+
+    ``arrivals``: requests known in advance (open loop, traces), sorted by arrival.
+    ``next_request(finished_request, t)``: closed loop; returns the client's next request (its
+    ``arrival`` set to ``t``) or None. Without disaggregation every instance is "mixed" and
+    arrivals go to the one with the fewest outstanding requests (ties: the lowest index).
+    With ``prefill_pool``/``decode_pool``, arrivals go to the prefill pool and prefilled
+    requests to the decode pool; ``transfer(r, src, dst, t, overlap)`` returns the time the
+    request's KV arrives at ``dst``. ``progress(done)`` is called as requests finish.
+    """
+    heap: list = []
+    seq = 0
+    for r in arrivals:
+        heap.append((r.arrival, ARRIVE, seq, r))
+        seq += 1
+    heapq.heapify(heap)
+    entry = prefill_pool if prefill_pool is not None else instances
+    pending_handoff: list[tuple[Req, Instance]] = []
+    done = 0
+    t = 0.0
+    while heap:
+        t = heap[0][0]
+        touched: list[Instance] = []
+        while heap and heap[0][0] == t:
+            _, kind, _, x = heapq.heappop(heap)
+            if kind == STEP_END:
+                inst = x
+                inst.busy = False
+                finished, handed = inst.commit(t)
+                touched.append(inst)
+                for r in handed:
+                    pending_handoff.append((r, inst))
+                if finished:
+                    done += len(finished)
+                    if progress is not None:
+                        progress(done)
+                    if next_request is not None:
+                        for r in finished:
+                            nr = next_request(r, t)
+                            if nr is not None:
+                                heapq.heappush(heap, (nr.arrival, ARRIVE, seq, nr))
+                                seq += 1
+            elif kind == KV_DONE:
+                r, src, dst = x
+                src.free += r.blocks
+                r.blocks = 0
+                dst.accept(r)
+                touched.append(src)
+                touched.append(dst)
+            else:
+                r = x
+                best = entry[0]
+                for inst in entry:
+                    if inst.outstanding < best.outstanding:
+                        best = inst
+                r.inst = best.idx
+                best.waiting.append(r)
+                touched.append(best)
+            if decode_pool is not None:
+                seq = _handoff(heap, seq, t, pending_handoff, decode_pool, transfer)
+        for inst in sorted(set(touched), key=lambda i: i.idx) if len(touched) > 1 else touched:
+            if not inst.busy and inst.has_work():
+                dt = inst.plan(t)
+                if dt is not None:
+                    inst.busy = True
+                    heapq.heappush(heap, (t + dt, STEP_END, seq, inst))
+                    seq += 1
+    for inst in instances:
+        if t > inst.last_end:
+            inst.idle_s += t - inst.last_end
+    return t
+
+
+def _handoff(heap, seq: int, t: float, pending: list, pool: list[Instance], transfer) -> int:
+    """Send prefilled requests, first come first served, to the decode instance with the fewest
+    outstanding requests while it has room for their cache; the rest keep waiting (holding
+    their blocks on the prefill instance)."""
+    n = 0
+    for r, src in pending:
+        dst = next((i for i in sorted(pool, key=lambda i: (i.outstanding, i.idx))
+                    if i.try_reserve(r)), None)
+        if dst is None:
+            break
+        heapq.heappush(heap, (transfer(r, src, dst, t), KV_DONE, seq, (r, src, dst)))
+        seq += 1
+        n += 1
+    if n:
+        del pending[:n]
+    return seq

@@ -1,0 +1,323 @@
+"""A plain, slow re-implementation of the serving loop for one instance: the golden twin.
+
+It follows the rules of docs/serving.md line by line, for clarity rather than speed: every
+request is a dataclass, the KV cache is an explicit list of free block ids (so a block can
+never be held twice, and the capacity can never be exceeded: both are asserted), totals are
+recomputed from scratch each step, and time simply jumps from one step end (or arrival) to
+the next. Tests run it beside :func:`diptych.sim.serving.engine.run_loop` on small cases and
+require identical per-request times.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...workloads.step import Step
+from .config import ServeConfig
+
+
+@dataclass
+class GoldenRequest:
+    rid: int
+    arrival: float
+    prompt: int
+    output: int
+    shared: int = 0          # tokens of the pinned shared prefix
+    client: int = -1
+    computed: int = 0        # tokens whose K/V are in the cache
+    target: int = 0          # tokens the current prefill pass must reach
+    generated: int = 0       # output tokens sampled so far
+    first_t: float = -1.0
+    finish_t: float = -1.0
+    preemptions: int = 0
+    blocks: list = field(default_factory=list)
+    swapped_out: int = 0     # blocks held in host memory
+
+    def __post_init__(self):
+        self.computed = self.shared
+        self.target = self.prompt
+
+
+@dataclass
+class GoldenRun:
+    requests: list
+    steps: list            # (start, seconds, decode batch, chunks)
+    peak_blocks: int
+    preemptions: int
+
+
+def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: int, *,
+                 prefix_blocks: int = 0, draft=None,
+                 block_bytes: float = 0.0, closed_loop: list[GoldenRequest] | None = None,
+                 rng: np.random.Generator | None = None) -> GoldenRun:
+    """Serve ``reqs`` (arrival-ordered; with ``closed_loop`` the not-yet-issued requests of
+    the clients, handed out in order as requests finish) on one instance of ``blocks`` KV
+    blocks and return every request's times."""
+    bs = cfg.kv_block_tokens
+    q = 1 + (cfg.speculative.k if cfg.speculative else 0)
+    free_ids = list(range(prefix_blocks, blocks))     # the prefix holds ids 0..prefix-1
+    held: set[int] = set(range(prefix_blocks))
+    future = list(reqs)                                # not yet arrived
+    backlog = list(closed_loop or [])
+    waiting: list[GoldenRequest] = []
+    swapped: list[GoldenRequest] = []
+    running: list[GoldenRequest] = []
+    finished: list[GoldenRequest] = []
+    steps = []
+    peak = prefix_blocks
+    preemptions = 0
+    t = 0.0
+    static_batch: list[GoldenRequest] = []
+    static_state = {"pmax": 0, "left": 0, "done": 0}
+
+    def blocks_needed(r, tokens):
+        return math.ceil((tokens - r.shared) / bs)
+
+    def grow(r, tokens):
+        want = blocks_needed(r, tokens)
+        while len(r.blocks) < want:
+            b = free_ids.pop()
+            assert b not in held, "a block is held twice"
+            held.add(b)
+            r.blocks.append(b)
+
+    def shrink(r, tokens):
+        want = blocks_needed(r, tokens)
+        while len(r.blocks) > want:
+            b = r.blocks.pop()
+            held.remove(b)
+            free_ids.append(b)
+
+    def release(r):
+        for b in r.blocks:
+            held.remove(b)
+            free_ids.append(b)
+        r.blocks = []
+
+    def preempt(victim, swap_time):
+        nonlocal preemptions
+        preemptions += 1
+        victim.preemptions += 1
+        if cfg.preemption == "swap":
+            victim.swapped_out = len(victim.blocks)
+            swap_time[0] += victim.swapped_out * block_bytes / cfg.host_link_bytes_per_s
+            release(victim)
+            swapped.append(victim)
+        else:
+            release(victim)
+            victim.computed = victim.shared
+            victim.target = victim.prompt + victim.generated
+            waiting.insert(0, victim)
+
+    def fits(r, tokens):
+        return blocks_needed(r, tokens) - len(r.blocks) <= len(free_ids)
+
+    def plan_continuous(swap_time):
+        budget = cfg.max_batched_tokens
+        decodes, chunks = [], []
+        if not cfg.chunked_prefill:
+            # whole prompts first; a prefill-only step when any can be admitted
+            if not swapped:
+                admit(chunks, budget, whole=True)
+            if chunks:
+                return decodes, chunks
+        preempted = False
+        i = 0
+        while i < len(running):
+            r = running[i]
+            is_decode = r.computed >= r.target
+            if is_decode:
+                if budget < q:
+                    i += 1
+                    continue
+                need = q
+            else:
+                need = min(r.target - r.computed, budget)
+                if need == 0:
+                    i += 1
+                    continue
+            if not fits(r, r.computed + need):
+                preempted = True
+                while not fits(r, r.computed + need):
+                    victim = running.pop()
+                    preempt(victim, swap_time)
+                    if victim is r:
+                        break
+                if r not in running:
+                    break
+            grow(r, r.computed + need)
+            budget -= need
+            (decodes.append(r) if is_decode else chunks.append((r, need)))
+            i += 1
+        if preempted:
+            return decodes, chunks
+        if not cfg.chunked_prefill:
+            budget = cfg.max_batched_tokens - q * len(decodes)
+        while swapped and budget > 0 and len(running) < cfg.max_batch:
+            r = swapped[0]
+            is_decode = r.computed >= r.target
+            need = q if is_decode else min(r.target - r.computed, budget)
+            if need > budget or blocks_needed(r, r.computed + need) > len(free_ids):
+                break
+            swapped.pop(0)
+            swap_time[0] += r.swapped_out * block_bytes / cfg.host_link_bytes_per_s
+            r.swapped_out = 0
+            grow(r, r.computed + need)
+            running.append(r)
+            budget -= need
+            (decodes.append(r) if is_decode else chunks.append((r, need)))
+        if cfg.chunked_prefill and not swapped:
+            admit(chunks, budget, whole=False)
+        return decodes, chunks
+
+    def admit(chunks, budget, whole):
+        """Waiting requests, first come first served, while the budget, the batch limit and
+        free blocks allow; ``whole``: a prompt is admitted whole or not at all."""
+        while waiting and budget > 0 and len(running) < cfg.max_batch:
+            r = waiting[0]
+            rest = r.target - r.computed
+            if whole and rest > budget:
+                break
+            need = min(rest, budget)
+            if not fits(r, r.computed + need):
+                break
+            waiting.pop(0)
+            grow(r, r.computed + need)
+            running.append(r)
+            chunks.append((r, need))
+            budget -= need
+
+    def keys_of(r):
+        return r.computed + q
+
+    def draft_cost(step):
+        secs = energy = 0.0
+        b = step.decode_batch
+        keys0 = step.decode_keys - b * (q - 1)
+        for j in range(cfg.speculative.k):
+            pf = step.prefill if j == 0 else ()
+            if not b and not pf:
+                break
+            c = draft.cost(Step(b, keys0 + j * b, pf) if b else Step(prefill=pf))
+            secs += c.seconds
+            energy += c.energy_j
+        return secs
+
+    def finish(r, when, free_blocks=True):
+        r.finish_t = when
+        if free_blocks:
+            release(r)
+        finished.append(r)
+        if backlog:
+            nxt = backlog.pop(0)
+            nxt.arrival = when
+            nxt.client = r.client
+            future.append(nxt)
+
+    while future or waiting or running or swapped or static_batch:
+        arrived = sorted((r for r in future if r.arrival <= t), key=lambda r: r.arrival)
+        for r in arrived:
+            future.remove(r)
+            waiting.append(r)
+        swap_time = [0.0]
+        if cfg.scheduler == "static":
+            if not static_batch:
+                batch, pmax, gmax = [], 0, 0
+                while waiting and len(batch) < cfg.max_batch:
+                    r = waiting[0]
+                    p2, g2 = max(pmax, r.prompt), max(gmax, r.output)
+                    if math.ceil((p2 + g2) / bs) * (len(batch) + 1) > len(free_ids):
+                        break
+                    batch.append(waiting.pop(0))
+                    pmax, gmax = p2, g2
+                if not batch:
+                    t = min(r.arrival for r in future)
+                    continue
+                for r in batch:
+                    grow(r, pmax + gmax)
+                static_batch = batch
+                static_state.update(pmax=pmax, left=gmax - 1, done=0)
+                step = Step(prefill=tuple((pmax, 0) for _ in batch))
+            else:
+                ctx = static_state["pmax"] + static_state["done"] + 1
+                static_state["done"] += 1
+                step = Step(len(static_batch), len(static_batch) * ctx)
+            dt = oracle.cost(step).seconds
+            steps.append((t, dt, step.decode_batch, len(step.prefill)))
+            peak = max(peak, blocks - len(free_ids))
+            t_end = t + dt
+            if step.prefill:
+                for r in static_batch:
+                    r.computed, r.generated, r.first_t = r.prompt, 1, t_end
+                    if r.output == 1:
+                        finish(r, t_end, free_blocks=False)
+            else:
+                for r in static_batch:
+                    if r.generated < r.output:
+                        r.generated += 1
+                        if r.generated == r.output:
+                            finish(r, t_end, free_blocks=False)
+                static_state["left"] -= 1
+            if static_state["left"] <= 0:
+                for r in static_batch:
+                    release(r)
+                static_batch = []
+            t = t_end
+            continue
+
+        decodes, chunks = plan_continuous(swap_time)
+        if not decodes and not chunks:
+            if not future:
+                raise AssertionError("requests left but nothing can run")
+            t = min(r.arrival for r in future)
+            continue
+        if decodes:
+            keys = sum(keys_of(r) for r in decodes)
+            step = Step(len(decodes), keys, tuple((c, r.computed) for r, c in chunks), q)
+        else:
+            step = Step(prefill=tuple((c, r.computed) for r, c in chunks))
+        dt = oracle.cost(step).seconds
+        if draft is not None:
+            dt += draft_cost(step)
+        dt += swap_time[0]
+        used = blocks - len(free_ids)
+        assert used <= blocks
+        peak = max(peak, used)
+        steps.append((t, dt, step.decode_batch, len(step.prefill)))
+        t_end = t + dt
+        if decodes and cfg.speculative:
+            u = rng.random(len(decodes))
+            p, k = cfg.speculative.accept, cfg.speculative.k
+            if p <= 0.0:
+                gains = [1] * len(decodes)
+            elif p >= 1.0:
+                gains = [k + 1] * len(decodes)
+            else:
+                gains = (1 + np.minimum(np.floor(np.log1p(-u) / math.log(p)), k)).tolist()
+        else:
+            gains = [1] * len(decodes)
+        done_now = []
+        for r, a in zip(decodes, gains):
+            a = min(int(a), r.output - r.generated)
+            r.generated += a
+            r.computed += a
+            if cfg.speculative:
+                shrink(r, r.computed)
+            if r.generated >= r.output:
+                done_now.append(r)
+        for r, c in chunks:
+            r.computed += c
+            if r.computed >= r.target:
+                r.generated += 1
+                if r.first_t < 0:
+                    r.first_t = t_end
+                if r.generated >= r.output:
+                    done_now.append(r)
+        for r in done_now:
+            running.remove(r)
+            finish(r, t_end)
+        t = t_end
+    return GoldenRun(requests=finished, steps=steps, peak_blocks=peak, preemptions=preemptions)

@@ -1,0 +1,430 @@
+"""Step-time oracles: the one narrow interface between the serving event loop and the simulator.
+
+The event loop asks ``oracle.cost(step)`` for the time and energy (per chip) of a
+:class:`~diptych.workloads.step.Step`; it knows nothing else about how steps are timed. Two
+implementations:
+
+* :class:`DirectOracle` lowers every distinct step (:func:`~diptych.workloads.step.lower_step`)
+  and simulates it (:func:`~diptych.workloads.run.simulate_workload`), memoised on the step.
+  Exact, and slow for long runs (every new step shape is a simulation).
+* :class:`GridOracle` splits a step into its frame and its attention cores
+  (:func:`~diptych.workloads.step.step_parts`), simulates those pieces at the vertices of
+  fixed grids, lazily (a vertex is simulated the first time a step needs it) and
+  interpolates:
+
+  - frame, per block (compute, collectives, energy): piecewise linear in the step's tokens
+    ``N`` (embedding and layer blocks) and in its logits rows (the head);
+  - decode cores: bilinear in (decode batch, mean keys) per ``decode_queries``;
+  - prefill cores: bilinear in (chunk, past), per chunk: the fused record's compute term
+    divided by the chunk (exact for the causal ``chunk·(past + (chunk+1)/2)`` work), its
+    memory term as is (exact for the linear K/V traffic).
+
+  The pieces are recombined with the simulator's block rule
+  (:func:`~diptych.workloads.step.combine_parts`), so with every quantity linear between
+  vertices the oracle equals direct simulation; docs/serving.md gives the measured error.
+
+The execution model (a list schedule of the step's program, ``execution="schedule"``) is
+available through :class:`DirectOracle` (``Replica(execution="schedule")``); the grid oracle
+interpolates the summed model only, since a scheduled step is not a sum of its pieces. Either
+way the event loop is unchanged: it only calls ``cost``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from ...arch import Chip, load_chip
+from ...workloads import load_model
+from ...workloads.config import ModelConfig
+from ...workloads.precision import Precision
+from ...workloads.step import (Step, block_costs, combine_parts, core_op_names, core_workload,
+                               decode_cores, frame, launch_seconds, lower_step, prefill_cores,
+                               step_sync_seconds)
+
+
+class StepCost(NamedTuple):
+    """Time of one step and the energy one chip of the tensor-parallel group spends in it."""
+
+    seconds: float
+    energy_j: float
+
+
+class StepTimer(Protocol):
+    """What the event loop needs: the cost of a step (see the module docstring)."""
+
+    def cost(self, step: Step) -> StepCost: ...
+
+
+@dataclass(frozen=True)
+class Replica:
+    """A model served on ``tp`` chips of one kind: what every step of one engine runs on.
+
+    ``fixed_costs``: charge the chip's ``[overheads]`` (a launch per distinct op of each layer
+    block, per collective, and a synchronisation per step; see
+    :func:`~diptych.workloads.step.block_costs`). ``execution``: "sum" (every op timed alone,
+    the times added per block, as ``diptych run``'s default) or "schedule" (the step's
+    program list-scheduled on the chip's resources with its fixed costs,
+    :func:`~diptych.workloads.execute.schedule_workload`; the direct oracle only)."""
+
+    chip: Chip
+    model: ModelConfig
+    tp: int
+    precision: Precision
+    attention: str = "fused"
+    overlap: bool = True
+    fixed_costs: bool = True
+    execution: str = "sum"
+
+    def __post_init__(self):
+        from ...workloads.run import EXECUTIONS
+        if self.execution not in EXECUTIONS:
+            raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
+                             f"{self.execution!r}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.model.name} on {self.chip.name} x{self.tp}"
+
+    @property
+    def step_sync_s(self) -> float:
+        return step_sync_seconds(self.chip) if self.fixed_costs else 0.0
+
+    def with_sync(self, seconds: float, energy_j: float) -> "StepCost":
+        """A step's cost with the per-step synchronisation (static power meanwhile)."""
+        sync = self.step_sync_s
+        return StepCost(seconds + sync, energy_j + self.chip.energy.static_w * sync)
+
+
+def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
+                 act_dtype: str | None = None, kv_dtype: str | None = None,
+                 attention: str = "fused", fixed_costs: bool = True,
+                 execution: str = "sum") -> Replica:
+    """A :class:`Replica` with the precision ``diptych run`` would use for inference."""
+    from ...workloads.lower import check_attention, check_tp
+    from ...workloads.checks import check_supported
+    from ...workloads.run import default_precision
+
+    chip = load_chip(chip)
+    model = load_model(model)
+    check_tp(model, tp)
+    check_attention(attention)
+    p = default_precision(chip, "decode", weights_dtype, act_dtype, kv_dtype)
+    check_supported(chip, p)
+    return Replica(chip=chip, model=model, tp=tp, precision=p, attention=attention,
+                   fixed_costs=fixed_costs, execution=execution)
+
+
+class DirectOracle:
+    """Every distinct step lowered and simulated once (exact; see the module docstring)."""
+
+    def __init__(self, replica: Replica, simulate: Callable | None = None):
+        self.replica = replica
+        self._simulate = simulate
+        self._memo: dict[Step, StepCost] = {}
+        self.simulations = 0
+
+    def cost(self, step: Step) -> StepCost:
+        got = self._memo.get(step)
+        if got is None:
+            r = self.replica
+            w = lower_step(r.model, step, precision=r.precision, tp=r.tp,
+                           attention=r.attention)
+            if r.execution == "schedule":
+                from ...workloads.execute import schedule_workload
+                from ...workloads.run import _default_simulate
+
+                t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate())
+                got = self._memo[step] = StepCost(t["seconds"], t["energy_j"])
+            else:
+                s, e = combine_parts(block_costs(w, r.chip, self._simulate,
+                                                 fixed_costs=r.fixed_costs), {}, {},
+                                     overlap=r.overlap)
+                got = self._memo[step] = r.with_sync(s, e)
+            self.simulations += 1
+        return got
+
+
+def geometric_axis(dense_to: int, ratio: float, limit: int, start: int = 1) -> list[int]:
+    """Integers ``start..dense_to`` then a geometric progression of ``ratio`` (rounded,
+    strictly increasing) up to and including ``limit``."""
+    pts = list(range(start, dense_to + 1))
+    x = float(dense_to)
+    while pts[-1] < limit:
+        x *= ratio
+        v = min(limit, int(round(x)))
+        if v > pts[-1]:
+            pts.append(v)
+    return pts
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """Vertex spacing of a :class:`GridOracle` (ratios between neighbouring vertices above
+    the dense ranges). ``max_tokens`` bounds the token and chunk axes, ``max_keys`` the
+    context axes, ``max_batch`` the decode-batch axis."""
+
+    token_ratio: float = 1.06
+    batch_ratio: float = 1.12
+    keys_ratio: float = 1.12
+    chunk_ratio: float = 1.12
+    past_ratio: float = 1.2
+    token_dense: int = 32
+    batch_dense: int = 16
+    max_tokens: int = 1 << 20
+    max_keys: int = 1 << 22
+    max_batch: int = 1 << 16
+
+    def __post_init__(self):
+        for f in ("token_ratio", "batch_ratio", "keys_ratio", "chunk_ratio", "past_ratio"):
+            v = getattr(self, f)
+            if not 1.0 < v <= 4.0:
+                raise ValueError(f"{f} must be in (1, 4], not {v!r}")
+
+
+class _Axis:
+    __slots__ = ("pts", "name")
+
+    def __init__(self, pts: list[int], name: str):
+        self.pts = pts
+        self.name = name
+
+    def locate(self, x: float) -> tuple[int, int, float]:
+        """(lower vertex, upper vertex, weight of the upper one)."""
+        pts = self.pts
+        i = bisect_right(pts, x) - 1
+        if i < 0:
+            raise ValueError(f"{self.name} {x} is below the grid's first vertex {pts[0]}")
+        a = pts[i]
+        if a == x or i + 1 == len(pts):
+            if a != x:
+                raise ValueError(f"{self.name} {x} is beyond the grid's last vertex {a}")
+            return a, a, 0.0
+        b = pts[i + 1]
+        return a, b, (x - a) / (b - a)
+
+
+def _lerp(u: tuple, v: tuple, w: float) -> list[float]:
+    return [a + (b - a) * w for a, b in zip(u, v)]
+
+
+class GridOracle:
+    """Interpolating oracle over lazily simulated grid vertices (module docstring)."""
+
+    def __init__(self, replica: Replica, simulate: Callable | None = None,
+                 grid: GridSpec | None = None, progress: Callable[[int], None] | None = None):
+        if replica.execution != "sum":
+            raise ValueError(f"the grid oracle interpolates the summed step model; with "
+                             f"execution {replica.execution!r} use the direct oracle "
+                             f"(--oracle direct)")
+        self.replica = replica
+        self._simulate = simulate
+        g = grid or GridSpec()
+        self.grid = g
+        self._tok = _Axis(geometric_axis(g.token_dense, g.token_ratio, g.max_tokens),
+                          "step tokens")
+        self._bat = _Axis(geometric_axis(g.batch_dense, g.batch_ratio, g.max_batch),
+                          "decode batch")
+        self._keys = _Axis(geometric_axis(16, g.keys_ratio, g.max_keys), "mean keys")
+        self._chunk = _Axis(geometric_axis(16, g.chunk_ratio, g.max_tokens), "prefill chunk")
+        self._past = _Axis(geometric_axis(16, g.past_ratio, g.max_keys, start=0), "past")
+        self._frame: dict[int, tuple] = {}
+        self._dec: dict[tuple[int, int, int], tuple] = {}
+        self._pf: dict[tuple[int, int], tuple] = {}
+        self._progress = progress
+        self.simulations = 0
+        self._blocks: list[tuple[str, int]] | None = None
+        self._kinds: list[str] | None = None
+        self._names: dict = {}
+
+    # -- vertices (each one simulation of a piece) --------------------------------------------
+
+    def _tick(self):
+        self.simulations += 1
+        if self._progress is not None:
+            self._progress(self.simulations)
+
+    def _frame_at(self, n: int) -> tuple:
+        got = self._frame.get(n)
+        if got is None:
+            r = self.replica
+            w = frame(r.model, n, n, precision=r.precision, tp=r.tp, attention=r.attention)
+            bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs)
+            if self._blocks is None:
+                self._blocks = [(b.name, b.repeat) for b in bc]
+            got = tuple(x for b in bc for x in (b.compute_s, b.comm_s, b.energy_j))
+            self._frame[n] = got
+            self._tick()
+        return got
+
+    @property
+    def kinds(self) -> list[str]:
+        """The layer blocks (one per layer kind), in the frame's order."""
+        if self._kinds is None:
+            r = self.replica
+            w = frame(r.model, 1, 1, precision=r.precision, tp=r.tp, attention=r.attention)
+            self._kinds = [b.name for b in w.blocks if b.name not in ("embedding", "head")]
+        return self._kinds
+
+    def _launches(self, step: Step) -> list[float]:
+        """Per layer kind: launch seconds of the cores' distinct ops present in ``step``."""
+        r = self.replica
+        if not r.fixed_costs:
+            return [0.0] * len(self.kinds)
+        keys = []
+        if step.decode_batch:
+            keys.append(("d", step.decode_queries))
+        keys += [("p", past > 0) for _, past in step.prefill]
+        names = {k: set() for k in self.kinds}
+        for key in dict.fromkeys(keys):
+            got = self._names.get(key)
+            if got is None:
+                m, p, a = r.model, r.precision, r.attention
+                cores = (decode_cores(m, 1, 1 + key[1], key[1], precision=p, tp=r.tp,
+                                      attention=a) if key[0] == "d" else
+                         prefill_cores(m, 1, int(key[1]), 1, precision=p, tp=r.tp,
+                                       attention=a))
+                got = self._names[key] = core_op_names(cores)
+            for k, ns in got.items():
+                names[k] |= ns
+        op_s = launch_seconds(r.chip)[0]
+        return [len(names[k]) * op_s for k in self.kinds]
+
+    def _core(self, cores: dict, per_token: int = 0) -> tuple:
+        """Per layer kind: (seconds of the non-fused ops, fused compute term, fused memory
+        term, energy); with ``per_token`` the compute term and the energy divided by it."""
+        r = self.replica
+        by = {b.name: b for b in block_costs(core_workload(cores), r.chip, self._simulate)}
+        out: list[float] = []
+        for name in self.kinds:
+            b = by[name]
+            fused = max(b.attention_compute_s, b.attention_memory_s)
+            c, e = b.attention_compute_s, b.energy_j
+            if per_token:
+                c, e = c / per_token, e / per_token
+            out += [b.compute_s - fused, c, b.attention_memory_s, e]
+        self._tick()
+        return tuple(out)
+
+    def _dec_at(self, batch: int, keys: int, q: int) -> tuple:
+        k = (batch, keys, q)
+        got = self._dec.get(k)
+        if got is None:
+            r = self.replica
+            got = self._dec[k] = self._core(decode_cores(
+                r.model, batch, batch * keys, q, precision=r.precision, tp=r.tp,
+                attention=r.attention))
+        return got
+
+    def _pf_at(self, chunk: int, past: int) -> tuple:
+        k = (chunk, past)
+        got = self._pf.get(k)
+        if got is None:
+            r = self.replica
+            # per query token: compute and energy grow as chunk·(past + chunk/2)
+            got = self._pf[k] = self._core(prefill_cores(
+                r.model, chunk, past, 1, precision=r.precision, tp=r.tp,
+                attention=r.attention), per_token=chunk)
+        return got
+
+    # -- interpolation ------------------------------------------------------------------------
+
+    def _bilinear(self, fn, ax, ay, x: float, y: float, *extra) -> list[float]:
+        x0, x1, wx = ax.locate(x)
+        y0, y1, wy = ay.locate(y)
+        lo = fn(x0, y0, *extra)
+        if wx:
+            lo = _lerp(lo, fn(x1, y0, *extra), wx)
+        if not wy:
+            return list(lo)
+        hi = fn(x0, y1, *extra)
+        if wx:
+            hi = _lerp(hi, fn(x1, y1, *extra), wx)
+        return _lerp(lo, hi, wy)
+
+    def _frame_interp(self, n: int) -> list[float] | tuple:
+        a, b, w = self._tok.locate(n)
+        lo = self._frame_at(a)
+        return _lerp(lo, self._frame_at(b), w) if w else lo
+
+    def cost(self, step: Step) -> StepCost:
+        """Interpolated cost of ``step`` (see the module docstring)."""
+        kinds = self.kinds
+        nk = len(kinds)
+        cores = [0.0] * nk
+        core_e = [0.0] * nk
+        if step.decode_batch:
+            b = step.decode_batch
+            v = self._bilinear(self._dec_at, self._bat, self._keys, b, step.decode_keys / b,
+                               step.decode_queries)
+            for k in range(nk):
+                o, c, m, e = v[4 * k:4 * k + 4]
+                cores[k] += o + max(c, m)
+                core_e[k] += e
+        for chunk, past in step.prefill:
+            v = self._bilinear(self._pf_at, self._chunk, self._past, chunk, past)
+            for k in range(nk):
+                o, c, m, e = v[4 * k:4 * k + 4]
+                cores[k] += o + max(c * chunk, m)
+                core_e[k] += e * chunk
+        static = self.replica.chip.energy.static_w
+        for k, launch in enumerate(self._launches(step)):
+            cores[k] += launch
+            core_e[k] += static * launch
+        body = self._frame_interp(step.tokens)
+        head = self._frame_interp(step.rows)
+        secs = energy = 0.0
+        overlap = self.replica.overlap
+        k = 0
+        for i, (name, rep) in enumerate(self._blocks):
+            src = head if name == "head" else body
+            comp, comm, e = src[3 * i], src[3 * i + 1], src[3 * i + 2]
+            if k < nk and name == kinds[k]:
+                comp += cores[k]
+                e += core_e[k]
+                k += 1
+            secs += rep * (max(comp, comm) if overlap else comp + comm)
+            energy += rep * e
+        return self.replica.with_sync(secs, energy)
+
+
+def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = None
+                     ) -> StepCost:
+    """The step's cost from its pieces simulated exactly (no interpolation): equals
+    :class:`DirectOracle` up to rounding (a test holds the decomposition to that)."""
+    from ...workloads.step import step_parts
+
+    r = replica
+    fr, groups = step_parts(r.model, step, precision=r.precision, tp=r.tp,
+                            attention=r.attention)
+    comp: dict[str, float] = {}
+    energy: dict[str, float] = {}
+    names: dict[str, set] = {}
+    for g in groups:
+        for b in block_costs(core_workload(g), r.chip, simulate):
+            comp[b.name] = comp.get(b.name, 0.0) + b.compute_s
+            energy[b.name] = energy.get(b.name, 0.0) + b.energy_j
+        for k, ns in core_op_names(g).items():
+            names.setdefault(k, set()).update(ns)
+    if r.fixed_costs:
+        op_s = launch_seconds(r.chip)[0]
+        for k, ns in names.items():
+            comp[k] += len(ns) * op_s
+            energy[k] += r.chip.energy.static_w * len(ns) * op_s
+    s, e = combine_parts(block_costs(fr, r.chip, simulate, fixed_costs=r.fixed_costs), comp,
+                         energy, overlap=r.overlap)
+    return r.with_sync(s, e)
+
+
+def interpolation_error(oracle: GridOracle, steps, simulate: Callable | None = None
+                        ) -> list[float]:
+    """Relative error of ``oracle`` against direct simulation on ``steps``."""
+    direct = DirectOracle(oracle.replica, simulate)
+    out = []
+    for s in steps:
+        d = direct.cost(s).seconds
+        out.append(abs(oracle.cost(s).seconds - d) / d)
+    return out
+

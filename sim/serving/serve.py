@@ -1,0 +1,268 @@
+"""The library entry point behind ``diptych serve``: :func:`serve`.
+
+A :class:`Deployment` says what serves (one replica kind × ``replicas``, or a prefill pool and
+a decode pool), a :class:`Load` what arrives, a :class:`~.config.ServeConfig` how the engine
+schedules. :func:`serve` builds the instances, their oracles (:mod:`.oracle`) and KV budgets
+(:mod:`.kv`), draws the requests (:mod:`.requests`), runs the event loop (:mod:`.engine`) and
+returns a :class:`ServeResult` (its :meth:`~ServeResult.to_dict` is the ``--json`` output).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .config import ServeConfig
+from .deployment import Deployment, Pool, colocated, fit_tp, kv_transfer
+from .engine import Instance, Req, run_loop
+from .kv import KvBudget, kv_budget
+from .metrics import mean_in_system, queue_series, request_metrics, stats
+from .oracle import DirectOracle, GridOracle, GridSpec, Replica, make_replica
+from .requests import Load, draw_requests
+
+__all__ = ["Deployment", "Load", "OracleCache", "Pool", "ServeResult", "colocated", "fit_tp",
+           "serve"]
+
+ORACLES = ("grid", "direct")
+
+@dataclass
+class ServeResult:
+    """Metrics of one run (see :mod:`.metrics` for definitions)."""
+
+    deployment: str
+    load: str
+    requests: int
+    chips: int
+    duration_s: float
+    ttft_s: dict
+    tpot_s: dict
+    e2e_s: dict
+    itl_s: dict
+    tokens_per_s: float
+    tokens_per_s_per_chip: float
+    input_tokens_per_s: float
+    requests_per_s: float
+    goodput_rps: float
+    slo_attainment: float
+    meets_slo: bool
+    tokens_per_j: float
+    energy_j: float
+    kv_peak_fraction: float
+    kv_mean_fraction: float
+    preemptions: int
+    swap_bytes: float
+    mean_in_system: float
+    queue: dict
+    kv: list[dict]
+    slo: dict
+    config: dict
+    info: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    instances: list = field(default_factory=list, repr=False)
+    reqs: list = field(default_factory=list, repr=False)
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("instances", "reqs")}
+        return d
+
+
+class OracleCache:
+    """One oracle per (replica, kind); share it across runs (a QPS sweep) to reuse vertices."""
+
+    def __init__(self, kind: str = "grid", simulate: Callable | None = None,
+                 grid: GridSpec | None = None, progress: Callable[[int], None] | None = None):
+        if kind not in ORACLES:
+            raise ValueError(f"oracle must be one of {', '.join(ORACLES)}, not {kind!r}")
+        self.kind = kind
+        self.simulate = simulate
+        self.grid = grid
+        self.progress = progress
+        self._o: dict = {}
+
+    def get(self, replica: Replica):
+        o = self._o.get(replica)
+        if o is None:
+            if self.kind == "direct":
+                o = DirectOracle(replica, self.simulate)
+            else:
+                o = GridOracle(replica, self.simulate, self.grid, progress=self._tick)
+            self._o[replica] = o
+        return o
+
+    def _tick(self, _n: int) -> None:
+        if self.progress is not None:
+            self.progress(self.simulations)
+
+    @property
+    def simulations(self) -> int:
+        return sum(o.simulations for o in self._o.values())
+
+
+def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: OracleCache, start: int,
+               prefix_blocks: int, draft: Replica | None, rng) -> tuple[list[Instance], KvBudget]:
+    r = pool.replica
+    budget = kv_budget(r, block_tokens=cfg.kv_block_tokens,
+                       max_batched_tokens=cfg.max_batched_tokens,
+                       reserve_fraction=cfg.kv_reserve_fraction, draft=draft)
+    if prefix_blocks >= budget.blocks:
+        raise ValueError(f"the shared prefix ({prefix_blocks} blocks) does not fit the KV "
+                         f"cache of {r.name} ({budget.blocks} blocks); lower --prefix-share")
+    out = []
+    for k in range(pool.replicas):
+        out.append(Instance(start + k, role, oracles.get(r), cfg, chips=r.tp,
+                            blocks=budget.blocks, block_bytes=budget.block_bytes,
+                            static_w=r.chip.energy.static_w,
+                            draft=oracles.get(draft) if draft is not None else None,
+                            rng=rng, prefix_blocks=prefix_blocks))
+    return out, budget
+
+
+def _draft_replica(cfg: ServeConfig, target: Replica) -> Replica | None:
+    s = cfg.speculative
+    if s is None or s.draft is None:
+        return None
+    p = target.precision
+    return make_replica(target.chip, s.draft, tp=target.tp, weights_dtype=p.weights,
+                        act_dtype=p.activations, kv_dtype=p.kv, attention=target.attention)
+
+
+def serve(deployment: Deployment, load: Load, cfg: ServeConfig | None = None, *,
+          oracles: OracleCache | None = None, oracle: str = "grid",
+          simulate: Callable | None = None, progress: Callable[[int, int], None] | None = None
+          ) -> ServeResult:
+    """Simulate ``load`` served by ``deployment`` under ``cfg`` (module docstring).
+
+    ``oracles`` shares step-time oracles between runs (else a new
+    :class:`OracleCache` of kind ``oracle`` over ``simulate``, the engine by default).
+    ``progress(done, total)`` is called as requests complete.
+    """
+    cfg = cfg or ServeConfig()
+    oracles = oracles or OracleCache(oracle, simulate)
+    model = deployment.model
+    rng = np.random.default_rng(cfg.seed)
+    arr, pr, out, info = draw_requests(load, model.max_position_embeddings, rng)
+    n = len(pr)
+    bs = cfg.kv_block_tokens
+    shared = (np.floor(cfg.prefix_share * pr / bs) * bs).astype(np.int64)
+    shared = np.minimum(shared, (pr - 1) // bs * bs)
+    prefix_blocks = int(shared.max()) // bs if n else 0
+    spec_rng = np.random.default_rng([cfg.seed, 1])
+
+    instances: list[Instance] = []
+    budgets: list[tuple[str, KvBudget]] = []
+    prefill_pool = decode_pool = None
+    if deployment.disaggregated:
+        for pool, role in ((deployment.prefill, "prefill"), (deployment.decode, "decode")):
+            d = _draft_replica(cfg, pool.replica) if role == "decode" else None
+            inst, b = _instances(pool, role, cfg, oracles, len(instances), prefix_blocks, d,
+                                 spec_rng)
+            instances += inst
+            budgets.append((role, b))
+        prefill_pool = [i for i in instances if i.role == "prefill"]
+        decode_pool = [i for i in instances if i.role == "decode"]
+    else:
+        pool = deployment.pool
+        inst, b = _instances(pool, "mixed", cfg, oracles, 0, prefix_blocks,
+                             _draft_replica(cfg, pool.replica), spec_rng)
+        instances += inst
+        budgets.append(("mixed", b))
+    _check_fit(pr, out, shared, cfg, budgets)
+
+    reqs = [Req(i, float(arr[i]), int(pr[i]), int(out[i]), int(shared[i])) for i in range(n)]
+    known = [r for r in reqs if not math.isnan(r.arrival)]
+    next_request = None
+    if load.concurrency is not None:
+        c = min(load.concurrency, n)
+        for k in range(c):
+            reqs[k].arrival = 0.0
+            reqs[k].client = k
+        known = reqs[:c]
+        state = {"next": c}
+
+        def next_request(fin: Req, t: float):
+            i = state["next"]
+            if i >= n or (load.duration_s is not None and t >= load.duration_s):
+                return None
+            state["next"] = i + 1
+            r = reqs[i]
+            r.arrival = t
+            r.client = fin.client
+            return r
+
+    link = {"energy_j": 0.0, "bytes": 0.0}
+    transfer = kv_transfer(deployment, link) if deployment.disaggregated else None
+    total = n
+    tick = (lambda done: progress(done, total)) if progress is not None else None
+    run_loop(instances, known, next_request=next_request, prefill_pool=prefill_pool,
+             decode_pool=decode_pool, transfer=transfer, progress=tick)
+    done = [r for r in reqs if r.finish_t >= 0]
+    if not done:
+        raise ValueError("no request completed")
+    return _result(deployment, load, cfg, instances, done, budgets, link, info, oracles)
+
+
+def _check_fit(pr, out, shared, cfg: ServeConfig, budgets) -> None:
+    need = pr + out - shared
+    for role, b in budgets:
+        per_seq = (b.blocks - int(shared.max()) // cfg.kv_block_tokens) * b.block_tokens
+        i = int(np.argmax(need))
+        if need[i] > per_seq:
+            raise ValueError(f"a request of {int(pr[i])} prompt + {int(out[i])} output tokens "
+                             f"needs {int(need[i])} tokens of KV cache, more than the "
+                             f"{per_seq} one {role} replica holds; use more chips (--tp) or "
+                             f"shorter requests")
+    if not cfg.chunked_prefill and cfg.scheduler == "continuous":
+        longest = int((pr + out).max())
+        if longest > cfg.max_batched_tokens:
+            raise ValueError(f"without chunked prefill a step must hold a whole prompt (and a "
+                             f"recomputed sequence): --max-batched-tokens "
+                             f"{cfg.max_batched_tokens} is below the longest request's "
+                             f"{longest} tokens; raise it or use --chunked-prefill")
+
+
+def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budgets, link,
+            info, oracles: OracleCache) -> ServeResult:
+    m = request_metrics(done, cfg.slo_ttft_s, cfg.slo_tpot_s)
+    dur = m["last_finish"] - m["first_arrival"]
+    if dur <= 0:
+        dur = max(m["last_finish"], 1e-12)
+    out_tok = int(m["out"].sum())
+    energy = sum(i.energy_j + i.idle_s * i.static_w * i.chips for i in instances) \
+        + link["energy_j"]
+    chips = dep.chips
+    peak = max(i.peak_used / i.total_blocks for i in instances)
+    used_time = sum(i.used_time + i.prefix_blocks * i.idle_s for i in instances)
+    block_time = sum((sum(i.rec_dt) + i.idle_s) * i.total_blocks for i in instances)
+    ttft, tpot = stats(m["ttft"]), stats(m["tpot"])
+    itl = np.concatenate([np.frombuffer(i.itl, dtype=float) for i in instances])
+    meets = (ttft["p99"] is not None and ttft["p99"] <= cfg.slo_ttft_s
+             and (tpot["p99"] is None or tpot["p99"] <= cfg.slo_tpot_s))
+    info = dict(info)
+    info.update(oracle=oracles.kind, oracle_simulations=oracles.simulations,
+                steps=sum(len(i.rec_t) for i in instances),
+                completed=len(done), output_tokens=out_tok,
+                input_tokens=int(m["prompt"].sum()),
+                kv_transfer_bytes=link["bytes"],
+                expected_tokens_per_verify=(cfg.speculative.expected_tokens
+                                            if cfg.speculative else None))
+    cfgd = {k: (v.__dict__ if hasattr(v, "__dict__") else v) for k, v in cfg.__dict__.items()}
+    return ServeResult(
+        deployment=dep.describe(), load=load.describe(), requests=len(done), chips=chips,
+        duration_s=dur, ttft_s=ttft, tpot_s=tpot, e2e_s=stats(m["e2e"]), itl_s=stats(itl),
+        tokens_per_s=out_tok / dur, tokens_per_s_per_chip=out_tok / dur / chips,
+        input_tokens_per_s=float(m["prompt"].sum()) / dur, requests_per_s=len(done) / dur,
+        goodput_rps=float(m["ok"].sum()) / dur, slo_attainment=float(m["ok"].mean()),
+        meets_slo=bool(meets), tokens_per_j=out_tok / energy if energy else 0.0,
+        energy_j=energy, kv_peak_fraction=float(peak),
+        kv_mean_fraction=used_time / block_time if block_time else 0.0,
+        preemptions=sum(i.preemptions for i in instances),
+        swap_bytes=sum(i.swap_bytes for i in instances),
+        mean_in_system=mean_in_system(instances, dur), queue=queue_series(instances),
+        kv=[{"role": role, **b.to_dict()} for role, b in budgets],
+        slo={"ttft_s": cfg.slo_ttft_s, "tpot_s": cfg.slo_tpot_s}, config=cfgd, info=info,
+        instances=instances, reqs=done)
+
+

@@ -1,0 +1,105 @@
+"""Throughput–latency curves: the same request stream at a list of arrival rates.
+
+:func:`qps_sweep` runs :func:`~.serve.serve` at ``points`` evenly spaced rates from ``lo`` to
+``hi`` (the same seed, so each point sees the same lengths and the same arrival pattern
+scaled in time), sharing the step-time oracles, and reports each point and the highest rate
+whose run meets the SLOs (MLPerf's rule: p99 TTFT and p99 TPOT within them; see
+:mod:`.metrics`). :func:`plot_sweep` draws the curve with matplotlib.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from .config import ServeConfig
+from .serve import Deployment, Load, OracleCache, serve
+
+#: Per-point fields of a sweep (and of ``diptych serve --sweep-qps --json``).
+POINT_KEYS = ("qps", "tokens_per_s", "tokens_per_s_per_chip", "goodput_rps",
+              "slo_attainment", "meets_slo", "tokens_per_j", "kv_peak_fraction", "preemptions")
+
+
+def parse_sweep(text: str) -> tuple[float, float, int]:
+    """``LO:HI:N`` → (lo, hi, n): n >= 1 rates from lo to hi (> 0, lo <= hi)."""
+    parts = str(text).split(":")
+    if len(parts) != 3:
+        raise ValueError(f"--sweep-qps expects LO:HI:N (e.g. 1:20:10), not {text!r}")
+    try:
+        lo, hi, n = float(parts[0]), float(parts[1]), int(parts[2])
+    except ValueError:
+        raise ValueError(f"--sweep-qps expects numbers LO:HI:N, not {text!r}") from None
+    if not (lo > 0 and hi > 0):
+        raise ValueError(f"--sweep-qps rates must be positive, not {text!r}")
+    if hi < lo:
+        raise ValueError(f"--sweep-qps HI ({hi:g}) must be >= LO ({lo:g})")
+    if n < 1 or (n == 1 and hi != lo):
+        raise ValueError(f"--sweep-qps N must be a positive integer (1 only when LO == HI), "
+                         f"not {parts[2]!r}")
+    return lo, hi, n
+
+
+def sweep_rates(lo: float, hi: float, n: int) -> list[float]:
+    return [lo] if n == 1 else [lo + (hi - lo) * i / (n - 1) for i in range(n)]
+
+
+def qps_sweep(dep: Deployment, load: Load, lo: float, hi: float, n: int,
+              cfg: ServeConfig | None = None, *, oracles: OracleCache | None = None,
+              progress: Callable[[int, int, float], None] | None = None) -> dict:
+    """Run ``load`` (its ``qps`` replaced) at ``n`` rates from ``lo`` to ``hi``; return
+    ``{"points": [...], "max_qps_meeting_slo": rate or None, "results": [ServeResult]}``."""
+    if load.qps is None:
+        raise ValueError("a QPS sweep needs an open-loop load (--qps), not --concurrency or "
+                         "--trace")
+    oracles = oracles or OracleCache()
+    rates = sweep_rates(lo, hi, n)
+    results = []
+    for k, q in enumerate(rates):
+        if progress is not None:
+            progress(k, n, q)
+        results.append(serve(dep, replace(load, qps=q), cfg, oracles=oracles))
+    if progress is not None:
+        progress(n, n, rates[-1])
+    points = []
+    for q, r in zip(rates, results):
+        d = r.to_dict()
+        p = {"qps": q, **{k: d[k] for k in POINT_KEYS[1:]}}
+        for m in ("ttft_s", "tpot_s", "e2e_s"):
+            p[m] = d[m]
+        points.append(p)
+    ok = [p["qps"] for p in points if p["meets_slo"]]
+    return {"points": points, "max_qps_meeting_slo": max(ok) if ok else None,
+            "results": results}
+
+
+def plot_sweep(sweep: dict, path: str, title: str, slo: dict) -> None:
+    """Throughput and p50/p99 TTFT and TPOT against offered load, SLOs dashed."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = sweep["points"]
+    q = [p["qps"] for p in pts]
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
+    ax[0].plot(q, [p["tokens_per_s"] for p in pts], "o-", label="output tokens/s")
+    ax[0].set_ylabel("output tokens/s")
+    g = ax[0].twinx()
+    g.plot(q, [p["goodput_rps"] for p in pts], "s--", color="tab:green", label="goodput")
+    g.set_ylabel("goodput (requests/s meeting SLOs)")
+    for i, (key, name) in enumerate((("ttft_s", "TTFT"), ("tpot_s", "TPOT")), start=1):
+        for pc, st in (("p50", "o-"), ("p99", "^-")):
+            ax[i].plot(q, [p[key][pc] for p in pts], st, label=f"{name} {pc}")
+        ax[i].axhline(slo[key], color="red", ls="--", lw=1, label=f"SLO {slo[key]:g} s")
+        ax[i].set_yscale("log")
+        ax[i].set_ylabel(f"{name} (s)")
+        ax[i].legend(fontsize=8)
+    best = sweep["max_qps_meeting_slo"]
+    for a in ax:
+        a.set_xlabel("offered load (requests/s)")
+        if best is not None:
+            a.axvline(best, color="grey", ls=":", lw=1)
+    fig.suptitle(title + (f" — highest load meeting the SLOs: {best:g} req/s" if best
+                          is not None else " — no load meets the SLOs"))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,88 @@
+"""The serving study of `diptych compare --serving` (roofline double for the engine)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from roofline_double import roofline
+
+import diptych.tools.dse.compare as compare_mod
+import diptych.workloads.run as run_mod
+from diptych.sim.serving.serve import OracleCache, serve
+from diptych.sim.serving.study import ServingSettings, max_qps, serving_study
+from diptych.tools.cli import main
+
+SMALL = ServingSettings(duration_s=2.0, rel_tol=0.5, prompt="lognormal:mean=512,sigma=0.5",
+                        gen="lognormal:mean=128,sigma=0.5", qps_start=128.0)
+
+
+@pytest.fixture(scope="module")
+def study():
+    return serving_study(["train-2026", "infer-2026"], "llama-3-8b", SMALL, simulate=roofline)
+
+
+def test_structure_and_pairs(study):
+    assert set(study["colocated"]) == {"train-2026", "infer-2026"}
+    for d in study["colocated"].values():
+        assert d["chips"] == 2 and d["tp"] * d["replicas"] == 2
+        assert d["max_qps"] > 0 and d["tokens_per_j"] > 0
+        assert d["ttft_p99_s"] <= SMALL.slo_ttft_s and d["tpot_p99_s"] <= SMALL.slo_tpot_s
+    pairs = {(d["prefill"], d["decode"]) for d in study["disaggregated"]}
+    assert pairs == {("train-2026", "infer-2026"), ("infer-2026", "train-2026")}
+    assert all(d["chips"] == 2 and d["max_qps"] for d in study["disaggregated"])
+    json.dumps(study)                       # JSON-ready
+
+
+def test_max_qps_is_a_load_that_meets_the_slo_and_twice_it_does_not(study):
+    from diptych.sim.serving.serve import colocated
+    d = study["colocated"]["infer-2026"]
+    dep = colocated("infer-2026", "llama-3-8b", replicas=d["replicas"], tp=d["tp"])
+    oc = OracleCache("grid", roofline)
+    assert serve(dep, SMALL.load(d["max_qps"]), SMALL.config(), oracles=oc).meets_slo
+    assert not serve(dep, SMALL.load(2 * d["max_qps"]), SMALL.config(), oracles=oc).meets_slo
+
+
+def test_a_model_that_does_not_fit_gives_an_error_entry():
+    s = serving_study(["tpu-v5e"], "llama-3-70b", SMALL, simulate=roofline)
+    assert "error" in s["colocated"]["tpu-v5e"]
+
+
+def test_no_load_meets_impossible_slos():
+    from diptych.sim.serving.serve import colocated
+    s = ServingSettings(duration_s=2.0, slo_tpot_s=1e-6, max_doublings=2)
+    r = max_qps(colocated("h100", "llama-3-8b"), s, OracleCache("grid", roofline))
+    assert r["max_qps"] is None and "no load" in r["note"]
+
+
+def test_compare_cli_serving_section(monkeypatch, study):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dse"))
+    import fake_eval
+
+    monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)
+    monkeypatch.setattr(compare_mod, "_default_run", fake_eval.roofline_run)
+    import diptych.sim.serving.study as study_mod
+    seen = {}
+
+    def fake_study(chips, model, settings=None, **kw):     # the study itself is tested above
+        seen.update(chips=chips, model=model)
+        return study
+    monkeypatch.setattr(study_mod, "serving_study", fake_study)
+    r = CliRunner().invoke(main, ["compare", "train-2026", "infer-2026", "--model",
+                                  "llama-3-8b", "--prompts", "512", "--batches", "1,8",
+                                  "--contexts", "1024", "--ref-batch", "8", "--train-tp", "1",
+                                  "--train-batch", "2", "--train-seq", "512", "--serving",
+                                  "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert "chips" in d and d["serving"] == json.loads(json.dumps(study))
+    assert seen == {"chips": ["train-2026", "infer-2026"], "model": "llama-3-8b"}
+    r = CliRunner().invoke(main, ["compare", "train-2026", "infer-2026", "--model",
+                                  "llama-3-8b", "--prompts", "512", "--batches", "1,8",
+                                  "--contexts", "1024", "--ref-batch", "8", "--train-tp", "1",
+                                  "--train-batch", "2", "--train-seq", "512", "--serving"])
+    assert r.exit_code == 0, r.output
+    assert "serving under" in r.output and "QPS" in r.output

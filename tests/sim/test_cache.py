@@ -1,0 +1,165 @@
+"""The persistent result cache (diptych.sim.cache): same results with and without it, keys
+that tell different work apart, atomic files under concurrent writers, and the CLI."""
+
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import golden_set as G
+from diptych.arch import load_chip
+from diptych.sim import api, cache
+from diptych.sim.ops import Gemm
+from diptych.tools.cli import main
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    """An empty cache directory, the cache on, the in-memory memo empty."""
+    monkeypatch.setenv(cache.ENV_DIR, str(tmp_path / "c"))
+    monkeypatch.delenv(cache.ENV_OFF, raising=False)
+    cache.set_enabled(None)
+    api._gemm_cached.cache_clear()
+    api._vector_cached.cache_clear()
+    yield tmp_path / "c"
+    cache.set_enabled(None)
+    api._gemm_cached.cache_clear()
+    api._vector_cached.cache_clear()
+
+
+def _golden_ops():
+    ops = [G.gemm_op(c) for c in G.GEMMS[::3]]
+    vec = [G.vector_op(c) for c in G.VECTORS[::4]]
+    return ops, vec
+
+
+def _all(ops, vec):
+    return ([api.simulate(op, chip, dataflow=df).to_dict() for chip, op, df in ops]
+            + [api.simulate(op, chip).to_dict() for chip, op in vec])
+
+
+def test_results_identical_with_and_without_the_cache(fresh):
+    ops, vec = _golden_ops()
+    cache.set_enabled(False)
+    without = _all(ops, vec)
+    assert cache.info()["entries"] == 0
+    cache.set_enabled(True)
+    api._gemm_cached.cache_clear()
+    api._vector_cached.cache_clear()
+    first = _all(ops, vec)                 # misses: computed and written
+    assert cache.info()["entries"] == len(ops) + len(vec)     # (all distinct)
+    api._gemm_cached.cache_clear()
+    api._vector_cached.cache_clear()
+    again = _all(ops, vec)                 # hits: read back from disk
+    for a, b, c in zip(without, first, again):
+        assert not G.diff(a, b) and not G.diff(a, c)
+        assert a == c
+
+
+def test_keys_tell_different_work_apart_and_ignore_names(fresh):
+    chip = load_chip("tpu-v4")
+    g = Gemm(name="", m=64, k=128, n=256)
+    k = cache.key("gemm", g, chip, None)
+    import dataclasses
+    assert cache.key("gemm", g, chip, None) == k
+    assert cache.key("gemm", g, chip, "ws") != k
+    assert cache.key("gemm", dataclasses.replace(g, n=257), chip, None) != k
+    assert cache.key("gemm", dataclasses.replace(g, c_dtype="fp32"), chip, None) != k
+    faster = dataclasses.replace(chip, clock_ghz=chip.clock_ghz * 1.01)
+    assert cache.key("gemm", g, faster, None) != k
+    # names and tags are not part of a result: simulate clears them before the lookup
+    a = api.simulate(Gemm(name="a", m=64, k=128, n=256, tags=("x",)), chip)
+    b = api.simulate(Gemm(name="b", m=64, k=128, n=256), chip)
+    assert a.name == "a" and b.name == "b" and a.cycles == b.cycles
+    assert cache.info()["entries"] == 1
+
+
+def test_other_code_is_never_served(fresh, monkeypatch):
+    chip = load_chip("tpu-v4")
+    op = Gemm(name="g", m=96, k=96, n=96)
+    api.simulate(op, chip)
+    api._gemm_cached.cache_clear()
+    monkeypatch.setattr(cache, "code_hash", lambda: "edited sources")
+    calls = []
+    real = api.gemm_stats
+    monkeypatch.setattr(api, "gemm_stats", lambda *a: calls.append(1) or real(*a))
+    api.simulate(op, chip)
+    assert calls == [1] and cache.info()["entries"] == 2
+
+
+def test_corrupt_files_are_misses_and_unwritable_dirs_switch_it_off(fresh, tmp_path):
+    chip = load_chip("tpu-v4")
+    op = Gemm(name="g", m=32, k=32, n=32)
+    want = api.simulate(op, chip)
+    for f in fresh.rglob("*.json"):
+        f.write_text("{not json")
+    api._gemm_cached.cache_clear()
+    assert api.simulate(op, chip) == want                  # recomputed, file rewritten
+    api._gemm_cached.cache_clear()
+    assert api.simulate(op, chip) == want
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    os.environ[cache.ENV_DIR] = str(blocker / "sub")       # cannot be created
+    api._gemm_cached.cache_clear()
+    assert api.simulate(op, chip) == want and not cache.enabled()
+
+
+def _worker(args):
+    d, i = args
+    os.environ[cache.ENV_DIR] = d
+    from diptych.sim import api as A
+    chip = load_chip("train-2026")
+    ops = [Gemm(name=f"w{i}", m=64 + 64 * (j % 3), k=512, n=256) for j in range(6)]
+    return [A.simulate(o, chip).cycles for o in ops]
+
+
+def test_concurrent_workers_share_the_cache(fresh):
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("needs fork")
+    with mp.get_context("fork").Pool(3) as pool:
+        res = pool.map(_worker, [(str(fresh), i) for i in range(6)])
+    assert all(r == res[0] for r in res)
+    files = list(fresh.rglob("*"))
+    assert not [f for f in files if f.name.startswith(".tmp-")]
+    assert cache.info()["entries"] == 3
+    for f in fresh.rglob("*.json"):
+        json.loads(f.read_text())
+
+
+def test_cli_info_clear_and_no_cache(fresh, monkeypatch):
+    r = CliRunner().invoke(main, ["gemm", "64", "64", "64", "--chip", "tpu-v4", "--json"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["cache", "info", "--json"])
+    d = json.loads(r.output)
+    assert d["entries"] == 1 and d["location"] == str(fresh) and d["enabled"]
+    r = CliRunner().invoke(main, ["cache", "clear"])
+    assert r.exit_code == 0 and "removed 1 cached result" in r.output
+    assert cache.info()["entries"] == 0
+    api._gemm_cached.cache_clear()
+    r = CliRunner().invoke(main, ["--no-cache", "gemm", "64", "64", "64", "--chip", "tpu-v4"])
+    monkeypatch.delenv(cache.ENV_OFF, raising=False)    # (the flag sets it for workers)
+    assert r.exit_code == 0 and cache.info()["entries"] == 0
+
+
+def test_default_location_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.delenv(cache.ENV_DIR, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.cache_dir() == tmp_path / "diptych"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache.cache_dir() == tmp_path / "home" / ".cache" / "diptych"
+
+
+def test_cli_help_and_listing_do_not_import_numba():
+    code = ("import sys\nfrom diptych.tools.cli import main\n"
+            "for a in (['--help'], ['chips', 'list'], ['models', 'show', 'llama-3-8b'],"
+            " ['cache', 'info']):\n"
+            "    try:\n        main(a)\n    except SystemExit:\n        pass\n"
+            "print('NUMBA', 'numba' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "NUMBA False"

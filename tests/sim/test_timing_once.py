@@ -1,0 +1,86 @@
+"""The array timeline is stated once (sim/timing.py): perturb it and every prediction moves.
+
+The engine and the mapper compile the functions of diptych.sim.timing (sim/jit.compile_pure);
+with NUMBA_DISABLE_JIT=1 a function replaced in diptych.sim.timing before the engine is
+imported is what the engine runs. These tests do that in a fresh process.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from diptych.sim import timing as T
+
+HERE = Path(__file__).resolve().parent
+
+_SCRIPT = """
+import json, sys
+sys.path.insert(0, {here!r})
+import diptych.sim.timing as T
+{patch}
+from diptych.sim import engine as E
+from diptych.sim import mapper as MP
+from simtest_helpers import one_array_run, small_chip
+chip = small_chip(4, 4)
+res = {{}}
+out, pb, rates, split = one_array_run(chip, 4, 5, 4, "os", 4, 5, 4)
+res["os_engine"] = int(out[E.O_CYCLES])
+res["os_contract"] = T.os_output_cycles(4, 4, [list(range(5))])[0][0] + 1
+res["os_closed_form"] = MP.compute_cycles(chip, pb, MP.Blocks(4, 5, 4, 0), rates)
+out, *_ = one_array_run(chip, 4, 5, 4, "os", 4, 5, 4, memory=True)
+res["os_engine_dram"] = int(out[E.O_CYCLES])
+out, pb, rates, split = one_array_run(chip, 3, 4, 8, "ws", 3, 4, 8)
+res["ws_engine"] = int(out[E.O_CYCLES])
+loads, rows = T.ws_schedule(4, 4, [3, 3])
+res["ws_contract"] = T.ws_output_cycles(4, 4, loads, rows)[-1][-1] + 1
+res["ws_closed_form"] = MP.compute_cycles(chip, pb, MP.Blocks(3, 4, 8, 0), rates)
+print(json.dumps(res))
+"""
+
+
+def _run(patch: str) -> dict:
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    code = _SCRIPT.format(here=str(HERE), patch=patch)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_engine_contract_and_closed_forms_follow_a_perturbed_timeline():
+    base = _run("")
+    # the unperturbed timeline: every prediction agrees with the contract's isolated figures
+    assert base["os_engine"] == base["os_contract"] == base["os_closed_form"] \
+        == T.os_isolated_cycles(4, 4, 5)
+    assert base["ws_engine"] == base["ws_contract"] == base["ws_closed_form"] \
+        == T.ws_sequence_cycles(4, 4, [3, 3])
+    # outputs one cycle later (OS) and the next weight load two cycles later (WS)
+    moved = _run("_o = T.os_row_output\n"
+                 "T.os_row_output = lambda last, rows, cols, i: _o(last, rows, cols, i) + 1\n"
+                 "_w = T.ws_weight_load\n"
+                 "T.ws_weight_load = lambda first, rows, cols: _w(first, rows, cols) + 2\n")
+    for df, delta in (("os", 1), ("ws", 2)):
+        for what in ("engine", "contract", "closed_form"):
+            assert moved[f"{df}_{what}"] == base[f"{df}_{what}"] + delta, (df, what, moved)
+    # (the DRAM model runs in pure Python too: a perturbed run with memory is no faster)
+    assert base["os_engine_dram"] > base["os_engine"]
+    assert moved["os_engine_dram"] >= base["os_engine_dram"]
+
+
+@pytest.mark.parametrize("R,C", [(1, 1), (4, 4), (8, 3), (16, 32)])
+def test_derived_rules_are_compositions_of_the_recurrences(R, C):
+    for k in range(1, 40):
+        assert T.os_period(R, k) == T.os_last_step(101, k, 100, R) - 100 == max(k, R)
+        assert T.ws_period(R, C, k) == T.ws_first_row(T.ws_weight_load(7, R, C), 7 + k - 1,
+                                                      R) - 7 == max(k, 2 * R + C - 2)
+        assert T.os_last_output(k, R, C) == T.os_row_output(k, R, C, 0) == k + 2 * R + C - 2
+
+
+def test_timing_imports_no_numba():
+    code = "import sys, diptych.sim.timing; print('numba' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "False", r.stderr

@@ -1,0 +1,363 @@
+"""One iteration of a serving engine (a *mixed step*) lowered to ops for one tensor-parallel rank.
+
+A serving step (continuous batching, chunked prefill) runs, in one forward pass, every decode
+sequence of the batch (``decode_queries`` new tokens each: 1, or ``k + 1`` when verifying
+``k`` speculative tokens) and chunks of prompts being prefilled, each chunk with the tokens of
+its prompt already in the KV cache (its *past*). The lowering:
+
+* **Token-parallel ops** (norms, QKV/O/MLP/MoE GEMMs, RoPE, KV write, residual adds, TP
+  all-reduces, the embedding) see all ``N = decode_batch · decode_queries + Σ chunk`` tokens
+  as one GEMM with shared weights: they are :func:`~diptych.workloads.lower.layer_ops` of a
+  context of ``N`` single-token rows.
+* **Attention** is per sequence (the *cores*: the fused attention record, or the unfused
+  scores/softmax/PV trio, and for MLA the absorbed ``q_absorb``/``v_absorb`` of decode or the
+  ``kv_b_proj`` expansion of prefill), lowered once per layer kind (a sliding, chunked or
+  global layer attends its own span): the decode sequences are one batched record at their
+  mean past (rounded up; the KV bytes read are the sum over the sequences up to that rounding,
+  attention time being linear in the keys); each prefill chunk is a causal record of
+  ``chunk`` queries after its ``past`` (identical chunks are batched). A chunk with a past
+  also reads the past's K/V that its layer kind caches (in the KV dtype); MLA's explicit
+  prefill path also expands the past's latents (``kv_b_proj`` over the past tokens).
+* **Logits** are computed for ``logits_rows`` rows: each decode query row and each chunk that
+  completes its prompt.
+
+With only decode sequences of one context, the step is exactly
+:func:`~diptych.workloads.lower.decode`'s workload; with only whole prompts of one length,
+exactly :func:`~diptych.workloads.lower.prefill`'s (tests hold both).
+
+:func:`step_parts` splits a step into the pieces a memoising oracle interpolates: the frame
+(everything but the cores, a function of ``N`` and ``logits_rows``) and the cores (functions
+of the decode batch and keys, or of a chunk and its past); :func:`combine_parts` puts them back
+together with :func:`~diptych.workloads.run.simulate_workload`'s block rule, so that
+``combine_parts(parts evaluated exactly) == simulate_workload(lower_step(step))``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from ..sim.ops import Collective, Op
+from .config import LayerSpec, ModelConfig
+from .fused import FusedAttention
+from .graph import Block, Workload
+from .lower import (_attention_gqa, _attention_mla, _Ctx, _embedding, _head, check_attention,
+                    check_tp, layer_kinds, layer_ops)
+from .params import kv_bytes_per_token_per_chip
+from .precision import Precision
+
+#: Names of the per-sequence ops of a layer (see the module docstring). A new model family
+#: whose attention adds per-sequence ops must list them here.
+CORE_OPS = frozenset({"attention (fused)", "attn_scores", "softmax", "attn_pv", "q_absorb",
+                      "v_absorb", "kv_b_proj"})
+
+
+def _nonneg(name: str, v) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"{name} must be a non-negative integer, not {v!r}")
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one serving step computes (per model replica).
+
+    ``decode_batch`` sequences decode ``decode_queries`` tokens each; ``decode_keys`` is the
+    sum over them of their tokens after the step's are written (each layer kind caps it by
+    its window when lowered), so a plain decode step of sequences with ``c_i`` cached tokens
+    has ``Σ (c_i + 1)``.
+    ``prefill`` lists ``(chunk, past)`` pairs: ``chunk`` prompt tokens computed this step after
+    ``past`` already cached. ``logits_rows``: rows that need logits (default: one per decode
+    query and one per chunk)."""
+
+    decode_batch: int = 0
+    decode_keys: int = 0
+    prefill: tuple[tuple[int, int], ...] = ()
+    decode_queries: int = 1
+    logits_rows: int | None = None
+
+    def __post_init__(self):
+        _nonneg("decode_batch", self.decode_batch)
+        _nonneg("decode_keys", self.decode_keys)
+        if isinstance(self.decode_queries, bool) or not isinstance(self.decode_queries, int) \
+                or self.decode_queries < 1:
+            raise ValueError(f"decode_queries must be a positive integer, not "
+                             f"{self.decode_queries!r}")
+        if self.decode_batch and self.decode_keys < self.decode_batch * self.decode_queries:
+            raise ValueError(f"decode_keys ({self.decode_keys}) must be at least decode_batch "
+                             f"x decode_queries ({self.decode_batch} x {self.decode_queries})")
+        for c in self.prefill:
+            if (not isinstance(c, tuple) or len(c) != 2 or isinstance(c[0], bool)
+                    or not isinstance(c[0], int) or not isinstance(c[1], int) or c[0] < 1
+                    or c[1] < 0):
+                raise ValueError(f"prefill entries must be (chunk >= 1, past >= 0) integer "
+                                 f"pairs, not {c!r}")
+        if not self.decode_batch and not self.prefill:
+            raise ValueError("a step must decode at least one sequence or prefill a chunk")
+        if self.logits_rows is not None:
+            if isinstance(self.logits_rows, bool) or not isinstance(self.logits_rows, int) \
+                    or not 1 <= self.logits_rows <= self.tokens:
+                raise ValueError(f"logits_rows must be an integer in 1..{self.tokens} (the "
+                                 f"step's tokens), not {self.logits_rows!r}")
+
+    @property
+    def tokens(self) -> int:
+        """Rows of the token-parallel GEMMs: decode queries plus prefill chunk tokens."""
+        return self.decode_batch * self.decode_queries + sum(c for c, _ in self.prefill)
+
+    @property
+    def rows(self) -> int:
+        if self.logits_rows is not None:
+            return self.logits_rows
+        return self.decode_batch * self.decode_queries + len(self.prefill)
+
+
+def _check(m: ModelConfig, tp: int, attention: str) -> None:
+    check_tp(m, tp)
+    check_attention(attention)
+
+
+def _attention_ops(c: _Ctx) -> list[Op]:
+    return _attention_mla(c) if c.m.is_mla else _attention_gqa(c)
+
+
+def _cores(ops: list[Op]) -> list[Op]:
+    return [op for op in ops if op.name in CORE_OPS]
+
+
+def _cached_past(layer: LayerSpec, past: int) -> int:
+    """Tokens of a ``past``-token prefix a layer of kind ``layer`` holds in its cache (and a
+    chunk after it reads): all of them, the window (sliding) or the current chunk's
+    (chunked)."""
+    if layer.window is None:
+        return past
+    if layer.attention == "chunked":
+        return past % layer.window
+    return min(past, layer.window)
+
+
+def decode_cores(m: ModelConfig, batch: int, keys: int, queries: int, *, precision: Precision,
+                 tp: int, attention: str = "fused") -> dict[str, tuple[Op, ...]]:
+    """The per-sequence ops of one layer of each layer kind (by block name) for ``batch``
+    decode sequences holding ``keys`` keys in all after this step's ``queries`` tokens each
+    are written: one batched record at the mean past (rounded up), capped per layer kind by
+    its window."""
+    _check(m, tp, attention)
+    past = max(0, math.ceil(keys / batch - queries))
+    c = _Ctx(m, precision, tp, batch, queries, 0, "decode", attention, past=past)
+    return {name: tuple(_cores(_attention_ops(ck))) for name, _, ck in layer_kinds(c)}
+
+
+def prefill_cores(m: ModelConfig, chunk: int, past: int, count: int = 1, *,
+                  precision: Precision, tp: int, attention: str = "fused"
+                  ) -> dict[str, tuple[Op, ...]]:
+    """The per-sequence ops of one layer of each layer kind for ``count`` identical chunks of
+    ``chunk`` prompt tokens after ``past`` cached ones (see the module docstring for the
+    past's reads)."""
+    _check(m, tp, attention)
+    c = _Ctx(m, precision, tp, count, chunk, 0, "prefill", attention, past=past)
+    kv_layer = kv_bytes_per_token_per_chip(m, precision.kv, tp) / m.layers
+    out = {}
+    for name, _, ck in layer_kinds(c):
+        ops = _cores(_attention_ops(ck))
+        past_read = _cached_past(ck.layer, past)
+        if past_read:
+            extra = count * past_read * kv_layer
+            grown: list[Op] = []
+            for op in ops:
+                if isinstance(op, FusedAttention):
+                    op = replace(op, read_bytes=op.read_bytes + extra)
+                elif op.name == "kv_b_proj":      # MLA: expand the cached latents of the past
+                    grown.append(replace(op, name="kv_b_proj (past)", m=count * past_read))
+                grown.append(op)
+            ops = grown
+        out[name] = tuple(ops)
+    return out
+
+
+def _merge(into: dict[str, list[Op]], cores: dict[str, tuple[Op, ...]]) -> None:
+    for name, ops in cores.items():
+        into.setdefault(name, []).extend(ops)
+
+
+def _layer_blocks(c: _Ctx, cores: dict[str, list[Op]]) -> list[Block]:
+    """Each layer kind's token-parallel ops with its cores where its attention belongs."""
+    out = []
+    for name, rep, ck in layer_kinds(c):
+        ops = layer_ops(ck)
+        at = next(i for i, op in enumerate(ops) if op.name in CORE_OPS)
+        dense = [op for op in ops if op.name not in CORE_OPS]
+        out.append(Block(name, rep, tuple(dense[:at]) + tuple(cores.get(name, ()))
+                         + tuple(dense[at:])))
+    return out
+
+
+def _blocks(m: ModelConfig, p: Precision, tp: int, attention: str, tokens: int, rows: int,
+            cores: dict[str, list[Op]]) -> list[Block]:
+    c = _Ctx(m, p, tp, tokens, 1, 0, "decode", attention)
+    h = _Ctx(m, p, tp, rows, 1, 0, "decode", attention)
+    return ([Block("embedding", 1, tuple(_embedding(c)))] + _layer_blocks(c, cores)
+            + [Block("head", 1, tuple(_head(h)))])
+
+
+def frame(m: ModelConfig, tokens: int, rows: int, *, precision: Precision, tp: int,
+          attention: str = "fused") -> Workload:
+    """The step without its cores: embedding, the layers' token-parallel ops over ``tokens``
+    rows, and the head over ``rows`` rows."""
+    _check(m, tp, attention)
+    return Workload("decode", tuple(_blocks(m, precision, tp, attention, tokens, rows, {})),
+                    tokens=tokens, batch=rows, info={"tp": tp, "attention": attention})
+
+
+def _group(chunks) -> list[tuple[int, int, int]]:
+    counts: dict[tuple[int, int], int] = {}
+    for c, p in chunks:
+        counts[(c, p)] = counts.get((c, p), 0) + 1
+    return [(c, p, n) for (c, p), n in counts.items()]
+
+
+def step_cores(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
+               attention: str = "fused") -> list[dict[str, tuple[Op, ...]]]:
+    """The cores of each of ``step``'s sequence groups (decode batch first, then each
+    distinct prefill chunk), per layer kind."""
+    groups = []
+    if step.decode_batch:
+        groups.append(decode_cores(m, step.decode_batch, step.decode_keys,
+                                   step.decode_queries, precision=precision, tp=tp,
+                                   attention=attention))
+    for chunk, past, n in _group(step.prefill):
+        groups.append(prefill_cores(m, chunk, past, n, precision=precision, tp=tp,
+                                    attention=attention))
+    return groups
+
+
+def lower_step(m: ModelConfig, step: Step, *, precision: Precision | None = None, tp: int = 1,
+               attention: str = "fused") -> Workload:
+    """The workload of one serving ``step`` for one of ``tp`` ranks (module docstring)."""
+    _check(m, tp, attention)
+    p = precision or Precision()
+    cores: dict[str, list[Op]] = {}
+    for g in step_cores(m, step, precision=p, tp=tp, attention=attention):
+        _merge(cores, g)
+    phase = "prefill" if step.prefill else "decode"
+    return Workload(phase, tuple(_blocks(m, p, tp, attention, step.tokens, step.rows, cores)),
+                    tokens=step.tokens, batch=step.rows,
+                    info={"tp": tp, "attention": attention, "decode_batch": step.decode_batch,
+                          "decode_keys": step.decode_keys, "prefill": list(step.prefill)})
+
+
+# -- pieces for a memoising oracle ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BlockCost:
+    """One block of a simulated workload: per copy, the compute time (all non-collective
+    ops in sequence), the tensor-parallel collectives' time, and the energy; ``repeat``
+    copies. ``attention_compute_s``/``attention_memory_s`` are the two terms of the fused
+    attention records' ``max`` (zero without fused attention)."""
+
+    name: str
+    repeat: int
+    compute_s: float
+    comm_s: float
+    energy_j: float
+    attention_compute_s: float = 0.0
+    attention_memory_s: float = 0.0
+
+
+def launch_seconds(chip) -> tuple[float, float]:
+    """(per op launch, per collective launch) in seconds from the chip's ``[overheads]``."""
+    fc = chip.fixed_costs
+    return fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6
+
+
+def step_sync_seconds(chip) -> float:
+    """The chip's fixed cost per step (``[overheads] step_sync_us``) in seconds."""
+    return chip.fixed_costs.step_sync_us * 1e-6
+
+
+def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
+                fixed_costs: bool = False) -> list[BlockCost]:
+    """Per-block costs of ``w`` from :func:`~diptych.workloads.run.simulate_workload`'s
+    records (the one place step times come from).
+
+    With ``fixed_costs`` each block also pays the chip's launch costs (``[overheads]``): one
+    ``op_launch_us`` per distinct op of the block (a serving engine runs the attention of all
+    the step's sequences as one kernel, so records of one op name are one launch) on its
+    compute side and one ``collective_launch_us`` per collective on its communication side,
+    spending static power meanwhile. (This stands in for the program scheduler, which will
+    charge them itself; the step's ``step_sync_us`` is the caller's.)"""
+    from .run import simulate_workload
+
+    t = simulate_workload(w, chip, simulate=simulate)
+    acc: dict[str, dict] = {}
+    names: dict[str, set] = {}
+    order: list[str] = []
+    for r in t["layers"]:
+        b = r["block"]
+        if b not in acc:
+            acc[b] = {"repeat": r["repeat"], "compute_s": 0.0, "comm_s": 0.0, "energy_j": 0.0,
+                      "attention_compute_s": 0.0, "attention_memory_s": 0.0}
+            names[b] = set()
+            order.append(b)
+        a = acc[b]
+        if r["bound"] == "communication":
+            a["comm_s"] += r["seconds"]
+        else:
+            a["compute_s"] += r["seconds"]
+        if r.get("kind") == "attention" and "compute_seconds" in r:
+            a["attention_compute_s"] += r["compute_seconds"]
+            a["attention_memory_s"] += r["memory_seconds"]
+        a["energy_j"] += r["energy_j"]
+        if fixed_costs:
+            names[b].add(("c" if r["bound"] == "communication" else "o", r["op"]))
+    if fixed_costs:
+        op_s, coll_s = launch_seconds(chip)
+        static = chip.energy.static_w
+        for b in order:
+            n_op = sum(1 for k, _ in names[b] if k == "o")
+            n_coll = sum(1 for k, _ in names[b] if k == "c")
+            acc[b]["compute_s"] += n_op * op_s
+            acc[b]["comm_s"] += n_coll * coll_s
+            acc[b]["energy_j"] += static * (n_op * op_s + n_coll * coll_s)
+    return [BlockCost(b, **acc[b]) for b in order]
+
+
+def core_op_names(cores: dict[str, tuple[Op, ...]]) -> dict[str, frozenset[str]]:
+    """The distinct op names of cores, per layer kind (one launch each per step)."""
+    return {k: frozenset(o.name for o in ops) for k, ops in cores.items()}
+
+
+def combine_parts(blocks: list[BlockCost], core_compute_s: dict[str, float],
+                  core_energy_j: dict[str, float], overlap: bool = True) -> tuple[float, float]:
+    """(seconds, energy) of a step from its frame's blocks and its cores' time and energy per
+    layer of each layer block (by name): a layer block's copy takes ``max(compute + cores,
+    collectives)`` (with ``overlap``, else their sum), as
+    :func:`~diptych.workloads.run.simulate_workload` does."""
+    secs = energy = 0.0
+    for b in blocks:
+        comp = b.compute_s + core_compute_s.get(b.name, 0.0)
+        e = b.energy_j + core_energy_j.get(b.name, 0.0)
+        secs += b.repeat * (max(comp, b.comm_s) if overlap else comp + b.comm_s)
+        energy += b.repeat * e
+    return secs, energy
+
+
+def core_workload(cores: dict[str, tuple[Op, ...]]) -> Workload:
+    """Cores (per layer kind) as one block each, repeat 1 (for timing them alone)."""
+    for ops in cores.values():
+        if any(isinstance(o, Collective) for o in ops):
+            raise ValueError("attention cores hold no collectives")
+    return Workload("decode", tuple(Block(name, 1, tuple(ops)) for name, ops in cores.items()),
+                    tokens=1, batch=1)
+
+
+def step_parts(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
+               attention: str = "fused") -> tuple[Workload, list[dict[str, tuple[Op, ...]]]]:
+    """The frame of ``step`` and the cores of each of its sequence groups."""
+    return (frame(m, step.tokens, step.rows, precision=precision, tp=tp, attention=attention),
+            step_cores(m, step, precision=precision, tp=tp, attention=attention))
+
+
+__all__ = ["BlockCost", "CORE_OPS", "Step", "block_costs", "combine_parts", "core_op_names",
+           "core_workload", "decode_cores", "frame", "launch_seconds", "lower_step",
+           "prefill_cores", "step_cores", "step_parts", "step_sync_seconds"]
