@@ -52,8 +52,8 @@ from .array import check_config
 from .datapath import MODE_CODES, get_datapath
 from .plan import Plan, pack, score, unpack
 
-__all__ = ["Plan", "make_plan", "os_plan", "ws_plan", "os_wrap_plan", "score", "pack", "unpack",
-           "BF16_EDGES", "INT8_EDGES", "FP8_EDGES"]
+__all__ = ["Plan", "make_plan", "os_plan", "ws_plan", "os_wrap_plan", "earliest_plan", "score",
+           "pack", "unpack", "BF16_EDGES", "INT8_EDGES", "FP8_EDGES"]
 
 #: bf16 edge values: ±0, subnormals, ±Inf, NaNs (quiet, signalling, negative), the largest and
 #: smallest normals of both signs, ±1.
@@ -354,6 +354,15 @@ def _new_plan(rows: int, cols: int, dtype: str, dataflow: str, **kw) -> Plan:
     return Plan(rows, cols, dtype, dataflow, dp.lane_bits, dp.has_mode_port, **kw)
 
 
+def _expect(plan: Plan, t: int, cycle: int, row, words) -> None:
+    """Record an expected output; the interface carries one row per cycle, so a contract that
+    predicts two outputs in one cycle is refused (ValueError), not silently overwritten."""
+    if cycle in plan.expected:
+        raise ValueError(f"tile {t}: the timing contract predicts an output in cycle {cycle}, "
+                         "which already holds another output (one row per cycle)")
+    plan.expected[cycle] = (row, tuple(int(x) for x in words))
+
+
 def os_plan(rows: int, cols: int, dtype: str, tiles, step_cycles, modes=None, *,
             seed: int = 1, bubble_data: str = "random") -> Plan:
     """An OS plan from explicit tiles ``[(A[R×K], B[K×C]), …]`` and their step cycles.
@@ -396,7 +405,7 @@ def os_plan(rows: int, cols: int, dtype: str, tiles, step_cycles, modes=None, *,
                 plan.inputs[c]["mode"] = MODE_CODES[mode]
         result = golden.matmul_bits(mode, a, b, rule=dp.rule)
         for i, c in enumerate(plan.predicted[t]):
-            plan.expected[c] = (i, tuple(int(x) for x in result[i]))
+            _expect(plan, t, c, i, result[i])
     plan.n_cycles = max(plan.expected) + rows + cols + 4
     return plan
 
@@ -445,7 +454,7 @@ def ws_plan(rows: int, cols: int, dtype: str, tiles, load_cycles, row_cycles, mo
             plan.inputs.setdefault(c, {}).update(vals)
         result = golden.matmul_bits(mode, a, wt, psum, rule=dp.rule)
         for mm, c in enumerate(plan.predicted[t]):
-            plan.expected[c] = (None, tuple(int(x) for x in result[mm]))
+            _expect(plan, t, c, None, result[mm])
     plan.n_cycles = max(plan.expected) + rows + cols + 4
     return plan
 
@@ -484,6 +493,37 @@ def os_wrap_plan(rows: int, cols: int, dtype: str = "int8", *, seed: int = 1,
         plan.expected[c] = (i, tuple(int(x) for x in result[i]))
     plan.n_cycles = max(plan.expected) + rows + cols + 4
     return plan
+
+
+def earliest_plan(rows: int, cols: int, dtype: str, dataflow: str, sizes, mode: str | None = None,
+                  *, seed: int = 1) -> Plan:
+    """Back-to-back tiles at the earliest cycles the contract allows: what the engine models
+    for the folds of one GEMM block (:func:`diptych.sim.timing.os_schedule` /
+    :func:`~diptych.sim.timing.ws_schedule`, nothing of its own).
+
+    OS: ``sizes`` are the tiles' depths K; a tile takes ``timing.os_steps(K, n)`` steps at the
+    mode's n MACs per PE per cycle. WS: ``sizes`` are the tiles' row counts M, each with a full
+    stationary tile (``timing.ws_stationary_depth(R, n)`` rows of W) and zero partial sums.
+    Operands are moderate random values of ``mode`` (default: the datapath's only mode) from
+    ``seed``. The plan's last expected output is in cycle ``os_sequence_cycles`` /
+    ``ws_sequence_cycles`` − 1 of the steps / rows.
+    """
+    check_config(rows, cols, dtype, dataflow)
+    mode = _mode_of(dtype, mode)
+    sizes = list(sizes)
+    if not sizes or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in sizes):
+        raise ValueError(f"sizes must be a non-empty list of positive integers, not {sizes!r}")
+    n = get_datapath(dtype).macs_per_cycle(mode)
+    rng = np.random.default_rng(seed)
+    if dataflow == "os":
+        steps = [timing.os_steps(k, n) for k in sizes]
+        cycles = timing.os_schedule(rows, cols, steps)
+        tiles = [_operands(rng, mode, rows, k, cols, "moderate") for k in sizes]
+        return os_plan(rows, cols, dtype, tiles, cycles, [mode] * len(sizes), seed=seed)
+    depth = timing.ws_stationary_depth(rows, n)
+    loads, row_cycles = timing.ws_schedule(rows, cols, sizes)
+    tiles = [(*_operands(rng, mode, m, depth, cols, "moderate"), None) for m in sizes]
+    return ws_plan(rows, cols, dtype, tiles, loads, row_cycles, [mode] * len(sizes), seed=seed)
 
 
 # ---- random plans -----------------------------------------------------------------------------
