@@ -1,7 +1,11 @@
 """The NumPy golden model against the exact Fraction oracle (random and edge vectors)."""
 
+import itertools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rtl_fraction_oracle as oracle
 from rtl_test_vectors import BF16_EDGES, FP8_EDGES, FP32_EDGES, random_fp32
@@ -278,3 +282,55 @@ def test_int8_and_bf16_do_not_depend_on_the_rule():
                               golden.matmul_bits(mode, a, b))
     with pytest.raises(ValueError, match="rule must be one of sequential, pair, not 'quad'"):
         golden.matmul_bits("e4m3", a16 & 0xFF, b16 & 0xFF, rule="quad")
+
+
+_U32 = st.integers(0, 2**32 - 1)
+
+
+@st.composite
+def _near_cancelling(draw):
+    """x, −x ± a few ulps (or exactly −x), and a third operand anywhere or far below."""
+    x = draw(_U32)
+    y = (x ^ 0x80000000) + draw(st.integers(-3, 3))
+    z = draw(st.one_of(_U32, st.integers(0, 2**31 - 1).map(
+        lambda f: (f & 0x807FFFFF) | (max(1, ((x >> 23) & 0xFF) - 40) << 23))))
+    return x, y & 0xFFFFFFFF, z
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.tuples(_U32, _U32, _U32), _near_cancelling()))
+def test_fp32_add3_property_against_oracle_and_order_free(xyz):
+    """Any three FP32 patterns: the golden three-operand add is the oracle's exact sum
+    rounded once, and (being one rounding of an exact sum) the same in every operand order."""
+    want = oracle.fp32_add3(*xyz)
+    for perm in itertools.permutations(xyz):
+        assert int(golden.fp32_add3_bits(*perm)) == want, [hex(v) for v in perm]
+
+
+_FP8_FORMATS = st.sampled_from(["e4m3", "e5m2"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(fa=_FP8_FORMATS, fb=_FP8_FORMATS, a=st.tuples(st.integers(0, 255), st.integers(0, 255)),
+       b=st.tuples(st.integers(0, 255), st.integers(0, 255)), acc=_U32)
+def test_pair_step_is_the_exact_sum_of_the_decoded_terms_rounded_once(fa, fb, a, b, acc):
+    """One pair step straight from the spec: the FP8 codes decoded to exact rationals (OCP
+    OFP8), acc + a₀b₀ + a₁b₁ summed as Fractions, one round to nearest even to FP32 with the
+    contract's flushes — no FP32 product in between. Specials are left to the other tests."""
+    xa = [oracle.decode_mini(fa, v) for v in a]
+    xb = [oracle.decode_mini(fb, v) for v in b]
+    xc = oracle.decode32(acc)
+    if any(x[0] != "num" for x in (*xa, *xb, xc)):
+        return
+    terms = [(-1) ** xc[1] * xc[2]] + [(-1) ** (p[1] ^ q[1]) * p[2] * q[2]
+                                        for p, q in zip(xa, xb)]
+    total = sum(terms)
+    if total == 0:
+        signs = [xc[1]] + [p[1] ^ q[1] for p, q in zip(xa, xb)]
+        want = 0x80000000 if all(signs) else 0
+    else:
+        want = oracle.encode32(int(total < 0), abs(total))
+    got = golden.fp8_pair_matmul_bits(np.array([a], np.uint8), np.array([[v] for v in b],
+                                                                          np.uint8),
+                                      fa, fb, np.array([[acc]], np.uint32))
+    assert int(got[0, 0]) == want
