@@ -13,6 +13,16 @@ from .jsonout import dumps
 _DTYPES = ("int8", "bf16", "fp8", "multi", "fused")       # diptych.rtl.datapath.DATAPATHS
 _DATAFLOWS = ("os", "ws")
 
+#: How ``diptych rtl area`` counts (printed under its tables; docs/rtl.md "Area").
+AREA_METHOD = (
+    "Method: each block is flattened and synthesised by Yosys (pyosys) with `synth -flatten` to "
+    "Yosys' generic gate library ($_AND_, $_NAND_, $_XOR_, $_MUX_, $_SDFF_ ...); the unit is one "
+    "cell (a 2-3 input gate, a 2:1 mux or a flip-flop each count 1; no wires, no placement); "
+    "'transistors' is `stat -tech cmos` (+: some flip-flop types have no estimate). A PE is the "
+    "MAC plus its registers; per MAC = PE cells / the mode's MACs per cycle. In the chips' area "
+    "model a PE is max_d(rate_d x mm2_per_mac_d), so a shared PE's 8-bit coefficient is its "
+    "per-MAC ratio above (docs/dse.md 1.1).")
+
 #: What ``diptych rtl test`` runs without a configuration, and the slow test tier's set:
 #: (rows, cols, dtype, dataflow, directed plans). Every mode of the int8, bf16 and fused
 #: datapaths (the fused PE does INT8, every FP8 mode and BF16; the fp8 and multi datapaths'
@@ -156,7 +166,7 @@ def rtl_area(dtypes, rows, cols, dataflow, as_json):
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     per_mac = per_mac_ratios(reports)
-    out = {"reports": reports, "per_mac": per_mac}
+    out = {"reports": reports, "per_mac": per_mac, "method": AREA_METHOD}
     if "bf16" in reports:
         out["area_model"] = area_model_ratios(reports)
     if "int8" in reports and "bf16" in reports:
@@ -190,18 +200,18 @@ def rtl_area(dtypes, rows, cols, dataflow, as_json):
     console.print(ptable)
     if "area_model" in out:
         am = out["area_model"]
-        mtable = Table("PE", "whole PE : BF16 PE", "INT8 MAC : BF16 MAC", "FP8 MAC : BF16 MAC",
-                       "BF16 MAC : BF16 MAC", "FP8 : BF16 in the PE",
-                       title="Per MAC against a dedicated BF16 PE's MAC (OS PE; area.mm2_per_mac)")
+        mtable = Table("PE", "MACs per cycle", "PE : BF16 PE", "8-bit MAC : BF16 MAC",
+                       "its BF16 MAC : BF16 MAC", "8-bit : BF16 inside the PE",
+                       title="For area.mm2_per_mac: per MAC against a dedicated BF16 PE's MAC "
+                             "(OS PE cells)")
         for dt, r in am["dedicated"].items():
-            fp8 = r if dt == "fp8" else None
-            mtable.add_row(f"{dt} (dedicated)", f"{r:.2f}", f"{r:.2f}" if dt == "int8" else "",
-                           f"{fp8:.2f}" if fp8 is not None else "", "", "")
+            mtable.add_row(f"{dt} (dedicated)", "1", f"{r:.2f}", f"{r:.2f}", "", "")
         for dt, r in am["shared"].items():
             pm = r["per_mac"]
-            mtable.add_row(f"{dt} (shared)", f"{r['pe']:.2f}", f"{pm['int8']:.2f}",
+            mtable.add_row(f"{dt} (shared)", "int8/fp8 2, bf16 1", f"{r['pe']:.2f}",
                            f"{pm['e4m3']:.2f}", f"{pm['bf16']:.2f}", f"{r['in_pe']['e4m3']:.2f}")
         console.print(mtable)
+    console.print(AREA_METHOD)
 
 
 @rtl.command("formats")

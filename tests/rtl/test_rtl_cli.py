@@ -131,6 +131,7 @@ def test_area_json_counts_the_pe_registers():
     assert sh["per_mac"]["e5m2"] == sh["per_mac"]["int8"] == round(cells["fused"] / 2 /
                                                                    cells["bf16"], 3)
     assert sh["in_pe"] == {m: (1.0 if m == "bf16" else 0.5) for m in sh["per_mac"]}
+    assert "synth -flatten" in rep["method"] and "generic gate library" in rep["method"]
     fu = rep["reports"]["fused"]["blocks"]
     # the exact three-operand adder is the fused PE's largest block, more than one FP32 adder
     assert fu["adder"]["cells"] > bf["adder"]["cells"]
