@@ -3,12 +3,11 @@
 The ``multi`` datapath (:mod:`diptych.rtl.pe`) does two FP8 MACs per cycle with two FP32 adders
 in series, so that its result is bit-identical to one MAC per cycle. Real FP8 datapaths do not
 round every product into the accumulator: they add several products and the accumulator in one
-multi-term adder and normalise and round once per group (NVIDIA tensor cores: Fasi et al., "Numerical
-behavior of NVIDIA tensor cores", PeerJ CS 7:e330, 2021, and Khattak & Mikaitis, "Accurate models
-of NVIDIA tensor cores", arXiv:2512.07004, 2025; Arm FEAT_FP8DOT4 ``FDOT``: four FP8 products
-"added without intermediate rounding" to an FP32 element, Arm ARM C8.2.185; IBM's RaPiD FP8
-"fused multiply-multiply-accumulate" in the FP16 FMA, US patent 11,455,142). Those units also
-truncate (DeepSeek-V3, arXiv:2412.19437 §3.3.2: about 14 bits kept on H800); this one is exact.
+multi-term adder and normalise and round once per group (NVIDIA tensor cores: Fasi et al.,
+"Numerical behavior of NVIDIA tensor cores", PeerJ CS 7:e330, 2021, and Khattak & Mikaitis,
+"Accurate models of NVIDIA tensor cores", arXiv:2512.07004, 2025; Arm FEAT_FP8DOT4 ``FDOT``: four
+adjacent FP8 products added to one FP32 element). Those units also truncate (DeepSeek-V3,
+arXiv:2412.19437 §3.3.2: about 14 bits kept on H800); this one is exact.
 
 ``FusedMac`` is that PE datapath for the ``fused`` dtype (the **pair** rule of
 :mod:`diptych.rtl.golden`):
@@ -40,7 +39,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .datapath import MODE_BITS
-from .fp import CANONICAL_NAN, Fp8Multiplier
+from .fp import CANONICAL_NAN, Fp8Multiplier, round_significand
 
 __all__ = ["Fp32Add3", "ProductLane", "FusedMac", "PAIR_WINDOW_BITS"]
 
@@ -173,14 +172,7 @@ class Fp32Add3(wiring.Component):
         guard = norm[M - 25]
         sticky = norm[0:M - 25] != 0
         round_up = guard & (sticky | mant[0])
-        rounded = Signal(25)
-        m.d.comb += rounded.eq(mant + round_up)
-        e_fin = Signal(range(-128, 512))
-        frac_fin = Signal(23)
-        with m.If(rounded[24]):
-            m.d.comb += [e_fin.eq(e_norm + 1), frac_fin.eq(rounded[1:24])]
-        with m.Else():
-            m.d.comb += [e_fin.eq(e_norm), frac_fin.eq(rounded[0:23])]
+        e_fin, frac_fin = round_significand(m, mant, round_up, e_norm, range(-128, 512))
 
         pos_inf = (inf[0] & ~sgn[0]) | (inf[1] & ~sgn[1]) | (inf[2] & ~sgn[2])
         neg_inf = (inf[0] & sgn[0]) | (inf[1] & sgn[1]) | (inf[2] & sgn[2])

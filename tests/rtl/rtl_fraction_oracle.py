@@ -115,33 +115,23 @@ def fp32_add3(a: int, b: int, c: int) -> int:
     return encode32(int(s < 0), abs(s))
 
 
-def pair_matmul(A, B, mul, init=None):
-    """Row-major lists → FP32 bits under the pair rule: acc ← add3(acc, p(2s), p(2s+1)),
-    an odd K's last product paired with +0."""
+def matmul(A, B, mul, init=None, rule: str = "sequential"):
+    """Row-major lists of bit patterns → FP32 bits from +0 or ``init``: ``"sequential"``,
+    ((init + p0) + p1) + … in ascending k; ``"pair"``, acc ← add3(acc, p(2s), p(2s+1)), an odd
+    K's last product paired with +0."""
     M, K, N = len(A), len(B), len(B[0])
     out = []
     for i in range(M):
         row = []
         for j in range(N):
             acc = 0 if init is None else int(init[i][j])
-            for k in range(0, K, 2):
-                p1 = mul(int(A[i][k + 1]), int(B[k + 1][j])) if k + 1 < K else 0
-                acc = fp32_add3(acc, mul(int(A[i][k]), int(B[k][j])), p1)
-            row.append(acc)
-        out.append(row)
-    return out
-
-
-def matmul(A, B, mul, init=None):
-    """Row-major lists of bit patterns → FP32 bits, ((init + p0) + p1) + … in ascending k."""
-    M, K, N = len(A), len(B), len(B[0])
-    out = []
-    for i in range(M):
-        row = []
-        for j in range(N):
-            acc = 0 if init is None else int(init[i][j])
-            for k in range(K):
-                acc = fp32_add(acc, mul(int(A[i][k]), int(B[k][j])))
+            p = [mul(int(A[i][k]), int(B[k][j])) for k in range(K)]
+            if rule == "pair":
+                for k in range(0, K, 2):
+                    acc = fp32_add3(acc, p[k], p[k + 1] if k + 1 < K else 0)
+            else:
+                for pk in p:
+                    acc = fp32_add(acc, pk)
             row.append(acc)
         out.append(row)
     return out
@@ -227,8 +217,7 @@ def fp8_mul(a: int, b: int, fa: str, fb: str) -> int:
 
 
 def fp8_matmul(A, B, fa: str, fb: str, init=None, rule: str = "sequential"):
-    acc = pair_matmul if rule == "pair" else matmul
-    return acc(A, B, lambda a, b: fp8_mul(a, b, fa, fb), init)
+    return matmul(A, B, lambda a, b: fp8_mul(a, b, fa, fb), init, rule)
 
 
 def fp32_mul(a: int, b: int) -> int:

@@ -119,6 +119,24 @@ def test_fp8_multiplier_random_against_golden():
     assert _run_fp8(pairs) == want
 
 
+def _run_mac(dut, vectors):
+    """``dut.result`` for each (mode code, a, b, acc), combinationally in amaranth.sim."""
+    got = []
+
+    async def tb(ctx):
+        for code, a, b, acc in vectors:
+            ctx.set(dut.mode, code)
+            ctx.set(dut.a, a)
+            ctx.set(dut.b, b)
+            ctx.set(dut.acc, acc)
+            got.append(ctx.get(dut.result))
+
+    sim = Simulator(dut)
+    sim.add_testbench(tb)
+    sim.run()
+    return got
+
+
 def _lane(x, n, w):
     return sum(int(v) << (w * t) for t, v in enumerate(np.ravel(x)[:n]))
 
@@ -148,19 +166,7 @@ def test_mac_every_mode_against_golden(dtype):
                                                   n, eb),
                           _lane(b.T.view(np.uint8) if mode == "int8" else b.T, n, eb),
                           int(acc[0, 0]), want, mode))
-    got = []
-
-    async def tb(ctx):
-        for code, a, b, acc, _, _ in cases:
-            ctx.set(dut.mode, code)
-            ctx.set(dut.a, a)
-            ctx.set(dut.b, b)
-            ctx.set(dut.acc, acc)
-            got.append(ctx.get(dut.result))
-
-    sim = Simulator(dut)
-    sim.add_testbench(tb)
-    sim.run()
+    got = _run_mac(dut, [c[:4] for c in cases])
     bad = [(c[5], hex(c[1]), hex(c[2]), hex(c[3]), hex(g), hex(c[4]))
            for c, g in zip(cases, got) if g != c[4]]
     assert not bad, bad[:5]
@@ -326,20 +332,8 @@ def test_fused_mac_directed_against_the_fraction_oracle():
         eb = np.array([[(lb >> (w * i)) & ((1 << w) - 1)] for i in range(n)])
         gold = golden.matmul_bits(mode, ea, eb, np.array([[acc]], np.uint32), rule="pair")
         assert int(gold[0, 0]) == want, name
-    dut = Mac("fused")
-    got = []
-
-    async def tb(ctx):
-        for _, mode, acc, la, lb, _ in cases:
-            ctx.set(dut.mode, MODE_CODES[mode])
-            ctx.set(dut.a, la)
-            ctx.set(dut.b, lb)
-            ctx.set(dut.acc, acc)
-            got.append(ctx.get(dut.result))
-
-    sim = Simulator(dut)
-    sim.add_testbench(tb)
-    sim.run()
+    got = _run_mac(Mac("fused"), [(MODE_CODES[mode], la, lb, acc)
+                                  for _, mode, acc, la, lb, _ in cases])
     bad = [(c[0], hex(g), hex(c[5])) for c, g in zip(cases, got) if g != c[5]]
     assert not bad, bad
 
