@@ -130,7 +130,8 @@ def _fp32(rng, n, exp_lo=1, exp_hi=255, sig_bits=24):
     """Random FP32 bit patterns, biased exponents in [exp_lo, exp_hi), ``sig_bits``
     significant bits (the rest of the fraction zero), random signs."""
     e = rng.integers(exp_lo, exp_hi, n).astype(np.uint64)
-    f = rng.integers(0, 2**23, n, dtype=np.uint64) >> np.uint64(24 - sig_bits) << np.uint64(24 - sig_bits)
+    drop = np.uint64(24 - sig_bits)
+    f = rng.integers(0, 2**23, n, dtype=np.uint64) >> drop << drop
     s = rng.integers(0, 2, n).astype(np.uint64)
     return ((s << np.uint64(31)) | (e << np.uint64(23)) | f).astype(np.uint32)
 

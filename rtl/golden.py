@@ -36,9 +36,10 @@ Accumulation rules of the 8-bit floating-point modes (:data:`RULES`)
       associative; BF16 has one product per step).
 
 NumPy reproduces the per-operation rules exactly with float32 arithmetic when the input flush is
-applied before and the output flush after each operation (float32 multiply and add are IEEE round-to-nearest-
-even, and the products of two bf16 or two FP8 significands are exact). All functions take and
-return unsigned integer arrays holding bit patterns (``uint8`` for FP8, ``uint16`` for bf16,
+applied before and the output flush after each operation (float32 multiply and add are IEEE
+round-to-nearest-even, and the products of two bf16 or two FP8 significands are exact); the pair
+rule's exact three-term sums use Python integers (:func:`fp32_add3_bits`). All functions take
+and return unsigned integer arrays holding bit patterns (``uint8`` for FP8, ``uint16`` for bf16,
 ``uint32`` for FP32).
 """
 
