@@ -207,7 +207,7 @@ def test_add3_adversarial_against_golden():
     """The deep check's vector classes (fp_sweep.add3_vectors), a sample in amaranth.sim."""
     from diptych.rtl.fp_sweep import add3_vectors
 
-    v = add3_vectors(1000, seed=12)
+    v = add3_vectors(480, seed=12)        # 60 of each class; the slow tier checks 20,000
     got = _run_add3(v[:, :3].tolist())
     bad = [tuple(hex(int(t)) for t in row) + (hex(g),) for row, g in zip(v, got)
            if g != int(row[3])]
