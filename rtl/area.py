@@ -26,10 +26,11 @@ from amaranth.back import rtlil
 from .array import SystolicArray, check_config
 from .datapath import DATAPATHS, get_datapath
 from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
+from .fused import Fp32Add3, ProductLane
 from .pe import Int8Multiplier, Int32Adder, Mac, OsPe, WsPe
 
 __all__ = ["AreaStats", "synth_stats", "pe_blocks", "area_report", "per_mac_ratios",
-           "PYOSYS_HINT"]
+           "area_model_ratios", "PYOSYS_HINT"]
 
 PYOSYS_HINT = 'full Yosys is needed for synthesis: pip install "diptych[rtl]" (it brings pyosys)'
 
@@ -118,13 +119,16 @@ _UNITS = {"int8": (Int8Multiplier, Int32Adder), "bf16": (Bf16Multiplier, Fp32Add
 
 
 def pe_blocks(dtype: str) -> dict:
-    """The blocks of one PE of ``dtype``: multiplier and adder (single-precision datapaths),
-    MAC, OS PE and WS PE."""
+    """The blocks of one PE of ``dtype``: multiplier and adder (single-precision datapaths; the
+    fused datapath's two product lanes and its three-operand adder), MAC, OS PE and WS PE."""
     get_datapath(dtype)
     blocks = {}
     if dtype in _UNITS:
         mul, add = _UNITS[dtype]
         blocks = {"multiplier": mul(), "adder": add()}
+    elif dtype == "fused":
+        blocks = {"lane0": ProductLane(bf16=True), "lane1": ProductLane(bf16=False),
+                  "adder": Fp32Add3()}
     return {**blocks, "mac": Mac(dtype), "pe_os": OsPe(dtype), "pe_ws": WsPe(dtype)}
 
 
@@ -166,3 +170,34 @@ def per_mac_ratios(reports: dict, blocks=("mac", "pe_os", "pe_ws"), base: str = 
             r["to_" + base] = {b: round(v / ref[b], 3) for b, v in r["cells_per_mac"].items()
                                if b in ref}
     return rows
+
+
+def area_model_ratios(reports: dict, block: str = "pe_os", base: str = "bf16") -> dict:
+    """Cells per MAC against one MAC of a **dedicated** ``base`` PE, in the terms of the chips'
+    area model (``area.mm2_per_mac``; a PE is sized by ``max_d(rate_d × mm2_per_mac_d)``).
+
+    ``dedicated``: each single-mode datapath's ``block`` per MAC over ``base``'s (INT8 : BF16,
+    FP8 : BF16 at one MAC per cycle). ``shared``: for each datapath with several modes, its
+    ``block`` per MAC in each mode over ``base``'s per MAC (``pe`` is the whole PE over the
+    ``base`` PE) and ``in_pe``: a mode's per-MAC cost over the same PE's ``base``-mode per-MAC
+    cost (the ratio ``mm2_per_mac[d] / mm2_per_mac[base]`` that makes the model size the PE
+    the same from every mode). ``reports`` maps datapath → :func:`area_report`; ``base`` must
+    be among them.
+    """
+    if base not in reports:
+        raise ValueError(f"area_model_ratios needs the {base} report, got {', '.join(reports)}")
+    ref = reports[base]["blocks"][block]["cells"] / reports[base]["macs_per_cycle"][base]
+    dedicated, shared = {}, {}
+    for dt, rep in reports.items():
+        rates = rep["macs_per_cycle"]
+        cells = rep["blocks"][block]["cells"]
+        if len(set(rates.values())) == 1:             # one rate: a dedicated datapath
+            if dt != base:
+                dedicated[dt] = round(cells / max(rates.values()) / ref, 3)
+            continue
+        if base not in rates:
+            continue
+        per_mode = {m: round(cells / r / ref, 3) for m, r in rates.items()}
+        shared[dt] = {"pe": round(cells / ref, 3), "per_mac": per_mode,
+                      "in_pe": {m: round(rates[base] / r, 3) for m, r in rates.items()}}
+    return {"block": block, "base": base, "dedicated": dedicated, "shared": shared}

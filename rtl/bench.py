@@ -5,7 +5,9 @@ A :class:`Plan` is everything a driver needs to exercise a :class:`~diptych.rtl.
 for a fixed number of cycles: the port values to present in each cycle, and for each cycle in
 which an output must appear the expected ``out_row`` (OS) and output bits. The expected cycles
 come from the array-timing contract in :mod:`diptych.sim.timing` and the expected bits from the
-NumPy golden model :mod:`diptych.rtl.golden`. The same plan drives the fast amaranth.sim tests
+NumPy golden model :mod:`diptych.rtl.golden` under the datapath's accumulation rule
+(:attr:`diptych.rtl.datapath.Datapath.rule`: ``"pair"`` for ``fused``, ``"sequential"`` for the
+others). The same plan drives the fast amaranth.sim tests
 and the cocotb bench on Verilator, and :func:`score` compares what a monitor saw against it.
 
 **One contract.** Everything about *when* comes from :mod:`diptych.sim.timing`, called through
@@ -24,7 +26,10 @@ operands from several regimes: a narrow exponent range (rounding, cancellation);
 −128/127/0/−1; bf16 ±0, subnormals, ±Inf, NaNs, extreme normals; FP8 ±0, subnormals, max, NaN,
 E5M2 Inf); *underflow* tiles whose sums cancel into the FP32 subnormal range (they must flush),
 *ties* tiles (bf16 products at ½ ulp of the running sum), *rounding-order* tiles (FP8 products
-at the last bits of the running sum) and *overflow* tiles whose sums pass FLT_MAX; every plan
+at the last bits of the running sum), *cancelling* tiles (FP8: the running sum cancels a
+product and a product far below is left, :func:`_cancel_pair`), *sticky-tie* tiles (FP8: a tie
+that only a product far below decides, :func:`_sticky_pair`) and *overflow* tiles whose sums
+pass FLT_MAX; every plan
 has the directed regimes of each element family it uses, and its tile 1 is long and full of
 bubbles. WS plans add top-edge partial sums (zeros, FP32
 bits with subnormals/Inf/NaN, int32 values near the limits so the accumulator wraps) and chains
@@ -47,8 +52,8 @@ from .array import check_config
 from .datapath import MODE_CODES, get_datapath
 from .plan import Plan, pack, score, unpack
 
-__all__ = ["Plan", "make_plan", "os_plan", "ws_plan", "os_wrap_plan", "score", "pack", "unpack",
-           "BF16_EDGES", "INT8_EDGES", "FP8_EDGES"]
+__all__ = ["Plan", "make_plan", "os_plan", "ws_plan", "os_wrap_plan", "earliest_plan", "score",
+           "pack", "unpack", "BF16_EDGES", "INT8_EDGES", "FP8_EDGES"]
 
 #: bf16 edge values: ±0, subnormals, ±Inf, NaNs (quiet, signalling, negative), the largest and
 #: smallest normals of both signs, ±1.
@@ -171,6 +176,69 @@ def _order_pair(rng, fa: str, fb: str, m: int, k: int, n: int, psum_exp: int | N
     return a, b
 
 
+def _cancel_pair(rng, fa: str, fb: str, m: int, k: int, n: int):
+    """FP8 A[m×k], B[k×n] in groups of four K-steps ``X, t, −X, τ`` (from ``k = 0``; the last
+    ``k mod 4`` steps are zeros): ``X = a₀·b₀`` near the top of the formats, ``t`` 2⁻¹²–2⁻²⁴ of
+    it (so the running sum ``X + t`` holds ``t`` in its last bits), then exactly ``−X`` (A's
+    element with its sign flipped, the same B element) and a tiny ``τ`` from the formats'
+    smallest values (2⁻²⁵–2⁻³⁴ of ``X`` for E4M3 × E4M3, to 2⁻⁶² for E5M2 × E5M2). The
+    accumulator cancels ``X`` and what is left, ``t + τ``, needs ``τ`` far below the largest
+    operand: the case that sizes the fused datapath's exact window, and for one-at-a-time
+    accumulation a massive cancellation followed by a tiny addend."""
+    from .minifloat import get_format
+
+    def near(fmt, exps, shape):
+        f = get_format(fmt)
+        lo = f.emin - f.man_bits                          # the smallest subnormal
+        return _fp8_near(rng, fmt, np.clip(exps, lo, f.emax), shape)
+    top_a, top_b = get_format(fa).emax, get_format(fb).emax
+    bot_a = get_format(fa).emin - get_format(fa).man_bits
+    bot_b = get_format(fb).emin - get_format(fb).man_bits
+    a = np.zeros((m, k), np.uint8)
+    b = np.zeros((k, n), np.uint8)
+    for g in range(k // 4):
+        p = 4 * g
+        ea, eb = top_a - rng.integers(1, 3, (m, 1)), top_b - rng.integers(1, 3, (1, n))
+        a[:, p], b[p, :] = near(fa, ea, (m, 1))[:, 0], near(fb, eb, (1, n))[0]
+        a[:, p + 1] = near(fa, ea - rng.integers(6, 13), (m, 1))[:, 0]
+        b[p + 1, :] = near(fb, eb - rng.integers(6, 13), (1, n))[0]
+        a[:, p + 2], b[p + 2, :] = a[:, p] ^ 0x80, b[p, :]
+        a[:, p + 3] = near(fa, bot_a + rng.integers(0, 3, (m, 1)), (m, 1))[:, 0]
+        b[p + 3, :] = near(fb, bot_b + rng.integers(0, 3, (1, n)), (1, n))[0]
+    return a, b
+
+
+def _sticky_pair(rng, fa: str, fb: str, m: int, k: int, n: int):
+    """FP8 A[m×k], B[k×n] in groups of four K-steps ``X, 0, h, τ`` (from ``k = 0``; the last
+    ``k mod 4`` steps zeros): ``X = a₀·2^e`` (B's element a power of two, so ``X`` has A's
+    3 or 4 significant bits and an even last bit in FP32), ``h`` exactly half an FP32 ulp of ``X``
+    with its sign (``X + h`` is a tie), and ``τ`` the formats' smallest product, mostly of the
+    same sign. Summed exactly and rounded once (the pair rule) ``X + h + τ`` rounds away from
+    ``X``; one at a time, ``X + h`` ties to even (``X``) and ``τ`` is lost. Only the sticky bit
+    of an aligned-out ``τ`` (2⁻⁶³ of ``X`` for E5M2 × E5M2) tells the two apart."""
+    from .minifloat import encode, get_format
+
+    fma, fmb = get_format(fa), get_format(fb)
+    a = np.zeros((m, k), np.uint8)
+    b = np.zeros((k, n), np.uint8)
+    for g in range(k // 4):
+        p = 4 * g
+        ea = fma.emax - rng.integers(0, 2, m)                  # A: 1.xyz · 2^ea, 4 bits
+        eb = fmb.emax - rng.integers(0, 2, n)                  # B: 2^eb exactly
+        sa = np.where(rng.random(m) < 0.5, -1.0, 1.0)
+        sb = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+        frac = rng.integers(0, 1 << fma.man_bits, m) / (1 << fma.man_bits)   # exact in fa
+        a[:, p] = encode(fa, sa * (1 + frac) * np.exp2(ea))
+        b[p, :] = encode(fb, sb * np.exp2(eb))
+        # h = 2^(lead(X) − 24) with the sign of X: A gets 2^(ea − 12), B 2^(eb − 12)
+        a[:, p + 2] = encode(fa, sa * np.exp2(ea - 12))
+        b[p + 2, :] = encode(fb, sb * np.exp2(eb - 12))
+        tiny_a = np.exp2(fma.emin - fma.man_bits) * sa * np.where(rng.random(m) < 0.75, 1, -1)
+        a[:, p + 3] = encode(fa, tiny_a)
+        b[p + 3, :] = encode(fb, np.exp2(fmb.emin - fmb.man_bits) * sb)
+    return a, b
+
+
 def _ties_pair(rng, m: int, k: int, n: int, psum_exp: int | None):
     """bf16 A[m×k], B[k×n] whose products are ±{½, 1, 1½} ulp of the running FP32 sum, so
     additions land exactly half-way (ties to even decides) or just off it.
@@ -198,6 +266,10 @@ def _operands(rng, mode: str, m: int, k: int, n: int, regime: str, psum_exp=None
         regime = "subnormal"
     if regime == "order" and fa in golden.FP8_FORMATS:
         return _order_pair(rng, fa, fb, m, k, n, psum_exp)
+    if regime == "cancel" and fa in golden.FP8_FORMATS:
+        return _cancel_pair(rng, fa, fb, m, k, n)
+    if regime == "sticky" and fa in golden.FP8_FORMATS:
+        return _sticky_pair(rng, fa, fb, m, k, n)
     if regime == "ties" and mode == "bf16":
         return _ties_pair(rng, m, k, n, psum_exp)
     return _elements(rng, fa, (m, k), regime), _elements(rng, fb, (k, n), regime)
@@ -208,13 +280,17 @@ def _regimes(mode: str) -> tuple[str, ...]:
         return ("edges", "moderate", "wide", "sprinkled")
     if mode == "bf16":
         return ("underflow", "ties", "edges", "overflow", "moderate", "wide", "sprinkled")
-    return ("edges", "order", "subnormal", "wide", "moderate", "sprinkled")
+    # in a plan's first round of modes (e4m3, e5m2, e4m3xe5m2, e5m2xe4m3) the sticky-tie tiles
+    # land on E5M2 × E5M2, the only pair whose smallest product lies outside the fused
+    # datapath's exact window (2⁻⁶³ of the largest)
+    return ("edges", "sticky", "order", "cancel", "subnormal", "wide", "moderate", "sprinkled")
 
 
 class _Regimes:
     """The tiles of each element family (INT8, BF16, FP8 in any of its modes) go round its
     regimes, directed ones first (bf16: underflow, rounding ties, edge values; FP8: every
-    finite edge value, then rounding-order tiles, then subnormal inputs; INT8: edge values), so
+    finite edge value, then sticky-tie tiles, rounding-order tiles, cancelling tiles, subnormal
+    inputs; INT8: edge values), so
     a plan with as many tiles of a family as it has regimes meets them all."""
 
     def __init__(self):
@@ -278,6 +354,15 @@ def _new_plan(rows: int, cols: int, dtype: str, dataflow: str, **kw) -> Plan:
     return Plan(rows, cols, dtype, dataflow, dp.lane_bits, dp.has_mode_port, **kw)
 
 
+def _expect(plan: Plan, t: int, cycle: int, row, words) -> None:
+    """Record an expected output; the interface carries one row per cycle, so a contract that
+    predicts two outputs in one cycle is refused (ValueError), not silently overwritten."""
+    if cycle in plan.expected:
+        raise ValueError(f"tile {t}: the timing contract predicts an output in cycle {cycle}, "
+                         "which already holds another output (one row per cycle)")
+    plan.expected[cycle] = (row, tuple(int(x) for x in words))
+
+
 def os_plan(rows: int, cols: int, dtype: str, tiles, step_cycles, modes=None, *,
             seed: int = 1, bubble_data: str = "random") -> Plan:
     """An OS plan from explicit tiles ``[(A[R×K], B[K×C]), …]`` and their step cycles.
@@ -318,9 +403,9 @@ def os_plan(rows: int, cols: int, dtype: str, tiles, step_cycles, modes=None, *,
             }
             if dp.has_mode_port:
                 plan.inputs[c]["mode"] = MODE_CODES[mode]
-        result = golden.matmul_bits(mode, a, b)
+        result = golden.matmul_bits(mode, a, b, rule=dp.rule)
         for i, c in enumerate(plan.predicted[t]):
-            plan.expected[c] = (i, tuple(int(x) for x in result[i]))
+            _expect(plan, t, c, i, result[i])
     plan.n_cycles = max(plan.expected) + rows + cols + 4
     return plan
 
@@ -367,9 +452,9 @@ def ws_plan(rows: int, cols: int, dtype: str, tiles, load_cycles, row_cycles, mo
             if dp.has_mode_port:
                 vals["mode"] = MODE_CODES[mode]
             plan.inputs.setdefault(c, {}).update(vals)
-        result = golden.matmul_bits(mode, a, wt, psum)
+        result = golden.matmul_bits(mode, a, wt, psum, rule=dp.rule)
         for mm, c in enumerate(plan.predicted[t]):
-            plan.expected[c] = (None, tuple(int(x) for x in result[mm]))
+            _expect(plan, t, c, None, result[mm])
     plan.n_cycles = max(plan.expected) + rows + cols + 4
     return plan
 
@@ -408,6 +493,37 @@ def os_wrap_plan(rows: int, cols: int, dtype: str = "int8", *, seed: int = 1,
         plan.expected[c] = (i, tuple(int(x) for x in result[i]))
     plan.n_cycles = max(plan.expected) + rows + cols + 4
     return plan
+
+
+def earliest_plan(rows: int, cols: int, dtype: str, dataflow: str, sizes, mode: str | None = None,
+                  *, seed: int = 1) -> Plan:
+    """Back-to-back tiles at the earliest cycles the contract allows: what the engine models
+    for the folds of one GEMM block (:func:`diptych.sim.timing.os_schedule` /
+    :func:`~diptych.sim.timing.ws_schedule`, nothing of its own).
+
+    OS: ``sizes`` are the tiles' depths K; a tile takes ``timing.os_steps(K, n)`` steps at the
+    mode's n MACs per PE per cycle. WS: ``sizes`` are the tiles' row counts M, each with a full
+    stationary tile (``timing.ws_stationary_depth(R, n)`` rows of W) and zero partial sums.
+    Operands are moderate random values of ``mode`` (default: the datapath's only mode) from
+    ``seed``. The plan's last expected output is in cycle ``os_sequence_cycles`` /
+    ``ws_sequence_cycles`` − 1 of the steps / rows.
+    """
+    check_config(rows, cols, dtype, dataflow)
+    mode = _mode_of(dtype, mode)
+    sizes = list(sizes)
+    if not sizes or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in sizes):
+        raise ValueError(f"sizes must be a non-empty list of positive integers, not {sizes!r}")
+    n = get_datapath(dtype).macs_per_cycle(mode)
+    rng = np.random.default_rng(seed)
+    if dataflow == "os":
+        steps = [timing.os_steps(k, n) for k in sizes]
+        cycles = timing.os_schedule(rows, cols, steps)
+        tiles = [_operands(rng, mode, rows, k, cols, "moderate") for k in sizes]
+        return os_plan(rows, cols, dtype, tiles, cycles, [mode] * len(sizes), seed=seed)
+    depth = timing.ws_stationary_depth(rows, n)
+    loads, row_cycles = timing.ws_schedule(rows, cols, sizes)
+    tiles = [(*_operands(rng, mode, m, depth, cols, "moderate"), None) for m in sizes]
+    return ws_plan(rows, cols, dtype, tiles, loads, row_cycles, [mode] * len(sizes), seed=seed)
 
 
 # ---- random plans -----------------------------------------------------------------------------
@@ -484,6 +600,8 @@ def _random_os(rng, rows, cols, dtype, modes, start, seed, bubble_data):
         regime = regimes(mode)
         if regime == "underflow":          # its steps come in cancelling pairs
             k = max(k, 2)
+        elif regime in ("cancel", "sticky"):  # ... or groups of four
+            k = max(k, 4 * int(rng.integers(1, 3)))
         steps = timing.os_steps(k, n)
         tight = t != 1 and rng.random() < 0.5    # tight: the earliest legal cycles, no bubbles
         cycles = _os_earliest(R, cols, prev_last, steps, start)
@@ -511,7 +629,7 @@ def _random_psum(rng, mode, shape, regime):
                               shape).astype(np.uint32)
         return np.zeros(shape, np.uint32)
     u = rng.random()
-    if regime == "underflow" or u < 0.3:
+    if regime in ("underflow", "cancel", "sticky") or u < 0.3:
         return np.zeros(shape, np.uint32)
     if u < 0.65:
         exp = rng.integers(110, 145, shape, dtype=np.uint64)
@@ -537,7 +655,8 @@ def _random_ws(rng, rows, cols, dtype, modes, start, seed, bubble_data):
         regime = regimes(mode)
         psum_exp = None
         if (chain is not None and chain[0] == mode and t != 1
-                and regime not in ("underflow", "order", "ties") and rng.random() < 0.7):
+                and regime not in ("underflow", "order", "ties", "cancel", "sticky")
+                and rng.random() < 0.7):
             _, m_rows, psum = chain                  # continue: next K-chunk, same rows
         else:
             # tile 1 of every plan is long (the next tile's weights load while it streams)
@@ -551,7 +670,7 @@ def _random_ws(rng, rows, cols, dtype, modes, start, seed, bubble_data):
                         | rng.integers(0, 2**23, (m_rows, C), dtype=np.uint64)
                         ).astype(np.uint32)
         a, wt = _operands(rng, mode, m_rows, depth, C, regime, psum_exp)
-        chain = (mode, m_rows, golden.matmul_bits(mode, a, wt, psum))
+        chain = (mode, m_rows, golden.matmul_bits(mode, a, wt, psum, rule=dp.rule))
         wl, first = _ws_earliest(R, C, prev, m_rows, start)
         cycles = list(range(first, first + m_rows))
         if t == 1 or rng.random() >= 0.5:             # loose: slack, then bubbles

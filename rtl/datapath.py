@@ -9,6 +9,7 @@ datapath    lane  modes (MACs per PE per cycle)                       ``mode`` p
 ``bf16``    16    bf16 (1)                                            none
 ``fp8``     8     e4m3, e5m2, e4m3xe5m2, e5m2xe4m3 (1)                3 bits
 ``multi``   16    int8 (2), e4m3/e5m2/mixed FP8 (2), bf16 (1)         3 bits
+``fused``   16    int8 (2), e4m3/e5m2/mixed FP8 (2), bf16 (1)         3 bits
 ==========  ====  ==================================================  ===========================
 
 A *lane* is one operand port element: ``a_data[i]``, ``b_data[j]``, ``w_data[j]``. In the
@@ -19,7 +20,14 @@ one int32 sum, order immaterial). So an 8-bit mode runs an OS tile of depth K in
 steps and holds a ``2R``-deep stationary tile in WS, exactly the rule the simulator applies to
 an array with ``macs_per_pe_per_cycle = 2`` (:func:`diptych.sim.timing.os_steps`,
 :func:`diptych.sim.timing.ws_stationary_depth`), and the FP32 results are bit-identical to the
-one-MAC-per-cycle reduction in ascending ``k``.
+one-MAC-per-cycle reduction in ascending ``k`` (the ``"sequential"`` accumulation rule of
+:data:`diptych.rtl.golden.RULES`).
+
+The ``fused`` datapath (:mod:`diptych.rtl.fused`) has the same lanes, modes, rates and mode codes,
+but accumulates its FP8 modes by the ``"pair"`` rule: the two products of a cycle and the
+accumulator are summed exactly and rounded once (``acc ← round(acc + a₀·b₀ + a₁·b₁)``), so its
+FP8 results differ from one MAC per cycle in the last bits; INT8 and BF16 are the same as
+``multi``'s. :attr:`Datapath.rule` names the rule; the bench's golden model follows it.
 
 Mode codes on the ``mode`` port (3 bits): int8 0, bf16 1, and for FP8 ``0b1ab`` with ``a`` = A
 is E5M2 and ``b`` = B is E5M2 (e4m3 4, e4m3xe5m2 5, e5m2xe4m3 6, e5m2 7). In the array the
@@ -32,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .golden import MODES
+from .golden import MODES, RULES
 
 __all__ = ["Datapath", "DATAPATHS", "MODE_CODES", "MODE_BITS", "get_datapath"]
 
@@ -43,11 +51,13 @@ MODE_BITS = 3
 
 @dataclass(frozen=True)
 class Datapath:
-    """A PE datapath: operand lane width and the MACs per cycle of each mode it supports."""
+    """A PE datapath: operand lane width, the MACs per cycle of each mode it supports, and the
+    accumulation rule of its FP8 modes (:data:`diptych.rtl.golden.RULES`)."""
 
     name: str
     lane_bits: int
     rates: tuple[tuple[str, int], ...]
+    rule: str = "sequential"
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -79,8 +89,11 @@ DATAPATHS: dict[str, Datapath] = {d.name: d for d in (
     Datapath("bf16", 16, (("bf16", 1),)),
     Datapath("fp8", 8, tuple((m, 1) for m in _FP8_MODES)),
     Datapath("multi", 16, (("int8", 2),) + tuple((m, 2) for m in _FP8_MODES) + (("bf16", 1),)),
+    Datapath("fused", 16, (("int8", 2),) + tuple((m, 2) for m in _FP8_MODES) + (("bf16", 1),),
+             rule="pair"),
 )}
 assert all(m in MODES for d in DATAPATHS.values() for m in d.modes)
+assert all(d.rule in RULES for d in DATAPATHS.values())
 
 
 def get_datapath(dtype: str) -> Datapath:

@@ -219,31 +219,8 @@ def _fixed_point(kind: str, codes: np.ndarray) -> tuple[np.ndarray, int]:
                     0.0).astype(np.int64), q
 
 
-def exact_to_fp32_bits(n: int, e: int) -> int:
-    """FP32 bits of ``n · 2^e`` (integers): round to nearest even once, overflow to ±Inf,
-    subnormal results flushed to signed zero, exact zero +0.
-
-    The integer is first rounded *to odd* at 26 significant bits (exact in float64), which a
-    following round-to-nearest-even at ≤ 24 bits turns into the correctly rounded result.
-    """
-    if n == 0:
-        return 0
-    neg = n < 0
-    m = -n if neg else n
-    bl = m.bit_length()
-    if bl > 26:
-        sh = bl - 26
-        m = (m >> sh) | (1 if m & ((1 << sh) - 1) else 0)
-        e += sh
-    with np.errstate(over="ignore"):             # overflow to ±Inf is the intended result
-        f32 = np.float32(math.ldexp(float(m), e) if e < 1000 else math.inf)
-    bits = int(np.asarray(f32).view(np.uint32))
-    if (bits >> 23) & 0xFF == 0:                    # subnormal (or zero) after rounding: flush
-        bits = 0
-    return bits | (0x80000000 if neg else 0)
-
-
-_to_fp32 = np.frompyfunc(exact_to_fp32_bits, 2, 1)
+_to_fp32 = np.frompyfunc(golden.exact_to_fp32_bits, 2, 1)
+exact_to_fp32_bits = golden.exact_to_fp32_bits     # re-exported (it lives in the golden model)
 
 
 def _scale_fixed(fmt: BlockFormat, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

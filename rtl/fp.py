@@ -12,9 +12,25 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["Bf16Multiplier", "Fp8Multiplier", "Fp32Adder", "CANONICAL_NAN"]
+__all__ = ["Bf16Multiplier", "Fp8Multiplier", "Fp32Adder", "CANONICAL_NAN", "round_significand"]
 
 CANONICAL_NAN = 0x7FC00000
+
+
+def round_significand(m: Module, mant, round_up, e_norm, e_shape):
+    """Add the rounding increment ``round_up`` to the 24-bit significand ``mant`` (leading one
+    at bit 23) of a value with biased exponent ``e_norm``; returns ``(e_fin, frac_fin)``: the
+    exponent (``e_shape``; one more when the increment carries out, 1.11…1 + 1 = 10.0…0) and the
+    23-bit FP32 fraction. Over- and underflow of ``e_fin`` are the caller's."""
+    rounded = Signal(25)
+    m.d.comb += rounded.eq(mant + round_up)
+    e_fin = Signal(e_shape)
+    frac_fin = Signal(23)
+    with m.If(rounded[24]):
+        m.d.comb += [e_fin.eq(e_norm + 1), frac_fin.eq(rounded[1:24])]
+    with m.Else():
+        m.d.comb += [e_fin.eq(e_norm), frac_fin.eq(rounded[0:23])]
+    return e_fin, frac_fin
 
 
 class Bf16Multiplier(wiring.Component):
@@ -221,14 +237,7 @@ class Fp32Adder(wiring.Component):
         mant = norm[3:27]
         guard, rnd, sticky = norm[2], norm[1], norm[0]
         round_up = guard & (rnd | sticky | mant[0])
-        rounded = Signal(25)
-        m.d.comb += rounded.eq(mant + round_up)
-        e_fin = Signal(range(-64, 512))
-        frac_fin = Signal(23)
-        with m.If(rounded[24]):
-            m.d.comb += [e_fin.eq(e_norm + 1), frac_fin.eq(rounded[1:24])]
-        with m.Else():
-            m.d.comb += [e_fin.eq(e_norm), frac_fin.eq(rounded[0:23])]
+        e_fin, frac_fin = round_significand(m, mant, round_up, e_norm, range(-64, 512))
 
         with m.If(a_nan | b_nan | (a_inf & b_inf & (sa != sb))):
             m.d.comb += self.s.eq(CANONICAL_NAN)

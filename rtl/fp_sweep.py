@@ -11,12 +11,19 @@ contract's input and output flushes applied in C) on
   (``mul_step=1`` is exhaustive: 2³² pairs, a few minutes);
 * the FP8 multiplier: every pair of FP8 codes in every format pair (E4M3/E5M2 × E4M3/E5M2,
   2¹⁸ vectors, always exhaustive), against the float product of the values the golden model
-  decodes (the decode tables are generated from :mod:`diptych.rtl.golden`).
+  decodes (the decode tables are generated from :mod:`diptych.rtl.golden`);
+* the fused datapath's exact three-operand adder (:class:`~diptych.rtl.fused.Fp32Add3`):
+  ``add3_vectors`` vectors in eight classes (:func:`add3_vectors`: uniform bits, similar
+  exponents, massive cancellation with a far third term, an accumulator cancelling an FP8-sized
+  product with a tiny product left over, near-ties, exact cancelling pairs in every position,
+  the underflow and the overflow range), against :func:`diptych.rtl.golden.fp32_add3_bits`
+  (exact integers; the golden model is itself checked against the Fraction oracle).
 
-Run ``python -m diptych.rtl.fp_sweep [--adder-vectors N] [--mul-step S]`` (the benchmark:
-``--adder-vectors 100000000 --mul-step 1``); it prints the number of mismatches (the first few
-in full) and exits non-zero if there are any. The slow test tier runs a sample
-(10⁵ adder vectors, every 4099th bf16 pair, all FP8 pairs).
+Run ``python -m diptych.rtl.fp_sweep [--adder-vectors N] [--mul-step S] [--add3-vectors N]``
+(the benchmark: ``--adder-vectors 100000000 --mul-step 1 --add3-vectors 20000000``); it prints
+the number of mismatches (the first few in full) and exits non-zero if there are any. The slow
+test tier runs a sample (10⁵ adder vectors, every 4099th bf16 pair, all FP8 pairs, 2·10⁴
+three-operand vectors).
 """
 
 from __future__ import annotations
@@ -29,18 +36,21 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 from amaranth.back import verilog
 
 from . import golden
 from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
+from .fused import Fp32Add3
 from .verilator import ccache_path, verilator_env
 
-__all__ = ["sweep"]
+__all__ = ["sweep", "add3_vectors"]
 
 _HARNESS = r"""
 #include "Vfadd.h"
 #include "Vfmul.h"
 #include "Vf8mul.h"
+#include "Vfadd3.h"
 #include "fp8_tables.h"
 #include <cstdint>
 #include <cstring>
@@ -93,8 +103,15 @@ int main(int argc, char **argv) {
           uint32_t w = fin(f2u(p));
           if (m8.p != w) { if (bad < 30) printf("fp8 mul %d%d %02x * %02x: got %08x, want %08x\n", fa, fb, a, b, m8.p, w); bad++; }
         }
-  printf("adder vectors %ld, multiplier vectors %ld, fp8 multiplier vectors %ld, mismatches %ld\n",
-         n_add, n_mul, n8, bad);
+  Vfadd3 a3; long n3 = 0;
+  FILE *vf = fopen(argv[4], "rb"); uint32_t v[4];
+  while (vf && fread(v, 4, 4, vf) == 4) {
+    a3.a = v[0]; a3.b = v[1]; a3.c = v[2]; a3.eval(); n3++;
+    if (a3.s != v[3]) { if (bad < 40) printf("add3 %08x + %08x + %08x: got %08x, want %08x\n", v[0], v[1], v[2], a3.s, v[3]); bad++; }
+  }
+  if (vf) fclose(vf);
+  printf("adder vectors %ld, multiplier vectors %ld, fp8 multiplier vectors %ld, "
+         "add3 vectors %ld, mismatches %ld\n", n_add, n_mul, n8, n3, bad);
   return bad != 0;
 }
 """
@@ -109,14 +126,82 @@ def _fp8_tables() -> str:
     return ("static const uint32_t FP8_TO_FP32[2][256] = {\n" + ",\n".join(rows) + "};\n")
 
 
+def _fp32(rng, n, exp_lo=1, exp_hi=255, sig_bits=24):
+    """Random FP32 bit patterns, biased exponents in [exp_lo, exp_hi), ``sig_bits``
+    significant bits (the rest of the fraction zero), random signs."""
+    e = rng.integers(exp_lo, exp_hi, n).astype(np.uint64)
+    drop = np.uint64(24 - sig_bits)
+    f = rng.integers(0, 2**23, n, dtype=np.uint64) >> drop << drop
+    s = rng.integers(0, 2, n).astype(np.uint64)
+    return ((s << np.uint64(31)) | (e << np.uint64(23)) | f).astype(np.uint32)
+
+
+def _with_exp(bits, exp):
+    """``bits`` with the biased exponent field replaced (clipped to 1 … 254)."""
+    e = np.clip(exp, 1, 254).astype(np.uint32)
+    return ((bits & np.uint32(0x807FFFFF)) | (e << np.uint32(23))).astype(np.uint32)
+
+
+def add3_vectors(n: int, seed: int = 1) -> np.ndarray:
+    """``uint32[n, 4]``: (a, b, c, golden a + b + c) in eight classes, one eighth each.
+
+    The classes aim at what an aligned-window three-operand adder can get wrong: uniform bits
+    (every special), similar exponents, ``b ≈ −a`` with ``c`` 10–70 binades below (massive
+    cancellation, ``c`` partly outside the window), an accumulator ``a`` cancelling an 8-bit
+    ``b`` (an FP8 product) to a few ulps with an 8-bit ``c`` 0–40 binades below that residue
+    (the case that sizes the window), ``c`` near half an ulp of ``a + b`` (ties, two operands
+    outside the window), exact negatives ``x, −x`` in every pair of positions with the third
+    operand far below, the underflow range and the overflow range.
+    """
+    rng = np.random.default_rng(seed)
+    k = (n + 7) // 8
+    cls = []
+    u = rng.integers(0, 2**32, (k, 3), dtype=np.uint64).astype(np.uint32)
+    cls.append((u[:, 0], u[:, 1], u[:, 2]))
+    a = _fp32(rng, k, 110, 150)
+    cls.append((a, _fp32(rng, k, 110, 150), _fp32(rng, k, 110, 150)))
+    a = _fp32(rng, k, 80, 200)
+    ea = ((a >> 23) & 0xFF).astype(np.int64)
+    b = ((a ^ np.uint32(0x80000000)).astype(np.int64) + rng.integers(-4, 5, k)).astype(np.uint32)
+    cls.append((a, b, _with_exp(_fp32(rng, k), ea - rng.integers(10, 70, k))))
+    # accumulator a; b = −(a to 8 bits) (an FP8-like product); c 8-bit, below the residue
+    a = _fp32(rng, k, 90, 170)
+    ea = ((a >> 23) & 0xFF).astype(np.int64)
+    b = ((a & np.uint32(0xFFFF0000)) ^ np.uint32(0x80000000)).astype(np.uint32)
+    a = (a.astype(np.int64) + rng.integers(-3, 4, k)).astype(np.uint32)     # residue: few ulps
+    c = _with_exp(_fp32(rng, k, sig_bits=8), ea - 23 - rng.integers(0, 41, k))
+    cls.append((a, b, c))
+    # near-ties: c at about half an ulp of a (+ b far below, both c and b outside the window)
+    a = _fp32(rng, k, 60, 200)
+    ea = ((a >> 23) & 0xFF).astype(np.int64)
+    c = _with_exp(_fp32(rng, k, sig_bits=rng.integers(1, 4)), ea - 24 - rng.integers(0, 3, k))
+    b = _with_exp(_fp32(rng, k, sig_bits=8), ea - rng.integers(28, 60, k))
+    cls.append((a, b, c))
+    # exact negatives x, −x in every pair of positions, the third far below (or anywhere)
+    x = _fp32(rng, k, 40, 220)
+    ex = ((x >> 23) & 0xFF).astype(np.int64)
+    t = _with_exp(_fp32(rng, k), ex - rng.integers(0, 80, k))
+    nx = x ^ np.uint32(0x80000000)
+    pos = rng.integers(0, 3, k)
+    cls.append((np.where(pos == 2, t, x), np.where(pos == 1, t, np.where(pos == 0, nx, x)),
+                np.where(pos == 0, t, nx)))
+    cls.append(tuple(_fp32(rng, k, 1, 30) for _ in range(3)))                 # underflow
+    cls.append(tuple(_fp32(rng, k, 230, 255) for _ in range(3)))              # overflow
+    abc = np.concatenate([np.stack(c3, 1) for c3 in cls])[:n].astype(np.uint32)
+    want = golden.fp32_add3_bits(abc[:, 0], abc[:, 1], abc[:, 2])
+    return np.concatenate([abc, want[:, None]], 1).astype(np.uint32)
+
+
 def sweep(adder_vectors: int = 20_000_000, mul_step: int = 7, seed: int = 42,
-          optimize: bool = True) -> tuple[bool, str]:
+          optimize: bool = True, add3_vectors_n: int = 2_000_000,
+          add3=Fp32Add3) -> tuple[bool, str]:
     """Build and run the harness; returns (passed, its report).
 
     ``optimize=False`` compiles without optimisation: a faster build for short runs.
+    ``add3`` is the three-operand adder class under test (a variant, for experiments).
     """
-    if adder_vectors < 0 or mul_step < 1:
-        raise ValueError("adder_vectors must be >= 0 and mul_step >= 1")
+    if adder_vectors < 0 or mul_step < 1 or add3_vectors_n < 0:
+        raise ValueError("adder_vectors and add3_vectors_n must be >= 0 and mul_step >= 1")
     cc = ccache_path()
     env = {**os.environ, **verilator_env(),
            "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include" + (f" OBJCACHE={cc}" if cc else "")}
@@ -128,6 +213,8 @@ def sweep(adder_vectors: int = 20_000_000, mul_step: int = 7, seed: int = 42,
         (w / "mul.v").write_text(verilog.convert(Bf16Multiplier(), name="fmul", emit_src=False))
         (w / "mul8.v").write_text(verilog.convert(Fp8Multiplier(), name="f8mul",
                                                   emit_src=False))
+        (w / "add3.v").write_text(verilog.convert(add3(), name="fadd3", emit_src=False))
+        add3_vectors(add3_vectors_n, seed).tofile(w / "add3.bin")
         (w / "fp8_tables.h").write_text(_fp8_tables())
         (w / "main.cpp").write_text(_HARNESS)
 
@@ -136,7 +223,7 @@ def sweep(adder_vectors: int = 20_000_000, mul_step: int = 7, seed: int = 42,
             if p.returncode != 0:
                 raise RuntimeError(f"{' '.join(cmd[:3])} … failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
 
-        tops = (("fadd", "add.v"), ("fmul", "mul.v"), ("f8mul", "mul8.v"))
+        tops = (("fadd", "add.v"), ("fmul", "mul.v"), ("f8mul", "mul8.v"), ("fadd3", "add3.v"))
         for top, src in tops:
             run(["verilator", "--cc", src, "--top-module", top, "--prefix", f"V{top}",
                  "-Mdir", f"o_{top}", "-Wno-fatal"])
@@ -151,7 +238,8 @@ def sweep(adder_vectors: int = 20_000_000, mul_step: int = 7, seed: int = 42,
             objs.append(obj)
         run(["c++", opt, *inc, "main.cpp", *(f"o_{t}/V{t}__ALL.a" for t, _ in tops), *objs,
              "-o", "check", "-lpthread"])
-        p = subprocess.run([str(w / "check"), str(adder_vectors), str(mul_step), str(seed)],
+        p = subprocess.run([str(w / "check"), str(adder_vectors), str(mul_step), str(seed),
+                            str(w / "add3.bin")],
                            capture_output=True, text=True)
         return p.returncode == 0, (p.stdout + p.stderr).strip()
 
@@ -160,10 +248,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--adder-vectors", type=int, default=20_000_000)
     ap.add_argument("--mul-step", type=int, default=7, help="1 = all 2^32 bf16 pairs")
+    ap.add_argument("--add3-vectors", type=int, default=2_000_000)
     ap.add_argument("--seed", type=int, default=42)
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    ok, report = sweep(args.adder_vectors, args.mul_step, args.seed)
+    ok, report = sweep(args.adder_vectors, args.mul_step, args.seed,
+                       add3_vectors_n=args.add3_vectors)
     print(report)
     print(f"{'PASS' if ok else 'FAIL'} in {time.perf_counter() - t0:.0f} s")
     return 0 if ok else 1

@@ -24,16 +24,29 @@ BF16 (the same rules as Intel AMX ``VDPBF16PS`` and common DSP blocks)
     * subnormal results are flushed to zero, keeping their sign;
     * every NaN becomes the canonical quiet NaN ``0x7FC00000``.
 
-NumPy reproduces this exactly with float32 arithmetic when the input flush is applied before
-and the output flush after each operation (float32 multiply and add are IEEE round-to-nearest-
-even, and the products of two bf16 or two FP8 significands are exact). All functions take and
-return unsigned integer arrays holding bit patterns (``uint8`` for FP8, ``uint16`` for bf16,
+Accumulation rules of the 8-bit floating-point modes (:data:`RULES`)
+    * ``"sequential"`` (the ``fp8`` and ``multi`` datapaths): every product is added to the FP32
+      accumulator on its own, rounded each time, in ascending ``k`` (the BF16 rule above);
+    * ``"pair"`` (the ``fused`` datapath, two FP8 MACs per cycle): the two K-consecutive products
+      ``a[2s]·b[2s]`` and ``a[2s+1]·b[2s+1]`` and the accumulator are summed **exactly** and
+      rounded **once** (:func:`fp32_add3_bits`: round to nearest even; subnormal accumulator
+      reads as signed zero, a subnormal result flushes keeping its sign, canonical NaN, an
+      exact zero is −0 only when all three terms are −0); an odd ``K`` pairs its last product
+      with +0. INT8 and BF16 accumulate the same way under either rule (int32 wrap is
+      associative; BF16 has one product per step).
+
+NumPy reproduces the per-operation rules exactly with float32 arithmetic when the input flush is
+applied before and the output flush after each operation (float32 multiply and add are IEEE
+round-to-nearest-even, and the products of two bf16 or two FP8 significands are exact); the pair
+rule's exact three-term sums use Python integers (:func:`fp32_add3_bits`). All functions take
+and return unsigned integer arrays holding bit patterns (``uint8`` for FP8, ``uint16`` for bf16,
 ``uint32`` for FP32).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -41,7 +54,8 @@ __all__ = [
     "CANONICAL_NAN", "daz32", "ftz32", "bf16_mul_bits", "fp32_add_bits",
     "bf16_matmul_bits", "int8_matmul", "bf16_to_float", "float_to_bf16_bits",
     "FP8_FORMATS", "MODES", "mode_formats", "fp8_to_fp32_bits", "fp8_mul_bits",
-    "fp8_matmul_bits", "matmul_bits",
+    "fp8_matmul_bits", "matmul_bits", "RULES", "exact_to_fp32_bits", "fp32_add3_bits",
+    "fp8_pair_matmul_bits",
 ]
 
 #: The only NaN the hardware ever produces (FP32 quiet NaN, positive, zero payload).
@@ -100,6 +114,74 @@ def fp32_add_bits(x, y) -> np.ndarray:
     with np.errstate(all="ignore"):
         s = x32.view(np.float32) + y32.view(np.float32)
     return ftz32(np.asarray(s, dtype=np.float32).view(np.uint32))
+
+
+def exact_to_fp32_bits(n: int, e: int) -> int:
+    """FP32 bits of ``n · 2^e`` (integers): round to nearest even once, overflow to ±Inf,
+    subnormal results flushed to signed zero, exact zero +0.
+
+    The integer is first rounded *to odd* at 26 significant bits (exact in float64), which a
+    following round-to-nearest-even at ≤ 24 bits turns into the correctly rounded result.
+    """
+    if n == 0:
+        return 0
+    neg = n < 0
+    m = -n if neg else n
+    bl = m.bit_length()
+    if bl > 26:
+        sh = bl - 26
+        m = (m >> sh) | (1 if m & ((1 << sh) - 1) else 0)
+        e += sh
+    with np.errstate(over="ignore"):             # overflow to ±Inf is the intended result
+        f32 = np.float32(math.ldexp(float(m), e) if e < 1000 else math.inf)
+    bits = int(np.asarray(f32).view(np.uint32))
+    if (bits >> 23) & 0xFF == 0:                    # subnormal (or zero) after rounding: flush
+        bits = 0
+    return bits | (0x80000000 if neg else 0)
+
+
+_exact_to_fp32 = np.frompyfunc(exact_to_fp32_bits, 2, 1)
+
+
+def _units_2m149(b: np.ndarray) -> np.ndarray:
+    """Finite FP32 bit patterns (already DAZ) → exact signed Python ints in units of 2^-149."""
+    e = ((b >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64)
+    m = np.where(e == 0, 0, (b & _FRAC32).astype(np.int64) | (1 << 23))
+    v = m.astype(object) << np.maximum(e - 1, 0).astype(object)
+    return np.where((b & _SIGN32) != 0, -v, v)
+
+
+def fp32_add3_bits(x, y, z) -> np.ndarray:
+    """FP32 ``x + y + z`` computed exactly and rounded **once** (round to nearest even).
+
+    The contract's flushes: subnormal inputs read as zero of their sign, a subnormal result
+    becomes zero of its sign, every NaN is ``0x7FC00000``; a NaN input or Infs of both signs
+    give NaN, otherwise an Inf input gives that Inf; overflow gives ±Inf; an exact zero is
+    −0 only when all three (flushed) inputs are −0, else +0 (so ``fp32_add3_bits(x, y, -0)``
+    is :func:`fp32_add_bits`). This is the pair rule's step (:data:`RULES`).
+    """
+    x, y, z = np.broadcast_arrays(daz32(x), daz32(y), daz32(z))
+    shape = x.shape
+    terms = tuple(t.reshape(-1) for t in (x, y, z))       # 1-d: object arithmetic stays exact
+    x = terms[0]
+    exp_all = [(t & _EXP32) == _EXP32 for t in terms]
+    nan = np.zeros(x.shape, bool)
+    pos_inf = np.zeros(x.shape, bool)
+    neg_inf = np.zeros(x.shape, bool)
+    for t, top in zip(terms, exp_all):
+        special_frac = (t & _FRAC32) != 0
+        nan |= top & special_frac
+        pos_inf |= top & ~special_frac & ((t & _SIGN32) == 0)
+        neg_inf |= top & ~special_frac & ((t & _SIGN32) != 0)
+    finite = [np.where(top, np.uint32(0), t).astype(np.uint32) for t, top in zip(terms, exp_all)]
+    total = _units_2m149(finite[0]) + _units_2m149(finite[1]) + _units_2m149(finite[2])
+    with np.errstate(over="ignore"):             # overflow to ±Inf is the intended result
+        bits = np.asarray(_exact_to_fp32(total, -149)).astype(np.uint32)
+    all_neg_zero = np.logical_and.reduce([t == _SIGN32 for t in terms])
+    bits = np.where(all_neg_zero, _SIGN32, bits)
+    bits = np.where(pos_inf, _EXP32, bits)
+    bits = np.where(neg_inf, _EXP32 | _SIGN32, bits)
+    return np.where(nan | (pos_inf & neg_inf), CANONICAL_NAN, bits).astype(np.uint32).reshape(shape)
 
 
 def bf16_matmul_bits(a_bits, b_bits, init_bits=None) -> np.ndarray:
@@ -193,18 +275,51 @@ def fp8_matmul_bits(a_bits, b_bits, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
                        a.shape[0], a.shape[1], b.shape[1], init_bits)
 
 
-def matmul_bits(mode: str, a, b, init_bits=None) -> np.ndarray:
+#: Accumulation rules of the 8-bit floating-point modes (module docstring): each product
+#: rounded into the accumulator on its own, or two products and the accumulator rounded once.
+RULES = ("sequential", "pair")
+
+
+def fp8_pair_matmul_bits(a_bits, b_bits, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
+                         init_bits=None) -> np.ndarray:
+    """``C = init + A·B`` for FP8 A[M, K], B[K, N] under the **pair** rule: in step ``s`` the
+    accumulator and the products ``k = 2s`` and ``2s + 1`` are summed exactly and rounded once
+    (:func:`fp32_add3_bits`), ``s`` ascending, from +0 or ``init_bits``; an odd ``K`` pairs
+    its last product with +0. Returns ``uint32[M, N]``.
+    """
+    a, b = _as_u8(a_bits), _as_u8(b_bits)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"A[M,K]·B[K,N] needs matching K, got shapes {a.shape} and {b.shape}")
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    acc = (np.zeros((m, n), np.uint32) if init_bits is None
+           else np.array(np.broadcast_to(_as_u32(init_bits), (m, n)), dtype=np.uint32))
+
+    def product(kk):
+        if kk >= k:
+            return np.zeros((m, n), np.uint32)                  # +0: the odd K's partner
+        return fp8_mul_bits(a[:, kk][:, None], b[kk, :][None, :], fmt_a, fmt_b)
+    for kk in range(0, k, 2):
+        acc = fp32_add3_bits(acc, product(kk), product(kk + 1))
+    return acc
+
+
+def matmul_bits(mode: str, a, b, init_bits=None, rule: str = "sequential") -> np.ndarray:
     """``C = init + A·B`` in ``mode`` (see :data:`MODES`) as unsigned 32-bit patterns.
 
     Operands are int8 values for ``int8``, uint16 bit patterns for ``bf16`` and uint8 bit
-    patterns for the FP8 modes; ``init_bits`` is uint32 (int32 or FP32 bits).
+    patterns for the FP8 modes; ``init_bits`` is uint32 (int32 or FP32 bits). ``rule`` (one of
+    :data:`RULES`) is how the FP8 modes accumulate; INT8 and BF16 are the same under both.
     """
     fa, fb = mode_formats(mode)
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}, not {rule!r}")
     if mode == "int8":
         init = None if init_bits is None else np.asarray(init_bits).astype(np.uint32).view(np.int32)
         return int8_matmul(a, b, init).view(np.uint32)
     if mode == "bf16":
         return bf16_matmul_bits(a, b, init_bits)
+    if rule == "pair":
+        return fp8_pair_matmul_bits(a, b, fa, fb, init_bits)
     return fp8_matmul_bits(a, b, fa, fb, init_bits)
 
 

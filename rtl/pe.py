@@ -1,8 +1,10 @@
 """Processing elements: the single-cycle MAC and the OS / WS PEs built around it.
 
 A PE is built for one *datapath* (:mod:`diptych.rtl.datapath`): ``int8``, ``bf16``, ``fp8``
-(E4M3/E5M2 per operand) or ``multi`` (the multi-precision PE: INT8 and FP8 at two MACs per
-cycle, BF16 at one, selected by the ``mode`` input). Every PE is an
+(E4M3/E5M2 per operand), ``multi`` (the multi-precision PE: INT8 and FP8 at two MACs per
+cycle, BF16 at one, selected by the ``mode`` input; FP8 products rounded one after the other) or
+``fused`` (the same modes and rates; the two FP8 products of a cycle and the accumulator rounded
+once, :mod:`diptych.rtl.fused`). Every PE is an
 :class:`amaranth.lib.wiring.Component` with one register per hop: operands that
 travel east (``a`` and the row's control flags) and south (``b`` in OS, partial sums and shadow
 weights in WS) are registered once inside each PE, which is what gives PE(i, j) its
@@ -16,6 +18,7 @@ from amaranth.lib.wiring import In, Out
 
 from .datapath import DATAPATHS, MODE_BITS, get_datapath
 from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
+from .fused import FusedMac
 
 __all__ = ["DTYPES", "operand_bits", "Int8Multiplier", "Int32Adder", "Mac", "OsPe", "WsPe"]
 
@@ -72,6 +75,8 @@ class Mac(wiring.Component):
     ``multi``: 16-bit lanes; ``mode`` (:data:`diptych.rtl.datapath.MODE_CODES`) selects INT8
     (two products, ``acc + a₀b₀ + a₁b₁`` mod 2³²), BF16 (one product, one FP32 add) or FP8
     (two exact products, ``(acc + a₀b₀) + a₁b₁`` through two FP32 adders in series).
+    ``fused``: the same lanes and modes; FP8 ``round(acc + a₀b₀ + a₁b₁)`` in one exact
+    three-operand adder (:class:`~diptych.rtl.fused.FusedMac`).
     """
 
     def __init__(self, dtype: str):
@@ -91,6 +96,10 @@ class Mac(wiring.Component):
             ]
         elif self.dtype == "multi":
             self._elaborate_multi(m)
+        elif self.dtype == "fused":
+            m.submodules.fused = mac = FusedMac()
+            m.d.comb += [mac.a.eq(self.a), mac.b.eq(self.b), mac.acc.eq(self.acc),
+                         mac.mode.eq(self.mode), self.result.eq(mac.result)]
         else:
             if self.dtype == "bf16":
                 m.submodules.mul = mul = Bf16Multiplier()

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import os as _os
 
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import carray, cfunc, types
@@ -443,7 +444,9 @@ def _count_c(addr, rows, row_bytes, stride, ip_a, open_a, stamp_a, bank_a, tid, 
 
 
 #: :func:`count_transfer` behind a C function pointer (see above); arrays by address.
-count_c = cfunc(COUNT_C_SIG, cache=True)(_count_c)
+#: None with NUMBA_DISABLE_JIT=1 (a cfunc cannot be built from plain Python; sim/dram.py then
+#: calls :func:`count_transfer` directly).
+count_c = None if numba.config.DISABLE_JIT else cfunc(COUNT_C_SIG, cache=True)(_count_c)
 
 
 @intrinsic

@@ -10,25 +10,39 @@ import click
 from .errors import UsageError, friendly
 from .jsonout import dumps
 
-_DTYPES = ("int8", "bf16", "fp8", "multi")       # diptych.rtl.datapath.DATAPATHS
+_DTYPES = ("int8", "bf16", "fp8", "multi", "fused")       # diptych.rtl.datapath.DATAPATHS
 _DATAFLOWS = ("os", "ws")
 
+#: How ``diptych rtl area`` counts (printed under its tables; docs/rtl.md "Area").
+AREA_METHOD = (
+    "Method: each block is flattened and synthesised by Yosys (pyosys) with `synth -flatten` to "
+    "Yosys' generic gate library ($_AND_, $_NAND_, $_XOR_, $_MUX_, $_SDFF_ ...); the unit is one "
+    "cell (a 2-3 input gate, a 2:1 mux or a flip-flop each count 1; no wires, no placement); "
+    "'transistors' is `stat -tech cmos` (+: some flip-flop types have no estimate). A PE is the "
+    "MAC plus its registers; per MAC = PE cells / the mode's MACs per cycle. In the chips' area "
+    "model a PE is max_d(rate_d x mm2_per_mac_d), so a shared PE's 8-bit coefficient is its "
+    "per-MAC ratio above (docs/dse.md 1.1).")
+
 #: What ``diptych rtl test`` runs without a configuration, and the slow test tier's set:
-#: (rows, cols, dtype, dataflow, directed plans). Every mode of every datapath but fp8 (whose
-#: FP8 multiplier and FP32 adder the multi-precision PE contains), both dataflows, non-square
-#: and odd sizes, BF16 beyond 4×4, and the INT8 OS tile whose sums wrap.
+#: (rows, cols, dtype, dataflow, directed plans). Every mode of the int8, bf16 and fused
+#: datapaths (the fused PE does INT8, every FP8 mode and BF16; the fp8 and multi datapaths'
+#: FP8 multiplier and FP32 adder are checked on Verilator by the FP deep check, their arrays
+#: in amaranth.sim), both dataflows, non-square and odd sizes, BF16 beyond 4×4, and the INT8
+#: OS tile whose sums wrap.
 STANDARD_CONFIGS = ((8, 8, "int8", "os", ("os_wrap",)), (8, 8, "int8", "ws", ()),
                     (4, 8, "bf16", "os", ()), (4, 4, "bf16", "ws", ()),
-                    (2, 3, "multi", "os", ()), (3, 2, "multi", "ws", ()))
+                    (2, 3, "fused", "os", ()), (3, 2, "fused", "ws", ()))
 
-_DTYPE_HELP = ("PE datapath: int8, bf16, fp8 (E4M3/E5M2) or multi (INT8/FP8 at 2 MACs per "
-               "cycle, BF16 at 1).")
+_DTYPE_HELP = ("PE datapath: int8, bf16, fp8 (E4M3/E5M2), multi (INT8/FP8 at 2 MACs per "
+               "cycle, BF16 at 1; FP8 products rounded one at a time) or fused (the same, the "
+               "two FP8 products of a cycle and the accumulator rounded once).")
 
 
 @click.group("rtl")
 def rtl():
-    """The Amaranth INT8/FP8/BF16/multi-precision systolic array: Verilog, cocotb-on-Verilator
-    bench, area; the block-scaled formats (MX, NVFP4) of the golden numerics."""
+    """The Amaranth INT8/FP8/BF16/multi-precision (sequential and fused) systolic array:
+    Verilog, cocotb-on-Verilator bench, area; the block-scaled formats (MX, NVFP4) of the golden
+    numerics."""
 
 
 @rtl.command("verilog")
@@ -82,7 +96,7 @@ def rtl_test(rows, cols, dtype, dataflow, modes, seed, n_seeds, tiles, wrap, wav
     diptych.sim.timing predicts.
 
     Without --rows/--cols/--dtype/--dataflow it runs the CI set (INT8 OS/WS 8x8 with the
-    wrapping OS tile, BF16 OS 4x8 and WS 4x4, multi-precision OS 2x3 and WS 3x2). Exits
+    wrapping OS tile, BF16 OS 4x8 and WS 4x4, fused multi-precision OS 2x3 and WS 3x2). Exits
     non-zero if any check fails.
     """
     from ..rtl.array import check_config
@@ -141,9 +155,10 @@ def rtl_test(rows, cols, dtype, dataflow, modes, seed, n_seeds, tiles, wrap, wav
 @friendly
 def rtl_area(dtypes, rows, cols, dataflow, as_json):
     """Synthesise each PE (and optionally an array) with Yosys synth + stat; report cell
-    counts, and cells per MAC against BF16 (the multi-precision PE at its INT8/FP8 rate of 2
-    MACs per cycle and its BF16 rate of 1)."""
-    from ..rtl.area import area_report, per_mac_ratios
+    counts, cells per MAC against BF16 (the multi-precision PEs at their INT8/FP8 rate of 2
+    MACs per cycle and their BF16 rate of 1), and the per-MAC ratios of the chips' area model
+    (dedicated PEs, and shared PEs against a dedicated BF16 PE's MAC)."""
+    from ..rtl.area import area_model_ratios, area_report, per_mac_ratios
 
     dtypes = tuple(dict.fromkeys(dtypes)) or _DTYPES
     try:
@@ -151,7 +166,9 @@ def rtl_area(dtypes, rows, cols, dataflow, as_json):
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     per_mac = per_mac_ratios(reports)
-    out = {"reports": reports, "per_mac": per_mac}
+    out = {"reports": reports, "per_mac": per_mac, "method": AREA_METHOD}
+    if "bf16" in reports:
+        out["area_model"] = area_model_ratios(reports)
     if "int8" in reports and "bf16" in reports:
         a, b = reports["int8"]["blocks"], reports["bf16"]["blocks"]
         out["bf16_to_int8_cell_ratio"] = {k: round(b[k]["cells"] / a[k]["cells"], 2)
@@ -181,6 +198,20 @@ def rtl_area(dtypes, rows, cols, dataflow, as_json):
         ptable.add_row(key, ", ".join(r["modes"]), str(r["macs_per_cycle"]),
                        f"{c['mac']:.0f}", f"{c['pe_os']:.0f}", f"{c['pe_ws']:.0f}", *ratio)
     console.print(ptable)
+    if "area_model" in out:
+        am = out["area_model"]
+        mtable = Table("PE", "MACs per cycle", "PE : BF16 PE", "8-bit MAC : BF16 MAC",
+                       "its BF16 MAC : BF16 MAC", "8-bit : BF16 inside the PE",
+                       title="For area.mm2_per_mac: per MAC against a dedicated BF16 PE's MAC "
+                             "(OS PE cells)")
+        for dt, r in am["dedicated"].items():
+            mtable.add_row(f"{dt} (dedicated)", "1", f"{r:.2f}", f"{r:.2f}", "", "")
+        for dt, r in am["shared"].items():
+            pm = r["per_mac"]
+            mtable.add_row(f"{dt} (shared)", "int8/fp8 2, bf16 1", f"{r['pe']:.2f}",
+                           f"{pm['e4m3']:.2f}", f"{pm['bf16']:.2f}", f"{r['in_pe']['e4m3']:.2f}")
+        console.print(mtable)
+    console.print(AREA_METHOD)
 
 
 @rtl.command("formats")

@@ -98,16 +98,40 @@ def fp32_add(a: int, b: int) -> int:
     return encode32(int(s < 0), abs(s))
 
 
-def matmul(A, B, mul, init=None):
-    """Row-major lists of bit patterns → FP32 bits, ((init + p0) + p1) + … in ascending k."""
+def fp32_add3(a: int, b: int, c: int) -> int:
+    """The pair rule's step: ``a + b + c`` exactly, one rounding (encode32), the contract's
+    flushes; exact zero −0 only when all three (flushed) terms are −0."""
+    xs = [decode32(v) for v in (a, b, c)]
+    if any(x[0] == "nan" for x in xs):
+        return NAN
+    infs = {x[1] for x in xs if x[0] == "inf"}
+    if len(infs) == 2:
+        return NAN
+    if infs:
+        return (infs.pop() << 31) | 0x7F800000
+    s = sum((-x[2] if x[1] else x[2]) for x in xs)
+    if s == 0:
+        return 0x80000000 if all(x[1] == 1 and x[2] == 0 for x in xs) else 0
+    return encode32(int(s < 0), abs(s))
+
+
+def matmul(A, B, mul, init=None, rule: str = "sequential"):
+    """Row-major lists of bit patterns → FP32 bits from +0 or ``init``: ``"sequential"``,
+    ((init + p0) + p1) + … in ascending k; ``"pair"``, acc ← add3(acc, p(2s), p(2s+1)), an odd
+    K's last product paired with +0."""
     M, K, N = len(A), len(B), len(B[0])
     out = []
     for i in range(M):
         row = []
         for j in range(N):
             acc = 0 if init is None else int(init[i][j])
-            for k in range(K):
-                acc = fp32_add(acc, mul(int(A[i][k]), int(B[k][j])))
+            p = [mul(int(A[i][k]), int(B[k][j])) for k in range(K)]
+            if rule == "pair":
+                for k in range(0, K, 2):
+                    acc = fp32_add3(acc, p[k], p[k + 1] if k + 1 < K else 0)
+            else:
+                for pk in p:
+                    acc = fp32_add(acc, pk)
             row.append(acc)
         out.append(row)
     return out
@@ -192,8 +216,8 @@ def fp8_mul(a: int, b: int, fa: str, fb: str) -> int:
     return mul_decoded(decode_mini(fa, a), decode_mini(fb, b))
 
 
-def fp8_matmul(A, B, fa: str, fb: str, init=None):
-    return matmul(A, B, lambda a, b: fp8_mul(a, b, fa, fb), init)
+def fp8_matmul(A, B, fa: str, fb: str, init=None, rule: str = "sequential"):
+    return matmul(A, B, lambda a, b: fp8_mul(a, b, fa, fb), init, rule)
 
 
 def fp32_mul(a: int, b: int) -> int:

@@ -32,6 +32,7 @@ class Mutant:
 
 _PE = "diptych.rtl.pe"
 _FP = "diptych.rtl.fp"
+_FUSED = "diptych.rtl.fused"
 _ARRAY = "diptych.rtl.array"
 
 MUTANTS = (
@@ -84,6 +85,24 @@ MUTANTS = (
     Mutant("multi-b-format-from-a", "multi PE decodes B in A's FP8 format", _PE,
            (("mul.b_e5m2.eq(mode[0])]", "mul.b_e5m2.eq(mode[1])]"),),
            ((_ARRAY, "OsPe"), (_ARRAY, "WsPe")), (2, 3, "multi", "os")),
+    Mutant("fused-rounds-each-product", "fused PE rounds each FP8 product into the "
+           "accumulator (two adders in series, the multi PE's rule)", _FUSED,
+           (("        m.submodules.add = add = Fp32Add3()\n",
+             "        m.submodules.first = first = Fp32Add3()\n"
+             "        m.submodules.add = add = Fp32Add3()\n"
+             "        m.d.comb += [first.a.eq(self.acc), first.b.eq(lane0.p), "
+             "first.c.eq(_NEG_ZERO)]\n"),
+            ("add.a.eq(self.acc), add.b.eq(lane0.p),", "add.a.eq(first.s), add.b.eq(_NEG_ZERO),")),
+           ((_PE, "FusedMac"),), (2, 3, "fused", "ws")),
+    Mutant("add3-window-too-narrow", "three-operand adder keeps 40 bits, not 51 (an "
+           "accumulator cancelling a product is not provided for)", _FUSED,
+           (("    WINDOW = 51", "    WINDOW = 40"),),
+           ((_PE, "FusedMac"),), (2, 3, "fused", "os")),
+    Mutant("add3-sticky-dropped", "three-operand adder truncates the bits it aligns out "
+           "(no jam/sticky bit)", _FUSED,
+           (("aligned = Cat(shifted[0] | lost, shifted[1:N], Const(0, 3))",
+             "aligned = Cat(shifted[0], shifted[1:N], Const(0, 3))"),),
+           ((_PE, "FusedMac"),), (2, 3, "fused", "ws")),
 )
 
 

@@ -35,7 +35,8 @@ def test_init_ws():
     (dict(rows=2, cols=-1), "cols must be a positive integer, not -1"),
     (dict(rows=2.0, cols=2), "rows must be a positive integer, not 2.0"),
     (dict(rows=MAX_DIM + 1, cols=2), f"rows must be at most {MAX_DIM}, not {MAX_DIM + 1}"),
-    (dict(rows=2, cols=2, dtype="fp4"), "dtype must be one of int8, bf16, fp8, multi, not 'fp4'"),
+    (dict(rows=2, cols=2, dtype="fp4"),
+     "dtype must be one of int8, bf16, fp8, multi, fused, not 'fp4'"),
     (dict(rows=2, cols=2, dataflow="is"), "dataflow must be one of os, ws, not 'is'"),
 ])
 def test_init_wrong(kwargs, message):
@@ -52,9 +53,9 @@ def test_init_mode_port():
     assert not hasattr(b, "mode")
 
 
-_SIM_CASES = [(r, c, s, dt, df) for dt in ("int8", "bf16", "fp8", "multi") for df in ("os", "ws")
-              for r, c, s in ((1, 1, 1), (2, 3, 2), (3, 2, 3), (4, 4, 4))
-              if (r, dt) != (4, "fp8") and (r, c, dt) != (4, 4, "multi")]
+_SIM_CASES = [(r, c, s, dt, df) for dt in ("int8", "bf16", "fp8", "multi", "fused")
+              for df in ("os", "ws") for r, c, s in ((1, 1, 1), (2, 3, 2), (3, 2, 3), (4, 4, 4))
+              if (r, dt) != (4, "fp8") and (r, c) != (4, 4) or dt in ("int8", "bf16")]
 
 
 @pytest.mark.parametrize("rows, cols, seed, dtype, dataflow", _SIM_CASES)
@@ -65,10 +66,13 @@ def test_sim(rows, cols, dtype, dataflow, seed):
     assert len(observed) == len(plan.expected)
 
 
+@pytest.mark.parametrize("dtype", ["multi", "fused"])
 @pytest.mark.parametrize("mode", ["int8", "e4m3", "e5m2xe4m3"])
-def test_sim_multi_two_macs_per_cycle_os(mode):
-    """An 8-bit mode of the multi datapath runs a K-deep OS tile in ceil(K/2) steps: the
-    isolated tile takes os_isolated_cycles(R, C, ceil(K/2)) and the result is the K-deep one."""
+def test_sim_two_macs_per_cycle_os(dtype, mode):
+    """An 8-bit mode of the multi and fused datapaths runs a K-deep OS tile in ceil(K/2) steps:
+    the isolated tile takes os_isolated_cycles(R, C, ceil(K/2)) and the result is the K-deep
+    one, accumulated by the datapath's rule (fused: pairs rounded once, the odd K's last
+    product paired with +0)."""
     R, C, K = 3, 2, 7
     rng = np.random.default_rng(5)
     if mode == "int8":
@@ -77,34 +81,38 @@ def test_sim_multi_two_macs_per_cycle_os(mode):
         a, b = rng.integers(0x20, 0x50, (R, K)), rng.integers(0x20, 0x50, (K, C))
     steps = timing.os_steps(K, 2)
     assert steps == 4
-    plan = os_plan(R, C, "multi", [(a, b)], [list(range(steps))], [mode])
+    plan = os_plan(R, C, dtype, [(a, b)], [list(range(steps))], [mode])
     observed = run_plan(plan)
     assert score(plan, observed) == []
     assert observed[-1][0] + 1 == timing.os_isolated_cycles(R, C, steps)
     fa, fb = golden.mode_formats(mode)
     want = (golden.int8_matmul(a, b).view(np.uint32) if mode == "int8"
+            else golden.fp8_pair_matmul_bits(a, b, fa, fb) if dtype == "fused"
             else golden.fp8_matmul_bits(a, b, fa, fb))
     got = {row: words for _, row, words in observed}
     assert [list(got[i]) for i in range(R)] == want.tolist()
 
 
-def test_sim_multi_ws_holds_2r_weights_and_chains_bit_exactly():
-    """WS on the multi datapath in FP8: each PE holds two weights (a 2R-deep tile); two passes
-    chained through the top-edge partial sums equal one K = 4R reduction bit for bit."""
+@pytest.mark.parametrize("dtype, reduce", [("multi", golden.fp8_matmul_bits),
+                                           ("fused", golden.fp8_pair_matmul_bits)])
+def test_sim_ws_holds_2r_weights_and_chains_bit_exactly(dtype, reduce):
+    """WS on the multi and fused datapaths in FP8: each PE holds two weights (a 2R-deep tile);
+    two passes chained through the top-edge partial sums equal one K = 4R reduction bit for
+    bit, by the datapath's rule."""
     R, C, M = 2, 3, 3
     D = timing.ws_stationary_depth(R, 2)
     assert D == 4
     rng = np.random.default_rng(6)
     a = rng.integers(0x28, 0x48, (M, 2 * D)) | (rng.integers(0, 2, (M, 2 * D)) << 7)
     w = rng.integers(0x28, 0x48, (2 * D, C))
-    first = golden.fp8_matmul_bits(a[:, :D], w[:D], "e4m3", "e4m3")
+    first = reduce(a[:, :D], w[:D], "e4m3", "e4m3")
     loads, rows = timing.ws_schedule(R, C, [M, M])
-    plan = ws_plan(R, C, "multi", [(a[:, :D], w[:D], None), (a[:, D:], w[D:], first)],
+    plan = ws_plan(R, C, dtype, [(a[:, :D], w[:D], None), (a[:, D:], w[D:], first)],
                    loads, rows, ["e4m3", "e4m3"])
     observed = run_plan(plan)
     assert score(plan, observed) == []
     last = [list(plan.expected[c][1]) for c in plan.predicted[1]]
-    assert last == golden.fp8_matmul_bits(a, w, "e4m3", "e4m3").tolist()
+    assert last == reduce(a, w, "e4m3", "e4m3").tolist()
 
 
 def test_sim_isolated_os_tile_takes_closed_form_cycles():

@@ -236,3 +236,50 @@ def test_too_eager_issue_rule_is_refused_by_the_contract(monkeypatch):
     with pytest.raises(ValueError, match="less than R=3"):
         for seed in range(20):
             make_plan(3, 2, "int8", "os", seed=seed, tiles=8)
+
+
+# ---- the fused datapath: plans follow its accumulation rule --------------------------------
+
+@pytest.mark.parametrize("dtype, dataflow, wrong_rule", [("fused", "os", "sequential"),
+                                                         ("multi", "ws", "pair")])
+def test_plans_are_scored_by_the_datapaths_rule(dtype, dataflow, wrong_rule, monkeypatch):
+    """The golden bits of a plan follow Datapath.rule: each PE passes its own plans and fails
+    the same stimulus scored by the other rule (the stimulus tells the rules apart)."""
+    import dataclasses
+
+    from diptych.rtl import datapath
+    plan = make_plan(2, 3, dtype, dataflow, seed=4, tiles=8)
+    assert score(plan, run_plan(plan)) == []
+    monkeypatch.setitem(datapath.DATAPATHS, dtype,
+                        dataclasses.replace(datapath.DATAPATHS[dtype], rule=wrong_rule))
+    other = make_plan(2, 3, dtype, dataflow, seed=4, tiles=8)
+    assert sorted(other.expected) == sorted(plan.expected)
+    assert score(other, run_plan(other)) != []
+
+
+def test_cancel_tiles_leave_a_residue_far_below_the_largest_operand():
+    """X, t, −X, τ: the accumulator X + t cancels X, and τ lies 2⁴⁰ or more below X for
+    E5M2 × E5M2, so the exact sum needs a window wider than 40 bits (the fused adder's 51)."""
+    rng = np.random.default_rng(3)
+    a, b = bench._cancel_pair(rng, "e5m2", "e5m2", 2, 8, 3)
+    p = [golden.fp8_mul_bits(a[:, k][:, None], b[k][None, :], "e5m2", "e5m2").view(np.float32)
+         for k in range(8)]
+    assert np.array_equal(p[2], -p[0]) and np.array_equal(p[6], -p[4])
+    assert np.all(np.abs(p[0]) / np.abs(p[3]) >= 2.0**40)
+    assert np.all((np.abs(p[1]) < np.abs(p[0]) * 2.0**-11) & (p[1] != 0))
+
+
+def test_sticky_tiles_separate_the_rules():
+    """X, 0, h, τ: an output of an E5M2 sticky-tie tile differs between the pair rule and
+    one-at-a-time rounding exactly when τ has X's sign (X + h is an exact tie that only τ,
+    2⁻⁶³ of X, breaks; against X's sign the exact sum rounds back to X either way)."""
+    rng = np.random.default_rng(4)
+    a, b = bench._sticky_pair(rng, "e5m2", "e5m2", 8, 4, 2)
+    pair = golden.matmul_bits("e5m2", a, b, rule="pair")
+    seq = golden.matmul_bits("e5m2", a, b)
+    ties = golden.fp32_add_bits(golden.fp8_mul_bits(a[:, :1], b[:1], "e5m2", "e5m2"),
+                                golden.fp8_mul_bits(a[:, 2:3], b[2:3], "e5m2", "e5m2"))
+    assert np.array_equal(seq, ties)                 # τ is lost one at a time
+    with_x = ((a[:, 3] ^ a[:, 0]) & 0x80) == 0       # τ's sign (A's part) is X's
+    assert 0 < with_x.sum() < len(with_x)
+    assert np.array_equal(pair != seq, np.repeat(with_x[:, None], 2, 1))

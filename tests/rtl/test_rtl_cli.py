@@ -30,8 +30,8 @@ def test_verilog_writes_a_module(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--rows", "0"], "rows must be a positive integer, not 0"),
     (["--cols", "65"], "cols must be at most 64, not 65"),
-    (["--dtype", "fp4"], "'fp4' is not one of 'int8', 'bf16', 'fp8', 'multi'"),
-    (["--dtype", "mxfp8"], "'mxfp8' is not one of 'int8', 'bf16', 'fp8', 'multi'"),
+    (["--dtype", "fp4"], "'fp4' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused'"),
+    (["--dtype", "mxfp8"], "'mxfp8' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused'"),
     (["--dataflow", "is"], "'is' is not one of 'os', 'ws'"),
 ])
 def test_verilog_bad_input(args, message, tmp_path):
@@ -85,7 +85,7 @@ def test_test_runs_the_ci_set_by_default_and_passes_options(monkeypatch):
     assert r.exit_code == 0, r.output
     assert [c[:4] for c in calls] == [(8, 8, "int8", "os"), (8, 8, "int8", "ws"),
                                       (4, 8, "bf16", "os"), (4, 4, "bf16", "ws"),
-                                      (2, 3, "multi", "os"), (3, 2, "multi", "ws")]
+                                      (2, 3, "fused", "os"), (3, 2, "fused", "ws")]
     assert calls[0][7] == ("os_wrap",) and "6 passed, 0 failed" in r.output
     calls.clear()
     r = _run("test", "--rows", "3", "--cols", "5", "--dataflow", "ws", "--seed", "9",
@@ -118,6 +118,54 @@ def test_area_json_counts_the_pe_registers():
     per = rep["per_mac"]
     assert per["bf16"]["to_bf16"]["mac"] == 1.0
     assert 0.5 < per["fp8"]["to_bf16"]["mac"] < 1.0      # the FP32 adder keeps it near BF16
+    # the area model's terms, recomputed from the cell counts: PE cells / the BF16 PE's
+    cells = {dt: rep["reports"][dt]["blocks"]["pe_os"]["cells"] for dt in rep["reports"]}
+    assert rep["area_model"]["dedicated"] == {"fp8": round(cells["fp8"] / cells["bf16"], 3),
+                                              "int8": round(cells["int8"] / cells["bf16"], 3)}
+    assert "synth -flatten" in rep["method"] and "generic gate library" in rep["method"]
+    # the text output (the blocks are synthesised once per process: no second synthesis)
+    r = _run("area", "--dtype", "int8", "--dtype", "bf16")
+    assert r.exit_code == 0, r.output
+    assert "Method:" in r.output and "For area.mm2_per_mac" in r.output
+
+
+def test_area_model_ratios_of_a_shared_pe():
+    """area_model_ratios on reports stated by hand: a shared PE of 5,000 cells doing int8/fp8
+    at 2 and bf16 at 1, against a 2,000-cell BF16 PE and a 900-cell INT8 PE."""
+    from diptych.rtl.area import area_model_ratios
+    from diptych.rtl.datapath import get_datapath
+
+    def report(dp, cells):
+        return {"macs_per_cycle": dict(get_datapath(dp).rates),
+                "blocks": {"pe_os": {"cells": cells}}}
+    am = area_model_ratios({"bf16": report("bf16", 2000), "int8": report("int8", 900),
+                            "fused": report("fused", 5000)})
+    assert am["dedicated"] == {"int8": 0.45}
+    sh = am["shared"]["fused"]
+    assert sh["pe"] == 2.5 and sh["per_mac"]["bf16"] == 2.5
+    assert all(sh["per_mac"][m] == 1.25 for m in ("int8", "e4m3", "e5m2xe4m3"))
+    assert sh["in_pe"]["e4m3"] == 0.5 and sh["in_pe"]["bf16"] == 1.0
+    with pytest.raises(ValueError, match="needs the bf16 report"):
+        area_model_ratios({"int8": report("int8", 900)})
+
+
+@pytest.mark.slow
+def test_fused_pe_area():
+    """The fused PE's synthesis (about a minute of Yosys, hence the slow tier): its exact
+    three-operand adder is its largest block, larger than two FP32 adders, and an FP8 MAC in it
+    (2 per cycle) costs more than one of the dedicated FP8 PE (docs/rtl.md "Area")."""
+    r = _run("area", "--dtype", "bf16", "--dtype", "fp8", "--dtype", "fused", "--json")
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.output)
+    bf, fu = rep["reports"]["bf16"]["blocks"], rep["reports"]["fused"]["blocks"]
+    assert fu["adder"]["cells"] > 2 * bf["adder"]["cells"]
+    assert fu["adder"]["cells"] > fu["lane0"]["cells"] + fu["lane1"]["cells"]
+    assert fu["pe_os"]["flip_flops"] == 32 + 32 + 2 * 16 + 2 + 3
+    per = rep["per_mac"]
+    assert per["fused@2"]["macs_per_cycle"] == 2 and per["fused@1"]["modes"] == ["bf16"]
+    assert per["fused@2"]["to_bf16"]["pe_os"] > per["fp8"]["to_bf16"]["pe_os"]
+    sh = rep["area_model"]["shared"]["fused"]
+    assert sh["pe"] == round(fu["pe_os"]["cells"] / bf["pe_os"]["cells"], 3)
 
 
 def test_area_bad_input():

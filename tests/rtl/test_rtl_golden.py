@@ -1,7 +1,11 @@
 """The NumPy golden model against the exact Fraction oracle (random and edge vectors)."""
 
+import itertools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rtl_fraction_oracle as oracle
 from rtl_test_vectors import BF16_EDGES, FP8_EDGES, FP32_EDGES, random_fp32
@@ -190,3 +194,143 @@ def test_matmul_bits_dispatches_on_mode():
         golden.matmul_bits("fp4", a, b)
     with pytest.raises(ValueError, match="FP8 bit patterns"):
         golden.fp8_mul_bits(300, 1)
+
+
+# ---- the pair rule: three FP32 operands summed exactly, rounded once ---------------------
+
+def test_fp32_add3_edges_cube_against_oracle():
+    e = np.array(FP32_EDGES, np.uint32)
+    got = golden.fp32_add3_bits(e[:, None, None], e[None, :, None], e[None, None, :])
+    for i, x in enumerate(FP32_EDGES):
+        for j, y in enumerate(FP32_EDGES):
+            for k, z in enumerate(FP32_EDGES):
+                assert int(got[i, j, k]) == oracle.fp32_add3(x, y, z), (hex(x), hex(y), hex(z))
+
+
+def test_fp32_add3_adversarial_against_oracle():
+    """The deep check's vector classes (massive cancellation with a far third operand, an
+    accumulator cancelling an FP8-sized product, near-ties, exact negatives in every position,
+    underflow, overflow), checked here against the exact oracle rather than the golden."""
+    from diptych.rtl.fp_sweep import add3_vectors
+
+    v = add3_vectors(4000, seed=11)
+    got = golden.fp32_add3_bits(v[:, 0], v[:, 1], v[:, 2])
+    for (x, y, z), g in zip(v[:, :3].tolist(), got.tolist()):
+        assert g == oracle.fp32_add3(x, y, z), (hex(x), hex(y), hex(z))
+
+
+def test_fp32_add3_with_negative_zero_is_the_two_operand_add():
+    rng = np.random.default_rng(31)
+    x, y = random_fp32(rng, 5000), random_fp32(rng, 5000)
+    y[:1000] = x[:1000] ^ np.uint32(0x80000000)
+    assert np.array_equal(golden.fp32_add3_bits(x, y, np.uint32(0x80000000)),
+                          golden.fp32_add_bits(x, y))
+
+
+@pytest.mark.parametrize("x, y, z, expected", [
+    (0x3F800000, 0x33800000, 0x00800000, 0x3F800001),   # 1 + 2^-24 (tie) + tiny: rounds up
+    (0x3F800000, 0x33800000, 0x80800000, 0x3F800000),   # ... minus tiny: rounds down
+    (0x4B000001, 0xCB000001, 0x00800001, 0x00800001),   # x − x + tiny: the tiny, exactly
+    (0x80000000, 0x80000000, 0x80000000, 0x80000000),   # all −0: −0
+    (0x80000000, 0x80000000, 0x00000000, 0x00000000),   # any +0: +0
+    (0x7F7FFFFF, 0x73000000, 0xF3000000, 0x7F7FFFFF),   # FLT_MAX + ½ ulp − ½ ulp: no overflow
+    (0x7F7FFFFF, 0x73000000, 0x00000001, 0x7F800000),   # a subnormal third reads as zero
+    (0x7F800000, 0xFF800000, 0x3F800000, 0x7FC00000),   # Inf − Inf: NaN
+    (0x00C00000, 0x80800000, 0x00000000, 0x00000000),   # a subnormal result flushes to +0
+])
+def test_fp32_add3_named_cases(x, y, z, expected):
+    assert int(golden.fp32_add3_bits(x, y, z)) == expected
+    assert oracle.fp32_add3(x, y, z) == expected
+
+
+@pytest.mark.parametrize("fa, fb", FP8_PAIRS)
+def test_fp8_pair_matmul_against_oracle(fa, fb):
+    rng = np.random.default_rng(32)
+    edges = np.array(FP8_EDGES, np.uint8)
+    for trial in range(5):
+        m, n = rng.integers(1, 4, 2)
+        k = int(rng.integers(1, 8))                       # odd K: the last product pairs with +0
+        a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+        b = rng.integers(0x20, 0x48, (k, n)).astype(np.uint8)
+        a = np.where(rng.random((m, k)) < 0.2, rng.choice(edges, (m, k)), a).astype(np.uint8)
+        init = None if trial % 2 else random_fp32(rng, m * n).reshape(m, n)
+        got = golden.matmul_bits(f"{fa}x{fb}" if fa != fb else fa, a, b, init, rule="pair")
+        want = oracle.fp8_matmul(a.tolist(), b.tolist(), fa, fb,
+                                 None if init is None else init.tolist(), rule="pair")
+        assert got.tolist() == want
+
+
+def test_pair_rule_rounds_once_where_the_sequential_rule_rounds_twice():
+    """X, 0, h, τ with h half an ulp of X and τ tiny: one at a time, X + h ties to even (X) and
+    τ is lost; the pair rule sums h and τ with X exactly and rounds away from X."""
+    from diptych.rtl.minifloat import encode
+    a = encode("e5m2", np.array([[1.25 * 2**15, 0.0, 2.0**3, 2.0**-16]]))
+    b = encode("e5m2", np.array([[2.0**15], [0.0], [2.0**3], [2.0**-16]]))
+    x = np.float32(1.25 * 2**30).view(np.uint32)
+    assert int(golden.fp8_matmul_bits(a, b, "e5m2", "e5m2")[0, 0]) == x
+    assert int(golden.matmul_bits("e5m2", a, b, rule="pair")[0, 0]) == x + 1
+    assert oracle.fp8_matmul(a.tolist(), b.tolist(), "e5m2", "e5m2", rule="pair") == [[x + 1]]
+
+
+def test_int8_and_bf16_do_not_depend_on_the_rule():
+    rng = np.random.default_rng(33)
+    a8, b8 = rng.integers(-128, 128, (2, 5)), rng.integers(-128, 128, (5, 3))
+    a16 = rng.integers(0x3800, 0x4800, (2, 5)).astype(np.uint16)
+    b16 = rng.integers(0x3800, 0x4800, (5, 3)).astype(np.uint16)
+    for mode, a, b in (("int8", a8, b8), ("bf16", a16, b16)):
+        assert np.array_equal(golden.matmul_bits(mode, a, b, rule="pair"),
+                              golden.matmul_bits(mode, a, b))
+    with pytest.raises(ValueError, match="rule must be one of sequential, pair, not 'quad'"):
+        golden.matmul_bits("e4m3", a16 & 0xFF, b16 & 0xFF, rule="quad")
+
+
+_U32 = st.integers(0, 2**32 - 1)
+
+
+@st.composite
+def _near_cancelling(draw):
+    """x, −x ± a few ulps (or exactly −x), and a third operand anywhere or far below."""
+    x = draw(_U32)
+    y = (x ^ 0x80000000) + draw(st.integers(-3, 3))
+    z = draw(st.one_of(_U32, st.integers(0, 2**31 - 1).map(
+        lambda f: (f & 0x807FFFFF) | (max(1, ((x >> 23) & 0xFF) - 40) << 23))))
+    return x, y & 0xFFFFFFFF, z
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.tuples(_U32, _U32, _U32), _near_cancelling()))
+def test_fp32_add3_property_against_oracle_and_order_free(xyz):
+    """Any three FP32 patterns: the golden three-operand add is the oracle's exact sum
+    rounded once, and (being one rounding of an exact sum) the same in every operand order."""
+    want = oracle.fp32_add3(*xyz)
+    for perm in itertools.permutations(xyz):
+        assert int(golden.fp32_add3_bits(*perm)) == want, [hex(v) for v in perm]
+
+
+_FP8_FORMATS = st.sampled_from(["e4m3", "e5m2"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(fa=_FP8_FORMATS, fb=_FP8_FORMATS, a=st.tuples(st.integers(0, 255), st.integers(0, 255)),
+       b=st.tuples(st.integers(0, 255), st.integers(0, 255)), acc=_U32)
+def test_pair_step_is_the_exact_sum_of_the_decoded_terms_rounded_once(fa, fb, a, b, acc):
+    """One pair step straight from the spec: the FP8 codes decoded to exact rationals (OCP
+    OFP8), acc + a₀b₀ + a₁b₁ summed as Fractions, one round to nearest even to FP32 with the
+    contract's flushes — no FP32 product in between. Specials are left to the other tests."""
+    xa = [oracle.decode_mini(fa, v) for v in a]
+    xb = [oracle.decode_mini(fb, v) for v in b]
+    xc = oracle.decode32(acc)
+    if any(x[0] != "num" for x in (*xa, *xb, xc)):
+        return
+    terms = [(-1) ** xc[1] * xc[2]] + [(-1) ** (p[1] ^ q[1]) * p[2] * q[2]
+                                        for p, q in zip(xa, xb)]
+    total = sum(terms)
+    if total == 0:
+        signs = [xc[1]] + [p[1] ^ q[1] for p, q in zip(xa, xb)]
+        want = 0x80000000 if all(signs) else 0
+    else:
+        want = oracle.encode32(int(total < 0), abs(total))
+    got = golden.fp8_pair_matmul_bits(np.array([a], np.uint8), np.array([[v] for v in b],
+                                                                          np.uint8),
+                                      fa, fb, np.array([[acc]], np.uint32))
+    assert int(got[0, 0]) == want

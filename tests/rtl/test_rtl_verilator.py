@@ -113,9 +113,12 @@ def test_os_wrap_tile_catches_a_saturating_accumulator_on_verilator(tmp_path):
 @needs_cxx
 def test_fp_units_deep_check_on_verilator():
     """The FP units verilated into a C++ harness agree with the host's float32: a sample of
-    the bf16 products and FP32 sums, and every FP8 product of every format pair."""
+    the bf16 products and FP32 sums, every FP8 product of every format pair, and a sample of
+    the fused datapath's three-operand sums (against the golden model's exact sums)."""
     from diptych.rtl.fp_sweep import sweep
 
-    ok, report = sweep(adder_vectors=100_000, mul_step=4099, seed=3, optimize=False)
+    ok, report = sweep(adder_vectors=100_000, mul_step=4099, seed=3, optimize=False,
+                       add3_vectors_n=20_000)
     assert ok, report
     assert "mismatches 0" in report and "fp8 multiplier vectors 262144" in report
+    assert "add3 vectors 20000" in report
