@@ -165,15 +165,23 @@ def test_bad_input_is_a_clear_error(monkeypatch, tmp_path):
     r = cli.invoke(main, ["run", "--chip", str(bad), "--model", "llama-3-8b", "--phase",
                           "decode", "--prompt", "16", "--execution", "schedule"])
     assert r.exit_code == 2 and "op_launch_us" in r.output and "-1.0" in r.output
+    # the default execution (the schedule) and compare refuse them the same way
+    r = cli.invoke(main, ["run", "--chip", str(path), "--model", "llama-3.1-405b", "--phase",
+                          "decode", "--prompt", "16"])
+    assert r.exit_code == 2 and "tensor 'w_embed'" in r.output, r.output
+    r = cli.invoke(main, ["compare", str(bad), "h100", "--model", "llama-3-8b"])
+    assert r.exit_code == 2 and "op_launch_us" in r.output and "-1.0" in r.output
     # a graph with a cycle (the lowering never makes one: injected)
     def cyclic(*a, **k):
         Program("p", [Block("b", (Tensor("t1", 1), Tensor("t2", 1)),
                             (Node("a", reads=("t1",), writes=("t2",)),
                              Node("b", reads=("t2",), writes=("t1",))))])
     monkeypatch.setattr("diptych.workloads.execute.program_pieces", cyclic)
-    r = cli.invoke(main, ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",
-                          "decode", "--prompt", "16", "--execution", "schedule"])
-    assert r.exit_code == 2 and "block 'b' has a cycle: b -> a -> b (through tensors" in r.output
+    for extra in ([], ["--execution", "schedule"]):
+        r = cli.invoke(main, ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",
+                              "decode", "--prompt", "16", *extra])
+        assert r.exit_code == 2
+        assert "block 'b' has a cycle: b -> a -> b (through tensors" in r.output
     with pytest.raises(ValueError, match="execution must be one of sum, schedule"):
         run(load_chip("h100"), phase="decode", batch=1, prompt=16, execution="fast")
 
