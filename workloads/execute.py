@@ -29,8 +29,9 @@ GEMM's main phase: ``seconds = max(GEMM, Σ vector ALU time, DRAM bytes ÷ peak)
 vector op's ALU time is its memory-free time (``compute_cycles`` ÷ clock), reserving the vector
 unit at its average rate. DRAM bytes are the GEMM's own (A from the prologue's input, C to the
 fused output's location) plus the epilogue's extra inputs in DRAM (a residual, a bias) and any
-output bytes beyond the GEMM's C. One launch. Its record's ``flops`` are the GEMM's (the array's work, which the
-roofline plots against the array's peak); ``vector_flops`` those of its fused vector ops.
+output bytes beyond the GEMM's C. One launch. Its record's ``flops`` are the GEMM's (the
+array's work, which the roofline plots against the array's peak); ``vector_flops`` those of
+its fused vector ops.
 
 **Weight prefetch**: an op whose weights are in DRAM may stream them ahead, during earlier
 ops, when the chip's scratchpad keeps weights between ops (``[residency] scratchpad_kinds``

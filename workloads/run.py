@@ -311,8 +311,8 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     ``execution``: "schedule" (a list schedule of the program with the residency plan and the
     chip's fixed costs, see :mod:`diptych.workloads.execute`) or "sum" (every op timed alone
     with its operands in DRAM, times added: see the module docstring); None:
-    :func:`default_execution` (the schedule; the sum for a cluster step); ``fusion`` (schedule only): fuse elementwise and norm ops into
-    GEMMs where the chip allows it.
+    :func:`default_execution` (the schedule; the sum for a cluster step); ``fusion`` (schedule
+    only): fuse elementwise and norm ops into GEMMs where the chip allows it.
     ``simulate`` replaces :func:`diptych.sim.simulate` (tests use a roofline double).
     For a chip with a ``[power]`` table the run is reported at the clock it can sustain within
     its TDP, with idle arrays power-gated (:mod:`diptych.workloads.power_limit`;

@@ -2,9 +2,12 @@
 
 ``tests/sim/golden_set.json`` holds, for the cases listed here, every field of the
 :class:`~diptych.sim.OpStats` of 51 GEMMs and 31 vector ops over all presets, dtypes and
-dataflows, the full ``to_dict()`` of a few small ``run_workload`` runs (with the default execution, the
-schedule, and two with ``execution="sum"``) and the JSON of a small ``compare``. It was written by this script from the code *before* the speed work (the commit
-is recorded in the file); ``tests/sim/test_golden_set.py`` requires bit-identical results.
+dataflows, the full ``to_dict()`` of a few small ``run_workload`` runs (with the default
+execution, the schedule, and two with ``execution="sum"``) and the JSON of a small
+``compare``. It was written by this script from the code *before* the speed work, its
+workload and compare parts regenerated when the default execution became the schedule (the
+commit is recorded in the file); ``tests/sim/test_golden_set.py`` requires bit-identical
+results.
 
 Regenerate only when the model changes on purpose (and say so in the commit):
 
