@@ -111,10 +111,15 @@ def render_table(cmp) -> "object":
 @click.option("--serving", is_flag=True,
               help="Add the serving study: highest QPS under SLOs and tokens/J per chip, and "
                    "disaggregated prefill/decode pairs (docs/serving.md).")
+@click.option("--execution", type=click.Choice(["sum", "schedule"]), default=None,
+              help="How every single-node run is timed (as `diptych run --execution`). "
+                   "Default: schedule.")
+@click.option("--fusion/--no-fusion", default=True, show_default=True,
+              help="Scheduled runs: fuse norms and elementwise ops into GEMMs.")
 @friendly
 def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_batch,
             train_seq, infer_tp, context, prompts, batches, contexts, ref_batch, cluster_chips,
-            cluster, cluster_batch, serving):
+            cluster, cluster_batch, serving, execution, fusion):
     """Compare CHIPS (presets or TOML paths) on one model: training, prefill, decode.
 
     States the precision each chip runs in per phase, the parallel plan of training, and
@@ -133,7 +138,8 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
                         batches=_ints(batches, "--batches"),
                         contexts=_ints(contexts, "--contexts") or both, ref_batch=ref_batch,
                         precision=parse_precision(precision), cluster_chips=cluster_chips,
-                        cluster=cluster, cluster_batch=cluster_batch)
+                        cluster=cluster, cluster_batch=cluster_batch, execution=execution,
+                        fusion=fusion)
     with progress_display("compare", enabled=not as_json) as progress:
         cmp = run_compare(list(chips), model, s, progress=progress)
     study = None

@@ -184,10 +184,11 @@ def _curve_table(curve: dict):
 @click.option("--execution", type=click.Choice(["sum", "schedule"]), default=None,
               help="schedule: a list schedule of the program on the chip's arrays, vector "
                    "unit, DRAM and links, with the residency plan and fixed costs "
-                   "(docs/program.md); sum: every op timed alone from DRAM and added. "
-                   "Default: sum, schedule on an all-SRAM chip.")
+                   "(docs/program.md); sum: every op timed alone from DRAM and added (the "
+                   "model before issue 9, kept for comparison). Default: schedule; sum "
+                   "with --cluster or a plan flag.")
 @click.option("--fusion/--no-fusion", default=True, show_default=True,
-              help="With --execution schedule: fuse norms and elementwise ops into GEMMs "
+              help="Scheduled runs: fuse norms and elementwise ops into GEMMs "
                    "where the chip's vector unit sits on the arrays' path.")
 @click.option("--topology", type=click.Path(dir_okay=False),
               help="SCALE-Sim topology CSV or GEMM list to run instead of a model.")
@@ -257,8 +258,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
         if execution == "schedule":
             raise ValueError("--execution schedule times one node's program; with --cluster "
                              "(or " + (plan_flags[0] if plan_flags else "a plan flag")
-                             + ") the step is composed over the pipeline: leave --execution "
-                               "at sum")
+                             + ") the step is composed over the pipeline of summed layer "
+                               "times: leave --execution out (or give sum)")
         with warnings.catch_warnings(record=True) as caught, \
                 progress_display(f"{model} {phase} on {chip}", enabled=not as_json) as progress:
             warnings.simplefilter("always")

@@ -29,7 +29,9 @@ GEMM's main phase: ``seconds = max(GEMM, Σ vector ALU time, DRAM bytes ÷ peak)
 vector op's ALU time is its memory-free time (``compute_cycles`` ÷ clock), reserving the vector
 unit at its average rate. DRAM bytes are the GEMM's own (A from the prologue's input, C to the
 fused output's location) plus the epilogue's extra inputs in DRAM (a residual, a bias) and any
-output bytes beyond the GEMM's C. One launch.
+output bytes beyond the GEMM's C. One launch. Its record's ``flops`` are the GEMM's (the
+array's work, which the roofline plots against the array's peak); ``vector_flops`` those of
+its fused vector ops.
 
 **Weight prefetch**: an op whose weights are in DRAM may stream them ahead, during earlier
 ops, when the chip's scratchpad keeps weights between ops (``[residency] scratchpad_kinds``
@@ -126,7 +128,7 @@ class _Timer:
             energy_j=st.energy_j + sum(_alu_energy(v) for v in vst),
             bound=st.bound if st.seconds >= vec_s else "vector",
             utilization=gemm.flops / (peak * seconds) if seconds else 0.0,
-            flops=st.flops + sum(v.flops for v in vst),
+            flops=st.flops, vector_flops=sum(v.flops for v in vst),
             bandwidth=min(getattr(st, "dram_bytes_per_s", 0.0), peak_bw), unit="array",
             weight_bytes=gemm.b_bytes if "weight" in gemm.tags and gemm.b_source == "dram"
             else 0.0, dtype=gemm.compute_dtype)
@@ -297,6 +299,7 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
                     rec["link_bytes"] = op.bytes
                 if isinstance(op, FusedOps):
                     rec["fused"] = [o.name for o in op.ops]
+                    rec["vector_flops"] = t.vector_flops
                 if isinstance(op, FusedAttention):
                     rec.update(compute_seconds=t.compute_seconds,
                                memory_seconds=t.memory_seconds,

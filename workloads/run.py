@@ -7,10 +7,10 @@ parts' simulations, see :mod:`diptych.workloads.fused`). Timing per block: the c
 sequence; with ``overlap`` the block's tensor-parallel collectives hide behind its compute
 (``max(compute, comm)``, the collective-matmul / async-TP ideal), without it they add. The
 data-parallel gradient all-reduce overlaps the whole backward pass when ``overlap`` is set.
-That is ``execution="sum"`` (the default on a chip with DRAM); ``execution="schedule"`` (the
-default, and the only way, on an all-SRAM chip) times the phase as a list schedule of its
-program instead, with the residency plan honoured by the engine and the chip's fixed costs
-(:mod:`diptych.workloads.execute`, docs/program.md).
+That is ``execution="sum"`` (kept for comparison, and what the cluster step composes);
+``execution="schedule"`` (the default, and the only way on an all-SRAM chip) times the phase
+as a list schedule of its program instead, with the residency plan honoured by the engine,
+fusion and the chip's fixed costs (:mod:`diptych.workloads.execute`, docs/program.md).
 
 What ``seconds`` means per phase: prefill, the time to first token (TTFT); decode, the mean
 time per output token (TPOT) over the ``gen`` steps: one step with each layer kind at its mean
@@ -311,8 +311,8 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     ``execution``: "schedule" (a list schedule of the program with the residency plan and the
     chip's fixed costs, see :mod:`diptych.workloads.execute`) or "sum" (every op timed alone
     with its operands in DRAM, times added: see the module docstring); None:
-    :func:`default_execution`; ``fusion`` (schedule only): fuse elementwise and norm ops into
-    GEMMs where the chip allows it.
+    :func:`default_execution` (the schedule; the sum for a cluster step); ``fusion`` (schedule
+    only): fuse elementwise and norm ops into GEMMs where the chip allows it.
     ``simulate`` replaces :func:`diptych.sim.simulate` (tests use a roofline double).
     For a chip with a ``[power]`` table the run is reported at the clock it can sustain within
     its TDP, with idle arrays power-gated (:mod:`diptych.workloads.power_limit`;
@@ -333,7 +333,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     from .run_cluster import recompute_mode
 
     if execution is None:
-        execution = default_execution(load_chip(chip), cluster is not None or plan is not None)
+        execution = default_execution(cluster is not None or plan is not None)
     if execution not in EXECUTIONS:
         raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
                          f"{execution!r}")
@@ -495,11 +495,11 @@ class TopologyResult:
         return dict(self.__dict__)
 
 
-def default_execution(chip, cluster: bool = False) -> str:
-    """The execution a run gets when none is given: "schedule" on an all-SRAM chip (the
-    summed run reads every operand from DRAM), else "sum" (the switch of the default to
-    "schedule" for every chip, issue 9 item 4, is pending: it moves the pinned numbers)."""
-    return "schedule" if not chip.has_dram and not cluster else "sum"
+def default_execution(cluster: bool = False) -> str:
+    """The execution a run gets when none is given: "schedule" (issue 9: the program's list
+    schedule with residency, fusion and fixed costs) on every chip, except a cluster step
+    (``cluster=True``), which composes per-layer summed times over its pipeline ("sum")."""
+    return "sum" if cluster else "schedule"
 
 
 def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,
@@ -514,7 +514,7 @@ def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,
 
     chip = load_chip(chip)
     if execution is None:
-        execution = default_execution(chip)
+        execution = default_execution()
     if execution not in EXECUTIONS:
         raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
                          f"{execution!r}")

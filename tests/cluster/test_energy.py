@@ -20,12 +20,14 @@ from diptych.workloads.run import default_precision
 
 @pytest.mark.parametrize("tp", [1, 8])
 def test_one_node_energy_is_run_workloads(tp):
-    """Inside one node the step is run_workload's (tests/cluster/test_step.py): so is its
-    energy, once the static power of the exposed communication (which run_workload does not
-    charge) is set aside."""
+    """Inside one node the step is run_workload's summed model (tests/cluster/test_step.py:
+    the cluster step composes per-layer summed times, docs/cluster.md): so is its energy, once
+    the static power of the exposed communication (which run_workload does not charge) is
+    set aside."""
     r = step("llama-3-8b", Plan(tp=tp, micro_batch=2), batch=8)
     w = run_workload(load_chip("h100"), "llama-3-8b", phase="train", batch=8, seq=2048,
-                     tp=tp, micro_batch=2, simulate=roofline, power_limit=False)
+                     tp=tp, micro_batch=2, simulate=roofline, power_limit=False,
+                     execution="sum")
     assert set(r.energy_breakdown) == set(PARTS)
     assert r.energy_j == pytest.approx(sum(r.energy_breakdown.values()), rel=1e-12)
     charged = r.energy_j - r.energy_breakdown["idle_static"]

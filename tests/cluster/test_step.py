@@ -26,10 +26,11 @@ def step(model, plan, **kw):
 def test_one_node_matches_run_workload(tp):
     # inside one NVSwitch node the cluster's ring all-reduce is run_workload's (18 links x
     # 25 GB/s, 1 us per step), the layers are the same ops and 1F1B over one stage is
-    # gradient accumulation: the step times agree
+    # gradient accumulation: the step times agree with the summed run (execution="sum"),
+    # whose per-layer times the cluster step composes over its pipeline
     r = step("llama-3-8b", Plan(tp=tp, micro_batch=2), batch=8)
     w = run_workload("h100", "llama-3-8b", phase="train", batch=8, seq=2048, tp=tp,
-                     micro_batch=2, simulate=roofline)
+                     micro_batch=2, simulate=roofline, execution="sum")
     assert r.seconds == pytest.approx(w.seconds, rel=1e-6)
     assert r.flops == pytest.approx(w.flops, rel=1e-9)
     assert r.mfu == pytest.approx(w.mfu, rel=1e-6)
@@ -167,14 +168,14 @@ def test_hybrid_sharding_reduces_expert_shards_between_replicas():
 def test_prefill_tensor_parallel_all_reduce_is_not_hidden():
     # in prefill each layer's all-reduce feeds the next GEMM: by default it adds to the
     # layer's time (run_workload with overlap off); overlap_tp=True hides it as
-    # run_workload's overlap does
+    # run_workload's overlap does (the summed run's rules, execution="sum")
     kw = dict(phase="prefill", batch=4, prompt=2048, simulate=roofline)
     r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=8, micro_batch=4), **kw)
-    serial = run_workload("h100", "llama-3-8b", tp=8, overlap=False, **kw)
+    serial = run_workload("h100", "llama-3-8b", tp=8, overlap=False, execution="sum", **kw)
     assert r.seconds == pytest.approx(serial.seconds, rel=1e-6)
     hidden = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100",
                                    Plan(tp=8, micro_batch=4, overlap_tp=True), **kw)
-    overlapped = run_workload("h100", "llama-3-8b", tp=8, **kw)
+    overlapped = run_workload("h100", "llama-3-8b", tp=8, execution="sum", **kw)
     assert hidden.seconds == pytest.approx(overlapped.seconds, rel=1e-6)
     assert hidden.seconds < r.seconds
 

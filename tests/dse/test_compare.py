@@ -150,6 +150,12 @@ def test_cli_json_and_table(monkeypatch, tmp_path):
     assert r.exit_code == 2 and "unknown model 'no-such-model'" in r.output
     r = CliRunner().invoke(main, args + ["--batches", "1,x"])
     assert r.exit_code == 2 and "--batches must be a comma-separated list" in r.output
+    # --execution sum: the summed runs (the model before issue 9), not the default schedule
+    r = CliRunner().invoke(main, args + ["--json", "--execution", "sum", "--no-fusion"])
+    s = json.loads(r.stdout)["chips"]["infer-2026"]["decode"][0]["tpot_s"]
+    want = fake_eval.roofline_run("infer-2026", MODEL, phase="decode", batch=1, prompt=1024,
+                                  gen=1, execution="sum").tpot_s
+    assert s == want != j["chips"]["infer-2026"]["decode"][0]["tpot_s"]
 
 
 def test_roofline_draws_roofs_of_other_precisions_used(cmp):
@@ -410,3 +416,33 @@ def test_cli_cluster_chips_json_report_and_bad_input(tiny, monkeypatch, tmp_path
         assert r.exit_code == 2 and msg in r.output, r.output
     r = CliRunner().invoke(main, args[:-2] + ["--cluster", "dgx-h100"])
     assert r.exit_code == 2 and "--cluster-chips" in r.output
+
+
+def test_execution_and_fusion_reach_every_single_node_run():
+    # compare's settings pass execution/fusion to run_workload; the default is the schedule
+    seen = []
+
+    def spy(chip, model, **kw):
+        seen.append((kw.get("execution"), kw.get("fusion", True)))
+        return fake_eval.roofline_run(chip, model, **kw)
+
+    one = CompareSettings(prompts=(512,), batches=(1,), contexts=(1024,), ref_batch=1,
+                          train_seq=1024)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dflt = compare(["infer-2026"], MODEL, one, run=spy)
+        assert set(seen) == {(None, True)}
+        seen.clear()
+        summed = compare(["infer-2026"], MODEL, CompareSettings(
+            **{**one.__dict__, "execution": "sum", "fusion": False}), run=spy)
+    assert set(seen) == {("sum", False)}
+    d, s = dflt.to_json()["chips"]["infer-2026"], summed.to_json()["chips"]["infer-2026"]
+    # the same runs as run_workload's own, each way
+    want = fake_eval.roofline_run("infer-2026", MODEL, phase="decode", batch=1, prompt=1024,
+                                  gen=1)
+    assert d["decode"][0]["tpot_s"] == want.tpot_s and want.execution == "schedule"
+    want = fake_eval.roofline_run("infer-2026", MODEL, phase="decode", batch=1, prompt=1024,
+                                  gen=1, execution="sum")
+    assert s["decode"][0]["tpot_s"] == want.tpot_s
+    with pytest.raises(ValueError, match="execution must be 'sum', 'schedule' or None"):
+        CompareSettings(execution="fast")

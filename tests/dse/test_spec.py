@@ -107,3 +107,11 @@ def test_bad_specs_have_clear_messages(data, message):
 def test_missing_base():
     with pytest.raises(ValueError, match="base: missing required key"):
         parse_spec({"workload": BASE["workload"]}, source="t.toml")
+
+
+def test_execution_is_a_workload_axis():
+    s = spec(workload={"model": "llama-3-8b", "phase": "decode", "execution": ["sum", "schedule"]})
+    assert sorted(p.workload["execution"] for p in s.points()) == ["schedule", "sum"]
+    with pytest.raises(ValueError,
+                       match=r"workload.execution\[0\]: expected one of schedule, sum, got 'x'"):
+        spec(workload={"model": "llama-3-8b", "phase": "decode", "execution": "x"})

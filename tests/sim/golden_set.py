@@ -2,9 +2,12 @@
 
 ``tests/sim/golden_set.json`` holds, for the cases listed here, every field of the
 :class:`~diptych.sim.OpStats` of 51 GEMMs and 31 vector ops over all presets, dtypes and
-dataflows, the full ``to_dict()`` of a few small ``run_workload`` runs and the JSON of a small
-``compare``. It was written by this script from the code *before* the speed work (the commit
-is recorded in the file); ``tests/sim/test_golden_set.py`` requires bit-identical results.
+dataflows, the full ``to_dict()`` of a few small ``run_workload`` runs (with the default
+execution, the schedule, and two with ``execution="sum"``) and the JSON of a small
+``compare``. It was written by this script from the code *before* the speed work, its
+workload and compare parts regenerated when the default execution became the schedule (the
+commit is recorded in the file); ``tests/sim/test_golden_set.py`` requires bit-identical
+results.
 
 Regenerate only when the model changes on purpose (and say so in the commit):
 
@@ -109,6 +112,14 @@ WORKLOADS = [
     ("infer-2026", "llama-3-8b", dict(phase="prefill", batch=1, prompt=512)),
     ("h100", "tiny", dict(phase="train", batch=4, seq=512, attention="unfused")),
     ("tpu-v4", "mixtral-8x7b", dict(phase="decode", batch=16, prompt=512, gen=4, tp=4)),
+    # the summed run (execution="sum", the default before issue 9): two cases above again,
+    # pinned to their pre-switch numbers
+    ("infer-2026", "llama-3-8b", dict(phase="decode", batch=8, prompt=1024, gen=8,
+                                      execution="sum")),
+    ("h100", "tiny", dict(phase="train", batch=4, seq=512, attention="unfused",
+                          execution="sum")),
+    # an all-SRAM chip (schedule only)
+    ("groq-lpu", "tiny", dict(phase="decode", batch=4, prompt=256, gen=16)),
 ]
 
 #: the small compare: (chips, model, CompareSettings kwargs)

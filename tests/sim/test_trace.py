@@ -80,8 +80,9 @@ def test_run_trace_spans_carry_the_op_records():
     from diptych.workloads import run_workload
     from diptych.workloads.trace import chrome_trace
 
+    # chrome_trace draws a summed run (execution="sum"; a schedule has schedule_trace)
     res = run_workload("infer-2026", "llama-3-8b", phase="decode", batch=4, prompt=256,
-                       simulate=roofline)
+                       simulate=roofline, execution="sum")
     ev = [e for e in chrome_trace(res.layers)["traceEvents"] if e["ph"] == "X"]
     recs = {r["op"]: r for r in res.layers}
     qkv = [e for e in ev if e["name"] == "qkv_proj"]

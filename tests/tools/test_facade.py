@@ -64,6 +64,14 @@ def test_run_is_run_json(no_engine):
     assert json.loads(json.dumps(r.to_dict())) == json.loads(cli.stdout)
     with pytest.raises(ValueError, match="not a dtype"):
         diptych.run("train-2026", "llama-3-8b", phase="decode", prompt=64, precision="fp9")
+    # --execution sum --no-fusion, the same way
+    r = diptych.run("train-2026", "llama-3-8b", execution="sum", fusion=False, **args)
+    cli = CliRunner().invoke(main, ["run", "--chip", "train-2026", "--model", "llama-3-8b",
+                                    "--phase", "decode", "--batch", "4", "--prompt", "512",
+                                    "--gen", "8", "--precision", "w=fp8,a=fp8,kv=fp8",
+                                    "--execution", "sum", "--no-fusion", "--json"])
+    assert r.execution == "sum"
+    assert json.loads(json.dumps(r.to_dict())) == json.loads(cli.stdout)
 
 
 def test_compare_is_compare_json(monkeypatch):

@@ -100,14 +100,17 @@ def test_tpu_v1_weight_bound_gemm_follows_roofline(batch):
 
 
 def test_tpu_v1_mlp0_within_published_band():
-    tops, stats = vp.tpu_v1_app_tops("MLP0")
-    # Measured 12.3 TOPS. diptych streams activations through DDR3 where the TPU keeps them in
-    # its Unified Buffer (+20 % bytes for 2000² layers at batch 200, documented deviation), so
-    # it is expected ~20 % low; 30 % is the most that cause explains, and it must not be faster
-    # than the weight roofline (13.6 TOPS).
-    pub = vp.PUBLISHED["tpu_v1_MLP0"].value
-    assert 0.70 * pub <= tops <= vp.tpu_v1_weight_roofline_tops("MLP0"), tops
-    assert stats.bound == "memory"
+    tops, res = vp.tpu_v1_app_tops("MLP0")
+    # Measured 12.3 TOPS, 0.90 of the paper's weight roofline (13.6 TOPS); LSTM0 reached
+    # 0.85 of its own (Table 3). MLP0 runs as a chain of its 5 layers with the activations in
+    # the 24 MiB Unified Buffer (the residency plan, as on the TPU), so DDR3 carries weights
+    # only: diptych must land between the worse measured fraction of the roofline and the
+    # roofline itself, weight-bound.
+    roof = vp.tpu_v1_weight_roofline_tops("MLP0")
+    assert 0.85 * roof <= tops <= roof, (tops, roof)
+    assert res.bound == "memory"
+    # and the summed run (every activation through DDR3, +20 % bytes) is slower
+    assert vp.tpu_v1_app_tops("MLP0", execution="sum")[0] < tops
 
 
 # --- a large GEMM on a TPU-like weight-stationary array ------------------------------------------
@@ -155,3 +158,17 @@ def test_h100_long_prefill_is_compute_bound():
     # 36 ms is ~42 % FP8 MFU, the rest being launches, unfused kernels and host work diptych
     # does not time (docs/validation-published.md, "Tile waves")
     assert 18e-3 <= r["ttft_s"] <= 72e-3
+
+
+# --- low-concurrency per-token latency: the fixed costs add, the serving stack stays out ------
+
+def test_low_concurrency_tpot_gains_the_fixed_costs_and_stays_below_the_measured_itl():
+    h = load_chip("h100")
+    kw = dict(tp=2, **vp.FP8)
+    summed = vp.decode_tpot_ms(h, "llama-3-70b", 1, 500, 2000, execution="sum", **kw)
+    sched = vp.decode_tpot_ms(h, "llama-3-70b", 1, 500, 2000, **kw)
+    # NIM measured 18.91 ms at concurrency 1 (vp.PUBLISHED["nim_70b_itl"]), which includes the
+    # server's per-token work (streaming, scheduling, sampling) besides the GPU step: the
+    # simulated step, which has the kernel launches, step sync and exposed TP all-reduces
+    # that the sum lacked, must be longer than the sum and not longer than the measurement
+    assert summed < sched <= vp.PUBLISHED["nim_70b_itl"].value, (summed, sched)

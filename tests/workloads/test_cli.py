@@ -45,10 +45,13 @@ def test_run_json_keys(cli):
 def test_run_table_and_curve(cli, tmp_path):
     trace = tmp_path / "t.json"
     r = cli("run", "--chip", "infer-2026", "--model", "llama-3-8b", "--phase", "decode",
-            "--batch", "1,64,2048", "--prompt", "16", "--trace", str(trace))
+            "--batch", "1,64,2048", "--prompt", "16", "--trace", str(trace),
+            "--execution", "sum")
     assert r.exit_code == 0, r.output
     assert "batching curve" in r.output and "compute-bound" in r.output
     ev = json.loads(trace.read_text())["traceEvents"]
+    # the summed run's trace expands every layer (the schedule's shows the simulated repeats:
+    # tests/workloads/test_execute.py)
     assert sum(e.get("name") == "qkv_proj" for e in ev) == 32     # one per layer
     r = cli("run", "--chip", "infer-2026", "--model", "llama-3-8b", "--phase", "decode",
             "--batch", "1,2048", "--prompt", "16", "--json")

@@ -84,11 +84,12 @@ def test_plan_flags_without_a_cluster_run_on_one_domain_of_the_chip_s_links(mode
 
 def test_one_domain_tensor_parallel_plan_equals_run_without_a_cluster():
     # a plan without a cluster runs on one switch domain of the chip's links: with tensor
-    # parallelism only it is diptych run's own training step (same ops, ring, overlap rule)
+    # parallelism only it is diptych run's own summed training step (same ops, ring, overlap
+    # rule: the cluster step composes summed layer times, so execution="sum")
     kw = dict(phase="train", batch=4, seq=1024, simulate=roofline)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plain = run_workload("h100", "llama-3-8b", tp=8, micro_batch=2, **kw)
+        plain = run_workload("h100", "llama-3-8b", tp=8, micro_batch=2, execution="sum", **kw)
         plan = run_workload("h100", "llama-3-8b", plan=Plan(tp=8, micro_batch=2), **kw)
     assert plan.seconds == pytest.approx(plain.seconds, rel=1e-6)
     assert plan.mfu == pytest.approx(plain.mfu, rel=1e-6)

@@ -28,7 +28,9 @@ def test_roofline_bounds_hold(chip, phase, kw):
     assert r.seconds >= r.hardware_flops / peak * (1 - 1e-9)
     assert r.seconds >= r.dram_bytes / chip.dram_bytes_per_s * (1 - 1e-9)
     assert 0 < r.mfu <= r.hfu <= 1
-    assert r.seconds == pytest.approx(sum(x["total_seconds"] for x in r.layers), rel=1e-9)
+    # the schedule is never longer than its ops run one after another, fixed costs included
+    # (TP1: no collective to overlap or expose)
+    assert r.seconds <= (sum(x["total_seconds"] for x in r.layers) + r.fixed_costs_s) * (1 + 1e-9)
     assert r.energy_j > 0 and r.fits
     again = run_workload(chip, TINY, phase=phase, **kw)
     assert again.seconds == r.seconds                      # deterministic
@@ -46,6 +48,8 @@ def test_decode_is_memory_bound_and_batching_raises_throughput(chip):
 
 def test_layers_simulated_once_and_scaled(chip):
     r = run_workload(chip, TINY, phase="prefill", batch=1, prompt=128)
-    qkv = [x for x in r.layers if x["op"] == "qkv_proj"]
+    # one record per residency segment (all 4 layers' weights fit on chip here: one), the
+    # projection fused with its prologue/epilogue ("attn_norm+qkv_proj+...")
+    qkv = [x for x in r.layers if "qkv_proj" in x["op"].split("+")]
     assert len(qkv) == 1 and qkv[0]["repeat"] == 4
     assert qkv[0]["total_seconds"] == pytest.approx(4 * qkv[0]["seconds"])

@@ -54,15 +54,15 @@ def test_a_chain_of_ops_is_its_sum():
     # picosecond
     c = chip(overheads=False, fusion=False, residency=False)
     kw = dict(phase="decode", batch=4, prompt=512)
-    s, x = run(c, **kw), run(c, execution="schedule", **kw)
+    s, x = run(c, execution="sum", **kw), run(c, execution="schedule", **kw)
     assert x.seconds == pytest.approx(s.seconds, abs=phases(x) * PS)
     assert x.fixed_costs_s == 0 and x.execution == "schedule" and s.fixed_costs_s is None
     assert x.dram_bytes == pytest.approx(s.dram_bytes, rel=1e-12)
     assert x.energy_j == pytest.approx(s.energy_j, rel=1e-12)
     # with TP the all-reduces sit on that chain: the sum without overlap, not max(comp, comm)
     kw = dict(phase="decode", batch=1, prompt=2048, tp=8)
-    s_ov = run(c, "llama-3-70b", **kw)
-    s_no = run(c, "llama-3-70b", overlap=False, **kw)
+    s_ov = run(c, "llama-3-70b", execution="sum", **kw)
+    s_no = run(c, "llama-3-70b", overlap=False, execution="sum", **kw)
     x = run(c, "llama-3-70b", execution="schedule", **kw)
     assert x.seconds == pytest.approx(s_no.seconds, abs=phases(x) * PS)
     assert x.seconds > s_ov.seconds
@@ -86,7 +86,8 @@ def test_fusion_conserves_work_and_saves_traffic():
     c = chip()
     kw = dict(phase="decode", batch=8, prompt=1024, execution="schedule")
     on, off = run(c, fusion=True, **kw), run(c, fusion=False, **kw)
-    work = lambda r: sum(x["flops"] * x["repeat"] for x in r.layers)
+    work = lambda r: sum((x["flops"] + x.get("vector_flops", 0.0)) * x["repeat"]  # noqa: E731
+                         for x in r.layers)
     assert work(on) == pytest.approx(work(off), rel=1e-12)       # GEMM + vector ALU work
     # only decreases; equal here: h100's L2 already keeps the activations between the
     # unfused ops (the engine honours residency), so fusion saves launches, not DRAM bytes
@@ -164,15 +165,23 @@ def test_bad_input_is_a_clear_error(monkeypatch, tmp_path):
     r = cli.invoke(main, ["run", "--chip", str(bad), "--model", "llama-3-8b", "--phase",
                           "decode", "--prompt", "16", "--execution", "schedule"])
     assert r.exit_code == 2 and "op_launch_us" in r.output and "-1.0" in r.output
+    # the default execution (the schedule) and compare refuse them the same way
+    r = cli.invoke(main, ["run", "--chip", str(path), "--model", "llama-3.1-405b", "--phase",
+                          "decode", "--prompt", "16"])
+    assert r.exit_code == 2 and "tensor 'w_embed'" in r.output, r.output
+    r = cli.invoke(main, ["compare", str(bad), "h100", "--model", "llama-3-8b"])
+    assert r.exit_code == 2 and "op_launch_us" in r.output and "-1.0" in r.output
     # a graph with a cycle (the lowering never makes one: injected)
     def cyclic(*a, **k):
         Program("p", [Block("b", (Tensor("t1", 1), Tensor("t2", 1)),
                             (Node("a", reads=("t1",), writes=("t2",)),
                              Node("b", reads=("t2",), writes=("t1",))))])
     monkeypatch.setattr("diptych.workloads.execute.program_pieces", cyclic)
-    r = cli.invoke(main, ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",
-                          "decode", "--prompt", "16", "--execution", "schedule"])
-    assert r.exit_code == 2 and "block 'b' has a cycle: b -> a -> b (through tensors" in r.output
+    for extra in ([], ["--execution", "schedule"]):
+        r = cli.invoke(main, ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",
+                              "decode", "--prompt", "16", *extra])
+        assert r.exit_code == 2
+        assert "block 'b' has a cycle: b -> a -> b (through tensors" in r.output
     with pytest.raises(ValueError, match="execution must be one of sum, schedule"):
         run(load_chip("h100"), phase="decode", batch=1, prompt=16, execution="fast")
 

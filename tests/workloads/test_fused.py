@@ -69,8 +69,9 @@ def test_fused_dram_bytes_closed_form():
     (_, bwd), = _fused(w, "backward")
     assert bwd.read_bytes == q + k + v + o + o + stats                  # Q, K, V, O, dO, stats
     assert bwd.write_bytes == q + k + v                                 # dQ, dK, dV
-    # the run's per-op record carries exactly those bytes
-    r = run_workload("train-2026", m, phase="prefill", batch=B, prompt=S, simulate=roofline)
+    # the summed run's per-op record (every operand in DRAM) carries exactly those bytes
+    r = run_workload("train-2026", m, phase="prefill", batch=B, prompt=S, simulate=roofline,
+                     execution="sum")
     rec = next(x for x in r.layers if x["op"] == "attention (fused)")
     assert rec["dram_bytes"] == q + k + v + o
     assert rec["kind"] == "attention" and rec["bound"] in ("compute", "memory")

@@ -82,7 +82,10 @@ class CompareSettings:
     weights, gradients, Adam state and one micro-batch's activations fit in the 192-216 GiB of
     either 2026 chip), inference at TP=1; decode batches 1-256; prompts and contexts ``None``
     = :func:`default_contexts` of the model (:meth:`for_model` fills them in); ``precision``
-    pins ``{phase: PrecisionChoice}`` for every chip (empty: each chip's defaults)."""
+    pins ``{phase: PrecisionChoice}`` for every chip (empty: each chip's defaults).
+    ``execution``/``fusion`` go to every single-node run (``run_workload``'s; None: its
+    default, the schedule); the plan search of ``cluster_chips`` composes summed layer times
+    whatever they say."""
 
     train_tp: int = 8
     train_dp: int = 1
@@ -98,8 +101,13 @@ class CompareSettings:
     cluster_chips: int | None = None
     cluster: str | None = None
     cluster_batch: int | None = None
+    execution: str | None = None
+    fusion: bool = True
 
     def __post_init__(self):
+        if self.execution not in (None, "sum", "schedule"):
+            raise ValueError(f"execution must be 'sum', 'schedule' or None (the default: "
+                             f"schedule), not {self.execution!r}")
         for n in ("train_tp", "train_dp", "train_batch", "train_seq", "infer_tp", "gen",
                   "ref_batch"):
             _pos_int(n, getattr(self, n))
@@ -453,6 +461,10 @@ def compare(chips, model, settings: CompareSettings | None = None, *,
     def one(cr: ChipRuns, label: str, phase: str, **kw) -> dict:
         nonlocal done
         tell(done, total, f"{cr.chip.name}: {label}")
+        if s.execution is not None:
+            kw["execution"] = s.execution
+        if not s.fusion:
+            kw["fusion"] = False
         r = _one(run, cr.chip, m, cr.precision[phase], s.precision.get(phase), phase=phase,
                  **kw)
         done += 1

@@ -133,7 +133,10 @@ WORKLOAD_PARAMS: dict[str, tuple[str, str, Any]] = {
     "weights_dtype": ("dtype", "weight precision (default: the chip's)", None),
     "act_dtype": ("dtype", "activation precision (default: the chip's)", None),
     "kv_dtype": ("dtype", "KV-cache precision (default: the chip's)", None),
+    "execution": ("execution", "schedule (default: the program's list schedule) or sum "
+                  "(every op alone, times added)", None),
 }
+EXECUTIONS = ("schedule", "sum")
 
 TOP_KEYS = ("base", "mode", "samples", "seed", "area_budget_mm2", "power_budget_w",
             "points_per_task", "dtype_datapath", "chip", "workload")
@@ -292,6 +295,9 @@ def _check_value(source: str, key: str, kind: str, v: Any) -> Any:
     elif kind == "phase":
         if v not in PHASES:
             raise _err(source, key, v, "one of " + ", ".join(PHASES))
+    elif kind == "execution":
+        if v not in EXECUTIONS:
+            raise _err(source, key, v, "one of " + ", ".join(EXECUTIONS))
     elif kind == "str":
         if not isinstance(v, str) or not v:
             raise _err(source, key, v, "a non-empty string")

@@ -92,7 +92,8 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
         precision: str | None = None, weights_dtype: str | None = None,
         act_dtype: str | None = None, kv_dtype: str | None = None, overlap: bool = True,
         recompute: bool | str = False, micro_batch: int | None = None,
-        attention: str = "fused", cluster=None, plan=None) -> "RunResult":
+        attention: str = "fused", cluster=None, plan=None, execution: str | None = None,
+        fusion: bool = True) -> "RunResult":
     """Simulate one phase of ``model`` on ``chip``, as ``diptych run`` does for one batch size.
 
     ``phase``: ``"prefill"`` (needs ``prompt``: the time to first token), ``"decode"`` (needs
@@ -106,7 +107,9 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     ``"dgx-h100"``, a path or a Cluster) and/or ``plan`` (a ``diptych.sim.cluster.Plan``)
     run a parallel plan's step instead (``diptych run --cluster``; docs/cluster.md) and
     return its ``ClusterResult``; ``recompute``: ``"none"``, ``"selective"`` (a plan only),
-    ``"full"`` or a bool.
+    ``"full"`` or a bool. ``execution``: ``"schedule"`` (default: the program's list schedule,
+    docs/program.md) or ``"sum"`` (every op alone from DRAM, as ``--execution sum``);
+    ``fusion``: as ``--fusion/--no-fusion``.
     """
     from diptych.tools.precision import run_dtypes
     from diptych.workloads import run_workload
@@ -116,7 +119,7 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
                         prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp, chips=chips,
                         weights_dtype=w, act_dtype=a, kv_dtype=kv, overlap=overlap,
                         recompute=recompute, micro_batch=micro_batch, attention=attention,
-                        cluster=cluster, plan=plan)
+                        cluster=cluster, plan=plan, execution=execution, fusion=fusion)
 
 
 def compare(chips: Sequence["str | Chip"], model: "str | ModelConfig", *,
@@ -127,6 +130,7 @@ def compare(chips: Sequence["str | Chip"], model: "str | ModelConfig", *,
             train_batch: int | None = None, train_seq: int | None = None,
             infer_tp: int | None = None, cluster_chips: int | None = None,
             cluster: str | None = None, cluster_batch: int | None = None,
+            execution: str | None = None, fusion: bool = True,
             progress: Callable[[int, int, str], None] | None = None) -> "Comparison":
     """The headline study of ``diptych compare``: ``model`` trained, prefilled and decoded on
     each of ``chips``. Every setting left out keeps :class:`CompareSettings`' default (the
@@ -134,7 +138,8 @@ def compare(chips: Sequence["str | Chip"], model: "str | ModelConfig", *,
     decode batches 1-256, training at TP=8 on one node, or with ``cluster_chips`` the best
     parallel plan for that many chips of ``cluster`` (default ``dgx-h100``);
     ``precision`` pins the precision for every chip (specs as ``--precision``: ``"bf16"``,
-    or a list such as ``["train:bf16", "infer:fp8"]``). ``progress(done, total, label)`` is
+    or a list such as ``["train:bf16", "infer:fp8"]``); ``execution``/``fusion`` as
+    :func:`run`'s, for every single-node run. ``progress(done, total, label)`` is
     called before every run. Returns a :class:`Comparison`: ``to_json()`` (``--json``),
     ``rows()`` (one dict per run), ``summary(name)``, ``warnings()``; :func:`write_report`
     writes its HTML report."""
@@ -149,7 +154,8 @@ def compare(chips: Sequence["str | Chip"], model: "str | ModelConfig", *,
                  contexts=tuple(contexts) if contexts else None,
                  batches=tuple(batches) if batches is not None else None)
     s = CompareSettings(**{k: v for k, v in given.items() if v is not None},
-                        precision=parse_precision(precision or []))
+                        precision=parse_precision(precision or []), execution=execution,
+                        fusion=fusion)
     return _compare(list(chips), load_model(model), s, progress=progress)
 
 
