@@ -19,18 +19,17 @@ writes at the scratchpad bandwidth. No op touches DRAM. Chips with DRAM are time
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-import dataclasses
-
 from ...arch.chip import Chip
 from ...sim.ops import Gemm, Op, VectorOp
 from ...workloads.config import ModelConfig
+from ...workloads.fused import FusedAttention, on_chip
 from ...workloads.graph import Block, Workload
 from ...workloads.precision import Precision
-from ...workloads.fused import FusedAttention, on_chip
 from ...workloads.run import simulate_workload
 from .layers import LayerOps, layer_ops
 
