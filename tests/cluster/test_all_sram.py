@@ -121,3 +121,24 @@ def test_chips_with_dram_keep_streaming_weights_from_dram():
     h, f, kv = m.hidden_size, m.intermediate_size, m.kv_heads * m.head_dim
     weight_bytes = (h * (h + 2 * kv) + h * h + 3 * h * f) * 2 / 2     # bf16, TP2
     assert res.layers["layers"].fwd_compute >= weight_bytes / chip.dram_bytes_per_s
+
+
+def test_llama2_70b_on_576_chips_fits_and_is_bound_by_weight_tile_installation():
+    # the validation layout (docs/validation-published.md, groq): Llama-2-70B (Llama-3-70B's
+    # shapes with a 32k vocabulary), INT8, TP8 x PP72 on groq-dragonfly, batch 1
+    m = dataclasses.replace(load_model("llama-3-70b"), name="llama-2-70b", vocab_size=32000,
+                            max_position_embeddings=4096)
+    r = run_workload(GROQ, m, phase="decode", batch=1, prompt=1024, cluster="groq-dragonfly",
+                     plan=Plan(tp=8, pp=72, dp=1, micro_batch=1))
+    assert r.fits and r.memory.total_bytes <= 220 * 2**20
+    # closed form: a weight-stationary plane installs each 320 x 320 tile (320 cycles) before a
+    # single token's row streams through it; the layer's GEMMs at TP8 (K x N per rank):
+    # qkv 8192 x 1280, o 1024 x 8192, gate/up 8192 x 7168, down 3584 x 8192, over 4 planes
+    tiles = [math.ceil(math.ceil(k / 320) * math.ceil(n / 320) / 4)
+             for k, n in ((8192, 1280), (1024, 8192), (8192, 7168), (3584, 8192))]
+    install_s = sum(tiles) * 320 / 0.9e9
+    assert r.layers["layers"].fwd_compute >= install_s
+    assert r.seconds >= 80 * install_s
+    # ... while the same weights at the SRAM's 80 TB/s would take 1.3 us per layer
+    layer_bytes = (8192 * (8192 + 2 * 1024) + 8192 * 8192 + 3 * 8192 * 28672) / 8
+    assert r.layers["layers"].fwd_compute > 100 * layer_bytes / 80e12
