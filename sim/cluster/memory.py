@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass
 
 from ...workloads.config import ModelConfig
@@ -237,3 +238,31 @@ def _advise(model, plan, p, *, phase, seq, micro_batches, layers_per_chunk, capa
                 return (f"no single change fits; together: {flags}: "
                         f"{rep.total_bytes / 2**30:.1f} GiB", diff(cur))
     return "", None
+
+
+def require_sram_fit(mem: ClusterMemory, *, chip: str, model: str, plan: Plan,
+                     precision: Precision, phase: str) -> None:
+    """On a chip without DRAM (every tensor of a stage must live in its SRAM: there is
+    nowhere to spill), raise ValueError when ``mem`` (:func:`plan_memory` against the chip's
+    SRAM) does not fit: the worst stage's total and parts in MiB, the chip's SRAM, the fewest
+    chips per replica the model's bytes need (the stages' sum × ``tp`` × ``cp`` ÷ the SRAM,
+    and more than the plan's ``tp × cp × pp``: a lower bound), and the changes that
+    help (more tensor-parallel ranks or pipeline stages, a narrower precision)."""
+    if mem.fits:
+        return
+    mib = 2.0 ** 20
+    parts = ", ".join(f"{k.replace('_', ' ')} {v / mib:,.1f}" for k, v in mem.breakdown.items()
+                      if v > 0)
+    ranks = plan.tp * plan.cp               # chips of one pipeline stage of a replica
+    least = max(ranks * plan.pp + 1,
+                math.ceil(sum(mem.per_stage) * ranks / mem.capacity_bytes))
+    raise ValueError(
+        f"{model} does not fit the SRAM of chip {chip!r} (no DRAM to spill to): pipeline stage "
+        f"{mem.worst_stage} needs {mem.total_bytes / mib:,.1f} MiB per chip ({parts} MiB; "
+        f"weights {precision.weights}" + (f", KV cache {precision.kv}" if phase != "train"
+                                          else "") + ") against "
+        f"{mem.capacity_bytes / mib:,.1f} MiB; a replica needs at least {least} chips: "
+        f"use more chips (a larger --tp or more --pp stages)"
+        + (", shard the training state (--zero 1-3)" if phase == "train" else "")
+        + " or a narrower precision (--weights-dtype"
+        + ("/--kv-dtype)" if phase != "train" else ")"))

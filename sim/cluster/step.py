@@ -56,11 +56,12 @@ from ...workloads.train import ADAMW_CHUNK, adamw_op, train_step
 from .collectives import CommCost, collective
 from .energy import step_energy
 from .layers import forward_workload
-from .memory import ClusterMemory, chunk_layers, device_chunks, plan_memory
+from .memory import (ClusterMemory, chunk_layers, device_chunks, plan_memory,
+                     require_sram_fit)
 from .params import layer_params
 from .plan import Plan, check_positive, check_plan
 from .schedule import PipelineRun, fast_pipeline_seconds, simulate_pipeline
-from .timing import LayerTime, layer_times
+from .timing import LayerTime, layer_times, resident
 from .topology import GroupShape, Network, bind, group_ranks, group_shape, stage_peer
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
@@ -314,6 +315,8 @@ def _adamw_per_param(model, chip, p, simulate) -> tuple[float, float]:
     :data:`~diptych.workloads.train.ADAMW_CHUNK` parameters, or the whole model if smaller,
     simulated)."""
     op = adamw_op(min(ADAMW_CHUNK, max(1, math.ceil(params_per_chip(model, 1)))), p)
+    if not chip.has_dram:             # the optimizer state lives in SRAM too
+        op = resident(op)
     w = Workload("train", (Block("optimizer", 1, (op,), "optimizer"),), tokens=1, batch=1)
     t = simulate_workload(w, chip, simulate=simulate)
     return t["seconds"] / op.elements, t["energy_j"] / op.elements
@@ -402,8 +405,11 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
 
     Raises ValueError naming the field and value for a non-positive ``batch``, ``seq``,
     ``prompt`` or ``gen``, a plan that does not fit the model, batch or cluster
-    (:func:`~.plan.check_plan`), a chip without DRAM, or a precision the chip cannot
-    compute (:func:`~diptych.workloads.checks.check_supported`)."""
+    (:func:`~.plan.check_plan`), a precision the chip cannot compute
+    (:func:`~diptych.workloads.checks.check_supported`), or, on a chip without DRAM (an
+    all-SRAM chip: every tensor of a stage resident, layers timed so,
+    :mod:`~diptych.sim.cluster.timing`), a stage that does not fit its SRAM
+    (:func:`~.memory.require_sram_fit`)."""
     model = load_model(model)
     chip = load_chip(chip)
     cluster = load_cluster(cluster)
@@ -429,13 +435,21 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
             context = prompt
             kv_tokens = prompt + gen             # the cache at the last step
             length = 1
-    chip.require_dram("the per-op engine behind the cluster step")
     info = check_plan(plan, model, chips=plan.chips, batch=batch, seq_len=length, phase=phase,
                       cluster_chips=cluster.chips)
     m, lpc = info["micro_batches"], info["layers_per_chunk"]
     net = bind(cluster, chip)
     p = default_precision(chip, phase, weights_dtype, act_dtype, kv_dtype)
     comp = check_supported(chip, p)
+    # memory per chip against DRAM, or an all-SRAM chip's SRAM (where the stage must fit: the
+    # layer times below hold every tensor resident, sim/cluster/timing.py)
+    mem = plan_memory(model, plan, p, phase=phase, seq=length, micro_batches=m,
+                      layers_per_chunk=lpc, capacity_bytes=chip.memory_bytes,
+                      global_batch=batch, context=kv_tokens, attention=attention,
+                      advise=chip.has_dram)
+    if not chip.has_dram:
+        require_sram_fit(mem, chip=chip.name, model=model.name, plan=plan, precision=p,
+                         phase=phase)
     lt = layer_times(model, chip, p, phase=phase, tp=plan.tp, cp=plan.cp, ep=plan.ep,
                      micro_batch=plan.micro_batch, seq=length, context=context, gen=gen,
                      sequence_parallel=plan.sequence_parallel, attention=attention,
@@ -576,9 +590,6 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
                 hw += x
     hw *= m * plan.tp * plan.dp * plan.cp
     peak = chip.peak_ops_per_s[comp] * plan.chips
-    mem = plan_memory(model, plan, p, phase=phase, seq=length, micro_batches=m,
-                      layers_per_chunk=lpc, capacity_bytes=chip.dram.capacity_bytes,
-                      global_batch=batch, context=kv_tokens, attention=attention)
     tokens = batch * (length if phase != "decode" else 1)
     energy = _energy(chip, plan, lt, steps, chunks, comm, m, train, act, seconds, opt_s, opt_j,
                      step_colls)

@@ -6,16 +6,28 @@ engine's memo of op shapes and the ``simulate`` test double all behave as in ``d
 run``). Collectives are not in these ops: the cluster layer times them on the topology.
 Results are memoised per (model, chip, precision, phase, tp, cp, ep, micro-batch, sequence or
 decode context), so a plan search simulates each distinct layer shape once.
+
+**All-SRAM chips** (no ``[dram]`` table, e.g. ``groq-lpu``): every tensor of a pipeline stage
+(weights, KV cache, activations) lives in the chip's SRAM (the cluster step refuses a plan
+whose stage does not fit, :func:`diptych.sim.cluster.step.simulate_cluster_step`), so each op
+is timed with all its operands resident (:func:`resident`): a GEMM's A, B and C in the
+scratchpads (``a_source``/``b_source``/``c_dest``, its own bytes as ``resident_bytes``, as
+:func:`diptych.sim.api.on_chip_gemm` times one), a vector op's and fused attention's reads and
+writes at the scratchpad bandwidth. No op touches DRAM. Chips with DRAM are timed as before
+(every operand from DRAM), bit for bit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
 from ...arch.chip import Chip
+from ...sim.ops import Gemm, Op, VectorOp
 from ...workloads.config import ModelConfig
+from ...workloads.fused import FusedAttention, on_chip
 from ...workloads.graph import Block, Workload
 from ...workloads.precision import Precision
 from ...workloads.run import simulate_workload
@@ -45,10 +57,30 @@ class LayerTime:
     selective_energy_j: float = 0.0
 
 
+def resident(op: Op) -> Op:
+    """``op`` with every operand resident on chip (module docstring, "All-SRAM chips"): a
+    GEMM's A, B and C in the scratchpads with its own bytes held there, a vector op's reads
+    and writes in the scratchpads, fused attention's whole traffic at the scratchpad
+    bandwidth (its parts are timed on chip by :func:`~diptych.workloads.fused.fused_stats`).
+    Other ops are returned unchanged."""
+    if isinstance(op, Gemm):
+        return dataclasses.replace(on_chip(op),
+                                   resident_bytes=int(op.a_bytes + op.b_bytes + op.c_bytes))
+    if isinstance(op, FusedAttention):
+        return dataclasses.replace(op, scratchpad_bytes=op.read_bytes + op.write_bytes,
+                                   shared_buffer_bytes=0.0)
+    if isinstance(op, VectorOp):
+        return on_chip(op)
+    return op
+
+
 def _sum(ops, chip, simulate, stage) -> tuple[float, float, float, float]:
-    """(seconds, attention seconds, GEMM FLOPs, energy) of ops run in sequence."""
+    """(seconds, attention seconds, GEMM FLOPs, energy) of ops run in sequence (on a chip
+    without DRAM, with every operand resident: :func:`resident`)."""
     if not ops:
         return 0.0, 0.0, 0.0, 0.0
+    if not chip.has_dram:
+        ops = [resident(op) for op in ops]
     w = Workload("train", (Block("x", 1, tuple(ops), stage),), tokens=1, batch=1)
     t = simulate_workload(w, chip, simulate=simulate)
     attn = sum(r["seconds"] for r in t["layers"]

@@ -138,7 +138,7 @@ def test_bad_input():
                                          r"in fp8"):
         simulate_cluster_step("llama-3-8b", "tpu-v4", "tpu-v4-pod", Plan(), batch=4,
                               seq=2048, act_dtype="fp8", simulate=roofline)
-    with pytest.raises(ValueError, match=r"chip 'groq-lpu' has no DRAM"):
+    with pytest.raises(ValueError, match=r"does not fit the SRAM of chip 'groq-lpu'"):
         step("llama-3-8b", Plan(tp=8), chip="groq-lpu")
     for kw, name in ((dict(batch=0), "batch"), (dict(seq=-1), "seq")):
         with pytest.raises(ValueError, match=rf"^{name} must be a positive integer, not "):

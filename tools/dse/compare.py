@@ -232,6 +232,9 @@ class Comparison:
     chips: dict[str, ChipRuns]
     #: the model's ``max_position_embeddings`` (contexts beyond it are out of spec)
     max_positions: int | None = None
+    #: per chip without DRAM whose SRAM cannot hold the model's weights: the one line that
+    #: replaces its runs' errors in :meth:`warnings` (:func:`sram_shortfall`)
+    sram_notes: dict[str, str] = field(default_factory=dict)
 
     def summary(self, name: str) -> dict:
         """The issue's per-chip structure, plus ``precision`` per phase and the precision
@@ -318,6 +321,10 @@ class Comparison:
                                       f"{cr.chip.clock_ghz:g} GHz, reported at the clock it "
                                       "can sustain", []).append(f"{point} at {ghz:.3g} GHz")
             n_runs = sum(1 for _ in cr.runs())
+            if name in self.sram_notes:     # one line says why every node-sized run fails
+                out.append(self.sram_notes[name])
+                groups = {t: p for t, p in groups.items()
+                          if not any(r.get("error") == t for _, r in cr.runs())}
             for text, pts in groups.items():
                 where = ", ".join(pts)
                 if len(pts) == n_runs:
@@ -376,6 +383,31 @@ def train_plan(run: dict, s: CompareSettings) -> dict | None:
     return {**{k: run.get(k) for k in PLAN_KEYS}, "chips": run.get("chips"),
             "cluster": run.get("cluster"), "text": run.get("plan_text"),
             **run.get("search", {})}
+
+
+def sram_shortfall(chip, model, precision: dict, settings: "CompareSettings") -> str | None:
+    """For a chip without DRAM whose SRAM (``chip.memory_bytes``) cannot hold ``model``'s
+    weights at ``precision['weights']`` (decode's), the line saying how many chips the weights
+    alone need (a lower bound: KV cache and activations come on top) and where to run it,
+    when that is more than compare's inference ``infer_tp`` (training, at ``train_tp`` with
+    its optimizer state, needs more still): every run of the chip is then refused; None
+    otherwise."""
+    if chip.has_dram or not precision.get("weights"):
+        return None
+    import math
+
+    from ...arch.dtypes import dtype_bytes
+    from ...workloads.params import param_count
+    need = param_count(model) * dtype_bytes(precision["weights"])
+    n = math.ceil(need / chip.memory_bytes)
+    if n <= settings.infer_tp:
+        return None
+    return (f"{chip.name}: {model.name} needs at least {n} chips of SRAM for its "
+            f"{precision['weights']} weights alone ({need / 2**30:.1f} GiB; "
+            f"{chip.memory_bytes / 2**20:.0f} MiB per chip, no DRAM), more than compare's "
+            f"TP={settings.infer_tp} inference runs (training keeps more per parameter): run "
+            f"it on a cluster, `diptych run --chip {chip.name} --model {model.name} --cluster "
+            f"CLUSTER --tp T --pp P` with T x P >= {n} (e.g. --cluster groq-dragonfly)")
 
 
 def _per_chip(res: dict) -> float | None:
@@ -492,5 +524,8 @@ def compare(chips, model, settings: CompareSettings | None = None, *,
                                         prompt=c, gen=s.gen, tp=s.infer_tp)
         out[chip.name] = cr
     tell(total, total, "done")
+    notes = {n: t for n, cr in out.items()
+             if (t := sram_shortfall(cr.chip, m, cr.precision["decode"], s)) is not None}
     return Comparison(model=getattr(m, "name", str(model)), settings=s, chips=out,
-                      max_positions=getattr(m, "max_position_embeddings", None))
+                      max_positions=getattr(m, "max_position_embeddings", None),
+                      sram_notes=notes)
