@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..arch.chip import MAX_RATE_DENOMINATOR
+from . import timing as T
 
 
 @dataclass(frozen=True)
@@ -41,4 +42,4 @@ def array_rates(chip, dtype: str) -> Rates:
     ws = min(fr, Fraction(1))
     return Rates(rate=float(r), os_num=fr.numerator, os_den=fr.denominator,
                  ws_num=ws.numerator, ws_den=ws.denominator,
-                 stationary_rows=arr.rows * max(1, int(fr)))
+                 stationary_rows=T.ws_stationary_depth(arr.rows, r))
