@@ -6,10 +6,14 @@ in the row) and prints diptych's MFU beside the published one. Writes the markdo
 docs/validation-published.md's "Cluster scale" section with ``--out`` (the discussion is in
 docs/validation-cluster.md).
 
-Run: ``python benchmarks/validate_cluster.py [--out table.md] [--rows gpt3-96,...]``
-(~30 s on 2 cores with warm caches, a few minutes cold: every distinct layer shape is
-simulated by the engine). The per-layer times are the summed model's (``simulate_workload``:
-every op alone, operands from DRAM, no fixed costs), not ``run_workload``'s schedule.
+Run: ``python benchmarks/validate_cluster.py [--out table.md] [--rows gpt3-96,...]
+[--execution schedule|sum]`` (~30 s on 2 cores with warm caches, a few minutes cold: every
+distinct layer shape is simulated by the engine). The per-layer times are, by default, each
+layer's scheduled program (``execution="schedule"``, as ``diptych run``: residency, fusion,
+launches, the tensor-parallel all-reduces exposed as the schedule leaves them;
+:mod:`diptych.sim.cluster.timing`); ``--execution sum`` gives the summed model's
+(``simulate_workload``: every op alone, operands from DRAM, no fixed costs, the
+tensor-parallel collectives hidden by the overlap rule).
 """
 
 from __future__ import annotations
@@ -157,9 +161,9 @@ ACCOUNTS = {
 }
 
 
-def simulate(row: Row):
+def simulate(row: Row, execution: str = "schedule"):
     return simulate_cluster_step(row.model, row.chip, row.cluster, row.plan, batch=row.batch,
-                                 seq=row.seq)
+                                 seq=row.seq, execution=execution)
 
 
 def table(results) -> str:
@@ -189,6 +193,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", help="write the markdown table here")
     ap.add_argument("--rows", help="comma list of row keys (default: all)")
+    ap.add_argument("--execution", choices=("schedule", "sum"), default="schedule",
+                    help="how each layer is timed (default: its scheduled program)")
     args = ap.parse_args()
     want = set(args.rows.split(",")) if args.rows else None
     results = []
@@ -196,7 +202,7 @@ def main() -> None:
         if want and row.key not in want:
             continue
         t0 = time.perf_counter()
-        r = simulate(row)
+        r = simulate(row, args.execution)
         results.append((row, r))
         print(f"{row.case}: MFU {r.mfu:.3f} vs {row.published_mfu} "
               f"(ratio {r.mfu / row.published_mfu:.2f}), HFU {r.hfu:.3f}, step {r.seconds:.2f} s, "
