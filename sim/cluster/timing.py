@@ -33,7 +33,7 @@ up the program alone, :func:`~diptych.workloads.execute._exposed`); ``fwd_s``/``
 the makespans less that exposure (compute and fixed costs). The context- and
 expert-parallel collectives of the block cost their launch only here (0 s on the links):
 the cluster step times them on the topology with its ring-attention and all-to-all overlap
-rules, as under ``"sum"``. The step-sync fixed cost is the cluster step's, not a layer's (not
+rules, as under ``"sum"`` (their launches count as the layer's compute). The step-sync fixed cost is the cluster step's, not a layer's (not
 counted here). Selective recomputation's re-run ops are timed summed in both executions.
 """
 
@@ -151,15 +151,17 @@ def _scheduled(block: Block, w: Workload, p: Precision, chip, simulate, links: T
                           else None)
 
 
-def _split(r: dict, stage: str | None = None) -> tuple[float, float, float, float]:
-    """(makespan less the step sync, exposed collective seconds — the tensor-parallel ones:
-    the others take 0 s on the links, :class:`TpLinks` —, attention seconds, compute energy)
-    of a layer schedule ``r``; the exposure, attention and energy of ``stage``'s records
-    only if given."""
+def _split(r: dict, tp_names: frozenset, stage: str | None = None
+           ) -> tuple[float, float, float, float]:
+    """(makespan less the step sync, exposed seconds of the tensor-parallel collectives —
+    the ops named ``tp_names`` —, attention seconds, compute energy) of a layer schedule
+    ``r``; the exposure, attention and energy of ``stage``'s records only if given. (The
+    launches of the other collectives, which take 0 s on the links here, count as the
+    layer's compute.)"""
     recs = [x for x in r["layers"] if stage is None or x["stage"] == stage]
-    comm = [x for x in recs if x["bound"] == "communication"]
     energy = sum(x["energy_j"] * x["repeat"] for x in recs if x["bound"] != "communication")
-    return (r["seconds"] - r["step_sync_s"], sum(x["exposed_total_s"] for x in comm),
+    return (r["seconds"] - r["step_sync_s"],
+            sum(x["exposed_total_s"] for x in recs if x["op"] in tp_names),
             _attention_s(recs), energy)
 
 
@@ -203,11 +205,12 @@ def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int
         else:
             ff, bf = _flops(ops.forward), _flops(ops.backward)
             rf, rp = _scheduled(blocks[kind], w, p, chip, sim, tp_links)
-            f, tpf, fa, fe = _split(rf)
+            names = frozenset(n for c in ops.tp for n in (c.name, f"{c.name}.bwd"))
+            f, tpf, fa, fe = _split(rf, names)
             f -= tpf
             b, ba, be, tpb = 0.0, 0.0, 0.0, None
             if rp is not None:
-                pair, tpb, ba, be = _split(rp, "backward")
+                pair, tpb, ba, be = _split(rp, names, "backward")
                 b = max(0.0, pair - (f + tpf) - tpb)
         out[kind] = LayerTime(ops=ops, fwd_s=f, bwd_s=b, attn_fwd_s=fa, attn_bwd_s=ba,
                               selective_s=sel, fwd_flops=ff, bwd_flops=bf, energy_j=fe + be,
