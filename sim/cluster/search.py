@@ -57,7 +57,7 @@ class SearchResult:
                          "exposed_comm_s": dict(r.exposed_comm_s),
                          "memory_bytes_per_chip": r.memory_bytes_per_chip, "fits": r.fits,
                          "memory_breakdown": dict(r.memory.breakdown),
-                         "comm": r.comm})
+                         "comm": r.comm, "execution": r.info.get("execution")})
         return {"plans": rows, "candidates": self.candidates, "fitting": self.fitting,
                 "refined": len(self.plans)}
 
