@@ -4,9 +4,11 @@
 --seq 8192``: the library call the command makes (:func:`diptych.sim.cluster.search.
 search_plans`), in a fresh process with Numba's cache warm (a tiny simulation first loads the
 compiled kernels), so every per-layer simulation is really run. Target: >= 1,000 candidate
-plans in < 60 s. Also prints the time of each pass and the best plans.
+plans in < 60 s. Also prints the time of each pass and the best plans. The roofline screen
+sums; the refined plans' layers are each layer kind's scheduled program (``--execution
+schedule``, the default, as ``diptych plan``) or summed (``--execution sum``).
 
-Run: ``python benchmarks/bench_plan.py [--refine N] [--chips N]``.
+Run: ``python benchmarks/bench_plan.py [--refine N] [--chips N] [--execution sum]``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2048)
     ap.add_argument("--seq", type=int, default=8192)
     ap.add_argument("--refine", type=int, default=8)
+    ap.add_argument("--execution", choices=("schedule", "sum"), default="schedule")
     args = ap.parse_args()
 
     from diptych.arch import load_chip
@@ -44,11 +47,12 @@ def main() -> None:
             marks[stage] = time.perf_counter() - t0
 
     res = search_plans(args.model, args.chip, args.cluster, chips=args.chips, batch=args.batch,
-                       seq=args.seq, refine=args.refine, progress=progress)
+                       seq=args.seq, refine=args.refine, progress=progress,
+                       execution=args.execution)
     total = time.perf_counter() - t0
     print(f"JIT warm-up (cache load): {warm:.1f} s")
     print(f"{args.model} on {args.chips} x {args.chip} ({args.cluster}), batch {args.batch} x "
-          f"{args.seq}:")
+          f"{args.seq}, refined layers: {args.execution}:")
     print(f"  candidate plans: {res.candidates} (target >= {TARGET_PLANS}); fit: {res.fitting}; "
           f"refined with the engine: {len(res.plans)}")
     print(f"  memory pass {marks.get('memory', 0):.1f} s, roofline screen "

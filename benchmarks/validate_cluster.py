@@ -6,10 +6,14 @@ in the row) and prints diptych's MFU beside the published one. Writes the markdo
 docs/validation-published.md's "Cluster scale" section with ``--out`` (the discussion is in
 docs/validation-cluster.md).
 
-Run: ``python benchmarks/validate_cluster.py [--out table.md] [--rows gpt3-96,...]``
-(~30 s on 2 cores with warm caches, a few minutes cold: every distinct layer shape is
-simulated by the engine). The per-layer times are the summed model's (``simulate_workload``:
-every op alone, operands from DRAM, no fixed costs), not ``run_workload``'s schedule.
+Run: ``python benchmarks/validate_cluster.py [--out table.md] [--rows gpt3-96,...]
+[--execution schedule|sum]`` (~30 s on 2 cores with warm caches, a few minutes cold: every
+distinct layer shape is simulated by the engine). The per-layer times are, by default, each
+layer's scheduled program (``execution="schedule"``, as ``diptych run``: residency, fusion,
+launches, the tensor-parallel all-reduces exposed as the schedule leaves them;
+:mod:`diptych.sim.cluster.timing`); ``--execution sum`` gives the summed model's
+(``simulate_workload``: every op alone, operands from DRAM, no fixed costs, the
+tensor-parallel collectives hidden by the overlap rule).
 """
 
 from __future__ import annotations
@@ -131,35 +135,38 @@ def rows() -> list[Row]:
 #: The account of each row's deviation, written from the simulated numbers printed beside it
 #: (see docs/validation-cluster.md for the discussion).
 ACCOUNTS = {
-    "gpt3-96": "optimistic: compute-bound, bubble 0.3 % (m = 384), communication < 0.3 % "
-               "exposed; the per-layer times are the summed model's (every op alone, no "
-               "kernel launches) with the h100 GEMMs at ~0.71-0.75 of BF16 peak since the "
-               "SM's four tensor cores share its tiles (8192^3 at 0.92 of cuBLAS, "
-               "validation-published.md), and TP traffic overlapped as Megatron does; what "
-               "the published 0.47 pays beyond that (launch gaps, kernels below the GEMM "
-               "rate, stragglers, data loading) is not modelled",
+    "gpt3-96": "optimistic: compute-bound, bubble 0.3 % (m = 384); each layer is its "
+               "scheduled program (as diptych run: fusion, launches, residency), the h100 "
+               "GEMMs at ~0.71-0.75 of BF16 peak since the SM's four tensor cores share its "
+               "tiles (8192^3 at 0.92 of cuBLAS, validation-published.md); the layer's two "
+               "TP4 all-reduces sit on its dependency chain forward and backward (0.71 ms of "
+               "a 9.0 ms layer, 3.4 s of the step exposed); what the published 0.47 pays "
+               "beyond that (kernels below the GEMM rate, stragglers, data loading) is not "
+               "modelled",
     "gpt3-4608": "as at 96 GPUs, plus a 14 % bubble (m = 8 micro-batches per replica) and "
-                 "0.15 s of exposed DP traffic over 144 nodes (mostly the ZeRO-1 parameter "
-                 "all-gather, 0.12 s on its own); published 47 -> 42 % (-11 %), diptych "
-                 "64.3 -> 48.3 % (-25 %)",
-    "llama-8k": "optimistic for the same reason as GPT-3; bubble 10.5 %; does NOT fit in "
-                "80 GB as simulated (interleaved 1F1B keeps 79 model chunks of activations "
-                "on stage 0; Meta's modified schedule is not modelled)",
+                 "0.14 s of exposed DP traffic over 144 nodes (mostly the ZeRO-1 parameter "
+                 "all-gather); published 47 -> 42 % (-11 %), diptych 59.8 -> 45.6 % (-24 %)",
+    "llama-8k": "optimistic for the same reason as GPT-3: the TP8 all-reduces (1.06 ms each, "
+                "4 per layer forward and backward) expose 1.0 s of the step; bubble 10.4 %; "
+                "does NOT fit in 80 GB as simulated (interleaved 1F1B keeps 79 model chunks "
+                "of activations on stage 0; Meta's modified schedule is not modelled)",
     "llama-16k": "as at 8,192 GPUs with half the micro-batches: bubble 19 % (published "
-                 "43 -> 41 %, diptych 58.5 -> 52.6 %)",
+                 "43 -> 41 %, diptych 52.1 -> 46.9 %)",
     "llama-128k": "the ring-attention K/V exchange hides behind attention (0 s exposed); "
-                  "HFU > MFU by FlashAttention backward's recomputed scores; same bubble as "
-                  "at 8K; MFU counts causal attention (if the published figure counts "
-                  "unmasked attention it is inflated at 128K)",
-    "palm": "optimistic: the tpu-v4 preset's weight-stationary arrays run PaLM's GEMMs near "
-            "peak (HFU 0.89 vs 0.58 published); communication exposes 2 %; no compiler, "
+                  "the TP8 all-reduces expose 0.5 s; HFU > MFU by FlashAttention backward's "
+                  "recomputed scores; same bubble as at 8K; MFU counts causal attention (if "
+                  "the published figure counts unmasked attention it is inflated at 128K)",
+    "palm": "close: the tpu-v4 preset's weight-stationary arrays run PaLM's GEMMs near peak, "
+            "and each layer's two TP12 all-reduces (6.2 ms each on the 12-chip ICI ring) sit "
+            "on its chain forward, backward and in the full recomputation: 4.4 s of a "
+            "16.6 s step (XLA's collective-matmul overlap is not modelled); no compiler, "
             "straggler or input-pipeline overheads",
 }
 
 
-def simulate(row: Row):
+def simulate(row: Row, execution: str = "schedule"):
     return simulate_cluster_step(row.model, row.chip, row.cluster, row.plan, batch=row.batch,
-                                 seq=row.seq)
+                                 seq=row.seq, execution=execution)
 
 
 def table(results) -> str:
@@ -189,6 +196,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", help="write the markdown table here")
     ap.add_argument("--rows", help="comma list of row keys (default: all)")
+    ap.add_argument("--execution", choices=("schedule", "sum"), default="schedule",
+                    help="how each layer is timed (default: its scheduled program)")
     args = ap.parse_args()
     want = set(args.rows.split(",")) if args.rows else None
     results = []
@@ -196,7 +205,7 @@ def main() -> None:
         if want and row.key not in want:
             continue
         t0 = time.perf_counter()
-        r = simulate(row)
+        r = simulate(row, args.execution)
         results.append((row, r))
         print(f"{row.case}: MFU {r.mfu:.3f} vs {row.published_mfu} "
               f"(ratio {r.mfu / row.published_mfu:.2f}), HFU {r.hfu:.3f}, step {r.seconds:.2f} s, "

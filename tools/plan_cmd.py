@@ -127,9 +127,16 @@ class NameList(click.ParamType):
               help="Write the best plan's step as a Perfetto trace (one process per rank).")
 @click.option("--export-et", "export_et", type=click.Path(file_okay=False),
               help="Write the best plan's step as Chakra execution traces (one per rank).")
+@click.option("--execution", type=click.Choice(["schedule", "sum"]), default="schedule",
+              show_default=True,
+              help="How the refined plans' layers are timed: schedule (each layer kind's "
+                   "program scheduled as `diptych run` does: residency, fusion, launches, "
+                   "exposed tensor-parallel all-reduces) or sum (its ops summed, the "
+                   "all-reduces hidden by the overlap rule). The roofline screen sums.")
 @friendly
 def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention, tp, pp, cp,
-         ep, zero, micro_batch, virtual_stages, schedule, recompute, as_json, trace, export_et):
+         ep, zero, micro_batch, virtual_stages, schedule, recompute, as_json, trace, export_et,
+         execution):
     """Search tp × pp × dp × cp × ep, ZeRO stage, schedule, micro-batch and recomputation
     for a training step on a cluster; rank the plans that fit by simulated step time.
 
@@ -157,7 +164,7 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
     with progress_display("plan", enabled=not as_json) as progress:
         res = search_plans(model, chip, cluster, chips=chips, batch=batch, seq=seq,
                            refine=max(refine, top), max_tp=max_tp, attention=attention,
-                           progress=progress, **space)
+                           progress=progress, execution=execution, **space)
     if not res.plans:
         raise ValueError(f"no plan fits: {res.candidates} candidates, none within the chip's "
                          f"memory; try more chips, a smaller --batch or --seq")

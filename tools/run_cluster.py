@@ -134,8 +134,9 @@ def curve_table(results: list):
 def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chips, tp, dp,
              pp, ep, cp, zero, zero_shards, schedule, virtual_stages, micro_batch, recompute,
              overlap, attention, weights_dtype, act_dtype, kv_dtype, as_json, trace,
-             progress) -> None:
-    """Run the plan for each batch of ``batches`` and print (module docstring)."""
+             progress, execution=None) -> None:
+    """Run the plan for each batch of ``batches`` and print (module docstring);
+    ``execution``: how each layer kind is timed (``run --execution``; None: the schedule)."""
     from ..sim.cluster.trace import write_perfetto_trace
     from ..workloads import run_workload
     from ..workloads.run_cluster import build_plan
@@ -170,7 +171,7 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
                            seq=length if phase == "train" else None,
                            weights_dtype=weights_dtype, act_dtype=act_dtype,
                            kv_dtype=kv_dtype, attention=attention, cluster=cluster,
-                           plan=plan)
+                           plan=plan, execution=execution)
         results.append(res)
     progress(len(batches), len(batches), "done")
     last = results[-1]

@@ -185,8 +185,8 @@ def _curve_table(curve: dict):
               help="schedule: a list schedule of the program on the chip's arrays, vector "
                    "unit, DRAM and links, with the residency plan and fixed costs "
                    "(docs/program.md); sum: every op timed alone from DRAM and added (the "
-                   "model before issue 9, kept for comparison). Default: schedule; sum "
-                   "with --cluster or a plan flag.")
+                   "model before issue 9, kept for comparison). Default: schedule. With "
+                   "--cluster or a plan flag: how each layer kind of the step is timed.")
 @click.option("--fusion/--no-fusion", default=True, show_default=True,
               help="Scheduled runs: fuse norms and elementwise ops into GEMMs "
                    "where the chip's vector unit sits on the arrays' path.")
@@ -255,11 +255,6 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
         raise ValueError("--model is required (or --topology FILE.csv)")
     batches = parse_batches(batch)
     if cluster or plan_flags:
-        if execution == "schedule":
-            raise ValueError("--execution schedule times one node's program; with --cluster "
-                             "(or " + (plan_flags[0] if plan_flags else "a plan flag")
-                             + ") the step is composed over the pipeline of summed layer "
-                               "times: leave --execution out (or give sum)")
         with warnings.catch_warnings(record=True) as caught, \
                 progress_display(f"{model} {phase} on {chip}", enabled=not as_json) as progress:
             warnings.simplefilter("always")
@@ -269,7 +264,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                      virtual_stages=virtual_stages, micro_batch=micro_batch,
                      recompute=recompute, overlap=overlap, attention=attention,
                      weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype,
-                     as_json=as_json, trace=trace, progress=progress)
+                     as_json=as_json, trace=trace, progress=progress, execution=execution)
         for msg in dict.fromkeys(str(w.message) for w in caught):
             echo_err(f"Warning: {msg}")
         return

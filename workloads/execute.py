@@ -67,8 +67,8 @@ class _Timer:
     """Times each distinct op record once (the engine memoises too; this also memoises fused
     attention, collectives and fused nodes)."""
 
-    def __init__(self, chip, sim: Callable):
-        self.chip, self.sim = chip, sim
+    def __init__(self, chip, sim: Callable, coll: Callable | None = None):
+        self.chip, self.sim, self.coll = chip, sim, coll
         self.memo: dict = {}
         self.stream = 0.0           # the highest DRAM bandwidth the engine achieved
 
@@ -84,7 +84,8 @@ class _Timer:
         chip = self.chip
         peak_bw = chip.dram_bytes_per_s
         if isinstance(op, Collective):
-            return SimpleNamespace(kind=op.kind, seconds=collective_seconds(op, chip),
+            secs = collective_seconds(op, chip) if self.coll is None else self.coll(op)
+            return SimpleNamespace(kind=op.kind, seconds=secs,
                                    compute_seconds=0.0, dram_bytes=0.0, vector_seconds=0.0,
                                    energy_j=collective_energy_j(op, chip), bound="communication",
                                    utilization=None, flops=0.0, bandwidth=0.0, unit="link",
@@ -180,18 +181,22 @@ def _residency_view(res, block: str, node: str, repeat: int) -> list[dict]:
 
 
 def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = True,
-                      dp_buckets: dict | None = None) -> dict:
+                      dp_buckets: dict | None = None,
+                      collective_time: Callable | None = None) -> dict:
     """Time ``w`` on ``chip`` as a schedule of its programs (module docstring). Returns the
     totals :func:`~diptych.workloads.run.simulate_workload` returns (``seconds``,
     ``energy_j``, ``dram_bytes``, ``layers``, ``compute_seconds``, ``memory_bound_seconds``,
     ``communication_seconds``) plus ``fixed_costs_s`` (launches + step syncs), ``launch_s``,
     ``step_sync_s``, ``utilization`` (per resource, over the step), ``timeline`` (the
-    simulated node phases, for the trace) and ``pieces`` (each program's time and count)."""
+    simulated node phases, for the trace) and ``pieces`` (each program's time and count).
+    ``collective_time(op)``: a collective's seconds (default: the chip's own links,
+    :func:`~diptych.workloads.parallel.collective_seconds`; the cluster step times its
+    tensor-parallel collectives on the topology, :mod:`diptych.sim.cluster.timing`)."""
     fc = chip.fixed_costs
     op_launch, coll_launch = fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6
     sync = fc.step_sync_us * 1e-6
     fuse = fusion and chip.core.vector.on_array_output_path
-    timer = _Timer(chip, simulate)
+    timer = _Timer(chip, simulate, collective_time)
     stage = {b.name: b.stage for b in w.blocks}
     cap = capacities(chip)
     prefetch_ok = "weight" in cap.scratchpad_kinds

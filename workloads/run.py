@@ -7,7 +7,7 @@ parts' simulations, see :mod:`diptych.workloads.fused`). Timing per block: the c
 sequence; with ``overlap`` the block's tensor-parallel collectives hide behind its compute
 (``max(compute, comm)``, the collective-matmul / async-TP ideal), without it they add. The
 data-parallel gradient all-reduce overlaps the whole backward pass when ``overlap`` is set.
-That is ``execution="sum"`` (kept for comparison, and what the cluster step composes);
+That is ``execution="sum"`` (kept for comparison; the cluster step composes either, per layer kind);
 ``execution="schedule"`` (the default, and the only way on an all-SRAM chip) times the phase
 as a list schedule of its program instead, with the residency plan honoured by the engine,
 fusion and the chip's fixed costs (:mod:`diptych.workloads.execute`, docs/program.md).
@@ -311,8 +311,9 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     ``execution``: "schedule" (a list schedule of the program with the residency plan and the
     chip's fixed costs, see :mod:`diptych.workloads.execute`) or "sum" (every op timed alone
     with its operands in DRAM, times added: see the module docstring); None:
-    :func:`default_execution` (the schedule; the sum for a cluster step); ``fusion`` (schedule
-    only): fuse elementwise and norm ops into GEMMs where the chip allows it.
+    :func:`default_execution` (the schedule; on a cluster step it times each layer kind,
+    :mod:`diptych.sim.cluster.timing`); ``fusion`` (schedule only): fuse elementwise and
+    norm ops into GEMMs where the chip allows it.
     ``simulate`` replaces :func:`diptych.sim.simulate` (tests use a roofline double).
     For a chip with a ``[power]`` table the run is reported at the clock it can sustain within
     its TDP, with idle arrays power-gated (:mod:`diptych.workloads.power_limit`;
@@ -328,7 +329,8 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     degrees ``tp``/``dp``/``chips`` make one, without a cluster the plan's chips form one
     scale-up domain on the chip's own links). ``recompute``: ``"none"``, ``"selective"``
     (a plan only), ``"full"``, or a bool (True = full). A cluster run has no power limit
-    or cost figures (its result carries no energy) and no ``execution="schedule"``.
+    or cost figures; its layers are timed by ``execution`` (each layer kind's scheduled
+    program, or its ops summed).
     """
     from .run_cluster import recompute_mode
 
@@ -348,16 +350,13 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     check_sizes(batch=batch, micro_batch=micro_batch, prompt=prompt, gen=gen, seq=seq)
     mode = recompute_mode(recompute)
     if cluster is not None or plan is not None:
-        if execution != "sum":
-            raise ValueError("execution='schedule' times one node's program; a cluster step "
-                             "composes per-layer times over the pipeline (use execution='sum')")
         from .run_cluster import run_on_cluster
         return run_on_cluster(chip, model, cluster=cluster, plan=plan, phase=phase,
                               batch=batch, prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp,
                               chips=chips, weights_dtype=weights_dtype, act_dtype=act_dtype,
                               kv_dtype=kv_dtype, overlap=overlap, recompute=mode,
                               micro_batch=micro_batch, attention=attention,
-                              simulate=simulate)
+                              simulate=simulate, execution=execution)
     if mode == "selective":
         raise ValueError("recompute 'selective' needs a parallel plan: pass plan= or "
                          "cluster= (on the command line: --cluster, or any of --pp, --cp, "
@@ -495,9 +494,10 @@ class TopologyResult:
 
 def default_execution(cluster: bool = False) -> str:
     """The execution a run gets when none is given: "schedule" (issue 9: the program's list
-    schedule with residency, fusion and fixed costs) on every chip, except a cluster step
-    (``cluster=True``), which composes per-layer summed times over its pipeline ("sum")."""
-    return "sum" if cluster else "schedule"
+    schedule with residency, fusion and fixed costs) on every chip; a cluster step
+    (``cluster=True``) composes its layer kinds' scheduled programs over its pipeline
+    (:mod:`diptych.sim.cluster.timing`)."""
+    return "schedule"
 
 
 def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,

@@ -75,11 +75,12 @@ def run_on_cluster(chip: Chip, model: ModelConfig, *, cluster, plan, phase: str,
                    dp: int | None, chips: int | None, weights_dtype: str | None,
                    act_dtype: str | None, kv_dtype: str | None, overlap: bool, recompute,
                    micro_batch: int | None, attention: str,
-                   simulate: Callable | None = None):
+                   simulate: Callable | None = None, execution: str = "schedule"):
     """The step of ``plan`` (or of the plan the degrees give) on ``cluster`` (or on one
     domain of the plan's chips): see the module docstring. ``prompt``/``gen``/``seq`` as in
     :func:`~diptych.workloads.run.run_workload` (training takes ``seq``, or ``prompt`` as
-    its length). Raises ValueError naming the flag or field for a plan that does not split
+    its length); ``execution``: how each layer kind is timed (:mod:`diptych.sim.cluster.timing`).
+    Raises ValueError naming the flag or field for a plan that does not split
     the model, the batch or the cluster."""
     from ..arch.cluster import load_cluster
     from ..sim.cluster.step import simulate_cluster_step
@@ -101,7 +102,7 @@ def run_on_cluster(chip: Chip, model: ModelConfig, *, cluster, plan, phase: str,
     res = simulate_cluster_step(model, chip, where, plan, batch=batch, seq=seq, phase=phase,
                                 prompt=prompt, gen=gen, weights_dtype=weights_dtype,
                                 act_dtype=act_dtype, kv_dtype=kv_dtype, attention=attention,
-                                simulate=simulate)
+                                simulate=simulate, execution=execution)
     context = (prompt + (1 if gen is None else gen) if phase == "decode"
                else prompt if phase == "prefill" else seq)
     if context and context > model.max_position_embeddings:

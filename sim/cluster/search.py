@@ -57,7 +57,7 @@ class SearchResult:
                          "exposed_comm_s": dict(r.exposed_comm_s),
                          "memory_bytes_per_chip": r.memory_bytes_per_chip, "fits": r.fits,
                          "memory_breakdown": dict(r.memory.breakdown),
-                         "comm": r.comm})
+                         "comm": r.comm, "execution": r.info.get("execution")})
         return {"plans": rows, "candidates": self.candidates, "fitting": self.fitting,
                 "refined": len(self.plans)}
 
@@ -149,7 +149,7 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
                  simulate: Callable | None = None,
                  screen_simulate: Callable | None = None,
                  progress: Callable[[int, int, str], None] | None = None,
-                 **space) -> SearchResult:
+                 execution: str = "schedule", **space) -> SearchResult:
     """Rank the training plans of ``model`` on ``chips`` chips of ``cluster`` that fit
     (module docstring). ``refine``: plans timed with ``simulate`` (default: the engine) and
     the event-level pipeline; ``screen_simulate``: the first pass's op timer (default: the
@@ -157,8 +157,10 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
     (default: training's, :func:`~diptych.workloads.run.default_precision`);
     ``progress(done, total, stage)`` is called as work proceeds (stage
     ``memory``, ``screen`` or ``refine``; the callback of
-    :func:`diptych.tools.progress.progress_display`); other keyword arguments narrow the
-    space (see :func:`candidate_plans`).
+    :func:`diptych.tools.progress.progress_display`); ``execution``: how the refined plans'
+    layers are timed (:mod:`~diptych.sim.cluster.timing`, "Execution"; the screen always
+    sums its roofline estimates); other keyword arguments narrow the space (see
+    :func:`candidate_plans`).
 
     Raises ValueError naming the value for a non-positive ``chips``, ``batch``, ``seq`` or
     ``refine``, more chips than the cluster has, a chip without DRAM, or no valid plan."""
@@ -200,7 +202,8 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
         if progress and i % 32 == 0:
             progress(i, len(fitting), "screen")
         r = simulate_cluster_step(model, chip, cluster, q, batch=batch, seq=seq,
-                                  attention=attention, golden=False, simulate=screen, **dtypes)
+                                  attention=attention, golden=False, simulate=screen,
+                                  execution="sum", **dtypes)
         scored.append((r.seconds, q))
     if progress:
         progress(len(fitting), len(fitting), "screen")
@@ -211,7 +214,7 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
             progress(i, min(refine, len(scored)), "refine")
         best.append(simulate_cluster_step(model, chip, cluster, q, batch=batch, seq=seq,
                                           attention=attention, golden=True,
-                                          simulate=simulate, **dtypes))
+                                          simulate=simulate, execution=execution, **dtypes))
     if progress:
         progress(len(best), len(best), "refine")
     best.sort(key=lambda r: r.seconds)

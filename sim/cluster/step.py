@@ -61,7 +61,7 @@ from .memory import (ClusterMemory, chunk_layers, device_chunks, plan_memory,
 from .params import layer_params
 from .plan import Plan, check_positive, check_plan
 from .schedule import PipelineRun, fast_pipeline_seconds, simulate_pipeline
-from .timing import LayerTime, layer_times, resident
+from .timing import LayerTime, TpLinks, layer_times, resident
 from .topology import GroupShape, Network, bind, group_ranks, group_shape, stage_peer
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
@@ -282,6 +282,11 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
               for k, v in step.comm_fwd.items()}
         eb = {k: _exposed(v, hide_b.get(k, bwd_compute), overlap[k])
               for k, v in step.comm_bwd.items()}
+        if t.tp_exposed_fwd_s is not None and "tp" in ef:   # scheduled: what the program
+            ef["tp"] = t.tp_exposed_fwd_s                    # left exposed (timing.py)
+        if t.tp_exposed_bwd_s is not None and "tp" in eb:
+            eb["tp"] = t.tp_exposed_bwd_s + (t.tp_exposed_fwd_s if plan.recompute == "full"
+                                             else 0.0)
         out[kind] = LayerStep(step.fwd_compute, step.bwd_compute, step.colls_fwd,
                               step.colls_bwd, ef, eb, step.fwd_flops, step.bwd_flops)
     return out
@@ -392,8 +397,8 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
                           prompt: int | None = None, gen: int | None = None,
                           weights_dtype: str | None = None, act_dtype: str | None = None,
                           kv_dtype: str | None = None, attention: str = "fused",
-                          golden: bool = True, simulate: Callable | None = None
-                          ) -> ClusterResult:
+                          golden: bool = True, simulate: Callable | None = None,
+                          execution: str = "schedule") -> ClusterResult:
     """Simulate one step of ``model`` on ``plan.chips`` chips of ``cluster`` (module
     docstring). ``batch``: global batch in sequences; ``seq``: training sequence length
     (train) — for inference ``prompt`` (prefill: the prompt; decode: context before
@@ -401,7 +406,11 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     each layer kind attending its mean keys over the ``gen`` steps,
     :func:`~diptych.workloads.lower.decode_mean`); ``golden``: event-level pipeline
     simulation (else the closed form); ``simulate`` replaces the engine (tests use a
-    roofline double).
+    roofline double); ``execution``: how each layer kind is timed
+    (:mod:`~diptych.sim.cluster.timing`, "Execution"): ``"schedule"`` (its program's list
+    schedule, as ``diptych run``: residency, fusion, launches, the tensor-parallel
+    collectives exposed as the schedule leaves them) or ``"sum"`` (its ops summed, the
+    tensor-parallel collectives hidden by the ``overlap_tp`` rule).
 
     Raises ValueError naming the field and value for a non-positive ``batch``, ``seq``,
     ``prompt`` or ``gen``, a plan that does not fit the model, batch or cluster
@@ -415,6 +424,8 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     cluster = load_cluster(cluster)
     if phase not in ("train", "prefill", "decode"):
         raise ValueError(f"phase must be train, prefill or decode, not {phase!r}")
+    if execution not in ("sum", "schedule"):
+        raise ValueError(f"execution must be sum or schedule, not {execution!r}")
     check_positive("batch", batch)
     train = phase == "train"
     context = kv_tokens = 0
@@ -450,11 +461,13 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     if not chip.has_dram:
         require_sram_fit(mem, chip=chip.name, model=model.name, plan=plan, precision=p,
                          phase=phase)
+    comm = _Comm(plan, net)
     lt = layer_times(model, chip, p, phase=phase, tp=plan.tp, cp=plan.cp, ep=plan.ep,
                      micro_batch=plan.micro_batch, seq=length, context=context, gen=gen,
                      sequence_parallel=plan.sequence_parallel, attention=attention,
-                     simulate=simulate)
-    comm = _Comm(plan, net)
+                     simulate=simulate, execution=execution,
+                     tp_links=TpLinks(comm.shapes["tp"], net) if execution == "schedule"
+                     else None)
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
     steps = _layer_steps(lt, plan, comm, lp, p.w_bytes, p.g_bytes, train)
     chunks = chunk_layers(model, lpc, {k: t.ops for k, t in lt.items()})
@@ -616,6 +629,7 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
                 "finish": finish, "tails": tails, "optimizer": opt_s, "param_ag": ag_s,
                 "pipeline_s": t_pipe},
         info={"schedule": sched, "pipeline_s": t_pipe, "send_s": send,
+              "execution": execution,
               "compute_dtype": comp,
               "decode": {"prompt": context, "gen": gen, "keys_per_query_by_block":
                          forward_workload(model, p, phase="decode", tp=plan.tp, cp=1,

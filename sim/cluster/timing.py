@@ -15,6 +15,26 @@ scratchpads (``a_source``/``b_source``/``c_dest``, its own bytes as ``resident_b
 :func:`diptych.sim.api.on_chip_gemm` times one), a vector op's and fused attention's reads and
 writes at the scratchpad bandwidth. No op touches DRAM. Chips with DRAM are timed as before
 (every operand from DRAM), bit for bit.
+
+**Execution** (``execution``, as ``diptych run --execution``): ``"sum"`` (above: each op alone,
+times added; the cluster step hides the tensor-parallel collectives behind the layer's compute
+by its overlap rule) or ``"schedule"`` (the default of ``run``, :func:`layer_times` with
+``execution="schedule"``): each layer kind is timed as the makespan of its own program, by
+the same :func:`~diptych.workloads.execute.schedule_workload` that times ``diptych run``
+(residency, fusion into GEMM epilogues, the list schedule over arrays, vector unit, DMA and
+links, each op's and each collective's launch): the **forward** as a program of the layer's
+forward block (one repeat), the **backward** as the time the layer's backward block adds to
+that program (the forward-and-backward pair minus the forward alone: the backward reads the
+forward's saved tensors by name, so it is scheduled beside its forward). The layer's
+tensor-parallel collectives are nodes of those programs, timed on the cluster's topology
+(:class:`TpLinks`: the plan's tensor-parallel group), so what they expose is what the
+schedule leaves exposed (``tp_exposed_fwd_s``/``tp_exposed_bwd_s``: the seconds each holds
+up the program alone, :func:`~diptych.workloads.execute._exposed`); ``fwd_s``/``bwd_s`` are
+the makespans less that exposure (compute and fixed costs). The context- and
+expert-parallel collectives of the block cost their launch only here (0 s on the links):
+the cluster step times them on the topology with its ring-attention and all-to-all overlap
+rules, as under ``"sum"`` (their launches count as the layer's compute). The step-sync fixed cost is the cluster step's, not a layer's (not
+counted here). Selective recomputation's re-run ops are timed summed in both executions.
 """
 
 from __future__ import annotations
@@ -30,8 +50,12 @@ from ...workloads.config import ModelConfig
 from ...workloads.fused import FusedAttention, on_chip
 from ...workloads.graph import Block, Workload
 from ...workloads.precision import Precision
-from ...workloads.run import simulate_workload
-from .layers import LayerOps, layer_ops
+from ...workloads.execute import schedule_workload
+from ...workloads.run import _default_simulate, simulate_workload
+from ...workloads.train import _backward_block
+from .collectives import collective
+from .layers import LayerOps, forward_workload, layer_ops
+from .topology import GroupShape, Network
 
 _ATTN_OPS = ("attn_scores", "softmax", "attn_pv")
 
@@ -55,6 +79,25 @@ class LayerTime:
     fwd_energy_j: float = 0.0
     bwd_energy_j: float = 0.0
     selective_energy_j: float = 0.0
+    tp_exposed_fwd_s: float | None = None    # execution="schedule": see the module docstring
+    tp_exposed_bwd_s: float | None = None
+
+
+@dataclass(frozen=True)
+class TpLinks:
+    """A collective's seconds in a scheduled layer program (``collective_time`` of
+    :func:`~diptych.workloads.execute.schedule_workload`): a tensor-parallel one (tagged
+    ``tp``) on the topology, over the plan's tensor-parallel group ``shape`` of ``net``
+    (:func:`~.collectives.collective`, as the cluster step times it); any other 0 s (the
+    cluster step times context- and expert-parallel collectives itself)."""
+
+    shape: GroupShape
+    net: Network
+
+    def __call__(self, op) -> float:
+        if "tp" not in op.tags:
+            return 0.0
+        return collective(op.kind, op.bytes, self.shape, self.net).seconds
 
 
 def resident(op: Op) -> Op:
@@ -88,23 +131,89 @@ def _sum(ops, chip, simulate, stage) -> tuple[float, float, float, float]:
     return t["seconds"], attn, w.flops(), t["energy_j"]
 
 
+def _attention_s(records) -> float:
+    return sum(r["seconds"] * r["repeat"] for r in records
+               if r["kind"] == "attention" or r["op"].split(".")[0] in _ATTN_OPS)
+
+
+def _scheduled(block: Block, w: Workload, p: Precision, chip, simulate, links: TpLinks
+               ) -> tuple[dict, dict | None]:
+    """The schedules of one layer kind's program (module docstring, "Execution"): the
+    forward block alone, and (training) the forward-and-backward pair."""
+    b1 = dataclasses.replace(block, repeat=1)
+    info = {"micro_batches": 1, "dp": 1, "steps": 1}
+
+    def sched(blocks):
+        return schedule_workload(Workload(w.phase, blocks, tokens=w.tokens, batch=w.batch,
+                                          info=info), chip, simulate=simulate,
+                                 collective_time=links)
+    return sched((b1,)), (sched((b1, _backward_block(b1, p))) if w.phase == "train"
+                          else None)
+
+
+def _split(r: dict, tp_names: frozenset, stage: str | None = None
+           ) -> tuple[float, float, float, float]:
+    """(makespan less the step sync, exposed seconds of the tensor-parallel collectives —
+    the ops named ``tp_names`` —, attention seconds, compute energy) of a layer schedule
+    ``r``; the exposure, attention and energy of ``stage``'s records only if given. (The
+    launches of the other collectives, which take 0 s on the links here, count as the
+    layer's compute.)"""
+    recs = [x for x in r["layers"] if stage is None or x["stage"] == stage]
+    energy = sum(x["energy_j"] * x["repeat"] for x in recs if x["bound"] != "communication")
+    return (r["seconds"] - r["step_sync_s"],
+            sum(x["exposed_total_s"] for x in recs if x["op"] in tp_names),
+            _attention_s(recs), energy)
+
+
+def _flops(ops) -> float:
+    return Workload("train", (Block("x", 1, tuple(ops)),), tokens=1, batch=1).flops() \
+        if ops else 0.0
+
+
 @lru_cache(maxsize=4096)
 def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int, cp: int,
                 ep: int, micro_batch: int, seq: int, context: int = 0, gen: int = 1,
                 sequence_parallel: bool = True, attention: str = "fused",
-                simulate: Callable | None = None) -> dict[str, LayerTime]:
+                simulate: Callable | None = None, execution: str = "sum",
+                tp_links: TpLinks | None = None) -> dict[str, LayerTime]:
     """:class:`LayerTime` of each layer kind (:func:`~.layers.layer_ops` keys: the lowering's
     layer blocks, ``embedding``, ``head``); ``context``/``gen``: decode's cache before the
-    first of ``gen`` steps."""
+    first of ``gen`` steps. ``execution``: ``"sum"`` or ``"schedule"`` (module docstring,
+    "Execution"; the latter needs ``tp_links``, the plan's tensor-parallel group on the
+    topology)."""
+    if execution not in ("sum", "schedule"):
+        raise ValueError(f"execution must be sum or schedule, not {execution!r}")
+    if execution == "schedule" and tp_links is None:
+        raise ValueError("execution='schedule' needs tp_links (the tensor-parallel group on "
+                         "the topology)")
     lo = layer_ops(m, p, phase=phase, tp=tp, cp=cp, ep=ep, micro_batch=micro_batch, seq=seq,
                    context=context, gen=gen, sequence_parallel=sequence_parallel,
                    attention=attention)
+    blocks = {}
+    if execution == "schedule":
+        w = forward_workload(m, p, phase=phase, tp=tp, cp=cp, ep=ep, micro_batch=micro_batch,
+                             seq=seq, context=context, gen=gen, attention=attention)
+        blocks = {b.name: b for b in w.blocks}
+        sim = simulate or _default_simulate()
     out = {}
     for kind, ops in lo.items():
-        f, fa, ff, fe = _sum(ops.forward, chip, simulate, "forward")
-        b, ba, bf, be = _sum(ops.backward, chip, simulate, "backward")
         sel, _, _, se = _sum(ops.selective_ops, chip, simulate, "recompute")
+        if execution == "sum":
+            f, fa, ff, fe = _sum(ops.forward, chip, simulate, "forward")
+            b, ba, bf, be = _sum(ops.backward, chip, simulate, "backward")
+            tpf = tpb = None
+        else:
+            ff, bf = _flops(ops.forward), _flops(ops.backward)
+            rf, rp = _scheduled(blocks[kind], w, p, chip, sim, tp_links)
+            names = frozenset(n for c in ops.tp for n in (c.name, f"{c.name}.bwd"))
+            f, tpf, fa, fe = _split(rf, names)
+            f -= tpf
+            b, ba, be, tpb = 0.0, 0.0, 0.0, None
+            if rp is not None:
+                pair, tpb, ba, be = _split(rp, names, "backward")
+                b = max(0.0, pair - (f + tpf) - tpb)
         out[kind] = LayerTime(ops=ops, fwd_s=f, bwd_s=b, attn_fwd_s=fa, attn_bwd_s=ba,
                               selective_s=sel, fwd_flops=ff, bwd_flops=bf, energy_j=fe + be,
-                              fwd_energy_j=fe, bwd_energy_j=be, selective_energy_j=se)
+                              fwd_energy_j=fe, bwd_energy_j=be, selective_energy_j=se,
+                              tp_exposed_fwd_s=tpf, tp_exposed_bwd_s=tpb)
     return out

@@ -39,8 +39,10 @@ def test_stage_layer_time_equals_the_single_node_schedule_with_everything_reside
                     if r["block"] == "layers" and r["kind"] not in
                     ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"))
     assert all(r["dram_bytes"] == 0 for r in sched.layers)
+    # the summed composition (execution="sum") times each op alone with its operands
+    # resident: the per-op times add up to the schedule's
     res = run_workload(GROQ, m, phase="decode", batch=1, prompt=256,
-                       plan=Plan(tp=8, pp=1, dp=1, micro_batch=1))
+                       plan=Plan(tp=8, pp=1, dp=1, micro_batch=1), execution="sum")
     assert res.layers["layers"].fwd_compute == pytest.approx(per_layer, rel=1e-12)
     assert res.fits and res.seconds > 2 * per_layer       # two layers, head, all-reduces
 

@@ -124,3 +124,23 @@ def test_narrowing_flags_reject_bad_values_naming_them(flag, value, message):
                                   "--cluster", "dgx-h100", "--chips", "64", "--batch", "64",
                                   "--seq", "2048", flag, value])
     assert r.exit_code == 2 and message in r.output, r.output
+
+
+def test_execution_reaches_the_refined_plans(tiny):
+    # plan --execution and run --cluster --execution time the layers as asked: the same plan
+    # refined with summed layers is the one `run --cluster --execution sum` simulates, and
+    # the default (the schedule) is what `run --cluster` gives without the flag
+    args = ["--model", tiny, *BASE, "--chips", "8", "--tp", "8", "--pp", "1", "--zero", "1",
+            "--micro-batch", "1", "--schedule", "1f1b", "--recompute", "none", "--top", "1",
+            "--refine", "1", "--json"]
+    for ex in ("sum", "schedule"):
+        flags = ["--execution", ex] if ex == "sum" else []
+        p = json.loads(run(*args, *flags).output)["plans"][0]
+        r = CliRunner().invoke(main, ["run", "--model", tiny, "--chip", "h100", "--cluster",
+                                      "dgx-h100", "--phase", "train", "--seq", "512",
+                                      "--batch", "32", "--chips", "8", "--tp", "8",
+                                      "--micro-batch", "1", "--zero", "1", "--json", *flags])
+        assert r.exit_code == 0, r.output
+        d = json.loads(r.output)
+        assert d["info"]["execution"] == ex and p["execution"] == ex
+        assert p["seconds"] == pytest.approx(d["seconds"], rel=1e-12)

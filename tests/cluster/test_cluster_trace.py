@@ -91,9 +91,15 @@ def test_perfetto_one_process_per_rank(res):
     want = res.micro_batches * (sum(st[k].fwd_compute + st[k].bwd_compute for k in chunks)
                                 + st["embedding"].fwd_compute + st["embedding"].bwd_compute)
     assert sum(e["dur"] for e in r0) == pytest.approx(want * 1e6, rel=1e-9)
-    # the pipeline ends where the step's pipeline part ends
-    last = max(e["ts"] + e["dur"] for e in spans if e["cat"] in ("forward", "backward"))
-    assert last == pytest.approx(res.info["pipeline_s"] * 1e6, rel=1e-9)
+    # the pipeline ends where the step's pipeline part ends: the last layer's compute span
+    # and the communication its schedule leaves exposed after it (the tensor-parallel
+    # all-reduces of a scheduled layer, sim/cluster/timing.py; none under execution="sum")
+    end = max(spans, key=lambda e: e["ts"] + e["dur"] if e["cat"] in ("forward", "backward")
+              else -1.0)
+    exposed = (st[end["name"]].exposed_fwd if end["cat"] == "forward"
+               else st[end["name"]].exposed_bwd)
+    assert end["ts"] + end["dur"] + 1e6 * sum(exposed.values()) == pytest.approx(
+        res.info["pipeline_s"] * 1e6, rel=1e-9)
 
 
 def test_perfetto_large_plans_show_one_rank_per_stage(res):

@@ -28,7 +28,7 @@ def test_one_node_matches_run_workload(tp):
     # 25 GB/s, 1 us per step), the layers are the same ops and 1F1B over one stage is
     # gradient accumulation: the step times agree with the summed run (execution="sum"),
     # whose per-layer times the cluster step composes over its pipeline
-    r = step("llama-3-8b", Plan(tp=tp, micro_batch=2), batch=8)
+    r = step("llama-3-8b", Plan(tp=tp, micro_batch=2), batch=8, execution="sum")
     w = run_workload("h100", "llama-3-8b", phase="train", batch=8, seq=2048, tp=tp,
                      micro_batch=2, simulate=roofline, execution="sum")
     assert r.seconds == pytest.approx(w.seconds, rel=1e-6)
@@ -170,11 +170,13 @@ def test_prefill_tensor_parallel_all_reduce_is_not_hidden():
     # layer's time (run_workload with overlap off); overlap_tp=True hides it as
     # run_workload's overlap does (the summed run's rules, execution="sum")
     kw = dict(phase="prefill", batch=4, prompt=2048, simulate=roofline)
-    r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=8, micro_batch=4), **kw)
+    r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=8, micro_batch=4),
+                              execution="sum", **kw)
     serial = run_workload("h100", "llama-3-8b", tp=8, overlap=False, execution="sum", **kw)
     assert r.seconds == pytest.approx(serial.seconds, rel=1e-6)
     hidden = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100",
-                                   Plan(tp=8, micro_batch=4, overlap_tp=True), **kw)
+                                   Plan(tp=8, micro_batch=4, overlap_tp=True),
+                                   execution="sum", **kw)
     overlapped = run_workload("h100", "llama-3-8b", tp=8, execution="sum", **kw)
     assert hidden.seconds == pytest.approx(overlapped.seconds, rel=1e-6)
     assert hidden.seconds < r.seconds
@@ -185,7 +187,8 @@ def test_decode_exposes_every_tensor_parallel_collective():
     # vocab-parallel embedding's all-reduce and the logits' all-gather, all exposed (small
     # all-reduces take the tree algorithm, unlike run_workload's ring, so the hand count
     # uses the collectives' own times)
-    kw = dict(phase="decode", batch=4, prompt=2048, gen=64, simulate=roofline)
+    # (the summed composition, execution="sum": its overlap rule)
+    kw = dict(phase="decode", batch=4, prompt=2048, gen=64, simulate=roofline, execution="sum")
     r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=8, micro_batch=4), **kw)
     c = {k: v["seconds"] for k, v in r.comm.items()}
     want = (32 * (c["tp attn_all_reduce"] + c["tp mlp_all_reduce"])

@@ -84,8 +84,8 @@ class CompareSettings:
     = :func:`default_contexts` of the model (:meth:`for_model` fills them in); ``precision``
     pins ``{phase: PrecisionChoice}`` for every chip (empty: each chip's defaults).
     ``execution``/``fusion`` go to every single-node run (``run_workload``'s; None: its
-    default, the schedule); the plan search of ``cluster_chips`` composes summed layer times
-    whatever they say."""
+    default, the schedule); ``execution`` also times the layers of the plan search of
+    ``cluster_chips`` (its refined plans; None: the schedule)."""
 
     train_tp: int = 8
     train_dp: int = 1
@@ -422,15 +422,18 @@ def _default_run(chip, model, **kw):
 
 
 def _default_search(chip, model, cluster, *, chips: int, batch: int, seq: int,
-                    weights_dtype=None, act_dtype=None, kv_dtype=None, simulate=None):
+                    weights_dtype=None, act_dtype=None, kv_dtype=None, simulate=None,
+                    execution=None):
     """The best plan of :func:`diptych.sim.cluster.search.search_plans` as a result dict
     (its ``to_dict``, with ``search``: candidates and plans that fit); raises ValueError
-    when no plan fits. ``simulate`` replaces the engine (tests)."""
+    when no plan fits. ``simulate`` replaces the engine (tests); ``execution``: how the
+    refined plans' layers are timed (None: the schedule)."""
     from ...sim.cluster.search import search_plans
 
     res = search_plans(model, chip, cluster, chips=chips, batch=batch, seq=seq,
                        refine=PLAN_REFINE, weights_dtype=weights_dtype, act_dtype=act_dtype,
-                       kv_dtype=kv_dtype, simulate=simulate)
+                       kv_dtype=kv_dtype, simulate=simulate,
+                       execution=execution or "schedule")
     if not res.plans:
         raise ValueError(f"no parallel plan fits {chips} chips of "
                          f"{getattr(cluster, 'name', cluster)} ({res.candidates} candidates)")
@@ -513,7 +516,8 @@ def compare(chips, model, settings: CompareSettings | None = None, *,
             tell(done, total, f"{chip.name}: train (plan search on {s.cluster_chips} chips)")
             cr.train = _one(lambda c, mm, phase, **kw: search(c, mm, cl, **kw), chip, m,
                             cr.precision["train"], s.precision.get("train"), phase="train",
-                            chips=s.cluster_chips, batch=s.global_batch, seq=s.train_seq)
+                            chips=s.cluster_chips, batch=s.global_batch, seq=s.train_seq,
+                            **({"execution": s.execution} if s.execution else {}))
             done += 1
         for p in s.prompts:
             cr.prefill[p] = one(cr, f"prefill {p}", "prefill", batch=1, prompt=p, gen=s.gen,

@@ -1,0 +1,83 @@
+"""The cluster step with each layer kind timed as its scheduled program (execution="schedule",
+sim/cluster/timing.py): against ``run_workload``'s schedule of the same phase on one node,
+and against hand counts of the exposed tensor-parallel all-reduces."""
+
+from __future__ import annotations
+
+import pytest
+from roofline_double import roofline
+
+from diptych.arch import load_chip
+from diptych.sim.cluster import Plan, simulate_cluster_step
+from diptych.workloads import run_workload
+
+PREFILL = dict(phase="prefill", batch=4, prompt=2048, simulate=roofline)
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_prefill_on_one_node_is_run_workloads_schedule(tp):
+    # a prefill is a chain of layers (each one's output feeds the next): the one program
+    # run_workload schedules is the layer programs back to back, plus the step's sync,
+    # which the cluster step does not charge per layer; inside one NVSwitch node the
+    # topology's ring all-reduce is the chip's own. Not bit for bit: the schedule streams
+    # DRAM traffic at the best rate the engine achieved in the program (a layer's, here;
+    # the whole phase's, in run_workload) and the logits' small all-gather takes the
+    # topology's latency model: < 1 us apart
+    r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=tp, micro_batch=4),
+                              **PREFILL)
+    w = run_workload("h100", "llama-3-8b", tp=tp, execution="schedule", **PREFILL)
+    sync = load_chip("h100").fixed_costs.step_sync_us * 1e-6
+    assert r.info["execution"] == "schedule"
+    assert r.seconds + sync == pytest.approx(w.seconds, rel=1e-5)
+
+
+def test_prefill_exposes_every_tensor_parallel_all_reduce():
+    # forward only, nothing independent of an all-reduce runs beside it: every one is on
+    # the chain (32 layers x attention and MLP, the vocab-parallel embedding's all-reduce,
+    # the logits' all-gather) with its launch, whatever overlap_tp says (the schedule
+    # decides)
+    launch = load_chip("h100").fixed_costs.collective_launch_us * 1e-6
+    for overlap in (False, True):
+        r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100",
+                                  Plan(tp=8, micro_batch=4, overlap_tp=overlap), **PREFILL)
+        c = {k: v["seconds"] for k, v in r.comm.items()}
+        want = (32 * (c["tp attn_all_reduce"] + c["tp mlp_all_reduce"] + 2 * launch)
+                + c["tp embed_all_reduce"] + c["tp logits_all_gather"] + 2 * launch)
+        assert r.exposed_comm_s["tp"] == pytest.approx(want, rel=1e-7)
+
+
+def test_summed_overlap_rule_hides_what_the_schedule_exposes():
+    # training: the summed composition hides each all-reduce behind its layer's compute
+    # (overlap_tp); the schedule leaves those on the dependency chain exposed (each with its
+    # launch: two all-reduces a layer, forward and backward)
+    kw = dict(batch=8, seq=2048, simulate=roofline)
+    plan = Plan(tp=8, micro_batch=2)
+    summed = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", plan, execution="sum",
+                                   **kw)
+    sched = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", plan, **kw)
+    assert summed.exposed_comm_s["tp"] < sched.exposed_comm_s["tp"]
+    st = sched.layers["layers"]
+    launches = 2 * load_chip("h100").fixed_costs.collective_launch_us * 1e-6
+    assert 0 < st.exposed_fwd["tp"] <= (st.comm_fwd["tp"] + launches) * (1 + 1e-6)
+    assert 0 <= st.exposed_bwd["tp"] <= (st.comm_bwd["tp"] + launches) * (1 + 1e-6)
+    assert sched.flops == summed.flops and sched.hardware_flops == pytest.approx(
+        summed.hardware_flops, rel=1e-12)
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_training_on_one_node_is_close_to_run_workloads_schedule(tp):
+    # each layer kind's forward+backward program is scheduled alone, so what the whole
+    # step's program overlaps across layers (an all-reduce beside the next layer's work) is
+    # not seen: close to run_workload's schedule, not equal
+    kw = dict(batch=8, seq=2048, simulate=roofline)
+    r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=tp, micro_batch=2),
+                              **kw)
+    w = run_workload("h100", "llama-3-8b", phase="train", tp=tp, micro_batch=2,
+                     execution="schedule", **kw)
+    assert r.seconds == pytest.approx(w.seconds, rel=0.05)
+
+
+def test_execution_is_checked():
+    with pytest.raises(ValueError, match="execution must be sum or schedule, not 'fast'"):
+        simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=8, micro_batch=4),
+                              execution="fast", **PREFILL)
