@@ -33,16 +33,17 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass
+import inspect
+from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from ...arch import Chip, load_chip
 from ...workloads import load_model
 from ...workloads.config import ModelConfig
 from ...workloads.precision import Precision
-from ...workloads.step import (Step, block_costs, combine_parts, core_op_names, core_workload,
-                               decode_cores, frame, launch_seconds, lower_step, prefill_cores,
-                               step_sync_seconds)
+from ...workloads.step import (CORE_OPS, Step, base_name, block_costs, combine_parts,
+                               core_op_names, core_workload, decode_cores, frame,
+                               launch_seconds, lower_step, prefill_cores, step_sync_seconds)
 
 
 class StepCost(NamedTuple):
@@ -62,12 +63,13 @@ class StepTimer(Protocol):
 class Replica:
     """A model served on ``tp`` chips of one kind: what every step of one engine runs on.
 
-    ``fixed_costs``: charge the chip's ``[overheads]`` (a launch per distinct op of each layer
-    block, per collective, and a synchronisation per step; see
-    :func:`~diptych.workloads.step.block_costs`). ``execution``: "sum" (every op timed alone,
-    the times added per block, as ``diptych run``'s default) or "schedule" (the step's
-    program list-scheduled on the chip's resources with its fixed costs,
-    :func:`~diptych.workloads.execute.schedule_workload`; the direct oracle only)."""
+    ``execution``: "sum" (every op timed alone, the times added per block) or "schedule" (the
+    step's program list-scheduled on the chip's resources with its fixed costs,
+    :func:`~diptych.workloads.execute.schedule_workload`; ``fusion`` as ``diptych run
+    --no-fusion``); the default is ``diptych run``'s (:func:`default_execution`).
+    ``fixed_costs`` (sum only): charge the chip's ``[overheads]`` as the stand-in of
+    :func:`~diptych.workloads.step.block_costs` (a launch per distinct op of each layer
+    block, per collective, and a synchronisation per step); a schedule charges them itself."""
 
     chip: Chip
     model: ModelConfig
@@ -76,13 +78,18 @@ class Replica:
     attention: str = "fused"
     overlap: bool = True
     fixed_costs: bool = True
-    execution: str = "sum"
+    execution: str = field(default_factory=lambda: default_execution())
+    fusion: bool = True
 
     def __post_init__(self):
         from ...workloads.run import EXECUTIONS
         if self.execution not in EXECUTIONS:
             raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
                              f"{self.execution!r}")
+        if self.execution == "schedule" and not self.fixed_costs:
+            raise ValueError("fixed_costs=False turns off the summed model's stand-in for the "
+                             "chip's [overheads]; with execution='schedule' the scheduler "
+                             "charges them itself (use execution='sum')")
 
     @property
     def name(self) -> str:
@@ -98,11 +105,19 @@ class Replica:
         return StepCost(seconds + sync, energy_j + self.chip.energy.static_w * sync)
 
 
+def default_execution() -> str:
+    """``diptych run``'s execution model (``run_workload``'s default): serving steps are
+    timed as ``run`` times a phase unless told otherwise."""
+    from ...workloads.run import run_workload
+    return inspect.signature(run_workload).parameters["execution"].default
+
+
 def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
                  act_dtype: str | None = None, kv_dtype: str | None = None,
                  attention: str = "fused", fixed_costs: bool = True,
-                 execution: str = "sum") -> Replica:
-    """A :class:`Replica` with the precision ``diptych run`` would use for inference."""
+                 execution: str | None = None, fusion: bool = True) -> Replica:
+    """A :class:`Replica` with the precision ``diptych run`` would use for inference;
+    ``execution`` None: :func:`default_execution`."""
     from ...workloads.lower import check_attention, check_tp
     from ...workloads.checks import check_supported
     from ...workloads.run import default_precision
@@ -114,7 +129,8 @@ def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
     p = default_precision(chip, "decode", weights_dtype, act_dtype, kv_dtype)
     check_supported(chip, p)
     return Replica(chip=chip, model=model, tp=tp, precision=p, attention=attention,
-                   fixed_costs=fixed_costs, execution=execution)
+                   fixed_costs=fixed_costs, execution=execution or default_execution(),
+                   fusion=fusion)
 
 
 class DirectOracle:
@@ -136,7 +152,8 @@ class DirectOracle:
                 from ...workloads.execute import schedule_workload
                 from ...workloads.run import _default_simulate
 
-                t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate())
+                t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate(),
+                                      fusion=r.fusion)
                 got = self._memo[step] = StepCost(t["seconds"], t["energy_j"])
             else:
                 s, e = combine_parts(block_costs(w, r.chip, self._simulate,
@@ -215,11 +232,12 @@ class GridOracle:
 
     def __init__(self, replica: Replica, simulate: Callable | None = None,
                  grid: GridSpec | None = None, progress: Callable[[int], None] | None = None):
-        if replica.execution != "sum":
-            raise ValueError(f"the grid oracle interpolates the summed step model; with "
-                             f"execution {replica.execution!r} use the direct oracle "
-                             f"(--oracle direct)")
+        if replica.execution == "schedule" and replica.attention != "fused":
+            raise ValueError(f"the grid oracle times scheduled steps with fused attention "
+                             f"(its cores are then nodes of their own); with attention "
+                             f"{replica.attention!r} use the direct oracle (--oracle direct)")
         self.replica = replica
+        self._scheduled = replica.execution == "schedule"
         self._simulate = simulate
         g = grid or GridSpec()
         self.grid = g
@@ -250,14 +268,47 @@ class GridOracle:
         got = self._frame.get(n)
         if got is None:
             r = self.replica
-            w = frame(r.model, n, n, precision=r.precision, tp=r.tp, attention=r.attention)
-            bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs)
-            if self._blocks is None:
-                self._blocks = [(b.name, b.repeat) for b in bc]
-            got = tuple(x for b in bc for x in (b.compute_s, b.comm_s, b.energy_j))
+            if self._scheduled:
+                got = self._scheduled_frame(n)
+            else:
+                w = frame(r.model, n, n, precision=r.precision, tp=r.tp, attention=r.attention)
+                bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs)
+                if self._blocks is None:
+                    self._blocks = [(b.name, b.repeat) for b in bc]
+                got = tuple(x for b in bc for x in (b.compute_s, b.comm_s, b.energy_j))
             self._frame[n] = got
             self._tick()
         return got
+
+    def _scheduled_frame(self, n: int) -> tuple:
+        """The frame at ``n`` tokens and logits rows as the program scheduler times it: per
+        block, the nodes' time (launch + run) and energy per copy, the cores left out; then
+        the schedule's overlap ``H`` (the nodes' time less the makespan) of the step of ``n``
+        one-token decode sequences, which the frame's vertices measure for every step."""
+        from ...workloads.execute import schedule_workload
+        from ...workloads.run import _default_simulate
+
+        r = self.replica
+        w = lower_step(r.model, Step(n, n), precision=r.precision, tp=r.tp,
+                       attention=r.attention)
+        t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate(),
+                              fusion=r.fusion)
+        if self._blocks is None:
+            self._blocks = [(b.name, b.repeat) for b in w.blocks]
+        run = {b.name: 0.0 for b in w.blocks}
+        core = dict(run)
+        energy = dict(run)
+        for rec in t["layers"]:
+            per = rec["seconds"] + rec["launch_s"]
+            if any(base_name(x) in CORE_OPS for x in rec.get("fused", [rec["op"]])):
+                core[rec["block"]] += per
+            else:
+                run[rec["block"]] += per
+                energy[rec["block"]] += rec["energy_j"]
+        nodes = sum(b.repeat * (run[b.name] + core[b.name]) for b in w.blocks)
+        overlap = nodes + t["step_sync_s"] - t["seconds"]
+        return tuple(x for b in w.blocks for x in (run[b.name], 0.0, energy[b.name])) + (
+            overlap,)
 
     @property
     def kinds(self) -> list[str]:
@@ -268,8 +319,23 @@ class GridOracle:
             self._kinds = [b.name for b in w.blocks if b.name not in ("embedding", "head")]
         return self._kinds
 
+    def _core_ops(self, key: tuple) -> dict[str, tuple]:
+        """Per layer kind, the op names of one group's cores: ``("d", queries)`` a decode
+        batch, ``("p", has_past)`` a prefill chunk."""
+        got = self._names.get(key)
+        if got is None:
+            r = self.replica
+            m, p, a = r.model, r.precision, r.attention
+            cores = (decode_cores(m, 1, 1 + key[1], key[1], precision=p, tp=r.tp,
+                                  attention=a) if key[0] == "d" else
+                     prefill_cores(m, 1, int(key[1]), 1, precision=p, tp=r.tp, attention=a))
+            got = self._names[key] = {k: tuple(o.name for o in ops) for k, ops in cores.items()}
+        return got
+
     def _launches(self, step: Step) -> list[float]:
-        """Per layer kind: launch seconds of the cores' distinct ops present in ``step``."""
+        """Per layer kind: launch seconds of the cores of ``step``: in the summed model one
+        per distinct op (the stand-in of :func:`~diptych.workloads.step.block_costs`); in a
+        schedule one per node, i.e. per op of every sequence group."""
         r = self.replica
         if not r.fixed_costs:
             return [0.0] * len(self.kinds)
@@ -277,19 +343,17 @@ class GridOracle:
         if step.decode_batch:
             keys.append(("d", step.decode_queries))
         keys += [("p", past > 0) for _, past in step.prefill]
+        op_s = launch_seconds(r.chip)[0]
+        if self._scheduled:
+            count = dict.fromkeys(self.kinds, 0)
+            for key in keys:
+                for k, ops in self._core_ops(key).items():
+                    count[k] += len(ops)
+            return [count[k] * op_s for k in self.kinds]
         names = {k: set() for k in self.kinds}
         for key in dict.fromkeys(keys):
-            got = self._names.get(key)
-            if got is None:
-                m, p, a = r.model, r.precision, r.attention
-                cores = (decode_cores(m, 1, 1 + key[1], key[1], precision=p, tp=r.tp,
-                                      attention=a) if key[0] == "d" else
-                         prefill_cores(m, 1, int(key[1]), 1, precision=p, tp=r.tp,
-                                       attention=a))
-                got = self._names[key] = core_op_names(cores)
-            for k, ns in got.items():
-                names[k] |= ns
-        op_s = launch_seconds(r.chip)[0]
+            for k, ops in self._core_ops(key).items():
+                names[k] |= set(ops)
         return [len(names[k]) * op_s for k in self.kinds]
 
     def _core(self, cores: dict, per_token: int = 0) -> tuple:
@@ -369,7 +433,8 @@ class GridOracle:
                 o, c, m, e = v[4 * k:4 * k + 4]
                 cores[k] += o + max(c * chunk, m)
                 core_e[k] += e * chunk
-        static = self.replica.chip.energy.static_w
+        # launches spend static power in the summed stand-in; a schedule's energy is its ops'
+        static = 0.0 if self._scheduled else self.replica.chip.energy.static_w
         for k, launch in enumerate(self._launches(step)):
             cores[k] += launch
             core_e[k] += static * launch
@@ -387,6 +452,10 @@ class GridOracle:
                 k += 1
             secs += rep * (max(comp, comm) if overlap else comp + comm)
             energy += rep * e
+        if self._scheduled:
+            # the nodes' times add up along the step's dependency chain; what the schedule
+            # overlaps (prefetches, independent work) is measured at the frame's vertices
+            return StepCost(secs + step_sync_seconds(self.replica.chip) - body[-1], energy)
         return self.replica.with_sync(secs, energy)
 
 

@@ -14,7 +14,7 @@ from roofline_double import roofline
 
 from diptych.sim.serving.oracle import (DirectOracle, GridOracle, GridSpec, exact_parts_cost,
                                         interpolation_error, make_replica)
-from diptych.workloads.step import Step
+from diptych.workloads.step import Step, lower_step
 
 
 def _random_steps(n: int, seed: int, max_batch: int = 200, max_ctx: int = 4000,
@@ -79,3 +79,61 @@ def test_grid_rejects_values_off_its_axes():
         g.cost(Step(prefill=((2000, 0),)))
     with pytest.raises(ValueError, match="token_ratio"):
         GridSpec(token_ratio=1.0)
+
+
+SCHEDULED = [("h100", "llama-3-8b", 1), ("h100", "mixtral-8x7b", 2), ("h100", "llama-3-70b", 4),
+             ("h100", "gemma-3-12b", 2), ("tpu-v5e", "llama-3-8b", 1),
+             ("infer-2026", "llama-3-70b", 1)]
+
+
+@pytest.mark.parametrize("chip,model,tp", SCHEDULED)
+def test_scheduled_grid_is_exact_on_its_vertices(chip, model, tp):
+    """execution="schedule": on steps whose coordinates are all vertices the grid equals the
+    direct scheduled simulation (to the scheduler's picosecond), energy included. On h100 a
+    layer is a dependency chain (no weight prefetch), so the nodes' times add up exactly;
+    tpu-v5e and infer-2026 prefetch weights, which the frame's vertices measure."""
+    r = make_replica(chip, model, tp=tp, execution="schedule")
+    g, d = GridOracle(r, roofline), DirectOracle(r, roofline)
+    for st in (Step(8, 8), Step(16, 16), Step(prefill=((16, 0),)), Step(32, 32)):
+        assert g.cost(st).seconds == pytest.approx(d.cost(st).seconds, rel=1e-8)
+        assert g.cost(st).energy_j == pytest.approx(d.cost(st).energy_j, rel=1e-12)
+    if chip == "h100":
+        for st in (Step(8, 8 * 16), Step(4, 4 * 40, ((8, 0),)), Step(32, 32 * 14),
+                   Step(2, 2 * 20, ((16, 0), (16, 16)))):
+            assert g.cost(st).seconds == pytest.approx(d.cost(st).seconds, rel=1e-8)
+
+
+@pytest.mark.parametrize("chip,model,tp", SCHEDULED)
+def test_scheduled_grid_under_2_percent_on_random_steps(chip, model, tp):
+    r = make_replica(chip, model, tp=tp, execution="schedule")
+    err = interpolation_error(GridOracle(r, roofline), _random_steps(60, seed=11), roofline)
+    assert max(err) < 0.02
+    assert np.mean(err) < 0.005
+
+
+def test_scheduled_grid_charges_the_schedules_costs_not_the_stand_in():
+    """No double counting: with execution="schedule" the fixed costs in a step are exactly
+    what the scheduler charges for it (its launches and step sync, counted by
+    schedule_workload on the step's program), not that plus the summed model's stand-in."""
+    from dataclasses import replace
+
+    from diptych.arch import Overheads
+    from diptych.workloads.execute import schedule_workload
+
+    r = make_replica("h100", "llama-3-8b", execution="schedule")
+    free = replace(r, chip=replace(r.chip, overheads=Overheads()))
+    st = Step(4, 4 * 100, ((64, 0), (32, 100)))
+    charged = GridOracle(r, roofline).cost(st).seconds - GridOracle(free, roofline).cost(
+        st).seconds
+    w = lower_step(r.model, st, precision=r.precision, tp=r.tp)
+    own = schedule_workload(w, r.chip, simulate=roofline)["fixed_costs_s"]
+    assert charged == pytest.approx(own, rel=1e-6)
+    stand_in = GridOracle(make_replica("h100", "llama-3-8b", execution="sum"), roofline).cost(
+        st).seconds - GridOracle(make_replica("h100", "llama-3-8b", execution="sum",
+                                              fixed_costs=False), roofline).cost(st).seconds
+    assert stand_in > 0.5 * own                      # counting both would be visible
+    with pytest.raises(ValueError, match="scheduler charges them itself"):
+        make_replica("h100", "llama-3-8b", execution="schedule", fixed_costs=False)
+    with pytest.raises(ValueError, match="fused attention"):
+        GridOracle(make_replica("h100", "llama-3-8b", execution="schedule",
+                                attention="unfused"))
