@@ -31,7 +31,7 @@ way the event loop is unchanged: it only calls ``cost``.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_right, insort
 from collections.abc import Callable
 import inspect
 from dataclasses import dataclass, field
@@ -193,12 +193,21 @@ class GridSpec:
     max_tokens: int = 1 << 20
     max_keys: int = 1 << 22
     max_batch: int = 1 << 16
+    #: adaptive refinement of the token axis (the frame): a cell a query falls in is used
+    #: only once its midpoint, simulated, agrees with the cell's linear interpolant to this
+    #: fraction of the frame's time; otherwise it is halved, down to neighbouring integers.
+    #: None: the fixed vertices only.
+    refine_tol: float | None = 0.005
 
     def __post_init__(self):
         for f in ("token_ratio", "batch_ratio", "keys_ratio", "chunk_ratio", "past_ratio"):
             v = getattr(self, f)
             if not 1.0 < v <= 4.0:
                 raise ValueError(f"{f} must be in (1, 4], not {v!r}")
+        t = self.refine_tol
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
+                              or not 0.0 < t < 0.5):
+            raise ValueError(f"refine_tol must be None or a fraction in (0, 0.5), not {t!r}")
 
 
 class _Axis:
@@ -227,6 +236,43 @@ def _lerp(u: tuple, v: tuple, w: float) -> list[float]:
     return [a + (b - a) * w for a, b in zip(u, v)]
 
 
+class _RefinedAxis(_Axis):
+    """An integer axis whose cells are halved where the tabulated function is not linear
+    (:attr:`GridSpec.refine_tol`).
+
+    A query in a cell ``(a, b)`` not yet certified simulates its midpoint ``m`` (which becomes
+    a vertex): if ``|f(m) − lerp(f(a), f(b))(m)| ≤ tol·f(m)`` (``f`` the scalar ``measure``
+    of the tabulated tuple) both halves are certified linear; otherwise the half holding the
+    query is examined the same way, down to a cell of two neighbouring integers (exact: no
+    integer lies between). A jump ``J`` of a staircase inside a cell shows at its midpoint as
+    ``J/2``, so every jump larger than ``2·tol`` is isolated between neighbouring integers
+    in ``log2(width)`` simulations. What a midpoint cannot see — a narrow spike between two
+    agreeing points — is not hidden either: it stays an interpolation error (measured,
+    docs/serving.md). Simulations are bounded by the integers of the cells queried."""
+
+    __slots__ = ("value", "measure", "tol", "ok")
+
+    def __init__(self, pts: list[int], name: str, value, measure, tol: float):
+        super().__init__(list(pts), name)
+        self.value, self.measure, self.tol = value, measure, tol
+        self.ok: set[tuple[int, int]] = set()
+
+    def locate(self, x: float) -> tuple[int, int, float]:
+        a, b, w = super().locate(x)
+        while w and (a, b) not in self.ok and b - a >= 2:
+            m = (a + b) // 2
+            fa, fb = self.measure(self.value(a)), self.measure(self.value(b))
+            fm = self.measure(self.value(m))
+            insort(self.pts, m)
+            if abs(fm - (fa + (fb - fa) * (m - a) / (b - a))) <= self.tol * abs(fm):
+                self.ok.update(((a, m), (m, b)))
+            if x == m:
+                return m, m, 0.0
+            a, b = (a, m) if x < m else (m, b)
+            w = (x - a) / (b - a)
+        return a, b, w
+
+
 class GridOracle:
     """Interpolating oracle over lazily simulated grid vertices (module docstring)."""
 
@@ -241,8 +287,10 @@ class GridOracle:
         self._simulate = simulate
         g = grid or GridSpec()
         self.grid = g
-        self._tok = _Axis(geometric_axis(g.token_dense, g.token_ratio, g.max_tokens),
-                          "step tokens")
+        tok = geometric_axis(g.token_dense, g.token_ratio, g.max_tokens)
+        self._tok = (_Axis(tok, "step tokens") if g.refine_tol is None else
+                     _RefinedAxis(tok, "step tokens", self._frame_at, self._frame_seconds,
+                                  g.refine_tol))
         self._bat = _Axis(geometric_axis(g.batch_dense, g.batch_ratio, g.max_batch),
                           "decode batch")
         self._keys = _Axis(geometric_axis(16, g.keys_ratio, g.max_keys), "mean keys")
@@ -407,6 +455,11 @@ class GridOracle:
         if wx:
             hi = _lerp(hi, fn(x1, y1, *extra), wx)
         return _lerp(lo, hi, wy)
+
+    def _frame_seconds(self, v: tuple) -> float:
+        """A frame tuple's time (all blocks, repeats included): what refinement compares."""
+        t = sum(rep * (v[3 * i] + v[3 * i + 1]) for i, (_, rep) in enumerate(self._blocks))
+        return t - v[-1] if self._scheduled else t
 
     def _frame_interp(self, n: int) -> list[float] | tuple:
         a, b, w = self._tok.locate(n)

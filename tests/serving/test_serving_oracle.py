@@ -137,3 +137,34 @@ def test_scheduled_grid_charges_the_schedules_costs_not_the_stand_in():
     with pytest.raises(ValueError, match="fused attention"):
         GridOracle(make_replica("h100", "llama-3-8b", execution="schedule",
                                 attention="unfused"))
+
+
+def _staircase(op, chip):
+    """The roofline double with the engine's kind of staircase: every weight GEMM of more
+    than 640 rows (five 128-row tiles) 15 % slower."""
+    from dataclasses import replace
+
+    from diptych.sim.ops import Gemm
+
+    st = roofline(op, chip)
+    if isinstance(op, Gemm) and "weight" in op.tags and op.m > 640:
+        return replace(st, seconds=st.seconds * 1.15)
+    return st
+
+
+@pytest.mark.parametrize("execution", ["sum", "schedule"])
+def test_refinement_isolates_staircase_jumps(execution):
+    """Steps of 600-720 tokens straddle the jump: the fixed vertices (621, 658, 698, ...)
+    interpolate across it (errors of several %); the refined axis halves the cells the queries
+    fall in until the jump lies between neighbouring integers, within refine_tol."""
+    r = make_replica("h100", "llama-3-8b", execution=execution)
+    rng = np.random.default_rng(4)
+    steps = [Step(int(b), int(b) * int(k)) for b, k in zip(rng.integers(600, 720, 25),
+                                                         rng.integers(50, 500, 25))]
+    fixed = interpolation_error(GridOracle(r, _staircase, GridSpec(refine_tol=None)), steps,
+                                _staircase)
+    g = GridOracle(r, _staircase)
+    refined = interpolation_error(g, steps, _staircase)
+    assert max(fixed) > 0.03
+    assert max(refined) < 0.011               # 2 × refine_tol: the bound of the midpoint test
+    assert g.simulations < 3 * len(steps) + 60    # halving costs log2(cell) per jump
