@@ -299,6 +299,10 @@ class GridOracle:
         self._frame: dict[int, tuple] = {}
         self._dec: dict[tuple[int, int, int], tuple] = {}
         self._pf: dict[tuple[int, int], tuple] = {}
+        self._dec_off: dict[tuple[int, int, int], tuple] = {}
+        self._rough: dict = {}
+        self._roughest: dict[str, float] = {}
+        self._kind_repeats: list[int] | None = None
         self._progress = progress
         self.simulations = 0
         self._blocks: list[tuple[str, int]] | None = None
@@ -443,18 +447,65 @@ class GridOracle:
 
     # -- interpolation ------------------------------------------------------------------------
 
-    def _bilinear(self, fn, ax, ay, x: float, y: float, *extra) -> list[float]:
+    def _bilinear(self, fn, ax, ay, x: float, y: float, *extra
+                  ) -> tuple[list[float], tuple[int, int, int, int]]:
+        """The interpolated tuple at ``(x, y)`` and its cell ``(x0, x1, y0, y1)``."""
         x0, x1, wx = ax.locate(x)
         y0, y1, wy = ay.locate(y)
         lo = fn(x0, y0, *extra)
         if wx:
             lo = _lerp(lo, fn(x1, y0, *extra), wx)
         if not wy:
-            return list(lo)
+            return list(lo), (x0, x1, y0, y1)
         hi = fn(x0, y1, *extra)
         if wx:
             hi = _lerp(hi, fn(x1, y1, *extra), wx)
-        return _lerp(lo, hi, wy)
+        return _lerp(lo, hi, wy), (x0, x1, y0, y1)
+
+    def _core_seconds(self, v, tokens: int = 1) -> float:
+        """A core tuple's time over all layers (``tokens``: the chunk of a per-token tuple)."""
+        return sum(rep * (v[4 * k] + max(v[4 * k + 1] * tokens, v[4 * k + 2]))
+                   for k, rep in enumerate(self._kind_repeats))
+
+    def _roughness(self, fn, cell, extra, per_token: bool) -> float:
+        """How far a core cell is from bilinear: the relative gap, in the cores' time,
+        between the cell's centre simulated and its interpolant (one simulation per cell,
+        memoised; 0 for a cell without an interior point)."""
+        key = (fn.__name__, cell, extra)
+        got = self._rough.get(key)
+        if got is None:
+            x0, x1, y0, y1 = cell
+            if x1 - x0 < 2 and y1 - y0 < 2:
+                got = 0.0
+            else:
+                xm, ym = (x0 + x1) // 2, (y0 + y1) // 2
+                wx = (xm - x0) / (x1 - x0) if x1 > x0 else 0.0
+                wy = (ym - y0) / (y1 - y0) if y1 > y0 else 0.0
+                lo = _lerp(fn(x0, y0, *extra), fn(x1, y0, *extra), wx)
+                hi = _lerp(fn(x0, y1, *extra), fn(x1, y1, *extra), wx)
+                t = xm if per_token else 1
+                want = self._core_seconds(fn(xm, ym, *extra), t)
+                got = abs(self._core_seconds(_lerp(lo, hi, wy), t) - want) / want
+            self._rough[key] = got
+            kind = fn.__name__
+            self._roughest[kind] = max(self._roughest.get(kind, 0.0), got)
+        return got
+
+    def _trusted(self, v, cell, fn, extra, tokens: int, step_s: float) -> bool:
+        """Whether an interpolated core may be used: its roughness times its time is within
+        ``refine_tol`` of the step (``step_s``, the step's frame: a lower bound). The
+        roughness is its cell's, or the largest seen in any cell of this kind of core if
+        larger: one centre cannot show that a cell is smooth everywhere, and the engine's
+        roughness is a property of the chip's mapper, not of one cell."""
+        tol = self.grid.refine_tol
+        if tol is None:
+            return True
+        core_s = self._core_seconds(v, tokens)
+        if core_s <= tol * step_s:          # however rough, it cannot move the step
+            return True
+        rough = max(self._roughness(fn, cell, extra, tokens > 1),
+                    self._roughest.get(fn.__name__, 0.0))
+        return rough * core_s <= tol * step_s
 
     def _frame_seconds(self, v: tuple) -> float:
         """A frame tuple's time (all blocks, repeats included): what refinement compares."""
@@ -466,22 +517,40 @@ class GridOracle:
         lo = self._frame_at(a)
         return _lerp(lo, self._frame_at(b), w) if w else lo
 
+    def _dec_exact(self, batch: int, keys: int, q: int) -> tuple:
+        k = (batch, keys, q)
+        got = self._dec_off.get(k)
+        if got is None:
+            r = self.replica
+            got = self._dec_off[k] = self._core(decode_cores(
+                r.model, batch, keys, q, precision=r.precision, tp=r.tp, attention=r.attention))
+        return got
+
     def cost(self, step: Step) -> StepCost:
         """Interpolated cost of ``step`` (see the module docstring)."""
         kinds = self.kinds
         nk = len(kinds)
         cores = [0.0] * nk
         core_e = [0.0] * nk
+        body = self._frame_interp(step.tokens)
+        head = self._frame_interp(step.rows)
+        if self._kind_repeats is None:
+            self._kind_repeats = [rep for name, rep in self._blocks if name in kinds]
+        frame_s = self._frame_seconds(body)
         if step.decode_batch:
-            b = step.decode_batch
-            v = self._bilinear(self._dec_at, self._bat, self._keys, b, step.decode_keys / b,
-                               step.decode_queries)
+            b, q = step.decode_batch, step.decode_queries
+            v, cell = self._bilinear(self._dec_at, self._bat, self._keys, b,
+                                     step.decode_keys / b, q)
+            if not self._trusted(v, cell, self._dec_at, (q,), 1, frame_s):
+                v = self._dec_exact(b, step.decode_keys, q)
             for k in range(nk):
                 o, c, m, e = v[4 * k:4 * k + 4]
                 cores[k] += o + max(c, m)
                 core_e[k] += e
         for chunk, past in step.prefill:
-            v = self._bilinear(self._pf_at, self._chunk, self._past, chunk, past)
+            v, cell = self._bilinear(self._pf_at, self._chunk, self._past, chunk, past)
+            if not self._trusted(v, cell, self._pf_at, (), chunk, frame_s):
+                v = self._pf_at(chunk, past)         # simulated at the query itself
             for k in range(nk):
                 o, c, m, e = v[4 * k:4 * k + 4]
                 cores[k] += o + max(c * chunk, m)
@@ -491,8 +560,6 @@ class GridOracle:
         for k, launch in enumerate(self._launches(step)):
             cores[k] += launch
             core_e[k] += static * launch
-        body = self._frame_interp(step.tokens)
-        head = self._frame_interp(step.rows)
         secs = energy = 0.0
         overlap = self.replica.overlap
         k = 0
