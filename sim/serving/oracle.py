@@ -299,7 +299,6 @@ class GridOracle:
         self._frame: dict[int, tuple] = {}
         self._dec: dict[tuple[int, int, int], tuple] = {}
         self._pf: dict[tuple[int, int], tuple] = {}
-        self._dec_off: dict[tuple[int, int, int], tuple] = {}
         self._rough: dict = {}
         self._roughest: dict[str, float] = {}
         self._kind_repeats: list[int] | None = None
@@ -425,14 +424,8 @@ class GridOracle:
         return tuple(out)
 
     def _dec_at(self, batch: int, keys: int, q: int) -> tuple:
-        k = (batch, keys, q)
-        got = self._dec.get(k)
-        if got is None:
-            r = self.replica
-            got = self._dec[k] = self._core(decode_cores(
-                r.model, batch, batch * keys, q, precision=r.precision, tp=r.tp,
-                attention=r.attention))
-        return got
+        """The decode cores at a vertex: ``keys`` per sequence."""
+        return self._dec_exact(batch, batch * keys, q)
 
     def _pf_at(self, chunk: int, past: int) -> tuple:
         k = (chunk, past)
@@ -518,11 +511,12 @@ class GridOracle:
         return _lerp(lo, self._frame_at(b), w) if w else lo
 
     def _dec_exact(self, batch: int, keys: int, q: int) -> tuple:
+        """The decode cores of ``batch`` sequences holding ``keys`` keys in all."""
         k = (batch, keys, q)
-        got = self._dec_off.get(k)
+        got = self._dec.get(k)
         if got is None:
             r = self.replica
-            got = self._dec_off[k] = self._core(decode_cores(
+            got = self._dec[k] = self._core(decode_cores(
                 r.model, batch, keys, q, precision=r.precision, tp=r.tp, attention=r.attention))
         return got
 
