@@ -25,6 +25,14 @@ With only decode sequences of one context, the step is exactly
 :func:`~diptych.workloads.lower.decode`'s workload; with only whole prompts of one length,
 exactly :func:`~diptych.workloads.lower.prefill`'s (tests hold both).
 
+:func:`lower_step` names the step's tensors as :func:`~diptych.workloads.lower.decode` does
+(the records of :mod:`~diptych.workloads.dataflow`), so that the program scheduler's residency
+and fusion see a serving step as they see ``diptych run``'s phases: the token-parallel ops are
+recorded for all ``N`` tokens; each sequence group's cores read their share of q and of the new
+K/V rows, their own cache (``kv_cache`` of the decode batch, ``kv_past`` of a chunk with a past)
+and write their own output, which the op after attention reads from every group; group ``g >
+0``'s cores and tensors carry the mark ``@g`` (node names are unique in a block).
+
 :func:`step_parts` splits a step into the pieces a memoising oracle interpolates: the frame
 (everything but the cores, a function of ``N`` and ``logits_rows``) and the cores (functions
 of the decode batch and keys, or of a chunk and its past); :func:`combine_parts` puts them back
@@ -421,10 +429,11 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
 
     With ``fixed_costs`` each block also pays the chip's launch costs (``[overheads]``): one
     ``op_launch_us`` per distinct op of the block (a serving engine runs the attention of all
-    the step's sequences as one kernel, so records of one op name are one launch) on its
-    compute side and one ``collective_launch_us`` per collective on its communication side,
-    spending static power meanwhile. (This stands in for the program scheduler, which will
-    charge them itself; the step's ``step_sync_us`` is the caller's.)"""
+    the step's sequences as one kernel, so records of one op name, group marks aside, are one
+    launch) on its compute side and one ``collective_launch_us`` per collective on its
+    communication side, spending static power meanwhile. This is the summed model's stand-in
+    for the program scheduler, which charges them itself: with ``execution="schedule"`` it is
+    never used (the step's ``step_sync_us`` is the caller's)."""
     from .run import simulate_workload
 
     t = simulate_workload(w, chip, simulate=simulate)

@@ -5,35 +5,38 @@ The event loop asks ``oracle.cost(step)`` for the time and energy (per chip) of 
 implementations:
 
 * :class:`DirectOracle` lowers every distinct step (:func:`~diptych.workloads.step.lower_step`)
-  and simulates it (:func:`~diptych.workloads.run.simulate_workload`), memoised on the step.
-  Exact, and slow for long runs (every new step shape is a simulation).
+  and simulates it (:func:`~diptych.workloads.run.simulate_workload`, or
+  :func:`~diptych.workloads.execute.schedule_workload` for ``execution="schedule"``),
+  memoised on the step. Exact, and slow for long runs (every new step shape is a
+  simulation).
 * :class:`GridOracle` splits a step into its frame and its attention cores
   (:func:`~diptych.workloads.step.step_parts`), simulates those pieces at the vertices of
-  fixed grids, lazily (a vertex is simulated the first time a step needs it) and
-  interpolates:
+  grids, lazily (a vertex is simulated the first time a step needs it) and interpolates:
 
   - frame, per block (compute, collectives, energy): piecewise linear in the step's tokens
-    ``N`` (embedding and layer blocks) and in its logits rows (the head);
+    ``N`` (embedding and layer blocks) and in its logits rows (the head), on an axis refined
+    where the engine's time is a staircase (:class:`_RefinedAxis`);
   - decode cores: bilinear in (decode batch, mean keys) per ``decode_queries``;
   - prefill cores: bilinear in (chunk, past), per chunk: the fused record's compute term
     divided by the chunk (exact for the causal ``chunk·(past + (chunk+1)/2)`` work), its
-    memory term as is (exact for the linear K/V traffic).
+    memory term as is (exact for the linear K/V traffic);
+  - a core whose cell is rough (its simulated centre off the interpolant) where that could
+    move the step by ``refine_tol`` is simulated at the query itself.
 
-  The pieces are recombined with the simulator's block rule
-  (:func:`~diptych.workloads.step.combine_parts`), so with every quantity linear between
-  vertices the oracle equals direct simulation; docs/serving.md gives the measured error.
+  The pieces are recombined with the step's rule: the summed model's block rule
+  (:func:`~diptych.workloads.step.combine_parts`), or for ``execution="schedule"`` the frame's
+  scheduled nodes plus the cores' nodes (run + launch) less the schedule's overlap measured at
+  the frame's vertices. So with every quantity linear between vertices the oracle equals
+  direct simulation; docs/serving.md gives the measured error.
 
-The execution model (a list schedule of the step's program, ``execution="schedule"``) is
-available through :class:`DirectOracle` (``Replica(execution="schedule")``); the grid oracle
-interpolates the summed model only, since a scheduled step is not a sum of its pieces. Either
-way the event loop is unchanged: it only calls ``cost``.
+The event loop only calls ``cost``; it knows nothing of how steps are timed.
 """
 
 from __future__ import annotations
 
+import inspect
 from bisect import bisect_right, insort
 from collections.abc import Callable
-import inspect
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
