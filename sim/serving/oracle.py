@@ -37,7 +37,7 @@ from __future__ import annotations
 import inspect
 from bisect import bisect_right, insort
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from ...arch import Chip, load_chip
@@ -81,11 +81,13 @@ class Replica:
     attention: str = "fused"
     overlap: bool = True
     fixed_costs: bool = True
-    execution: str = field(default_factory=lambda: default_execution())
+    execution: str | None = None
     fusion: bool = True
 
     def __post_init__(self):
         from ...workloads.run import EXECUTIONS
+        if self.execution is None:
+            object.__setattr__(self, "execution", default_execution(self.chip))
         if self.execution not in EXECUTIONS:
             raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
                              f"{self.execution!r}")
@@ -108,11 +110,17 @@ class Replica:
         return StepCost(seconds + sync, energy_j + self.chip.energy.static_w * sync)
 
 
-def default_execution() -> str:
-    """``diptych run``'s execution model (``run_workload``'s default): serving steps are
-    timed as ``run`` times a phase unless told otherwise."""
-    from ...workloads.run import run_workload
-    return inspect.signature(run_workload).parameters["execution"].default
+def default_execution(chip: Chip) -> str:
+    """The execution model ``diptych run`` gives a phase on ``chip`` when none is asked for
+    (``workloads.run.default_execution`` where the run layer decides per chip, else
+    ``run_workload``'s default): serving steps are timed as ``run`` times a phase unless told
+    otherwise."""
+    from ...workloads import run
+
+    per_chip = getattr(run, "default_execution", None)
+    if per_chip is not None:
+        return per_chip(chip)
+    return inspect.signature(run.run_workload).parameters["execution"].default
 
 
 def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
@@ -132,8 +140,7 @@ def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
     p = default_precision(chip, "decode", weights_dtype, act_dtype, kv_dtype)
     check_supported(chip, p)
     return Replica(chip=chip, model=model, tp=tp, precision=p, attention=attention,
-                   fixed_costs=fixed_costs, execution=execution or default_execution(),
-                   fusion=fusion)
+                   fixed_costs=fixed_costs, execution=execution, fusion=fusion)
 
 
 class DirectOracle:
@@ -276,6 +283,17 @@ class _RefinedAxis(_Axis):
         return a, b, w
 
 
+def _origin(block: str, names) -> str:
+    """The workload block a schedule record belongs to: itself, or the block a residency
+    segment ``name[a:b]`` was cut from (its repeats a to b)."""
+    if block in names:
+        return block
+    head, bracket, tail = block.rpartition("[")
+    if bracket and head in names and tail.endswith("]"):
+        return head
+    raise KeyError(f"schedule record of unknown block {block!r}")
+
+
 class GridOracle:
     """Interpolating oracle over lazily simulated grid vertices (module docstring)."""
 
@@ -304,7 +322,7 @@ class GridOracle:
         self._pf: dict[tuple[int, int], tuple] = {}
         self._rough: dict = {}
         self._roughest: dict[str, float] = {}
-        self._kind_repeats: list[int] | None = None
+        self._kind_reps: list[int] | None = None
         self._progress = progress
         self.simulations = 0
         self._blocks: list[tuple[str, int]] | None = None
@@ -349,20 +367,20 @@ class GridOracle:
                               fusion=r.fusion)
         if self._blocks is None:
             self._blocks = [(b.name, b.repeat) for b in w.blocks]
-        run = {b.name: 0.0 for b in w.blocks}
-        core = dict(run)
+        run = {b.name: 0.0 for b in w.blocks}       # all copies of each block
         energy = dict(run)
         for rec in t["layers"]:
-            per = rec["seconds"] + rec["launch_s"]
-            if any(base_name(x) in CORE_OPS for x in rec.get("fused", [rec["op"]])):
-                core[rec["block"]] += per
-            else:
-                run[rec["block"]] += per
-                energy[rec["block"]] += rec["energy_j"]
-        nodes = sum(b.repeat * (run[b.name] + core[b.name]) for b in w.blocks)
-        overlap = nodes + t["step_sync_s"] - t["seconds"]
-        return tuple(x for b in w.blocks for x in (run[b.name], 0.0, energy[b.name])) + (
-            overlap,)
+            if not any(base_name(x) in CORE_OPS for x in rec.get("fused", [rec["op"]])):
+                block = _origin(rec["block"], run)
+                run[block] += (rec["seconds"] + rec["launch_s"]) * rec["repeat"]
+                energy[block] += rec["energy_j"] * rec["repeat"]
+        # the cores as the oracle times them (their table, one launch per node): the overlap
+        # then also holds how the schedule's cores differ from the table at this vertex
+        cores = self._core_seconds(self._dec_exact(n, n, 1)) + sum(
+            rep * launch for rep, launch in zip(self._kind_repeats, self._launches(Step(n, n))))
+        overlap = sum(run.values()) + cores + t["step_sync_s"] - t["seconds"]
+        return tuple(x for b in w.blocks for x in (run[b.name] / b.repeat, 0.0,
+                                                   energy[b.name] / b.repeat)) + (overlap,)
 
     @property
     def kinds(self) -> list[str]:
@@ -458,6 +476,13 @@ class GridOracle:
             hi = _lerp(hi, fn(x1, y1, *extra), wx)
         return _lerp(lo, hi, wy), (x0, x1, y0, y1)
 
+    @property
+    def _kind_repeats(self) -> list[int]:
+        """Layers of each layer kind (once a frame has been simulated)."""
+        if self._kind_reps is None:
+            self._kind_reps = [rep for name, rep in self._blocks if name in self.kinds]
+        return self._kind_reps
+
     def _core_seconds(self, v, tokens: int = 1) -> float:
         """A core tuple's time over all layers (``tokens``: the chunk of a per-token tuple)."""
         return sum(rep * (v[4 * k] + max(v[4 * k + 1] * tokens, v[4 * k + 2]))
@@ -531,8 +556,6 @@ class GridOracle:
         core_e = [0.0] * nk
         body = self._frame_interp(step.tokens)
         head = self._frame_interp(step.rows)
-        if self._kind_repeats is None:
-            self._kind_repeats = [rep for name, rep in self._blocks if name in kinds]
         frame_s = self._frame_seconds(body)
         if step.decode_batch:
             b, q = step.decode_batch, step.decode_queries
