@@ -102,8 +102,8 @@ def _summary_table(d: dict):
         t.add_row("queue", f"waiting max {max(q['waiting']):.0f}, running max "
                   f"{max(q['running']):.0f}; mean in system {d['mean_in_system']:.1f}")
     info = d["info"]
-    t.add_row("steps", f"{info['steps']:,} ({info['oracle']} step oracle, "
-              f"{info['oracle_simulations']} simulations)")
+    t.add_row("steps", f"{info['steps']:,} (timed as {info['execution']}; {info['oracle']} "
+              f"step oracle, {info['oracle_simulations']} simulations)")
     return t
 
 
