@@ -506,6 +506,6 @@ def step_parts(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
             step_cores(m, step, precision=precision, tp=tp, attention=attention))
 
 
-__all__ = ["BlockCost", "CORE_OPS", "GROUP_MARK", "Step", "base_name", "block_costs", "combine_parts", "core_op_names",
-           "core_workload", "decode_cores", "frame", "launch_seconds", "lower_step",
+__all__ = ["BlockCost", "CORE_OPS", "GROUP_MARK", "Step", "base_name", "block_costs",
+           "combine_parts", "core_op_names", "core_workload", "decode_cores", "frame", "launch_seconds", "lower_step",
            "prefill_cores", "step_cores", "step_parts", "step_sync_seconds"]
