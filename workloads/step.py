@@ -131,10 +131,6 @@ def _attention_ops(c: _Ctx, flow: Flow | None = None) -> list[Op]:
     return (_attention_mla if c.m.is_mla else _attention_gqa)(c, flow=flow)
 
 
-def _cores(ops: list[Op]) -> list[Op]:
-    return [op for op in ops if op.name in CORE_OPS]
-
-
 #: One layer kind's cores of one sequence group: the op records with their tensor accesses
 #: (named as the lowering names them, :mod:`~diptych.workloads.dataflow`) and the tensor table
 #: of the group's own lowering.
@@ -507,5 +503,6 @@ def step_parts(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
 
 
 __all__ = ["BlockCost", "CORE_OPS", "GROUP_MARK", "Step", "base_name", "block_costs",
-           "combine_parts", "core_op_names", "core_workload", "decode_cores", "frame", "launch_seconds", "lower_step",
-           "prefill_cores", "step_cores", "step_parts", "step_sync_seconds"]
+           "combine_parts", "core_op_names", "core_workload", "decode_cores", "frame",
+           "launch_seconds", "lower_step", "prefill_cores", "step_cores", "step_parts",
+           "step_sync_seconds"]
