@@ -321,7 +321,6 @@ class GridOracle:
         self._dec: dict[tuple[int, int, int], tuple] = {}
         self._pf: dict[tuple[int, int], tuple] = {}
         self._rough: dict = {}
-        self._roughest: dict[str, float] = {}
         self._kind_reps: list[int] | None = None
         self._progress = progress
         self.simulations = 0
@@ -508,25 +507,21 @@ class GridOracle:
                 want = self._core_seconds(fn(xm, ym, *extra), t)
                 got = abs(self._core_seconds(_lerp(lo, hi, wy), t) - want) / want
             self._rough[key] = got
-            kind = fn.__name__
-            self._roughest[kind] = max(self._roughest.get(kind, 0.0), got)
         return got
 
     def _trusted(self, v, cell, fn, extra, tokens: int, step_s: float) -> bool:
-        """Whether an interpolated core may be used: its roughness times its time is within
-        ``refine_tol`` of the step (``step_s``, the step's frame: a lower bound). The
-        roughness is its cell's, or the largest seen in any cell of this kind of core if
-        larger: one centre cannot show that a cell is smooth everywhere, and the engine's
-        roughness is a property of the chip's mapper, not of one cell."""
+        """Whether an interpolated core may be used: its cell's roughness times its time is
+        within ``refine_tol`` of the step (``step_s``, the step's frame: a lower bound). One
+        centre cannot prove a cell smooth everywhere; taking the roughest cell seen for every
+        cell instead (the mapper's noise is a property of the chip) simulated nearly every
+        distinct prompt of a serving run (docs/serving.md)."""
         tol = self.grid.refine_tol
         if tol is None:
             return True
         core_s = self._core_seconds(v, tokens)
         if core_s <= tol * step_s:          # however rough, it cannot move the step
             return True
-        rough = max(self._roughness(fn, cell, extra, tokens > 1),
-                    self._roughest.get(fn.__name__, 0.0))
-        return rough * core_s <= tol * step_s
+        return self._roughness(fn, cell, extra, tokens > 1) * core_s <= tol * step_s
 
     def _frame_seconds(self, v: tuple) -> float:
         """A frame tuple's time (all blocks, repeats included): what refinement compares."""
