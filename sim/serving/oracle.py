@@ -321,6 +321,7 @@ class GridOracle:
         self._dec: dict[tuple[int, int, int], tuple] = {}
         self._pf: dict[tuple[int, int], tuple] = {}
         self._rough: dict = {}
+        self._roughest: dict[str, float] = {}
         self._kind_reps: list[int] | None = None
         self._progress = progress
         self.simulations = 0
@@ -507,21 +508,27 @@ class GridOracle:
                 want = self._core_seconds(fn(xm, ym, *extra), t)
                 got = abs(self._core_seconds(_lerp(lo, hi, wy), t) - want) / want
             self._rough[key] = got
+            kind = fn.__name__
+            self._roughest[kind] = max(self._roughest.get(kind, 0.0), got)
         return got
 
     def _trusted(self, v, cell, fn, extra, tokens: int, step_s: float) -> bool:
-        """Whether an interpolated core may be used: its cell's roughness times its time is
-        within ``refine_tol`` of the step (``step_s``, the step's frame: a lower bound). One
-        centre cannot prove a cell smooth everywhere; taking the roughest cell seen for every
-        cell instead (the mapper's noise is a property of the chip) simulated nearly every
-        distinct prompt of a serving run (docs/serving.md)."""
+        """Whether an interpolated core may be used (``step_s``: the step's frame, a lower
+        bound of the step). Its cell's roughness times its time must stay within
+        ``refine_tol`` of the step; and, since one centre cannot prove a cell smooth
+        everywhere and the mapper's noise is a property of the chip, the roughest cell seen
+        for this kind of core times its time within ``3 × refine_tol`` (taking that one at
+        ``refine_tol`` too simulated nearly every distinct prompt of a serving sweep on the
+        h100 preset; docs/serving.md)."""
         tol = self.grid.refine_tol
         if tol is None:
             return True
         core_s = self._core_seconds(v, tokens)
         if core_s <= tol * step_s:          # however rough, it cannot move the step
             return True
-        return self._roughness(fn, cell, extra, tokens > 1) * core_s <= tol * step_s
+        if self._roughness(fn, cell, extra, tokens > 1) * core_s > tol * step_s:
+            return False
+        return self._roughest.get(fn.__name__, 0.0) * core_s <= 3 * tol * step_s
 
     def _frame_seconds(self, v: tuple) -> float:
         """A frame tuple's time (all blocks, repeats included): what refinement compares."""
