@@ -8,12 +8,14 @@
    30 s on 2 cores.
 
 Prints CPU time (this process) and wall time beside each target, and the machine's load
-average (the machine may be shared). Usage: ``python benchmarks/bench_serve.py [--quick]``
-(``--quick``: 2,000 requests and a 4-point sweep, for a smoke run).
+average (the machine may be shared). Usage: ``python benchmarks/bench_serve.py [--quick]
+[--execution sum|schedule]`` (``--quick``: 2,000 requests and a 4-point sweep, for a smoke
+run; ``--execution``: how steps are timed, default ``diptych run``'s).
 
-``python benchmarks/bench_serve.py --oracle-error MODEL CHIP TP N`` instead measures the grid
-oracle's interpolation error against direct simulation on N random steps (the distribution
-quoted in docs/serving.md).
+``python benchmarks/bench_serve.py --oracle-error MODEL CHIP TP N [--execution E]
+[--no-refine]`` instead measures the grid oracle's interpolation error against direct
+simulation on N random steps (the distribution quoted in docs/serving.md); ``--no-refine``:
+the fixed vertices only (no adaptive refinement of the token axis).
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ def _clock():
     return time.process_time(), time.perf_counter()
 
 
-def main(quick: bool = False) -> None:
+def main(quick: bool = False, execution: str | None = None) -> None:
     n = 2000 if quick else 10_000
-    dep = colocated(CHIP, MODEL, tp=TP)
+    dep = colocated(CHIP, MODEL, tp=TP, execution=execution)
     load = Load(qps=QPS, prompt=PROMPT, gen=GEN, requests=n)
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (1 min)")
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (1 min); "
+          f"steps timed as {dep.pool.replica.execution}")
     points = 4 if quick else 10
     c0, w0 = _clock()
     oc = OracleCache("grid")
@@ -69,13 +72,15 @@ def main(quick: bool = False) -> None:
     print(f"load average now {os.getloadavg()[0]:.2f}")
 
 
-def oracle_error(model: str, chip: str, tp: int, n: int, seed: int = 5) -> None:
+def oracle_error(model: str, chip: str, tp: int, n: int, seed: int = 5,
+                 execution: str | None = None, refine: bool = True) -> None:
     """Max, p90 and mean relative step-time error of the grid oracle on ``n`` random steps:
     decode batches 0-200 at contexts 10-3000, 0-2 prompt chunks of 1-2048 tokens with a past
     of 0-2000."""
     import numpy as np
 
-    from diptych.sim.serving.oracle import GridOracle, interpolation_error, make_replica
+    from diptych.sim.serving.oracle import (GridOracle, GridSpec, interpolation_error,
+                                            make_replica)
     from diptych.workloads.step import Step
 
     rng = np.random.default_rng(seed)
@@ -87,18 +92,23 @@ def oracle_error(model: str, chip: str, tp: int, n: int, seed: int = 5) -> None:
                        for _ in range(int(rng.integers(0 if b else 1, 3))))
         steps.append(Step(b, keys, chunks))
     c0, w0 = _clock()
-    g = GridOracle(make_replica(chip, model, tp=tp))
+    rep = make_replica(chip, model, tp=tp, execution=execution)
+    g = GridOracle(rep, grid=GridSpec() if refine else GridSpec(refine_tol=None))
     e = np.asarray(interpolation_error(g, steps))
     c1, w1 = _clock()
-    print(f"{model} on {chip} x{tp}, {n} random steps: max {100 * e.max():.2f} %, p90 "
+    print(f"{model} on {chip} x{tp} ({rep.execution}"
+          f"{'' if refine else ', fixed vertices'}), {n} random steps: max "
+          f"{100 * e.max():.2f} %, p90 "
           f"{100 * np.percentile(e, 90):.2f} %, mean {100 * e.mean():.2f} % "
           f"({g.simulations} grid piece simulations; CPU {c1 - c0:.0f} s, wall {w1 - w0:.0f} s)")
 
 
 if __name__ == "__main__":
-    if "--oracle-error" in sys.argv:
-        i = sys.argv.index("--oracle-error")
-        m, ch, t, k = sys.argv[i + 1:i + 5]
-        oracle_error(m, ch, int(t), int(k))
+    args = sys.argv[1:]
+    ex = args[args.index("--execution") + 1] if "--execution" in args else None
+    if "--oracle-error" in args:
+        i = args.index("--oracle-error")
+        m, ch, t, k = args[i + 1:i + 5]
+        oracle_error(m, ch, int(t), int(k), execution=ex, refine="--no-refine" not in args)
     else:
-        main(quick="--quick" in sys.argv[1:])
+        main(quick="--quick" in args, execution=ex)

@@ -1,6 +1,6 @@
 """Compare ``diptych serve`` with published serving measurements; prints a Markdown table.
 
-    python benchmarks/validate_serving.py [--out FILE] [--quick]
+    python benchmarks/validate_serving.py [--out FILE] [--quick] [--execution sum|schedule]
 
 Every row is one published, measured number next to what ``diptych serve`` predicts for the
 same setup (model, GPU count and parallelism, precision, request lengths, arrival rate,
@@ -98,10 +98,10 @@ CASES = [
 ALL_AT_ONCE_QPS = 1e9
 
 
-def _run(case: Case, oracles: OracleCache):
+def _run(case: Case, oracles: OracleCache, execution: str | None = None):
     dt = {"weights_dtype": "fp8", "act_dtype": "fp8", "kv_dtype": "fp8"} if case.fp8 else \
         {"weights_dtype": "bf16", "act_dtype": "bf16", "kv_dtype": "bf16"}
-    dep = colocated("h100", case.model, tp=case.tp, **dt)
+    dep = colocated("h100", case.model, tp=case.tp, execution=execution, **dt)
     load = Load(qps=case.qps or ALL_AT_ONCE_QPS, prompt=LengthDist("fixed", case.isl),
                 gen=LengthDist("fixed", case.osl), requests=case.requests)
     return serve(dep, load, ServeConfig(**case.cfg), oracles=oracles)
@@ -126,6 +126,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="also write the table to this file")
     ap.add_argument("--quick", action="store_true", help="low-load rows only")
+    ap.add_argument("--execution", choices=["sum", "schedule"],
+                    help="how steps are timed (default: as `diptych run`)")
     args = ap.parse_args(argv)
     oracles = OracleCache("grid")
     lines = ["| case | published | diptych | ratio (diptych ÷ published) | source |",
@@ -137,7 +139,7 @@ def main(argv=None) -> int:
             continue
         key = (c.model, c.tp, c.isl, c.osl, c.qps, c.requests, c.fp8, tuple(c.cfg.items()))
         if key not in cache:
-            cache[key] = _run(c, oracles)
+            cache[key] = _run(c, oracles, args.execution)
         v = value(c, cache[key])
         lines.append(f"| {c.name} | {_fmt(c.published)} {UNITS[c.metric]} | {_fmt(v)} | "
                      f"{v / c.published:.2f} | {c.source} |")

@@ -102,8 +102,8 @@ def _summary_table(d: dict):
         t.add_row("queue", f"waiting max {max(q['waiting']):.0f}, running max "
                   f"{max(q['running']):.0f}; mean in system {d['mean_in_system']:.1f}")
     info = d["info"]
-    t.add_row("steps", f"{info['steps']:,} ({info['oracle']} step oracle, "
-              f"{info['oracle_simulations']} simulations)")
+    t.add_row("steps", f"{info['steps']:,} (timed as {info['execution']}; {info['oracle']} "
+              f"step oracle, {info['oracle_simulations']} simulations)")
     return t
 
 
@@ -121,6 +121,7 @@ def _sweep_table(sw: dict, slo: dict):
 
 
 def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg, what):
+    """A pool of replicas; ``execution``: ``make_replica``'s execution and fusion."""
     from ..sim.serving.oracle import make_replica
     from ..sim.serving.serve import Pool, fit_tp
 
@@ -131,7 +132,7 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg
             raise ValueError(f"--{what}-chips ({chips}) must be a multiple of the tensor-"
                              f"parallel degree ({tp})")
         replicas = chips // tp
-    return Pool(make_replica(chip, model, tp=tp, attention=attention, execution=execution,
+    return Pool(make_replica(chip, model, tp=tp, attention=attention, **execution,
                              **precision), replicas)
 
 
@@ -192,9 +193,12 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg
 @click.option("--oracle", type=click.Choice(["grid", "direct"]), default="grid",
               show_default=True, help="Step times interpolated on a grid, or every step "
                                       "simulated (exact, slow).")
-@click.option("--execution", type=click.Choice(["sum", "schedule"]), default="sum",
-              show_default=True, help="Time a step as the sum of its ops, or as a list "
-                                      "schedule of its program (with --oracle direct).")
+@click.option("--execution", type=click.Choice(["sum", "schedule"]), default=None,
+              help="Time a step as the sum of its ops, or as a list schedule of its program "
+                   "(default: as `diptych run`).")
+@click.option("--fusion/--no-fusion", default=True, show_default=True,
+              help="With --execution schedule: fuse norms and elementwise ops into GEMMs "
+                   "where the chip allows it.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--trace-out", type=click.Path(dir_okay=False),
               help="Write a Perfetto/Chrome trace of requests and steps.")
@@ -203,8 +207,8 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
           requests, duration, scheduler, max_batch, max_batched_tokens, chunked_prefill,
           kv_block, preemption, slo_ttft, slo_tpot, weights_dtype, act_dtype, kv_dtype,
           attention, prefill_chip, prefill_chips, decode_chip, decode_chips, speculative,
-          prefix_share, seed, sweep_qps, plot, export_profile, oracle, execution, as_json,
-          trace_out):
+          prefix_share, seed, sweep_qps, plot, export_profile, oracle, execution, fusion,
+          as_json, trace_out):
     """Simulate an LLM serving engine: arrivals, continuous batching, chunked prefill, paged
     KV cache, preemption; TTFT, TPOT, throughput, goodput under SLOs, tokens per joule.
 
@@ -227,6 +231,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
                       speculative=parse_speculative(speculative) if speculative else None,
                       seed=seed)
     precision = {"weights_dtype": weights_dtype, "act_dtype": act_dtype, "kv_dtype": kv_dtype}
+    execution = {"execution": execution, "fusion": fusion}
     disagg = [prefill_chip, prefill_chips, decode_chip, decode_chips]
     if any(v is not None for v in disagg):
         if any(v is None for v in disagg):
@@ -247,9 +252,6 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
             raise ValueError("--chip is required (or the --prefill-*/--decode-* pools)")
         dep = Deployment(pool=_pool(chip, model, tp, replicas, None, precision, attention,
                                     execution, cfg, "chip"))
-    if execution == "schedule" and oracle == "grid":
-        raise ValueError("--execution schedule times every step as a program schedule: use "
-                         "--oracle direct (the grid interpolates the summed step model)")
     show = not as_json and sys.stderr.isatty()
     bar = _LazyProgress(show)
     oracles = OracleCache(oracle, progress=bar.grid)

@@ -25,6 +25,14 @@ With only decode sequences of one context, the step is exactly
 :func:`~diptych.workloads.lower.decode`'s workload; with only whole prompts of one length,
 exactly :func:`~diptych.workloads.lower.prefill`'s (tests hold both).
 
+:func:`lower_step` names the step's tensors as :func:`~diptych.workloads.lower.decode` does
+(the records of :mod:`~diptych.workloads.dataflow`), so that the program scheduler's residency
+and fusion see a serving step as they see ``diptych run``'s phases: the token-parallel ops are
+recorded for all ``N`` tokens; each sequence group's cores read their share of q and of the new
+K/V rows, their own cache (``kv_cache`` of the decode batch, ``kv_past`` of a chunk with a past)
+and write their own output, which the op after attention reads from every group; group ``g >
+0``'s cores and tensors carry the mark ``@g`` (node names are unique in a block).
+
 :func:`step_parts` splits a step into the pieces a memoising oracle interpolates: the frame
 (everything but the cores, a function of ``N`` and ``logits_rows``) and the cores (functions
 of the decode batch and keys, or of a chunk and its past); :func:`combine_parts` puts them back
@@ -39,11 +47,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ..sim.ops import Collective, Op
+from ..sim.program import Carry, Tensor
 from .config import LayerSpec, ModelConfig
+from .dataflow import Flow
 from .fused import FusedAttention
-from .graph import Block, Workload
+from .graph import Access, Block, Use, Workload
 from .lower import (_attention_gqa, _attention_mla, _Ctx, _embedding, _head, check_attention,
-                    check_tp, layer_kinds, layer_ops)
+                    check_tp, embedding_block, head_block, layer_exits, layer_kinds, layer_ops)
 from .params import kv_bytes_per_token_per_chip
 from .precision import Precision
 
@@ -117,12 +127,21 @@ def _check(m: ModelConfig, tp: int, attention: str) -> None:
     check_attention(attention)
 
 
-def _attention_ops(c: _Ctx) -> list[Op]:
-    return _attention_mla(c) if c.m.is_mla else _attention_gqa(c)
+def _attention_ops(c: _Ctx, flow: Flow | None = None) -> list[Op]:
+    return (_attention_mla if c.m.is_mla else _attention_gqa)(c, flow=flow)
 
 
-def _cores(ops: list[Op]) -> list[Op]:
-    return [op for op in ops if op.name in CORE_OPS]
+#: One layer kind's cores of one sequence group: the op records with their tensor accesses
+#: (named as the lowering names them, :mod:`~diptych.workloads.dataflow`) and the tensor table
+#: of the group's own lowering.
+CoreRecords = tuple[tuple[tuple[Op, Access], ...], dict[str, Tensor]]
+
+
+def _core_records(ck: _Ctx) -> CoreRecords:
+    """The cores of context ``ck`` (one layer kind) with their accesses."""
+    fl = Flow()
+    _attention_ops(ck, fl)
+    return tuple((op, a) for op, a in fl.records if op.name in CORE_OPS), fl.tensors
 
 
 def _cached_past(layer: LayerSpec, past: int) -> int:
@@ -142,10 +161,17 @@ def decode_cores(m: ModelConfig, batch: int, keys: int, queries: int, *, precisi
     decode sequences holding ``keys`` keys in all after this step's ``queries`` tokens each
     are written: one batched record at the mean past (rounded up), capped per layer kind by
     its window."""
+    return {k: tuple(op for op, _ in recs) for k, (recs, _) in _decode_records(
+        m, batch, keys, queries, precision=precision, tp=tp, attention=attention).items()}
+
+
+def _decode_records(m: ModelConfig, batch: int, keys: int, queries: int, *,
+                    precision: Precision, tp: int, attention: str) -> dict[str, CoreRecords]:
+    """:func:`decode_cores` with their accesses (the KV cache read is tensor ``kv_cache``)."""
     _check(m, tp, attention)
     past = max(0, math.ceil(keys / batch - queries))
     c = _Ctx(m, precision, tp, batch, queries, 0, "decode", attention, past=past)
-    return {name: tuple(_cores(_attention_ops(ck))) for name, _, ck in layer_kinds(c)}
+    return {name: _core_records(ck) for name, _, ck in layer_kinds(c)}
 
 
 def prefill_cores(m: ModelConfig, chunk: int, past: int, count: int = 1, *,
@@ -154,30 +180,47 @@ def prefill_cores(m: ModelConfig, chunk: int, past: int, count: int = 1, *,
     """The per-sequence ops of one layer of each layer kind for ``count`` identical chunks of
     ``chunk`` prompt tokens after ``past`` cached ones (see the module docstring for the
     past's reads)."""
+    return {k: tuple(op for op, _ in recs) for k, (recs, _) in _prefill_records(
+        m, chunk, past, count, precision=precision, tp=tp, attention=attention).items()}
+
+
+#: The past's K/V a prefill chunk reads from the cache, and (MLA) its expanded latents.
+PAST_KV, PAST_KV_B = "kv_past", "kv_b_past"
+
+
+def _prefill_records(m: ModelConfig, chunk: int, past: int, count: int, *,
+                     precision: Precision, tp: int, attention: str) -> dict[str, CoreRecords]:
+    """:func:`prefill_cores` with their accesses: a chunk with a past reads the cache tensor
+    ``kv_past`` (state); MLA's ``kv_b_proj (past)`` expands it into ``kv_b_past``, which the
+    attention waits for (an ordering-only read: its byte model reads the latents)."""
     _check(m, tp, attention)
     c = _Ctx(m, precision, tp, count, chunk, 0, "prefill", attention, past=past)
     kv_layer = kv_bytes_per_token_per_chip(m, precision.kv, tp) / m.layers
     out = {}
     for name, _, ck in layer_kinds(c):
-        ops = _cores(_attention_ops(ck))
+        recs, tensors = _core_records(ck)
         past_read = _cached_past(ck.layer, past)
         if past_read:
             extra = count * past_read * kv_layer
-            grown: list[Op] = []
-            for op in ops:
+            tensors = dict(tensors)
+            tensors[PAST_KV] = Tensor(PAST_KV, extra, "kv_cache")
+            grown: list[tuple[Op, Access]] = []
+            for op, a in recs:
                 if isinstance(op, FusedAttention):
                     op = replace(op, read_bytes=op.read_bytes + extra)
+                    dep = ((Use(PAST_KV_B, "read", 0.0, "dep"),) if PAST_KV_B in tensors
+                           else ())
+                    a = replace(a, uses=a.uses + (Use(PAST_KV, "read", 1.0),) + dep)
                 elif op.name == "kv_b_proj":      # MLA: expand the cached latents of the past
-                    grown.append(replace(op, name="kv_b_proj (past)", m=count * past_read))
-                grown.append(op)
-            ops = grown
-        out[name] = tuple(ops)
+                    xp = replace(op, name="kv_b_proj (past)", m=count * past_read)
+                    w = next(u for u in a.uses if u.role == "b")
+                    tensors[PAST_KV_B] = Tensor(PAST_KV_B, xp.c_bytes)
+                    grown.append((xp, Access((Use(PAST_KV, "read", 1.0, "a"), w,
+                                              Use(PAST_KV_B, "write", 1.0, "c")))))
+                grown.append((op, a))
+            recs = tuple(grown)
+        out[name] = (recs, tensors)
     return out
-
-
-def _merge(into: dict[str, list[Op]], cores: dict[str, tuple[Op, ...]]) -> None:
-    for name, ops in cores.items():
-        into.setdefault(name, []).extend(ops)
 
 
 def _layer_blocks(c: _Ctx, cores: dict[str, list[Op]]) -> list[Block]:
@@ -216,31 +259,131 @@ def _group(chunks) -> list[tuple[int, int, int]]:
     return [(c, p, n) for (c, p), n in counts.items()]
 
 
+def _step_records(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
+                  attention: str) -> list[dict[str, CoreRecords]]:
+    groups = []
+    if step.decode_batch:
+        groups.append(_decode_records(m, step.decode_batch, step.decode_keys,
+                                      step.decode_queries, precision=precision, tp=tp,
+                                      attention=attention))
+    for chunk, past, n in _group(step.prefill):
+        groups.append(_prefill_records(m, chunk, past, n, precision=precision, tp=tp,
+                                       attention=attention))
+    return groups
+
+
 def step_cores(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
                attention: str = "fused") -> list[dict[str, tuple[Op, ...]]]:
     """The cores of each of ``step``'s sequence groups (decode batch first, then each
     distinct prefill chunk), per layer kind."""
-    groups = []
-    if step.decode_batch:
-        groups.append(decode_cores(m, step.decode_batch, step.decode_keys,
-                                   step.decode_queries, precision=precision, tp=tp,
-                                   attention=attention))
-    for chunk, past, n in _group(step.prefill):
-        groups.append(prefill_cores(m, chunk, past, n, precision=precision, tp=tp,
-                                    attention=attention))
-    return groups
+    return [{k: tuple(op for op, _ in recs) for k, (recs, _) in g.items()}
+            for g in _step_records(m, step, precision=precision, tp=tp, attention=attention)]
+
+
+#: Group ``g > 0``'s cores and the tensors they make are named ``name@g`` in a step's block
+#: (node names are unique in a block); :func:`base_name` strips the mark.
+GROUP_MARK = "@"
+
+
+def _mark(name: str, g: int) -> str:
+    return name if g == 0 else f"{name}{GROUP_MARK}{g}"
+
+
+def base_name(name: str) -> str:
+    """An op's name without the sequence-group mark of :func:`lower_step`."""
+    head, mark, tail = name.rpartition(GROUP_MARK)
+    return head if mark and tail.isdigit() else name
+
+
+def _named_layer(name: str, rep: int, ck: _Ctx, entry: str, exit_: str,
+                 groups: list[dict[str, CoreRecords]]) -> Block:
+    """One layer kind of a step with its tensors: the token-parallel ops as
+    :func:`~diptych.workloads.lower.layer_ops` records them for all the step's tokens, the
+    cores of every sequence group in place of that lowering's own attention. A core reads its
+    group's rows of the token-parallel tensors (q, K/V entries: the share of its tokens), its
+    own state (the decode batch's ``kv_cache``, a chunk's ``kv_past``) and writes its own
+    output, which the op after attention reads in full from every group."""
+    T, d, a = ck.tokens, ck.m.hidden_size, ck.p.a_bytes
+    fl = Flow()
+    layer_ops(ck, flow=fl)
+    fl.t(entry, T * d * a, program=True)
+    fl.t(exit_, T * d * a, program=True)
+    frame = fl.records
+    at = next(i for i, (op, _) in enumerate(frame) if op.name in CORE_OPS)
+    dense = [(op, acc) for op, acc in frame if op.name not in CORE_OPS]
+    made = {t for _, acc in dense for t in acc.writes + acc.updates}
+    outs = {t for op, acc in frame if op.name in CORE_OPS for t in acc.writes}
+    tensors = dict(fl.tensors)
+    cores: list[tuple[Op, Access]] = []
+    produced: dict[str, list[str]] = {}
+    for g, grp in enumerate(groups):
+        recs, own = grp.get(name, ((), {}))
+
+        def rename(u: Use) -> Use:
+            t = u.tensor
+            if t in made:                    # this group's rows of a token-parallel tensor
+                whole = tensors[t].bytes
+                return replace(u, share=u.share * own[t].bytes / whole) if whole else u
+            if own[t].kind == "weight":
+                return u
+            new = _mark(t, g)
+            src = own[t]
+            tensors[new] = Tensor(new, src.bytes, src.kind, src.live_out)
+            return replace(u, tensor=new)
+
+        for op, acc in recs:
+            acc = replace(acc, uses=tuple(rename(u) for u in acc.uses))
+            for t in acc.writes:
+                base = t if g == 0 else t[:t.rindex(GROUP_MARK)]
+                produced.setdefault(base, []).append(t)
+            cores.append((replace(op, name=_mark(op.name, g)), acc))
+    recs = []
+    for op, acc in dense:
+        if any(u.tensor in outs for u in acc.uses):
+            acc = replace(acc, uses=tuple(v for u in acc.uses for v in (
+                [replace(u, tensor=t) for t in produced[u.tensor]] if u.tensor in outs
+                else [u])))
+        recs.append((op, acc))
+    recs[at:at] = cores
+    used = {u.tensor for _, acc in recs for u in acc.uses}
+    return Block(name, rep, tuple(op for op, _ in recs), "forward",
+                 access=tuple(acc for _, acc in recs),
+                 tensors=tuple(t for n, t in tensors.items() if n in used),
+                 program_tensors=tuple(fl.program.values()),
+                 carry=(Carry("x", "y", entry, exit_),))
+
+
+def _named_head(h: _Ctx, tokens: int) -> Block:
+    """The head over ``h.batch`` logits rows, reading them from the last layer's output of
+    ``tokens`` rows (program tensor ``hidden``)."""
+    hb = head_block(h)
+    rows = h.tokens
+    if rows == tokens:
+        return hb
+    f = rows / tokens
+    hidden = Tensor("hidden", tokens * h.m.hidden_size * h.p.a_bytes)
+    return replace(hb, program_tensors=tuple(hidden if t.name == "hidden" else t
+                                             for t in hb.program_tensors),
+                   access=tuple(replace(acc, uses=tuple(
+                       replace(u, share=u.share * f) if u.tensor == "hidden" else u
+                       for u in acc.uses)) for acc in hb.access))
 
 
 def lower_step(m: ModelConfig, step: Step, *, precision: Precision | None = None, tp: int = 1,
                attention: str = "fused") -> Workload:
-    """The workload of one serving ``step`` for one of ``tp`` ranks (module docstring)."""
+    """The workload of one serving ``step`` for one of ``tp`` ranks (module docstring), with
+    its tensors named as :func:`~diptych.workloads.lower.decode`'s are, so that the program
+    scheduler (residency, fusion) sees a step as it sees ``diptych run``'s phases: a step of
+    decode sequences of one context is exactly ``decode()``'s workload, tensors included."""
     _check(m, tp, attention)
     p = precision or Precision()
-    cores: dict[str, list[Op]] = {}
-    for g in step_cores(m, step, precision=p, tp=tp, attention=attention):
-        _merge(cores, g)
+    groups = _step_records(m, step, precision=p, tp=tp, attention=attention)
+    c = _Ctx(m, p, tp, step.tokens, 1, 0, "decode", attention)
+    h = _Ctx(m, p, tp, step.rows, 1, 0, "decode", attention)
+    layers = [_named_layer(name, rep, ck, entry, exit_, groups)
+              for (name, rep, ck), (entry, exit_) in zip(layer_kinds(c), layer_exits(c))]
     phase = "prefill" if step.prefill else "decode"
-    return Workload(phase, tuple(_blocks(m, p, tp, attention, step.tokens, step.rows, cores)),
+    return Workload(phase, (embedding_block(c), *layers, _named_head(h, step.tokens)),
                     tokens=step.tokens, batch=step.rows,
                     info={"tp": tp, "attention": attention, "decode_batch": step.decode_batch,
                           "decode_keys": step.decode_keys, "prefill": list(step.prefill)})
@@ -282,10 +425,11 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
 
     With ``fixed_costs`` each block also pays the chip's launch costs (``[overheads]``): one
     ``op_launch_us`` per distinct op of the block (a serving engine runs the attention of all
-    the step's sequences as one kernel, so records of one op name are one launch) on its
-    compute side and one ``collective_launch_us`` per collective on its communication side,
-    spending static power meanwhile. (This stands in for the program scheduler, which will
-    charge them itself; the step's ``step_sync_us`` is the caller's.)"""
+    the step's sequences as one kernel, so records of one op name, group marks aside, are one
+    launch) on its compute side and one ``collective_launch_us`` per collective on its
+    communication side, spending static power meanwhile. This is the summed model's stand-in
+    for the program scheduler, which charges them itself: with ``execution="schedule"`` it is
+    never used (the step's ``step_sync_us`` is the caller's)."""
     from .run import simulate_workload
 
     t = simulate_workload(w, chip, simulate=simulate)
@@ -309,7 +453,7 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
             a["attention_memory_s"] += r["memory_seconds"]
         a["energy_j"] += r["energy_j"]
         if fixed_costs:
-            names[b].add(("c" if r["bound"] == "communication" else "o", r["op"]))
+            names[b].add(("c" if r["bound"] == "communication" else "o", base_name(r["op"])))
     if fixed_costs:
         op_s, coll_s = launch_seconds(chip)
         static = chip.energy.static_w
@@ -358,6 +502,7 @@ def step_parts(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
             step_cores(m, step, precision=precision, tp=tp, attention=attention))
 
 
-__all__ = ["BlockCost", "CORE_OPS", "Step", "block_costs", "combine_parts", "core_op_names",
-           "core_workload", "decode_cores", "frame", "launch_seconds", "lower_step",
-           "prefill_cores", "step_cores", "step_parts", "step_sync_seconds"]
+__all__ = ["BlockCost", "CORE_OPS", "GROUP_MARK", "Step", "base_name", "block_costs",
+           "combine_parts", "core_op_names", "core_workload", "decode_cores", "frame",
+           "launch_seconds", "lower_step", "prefill_cores", "step_cores", "step_parts",
+           "step_sync_seconds"]

@@ -5,33 +5,37 @@ The event loop asks ``oracle.cost(step)`` for the time and energy (per chip) of 
 implementations:
 
 * :class:`DirectOracle` lowers every distinct step (:func:`~diptych.workloads.step.lower_step`)
-  and simulates it (:func:`~diptych.workloads.run.simulate_workload`), memoised on the step.
-  Exact, and slow for long runs (every new step shape is a simulation).
+  and simulates it (:func:`~diptych.workloads.run.simulate_workload`, or
+  :func:`~diptych.workloads.execute.schedule_workload` for ``execution="schedule"``),
+  memoised on the step. Exact, and slow for long runs (every new step shape is a
+  simulation).
 * :class:`GridOracle` splits a step into its frame and its attention cores
   (:func:`~diptych.workloads.step.step_parts`), simulates those pieces at the vertices of
-  fixed grids, lazily (a vertex is simulated the first time a step needs it) and
-  interpolates:
+  grids, lazily (a vertex is simulated the first time a step needs it) and interpolates:
 
   - frame, per block (compute, collectives, energy): piecewise linear in the step's tokens
-    ``N`` (embedding and layer blocks) and in its logits rows (the head);
+    ``N`` (embedding and layer blocks) and in its logits rows (the head), on an axis refined
+    where the engine's time is a staircase (:class:`_RefinedAxis`);
   - decode cores: bilinear in (decode batch, mean keys) per ``decode_queries``;
   - prefill cores: bilinear in (chunk, past), per chunk: the fused record's compute term
     divided by the chunk (exact for the causal ``chunk·(past + (chunk+1)/2)`` work), its
-    memory term as is (exact for the linear K/V traffic).
+    memory term as is (exact for the linear K/V traffic);
+  - a core whose cell is rough (its simulated centre off the interpolant) where that could
+    move the step by ``refine_tol`` is simulated at the query itself.
 
-  The pieces are recombined with the simulator's block rule
-  (:func:`~diptych.workloads.step.combine_parts`), so with every quantity linear between
-  vertices the oracle equals direct simulation; docs/serving.md gives the measured error.
+  The pieces are recombined with the step's rule: the summed model's block rule
+  (:func:`~diptych.workloads.step.combine_parts`), or for ``execution="schedule"`` the frame's
+  scheduled nodes plus the cores' nodes (run + launch) less the schedule's overlap measured at
+  the frame's vertices. So with every quantity linear between vertices the oracle equals
+  direct simulation; docs/serving.md gives the measured error.
 
-The execution model (a list schedule of the step's program, ``execution="schedule"``) is
-available through :class:`DirectOracle` (``Replica(execution="schedule")``); the grid oracle
-interpolates the summed model only, since a scheduled step is not a sum of its pieces. Either
-way the event loop is unchanged: it only calls ``cost``.
+The event loop only calls ``cost``; it knows nothing of how steps are timed.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+import inspect
+from bisect import bisect_right, insort
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
@@ -40,9 +44,9 @@ from ...arch import Chip, load_chip
 from ...workloads import load_model
 from ...workloads.config import ModelConfig
 from ...workloads.precision import Precision
-from ...workloads.step import (Step, block_costs, combine_parts, core_op_names, core_workload,
-                               decode_cores, frame, launch_seconds, lower_step, prefill_cores,
-                               step_sync_seconds)
+from ...workloads.step import (CORE_OPS, Step, base_name, block_costs, combine_parts,
+                               core_op_names, core_workload, decode_cores, frame,
+                               launch_seconds, lower_step, prefill_cores, step_sync_seconds)
 
 
 class StepCost(NamedTuple):
@@ -62,12 +66,13 @@ class StepTimer(Protocol):
 class Replica:
     """A model served on ``tp`` chips of one kind: what every step of one engine runs on.
 
-    ``fixed_costs``: charge the chip's ``[overheads]`` (a launch per distinct op of each layer
-    block, per collective, and a synchronisation per step; see
-    :func:`~diptych.workloads.step.block_costs`). ``execution``: "sum" (every op timed alone,
-    the times added per block, as ``diptych run``'s default) or "schedule" (the step's
-    program list-scheduled on the chip's resources with its fixed costs,
-    :func:`~diptych.workloads.execute.schedule_workload`; the direct oracle only)."""
+    ``execution``: "sum" (every op timed alone, the times added per block) or "schedule" (the
+    step's program list-scheduled on the chip's resources with its fixed costs,
+    :func:`~diptych.workloads.execute.schedule_workload`; ``fusion`` as ``diptych run
+    --no-fusion``); the default is ``diptych run``'s (:func:`default_execution`).
+    ``fixed_costs`` (sum only): charge the chip's ``[overheads]`` as the stand-in of
+    :func:`~diptych.workloads.step.block_costs` (a launch per distinct op of each layer
+    block, per collective, and a synchronisation per step); a schedule charges them itself."""
 
     chip: Chip
     model: ModelConfig
@@ -76,13 +81,20 @@ class Replica:
     attention: str = "fused"
     overlap: bool = True
     fixed_costs: bool = True
-    execution: str = "sum"
+    execution: str | None = None
+    fusion: bool = True
 
     def __post_init__(self):
         from ...workloads.run import EXECUTIONS
+        if self.execution is None:
+            object.__setattr__(self, "execution", default_execution(self.chip))
         if self.execution not in EXECUTIONS:
             raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
                              f"{self.execution!r}")
+        if self.execution == "schedule" and not self.fixed_costs:
+            raise ValueError("fixed_costs=False turns off the summed model's stand-in for the "
+                             "chip's [overheads]; with execution='schedule' the scheduler "
+                             "charges them itself (use execution='sum')")
 
     @property
     def name(self) -> str:
@@ -98,11 +110,25 @@ class Replica:
         return StepCost(seconds + sync, energy_j + self.chip.energy.static_w * sync)
 
 
+def default_execution(chip: Chip) -> str:
+    """The execution model ``diptych run`` gives a phase on ``chip`` when none is asked for
+    (``workloads.run.default_execution`` where the run layer decides per chip, else
+    ``run_workload``'s default): serving steps are timed as ``run`` times a phase unless told
+    otherwise."""
+    from ...workloads import run
+
+    per_chip = getattr(run, "default_execution", None)
+    if per_chip is not None:
+        return per_chip(chip)
+    return inspect.signature(run.run_workload).parameters["execution"].default
+
+
 def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
                  act_dtype: str | None = None, kv_dtype: str | None = None,
                  attention: str = "fused", fixed_costs: bool = True,
-                 execution: str = "sum") -> Replica:
-    """A :class:`Replica` with the precision ``diptych run`` would use for inference."""
+                 execution: str | None = None, fusion: bool = True) -> Replica:
+    """A :class:`Replica` with the precision ``diptych run`` would use for inference;
+    ``execution`` None: :func:`default_execution`."""
     from ...workloads.lower import check_attention, check_tp
     from ...workloads.checks import check_supported
     from ...workloads.run import default_precision
@@ -114,7 +140,7 @@ def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
     p = default_precision(chip, "decode", weights_dtype, act_dtype, kv_dtype)
     check_supported(chip, p)
     return Replica(chip=chip, model=model, tp=tp, precision=p, attention=attention,
-                   fixed_costs=fixed_costs, execution=execution)
+                   fixed_costs=fixed_costs, execution=execution, fusion=fusion)
 
 
 class DirectOracle:
@@ -136,7 +162,8 @@ class DirectOracle:
                 from ...workloads.execute import schedule_workload
                 from ...workloads.run import _default_simulate
 
-                t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate())
+                t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate(),
+                                      fusion=r.fusion)
                 got = self._memo[step] = StepCost(t["seconds"], t["energy_j"])
             else:
                 s, e = combine_parts(block_costs(w, r.chip, self._simulate,
@@ -176,12 +203,21 @@ class GridSpec:
     max_tokens: int = 1 << 20
     max_keys: int = 1 << 22
     max_batch: int = 1 << 16
+    #: adaptive refinement of the token axis (the frame): a cell a query falls in is used
+    #: only once its midpoint, simulated, agrees with the cell's linear interpolant to this
+    #: fraction of the frame's time; otherwise it is halved, down to neighbouring integers.
+    #: None: the fixed vertices only.
+    refine_tol: float | None = 0.005
 
     def __post_init__(self):
         for f in ("token_ratio", "batch_ratio", "keys_ratio", "chunk_ratio", "past_ratio"):
             v = getattr(self, f)
             if not 1.0 < v <= 4.0:
                 raise ValueError(f"{f} must be in (1, 4], not {v!r}")
+        t = self.refine_tol
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
+                              or not 0.0 < t < 0.5):
+            raise ValueError(f"refine_tol must be None or a fraction in (0, 0.5), not {t!r}")
 
 
 class _Axis:
@@ -210,21 +246,72 @@ def _lerp(u: tuple, v: tuple, w: float) -> list[float]:
     return [a + (b - a) * w for a, b in zip(u, v)]
 
 
+class _RefinedAxis(_Axis):
+    """An integer axis whose cells are halved where the tabulated function is not linear
+    (:attr:`GridSpec.refine_tol`).
+
+    A query in a cell ``(a, b)`` not yet certified simulates its midpoint ``m`` (which becomes
+    a vertex): if ``|f(m) − lerp(f(a), f(b))(m)| ≤ tol·f(m)`` (``f`` the scalar ``measure``
+    of the tabulated tuple) both halves are certified linear; otherwise the half holding the
+    query is examined the same way, down to a cell of two neighbouring integers (exact: no
+    integer lies between). A jump ``J`` of a staircase inside a cell shows at its midpoint as
+    ``J/2``, so every jump larger than ``2·tol`` is isolated between neighbouring integers
+    in ``log2(width)`` simulations. What a midpoint cannot see — a narrow spike between two
+    agreeing points — is not hidden either: it stays an interpolation error (measured,
+    docs/serving.md). Simulations are bounded by the integers of the cells queried."""
+
+    __slots__ = ("value", "measure", "tol", "ok")
+
+    def __init__(self, pts: list[int], name: str, value, measure, tol: float):
+        super().__init__(list(pts), name)
+        self.value, self.measure, self.tol = value, measure, tol
+        self.ok: set[tuple[int, int]] = set()
+
+    def locate(self, x: float) -> tuple[int, int, float]:
+        a, b, w = super().locate(x)
+        while w and (a, b) not in self.ok and b - a >= 2:
+            m = (a + b) // 2
+            fa, fb = self.measure(self.value(a)), self.measure(self.value(b))
+            fm = self.measure(self.value(m))
+            insort(self.pts, m)
+            if abs(fm - (fa + (fb - fa) * (m - a) / (b - a))) <= self.tol * abs(fm):
+                self.ok.update(((a, m), (m, b)))
+            if x == m:
+                return m, m, 0.0
+            a, b = (a, m) if x < m else (m, b)
+            w = (x - a) / (b - a)
+        return a, b, w
+
+
+def _origin(block: str, names) -> str:
+    """The workload block a schedule record belongs to: itself, or the block a residency
+    segment ``name[a:b]`` was cut from (its repeats a to b)."""
+    if block in names:
+        return block
+    head, bracket, tail = block.rpartition("[")
+    if bracket and head in names and tail.endswith("]"):
+        return head
+    raise KeyError(f"schedule record of unknown block {block!r}")
+
+
 class GridOracle:
     """Interpolating oracle over lazily simulated grid vertices (module docstring)."""
 
     def __init__(self, replica: Replica, simulate: Callable | None = None,
                  grid: GridSpec | None = None, progress: Callable[[int], None] | None = None):
-        if replica.execution != "sum":
-            raise ValueError(f"the grid oracle interpolates the summed step model; with "
-                             f"execution {replica.execution!r} use the direct oracle "
-                             f"(--oracle direct)")
+        if replica.execution == "schedule" and replica.attention != "fused":
+            raise ValueError(f"the grid oracle times scheduled steps with fused attention "
+                             f"(its cores are then nodes of their own); with attention "
+                             f"{replica.attention!r} use the direct oracle (--oracle direct)")
         self.replica = replica
+        self._scheduled = replica.execution == "schedule"
         self._simulate = simulate
         g = grid or GridSpec()
         self.grid = g
-        self._tok = _Axis(geometric_axis(g.token_dense, g.token_ratio, g.max_tokens),
-                          "step tokens")
+        tok = geometric_axis(g.token_dense, g.token_ratio, g.max_tokens)
+        self._tok = (_Axis(tok, "step tokens") if g.refine_tol is None else
+                     _RefinedAxis(tok, "step tokens", self._frame_at, self._frame_seconds,
+                                  g.refine_tol))
         self._bat = _Axis(geometric_axis(g.batch_dense, g.batch_ratio, g.max_batch),
                           "decode batch")
         self._keys = _Axis(geometric_axis(16, g.keys_ratio, g.max_keys), "mean keys")
@@ -233,6 +320,9 @@ class GridOracle:
         self._frame: dict[int, tuple] = {}
         self._dec: dict[tuple[int, int, int], tuple] = {}
         self._pf: dict[tuple[int, int], tuple] = {}
+        self._rough: dict = {}
+        self._roughest: dict[str, float] = {}
+        self._kind_reps: list[int] | None = None
         self._progress = progress
         self.simulations = 0
         self._blocks: list[tuple[str, int]] | None = None
@@ -250,14 +340,47 @@ class GridOracle:
         got = self._frame.get(n)
         if got is None:
             r = self.replica
-            w = frame(r.model, n, n, precision=r.precision, tp=r.tp, attention=r.attention)
-            bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs)
-            if self._blocks is None:
-                self._blocks = [(b.name, b.repeat) for b in bc]
-            got = tuple(x for b in bc for x in (b.compute_s, b.comm_s, b.energy_j))
+            if self._scheduled:
+                got = self._scheduled_frame(n)
+            else:
+                w = frame(r.model, n, n, precision=r.precision, tp=r.tp, attention=r.attention)
+                bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs)
+                if self._blocks is None:
+                    self._blocks = [(b.name, b.repeat) for b in bc]
+                got = tuple(x for b in bc for x in (b.compute_s, b.comm_s, b.energy_j))
             self._frame[n] = got
             self._tick()
         return got
+
+    def _scheduled_frame(self, n: int) -> tuple:
+        """The frame at ``n`` tokens and logits rows as the program scheduler times it: per
+        block, the nodes' time (launch + run) and energy per copy, the cores left out; then
+        the schedule's overlap ``H`` (the nodes' time less the makespan) of the step of ``n``
+        one-token decode sequences, which the frame's vertices measure for every step."""
+        from ...workloads.execute import schedule_workload
+        from ...workloads.run import _default_simulate
+
+        r = self.replica
+        w = lower_step(r.model, Step(n, n), precision=r.precision, tp=r.tp,
+                       attention=r.attention)
+        t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate(),
+                              fusion=r.fusion)
+        if self._blocks is None:
+            self._blocks = [(b.name, b.repeat) for b in w.blocks]
+        run = {b.name: 0.0 for b in w.blocks}       # all copies of each block
+        energy = dict(run)
+        for rec in t["layers"]:
+            if not any(base_name(x) in CORE_OPS for x in rec.get("fused", [rec["op"]])):
+                block = _origin(rec["block"], run)
+                run[block] += (rec["seconds"] + rec["launch_s"]) * rec["repeat"]
+                energy[block] += rec["energy_j"] * rec["repeat"]
+        # the cores as the oracle times them (their table, one launch per node): the overlap
+        # then also holds how the schedule's cores differ from the table at this vertex
+        cores = self._core_seconds(self._dec_exact(n, n, 1)) + sum(
+            rep * launch for rep, launch in zip(self._kind_repeats, self._launches(Step(n, n))))
+        overlap = sum(run.values()) + cores + t["step_sync_s"] - t["seconds"]
+        return tuple(x for b in w.blocks for x in (run[b.name] / b.repeat, 0.0,
+                                                   energy[b.name] / b.repeat)) + (overlap,)
 
     @property
     def kinds(self) -> list[str]:
@@ -268,8 +391,23 @@ class GridOracle:
             self._kinds = [b.name for b in w.blocks if b.name not in ("embedding", "head")]
         return self._kinds
 
+    def _core_ops(self, key: tuple) -> dict[str, tuple]:
+        """Per layer kind, the op names of one group's cores: ``("d", queries)`` a decode
+        batch, ``("p", has_past)`` a prefill chunk."""
+        got = self._names.get(key)
+        if got is None:
+            r = self.replica
+            m, p, a = r.model, r.precision, r.attention
+            cores = (decode_cores(m, 1, 1 + key[1], key[1], precision=p, tp=r.tp,
+                                  attention=a) if key[0] == "d" else
+                     prefill_cores(m, 1, int(key[1]), 1, precision=p, tp=r.tp, attention=a))
+            got = self._names[key] = {k: tuple(o.name for o in ops) for k, ops in cores.items()}
+        return got
+
     def _launches(self, step: Step) -> list[float]:
-        """Per layer kind: launch seconds of the cores' distinct ops present in ``step``."""
+        """Per layer kind: launch seconds of the cores of ``step``: in the summed model one
+        per distinct op (the stand-in of :func:`~diptych.workloads.step.block_costs`); in a
+        schedule one per node, i.e. per op of every sequence group."""
         r = self.replica
         if not r.fixed_costs:
             return [0.0] * len(self.kinds)
@@ -277,19 +415,17 @@ class GridOracle:
         if step.decode_batch:
             keys.append(("d", step.decode_queries))
         keys += [("p", past > 0) for _, past in step.prefill]
+        op_s = launch_seconds(r.chip)[0]
+        if self._scheduled:
+            count = dict.fromkeys(self.kinds, 0)
+            for key in keys:
+                for k, ops in self._core_ops(key).items():
+                    count[k] += len(ops)
+            return [count[k] * op_s for k in self.kinds]
         names = {k: set() for k in self.kinds}
         for key in dict.fromkeys(keys):
-            got = self._names.get(key)
-            if got is None:
-                m, p, a = r.model, r.precision, r.attention
-                cores = (decode_cores(m, 1, 1 + key[1], key[1], precision=p, tp=r.tp,
-                                      attention=a) if key[0] == "d" else
-                         prefill_cores(m, 1, int(key[1]), 1, precision=p, tp=r.tp,
-                                       attention=a))
-                got = self._names[key] = core_op_names(cores)
-            for k, ns in got.items():
-                names[k] |= ns
-        op_s = launch_seconds(r.chip)[0]
+            for k, ops in self._core_ops(key).items():
+                names[k] |= set(ops)
         return [len(names[k]) * op_s for k in self.kinds]
 
     def _core(self, cores: dict, per_token: int = 0) -> tuple:
@@ -309,14 +445,8 @@ class GridOracle:
         return tuple(out)
 
     def _dec_at(self, batch: int, keys: int, q: int) -> tuple:
-        k = (batch, keys, q)
-        got = self._dec.get(k)
-        if got is None:
-            r = self.replica
-            got = self._dec[k] = self._core(decode_cores(
-                r.model, batch, batch * keys, q, precision=r.precision, tp=r.tp,
-                attention=r.attention))
-        return got
+        """The decode cores at a vertex: ``keys`` per sequence."""
+        return self._dec_exact(batch, batch * keys, q)
 
     def _pf_at(self, chunk: int, past: int) -> tuple:
         k = (chunk, past)
@@ -331,23 +461,94 @@ class GridOracle:
 
     # -- interpolation ------------------------------------------------------------------------
 
-    def _bilinear(self, fn, ax, ay, x: float, y: float, *extra) -> list[float]:
+    def _bilinear(self, fn, ax, ay, x: float, y: float, *extra
+                  ) -> tuple[list[float], tuple[int, int, int, int]]:
+        """The interpolated tuple at ``(x, y)`` and its cell ``(x0, x1, y0, y1)``."""
         x0, x1, wx = ax.locate(x)
         y0, y1, wy = ay.locate(y)
         lo = fn(x0, y0, *extra)
         if wx:
             lo = _lerp(lo, fn(x1, y0, *extra), wx)
         if not wy:
-            return list(lo)
+            return list(lo), (x0, x1, y0, y1)
         hi = fn(x0, y1, *extra)
         if wx:
             hi = _lerp(hi, fn(x1, y1, *extra), wx)
-        return _lerp(lo, hi, wy)
+        return _lerp(lo, hi, wy), (x0, x1, y0, y1)
+
+    @property
+    def _kind_repeats(self) -> list[int]:
+        """Layers of each layer kind (once a frame has been simulated)."""
+        if self._kind_reps is None:
+            self._kind_reps = [rep for name, rep in self._blocks if name in self.kinds]
+        return self._kind_reps
+
+    def _core_seconds(self, v, tokens: int = 1) -> float:
+        """A core tuple's time over all layers (``tokens``: the chunk of a per-token tuple)."""
+        return sum(rep * (v[4 * k] + max(v[4 * k + 1] * tokens, v[4 * k + 2]))
+                   for k, rep in enumerate(self._kind_repeats))
+
+    def _roughness(self, fn, cell, extra, per_token: bool) -> float:
+        """How far a core cell is from bilinear: the relative gap, in the cores' time,
+        between the cell's centre simulated and its interpolant (one simulation per cell,
+        memoised; 0 for a cell without an interior point)."""
+        key = (fn.__name__, cell, extra)
+        got = self._rough.get(key)
+        if got is None:
+            x0, x1, y0, y1 = cell
+            if x1 - x0 < 2 and y1 - y0 < 2:
+                got = 0.0
+            else:
+                xm, ym = (x0 + x1) // 2, (y0 + y1) // 2
+                wx = (xm - x0) / (x1 - x0) if x1 > x0 else 0.0
+                wy = (ym - y0) / (y1 - y0) if y1 > y0 else 0.0
+                lo = _lerp(fn(x0, y0, *extra), fn(x1, y0, *extra), wx)
+                hi = _lerp(fn(x0, y1, *extra), fn(x1, y1, *extra), wx)
+                t = xm if per_token else 1
+                want = self._core_seconds(fn(xm, ym, *extra), t)
+                got = abs(self._core_seconds(_lerp(lo, hi, wy), t) - want) / want
+            self._rough[key] = got
+            kind = fn.__name__
+            self._roughest[kind] = max(self._roughest.get(kind, 0.0), got)
+        return got
+
+    def _trusted(self, v, cell, fn, extra, tokens: int, step_s: float) -> bool:
+        """Whether an interpolated core may be used (``step_s``: the step's frame, a lower
+        bound of the step). Its cell's roughness times its time must stay within
+        ``refine_tol`` of the step; and, since one centre cannot prove a cell smooth
+        everywhere and the mapper's noise is a property of the chip, the roughest cell seen
+        for this kind of core times its time within ``3 × refine_tol`` (taking that one at
+        ``refine_tol`` too simulated nearly every distinct prompt of a serving sweep on the
+        h100 preset; docs/serving.md)."""
+        tol = self.grid.refine_tol
+        if tol is None:
+            return True
+        core_s = self._core_seconds(v, tokens)
+        if core_s <= tol * step_s:          # however rough, it cannot move the step
+            return True
+        if self._roughness(fn, cell, extra, tokens > 1) * core_s > tol * step_s:
+            return False
+        return self._roughest.get(fn.__name__, 0.0) * core_s <= 3 * tol * step_s
+
+    def _frame_seconds(self, v: tuple) -> float:
+        """A frame tuple's time (all blocks, repeats included): what refinement compares."""
+        t = sum(rep * (v[3 * i] + v[3 * i + 1]) for i, (_, rep) in enumerate(self._blocks))
+        return t - v[-1] if self._scheduled else t
 
     def _frame_interp(self, n: int) -> list[float] | tuple:
         a, b, w = self._tok.locate(n)
         lo = self._frame_at(a)
         return _lerp(lo, self._frame_at(b), w) if w else lo
+
+    def _dec_exact(self, batch: int, keys: int, q: int) -> tuple:
+        """The decode cores of ``batch`` sequences holding ``keys`` keys in all."""
+        k = (batch, keys, q)
+        got = self._dec.get(k)
+        if got is None:
+            r = self.replica
+            got = self._dec[k] = self._core(decode_cores(
+                r.model, batch, keys, q, precision=r.precision, tp=r.tp, attention=r.attention))
+        return got
 
     def cost(self, step: Step) -> StepCost:
         """Interpolated cost of ``step`` (see the module docstring)."""
@@ -355,26 +556,33 @@ class GridOracle:
         nk = len(kinds)
         cores = [0.0] * nk
         core_e = [0.0] * nk
+        body = self._frame_interp(step.tokens)
+        head = self._frame_interp(step.rows)
+        frame_s = self._frame_seconds(body)
         if step.decode_batch:
-            b = step.decode_batch
-            v = self._bilinear(self._dec_at, self._bat, self._keys, b, step.decode_keys / b,
-                               step.decode_queries)
+            b, q = step.decode_batch, step.decode_queries
+            # (interpolated: a decode batch's keys change every step, so simulating rough
+            # cells at the query would simulate every step; its attention is mostly the
+            # linear K/V read)
+            v, _ = self._bilinear(self._dec_at, self._bat, self._keys, b, step.decode_keys / b,
+                                  q)
             for k in range(nk):
                 o, c, m, e = v[4 * k:4 * k + 4]
                 cores[k] += o + max(c, m)
                 core_e[k] += e
         for chunk, past in step.prefill:
-            v = self._bilinear(self._pf_at, self._chunk, self._past, chunk, past)
+            v, cell = self._bilinear(self._pf_at, self._chunk, self._past, chunk, past)
+            if not self._trusted(v, cell, self._pf_at, (), chunk, frame_s):
+                v = self._pf_at(chunk, past)         # simulated at the query itself
             for k in range(nk):
                 o, c, m, e = v[4 * k:4 * k + 4]
                 cores[k] += o + max(c * chunk, m)
                 core_e[k] += e * chunk
-        static = self.replica.chip.energy.static_w
+        # launches spend static power in the summed stand-in; a schedule's energy is its ops'
+        static = 0.0 if self._scheduled else self.replica.chip.energy.static_w
         for k, launch in enumerate(self._launches(step)):
             cores[k] += launch
             core_e[k] += static * launch
-        body = self._frame_interp(step.tokens)
-        head = self._frame_interp(step.rows)
         secs = energy = 0.0
         overlap = self.replica.overlap
         k = 0
@@ -387,6 +595,10 @@ class GridOracle:
                 k += 1
             secs += rep * (max(comp, comm) if overlap else comp + comm)
             energy += rep * e
+        if self._scheduled:
+            # the nodes' times add up along the step's dependency chain; what the schedule
+            # overlaps (prefetches, independent work) is measured at the frame's vertices
+            return StepCost(secs + step_sync_seconds(self.replica.chip) - body[-1], energy)
         return self.replica.with_sync(secs, energy)
 
 

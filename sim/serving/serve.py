@@ -242,6 +242,7 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
              and (tpot["p99"] is None or tpot["p99"] <= cfg.slo_tpot_s))
     info = dict(info)
     info.update(oracle=oracles.kind, oracle_simulations=oracles.simulations,
+                execution=", ".join(dict.fromkeys(p.replica.execution for p in dep.pools)),
                 steps=sum(len(i.rec_t) for i in instances),
                 completed=len(done), output_tokens=out_tok,
                 input_tokens=int(m["prompt"].sum()),

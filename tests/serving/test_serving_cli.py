@@ -145,3 +145,20 @@ def test_prompt_beyond_the_kv_capacity_of_one_sequence_exits_2(cli, tmp_path):
             "--prompt", 6000, "--gen", 2000, "--requests", 3)
     assert r.exit_code == 2, r.output
     assert "needs 8000 tokens of KV cache, more than the" in r.output
+
+
+def test_execution_defaults_to_runs_and_the_grid_schedules(cli):
+    r = cli(*BASE, "--qps", 4, "--requests", 20, "--json")
+    assert r.exit_code == 0, r.output
+    run = cli("run", "--chip", "h100", "--model", "llama-3-8b", "--phase", "decode",
+              "--batch", 1, "--prompt", 10, "--json")
+    assert run.exit_code == 0, run.output
+    assert json.loads(r.output)["info"]["execution"] == json.loads(run.output)["execution"]
+    for extra in ((), ("--no-fusion",)):
+        r = cli(*BASE, "--qps", 4, "--requests", 20, "--execution", "schedule", *extra,
+                "--json")
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.output)["info"]["execution"] == "schedule"
+    r = cli(*BASE, "--qps", 4, "--requests", 5, "--execution", "schedule", "--attention",
+            "unfused")
+    assert r.exit_code == 2 and "--oracle direct" in r.output

@@ -147,42 +147,56 @@ def _fixed_per_step(w, chip) -> float:
     return launches * fc.op_launch_us * 1e-6 + fc.step_sync_us * 1e-6
 
 
+@pytest.mark.parametrize("execution", ["sum", "schedule"])
 def test_low_load_ttft_is_one_prefill_and_tpot_one_batch1_decode_step_plus_fixed_costs(
-        tmp_path):
+        tmp_path, execution):
     prompt, gen = 512, 64
-    res = serve(DEP8, Load(trace=_spaced_trace(tmp_path, 12, prompt, gen)), oracles=direct())
-    o = DirectOracle(DEP8.pool.replica, roofline)
+    dep = colocated("h100", "llama-3-8b", execution=execution)
+    res = serve(dep, Load(trace=_spaced_trace(tmp_path, 12, prompt, gen)), oracles=direct())
+    o = DirectOracle(dep.pool.replica, roofline)
     prefill = o.cost(Step(prefill=((prompt, 0),))).seconds
     steps = [o.cost(Step(1, prompt + i + 1)).seconds for i in range(gen - 1)]
     ttft = [r.first_t - r.arrival for r in res.reqs]
     assert ttft == pytest.approx([prefill] * 12, rel=1e-12)
     assert res.tpot_s["mean"] == pytest.approx(sum(steps) / len(steps), rel=1e-12)
-    # that is `diptych run`'s batch-1 prefill and decode, plus the h100's [overheads]
-    m, p = load_model("llama-3-8b"), DEP8.pool.replica.precision
+    # that is `diptych run`'s batch-1 prefill and decode, plus the h100's [overheads]: the
+    # summed model's stand-in, counted here independently; a schedule charges its own
+    m, p = load_model("llama-3-8b"), dep.pool.replica.precision
     run_p = run_workload("h100", "llama-3-8b", phase="prefill", batch=1, prompt=prompt,
-                         simulate=roofline)
+                         simulate=roofline, execution=execution)
     run_d = run_workload("h100", "llama-3-8b", phase="decode", batch=1, prompt=prompt,
-                         gen=gen - 1, simulate=roofline)
-    fixed_p = _fixed_per_step(prefill_workload(m, 1, prompt, precision=p), "h100")
-    fixed_d = _fixed_per_step(decode_workload(m, 1, prompt + 32, precision=p), "h100")
-    assert fixed_p > 0 and fixed_d > 0
+                         gen=gen - 1, simulate=roofline, execution=execution)
+    fixed_p = fixed_d = 0.0
+    if execution == "sum":
+        fixed_p = _fixed_per_step(prefill_workload(m, 1, prompt, precision=p), "h100")
+        fixed_d = _fixed_per_step(decode_workload(m, 1, prompt + 32, precision=p), "h100")
+        assert fixed_p > 0 and fixed_d > 0
+    else:
+        assert run_p.fixed_costs_s > 0 and run_d.fixed_costs_s > 0
     assert res.ttft_s["p50"] == pytest.approx(run_p.seconds + fixed_p, rel=1e-12)
     assert res.tpot_s["mean"] == pytest.approx(run_d.seconds + fixed_d, rel=1e-6)
 
 
+@pytest.mark.parametrize("execution", ["sum", "schedule"])
 @pytest.mark.parametrize("batch,prompt,gen", [(8, 1024, 64), (32, 300, 10)])
-def test_static_mode_equals_run(batch, prompt, gen):
+def test_static_mode_equals_run(batch, prompt, gen, execution):
+    """Static batches are `run`'s batches: summed with the fixed costs off, or scheduled
+    (the scheduler's own fixed costs, in both)."""
     cfg = ServeConfig(scheduler="static", max_batch=batch)
-    dep = Deployment(pool=Pool(make_replica("h100", "llama-3-8b", fixed_costs=False)))
+    dep = Deployment(pool=Pool(make_replica("h100", "llama-3-8b", execution=execution,
+                                            fixed_costs=execution == "schedule")))
     res = serve(dep, Load(concurrency=batch, prompt=P(str(prompt)), gen=P(str(gen)),
                           requests=batch), cfg, oracles=direct())
     pre = run_workload("h100", "llama-3-8b", phase="prefill", batch=batch, prompt=prompt,
-                       simulate=roofline)
+                       simulate=roofline, execution=execution)
     dec = run_workload("h100", "llama-3-8b", phase="decode", batch=batch, prompt=prompt,
-                       gen=gen - 1, simulate=roofline)
+                       gen=gen - 1, simulate=roofline, execution=execution)
+    # (a schedule's times are whole picoseconds: its mean over the steps is the step at the
+    # mean context to a few ps)
+    tol = 1e-9 if execution == "sum" else 1e-8
     for r in res.reqs:
         assert r.first_t - r.arrival == pytest.approx(pre.seconds, rel=1e-12)
-        assert (r.finish_t - r.first_t) / (gen - 1) == pytest.approx(dec.seconds, rel=1e-9)
+        assert (r.finish_t - r.first_t) / (gen - 1) == pytest.approx(dec.seconds, rel=tol)
     assert res.tokens_per_s == pytest.approx(
         batch * gen / (pre.seconds + (gen - 1) * dec.seconds), rel=1e-9)
 
@@ -304,5 +318,17 @@ def test_scheduled_execution_through_the_direct_oracle():
                                                  requests=10), oracles=OracleCache(
         "direct", roofline))
     assert res.requests == 10
-    with pytest.raises(ValueError, match="use the direct oracle"):
-        serve(Deployment(pool=Pool(rep)), Load(qps=5, requests=3), oracles=grid())
+    # the grid interpolates the scheduled steps too (tests/serving/test_serving_oracle.py)
+    res_g = serve(Deployment(pool=Pool(rep)), Load(qps=5, prompt=P("300"), gen=P("20"),
+                                                   requests=10), oracles=grid())
+    assert res_g.tpot_s["mean"] == pytest.approx(res.tpot_s["mean"], rel=0.01)
+    assert res_g.ttft_s["mean"] == pytest.approx(res.ttft_s["mean"], rel=0.01)
+
+
+def test_serving_defaults_to_runs_execution():
+    """`diptych serve` times steps as `diptych run` times a phase unless told otherwise."""
+    for chip in ("h100", "infer-2026"):
+        run = run_workload(chip, "llama-3-8b", phase="decode", batch=1, prompt=10,
+                           simulate=roofline)
+        assert make_replica(chip, "llama-3-8b").execution == run.execution
+        assert colocated(chip, "llama-3-8b").pool.replica.execution == run.execution

@@ -12,7 +12,9 @@ from diptych.workloads import decode, load_model, prefill
 from diptych.workloads.fused import FusedAttention
 from diptych.workloads.params import kv_bytes_per_token_per_chip
 from diptych.workloads.run import default_precision, simulate_workload
-from diptych.workloads.step import Step, lower_step, prefill_cores
+from diptych.workloads.execute import schedule_workload
+from diptych.workloads.run import run_workload
+from diptych.workloads.step import CORE_OPS, Step, base_name, lower_step, prefill_cores
 
 #: uniform, MoE, MLA + MoE, and models whose layers differ (sliding/global windows, attention
 #: sinks, chunked attention and NoPE layers)
@@ -107,3 +109,74 @@ def test_decode_with_speculative_rows_widens_the_gemms():
     t5 = simulate_workload(w, load_chip("h100"), simulate=roofline)["seconds"]
     # a 5-row verify step reads the same weights: far cheaper than 5 decode steps
     assert t1 < t5 < 2 * t1
+
+
+def _named(w):
+    return [(b.name, b.repeat, b.ops, b.access, b.tensors, b.program_tensors, b.carry)
+            for b in w.blocks]
+
+
+@pytest.mark.parametrize("name,tp", MODELS)
+def test_a_decode_step_names_its_tensors_as_decode_does(name, tp):
+    """Tensor names, shares, state and carries of a decode-only step are decode()'s: residency
+    and fusion see the step as they see `run --phase decode`."""
+    chip = load_chip("h100")
+    m = load_model(name)
+    p = default_precision(chip, "decode", None, None, None)
+    assert _named(lower_step(m, Step(5, 5 * 1500), precision=p, tp=tp)) == \
+        _named(decode(m, 5, 1500, precision=p, tp=tp))
+
+
+@pytest.mark.parametrize("chip", ["h100", "infer-2026", "tpu-v5e"])
+def test_decode_step_scheduled_equals_run_decode_schedule(chip):
+    r = run_workload(chip, "llama-3-8b", phase="decode", batch=6, prompt=799, gen=1,
+                     execution="schedule", simulate=roofline, power_limit=False)
+    rep = make_replica(chip, "llama-3-8b", execution="schedule")
+    assert DirectOracle(rep, roofline).cost(Step(6, 6 * 800)).seconds == \
+        pytest.approx(r.seconds, rel=1e-12)
+
+
+def _rows_read(blk) -> float:
+    """Bytes a layer's cores read of tensors the layer's other ops make (q, K/V rows)."""
+    by = {t.name: t for t in blk.tensors}
+    made = {t for op, a in zip(blk.ops, blk.access) if base_name(op.name) not in CORE_OPS
+            for t in a.writes}
+    return sum(u.share * by[u.tensor].bytes for op, a in zip(blk.ops, blk.access)
+               if base_name(op.name) in CORE_OPS for u in a.of(mode="read") if u.tensor in made)
+
+
+@pytest.mark.parametrize("name,tp", MODELS)
+def test_mixed_step_program_links_every_group(name, tp):
+    """Every sequence group's cores read their share of the step's q and K/V rows, their own
+    cache, and write their own output, which the op after attention reads in full; the
+    program validates and schedules (fused and not)."""
+    chip = load_chip("h100")
+    m = load_model(name)
+    p = default_precision(chip, "decode", None, None, None)
+    st = Step(7, 7 * 900 + 13, ((300, 200), (1000, 0), (300, 200)))
+    w = lower_step(m, st, precision=p, tp=tp)
+    layer = w.blocks[1]
+    cores = [(op, a) for op, a in zip(layer.ops, layer.access)
+             if base_name(op.name) in CORE_OPS]
+    outs = [t for op, a in cores for t in a.writes
+            if not any(t in a2.reads for _, a2 in cores)]
+    assert len(outs) == 3                                # decode batch + two distinct chunks
+    after = [a for op, a in zip(layer.ops, layer.access)
+             if base_name(op.name) not in CORE_OPS and set(outs) & set(a.reads)]
+    assert len(after) == 1 and set(outs) <= set(after[0].reads)
+    by = {t.name: t for t in layer.tensors}
+    assert by["kv_cache"].kind == "kv_cache"
+    # the chunk after a past of 200 reads that past from the cache: its own state tensor
+    assert by["kv_past@1"].kind == "kv_cache" and by["kv_past@1"].bytes > 0
+    assert "kv_past@2" not in by                        # the chunk without a past reads none
+    # the bytes the cores read of the step's token-parallel tensors (q, K/V rows) are what
+    # each group's own lowering reads of its own rows (decode() and prefill() of the group)
+    ref = [decode(m, 7, 900, precision=p, tp=tp), prefill(m, 2, 300, precision=p, tp=tp),
+           prefill(m, 1, 1000, precision=p, tp=tp)]
+    st = Step(7, 7 * 900, ((300, 0), (1000, 0), (300, 0)))
+    w = lower_step(m, st, precision=p, tp=tp)
+    got = _rows_read(w.blocks[1])
+    assert got > 0
+    assert got == pytest.approx(sum(_rows_read(r.blocks[1]) for r in ref), rel=1e-12)
+    for fusion in (True, False):
+        assert schedule_workload(w, chip, simulate=roofline, fusion=fusion)["seconds"] > 0
