@@ -38,14 +38,17 @@ def _random_steps(n: int, seed: int, max_batch: int = 200, max_ctx: int = 4000,
 @pytest.mark.parametrize("model,tp", [("llama-3-8b", 1), ("mixtral-8x7b", 2),
                                       ("llama-3-70b", 4), ("gemma-3-12b", 2)])
 def test_interpolation_error_under_2_percent_on_random_steps(model, tp):
-    g = GridOracle(make_replica("h100", model, tp=tp), roofline)
+    """The summed pieces' interpolation (the scheduled grid:
+    test_scheduled_grid_under_2_percent_on_random_steps)."""
+    g = GridOracle(make_replica("h100", model, tp=tp, execution="sum"), roofline)
     err = interpolation_error(g, _random_steps(150, seed=11), roofline)
     assert max(err) < 0.02
     assert np.mean(err) < 0.005
 
 
 def test_oracle_is_exact_on_its_vertices():
-    r = make_replica("h100", "llama-3-8b")
+    # the summed pieces (exact_parts_cost recombines them as simulate_workload does)
+    r = make_replica("h100", "llama-3-8b", execution="sum")
     g = GridOracle(r, roofline)
     # tokens, rows, batch, mean keys, chunk and past all on vertices of the default grid
     for st in (Step(8, 8 * 16), Step(prefill=((16, 0),)), Step(4, 4 * 40, ((8, 0),)),
