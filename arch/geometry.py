@@ -256,6 +256,58 @@ def assign_edges(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: int
     return slots, short
 
 
+def edge_shortfall(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: int,
+                   d2d: dict[str, float], phy_depth_mm: float = 0.0, link_depth_mm: float = 0.0,
+                   d2d_depth_mm: float = 0.0, blocked: tuple[str, ...] = ()) -> dict:
+    """The shortfalls of :func:`assign_edges` (``{"hbm", "links", "d2d"}``, the same numbers:
+    the same greedy placement, in the same order and arithmetic) without building the slots:
+    what :func:`choose_outline`'s search over outlines needs, several times faster.
+    ``tests/arch/test_geometry_speed.py`` compares the two on random dies."""
+    depths = [phy_depth_mm if hbm_phys else 0.0, link_depth_mm if links else 0.0,
+              d2d_depth_mm if any(d2d.values()) else 0.0]
+    usable = usable_lengths(w, h, spec, depths)
+    free = dict(usable)
+    short_d2d = 0.0
+    for e, mm in d2d.items():
+        if mm <= 0:
+            continue
+        take = min(mm, free[e])
+        short_d2d += mm - take
+        free[e] -= take
+    eligible = [e for e in EDGES if not d2d.get(e) and e not in blocked]
+    if w < h:  # (with w >= h, EDGES is already longest first: the stable sort keeps it)
+        eligible.sort(key=lambda e: -edge_length(w, h, e))  # as assign_edges
+    eligible = eligible[:spec.hbm_edges]
+    s = spec.mm_edge_per_hbm_phy
+    short_hbm = 0
+    hbm_edges = set()
+    for _ in range(hbm_phys):
+        best = None
+        for e in eligible:  # max() over free lengths: the first of equal ones
+            if best is None or free[e] > free[best]:
+                best = e
+        if best is None or free[best] < s - 1e-9:
+            short_hbm += 1
+            continue
+        hbm_edges.add(best)
+        free[best] -= s
+    short_links = 0
+    sl = spec.mm_edge_per_link
+    if links and sl > 0:
+        open_ = [e for e in EDGES if e not in blocked]
+        for _ in range(links):
+            best, bk = None, None
+            for e in open_:
+                k = (free[e] >= sl - 1e-9, e not in hbm_edges, free[e])
+                if best is None or k > bk:
+                    best, bk = e, k
+            if best is None or free[best] < sl - 1e-9:
+                short_links += 1
+                continue
+            free[best] -= sl
+    return {"hbm": short_hbm, "links": short_links, "d2d": short_d2d}
+
+
 def usable_lengths(w: float, h: float, spec: DieSpec, depths) -> dict[str, float]:
     """Usable length of each edge: long edges less the corner keep-outs; short edges less the
     keep-outs or the deepest interface (which may sit on a long edge's corner), whichever is
@@ -335,9 +387,8 @@ def _outline(area: float, spec: DieSpec, n: int, *, hbm_phys: int, links: int,
     for i in range(n + 1):
         r = lo + (hi - lo) * i / n if hi > lo else lo
         w, h = _dims(area, r)
-        _, short = assign_edges(w, h, spec, hbm_phys=hbm_phys, links=links, d2d=d2d,
-                                blocked=blocked, **depths)
-        miss = _shortfall_mm(short, spec)
+        miss = _shortfall_mm(edge_shortfall(w, h, spec, hbm_phys=hbm_phys, links=links,
+                                            d2d=d2d, blocked=blocked, **depths), spec)
         if miss <= 1e-9:
             return w, h, True
         if miss < best - 1e-9:
