@@ -9,7 +9,8 @@ RSS, each beside its target, and the load average.
    Numba cache warm and the persistent result cache off (``--no-cache``): target < 5 s;
    a cold Numba cache (a fresh ``NUMBA_CACHE_DIR``), result cache off: target < 15 s;
    with the result cache (an empty one, then the same command again). Its JSON must equal
-   ``benchmarks/headline_compare.json`` (written from commit 450f107, before the speed work).
+   ``benchmarks/headline_compare.json`` (re-pinned from commit 7e4bb80, before the second
+   speed pass: the model changed on purpose since the first pin, 450f107).
 3. ``diptych run`` of one phase, warm, result cache off: target < 2 s each.
 Peak RSS < 500 MB throughout.
 
