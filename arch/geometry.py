@@ -294,13 +294,16 @@ def edge_shortfall(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: i
     short_links = 0
     sl = spec.mm_edge_per_link
     if links and sl > 0:
-        open_ = [e for e in EDGES if e not in blocked]
+        open_ = [(e, e not in hbm_edges) for e in EDGES if e not in blocked]
         for _ in range(links):
-            best, bk = None, None
-            for e in open_:
-                k = (free[e] >= sl - 1e-9, e not in hbm_edges, free[e])
-                if best is None or k > bk:
-                    best, bk = e, k
+            # max() of (fits, no PHYs, free length): the first of equal ones
+            best, b_fit, b_nophy, b_free = None, False, False, 0.0
+            for e, nophy in open_:
+                fe = free[e]
+                fit = fe >= sl - 1e-9
+                if best is None or fit > b_fit or (fit == b_fit and (
+                        nophy > b_nophy or (nophy == b_nophy and fe > b_free))):
+                    best, b_fit, b_nophy, b_free = e, fit, nophy, fe
             if best is None or free[best] < sl - 1e-9:
                 short_links += 1
                 continue
@@ -358,8 +361,8 @@ def choose_outline(area: float, spec: DieSpec, *, hbm_phys: int, links: int,
     w, h, ok = _outline(area, spec, 200, **io, **depths)
     if ok or area >= spec.reticle_mm2:
         return w, h
-    _, _, fits = _outline(spec.reticle_mm2, spec, 60, **io, **depths)
-    if not fits:
+    if not _reticle_fits(spec, hbm_phys, links, tuple(d2d.items()), blocked,
+                         tuple(sorted(depths.items()))):
         return w, h
     lo, hi = area, spec.reticle_mm2
     while hi - lo > 1e-3 * area:
@@ -369,6 +372,15 @@ def choose_outline(area: float, spec: DieSpec, *, hbm_phys: int, links: int,
         else:
             lo = mid
     return _outline(hi, spec, 60, **io, **depths)[:2]
+
+
+@functools.lru_cache(maxsize=256)
+def _reticle_fits(spec: DieSpec, hbm_phys: int, links: int, d2d: tuple, blocked: tuple,
+                  depths: tuple) -> bool:
+    """Whether a reticle-sized die holds every interface (:func:`choose_outline`'s probe; the
+    same for every die of a sweep that shares its I/O)."""
+    return _outline(spec.reticle_mm2, spec, 60, hbm_phys=hbm_phys, links=links,
+                    d2d=dict(d2d), blocked=blocked, **dict(depths))[2]
 
 
 def _outline(area: float, spec: DieSpec, n: int, *, hbm_phys: int, links: int,
