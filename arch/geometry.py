@@ -358,20 +358,43 @@ def choose_outline(area: float, spec: DieSpec, *, hbm_phys: int, links: int,
     (they shorten the short edges).
     """
     io = dict(hbm_phys=hbm_phys, links=links, d2d=d2d, blocked=blocked)
-    w, h, ok = _outline(area, spec, 200, **io, **depths)
-    if ok or area >= spec.reticle_mm2:
+    w, h, ok = _outline(area, spec, 200, fits_only=True, **io, **depths)
+    if ok:
         return w, h
-    if not _reticle_fits(spec, hbm_phys, links, tuple(d2d.items()), blocked,
-                         tuple(sorted(depths.items()))):
-        return w, h
+    if area >= spec.reticle_mm2 or not _reticle_fits(
+            spec, hbm_phys, links, tuple(d2d.items()), blocked, tuple(sorted(depths.items()))):
+        return _outline(area, spec, 200, **io, **depths)[:2]   # the least shortfall
     lo, hi = area, spec.reticle_mm2
     while hi - lo > 1e-3 * area:
         mid = 0.5 * (lo + hi)
-        if _outline(mid, spec, 60, **io, **depths)[2]:
+        if _outline(mid, spec, 60, fits_only=True, **io, **depths)[2]:
             hi = mid
         else:
             lo = mid
     return _outline(hi, spec, 60, **io, **depths)[:2]
+
+
+def _phys_cannot_fit(area: float, lo: float, hi: float, spec: DieSpec, hbm_phys: int,
+                     d2d: dict[str, float], blocked: tuple[str, ...], depths: dict) -> bool:
+    """True when no outline of ``area`` with aspect ratio in ``[lo, hi]`` can hold the
+    ``hbm_phys`` PHY sites (a sufficient condition for :func:`edge_shortfall` to report a
+    shortfall at every ratio): each eligible edge (w ≥ h, so the same edges at every ratio)
+    takes at most ``⌊(its longest usable length + 1e-6) / mm_edge_per_hbm_phy⌋`` of them
+    (a PHY needs ``free ≥ s − 1e-9``, so ``j`` PHYs need ``j·s ≤ length + 1e-9``)."""
+    if hbm_phys <= 0:
+        return False
+    k = spec.corner_keepout_mm
+    corner = max(k, depths.get("phy_depth_mm", 0.0), depths.get("link_depth_mm", 0.0),
+                 depths.get("d2d_depth_mm", 0.0))
+    w_max = math.sqrt(area * hi) * (1 + 1e-12)      # the longest side over the ratios
+    h_max = math.sqrt(area / lo) * (1 + 1e-12)      # the longest short side
+    s = spec.mm_edge_per_hbm_phy
+    eligible = [e for e in EDGES if not d2d.get(e) and e not in blocked][:spec.hbm_edges]
+    room = 0
+    for e in eligible:
+        length = max(0.0, w_max - 2 * k) if e in LONG_EDGES else max(0.0, h_max - 2 * corner)
+        room += math.floor((length + 1e-6) / s)
+    return hbm_phys > room
 
 
 @functools.lru_cache(maxsize=256)
@@ -379,22 +402,26 @@ def _reticle_fits(spec: DieSpec, hbm_phys: int, links: int, d2d: tuple, blocked:
                   depths: tuple) -> bool:
     """Whether a reticle-sized die holds every interface (:func:`choose_outline`'s probe; the
     same for every die of a sweep that shares its I/O)."""
-    return _outline(spec.reticle_mm2, spec, 60, hbm_phys=hbm_phys, links=links,
-                    d2d=dict(d2d), blocked=blocked, **dict(depths))[2]
+    return _outline(spec.reticle_mm2, spec, 60, fits_only=True, hbm_phys=hbm_phys,
+                    links=links, d2d=dict(d2d), blocked=blocked, **dict(depths))[2]
 
 
 def _outline(area: float, spec: DieSpec, n: int, *, hbm_phys: int, links: int,
-             d2d: dict[str, float], blocked: tuple[str, ...] = (),
+             d2d: dict[str, float], blocked: tuple[str, ...] = (), fits_only: bool = False,
              **depths: float) -> tuple[float, float, bool]:
     """The first outline of ``area`` (aspect ratios from the squarest up, in ``n`` steps)
     whose edges hold every interface, else the one with the least shortfall; and whether
-    it holds them."""
+    it holds them. ``fits_only``: only the first outline and whether it holds them matter
+    (when none does the outline returned is arbitrary), so the scan is skipped when the
+    PHY sites alone cannot fit at any of the ratios (:func:`_phys_cannot_fit`)."""
     rw, rh = spec.reticle_width_mm, spec.reticle_height_mm
     lo, hi = 1.0, spec.max_aspect_ratio
     if area <= spec.reticle_mm2 * (1 + 1e-12):
         lo_ret, hi_ret = max(1.0, area / rw**2), rh**2 / area
         if lo_ret <= hi and lo_ret <= hi_ret:
             lo, hi = lo_ret, min(hi, hi_ret)
+    if fits_only and _phys_cannot_fit(area, lo, hi, spec, hbm_phys, d2d, blocked, depths):
+        return (*_dims(area, lo), False)
     best, best_r = math.inf, lo
     for i in range(n + 1):
         r = lo + (hi - lo) * i / n if hi > lo else lo
