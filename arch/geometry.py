@@ -375,24 +375,23 @@ def choose_outline(area: float, spec: DieSpec, *, hbm_phys: int, links: int,
 
 
 def _phys_cannot_fit(area: float, lo: float, hi: float, spec: DieSpec, hbm_phys: int,
-                     d2d: dict[str, float], blocked: tuple[str, ...], depths: dict) -> bool:
+                     d2d: dict[str, float], blocked: tuple[str, ...]) -> bool:
     """True when no outline of ``area`` with aspect ratio in ``[lo, hi]`` can hold the
     ``hbm_phys`` PHY sites (a sufficient condition for :func:`edge_shortfall` to report a
     shortfall at every ratio): each eligible edge (w ≥ h, so the same edges at every ratio)
-    takes at most ``⌊(its longest usable length + 1e-6) / mm_edge_per_hbm_phy⌋`` of them
-    (a PHY needs ``free ≥ s − 1e-9``, so ``j`` PHYs need ``j·s ≤ length + 1e-9``)."""
+    takes at most ``⌊(an upper bound of its usable length + 1e-6) / mm_edge_per_hbm_phy⌋``
+    of them (a PHY needs ``free ≥ s − 1e-9``, so ``j`` PHYs need ``j·s ≤ length + 1e-9``);
+    the bound is the longest side over the ratios less the corner keep-outs only."""
     if hbm_phys <= 0:
         return False
-    k = spec.corner_keepout_mm
-    corner = max(k, depths.get("phy_depth_mm", 0.0), depths.get("link_depth_mm", 0.0),
-                 depths.get("d2d_depth_mm", 0.0))
+    k = spec.corner_keepout_mm      # (a short edge loses at least this at each end)
     w_max = math.sqrt(area * hi) * (1 + 1e-12)      # the longest side over the ratios
     h_max = math.sqrt(area / lo) * (1 + 1e-12)      # the longest short side
     s = spec.mm_edge_per_hbm_phy
     eligible = [e for e in EDGES if not d2d.get(e) and e not in blocked][:spec.hbm_edges]
     room = 0
     for e in eligible:
-        length = max(0.0, w_max - 2 * k) if e in LONG_EDGES else max(0.0, h_max - 2 * corner)
+        length = max(0.0, (w_max if e in LONG_EDGES else h_max) - 2 * k)
         room += math.floor((length + 1e-6) / s)
     return hbm_phys > room
 
@@ -420,7 +419,7 @@ def _outline(area: float, spec: DieSpec, n: int, *, hbm_phys: int, links: int,
         lo_ret, hi_ret = max(1.0, area / rw**2), rh**2 / area
         if lo_ret <= hi and lo_ret <= hi_ret:
             lo, hi = lo_ret, min(hi, hi_ret)
-    if fits_only and _phys_cannot_fit(area, lo, hi, spec, hbm_phys, d2d, blocked, depths):
+    if fits_only and _phys_cannot_fit(area, lo, hi, spec, hbm_phys, d2d, blocked):
         return (*_dims(area, lo), False)
     best, best_r = math.inf, lo
     for i in range(n + 1):

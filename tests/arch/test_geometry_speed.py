@@ -36,9 +36,11 @@ def test_edge_shortfall_is_assign_edges_shortfall(w, h, hbm, links, d2d, blocked
        links=st.integers(0, 30), d2d=d2d_edges,
        blocked=st.lists(st.sampled_from(EDGES), max_size=2, unique=True),
        hbm_edges=st.integers(1, 4), per_phy=st.floats(2.0, 12.0), ratio=st.floats(1.0, 3.0),
-       depth=st.floats(0.0, 3.0), n=st.sampled_from([1, 7, 60]))
+       depth=st.floats(0.0, 3.0), link_depth=st.floats(0.0, 3.0), d2d_depth=st.floats(0.0, 3.0),
+       n=st.sampled_from([1, 7, 60]))
 def test_the_pruned_fit_probe_agrees_with_the_scan(area, hbm, links, d2d, blocked, hbm_edges,
-                                                   per_phy, ratio, depth, n):
+                                                   per_phy, ratio, depth, link_depth,
+                                                   d2d_depth, n):
     """``_outline(fits_only=True)`` (which skips dies whose PHY sites cannot fit) answers
     whether an outline fits exactly as the full scan, and returns the same first fit."""
     from diptych.arch.geometry import _outline
@@ -46,7 +48,7 @@ def test_the_pruned_fit_probe_agrees_with_the_scan(area, hbm, links, d2d, blocke
     spec = dataclasses.replace(DEFAULT_DIE, hbm_edges=hbm_edges, mm_edge_per_hbm_phy=per_phy,
                                max_aspect_ratio=ratio)
     kw = dict(hbm_phys=hbm, links=links, d2d=d2d, blocked=tuple(blocked), phy_depth_mm=depth,
-              link_depth_mm=depth / 2, d2d_depth_mm=depth / 3)
+              link_depth_mm=depth * link_depth, d2d_depth_mm=depth * d2d_depth)
     full = _outline(area, spec, n, **kw)
     fast = _outline(area, spec, n, fits_only=True, **kw)
     assert fast[2] == full[2]
