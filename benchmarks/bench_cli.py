@@ -43,6 +43,8 @@ RUNS = [
      ["run", "--chip", "train-2026", "--model", "llama-3-70b", "--phase", "train",
       "--seq", "4096", "--batch", "16", "--tp", "8", "--json"]),
 ]
+#: The cold headline measured alternately on the same load (docs/engine.md, Speed).
+COLD_REFERENCE = "7e4bb80 13.8-14.0 s CPU, w4-speed2 13.4-13.6 s"
 NUMBA_PROBE = ("import sys, runpy; sys.argv = ['diptych'] + sys.argv[1:]\n"
                "from diptych.tools.cli import main\n"
                "try:\n    main()\nexcept SystemExit:\n    pass\n"
@@ -115,6 +117,8 @@ def main() -> None:
             rss_max = max(rss_max, rss)
             line("cold Numba cache (fresh NUMBA_CACHE_DIR), no result cache", cpu, wall, rss,
                  15, f"  identical: {'yes' if json.loads(out) == want else 'NO'}")
+            print(f"    earlier (docs/engine.md, Speed; load average 5-6): {COLD_REFERENCE}; "
+                  "benchmarks/bench_compile.py lists the kernels' compile time")
         with tempfile.TemporaryDirectory() as rc:
             env = {"DIPTYCH_CACHE_DIR": rc}
             cpu, wall, rss, out, _ = measure(HEADLINE, env)
