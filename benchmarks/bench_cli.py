@@ -44,7 +44,7 @@ RUNS = [
       "--seq", "4096", "--batch", "16", "--tp", "8", "--json"]),
 ]
 #: The cold headline measured alternately on the same load (docs/engine.md, Speed).
-COLD_REFERENCE = "7e4bb80 13.8-14.0 s CPU, w4-speed2 13.4-13.6 s"
+COLD_REFERENCE = "7e4bb80 13.6-14.1 s CPU, w4-speed2 13.4-13.6 s (load 2-6)"
 NUMBA_PROBE = ("import sys, runpy; sys.argv = ['diptych'] + sys.argv[1:]\n"
                "from diptych.tools.cli import main\n"
                "try:\n    main()\nexcept SystemExit:\n    pass\n"
@@ -117,7 +117,7 @@ def main() -> None:
             rss_max = max(rss_max, rss)
             line("cold Numba cache (fresh NUMBA_CACHE_DIR), no result cache", cpu, wall, rss,
                  15, f"  identical: {'yes' if json.loads(out) == want else 'NO'}")
-            print(f"    earlier (docs/engine.md, Speed; load average 5-6): {COLD_REFERENCE}; "
+            print(f"    earlier (docs/engine.md, Speed): {COLD_REFERENCE}; "
                   "benchmarks/bench_compile.py lists the kernels' compile time")
         with tempfile.TemporaryDirectory() as rc:
             env = {"DIPTYCH_CACHE_DIR": rc}

@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Earlier measurements of the default run (docs/engine.md, Speed), printed for comparison:
 #: CPU seconds of all processes and the projection on 2 idle cores, on the shared 2-core
-#: development machine (load average 5-7).
-REFERENCE = (("7e4bb80, before the second speed pass", "269", "135"),
-             ("w4-speed2 (outline search, hashing, mapper layout)", "237", "119"))
+#: development machine, the two commits one after the other at load average ~3.
+REFERENCE = (("7e4bb80, before the second speed pass", "263", "132"),
+             ("w4-speed2 (outline search, hashing, mapper layout)", "230", "115"))
 
 
 def _cpu_s() -> float:
