@@ -442,6 +442,20 @@ class Chip:
             fail(source, "area_budget_mm2", self.area_budget_mm2,
                  f"at least the modelled die area ({self.die_area_mm2:.1f} mm²)")
 
+    # ---- hashing: once per chip object (chips key the memoised derivations of the engine and
+    # mapper, e.g. sim/fabric.py, asked thousands of times per GEMM search); the same fields
+    # as __eq__ compares. The cached value stays in this process: string hashes are salted
+    # per process, so pickling (sweep workers) drops it.
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, x.name) for x in fields(self) if x.compare))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
     # ---- derived quantities -------------------------------------------------------------
     @property
     def clock_hz(self) -> float:

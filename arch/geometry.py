@@ -256,6 +256,61 @@ def assign_edges(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: int
     return slots, short
 
 
+def edge_shortfall(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: int,
+                   d2d: dict[str, float], phy_depth_mm: float = 0.0, link_depth_mm: float = 0.0,
+                   d2d_depth_mm: float = 0.0, blocked: tuple[str, ...] = ()) -> dict:
+    """The shortfalls of :func:`assign_edges` (``{"hbm", "links", "d2d"}``, the same numbers:
+    the same greedy placement, in the same order and arithmetic) without building the slots:
+    what :func:`choose_outline`'s search over outlines needs, several times faster.
+    ``tests/arch/test_geometry_speed.py`` compares the two on random dies."""
+    depths = [phy_depth_mm if hbm_phys else 0.0, link_depth_mm if links else 0.0,
+              d2d_depth_mm if any(d2d.values()) else 0.0]
+    usable = usable_lengths(w, h, spec, depths)
+    free = dict(usable)
+    short_d2d = 0.0
+    for e, mm in d2d.items():
+        if mm <= 0:
+            continue
+        take = min(mm, free[e])
+        short_d2d += mm - take
+        free[e] -= take
+    eligible = [e for e in EDGES if not d2d.get(e) and e not in blocked]
+    if w < h:  # (with w >= h, EDGES is already longest first: the stable sort keeps it)
+        eligible.sort(key=lambda e: -edge_length(w, h, e))  # as assign_edges
+    eligible = eligible[:spec.hbm_edges]
+    s = spec.mm_edge_per_hbm_phy
+    short_hbm = 0
+    hbm_edges = set()
+    for _ in range(hbm_phys):
+        best = None
+        for e in eligible:  # max() over free lengths: the first of equal ones
+            if best is None or free[e] > free[best]:
+                best = e
+        if best is None or free[best] < s - 1e-9:
+            short_hbm += 1
+            continue
+        hbm_edges.add(best)
+        free[best] -= s
+    short_links = 0
+    sl = spec.mm_edge_per_link
+    if links and sl > 0:
+        open_ = [(e, e not in hbm_edges) for e in EDGES if e not in blocked]
+        for _ in range(links):
+            # max() of (fits, no PHYs, free length): the first of equal ones
+            best, b_fit, b_nophy, b_free = None, False, False, 0.0
+            for e, nophy in open_:
+                fe = free[e]
+                fit = fe >= sl - 1e-9
+                if best is None or fit > b_fit or (fit == b_fit and (
+                        nophy > b_nophy or (nophy == b_nophy and fe > b_free))):
+                    best, b_fit, b_nophy, b_free = e, fit, nophy, fe
+            if best is None or free[best] < sl - 1e-9:
+                short_links += 1
+                continue
+            free[best] -= sl
+    return {"hbm": short_hbm, "links": short_links, "d2d": short_d2d}
+
+
 def usable_lengths(w: float, h: float, spec: DieSpec, depths) -> dict[str, float]:
     """Usable length of each edge: long edges less the corner keep-outs; short edges less the
     keep-outs or the deepest interface (which may sit on a long edge's corner), whichever is
@@ -303,41 +358,75 @@ def choose_outline(area: float, spec: DieSpec, *, hbm_phys: int, links: int,
     (they shorten the short edges).
     """
     io = dict(hbm_phys=hbm_phys, links=links, d2d=d2d, blocked=blocked)
-    w, h, ok = _outline(area, spec, 200, **io, **depths)
-    if ok or area >= spec.reticle_mm2:
+    w, h, ok = _outline(area, spec, 200, fits_only=True, **io, **depths)
+    if ok:
         return w, h
-    _, _, fits = _outline(spec.reticle_mm2, spec, 60, **io, **depths)
-    if not fits:
-        return w, h
+    if area >= spec.reticle_mm2 or not _reticle_fits(
+            spec, hbm_phys, links, tuple(d2d.items()), blocked, tuple(sorted(depths.items()))):
+        return _outline(area, spec, 200, **io, **depths)[:2]   # the least shortfall
     lo, hi = area, spec.reticle_mm2
     while hi - lo > 1e-3 * area:
         mid = 0.5 * (lo + hi)
-        if _outline(mid, spec, 60, **io, **depths)[2]:
+        if _outline(mid, spec, 60, fits_only=True, **io, **depths)[2]:
             hi = mid
         else:
             lo = mid
     return _outline(hi, spec, 60, **io, **depths)[:2]
 
 
+def _phys_cannot_fit(area: float, lo: float, hi: float, spec: DieSpec, hbm_phys: int,
+                     d2d: dict[str, float], blocked: tuple[str, ...]) -> bool:
+    """True when no outline of ``area`` with aspect ratio in ``[lo, hi]`` can hold the
+    ``hbm_phys`` PHY sites (a sufficient condition for :func:`edge_shortfall` to report a
+    shortfall at every ratio): each eligible edge (w ≥ h, so the same edges at every ratio)
+    takes at most ``⌊(an upper bound of its usable length + 1e-6) / mm_edge_per_hbm_phy⌋``
+    of them (a PHY needs ``free ≥ s − 1e-9``, so ``j`` PHYs need ``j·s ≤ length + 1e-9``);
+    the bound is the longest side over the ratios less the corner keep-outs only."""
+    if hbm_phys <= 0:
+        return False
+    k = spec.corner_keepout_mm      # (a short edge loses at least this at each end)
+    w_max = math.sqrt(area * hi) * (1 + 1e-12)      # the longest side over the ratios
+    h_max = math.sqrt(area / lo) * (1 + 1e-12)      # the longest short side
+    s = spec.mm_edge_per_hbm_phy
+    eligible = [e for e in EDGES if not d2d.get(e) and e not in blocked][:spec.hbm_edges]
+    room = 0
+    for e in eligible:
+        length = max(0.0, (w_max if e in LONG_EDGES else h_max) - 2 * k)
+        room += math.floor((length + 1e-6) / s)
+    return hbm_phys > room
+
+
+@functools.lru_cache(maxsize=256)
+def _reticle_fits(spec: DieSpec, hbm_phys: int, links: int, d2d: tuple, blocked: tuple,
+                  depths: tuple) -> bool:
+    """Whether a reticle-sized die holds every interface (:func:`choose_outline`'s probe; the
+    same for every die of a sweep that shares its I/O)."""
+    return _outline(spec.reticle_mm2, spec, 60, fits_only=True, hbm_phys=hbm_phys,
+                    links=links, d2d=dict(d2d), blocked=blocked, **dict(depths))[2]
+
+
 def _outline(area: float, spec: DieSpec, n: int, *, hbm_phys: int, links: int,
-             d2d: dict[str, float], blocked: tuple[str, ...] = (),
+             d2d: dict[str, float], blocked: tuple[str, ...] = (), fits_only: bool = False,
              **depths: float) -> tuple[float, float, bool]:
     """The first outline of ``area`` (aspect ratios from the squarest up, in ``n`` steps)
     whose edges hold every interface, else the one with the least shortfall; and whether
-    it holds them."""
+    it holds them. ``fits_only``: only the first outline and whether it holds them matter
+    (when none does the outline returned is arbitrary), so the scan is skipped when the
+    PHY sites alone cannot fit at any of the ratios (:func:`_phys_cannot_fit`)."""
     rw, rh = spec.reticle_width_mm, spec.reticle_height_mm
     lo, hi = 1.0, spec.max_aspect_ratio
     if area <= spec.reticle_mm2 * (1 + 1e-12):
         lo_ret, hi_ret = max(1.0, area / rw**2), rh**2 / area
         if lo_ret <= hi and lo_ret <= hi_ret:
             lo, hi = lo_ret, min(hi, hi_ret)
+    if fits_only and _phys_cannot_fit(area, lo, hi, spec, hbm_phys, d2d, blocked):
+        return (*_dims(area, lo), False)
     best, best_r = math.inf, lo
     for i in range(n + 1):
         r = lo + (hi - lo) * i / n if hi > lo else lo
         w, h = _dims(area, r)
-        _, short = assign_edges(w, h, spec, hbm_phys=hbm_phys, links=links, d2d=d2d,
-                                blocked=blocked, **depths)
-        miss = _shortfall_mm(short, spec)
+        miss = _shortfall_mm(edge_shortfall(w, h, spec, hbm_phys=hbm_phys, links=links,
+                                            d2d=d2d, blocked=blocked, **depths), spec)
         if miss <= 1e-9:
             return w, h, True
         if miss < best - 1e-9:

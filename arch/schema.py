@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 import types
 import typing
@@ -109,6 +110,13 @@ def _convert(tp: Any, value: Any, meta: dict, source: str | None, path: str) -> 
     raise TypeError(f"unsupported field type {tp!r} at {path}")  # programming error
 
 
+@functools.lru_cache(maxsize=None)
+def _fields(cls: type) -> tuple[dict, dict]:
+    """(type hints, init fields by name) of dataclass ``cls``, resolved once per class
+    (``get_type_hints`` evaluates the string annotations: the bulk of a chip's build time)."""
+    return get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls) if f.init}
+
+
 def build(cls: type, data: dict, *, source: str | None = None, path: str = "") -> Any:
     """Instantiate dataclass ``cls`` from ``data`` (nested dicts), validating every field.
 
@@ -116,8 +124,7 @@ def build(cls: type, data: dict, *, source: str | None = None, path: str = "") -
     :class:`ConfigError`. After fields are converted, the class's ``_validate(source, path)``
     hook (if present) runs cross-field checks.
     """
-    hints = get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    hints, fields = _fields(cls)
     for key in data:
         if key not in fields:
             known = ", ".join(sorted(fields))

@@ -24,6 +24,12 @@ from diptych.tools.dse.sweep import read_results, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 
+#: Earlier measurements of the default run (docs/engine.md, Speed), printed for comparison:
+#: CPU seconds of all processes and the projection on 2 idle cores, on the shared 2-core
+#: development machine, the two commits one after the other at load average ~3.
+REFERENCE = (("7e4bb80, before the second speed pass", "263", "132"),
+             ("w4-speed2 (outline search, hashing, mapper layout)", "230", "115"))
+
 
 def _cpu_s() -> float:
     """User + system CPU seconds of this process and its finished children (the workers)."""
@@ -83,6 +89,9 @@ def main() -> None:
           f"idle cores (CPU / jobs; target < 120 s: {'OK' if proj < 120 else 'MISSED'})")
     print(f"peak RSS        {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MB"
           f" per worker (target < 500 MB)")
+    if args.spec == ap.get_default("spec") and not args.limit and args.jobs == 2:
+        for what, cpu_s, proj_s in REFERENCE:
+            print(f"earlier         {cpu_s} s CPU, {proj_s} s projected: {what}")
 
 
 if __name__ == "__main__":

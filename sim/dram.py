@@ -62,9 +62,6 @@ T_FAW_NS = 30.0
 #: command queue, as in DRAMsim3's default ``cmd_queue_size`` range of 32-64 [assumption]).
 LOOKAHEAD_BURSTS = 64
 
-#: Entries of the per-transfer pattern cache of the Numba model (direct-mapped).
-CACHE_ENTRIES = 512
-
 #: Bytes of the pattern cache shared by engine runs on one DRAM geometry: per entry and
 #: pseudo-channel three int32 counts and the touched list (16 bytes), so 16,384 entries at 256
 #: pseudo-channels and 65,536 at 64.
@@ -497,7 +494,9 @@ class FastDram:
     def __init__(self, dram, fabric_ns_per_byte: float = 0.0):
         self.timing = DramTiming.from_dram(dram)
         self.state = run_state(self.timing.pseudo_channels)
-        self.patterns = new_pattern_cache(self.timing, CACHE_ENTRIES)
+        # the shared pattern cache of this DRAM geometry (exact counts: sharing changes no
+        # result; a fresh one per model cost a quarter of a millisecond per vector op)
+        self.patterns = pattern_cache(self.timing)
         self._ip = self.timing.iparams()
         self._fp = self.timing.fparams()
         self._fp[F_FABRIC] = fabric_ns_per_byte

@@ -64,6 +64,7 @@ def plan(op, chip, dataflow=None):
     # reaches the group's floor (a bound below every estimate and bound in it), and never when
     # that floor cannot beat the best; the order is the same as with every table built.
     view = _as_oriented(op, m_total, batch)
+    layout = MP.op_layout(view, m_total, chip.tensor_cores)
     groups = []
     pin = MP.pin_bytes_per_s(chip)
     # split-K writes partial tiles to DRAM and reduces them there: only for an op whose
@@ -78,7 +79,7 @@ def plan(op, chip, dataflow=None):
             r = _reduction_op(op, split.pk)
             extra = math.floor((r.read_bytes + r.write_bytes) * chip.clock_hz / pin)
         for df in flows:
-            pb = MP.orient(view, df, split, m_total, chip.tensor_cores)
+            pb = MP.orient(view, df, split, m_total, chip.tensor_cores, layout)
             groups.append([MP.group_floor(chip, pb, rates, split, peak_bpc) + extra,
                            len(groups), pb, split, peak_bpc, extra])
     pending = sorted(groups, key=lambda g: (g[0], g[1]))

@@ -52,6 +52,7 @@ PRUNE_TOLERANCE = 1e-4
 _BASE_ALIGN = 1 << 20  # operands are placed at 1 MiB-aligned addresses
 
 
+@lru_cache(maxsize=None)
 def _bits(dtype: str) -> int:
     """Bits of one operand element (a block-scaled format's scales are not in the tiles the
     engine moves: :attr:`diptych.sim.ops.Gemm.a_scale_bytes`)."""
@@ -358,28 +359,42 @@ SRC_CODE = {"dram": E.SRC_DRAM, "scratchpad": E.SRC_SCRATCHPAD,
             "shared_buffer": E.SRC_SHARED_BUFFER}
 
 
-def orient(op, dataflow: str, split: Split, m_total: int, tensor_cores: int = 1) -> Problem:
-    """The per-array problem for ``dataflow`` (IS transposes), with DRAM layout strides and
-    the op's residency (``a_source``, ``b_source``, ``c_dest``, ``resident_bytes`` spread
-    over ``tensor_cores``; absent: all in DRAM)."""
+def op_layout(op, m_total: int, tensor_cores: int = 1) -> tuple:
+    """The part of :func:`orient` that does not depend on the split or dataflow (element
+    bits, DRAM layout strides and bases, residency), for a search to compute once per op."""
     a_src = SRC_CODE[getattr(op, "a_source", "dram")]
     b_src = SRC_CODE[getattr(op, "b_source", "dram")]
     o_dst = SRC_CODE[getattr(op, "c_dest", "dram")]
     res = _cdiv(getattr(op, "resident_bytes", 0), tensor_cores)
     ab, bb, cb, accb = (_bits(op.a_dtype), _bits(op.b_dtype), _bits(op.c_dtype),
                         _bits(op.acc_dtype))
-    if split.pk > 1:
-        cb = accb            # split-K: partial sums leave at the accumulator's precision
     k, n = op.k, op.n
-    a_ld, b_ld, c_ld = _cdiv(k * ab, 8), _cdiv(n * bb, 8), _cdiv(n * cb, 8)
+    a_ld, b_ld = _cdiv(k * ab, 8), _cdiv(n * bb, 8)
     folded = op.b_is_weight
     a_bs = 0 if folded else m_total * a_ld
     b_bs = 0 if folded else k * b_ld
-    c_bs = 0 if folded else m_total * c_ld
     a_size = m_total * a_ld * (1 if folded else op.batch)
     b_size = k * b_ld * (1 if folded else op.batch)
     b_base = _cdiv(a_size, _BASE_ALIGN) * _BASE_ALIGN
     c_base = b_base + _cdiv(b_size, _BASE_ALIGN) * _BASE_ALIGN
+    # the result's (bits, row bytes, batch stride): at its dtype, and for split-K's partial
+    # sums at the accumulator's precision
+    outs = tuple((c, _cdiv(n * c, 8), 0 if folded else m_total * _cdiv(n * c, 8))
+                 for c in (cb, accb))
+    return (a_src, b_src, o_dst, res, ab, bb, accb, a_ld, b_ld, a_bs, b_bs, b_base, c_base,
+            outs)
+
+
+def orient(op, dataflow: str, split: Split, m_total: int, tensor_cores: int = 1,
+           layout: tuple | None = None) -> Problem:
+    """The per-array problem for ``dataflow`` (IS transposes), with DRAM layout strides and
+    the op's residency (``a_source``, ``b_source``, ``c_dest``, ``resident_bytes`` spread
+    over ``tensor_cores``; absent: all in DRAM). ``layout``: :func:`op_layout` of the same
+    arguments, if already computed."""
+    (a_src, b_src, o_dst, res, ab, bb, accb, a_ld, b_ld, a_bs, b_bs, b_base, c_base,
+     outs) = layout or op_layout(op, m_total, tensor_cores)
+    # split-K: partial sums leave at the accumulator's precision
+    cb, c_ld, c_bs = outs[1 if split.pk > 1 else 0]
     a_dup = split.a_dup or split.pn * split.qn
     b_dup = split.b_dup or split.pm * split.qm
     # the array's share of K (split-K: its first share's addresses stand for all of them)

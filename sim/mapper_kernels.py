@@ -158,39 +158,32 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
         xdiv = iv[K_XDUP] if xsb[i] > 0 else xcd
         wdiv = iv[K_WDUP] if wsb[i] > 0 else wcd
         xs, ws, od = iv[K_XSRC], iv[K_WSRC], iv[K_ODST]
+        # resident operands (mapper.traffic_bytes, shared_buffer_bytes, edge_cycles): no
+        # DRAM bytes; scratchpad ones bypass the DMA port, shared-buffer ones do not; a block
+        # the core's arrays share moves once for them (1/cdup). (With every operand in DRAM
+        # the terms of resident ones are exact zeros: the same numbers as the plain sums.)
+        traffic = batch * ((0.0 if xs else (x if xsb[i] == 2 else xt) / xdiv)
+                           + (0.0 if ws else (w if wsb[i] == 2 else wt) / wdiv)
+                           + (0.0 if od else o))
+        sbb = batch * (((xt - x) / xcd if xsb[i] == 2 else 0.0)
+                       + ((wt - w) / wcd if wsb[i] == 2 else 0.0)
+                       + (xt / xcd if xs == 2 else 0.0) + (wt / wcd if ws == 2 else 0.0))
+        spb = batch * ((xt / xcd if xs == 1 else 0.0) + (wt / wcd if ws == 1 else 0.0)
+                       + (o if od == 1 else 0.0))
+        e_in = ((0.0 if xs else m0 * k0 * iv[K_XBITS] / xdiv)
+                + (0.0 if ws else k0 * n0 * iv[K_WBITS] / wdiv)) / 8
+        e_out = 0.0 if od else ml * nl * iv[K_OBITS] / 8
         if xs == 0 and ws == 0 and od == 0:   # every operand in DRAM
-            traffic = batch * ((x if xsb[i] == 2 else xt) / xdiv
-                               + (w if wsb[i] == 2 else wt) / wdiv + o)
-            sbb = batch * (((xt - x) / xcd if xsb[i] == 2 else 0.0)
-                           + ((wt - w) / wcd if wsb[i] == 2 else 0.0))
-            e_in = (m0 * k0 * iv[K_XBITS] / xdiv + k0 * n0 * iv[K_WBITS] / wdiv) / 8
-            e_out = ml * nl * iv[K_OBITS] / 8
             edge = (2 * setup + max(e_in / peak, lat)
                     + max(e_out * fv[G_TAIL_R] / peak, lat))
-            port = batch * (xt / xcd + wt / wcd + o) / (engines * fv[G_PER_ENGINE])
-            spb = 0.0
         else:
-            # resident operands (mapper.traffic_bytes, shared_buffer_bytes, edge_cycles):
-            # no DRAM bytes; scratchpad ones bypass the DMA port, shared-buffer ones do not;
-            # a block the core's arrays share moves once for them (1/cdup)
-            traffic = batch * ((0.0 if xs else (x if xsb[i] == 2 else xt) / xdiv)
-                               + (0.0 if ws else (w if wsb[i] == 2 else wt) / wdiv)
-                               + (0.0 if od else o))
-            sbb = batch * (((xt - x) / xcd if xsb[i] == 2 else 0.0)
-                           + ((wt - w) / wcd if wsb[i] == 2 else 0.0)
-                           + (xt / xcd if xs == 2 else 0.0) + (wt / wcd if ws == 2 else 0.0))
-            spb = batch * ((xt / xcd if xs == 1 else 0.0) + (wt / wcd if ws == 1 else 0.0)
-                           + (o if od == 1 else 0.0))
-            e_in = ((0.0 if xs else m0 * k0 * iv[K_XBITS] / xdiv)
-                    + (0.0 if ws else k0 * n0 * iv[K_WBITS] / wdiv)) / 8
-            e_out = 0.0 if od else ml * nl * iv[K_OBITS] / 8
             dram_in = xs == 0 or ws == 0
             dma_in = dram_in or xs == 2 or ws == 2
             edge = ((setup if dma_in else 0) + (max(e_in / peak, lat) if dram_in else 0.0)
                     + ((setup + max(e_out * fv[G_TAIL_R] / peak, lat)) if od == 0
                        else (setup if od == 2 else 0)))
-            port = batch * ((xt / xcd if xs != 1 else 0.0) + (wt / wcd if ws != 1 else 0.0)
-                            + (o if od != 1 else 0.0)) / (engines * fv[G_PER_ENGINE])
+        port = batch * ((xt / xcd if xs != 1 else 0.0) + (wt / wcd if ws != 1 else 0.0)
+                        + (o if od != 1 else 0.0)) / (engines * fv[G_PER_ENGINE])
         # all bytes at the pin share around the refresh windows (refresh_lower_bound_ns); the
         # last wave's bytes at its share (G_DRAM_W)
         work = traffic * fv[G_DRAM_W] / peak / ghz
