@@ -193,6 +193,36 @@ def _local(req_ns, nbytes, fp, sbs):
 
 
 @jit
+def _operand(src, mode, touched, dup, cdup, share, req_ns, addr, rows, rb, st, memory, ip, fp,
+             dip, dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out):
+    """Count and (with ``memory``) play the load of one X or W block; returns (data start ns,
+    completion ns), (0, 0) without ``memory``.
+
+    ``src``: where the operand lives (``SRC_*``); ``mode``: its shared-buffer mode (1, every
+    load comes from DRAM once for the ``dup`` arrays sharing the slice; 2, only the first touch
+    does and later touches, ``touched``, are shared-buffer re-reads); without a mode the
+    ``cdup`` arrays of this core sharing the block still load it once. A resident operand
+    never uses the shared-buffer modes (mapper): from the scratchpad it moves within the core,
+    from the shared buffer it is served by the buffer's server; either way once for the core's
+    sharing arrays. ``share``: the DRAM time-sharing factor of this batch element."""
+    sb = 1 if ((mode == 2 and touched) or src == 2) else 0
+    dd = dup if mode > 0 else cdup
+    if src == 1:
+        out[O_SRAM_RD] += rows * rb / cdup
+    elif sb == 1:
+        out[O_SB_RD] += rows * rb / cdup
+    else:
+        out[O_DRAM_RD] += rows * rb / dd
+    out[O_SRAM_WR] += rows * rb / cdup
+    if memory != 1:
+        return 0.0, 0.0
+    if src == 1:
+        return _local(req_ns, rows * rb / cdup, fp, sbs)
+    return _dma(req_ns, addr, rows, rb, st, np.int64(0), share / dd, np.int64(sb), cdup, ip,
+                fp, dip, dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
+
+
+@jit
 def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     """Play one array's block schedule; returns the output vector (see ``O_*``).
 
@@ -288,31 +318,11 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             if x_load:
                 a, rows, rb, st = _descriptor(ip[P_X_BASE], ip[P_X_LD], ip[P_X_BITS], ip[P_X_T],
                                               ip[P_X_BSTRIDE], bt, i * Mb, k * Kb, mb, kb)
-                # shared buffer (modes in mapper.Blocks): 1, every load comes from DRAM once
-                # for the x_dup arrays sharing the slice; 2, only the first touch (j = 0) does
-                # and later touches are shared-buffer re-reads. Without it the x_cdup arrays
-                # of this core sharing the block still load it once (F_X_CDUP, 1 if none).
-                # A resident X (P_X_SRC) never uses the shared-buffer modes (mapper): from
-                # the scratchpad it moves within the core, from the shared buffer it is served
-                # by the buffer's server; either way once for the core's sharing arrays.
-                src = ip[P_X_SRC]
-                sb = 1 if ((ip[P_X_SB] == 2 and j > 0) or src == 2) else 0
-                dd = fp[F_X_DUP] if ip[P_X_SB] > 0 else fp[F_X_CDUP]
-                sh = (share if bt < ip[P_TAIL_BT] else fp[F_SHARE_TAIL]) / dd
-                if src == 1:
-                    out[O_SRAM_RD] += rows * rb / fp[F_X_CDUP]
-                elif sb == 1:
-                    out[O_SB_RD] += rows * rb / fp[F_X_CDUP]
-                else:
-                    out[O_DRAM_RD] += rows * rb / dd
-                out[O_SRAM_WR] += rows * rb / fp[F_X_CDUP]
+                s0, d0 = _operand(ip[P_X_SRC], ip[P_X_SB], j > 0, fp[F_X_DUP], fp[F_X_CDUP],
+                                  share if bt < ip[P_TAIL_BT] else fp[F_SHARE_TAIL],
+                                  x_free[1 - x_cur] / ghz, a, rows, rb, st, memory, ip, fp, dip,
+                                  dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                 if memory == 1:
-                    req = x_free[1 - x_cur] / ghz
-                    if src == 1:
-                        s0, d0 = _local(req, rows * rb / fp[F_X_CDUP], fp, sbs)
-                    else:
-                        s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, fp[F_X_CDUP], ip,
-                                      fp, dip, dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                     nxt_x_ready = d0
                     if nb_ < tr_blocks.shape[0]:
                         tr_blocks[nb_, T_XS] = s0
@@ -324,28 +334,11 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             if w_load:
                 a, rows, rb, st = _descriptor(ip[P_W_BASE], ip[P_W_LD], ip[P_W_BITS], ip[P_W_T],
                                               ip[P_W_BSTRIDE], bt, k * Kb, j * Nb, kb, nbb)
-                # (as for X: shared-buffer modes, the core's sharing arrays, residency)
-                # A resident W (P_W_SRC) never uses the shared-buffer modes (mapper): from
-                # the scratchpad it moves within the core, from the shared buffer it is served
-                # by the buffer's server; either way once for the core's sharing arrays.
-                src = ip[P_W_SRC]
-                sb = 1 if ((ip[P_W_SB] == 2 and i > 0) or src == 2) else 0
-                dd = fp[F_W_DUP] if ip[P_W_SB] > 0 else fp[F_W_CDUP]
-                sh = (share if bt < ip[P_TAIL_BT] else fp[F_SHARE_TAIL]) / dd
-                if src == 1:
-                    out[O_SRAM_RD] += rows * rb / fp[F_W_CDUP]
-                elif sb == 1:
-                    out[O_SB_RD] += rows * rb / fp[F_W_CDUP]
-                else:
-                    out[O_DRAM_RD] += rows * rb / dd
-                out[O_SRAM_WR] += rows * rb / fp[F_W_CDUP]
+                s0, d0 = _operand(ip[P_W_SRC], ip[P_W_SB], i > 0, fp[F_W_DUP], fp[F_W_CDUP],
+                                  share if bt < ip[P_TAIL_BT] else fp[F_SHARE_TAIL],
+                                  w_free[1 - w_cur] / ghz, a, rows, rb, st, memory, ip, fp, dip,
+                                  dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                 if memory == 1:
-                    req = w_free[1 - w_cur] / ghz
-                    if src == 1:
-                        s0, d0 = _local(req, rows * rb / fp[F_W_CDUP], fp, sbs)
-                    else:
-                        s0, d0 = _dma(req, a, rows, rb, st, read, sh, sb, fp[F_W_CDUP], ip,
-                                      fp, dip, dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                     nxt_w_ready = d0
                     if nb_ < tr_blocks.shape[0]:
                         tr_blocks[nb_, T_WS] = s0

@@ -117,10 +117,30 @@ class Pool:
             self._client.close()
         elif self.rebuildable:
             workers = list((getattr(self.executor, "_processes", None) or {}).values())
+            manager = getattr(self.executor, "_executor_manager_thread", None)
             self.executor.shutdown(wait=wait, cancel_futures=True)
             if not wait:
                 for proc in workers:
                     proc.terminate()
+                _forget_manager(manager)
+
+
+def _forget_manager(manager) -> None:
+    """Let the pool's management thread end (it does once its workers are gone) and drop it
+    from ``concurrent.futures.process``'s exit hook. CPython 3.11's ``_python_exit`` wakes every
+    registered manager through its pipe, which a manager that has already ended has closed:
+    the interpreter then prints an ``OSError: [Errno 9] Bad file descriptor`` traceback on the
+    way out of an interrupted sweep."""
+    if manager is None:
+        return
+    manager.join(timeout=5)
+    if manager.is_alive():
+        return
+    from concurrent.futures import process
+
+    registry = getattr(process, "_threads_wakeups", None)
+    if registry is not None:
+        registry.pop(manager, None)
 
 
 def probe(address: str) -> None:
