@@ -335,7 +335,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     from .run_cluster import recompute_mode
 
     if execution is None:
-        execution = default_execution(cluster is not None or plan is not None)
+        execution = default_execution()
     if execution not in EXECUTIONS:
         raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
                          f"{execution!r}")
@@ -492,11 +492,11 @@ class TopologyResult:
         return dict(self.__dict__)
 
 
-def default_execution(cluster: bool = False) -> str:
+def default_execution() -> str:
     """The execution a run gets when none is given: "schedule" (issue 9: the program's list
-    schedule with residency, fusion and fixed costs) on every chip; a cluster step
-    (``cluster=True``) composes its layer kinds' scheduled programs over its pipeline
-    (:mod:`diptych.sim.cluster.timing`)."""
+    schedule with residency, fusion and fixed costs) on every chip; a cluster step composes
+    its layer kinds' scheduled programs over its pipeline (:mod:`diptych.sim.cluster.timing`);
+    serving steps are timed the same way (:class:`diptych.sim.serving.oracle.Replica`)."""
     return "schedule"
 
 

@@ -34,7 +34,6 @@ The event loop only calls ``cost``; it knows nothing of how steps are timed.
 
 from __future__ import annotations
 
-import inspect
 from bisect import bisect_right, insort
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -69,7 +68,8 @@ class Replica:
     ``execution``: "sum" (every op timed alone, the times added per block) or "schedule" (the
     step's program list-scheduled on the chip's resources with its fixed costs,
     :func:`~diptych.workloads.execute.schedule_workload`; ``fusion`` as ``diptych run
-    --no-fusion``); the default is ``diptych run``'s (:func:`default_execution`).
+    --no-fusion``); the default is ``diptych run``'s
+    (:func:`diptych.workloads.run.default_execution`).
     ``fixed_costs`` (sum only): charge the chip's ``[overheads]`` as the stand-in of
     :func:`~diptych.workloads.step.block_costs` (a launch per distinct op of each layer
     block, per collective, and a synchronisation per step); a schedule charges them itself."""
@@ -85,9 +85,9 @@ class Replica:
     fusion: bool = True
 
     def __post_init__(self):
-        from ...workloads.run import EXECUTIONS
+        from ...workloads.run import EXECUTIONS, default_execution
         if self.execution is None:
-            object.__setattr__(self, "execution", default_execution(self.chip))
+            object.__setattr__(self, "execution", default_execution())
         if self.execution not in EXECUTIONS:
             raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
                              f"{self.execution!r}")
@@ -110,25 +110,12 @@ class Replica:
         return StepCost(seconds + sync, energy_j + self.chip.energy.static_w * sync)
 
 
-def default_execution(chip: Chip) -> str:
-    """The execution model ``diptych run`` gives a phase on ``chip`` when none is asked for
-    (``workloads.run.default_execution`` where the run layer decides per chip, else
-    ``run_workload``'s default): serving steps are timed as ``run`` times a phase unless told
-    otherwise."""
-    from ...workloads import run
-
-    per_chip = getattr(run, "default_execution", None)
-    if per_chip is not None:
-        return per_chip(chip)
-    return inspect.signature(run.run_workload).parameters["execution"].default
-
-
 def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
                  act_dtype: str | None = None, kv_dtype: str | None = None,
                  attention: str = "fused", fixed_costs: bool = True,
                  execution: str | None = None, fusion: bool = True) -> Replica:
     """A :class:`Replica` with the precision ``diptych run`` would use for inference;
-    ``execution`` None: :func:`default_execution`."""
+    ``execution`` None: :func:`diptych.workloads.run.default_execution`."""
     from ...workloads.lower import check_attention, check_tp
     from ...workloads.checks import check_supported
     from ...workloads.run import default_precision
