@@ -576,10 +576,9 @@ def traffic_bytes(pb: Problem, blk: Blocks) -> float:
     x, xt, w, wt, o = _loads(pb, blk)
     xd = (x if blk.x_sb == 2 else xt) / (pb.x_dup if blk.x_sb else pb.x_cdup)
     wd = (w if blk.w_sb == 2 else wt) / (pb.w_dup if blk.w_sb else pb.w_cdup)
-    if pb.x_src or pb.w_src or pb.o_dst:   # resident operands move no DRAM byte
-        return pb.batch * ((0.0 if pb.x_src else xd) + (0.0 if pb.w_src else wd)
-                           + (0.0 if pb.o_dst else o))
-    return pb.batch * (xd + wd + o)
+    # resident operands move no DRAM byte (exact zeros: the all-DRAM sum is unchanged)
+    return pb.batch * ((0.0 if pb.x_src else xd) + (0.0 if pb.w_src else wd)
+                       + (0.0 if pb.o_dst else o))
 
 
 def shared_buffer_bytes(pb: Problem, blk: Blocks) -> float:
@@ -733,12 +732,9 @@ def _edge_parts(pb: Problem, blk: Blocks) -> tuple[float, float]:
     nl = pb.n - (_cdiv(pb.n, blk.nb) - 1) * blk.nb
     xdiv = pb.x_dup if blk.x_sb else pb.x_cdup
     wdiv = pb.w_dup if blk.w_sb else pb.w_cdup
-    if pb.x_src or pb.w_src or pb.o_dst:
-        return (((0.0 if pb.x_src else m0 * k0 * pb.x_bits / xdiv)
-                 + (0.0 if pb.w_src else k0 * n0 * pb.w_bits / wdiv))
-                / 8, 0.0 if pb.o_dst else ml * nl * pb.o_bits / 8)
-    return ((m0 * k0 * pb.x_bits / xdiv + k0 * n0 * pb.w_bits / wdiv) / 8,
-            ml * nl * pb.o_bits / 8)
+    return (((0.0 if pb.x_src else m0 * k0 * pb.x_bits / xdiv)
+             + (0.0 if pb.w_src else k0 * n0 * pb.w_bits / wdiv)) / 8,
+            0.0 if pb.o_dst else ml * nl * pb.o_bits / 8)
 
 
 def edge_cycles(chip, pb: Problem, blk: Blocks, peak_bpc: float, tail_ratio: float = 1.0) -> float:
