@@ -34,9 +34,11 @@ class Stats:
 def roofline(op, chip) -> Stats:
     bw = chip.dram_bytes_per_s
     if isinstance(op, Gemm):
-        rd = ((op.a_bytes if op.a_source == "dram" else 0.0)
-              + (op.b_bytes if op.b_source == "dram" else 0.0))
-        wr = op.c_bytes if op.c_dest == "dram" else 0.0
+        # element bytes only, as the engine moves them: a block-scaled operand's scales are
+        # loaded by its own op (workloads/quant.py)
+        rd = ((op.a_bytes - op.a_scale_bytes if op.a_source == "dram" else 0.0)
+              + (op.b_bytes - op.b_scale_bytes if op.b_source == "dram" else 0.0))
+        wr = op.c_bytes - op.c_scale_bytes if op.c_dest == "dram" else 0.0
         peak = chip.peak_ops_per_s[op.compute_dtype]
         kind = "gemm"
         counts = {"macs": {op.compute_dtype: op.macs}}

@@ -97,9 +97,9 @@ def test_mx_run_charges_scale_bytes_once():
     w, _ = lower_workload(load_model("llama-3-8b"), "decode", batch=1, prompt=256, gen=8,
                           seq=None, precision=Precision(weights="mxfp4", activations="mxfp8",
                                                         kv="mxfp8"), tp=1, dp=1)
-    # the per-op accounting with every operand in DRAM (execution="sum"): the double below
-    # subtracts the scale bytes from a roofline that reads all of them from DRAM
-    r = run_workload(chip, "llama-3-8b", simulate=_elements_only, weights_dtype="mxfp4",
+    # the per-op accounting with every operand in DRAM (execution="sum"); the roofline double
+    # moves a GEMM's element bytes only, as the engine does
+    r = run_workload(chip, "llama-3-8b", simulate=roofline, weights_dtype="mxfp4",
                      act_dtype="mxfp8", kv_dtype="mxfp8", execution="sum", **kw)
     scales = sum(x["dram_bytes"] * x["repeat"] for x in r.layers
                  if x["op"].endswith(".scales"))
@@ -109,18 +109,6 @@ def test_mx_run_charges_scale_bytes_once():
     # weight scales: one byte per 32 weights of every weight matrix
     wsc = sum(b.repeat * op.n * math.ceil(op.k / 32) for b, op in _weight_gemms(w))
     assert wsc == pytest.approx(sum(b.repeat * op.b_scale_bytes for b, op in _weight_gemms(w)))
-
-
-def _elements_only(op, chip):
-    """The roofline double moving a GEMM's element bytes only (as the engine does)."""
-    from dataclasses import replace as rep
-    st = roofline(op, chip)
-    if isinstance(op, Gemm):
-        sc = op.a_scale_bytes + op.b_scale_bytes
-        st = rep(st, dram_read_bytes=st.dram_read_bytes - sc,
-                 dram_write_bytes=st.dram_write_bytes - op.c_scale_bytes)
-    return st
-
 
 
 def test_schedule_charges_no_launch_for_precision_ops_and_keeps_fusion():
