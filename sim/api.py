@@ -137,10 +137,9 @@ def on_chip_gemm(op: Gemm, chip) -> Gemm:
     """``op`` with A, B and C resident in the scratchpads (an all-SRAM chip: operands stream
     at the scratchpad bandwidth), or a ValueError naming what does not fit the scratchpad
     space the residency planner may fill (``[residency] reserve_fraction`` kept for tiles)."""
-    import dataclasses
-
     from .program.residency import capacities
-    need = int(op.a_bytes + op.b_bytes + op.c_bytes)
+    resident = all_resident(op)
+    need = resident.resident_bytes
     room = capacities(chip).scratchpad
     if need > room:
         raise ValueError(
@@ -148,5 +147,11 @@ def on_chip_gemm(op: Gemm, chip) -> Gemm:
             + f" does not fit on chip {chip.name!r} (no DRAM): A, B and C need {need:,} bytes, "
             f"the scratchpads hold {room:,} besides the tile reserve; use more chips "
             f"(split the GEMM), a narrower precision or a smaller batch")
+    return resident
+
+
+def all_resident(op: Gemm) -> Gemm:
+    """``op`` with A, B and C in the scratchpads, holding their own bytes there."""
     return dataclasses.replace(op, a_source="scratchpad", b_source="scratchpad",
-                               c_dest="scratchpad", resident_bytes=need)
+                               c_dest="scratchpad",
+                               resident_bytes=int(op.a_bytes + op.b_bytes + op.c_bytes))

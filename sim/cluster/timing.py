@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...arch.chip import Chip
+from ...sim.api import all_resident
 from ...sim.ops import Gemm, Op, VectorOp
 from ...workloads.config import ModelConfig
 from ...workloads.fused import FusedAttention, on_chip
@@ -107,8 +108,7 @@ def resident(op: Op) -> Op:
     bandwidth (its parts are timed on chip by :func:`~diptych.workloads.fused.fused_stats`).
     Other ops are returned unchanged."""
     if isinstance(op, Gemm):
-        return dataclasses.replace(on_chip(op),
-                                   resident_bytes=int(op.a_bytes + op.b_bytes + op.c_bytes))
+        return all_resident(op)
     if isinstance(op, FusedAttention):
         return dataclasses.replace(op, scratchpad_bytes=op.read_bytes + op.write_bytes,
                                    shared_buffer_bytes=0.0)
