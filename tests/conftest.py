@@ -12,6 +12,14 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ["DIPTYCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="diptych-test-cache-")
 os.environ.pop("DIPTYCH_NO_CACHE", None)
 
+# Property tests draw the same examples on every run (a CI run cannot fail on a case no other
+# run saw); `HYPOTHESIS_PROFILE=explore pytest ...` draws fresh random ones when hunting bugs.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
 
 # ---- per-tier time, printed at the end of every run (.ci/run shows it) ------------------------
 # A tier is the top-level test folder, split into its fast tests and its `slow` ones (the
