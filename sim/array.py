@@ -4,10 +4,10 @@ INT8 and BF16 share one single-cycle timeline. A precision with ``rate`` MACs pe
 
 * output stationary: each fold's depth becomes ``ke = ceil(K · den / num)`` steps where
   ``rate = num/den``; ``rate = 2`` halves the steps, ``rate = 1/4`` (four passes) quadruples
-  them;
+  them (``timing.os_fold_steps``);
 * weight/input stationary: with ``rate ≥ 1`` a PE holds ``rate`` weights, so a stationary tile
   covers ``R · rate`` rows of K (``stationary_rows``); with ``rate < 1`` each streamed row
-  takes ``1/rate`` cycles (``me = ceil(M · den / num)``).
+  takes ``1/rate`` cycles (``me = ceil(M · den / num)``, ``timing.ws_fold_rows``).
 
 So peak MACs per cycle of an R×C array is ``R·C·rate`` in every dataflow.
 """

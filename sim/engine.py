@@ -84,9 +84,10 @@ invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in
 # The array-timing contract, compiled from its single statement in sim/timing.py (bound at
 # import: with NUMBA_DISABLE_JIT=1 a replaced timing function takes effect here if it is
 # replaced before this module is imported).
-(_os_last_step, _os_last_output, _os_period, _ws_weight_load, _ws_first_row, _ws_row_output,
- _ws_period) = compile_pure(T, ("os_last_step", "os_last_output", "os_period", "ws_weight_load",
-                                "ws_first_row", "ws_row_output", "ws_period"))
+(_os_fold_steps, _ws_fold_rows, _os_last_step, _os_last_output, _os_period, _ws_weight_load,
+ _ws_first_row, _ws_row_output, _ws_period) = compile_pure(
+    T, ("os_fold_steps", "ws_fold_rows", "os_last_step", "os_last_output", "os_period",
+        "ws_weight_load", "ws_first_row", "ws_row_output", "ws_period"))
 
 # integer parameters
 (P_DF, P_R, P_C, P_M, P_K, P_N, P_BATCH, P_MB, P_KB, P_NB, P_ORDER, P_OS_NUM, P_OS_DEN,
@@ -382,7 +383,7 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
         ncf = _cdiv(nbb, C)
         if df == 0:
             nf = _cdiv(mb, R) * ncf
-            ke = _cdiv(kb * ip[P_OS_DEN], ip[P_OS_NUM])
+            ke = _os_fold_steps(kb, ip[P_OS_NUM], ip[P_OS_DEN])
             per = _os_period(R, ke)
             if L == neg:
                 first = max(ready, ofree)
@@ -404,7 +405,7 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
         else:
             nkf = _cdiv(kb, ip[P_RK])
             nf = nkf * ncf
-            me = _cdiv(mb * ip[P_WS_DEN], ip[P_WS_NUM])
+            me = _ws_fold_rows(mb, ip[P_WS_NUM], ip[P_WS_DEN])
             per = _ws_period(R, C, me)
             if s_first == neg:
                 w = ready

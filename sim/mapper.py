@@ -666,10 +666,11 @@ def busy_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
         for kb, ck in _parts(pb.k, blk.kb):
             for nb, cn in _parts(pb.n, blk.nb):
                 if pb.dataflow == "os":
-                    f = _cdiv(mb, R) * _cdiv(nb, C) * _cdiv(kb * rates.os_den, rates.os_num)
+                    f = _cdiv(mb, R) * _cdiv(nb, C) * \
+                        T.os_fold_steps(kb, rates.os_num, rates.os_den)
                 else:
                     f = _cdiv(kb, rates.stationary_rows) * _cdiv(nb, C) * \
-                        _cdiv(mb * rates.ws_den, rates.ws_num)
+                        T.ws_fold_rows(mb, rates.ws_num, rates.ws_den)
                 total += f * cm * ck * cn
     return pb.batch * total
 
@@ -685,10 +686,10 @@ def period_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
         for kb, ck in _parts(pb.k, blk.kb):
             for nb, cn in _parts(pb.n, blk.nb):
                 if pb.dataflow == "os":
-                    ke = _cdiv(kb * rates.os_den, rates.os_num)
+                    ke = T.os_fold_steps(kb, rates.os_num, rates.os_den)
                     f = _cdiv(mb, R) * _cdiv(nb, C) * T.os_period(R, ke)
                 else:
-                    me = _cdiv(mb * rates.ws_den, rates.ws_num)
+                    me = T.ws_fold_rows(mb, rates.ws_num, rates.ws_den)
                     f = _cdiv(kb, rates.stationary_rows) * _cdiv(nb, C) * T.ws_period(R, C, me)
                 total += f * cm * ck * cn
     return pb.batch * total
@@ -710,10 +711,10 @@ def compute_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
     ml = pb.m - (_cdiv(pb.m, blk.mb) - 1) * blk.mb
     if pb.dataflow == "os":
         # the first fold's last step is ke0 − 1 instead of a period after the previous one
-        ke0 = _cdiv(k0 * rates.os_den, rates.os_num)
+        ke0 = T.os_fold_steps(k0, rates.os_num, rates.os_den)
         return T.os_last_output(total - T.os_period(R, ke0) + ke0 - 1, R, C) + 1
     # the first fold's first row is R (weights from cycle 0); the last fold streams mel rows
-    mel = _cdiv(ml * rates.ws_den, rates.ws_num)
+    mel = T.ws_fold_rows(ml, rates.ws_num, rates.ws_den)
     first = T.ws_first_row(0, -1, R)
     return T.ws_row_output(first + total - T.ws_period(R, C, mel) + mel - 1, R, C) + 1
 

@@ -21,8 +21,10 @@ _here = _os.path.dirname(_os.path.abspath(__file__))
 invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in ("jit.py", "timing.py")))
 
 # the array timeline (sim/timing.py), compiled
-_os_period, _os_last_output, _ws_period, _ws_first_row, _ws_row_output = compile_pure(
-    T, ("os_period", "os_last_output", "ws_period", "ws_first_row", "ws_row_output"))
+(_os_fold_steps, _ws_fold_rows, _os_period, _os_last_output, _ws_period, _ws_first_row,
+ _ws_row_output) = compile_pure(T, ("os_fold_steps", "ws_fold_rows", "os_period",
+                                    "os_last_output", "ws_period", "ws_first_row",
+                                    "ws_row_output"))
 
 # integer inputs of table_numbers
 (K_OS, K_R, K_C, K_RK, K_OS_NUM, K_OS_DEN, K_WS_NUM, K_WS_DEN, K_M, K_K, K_N, K_BATCH,
@@ -123,13 +125,13 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
         if iv[K_OS] == 1:
             a = mf * _cd(mbi, R) + (_cd(mr, R) if mr > 0 else 0)
             b = nf * _cd(nbi, C) + (_cd(nr, C) if nr > 0 else 0)
-            c = kf * _os_period(R, _cd(kbi * iv[K_OS_DEN], iv[K_OS_NUM])) + (
-                _os_period(R, _cd(kr * iv[K_OS_DEN], iv[K_OS_NUM])) if kr > 0 else 0)
+            c = kf * _os_period(R, _os_fold_steps(kbi, iv[K_OS_NUM], iv[K_OS_DEN])) + (
+                _os_period(R, _os_fold_steps(kr, iv[K_OS_NUM], iv[K_OS_DEN])) if kr > 0 else 0)
         else:
             a = kf * _cd(kbi, iv[K_RK]) + (_cd(kr, iv[K_RK]) if kr > 0 else 0)
             b = nf * _cd(nbi, C) + (_cd(nr, C) if nr > 0 else 0)
-            c = mf * _ws_period(R, C, _cd(mbi * iv[K_WS_DEN], iv[K_WS_NUM])) + (
-                _ws_period(R, C, _cd(mr * iv[K_WS_DEN], iv[K_WS_NUM])) if mr > 0 else 0)
+            c = mf * _ws_period(R, C, _ws_fold_rows(mbi, iv[K_WS_NUM], iv[K_WS_DEN])) + (
+                _ws_period(R, C, _ws_fold_rows(mr, iv[K_WS_NUM], iv[K_WS_DEN])) if mr > 0 else 0)
         per = a * b * c * batch
         periods[i] = per
         k0 = min(kbi, k)
@@ -141,10 +143,10 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
         ml = m - (nm - 1) * mbi
         nl = n - (nn - 1) * nbi
         if iv[K_OS] == 1:   # (mapper.compute_cycles)
-            ke0 = _cd(k0 * iv[K_OS_DEN], iv[K_OS_NUM])
+            ke0 = _os_fold_steps(k0, iv[K_OS_NUM], iv[K_OS_DEN])
             comp = _os_last_output(per - _os_period(R, ke0) + ke0 - 1, R, C) + 1
         else:
-            mel = _cd(ml * iv[K_WS_DEN], iv[K_WS_NUM])
+            mel = _ws_fold_rows(ml, iv[K_WS_NUM], iv[K_WS_DEN])
             first = _ws_first_row(np.int64(0), np.int64(-1), R)
             comp = _ws_row_output(first + per - _ws_period(R, C, mel) + mel - 1, R, C) + 1
         if order[i] == 0:

@@ -52,7 +52,7 @@ __all__ = [
     "os_output_cycles", "ws_output_cycles", "os_schedule", "ws_schedule",
     "os_sequence_cycles", "ws_sequence_cycles",
     "os_last_step", "os_last_output", "os_row_output", "ws_weight_load", "ws_first_row",
-    "ws_row_output",
+    "ws_row_output", "os_fold_steps", "ws_fold_rows",
 ]
 
 
@@ -61,8 +61,24 @@ __all__ = [
 # sim.jit.compile_pure, which lets them call one another)
 
 #: The functions kernels may compile (they call only one another).
-KERNEL_FUNCTIONS = ("os_last_step", "os_row_output", "os_last_output", "os_period",
-                    "ws_weight_load", "ws_first_row", "ws_row_output", "ws_period")
+KERNEL_FUNCTIONS = ("os_fold_steps", "ws_fold_rows", "os_last_step", "os_row_output",
+                    "os_last_output", "os_period", "ws_weight_load", "ws_first_row",
+                    "ws_row_output", "ws_period")
+
+
+def os_fold_steps(k: int, num: int, den: int) -> int:
+    """OS: the steps (cycles with ``in_valid``) of a fold of depth ``k`` on PEs consuming
+    ``num/den`` K-steps per cycle (a PE doing ``n`` MACs per cycle, ``n = num/den`` in lowest
+    terms): ``ceil(k · den / num)``. Each step carries ``n`` consecutive k (``n`` ≥ 1) or
+    lasts ``1/n`` cycles (``n`` < 1, multi-pass modes)."""
+    return -(-k * den // num)
+
+
+def ws_fold_rows(m: int, num: int, den: int) -> int:
+    """WS: the cycles in which a fold streams its ``m`` rows at ``num/den`` ≤ 1 rows per cycle
+    (a multi-pass mode presents each row for ``den/num`` cycles): ``ceil(m · den / num)``."""
+    return -(-m * den // num)
+
 
 def os_last_step(first: int, k: int, prev_last: int, rows: int) -> int:
     """OS: the last-step cycle of a tile of ``k`` steps offered from cycle ``first`` (which must
@@ -265,7 +281,7 @@ def os_steps(k: int, macs_per_pe_per_cycle: float = 1) -> int:
     n = Fraction(macs_per_pe_per_cycle).limit_denominator(1024)  # exact: arch.chip.check_rate
     if n <= 0:
         raise ValueError(f"macs_per_pe_per_cycle must be > 0, not {macs_per_pe_per_cycle!r}")
-    return -(-k * n.denominator // n.numerator)
+    return os_fold_steps(k, n.numerator, n.denominator)
 
 
 def ws_stationary_depth(rows: int, macs_per_pe_per_cycle: float = 1) -> int:

@@ -118,9 +118,9 @@ def test_earliest_plan_bad_input():
 
 @pytest.mark.parametrize("rate", [0.25, 0.5, 1.0, 2.0, 4.0])
 def test_engine_rate_scaling_agrees_with_the_contracts_rate_rules(rate):
-    """The engine scales K and the stationary depth by the rate in sim/array.py (array_rates:
-    ``ke = ceil(K·den/num)``, ``stationary_rows``), not through timing.os_steps /
-    ws_stationary_depth, which the bench uses: the two statements must agree."""
+    """The engine takes its rate as sim/array.py's (num, den) pair and its fold steps from
+    timing.os_fold_steps; the bench takes them from timing.os_steps and ws_stationary_depth
+    (the rate as a float): both roads must give the same steps and depth."""
     import dataclasses
 
     from diptych.arch import load_chip
@@ -134,4 +134,4 @@ def test_engine_rate_scaling_agrees_with_the_contracts_rate_rules(rate):
     r = array_rates(chip, "fp8")
     assert r.stationary_rows == T.ws_stationary_depth(8, rate)
     for k in range(1, 40):
-        assert -(-k * r.os_den // r.os_num) == T.os_steps(k, rate)
+        assert T.os_fold_steps(k, r.os_num, r.os_den) == T.os_steps(k, rate)

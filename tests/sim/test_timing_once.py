@@ -38,6 +38,9 @@ res["ws_engine"] = int(out[E.O_CYCLES])
 loads, rows = T.ws_schedule(4, 4, [3, 3])
 res["ws_contract"] = T.ws_output_cycles(4, 4, loads, rows)[-1][-1] + 1
 res["ws_closed_form"] = MP.compute_cycles(chip, pb, MP.Blocks(3, 4, 8, 0), rates)
+# what the RTL bench predicts (its plan takes step counts from T.os_steps)
+res["os_bench"] = T.os_isolated_cycles(4, 4, T.os_steps(5, 1))
+res["ws_bench"] = T.ws_sequence_cycles(4, 4, [T.ws_fold_rows(3, 1, 1)] * 2)
 print(json.dumps(res))
 """
 
@@ -69,6 +72,23 @@ def test_engine_contract_and_closed_forms_follow_a_perturbed_timeline():
     # (the DRAM model runs in pure Python too: a perturbed run with memory is no faster)
     assert base["os_engine_dram"] > base["os_engine"]
     assert moved["os_engine_dram"] >= base["os_engine_dram"]
+
+
+def test_fold_step_counts_are_stated_once():
+    """One more step per OS fold and one more streamed cycle per WS fold (sim/timing.py
+    os_fold_steps, ws_fold_rows): the engine, the mapper's closed form and the bench's
+    plan all move by exactly that."""
+    base = _run("")
+    assert base["os_bench"] == base["os_engine"] and base["ws_bench"] == base["ws_engine"]
+    moved = _run("_f = T.os_fold_steps\n"
+                 "T.os_fold_steps = lambda k, num, den: _f(k, num, den) + 1\n"
+                 "_g = T.ws_fold_rows\n"
+                 "T.ws_fold_rows = lambda m, num, den: _g(m, num, den) + 1\n")
+    # OS: one 5-step tile becomes 6 steps; WS: two folds of 3 rows, period 2R + C - 2 = 10
+    # hides the first fold's extra cycle, the last fold's shows
+    for df in ("os", "ws"):
+        for what in ("engine", "closed_form", "bench"):
+            assert moved[f"{df}_{what}"] == base[f"{df}_{what}"] + 1, (df, what, moved)
 
 
 @pytest.mark.parametrize("R,C", [(1, 1), (4, 4), (8, 3), (16, 32)])
