@@ -118,6 +118,7 @@ def precision_ops(g: Gemm, chip) -> list[VectorOp]:
 def _with_ops(b: Block, chip) -> Block:
     ops, access, tensors = [], [], list(b.tensors)
     changed = False
+    made: set[str] = set()      # tensors an earlier op of the block writes
     for i, op in enumerate(b.ops):
         extra = precision_ops(op, chip) if isinstance(op, Gemm) else []
         acc = b.access[i] if b.access else None
@@ -126,18 +127,23 @@ def _with_ops(b: Block, chip) -> Block:
         for x in extra:
             ops.append(x)
             if acc is not None:
-                # reads the GEMM's B operand for ordering only (its bytes are the GEMM's; not
-                # A, whose producer may fuse into the GEMM's prologue); writes a token the
-                # GEMM waits for
+                # reads the GEMM's B operand for ordering only, when the block makes it (its
+                # bytes are the GEMM's; not A, whose producer may fuse into the GEMM's
+                # prologue; not a weight or an import, there from the start: an ordering
+                # read of one would count as a second read of it in the residency plan and
+                # put a backward block's import before its carried chain); writes a token
+                # the GEMM waits for
                 token = f"{op.name}.{x.name.rsplit('.', 1)[1]}"
                 tensors.append(Tensor(token, 0.0))
                 access.append(Access(tuple(Use(u.tensor, "read", 0.0, "dep")
-                                           for u in acc.of(mode="read", role="b"))
+                                           for u in acc.of(mode="read", role="b")
+                                           if u.tensor in made)
                                      + (Use(token, "write"),)))
                 acc = Access(acc.uses + (Use(token, "read", 0.0, "dep"),), acc.rmw)
         ops.append(op)
         if acc is not None:
             access.append(acc)
+            made.update(acc.writes + acc.updates)
     if not changed:
         return b
     return dataclasses.replace(b, ops=tuple(ops), access=tuple(access) if b.access else (),

@@ -426,13 +426,16 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
     With ``fixed_costs`` each block also pays the chip's launch costs (``[overheads]``): one
     ``op_launch_us`` per distinct op of the block (a serving engine runs the attention of all
     the step's sequences as one kernel, so records of one op name, group marks aside, are one
-    launch) on its compute side and one ``collective_launch_us`` per collective on its
-    communication side, spending static power meanwhile. This is the summed model's stand-in
+    launch; a GEMM's precision ops, :func:`~diptych.workloads.quant.with_precision_ops`, run
+    inside its kernel and launch nothing, as in a schedule) on its compute side and one
+    ``collective_launch_us`` per collective on its communication side, spending static power
+    meanwhile. This is the summed model's stand-in
     for the program scheduler, which charges them itself: with ``execution="schedule"`` it is
     never used (the step's ``step_sync_us`` is the caller's)."""
     from .run import simulate_workload
 
     t = simulate_workload(w, chip, simulate=simulate)
+    inside = {op.name for b in w.blocks for op in b.ops if "precision" in op.tags}
     acc: dict[str, dict] = {}
     names: dict[str, set] = {}
     order: list[str] = []
@@ -452,7 +455,7 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
             a["attention_compute_s"] += r["compute_seconds"]
             a["attention_memory_s"] += r["memory_seconds"]
         a["energy_j"] += r["energy_j"]
-        if fixed_costs:
+        if fixed_costs and r["op"] not in inside:
             names[b].add(("c" if r["bound"] == "communication" else "o", base_name(r["op"])))
     if fixed_costs:
         op_s, coll_s = launch_seconds(chip)

@@ -19,7 +19,10 @@ def roofline_simulate(op, chip) -> SimpleNamespace:
     """Roofline time of one Gemm or VectorOp on ``chip`` (module docstring); energy is not
     estimated (0)."""
     if isinstance(op, Gemm):
-        reads, writes = op.a_bytes + op.b_bytes, op.c_bytes
+        # element bytes, as the engine moves them: a block-scaled operand's scales are the
+        # GEMM's ``.scales`` op (workloads/quant.py, charged beside it by the layer timing)
+        reads = op.a_bytes - op.a_scale_bytes + op.b_bytes - op.b_scale_bytes
+        writes = op.c_bytes - op.c_scale_bytes
         peak, kind = chip.peak_ops_per_s[op.compute_dtype], "gemm"
     else:
         reads, writes = op.read_bytes, op.write_bytes

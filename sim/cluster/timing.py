@@ -35,6 +35,14 @@ expert-parallel collectives of the block cost their launch only here (0 s on the
 the cluster step times them on the topology with its ring-attention and all-to-all overlap
 rules, as under ``"sum"`` (their launches count as the layer's compute). The step-sync fixed cost is the cluster step's, not a layer's (not
 counted here). Selective recomputation's re-run ops are timed summed in both executions.
+
+**Precision** (docs/precision.md): in both executions every GEMM of a layer kind — forward,
+and the backward's data- and weight-gradient GEMMs, which carry the dtypes
+:func:`~diptych.workloads.train.backward_ops` gives them — brings the ops the chip runs beside
+it for its precision (:func:`~diptych.workloads.quant.with_precision_ops`: the block scales'
+stream, the vector unit's rescale, the weights' dequantisation), as ``diptych run`` adds them
+to its workload; ops that need none (BF16, FP8, INT8 on their own rates) leave the timing bit
+for bit as without them.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ from ...workloads.fused import FusedAttention, on_chip
 from ...workloads.graph import Block, Workload
 from ...workloads.precision import Precision
 from ...workloads.execute import schedule_workload
+from ...workloads.quant import with_precision_ops
 from ...workloads.run import _default_simulate, simulate_workload
 from ...workloads.train import _backward_block
 from .collectives import collective
@@ -122,9 +131,11 @@ def _sum(ops, chip, simulate, stage) -> tuple[float, float, float, float]:
     without DRAM, with every operand resident: :func:`resident`)."""
     if not ops:
         return 0.0, 0.0, 0.0, 0.0
+    w = with_precision_ops(Workload("train", (Block("x", 1, tuple(ops), stage),), tokens=1,
+                                    batch=1), chip)
     if not chip.has_dram:
-        ops = [resident(op) for op in ops]
-    w = Workload("train", (Block("x", 1, tuple(ops), stage),), tokens=1, batch=1)
+        w = Workload("train", (Block("x", 1, tuple(resident(op) for op in w.blocks[0].ops),
+                                     stage),), tokens=1, batch=1)
     t = simulate_workload(w, chip, simulate=simulate)
     attn = sum(r["seconds"] for r in t["layers"]
                if r["kind"] == "attention" or r["op"].split(".")[0] in _ATTN_OPS)
@@ -144,9 +155,9 @@ def _scheduled(block: Block, w: Workload, p: Precision, chip, simulate, links: T
     info = {"micro_batches": 1, "dp": 1, "steps": 1}
 
     def sched(blocks):
-        return schedule_workload(Workload(w.phase, blocks, tokens=w.tokens, batch=w.batch,
-                                          info=info), chip, simulate=simulate,
-                                 collective_time=links)
+        return schedule_workload(with_precision_ops(Workload(
+            w.phase, blocks, tokens=w.tokens, batch=w.batch, info=info), chip), chip,
+            simulate=simulate, collective_time=links)
     return sched((b1,)), (sched((b1, _backward_block(b1, p))) if w.phase == "train"
                           else None)
 

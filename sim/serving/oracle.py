@@ -29,6 +29,11 @@ implementations:
   the frame's vertices. So with every quantity linear between vertices the oracle equals
   direct simulation; docs/serving.md gives the measured error.
 
+Both oracles charge each GEMM's precision ops (block scales' stream, rescale, weight
+dequantisation: :func:`~diptych.workloads.quant.with_precision_ops`, as ``diptych run`` does):
+the frame's GEMMs' with the frame, the cores' (MLA's absorbed and expansion GEMMs, unfused
+attention's) with the cores; they launch nothing of their own.
+
 The event loop only calls ``cost``; it knows nothing of how steps are timed.
 """
 
@@ -43,6 +48,7 @@ from ...arch import Chip, load_chip
 from ...workloads import load_model
 from ...workloads.config import ModelConfig
 from ...workloads.precision import Precision
+from ...workloads.quant import with_precision_ops
 from ...workloads.step import (CORE_OPS, Step, base_name, block_costs, combine_parts,
                                core_op_names, core_workload, decode_cores, frame,
                                launch_seconds, lower_step, prefill_cores, step_sync_seconds)
@@ -143,8 +149,8 @@ class DirectOracle:
         got = self._memo.get(step)
         if got is None:
             r = self.replica
-            w = lower_step(r.model, step, precision=r.precision, tp=r.tp,
-                           attention=r.attention)
+            w = with_precision_ops(lower_step(r.model, step, precision=r.precision, tp=r.tp,
+                                              attention=r.attention), r.chip)
             if r.execution == "schedule":
                 from ...workloads.execute import schedule_workload
                 from ...workloads.run import _default_simulate
@@ -270,6 +276,12 @@ class _RefinedAxis(_Axis):
         return a, b, w
 
 
+def _of_core(name: str) -> bool:
+    """Whether a schedule node belongs to the step's cores: a core, or a precision op of a
+    core GEMM (``<gemm>.scales``/``.rescale``/``.dequant``, workloads/quant.py)."""
+    return base_name(name) in CORE_OPS or base_name(name.rsplit(".", 1)[0]) in CORE_OPS
+
+
 def _origin(block: str, names) -> str:
     """The workload block a schedule record belongs to: itself, or the block a residency
     segment ``name[a:b]`` was cut from (its repeats a to b)."""
@@ -330,7 +342,8 @@ class GridOracle:
             if self._scheduled:
                 got = self._scheduled_frame(n)
             else:
-                w = frame(r.model, n, n, precision=r.precision, tp=r.tp, attention=r.attention)
+                w = with_precision_ops(frame(r.model, n, n, precision=r.precision, tp=r.tp,
+                                             attention=r.attention), r.chip)
                 bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs)
                 if self._blocks is None:
                     self._blocks = [(b.name, b.repeat) for b in bc]
@@ -348,8 +361,8 @@ class GridOracle:
         from ...workloads.run import _default_simulate
 
         r = self.replica
-        w = lower_step(r.model, Step(n, n), precision=r.precision, tp=r.tp,
-                       attention=r.attention)
+        w = with_precision_ops(lower_step(r.model, Step(n, n), precision=r.precision, tp=r.tp,
+                                          attention=r.attention), r.chip)
         t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate(),
                               fusion=r.fusion)
         if self._blocks is None:
@@ -357,7 +370,7 @@ class GridOracle:
         run = {b.name: 0.0 for b in w.blocks}       # all copies of each block
         energy = dict(run)
         for rec in t["layers"]:
-            if not any(base_name(x) in CORE_OPS for x in rec.get("fused", [rec["op"]])):
+            if not any(_of_core(x) for x in rec.get("fused", [rec["op"]])):
                 block = _origin(rec["block"], run)
                 run[block] += (rec["seconds"] + rec["launch_s"]) * rec["repeat"]
                 energy[block] += rec["energy_j"] * rec["repeat"]
@@ -419,7 +432,8 @@ class GridOracle:
         """Per layer kind: (seconds of the non-fused ops, fused compute term, fused memory
         term, energy); with ``per_token`` the compute term and the energy divided by it."""
         r = self.replica
-        by = {b.name: b for b in block_costs(core_workload(cores), r.chip, self._simulate)}
+        by = {b.name: b for b in block_costs(with_precision_ops(core_workload(cores), r.chip),
+                                             r.chip, self._simulate)}
         out: list[float] = []
         for name in self.kinds:
             b = by[name]
@@ -601,8 +615,9 @@ def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = N
     comp: dict[str, float] = {}
     energy: dict[str, float] = {}
     names: dict[str, set] = {}
+    fr = with_precision_ops(fr, r.chip)
     for g in groups:
-        for b in block_costs(core_workload(g), r.chip, simulate):
+        for b in block_costs(with_precision_ops(core_workload(g), r.chip), r.chip, simulate):
             comp[b.name] = comp.get(b.name, 0.0) + b.compute_s
             energy[b.name] = energy.get(b.name, 0.0) + b.energy_j
         for k, ns in core_op_names(g).items():

@@ -29,6 +29,11 @@ simulation is deterministic):
   prefill_chunk, prefill_past, step_s, energy_j_per_chip`` (context = cached tokens per
   decode sequence), one row per grid point, each a full mixed-step simulation.
 * ``profile.json``: chip, model, tp, precision, units and the files' meaning.
+
+Every time includes the ops the chip runs beside a GEMM for its precision (block scales'
+stream, rescale, weight dequantisation: :func:`~diptych.workloads.quant.with_precision_ops`),
+as the step oracles charge them; in ``mlp.csv`` they count in their GEMM's column (one kernel,
+as a fused W4A16 kernel's measured time would).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import csv
 import json
 from pathlib import Path
 
+from ...workloads.quant import with_precision_ops
 from ...workloads.run import simulate_workload
 from ...workloads.step import Step, block_costs, core_workload, decode_cores, frame, prefill_cores
 from .oracle import Replica
@@ -109,8 +115,7 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
               "use_gated_mlp": m.activation == "swiglu"}
     mlp_rows, ar_rows = [], []
     for n in sorted(tokens, reverse=True):          # Vidur lists token counts descending
-        t = simulate_workload(frame(m, n, n, precision=p, tp=tp, attention=r.attention),
-                              r.chip, overlap=r.overlap, simulate=simulate)
+        t = simulate_workload(_frame(r, n, n), r.chip, overlap=r.overlap, simulate=simulate)
         row: dict = {}
         ms: dict[str, float] = {}
         for rec in t["layers"]:
@@ -127,7 +132,8 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
                 continue
             if rec["op"] == "kv_write":
                 continue
-            name = VIDUR_MLP.get(rec["op"], "diptych_" + rec["op"])
+            op = _gemm_of(rec["op"])   # a GEMM's precision ops count as the GEMM (one kernel)
+            name = VIDUR_MLP.get(op, "diptych_" + op)
             ms[name] = ms.get(name, 0.0) + rec["seconds"] * 1e3 * share
         for name, v in ms.items():
             row.update(_stat_cols(name, v))
@@ -152,11 +158,11 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
     def core_ms(cores) -> float:
         """One layer's attention, averaged over the layer kinds by their layer counts."""
         return 1e3 * sum(b.compute_s * reps[b.name] for b in
-                         block_costs(core_workload(cores), r.chip, simulate)) / m.layers
+                         block_costs(with_precision_ops(core_workload(cores), r.chip), r.chip,
+                                     simulate)) / m.layers
 
     def kv_save_ms(n: int) -> float:
-        t = simulate_workload(frame(m, n, 1, precision=p, tp=tp, attention=r.attention),
-                              r.chip, simulate=simulate)
+        t = simulate_workload(_frame(r, n, 1), r.chip, simulate=simulate)
         return 1e3 * sum(x["seconds"] * x["repeat"] for x in t["layers"]
                          if x["op"] == "kv_write") / m.layers
 
@@ -211,5 +217,22 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
 
 
 def _lower(r: Replica, step: Step):
+    """The step's workload with its GEMMs' precision ops (as the oracles time it)."""
     from ...workloads.step import lower_step
-    return lower_step(r.model, step, precision=r.precision, tp=r.tp, attention=r.attention)
+    return with_precision_ops(lower_step(r.model, step, precision=r.precision, tp=r.tp,
+                                         attention=r.attention), r.chip)
+
+
+def _frame(r: Replica, tokens: int, rows: int):
+    """The frame of ``tokens`` rows and ``rows`` logits rows with its precision ops."""
+    return with_precision_ops(frame(r.model, tokens, rows, precision=r.precision, tp=r.tp,
+                                    attention=r.attention), r.chip)
+
+
+#: Name suffixes of a GEMM's precision ops (workloads/quant.py)
+_PRECISION_SUFFIXES = (".scales", ".rescale", ".dequant")
+
+
+def _gemm_of(op: str) -> str:
+    """The GEMM a precision op belongs to (``qkv_proj.dequant`` → ``qkv_proj``), else ``op``."""
+    return op.rsplit(".", 1)[0] if op.endswith(_PRECISION_SUFFIXES) else op
