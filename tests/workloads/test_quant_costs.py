@@ -200,9 +200,9 @@ def test_rescale_of_fused_attention_parts_on_a_vector_scaling_chip():
 
 
 def test_mxfp8_training_runs_as_a_schedule():
-    # the backward layer's precision ops wait behind its carried gradient (a repeated block
-    # reads its imported weights behind the chain), and a weight prefetch is the elements'
-    # bytes (the scales are the .scales op's): both refused the program before
+    # the backward layer's precision ops, the output quantisation's included, wait for
+    # nothing the block imports (a repeated block reads its imports behind its carried
+    # chain)
     r = run_workload("train-2026", "llama-3-8b", phase="train", batch=2, seq=256,
                      weights_dtype="mxfp8", act_dtype="mxfp8", simulate=roofline,
                      execution="schedule")
