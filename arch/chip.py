@@ -23,6 +23,9 @@ DATAFLOWS: tuple[str, ...] = ("os", "ws", "is")
 BLOCK_SCALE_PLACES: tuple[str, ...] = ("none", "pe", "vector")
 #: Where a chip expands narrow weights for a wider product (``core.array.dequant``).
 DEQUANT_PLACES: tuple[str, ...] = ("none", "vector")
+#: Where a chip computes the block scales of a block-scaled product output
+#: (``core.array.output_quant``, docs/precision.md).
+OUTPUT_QUANT_PLACES: tuple[str, ...] = ("vector", "array")
 DRAM_KINDS: tuple[str, ...] = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4", "ddr3", "ddr4",
                                "ddr5", "lpddr5", "gddr6")
 #: Kinds of program tensors (:mod:`diptych.sim.program`); a chip's ``[residency]`` table says
@@ -126,6 +129,11 @@ class SystolicArray:
                      doc="how weights narrower than the activations are expanded when their "
                          "pair is not in mixed_input: vector (on the vector unit) or none "
                          "(the chip cannot run such a product)")
+    output_quant: str = f(default="vector", choices=OUTPUT_QUANT_PLACES,
+                          doc="where a product's block-scaled output (MX, NVFP4) is quantised: "
+                              "vector (the vector unit finds each block's max, its scale, and "
+                              "scales and rounds every element) or array (a quantiser on the "
+                              "array's output path: no extra time)")
 
     def _validate(self, source, path):
         if all(v == 0 for _, v in self.macs_per_pe_per_cycle.items()):
@@ -167,6 +175,11 @@ class VectorUnit:
                                    doc="true when the vector unit sits on the arrays' output "
                                        "path, so elementwise work can fuse into a GEMM's "
                                        "epilogue (default false: unknown)")
+    on_array_input_path: bool = f(default=False,
+                                  doc="true when the vector unit hands operands to the arrays "
+                                      "directly (registers into the MMA), so a tile it expands "
+                                      "(dequantised weights or KV cache) does not go back "
+                                      "through the scratchpad (default false: it does)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,8 +21,8 @@ def check_supported(chip: Chip, p: Precision) -> str:
     """The compute dtype of ``p`` on ``chip`` (the wider of weights and activations, whose
     peak MFU refers to). Raises ValueError naming the chip, the dtype and the dtypes its
     arrays support when it cannot multiply weights by activations or attend over the KV
-    cache (activations × KV) in that precision, or when its weights are narrower than its
-    activations and the chip has no way to expand them (``core.array.mixed_input`` /
+    cache (activations × KV) in that precision, or when its weights or KV cache are narrower
+    than its activations and the chip has no way to expand them (``core.array.mixed_input`` /
     ``core.array.dequant``, docs/precision.md)."""
     comp = wider(p.activations, p.weights)
     for what, d in (("weights x activations", comp),
@@ -36,8 +36,10 @@ def check_supported(chip: Chip, p: Precision) -> str:
                              f"core.array.macs_per_pe_per_cycle.{d} is 0 (its arrays "
                              f"support {', '.join(chip.dtypes)}){why}; choose --act-dtype/"
                              f"--weights-dtype/--kv-dtype among those")
-    if dtype_bytes(p.weights) < dtype_bytes(p.activations):
-        from .quant import dequant_place
-        dequant_place(chip, Gemm(name="w", m=1, k=1, n=1, a_dtype=p.activations,
-                                 b_dtype=p.weights, tags=("weight",)))
+    from .quant import dequant_place
+    # weights, and a KV cache (decode), narrower than the activations: expanded somewhere
+    for b, tags in ((p.weights, ("weight",)), (p.kv, ())):
+        if dtype_bytes(b) < dtype_bytes(p.activations):
+            dequant_place(chip, Gemm(name="w", m=1, k=1, n=1, a_dtype=p.activations,
+                                     b_dtype=b, tags=tags))
     return comp

@@ -1,32 +1,63 @@
-"""Where a chip pays for block scales and weight dequantisation: ops beside each GEMM.
+"""Where a chip pays for block scales, dequantisation and output quantisation: ops beside
+each GEMM (and beside each fused attention, for the GEMMs it runs on chip).
 
 The lowering (``workloads/lower.py``) is chip-independent; :func:`with_precision_ops` adds,
 for one chip, the work a GEMM's precision implies beyond its MACs, as ops the engine already
-times (docs/precision.md):
+times (docs/precision.md, "The precision ops"):
 
 * ``<gemm>.scales`` (kind ``copy``): the shared scales of block-scaled operands (MX, NVFP4)
   loaded from DRAM (A's and B's) and stored (C's), ``Gemm.a_scale_bytes + b_scale_bytes`` read
   and ``c_scale_bytes`` written, no ALU work. The engine moves the element tiles; this op
   moves the scale stream beside them (charged after them: exact when the GEMM is
-  memory-bound, an over-count of at most the scale bytes' transfer time when it is not).
+  memory-bound, an over-count of at most the scale bytes' transfer time when it is not). A
+  fused attention's DRAM traffic already counts its operands' scales (``Gemm.a_bytes``
+  etc.): it gets no such op.
 * ``<gemm>.rescale`` (kind ``scale``), only when the chip applies block scales on the vector
   unit (``core.array.block_scale = "vector"``) and the GEMM computes in a block-scaled dtype:
   the array accumulates each K-block's partial sum unscaled and the vector unit multiplies it
   by the two blocks' scales and adds it to the FP32 sum: :data:`RESCALE_OPS_PER_ELEMENT` ops
-  per output element per K-block (``batch × m × n × ceil(k / block)`` elements). With
-  ``"pe"`` the datapath applies the scale (an exponent add for E8M0) at no extra time.
-* ``<gemm>.dequant`` (kind ``dequant``): a weight GEMM whose weights are narrower than its
-  activations (W4A16, W4A8, W8A16) on a chip whose PE does not multiply that pair directly
-  (``core.array.mixed_input``) and that expands weights on the vector unit
-  (``core.array.dequant = "vector"``): :data:`DEQUANT_OPS_PER_ELEMENT` ops per weight element,
-  once per GEMM (``b_count × k × n`` elements): the weights stream from DRAM at their narrow
-  width (the GEMM's own B bytes) and are expanded on chip. A pair in ``mixed_input`` costs
-  nothing beyond the activation dtype's MACs.
+  per output element per K-block (``batch × m × n × ceil(k / block)`` elements). Unless the
+  vector unit reads the accumulators directly (``core.vector.on_array_output_path``), each
+  partial sum is written to the scratchpad by the array and read back by the vector unit at
+  the accumulator's width: on-chip bytes at the core's scratchpad bandwidth. With ``"pe"``
+  the datapath applies the scale (an exponent add for E8M0) at no extra time.
+* ``<gemm>.dequant`` (kind ``dequant``): a GEMM whose B operand is narrower than its A
+  operand computes in A's dtype, so B's elements are expanded to it: a weight GEMM (W4A16,
+  W4A8, W8A16) or attention over a KV cache narrower than the activations (an FP8, INT8, INT4
+  or MX cache with BF16 queries; the decode lowering's ``attn_scores``/``attn_pv``, whose B is
+  the cache). Free when the chip's PE multiplies the pair directly
+  (``core.array.mixed_input``, ``BxA``: e.g. ``int4xbf16``, ``fp8xbf16``); otherwise, with
+  ``core.array.dequant = "vector"``, :data:`DEQUANT_OPS_PER_ELEMENT` ops per B element
+  (``b_count × k × n``: the weights once per GEMM; every K and V element read, per layer per
+  step, for attention): B streams from DRAM at its narrow width (the GEMM's own B bytes) and
+  is expanded on chip. Unless the vector unit hands operands to the array directly
+  (``core.vector.on_array_input_path``: registers into the MMA, as on a GPU), it reads the
+  narrow tile from the scratchpad and writes it back expanded, and the array then reads it
+  at A's width: on-chip bytes of ``2 × b_count × k × n × A's element bytes`` at the
+  scratchpad bandwidth (the narrow read plus the array's wider re-read, and the expanded
+  write).
+* ``<gemm>.quant`` (kind ``scale``): a GEMM whose output C is block-scaled (MXFP8 activations
+  out of a layer) quantises it block by block: per block the largest magnitude, its exponent
+  and the shared scale, per element the scaled and rounded value:
+  :data:`QUANT_OPS_PER_ELEMENT` ops per output element plus :data:`QUANT_OPS_PER_BLOCK` per
+  block, on the vector unit unless the array's output path has a quantiser
+  (``core.array.output_quant = "array"``). It reads the accumulators on their way out and
+  the engine writes the narrow C: no bytes of its own.
+
+A fused attention (:class:`~diptych.workloads.fused.FusedAttention`) runs its GEMMs on chip:
+its parts get the rescale, dequant and quant ops above (not the scales: its DRAM traffic
+counts them), as ops beside the record, which keeps its parts and traffic unchanged. When V
+is a slice of K's tensor (MLA's latent cache: the record is tagged ``kv_shared``), the cache
+is expanded once, for the scores. The PV product's quant op (its output O) and the scores'
+(which stands for the probabilities P, the PV product's A operand: the same ``rows × keys``
+elements in blocks along the keys) are both charged.
 
 Under ``execution="sum"`` these ops run after one another and before their GEMM (no overlap:
 an upper bound); under ``execution="schedule"`` they are nodes of the program that the list
 scheduler may overlap with independent array work, as a pipelined kernel (Marlin) overlaps
-dequantisation with its weight loads.
+dequantisation with its weight loads: each reads the GEMM's B operand for ordering only when
+the block makes it (a weight, an import or a stored KV cache is there from the start) and
+writes a token the GEMM waits for.
 """
 
 from __future__ import annotations
@@ -34,36 +65,50 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..arch.dtypes import dtype_bytes, fmt, scale_count
+from ..arch.dtypes import dtype_bytes, element_bits, fmt, scale_count
 from ..sim.ops import Gemm, VectorOp
 from ..sim.program import Tensor
+from .fused import FusedAttention
 from .graph import Access, Block, Use, Workload
 
-#: Vector ops to expand one narrow weight element to the activation dtype [assumption,
-#: counted]: one to unpack and convert (the LOP3 / magic-number int4 → fp16 conversion of
-#: FasterTransformer and Marlin, or a table lookup for E2M1) and one multiply-add with the
-#: group's or block's scale (and zero point).
+#: Vector ops to expand one narrow element (a weight or a KV-cache entry) to the compute
+#: dtype [assumption, counted]: one to unpack and convert (the LOP3 / magic-number int4 →
+#: fp16 conversion of FasterTransformer and Marlin, vLLM paged attention's ``fp8::
+#: scaled_convert`` of FP8 KV entries, or a table lookup for E2M1) and one multiply-add with
+#: the group's or block's scale (and zero point).
 DEQUANT_OPS_PER_ELEMENT = 2.0
 #: Vector ops per output element per K-block when block scales are applied on the vector
 #: unit [assumption, counted]: multiply the block's partial sum by the product of its two
 #: scales, add it to the FP32 sum (the scale product itself is shared by a whole row/column
 #: of the block and not counted).
 RESCALE_OPS_PER_ELEMENT = 2.0
+#: Vector ops per output element to quantise a product's output to a block-scaled dtype
+#: [assumption, counted from the conversion of OCP MX v1.0 §6.3: the shared exponent is
+#: floor(log2(max |V_i|)) − emax of the element format, P_i = quantize(V_i / X)]: |x| and
+#: the running max over the block (2), the multiply by 1/X (X a power of two, or NVFP4's
+#: E4M3 scale), the round/convert to the element format (1 + 1).
+QUANT_OPS_PER_ELEMENT = 4.0
+#: Vector ops per block of that quantisation [assumption, counted]: the block max's exponent
+#: and the subtraction of the format's emax (E8M0), or NVFP4's amax / 6 and its rounding to
+#: E4M3 (2).
+QUANT_OPS_PER_BLOCK = 2.0
 
 
 def needs_dequant(g: Gemm) -> bool:
-    """A weight GEMM whose weights are narrower than its activations (compute in A's dtype)."""
-    return "weight" in g.tags and dtype_bytes(g.b_dtype) < dtype_bytes(g.a_dtype)
+    """A GEMM whose B operand (weights, or a KV cache) is narrower than its A operand: it
+    computes in A's dtype and B's elements are expanded to it."""
+    return dtype_bytes(g.b_dtype) < dtype_bytes(g.a_dtype)
 
 
 def mixed_pair(g: Gemm) -> str:
-    """``WEIGHTxACT`` of a weight GEMM (``core.array.mixed_input`` spelling)."""
+    """``BxA`` of a mixed GEMM (``core.array.mixed_input`` spelling: ``WEIGHTxACT``, or
+    ``KVxACT`` for attention over a narrower KV cache)."""
     return f"{g.b_dtype}x{g.a_dtype}"
 
 
 def dequant_place(chip, g: Gemm) -> str | None:
-    """Where ``chip`` expands ``g``'s weights: None (not a mixed GEMM), ``"pe"`` (its pair is
-    in ``mixed_input``) or ``"vector"``. ValueError naming ``core.array.dequant`` when the
+    """Where ``chip`` expands ``g``'s B operand: None (not a mixed GEMM), ``"pe"`` (its pair
+    is in ``mixed_input``) or ``"vector"``. ValueError naming ``core.array.dequant`` when the
     chip has neither."""
     if not needs_dequant(g):
         return None
@@ -74,7 +119,8 @@ def dequant_place(chip, g: Gemm) -> str | None:
     if arr.dequant == "vector":
         return "vector"
     have = ", ".join(arr.mixed_input) or "none"
-    raise ValueError(f"chip {chip.name!r} cannot multiply {g.b_dtype} weights by "
+    what = "weights" if "weight" in g.tags else "B operand (a KV cache)"
+    raise ValueError(f"chip {chip.name!r} cannot multiply {g.b_dtype} {what} by "
                      f"{g.a_dtype} activations: core.array.mixed_input lacks {pair!r} "
                      f"(it has: {have}) and core.array.dequant is {arr.dequant!r}; expected "
                      f"a listed pair or dequant = \"vector\"")
@@ -86,6 +132,15 @@ def rescale_block(g: Gemm) -> int:
     if not fmt(g.compute_dtype).block_scaled:
         return 0
     return min(b for b in (fmt(g.a_dtype).block, fmt(g.b_dtype).block) if b)
+
+
+def _on_chip(name: str, kind: str, elements: int, ops: float, nbytes: float, dtype: str
+             ) -> VectorOp:
+    """A precision op whose ``nbytes`` read and ``nbytes`` written are all scratchpad
+    traffic (no DRAM byte)."""
+    return VectorOp(name=name, kind=kind, elements=elements, ops_per_element=ops,
+                    read_bytes=nbytes, write_bytes=nbytes, scratchpad_read_bytes=nbytes,
+                    scratchpad_write_bytes=nbytes, dtype=dtype, tags=("precision",))
 
 
 def precision_ops(g: Gemm, chip) -> list[VectorOp]:
@@ -101,45 +156,82 @@ def precision_ops(g: Gemm, chip) -> list[VectorOp]:
         out.append(VectorOp(name=f"{g.name}.scales", kind="copy", elements=max(1, n),
                             ops_per_element=0.0, read_bytes=rd, write_bytes=wr,
                             dtype=g.c_dtype, tags=("precision",)))
+    vec = chip.core.vector
     block = rescale_block(g)
     if block and chip.core.array.block_scale == "vector":
-        out.append(VectorOp(name=f"{g.name}.rescale", kind="scale",
-                            elements=g.batch * g.m * g.n * math.ceil(g.k / block),
-                            ops_per_element=RESCALE_OPS_PER_ELEMENT, read_bytes=0.0,
-                            write_bytes=0.0, dtype="fp32", tags=("precision",)))
+        e = g.batch * g.m * g.n * math.ceil(g.k / block)
+        out.append(_on_chip(f"{g.name}.rescale", "scale", e, RESCALE_OPS_PER_ELEMENT,
+                            0.0 if vec.on_array_output_path
+                            else e * element_bits(g.acc_dtype) / 8, "fp32"))
     if dequant_place(chip, g) == "vector":
-        out.append(VectorOp(name=f"{g.name}.dequant", kind="dequant",
-                            elements=g.b_count * g.k * g.n,
-                            ops_per_element=DEQUANT_OPS_PER_ELEMENT, read_bytes=0.0,
-                            write_bytes=0.0, dtype=g.a_dtype, tags=("precision",)))
+        e = g.b_count * g.k * g.n
+        out.append(_on_chip(f"{g.name}.dequant", "dequant", e, DEQUANT_OPS_PER_ELEMENT,
+                            0.0 if vec.on_array_input_path
+                            else e * element_bits(g.a_dtype) / 8, g.a_dtype))
+    if fmt(g.c_dtype).block_scaled and chip.core.array.output_quant == "vector":
+        e = g.batch * g.m * g.n
+        blocks = scale_count(g.c_dtype, g.batch * g.m, g.n)
+        out.append(VectorOp(name=f"{g.name}.quant", kind="scale", elements=e,
+                            ops_per_element=QUANT_OPS_PER_ELEMENT
+                            + QUANT_OPS_PER_BLOCK * blocks / e, read_bytes=0.0,
+                            write_bytes=0.0, dtype=g.c_dtype, tags=("precision",)))
     return out
+
+
+def attention_precision_ops(op: FusedAttention, chip) -> list[VectorOp]:
+    """The ops ``chip`` runs beside fused attention ``op`` for the precision of the GEMMs it
+    runs on chip (module docstring): its parts' rescale, dequant and quant ops, without the
+    scale streams (the record's DRAM traffic counts them) and, when V is a slice of K's
+    tensor (``kv_shared``), without a second expansion of the cache."""
+    shared = "kv_shared" in op.tags
+    out = []
+    for i, g in enumerate(op.gemms):
+        for x in precision_ops(g, chip):
+            kind = x.name.rsplit(".", 1)[1]
+            if kind == "scales" or (kind == "dequant" and shared and i > 0):
+                continue
+            out.append(x)
+    return out
+
+
+def _ordering_reads(op, acc: Access, kinds: dict, made: set) -> tuple[Use, ...]:
+    """What a precision op of ``op`` waits for (ordering-only reads; its bytes are the op's),
+    among the tensors an earlier op of the block makes: a weight, an import or the stored KV
+    cache is there from the start (an ordering read of one would count as a second read of it
+    in the residency plan and put a backward block's import before its carried chain). A
+    GEMM's: its B operand (not A, whose producer may fuse into the GEMM's prologue). A fused
+    attention's over a stored KV cache: nothing (the cache's expansion may run ahead, as a
+    weight's dequantisation does, not behind the step's new entries, one token); otherwise
+    what it reads."""
+    if isinstance(op, Gemm):
+        uses = acc.of(mode="read", role="b")
+    else:
+        uses = acc.of(mode="read")
+        if any(kinds.get(u.tensor) == "kv_cache" and u.tensor not in made for u in uses):
+            return ()
+    return tuple(Use(u.tensor, "read", 0.0, "dep") for u in uses if u.tensor in made)
 
 
 def _with_ops(b: Block, chip) -> Block:
     ops, access, tensors = [], [], list(b.tensors)
+    kinds = {t.name: t.kind for t in b.tensors + b.program_tensors}
     changed = False
     made: set[str] = set()      # tensors an earlier op of the block writes
     for i, op in enumerate(b.ops):
-        extra = precision_ops(op, chip) if isinstance(op, Gemm) else []
+        extra = (precision_ops(op, chip) if isinstance(op, Gemm) else
+                 attention_precision_ops(op, chip) if isinstance(op, FusedAttention) else [])
         acc = b.access[i] if b.access else None
         if extra:
             changed = True
         for x in extra:
             ops.append(x)
             if acc is not None:
-                # reads the GEMM's B operand for ordering only, when the block makes it (its
-                # bytes are the GEMM's; not A, whose producer may fuse into the GEMM's
-                # prologue; not a weight or an import, there from the start: an ordering
-                # read of one would count as a second read of it in the residency plan and
-                # put a backward block's import before its carried chain); writes a token
-                # the GEMM waits for
-                token = f"{op.name}.{x.name.rsplit('.', 1)[1]}"
-                tensors.append(Tensor(token, 0.0))
-                access.append(Access(tuple(Use(u.tensor, "read", 0.0, "dep")
-                                           for u in acc.of(mode="read", role="b")
-                                           if u.tensor in made)
-                                     + (Use(token, "write"),)))
-                acc = Access(acc.uses + (Use(token, "read", 0.0, "dep"),), acc.rmw)
+                # ordering reads only (_ordering_reads); writes a token (named as the
+                # precision op) the GEMM waits for
+                tensors.append(Tensor(x.name, 0.0))
+                access.append(Access(_ordering_reads(op, acc, kinds, made)
+                                     + (Use(x.name, "write"),)))
+                acc = Access(acc.uses + (Use(x.name, "read", 0.0, "dep"),), acc.rmw)
         ops.append(op)
         if acc is not None:
             access.append(acc)
@@ -151,8 +243,9 @@ def _with_ops(b: Block, chip) -> Block:
 
 
 def with_precision_ops(w: Workload, chip) -> Workload:
-    """``w`` with :func:`precision_ops` before every GEMM that needs them on ``chip`` (the
-    same workload when none does)."""
+    """``w`` with :func:`precision_ops` before every GEMM and :func:`attention_precision_ops`
+    before every fused attention that needs them on ``chip`` (the same workload when none
+    does)."""
     blocks = tuple(_with_ops(b, chip) for b in w.blocks)
     if all(x is y for x, y in zip(blocks, w.blocks)):
         return w

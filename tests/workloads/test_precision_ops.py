@@ -32,7 +32,7 @@ def test_scale_stream_and_pe_scaling():
     g = Gemm(name="qkv", m=4, k=100, n=48, a_dtype="mxfp8", b_dtype="mxfp4",
              c_dtype="mxfp8", tags=("weight",))
     ops = _by_kind(precision_ops(g, load_chip("infer-2026")))   # mxfp4xmxfp8 in the PE
-    assert set(ops) == {"scales"}
+    assert set(ops) == {"scales", "quant"}       # its mxfp8 output is quantised
     s = ops["scales"]
     assert s.read_bytes == 4 * math.ceil(100 / 32) + 48 * math.ceil(100 / 32)
     assert s.write_bytes == 4 * math.ceil(48 / 32)
@@ -47,6 +47,7 @@ def test_vector_scaling_rescales_every_k_block():
     r = ops["rescale"]
     assert r.elements == 2 * 3 * 40 * math.ceil(100 / 16)
     assert r.flops == RESCALE_OPS_PER_ELEMENT * 2 * 3 * 40 * 7
+    # no byte: infer-2026's vector unit reads the partial sums from the accumulators
     assert r.read_bytes == r.write_bytes == 0
     # A and B (one per batch element) scales plus a per-tensor FP32 scale each
     assert ops["scales"].read_bytes == 2 * 3 * 7 + 2 * 40 * 7 + 4 + 4
@@ -56,11 +57,13 @@ def test_dequant_where_the_chip_does_it():
     g = Gemm(name="up", m=1, k=256, n=512, a_dtype="bf16", b_dtype="int4", tags=("weight",))
     d = _by_kind(precision_ops(g, load_chip("h100")))["dequant"]       # CUDA cores
     assert d.elements == 256 * 512 and d.flops == DEQUANT_OPS_PER_ELEMENT * 256 * 512
-    assert d.read_bytes == d.write_bytes == 0       # the GEMM reads the int4 weights
+    # the GEMM reads the int4 weights; h100 expands them in registers (no scratchpad bytes)
+    assert d.read_bytes == d.write_bytes == 0
     assert precision_ops(g, load_chip("infer-2026")) == []   # int4xbf16 in the PE: free
-    # not a weight (e.g. attention over a narrower KV cache): no dequant op
-    assert precision_ops(Gemm(name="s", m=1, k=64, n=64, a_dtype="bf16", b_dtype="fp8"),
-                         load_chip("h100")) == []
+    # B narrower than A computes in A's dtype whatever B is (here a KV cache): expanded too
+    kv = Gemm(name="s", m=1, k=64, n=64, batch=3, a_dtype="bf16", b_dtype="fp8",
+              b_is_weight=False)
+    assert _by_kind(precision_ops(kv, load_chip("h100")))["dequant"].elements == 3 * 64 * 64
     with pytest.raises(ValueError, match=r"core\.array\.dequant is 'none'"):
         precision_ops(Gemm(name="w", m=1, k=8, n=8, a_dtype="int8", b_dtype="int4",
                            tags=("weight",)), load_chip("tpu-v1"))

@@ -1,0 +1,214 @@
+"""The precision costs beside attention and on chip (workloads/quant.py): attention over a KV
+cache narrower than the activations, block-scaled outputs, and the scratchpad traffic of the
+vector unit's expanded tiles and rescale partials, against closed forms from the model's
+configuration (not from the lowered ops)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from roofline_double import roofline
+
+from diptych.arch import chip_from_dict, load_chip, to_dict
+from diptych.sim import simulate
+from diptych.sim.ops import Gemm
+from diptych.workloads import load_model, run_workload
+from diptych.workloads.quant import (DEQUANT_OPS_PER_ELEMENT, QUANT_OPS_PER_BLOCK,
+                                     QUANT_OPS_PER_ELEMENT, RESCALE_OPS_PER_ELEMENT,
+                                     precision_ops, with_precision_ops)
+from diptych.workloads.precision import Precision
+from diptych.workloads.run import lower_workload
+
+PROMPT, GEN, BATCH = 256, 8, 2
+#: keys a decode step attends on average over the GEN steps (step i attends PROMPT + i + 1)
+KEYS = math.ceil(PROMPT + (GEN + 1) / 2)
+
+
+def _chip(name, vector=None, **array):
+    d = to_dict(load_chip(name))
+    d["core"]["array"].update(array)
+    d["core"]["vector"].update(vector or {})
+    return chip_from_dict(d, source=f"{name}-variant")
+
+
+def _decode(chip, model, **kw):
+    return run_workload(chip, model, phase="decode", batch=BATCH, prompt=PROMPT, gen=GEN,
+                        simulate=roofline, **kw)
+
+
+def _ops(r, suffix):
+    return [x for x in r.layers if x["op"].endswith(suffix)]
+
+
+@pytest.mark.parametrize("attention", ["fused", "unfused"])
+def test_fp8_kv_cache_with_bf16_activations_expands_every_k_and_v_element(attention):
+    m = load_model("llama-3-8b")
+    h100 = load_chip("h100")
+    kw = dict(act_dtype="bf16", weights_dtype="bf16", attention=attention)
+    bf16 = _decode(h100, m, kv_dtype="bf16", **kw)
+    fp8 = _decode(h100, m, kv_dtype="fp8", **kw)
+    # batch × keys × kv heads × head_dim × (K and V), per layer per step
+    elements = BATCH * KEYS * m.kv_heads * m.head_dim * 2 * m.layers
+    assert fp8.info["vector_ops"] - bf16.info["vector_ops"] == pytest.approx(
+        DEQUANT_OPS_PER_ELEMENT * elements, rel=1e-12)
+    deq = _ops(fp8, ".dequant")
+    assert {x["op"] for x in deq} == {"attn_scores.dequant", "attn_pv.dequant"}
+    assert all(x["dram_bytes"] == 0 for x in deq)      # the cache is read once, by attention
+    # a PE that multiplies fp8 by bf16 directly: no op, the same vector work as a bf16 cache
+    pe = _decode(_chip("h100", mixed_input=["fp8xbf16"]), m, kv_dtype="fp8", **kw)
+    assert not _ops(pe, ".dequant") and pe.info["vector_ops"] == bf16.info["vector_ops"]
+    assert fp8.seconds > pe.seconds
+
+
+def test_mla_latent_cache_is_expanded_once():
+    m = load_model("deepseek-v3")
+    h100 = load_chip("h100")
+    bf16 = _decode(h100, m, kv_dtype="bf16", act_dtype="bf16", weights_dtype="bf16")
+    fp8 = _decode(h100, m, kv_dtype="fp8", act_dtype="bf16", weights_dtype="bf16")
+    # absorbed MLA decode attends the latent + rope cache, which is also the values
+    elements = BATCH * KEYS * (m.kv_lora_rank + m.qk_rope_head_dim) * m.layers
+    assert fp8.info["vector_ops"] - bf16.info["vector_ops"] == pytest.approx(
+        DEQUANT_OPS_PER_ELEMENT * elements, rel=1e-12)
+    assert {x["op"] for x in _ops(fp8, ".dequant")} == {"attn_scores.dequant"}
+
+
+def test_kv_dequant_is_a_node_the_schedule_overlaps():
+    h100 = load_chip("h100")
+    kw = dict(act_dtype="bf16", weights_dtype="bf16", kv_dtype="fp8")
+    sched = _decode(h100, "llama-3-8b", execution="schedule", **kw)
+    base = _decode(h100, "llama-3-8b", execution="schedule", act_dtype="bf16",
+                   weights_dtype="bf16", kv_dtype="bf16")
+    summed = _decode(h100, "llama-3-8b", execution="sum", **kw)
+    # no launch of its own (it runs inside the attention kernel), the same fused nodes
+    assert sched.fixed_costs_s == pytest.approx(base.fixed_costs_s, rel=1e-12)
+    assert sched.schedule["fused"] == base.schedule["fused"]
+    assert sched.seconds - sched.fixed_costs_s <= summed.seconds * (1 + 1e-9)
+    # it waits for the stored cache only (not the step's new entry), so the scheduler hides
+    # part of it under the layer's other work: less than its own time is added
+    free = _decode(_chip("h100", mixed_input=["fp8xbf16"]), "llama-3-8b",
+                   execution="schedule", **kw)
+    deq = sum(x["total_seconds"] for x in _ops(summed, ".dequant"))
+    assert 0 < sched.seconds - free.seconds < deq
+    # the fused attention record keeps its parts and its DRAM traffic (K, V at fp8)
+    att = [x for x in summed.layers if x["kind"] == "attention"]
+    assert len(att) == 1 and att[0]["op"] == "attention (fused)"
+
+
+def test_kv_narrower_than_activations_needs_a_way_to_expand():
+    with pytest.raises(ValueError, match=r"cannot multiply fp8 B operand \(a KV cache\) by "
+                                         r"bf16.*core\.array\.dequant is 'none'"):
+        _decode(_chip("h100", dequant="none"), "llama-3-8b", act_dtype="bf16",
+                weights_dtype="bf16", kv_dtype="fp8")
+
+
+def test_dequant_and_rescale_charge_scratchpad_traffic():
+    chip = _chip("infer-2026", {"on_array_output_path": False}, block_scale="vector",
+                 mixed_input=[])
+    g = Gemm(name="g", m=4, k=100, n=48, a_dtype="mxfp8", b_dtype="mxfp4", c_dtype="bf16",
+             tags=("weight",))
+    ops = {o.name.rsplit(".", 1)[1]: o for o in precision_ops(g, chip)}
+    # a vector unit that feeds the array (registers into the MMA) and reads its
+    # accumulators moves nothing through the scratchpad
+    direct = _chip("infer-2026", {"on_array_input_path": True}, block_scale="vector",
+                   mixed_input=[])
+    assert all(o.read_bytes == o.write_bytes == 0 for o in precision_ops(g, direct)
+               if o.name.endswith((".dequant", ".rescale")))
+    # dequant: read the narrow tile and, for the array, the rest of its expanded width;
+    # write the expanded tile: 100 × 48 elements at mxfp8's 8 element bits, each way
+    d = ops["dequant"]
+    assert d.scratchpad_read_bytes == d.scratchpad_write_bytes == 100 * 48 * 1
+    assert d.dram_read_bytes == d.dram_write_bytes == 0
+    # rescale: one FP32 partial sum per output element per 32-element K-block, written by
+    # the array and read by the vector unit
+    r = ops["rescale"]
+    assert r.scratchpad_read_bytes == r.scratchpad_write_bytes == 4 * 48 * 4 * math.ceil(100 / 32)
+    # the engine times them at the scratchpads' bandwidth when that is the bound
+    for op in (d, r):
+        st = simulate(op, chip)
+        sp = chip.tensor_cores * chip.core.scratchpad.bytes_per_cycle
+        alu = op.flops / (chip.tensor_cores * chip.core.vector.lanes
+                          * chip.core.vector.ops_per_lane_per_cycle)
+        assert st.cycles >= max(2 * d.scratchpad_read_bytes / sp if op is d else
+                                2 * r.scratchpad_read_bytes / sp, alu)
+        assert st.dram_read_bytes == st.dram_write_bytes == 0
+
+
+def test_block_scaled_output_is_quantised_on_the_vector_unit_unless_the_array_does_it():
+    g = Gemm(name="up", m=5, k=64, n=100, batch=3, a_dtype="mxfp8", b_dtype="mxfp8",
+             c_dtype="mxfp8", b_is_weight=False)
+    ops = {o.name.rsplit(".", 1)[1]: o for o in precision_ops(g, load_chip("train-2026"))}
+    q = ops["quant"]
+    rows, blocks = 3 * 5, math.ceil(100 / 32)
+    assert q.elements == rows * 100
+    assert q.flops == pytest.approx(QUANT_OPS_PER_ELEMENT * rows * 100
+                                    + QUANT_OPS_PER_BLOCK * rows * blocks, rel=1e-12)
+    assert "quant" not in {o.name.rsplit(".", 1)[1] for o in precision_ops(
+        g, _chip("train-2026", output_quant="array"))}
+    # a plain output is not quantised
+    plain = Gemm(name="p", m=5, k=64, n=100, a_dtype="mxfp8", b_dtype="mxfp8", c_dtype="bf16")
+    assert not any(o.name.endswith(".quant") for o in precision_ops(plain, load_chip("train-2026")))
+    with pytest.raises(ValueError, match=r"output_quant"):
+        _chip("train-2026", output_quant="epilogue")
+
+
+def test_mxfp8_decode_quantises_every_block_scaled_product_output():
+    m = load_model("llama-3-8b")
+    chip = load_chip("infer-2026")
+    r = _decode(chip, m, weights_dtype="mxfp8", act_dtype="mxfp8", kv_dtype="mxfp8",
+                execution="sum")
+    # each layer's products of T = BATCH tokens: q/k/v (d → (H + 2 H_kv) d_h), o (H d_h → d),
+    # gate/up (d → 2 f), down (f → d); attention's P (H × KEYS per token) and O (H × d_h);
+    # the LM head (d → vocab) on the last tokens
+    d, f, dh = m.hidden_size, m.intermediate_size, m.head_dim
+    h, hkv = m.heads, m.kv_heads
+    widths = [(h + 2 * hkv) * dh, d, 2 * f, d, KEYS, dh]
+    rows = [BATCH, BATCH, BATCH, BATCH, BATCH * h, BATCH * h]
+    per_layer = sum(t * (QUANT_OPS_PER_ELEMENT * n + QUANT_OPS_PER_BLOCK * math.ceil(n / 32))
+                    for t, n in zip(rows, widths))
+    head = BATCH * (QUANT_OPS_PER_ELEMENT * m.vocab_size
+                    + QUANT_OPS_PER_BLOCK * math.ceil(m.vocab_size / 32))
+    got = sum(x["flops"] * x["repeat"] for x in _ops(r, ".quant"))
+    assert got == pytest.approx(m.layers * per_layer + head, rel=1e-12)
+
+
+@pytest.mark.parametrize("chip,p", [
+    ("h100", Precision()),
+    ("h100", Precision(weights="fp8", activations="fp8", kv="fp8")),
+    ("infer-2026", Precision(weights="fp8", activations="fp8", kv="fp8")),
+    ("train-2026", Precision()),
+])
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_plain_workloads_get_no_precision_ops(chip, p, phase):
+    w, _ = lower_workload(load_model("llama-3-8b"), phase, batch=2, prompt=64, gen=4,
+                          seq=None, precision=p, tp=1, dp=1)
+    assert with_precision_ops(w, load_chip(chip)) is w
+
+
+def test_rescale_of_fused_attention_parts_on_a_vector_scaling_chip():
+    m = load_model("llama-3-8b")
+    chip = _chip("infer-2026", block_scale="vector")
+    r = _decode(chip, m, weights_dtype="mxfp8", act_dtype="mxfp8", kv_dtype="mxfp8")
+    resc = {x["op"]: x for x in _ops(r, ".rescale")}
+    # scores: H query rows per token × KEYS outputs, K-blocks over head_dim; PV: H × head_dim
+    # outputs, K-blocks over the keys
+    h, dh = m.heads, m.head_dim
+    assert resc["attn_scores.rescale"]["flops"] == pytest.approx(
+        RESCALE_OPS_PER_ELEMENT * BATCH * h * KEYS * math.ceil(dh / 32))
+    assert resc["attn_pv.rescale"]["flops"] == pytest.approx(
+        RESCALE_OPS_PER_ELEMENT * BATCH * h * dh * math.ceil(KEYS / 32))
+
+
+def test_mxfp8_training_runs_as_a_schedule():
+    # the backward layer's precision ops, the output quantisation's included, wait for
+    # nothing the block imports (a repeated block reads its imports behind its carried
+    # chain)
+    r = run_workload("train-2026", "llama-3-8b", phase="train", batch=2, seq=256,
+                     weights_dtype="mxfp8", act_dtype="mxfp8", simulate=roofline,
+                     execution="schedule")
+    ops = {x["op"] for x in r.layers}
+    assert {"down_proj.dgrad.quant", "down_proj.dgrad.scales"} <= ops
+    summed = run_workload("train-2026", "llama-3-8b", phase="train", batch=2, seq=256,
+                          weights_dtype="mxfp8", act_dtype="mxfp8", simulate=roofline,
+                          execution="sum")
+    assert r.seconds - r.fixed_costs_s <= summed.seconds * (1 + 1e-9)
