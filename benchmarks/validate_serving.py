@@ -1,6 +1,7 @@
 """Compare ``diptych serve`` with published serving measurements; prints a Markdown table.
 
     python benchmarks/validate_serving.py [--out FILE] [--quick] [--execution sum|schedule]
+                                          [--only TEXT ...] [--requests N]
 
 Every row is one published, measured number next to what ``diptych serve`` predicts for the
 same setup (model, GPU count and parallelism, precision, request lengths, arrival rate,
@@ -21,7 +22,9 @@ the commit below):
   throughput`` (requests queued at an infinite rate; 3000 requests of 1000/1000 and 2048/128,
   max batch 4096 sequences, max 8192 tokens per step, 95 % of free memory for the KV cache).
 
-``--quick`` runs the low-load rows only.
+``--quick`` runs the low-load rows only; ``--only TEXT`` the rows whose name holds TEXT;
+``--requests N`` caps each row's request count (for the long full-load rows: check that the
+result has converged by comparing two counts).
 """
 
 from __future__ import annotations
@@ -128,7 +131,13 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="low-load rows only")
     ap.add_argument("--execution", choices=["sum", "schedule"],
                     help="how steps are timed (default: as `diptych run`)")
+    ap.add_argument("--only", metavar="TEXT", action="append",
+                    help="only the rows whose name contains TEXT (repeatable)")
+    ap.add_argument("--requests", type=int, metavar="N",
+                    help="cap every row's request count at N (the row then says so)")
     args = ap.parse_args(argv)
+    if args.requests is not None and args.requests < 1:
+        ap.error(f"--requests must be a positive integer, not {args.requests}")
     oracles = OracleCache("grid")
     lines = ["| case | published | diptych | ratio (diptych ÷ published) | source |",
              "|---|---|---|---|---|"]
@@ -137,13 +146,20 @@ def main(argv=None) -> int:
     for c in CASES:
         if args.quick and not c.low_load:
             continue
+        if args.only and not any(t in c.name for t in args.only):
+            continue
+        if args.requests is not None and args.requests < c.requests:
+            c = dataclasses.replace(c, name=f"{c.name} ({args.requests} of {c.requests} "
+                                    f"requests)", requests=args.requests)
         key = (c.model, c.tp, c.isl, c.osl, c.qps, c.requests, c.fp8, tuple(c.cfg.items()))
+        t1, n1 = time.perf_counter(), oracles.simulations
         if key not in cache:
             cache[key] = _run(c, oracles, args.execution)
         v = value(c, cache[key])
         lines.append(f"| {c.name} | {_fmt(c.published)} {UNITS[c.metric]} | {_fmt(v)} | "
                      f"{v / c.published:.2f} | {c.source} |")
-        print(lines[-1], file=sys.stderr, flush=True)
+        print(f"{lines[-1]}  [{time.perf_counter() - t1:.0f} s, "
+              f"{oracles.simulations - n1} simulations]", file=sys.stderr, flush=True)
     text = "\n".join(lines)
     print(text)
     print(f"\n({oracles.simulations} step-piece simulations, "

@@ -146,6 +146,41 @@ def _launch(op, op_launch: float, coll_launch: float) -> float:
     return 0.0 if "precision" in getattr(op, "tags", ()) else op_launch
 
 
+#: An op tagged ``launch:<key>`` belongs to the launch group ``<key>`` of its block: the
+#: group's nodes run as ONE kernel (a serving engine's varlen attention over all the step's
+#: sequences of a layer, :func:`~diptych.workloads.step.lower_step`) and pay one launch per
+#: block copy, charged on the first of them in the scheduler's priority order.
+LAUNCH_TAG = "launch:"
+
+
+def launch_group(op) -> str | None:
+    """The launch group of ``op`` (its ``launch:<key>`` tag's key), or None: its own."""
+    for t in getattr(op, "tags", ()):
+        if t.startswith(LAUNCH_TAG):
+            return t[len(LAUNCH_TAG):]
+    return None
+
+
+def _block_launches(prog, bi: int, op_launch: float, coll_launch: float) -> dict[str, float]:
+    """Launch seconds of each node of block ``bi`` per copy: :func:`_launch` of its op, except
+    that the nodes of one launch group pay it once, on the first of them in the block's
+    topological order (the scheduler's priority, so the first to start when they share their
+    predecessors, as a layer's attention cores do)."""
+    b = prog.blocks[bi]
+    out: dict[str, float] = {}
+    seen: set[str] = set()
+    for ni in prog.order(bi):
+        n = b.nodes[ni]
+        g = launch_group(n.payload)
+        if g is not None and g in seen:
+            out[n.name] = 0.0
+            continue
+        if g is not None:
+            seen.add(g)
+        out[n.name] = _launch(n.payload, op_launch, coll_launch)
+    return out
+
+
 def _shape(op) -> str:
     from .run import _shape as shape
     if isinstance(op, FusedOps):
@@ -231,6 +266,8 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     for piece, prog, res, origin, ops in plans:
         space = max(0, cap.scratchpad - res.on_chip_bytes("scratchpad")) if prefetch_ok else 0
         demands = {}
+        launch = {(b.name, k): v for bi, b in enumerate(prog.blocks)
+                  for k, v in _block_launches(prog, bi, op_launch, coll_launch).items()}
         for b in prog.blocks:
             for n in b.nodes:
                 t = timer(ops[(b.name, n.name)])
@@ -239,7 +276,7 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
                     seconds=t.seconds, unit=t.unit, dram_bytes=t.dram_bytes,
                     stream_bytes_per_s=max(stream, t.bandwidth) if t.dram_bytes else None,
                     compute_seconds=t.compute_seconds, prefetch_bytes=pre,
-                    launch_seconds=_launch(n.payload, op_launch, coll_launch),
+                    launch_seconds=launch[(b.name, n.name)],
                     co_seconds={"vector": t.vector_seconds} if t.vector_seconds else None)
         r = list_schedule(prog.with_demands(demands), space_bytes=space,
                           step_sync_seconds=sync if piece.step else 0.0)
@@ -270,8 +307,8 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
             for n in b.nodes:
                 op = ops[(b.name, n.name)]
                 t = timer(op)
-                launch = _launch(op, op_launch, coll_launch)
-                launches += launch * count
+                op_launch_s = launch[(b.name, n.name)]
+                launches += op_launch_s * count
                 energy += t.energy_j * count
                 dram += t.dram_bytes * count
                 if t.bound == "communication":
@@ -299,7 +336,7 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
                        "block": b.name, "stage": stage.get(ob, "optimizer"),
                        "repeat": count, "total_seconds": t.seconds * count,
                        "start_s": offset + start, "end_s": offset + end, "exposed_s": exposed,
-                       "exposed_total_s": exposed * count, "launch_s": launch,
+                       "exposed_total_s": exposed * count, "launch_s": op_launch_s,
                        "residency": _residency_view(res, ob, n.name, s0 + rep)}
                 if t.dtype:
                     rec["dtype"] = t.dtype

@@ -31,7 +31,10 @@ and fusion see a serving step as they see ``diptych run``'s phases: the token-pa
 recorded for all ``N`` tokens; each sequence group's cores read their share of q and of the new
 K/V rows, their own cache (``kv_cache`` of the decode batch, ``kv_past`` of a chunk with a past)
 and write their own output, which the op after attention reads from every group; group ``g >
-0``'s cores and tensors carry the mark ``@g`` (node names are unique in a block).
+0``'s cores and tensors carry the mark ``@g`` (node names are unique in a block). With more than
+one group, each core op is tagged with the launch group of its name
+(:data:`~diptych.workloads.execute.LAUNCH_TAG`): the groups' cores of a layer are one varlen
+kernel and pay one launch in a schedule (docs/program.md, "Launch groups").
 
 :func:`step_parts` splits a step into the pieces a memoising oracle interpolates: the frame
 (everything but the cores, a function of ``N`` and ``logits_rows``) and the cores (functions
@@ -50,6 +53,7 @@ from ..sim.ops import Collective, Op
 from ..sim.program import Carry, Tensor
 from .config import LayerSpec, ModelConfig
 from .dataflow import Flow
+from .execute import LAUNCH_TAG
 from .fused import FusedAttention
 from .graph import Access, Block, Use, Workload
 from .lower import (_attention_gqa, _attention_mla, _Ctx, _embedding, _head, check_attention,
@@ -316,6 +320,7 @@ def _named_layer(name: str, rep: int, ck: _Ctx, entry: str, exit_: str,
     tensors = dict(fl.tensors)
     cores: list[tuple[Op, Access]] = []
     produced: dict[str, list[str]] = {}
+    shared = len(groups) > 1
     for g, grp in enumerate(groups):
         recs, own = grp.get(name, ((), {}))
 
@@ -332,11 +337,14 @@ def _named_layer(name: str, rep: int, ck: _Ctx, entry: str, exit_: str,
             return replace(u, tensor=new)
 
         for op, acc in recs:
+            # the groups' records of one op run as one varlen kernel: one launch per layer
+            launch = f"{LAUNCH_TAG}{op.name}"
             acc = replace(acc, uses=tuple(rename(u) for u in acc.uses))
             for t in acc.writes:
                 base = t if g == 0 else t[:t.rindex(GROUP_MARK)]
                 produced.setdefault(base, []).append(t)
-            cores.append((replace(op, name=_mark(op.name, g)), acc))
+            cores.append((replace(op, name=_mark(op.name, g),
+                                  tags=op.tags + (launch,) if shared else op.tags), acc))
     recs = []
     for op, acc in dense:
         if any(u.tensor in outs for u in acc.uses):

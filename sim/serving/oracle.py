@@ -405,9 +405,10 @@ class GridOracle:
         return got
 
     def _launches(self, step: Step) -> list[float]:
-        """Per layer kind: launch seconds of the cores of ``step``: in the summed model one
-        per distinct op (the stand-in of :func:`~diptych.workloads.step.block_costs`); in a
-        schedule one per node, i.e. per op of every sequence group."""
+        """Per layer kind: launch seconds of the cores of ``step``: one per distinct op, the
+        sequence groups' records of an op being one varlen kernel (in a schedule their
+        launch group, :func:`~diptych.workloads.step.lower_step`; in the summed model the
+        stand-in of :func:`~diptych.workloads.step.block_costs`)."""
         r = self.replica
         if not r.fixed_costs:
             return [0.0] * len(self.kinds)
@@ -416,12 +417,6 @@ class GridOracle:
             keys.append(("d", step.decode_queries))
         keys += [("p", past > 0) for _, past in step.prefill]
         op_s = launch_seconds(r.chip)[0]
-        if self._scheduled:
-            count = dict.fromkeys(self.kinds, 0)
-            for key in keys:
-                for k, ops in self._core_ops(key).items():
-                    count[k] += len(ops)
-            return [count[k] * op_s for k in self.kinds]
         names = {k: set() for k in self.kinds}
         for key in dict.fromkeys(keys):
             for k, ops in self._core_ops(key).items():
