@@ -64,7 +64,7 @@ def plan(op, chip, dataflow=None):
     # reaches the group's floor (a bound below every estimate and bound in it), and never when
     # that floor cannot beat the best; the order is the same as with every table built.
     view = _as_oriented(op, m_total, batch)
-    layout = MP.op_layout(view, m_total, chip.tensor_cores)
+    layout = MP.op_layout(view, m_total, chip.tensor_cores, chip)
     groups = []
     pin = MP.pin_bytes_per_s(chip)
     # split-K writes partial tiles to DRAM and reduces them there: only for an op whose

@@ -17,7 +17,9 @@
 3. **Blocks.** Candidate block sizes are the array-aligned sizes ``R·2^i`` (rows),
    ``Rk·2^i`` or ``R·2^i`` (depth), ``C·2^i`` (columns) and the full extent, for both loop
    orders, that fit the scratchpad with two slots each for the X and W blocks and two output
-   tiles (in the accumulator SRAM when the chip has one). Each candidate has a valid lower
+   tiles (in the accumulator SRAM when the chip has one), and, when the vector unit expands a
+   narrow B operand into the scratchpad (:func:`expanded_b_bits`), one more B block at A's
+   width beside its slots. Each candidate has a valid lower
    bound (busy cycles; DRAM bytes at peak share) and an estimate; candidates are simulated in
    order of the estimate and pruned when their lower bound cannot beat the best so far (a run
    also stops as soon as it cannot), within a budget of :data:`MAX_SIMULATED_BLOCKS`. The fastest simulated candidate wins; ties break on
@@ -32,7 +34,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..arch.dtypes import element_bits
+from ..arch.dtypes import dtype_bytes, element_bits
 from . import engine as E
 from . import mapper_kernels as MK
 from . import timing as T
@@ -92,6 +94,19 @@ class Problem:
     w_src: int = 0
     o_dst: int = 0
     resident_per_core: int = 0
+    # bits per element a slot of X (W) costs in the scratchpad capacity (0: x_bits, w_bits):
+    # more than the element's when the vector unit writes an expanded copy of B's block
+    # beside its two slots (expanded_b_bits: half that block's bits counted in each slot)
+    x_slot_bits: int = 0
+    w_slot_bits: int = 0
+
+    @property
+    def x_cap_bits(self) -> int:
+        return self.x_slot_bits or self.x_bits
+
+    @property
+    def w_cap_bits(self) -> int:
+        return self.w_slot_bits or self.w_bits
 
 
 @dataclass(frozen=True)
@@ -359,9 +374,32 @@ SRC_CODE = {"dram": E.SRC_DRAM, "scratchpad": E.SRC_SCRATCHPAD,
             "shared_buffer": E.SRC_SHARED_BUFFER}
 
 
-def op_layout(op, m_total: int, tensor_cores: int = 1) -> tuple:
+def expanded_b_bits(chip, op) -> int:
+    """Bits per element of the expanded copy of a B block that ``chip`` keeps in the
+    scratchpad beside B's two slots while the array multiplies it, or 0.
+
+    A GEMM whose B operand is narrower than its A operand (W4A16 weights, an FP8 KV cache
+    under BF16 queries) computes in A's dtype; a chip whose PE does not multiply the pair
+    (``core.array.mixed_input``) expands B on its vector unit (``core.array.dequant =
+    "vector"``; workloads/quant.py charges the work), and unless the vector unit hands the
+    expanded values to the array directly (``core.vector.on_array_input_path``, registers
+    into the MMA), it writes them back into the scratchpad at A's width for the array to read
+    (docs/precision.md, "On-chip traffic of expanded tiles"): one B block at A's width, A's
+    element bits, beside the narrow ones."""
+    if chip is None or dtype_bytes(op.b_dtype) >= dtype_bytes(op.a_dtype):
+        return 0
+    arr = chip.core.array
+    if (f"{op.b_dtype}x{op.a_dtype}" in arr.mixed_input or arr.dequant != "vector"
+            or chip.core.vector.on_array_input_path):
+        return 0
+    return element_bits(op.a_dtype)
+
+
+def op_layout(op, m_total: int, tensor_cores: int = 1, chip=None) -> tuple:
     """The part of :func:`orient` that does not depend on the split or dataflow (element
-    bits, DRAM layout strides and bases, residency), for a search to compute once per op."""
+    bits, DRAM layout strides and bases, residency, and with ``chip`` the expanded copy of
+    B's block the capacity holds, :func:`expanded_b_bits`), for a search to compute once per
+    op."""
     a_src = SRC_CODE[getattr(op, "a_source", "dram")]
     b_src = SRC_CODE[getattr(op, "b_source", "dram")]
     o_dst = SRC_CODE[getattr(op, "c_dest", "dram")]
@@ -381,8 +419,10 @@ def op_layout(op, m_total: int, tensor_cores: int = 1) -> tuple:
     # sums at the accumulator's precision
     outs = tuple((c, _cdiv(n * c, 8), 0 if folded else m_total * _cdiv(n * c, 8))
                  for c in (cb, accb))
+    # the expanded B block (A's bits) counted half in each of B's two slots (footprint)
+    b_slot = bb + expanded_b_bits(chip, op) // 2
     return (a_src, b_src, o_dst, res, ab, bb, accb, a_ld, b_ld, a_bs, b_bs, b_base, c_base,
-            outs)
+            outs, b_slot)
 
 
 def orient(op, dataflow: str, split: Split, m_total: int, tensor_cores: int = 1,
@@ -392,7 +432,7 @@ def orient(op, dataflow: str, split: Split, m_total: int, tensor_cores: int = 1,
     over ``tensor_cores``; absent: all in DRAM). ``layout``: :func:`op_layout` of the same
     arguments, if already computed."""
     (a_src, b_src, o_dst, res, ab, bb, accb, a_ld, b_ld, a_bs, b_bs, b_base, c_base,
-     outs) = layout or op_layout(op, m_total, tensor_cores)
+     outs, b_slot) = layout or op_layout(op, m_total, tensor_cores)
     # split-K: partial sums leave at the accumulator's precision
     cb, c_ld, c_bs = outs[1 if split.pk > 1 else 0]
     a_dup = split.a_dup or split.pn * split.qn
@@ -405,14 +445,16 @@ def orient(op, dataflow: str, split: Split, m_total: int, tensor_cores: int = 1,
                        x_ld=a_ld, w_ld=b_ld, o_ld=c_ld, x_bstride=a_bs, w_bstride=b_bs,
                        o_bstride=c_bs, x_base=0, w_base=b_base, o_base=c_base,
                        x_dup=a_dup, w_dup=b_dup, x_cdup=split.qn, w_cdup=split.qm,
-                       x_src=a_src, w_src=b_src, o_dst=o_dst, resident_per_core=res)
+                       x_src=a_src, w_src=b_src, o_dst=o_dst, resident_per_core=res,
+                       w_slot_bits=b_slot)
     # X = Bᵀ (at b_base), W = Aᵀ (at 0), O = Cᵀ
     return Problem(dataflow=dataflow, m=split.n, k=k, n=split.m, batch=split.batch,
                    x_bits=bb, w_bits=ab, o_bits=cb, acc_bits=accb, transposed=True,
                    x_ld=b_ld, w_ld=a_ld, o_ld=c_ld, x_bstride=b_bs, w_bstride=a_bs,
                    o_bstride=c_bs, x_base=b_base, w_base=0, o_base=c_base,
                    x_dup=b_dup, w_dup=a_dup, x_cdup=split.qm, w_cdup=split.qn,
-                   x_src=b_src, w_src=a_src, o_dst=o_dst, resident_per_core=res)
+                   x_src=b_src, w_src=a_src, o_dst=o_dst, resident_per_core=res,
+                   x_slot_bits=b_slot)
 
 
 def engine_params(chip, pb: Problem, blk: Blocks, rates: Rates, split: Split,
@@ -501,9 +543,11 @@ def capacity(chip, split: Split, resident_per_core: int = 0) -> tuple[int, int]:
 
 def footprint(pb: Problem, mb: int, kb: int, nb: int, acc_bytes_avail: int) -> int:
     """Scratchpad bytes of a blocking, this array's part (two slots per operand, two output
-    tiles; an operand block shared by ``cdup`` arrays of the core counts ``1/cdup``)."""
-    x = 2 * _cdiv(_cdiv(mb * kb * pb.x_bits, 8), pb.x_cdup)
-    w = 2 * _cdiv(_cdiv(kb * nb * pb.w_bits, 8), pb.w_cdup)
+    tiles; an operand block shared by ``cdup`` arrays of the core counts ``1/cdup``; an
+    expanded copy of B's block, :func:`expanded_b_bits`, half in each of B's slots:
+    ``Problem.x_slot_bits``/``w_slot_bits``)."""
+    x = 2 * _cdiv(_cdiv(mb * kb * pb.x_cap_bits, 8), pb.x_cdup)
+    w = 2 * _cdiv(_cdiv(kb * nb * pb.w_cap_bits, 8), pb.w_cdup)
     o = 2 * _cdiv(mb * nb * pb.acc_bits, 8)
     if acc_bytes_avail and o <= acc_bytes_avail:
         o = 0
@@ -871,8 +915,9 @@ def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: flo
     arr = chip.core.array
     cap, acc = capacity(chip, split, pb.resident_per_core)
     kbase = arr.rows if pb.dataflow == "os" else rates.stationary_rows
-    mb, kb, nb, order = MK.blockings(arr.rows, arr.cols, kbase, pb.m, pb.k, pb.n, pb.x_bits,
-                                     pb.w_bits, pb.acc_bits, cap, acc, pb.x_cdup, pb.w_cdup)
+    mb, kb, nb, order = MK.blockings(arr.rows, arr.cols, kbase, pb.m, pb.k, pb.n,
+                                     pb.x_cap_bits, pb.w_cap_bits, pb.acc_bits, cap, acc,
+                                     pb.x_cdup, pb.w_cdup)
     if len(mb) == 0:
         candidates(chip, pb, rates, split)   # raises the explanatory ValueError
     xsb, wsb = np.zeros(len(mb), dtype=np.int64), np.zeros(len(mb), dtype=np.int64)

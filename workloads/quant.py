@@ -43,6 +43,15 @@ times (docs/precision.md, "The precision ops"):
   block, on the vector unit unless the array's output path has a quantiser
   (``core.array.output_quant = "array"``). It reads the accumulators on their way out and
   the engine writes the narrow C: no bytes of its own.
+* ``<op>.quant`` (kind ``scale``) beside a vector op whose output is stored block-scaled (a
+  norm's, RoPE's, SwiGLU's, a residual add's result in MXFP8 or NVFP4 activations; the input
+  gradients of the backward vector ops): the same count per output element and block,
+  inside the producing kernel (:func:`vector_quant_op`).
+* ``<linear>.wgrad.colquant`` (kind ``scale``) beside a weight-gradient GEMM with block-scaled
+  operands (MXFP8 training): the columnwise copies of the forward input X and the output
+  gradient dY that it reads along the tokens, quantised and written to DRAM
+  (:func:`columnwise_quant_op`); the weights' columnwise copy is the optimizer's
+  (:func:`~diptych.workloads.train.adamw_op`).
 
 A fused attention (:class:`~diptych.workloads.fused.FusedAttention`) runs its GEMMs on chip:
 its parts get the rescale, dequant and quant ops above (not the scales: its DRAM traffic
@@ -168,6 +177,9 @@ def precision_ops(g: Gemm, chip) -> list[VectorOp]:
         out.append(_on_chip(f"{g.name}.dequant", "dequant", e, DEQUANT_OPS_PER_ELEMENT,
                             0.0 if vec.on_array_input_path
                             else e * element_bits(g.a_dtype) / 8, g.a_dtype))
+    col = columnwise_quant_op(g)
+    if col is not None:
+        out.append(col)
     if fmt(g.c_dtype).block_scaled and chip.core.array.output_quant == "vector":
         e = g.batch * g.m * g.n
         blocks = scale_count(g.c_dtype, g.batch * g.m, g.n)
@@ -176,6 +188,75 @@ def precision_ops(g: Gemm, chip) -> list[VectorOp]:
                             + QUANT_OPS_PER_BLOCK * blocks / e, read_bytes=0.0,
                             write_bytes=0.0, dtype=g.c_dtype, tags=("precision",)))
     return out
+
+
+#: Vector-op kinds whose output is not block-quantised by :func:`vector_quant_op`: copies
+#: and gathers (a KV-cache write, an embedding lookup) move their input's blocks with their
+#: scales, top-k writes routing indices and weights that no product reads, and the
+#: precision ops themselves.
+_NO_OUTPUT_QUANT = ("copy", "embedding", "topk", "optimizer", "dequant", "scale")
+
+
+def vector_quant_op(op: VectorOp) -> VectorOp | None:
+    """``<op>.quant``: the block quantisation of vector op ``op``'s output when it is stored
+    in a block-scaled dtype (MXFP8 or NVFP4 activations: a norm's, an activation function's,
+    a residual add's, an unfused softmax's result, the next product's A operand, and in
+    training the input gradients the backward vector ops write), else None.
+
+    The lowering writes a vector op's output in the activations' dtype (``op.dtype``, at
+    ``dtype_bytes`` per element: elements and scales), so its output elements are
+    ``write_bytes / dtype_bytes(op.dtype)``; each is quantised as a GEMM's block-scaled output
+    is (:data:`QUANT_OPS_PER_ELEMENT` per element, :data:`QUANT_OPS_PER_BLOCK` per block of
+    ``fmt(op.dtype).block`` along the row: the lowering's rows, hidden size, head_dim and the
+    MLP width per rank, are whole blocks). On the vector unit, inside the producing kernel
+    (the values are its own; Transformer Engine fuses the cast into its normalisation and
+    activation kernels), so no launch and no bytes of its own: the op's ``write_bytes``
+    already count the narrow output and its scales."""
+    f = fmt(op.dtype)
+    if (not f.block_scaled or op.kind in _NO_OUTPUT_QUANT or "precision" in op.tags
+            or op.ops_per_element == 0 or op.write_bytes <= 0):
+        return None
+    e = max(1, round(op.write_bytes / dtype_bytes(op.dtype)))
+    blocks = math.ceil(e / f.block)
+    return VectorOp(name=f"{op.name}.quant", kind="scale", elements=e,
+                    ops_per_element=QUANT_OPS_PER_ELEMENT + QUANT_OPS_PER_BLOCK * blocks / e,
+                    read_bytes=0.0, write_bytes=0.0, dtype=op.dtype, tags=("precision",))
+
+
+def columnwise_quant_op(g: Gemm) -> VectorOp | None:
+    """``<g>.colquant``: the columnwise (transposed) copies a weight-gradient GEMM ``g``
+    (``dW = Xᵀ·dY``, named ``<linear>.wgrad``) reads, when they are block-scaled (MXFP8
+    training), else None (docs/precision.md, "Backward GEMMs").
+
+    Both of its operands are read along the tokens, the dimension along which neither was
+    quantised when it was made (X, the forward input, and dY, the output gradient, are
+    stored blocked along their rows' features, for the forward GEMM and the data-gradient
+    GEMM), so each needs a second, columnwise MXFP8 copy with its own scales (Transformer
+    Engine, "Performance considerations: handling transposes": *rowwise* and *columnwise*
+    usages). The copy is quantised from the high-precision values, not from the rowwise copy
+    (double quantisation): its producer, which holds them on chip (every activation and
+    gradient is stored only block-scaled in this model), quantises them twice and writes
+    both copies, as Transformer Engine's ``MXFP8Quantizer`` makes both usages in one pass
+    over its input. Cost: :data:`QUANT_OPS_PER_ELEMENT` per element plus
+    :data:`QUANT_OPS_PER_BLOCK` per block (blocks along the tokens: the scales ``g`` reads)
+    on the vector unit, and the copy's DRAM write, elements and scales (``g``'s A and B
+    bytes, what it reads); no read. One per weight GEMM: each forward input and each output
+    gradient has one transposed reader, the weight-gradient GEMM. The weights' columnwise
+    copy, read by the data-gradient GEMM, is made once per step by the optimizer
+    (:func:`~diptych.workloads.train.adamw_op`)."""
+    if "wgrad" not in g.tags or not g.name.endswith(".wgrad"):
+        return None
+    a, b = fmt(g.a_dtype).block_scaled, fmt(g.b_dtype).block_scaled
+    if not (a or b):
+        return None
+    e = (g.batch * g.m * g.k if a else 0) + (g.b_count * g.k * g.n if b else 0)
+    blocks = ((scale_count(g.a_dtype, g.batch * g.m, g.k) if a else 0)
+              + (scale_count(g.b_dtype, g.b_count * g.n, g.k) if b else 0))
+    return VectorOp(name=f"{g.name}.colquant", kind="scale", elements=e,
+                    ops_per_element=QUANT_OPS_PER_ELEMENT + QUANT_OPS_PER_BLOCK * blocks / e,
+                    read_bytes=0.0, write_bytes=(g.a_bytes if a else 0.0)
+                    + (g.b_bytes if b else 0.0), dtype=g.a_dtype if a else g.b_dtype,
+                    tags=("precision",))
 
 
 def attention_precision_ops(op: FusedAttention, chip) -> list[VectorOp]:
@@ -205,6 +286,10 @@ def _ordering_reads(op, acc: Access, kinds: dict, made: set) -> tuple[Use, ...]:
     what it reads."""
     if isinstance(op, Gemm):
         uses = acc.of(mode="read", role="b")
+    elif isinstance(op, VectorOp):
+        # the quantisation of a vector op's output (fused into it): waiting for its inputs
+        # would add a reader that keeps the op out of its GEMM's prologue or epilogue
+        return ()
     else:
         uses = acc.of(mode="read")
         if any(kinds.get(u.tensor) == "kv_cache" and u.tensor not in made for u in uses):
@@ -219,7 +304,8 @@ def _with_ops(b: Block, chip) -> Block:
     made: set[str] = set()      # tensors an earlier op of the block writes
     for i, op in enumerate(b.ops):
         extra = (precision_ops(op, chip) if isinstance(op, Gemm) else
-                 attention_precision_ops(op, chip) if isinstance(op, FusedAttention) else [])
+                 attention_precision_ops(op, chip) if isinstance(op, FusedAttention) else
+                 [q for q in (vector_quant_op(op),) if q] if isinstance(op, VectorOp) else [])
         acc = b.access[i] if b.access else None
         if extra:
             changed = True

@@ -26,7 +26,7 @@ import dataclasses
 import math
 from dataclasses import replace
 
-from ..arch.dtypes import dtype_bytes
+from ..arch.dtypes import dtype_bytes, fmt
 from ..sim.ops import Collective, Gemm, Op, VectorOp
 from ..sim.program import Carry, Tensor
 from .config import ModelConfig
@@ -36,6 +36,7 @@ from .lower import (_check_common, _Ctx, _layer_blocks, check_attention, check_c
                     embedding_block, forward_blocks, head_block, keys_info, layer_kinds)
 from .params import params_per_chip, weight_tensors
 from .precision import Precision
+from .quant import QUANT_OPS_PER_BLOCK, QUANT_OPS_PER_ELEMENT
 
 #: Parameters per AdamW op: the update runs as a sequence of equal chunks (as multi-tensor
 #: apply kernels do), one op repeated, so the engine simulates one 16 Mi-element stream instead
@@ -209,11 +210,26 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
 def adamw_op(n: int, p: Precision, name: str = "adamw") -> VectorOp:
     """One AdamW update of ``n`` parameters on the vector unit: reads the gradient, the
     master copy and both moments, writes them back with the working-precision weights
-    (:data:`ADAMW_OPS_PER_PARAM` ALU ops per parameter)."""
+    (:data:`ADAMW_OPS_PER_PARAM` ALU ops per parameter).
+
+    Block-scaled weights (MXFP8 training) are written twice: the rowwise copy the forward
+    and weight-gradient GEMMs read, blocked along the input features, and the columnwise
+    copy the data-gradient GEMM reads (``Wᵀ``), blocked along the output features, each
+    quantised from the new master value (Transformer Engine quantises a weight for both
+    usages once and reuses the copies over the step's micro-batches): one more write of
+    ``n`` weights at their width (elements and scales) and the columnwise quantisation's
+    ALU ops (:data:`~diptych.workloads.quant.QUANT_OPS_PER_ELEMENT` per weight,
+    :data:`~diptych.workloads.quant.QUANT_OPS_PER_BLOCK` per block; docs/precision.md,
+    "Backward GEMMs")."""
     state = p.optimizer_state_bytes_per_param
-    return VectorOp(name=name, kind="optimizer", elements=n, ops_per_element=ADAMW_OPS_PER_PARAM,
-                    read_bytes=n * (p.g_bytes + state), write_bytes=n * (state + p.w_bytes),
-                    dtype="fp32", tags=("optimizer",))
+    f = fmt(p.weights)
+    copies = 2 if f.block_scaled else 1
+    ops = ADAMW_OPS_PER_PARAM + (QUANT_OPS_PER_ELEMENT + QUANT_OPS_PER_BLOCK / f.block
+                                 if f.block_scaled else 0.0)
+    return VectorOp(name=name, kind="optimizer", elements=n, ops_per_element=ops,
+                    read_bytes=n * (p.g_bytes + state),
+                    write_bytes=n * (state + copies * p.w_bytes), dtype="fp32",
+                    tags=("optimizer",))
 
 
 def _adamw_block(name: str, repeat: int, n: int, p: Precision) -> Block:
@@ -225,8 +241,12 @@ def _adamw_block(name: str, repeat: int, n: int, p: Precision) -> Block:
          Tensor("m", n * dtype_bytes(p.moments), "optimizer_state"),
          Tensor("v", n * dtype_bytes(p.moments), "optimizer_state"),
          Tensor("w", n * p.w_bytes, "weight", live_out=True)]
-    acc = Access((Use("g"), Use("master", "update"), Use("m", "update"), Use("v", "update"),
-                  Use("w", "write")), rmw=True)
+    uses = [Use("g"), Use("master", "update"), Use("m", "update"), Use("v", "update"),
+            Use("w", "write")]
+    if fmt(p.weights).block_scaled:          # the columnwise copy (adamw_op)
+        t.append(Tensor("w_col", n * p.w_bytes, "weight", live_out=True))
+        uses.append(Use("w_col", "write"))
+    acc = Access(tuple(uses), rmw=True)
     return Block(name, repeat, (adamw_op(n, p),), "optimizer", access=(acc,),
                  tensors=tuple(t))
 

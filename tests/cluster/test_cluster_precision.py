@@ -15,7 +15,7 @@ from diptych.sim.cluster import Plan, simulate_cluster_step
 from diptych.sim.cluster import timing
 from diptych.sim.cluster.timing import TpLinks, layer_times
 from diptych.sim.cluster.topology import GroupShape
-from diptych.sim.ops import Gemm
+from diptych.sim.ops import Gemm, VectorOp
 from diptych.workloads import load_model, run_workload
 from diptych.workloads.run import default_precision
 
@@ -98,20 +98,45 @@ def _mx_scale_bytes(g: Gemm) -> float:
             + g.batch * g.m * math.ceil(g.n / 32))
 
 
+def _vector_quant_s(ops, chip) -> float:
+    """Seconds of quantising the MXFP8 outputs of the vector ops that compute (not copies,
+    gathers, top-k): 4 ops per element + 2 per 32-element block, at the vector rate."""
+    n = sum(o.write_bytes / (1 + 1 / 32) for o in ops if isinstance(o, VectorOp)
+            and o.ops_per_element > 0 and o.kind not in ("copy", "embedding", "topk"))
+    return n * (4 + 2 / 32) / chip.vector_ops_per_s
+
+
+def _colquant_s(ops, chip) -> float:
+    """Seconds of the columnwise copies of each weight-gradient GEMM's X and dY (roofline:
+    4 ops per element + 2 per block along the tokens, or the copies' DRAM write)."""
+    out = 0.0
+    for g in _gemms(ops):
+        if g.name.endswith(".wgrad"):
+            e = g.m * g.k + g.k * g.n
+            blocks = (g.m + g.n) * math.ceil(g.k / 32)
+            out += max((4 * e + 2 * blocks) / chip.vector_ops_per_s,
+                       (e + blocks) / chip.dram_bytes_per_s)
+    return out
+
+
 def test_mxfp8_training_adds_each_gemms_scale_stream(monkeypatch):
     # train-2026 applies scales in the PE: each GEMM adds its scale bytes at the DRAM rate,
     # forward and backward (data- and weight-gradient GEMMs are MXFP8 too: operands and
     # gradients quantised along each backward GEMM's own K). The quantisation of their
     # MXFP8 outputs is an op of its own (tests/workloads/test_quant_costs.py): here the
-    # array's output path does it (output_quant = "array"), at no time
+    # array's output path does it (output_quant = "array"), at no time; the vector ops'
+    # MXFP8 outputs are quantised on the vector unit, and each weight-gradient GEMM's
+    # operands get their columnwise copies
     d = to_dict(load_chip("train-2026"))
     d["core"]["array"]["output_quant"] = "array"
     chip = chip_from_dict(d, source="train-2026-variant")
     got = _times(monkeypatch, chip, MXFP8, TRAIN)
     base = _times(monkeypatch, chip, MXFP8, TRAIN, charged=False)
     for kind, t in got.items():
-        fwd = sum(_mx_scale_bytes(g) for g in _gemms(t.ops.forward)) / chip.dram_bytes_per_s
-        bwd = sum(_mx_scale_bytes(g) for g in _gemms(t.ops.backward)) / chip.dram_bytes_per_s
+        fwd = (sum(_mx_scale_bytes(g) for g in _gemms(t.ops.forward)) / chip.dram_bytes_per_s
+               + _vector_quant_s(t.ops.forward, chip))
+        bwd = (sum(_mx_scale_bytes(g) for g in _gemms(t.ops.backward)) / chip.dram_bytes_per_s
+               + _vector_quant_s(t.ops.backward, chip) + _colquant_s(t.ops.backward, chip))
         assert (fwd > 0 and bwd > 0) == bool(_gemms(t.ops.forward))    # embedding: none
         assert t.fwd_s - base[kind].fwd_s == pytest.approx(fwd, rel=1e-9)
         assert t.bwd_s - base[kind].bwd_s == pytest.approx(bwd, rel=1e-9)
@@ -167,7 +192,8 @@ def test_scheduled_prefill_on_one_node_is_run_workloads_schedule(chip, dtypes, t
     summed = run_workload(chip, "llama-3-8b", tp=tp, execution="sum", simulate=roofline,
                           power_limit=False, **kw, **dtypes)
     own = sum(x["seconds"] * x["repeat"] for x in summed.layers
-              if x["op"].rsplit(".", 1)[-1] in ("scales", "rescale", "dequant"))
+              if x["op"].rsplit(".", 1)[-1] in ("scales", "rescale", "dequant",
+                                                "quant"))
     sync = load_chip(chip).fixed_costs.step_sync_us * 1e-6
     assert own > 0
     assert -1e-5 * w.seconds <= r.seconds + sync - w.seconds <= own

@@ -16,7 +16,10 @@ from diptych.sim.ops import Gemm
 from diptych.workloads import load_model, run_workload
 from diptych.workloads.quant import (DEQUANT_OPS_PER_ELEMENT, QUANT_OPS_PER_BLOCK,
                                      QUANT_OPS_PER_ELEMENT, RESCALE_OPS_PER_ELEMENT,
-                                     precision_ops, with_precision_ops)
+                                     columnwise_quant_op, precision_ops,
+                                     with_precision_ops)
+from diptych.workloads.params import params_per_chip
+from diptych.workloads.train import ADAMW_OPS_PER_PARAM, adamw_op
 from diptych.workloads.precision import Precision
 from diptych.workloads.run import lower_workload
 
@@ -168,8 +171,36 @@ def test_mxfp8_decode_quantises_every_block_scaled_product_output():
                     for t, n in zip(rows, widths))
     head = BATCH * (QUANT_OPS_PER_ELEMENT * m.vocab_size
                     + QUANT_OPS_PER_BLOCK * math.ceil(m.vocab_size / 32))
-    got = sum(x["flops"] * x["repeat"] for x in _ops(r, ".quant"))
+    got = sum(x["flops"] * x["repeat"] for x in _ops(r, ".quant")
+              if x["op"].rsplit(".", 1)[0] in _GEMMS)
     assert got == pytest.approx(m.layers * per_layer + head, rel=1e-12)
+
+
+_GEMMS = {"qkv_proj", "o_proj", "gate_up_proj", "down_proj", "attn_scores", "attn_pv",
+          "lm_head"}
+
+
+@pytest.mark.parametrize("act,block", [("mxfp8", 32), ("nvfp4", 16)])
+def test_block_scaled_vector_op_outputs_are_quantised(act, block):
+    m = load_model("llama-3-8b")
+    r = _decode(load_chip("infer-2026"), m, weights_dtype=act, act_dtype=act, kv_dtype=act,
+                execution="sum")
+    # what each layer's vector ops write for the next product (or the residual stream),
+    # per token: the attention norm (d), RoPE on q and k ((H + H_kv) d_h), the residual add
+    # (d), the MLP norm (d), SwiGLU (f), the second residual add (d); the final norm (d) on
+    # the last tokens. The KV-cache write copies blocks with their scales (no quantisation)
+    d, f, dh = m.hidden_size, m.intermediate_size, m.head_dim
+    per_token = 4 * d + (m.heads + m.kv_heads) * dh + f
+    n = BATCH * (m.layers * per_token + d)
+    q = [x for x in _ops(r, ".quant") if x["op"].rsplit(".", 1)[0] not in _GEMMS]
+    assert {x["op"] for x in q} == {"attn_norm.quant", "rope.quant", "attn_residual.quant",
+                                    "mlp_norm.quant", "swiglu.quant", "mlp_residual.quant",
+                                    "final_norm.quant"}
+    got = sum(x["flops"] * x["repeat"] for x in q)
+    assert got == pytest.approx(QUANT_OPS_PER_ELEMENT * n + QUANT_OPS_PER_BLOCK * n / block,
+                                rel=1e-12)
+    # inside the producing kernel: no bytes of their own
+    assert all(x["dram_bytes"] == 0 for x in q)
 
 
 @pytest.mark.parametrize("chip,p", [
@@ -178,10 +209,10 @@ def test_mxfp8_decode_quantises_every_block_scaled_product_output():
     ("infer-2026", Precision(weights="fp8", activations="fp8", kv="fp8")),
     ("train-2026", Precision()),
 ])
-@pytest.mark.parametrize("phase", ["decode", "prefill"])
+@pytest.mark.parametrize("phase", ["decode", "prefill", "train"])
 def test_plain_workloads_get_no_precision_ops(chip, p, phase):
     w, _ = lower_workload(load_model("llama-3-8b"), phase, batch=2, prompt=64, gen=4,
-                          seq=None, precision=p, tp=1, dp=1)
+                          seq=64 if phase == "train" else None, precision=p, tp=1, dp=1)
     assert with_precision_ops(w, load_chip(chip)) is w
 
 
@@ -212,3 +243,117 @@ def test_mxfp8_training_runs_as_a_schedule():
                           weights_dtype="mxfp8", act_dtype="mxfp8", simulate=roofline,
                           execution="sum")
     assert r.seconds - r.fixed_costs_s <= summed.seconds * (1 + 1e-9)
+
+
+def test_mxfp8_training_makes_columnwise_copies_once_per_tensor():
+    m = load_model("llama-3-8b")
+    kw = dict(phase="train", batch=2, seq=256, simulate=roofline, execution="sum")
+    r = run_workload("train-2026", m, weights_dtype="mxfp8", act_dtype="mxfp8", **kw)
+    T = 2 * 256                                       # one micro-batch of two sequences
+    d, f, dh = m.hidden_size, m.intermediate_size, m.head_dim
+    qkv = (m.heads + 2 * m.kv_heads) * dh
+    # per weight GEMM (in → out features): X, T × in, and dY, T × out, each copied blocked
+    # along the T tokens: in + out rows of T / 32 blocks, 1 B per element and per scale
+    linears = [(d, qkv), (m.heads * dh, d), (d, 2 * f), (f, d)]
+    elements = T * sum(i + o for i, o in linears)
+    blocks = sum(i + o for i, o in linears) * math.ceil(T / 32)
+    col = {x["op"]: x for x in _ops(r, ".colquant")}
+    assert set(col) == {"qkv_proj.wgrad.colquant", "o_proj.wgrad.colquant",
+                        "gate_up_proj.wgrad.colquant", "down_proj.wgrad.colquant",
+                        "lm_head.wgrad.colquant"}
+    layer = [x for x in col.values() if not x["op"].startswith("lm_head")]
+    assert all(x["repeat"] == m.layers for x in layer)
+    assert sum(x["flops"] for x in layer) == pytest.approx(
+        QUANT_OPS_PER_ELEMENT * elements + QUANT_OPS_PER_BLOCK * blocks, rel=1e-12)
+    assert sum(x["dram_bytes"] for x in layer) == pytest.approx(elements + blocks, rel=1e-12)
+    # the weights' columnwise copy: once per step, by the optimizer (one more write of the
+    # MXFP8 weights and their quantisation): grads mxfp8, master and moments fp32
+    n = params_per_chip(m, 1)
+    opt = [y for y in r.layers if y["op"] == "adamw"]
+    assert sum(y["repeat"] * y["flops"] for y in opt) == pytest.approx(
+        n * (ADAMW_OPS_PER_PARAM + QUANT_OPS_PER_ELEMENT + QUANT_OPS_PER_BLOCK / 32),
+        rel=1e-12)
+    mx = 1 + 1 / 32
+    assert sum(y["repeat"] * y["dram_bytes"] for y in opt) == pytest.approx(
+        n * ((mx + 12) + (12 + 2 * mx)), rel=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_plain_training_makes_no_columnwise_copies(dtype):
+    g = Gemm(name="up.wgrad", m=64, k=128, n=96, a_dtype=dtype, b_dtype=dtype,
+             c_dtype=dtype, tags=("mlp", "wgrad"))
+    assert columnwise_quant_op(g) is None
+    p = Precision(weights=dtype, activations=dtype, grads=dtype)
+    op = adamw_op(1000, p)
+    assert op.flops == 1000 * ADAMW_OPS_PER_PARAM
+    assert op.write_bytes == 1000 * (p.optimizer_state_bytes_per_param + p.w_bytes)
+
+
+def _problems(chip, g, df):
+    """The mapper's problem for ``g`` on ``chip`` with the chip's expanded B block (as
+    ``simulate`` plans it) and without (the layout of the shape alone), and the first split."""
+    from diptych.sim import mapper as MP
+    split = MP.splits(chip, g.batch, g.m, g.n, g.k)[0]
+    with_chip = MP.orient(g, df, split, g.m, chip.tensor_cores,
+                          MP.op_layout(g, g.m, chip.tensor_cores, chip))
+    plain = MP.orient(g, df, split, g.m, chip.tensor_cores)
+    return with_chip, plain, split
+
+
+@pytest.mark.parametrize("df", ["os", "ws", "is"])
+def test_expanded_b_block_takes_scratchpad_capacity(df):
+    from diptych.sim import mapper as MP
+    from diptych.sim.array import array_rates
+    # W4A16 on infer-2026 without its int4xbf16 pair: the vector unit writes each int4
+    # weight block back at bf16 into the scratchpad, beside the two narrow slots
+    chip = _chip("infer-2026", mixed_input=[])
+    g = Gemm(name="w", m=256, k=8192, n=8192, a_dtype="bf16", b_dtype="int4",
+             c_dtype="bf16", tags=("weight",))
+    pb, plain, split = _problems(chip, g, df)
+    rates = array_rates(chip, "bf16")
+    cap, acc = MP.capacity(chip, split)
+    got = MP.candidates(chip, pb, rates, split)
+    # closed form: the plain blocking's footprint plus one B block (kb × nb, or its
+    # transpose under input stationary) at 2 bytes per element, shared like B's slots
+    cd = pb.x_cdup if pb.transposed else pb.w_cdup
+
+    def fits(b):
+        base = MP.footprint(plain, b.mb, b.kb, b.nb, acc)
+        extra = -(-(b.kb * (b.mb if pb.transposed else b.nb) * 2) // cd)
+        return base + extra <= cap
+    want = [b for b in MP.candidates(chip, plain, rates, split) if fits(b)]
+    assert got == want
+    assert len(got) < len(MP.candidates(chip, plain, rates, split))   # it binds here
+    # a PE that multiplies int4 by bf16, or a vector unit feeding the array from its
+    # registers, keeps no expanded copy: the plain capacity
+    for other in (_chip("infer-2026"), _chip("infer-2026", {"on_array_input_path": True},
+                                             mixed_input=[])):
+        assert _problems(other, g, df)[0] == plain
+
+
+def test_expanded_b_block_in_the_mapping_and_only_for_vector_dequant():
+    from diptych.sim import mapper as MP
+    from diptych.workloads.quant import dequant_place
+    g = Gemm(name="w", m=64, k=4096, n=4096, a_dtype="bf16", b_dtype="int4",
+             c_dtype="bf16", tags=("weight",))
+    chip = _chip("infer-2026", mixed_input=[])
+    m = simulate(g, chip).mapping
+    blk = m["block"]
+    b_block = blk["k"] * blk["n"]
+    # the reported scratchpad use counts the expanded block at bf16 (+ rounding of none:
+    # blocks are whole bytes at 4 bits)
+    assert m["scratchpad_bytes_used"] >= 2 * b_block // 2 + b_block * 2
+    assert m["scratchpad_bytes_used"] <= m["scratchpad_bytes_per_array"]
+    # the mapper expands exactly where workloads/quant.py charges an expanded tile's
+    # scratchpad traffic (vector dequantisation on a chip without on_array_input_path)
+    for name in ("infer-2026", "train-2026", "h100", "tpu-v4", "trainium2"):
+        c = load_chip(name)
+        for a, b in (("bf16", "int4"), ("bf16", "fp8"), ("fp8", "int4"), ("bf16", "bf16"),
+                     ("mxfp8", "mxfp4")):
+            x = Gemm(name="x", m=8, k=64, n=64, a_dtype=a, b_dtype=b, c_dtype=a)
+            try:
+                place = dequant_place(c, x)
+            except ValueError:
+                place = None
+            want = place == "vector" and not c.core.vector.on_array_input_path
+            assert (MP.expanded_b_bits(c, x) > 0) == want, (name, a, b)
