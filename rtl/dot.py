@@ -17,7 +17,8 @@ FP8 only: the unit has no BF16 or INT8 mode (a 2:1 BF16 mode on the same multipl
 8 × 8 significand products, i.e. the four 4 × 4 multipliers regrouped as one 8 × 8, which is
 not built here). :class:`Dot4OsPe` and :class:`Dot4WsPe` are the OS and WS PEs around it, with
 32-bit operand lanes holding four K-consecutive FP8 elements (element ``4s + i`` in bits
-``8i + 7 … 8i``) and the ``mode`` port of the FP8 modes (:data:`~diptych.rtl.datapath.MODE_CODES`).
+``8i + 7 … 8i``) and the ``mode`` port of the FP8 modes
+(:data:`~diptych.rtl.datapath.MODE_CODES`).
 They are synthesised by ``diptych rtl area --dtype dot4``; the systolic array, Verilog and bench
 do not offer the datapath.
 """
@@ -29,7 +30,7 @@ from amaranth.lib.wiring import In, Out
 
 from .datapath import MODE_BITS, MODE_CODES
 from .fp import CANONICAL_NAN, Fp8Multiplier
-from .fused import _leading_zeros
+from .fused import normalise_signed
 from .golden_dot import DOT_FRAC_BITS, DOT_GROUP, FP32_MAX_BITS
 from .pe import OsPe, WsPe, _mode_ports
 
@@ -59,7 +60,7 @@ class Dot4Fp8(wiring.Component):
         m = Module()
         F = self.FRAC_BITS
         W = F + 2                                 # aligned magnitudes: products < 4 · 2^F
-        M = F + 5                                 # |sum| < 2 · 2^F + 4 · (225/64) · 2^F < 2^(F+5)
+        M = F + 5                                 # |sum| < 2·2^F + 4·(225/64)·2^F < 2^(F+5)
         xs = Signal(range(-512, 512))
         terms = []                                # (sign, placed magnitude, nominal exponent, zero)
 
@@ -106,12 +107,7 @@ class Dot4Fp8(wiring.Component):
             addends.append(Mux(sign, -aligned, aligned))      # truncated toward zero, then signed
         m.d.comb += total.eq(sum(addends))
 
-        neg = total[M + 1]
-        absval = Signal(M)
-        m.d.comb += absval.eq(Mux(neg, -total, total))
-        lz = _leading_zeros(m, absval, M, "lz")
-        norm = Signal(M)
-        m.d.comb += norm.eq(absval << lz)
+        neg, absval, lz, norm = normalise_signed(m, total, M)
         e_fin = Signal(range(-1024, 1024))
         m.d.comb += e_fin.eq(emax + 127 + (M - 1 - F) - lz)
 

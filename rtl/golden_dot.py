@@ -33,14 +33,14 @@ The rule (one step: ``acc ← dot4(acc, a[0:4], b[0:4])``)
        ±``0x7F7FFFFF`` (round toward zero never reaches Inf), a result below ``2^-126`` flushes to
        zero of the sum's sign, an exact zero is +0 unless every term is −0 (then −0).
 
-Error bound (what :func:`dot4_error_bound` states and the tests check against the exact sum).
+Error bound (what `tests/rtl/test_rtl_dot.py` checks the rule against, with the exact sum).
 Let ``E`` be the exact sum of the terms and ``S`` the fixed-point sum of step 4. A term whose
 ``x`` is ``emax`` loses nothing (``F ≥ 23`` keeps the accumulator's 24 bits and ``F ≥ 7`` a
 product's 8); any other term loses less than one unit ``u = 2^(emax − F)``; so with ``t`` terms
-``|S − E| < (t − 1)·u`` — at most ``4u`` for four products and the accumulator. Step 5 maps ``S``
-monotonically (truncation toward zero, saturation at ±max, flush below 2^-126), so the result
-``R`` lies between ``rz(E − (t − 1)u)`` and ``rz(E + (t − 1)u)``, where ``rz`` is step 5 applied to
-an exact value. That interval is tight enough that a window one bit narrower than claimed leaves
+``|S − E| < (t − 1)·u`` — at most ``4u`` for four products and the accumulator. Step 5 maps
+``S`` monotonically (truncation toward zero, saturation at ±max, flush below 2^-126), so the
+result ``R`` lies between ``rz(E − (t − 1)u)`` and ``rz(E + (t − 1)u)``, where ``rz`` is step 5
+applied to an exact value. That interval is tight enough that a window one bit narrower than claimed leaves
 it on cancelling sums (``tests/rtl/test_rtl_dot.py``).
 """
 

@@ -5,9 +5,9 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from amaranth.sim import Simulator
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from amaranth.sim import Simulator
 
 import rtl_dot_bench as bench
 import rtl_fraction_oracle as oracle
@@ -83,8 +83,8 @@ def _rz(v: Fraction) -> Fraction:
 
 
 def bound_violation(mode, a, b, acc, result_bits, frac_bits=DOT_FRAC_BITS):
-    """None if ``result_bits`` lies in [rz(E − δ), rz(E + δ)] (E exact, δ = (t − 1)·2^(emax − F)
-    with ``t`` nonzero terms: golden_dot's bound), else a message."""
+    """None if ``result_bits`` lies in [rz(E − δ), rz(E + δ)] (E exact, δ = (t − 1) ·
+    2^(emax − F) with ``t`` nonzero terms: golden_dot's bound), else a message."""
     terms = _exact_terms(mode, a, b, acc)
     if not terms:
         return None
