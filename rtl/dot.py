@@ -42,6 +42,14 @@ DOT4_RATES = tuple((mode, DOT_GROUP) for mode in MODE_CODES if mode not in ("int
 _ZERO_X = -300                    # nominal exponent of a zero term: below every real one
 
 
+def _place(value, lead: int, frac_bits: int):
+    """``value`` with its bit ``lead`` moved to bit ``frac_bits`` (a window narrower than the
+    term truncates its low bits here already, as the golden's alignment does)."""
+    if frac_bits >= lead:
+        return value << (frac_bits - lead)
+    return value >> (lead - frac_bits)
+
+
 class Dot4Fp8(wiring.Component):
     """Combinational ``result = dot4(acc, a, b)`` (the rule of :mod:`diptych.rtl.golden_dot`):
     ``a``/``b`` hold four FP8 elements each (element ``i`` in bits ``8i + 7 … 8i``), ``acc`` and
@@ -53,14 +61,17 @@ class Dot4Fp8(wiring.Component):
     mode: In(MODE_BITS)
     result: Out(32)
 
-    #: fraction bits kept below the largest term's leading bit (the golden's ``frac_bits``)
+    #: fraction bits kept below the largest term's leading bit (the golden's ``frac_bits``; a
+    #: subclass may narrow it, e.g. to the H800's ≈ 13)
     FRAC_BITS = DOT_FRAC_BITS
 
     def elaborate(self, platform):
         m = Module()
         F = self.FRAC_BITS
+        if not isinstance(F, int) or F < 1:
+            raise ValueError(f"FRAC_BITS must be a positive integer, not {F!r}")
         W = F + 2                                 # aligned magnitudes: products < 4 · 2^F
-        M = F + 5                                 # |sum| < 2·2^F + 4·(225/64)·2^F < 2^(F+5)
+        M = max(F + 5, 24)                        # |sum| < 2·2^F + 4·(225/64)·2^F < 2^(F+5)
         xs = Signal(range(-512, 512))
         terms = []                                # (sign, placed magnitude, nominal exponent, zero)
 
@@ -71,7 +82,7 @@ class Dot4Fp8(wiring.Component):
         acc_inf = (ae == 0xFF) & (af == 0)
         x_acc = Signal.like(xs, name="x_acc")
         m.d.comb += x_acc.eq(Mux(a_zero | acc_inf, _ZERO_X, ae - 127))
-        terms.append((asg, Mux(a_zero, 0, Cat(af, Const(1, 1))) << (F - 23), x_acc, a_zero))
+        terms.append((asg, _place(Mux(a_zero, 0, Cat(af, Const(1, 1))), 23, F), x_acc, a_zero))
 
         nans, pos_infs, neg_infs = [acc_nan], [acc_inf & ~asg], [acc_inf & asg]
         for i in range(DOT_GROUP):
@@ -88,7 +99,7 @@ class Dot4Fp8(wiring.Component):
             nans.append(a_nan | b_nan | ((a_inf | b_inf) & zero))
             pos_infs.append(inf & ~sign)
             neg_infs.append(inf & sign)
-            terms.append((sign, prod << (F - 6), x, zero))    # bit 6 (nominal 1.0) at bit F
+            terms.append((sign, _place(prod, 6, F), x, zero))  # bit 6 (nominal 1.0) at bit F
 
         emax = Signal.like(xs, name="emax")
         m.d.comb += emax.eq(terms[0][2])

@@ -37,7 +37,8 @@ Error bound (what `tests/rtl/test_rtl_dot.py` checks the rule against, with the 
 Let ``E`` be the exact sum of the terms and ``S`` the fixed-point sum of step 4. A term whose
 ``x`` is ``emax`` loses nothing (``F ≥ 23`` keeps the accumulator's 24 bits and ``F ≥ 7`` a
 product's 8); any other term loses less than one unit ``u = 2^(emax − F)``; so with ``t`` terms
-``|S − E| < (t − 1)·u`` — at most ``4u`` for four products and the accumulator. Step 5 maps
+``|S − E| < (t − 1)·u`` — at most ``4u`` for four products and the accumulator (with ``F < 23``
+the largest term may lose bits too, and the bound is ``t·u``). Step 5 maps
 ``S`` monotonically (truncation toward zero, saturation at ±max, flush below 2^-126), so the
 result ``R`` lies between ``rz(E − (t − 1)u)`` and ``rz(E + (t − 1)u)``, where ``rz`` is step 5
 applied to an exact value. That interval is tight enough that a window one bit narrower than claimed leaves

@@ -32,6 +32,19 @@ def test_random_groups_against_golden(seed):
     assert not bad, bad[:5]
 
 
+class _Dot4Narrow(Dot4Fp8):
+    FRAC_BITS = 13                  # the H800's "about 14 bits" (DeepSeek-V3 §3.3.2)
+
+
+def test_a_narrow_window_unit_against_golden():
+    """The unit is built for any window: at 13 fraction bits (narrower than the accumulator's
+    23, so the accumulator itself is truncated) it still matches the golden rule bit for bit,
+    and differs from the 26-bit unit."""
+    vectors = [c[1:] for c in bench.directed()] + bench.random_cases(8, 300)
+    assert bench.mismatches(_Dot4Narrow(), vectors, frac_bits=13) == []
+    assert bench.run(_Dot4Narrow(), vectors) != bench.run(Dot4Fp8(), vectors)
+
+
 _code = st.integers(0, 255)
 _group = st.tuples(st.sampled_from(bench.FP8_MODES), st.tuples(*[_code] * 4),
                    st.tuples(*[_code] * 4), st.integers(0, 2**32 - 1))
