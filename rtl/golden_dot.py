@@ -3,7 +3,7 @@
 The **dot4** rule (``DOT_GROUP = 4`` products per step) is how production FP8 datapaths add
 several products to an FP32 accumulator: not exactly, but by *truncated alignment to the largest
 exponent* and one normalisation per group. Fasi, Higham, Mikaitis & Pranesh, "Numerical behavior
-of NVIDIA tensor cores", PeerJ Computer Science 7:e330 (2021), §4–5, establish it for the V100,
+of NVIDIA tensor cores", PeerJ Computer Science 7:e330 (2021), establish it for the V100,
 T4 and A100 tensor cores (products exact; significands aligned to the largest exponent among the
 products and the accumulator, the bits shifted out **truncated**; one fixed-point sum; the
 result normalised once and rounded **toward zero**); Khattak & Mikaitis, "Accurate models of
@@ -25,7 +25,7 @@ The rule (one step: ``acc ← dot4(acc, a[0:4], b[0:4])``)
     3. *Alignment*: ``emax`` = the largest ``x`` of the nonzero terms; every term is truncated
        **toward zero** (on its magnitude) to a multiple of ``2^(emax − F)``, ``F`` =
        :data:`DOT_FRAC_BITS` = 26 fraction bits below the largest term's leading bit: FP32's 23
-       fraction bits plus 3 guard bits (the A100's "three extra bits" of Fasi et al. §5; the
+       fraction bits plus 3 guard bits (cf. the extra low-order bits Fasi et al. find in the A100; the
        H800's narrower ≈ 13 is the same algorithm with ``frac_bits=13``).
     4. *Sum*: the truncated terms are added exactly in fixed point (signed, two's complement).
     5. *Normalise and round once*: the sum is normalised and rounded **toward zero** to FP32's 24
