@@ -25,7 +25,7 @@ The rule (one step: ``acc ← dot4(acc, a[0:4], b[0:4])``)
     3. *Alignment*: ``emax`` = the largest ``x`` of the nonzero terms; every term is truncated
        **toward zero** (on its magnitude) to a multiple of ``2^(emax − F)``, ``F`` =
        :data:`DOT_FRAC_BITS` = 26 fraction bits below the largest term's leading bit: FP32's 23
-       fraction bits plus 3 guard bits (cf. the extra low-order bits Fasi et al. find in the A100; the
+       fraction bits plus 3 guard bits (cf. the extra bits Fasi et al. find in the A100; the
        H800's narrower ≈ 13 is the same algorithm with ``frac_bits=13``).
     4. *Sum*: the truncated terms are added exactly in fixed point (signed, two's complement).
     5. *Normalise and round once*: the sum is normalised and rounded **toward zero** to FP32's 24
