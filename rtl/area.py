@@ -25,12 +25,13 @@ from amaranth.back import rtlil
 
 from .array import SystolicArray, check_config
 from .datapath import DATAPATHS, get_datapath
+from .dot import DOT4_RATES, Dot4Fp8, Dot4OsPe, Dot4WsPe
 from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
 from .fused import Fp32Add3, ProductLane
 from .pe import Int8Multiplier, Int32Adder, Mac, OsPe, WsPe
 
 __all__ = ["AreaStats", "synth_stats", "pe_blocks", "area_report", "per_mac_ratios",
-           "area_model_ratios", "PYOSYS_HINT"]
+           "area_model_ratios", "PYOSYS_HINT", "AREA_ONLY", "AREA_DTYPES"]
 
 PYOSYS_HINT = 'full Yosys is needed for synthesis: pip install "diptych[rtl]" (it brings pyosys)'
 
@@ -118,9 +119,25 @@ _UNITS = {"int8": (Int8Multiplier, Int32Adder), "bf16": (Bf16Multiplier, Fp32Add
           "fp8": (Fp8Multiplier, Fp32Adder)}
 
 
+#: PEs synthesised for area only, outside the array's datapaths: name → MACs per cycle by mode
+#: (the dot4 FP8 dot-product PE, :mod:`diptych.rtl.dot`).
+AREA_ONLY = {"dot4": dict(DOT4_RATES)}
+#: Every PE ``area_report`` takes: the array's datapaths, then the area-only PEs.
+AREA_DTYPES = (*DATAPATHS, *AREA_ONLY)
+
+
+def _rates(dtype: str) -> dict:
+    if dtype in AREA_ONLY:
+        return AREA_ONLY[dtype]
+    return dict(get_datapath(dtype).rates)
+
+
 def pe_blocks(dtype: str) -> dict:
     """The blocks of one PE of ``dtype``: multiplier and adder (single-precision datapaths; the
-    fused datapath's two product lanes and its three-operand adder), MAC, OS PE and WS PE."""
+    fused datapath's two product lanes and its three-operand adder), MAC, OS PE and WS PE (the
+    dot4 PE: its dot-product unit as the MAC, OS PE and WS PE)."""
+    if dtype == "dot4":
+        return {"mac": Dot4Fp8(), "pe_os": Dot4OsPe(), "pe_ws": Dot4WsPe()}
     get_datapath(dtype)
     blocks = {}
     if dtype in _UNITS:
@@ -139,12 +156,15 @@ def area_report(dtype: str, rows: int | None = None, cols: int | None = None,
     if (rows is None) != (cols is None):
         raise ValueError("give both rows and cols to synthesise an array, or neither")
     if rows is not None:
+        if dtype in AREA_ONLY:
+            raise ValueError(f"the {dtype} PE has no systolic array; synthesise its PE alone "
+                             "(no rows/cols)")
         check_config(rows, cols, dtype, dataflow)
     blocks = pe_blocks(dtype)
     if rows is not None:
         blocks[f"array_{dataflow}_{rows}x{cols}"] = SystolicArray(rows, cols, dtype, dataflow)
     stats = synth_stats(blocks)
-    return {"dtype": dtype, "macs_per_cycle": dict(DATAPATHS[dtype].rates),
+    return {"dtype": dtype, "macs_per_cycle": _rates(dtype),
             "blocks": {k: {**asdict(v), "logic_cells": v.logic_cells}
                        for k, v in stats.items()}}
 

@@ -41,7 +41,7 @@ from amaranth.lib.wiring import In, Out
 from .datapath import MODE_BITS
 from .fp import CANONICAL_NAN, Fp8Multiplier, round_significand
 
-__all__ = ["Fp32Add3", "ProductLane", "FusedMac", "PAIR_WINDOW_BITS"]
+__all__ = ["Fp32Add3", "ProductLane", "FusedMac", "PAIR_WINDOW_BITS", "normalise_signed"]
 
 #: Width of the exact two's complement fixed-point sum of two FP8 products (any format pair).
 PAIR_WINDOW_BITS = 66
@@ -73,6 +73,19 @@ def _leading_zeros(m: Module, v, width: int, name: str):
     count = Signal(range(n + 1), name=f"{name}_count")
     m.d.comb += count.eq(Mux(nodes[0][0], width, nodes[0][1]))
     return count
+
+
+def normalise_signed(m: Module, total, width: int, name: str = "lz"):
+    """``(neg, absval, lz, norm)`` of a signed fixed-point sum ``total`` whose magnitude fits
+    ``width`` bits: its sign (the top bit), magnitude, leading-zero count and the magnitude
+    shifted left by it (leading one at bit ``width − 1``; zero stays zero)."""
+    neg = total[len(total) - 1]
+    absval = Signal(width, name=f"{name}_abs")
+    m.d.comb += absval.eq(Mux(neg, -total, total))
+    lz = _leading_zeros(m, absval, width, name)
+    norm = Signal(width, name=f"{name}_norm")
+    m.d.comb += norm.eq(absval << lz)
+    return neg, absval, lz, norm
 
 
 class Fp32Add3(wiring.Component):
@@ -159,12 +172,7 @@ class Fp32Add3(wiring.Component):
         total = Signal(signed(N + 3))
         m.d.comb += total.eq(terms[0] + terms[1] + terms[2] + sgn[0] + sgn[1] + sgn[2])
         M = N + 2                                   # |total| < 3 · 2^N: leading bit ≤ N + 1
-        neg = total[N + 2]
-        absval = Signal(M)
-        m.d.comb += absval.eq(Mux(neg, -total, total))
-        lz = _leading_zeros(m, absval, M, "lz")
-        norm = Signal(M)
-        m.d.comb += norm.eq(absval << lz)
+        neg, absval, lz, norm = normalise_signed(m, total, M)
         e_norm = Signal(range(-128, 512))
         m.d.comb += e_norm.eq(emax + (M - 1 - W) - lz)
 

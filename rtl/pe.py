@@ -182,17 +182,24 @@ class OsPe(wiring.Component):
 
     def __init__(self, dtype: str):
         self.dtype = dtype
-        w = operand_bits(dtype)
-        super().__init__(_mode_ports(dtype, {
-            "a_in": In(w), "b_in": In(w), "valid_in": In(1), "last_in": In(1),
-            "drain_in": In(32), "shift": In(1),
-            "a_out": Out(w), "b_out": Out(w), "valid_out": Out(1), "last_out": Out(1),
-            "drain_out": Out(32),
-        }))
+        super().__init__(_mode_ports(dtype, self.ports(operand_bits(dtype))))
+
+    @staticmethod
+    def ports(w: int) -> dict:
+        """The ports of an OS PE with ``w``-bit operand lanes (``mode_in``/``mode_out`` aside)."""
+        return {"a_in": In(w), "b_in": In(w), "valid_in": In(1), "last_in": In(1),
+                "drain_in": In(32), "shift": In(1),
+                "a_out": Out(w), "b_out": Out(w), "valid_out": Out(1), "last_out": Out(1),
+                "drain_out": Out(32)}
+
+    def make_mac(self):
+        """The combinational MAC inside (``a``, ``b``, ``acc``, ``result``, and ``mode`` when
+        the datapath has modes); a PE for another datapath overrides this."""
+        return Mac(self.dtype)
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.mac = mac = Mac(self.dtype)
+        m.submodules.mac = mac = self.make_mac()
         acc = Signal(32)
         m.d.comb += [mac.a.eq(self.a_in), mac.b.eq(self.b_in), mac.acc.eq(acc)]
         m.d.sync += [
@@ -223,19 +230,22 @@ class WsPe(wiring.Component):
 
     def __init__(self, dtype: str):
         self.dtype = dtype
-        w = operand_bits(dtype)
-        super().__init__(_mode_ports(dtype, {
-            "a_in": In(w), "valid_in": In(1), "first_in": In(1), "psum_in": In(32),
-            "w_in": In(w), "w_load": In(1),
-            "a_out": Out(w), "valid_out": Out(1), "first_out": Out(1), "psum_out": Out(32),
-            "w_out": Out(w),
-        }))
+        super().__init__(_mode_ports(dtype, self.ports(operand_bits(dtype))))
+
+    @staticmethod
+    def ports(w: int) -> dict:
+        """The ports of a WS PE with ``w``-bit operand lanes (``mode_in``/``mode_out`` aside)."""
+        return {"a_in": In(w), "valid_in": In(1), "first_in": In(1), "psum_in": In(32),
+                "w_in": In(w), "w_load": In(1),
+                "a_out": Out(w), "valid_out": Out(1), "first_out": Out(1), "psum_out": Out(32),
+                "w_out": Out(w)}
+
+    make_mac = OsPe.make_mac
 
     def elaborate(self, platform):
         m = Module()
-        w = operand_bits(self.dtype)
-        m.submodules.mac = mac = Mac(self.dtype)
-        active = Signal(w)
+        m.submodules.mac = mac = self.make_mac()
+        active = Signal(len(self.w_out))
         swap = self.valid_in & self.first_in
         weight = Mux(swap, self.w_out, active)
         m.d.comb += [mac.a.eq(self.a_in), mac.b.eq(weight), mac.acc.eq(self.psum_in)]

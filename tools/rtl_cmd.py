@@ -11,6 +11,7 @@ from .errors import UsageError, friendly
 from .jsonout import dumps
 
 _DTYPES = ("int8", "bf16", "fp8", "multi", "fused")       # diptych.rtl.datapath.DATAPATHS
+_AREA_DTYPES = (*_DTYPES, "dot4")                          # diptych.rtl.area.AREA_DTYPES
 _DATAFLOWS = ("os", "ws")
 
 #: How ``diptych rtl area`` counts (printed under its tables; docs/rtl.md "Area").
@@ -145,8 +146,9 @@ def rtl_test(rows, cols, dtype, dataflow, modes, seed, n_seeds, tiles, wrap, wav
 
 
 @rtl.command("area")
-@click.option("--dtype", "dtypes", type=click.Choice(_DTYPES), multiple=True,
-              help="PE datapath to synthesise (repeatable; default: every one).")
+@click.option("--dtype", "dtypes", type=click.Choice(_AREA_DTYPES), multiple=True,
+              help="PE datapath to synthesise (repeatable; default: every one); dot4 is the "
+                   "FP8 dot-product PE (4 FP8 MACs per cycle, truncated alignment; PE only).")
 @click.option("--rows", type=int, help="Also synthesise an array of this many rows.")
 @click.option("--cols", type=int, help="... and this many columns.")
 @click.option("--dataflow", type=click.Choice(_DATAFLOWS), default="os", show_default=True,
@@ -160,7 +162,9 @@ def rtl_area(dtypes, rows, cols, dataflow, as_json):
     (dedicated PEs, and shared PEs against a dedicated BF16 PE's MAC)."""
     from ..rtl.area import area_model_ratios, area_report, per_mac_ratios
 
-    dtypes = tuple(dict.fromkeys(dtypes)) or _DTYPES
+    dtypes = tuple(dict.fromkeys(dtypes)) or _AREA_DTYPES
+    if rows is not None:                     # the dot4 PE has no array
+        dtypes = tuple(d for d in dtypes if d != "dot4") or dtypes
     try:
         reports = {dt: area_report(dt, rows, cols, dataflow) for dt in dtypes}
     except RuntimeError as exc:
@@ -205,7 +209,8 @@ def rtl_area(dtypes, rows, cols, dataflow, as_json):
                        title="For area.mm2_per_mac: per MAC against a dedicated BF16 PE's MAC "
                              "(OS PE cells)")
         for dt, r in am["dedicated"].items():
-            mtable.add_row(f"{dt} (dedicated)", "1", f"{r:.2f}", f"{r:.2f}", "", "")
+            n = max(reports[dt]["macs_per_cycle"].values())
+            mtable.add_row(f"{dt} (dedicated)", str(n), f"{r * n:.2f}", f"{r:.2f}", "", "")
         for dt, r in am["shared"].items():
             pm = r["per_mac"]
             mtable.add_row(f"{dt} (shared)", "int8/fp8 2, bf16 1", f"{r['pe']:.2f}",

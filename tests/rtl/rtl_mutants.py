@@ -34,6 +34,9 @@ _PE = "diptych.rtl.pe"
 _FP = "diptych.rtl.fp"
 _FUSED = "diptych.rtl.fused"
 _ARRAY = "diptych.rtl.array"
+_DOT = "diptych.rtl.dot"
+#: config of a mutant of the dot4 unit: scored by rtl_dot_bench on the unit, not by the array bench
+_DOT_UNIT = (1, 1, "dot4", "unit")
 
 MUTANTS = (
     Mutant("os-acc-while-invalid", "OS PE accumulates while valid is low", _PE,
@@ -103,6 +106,14 @@ MUTANTS = (
            (("aligned = Cat(shifted[0] | lost, shifted[1:N], Const(0, 3))",
              "aligned = Cat(shifted[0], shifted[1:N], Const(0, 3))"),),
            ((_PE, "FusedMac"),), (2, 3, "fused", "ws")),
+    Mutant("dot4-window-one-bit-narrower", "dot4 unit keeps 25 fraction bits below the largest "
+           "term, not the 26 its rule states", _DOT,
+           (("    FRAC_BITS = DOT_FRAC_BITS\n", "    FRAC_BITS = DOT_FRAC_BITS - 1\n"),),
+           (), _DOT_UNIT),
+    Mutant("dot4-accumulator-not-aligned", "dot4 unit adds the accumulator unshifted (no "
+           "alignment when a product's exponent is larger)", _DOT,
+           (("dc.eq(Mux(d > W, W, d))", "dc.eq(Mux(n == 0, 0, Mux(d > W, W, d)))"),),
+           (), _DOT_UNIT),
 )
 
 
@@ -144,6 +155,11 @@ def caught(m: Mutant, seeds=(1, 2), tiles: int = 8, bubble_data: str = "random")
     from diptych.rtl.pysim import run_plan
 
     rows, cols, dtype, dataflow = m.config
+    if m.config == _DOT_UNIT:                  # the unit's own scoreboard, seeds as random sets
+        import rtl_dot_bench
+        mod = mutated_module(m)
+        return [f"seed {seed}: {e}" for seed in seeds
+                for e in rtl_dot_bench.mismatches(mod.Dot4Fp8(), rtl_dot_bench.cases(seed))]
     errors = []
     with applied(m):
         for seed in seeds:

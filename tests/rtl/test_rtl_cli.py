@@ -168,6 +168,24 @@ def test_fused_pe_area():
     assert sh["pe"] == round(fu["pe_os"]["cells"] / bf["pe_os"]["cells"], 3)
 
 
+def test_dot4_pe_area():
+    """The dot4 FP8 PE: 4 MACs per cycle in every FP8 mode, a dedicated PE in the area model
+    (its OS PE cells / 4 over the BF16 OS PE's), and cheaper per FP8 MAC than the exact FP8 PE
+    (below 0.85 of the FP32 adder alone that every exact FP8 MAC pays for)."""
+    r = _run("area", "--dtype", "bf16", "--dtype", "dot4", "--json")
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.output)
+    dot, bf = rep["reports"]["dot4"], rep["reports"]["bf16"]["blocks"]
+    assert dot["macs_per_cycle"] == {"e4m3": 4, "e4m3xe5m2": 4, "e5m2xe4m3": 4, "e5m2": 4}
+    assert set(dot["blocks"]) == {"mac", "pe_os", "pe_ws"}
+    assert dot["blocks"]["pe_os"]["flip_flops"] == 2 * 32 + 32 + 32 + 2 + 3
+    ratio = rep["area_model"]["dedicated"]["dot4"]
+    assert ratio == round(dot["blocks"]["pe_os"]["cells"] / 4 / bf["pe_os"]["cells"], 3)
+    assert ratio < 0.85 * bf["adder"]["cells"] / bf["pe_os"]["cells"]
+    r = _run("area", "--dtype", "dot4", "--rows", "2", "--cols", "2")
+    assert r.exit_code == 2 and "the dot4 PE has no systolic array" in r.output
+
+
 def test_area_bad_input():
     r = _run("area", "--dtype", "int8", "--rows", "2")
     assert r.exit_code == 2 and "give both rows and cols" in r.output

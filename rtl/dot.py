@@ -1,0 +1,180 @@
+"""The FP8 dot-product PE: four FP8 products per cycle into an FP32 accumulator, rounded once.
+
+``Dot4Fp8`` is the datapath production FP8 units use instead of the exact accumulation of the
+``fp8``/``multi``/``fused`` PEs (sources and the bit-exact rule: :mod:`diptych.rtl.golden_dot`):
+
+* four 4 × 4-bit significand multipliers (E4M3 or E5M2 per operand, chosen by ``mode`` as in
+  the other FP8 PEs; an E5M2 significand is shifted up one place so that both formats have their
+  hidden bit at bit 3) and four exponent adders — the products are **not** normalised;
+* the largest nominal exponent among the four products and the accumulator (a 5-way maximum);
+* five right shifters that align each term to that exponent in a window of ``F + 2`` bits
+  (``F`` = :attr:`Dot4Fp8.FRAC_BITS` = 26 fraction bits below the largest term's leading bit),
+  **truncating** what falls out;
+* one signed five-input adder, one leading-zero count and normalising shift, and a result
+  rounded toward zero (no rounding incrementer), with the same specials as the other FP8 units.
+
+FP8 only: the unit has no BF16 or INT8 mode (a 2:1 BF16 mode on the same multipliers would need
+8 × 8 significand products, i.e. the four 4 × 4 multipliers regrouped as one 8 × 8, which is
+not built here). :class:`Dot4OsPe` and :class:`Dot4WsPe` are the OS and WS PEs around it, with
+32-bit operand lanes holding four K-consecutive FP8 elements (element ``4s + i`` in bits
+``8i + 7 … 8i``) and the ``mode`` port of the FP8 modes
+(:data:`~diptych.rtl.datapath.MODE_CODES`).
+They are synthesised by ``diptych rtl area --dtype dot4``; the systolic array, Verilog and bench
+do not offer the datapath.
+"""
+
+# No ``from __future__ import annotations`` here: wiring.Component reads port annotations.
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .datapath import MODE_BITS, MODE_CODES
+from .fp import CANONICAL_NAN, Fp8Multiplier
+from .fused import normalise_signed
+from .golden_dot import DOT_FRAC_BITS, DOT_GROUP, FP32_MAX_BITS
+from .pe import OsPe, WsPe, _mode_ports
+
+__all__ = ["Dot4Fp8", "Dot4OsPe", "Dot4WsPe", "DOT4_RATES"]
+
+#: MACs per PE per cycle of each mode (the area report's ``macs_per_cycle``).
+DOT4_RATES = tuple((mode, DOT_GROUP) for mode in MODE_CODES if mode not in ("int8", "bf16"))
+
+_ZERO_X = -300                    # nominal exponent of a zero term: below every real one
+
+
+def _place(value, lead: int, frac_bits: int):
+    """``value`` with its bit ``lead`` moved to bit ``frac_bits`` (a window narrower than the
+    term truncates its low bits here already, as the golden's alignment does)."""
+    if frac_bits >= lead:
+        return value << (frac_bits - lead)
+    return value >> (lead - frac_bits)
+
+
+class Dot4Fp8(wiring.Component):
+    """Combinational ``result = dot4(acc, a, b)`` (the rule of :mod:`diptych.rtl.golden_dot`):
+    ``a``/``b`` hold four FP8 elements each (element ``i`` in bits ``8i + 7 … 8i``), ``acc`` and
+    ``result`` are FP32 bits, ``mode[1]``/``mode[0]``: A/B is E5M2 (else E4M3)."""
+
+    a: In(8 * DOT_GROUP)
+    b: In(8 * DOT_GROUP)
+    acc: In(32)
+    mode: In(MODE_BITS)
+    result: Out(32)
+
+    #: fraction bits kept below the largest term's leading bit (the golden's ``frac_bits``; a
+    #: subclass may narrow it, e.g. to the H800's ≈ 13)
+    FRAC_BITS = DOT_FRAC_BITS
+
+    def elaborate(self, platform):
+        m = Module()
+        F = self.FRAC_BITS
+        if not isinstance(F, int) or F < 1:
+            raise ValueError(f"FRAC_BITS must be a positive integer, not {F!r}")
+        W = F + 2                                 # aligned magnitudes: products < 4 · 2^F
+        M = max(F + 5, 24)                        # |sum| < 2·2^F + 4·(225/64)·2^F < 2^(F+5)
+        xs = Signal(range(-512, 512))
+        terms = []                                # (sign, placed magnitude, nominal exponent, zero)
+
+        # the accumulator: 1.f at bit F (a subnormal reads as zero of its sign)
+        ae, af, asg = self.acc[23:31], self.acc[0:23], self.acc[31]
+        a_zero = ae == 0
+        acc_nan = (ae == 0xFF) & (af != 0)
+        acc_inf = (ae == 0xFF) & (af == 0)
+        x_acc = Signal.like(xs, name="x_acc")
+        m.d.comb += x_acc.eq(Mux(a_zero | acc_inf, _ZERO_X, ae - 127))
+        terms.append((asg, _place(Mux(a_zero, 0, Cat(af, Const(1, 1))), 23, F), x_acc, a_zero))
+
+        nans, pos_infs, neg_infs = [acc_nan], [acc_inf & ~asg], [acc_inf & asg]
+        for i in range(DOT_GROUP):
+            sa, ma, ea, a_nan, a_inf = self._operand(m, self.a[8 * i:8 * i + 8], self.mode[1],
+                                                     f"a{i}")
+            sb, mb, eb, b_nan, b_inf = self._operand(m, self.b[8 * i:8 * i + 8], self.mode[0],
+                                                     f"b{i}")
+            zero = (ma == 0) | (mb == 0)
+            sign = sa ^ sb
+            prod = Signal(8, name=f"prod{i}")
+            x = Signal.like(xs, name=f"x_p{i}")
+            m.d.comb += [prod.eq(ma * mb), x.eq(Mux(zero, _ZERO_X, ea + eb + 6))]
+            inf = (a_inf | b_inf) & ~zero
+            nans.append(a_nan | b_nan | ((a_inf | b_inf) & zero))
+            pos_infs.append(inf & ~sign)
+            neg_infs.append(inf & sign)
+            terms.append((sign, _place(prod, 6, F), x, zero))  # bit 6 (nominal 1.0) at bit F
+
+        emax = Signal.like(xs, name="emax")
+        m.d.comb += emax.eq(terms[0][2])
+        for _, _, x, _ in terms[1:]:              # a chain of maxima (Yosys sees the same tree)
+            nxt = Signal.like(xs)
+            m.d.comb += nxt.eq(Mux(x > emax, x, emax))
+            emax = nxt
+
+        total = Signal(signed(M + 2))
+        addends = []
+        for n, (sign, placed, x, _) in enumerate(terms):
+            d = Signal(range(-1024, 1024), name=f"d{n}")
+            dc = Signal(range(W + 1), name=f"dc{n}")
+            aligned = Signal(W, name=f"aligned{n}")
+            m.d.comb += [d.eq(emax - x), dc.eq(Mux(d > W, W, d)), aligned.eq(placed >> dc)]
+            addends.append(Mux(sign, -aligned, aligned))      # truncated toward zero, then signed
+        m.d.comb += total.eq(sum(addends))
+
+        neg, absval, lz, norm = normalise_signed(m, total, M)
+        e_fin = Signal(range(-1024, 1024))
+        m.d.comb += e_fin.eq(emax + 127 + (M - 1 - F) - lz)
+
+        all_neg_zero = asg & a_zero
+        for (sign, _, _, zero) in terms[1:]:
+            all_neg_zero = all_neg_zero & sign & zero
+        nan = Cat(*nans).any()
+        pos_inf, neg_inf = Cat(*pos_infs).any(), Cat(*neg_infs).any()
+        with m.If(nan | (pos_inf & neg_inf)):
+            m.d.comb += self.result.eq(CANONICAL_NAN)
+        with m.Elif(pos_inf | neg_inf):
+            m.d.comb += self.result.eq(Cat(Const(0, 23), Const(0xFF, 8), neg_inf))
+        with m.Elif(absval == 0):
+            m.d.comb += self.result.eq(Cat(Const(0, 31), all_neg_zero))
+        with m.Elif(e_fin >= 255):                # toward zero: the largest finite value
+            m.d.comb += self.result.eq(Cat(Const(FP32_MAX_BITS, 31), neg))
+        with m.Elif(e_fin <= 0):
+            m.d.comb += self.result.eq(Cat(Const(0, 31), neg))
+        with m.Else():                            # truncated to 24 bits: round toward zero
+            m.d.comb += self.result.eq(Cat(norm[M - 24:M - 1], e_fin[0:8], neg))
+        return m
+
+    @staticmethod
+    def _operand(m: Module, x, e5m2, name: str):
+        """(sign, significand with the hidden bit at bit 3, exponent E of its value M·2^E, nan,
+        inf): :meth:`Fp8Multiplier._decode` with E5M2's 3-bit significand shifted up one."""
+        s, sig, exp, nan, inf = Fp8Multiplier._decode(m, x, e5m2, name)
+        sig4 = Signal(4, name=f"{name}_sig4")
+        exp4 = Signal(range(-20, 16), name=f"{name}_exp4")
+        m.d.comb += [sig4.eq(Mux(e5m2, sig << 1, sig)), exp4.eq(Mux(e5m2, exp - 1, exp))]
+        return s, sig4, exp4, nan, inf
+
+
+def _dot4_ports(make_ports) -> dict:
+    return _mode_ports("fp8", make_ports(8 * DOT_GROUP))
+
+
+class Dot4OsPe(OsPe):
+    """Output-stationary PE of the dot4 datapath: :class:`~diptych.rtl.pe.OsPe` (same ports and
+    timing) with 32-bit lanes and :class:`Dot4Fp8` as its MAC — four FP8 MACs per step."""
+
+    def __init__(self):
+        self.dtype = "dot4"
+        wiring.Component.__init__(self, _dot4_ports(self.ports))
+
+    def make_mac(self):
+        return Dot4Fp8()
+
+
+class Dot4WsPe(WsPe):
+    """Weight-stationary PE of the dot4 datapath (:class:`~diptych.rtl.pe.WsPe`, 32-bit lanes,
+    :class:`Dot4Fp8` as its MAC)."""
+
+    def __init__(self):
+        self.dtype = "dot4"
+        wiring.Component.__init__(self, _dot4_ports(self.ports))
+
+    def make_mac(self):
+        return Dot4Fp8()

@@ -1,0 +1,167 @@
+"""Golden numerics of the FP8 dot-product PE (:mod:`diptych.rtl.dot`): Python integers, bit-exact.
+
+The **dot4** rule (``DOT_GROUP = 4`` products per step) is how production FP8 datapaths add
+several products to an FP32 accumulator: not exactly, but by *truncated alignment to the largest
+exponent* and one normalisation per group. Fasi, Higham, Mikaitis & Pranesh, "Numerical behavior
+of NVIDIA tensor cores", PeerJ Computer Science 7:e330 (2021), establish it for the V100,
+T4 and A100 tensor cores (products exact; significands aligned to the largest exponent among the
+products and the accumulator, the bits shifted out **truncated**; one fixed-point sum; the
+result normalised once and rounded **toward zero**); Khattak & Mikaitis, "Accurate models of
+NVIDIA tensor cores", arXiv:2512.07004 (2025), extend the models to the FP8 paths of Hopper and
+Blackwell; DeepSeek-V3 (arXiv:2412.19437, §3.3.2) measures the H800's FP8 MMA keeping "around
+14 bits" after alignment. Arm's FEAT_FP8DOT4 ``FDOT`` likewise adds four adjacent FP8 products
+to one FP32 element.
+
+The rule (one step: ``acc ← dot4(acc, a[0:4], b[0:4])``)
+    1. *Specials*: a NaN operand or accumulator, Inf × 0, or Infs of both signs among the products
+       and the accumulator give ``0x7FC00000``; otherwise an Inf gives that Inf.
+    2. *Terms*: the accumulator (FP32; a subnormal reads as zero of its sign) with significand
+       ``1.f`` (24 bits) and unbiased exponent ``x``; each product ``aᵢ·bᵢ`` exactly, as the
+       integer product of the FP8 significands (hidden bit included; subnormals ``0.f`` at the
+       format's ``emin``) and the **nominal** exponent ``x = xa + xb`` (the sum of the operands'
+       unbiased exponents, subnormals at ``emin``): a normal product lies in ``[1, 4)·2^x``, the
+       products are not normalised before alignment (that is what saves the hardware four
+       normalisers). Zero terms take no part in step 3.
+    3. *Alignment*: ``emax`` = the largest ``x`` of the nonzero terms; every term is truncated
+       **toward zero** (on its magnitude) to a multiple of ``2^(emax − F)``, ``F`` =
+       :data:`DOT_FRAC_BITS` = 26 fraction bits below the largest term's leading bit: FP32's 23
+       fraction bits plus 3 guard bits (cf. the extra bits Fasi et al. find in the A100; the
+       H800's narrower ≈ 13 is the same algorithm with ``frac_bits=13``).
+    4. *Sum*: the truncated terms are added exactly in fixed point (signed, two's complement).
+    5. *Normalise and round once*: the sum is normalised and rounded **toward zero** to FP32's 24
+       significant bits (Fasi et al.: round toward zero); an exponent past FP32's largest gives
+       ±``0x7F7FFFFF`` (round toward zero never reaches Inf), a result below ``2^-126`` flushes to
+       zero of the sum's sign, an exact zero is +0 unless every term is −0 (then −0).
+
+Error bound (what `tests/rtl/test_rtl_dot.py` checks the rule against, with the exact sum).
+Let ``E`` be the exact sum of the terms and ``S`` the fixed-point sum of step 4. A term whose
+``x`` is ``emax`` loses nothing (``F ≥ 23`` keeps the accumulator's 24 bits and ``F ≥ 7`` a
+product's 8); any other term loses less than one unit ``u = 2^(emax − F)``; so with ``t`` terms
+``|S − E| < (t − 1)·u`` — at most ``4u`` for four products and the accumulator (with ``F < 23``
+the largest term may lose bits too, and the bound is ``t·u``). Step 5 maps
+``S`` monotonically (truncation toward zero, saturation at ±max, flush below 2^-126), so the
+result ``R`` lies between ``rz(E − (t − 1)u)`` and ``rz(E + (t − 1)u)``, where ``rz`` is step 5
+applied to an exact value. That interval is tight enough that a window one bit narrower than claimed leaves
+it on cancelling sums (``tests/rtl/test_rtl_dot.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .minifloat import FORMATS
+
+__all__ = ["DOT_GROUP", "DOT_FRAC_BITS", "FP32_MAX_BITS", "dot4_bits", "dot_matmul_bits",
+           "rz_fp32_bits", "fp8_terms"]
+
+#: Products added per step (per cycle of the PE).
+DOT_GROUP = 4
+#: Fraction bits kept below the largest term's leading bit (step 3).
+DOT_FRAC_BITS = 26
+#: Largest finite FP32 (what an overflow truncates to).
+FP32_MAX_BITS = 0x7F7FFFFF
+_NAN = 0x7FC00000
+
+
+def _fp8_operand(code: int, fmt: str):
+    """('nan',), ('inf', sign) or ('num', sign, significand with hidden bit, unbiased exponent,
+    fraction bits) of an FP8 code; subnormals are ``0.f`` at ``emin``."""
+    f = FORMATS[fmt]
+    sign = (code >> 7) & 1
+    e = (code >> f.man_bits) & ((1 << f.exp_bits) - 1)
+    m = code & ((1 << f.man_bits) - 1)
+    top = e == (1 << f.exp_bits) - 1
+    if f.specials == "ieee" and top:
+        return ("inf", sign) if m == 0 else ("nan",)
+    if f.specials == "e4m3" and top and m == (1 << f.man_bits) - 1:
+        return ("nan",)
+    if e == 0:
+        return ("num", sign, m, f.emin, f.man_bits)
+    return ("num", sign, m | (1 << f.man_bits), e - f.bias, f.man_bits)
+
+
+def fp8_terms(acc: int, a_codes, b_codes, fmt_a: str, fmt_b: str):
+    """Step 1 and 2 of the rule: ``('special', bits)`` or ``('terms', [(sign, n, x, q)…])`` with
+    each term's value ``(−1)^sign · n · 2^q`` and nominal exponent ``x`` (``n = 0``: a zero)."""
+    ea = (acc >> 23) & 0xFF
+    fa = acc & 0x7FFFFF
+    sa = acc >> 31
+    nan = ea == 0xFF and fa != 0
+    infs = {sa} if ea == 0xFF and fa == 0 else set()
+    terms = [(sa, 0, 0, 0) if ea in (0, 0xFF) else (sa, fa | (1 << 23), ea - 127, ea - 127 - 23)]
+    for a, b in zip(a_codes, b_codes):
+        x, y = _fp8_operand(int(a), fmt_a), _fp8_operand(int(b), fmt_b)
+        if x[0] == "nan" or y[0] == "nan":
+            nan = True
+            continue
+        if x[0] == "inf" or y[0] == "inf":
+            other = y if x[0] == "inf" else x
+            if other[0] == "num" and other[2] == 0:          # Inf × 0
+                nan = True
+            else:
+                infs.add((x[1] ^ y[1]))
+            continue
+        n = x[2] * y[2]
+        terms.append((x[1] ^ y[1], n, x[3] + y[3], x[3] + y[3] - x[4] - y[4]))
+    if nan or len(infs) == 2:
+        return "special", _NAN
+    if infs:
+        return "special", 0x7F800000 | (infs.pop() << 31)
+    return "terms", terms
+
+
+def rz_fp32_bits(sign: int, n: int, q: int) -> int:
+    """Step 5 on an exact value ``(−1)^sign · n · 2^q`` (``n ≥ 0`` integer): FP32 bits rounded
+    toward zero, ±0x7F7FFFFF past the largest exponent, flushed to signed zero below 2^-126."""
+    if n == 0:
+        return sign << 31
+    lead = n.bit_length() - 1
+    exp = q + lead                                   # unbiased exponent of the leading bit
+    if exp > 127:
+        return (sign << 31) | FP32_MAX_BITS
+    if exp < -126:
+        return sign << 31
+    sig = n >> (lead - 23) if lead >= 23 else n << (23 - lead)
+    return (sign << 31) | ((exp + 127) << 23) | (sig & 0x7FFFFF)
+
+
+def dot4_bits(acc: int, a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
+              frac_bits: int = DOT_FRAC_BITS) -> int:
+    """One step of the dot4 rule (module docstring): ``acc`` FP32 bits, ``a_codes``/``b_codes``
+    the group's FP8 codes (any number; the PE takes :data:`DOT_GROUP`), ``frac_bits`` = ``F``."""
+    kind, val = fp8_terms(int(acc), a_codes, b_codes, fmt_a, fmt_b)
+    if kind == "special":
+        return val
+    nonzero = [t for t in val if t[1]]
+    if not nonzero:
+        return 0x80000000 if all(t[0] for t in val) else 0
+    emax = max(t[2] for t in nonzero)
+    lsb = emax - frac_bits
+    total = 0
+    for sign, n, _, q in nonzero:
+        mag = n << (q - lsb) if q >= lsb else n >> (lsb - q)      # truncation toward zero
+        total += -mag if sign else mag
+    if total == 0:
+        return 0
+    return rz_fp32_bits(int(total < 0), abs(total), lsb)
+
+
+def dot_matmul_bits(a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
+                    init_bits=None, frac_bits: int = DOT_FRAC_BITS) -> np.ndarray:
+    """``C = init + A·B`` for FP8 A[M, K], B[K, N] by the dot4 rule: step ``s`` adds the products
+    ``k = 4s … 4s + 3`` (a short last group is padded with +0 products), ``s`` ascending, from +0
+    or ``init_bits``. Returns ``uint32[M, N]``."""
+    a, b = np.asarray(a_codes), np.asarray(b_codes)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"A[M,K]·B[K,N] needs matching K, got shapes {a.shape} and {b.shape}")
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    out = (np.zeros((m, n), np.uint32) if init_bits is None
+           else np.array(np.broadcast_to(np.asarray(init_bits, np.uint32), (m, n))))
+    for i in range(m):
+        for j in range(n):
+            acc = int(out[i, j])
+            for s in range(0, k, DOT_GROUP):
+                acc = dot4_bits(acc, a[i, s:s + DOT_GROUP], b[s:s + DOT_GROUP, j], fmt_a, fmt_b,
+                                frac_bits)
+            out[i, j] = acc
+    return out
