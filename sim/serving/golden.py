@@ -8,8 +8,8 @@ the next. Tests run it beside :func:`diptych.sim.serving.engine.run_loop` on sma
 require identical per-request times.
 
 The serving runtime's host costs (``cfg.runtime``) enter in three places, as
-docs/serving.md "Runtime host costs" states them: every step's duration is
-``runtime.step_s(device time, sequences in the step)``; a request can be scheduled from
+docs/serving.md "Runtime host costs" states them: every step's duration is device + host
+work, or their maximum when the runtime overlaps them; a request can be scheduled from
 ``arrival + request_in_s`` on; a token reaches the client ``token_out_s`` after its step ends
 (``first_t``, ``finish_t``, and a closed-loop client's next arrival).
 """
@@ -214,6 +214,15 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             energy += c.energy_j
         return secs
 
+    def with_host(device_s, seqs):
+        """The step on the engine's clock: device and host work one after the other, or side
+        by side when the runtime overlaps them (docs/serving.md, "Runtime host costs")."""
+        if rt.is_ideal:
+            return device_s
+        host = (rt.step_host_fixed_us * 1e-6 + rt.step_host_per_seq_us * 1e-6 * seqs
+                + rt.step_host_device_fraction * device_s)
+        return max(device_s, host) if rt.overlap else device_s + host
+
     def finish(r, step_end, free_blocks=True):
         when = step_end + rout                        # the client has the last token
         r.finish_t = when
@@ -256,8 +265,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                 static_state["done"] += 1
                 step = Step(len(static_batch), len(static_batch) * ctx)
             dt = oracle.cost(step).seconds
-            if not rt.is_ideal:
-                dt = rt.step_s(dt, len(static_batch))
+            dt = with_host(dt, len(static_batch))
             steps.append((t, dt, step.decode_batch, len(step.prefill)))
             peak = max(peak, blocks - len(free_ids))
             t_end = t + dt
@@ -295,8 +303,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         if draft is not None:
             dt += draft_cost(step)
         dt += swap_time[0]
-        if not rt.is_ideal:
-            dt = rt.step_s(dt, len(decodes) + len(chunks))
+        dt = with_host(dt, len(decodes) + len(chunks))
         used = blocks - len(free_ids)
         assert used <= blocks
         peak = max(peak, used)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from roofline_double import roofline
+from test_serving_engine import _golden_of
 
 import diptych.workloads.run as run_mod
 from diptych.arch.schema import ConfigError
 from diptych.sim.serving.config import ServeConfig
-from diptych.sim.serving.golden import GoldenRequest, golden_serve
 from diptych.sim.serving.oracle import DirectOracle
 from diptych.sim.serving.requests import parse_length as P
 from diptych.sim.serving.runtime import IDEAL, RuntimeProfile, load_runtime, runtime_names
@@ -70,20 +70,6 @@ def test_lone_request_closed_form(tmp_path, rt):
     assert res.tpot_s["mean"] == pytest.approx(sum(step[1:]) / (gen - 1), rel=1e-12)
 
 
-def _golden(res, cfg, load):
-    inst = res.instances[0]
-    g = [GoldenRequest(r.rid, r.arrival, r.prompt, r.output, r.shared)
-         for r in sorted(res.reqs, key=lambda r: r.rid)]
-    closed = None
-    if load.concurrency:
-        for x in g[:load.concurrency]:
-            x.arrival = 0.0
-        g, closed = g[:load.concurrency], g[load.concurrency:]
-    return golden_serve(g, _ORACLES.get(DEP8.pool.replica), cfg, inst.total_blocks,
-                        prefix_blocks=inst.prefix_blocks, block_bytes=inst.block_bytes,
-                        closed_loop=closed, rng=np.random.default_rng([cfg.seed, 1]))
-
-
 OPEN = Load(qps=25, prompt=P("lognormal:mean=700,sigma=0.6"), gen=P("uniform:lo=1,hi=200"),
             requests=80)
 CLOSED = Load(concurrency=8, prompt=P("uniform:lo=100,hi=900"), gen=P("uniform:lo=1,hi=80"),
@@ -105,7 +91,7 @@ def test_fast_loop_equals_golden_twin_with_host_costs(case, rt):
     base, load = GOLDEN_CASES[case]
     cfg = dataclasses.replace(base, runtime=rt)
     res = serve(DEP8, load, cfg, oracles=_ORACLES)
-    g = _golden(res, cfg, load)
+    g = _golden_of(res, DEP8, cfg, load, _ORACLES)
     fast = {r.rid: (r.arrival, r.first_t, r.finish_t) for r in res.reqs}
     gold = {r.rid: (r.arrival, r.first_t, r.finish_t) for r in g.requests}
     assert fast == gold
