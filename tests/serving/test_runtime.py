@@ -99,10 +99,10 @@ def test_fast_loop_equals_golden_twin_with_host_costs(case, rt):
     assert res.preemptions == g.preemptions
 
 
-def test_host_costs_slow_every_request_and_ideal_changes_nothing():
+def test_host_costs_slow_the_mean_request_and_ideal_changes_nothing():
     """Against the same loop without a runtime: each non-zero profile makes the mean TTFT and
-    end-to-end time longer and the throughput lower; `ideal` (loaded from its file, or the default) gives
-    the same floats, step for step."""
+    end-to-end time longer and the throughput lower; `ideal` (loaded from its file, or the
+    default) gives the same floats, step for step."""
     cfg = ServeConfig()
     base = serve(DEP8, OPEN, cfg, oracles=_ORACLES)
     ideal = serve(DEP8, OPEN, ServeConfig(runtime=load_runtime("ideal")), oracles=_ORACLES)
