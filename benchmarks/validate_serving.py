@@ -22,6 +22,12 @@ the commit below):
   throughput`` (requests queued at an infinite rate; 3000 requests of 1000/1000 and 2048/128,
   max batch 4096 sequences, max 8192 tokens per step, 95 % of free memory for the KV cache).
 
+Each row runs with the serving runtime its measurement used (docs/serving.md, "Runtime host
+costs"): ``trtllm-triton`` for the Online rows (TensorRT-LLM 0.14 behind Triton),
+``trtllm-bench`` for the Throughput rows; the table also gives each row with ``ideal`` (no
+host costs: the chip alone), the shared step grid making that second run cheap.
+``--runtime NAME`` runs every row with one profile instead.
+
 ``--quick`` runs the low-load rows only; ``--only TEXT`` the rows whose name holds TEXT;
 ``--requests N`` caps each row's request count (for the long full-load rows: check that the
 result has converged by comparing two counts).
@@ -36,6 +42,7 @@ import time
 
 from diptych.sim.serving.config import ServeConfig
 from diptych.sim.serving.requests import LengthDist
+from diptych.sim.serving.runtime import load_runtime, runtime_names
 from diptych.sim.serving.serve import Load, OracleCache, colocated, serve
 
 SRC = ("TensorRT-LLM docs/source/performance/perf-overview.md, "
@@ -60,11 +67,14 @@ class Case:
     fp8: bool = False
     cfg: dict = dataclasses.field(default_factory=dict)
     low_load: bool = False
+    runtime: str = "trtllm-triton"       # the serving runtime the measurement used
 
 
 #: trtllm-bench's run (perf-overview.md "Running the Benchmark"): max batch 4096, 8192 tokens
 #: per step, --kv_cache_free_gpu_mem_fraction 0.95
 TRTLLM_BENCH = {"max_batch": 4096, "max_batched_tokens": 8192, "kv_reserve_fraction": 0.05}
+#: the runtime of the Throughput rows: trtllm-bench feeds the C++ executor in-process
+BENCH = "trtllm-bench"
 
 CASES = [
     Case("Llama-3.1-8B, 1x H100, 467/256, QPS 2: mean TTFT", "llama-3-8b", 1, 467, 256, 2.0,
@@ -90,24 +100,29 @@ CASES = [
     Case("Llama-3.1-70B, 4x H100 TP4, 467/256, all at once: output tok/s", "llama-3-70b", 4,
          467, 256, None, 500, "out_tok_s", 4103, ONLINE),
     Case("Llama-3.1-8B FP8, 1x H100, 1000/1000, max load: output tok/s", "llama-3-8b", 1, 1000,
-         1000, None, 3000, "out_tok_s", 15244.78, OFFLINE, fp8=True, cfg=TRTLLM_BENCH),
+         1000, None, 3000, "out_tok_s", 15244.78, OFFLINE, fp8=True, cfg=TRTLLM_BENCH,
+         runtime=BENCH),
     Case("Llama-3.1-8B FP8, 1x H100, 2048/128, max load: output tok/s", "llama-3-8b", 1, 2048,
-         128, None, 3000, "out_tok_s", 3556.73, OFFLINE, fp8=True, cfg=TRTLLM_BENCH),
+         128, None, 3000, "out_tok_s", 3556.73, OFFLINE, fp8=True, cfg=TRTLLM_BENCH,
+         runtime=BENCH),
     Case("Llama-3.1-70B FP8, 2x H100 TP2, 1000/1000, max load: output tok/s", "llama-3-70b", 2,
-         1000, 1000, None, 3000, "out_tok_s", 4390.53, OFFLINE, fp8=True, cfg=TRTLLM_BENCH),
+         1000, 1000, None, 3000, "out_tok_s", 4390.53, OFFLINE, fp8=True, cfg=TRTLLM_BENCH,
+         runtime=BENCH),
 ]
 
 #: an arrival rate standing for "all at once" (the requests arrive within microseconds)
 ALL_AT_ONCE_QPS = 1e9
 
 
-def _run(case: Case, oracles: OracleCache, execution: str | None = None):
+def _run(case: Case, oracles: OracleCache, execution: str | None = None,
+         runtime: str | None = None):
     dt = {"weights_dtype": "fp8", "act_dtype": "fp8", "kv_dtype": "fp8"} if case.fp8 else \
         {"weights_dtype": "bf16", "act_dtype": "bf16", "kv_dtype": "bf16"}
     dep = colocated("h100", case.model, tp=case.tp, execution=execution, **dt)
     load = Load(qps=case.qps or ALL_AT_ONCE_QPS, prompt=LengthDist("fixed", case.isl),
                 gen=LengthDist("fixed", case.osl), requests=case.requests)
-    return serve(dep, load, ServeConfig(**case.cfg), oracles=oracles)
+    cfg = ServeConfig(**case.cfg, runtime=load_runtime(runtime or case.runtime))
+    return serve(dep, load, cfg, oracles=oracles)
 
 
 def value(case: Case, res) -> float:
@@ -135,12 +150,14 @@ def main(argv=None) -> int:
                     help="only the rows whose name contains TEXT (repeatable)")
     ap.add_argument("--requests", type=int, metavar="N",
                     help="cap every row's request count at N (the row then says so)")
+    ap.add_argument("--runtime", choices=runtime_names(),
+                    help="run every row with this serving runtime (default: each row's own)")
     args = ap.parse_args(argv)
     if args.requests is not None and args.requests < 1:
         ap.error(f"--requests must be a positive integer, not {args.requests}")
     oracles = OracleCache("grid")
-    lines = ["| case | published | diptych | ratio (diptych ÷ published) | source |",
-             "|---|---|---|---|---|"]
+    lines = ["| case | published | runtime | diptych | ratio (diptych ÷ published) | "
+             "ideal runtime (ratio) | source |", "|---|---|---|---|---|---|---|"]
     cache: dict = {}
     t0 = time.perf_counter()
     for c in CASES:
@@ -151,13 +168,16 @@ def main(argv=None) -> int:
         if args.requests is not None and args.requests < c.requests:
             c = dataclasses.replace(c, name=f"{c.name} ({args.requests} of {c.requests} "
                                     f"requests)", requests=args.requests)
+        rt = args.runtime or c.runtime
         key = (c.model, c.tp, c.isl, c.osl, c.qps, c.requests, c.fp8, tuple(c.cfg.items()))
         t1, n1 = time.perf_counter(), oracles.simulations
-        if key not in cache:
-            cache[key] = _run(c, oracles, args.execution)
-        v = value(c, cache[key])
-        lines.append(f"| {c.name} | {_fmt(c.published)} {UNITS[c.metric]} | {_fmt(v)} | "
-                     f"{v / c.published:.2f} | {c.source} |")
+        for r in dict.fromkeys((rt, "ideal")):
+            if key + (r,) not in cache:
+                cache[key + (r,)] = _run(c, oracles, args.execution, r)
+        v, v0 = value(c, cache[key + (rt,)]), value(c, cache[key + ("ideal",)])
+        lines.append(f"| {c.name} | {_fmt(c.published)} {UNITS[c.metric]} | {rt} | {_fmt(v)} "
+                     f"| {v / c.published:.2f} | {_fmt(v0)} ({v0 / c.published:.2f}) | "
+                     f"{c.source} |")
         print(f"{lines[-1]}  [{time.perf_counter() - t1:.0f} s, "
               f"{oracles.simulations - n1} simulations]", file=sys.stderr, flush=True)
     text = "\n".join(lines)

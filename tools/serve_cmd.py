@@ -104,6 +104,7 @@ def _summary_table(d: dict):
     info = d["info"]
     t.add_row("steps", f"{info['steps']:,} (timed as {info['execution']}; {info['oracle']} "
               f"step oracle, {info['oracle_simulations']} simulations)")
+    t.add_row("runtime", info.get("runtime", "ideal"))
     return t
 
 
@@ -185,6 +186,10 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg
 @click.option("--prefix-share", type=float, default=0.0, show_default=True,
               help="Fraction of each prompt that is a cached prefix shared by all requests.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option("--runtime", default="ideal", show_default=True,
+              help="Serving runtime's host costs: a profile name (ideal, trtllm-triton, "
+                   "trtllm-bench, vllm-v0) or a TOML path; docs/serving.md, \"Runtime host "
+                   "costs\".")
 @click.option("--sweep-qps", help="LO:HI:N: a throughput-latency curve over N arrival rates.")
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="With --sweep-qps: write the curve (PNG/SVG/PDF by extension).")
@@ -207,7 +212,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
           requests, duration, scheduler, max_batch, max_batched_tokens, chunked_prefill,
           kv_block, preemption, slo_ttft, slo_tpot, weights_dtype, act_dtype, kv_dtype,
           attention, prefill_chip, prefill_chips, decode_chip, decode_chips, speculative,
-          prefix_share, seed, sweep_qps, plot, export_profile, oracle, execution, fusion,
+          prefix_share, seed, runtime, sweep_qps, plot, export_profile, oracle, execution, fusion,
           as_json, trace_out):
     """Simulate an LLM serving engine: arrivals, continuous batching, chunked prefill, paged
     KV cache, preemption; TTFT, TPOT, throughput, goodput under SLOs, tokens per joule.
@@ -221,6 +226,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
     """
     from ..sim.serving.config import ServeConfig, parse_speculative
     from ..sim.serving.requests import parse_length
+    from ..sim.serving.runtime import load_runtime
     from ..sim.serving.serve import Deployment, Load, OracleCache
     from ..sim.serving.serve import serve as run_serve
 
@@ -229,7 +235,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
                       kv_block_tokens=kv_block, preemption=preemption,
                       prefix_share=prefix_share, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot,
                       speculative=parse_speculative(speculative) if speculative else None,
-                      seed=seed)
+                      seed=seed, runtime=load_runtime(runtime))
     precision = {"weights_dtype": weights_dtype, "act_dtype": act_dtype, "kv_dtype": kv_dtype}
     execution = {"execution": execution, "fusion": fusion}
     disagg = [prefill_chip, prefill_chips, decode_chip, decode_chips]

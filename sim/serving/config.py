@@ -15,12 +15,16 @@ Defaults and their sources:
 * ``host_link_bytes_per_s`` 63.0e9: PCIe Gen5 x16, one direction: 32 GT/s × 16 lanes ×
   128/130 ÷ 8 = 63.0 GB/s [D] (the link KV swapping uses; chips have no host-link field yet).
 * ``preemption`` "recompute": vLLM V1's only mode [S].
+* ``runtime`` ``ideal``: no host costs (the chip alone); :mod:`.runtime` and
+  ``sim/serving/runtimes/*.toml`` hold the serving runtimes' profiles and their sources.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .runtime import IDEAL, RuntimeProfile
 
 SCHEDULERS = ("continuous", "static")
 PREEMPTION = ("recompute", "swap")
@@ -100,7 +104,8 @@ class ServeConfig:
     either recomputed later (its blocks freed) or swapped to host memory over the host link.
     ``prefix_share``: fraction of every prompt that is a prefix shared by all requests (a
     common system prompt or document) and held in the prefix cache. ``slo_*``: a request meets
-    its SLOs when its TTFT and its TPOT are both within them.
+    its SLOs when its TTFT and its TPOT are both within them. ``runtime``: the serving
+    runtime's host costs per step and per request (:class:`~.runtime.RuntimeProfile`).
     """
 
     scheduler: str = "continuous"
@@ -116,6 +121,7 @@ class ServeConfig:
     slo_tpot_s: float = 0.2
     speculative: Speculation | None = None
     seed: int = 0
+    runtime: RuntimeProfile = field(default=IDEAL)
 
     def __post_init__(self):
         if self.scheduler not in SCHEDULERS:
@@ -137,6 +143,8 @@ class ServeConfig:
         _pos("slo_tpot_s", self.slo_tpot_s, "a positive number of seconds")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, not {self.seed!r}")
+        if not isinstance(self.runtime, RuntimeProfile):
+            raise ValueError(f"runtime must be a RuntimeProfile, not {self.runtime!r}")
         if self.scheduler == "static" and (self.speculative or self.prefix_share):
             raise ValueError("the static scheduler runs plain fixed batches; speculative "
                              "decoding and prefix caching need --scheduler continuous")

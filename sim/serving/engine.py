@@ -16,6 +16,12 @@ Token accounting of a request (``P`` prompt tokens, ``G`` output tokens):
   sequence, as :func:`diptych.workloads.lower.decode_context` counts them.
 * Prefix caching: the first ``shared`` tokens (whole blocks) of a prompt are in the pinned
   prefix cache: they are never computed, and blocks are held only for the rest.
+
+The serving runtime's host costs (``cfg.runtime``, :mod:`.runtime`): a step lasts
+``runtime.step_s(device time, sequences in the step)``; a request enters the scheduler
+``request_in_s`` after its arrival, and each of its tokens reaches the client
+``token_out_s`` after the step that sampled it ends (``first_t`` and ``finish_t`` are the
+client's times; ITL gaps are between step ends, where the constant offset cancels).
 """
 
 from __future__ import annotations
@@ -89,6 +95,8 @@ class Instance:
         self.bs = cfg.kv_block_tokens
         self.q = cfg.decode_queries
         self.spec = cfg.speculative
+        self.runtime = cfg.runtime
+        self.out_s = cfg.runtime.token_out_s
         self.waiting: deque[Req] = deque()
         self.swapped: deque[Req] = deque()
         self.running: list[Req] = []
@@ -183,6 +191,10 @@ class Instance:
             energy += de
         secs += self._swap_s
         energy += self.static_w * self._swap_s        # chips idle while blocks cross the link
+        if not self.runtime.is_ideal:
+            dev = secs
+            secs = self.runtime.step_s(dev, len(self._dec) + len(self._chunks))
+            energy += self.static_w * (secs - dev)    # chips idle while the host works
         if now > self.last_end:
             self.idle_s += now - self.last_end
         used = self.total_blocks - self.free
@@ -418,7 +430,7 @@ class Instance:
             if r.computed >= r.target:
                 r.generated += 1
                 if r.first_t < 0:
-                    r.first_t = t
+                    r.first_t = t + self.out_s
                     r.pf_end = t
                 else:
                     itl.append(t - r.last_t)
@@ -439,10 +451,11 @@ class Instance:
             for r, _ in self._chunks:
                 r.computed = r.prompt
                 r.generated = 1
-                r.first_t = r.last_t = r.pf_end = t
+                r.last_t = r.pf_end = t
+                r.first_t = t + self.out_s
                 r.pf_start = t - self.rec_dt[-1]
                 if r.generated >= r.output:
-                    r.finish_t = t
+                    r.finish_t = t + self.out_s
                     finished.append(r)
         else:
             for r in self._dec:
@@ -452,7 +465,7 @@ class Instance:
                     self.itl.append(t - r.last_t)
                     r.last_t = t
                     if r.generated >= r.output:
-                        r.finish_t = t
+                        r.finish_t = t + self.out_s
                         finished.append(r)
             self.static_left -= 1
         if self.static_left <= 0:
@@ -464,7 +477,7 @@ class Instance:
         return finished, []
 
     def _finish(self, r: Req, t: float) -> None:
-        r.finish_t = t
+        r.finish_t = t + self.out_s
         r.done = True
         self.free += r.blocks
         r.blocks = 0
@@ -514,12 +527,16 @@ def run_loop(instances: list[Instance], arrivals: list[Req], *, next_request=Non
     arrivals go to the one with the fewest outstanding requests (ties: the lowest index).
     With ``prefill_pool``/``decode_pool``, arrivals go to the prefill pool and prefilled
     requests to the decode pool; ``transfer(r, src, dst, t, overlap)`` returns the time the
-    request's KV arrives at ``dst``. ``progress(done)`` is called as requests finish.
+    request's KV arrives at ``dst``. ``progress(done)`` is called as requests finish. A
+    request enters the scheduler the runtime's ``request_in_s`` after its ``arrival``; a
+    closed-loop client sends its next request when it has received the last token.
     """
     heap: list = []
     seq = 0
+    rt = instances[0].runtime
+    rin, rout = rt.request_in_s, rt.token_out_s
     for r in arrivals:
-        heap.append((r.arrival, ARRIVE, seq, r))
+        heap.append((r.arrival + rin, ARRIVE, seq, r))
         seq += 1
     heapq.heapify(heap)
     entry = prefill_pool if prefill_pool is not None else instances
@@ -544,9 +561,9 @@ def run_loop(instances: list[Instance], arrivals: list[Req], *, next_request=Non
                         progress(done)
                     if next_request is not None:
                         for r in finished:
-                            nr = next_request(r, t)
+                            nr = next_request(r, t + rout)
                             if nr is not None:
-                                heapq.heappush(heap, (nr.arrival, ARRIVE, seq, nr))
+                                heapq.heappush(heap, (nr.arrival + rin, ARRIVE, seq, nr))
                                 seq += 1
             elif kind == KV_DONE:
                 r, src, dst = x

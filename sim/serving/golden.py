@@ -6,6 +6,12 @@ never be held twice, and the capacity can never be exceeded: both are asserted),
 recomputed from scratch each step, and time simply jumps from one step end (or arrival) to
 the next. Tests run it beside :func:`diptych.sim.serving.engine.run_loop` on small cases and
 require identical per-request times.
+
+The serving runtime's host costs (``cfg.runtime``) enter in three places, as
+docs/serving.md "Runtime host costs" states them: every step's duration is device + host
+work, or their maximum when the runtime overlaps them; a request can be scheduled from
+``arrival + request_in_s`` on; a token reaches the client ``token_out_s`` after its step ends
+(``first_t``, ``finish_t``, and a closed-loop client's next arrival).
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     blocks and return every request's times."""
     bs = cfg.kv_block_tokens
     q = 1 + (cfg.speculative.k if cfg.speculative else 0)
+    rt = cfg.runtime
+    rin, rout = rt.request_in_s, rt.token_out_s
     free_ids = list(range(prefix_blocks, blocks))     # the prefix holds ids 0..prefix-1
     held: set[int] = set(range(prefix_blocks))
     future = list(reqs)                                # not yet arrived
@@ -206,7 +214,17 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             energy += c.energy_j
         return secs
 
-    def finish(r, when, free_blocks=True):
+    def with_host(device_s, seqs):
+        """The step on the engine's clock: device and host work one after the other, or side
+        by side when the runtime overlaps them (docs/serving.md, "Runtime host costs")."""
+        if rt.is_ideal:
+            return device_s
+        host = (rt.step_host_fixed_us * 1e-6 + rt.step_host_per_seq_us * 1e-6 * seqs
+                + rt.step_host_device_fraction * device_s)
+        return max(device_s, host) if rt.overlap else device_s + host
+
+    def finish(r, step_end, free_blocks=True):
+        when = step_end + rout                        # the client has the last token
         r.finish_t = when
         if free_blocks:
             release(r)
@@ -218,7 +236,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             future.append(nxt)
 
     while future or waiting or running or swapped or static_batch:
-        arrived = sorted((r for r in future if r.arrival <= t), key=lambda r: r.arrival)
+        arrived = sorted((r for r in future if r.arrival + rin <= t),
+                         key=lambda r: r.arrival)
         for r in arrived:
             future.remove(r)
             waiting.append(r)
@@ -234,7 +253,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                     batch.append(waiting.pop(0))
                     pmax, gmax = p2, g2
                 if not batch:
-                    t = min(r.arrival for r in future)
+                    t = min(r.arrival + rin for r in future)
                     continue
                 for r in batch:
                     grow(r, pmax + gmax)
@@ -246,12 +265,13 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                 static_state["done"] += 1
                 step = Step(len(static_batch), len(static_batch) * ctx)
             dt = oracle.cost(step).seconds
+            dt = with_host(dt, len(static_batch))
             steps.append((t, dt, step.decode_batch, len(step.prefill)))
             peak = max(peak, blocks - len(free_ids))
             t_end = t + dt
             if step.prefill:
                 for r in static_batch:
-                    r.computed, r.generated, r.first_t = r.prompt, 1, t_end
+                    r.computed, r.generated, r.first_t = r.prompt, 1, t_end + rout
                     if r.output == 1:
                         finish(r, t_end, free_blocks=False)
             else:
@@ -272,7 +292,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         if not decodes and not chunks:
             if not future:
                 raise AssertionError("requests left but nothing can run")
-            t = min(r.arrival for r in future)
+            t = min(r.arrival + rin for r in future)
             continue
         if decodes:
             keys = sum(keys_of(r) for r in decodes)
@@ -283,6 +303,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         if draft is not None:
             dt += draft_cost(step)
         dt += swap_time[0]
+        dt = with_host(dt, len(decodes) + len(chunks))
         used = blocks - len(free_ids)
         assert used <= blocks
         peak = max(peak, used)
@@ -313,7 +334,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             if r.computed >= r.target:
                 r.generated += 1
                 if r.first_t < 0:
-                    r.first_t = t_end
+                    r.first_t = t_end + rout
                 if r.generated >= r.output:
                     done_now.append(r)
         for r in done_now:

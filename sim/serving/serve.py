@@ -246,7 +246,7 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
                 steps=sum(len(i.rec_t) for i in instances),
                 completed=len(done), output_tokens=out_tok,
                 input_tokens=int(m["prompt"].sum()),
-                kv_transfer_bytes=link["bytes"],
+                kv_transfer_bytes=link["bytes"], runtime=cfg.runtime.name,
                 expected_tokens_per_verify=(cfg.speculative.expected_tokens
                                             if cfg.speculative else None))
     cfgd = {k: (v.__dict__ if hasattr(v, "__dict__") else v) for k, v in cfg.__dict__.items()}

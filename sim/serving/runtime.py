@@ -1,0 +1,124 @@
+"""The serving runtime's host costs: what the CPU side of a serving stack adds to the chip's
+step times and to every request's latency. docs/serving.md, "Runtime host costs".
+
+A :class:`RuntimeProfile` holds, with units in the field names:
+
+* per step: host work of ``step_host_fixed_us`` + ``step_host_per_seq_us`` per sequence in
+  the step (sampling bookkeeping, stop checks, detokenisation, building the responses) +
+  ``step_host_device_fraction`` × the step's device time (how some sources state it: host
+  time as a share of the iteration). With ``overlap`` false (a synchronous loop: the host
+  processes step n's outputs and schedules step n+1 while the device idles) a step takes
+  device + host; with ``overlap`` true (an overlap / async scheduler: the host work of step
+  n runs while the device runs step n+1) it takes max(device, host).
+* per request: ``request_in_us`` from the request's arrival at the server to its being
+  schedulable (HTTP/gRPC, validation, tokenisation) and ``token_out_us`` from a token's
+  sampling to the client's receiving it (detokenisation, the response path). They delay the
+  request, not the engine; the client-visible TTFT and end-to-end latency include both, the
+  gaps between tokens (ITL, TPOT) neither.
+
+Profiles ship as TOML files in ``sim/serving/runtimes/`` (each number with its source);
+``ideal`` is all zeros: the chip alone, every number as without a runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from ...arch.schema import ConfigError, build, f, read_config_file
+
+DEFAULT_RUNTIME = "ideal"
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    """A serving runtime's host costs (module docstring for the model)."""
+
+    name: str = f(doc="profile name")
+    description: str = f(default="", doc="one-line description")
+    step_host_fixed_us: float = f(default=0.0, min=0.0,
+                                  doc="host time per step, in microseconds (>= 0)")
+    step_host_per_seq_us: float = f(default=0.0, min=0.0,
+                                    doc="host time per sequence in a step, in microseconds "
+                                        "(>= 0)")
+    step_host_device_fraction: float = f(default=0.0, min=0.0,
+                                         doc="host time per step as a fraction of the step's "
+                                             "device time (>= 0)")
+    overlap: bool = f(default=False,
+                      doc="true: host work overlaps the next device step (a step takes "
+                          "max(device, host)); false: it does not (device + host)")
+    request_in_us: float = f(default=0.0, min=0.0,
+                             doc="arrival at the server -> schedulable, in microseconds (>= 0)")
+    token_out_us: float = f(default=0.0, min=0.0,
+                            doc="token sampled -> received by the client, in microseconds "
+                                "(>= 0)")
+
+    @property
+    def is_ideal(self) -> bool:
+        """No host cost at all: every time is the chip's alone."""
+        return not (self.step_host_fixed_us or self.step_host_per_seq_us
+                    or self.step_host_device_fraction or self.request_in_us
+                    or self.token_out_us)
+
+    @property
+    def request_in_s(self) -> float:
+        return self.request_in_us * 1e-6
+
+    @property
+    def token_out_s(self) -> float:
+        return self.token_out_us * 1e-6
+
+    def host_s(self, device_s: float, seqs: int) -> float:
+        """The host work of a step of ``seqs`` sequences whose device time is ``device_s``."""
+        return (self.step_host_fixed_us * 1e-6 + self.step_host_per_seq_us * 1e-6 * seqs
+                + self.step_host_device_fraction * device_s)
+
+    def step_s(self, device_s: float, seqs: int) -> float:
+        """A step's duration on the engine's clock: device + host, or max(device, host) when
+        the host work overlaps the device's."""
+        host = self.host_s(device_s, seqs)
+        return max(device_s, host) if self.overlap else device_s + host
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+IDEAL = RuntimeProfile(name=DEFAULT_RUNTIME, description="no host costs: the chip alone")
+
+
+def runtime_names() -> list[str]:
+    """Names of the shipped profiles (``sim/serving/runtimes/*.toml``), sorted."""
+    root = resources.files("diptych.sim.serving").joinpath("runtimes")
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
+
+
+def load_runtime(name_or_path: "str | Path | RuntimeProfile") -> RuntimeProfile:
+    """A shipped profile's name (``trtllm-triton``), a path to a TOML file, or a profile
+    (returned as is). Unknown names raise :class:`ConfigError` naming the known ones."""
+    if isinstance(name_or_path, RuntimeProfile):
+        return name_or_path
+    text = str(name_or_path)
+    names = runtime_names()
+    if text in names:
+        res = resources.files("diptych.sim.serving").joinpath("runtimes", f"{text}.toml")
+        return _from_dict(_parse(res.read_text(), f"{text}.toml"), f"{text}.toml")
+    if text.endswith(".toml") or "/" in text or Path(text).exists():
+        return _from_dict(read_config_file(text, "runtime profile"), text)
+    raise ConfigError(f"unknown runtime {text!r}: expected one of {', '.join(names)} or a "
+                      f"path to a .toml file")
+
+
+def _parse(text: str, source: str) -> dict:
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{source}: invalid TOML ({exc})") from None
+
+
+def _from_dict(data, source: str) -> RuntimeProfile:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a table of runtime fields, got {data!r}")
+    return build(RuntimeProfile, data, source=source)

@@ -1,0 +1,178 @@
+"""The serving runtime's host costs (sim/serving/runtime.py) against independent references:
+closed forms for lone requests, the golden twin with non-zero profiles, `ideal` leaving
+every number as the chip alone gives it, and the CLI's handling of the profile."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from roofline_double import roofline
+from test_serving_engine import _golden_of
+
+import diptych.workloads.run as run_mod
+from diptych.arch.schema import ConfigError
+from diptych.sim.serving.config import ServeConfig
+from diptych.sim.serving.oracle import DirectOracle
+from diptych.sim.serving.requests import parse_length as P
+from diptych.sim.serving.runtime import IDEAL, RuntimeProfile, load_runtime, runtime_names
+from diptych.sim.serving.serve import Load, OracleCache, colocated, serve
+from diptych.tools.cli import main
+from diptych.workloads.step import Step
+
+DEP8 = colocated("h100", "llama-3-8b")
+_ORACLES = OracleCache("grid", roofline)
+
+#: a synchronous profile with every term non-zero, and an overlapped one whose fixed host
+#: time (8 ms) exceeds a batch-1 decode step of the 8B model (~5 ms) but not a long prefill
+SYNC = RuntimeProfile(name="sync", step_host_fixed_us=700.0, step_host_per_seq_us=15.0,
+                      step_host_device_fraction=0.07, request_in_us=2500.0,
+                      token_out_us=400.0)
+OVERLAP = dataclasses.replace(SYNC, name="overlap", overlap=True, step_host_fixed_us=8000.0)
+
+
+def _spaced(tmp_path, n, prompt, gen, gap_s=10.0):
+    p = tmp_path / "spaced.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                 + "".join(f"{i * gap_s},{prompt},{gen}\n" for i in range(n)))
+    return str(p)
+
+
+def _host(rt: RuntimeProfile, device_s: float, seqs: int) -> float:
+    """The profile's host time, written out from docs/serving.md's rule."""
+    return (rt.step_host_fixed_us + rt.step_host_per_seq_us * seqs) * 1e-6 \
+        + rt.step_host_device_fraction * device_s
+
+
+@pytest.mark.parametrize("rt", [SYNC, OVERLAP], ids=lambda r: r.name)
+def test_lone_request_closed_form(tmp_path, rt):
+    """Requests 10 s apart run alone: TTFT = request path in + prefill step (device and host,
+    summed or overlapped) + token path out; every ITL is one batch-1 decode step."""
+    prompt, gen = 512, 24
+    res = serve(DEP8, Load(trace=_spaced(tmp_path, 4, prompt, gen)),
+                ServeConfig(runtime=rt), oracles=OracleCache("direct", roofline))
+    o = DirectOracle(DEP8.pool.replica, roofline)
+    pf = o.cost(Step(prefill=((prompt, 0),))).seconds
+    dec = [o.cost(Step(1, prompt + i + 1)).seconds for i in range(gen - 1)]
+    if rt.overlap:
+        step = [max(d, _host(rt, d, 1)) for d in [pf] + dec]
+        assert _host(rt, dec[0], 1) > dec[0]              # the host bounds a decode step
+    else:
+        step = [d + _host(rt, d, 1) for d in [pf] + dec]
+    ttft = rt.request_in_us * 1e-6 + step[0] + rt.token_out_us * 1e-6
+    assert [r.first_t - r.arrival for r in res.reqs] == pytest.approx([ttft] * 4, rel=1e-12)
+    itl = np.frombuffer(res.instances[0].itl, dtype=float)
+    assert itl.tolist() == pytest.approx(step[1:] * 4, rel=1e-12)
+    # TPOT is the decode steps alone: the response path's offset cancels
+    assert res.tpot_s["mean"] == pytest.approx(sum(step[1:]) / (gen - 1), rel=1e-12)
+
+
+OPEN = Load(qps=25, prompt=P("lognormal:mean=700,sigma=0.6"), gen=P("uniform:lo=1,hi=200"),
+            requests=80)
+CLOSED = Load(concurrency=8, prompt=P("uniform:lo=100,hi=900"), gen=P("uniform:lo=1,hi=80"),
+              requests=30)
+GOLDEN_CASES = {
+    "chunked": (ServeConfig(), OPEN),
+    "whole-prompts": (ServeConfig(chunked_prefill=False), OPEN),
+    "swap": (ServeConfig(max_batched_tokens=512, kv_reserve_fraction=0.78, preemption="swap"),
+             Load(qps=40, prompt=P("lognormal:mean=800,sigma=0.6"),
+                  gen=P("uniform:lo=1,hi=600"), requests=80)),
+    "static-closed-loop": (ServeConfig(scheduler="static", max_batch=6), CLOSED),
+    "closed-loop": (ServeConfig(), CLOSED),
+}
+
+
+@pytest.mark.parametrize("rt", [SYNC, OVERLAP], ids=lambda r: r.name)
+@pytest.mark.parametrize("case", list(GOLDEN_CASES))
+def test_fast_loop_equals_golden_twin_with_host_costs(case, rt):
+    base, load = GOLDEN_CASES[case]
+    cfg = dataclasses.replace(base, runtime=rt)
+    res = serve(DEP8, load, cfg, oracles=_ORACLES)
+    g = _golden_of(res, DEP8, cfg, load, _ORACLES)
+    fast = {r.rid: (r.arrival, r.first_t, r.finish_t) for r in res.reqs}
+    gold = {r.rid: (r.arrival, r.first_t, r.finish_t) for r in g.requests}
+    assert fast == gold
+    assert list(res.instances[0].rec_dt) == [s[1] for s in g.steps]
+    assert res.preemptions == g.preemptions
+
+
+def test_host_costs_slow_the_mean_request_and_ideal_changes_nothing():
+    """Against the same loop without a runtime: each non-zero profile makes the mean TTFT and
+    end-to-end time longer and the throughput lower; `ideal` (loaded from its file, or the
+    default) gives the same floats, step for step."""
+    cfg = ServeConfig()
+    base = serve(DEP8, OPEN, cfg, oracles=_ORACLES)
+    ideal = serve(DEP8, OPEN, ServeConfig(runtime=load_runtime("ideal")), oracles=_ORACLES)
+    assert load_runtime("ideal") == IDEAL and IDEAL.is_ideal
+    key = lambda res: [(r.rid, r.first_t, r.finish_t) for r in res.reqs]  # noqa: E731
+    assert key(ideal) == key(base)
+    assert list(ideal.instances[0].rec_dt) == list(base.instances[0].rec_dt)
+    assert ideal.energy_j == base.energy_j
+    for rt in (SYNC, OVERLAP, load_runtime("trtllm-triton"), load_runtime("vllm-v0")):
+        slow = serve(DEP8, OPEN, ServeConfig(runtime=rt), oracles=_ORACLES)
+        # (not every request: a later admission can meet a step boundary sooner)
+        assert slow.ttft_s["mean"] > base.ttft_s["mean"], rt.name
+        assert slow.e2e_s["mean"] > base.e2e_s["mean"], rt.name
+        assert slow.tokens_per_s < base.tokens_per_s, rt.name
+
+
+def test_shipped_profiles_load_and_state_their_model():
+    names = runtime_names()
+    assert {"ideal", "trtllm-triton", "trtllm-bench", "vllm-v0"} <= set(names)
+    for n in names:
+        rt = load_runtime(n)
+        assert rt.name == n and rt.description
+    # the Throughput rows' benchmark has no HTTP/tokeniser path; vLLM V0's loop is synchronous
+    assert load_runtime("trtllm-bench").request_in_us == 0.0
+    assert not load_runtime("vllm-v0").overlap
+
+
+def test_step_rule():
+    assert SYNC.step_s(0.01, 3) == pytest.approx(0.01 + 700e-6 + 45e-6 + 0.0007)
+    assert OVERLAP.step_s(0.01, 3) == pytest.approx(0.01)           # host hidden
+    assert OVERLAP.step_s(0.002, 3) == pytest.approx(8e-3 + 45e-6 + 0.07 * 0.002)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("step_host_fixed_us = -1.0", "step_host_fixed_us: expected"),
+    ("overlap = 3", "overlap: expected"),
+    ("step_host_per_token_us = 1.0", "unknown key"),
+])
+def test_bad_profile_file_names_the_field(tmp_path, text, match):
+    p = tmp_path / "mine.toml"
+    p.write_text(f'name = "mine"\n{text}\n')
+    with pytest.raises(ConfigError, match=match):
+        load_runtime(str(p))
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(main, [str(a) for a in args])
+
+
+BASE = ("serve", "--chip", "h100", "--model", "llama-3-8b", "--qps", 4, "--requests", 30)
+
+
+def test_cli_runtime_in_json_and_bad_values_exit_2(cli, tmp_path):
+    r = cli(*BASE, "--runtime", "vllm-v0", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["info"]["runtime"] == "vllm-v0"
+    assert d["config"]["runtime"]["step_host_fixed_us"] == 4000.0
+    r0 = json.loads(cli(*BASE, "--json").output)
+    assert r0["info"]["runtime"] == "ideal"
+    assert d["ttft_s"]["mean"] > r0["ttft_s"]["mean"]
+    r = cli(*BASE, "--runtime", "tensorrt")
+    assert r.exit_code == 2
+    assert "'tensorrt'" in r.output and "trtllm-triton" in r.output and "vllm-v0" in r.output
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "bad"\ntoken_out_us = -5\n')
+    r = cli(*BASE, "--runtime", bad)
+    assert r.exit_code == 2 and "token_out_us" in r.output and "-5" in r.output
+    r = cli(*BASE, "--runtime", tmp_path / "missing.toml")
+    assert r.exit_code == 2 and "missing.toml" in r.output
