@@ -299,12 +299,18 @@ class GridOracle:
         self._tok = (_Axis(tok, "step tokens") if g.refine_tol is None else
                      _RefinedAxis(tok, "step tokens", self._frame_at, self._frame_seconds,
                                   g.refine_tol))
+        # the head (logits rows) on an axis of its own: a step's rows are its decode queries
+        # and completed prompts, mostly far fewer than its tokens, and the head's GEMM (the
+        # vocabulary) is the largest of the frame
+        self._rows = (_Axis(list(tok), "logits rows") if g.refine_tol is None else
+                      _RefinedAxis(tok, "logits rows", self._head_at, self._head_seconds,
+                                   g.refine_tol))
         self._bat = _Axis(geometric_axis(g.batch_dense, g.batch_ratio, g.max_batch),
                           "decode batch")
         self._keys = _Axis(geometric_axis(16, g.keys_ratio, g.max_keys), "mean keys")
         self._chunk = _Axis(geometric_axis(16, g.chunk_ratio, g.max_tokens), "prefill chunk")
         self._past = _Axis(geometric_axis(16, g.past_ratio, g.max_keys, start=0), "past")
-        self._frame: dict[int, tuple] = {}
+        self._frame: dict[tuple[int, int], tuple] = {}
         self._dec: dict[tuple[int, int, int], tuple] = {}
         self._pf: dict[tuple[int, int], tuple] = {}
         self._rough: dict = {}
@@ -324,32 +330,44 @@ class GridOracle:
         if self._progress is not None:
             self._progress(self.simulations)
 
-    def _frame_at(self, n: int) -> tuple:
-        got = self._frame.get(n)
+    def _frame_at(self, n: int, rows: int = 1) -> tuple:
+        """The frame at ``n`` tokens and ``rows`` logits rows: a vertex of the token axis
+        with one row (its head is not used: the head's rows have their own axis,
+        :meth:`_head_at`; the other blocks do not depend on the rows, in a schedule
+        either, residency included: tests)."""
+        got = self._frame.get((n, rows))
         if got is None:
             r = self.replica
             if self._scheduled:
-                got = self._scheduled_frame(n)
+                got = self._scheduled_frame(n, rows)
             else:
-                w = frame(r.model, n, n, precision=r.precision, tp=r.tp, attention=r.attention)
+                w = frame(r.model, n, rows, precision=r.precision, tp=r.tp,
+                          attention=r.attention)
                 bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs)
                 if self._blocks is None:
                     self._blocks = [(b.name, b.repeat) for b in bc]
                 got = tuple(x for b in bc for x in (b.compute_s, b.comm_s, b.energy_j))
-            self._frame[n] = got
+            self._frame[(n, rows)] = got
             self._tick()
         return got
 
-    def _scheduled_frame(self, n: int) -> tuple:
-        """The frame at ``n`` tokens and logits rows as the program scheduler times it: per
-        block, the nodes' time (launch + run) and energy per copy, the cores left out; then
-        the schedule's overlap ``H`` (the nodes' time less the makespan) of the step of ``n``
-        one-token decode sequences, which the frame's vertices measure for every step."""
+    def _head_at(self, rows: int) -> tuple:
+        """A vertex of the logits-rows axis: the frame of ``rows`` tokens and rows (its
+        head entries are used; its other ops are those of the token axis's vertex at
+        ``rows``, memoised per op)."""
+        return self._frame_at(rows, rows)
+
+    def _scheduled_frame(self, n: int, rows: int) -> tuple:
+        """The frame at ``n`` tokens and ``rows`` logits rows as the program scheduler
+        times it: per block, the nodes' time (launch + run) and energy per copy, the cores
+        left out; then the schedule's overlap ``H`` (the nodes' time less the makespan) of
+        the step of ``n`` one-token decode sequences (``rows`` of them sampled), which the
+        frame's vertices measure for every step."""
         from ...workloads.execute import schedule_workload
         from ...workloads.run import _default_simulate
 
         r = self.replica
-        w = lower_step(r.model, Step(n, n), precision=r.precision, tp=r.tp,
+        w = lower_step(r.model, Step(n, n, logits_rows=rows), precision=r.precision, tp=r.tp,
                        attention=r.attention)
         t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate(),
                               fusion=r.fusion)
@@ -519,14 +537,26 @@ class GridOracle:
         return self._roughest.get(fn.__name__, 0.0) * core_s <= 3 * tol * step_s
 
     def _frame_seconds(self, v: tuple) -> float:
-        """A frame tuple's time (all blocks, repeats included): what refinement compares."""
-        t = sum(rep * (v[3 * i] + v[3 * i + 1]) for i, (_, rep) in enumerate(self._blocks))
+        """A frame tuple's time without the head (the other blocks, repeats included, less
+        a schedule's overlap): what the token axis's refinement compares."""
+        t = sum(rep * (v[3 * i] + v[3 * i + 1]) for i, (name, rep) in enumerate(self._blocks)
+                if name != "head")
         return t - v[-1] if self._scheduled else t
+
+    def _head_seconds(self, v: tuple) -> float:
+        """A frame tuple's head time: what the rows axis's refinement compares."""
+        return sum(rep * (v[3 * i] + v[3 * i + 1]) for i, (name, rep) in enumerate(self._blocks)
+                   if name == "head")
 
     def _frame_interp(self, n: int) -> list[float] | tuple:
         a, b, w = self._tok.locate(n)
         lo = self._frame_at(a)
         return _lerp(lo, self._frame_at(b), w) if w else lo
+
+    def _head_interp(self, rows: int) -> list[float] | tuple:
+        a, b, w = self._rows.locate(rows)
+        lo = self._head_at(a)
+        return _lerp(lo, self._head_at(b), w) if w else lo
 
     def _dec_exact(self, batch: int, keys: int, q: int) -> tuple:
         """The decode cores of ``batch`` sequences holding ``keys`` keys in all."""
@@ -612,7 +642,7 @@ class GridOracle:
         cores = [0.0] * nk
         core_e = [0.0] * nk
         body = self._frame_interp(step.tokens)
-        head = self._frame_interp(step.rows)
+        head = self._head_interp(step.rows)
         frame_s = self._frame_seconds(body)
         if step.decode_batch:
             b, q = step.decode_batch, step.decode_queries
