@@ -14,9 +14,10 @@ implementations:
   grids, lazily (a vertex is simulated the first time a step needs it) and interpolates:
 
   - frame, per block (compute, collectives, energy): piecewise linear in the step's tokens
-    ``N`` (embedding and layer blocks) and in its logits rows (the head), on an axis refined
-    where the engine's time is a staircase (:class:`_RefinedAxis`);
-  - decode cores: bilinear in (decode batch, mean keys) per ``decode_queries``;
+    ``N`` (embedding and layer blocks) and, on an axis of its own, in its logits rows (the
+    head), both refined where the engine's time is a staircase (:class:`_RefinedAxis`);
+  - decode cores: bilinear in (decode batch, keys per sequence) per ``decode_queries``, the
+    keys axis refined where a staircase could move the step (:meth:`GridOracle._decode_interp`);
   - prefill cores: bilinear in (chunk, past), per chunk: the fused record's compute term
     divided by the chunk (exact for the causal ``chunk·(past + (chunk+1)/2)`` work), its
     memory term as is (exact for the linear K/V traffic);
@@ -307,7 +308,7 @@ class GridOracle:
                                    g.refine_tol))
         self._bat = _Axis(geometric_axis(g.batch_dense, g.batch_ratio, g.max_batch),
                           "decode batch")
-        self._keys = _Axis(geometric_axis(16, g.keys_ratio, g.max_keys), "mean keys")
+        self._keys = _Axis(geometric_axis(16, g.keys_ratio, g.max_keys), "keys per sequence")
         self._chunk = _Axis(geometric_axis(16, g.chunk_ratio, g.max_tokens), "prefill chunk")
         self._past = _Axis(geometric_axis(16, g.past_ratio, g.max_keys, start=0), "past")
         self._frame: dict[tuple[int, int], tuple] = {}
@@ -586,8 +587,8 @@ class GridOracle:
             m = (k0 + k1) // 2
             a, b = f(batch, k0, q), f(batch, k1, q)
             slope = f(batch, k0 + 1, q) - a
-            got = self._gaps[key] = max(abs(f(batch, m, q) - (a + (b - a) * (m - k0) / (k1 - k0))),
-                                        abs(b - a - slope * (k1 - k0))) / b
+            mid = abs(f(batch, m, q) - (a + (b - a) * (m - k0) / (k1 - k0)))
+            got = self._gaps[key] = max(mid, abs(b - a - slope * (k1 - k0))) / b
         return got
 
     def _dec_seconds(self, batch: int, keys: int, q: int) -> float:
