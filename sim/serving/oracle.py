@@ -191,10 +191,12 @@ class GridSpec:
     max_tokens: int = 1 << 20
     max_keys: int = 1 << 22
     max_batch: int = 1 << 16
-    #: adaptive refinement of the token axis (the frame): a cell a query falls in is used
-    #: only once its midpoint, simulated, agrees with the cell's linear interpolant to this
-    #: fraction of the frame's time; otherwise it is halved, down to neighbouring integers.
-    #: None: the fixed vertices only.
+    #: adaptive refinement of the token and rows axes (the frame, the head): a cell a query
+    #: falls in is used only once its midpoint, simulated, agrees with the cell's linear
+    #: interpolant to this fraction of the piece's time; otherwise it is halved, down to
+    #: neighbouring integers. The same fraction of the step bounds the decode cores' keys
+    #: cells (:meth:`GridOracle._decode_interp`) and the rough prefill cores
+    #: (:meth:`GridOracle._trusted`). None: the fixed vertices only.
     refine_tol: float | None = 0.005
 
     def __post_init__(self):
