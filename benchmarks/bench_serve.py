@@ -15,7 +15,8 @@ run; ``--execution``: how steps are timed, default ``diptych run``'s).
 ``python benchmarks/bench_serve.py --oracle-error MODEL CHIP TP N [--execution E]
 [--no-refine]`` instead measures the grid oracle's interpolation error against direct
 simulation on N random steps (the distribution quoted in docs/serving.md); ``--no-refine``:
-the fixed vertices only (no adaptive refinement of the token axis).
+the fixed vertices only (no adaptive refinement of the token, rows and keys axes, no rough
+prefill cores simulated at the query).
 """
 
 from __future__ import annotations

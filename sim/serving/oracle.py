@@ -14,9 +14,10 @@ implementations:
   grids, lazily (a vertex is simulated the first time a step needs it) and interpolates:
 
   - frame, per block (compute, collectives, energy): piecewise linear in the step's tokens
-    ``N`` (embedding and layer blocks) and in its logits rows (the head), on an axis refined
-    where the engine's time is a staircase (:class:`_RefinedAxis`);
-  - decode cores: bilinear in (decode batch, mean keys) per ``decode_queries``;
+    ``N`` (embedding and layer blocks) and, on an axis of its own, in its logits rows (the
+    head), both refined where the engine's time is a staircase (:class:`_RefinedAxis`);
+  - decode cores: bilinear in (decode batch, keys per sequence) per ``decode_queries``, the
+    keys axis refined where a staircase could move the step (:meth:`GridOracle._decode_interp`);
   - prefill cores: bilinear in (chunk, past), per chunk: the fused record's compute term
     divided by the chunk (exact for the causal ``chunk·(past + (chunk+1)/2)`` work), its
     memory term as is (exact for the linear K/V traffic);
@@ -196,10 +197,12 @@ class GridSpec:
     max_tokens: int = 1 << 20
     max_keys: int = 1 << 22
     max_batch: int = 1 << 16
-    #: adaptive refinement of the token axis (the frame): a cell a query falls in is used
-    #: only once its midpoint, simulated, agrees with the cell's linear interpolant to this
-    #: fraction of the frame's time; otherwise it is halved, down to neighbouring integers.
-    #: None: the fixed vertices only.
+    #: adaptive refinement of the token and rows axes (the frame, the head): a cell a query
+    #: falls in is used only once its midpoint, simulated, agrees with the cell's linear
+    #: interpolant to this fraction of the piece's time; otherwise it is halved, down to
+    #: neighbouring integers. The same fraction of the step bounds the decode cores' keys
+    #: cells (:meth:`GridOracle._decode_interp`) and the rough prefill cores
+    #: (:meth:`GridOracle._trusted`). None: the fixed vertices only.
     refine_tol: float | None = 0.005
 
     def __post_init__(self):
@@ -311,15 +314,22 @@ class GridOracle:
         self._tok = (_Axis(tok, "step tokens") if g.refine_tol is None else
                      _RefinedAxis(tok, "step tokens", self._frame_at, self._frame_seconds,
                                   g.refine_tol))
+        # the head (logits rows) on an axis of its own: a step's rows are its decode queries
+        # and completed prompts, mostly far fewer than its tokens, and the head's GEMM (the
+        # vocabulary) is the largest of the frame
+        self._rows = (_Axis(list(tok), "logits rows") if g.refine_tol is None else
+                      _RefinedAxis(tok, "logits rows", self._head_at, self._head_seconds,
+                                   g.refine_tol))
         self._bat = _Axis(geometric_axis(g.batch_dense, g.batch_ratio, g.max_batch),
                           "decode batch")
-        self._keys = _Axis(geometric_axis(16, g.keys_ratio, g.max_keys), "mean keys")
+        self._keys = _Axis(geometric_axis(16, g.keys_ratio, g.max_keys), "keys per sequence")
         self._chunk = _Axis(geometric_axis(16, g.chunk_ratio, g.max_tokens), "prefill chunk")
         self._past = _Axis(geometric_axis(16, g.past_ratio, g.max_keys, start=0), "past")
-        self._frame: dict[int, tuple] = {}
+        self._frame: dict[tuple[int, int], tuple] = {}
         self._dec: dict[tuple[int, int, int], tuple] = {}
         self._pf: dict[tuple[int, int], tuple] = {}
         self._rough: dict = {}
+        self._gaps: dict[tuple[int, int, int], float] = {}
         self._roughest: dict[str, float] = {}
         self._kind_reps: list[int] | None = None
         self._progress = progress
@@ -327,6 +337,7 @@ class GridOracle:
         self._blocks: list[tuple[str, int]] | None = None
         self._kinds: list[str] | None = None
         self._names: dict = {}
+        self._head_precision: bool | None = None
 
     # -- vertices (each one simulation of a piece) --------------------------------------------
 
@@ -335,33 +346,63 @@ class GridOracle:
         if self._progress is not None:
             self._progress(self.simulations)
 
-    def _frame_at(self, n: int) -> tuple:
-        got = self._frame.get(n)
+    def _frame_at(self, n: int, rows: int = 1) -> tuple:
+        """The frame at ``n`` tokens and ``rows`` logits rows: a vertex of the token axis
+        with one row (its head is not used: the head's rows have their own axis,
+        :meth:`_head_at`; the other blocks do not depend on the rows, in a schedule
+        either, residency included: tests)."""
+        if self._scheduled and rows != n and self._head_has_precision_ops():
+            rows = n
+        got = self._frame.get((n, rows))
         if got is None:
             r = self.replica
             if self._scheduled:
-                got = self._scheduled_frame(n)
+                got = self._scheduled_frame(n, rows)
             else:
-                w = with_precision_ops(frame(r.model, n, n, precision=r.precision, tp=r.tp,
-                                             attention=r.attention), r.chip)
+                w = with_precision_ops(frame(r.model, n, rows, precision=r.precision,
+                                             tp=r.tp, attention=r.attention), r.chip)
                 bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs)
                 if self._blocks is None:
                     self._blocks = [(b.name, b.repeat) for b in bc]
                 got = tuple(x for b in bc for x in (b.compute_s, b.comm_s, b.energy_j))
-            self._frame[n] = got
+            self._frame[(n, rows)] = got
             self._tick()
         return got
 
-    def _scheduled_frame(self, n: int) -> tuple:
-        """The frame at ``n`` tokens and logits rows as the program scheduler times it: per
-        block, the nodes' time (launch + run) and energy per copy, the cores left out; then
-        the schedule's overlap ``H`` (the nodes' time less the makespan) of the step of ``n``
-        one-token decode sequences, which the frame's vertices measure for every step."""
+    def _head_has_precision_ops(self) -> bool:
+        """Whether the chip runs precision ops beside the head (block scales, quantisation,
+        dequantisation: :func:`~diptych.workloads.quant.with_precision_ops`). In a schedule
+        they may overlap the layers' work by an amount that grows with the logits rows, so
+        the schedule's overlap then depends on the rows and a token-axis vertex is the
+        frame of ``n`` tokens and ``n`` rows (exact for decode-only steps, as before the
+        rows axis); without them the overlap does not depend on the rows (measured on h100,
+        tpu-v5e, infer-2026) and a vertex has one row."""
+        if self._head_precision is None:
+            r = self.replica
+            w = frame(r.model, 1, 1, precision=r.precision, tp=r.tp, attention=r.attention)
+            wp = with_precision_ops(w, r.chip)
+            self._head_precision = any(a is not b for a, b in zip(w.blocks, wp.blocks)
+                                       if a.name == "head")
+        return self._head_precision
+
+    def _head_at(self, rows: int) -> tuple:
+        """A vertex of the logits-rows axis: the frame of ``rows`` tokens and rows (its
+        head entries are used; its other ops are those of the token axis's vertex at
+        ``rows``, memoised per op)."""
+        return self._frame_at(rows, rows)
+
+    def _scheduled_frame(self, n: int, rows: int) -> tuple:
+        """The frame at ``n`` tokens and ``rows`` logits rows as the program scheduler
+        times it: per block, the nodes' time (launch + run) and energy per copy, the cores
+        left out; then the schedule's overlap ``H`` (the nodes' time less the makespan) of
+        the step of ``n`` one-token decode sequences (``rows`` of them sampled), which the
+        frame's vertices measure for every step."""
         from ...workloads.execute import schedule_workload
         from ...workloads.run import _default_simulate
 
         r = self.replica
-        w = with_precision_ops(lower_step(r.model, Step(n, n), precision=r.precision, tp=r.tp,
+        w = with_precision_ops(lower_step(r.model, Step(n, n, logits_rows=rows),
+                                          precision=r.precision, tp=r.tp,
                                           attention=r.attention), r.chip)
         t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate(),
                               fusion=r.fusion)
@@ -527,14 +568,26 @@ class GridOracle:
         return self._roughest.get(fn.__name__, 0.0) * core_s <= 3 * tol * step_s
 
     def _frame_seconds(self, v: tuple) -> float:
-        """A frame tuple's time (all blocks, repeats included): what refinement compares."""
-        t = sum(rep * (v[3 * i] + v[3 * i + 1]) for i, (_, rep) in enumerate(self._blocks))
+        """A frame tuple's time without the head (the other blocks, repeats included, less
+        a schedule's overlap): what the token axis's refinement compares."""
+        t = sum(rep * (v[3 * i] + v[3 * i + 1]) for i, (name, rep) in enumerate(self._blocks)
+                if name != "head")
         return t - v[-1] if self._scheduled else t
+
+    def _head_seconds(self, v: tuple) -> float:
+        """A frame tuple's head time: what the rows axis's refinement compares."""
+        return sum(rep * (v[3 * i] + v[3 * i + 1]) for i, (name, rep) in enumerate(self._blocks)
+                   if name == "head")
 
     def _frame_interp(self, n: int) -> list[float] | tuple:
         a, b, w = self._tok.locate(n)
         lo = self._frame_at(a)
         return _lerp(lo, self._frame_at(b), w) if w else lo
+
+    def _head_interp(self, rows: int) -> list[float] | tuple:
+        a, b, w = self._rows.locate(rows)
+        lo = self._head_at(a)
+        return _lerp(lo, self._head_at(b), w) if w else lo
 
     def _dec_exact(self, batch: int, keys: int, q: int) -> tuple:
         """The decode cores of ``batch`` sequences holding ``keys`` keys in all."""
@@ -546,6 +599,73 @@ class GridOracle:
                 r.model, batch, keys, q, precision=r.precision, tp=r.tp, attention=r.attention))
         return got
 
+    def _keys_gap(self, batch: int, k0: int, k1: int, q: int) -> float:
+        """How far the decode cores may stray from linear in the keys cell ``(k0, k1)``,
+        relative to their time at ``k1``: the larger of the gap between the cell's midpoint
+        simulated and its interpolant, and the gap at ``k1`` between the cell's secant and
+        the slope at ``k0`` (``k0 → k0 + 1``) carried across the cell, i.e. the jumps the
+        cell holds. A periodic staircase (one jump per array tile of keys) agrees with the
+        interpolant at the midpoint of a cell holding two jumps; the slope is not fooled so.
+        Measured once per cell (two simulations) at the first batch vertex that needs it:
+        the engine's decode cores are linear in the batch (its sequences are copies of one
+        shape; measured on h100 and tpu-v5e to 0.3 %), so a cell's relative gap holds for
+        every batch."""
+        key = (k0, k1, q)
+        got = self._gaps.get(key)
+        if got is None:
+            f = self._dec_seconds
+            m = (k0 + k1) // 2
+            a, b = f(batch, k0, q), f(batch, k1, q)
+            slope = f(batch, k0 + 1, q) - a
+            mid = abs(f(batch, m, q) - (a + (b - a) * (m - k0) / (k1 - k0)))
+            got = self._gaps[key] = max(mid, abs(b - a - slope * (k1 - k0))) / b
+        return got
+
+    def _dec_seconds(self, batch: int, keys: int, q: int) -> float:
+        return self._core_seconds(self._dec_at(batch, keys, q))
+
+    def _decode_interp(self, batch: int, keys: int, q: int, step_s: float) -> list[float]:
+        """The decode cores of ``batch`` sequences of ``keys`` keys each (after the step's
+        ``q`` tokens), bilinear in (batch, keys) on a keys axis refined where it matters.
+
+        The engine's decode attention is linear in the batch (sequences are independent
+        copies of one GEMM shape) but a staircase in the keys on arrays that tile the keys
+        dimension (tpu-v5e: +8 % of the cores at every 128 keys). A keys cell is used once
+        its relative gap (:meth:`_keys_gap`) times the cores' time at the upper batch
+        corner is within ``refine_tol`` of ``step_s`` (the step's frame, a lower bound of
+        the step); otherwise the half holding the query is examined the same way, down to
+        neighbouring integers (exact: the lowering rounds the keys up to an integer). Only
+        cells where a jump could move a step by ``refine_tol`` are halved."""
+        x0, x1, wx = self._bat.locate(batch)
+        k0, k1, wk = self._keys.locate(keys)
+        tol = self.grid.refine_tol
+        while wk and tol is not None and k1 - k0 >= 2:
+            core_s = max(self._dec_seconds(x1, k0, q), self._dec_seconds(x1, k1, q))
+            if core_s <= tol * step_s:      # however rough, the cores cannot move the step
+                break
+            if self._keys_gap(x1, k0, k1, q) * core_s <= tol * step_s:
+                break
+            m = (k0 + k1) // 2
+            pts = self._keys.pts
+            i = bisect_right(pts, m)
+            if pts[i - 1] != m:
+                pts.insert(i, m)
+            if keys == m:
+                k0 = k1 = m
+                wk = 0.0
+                break
+            k0, k1 = (k0, m) if keys < m else (m, k1)
+            wk = (keys - k0) / (k1 - k0)
+        lo = self._dec_at(x0, k0, q)
+        if wx:
+            lo = _lerp(lo, self._dec_at(x1, k0, q), wx)
+        if not wk:
+            return list(lo)
+        hi = self._dec_at(x0, k1, q)
+        if wx:
+            hi = _lerp(hi, self._dec_at(x1, k1, q), wx)
+        return _lerp(lo, hi, wk)
+
     def cost(self, step: Step) -> StepCost:
         """Interpolated cost of ``step`` (see the module docstring)."""
         kinds = self.kinds
@@ -553,15 +673,12 @@ class GridOracle:
         cores = [0.0] * nk
         core_e = [0.0] * nk
         body = self._frame_interp(step.tokens)
-        head = self._frame_interp(step.rows)
+        head = self._head_interp(step.rows)
         frame_s = self._frame_seconds(body)
         if step.decode_batch:
             b, q = step.decode_batch, step.decode_queries
-            # (interpolated: a decode batch's keys change every step, so simulating rough
-            # cells at the query would simulate every step; its attention is mostly the
-            # linear K/V read)
-            v, _ = self._bilinear(self._dec_at, self._bat, self._keys, b, step.decode_keys / b,
-                                  q)
+            # the lowering's keys per sequence: the mean, rounded up (decode_cores)
+            v = self._decode_interp(b, -(-step.decode_keys // b), q, frame_s)
             for k in range(nk):
                 o, c, m, e = v[4 * k:4 * k + 4]
                 cores[k] += o + max(c, m)

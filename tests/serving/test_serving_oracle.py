@@ -78,6 +78,22 @@ def test_real_engine_points(execution):
     assert max(err) < 0.02
 
 
+@pytest.mark.parametrize("execution", ["sum", "schedule"])
+def test_real_engine_decode_keys_staircase_is_refined(execution):
+    """tpu-v5e's decode attention is a staircase in the keys (+8 % of the cores at every
+    128 keys, a tile of its arrays). A keys cell of the fixed axis holding two jumps agrees
+    with its interpolant at its midpoint; these decode-heavy steps (keys per sequence in such
+    cells) are off by more than 2 % with the fixed vertices. The refined keys axis (midpoint
+    and slope gaps, :meth:`GridOracle._keys_gap`) isolates the jumps that matter."""
+    r = make_replica("tpu-v5e", "llama-3-8b", execution=execution)
+    steps = [Step(35, 35 * 1662), Step(122, 122 * 1525), Step(82, 82 * 1542),
+             Step(167, 167 * 1645, ((349, 183),))]
+    fixed = interpolation_error(GridOracle(r, grid=GridSpec(refine_tol=None)), steps)
+    refined = interpolation_error(GridOracle(r), steps)
+    assert max(fixed) > 0.02
+    assert max(refined) < 0.01             # 2 x refine_tol
+
+
 def test_grid_rejects_values_off_its_axes():
     g = GridOracle(make_replica("h100", "llama-3-8b"), roofline,
                    GridSpec(max_tokens=1000, max_batch=64, max_keys=5000))
