@@ -263,8 +263,9 @@ def ws_output_cycles(rows: int, cols: int, weight_load_cycles: Sequence[int],
         if prev_first is not None:
             earliest = ws_weight_load(prev_first, rows, cols, wave)
             if w < earliest:
+                what = "swap wave left the array" if wave else "weights were swapped in"
                 raise ValueError(f"tile {t}: weight load in cycle {w} before the previous tile's "
-                                 f"weights were swapped in (cycle {earliest})")
+                                 f"{what} (cycle {earliest})")
             if srows[0] <= prev_last:
                 raise ValueError(f"tile {t}: first row in cycle {srows[0]} overlaps the previous "
                                  f"tile's last row (cycle {prev_last})")

@@ -67,8 +67,10 @@ def test_the_contract_checks_the_install_rules():
     with pytest.raises(ValueError, match="before its weights are loaded"):
         T.ws_output_cycles(4, 4, [0], [[1]], 2, 0)
     assert T.ws_output_cycles(4, 4, [0], [[2]], 2, 0) == [[9]]
-    with pytest.raises(ValueError, match="before the previous tile's weights were swapped"):
+    with pytest.raises(ValueError, match="before the previous tile's swap wave left the array"):
         T.ws_output_cycles(4, 4, [0, 7], [[4], [11]], 1, 1)
+    with pytest.raises(ValueError, match="before the previous tile's weights were swapped in"):
+        T.ws_output_cycles(4, 4, [0, 3], [[4], [8]], 1, 0)
     # with a global swap the same load may start as the previous tile's first row enters
     assert T.ws_output_cycles(4, 4, [0, 4], [[4], [8]], 1, 0)[-1] == [15]
     with pytest.raises(ValueError, match="load_rows_per_cycle"):
