@@ -736,7 +736,8 @@ def period_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
                     f = _cdiv(mb, R) * _cdiv(nb, C) * T.os_period(R, ke)
                 else:
                     me = T.ws_fold_rows(mb, rates.ws_num, rates.ws_den)
-                    f = _cdiv(kb, rates.stationary_rows) * _cdiv(nb, C) * _ws_period(R, C, me, rates)
+                    f = (_cdiv(kb, rates.stationary_rows) * _cdiv(nb, C)
+                         * _ws_period(R, C, me, rates))
                 total += f * cm * ck * cn
     return pb.batch * total
 
