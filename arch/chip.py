@@ -26,6 +26,8 @@ DEQUANT_PLACES: tuple[str, ...] = ("none", "vector")
 #: Where a chip computes the block scales of a block-scaled product output
 #: (``core.array.output_quant``, docs/precision.md).
 OUTPUT_QUANT_PLACES: tuple[str, ...] = ("vector", "array")
+#: How installed WS weights become active (SystolicArray.weight_swap; sim/timing.py).
+WEIGHT_SWAPS: tuple[str, ...] = ("wave", "global")
 DRAM_KINDS: tuple[str, ...] = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4", "ddr3", "ddr4",
                                "ddr5", "lpddr5", "gddr6")
 #: Kinds of program tensors (:mod:`diptych.sim.program`); a chip's ``[residency]`` table says
@@ -129,6 +131,17 @@ class SystolicArray:
                      doc="how weights narrower than the activations are expanded when their "
                          "pair is not in mixed_input: vector (on the vector unit) or none "
                          "(the chip cannot run such a product)")
+    # ---- the weight-install path of WS/IS (sim/timing.py, docs/engine.md) -----------------
+    weight_load_rows_per_cycle: int = f(
+        default=1, min=1, max=MAX_ARRAY_DIM,
+        doc="rows of a stationary weight tile written per cycle when it is installed (1: the "
+            "systolic shift-in, R cycles per tile; p: ceil(R / p) cycles; at most rows)")
+    weight_swap: str = f(
+        default="wave", choices=WEIGHT_SWAPS,
+        doc="how the installed weights become active: wave (a swap wave travels with the "
+            "tile's first row; the next install waits until it has left the array, R + C - 2 "
+            "cycles) or global (every PE switches at once in the first-row cycle, which frees "
+            "the install buffer)")
     output_quant: str = f(default="vector", choices=OUTPUT_QUANT_PLACES,
                           doc="where a product's block-scaled output (MX, NVFP4) is quantised: "
                               "vector (the vector unit finds each block's max, its scale, and "
@@ -147,6 +160,9 @@ class SystolicArray:
             fail(source, f"{path}.block_scale", self.block_scale,
                  f"pe or vector: the array runs the block-scaled {', '.join(scaled)} "
                  f"(macs_per_pe_per_cycle), so it must say where their scales are applied")
+        if self.weight_load_rows_per_cycle > self.rows:
+            fail(source, f"{path}.weight_load_rows_per_cycle", self.weight_load_rows_per_cycle,
+                 f"at most rows ({self.rows}): a tile has no more rows to write in one cycle")
         for pair in self.mixed_input:
             _, act = MIXED_PAIR_DTYPES[pair]
             if self.macs_per_pe_per_cycle[act] <= 0:

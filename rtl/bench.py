@@ -17,7 +17,11 @@ the module (so a change there, or a monkeypatch in a test, moves the bench): out
 only through its last step (OS) or its first and last rows (WS), so a one-step or contiguous
 stand-in for the previous tile gives them); the steps of a tile at ``n`` MACs per PE per cycle
 from ``os_steps`` and the stationary depth from ``ws_stationary_depth``. Random slack and
-bubbles are only ever added *after* the earliest cycle, which keeps every rule.
+bubbles are only ever added *after* the earliest cycle, which keeps every rule. The RTL
+implements the contract's default WS weight-install path only (one weight row shifted in per
+cycle, the swap wave: a chip's ``core.array.weight_load_rows_per_cycle = 1`` and
+``weight_swap = "wave"``); the bench plans with those defaults, and a schedule for a faster
+path fails ``ws_output_cycles`` (tests/rtl/test_rtl_contract.py).
 
 **Stimulus** (reproducible from a seed): tiles in every mode of the datapath (INT8, BF16, FP8
 E4M3/E5M2 and mixed), back to back at the earliest legal cycle or with bubbles; depths around R;

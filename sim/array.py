@@ -29,6 +29,10 @@ class Rates:
     ws_num: int
     ws_den: int
     stationary_rows: int
+    #: the WS weight-install path (timing.ws_install_cycles / ws_weight_load): rows written
+    #: per cycle, and 1 for the systolic swap wave, 0 for a global swap
+    ws_load_rows_per_cycle: int = 1
+    ws_wave: int = 1
 
 
 def array_rates(chip, dtype: str) -> Rates:
@@ -42,4 +46,6 @@ def array_rates(chip, dtype: str) -> Rates:
     ws = min(fr, Fraction(1))
     return Rates(rate=float(r), os_num=fr.numerator, os_den=fr.denominator,
                  ws_num=ws.numerator, ws_den=ws.denominator,
-                 stationary_rows=T.ws_stationary_depth(arr.rows, r))
+                 stationary_rows=T.ws_stationary_depth(arr.rows, r),
+                 ws_load_rows_per_cycle=arr.weight_load_rows_per_cycle,
+                 ws_wave=1 if arr.weight_swap == "wave" else 0)

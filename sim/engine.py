@@ -25,7 +25,9 @@ cycle of the previous fold (OS) or ``s_first``/``s_last`` its first and last str
   ``ceil(mb / min(rate, 1))`` streamed rows; weight load ``w = max(s_first + R + C − 2,
   ready)`` (``ws_weight_load``), first row ``max(w + R, s_last + 1)`` (``ws_first_row``);
   later folds follow at ``max(me, 2R + C − 2)`` (``ws_period``). The last output is
-  ``s_last + R + C − 1`` (``ws_row_output``).
+  ``s_last + R + C − 1`` (``ws_row_output``). A chip with a faster install path
+  (``P_WS_LOAD_P`` rows per cycle, ``P_WS_WAVE`` = 0 for a global swap) replaces R by
+  ``ceil(R / p)`` in the first row and ``R + C − 2`` by 0 in the weight load.
 
 These rules are the functions of :mod:`diptych.sim.timing`, compiled here; they are not
 restated in this module.
@@ -96,7 +98,10 @@ invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in
  P_W_BASE, P_W_LD, P_W_BITS, P_W_T, P_W_BSTRIDE,
  P_O_BASE, P_O_LD, P_O_BITS, P_O_T, P_O_BSTRIDE,
  P_ACC_BITS, P_ENGINES, P_MAXOUT, P_SETUP, P_MEMORY, P_CUTOFF, P_PERIODS, P_TRAFFIC,
- P_X_SB, P_W_SB, P_BEST, P_X_SRC, P_W_SRC, P_O_DST, P_TAIL_BT, N_IPARAMS) = range(47)
+ P_X_SB, P_W_SB, P_BEST, P_X_SRC, P_W_SRC, P_O_DST, P_TAIL_BT, P_WS_LOAD_P, P_WS_WAVE,
+ N_IPARAMS) = range(49)
+# P_WS_LOAD_P, P_WS_WAVE: the WS weight-install path (timing.ws_install_cycles, ws_weight_load):
+# weight rows written per cycle (1: systolic shift-in) and 1 swap wave / 0 global swap
 # operand locations (P_X_SRC, P_W_SRC: where X/W are read from; P_O_DST: where O is written)
 SRC_DRAM, SRC_SCRATCHPAD, SRC_SHARED_BUFFER = 0, 1, 2
 # float parameters (F_X_DUP/F_W_DUP: arrays sharing one X/W slice; F_SB_BPC: this array's
@@ -406,16 +411,17 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             nkf = _cdiv(kb, ip[P_RK])
             nf = nkf * ncf
             me = _ws_fold_rows(mb, ip[P_WS_NUM], ip[P_WS_DEN])
-            per = _ws_period(R, C, me)
+            wp, wv = ip[P_WS_LOAD_P], ip[P_WS_WAVE]
+            per = _ws_period(R, C, me, wp, wv)
             if s_first == neg:
                 w = ready
-                s0 = max(_ws_first_row(w, neg, R), ofree)
-                delay = s0 - _ws_first_row(zero, neg, R)
+                s0 = max(_ws_first_row(w, neg, R, wp), ofree)
+                delay = s0 - _ws_first_row(zero, neg, R, wp)
             else:
-                w_nd = _ws_weight_load(s_first, R, C)
-                s0_nd = _ws_first_row(w_nd, s_last, R)
+                w_nd = _ws_weight_load(s_first, R, C, wv)
+                s0_nd = _ws_first_row(w_nd, s_last, R, wp)
                 w = max(w_nd, ready)
-                s0 = max(_ws_first_row(w, s_last, R), ofree, ready)
+                s0 = max(_ws_first_row(w, s_last, R, wp), ofree, ready)
                 delay = s0 - s0_nd
             start_c = w
             s_first = s0 + (nf - 1) * per

@@ -82,6 +82,11 @@ class Problem:
     w_cdup: float = 1.0
     tail_from: int | None = None  # batch elements from here on are the last wave's tile ...
     share_tail: float = 0.0       # ... and time-share DRAM with this many arrays
+    # the WS weight-install path (chip core.array.weight_load_rows_per_cycle, weight_swap):
+    # a tile's weights take ceil(R / p) cycles to install; with a global swap every PE switches
+    # in the tile's first-row cycle, so the next install may start then (no swap wave)
+    ws_load_rows_per_cycle: int = 1
+    ws_swap_wave: bool = True
 
 
 @dataclass
@@ -264,20 +269,22 @@ def run(pb: Problem, dram) -> Result:
         else:
             me = cdiv(mb * pb.ws_rate[1], pb.ws_rate[0])
             kfolds = cdiv(kb, pb.stationary_rows)
+            install = cdiv(R, pb.ws_load_rows_per_cycle)     # weight-load cycles
+            swap_gap = R + C - 2 if pb.ws_swap_wave else 0   # first row → next load
             nfold = kfolds * col_folds
             for f in range(nfold):
                 if prev_first is None:
                     w = ready
-                    s0 = max(w + R, ofree)
-                    delay = s0 - R
+                    s0 = max(w + install, ofree)
+                    delay = s0 - install
                 else:
-                    w = prev_first + R + C - 2
-                    s0_nd = max(w + R, prev_last + 1)
+                    w = prev_first + swap_gap
+                    s0_nd = max(w + install, prev_last + 1)
                     if f == 0:
                         w = max(w, ready)
-                        s0 = max(w + R, prev_last + 1, ofree, ready)
+                        s0 = max(w + install, prev_last + 1, ofree, ready)
                     else:
-                        s0 = max(w + R, prev_last + 1)
+                        s0 = max(w + install, prev_last + 1)
                     delay = s0 - s0_nd
                 if f == 0:
                     block_delay = delay

@@ -482,6 +482,7 @@ def engine_base(chip, pb: Problem, rates: Rates, split: Split,
     ip[E.P_OS_NUM], ip[E.P_OS_DEN] = rates.os_num, rates.os_den
     ip[E.P_WS_NUM], ip[E.P_WS_DEN] = rates.ws_num, rates.ws_den
     ip[E.P_RK] = rates.stationary_rows
+    ip[E.P_WS_LOAD_P], ip[E.P_WS_WAVE] = rates.ws_load_rows_per_cycle, rates.ws_wave
     t = 1 if pb.transposed else 0
     ip[E.P_X_BASE], ip[E.P_X_LD], ip[E.P_X_BITS], ip[E.P_X_T], ip[E.P_X_BSTRIDE] = \
         pb.x_base, pb.x_ld, pb.x_bits, t, pb.x_bstride
@@ -721,8 +722,9 @@ def busy_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
 
 def period_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
     """Sum of every fold's steady-state period: a lower bound on the memory-free cycles
-    (OS: Σ max(ke, R); WS: Σ max(me, 2R + C − 2); the first fold's fill and the last fold's
-    drain exceed the period they replace)."""
+    (OS: Σ max(ke, R); WS: Σ max(me, 2R + C − 2), with a faster install path
+    ``max(me, I + R + C − 2)`` or ``max(me, I)``, ``I = ceil(R / p)``; the first fold's fill and
+    the last fold's drain exceed the period they replace)."""
     arr = chip.core.array
     R, C = arr.rows, arr.cols
     total = 0
@@ -734,7 +736,8 @@ def period_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
                     f = _cdiv(mb, R) * _cdiv(nb, C) * T.os_period(R, ke)
                 else:
                     me = T.ws_fold_rows(mb, rates.ws_num, rates.ws_den)
-                    f = _cdiv(kb, rates.stationary_rows) * _cdiv(nb, C) * T.ws_period(R, C, me)
+                    f = (_cdiv(kb, rates.stationary_rows) * _cdiv(nb, C)
+                         * _ws_period(R, C, me, rates))
                 total += f * cm * ck * cn
     return pb.batch * total
 
@@ -744,7 +747,9 @@ def compute_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
 
     OS: ``L`` advances by ``max(ke, R)`` per fold after the first, which ends at ``ke − 1``;
     the last output is ``L + 2R + C − 2``. WS: the first row of fold t+1 is
-    ``max(s_t + 2R + C − 2, s_t + me_t)``, the first fold's is R, the last output
+    ``max(s_t + 2R + C − 2, s_t + me_t)`` (``ws_period``: with a faster install path ``2R``
+    becomes ``ceil(R / p) + R``, or the period ``max(ceil(R / p), me_t)`` with a global swap),
+    the first fold's is R (``ceil(R / p)``), the last output
     ``s_last + me_last − 1 + R + C − 1``. The first fold belongs to block (0, 0, 0), the last
     to the block with every index at its maximum (ragged edges).
     """
@@ -759,8 +764,13 @@ def compute_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
         return T.os_last_output(total - T.os_period(R, ke0) + ke0 - 1, R, C) + 1
     # the first fold's first row is R (weights from cycle 0); the last fold streams mel rows
     mel = T.ws_fold_rows(ml, rates.ws_num, rates.ws_den)
-    first = T.ws_first_row(0, -1, R)
-    return T.ws_row_output(first + total - T.ws_period(R, C, mel) + mel - 1, R, C) + 1
+    first = T.ws_first_row(0, -1, R, rates.ws_load_rows_per_cycle)
+    return T.ws_row_output(first + total - _ws_period(R, C, mel, rates) + mel - 1, R, C) + 1
+
+
+def _ws_period(R: int, C: int, me: int, rates: Rates) -> int:
+    """``timing.ws_period`` with the array's weight-install path."""
+    return T.ws_period(R, C, me, rates.ws_load_rows_per_cycle, rates.ws_wave)
 
 
 def edge_bytes(pb: Problem, blk: Blocks) -> float:
@@ -937,6 +947,7 @@ def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: floa
     iv[MK.K_R], iv[MK.K_C], iv[MK.K_RK] = arr.rows, arr.cols, rates.stationary_rows
     iv[MK.K_OS_NUM], iv[MK.K_OS_DEN] = rates.os_num, rates.os_den
     iv[MK.K_WS_NUM], iv[MK.K_WS_DEN] = rates.ws_num, rates.ws_den
+    iv[MK.K_WS_LOAD_P], iv[MK.K_WS_WAVE] = rates.ws_load_rows_per_cycle, rates.ws_wave
     iv[MK.K_M], iv[MK.K_K], iv[MK.K_N], iv[MK.K_BATCH] = pb.m, pb.k, pb.n, pb.batch
     iv[MK.K_XBITS], iv[MK.K_WBITS], iv[MK.K_OBITS] = pb.x_bits, pb.w_bits, pb.o_bits
     iv[MK.K_XDUP], iv[MK.K_WDUP] = pb.x_dup, pb.w_dup

@@ -29,7 +29,8 @@ invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in ("jit.py", "
 # integer inputs of table_numbers
 (K_OS, K_R, K_C, K_RK, K_OS_NUM, K_OS_DEN, K_WS_NUM, K_WS_DEN, K_M, K_K, K_N, K_BATCH,
  K_XBITS, K_WBITS, K_OBITS, K_XDUP, K_WDUP, K_SETUP, K_ENGINES, K_XSRC, K_WSRC, K_ODST,
- K_XCDUP, K_WCDUP, N_K) = range(25)
+ K_XCDUP, K_WCDUP, K_WS_LOAD_P, K_WS_WAVE, N_K) = range(27)
+# K_WS_LOAD_P, K_WS_WAVE: the WS weight-install path (engine.P_WS_LOAD_P, P_WS_WAVE)
 # float inputs (G_DRAM_W: Split.dram_weight, G_TAIL_R: Split.tail_ratio)
 (G_PEAK, G_GHZ, G_LAT, G_TREFI, G_BLACKOUT, G_PER_ENGINE, G_SB_BPC, G_SP_BPC, G_DRAM_W,
  G_TAIL_R, N_G) = range(11)
@@ -130,8 +131,10 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
         else:
             a = kf * _cd(kbi, iv[K_RK]) + (_cd(kr, iv[K_RK]) if kr > 0 else 0)
             b = nf * _cd(nbi, C) + (_cd(nr, C) if nr > 0 else 0)
-            c = mf * _ws_period(R, C, _ws_fold_rows(mbi, iv[K_WS_NUM], iv[K_WS_DEN])) + (
-                _ws_period(R, C, _ws_fold_rows(mr, iv[K_WS_NUM], iv[K_WS_DEN])) if mr > 0 else 0)
+            wp, wv = iv[K_WS_LOAD_P], iv[K_WS_WAVE]
+            c = mf * _ws_period(R, C, _ws_fold_rows(mbi, iv[K_WS_NUM], iv[K_WS_DEN]), wp, wv) + (
+                _ws_period(R, C, _ws_fold_rows(mr, iv[K_WS_NUM], iv[K_WS_DEN]), wp, wv)
+                if mr > 0 else 0)
         per = a * b * c * batch
         periods[i] = per
         k0 = min(kbi, k)
@@ -147,8 +150,9 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
             comp = _os_last_output(per - _os_period(R, ke0) + ke0 - 1, R, C) + 1
         else:
             mel = _ws_fold_rows(ml, iv[K_WS_NUM], iv[K_WS_DEN])
-            first = _ws_first_row(np.int64(0), np.int64(-1), R)
-            comp = _ws_row_output(first + per - _ws_period(R, C, mel) + mel - 1, R, C) + 1
+            first = _ws_first_row(np.int64(0), np.int64(-1), R, iv[K_WS_LOAD_P])
+            comp = _ws_row_output(first + per - _ws_period(R, C, mel, iv[K_WS_LOAD_P],
+                                                           iv[K_WS_WAVE]) + mel - 1, R, C) + 1
         if order[i] == 0:
             xt = x * (nn if nk > 1 else 1)
             wt = w * (1 if (nk == 1 and nn == 1) else nm)

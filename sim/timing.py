@@ -24,6 +24,17 @@ Weight stationary (WS), ``C[M×C] = A[M×R] · W[R×C]``
     ``max(M, 2R + C − 2)``. For K > R the previous partial sums enter at the top edge with
     their row, so accumulation order is unchanged.
 
+    The weight-install path (two chip parameters, ``core.array.weight_load_rows_per_cycle``
+    ``p`` and ``core.array.weight_swap``; docs/engine.md): the load takes
+    ``I = ceil(R / p)`` cycles instead of R (``p`` rows written per cycle, e.g. from ``p``
+    parallel SRAM streams), so ``s_{t,0} ≥ w_t + I``; with ``weight_swap = "global"`` every
+    PE switches to the new weights at once, in the tile's first-row cycle (a fused
+    dot-product array with double-buffered weight registers: no swap wave), and the next
+    load may start in that cycle, ``w_{t+1} ≥ s_{t,0}``. The period becomes
+    ``max(M, I + R + C − 2)`` (wave) or ``max(M, I)`` (global). The defaults ``p = 1`` and
+    ``"wave"`` are the rules above exactly, the only ones the RTL implements (the RTL bench
+    refuses others).
+
 Input stationary (IS) is WS on the transposed problem: ``Cᵀ = Bᵀ · Aᵀ`` with A held in the
 array and columns of B streamed (the engine swaps M and N).
 
@@ -52,7 +63,7 @@ __all__ = [
     "os_output_cycles", "ws_output_cycles", "os_schedule", "ws_schedule",
     "os_sequence_cycles", "ws_sequence_cycles",
     "os_last_step", "os_last_output", "os_row_output", "ws_weight_load", "ws_first_row",
-    "ws_row_output", "os_fold_steps", "ws_fold_rows",
+    "ws_row_output", "os_fold_steps", "ws_fold_rows", "ws_install_cycles",
 ]
 
 
@@ -62,8 +73,8 @@ __all__ = [
 
 #: The functions kernels may compile (they call only one another).
 KERNEL_FUNCTIONS = ("os_fold_steps", "ws_fold_rows", "os_last_step", "os_row_output",
-                    "os_last_output", "os_period", "ws_weight_load", "ws_first_row",
-                    "ws_row_output", "ws_period")
+                    "os_last_output", "os_period", "ws_install_cycles", "ws_weight_load",
+                    "ws_first_row", "ws_row_output", "ws_period")
 
 
 def os_fold_steps(k: int, num: int, den: int) -> int:
@@ -98,16 +109,25 @@ def os_last_output(last: int, rows: int, cols: int) -> int:
     return os_row_output(last, rows, cols, 0)
 
 
-def ws_weight_load(prev_first: int, rows: int, cols: int) -> int:
-    """WS: the earliest weight load after a tile whose first row was in ``prev_first``: once
-    that tile's swap wave has left the array, ``prev_first + R + C − 2``."""
-    return prev_first + rows + cols - 2
+def ws_install_cycles(rows: int, load_rows_per_cycle: int = 1) -> int:
+    """WS: the cycles a tile's weight load takes when ``load_rows_per_cycle`` (``p``) rows of
+    weights are written per cycle: ``ceil(R / p)`` (R for the systolic shift-in, ``p = 1``)."""
+    return -(-rows // load_rows_per_cycle)
 
 
-def ws_first_row(load: int, prev_last: int, rows: int) -> int:
+def ws_weight_load(prev_first: int, rows: int, cols: int, wave: int = 1) -> int:
+    """WS: the earliest weight load after a tile whose first row was in ``prev_first``.
+    ``wave = 1`` (the systolic swap wave): once that tile's swap wave has left the array,
+    ``prev_first + R + C − 2``; ``wave = 0`` (every PE switches at once when the tile's first
+    row enters): in that cycle, ``prev_first``."""
+    return prev_first + (rows + cols - 2) * wave
+
+
+def ws_first_row(load: int, prev_last: int, rows: int, load_rows_per_cycle: int = 1) -> int:
     """WS: the earliest first row of a tile whose weights load from cycle ``load``: after the
-    R-cycle load and after the previous tile's last row ``prev_last``."""
-    return max(load + rows, prev_last + 1)
+    load (``ws_install_cycles``: R cycles at one row per cycle) and after the previous tile's
+    last row ``prev_last``."""
+    return max(load + ws_install_cycles(rows, load_rows_per_cycle), prev_last + 1)
 
 
 def ws_row_output(row: int, rows: int, cols: int) -> int:
@@ -121,14 +141,22 @@ def _check_dims(rows: int, cols: int) -> None:
             raise ValueError(f"{name} must be a positive integer, not {v!r}")
 
 
+def _check_install(load_rows_per_cycle: int, wave: int) -> None:
+    p = load_rows_per_cycle
+    if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+        raise ValueError(f"load_rows_per_cycle must be a positive integer, not {p!r}")
+    if wave not in (0, 1):
+        raise ValueError(f"wave must be 1 (swap wave) or 0 (global swap), not {wave!r}")
+
+
 def os_isolated_cycles(rows: int, cols: int, k: int) -> int:
     """Cycles of one OS tile alone: first step presented in cycle 0 to last output, inclusive."""
     return os_last_output(k - 1, rows, cols) + 1
 
 
-def ws_isolated_cycles(rows: int, cols: int, m: int) -> int:
+def ws_isolated_cycles(rows: int, cols: int, m: int, load_rows_per_cycle: int = 1) -> int:
     """Cycles of one WS tile alone: weight load from cycle 0 to last output, inclusive."""
-    return ws_row_output(rows + m - 1, rows, cols) + 1
+    return ws_row_output(ws_first_row(0, -1, rows, load_rows_per_cycle) + m - 1, rows, cols) + 1
 
 
 def os_period(rows: int, k: int) -> int:
@@ -137,10 +165,11 @@ def os_period(rows: int, k: int) -> int:
     return os_last_step(1, k, 0, rows)
 
 
-def ws_period(rows: int, cols: int, m: int) -> int:
+def ws_period(rows: int, cols: int, m: int, load_rows_per_cycle: int = 1, wave: int = 1) -> int:
     """Steady-state cycles between back-to-back WS tiles of ``m`` streamed rows: the first rows
-    of consecutive tiles are ``ws_first_row(ws_weight_load(s, R, C), s + m − 1, R) − s`` apart."""
-    return ws_first_row(ws_weight_load(0, rows, cols), m - 1, rows)
+    of consecutive tiles are ``ws_first_row(ws_weight_load(s, R, C), s + m − 1, R) − s`` apart
+    (with the install path's ``p`` and ``wave``)."""
+    return ws_first_row(ws_weight_load(0, rows, cols, wave), m - 1, rows, load_rows_per_cycle)
 
 
 def os_output_cycles(rows: int, cols: int, step_cycles: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -202,15 +231,19 @@ def os_sequence_cycles(rows: int, cols: int, k_per_tile: Sequence[int]) -> int:
 
 
 def ws_output_cycles(rows: int, cols: int, weight_load_cycles: Sequence[int],
-                     row_cycles: Sequence[Sequence[int]]) -> list[list[int]]:
+                     row_cycles: Sequence[Sequence[int]], load_rows_per_cycle: int = 1,
+                     wave: int = 1) -> list[list[int]]:
     """Predict when each WS tile's output rows leave the array.
 
-    ``weight_load_cycles[t]`` is the first of the R cycles in which tile ``t``'s weights are
-    shifted in; ``row_cycles[t][m]`` the cycle in which row ``m`` of A is presented.
+    ``weight_load_cycles[t]`` is the first of the R cycles (``ws_install_cycles``) in which
+    tile ``t``'s weights are shifted in; ``row_cycles[t][m]`` the cycle in which row ``m`` of A
+    is presented. ``load_rows_per_cycle`` and ``wave``: the install path (module docstring).
     Returns ``out[t][m]`` = the cycle in which output row ``m`` of tile ``t`` leaves.
     Raises ValueError if an issue rule is broken.
     """
     _check_dims(rows, cols)
+    _check_install(load_rows_per_cycle, wave)
+    inst = ws_install_cycles(rows, load_rows_per_cycle)
     if len(weight_load_cycles) != len(row_cycles):
         raise ValueError("weight_load_cycles and row_cycles must have one entry per tile")
     out: list[list[int]] = []
@@ -224,14 +257,15 @@ def ws_output_cycles(rows: int, cols: int, weight_load_cycles: Sequence[int],
             if srows[m] <= srows[m - 1]:
                 raise ValueError(f"tile {t}: row {m} presented in cycle {srows[m]}, "
                                  f"not after row {m - 1} (cycle {srows[m - 1]})")
-        if srows[0] < w + rows:
+        if srows[0] < w + inst:
             raise ValueError(f"tile {t}: first row in cycle {srows[0]} before its weights are "
-                             f"loaded (load starts {w}, takes R={rows} cycles)")
+                             f"loaded (load starts {w}, takes {inst} cycles)")
         if prev_first is not None:
-            if w < ws_weight_load(prev_first, rows, cols):
+            earliest = ws_weight_load(prev_first, rows, cols, wave)
+            if w < earliest:
+                what = "swap wave left the array" if wave else "weights were swapped in"
                 raise ValueError(f"tile {t}: weight load in cycle {w} before the previous tile's "
-                                 f"swap wave left the array (cycle "
-                                 f"{ws_weight_load(prev_first, rows, cols)})")
+                                 f"{what} (cycle {earliest})")
             if srows[0] <= prev_last:
                 raise ValueError(f"tile {t}: first row in cycle {srows[0]} overlaps the previous "
                                  f"tile's last row (cycle {prev_last})")
@@ -240,10 +274,11 @@ def ws_output_cycles(rows: int, cols: int, weight_load_cycles: Sequence[int],
     return out
 
 
-def ws_schedule(rows: int, cols: int, m_per_tile: Sequence[int],
-                start: int = 0) -> tuple[list[int], list[list[int]]]:
+def ws_schedule(rows: int, cols: int, m_per_tile: Sequence[int], start: int = 0,
+                load_rows_per_cycle: int = 1, wave: int = 1) -> tuple[list[int], list[list[int]]]:
     """Earliest legal (weight-load cycles, row cycles) for back-to-back WS tiles."""
     _check_dims(rows, cols)
+    _check_install(load_rows_per_cycle, wave)
     loads: list[int] = []
     sched: list[list[int]] = []
     prev_first = prev_last = None
@@ -251,21 +286,25 @@ def ws_schedule(rows: int, cols: int, m_per_tile: Sequence[int],
         if m < 1:
             raise ValueError(f"tile {t}: m must be >= 1, not {m!r}")
         if prev_first is None:
-            w, first = start, start + rows
+            w = start
+            first = ws_first_row(w, start - 1, rows, load_rows_per_cycle)
         else:
-            w = ws_weight_load(prev_first, rows, cols)
-            first = ws_first_row(w, prev_last, rows)
+            w = ws_weight_load(prev_first, rows, cols, wave)
+            first = ws_first_row(w, prev_last, rows, load_rows_per_cycle)
         loads.append(w)
         sched.append(list(range(first, first + m)))
         prev_first, prev_last = first, first + m - 1
     return loads, sched
 
 
-def ws_sequence_cycles(rows: int, cols: int, m_per_tile: Sequence[int]) -> int:
+def ws_sequence_cycles(rows: int, cols: int, m_per_tile: Sequence[int],
+                       load_rows_per_cycle: int = 1, wave: int = 1) -> int:
     """Total cycles (cycle 0 to the last output, inclusive) of back-to-back WS tiles."""
     first = last = None
+    p = load_rows_per_cycle
     for m in m_per_tile:
-        f = rows if first is None else ws_first_row(ws_weight_load(first, rows, cols), last, rows)
+        f = (ws_first_row(0, -1, rows, p) if first is None else
+             ws_first_row(ws_weight_load(first, rows, cols, wave), last, rows, p))
         first, last = f, f + m - 1
     return ws_row_output(last, rows, cols) + 1
 

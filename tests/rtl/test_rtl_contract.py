@@ -70,7 +70,7 @@ def _run(patch: str = "") -> dict:
 _PERTURB = ("_o = T.os_last_step\n"
             "T.os_last_step = lambda f, k, p, r: max(_o(f, k, p, r), p + r + 2)\n"
             "_w = T.ws_weight_load\n"
-            "T.ws_weight_load = lambda p, r, c: _w(p, r, c) + 2\n")
+            "T.ws_weight_load = lambda p, r, c, wave=1: _w(p, r, c, wave) + 2\n")
 
 
 def test_engine_and_bench_follow_one_perturbed_timeline():
@@ -92,7 +92,7 @@ def test_earliest_plan_passes_the_rtl_and_fails_it_when_the_contract_is_eager(mo
     moves earlier and the unchanged RTL fails it (INT8: the swap rule is the datapath's)."""
     plan = bench.earliest_plan(R, C, "int8", "ws", [2, 2, 5], seed=5)
     assert score(plan, run_plan(plan)) == []
-    monkeypatch.setattr(T, "ws_weight_load", lambda p, r, c: p + r + c - 3)
+    monkeypatch.setattr(T, "ws_weight_load", lambda p, r, c, wave=1: p + (r + c - 2) * wave - 1)
     eager = bench.earliest_plan(R, C, "int8", "ws", [2, 2, 5], seed=5)
     assert max(eager.expected) < max(plan.expected)
     assert score(eager, run_plan(eager)) != []
@@ -135,3 +135,20 @@ def test_engine_rate_scaling_agrees_with_the_contracts_rate_rules(rate):
     assert r.stationary_rows == T.ws_stationary_depth(8, rate)
     for k in range(1, 40):
         assert T.os_fold_steps(k, r.os_num, r.os_den) == T.os_steps(k, rate)
+
+
+def test_bench_plans_the_systolic_weight_install_only():
+    """The RTL implements the default WS install path only (one weight row shifted in per
+    cycle, the swap wave; core.array.weight_load_rows_per_cycle = 1, weight_swap = "wave"):
+    the bench plans with timing's defaults (R load cycles per tile), its plans pass the RTL, and
+    a schedule for a faster path (2 rows per cycle, global swap) is refused by the bench."""
+    import numpy as np
+    plan = bench.earliest_plan(R, C, "int8", "ws", [1, 1], seed=3)
+    assert sum(1 for v in plan.inputs.values() if v.get("w_load")) == 2 * R
+    assert max(plan.expected) + 1 == T.ws_sequence_cycles(R, C, [1, 1]) \
+        > T.ws_sequence_cycles(R, C, [1, 1], 2, 0)
+    assert score(plan, run_plan(plan)) == []
+    loads, rows = T.ws_schedule(R, C, [1, 1], load_rows_per_cycle=2, wave=0)
+    tiles = [(np.ones((1, R), np.int8), np.ones((R, C), np.int8), None)] * 2
+    with pytest.raises(ValueError, match="before its weights are loaded"):
+        bench.ws_plan(R, C, "int8", tiles, loads, rows)

@@ -117,10 +117,15 @@ def candidate_table(chip, pb, rates, split, peak_bpc: float):
                    * dim_sum(pb.k, kb, lambda v: np.maximum(cd(v * rates.os_den, rates.os_num),
                                                             R)))
     else:
+        # WS period: the install (ceil(R / p) cycles) plus, with the swap wave, its R + C − 2
+        # cycles to leave the array
+        p, wave = arr.weight_load_rows_per_cycle, arr.weight_swap == "wave"
+        install = cd(R, p)
+        gap = install + (R + C - 2 if wave else 0)
         periods = (dim_sum(pb.k, kb, lambda v: cd(v, rates.stationary_rows))
                    * dim_sum(pb.n, nb, lambda v: cd(v, C))
                    * dim_sum(pb.m, mb, lambda v: np.maximum(cd(v * rates.ws_den, rates.ws_num),
-                                                            2 * R + C - 2)))
+                                                            gap)))
     periods *= pb.batch
     cs.periods = periods
     k0 = np.minimum(kb, pb.k)
@@ -132,7 +137,7 @@ def candidate_table(chip, pb, rates, split, peak_bpc: float):
         comp = periods - np.maximum(ke0, R) + ke0 - 1 + 2 * R + C - 1
     else:
         mel = cd(ml * rates.ws_den, rates.ws_num)
-        comp = R + periods - np.maximum(mel, 2 * R + C - 2) + mel - 1 + R + C
+        comp = install + periods - np.maximum(mel, gap) + mel - 1 + R + C
     nm, nk, nn = cd(pb.m, mb), cd(pb.k, kb), cd(pb.n, nb)
     x = pb.m * pb.k * pb.x_bits / 8
     w = pb.k * pb.n * pb.w_bits / 8

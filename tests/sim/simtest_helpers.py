@@ -12,13 +12,15 @@ from diptych.sim.ops import Gemm
 
 
 def small_chip(rows=8, cols=8, cores=1, arrays=1, spad_mib=1.0, gbps=None, dataflows=("os", "ws", "is"),
-               base="tpu-v4", sb_mib=None, sb_bpc=64.0):
+               base="tpu-v4", sb_mib=None, sb_bpc=64.0, load_rows=1, swap="wave"):
     """A small chip derived from ``base`` (one die); ``sb_mib`` adds a shared buffer (None:
-    none)."""
+    none); ``load_rows`` and ``swap``: the array's WS weight-install path
+    (``weight_load_rows_per_cycle``, ``weight_swap``; at most ``rows`` rows)."""
     from diptych.arch import SharedBuffer
     c = load_chip(base)
     sbuf = None if sb_mib is None else SharedBuffer(capacity_mib=sb_mib, bytes_per_cycle=sb_bpc)
-    arr = dataclasses.replace(c.core.array, rows=rows, cols=cols, dataflows=tuple(dataflows))
+    arr = dataclasses.replace(c.core.array, rows=rows, cols=cols, dataflows=tuple(dataflows),
+                              weight_load_rows_per_cycle=min(load_rows, rows), weight_swap=swap)
     sp = dataclasses.replace(c.core.scratchpad, capacity_mib=spad_mib, accumulator_mib=0.0)
     core = dataclasses.replace(c.core, array=arr, scratchpad=sp, arrays=arrays)
     dram = c.dram if gbps is None else dataclasses.replace(c.dram, gbps_per_pin=gbps)
@@ -70,7 +72,9 @@ def golden_problem(chip, pb, blk, rates, split, memory):
         sp_bytes_per_cycle=MP.scratchpad_bpc(chip, split),
         dram_setup_ns=fabric(chip).dram_setup_ns, fabric_ns_per_byte=fabric(chip).ns_per_byte,
         x_cdup=float(pb.x_cdup), w_cdup=float(pb.w_cdup), tail_from=split.tail_from,
-        share_tail=float(split.tail_active or split.active))
+        share_tail=float(split.tail_active or split.active),
+        ws_load_rows_per_cycle=arr.weight_load_rows_per_cycle,
+        ws_swap_wave=arr.weight_swap == "wave")
 
 
 _LOC = {0: "dram", 1: "scratchpad", 2: "shared_buffer"}

@@ -49,10 +49,12 @@ def _same(chip, op, dataflow):
        arrays=st.integers(1, 2), spad=st.sampled_from([0.0625, 0.25, 1.0]),
        sb=st.sampled_from([None, 0.0078125, 0.125, 1.0]), m=st.integers(1, 400),
        k=st.integers(1, 400), n=st.integers(1, 400), batch=st.integers(1, 3),
-       shared=st.booleans(), dataflow=st.sampled_from(["os", "ws", "is"]))
+       shared=st.booleans(), dataflow=st.sampled_from(["os", "ws", "is"]),
+       install=st.tuples(st.sampled_from([1, 4, 16]), st.sampled_from(["wave", "global"])))
 def test_compiled_table_equals_numpy_reference(r, c, cores, arrays, spad, sb, m, k, n, batch,
-                                               shared, dataflow):
-    chip = small_chip(r, c, cores=cores, arrays=arrays, spad_mib=spad, sb_mib=sb, sb_bpc=256.0)
+                                               shared, dataflow, install):
+    chip = small_chip(r, c, cores=cores, arrays=arrays, spad_mib=spad, sb_mib=sb, sb_bpc=256.0,
+                      load_rows=install[0], swap=install[1])
     _same(chip, Gemm(name="g", m=m, k=k, n=n, batch=batch, b_is_weight=shared), dataflow)
 
 
@@ -68,3 +70,16 @@ def test_compiled_table_on_preset_shapes(chip, shape, dtype, dataflow):
     op = Gemm(name="g", m=m, k=k, n=n, batch=b, b_is_weight=w, a_dtype=dtype, b_dtype=dtype,
               c_dtype=dtype)
     assert _same(load_chip(chip), op, dataflow) > 0
+
+
+def test_compiled_table_with_a_fast_weight_install():
+    """tpu-v4's array with groq-lpu's install path (8 rows per cycle, a global swap; groq-lpu
+    itself has no DRAM for the table's peak) on a batch-1 GEMV."""
+    import dataclasses
+    chip = load_chip("tpu-v4")
+    arr = dataclasses.replace(chip.core.array, weight_load_rows_per_cycle=8,
+                              weight_swap="global")
+    chip = dataclasses.replace(chip, core=dataclasses.replace(chip.core, array=arr))
+    op = Gemm(name="g", m=1, k=8192, n=7168, batch=1, b_is_weight=True, a_dtype="int8",
+              b_dtype="int8", c_dtype="int8")
+    assert _same(chip, op, "ws") > 0

@@ -22,16 +22,19 @@ from simtest_helpers import golden_problem, one_array_run, small_chip
        apc=st.sampled_from([1, 2]), x_sb=st.integers(0, 2), w_sb=st.integers(0, 2),
        x_dup=st.integers(1, 3), w_dup=st.integers(1, 3),
        src=st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 2)) | st.just((0, 0, 0)),
-       noc=st.sampled_from([None, 0.5, 4.0, 64.0]))
+       noc=st.sampled_from([None, 0.5, 4.0, 64.0]),
+       install=st.tuples(st.sampled_from([1, 2, 3, 8]), st.sampled_from(["wave", "global"])))
 def test_engine_equals_golden(R, C, m, k, n, df, fm, fk, fn, order, memory, batch, shared, dtype,
-                              active, apc, x_sb, w_sb, x_dup, w_dup, src, noc):
+                              active, apc, x_sb, w_sb, x_dup, w_dup, src, noc, install):
     """Also with resident operands (``src``: X, W, O in DRAM 0, the scratchpad 1, the shared
-    buffer 2; a resident operand uses no shared-buffer mode, as the mapper guarantees) and with
-    a NoC (``noc``: link bytes per cycle, a DRAM cap and latency)."""
+    buffer 2; a resident operand uses no shared-buffer mode, as the mapper guarantees), with
+    a NoC (``noc``: link bytes per cycle, a DRAM cap and latency) and with a faster WS
+    weight-install path (``install``: weight rows per cycle, capped at R, and the swap)."""
     x_sb, w_sb = (0 if src[0] else x_sb), (0 if src[1] else w_sb)
     sb = x_sb or w_sb or 2 in src
     chip = small_chip(R, C, base="train-2026" if dtype == "fp32" else "tpu-v4",
-                      sb_mib=1.0 if sb else None, sb_bpc=24.0)
+                      sb_mib=1.0 if sb else None, sb_bpc=24.0, load_rows=install[0],
+                      swap=install[1])
     if noc is not None:   # a NoC: a DRAM cap (below the pins for narrow links) and latency
         from diptych.arch.noc import Noc
         chip = dataclasses.replace(chip, noc=Noc(link_bytes_per_cycle=noc,

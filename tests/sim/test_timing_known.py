@@ -72,9 +72,11 @@ def test_mapper_closed_form_equals_memory_free_engine():
     import random
     from diptych.sim import mapper as MP
     rng = random.Random(3)
-    for _ in range(60):
+    for _ in range(100):
         R, C = rng.choice([2, 4, 8]), rng.choice([2, 4, 8])
-        chip = small_chip(R, C)
+        # the WS weight-install path: the systolic default, or p rows per cycle with either swap
+        chip = small_chip(R, C, load_rows=rng.choice([1, 1, 2, 3, 8]),
+                          swap=rng.choice(["wave", "global"]))
         m, k, n = rng.randint(1, 50), rng.randint(1, 50), rng.randint(1, 50)
         df = rng.choice(["os", "ws", "is"])
         out, pb, rates, split = one_array_run(chip, m, k, n, df, 1, 1, 1)

@@ -25,7 +25,7 @@ import diptych.sim.timing as T
 from diptych.sim import engine as E
 from diptych.sim import mapper as MP
 from simtest_helpers import one_array_run, small_chip
-chip = small_chip(4, 4)
+chip = small_chip(4, 4, load_rows={p}, swap={swap!r})
 res = {{}}
 out, pb, rates, split = one_array_run(chip, 4, 5, 4, "os", 4, 5, 4)
 res["os_engine"] = int(out[E.O_CYCLES])
@@ -35,19 +35,22 @@ out, *_ = one_array_run(chip, 4, 5, 4, "os", 4, 5, 4, memory=True)
 res["os_engine_dram"] = int(out[E.O_CYCLES])
 out, pb, rates, split = one_array_run(chip, 3, 4, 8, "ws", 3, 4, 8)
 res["ws_engine"] = int(out[E.O_CYCLES])
-loads, rows = T.ws_schedule(4, 4, [3, 3])
-res["ws_contract"] = T.ws_output_cycles(4, 4, loads, rows)[-1][-1] + 1
+loads, rows = T.ws_schedule(4, 4, [3, 3], load_rows_per_cycle={p}, wave={wave})
+res["ws_contract"] = T.ws_output_cycles(4, 4, loads, rows, {p}, {wave})[-1][-1] + 1
 res["ws_closed_form"] = MP.compute_cycles(chip, pb, MP.Blocks(3, 4, 8, 0), rates)
 # what the RTL bench predicts (its plan takes step counts from T.os_steps)
 res["os_bench"] = T.os_isolated_cycles(4, 4, T.os_steps(5, 1))
-res["ws_bench"] = T.ws_sequence_cycles(4, 4, [T.ws_fold_rows(3, 1, 1)] * 2)
+res["ws_bench"] = T.ws_sequence_cycles(4, 4, [T.ws_fold_rows(3, 1, 1)] * 2, {p}, {wave})
 print(json.dumps(res))
 """
 
 
-def _run(patch: str) -> dict:
+def _run(patch: str, p: int = 1, swap: str = "wave") -> dict:
+    """Run the script on a 4×4 chip whose WS weight install writes ``p`` rows per cycle with
+    the given swap (default: the systolic shift-in and swap wave)."""
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    code = _SCRIPT.format(here=str(HERE), patch=patch)
+    code = _SCRIPT.format(here=str(HERE), patch=patch, p=p, swap=swap,
+                          wave=int(swap == "wave"))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=300)
     assert r.returncode == 0, r.stderr
@@ -65,7 +68,8 @@ def test_engine_contract_and_closed_forms_follow_a_perturbed_timeline():
     moved = _run("_o = T.os_row_output\n"
                  "T.os_row_output = lambda last, rows, cols, i: _o(last, rows, cols, i) + 1\n"
                  "_w = T.ws_weight_load\n"
-                 "T.ws_weight_load = lambda first, rows, cols: _w(first, rows, cols) + 2\n")
+                 "T.ws_weight_load = lambda first, rows, cols, wave=1: "
+                 "_w(first, rows, cols, wave) + 2\n")
     for df, delta in (("os", 1), ("ws", 2)):
         for what in ("engine", "contract", "closed_form"):
             assert moved[f"{df}_{what}"] == base[f"{df}_{what}"] + delta, (df, what, moved)
@@ -89,6 +93,20 @@ def test_fold_step_counts_are_stated_once():
     for df in ("os", "ws"):
         for what in ("engine", "closed_form", "bench"):
             assert moved[f"{df}_{what}"] == base[f"{df}_{what}"] + 1, (df, what, moved)
+
+
+def test_weight_install_path_is_stated_once():
+    """A faster install path (2 rows per cycle, global swap): the engine, the contract and the
+    mapper's closed form agree, and a one-cycle-longer install (timing.ws_install_cycles, the
+    one statement) moves all three by exactly one cycle (here the first fold's first row; the
+    period max(3 rows, 2 cycles) stays the rows')."""
+    base = _run("", p=2, swap="global")
+    assert base["ws_engine"] == base["ws_contract"] == base["ws_closed_form"] \
+        == base["ws_bench"] == T.ws_sequence_cycles(4, 4, [3, 3], 2, 0)
+    moved = _run("_i = T.ws_install_cycles\n"
+                 "T.ws_install_cycles = lambda rows, p=1: _i(rows, p) + 1\n", p=2, swap="global")
+    for what in ("engine", "contract", "closed_form", "bench"):
+        assert moved[f"ws_{what}"] == base[f"ws_{what}"] + 1, (what, base, moved)
 
 
 @pytest.mark.parametrize("R,C", [(1, 1), (4, 4), (8, 3), (16, 32)])
