@@ -34,13 +34,14 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..arch.dtypes import dtype_bytes, element_bits
+from ..arch.dtypes import element_bits
 from . import engine as E
 from . import mapper_kernels as MK
 from . import timing as T
 from .array import Rates
 from .dram import DramTiming, refresh_lower_bound_ns
 from .fabric import fabric
+from .ops import expanded_b_bits
 
 #: Budget of one mapping decision: engine runs stop once the candidates simulated so far hold
 #: this many blocks in all (small problems are therefore searched exhaustively, up to the
@@ -372,27 +373,6 @@ def _ways(top: int) -> list[int]:
 #: :data:`diptych.sim.ops.SOURCES` → the engine's location codes.
 SRC_CODE = {"dram": E.SRC_DRAM, "scratchpad": E.SRC_SCRATCHPAD,
             "shared_buffer": E.SRC_SHARED_BUFFER}
-
-
-def expanded_b_bits(chip, op) -> int:
-    """Bits per element of the expanded copy of a B block that ``chip`` keeps in the
-    scratchpad beside B's two slots while the array multiplies it, or 0.
-
-    A GEMM whose B operand is narrower than its A operand (W4A16 weights, an FP8 KV cache
-    under BF16 queries) computes in A's dtype; a chip whose PE does not multiply the pair
-    (``core.array.mixed_input``) expands B on its vector unit (``core.array.dequant =
-    "vector"``; workloads/quant.py charges the work), and unless the vector unit hands the
-    expanded values to the array directly (``core.vector.on_array_input_path``, registers
-    into the MMA), it writes them back into the scratchpad at A's width for the array to read
-    (docs/precision.md, "On-chip traffic of expanded tiles"): one B block at A's width, A's
-    element bits, beside the narrow ones."""
-    if chip is None or dtype_bytes(op.b_dtype) >= dtype_bytes(op.a_dtype):
-        return 0
-    arr = chip.core.array
-    if (f"{op.b_dtype}x{op.a_dtype}" in arr.mixed_input or arr.dequant != "vector"
-            or chip.core.vector.on_array_input_path):
-        return 0
-    return element_bits(op.a_dtype)
 
 
 def op_layout(op, m_total: int, tensor_cores: int = 1, chip=None) -> tuple:
@@ -756,7 +736,7 @@ def compute_cycles(chip, pb: Problem, blk: Blocks, rates: Rates) -> int:
     arr = chip.core.array
     R, C = arr.rows, arr.cols
     total = period_cycles(chip, pb, blk, rates)
-    m0, k0, n0 = min(blk.mb, pb.m), min(blk.kb, pb.k), min(blk.nb, pb.n)
+    k0 = min(blk.kb, pb.k)
     ml = pb.m - (_cdiv(pb.m, blk.mb) - 1) * blk.mb
     if pb.dataflow == "os":
         # the first fold's last step is ke0 − 1 instead of a period after the previous one

@@ -125,17 +125,65 @@ class Gemm:
         return scale_bytes(self.c_dtype, self.batch * self.m, self.n)
 
     @property
+    def a_element_bytes(self) -> float:
+        """A's element bytes without its scales: what the engine moves (a block-scaled
+        operand's scales are its GEMM's ``.scales`` op, workloads/quant.py)."""
+        return self.batch * self.m * self.k * element_bits(self.a_dtype) / 8
+
+    @property
+    def b_element_bytes(self) -> float:
+        return self.b_count * self.k * self.n * element_bits(self.b_dtype) / 8
+
+    @property
+    def c_element_bytes(self) -> float:
+        return self.batch * self.m * self.n * element_bits(self.c_dtype) / 8
+
+    @property
     def a_bytes(self) -> float:
-        return self.batch * self.m * self.k * element_bits(self.a_dtype) / 8 + self.a_scale_bytes
+        return self.a_element_bytes + self.a_scale_bytes
 
     @property
     def b_bytes(self) -> float:
-        return (self.b_count * self.k * self.n * element_bits(self.b_dtype) / 8
-                + self.b_scale_bytes)
+        return self.b_element_bytes + self.b_scale_bytes
 
     @property
     def c_bytes(self) -> float:
-        return self.batch * self.m * self.n * element_bits(self.c_dtype) / 8 + self.c_scale_bytes
+        return self.c_element_bytes + self.c_scale_bytes
+
+
+
+def narrow_b(op) -> bool:
+    """A product (a :class:`Gemm` or a view of one) whose B operand (weights, or a KV cache)
+    is narrower than its A operand: it computes in A's dtype and B's elements are expanded to
+    it, in the PE or on the vector unit (docs/precision.md, "Dequantisation")."""
+    return dtype_bytes(op.b_dtype) < dtype_bytes(op.a_dtype)
+
+
+def mixed_pair(op) -> str:
+    """``BxA`` of a product (``core.array.mixed_input`` spelling: ``WEIGHTxACT``, or
+    ``KVxACT`` for attention over a narrower KV cache)."""
+    return f"{op.b_dtype}x{op.a_dtype}"
+
+
+def expanded_b_bits(chip, op) -> int:
+    """Bits per element of the expanded copy of a B block that ``chip`` keeps in the
+    scratchpad beside B's two slots while the array multiplies it, or 0.
+
+    A GEMM whose B operand is narrower than its A operand (W4A16 weights, an FP8 KV cache
+    under BF16 queries) computes in A's dtype; a chip whose PE does not multiply the pair
+    (``core.array.mixed_input``) expands B on its vector unit (``core.array.dequant =
+    "vector"``; workloads/quant.py charges the work), and unless the vector unit hands the
+    expanded values to the array directly (``core.vector.on_array_input_path``, registers
+    into the MMA), it writes them back into the scratchpad at A's width for the array to read
+    (docs/precision.md, "On-chip traffic of expanded tiles"): one B block at A's width, A's
+    element bits, beside the narrow ones."""
+    if chip is None or not narrow_b(op):
+        return 0
+    arr = chip.core.array
+    if (mixed_pair(op) in arr.mixed_input or arr.dequant != "vector"
+            or chip.core.vector.on_array_input_path):
+        return 0
+    return element_bits(op.a_dtype)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -170,7 +170,8 @@ def fuse(name: str, scores: Gemm, softmax: VectorOp, pv: Gemm, *, keys_stored: i
     Q is the scores' A operand, O the PV product; K and V are the B operands over the
     ``keys_stored`` keys held per sequence (the GEMMs' ``n``/``k`` is the causal mean, so they
     are rescaled to the full length). ``kv_shared``: V is a slice of K's tensor (MLA's latent
-    cache) and is not read again. ``heads_rows``: query rows × heads (for the statistics,
+    cache) and is not read again (tagged ``kv_shared``: the cache is expanded once for both
+    products, workloads/quant.py). ``heads_rows``: query rows × heads (for the statistics,
     written only when ``stats``). ``kv_cache``: K and V are the KV cache (not working set)."""
     q, o = scores.a_bytes, pv.c_bytes
     k = scores.b_bytes * keys_stored / scores.n
@@ -178,7 +179,8 @@ def fuse(name: str, scores: Gemm, softmax: VectorOp, pv: Gemm, *, keys_stored: i
     st = 2.0 * STAT_BYTES * heads_rows if stats else 0.0
     return FusedAttention(name=name, parts=(scores, softmax, pv), read_bytes=q + k + v,
                           write_bytes=o + st, saved_bytes=q + st, saved_kv_bytes=k + v,
-                          working_bytes=q + o + (0.0 if kv_cache else k + v), tags=tags)
+                          working_bytes=q + o + (0.0 if kv_cache else k + v),
+                          tags=tags + (("kv_shared",) if kv_shared else ()))
 
 
 def fused_backward(op: FusedAttention, backward_ops) -> FusedAttention:

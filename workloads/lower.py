@@ -283,9 +283,7 @@ def _attend(c: _Ctx, scores: Gemm, softmax: VectorOp, pv: Gemm, heads: int,
                                [(out, 1.0)])]
     op = fuse("attention (fused)", scores, softmax, pv, keys_stored=stored,
               heads_rows=rows, kv_shared=kv_shared, stats=c.phase == "train",
-              kv_cache=c.phase == "decode",
-              # kv_shared: the cache is expanded once for both products (workloads/quant.py)
-              tags=("attn", "kv_shared") if kv_shared else ("attn",))
+              kv_cache=c.phase == "decode", tags=("attn",))
     if ring:                     # the rank keeps only its own K/V chunk for backward
         op = replace(op, saved_kv_bytes=chunk)
     writes = [(out, 1.0)]

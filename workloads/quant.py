@@ -75,7 +75,7 @@ import dataclasses
 import math
 
 from ..arch.dtypes import dtype_bytes, element_bits, fmt, scale_count
-from ..sim.ops import Gemm, VectorOp
+from ..sim.ops import Gemm, VectorOp, expanded_b_bits, mixed_pair, narrow_b
 from ..sim.program import Tensor
 from .fused import FusedAttention
 from .graph import Access, Block, Use, Workload
@@ -103,23 +103,11 @@ QUANT_OPS_PER_ELEMENT = 4.0
 QUANT_OPS_PER_BLOCK = 2.0
 
 
-def needs_dequant(g: Gemm) -> bool:
-    """A GEMM whose B operand (weights, or a KV cache) is narrower than its A operand: it
-    computes in A's dtype and B's elements are expanded to it."""
-    return dtype_bytes(g.b_dtype) < dtype_bytes(g.a_dtype)
-
-
-def mixed_pair(g: Gemm) -> str:
-    """``BxA`` of a mixed GEMM (``core.array.mixed_input`` spelling: ``WEIGHTxACT``, or
-    ``KVxACT`` for attention over a narrower KV cache)."""
-    return f"{g.b_dtype}x{g.a_dtype}"
-
-
 def dequant_place(chip, g: Gemm) -> str | None:
     """Where ``chip`` expands ``g``'s B operand: None (not a mixed GEMM), ``"pe"`` (its pair
     is in ``mixed_input``) or ``"vector"``. ValueError naming ``core.array.dequant`` when the
     chip has neither."""
-    if not needs_dequant(g):
+    if not narrow_b(g):
         return None
     arr = chip.core.array
     pair = mixed_pair(g)
@@ -152,13 +140,25 @@ def _on_chip(name: str, kind: str, elements: int, ops: float, nbytes: float, dty
                     scratchpad_write_bytes=nbytes, dtype=dtype, tags=("precision",))
 
 
-def precision_ops(g: Gemm, chip) -> list[VectorOp]:
+def _quant_op(name: str, elements: int, blocks: int, dtype: str, write_bytes: float = 0.0
+              ) -> VectorOp:
+    """A block quantisation on the vector unit: :data:`QUANT_OPS_PER_ELEMENT` per element
+    plus :data:`QUANT_OPS_PER_BLOCK` per block, no read, ``write_bytes`` written."""
+    return VectorOp(name=name, kind="scale", elements=elements,
+                    ops_per_element=QUANT_OPS_PER_ELEMENT
+                    + QUANT_OPS_PER_BLOCK * blocks / elements, read_bytes=0.0,
+                    write_bytes=write_bytes, dtype=dtype, tags=("precision",))
+
+
+def precision_ops(g: Gemm, chip, *, scales: bool = True, dequant: bool = True
+                  ) -> list[VectorOp]:
     """The ops ``chip`` runs beside GEMM ``g`` for its precision (module docstring), in the
-    order they run before it."""
+    order they run before it; ``scales=False`` leaves out the scale stream, ``dequant=False``
+    the expansion of B (:func:`attention_precision_ops`)."""
     out = []
     rd = g.a_scale_bytes + g.b_scale_bytes
     wr = g.c_scale_bytes
-    if rd or wr:
+    if scales and (rd or wr):
         n = (scale_count(g.a_dtype, g.batch * g.m, g.k)
              + scale_count(g.b_dtype, g.b_count * g.n, g.k)
              + scale_count(g.c_dtype, g.batch * g.m, g.n))
@@ -172,21 +172,18 @@ def precision_ops(g: Gemm, chip) -> list[VectorOp]:
         out.append(_on_chip(f"{g.name}.rescale", "scale", e, RESCALE_OPS_PER_ELEMENT,
                             0.0 if vec.on_array_output_path
                             else e * element_bits(g.acc_dtype) / 8, "fp32"))
-    if dequant_place(chip, g) == "vector":
+    if dequant and dequant_place(chip, g) == "vector":
+        # the expanded copy goes through the scratchpad at A's width unless the vector unit
+        # feeds the array (the mapper sizes its tiles by the same rule)
         e = g.b_count * g.k * g.n
         out.append(_on_chip(f"{g.name}.dequant", "dequant", e, DEQUANT_OPS_PER_ELEMENT,
-                            0.0 if vec.on_array_input_path
-                            else e * element_bits(g.a_dtype) / 8, g.a_dtype))
+                            e * expanded_b_bits(chip, g) / 8, g.a_dtype))
     col = columnwise_quant_op(g)
     if col is not None:
         out.append(col)
     if fmt(g.c_dtype).block_scaled and chip.core.array.output_quant == "vector":
-        e = g.batch * g.m * g.n
-        blocks = scale_count(g.c_dtype, g.batch * g.m, g.n)
-        out.append(VectorOp(name=f"{g.name}.quant", kind="scale", elements=e,
-                            ops_per_element=QUANT_OPS_PER_ELEMENT
-                            + QUANT_OPS_PER_BLOCK * blocks / e, read_bytes=0.0,
-                            write_bytes=0.0, dtype=g.c_dtype, tags=("precision",)))
+        out.append(_quant_op(f"{g.name}.quant", g.batch * g.m * g.n,
+                             scale_count(g.c_dtype, g.batch * g.m, g.n), g.c_dtype))
     return out
 
 
@@ -217,10 +214,7 @@ def vector_quant_op(op: VectorOp) -> VectorOp | None:
             or op.ops_per_element == 0 or op.write_bytes <= 0):
         return None
     e = max(1, round(op.write_bytes / dtype_bytes(op.dtype)))
-    blocks = math.ceil(e / f.block)
-    return VectorOp(name=f"{op.name}.quant", kind="scale", elements=e,
-                    ops_per_element=QUANT_OPS_PER_ELEMENT + QUANT_OPS_PER_BLOCK * blocks / e,
-                    read_bytes=0.0, write_bytes=0.0, dtype=op.dtype, tags=("precision",))
+    return _quant_op(f"{op.name}.quant", e, math.ceil(e / f.block), op.dtype)
 
 
 def columnwise_quant_op(g: Gemm) -> VectorOp | None:
@@ -252,11 +246,8 @@ def columnwise_quant_op(g: Gemm) -> VectorOp | None:
     e = (g.batch * g.m * g.k if a else 0) + (g.b_count * g.k * g.n if b else 0)
     blocks = ((scale_count(g.a_dtype, g.batch * g.m, g.k) if a else 0)
               + (scale_count(g.b_dtype, g.b_count * g.n, g.k) if b else 0))
-    return VectorOp(name=f"{g.name}.colquant", kind="scale", elements=e,
-                    ops_per_element=QUANT_OPS_PER_ELEMENT + QUANT_OPS_PER_BLOCK * blocks / e,
-                    read_bytes=0.0, write_bytes=(g.a_bytes if a else 0.0)
-                    + (g.b_bytes if b else 0.0), dtype=g.a_dtype if a else g.b_dtype,
-                    tags=("precision",))
+    return _quant_op(f"{g.name}.colquant", e, blocks, g.a_dtype if a else g.b_dtype,
+                     write_bytes=(g.a_bytes if a else 0.0) + (g.b_bytes if b else 0.0))
 
 
 def attention_precision_ops(op: FusedAttention, chip) -> list[VectorOp]:
@@ -265,14 +256,8 @@ def attention_precision_ops(op: FusedAttention, chip) -> list[VectorOp]:
     scale streams (the record's DRAM traffic counts them) and, when V is a slice of K's
     tensor (``kv_shared``), without a second expansion of the cache."""
     shared = "kv_shared" in op.tags
-    out = []
-    for i, g in enumerate(op.gemms):
-        for x in precision_ops(g, chip):
-            kind = x.name.rsplit(".", 1)[1]
-            if kind == "scales" or (kind == "dequant" and shared and i > 0):
-                continue
-            out.append(x)
-    return out
+    return [x for i, g in enumerate(op.gemms)
+            for x in precision_ops(g, chip, scales=False, dequant=not (shared and i > 0))]
 
 
 def _ordering_reads(op, acc: Access, kinds: dict, made: set) -> tuple[Use, ...]:

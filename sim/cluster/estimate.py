@@ -21,8 +21,8 @@ def roofline_simulate(op, chip) -> SimpleNamespace:
     if isinstance(op, Gemm):
         # element bytes, as the engine moves them: a block-scaled operand's scales are the
         # GEMM's ``.scales`` op (workloads/quant.py, charged beside it by the layer timing)
-        reads = op.a_bytes - op.a_scale_bytes + op.b_bytes - op.b_scale_bytes
-        writes = op.c_bytes - op.c_scale_bytes
+        reads = op.a_element_bytes + op.b_element_bytes
+        writes = op.c_element_bytes
         peak, kind = chip.peak_ops_per_s[op.compute_dtype], "gemm"
     else:
         reads, writes = op.read_bytes, op.write_bytes

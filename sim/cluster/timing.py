@@ -131,11 +131,12 @@ def _sum(ops, chip, simulate, stage) -> tuple[float, float, float, float]:
     without DRAM, with every operand resident: :func:`resident`)."""
     if not ops:
         return 0.0, 0.0, 0.0, 0.0
-    w = with_precision_ops(Workload("train", (Block("x", 1, tuple(ops), stage),), tokens=1,
-                                    batch=1), chip)
+    def one(ops) -> Workload:
+        return Workload("train", (Block("x", 1, tuple(ops), stage),), tokens=1, batch=1)
+
+    w = with_precision_ops(one(ops), chip)
     if not chip.has_dram:
-        w = Workload("train", (Block("x", 1, tuple(resident(op) for op in w.blocks[0].ops),
-                                     stage),), tokens=1, batch=1)
+        w = one(resident(op) for op in w.blocks[0].ops)
     t = simulate_workload(w, chip, simulate=simulate)
     attn = sum(r["seconds"] for r in t["layers"]
                if r["kind"] == "attention" or r["op"].split(".")[0] in _ATTN_OPS)
