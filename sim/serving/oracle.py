@@ -48,6 +48,7 @@ from typing import NamedTuple, Protocol
 from ...arch import Chip, load_chip
 from ...workloads import load_model
 from ...workloads.config import ModelConfig
+from ...workloads.graph import Workload
 from ...workloads.precision import Precision
 from ...workloads.quant import with_precision_ops
 from ...workloads.step import (CORE_OPS, Step, base_name, block_costs, combine_parts,
@@ -107,6 +108,23 @@ class Replica:
     def name(self) -> str:
         return f"{self.model.name} on {self.chip.name} x{self.tp}"
 
+    # the workloads the oracles and the profile export time: lowered for this replica, with
+    # the chip's precision ops beside their GEMMs (workloads/quant.py), as ``diptych run``
+    def step_workload(self, step: Step) -> Workload:
+        """``step`` lowered (:func:`~diptych.workloads.step.lower_step`)."""
+        return with_precision_ops(lower_step(self.model, step, precision=self.precision,
+                                             tp=self.tp, attention=self.attention), self.chip)
+
+    def frame_workload(self, tokens: int, rows: int) -> Workload:
+        """The frame of ``tokens`` tokens and ``rows`` logits rows
+        (:func:`~diptych.workloads.step.frame`)."""
+        return with_precision_ops(frame(self.model, tokens, rows, precision=self.precision,
+                                        tp=self.tp, attention=self.attention), self.chip)
+
+    def cores_workload(self, cores: dict) -> Workload:
+        """Attention cores (:func:`~diptych.workloads.step.core_workload`)."""
+        return with_precision_ops(core_workload(cores), self.chip)
+
     @property
     def step_sync_s(self) -> float:
         return step_sync_seconds(self.chip) if self.fixed_costs else 0.0
@@ -150,8 +168,7 @@ class DirectOracle:
         got = self._memo.get(step)
         if got is None:
             r = self.replica
-            w = with_precision_ops(lower_step(r.model, step, precision=r.precision, tp=r.tp,
-                                              attention=r.attention), r.chip)
+            w = r.step_workload(step)
             if r.execution == "schedule":
                 from ...workloads.execute import schedule_workload
                 from ...workloads.run import _default_simulate
@@ -359,8 +376,7 @@ class GridOracle:
             if self._scheduled:
                 got = self._scheduled_frame(n, rows)
             else:
-                w = with_precision_ops(frame(r.model, n, rows, precision=r.precision,
-                                             tp=r.tp, attention=r.attention), r.chip)
+                w = r.frame_workload(n, rows)
                 bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs)
                 if self._blocks is None:
                     self._blocks = [(b.name, b.repeat) for b in bc]
@@ -401,9 +417,7 @@ class GridOracle:
         from ...workloads.run import _default_simulate
 
         r = self.replica
-        w = with_precision_ops(lower_step(r.model, Step(n, n, logits_rows=rows),
-                                          precision=r.precision, tp=r.tp,
-                                          attention=r.attention), r.chip)
+        w = r.step_workload(Step(n, n, logits_rows=rows))
         t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate(),
                               fusion=r.fusion)
         if self._blocks is None:
@@ -468,8 +482,7 @@ class GridOracle:
         """Per layer kind: (seconds of the non-fused ops, fused compute term, fused memory
         term, energy); with ``per_token`` the compute term and the energy divided by it."""
         r = self.replica
-        by = {b.name: b for b in block_costs(with_precision_ops(core_workload(cores), r.chip),
-                                             r.chip, self._simulate)}
+        by = {b.name: b for b in block_costs(r.cores_workload(cores), r.chip, self._simulate)}
         out: list[float] = []
         for name in self.kinds:
             b = by[name]
@@ -645,26 +658,14 @@ class GridOracle:
                 break
             if self._keys_gap(x1, k0, k1, q) * core_s <= tol * step_s:
                 break
-            m = (k0 + k1) // 2
-            pts = self._keys.pts
-            i = bisect_right(pts, m)
-            if pts[i - 1] != m:
-                pts.insert(i, m)
+            m = (k0 + k1) // 2          # strictly between two neighbouring vertices
+            insort(self._keys.pts, m)
             if keys == m:
-                k0 = k1 = m
-                wk = 0.0
                 break
             k0, k1 = (k0, m) if keys < m else (m, k1)
             wk = (keys - k0) / (k1 - k0)
-        lo = self._dec_at(x0, k0, q)
-        if wx:
-            lo = _lerp(lo, self._dec_at(x1, k0, q), wx)
-        if not wk:
-            return list(lo)
-        hi = self._dec_at(x0, k1, q)
-        if wx:
-            hi = _lerp(hi, self._dec_at(x1, k1, q), wx)
-        return _lerp(lo, hi, wk)
+        # the refined axis now locates ``keys`` in the cell the loop settled on
+        return self._bilinear(self._dec_at, self._bat, self._keys, batch, keys, q)[0]
 
     def cost(self, step: Step) -> StepCost:
         """Interpolated cost of ``step`` (see the module docstring)."""
@@ -729,7 +730,7 @@ def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = N
     names: dict[str, set] = {}
     fr = with_precision_ops(fr, r.chip)
     for g in groups:
-        for b in block_costs(with_precision_ops(core_workload(g), r.chip), r.chip, simulate):
+        for b in block_costs(r.cores_workload(g), r.chip, simulate):
             comp[b.name] = comp.get(b.name, 0.0) + b.compute_s
             energy[b.name] = energy.get(b.name, 0.0) + b.energy_j
         for k, ns in core_op_names(g).items():

@@ -42,9 +42,8 @@ import csv
 import json
 from pathlib import Path
 
-from ...workloads.quant import with_precision_ops
 from ...workloads.run import simulate_workload
-from ...workloads.step import Step, block_costs, core_workload, decode_cores, frame, prefill_cores
+from ...workloads.step import Step, block_costs, decode_cores, frame, prefill_cores
 from .oracle import Replica
 
 #: diptych op → Vidur's op name in mlp.csv
@@ -115,7 +114,7 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
               "use_gated_mlp": m.activation == "swiglu"}
     mlp_rows, ar_rows = [], []
     for n in sorted(tokens, reverse=True):          # Vidur lists token counts descending
-        t = simulate_workload(_frame(r, n, n), r.chip, overlap=r.overlap, simulate=simulate)
+        t = simulate_workload(r.frame_workload(n, n), r.chip, overlap=r.overlap, simulate=simulate)
         row: dict = {}
         ms: dict[str, float] = {}
         for rec in t["layers"]:
@@ -158,11 +157,10 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
     def core_ms(cores) -> float:
         """One layer's attention, averaged over the layer kinds by their layer counts."""
         return 1e3 * sum(b.compute_s * reps[b.name] for b in
-                         block_costs(with_precision_ops(core_workload(cores), r.chip), r.chip,
-                                     simulate)) / m.layers
+                         block_costs(r.cores_workload(cores), r.chip, simulate)) / m.layers
 
     def kv_save_ms(n: int) -> float:
-        t = simulate_workload(_frame(r, n, 1), r.chip, simulate=simulate)
+        t = simulate_workload(r.frame_workload(n, 1), r.chip, simulate=simulate)
         return 1e3 * sum(x["seconds"] * x["repeat"] for x in t["layers"]
                          if x["op"] == "kv_write") / m.layers
 
@@ -176,7 +174,7 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
                                                                           save),
                              **acommon, "batch_size": b, "prefill_chunk_size": 0,
                              "kv_cache_size": c, "is_prefill": False})
-            st = simulate_workload(_lower(r, Step(b, b * (c + 1))), r.chip, overlap=r.overlap,
+            st = simulate_workload(r.step_workload(Step(b, b * (c + 1))), r.chip, overlap=r.overlap,
                                    simulate=simulate)
             step_rows.append({"decode_batch": b, "decode_context": c, "prefill_chunk": 0,
                               "prefill_past": 0, "step_s": st["seconds"],
@@ -194,7 +192,7 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
                                                                            save),
                              **acommon, "batch_size": 1, "prefill_chunk_size": ch,
                              "kv_cache_size": c, "is_prefill": True})
-            st = simulate_workload(_lower(r, Step(prefill=((ch, c),))), r.chip,
+            st = simulate_workload(r.step_workload(Step(prefill=((ch, c),))), r.chip,
                                    overlap=r.overlap, simulate=simulate)
             step_rows.append({"decode_batch": 0, "decode_context": 0, "prefill_chunk": ch,
                               "prefill_past": c, "step_s": st["seconds"],
@@ -214,19 +212,6 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
     files.append(out / "profile.json")
     files[-1].write_text(json.dumps(meta, indent=2))
     return files
-
-
-def _lower(r: Replica, step: Step):
-    """The step's workload with its GEMMs' precision ops (as the oracles time it)."""
-    from ...workloads.step import lower_step
-    return with_precision_ops(lower_step(r.model, step, precision=r.precision, tp=r.tp,
-                                         attention=r.attention), r.chip)
-
-
-def _frame(r: Replica, tokens: int, rows: int):
-    """The frame of ``tokens`` rows and ``rows`` logits rows with its precision ops."""
-    return with_precision_ops(frame(r.model, tokens, rows, precision=r.precision, tp=r.tp,
-                                    attention=r.attention), r.chip)
 
 
 #: Name suffixes of a GEMM's precision ops (workloads/quant.py)

@@ -80,9 +80,6 @@ class RuntimeProfile:
         host = self.host_s(device_s, seqs)
         return max(device_s, host) if self.overlap else device_s + host
 
-    def to_dict(self) -> dict:
-        return dict(self.__dict__)
-
 
 IDEAL = RuntimeProfile(name=DEFAULT_RUNTIME, description="no host costs: the chip alone")
 
