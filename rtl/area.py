@@ -119,25 +119,21 @@ _UNITS = {"int8": (Int8Multiplier, Int32Adder), "bf16": (Bf16Multiplier, Fp32Add
           "fp8": (Fp8Multiplier, Fp32Adder)}
 
 
-#: PEs synthesised for area only, outside the array's datapaths: name → MACs per cycle by mode
-#: (the dot4 FP8 dot-product PE, :mod:`diptych.rtl.dot`).
-AREA_ONLY = {"dot4": dict(DOT4_RATES)}
+#: PEs synthesised for area only, outside the array's datapaths: name → (MACs per cycle by
+#: mode, the blocks to synthesise) (the dot4 FP8 dot-product PE, :mod:`diptych.rtl.dot`: its
+#: dot-product unit as the MAC, OS PE and WS PE).
+AREA_ONLY = {"dot4": (dict(DOT4_RATES),
+                      lambda: {"mac": Dot4Fp8(), "pe_os": Dot4OsPe(), "pe_ws": Dot4WsPe()})}
 #: Every PE ``area_report`` takes: the array's datapaths, then the area-only PEs.
 AREA_DTYPES = (*DATAPATHS, *AREA_ONLY)
-
-
-def _rates(dtype: str) -> dict:
-    if dtype in AREA_ONLY:
-        return AREA_ONLY[dtype]
-    return dict(get_datapath(dtype).rates)
 
 
 def pe_blocks(dtype: str) -> dict:
     """The blocks of one PE of ``dtype``: multiplier and adder (single-precision datapaths; the
     fused datapath's two product lanes and its three-operand adder), MAC, OS PE and WS PE (the
-    dot4 PE: its dot-product unit as the MAC, OS PE and WS PE)."""
-    if dtype == "dot4":
-        return {"mac": Dot4Fp8(), "pe_os": Dot4OsPe(), "pe_ws": Dot4WsPe()}
+    area-only PEs: :data:`AREA_ONLY`)."""
+    if dtype in AREA_ONLY:
+        return AREA_ONLY[dtype][1]()
     get_datapath(dtype)
     blocks = {}
     if dtype in _UNITS:
@@ -164,7 +160,8 @@ def area_report(dtype: str, rows: int | None = None, cols: int | None = None,
     if rows is not None:
         blocks[f"array_{dataflow}_{rows}x{cols}"] = SystolicArray(rows, cols, dtype, dataflow)
     stats = synth_stats(blocks)
-    return {"dtype": dtype, "macs_per_cycle": _rates(dtype),
+    return {"dtype": dtype, "macs_per_cycle": (AREA_ONLY[dtype][0] if dtype in AREA_ONLY
+                                                   else dict(get_datapath(dtype).rates)),
             "blocks": {k: {**asdict(v), "logic_cells": v.logic_cells}
                        for k, v in stats.items()}}
 

@@ -152,29 +152,23 @@ class Dot4Fp8(wiring.Component):
         return s, sig4, exp4, nan, inf
 
 
-def _dot4_ports(make_ports) -> dict:
-    return _mode_ports("fp8", make_ports(8 * DOT_GROUP))
+class _Dot4Pe:
+    """What the dot4 PEs add to an OS or WS PE: 32-bit lanes (four FP8 operands), the FP8
+    mode ports, and :class:`Dot4Fp8` as the MAC."""
+
+    def __init__(self):
+        self.dtype = "dot4"
+        wiring.Component.__init__(self, _mode_ports("fp8", self.ports(8 * DOT_GROUP)))
+
+    def make_mac(self):
+        return Dot4Fp8()
 
 
-class Dot4OsPe(OsPe):
+class Dot4OsPe(_Dot4Pe, OsPe):
     """Output-stationary PE of the dot4 datapath: :class:`~diptych.rtl.pe.OsPe` (same ports and
     timing) with 32-bit lanes and :class:`Dot4Fp8` as its MAC — four FP8 MACs per step."""
 
-    def __init__(self):
-        self.dtype = "dot4"
-        wiring.Component.__init__(self, _dot4_ports(self.ports))
 
-    def make_mac(self):
-        return Dot4Fp8()
-
-
-class Dot4WsPe(WsPe):
+class Dot4WsPe(_Dot4Pe, WsPe):
     """Weight-stationary PE of the dot4 datapath (:class:`~diptych.rtl.pe.WsPe`, 32-bit lanes,
     :class:`Dot4Fp8` as its MAC)."""
-
-    def __init__(self):
-        self.dtype = "dot4"
-        wiring.Component.__init__(self, _dot4_ports(self.ports))
-
-    def make_mac(self):
-        return Dot4Fp8()
