@@ -115,6 +115,8 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
     blackout = fv[G_BLACKOUT]
     setup = iv[K_SETUP]
     engines = iv[K_ENGINES]
+    wp, wv = iv[K_WS_LOAD_P], iv[K_WS_WAVE]          # the WS install path
+    ws_first = _ws_first_row(np.int64(0), np.int64(-1), R, wp)
     for i in range(nc):
         mbi = mb[i]
         kbi = kb[i]
@@ -131,7 +133,6 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
         else:
             a = kf * _cd(kbi, iv[K_RK]) + (_cd(kr, iv[K_RK]) if kr > 0 else 0)
             b = nf * _cd(nbi, C) + (_cd(nr, C) if nr > 0 else 0)
-            wp, wv = iv[K_WS_LOAD_P], iv[K_WS_WAVE]
             c = mf * _ws_period(R, C, _ws_fold_rows(mbi, iv[K_WS_NUM], iv[K_WS_DEN]), wp, wv) + (
                 _ws_period(R, C, _ws_fold_rows(mr, iv[K_WS_NUM], iv[K_WS_DEN]), wp, wv)
                 if mr > 0 else 0)
@@ -150,9 +151,8 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
             comp = _os_last_output(per - _os_period(R, ke0) + ke0 - 1, R, C) + 1
         else:
             mel = _ws_fold_rows(ml, iv[K_WS_NUM], iv[K_WS_DEN])
-            first = _ws_first_row(np.int64(0), np.int64(-1), R, iv[K_WS_LOAD_P])
-            comp = _ws_row_output(first + per - _ws_period(R, C, mel, iv[K_WS_LOAD_P],
-                                                           iv[K_WS_WAVE]) + mel - 1, R, C) + 1
+            comp = _ws_row_output(ws_first + per - _ws_period(R, C, mel, wp, wv) + mel - 1,
+                                  R, C) + 1
         if order[i] == 0:
             xt = x * (nn if nk > 1 else 1)
             wt = w * (1 if (nk == 1 and nn == 1) else nm)
