@@ -3,11 +3,7 @@
 from .chip import (DATAFLOWS, AreaTable, Chip, Dma, Dram, DtypeTable, EnergyTable,
                    Interconnect, Scratchpad, SharedBuffer, SystolicArray, TensorCore, VectorUnit)
 from .chip import TENSOR_KINDS, Overheads, ResidencyPolicy
-from .cost import CostTable
-from .geometry import DieSpec
-from .noc import Noc
-from .package import Package
-from .power import PowerTable
+from .tables import CostTable, DieSpec, Noc, Package, PowerTable
 from .dtypes import DTYPE_BYTES, DTYPES, check_dtype, dtype_bytes
 from .loader import chip_from_dict, load_chip, load_chip_file, preset_names
 from .schema import ConfigError, to_dict

@@ -36,9 +36,7 @@ def pe_area_mm2(chip: "Chip") -> float:
 
 
 def area_breakdown_mm2(chip: "Chip") -> dict[str, float]:
-    """Die area by block in mm²; the blocks sum to :attr:`Chip.die_area_mm2`."""
-    from .package import core_area_mm2, d2d_area_mm2
-
+    """Die area by block in mm²; the blocks sum to :func:`die_area_mm2`."""
     a = chip.area
     sp = chip.core.scratchpad
     pkg = getattr(chip, "package", None)
@@ -57,6 +55,28 @@ def area_breakdown_mm2(chip: "Chip") -> dict[str, float]:
         "d2d": d2d_area_mm2(chip),
         "spare_cores": spares * core_area_mm2(chip) if spares else 0.0,
     }
+
+
+def die_area_mm2(chip: "Chip") -> float:
+    """The modelled die area in mm²: the sum of :func:`area_breakdown_mm2`."""
+    return sum(area_breakdown_mm2(chip).values())
+
+
+def core_area_mm2(chip: "Chip") -> float:
+    """Area of one tensor core: its arrays, scratchpad (+ accumulators) and vector lanes."""
+    sp = chip.core.scratchpad
+    a = chip.area
+    return (chip.core.arrays * chip.core.array.pes * pe_area_mm2(chip)
+            + (sp.capacity_mib + sp.accumulator_mib) * a.mm2_per_mib_sram
+            + chip.core.vector.lanes * a.mm2_per_vector_lane)
+
+
+def d2d_area_mm2(chip: "Chip") -> float:
+    """D2D PHY area of the whole package: every interface on both of its dies."""
+    pkg = getattr(chip, "package", None)
+    if pkg is None:
+        return 0.0
+    return 2 * pkg.interfaces() * pkg.d2d_edge_mm * pkg.d2d_mm2_per_mm
 
 
 def area_shares(chip: "Chip") -> dict[str, float]:

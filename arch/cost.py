@@ -39,62 +39,12 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
-from .nodes import NODE_NAMES, NODES
-from .schema import f
+from .tables import YIELD_MODELS
 
 if TYPE_CHECKING:  # pragma: no cover
     from .chip import Chip
 
-YIELD_MODELS = ("poisson", "murphy", "seeds", "negative_binomial", "bose_einstein")
 SECONDS_PER_YEAR = 365.25 * 86400
-
-
-@dataclass(frozen=True, kw_only=True)
-class CostTable:
-    """The ``[cost]`` table: node, yield model, packaging, memory and deployment figures."""
-
-    node: str = f(choices=NODE_NAMES, doc="process node of the compute dies")
-    io_node: str | None = f(default=None, choices=NODE_NAMES,
-                            doc="process node of IO dies (absent = node)")
-    wafer_usd: float | None = f(default=None, gt=0.0, max=1e7,
-                                doc="price of one processed wafer in USD (absent = node's)")
-    defect_density_per_cm2: float | None = f(default=None, min=0.0, max=100.0,
-                                             doc="killer defects per cm² (absent = node's)")
-    yield_model: str = f(default="negative_binomial", choices=YIELD_MODELS, doc="yield model")
-    clustering_alpha: float = f(default=3.0, gt=0.0, max=1000.0,
-                                doc="negative-binomial clustering α, or Bose-Einstein N (> 0)")
-    wafer_diameter_mm: float = f(default=300.0, gt=0.0, max=1000.0, doc="wafer diameter")
-    edge_exclusion_mm: float = f(default=3.0, min=0.0, max=100.0, doc="unusable wafer rim")
-    scribe_mm: float = f(default=0.1, min=0.0, max=10.0, doc="scribe lane between dies in mm")
-    dram_usd_per_gb: float = f(default=15.0, min=0.0, max=1e5,
-                               doc="DRAM price in USD per GB (0 <= x <= 1e5)")
-    hbm_footprint_mm2: float = f(default=121.0, min=0.0, max=1e4,
-                                 doc="interposer area per DRAM stack site (HBM3: 11 × 11 mm)")
-    interposer_usd_per_mm2: float = f(default=0.37, min=0.0, max=1e4,
-                                      doc="interposer + packaging cost per mm² (>= 0)")
-    interposer_margin: float = f(default=0.3, min=0.0, max=10.0,
-                                 doc="interposer area added around dies and stacks (fraction)")
-    assembly_test_usd: float = f(default=920.0, min=0.0, max=1e7,
-                                 doc="assembly and final test per package in USD (>= 0)")
-    assembly_yield: float = f(default=0.98, gt=0.0, max=1.0,
-                              doc="fraction of assembled packages that work (0 < x <= 1)")
-    utilisation: float = f(default=0.6, gt=0.0, max=1.0,
-                           doc="fraction of its life the chip serves at the simulated speed")
-    usd_per_kwh: float = f(default=0.08, min=0.0, max=100.0,
-                           doc="electricity price in USD per kWh (0 <= x <= 100)")
-    pue: float = f(default=1.0, min=1.0, max=5.0, doc="power usage effectiveness (>= 1)")
-    lifetime_years: float = f(default=4.0, gt=0.0, max=50.0, doc="depreciation lifetime")
-
-    def wafer_price(self, io: bool = False) -> float:
-        if self.wafer_usd is not None and not (io and self.io_node):
-            return self.wafer_usd
-        return NODES[(self.io_node or self.node) if io else self.node].wafer_usd
-
-    def d0(self, io: bool = False) -> float:
-        if self.defect_density_per_cm2 is not None and not (io and self.io_node):
-            return self.defect_density_per_cm2
-        return NODES[(self.io_node or self.node) if io else self.node].defect_density_per_cm2
-
 
 # ---- dies per wafer ---------------------------------------------------------------------------
 
@@ -228,7 +178,7 @@ def chip_cost(chip: "Chip") -> ChipCost | None:
     if c is None:
         return None
     from .geometry import dies
-    from .package import core_area_mm2
+    from .area import core_area_mm2
 
     usable = c.wafer_diameter_mm - 2 * c.edge_exclusion_mm
     if usable <= 0:

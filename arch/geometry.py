@@ -45,71 +45,17 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .schema import f, fail
+from .schema import fail
+from .tables import DEFAULT_DIE, EDGES, LONG_EDGES, DieSpec
 
 if TYPE_CHECKING:  # pragma: no cover
     from .chip import Chip
-
-#: Edges of a die, long ones first. South/north run along x (the long side), west/east along y.
-EDGES: tuple[str, ...] = ("south", "north", "west", "east")
-LONG_EDGES = ("south", "north")
-
-
-@dataclass(frozen=True, kw_only=True)
-class DieSpec:
-    """The ``[die]`` table: outline constraints and edge ("beachfront") coefficients."""
-
-    width_mm: float | None = f(default=None, gt=0.0, max=1000.0,
-                               doc="stated die width in mm (> 0; with height_mm; absent = "
-                                   "derived from the modelled area)")
-    height_mm: float | None = f(default=None, gt=0.0, max=1000.0,
-                                doc="stated die height in mm (> 0; with width_mm)")
-    max_aspect_ratio: float = f(default=2.0, min=1.0, max=10.0,
-                                doc="largest long ÷ short side of a derived outline (1..10)")
-    mm_edge_per_hbm_phy: float = f(default=10.0, gt=0.0, max=100.0,
-                                   doc="mm of die edge per DRAM stack PHY (> 0)")
-    hbm_sites: int = f(default=0, min=0, max=64,
-                       doc="DRAM PHY sites on the die, incl. unpopulated ones "
-                           "(0 = dram.stacks; at most 64)")
-    hbm_edges: int = f(default=2, min=1, max=4,
-                       doc="edges that may host DRAM PHYs, longest first (1..4)")
-    mm_edge_per_link: float = f(default=1.2, min=0.0, max=100.0,
-                                doc="mm of die edge per chip-to-chip link SerDes (>= 0)")
-    corner_keepout_mm: float = f(default=0.5, min=0.0, max=100.0,
-                                 doc="free length at both ends of every edge in mm (>= 0)")
-    spare_cores: int = f(default=0, min=0, max=1_000_000,
-                         doc="extra tensor cores on the die, fused off for yield (their area "
-                             "counts; 0..1000000)")
-    reticle_width_mm: float = f(default=26.0, gt=0.0, max=1000.0,
-                                doc="reticle short side in mm (0 < x <= 1000)")
-    reticle_height_mm: float = f(default=33.0, gt=0.0, max=1000.0,
-                                 doc="reticle long side in mm (0 < x <= 1000)")
-
-    def _validate(self, source, path):
-        if (self.width_mm is None) != (self.height_mm is None):
-            given = "width_mm" if self.width_mm is not None else "height_mm"
-            other = "height_mm" if given == "width_mm" else "width_mm"
-            fail(source, f"{_join(path, other)}", None,
-                 f"a number > 0 too ({given} is given: state both sides or neither)")
-        if self.reticle_height_mm < self.reticle_width_mm:
-            fail(source, _join(path, "reticle_height_mm"), self.reticle_height_mm,
-                 f"the long side, at least reticle_width_mm ({self.reticle_width_mm:g})")
-
-    @property
-    def reticle_mm2(self) -> float:
-        return self.reticle_width_mm * self.reticle_height_mm
-
-
-DEFAULT_DIE = DieSpec()
 
 
 def die_spec(chip: "Chip") -> DieSpec:
     """The chip's ``[die]`` table, or the defaults of :class:`DieSpec`."""
     return getattr(chip, "die", None) or DEFAULT_DIE
 
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
 
 
 # ---- results ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .chip import Chip
 from .schema import ConfigError, build, read_config_file
+from .validate import validate_chip
 
 
 def preset_names() -> list[str]:
@@ -17,8 +18,9 @@ def preset_names() -> list[str]:
 
 
 def chip_from_dict(data: dict, *, source: str | None = None) -> Chip:
-    """Build and validate a :class:`Chip` from a parsed-TOML dict."""
-    return build(Chip, data, source=source)
+    """Build and validate a :class:`Chip` from a parsed-TOML dict: every field and table
+    while it is built, then the checks across tables (:mod:`diptych.arch.validate`)."""
+    return validate_chip(build(Chip, data, source=source), source)
 
 
 #: Top-level key of a chip JSON file that loading ignores: the derived quantities that

@@ -37,32 +37,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .schema import f
+from .tables import Noc
 
 if TYPE_CHECKING:  # pragma: no cover
     from .chip import Chip
-
-TOPOLOGIES = ("mesh", "crossbar")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Noc:
-    """The ``[noc]`` table."""
-
-    topology: str = f(default="mesh", choices=TOPOLOGIES, doc="mesh or crossbar")
-    link_bytes_per_cycle: float = f(gt=0.0, max=1e6,
-                                    doc="bytes per core cycle per link (mesh) or per port "
-                                        "(crossbar), per direction (0 < x <= 1e6)")
-    hop_latency_cycles: float = f(default=2.0, min=0.0, max=1e4,
-                                  doc="cycles per router hop (0 <= x <= 10000)")
-    pj_per_bit_per_mm: float = f(default=0.1, min=0.0, max=1000.0,
-                                 doc="wire energy in pJ per bit per mm (0 <= x <= 1000)")
-    pj_per_bit_per_hop: float = f(default=0.05, min=0.0, max=1000.0,
-                                  doc="router energy in pJ per bit per router traversed "
-                                      "(0 <= x <= 1000)")
-    controllers_per_stack: int = f(default=1, min=1, max=64,
-                                   doc="memory controllers per DRAM stack (integer >= 1)")
-
 
 @dataclass(frozen=True)
 class Source:

@@ -39,54 +39,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .schema import f, fail
+from .area import area_breakdown_mm2
+from .schema import fail
 
 if TYPE_CHECKING:  # pragma: no cover
     from .chip import Chip
-
-
-@dataclass(frozen=True, kw_only=True)
-class Package:
-    """The ``[package]`` table: how the chip is split into dies and how they are joined."""
-
-    compute_dies: int = f(default=1, min=1, max=64, doc="compute dies (integer 1..64)")
-    io_dies: int = f(default=0, min=0, max=64, doc="IO/memory dies hosting the DRAM PHYs "
-                                                    "and SerDes (integer 0..64)")
-    d2d_gb_per_s: float = f(default=0.0, min=0.0, max=1e6,
-                            doc="bandwidth of one D2D interface per direction in GB/s "
-                                "(0 <= x <= 1e6)")
-    d2d_gb_per_s_per_mm: float = f(default=658.0, gt=0.0, max=1e5,
-                                   doc="D2D bandwidth per direction per mm of die edge "
-                                       "(0 < x <= 1e5)")
-    d2d_mm2_per_mm: float = f(default=1.0, min=0.0, max=100.0,
-                              doc="D2D PHY area per mm of edge (0 <= x <= 100)")
-    d2d_pj_per_bit: float = f(default=0.3, min=0.0, max=1000.0,
-                              doc="energy per bit crossing one D2D interface in pJ "
-                                  "(0 <= x <= 1000)")
-    d2d_latency_ns: float = f(default=2.0, min=0.0, max=1e6,
-                              doc="latency of one D2D crossing in ns (0 <= x <= 1e6)")
-    io_die_overhead_mm2: float = f(default=0.0, min=0.0, max=1e5,
-                                   doc="fixed logic per IO die in mm² (0 <= x <= 100000)")
-
-    def _validate(self, source, path):
-        if self.dies > 1 and self.d2d_gb_per_s <= 0:
-            fail(source, f"{path}.d2d_gb_per_s", self.d2d_gb_per_s,
-                 f"a bandwidth > 0: {self.dies} dies must be joined by D2D links")
-
-    @property
-    def dies(self) -> int:
-        return self.compute_dies + self.io_dies
-
-    @property
-    def d2d_edge_mm(self) -> float:
-        """Shoreline of one D2D interface on each of its two dies, in mm."""
-        return self.d2d_gb_per_s / self.d2d_gb_per_s_per_mm
-
-    def interfaces(self) -> int:
-        """D2D interfaces: neighbours in a row, or one per compute die to the IO dies."""
-        if self.dies == 1:
-            return 0
-        return self.compute_dies if self.io_dies else self.compute_dies - 1
 
 
 def validate_chip(chip: "Chip", source: str | None) -> None:
@@ -121,25 +78,6 @@ def _spares(chip: "Chip") -> int:
     return die.spare_cores if die is not None else 0
 
 
-def core_area_mm2(chip: "Chip") -> float:
-    """Area of one tensor core: its arrays, scratchpad (+ accumulators) and vector lanes."""
-    from .area import pe_area_mm2
-
-    sp = chip.core.scratchpad
-    a = chip.area
-    return (chip.core.arrays * chip.core.array.pes * pe_area_mm2(chip)
-            + (sp.capacity_mib + sp.accumulator_mib) * a.mm2_per_mib_sram
-            + chip.core.vector.lanes * a.mm2_per_vector_lane)
-
-
-def d2d_area_mm2(chip: "Chip") -> float:
-    """D2D PHY area of the whole package: every interface on both of its dies."""
-    pkg = getattr(chip, "package", None)
-    if pkg is None:
-        return 0.0
-    return 2 * pkg.interfaces() * pkg.d2d_edge_mm * pkg.d2d_mm2_per_mm
-
-
 @dataclass(frozen=True)
 class DieContent:
     """What one die holds: blocks (mm², the keys of ``area_breakdown_mm2``), edge interfaces."""
@@ -166,8 +104,6 @@ def die_contents(chip: "Chip") -> list[DieContent]:
 
     The per-die blocks sum, over all dies, to :func:`~diptych.arch.area.area_breakdown_mm2`.
     """
-    from .area import area_breakdown_mm2
-
     parts = area_breakdown_mm2(chip)
     die = getattr(chip, "die", None)
     n_stacks = stacks(chip)

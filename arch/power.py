@@ -12,7 +12,7 @@ the core voltage) and how well idle arrays are power-gated:
   pace (f'/f) at constant energy per bit; static power stays.
 
 :func:`sustained_clock` solves ``P(f') = TDP`` for f' (bisection on a monotone function); a
-wrapper in :mod:`diptych.workloads.power_limit` re-runs the phase at that clock (which changes
+wrapper in :mod:`diptych.sim.run.power_limit` re-runs the phase at that clock (which changes
 the time of compute-bound ops and barely that of memory-bound ones) until the average power
 is within the TDP, and scales the core energy by (V(f')/V(f))².
 
@@ -32,36 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from .schema import f
+from .area import area_breakdown_mm2
+from .tables import DEFAULT_POWER, PowerTable
 
 if TYPE_CHECKING:  # pragma: no cover
     from .chip import Chip
-
-
-@dataclass(frozen=True, kw_only=True)
-class PowerTable:
-    """The ``[power]`` table: the core V/f curve and the gating of idle arrays."""
-
-    v_min: float = f(default=0.65, gt=0.0, max=2.0, doc="core voltage floor in V (0 < x <= 2)")
-    f_at_v_min_ghz: float = f(default=1.0, min=0.0, max=10.0,
-                              doc="highest clock at the voltage floor in GHz (>= 0)")
-    volts_per_ghz: float = f(default=0.25, min=0.0, max=5.0,
-                             doc="voltage slope above the floor in V per GHz (>= 0)")
-    gated_leakage_fraction: float = f(default=1.0, min=0.0, max=1.0,
-                                      doc="leakage left in an idle, power-gated array (0..1; "
-                                          "1 = no gating)")
-    arrays_leakage_share: float | None = f(default=None, min=0.0, max=1.0,
-                                           doc="arrays' share of static power (absent = their "
-                                               "share of the die area)")
-    min_clock_ghz: float = f(default=0.1, gt=0.0, max=10.0,
-                             doc="lowest clock the part can run at in GHz (> 0)")
-
-    def volts(self, clock_ghz: float) -> float:
-        """Core voltage at ``clock_ghz``."""
-        return self.v_min + self.volts_per_ghz * max(0.0, clock_ghz - self.f_at_v_min_ghz)
-
-
-DEFAULT_POWER = PowerTable()
 
 
 def power_table(chip: "Chip") -> PowerTable:
@@ -128,7 +103,7 @@ def arrays_leakage_share(chip: "Chip") -> float:
     t = power_table(chip)
     if t.arrays_leakage_share is not None:
         return t.arrays_leakage_share
-    parts = chip.area_breakdown_mm2
+    parts = area_breakdown_mm2(chip)
     return parts["arrays"] / sum(parts.values())
 
 

@@ -17,7 +17,7 @@ import time
 
 from diptych.arch import load_chip
 from diptych.sim.gemm import gemm_stats
-from diptych.sim.ops import Gemm
+from diptych.workloads.ops import Gemm
 
 
 def chip_128():

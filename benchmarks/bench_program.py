@@ -21,11 +21,11 @@ import time
 
 from diptych.arch import load_chip
 from diptych.sim.program import capacities, fuse_program, op_demand, plan_residency, schedule
-from diptych.workloads import run_workload
+from diptych.sim.run import run_workload
 from diptych.workloads.graph import program_pieces
 from diptych.workloads.lower import decode
 from diptych.workloads.registry import load_model
-from diptych.workloads.run import default_precision
+from diptych.sim.run.node import default_precision
 
 CASES = [
     ("infer-2026", "llama-3-70b", dict(phase="decode", batch=8, prompt=4096, tp=8)),
@@ -39,7 +39,7 @@ def roofline(op, chip):
     """Standalone time without the engine: max(FLOPs at peak, bytes at 90 % of peak)."""
     from types import SimpleNamespace
 
-    from diptych.sim.ops import Gemm
+    from diptych.workloads.ops import Gemm
     if isinstance(op, Gemm):
         flops, rd, wr = op.flops, op.a_bytes + op.b_bytes, op.c_bytes
         peak = chip.peak_ops_per_s[op.compute_dtype]

@@ -24,7 +24,7 @@ import sys
 import time
 
 from diptych.arch import load_chip
-from diptych.workloads import run_curve, run_workload
+from diptych.sim.run import run_curve, run_workload
 
 
 def _t(fn):

@@ -28,8 +28,9 @@ import time
 
 from diptych.arch import load_chip
 from diptych.sim import simulate
-from diptych.sim.ops import Gemm, VectorOp
-from diptych.workloads import load_model, run_topology, run_workload
+from diptych.workloads.ops import Gemm, VectorOp
+from diptych.workloads import load_model
+from diptych.sim.run import run_topology, run_workload
 
 
 # ---------------------------------------------------------------------------------------------

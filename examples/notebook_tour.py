@@ -9,13 +9,14 @@ import sys
 import tempfile
 
 import diptych
+from diptych.arch.area import die_area_mm2
 
 print(f"diptych {diptych.__version__}")
 
 # 1. A chip: a preset, your own TOML file (`diptych chips template ...`) or a Chip object.
 chip = diptych.load_chip("infer-2026")
 print(f"{chip.name}: {chip.peak_ops_per_s['fp8'] / 1e15:.2f} PFLOP/s fp8, "
-      f"{chip.dram_bytes_per_s / 1e12:.1f} TB/s HBM, {chip.die_area_mm2:.0f} mm²")
+      f"{chip.dram_bytes_per_s / 1e12:.1f} TB/s HBM, {die_area_mm2(chip):.0f} mm²")
 
 # 2. A model: built-in or a HuggingFace config.json path.
 model = diptych.load_model("llama-3-8b")

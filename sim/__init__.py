@@ -5,7 +5,7 @@ dataflow=None)`` return :class:`OpStats`; ``simulate_many(ops, chip)`` times a l
 cores. See docs/engine.md for the model.
 
 The names are loaded on first use, so that importing a submodule that needs no engine
-(``diptych.sim.ops``, ``diptych.sim.timing``) does not import Numba.
+(``diptych.workloads.ops``, ``diptych.sim.timing``) does not import Numba.
 """
 
 __all__ = ["OpStats", "simulate", "simulate_gemm", "simulate_many"]

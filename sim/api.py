@@ -6,8 +6,10 @@ import dataclasses
 from functools import lru_cache
 
 from . import cache
+from .capacity import capacities
 from .limits import check_gemm, check_vector
-from .ops import Collective, Gemm, VectorOp, check_dataflows
+from ..workloads.ops import Collective, Gemm, VectorOp
+from .support import check_dataflows
 from .stats import OpStats
 
 # The engine (and Numba) is imported on the first result that is not in the persistent cache:
@@ -48,7 +50,7 @@ def simulate(op, chip, *, dataflow: str | None = None) -> OpStats:
     """Time one op on ``chip``; results are memoised on (shape, dtypes, chip, dataflow), in
     memory and in the persistent cache (:mod:`diptych.sim.cache`) unless it is off.
 
-    ``op`` is a :class:`~diptych.sim.ops.Gemm` or :class:`~diptych.sim.ops.VectorOp`;
+    ``op`` is a :class:`~diptych.workloads.ops.Gemm` or :class:`~diptych.workloads.ops.VectorOp`;
     ``dataflow`` (GEMMs only) is ``"os"``, ``"ws"``, ``"is"`` or None for the best the chip
     supports. Raises ValueError for an unsupported dtype or dataflow or a scratchpad too small
     for the minimal tile.
@@ -137,7 +139,6 @@ def on_chip_gemm(op: Gemm, chip) -> Gemm:
     """``op`` with A, B and C resident in the scratchpads (an all-SRAM chip: operands stream
     at the scratchpad bandwidth), or a ValueError naming what does not fit the scratchpad
     space the residency planner may fill (``[residency] reserve_fraction`` kept for tiles)."""
-    from .program.residency import capacities
     resident = all_resident(op)
     need = resident.resident_bytes
     room = capacities(chip).scratchpad

@@ -81,16 +81,29 @@ class disabled:
         return False
 
 
+def _version() -> str:
+    """The installed distribution's version (as ``diptych --version`` prints it)."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("diptych")
+    except PackageNotFoundError:  # a source tree that was never installed
+        return "0.0.0+unknown"
+
+
 @lru_cache(maxsize=1)
 def code_hash() -> str:
-    """SHA-256 of the diptych version and the source files of diptych.sim and diptych.arch."""
+    """SHA-256 of the diptych version, the source files of diptych.sim and diptych.arch, and
+    the op records the cache keys on (:mod:`diptych.workloads.ops`)."""
     from .. import arch
-    from ..tools import __version__
-    h = hashlib.sha256(f"format {FORMAT} version {__version__}\n".encode())
+    from ..workloads import ops
+    h = hashlib.sha256(f"format {FORMAT} version {_version()}\n".encode())
+    files = []
     for pkg in (Path(__file__).parent, Path(arch.__file__).parent):
-        for f in sorted(pkg.rglob("*.py")) + sorted(pkg.rglob("*.toml")):
-            h.update(str(f.relative_to(pkg.parent)).encode())
-            h.update(f.read_bytes())
+        files += [(f, pkg.parent) for f in sorted(pkg.rglob("*.py")) + sorted(pkg.rglob("*.toml"))]
+    files.append((Path(ops.__file__), Path(ops.__file__).parent.parent))
+    for f, root in files:
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
     return h.hexdigest()
 
 

@@ -38,12 +38,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numba
 import numpy as np
 
 import os as _os
 
+from ..arch.chip import Dram
 from .dram_counts import I_BANKS, I_BURST, I_INTERLEAVE, I_P, I_PAGE, I_PERIOD  # noqa: F401
 from .dram_counts import (COUNT_DTYPE, call_count, count_c, count_pattern,  # noqa: F401
                           count_transfer)
@@ -545,3 +547,47 @@ def stream_bytes_per_ns(dram, nbytes: int, *, write: bool = False, chunk_bytes: 
         done = m.transfer(t, addr, 1, n, n, write)
         addr += n
     return nbytes / done
+
+
+# ---- the chip's DRAM as the engine sees it ------------------------------------------------
+def dram_timing(chip) -> DramTiming:
+    return _dram_timing(engine_dram(chip))
+
+
+def engine_dram(chip):
+    """The DRAM description the engine's memory model is built from: the chip's, or for an
+    all-SRAM chip (no ``[dram]``) :data:`NO_DRAM`, a placeholder geometry no transfer ever
+    reaches (every operand of such a chip is resident; :func:`diptych.sim.limits.check_sources`
+    refuses anything else)."""
+    return chip.dram if chip.dram is not None else NO_DRAM
+
+
+def pin_bytes_per_s(chip) -> float:
+    """The DRAM pin bandwidth the mapper's bounds use (the placeholder's for an all-SRAM chip:
+    its bounds then only see resident operands, which move no DRAM byte)."""
+    return engine_dram(chip).peak_bytes_per_s
+
+
+def _placeholder_dram():
+    # one HBM3-like stack [placeholder, never transferred to: see engine_dram]
+    return Dram(kind="hbm3", stacks=1, channels_per_stack=16, pseudo_channels_per_channel=2,
+                bits_per_pseudo_channel=32, gbps_per_pin=6.4, banks_per_pseudo_channel=16,
+                page_bytes=1024, burst_bytes=64, interleave_bytes=256, t_rcd_ns=14.0,
+                t_cl_ns=14.0, t_rp_ns=14.0, t_ras_ns=33.0, t_rfc_ns=350.0, t_refi_ns=3900.0,
+                t_wtr_ns=2.5, t_rtw_ns=2.0, capacity_gib=1.0)
+
+
+NO_DRAM = _placeholder_dram()
+
+
+@lru_cache(maxsize=64)
+def _dram_timing(dram) -> DramTiming:
+    return DramTiming.from_dram(dram)
+
+
+@lru_cache(maxsize=64)
+def timing_vectors(dram) -> tuple[np.ndarray, np.ndarray]:
+    """The DRAM model's (integer, float) parameter vectors of one ``[dram]`` table, shared: the
+    kernels only read them (:func:`diptych.sim.fabric.dram_vectors` adds a chip's fabric cap)."""
+    t = _dram_timing(dram)
+    return t.iparams(), t.fparams()

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .dram import F_FABRIC
+from .dram import F_FABRIC, engine_dram, timing_vectors
 
 
 @dataclass(frozen=True)
@@ -102,15 +102,13 @@ def fabric(chip) -> Fabric:
 def dram_vectors(chip):
     """The DRAM model's (integer, float) parameter vectors for ``chip``, with its fabric cap
     (:data:`diptych.sim.dram.F_FABRIC`); shared, read-only. An all-SRAM chip gets the
-    placeholder geometry of :func:`diptych.sim.mapper.engine_dram` and no charges."""
-    from .mapper import engine_dram
+    placeholder geometry of :func:`diptych.sim.dram.engine_dram` and no charges."""
     return _vectors(engine_dram(chip), fabric(chip).ns_per_byte)
 
 
 @lru_cache(maxsize=64)
 def _vectors(dram, ns_per_byte: float):
-    from .mapper import dram_vectors as base
-    ip, fp = base(dram)
+    ip, fp = timing_vectors(dram)
     if ns_per_byte == 0.0:
         return ip, fp
     fp = fp.copy()

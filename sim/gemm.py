@@ -12,9 +12,10 @@ from ..arch.dtypes import DTYPE_BYTES
 from . import engine as E
 from . import mapper as MP
 from .array import array_rates
-from .dram import pattern_cache
+from .dram import dram_timing, pattern_cache, pin_bytes_per_s
 from .fabric import dram_vectors, fabric
-from .ops import VectorOp, check_dataflows
+from ..workloads.ops import VectorOp
+from .support import check_dataflows
 from .stats import OpStats
 
 
@@ -42,7 +43,7 @@ def run_engine(chip, pb, blk, rates, split, memory: bool, trace_blocks: int = 0,
         ip[E.P_PERIODS] = MP.period_cycles(chip, pb, blk, rates) if periods is None else periods
         ip[E.P_TRAFFIC] = int(MP.traffic_bytes(pb, blk))
         ip[E.P_BEST] = best
-    t = MP.dram_timing(chip)
+    t = dram_timing(chip)
     dip, dfp = dram_vectors(chip)
     tb = np.zeros((trace_blocks, E.N_TRACE)) if trace_blocks else _NO_TRACE_BLOCKS
     tp = np.zeros((trace_spans, 4)) if trace_spans else _NO_TRACE_SPANS
@@ -66,7 +67,7 @@ def plan(op, chip, dataflow=None):
     view = _as_oriented(op, m_total, batch)
     layout = MP.op_layout(view, m_total, chip.tensor_cores, chip)
     groups = []
-    pin = MP.pin_bytes_per_s(chip)
+    pin = pin_bytes_per_s(chip)
     # split-K writes partial tiles to DRAM and reduces them there: only for an op whose
     # result goes to DRAM (not on an all-SRAM chip, not a result kept on chip)
     partials_ok = chip.has_dram and getattr(op, "c_dest", "dram") == "dram"
@@ -199,7 +200,7 @@ def _as_oriented(op, m_total, batch):
 
 
 def gemm_stats(op, chip, dataflow=None) -> OpStats:
-    """Simulate one :class:`~diptych.sim.ops.Gemm` (uncached; see :func:`simulate`)."""
+    """Simulate one :class:`~diptych.workloads.ops.Gemm` (uncached; see :func:`simulate`)."""
     p = plan(op, chip, dataflow)
     rates, split, pb, blk, out = p["rates"], p["split"], p["problem"], p["blocks"], p["out"]
     comp, _, _ = run_engine(chip, pb, blk, rates, split, False)

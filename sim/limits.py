@@ -74,7 +74,7 @@ def check_sources(op, chip) -> None:
     """ValueError if ``op`` reads or writes a memory ``chip`` lacks: DRAM on an all-SRAM chip
     (the operand must be resident: the residency planner places every tensor of such a chip
     on chip), or the shared buffer on a chip without one."""
-    from .ops import Gemm
+    from ..workloads.ops import Gemm
     if isinstance(op, Gemm):
         what = f"GEMM {op.m}×{op.k}×{op.n}"
         ends = (("A", op.a_source, op.a_bytes), ("B", op.b_source, op.b_bytes),
@@ -141,7 +141,7 @@ def check_ops(ops, chip) -> None:
     Where the operands live is not checked here (the residency plan decides it later)."""
     import dataclasses
 
-    from .ops import Gemm, VectorOp
+    from ..workloads.ops import Gemm, VectorOp
 
     seen = set()
     for op in ops:

@@ -39,9 +39,9 @@ from . import engine as E
 from . import mapper_kernels as MK
 from . import timing as T
 from .array import Rates
-from .dram import DramTiming, refresh_lower_bound_ns
+from .dram import dram_timing, pin_bytes_per_s
 from .fabric import fabric
-from .ops import expanded_b_bits
+from .support import expanded_b_bits
 
 #: Budget of one mapping decision: engine runs stop once the candidates simulated so far hold
 #: this many blocks in all (small problems are therefore searched exhaustively, up to the
@@ -58,7 +58,7 @@ _BASE_ALIGN = 1 << 20  # operands are placed at 1 MiB-aligned addresses
 @lru_cache(maxsize=None)
 def _bits(dtype: str) -> int:
     """Bits of one operand element (a block-scaled format's scales are not in the tiles the
-    engine moves: :attr:`diptych.sim.ops.Gemm.a_scale_bytes`)."""
+    engine moves: :attr:`diptych.workloads.ops.Gemm.a_scale_bytes`)."""
     return element_bits(dtype)
 
 
@@ -370,7 +370,7 @@ def _ways(top: int) -> list[int]:
     return sorted({top} | {2 ** i for i in range(40) if 2 ** i <= top})
 
 
-#: :data:`diptych.sim.ops.SOURCES` → the engine's location codes.
+#: :data:`diptych.workloads.ops.SOURCES` → the engine's location codes.
 SRC_CODE = {"dram": E.SRC_DRAM, "scratchpad": E.SRC_SCRATCHPAD,
             "shared_buffer": E.SRC_SHARED_BUFFER}
 
@@ -801,50 +801,6 @@ def _parts(extent: int, block: int):
     if rem:
         out.append((rem, 1))
     return out
-
-
-def dram_timing(chip) -> DramTiming:
-    return _dram_timing(engine_dram(chip))
-
-
-def engine_dram(chip):
-    """The DRAM description the engine's memory model is built from: the chip's, or for an
-    all-SRAM chip (no ``[dram]``) :data:`NO_DRAM`, a placeholder geometry no transfer ever
-    reaches (every operand of such a chip is resident; :func:`diptych.sim.limits.check_sources`
-    refuses anything else)."""
-    return chip.dram if chip.dram is not None else NO_DRAM
-
-
-def pin_bytes_per_s(chip) -> float:
-    """The DRAM pin bandwidth the mapper's bounds use (the placeholder's for an all-SRAM chip:
-    its bounds then only see resident operands, which move no DRAM byte)."""
-    return engine_dram(chip).peak_bytes_per_s
-
-
-def _placeholder_dram():
-    from ..arch.chip import Dram
-    # one HBM3-like stack [placeholder, never transferred to: see engine_dram]
-    return Dram(kind="hbm3", stacks=1, channels_per_stack=16, pseudo_channels_per_channel=2,
-                bits_per_pseudo_channel=32, gbps_per_pin=6.4, banks_per_pseudo_channel=16,
-                page_bytes=1024, burst_bytes=64, interleave_bytes=256, t_rcd_ns=14.0,
-                t_cl_ns=14.0, t_rp_ns=14.0, t_ras_ns=33.0, t_rfc_ns=350.0, t_refi_ns=3900.0,
-                t_wtr_ns=2.5, t_rtw_ns=2.0, capacity_gib=1.0)
-
-
-NO_DRAM = _placeholder_dram()
-
-
-@lru_cache(maxsize=64)
-def _dram_timing(dram) -> DramTiming:
-    return DramTiming.from_dram(dram)
-
-
-@lru_cache(maxsize=64)
-def dram_vectors(dram) -> tuple[np.ndarray, np.ndarray]:
-    """The DRAM model's (integer, float) parameter vectors, shared: the kernels only read them."""
-    t = _dram_timing(dram)
-    return t.iparams(), t.fparams()
-
 
 
 def group_floor(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float) -> float:

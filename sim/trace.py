@@ -20,7 +20,7 @@ import json
 from . import engine as E
 from .api import simulate_gemm
 from .gemm import plan, run_engine
-from .ops import Gemm
+from ..workloads.ops import Gemm
 
 #: Blocks of the representative array the engine records.
 MAX_BLOCKS = 20000

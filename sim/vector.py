@@ -4,7 +4,7 @@ Resident tensors (the op's ``scratchpad_*_bytes``/``shared_buffer_*_bytes``) do 
 DRAM: they move at the scratchpads' bandwidth (all cores) and the shared buffer's, overlapped
 with the DRAM stream of the rest; an op with no DRAM byte runs on a chip without DRAM.
 
-A :class:`~diptych.sim.ops.VectorOp` is spread evenly over the tensor cores. Each core streams
+A :class:`~diptych.workloads.ops.VectorOp` is spread evenly over the tensor cores. Each core streams
 its share of ``read_bytes`` in and ``write_bytes`` out through the scratchpad in
 :data:`CHUNK_BYTES` pieces, double-buffered, while its vector unit does ``elements ×
 ops_per_element`` ALU ops at ``lanes × ops_per_lane_per_cycle`` per cycle. The DRAM side is the
@@ -21,7 +21,7 @@ import math
 from ..arch.dtypes import dtype_bytes
 from .dram import FastDram
 from .fabric import fabric
-from .ops import VectorOp
+from ..workloads.ops import VectorOp
 from .stats import OpStats
 
 #: Streaming granularity of vector ops through the scratchpad (bytes per chunk per core).

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diptych.arch.energy import energy_j
-from diptych.sim.ops import Gemm
+from diptych.workloads.ops import Gemm
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ def roofline(op, chip) -> Stats:
     bw = chip.dram_bytes_per_s
     if isinstance(op, Gemm):
         # element bytes only, as the engine moves them: a block-scaled operand's scales are
-        # loaded by its own op (workloads/quant.py)
+        # loaded by its own op (sim/run/precision_ops.py)
         rd = ((op.a_bytes - op.a_scale_bytes if op.a_source == "dram" else 0.0)
               + (op.b_bytes - op.b_scale_bytes if op.b_source == "dram" else 0.0))
         wr = op.c_bytes - op.c_scale_bytes if op.c_dest == "dram" else 0.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from ..arch import Chip, load_chip, load_chip_file, preset_names, to_dict
+from ..arch.area import area_breakdown_mm2, die_area_mm2
 from ..arch.loader import DERIVED_KEY
 from .errors import friendly
 from .jsonout import dumps
@@ -19,8 +20,8 @@ def chip_summary(chip: Chip) -> dict:
         "dram_bytes_per_s": chip.dram_bytes_per_s,
         "sram_bytes": chip.sram_bytes,
         "vector_ops_per_s": chip.vector_ops_per_s,
-        "area_mm2": chip.area_breakdown_mm2,
-        "die_area_mm2": chip.die_area_mm2,
+        "area_mm2": area_breakdown_mm2(chip),
+        "die_area_mm2": die_area_mm2(chip),
     }
     return d
 
@@ -70,7 +71,7 @@ def chips_list():
         c = load_chip(name)
         table.add_row(name, c.description,
                       f"{_fmt_rate(c.peak_ops_per_s[c.default_dtype], 'OP/s')} {c.default_dtype}",
-                      _dram_cell(c), f"{c.die_area_mm2:.0f} mm²")
+                      _dram_cell(c), f"{die_area_mm2(c):.0f} mm²")
     Console().print(table)
 
 
@@ -122,9 +123,9 @@ def chips_show(chip: str, as_json: bool, as_toml: bool):
     o = c.fixed_costs
     t.add_row("fixed costs", f"op launch {o.op_launch_us:g} µs, step sync {o.step_sync_us:g} µs, "
               f"collective launch {o.collective_launch_us:g} µs")
-    for block, mm2 in c.area_breakdown_mm2.items():
+    for block, mm2 in area_breakdown_mm2(c).items():
         t.add_row(f"area: {block}", f"{mm2:.1f} mm²")
-    t.add_row("die area", f"{c.die_area_mm2:.1f} mm²"
+    t.add_row("die area", f"{die_area_mm2(c):.1f} mm²"
               + (f" (budget {c.area_budget_mm2:.0f})" if c.area_budget_mm2 else ""))
     from ..arch.cost import chip_cost
     from ..arch.geometry import dies
@@ -183,4 +184,4 @@ def chips_validate(path: str):
     if problems:
         raise ValueError(f"{path}: {c.name} cannot be built as described: "
                          + "; ".join(v.message for v in problems))
-    click.echo(f"{path}: OK ({c.name}, {c.die_area_mm2:.0f} mm²)")
+    click.echo(f"{path}: OK ({c.name}, {die_area_mm2(c):.0f} mm²)")

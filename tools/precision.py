@@ -9,7 +9,7 @@ One spec pins one phase or all of them; ``compare`` takes several (``--precision
     train:bf16                one phase only (train, prefill, decode; infer = prefill + decode)
     infer:w=fp8,a=fp8
 
-A tensor the spec leaves out keeps the default of :func:`diptych.workloads.run.default_precision`
+A tensor the spec leaves out keeps the default of :func:`diptych.sim.run.node.default_precision`
 (inference: the chip's default dtype; training: bf16; weights and KV follow the activations).
 Accumulation is FP32 in every run and cannot be pinned. :func:`resolve` gives what a chip
 will run and whether it can (an unsupported pin is reported, not raised).
@@ -39,7 +39,7 @@ class PrecisionChoice:
     kv: str | None = None
 
     def run_kwargs(self) -> dict[str, str | None]:
-        """Keyword arguments of :func:`diptych.workloads.run_workload`."""
+        """Keyword arguments of :func:`diptych.sim.run.run_workload`."""
         return {"weights_dtype": self.weights, "act_dtype": self.activations,
                 "kv_dtype": self.kv}
 
@@ -135,8 +135,8 @@ def resolve(chip, phase: str, choice: PrecisionChoice | None = None) -> dict:
     ``kv``, ``accumulation``, ``compute`` (the arrays' dtype: the wider of weights and
     activations, whose peak MFU refers to) and ``unsupported`` (None, or why the chip cannot
     run it)."""
-    from ..workloads.checks import check_supported, wider
-    from ..workloads.run import default_precision
+    from ..sim.support import check_supported, wider
+    from ..sim.run.node import default_precision
 
     c = choice or PrecisionChoice()
     try:
@@ -144,7 +144,7 @@ def resolve(chip, phase: str, choice: PrecisionChoice | None = None) -> dict:
     except ValueError as exc:  # training on a chip with neither bf16 nor fp16
         return {"weights": c.weights, "activations": c.activations, "kv": c.kv,
                 "accumulation": None, "compute": None, "unsupported": str(exc)}
-    try:                   # the check every run makes (workloads.checks)
+    try:                   # the check every run makes (sim.support)
         comp, why = check_supported(chip, p), None
     except ValueError:     # say it in a report's words: which datapaths are missing
         comp = wider(p.activations, p.weights)

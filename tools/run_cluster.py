@@ -138,8 +138,8 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
     """Run the plan for each batch of ``batches`` and print (module docstring);
     ``execution``: how each layer kind is timed (``run --execution``; None: the schedule)."""
     from ..sim.cluster.trace import write_perfetto_trace
-    from ..workloads import run_workload
-    from ..workloads.run_cluster import build_plan
+    from ..sim.run import run_workload
+    from ..sim.cluster.run import build_plan
 
     fields = {k: v for k, v in (("zero", zero), ("zero_shards", zero_shards),
                                 ("schedule", schedule), ("virtual_stages", virtual_stages))

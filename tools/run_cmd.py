@@ -211,8 +211,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     ZeRO, expert and context parallelism over the cluster's topology (docs/cluster.md).
     """
 
-    from ..workloads import run_curve, run_topology
-    from ..workloads.trace import chrome_trace, schedule_trace
+    from ..sim.run import run_curve, run_topology
+    from ..sim.run.trace import chrome_trace, schedule_trace
     from .precision import run_dtypes
     from .progress import progress_display
     from .run_cluster import plan_flags_given, run_plan

@@ -10,7 +10,7 @@ dimensions live in a new tensor) is a list of *pieces* ``[(tensor, share), ...]`
 
 from __future__ import annotations
 
-from ..sim.program import Tensor
+from .program import Tensor
 from .graph import Access, Use
 
 Pieces = list[tuple[str, float]]

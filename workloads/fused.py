@@ -1,4 +1,5 @@
-"""Fused (FlashAttention-style) attention: one record per layer, timed from its parts.
+"""Fused (FlashAttention-style) attention: one record per layer, timed from its parts
+(:func:`diptych.sim.run.attention.fused_stats`).
 
 A fused attention block keeps the ``s × keys`` scores and probabilities on chip: DRAM sees Q,
 K, V and O once (plus, in training, the softmax statistics: 2 FP32 values per query row per
@@ -6,7 +7,7 @@ head, written in forward and read in backward). The block carries the ops the ke
 chip (``parts``: the QKᵀ and PV GEMMs and the softmax, with their unfused shapes) so the
 engine's own results for those shapes time its compute.
 
-Timing rule (:func:`fused_stats`)::
+Timing rule (:func:`~diptych.sim.run.attention.fused_stats`)::
 
     seconds = max(Σ compute time of the parts,  dram_bytes ÷ streaming bandwidth)
 
@@ -21,9 +22,8 @@ hardware FLOPs (HFU) but not in model FLOPs (MFU).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 
-from ..sim.ops import Gemm, Op, VectorOp
+from .ops import Gemm, Op, VectorOp
 
 #: Bytes of one softmax statistic (row max and row sum are kept in FP32 by FlashAttention).
 STAT_BYTES = 4.0
@@ -91,24 +91,9 @@ class FusedAttention:
                        - self.shared_buffer_bytes)
         return self.read_bytes + self.write_bytes
 
-    def on_chip_seconds(self, chip) -> float:
-        """Time the resident traffic takes at the scratchpads' (every core) and the shared
-        buffer's bandwidth."""
-        t = self.scratchpad_bytes / (chip.tensor_cores * chip.core.scratchpad.bytes_per_cycle)
-        if self.shared_buffer_bytes:
-            t += self.shared_buffer_bytes / chip.shared_buffer.bytes_per_cycle
-        return t / chip.clock_hz
-
     @property
     def compute_dtype(self) -> str:
         return self.gemms[0].compute_dtype
-
-
-def _compute_seconds(st, chip) -> float:
-    cc = getattr(st, "compute_cycles", None)
-    if cc is None:               # a test double without an unlimited-bandwidth schedule
-        return st.seconds
-    return cc / chip.clock_hz
 
 
 def on_chip(op):
@@ -125,43 +110,6 @@ def on_chip(op):
                                shared_buffer_write_bytes=0.0)
 
 
-def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
-    """Time, energy and bound of ``op`` on ``chip`` by the rule in the module docstring.
-
-    Energy: the parts' energy without their DRAM and static shares, plus the fused traffic at
-    the parts' mean DRAM energy per byte, plus static power (the parts' mean) × the time."""
-    sts = [simulate(p if chip.has_dram else on_chip(p), chip) for p in op.parts]
-    t_comp = sum(_compute_seconds(st, chip) for st in sts)
-    peak_bw = chip.dram_bytes_per_s
-    achieved = [min(st.dram_bytes_per_s, peak_bw) for st in sts
-                if getattr(st, "dram_bytes_per_s", 0.0) > 0.0]
-    bw = max(achieved) if achieved else peak_bw
-    t_mem = op.dram_bytes / bw if op.dram_bytes else 0.0
-    if op.scratchpad_bytes or op.shared_buffer_bytes:   # resident operands (per operand)
-        t_mem = max(t_mem, op.on_chip_seconds(chip))
-    seconds = max(t_comp, t_mem)
-    bound = "compute" if t_comp >= t_mem else "memory"
-    if all(getattr(st, "energy_breakdown", None) for st in sts):
-        part_bytes = sum(st.dram_read_bytes + st.dram_write_bytes for st in sts)
-        dram_e = sum(sum(st.energy_breakdown.get(k, 0.0) for k in ("dram", "noc", "d2d"))
-                     for st in sts)   # per-byte energies: DRAM, and the NoC/D2D it crosses
-        static_e = sum(st.energy_breakdown.get("static", 0.0) for st in sts)
-        part_s = sum(st.seconds for st in sts)
-        energy = (sum(st.energy_j for st in sts) - dram_e - static_e
-                  + (dram_e / part_bytes * op.dram_bytes if part_bytes else 0.0)
-                  + (static_e / part_s * seconds if part_s else 0.0))
-        if op.scratchpad_bytes or op.shared_buffer_bytes:
-            energy += ((op.scratchpad_bytes + op.shared_buffer_bytes)
-                       * chip.energy.pj_per_sram_byte * 1e-12)
-    else:                        # a test double: no breakdown to re-cost
-        energy = sum(st.energy_j for st in sts)
-    peak = chip.peak_ops_per_s[op.compute_dtype]
-    return SimpleNamespace(seconds=seconds, compute_seconds=t_comp, memory_seconds=t_mem,
-                           stream_bytes_per_s=bw, bound=bound, energy_j=energy,
-                           flops=op.flops,
-                           utilization=op.gemm_flops / (peak * seconds) if seconds else 0.0)
-
-
 def fuse(name: str, scores: Gemm, softmax: VectorOp, pv: Gemm, *, keys_stored: int,
          heads_rows: int, kv_shared: bool = False, stats: bool = False,
          kv_cache: bool = False, tags: tuple[str, ...] = ()) -> FusedAttention:
@@ -171,7 +119,7 @@ def fuse(name: str, scores: Gemm, softmax: VectorOp, pv: Gemm, *, keys_stored: i
     ``keys_stored`` keys held per sequence (the GEMMs' ``n``/``k`` is the causal mean, so they
     are rescaled to the full length). ``kv_shared``: V is a slice of K's tensor (MLA's latent
     cache) and is not read again (tagged ``kv_shared``: the cache is expanded once for both
-    products, workloads/quant.py). ``heads_rows``: query rows × heads (for the statistics,
+    products, sim/run/precision_ops.py). ``heads_rows``: query rows × heads (for the statistics,
     written only when ``stats``). ``kv_cache``: K and V are the KV cache (not working set)."""
     q, o = scores.a_bytes, pv.c_bytes
     k = scores.b_bytes * keys_stored / scores.n

@@ -27,9 +27,9 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..sim.ops import Collective, Gemm, Op, VectorOp
-from ..sim.program import Block as PBlock
-from ..sim.program import Carry, Import, Node, Program, Tensor
+from .ops import Collective, Gemm, Op, VectorOp
+from .program import Block as PBlock
+from .program import Carry, Import, Node, Program, Tensor
 from .fused import FusedAttention
 
 STAGES = ("forward", "recompute", "backward", "optimizer")

@@ -46,9 +46,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..sim.ops import Collective, Gemm, Op, VectorOp
+from .ops import Collective, Gemm, Op, VectorOp
 from .config import LayerSpec, ModelConfig
-from ..sim.program import Carry
+from .program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .fused import fuse
 from .graph import Block, Workload

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..sim.ops import Gemm, VectorOp
+from .ops import Gemm, VectorOp
 from .config import ModelConfig
 from .fused import FusedAttention
 from .graph import Block, Workload

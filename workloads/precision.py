@@ -15,7 +15,7 @@ from ..arch.dtypes import check_dtype, dtype_bytes
 @dataclass(frozen=True, kw_only=True)
 class Precision:
     """Storage precision of each tensor class. The array computes a product in the wider of
-    its two inputs (:attr:`diptych.sim.ops.Gemm.compute_dtype`), so weight-only quantisation
+    its two inputs (:attr:`diptych.workloads.ops.Gemm.compute_dtype`), so weight-only quantisation
     saves bytes, not MACs.
 
     Training state per parameter is ``weights + grads + master + 2 × moments`` bytes

@@ -33,27 +33,26 @@ K/V rows, their own cache (``kv_cache`` of the decode batch, ``kv_past`` of a ch
 and write their own output, which the op after attention reads from every group; group ``g >
 0``'s cores and tensors carry the mark ``@g`` (node names are unique in a block). With more than
 one group, each core op is tagged with the launch group of its name
-(:data:`~diptych.workloads.execute.LAUNCH_TAG`): the groups' cores of a layer are one varlen
+(:data:`~diptych.workloads.ops.LAUNCH_TAG`): the groups' cores of a layer are one varlen
 kernel and pay one launch in a schedule (docs/program.md, "Launch groups").
 
 :func:`step_parts` splits a step into the pieces a memoising oracle interpolates: the frame
 (everything but the cores, a function of ``N`` and ``logits_rows``) and the cores (functions
 of the decode batch and keys, or of a chunk and its past); :func:`combine_parts` puts them back
-together with :func:`~diptych.workloads.run.simulate_workload`'s block rule, so that
+together with :func:`~diptych.sim.run.summed.simulate_workload`'s block rule, so that
 ``combine_parts(parts evaluated exactly) == simulate_workload(lower_step(step))``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ..sim.ops import Collective, Op
-from ..sim.program import Carry, Tensor
+from .ops import Collective, Op
+from .program import Carry, Tensor
 from .config import LayerSpec, ModelConfig
 from .dataflow import Flow
-from .execute import LAUNCH_TAG
+from .ops import LAUNCH_TAG
 from .fused import FusedAttention
 from .graph import Access, Block, Use, Workload
 from .lower import (_attention_gqa, _attention_mla, _Ctx, _embedding, _head, check_attention,
@@ -399,102 +398,9 @@ def lower_step(m: ModelConfig, step: Step, *, precision: Precision | None = None
 
 # -- pieces for a memoising oracle ------------------------------------------------------------
 
-@dataclass(frozen=True)
-class BlockCost:
-    """One block of a simulated workload: per copy, the compute time (all non-collective
-    ops in sequence), the tensor-parallel collectives' time, and the energy; ``repeat``
-    copies. ``attention_compute_s``/``attention_memory_s`` are the two terms of the fused
-    attention records' ``max`` (zero without fused attention)."""
-
-    name: str
-    repeat: int
-    compute_s: float
-    comm_s: float
-    energy_j: float
-    attention_compute_s: float = 0.0
-    attention_memory_s: float = 0.0
-
-
-def launch_seconds(chip) -> tuple[float, float]:
-    """(per op launch, per collective launch) in seconds from the chip's ``[overheads]``."""
-    fc = chip.fixed_costs
-    return fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6
-
-
-def step_sync_seconds(chip) -> float:
-    """The chip's fixed cost per step (``[overheads] step_sync_us``) in seconds."""
-    return chip.fixed_costs.step_sync_us * 1e-6
-
-
-def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
-                fixed_costs: bool = False) -> list[BlockCost]:
-    """Per-block costs of ``w`` from :func:`~diptych.workloads.run.simulate_workload`'s
-    records (the one place step times come from).
-
-    With ``fixed_costs`` each block also pays the chip's launch costs (``[overheads]``): one
-    ``op_launch_us`` per distinct op of the block (a serving engine runs the attention of all
-    the step's sequences as one kernel, so records of one op name, group marks aside, are one
-    launch; a GEMM's precision ops, :func:`~diptych.workloads.quant.with_precision_ops`, run
-    inside its kernel and launch nothing, as in a schedule) on its compute side and one
-    ``collective_launch_us`` per collective on its communication side, spending static power
-    meanwhile. This is the summed model's stand-in
-    for the program scheduler, which charges them itself: with ``execution="schedule"`` it is
-    never used (the step's ``step_sync_us`` is the caller's)."""
-    from .run import simulate_workload
-
-    t = simulate_workload(w, chip, simulate=simulate)
-    inside = {op.name for b in w.blocks for op in b.ops if "precision" in op.tags}
-    acc: dict[str, dict] = {}
-    names: dict[str, set] = {}
-    order: list[str] = []
-    for r in t["layers"]:
-        b = r["block"]
-        if b not in acc:
-            acc[b] = {"repeat": r["repeat"], "compute_s": 0.0, "comm_s": 0.0, "energy_j": 0.0,
-                      "attention_compute_s": 0.0, "attention_memory_s": 0.0}
-            names[b] = set()
-            order.append(b)
-        a = acc[b]
-        if r["bound"] == "communication":
-            a["comm_s"] += r["seconds"]
-        else:
-            a["compute_s"] += r["seconds"]
-        if r.get("kind") == "attention" and "compute_seconds" in r:
-            a["attention_compute_s"] += r["compute_seconds"]
-            a["attention_memory_s"] += r["memory_seconds"]
-        a["energy_j"] += r["energy_j"]
-        if fixed_costs and r["op"] not in inside:
-            names[b].add(("c" if r["bound"] == "communication" else "o", base_name(r["op"])))
-    if fixed_costs:
-        op_s, coll_s = launch_seconds(chip)
-        static = chip.energy.static_w
-        for b in order:
-            n_op = sum(1 for k, _ in names[b] if k == "o")
-            n_coll = sum(1 for k, _ in names[b] if k == "c")
-            acc[b]["compute_s"] += n_op * op_s
-            acc[b]["comm_s"] += n_coll * coll_s
-            acc[b]["energy_j"] += static * (n_op * op_s + n_coll * coll_s)
-    return [BlockCost(b, **acc[b]) for b in order]
-
-
 def core_op_names(cores: dict[str, tuple[Op, ...]]) -> dict[str, frozenset[str]]:
     """The distinct op names of cores, per layer kind (one launch each per step)."""
     return {k: frozenset(o.name for o in ops) for k, ops in cores.items()}
-
-
-def combine_parts(blocks: list[BlockCost], core_compute_s: dict[str, float],
-                  core_energy_j: dict[str, float], overlap: bool = True) -> tuple[float, float]:
-    """(seconds, energy) of a step from its frame's blocks and its cores' time and energy per
-    layer of each layer block (by name): a layer block's copy takes ``max(compute + cores,
-    collectives)`` (with ``overlap``, else their sum), as
-    :func:`~diptych.workloads.run.simulate_workload` does."""
-    secs = energy = 0.0
-    for b in blocks:
-        comp = b.compute_s + core_compute_s.get(b.name, 0.0)
-        e = b.energy_j + core_energy_j.get(b.name, 0.0)
-        secs += b.repeat * (max(comp, b.comm_s) if overlap else comp + b.comm_s)
-        energy += b.repeat * e
-    return secs, energy
 
 
 def core_workload(cores: dict[str, tuple[Op, ...]]) -> Workload:
@@ -513,7 +419,5 @@ def step_parts(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
             step_cores(m, step, precision=precision, tp=tp, attention=attention))
 
 
-__all__ = ["BlockCost", "CORE_OPS", "GROUP_MARK", "Step", "base_name", "block_costs",
-           "combine_parts", "core_op_names", "core_workload", "decode_cores", "frame",
-           "launch_seconds", "lower_step", "prefill_cores", "step_cores", "step_parts",
-           "step_sync_seconds"]
+__all__ = ["CORE_OPS", "GROUP_MARK", "Step", "base_name", "core_op_names", "core_workload",
+           "decode_cores", "frame", "lower_step", "prefill_cores", "step_cores", "step_parts"]

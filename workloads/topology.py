@@ -20,7 +20,7 @@ import csv
 from pathlib import Path
 
 from ..arch.schema import read_text_file
-from ..sim.ops import Gemm
+from .ops import Gemm
 
 _CONV_COLS = ("ifmap height", "ifmap width", "filter height", "filter width", "channels",
               "num filter")

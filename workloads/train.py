@@ -27,8 +27,8 @@ import math
 from dataclasses import replace
 
 from ..arch.dtypes import dtype_bytes, fmt
-from ..sim.ops import Collective, Gemm, Op, VectorOp
-from ..sim.program import Carry, Tensor
+from .ops import Collective, Gemm, Op, VectorOp
+from .program import Carry, Tensor
 from .config import ModelConfig
 from .fused import FusedAttention, fused_backward
 from .graph import Access, Block, Use, Workload

@@ -1,6 +1,6 @@
 """Collective and point-to-point communication over a cluster topology.
 
-A collective moves a ``nbytes`` buffer per rank (the :class:`~diptych.sim.ops.Collective`
+A collective moves a ``nbytes`` buffer per rank (the :class:`~diptych.workloads.ops.Collective`
 convention: all-reduce and reduce-scatter reduce a ``nbytes`` input, all-gather builds a
 ``nbytes`` output from ``nbytes/n`` shards, all-to-all sends ``nbytes/n`` to every member)
 over a group whose placement is a :class:`~diptych.sim.cluster.topology.GroupShape`. Each

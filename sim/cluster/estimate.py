@@ -4,15 +4,15 @@
 read once, the output written once). It is optimistic for every op, but it ranks plans by what
 separates them — bubbles, communication, recomputation, memory — in microseconds per plan;
 :func:`diptych.sim.cluster.search.search_plans` then times the best candidates with the engine.
-The returned record has the fields :func:`diptych.workloads.run.simulate_workload` and
-:func:`diptych.workloads.fused.fused_stats` read.
+The returned record has the fields :func:`diptych.sim.run.summed.simulate_workload` and
+:func:`diptych.sim.run.attention.fused_stats` read.
 """
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ...sim.ops import Gemm
+from ...workloads.ops import Gemm
 
 
 def roofline_simulate(op, chip) -> SimpleNamespace:
@@ -20,7 +20,7 @@ def roofline_simulate(op, chip) -> SimpleNamespace:
     estimated (0)."""
     if isinstance(op, Gemm):
         # element bytes, as the engine moves them: a block-scaled operand's scales are the
-        # GEMM's ``.scales`` op (workloads/quant.py, charged beside it by the layer timing)
+        # GEMM's ``.scales`` op (sim/run/precision_ops.py, charged beside it by the layer timing)
         reads = op.a_element_bytes + op.b_element_bytes
         writes = op.c_element_bytes
         peak, kind = chip.peak_ops_per_s[op.compute_dtype], "gemm"

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ...sim.ops import Collective, Gemm, Op, VectorOp
+from ...workloads.ops import Collective, Gemm, Op, VectorOp
 from ...workloads.config import ModelConfig
 from ...workloads.graph import Block, Workload
 from ...workloads.lower import decode_mean, prefill

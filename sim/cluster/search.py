@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from ...arch.chip import Chip
 from ...arch.cluster import Cluster, load_cluster
 from ...arch.loader import load_chip
-from ...workloads.checks import check_supported
+from ..support import check_supported
 from ...workloads.config import ModelConfig
 from ...workloads.lower import valid_tp_degrees
 from ...workloads.registry import load_model
-from ...workloads.run import default_precision
+from ..run.node import default_precision
 from .estimate import roofline_simulate
 from .memory import plan_memory
 from .plan import RECOMPUTE, SCHEDULES, Plan, check_plan, check_positive
@@ -154,7 +154,7 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
     (module docstring). ``refine``: plans timed with ``simulate`` (default: the engine) and
     the event-level pipeline; ``screen_simulate``: the first pass's op timer (default: the
     roofline estimate); ``weights_dtype``/``act_dtype``/``kv_dtype`` pin the precision
-    (default: training's, :func:`~diptych.workloads.run.default_precision`);
+    (default: training's, :func:`~diptych.sim.run.node.default_precision`);
     ``progress(done, total, stage)`` is called as work proceeds (stage
     ``memory``, ``screen`` or ``refine``; the callback of
     :func:`diptych.tools.progress.progress_display`); ``execution``: how the refined plans'

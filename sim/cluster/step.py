@@ -45,13 +45,14 @@ from typing import Any
 from ...arch.chip import Chip
 from ...arch.cluster import Cluster, load_cluster
 from ...arch.loader import load_chip
-from ...workloads.checks import check_supported
+from ..support import check_supported
 from ...workloads.config import ModelConfig
 from ...workloads.graph import Block, Workload
 from ...workloads.lower import decode_mean, prefill
 from ...workloads.params import params_per_chip
 from ...workloads.registry import load_model
-from ...workloads.run import default_precision, simulate_workload
+from ..run.node import default_precision
+from ..run.summed import simulate_workload
 from ...workloads.train import ADAMW_CHUNK, adamw_op, train_step
 from .collectives import CommCost, collective
 from .energy import step_energy
@@ -415,7 +416,7 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     Raises ValueError naming the field and value for a non-positive ``batch``, ``seq``,
     ``prompt`` or ``gen``, a plan that does not fit the model, batch or cluster
     (:func:`~.plan.check_plan`), a precision the chip cannot compute
-    (:func:`~diptych.workloads.checks.check_supported`), or, on a chip without DRAM (an
+    (:func:`~diptych.sim.support.check_supported`), or, on a chip without DRAM (an
     all-SRAM chip: every tensor of a stage resident, layers timed so,
     :mod:`~diptych.sim.cluster.timing`), a stage that does not fit its SRAM
     (:func:`~.memory.require_sram_fit`)."""

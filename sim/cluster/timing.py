@@ -1,7 +1,7 @@
 """Simulated compute time of each layer kind for one micro-batch on one rank, memoised.
 
 The ops come from :func:`diptych.sim.cluster.layers.layer_ops`; they are timed with the
-library's own :func:`diptych.workloads.run.simulate_workload` (so fused attention, the
+library's own :func:`diptych.sim.run.summed.simulate_workload` (so fused attention, the
 engine's memo of op shapes and the ``simulate`` test double all behave as in ``diptych
 run``). Collectives are not in these ops: the cluster layer times them on the topology.
 Results are memoised per (model, chip, precision, phase, tp, cp, ep, micro-batch, sequence or
@@ -20,7 +20,7 @@ writes at the scratchpad bandwidth. No op touches DRAM. Chips with DRAM are time
 times added; the cluster step hides the tensor-parallel collectives behind the layer's compute
 by its overlap rule) or ``"schedule"`` (the default of ``run``, :func:`layer_times` with
 ``execution="schedule"``): each layer kind is timed as the makespan of its own program, by
-the same :func:`~diptych.workloads.execute.schedule_workload` that times ``diptych run``
+the same :func:`~diptych.sim.run.scheduled.schedule_workload` that times ``diptych run``
 (residency, fusion into GEMM epilogues, the list schedule over arrays, vector unit, DMA and
 links, each op's and each collective's launch): the **forward** as a program of the layer's
 forward block (one repeat), the **backward** as the time the layer's backward block adds to
@@ -29,7 +29,7 @@ forward's saved tensors by name, so it is scheduled beside its forward). The lay
 tensor-parallel collectives are nodes of those programs, timed on the cluster's topology
 (:class:`TpLinks`: the plan's tensor-parallel group), so what they expose is what the
 schedule leaves exposed (``tp_exposed_fwd_s``/``tp_exposed_bwd_s``: the seconds each holds
-up the program alone, :func:`~diptych.workloads.execute._exposed`); ``fwd_s``/``bwd_s`` are
+up the program alone, :func:`~diptych.sim.run.scheduled._exposed`); ``fwd_s``/``bwd_s`` are
 the makespans less that exposure (compute and fixed costs). The context- and
 expert-parallel collectives of the block cost their launch only here (0 s on the links):
 the cluster step times them on the topology with its ring-attention and all-to-all overlap
@@ -39,7 +39,7 @@ counted here). Selective recomputation's re-run ops are timed summed in both exe
 **Precision** (docs/precision.md): in both executions every GEMM of a layer kind — forward,
 and the backward's data- and weight-gradient GEMMs, which carry the dtypes
 :func:`~diptych.workloads.train.backward_ops` gives them — brings the ops the chip runs beside
-it for its precision (:func:`~diptych.workloads.quant.with_precision_ops`: the block scales'
+it for its precision (:func:`~diptych.sim.run.precision_ops.with_precision_ops`: the block scales'
 stream, the vector unit's rescale, the weights' dequantisation), as ``diptych run`` adds them
 to its workload; ops that need none (BF16, FP8, INT8 on their own rates) leave the timing bit
 for bit as without them.
@@ -53,15 +53,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from ...arch.chip import Chip
-from ...sim.api import all_resident
-from ...sim.ops import Gemm, Op, VectorOp
+from ..api import all_resident
+from ...workloads.ops import Gemm, Op, VectorOp
 from ...workloads.config import ModelConfig
 from ...workloads.fused import FusedAttention, on_chip
 from ...workloads.graph import Block, Workload
 from ...workloads.precision import Precision
-from ...workloads.execute import schedule_workload
-from ...workloads.quant import with_precision_ops
-from ...workloads.run import _default_simulate, simulate_workload
+from ..run.scheduled import schedule_workload
+from ..run.precision_ops import with_precision_ops
+from ..run.node import _default_simulate
+from ..run.summed import simulate_workload
 from ...workloads.train import _backward_block
 from .collectives import collective
 from .layers import LayerOps, forward_workload, layer_ops
@@ -96,7 +97,7 @@ class LayerTime:
 @dataclass(frozen=True)
 class TpLinks:
     """A collective's seconds in a scheduled layer program (``collective_time`` of
-    :func:`~diptych.workloads.execute.schedule_workload`): a tensor-parallel one (tagged
+    :func:`~diptych.sim.run.scheduled.schedule_workload`): a tensor-parallel one (tagged
     ``tp``) on the topology, over the plan's tensor-parallel group ``shape`` of ``net``
     (:func:`~.collectives.collective`, as the cluster step times it); any other 0 s (the
     cluster step times context- and expert-parallel collectives itself)."""
@@ -114,7 +115,7 @@ def resident(op: Op) -> Op:
     """``op`` with every operand resident on chip (module docstring, "All-SRAM chips"): a
     GEMM's A, B and C in the scratchpads with its own bytes held there, a vector op's reads
     and writes in the scratchpads, fused attention's whole traffic at the scratchpad
-    bandwidth (its parts are timed on chip by :func:`~diptych.workloads.fused.fused_stats`).
+    bandwidth (its parts are timed on chip by :func:`~diptych.sim.run.attention.fused_stats`).
     Other ops are returned unchanged."""
     if isinstance(op, Gemm):
         return all_resident(op)

@@ -94,7 +94,7 @@ def single_domain(chip: Chip, chips: int) -> Cluster:
     """The cluster a plan runs on when none is given: one scale-up domain of ``chips`` chips
     on a switch, each chip with the links of its own ``[interconnect]``, no scale-out
     network. Its collectives are rings striped over all of a chip's links, the model
-    ``diptych run`` uses without a cluster (:mod:`diptych.workloads.parallel`)."""
+    ``diptych run`` uses without a cluster (:mod:`diptych.sim.run.links`)."""
     from ...arch.cluster import cluster_from_dict
 
     return cluster_from_dict({

@@ -24,7 +24,7 @@ already inside the fused FlashAttention node), top-k, embedding lookups and the 
 not fuse, nor does anything across a collective.
 
 The fused node's payload is a :class:`FusedOps` record (its GEMM, prologue and epilogue ops in
-execution order); its time is charged by the caller (``workloads/execute.py``): the vector
+execution order); its time is charged by the caller (``sim/run/scheduled.py``): the vector
 work runs during the GEMM's main phase, ``max(GEMM, vector work)``, and its DRAM traffic is the
 GEMM's own.
 """
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..ops import Gemm, VectorOp
-from .graph import Block, Node, Program, _topo_order
+from ...workloads.ops import Gemm, VectorOp
+from ...workloads.program import Block, Node, Program, _topo_order
 
 #: Vector-op kinds (``sim.ops.VECTOR_KINDS``) that fuse into a GEMM's epilogue.
 EPILOGUE_KINDS = ("elementwise", "add", "mul", "silu", "gelu", "swiglu", "rope", "rmsnorm",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .graph import Program
+from ...workloads.program import Program
 from .residency import (ACCESS_COUNT, MEMORIES, Capacities, _eligible, _fits_error, _interval,
                         _result, capacities, priority_key)
 

@@ -35,8 +35,8 @@ import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
-from .demand import RESOURCES
-from .graph import Program
+from .demand import RESOURCES, Demand
+from ...workloads.program import Program
 
 #: Shares of a whole resource.
 UNITS = 1 << 20
@@ -60,6 +60,9 @@ def compile_demand(block: str, node) -> tuple[list, int]:
     if d is None:
         raise ValueError(f"block {block!r}: node {node.name!r} has no demand (attach one with "
                          f"Program.with_demands before scheduling)")
+    if not isinstance(d, Demand):
+        raise ValueError(f"block {block!r}: node {node.name!r}: demand must be a Demand, not "
+                         f"{type(d).__name__}")
     return ([(to_ps(p.seconds), tuple((r, to_units(u)) for r, u in p.use), p.early)
              for p in d.phases], int(math.ceil(d.hold_bytes)))
 

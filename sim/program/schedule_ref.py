@@ -20,7 +20,7 @@ The rule (docs/program.md, "Scheduler"), in words:
 
 from __future__ import annotations
 
-from .graph import Program
+from ...workloads.program import Program
 from .schedule import UNITS, compile_demand
 
 

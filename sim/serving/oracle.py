@@ -5,8 +5,8 @@ The event loop asks ``oracle.cost(step)`` for the time and energy (per chip) of 
 implementations:
 
 * :class:`DirectOracle` lowers every distinct step (:func:`~diptych.workloads.step.lower_step`)
-  and simulates it (:func:`~diptych.workloads.run.simulate_workload`, or
-  :func:`~diptych.workloads.execute.schedule_workload` for ``execution="schedule"``),
+  and simulates it (:func:`~diptych.sim.run.summed.simulate_workload`, or
+  :func:`~diptych.sim.run.scheduled.schedule_workload` for ``execution="schedule"``),
   memoised on the step. Exact, and slow for long runs (every new step shape is a
   simulation).
 * :class:`GridOracle` splits a step into its frame and its attention cores
@@ -25,13 +25,13 @@ implementations:
     move the step by ``refine_tol`` is simulated at the query itself.
 
   The pieces are recombined with the step's rule: the summed model's block rule
-  (:func:`~diptych.workloads.step.combine_parts`), or for ``execution="schedule"`` the frame's
+  (:func:`~diptych.sim.run.summed.combine_parts`), or for ``execution="schedule"`` the frame's
   scheduled nodes plus the cores' nodes (run + launch) less the schedule's overlap measured at
   the frame's vertices. So with every quantity linear between vertices the oracle equals
   direct simulation; docs/serving.md gives the measured error.
 
 Both oracles charge each GEMM's precision ops (block scales' stream, rescale, weight
-dequantisation: :func:`~diptych.workloads.quant.with_precision_ops`, as ``diptych run`` does):
+dequantisation: :func:`~diptych.sim.run.precision_ops.with_precision_ops`, as ``diptych run`` does):
 the frame's GEMMs' with the frame, the cores' (MLA's absorbed and expansion GEMMs, unfused
 attention's) with the cores; they launch nothing of their own.
 
@@ -50,10 +50,10 @@ from ...workloads import load_model
 from ...workloads.config import ModelConfig
 from ...workloads.graph import Workload
 from ...workloads.precision import Precision
-from ...workloads.quant import with_precision_ops
-from ...workloads.step import (CORE_OPS, Step, base_name, block_costs, combine_parts,
-                               core_op_names, core_workload, decode_cores, frame,
-                               launch_seconds, lower_step, prefill_cores, step_sync_seconds)
+from ..run.precision_ops import with_precision_ops
+from ...workloads.step import (CORE_OPS, Step, base_name, core_op_names, core_workload,
+                               decode_cores, frame, lower_step, prefill_cores)
+from ..run.summed import block_costs, combine_parts, launch_seconds, step_sync_seconds
 
 
 class StepCost(NamedTuple):
@@ -75,11 +75,11 @@ class Replica:
 
     ``execution``: "sum" (every op timed alone, the times added per block) or "schedule" (the
     step's program list-scheduled on the chip's resources with its fixed costs,
-    :func:`~diptych.workloads.execute.schedule_workload`; ``fusion`` as ``diptych run
+    :func:`~diptych.sim.run.scheduled.schedule_workload`; ``fusion`` as ``diptych run
     --no-fusion``); the default is ``diptych run``'s
-    (:func:`diptych.workloads.run.default_execution`).
+    (:func:`diptych.sim.run.node.default_execution`).
     ``fixed_costs`` (sum only): charge the chip's ``[overheads]`` as the stand-in of
-    :func:`~diptych.workloads.step.block_costs` (a launch per distinct op of each layer
+    :func:`~diptych.sim.run.summed.block_costs` (a launch per distinct op of each layer
     block, per collective, and a synchronisation per step); a schedule charges them itself."""
 
     chip: Chip
@@ -93,7 +93,7 @@ class Replica:
     fusion: bool = True
 
     def __post_init__(self):
-        from ...workloads.run import EXECUTIONS, default_execution
+        from ..run.node import EXECUTIONS, default_execution
         if self.execution is None:
             object.__setattr__(self, "execution", default_execution())
         if self.execution not in EXECUTIONS:
@@ -109,7 +109,7 @@ class Replica:
         return f"{self.model.name} on {self.chip.name} x{self.tp}"
 
     # the workloads the oracles and the profile export time: lowered for this replica, with
-    # the chip's precision ops beside their GEMMs (workloads/quant.py), as ``diptych run``
+    # the chip's precision ops beside their GEMMs (sim/run/precision_ops.py), as ``diptych run``
     def step_workload(self, step: Step) -> Workload:
         """``step`` lowered (:func:`~diptych.workloads.step.lower_step`)."""
         return with_precision_ops(lower_step(self.model, step, precision=self.precision,
@@ -140,10 +140,10 @@ def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
                  attention: str = "fused", fixed_costs: bool = True,
                  execution: str | None = None, fusion: bool = True) -> Replica:
     """A :class:`Replica` with the precision ``diptych run`` would use for inference;
-    ``execution`` None: :func:`diptych.workloads.run.default_execution`."""
+    ``execution`` None: :func:`diptych.sim.run.node.default_execution`."""
     from ...workloads.lower import check_attention, check_tp
-    from ...workloads.checks import check_supported
-    from ...workloads.run import default_precision
+    from ..support import check_supported
+    from ..run.node import default_precision
 
     chip = load_chip(chip)
     model = load_model(model)
@@ -170,8 +170,8 @@ class DirectOracle:
             r = self.replica
             w = r.step_workload(step)
             if r.execution == "schedule":
-                from ...workloads.execute import schedule_workload
-                from ...workloads.run import _default_simulate
+                from ..run.scheduled import schedule_workload
+                from ..run.node import _default_simulate
 
                 t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate(),
                                       fusion=r.fusion)
@@ -298,7 +298,7 @@ class _RefinedAxis(_Axis):
 
 def _of_core(name: str) -> bool:
     """Whether a schedule node belongs to the step's cores: a core, or a precision op of a
-    core GEMM (``<gemm>.scales``/``.rescale``/``.dequant``, workloads/quant.py)."""
+    core GEMM (``<gemm>.scales``/``.rescale``/``.dequant``, sim/run/precision_ops.py)."""
     return base_name(name) in CORE_OPS or base_name(name.rsplit(".", 1)[0]) in CORE_OPS
 
 
@@ -387,7 +387,7 @@ class GridOracle:
 
     def _head_has_precision_ops(self) -> bool:
         """Whether the chip runs precision ops beside the head (block scales, quantisation,
-        dequantisation: :func:`~diptych.workloads.quant.with_precision_ops`). In a schedule
+        dequantisation: :func:`~diptych.sim.run.precision_ops.with_precision_ops`). In a schedule
         they may overlap the layers' work by an amount that grows with the logits rows, so
         the schedule's overlap then depends on the rows and a token-axis vertex is the
         frame of ``n`` tokens and ``n`` rows (exact for decode-only steps, as before the
@@ -413,8 +413,8 @@ class GridOracle:
         left out; then the schedule's overlap ``H`` (the nodes' time less the makespan) of
         the step of ``n`` one-token decode sequences (``rows`` of them sampled), which the
         frame's vertices measure for every step."""
-        from ...workloads.execute import schedule_workload
-        from ...workloads.run import _default_simulate
+        from ..run.scheduled import schedule_workload
+        from ..run.node import _default_simulate
 
         r = self.replica
         w = r.step_workload(Step(n, n, logits_rows=rows))
@@ -463,7 +463,7 @@ class GridOracle:
         """Per layer kind: launch seconds of the cores of ``step``: one per distinct op, the
         sequence groups' records of an op being one varlen kernel (in a schedule their
         launch group, :func:`~diptych.workloads.step.lower_step`; in the summed model the
-        stand-in of :func:`~diptych.workloads.step.block_costs`)."""
+        stand-in of :func:`~diptych.sim.run.summed.block_costs`)."""
         r = self.replica
         if not r.fixed_costs:
             return [0.0] * len(self.kinds)

@@ -31,7 +31,7 @@ simulation is deterministic):
 * ``profile.json``: chip, model, tp, precision, units and the files' meaning.
 
 Every time includes the ops the chip runs beside a GEMM for its precision (block scales'
-stream, rescale, weight dequantisation: :func:`~diptych.workloads.quant.with_precision_ops`),
+stream, rescale, weight dequantisation: :func:`~diptych.sim.run.precision_ops.with_precision_ops`),
 as the step oracles charge them; in ``mlp.csv`` they count in their GEMM's column (one kernel,
 as a fused W4A16 kernel's measured time would).
 """
@@ -42,8 +42,9 @@ import csv
 import json
 from pathlib import Path
 
-from ...workloads.run import simulate_workload
-from ...workloads.step import Step, block_costs, decode_cores, frame, prefill_cores
+from ..run.summed import simulate_workload
+from ...workloads.step import Step, decode_cores, frame, prefill_cores
+from ..run.summed import block_costs
 from .oracle import Replica
 
 #: diptych op → Vidur's op name in mlp.csv
@@ -214,7 +215,7 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
     return files
 
 
-#: Name suffixes of a GEMM's precision ops (workloads/quant.py)
+#: Name suffixes of a GEMM's precision ops (sim/run/precision_ops.py)
 _PRECISION_SUFFIXES = (".scales", ".rescale", ".dequant")
 
 

@@ -12,7 +12,8 @@ from diptych.arch import ConfigError, chip_from_dict, load_chip, to_dict
 from diptych.arch.dtypes import (BLOCK_DTYPES, DTYPE_BYTES, DTYPES, scale_count,
                                  tensor_bytes)
 from diptych.sim import cache
-from diptych.sim.ops import Gemm
+from diptych.workloads.ops import Gemm
+from diptych.arch.area import die_area_mm2
 
 # (element bits, block, scale bits, per-tensor scale bytes): the specs' numbers, typed here
 SPEC = {"mxfp4": (4, 32, 8, 0), "nvfp4": (4, 16, 8, 4), "mxfp6": (6, 32, 8, 0),
@@ -103,7 +104,7 @@ def test_presets_supporting_block_formats():
         d["core"]["array"]["mixed_input"] = [p for p in d["core"]["array"]["mixed_input"]
                                              if not any(f in p for f in BLOCK_DTYPES)]
         without = chip_from_dict(d, source=name)
-        assert chip.die_area_mm2 == pytest.approx(without.die_area_mm2, rel=1e-12)
+        assert die_area_mm2(chip) == pytest.approx(die_area_mm2(without), rel=1e-12)
 
 
 def test_cache_key_sees_new_fields_and_dtypes():

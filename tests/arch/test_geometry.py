@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diptych.arch import ConfigError, chip_from_dict, load_chip, to_dict
-from diptych.arch.geometry import (DEFAULT_DIE, EDGES, DieSpec, assign_edges, check, dies,
-                                   geometry_columns, usable_lengths)
+from diptych.arch.area import die_area_mm2
+from diptych.arch.geometry import assign_edges, check, dies, geometry_columns, usable_lengths
+from diptych.arch.tables import DEFAULT_DIE, EDGES, DieSpec
 from diptych.tools.cli import main
 
 PHY = 16.2 / 10.0   # a DRAM PHY's depth: 16.2 mm² over 10 mm of edge
@@ -106,7 +107,7 @@ def test_presets_outlines_and_the_infeasible_one():
         assert g.width_mm >= g.height_mm
         assert g.width_mm <= 33 + 1e-9 and g.height_mm <= 26 + 1e-9
         assert g.width_mm / g.height_mm <= DEFAULT_DIE.max_aspect_ratio + 1e-9
-        assert g.width_mm * g.height_mm == pytest.approx(c.die_area_mm2 + g.whitespace_mm2)
+        assert g.width_mm * g.height_mm == pytest.approx(die_area_mm2(c) + g.whitespace_mm2)
     # H100: six HBM sites (five populated), three on each long edge
     (g,) = dies(load_chip("h100"))
     phys = [s for s in g.slots if s.kind == "dram_phy"]
@@ -122,7 +123,7 @@ def test_presets_outlines_and_the_infeasible_one():
     two = load_chip("infer-2026")
     assert check(two) == [] and geometry_columns(two)["feasible"] is True
     assert [g.stacks for g in dies(two)] == [4, 4]
-    assert two.die_area_mm2 <= two.area_budget_mm2 == 800.0
+    assert die_area_mm2(two) <= two.area_budget_mm2 == 800.0
 
 
 def test_reticle_violation_says_by_how_much():
@@ -140,9 +141,9 @@ def test_an_io_limited_die_grows_and_reports_whitespace():
     (g,) = dies(c)
     assert check(c) == []
     assert g.whitespace_mm2 > 1.0
-    assert g.width_mm * g.height_mm == pytest.approx(c.die_area_mm2 + g.whitespace_mm2)
+    assert g.width_mm * g.height_mm == pytest.approx(die_area_mm2(c) + g.whitespace_mm2)
     # the stated outline of the blocks' area cannot hold them
-    side = math.sqrt(c.die_area_mm2) * 1.0001
+    side = math.sqrt(die_area_mm2(c)) * 1.0001
     bad = chip("tpu-v5e", dram__stacks=4, dram__capacity_gib=32.0, interconnect__links=24,
                die__width_mm=side, die__height_mm=side)
     assert any(v.kind in ("hbm_edge", "link_edge", "layout") for v in check(bad))

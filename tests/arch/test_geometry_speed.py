@@ -8,7 +8,8 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diptych.arch.geometry import DEFAULT_DIE, EDGES, assign_edges, edge_shortfall
+from diptych.arch.geometry import assign_edges, edge_shortfall
+from diptych.arch.tables import DEFAULT_DIE, EDGES
 
 lengths = st.floats(min_value=0.5, max_value=40.0, allow_nan=False)
 d2d_edges = st.dictionaries(st.sampled_from(EDGES), st.floats(min_value=0.0, max_value=40.0),

@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diptych.arch import chip_from_dict, load_chip, to_dict
-from diptych.arch.power import PowerSplit, PowerTable, power_at, sustained_clock
-from diptych.workloads import run_workload
+from diptych.arch.area import area_breakdown_mm2, die_area_mm2
+from diptych.arch.power import PowerSplit, power_at, sustained_clock
+from diptych.arch.tables import PowerTable
+from diptych.sim.run import run_workload
 
 from roofline_double import roofline
 
@@ -91,7 +93,7 @@ def test_power_gating_saves_static_energy_of_idle_arrays():
     c = chip(tdp=5000.0, gated_leakage_fraction=0.1)
     plain = _run(c, phase="decode", batch=8, prompt=2048, power_limit=False)
     gated = _run(c, phase="decode", batch=8, prompt=2048)
-    share = c.area_breakdown_mm2["arrays"] / c.die_area_mm2
+    share = area_breakdown_mm2(c)["arrays"] / die_area_mm2(c)
     saved = 0.0
     for r in plain.layers:
         if r["bound"] == "communication":

@@ -18,8 +18,9 @@ from diptych.arch.cluster import load_cluster
 from diptych.sim.cluster import Plan, bind
 from diptych.sim.cluster.layers import layer_ops
 from diptych.sim.cluster.timing import resident
-from diptych.workloads import load_model, run_workload
-from diptych.workloads.run import _default_simulate, default_precision
+from diptych.workloads import load_model
+from diptych.sim.run import run_workload
+from diptych.sim.run.node import _default_simulate, default_precision
 
 GROQ = "groq-lpu"
 

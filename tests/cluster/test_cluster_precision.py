@@ -1,5 +1,5 @@
 """The cluster step charges the ops a chip runs beside each GEMM for its precision (block
-scales' stream, vector rescale, weight dequantisation; workloads/quant.py), as ``diptych run``
+scales' stream, vector rescale, weight dequantisation; sim/run/precision_ops.py), as ``diptych run``
 does: against ``run_workload`` inside one node, against the ops-free timing where a precision
 needs none (bit for bit), and against the closed form of the added work (roofline double)."""
 
@@ -15,9 +15,10 @@ from diptych.sim.cluster import Plan, simulate_cluster_step
 from diptych.sim.cluster import timing
 from diptych.sim.cluster.timing import TpLinks, layer_times
 from diptych.sim.cluster.topology import GroupShape
-from diptych.sim.ops import Gemm, VectorOp
-from diptych.workloads import load_model, run_workload
-from diptych.workloads.run import default_precision
+from diptych.workloads.ops import Gemm, VectorOp
+from diptych.workloads import load_model
+from diptych.sim.run import run_workload
+from diptych.sim.run.node import default_precision
 
 TRAIN = dict(phase="train", batch=8, seq=2048, micro_batch=2)
 PREFILL = dict(phase="prefill", batch=4, prompt=2048, micro_batch=4)
@@ -165,7 +166,7 @@ def test_scheduled_layers_charge_precision_ops_too(monkeypatch, chip, kw, dtypes
     # makes as one more read of it, e.g. the head's backward on train-2026 gains 16.1 us for
     # 13.6 us of scale ops.) MXFP8 training schedules at all: a weight GEMM whose
     # activations stay on chip streams only its weights' element bytes, the prefetchable
-    # part (workloads/execute.py)
+    # part (sim/run/scheduled.py)
     got = _times(monkeypatch, chip, dtypes, kw, "schedule")
     base = _times(monkeypatch, chip, dtypes, kw, "schedule", charged=False)
     for kind, t in got.items():

@@ -11,9 +11,10 @@ from diptych.arch import load_chip
 from diptych.arch.cost import cost_metrics
 from diptych.sim.cluster import Plan
 from diptych.sim.cluster.energy import PARTS, sent_bytes
-from diptych.workloads import load_model, run_workload
+from diptych.workloads import load_model
+from diptych.sim.run import run_workload
 from diptych.workloads.params import params_per_chip
-from diptych.workloads.run import default_precision
+from diptych.sim.run.node import default_precision
 
 
 

@@ -9,7 +9,7 @@ from roofline_double import roofline
 
 from diptych.arch import load_chip
 from diptych.sim.cluster import Plan, simulate_cluster_step
-from diptych.workloads import run_workload
+from diptych.sim.run import run_workload
 
 PREFILL = dict(phase="prefill", batch=4, prompt=2048, simulate=roofline)
 

@@ -12,7 +12,8 @@ from roofline_double import roofline
 from diptych.arch import load_chip
 from diptych.arch.cluster import load_cluster
 from diptych.sim.cluster import Plan, simulate_cluster_step
-from diptych.workloads import load_model, run_workload
+from diptych.workloads import load_model
+from diptych.sim.run import run_workload
 
 
 def step(model, plan, **kw):
@@ -206,7 +207,7 @@ def test_decode_attends_each_layer_kinds_mean_keys_over_the_steps():
     # 4096 + i + 1, whose chunk holds ((p - 1) mod 8192) + 1 keys (4096.5 on average; the
     # mean context 8193 would give 1 key), a global layer p keys.
     from diptych.sim.cluster.layers import layer_ops
-    from diptych.workloads.run import default_precision
+    from diptych.sim.run.node import default_precision
     m = load_model("llama-4-scout")
     prompt, gen, chunk = 4096, 8192, 8192
     positions = range(prompt + 1, prompt + gen + 1)

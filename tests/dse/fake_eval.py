@@ -43,7 +43,7 @@ def roofline_eval(chip, workload):
 
 def roofline_run(chip, model, **kw):
     """``run_workload`` with the engine replaced by :func:`roofline` (for compare tests)."""
-    from diptych.workloads import run_workload
+    from diptych.sim.run import run_workload
     from roofline_double import roofline
 
     return run_workload(chip, model, simulate=roofline, **kw)

@@ -24,6 +24,7 @@ import fake_eval  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tiny_models import TINY, write_config  # noqa: E402
+from diptych.arch.area import die_area_mm2
 
 SMALL = CompareSettings(prompts=(512, 2048), batches=(1, 8), contexts=(1024, 4096),
                         ref_batch=8, train_seq=1024)
@@ -75,7 +76,7 @@ def test_values_equal_direct_runs(cmp):
         assert s["decode"][1]["tokens_per_s"] == pytest.approx(dc["tokens_per_s"])
         assert s["tokens_per_j"] == pytest.approx(1 / dc["energy_j_per_token"])
         assert s["bottleneck"]["decode"] == dc["bound"]
-        assert s["area_mm2"] == pytest.approx(load_chip(name).die_area_mm2)
+        assert s["area_mm2"] == pytest.approx(die_area_mm2(load_chip(name)))
 
 
 def test_power_above_tdp_is_flagged():

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from matplotlib.patches import Rectangle
 
 from diptych.arch import chip_from_dict, load_chip, preset_names, to_dict
-from diptych.arch.package import core_area_mm2
+from diptych.arch.area import area_breakdown_mm2, core_area_mm2, die_area_mm2
 from diptych.tools.cli import main
 from diptych.tools.dse.floorplan import draw_floorplans, floorplan
 
@@ -29,7 +29,7 @@ def assert_sound(chip):
     plan = floorplan(chip)
     # blocks add up to the area model; whitespace is the outline beyond the blocks
     areas = plan.block_areas()
-    for block, mm2 in chip.area_breakdown_mm2.items():
+    for block, mm2 in area_breakdown_mm2(chip).items():
         assert areas.get(block, 0.0) == pytest.approx(mm2, rel=1e-9, abs=1e-9), block
     ws = sum(d.geometry.whitespace_mm2 for d in plan.dies)
     assert areas.get("whitespace", 0.0) == pytest.approx(ws, rel=1e-6, abs=1e-6)
@@ -138,10 +138,10 @@ def test_figure_side_by_side_same_scale():
     assert len(axes) == 3
     assert len({ax.get_xlim() for ax in axes}) == 1  # one scale for all
     for ax, chip in zip(axes, chips):
-        assert ax.get_title().startswith(f"{chip.name}: {chip.die_area_mm2:.0f} mm²")
+        assert ax.get_title().startswith(f"{chip.name}: {die_area_mm2(chip):.0f} mm²")
         assert ax.get_xlabel() == "mm"
         rects = [p for p in ax.patches if isinstance(p, Rectangle)]
-        for block, mm2 in chip.area_breakdown_mm2.items():
+        for block, mm2 in area_breakdown_mm2(chip).items():
             got = sum(p.get_width() * p.get_height() for p in rects
                       if p.get_label() == block
                       or (block == "sram" and p.get_label() == "shared_buffer"))
@@ -153,7 +153,7 @@ def test_figure_side_by_side_same_scale():
              for ax in fig.axes}
     notes = [ax for ax in fig.axes if not ax.patches]
     for ax, chip in zip(notes, chips):
-        parts = chip.area_breakdown_mm2
+        parts = area_breakdown_mm2(chip)
         total = sum(parts.values())
         assert f"MAC arrays {parts['arrays']:.0f} mm² ({parts['arrays'] / total:.0%})" \
             in texts[ax]
@@ -169,7 +169,7 @@ def test_cli_writes_svg(tmp_path):
     assert r.exit_code == 0, r.output
     assert out.read_text().lstrip().startswith("<?xml")
     for name in ("train-2026", "infer-2026"):
-        assert f"{name}: {load_chip(name).die_area_mm2:.0f} mm²" in r.output
+        assert f"{name}: {die_area_mm2(load_chip(name)):.0f} mm²" in r.output
     assert "cannot be built as described: the die: 8 DRAM PHYs" in r.output
     assert "cost: $" in r.output and "compute1 21.0 × 16.8 mm" in r.output
 

@@ -63,7 +63,7 @@ def test_cost_is_a_pareto_axis_and_feasibility_a_filter(rows):
 
 
 def test_run_json_carries_cost(monkeypatch):
-    import diptych.workloads.run as run_mod
+    import diptych.sim.run.node as run_mod
     from roofline_double import roofline
 
     monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)

@@ -21,6 +21,7 @@ from diptych.tools.dse.sweep import part_files, read_results, run_sweep
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 import fake_eval  # noqa: E402
+from diptych.arch.area import die_area_mm2
 
 SPEC = """
 base = "infer-2026"
@@ -68,7 +69,7 @@ def test_rows_have_every_parameter_and_metric_and_failures_are_recorded(tmp_path
             assert r["error"] is None
             assert r["tokens_per_s"] == pytest.approx(
                 fake_eval.toy_eval(s.build_chip(p.chip), p.workload)["tokens_per_s"])
-            assert r["area_mm2"] == pytest.approx(s.build_chip(p.chip).die_area_mm2)
+            assert r["area_mm2"] == pytest.approx(die_area_mm2(s.build_chip(p.chip)))
     assert summary.failed == sum(1 for p in pts if p.workload["batch"] == 13)
     # a second run finds everything done
     with cf.ThreadPoolExecutor(2) as ex:
@@ -82,7 +83,7 @@ def test_area_budget_filters_and_an_impossible_budget_is_an_error(tmp_path):
             "workload": {"model": "llama-3-8b", "phase": "decode"}}
     dims = {}
     for d in (64, 256):
-        dims[d] = parse_spec(base).build_chip({"array_dim": d}).die_area_mm2
+        dims[d] = die_area_mm2(parse_spec(base).build_chip({"array_dim": d}))
     budget = (dims[64] + dims[256]) / 2
     s = parse_spec({**base, "area_budget_mm2": budget})
     summary = run_sweep(s, tmp_path / "o1", evaluate=fake_eval.toy_eval,
@@ -228,7 +229,7 @@ def test_default_evaluator_is_run_workload(tmp_path):
     """Two decode points through the real engine: rows equal direct run_workload results."""
     import warnings
 
-    from diptych.workloads import run_workload
+    from diptych.sim.run import run_workload
 
     s = parse_spec({"base": "infer-2026", "chip": {"array_dim": [64, 128]},
                     "workload": {"model": "llama-3-8b", "phase": "decode", "batch": 1,

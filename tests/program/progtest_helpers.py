@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from diptych.sim.program import (Block, Carry, Demand, Import, Node, Phase, Program, Tensor,
-                                 op_demand)
+from diptych.sim.program import Demand, Phase, op_demand
+from diptych.workloads.program import Block, Carry, Import, Node, Program, Tensor
 
 RES = ("array", "vector", "dram", "link")
 

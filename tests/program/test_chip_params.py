@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from diptych.arch import ConfigError, Overheads, ResidencyPolicy, chip_from_dict, load_chip
 from diptych.arch import preset_names, to_dict
+from diptych.arch.area import area_breakdown_mm2, die_area_mm2
 from diptych.tools.cli import main
 
 
@@ -73,8 +74,8 @@ def test_groq_preset_has_no_dram():
     c = load_chip("groq-lpu")
     assert c.dram is None and not c.has_dram and c.dram_bytes_per_s == 0.0
     assert c.memory_bytes == c.sram_bytes == 220 * 2**20
-    assert c.area_breakdown_mm2["dram_phy"] == 0.0
-    assert c.die_area_mm2 == pytest.approx(725.0, abs=0.5)     # ISCA'20: 25 x 29 mm
+    assert area_breakdown_mm2(c)["dram_phy"] == 0.0
+    assert die_area_mm2(c) == pytest.approx(725.0, abs=0.5)     # ISCA'20: 25 x 29 mm
     # 4 x 320 x 320 MACs at 900 MHz: 737 TOPS int8 against the 750 quoted
     assert c.peak_ops_per_s["int8"] == pytest.approx(750e12, rel=0.02)
     assert c.peak_ops_per_s["fp16"] == pytest.approx(188e12, rel=0.02)
@@ -116,7 +117,7 @@ def test_an_all_sram_chip_runs_when_everything_fits():
     """groq-lpu (no DRAM): `run` (schedule, the default there), `gemm` and the library run
     with every tensor on chip and no DRAM byte; what does not fit is refused with advice."""
     from diptych.sim import simulate_gemm
-    from diptych.workloads import run_workload
+    from diptych.sim.run import run_workload
     r = run_workload("groq-lpu", "phi-3-mini-4k", phase="decode", batch=1, prompt=256,
                      tp=32, chips=32)
     assert r.execution == "schedule" and r.dram_bytes == 0 and r.seconds > 0

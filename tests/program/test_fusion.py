@@ -9,10 +9,12 @@ import random
 from collections import Counter
 from dataclasses import replace
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from diptych.sim.ops import VECTOR_KINDS, Collective, Gemm, VectorOp
-from diptych.sim.program import FusedOps, Program, fuse_program
+from diptych.workloads.ops import VECTOR_KINDS, Collective, Gemm, VectorOp
+from diptych.sim.program import FusedOps, fuse_program
+from diptych.workloads.program import Program
 from diptych.sim.program.fusion import EPILOGUE_KINDS, PROLOGUE_KINDS
 from progtest_helpers import random_program, random_program_with_imports
 

@@ -4,7 +4,7 @@ materialisation of repeats and its dependencies."""
 import pytest
 
 from diptych.arch import load_chip
-from diptych.sim.program import Block, Carry, Node, Program, Tensor
+from diptych.workloads.program import Block, Carry, Node, Program, Tensor
 
 
 def act(name, n=100, **kw):
@@ -191,7 +191,7 @@ def test_with_demands_and_listed_order():
 
 
 def test_import_checks():
-    from diptych.sim.program import Import
+    from diptych.workloads.program import Import
     f = Block("f", (act("x"), act("h"), act("y"), Tensor("w", 5, "weight")),
               (Node("a", reads=("x", "w"), writes=("h",)), Node("b", reads=("h",), writes=("y",))),
               repeat=3, carry=(Carry("x", "y", "in", "out"),))

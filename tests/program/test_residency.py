@@ -5,10 +5,12 @@ and the chip-derived capacities. (Against the exhaustive optimum: test_residency
 import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diptych.arch import TENSOR_KINDS, load_chip
-from diptych.sim.program import Block, Capacities, Carry, Node, Program, Tensor, capacities
+from diptych.sim.program import Capacities, capacities
+from diptych.workloads.program import Block, Carry, Node, Program, Tensor
 from diptych.sim.program import plan_residency
 from diptych.sim.program.residency_ref import plan_residency_ref
 from progtest_helpers import random_program, random_program_with_imports

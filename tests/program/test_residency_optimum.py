@@ -6,10 +6,12 @@ whole program, and the reviewer's two-memory case."""
 import random
 from fractions import Fraction
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from diptych.arch import TENSOR_KINDS
-from diptych.sim.program import Block, Capacities, Carry, Node, Program, Tensor, plan_residency
+from diptych.sim.program import Capacities, plan_residency
+from diptych.workloads.program import Block, Carry, Node, Program, Tensor
 from progtest_helpers import random_program
 from residency_oracle import dram_traffic, held, instances, live_bytes, locations, optimum
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from roofline_double import roofline
 from test_serving_engine import _golden_of
 
-import diptych.workloads.run as run_mod
+import diptych.sim.run.node as run_mod
 from diptych.arch.schema import ConfigError
 from diptych.sim.serving.config import ServeConfig
 from diptych.sim.serving.oracle import DirectOracle

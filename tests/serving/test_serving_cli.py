@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from roofline_double import roofline
 
-import diptych.workloads.run as run_mod
+import diptych.sim.run.node as run_mod
 from diptych.tools.cli import main
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "trace-small.csv")

@@ -20,7 +20,8 @@ from diptych.sim.serving.oracle import DirectOracle, make_replica
 from diptych.sim.serving.requests import parse_length as P
 from diptych.sim.serving.serve import Deployment, Load, OracleCache, Pool, colocated, serve
 from diptych.workloads import decode as decode_workload
-from diptych.workloads import load_model, run_workload
+from diptych.workloads import load_model
+from diptych.sim.run import run_workload
 from diptych.workloads import prefill as prefill_workload
 from diptych.workloads.params import kv_bytes_per_token
 from diptych.workloads.step import Step

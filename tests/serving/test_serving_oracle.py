@@ -143,7 +143,7 @@ def test_scheduled_grid_charges_the_schedules_costs_not_the_stand_in():
     from dataclasses import replace
 
     from diptych.arch import Overheads
-    from diptych.workloads.execute import schedule_workload
+    from diptych.sim.run.scheduled import schedule_workload
 
     r = make_replica("h100", "llama-3-8b", execution="schedule")
     free = replace(r, chip=replace(r.chip, overheads=Overheads()))
@@ -169,7 +169,7 @@ def _staircase(op, chip):
     than 640 rows (five 128-row tiles) 15 % slower."""
     from dataclasses import replace
 
-    from diptych.sim.ops import Gemm
+    from diptych.workloads.ops import Gemm
 
     st = roofline(op, chip)
     if isinstance(op, Gemm) and "weight" in op.tags and op.m > 640:
@@ -200,7 +200,7 @@ def _noisy_attention(op, chip):
     GEMMs of every other shape 80 % slower (no pattern an interpolant could follow)."""
     from dataclasses import replace
 
-    from diptych.sim.ops import Gemm
+    from diptych.workloads.ops import Gemm
 
     st = roofline(op, chip)
     if isinstance(op, Gemm) and "weight" not in op.tags and (op.m * 7 + op.n * 13) % 2 == 0:

@@ -1,4 +1,4 @@
-"""Serving steps charge each GEMM's precision ops (workloads/quant.py: block scales' stream,
+"""Serving steps charge each GEMM's precision ops (sim/run/precision_ops.py: block scales' stream,
 vector rescale, weight dequantisation) as ``diptych run`` does: a decode-only step equals
 ``run --phase decode`` in the same precision, the pieces and the grid still recombine to the
 direct simulation, and the ops add what their closed form says (roofline double)."""
@@ -9,11 +9,11 @@ import pytest
 from roofline_double import roofline
 
 from diptych.arch import load_chip
-from diptych.sim.ops import Gemm
+from diptych.workloads.ops import Gemm
 from diptych.sim.serving.oracle import (DirectOracle, GridOracle, exact_parts_cost,
                                         make_replica)
-from diptych.workloads import quant
-from diptych.workloads.run import run_workload
+from diptych.sim.support import dequant_place
+from diptych.sim.run.node import run_workload
 from diptych.workloads.step import Step, lower_step
 
 #: (chip, dtypes): int4 weights expanded on h100's CUDA cores (W4A16); MXFP4 weights with
@@ -90,7 +90,7 @@ def test_mla_cores_charge_their_gemms_precision_ops(execution):
                                     precision=r.precision, tp=8).blocks for op in b.ops
              if isinstance(op, Gemm) and op.name.split("@")[0] in ("q_absorb", "v_absorb",
                                                                      "kv_b_proj")]
-    assert cores and all(quant.dequant_place(r.chip, g) == "vector" for g in cores)
+    assert cores and all(dequant_place(r.chip, g) == "vector" for g in cores)
     d = DirectOracle(r, roofline)
     if execution == "sum":
         for st in (Step(4, 4 * 300, ((64, 128),)), Step(prefill=((256, 512),))):

@@ -11,9 +11,10 @@ from diptych.sim.serving.oracle import DirectOracle, exact_parts_cost, make_repl
 from diptych.workloads import decode, load_model, prefill
 from diptych.workloads.fused import FusedAttention
 from diptych.workloads.params import kv_bytes_per_token_per_chip
-from diptych.workloads.run import default_precision, simulate_workload
-from diptych.workloads.execute import schedule_workload
-from diptych.workloads.run import run_workload
+from diptych.sim.run.node import default_precision
+from diptych.sim.run.summed import simulate_workload
+from diptych.sim.run.scheduled import schedule_workload
+from diptych.sim.run.node import run_workload
 from diptych.workloads.step import CORE_OPS, Step, base_name, lower_step, prefill_cores
 
 #: uniform, MoE, MLA + MoE, and models whose layers differ (sliding/global windows, attention

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from roofline_double import roofline
 
 import diptych.tools.dse.compare as compare_mod
-import diptych.workloads.run as run_mod
+import diptych.sim.run.node as run_mod
 from diptych.sim.serving.serve import OracleCache, serve
 from diptych.sim.serving.study import ServingSettings, max_qps, serving_study
 from diptych.tools.cli import main

@@ -1,6 +1,6 @@
 """One attention launch per layer in scheduled mixed steps: the sequence groups' cores of a
 layer are one launch group (workloads/step.py), which the program scheduler charges once per
-layer (workloads/execute.py), and the grid oracle charges the same."""
+layer (sim/run/scheduled.py), and the grid oracle charges the same."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 from roofline_double import roofline
 
 from diptych.arch import Overheads
-from diptych.sim.ops import Collective, VectorOp
+from diptych.workloads.ops import Collective, VectorOp
 from diptych.sim.serving.oracle import GridOracle, make_replica
-from diptych.workloads.execute import LAUNCH_TAG, launch_group, schedule_workload
+from diptych.sim.run.scheduled import schedule_workload
+from diptych.workloads.ops import LAUNCH_TAG, launch_group
 from diptych.workloads.graph import Block, Workload
 from diptych.workloads.step import CORE_OPS, Step, base_name, lower_step
 
@@ -34,7 +35,7 @@ def _strip(w: Workload) -> Workload:
 def _launches_counted(w: Workload, op_s: float, coll_s: float) -> float:
     """Closed form of an unfused schedule's launches: every op of every layer one
     ``op_launch_us`` (a collective one ``collective_launch_us``; the precision ops of
-    workloads/quant.py none), except one per launch group per layer."""
+    sim/run/precision_ops.py none), except one per launch group per layer."""
     total = 0.0
     for b in w.blocks:
         groups = {launch_group(op) for op in b.ops} - {None}

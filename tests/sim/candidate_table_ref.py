@@ -7,6 +7,7 @@ compiled one (:mod:`diptych.sim.mapper_kernels`): same candidates, same order, s
 import numpy as np
 
 from diptych.sim import mapper as MP
+from diptych.sim.dram import dram_timing, refresh_lower_bound_ns
 
 
 def candidate_arrays(chip, pb, rates, split):
@@ -155,13 +156,13 @@ def candidate_table(chip, pb, rates, split, peak_bpc: float):
                       + np.where(wsb == 2, (wt - w) / pb.w_cdup, 0.0))
     e_in = (m0 * k0 * pb.x_bits / xdiv + k0 * n0 * pb.w_bits / wdiv) / 8
     e_out = ml * nl * pb.o_bits / 8
-    t = MP.dram_timing(chip)
+    t = dram_timing(chip)
     lat = (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz
     # the last write-back at the last wave's share; all bytes weighted by the waves' shares
     edge = (2 * chip.dma.setup_cycles + np.maximum(e_in / peak_bpc, lat)
             + np.maximum(e_out * split.tail_ratio() / peak_bpc, lat))
     dw = split.dram_weight()
-    mem_ns = MP.refresh_lower_bound_ns(traffic * dw / peak_bpc / chip.clock_ghz, t.t_refi_ns,
+    mem_ns = refresh_lower_bound_ns(traffic * dw / peak_bpc / chip.clock_ghz, t.t_refi_ns,
                                     t.t_rfc_ns + t.t_rcd_ns + t.t_cl_ns)
     lb = np.maximum(comp + edge, mem_ns * chip.clock_ghz)
     est = np.maximum(comp, traffic * dw / (0.9 * peak_bpc))

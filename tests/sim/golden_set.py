@@ -135,7 +135,7 @@ def _model(name):
 
 def gemm_op(case):
     from diptych.arch import load_chip
-    from diptych.sim.ops import Gemm
+    from diptych.workloads.ops import Gemm
     chip, m, k, n, batch, shared, dts, df = case
     c = load_chip(chip)
     a, b, o = dts or (c.default_dtype,) * 3
@@ -183,7 +183,7 @@ def _compute(parts) -> dict:
         out["vectors"] = [_plain(simulate(op, chip).to_dict())
                           for chip, op in map(vector_op, VECTORS)]
     if "workloads" in parts:
-        from diptych.workloads import run_workload
+        from diptych.sim.run import run_workload
         out["workloads"] = []
         for chip, model, kw in WORKLOADS:
             with warnings.catch_warnings():

@@ -8,7 +8,7 @@ from diptych.arch import load_chip
 from diptych.sim import mapper as MP
 from diptych.sim.array import array_rates
 from diptych.sim.gemm import run_engine
-from diptych.sim.ops import Gemm
+from diptych.workloads.ops import Gemm
 
 
 def small_chip(rows=8, cols=8, cores=1, arrays=1, spad_mib=1.0, gbps=None, dataflows=("os", "ws", "is"),

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from diptych.arch import load_chip
 from diptych.sim import OpStats, simulate, simulate_gemm
-from diptych.sim.ops import Gemm
+from diptych.workloads.ops import Gemm
 from diptych.sim.vector import elementwise_op, norm_op, softmax_op
 from diptych.tools.cli import main
 

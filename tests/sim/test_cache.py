@@ -13,7 +13,7 @@ from click.testing import CliRunner
 import golden_set as G
 from diptych.arch import load_chip
 from diptych.sim import api, cache
-from diptych.sim.ops import Gemm
+from diptych.workloads.ops import Gemm
 from diptych.tools.cli import main
 
 

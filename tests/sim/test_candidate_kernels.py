@@ -9,7 +9,7 @@ import candidate_table_ref as REF
 from diptych.arch import load_chip
 from diptych.sim import mapper as MP
 from diptych.sim.array import array_rates
-from diptych.sim.ops import Gemm
+from diptych.workloads.ops import Gemm
 
 from simtest_helpers import small_chip
 

@@ -36,7 +36,7 @@ def test_engine_equals_golden(R, C, m, k, n, df, fm, fk, fn, order, memory, batc
                       sb_mib=1.0 if sb else None, sb_bpc=24.0, load_rows=install[0],
                       swap=install[1])
     if noc is not None:   # a NoC: a DRAM cap (below the pins for narrow links) and latency
-        from diptych.arch.noc import Noc
+        from diptych.arch.tables import Noc
         chip = dataclasses.replace(chip, noc=Noc(link_bytes_per_cycle=noc,
                                                  hop_latency_cycles=3.0))
     if dtype not in chip.dtypes:

@@ -10,12 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diptych.arch import load_chip
-from diptych.arch.noc import Noc, noc_report
-from diptych.arch.package import Package, d2d_report
+from diptych.arch.noc import noc_report
+from diptych.arch.package import d2d_report
+from diptych.arch.tables import Noc, Package
 from diptych.sim import cache, simulate
 from diptych.sim.dram import FastDram
 from diptych.sim.fabric import NONE, fabric
-from diptych.sim.ops import Gemm
+from diptych.workloads.ops import Gemm
 from diptych.sim.vector import elementwise_op
 
 

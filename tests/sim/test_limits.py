@@ -12,7 +12,7 @@ from diptych.arch import load_chip
 from diptych.sim import simulate
 from diptych.sim.limits import (MAX_BATCH, MAX_ENGINE_BLOCKS, MAX_VECTOR_CHUNKS, check_vector,
                                 min_blocks, vector_chunks)
-from diptych.sim.ops import Gemm, VectorOp
+from diptych.workloads.ops import Gemm, VectorOp
 from diptych.tools.cli import main
 
 

@@ -11,7 +11,7 @@ from diptych.arch import load_chip
 from diptych.sim import mapper as MP
 from diptych.sim import simulate
 from diptych.sim.gemm import gemm_stats
-from diptych.sim.ops import Gemm
+from diptych.workloads.ops import Gemm
 
 from simtest_helpers import small_chip
 

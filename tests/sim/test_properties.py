@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from diptych.sim import mapper as MP
 from diptych.sim.gemm import gemm_stats
-from diptych.sim.ops import Gemm
+from diptych.workloads.ops import Gemm
 
 from simtest_helpers import check_more_bandwidth_or_scratchpad, small_chip
 

@@ -13,8 +13,9 @@ from diptych.arch import load_chip
 from diptych.sim import cache, simulate
 from diptych.sim import engine as E
 from diptych.sim import mapper as MP
+from diptych.sim.dram import pin_bytes_per_s
 from diptych.sim.gemm import run_engine
-from diptych.sim.ops import Gemm, VectorOp
+from diptych.workloads.ops import Gemm, VectorOp
 
 from simtest_helpers import one_array_run, small_chip
 
@@ -126,7 +127,7 @@ def test_table_bounds_hold_with_resident_operands(m, k, n, df, src, shared, gbps
     chip = small_chip(4, 4, spad_mib=0.0625, gbps=gbps, sb_mib=0.25, sb_bpc=16.0)
     _, pb, rates, split = one_array_run(chip, m, k, n, df, 1, 1, 1, b_is_weight=shared)
     pb = dataclasses.replace(pb, x_src=src[0], w_src=src[1], o_dst=src[2])
-    peak = MP.pin_bytes_per_s(chip) / chip.clock_hz / split.active
+    peak = pin_bytes_per_s(chip) / chip.clock_hz / split.active
     cs, est, lb = MP.candidate_table(chip, pb, rates, split, peak)
     for i, blk in enumerate(cs):
         assert not (src[0] and blk.x_sb) and not (src[1] and blk.w_sb)

@@ -77,8 +77,8 @@ def test_written_file_creates_its_folder(tmp_path):
 def test_run_trace_spans_carry_the_op_records():
     from roofline_double import roofline
 
-    from diptych.workloads import run_workload
-    from diptych.workloads.trace import chrome_trace
+    from diptych.sim.run import run_workload
+    from diptych.sim.run.trace import chrome_trace
 
     # chrome_trace draws a summed run (execution="sum"; a schedule has schedule_trace)
     res = run_workload("infer-2026", "llama-3-8b", phase="decode", batch=4, prompt=256,

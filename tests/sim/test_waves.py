@@ -13,9 +13,10 @@ from diptych.arch import load_chip
 from diptych.sim import engine as E
 from diptych.sim import golden as G
 from diptych.sim import mapper as MP
+from diptych.sim.dram import dram_timing
 from diptych.sim.array import array_rates
 from diptych.sim.gemm import gemm_stats, run_engine
-from diptych.sim.ops import Gemm
+from diptych.workloads.ops import Gemm
 
 from simtest_helpers import check_more_bandwidth_or_scratchpad, golden_problem, small_chip
 
@@ -196,7 +197,7 @@ CORE_SLACK = 1.03
 
 def first_fetch_cycles(chip) -> float:
     """DMA setup plus the DRAM's first-access latency, in cycles."""
-    t = MP.dram_timing(chip)
+    t = dram_timing(chip)
     return chip.dma.setup_cycles + (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz
 
 

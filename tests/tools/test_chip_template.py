@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from diptych.arch import load_chip, load_chip_file, preset_names
 from diptych.tools.cli import main
+from diptych.arch.area import die_area_mm2
 
 
 def cli(*args):
@@ -35,7 +36,7 @@ def test_show_json_loads_back(name, tmp_path):
     assert cli("chips", "validate", str(p)).exit_code == 0
     assert load_chip(str(p)) == load_chip(name)
     assert json.loads(r.stdout)["derived"]["die_area_mm2"] == pytest.approx(
-        load_chip(name).die_area_mm2)
+        die_area_mm2(load_chip(name)))
 
 
 def test_template_header_fields_and_name(tmp_path):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from roofline_double import roofline
 
 import diptych
-import diptych.workloads.run as run_mod
+import diptych.sim.run.node as run_mod
 from diptych.arch import load_chip
 from diptych.tools.cli import main
 from diptych.tools.dse import compare as compare_mod
@@ -75,7 +75,7 @@ def test_run_is_run_json(no_engine):
 
 
 def test_compare_is_compare_json(monkeypatch):
-    from diptych.workloads import run_workload
+    from diptych.sim.run import run_workload
 
     monkeypatch.setattr(compare_mod, "_default_run",
                         lambda chip, model, **kw: run_workload(chip, model, simulate=roofline,

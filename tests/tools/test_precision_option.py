@@ -4,7 +4,7 @@ import pytest
 
 from diptych.arch import load_chip
 from diptych.tools.precision import PHASES, PrecisionChoice, parse_precision, resolve
-from diptych.workloads.run import default_precision
+from diptych.sim.run.node import default_precision
 
 ALL = PrecisionChoice("bf16", "bf16", "bf16")
 

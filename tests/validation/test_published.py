@@ -19,8 +19,8 @@ import pytest
 
 from diptych.arch import load_chip
 from diptych.sim import simulate, simulate_gemm
-from diptych.sim.ops import Gemm
-from diptych.workloads import run_workload
+from diptych.workloads.ops import Gemm
+from diptych.sim.run import run_workload
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
 import validate_published as vp  # noqa: E402

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from roofline_double import roofline
 
 from diptych.arch import load_chip
-from diptych.sim.ops import Gemm
-from diptych.workloads import (Precision, decode, load_model, prefill, run_workload,
-                               train_step)
+from diptych.workloads.ops import Gemm
+from diptych.workloads import Precision, decode, load_model, prefill, train_step
+from diptych.sim.run import run_workload
 from diptych.workloads.fused import FusedAttention
 from diptych.workloads.lower import chunked_mean_keys
 from diptych.workloads.memory import activation_bytes

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from diptych.sim.cluster import Plan, simulate_cluster_step
 from diptych.tools.cli import main
-from diptych.workloads import run_workload
+from diptych.sim.run import run_workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from roofline_double import roofline  # noqa: E402

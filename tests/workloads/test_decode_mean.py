@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from diptych.arch import load_chip
-from diptych.workloads import decode, decode_context, load_model, run_workload
+from diptych.workloads import decode, decode_context, load_model
+from diptych.sim.run import run_workload
 from diptych.workloads.lower import decode_mean
-from diptych.workloads.run import simulate_workload
+from diptych.sim.run.summed import simulate_workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from roofline_double import roofline  # noqa: E402

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from diptych.arch import load_chip
-from diptych.workloads import model_from_hf, run_workload
+from diptych.workloads import model_from_hf
+from diptych.sim.run import run_workload
 
 TINY = model_from_hf({"architectures": ["LlamaForCausalLM"], "hidden_size": 512,
                       "intermediate_size": 1536, "num_attention_heads": 8,

@@ -13,12 +13,12 @@ import pytest
 from click.testing import CliRunner
 from roofline_double import roofline
 
-import diptych.workloads.run as run_mod
+import diptych.sim.run.node as run_mod
 from diptych.arch import load_chip
-from diptych.sim.program import Block, Node, Program, Tensor
+from diptych.workloads.program import Block, Node, Program, Tensor
 from diptych.tools.cli import main
-from diptych.workloads import run_workload
-from diptych.workloads.trace import schedule_trace
+from diptych.sim.run import run_workload
+from diptych.sim.run.trace import schedule_trace
 
 #: the scheduler counts whole picoseconds, at least one per phase
 PS = 1e-12
@@ -176,7 +176,7 @@ def test_bad_input_is_a_clear_error(monkeypatch, tmp_path):
         Program("p", [Block("b", (Tensor("t1", 1), Tensor("t2", 1)),
                             (Node("a", reads=("t1",), writes=("t2",)),
                              Node("b", reads=("t2",), writes=("t1",))))])
-    monkeypatch.setattr("diptych.workloads.execute.program_pieces", cyclic)
+    monkeypatch.setattr("diptych.sim.run.scheduled.program_pieces", cyclic)
     for extra in ([], ["--execution", "schedule"]):
         r = cli.invoke(main, ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",
                               "decode", "--prompt", "16", *extra])
@@ -205,8 +205,8 @@ def test_blocks_without_names_run_as_a_chain():
     # a hand-made block (a topology's GEMM list, a block built without a flow): each op reads
     # its predecessor's output, repeats chain too; on a chip without fixed costs and prefetch
     # its schedule is its sum
-    from diptych.sim.ops import Gemm, VectorOp
-    from diptych.workloads.execute import schedule_workload
+    from diptych.workloads.ops import Gemm, VectorOp
+    from diptych.sim.run.scheduled import schedule_workload
     from diptych.workloads.graph import Block as WBlock, Workload
     ops = (Gemm(name="a", m=64, k=512, n=512), VectorOp(name="v", kind="add", elements=4096,
                                                          ops_per_element=1.0, read_bytes=8e3,

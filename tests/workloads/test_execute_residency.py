@@ -10,7 +10,7 @@ import dataclasses
 from roofline_double import roofline
 
 from diptych.arch import load_chip
-from diptych.workloads import run_workload
+from diptych.sim.run import run_workload
 
 
 def _chip(mib: float):

@@ -11,14 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from roofline_double import roofline
 
-import diptych.workloads.run as run_mod
+import diptych.sim.run.node as run_mod
 from diptych.arch import load_chip
-from diptych.sim.ops import Gemm
+from diptych.workloads.ops import Gemm
 from diptych.tools.cli import main
-from diptych.workloads import Precision, decode, load_model, prefill, run_workload, train_step
+from diptych.workloads import Precision, decode, load_model, prefill, train_step
+from diptych.sim.run import run_workload
 from diptych.workloads.fused import FusedAttention
 from diptych.workloads.params import kv_bytes_per_token
-from diptych.workloads.run import simulate_workload
+from diptych.sim.run.summed import simulate_workload
 
 MODELS = ["llama-3-8b", "mixtral-8x7b", "deepseek-v3", "gpt3-175b"]
 

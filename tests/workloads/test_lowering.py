@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diptych.sim.ops import Collective, Gemm, VectorOp
+from diptych.workloads.ops import Collective, Gemm, VectorOp
 from diptych.workloads import (Precision, causal_mean_keys, check_tp, decode, decode_context,
                                expected_experts_touched, expert_load, load_model, prefill,
                                train_step)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from diptych.sim.ops import Collective, Gemm
-from diptych.sim.program import Program
+from diptych.workloads.ops import Collective, Gemm
+from diptych.workloads.program import Program
 from diptych.workloads import Precision, load_model, prefill, train_step
 from diptych.workloads.graph import program_pieces
 from diptych.workloads.lower import decode_mean

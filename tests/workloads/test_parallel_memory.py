@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diptych.arch import load_chip
-from diptych.sim.ops import Collective
+from diptych.workloads.ops import Collective
 from diptych.workloads import Precision, load_model, train_step
 from diptych.workloads.memory import activation_bytes, saved_bytes
-from diptych.workloads.parallel import collective_seconds, ring_bytes_and_steps
+from diptych.sim.run.links import collective_seconds, ring_bytes_and_steps
 
 
 def ring_all_reduce_reference(n: int, nbytes: float) -> tuple[float, int]:

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 from roofline_double import roofline
 
-import diptych.workloads.run as run_mod
+import diptych.sim.run.node as run_mod
 from diptych.arch import load_chip, to_dict
 from diptych.tools.cli import main
 

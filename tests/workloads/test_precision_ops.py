@@ -1,4 +1,4 @@
-"""Where a chip pays for block scales and weight dequantisation (workloads/quant.py): the ops
+"""Where a chip pays for block scales and weight dequantisation (sim/run/precision_ops.py): the ops
 beside each GEMM against hand counts, and whole runs whose extra vector work and bytes equal
 the sum of those counts over the model's weight matrices."""
 
@@ -10,12 +10,13 @@ import pytest
 from roofline_double import roofline
 
 from diptych.arch import chip_from_dict, load_chip, to_dict
-from diptych.sim.ops import Gemm
-from diptych.workloads import load_model, run_workload
+from diptych.workloads.ops import Gemm
+from diptych.workloads import load_model
+from diptych.sim.run import run_workload
 from diptych.workloads.precision import Precision
-from diptych.workloads.quant import (DEQUANT_OPS_PER_ELEMENT, RESCALE_OPS_PER_ELEMENT,
-                                     precision_ops)
-from diptych.workloads.run import lower_workload
+from diptych.workloads.quant import DEQUANT_OPS_PER_ELEMENT, RESCALE_OPS_PER_ELEMENT
+from diptych.sim.run.precision_ops import precision_ops
+from diptych.sim.run.node import lower_workload
 
 
 def _chip(name, **array):

@@ -1,4 +1,4 @@
-"""The precision costs beside attention and on chip (workloads/quant.py): attention over a KV
+"""The precision costs beside attention and on chip (sim/run/precision_ops.py): attention over a KV
 cache narrower than the activations, block-scaled outputs, and the scratchpad traffic of the
 vector unit's expanded tiles and rescale partials, against closed forms from the model's
 configuration (not from the lowered ops)."""
@@ -12,16 +12,17 @@ from roofline_double import roofline
 
 from diptych.arch import chip_from_dict, load_chip, to_dict
 from diptych.sim import simulate
-from diptych.sim.ops import Gemm
-from diptych.workloads import load_model, run_workload
+from diptych.workloads.ops import Gemm
+from diptych.workloads import load_model
+from diptych.sim.run import run_workload
 from diptych.workloads.quant import (DEQUANT_OPS_PER_ELEMENT, QUANT_OPS_PER_BLOCK,
                                      QUANT_OPS_PER_ELEMENT, RESCALE_OPS_PER_ELEMENT,
-                                     columnwise_quant_op, precision_ops,
-                                     with_precision_ops)
+                                     columnwise_quant_op)
+from diptych.sim.run.precision_ops import precision_ops, with_precision_ops
 from diptych.workloads.params import params_per_chip
 from diptych.workloads.train import ADAMW_OPS_PER_PARAM, adamw_op
 from diptych.workloads.precision import Precision
-from diptych.workloads.run import lower_workload
+from diptych.sim.run.node import lower_workload
 
 PROMPT, GEN, BATCH = 256, 8, 2
 #: keys a decode step attends on average over the GEN steps (step i attends PROMPT + i + 1)
@@ -333,7 +334,7 @@ def test_expanded_b_block_takes_scratchpad_capacity(df):
 
 def test_expanded_b_block_in_the_mapping_and_only_for_vector_dequant():
     from diptych.sim import mapper as MP
-    from diptych.workloads.quant import dequant_place
+    from diptych.sim.support import dequant_place
     g = Gemm(name="w", m=64, k=4096, n=4096, a_dtype="bf16", b_dtype="int4",
              c_dtype="bf16", tags=("weight",))
     chip = _chip("infer-2026", mixed_input=[])
@@ -344,7 +345,7 @@ def test_expanded_b_block_in_the_mapping_and_only_for_vector_dequant():
     # blocks are whole bytes at 4 bits)
     assert m["scratchpad_bytes_used"] >= 2 * b_block // 2 + b_block * 2
     assert m["scratchpad_bytes_used"] <= m["scratchpad_bytes_per_array"]
-    # the mapper expands exactly where workloads/quant.py charges an expanded tile's
+    # the mapper expands exactly where sim/run/precision_ops.py charges an expanded tile's
     # scratchpad traffic (vector dequantisation on a chip without on_array_input_path)
     for name in ("infer-2026", "train-2026", "h100", "tpu-v4", "trainium2"):
         c = load_chip(name)

@@ -7,7 +7,8 @@ import pytest
 from roofline_double import roofline
 
 from diptych.arch import load_chip
-from diptych.workloads import load_topology, run_curve, run_topology, run_workload
+from diptych.workloads import load_topology
+from diptych.sim.run import run_curve, run_topology, run_workload
 
 KEYS = {"seconds", "flops", "dram_bytes", "mfu", "hfu", "ttft_s", "tpot_s", "tokens_per_s",
         "tokens_per_s_per_user", "energy_j", "energy_j_per_token", "fits", "memory_bytes",

@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from diptych.sim.ops import Gemm, VectorOp
-from diptych.sim.program import Program
+from diptych.workloads.ops import Gemm, VectorOp
+from diptych.workloads.program import Program
 from diptych.workloads import Precision, decode, load_model, prefill, train_step
 from diptych.workloads.dataflow import Flow
 from diptych.workloads.fused import FusedAttention

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from ...arch import load_chip
+from ...arch.area import die_area_mm2
 from ..precision import PHASES, PrecisionChoice, describe, resolve
 from .evaluate import power_metrics
 from ...arch.geometry import check
@@ -205,7 +206,7 @@ class ChipRuns:
 
 def power_limited_ghz(r: dict) -> float | None:
     """The clock a run was reported at because its TDP could not sustain the nominal one
-    (:mod:`diptych.workloads.power_limit`); None when it was not power-limited."""
+    (:mod:`diptych.sim.run.power_limit`); None when it was not power-limited."""
     pl = (r.get("info") or {}).get("power_limit") or {}
     clock, nominal = pl.get("clock_ghz"), pl.get("nominal_clock_ghz")
     return clock if clock is not None and nominal and clock < nominal else None
@@ -244,7 +245,7 @@ class Comparison:
         ref = cr.decode[(s.ref_batch, s.contexts[0])]
         ej = ref.get("energy_j_per_token")
         return {
-            "area_mm2": cr.chip.die_area_mm2,
+            "area_mm2": die_area_mm2(cr.chip),
             "tokens_per_j": (1.0 / ej) if ej else None,
             "train": {"tokens_per_s": _per_chip(cr.train),
                       "mfu": cr.train.get("mfu"), "step_s": cr.train.get("seconds"),
@@ -345,7 +346,7 @@ class Comparison:
                                  1 if phase == "prefill" else self.settings.global_batch),
                        "context": (pt[1] if phase == "decode" else
                                    pt if phase == "prefill" else self.settings.train_seq),
-                       "area_mm2": cr.chip.die_area_mm2,
+                       "area_mm2": die_area_mm2(cr.chip),
                        "precision": describe(p), "compute_dtype": p["compute"]}
                 for k in ("seconds", "ttft_s", "tpot_s", "tokens_per_s", "mfu", "energy_j",
                           "energy_j_per_token", "power_w", "exceeds_tdp", "usd_per_mtok",
@@ -417,7 +418,7 @@ def _per_chip(res: dict) -> float | None:
 
 
 def _default_run(chip, model, **kw):
-    from ...workloads import run_workload
+    from ...sim.run import run_workload
     return run_workload(chip, model, **kw)
 
 

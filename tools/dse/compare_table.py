@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...arch.area import die_area_mm2
 from .. import fmt
 from ..precision import describe
 from ...arch.geometry import check, dies
@@ -73,7 +74,7 @@ def metrics(cmp: Comparison) -> list[Metric]:
 
     out.append(Metric("chip", "dies (outline)", tuple(_dies(cr.chip) for cr in runs),
                       tuple(("cannot be built",) if check(cr.chip) else () for cr in runs)))
-    row("chip", "die area", [cr.chip.die_area_mm2 for cr in runs], lambda v: fmt.number(v, "mm²"))
+    row("chip", "die area", [die_area_mm2(cr.chip) for cr in runs], lambda v: fmt.number(v, "mm²"))
     row("chip", "clock", [cr.chip.clock_hz for cr in runs], lambda v: fmt.eng(v, "Hz"))
     a = [cr.chip.core for cr in runs]
     out.append(Metric("chip", "tensor cores × arrays", tuple(

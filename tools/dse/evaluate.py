@@ -28,7 +28,7 @@ def _model(name: str):
 def run_phase(chip, workload: dict[str, Any], *, simulate=None):
     """``run_workload`` for a workload dict (model name, phase, batch, prompt, gen, ...);
     ``simulate`` replaces the engine (tests pass a roofline double)."""
-    from ...workloads import run_workload
+    from ...sim.run import run_workload
 
     from .spec import WORKLOAD_PARAMS
 
@@ -88,7 +88,7 @@ def metric_types() -> dict[str, type]:
     import typing
 
     from ...arch import load_chip
-    from ...workloads.run import RunResult
+    from ...sim.run.node import RunResult
 
     samples = {bool: True, int: 1, float: 1.0, str: "x"}
     hints = typing.get_type_hints(RunResult)

@@ -26,9 +26,9 @@ import math
 import textwrap
 from dataclasses import dataclass
 
-from ...arch.area import AREA_BLOCKS
-from ...arch.geometry import EDGES, DieGeometry, band_depths, dies
-from ...arch.package import core_area_mm2
+from ...arch.area import AREA_BLOCKS, area_breakdown_mm2, core_area_mm2, die_area_mm2
+from ...arch.geometry import DieGeometry, band_depths, dies
+from ...arch.tables import EDGES
 from .plots import text as literal
 
 #: A fixed colour per block, so that every floorplan and report reads the same way.
@@ -394,7 +394,7 @@ def _stacks(chip, g: DieGeometry, dx: float, dy: float) -> list[Rect]:
 
 def floorplan(chip) -> Floorplan:
     """The floorplan of ``chip``: every die laid out and placed (see the module docstring)."""
-    if not chip.die_area_mm2 > 0:
+    if not die_area_mm2(chip) > 0:
         raise ValueError(f"chip {chip.name!r}: the modelled die area is 0 mm² (every area "
                          "coefficient is 0): there is no floorplan to draw")
     geos = dies(chip)
@@ -431,7 +431,7 @@ def floorplan(chip) -> Floorplan:
 
 def summary_lines(chip, plan: Floorplan | None = None) -> list[str]:
     """One line per block (mm², share) of the whole chip, largest first."""
-    parts = chip.area_breakdown_mm2
+    parts = area_breakdown_mm2(chip)
     total = sum(parts.values())
     return [f"{BLOCK_LABELS.get(k, k)} {v:.0f} mm² ({v / total:.0%})"
             for k, v in sorted(parts.items(), key=lambda kv: -kv[1]) if v > 0]
@@ -445,7 +445,7 @@ def describe(chip, plan: Floorplan | None = None) -> str:
                        for d in ds)
     ws = sum(d.geometry.whitespace_mm2 for d in ds)
     extra = f" + {ws:.0f} mm² whitespace" if ws > 0.5 else ""
-    return (f"{chip.name}: {chip.die_area_mm2:.0f} mm²{extra} ({shapes}): "
+    return (f"{chip.name}: {die_area_mm2(chip):.0f} mm²{extra} ({shapes}): "
             + ", ".join(summary_lines(chip, plan)))
 
 
@@ -550,7 +550,7 @@ def _title(chip, plan: Floorplan, cost) -> str:
     ws = sum(d.geometry.whitespace_mm2 for d in ds)
     extra = f" + {ws:.0f} whitespace" if ws > 0.5 else ""
     budget = f", budget {chip.area_budget_mm2:.0f}" if chip.area_budget_mm2 else ""
-    line = f"{literal(chip.name)}: {chip.die_area_mm2:.0f} mm²{extra} ({shape}){budget}"
+    line = f"{literal(chip.name)}: {die_area_mm2(chip):.0f} mm²{extra} ({shape}){budget}"
     if cost is not None:  # "\$": a literal dollar, not matplotlib mathtext
         line += f"\n\\${cost.total_usd:,.0f} per chip (dies \\${cost.die_usd:,.0f}, yield " + \
             ", ".join(f"{d.yield_:.0%}" for d in cost.dies[:3]) + ")"

@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from diptych.arch import Chip
     from diptych.sim import OpStats
     from diptych.tools.dse.compare import Comparison
-    from diptych.workloads import ModelConfig, RunResult
+    from diptych.workloads import ModelConfig
+    from diptych.sim.run import RunResult
 
 __all__ = ["__version__", "load_chip", "load_model", "simulate_gemm", "run", "compare",
            "write_report", "Chip", "ModelConfig", "OpStats", "RunResult", "Comparison",
@@ -45,7 +46,7 @@ __all__ = ["__version__", "load_chip", "load_model", "simulate_gemm", "run", "co
 
 #: Types re-exported lazily: name → module that defines it.
 _TYPES = {"Chip": "diptych.arch", "ModelConfig": "diptych.workloads",
-          "OpStats": "diptych.sim", "RunResult": "diptych.workloads",
+          "OpStats": "diptych.sim", "RunResult": "diptych.sim.run",
           "Comparison": "diptych.tools.dse.compare",
           "CompareSettings": "diptych.tools.dse.compare"}
 
@@ -112,7 +113,7 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     ``fusion``: as ``--fusion/--no-fusion``.
     """
     from diptych.tools.precision import run_dtypes
-    from diptych.workloads import run_workload
+    from diptych.sim.run import run_workload
 
     w, a, kv = run_dtypes(precision, phase, weights_dtype, act_dtype, kv_dtype)
     return run_workload(load_chip(chip), load_model(model), phase=phase, batch=batch,

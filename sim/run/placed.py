@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..sim.ops import Gemm, VectorOp
-from ..sim.program import Carry, FusedOps, Program, Tensor
-from .fused import FusedAttention
+from ...workloads.ops import Gemm, VectorOp
+from ..program import FusedOps
+from ...workloads.program import Carry, Program, Tensor
+from ...workloads.fused import FusedAttention
 
 __all__ = ["access_index", "placed_op", "split_segments"]
 

@@ -127,7 +127,7 @@ class Gemm:
     @property
     def a_element_bytes(self) -> float:
         """A's element bytes without its scales: what the engine moves (a block-scaled
-        operand's scales are its GEMM's ``.scales`` op, workloads/quant.py)."""
+        operand's scales are its GEMM's ``.scales`` op, sim/run/precision_ops.py)."""
         return self.batch * self.m * self.k * element_bits(self.a_dtype) / 8
 
     @property
@@ -164,26 +164,6 @@ def mixed_pair(op) -> str:
     ``KVxACT`` for attention over a narrower KV cache)."""
     return f"{op.b_dtype}x{op.a_dtype}"
 
-
-def expanded_b_bits(chip, op) -> int:
-    """Bits per element of the expanded copy of a B block that ``chip`` keeps in the
-    scratchpad beside B's two slots while the array multiplies it, or 0.
-
-    A GEMM whose B operand is narrower than its A operand (W4A16 weights, an FP8 KV cache
-    under BF16 queries) computes in A's dtype; a chip whose PE does not multiply the pair
-    (``core.array.mixed_input``) expands B on its vector unit (``core.array.dequant =
-    "vector"``; workloads/quant.py charges the work), and unless the vector unit hands the
-    expanded values to the array directly (``core.vector.on_array_input_path``, registers
-    into the MMA), it writes them back into the scratchpad at A's width for the array to read
-    (docs/precision.md, "On-chip traffic of expanded tiles"): one B block at A's width, A's
-    element bits, beside the narrow ones."""
-    if chip is None or not narrow_b(op):
-        return 0
-    arr = chip.core.array
-    if (mixed_pair(op) in arr.mixed_input or arr.dequant != "vector"
-            or chip.core.vector.on_array_input_path):
-        return 0
-    return element_bits(op.a_dtype)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,16 +244,16 @@ class Collective:
 Op = Gemm | VectorOp | Collective
 
 
-def check_dataflows(chip, dataflow):
-    """The dataflows to try for a GEMM on ``chip``: the requested one (validated) or all the
-    chip supports."""
-    from ..arch.chip import DATAFLOWS
-    supported = chip.core.array.dataflows
-    if dataflow is None:
-        return tuple(supported)
-    if dataflow not in DATAFLOWS:
-        raise ValueError(f"dataflow must be one of {', '.join(DATAFLOWS)}, not {dataflow!r}")
-    if dataflow not in supported:
-        raise ValueError(f"dataflow {dataflow!r} is not supported by chip {chip.name!r} "
-                         f"(supported: {', '.join(supported)})")
-    return (dataflow,)
+#: An op tagged ``launch:<key>`` belongs to the launch group ``<key>`` of its block: the
+#: group's nodes run as ONE kernel (a serving engine's varlen attention over all the step's
+#: sequences of a layer, :func:`~diptych.workloads.step.lower_step`) and pay one launch per
+#: block copy, charged on the first of them in the scheduler's priority order.
+LAUNCH_TAG = "launch:"
+
+
+def launch_group(op) -> str | None:
+    """The launch group of ``op`` (its ``launch:<key>`` tag's key), or None: its own."""
+    for t in getattr(op, "tags", ()):
+        if t.startswith(LAUNCH_TAG):
+            return t[len(LAUNCH_TAG):]
+    return None

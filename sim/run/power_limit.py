@@ -22,7 +22,7 @@ import dataclasses
 import warnings as _warnings
 from typing import Callable
 
-from ..arch.power import PowerSplit, gated_static_savings_j, power_table, sustained_clock
+from ...arch.power import PowerSplit, gated_static_savings_j, power_table, sustained_clock
 
 MAX_PASSES = 6
 
@@ -31,7 +31,7 @@ def energy_split(chip, layers: list[dict]) -> dict[str, float]:
     """A run's per-chip energy by domain (J), from its op records: ``link`` (collectives),
     ``dram`` (DRAM bytes × pJ/bit, and the D2D hop they take), ``static`` (static W × op time) and ``core`` (the rest:
     MACs, SRAM, vector)."""
-    from ..sim.fabric import fabric
+    from ..fabric import fabric
 
     e = chip.energy
     # the D2D PHYs are I/O like the DRAM's: their energy per byte does not fall with the core

@@ -34,14 +34,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...arch.chip import TENSOR_KINDS
-from .demand import Demand
+from ..arch.chip import TENSOR_KINDS
 
 #: Tensor kinds that live across program invocations (weights, caches, optimizer state,
 #: gradient accumulators): an input of one of these kinds is resident for the whole program.
 STATE_KINDS: tuple[str, ...] = ("weight", "kv_cache", "optimizer_state", "gradient")
 
-#: The main unit an op runs on (informative; the scheduler uses the node's :class:`Demand`).
+#: The main unit an op runs on (informative; the scheduler uses the node's ``demand``).
 NODE_UNITS: tuple[str, ...] = ("array", "vector", "link", "dma")
 
 
@@ -91,15 +90,15 @@ class Tensor:
 class Node:
     """One op: the tensors it ``reads``, ``writes`` (it is their producer) and ``updates`` in
     place. ``unit`` names the unit its main work runs on; ``demand`` is what the scheduler
-    needs (:class:`~diptych.sim.program.demand.Demand`, attached once the op is timed, see
-    :meth:`Program.with_demands`); ``payload`` carries the op record (Gemm, VectorOp, ...)."""
+    needs, attached once the op is timed (:meth:`Program.with_demands`; the run layer
+    attaches a ``Demand`` of :mod:`diptych.sim.program.demand`, which the scheduler checks); ``payload`` carries the op record (Gemm, VectorOp, ...)."""
 
     name: str
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
     updates: tuple[str, ...] = ()
     unit: str = "array"
-    demand: Demand | None = None
+    demand: Any = None
     payload: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
@@ -116,9 +115,6 @@ class Node:
         if self.unit not in NODE_UNITS:
             raise ValueError(f"node {self.name!r}: unit must be one of "
                              f"{', '.join(NODE_UNITS)}, not {self.unit!r}")
-        if self.demand is not None and not isinstance(self.demand, Demand):
-            raise ValueError(f"node {self.name!r}: demand must be a Demand, not "
-                             f"{type(self.demand).__name__}")
 
     @property
     def accesses(self) -> tuple[str, ...]:

@@ -15,8 +15,8 @@ striped over all links (parallel rings, as NCCL does over NVLink); a single-link
 
 from __future__ import annotations
 
-from ..arch.chip import Chip
-from ..sim.ops import Collective
+from ...arch.chip import Chip
+from ...workloads.ops import Collective
 
 
 def ring_bytes_and_steps(kind: str, nbytes: float, n: int) -> tuple[float, int]:

@@ -1,6 +1,6 @@
 """``run_workload`` on a cluster: a parallel plan's step through the cluster layer.
 
-:func:`run_on_cluster` is what :func:`diptych.workloads.run.run_workload` delegates to when it
+:func:`run_on_cluster` is what :func:`diptych.sim.run.node.run_workload` delegates to when it
 is given a ``cluster`` or a ``plan``: it builds the :class:`~diptych.sim.cluster.plan.Plan`
 (when only the degrees are given), places it on the cluster (when only the plan is given: one
 scale-up domain of the plan's chips on the chip's own links,
@@ -20,10 +20,10 @@ from __future__ import annotations
 import warnings as _warnings
 from collections.abc import Callable
 
-from ..arch.chip import Chip
-from .config import ModelConfig
-from .run import resolve_parallelism
-from .train import default_micro_batch
+from ...arch.chip import Chip
+from ...workloads.config import ModelConfig
+from ..run.node import resolve_parallelism
+from ...workloads.train import default_micro_batch
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
@@ -52,10 +52,10 @@ def build_plan(phase: str, *, batch: int, seq: int | None, chips: int | None, tp
                ep: int | None = None, micro_batch: int | None = None, recompute="none",
                overlap: bool = True, **fields):
     """A :class:`~diptych.sim.cluster.plan.Plan` from the command's degrees (see
-    :func:`~diptych.workloads.run.resolve_parallelism`), micro-batch (default: module
+    :func:`~diptych.sim.run.node.resolve_parallelism`), micro-batch (default: module
     docstring) and ``fields`` (``zero``, ``zero_shards``, ``schedule``, ``virtual_stages``).
     Raises ValueError naming the flag or field."""
-    from ..sim.cluster.plan import Plan
+    from .plan import Plan
 
     t, d = resolve_parallelism(phase, chips, tp, dp, pp=pp, cp=cp, ep=ep, cluster=True)
     if batch % d:
@@ -78,13 +78,13 @@ def run_on_cluster(chip: Chip, model: ModelConfig, *, cluster, plan, phase: str,
                    simulate: Callable | None = None, execution: str = "schedule"):
     """The step of ``plan`` (or of the plan the degrees give) on ``cluster`` (or on one
     domain of the plan's chips): see the module docstring. ``prompt``/``gen``/``seq`` as in
-    :func:`~diptych.workloads.run.run_workload` (training takes ``seq``, or ``prompt`` as
+    :func:`~diptych.sim.run.node.run_workload` (training takes ``seq``, or ``prompt`` as
     its length); ``execution``: how each layer kind is timed (:mod:`diptych.sim.cluster.timing`).
     Raises ValueError naming the flag or field for a plan that does not split
     the model, the batch or the cluster."""
-    from ..arch.cluster import load_cluster
-    from ..sim.cluster.step import simulate_cluster_step
-    from ..sim.cluster.topology import single_domain
+    from ...arch.cluster import load_cluster
+    from .step import simulate_cluster_step
+    from .topology import single_domain
 
     if phase == "train" and seq is None:
         seq = prompt

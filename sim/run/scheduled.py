@@ -43,12 +43,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import SimpleNamespace
 
-from ..sim.ops import Collective, Gemm
-from ..sim.program import FusedOps, capacities, fuse_program, op_demand, plan_residency
-from ..sim.program import schedule as list_schedule
-from .fused import FusedAttention, fused_stats, on_chip
-from .graph import Workload, program_pieces
-from .parallel import collective_energy_j, collective_seconds
+from ...workloads.ops import Collective, Gemm, launch_group
+from ..program import FusedOps, capacities, fuse_program, op_demand, plan_residency
+from ..program import schedule as list_schedule
+from ...workloads.fused import FusedAttention, on_chip
+from .attention import fused_stats
+from ...workloads.graph import Workload, program_pieces
+from .links import collective_energy_j, collective_seconds
 from .placed import access_index, placed_op, split_segments
 
 
@@ -144,21 +145,6 @@ def _launch(op, op_launch: float, coll_launch: float) -> float:
     return 0.0 if "precision" in getattr(op, "tags", ()) else op_launch
 
 
-#: An op tagged ``launch:<key>`` belongs to the launch group ``<key>`` of its block: the
-#: group's nodes run as ONE kernel (a serving engine's varlen attention over all the step's
-#: sequences of a layer, :func:`~diptych.workloads.step.lower_step`) and pay one launch per
-#: block copy, charged on the first of them in the scheduler's priority order.
-LAUNCH_TAG = "launch:"
-
-
-def launch_group(op) -> str | None:
-    """The launch group of ``op`` (its ``launch:<key>`` tag's key), or None: its own."""
-    for t in getattr(op, "tags", ()):
-        if t.startswith(LAUNCH_TAG):
-            return t[len(LAUNCH_TAG):]
-    return None
-
-
 def _block_launches(prog, bi: int, op_launch: float, coll_launch: float) -> dict[str, float]:
     """Launch seconds of each node of block ``bi`` per copy: :func:`_launch` of its op, except
     that the nodes of one launch group pay it once, on the first of them in the block's
@@ -180,7 +166,7 @@ def _block_launches(prog, bi: int, op_launch: float, coll_launch: float) -> dict
 
 
 def _shape(op) -> str:
-    from .run import _shape as shape
+    from .summed import _shape as shape
     if isinstance(op, FusedOps):
         return shape(op.gemm)
     return shape(op)
@@ -220,13 +206,13 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
                       dp_buckets: dict | None = None,
                       collective_time: Callable | None = None) -> dict:
     """Time ``w`` on ``chip`` as a schedule of its programs (module docstring). Returns the
-    totals :func:`~diptych.workloads.run.simulate_workload` returns (``seconds``,
+    totals :func:`~diptych.sim.run.summed.simulate_workload` returns (``seconds``,
     ``energy_j``, ``dram_bytes``, ``layers``, ``compute_seconds``, ``memory_bound_seconds``,
     ``communication_seconds``) plus ``fixed_costs_s`` (launches + step syncs), ``launch_s``,
     ``step_sync_s``, ``utilization`` (per resource, over the step), ``timeline`` (the
     simulated node phases, for the trace) and ``pieces`` (each program's time and count).
     ``collective_time(op)``: a collective's seconds (default: the chip's own links,
-    :func:`~diptych.workloads.parallel.collective_seconds`; the cluster step times its
+    :func:`~diptych.sim.run.links.collective_seconds`; the cluster step times its
     tensor-parallel collectives on the topology, :mod:`diptych.sim.cluster.timing`)."""
     fc = chip.fixed_costs
     op_launch, coll_launch = fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6

@@ -10,7 +10,7 @@ data-parallel gradient all-reduce overlaps the whole backward pass when ``overla
 That is ``execution="sum"`` (kept for comparison; the cluster step composes either, per layer kind);
 ``execution="schedule"`` (the default, and the only way on an all-SRAM chip) times the phase
 as a list schedule of its program instead, with the residency plan honoured by the engine,
-fusion and the chip's fixed costs (:mod:`diptych.workloads.execute`, docs/program.md).
+fusion and the chip's fixed costs (:mod:`diptych.sim.run.scheduled`, docs/program.md).
 
 What ``seconds`` means per phase: prefill, the time to first token (TTFT); decode, the mean
 time per output token (TPOT) over the ``gen`` steps: one step with each layer kind at its mean
@@ -19,7 +19,7 @@ the mean context prompt + (gen+1)/2); train, one optimizer step. ``energy_j`` is
 that same interval summed over all chips.
 
 Given a ``cluster`` or a ``plan``, :func:`run_workload` runs a parallel plan's step on a
-cluster instead (:mod:`diptych.workloads.run_cluster`, docs/cluster.md).
+cluster instead (:mod:`diptych.sim.cluster.run`, docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -30,24 +30,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..arch import Chip, load_chip
-from ..sim.limits import check_ops, check_sizes
-from ..sim.ops import Collective, Gemm, Op
-from .checks import check_supported, wider
-from .config import ModelConfig
-from .fused import FusedAttention, fused_stats
-from .graph import Workload
-from .lower import decode_mean, prefill
-from .memory import MemoryReport, inference_memory, train_memory
-from .parallel import collective_energy_j, collective_seconds
-from .precision import Precision
-from .quant import with_precision_ops
-from .registry import load_model
-from .train import train_step
+from ...arch import Chip, load_chip
+from ..limits import check_ops, check_sizes
+from ..support import check_supported, wider
+from ...workloads.config import ModelConfig
+from ...workloads.graph import Workload
+from ...workloads.lower import decode_mean, prefill
+from ...workloads.memory import MemoryReport, inference_memory, train_memory
+from ...workloads.precision import Precision
+from .precision_ops import with_precision_ops
+from .summed import simulate_workload
+from ...workloads.registry import load_model
+from ...workloads.train import train_step
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..arch.cluster import Cluster
-    from ..sim.cluster import ClusterResult, Plan
+    from ...arch.cluster import Cluster
+    from ..cluster import ClusterResult, Plan
 
 PHASES = ("prefill", "decode", "train")
 EXECUTIONS = ("sum", "schedule")
@@ -129,19 +127,8 @@ def default_precision(chip: Chip, phase: str, weights_dtype=None, act_dtype=None
     return Precision(weights=w, activations=a, kv=kv_dtype or a)
 
 
-def _shape(op: Op) -> str:
-    if isinstance(op, FusedAttention):
-        return "fused " + _shape(op.gemms[0])
-    if isinstance(op, Gemm):
-        s = f"{op.m}x{op.k}x{op.n}"
-        return f"{op.batch}x({s})" if op.batch > 1 else s
-    if isinstance(op, Collective):
-        return f"{op.bytes / 2**20:.2f} MiB x{op.group}"
-    return f"{op.elements}"
-
-
 def _default_simulate():
-    from ..sim import simulate
+    from .. import simulate
     return simulate
 
 
@@ -211,78 +198,6 @@ def lower_workload(model: ModelConfig, phase: str, *, batch: int, prompt: int | 
     raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
 
 
-def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
-                      simulate: Callable | None = None) -> dict:
-    """Simulate every op once, scale by repeats and return per-chip totals and op records."""
-    sim = simulate or _default_simulate()
-    records: list[dict] = []
-    t_compute = t_mem = t_comm_exposed = 0.0
-    total = energy = dram = 0.0
-    backward_s = 0.0
-    dp_comm = 0.0
-    for b in w.blocks:
-        comp_s = comm_s = 0.0
-        for op in b.ops:
-            if isinstance(op, Collective):
-                s = collective_seconds(op, chip)
-                e = collective_energy_j(op, chip)
-                rec = {"op": op.name, "kind": op.kind, "shape": _shape(op), "seconds": s,
-                       "bound": "communication", "utilization": None, "flops": 0.0,
-                       "dram_bytes": 0.0, "energy_j": e, "link_bytes": op.bytes}
-                if "dp" in op.tags:
-                    dp_comm += s * b.repeat
-                else:
-                    comm_s += s
-            elif isinstance(op, FusedAttention):
-                fs = fused_stats(op, chip, sim)
-                s, e, db = fs.seconds, fs.energy_j, op.dram_bytes
-                rec = {"op": op.name, "kind": "attention", "shape": _shape(op), "seconds": s,
-                       "bound": fs.bound, "utilization": fs.utilization, "flops": fs.flops,
-                       "dram_bytes": db, "energy_j": e, "dtype": op.compute_dtype,
-                       "compute_seconds": fs.compute_seconds,
-                       "memory_seconds": fs.memory_seconds,
-                       "stream_bytes_per_s": fs.stream_bytes_per_s}
-                comp_s += s
-                dram += db * b.repeat
-                if fs.bound == "compute":
-                    t_compute += s * b.repeat
-                else:
-                    t_mem += s * b.repeat
-            else:
-                st = sim(op, chip)
-                s = st.seconds
-                e = st.energy_j
-                db = st.dram_read_bytes + st.dram_write_bytes
-                rec = {"op": op.name, "kind": st.kind, "shape": _shape(op), "seconds": s,
-                       "bound": st.bound, "utilization": st.utilization, "flops": st.flops,
-                       "dram_bytes": db, "energy_j": e}
-                if isinstance(op, Gemm):
-                    rec["dtype"] = op.compute_dtype
-                comp_s += s
-                dram += db * b.repeat
-                if st.bound == "compute":
-                    t_compute += s * b.repeat
-                else:
-                    t_mem += s * b.repeat
-            energy += e * b.repeat
-            rec.update(block=b.name, stage=b.stage, repeat=b.repeat,
-                       total_seconds=rec["seconds"] * b.repeat)
-            records.append(rec)
-        block_s = max(comp_s, comm_s) if overlap else comp_s + comm_s
-        t_comm_exposed += (block_s - comp_s) * b.repeat
-        total += block_s * b.repeat
-        if b.stage == "backward":
-            backward_s += block_s * b.repeat
-    # the gradient all-reduce can only overlap the last micro-batch's backward pass
-    last_bwd = backward_s / w.info.get("micro_batches", 1)
-    exposed_dp = max(0.0, dp_comm - last_bwd) if overlap else dp_comm
-    total += exposed_dp
-    t_comm_exposed += exposed_dp
-    return {"seconds": total, "energy_j": energy, "dram_bytes": dram, "layers": records,
-            "compute_seconds": t_compute, "memory_bound_seconds": t_mem,
-            "communication_seconds": t_comm_exposed}
-
-
 def _bound(t: dict) -> str:
     parts = {"compute": t["compute_seconds"], "memory": t["memory_bound_seconds"],
              "communication": t["communication_seconds"]}
@@ -309,14 +224,14 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     :func:`diptych.workloads.train.default_micro_batch`); ``attention`` "fused" (default,
     FlashAttention-style, see :mod:`diptych.workloads.fused`) or "unfused".
     ``execution``: "schedule" (a list schedule of the program with the residency plan and the
-    chip's fixed costs, see :mod:`diptych.workloads.execute`) or "sum" (every op timed alone
+    chip's fixed costs, see :mod:`diptych.sim.run.scheduled`) or "sum" (every op timed alone
     with its operands in DRAM, times added: see the module docstring); None:
     :func:`default_execution` (the schedule; on a cluster step it times each layer kind,
     :mod:`diptych.sim.cluster.timing`); ``fusion`` (schedule only): fuse elementwise and
     norm ops into GEMMs where the chip allows it.
     ``simulate`` replaces :func:`diptych.sim.simulate` (tests use a roofline double).
     For a chip with a ``[power]`` table the run is reported at the clock it can sustain within
-    its TDP, with idle arrays power-gated (:mod:`diptych.workloads.power_limit`;
+    its TDP, with idle arrays power-gated (:mod:`diptych.sim.run.power_limit`;
     ``power_limit=False`` skips that). With a ``[cost]`` table the result carries
     ``cost_usd``, ``usd_per_mtok`` and ``tokens_per_s_per_usd``.
 
@@ -325,14 +240,14 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     :func:`diptych.sim.cluster.simulate_cluster_step`'s
     :class:`~diptych.sim.cluster.step.ClusterResult` (pipeline, ZeRO, expert and context
     parallelism over the cluster's topology; see
-    :func:`diptych.workloads.run_cluster.run_on_cluster` for the defaults: without a plan the
+    :func:`diptych.sim.cluster.run.run_on_cluster` for the defaults: without a plan the
     degrees ``tp``/``dp``/``chips`` make one, without a cluster the plan's chips form one
     scale-up domain on the chip's own links). ``recompute``: ``"none"``, ``"selective"``
     (a plan only), ``"full"``, or a bool (True = full). A cluster run has no power limit
     or cost figures; its layers are timed by ``execution`` (each layer kind's scheduled
     program, or its ops summed).
     """
-    from .run_cluster import recompute_mode
+    from ..cluster.run import recompute_mode
 
     if execution is None:
         execution = default_execution()
@@ -350,7 +265,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     check_sizes(batch=batch, micro_batch=micro_batch, prompt=prompt, gen=gen, seq=seq)
     mode = recompute_mode(recompute)
     if cluster is not None or plan is not None:
-        from .run_cluster import run_on_cluster
+        from ..cluster.run import run_on_cluster
         return run_on_cluster(chip, model, cluster=cluster, plan=plan, phase=phase,
                               batch=batch, prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp,
                               chips=chips, weights_dtype=weights_dtype, act_dtype=act_dtype,
@@ -369,7 +284,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     w, context = lower_workload(model, phase, batch=batch, prompt=prompt, gen=gen, seq=seq,
                                 precision=p, tp=tp, dp=dp, recompute=recompute,
                                 micro_batch=micro_batch, attention=attention)
-    w = with_precision_ops(w, chip)    # block scales and dequantisation (workloads/quant.py)
+    w = with_precision_ops(w, chip)    # block scales and dequantisation (sim/run/precision_ops.py)
     check_ops((op for b in w.blocks for op in b.ops), chip)  # refuse before simulating any
     warns = []
     if context > model.max_position_embeddings:
@@ -386,8 +301,8 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
         mem = inference_memory(model, p, tp, batch, context, w, cap, narrow)
 
     if execution == "schedule":
-        from .execute import schedule_workload
-        from .train import dp_buckets
+        from .scheduled import schedule_workload
+        from ...workloads.train import dp_buckets
         t = schedule_workload(w, chip, simulate=simulate or _default_simulate(), fusion=fusion,
                               dp_buckets=dp_buckets(model, p, tp) if dp > 1 else None)
     else:
@@ -448,7 +363,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
                      simulate=simulate, power_limit=False)
         res = apply_power_limit(res, chip, lambda c: run_workload(c, model, **again))
     if chip.cost is not None:
-        from ..arch.cost import cost_metrics
+        from ...arch.cost import cost_metrics
         econ = cost_metrics(chip, res.to_dict())
         res = dataclasses.replace(res, cost_usd=econ["cost_usd"],
                                   usd_per_mtok=econ["usd_per_mtok"],
@@ -507,8 +422,8 @@ def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,
     (``dtype`` defaults to the chip's default precision). ``execution``: "schedule" (a chain
     program, each GEMM reading its predecessor's output, with the residency plan and fixed
     costs) or "sum" (each GEMM alone from DRAM, times added); None: :func:`default_execution`."""
-    from .graph import Block
-    from .topology import load_topology
+    from ...workloads.graph import Block
+    from ...workloads.topology import load_topology
 
     chip = load_chip(chip)
     if execution is None:
@@ -526,7 +441,7 @@ def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,
     check_ops(ops, chip)
     w = Workload("topology", (Block("topology", 1, tuple(ops)),), tokens=1, batch=1)
     if execution == "schedule":
-        from .execute import schedule_workload
+        from .scheduled import schedule_workload
         t = schedule_workload(w, chip, simulate=simulate or _default_simulate(), fusion=fusion)
     else:
         t = simulate_workload(w, chip, simulate=simulate)

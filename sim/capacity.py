@@ -1,0 +1,48 @@
+"""What a chip's on-chip memories offer the residency planner: bytes and tensor kinds.
+
+:func:`capacities` is the scratchpads of all cores together (``tensor_cores × capacity``) and
+the shared buffer, each less the ``[residency] reserve_fraction`` kept for the engine's tiles,
+with the tensor kinds each may hold (docs/program.md, "Residency"). The planner
+(:mod:`diptych.sim.program.residency`) fills them; the engine's entry points use them to
+check that an all-SRAM chip's operands fit (:func:`diptych.sim.api.on_chip_gemm`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Capacities:
+    """Bytes the planner may fill in each on-chip memory, and the kinds each may hold.
+    ``dram``: False for an all-SRAM chip (everything must fit on chip)."""
+
+    scratchpad: int
+    shared_buffer: int = 0
+    scratchpad_kinds: frozenset = frozenset()
+    shared_buffer_kinds: frozenset = frozenset()
+    dram: bool = True
+
+    def __post_init__(self):
+        for n in ("scratchpad", "shared_buffer"):
+            v = getattr(self, n)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"capacities.{n} must be an integer number of bytes >= 0, "
+                                 f"not {v!r}")
+        object.__setattr__(self, "scratchpad_kinds", frozenset(self.scratchpad_kinds))
+        object.__setattr__(self, "shared_buffer_kinds", frozenset(self.shared_buffer_kinds))
+
+
+def capacities(chip, *, reserve_fraction: float | None = None) -> Capacities:
+    """The residency capacities of ``chip`` (see the module docstring); ``reserve_fraction``
+    overrides the chip's ``[residency]`` value."""
+    pol = chip.residency_policy
+    r = pol.reserve_fraction if reserve_fraction is None else reserve_fraction
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r < 1:
+        raise ValueError(f"reserve_fraction must be in [0, 1), not {r!r}")
+    sp = chip.tensor_cores * chip.core.scratchpad.capacity_bytes
+    sb = chip.shared_buffer.capacity_bytes if chip.shared_buffer is not None else 0
+    return Capacities(scratchpad=int(sp * (1 - r)), shared_buffer=int(sb * (1 - r)),
+                      scratchpad_kinds=pol.scratchpad_kinds,
+                      shared_buffer_kinds=pol.shared_buffer_kinds if sb else (),
+                      dram=chip.has_dram)

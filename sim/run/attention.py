@@ -1,0 +1,72 @@
+"""Timing a fused (FlashAttention-style) attention record on a chip, from its parts.
+
+The record (:class:`~diptych.workloads.fused.FusedAttention`) carries the ops the kernel runs
+on chip (the QKᵀ and PV GEMMs and the softmax, with their unfused shapes) and the fused
+kernel's own DRAM traffic; the rule (:func:`fused_stats`)::
+
+    seconds = max(Σ compute time of the parts,  dram_bytes ÷ streaming bandwidth)
+
+where a part's compute time is the engine's ``compute_cycles`` (the same schedule with
+unlimited DRAM bandwidth, fill and drain included) ÷ the clock, and the streaming bandwidth is
+the highest DRAM bandwidth the engine achieves on any of the parts (the same kind of data
+movement at larger size; capped at the chip's peak).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from ...workloads.fused import FusedAttention, on_chip
+
+
+def on_chip_seconds(op: FusedAttention, chip) -> float:
+    """Time ``op``'s resident traffic takes at the scratchpads' (every core) and the shared
+    buffer's bandwidth."""
+    t = op.scratchpad_bytes / (chip.tensor_cores * chip.core.scratchpad.bytes_per_cycle)
+    if op.shared_buffer_bytes:
+        t += op.shared_buffer_bytes / chip.shared_buffer.bytes_per_cycle
+    return t / chip.clock_hz
+
+
+def _compute_seconds(st, chip) -> float:
+    cc = getattr(st, "compute_cycles", None)
+    if cc is None:               # a test double without an unlimited-bandwidth schedule
+        return st.seconds
+    return cc / chip.clock_hz
+
+
+def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
+    """Time, energy and bound of ``op`` on ``chip`` by the rule in the module docstring.
+
+    Energy: the parts' energy without their DRAM and static shares, plus the fused traffic at
+    the parts' mean DRAM energy per byte, plus static power (the parts' mean) × the time."""
+    sts = [simulate(p if chip.has_dram else on_chip(p), chip) for p in op.parts]
+    t_comp = sum(_compute_seconds(st, chip) for st in sts)
+    peak_bw = chip.dram_bytes_per_s
+    achieved = [min(st.dram_bytes_per_s, peak_bw) for st in sts
+                if getattr(st, "dram_bytes_per_s", 0.0) > 0.0]
+    bw = max(achieved) if achieved else peak_bw
+    t_mem = op.dram_bytes / bw if op.dram_bytes else 0.0
+    if op.scratchpad_bytes or op.shared_buffer_bytes:   # resident operands (per operand)
+        t_mem = max(t_mem, on_chip_seconds(op, chip))
+    seconds = max(t_comp, t_mem)
+    bound = "compute" if t_comp >= t_mem else "memory"
+    if all(getattr(st, "energy_breakdown", None) for st in sts):
+        part_bytes = sum(st.dram_read_bytes + st.dram_write_bytes for st in sts)
+        dram_e = sum(sum(st.energy_breakdown.get(k, 0.0) for k in ("dram", "noc", "d2d"))
+                     for st in sts)   # per-byte energies: DRAM, and the NoC/D2D it crosses
+        static_e = sum(st.energy_breakdown.get("static", 0.0) for st in sts)
+        part_s = sum(st.seconds for st in sts)
+        energy = (sum(st.energy_j for st in sts) - dram_e - static_e
+                  + (dram_e / part_bytes * op.dram_bytes if part_bytes else 0.0)
+                  + (static_e / part_s * seconds if part_s else 0.0))
+        if op.scratchpad_bytes or op.shared_buffer_bytes:
+            energy += ((op.scratchpad_bytes + op.shared_buffer_bytes)
+                       * chip.energy.pj_per_sram_byte * 1e-12)
+    else:                        # a test double: no breakdown to re-cost
+        energy = sum(st.energy_j for st in sts)
+    peak = chip.peak_ops_per_s[op.compute_dtype]
+    return SimpleNamespace(seconds=seconds, compute_seconds=t_comp, memory_seconds=t_mem,
+                           stream_bytes_per_s=bw, bound=bound, energy_j=energy,
+                           flops=op.flops,
+                           utilization=op.gemm_flops / (peak * seconds) if seconds else 0.0)

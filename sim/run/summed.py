@@ -1,0 +1,208 @@
+"""A workload timed as the sum of its ops (``execution="sum"``), and the per-block costs the
+serving step-time grids combine.
+
+:func:`simulate_workload` simulates every op once (the engine memoises identical ops), scales
+by the block's ``repeat`` and adds: the compute ops run in sequence; with ``overlap`` a
+block's tensor-parallel collectives hide behind its compute (``max(compute, comm)``, the
+collective-matmul / async-TP ideal), without it they add; the data-parallel gradient
+all-reduce overlaps the last micro-batch's backward pass. Every operand is read from DRAM (no
+residency). It is the model before the program scheduler (:mod:`diptych.sim.run.scheduled`),
+kept for comparison and as the serving grids' summed execution (:func:`block_costs`,
+:func:`combine_parts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...workloads.fused import FusedAttention
+from ...workloads.graph import Workload
+from ...workloads.ops import Collective, Gemm, Op
+from ...workloads.step import base_name
+from .attention import fused_stats
+from .links import collective_energy_j, collective_seconds
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ...arch import Chip
+
+
+def _default_simulate():
+    from .. import simulate
+    return simulate
+
+
+def _shape(op: Op) -> str:
+    if isinstance(op, FusedAttention):
+        return "fused " + _shape(op.gemms[0])
+    if isinstance(op, Gemm):
+        s = f"{op.m}x{op.k}x{op.n}"
+        return f"{op.batch}x({s})" if op.batch > 1 else s
+    if isinstance(op, Collective):
+        return f"{op.bytes / 2**20:.2f} MiB x{op.group}"
+    return f"{op.elements}"
+
+
+def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
+                      simulate: Callable | None = None) -> dict:
+    """Simulate every op once, scale by repeats and return per-chip totals and op records."""
+    sim = simulate or _default_simulate()
+    records: list[dict] = []
+    t_compute = t_mem = t_comm_exposed = 0.0
+    total = energy = dram = 0.0
+    backward_s = 0.0
+    dp_comm = 0.0
+    for b in w.blocks:
+        comp_s = comm_s = 0.0
+        for op in b.ops:
+            if isinstance(op, Collective):
+                s = collective_seconds(op, chip)
+                e = collective_energy_j(op, chip)
+                rec = {"op": op.name, "kind": op.kind, "shape": _shape(op), "seconds": s,
+                       "bound": "communication", "utilization": None, "flops": 0.0,
+                       "dram_bytes": 0.0, "energy_j": e, "link_bytes": op.bytes}
+                if "dp" in op.tags:
+                    dp_comm += s * b.repeat
+                else:
+                    comm_s += s
+            elif isinstance(op, FusedAttention):
+                fs = fused_stats(op, chip, sim)
+                s, e, db = fs.seconds, fs.energy_j, op.dram_bytes
+                rec = {"op": op.name, "kind": "attention", "shape": _shape(op), "seconds": s,
+                       "bound": fs.bound, "utilization": fs.utilization, "flops": fs.flops,
+                       "dram_bytes": db, "energy_j": e, "dtype": op.compute_dtype,
+                       "compute_seconds": fs.compute_seconds,
+                       "memory_seconds": fs.memory_seconds,
+                       "stream_bytes_per_s": fs.stream_bytes_per_s}
+                comp_s += s
+                dram += db * b.repeat
+                if fs.bound == "compute":
+                    t_compute += s * b.repeat
+                else:
+                    t_mem += s * b.repeat
+            else:
+                st = sim(op, chip)
+                s = st.seconds
+                e = st.energy_j
+                db = st.dram_read_bytes + st.dram_write_bytes
+                rec = {"op": op.name, "kind": st.kind, "shape": _shape(op), "seconds": s,
+                       "bound": st.bound, "utilization": st.utilization, "flops": st.flops,
+                       "dram_bytes": db, "energy_j": e}
+                if isinstance(op, Gemm):
+                    rec["dtype"] = op.compute_dtype
+                comp_s += s
+                dram += db * b.repeat
+                if st.bound == "compute":
+                    t_compute += s * b.repeat
+                else:
+                    t_mem += s * b.repeat
+            energy += e * b.repeat
+            rec.update(block=b.name, stage=b.stage, repeat=b.repeat,
+                       total_seconds=rec["seconds"] * b.repeat)
+            records.append(rec)
+        block_s = max(comp_s, comm_s) if overlap else comp_s + comm_s
+        t_comm_exposed += (block_s - comp_s) * b.repeat
+        total += block_s * b.repeat
+        if b.stage == "backward":
+            backward_s += block_s * b.repeat
+    # the gradient all-reduce can only overlap the last micro-batch's backward pass
+    last_bwd = backward_s / w.info.get("micro_batches", 1)
+    exposed_dp = max(0.0, dp_comm - last_bwd) if overlap else dp_comm
+    total += exposed_dp
+    t_comm_exposed += exposed_dp
+    return {"seconds": total, "energy_j": energy, "dram_bytes": dram, "layers": records,
+            "compute_seconds": t_compute, "memory_bound_seconds": t_mem,
+            "communication_seconds": t_comm_exposed}
+
+
+@dataclass(frozen=True)
+class BlockCost:
+    """One block of a simulated workload: per copy, the compute time (all non-collective
+    ops in sequence), the tensor-parallel collectives' time, and the energy; ``repeat``
+    copies. ``attention_compute_s``/``attention_memory_s`` are the two terms of the fused
+    attention records' ``max`` (zero without fused attention)."""
+
+    name: str
+    repeat: int
+    compute_s: float
+    comm_s: float
+    energy_j: float
+    attention_compute_s: float = 0.0
+    attention_memory_s: float = 0.0
+
+
+def launch_seconds(chip) -> tuple[float, float]:
+    """(per op launch, per collective launch) in seconds from the chip's ``[overheads]``."""
+    fc = chip.fixed_costs
+    return fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6
+
+
+def step_sync_seconds(chip) -> float:
+    """The chip's fixed cost per step (``[overheads] step_sync_us``) in seconds."""
+    return chip.fixed_costs.step_sync_us * 1e-6
+
+
+def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
+                fixed_costs: bool = False) -> list[BlockCost]:
+    """Per-block costs of ``w`` from :func:`~diptych.sim.run.summed.simulate_workload`'s
+    records (the one place step times come from).
+
+    With ``fixed_costs`` each block also pays the chip's launch costs (``[overheads]``): one
+    ``op_launch_us`` per distinct op of the block (a serving engine runs the attention of all
+    the step's sequences as one kernel, so records of one op name, group marks aside, are one
+    launch; a GEMM's precision ops, :func:`~diptych.sim.run.precision_ops.with_precision_ops`, run
+    inside its kernel and launch nothing, as in a schedule) on its compute side and one
+    ``collective_launch_us`` per collective on its communication side, spending static power
+    meanwhile. This is the summed model's stand-in
+    for the program scheduler, which charges them itself: with ``execution="schedule"`` it is
+    never used (the step's ``step_sync_us`` is the caller's)."""
+
+    t = simulate_workload(w, chip, simulate=simulate)
+    inside = {op.name for b in w.blocks for op in b.ops if "precision" in op.tags}
+    acc: dict[str, dict] = {}
+    names: dict[str, set] = {}
+    order: list[str] = []
+    for r in t["layers"]:
+        b = r["block"]
+        if b not in acc:
+            acc[b] = {"repeat": r["repeat"], "compute_s": 0.0, "comm_s": 0.0, "energy_j": 0.0,
+                      "attention_compute_s": 0.0, "attention_memory_s": 0.0}
+            names[b] = set()
+            order.append(b)
+        a = acc[b]
+        if r["bound"] == "communication":
+            a["comm_s"] += r["seconds"]
+        else:
+            a["compute_s"] += r["seconds"]
+        if r.get("kind") == "attention" and "compute_seconds" in r:
+            a["attention_compute_s"] += r["compute_seconds"]
+            a["attention_memory_s"] += r["memory_seconds"]
+        a["energy_j"] += r["energy_j"]
+        if fixed_costs and r["op"] not in inside:
+            names[b].add(("c" if r["bound"] == "communication" else "o", base_name(r["op"])))
+    if fixed_costs:
+        op_s, coll_s = launch_seconds(chip)
+        static = chip.energy.static_w
+        for b in order:
+            n_op = sum(1 for k, _ in names[b] if k == "o")
+            n_coll = sum(1 for k, _ in names[b] if k == "c")
+            acc[b]["compute_s"] += n_op * op_s
+            acc[b]["comm_s"] += n_coll * coll_s
+            acc[b]["energy_j"] += static * (n_op * op_s + n_coll * coll_s)
+    return [BlockCost(b, **acc[b]) for b in order]
+
+
+def combine_parts(blocks: list[BlockCost], core_compute_s: dict[str, float],
+                  core_energy_j: dict[str, float], overlap: bool = True) -> tuple[float, float]:
+    """(seconds, energy) of a step from its frame's blocks and its cores' time and energy per
+    layer of each layer block (by name): a layer block's copy takes ``max(compute + cores,
+    collectives)`` (with ``overlap``, else their sum), as
+    :func:`~diptych.sim.run.summed.simulate_workload` does."""
+    secs = energy = 0.0
+    for b in blocks:
+        comp = b.compute_s + core_compute_s.get(b.name, 0.0)
+        e = b.energy_j + core_energy_j.get(b.name, 0.0)
+        secs += b.repeat * (max(comp, b.comm_s) if overlap else comp + b.comm_s)
+        energy += b.repeat * e
+    return secs, energy
