@@ -35,6 +35,7 @@ def main() -> None:
     from diptych.arch import load_chip
     from diptych.sim import simulate_gemm
     from diptych.sim.cluster.search import search_plans
+    from diptych.sim.run import Scenario
 
     t0 = time.perf_counter()
     simulate_gemm(64, 64, 64, load_chip(args.chip))            # load the JIT cache
@@ -46,9 +47,10 @@ def main() -> None:
         if done == total:
             marks[stage] = time.perf_counter() - t0
 
-    res = search_plans(args.model, args.chip, args.cluster, chips=args.chips, batch=args.batch,
-                       seq=args.seq, refine=args.refine, progress=progress,
-                       execution=args.execution)
+    res = search_plans(args.model, args.chip, args.cluster,
+                       Scenario.of(phase="train", chips=args.chips, batch=args.batch, seq=args.seq,
+                                   execution=args.execution),
+                       refine=args.refine, progress=progress)
     total = time.perf_counter() - t0
     print(f"JIT warm-up (cache load): {warm:.1f} s")
     print(f"{args.model} on {args.chips} x {args.chip} ({args.cluster}), batch {args.batch} x "

@@ -21,7 +21,7 @@ import time
 
 from diptych.arch import load_chip
 from diptych.sim.program import capacities, fuse_program, op_demand, plan_residency, schedule
-from diptych.sim.run import run_workload
+from diptych.sim.run import Scenario, run_workload
 from diptych.workloads.graph import program_pieces
 from diptych.workloads.lower import decode
 from diptych.workloads.registry import load_model
@@ -104,10 +104,10 @@ def main() -> None:
     for chip, model, kw in CASES:
         runs = {}
         for ex in ("sum", "schedule"):
-            run_workload(chip, model, execution=ex, simulate=sim, **kw)      # warm-up
-            runs[ex] = _best(lambda: run_workload(chip, model, execution=ex, simulate=sim,
-                                                  **kw))
-        r = run_workload(chip, model, execution="schedule", simulate=sim, **kw)
+            run_workload(chip, model, Scenario.of(execution=ex, **kw), simulate=sim)      # warm-up
+            runs[ex] = _best(lambda: run_workload(chip, model, Scenario.of(execution=ex, **kw),
+                                                  simulate=sim))
+        r = run_workload(chip, model, Scenario.of(execution="schedule", **kw), simulate=sim)
         sim_rep = [b["simulated_repeats"] for p in r.schedule["pieces"] for b in p["blocks"]
                    if b["repeat"] > 1]
         desc = ", ".join(f"{k}={v}" for k, v in kw.items())

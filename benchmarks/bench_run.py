@@ -24,7 +24,7 @@ import sys
 import time
 
 from diptych.arch import load_chip
-from diptych.sim.run import run_curve, run_workload
+from diptych.sim.run import Scenario, run_curve, run_workload
 
 
 def _t(fn):
@@ -67,8 +67,8 @@ def main() -> None:
     chip = load_chip("train-2026")
     kw = dict(phase="decode", prompt=2048, gen=512)
 
-    t_warm, _ = _t(lambda: run_curve(chip, "llama-3-70b", batches=[1, 8, 64], **kw))
-    t_lib, curve = _t(lambda: run_curve(chip, "llama-3-70b", batches=[1, 8, 64], **kw))
+    t_warm, _ = _t(lambda: run_curve(chip, "llama-3-70b", Scenario.of(**kw), batches=[1, 8, 64]))
+    t_lib, curve = _t(lambda: run_curve(chip, "llama-3-70b", Scenario.of(**kw), batches=[1, 8, 64]))
     print(f"decode curve llama-3-70b 1,8,64 (library): first {t_warm:.2f} s (incl. JIT), "
           f"warm {t_lib:.3f} s; TPOT "
           + ", ".join(f"b{r.batch} {r.tpot_s * 1e3:.2f} ms" for r in curve["results"]))
@@ -81,8 +81,8 @@ def main() -> None:
     print(f"decode curve llama-3-70b 1,8,64 (fresh `diptych run` process): {t_cli:.2f} s CPU "
           f"(target < 5 s)")
 
-    t_tr, res = _t(lambda: run_workload(chip, "llama-3-70b", phase="train", batch=8, seq=4096,
-                                        tp=8))
+    t_tr, res = _t(lambda: run_workload(chip, "llama-3-70b",
+                                        Scenario.of(phase="train", batch=8, seq=4096, tp=8)))
     print(f"train step llama-3-70b seq 4096 batch 8 tp 8 (micro-batch "
           f"{res.info['micro_batch']}): {t_tr:.2f} s (target < 5 s); step {res.seconds:.3f} s, "
           f"MFU {res.mfu:.1%}, {res.info['simulated_ops']} distinct ops")
@@ -91,8 +91,8 @@ def main() -> None:
     chips = [_perturb(chip, rng) for _ in range(args.points)]
     t0 = time.process_time()
     for c in chips:
-        run_workload(c, "llama-3-8b", phase="prefill", batch=1, prompt=2048)
-        run_workload(c, "llama-3-8b", phase="decode", batch=8, prompt=2048, gen=256)
+        run_workload(c, "llama-3-8b", Scenario.of(phase="prefill", batch=1, prompt=2048))
+        run_workload(c, "llama-3-8b", Scenario.of(phase="decode", batch=8, prompt=2048, gen=256))
     dt = time.process_time() - t0
     print(f"DSE: {args.points} random chips x (prefill + decode) of llama-3-8b: "
           f"{dt:.2f} s, {dt / args.points:.3f} s per point "

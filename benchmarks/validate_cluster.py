@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from diptych.arch.cluster import load_cluster
 from diptych.sim.cluster import Plan, simulate_cluster_step
 from diptych.sim.cluster.plan import split_layers
+from diptych.sim.run import Scenario
 from diptych.workloads import load_model, model_from_hf
 
 #: PaLM 540B (Chowdhery et al. 2022, Table 1) as a decoder the lowering knows: 118 layers,
@@ -165,8 +166,9 @@ ACCOUNTS = {
 
 
 def simulate(row: Row, execution: str = "schedule"):
-    return simulate_cluster_step(row.model, row.chip, row.cluster, row.plan, batch=row.batch,
-                                 seq=row.seq, execution=execution)
+    return simulate_cluster_step(row.model, row.chip, row.cluster, row.plan,
+                                 Scenario.of(phase="train", batch=row.batch, seq=row.seq,
+                                             execution=execution))
 
 
 def table(results) -> str:

@@ -28,9 +28,10 @@ import time
 
 from diptych.arch import load_chip
 from diptych.sim import simulate
+from diptych.sim.cluster.run import run_cluster_step
+from diptych.sim.run import Scenario, run_topology, run_workload
 from diptych.workloads.ops import Gemm, VectorOp
 from diptych.workloads import load_model
-from diptych.sim.run import run_topology, run_workload
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,25 +272,29 @@ def case_tpu_v1(execution=None):
 
 
 def prefill_ms(chip, model, prompt, tp=1, execution=None, **dtypes) -> float:
-    r = run_workload(chip, model, phase="prefill", batch=1, prompt=prompt, tp=tp,
-                     execution=execution, **dtypes)
+    r = run_workload(chip, model,
+                     Scenario.of(phase="prefill", batch=1, prompt=prompt, tp=tp,
+                                 execution=execution, **dtypes))
     return r.to_dict()["ttft_s"] * 1e3
 
 
 def offline_throughput(chip, model, batch, isl, osl, tp=1, execution=None, **dtypes) -> float:
     """Output tokens/s per GPU of a static batch: one prefill, then ``osl`` decode steps."""
-    pf = run_workload(chip, model, phase="prefill", batch=batch, prompt=isl, tp=tp,
-                      execution=execution, **dtypes)
-    dc = run_workload(chip, model, phase="decode", batch=batch, prompt=isl, gen=osl, tp=tp,
-                      execution=execution, **dtypes)
+    pf = run_workload(chip, model,
+                      Scenario.of(phase="prefill", batch=batch, prompt=isl, tp=tp,
+                                  execution=execution, **dtypes))
+    dc = run_workload(chip, model,
+                      Scenario.of(phase="decode", batch=batch, prompt=isl, gen=osl, tp=tp,
+                                  execution=execution, **dtypes))
     t = pf.to_dict()["seconds"] + osl * dc.to_dict()["tpot_s"]
     return batch * osl / t / tp
 
 
 def decode_tpot_ms(chip, model, batch, prompt, gen, tp=1, execution=None, **dtypes) -> float:
     """Mean time per output token (ms) of ``gen`` tokens after a ``prompt``-token context."""
-    r = run_workload(chip, model, phase="decode", batch=batch, prompt=prompt, gen=gen, tp=tp,
-                     execution=execution, **dtypes)
+    r = run_workload(chip, model,
+                     Scenario.of(phase="decode", batch=batch, prompt=prompt, gen=gen, tp=tp,
+                                 execution=execution, **dtypes))
     return r.tpot_s * 1e3
 
 
@@ -298,8 +303,9 @@ def decode_bw_fraction(chip, model, tp, batch=1, prompt=1024, gen=128, execution
     with what is fused into them), as a fraction of peak: their DRAM bytes over their own
     time, as Nsight measures a kernel. (The step average also counts launch gaps and exposed
     all-reduces, during which no weight streams: ``RunResult.dram_bw_utilization``.)"""
-    r = run_workload(chip, model, phase="decode", batch=batch, prompt=prompt, gen=gen, tp=tp,
-                     execution=execution)
+    r = run_workload(chip, model,
+                     Scenario.of(phase="decode", batch=batch, prompt=prompt, gen=gen, tp=tp,
+                                 execution=execution))
     k = [x for x in r.layers if x["kind"] in ("gemm", "fused") and x["dram_bytes"]]
     byts = sum(x["dram_bytes"] * x["repeat"] for x in k)
     return byts / sum(x["seconds"] * x["repeat"] for x in k) / chip.dram_bytes_per_s
@@ -365,8 +371,9 @@ def case_h100_inference(execution=None):
 
 
 def train_mfu(chip, model, tp, batch, seq, recompute=True, execution=None) -> float:
-    r = run_workload(chip, model, phase="train", batch=batch, seq=seq, tp=tp,
-                     recompute=recompute, execution=execution)
+    r = run_workload(chip, model,
+                     Scenario.of(phase="train", batch=batch, seq=seq, tp=tp, recompute=recompute,
+                                 execution=execution))
     return r.to_dict()["mfu"]
 
 
@@ -428,7 +435,7 @@ def sram_sweep(base="infer-2026", model="llama-3-8b", batch=8, prompt=1024, gen=
     out = []
     for mib in mib_per_core:
         c = _chip_with_scratchpad(chip, mib)
-        r = run_workload(c, model, phase="decode", batch=batch, prompt=prompt, gen=gen)
+        r = run_workload(c, model, Scenario.of(phase="decode", batch=batch, prompt=prompt, gen=gen))
         out.append({"mib_per_core": mib, "chip_mib": mib * c.tensor_cores,
                     "tpot_ms": r.tpot_s * 1e3, "dram_gb": r.dram_bytes / 1e9,
                     "weights_on_chip_gb": _on_chip_bytes(r, "weight") / 1e9,
@@ -460,9 +467,9 @@ def groq_70b_decode(prompt=1024, gen=256):
     a GroqNode, PP72 over the nodes [assumption: Groq has not published its layout], INT8 (the
     preset's default), every tensor of a stage in SRAM (the cluster step's all-SRAM path)."""
     from diptych.sim.cluster import Plan
-    return run_workload("groq-lpu", llama2_70b(), phase="decode", batch=1, prompt=prompt,
-                        gen=gen, cluster="groq-dragonfly",
-                        plan=Plan(tp=8, pp=72, dp=1, micro_batch=1))
+    return run_cluster_step("groq-lpu", llama2_70b(),
+                            Scenario.of(phase="decode", batch=1, prompt=prompt, gen=gen),
+                            cluster="groq-dragonfly", plan=Plan(tp=8, pp=72, dp=1, micro_batch=1))
 
 
 def case_groq(execution=None):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
+from typing import Protocol
 
 from . import cache
 from .capacity import capacities
@@ -16,6 +17,14 @@ from .stats import OpStats
 # a run whose every op is cached starts in a fraction of a second.
 _ENGINE = {"gemm_stats": "gemm", "vector_stats": "vector"}
 
+
+
+class OpTimer(Protocol):
+    """What times one op on one chip: :func:`simulate` itself, or a stand-in with its
+    signature (the test suite's roofline double). The run, cluster and serving layers take
+    one wherever they time ops (``simulate=``); None means :func:`simulate`."""
+
+    def __call__(self, op, chip) -> OpStats: ...
 
 def __getattr__(name):
     if name in _ENGINE:

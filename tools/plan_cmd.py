@@ -151,6 +151,7 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
     from rich.console import Console
 
     from ..sim.cluster.search import search_plans
+    from ..sim.run import Scenario
     from ..sim.cluster.trace import export_chakra, write_perfetto_trace
     from .progress import progress_display
 
@@ -162,9 +163,10 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
                 "schedules": schedule, "recompute": recompute}
     space = {k: v for k, v in narrowed.items() if v is not None}
     with progress_display("plan", enabled=not as_json) as progress:
-        res = search_plans(model, chip, cluster, chips=chips, batch=batch, seq=seq,
-                           refine=max(refine, top), max_tp=max_tp, attention=attention,
-                           progress=progress, execution=execution, **space)
+        s = Scenario.of(phase="train", chips=chips, batch=batch, seq=seq,
+                        attention=attention, execution=execution)
+        res = search_plans(model, chip, cluster, s, refine=max(refine, top), max_tp=max_tp,
+                           progress=progress, **space)
     if not res.plans:
         raise ValueError(f"no plan fits: {res.candidates} candidates, none within the chip's "
                          f"memory; try more chips, a smaller --batch or --seq")

@@ -138,8 +138,8 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
     """Run the plan for each batch of ``batches`` and print (module docstring);
     ``execution``: how each layer kind is timed (``run --execution``; None: the schedule)."""
     from ..sim.cluster.trace import write_perfetto_trace
-    from ..sim.run import run_workload
-    from ..sim.cluster.run import build_plan
+    from ..sim.cluster.run import build_plan, run_cluster_step
+    from ..sim.run import Scenario
 
     fields = {k: v for k, v in (("zero", zero), ("zero_shards", zero_shards),
                                 ("schedule", schedule), ("virtual_stages", virtual_stages))
@@ -164,14 +164,13 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
     results = []
     for i, b in enumerate(batches):
         progress(i, len(batches), f"batch {b}")
-        plan = build_plan(phase, batch=b, seq=length, chips=chips, tp=tp, dp=dp, pp=pp, cp=cp,
-                          ep=ep, micro_batch=micro_batch, recompute=recompute or "none",
-                          overlap=overlap, **fields)
-        res = run_workload(chip, model, phase=phase, batch=b, prompt=prompt, gen=gen,
-                           seq=length if phase == "train" else None,
-                           weights_dtype=weights_dtype, act_dtype=act_dtype,
-                           kv_dtype=kv_dtype, attention=attention, cluster=cluster,
-                           plan=plan, execution=execution)
+        s = Scenario.of(phase=phase, batch=b, prompt=prompt, gen=gen,
+                        seq=length if phase == "train" else None, chips=chips, tp=tp, dp=dp,
+                        pp=pp, cp=cp, ep=ep, micro_batch=micro_batch,
+                        recompute=recompute or "none", overlap=overlap,
+                        weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype,
+                        attention=attention, execution=execution)
+        res = run_cluster_step(chip, model, s, cluster=cluster, plan=build_plan(s, **fields))
         results.append(res)
     progress(len(batches), len(batches), "done")
     last = results[-1]

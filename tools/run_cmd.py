@@ -211,7 +211,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     ZeRO, expert and context parallelism over the cluster's topology (docs/cluster.md).
     """
 
-    from ..sim.run import run_curve, run_topology
+    from ..sim.run import Scenario, run_curve, run_topology
     from ..sim.run.trace import chrome_trace, schedule_trace
     from .precision import run_dtypes
     from .progress import progress_display
@@ -271,12 +271,13 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     with warnings.catch_warnings(record=True) as caught, \
             progress_display(f"{model} {phase} on {chip}", enabled=not as_json) as progress:
         warnings.simplefilter("always")
-        curve = run_curve(chip, model, batches=batches, phase=phase, prompt=prompt, gen=gen,
-                          seq=seq, chips=chips, tp=tp, dp=dp, weights_dtype=weights_dtype,
-                          act_dtype=act_dtype, kv_dtype=kv_dtype, overlap=overlap,
-                          recompute=recompute == "full", micro_batch=micro_batch,
-                          attention=attention,
-                          execution=execution, fusion=fusion, progress=progress)
+        curve = run_curve(chip, model,
+                          Scenario.of(phase=phase, prompt=prompt, gen=gen, seq=seq, chips=chips,
+                                      tp=tp, dp=dp, weights_dtype=weights_dtype,
+                                      act_dtype=act_dtype, kv_dtype=kv_dtype, overlap=overlap,
+                                      recompute=recompute == "full", micro_batch=micro_batch,
+                                      attention=attention, execution=execution, fusion=fusion),
+                          batches=batches, progress=progress)
     for msg in dict.fromkeys(str(w.message) for w in caught):
         echo_err(f"Warning: {msg}")
     results = curve["results"]

@@ -1,12 +1,13 @@
-"""``run_workload`` on a cluster: a parallel plan's step through the cluster layer.
+"""A parallel plan's step on a cluster: the cluster layer's entry point for one scenario.
 
-:func:`run_on_cluster` is what :func:`diptych.sim.run.node.run_workload` delegates to when it
-is given a ``cluster`` or a ``plan``: it builds the :class:`~diptych.sim.cluster.plan.Plan`
-(when only the degrees are given), places it on the cluster (when only the plan is given: one
-scale-up domain of the plan's chips on the chip's own links,
+:func:`run_cluster_step` is what ``diptych run --cluster`` (and the facade's ``run`` given a
+``cluster`` or a ``plan``) calls: it builds the :class:`~diptych.sim.cluster.plan.Plan` from
+the scenario's degrees (when no plan is given), places it on the cluster (when none is given:
+one scale-up domain of the plan's chips on the chip's own links,
 :func:`~diptych.sim.cluster.topology.single_domain`) and returns
 :func:`~diptych.sim.cluster.step.simulate_cluster_step`'s
-:class:`~diptych.sim.cluster.step.ClusterResult`.
+:class:`~diptych.sim.cluster.step.ClusterResult`. A one-node run is
+:func:`diptych.sim.run.run_workload`'s; the caller chooses.
 
 Defaults of a plan built here: the training micro-batch is ``diptych run``'s
 (:func:`~diptych.workloads.train.default_micro_batch`, ~8k tokens); an inference replica's
@@ -17,29 +18,23 @@ expert- and data-parallel communication all exposed).
 
 from __future__ import annotations
 
+import dataclasses
 import warnings as _warnings
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from ...arch.chip import Chip
-from ...workloads.config import ModelConfig
-from ..run.node import resolve_parallelism
+from ...arch import load_chip
+from ...workloads.registry import load_model
 from ...workloads.train import default_micro_batch
+from ..api import OpTimer
+from ..run.node import resolve_parallelism
+from ..run.scenario import Scenario
 
-RECOMPUTE_MODES = ("none", "selective", "full")
-
-
-def recompute_mode(recompute) -> str:
-    """``none``, ``selective`` or ``full`` from a mode or a bool (True: full, the old
-    ``--recompute`` flag); raises ValueError naming ``recompute`` otherwise."""
-    if recompute is True:
-        return "full"
-    if recompute is False or recompute is None:
-        return "none"
-    if recompute not in RECOMPUTE_MODES:
-        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)} (or a bool: "
-                         f"True = full), not {recompute!r}")
-    return recompute
-
+if TYPE_CHECKING:  # pragma: no cover
+    from ...arch.chip import Chip
+    from ...arch.cluster import Cluster
+    from ...workloads.config import ModelConfig
+    from .plan import Plan
+    from .step import ClusterResult
 
 def default_inference_micro_batch(replica_batch: int, pp: int) -> int:
     """Sequences per micro-batch of an inference replica: ``batch / pp`` when ``pp``
@@ -47,69 +42,74 @@ def default_inference_micro_batch(replica_batch: int, pp: int) -> int:
     return replica_batch // pp if replica_batch % pp == 0 else 1
 
 
-def build_plan(phase: str, *, batch: int, seq: int | None, chips: int | None, tp: int | None,
-               dp: int | None, pp: int | None = None, cp: int | None = None,
-               ep: int | None = None, micro_batch: int | None = None, recompute="none",
-               overlap: bool = True, **fields):
-    """A :class:`~diptych.sim.cluster.plan.Plan` from the command's degrees (see
+def build_plan(s: Scenario, **fields):
+    """A :class:`~diptych.sim.cluster.plan.Plan` from scenario ``s``'s degrees (see
     :func:`~diptych.sim.run.node.resolve_parallelism`), micro-batch (default: module
-    docstring) and ``fields`` (``zero``, ``zero_shards``, ``schedule``, ``virtual_stages``).
-    Raises ValueError naming the flag or field."""
+    docstring), recomputation and overlap, and ``fields`` (``zero``, ``zero_shards``,
+    ``schedule``, ``virtual_stages``). Raises ValueError naming the flag or field."""
     from .plan import Plan
 
-    t, d = resolve_parallelism(phase, chips, tp, dp, pp=pp, cp=cp, ep=ep, cluster=True)
-    if batch % d:
-        raise ValueError(f"--batch ({batch}) must be divisible by dp ({d}): the global batch "
+    par = s.parallelism
+    t, d = resolve_parallelism(s.phase, par, cluster=True)
+    if s.batch % d:
+        raise ValueError(f"--batch ({s.batch}) must be divisible by dp ({d}): the global batch "
                          f"is split evenly over the data-parallel replicas")
+    seq = _length(s)
+    micro_batch = s.micro_batch
     if micro_batch is None:
-        micro_batch = (default_micro_batch(batch // d, seq) if phase == "train" and seq
-                       else default_inference_micro_batch(batch // d, pp or 1))
-    off = {} if overlap else dict(overlap_tp=False, overlap_dp=False, overlap_cp=False,
-                                  overlap_ep=False)
-    return Plan(tp=t, pp=pp or 1, dp=d, cp=cp or 1, ep=ep or 1, micro_batch=micro_batch,
-                recompute=recompute_mode(recompute), **off, **fields)
+        micro_batch = (default_micro_batch(s.batch // d, seq) if s.phase == "train" and seq
+                       else default_inference_micro_batch(s.batch // d, par.pp or 1))
+    off = {} if s.overlap else dict(overlap_tp=False, overlap_dp=False, overlap_cp=False,
+                                    overlap_ep=False)
+    return Plan(tp=t, pp=par.pp or 1, dp=d, cp=par.cp or 1, ep=par.ep or 1,
+                micro_batch=micro_batch, recompute=s.recompute, **off, **fields)
 
 
-def run_on_cluster(chip: Chip, model: ModelConfig, *, cluster, plan, phase: str, batch: int,
-                   prompt: int | None, gen: int | None, seq: int | None, tp: int | None,
-                   dp: int | None, chips: int | None, weights_dtype: str | None,
-                   act_dtype: str | None, kv_dtype: str | None, overlap: bool, recompute,
-                   micro_batch: int | None, attention: str,
-                   simulate: Callable | None = None, execution: str = "schedule"):
-    """The step of ``plan`` (or of the plan the degrees give) on ``cluster`` (or on one
-    domain of the plan's chips): see the module docstring. ``prompt``/``gen``/``seq`` as in
-    :func:`~diptych.sim.run.node.run_workload` (training takes ``seq``, or ``prompt`` as
-    its length); ``execution``: how each layer kind is timed (:mod:`diptych.sim.cluster.timing`).
-    Raises ValueError naming the flag or field for a plan that does not split
-    the model, the batch or the cluster."""
+def _length(s: Scenario) -> int | None:
+    """The sequence length of a training scenario (``seq``, or ``prompt``); None otherwise."""
+    if s.phase != "train":
+        return None
+    return s.seq if s.seq is not None else s.prompt
+
+
+def run_cluster_step(chip: "Chip | str", model: "ModelConfig | str", scenario: Scenario, *,
+                     cluster: "Cluster | str | None" = None, plan: "Plan | None" = None,
+                     simulate: OpTimer | None = None) -> "ClusterResult":
+    """The step of ``plan`` (or of the plan ``scenario``'s degrees give) on ``cluster`` (a
+    :class:`~diptych.arch.cluster.Cluster`, preset name or path; or one domain of the plan's
+    chips): see the module docstring. ``scenario``'s ``execution`` says how each layer kind is
+    timed (:mod:`diptych.sim.cluster.timing`); a cluster step has no power limit or cost
+    figures. Raises ValueError naming the flag or field for a plan that does not split the
+    model, the batch or the cluster, or degrees that disagree with the plan given."""
     from ...arch.cluster import load_cluster
     from .step import simulate_cluster_step
     from .topology import single_domain
 
-    if phase == "train" and seq is None:
-        seq = prompt
+    if not isinstance(scenario, Scenario):
+        raise TypeError(f"scenario must be a Scenario, not {type(scenario).__name__}")
+    chip = load_chip(chip)
+    model = load_model(model)
+    s = scenario
+    if s.phase == "train" and s.seq is None:
+        s = dataclasses.replace(s, seq=s.prompt)
     if plan is None:
-        plan = build_plan(phase, batch=batch, seq=seq, chips=chips, tp=tp, dp=dp,
-                          micro_batch=micro_batch, recompute=recompute, overlap=overlap)
+        plan = build_plan(s)
     else:
-        for name, v, want in (("chips", chips, plan.chips), ("tp", tp, plan.tp),
-                              ("dp", dp, plan.dp), ("micro_batch", micro_batch,
-                                                    plan.micro_batch)):
+        par = s.parallelism
+        for name, v, want in (("chips", par.chips, plan.chips), ("tp", par.tp, plan.tp),
+                              ("dp", par.dp, plan.dp), ("micro_batch", s.micro_batch,
+                                                        plan.micro_batch)):
             if v is not None and v != want:
                 raise ValueError(f"{name} ({v}) disagrees with the plan's {name} ({want}): "
                                  f"give the parallel layout once, in the plan")
     where = load_cluster(cluster) if cluster is not None else single_domain(chip, plan.chips)
-    res = simulate_cluster_step(model, chip, where, plan, batch=batch, seq=seq, phase=phase,
-                                prompt=prompt, gen=gen, weights_dtype=weights_dtype,
-                                act_dtype=act_dtype, kv_dtype=kv_dtype, attention=attention,
-                                simulate=simulate, execution=execution)
-    context = (prompt + (1 if gen is None else gen) if phase == "decode"
-               else prompt if phase == "prefill" else seq)
+    res = simulate_cluster_step(model, chip, where, plan, s, simulate=simulate)
+    context = s.context
     if context and context > model.max_position_embeddings:
         msg = (f"context of {context} tokens exceeds {model.name}'s max_position_embeddings "
                f"({model.max_position_embeddings})")
         res.warnings.append(msg)
-        _warnings.warn(msg, stacklevel=3)
+        _warnings.warn(msg, stacklevel=2)
     if cluster is None:
         res.info["cluster_default"] = True
     return res

@@ -17,6 +17,7 @@ engine runs once per distinct (tp, cp, ep, micro-batch) among the refined plans.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,7 +29,9 @@ from ..support import check_supported
 from ...workloads.config import ModelConfig
 from ...workloads.lower import valid_tp_degrees
 from ...workloads.registry import load_model
+from ..api import OpTimer
 from ..run.node import default_precision
+from ..run.scenario import Scenario
 from .estimate import roofline_simulate
 from .memory import plan_memory
 from .plan import RECOMPUTE, SCHEDULES, Plan, check_plan, check_positive
@@ -142,30 +145,36 @@ def candidate_plans(model: ModelConfig, chips: int, batch: int, seq: int, *,
     return out
 
 
-def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Cluster | str", *,
-                 chips: int, batch: int, seq: int, refine: int = 8, max_tp: int | None = None,
-                 attention: str = "fused", weights_dtype: str | None = None,
-                 act_dtype: str | None = None, kv_dtype: str | None = None,
-                 simulate: Callable | None = None,
-                 screen_simulate: Callable | None = None,
+def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Cluster | str",
+                 scenario: Scenario, *, refine: int = 8, max_tp: int | None = None,
+                 simulate: OpTimer | None = None, screen_simulate: OpTimer | None = None,
                  progress: Callable[[int, int, str], None] | None = None,
-                 execution: str = "schedule", **space) -> SearchResult:
-    """Rank the training plans of ``model`` on ``chips`` chips of ``cluster`` that fit
-    (module docstring). ``refine``: plans timed with ``simulate`` (default: the engine) and
-    the event-level pipeline; ``screen_simulate``: the first pass's op timer (default: the
-    roofline estimate); ``weights_dtype``/``act_dtype``/``kv_dtype`` pin the precision
-    (default: training's, :func:`~diptych.sim.run.node.default_precision`);
-    ``progress(done, total, stage)`` is called as work proceeds (stage
-    ``memory``, ``screen`` or ``refine``; the callback of
-    :func:`diptych.tools.progress.progress_display`); ``execution``: how the refined plans'
-    layers are timed (:mod:`~diptych.sim.cluster.timing`, "Execution"; the screen always
-    sums its roofline estimates); other keyword arguments narrow the space (see
-    :func:`candidate_plans`).
+                 **space) -> SearchResult:
+    """Rank the training plans of ``model`` on ``scenario.parallelism.chips`` chips of
+    ``cluster`` that fit (module docstring). From the training ``scenario``: the global
+    ``batch`` and ``seq``, the precision pinned by its dtypes (default: training's,
+    :func:`~diptych.sim.run.node.default_precision`), ``attention`` and ``execution`` (how
+    the refined plans' layers are timed, :mod:`~diptych.sim.cluster.timing`, "Execution";
+    the screen always sums its roofline estimates). ``refine``: plans timed with
+    ``simulate`` (default: the engine) and the event-level pipeline; ``screen_simulate``:
+    the first pass's op timer (default: the roofline estimate); ``progress(done, total,
+    stage)`` is called as work proceeds (stage ``memory``, ``screen`` or ``refine``; the
+    callback of :func:`diptych.tools.progress.progress_display`); other keyword arguments
+    narrow the space (see :func:`candidate_plans`).
 
-    Raises ValueError naming the value for a non-positive ``chips``, ``batch``, ``seq`` or
-    ``refine``, more chips than the cluster has, a chip without DRAM, or no valid plan."""
+    Raises ValueError naming the value for a scenario that is not a training one, a
+    missing or non-positive ``chips``, a missing ``seq``, a non-positive ``refine``, more
+    chips than the cluster has, a chip without DRAM, or no valid plan."""
+    if not isinstance(scenario, Scenario):
+        raise TypeError(f"scenario must be a Scenario, not {type(scenario).__name__}")
+    if scenario.phase != "train":
+        raise ValueError(f"the plan search ranks training plans: scenario.phase must be "
+                         f"'train', not {scenario.phase!r}")
+    chips, batch, seq = scenario.parallelism.chips, scenario.batch, scenario.seq
     for name, v in (("chips", chips), ("batch", batch), ("seq", seq), ("refine", refine)):
         check_positive(name, v)
+    weights_dtype, act_dtype, kv_dtype = (scenario.weights_dtype, scenario.act_dtype,
+                                          scenario.kv_dtype)
     model = load_model(model)
     chip = load_chip(chip)
     cluster = load_cluster(cluster)
@@ -175,7 +184,10 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
                          f"({cluster.name})")
     p = default_precision(chip, "train", weights_dtype, act_dtype, kv_dtype)
     check_supported(chip, p)
-    dtypes = dict(weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)
+    base = Scenario(phase="train", batch=batch, seq=seq, weights_dtype=weights_dtype,
+                    act_dtype=act_dtype, kv_dtype=kv_dtype, attention=scenario.attention,
+                    execution=scenario.execution)
+    screen_scenario = dataclasses.replace(base, execution="sum")
     limit = max_tp or min(cluster.scale_up.chips, 64)
     plans = candidate_plans(model, chips, batch, seq, max_tp=limit, **space)
     if not plans:
@@ -192,7 +204,7 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
         mem = plan_memory(model, q, p, phase="train", seq=seq,
                           micro_batches=info["micro_batches"],
                           layers_per_chunk=info["layers_per_chunk"], capacity_bytes=cap,
-                          attention=attention, advise=False)
+                          attention=scenario.attention, advise=False)
         if mem.fits:
             fitting.append(q)
     if progress:
@@ -201,9 +213,8 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
     for i, q in enumerate(fitting):
         if progress and i % 32 == 0:
             progress(i, len(fitting), "screen")
-        r = simulate_cluster_step(model, chip, cluster, q, batch=batch, seq=seq,
-                                  attention=attention, golden=False, simulate=screen,
-                                  execution="sum", **dtypes)
+        r = simulate_cluster_step(model, chip, cluster, q, screen_scenario, golden=False,
+                                  simulate=screen)
         scored.append((r.seconds, q))
     if progress:
         progress(len(fitting), len(fitting), "screen")
@@ -212,9 +223,8 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
     for i, (_, q) in enumerate(scored[:refine]):
         if progress:
             progress(i, min(refine, len(scored)), "refine")
-        best.append(simulate_cluster_step(model, chip, cluster, q, batch=batch, seq=seq,
-                                          attention=attention, golden=True,
-                                          simulate=simulate, execution=execution, **dtypes))
+        best.append(simulate_cluster_step(model, chip, cluster, q, base, golden=True,
+                                          simulate=simulate))
     if progress:
         progress(len(best), len(best), "refine")
     best.sort(key=lambda r: r.seconds)

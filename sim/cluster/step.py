@@ -37,7 +37,6 @@ of ``gen``, each layer kind at its own mean keys over the steps.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -51,7 +50,9 @@ from ...workloads.graph import Block, Workload
 from ...workloads.lower import decode_mean, prefill
 from ...workloads.params import params_per_chip
 from ...workloads.registry import load_model
+from ..api import OpTimer
 from ..run.node import default_precision
+from ..run.scenario import Scenario
 from ..run.summed import simulate_workload
 from ...workloads.train import ADAMW_CHUNK, adamw_op, train_step
 from .collectives import CommCost, collective
@@ -393,25 +394,23 @@ def _bucket_tail(buckets: list[tuple[float, float]], overlap: bool) -> float:
 
 
 def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
-                          cluster: "Cluster | str", plan: Plan, *, batch: int,
-                          seq: int | None = None, phase: str = "train",
-                          prompt: int | None = None, gen: int | None = None,
-                          weights_dtype: str | None = None, act_dtype: str | None = None,
-                          kv_dtype: str | None = None, attention: str = "fused",
-                          golden: bool = True, simulate: Callable | None = None,
-                          execution: str = "schedule") -> ClusterResult:
-    """Simulate one step of ``model`` on ``plan.chips`` chips of ``cluster`` (module
-    docstring). ``batch``: global batch in sequences; ``seq``: training sequence length
-    (train) — for inference ``prompt`` (prefill: the prompt; decode: context before
-    generation) and ``gen`` (decode: generated tokens, default 1; one representative step,
-    each layer kind attending its mean keys over the ``gen`` steps,
-    :func:`~diptych.workloads.lower.decode_mean`); ``golden``: event-level pipeline
-    simulation (else the closed form); ``simulate`` replaces the engine (tests use a
-    roofline double); ``execution``: how each layer kind is timed
+                          cluster: "Cluster | str", plan: Plan, scenario: Scenario, *,
+                          golden: bool = True, simulate: OpTimer | None = None
+                          ) -> ClusterResult:
+    """Simulate one step of ``scenario`` for ``model`` on ``plan.chips`` chips of ``cluster``
+    (module docstring). From the scenario: ``batch``, the global batch in sequences;
+    ``seq``, the training sequence length (train) — for inference ``prompt`` (prefill: the
+    prompt; decode: context before generation) and ``gen`` (decode: generated tokens,
+    default 1; one representative step, each layer kind attending its mean keys over the
+    ``gen`` steps, :func:`~diptych.workloads.lower.decode_mean`); the dtypes and
+    ``attention``; ``execution``: how each layer kind is timed
     (:mod:`~diptych.sim.cluster.timing`, "Execution"): ``"schedule"`` (its program's list
     schedule, as ``diptych run``: residency, fusion, launches, the tensor-parallel
     collectives exposed as the schedule leaves them) or ``"sum"`` (its ops summed, the
-    tensor-parallel collectives hidden by the ``overlap_tp`` rule).
+    tensor-parallel collectives hidden by the ``overlap_tp`` rule). The plan carries the
+    degrees, micro-batch, recomputation and overlap. ``golden``: event-level pipeline
+    simulation (else the closed form); ``simulate`` replaces the engine (an
+    :class:`~diptych.sim.api.OpTimer`; tests use a roofline double).
 
     Raises ValueError naming the field and value for a non-positive ``batch``, ``seq``,
     ``prompt`` or ``gen``, a plan that does not fit the model, batch or cluster
@@ -420,13 +419,14 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     all-SRAM chip: every tensor of a stage resident, layers timed so,
     :mod:`~diptych.sim.cluster.timing`), a stage that does not fit its SRAM
     (:func:`~.memory.require_sram_fit`)."""
+    if not isinstance(scenario, Scenario):
+        raise TypeError(f"scenario must be a Scenario, not {type(scenario).__name__}")
     model = load_model(model)
     chip = load_chip(chip)
     cluster = load_cluster(cluster)
-    if phase not in ("train", "prefill", "decode"):
-        raise ValueError(f"phase must be train, prefill or decode, not {phase!r}")
-    if execution not in ("sum", "schedule"):
-        raise ValueError(f"execution must be sum or schedule, not {execution!r}")
+    s = scenario
+    phase, batch, seq, prompt, gen = s.phase, s.batch, s.seq, s.prompt, s.gen
+    attention, execution = s.attention, s.execution
     check_positive("batch", batch)
     train = phase == "train"
     context = kv_tokens = 0
@@ -451,7 +451,7 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
                       cluster_chips=cluster.chips)
     m, lpc = info["micro_batches"], info["layers_per_chunk"]
     net = bind(cluster, chip)
-    p = default_precision(chip, phase, weights_dtype, act_dtype, kv_dtype)
+    p = default_precision(chip, phase, s.weights_dtype, s.act_dtype, s.kv_dtype)
     comp = check_supported(chip, p)
     # memory per chip against DRAM, or an all-SRAM chip's SRAM (where the stage must fit: the
     # layer times below hold every tensor resident, sim/cluster/timing.py)

@@ -18,8 +18,8 @@ keys over them (:func:`diptych.workloads.lower.decode_mean`; for full attention,
 the mean context prompt + (gen+1)/2); train, one optimizer step. ``energy_j`` is the energy of
 that same interval summed over all chips.
 
-Given a ``cluster`` or a ``plan``, :func:`run_workload` runs a parallel plan's step on a
-cluster instead (:mod:`diptych.sim.cluster.run`, docs/cluster.md).
+A parallel plan's step on a cluster is :func:`diptych.sim.cluster.run.run_cluster_step`'s
+(docs/cluster.md); what to run, in both, is one :class:`~diptych.sim.run.scenario.Scenario`.
 """
 
 from __future__ import annotations
@@ -28,27 +28,22 @@ import dataclasses
 import warnings as _warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...arch import Chip, load_chip
-from ..limits import check_ops, check_sizes
-from ..support import check_supported, wider
 from ...workloads.config import ModelConfig
 from ...workloads.graph import Workload
 from ...workloads.lower import decode_mean, prefill
 from ...workloads.memory import MemoryReport, inference_memory, train_memory
 from ...workloads.precision import Precision
-from .precision_ops import with_precision_ops
-from .summed import simulate_workload
 from ...workloads.registry import load_model
 from ...workloads.train import train_step
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ...arch.cluster import Cluster
-    from ..cluster import ClusterResult, Plan
-
-PHASES = ("prefill", "decode", "train")
-EXECUTIONS = ("sum", "schedule")
+from ..api import OpTimer
+from ..limits import check_ops
+from ..support import check_supported, wider
+from .precision_ops import with_precision_ops
+from .scenario import EXECUTIONS, Parallelism, Scenario, default_execution
+from .summed import simulate_workload
 
 
 @dataclass
@@ -132,20 +127,17 @@ def _default_simulate():
     return simulate
 
 
-def resolve_parallelism(phase: str, chips: int | None, tp: int | None, dp: int | None, *,
-                        pp: int | None = None, cp: int | None = None, ep: int | None = None,
-                        cluster: bool = False) -> tuple[int, int]:
-    """(tp, dp) from the optional --chips/--tp/--dp (and --pp/--cp/--ep).
+def resolve_parallelism(phase: str, par: Parallelism, *, cluster: bool = False
+                        ) -> tuple[int, int]:
+    """(tp, dp) from a scenario's degrees.
 
     Without a cluster (``cluster=False`` and no ``pp``/``cp``/``ep`` above 1): chips = tp × dp
     for training, and inference has no data parallelism (chips = tp). On a cluster (a
     parallel plan): chips = tp × pp × dp × cp in every phase (inference's ``dp`` are
     independent replicas, which expert parallelism is carved from); ``dp`` defaults to what
     fills ``chips``. Raises ValueError naming the flags."""
-    for n, v in (("chips", chips), ("tp", tp), ("dp", dp), ("pp", pp), ("cp", cp), ("ep", ep)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"{n} must be a positive integer, not {v!r}")
-    plan = cluster or any(v not in (None, 1) for v in (pp, cp, ep))
+    chips, tp, dp, pp, cp, ep = (par.chips, par.tp, par.dp, par.pp, par.cp, par.ep)
+    plan = cluster or par.plan_only
     if phase != "train" and not plan:
         if dp not in (None, 1):
             raise ValueError("dp applies to training only; for inference use --tp (replicas "
@@ -173,29 +165,26 @@ def resolve_parallelism(phase: str, chips: int | None, tp: int | None, dp: int |
     return t, d
 
 
-def lower_workload(model: ModelConfig, phase: str, *, batch: int, prompt: int | None,
-                   gen: int | None, seq: int | None, precision: Precision, tp: int, dp: int,
-                   recompute: bool = False, micro_batch: int | None = None,
-                   attention: str = "fused") -> tuple[Workload, int]:
-    """The per-chip workload of a phase and the context length its memory must hold."""
-    if phase == "prefill":
-        if prompt is None:
+def lower_workload(model: ModelConfig, s: Scenario, *, precision: Precision, tp: int,
+                   dp: int) -> tuple[Workload, int]:
+    """The per-chip workload of ``s``'s phase and the context length its memory must hold."""
+    if s.phase == "prefill":
+        if s.prompt is None:
             raise ValueError("prefill needs --prompt (prompt length in tokens)")
-        return prefill(model, batch, prompt, precision=precision, tp=tp,
-                       attention=attention), prompt
-    if phase == "decode":
-        if prompt is None:
+        return prefill(model, s.batch, s.prompt, precision=precision, tp=tp,
+                       attention=s.attention), s.prompt
+    if s.phase == "decode":
+        if s.prompt is None:
             raise ValueError("decode needs --prompt (context before generation)")
-        g = 1 if gen is None else gen
-        return decode_mean(model, batch, prompt, g, precision=precision, tp=tp,
-                           attention=attention), prompt + g
-    if phase == "train":
-        s = seq if seq is not None else prompt
-        if s is None:
-            raise ValueError("train needs --seq (sequence length in tokens)")
-        return train_step(model, batch, s, precision=precision, tp=tp, dp=dp,
-                          recompute=recompute, micro_batch=micro_batch, attention=attention), s
-    raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
+        g = 1 if s.gen is None else s.gen
+        return decode_mean(model, s.batch, s.prompt, g, precision=precision, tp=tp,
+                           attention=s.attention), s.prompt + g
+    seq = s.seq if s.seq is not None else s.prompt
+    if seq is None:
+        raise ValueError("train needs --seq (sequence length in tokens)")
+    return train_step(model, s.batch, seq, precision=precision, tp=tp, dp=dp,
+                      recompute=s.recompute == "full", micro_batch=s.micro_batch,
+                      attention=s.attention), seq
 
 
 def _bound(t: dict) -> str:
@@ -204,124 +193,92 @@ def _bound(t: dict) -> str:
     return max(parts, key=parts.get)
 
 
-def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, batch: int,
-                 prompt: int | None = None, gen: int | None = None, seq: int | None = None,
-                 tp: int | None = None, dp: int | None = None, chips: int | None = None,
-                 weights_dtype: str | None = None, act_dtype: str | None = None,
-                 kv_dtype: str | None = None, overlap: bool = True,
-                 recompute: "bool | str" = False, micro_batch: int | None = None,
-                 attention: str = "fused", execution: str | None = None,
-                 fusion: bool = True,
-                 simulate: Callable | None = None, power_limit: bool = True,
-                 cluster: "Cluster | str | None" = None, plan: "Plan | None" = None
-                 ) -> "RunResult | ClusterResult":
-    """Lower ``phase`` of ``model`` for ``chip`` and simulate it (see module docstring).
+@dataclass(frozen=True)
+class _Setup:
+    """What a run resolves from its scenario before lowering: the degrees, the precision and
+    the dtype its MFU refers to."""
 
-    ``batch`` is the number of sequences (global batch for training, split over ``dp``);
-    ``prompt`` the prompt (prefill) or context before generation (decode); ``gen`` the number
-    of generated tokens (decode, default 1); ``seq`` the training sequence length;
-    ``micro_batch`` sequences per training micro-batch (default: see
-    :func:`diptych.workloads.train.default_micro_batch`); ``attention`` "fused" (default,
-    FlashAttention-style, see :mod:`diptych.workloads.fused`) or "unfused".
-    ``execution``: "schedule" (a list schedule of the program with the residency plan and the
-    chip's fixed costs, see :mod:`diptych.sim.run.scheduled`) or "sum" (every op timed alone
-    with its operands in DRAM, times added: see the module docstring); None:
-    :func:`default_execution` (the schedule; on a cluster step it times each layer kind,
-    :mod:`diptych.sim.cluster.timing`); ``fusion`` (schedule only): fuse elementwise and
-    norm ops into GEMMs where the chip allows it.
-    ``simulate`` replaces :func:`diptych.sim.simulate` (tests use a roofline double).
-    For a chip with a ``[power]`` table the run is reported at the clock it can sustain within
-    its TDP, with idle arrays power-gated (:mod:`diptych.sim.run.power_limit`;
-    ``power_limit=False`` skips that). With a ``[cost]`` table the result carries
-    ``cost_usd``, ``usd_per_mtok`` and ``tokens_per_s_per_usd``.
+    tp: int
+    dp: int
+    precision: Precision
+    compute_dtype: str
 
-    ``cluster`` (a :class:`~diptych.arch.cluster.Cluster`, preset name or path) or ``plan``
-    (a :class:`~diptych.sim.cluster.plan.Plan`): the step of a parallel plan on a cluster,
-    :func:`diptych.sim.cluster.simulate_cluster_step`'s
-    :class:`~diptych.sim.cluster.step.ClusterResult` (pipeline, ZeRO, expert and context
-    parallelism over the cluster's topology; see
-    :func:`diptych.sim.cluster.run.run_on_cluster` for the defaults: without a plan the
-    degrees ``tp``/``dp``/``chips`` make one, without a cluster the plan's chips form one
-    scale-up domain on the chip's own links). ``recompute``: ``"none"``, ``"selective"``
-    (a plan only), ``"full"``, or a bool (True = full). A cluster run has no power limit
-    or cost figures; its layers are timed by ``execution`` (each layer kind's scheduled
-    program, or its ops summed).
-    """
-    from ..cluster.run import recompute_mode
+    @property
+    def chips(self) -> int:
+        return self.tp * self.dp
 
-    if execution is None:
-        execution = default_execution()
-    if execution not in EXECUTIONS:
-        raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
-                         f"{execution!r}")
-    chip = load_chip(chip)
-    if cluster is None and plan is None and execution == "sum" and not chip.has_dram:
+
+def _validate(chip: Chip, s: Scenario) -> _Setup:
+    """The checks a one-node run adds to the scenario's own: DRAM for ``sum``, no selective
+    recomputation, the degrees, a precision the chip computes."""
+    if s.execution == "sum" and not chip.has_dram:
         raise ValueError(f"chip {chip.name!r} has no DRAM (an all-SRAM chip): "
                          f"execution='sum' reads every operand from DRAM; use "
                          f"execution='schedule' (the residency plan keeps every tensor on chip)")
-    model = load_model(model)
-    if phase not in PHASES:
-        raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
-    check_sizes(batch=batch, micro_batch=micro_batch, prompt=prompt, gen=gen, seq=seq)
-    mode = recompute_mode(recompute)
-    if cluster is not None or plan is not None:
-        from ..cluster.run import run_on_cluster
-        return run_on_cluster(chip, model, cluster=cluster, plan=plan, phase=phase,
-                              batch=batch, prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp,
-                              chips=chips, weights_dtype=weights_dtype, act_dtype=act_dtype,
-                              kv_dtype=kv_dtype, overlap=overlap, recompute=mode,
-                              micro_batch=micro_batch, attention=attention,
-                              simulate=simulate, execution=execution)
-    if mode == "selective":
+    if s.recompute == "selective":
         raise ValueError("recompute 'selective' needs a parallel plan: pass plan= or "
                          "cluster= (on the command line: --cluster, or any of --pp, --cp, "
                          "--ep, --zero, which run on one domain of the chip's links)")
-    recompute = mode == "full"
-    tp, dp = resolve_parallelism(phase, chips, tp, dp)
-    n_chips = tp * dp
-    p = default_precision(chip, phase, weights_dtype, act_dtype, kv_dtype)
-    comp_dtype = check_supported(chip, p)
-    w, context = lower_workload(model, phase, batch=batch, prompt=prompt, gen=gen, seq=seq,
-                                precision=p, tp=tp, dp=dp, recompute=recompute,
-                                micro_batch=micro_batch, attention=attention)
-    w = with_precision_ops(w, chip)    # block scales and dequantisation (sim/run/precision_ops.py)
+    tp, dp = resolve_parallelism(s.phase, s.parallelism)
+    p = default_precision(chip, s.phase, s.weights_dtype, s.act_dtype, s.kv_dtype)
+    return _Setup(tp, dp, p, check_supported(chip, p))
+
+
+def _lower(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup
+           ) -> tuple[Workload, MemoryReport, list[str]]:
+    """The phase lowered for one chip with the chip's precision ops, its memory report and
+    the warnings (a context beyond the model's window)."""
+    p, tp = setup.precision, setup.tp
+    w, context = lower_workload(model, s, precision=p, tp=tp, dp=setup.dp)
+    w = with_precision_ops(w, chip)    # block scales and dequantisation (precision_ops.py)
     check_ops((op for b in w.blocks for op in b.ops), chip)  # refuse before simulating any
     warns = []
     if context > model.max_position_embeddings:
         msg = (f"context of {context} tokens exceeds {model.name}'s max_position_embeddings "
                f"({model.max_position_embeddings})")
         warns.append(msg)
-        _warnings.warn(msg, stacklevel=2)
+        _warnings.warn(msg, stacklevel=3)
     cap = chip.memory_bytes   # DRAM, or an all-SRAM chip's SRAM
-    if phase == "train":
-        mem: MemoryReport = train_memory(model, p, tp, w, cap, recompute)
+    if s.phase == "train":
+        mem: MemoryReport = train_memory(model, p, tp, w, cap, s.recompute == "full")
     else:
         narrow = tuple(d for d in ("fp8", "int8", "int4")
                        if d == "int4" or chip.supports(wider(p.activations, d)))
-        mem = inference_memory(model, p, tp, batch, context, w, cap, narrow)
+        mem = inference_memory(model, p, tp, s.batch, context, w, cap, narrow)
+    return w, mem, warns
 
-    if execution == "schedule":
-        from .scheduled import schedule_workload
+
+def _time(w: Workload, chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup,
+          simulate: OpTimer | None) -> dict:
+    """The lowered phase timed as its program's list schedule or as the sum of its ops."""
+    if s.execution == "schedule":
         from ...workloads.train import dp_buckets
-        t = schedule_workload(w, chip, simulate=simulate or _default_simulate(), fusion=fusion,
-                              dp_buckets=dp_buckets(model, p, tp) if dp > 1 else None)
-    else:
-        t = simulate_workload(w, chip, overlap=overlap, simulate=simulate)
+        from .scheduled import schedule_workload
+        buckets = dp_buckets(model, setup.precision, setup.tp) if setup.dp > 1 else None
+        return schedule_workload(w, chip, simulate=simulate or _default_simulate(),
+                                 fusion=s.fusion, dp_buckets=buckets)
+    return simulate_workload(w, chip, overlap=s.overlap, simulate=simulate)
+
+
+def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Workload,
+             mem: MemoryReport, warns: list[str], t: dict) -> RunResult:
+    """Totals, rates, MFU and the per-op records of one timed run."""
+    p, n_chips, batch, prompt = setup.precision, setup.chips, s.batch, s.prompt
     secs = t["seconds"]
     # model FLOPs: the unsplit graph of the whole (global) batch, without recomputation
     # (neither --recompute's nor fused attention backward's recomputed scores)
-    ref, _ = lower_workload(model, phase, batch=batch, prompt=prompt, gen=gen, seq=seq,
-                            precision=p, tp=1, dp=1, recompute=False, attention=attention)
+    ref, _ = lower_workload(model, dataclasses.replace(s, recompute="none", micro_batch=None),
+                            precision=p, tp=1, dp=1)
     # (the unsplit graph's default micro-batching may differ; FLOPs do not depend on it)
     model_flops = ref.flops(recompute=False)
     hw_flops = w.flops() * n_chips
-    peak = chip.peak_ops_per_s[comp_dtype] * n_chips
+    peak = chip.peak_ops_per_s[setup.compute_dtype] * n_chips
     energy = t["energy_j"] * n_chips
-    if phase == "prefill":
+    if s.phase == "prefill":
         tokens = batch * prompt
         ttft, tpot = secs, None
         tps, tps_user = tokens / secs, prompt / secs
-    elif phase == "decode":
+    elif s.phase == "decode":
         tokens = batch
         ttft, tpot = None, secs
         tps, tps_user = batch / secs, 1.0 / secs
@@ -330,14 +287,14 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
         ttft = tpot = tps_user = None
         tps = tokens / secs
     info = dict(w.info)
-    info.update(prompt=prompt, gen=gen, seq=seq, overlap=overlap, recompute=recompute,
-                attention=attention,
-                compute_dtype=comp_dtype, simulated_ops=w.op_count(),
+    info.update(prompt=prompt, gen=s.gen, seq=s.seq, overlap=s.overlap,
+                recompute=s.recompute == "full", attention=s.attention,
+                compute_dtype=setup.compute_dtype, simulated_ops=w.op_count(),
                 vector_ops=w.vector_ops * n_chips, collective_bytes=w.collective_bytes,
                 identical_layers_simulated_once=True)
-    res = RunResult(
-        phase=phase, chip=chip.name, model=model.name, batch=batch, chips=n_chips, tp=tp, dp=dp,
-        seconds=secs, flops=model_flops, hardware_flops=hw_flops,
+    return RunResult(
+        phase=s.phase, chip=chip.name, model=model.name, batch=batch, chips=n_chips,
+        tp=setup.tp, dp=setup.dp, seconds=secs, flops=model_flops, hardware_flops=hw_flops,
         dram_bytes=t["dram_bytes"] * n_chips, mfu=model_flops / (peak * secs),
         hfu=hw_flops / (peak * secs), ttft_s=ttft, tpot_s=tpot, tokens_per_s=tps,
         tokens_per_s_per_user=tps_user, energy_j=energy, energy_j_per_token=energy / tokens,
@@ -349,19 +306,22 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
         precision={"weights": p.weights, "activations": p.activations, "kv": p.kv,
                    "accumulation": p.accumulation, "grads": p.grads, "master": p.master,
                    "moments": p.moments},
-        memory=mem.to_dict(), info=info, warnings=warns, execution=execution,
+        memory=mem.to_dict(), info=info, warnings=warns, execution=s.execution,
         fixed_costs_s=t.get("fixed_costs_s"), utilization=t.get("utilization", {}),
         schedule={k: t[k] for k in ("pieces", "launch_s", "step_sync_s", "stream_bytes_per_s",
                                     "fused") if k in t},
         timeline=t.get("timeline", []))
-    if power_limit and chip.power is not None:
+
+
+def _adjust(res: RunResult, chip: Chip, model: ModelConfig, s: Scenario,
+            simulate: OpTimer | None) -> RunResult:
+    """The power limit (re-running the scenario at the clock the TDP sustains) and the cost
+    figures of a chip with ``[power]`` / ``[cost]`` tables."""
+    if s.power_limit and chip.power is not None:
         from .power_limit import apply_power_limit
-        again = dict(phase=phase, batch=batch, prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp,
-                     weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype,
-                     overlap=overlap, recompute=recompute, micro_batch=micro_batch,
-                     attention=attention, execution=execution, fusion=fusion,
-                     simulate=simulate, power_limit=False)
-        res = apply_power_limit(res, chip, lambda c: run_workload(c, model, **again))
+        again = dataclasses.replace(s, power_limit=False)
+        res = apply_power_limit(res, chip,
+                                lambda c: run_workload(c, model, again, simulate=simulate))
     if chip.cost is not None:
         from ...arch.cost import cost_metrics
         econ = cost_metrics(chip, res.to_dict())
@@ -371,18 +331,48 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", *, phase: str, 
     return res
 
 
-def run_curve(chip, model, *, batches: list[int], progress: Callable | None = None,
-              **kwargs) -> dict:
-    """Run one batch size after another (the batching curve) and mark where decode turns
-    compute-bound: the smallest batch whose run is compute-bound (None if none is).
-    ``progress(done, total, label)`` is told before each batch and once at the end."""
+def run_workload(chip: "Chip | str", model: "ModelConfig | str", scenario: Scenario, *,
+                 simulate: OpTimer | None = None) -> RunResult:
+    """Lower ``scenario``'s phase of ``model`` for ``chip`` and simulate it (see the module
+    docstring): validate → lower → time → metrics → adjustments.
+
+    The scenario (:class:`~diptych.sim.run.scenario.Scenario`) holds the phase and its sizes,
+    the precision, the degrees (``tp``; ``dp`` for training), the attention kernel, the
+    execution (``schedule``: a list schedule of the program with the residency plan and the
+    chip's fixed costs, :mod:`diptych.sim.run.scheduled`; ``sum``: every op timed alone
+    with its operands in DRAM, times added, :mod:`diptych.sim.run.summed`) and the runtime
+    knobs. ``simulate`` replaces :func:`diptych.sim.simulate` (an :class:`OpTimer`; tests use
+    a roofline double). For a chip with a ``[power]`` table the run is reported at the clock
+    it can sustain within its TDP, with idle arrays power-gated
+    (:mod:`diptych.sim.run.power_limit`; ``power_limit=False`` skips that). With a
+    ``[cost]`` table the result carries ``cost_usd``, ``usd_per_mtok`` and
+    ``tokens_per_s_per_usd``. A parallel plan's step on a cluster is
+    :func:`diptych.sim.cluster.run.run_cluster_step`'s.
+    """
+    if not isinstance(scenario, Scenario):
+        raise TypeError(f"scenario must be a Scenario, not {type(scenario).__name__}")
+    chip = load_chip(chip)
+    model = load_model(model)
+    setup = _validate(chip, scenario)
+    w, mem, warns = _lower(chip, model, scenario, setup)
+    t = _time(w, chip, model, scenario, setup, simulate)
+    res = _metrics(chip, model, scenario, setup, w, mem, warns, t)
+    return _adjust(res, chip, model, scenario, simulate)
+
+
+def run_curve(chip, model, scenario: Scenario, *, batches: list[int],
+              progress: Callable | None = None, simulate: OpTimer | None = None) -> dict:
+    """Run ``scenario`` at one batch size after another (the batching curve) and mark where
+    decode turns compute-bound: the smallest batch whose run is compute-bound (None if none
+    is). ``progress(done, total, label)`` is told before each batch and once at the end."""
     if not batches:
         raise ValueError("batches must list at least one batch size")
     tell = progress or (lambda *_: None)
     results = []
     for i, b in enumerate(batches):
         tell(i, len(batches), f"batch {b}")
-        results.append(run_workload(chip, model, batch=b, **kwargs))
+        results.append(run_workload(chip, model, dataclasses.replace(scenario, batch=b),
+                                    simulate=simulate))
     tell(len(batches), len(batches), "done")
     turn = next((r.batch for r in results if r.bound == "compute"), None)
     return {"results": results, "compute_bound_batch": turn}
@@ -405,14 +395,6 @@ class TopologyResult:
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
-
-
-def default_execution() -> str:
-    """The execution a run gets when none is given: "schedule" (issue 9: the program's list
-    schedule with residency, fusion and fixed costs) on every chip; a cluster step composes
-    its layer kinds' scheduled programs over its pipeline (:mod:`diptych.sim.cluster.timing`);
-    serving steps are timed the same way (:class:`diptych.sim.serving.oracle.Replica`)."""
-    return "schedule"
 
 
 def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,

@@ -77,7 +77,7 @@ class Replica:
     step's program list-scheduled on the chip's resources with its fixed costs,
     :func:`~diptych.sim.run.scheduled.schedule_workload`; ``fusion`` as ``diptych run
     --no-fusion``); the default is ``diptych run``'s
-    (:func:`diptych.sim.run.node.default_execution`).
+    (:func:`diptych.sim.run.scenario.default_execution`).
     ``fixed_costs`` (sum only): charge the chip's ``[overheads]`` as the stand-in of
     :func:`~diptych.sim.run.summed.block_costs` (a launch per distinct op of each layer
     block, per collective, and a synchronisation per step); a schedule charges them itself."""
@@ -93,7 +93,7 @@ class Replica:
     fusion: bool = True
 
     def __post_init__(self):
-        from ..run.node import EXECUTIONS, default_execution
+        from ..run.scenario import EXECUTIONS, default_execution
         if self.execution is None:
             object.__setattr__(self, "execution", default_execution())
         if self.execution not in EXECUTIONS:
@@ -140,7 +140,7 @@ def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
                  attention: str = "fused", fixed_costs: bool = True,
                  execution: str | None = None, fusion: bool = True) -> Replica:
     """A :class:`Replica` with the precision ``diptych run`` would use for inference;
-    ``execution`` None: :func:`diptych.sim.run.node.default_execution`."""
+    ``execution`` None: :func:`diptych.sim.run.scenario.default_execution`."""
     from ...workloads.lower import check_attention, check_tp
     from ..support import check_supported
     from ..run.node import default_precision

@@ -14,7 +14,7 @@ from diptych.arch import chip_from_dict, load_chip, to_dict
 from diptych.arch.area import area_breakdown_mm2, die_area_mm2
 from diptych.arch.power import PowerSplit, power_at, sustained_clock
 from diptych.arch.tables import PowerTable
-from diptych.sim.run import run_workload
+from diptych.sim.run import Scenario, run_workload
 
 from roofline_double import roofline
 
@@ -71,7 +71,7 @@ def test_volts_by_hand():
 def _run(c, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return run_workload(c, "llama-3-8b", simulate=roofline, **kw)
+        return run_workload(c, "llama-3-8b", Scenario.of(**kw), simulate=roofline)
 
 
 def test_compute_bound_run_is_reported_at_the_clock_it_can_sustain():

@@ -18,8 +18,9 @@ from diptych.arch.cluster import load_cluster
 from diptych.sim.cluster import Plan, bind
 from diptych.sim.cluster.layers import layer_ops
 from diptych.sim.cluster.timing import resident
+from diptych.sim.cluster.run import run_cluster_step
+from diptych.sim.run import Scenario, run_workload
 from diptych.workloads import load_model
-from diptych.sim.run import run_workload
 from diptych.sim.run.node import _default_simulate, default_precision
 
 GROQ = "groq-lpu"
@@ -33,8 +34,9 @@ def _small_llama():
 
 def test_stage_layer_time_equals_the_single_node_schedule_with_everything_resident():
     m = _small_llama()
-    sched = run_workload(GROQ, m, phase="decode", batch=1, prompt=256, tp=8,
-                         execution="schedule", fusion=False)
+    sched = run_workload(GROQ, m,
+                         Scenario.of(phase="decode", batch=1, prompt=256, tp=8,
+                                     execution="schedule", fusion=False))
     assert sched.fits
     per_layer = sum(r["seconds"] for r in sched.layers
                     if r["block"] == "layers" and r["kind"] not in
@@ -42,8 +44,9 @@ def test_stage_layer_time_equals_the_single_node_schedule_with_everything_reside
     assert all(r["dram_bytes"] == 0 for r in sched.layers)
     # the summed composition (execution="sum") times each op alone with its operands
     # resident: the per-op times add up to the schedule's
-    res = run_workload(GROQ, m, phase="decode", batch=1, prompt=256,
-                       plan=Plan(tp=8, pp=1, dp=1, micro_batch=1), execution="sum")
+    res = run_cluster_step(GROQ, m,
+                           Scenario.of(phase="decode", batch=1, prompt=256, execution="sum"),
+                           plan=Plan(tp=8, pp=1, dp=1, micro_batch=1))
     assert res.layers["layers"].fwd_compute == pytest.approx(per_layer, rel=1e-12)
     assert res.fits and res.seconds > 2 * per_layer       # two layers, head, all-reduces
 
@@ -71,8 +74,8 @@ def test_a_stage_that_does_not_fit_the_sram_is_refused_with_its_bytes():
     # Llama-3-70B at INT8 on 72 x 8 chips: the last stage holds a layer (855.6M params / 8 =
     # 102 MiB) and the 128k-vocabulary head (128,256 x 8,192 / 8 = 125 MiB) > 220 MiB
     with pytest.raises(ValueError) as e:
-        run_workload(GROQ, "llama-3-70b", phase="decode", batch=1, prompt=1024,
-                     cluster="groq-dragonfly", plan=Plan(tp=8, pp=72, dp=1, micro_batch=1))
+        run_cluster_step(GROQ, "llama-3-70b", Scenario.of(phase="decode", batch=1, prompt=1024),
+                         cluster="groq-dragonfly", plan=Plan(tp=8, pp=72, dp=1, micro_batch=1))
     msg = str(e.value)
     assert "does not fit the SRAM of chip 'groq-lpu'" in msg and "stage 71" in msg
     assert "220.0 MiB" in msg and "--pp" in msg and "narrower precision" in msg
@@ -118,8 +121,8 @@ def test_chips_with_dram_keep_streaming_weights_from_dram():
     # weights from HBM, so it takes at least their bytes over the HBM peak
     chip = load_chip("h100")
     m = load_model("llama-3-8b")
-    res = run_workload(chip, m, phase="decode", batch=1, prompt=256,
-                       plan=Plan(tp=2, pp=1, dp=1, micro_batch=1))
+    res = run_cluster_step(chip, m, Scenario.of(phase="decode", batch=1, prompt=256),
+                           plan=Plan(tp=2, pp=1, dp=1, micro_batch=1))
     assert res.memory.capacity_bytes == chip.dram.capacity_bytes
     h, f, kv = m.hidden_size, m.intermediate_size, m.kv_heads * m.head_dim
     weight_bytes = (h * (h + 2 * kv) + h * h + 3 * h * f) * 2 / 2     # bf16, TP2
@@ -131,8 +134,8 @@ def test_llama2_70b_on_576_chips_fits_and_is_bound_by_weight_tile_installation()
     # shapes with a 32k vocabulary), INT8, TP8 x PP72 on groq-dragonfly, batch 1
     m = dataclasses.replace(load_model("llama-3-70b"), name="llama-2-70b", vocab_size=32000,
                             max_position_embeddings=4096)
-    r = run_workload(GROQ, m, phase="decode", batch=1, prompt=1024, cluster="groq-dragonfly",
-                     plan=Plan(tp=8, pp=72, dp=1, micro_batch=1))
+    r = run_cluster_step(GROQ, m, Scenario.of(phase="decode", batch=1, prompt=1024),
+                         cluster="groq-dragonfly", plan=Plan(tp=8, pp=72, dp=1, micro_batch=1))
     assert r.fits and r.memory.total_bytes <= 220 * 2**20
     # closed form: a plane installs each 320 x 320 tile before a single token's row streams
     # through it; groq-lpu's install path (8 rows per cycle, a global swap) makes that

@@ -15,9 +15,9 @@ from diptych.sim.cluster import Plan, simulate_cluster_step
 from diptych.sim.cluster import timing
 from diptych.sim.cluster.timing import TpLinks, layer_times
 from diptych.sim.cluster.topology import GroupShape
+from diptych.sim.run import Scenario, run_workload
 from diptych.workloads.ops import Gemm, VectorOp
 from diptych.workloads import load_model
-from diptych.sim.run import run_workload
 from diptych.sim.run.node import default_precision
 
 TRAIN = dict(phase="train", batch=8, seq=2048, micro_batch=2)
@@ -43,11 +43,14 @@ def test_one_node_sum_matches_run_workload(chip, kw, dtypes, tp):
     kw = dict(kw)
     mb = kw.pop("micro_batch")
     r = simulate_cluster_step("llama-3-8b", chip, "dgx-h100", Plan(tp=tp, micro_batch=mb),
-                              simulate=roofline, execution="sum", **kw, **dtypes)
+                              Scenario.of(execution="sum", **kw, **dtypes),
+                              simulate=roofline)
     if kw["phase"] == "train":
         kw["micro_batch"] = mb
-    w = run_workload(chip, "llama-3-8b", tp=tp, simulate=roofline, execution="sum",
-                     overlap=kw["phase"] == "train", power_limit=False, **kw, **dtypes)
+    w = run_workload(chip, "llama-3-8b",
+                     Scenario.of(tp=tp, execution="sum", overlap=kw["phase"] == "train",
+                                 power_limit=False, **kw, **dtypes),
+                     simulate=roofline)
     assert r.seconds == pytest.approx(w.seconds, rel=1e-9)
     assert r.hardware_flops == pytest.approx(w.hardware_flops, rel=1e-9)
 
@@ -187,11 +190,13 @@ def test_scheduled_prefill_on_one_node_is_run_workloads_schedule(chip, dtypes, t
     kw = dict(PREFILL)
     mb = kw.pop("micro_batch")
     r = simulate_cluster_step("llama-3-8b", chip, "dgx-h100", Plan(tp=tp, micro_batch=mb),
-                              simulate=roofline, **kw, **dtypes)
-    w = run_workload(chip, "llama-3-8b", tp=tp, execution="schedule", simulate=roofline,
-                     power_limit=False, **kw, **dtypes)
-    summed = run_workload(chip, "llama-3-8b", tp=tp, execution="sum", simulate=roofline,
-                          power_limit=False, **kw, **dtypes)
+                              Scenario.of(**kw, **dtypes), simulate=roofline)
+    w = run_workload(chip, "llama-3-8b",
+                     Scenario.of(tp=tp, execution="schedule", power_limit=False, **kw, **dtypes),
+                     simulate=roofline)
+    summed = run_workload(chip, "llama-3-8b",
+                          Scenario.of(tp=tp, execution="sum", power_limit=False, **kw, **dtypes),
+                          simulate=roofline)
     own = sum(x["seconds"] * x["repeat"] for x in summed.layers
               if x["op"].rsplit(".", 1)[-1] in ("scales", "rescale", "dequant",
                                                 "quant"))
@@ -204,10 +209,11 @@ def test_scheduled_mxfp8_training_is_close_to_run_workloads_schedule():
     # as tests/cluster/test_scheduled_layers.py's BF16 training: each layer kind's program
     # alone, so close to run_workload's one program, not equal; run_workload's own MXFP8
     # training program validates (a backward block's scale ops read no import)
-    kw = dict(TRAIN, simulate=roofline, **MXFP8)
+    kw = dict(TRAIN, **MXFP8)
     mb = kw.pop("micro_batch")
-    r = simulate_cluster_step("llama-3-8b", "train-2026", "dgx-h100",
-                              Plan(tp=1, micro_batch=mb), **kw)
-    w = run_workload("train-2026", "llama-3-8b", micro_batch=mb, execution="schedule",
-                     power_limit=False, **kw)
+    r = simulate_cluster_step("llama-3-8b", "train-2026", "dgx-h100", Plan(tp=1, micro_batch=mb),
+                              Scenario.of(**kw), simulate=roofline)
+    w = run_workload("train-2026", "llama-3-8b",
+                     Scenario.of(micro_batch=mb, execution="schedule", power_limit=False, **kw),
+                     simulate=roofline)
     assert r.seconds == pytest.approx(w.seconds, rel=0.05)

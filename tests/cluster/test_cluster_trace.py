@@ -11,6 +11,7 @@ from roofline_double import roofline
 
 from diptych.sim.cluster import Plan, simulate_cluster_step
 from diptych.sim.cluster.trace import export_chakra, perfetto_trace
+from diptych.sim.run import Scenario
 
 # et_def.proto: Node.id 1, name 2, type 3, data_deps 5, duration_micros 7, attr 10;
 # AttributeProto.name 1, int64_val 9, uint64_val 13, bool_val 27, string_val 29;
@@ -71,9 +72,8 @@ def attrs(node):
 
 @pytest.fixture(scope="module")
 def res():
-    return simulate_cluster_step("llama-3-8b", "h100", "dgx-h100",
-                                 Plan(tp=2, pp=2, dp=2, zero=1), batch=8, seq=1024,
-                                 simulate=roofline)
+    return simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=2, pp=2, dp=2, zero=1),
+                                 Scenario.of(phase="train", batch=8, seq=1024), simulate=roofline)
 
 
 def test_perfetto_one_process_per_rank(res):

@@ -11,8 +11,8 @@ from diptych.arch import load_chip
 from diptych.arch.cost import cost_metrics
 from diptych.sim.cluster import Plan
 from diptych.sim.cluster.energy import PARTS, sent_bytes
+from diptych.sim.run import Scenario, run_workload
 from diptych.workloads import load_model
-from diptych.sim.run import run_workload
 from diptych.workloads.params import params_per_chip
 from diptych.sim.run.node import default_precision
 
@@ -26,9 +26,10 @@ def test_one_node_energy_is_run_workloads(tp):
     the static power of the exposed communication (which run_workload does not charge) is
     set aside."""
     r = step("llama-3-8b", Plan(tp=tp, micro_batch=2), batch=8, execution="sum")
-    w = run_workload(load_chip("h100"), "llama-3-8b", phase="train", batch=8, seq=2048,
-                     tp=tp, micro_batch=2, simulate=roofline, power_limit=False,
-                     execution="sum")
+    w = run_workload(load_chip("h100"), "llama-3-8b",
+                     Scenario.of(phase="train", batch=8, seq=2048, tp=tp, micro_batch=2,
+                                 power_limit=False, execution="sum"),
+                     simulate=roofline)
     assert set(r.energy_breakdown) == set(PARTS)
     assert r.energy_j == pytest.approx(sum(r.energy_breakdown.values()), rel=1e-12)
     charged = r.energy_j - r.energy_breakdown["idle_static"]

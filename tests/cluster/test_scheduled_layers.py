@@ -9,9 +9,9 @@ from roofline_double import roofline
 
 from diptych.arch import load_chip
 from diptych.sim.cluster import Plan, simulate_cluster_step
-from diptych.sim.run import run_workload
+from diptych.sim.run import Scenario, run_workload
 
-PREFILL = dict(phase="prefill", batch=4, prompt=2048, simulate=roofline)
+PREFILL = dict(phase="prefill", batch=4, prompt=2048)
 
 
 @pytest.mark.parametrize("tp", [1, 8])
@@ -24,8 +24,9 @@ def test_prefill_on_one_node_is_run_workloads_schedule(tp):
     # the whole phase's, in run_workload) and the logits' small all-gather takes the
     # topology's latency model: < 1 us apart
     r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=tp, micro_batch=4),
-                              **PREFILL)
-    w = run_workload("h100", "llama-3-8b", tp=tp, execution="schedule", **PREFILL)
+                              Scenario.of(**PREFILL), simulate=roofline)
+    w = run_workload("h100", "llama-3-8b", Scenario.of(tp=tp, execution="schedule", **PREFILL),
+                     simulate=roofline)
     sync = load_chip("h100").fixed_costs.step_sync_us * 1e-6
     assert r.info["execution"] == "schedule"
     assert r.seconds + sync == pytest.approx(w.seconds, rel=1e-5)
@@ -39,7 +40,8 @@ def test_prefill_exposes_every_tensor_parallel_all_reduce():
     launch = load_chip("h100").fixed_costs.collective_launch_us * 1e-6
     for overlap in (False, True):
         r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100",
-                                  Plan(tp=8, micro_batch=4, overlap_tp=overlap), **PREFILL)
+                                  Plan(tp=8, micro_batch=4, overlap_tp=overlap),
+                                  Scenario.of(**PREFILL), simulate=roofline)
         c = {k: v["seconds"] for k, v in r.comm.items()}
         want = (32 * (c["tp attn_all_reduce"] + c["tp mlp_all_reduce"] + 2 * launch)
                 + c["tp embed_all_reduce"] + c["tp logits_all_gather"] + 2 * launch)
@@ -50,11 +52,13 @@ def test_summed_overlap_rule_hides_what_the_schedule_exposes():
     # training: the summed composition hides each all-reduce behind its layer's compute
     # (overlap_tp); the schedule leaves those on the dependency chain exposed (each with its
     # launch: two all-reduces a layer, forward and backward)
-    kw = dict(batch=8, seq=2048, simulate=roofline)
+    kw = dict(batch=8, seq=2048)
     plan = Plan(tp=8, micro_batch=2)
-    summed = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", plan, execution="sum",
-                                   **kw)
-    sched = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", plan, **kw)
+    summed = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", plan,
+                                   Scenario.of(phase="train", execution="sum", **kw),
+                                   simulate=roofline)
+    sched = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", plan,
+                                  Scenario.of(phase="train", **kw), simulate=roofline)
     assert summed.exposed_comm_s["tp"] < sched.exposed_comm_s["tp"]
     st = sched.layers["layers"]
     launches = 2 * load_chip("h100").fixed_costs.collective_launch_us * 1e-6
@@ -69,15 +73,16 @@ def test_training_on_one_node_is_close_to_run_workloads_schedule(tp):
     # each layer kind's forward+backward program is scheduled alone, so what the whole
     # step's program overlaps across layers (an all-reduce beside the next layer's work) is
     # not seen: close to run_workload's schedule, not equal
-    kw = dict(batch=8, seq=2048, simulate=roofline)
+    kw = dict(batch=8, seq=2048)
     r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=tp, micro_batch=2),
-                              **kw)
-    w = run_workload("h100", "llama-3-8b", phase="train", tp=tp, micro_batch=2,
-                     execution="schedule", **kw)
+                              Scenario.of(phase="train", **kw), simulate=roofline)
+    w = run_workload("h100", "llama-3-8b",
+                     Scenario.of(phase="train", tp=tp, micro_batch=2, execution="schedule", **kw),
+                     simulate=roofline)
     assert r.seconds == pytest.approx(w.seconds, rel=0.05)
 
 
 def test_execution_is_checked():
-    with pytest.raises(ValueError, match="execution must be sum or schedule, not 'fast'"):
+    with pytest.raises(ValueError, match="execution must be one of sum, schedule, not 'fast'"):
         simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=8, micro_batch=4),
-                              execution="fast", **PREFILL)
+                              Scenario.of(execution="fast", **PREFILL), simulate=roofline)

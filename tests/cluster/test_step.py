@@ -12,15 +12,16 @@ from roofline_double import roofline
 from diptych.arch import load_chip
 from diptych.arch.cluster import load_cluster
 from diptych.sim.cluster import Plan, simulate_cluster_step
+from diptych.sim.run import Scenario, run_workload
 from diptych.workloads import load_model
-from diptych.sim.run import run_workload
 
 
 def step(model, plan, **kw):
     kw.setdefault("batch", plan.dp * plan.micro_batch * 4)
     kw.setdefault("seq", 2048)
+    kw.setdefault("phase", "train")
     return simulate_cluster_step(model, kw.pop("chip", "h100"), kw.pop("cluster", "dgx-h100"),
-                                 plan, simulate=roofline, **kw)
+                                 plan, Scenario.of(**kw), simulate=roofline)
 
 
 @pytest.mark.parametrize("tp", [1, 8])
@@ -30,8 +31,10 @@ def test_one_node_matches_run_workload(tp):
     # gradient accumulation: the step times agree with the summed run (execution="sum"),
     # whose per-layer times the cluster step composes over its pipeline
     r = step("llama-3-8b", Plan(tp=tp, micro_batch=2), batch=8, execution="sum")
-    w = run_workload("h100", "llama-3-8b", phase="train", batch=8, seq=2048, tp=tp,
-                     micro_batch=2, simulate=roofline, execution="sum")
+    w = run_workload("h100", "llama-3-8b",
+                     Scenario.of(phase="train", batch=8, seq=2048, tp=tp, micro_batch=2,
+                                 execution="sum"),
+                     simulate=roofline)
     assert r.seconds == pytest.approx(w.seconds, rel=1e-6)
     assert r.flops == pytest.approx(w.flops, rel=1e-9)
     assert r.mfu == pytest.approx(w.mfu, rel=1e-6)
@@ -113,8 +116,9 @@ def test_decode_with_expert_parallelism():
     # DeepSeek-V3 (MLA, 256 routed experts top-8, d = 7168), 32 sequences per replica in
     # micro-batches of one, BF16
     plan = Plan(tp=8, pp=2, dp=8, ep=8)
-    r = simulate_cluster_step("deepseek-v3", "h100", "dgx-h100", plan, phase="decode",
-                              batch=256, prompt=4096, gen=256, simulate=roofline)
+    r = simulate_cluster_step("deepseek-v3", "h100", "dgx-h100", plan,
+                              Scenario.of(phase="decode", batch=256, prompt=4096, gen=256),
+                              simulate=roofline)
     assert r.phase == "decode" and r.seconds > 0
     assert r.tokens_per_s == pytest.approx(256 / r.seconds)
     # MLA caches the latent (kv_lora_rank 512) and the rope key (64) per token and layer,
@@ -133,12 +137,13 @@ def test_decode_with_expert_parallelism():
 def test_bad_input():
     with pytest.raises(ValueError, match=r"chips \(32768\) exceeds the cluster's 16384 chips"):
         step("llama-3-8b", Plan(tp=8, dp=4096))
-    with pytest.raises(ValueError, match="phase must be train, prefill or decode"):
+    with pytest.raises(ValueError, match="phase must be one of prefill, decode, train"):
         step("llama-3-8b", Plan(), phase="serve")
     with pytest.raises(ValueError, match=r"chip 'tpu-v4' cannot compute weights x activations "
                                          r"in fp8"):
-        simulate_cluster_step("llama-3-8b", "tpu-v4", "tpu-v4-pod", Plan(), batch=4,
-                              seq=2048, act_dtype="fp8", simulate=roofline)
+        simulate_cluster_step("llama-3-8b", "tpu-v4", "tpu-v4-pod", Plan(),
+                              Scenario.of(phase="train", batch=4, seq=2048, act_dtype="fp8"),
+                              simulate=roofline)
     with pytest.raises(ValueError, match=r"does not fit the SRAM of chip 'groq-lpu'"):
         step("llama-3-8b", Plan(tp=8), chip="groq-lpu")
     for kw, name in ((dict(batch=0), "batch"), (dict(seq=-1), "seq")):
@@ -146,8 +151,8 @@ def test_bad_input():
             step("llama-3-8b", Plan(), **kw)
     for kw, name in ((dict(prompt=0), "prompt"), (dict(prompt=64, gen=0), "gen")):
         with pytest.raises(ValueError, match=rf"^{name} must be a positive integer, not 0"):
-            simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(), batch=1,
-                                  phase="decode", simulate=roofline, **kw)
+            simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(),
+                                  Scenario.of(batch=1, phase="decode", **kw), simulate=roofline)
 
 
 def test_hybrid_sharding_reduces_expert_shards_between_replicas():
@@ -170,15 +175,18 @@ def test_prefill_tensor_parallel_all_reduce_is_not_hidden():
     # in prefill each layer's all-reduce feeds the next GEMM: by default it adds to the
     # layer's time (run_workload with overlap off); overlap_tp=True hides it as
     # run_workload's overlap does (the summed run's rules, execution="sum")
-    kw = dict(phase="prefill", batch=4, prompt=2048, simulate=roofline)
+    kw = dict(phase="prefill", batch=4, prompt=2048)
     r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=8, micro_batch=4),
-                              execution="sum", **kw)
-    serial = run_workload("h100", "llama-3-8b", tp=8, overlap=False, execution="sum", **kw)
+                              Scenario.of(execution="sum", **kw), simulate=roofline)
+    serial = run_workload("h100", "llama-3-8b",
+                          Scenario.of(tp=8, overlap=False, execution="sum", **kw),
+                          simulate=roofline)
     assert r.seconds == pytest.approx(serial.seconds, rel=1e-6)
     hidden = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100",
                                    Plan(tp=8, micro_batch=4, overlap_tp=True),
-                                   execution="sum", **kw)
-    overlapped = run_workload("h100", "llama-3-8b", tp=8, execution="sum", **kw)
+                                   Scenario.of(execution="sum", **kw), simulate=roofline)
+    overlapped = run_workload("h100", "llama-3-8b", Scenario.of(tp=8, execution="sum", **kw),
+                              simulate=roofline)
     assert hidden.seconds == pytest.approx(overlapped.seconds, rel=1e-6)
     assert hidden.seconds < r.seconds
 
@@ -189,14 +197,16 @@ def test_decode_exposes_every_tensor_parallel_collective():
     # all-reduces take the tree algorithm, unlike run_workload's ring, so the hand count
     # uses the collectives' own times)
     # (the summed composition, execution="sum": its overlap rule)
-    kw = dict(phase="decode", batch=4, prompt=2048, gen=64, simulate=roofline, execution="sum")
-    r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=8, micro_batch=4), **kw)
+    kw = dict(phase="decode", batch=4, prompt=2048, gen=64, execution="sum")
+    r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=8, micro_batch=4),
+                              Scenario.of(**kw), simulate=roofline)
     c = {k: v["seconds"] for k, v in r.comm.items()}
     want = (32 * (c["tp attn_all_reduce"] + c["tp mlp_all_reduce"])
             + c["tp embed_all_reduce"] + c["tp logits_all_gather"])
     assert r.exposed_comm_s["tp"] == pytest.approx(want, rel=1e-9)
     hidden = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100",
-                                   Plan(tp=8, micro_batch=4, overlap_tp=True), **kw)
+                                   Plan(tp=8, micro_batch=4, overlap_tp=True),
+                                   Scenario.of(**kw), simulate=roofline)
     assert hidden.exposed_comm_s["tp"] < want / 2
     assert r.seconds - hidden.seconds == pytest.approx(want - hidden.exposed_comm_s["tp"])
 
@@ -222,8 +232,9 @@ def test_decode_attends_each_layer_kinds_mean_keys_over_the_steps():
             continue
         scores = next(o for o in ops.forward if getattr(o, "name", "") == "attn_scores")
         assert scores.n == want["chunked" if "chunked" in kind else "full"], kind
-    r = simulate_cluster_step(m, "h100", "dgx-h100", Plan(tp=8), phase="decode", batch=1,
-                              prompt=prompt, gen=gen, simulate=roofline)
+    r = simulate_cluster_step(m, "h100", "dgx-h100", Plan(tp=8),
+                              Scenario.of(phase="decode", batch=1, prompt=prompt, gen=gen),
+                              simulate=roofline)
     assert r.info["decode"]["keys_per_query_by_block"] == {
         "layers (moe, chunked 8192)": want["chunked"], "layers (moe, full, nope)": want["full"]}
 
@@ -241,9 +252,11 @@ def test_inference_memory_holds_the_whole_cache():
     m = load_model("llama-3-70b")
     from diptych.workloads.params import kv_bytes_per_token_per_chip
     per_token = kv_bytes_per_token_per_chip(m, "bf16", 8)
-    pre = simulate_cluster_step(m, "h100", "dgx-h100", Plan(tp=8), phase="prefill", batch=4,
-                                prompt=4096, simulate=roofline)
+    pre = simulate_cluster_step(m, "h100", "dgx-h100", Plan(tp=8),
+                                Scenario.of(phase="prefill", batch=4, prompt=4096),
+                                simulate=roofline)
     assert pre.memory.breakdown["kv_cache"] == pytest.approx(4 * 4096 * per_token)
-    dec = simulate_cluster_step(m, "h100", "dgx-h100", Plan(tp=8, pp=2), phase="decode",
-                                batch=4, prompt=4096, gen=512, simulate=roofline)
+    dec = simulate_cluster_step(m, "h100", "dgx-h100", Plan(tp=8, pp=2),
+                                Scenario.of(phase="decode", batch=4, prompt=4096, gen=512),
+                                simulate=roofline)
     assert dec.memory.breakdown["kv_cache"] == pytest.approx(4 * 4608 * per_token / 2)

@@ -43,10 +43,10 @@ def roofline_eval(chip, workload):
 
 def roofline_run(chip, model, **kw):
     """``run_workload`` with the engine replaced by :func:`roofline` (for compare tests)."""
-    from diptych.sim.run import run_workload
+    from diptych.sim.run import Scenario, run_workload
     from roofline_double import roofline
 
-    return run_workload(chip, model, simulate=roofline, **kw)
+    return run_workload(chip, model, Scenario.of(**kw), simulate=roofline)
 
 
 # ---- evaluators that misbehave, for the reliability tests

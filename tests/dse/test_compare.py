@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from diptych.arch import chip_from_dict, load_chip, to_dict
+from diptych.sim.run import Scenario
 from diptych.tools.cli import main
 from diptych.tools.dse import compare as compare_mod
 from diptych.tools.dse.compare import CompareSettings, compare
@@ -369,7 +370,8 @@ def test_cluster_chips_trains_the_plan_the_search_finds(tiny):
                       search=roofline_search)
     for name in ("h100", "train-2026"):
         tr = cmp.to_json()["chips"][name]["train"]
-        best = search_plans(tiny, name, "dgx-h100", chips=4, batch=8, seq=512,
+        best = search_plans(tiny, name, "dgx-h100",
+                            Scenario.of(phase="train", chips=4, batch=8, seq=512),
                             refine=compare_mod.PLAN_REFINE, simulate=roofline).plans[0]
         assert tr["step_s"] == pytest.approx(best.seconds)
         assert tr["tokens_per_s"] == pytest.approx(best.tokens_per_s / 4)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from diptych.sim.run import Scenario
 from diptych.tools.cli import main
 from diptych.tools.dse.spec import load_spec, parse_spec
 from diptych.tools.dse.sweep import part_files, read_results, run_sweep
@@ -241,7 +242,8 @@ def test_default_evaluator_is_run_workload(tmp_path):
         chip = s.build_chip({"array_dim": r["array_dim"]})
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ref = run_workload(chip, "llama-3-8b", phase="decode", batch=1, prompt=512, gen=1)
+            ref = run_workload(chip, "llama-3-8b",
+                               Scenario.of(phase="decode", batch=1, prompt=512, gen=1))
         assert r["tpot_s"] == pytest.approx(ref.tpot_s)
         assert r["energy_j"] == pytest.approx(ref.energy_j)
         assert r["power_w"] == pytest.approx(ref.energy_j / ref.seconds)

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from diptych.arch import ConfigError, Overheads, ResidencyPolicy, chip_from_dict, load_chip
 from diptych.arch import preset_names, to_dict
 from diptych.arch.area import area_breakdown_mm2, die_area_mm2
+from diptych.sim.run import Scenario
 from diptych.tools.cli import main
 
 
@@ -118,13 +119,14 @@ def test_an_all_sram_chip_runs_when_everything_fits():
     with every tensor on chip and no DRAM byte; what does not fit is refused with advice."""
     from diptych.sim import simulate_gemm
     from diptych.sim.run import run_workload
-    r = run_workload("groq-lpu", "phi-3-mini-4k", phase="decode", batch=1, prompt=256,
-                     tp=32, chips=32)
+    r = run_workload("groq-lpu", "phi-3-mini-4k",
+                     Scenario.of(phase="decode", batch=1, prompt=256, tp=32, chips=32))
     assert r.execution == "schedule" and r.dram_bytes == 0 and r.seconds > 0
     assert all(a["location"] != "dram" for x in r.layers for a in x.get("residency", ()))
     with pytest.raises(ValueError, match="execution='sum' reads every operand from DRAM"):
-        run_workload("groq-lpu", "phi-3-mini-4k", phase="decode", batch=1, prompt=256,
-                     tp=32, chips=32, execution="sum")
+        run_workload("groq-lpu", "phi-3-mini-4k",
+                     Scenario.of(phase="decode", batch=1, prompt=256, tp=32, chips=32,
+                                 execution="sum"))
     st = simulate_gemm(1024, 2048, 2048, load_chip("groq-lpu"))
     assert st.dram_read_bytes == st.dram_write_bytes == 0 and st.bound == "compute"
     with pytest.raises(ValueError, match="more chips .*narrower precision or a smaller batch"):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from roofline_double import roofline
 
 from diptych.arch import load_chip
+from diptych.sim.run import Scenario, run_workload
 from diptych.sim.serving.config import ServeConfig, Speculation
 from diptych.sim.serving.golden import GoldenRequest, golden_serve
 from diptych.sim.serving.oracle import DirectOracle, make_replica
@@ -21,7 +22,6 @@ from diptych.sim.serving.requests import parse_length as P
 from diptych.sim.serving.serve import Deployment, Load, OracleCache, Pool, colocated, serve
 from diptych.workloads import decode as decode_workload
 from diptych.workloads import load_model
-from diptych.sim.run import run_workload
 from diptych.workloads import prefill as prefill_workload
 from diptych.workloads.params import kv_bytes_per_token
 from diptych.workloads.step import Step
@@ -163,10 +163,13 @@ def test_low_load_ttft_is_one_prefill_and_tpot_one_batch1_decode_step_plus_fixed
     # that is `diptych run`'s batch-1 prefill and decode, plus the h100's [overheads]: the
     # summed model's stand-in, counted here independently; a schedule charges its own
     m, p = load_model("llama-3-8b"), dep.pool.replica.precision
-    run_p = run_workload("h100", "llama-3-8b", phase="prefill", batch=1, prompt=prompt,
-                         simulate=roofline, execution=execution)
-    run_d = run_workload("h100", "llama-3-8b", phase="decode", batch=1, prompt=prompt,
-                         gen=gen - 1, simulate=roofline, execution=execution)
+    run_p = run_workload("h100", "llama-3-8b",
+                         Scenario.of(phase="prefill", batch=1, prompt=prompt, execution=execution),
+                         simulate=roofline)
+    run_d = run_workload("h100", "llama-3-8b",
+                         Scenario.of(phase="decode", batch=1, prompt=prompt, gen=gen - 1,
+                                     execution=execution),
+                         simulate=roofline)
     fixed_p = fixed_d = 0.0
     if execution == "sum":
         fixed_p = _fixed_per_step(prefill_workload(m, 1, prompt, precision=p), "h100")
@@ -188,10 +191,13 @@ def test_static_mode_equals_run(batch, prompt, gen, execution):
                                             fixed_costs=execution == "schedule")))
     res = serve(dep, Load(concurrency=batch, prompt=P(str(prompt)), gen=P(str(gen)),
                           requests=batch), cfg, oracles=direct())
-    pre = run_workload("h100", "llama-3-8b", phase="prefill", batch=batch, prompt=prompt,
-                       simulate=roofline, execution=execution)
-    dec = run_workload("h100", "llama-3-8b", phase="decode", batch=batch, prompt=prompt,
-                       gen=gen - 1, simulate=roofline, execution=execution)
+    pre = run_workload("h100", "llama-3-8b",
+                       Scenario.of(phase="prefill", batch=batch, prompt=prompt, execution=execution),
+                       simulate=roofline)
+    dec = run_workload("h100", "llama-3-8b",
+                       Scenario.of(phase="decode", batch=batch, prompt=prompt, gen=gen - 1,
+                                   execution=execution),
+                       simulate=roofline)
     # (a schedule's times are whole picoseconds: its mean over the steps is the step at the
     # mean context to a few ps)
     tol = 1e-9 if execution == "sum" else 1e-8
@@ -312,8 +318,9 @@ def test_scheduled_execution_through_the_direct_oracle():
     """execution="schedule": a decode step is `diptych run --execution schedule`'s decode."""
     rep = make_replica("h100", "llama-3-8b", execution="schedule")
     o = DirectOracle(rep, roofline)
-    run = run_workload("h100", "llama-3-8b", phase="decode", batch=8, prompt=999, gen=1,
-                       execution="schedule", simulate=roofline)
+    run = run_workload("h100", "llama-3-8b",
+                       Scenario.of(phase="decode", batch=8, prompt=999, gen=1, execution="schedule"),
+                       simulate=roofline)
     assert o.cost(Step(8, 8 * 1000)).seconds == pytest.approx(run.seconds, rel=1e-12)
     res = serve(Deployment(pool=Pool(rep)), Load(qps=5, prompt=P("300"), gen=P("20"),
                                                  requests=10), oracles=OracleCache(
@@ -329,7 +336,7 @@ def test_scheduled_execution_through_the_direct_oracle():
 def test_serving_defaults_to_runs_execution():
     """`diptych serve` times steps as `diptych run` times a phase unless told otherwise."""
     for chip in ("h100", "infer-2026"):
-        run = run_workload(chip, "llama-3-8b", phase="decode", batch=1, prompt=10,
+        run = run_workload(chip, "llama-3-8b", Scenario.of(phase="decode", batch=1, prompt=10),
                            simulate=roofline)
         assert make_replica(chip, "llama-3-8b").execution == run.execution
         assert colocated(chip, "llama-3-8b").pool.replica.execution == run.execution

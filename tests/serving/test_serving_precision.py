@@ -9,6 +9,7 @@ import pytest
 from roofline_double import roofline
 
 from diptych.arch import load_chip
+from diptych.sim.run import Scenario
 from diptych.workloads.ops import Gemm
 from diptych.sim.serving.oracle import (DirectOracle, GridOracle, exact_parts_cost,
                                         make_replica)
@@ -27,8 +28,10 @@ PRECISIONS = [("h100", dict(weights_dtype="int4")),
 @pytest.mark.parametrize("chip,dtypes", PRECISIONS)
 def test_decode_step_equals_run_decode_in_that_precision(chip, dtypes, execution):
     # (the summed run charges no fixed costs: the replica's stand-in is turned off)
-    r = run_workload(chip, "llama-3-8b", phase="decode", batch=6, prompt=799, gen=1,
-                     execution=execution, simulate=roofline, power_limit=False, **dtypes)
+    r = run_workload(chip, "llama-3-8b",
+                     Scenario.of(phase="decode", batch=6, prompt=799, gen=1, execution=execution,
+                                 power_limit=False, **dtypes),
+                     simulate=roofline)
     rep = make_replica(chip, "llama-3-8b", execution=execution,
                        fixed_costs=execution == "schedule", **dtypes)
     assert DirectOracle(rep, roofline).cost(Step(6, 6 * 800)).seconds == \

@@ -7,6 +7,7 @@ import pytest
 from roofline_double import roofline
 
 from diptych.arch import load_chip
+from diptych.sim.run import Scenario
 from diptych.sim.serving.oracle import DirectOracle, exact_parts_cost, make_replica
 from diptych.workloads import decode, load_model, prefill
 from diptych.workloads.fused import FusedAttention
@@ -131,8 +132,10 @@ def test_a_decode_step_names_its_tensors_as_decode_does(name, tp):
 
 @pytest.mark.parametrize("chip", ["h100", "infer-2026", "tpu-v5e"])
 def test_decode_step_scheduled_equals_run_decode_schedule(chip):
-    r = run_workload(chip, "llama-3-8b", phase="decode", batch=6, prompt=799, gen=1,
-                     execution="schedule", simulate=roofline, power_limit=False)
+    r = run_workload(chip, "llama-3-8b",
+                     Scenario.of(phase="decode", batch=6, prompt=799, gen=1, execution="schedule",
+                                 power_limit=False),
+                     simulate=roofline)
     rep = make_replica(chip, "llama-3-8b", execution="schedule")
     assert DirectOracle(rep, roofline).cost(Step(6, 6 * 800)).seconds == \
         pytest.approx(r.seconds, rel=1e-12)

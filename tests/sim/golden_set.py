@@ -183,12 +183,13 @@ def _compute(parts) -> dict:
         out["vectors"] = [_plain(simulate(op, chip).to_dict())
                           for chip, op in map(vector_op, VECTORS)]
     if "workloads" in parts:
-        from diptych.sim.run import run_workload
+        from diptych.sim.run import Scenario, run_workload
         out["workloads"] = []
         for chip, model, kw in WORKLOADS:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
-                out["workloads"].append(_plain(run_workload(chip, _model(model), **kw).to_dict()))
+                r = run_workload(chip, _model(model), Scenario.of(**kw))
+                out["workloads"].append(_plain(r.to_dict()))
     if "compare" in parts:
         from diptych.tools.dse.compare import CompareSettings, compare
         chips, model, kw = COMPARE

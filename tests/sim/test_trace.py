@@ -9,6 +9,7 @@ import pytest
 
 from diptych.arch import load_chip
 from diptych.sim import simulate_gemm
+from diptych.sim.run import Scenario
 from diptych.sim.trace import gemm_trace, write_gemm_trace
 
 CASES = [("tpu-v1", 1001, 700, 300, None),       # one array, no shared buffer
@@ -81,8 +82,9 @@ def test_run_trace_spans_carry_the_op_records():
     from diptych.sim.run.trace import chrome_trace
 
     # chrome_trace draws a summed run (execution="sum"; a schedule has schedule_trace)
-    res = run_workload("infer-2026", "llama-3-8b", phase="decode", batch=4, prompt=256,
-                       simulate=roofline, execution="sum")
+    res = run_workload("infer-2026", "llama-3-8b",
+                       Scenario.of(phase="decode", batch=4, prompt=256, execution="sum"),
+                       simulate=roofline)
     ev = [e for e in chrome_trace(res.layers)["traceEvents"] if e["ph"] == "X"]
     recs = {r["op"]: r for r in res.layers}
     qkv = [e for e in ev if e["name"] == "qkv_proj"]

@@ -13,6 +13,7 @@ from roofline_double import roofline
 import diptych
 import diptych.sim.run.node as run_mod
 from diptych.arch import load_chip
+from diptych.sim.run import Scenario
 from diptych.tools.cli import main
 from diptych.tools.dse import compare as compare_mod
 
@@ -78,8 +79,8 @@ def test_compare_is_compare_json(monkeypatch):
     from diptych.sim.run import run_workload
 
     monkeypatch.setattr(compare_mod, "_default_run",
-                        lambda chip, model, **kw: run_workload(chip, model, simulate=roofline,
-                                                               **kw))
+                        lambda chip, model, **kw: run_workload(chip, model, Scenario.of(**kw),
+                                                               simulate=roofline))
     cmp = diptych.compare(["train-2026", "infer-2026"], "llama-3-8b", prompts=[512],
                           contexts=[1024], batches=[1, 8], ref_batch=8, train_seq=1024,
                           precision=["train:bf16", "infer:fp8"])

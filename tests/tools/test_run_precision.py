@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from roofline_double import roofline
 
 import diptych.sim.run.node as run_mod
+from diptych.sim.run import Scenario
 from diptych.tools.cli import main
 
 BASE = ["run", "--chip", "train-2026", "--model", "llama-3-8b", "--phase", "decode",
@@ -51,6 +52,6 @@ def test_conflicts_and_other_phases_are_errors(cli):
 
 def test_run_curve_reports_progress():
     calls = []
-    run_mod.run_curve("train-2026", "llama-3-8b", batches=[1, 4], phase="decode", prompt=128,
-                      simulate=roofline, progress=lambda *a: calls.append(a))
+    run_mod.run_curve("train-2026", "llama-3-8b", Scenario.of(phase="decode", prompt=128),
+                      batches=[1, 4], simulate=roofline, progress=lambda *a: calls.append(a))
     assert calls == [(0, 2, "batch 1"), (1, 2, "batch 4"), (2, 2, "done")]

@@ -19,8 +19,8 @@ import pytest
 
 from diptych.arch import load_chip
 from diptych.sim import simulate, simulate_gemm
+from diptych.sim.run import Scenario, run_workload
 from diptych.workloads.ops import Gemm
-from diptych.sim.run import run_workload
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
 import validate_published as vp  # noqa: E402
@@ -47,8 +47,8 @@ def test_hbm_streaming_efficiency_matches_measured(preset):
 def test_llama3_8b_batch1_decode_is_weight_streaming_bound():
     chip = load_chip("h100")
     prompt, gen = 1024, 128
-    r = run_workload(chip, "llama-3-8b", phase="decode", batch=1, prompt=prompt,
-                     gen=gen).to_dict()
+    r = run_workload(chip, "llama-3-8b",
+                     Scenario.of(phase="decode", batch=1, prompt=prompt, gen=gen)).to_dict()
     assert r["bound"] == "memory"
     # Independent byte count from the published model card/shape table (reference.md §5):
     # 8,030,261,248 BF16 parameters, KV 128 KiB per token at the mean context of the run. A
@@ -155,8 +155,8 @@ def test_h100_long_prefill_is_compute_bound():
     FP8 weights plus the unfused attention scores), which only holds with the L2 catching the
     operand copies shared by the SMs."""
     h = load_chip("h100")
-    r = run_workload(h, vp.llama2_7b(), phase="prefill", batch=1, prompt=2048,
-                     **vp.FP8).to_dict()
+    r = run_workload(h, vp.llama2_7b(),
+                     Scenario.of(phase="prefill", batch=1, prompt=2048, **vp.FP8)).to_dict()
     assert r["bound"] == "compute"
     assert r["dram_bytes_per_chip"] < 8 * 6.7e9
     # and the published TTFT (36 ms) is neither beaten by more than 2x nor missed by more

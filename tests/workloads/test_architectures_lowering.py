@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from roofline_double import roofline
 
 from diptych.arch import load_chip
+from diptych.sim.run import Scenario, run_workload
 from diptych.workloads.ops import Gemm
 from diptych.workloads import Precision, decode, load_model, prefill, train_step
-from diptych.sim.run import run_workload
 from diptych.workloads.fused import FusedAttention
 from diptych.workloads.lower import chunked_mean_keys
 from diptych.workloads.memory import activation_bytes
@@ -142,8 +142,10 @@ def test_kv_cache_memory_per_layer_kind(name, tp, prompt, gen):
     B, ctx = 4, prompt + gen
     held = sum(int(min(ctx, s.window) if s.window else ctx) for s in m.layer_specs())
     per_layer = 2 * max(1, m.kv_heads // tp) * m.head_dim * 2            # bf16 K and V
-    r = run_workload("train-2026", m, phase="decode", batch=B, prompt=prompt, gen=gen, tp=tp,
-                     act_dtype="bf16", simulate=roofline)
+    r = run_workload("train-2026", m,
+                     Scenario.of(phase="decode", batch=B, prompt=prompt, gen=gen, tp=tp,
+                                 act_dtype="bf16"),
+                     simulate=roofline)
     assert r.memory_breakdown["kv_cache"] == B * held * per_layer
 
 
@@ -171,12 +173,13 @@ def test_runs_on_a_chip(name, phase, kw):
     # the summed run's block rule (execution="sum"): without overlap the step is the sum of its
     # ops; with TP, overlap hides collectives behind compute: never below the compute, never
     # above the serial sum (the schedule's own bounds: tests/workloads/test_execute.py)
-    r = run_workload("train-2026", m, phase=phase, tp=tp, simulate=roofline,
-                     execution="sum", **kw)
+    r = run_workload("train-2026", m, Scenario.of(phase=phase, tp=tp, execution="sum", **kw),
+                     simulate=roofline)
     assert r.seconds > 0 and r.tokens_per_s > 0 and r.energy_j > 0
-    serial = r if tp == 1 else run_workload("train-2026", m, phase=phase, tp=tp,
-                                            overlap=False, simulate=roofline,
-                                            execution="sum", **kw)
+    serial = r if tp == 1 else run_workload("train-2026", m,
+                                            Scenario.of(phase=phase, tp=tp, overlap=False,
+                                                        execution="sum", **kw),
+                                            simulate=roofline)
     assert serial.seconds == pytest.approx(sum(x["total_seconds"] for x in serial.layers),
                                            rel=1e-9)
     compute = sum(x["total_seconds"] for x in r.layers if x["bound"] != "communication")
@@ -200,7 +203,7 @@ def test_engine_runs_a_new_family():
     # the real engine on the new vector kinds (clamped SwiGLU, soft-capping) and fused sinks
     chip = load_chip("train-2026")
     for name in ("gpt-oss-20b", "gemma-2-9b"):
-        r = run_workload(chip, name, phase="decode", batch=2, prompt=512, gen=4)
+        r = run_workload(chip, name, Scenario.of(phase="decode", batch=2, prompt=512, gen=4))
         assert r.seconds > 0 and r.bound == "memory"
         # (a GEMM with its epilogue fused into it is a "fused" record)
         gemms = sum(x["flops"] * x["repeat"] for x in r.layers

@@ -14,8 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from diptych.sim.cluster import Plan, simulate_cluster_step
+from diptych.sim.cluster.run import run_cluster_step
+from diptych.sim.run import Scenario, run_workload
 from diptych.tools.cli import main
-from diptych.sim.run import run_workload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from roofline_double import roofline  # noqa: E402
@@ -52,7 +53,8 @@ def test_json_keeps_run_keys_and_adds_bubble_and_exposed_communication(models, t
     # the numbers are the library's step
     ref = simulate_cluster_step(tiny, "h100", "dgx-h100",
                                 Plan(tp=2, pp=2, dp=2, zero=1, schedule="interleaved",
-                                     virtual_stages=2, micro_batch=1), batch=8, seq=512)
+                                     virtual_stages=2, micro_batch=1),
+                                Scenario.of(phase="train", batch=8, seq=512))
     assert d["seconds"] == pytest.approx(ref.seconds, rel=1e-12)
     assert d["memory_bytes_per_chip"] == pytest.approx(ref.memory_bytes_per_chip, rel=1e-12)
     # the trace has one process per rank
@@ -86,12 +88,14 @@ def test_one_domain_tensor_parallel_plan_equals_run_without_a_cluster():
     # a plan without a cluster runs on one switch domain of the chip's links: with tensor
     # parallelism only it is diptych run's own summed training step (same ops, ring, overlap
     # rule, when the cluster step composes summed layer times: execution="sum" for both)
-    kw = dict(phase="train", batch=4, seq=1024, simulate=roofline)
+    kw = dict(phase="train", batch=4, seq=1024)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plain = run_workload("h100", "llama-3-8b", tp=8, micro_batch=2, execution="sum", **kw)
-        plan = run_workload("h100", "llama-3-8b", plan=Plan(tp=8, micro_batch=2),
-                            execution="sum", **kw)
+        plain = run_workload("h100", "llama-3-8b",
+                             Scenario.of(tp=8, micro_batch=2, execution="sum", **kw),
+                             simulate=roofline)
+        plan = run_cluster_step("h100", "llama-3-8b", Scenario.of(execution="sum", **kw),
+                                plan=Plan(tp=8, micro_batch=2), simulate=roofline)
     assert plan.seconds == pytest.approx(plain.seconds, rel=1e-6)
     assert plan.mfu == pytest.approx(plain.mfu, rel=1e-6)
 

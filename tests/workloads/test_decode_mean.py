@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from diptych.arch import load_chip
+from diptych.sim.run import Scenario, run_workload
 from diptych.workloads import decode, decode_context, load_model
-from diptych.sim.run import run_workload
 from diptych.workloads.lower import decode_mean
 from diptych.sim.run.summed import simulate_workload
 
@@ -88,8 +88,9 @@ def test_run_decode_of_a_full_attention_model_is_unchanged():
     # mean context (the lowering before the per-kind means)
     m = load_model("llama-3-8b")
     # (the lowering's equivalence, compared in the summed run that simulate_workload is)
-    r = run_workload("h100", m, phase="decode", batch=8, prompt=2048, gen=4096,
-                     simulate=roofline, execution="sum")
+    r = run_workload("h100", m,
+                     Scenario.of(phase="decode", batch=8, prompt=2048, gen=4096, execution="sum"),
+                     simulate=roofline)
     ref = simulate_workload(decode(m, 8, decode_context(2048, 4096)), load_chip("h100"),
                             simulate=roofline)
     assert r.seconds == ref["seconds"] and r.dram_bytes == ref["dram_bytes"]

@@ -15,9 +15,9 @@ from roofline_double import roofline
 
 import diptych.sim.run.node as run_mod
 from diptych.arch import load_chip
+from diptych.sim.run import Scenario, run_workload
 from diptych.workloads.program import Block, Node, Program, Tensor
 from diptych.tools.cli import main
-from diptych.sim.run import run_workload
 from diptych.sim.run.trace import schedule_trace
 
 #: the scheduler counts whole picoseconds, at least one per phase
@@ -40,7 +40,7 @@ def chip(name="h100", *, overheads=True, fusion=True, residency=True):
 
 
 def run(c, model="llama-3-8b", **kw):
-    return run_workload(c, model, simulate=roofline, **kw)
+    return run_workload(c, model, Scenario.of(**kw), simulate=roofline)
 
 
 def phases(r) -> int:

@@ -10,7 +10,7 @@ import dataclasses
 from roofline_double import roofline
 
 from diptych.arch import load_chip
-from diptych.sim.run import run_workload
+from diptych.sim.run import Scenario, run_workload
 
 
 def _chip(mib: float):
@@ -20,8 +20,10 @@ def _chip(mib: float):
 
 
 def _run(c, **kw):
-    return run_workload(c, "llama-3-8b", phase="decode", batch=8, prompt=1024,
-                        execution="schedule", simulate=roofline, **kw)
+    return run_workload(c, "llama-3-8b",
+                        Scenario.of(phase="decode", batch=8, prompt=1024, execution="schedule",
+                                    **kw),
+                        simulate=roofline)
 
 
 def test_more_sram_never_slower_and_segments_are_timed_apart():

@@ -13,10 +13,10 @@ from roofline_double import roofline
 
 import diptych.sim.run.node as run_mod
 from diptych.arch import load_chip
+from diptych.sim.run import Scenario, run_workload
 from diptych.workloads.ops import Gemm
 from diptych.tools.cli import main
 from diptych.workloads import Precision, decode, load_model, prefill, train_step
-from diptych.sim.run import run_workload
 from diptych.workloads.fused import FusedAttention
 from diptych.workloads.params import kv_bytes_per_token
 from diptych.sim.run.summed import simulate_workload
@@ -49,9 +49,11 @@ def test_backward_flops_add_the_score_recompute(name):
     assert scores > 0
     assert f.flops() == pytest.approx(u.flops() + scores, rel=1e-12)
     assert f.flops(recompute=False) == pytest.approx(u.flops(), rel=1e-12)
-    r_f = run_workload("train-2026", m, phase="train", batch=2, seq=255, simulate=roofline)
-    r_u = run_workload("train-2026", m, phase="train", batch=2, seq=255, simulate=roofline,
-                       attention="unfused")
+    r_f = run_workload("train-2026", m, Scenario.of(phase="train", batch=2, seq=255),
+                       simulate=roofline)
+    r_u = run_workload("train-2026", m,
+                       Scenario.of(phase="train", batch=2, seq=255, attention="unfused"),
+                       simulate=roofline)
     assert r_f.flops == pytest.approx(r_u.flops, rel=1e-12)              # MFU: model FLOPs
     assert r_f.hardware_flops == pytest.approx(r_u.hardware_flops + scores, rel=1e-12)
 
@@ -71,8 +73,9 @@ def test_fused_dram_bytes_closed_form():
     assert bwd.read_bytes == q + k + v + o + o + stats                  # Q, K, V, O, dO, stats
     assert bwd.write_bytes == q + k + v                                 # dQ, dK, dV
     # the summed run's per-op record (every operand in DRAM) carries exactly those bytes
-    r = run_workload("train-2026", m, phase="prefill", batch=B, prompt=S, simulate=roofline,
-                     execution="sum")
+    r = run_workload("train-2026", m,
+                     Scenario.of(phase="prefill", batch=B, prompt=S, execution="sum"),
+                     simulate=roofline)
     rec = next(x for x in r.layers if x["op"] == "attention (fused)")
     assert rec["dram_bytes"] == q + k + v + o
     assert rec["kind"] == "attention" and rec["bound"] in ("compute", "memory")
@@ -81,10 +84,11 @@ def test_fused_dram_bytes_closed_form():
 def test_long_prefill_fits_and_drops_the_score_working_set():
     m = load_model("llama-3-70b")
     S, a, h, d = 32768, 2, 64, 8192
-    kw = dict(phase="prefill", batch=1, prompt=S, simulate=roofline)
+    kw = dict(phase="prefill", batch=1, prompt=S)
     with pytest.warns(UserWarning, match="max_position_embeddings"):
-        f = run_workload("train-2026", m, **kw)
-        u = run_workload("train-2026", m, attention="unfused", **kw)
+        f = run_workload("train-2026", m, Scenario.of(**kw), simulate=roofline)
+        u = run_workload("train-2026", m, Scenario.of(attention="unfused", **kw),
+                         simulate=roofline)
     assert f.fits and not u.fits
     # unfused: the peak working set is the softmax reading the scores and writing the
     # probabilities (2 × h × S × keys) on top of the S × d hidden state

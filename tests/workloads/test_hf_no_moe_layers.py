@@ -12,6 +12,7 @@ from roofline_double import roofline
 
 from diptych.sim.cluster import Plan, simulate_cluster_step
 from diptych.sim.cluster.params import layer_params
+from diptych.sim.run import Scenario
 from diptych.workloads import model_from_hf, param_count
 from diptych.workloads.params import params_per_chip
 
@@ -36,8 +37,8 @@ def test_qwen3_moe_without_moe_layers_is_dense(override):
     assert not m.is_moe and m.experts == 0 and m.moe_layers == 0
     assert param_count(m) == _qwen3_dense_params()
     # the cluster layer used to divide by the (zero) MoE layer count
-    r = simulate_cluster_step(m, "h100", "dgx-h100", Plan(tp=4, dp=2), batch=4, seq=512,
-                              simulate=roofline)
+    r = simulate_cluster_step(m, "h100", "dgx-h100", Plan(tp=4, dp=2),
+                              Scenario.of(phase="train", batch=4, seq=512), simulate=roofline)
     assert r.seconds > 0 and "ep all-to-all dispatch" not in r.comm
 
 

@@ -10,9 +10,9 @@ import pytest
 from roofline_double import roofline
 
 from diptych.arch import chip_from_dict, load_chip, to_dict
+from diptych.sim.run import Scenario, run_workload
 from diptych.workloads.ops import Gemm
 from diptych.workloads import load_model
-from diptych.sim.run import run_workload
 from diptych.workloads.precision import Precision
 from diptych.workloads.quant import DEQUANT_OPS_PER_ELEMENT, RESCALE_OPS_PER_ELEMENT
 from diptych.sim.run.precision_ops import precision_ops
@@ -78,11 +78,13 @@ def _weight_gemms(w):
 def test_w4a16_run_adds_the_hand_counted_dequant_work():
     chip = load_chip("h100")
     kw = dict(phase="decode", batch=1, prompt=256, gen=8)
-    base = run_workload(chip, "llama-3-8b", simulate=roofline, **kw)
-    w4 = run_workload(chip, "llama-3-8b", simulate=roofline, weights_dtype="int4", **kw)
+    base = run_workload(chip, "llama-3-8b", Scenario.of(**kw), simulate=roofline)
+    w4 = run_workload(chip, "llama-3-8b", Scenario.of(weights_dtype="int4", **kw),
+                      simulate=roofline)
     p = Precision(weights="int4")
-    w, _ = lower_workload(load_model("llama-3-8b"), "decode", batch=1, prompt=256, gen=8,
-                          seq=None, precision=p, tp=1, dp=1)
+    w, _ = lower_workload(load_model("llama-3-8b"),
+                          Scenario(phase="decode", batch=1, prompt=256, gen=8), precision=p,
+                          tp=1, dp=1)
     hand = sum(b.repeat * DEQUANT_OPS_PER_ELEMENT * op.b_count * op.k * op.n
                for b, op in _weight_gemms(w))
     assert w4.info["vector_ops"] - base.info["vector_ops"] == pytest.approx(hand, rel=1e-12)
@@ -90,7 +92,7 @@ def test_w4a16_run_adds_the_hand_counted_dequant_work():
     assert len(deq) == len(_weight_gemms(w)) and all(r["dram_bytes"] == 0 for r in deq)
     # the same request where the PE takes int4 x bf16: no dequant op, the weights' bytes only
     pe = run_workload(_chip("h100", mixed_input=["int4xbf16"]), "llama-3-8b",
-                      simulate=roofline, weights_dtype="int4", **kw)
+                      Scenario.of(weights_dtype="int4", **kw), simulate=roofline)
     assert pe.info["vector_ops"] == base.info["vector_ops"]
     assert w4.seconds > pe.seconds and pe.seconds < base.seconds
 
@@ -98,13 +100,16 @@ def test_w4a16_run_adds_the_hand_counted_dequant_work():
 def test_mx_run_charges_scale_bytes_once():
     chip = load_chip("infer-2026")
     kw = dict(phase="decode", batch=1, prompt=256, gen=8)
-    w, _ = lower_workload(load_model("llama-3-8b"), "decode", batch=1, prompt=256, gen=8,
-                          seq=None, precision=Precision(weights="mxfp4", activations="mxfp8",
-                                                        kv="mxfp8"), tp=1, dp=1)
+    w, _ = lower_workload(load_model("llama-3-8b"),
+                          Scenario(phase="decode", batch=1, prompt=256, gen=8),
+                          precision=Precision(weights="mxfp4", activations="mxfp8",
+                                              kv="mxfp8"), tp=1, dp=1)
     # the per-op accounting with every operand in DRAM (execution="sum"); the roofline double
     # moves a GEMM's element bytes only, as the engine does
-    r = run_workload(chip, "llama-3-8b", simulate=roofline, weights_dtype="mxfp4",
-                     act_dtype="mxfp8", kv_dtype="mxfp8", execution="sum", **kw)
+    r = run_workload(chip, "llama-3-8b",
+                     Scenario.of(weights_dtype="mxfp4", act_dtype="mxfp8", kv_dtype="mxfp8",
+                                 execution="sum", **kw),
+                     simulate=roofline)
     scales = sum(x["dram_bytes"] * x["repeat"] for x in r.layers
                  if x["op"].endswith(".scales"))
     hand = sum(b.repeat * (op.a_scale_bytes + op.b_scale_bytes + op.c_scale_bytes)
@@ -117,14 +122,15 @@ def test_mx_run_charges_scale_bytes_once():
 
 def test_schedule_charges_no_launch_for_precision_ops_and_keeps_fusion():
     chip = load_chip("h100")
-    kw = dict(phase="decode", batch=1, prompt=256, gen=8, simulate=roofline,
-              execution="schedule")
-    base = run_workload(chip, "llama-3-8b", **kw)
-    w4 = run_workload(chip, "llama-3-8b", weights_dtype="int4", **kw)
+    kw = dict(phase="decode", batch=1, prompt=256, gen=8, execution="schedule")
+    base = run_workload(chip, "llama-3-8b", Scenario.of(**kw), simulate=roofline)
+    w4 = run_workload(chip, "llama-3-8b", Scenario.of(weights_dtype="int4", **kw),
+                      simulate=roofline)
     # same launches (the dequant ops run inside their GEMMs' kernels), same fused nodes
     assert w4.fixed_costs_s == pytest.approx(base.fixed_costs_s, rel=1e-12)
     assert w4.schedule["fused"] == base.schedule["fused"]
-    summed = run_workload(chip, "llama-3-8b", weights_dtype="int4",
-                          **{**kw, "execution": "sum"})
+    summed = run_workload(chip, "llama-3-8b",
+                          Scenario.of(weights_dtype="int4", **{**kw, "execution": "sum"}),
+                          simulate=roofline)
     # the list schedule may overlap dequantisation with array work; the sum cannot
     assert w4.seconds - w4.fixed_costs_s <= summed.seconds * (1 + 1e-9)

@@ -12,9 +12,9 @@ from roofline_double import roofline
 
 from diptych.arch import chip_from_dict, load_chip, to_dict
 from diptych.sim import simulate
+from diptych.sim.run import Scenario, run_workload
 from diptych.workloads.ops import Gemm
 from diptych.workloads import load_model
-from diptych.sim.run import run_workload
 from diptych.workloads.quant import (DEQUANT_OPS_PER_ELEMENT, QUANT_OPS_PER_BLOCK,
                                      QUANT_OPS_PER_ELEMENT, RESCALE_OPS_PER_ELEMENT,
                                      columnwise_quant_op)
@@ -37,8 +37,9 @@ def _chip(name, vector=None, **array):
 
 
 def _decode(chip, model, **kw):
-    return run_workload(chip, model, phase="decode", batch=BATCH, prompt=PROMPT, gen=GEN,
-                        simulate=roofline, **kw)
+    return run_workload(chip, model,
+                        Scenario.of(phase="decode", batch=BATCH, prompt=PROMPT, gen=GEN, **kw),
+                        simulate=roofline)
 
 
 def _ops(r, suffix):
@@ -212,8 +213,8 @@ def test_block_scaled_vector_op_outputs_are_quantised(act, block):
 ])
 @pytest.mark.parametrize("phase", ["decode", "prefill", "train"])
 def test_plain_workloads_get_no_precision_ops(chip, p, phase):
-    w, _ = lower_workload(load_model("llama-3-8b"), phase, batch=2, prompt=64, gen=4,
-                          seq=64 if phase == "train" else None, precision=p, tp=1, dp=1)
+    s = Scenario(phase=phase, batch=2, prompt=64, gen=4, seq=64 if phase == "train" else None)
+    w, _ = lower_workload(load_model("llama-3-8b"), s, precision=p, tp=1, dp=1)
     assert with_precision_ops(w, load_chip(chip)) is w
 
 
@@ -235,21 +236,24 @@ def test_mxfp8_training_runs_as_a_schedule():
     # the backward layer's precision ops, the output quantisation's included, wait for
     # nothing the block imports (a repeated block reads its imports behind its carried
     # chain)
-    r = run_workload("train-2026", "llama-3-8b", phase="train", batch=2, seq=256,
-                     weights_dtype="mxfp8", act_dtype="mxfp8", simulate=roofline,
-                     execution="schedule")
+    r = run_workload("train-2026", "llama-3-8b",
+                     Scenario.of(phase="train", batch=2, seq=256, weights_dtype="mxfp8",
+                                 act_dtype="mxfp8", execution="schedule"),
+                     simulate=roofline)
     ops = {x["op"] for x in r.layers}
     assert {"down_proj.dgrad.quant", "down_proj.dgrad.scales"} <= ops
-    summed = run_workload("train-2026", "llama-3-8b", phase="train", batch=2, seq=256,
-                          weights_dtype="mxfp8", act_dtype="mxfp8", simulate=roofline,
-                          execution="sum")
+    summed = run_workload("train-2026", "llama-3-8b",
+                          Scenario.of(phase="train", batch=2, seq=256, weights_dtype="mxfp8",
+                                      act_dtype="mxfp8", execution="sum"),
+                          simulate=roofline)
     assert r.seconds - r.fixed_costs_s <= summed.seconds * (1 + 1e-9)
 
 
 def test_mxfp8_training_makes_columnwise_copies_once_per_tensor():
     m = load_model("llama-3-8b")
-    kw = dict(phase="train", batch=2, seq=256, simulate=roofline, execution="sum")
-    r = run_workload("train-2026", m, weights_dtype="mxfp8", act_dtype="mxfp8", **kw)
+    kw = dict(phase="train", batch=2, seq=256, execution="sum")
+    r = run_workload("train-2026", m, Scenario.of(weights_dtype="mxfp8", act_dtype="mxfp8", **kw),
+                     simulate=roofline)
     T = 2 * 256                                       # one micro-batch of two sequences
     d, f, dh = m.hidden_size, m.intermediate_size, m.head_dim
     qkv = (m.heads + 2 * m.kv_heads) * dh

@@ -7,16 +7,16 @@ import pytest
 from roofline_double import roofline
 
 from diptych.arch import load_chip
+from diptych.sim.run import Scenario, run_curve, run_topology, run_workload
 from diptych.workloads import load_topology
-from diptych.sim.run import run_curve, run_topology, run_workload
 
 KEYS = {"seconds", "flops", "dram_bytes", "mfu", "hfu", "ttft_s", "tpot_s", "tokens_per_s",
         "tokens_per_s_per_user", "energy_j", "energy_j_per_token", "fits", "memory_bytes",
         "memory_breakdown", "bound", "layers", "phase"}
 
 
-def run(*a, **k):
-    return run_workload(*a, simulate=roofline, **k)
+def run(chip, model, **k):
+    return run_workload(chip, model, Scenario.of(**k), simulate=roofline)
 
 
 def test_decode_result_fields_and_totals():
@@ -64,8 +64,8 @@ def test_overlap_hides_tp_collectives():
 
 
 def test_batching_curve_marks_first_compute_bound_batch():
-    curve = run_curve("infer-2026", "llama-3-8b", batches=[1, 8, 64, 512, 2048],
-                      phase="decode", prompt=16, gen=1, simulate=roofline)
+    curve = run_curve("infer-2026", "llama-3-8b", Scenario.of(phase="decode", prompt=16, gen=1),
+                      batches=[1, 8, 64, 512, 2048], simulate=roofline)
     res = curve["results"]
     bounds = [r.bound for r in res]
     assert "compute" in bounds and bounds[0] == "memory"

@@ -418,8 +418,9 @@ def _per_chip(res: dict) -> float | None:
 
 
 def _default_run(chip, model, **kw):
-    from ...sim.run import run_workload
-    return run_workload(chip, model, **kw)
+    """``run_workload`` of the scenario the keywords spell (:meth:`Scenario.of`)."""
+    from ...sim.run import Scenario, run_workload
+    return run_workload(chip, model, Scenario.of(**kw))
 
 
 def _default_search(chip, model, cluster, *, chips: int, batch: int, seq: int,
@@ -430,11 +431,13 @@ def _default_search(chip, model, cluster, *, chips: int, batch: int, seq: int,
     when no plan fits. ``simulate`` replaces the engine (tests); ``execution``: how the
     refined plans' layers are timed (None: the schedule)."""
     from ...sim.cluster.search import search_plans
+    from ...sim.run import Scenario
 
-    res = search_plans(model, chip, cluster, chips=chips, batch=batch, seq=seq,
-                       refine=PLAN_REFINE, weights_dtype=weights_dtype, act_dtype=act_dtype,
-                       kv_dtype=kv_dtype, simulate=simulate,
-                       execution=execution or "schedule")
+    res = search_plans(model, chip, cluster,
+                       Scenario.of(phase="train", chips=chips, batch=batch, seq=seq,
+                                   weights_dtype=weights_dtype, act_dtype=act_dtype,
+                                   kv_dtype=kv_dtype, execution=execution),
+                       refine=PLAN_REFINE, simulate=simulate)
     if not res.plans:
         raise ValueError(f"no parallel plan fits {chips} chips of "
                          f"{getattr(cluster, 'name', cluster)} ({res.candidates} candidates)")

@@ -28,7 +28,7 @@ def _model(name: str):
 def run_phase(chip, workload: dict[str, Any], *, simulate=None):
     """``run_workload`` for a workload dict (model name, phase, batch, prompt, gen, ...);
     ``simulate`` replaces the engine (tests pass a roofline double)."""
-    from ...sim.run import run_workload
+    from ...sim.run import Scenario, run_workload
 
     from .spec import WORKLOAD_PARAMS
 
@@ -39,9 +39,7 @@ def run_phase(chip, workload: dict[str, Any], *, simulate=None):
     kwargs = {k: v for k, v in wl.items() if v is not None}
     if phase != "train":
         kwargs.pop("seq", None)
-    if simulate is not None:
-        kwargs["simulate"] = simulate
-    return run_workload(chip, model, phase=phase, **kwargs)
+    return run_workload(chip, model, Scenario.of(phase=phase, **kwargs), simulate=simulate)
 
 
 def power_metrics(chip, energy_j: float | None, seconds: float | None,

@@ -112,15 +112,18 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     docs/program.md) or ``"sum"`` (every op alone from DRAM, as ``--execution sum``);
     ``fusion``: as ``--fusion/--no-fusion``.
     """
+    from diptych.sim.run import Scenario, run_workload
     from diptych.tools.precision import run_dtypes
-    from diptych.sim.run import run_workload
 
     w, a, kv = run_dtypes(precision, phase, weights_dtype, act_dtype, kv_dtype)
-    return run_workload(load_chip(chip), load_model(model), phase=phase, batch=batch,
-                        prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp, chips=chips,
-                        weights_dtype=w, act_dtype=a, kv_dtype=kv, overlap=overlap,
-                        recompute=recompute, micro_batch=micro_batch, attention=attention,
-                        cluster=cluster, plan=plan, execution=execution, fusion=fusion)
+    s = Scenario.of(phase=phase, batch=batch, prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp,
+                    chips=chips, weights_dtype=w, act_dtype=a, kv_dtype=kv, overlap=overlap,
+                    recompute=recompute, micro_batch=micro_batch, attention=attention,
+                    execution=execution, fusion=fusion)
+    if cluster is None and plan is None:
+        return run_workload(load_chip(chip), load_model(model), s)
+    from diptych.sim.cluster.run import run_cluster_step
+    return run_cluster_step(load_chip(chip), load_model(model), s, cluster=cluster, plan=plan)
 
 
 def compare(chips: Sequence["str | Chip"], model: "str | ModelConfig", *,

@@ -1,0 +1,192 @@
+"""What a run simulates, as one validated value: the :class:`Scenario`.
+
+A scenario is everything about a run except the chip, the model and (on a cluster) the
+cluster and its plan: the phase and its sizes, the precision asked for, the parallel degrees,
+the attention kernel, how the program is timed and the runtime knobs. It is frozen and
+checked once, when it is made (every message names the field, the value and what was
+expected); the run layer (:func:`diptych.sim.run.run_workload`), the cluster step
+(:func:`diptych.sim.cluster.run.run_cluster_step`,
+:func:`~diptych.sim.cluster.step.simulate_cluster_step`), the serving replicas
+(:func:`diptych.sim.serving.oracle.make_replica`), the sweep evaluator and the facade all take
+one; a re-run with one field changed is ``dataclasses.replace(scenario, ...)`` (the
+power-limited re-run, the batches of a batching curve).
+
+``None`` in a size, dtype or degree means "the run's default": the precision the chip runs by
+default (:func:`~diptych.sim.run.node.default_precision`), the degrees that fill ``chips``
+(:func:`~diptych.sim.run.node.resolve_parallelism`), ``diptych run``'s micro-batch. What
+needs the model or the chip (a degree that does not split the model, a dtype the chip cannot
+compute) is checked by the run that receives it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ...arch.dtypes import check_dtype
+from ...workloads.lower import ATTENTION_MODES, check_attention
+from ..limits import check_sizes
+
+#: The phases a scenario can simulate.
+PHASES: tuple[str, ...] = ("prefill", "decode", "train")
+#: How a run times its program (docs/program.md).
+EXECUTIONS: tuple[str, ...] = ("sum", "schedule")
+#: Activation recomputation of a training step.
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+
+
+def default_execution() -> str:
+    """The execution a run gets when none is given: "schedule" (the program's list schedule
+    with residency, fusion and fixed costs) on every chip; a cluster step composes its layer
+    kinds' scheduled programs over its pipeline (:mod:`diptych.sim.cluster.timing`); serving
+    steps are timed the same way (:class:`diptych.sim.serving.oracle.Replica`)."""
+    return "schedule"
+
+
+def recompute_mode(recompute) -> str:
+    """``none``, ``selective`` or ``full`` from a mode or a bool (True: full, the old
+    ``--recompute`` flag); raises ValueError naming ``recompute`` otherwise."""
+    if recompute is True:
+        return "full"
+    if recompute is False or recompute is None:
+        return "none"
+    if recompute not in RECOMPUTE_MODES:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)} (or a bool: "
+                         f"True = full), not {recompute!r}")
+    return recompute
+
+
+def _degree(name: str, v) -> None:
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        raise ValueError(f"{name} must be a positive integer, not {v!r}")
+
+
+def _flag(name: str, v) -> None:
+    if not isinstance(v, bool):
+        raise ValueError(f"{name} must be True or False, not {v!r}")
+
+
+#: The degrees of :class:`Parallelism`, in the order ``tp × pp × dp × cp`` fills ``chips``.
+DEGREES: tuple[str, ...] = ("chips", "tp", "dp", "pp", "cp", "ep")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parallelism:
+    """The parallel degrees a run asks for (None: the default, see the module docstring).
+
+    ``chips`` in all; ``tp`` tensor-parallel; ``dp`` data-parallel (training, or replicas on a
+    cluster); ``pp`` pipeline stages, ``cp`` context-parallel and ``ep`` expert-parallel
+    ranks (a parallel plan's only: :mod:`diptych.sim.cluster`)."""
+
+    chips: int | None = None
+    tp: int | None = None
+    dp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+
+    def __post_init__(self):
+        for n in DEGREES:
+            _degree(n, getattr(self, n))
+
+    @property
+    def plan_only(self) -> bool:
+        """True when a degree only a parallel plan has (pp, cp, ep) is above 1."""
+        return any(v not in (None, 1) for v in (self.pp, self.cp, self.ep))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """One run's scenario (module docstring).
+
+    ``phase``: prefill (``prompt``: the prompt; the time to first token), decode
+    (``prompt``: the context before generation, ``gen`` generated tokens, default 1; the
+    time per output token) or train (``seq``: the sequence length, or ``prompt``; one
+    optimizer step). ``batch``: sequences (the global batch in training, split over dp).
+    ``weights_dtype``/``act_dtype``/``kv_dtype``: the precision asked for (None: the chip's
+    default for inference, BF16 for training). ``parallelism``: the degrees.
+    ``attention``: ``fused`` (FlashAttention-style) or ``unfused``. ``execution``:
+    ``schedule`` (the program's list schedule) or ``sum`` (every op alone from DRAM, times
+    added); ``fusion``: fuse elementwise ops into GEMMs (schedule only); ``overlap``: overlap
+    collectives with compute. ``recompute``: ``none``, ``selective`` (a parallel plan only)
+    or ``full`` (a bool is read as full/none). ``micro_batch``: sequences per training
+    micro-batch. ``power_limit``: report a chip with a ``[power]`` table at the clock its TDP
+    sustains."""
+
+    phase: str
+    batch: int = 1
+    prompt: int | None = None
+    gen: int | None = None
+    seq: int | None = None
+    weights_dtype: str | None = None
+    act_dtype: str | None = None
+    kv_dtype: str | None = None
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    attention: str = "fused"
+    execution: str = field(default_factory=default_execution)
+    fusion: bool = True
+    overlap: bool = True
+    recompute: str = "none"
+    micro_batch: int | None = None
+    power_limit: bool = True
+
+    def __post_init__(self):
+        if self.phase not in PHASES:
+            raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {self.phase!r}")
+        if self.execution is None:
+            object.__setattr__(self, "execution", default_execution())
+        if self.execution not in EXECUTIONS:
+            raise ValueError(f"execution must be one of {', '.join(EXECUTIONS)}, not "
+                             f"{self.execution!r}")
+        object.__setattr__(self, "recompute", recompute_mode(self.recompute))
+        check_attention(self.attention)
+        if not isinstance(self.parallelism, Parallelism):
+            raise ValueError(f"parallelism must be a Parallelism, not "
+                             f"{type(self.parallelism).__name__}")
+        for n in ("weights_dtype", "act_dtype", "kv_dtype"):
+            if getattr(self, n) is not None:
+                check_dtype(getattr(self, n))
+        for n in ("fusion", "overlap", "power_limit"):
+            _flag(n, getattr(self, n))
+        _degree("batch", self.batch)
+        for n in ("prompt", "gen", "seq", "micro_batch"):
+            _degree(n, getattr(self, n))
+        check_sizes(batch=self.batch, micro_batch=self.micro_batch, prompt=self.prompt,
+                    gen=self.gen, seq=self.seq)
+
+    @classmethod
+    def of(cls, **fields) -> "Scenario":
+        """A scenario from flat keywords, as the command line and the facade spell it: the
+        degrees (``chips``, ``tp``, ``dp``, ``pp``, ``cp``, ``ep``) go into its
+        :class:`Parallelism`, every other keyword is a field (``recompute`` may be a bool;
+        ``execution`` None is the default)."""
+        par = {k: fields.pop(k) for k in DEGREES if k in fields}
+        if "parallelism" in fields and par:
+            raise ValueError("give the degrees either as parallelism= or as keywords, "
+                             "not both")
+        if par:
+            fields["parallelism"] = Parallelism(**par)
+        if fields.get("execution", "") is None:
+            fields.pop("execution")
+        unknown = set(fields) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise TypeError(f"unknown scenario field(s): {', '.join(sorted(unknown))}")
+        return cls(**fields)
+
+    @property
+    def tp(self) -> int | None:
+        return self.parallelism.tp
+
+    @property
+    def context(self) -> int | None:
+        """The tokens the run's KV cache (or sequence) reaches: the prompt (prefill), the
+        context after ``gen`` tokens (decode), the sequence (train)."""
+        if self.phase == "decode":
+            return None if self.prompt is None else self.prompt + (self.gen or 1)
+        if self.phase == "prefill":
+            return self.prompt
+        return self.seq if self.seq is not None else self.prompt
+
+
+__all__ = ["ATTENTION_MODES", "DEGREES", "EXECUTIONS", "PHASES", "Parallelism",
+           "RECOMPUTE_MODES", "Scenario", "default_execution", "recompute_mode"]
