@@ -26,7 +26,7 @@ import sys
 import time
 
 from diptych.sim.serving.requests import parse_length
-from diptych.sim.serving.serve import Load, OracleCache, colocated, serve
+from diptych.sim.serving.serve import Load, StepTimerCache, colocated, serve
 from diptych.sim.serving.sweep import qps_sweep
 
 MODEL, CHIP, TP = "llama-3-70b", "h100", 2
@@ -49,7 +49,7 @@ def main(quick: bool = False, execution: str | None = None) -> None:
           f"steps timed as {dep.pool.replica.execution}")
     points = 4 if quick else 10
     c0, w0 = _clock()
-    oc = OracleCache("grid")
+    oc = StepTimerCache("grid")
     sw = qps_sweep(dep, Load(qps=1.0, prompt=PROMPT, gen=GEN, requests=1000), 0.5, 5.0,
                    points, oracles=oc)
     c1, w1 = _clock()
@@ -80,9 +80,9 @@ def oracle_error(model: str, chip: str, tp: int, n: int, seed: int = 5,
     of 0-2000."""
     import numpy as np
 
-    from diptych.sim.serving.oracle import (GridOracle, GridSpec, interpolation_error,
+    from diptych.sim.serving.step_time import (GridStepTimer, GridSpec, interpolation_error,
                                             make_replica)
-    from diptych.workloads.step import Step
+    from diptych.workloads.serving_step import Step
 
     rng = np.random.default_rng(seed)
     steps = []
@@ -94,7 +94,7 @@ def oracle_error(model: str, chip: str, tp: int, n: int, seed: int = 5,
         steps.append(Step(b, keys, chunks))
     c0, w0 = _clock()
     rep = make_replica(chip, model, tp=tp, execution=execution)
-    g = GridOracle(rep, grid=GridSpec() if refine else GridSpec(refine_tol=None))
+    g = GridStepTimer(rep, grid=GridSpec() if refine else GridSpec(refine_tol=None))
     e = np.asarray(interpolation_error(g, steps))
     c1, w1 = _clock()
     print(f"{model} on {chip} x{tp} ({rep.execution}"

@@ -43,7 +43,7 @@ import time
 from diptych.sim.serving.config import ServeConfig
 from diptych.sim.serving.requests import LengthDist
 from diptych.sim.serving.runtime import load_runtime, runtime_names
-from diptych.sim.serving.serve import Load, OracleCache, colocated, serve
+from diptych.sim.serving.serve import Load, StepTimerCache, colocated, serve
 
 SRC = ("TensorRT-LLM docs/source/performance/perf-overview.md, "
        "https://github.com/NVIDIA/TensorRT-LLM/blob/258c7540c03517def55d9a5aadfa9288af474e1b/"
@@ -114,7 +114,7 @@ CASES = [
 ALL_AT_ONCE_QPS = 1e9
 
 
-def _run(case: Case, oracles: OracleCache, execution: str | None = None,
+def _run(case: Case, oracles: StepTimerCache, execution: str | None = None,
          runtime: str | None = None):
     dt = {"weights_dtype": "fp8", "act_dtype": "fp8", "kv_dtype": "fp8"} if case.fp8 else \
         {"weights_dtype": "bf16", "act_dtype": "bf16", "kv_dtype": "bf16"}
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.requests is not None and args.requests < 1:
         ap.error(f"--requests must be a positive integer, not {args.requests}")
-    oracles = OracleCache("grid")
+    oracles = StepTimerCache("grid")
     lines = ["| case | published | runtime | diptych | ratio (diptych ÷ published) | "
              "ideal runtime (ratio) | source |", "|---|---|---|---|---|---|---|"]
     cache: dict = {}

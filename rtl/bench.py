@@ -5,7 +5,7 @@ A :class:`Plan` is everything a driver needs to exercise a :class:`~diptych.rtl.
 for a fixed number of cycles: the port values to present in each cycle, and for each cycle in
 which an output must appear the expected ``out_row`` (OS) and output bits. The expected cycles
 come from the array-timing contract in :mod:`diptych.sim.timing` and the expected bits from the
-NumPy golden model :mod:`diptych.rtl.golden` under the datapath's accumulation rule
+NumPy golden model :mod:`diptych.rtl.numerics_ref` under the datapath's accumulation rule
 (:attr:`diptych.rtl.datapath.Datapath.rule`: ``"pair"`` for ``fused``, ``"sequential"`` for the
 others). The same plan drives the fast amaranth.sim tests
 and the cocotb bench on Verilator, and :func:`score` compares what a monitor saw against it.
@@ -51,7 +51,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..sim import timing
-from . import golden
+from . import numerics_ref
 from .array import check_config
 from .datapath import MODE_CODES, get_datapath
 from .plan import Plan, pack, score, unpack
@@ -103,7 +103,7 @@ def _fp8_random(rng, fmt: str, shape, regime: str) -> np.ndarray:
         bits = np.where((bits & 0x7F) == 0x7F, bits ^ 1, bits).astype(np.uint8)
     if regime == "edges":                     # every finite edge value, at random places
         finite = np.array([c for c in FP8_EDGES[fmt]
-                           if np.isfinite(golden.fp8_to_fp32_bits(c, fmt).view(np.float32))])
+                           if np.isfinite(numerics_ref.fp8_to_fp32_bits(c, fmt).view(np.float32))])
         flat = bits.reshape(-1)
         n = min(flat.size, len(finite))
         flat[rng.permutation(flat.size)[:n]] = rng.permutation(finite)[:n]
@@ -263,16 +263,16 @@ def _ties_pair(rng, m: int, k: int, n: int, psum_exp: int | None):
 
 def _operands(rng, mode: str, m: int, k: int, n: int, regime: str, psum_exp=None):
     """A[m×k] and B[k×n] element arrays of ``mode`` in ``regime``."""
-    fa, fb = golden.mode_formats(mode)
+    fa, fb = numerics_ref.mode_formats(mode)
     if regime == "underflow":
         if mode == "bf16":
             return _underflow_pair(rng, m, k, n)
         regime = "subnormal"
-    if regime == "order" and fa in golden.FP8_FORMATS:
+    if regime == "order" and fa in numerics_ref.FP8_FORMATS:
         return _order_pair(rng, fa, fb, m, k, n, psum_exp)
-    if regime == "cancel" and fa in golden.FP8_FORMATS:
+    if regime == "cancel" and fa in numerics_ref.FP8_FORMATS:
         return _cancel_pair(rng, fa, fb, m, k, n)
-    if regime == "sticky" and fa in golden.FP8_FORMATS:
+    if regime == "sticky" and fa in numerics_ref.FP8_FORMATS:
         return _sticky_pair(rng, fa, fb, m, k, n)
     if regime == "ties" and mode == "bf16":
         return _ties_pair(rng, m, k, n, psum_exp)
@@ -407,7 +407,7 @@ def os_plan(rows: int, cols: int, dtype: str, tiles, step_cycles, modes=None, *,
             }
             if dp.has_mode_port:
                 plan.inputs[c]["mode"] = MODE_CODES[mode]
-        result = golden.matmul_bits(mode, a, b, rule=dp.rule)
+        result = numerics_ref.matmul_bits(mode, a, b, rule=dp.rule)
         for i, c in enumerate(plan.predicted[t]):
             _expect(plan, t, c, i, result[i])
     plan.n_cycles = max(plan.expected) + rows + cols + 4
@@ -456,7 +456,7 @@ def ws_plan(rows: int, cols: int, dtype: str, tiles, load_cycles, row_cycles, mo
             if dp.has_mode_port:
                 vals["mode"] = MODE_CODES[mode]
             plan.inputs.setdefault(c, {}).update(vals)
-        result = golden.matmul_bits(mode, a, wt, psum, rule=dp.rule)
+        result = numerics_ref.matmul_bits(mode, a, wt, psum, rule=dp.rule)
         for mm, c in enumerate(plan.predicted[t]):
             _expect(plan, t, c, None, result[mm])
     plan.n_cycles = max(plan.expected) + rows + cols + 4
@@ -674,7 +674,7 @@ def _random_ws(rng, rows, cols, dtype, modes, start, seed, bubble_data):
                         | rng.integers(0, 2**23, (m_rows, C), dtype=np.uint64)
                         ).astype(np.uint32)
         a, wt = _operands(rng, mode, m_rows, depth, C, regime, psum_exp)
-        chain = (mode, m_rows, golden.matmul_bits(mode, a, wt, psum, rule=dp.rule))
+        chain = (mode, m_rows, numerics_ref.matmul_bits(mode, a, wt, psum, rule=dp.rule))
         wl, first = _ws_earliest(R, C, prev, m_rows, start)
         cycles = list(range(first, first + m_rows))
         if t == 1 or rng.random() >= 0.5:             # loose: slack, then bubbles

@@ -21,7 +21,7 @@ steps and holds a ``2R``-deep stationary tile in WS, exactly the rule the simula
 an array with ``macs_per_pe_per_cycle = 2`` (:func:`diptych.sim.timing.os_steps`,
 :func:`diptych.sim.timing.ws_stationary_depth`), and the FP32 results are bit-identical to the
 one-MAC-per-cycle reduction in ascending ``k`` (the ``"sequential"`` accumulation rule of
-:data:`diptych.rtl.golden.RULES`).
+:data:`diptych.rtl.numerics_ref.RULES`).
 
 The ``fused`` datapath (:mod:`diptych.rtl.fused`) has the same lanes, modes, rates and mode codes,
 but accumulates its FP8 modes by the ``"pair"`` rule: the two products of a cycle and the
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .golden import MODES, RULES
+from .numerics_ref import MODES, RULES
 
 __all__ = ["Datapath", "DATAPATHS", "MODE_CODES", "MODE_BITS", "get_datapath"]
 
@@ -52,7 +52,7 @@ MODE_BITS = 3
 @dataclass(frozen=True)
 class Datapath:
     """A PE datapath: operand lane width, the MACs per cycle of each mode it supports, and the
-    accumulation rule of its FP8 modes (:data:`diptych.rtl.golden.RULES`)."""
+    accumulation rule of its FP8 modes (:data:`diptych.rtl.numerics_ref.RULES`)."""
 
     name: str
     lane_bits: int

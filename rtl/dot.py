@@ -1,7 +1,7 @@
 """The FP8 dot-product PE: four FP8 products per cycle into an FP32 accumulator, rounded once.
 
 ``Dot4Fp8`` is the datapath production FP8 units use instead of the exact accumulation of the
-``fp8``/``multi``/``fused`` PEs (sources and the bit-exact rule: :mod:`diptych.rtl.golden_dot`):
+``fp8``/``multi``/``fused`` PEs (sources and the bit-exact rule: :mod:`diptych.rtl.dot_ref`):
 
 * four 4 × 4-bit significand multipliers (E4M3 or E5M2 per operand, chosen by ``mode`` as in
   the other FP8 PEs; an E5M2 significand is shifted up one place so that both formats have their
@@ -31,7 +31,7 @@ from amaranth.lib.wiring import In, Out
 from .datapath import MODE_BITS, MODE_CODES
 from .fp import CANONICAL_NAN, Fp8Multiplier
 from .fused import normalise_signed
-from .golden_dot import DOT_FRAC_BITS, DOT_GROUP, FP32_MAX_BITS
+from .dot_ref import DOT_FRAC_BITS, DOT_GROUP, FP32_MAX_BITS
 from .pe import OsPe, WsPe, _mode_ports
 
 __all__ = ["Dot4Fp8", "Dot4OsPe", "Dot4WsPe", "DOT4_RATES"]
@@ -51,7 +51,7 @@ def _place(value, lead: int, frac_bits: int):
 
 
 class Dot4Fp8(wiring.Component):
-    """Combinational ``result = dot4(acc, a, b)`` (the rule of :mod:`diptych.rtl.golden_dot`):
+    """Combinational ``result = dot4(acc, a, b)`` (the rule of :mod:`diptych.rtl.dot_ref`):
     ``a``/``b`` hold four FP8 elements each (element ``i`` in bits ``8i + 7 … 8i``), ``acc`` and
     ``result`` are FP32 bits, ``mode[1]``/``mode[0]``: A/B is E5M2 (else E4M3)."""
 

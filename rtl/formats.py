@@ -28,7 +28,7 @@ OCP Microscaling Formats (MX) Specification v1.0 (Sept. 2023)
        both scales) and rounded **once** to FP32, round to nearest even, overflow to ±Inf, a
        subnormal result flushed to zero keeping its sign, an exact zero being +0;
     2. the blocks' dots are accumulated in ascending order from +0 with the datapath's FP32
-       add (:func:`diptych.rtl.golden.fp32_add_bits`: round to nearest even, subnormal inputs
+       add (:func:`diptych.rtl.numerics_ref.fp32_add_bits`: round to nearest even, subnormal inputs
        read as zero, subnormal sums flushed, canonical NaN ``0x7FC00000``);
     3. a NaN element or NaN scale, Inf × 0, or Inf products of both signs in a block make it
        NaN; other Inf products make it ±Inf.
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import golden
+from . import numerics_ref
 from .minifloat import E8M0_NAN, FORMATS, decode, e8m0_decode, encode
 
 __all__ = ["BlockFormat", "BLOCK_FORMATS", "get_block_format", "BlockTensor", "quantize",
@@ -219,8 +219,8 @@ def _fixed_point(kind: str, codes: np.ndarray) -> tuple[np.ndarray, int]:
                     0.0).astype(np.int64), q
 
 
-_to_fp32 = np.frompyfunc(golden.exact_to_fp32_bits, 2, 1)
-exact_to_fp32_bits = golden.exact_to_fp32_bits     # re-exported (it lives in the golden model)
+_to_fp32 = np.frompyfunc(numerics_ref.exact_to_fp32_bits, 2, 1)
+exact_to_fp32_bits = numerics_ref.exact_to_fp32_bits     # re-exported (from the golden model)
 
 
 def _scale_fixed(fmt: BlockFormat, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -265,7 +265,7 @@ def _block_dots(a: BlockTensor, b: BlockTensor) -> np.ndarray:
            | np.isnan(_scale_values(fb, np.atleast_2d(b.scales)))[None, :])
     bits = np.where(pos_inf, np.uint32(0x7F800000), bits)
     bits = np.where(neg_inf, np.uint32(0xFF800000), bits)
-    return np.where(nan, golden.CANONICAL_NAN, bits).astype(np.uint32)
+    return np.where(nan, numerics_ref.CANONICAL_NAN, bits).astype(np.uint32)
 
 
 def block_matmul_bits(a: BlockTensor, b: BlockTensor) -> np.ndarray:
@@ -275,13 +275,13 @@ def block_matmul_bits(a: BlockTensor, b: BlockTensor) -> np.ndarray:
     dots = _block_dots(a, b)
     acc = np.zeros(dots.shape[:2], np.uint32)
     for j in range(dots.shape[-1]):
-        acc = golden.fp32_add_bits(acc, dots[..., j])
+        acc = numerics_ref.fp32_add_bits(acc, dots[..., j])
     if a.tensor_scale is not None or b.tensor_scale is not None:
         alpha = np.float32(a.tensor_scale or 1.0) * np.float32(b.tensor_scale or 1.0)
-        alpha_bits = golden.ftz32(np.asarray(alpha, np.float32).view(np.uint32))
-        x = golden.daz32(acc).view(np.float32)
+        alpha_bits = numerics_ref.ftz32(np.asarray(alpha, np.float32).view(np.uint32))
+        x = numerics_ref.daz32(acc).view(np.float32)
         with np.errstate(all="ignore"):
-            acc = golden.ftz32((x * alpha_bits.view(np.float32)).astype(np.float32)
+            acc = numerics_ref.ftz32((x * alpha_bits.view(np.float32)).astype(np.float32)
                                .view(np.uint32))
     return acc
 

@@ -1,7 +1,7 @@
 """Combinational floating-point units of the MACs: bf16 and FP8 multipliers, an FP32 adder.
 
 All follow the numerics contract of design.md §4 exactly (the NumPy statement of it is
-:mod:`diptych.rtl.golden`): subnormal bf16/FP32 inputs read as signed zero, subnormal results
+:mod:`diptych.rtl.numerics_ref`): subnormal bf16/FP32 inputs read as signed zero, subnormal results
 are flushed to signed zero, every NaN becomes ``0x7FC00000``, the adder rounds to nearest, ties
 to even. FP8 inputs (E4M3, E5M2) keep their subnormal values: their products are exact and far
 above FP32's smallest normal.

@@ -11,12 +11,12 @@ contract's input and output flushes applied in C) on
   (``mul_step=1`` is exhaustive: 2³² pairs, a few minutes);
 * the FP8 multiplier: every pair of FP8 codes in every format pair (E4M3/E5M2 × E4M3/E5M2,
   2¹⁸ vectors, always exhaustive), against the float product of the values the golden model
-  decodes (the decode tables are generated from :mod:`diptych.rtl.golden`);
+  decodes (the decode tables are generated from :mod:`diptych.rtl.numerics_ref`);
 * the fused datapath's exact three-operand adder (:class:`~diptych.rtl.fused.Fp32Add3`):
   ``add3_vectors`` vectors in eight classes (:func:`add3_vectors`: uniform bits, similar
   exponents, massive cancellation with a far third term, an accumulator cancelling an FP8-sized
   product with a tiny product left over, near-ties, exact cancelling pairs in every position,
-  the underflow and the overflow range), against :func:`diptych.rtl.golden.fp32_add3_bits`
+  the underflow and the overflow range), against :func:`diptych.rtl.numerics_ref.fp32_add3_bits`
   (exact integers; the golden model is itself checked against the Fraction oracle).
 
 Run ``python -m diptych.rtl.fp_sweep [--adder-vectors N] [--mul-step S] [--add3-vectors N]``
@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 from amaranth.back import verilog
 
-from . import golden
+from . import numerics_ref
 from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
 from .fused import Fp32Add3
 from .verilator import ccache_path, verilator_env
@@ -120,8 +120,8 @@ int main(int argc, char **argv) {
 def _fp8_tables() -> str:
     """C tables: FP32 bits of every FP8 code, E4M3 then E5M2 (from the golden model)."""
     rows = []
-    for fmt in golden.FP8_FORMATS:
-        bits = golden.fp8_to_fp32_bits(range(256), fmt)
+    for fmt in numerics_ref.FP8_FORMATS:
+        bits = numerics_ref.fp8_to_fp32_bits(range(256), fmt)
         rows.append("{" + ", ".join(f"0x{int(b):08x}u" for b in bits) + "}")
     return ("static const uint32_t FP8_TO_FP32[2][256] = {\n" + ",\n".join(rows) + "};\n")
 
@@ -188,7 +188,7 @@ def add3_vectors(n: int, seed: int = 1) -> np.ndarray:
     cls.append(tuple(_fp32(rng, k, 1, 30) for _ in range(3)))                 # underflow
     cls.append(tuple(_fp32(rng, k, 230, 255) for _ in range(3)))              # overflow
     abc = np.concatenate([np.stack(c3, 1) for c3 in cls])[:n].astype(np.uint32)
-    want = golden.fp32_add3_bits(abc[:, 0], abc[:, 1], abc[:, 2])
+    want = numerics_ref.fp32_add3_bits(abc[:, 0], abc[:, 1], abc[:, 2])
     return np.concatenate([abc, want[:, None]], 1).astype(np.uint32)
 
 

@@ -10,13 +10,14 @@ adjacent FP8 products added to one FP32 element). Those units also truncate (Dee
 arXiv:2412.19437 §3.3.2: about 14 bits kept on H800); this one is exact.
 
 ``FusedMac`` is that PE datapath for the ``fused`` dtype (the **pair** rule of
-:mod:`diptych.rtl.golden`):
+:mod:`diptych.rtl.numerics_ref`):
 
 * **INT8** (2 MACs per cycle): ``acc + a₀b₀ + a₁b₁`` modulo 2³² (the same as one at a time);
 * **FP8** (E4M3/E5M2 per operand, 2 MACs per cycle): the accumulator and the two exact products
   summed exactly and rounded **once** to FP32 (:class:`Fp32Add3`);
 * **BF16** (1 MAC per cycle): ``acc + a·b`` rounded once, exactly the sequential rule (the adder's
-  third operand is −0, which never changes a sum: :func:`diptych.rtl.golden.fp32_add3_bits`).
+  third operand is −0, which never changes a sum:
+  :func:`diptych.rtl.numerics_ref.fp32_add3_bits`).
 
 What is shared, as a real multi-precision unit would share it: each of the two product lanes has
 **one 9×9 signed multiplier** that multiplies int8 × int8, the bf16 significands (8 × 8, lane 0
@@ -94,7 +95,7 @@ class Fp32Add3(wiring.Component):
     Round to nearest, ties to even; subnormal inputs read as zero of their sign, a subnormal
     result flushes to zero of its sign, every NaN becomes ``0x7FC00000``, NaN or Infs of both
     signs give NaN, overflow gives ±Inf, an exact zero is −0 only when all three inputs are −0
-    (the golden statement is :func:`diptych.rtl.golden.fp32_add3_bits`).
+    (the golden statement is :func:`diptych.rtl.numerics_ref.fp32_add3_bits`).
 
     Datapath: the three 24-bit significands are aligned to the largest exponent ``emax`` in a
     register whose bit ``WINDOW`` holds the largest operand's leading bit, so bits 1 … ``WINDOW``

@@ -128,7 +128,7 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
     """
     from .dse.compare import CompareSettings
     from .dse.compare import compare as run_compare
-    from .precision import parse_precision
+    from .precision_spec import parse_precision
     from .progress import progress_display
 
     both = _ints(context, "--context")

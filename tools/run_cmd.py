@@ -213,7 +213,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
 
     from ..sim.run import Scenario, run_curve, run_topology
     from ..sim.run.trace import chrome_trace, schedule_trace
-    from .precision import run_dtypes
+    from .precision_spec import run_dtypes
     from .progress import progress_display
     from .run_cluster import plan_flags_given, run_plan
 

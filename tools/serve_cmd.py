@@ -123,7 +123,7 @@ def _sweep_table(sw: dict, slo: dict):
 
 def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg, what):
     """A pool of replicas; ``execution``: ``make_replica``'s execution and fusion."""
-    from ..sim.serving.oracle import make_replica
+    from ..sim.serving.step_time import make_replica
     from ..sim.serving.serve import Pool, fit_tp
 
     if tp is None:
@@ -227,7 +227,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
     from ..sim.serving.config import ServeConfig, parse_speculative
     from ..sim.serving.requests import parse_length
     from ..sim.serving.runtime import load_runtime
-    from ..sim.serving.serve import Deployment, Load, OracleCache
+    from ..sim.serving.serve import Deployment, Load, StepTimerCache
     from ..sim.serving.serve import serve as run_serve
 
     cfg = ServeConfig(scheduler=scheduler, max_batch=max_batch,
@@ -260,7 +260,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
                                     execution, cfg, "chip"))
     show = not as_json and sys.stderr.isatty()
     bar = _LazyProgress(show)
-    oracles = OracleCache(oracle, progress=bar.grid)
+    oracles = StepTimerCache(oracle, progress=bar.grid)
     has_load = any(v is not None for v in (qps, concurrency, trace_file)) or sweep_qps
     try:
         if export_profile:

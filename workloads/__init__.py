@@ -15,7 +15,7 @@ from .params import (active_param_count, flops_per_token, kv_bytes_per_token, pa
                      weight_tensors)
 from .precision import Precision
 from .registry import builtin_names, load_model, load_model_file
-from .topology import load_topology
+from .scalesim import load_topology
 from .train import train_forward, train_step
 
 __all__ = [

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from .ops import Collective, Gemm, Op, VectorOp
 from .program import Block as PBlock
 from .program import Carry, Import, Node, Program, Tensor
-from .fused import FusedAttention
+from .fused_attention import FusedAttention
 
 STAGES = ("forward", "recompute", "backward", "optimizer")
 

@@ -14,8 +14,9 @@ Conventions (all documented in docs/workloads.md):
   into per-head K and V); decode uses the absorbed path (queries projected into the latent
   space, attention directly over the ``kv_lora + rope`` cache, values projected out per head).
 * Attention is fused by default (``attention="fused"``, FlashAttention-style: one
-  :class:`~diptych.workloads.fused.FusedAttention` record per layer whose DRAM traffic is Q, K,
-  V and O, plus the softmax statistics in training; see :mod:`diptych.workloads.fused`). With
+  :class:`~diptych.workloads.fused_attention.FusedAttention` record per layer whose DRAM
+  traffic is Q, K, V and O, plus the softmax statistics in training; see
+  :mod:`diptych.workloads.fused_attention`). With
   ``attention="unfused"`` the scores go to memory and the softmax reads them back.
 * MoE: the router GEMM, a top-k on the vector unit, then the experts touched by the batch
   (:func:`diptych.workloads.moe.expert_load`) as a batched GEMM with one weight matrix per
@@ -50,7 +51,7 @@ from .ops import Collective, Gemm, Op, VectorOp
 from .config import LayerSpec, ModelConfig
 from .program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
-from .fused import fuse
+from .fused_attention import fuse
 from .graph import Block, Workload
 from .moe import expected_experts_touched, expert_load
 from .params import kv_heads_per_rank

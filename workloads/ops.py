@@ -246,7 +246,7 @@ Op = Gemm | VectorOp | Collective
 
 #: An op tagged ``launch:<key>`` belongs to the launch group ``<key>`` of its block: the
 #: group's nodes run as ONE kernel (a serving engine's varlen attention over all the step's
-#: sequences of a layer, :func:`~diptych.workloads.step.lower_step`) and pay one launch per
+#: sequences of a layer, :func:`~diptych.workloads.serving_step.lower_step`) and pay one launch per
 #: block copy, charged on the first of them in the scheduler's priority order.
 LAUNCH_TAG = "launch:"
 

@@ -91,7 +91,8 @@ class Node:
     """One op: the tensors it ``reads``, ``writes`` (it is their producer) and ``updates`` in
     place. ``unit`` names the unit its main work runs on; ``demand`` is what the scheduler
     needs, attached once the op is timed (:meth:`Program.with_demands`; the run layer
-    attaches a ``Demand`` of :mod:`diptych.sim.program.demand`, which the scheduler checks); ``payload`` carries the op record (Gemm, VectorOp, ...)."""
+    attaches a ``Demand`` of :mod:`diptych.sim.program.demand`, which the scheduler
+    checks); ``payload`` carries the op record (Gemm, VectorOp, ...)."""
 
     name: str
     reads: tuple[str, ...] = ()

@@ -30,7 +30,7 @@ from ..arch.dtypes import dtype_bytes, fmt
 from .ops import Collective, Gemm, Op, VectorOp
 from .program import Carry, Tensor
 from .config import ModelConfig
-from .fused import FusedAttention, fused_backward
+from .fused_attention import FusedAttention, fused_backward
 from .graph import Access, Block, Use, Workload
 from .lower import (_check_common, _Ctx, _layer_blocks, check_attention, check_cp, check_ep,
                     embedding_block, forward_blocks, head_block, keys_info, layer_kinds)
@@ -51,7 +51,7 @@ ADAMW_OPS_PER_PARAM = 14.0
 
 def backward_ops(op: Op, p: Precision) -> list[Op]:
     """The backward ops of one forward op, in execution order (a fused attention block's
-    backward is one fused block, see :func:`diptych.workloads.fused.fused_backward`)."""
+    backward is one fused block, see :func:`diptych.workloads.fused_attention.fused_backward`)."""
     if isinstance(op, FusedAttention):
         return [fused_backward(op, lambda o: backward_ops(o, p))]
     if isinstance(op, Gemm):

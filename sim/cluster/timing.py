@@ -56,7 +56,7 @@ from ...arch.chip import Chip
 from ..api import all_resident
 from ...workloads.ops import Gemm, Op, VectorOp
 from ...workloads.config import ModelConfig
-from ...workloads.fused import FusedAttention, on_chip
+from ...workloads.fused_attention import FusedAttention, on_chip
 from ...workloads.graph import Block, Workload
 from ...workloads.precision import Precision
 from ..run.scheduled import schedule_workload

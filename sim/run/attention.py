@@ -1,7 +1,7 @@
 """Timing a fused (FlashAttention-style) attention record on a chip, from its parts.
 
-The record (:class:`~diptych.workloads.fused.FusedAttention`) carries the ops the kernel runs
-on chip (the QKᵀ and PV GEMMs and the softmax, with their unfused shapes) and the fused
+The record (:class:`~diptych.workloads.fused_attention.FusedAttention`) carries the ops the
+kernel runs on chip (the QKᵀ and PV GEMMs and the softmax, with their unfused shapes) and the fused
 kernel's own DRAM traffic; the rule (:func:`fused_stats`)::
 
     seconds = max(Σ compute time of the parts,  dram_bytes ÷ streaming bandwidth)
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ...workloads.fused import FusedAttention, on_chip
+from ...workloads.fused_attention import FusedAttention, on_chip
 
 
 def on_chip_seconds(op: FusedAttention, chip) -> float:

@@ -3,8 +3,8 @@
 :func:`run_workload` is the library entry point behind ``diptych run``. Every op of a block is
 simulated once (the engine memoises identical ops) and multiplied by the block's ``repeat``, so
 identical transformer layers cost one simulation (a fused attention record is timed from its
-parts' simulations, see :mod:`diptych.workloads.fused`). Timing per block: the compute ops run in
-sequence; with ``overlap`` the block's tensor-parallel collectives hide behind its compute
+parts' simulations, see :mod:`diptych.sim.run.attention`). Timing per block: the compute ops
+run in sequence; with ``overlap`` the block's tensor-parallel collectives hide behind its compute
 (``max(compute, comm)``, the collective-matmul / async-TP ideal), without it they add. The
 data-parallel gradient all-reduce overlaps the whole backward pass when ``overlap`` is set.
 That is ``execution="sum"`` (kept for comparison; the cluster step composes either, per layer kind);
@@ -405,7 +405,7 @@ def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,
     program, each GEMM reading its predecessor's output, with the residency plan and fixed
     costs) or "sum" (each GEMM alone from DRAM, times added); None: :func:`default_execution`."""
     from ...workloads.graph import Block
-    from ...workloads.topology import load_topology
+    from ...workloads.scalesim import load_topology
 
     chip = load_chip(chip)
     if execution is None:

@@ -14,7 +14,7 @@ import dataclasses
 from ...workloads.ops import Gemm, VectorOp
 from ..program import FusedOps
 from ...workloads.program import Carry, Program, Tensor
-from ...workloads.fused import FusedAttention
+from ...workloads.fused_attention import FusedAttention
 
 __all__ = ["access_index", "placed_op", "split_segments"]
 

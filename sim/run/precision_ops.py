@@ -53,8 +53,8 @@ times (docs/precision.md, "The precision ops"):
   (:func:`columnwise_quant_op`); the weights' columnwise copy is the optimizer's
   (:func:`~diptych.workloads.train.adamw_op`).
 
-A fused attention (:class:`~diptych.workloads.fused.FusedAttention`) runs its GEMMs on chip:
-its parts get the rescale, dequant and quant ops above (not the scales: its DRAM traffic
+A fused attention (:class:`~diptych.workloads.fused_attention.FusedAttention`) runs its GEMMs
+on chip: its parts get the rescale, dequant and quant ops above (not the scales: its DRAM traffic
 counts them), as ops beside the record, which keeps its parts and traffic unchanged. When V
 is a slice of K's tensor (MLA's latent cache: the record is tagged ``kv_shared``), the cache
 is expanded once, for the scores. The PV product's quant op (its output O) and the scores'
@@ -75,7 +75,7 @@ import dataclasses
 import math
 
 from ...arch.dtypes import element_bits, fmt, scale_count
-from ...workloads.fused import FusedAttention
+from ...workloads.fused_attention import FusedAttention
 from ...workloads.graph import Access, Block, Use, Workload
 from ...workloads.ops import Gemm, VectorOp
 from ...workloads.program import Tensor

@@ -7,7 +7,7 @@ checked once, when it is made (every message names the field, the value and what
 expected); the run layer (:func:`diptych.sim.run.run_workload`), the cluster step
 (:func:`diptych.sim.cluster.run.run_cluster_step`,
 :func:`~diptych.sim.cluster.step.simulate_cluster_step`), the serving replicas
-(:func:`diptych.sim.serving.oracle.make_replica`), the sweep evaluator and the facade all take
+(:func:`diptych.sim.serving.step_time.make_replica`), the sweep evaluator and the facade all take
 one; a re-run with one field changed is ``dataclasses.replace(scenario, ...)`` (the
 power-limited re-run, the batches of a batching curve).
 
@@ -39,7 +39,7 @@ def default_execution() -> str:
     """The execution a run gets when none is given: "schedule" (the program's list schedule
     with residency, fusion and fixed costs) on every chip; a cluster step composes its layer
     kinds' scheduled programs over its pipeline (:mod:`diptych.sim.cluster.timing`); serving
-    steps are timed the same way (:class:`diptych.sim.serving.oracle.Replica`)."""
+    steps are timed the same way (:class:`diptych.sim.serving.step_time.Replica`)."""
     return "schedule"
 
 

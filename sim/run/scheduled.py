@@ -46,7 +46,7 @@ from types import SimpleNamespace
 from ...workloads.ops import Collective, Gemm, launch_group
 from ..program import FusedOps, capacities, fuse_program, op_demand, plan_residency
 from ..program import schedule as list_schedule
-from ...workloads.fused import FusedAttention, on_chip
+from ...workloads.fused_attention import FusedAttention, on_chip
 from .attention import fused_stats
 from ...workloads.graph import Workload, program_pieces
 from .links import collective_energy_j, collective_seconds

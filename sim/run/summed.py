@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...workloads.fused import FusedAttention
+from ...workloads.fused_attention import FusedAttention
 from ...workloads.graph import Workload
 from ...workloads.ops import Collective, Gemm, Op
-from ...workloads.step import base_name
+from ...workloads.serving_step import base_name
 from .attention import fused_stats
 from .links import collective_energy_j, collective_seconds
 

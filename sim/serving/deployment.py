@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ...workloads.params import kv_bytes_per_token
 from .config import ServeConfig
 from .kv import kv_budget
-from .oracle import Replica, make_replica
+from .step_time import Replica, make_replica
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from collections import deque
 
 import numpy as np
 
-from ...workloads.step import Step
+from ...workloads.serving_step import Step
 from .config import ServeConfig
 
 STEP_END, KV_DONE, ARRIVE = 0, 1, 2

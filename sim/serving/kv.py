@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from ...workloads.memory import peak_working_bytes
 from ...workloads.params import kv_bytes_per_token_per_chip, params_per_chip
-from ...workloads.step import Step, lower_step
-from .oracle import Replica
+from ...workloads.serving_step import Step, lower_step
+from .step_time import Replica
 
 
 @dataclass(frozen=True)

@@ -43,9 +43,9 @@ import json
 from pathlib import Path
 
 from ..run.summed import simulate_workload
-from ...workloads.step import Step, decode_cores, frame, prefill_cores
+from ...workloads.serving_step import Step, decode_cores, frame, prefill_cores
 from ..run.summed import block_costs
-from .oracle import Replica
+from .step_time import Replica
 
 #: diptych op → Vidur's op name in mlp.csv
 VIDUR_MLP = {"embed_tokens": "emb", "attn_norm": "input_layernorm", "qkv_proj": "attn_pre_proj",

@@ -20,10 +20,10 @@ from .deployment import Deployment, Pool, colocated, fit_tp, kv_transfer
 from .engine import Instance, Req, run_loop
 from .kv import KvBudget, kv_budget
 from .metrics import mean_in_system, queue_series, request_metrics, stats
-from .oracle import DirectOracle, GridOracle, GridSpec, Replica, make_replica
+from .step_time import DirectStepTimer, GridStepTimer, GridSpec, Replica, make_replica
 from .requests import Load, draw_requests
 
-__all__ = ["Deployment", "Load", "OracleCache", "Pool", "ServeResult", "colocated", "fit_tp",
+__all__ = ["Deployment", "Load", "StepTimerCache", "Pool", "ServeResult", "colocated", "fit_tp",
            "serve"]
 
 ORACLES = ("grid", "direct")
@@ -69,7 +69,7 @@ class ServeResult:
         return d
 
 
-class OracleCache:
+class StepTimerCache:
     """One oracle per (replica, kind); share it across runs (a QPS sweep) to reuse vertices."""
 
     def __init__(self, kind: str = "grid", simulate: Callable | None = None,
@@ -86,9 +86,9 @@ class OracleCache:
         o = self._o.get(replica)
         if o is None:
             if self.kind == "direct":
-                o = DirectOracle(replica, self.simulate)
+                o = DirectStepTimer(replica, self.simulate)
             else:
-                o = GridOracle(replica, self.simulate, self.grid, progress=self._tick)
+                o = GridStepTimer(replica, self.simulate, self.grid, progress=self._tick)
             self._o[replica] = o
         return o
 
@@ -101,7 +101,7 @@ class OracleCache:
         return sum(o.simulations for o in self._o.values())
 
 
-def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: OracleCache, start: int,
+def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache, start: int,
                prefix_blocks: int, draft: Replica | None, rng) -> tuple[list[Instance], KvBudget]:
     r = pool.replica
     budget = kv_budget(r, block_tokens=cfg.kv_block_tokens,
@@ -130,17 +130,17 @@ def _draft_replica(cfg: ServeConfig, target: Replica) -> Replica | None:
 
 
 def serve(deployment: Deployment, load: Load, cfg: ServeConfig | None = None, *,
-          oracles: OracleCache | None = None, oracle: str = "grid",
+          oracles: StepTimerCache | None = None, oracle: str = "grid",
           simulate: Callable | None = None, progress: Callable[[int, int], None] | None = None
           ) -> ServeResult:
     """Simulate ``load`` served by ``deployment`` under ``cfg`` (module docstring).
 
     ``oracles`` shares step-time oracles between runs (else a new
-    :class:`OracleCache` of kind ``oracle`` over ``simulate``, the engine by default).
+    :class:`StepTimerCache` of kind ``oracle`` over ``simulate``, the engine by default).
     ``progress(done, total)`` is called as requests complete.
     """
     cfg = cfg or ServeConfig()
-    oracles = oracles or OracleCache(oracle, simulate)
+    oracles = oracles or StepTimerCache(oracle, simulate)
     model = deployment.model
     rng = np.random.default_rng(cfg.seed)
     arr, pr, out, info = draw_requests(load, model.max_position_embeddings, rng)
@@ -224,7 +224,7 @@ def _check_fit(pr, out, shared, cfg: ServeConfig, budgets) -> None:
 
 
 def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budgets, link,
-            info, oracles: OracleCache) -> ServeResult:
+            info, oracles: StepTimerCache) -> ServeResult:
     m = request_metrics(done, cfg.slo_ttft_s, cfg.slo_tpot_s)
     dur = m["last_finish"] - m["first_arrival"]
     if dur <= 0:

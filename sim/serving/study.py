@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from ...arch import load_chip
 from .config import ServeConfig
-from .oracle import make_replica
+from .step_time import make_replica
 from .requests import parse_length
-from .serve import Deployment, Load, OracleCache, Pool, fit_tp, serve
+from .serve import Deployment, Load, StepTimerCache, Pool, fit_tp, serve
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ class ServingSettings:
                     requests=self.max_requests)
 
 
-def max_qps(dep: Deployment, s: ServingSettings, oracles: OracleCache,
+def max_qps(dep: Deployment, s: ServingSettings, oracles: StepTimerCache,
             say: Callable[[str], None] = lambda _: None) -> dict:
     """Highest arrival rate meeting the SLOs and the run at that rate (module docstring)."""
     cfg = s.config()
@@ -139,7 +139,7 @@ def serving_study(chips, model: str, settings: ServingSettings | None = None, *,
     cfg = s.config()
     loaded = [load_chip(c) for c in chips]
     say = progress or (lambda _: None)
-    oracles = OracleCache(oracle, simulate)      # shared: a chip's steps are timed once
+    oracles = StepTimerCache(oracle, simulate)      # shared: a chip's steps are timed once
     out: dict = {"model": str(model), "settings": dict(s.__dict__), "colocated": {},
                  "disaggregated": []}
     for c in loaded:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from .config import ServeConfig
-from .serve import Deployment, Load, OracleCache, serve
+from .serve import Deployment, Load, StepTimerCache, serve
 
 #: Per-point fields of a sweep (and of ``diptych serve --sweep-qps --json``).
 POINT_KEYS = ("qps", "tokens_per_s", "tokens_per_s_per_chip", "goodput_rps",
@@ -44,14 +44,14 @@ def sweep_rates(lo: float, hi: float, n: int) -> list[float]:
 
 
 def qps_sweep(dep: Deployment, load: Load, lo: float, hi: float, n: int,
-              cfg: ServeConfig | None = None, *, oracles: OracleCache | None = None,
+              cfg: ServeConfig | None = None, *, oracles: StepTimerCache | None = None,
               progress: Callable[[int, int, float], None] | None = None) -> dict:
     """Run ``load`` (its ``qps`` replaced) at ``n`` rates from ``lo`` to ``hi``; return
     ``{"points": [...], "max_qps_meeting_slo": rate or None, "results": [ServeResult]}``."""
     if load.qps is None:
         raise ValueError("a QPS sweep needs an open-loop load (--qps), not --concurrency or "
                          "--trace")
-    oracles = oracles or OracleCache()
+    oracles = oracles or StepTimerCache()
     rates = sweep_rates(lo, hi, n)
     results = []
     for k, q in enumerate(rates):

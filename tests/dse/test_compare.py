@@ -201,7 +201,7 @@ def test_precision_stated_is_what_each_run_used(cmp):
 
 
 def test_pinned_precision_runs_every_chip_in_it():
-    from diptych.tools.precision import parse_precision
+    from diptych.tools.precision_spec import parse_precision
 
     s = CompareSettings(prompts=(512,), batches=(1,), contexts=(1024,), ref_batch=1,
                         train_seq=1024, precision=parse_precision("bf16"))

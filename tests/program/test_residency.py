@@ -14,7 +14,7 @@ from diptych.workloads.program import Block, Carry, Node, Program, Tensor
 from diptych.sim.program import plan_residency
 from diptych.sim.program.residency_ref import plan_residency_ref
 from progtest_helpers import random_program, random_program_with_imports
-from residency_oracle import held, instances, locations
+from residency_optimum_ref import held, instances, locations
 
 #: Rank of a location in the hierarchy (a tensor may only move up as SRAM grows).
 RANK = {"scratchpad": 0, "shared_buffer": 1, "dram": 2}

@@ -13,7 +13,7 @@ from diptych.arch import TENSOR_KINDS
 from diptych.sim.program import Capacities, plan_residency
 from diptych.workloads.program import Block, Carry, Node, Program, Tensor
 from progtest_helpers import random_program
-from residency_oracle import dram_traffic, held, instances, live_bytes, locations, optimum
+from residency_optimum_ref import dram_traffic, held, instances, live_bytes, locations, optimum
 
 MIB = 2**20
 

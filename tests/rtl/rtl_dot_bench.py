@@ -2,7 +2,7 @@
 
 Shared by tests/rtl/test_rtl_dot.py and the mutation test (rtl_mutants.py): :func:`cases` is the
 standard vector set (directed classes and random groups in every FP8 mode), :func:`run` drives a
-``Dot4Fp8`` with it, :func:`mismatches` compares with :func:`diptych.rtl.golden_dot.dot4_bits`.
+``Dot4Fp8`` with it, :func:`mismatches` compares with :func:`diptych.rtl.dot_ref.dot4_bits`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 from amaranth.sim import Simulator
 
 from diptych.rtl.datapath import MODE_CODES
-from diptych.rtl.golden import mode_formats
-from diptych.rtl.golden_dot import DOT_FRAC_BITS, dot4_bits
+from diptych.rtl.numerics_ref import mode_formats
+from diptych.rtl.dot_ref import DOT_FRAC_BITS, dot4_bits
 from diptych.rtl.minifloat import encode
 
 FP8_MODES = ("e4m3", "e5m2", "e4m3xe5m2", "e5m2xe4m3")

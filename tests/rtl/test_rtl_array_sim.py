@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from amaranth.hdl import Fragment
 
-from diptych.rtl import golden
+from diptych.rtl import numerics_ref
 from diptych.rtl.array import MAX_DIM, SystolicArray
 from diptych.rtl.bench import make_plan, os_plan, score, ws_plan
 from diptych.rtl.pysim import run_plan
@@ -85,16 +85,16 @@ def test_sim_two_macs_per_cycle_os(dtype, mode):
     observed = run_plan(plan)
     assert score(plan, observed) == []
     assert observed[-1][0] + 1 == timing.os_isolated_cycles(R, C, steps)
-    fa, fb = golden.mode_formats(mode)
-    want = (golden.int8_matmul(a, b).view(np.uint32) if mode == "int8"
-            else golden.fp8_pair_matmul_bits(a, b, fa, fb) if dtype == "fused"
-            else golden.fp8_matmul_bits(a, b, fa, fb))
+    fa, fb = numerics_ref.mode_formats(mode)
+    want = (numerics_ref.int8_matmul(a, b).view(np.uint32) if mode == "int8"
+            else numerics_ref.fp8_pair_matmul_bits(a, b, fa, fb) if dtype == "fused"
+            else numerics_ref.fp8_matmul_bits(a, b, fa, fb))
     got = {row: words for _, row, words in observed}
     assert [list(got[i]) for i in range(R)] == want.tolist()
 
 
-@pytest.mark.parametrize("dtype, reduce", [("multi", golden.fp8_matmul_bits),
-                                           ("fused", golden.fp8_pair_matmul_bits)])
+@pytest.mark.parametrize("dtype, reduce", [("multi", numerics_ref.fp8_matmul_bits),
+                                           ("fused", numerics_ref.fp8_pair_matmul_bits)])
 def test_sim_ws_holds_2r_weights_and_chains_bit_exactly(dtype, reduce):
     """WS on the multi and fused datapaths in FP8: each PE holds two weights (a 2R-deep tile);
     two passes chained through the top-edge partial sums equal one K = 4R reduction bit for

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import rtl_fraction_oracle as oracle
-from diptych.rtl import bench, golden
+from diptych.rtl import bench, numerics_ref
 from diptych.rtl.bench import (BF16_EDGES, FP8_EDGES, make_plan, os_plan, os_wrap_plan, pack,
                                score, unpack, ws_plan)
 from diptych.rtl.pysim import run_plan
@@ -104,11 +104,11 @@ def test_underflow_tiles_cancel_into_the_subnormal_range():
     sub = 0
     for i in range(4):
         for j in range(3):
-            exact = sum(oracle.fp32_value(int(golden.bf16_mul_bits(a[i, k], b[k, j])))
+            exact = sum(oracle.fp32_value(int(numerics_ref.bf16_mul_bits(a[i, k], b[k, j])))
                         for k in range(6))
             sub += 0 < abs(exact) < Fraction(2) ** -126
     assert sub >= 4
-    out = golden.bf16_matmul_bits(a, b)
+    out = numerics_ref.bf16_matmul_bits(a, b)
     assert np.sum((out & 0x7FFFFFFF) == 0) >= sub
 
 
@@ -151,12 +151,12 @@ def test_ws_chain_keeps_one_accumulation_order():
     rng = np.random.default_rng(5)
     a = rng.integers(0x3E00, 0x4100, (M, 2 * R)).astype(np.uint16)
     w = rng.integers(0x3E00, 0x4100, (2 * R, C)).astype(np.uint16)
-    first = golden.bf16_matmul_bits(a[:, :R], w[:R])
+    first = numerics_ref.bf16_matmul_bits(a[:, :R], w[:R])
     loads, rows = timing.ws_schedule(R, C, [M, M])
     plan = ws_plan(R, C, "bf16", [(a[:, :R], w[:R], None), (a[:, R:], w[R:], first)],
                    loads, rows)
     last_tile = [plan.expected[c][1] for c in plan.predicted[1]]
-    assert np.array_equal(np.array(last_tile, np.uint32), golden.bf16_matmul_bits(a, w))
+    assert np.array_equal(np.array(last_tile, np.uint32), numerics_ref.bf16_matmul_bits(a, w))
 
 
 def test_plan_rejects_illegal_schedules_shapes_and_modes():
@@ -262,7 +262,7 @@ def test_cancel_tiles_leave_a_residue_far_below_the_largest_operand():
     E5M2 × E5M2, so the exact sum needs a window wider than 40 bits (the fused adder's 51)."""
     rng = np.random.default_rng(3)
     a, b = bench._cancel_pair(rng, "e5m2", "e5m2", 2, 8, 3)
-    p = [golden.fp8_mul_bits(a[:, k][:, None], b[k][None, :], "e5m2", "e5m2").view(np.float32)
+    p = [numerics_ref.fp8_mul_bits(a[:, k][:, None], b[k][None, :], "e5m2", "e5m2").view(np.float32)
          for k in range(8)]
     assert np.array_equal(p[2], -p[0]) and np.array_equal(p[6], -p[4])
     assert np.all(np.abs(p[0]) / np.abs(p[3]) >= 2.0**40)
@@ -275,10 +275,10 @@ def test_sticky_tiles_separate_the_rules():
     2⁻⁶³ of X, breaks; against X's sign the exact sum rounds back to X either way)."""
     rng = np.random.default_rng(4)
     a, b = bench._sticky_pair(rng, "e5m2", "e5m2", 8, 4, 2)
-    pair = golden.matmul_bits("e5m2", a, b, rule="pair")
-    seq = golden.matmul_bits("e5m2", a, b)
-    ties = golden.fp32_add_bits(golden.fp8_mul_bits(a[:, :1], b[:1], "e5m2", "e5m2"),
-                                golden.fp8_mul_bits(a[:, 2:3], b[2:3], "e5m2", "e5m2"))
+    pair = numerics_ref.matmul_bits("e5m2", a, b, rule="pair")
+    seq = numerics_ref.matmul_bits("e5m2", a, b)
+    ties = numerics_ref.fp32_add_bits(numerics_ref.fp8_mul_bits(a[:, :1], b[:1], "e5m2", "e5m2"),
+                                numerics_ref.fp8_mul_bits(a[:, 2:3], b[2:3], "e5m2", "e5m2"))
     assert np.array_equal(seq, ties)                 # τ is lost one at a time
     with_x = ((a[:, 3] ^ a[:, 0]) & 0x80) == 0       # τ's sign (A's part) is X's
     assert 0 < with_x.sum() < len(with_x)

@@ -13,8 +13,8 @@ import rtl_dot_bench as bench
 import rtl_fraction_oracle as oracle
 from diptych.rtl.datapath import MODE_CODES
 from diptych.rtl.dot import Dot4Fp8, Dot4OsPe, Dot4WsPe
-from diptych.rtl.golden import mode_formats
-from diptych.rtl.golden_dot import DOT_FRAC_BITS, dot4_bits, dot_matmul_bits
+from diptych.rtl.numerics_ref import mode_formats
+from diptych.rtl.dot_ref import DOT_FRAC_BITS, dot4_bits, dot_matmul_bits
 
 _MAX32 = Fraction(2**24 - 1) * Fraction(2) ** (127 - 23)
 

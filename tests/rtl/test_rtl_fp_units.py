@@ -6,7 +6,7 @@ from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
 import rtl_fraction_oracle as oracle
-from diptych.rtl import golden
+from diptych.rtl import numerics_ref
 from diptych.rtl.datapath import MODE_CODES, get_datapath
 from diptych.rtl.fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
 from diptych.rtl.fused import Fp32Add3, ProductLane
@@ -50,7 +50,7 @@ def test_multiplier_random_against_golden():
     ys = rng.integers(0, 2**16, 3000).astype(np.uint16)
     dut = Bf16Multiplier()
     got = _run_comb(dut, dut.a, dut.b, dut.p, xs, ys)
-    assert got == golden.bf16_mul_bits(xs, ys).tolist()
+    assert got == numerics_ref.bf16_mul_bits(xs, ys).tolist()
 
 
 def test_adder_edges_against_oracle():
@@ -73,7 +73,7 @@ def test_adder_random_against_golden(seed):
                        ).astype(np.uint32) << 23)
     dut = Fp32Adder()
     got = _run_comb(dut, dut.a, dut.b, dut.s, xs, ys)
-    want = golden.fp32_add_bits(xs, ys).tolist()
+    want = numerics_ref.fp32_add_bits(xs, ys).tolist()
     bad = [(hex(x), hex(y), hex(g), hex(w)) for x, y, g, w in zip(xs, ys, got, want) if g != w]
     assert not bad, bad[:10]
 
@@ -115,7 +115,8 @@ def test_fp8_multiplier_random_against_golden():
     a, b = rng.integers(0, 256, n), rng.integers(0, 256, n)
     fmts = [("e4m3", "e5m2")[i] for i in rng.integers(0, 2, 2 * n)]
     pairs = list(zip(a, b, fmts[:n], fmts[n:]))
-    want = [int(golden.fp8_mul_bits(np.uint8(x), np.uint8(y), fa, fb)) for x, y, fa, fb in pairs]
+    want = [int(numerics_ref.fp8_mul_bits(np.uint8(x), np.uint8(y), fa, fb))
+            for x, y, fa, fb in pairs]
     assert _run_fp8(pairs) == want
 
 
@@ -160,7 +161,7 @@ def test_mac_every_mode_against_golden(dtype):
                 a = rng.integers(0, 1 << dp.element_bits(mode), (1, n))
                 b = rng.integers(0, 1 << dp.element_bits(mode), (n, 1))
                 acc = random_fp32(rng, 1).reshape(1, 1)
-            want = int(golden.matmul_bits(mode, a, b, acc, rule=dp.rule)[0, 0])
+            want = int(numerics_ref.matmul_bits(mode, a, b, acc, rule=dp.rule)[0, 0])
             eb = dp.element_bits(mode)
             cases.append((MODE_CODES[mode], _lane(a.view(np.uint8) if mode == "int8" else a,
                                                   n, eb),
@@ -225,17 +226,17 @@ def test_product_lanes_against_golden(bf16):
         cases.append((MODE_CODES["int8"], int(a) & 0xFF, int(b) & 0xFF, "ip",
                       (int(a) * int(b)) & 0xFFFF))
     for mode in ("e4m3", "e5m2", "e4m3xe5m2", "e5m2xe4m3"):
-        fa, fb = golden.mode_formats(mode)
+        fa, fb = numerics_ref.mode_formats(mode)
         pairs = [(x, y) for x in FP8_EDGES for y in FP8_EDGES[::3]]
         pairs += list(zip(rng.integers(0, 256, 200).tolist(), rng.integers(0, 256, 200).tolist()))
         for x, y in pairs:
             cases.append((MODE_CODES[mode], x, y, "p",
-                          int(golden.fp8_mul_bits(np.uint8(x), np.uint8(y), fa, fb))))
+                          int(numerics_ref.fp8_mul_bits(np.uint8(x), np.uint8(y), fa, fb))))
     if bf16:
         xs = list(BF16_EDGES) + rng.integers(0, 2**16, 600).tolist()
         ys = list(BF16_EDGES[::-1]) + rng.integers(0, 2**16, 600).tolist()
         for x, y in zip(xs, ys):
-            cases.append((MODE_CODES["bf16"], x, y, "p", int(golden.bf16_mul_bits(x, y))))
+            cases.append((MODE_CODES["bf16"], x, y, "p", int(numerics_ref.bf16_mul_bits(x, y))))
     got = []
 
     async def tb(ctx):
@@ -309,7 +310,7 @@ _FUSED_DIRECTED = [
 
 def _fused_case(mode, a, b, acc):
     """(lane a, lane b, oracle result) of a directed case."""
-    fa, fb = golden.mode_formats(mode)
+    fa, fb = numerics_ref.mode_formats(mode)
     if mode == "bf16":
         return a[0], b[0], oracle.bf16_matmul([list(a)], [[x] for x in b], [[acc]])[0][0]
     ca = [int(v, 16) if isinstance(v, str) else _f8(fa, v) for v in a]
@@ -330,7 +331,7 @@ def test_fused_mac_directed_against_the_fraction_oracle():
         w = 16 if mode == "bf16" else 8
         ea = np.array([[(la >> (w * i)) & ((1 << w) - 1) for i in range(n)]])
         eb = np.array([[(lb >> (w * i)) & ((1 << w) - 1)] for i in range(n)])
-        gold = golden.matmul_bits(mode, ea, eb, np.array([[acc]], np.uint32), rule="pair")
+        gold = numerics_ref.matmul_bits(mode, ea, eb, np.array([[acc]], np.uint32), rule="pair")
         assert int(gold[0, 0]) == want, name
     got = _run_mac(Mac("fused"), [(MODE_CODES[mode], la, lb, acc)
                                   for _, mode, acc, la, lb, _ in cases])
@@ -360,7 +361,7 @@ def test_fused_directed_cases_mean_what_they_say():
     assert expect(*want["E4M3 S.1111.000 is 256, not Inf"]) == _f32(256)
     for nan in ("E4M3 S.1111.111 is NaN", "E5M2 +Inf and −Inf products: NaN",
                 "E5M2 Inf × 0: NaN", "+Inf acc and a −Inf product: NaN", "NaN acc: canonical NaN"):
-        assert expect(*want[nan]) == golden.CANONICAL_NAN
+        assert expect(*want[nan]) == numerics_ref.CANONICAL_NAN
     assert expect(*want["E5M2 Inf product into a finite acc: Inf"]) == 0xFF800000
     assert expect(*want["bf16: the sum falls below 2^-126 and flushes to +0"]) == 0
     assert expect(*want["bf16: −1.5·2^-126 + 2^-126 flushes to −0"]) == 0x80000000

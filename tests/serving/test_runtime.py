@@ -16,15 +16,15 @@ from test_serving_engine import _golden_of
 import diptych.sim.run.node as run_mod
 from diptych.arch.schema import ConfigError
 from diptych.sim.serving.config import ServeConfig
-from diptych.sim.serving.oracle import DirectOracle
+from diptych.sim.serving.step_time import DirectStepTimer
 from diptych.sim.serving.requests import parse_length as P
 from diptych.sim.serving.runtime import IDEAL, RuntimeProfile, load_runtime, runtime_names
-from diptych.sim.serving.serve import Load, OracleCache, colocated, serve
+from diptych.sim.serving.serve import Load, StepTimerCache, colocated, serve
 from diptych.tools.cli import main
-from diptych.workloads.step import Step
+from diptych.workloads.serving_step import Step
 
 DEP8 = colocated("h100", "llama-3-8b")
-_ORACLES = OracleCache("grid", roofline)
+_ORACLES = StepTimerCache("grid", roofline)
 
 #: a synchronous profile with every term non-zero, and an overlapped one whose fixed host
 #: time (8 ms) exceeds a batch-1 decode step of the 8B model (~5 ms) but not a long prefill
@@ -53,8 +53,8 @@ def test_lone_request_closed_form(tmp_path, rt):
     summed or overlapped) + token path out; every ITL is one batch-1 decode step."""
     prompt, gen = 512, 24
     res = serve(DEP8, Load(trace=_spaced(tmp_path, 4, prompt, gen)),
-                ServeConfig(runtime=rt), oracles=OracleCache("direct", roofline))
-    o = DirectOracle(DEP8.pool.replica, roofline)
+                ServeConfig(runtime=rt), oracles=StepTimerCache("direct", roofline))
+    o = DirectStepTimer(DEP8.pool.replica, roofline)
     pf = o.cost(Step(prefill=((prompt, 0),))).seconds
     dec = [o.cost(Step(1, prompt + i + 1)).seconds for i in range(gen - 1)]
     if rt.overlap:

@@ -16,28 +16,28 @@ from roofline_double import roofline
 from diptych.arch import load_chip
 from diptych.sim.run import Scenario, run_workload
 from diptych.sim.serving.config import ServeConfig, Speculation
-from diptych.sim.serving.golden import GoldenRequest, golden_serve
-from diptych.sim.serving.oracle import DirectOracle, make_replica
+from diptych.sim.serving.engine_ref import GoldenRequest, golden_serve
+from diptych.sim.serving.step_time import DirectStepTimer, make_replica
 from diptych.sim.serving.requests import parse_length as P
-from diptych.sim.serving.serve import Deployment, Load, OracleCache, Pool, colocated, serve
+from diptych.sim.serving.serve import Deployment, Load, StepTimerCache, Pool, colocated, serve
 from diptych.workloads import decode as decode_workload
 from diptych.workloads import load_model
 from diptych.workloads import prefill as prefill_workload
 from diptych.workloads.params import kv_bytes_per_token
-from diptych.workloads.step import Step
+from diptych.workloads.serving_step import Step
 
 DEP8 = colocated("h100", "llama-3-8b")
 #: one interpolating oracle over the roofline double, shared by the tests that only need
 #: some consistent step times (oracles depend on the replica, not on the scheduler)
-_SHARED = OracleCache("grid", roofline)
+_SHARED = StepTimerCache("grid", roofline)
 
 
 def direct():
-    return OracleCache("direct", roofline)
+    return StepTimerCache("direct", roofline)
 
 
 def grid():
-    return OracleCache("grid", roofline)
+    return StepTimerCache("grid", roofline)
 
 
 def _golden_of(res, dep, cfg, load, oc):
@@ -154,7 +154,7 @@ def test_low_load_ttft_is_one_prefill_and_tpot_one_batch1_decode_step_plus_fixed
     prompt, gen = 512, 64
     dep = colocated("h100", "llama-3-8b", execution=execution)
     res = serve(dep, Load(trace=_spaced_trace(tmp_path, 12, prompt, gen)), oracles=direct())
-    o = DirectOracle(dep.pool.replica, roofline)
+    o = DirectStepTimer(dep.pool.replica, roofline)
     prefill = o.cost(Step(prefill=((prompt, 0),))).seconds
     steps = [o.cost(Step(1, prompt + i + 1)).seconds for i in range(gen - 1)]
     ttft = [r.first_t - r.arrival for r in res.reqs]
@@ -192,7 +192,8 @@ def test_static_mode_equals_run(batch, prompt, gen, execution):
     res = serve(dep, Load(concurrency=batch, prompt=P(str(prompt)), gen=P(str(gen)),
                           requests=batch), cfg, oracles=direct())
     pre = run_workload("h100", "llama-3-8b",
-                       Scenario.of(phase="prefill", batch=batch, prompt=prompt, execution=execution),
+                       Scenario.of(phase="prefill", batch=batch, prompt=prompt,
+                                   execution=execution),
                        simulate=roofline)
     dec = run_workload("h100", "llama-3-8b",
                        Scenario.of(phase="decode", batch=batch, prompt=prompt, gen=gen - 1,
@@ -247,7 +248,7 @@ def test_speculative_tokens_per_verify_step_follow_the_acceptance_rate():
 def test_prefix_cache_skips_the_shared_prefill(tmp_path):
     cfg = ServeConfig(prefix_share=0.5)
     res = serve(DEP8, Load(trace=_spaced_trace(tmp_path, 3, 1024, 2)), cfg, oracles=direct())
-    o = DirectOracle(DEP8.pool.replica, roofline)
+    o = DirectStepTimer(DEP8.pool.replica, roofline)
     want = o.cost(Step(prefill=((512, 512),))).seconds
     assert [r.first_t - r.arrival for r in res.reqs] == pytest.approx([want] * 3, rel=1e-12)
     assert res.kv[0]["blocks"] * 16 > 512
@@ -261,7 +262,7 @@ def test_disaggregated_single_request_closed_form():
     res = serve(dep, Load(qps=0.001, prompt=P(str(prompt)), gen=P(str(gen)), requests=1),
                 oracles=direct())
     r = res.reqs[0]
-    t_pf = DirectOracle(pre, roofline).cost(Step(prefill=((prompt, 0),))).seconds
+    t_pf = DirectStepTimer(pre, roofline).cost(Step(prefill=((prompt, 0),))).seconds
     assert r.first_t - r.arrival == pytest.approx(t_pf, rel=1e-12)
     nbytes = prompt * kv_bytes_per_token(pre.model, pre.precision.kv)
     bw = min(pre.chip.interconnect.bytes_per_s_per_direction,
@@ -270,7 +271,7 @@ def test_disaggregated_single_request_closed_form():
                                   dec.chip.interconnect.latency_us)
     L = pre.model.layers
     exposed = max(tx / L, tx - t_pf * (L - 1) / L)
-    od = DirectOracle(dec, roofline)
+    od = DirectStepTimer(dec, roofline)
     decode = sum(od.cost(Step(1, prompt + i + 1)).seconds for i in range(gen - 1))
     assert r.finish_t - r.first_t == pytest.approx(exposed + decode, rel=1e-9)
     assert res.info["kv_transfer_bytes"] == pytest.approx(nbytes)
@@ -317,13 +318,14 @@ def test_expected_tokens_formula():
 def test_scheduled_execution_through_the_direct_oracle():
     """execution="schedule": a decode step is `diptych run --execution schedule`'s decode."""
     rep = make_replica("h100", "llama-3-8b", execution="schedule")
-    o = DirectOracle(rep, roofline)
+    o = DirectStepTimer(rep, roofline)
     run = run_workload("h100", "llama-3-8b",
-                       Scenario.of(phase="decode", batch=8, prompt=999, gen=1, execution="schedule"),
+                       Scenario.of(phase="decode", batch=8, prompt=999, gen=1,
+                                   execution="schedule"),
                        simulate=roofline)
     assert o.cost(Step(8, 8 * 1000)).seconds == pytest.approx(run.seconds, rel=1e-12)
     res = serve(Deployment(pool=Pool(rep)), Load(qps=5, prompt=P("300"), gen=P("20"),
-                                                 requests=10), oracles=OracleCache(
+                                                 requests=10), oracles=StepTimerCache(
         "direct", roofline))
     assert res.requests == 10
     # the grid interpolates the scheduled steps too (tests/serving/test_serving_oracle.py)

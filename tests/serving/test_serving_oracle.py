@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from roofline_double import roofline
 
-from diptych.sim.serving.oracle import (DirectOracle, GridOracle, GridSpec, exact_parts_cost,
-                                        interpolation_error, make_replica)
-from diptych.workloads.step import Step, lower_step
+from diptych.sim.serving.step_time import (DirectStepTimer, GridSpec, GridStepTimer,
+                                           exact_parts_cost, interpolation_error, make_replica)
+from diptych.workloads.serving_step import Step, lower_step
 
 
 def _random_steps(n: int, seed: int, max_batch: int = 200, max_ctx: int = 4000,
@@ -40,7 +40,7 @@ def _random_steps(n: int, seed: int, max_batch: int = 200, max_ctx: int = 4000,
 def test_interpolation_error_under_2_percent_on_random_steps(model, tp):
     """The summed pieces' interpolation (the scheduled grid:
     test_scheduled_grid_under_2_percent_on_random_steps)."""
-    g = GridOracle(make_replica("h100", model, tp=tp, execution="sum"), roofline)
+    g = GridStepTimer(make_replica("h100", model, tp=tp, execution="sum"), roofline)
     err = interpolation_error(g, _random_steps(150, seed=11), roofline)
     assert max(err) < 0.02
     assert np.mean(err) < 0.005
@@ -49,7 +49,7 @@ def test_interpolation_error_under_2_percent_on_random_steps(model, tp):
 def test_oracle_is_exact_on_its_vertices():
     # the summed pieces (exact_parts_cost recombines them as simulate_workload does)
     r = make_replica("h100", "llama-3-8b", execution="sum")
-    g = GridOracle(r, roofline)
+    g = GridStepTimer(r, roofline)
     # tokens, rows, batch, mean keys, chunk and past all on vertices of the default grid
     for st in (Step(8, 8 * 16), Step(prefill=((16, 0),)), Step(4, 4 * 40, ((8, 0),)),
                Step(32, 32 * 14)):
@@ -61,8 +61,8 @@ def test_oracle_is_exact_on_its_vertices():
 
 def test_energy_is_interpolated_too():
     r = make_replica("h100", "llama-3-8b")
-    g = GridOracle(r, roofline)
-    d = DirectOracle(r, roofline)
+    g = GridStepTimer(r, roofline)
+    d = DirectStepTimer(r, roofline)
     for st in _random_steps(60, seed=3):
         assert g.cost(st).energy_j == pytest.approx(d.cost(st).energy_j, rel=0.02)
 
@@ -72,7 +72,7 @@ def test_real_engine_points(execution):
     """Real engine: three random mixed steps of llama-3-8b on tpu-v5e (the benchmark,
     `bench_serve.py --oracle-error`, measures more, on h100 too)."""
     r = make_replica("tpu-v5e", "llama-3-8b", execution=execution)
-    g = GridOracle(r)
+    g = GridStepTimer(r)
     err = interpolation_error(g, _random_steps(3, seed=2, max_batch=64, max_ctx=2000,
                                                max_chunk=512, spec=False))
     assert max(err) < 0.02
@@ -84,18 +84,18 @@ def test_real_engine_decode_keys_staircase_is_refined(execution):
     128 keys, a tile of its arrays). A keys cell of the fixed axis holding two jumps agrees
     with its interpolant at its midpoint; these decode-heavy steps (keys per sequence in such
     cells) are off by more than 2 % with the fixed vertices. The refined keys axis (midpoint
-    and slope gaps, :meth:`GridOracle._keys_gap`) isolates the jumps that matter."""
+    and slope gaps, :meth:`GridStepTimer._keys_gap`) isolates the jumps that matter."""
     r = make_replica("tpu-v5e", "llama-3-8b", execution=execution)
     steps = [Step(35, 35 * 1662), Step(122, 122 * 1525), Step(82, 82 * 1542),
              Step(167, 167 * 1645, ((349, 183),))]
-    fixed = interpolation_error(GridOracle(r, grid=GridSpec(refine_tol=None)), steps)
-    refined = interpolation_error(GridOracle(r), steps)
+    fixed = interpolation_error(GridStepTimer(r, grid=GridSpec(refine_tol=None)), steps)
+    refined = interpolation_error(GridStepTimer(r), steps)
     assert max(fixed) > 0.02
     assert max(refined) < 0.01             # 2 x refine_tol
 
 
 def test_grid_rejects_values_off_its_axes():
-    g = GridOracle(make_replica("h100", "llama-3-8b"), roofline,
+    g = GridStepTimer(make_replica("h100", "llama-3-8b"), roofline,
                    GridSpec(max_tokens=1000, max_batch=64, max_keys=5000))
     with pytest.raises(ValueError, match="beyond the grid"):
         g.cost(Step(prefill=((2000, 0),)))
@@ -117,7 +117,7 @@ def test_scheduled_grid_is_exact_on_its_vertices(chip, model, tp):
     not depend on the step's residency plan (an engine that honours residency times a step's
     ops with what the whole step keeps on chip, which its pieces cannot see: within 0.5 %)."""
     r = make_replica(chip, model, tp=tp, execution="schedule")
-    g, d = GridOracle(r, roofline), DirectOracle(r, roofline)
+    g, d = GridStepTimer(r, roofline), DirectStepTimer(r, roofline)
     for st in (Step(8, 8), Step(16, 16), Step(32, 32)):
         assert g.cost(st).seconds == pytest.approx(d.cost(st).seconds, rel=1e-8)
         assert g.cost(st).energy_j == pytest.approx(d.cost(st).energy_j, rel=1e-9)
@@ -129,7 +129,7 @@ def test_scheduled_grid_is_exact_on_its_vertices(chip, model, tp):
 @pytest.mark.parametrize("chip,model,tp", SCHEDULED)
 def test_scheduled_grid_under_2_percent_on_random_steps(chip, model, tp):
     r = make_replica(chip, model, tp=tp, execution="schedule")
-    err = interpolation_error(GridOracle(r, roofline), _random_steps(60, seed=11), roofline)
+    err = interpolation_error(GridStepTimer(r, roofline), _random_steps(60, seed=11), roofline)
     # mixtral: which experts' weights an engine that honours residency keeps on chip
     # depends on the whole step (its tokens' experts, its KV caches), not on its pieces
     assert max(err) < (0.025 if model == "mixtral-8x7b" else 0.02)
@@ -148,19 +148,19 @@ def test_scheduled_grid_charges_the_schedules_costs_not_the_stand_in():
     r = make_replica("h100", "llama-3-8b", execution="schedule")
     free = replace(r, chip=replace(r.chip, overheads=Overheads()))
     st = Step(4, 4 * 100, ((64, 0), (32, 100)))
-    charged = GridOracle(r, roofline).cost(st).seconds - GridOracle(free, roofline).cost(
+    charged = GridStepTimer(r, roofline).cost(st).seconds - GridStepTimer(free, roofline).cost(
         st).seconds
     w = lower_step(r.model, st, precision=r.precision, tp=r.tp)
     own = schedule_workload(w, r.chip, simulate=roofline)["fixed_costs_s"]
     assert charged == pytest.approx(own, rel=1e-6)
-    stand_in = GridOracle(make_replica("h100", "llama-3-8b", execution="sum"), roofline).cost(
-        st).seconds - GridOracle(make_replica("h100", "llama-3-8b", execution="sum",
+    stand_in = GridStepTimer(make_replica("h100", "llama-3-8b", execution="sum"), roofline).cost(
+        st).seconds - GridStepTimer(make_replica("h100", "llama-3-8b", execution="sum",
                                               fixed_costs=False), roofline).cost(st).seconds
     assert stand_in > 0.5 * own                      # counting both would be visible
     with pytest.raises(ValueError, match="scheduler charges them itself"):
         make_replica("h100", "llama-3-8b", execution="schedule", fixed_costs=False)
     with pytest.raises(ValueError, match="fused attention"):
-        GridOracle(make_replica("h100", "llama-3-8b", execution="schedule",
+        GridStepTimer(make_replica("h100", "llama-3-8b", execution="schedule",
                                 attention="unfused"))
 
 
@@ -186,9 +186,9 @@ def test_refinement_isolates_staircase_jumps(execution):
     rng = np.random.default_rng(4)
     steps = [Step(int(b), int(b) * int(k)) for b, k in zip(rng.integers(600, 720, 25),
                                                          rng.integers(50, 500, 25))]
-    fixed = interpolation_error(GridOracle(r, _staircase, GridSpec(refine_tol=None)), steps,
+    fixed = interpolation_error(GridStepTimer(r, _staircase, GridSpec(refine_tol=None)), steps,
                                 _staircase)
-    g = GridOracle(r, _staircase)
+    g = GridStepTimer(r, _staircase)
     refined = interpolation_error(g, steps, _staircase)
     assert max(fixed) > 0.03
     assert max(refined) < 0.011               # 2 × refine_tol: the bound of the midpoint test
@@ -217,8 +217,8 @@ def test_rough_cores_that_matter_are_simulated_at_the_query(execution):
     rng = np.random.default_rng(8)
     steps = [Step(prefill=((int(c), int(p)),)) for c, p in zip(rng.integers(200, 1500, 30),
                                                                rng.integers(4000, 16000, 30))]
-    fixed = interpolation_error(GridOracle(r, _noisy_attention, GridSpec(refine_tol=None)),
+    fixed = interpolation_error(GridStepTimer(r, _noisy_attention, GridSpec(refine_tol=None)),
                                 steps, _noisy_attention)
-    refined = interpolation_error(GridOracle(r, _noisy_attention), steps, _noisy_attention)
+    refined = interpolation_error(GridStepTimer(r, _noisy_attention), steps, _noisy_attention)
     assert max(fixed) > 0.03
     assert max(refined) < 0.006                  # refine_tol, and the frame's share

@@ -11,11 +11,11 @@ from roofline_double import roofline
 from diptych.arch import load_chip
 from diptych.sim.run import Scenario
 from diptych.workloads.ops import Gemm
-from diptych.sim.serving.oracle import (DirectOracle, GridOracle, exact_parts_cost,
+from diptych.sim.serving.step_time import (DirectStepTimer, GridStepTimer, exact_parts_cost,
                                         make_replica)
 from diptych.sim.support import dequant_place
 from diptych.sim.run.node import run_workload
-from diptych.workloads.step import Step, lower_step
+from diptych.workloads.serving_step import Step, lower_step
 
 #: (chip, dtypes): int4 weights expanded on h100's CUDA cores (W4A16); MXFP4 weights with
 #: MXFP8 or MXFP4 activations on infer-2026 (scales applied in the PE: their stream only)
@@ -34,12 +34,12 @@ def test_decode_step_equals_run_decode_in_that_precision(chip, dtypes, execution
                      simulate=roofline)
     rep = make_replica(chip, "llama-3-8b", execution=execution,
                        fixed_costs=execution == "schedule", **dtypes)
-    assert DirectOracle(rep, roofline).cost(Step(6, 6 * 800)).seconds == \
+    assert DirectStepTimer(rep, roofline).cost(Step(6, 6 * 800)).seconds == \
         pytest.approx(r.seconds, rel=1e-12)
 
 
 def _uncharged(monkeypatch):
-    import diptych.sim.serving.oracle as oracle
+    import diptych.sim.serving.step_time as oracle
     monkeypatch.setattr(oracle, "with_precision_ops", lambda w, c: w)
 
 
@@ -56,9 +56,9 @@ def test_w4a16_decode_step_adds_the_dequantisation_closed_form(monkeypatch):
     for fixed in (False, True):
         rep = make_replica(chip, "llama-3-8b", execution="sum", fixed_costs=fixed,
                            weights_dtype="int4")
-        got = DirectOracle(rep, roofline).cost(st).seconds
+        got = DirectStepTimer(rep, roofline).cost(st).seconds
         _uncharged(monkeypatch)
-        base = DirectOracle(rep, roofline).cost(st).seconds
+        base = DirectStepTimer(rep, roofline).cost(st).seconds
         monkeypatch.undo()
         assert want > 0
         assert got - base == pytest.approx(want, rel=1e-9)
@@ -69,15 +69,15 @@ def test_grid_is_exact_on_its_vertices_with_precision_ops(chip, dtypes):
     # summed pieces against their exact recombination; scheduled frame vertices against the
     # direct schedule (as test_serving_oracle.py does without precision ops)
     r = make_replica(chip, "llama-3-8b", execution="sum", **dtypes)
-    g = GridOracle(r, roofline)
+    g = GridStepTimer(r, roofline)
     for st in (Step(8, 8 * 16), Step(prefill=((16, 0),)), Step(4, 4 * 40, ((8, 0),))):
         want = exact_parts_cost(r, st, roofline)
         assert g.cost(st).seconds == pytest.approx(want.seconds, rel=1e-9)
         assert g.cost(st).energy_j == pytest.approx(want.energy_j, rel=1e-9)
-        assert want.seconds == pytest.approx(DirectOracle(r, roofline).cost(st).seconds,
+        assert want.seconds == pytest.approx(DirectStepTimer(r, roofline).cost(st).seconds,
                                              rel=1e-12)
     r = make_replica(chip, "llama-3-8b", execution="schedule", **dtypes)
-    g, d = GridOracle(r, roofline), DirectOracle(r, roofline)
+    g, d = GridStepTimer(r, roofline), DirectStepTimer(r, roofline)
     for st in (Step(8, 8), Step(16, 16), Step(32, 32)):
         assert g.cost(st).seconds == pytest.approx(d.cost(st).seconds, rel=1e-8)
         assert g.cost(st).energy_j == pytest.approx(d.cost(st).energy_j, rel=1e-9)
@@ -94,12 +94,12 @@ def test_mla_cores_charge_their_gemms_precision_ops(execution):
              if isinstance(op, Gemm) and op.name.split("@")[0] in ("q_absorb", "v_absorb",
                                                                      "kv_b_proj")]
     assert cores and all(dequant_place(r.chip, g) == "vector" for g in cores)
-    d = DirectOracle(r, roofline)
+    d = DirectStepTimer(r, roofline)
     if execution == "sum":
         for st in (Step(4, 4 * 300, ((64, 128),)), Step(prefill=((256, 512),))):
             assert exact_parts_cost(r, st, roofline).seconds == pytest.approx(
                 d.cost(st).seconds, rel=1e-12)
     else:
-        g = GridOracle(r, roofline)
+        g = GridStepTimer(r, roofline)
         for st in (Step(8, 8), Step(16, 16)):
             assert g.cost(st).seconds == pytest.approx(d.cost(st).seconds, rel=1e-8)

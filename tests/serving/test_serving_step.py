@@ -1,5 +1,5 @@
-"""The mixed-step lowering (workloads/step.py): it reduces to `decode` and `prefill` exactly,
-its pieces recombine to the direct simulation, and a chunk's past is read from the cache."""
+"""The mixed-step lowering (workloads/serving_step.py): it reduces to `decode` and `prefill`
+exactly, its pieces recombine to the direct simulation, and a chunk's past is read from the cache."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from roofline_double import roofline
 
 from diptych.arch import load_chip
 from diptych.sim.run import Scenario
-from diptych.sim.serving.oracle import DirectOracle, exact_parts_cost, make_replica
+from diptych.sim.serving.step_time import DirectStepTimer, exact_parts_cost, make_replica
 from diptych.workloads import decode, load_model, prefill
-from diptych.workloads.fused import FusedAttention
+from diptych.workloads.fused_attention import FusedAttention
 from diptych.workloads.params import kv_bytes_per_token_per_chip
 from diptych.sim.run.node import default_precision
 from diptych.sim.run.summed import simulate_workload
 from diptych.sim.run.scheduled import schedule_workload
 from diptych.sim.run.node import run_workload
-from diptych.workloads.step import CORE_OPS, Step, base_name, lower_step, prefill_cores
+from diptych.workloads.serving_step import CORE_OPS, Step, base_name, lower_step, prefill_cores
 
 #: uniform, MoE, MLA + MoE, and models whose layers differ (sliding/global windows, attention
 #: sinks, chunked attention and NoPE layers)
@@ -47,7 +47,7 @@ def test_pieces_recombine_to_the_direct_simulation(name, tp):
     r = make_replica("h100", name, tp=tp, execution="sum")
     for st in (Step(7, 7 * 900 + 13, ((300, 200), (1000, 0), (300, 200))),
                Step(prefill=((4096, 8192),)), Step(64, 64 * 3000), Step(3, 3 * 500 + 9, (), 4)):
-        d = DirectOracle(r, roofline).cost(st)
+        d = DirectStepTimer(r, roofline).cost(st)
         e = exact_parts_cost(r, st, roofline)
         assert e.seconds == pytest.approx(d.seconds, rel=1e-12)
         assert e.energy_j == pytest.approx(d.energy_j, rel=1e-12)
@@ -137,7 +137,7 @@ def test_decode_step_scheduled_equals_run_decode_schedule(chip):
                                  power_limit=False),
                      simulate=roofline)
     rep = make_replica(chip, "llama-3-8b", execution="schedule")
-    assert DirectOracle(rep, roofline).cost(Step(6, 6 * 800)).seconds == \
+    assert DirectStepTimer(rep, roofline).cost(Step(6, 6 * 800)).seconds == \
         pytest.approx(r.seconds, rel=1e-12)
 
 

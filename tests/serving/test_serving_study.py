@@ -10,7 +10,7 @@ from roofline_double import roofline
 
 import diptych.tools.dse.compare as compare_mod
 import diptych.sim.run.node as run_mod
-from diptych.sim.serving.serve import OracleCache, serve
+from diptych.sim.serving.serve import StepTimerCache, serve
 from diptych.sim.serving.study import ServingSettings, max_qps, serving_study
 from diptych.tools.cli import main
 
@@ -39,7 +39,7 @@ def test_max_qps_is_a_load_that_meets_the_slo_and_twice_it_does_not(study):
     from diptych.sim.serving.serve import colocated
     d = study["colocated"]["infer-2026"]
     dep = colocated("infer-2026", "llama-3-8b", replicas=d["replicas"], tp=d["tp"])
-    oc = OracleCache("grid", roofline)
+    oc = StepTimerCache("grid", roofline)
     assert serve(dep, SMALL.load(d["max_qps"]), SMALL.config(), oracles=oc).meets_slo
     assert not serve(dep, SMALL.load(2 * d["max_qps"]), SMALL.config(), oracles=oc).meets_slo
 
@@ -52,7 +52,7 @@ def test_a_model_that_does_not_fit_gives_an_error_entry():
 def test_no_load_meets_impossible_slos():
     from diptych.sim.serving.serve import colocated
     s = ServingSettings(duration_s=2.0, slo_tpot_s=1e-6, max_doublings=2)
-    r = max_qps(colocated("h100", "llama-3-8b"), s, OracleCache("grid", roofline))
+    r = max_qps(colocated("h100", "llama-3-8b"), s, StepTimerCache("grid", roofline))
     assert r["max_qps"] is None and "no load" in r["note"]
 
 

@@ -1,5 +1,5 @@
 """One attention launch per layer in scheduled mixed steps: the sequence groups' cores of a
-layer are one launch group (workloads/step.py), which the program scheduler charges once per
+layer are one launch group (workloads/serving_step.py), which the program scheduler charges once per
 layer (sim/run/scheduled.py), and the grid oracle charges the same."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from roofline_double import roofline
 
 from diptych.arch import Overheads
 from diptych.workloads.ops import Collective, VectorOp
-from diptych.sim.serving.oracle import GridOracle, make_replica
+from diptych.sim.serving.step_time import GridStepTimer, make_replica
 from diptych.sim.run.scheduled import schedule_workload
 from diptych.workloads.ops import LAUNCH_TAG, launch_group
 from diptych.workloads.graph import Block, Workload
-from diptych.workloads.step import CORE_OPS, Step, base_name, lower_step
+from diptych.workloads.serving_step import CORE_OPS, Step, base_name, lower_step
 
 #: steps with G = 1..4 sequence groups (a decode batch, then distinct prompt chunks): every
 #: group's frame is the same set of ops, whatever the token count
@@ -90,7 +90,7 @@ def test_grid_oracle_charges_one_launch_per_layer_for_all_cores():
     op_s = r.chip.fixed_costs.op_launch_us * 1e-6
     charged = []
     for st in STEPS:
-        c = GridOracle(r, roofline).cost(st).seconds - GridOracle(free, roofline).cost(
+        c = GridStepTimer(r, roofline).cost(st).seconds - GridStepTimer(free, roofline).cost(
             st).seconds
         w = lower_step(r.model, st, precision=r.precision, tp=r.tp)
         own = schedule_workload(w, r.chip, simulate=roofline)["fixed_costs_s"]

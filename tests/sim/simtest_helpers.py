@@ -51,7 +51,7 @@ def one_array_run(chip, m, k, n, dataflow, mb, kb, nb, order=0, memory=False, dt
 
 
 def golden_problem(chip, pb, blk, rates, split, memory):
-    from diptych.sim import golden as G
+    from diptych.sim import engine_ref as G
     from diptych.sim.fabric import fabric
     arr = chip.core.array
     eng, per = MP.dma_share(chip, split)

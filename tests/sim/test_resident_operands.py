@@ -1,7 +1,7 @@
 """Resident operands (docs/engine.md, "Resident operands"): an operand the residency planner
 keeps on chip is read at the scratchpad's or shared buffer's bandwidth and moves no DRAM byte;
 a result kept on chip is not written back; the tiling capacity shrinks by the resident bytes.
-The engine against its golden twin with resident operands is in test_engine_golden.py."""
+The engine against its golden twin with resident operands is in test_engine_ref.py."""
 
 import dataclasses
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from diptych.arch import load_chip
 from diptych.sim import engine as E
-from diptych.sim import golden as G
+from diptych.sim import engine_ref as G
 from diptych.sim import mapper as MP
 from diptych.sim.dram import dram_timing
 from diptych.sim.array import array_rates

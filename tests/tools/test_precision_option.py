@@ -3,7 +3,7 @@
 import pytest
 
 from diptych.arch import load_chip
-from diptych.tools.precision import PHASES, PrecisionChoice, parse_precision, resolve
+from diptych.tools.precision_spec import PHASES, PrecisionChoice, parse_precision, resolve
 from diptych.sim.run.node import default_precision
 
 ALL = PrecisionChoice("bf16", "bf16", "bf16")

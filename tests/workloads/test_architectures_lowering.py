@@ -18,7 +18,7 @@ from diptych.arch import load_chip
 from diptych.sim.run import Scenario, run_workload
 from diptych.workloads.ops import Gemm
 from diptych.workloads import Precision, decode, load_model, prefill, train_step
-from diptych.workloads.fused import FusedAttention
+from diptych.workloads.fused_attention import FusedAttention
 from diptych.workloads.lower import chunked_mean_keys
 from diptych.workloads.memory import activation_bytes
 from diptych.workloads.params import kv_bytes_by_layer_kind, matmul_param_count

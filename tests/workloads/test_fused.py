@@ -17,7 +17,7 @@ from diptych.sim.run import Scenario, run_workload
 from diptych.workloads.ops import Gemm
 from diptych.tools.cli import main
 from diptych.workloads import Precision, decode, load_model, prefill, train_step
-from diptych.workloads.fused import FusedAttention
+from diptych.workloads.fused_attention import FusedAttention
 from diptych.workloads.params import kv_bytes_per_token
 from diptych.sim.run.summed import simulate_workload
 

@@ -12,7 +12,7 @@ from diptych.workloads.ops import Gemm, VectorOp
 from diptych.workloads.program import Program
 from diptych.workloads import Precision, decode, load_model, prefill, train_step
 from diptych.workloads.dataflow import Flow
-from diptych.workloads.fused import FusedAttention
+from diptych.workloads.fused_attention import FusedAttention
 from diptych.workloads.graph import program_pieces
 from diptych.workloads.lower import _Ctx, layer_kinds, layer_ops, valid_tp_degrees
 from diptych.workloads.params import kv_bytes_per_token, params_per_chip

@@ -18,7 +18,7 @@ For each chip :func:`compare` runs (through ``run_workload``):
 * average power (energy ÷ time) of every run against the chip's TDP.
 
 Precision: each chip runs its defaults (inference: the chip's default dtype; training: bf16)
-unless ``settings.precision`` pins it (see :mod:`diptych.tools.precision`); the result states
+unless ``settings.precision`` pins it (see :mod:`diptych.tools.precision_spec`); the result states
 per chip and phase what ran. A chip that cannot compute a pinned precision gets an
 ``unsupported`` record instead of a run. Prompts and contexts default to a short and a long
 one within the model's ``max_position_embeddings`` (:func:`default_contexts`).
@@ -35,7 +35,7 @@ from typing import Any, Callable
 
 from ...arch import load_chip
 from ...arch.area import die_area_mm2
-from ..precision import PHASES, PrecisionChoice, describe, resolve
+from ..precision_spec import PHASES, PrecisionChoice, describe, resolve
 from .evaluate import power_metrics
 from ...arch.geometry import check
 from .physical import cost_summary
@@ -188,7 +188,7 @@ class ChipRuns:
     """Every run of one chip: ``train``, ``prefill[prompt]``, ``decode[(batch, context)]``, each
     a ``to_dict()`` of a workload result with ``power_w``/``exceeds_tdp`` added (or an
     ``error`` string when the run failed, plus ``unsupported: True`` when the chip cannot
-    compute the precision); ``precision[phase]`` is :func:`diptych.tools.precision.resolve`."""
+    compute the precision); ``precision[phase]`` is :func:`diptych.tools.precision_spec.resolve`."""
 
     chip: Any
     train: dict

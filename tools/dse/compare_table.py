@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from ...arch.area import die_area_mm2
 from .. import fmt
-from ..precision import describe
+from ..precision_spec import describe
 from ...arch.geometry import check, dies
 from .compare import Comparison, run_notes
 

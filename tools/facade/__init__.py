@@ -113,7 +113,7 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     ``fusion``: as ``--fusion/--no-fusion``.
     """
     from diptych.sim.run import Scenario, run_workload
-    from diptych.tools.precision import run_dtypes
+    from diptych.tools.precision_spec import run_dtypes
 
     w, a, kv = run_dtypes(precision, phase, weights_dtype, act_dtype, kv_dtype)
     s = Scenario.of(phase=phase, batch=batch, prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp,
@@ -149,7 +149,7 @@ def compare(chips: Sequence["str | Chip"], model: "str | ModelConfig", *,
     writes its HTML report."""
     from diptych.tools.dse.compare import CompareSettings
     from diptych.tools.dse.compare import compare as _compare
-    from diptych.tools.precision import parse_precision
+    from diptych.tools.precision_spec import parse_precision
 
     given = dict(train_tp=train_tp, train_dp=train_dp, train_batch=train_batch,
                  train_seq=train_seq, infer_tp=infer_tp, ref_batch=ref_batch,

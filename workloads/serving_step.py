@@ -53,7 +53,7 @@ from .program import Carry, Tensor
 from .config import LayerSpec, ModelConfig
 from .dataflow import Flow
 from .ops import LAUNCH_TAG
-from .fused import FusedAttention
+from .fused_attention import FusedAttention
 from .graph import Access, Block, Use, Workload
 from .lower import (_attention_gqa, _attention_mla, _Ctx, _embedding, _head, check_attention,
                     check_tp, embedding_block, head_block, layer_exits, layer_kinds, layer_ops)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...workloads.step import Step
+from ...workloads.serving_step import Step
 from .config import ServeConfig
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from diptych.sim import engine as E
-from diptych.sim import golden as G
+from diptych.sim import engine_ref as G
 from diptych.sim import mapper as MP
 
 from simtest_helpers import golden_problem, one_array_run, small_chip

@@ -1,23 +1,23 @@
-"""Step-time oracles: the one narrow interface between the serving event loop and the simulator.
+"""Step timers: the one narrow interface between the serving event loop and the simulator.
 
-The event loop asks ``oracle.cost(step)`` for the time and energy (per chip) of a
-:class:`~diptych.workloads.step.Step`; it knows nothing else about how steps are timed. Two
+The event loop asks a :class:`StepTimer` ``timer.cost(step)`` for the time and energy (per
+chip) of a :class:`~diptych.workloads.serving_step.Step`; it knows nothing else about how steps are timed. Two
 implementations:
 
-* :class:`DirectOracle` lowers every distinct step (:func:`~diptych.workloads.step.lower_step`)
-  and simulates it (:func:`~diptych.sim.run.summed.simulate_workload`, or
+* :class:`DirectStepTimer` lowers every distinct step
+  (:func:`~diptych.workloads.serving_step.lower_step`) and simulates it (:func:`~diptych.sim.run.summed.simulate_workload`, or
   :func:`~diptych.sim.run.scheduled.schedule_workload` for ``execution="schedule"``),
   memoised on the step. Exact, and slow for long runs (every new step shape is a
   simulation).
-* :class:`GridOracle` splits a step into its frame and its attention cores
-  (:func:`~diptych.workloads.step.step_parts`), simulates those pieces at the vertices of
+* :class:`GridStepTimer` splits a step into its frame and its attention cores
+  (:func:`~diptych.workloads.serving_step.step_parts`), simulates those pieces at the vertices of
   grids, lazily (a vertex is simulated the first time a step needs it) and interpolates:
 
   - frame, per block (compute, collectives, energy): piecewise linear in the step's tokens
     ``N`` (embedding and layer blocks) and, on an axis of its own, in its logits rows (the
     head), both refined where the engine's time is a staircase (:class:`_RefinedAxis`);
   - decode cores: bilinear in (decode batch, keys per sequence) per ``decode_queries``, the
-    keys axis refined where a staircase could move the step (:meth:`GridOracle._decode_interp`);
+    keys axis refined where a staircase could move the step (:meth:`GridStepTimer._decode_interp`);
   - prefill cores: bilinear in (chunk, past), per chunk: the fused record's compute term
     divided by the chunk (exact for the causal ``chunk·(past + (chunk+1)/2)`` work), its
     memory term as is (exact for the linear K/V traffic);
@@ -51,7 +51,7 @@ from ...workloads.config import ModelConfig
 from ...workloads.graph import Workload
 from ...workloads.precision import Precision
 from ..run.precision_ops import with_precision_ops
-from ...workloads.step import (CORE_OPS, Step, base_name, core_op_names, core_workload,
+from ...workloads.serving_step import (CORE_OPS, Step, base_name, core_op_names, core_workload,
                                decode_cores, frame, lower_step, prefill_cores)
 from ..run.summed import block_costs, combine_parts, launch_seconds, step_sync_seconds
 
@@ -111,18 +111,18 @@ class Replica:
     # the workloads the oracles and the profile export time: lowered for this replica, with
     # the chip's precision ops beside their GEMMs (sim/run/precision_ops.py), as ``diptych run``
     def step_workload(self, step: Step) -> Workload:
-        """``step`` lowered (:func:`~diptych.workloads.step.lower_step`)."""
+        """``step`` lowered (:func:`~diptych.workloads.serving_step.lower_step`)."""
         return with_precision_ops(lower_step(self.model, step, precision=self.precision,
                                              tp=self.tp, attention=self.attention), self.chip)
 
     def frame_workload(self, tokens: int, rows: int) -> Workload:
         """The frame of ``tokens`` tokens and ``rows`` logits rows
-        (:func:`~diptych.workloads.step.frame`)."""
+        (:func:`~diptych.workloads.serving_step.frame`)."""
         return with_precision_ops(frame(self.model, tokens, rows, precision=self.precision,
                                         tp=self.tp, attention=self.attention), self.chip)
 
     def cores_workload(self, cores: dict) -> Workload:
-        """Attention cores (:func:`~diptych.workloads.step.core_workload`)."""
+        """Attention cores (:func:`~diptych.workloads.serving_step.core_workload`)."""
         return with_precision_ops(core_workload(cores), self.chip)
 
     @property
@@ -155,7 +155,7 @@ def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
                    fixed_costs=fixed_costs, execution=execution, fusion=fusion)
 
 
-class DirectOracle:
+class DirectStepTimer:
     """Every distinct step lowered and simulated once (exact; see the module docstring)."""
 
     def __init__(self, replica: Replica, simulate: Callable | None = None):
@@ -200,7 +200,7 @@ def geometric_axis(dense_to: int, ratio: float, limit: int, start: int = 1) -> l
 
 @dataclass(frozen=True)
 class GridSpec:
-    """Vertex spacing of a :class:`GridOracle` (ratios between neighbouring vertices above
+    """Vertex spacing of a :class:`GridStepTimer` (ratios between neighbouring vertices above
     the dense ranges). ``max_tokens`` bounds the token and chunk axes, ``max_keys`` the
     context axes, ``max_batch`` the decode-batch axis."""
 
@@ -218,8 +218,8 @@ class GridSpec:
     #: falls in is used only once its midpoint, simulated, agrees with the cell's linear
     #: interpolant to this fraction of the piece's time; otherwise it is halved, down to
     #: neighbouring integers. The same fraction of the step bounds the decode cores' keys
-    #: cells (:meth:`GridOracle._decode_interp`) and the rough prefill cores
-    #: (:meth:`GridOracle._trusted`). None: the fixed vertices only.
+    #: cells (:meth:`GridStepTimer._decode_interp`) and the rough prefill cores
+    #: (:meth:`GridStepTimer._trusted`). None: the fixed vertices only.
     refine_tol: float | None = 0.005
 
     def __post_init__(self):
@@ -313,7 +313,7 @@ def _origin(block: str, names) -> str:
     raise KeyError(f"schedule record of unknown block {block!r}")
 
 
-class GridOracle:
+class GridStepTimer:
     """Interpolating oracle over lazily simulated grid vertices (module docstring)."""
 
     def __init__(self, replica: Replica, simulate: Callable | None = None,
@@ -462,7 +462,7 @@ class GridOracle:
     def _launches(self, step: Step) -> list[float]:
         """Per layer kind: launch seconds of the cores of ``step``: one per distinct op, the
         sequence groups' records of an op being one varlen kernel (in a schedule their
-        launch group, :func:`~diptych.workloads.step.lower_step`; in the summed model the
+        launch group, :func:`~diptych.workloads.serving_step.lower_step`; in the summed model the
         stand-in of :func:`~diptych.sim.run.summed.block_costs`)."""
         r = self.replica
         if not r.fixed_costs:
@@ -719,8 +719,8 @@ class GridOracle:
 def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = None
                      ) -> StepCost:
     """The step's cost from its pieces simulated exactly (no interpolation): equals
-    :class:`DirectOracle` up to rounding (a test holds the decomposition to that)."""
-    from ...workloads.step import step_parts
+    :class:`DirectStepTimer` up to rounding (a test holds the decomposition to that)."""
+    from ...workloads.serving_step import step_parts
 
     r = replica
     fr, groups = step_parts(r.model, step, precision=r.precision, tp=r.tp,
@@ -745,10 +745,10 @@ def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = N
     return r.with_sync(s, e)
 
 
-def interpolation_error(oracle: GridOracle, steps, simulate: Callable | None = None
+def interpolation_error(oracle: GridStepTimer, steps, simulate: Callable | None = None
                         ) -> list[float]:
     """Relative error of ``oracle`` against direct simulation on ``steps``."""
-    direct = DirectOracle(oracle.replica, simulate)
+    direct = DirectStepTimer(oracle.replica, simulate)
     out = []
     for s in steps:
         d = direct.cost(s).seconds

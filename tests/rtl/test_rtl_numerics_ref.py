@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 
 import rtl_fraction_oracle as oracle
 from rtl_test_vectors import BF16_EDGES, FP8_EDGES, FP32_EDGES, random_fp32
-from diptych.rtl import golden
+from diptych.rtl import numerics_ref
 
 def test_bf16_mul_edges_cross_product():
     a = np.array(BF16_EDGES, np.uint16)
-    got = golden.bf16_mul_bits(a[:, None], a[None, :])
+    got = numerics_ref.bf16_mul_bits(a[:, None], a[None, :])
     for i, x in enumerate(BF16_EDGES):
         for j, y in enumerate(BF16_EDGES):
             assert int(got[i, j]) == oracle.bf16_mul(x, y), (hex(x), hex(y))
@@ -23,14 +23,14 @@ def test_bf16_mul_random():
     rng = np.random.default_rng(5)
     a = rng.integers(0, 2**16, 4000).astype(np.uint16)
     b = rng.integers(0, 2**16, 4000).astype(np.uint16)
-    got = golden.bf16_mul_bits(a, b)
+    got = numerics_ref.bf16_mul_bits(a, b)
     for x, y, g in zip(a.tolist(), b.tolist(), got.tolist()):
         assert g == oracle.bf16_mul(x, y), (hex(x), hex(y))
 
 
 def test_fp32_add_edges_cross_product():
     a = np.array(FP32_EDGES, np.uint32)
-    got = golden.fp32_add_bits(a[:, None], a[None, :])
+    got = numerics_ref.fp32_add_bits(a[:, None], a[None, :])
     for i, x in enumerate(FP32_EDGES):
         for j, y in enumerate(FP32_EDGES):
             assert int(got[i, j]) == oracle.fp32_add(x, y), (hex(x), hex(y))
@@ -42,7 +42,7 @@ def test_fp32_add_random_and_cancellation():
     y = random_fp32(rng, 4000)
     # near-cancellation: y ≈ −x, a few ulps apart
     y[:800] = (x[:800] ^ np.uint32(0x80000000)) + rng.integers(0, 5, 800).astype(np.uint32)
-    got = golden.fp32_add_bits(x, y)
+    got = numerics_ref.fp32_add_bits(x, y)
     for a, b, g in zip(x.tolist(), y.tolist(), got.tolist()):
         assert g == oracle.fp32_add(a, b), (hex(a), hex(b))
 
@@ -60,7 +60,7 @@ def test_fp32_add_random_and_cancellation():
     (0xFFC00001, 0x3F800000, 0x7FC00000),   # any NaN becomes canonical
 ])
 def test_fp32_add_named_cases(x, y, expected):
-    assert int(golden.fp32_add_bits(x, y)) == expected
+    assert int(numerics_ref.fp32_add_bits(x, y)) == expected
     assert oracle.fp32_add(x, y) == expected
 
 
@@ -73,7 +73,7 @@ def test_bf16_matmul_against_oracle():
         b = rng.integers(0x3C00, 0x4400, (k, n)).astype(np.uint16)   # mostly moderate values
         a = np.where(rng.random((m, k)) < 0.2, rng.choice(edges, (m, k)), a).astype(np.uint16)
         init = None if trial % 2 else random_fp32(rng, m * n).reshape(m, n)
-        got = golden.bf16_matmul_bits(a, b, init)
+        got = numerics_ref.bf16_matmul_bits(a, b, init)
         want = oracle.bf16_matmul(a.tolist(), b.tolist(), None if init is None else init.tolist())
         assert got.tolist() == want
 
@@ -83,10 +83,10 @@ def test_bf16_matmul_is_one_sequential_order():
     rng = np.random.default_rng(8)
     a = rng.integers(0x3800, 0x4800, (3, 10)).astype(np.uint16)
     b = (rng.integers(0x3800, 0x4800, (10, 2)) | (rng.integers(0, 2, (10, 2)) << 15)).astype(np.uint16)
-    full = golden.bf16_matmul_bits(a, b)
-    part = golden.bf16_matmul_bits(a[:, :4], b[:4])
-    part = golden.bf16_matmul_bits(a[:, 4:7], b[4:7], part)
-    part = golden.bf16_matmul_bits(a[:, 7:], b[7:], part)
+    full = numerics_ref.bf16_matmul_bits(a, b)
+    part = numerics_ref.bf16_matmul_bits(a[:, :4], b[:4])
+    part = numerics_ref.bf16_matmul_bits(a[:, 4:7], b[4:7], part)
+    part = numerics_ref.bf16_matmul_bits(a[:, 7:], b[7:], part)
     assert np.array_equal(full, part)
     assert oracle.bf16_matmul(a.tolist(), b.tolist()) == full.tolist()
 
@@ -95,7 +95,7 @@ def test_int8_matmul_wraps():
     a = np.full((1, 4), -128, np.int8)
     b = np.full((4, 1), -128, np.int8)
     init = np.array([[2**31 - 1 - 3 * 16384]], np.int64)
-    got = golden.int8_matmul(a, b, init)
+    got = numerics_ref.int8_matmul(a, b, init)
     assert int(got[0, 0]) == (2**31 - 1 - 3 * 16384 + 4 * 16384) - 2**32
 
 
@@ -103,7 +103,7 @@ def test_int8_matmul_matches_python():
     rng = np.random.default_rng(9)
     a = rng.integers(-128, 128, (3, 7)).astype(np.int8)
     b = rng.integers(-128, 128, (7, 4)).astype(np.int8)
-    got = golden.int8_matmul(a, b)
+    got = numerics_ref.int8_matmul(a, b)
     for i in range(3):
         for j in range(4):
             assert int(got[i, j]) == sum(int(a[i, k]) * int(b[k, j]) for k in range(7))
@@ -111,11 +111,11 @@ def test_int8_matmul_matches_python():
 
 def test_golden_rejects_bad_input():
     with pytest.raises(ValueError, match="bf16 bit patterns"):
-        golden.bf16_mul_bits(-1, 0)
+        numerics_ref.bf16_mul_bits(-1, 0)
     with pytest.raises(ValueError, match="matching K"):
-        golden.bf16_matmul_bits(np.zeros((2, 3), np.uint16), np.zeros((2, 3), np.uint16))
+        numerics_ref.bf16_matmul_bits(np.zeros((2, 3), np.uint16), np.zeros((2, 3), np.uint16))
     with pytest.raises(ValueError, match="int8"):
-        golden.int8_matmul(np.array([[200]]), np.array([[1]]))
+        numerics_ref.int8_matmul(np.array([[200]]), np.array([[1]]))
 
 
 # ---- FP8 ----------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ FP8_PAIRS = [("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e4m3", "e5m2"), ("e5m2", "e4m
 @pytest.mark.parametrize("fa, fb", FP8_PAIRS)
 def test_fp8_mul_edges_against_oracle(fa, fb):
     a = np.array(FP8_EDGES, np.uint8)
-    got = golden.fp8_mul_bits(a[:, None], a[None, :], fa, fb)
+    got = numerics_ref.fp8_mul_bits(a[:, None], a[None, :], fa, fb)
     for i, x in enumerate(FP8_EDGES):
         for j, y in enumerate(FP8_EDGES):
             assert int(got[i, j]) == oracle.fp8_mul(x, y, fa, fb), (fa, fb, hex(x), hex(y))
@@ -137,7 +137,7 @@ def test_fp8_mul_random_against_oracle(fa, fb):
     rng = np.random.default_rng(21)
     a = rng.integers(0, 256, 1500).astype(np.uint8)
     b = rng.integers(0, 256, 1500).astype(np.uint8)
-    got = golden.fp8_mul_bits(a, b, fa, fb)
+    got = numerics_ref.fp8_mul_bits(a, b, fa, fb)
     for x, y, g in zip(a.tolist(), b.tolist(), got.tolist()):
         assert g == oracle.fp8_mul(x, y, fa, fb), (hex(x), hex(y))
 
@@ -150,12 +150,12 @@ def test_fp8_mul_all_pairs_are_exact_products(fa, fb):
     codes = np.arange(256)
     x = decode(fa, codes)[:, None]
     y = decode(fb, codes)[None, :]
-    got = golden.fp8_mul_bits(codes[:, None].astype(np.uint8), codes[None, :].astype(np.uint8),
-                              fa, fb)
+    got = numerics_ref.fp8_mul_bits(codes[:, None].astype(np.uint8),
+                                    codes[None, :].astype(np.uint8), fa, fb)
     with np.errstate(invalid="ignore"):
         want = x * y
     nan = np.isnan(want)
-    assert np.all(got[nan] == golden.CANONICAL_NAN)
+    assert np.all(got[nan] == numerics_ref.CANONICAL_NAN)
     fin = np.isfinite(want)
     assert np.array_equal(got[fin].view(np.float32).astype(np.float64), want[fin])
     assert np.all(np.isinf(got[~nan & ~fin].view(np.float32)))
@@ -174,7 +174,7 @@ def test_fp8_matmul_against_oracle(fa, fb):
         b = rng.integers(0x20, 0x48, (k, n)).astype(np.uint8)
         a = np.where(rng.random((m, k)) < 0.2, rng.choice(edges, (m, k)), a).astype(np.uint8)
         init = None if trial % 2 else random_fp32(rng, m * n).reshape(m, n)
-        got = golden.fp8_matmul_bits(a, b, fa, fb, init)
+        got = numerics_ref.fp8_matmul_bits(a, b, fa, fb, init)
         want = oracle.fp8_matmul(a.tolist(), b.tolist(), fa, fb,
                                  None if init is None else init.tolist())
         assert got.tolist() == want
@@ -184,23 +184,23 @@ def test_matmul_bits_dispatches_on_mode():
     rng = np.random.default_rng(23)
     a8 = rng.integers(-128, 128, (2, 3)).astype(np.int8)
     b8 = rng.integers(-128, 128, (3, 2)).astype(np.int8)
-    assert np.array_equal(golden.matmul_bits("int8", a8, b8).view(np.int32),
-                          golden.int8_matmul(a8, b8))
+    assert np.array_equal(numerics_ref.matmul_bits("int8", a8, b8).view(np.int32),
+                          numerics_ref.int8_matmul(a8, b8))
     a = rng.integers(0, 256, (2, 3)).astype(np.uint8)
     b = rng.integers(0, 256, (3, 2)).astype(np.uint8)
-    assert np.array_equal(golden.matmul_bits("e5m2xe4m3", a, b),
-                          golden.fp8_matmul_bits(a, b, "e5m2", "e4m3"))
+    assert np.array_equal(numerics_ref.matmul_bits("e5m2xe4m3", a, b),
+                          numerics_ref.fp8_matmul_bits(a, b, "e5m2", "e4m3"))
     with pytest.raises(ValueError, match="mode must be one of .* not 'fp4'"):
-        golden.matmul_bits("fp4", a, b)
+        numerics_ref.matmul_bits("fp4", a, b)
     with pytest.raises(ValueError, match="FP8 bit patterns"):
-        golden.fp8_mul_bits(300, 1)
+        numerics_ref.fp8_mul_bits(300, 1)
 
 
 # ---- the pair rule: three FP32 operands summed exactly, rounded once ---------------------
 
 def test_fp32_add3_edges_cube_against_oracle():
     e = np.array(FP32_EDGES, np.uint32)
-    got = golden.fp32_add3_bits(e[:, None, None], e[None, :, None], e[None, None, :])
+    got = numerics_ref.fp32_add3_bits(e[:, None, None], e[None, :, None], e[None, None, :])
     for i, x in enumerate(FP32_EDGES):
         for j, y in enumerate(FP32_EDGES):
             for k, z in enumerate(FP32_EDGES):
@@ -214,7 +214,7 @@ def test_fp32_add3_adversarial_against_oracle():
     from diptych.rtl.fp_sweep import add3_vectors
 
     v = add3_vectors(4000, seed=11)
-    got = golden.fp32_add3_bits(v[:, 0], v[:, 1], v[:, 2])
+    got = numerics_ref.fp32_add3_bits(v[:, 0], v[:, 1], v[:, 2])
     for (x, y, z), g in zip(v[:, :3].tolist(), got.tolist()):
         assert g == oracle.fp32_add3(x, y, z), (hex(x), hex(y), hex(z))
 
@@ -223,8 +223,8 @@ def test_fp32_add3_with_negative_zero_is_the_two_operand_add():
     rng = np.random.default_rng(31)
     x, y = random_fp32(rng, 5000), random_fp32(rng, 5000)
     y[:1000] = x[:1000] ^ np.uint32(0x80000000)
-    assert np.array_equal(golden.fp32_add3_bits(x, y, np.uint32(0x80000000)),
-                          golden.fp32_add_bits(x, y))
+    assert np.array_equal(numerics_ref.fp32_add3_bits(x, y, np.uint32(0x80000000)),
+                          numerics_ref.fp32_add_bits(x, y))
 
 
 @pytest.mark.parametrize("x, y, z, expected", [
@@ -239,7 +239,7 @@ def test_fp32_add3_with_negative_zero_is_the_two_operand_add():
     (0x00C00000, 0x80800000, 0x00000000, 0x00000000),   # a subnormal result flushes to +0
 ])
 def test_fp32_add3_named_cases(x, y, z, expected):
-    assert int(golden.fp32_add3_bits(x, y, z)) == expected
+    assert int(numerics_ref.fp32_add3_bits(x, y, z)) == expected
     assert oracle.fp32_add3(x, y, z) == expected
 
 
@@ -254,7 +254,7 @@ def test_fp8_pair_matmul_against_oracle(fa, fb):
         b = rng.integers(0x20, 0x48, (k, n)).astype(np.uint8)
         a = np.where(rng.random((m, k)) < 0.2, rng.choice(edges, (m, k)), a).astype(np.uint8)
         init = None if trial % 2 else random_fp32(rng, m * n).reshape(m, n)
-        got = golden.matmul_bits(f"{fa}x{fb}" if fa != fb else fa, a, b, init, rule="pair")
+        got = numerics_ref.matmul_bits(f"{fa}x{fb}" if fa != fb else fa, a, b, init, rule="pair")
         want = oracle.fp8_matmul(a.tolist(), b.tolist(), fa, fb,
                                  None if init is None else init.tolist(), rule="pair")
         assert got.tolist() == want
@@ -267,8 +267,8 @@ def test_pair_rule_rounds_once_where_the_sequential_rule_rounds_twice():
     a = encode("e5m2", np.array([[1.25 * 2**15, 0.0, 2.0**3, 2.0**-16]]))
     b = encode("e5m2", np.array([[2.0**15], [0.0], [2.0**3], [2.0**-16]]))
     x = np.float32(1.25 * 2**30).view(np.uint32)
-    assert int(golden.fp8_matmul_bits(a, b, "e5m2", "e5m2")[0, 0]) == x
-    assert int(golden.matmul_bits("e5m2", a, b, rule="pair")[0, 0]) == x + 1
+    assert int(numerics_ref.fp8_matmul_bits(a, b, "e5m2", "e5m2")[0, 0]) == x
+    assert int(numerics_ref.matmul_bits("e5m2", a, b, rule="pair")[0, 0]) == x + 1
     assert oracle.fp8_matmul(a.tolist(), b.tolist(), "e5m2", "e5m2", rule="pair") == [[x + 1]]
 
 
@@ -278,10 +278,10 @@ def test_int8_and_bf16_do_not_depend_on_the_rule():
     a16 = rng.integers(0x3800, 0x4800, (2, 5)).astype(np.uint16)
     b16 = rng.integers(0x3800, 0x4800, (5, 3)).astype(np.uint16)
     for mode, a, b in (("int8", a8, b8), ("bf16", a16, b16)):
-        assert np.array_equal(golden.matmul_bits(mode, a, b, rule="pair"),
-                              golden.matmul_bits(mode, a, b))
+        assert np.array_equal(numerics_ref.matmul_bits(mode, a, b, rule="pair"),
+                              numerics_ref.matmul_bits(mode, a, b))
     with pytest.raises(ValueError, match="rule must be one of sequential, pair, not 'quad'"):
-        golden.matmul_bits("e4m3", a16 & 0xFF, b16 & 0xFF, rule="quad")
+        numerics_ref.matmul_bits("e4m3", a16 & 0xFF, b16 & 0xFF, rule="quad")
 
 
 _U32 = st.integers(0, 2**32 - 1)
@@ -304,7 +304,7 @@ def test_fp32_add3_property_against_oracle_and_order_free(xyz):
     rounded once, and (being one rounding of an exact sum) the same in every operand order."""
     want = oracle.fp32_add3(*xyz)
     for perm in itertools.permutations(xyz):
-        assert int(golden.fp32_add3_bits(*perm)) == want, [hex(v) for v in perm]
+        assert int(numerics_ref.fp32_add3_bits(*perm)) == want, [hex(v) for v in perm]
 
 
 _FP8_FORMATS = st.sampled_from(["e4m3", "e5m2"])
@@ -330,7 +330,7 @@ def test_pair_step_is_the_exact_sum_of_the_decoded_terms_rounded_once(fa, fb, a,
         want = 0x80000000 if all(signs) else 0
     else:
         want = oracle.encode32(int(total < 0), abs(total))
-    got = golden.fp8_pair_matmul_bits(np.array([a], np.uint8), np.array([[v] for v in b],
+    got = numerics_ref.fp8_pair_matmul_bits(np.array([a], np.uint8), np.array([[v] for v in b],
                                                                           np.uint8),
                                       fa, fb, np.array([[acc]], np.uint32))
     assert int(got[0, 0]) == want
