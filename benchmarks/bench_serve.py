@@ -80,8 +80,8 @@ def oracle_error(model: str, chip: str, tp: int, n: int, seed: int = 5,
     of 0-2000."""
     import numpy as np
 
-    from diptych.sim.serving.step_time import (GridStepTimer, GridSpec, interpolation_error,
-                                            make_replica)
+    from diptych.sim.serving.step_time import make_replica
+    from diptych.sim.serving.grid_timer import GridStepTimer, GridSpec, interpolation_error
     from diptych.workloads.serving_step import Step
 
     rng = np.random.default_rng(seed)

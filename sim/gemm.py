@@ -51,19 +51,10 @@ def run_engine(chip, pb, blk, rates, split, memory: bool, trace_blocks: int = 0,
     return out, tb, tp
 
 
-def plan(op, chip, dataflow=None):
-    """Choose the split, dataflow and blocking for ``op``; returns a dict of the decision."""
-    dtype = op.compute_dtype
-    rates = array_rates(chip, dtype)
-    flows = check_dataflows(chip, dataflow)
-    folded = op.b_is_weight and op.batch > 1
-    m_total = op.m * op.batch if folded else op.m
-    batch = 1 if folded else op.batch
-    # Candidates are simulated in order of their estimate across every (split, dataflow)
-    # group (ties: group order, then blocking order), skipping those whose bound cannot beat
-    # the best. A group's table is built lazily: only once the next candidate's estimate
-    # reaches the group's floor (a bound below every estimate and bound in it), and never when
-    # that floor cannot beat the best; the order is the same as with every table built.
+def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
+    """The mapper's (split, dataflow) groups of ``op``, each ``[floor, position, problem,
+    split, peak bytes per cycle, extra cycles]``: the floor bounds every candidate of the
+    group (its table is built only when the search reaches it)."""
     view = _as_oriented(op, m_total, batch)
     layout = MP.op_layout(view, m_total, chip.tensor_cores, chip)
     groups = []
@@ -83,6 +74,23 @@ def plan(op, chip, dataflow=None):
             pb = MP.orient(view, df, split, m_total, chip.tensor_cores, layout)
             groups.append([MP.group_floor(chip, pb, rates, split, peak_bpc) + extra,
                            len(groups), pb, split, peak_bpc, extra])
+    return groups
+
+
+def plan(op, chip, dataflow=None):
+    """Choose the split, dataflow and blocking for ``op``; returns a dict of the decision."""
+    dtype = op.compute_dtype
+    rates = array_rates(chip, dtype)
+    flows = check_dataflows(chip, dataflow)
+    folded = op.b_is_weight and op.batch > 1
+    m_total = op.m * op.batch if folded else op.m
+    batch = 1 if folded else op.batch
+    # Candidates are simulated in order of their estimate across every (split, dataflow)
+    # group (ties: group order, then blocking order), skipping those whose bound cannot beat
+    # the best. A group's table is built lazily: only once the next candidate's estimate
+    # reaches the group's floor (a bound below every estimate and bound in it), and never when
+    # that floor cannot beat the best; the order is the same as with every table built.
+    groups = _groups(op, chip, rates, flows, m_total, batch)
     pending = sorted(groups, key=lambda g: (g[0], g[1]))
     built = []          # [group, table, est order, est sorted, lb sorted, pointer, engine base]
     heads = []          # heap of (est, group position, local index, built index): each built

@@ -211,8 +211,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     ZeRO, expert and context parallelism over the cluster's topology (docs/cluster.md).
     """
 
-    from ..sim.run import Scenario, run_curve, run_topology
-    from ..sim.run.trace import chrome_trace, schedule_trace
+    from ..sim.run import Scenario, run_curve
     from .precision_spec import run_dtypes
     from .progress import progress_display
     from .run_cluster import plan_flags_given, run_plan
@@ -223,27 +222,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     if topology:
         if model:
             raise ValueError("give either --model or --topology, not both")
-        if weights_dtype not in (None, act_dtype) or kv_dtype not in (None, act_dtype):
-            raise ValueError("a topology runs every GEMM in one dtype: give --act-dtype or "
-                             "--precision DTYPE")
-        with progress_display("run", enabled=not as_json) as progress:
-            progress(0, 1, f"{topology} on {chip}")
-            res = run_topology(chip, topology, dtype=act_dtype,
-                               execution=execution, fusion=fusion)
-            progress(1, 1, "done")
-        d = res.to_dict()
-        if trace:
-            _write_trace(trace, chrome_trace(res.layers, name=f"{res.chip}: {topology}"))
-        if as_json:
-            click.echo(dumps(d))
-            return
-        for r in res.layers:
-            r.setdefault("total_seconds", r["seconds"])
-        con.print(_layer_table(res.layers, res.seconds, f"{topology} on {res.chip}"))
-        con.print(f"total {fmt.seconds(res.seconds)}, {fmt.si(res.flops, 'FLOP')}, "
-                  f"MFU {fmt.pct(res.mfu)}, DRAM {fmt.si(res.dram_bytes, 'B')} "
-                  f"({fmt.pct(res.dram_bw_utilization)} of peak "
-                  f"bandwidth), {res.bound}-bound, energy {res.energy_j:.4g} J")
+        _run_topology(con, chip, topology, weights_dtype, act_dtype, kv_dtype, execution,
+                      fusion, as_json, trace)
         return
     plan_flags = plan_flags_given(dict(pp=pp, ep=ep, cp=cp, zero=zero, zero_shards=zero_shards,
                                        schedule=schedule, virtual_stages=virtual_stages,
@@ -280,6 +260,42 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                           batches=batches, progress=progress)
     for msg in dict.fromkeys(str(w.message) for w in caught):
         echo_err(f"Warning: {msg}")
+    _show_curve(con, curve, chip, overlap, as_json, trace)
+
+def _run_topology(con, chip, topology, weights_dtype, act_dtype, kv_dtype, execution, fusion,
+                  as_json, trace) -> None:
+    """``run --topology``: the file's GEMMs on the chip, printed or as JSON."""
+    from ..sim.run import run_topology
+    from ..sim.run.trace import chrome_trace
+    from .progress import progress_display
+
+    if weights_dtype not in (None, act_dtype) or kv_dtype not in (None, act_dtype):
+        raise ValueError("a topology runs every GEMM in one dtype: give --act-dtype or "
+                         "--precision DTYPE")
+    with progress_display("run", enabled=not as_json) as progress:
+        progress(0, 1, f"{topology} on {chip}")
+        res = run_topology(chip, topology, dtype=act_dtype,
+                           execution=execution, fusion=fusion)
+        progress(1, 1, "done")
+    d = res.to_dict()
+    if trace:
+        _write_trace(trace, chrome_trace(res.layers, name=f"{res.chip}: {topology}"))
+    if as_json:
+        click.echo(dumps(d))
+        return
+    for r in res.layers:
+        r.setdefault("total_seconds", r["seconds"])
+    con.print(_layer_table(res.layers, res.seconds, f"{topology} on {res.chip}"))
+    con.print(f"total {fmt.seconds(res.seconds)}, {fmt.si(res.flops, 'FLOP')}, "
+              f"MFU {fmt.pct(res.mfu)}, DRAM {fmt.si(res.dram_bytes, 'B')} "
+              f"({fmt.pct(res.dram_bw_utilization)} of peak "
+              f"bandwidth), {res.bound}-bound, energy {res.energy_j:.4g} J")
+
+
+def _show_curve(con, curve: dict, chip, overlap: bool, as_json: bool, trace) -> None:
+    """A run's batching curve: the trace of its last run, then JSON or the tables."""
+    from ..sim.run.trace import chrome_trace, schedule_trace
+
     results = curve["results"]
     last = results[-1]
     if trace:

@@ -421,48 +421,91 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     (:func:`~.memory.require_sram_fit`)."""
     if not isinstance(scenario, Scenario):
         raise TypeError(f"scenario must be a Scenario, not {type(scenario).__name__}")
-    model = load_model(model)
-    chip = load_chip(chip)
-    cluster = load_cluster(cluster)
-    s = scenario
-    phase, batch, seq, prompt, gen = s.phase, s.batch, s.seq, s.prompt, s.gen
-    attention, execution = s.attention, s.execution
-    check_positive("batch", batch)
-    train = phase == "train"
+    st = _setup(load_model(model), load_chip(chip), load_cluster(cluster), plan, scenario,
+                golden, simulate)
+    pipe = _pipeline(st)
+    tail = _after_pipeline(st, pipe)
+    return _result(st, pipe, tail)
+
+
+@dataclass
+class _Setup:
+    """What the phases of one cluster step share: the inputs, the lengths the phase runs at,
+    the precision, the memory report, the placed collectives (``comm``), each layer kind's
+    time (``lt``) and per-layer step (``steps``), and the layer kinds of every chunk."""
+
+    model: ModelConfig
+    chip: Chip
+    cluster: Cluster
+    plan: Plan
+    scenario: Scenario
+    golden: bool
+    simulate: OpTimer | None
+    train: bool
+    length: int
+    context: int
+    gen: int
+    micro_batches: int
+    layers_per_chunk: list
+    precision: Any
+    compute_dtype: str
+    mem: ClusterMemory
+    comm: "_Comm"
+    lt: dict
+    lp: Any
+    steps: dict
+    chunks: list
+
+    @property
+    def last_chunk(self) -> int:
+        return self.plan.chunks - 1
+
+
+def _lengths(sc: Scenario) -> tuple[int, int, int, int]:
+    """(length, context, kv_tokens, gen) of a step: the sequence a micro-batch carries, the
+    decode context, the tokens the KV cache reaches, the generated tokens. ValueError naming
+    a missing or non-positive one."""
+    phase, seq, prompt = sc.phase, sc.seq, sc.prompt
+    check_positive("batch", sc.batch)
     context = kv_tokens = 0
-    gen = 1 if gen is None else gen
-    if train:
+    gen = 1 if sc.gen is None else sc.gen
+    if phase == "train":
         if seq is None:
             raise ValueError("train needs seq (sequence length in tokens)")
         check_positive("seq", seq)
-        length = seq
-    else:
-        if prompt is None:
-            raise ValueError(f"{phase} needs prompt (prompt length in tokens)")
-        check_positive("prompt", prompt)
-        if phase == "prefill":
-            length = kv_tokens = prompt
-        else:
-            check_positive("gen", gen)
-            context = prompt
-            kv_tokens = prompt + gen             # the cache at the last step
-            length = 1
-    info = check_plan(plan, model, chips=plan.chips, batch=batch, seq_len=length, phase=phase,
-                      cluster_chips=cluster.chips)
+        return seq, context, kv_tokens, gen
+    if prompt is None:
+        raise ValueError(f"{phase} needs prompt (prompt length in tokens)")
+    check_positive("prompt", prompt)
+    if phase == "prefill":
+        return prompt, context, prompt, gen
+    check_positive("gen", gen)
+    return 1, prompt, prompt + gen, gen        # the cache at the last step
+
+
+def _setup(model: ModelConfig, chip: Chip, cluster: Cluster, plan: Plan, sc: Scenario,
+           golden: bool, simulate: OpTimer | None) -> _Setup:
+    """Phase 1: check the plan and the precision, the memory per chip, and every layer
+    kind's time and per-layer step (compute and its collectives) of one micro-batch."""
+    phase, attention, execution = sc.phase, sc.attention, sc.execution
+    length, context, kv_tokens, gen = _lengths(sc)
+    info = check_plan(plan, model, chips=plan.chips, batch=sc.batch, seq_len=length,
+                      phase=phase, cluster_chips=cluster.chips)
     m, lpc = info["micro_batches"], info["layers_per_chunk"]
     net = bind(cluster, chip)
-    p = default_precision(chip, phase, s.weights_dtype, s.act_dtype, s.kv_dtype)
+    p = default_precision(chip, phase, sc.weights_dtype, sc.act_dtype, sc.kv_dtype)
     comp = check_supported(chip, p)
     # memory per chip against DRAM, or an all-SRAM chip's SRAM (where the stage must fit: the
     # layer times below hold every tensor resident, sim/cluster/timing.py)
     mem = plan_memory(model, plan, p, phase=phase, seq=length, micro_batches=m,
                       layers_per_chunk=lpc, capacity_bytes=chip.memory_bytes,
-                      global_batch=batch, context=kv_tokens, attention=attention,
+                      global_batch=sc.batch, context=kv_tokens, attention=attention,
                       advise=chip.has_dram)
     if not chip.has_dram:
         require_sram_fit(mem, chip=chip.name, model=model.name, plan=plan, precision=p,
                          phase=phase)
     comm = _Comm(plan, net)
+    train = phase == "train"
     lt = layer_times(model, chip, p, phase=phase, tp=plan.tp, cp=plan.cp, ep=plan.ep,
                      micro_batch=plan.micro_batch, seq=length, context=context, gen=gen,
                      sequence_parallel=plan.sequence_parallel, attention=attention,
@@ -472,7 +515,32 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
     steps = _layer_steps(lt, plan, comm, lp, p.w_bytes, p.g_bytes, train)
     chunks = chunk_layers(model, lpc, {k: t.ops for k, t in lt.items()})
-    last_vs = plan.chunks - 1
+    return _Setup(model, chip, cluster, plan, sc, golden, simulate, train, length, context,
+                  gen, m, lpc, p, comp, mem, comm, lt, lp, steps, chunks)
+
+
+@dataclass
+class _Pipe:
+    """Phase 2's result: per device and chunk the forward and backward times of one
+    micro-batch, the activation send, when each device finishes and how busy it was, the
+    exposed pipeline sends, the event-level run (or None) and the schedule's name."""
+
+    fwd: list
+    bwd: list
+    act: float
+    send: float
+    t_pipe: float
+    finish: list
+    busy: list
+    pp_exposed: float
+    run: PipelineRun | None
+    sched: str
+
+
+def _pipeline(st: _Setup) -> _Pipe:
+    """Phase 2: the pipeline over devices and micro-batches (event level or closed form)."""
+    plan, steps, chunks, last_vs, m = st.plan, st.steps, st.chunks, st.last_chunk, \
+        st.micro_batches
 
     def chunk_time(vs: int, fwd: bool) -> float:
         t = sum(steps[k].fwd if fwd else steps[k].bwd for k in chunks[vs])
@@ -485,29 +553,24 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     P, v = plan.pp, plan.virtual_stages
     fwd = [[chunk_time(c * P + s, True) for c in range(v)] for s in range(P)]
     bwd = [[chunk_time(c * P + s, False) for c in range(v)] for s in range(P)]
-    tokens_mb = plan.micro_batch * (1 if phase == "decode" else length // plan.cp)
-    act = tokens_mb * model.hidden_size * p.a_bytes
+    tokens_mb = plan.micro_batch * (1 if st.scenario.phase == "decode"
+                                    else st.length // plan.cp)
+    act = tokens_mb * st.model.hidden_size * st.precision.a_bytes
     if plan.sequence_parallel and plan.tp > 1:
         act /= plan.tp
-    send = comm("pp", "send", act, "pp send") if P > 1 else 0.0
-    step_colls: list[list[tuple[str, float, int]]] = [[] for _ in range(P)]  # once per step
-
-    def logged(s: int, group: str, kind: str, nbytes: float, label: str) -> float:
-        """``comm`` of a collective stage ``s`` runs once per step, remembered for energy."""
-        step_colls[s].append((kind, nbytes, comm.shapes[group].n))
-        return comm(group, kind, nbytes, label)
-    sched = plan.schedule if train else "gpipe"
+    send = st.comm("pp", "send", act, "pp send") if P > 1 else 0.0
+    sched = plan.schedule if st.train else "gpipe"
     run = None
-    if not train:                       # forward only: a flow shop of identical jobs
+    if not st.train:                    # forward only: a flow shop of identical jobs
         per = [sum(f) for f in fwd]
         t_pipe = sum(per) + (m - 1) * max(per) + (P - 1) * send
         finish = [t_pipe] * P
         busy = [m * x for x in per]
         pp_exposed = (P - 1) * send
-        if golden:                     # the event-level run, for traces (same F timings)
+        if st.golden:                   # the event-level run, for traces (same F timings)
             run = simulate_pipeline(fwd, [[0.0] * v for _ in range(P)], m, schedule="gpipe",
                                     send_s=send)
-    elif golden:
+    elif st.golden:
         run = simulate_pipeline(fwd, bwd, m, schedule=sched, send_s=send)
         t_pipe, finish, busy = run.seconds, list(run.finish_s), list(run.busy_s)
         pp_exposed = t_pipe - (simulate_pipeline(fwd, bwd, m, schedule=sched).seconds
@@ -521,19 +584,45 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
             acc += bwd[s][0] + send
         busy = [m * (F[s] + B[s]) for s in range(P)]
         pp_exposed = 2 * (P - 1) * send
-    # after the pipeline: gradient reduction, optimizer, ZeRO-1/2 parameter all-gather
-    tails, opt_s, ag_s = [], [], []
-    sec_per_param, j_per_param = (_adamw_per_param(model, chip, p, simulate) if train
-                                  else (0.0, 0.0))
-    opt_j = []
+    return _Pipe(fwd, bwd, act, send, t_pipe, finish, busy, pp_exposed, run, sched)
+
+
+@dataclass
+class _Tail:
+    """Phase 3's result, per device: the exposed gradient reduction, the optimizer's time and
+    energy, the exposed ZeRO-1/2 parameter all-gather, the end of the step, and the
+    collectives run once per step (for energy)."""
+
+    tails: list
+    opt_s: list
+    opt_j: list
+    ag_s: list
+    ends: list
+    step_colls: list
+
+
+def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
+    """Phase 3: after the pipeline, per device: gradient reduction, optimizer, ZeRO-1/2
+    parameter all-gather (training only)."""
+    plan, p, comm, steps, lt, lp = st.plan, st.precision, st.comm, st.steps, st.lt, st.lp
+    P = plan.pp
+    step_colls: list[list[tuple[str, float, int]]] = [[] for _ in range(P)]  # once per step
+
+    def logged(s: int, group: str, kind: str, nbytes: float, label: str) -> float:
+        """``comm`` of a collective stage ``s`` runs once per step, remembered for energy."""
+        step_colls[s].append((kind, nbytes, comm.shapes[group].n))
+        return comm(group, kind, nbytes, label)
+    tails, opt_s, ag_s, opt_j = [], [], [], []
+    sec_per_param, j_per_param = (_adamw_per_param(st.model, st.chip, p, st.simulate)
+                                  if st.train else (0.0, 0.0))
     for s in range(P):
         mine = device_chunks(plan, s)
-        kinds = [k for c in reversed(mine) for k in reversed(chunks[c])]
-        if last_vs in mine:
+        kinds = [k for c in reversed(mine) for k in reversed(st.chunks[c])]
+        if st.last_chunk in mine:
             kinds = ["head"] + kinds
         if 0 in mine:
             kinds = kinds + ["embedding"]
-        if not train:
+        if not st.train:
             tails.append(0.0)
             opt_s.append(0.0)
             opt_j.append(0.0)
@@ -571,74 +660,99 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
             ag = (logged(s, "zs", "all_gather", dense_params * p.w_bytes, "dp param all-gather")
                   + logged(s, "ezs", "all_gather", expert_params * p.w_bytes,
                            "dp param all-gather experts"))
-            ag_s.append(_exposed(ag, sum(fwd[s]), plan.overlap_dp))
+            ag_s.append(_exposed(ag, sum(pipe.fwd[s]), plan.overlap_dp))
         else:
             ag_s.append(0.0)
-    ends = [finish[s] + tails[s] + opt_s[s] + ag_s[s] for s in range(P)]
+    ends = [pipe.finish[s] + tails[s] + opt_s[s] + ag_s[s] for s in range(P)]
+    return _Tail(tails, opt_s, opt_j, ag_s, ends, step_colls)
+
+
+def _exposed_on(st: _Setup, pipe: _Pipe, tail: _Tail, worst: int) -> dict[str, float]:
+    """Exposed communication by kind on device ``worst`` (the slowest)."""
+    exposed = {k: 0.0 for k in COMM_KINDS}
+    m = st.micro_batches
+    for k in _stage_kinds(st.plan, st.chunks, worst):
+        for kk, x in st.steps[k].exposed_fwd.items():
+            exposed[kk] += x * m
+        for kk, x in st.steps[k].exposed_bwd.items():
+            exposed[kk] += x * m
+    exposed["pp"] += max(0.0, pipe.pp_exposed)
+    exposed["dp"] += tail.tails[worst] + tail.ag_s[worst]
+    return exposed
+
+
+def _hardware_flops(st: _Setup) -> float:
+    """FLOPs every chip executes in the step (recomputation included)."""
+    plan, lt = st.plan, st.lt
+    hw = 0.0
+    for s in range(plan.pp):
+        for k in _stage_kinds(plan, st.chunks, s):
+            x = lt[k].fwd_flops + lt[k].bwd_flops
+            if plan.recompute == "full":
+                x += lt[k].fwd_flops
+            hw += x
+    return hw * st.micro_batches * plan.tp * plan.dp * plan.cp
+
+
+def _result(st: _Setup, pipe: _Pipe, tail: _Tail) -> ClusterResult:
+    """Phase 4: the step's end, exposed communication, FLOPs, energy, power and the result."""
+    model, chip, plan, sc = st.model, st.chip, st.plan, st.scenario
+    phase, batch, length, m = sc.phase, sc.batch, st.length, st.micro_batches
+    P = plan.pp
+    ends = tail.ends
     worst = max(range(P), key=lambda s: ends[s])
     seconds = ends[worst]
-    # exposed communication on the slowest device
-    exposed = {k: 0.0 for k in COMM_KINDS}
-    for c in device_chunks(plan, worst):
-        kinds = list(chunks[c]) + (["embedding"] if c == 0 else []) + \
-            (["head"] if c == last_vs else [])
-        for k in kinds:
-            for kk, x in steps[k].exposed_fwd.items():
-                exposed[kk] += x * m
-            for kk, x in steps[k].exposed_bwd.items():
-                exposed[kk] += x * m
-    exposed["pp"] += max(0.0, pp_exposed)
-    exposed["dp"] += tails[worst] + ag_s[worst]
-    bubble = 1.0 - max(busy) / t_pipe if t_pipe else 0.0
-    # FLOPs
-    flops = _model_flops(model, phase, batch, length, context, gen, p, attention)
-    hw = 0.0
-    for s in range(P):
-        for c in device_chunks(plan, s):
-            kinds = list(chunks[c]) + (["embedding"] if c == 0 else []) + \
-                (["head"] if c == last_vs else [])
-            for k in kinds:
-                x = lt[k].fwd_flops + lt[k].bwd_flops
-                if plan.recompute == "full":
-                    x += lt[k].fwd_flops
-                hw += x
-    hw *= m * plan.tp * plan.dp * plan.cp
-    peak = chip.peak_ops_per_s[comp] * plan.chips
+    exposed = _exposed_on(st, pipe, tail, worst)
+    bubble = 1.0 - max(pipe.busy) / pipe.t_pipe if pipe.t_pipe else 0.0
+    flops = _model_flops(model, phase, batch, length, st.context, st.gen, st.precision,
+                         sc.attention)
+    hw = _hardware_flops(st)
+    peak = chip.peak_ops_per_s[st.compute_dtype] * plan.chips
     tokens = batch * (length if phase != "decode" else 1)
-    energy = _energy(chip, plan, lt, steps, chunks, comm, m, train, act, seconds, opt_s, opt_j,
-                     step_colls)
+    energy = _energy(chip, plan, st.lt, st.steps, st.chunks, st.comm, m, st.train, pipe.act,
+                     seconds, tail.opt_s, tail.opt_j, tail.step_colls)
     energy_j = sum(energy.values())
     pwr = _power_and_cost(chip, plan.chips, seconds, energy_j, tokens)
     hot = [] if not pwr["power_w_per_chip"] or pwr["power_w_per_chip"] <= chip.tdp_w else [
         f"{chip.name}: {pwr['power_w_per_chip']:.0f} W per chip averaged over the step exceeds "
         f"its {chip.tdp_w:.0f} W TDP: not sustainable at {chip.clock_ghz:g} GHz (the cluster "
         f"step is not re-run at a lower clock)"]
-    stage_seconds = [{"stage": s, "forward_s": sum(fwd[s]), "backward_s": sum(bwd[s]),
-                      "finish_s": finish[s], "grad_reduce_exposed_s": tails[s],
-                      "optimizer_s": opt_s[s], "param_all_gather_exposed_s": ag_s[s],
+    stage_seconds = [{"stage": s, "forward_s": sum(pipe.fwd[s]), "backward_s": sum(pipe.bwd[s]),
+                      "finish_s": pipe.finish[s], "grad_reduce_exposed_s": tail.tails[s],
+                      "optimizer_s": tail.opt_s[s],
+                      "param_all_gather_exposed_s": tail.ag_s[s],
                       "end_s": ends[s]} for s in range(P)]
     return ClusterResult(
-        phase=phase, model=model.name, chip=chip.name, cluster=cluster.name, plan=plan,
+        phase=phase, model=model.name, chip=chip.name, cluster=st.cluster.name, plan=plan,
         chips=plan.chips, batch=batch, seq=length, micro_batches=m, seconds=seconds,
         tokens_per_s=tokens / seconds, mfu=flops / (peak * seconds),
         hfu=hw / (peak * seconds), flops=flops, hardware_flops=hw, bubble_fraction=bubble,
-        exposed_comm_s=exposed, comm=comm.log, memory=mem, stage_seconds=stage_seconds,
+        exposed_comm_s=exposed, comm=st.comm.log, memory=st.mem, stage_seconds=stage_seconds,
         energy_j=energy_j, energy_breakdown=energy, tdp_w=chip.tdp_w, warnings=hot, **pwr,
-        timing="engine" if simulate is None else getattr(simulate, "timing", "custom"),
-        layers=steps, pipeline=run,
-        layout={"fwd": fwd, "bwd": bwd, "send_s": send, "chunks": chunks,
-                "finish": finish, "tails": tails, "optimizer": opt_s, "param_ag": ag_s,
-                "pipeline_s": t_pipe},
-        info={"schedule": sched, "pipeline_s": t_pipe, "send_s": send,
-              "execution": execution,
-              "compute_dtype": comp,
-              "decode": {"prompt": context, "gen": gen, "keys_per_query_by_block":
-                         forward_workload(model, p, phase="decode", tp=plan.tp, cp=1,
-                                          ep=plan.ep, micro_batch=plan.micro_batch, seq=1,
-                                          context=context, gen=gen, attention=attention
-                                          ).info["keys_per_query_by_block"]}
-              if phase == "decode" else None,
-              "layers_per_chunk": list(lpc), "golden_pipeline": bool(golden or not train),
-              "groups": {k: {"ranks": s.n, "per_domain": s.n_local, "domains": s.n_dom}
-                         for k, s in comm.shapes.items()},
-              "identical_layers_simulated_once": True})
+        timing="engine" if st.simulate is None else getattr(st.simulate, "timing", "custom"),
+        layers=st.steps, pipeline=pipe.run,
+        layout={"fwd": pipe.fwd, "bwd": pipe.bwd, "send_s": pipe.send, "chunks": st.chunks,
+                "finish": pipe.finish, "tails": tail.tails, "optimizer": tail.opt_s,
+                "param_ag": tail.ag_s, "pipeline_s": pipe.t_pipe},
+        info=_info(st, pipe))
+
+
+def _info(st: _Setup, pipe: _Pipe) -> dict:
+    """The result's ``info``: the schedule, the decode step's keys, the groups' shapes."""
+    plan, sc = st.plan, st.scenario
+    decode = None
+    if sc.phase == "decode":
+        w = forward_workload(st.model, st.precision, phase="decode", tp=plan.tp, cp=1,
+                             ep=plan.ep, micro_batch=plan.micro_batch, seq=1,
+                             context=st.context, gen=st.gen, attention=sc.attention)
+        decode = {"prompt": st.context, "gen": st.gen,
+                  "keys_per_query_by_block": w.info["keys_per_query_by_block"]}
+    return {"schedule": pipe.sched, "pipeline_s": pipe.t_pipe, "send_s": pipe.send,
+            "execution": sc.execution,
+            "compute_dtype": st.compute_dtype,
+            "decode": decode,
+            "layers_per_chunk": list(st.layers_per_chunk),
+            "golden_pipeline": bool(st.golden or not st.train),
+            "groups": {k: {"ranks": s.n, "per_domain": s.n_local, "domains": s.n_dom}
+                       for k, s in st.comm.shapes.items()},
+            "identical_layers_simulated_once": True}

@@ -202,26 +202,11 @@ def _residency_view(res, block: str, node: str, repeat: int) -> list[dict]:
             for a in v.accesses]
 
 
-def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = True,
-                      dp_buckets: dict | None = None,
-                      collective_time: Callable | None = None) -> dict:
-    """Time ``w`` on ``chip`` as a schedule of its programs (module docstring). Returns the
-    totals :func:`~diptych.sim.run.summed.simulate_workload` returns (``seconds``,
-    ``energy_j``, ``dram_bytes``, ``layers``, ``compute_seconds``, ``memory_bound_seconds``,
-    ``communication_seconds``) plus ``fixed_costs_s`` (launches + step syncs), ``launch_s``,
-    ``step_sync_s``, ``utilization`` (per resource, over the step), ``timeline`` (the
-    simulated node phases, for the trace) and ``pieces`` (each program's time and count).
-    ``collective_time(op)``: a collective's seconds (default: the chip's own links,
-    :func:`~diptych.sim.run.links.collective_seconds`; the cluster step times its
-    tensor-parallel collectives on the topology, :mod:`diptych.sim.cluster.timing`)."""
-    fc = chip.fixed_costs
-    op_launch, coll_launch = fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6
-    sync = fc.step_sync_us * 1e-6
-    fuse = fusion and chip.core.vector.on_array_output_path
-    timer = _Timer(chip, simulate, collective_time)
-    stage = {b.name: b.stage for b in w.blocks}
-    cap = capacities(chip)
-    prefetch_ok = "weight" in cap.scratchpad_kinds
+def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
+                   dp_buckets: dict | None) -> list:
+    """Each program piece fused (when ``fuse``), planned for residency, split at its
+    residency segments, and every node's op placed (its operands' locations) and timed:
+    ``(piece, program, residency, origin, ops)``."""
     pieces = program_pieces(w, dp_buckets=dp_buckets)
     accesses = access_index(w)
     plans = []
@@ -238,109 +223,173 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
                                                        accesses, pinned, chip.has_dram)
                 timer(op)
         plans.append((piece, prog, res, origin, ops))
-    stream = timer.stream or chip.dram_bytes_per_s
-    records: dict = {}
-    order: list = []
-    timeline: list = []
-    total = energy = dram = launches = syncs = 0.0
-    t_compute = t_mem = t_comm = 0.0
-    busy: dict = {}
-    offset = 0.0
-    summary = []
-    for piece, prog, res, origin, ops in plans:
-        space = max(0, cap.scratchpad - res.on_chip_bytes("scratchpad")) if prefetch_ok else 0
-        demands = {}
-        launch = {(b.name, k): v for bi, b in enumerate(prog.blocks)
-                  for k, v in _block_launches(prog, bi, op_launch, coll_launch).items()}
-        for b in prog.blocks:
-            for n in b.nodes:
-                t = timer(ops[(b.name, n.name)])
-                pre = t.weight_bytes if 0 < t.weight_bytes <= space else 0.0
-                demands[(b.name, n.name)] = op_demand(
-                    seconds=t.seconds, unit=t.unit, dram_bytes=t.dram_bytes,
-                    stream_bytes_per_s=max(stream, t.bandwidth) if t.dram_bytes else None,
-                    compute_seconds=t.compute_seconds, prefetch_bytes=pre,
-                    launch_seconds=launch[(b.name, n.name)],
-                    co_seconds={"vector": t.vector_seconds} if t.vector_seconds else None)
-        r = list_schedule(prog.with_demands(demands), space_bytes=space,
-                          step_sync_seconds=sync if piece.step else 0.0)
+    return plans
+
+
+def _schedule_piece(piece, prog, ops: dict, timer: "_Timer", space: int, stream: float,
+                    launches: tuple[float, float], sync: float):
+    """List-schedule one piece's program: each node's demand from its timed op (a weight
+    prefetch where it fits ``space``), its launch; returns (schedule, launch per node)."""
+    demands = {}
+    launch = {(b.name, k): v for bi, b in enumerate(prog.blocks)
+              for k, v in _block_launches(prog, bi, *launches).items()}
+    for b in prog.blocks:
+        for n in b.nodes:
+            t = timer(ops[(b.name, n.name)])
+            pre = t.weight_bytes if 0 < t.weight_bytes <= space else 0.0
+            demands[(b.name, n.name)] = op_demand(
+                seconds=t.seconds, unit=t.unit, dram_bytes=t.dram_bytes,
+                stream_bytes_per_s=max(stream, t.bandwidth) if t.dram_bytes else None,
+                compute_seconds=t.compute_seconds, prefetch_bytes=pre,
+                launch_seconds=launch[(b.name, n.name)],
+                co_seconds={"vector": t.vector_seconds} if t.vector_seconds else None)
+    r = list_schedule(prog.with_demands(demands), space_bytes=space,
+                      step_sync_seconds=sync if piece.step else 0.0)
+    return r, launch
+
+
+class _Totals:
+    """What the pieces of a scheduled workload add up to: time, energy, DRAM bytes, fixed
+    costs, time by bound, per-resource busy time, the per-op records (first seen, counts
+    summed), the timeline and each piece's summary."""
+
+    def __init__(self):
+        self.total = self.energy = self.dram = self.launches = self.syncs = 0.0
+        self.t_compute = self.t_mem = self.t_comm = 0.0
+        self.offset = 0.0
+        self.busy: dict = {}
+        self.records: dict = {}
+        self.order: list = []
+        self.timeline: list = []
+        self.summary: list = []
+
+    def add_piece(self, piece, prog, r) -> float:
+        """The piece's time, sync, busy time and summary; returns its length (one run)."""
         length = r.makespan_s + r.step_sync_s
-        total += piece.times * length
-        syncs += piece.times * r.step_sync_s
+        self.total += piece.times * length
+        self.syncs += piece.times * r.step_sync_s
         for k, v in r.busy_s.items():
-            busy[k] = busy.get(k, 0.0) + piece.times * v
-        summary.append({"program": prog.name, "label": piece.label, "times": piece.times,
-                        "makespan_s": r.makespan_s, "step_sync_s": r.step_sync_s,
-                        "start_s": offset,
-                        "blocks": [{"block": bt.name, "repeat": bt.repeat,
-                                    "start_s": offset + bt.start_s, "end_s": offset + bt.end_s,
-                                    "simulated_repeats": bt.simulated_repeats,
-                                    "period_s": bt.period_s, "representative": bt.representative}
-                                   for bt in r.blocks]})
+            self.busy[k] = self.busy.get(k, 0.0) + piece.times * v
+        off = self.offset
+        self.summary.append({
+            "program": prog.name, "label": piece.label, "times": piece.times,
+            "makespan_s": r.makespan_s, "step_sync_s": r.step_sync_s, "start_s": off,
+            "blocks": [{"block": bt.name, "repeat": bt.repeat, "start_s": off + bt.start_s,
+                        "end_s": off + bt.end_s, "simulated_repeats": bt.simulated_repeats,
+                        "period_s": bt.period_s, "representative": bt.representative}
+                       for bt in r.blocks]})
+        return length
+
+    def add_timeline(self, piece, prog, origin: dict, r, stage: dict) -> None:
+        """The simulated node phases of the piece, for the trace."""
+        off = self.offset
         for key, ph in r.phases.items():
             blk = next(b for b in prog.blocks if b.name == key[0])
             node = next(n for n in blk.nodes if n.name == key[2])
-            timeline.append({"block": key[0], "repeat": key[1], "op": key[2],
-                             "unit": node.unit,
-                             "stage": stage.get(origin[key[0]][0], "forward"),
-                             "piece": piece.label,
-                             "phases": [(offset + s, offset + e, lab, early)
-                                        for s, e, lab, early in ph]})
+            self.timeline.append({"block": key[0], "repeat": key[1], "op": key[2],
+                                  "unit": node.unit,
+                                  "stage": stage.get(origin[key[0]][0], "forward"),
+                                  "piece": piece.label,
+                                  "phases": [(off + s, off + e, lab, early)
+                                             for s, e, lab, early in ph]})
+
+    def add_records(self, piece, prog, res, origin: dict, ops: dict, r, timer: "_Timer",
+                    launch: dict, stage: dict) -> None:
+        """Every node's totals and its per-op record (merged with an earlier piece's)."""
         for b, bt in zip(prog.blocks, r.blocks):
             count = b.repeat * piece.times
             for n in b.nodes:
                 op = ops[(b.name, n.name)]
                 t = timer(op)
                 op_launch_s = launch[(b.name, n.name)]
-                launches += op_launch_s * count
-                energy += t.energy_j * count
-                dram += t.dram_bytes * count
+                self.launches += op_launch_s * count
+                self.energy += t.energy_j * count
+                self.dram += t.dram_bytes * count
                 if t.bound == "communication":
                     pass
                 elif t.bound == "memory":
-                    t_mem += t.seconds * count
+                    self.t_mem += t.seconds * count
                 else:
-                    t_compute += t.seconds * count
+                    self.t_compute += t.seconds * count
                 key = (b.name, n.name)
                 rep = bt.representative
                 start, end = r.nodes[(b.name, rep, n.name)]
                 exposed = _exposed(r.phases, (b.name, rep, n.name))
                 if t.bound == "communication":
-                    t_comm += exposed * count
-                rec = records.get(key)
+                    self.t_comm += exposed * count
+                rec = self.records.get(key)
                 if rec is not None:
                     rec["repeat"] += count
                     rec["total_seconds"] = rec["seconds"] * rec["repeat"]
                     rec["exposed_total_s"] += exposed * count
                     continue
                 ob, s0, _ = origin[b.name]
-                rec = {"op": n.name, "kind": t.kind, "shape": _shape(op), "seconds": t.seconds,
-                       "bound": t.bound, "utilization": t.utilization, "flops": t.flops,
-                       "dram_bytes": t.dram_bytes, "energy_j": t.energy_j,
-                       "block": b.name, "stage": stage.get(ob, "optimizer"),
-                       "repeat": count, "total_seconds": t.seconds * count,
-                       "start_s": offset + start, "end_s": offset + end, "exposed_s": exposed,
-                       "exposed_total_s": exposed * count, "launch_s": op_launch_s,
-                       "residency": _residency_view(res, ob, n.name, s0 + rep)}
-                if t.dtype:
-                    rec["dtype"] = t.dtype
-                if isinstance(op, Collective):
-                    rec["link_bytes"] = op.bytes
-                if isinstance(op, FusedOps):
-                    rec["fused"] = [o.name for o in op.ops]
-                    rec["vector_flops"] = t.vector_flops
-                if isinstance(op, FusedAttention):
-                    rec.update(compute_seconds=t.compute_seconds,
-                               memory_seconds=t.memory_seconds,
-                               stream_bytes_per_s=t.bandwidth)
-                records[key] = rec
-                order.append(key)
-        offset += piece.times * length
-    layers = [records[k] for k in order]
-    return {"seconds": total, "energy_j": energy, "dram_bytes": dram, "layers": layers,
-            "compute_seconds": t_compute, "memory_bound_seconds": t_mem,
-            "communication_seconds": t_comm, "fixed_costs_s": launches + syncs,
-            "launch_s": launches, "step_sync_s": syncs,
-            "utilization": {k: v / total if total else 0.0 for k, v in busy.items()},
-            "timeline": timeline, "pieces": summary, "fused": fuse,
+                self.records[key] = _record(op, n, t, b.name, stage.get(ob, "optimizer"), count,
+                                            self.offset + start, self.offset + end, exposed,
+                                            op_launch_s, _residency_view(res, ob, n.name, s0 + rep))
+                self.order.append(key)
+
+
+def _record(op, n, t, block: str, stage: str, count: int, start: float, end: float,
+            exposed: float, launch_s: float, residency: list) -> dict:
+    """One op's record in a scheduled run's ``layers``."""
+    rec = {"op": n.name, "kind": t.kind, "shape": _shape(op), "seconds": t.seconds,
+           "bound": t.bound, "utilization": t.utilization, "flops": t.flops,
+           "dram_bytes": t.dram_bytes, "energy_j": t.energy_j,
+           "block": block, "stage": stage,
+           "repeat": count, "total_seconds": t.seconds * count,
+           "start_s": start, "end_s": end, "exposed_s": exposed,
+           "exposed_total_s": exposed * count, "launch_s": launch_s,
+           "residency": residency}
+    if t.dtype:
+        rec["dtype"] = t.dtype
+    if isinstance(op, Collective):
+        rec["link_bytes"] = op.bytes
+    if isinstance(op, FusedOps):
+        rec["fused"] = [o.name for o in op.ops]
+        rec["vector_flops"] = t.vector_flops
+    if isinstance(op, FusedAttention):
+        rec.update(compute_seconds=t.compute_seconds, memory_seconds=t.memory_seconds,
+                   stream_bytes_per_s=t.bandwidth)
+    return rec
+
+
+def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = True,
+                      dp_buckets: dict | None = None,
+                      collective_time: Callable | None = None) -> dict:
+    """Time ``w`` on ``chip`` as a schedule of its programs (module docstring). Returns the
+    totals :func:`~diptych.sim.run.summed.simulate_workload` returns (``seconds``,
+    ``energy_j``, ``dram_bytes``, ``layers``, ``compute_seconds``, ``memory_bound_seconds``,
+    ``communication_seconds``) plus ``fixed_costs_s`` (launches + step syncs), ``launch_s``,
+    ``step_sync_s``, ``utilization`` (per resource, over the step), ``timeline`` (the
+    simulated node phases, for the trace) and ``pieces`` (each program's time and count).
+    ``collective_time(op)``: a collective's seconds (default: the chip's own links,
+    :func:`~diptych.sim.run.links.collective_seconds`; the cluster step times its
+    tensor-parallel collectives on the topology, :mod:`diptych.sim.cluster.timing`)."""
+    fc = chip.fixed_costs
+    launches = (fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6)
+    sync = fc.step_sync_us * 1e-6
+    fuse = fusion and chip.core.vector.on_array_output_path
+    timer = _Timer(chip, simulate, collective_time)
+    stage = {b.name: b.stage for b in w.blocks}
+    cap = capacities(chip)
+    prefetch_ok = "weight" in cap.scratchpad_kinds
+    plans = _placed_pieces(w, chip, timer, fuse, dp_buckets)
+    stream = timer.stream or chip.dram_bytes_per_s
+    acc = _Totals()
+    for piece, prog, res, origin, ops in plans:
+        space = max(0, cap.scratchpad - res.on_chip_bytes("scratchpad")) if prefetch_ok else 0
+        r, launch = _schedule_piece(piece, prog, ops, timer, space, stream, launches, sync)
+        length = acc.add_piece(piece, prog, r)
+        acc.add_timeline(piece, prog, origin, r, stage)
+        acc.add_records(piece, prog, res, origin, ops, r, timer, launch, stage)
+        acc.offset += piece.times * length
+    total = acc.total
+    return {"seconds": total, "energy_j": acc.energy, "dram_bytes": acc.dram,
+            "layers": [acc.records[k] for k in acc.order],
+            "compute_seconds": acc.t_compute, "memory_bound_seconds": acc.t_mem,
+            "communication_seconds": acc.t_comm, "fixed_costs_s": acc.launches + acc.syncs,
+            "launch_s": acc.launches, "step_sync_s": acc.syncs,
+            "utilization": {k: v / total if total else 0.0 for k, v in acc.busy.items()},
+            "timeline": acc.timeline, "pieces": acc.summary, "fused": fuse,
             "stream_bytes_per_s": stream}

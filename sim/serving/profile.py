@@ -85,31 +85,9 @@ def _write(path: Path, rows: list[dict]) -> None:
         w.writerows(rows)
 
 
-def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_batch: int = 256,
-                   max_context: int | None = None, block_tokens: int = 16, simulate=None,
-                   progress=None) -> list[Path]:
-    """Write the files of the module docstring to ``out_dir``; return their paths.
-
-    Token counts: powers of two and their 1.5× up to ``max_tokens``; decode batches: powers of
-    two up to ``max_batch``; contexts: 0 and powers of two from 16 up to ``max_context``
-    (default: the model's context)."""
-    r = replica
-    m, p, tp = r.model, r.precision, r.tp
-    ctx_max = min(max_context or m.max_position_embeddings, m.max_position_embeddings)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tokens = _pow2_upto(1, max_tokens, half=True)
-    batches = _pow2_upto(1, max_batch)
-    contexts = [0] + _pow2_upto(16, ctx_max - 1)
-    chunks = _pow2_upto(16, min(max_tokens, ctx_max))
-    total = len(tokens) + len(batches) * len(contexts) + len(chunks) * len(contexts)
-    done = [0]
-
-    def tick():
-        done[0] += 1
-        if progress is not None:
-            progress(done[0], total)
-
+def _mlp_rows(r: Replica, tokens: list[int], tick, simulate) -> tuple[list, list]:
+    """Vidur's mlp.csv rows (one per token count, descending) and all_reduce.csv rows."""
+    m, tp = r.model, r.tp
     common = {"n_head": m.heads, "n_kv_head": m.kv_heads, "n_embd": m.hidden_size,
               "n_expanded_embd": m.intermediate_size, "vocab_size": m.vocab_size,
               "use_gated_mlp": m.activation == "swiglu"}
@@ -140,12 +118,14 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
         row.update(common, num_tokens=n, num_tensor_parallel_workers=tp)
         mlp_rows.append(row)
         tick()
-    files = [out / "mlp.csv"]
-    _write(files[0], mlp_rows)
-    if tp > 1 and ar_rows:
-        files.append(out / "all_reduce.csv")
-        _write(files[-1], sorted(ar_rows, key=lambda x: x["size"]))
+    return mlp_rows, ar_rows
 
+
+def _attention_rows(r: Replica, batches: list[int], contexts: list[int], chunks: list[int],
+                    ctx_max: int, block_tokens: int, tick, simulate) -> tuple[list, list]:
+    """Vidur's attention.csv rows (decode batches, then prefill chunks, over the contexts)
+    and diptych's whole-step rows (steps.csv) for the same points."""
+    m, p, tp = r.model, r.precision, r.tp
     acommon = {"n_embd": m.hidden_size, "n_q_head": m.heads, "n_kv_head": m.kv_heads,
                "block_size": block_tokens, "num_tensor_parallel_workers": tp,
                "max_model_len": m.max_position_embeddings,
@@ -199,6 +179,42 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
                               "prefill_past": c, "step_s": st["seconds"],
                               "energy_j_per_chip": st["energy_j"]})
             tick()
+    return att_rows, step_rows
+
+
+def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_batch: int = 256,
+                   max_context: int | None = None, block_tokens: int = 16, simulate=None,
+                   progress=None) -> list[Path]:
+    """Write the files of the module docstring to ``out_dir``; return their paths.
+
+    Token counts: powers of two and their 1.5× up to ``max_tokens``; decode batches: powers of
+    two up to ``max_batch``; contexts: 0 and powers of two from 16 up to ``max_context``
+    (default: the model's context)."""
+    r = replica
+    m, p, tp = r.model, r.precision, r.tp
+    ctx_max = min(max_context or m.max_position_embeddings, m.max_position_embeddings)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tokens = _pow2_upto(1, max_tokens, half=True)
+    batches = _pow2_upto(1, max_batch)
+    contexts = [0] + _pow2_upto(16, ctx_max - 1)
+    chunks = _pow2_upto(16, min(max_tokens, ctx_max))
+    total = len(tokens) + len(batches) * len(contexts) + len(chunks) * len(contexts)
+    done = [0]
+
+    def tick():
+        done[0] += 1
+        if progress is not None:
+            progress(done[0], total)
+
+    mlp_rows, ar_rows = _mlp_rows(r, tokens, tick, simulate)
+    files = [out / "mlp.csv"]
+    _write(files[0], mlp_rows)
+    if tp > 1 and ar_rows:
+        files.append(out / "all_reduce.csv")
+        _write(files[-1], sorted(ar_rows, key=lambda x: x["size"]))
+    att_rows, step_rows = _attention_rows(r, batches, contexts, chunks, ctx_max, block_tokens,
+                                          tick, simulate)
     files.append(out / "attention.csv")
     _write(files[-1], att_rows)
     files.append(out / "steps.csv")

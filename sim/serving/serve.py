@@ -20,7 +20,8 @@ from .deployment import Deployment, Pool, colocated, fit_tp, kv_transfer
 from .engine import Instance, Req, run_loop
 from .kv import KvBudget, kv_budget
 from .metrics import mean_in_system, queue_series, request_metrics, stats
-from .step_time import DirectStepTimer, GridStepTimer, GridSpec, Replica, make_replica
+from .step_time import DirectStepTimer, Replica, make_replica
+from .grid_timer import GridStepTimer, GridSpec
 from .requests import Load, draw_requests
 
 __all__ = ["Deployment", "Load", "StepTimerCache", "Pool", "ServeResult", "colocated", "fit_tp",

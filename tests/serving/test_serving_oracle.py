@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from roofline_double import roofline
 
-from diptych.sim.serving.step_time import (DirectStepTimer, GridSpec, GridStepTimer,
-                                           exact_parts_cost, interpolation_error, make_replica)
+from diptych.sim.serving.step_time import DirectStepTimer, make_replica
+from diptych.sim.serving.grid_timer import (GridSpec, GridStepTimer, exact_parts_cost,
+                                            interpolation_error)
 from diptych.workloads.serving_step import Step, lower_step
 
 

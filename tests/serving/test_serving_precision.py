@@ -11,8 +11,8 @@ from roofline_double import roofline
 from diptych.arch import load_chip
 from diptych.sim.run import Scenario
 from diptych.workloads.ops import Gemm
-from diptych.sim.serving.step_time import (DirectStepTimer, GridStepTimer, exact_parts_cost,
-                                        make_replica)
+from diptych.sim.serving.step_time import DirectStepTimer, make_replica
+from diptych.sim.serving.grid_timer import GridStepTimer, exact_parts_cost
 from diptych.sim.support import dequant_place
 from diptych.sim.run.node import run_workload
 from diptych.workloads.serving_step import Step, lower_step

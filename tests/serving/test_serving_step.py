@@ -8,7 +8,8 @@ from roofline_double import roofline
 
 from diptych.arch import load_chip
 from diptych.sim.run import Scenario
-from diptych.sim.serving.step_time import DirectStepTimer, exact_parts_cost, make_replica
+from diptych.sim.serving.step_time import DirectStepTimer, make_replica
+from diptych.sim.serving.grid_timer import exact_parts_cost
 from diptych.workloads import decode, load_model, prefill
 from diptych.workloads.fused_attention import FusedAttention
 from diptych.workloads.params import kv_bytes_per_token_per_chip

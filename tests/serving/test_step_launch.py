@@ -11,7 +11,8 @@ from roofline_double import roofline
 
 from diptych.arch import Overheads
 from diptych.workloads.ops import Collective, VectorOp
-from diptych.sim.serving.step_time import GridStepTimer, make_replica
+from diptych.sim.serving.step_time import make_replica
+from diptych.sim.serving.grid_timer import GridStepTimer
 from diptych.sim.run.scheduled import schedule_workload
 from diptych.workloads.ops import LAUNCH_TAG, launch_group
 from diptych.workloads.graph import Block, Workload

@@ -329,13 +329,8 @@ def _check_model(source: str, key: str, name: str) -> None:
         raise ValueError(f"{source}: {key}: {exc}") from None
 
 
-def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
-    """Validate a spec dict (parsed TOML); every problem is a ValueError naming the key."""
-    if not isinstance(data, dict):
-        raise ValueError(f"{source}: expected a table of sweep settings, got {data!r}")
-    for key in data:
-        if key not in TOP_KEYS:
-            raise _err(source, key, data[key], f"no such key (known keys: {', '.join(TOP_KEYS)})")
+def _base(data: dict, source: str) -> tuple[str, Chip]:
+    """The spec's ``base`` chip (a path relative to the spec's folder, or a preset)."""
     if "base" not in data:
         raise ValueError(f"{source}: base: missing required key (a chip preset or TOML path "
                          "every point starts from)")
@@ -347,9 +342,13 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
             and base.endswith(".toml"):
         base = str(Path(source).parent / base_path)
     try:
-        base_chip = load_chip(base)
+        return base, load_chip(base)
     except ValueError as exc:
         raise ValueError(f"{source}: base: {exc}") from None
+
+
+def _sampling(data: dict, source: str) -> tuple[str, int, int]:
+    """(mode, samples, seed) of the spec."""
     mode = data.get("mode", "grid")
     if mode not in ("grid", "random"):
         raise _err(source, "mode", mode, "\"grid\" or \"random\"")
@@ -364,15 +363,37 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
     seed = data.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise _err(source, "seed", seed, "an integer")
-    budgets = {}
-    for key in ("area_budget_mm2", "power_budget_w"):
-        if key in data:
-            budgets[key] = _check_value(source, key, "float", data[key])
-    ppt = data.get("points_per_task")
-    if ppt is not None:
-        _check_value(source, "points_per_task", "int", ppt)
+    return mode, samples, seed
 
-    base_dict = to_dict(base_chip)
+
+def _chip_axis(source: str, key: str, kind: str, axis, mode: str):
+    """One ``[chip]`` axis: a list of values, or (random mode) a numeric range table."""
+    if isinstance(axis, dict):
+        if mode != "random":
+            raise _err(source, key, axis, "a list of values (ranges need mode = \"random\")")
+        extra = set(axis) - {"min", "max", "log", "integer"}
+        if extra or "min" not in axis or "max" not in axis:
+            raise _err(source, key, axis, "a range table {min, max, log, integer}")
+        if kind not in ("int", "float"):
+            raise _err(source, key, axis, "a list of values (this parameter is not numeric)")
+        for flag in ("log", "integer"):
+            if not isinstance(axis.get(flag, False), bool):
+                raise _err(source, f"{key}.{flag}", axis[flag], "true or false")
+        lo = _check_value(source, f"{key}.min", "float", axis["min"])
+        hi = _check_value(source, f"{key}.max", "float", axis["max"])
+        if hi < lo:
+            raise _err(source, f"{key}.max", axis["max"], f"at least min ({axis['min']})")
+        return dict(axis)
+    values = axis if isinstance(axis, list) else [axis]
+    if not values:
+        raise ValueError(f"{source}: {key}: empty list: the grid would have no points; "
+                         "give at least one value")
+    return [_check_value(source, f"{key}[{i}]", kind, v) for i, v in enumerate(values)]
+
+
+def _chip_axes(data: dict, source: str, base_dict: dict, mode: str
+               ) -> tuple[dict[str, Any], dict[str, str]]:
+    """The ``[chip]`` axes and each one's kind."""
     chip_axes: dict[str, Any] = {}
     chip_kinds: dict[str, str] = {}
     chip_tab = data.get("chip", {})
@@ -381,31 +402,14 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
     for name, axis in chip_tab.items():
         kind = CHIP_PARAMS[name][0] if name in CHIP_PARAMS else _raw_path_kind(
             base_dict, name, source)
-        key = f"chip.{name}"
         chip_kinds[name] = kind
-        if isinstance(axis, dict):
-            if mode != "random":
-                raise _err(source, key, axis, "a list of values (ranges need mode = \"random\")")
-            extra = set(axis) - {"min", "max", "log", "integer"}
-            if extra or "min" not in axis or "max" not in axis:
-                raise _err(source, key, axis, "a range table {min, max, log, integer}")
-            if kind not in ("int", "float"):
-                raise _err(source, key, axis, "a list of values (this parameter is not numeric)")
-            for flag in ("log", "integer"):
-                if not isinstance(axis.get(flag, False), bool):
-                    raise _err(source, f"{key}.{flag}", axis[flag], "true or false")
-            lo = _check_value(source, f"{key}.min", "float", axis["min"])
-            hi = _check_value(source, f"{key}.max", "float", axis["max"])
-            if hi < lo:
-                raise _err(source, f"{key}.max", axis["max"], f"at least min ({axis['min']})")
-            chip_axes[name] = dict(axis)
-            continue
-        values = axis if isinstance(axis, list) else [axis]
-        if not values:
-            raise ValueError(f"{source}: {key}: empty list: the grid would have no points; "
-                             "give at least one value")
-        chip_axes[name] = [_check_value(source, f"{key}[{i}]", kind, v)
-                           for i, v in enumerate(values)]
+        chip_axes[name] = _chip_axis(source, f"chip.{name}", kind, axis, mode)
+    return chip_axes, chip_kinds
+
+
+def _check_dtype_axis(data: dict, source: str, base_chip: Chip, chip_axes: dict) -> str:
+    """The spec's ``dtype_datapath``, with every dtype of the axis one the base chip can run
+    (``keep``) or has coefficients for (``rebuild``); then the axes that exclude each other."""
     datapath = data.get("dtype_datapath", "keep")
     if datapath not in DTYPE_DATAPATHS:
         raise _err(source, "dtype_datapath", datapath, "\"keep\" or \"rebuild\"")
@@ -430,7 +434,11 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
                          "array_cols (it sets both)")
     if "sram_mib" in chip_axes and "sram_mib_per_core" in chip_axes:
         raise ValueError(f"{source}: chip.sram_mib: cannot be combined with sram_mib_per_core")
+    return datapath
 
+
+def _workload_axes(data: dict, source: str) -> dict[str, list]:
+    """The ``[workload]`` axes (model and phase required)."""
     wl_tab = data.get("workload")
     if not isinstance(wl_tab, dict) or not wl_tab:
         raise ValueError(f"{source}: workload: missing table; expected at least model and "
@@ -459,7 +467,29 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
                              f"({WORKLOAD_PARAMS[req][1]})")
     for i, v in enumerate(workload_axes["model"]):
         _check_model(source, f"workload.model[{i}]", v)
+    return workload_axes
 
+
+def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
+    """Validate a spec dict (parsed TOML); every problem is a ValueError naming the key."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{source}: expected a table of sweep settings, got {data!r}")
+    for key in data:
+        if key not in TOP_KEYS:
+            raise _err(source, key, data[key], f"no such key (known keys: {', '.join(TOP_KEYS)})")
+    base, base_chip = _base(data, source)
+    mode, samples, seed = _sampling(data, source)
+    budgets = {}
+    for key in ("area_budget_mm2", "power_budget_w"):
+        if key in data:
+            budgets[key] = _check_value(source, key, "float", data[key])
+    ppt = data.get("points_per_task")
+    if ppt is not None:
+        _check_value(source, "points_per_task", "int", ppt)
+    base_dict = to_dict(base_chip)
+    chip_axes, chip_kinds = _chip_axes(data, source, base_dict, mode)
+    datapath = _check_dtype_axis(data, source, base_chip, chip_axes)
+    workload_axes = _workload_axes(data, source)
     spec = SweepSpec(base=base, base_chip=base_chip, mode=mode, chip_axes=chip_axes,
                      workload_axes=workload_axes, samples=samples, seed=seed,
                      area_budget_mm2=budgets.get("area_budget_mm2"),

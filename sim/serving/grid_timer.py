@@ -1,0 +1,297 @@
+"""The grid step timer: a serving step's cost interpolated between lazily simulated pieces.
+
+:class:`GridStepTimer` splits a step into its frame and its attention cores
+(:func:`~diptych.workloads.serving_step.step_parts`), has their pieces simulated at the
+vertices of grids (:class:`~diptych.sim.serving.step_pieces.StepPieces`), lazily (a vertex is
+simulated the first time a step needs it), and interpolates
+(:mod:`~diptych.sim.serving.lazy_grid`):
+
+- frame, per block (compute, collectives, energy): piecewise linear in the step's tokens
+  ``N`` (embedding and layer blocks) and, on an axis of its own, in its logits rows (the
+  head), both refined where the engine's time is a staircase
+  (:class:`~diptych.sim.serving.lazy_grid.RefinedAxis`);
+- decode cores: bilinear in (decode batch, keys per sequence) per ``decode_queries``, the
+  keys axis refined where a staircase could move the step (:meth:`GridStepTimer._decode_interp`);
+- prefill cores: bilinear in (chunk, past), per chunk: the fused record's compute term
+  divided by the chunk (exact for the causal ``chunk·(past + (chunk+1)/2)`` work), its
+  memory term as is (exact for the linear K/V traffic);
+- a core whose cell is rough (its simulated centre off the interpolant) where that could
+  move the step by ``refine_tol`` is simulated at the query itself.
+
+The pieces are recombined with the step's rule: the summed model's block rule
+(:func:`~diptych.sim.run.summed.combine_parts`), or for ``execution="schedule"`` the frame's
+scheduled nodes plus the cores' nodes (run + launch) less the schedule's overlap measured at
+the frame's vertices. So with every quantity linear between vertices the timer equals direct
+simulation (:class:`~diptych.sim.serving.step_time.DirectStepTimer`); docs/serving.md gives
+the measured error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ...workloads.serving_step import Step, core_op_names, step_parts
+from ..run.precision_ops import with_precision_ops
+from ..run.summed import block_costs, combine_parts, launch_seconds, step_sync_seconds
+from .lazy_grid import (Axis, RefinedAxis, bilinear, centre_gap, geometric_axis, halve_until,
+                        lerp)
+from .step_pieces import StepPieces
+from .step_time import DirectStepTimer, Replica, StepCost
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """Vertex spacing of a :class:`GridStepTimer` (ratios between neighbouring vertices above
+    the dense ranges). ``max_tokens`` bounds the token and chunk axes, ``max_keys`` the
+    context axes, ``max_batch`` the decode-batch axis."""
+
+    token_ratio: float = 1.06
+    batch_ratio: float = 1.12
+    keys_ratio: float = 1.12
+    chunk_ratio: float = 1.12
+    past_ratio: float = 1.2
+    token_dense: int = 32
+    batch_dense: int = 16
+    max_tokens: int = 1 << 20
+    max_keys: int = 1 << 22
+    max_batch: int = 1 << 16
+    #: adaptive refinement of the token and rows axes (the frame, the head): a cell a query
+    #: falls in is used only once its midpoint, simulated, agrees with the cell's linear
+    #: interpolant to this fraction of the piece's time; otherwise it is halved, down to
+    #: neighbouring integers. The same fraction of the step bounds the decode cores' keys
+    #: cells (:meth:`GridStepTimer._decode_interp`) and the rough prefill cores
+    #: (:meth:`GridStepTimer._trusted`). None: the fixed vertices only.
+    refine_tol: float | None = 0.005
+
+    def __post_init__(self):
+        for f in ("token_ratio", "batch_ratio", "keys_ratio", "chunk_ratio", "past_ratio"):
+            v = getattr(self, f)
+            if not 1.0 < v <= 4.0:
+                raise ValueError(f"{f} must be in (1, 4], not {v!r}")
+        t = self.refine_tol
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))
+                              or not 0.0 < t < 0.5):
+            raise ValueError(f"refine_tol must be None or a fraction in (0, 0.5), not {t!r}")
+
+
+class GridStepTimer:
+    """Interpolating step timer over lazily simulated grid vertices (module docstring)."""
+
+    def __init__(self, replica: Replica, simulate: Callable | None = None,
+                 grid: GridSpec | None = None, progress: Callable[[int], None] | None = None):
+        if replica.execution == "schedule" and replica.attention != "fused":
+            raise ValueError(f"the grid oracle times scheduled steps with fused attention "
+                             f"(its cores are then nodes of their own); with attention "
+                             f"{replica.attention!r} use the direct oracle (--oracle direct)")
+        self.replica = replica
+        self._scheduled = replica.execution == "schedule"
+        self.pieces = pc = StepPieces(replica, simulate, progress)
+        g = grid or GridSpec()
+        self.grid = g
+        tok = geometric_axis(g.token_dense, g.token_ratio, g.max_tokens)
+        self._tok = (Axis(tok, "step tokens") if g.refine_tol is None else
+                     RefinedAxis(tok, "step tokens", pc.frame_at, pc.frame_seconds,
+                                 g.refine_tol))
+        # the head (logits rows) on an axis of its own: a step's rows are its decode queries
+        # and completed prompts, mostly far fewer than its tokens, and the head's GEMM (the
+        # vocabulary) is the largest of the frame
+        self._rows = (Axis(list(tok), "logits rows") if g.refine_tol is None else
+                      RefinedAxis(tok, "logits rows", pc.head_at, pc.head_seconds,
+                                  g.refine_tol))
+        self._bat = Axis(geometric_axis(g.batch_dense, g.batch_ratio, g.max_batch),
+                         "decode batch")
+        self._keys = Axis(geometric_axis(16, g.keys_ratio, g.max_keys), "keys per sequence")
+        self._chunk = Axis(geometric_axis(16, g.chunk_ratio, g.max_tokens), "prefill chunk")
+        self._past = Axis(geometric_axis(16, g.past_ratio, g.max_keys, start=0), "past")
+        self._rough: dict = {}
+        self._gaps: dict[tuple[int, int, int], float] = {}
+        self._roughest: dict[str, float] = {}
+
+    @property
+    def simulations(self) -> int:
+        """Pieces simulated so far (vertices, cell centres, queries simulated exactly)."""
+        return self.pieces.simulations
+
+    @property
+    def kinds(self) -> list[str]:
+        """The layer blocks (one per layer kind), in the frame's order."""
+        return self.pieces.kinds
+
+    def _roughness(self, fn, cell, extra, per_token: bool) -> float:
+        """How far a core cell is from bilinear: the relative gap, in the cores' time,
+        between the cell's centre simulated and its interpolant (one simulation per cell,
+        memoised; 0 for a cell without an interior point)."""
+        key = (fn.__name__, cell, extra)
+        got = self._rough.get(key)
+        if got is None:
+            got = centre_gap(fn, cell, extra, self.pieces.core_seconds, per_token)
+            self._rough[key] = got
+            kind = fn.__name__
+            self._roughest[kind] = max(self._roughest.get(kind, 0.0), got)
+        return got
+
+    def _trusted(self, v, cell, fn, extra, tokens: int, step_s: float) -> bool:
+        """Whether an interpolated core may be used (``step_s``: the step's frame, a lower
+        bound of the step). Its cell's roughness times its time must stay within
+        ``refine_tol`` of the step; and, since one centre cannot prove a cell smooth
+        everywhere and the mapper's noise is a property of the chip, the roughest cell seen
+        for this kind of core times its time within ``3 × refine_tol`` (taking that one at
+        ``refine_tol`` too simulated nearly every distinct prompt of a serving sweep on the
+        h100 preset; docs/serving.md)."""
+        tol = self.grid.refine_tol
+        if tol is None:
+            return True
+        core_s = self.pieces.core_seconds(v, tokens)
+        if core_s <= tol * step_s:          # however rough, it cannot move the step
+            return True
+        if self._roughness(fn, cell, extra, tokens > 1) * core_s > tol * step_s:
+            return False
+        return self._roughest.get(fn.__name__, 0.0) * core_s <= 3 * tol * step_s
+
+    def _frame_interp(self, n: int) -> list[float] | tuple:
+        a, b, w = self._tok.locate(n)
+        lo = self.pieces.frame_at(a)
+        return lerp(lo, self.pieces.frame_at(b), w) if w else lo
+
+    def _head_interp(self, rows: int) -> list[float] | tuple:
+        a, b, w = self._rows.locate(rows)
+        lo = self.pieces.head_at(a)
+        return lerp(lo, self.pieces.head_at(b), w) if w else lo
+
+    def _keys_gap(self, batch: int, k0: int, k1: int, q: int) -> float:
+        """How far the decode cores may stray from linear in the keys cell ``(k0, k1)``,
+        relative to their time at ``k1``: the larger of the gap between the cell's midpoint
+        simulated and its interpolant, and the gap at ``k1`` between the cell's secant and
+        the slope at ``k0`` (``k0 → k0 + 1``) carried across the cell, i.e. the jumps the
+        cell holds. A periodic staircase (one jump per array tile of keys) agrees with the
+        interpolant at the midpoint of a cell holding two jumps; the slope is not fooled so.
+        Measured once per cell (two simulations) at the first batch vertex that needs it:
+        the engine's decode cores are linear in the batch (its sequences are copies of one
+        shape; measured on h100 and tpu-v5e to 0.3 %), so a cell's relative gap holds for
+        every batch."""
+        key = (k0, k1, q)
+        got = self._gaps.get(key)
+        if got is None:
+            f = self._dec_seconds
+            m = (k0 + k1) // 2
+            a, b = f(batch, k0, q), f(batch, k1, q)
+            slope = f(batch, k0 + 1, q) - a
+            mid = abs(f(batch, m, q) - (a + (b - a) * (m - k0) / (k1 - k0)))
+            got = self._gaps[key] = max(mid, abs(b - a - slope * (k1 - k0))) / b
+        return got
+
+    def _dec_seconds(self, batch: int, keys: int, q: int) -> float:
+        return self.pieces.core_seconds(self.pieces.dec_at(batch, keys, q))
+
+    def _decode_interp(self, batch: int, keys: int, q: int, step_s: float) -> list[float]:
+        """The decode cores of ``batch`` sequences of ``keys`` keys each (after the step's
+        ``q`` tokens), bilinear in (batch, keys) on a keys axis refined where it matters.
+
+        The engine's decode attention is linear in the batch (sequences are independent
+        copies of one GEMM shape) but a staircase in the keys on arrays that tile the keys
+        dimension (tpu-v5e: +8 % of the cores at every 128 keys). A keys cell is used once
+        its relative gap (:meth:`_keys_gap`) times the cores' time at the upper batch
+        corner is within ``refine_tol`` of ``step_s`` (the step's frame, a lower bound of
+        the step); otherwise the half holding the query is examined the same way, down to
+        neighbouring integers (exact: the lowering rounds the keys up to an integer). Only
+        cells where a jump could move a step by ``refine_tol`` are halved."""
+        x0, x1, wx = self._bat.locate(batch)
+        k0, k1, wk = self._keys.locate(keys)
+        tol = self.grid.refine_tol
+
+        def settled(a: int, b: int) -> bool:
+            core_s = max(self._dec_seconds(x1, a, q), self._dec_seconds(x1, b, q))
+            # however rough, the cores cannot move the step; or the cell is linear enough
+            return (core_s <= tol * step_s
+                    or self._keys_gap(x1, a, b, q) * core_s <= tol * step_s)
+        if tol is not None:
+            halve_until(self._keys, keys, k0, k1, wk, settled)
+        # the refined axis now locates ``keys`` in the cell the halving settled on
+        return bilinear(self.pieces.dec_at, self._bat, self._keys, batch, keys, q)[0]
+
+    def cost(self, step: Step) -> StepCost:
+        """Interpolated cost of ``step`` (see the module docstring)."""
+        kinds = self.kinds
+        nk = len(kinds)
+        cores = [0.0] * nk
+        core_e = [0.0] * nk
+        body = self._frame_interp(step.tokens)
+        head = self._head_interp(step.rows)
+        frame_s = self.pieces.frame_seconds(body)
+        if step.decode_batch:
+            b, q = step.decode_batch, step.decode_queries
+            # the lowering's keys per sequence: the mean, rounded up (decode_cores)
+            v = self._decode_interp(b, -(-step.decode_keys // b), q, frame_s)
+            for k in range(nk):
+                o, c, m, e = v[4 * k:4 * k + 4]
+                cores[k] += o + max(c, m)
+                core_e[k] += e
+        for chunk, past in step.prefill:
+            v, cell = bilinear(self.pieces.pf_at, self._chunk, self._past, chunk, past)
+            if not self._trusted(v, cell, self.pieces.pf_at, (), chunk, frame_s):
+                v = self.pieces.pf_at(chunk, past)         # simulated at the query itself
+            for k in range(nk):
+                o, c, m, e = v[4 * k:4 * k + 4]
+                cores[k] += o + max(c * chunk, m)
+                core_e[k] += e * chunk
+        # launches spend static power in the summed stand-in; a schedule's energy is its ops'
+        static = 0.0 if self._scheduled else self.replica.chip.energy.static_w
+        for k, launch in enumerate(self.pieces.launches(step)):
+            cores[k] += launch
+            core_e[k] += static * launch
+        secs = energy = 0.0
+        overlap = self.replica.overlap
+        k = 0
+        for i, (name, rep) in enumerate(self.pieces.blocks):
+            src = head if name == "head" else body
+            comp, comm, e = src[3 * i], src[3 * i + 1], src[3 * i + 2]
+            if k < nk and name == kinds[k]:
+                comp += cores[k]
+                e += core_e[k]
+                k += 1
+            secs += rep * (max(comp, comm) if overlap else comp + comm)
+            energy += rep * e
+        if self._scheduled:
+            # the nodes' times add up along the step's dependency chain; what the schedule
+            # overlaps (prefetches, independent work) is measured at the frame's vertices
+            return StepCost(secs + step_sync_seconds(self.replica.chip) - body[-1], energy)
+        return self.replica.with_sync(secs, energy)
+
+
+def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = None
+                     ) -> StepCost:
+    """The step's cost from its pieces simulated exactly (no interpolation): equals
+    :class:`~diptych.sim.serving.step_time.DirectStepTimer` up to rounding (a test holds the decomposition to that)."""
+    r = replica
+    fr, groups = step_parts(r.model, step, precision=r.precision, tp=r.tp,
+                            attention=r.attention)
+    comp: dict[str, float] = {}
+    energy: dict[str, float] = {}
+    names: dict[str, set] = {}
+    fr = with_precision_ops(fr, r.chip)
+    for g in groups:
+        for b in block_costs(r.cores_workload(g), r.chip, simulate):
+            comp[b.name] = comp.get(b.name, 0.0) + b.compute_s
+            energy[b.name] = energy.get(b.name, 0.0) + b.energy_j
+        for k, ns in core_op_names(g).items():
+            names.setdefault(k, set()).update(ns)
+    if r.fixed_costs:
+        op_s = launch_seconds(r.chip)[0]
+        for k, ns in names.items():
+            comp[k] += len(ns) * op_s
+            energy[k] += r.chip.energy.static_w * len(ns) * op_s
+    s, e = combine_parts(block_costs(fr, r.chip, simulate, fixed_costs=r.fixed_costs), comp,
+                         energy, overlap=r.overlap)
+    return r.with_sync(s, e)
+
+
+def interpolation_error(oracle: GridStepTimer, steps, simulate: Callable | None = None
+                        ) -> list[float]:
+    """Relative error of ``oracle`` against direct simulation on ``steps``."""
+    direct = DirectStepTimer(oracle.replica, simulate)
+    out = []
+    for s in steps:
+        d = direct.cost(s).seconds
+        out.append(abs(oracle.cost(s).seconds - d) / d)
+    return out
