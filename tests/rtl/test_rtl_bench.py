@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import rtl_fraction_oracle as oracle
+import rtl_fraction_ref as oracle
 from diptych.rtl import bench, numerics_ref
 from diptych.rtl.bench import (BF16_EDGES, FP8_EDGES, make_plan, os_plan, os_wrap_plan, pack,
                                score, unpack, ws_plan)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rtl_dot_bench as bench
-import rtl_fraction_oracle as oracle
+import rtl_fraction_ref as oracle
 from diptych.rtl.datapath import MODE_CODES
 from diptych.rtl.dot import Dot4Fp8, Dot4OsPe, Dot4WsPe
 from diptych.rtl.numerics_ref import mode_formats

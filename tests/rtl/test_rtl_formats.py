@@ -5,7 +5,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import rtl_fraction_oracle as oracle
+import rtl_fraction_ref as oracle
 from diptych.rtl import formats as F
 from diptych.rtl import minifloat as mf
 

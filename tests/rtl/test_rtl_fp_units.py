@@ -5,7 +5,7 @@ import pytest
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
-import rtl_fraction_oracle as oracle
+import rtl_fraction_ref as oracle
 from diptych.rtl import numerics_ref
 from diptych.rtl.datapath import MODE_CODES, get_datapath
 from diptych.rtl.fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder

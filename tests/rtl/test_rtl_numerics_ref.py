@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import rtl_fraction_oracle as oracle
+import rtl_fraction_ref as oracle
 from rtl_test_vectors import BF16_EDGES, FP8_EDGES, FP32_EDGES, random_fp32
 from diptych.rtl import numerics_ref
 
