@@ -7,7 +7,8 @@ chip beyond dtypes: timing a lowered phase on a chip is :mod:`diptych.sim.run`'s
 """
 
 from .config import ARCHITECTURES, ModelConfig, model_from_hf
-from .graph import Block, Workload
+from .graph import Workload
+from .program import Block
 from .lower import causal_mean_keys, check_tp, decode, decode_context, decode_mean, prefill
 from .memory import MemoryReport
 from .moe import expected_experts_touched, expert_load

@@ -2,7 +2,7 @@
 
 The lowering functions (``workloads/lower.py``) take an optional ``flow``: a :class:`Flow`
 collects the tensor table of the block being lowered and one
-:class:`~diptych.workloads.graph.Access` per op, in the order the ops are emitted; without
+:class:`~diptych.workloads.program.Access` per op, in the order the ops are emitted; without
 one (:data:`NOFLOW`) the functions return exactly the same ops and record nothing. A value
 that lives in part of a tensor (q is a slice of the fused QKV output; after RoPE the rotated
 dimensions live in a new tensor) is a list of *pieces* ``[(tensor, share), ...]``.
@@ -11,7 +11,7 @@ dimensions live in a new tensor) is a list of *pieces* ``[(tensor, share), ...]`
 from __future__ import annotations
 
 from .program import Tensor
-from .graph import Access, Use
+from .program import Access, Use
 
 Pieces = list[tuple[str, float]]
 

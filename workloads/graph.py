@@ -1,145 +1,40 @@
-"""The lowered op graph: blocks of ops, each block standing for ``repeat`` identical layers, and
-the tensors the ops read and write.
+"""A lowered phase: the blocks of the program IR (:mod:`diptych.workloads.program`) one phase
+of a model runs, and the programs a step assembles from them.
 
 Identical transformer layers are lowered (and later simulated) once and scaled by ``repeat``;
-ops within a block run in order. ``stage`` says where in a training step a block belongs.
+ops within a block run in order. A block's ``stage`` says where in a training step it belongs.
 
-**Tensors.** Every op of a lowered block has an :class:`Access` record naming the tensors it
-reads, writes and updates, with its role (a GEMM's A, B or C operand) and the share of the
-tensor it moves (a partial access: RoPE on the rotated part of q and k, the touched rows of an
-embedding table). The names live in the block's tensor table (``tensors``: one layer's
-weights, activations, KV cache, gradients) or, for tensors that connect blocks (the
-embedding's output, the last layer's output, the logits), in ``program_tensors``; ``carry``
-hands the layer output to the next layer's input. A backward (or recompute) block names the
-forward tensors it reads by their forward names and says which block they come from
-(``source``). The access records are kept *beside* the ops, never in them: an op record stays
-a pure shape (``Gemm``, ``VectorOp``, ...) that the engine memoises on.
+**Tensors.** Every node of a lowered block carries an :class:`~diptych.workloads.program.Access`
+record naming the tensors its op reads, writes and updates, with its role (a GEMM's A, B or C
+operand) and the share of the tensor it moves (a partial access: RoPE on the rotated part of
+q and k, the touched rows of an embedding table). The names live in the block's tensor table
+(``tensors``: one layer's weights, activations, KV cache, gradients) or, for tensors that
+connect blocks (the embedding's output, the last layer's output, the logits), in
+``program_tensors``; ``carry`` hands the layer output to the next layer's input. A backward
+(or recompute) block names the forward tensors it reads by their forward names and says which
+block they come from (``source``). The access records are kept in the nodes, beside the ops,
+never in them: an op record stays a pure shape (``Gemm``, ``VectorOp``, ...) that the engine
+memoises on.
 
-:func:`program_pieces` turns a :class:`Workload` into the :class:`~diptych.sim.program.Program`
-(s) the scheduler runs (docs/program.md); a block without access records (a topology file, a
-hand-made block) becomes a chain: each op reads its predecessor's output.
+A :class:`Workload` is one phase's blocks (forward, recompute, backward and optimizer blocks
+of a training step; one step's blocks in inference); :func:`program_pieces` assembles from
+them the :class:`~diptych.workloads.program.Program` (s) the scheduler runs (docs/program.md):
+each block with its repeats per micro-batch or step, the imports of the forward tensors its
+backward reads, the data-parallel gradient all-reduce; a block without access records (a
+topology file, a hand-made block) becomes a chain: each op reads its predecessor's output.
+The summed execution (:func:`diptych.sim.run.summed.simulate_workload`) runs the same blocks'
+nodes one after another.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .ops import Collective, Gemm, Op, VectorOp
-from .program import Block as PBlock
-from .program import Carry, Import, Node, Program, Tensor
 from .fused_attention import FusedAttention
-
-STAGES = ("forward", "recompute", "backward", "optimizer")
-
-#: How an op uses a tensor.
-MODES = ("read", "write", "update")
-#: A use's role: a GEMM's ``a``/``b`` input or ``c`` output; ``dep``: an ordering-only read
-#: (share 0: a summed gradient partial, routing indices the op's byte model leaves out).
-ROLES = ("", "a", "b", "c", "dep")
-
-
-@dataclass(frozen=True)
-class Use:
-    """One op's use of one tensor: ``mode`` (read, write, update), ``share`` (bytes the op
-    moves ÷ the tensor's bytes; 0 for an ordering-only read) and ``role``."""
-
-    tensor: str
-    mode: str = "read"
-    share: float = 1.0
-    role: str = ""
-
-    def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"use of {self.tensor!r}: mode must be one of {', '.join(MODES)}, "
-                             f"not {self.mode!r}")
-        if self.role not in ROLES:
-            raise ValueError(f"use of {self.tensor!r}: role must be one of {ROLES}, not "
-                             f"{self.role!r}")
-        if not (isinstance(self.share, (int, float)) and math.isfinite(self.share)
-                and self.share >= 0):
-            raise ValueError(f"use of {self.tensor!r}: share must be a finite number >= 0, "
-                             f"not {self.share!r}")
-
-
-@dataclass(frozen=True)
-class Access:
-    """The tensors one op uses (:class:`Use` s, in role order). ``rmw``: a vector op's updates
-    are read and written (AdamW's master copy and moments); otherwise an update is written
-    only (a gradient accumulated by a GEMM's output, whose read the engine does not model)."""
-
-    uses: tuple[Use, ...]
-    rmw: bool = False
-
-    def _names(self, mode: str) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(u.tensor for u in self.uses if u.mode == mode))
-
-    @property
-    def reads(self) -> tuple[str, ...]:
-        return self._names("read")
-
-    @property
-    def writes(self) -> tuple[str, ...]:
-        return self._names("write")
-
-    @property
-    def updates(self) -> tuple[str, ...]:
-        return self._names("update")
-
-    def of(self, *, mode: str | None = None, role: str | None = None) -> tuple[Use, ...]:
-        return tuple(u for u in self.uses if (mode is None or u.mode == mode)
-                     and (role is None or u.role == role))
-
-
-@dataclass(frozen=True)
-class Block:
-    """``repeat`` identical copies of ``ops`` (one transformer layer, the head, ...).
-
-    ``access`` (one :class:`Access` per op, or empty for a block without names), ``tensors``
-    (its own tensors, one instance per repeat), ``program_tensors`` (tensors it shares with
-    other blocks), ``carry`` (layer input ← previous layer's output) and ``source`` (the
-    forward block whose tensors a backward or recompute block reads by their names) are
-    described in the module docstring."""
-
-    name: str
-    repeat: int
-    ops: tuple[Op, ...]
-    stage: str = "forward"
-    access: tuple[Access, ...] = ()
-    tensors: tuple[Tensor, ...] = ()
-    program_tensors: tuple[Tensor, ...] = ()
-    carry: tuple[Carry, ...] = ()
-    source: str | None = None
-
-    def __post_init__(self):
-        if self.repeat < 1:
-            raise ValueError(f"repeat must be a positive integer, not {self.repeat!r}")
-        if self.stage not in STAGES:
-            raise ValueError(f"stage must be one of {', '.join(STAGES)}, not {self.stage!r}")
-        if self.access and len(self.access) != len(self.ops):
-            raise ValueError(f"block {self.name!r}: {len(self.access)} access records for "
-                             f"{len(self.ops)} ops (one per op, or none)")
-
-    @property
-    def gemm_flops(self) -> float:
-        """GEMM FLOPs of ``repeat`` copies, fused attention's included (with its recompute)."""
-        return self.repeat * sum(o.flops if isinstance(o, Gemm) else o.gemm_flops
-                                 for o in self.ops if isinstance(o, (Gemm, FusedAttention)))
-
-    @property
-    def recompute_flops(self) -> float:
-        """GEMM FLOPs fused attention backward spends recomputing scores (not model FLOPs)."""
-        return self.repeat * sum(o.recompute_flops for o in self.ops
-                                 if isinstance(o, FusedAttention))
-
-    def tensor(self, name: str) -> Tensor:
-        for t in self.tensors + self.program_tensors:
-            if t.name == name:
-                return t
-        raise KeyError(f"block {self.name!r} has no tensor {name!r}")
-
+from .ops import Collective, Gemm, Op, VectorOp
+from .program import STAGES, Access, Block, Carry, Import, Node, Program, Tensor, Use
 
 @dataclass(frozen=True)
 class Workload:
@@ -182,15 +77,6 @@ class Workload:
 
 
 # ---- from a workload to programs -----------------------------------------------------------
-def op_unit(op) -> str:
-    """The unit an op's main work runs on (``Node.unit``)."""
-    if isinstance(op, Collective):
-        return "link"
-    if isinstance(op, VectorOp):
-        return "vector"
-    return "array"
-
-
 def output_bytes(op) -> float:
     """Bytes an op writes (a chain block's tensor sizes)."""
     if isinstance(op, Gemm):
@@ -212,29 +98,28 @@ class Piece:
 
 
 def _chain_block(b: Block, repeat: int, prev: Tensor | None, i: int
-                 ) -> tuple[PBlock, list[Tensor], Tensor]:
+                 ) -> tuple[Block, list[Tensor], Tensor]:
     """A block without names as a chain: op j reads op j−1's output; repeat k's first op reads
     repeat k−1's last output (the previous block's for k = 0)."""
-    outs = [Tensor(f"out{j}", float(output_bytes(op))) for j, op in enumerate(b.ops)]
+    outs = [Tensor(f"out{j}", float(output_bytes(n.payload))) for j, n in enumerate(b.nodes)]
     entry = prev or Tensor(f"chain{i}.in", 0.0)
     exit_ = Tensor(f"chain{i}.out", outs[-1].bytes)
     glob = ([] if prev else [entry]) + [exit_]
     inp = Tensor("in", entry.bytes)
-    nodes = []
-    for j, op in enumerate(b.ops):
-        nodes.append(Node(op.name if op.name not in {n.name for n in nodes} else f"{op.name}#{j}",
-                          reads=("in",) if j == 0 else (outs[j - 1].name,),
-                          writes=(outs[j].name,), unit=op_unit(op), payload=op))
-    blk = PBlock(b.name, (inp, *outs), tuple(nodes), repeat,
-                 (Carry("in", outs[-1].name, entry.name, exit_.name),))
+    nodes = [dataclasses.replace(n, reads=("in",) if j == 0 else (outs[j - 1].name,),
+                                 writes=(outs[j].name,))
+             for j, n in enumerate(b.nodes)]
+    blk = Block(b.name, (inp, *outs), tuple(nodes), repeat,
+                (Carry("in", outs[-1].name, entry.name, exit_.name),))
     return blk, glob, exit_
 
 
 def _named_block(b: Block, repeat: int, source: Block | None, extra_nodes=(),
-                 extra_tensors=()) -> PBlock:
-    nodes = [Node(op.name, reads=a.reads, writes=a.writes, updates=a.updates,
-                  unit=op_unit(op), payload=op) for op, a in zip(b.ops, b.access)]
-    nodes += list(extra_nodes)
+                 extra_tensors=()) -> Block:
+    """A lowered block with names as a program block: its nodes (and ``extra_nodes``), its
+    tensors, and the imports of the forward tensors a backward or recompute block reads from
+    its ``source``."""
+    nodes = list(b.nodes) + list(extra_nodes)
     tensors = list(b.tensors) + list(extra_tensors)
     imports = ()
     if source is not None:
@@ -242,7 +127,7 @@ def _named_block(b: Block, repeat: int, source: Block | None, extra_nodes=(),
         local = {t for n in nodes for t in n.writes + n.updates}
         used = dict.fromkeys(t for n in nodes for t in n.reads)
         imports = tuple(Import(t, source.name, t) for t in used if t in src and t not in local)
-    return PBlock(b.name, tuple(tensors), tuple(nodes), repeat, b.carry, imports)
+    return Block(b.name, tuple(tensors), tuple(nodes), repeat, b.carry, imports)
 
 
 def _program(name: str, blocks: list[tuple[Block, int]], by_name: dict[str, Block],
@@ -281,8 +166,8 @@ def _merge_recompute(rec: Block, bwd: Block) -> Block:
     tensors = {t.name: t for t in bwd.tensors}
     for t in rec.tensors:
         tensors.setdefault(t.name, t)
-    return dataclasses.replace(bwd, ops=rec.ops + bwd.ops, access=access + bwd.access,
-                               tensors=tuple(tensors.values()))
+    return bwd.with_ops(rec.ops + bwd.ops, access + bwd.access,
+                        tensors=tuple(tensors.values()))
 
 
 def program_pieces(w: Workload, *, dp_buckets: dict | None = None) -> list[Piece]:

@@ -52,7 +52,8 @@ from .config import LayerSpec, ModelConfig
 from .program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .fused_attention import fuse
-from .graph import Block, Workload
+from .graph import Workload
+from .program import Block
 from .moe import expected_experts_touched, expert_load
 from .params import kv_heads_per_rank
 from .precision import Precision
@@ -733,9 +734,9 @@ def _named(name: str, repeat: int, fl: Flow, ops: list[Op], stage: str = "forwar
     if [id(o) for o, _ in fl.records] != [id(o) for o in ops]:
         raise ValueError(f"lowering bug: block {name!r} recorded "
                          f"{[o.name for o, _ in fl.records]} for ops {[o.name for o in ops]}")
-    return Block(name, repeat, tuple(ops), stage, access=tuple(a for _, a in fl.records),
-                 tensors=tuple(fl.tensors.values()), program_tensors=tuple(fl.program.values()),
-                 carry=tuple(carry))
+    return Block.of_ops(name, repeat, tuple(ops), stage, access=tuple(a for _, a in fl.records),
+                        tensors=tuple(fl.tensors.values()),
+                        program_tensors=tuple(fl.program.values()), carry=tuple(carry))
 
 
 def layer_exits(c: _Ctx) -> list[tuple[str, str]]:

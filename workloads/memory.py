@@ -31,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from .ops import Gemm, VectorOp
 from .config import ModelConfig
 from .fused_attention import FusedAttention
-from .graph import Block, Workload
+from .graph import Workload
+from .program import Block
 from .lower import _pos, valid_tp_degrees
 from .params import kv_cache_bytes, params_per_chip
 from .precision import Precision

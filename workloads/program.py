@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..arch.chip import TENSOR_KINDS
+from .fused_attention import FusedAttention
+from .ops import Collective, Gemm, Op, VectorOp
 
 #: Tensor kinds that live across program invocations (weights, caches, optimizer state,
 #: gradient accumulators): an input of one of these kinds is resident for the whole program.
@@ -42,6 +44,75 @@ STATE_KINDS: tuple[str, ...] = ("weight", "kv_cache", "optimizer_state", "gradie
 
 #: The main unit an op runs on (informative; the scheduler uses the node's ``demand``).
 NODE_UNITS: tuple[str, ...] = ("array", "vector", "link", "dma")
+
+STAGES = ("forward", "recompute", "backward", "optimizer")
+
+#: How an op uses a tensor.
+MODES = ("read", "write", "update")
+#: A use's role: a GEMM's ``a``/``b`` input or ``c`` output; ``dep``: an ordering-only read
+#: (share 0: a summed gradient partial, routing indices the op's byte model leaves out).
+ROLES = ("", "a", "b", "c", "dep")
+
+
+@dataclass(frozen=True)
+class Use:
+    """One op's use of one tensor: ``mode`` (read, write, update), ``share`` (bytes the op
+    moves ÷ the tensor's bytes; 0 for an ordering-only read) and ``role``."""
+
+    tensor: str
+    mode: str = "read"
+    share: float = 1.0
+    role: str = ""
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"use of {self.tensor!r}: mode must be one of {', '.join(MODES)}, "
+                             f"not {self.mode!r}")
+        if self.role not in ROLES:
+            raise ValueError(f"use of {self.tensor!r}: role must be one of {ROLES}, not "
+                             f"{self.role!r}")
+        if not (isinstance(self.share, (int, float)) and math.isfinite(self.share)
+                and self.share >= 0):
+            raise ValueError(f"use of {self.tensor!r}: share must be a finite number >= 0, "
+                             f"not {self.share!r}")
+
+
+@dataclass(frozen=True)
+class Access:
+    """The tensors one op uses (:class:`Use` s, in role order). ``rmw``: a vector op's updates
+    are read and written (AdamW's master copy and moments); otherwise an update is written
+    only (a gradient accumulated by a GEMM's output, whose read the engine does not model)."""
+
+    uses: tuple[Use, ...]
+    rmw: bool = False
+
+    def _names(self, mode: str) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(u.tensor for u in self.uses if u.mode == mode))
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return self._names("read")
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        return self._names("write")
+
+    @property
+    def updates(self) -> tuple[str, ...]:
+        return self._names("update")
+
+    def of(self, *, mode: str | None = None, role: str | None = None) -> tuple[Use, ...]:
+        return tuple(u for u in self.uses if (mode is None or u.mode == mode)
+                     and (role is None or u.role == role))
+
+
+def op_unit(op) -> str:
+    """The unit an op's main work runs on (``Node.unit``)."""
+    if isinstance(op, Collective):
+        return "link"
+    if isinstance(op, VectorOp):
+        return "vector"
+    return "array"
 
 
 def _name(what: str, value) -> None:
@@ -92,7 +163,9 @@ class Node:
     place. ``unit`` names the unit its main work runs on; ``demand`` is what the scheduler
     needs, attached once the op is timed (:meth:`Program.with_demands`; the run layer
     attaches a ``Demand`` of :mod:`diptych.sim.program.demand`, which the scheduler
-    checks); ``payload`` carries the op record (Gemm, VectorOp, ...)."""
+    checks); ``payload`` carries the op record (Gemm, VectorOp, ...); ``access``, when the
+    lowering recorded one, the op's :class:`Use` s of its tensors (role, share), from which
+    ``reads``, ``writes`` and ``updates`` follow."""
 
     name: str
     reads: tuple[str, ...] = ()
@@ -101,9 +174,18 @@ class Node:
     unit: str = "array"
     demand: Any = None
     payload: Any = field(default=None, compare=False, repr=False)
+    access: Access | None = None
 
     def __post_init__(self):
         _name("node name", self.name)
+        if self.access is not None:
+            a = self.access
+            given = (tuple(self.reads), tuple(self.writes), tuple(self.updates))
+            if any(given) and given != (a.reads, a.writes, a.updates):
+                raise ValueError(f"node {self.name!r}: give its tensors as an access record "
+                                 f"or as reads/writes/updates, not both")
+            for what in ("reads", "writes", "updates"):
+                object.__setattr__(self, what, getattr(a, what))
         for what in ("reads", "writes", "updates"):
             object.__setattr__(self, what, _names(f"node {self.name!r}: {what}",
                                                   getattr(self, what)))
@@ -152,7 +234,15 @@ class Import:
 @dataclass(frozen=True)
 class Block:
     """``repeat`` identical copies of ``nodes`` over their own instances of ``tensors``;
-    ``imports`` name tensors of an earlier block's repeats (see :class:`Import`)."""
+    ``imports`` name tensors of an earlier block's repeats (see :class:`Import`).
+
+    As the lowering emits it (:meth:`of_ops`), a block also says where in a phase it belongs
+    (``stage``), which tensors it shares with other blocks (``program_tensors``: the
+    embedding's output, a layer's output, the logits) and, for a backward or recompute block,
+    the forward block whose tensors it reads by their names (``source``); the programs a
+    step runs are assembled from such blocks (:func:`diptych.workloads.graph.program_pieces`).
+    A block whose nodes carry no access record (a topology file, a hand-made list of ops)
+    runs as a chain, each op reading its predecessor's output."""
 
     name: str
     tensors: tuple[Tensor, ...]
@@ -160,6 +250,9 @@ class Block:
     repeat: int = 1
     carry: tuple[Carry, ...] = ()
     imports: tuple[Import, ...] = ()
+    stage: str = "forward"
+    program_tensors: tuple[Tensor, ...] = ()
+    source: str | None = None
 
     def __post_init__(self):
         _name("block name", self.name)
@@ -167,14 +260,67 @@ class Block:
         if isinstance(r, bool) or not isinstance(r, int) or r < 1:
             raise ValueError(f"block {self.name!r}: repeat must be a positive integer, "
                              f"not {r!r}")
-        object.__setattr__(self, "tensors", tuple(self.tensors))
-        object.__setattr__(self, "nodes", tuple(self.nodes))
-        object.__setattr__(self, "carry", tuple(self.carry))
-        object.__setattr__(self, "imports", tuple(self.imports))
+        if self.stage not in STAGES:
+            raise ValueError(f"stage must be one of {', '.join(STAGES)}, not {self.stage!r}")
+        for f in ("tensors", "nodes", "carry", "imports", "program_tensors"):
+            object.__setattr__(self, f, tuple(getattr(self, f)))
         if not self.nodes:
             raise ValueError(f"block {self.name!r} has no nodes")
         _unique(f"block {self.name!r}: tensor", [t.name for t in self.tensors])
         _unique(f"block {self.name!r}: node", [n.name for n in self.nodes])
+
+    @classmethod
+    def of_ops(cls, name: str, repeat: int, ops, stage: str = "forward", *, access=(),
+               tensors=(), program_tensors=(), carry=(), source: str | None = None
+               ) -> "Block":
+        """A block of ``ops`` (one node each, named as its op; ``access``: one
+        :class:`Access` per op, or none for a chain block, whose nodes of a repeated name
+        are numbered ``name#j``)."""
+        ops = tuple(ops)
+        if access and len(access) != len(ops):
+            raise ValueError(f"block {name!r}: {len(access)} access records for "
+                             f"{len(ops)} ops (one per op, or none)")
+        nodes, seen = [], set()
+        for j, op in enumerate(ops):
+            n = op.name if (access or op.name not in seen) else f"{op.name}#{j}"
+            seen.add(n)
+            nodes.append(Node(n, unit=op_unit(op), payload=op,
+                              access=access[j] if access else None))
+        return cls(name, tuple(tensors), tuple(nodes), repeat, tuple(carry), (), stage,
+                   tuple(program_tensors), source)
+
+    def with_ops(self, ops, access=None, **changes) -> "Block":
+        """This block with ``ops`` (and their ``access`` records, or none) instead of its own,
+        and any other field of :meth:`of_ops` changed."""
+        f = dict(name=self.name, repeat=self.repeat, stage=self.stage, tensors=self.tensors,
+                 program_tensors=self.program_tensors, carry=self.carry, source=self.source)
+        f.update(changes)
+        return Block.of_ops(f.pop("name"), f.pop("repeat"), ops, access=tuple(access or ()),
+                            **f)
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        """The op records of the nodes, in order."""
+        return tuple(n.payload for n in self.nodes)
+
+    @property
+    def access(self) -> tuple[Access, ...]:
+        """One access record per node, or none for a chain block."""
+        if any(n.access is None for n in self.nodes):
+            return ()
+        return tuple(n.access for n in self.nodes)
+
+    @property
+    def gemm_flops(self) -> float:
+        """GEMM FLOPs of ``repeat`` copies, fused attention's included (with its recompute)."""
+        return self.repeat * sum(o.flops if isinstance(o, Gemm) else o.gemm_flops
+                                 for o in self.ops if isinstance(o, (Gemm, FusedAttention)))
+
+    @property
+    def recompute_flops(self) -> float:
+        """GEMM FLOPs fused attention backward spends recomputing scores (not model FLOPs)."""
+        return self.repeat * sum(o.recompute_flops for o in self.ops
+                                 if isinstance(o, FusedAttention))
 
     def tensor(self, name: str) -> Tensor:
         for t in self.tensors:

@@ -54,7 +54,8 @@ from .config import LayerSpec, ModelConfig
 from .dataflow import Flow
 from .ops import LAUNCH_TAG
 from .fused_attention import FusedAttention
-from .graph import Access, Block, Use, Workload
+from .graph import Workload
+from .program import Access, Block, Use
 from .lower import (_attention_gqa, _attention_mla, _Ctx, _embedding, _head, check_attention,
                     check_tp, embedding_block, head_block, layer_exits, layer_kinds, layer_ops)
 from .params import kv_bytes_per_token_per_chip
@@ -233,8 +234,8 @@ def _layer_blocks(c: _Ctx, cores: dict[str, list[Op]]) -> list[Block]:
         ops = layer_ops(ck)
         at = next(i for i, op in enumerate(ops) if op.name in CORE_OPS)
         dense = [op for op in ops if op.name not in CORE_OPS]
-        out.append(Block(name, rep, tuple(dense[:at]) + tuple(cores.get(name, ()))
-                         + tuple(dense[at:])))
+        out.append(Block.of_ops(name, rep, tuple(dense[:at]) + tuple(cores.get(name, ()))
+                                + tuple(dense[at:])))
     return out
 
 
@@ -242,8 +243,8 @@ def _blocks(m: ModelConfig, p: Precision, tp: int, attention: str, tokens: int, 
             cores: dict[str, list[Op]]) -> list[Block]:
     c = _Ctx(m, p, tp, tokens, 1, 0, "decode", attention)
     h = _Ctx(m, p, tp, rows, 1, 0, "decode", attention)
-    return ([Block("embedding", 1, tuple(_embedding(c)))] + _layer_blocks(c, cores)
-            + [Block("head", 1, tuple(_head(h)))])
+    return ([Block.of_ops("embedding", 1, tuple(_embedding(c)))] + _layer_blocks(c, cores)
+            + [Block.of_ops("head", 1, tuple(_head(h)))])
 
 
 def frame(m: ModelConfig, tokens: int, rows: int, *, precision: Precision, tp: int,
@@ -353,11 +354,11 @@ def _named_layer(name: str, rep: int, ck: _Ctx, entry: str, exit_: str,
         recs.append((op, acc))
     recs[at:at] = cores
     used = {u.tensor for _, acc in recs for u in acc.uses}
-    return Block(name, rep, tuple(op for op, _ in recs), "forward",
-                 access=tuple(acc for _, acc in recs),
-                 tensors=tuple(t for n, t in tensors.items() if n in used),
-                 program_tensors=tuple(fl.program.values()),
-                 carry=(Carry("x", "y", entry, exit_),))
+    return Block.of_ops(name, rep, tuple(op for op, _ in recs), "forward",
+                        access=tuple(acc for _, acc in recs),
+                        tensors=tuple(t for n, t in tensors.items() if n in used),
+                        program_tensors=tuple(fl.program.values()),
+                        carry=(Carry("x", "y", entry, exit_),))
 
 
 def _named_head(h: _Ctx, tokens: int) -> Block:
@@ -369,11 +370,11 @@ def _named_head(h: _Ctx, tokens: int) -> Block:
         return hb
     f = rows / tokens
     hidden = Tensor("hidden", tokens * h.m.hidden_size * h.p.a_bytes)
-    return replace(hb, program_tensors=tuple(hidden if t.name == "hidden" else t
-                                             for t in hb.program_tensors),
-                   access=tuple(replace(acc, uses=tuple(
-                       replace(u, share=u.share * f) if u.tensor == "hidden" else u
-                       for u in acc.uses)) for acc in hb.access))
+    return hb.with_ops(hb.ops, tuple(replace(acc, uses=tuple(
+                           replace(u, share=u.share * f) if u.tensor == "hidden" else u
+                           for u in acc.uses)) for acc in hb.access),
+                       program_tensors=tuple(hidden if t.name == "hidden" else t
+                                             for t in hb.program_tensors))
 
 
 def lower_step(m: ModelConfig, step: Step, *, precision: Precision | None = None, tp: int = 1,
@@ -408,7 +409,8 @@ def core_workload(cores: dict[str, tuple[Op, ...]]) -> Workload:
     for ops in cores.values():
         if any(isinstance(o, Collective) for o in ops):
             raise ValueError("attention cores hold no collectives")
-    return Workload("decode", tuple(Block(name, 1, tuple(ops)) for name, ops in cores.items()),
+    return Workload("decode",
+                    tuple(Block.of_ops(name, 1, tuple(ops)) for name, ops in cores.items()),
                     tokens=1, batch=1)
 
 

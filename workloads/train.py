@@ -31,7 +31,8 @@ from .ops import Collective, Gemm, Op, VectorOp
 from .program import Carry, Tensor
 from .config import ModelConfig
 from .fused_attention import FusedAttention, fused_backward
-from .graph import Access, Block, Use, Workload
+from .graph import Workload
+from .program import Access, Block, Use
 from .lower import (_check_common, _Ctx, _layer_blocks, check_attention, check_cp, check_ep,
                     embedding_block, forward_blocks, head_block, keys_info, layer_kinds)
 from .params import params_per_chip, weight_tensors
@@ -80,7 +81,7 @@ def _backward_block(b: Block, p: Precision) -> Block:
     for op in reversed(b.ops):
         ops += backward_ops(op, p)
     if not b.access:
-        return Block(f"{b.name}.bwd", b.repeat, tuple(ops), "backward")
+        return Block.of_ops(f"{b.name}.bwd", b.repeat, tuple(ops), "backward")
     return _named_backward(b, ops, p)
 
 
@@ -202,9 +203,9 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
     read = {u.tensor for x in access for u in x.uses}
     local.update({t.name: t for t in b.tensors if t.name in read})
     program.update({t.name: t for t in b.program_tensors if t.name in read})
-    return Block(f"{b.name}.bwd", b.repeat, tuple(bops), "backward", access=tuple(access),
-                 tensors=tuple(local.values()), program_tensors=tuple(program.values()),
-                 carry=carry, source=b.name)
+    return Block.of_ops(f"{b.name}.bwd", b.repeat, tuple(bops), "backward", access=tuple(access),
+                        tensors=tuple(local.values()), program_tensors=tuple(program.values()),
+                        carry=carry, source=b.name)
 
 
 def adamw_op(n: int, p: Precision, name: str = "adamw") -> VectorOp:
@@ -247,8 +248,8 @@ def _adamw_block(name: str, repeat: int, n: int, p: Precision) -> Block:
         t.append(Tensor("w_col", n * p.w_bytes, "weight", live_out=True))
         uses.append(Use("w_col", "write"))
     acc = Access(tuple(uses), rmw=True)
-    return Block(name, repeat, (adamw_op(n, p),), "optimizer", access=(acc,),
-                 tensors=tuple(t))
+    return Block.of_ops(name, repeat, (adamw_op(n, p),), "optimizer", access=(acc,),
+                        tensors=tuple(t))
 
 
 def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Block]:
@@ -260,9 +261,9 @@ def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Blo
     if dp > 1:
         op = Collective(name="grad_all_reduce", kind="all_reduce", bytes=n * p.g_bytes,
                         group=dp, tags=("dp",))
-        blocks.append(Block("grad_all_reduce", 1, (op,), "optimizer",
-                            access=(Access((Use("grads"), Use("grads_reduced", "write"))),),
-                            tensors=(Tensor("grads", op.bytes, "gradient"),
+        blocks.append(Block.of_ops("grad_all_reduce", 1, (op,), "optimizer",
+                                   access=(Access((Use("grads"), Use("grads_reduced", "write"))),),
+                                   tensors=(Tensor("grads", op.bytes, "gradient"),
                                      Tensor("grads_reduced", op.bytes, "gradient",
                                             live_out=True))))
     q, r = divmod(n, ADAMW_CHUNK)

@@ -31,7 +31,8 @@ from functools import lru_cache
 
 from ...workloads.ops import Collective, Gemm, Op, VectorOp
 from ...workloads.config import ModelConfig
-from ...workloads.graph import Block, Workload
+from ...workloads.graph import Workload
+from ...workloads.program import Block
 from ...workloads.lower import decode_mean, prefill
 from ...workloads.memory import is_replicated, layer_saved_bytes
 from ...workloads.precision import Precision
@@ -148,7 +149,7 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
         ops = [o for o in b.ops if not isinstance(o, Collective)]
         # K/V operands span the layer kind's mean keys; the rank stores q_len tokens of them
         ks = q_len / keys_by_block[kind] if kind in keys_by_block else 1.0
-        saved = layer_saved_bytes(Block(kind, 1, tuple(ops)), ks, m.hidden_size, tokens,
+        saved = layer_saved_bytes(Block.of_ops(kind, 1, tuple(ops)), ks, m.hidden_size, tokens,
                                   split) if train else 0.0
         sel_bytes, sel_ops = _selective(ops, m, tokens, split)
         out[kind] = LayerOps(

@@ -38,7 +38,8 @@ import math
 from dataclasses import dataclass
 
 from ...workloads.config import ModelConfig
-from ...workloads.graph import Block, Workload
+from ...workloads.graph import Workload
+from ...workloads.program import Block
 from ...workloads.memory import (MemoryReport, peak_working_bytes, zero_buffer_bytes,
                                  zero_state_bytes)
 from ...workloads.params import kv_bytes_per_token_per_chip
@@ -143,7 +144,7 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
                          for i in range(starts[c], starts[c + 1]))
             seqs = global_batch // plan.dp
             bd["kv_cache"] = seqs * cached / plan.cp * per_layer
-            w = Workload(phase, tuple(Block(k, 1, lo[k].forward) for k in lo), tokens=1,
+            w = Workload(phase, tuple(Block.of_ops(k, 1, lo[k].forward) for k in lo), tokens=1,
                          batch=1)
             bd["activations"] = peak_working_bytes(w) + lo["embedding"].input_bytes
         totals.append(sum(bd.values()))

@@ -46,7 +46,8 @@ from ...arch.cluster import Cluster, load_cluster
 from ...arch.loader import load_chip
 from ..support import check_supported
 from ...workloads.config import ModelConfig
-from ...workloads.graph import Block, Workload
+from ...workloads.graph import Workload
+from ...workloads.program import Block
 from ...workloads.lower import decode_mean, prefill
 from ...workloads.params import params_per_chip
 from ...workloads.registry import load_model
@@ -324,7 +325,7 @@ def _adamw_per_param(model, chip, p, simulate) -> tuple[float, float]:
     op = adamw_op(min(ADAMW_CHUNK, max(1, math.ceil(params_per_chip(model, 1)))), p)
     if not chip.has_dram:             # the optimizer state lives in SRAM too
         op = resident(op)
-    w = Workload("train", (Block("optimizer", 1, (op,), "optimizer"),), tokens=1, batch=1)
+    w = Workload("train", (Block.of_ops("optimizer", 1, (op,), "optimizer"),), tokens=1, batch=1)
     t = simulate_workload(w, chip, simulate=simulate)
     return t["seconds"] / op.elements, t["energy_j"] / op.elements
 

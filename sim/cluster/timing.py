@@ -57,7 +57,8 @@ from ..api import all_resident
 from ...workloads.ops import Gemm, Op, VectorOp
 from ...workloads.config import ModelConfig
 from ...workloads.fused_attention import FusedAttention, on_chip
-from ...workloads.graph import Block, Workload
+from ...workloads.graph import Workload
+from ...workloads.program import Block
 from ...workloads.precision import Precision
 from ..run.scheduled import schedule_workload
 from ..run.precision_ops import with_precision_ops
@@ -133,7 +134,7 @@ def _sum(ops, chip, simulate, stage) -> tuple[float, float, float, float]:
     if not ops:
         return 0.0, 0.0, 0.0, 0.0
     def one(ops) -> Workload:
-        return Workload("train", (Block("x", 1, tuple(ops), stage),), tokens=1, batch=1)
+        return Workload("train", (Block.of_ops("x", 1, tuple(ops), stage),), tokens=1, batch=1)
 
     w = with_precision_ops(one(ops), chip)
     if not chip.has_dram:
@@ -179,7 +180,7 @@ def _split(r: dict, tp_names: frozenset, stage: str | None = None
 
 
 def _flops(ops) -> float:
-    return Workload("train", (Block("x", 1, tuple(ops)),), tokens=1, batch=1).flops() \
+    return Workload("train", (Block.of_ops("x", 1, tuple(ops)),), tokens=1, batch=1).flops() \
         if ops else 0.0
 
 

@@ -141,7 +141,7 @@ def _prologue(nodes: list[Node], ext: set[str], updated: set[str]) -> bool:
         reads = tuple(dict.fromkeys([t for t in c.reads if t not in n.writes] + list(n.reads)))
         reads = tuple(t for t in reads if t not in c.writes and t not in c.updates)
         trial = list(nodes)
-        trial[j] = replace(c, name=f"{n.name}+{c.name}", reads=reads,
+        trial[j] = replace(c, name=f"{n.name}+{c.name}", reads=reads, access=None,
                            payload=replace(f, prologue=(op,) + f.prologue))
         del trial[i]
         if _acyclic(trial):
@@ -172,7 +172,7 @@ def _epilogue(nodes: list[Node], ext: set[str], updated: set[str]) -> bool:
         reads = tuple(dict.fromkeys(list(g.reads) + [t for t in n.reads if t not in inner]))
         f = _as_fused(g.payload)
         trial = list(nodes)
-        trial[j] = replace(g, name=f"{g.name}+{n.name}", reads=reads,
+        trial[j] = replace(g, name=f"{g.name}+{n.name}", reads=reads, access=None,
                            writes=tuple(dict.fromkeys(keep + list(n.writes))),
                            payload=replace(f, epilogue=f.epilogue + (op,)))
         del trial[i]

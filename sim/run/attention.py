@@ -1,8 +1,8 @@
 """Timing a fused (FlashAttention-style) attention record on a chip, from its parts.
 
 The record (:class:`~diptych.workloads.fused_attention.FusedAttention`) carries the ops the
-kernel runs on chip (the QKᵀ and PV GEMMs and the softmax, with their unfused shapes) and the fused
-kernel's own DRAM traffic; the rule (:func:`fused_stats`)::
+kernel runs on chip (the QKᵀ and PV GEMMs and the softmax, with their unfused shapes) and the
+fused kernel's own DRAM traffic; the rule (:func:`fused_stats`)::
 
     seconds = max(Σ compute time of the parts,  dram_bytes ÷ streaming bandwidth)
 

@@ -404,7 +404,7 @@ def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,
     (``dtype`` defaults to the chip's default precision). ``execution``: "schedule" (a chain
     program, each GEMM reading its predecessor's output, with the residency plan and fixed
     costs) or "sum" (each GEMM alone from DRAM, times added); None: :func:`default_execution`."""
-    from ...workloads.graph import Block
+    from ...workloads.program import Block
     from ...workloads.scalesim import load_topology
 
     chip = load_chip(chip)
@@ -421,7 +421,7 @@ def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,
                          f"{', '.join(chip.dtypes)})")
     ops = load_topology(path, dtype=dt)
     check_ops(ops, chip)
-    w = Workload("topology", (Block("topology", 1, tuple(ops)),), tokens=1, batch=1)
+    w = Workload("topology", (Block.of_ops("topology", 1, tuple(ops)),), tokens=1, batch=1)
     if execution == "schedule":
         from .scheduled import schedule_workload
         t = schedule_workload(w, chip, simulate=simulate or _default_simulate(), fusion=fusion)

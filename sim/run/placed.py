@@ -20,7 +20,7 @@ __all__ = ["access_index", "placed_op", "split_segments"]
 
 
 def access_index(w) -> dict:
-    """``id(op)`` → its :class:`~diptych.workloads.graph.Access` (roles and shares of the
+    """``id(op)`` → its :class:`~diptych.workloads.program.Access` (roles and shares of the
     tensors it uses), over every block of workload ``w`` that records names."""
     out = {}
     for b in w.blocks:

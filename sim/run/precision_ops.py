@@ -76,9 +76,11 @@ import math
 
 from ...arch.dtypes import element_bits, fmt, scale_count
 from ...workloads.fused_attention import FusedAttention
-from ...workloads.graph import Access, Block, Use, Workload
+from ...workloads.graph import Workload
+from ...workloads.program import Access, Block, Use
 from ...workloads.ops import Gemm, VectorOp
 from ...workloads.program import Tensor
+from ...workloads.serving_step import base_name
 from ...workloads.quant import (DEQUANT_OPS_PER_ELEMENT, RESCALE_OPS_PER_ELEMENT, _quant_op,
                                 columnwise_quant_op, rescale_block, vector_quant_op)
 from ..support import dequant_place, expanded_b_bits
@@ -134,10 +136,18 @@ def attention_precision_ops(op: FusedAttention, chip) -> list[VectorOp]:
     """The ops ``chip`` runs beside fused attention ``op`` for the precision of the GEMMs it
     runs on chip (module docstring): its parts' rescale, dequant and quant ops, without the
     scale streams (the record's DRAM traffic counts them) and, when V is a slice of K's
-    tensor (``kv_shared``), without a second expansion of the cache."""
+    tensor (``kv_shared``), without a second expansion of the cache. The ops of a serving
+    step's sequence group ``g > 0`` (a record named ``name@g``,
+    :func:`~diptych.workloads.serving_step.lower_step`) carry its mark too
+    (``attn_scores@g.quant``): each group's are its own."""
     shared = "kv_shared" in op.tags
-    return [x for i, g in enumerate(op.gemms)
-            for x in precision_ops(g, chip, scales=False, dequant=not (shared and i > 0))]
+    ops = [x for i, g in enumerate(op.gemms)
+           for x in precision_ops(g, chip, scales=False, dequant=not (shared and i > 0))]
+    mark = op.name[len(base_name(op.name)):]
+    if not mark:
+        return ops
+    return [dataclasses.replace(x, name=f"{stem}{mark}.{suffix}")
+            for x in ops for stem, suffix in (x.name.rsplit(".", 1),)]
 
 
 def _ordering_reads(op, acc: Access, kinds: dict, made: set) -> tuple[Use, ...]:
@@ -189,8 +199,7 @@ def _with_ops(b: Block, chip) -> Block:
             made.update(acc.writes + acc.updates)
     if not changed:
         return b
-    return dataclasses.replace(b, ops=tuple(ops), access=tuple(access) if b.access else (),
-                               tensors=tuple(tensors))
+    return b.with_ops(ops, access if b.access else None, tensors=tuple(tensors))
 
 
 def with_precision_ops(w: Workload, chip) -> Workload:

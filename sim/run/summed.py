@@ -44,9 +44,35 @@ def _shape(op: Op) -> str:
     return f"{op.elements}"
 
 
+def _timed(op: Op, chip: Chip, sim) -> dict:
+    """One op timed alone, every operand from DRAM: its record (seconds, energy, bound, ...)."""
+    if isinstance(op, Collective):
+        return {"op": op.name, "kind": op.kind, "shape": _shape(op),
+                "seconds": collective_seconds(op, chip), "bound": "communication",
+                "utilization": None, "flops": 0.0, "dram_bytes": 0.0,
+                "energy_j": collective_energy_j(op, chip), "link_bytes": op.bytes}
+    if isinstance(op, FusedAttention):
+        fs = fused_stats(op, chip, sim)
+        return {"op": op.name, "kind": "attention", "shape": _shape(op), "seconds": fs.seconds,
+                "bound": fs.bound, "utilization": fs.utilization, "flops": fs.flops,
+                "dram_bytes": op.dram_bytes, "energy_j": fs.energy_j, "dtype": op.compute_dtype,
+                "compute_seconds": fs.compute_seconds, "memory_seconds": fs.memory_seconds,
+                "stream_bytes_per_s": fs.stream_bytes_per_s}
+    st = sim(op, chip)
+    rec = {"op": op.name, "kind": st.kind, "shape": _shape(op), "seconds": st.seconds,
+           "bound": st.bound, "utilization": st.utilization, "flops": st.flops,
+           "dram_bytes": st.dram_read_bytes + st.dram_write_bytes, "energy_j": st.energy_j}
+    if isinstance(op, Gemm):
+        rec["dtype"] = op.compute_dtype
+    return rec
+
+
 def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
                       simulate: Callable | None = None) -> dict:
-    """Simulate every op once, scale by repeats and return per-chip totals and op records."""
+    """The trivial schedule of ``w``'s blocks (module docstring): every node's op timed once
+    alone (:func:`_timed`), the nodes of a block one after another, its tensor-parallel
+    collectives beside them (``overlap``), scaled by the block's repeats; per-chip totals
+    and op records."""
     sim = simulate or _default_simulate()
     records: list[dict] = []
     t_compute = t_mem = t_comm_exposed = 0.0
@@ -55,45 +81,19 @@ def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
     dp_comm = 0.0
     for b in w.blocks:
         comp_s = comm_s = 0.0
-        for op in b.ops:
+        for n in b.nodes:
+            op = n.payload
+            rec = _timed(op, chip, sim)
+            s, e = rec["seconds"], rec["energy_j"]
             if isinstance(op, Collective):
-                s = collective_seconds(op, chip)
-                e = collective_energy_j(op, chip)
-                rec = {"op": op.name, "kind": op.kind, "shape": _shape(op), "seconds": s,
-                       "bound": "communication", "utilization": None, "flops": 0.0,
-                       "dram_bytes": 0.0, "energy_j": e, "link_bytes": op.bytes}
                 if "dp" in op.tags:
                     dp_comm += s * b.repeat
                 else:
                     comm_s += s
-            elif isinstance(op, FusedAttention):
-                fs = fused_stats(op, chip, sim)
-                s, e, db = fs.seconds, fs.energy_j, op.dram_bytes
-                rec = {"op": op.name, "kind": "attention", "shape": _shape(op), "seconds": s,
-                       "bound": fs.bound, "utilization": fs.utilization, "flops": fs.flops,
-                       "dram_bytes": db, "energy_j": e, "dtype": op.compute_dtype,
-                       "compute_seconds": fs.compute_seconds,
-                       "memory_seconds": fs.memory_seconds,
-                       "stream_bytes_per_s": fs.stream_bytes_per_s}
-                comp_s += s
-                dram += db * b.repeat
-                if fs.bound == "compute":
-                    t_compute += s * b.repeat
-                else:
-                    t_mem += s * b.repeat
             else:
-                st = sim(op, chip)
-                s = st.seconds
-                e = st.energy_j
-                db = st.dram_read_bytes + st.dram_write_bytes
-                rec = {"op": op.name, "kind": st.kind, "shape": _shape(op), "seconds": s,
-                       "bound": st.bound, "utilization": st.utilization, "flops": st.flops,
-                       "dram_bytes": db, "energy_j": e}
-                if isinstance(op, Gemm):
-                    rec["dtype"] = op.compute_dtype
                 comp_s += s
-                dram += db * b.repeat
-                if st.bound == "compute":
+                dram += rec["dram_bytes"] * b.repeat
+                if rec["bound"] == "compute":
                     t_compute += s * b.repeat
                 else:
                     t_mem += s * b.repeat

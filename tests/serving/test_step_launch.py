@@ -15,7 +15,8 @@ from diptych.sim.serving.step_time import make_replica
 from diptych.sim.serving.grid_timer import GridStepTimer
 from diptych.sim.run.scheduled import schedule_workload
 from diptych.workloads.ops import LAUNCH_TAG, launch_group
-from diptych.workloads.graph import Block, Workload
+from diptych.workloads.graph import Workload
+from diptych.workloads.program import Block
 from diptych.workloads.serving_step import CORE_OPS, Step, base_name, lower_step
 
 #: steps with G = 1..4 sequence groups (a decode batch, then distinct prompt chunks): every
@@ -28,9 +29,9 @@ STEPS = [Step(32, 32 * 1000), Step(32, 32 * 1000, ((512, 0),)),
 def _strip(w: Workload) -> Workload:
     """``w`` with the launch groups removed: every node pays its own launch (the charge
     before launch groups)."""
-    return replace(w, blocks=tuple(replace(b, ops=tuple(
+    return replace(w, blocks=tuple(b.with_ops(tuple(
         replace(op, tags=tuple(t for t in op.tags if not t.startswith(LAUNCH_TAG)))
-        if launch_group(op) else op for op in b.ops)) for b in w.blocks))
+        if launch_group(op) else op for op in b.ops), b.access or None) for b in w.blocks))
 
 
 def _launches_counted(w: Workload, op_s: float, coll_s: float) -> float:
@@ -122,7 +123,7 @@ def test_launch_group_pays_once_per_block_copy_on_its_first_node():
         return VectorOp(name=name, kind="add", elements=1 << 16, ops_per_element=1.0,
                         read_bytes=2.0 * (1 << 17), write_bytes=float(1 << 17), tags=(f"{LAUNCH_TAG}{group}",) if group else ())
 
-    blk = Block("layer", 5, (v("a", "g"), v("b", "g"), v("c"), v("d", "g")))
+    blk = Block.of_ops("layer", 5, (v("a", "g"), v("b", "g"), v("c"), v("d", "g")))
     w = Workload("decode", (blk,), tokens=1, batch=1)
     t = schedule_workload(w, r.chip, simulate=roofline, fusion=False)
     assert t["launch_s"] == pytest.approx(5 * 2 * op_s, rel=1e-12)

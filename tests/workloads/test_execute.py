@@ -207,12 +207,13 @@ def test_blocks_without_names_run_as_a_chain():
     # its schedule is its sum
     from diptych.workloads.ops import Gemm, VectorOp
     from diptych.sim.run.scheduled import schedule_workload
-    from diptych.workloads.graph import Block as WBlock, Workload
+    from diptych.workloads.graph import Workload
+    from diptych.workloads.program import Block as WBlock
     ops = (Gemm(name="a", m=64, k=512, n=512), VectorOp(name="v", kind="add", elements=4096,
                                                          ops_per_element=1.0, read_bytes=8e3,
                                                          write_bytes=8e3),
            Gemm(name="a", m=64, k=512, n=256))           # names may repeat
-    w = Workload("topology", (WBlock("one", 1, ops[:1]), WBlock("rep", 3, ops)), 1, 1)
+    w = Workload("topology", (WBlock.of_ops("one", 1, ops[:1]), WBlock.of_ops("rep", 3, ops)), 1, 1)
     c = chip(overheads=False, fusion=False, residency=False)
     t = schedule_workload(w, c, simulate=roofline, fusion=False)
     s = run_mod.simulate_workload(w, c, simulate=roofline)
