@@ -80,6 +80,7 @@ def oracle_error(model: str, chip: str, tp: int, n: int, seed: int = 5,
     of 0-2000."""
     import numpy as np
 
+    from diptych.sim.run import Scenario
     from diptych.sim.serving.step_time import make_replica
     from diptych.sim.serving.grid_timer import GridStepTimer, GridSpec, interpolation_error
     from diptych.workloads.serving_step import Step
@@ -93,7 +94,7 @@ def oracle_error(model: str, chip: str, tp: int, n: int, seed: int = 5,
                        for _ in range(int(rng.integers(0 if b else 1, 3))))
         steps.append(Step(b, keys, chunks))
     c0, w0 = _clock()
-    rep = make_replica(chip, model, tp=tp, execution=execution)
+    rep = make_replica(chip, model, Scenario.of(phase="decode", tp=tp, execution=execution))
     g = GridStepTimer(rep, grid=GridSpec() if refine else GridSpec(refine_tol=None))
     e = np.asarray(interpolation_error(g, steps))
     c1, w1 = _clock()

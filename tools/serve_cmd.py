@@ -123,6 +123,7 @@ def _sweep_table(sw: dict, slo: dict):
 
 def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg, what):
     """A pool of replicas; ``execution``: ``make_replica``'s execution and fusion."""
+    from ..sim.run import Scenario
     from ..sim.serving.step_time import make_replica
     from ..sim.serving.serve import Pool, fit_tp
 
@@ -133,8 +134,9 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg
             raise ValueError(f"--{what}-chips ({chips}) must be a multiple of the tensor-"
                              f"parallel degree ({tp})")
         replicas = chips // tp
-    return Pool(make_replica(chip, model, tp=tp, attention=attention, **execution,
-                             **precision), replicas)
+    return Pool(make_replica(chip, model,
+                             Scenario.of(phase="decode", tp=tp, attention=attention, **execution,
+                                         **precision)), replicas)
 
 
 @click.command("serve")

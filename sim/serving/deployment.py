@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from ...workloads.params import kv_bytes_per_token
 from .config import ServeConfig
 from .kv import kv_budget
+from ..run.scenario import Scenario
 from .step_time import Replica, make_replica
 
 
@@ -72,7 +73,8 @@ class Deployment:
 
 def colocated(chip, model, *, tp: int = 1, replicas: int = 1, **precision) -> Deployment:
     """One pool of ``replicas`` × ``tp`` chips (precision keywords as ``diptych run``)."""
-    return Deployment(pool=Pool(make_replica(chip, model, tp=tp, **precision), replicas))
+    s = Scenario.of(phase="decode", tp=tp, **precision)
+    return Deployment(pool=Pool(make_replica(chip, model, s), replicas))
 
 
 def fit_tp(chip, model, cfg: ServeConfig | None = None, *, precision: dict | None = None,
@@ -86,7 +88,8 @@ def fit_tp(chip, model, cfg: ServeConfig | None = None, *, precision: dict | Non
     m = load_model(model)
     last = None
     for t in valid_tp_degrees(m, 64):
-        r = make_replica(chip, m, tp=t, attention=attention, **(precision or {}))
+        r = make_replica(chip, m, Scenario.of(phase="decode", tp=t, attention=attention,
+                                              **(precision or {})))
         try:
             b = kv_budget(r, block_tokens=cfg.kv_block_tokens,
                           max_batched_tokens=cfg.max_batched_tokens,

@@ -20,6 +20,7 @@ from .deployment import Deployment, Pool, colocated, fit_tp, kv_transfer
 from .engine import Instance, Req, run_loop
 from .kv import KvBudget, kv_budget
 from .metrics import mean_in_system, queue_series, request_metrics, stats
+from ..run.scenario import Scenario
 from .step_time import DirectStepTimer, Replica, make_replica
 from .grid_timer import GridStepTimer, GridSpec
 from .requests import Load, draw_requests
@@ -126,8 +127,10 @@ def _draft_replica(cfg: ServeConfig, target: Replica) -> Replica | None:
     if s is None or s.draft is None:
         return None
     p = target.precision
-    return make_replica(target.chip, s.draft, tp=target.tp, weights_dtype=p.weights,
-                        act_dtype=p.activations, kv_dtype=p.kv, attention=target.attention)
+    return make_replica(target.chip, s.draft,
+                        Scenario.of(phase="decode", tp=target.tp, weights_dtype=p.weights,
+                                    act_dtype=p.activations, kv_dtype=p.kv,
+                                    attention=target.attention))
 
 
 def serve(deployment: Deployment, load: Load, cfg: ServeConfig | None = None, *,

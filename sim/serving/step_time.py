@@ -34,6 +34,7 @@ from ...workloads.graph import Workload
 from ...workloads.precision import Precision
 from ...workloads.serving_step import Step, core_workload, frame, lower_step
 from ..run.precision_ops import with_precision_ops
+from ..run.scenario import Scenario
 from ..run.summed import block_costs, combine_parts, step_sync_seconds
 
 
@@ -116,24 +117,36 @@ class Replica:
         return StepCost(seconds + sync, energy_j + self.chip.energy.static_w * sync)
 
 
-def make_replica(chip, model, *, tp: int = 1, weights_dtype: str | None = None,
-                 act_dtype: str | None = None, kv_dtype: str | None = None,
-                 attention: str = "fused", fixed_costs: bool = True,
-                 execution: str | None = None, fusion: bool = True) -> Replica:
-    """A :class:`Replica` with the precision ``diptych run`` would use for inference;
-    ``execution`` None: :func:`diptych.sim.run.scenario.default_execution`."""
-    from ...workloads.lower import check_attention, check_tp
-    from ..support import check_supported
+def make_replica(chip, model, scenario: Scenario | None = None, *,
+                 fixed_costs: bool = True) -> Replica:
+    """A :class:`Replica` of ``scenario``: its tensor-parallel degree (``parallelism.tp``,
+    default 1), the precision ``diptych run`` would use for inference with its dtypes, its
+    attention, execution, fusion and overlap (None: an inference scenario's defaults). A
+    serving replica is tensor-parallel only: the scenario's other degrees must be unset and
+    its phase an inference one (a step mixes prefill and decode)."""
+    from ...workloads.lower import check_tp
     from ..run.node import default_precision
+    from ..support import check_supported
 
+    s = scenario if scenario is not None else Scenario(phase="decode")
+    if s.phase == "train":
+        raise ValueError("a serving replica runs inference: scenario.phase must be prefill "
+                         "or decode, not 'train'")
+    par = s.parallelism
+    for name in ("chips", "dp", "pp", "cp", "ep"):
+        if getattr(par, name) not in (None, 1) and not (name == "chips" and
+                                                        par.chips == par.tp):
+            raise ValueError(f"a serving replica is tensor-parallel only: {name} must be "
+                             f"unset, not {getattr(par, name)}")
+    tp = par.tp or 1
     chip = load_chip(chip)
     model = load_model(model)
     check_tp(model, tp)
-    check_attention(attention)
-    p = default_precision(chip, "decode", weights_dtype, act_dtype, kv_dtype)
+    p = default_precision(chip, "decode", s.weights_dtype, s.act_dtype, s.kv_dtype)
     check_supported(chip, p)
-    return Replica(chip=chip, model=model, tp=tp, precision=p, attention=attention,
-                   fixed_costs=fixed_costs, execution=execution, fusion=fusion)
+    return Replica(chip=chip, model=model, tp=tp, precision=p, attention=s.attention,
+                   overlap=s.overlap, fixed_costs=fixed_costs, execution=s.execution,
+                   fusion=s.fusion)
 
 
 class DirectStepTimer:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from ...arch import load_chip
 from .config import ServeConfig
+from ..run.scenario import Scenario
 from .step_time import make_replica
 from .requests import parse_length
 from .serve import Deployment, Load, StepTimerCache, Pool, fit_tp, serve
@@ -122,7 +123,7 @@ def _pool(chip, model, chips: int, cfg: ServeConfig) -> Pool:
     if chips % tp:
         raise ValueError(f"{model} needs {tp} {load_chip(chip).name} chips per replica; "
                          f"{chips} is not a multiple of it")
-    return Pool(make_replica(chip, model, tp=tp), chips // tp)
+    return Pool(make_replica(chip, model, Scenario.of(phase="decode", tp=tp)), chips // tp)
 
 
 def serving_study(chips, model: str, settings: ServingSettings | None = None, *,

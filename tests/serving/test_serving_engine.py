@@ -187,7 +187,8 @@ def test_static_mode_equals_run(batch, prompt, gen, execution):
     """Static batches are `run`'s batches: summed with the fixed costs off, or scheduled
     (the scheduler's own fixed costs, in both)."""
     cfg = ServeConfig(scheduler="static", max_batch=batch)
-    dep = Deployment(pool=Pool(make_replica("h100", "llama-3-8b", execution=execution,
+    dep = Deployment(pool=Pool(make_replica("h100", "llama-3-8b",
+                                            Scenario.of(phase="decode", execution=execution),
                                             fixed_costs=execution == "schedule")))
     res = serve(dep, Load(concurrency=batch, prompt=P(str(prompt)), gen=P(str(gen)),
                           requests=batch), cfg, oracles=direct())
@@ -317,7 +318,7 @@ def test_expected_tokens_formula():
 
 def test_scheduled_execution_through_the_direct_oracle():
     """execution="schedule": a decode step is `diptych run --execution schedule`'s decode."""
-    rep = make_replica("h100", "llama-3-8b", execution="schedule")
+    rep = make_replica("h100", "llama-3-8b", Scenario.of(phase="decode", execution="schedule"))
     o = DirectStepTimer(rep, roofline)
     run = run_workload("h100", "llama-3-8b",
                        Scenario.of(phase="decode", batch=8, prompt=999, gen=1,

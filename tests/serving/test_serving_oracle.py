@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from roofline_double import roofline
 
+from diptych.sim.run import Scenario
 from diptych.sim.serving.step_time import DirectStepTimer, make_replica
 from diptych.sim.serving.grid_timer import (GridSpec, GridStepTimer, exact_parts_cost,
                                             interpolation_error)
@@ -41,7 +42,8 @@ def _random_steps(n: int, seed: int, max_batch: int = 200, max_ctx: int = 4000,
 def test_interpolation_error_under_2_percent_on_random_steps(model, tp):
     """The summed pieces' interpolation (the scheduled grid:
     test_scheduled_grid_under_2_percent_on_random_steps)."""
-    g = GridStepTimer(make_replica("h100", model, tp=tp, execution="sum"), roofline)
+    g = GridStepTimer(make_replica("h100", model,
+                                   Scenario.of(phase="decode", tp=tp, execution="sum")), roofline)
     err = interpolation_error(g, _random_steps(150, seed=11), roofline)
     assert max(err) < 0.02
     assert np.mean(err) < 0.005
@@ -49,7 +51,7 @@ def test_interpolation_error_under_2_percent_on_random_steps(model, tp):
 
 def test_oracle_is_exact_on_its_vertices():
     # the summed pieces (exact_parts_cost recombines them as simulate_workload does)
-    r = make_replica("h100", "llama-3-8b", execution="sum")
+    r = make_replica("h100", "llama-3-8b", Scenario.of(phase="decode", execution="sum"))
     g = GridStepTimer(r, roofline)
     # tokens, rows, batch, mean keys, chunk and past all on vertices of the default grid
     for st in (Step(8, 8 * 16), Step(prefill=((16, 0),)), Step(4, 4 * 40, ((8, 0),)),
@@ -72,7 +74,7 @@ def test_energy_is_interpolated_too():
 def test_real_engine_points(execution):
     """Real engine: three random mixed steps of llama-3-8b on tpu-v5e (the benchmark,
     `bench_serve.py --oracle-error`, measures more, on h100 too)."""
-    r = make_replica("tpu-v5e", "llama-3-8b", execution=execution)
+    r = make_replica("tpu-v5e", "llama-3-8b", Scenario.of(phase="decode", execution=execution))
     g = GridStepTimer(r)
     err = interpolation_error(g, _random_steps(3, seed=2, max_batch=64, max_ctx=2000,
                                                max_chunk=512, spec=False))
@@ -86,7 +88,7 @@ def test_real_engine_decode_keys_staircase_is_refined(execution):
     with its interpolant at its midpoint; these decode-heavy steps (keys per sequence in such
     cells) are off by more than 2 % with the fixed vertices. The refined keys axis (midpoint
     and slope gaps, :meth:`GridStepTimer._keys_gap`) isolates the jumps that matter."""
-    r = make_replica("tpu-v5e", "llama-3-8b", execution=execution)
+    r = make_replica("tpu-v5e", "llama-3-8b", Scenario.of(phase="decode", execution=execution))
     steps = [Step(35, 35 * 1662), Step(122, 122 * 1525), Step(82, 82 * 1542),
              Step(167, 167 * 1645, ((349, 183),))]
     fixed = interpolation_error(GridStepTimer(r, grid=GridSpec(refine_tol=None)), steps)
@@ -117,7 +119,7 @@ def test_scheduled_grid_is_exact_on_its_vertices(chip, model, tp):
     coordinates are vertices (prefill, mixed, longer contexts) it does where the ops' times do
     not depend on the step's residency plan (an engine that honours residency times a step's
     ops with what the whole step keeps on chip, which its pieces cannot see: within 0.5 %)."""
-    r = make_replica(chip, model, tp=tp, execution="schedule")
+    r = make_replica(chip, model, Scenario.of(phase="decode", tp=tp, execution="schedule"))
     g, d = GridStepTimer(r, roofline), DirectStepTimer(r, roofline)
     for st in (Step(8, 8), Step(16, 16), Step(32, 32)):
         assert g.cost(st).seconds == pytest.approx(d.cost(st).seconds, rel=1e-8)
@@ -129,7 +131,7 @@ def test_scheduled_grid_is_exact_on_its_vertices(chip, model, tp):
 
 @pytest.mark.parametrize("chip,model,tp", SCHEDULED)
 def test_scheduled_grid_under_2_percent_on_random_steps(chip, model, tp):
-    r = make_replica(chip, model, tp=tp, execution="schedule")
+    r = make_replica(chip, model, Scenario.of(phase="decode", tp=tp, execution="schedule"))
     err = interpolation_error(GridStepTimer(r, roofline), _random_steps(60, seed=11), roofline)
     # mixtral: which experts' weights an engine that honours residency keeps on chip
     # depends on the whole step (its tokens' experts, its KV caches), not on its pieces
@@ -146,7 +148,7 @@ def test_scheduled_grid_charges_the_schedules_costs_not_the_stand_in():
     from diptych.arch import Overheads
     from diptych.sim.run.scheduled import schedule_workload
 
-    r = make_replica("h100", "llama-3-8b", execution="schedule")
+    r = make_replica("h100", "llama-3-8b", Scenario.of(phase="decode", execution="schedule"))
     free = replace(r, chip=replace(r.chip, overheads=Overheads()))
     st = Step(4, 4 * 100, ((64, 0), (32, 100)))
     charged = GridStepTimer(r, roofline).cost(st).seconds - GridStepTimer(free, roofline).cost(
@@ -154,15 +156,18 @@ def test_scheduled_grid_charges_the_schedules_costs_not_the_stand_in():
     w = lower_step(r.model, st, precision=r.precision, tp=r.tp)
     own = schedule_workload(w, r.chip, simulate=roofline)["fixed_costs_s"]
     assert charged == pytest.approx(own, rel=1e-6)
-    stand_in = GridStepTimer(make_replica("h100", "llama-3-8b", execution="sum"), roofline).cost(
-        st).seconds - GridStepTimer(make_replica("h100", "llama-3-8b", execution="sum",
-                                              fixed_costs=False), roofline).cost(st).seconds
+    summed = Scenario.of(phase="decode", execution="sum")
+    stand_in = GridStepTimer(make_replica("h100", "llama-3-8b", summed), roofline).cost(
+        st).seconds - GridStepTimer(make_replica("h100", "llama-3-8b", summed,
+                                                 fixed_costs=False), roofline).cost(st).seconds
     assert stand_in > 0.5 * own                      # counting both would be visible
     with pytest.raises(ValueError, match="scheduler charges them itself"):
-        make_replica("h100", "llama-3-8b", execution="schedule", fixed_costs=False)
+        make_replica("h100", "llama-3-8b", Scenario.of(phase="decode", execution="schedule"),
+                     fixed_costs=False)
     with pytest.raises(ValueError, match="fused attention"):
-        GridStepTimer(make_replica("h100", "llama-3-8b", execution="schedule",
-                                attention="unfused"))
+        GridStepTimer(make_replica("h100", "llama-3-8b",
+                                   Scenario.of(phase="decode", execution="schedule",
+                                               attention="unfused")))
 
 
 def _staircase(op, chip):
@@ -183,7 +188,7 @@ def test_refinement_isolates_staircase_jumps(execution):
     """Steps of 600-720 tokens straddle the jump: the fixed vertices (621, 658, 698, ...)
     interpolate across it (errors of several %); the refined axis halves the cells the queries
     fall in until the jump lies between neighbouring integers, within refine_tol."""
-    r = make_replica("h100", "llama-3-8b", execution=execution)
+    r = make_replica("h100", "llama-3-8b", Scenario.of(phase="decode", execution=execution))
     rng = np.random.default_rng(4)
     steps = [Step(int(b), int(b) * int(k)) for b, k in zip(rng.integers(600, 720, 25),
                                                          rng.integers(50, 500, 25))]
@@ -214,7 +219,7 @@ def test_rough_cores_that_matter_are_simulated_at_the_query(execution):
     """Prefill chunks after long pasts (attention a large part of the step): the interpolant
     misses the noise; a core whose cell is rough (its centre off the interpolant) and whose
     roughness could move the step by refine_tol is simulated at the query."""
-    r = make_replica("h100", "llama-3-8b", execution=execution)
+    r = make_replica("h100", "llama-3-8b", Scenario.of(phase="decode", execution=execution))
     rng = np.random.default_rng(8)
     steps = [Step(prefill=((int(c), int(p)),)) for c, p in zip(rng.integers(200, 1500, 30),
                                                                rng.integers(4000, 16000, 30))]

@@ -32,8 +32,9 @@ def test_decode_step_equals_run_decode_in_that_precision(chip, dtypes, execution
                      Scenario.of(phase="decode", batch=6, prompt=799, gen=1, execution=execution,
                                  power_limit=False, **dtypes),
                      simulate=roofline)
-    rep = make_replica(chip, "llama-3-8b", execution=execution,
-                       fixed_costs=execution == "schedule", **dtypes)
+    rep = make_replica(chip, "llama-3-8b",
+                       Scenario.of(phase="decode", execution=execution, **dtypes),
+                       fixed_costs=execution == "schedule")
     assert DirectStepTimer(rep, roofline).cost(Step(6, 6 * 800)).seconds == \
         pytest.approx(r.seconds, rel=1e-12)
 
@@ -48,14 +49,14 @@ def test_w4a16_decode_step_adds_the_dequantisation_closed_form(monkeypatch):
     # weight GEMM at the vector rate, and launches nothing more with fixed costs on
     chip = load_chip("h100")
     st = Step(6, 6 * 800)
-    gemms = [(b.repeat, op) for b in lower_step(
-        make_replica(chip, "llama-3-8b", weights_dtype="int4").model, st,
-        precision=make_replica(chip, "llama-3-8b", weights_dtype="int4").precision).blocks
-        for op in b.ops if isinstance(op, Gemm) and "weight" in op.tags]
+    w4 = make_replica(chip, "llama-3-8b", Scenario.of(phase="decode", weights_dtype="int4"))
+    gemms = [(b.repeat, op) for b in lower_step(w4.model, st, precision=w4.precision).blocks
+             for op in b.ops if isinstance(op, Gemm) and "weight" in op.tags]
     want = sum(rep * 2.0 * g.b_count * g.k * g.n for rep, g in gemms) / chip.vector_ops_per_s
     for fixed in (False, True):
-        rep = make_replica(chip, "llama-3-8b", execution="sum", fixed_costs=fixed,
-                           weights_dtype="int4")
+        rep = make_replica(chip, "llama-3-8b",
+                           Scenario.of(phase="decode", execution="sum", weights_dtype="int4"),
+                           fixed_costs=fixed)
         got = DirectStepTimer(rep, roofline).cost(st).seconds
         _uncharged(monkeypatch)
         base = DirectStepTimer(rep, roofline).cost(st).seconds
@@ -68,7 +69,7 @@ def test_w4a16_decode_step_adds_the_dequantisation_closed_form(monkeypatch):
 def test_grid_is_exact_on_its_vertices_with_precision_ops(chip, dtypes):
     # summed pieces against their exact recombination; scheduled frame vertices against the
     # direct schedule (as test_serving_oracle.py does without precision ops)
-    r = make_replica(chip, "llama-3-8b", execution="sum", **dtypes)
+    r = make_replica(chip, "llama-3-8b", Scenario.of(phase="decode", execution="sum", **dtypes))
     g = GridStepTimer(r, roofline)
     for st in (Step(8, 8 * 16), Step(prefill=((16, 0),)), Step(4, 4 * 40, ((8, 0),))):
         want = exact_parts_cost(r, st, roofline)
@@ -76,7 +77,8 @@ def test_grid_is_exact_on_its_vertices_with_precision_ops(chip, dtypes):
         assert g.cost(st).energy_j == pytest.approx(want.energy_j, rel=1e-9)
         assert want.seconds == pytest.approx(DirectStepTimer(r, roofline).cost(st).seconds,
                                              rel=1e-12)
-    r = make_replica(chip, "llama-3-8b", execution="schedule", **dtypes)
+    r = make_replica(chip, "llama-3-8b",
+                     Scenario.of(phase="decode", execution="schedule", **dtypes))
     g, d = GridStepTimer(r, roofline), DirectStepTimer(r, roofline)
     for st in (Step(8, 8), Step(16, 16), Step(32, 32)):
         assert g.cost(st).seconds == pytest.approx(d.cost(st).seconds, rel=1e-8)
@@ -88,7 +90,8 @@ def test_mla_cores_charge_their_gemms_precision_ops(execution):
     # DeepSeek-V3's absorbed decode GEMMs (q_absorb, v_absorb) and a chunk's kv_b_proj are
     # per-sequence cores holding int4 weights: their dequantisation is charged with the
     # cores (pieces and grid agree with the direct step; the cores do cost more)
-    r = make_replica("h100", "deepseek-v3", tp=8, execution=execution, weights_dtype="int4")
+    r = make_replica("h100", "deepseek-v3",
+                     Scenario.of(phase="decode", tp=8, execution=execution, weights_dtype="int4"))
     cores = [op for b in lower_step(r.model, Step(4, 4 * 300, ((64, 128),)),
                                     precision=r.precision, tp=8).blocks for op in b.ops
              if isinstance(op, Gemm) and op.name.split("@")[0] in ("q_absorb", "v_absorb",

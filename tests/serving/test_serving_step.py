@@ -1,5 +1,6 @@
 """The mixed-step lowering (workloads/serving_step.py): it reduces to `decode` and `prefill`
-exactly, its pieces recombine to the direct simulation, and a chunk's past is read from the cache."""
+exactly, its pieces recombine to the direct simulation, and a chunk's past is read from the
+cache."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_pure_decode_and_pure_prefill_steps_are_run_workloads(name, tp):
 @pytest.mark.parametrize("name,tp", MODELS)
 def test_pieces_recombine_to_the_direct_simulation(name, tp):
     # the summed model's pieces (the scheduled step is not a sum of pieces: docs/serving.md)
-    r = make_replica("h100", name, tp=tp, execution="sum")
+    r = make_replica("h100", name, Scenario.of(phase="decode", tp=tp, execution="sum"))
     for st in (Step(7, 7 * 900 + 13, ((300, 200), (1000, 0), (300, 200))),
                Step(prefill=((4096, 8192),)), Step(64, 64 * 3000), Step(3, 3 * 500 + 9, (), 4)):
         d = DirectStepTimer(r, roofline).cost(st)
@@ -137,7 +138,7 @@ def test_decode_step_scheduled_equals_run_decode_schedule(chip):
                      Scenario.of(phase="decode", batch=6, prompt=799, gen=1, execution="schedule",
                                  power_limit=False),
                      simulate=roofline)
-    rep = make_replica(chip, "llama-3-8b", execution="schedule")
+    rep = make_replica(chip, "llama-3-8b", Scenario.of(phase="decode", execution="schedule"))
     assert DirectStepTimer(rep, roofline).cost(Step(6, 6 * 800)).seconds == \
         pytest.approx(r.seconds, rel=1e-12)
 

@@ -11,6 +11,7 @@ from roofline_double import roofline
 
 from diptych.arch import Overheads
 from diptych.workloads.ops import Collective, VectorOp
+from diptych.sim.run import Scenario
 from diptych.sim.serving.step_time import make_replica
 from diptych.sim.serving.grid_timer import GridStepTimer
 from diptych.sim.run.scheduled import schedule_workload
@@ -53,7 +54,8 @@ def test_a_step_of_g_groups_pays_g_minus_one_fewer_launches_per_layer(attention)
     (G − 1) · layers · (core ops per group) fewer launches than with a launch per node, the
     same as a one-group step (whose frame has the same ops); with fused attention the saving
     comes off the step's time (on the real engine exactly, docs/serving.md "Fixed costs")."""
-    r = make_replica("h100", "llama-3-8b", execution="schedule", attention=attention)
+    r = make_replica("h100", "llama-3-8b",
+                     Scenario.of(phase="decode", execution="schedule", attention=attention))
     op_s = r.chip.fixed_costs.op_launch_us * 1e-6
     coll_s = r.chip.fixed_costs.collective_launch_us * 1e-6
     layers = r.model.layers
@@ -87,7 +89,7 @@ def test_grid_oracle_charges_one_launch_per_layer_for_all_cores():
     """The grid oracle's fixed costs (with − without the chip's overheads) in a step of G
     groups equal the schedule's own count, and are the same for every G: (G − 1) · layers
     launches fewer than a launch per core."""
-    r = make_replica("h100", "llama-3-8b", execution="schedule")
+    r = make_replica("h100", "llama-3-8b", Scenario.of(phase="decode", execution="schedule"))
     free = replace(r, chip=replace(r.chip, overheads=Overheads()))
     op_s = r.chip.fixed_costs.op_launch_us * 1e-6
     charged = []
@@ -107,7 +109,7 @@ def test_grid_oracle_charges_one_launch_per_layer_for_all_cores():
 def test_a_one_group_step_has_no_launch_groups():
     """A step of one sequence group is `decode()`'s or `prefill()`'s workload exactly (tests
     in test_serving_step.py): its cores carry no launch tag."""
-    r = make_replica("h100", "llama-3-8b", execution="schedule")
+    r = make_replica("h100", "llama-3-8b", Scenario.of(phase="decode", execution="schedule"))
     for st in (Step(8, 8 * 100), Step(prefill=((300, 0),) * 2)):
         w = lower_step(r.model, st, precision=r.precision, tp=r.tp)
         assert all(launch_group(op) is None for b in w.blocks for op in b.ops)
@@ -116,12 +118,13 @@ def test_a_one_group_step_has_no_launch_groups():
 def test_launch_group_pays_once_per_block_copy_on_its_first_node():
     """The hook alone, on a hand-built block: three independent vector ops of one group and
     one of its own, repeated 5 times: 2 launches per copy, on the group's first node."""
-    r = make_replica("h100", "llama-3-8b", execution="schedule")
+    r = make_replica("h100", "llama-3-8b", Scenario.of(phase="decode", execution="schedule"))
     op_s = r.chip.fixed_costs.op_launch_us * 1e-6
 
     def v(name, group=None):
         return VectorOp(name=name, kind="add", elements=1 << 16, ops_per_element=1.0,
-                        read_bytes=2.0 * (1 << 17), write_bytes=float(1 << 17), tags=(f"{LAUNCH_TAG}{group}",) if group else ())
+                        read_bytes=2.0 * (1 << 17), write_bytes=float(1 << 17),
+                        tags=(f"{LAUNCH_TAG}{group}",) if group else ())
 
     blk = Block.of_ops("layer", 5, (v("a", "g"), v("b", "g"), v("c"), v("d", "g")))
     w = Workload("decode", (blk,), tokens=1, batch=1)
