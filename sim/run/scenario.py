@@ -6,9 +6,9 @@ the attention kernel, how the program is timed and the runtime knobs. It is froz
 checked once, when it is made (every message names the field, the value and what was
 expected); the run layer (:func:`diptych.sim.run.run_workload`), the cluster step
 (:func:`diptych.sim.cluster.run.run_cluster_step`,
-:func:`~diptych.sim.cluster.step.simulate_cluster_step`), the serving replicas
-(:func:`diptych.sim.serving.step_time.make_replica`), the sweep evaluator and the facade all take
-one; a re-run with one field changed is ``dataclasses.replace(scenario, ...)`` (the
+:func:`~diptych.sim.cluster.step.simulate_cluster_step`, the plan search), the serving
+replicas (:func:`diptych.sim.serving.step_time.make_replica`), the sweep evaluator and the
+facade all take one; a re-run with one field changed is ``dataclasses.replace(scenario, ...)`` (the
 power-limited re-run, the batches of a batching curve).
 
 ``None`` in a size, dtype or degree means "the run's default": the precision the chip runs by
