@@ -78,15 +78,19 @@ def wider(a: str, b: str) -> str:
 
 
 def check_supported(chip: Chip, p: Precision) -> str:
-    """The compute dtype of ``p`` on ``chip`` (the wider of weights and activations, whose
-    peak MFU refers to). Raises ValueError naming the chip, the dtype and the dtypes its
-    arrays support when it cannot multiply weights by activations or attend over the KV
-    cache (activations × KV) in that precision, or when its weights or KV cache are narrower
-    than its activations and the chip has no way to expand them (``core.array.mixed_input`` /
-    ``core.array.dequant``, docs/precision.md)."""
+    """The compute dtype of ``p`` on ``chip`` (the wider of weights and activations, or an FP8
+    recipe's linear dtype: the one whose peak MFU refers to). Raises ValueError naming the
+    chip, the dtype and the dtypes its arrays support when it cannot multiply weights by
+    activations or attend over the KV cache (activations × KV) in that precision, or when its
+    weights or KV cache are narrower than its activations and the chip has no way to expand
+    them (``core.array.mixed_input`` / ``core.array.dequant``, docs/precision.md)."""
     comp = wider(p.activations, p.weights)
-    for what, d in (("weights x activations", comp),
-                    ("attention over the KV cache", wider(p.activations, p.kv))):
+    checks = [("weights x activations", comp),
+              ("attention over the KV cache", wider(p.activations, p.kv))]
+    if p.linear is not None:       # an FP8 recipe: the linear GEMMs run in its dtype
+        comp = p.linear
+        checks.insert(0, (f"the linear layers of recipe {p.recipe}", p.linear))
+    for what, d in checks:
         if not chip.supports(d):
             why = ""
             if is_block_scaled(d) and chip.core.array.block_scale == "none":

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from ..workloads.precision import RECIPES
 from . import fmt
 from .errors import friendly
 
@@ -122,6 +123,9 @@ class NameList(click.ParamType):
               help="Pipeline schedules to try (default 1f1b,gpipe,interleaved).")
 @click.option("--recompute", "recompute", type=NameList("RECOMPUTE"),
               help="Activation recomputation modes to try (default none,selective,full).")
+@click.option("--recipe", type=click.Choice(RECIPES),
+              help="Train with this precision recipe (docs/precision.md) instead of BF16: "
+                   "fp8-delayed, fp8-current or mxfp8.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--trace", type=click.Path(dir_okay=False),
               help="Write the best plan's step as a Perfetto trace (one process per rank).")
@@ -135,8 +139,8 @@ class NameList(click.ParamType):
                    "all-reduces hidden by the overlap rule). The roofline screen sums.")
 @friendly
 def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention, tp, pp, cp,
-         ep, zero, micro_batch, virtual_stages, schedule, recompute, as_json, trace, export_et,
-         execution):
+         ep, zero, micro_batch, virtual_stages, schedule, recompute, recipe, as_json, trace,
+         export_et, execution):
     """Search tp × pp × dp × cp × ep, ZeRO stage, schedule, micro-batch and recomputation
     for a training step on a cluster; rank the plans that fit by simulated step time.
 
@@ -163,7 +167,7 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
                 "schedules": schedule, "recompute": recompute}
     space = {k: v for k, v in narrowed.items() if v is not None}
     with progress_display("plan", enabled=not as_json) as progress:
-        s = Scenario.of(phase="train", chips=chips, batch=batch, seq=seq,
+        s = Scenario.of(phase="train", chips=chips, batch=batch, seq=seq, recipe=recipe,
                         attention=attention, execution=execution)
         res = search_plans(model, chip, cluster, s, refine=max(refine, top), max_tp=max_tp,
                            progress=progress, **space)

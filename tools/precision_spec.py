@@ -8,19 +8,24 @@ One spec pins one phase or all of them; ``compare`` takes several (``--precision
     w=int4                    weight-only: the others keep the run's defaults
     train:bf16                one phase only (train, prefill, decode; infer = prefill + decode)
     infer:w=fp8,a=fp8
+    train:fp8-current         a training recipe by name (also recipe=NAME among the tensors)
 
 A tensor the spec leaves out keeps the default of :func:`diptych.sim.run.node.default_precision`
 (inference: the chip's default dtype; training: bf16; weights and KV follow the activations).
+Training with FP8 or MXFP8 weights and activations runs a named recipe
+(:func:`diptych.workloads.precision.recipe_for`; ``fp8`` is ``fp8-delayed`` unless
+``fp8-current`` is named).
 Accumulation is FP32 in every run and cannot be pinned. :func:`resolve` gives what a chip
 will run and whether it can (an unsupported pin is reported, not raised).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from ..arch.dtypes import DTYPE_BYTES, DTYPES
+from ..workloads.precision import RECIPES
 
 PHASES = ("train", "prefill", "decode")
 _PHASE_ALIASES = {"train": ("train",), "prefill": ("prefill",), "decode": ("decode",),
@@ -32,21 +37,32 @@ _TENSOR_ALIASES = {"w": "weights", "weights": "weights", "a": "activations",
 
 @dataclass(frozen=True)
 class PrecisionChoice:
-    """Pinned storage dtypes; ``None`` = the run's default for that tensor."""
+    """Pinned storage dtypes and training recipe; ``None`` = the run's default."""
 
     weights: str | None = None
     activations: str | None = None
     kv: str | None = None
+    recipe: str | None = None
 
     def run_kwargs(self) -> dict[str, str | None]:
-        """Keyword arguments of :func:`diptych.sim.run.run_workload`."""
-        return {"weights_dtype": self.weights, "act_dtype": self.activations,
-                "kv_dtype": self.kv}
+        """Fields of :class:`diptych.sim.run.Scenario` (``Scenario.of`` keywords)."""
+        out = {"weights_dtype": self.weights, "act_dtype": self.activations,
+               "kv_dtype": self.kv}
+        return out | ({"recipe": self.recipe} if self.recipe else {})
 
     def describe(self) -> str:
-        """``W/A/KV bf16``, ``W int4`` (unpinned tensors left out)."""
-        return _short({"weights": self.weights, "activations": self.activations,
-                       "kv": self.kv}) or "chip default"
+        """``W/A/KV bf16``, ``W int4``, ``fp8-current recipe`` (unpinned tensors left out)."""
+        head = f"{self.recipe} recipe" if self.recipe else ""
+        tail = _short({"weights": self.weights, "activations": self.activations,
+                       "kv": self.kv})
+        return " · ".join(x for x in (head, tail) if x) or "chip default"
+
+
+def _recipe(text: str, spec: str) -> str:
+    if text not in RECIPES:
+        raise ValueError(f"--precision {spec!r}: {text!r} is not a training recipe; expected "
+                         f"one of {', '.join(RECIPES)}")
+    return text
 
 
 def _dtype(text: str, spec: str) -> str:
@@ -64,6 +80,8 @@ def parse_choice(text: str, spec: str | None = None) -> PrecisionChoice:
         raise ValueError(f"--precision {spec!r}: empty; expected a dtype ({', '.join(DTYPES)}) "
                          f"or w=DTYPE,a=DTYPE,kv=DTYPE")
     if "=" not in text:
+        if text in RECIPES and text not in DTYPE_BYTES:   # mxfp8 is a dtype first
+            return PrecisionChoice(recipe=text)
         d = _dtype(text, spec)
         return PrecisionChoice(weights=d, activations=d, kv=d)
     got: dict[str, str] = {}
@@ -74,10 +92,15 @@ def parse_choice(text: str, spec: str | None = None) -> PrecisionChoice:
         if key in ("acc", "accumulation"):
             raise ValueError(f"--precision {spec!r}: accumulation is fp32 in every run and "
                              f"cannot be pinned")
+        if key == "recipe":
+            if "recipe" in got:
+                raise ValueError(f"--precision {spec!r}: recipe is given twice")
+            got["recipe"] = _recipe(val, spec)
+            continue
         name = _TENSOR_ALIASES.get(key)
         if name is None:
             raise ValueError(f"--precision {spec!r}: unknown tensor {key!r}; expected w "
-                             f"(weights), a (activations) or kv")
+                             f"(weights), a (activations), kv or recipe")
         if name in got:
             raise ValueError(f"--precision {spec!r}: {name} is given twice")
         got[name] = _dtype(val, spec)
@@ -100,21 +123,31 @@ def parse_precision(specs: str | Iterable[str]) -> dict[str, PrecisionChoice]:
             choice = parse_choice(rest, spec)
         else:
             phases, choice = PHASES, parse_choice(spec)
+        if choice.recipe and sep and "train" not in phases:
+            raise ValueError(f"--precision {spec!r}: a recipe is how training runs FP8; "
+                             f"{head.strip()} takes the dtypes")
         for ph in phases:
+            if choice.recipe and ph != "train":   # a recipe is training's; the dtypes hold
+                if choice == PrecisionChoice(recipe=choice.recipe):
+                    continue
+                choice_ph = replace(choice, recipe=None)
+            else:
+                choice_ph = choice
             if ph in out:
                 raise ValueError(f"--precision {spec!r}: the {ph} precision is already pinned "
                                  f"({out[ph].describe()})")
-            out[ph] = choice
+            out[ph] = choice_ph
     return out
 
 
 def run_dtypes(spec: str | None, phase: str, weights: str | None = None, act: str | None = None,
-               kv: str | None = None) -> tuple[str | None, str | None, str | None]:
-    """``(weights, activations, kv)`` dtypes of one run from a ``--precision`` spec and the
-    per-tensor options (``--weights-dtype`` ...); giving one tensor both ways, or a spec that
-    does not pin ``phase``, is an error."""
+               kv: str | None = None, recipe: str | None = None
+               ) -> tuple[str | None, str | None, str | None, str | None]:
+    """``(weights, activations, kv, recipe)`` of one run from a ``--precision`` spec and the
+    per-tensor options (``--weights-dtype`` ..., ``--recipe``); giving one both ways, or a
+    spec that does not pin ``phase``, is an error."""
     if spec is None:
-        return weights, act, kv
+        return weights, act, kv, recipe
     pinned = parse_precision(spec)
     if phase not in pinned:
         raise ValueError(f"--precision {spec!r} pins {', '.join(pinned)}, not the "
@@ -122,12 +155,14 @@ def run_dtypes(spec: str | None, phase: str, weights: str | None = None, act: st
     c = pinned[phase]
     out = []
     for opt, given, pin in (("--weights-dtype", weights, c.weights),
-                            ("--act-dtype", act, c.activations), ("--kv-dtype", kv, c.kv)):
+                            ("--act-dtype", act, c.activations), ("--kv-dtype", kv, c.kv),
+                            ("--recipe", recipe, c.recipe)):
         if given is not None and pin is not None:
-            raise ValueError(f"{opt} {given} and --precision {spec!r} both set that tensor; "
-                             f"give it once")
+            raise ValueError(f"{opt} {given} and --precision {spec!r} both set "
+                             f"{'the recipe' if opt == '--recipe' else 'that tensor'}; give it "
+                             f"once")
         out.append(given if given is not None else pin)
-    return out[0], out[1], out[2]
+    return out[0], out[1], out[2], out[3]
 
 
 def resolve(chip, phase: str, choice: PrecisionChoice | None = None) -> dict:
@@ -140,20 +175,22 @@ def resolve(chip, phase: str, choice: PrecisionChoice | None = None) -> dict:
 
     c = choice or PrecisionChoice()
     try:
-        p = default_precision(chip, phase, c.weights, c.activations, c.kv)
+        p = default_precision(chip, phase, c.weights, c.activations, c.kv, c.recipe)
     except ValueError as exc:  # training on a chip with neither bf16 nor fp16
         return {"weights": c.weights, "activations": c.activations, "kv": c.kv,
-                "accumulation": None, "compute": None, "unsupported": str(exc)}
+                "accumulation": None, "recipe": c.recipe, "compute": None,
+                "unsupported": str(exc)}
     try:                   # the check every run makes (sim.support)
         comp, why = check_supported(chip, p), None
     except ValueError:     # say it in a report's words: which datapaths are missing
-        comp = wider(p.activations, p.weights)
+        comp = p.linear or wider(p.activations, p.weights)
         missing = [d for d in dict.fromkeys((comp, wider(p.activations, p.kv)))
                    if not chip.supports(d)]
         why = (f"{chip.name} has no {' or '.join(missing)} datapath; its arrays support "
                f"{', '.join(chip.dtypes)}")
     return {"weights": p.weights, "activations": p.activations, "kv": p.kv,
-            "accumulation": p.accumulation, "compute": comp, "unsupported": why}
+            "accumulation": p.accumulation, "recipe": p.recipe, "compute": comp,
+            "unsupported": why}
 
 
 def _short(p: dict) -> str:
@@ -166,6 +203,9 @@ def _short(p: dict) -> str:
 
 
 def describe(p: dict) -> str:
-    """``W/A/KV fp8 · acc fp32``, ``W int4 · A/KV bf16 · acc fp32``: a :func:`resolve` (or a
-    run's ``precision``) dict in one line."""
-    return f"{_short(p)} · acc {p.get('accumulation') or '–'}"
+    """``W/A/KV fp8 · acc fp32``, ``W int4 · A/KV bf16 · acc fp32``, ``fp8-delayed recipe (fp8
+    linear layers) · W/A/KV bf16 · acc fp32``: a :func:`resolve` (or a run's ``precision``) dict in one
+    line."""
+    head = (f"{p['recipe']} recipe ({p['linear']} linear layers) · " if p.get("linear")
+            else f"{p['recipe']} recipe · " if p.get("recipe") else "")
+    return f"{head}{_short(p)} · acc {p.get('accumulation') or '–'}"

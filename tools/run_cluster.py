@@ -19,6 +19,7 @@ import json
 import click
 
 from . import fmt
+from .precision_spec import describe
 
 #: Options of ``run`` that only a parallel plan has.
 PLAN_ONLY = ("pp", "ep", "cp", "zero", "zero_shards", "schedule", "virtual_stages")
@@ -46,6 +47,7 @@ def totals_table(d: dict):
                             "--cluster for a cluster)" if d["info"].get("cluster_default")
                             else "")
     t.add_row("cluster", f"{d['chips']} chips of {where}")
+    t.add_row("precision", describe(d["precision"]))
     ph = d["phase"]
     if ph == "prefill":
         t.add_row("time to first token", fmt.seconds(d["ttft_s"]))
@@ -134,7 +136,7 @@ def curve_table(results: list):
 def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chips, tp, dp,
              pp, ep, cp, zero, zero_shards, schedule, virtual_stages, micro_batch, recompute,
              overlap, attention, weights_dtype, act_dtype, kv_dtype, as_json, trace,
-             progress, execution=None) -> None:
+             progress, execution=None, recipe=None) -> None:
     """Run the plan for each batch of ``batches`` and print (module docstring);
     ``execution``: how each layer kind is timed (``run --execution``; None: the schedule)."""
     from ..sim.cluster.trace import write_perfetto_trace
@@ -169,7 +171,7 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
                         pp=pp, cp=cp, ep=ep, micro_batch=micro_batch,
                         recompute=recompute or "none", overlap=overlap,
                         weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype,
-                        attention=attention, execution=execution)
+                        recipe=recipe, attention=attention, execution=execution)
         res = run_cluster_step(chip, model, s, cluster=cluster, plan=build_plan(s, **fields))
         results.append(res)
     progress(len(batches), len(batches), "done")

@@ -7,9 +7,11 @@ import warnings
 import click
 
 from ..arch.dtypes import DTYPES
+from ..workloads.precision import RECIPES
 from . import fmt
 from .errors import echo_err, friendly
 from .jsonout import dumps
+from .precision_spec import describe
 
 
 def _console():
@@ -92,9 +94,7 @@ def _totals_table(d: dict):
     ej = d["energy_j_per_token"]
     t.add_row("energy per token", fmt.si(ej, "J") if ej >= 1 else f"{ej * 1e3:.3f} mJ")
     t.add_row("chips", f"{d['chips']} (tp {d['tp']}, dp {d['dp']})")
-    p = d["precision"]
-    t.add_row("precision", f"W {p['weights']} / A {p['activations']} / KV {p['kv']} / "
-              f"acc {p['accumulation']}")
+    t.add_row("precision", describe(d["precision"]))
     if d.get("execution") == "schedule":
         sch = d["schedule"]
         t.add_row("execution", "schedule" + (", ops fused into GEMMs" if sch.get("fused")
@@ -170,6 +170,9 @@ def _curve_table(curve: dict):
 @click.option("--weights-dtype", type=click.Choice(DTYPES), help="Weight precision.")
 @click.option("--act-dtype", type=click.Choice(DTYPES), help="Activation precision.")
 @click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
+@click.option("--recipe", type=click.Choice(RECIPES),
+              help="Training precision recipe (docs/precision.md): fp8-delayed (the default "
+                   "for FP8 weights and activations), fp8-current or mxfp8.")
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="Overlap collectives with compute.")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), is_flag=False,
@@ -198,7 +201,7 @@ def _curve_table(curve: dict):
 @friendly
 def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp, ep, cp, zero,
         zero_shards, schedule, virtual_stages, precision, weights_dtype, act_dtype, kv_dtype,
-        overlap, recompute, attention, micro_batch, execution, fusion, topology, as_json,
+        recipe, overlap, recompute, attention, micro_batch, execution, fusion, topology, as_json,
         trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
 
@@ -217,11 +220,14 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     from .run_cluster import plan_flags_given, run_plan
 
     con = _console()
-    weights_dtype, act_dtype, kv_dtype = run_dtypes(precision, phase, weights_dtype,
-                                                     act_dtype, kv_dtype)
+    weights_dtype, act_dtype, kv_dtype, recipe = run_dtypes(precision, phase, weights_dtype,
+                                                             act_dtype, kv_dtype, recipe)
     if topology:
         if model:
             raise ValueError("give either --model or --topology, not both")
+        if recipe:
+            raise ValueError(f"--recipe {recipe} trains a model; a --topology file runs its "
+                             f"GEMMs in one dtype (--act-dtype)")
         _run_topology(con, chip, topology, weights_dtype, act_dtype, kv_dtype, execution,
                       fusion, as_json, trace)
         return
@@ -244,7 +250,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                      virtual_stages=virtual_stages, micro_batch=micro_batch,
                      recompute=recompute, overlap=overlap, attention=attention,
                      weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype,
-                     as_json=as_json, trace=trace, progress=progress, execution=execution)
+                     recipe=recipe, as_json=as_json, trace=trace, progress=progress,
+                     execution=execution)
         for msg in dict.fromkeys(str(w.message) for w in caught):
             echo_err(f"Warning: {msg}")
         return
@@ -254,7 +261,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
         curve = run_curve(chip, model,
                           Scenario.of(phase=phase, prompt=prompt, gen=gen, seq=seq, chips=chips,
                                       tp=tp, dp=dp, weights_dtype=weights_dtype,
-                                      act_dtype=act_dtype, kv_dtype=kv_dtype, overlap=overlap,
+                                      act_dtype=act_dtype, kv_dtype=kv_dtype, recipe=recipe,
+                                      overlap=overlap,
                                       recompute=recompute == "full", micro_batch=micro_batch,
                                       attention=attention, execution=execution, fusion=fusion),
                           batches=batches, progress=progress)

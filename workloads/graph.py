@@ -200,7 +200,7 @@ def program_pieces(w: Workload, *, dp_buckets: dict | None = None) -> list[Piece
                                          _dp_nodes(seq, dp_buckets or {}, dp)),
                                 1, step=False, label="last micro-batch + gradient all-reduce"))
         opt = [(b, b.repeat) for b in w.blocks if b.stage == "optimizer"
-               and not any(isinstance(o, Collective) for o in b.ops)]
+               and not any(isinstance(o, Collective) and "dp" in o.tags for o in b.ops)]
         if opt:
             pieces.append(Piece(_program(f"{w.phase} optimizer", opt, by_name), 1, step=False,
                                 label="optimizer"))

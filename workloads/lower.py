@@ -51,6 +51,7 @@ from .ops import Collective, Gemm, Op, VectorOp
 from .config import LayerSpec, ModelConfig
 from .program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
+from .recipe import BF16_LINEARS, quantize_records
 from .fused_attention import fuse
 from .graph import Workload
 from .program import Block
@@ -187,12 +188,18 @@ class _Ctx:
     def gemm(self, name: str, m: int, k: int, n: int, *, batch: int = 1, weight: bool = True,
              b_dtype: str | None = None, tags: tuple[str, ...] = (), shared_b: bool | None = None
              ) -> Gemm:
+        """A GEMM; a linear layer's (``weight``) takes FP8 operands under an FP8 recipe
+        (tagged ``quantized``; the LM head and the router stay in BF16:
+        :mod:`diptych.workloads.recipe`)."""
         p = self.p
-        return Gemm(name=name, m=m, k=k, n=n, batch=batch, a_dtype=p.activations,
-                    b_dtype=b_dtype or (p.weights if weight else p.activations),
+        fp8 = weight and p.linear is not None and name not in BF16_LINEARS
+        a = p.linear if fp8 else p.activations
+        return Gemm(name=name, m=m, k=k, n=n, batch=batch, a_dtype=a,
+                    b_dtype=b_dtype or (p.linear if fp8 else
+                                        p.weights if weight else p.activations),
                     c_dtype=p.activations, acc_dtype=p.accumulation,
                     b_is_weight=(batch == 1 or weight) if shared_b is None else shared_b,
-                    tags=(("weight",) if weight else ()) + tags)
+                    tags=(("weight",) if weight else ()) + tags + (("quantized",) if fp8 else ()))
 
     def vec(self, name: str, kind: str, elements: float, *, reads: float = 1.0,
             writes: float = 1.0, extra_read_bytes: float = 0.0, write_dtype_bytes=None,
@@ -729,13 +736,19 @@ def layer_kinds(c: _Ctx) -> list[tuple[str, int, _Ctx]]:
 
 
 def _named(name: str, repeat: int, fl: Flow, ops: list[Op], stage: str = "forward",
-           carry=()) -> Block:
-    """A block of ``ops`` with the tensors and accesses ``fl`` recorded for them."""
+           carry=(), p: Precision | None = None) -> Block:
+    """A block of ``ops`` with the tensors and accesses ``fl`` recorded for them; under
+    ``p``'s FP8 recipe with the casts its linear layers need
+    (:func:`~diptych.workloads.recipe.quantize_records`)."""
     if [id(o) for o, _ in fl.records] != [id(o) for o in ops]:
         raise ValueError(f"lowering bug: block {name!r} recorded "
                          f"{[o.name for o, _ in fl.records]} for ops {[o.name for o in ops]}")
-    return Block.of_ops(name, repeat, tuple(ops), stage, access=tuple(a for _, a in fl.records),
-                        tensors=tuple(fl.tensors.values()),
+    records, tensors = fl.records, fl.tensors
+    if p is not None and p.quantized:
+        records, tensors = quantize_records(records, {**fl.program, **fl.tensors}, p)
+        tensors = {k: t for k, t in tensors.items() if k not in fl.program}
+    return Block.of_ops(name, repeat, tuple(op for op, _ in records), stage,
+                        access=tuple(a for _, a in records), tensors=tuple(tensors.values()),
                         program_tensors=tuple(fl.program.values()), carry=tuple(carry))
 
 
@@ -755,20 +768,20 @@ def _layer_blocks(c: _Ctx, stage: str = "forward") -> list[Block]:
         ops = layer_ops(ck, flow=fl)
         fl.t(entry, T * d * a, program=True)
         fl.t(exit_, T * d * a, program=True)
-        out.append(_named(name, n, fl, ops, stage, (Carry("x", "y", entry, exit_),)))
+        out.append(_named(name, n, fl, ops, stage, (Carry("x", "y", entry, exit_),), c.p))
     return out
 
 
 def embedding_block(c: _Ctx) -> Block:
     """The embedding as a block with its tensors."""
     fl = Flow()
-    return _named("embedding", 1, fl, _embedding(c, flow=fl))
+    return _named("embedding", 1, fl, _embedding(c, flow=fl), p=c.p)
 
 
 def head_block(c: _Ctx) -> Block:
     """The final norm and LM head as a block with its tensors."""
     fl = Flow()
-    return _named("head", 1, fl, _head(c, flow=fl))
+    return _named("head", 1, fl, _head(c, flow=fl), p=c.p)
 
 
 def forward_blocks(c: _Ctx) -> list[Block]:

@@ -38,6 +38,7 @@ from .lower import (_check_common, _Ctx, _layer_blocks, check_attention, check_c
 from .params import params_per_chip, weight_tensors
 from .precision import Precision
 from .quant import QUANT_OPS_PER_BLOCK, QUANT_OPS_PER_ELEMENT
+from .recipe import amax_collectives, backward_gemms, quantized, weight_cast_op
 
 #: Parameters per AdamW op: the update runs as a sequence of equal chunks (as multi-tensor
 #: apply kernels do), one op repeated, so the engine simulates one 16 Mi-element stream instead
@@ -55,6 +56,10 @@ def backward_ops(op: Op, p: Precision) -> list[Op]:
     backward is one fused block, see :func:`diptych.workloads.fused_attention.fused_backward`)."""
     if isinstance(op, FusedAttention):
         return [fused_backward(op, lambda o: backward_ops(o, p))]
+    if quantized(op):
+        return backward_gemms(op, p)
+    if "recipe" in op.tags:      # an FP8 cast's backward is the identity: no op
+        return []
     if isinstance(op, Gemm):
         weight = "weight" in op.tags
         da = Gemm(name=f"{op.name}.dgrad", m=op.m, k=op.n, n=op.k, batch=op.batch,
@@ -140,6 +145,40 @@ class _Grads:
         return out
 
 
+def _quantized_backward(op: Gemm, a: Access, d_out: list, deps, dep_grads, gr: "_Grads", it,
+                        cast_of: dict, p: Precision) -> list[Access]:
+    """The accesses of an FP8 linear's backward ops (:func:`~.recipe.backward_gemms`): the
+    output gradient's cast (reads the BF16 gradient, writes its FP8 pair), or, fused into the
+    activation's backward, the pair in the gradient's own BF16-sized tensor; dgrad and wgrad
+    read the pair's halves and the forward's FP8 operands, and write BF16 (FP32) gradients,
+    twice the bytes of the FP8 halves they stand for: an input that was cast takes the
+    gradient itself (the cast passes it straight through)."""
+    out: list[Access] = []
+    nxt = next(it)
+    dy = [dataclasses.replace(u, share=u.share * 0.5) for u in d_out]
+    if "amax" in nxt.tags:
+        am = gr.declare(f"{nxt.name}#t", Tensor(f"{nxt.name}#t", nxt.write_bytes), False)
+        out.append(Access((*d_out, Use(am, "write"))))
+        nxt = next(it)
+    if "cast" in nxt.tags:
+        token = gr.declare(f"{nxt.name}#t", Tensor(f"{nxt.name}#t", nxt.write_bytes), False)
+        pre = tuple(Use(x.uses[-1].tensor, "read", 0.0, "dep") for x in out)
+        out.append(Access((*d_out, *pre, Use(token, "write"))))
+        dy = [Use(token, "read", 0.5)]
+        next(it)
+    next(it)
+    ua, ub = a.of(role="a"), a.of(role="b")
+    grad_a = [x for u in ua
+              for x in gr.contribute(cast_of.get(u.tensor, u.tensor),
+                                     u.share * 2)]
+    out.append(Access((*(Use(u.tensor, "read", u.share, "b") for u in ub),
+                       *(dataclasses.replace(u, role="a") for u in dy), *deps, *grad_a,
+                       *dep_grads)))
+    out.append(Access((*ua, *(dataclasses.replace(u, role="b") for u in dy), *deps,
+                       *[x for u in ub for x in gr.contribute(u.tensor, u.share * 2)])))
+    return out
+
+
 def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
     """The backward block of forward block ``b`` with its tensors: every backward op reads the
     forward tensors it needs by their forward names (the program imports them from ``b``:
@@ -154,8 +193,13 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
         if any(t.name in a.writes for a in b.access):
             gr.seed(t.name, _grad_name(t.name), True)
     access: list[Access] = []
+    # an FP8 cast's output carries its input's gradient straight through (recipe.py)
+    cast_of = {a.writes[0]: a.of(mode="read")[0].tensor for op, a in zip(b.ops, b.access)
+               if "cast" in op.tags}
     it = iter(bops)
     for op, a in reversed(list(zip(b.ops, b.access))):
+        if "recipe" in op.tags:
+            continue
         outs = a.writes[:1] if isinstance(op, FusedAttention) else a.writes
         d_out = [Use(gr.of_output(w), "read", u.share) for w in outs
                  for u in a.of(mode="write") if u.tensor == w and gr.of_output(w)]
@@ -165,6 +209,9 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
         # its producer's backward op still runs behind the gradient chain
         dep_grads = [x for u in deps for x in gr.contribute(
             u.tensor, 0.0, "c" if isinstance(op, Gemm) else "")]
+        if quantized(op):
+            access += _quantized_backward(op, a, d_out, deps, dep_grads, gr, it, cast_of, p)
+            continue
         if isinstance(op, Gemm):
             next(it), next(it)
             ua, ub = a.of(role="a"), a.of(role="b")
@@ -252,10 +299,50 @@ def _adamw_block(name: str, repeat: int, n: int, p: Precision) -> Block:
                         tensors=tuple(t))
 
 
+def linear_params_per_chip(m: ModelConfig, tp: int) -> float:
+    """Parameters of the linear layers one TP rank holds (attention projections, MLPs, every
+    expert): the weights an FP8 recipe casts (not norms, biases, sinks, the router, the
+    embedding or the LM head)."""
+    n = 0.0
+    for t in weight_tensors(m):
+        if t.group in ("attn", "mlp", "expert", "shared_expert") and "bias" not in t.name:
+            e = t.elements / tp if t.split else t.elements
+            n += e * t.count * (m.experts if t.group == "expert" else 1)
+    return n
+
+
+def recipe_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Block]:
+    """What an FP8 recipe adds to a step beside its micro-batches
+    (:mod:`~diptych.workloads.recipe`): the weights' FP8 copies, cast once per step, in
+    chunks of :data:`ADAMW_CHUNK`, and the delayed recipe's two amax all-reduces over the
+    ``tp × dp`` ranks (five amaxes per linear GEMM, forward and backward)."""
+    if not p.quantized:
+        return []
+    n = max(1, math.ceil(linear_params_per_chip(m, tp)))
+    out = []
+    for name, rep, k in (("fp8_weight_cast", n // ADAMW_CHUNK, ADAMW_CHUNK),
+                         ("fp8_weight_cast.tail", 1, n % ADAMW_CHUNK)):
+        if rep and k:
+            op = weight_cast_op("fp8_weight_cast", k, p)
+            out.append(Block.of_ops(name, rep, (op,), "optimizer", access=(Access(
+                (Use("w", "read", op.read_bytes / (k * p.w_bytes)), Use("w_fp8", "write"))),),
+                tensors=(Tensor("w", k * p.w_bytes, "weight"),
+                         Tensor("w_fp8", op.write_bytes, "weight", live_out=True))))
+    c = _Ctx(m, p, tp, 1, 1, 0, "train")
+    gemms = sum(b.repeat * sum(1 for o in b.ops if quantized(o)) for b in _layer_blocks(c))
+    for op in amax_collectives(p, 5 * gemms, tp * dp):
+        out.append(Block.of_ops(op.name, 1, (op,), "optimizer", access=(Access(
+            (Use("amax", "read"), Use("amax_reduced", "write"))),), tensors=(
+            Tensor("amax", op.bytes, "optimizer_state"),
+            Tensor("amax_reduced", op.bytes, "optimizer_state", live_out=True))))
+    return out
+
+
 def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Block]:
     """Gradient all-reduce over ``dp`` replicas (if any) and the AdamW update of one shard:
     it reads the gradient, master copy and both moments and writes them back with the
-    working-precision weights, in chunks of :data:`ADAMW_CHUNK` parameters."""
+    working-precision weights, in chunks of :data:`ADAMW_CHUNK` parameters; then what an
+    FP8 recipe adds per step (:func:`recipe_blocks`)."""
     n = max(1, math.ceil(params_per_chip(m, tp)))
     blocks: list[Block] = []
     if dp > 1:
@@ -271,7 +358,7 @@ def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Blo
         blocks.append(_adamw_block("optimizer", q, ADAMW_CHUNK, p))
     if r:
         blocks.append(_adamw_block("optimizer.tail", 1, r, p))
-    return blocks
+    return blocks + recipe_blocks(m, p, tp, dp)
 
 
 def layer_params_per_chip(m: ModelConfig, tp: int) -> dict[str, float]:

@@ -50,13 +50,23 @@ class LayerParams:
         return total, moe_layers * self.moe_experts
 
 
+#: Tensor groups of the linear layers (an FP8 recipe's casts; biases excluded), as
+#: :func:`diptych.workloads.train.linear_params_per_chip` counts them.
+LINEAR_GROUPS = ("attn", "mlp", "expert", "shared_expert")
+
+
 @lru_cache(maxsize=256)
-def layer_params(m: ModelConfig, tp: int, ep: int = 1, pp: int = 1) -> LayerParams:
+def layer_params(m: ModelConfig, tp: int, ep: int = 1, pp: int = 1, *,
+                 linear: bool = False) -> LayerParams:
     """Per-rank parameters of each layer kind at tensor-parallel degree ``tp`` and expert
-    parallel degree ``ep``; ``pp > 1`` with tied embeddings gives the last stage its head."""
+    parallel degree ``ep``; ``pp > 1`` with tied embeddings gives the last stage its head.
+    ``linear``: only the linear layers' weights (:data:`LINEAR_GROUPS`: what an FP8 recipe
+    casts; no embedding or head)."""
     every = dense = moe = experts = emb = head = 0.0
     for t in weight_tensors(m):
         if t.count == 0:          # a kind of layer the model does not have
+            continue
+        if linear and (t.group not in LINEAR_GROUPS or "bias" in t.name):
             continue
         per = t.elements / tp if t.split else float(t.elements)
         if t.name == "final_norm":
@@ -75,7 +85,7 @@ def layer_params(m: ModelConfig, tp: int, ep: int = 1, pp: int = 1) -> LayerPara
             head += per * t.count
         else:                                         # pragma: no cover - inventory changed
             raise ValueError(f"unknown weight group {t.group!r} of {t.name!r}")
-    if m.tie_word_embeddings and pp > 1:
+    if m.tie_word_embeddings and pp > 1 and not linear:
         head += m.vocab_size * m.hidden_size / tp
     return LayerParams(dense=every + dense, moe=every + moe + experts, moe_experts=experts,
                        embedding=emb, head=head)

@@ -175,6 +175,7 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
         check_positive(name, v)
     weights_dtype, act_dtype, kv_dtype = (scenario.weights_dtype, scenario.act_dtype,
                                           scenario.kv_dtype)
+    recipe = scenario.recipe
     model = load_model(model)
     chip = load_chip(chip)
     cluster = load_cluster(cluster)
@@ -182,10 +183,11 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
     if chips > cluster.chips:
         raise ValueError(f"chips ({chips}) exceeds the cluster's {cluster.chips} chips "
                          f"({cluster.name})")
-    p = default_precision(chip, "train", weights_dtype, act_dtype, kv_dtype)
+    p = default_precision(chip, "train", weights_dtype, act_dtype, kv_dtype, recipe)
     check_supported(chip, p)
     base = Scenario(phase="train", batch=batch, seq=seq, weights_dtype=weights_dtype,
-                    act_dtype=act_dtype, kv_dtype=kv_dtype, attention=scenario.attention,
+                    act_dtype=act_dtype, kv_dtype=kv_dtype, recipe=recipe,
+                    attention=scenario.attention,
                     execution=scenario.execution)
     screen_scenario = dataclasses.replace(base, execution="sum")
     limit = max_tp or min(cluster.scale_up.chips, 64)

@@ -55,6 +55,7 @@ from ..api import OpTimer
 from ..run.node import default_precision
 from ..run.scenario import Scenario
 from ..run.summed import simulate_workload
+from ...workloads.recipe import amax_collectives, quantized, weight_cast_op
 from ...workloads.train import ADAMW_CHUNK, adamw_op, train_step
 from .collectives import CommCost, collective
 from .energy import step_energy
@@ -146,6 +147,7 @@ class ClusterResult:
     layout: dict[str, Any] = field(default_factory=dict, repr=False)
     info: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    precision: dict[str, Any] = field(default_factory=dict)   # Precision.to_dict()
 
     @property
     def fits(self) -> bool:
@@ -160,6 +162,7 @@ class ClusterResult:
                 "cluster": self.cluster, "chips": self.chips, "batch": self.batch,
                 "seq": self.seq, **self.plan.to_dict(),
                 "plan_text": self.plan.describe(self.phase == "train"),
+                "precision": dict(self.precision),
                 "micro_batches": self.micro_batches,
                 "seconds": self.seconds, "tokens_per_s": self.tokens_per_s,
                 "tokens_per_s_per_chip": self.tokens_per_s / self.chips,
@@ -203,7 +206,7 @@ def _group_shapes(layout: Plan, net: Network) -> dict[str, GroupShape]:
     """Where each group of a layout sits (memoised: plans that differ only in ZeRO stage,
     schedule, micro-batch or recomputation share their groups)."""
     shapes = {k: group_shape(group_ranks(layout, k), net)
-              for k in ("tp", "cp", "dp", "ep", "edp", "zs", "zr", "ezs")}
+              for k in ("tp", "cp", "dp", "ep", "edp", "zs", "zr", "ezs", "amax")}
     shapes["pp"] = group_shape([0, stage_peer(layout)] if layout.pp > 1 else [0], net)
     return shapes
 
@@ -318,11 +321,14 @@ def _replica_params(total: float, experts: float, plan: Plan) -> float:
 
 
 @lru_cache(maxsize=256)
-def _adamw_per_param(model, chip, p, simulate) -> tuple[float, float]:
-    """(seconds, joules) per parameter of the lowering's AdamW op (one chunk of
-    :data:`~diptych.workloads.train.ADAMW_CHUNK` parameters, or the whole model if smaller,
-    simulated)."""
-    op = adamw_op(min(ADAMW_CHUNK, max(1, math.ceil(params_per_chip(model, 1)))), p)
+def _per_param(model, chip, p, simulate, what: str = "adamw") -> tuple[float, float]:
+    """(seconds, joules) per parameter of the lowering's op ``what`` run once per step: its
+    AdamW update (``"adamw"``) or an FP8 recipe's weight cast (``"cast"``,
+    :func:`~diptych.workloads.recipe.weight_cast_op`), one chunk of
+    :data:`~diptych.workloads.train.ADAMW_CHUNK` parameters (or the whole model if smaller)
+    simulated."""
+    n = min(ADAMW_CHUNK, max(1, math.ceil(params_per_chip(model, 1))))
+    op = adamw_op(n, p) if what == "adamw" else weight_cast_op("fp8_weight_cast", n, p)
     if not chip.has_dram:             # the optimizer state lives in SRAM too
         op = resident(op)
     w = Workload("train", (Block.of_ops("optimizer", 1, (op,), "optimizer"),), tokens=1, batch=1)
@@ -494,7 +500,7 @@ def _setup(model: ModelConfig, chip: Chip, cluster: Cluster, plan: Plan, sc: Sce
                       phase=phase, cluster_chips=cluster.chips)
     m, lpc = info["micro_batches"], info["layers_per_chunk"]
     net = bind(cluster, chip)
-    p = default_precision(chip, phase, sc.weights_dtype, sc.act_dtype, sc.kv_dtype)
+    p = default_precision(chip, phase, sc.weights_dtype, sc.act_dtype, sc.kv_dtype, sc.recipe)
     comp = check_supported(chip, p)
     # memory per chip against DRAM, or an all-SRAM chip's SRAM (where the stage must fit: the
     # layer times below hold every tensor resident, sim/cluster/timing.py)
@@ -614,8 +620,11 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
         step_colls[s].append((kind, nbytes, comm.shapes[group].n))
         return comm(group, kind, nbytes, label)
     tails, opt_s, ag_s, opt_j = [], [], [], []
-    sec_per_param, j_per_param = (_adamw_per_param(st.model, st.chip, p, st.simulate)
+    sec_per_param, j_per_param = (_per_param(st.model, st.chip, p, st.simulate)
                                   if st.train else (0.0, 0.0))
+    cast_s, cast_j = (_per_param(st.model, st.chip, p, st.simulate, "cast")
+                      if st.train and p.quantized else (0.0, 0.0))
+    linear = layer_params(st.model, plan.tp, plan.ep, plan.pp, linear=True)
     for s in range(P):
         mine = device_chunks(plan, s)
         kinds = [k for c in reversed(mine) for k in reversed(st.chunks[c])]
@@ -630,11 +639,14 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
             ag_s.append(0.0)
             continue
         buckets = []
-        dense_params = expert_params = 0.0
+        dense_params = expert_params = linear_params = 0.0
+        fp8_gemms = 0
         for k in kinds:
             total, e = lp.of(k, lt[k].ops.moe)
             dense_params += total - e
             expert_params += e
+            linear_params += linear.of(k, lt[k].ops.moe)[0]
+            fp8_gemms += sum(1 for o in lt[k].ops.forward if quantized(o))
             if plan.zero >= 3:
                 continue
             if plan.zero == 0:
@@ -655,8 +667,11 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
             local = dense_params / plan.shards + expert_params / plan.expert_shards
         else:
             local = dense_params + expert_params
-        opt_s.append(local * sec_per_param)
-        opt_j.append(local * j_per_param)
+        recipe_s = linear_params * cast_s + sum(       # an FP8 recipe's once-per-step part
+            logged(s, "amax", "all_reduce", c.bytes, f"{c.name} (fp8 recipe)")
+            for c in amax_collectives(p, 5 * fp8_gemms, comm.shapes["amax"].n))
+        opt_s.append(local * sec_per_param + recipe_s)
+        opt_j.append(local * j_per_param + linear_params * cast_j)
         if plan.zero in (1, 2):
             ag = (logged(s, "zs", "all_gather", dense_params * p.w_bytes, "dp param all-gather")
                   + logged(s, "ezs", "all_gather", expert_params * p.w_bytes,
@@ -730,6 +745,7 @@ def _result(st: _Setup, pipe: _Pipe, tail: _Tail) -> ClusterResult:
         hfu=hw / (peak * seconds), flops=flops, hardware_flops=hw, bubble_fraction=bubble,
         exposed_comm_s=exposed, comm=st.comm.log, memory=st.mem, stage_seconds=stage_seconds,
         energy_j=energy_j, energy_breakdown=energy, tdp_w=chip.tdp_w, warnings=hot, **pwr,
+        precision=st.precision.to_dict(),
         timing="engine" if st.simulate is None else getattr(st.simulate, "timing", "custom"),
         layers=st.steps, pipeline=pipe.run,
         layout={"fwd": pipe.fwd, "bwd": pipe.bwd, "send_s": pipe.send, "chunks": st.chunks,
@@ -755,5 +771,6 @@ def _info(st: _Setup, pipe: _Pipe) -> dict:
             "layers_per_chunk": list(st.layers_per_chunk),
             "golden_pipeline": bool(st.golden or not st.train),
             "groups": {k: {"ranks": s.n, "per_domain": s.n_local, "domains": s.n_dom}
-                       for k, s in st.comm.shapes.items()},
+                       for k, s in st.comm.shapes.items()
+                       if k != "amax" or st.precision.quantized},   # an FP8 recipe's only
             "identical_layers_simulated_once": True}

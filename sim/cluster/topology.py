@@ -128,17 +128,22 @@ def _strides(plan: Plan) -> tuple[dict[str, int], dict[str, int]]:
     return sizes, strides
 
 
-GROUP_KINDS = ("tp", "cp", "pp", "dp", "ep", "edp", "zs", "zr", "ezs")
+GROUP_KINDS = ("tp", "cp", "pp", "dp", "ep", "edp", "zs", "zr", "ezs", "amax")
 
 
 def group_ranks(plan: Plan, kind: str) -> list[int]:
     """Global ranks of the ``kind`` group that holds rank 0 (``dp`` is the dense gradient
     group, dp × cp ranks; ``ep`` the expert-parallel group, ``edp`` the expert gradient
     group, cp·dp/ep ranks; ``zs`` the ZeRO shard group, the innermost ``plan.shards`` of
-    the dp × cp ranks, ``zr`` its replicas, ``ezs`` the expert shard group)."""
+    the dp × cp ranks, ``zr`` its replicas, ``ezs`` the expert shard group, ``amax`` the
+    tp × cp × dp ranks of one stage that an FP8 recipe's amax all-reduce spans: Megatron's
+    amax reduction group)."""
     if kind not in GROUP_KINDS:
         raise ValueError(f"group kind must be one of {', '.join(GROUP_KINDS)}, not {kind!r}")
     sizes, strides = _strides(plan)
+    if kind == "amax":
+        return sorted(r + t * strides["tp"] for r in group_ranks(plan, "dp")
+                      for t in range(sizes["tp"]))
 
     def span(*names: str) -> list[int]:
         ranks = [0]
@@ -270,6 +275,9 @@ def group_of(plan: Plan, kind: str, rank: int) -> tuple[int, ...]:
     b = c["cp"] + sizes["cp"] * c["dp"]
     if kind == "dp":
         return tuple(block)
+    if kind == "amax":
+        return tuple(sorted(r + (t - c["tp"]) * strides["tp"] for r in block
+                            for t in range(sizes["tp"])))
     if kind == "ep":
         lo = b - b % plan.ep
         return tuple(block[lo:lo + plan.ep])

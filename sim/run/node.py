@@ -35,7 +35,7 @@ from ...workloads.config import ModelConfig
 from ...workloads.graph import Workload
 from ...workloads.lower import decode_mean, prefill
 from ...workloads.memory import MemoryReport, inference_memory, train_memory
-from ...workloads.precision import Precision
+from ...workloads.precision import FP8_RECIPES, Precision, recipe_for
 from ...workloads.registry import load_model
 from ...workloads.train import train_step
 from ..api import OpTimer
@@ -106,17 +106,31 @@ class RunResult:
 
 
 def default_precision(chip: Chip, phase: str, weights_dtype=None, act_dtype=None,
-                      kv_dtype=None) -> Precision:
+                      kv_dtype=None, recipe: str | None = None) -> Precision:
     """Inference: the chip's default dtype for weights and activations, KV as activations.
-    Training: BF16 (FP16 if the chip lacks BF16) with FP32 master copy and moments."""
+    Training: BF16 (FP16 if the chip lacks BF16) with FP32 master copy and moments; FP8
+    weights and activations (or a named ``recipe``) train with a recipe
+    (:func:`~diptych.workloads.precision.recipe_for`): per-tensor FP8 linear layers over BF16
+    storage, or MXFP8 storage."""
     if phase == "train":
         base = next((d for d in ("bf16", "fp16") if chip.supports(d)), None)
-        if base is None and act_dtype is None:
+        r = recipe_for(weights_dtype, act_dtype, recipe)
+        if r in FP8_RECIPES:
+            if base is None:
+                raise ValueError(f"recipe {r!r} keeps attention, norms and activations in "
+                                 f"bf16 or fp16; chip {chip.name!r} supports neither "
+                                 f"({', '.join(chip.dtypes)})")
+            return Precision(weights=base, activations=base, kv=kv_dtype or base, grads=base,
+                             linear="fp8", recipe=r)
+        if base is None and act_dtype is None and r is None:
             raise ValueError(f"chip {chip.name!r} supports neither bf16 nor fp16 "
                              f"({', '.join(chip.dtypes)}); pass --act-dtype for training")
-        a = act_dtype or base
+        a = act_dtype or ("mxfp8" if r == "mxfp8" else base)
         w = weights_dtype or a
-        return Precision(weights=w, activations=a, kv=kv_dtype or a, grads=a)
+        return Precision(weights=w, activations=a, kv=kv_dtype or a, grads=a, recipe=r)
+    if recipe is not None:
+        raise ValueError(f"recipe {recipe!r} is a training recipe; {phase} takes the dtypes "
+                         f"(--weights-dtype, --act-dtype, --kv-dtype)")
     a = act_dtype or chip.default_dtype
     w = weights_dtype or a
     return Precision(weights=w, activations=a, kv=kv_dtype or a)
@@ -220,7 +234,7 @@ def _validate(chip: Chip, s: Scenario) -> _Setup:
                          "cluster= (on the command line: --cluster, or any of --pp, --cp, "
                          "--ep, --zero, which run on one domain of the chip's links)")
     tp, dp = resolve_parallelism(s.phase, s.parallelism)
-    p = default_precision(chip, s.phase, s.weights_dtype, s.act_dtype, s.kv_dtype)
+    p = default_precision(chip, s.phase, s.weights_dtype, s.act_dtype, s.kv_dtype, s.recipe)
     return _Setup(tp, dp, p, check_supported(chip, p))
 
 
@@ -303,9 +317,7 @@ def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Work
         dram_bw_utilization=_bw_share(t["dram_bytes"], secs, chip),
         compute_seconds=t["compute_seconds"], memory_bound_seconds=t["memory_bound_seconds"],
         communication_seconds=t["communication_seconds"],
-        precision={"weights": p.weights, "activations": p.activations, "kv": p.kv,
-                   "accumulation": p.accumulation, "grads": p.grads, "master": p.master,
-                   "moments": p.moments},
+        precision=p.to_dict(),
         memory=mem.to_dict(), info=info, warnings=warns, execution=s.execution,
         fixed_costs_s=t.get("fixed_costs_s"), utilization=t.get("utilization", {}),
         schedule={k: t[k] for k in ("pieces", "launch_s", "step_sync_s", "stream_bytes_per_s",

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from ...arch.dtypes import check_dtype
 from ...workloads.lower import ATTENTION_MODES, check_attention
+from ...workloads.precision import recipe_for
 from ..limits import check_sizes
 
 #: The phases a scenario can simulate.
@@ -104,7 +105,9 @@ class Scenario:
     time per output token) or train (``seq``: the sequence length, or ``prompt``; one
     optimizer step). ``batch``: sequences (the global batch in training, split over dp).
     ``weights_dtype``/``act_dtype``/``kv_dtype``: the precision asked for (None: the chip's
-    default for inference, BF16 for training). ``parallelism``: the degrees.
+    default for inference, BF16 for training); ``recipe``: a training precision recipe
+    (:data:`~diptych.workloads.precision.RECIPES`; FP8 weights and activations alone mean
+    ``fp8-delayed``). ``parallelism``: the degrees.
     ``attention``: ``fused`` (FlashAttention-style) or ``unfused``. ``execution``:
     ``schedule`` (the program's list schedule) or ``sum`` (every op alone from DRAM, times
     added); ``fusion``: fuse elementwise ops into GEMMs (schedule only); ``overlap``: overlap
@@ -121,6 +124,7 @@ class Scenario:
     weights_dtype: str | None = None
     act_dtype: str | None = None
     kv_dtype: str | None = None
+    recipe: str | None = None
     parallelism: Parallelism = field(default_factory=Parallelism)
     attention: str = "fused"
     execution: str = field(default_factory=default_execution)
@@ -146,6 +150,10 @@ class Scenario:
         for n in ("weights_dtype", "act_dtype", "kv_dtype"):
             if getattr(self, n) is not None:
                 check_dtype(getattr(self, n))
+        if self.recipe is not None and self.phase != "train":
+            raise ValueError(f"recipe {self.recipe!r} is a training recipe; {self.phase} takes "
+                             f"the dtypes (--weights-dtype, --act-dtype, --kv-dtype)")
+        recipe_for(self.weights_dtype, self.act_dtype, self.recipe)   # ValueError if they clash
         for n in ("fusion", "overlap", "power_limit"):
             _flag(n, getattr(self, n))
         _degree("batch", self.batch)

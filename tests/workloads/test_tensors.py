@@ -16,6 +16,7 @@ from diptych.workloads.fused_attention import FusedAttention
 from diptych.workloads.graph import program_pieces
 from diptych.workloads.lower import _Ctx, layer_kinds, layer_ops, valid_tp_degrees
 from diptych.workloads.params import kv_bytes_per_token, params_per_chip
+from diptych.workloads.precision import FP8_RECIPES
 from diptych.workloads.registry import builtin_names
 from diptych.workloads.train import dp_buckets, layer_params_per_chip
 
@@ -29,6 +30,9 @@ def workloads(name: str):
             yield decode(m, 3, 300, tp=tp, attention=att)
             yield train_step(m, 4, 32, tp=tp, dp=2, attention=att, micro_batch=1)
         yield train_step(m, 2, 32, tp=tp, recompute=True)
+        for recipe in FP8_RECIPES:     # the casts and amax passes name their tensors too
+            yield train_step(m, 4, 32, tp=tp, dp=2, micro_batch=1, precision=Precision(
+                linear="fp8", recipe=recipe))
 
 
 def moved(uses, table) -> float:

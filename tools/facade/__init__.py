@@ -91,8 +91,8 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
         prompt: int | None = None, gen: int | None = None, seq: int | None = None,
         tp: int | None = None, dp: int | None = None, chips: int | None = None,
         precision: str | None = None, weights_dtype: str | None = None,
-        act_dtype: str | None = None, kv_dtype: str | None = None, overlap: bool = True,
-        recompute: bool | str = False, micro_batch: int | None = None,
+        act_dtype: str | None = None, kv_dtype: str | None = None, recipe: str | None = None,
+        overlap: bool = True, recompute: bool | str = False, micro_batch: int | None = None,
         attention: str = "fused", cluster=None, plan=None, execution: str | None = None,
         fusion: bool = True) -> "RunResult":
     """Simulate one phase of ``model`` on ``chip``, as ``diptych run`` does for one batch size.
@@ -102,7 +102,8 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     per output token) or ``"train"`` (needs ``seq``: one optimizer step over ``batch``
     sequences). ``tp``/``dp``/``chips``: parallelism. ``precision``: a spec as
     ``--precision`` (``"bf16"``, ``"w=fp8,a=fp8,kv=fp8"``) or the per-tensor dtypes; default
-    inference in the chip's default dtype, training in bf16. Returns a :class:`RunResult`
+    inference in the chip's default dtype, training in bf16; ``recipe``: a training recipe
+    (``"fp8-delayed"``, ``"fp8-current"``, ``"mxfp8"``; docs/precision.md). Returns a :class:`RunResult`
     whose ``to_dict()`` is exactly ``diptych run --json``; contexts beyond the model's window
     warn (``warnings``) and are listed in ``result.warnings``. ``cluster`` (a preset such as
     ``"dgx-h100"``, a path or a Cluster) and/or ``plan`` (a ``diptych.sim.cluster.Plan``)
@@ -115,11 +116,11 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     from diptych.sim.run import Scenario, run_workload
     from diptych.tools.precision_spec import run_dtypes
 
-    w, a, kv = run_dtypes(precision, phase, weights_dtype, act_dtype, kv_dtype)
+    w, a, kv, r = run_dtypes(precision, phase, weights_dtype, act_dtype, kv_dtype, recipe)
     s = Scenario.of(phase=phase, batch=batch, prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp,
-                    chips=chips, weights_dtype=w, act_dtype=a, kv_dtype=kv, overlap=overlap,
-                    recompute=recompute, micro_batch=micro_batch, attention=attention,
-                    execution=execution, fusion=fusion)
+                    chips=chips, weights_dtype=w, act_dtype=a, kv_dtype=kv, recipe=r,
+                    overlap=overlap, recompute=recompute, micro_batch=micro_batch,
+                    attention=attention, execution=execution, fusion=fusion)
     if cluster is None and plan is None:
         return run_workload(load_chip(chip), load_model(model), s)
     from diptych.sim.cluster.run import run_cluster_step

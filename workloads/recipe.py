@@ -1,0 +1,202 @@
+"""Per-tensor FP8 training recipes in the lowering: which GEMMs take FP8 operands, the cast
+kernels that quantise them, and what the recipe adds per step (docs/precision.md, "Training
+recipes").
+
+Transformer Engine's ``DelayedScaling`` (the default recipe, ``fp8-delayed``) and
+``Float8CurrentScaling`` (``fp8-current``) on Hopper, as their source and docs describe them
+[P: TE ``module/linear.py``, ``layernorm_linear.py``, ``layernorm_mlp.py``,
+``common/cast/dispatch/quantize.cuh``, ``docs/.../performance_considerations.rst``,
+``fp8_delayed_scaling.rst``, ``fp8_current_scaling.rst``]:
+
+* **What runs in FP8.** The three GEMMs of every linear layer (fprop ``Y = X·Wᵀ``, dgrad
+  ``dX = dY·W``, wgrad ``dW = dYᵀ·X``) take FP8 operands and write BF16 (FP32 or BF16 for
+  the weight gradient). Attention, norms, activations, the embedding, the LM head (Megatron's
+  output layer is not an FP8 module), the MoE router, the loss, the optimizer (FP32 master
+  weights) and the gradient reduction stay in BF16/FP32.
+* **Casts.** Hopper runs FP8 GEMMs only in the TN layout, so each quantised tensor (an input
+  X, a weight W, an output gradient dY) is written twice, row- and column-wise (a
+  ``cast_transpose`` kernel: read 2 B, write 1 + 1 B per element). A tensor made by a norm or
+  an activation function that only linear GEMMs read is quantised inside that kernel (TE's
+  ``LayerNormLinear``/``LayerNormMLP``; ``cast_transpose_dbias_dgelu`` for the gradient into
+  an activation's producer): the kernel writes the two FP8 copies instead of its BF16 output,
+  the same bytes, and no op is added. Any other input gets a cast op (:func:`cast_op`):
+  attention's output into the output projection, the tokens routed to the experts, and in
+  backward the output gradient of every linear not fed by an activation. Delayed scaling
+  takes the scale from the amax history (the cast kernel records the new amax); current
+  scaling first reads the tensor once more for its amax (:func:`amax_op`): TE calls the
+  second read "significant", and it also cannot fuse the cast into the producer.
+* **Weights** are cast once per optimizer step (cached across micro-batches:
+  ``is_first_microbatch``): :func:`weight_cast_op`.
+* **Scale synchronisation** (delayed only): one all-reduce (MAX) of every amax at the end of
+  the forward pass and one in the backward pass, over the tensor-, data- and
+  context-parallel ranks (Megatron's amax reduction group): latency-bound, 4 B per tensor.
+
+In the dataflow a fused input's FP8 pair lives in the BF16-sized tensor its producer writes
+(the GEMM reads the row-wise half, the weight gradient the column-wise half), as does a
+weight's cached pair; a cast op writes the pair as a tensor of its own. The backward
+(:mod:`diptych.workloads.train`) passes gradients straight through a cast (an FP8
+quantiser's backward is the identity: no op).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..arch.dtypes import dtype_bytes
+from .ops import Collective, Gemm, VectorOp
+from .precision import Precision
+from .program import Access, Tensor, Use
+
+#: ALU ops per element of a per-tensor FP8 cast [counted]: scale multiply, convert, and the
+#: running max of |x| the delayed recipe records for its history.
+CAST_OPS_PER_ELEMENT = 3.0
+#: ALU ops per element of current scaling's separate amax pass [counted]: |x| and max.
+AMAX_OPS_PER_ELEMENT = 2.0
+#: Bytes of one amax in the delayed recipe's reduction (an FP32 per quantised tensor).
+AMAX_BYTES = 4.0
+#: Vector-op kinds whose output a linear's cast can be fused into (TE's LayerNormLinear and
+#: LayerNormMLP: a norm, or the activation function between the MLP's GEMMs).
+FUSABLE_PRODUCERS = ("rmsnorm", "layernorm", "swiglu", "gelu", "silu")
+#: Vector-op kinds whose backward can write its input gradient's FP8 pair directly
+#: (``cast_transpose_dbias_dgelu``): the output gradient of the GEMM that feeds one needs no
+#: cast of its own (the GEMM is tagged ``dy_fused``).
+FUSABLE_ACTIVATIONS = ("swiglu", "gelu", "silu")
+#: Linear GEMMs that stay in BF16 under a per-tensor recipe.
+BF16_LINEARS = ("lm_head", "router")
+
+
+def quantized(op) -> bool:
+    """Whether ``op`` is a GEMM of an FP8 recipe's linear layer."""
+    return isinstance(op, Gemm) and "quantized" in op.tags
+
+
+def _ratio(p: Precision, stored: str) -> float:
+    """Bytes of an FP8 element over bytes of the stored element it is quantised from."""
+    return dtype_bytes(p.linear) / dtype_bytes(stored)
+
+
+def cast_op(name: str, elements: int, p: Precision, *, columnwise: bool = True) -> VectorOp:
+    """A cast kernel quantising ``elements`` BF16 values to FP8: read once, written row-wise
+    and (``columnwise``, for the other GEMM of the pair) column-wise."""
+    copies = 2 if columnwise else 1
+    return VectorOp(name=name, kind="scale", elements=max(1, int(elements)),
+                    ops_per_element=CAST_OPS_PER_ELEMENT,
+                    read_bytes=elements * dtype_bytes(p.activations),
+                    write_bytes=elements * copies * dtype_bytes(p.linear), dtype=p.linear,
+                    tags=("recipe", "cast"))
+
+
+def amax_op(name: str, elements: int, p: Precision) -> VectorOp:
+    """Current scaling's amax pass over ``elements`` BF16 values (one FP32 written): a kernel
+    of its own (TE ``nvte_compute_amax``), so of kind ``scale``, which the schedule's fusion
+    pass never merges into a GEMM's epilogue (an ``elementwise`` op would be)."""
+    return VectorOp(name=name, kind="scale", elements=max(1, int(elements)),
+                    ops_per_element=AMAX_OPS_PER_ELEMENT,
+                    read_bytes=elements * dtype_bytes(p.activations), write_bytes=AMAX_BYTES,
+                    dtype="fp32", tags=("recipe", "amax"))
+
+
+def weight_cast_op(name: str, params: float, p: Precision) -> VectorOp:
+    """The FP8 row- and column-wise copies of ``params`` weights, once per optimizer step
+    (current scaling reads the weights once more for their amax)."""
+    reads = 2 if p.recipe == "fp8-current" else 1
+    return VectorOp(name=name, kind="scale", elements=max(1, int(params)),
+                    ops_per_element=CAST_OPS_PER_ELEMENT,
+                    read_bytes=params * reads * dtype_bytes(p.weights),
+                    write_bytes=params * 2 * dtype_bytes(p.linear), dtype=p.linear,
+                    tags=("recipe", "cast"))
+
+
+def amax_collectives(p: Precision, tensors: int, group: int) -> list[Collective]:
+    """The delayed recipe's two amax all-reduces per step (forward and backward) over
+    ``group`` ranks, for ``tensors`` quantised tensors per rank; none for current scaling or
+    a single rank."""
+    if p.recipe != "fp8-delayed" or group <= 1:
+        return []
+    return [Collective(name=f"fp8_amax_all_reduce.{w}", kind="all_reduce",
+                       bytes=max(1, tensors) * AMAX_BYTES, group=group, tags=("amax",))
+            for w in ("fwd", "bwd")]
+
+
+def _scaled(uses, role: str, f: float) -> tuple[Use, ...]:
+    return tuple(dataclasses.replace(u, share=u.share * f) if u.role == role else u
+                 for u in uses)
+
+
+def quantize_records(records: list, tensors: dict, p: Precision) -> tuple[list, dict]:
+    """A forward block's ``(op, Access)`` records under ``p``'s FP8 recipe (module docstring):
+    each FP8 linear GEMM reads its FP8 operands: the row-wise half of its weight's BF16-sized
+    tensor (the cached FP8 pair), and of its input's where the cast is fused into the input's
+    producer; any other input gets a cast op (with current scaling an amax op before it) in
+    front of the first GEMM that reads it, writing the input's FP8 pair as a tensor of its
+    own (``<input>.fp8``) whose row-wise half the GEMMs read. Returns the records and the
+    block's tensor table (``tensors``, by name) with the casts' outputs."""
+    if not p.quantized:
+        return records, tensors
+    producer = {t: op for op, a in records for t in a.writes}
+    readers: dict[str, list] = {}
+    for op, a in records:
+        for u in a.uses:
+            if u.mode == "read" and u.share > 0:
+                readers.setdefault(u.tensor, []).append((op, u.role))
+    fused = {t for t, op in producer.items()
+             if isinstance(op, VectorOp) and op.kind in FUSABLE_PRODUCERS
+             and p.recipe == "fp8-delayed"
+             and all(quantized(r) and role == "a" for r, role in readers.get(t, ()))}
+    out, tables, cast = [], dict(tensors), {}
+    half = _ratio(p, p.activations)
+    for op, a in records:
+        if not quantized(op):
+            out.append((op, a))
+            continue
+        if p.recipe == "fp8-delayed" and a.writes and all(
+                isinstance(r, VectorOp) and r.kind in FUSABLE_ACTIVATIONS
+                for t in a.writes for r, _ in readers.get(t, ())):
+            op = dataclasses.replace(op, tags=op.tags + ("dy_fused",))
+        uses = []
+        for u in a.uses:
+            t = u.tensor
+            if u.role == "b":
+                uses.append(dataclasses.replace(u, share=u.share * _ratio(p, p.weights)))
+                continue
+            if u.role != "a" or t in fused:
+                uses.append(dataclasses.replace(u, share=u.share * half) if u.role == "a"
+                            else u)
+                continue
+            if t not in cast:
+                e = tables[t].bytes / dtype_bytes(p.activations)
+                token = f"{t}.fp8"
+                tables[token] = Tensor(token, e * 2 * dtype_bytes(p.linear))
+                pre: tuple[Use, ...] = ()
+                if p.recipe == "fp8-current":
+                    tables[f"{t}.amax"] = Tensor(f"{t}.amax", AMAX_BYTES)
+                    out.append((amax_op(f"{t}.amax", e, p),
+                                Access((Use(t, "read"), Use(f"{t}.amax", "write")))))
+                    pre = (Use(f"{t}.amax", "read", 0.0, "dep"),)
+                out.append((cast_op(f"{t}.cast", e, p),
+                            Access((Use(t, "read"),) + pre + (Use(token, "write"),))))
+                cast[t] = token
+            uses.append(dataclasses.replace(u, tensor=cast[t], share=u.share * 0.5))
+        out.append((op, Access(tuple(uses), a.rmw)))
+    return out, tables
+
+
+def backward_gemms(op: Gemm, p: Precision) -> list:
+    """The backward ops of an FP8 recipe's linear GEMM ``op``, in order: the cast of its
+    output gradient (with current scaling an amax pass first; none when ``dy_fused``), then
+    dgrad ``dX = dY·W`` and wgrad ``dW = dYᵀ·X`` on FP8 operands."""
+    out: list = []
+    e = op.batch * op.m * op.n
+    if "dy_fused" not in op.tags:
+        if p.recipe == "fp8-current":
+            out.append(amax_op(f"{op.name}.dy.amax", e, p))
+        out.append(cast_op(f"{op.name}.dy.cast", e, p))
+    da = Gemm(name=f"{op.name}.dgrad", m=op.m, k=op.n, n=op.k, batch=op.batch,
+              a_dtype=p.linear, b_dtype=op.b_dtype, c_dtype=p.activations,
+              acc_dtype=op.acc_dtype, b_is_weight=op.b_is_weight,
+              tags=op.tags + ("dgrad",))
+    db = Gemm(name=f"{op.name}.wgrad", m=op.k, k=op.m, n=op.n, batch=op.batch,
+              a_dtype=op.a_dtype, b_dtype=p.linear, c_dtype=p.grads, acc_dtype=op.acc_dtype,
+              b_is_weight=op.batch == 1,
+              tags=tuple(t for t in op.tags if t != "weight") + ("wgrad",))
+    return out + [da, db]
