@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from .dtypes import BLOCK_DTYPES, DTYPE_BYTES, DTYPES
+from .runtime import runtime_names
 from .schema import f, fail
 from .tables import CostTable, DieSpec, Noc, Package, PowerTable
 
@@ -384,7 +385,10 @@ class Overheads:
     hand-over of the sampled tokens); ``collective_launch_us``: per collective, on top of the
     interconnect's per-hop latency. Absent, all are zero, so results without the table do not
     move. The program scheduler (:mod:`diptych.sim.program`) charges them as their own
-    intervals; they are never folded into a bandwidth.
+    intervals; they are never folded into a bandwidth. ``serving_runtime``: the serving
+    stack (:mod:`diptych.arch.runtime`, ``arch/runtimes/*.toml``) whose host costs ``diptych
+    serve`` charges a deployment of this chip unless another is named; ``ideal`` (the
+    default) charges none.
     """
 
     op_launch_us: float = f(default=0.0, min=0.0, max=1000.0,
@@ -393,6 +397,15 @@ class Overheads:
                             doc="fixed cost per program step in microseconds (0..1e6)")
     collective_launch_us: float = f(default=0.0, min=0.0, max=1000.0,
                                     doc="fixed cost per collective in microseconds (0..1000)")
+    serving_runtime: str = f(default="ideal",
+                             doc="serving runtime profile a deployment runs by default (a "
+                                 "name of arch/runtimes/*.toml)")
+
+    def _validate(self, source, path):
+        names = runtime_names()
+        if self.serving_runtime not in names:
+            fail(source, f"{path}.serving_runtime" if path else "serving_runtime",
+                 self.serving_runtime, "one of " + ", ".join(names))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -42,7 +42,7 @@ import time
 
 from diptych.sim.serving.config import ServeConfig
 from diptych.sim.serving.requests import LengthDist
-from diptych.sim.serving.runtime import load_runtime, runtime_names
+from diptych.arch.runtime import load_runtime, runtime_names
 from diptych.sim.serving.serve import Load, StepTimerCache, colocated, serve
 
 SRC = ("TensorRT-LLM docs/source/performance/perf-overview.md, "

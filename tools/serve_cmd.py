@@ -105,6 +105,7 @@ def _summary_table(d: dict):
     t.add_row("steps", f"{info['steps']:,} (timed as {info['execution']}; {info['oracle']} "
               f"step oracle, {info['oracle_simulations']} simulations)")
     t.add_row("runtime", info.get("runtime", "ideal"))
+    t.add_row("scheduling", info.get("scheduling", ""))
     return t
 
 
@@ -165,8 +166,10 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg
               help="Most sequences in a batch.")
 @click.option("--max-batched-tokens", type=int, default=8192, show_default=True,
               help="Token budget of one step.")
-@click.option("--chunked-prefill/--no-chunked-prefill", default=True, show_default=True,
-              help="Split prompts to fill each step's budget beside the decodes.")
+@click.option("--chunked-prefill/--no-chunked-prefill", default=None,
+              help="Split prompts to fill each step's budget beside the decodes, or run whole "
+                   "prompts in steps of their own (prefill first). Default: as the runtime's "
+                   "engine does (vllm-v1: chunked), else chunked.")
 @click.option("--kv-block", type=int, default=16, show_default=True,
               help="Tokens per KV-cache block.")
 @click.option("--preemption", type=click.Choice(["recompute", "swap"]), default="recompute",
@@ -188,10 +191,11 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg
 @click.option("--prefix-share", type=float, default=0.0, show_default=True,
               help="Fraction of each prompt that is a cached prefix shared by all requests.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
-@click.option("--runtime", default="ideal", show_default=True,
-              help="Serving runtime's host costs: a profile name (ideal, trtllm-triton, "
-                   "trtllm-bench, vllm-v0) or a TOML path; docs/serving.md, \"Runtime host "
-                   "costs\".")
+@click.option("--runtime",
+              help="Serving runtime's host costs: a profile name (ideal, vllm-v1, "
+                   "trtllm-triton, trtllm-bench, vllm-v0) or a TOML path; docs/serving.md, "
+                   "\"Runtime host costs\". Default: the chip's ([overheads] "
+                   "serving_runtime: h100 vllm-v1; ideal, the chip alone, for the others).")
 @click.option("--sweep-qps", help="LO:HI:N: a throughput-latency curve over N arrival rates.")
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="With --sweep-qps: write the curve (PNG/SVG/PDF by extension).")
@@ -228,7 +232,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
     """
     from ..sim.serving.config import ServeConfig, parse_speculative
     from ..sim.serving.requests import parse_length
-    from ..sim.serving.runtime import load_runtime
+    from ..arch.runtime import load_runtime
     from ..sim.serving.serve import Deployment, Load, StepTimerCache
     from ..sim.serving.serve import serve as run_serve
 
@@ -237,7 +241,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
                       kv_block_tokens=kv_block, preemption=preemption,
                       prefix_share=prefix_share, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot,
                       speculative=parse_speculative(speculative) if speculative else None,
-                      seed=seed, runtime=load_runtime(runtime))
+                      seed=seed, runtime=load_runtime(runtime) if runtime else None)
     precision = {"weights_dtype": weights_dtype, "act_dtype": act_dtype, "kv_dtype": kv_dtype}
     execution = {"execution": execution, "fusion": fusion}
     disagg = [prefill_chip, prefill_chips, decode_chip, decode_chips]

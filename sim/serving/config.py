@@ -15,16 +15,19 @@ Defaults and their sources:
 * ``host_link_bytes_per_s`` 63.0e9: PCIe Gen5 x16, one direction: 32 GT/s × 16 lanes ×
   128/130 ÷ 8 = 63.0 GB/s [D] (the link KV swapping uses; chips have no host-link field yet).
 * ``preemption`` "recompute": vLLM V1's only mode [S].
-* ``runtime`` ``ideal``: no host costs (the chip alone); :mod:`.runtime` and
-  ``sim/serving/runtimes/*.toml`` hold the serving runtimes' profiles and their sources.
+* ``runtime`` None: the serving runtime the deployment's chip names
+  (``[overheads] serving_runtime``: h100 ``vllm-v1``; ``ideal``, no host costs, for chips
+  that name none); :mod:`diptych.arch.runtime` and ``arch/runtimes/*.toml`` hold the
+  profiles and their sources. ``chunked_prefill`` None: as the runtime schedules prompts
+  (its ``chunked_prefill``), else chunked. :meth:`ServeConfig.resolved` makes both concrete.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
-from .runtime import IDEAL, RuntimeProfile
+from ...arch.runtime import IDEAL, RuntimeProfile
 
 SCHEDULERS = ("continuous", "static")
 PREEMPTION = ("recompute", "swap")
@@ -105,13 +108,15 @@ class ServeConfig:
     ``prefix_share``: fraction of every prompt that is a prefix shared by all requests (a
     common system prompt or document) and held in the prefix cache. ``slo_*``: a request meets
     its SLOs when its TTFT and its TPOT are both within them. ``runtime``: the serving
-    runtime's host costs per step and per request (:class:`~.runtime.RuntimeProfile`).
+    runtime's host costs per step and per request (:class:`~diptych.arch.runtime.
+    RuntimeProfile`; None: the chip's, :meth:`resolved`). ``chunked_prefill`` None: the
+    runtime's policy.
     """
 
     scheduler: str = "continuous"
     max_batch: int = 1024
     max_batched_tokens: int = 8192
-    chunked_prefill: bool = True
+    chunked_prefill: bool | None = None
     kv_block_tokens: int = 16
     preemption: str = "recompute"
     kv_reserve_fraction: float = 0.10
@@ -121,7 +126,7 @@ class ServeConfig:
     slo_tpot_s: float = 0.2
     speculative: Speculation | None = None
     seed: int = 0
-    runtime: RuntimeProfile = field(default=IDEAL)
+    runtime: RuntimeProfile | None = None
 
     def __post_init__(self):
         if self.scheduler not in SCHEDULERS:
@@ -143,11 +148,25 @@ class ServeConfig:
         _pos("slo_tpot_s", self.slo_tpot_s, "a positive number of seconds")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, not {self.seed!r}")
-        if not isinstance(self.runtime, RuntimeProfile):
-            raise ValueError(f"runtime must be a RuntimeProfile, not {self.runtime!r}")
+        if self.runtime is not None and not isinstance(self.runtime, RuntimeProfile):
+            raise ValueError(f"runtime must be a RuntimeProfile or None, not {self.runtime!r}")
+        if self.chunked_prefill not in (None, True, False):
+            raise ValueError(f"chunked_prefill must be true, false or None, not "
+                             f"{self.chunked_prefill!r}")
         if self.scheduler == "static" and (self.speculative or self.prefix_share):
             raise ValueError("the static scheduler runs plain fixed batches; speculative "
                              "decoding and prefix caching need --scheduler continuous")
+
+    def resolved(self, runtime: RuntimeProfile = IDEAL) -> "ServeConfig":
+        """This configuration made concrete: ``runtime`` None becomes ``runtime`` (the
+        deployment's chip's, :func:`~.serve.deployment_runtime`; ideal by default),
+        ``chunked_prefill`` None the runtime's policy (chunked if it states none).
+        Idempotent."""
+        rt = self.runtime if self.runtime is not None else runtime
+        ch = self.chunked_prefill
+        if ch is None:
+            ch = rt.chunked_prefill if rt.chunked_prefill is not None else True
+        return replace(self, runtime=rt, chunked_prefill=ch)
 
     @property
     def decode_queries(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...arch.runtime import IDEAL, RuntimeProfile, load_runtime
 from ...workloads.params import kv_bytes_per_token
 from .config import ServeConfig
 from .kv import kv_budget
@@ -59,6 +60,19 @@ class Deployment:
     @property
     def model(self):
         return self.pools[0].replica.model
+
+    def runtime(self) -> RuntimeProfile:
+        """The serving runtime the pools' chips name (``[overheads] serving_runtime``; a chip
+        without the table: ``ideal``). ValueError when the pools' chips name different ones
+        (a deployment runs one serving stack: name it)."""
+        names = {p.replica.chip.name: (p.replica.chip.overheads.serving_runtime
+                                       if p.replica.chip.overheads else IDEAL.name)
+                 for p in self.pools}
+        if len(set(names.values())) > 1:
+            said = ", ".join(f"{c} {n}" for c, n in names.items())
+            raise ValueError(f"the pools' chips name different serving runtimes ({said}); "
+                             f"choose one with --runtime")
+        return load_runtime(next(iter(names.values())))
 
     def describe(self) -> str:
         if self.pool is not None:

@@ -84,6 +84,7 @@ class Instance:
         self.role = role
         self.oracle = oracle
         self.draft = draft
+        cfg = cfg.resolved()          # a configuration the caller left open: ideal, chunked
         self.cfg = cfg
         self.chips = chips
         self.total_blocks = blocks
@@ -528,15 +529,15 @@ def run_loop(instances: list[Instance], arrivals: list[Req], *, next_request=Non
     With ``prefill_pool``/``decode_pool``, arrivals go to the prefill pool and prefilled
     requests to the decode pool; ``transfer(r, src, dst, t, overlap)`` returns the time the
     request's KV arrives at ``dst``. ``progress(done)`` is called as requests finish. A
-    request enters the scheduler the runtime's ``request_in_s`` after its ``arrival``; a
+    request enters the scheduler the runtime's ``request_in_s(prompt)`` after its ``arrival``; a
     closed-loop client sends its next request when it has received the last token.
     """
     heap: list = []
     seq = 0
     rt = instances[0].runtime
-    rin, rout = rt.request_in_s, rt.token_out_s
+    rout = rt.token_out_s
     for r in arrivals:
-        heap.append((r.arrival + rin, ARRIVE, seq, r))
+        heap.append((r.arrival + rt.request_in_s(r.prompt), ARRIVE, seq, r))
         seq += 1
     heapq.heapify(heap)
     entry = prefill_pool if prefill_pool is not None else instances
@@ -563,7 +564,8 @@ def run_loop(instances: list[Instance], arrivals: list[Req], *, next_request=Non
                         for r in finished:
                             nr = next_request(r, t + rout)
                             if nr is not None:
-                                heapq.heappush(heap, (nr.arrival + rin, ARRIVE, seq, nr))
+                                heapq.heappush(heap, (nr.arrival + rt.request_in_s(nr.prompt),
+                                                      ARRIVE, seq, nr))
                                 seq += 1
             elif kind == KV_DONE:
                 r, src, dst = x

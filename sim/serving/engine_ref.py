@@ -9,9 +9,10 @@ require identical per-request times.
 
 The serving runtime's host costs (``cfg.runtime``) enter in three places, as
 docs/serving.md "Runtime host costs" states them: every step's duration is device + host
-work, or their maximum when the runtime overlaps them; a request can be scheduled from
-``arrival + request_in_s`` on; a token reaches the client ``token_out_s`` after its step ends
-(``first_t``, ``finish_t``, and a closed-loop client's next arrival).
+work, or their maximum when the runtime overlaps them, plus its exposed host time; a request
+can be scheduled from ``arrival + request_in_s(prompt)`` on; a token reaches the client
+``token_out_s`` after its step ends (``first_t``, ``finish_t``, and a closed-loop client's
+next arrival).
 """
 
 from __future__ import annotations
@@ -62,10 +63,14 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     """Serve ``reqs`` (arrival-ordered; with ``closed_loop`` the not-yet-issued requests of
     the clients, handed out in order as requests finish) on one instance of ``blocks`` KV
     blocks and return every request's times."""
+    cfg = cfg.resolved()              # a configuration the caller left open: ideal, chunked
     bs = cfg.kv_block_tokens
     q = 1 + (cfg.speculative.k if cfg.speculative else 0)
     rt = cfg.runtime
-    rin, rout = rt.request_in_s, rt.token_out_s
+    rout = rt.token_out_s
+
+    def rin(r) -> float:
+        return rt.request_in_s(r.prompt)
     free_ids = list(range(prefix_blocks, blocks))     # the prefix holds ids 0..prefix-1
     held: set[int] = set(range(prefix_blocks))
     future = list(reqs)                                # not yet arrived
@@ -216,12 +221,14 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
 
     def with_host(device_s, seqs):
         """The step on the engine's clock: device and host work one after the other, or side
-        by side when the runtime overlaps them (docs/serving.md, "Runtime host costs")."""
+        by side when the runtime overlaps them, then the host time the device still waits for
+        (docs/serving.md, "Runtime host costs")."""
         if rt.is_ideal:
             return device_s
         host = (rt.step_host_fixed_us * 1e-6 + rt.step_host_per_seq_us * 1e-6 * seqs
                 + rt.step_host_device_fraction * device_s)
-        return max(device_s, host) if rt.overlap else device_s + host
+        return (max(device_s, host) if rt.overlap else device_s + host) \
+            + rt.step_exposed_us * 1e-6
 
     def finish(r, step_end, free_blocks=True):
         when = step_end + rout                        # the client has the last token
@@ -236,8 +243,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             future.append(nxt)
 
     while future or waiting or running or swapped or static_batch:
-        arrived = sorted((r for r in future if r.arrival + rin <= t),
-                         key=lambda r: r.arrival)
+        arrived = sorted((r for r in future if r.arrival + rin(r) <= t),
+                         key=lambda r: r.arrival + rin(r))
         for r in arrived:
             future.remove(r)
             waiting.append(r)
@@ -253,7 +260,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                     batch.append(waiting.pop(0))
                     pmax, gmax = p2, g2
                 if not batch:
-                    t = min(r.arrival + rin for r in future)
+                    t = min(r.arrival + rin(r) for r in future)
                     continue
                 for r in batch:
                     grow(r, pmax + gmax)
@@ -292,7 +299,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         if not decodes and not chunks:
             if not future:
                 raise AssertionError("requests left but nothing can run")
-            t = min(r.arrival + rin for r in future)
+            t = min(r.arrival + rin(r) for r in future)
             continue
         if decodes:
             keys = sum(keys_of(r) for r in decodes)

@@ -133,17 +133,26 @@ def _draft_replica(cfg: ServeConfig, target: Replica) -> Replica | None:
                                     attention=target.attention))
 
 
+def resolve_config(deployment: Deployment, cfg: ServeConfig | None = None) -> ServeConfig:
+    """``cfg`` (None: the defaults) as :func:`serve` runs it: a runtime left open is the
+    deployment's chip's (:meth:`Deployment.runtime`), the prompt scheduling left open the
+    runtime's (:meth:`ServeConfig.resolved`)."""
+    cfg = cfg or ServeConfig()
+    return cfg.resolved(deployment.runtime() if cfg.runtime is None else cfg.runtime)
+
+
 def serve(deployment: Deployment, load: Load, cfg: ServeConfig | None = None, *,
           oracles: StepTimerCache | None = None, oracle: str = "grid",
           simulate: Callable | None = None, progress: Callable[[int, int], None] | None = None
           ) -> ServeResult:
-    """Simulate ``load`` served by ``deployment`` under ``cfg`` (module docstring).
+    """Simulate ``load`` served by ``deployment`` under ``cfg`` (module docstring); a
+    ``cfg.runtime`` of None is the deployment's chip's (:meth:`Deployment.runtime`).
 
     ``oracles`` shares step-time oracles between runs (else a new
     :class:`StepTimerCache` of kind ``oracle`` over ``simulate``, the engine by default).
     ``progress(done, total)`` is called as requests complete.
     """
-    cfg = cfg or ServeConfig()
+    cfg = resolve_config(deployment, cfg)
     oracles = oracles or StepTimerCache(oracle, simulate)
     model = deployment.model
     rng = np.random.default_rng(cfg.seed)
@@ -208,6 +217,16 @@ def serve(deployment: Deployment, load: Load, cfg: ServeConfig | None = None, *,
     return _result(deployment, load, cfg, instances, done, budgets, link, info, oracles)
 
 
+def scheduling_text(cfg: ServeConfig) -> str:
+    """How a (resolved) configuration schedules prompts, in words (``info.scheduling``)."""
+    if cfg.scheduler == "static":
+        return "static batches, prompts padded to the longest"
+    if cfg.chunked_prefill:
+        return (f"continuous; prompts chunked into decode steps ({cfg.max_batched_tokens} "
+                f"tokens a step)")
+    return "continuous; prefill first (whole prompts in steps of their own, decodes wait)"
+
+
 def _check_fit(pr, out, shared, cfg: ServeConfig, budgets) -> None:
     need = pr + out - shared
     for role, b in budgets:
@@ -251,6 +270,7 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
                 completed=len(done), output_tokens=out_tok,
                 input_tokens=int(m["prompt"].sum()),
                 kv_transfer_bytes=link["bytes"], runtime=cfg.runtime.name,
+                scheduling=scheduling_text(cfg),
                 expected_tokens_per_verify=(cfg.speculative.expected_tokens
                                             if cfg.speculative else None))
     cfgd = {k: (v.__dict__ if hasattr(v, "__dict__") else v) for k, v in cfg.__dict__.items()}

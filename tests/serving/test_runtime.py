@@ -1,4 +1,4 @@
-"""The serving runtime's host costs (sim/serving/runtime.py) against independent references:
+"""The serving runtime's host costs (arch/runtime.py) against independent references:
 closed forms for lone requests, the golden twin with non-zero profiles, `ideal` leaving
 every number as the chip alone gives it, and the CLI's handling of the profile."""
 
@@ -18,7 +18,7 @@ from diptych.arch.schema import ConfigError
 from diptych.sim.serving.config import ServeConfig
 from diptych.sim.serving.step_time import DirectStepTimer
 from diptych.sim.serving.requests import parse_length as P
-from diptych.sim.serving.runtime import IDEAL, RuntimeProfile, load_runtime, runtime_names
+from diptych.arch.runtime import IDEAL, RuntimeProfile, load_runtime, runtime_names
 from diptych.sim.serving.serve import Load, StepTimerCache, colocated, serve
 from diptych.tools.cli import main
 from diptych.workloads.serving_step import Step
@@ -29,8 +29,8 @@ _ORACLES = StepTimerCache("grid", roofline)
 #: a synchronous profile with every term non-zero, and an overlapped one whose fixed host
 #: time (8 ms) exceeds a batch-1 decode step of the 8B model (~5 ms) but not a long prefill
 SYNC = RuntimeProfile(name="sync", step_host_fixed_us=700.0, step_host_per_seq_us=15.0,
-                      step_host_device_fraction=0.07, request_in_us=2500.0,
-                      token_out_us=400.0)
+                      step_host_device_fraction=0.07, step_exposed_us=50.0,
+                      request_in_us=2500.0, tokenize_us_per_token=3.0, token_out_us=400.0)
 OVERLAP = dataclasses.replace(SYNC, name="overlap", overlap=True, step_host_fixed_us=8000.0)
 
 
@@ -49,20 +49,23 @@ def _host(rt: RuntimeProfile, device_s: float, seqs: int) -> float:
 
 @pytest.mark.parametrize("rt", [SYNC, OVERLAP], ids=lambda r: r.name)
 def test_lone_request_closed_form(tmp_path, rt):
-    """Requests 10 s apart run alone: TTFT = request path in + prefill step (device and host,
-    summed or overlapped) + token path out; every ITL is one batch-1 decode step."""
+    """Requests 10 s apart run alone: TTFT = request path in (fixed + tokenising the prompt)
+    + prefill step (device and host, summed or overlapped, + the exposed host time) + token
+    path out; every ITL is one batch-1 decode step."""
     prompt, gen = 512, 24
     res = serve(DEP8, Load(trace=_spaced(tmp_path, 4, prompt, gen)),
                 ServeConfig(runtime=rt), oracles=StepTimerCache("direct", roofline))
     o = DirectStepTimer(DEP8.pool.replica, roofline)
     pf = o.cost(Step(prefill=((prompt, 0),))).seconds
     dec = [o.cost(Step(1, prompt + i + 1)).seconds for i in range(gen - 1)]
+    gap = rt.step_exposed_us * 1e-6
     if rt.overlap:
-        step = [max(d, _host(rt, d, 1)) for d in [pf] + dec]
+        step = [max(d, _host(rt, d, 1)) + gap for d in [pf] + dec]
         assert _host(rt, dec[0], 1) > dec[0]              # the host bounds a decode step
     else:
-        step = [d + _host(rt, d, 1) for d in [pf] + dec]
-    ttft = rt.request_in_us * 1e-6 + step[0] + rt.token_out_us * 1e-6
+        step = [d + _host(rt, d, 1) + gap for d in [pf] + dec]
+    request_in = (rt.request_in_us + rt.tokenize_us_per_token * prompt) * 1e-6
+    ttft = request_in + step[0] + rt.token_out_us * 1e-6
     assert [r.first_t - r.arrival for r in res.reqs] == pytest.approx([ttft] * 4, rel=1e-12)
     itl = np.frombuffer(res.instances[0].itl, dtype=float)
     assert itl.tolist() == pytest.approx(step[1:] * 4, rel=1e-12)
@@ -102,16 +105,16 @@ def test_fast_loop_equals_golden_twin_with_host_costs(case, rt):
 def test_host_costs_slow_the_mean_request_and_ideal_changes_nothing():
     """Against the same loop without a runtime: each non-zero profile makes the mean TTFT and
     end-to-end time longer and the throughput lower; `ideal` (loaded from its file, or the
-    default) gives the same floats, step for step."""
-    cfg = ServeConfig()
-    base = serve(DEP8, OPEN, cfg, oracles=_ORACLES)
+    profile object) gives the same floats, step for step."""
+    base = serve(DEP8, OPEN, ServeConfig(runtime=IDEAL), oracles=_ORACLES)
     ideal = serve(DEP8, OPEN, ServeConfig(runtime=load_runtime("ideal")), oracles=_ORACLES)
     assert load_runtime("ideal") == IDEAL and IDEAL.is_ideal
     key = lambda res: [(r.rid, r.first_t, r.finish_t) for r in res.reqs]  # noqa: E731
     assert key(ideal) == key(base)
     assert list(ideal.instances[0].rec_dt) == list(base.instances[0].rec_dt)
     assert ideal.energy_j == base.energy_j
-    for rt in (SYNC, OVERLAP, load_runtime("trtllm-triton"), load_runtime("vllm-v0")):
+    for rt in (SYNC, OVERLAP, *(load_runtime(n) for n in ("trtllm-triton", "vllm-v0",
+                                                          "vllm-v1"))):
         slow = serve(DEP8, OPEN, ServeConfig(runtime=rt), oracles=_ORACLES)
         # (not every request: a later admission can meet a step boundary sooner)
         assert slow.ttft_s["mean"] > base.ttft_s["mean"], rt.name
@@ -121,19 +124,23 @@ def test_host_costs_slow_the_mean_request_and_ideal_changes_nothing():
 
 def test_shipped_profiles_load_and_state_their_model():
     names = runtime_names()
-    assert {"ideal", "trtllm-triton", "trtllm-bench", "vllm-v0"} <= set(names)
+    assert {"ideal", "trtllm-triton", "trtllm-bench", "vllm-v0", "vllm-v1"} <= set(names)
     for n in names:
         rt = load_runtime(n)
         assert rt.name == n and rt.description
     # the Throughput rows' benchmark has no HTTP/tokeniser path; vLLM V0's loop is synchronous
     assert load_runtime("trtllm-bench").request_in_us == 0.0
     assert not load_runtime("vllm-v0").overlap
+    # each vLLM generation schedules prompts its own way: V0 prefill first, V1 chunked
+    assert load_runtime("vllm-v0").chunked_prefill is False
+    assert load_runtime("vllm-v1").chunked_prefill is True
 
 
 def test_step_rule():
-    assert SYNC.step_s(0.01, 3) == pytest.approx(0.01 + 700e-6 + 45e-6 + 0.0007)
-    assert OVERLAP.step_s(0.01, 3) == pytest.approx(0.01)           # host hidden
-    assert OVERLAP.step_s(0.002, 3) == pytest.approx(8e-3 + 45e-6 + 0.07 * 0.002)
+    assert SYNC.step_s(0.01, 3) == pytest.approx(0.01 + 700e-6 + 45e-6 + 0.0007 + 50e-6)
+    assert OVERLAP.step_s(0.01, 3) == pytest.approx(0.01 + 50e-6)   # host hidden, gap not
+    assert OVERLAP.step_s(0.002, 3) == pytest.approx(8e-3 + 45e-6 + 0.07 * 0.002 + 50e-6)
+    assert SYNC.request_in_s(1000) == pytest.approx(2500e-6 + 3000e-6)
 
 
 @pytest.mark.parametrize("text, match", [
@@ -164,9 +171,11 @@ def test_cli_runtime_in_json_and_bad_values_exit_2(cli, tmp_path):
     d = json.loads(r.output)
     assert d["info"]["runtime"] == "vllm-v0"
     assert d["config"]["runtime"]["step_host_fixed_us"] == 4000.0
-    r0 = json.loads(cli(*BASE, "--json").output)
+    r0 = json.loads(cli(*BASE, "--runtime", "ideal", "--json").output)
     assert r0["info"]["runtime"] == "ideal"
     assert d["ttft_s"]["mean"] > r0["ttft_s"]["mean"]
+    # V0 schedules whole prompts first, and says so
+    assert d["config"]["chunked_prefill"] is False and "prefill first" in d["info"]["scheduling"]
     r = cli(*BASE, "--runtime", "tensorrt")
     assert r.exit_code == 2
     assert "'tensorrt'" in r.output and "trtllm-triton" in r.output and "vllm-v0" in r.output
@@ -176,3 +185,42 @@ def test_cli_runtime_in_json_and_bad_values_exit_2(cli, tmp_path):
     assert r.exit_code == 2 and "token_out_us" in r.output and "-5" in r.output
     r = cli(*BASE, "--runtime", tmp_path / "missing.toml")
     assert r.exit_code == 2 and "missing.toml" in r.output
+
+
+def test_a_gpu_preset_serves_with_its_stack_unless_told(cli):
+    """h100 names vLLM V1 (`[overheads] serving_runtime`): the default run equals an explicit
+    `--runtime vllm-v1` and states it; `ideal` is a choice; a chip without a stack is ideal."""
+    d = json.loads(cli(*BASE, "--json").output)
+    v1 = json.loads(cli(*BASE, "--runtime", "vllm-v1", "--json").output)
+    ideal = json.loads(cli(*BASE, "--runtime", "ideal", "--json").output)
+    assert d["info"]["runtime"] == "vllm-v1" and d["ttft_s"] == v1["ttft_s"]
+    assert d["config"]["chunked_prefill"] is True and "chunked" in d["info"]["scheduling"]
+    assert d["ttft_s"]["mean"] > ideal["ttft_s"]["mean"]
+    assert d["tpot_s"]["mean"] > ideal["tpot_s"]["mean"]
+    # the flag overrides the stack's scheduling
+    w = json.loads(cli(*BASE, "--no-chunked-prefill", "--json").output)
+    assert w["config"]["chunked_prefill"] is False and w["info"]["runtime"] == "vllm-v1"
+    tpu = json.loads(cli("serve", "--chip", "tpu-v5e", "--model", "llama-3-8b", "--qps", 2,
+                         "--requests", 10, "--json").output)
+    assert tpu["info"]["runtime"] == "ideal"
+
+
+def test_chip_serving_runtime_is_checked_when_the_chip_loads(tmp_path):
+    from diptych.arch import load_chip, to_dict
+    import tomlkit
+
+    d = to_dict(load_chip("h100"))
+    d["overheads"]["serving_runtime"] = "tgi"
+    p = tmp_path / "chip.toml"
+    p.write_text(tomlkit.dumps(d))
+    with pytest.raises(ConfigError, match=r"overheads.serving_runtime: expected one of .*vllm-v1, got 'tgi'"):
+        load_chip(str(p))
+
+
+def test_pools_naming_different_stacks_must_choose():
+    from diptych.sim.serving.deployment import Deployment, Pool
+
+    h, t = colocated("h100", "llama-3-8b"), colocated("tpu-v5e", "llama-3-8b")
+    dep = Deployment(prefill=Pool(h.pool.replica, 1), decode=Pool(t.pool.replica, 1))
+    with pytest.raises(ValueError, match="h100 vllm-v1, tpu-v5e ideal.*--runtime"):
+        dep.runtime()

@@ -19,7 +19,9 @@ from diptych.sim.serving.config import ServeConfig, Speculation
 from diptych.sim.serving.engine_ref import GoldenRequest, golden_serve
 from diptych.sim.serving.step_time import DirectStepTimer, make_replica
 from diptych.sim.serving.requests import parse_length as P
-from diptych.sim.serving.serve import Deployment, Load, StepTimerCache, Pool, colocated, serve
+from diptych.arch.runtime import IDEAL
+from diptych.sim.serving.serve import (Deployment, Load, Pool, StepTimerCache, colocated,
+                                       resolve_config, serve)
 from diptych.workloads import decode as decode_workload
 from diptych.workloads import load_model
 from diptych.workloads import prefill as prefill_workload
@@ -41,6 +43,7 @@ def grid():
 
 
 def _golden_of(res, dep, cfg, load, oc):
+    cfg = resolve_config(dep, cfg)          # the runtime serve() ran: the chip's if left open
     inst = res.instances[0]
     reqs = sorted(res.reqs, key=lambda r: r.rid)
     g = [GoldenRequest(r.rid, r.arrival, r.prompt, r.output, r.shared) for r in reqs]
@@ -153,7 +156,8 @@ def test_low_load_ttft_is_one_prefill_and_tpot_one_batch1_decode_step_plus_fixed
         tmp_path, execution):
     prompt, gen = 512, 64
     dep = colocated("h100", "llama-3-8b", execution=execution)
-    res = serve(dep, Load(trace=_spaced_trace(tmp_path, 12, prompt, gen)), oracles=direct())
+    res = serve(dep, Load(trace=_spaced_trace(tmp_path, 12, prompt, gen)),
+                ServeConfig(runtime=IDEAL), oracles=direct())       # the chip alone
     o = DirectStepTimer(dep.pool.replica, roofline)
     prefill = o.cost(Step(prefill=((prompt, 0),))).seconds
     steps = [o.cost(Step(1, prompt + i + 1)).seconds for i in range(gen - 1)]
@@ -186,7 +190,7 @@ def test_low_load_ttft_is_one_prefill_and_tpot_one_batch1_decode_step_plus_fixed
 def test_static_mode_equals_run(batch, prompt, gen, execution):
     """Static batches are `run`'s batches: summed with the fixed costs off, or scheduled
     (the scheduler's own fixed costs, in both)."""
-    cfg = ServeConfig(scheduler="static", max_batch=batch)
+    cfg = ServeConfig(scheduler="static", max_batch=batch, runtime=IDEAL)   # the chip alone
     dep = Deployment(pool=Pool(make_replica("h100", "llama-3-8b",
                                             Scenario.of(phase="decode", execution=execution),
                                             fixed_costs=execution == "schedule")))
@@ -247,7 +251,7 @@ def test_speculative_tokens_per_verify_step_follow_the_acceptance_rate():
 
 
 def test_prefix_cache_skips_the_shared_prefill(tmp_path):
-    cfg = ServeConfig(prefix_share=0.5)
+    cfg = ServeConfig(prefix_share=0.5, runtime=IDEAL)
     res = serve(DEP8, Load(trace=_spaced_trace(tmp_path, 3, 1024, 2)), cfg, oracles=direct())
     o = DirectStepTimer(DEP8.pool.replica, roofline)
     want = o.cost(Step(prefill=((512, 512),))).seconds

@@ -9,14 +9,20 @@ A :class:`RuntimeProfile` holds, with units in the field names:
   time as a share of the iteration). With ``overlap`` false (a synchronous loop: the host
   processes step n's outputs and schedules step n+1 while the device idles) a step takes
   device + host; with ``overlap`` true (an overlap / async scheduler: the host work of step
-  n runs while the device runs step n+1) it takes max(device, host).
-* per request: ``request_in_us`` from the request's arrival at the server to its being
-  schedulable (HTTP/gRPC, validation, tokenisation) and ``token_out_us`` from a token's
-  sampling to the client's receiving it (detokenisation, the response path). They delay the
-  request, not the engine; the client-visible TTFT and end-to-end latency include both, the
-  gaps between tokens (ITL, TPOT) neither.
+  n runs while the device runs step n+1) it takes max(device, host); either way
+  ``step_exposed_us`` more (what an overlapped loop still leaves the device waiting for:
+  input preparation, graph-replay set-up).
+* per request: ``request_in_us`` + ``tokenize_us_per_token`` per prompt token from the
+  request's arrival at the server to its being schedulable (HTTP/gRPC, validation, chat
+  template, tokenisation) and ``token_out_us`` from a token's sampling to the client's
+  receiving it (detokenisation, the response path). They delay the request, not the engine;
+  the client-visible TTFT and end-to-end latency include both, the gaps between tokens (ITL,
+  TPOT) neither.
+* scheduling: ``chunked_prefill`` as the named engine schedules prompts (true: split into
+  chunks mixed into decode steps, vLLM V1; false: whole prompts in steps of their own while
+  the decodes wait, vLLM V0's default); unset, the run's own setting.
 
-Profiles ship as TOML files in ``sim/serving/runtimes/`` (each number with its source);
+Profiles ship as TOML files in ``arch/runtimes/`` (each number with its source);
 ``ideal`` is all zeros: the chip alone, every number as without a runtime.
 """
 
@@ -26,7 +32,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ...arch.schema import ConfigError, build, f, read_config_file
+from .schema import ConfigError, build, f, read_config_file
 
 DEFAULT_RUNTIME = "ideal"
 
@@ -48,22 +54,33 @@ class RuntimeProfile:
     overlap: bool = f(default=False,
                       doc="true: host work overlaps the next device step (a step takes "
                           "max(device, host)); false: it does not (device + host)")
+    step_exposed_us: float = f(default=0.0, min=0.0,
+                               doc="host time per step the device waits for even when host "
+                                   "work overlaps it, in microseconds (>= 0)")
     request_in_us: float = f(default=0.0, min=0.0,
                              doc="arrival at the server -> schedulable, in microseconds (>= 0)")
+    tokenize_us_per_token: float = f(default=0.0, min=0.0,
+                                     doc="prompt tokenisation on the request path, "
+                                         "microseconds per prompt token (>= 0)")
     token_out_us: float = f(default=0.0, min=0.0,
                             doc="token sampled -> received by the client, in microseconds "
                                 "(>= 0)")
+    chunked_prefill: bool | None = f(default=None,
+                                     doc="true: prompts split into chunks mixed into decode "
+                                         "steps; false: whole prompts in steps of their own "
+                                         "(prefill first); unset: the run's setting")
 
     @property
     def is_ideal(self) -> bool:
         """No host cost at all: every time is the chip's alone."""
         return not (self.step_host_fixed_us or self.step_host_per_seq_us
-                    or self.step_host_device_fraction or self.request_in_us
-                    or self.token_out_us)
+                    or self.step_host_device_fraction or self.step_exposed_us
+                    or self.request_in_us or self.tokenize_us_per_token or self.token_out_us)
 
-    @property
-    def request_in_s(self) -> float:
-        return self.request_in_us * 1e-6
+    def request_in_s(self, prompt_tokens: int) -> float:
+        """Seconds from a request's arrival to its being schedulable, for a prompt of
+        ``prompt_tokens`` tokens."""
+        return (self.request_in_us + self.tokenize_us_per_token * prompt_tokens) * 1e-6
 
     @property
     def token_out_s(self) -> float:
@@ -76,17 +93,18 @@ class RuntimeProfile:
 
     def step_s(self, device_s: float, seqs: int) -> float:
         """A step's duration on the engine's clock: device + host, or max(device, host) when
-        the host work overlaps the device's."""
+        the host work overlaps the device's, plus the exposed host time."""
         host = self.host_s(device_s, seqs)
-        return max(device_s, host) if self.overlap else device_s + host
+        return ((max(device_s, host) if self.overlap else device_s + host)
+                + self.step_exposed_us * 1e-6)
 
 
 IDEAL = RuntimeProfile(name=DEFAULT_RUNTIME, description="no host costs: the chip alone")
 
 
 def runtime_names() -> list[str]:
-    """Names of the shipped profiles (``sim/serving/runtimes/*.toml``), sorted."""
-    root = resources.files("diptych.sim.serving").joinpath("runtimes")
+    """Names of the shipped profiles (``arch/runtimes/*.toml``), sorted."""
+    root = resources.files("diptych.arch.runtimes")
     return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".toml"))
 
 
@@ -98,7 +116,7 @@ def load_runtime(name_or_path: "str | Path | RuntimeProfile") -> RuntimeProfile:
     text = str(name_or_path)
     names = runtime_names()
     if text in names:
-        res = resources.files("diptych.sim.serving").joinpath("runtimes", f"{text}.toml")
+        res = resources.files("diptych.arch.runtimes").joinpath(f"{text}.toml")
         return _from_dict(_parse(res.read_text(), f"{text}.toml"), f"{text}.toml")
     if text.endswith(".toml") or "/" in text or Path(text).exists():
         return _from_dict(read_config_file(text, "runtime profile"), text)
