@@ -319,17 +319,43 @@ class SharedBuffer:
 
 @dataclass(frozen=True, kw_only=True)
 class Interconnect:
-    """Chip-to-chip links (ICI, NVLink, NeuronLink ...)."""
+    """Chip-to-chip links (ICI, NVLink, NeuronLink ...).
+
+    ``bus_efficiency``: the fraction of the links' bandwidth a collective library sustains on
+    them (nccl-tests' bus bandwidth ÷ the link bandwidth; protocol, chunking and
+    synchronisation), applied to every transfer over the links (1: ideal, the default).
+    ``in_network_reduction``: the links' bandwidth fraction an all-reduce through the
+    switch's in-network reduction sustains (NVLink SHARP, NCCL's NVLS: each rank's buffer
+    goes up once, the sum comes down once), 0 for none, with its own fixed latency
+    (``in_network_reduction_latency_us``: its protocol's, in place of the per-hop steps); a
+    switch-domain all-reduce takes it when it is faster than the ring (docs/cluster.md,
+    "Collectives")."""
 
     links: int = f(min=0, max=1024, doc="links (integer 0..1024)")
     gb_per_s_per_link_per_direction: float = f(min=0.0, max=100_000.0,
                                                doc="GB/s per link per direction (0 <= x <= 1e5)")
     latency_us: float = f(min=0.0, max=10_000.0,
                           doc="per-hop latency in microseconds (0 <= x <= 10000)")
+    bus_efficiency: float = f(default=1.0, gt=0.0, max=1.0,
+                              doc="fraction of the link bandwidth collectives sustain "
+                                  "(0 < x <= 1)")
+    in_network_reduction: float = f(default=0.0, min=0.0, max=1.0,
+                                    doc="link-bandwidth fraction of an in-switch-reduced "
+                                        "all-reduce (0 <= x <= 1; 0: no in-network "
+                                        "reduction)")
+    in_network_reduction_latency_us: float = f(default=0.0, min=0.0, max=10_000.0,
+                                               doc="fixed latency of an in-switch-reduced "
+                                                   "all-reduce in microseconds (0..10000)")
 
     @property
     def bytes_per_s_per_direction(self) -> float:
+        """The links' raw bandwidth, one direction."""
         return self.links * self.gb_per_s_per_link_per_direction * 1e9
+
+    @property
+    def sustained_bytes_per_s_per_direction(self) -> float:
+        """What a transfer over all the links sustains: raw × ``bus_efficiency``."""
+        return self.bytes_per_s_per_direction * self.bus_efficiency
 
 
 @dataclass(frozen=True, kw_only=True)

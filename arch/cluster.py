@@ -100,6 +100,9 @@ class ScaleOut:
     rail_group_domains: int = f(default=1, min=1,
                                 doc="domains under one set of rail leaf switches (integer "
                                     ">= 1; rail_optimized only)")
+    bus_efficiency: float = f(default=1.0, gt=0.0, max=1.0,
+                              doc="fraction of the NIC bandwidth collectives sustain "
+                                  "(0 < x <= 1)")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,8 +4,9 @@ A collective moves a ``nbytes`` buffer per rank (the :class:`~diptych.workloads.
 convention: all-reduce and reduce-scatter reduce a ``nbytes`` input, all-gather builds a
 ``nbytes`` output from ``nbytes/n`` shards, all-to-all sends ``nbytes/n`` to every member)
 over a group whose placement is a :class:`~diptych.sim.cluster.topology.GroupShape`. Each
-algorithm's time is a bandwidth term (the busiest link's bytes ÷ its bandwidth) plus a latency
-term (sequential steps × the per-step latency of the slowest link class used):
+algorithm's time is a bandwidth term (the busiest link's bytes ÷ its bandwidth, as a collective
+library sustains it: the links' ``bus_efficiency``) plus a latency term (sequential steps × the
+per-step latency of the slowest link class used):
 
 * ``ring`` (one domain or a flat ring over several): the ring fraction ``2(n−1)/n`` (all-reduce)
   or ``(n−1)/n`` of the buffer through each chip's scale-up port, and across domains through
@@ -16,9 +17,16 @@ term (sequential steps × the per-step latency of the slowest link class used):
   the parts rotating their dimension order so that every dimension's links are busy at
   once; a full dimension with wraparound runs two opposite rings (2× a link), a partial one
   (a line) one;
+* ``nvls`` (all-reduce inside one switch domain whose switch reduces in the network, NVLink
+  SHARP): each rank's buffer up to the switch once and the reduced buffer down once, at the
+  chip's ``in_network_reduction`` fraction of its port bandwidth (the measured algorithm
+  bandwidth: NCCL's NVLS on 8 H100s), at its protocol's fixed latency (the chip's
+  ``in_network_reduction_latency_us``): small buffers keep the ring, as NCCL's tuner does;
 * ``tree`` (all-reduce): NCCL's double binary tree between domains (chains inside),
   ``2·nbytes`` per domain spread over its NICs, ``2⌈log2 n_dom⌉`` network steps; one domain
-  on a switch: a tree of chips (``2⌈log2 n⌉`` steps);
+  on a switch: a tree of chips (``2⌈log2 n⌉`` steps; latency-lean, it stands for the
+  low-latency kernels small all-reduces get: NCCL runs a chain there, ``2(n−1)`` steps, but
+  its 2.27 symmetric-memory kernels and inference engines' custom all-reduces take fewer);
 * ``hierarchical`` (several domains, several members per domain): reduce-scatter inside the
   domain, the collective on ``nbytes / n_local`` between domains (one member per domain per
   rail, ring or tree, whichever is faster), all-gather inside the domain;
@@ -42,7 +50,7 @@ from dataclasses import dataclass, field
 from .topology import GroupShape, Network, cuts, nic_bytes_per_s
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send")
-ALGORITHMS = ("ring", "tree", "hierarchical", "direct", "p2p")
+ALGORITHMS = ("ring", "tree", "nvls", "hierarchical", "direct", "p2p")
 
 
 @dataclass(frozen=True)
@@ -160,6 +168,9 @@ def _candidates(kind: str, nbytes: float, shape: GroupShape, net: Network) -> li
             out.append(_cost(kind, "tree", b / net.port_bytes_per_s,
                              2 * math.ceil(math.log2(n)) * net.up_latency_s, nbytes, shape,
                              up=b))
+            if net.nvls_bytes_per_s:          # up to the switch once, the sum down once
+                out.append(_cost(kind, "nvls", nbytes / net.nvls_bytes_per_s,
+                                 net.nvls_latency_s, nbytes, shape, up=nbytes))
         return out
     if kind == "all_to_all":
         bw_i, lat_i, up = _intra(kind, nbytes * nl / n, shape, net)

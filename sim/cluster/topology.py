@@ -35,13 +35,16 @@ class Network:
     dims: tuple[int, ...]             # torus dims (x fastest); switch: (domain_chips,)
     wraparound: bool
     links_per_chip: int
-    link_bytes_per_s: float           # one scale-up link, one direction
+    link_bytes_per_s: float           # one scale-up link, one direction, as collectives sustain
     up_latency_s: float
     scale_out: str                    # fat_tree | rail_optimized | none
     nic_bytes_per_s: float            # one chip's NIC, one direction
     out_latency_s: float
     oversubscription: float
     rail_group_domains: int
+    nvls_fraction: float = 0.0        # in-switch-reduced all-reduce ÷ the raw port bandwidth
+    nvls_latency_s: float = 0.0       # its fixed latency
+    up_efficiency: float = 1.0        # link_bytes_per_s ÷ the raw link bandwidth
 
     @property
     def chips(self) -> int:
@@ -49,8 +52,17 @@ class Network:
 
     @property
     def port_bytes_per_s(self) -> float:
-        """A chip's whole scale-up bandwidth per direction (all its links)."""
+        """A chip's whole scale-up bandwidth per direction (all its links), as collectives
+        sustain it (the chip's ``bus_efficiency`` applied)."""
         return self.links_per_chip * self.link_bytes_per_s
+
+    @property
+    def nvls_bytes_per_s(self) -> float:
+        """The algorithm bandwidth of an all-reduce through the switch's in-network reduction
+        (0: the fabric has none)."""
+        if self.torus or not self.nvls_fraction:
+            return 0.0
+        return self.port_bytes_per_s / self.up_efficiency * self.nvls_fraction
 
     @property
     def torus(self) -> bool:
@@ -59,7 +71,10 @@ class Network:
 
 def bind(cluster: Cluster, chip: Chip) -> Network:
     """Resolve ``cluster`` for ``chip``: scale-up links, their bandwidth and latency not given
-    in the cluster file come from the chip's interconnect table. Raises ValueError when the
+    in the cluster file come from the chip's interconnect table; the bandwidths are what
+    collectives sustain (the chip's ``bus_efficiency`` on the scale-up links, the scale-out
+    table's on the NICs), and a switch fabric reduces in the network at the chip's
+    ``in_network_reduction``. Raises ValueError when the
     chip has no links and the cluster does not give them, or when a torus needs more links
     per chip (two per dimension) than the chip has."""
     up = cluster.scale_up
@@ -83,11 +98,14 @@ def bind(cluster: Cluster, chip: Chip) -> Network:
     so = cluster.scale_out
     return Network(name=cluster.name, domains=cluster.domains, domain_chips=up.chips,
                    fabric=up.fabric, dims=up.torus_dims, wraparound=up.wraparound,
-                   links_per_chip=links, link_bytes_per_s=gbps * 1e9,
+                   links_per_chip=links, link_bytes_per_s=gbps * 1e9 * ic.bus_efficiency,
                    up_latency_s=latency_us * 1e-6, scale_out=so.kind,
-                   nic_bytes_per_s=so.nic_gb_per_s_per_direction * 1e9,
+                   nic_bytes_per_s=so.nic_gb_per_s_per_direction * 1e9 * so.bus_efficiency,
                    out_latency_s=so.latency_us * 1e-6, oversubscription=so.oversubscription,
-                   rail_group_domains=so.rail_group_domains)
+                   rail_group_domains=so.rail_group_domains,
+                   nvls_fraction=ic.in_network_reduction if up.fabric == "switch" else 0.0,
+                   nvls_latency_s=ic.in_network_reduction_latency_us * 1e-6,
+                   up_efficiency=ic.bus_efficiency)
 
 
 def single_domain(chip: Chip, chips: int) -> Cluster:

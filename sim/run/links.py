@@ -8,9 +8,13 @@ bandwidth-optimal cost model, e.g. Patarasuk & Yuan 2009; NCCL's "bus bandwidth"
 * all-gather, reduce-scatter, all-to-all: ``(n−1)/n · bytes`` in ``n−1`` steps.
 
 Time = bytes sent ÷ bandwidth + steps × per-hop latency. Bandwidth is the chip's total
-per-direction link bandwidth (``links × GB/s per link per direction``): we assume the ring is
-striped over all links (parallel rings, as NCCL does over NVLink); a single-link ring would be
-``links`` times slower.
+per-direction link bandwidth (``links × GB/s per link per direction``) as a collective
+library sustains it (× ``interconnect.bus_efficiency``): we assume the ring is striped over
+all links (parallel rings, as NCCL does over NVLink); a single-link ring would be ``links``
+times slower. On a chip whose links end in a switch that reduces in the network
+(``interconnect.in_network_reduction`` > 0: NVLink SHARP), an all-reduce takes the faster of
+the ring and the in-switch reduction: ``bytes ÷ (raw bandwidth × in_network_reduction)`` + its
+fixed latency (``in_network_reduction_latency_us``). The same rules as a one-domain cluster (:mod:`diptych.sim.cluster.collectives`).
 """
 
 from __future__ import annotations
@@ -34,12 +38,17 @@ def collective_seconds(op: Collective, chip: Chip) -> float:
     if steps == 0:
         return 0.0
     ic = chip.interconnect
-    bw = ic.bytes_per_s_per_direction
+    bw = ic.sustained_bytes_per_s_per_direction
     if bw <= 0:
         raise ValueError(f"chip {chip.name!r} has no chip-to-chip links (interconnect.links = "
                          f"{ic.links}); it cannot run a {op.group}-chip {op.kind} "
                          f"(use --tp 1 --dp 1)")
-    return sent / bw + steps * ic.latency_us * 1e-6
+    ring = sent / bw + steps * ic.latency_us * 1e-6
+    if op.kind == "all_reduce" and ic.in_network_reduction:
+        nvls = (op.bytes / (ic.bytes_per_s_per_direction * ic.in_network_reduction)
+                + ic.in_network_reduction_latency_us * 1e-6)
+        return min(ring, nvls)
+    return ring
 
 
 def collective_energy_j(op: Collective, chip: Chip) -> float:

@@ -124,8 +124,8 @@ def kv_transfer(dep: Deployment, link: dict):
     as the prefill finished (the first layer's KV can leave once that layer is done)."""
     pr, dr = dep.prefill.replica, dep.decode.replica
     per_tok = kv_bytes_per_token(pr.model, pr.precision.kv)
-    bw = min(pr.tp * pr.chip.interconnect.bytes_per_s_per_direction,
-             dr.tp * dr.chip.interconnect.bytes_per_s_per_direction)
+    bw = min(pr.tp * pr.chip.interconnect.sustained_bytes_per_s_per_direction,
+             dr.tp * dr.chip.interconnect.sustained_bytes_per_s_per_direction)
     if bw <= 0:
         bad = pr.chip if pr.chip.interconnect.bytes_per_s_per_direction <= 0 else dr.chip
         raise ValueError(f"chip {bad.name!r} has no chip-to-chip links; it cannot send or "

@@ -17,6 +17,8 @@ from diptych.sim.cluster import GroupShape, bind, collective, lower_bound_second
 from diptych.sim.cluster.collectives import torus_all_to_all_link_bytes
 
 DGX = bind(load_cluster("dgx-h100"), load_chip("h100"))
+#: what collectives sustain on a DGX H100 (h100.toml, dgx-h100.toml: nccl-tests bus bandwidth)
+PORT, NIC = 450e9 * 0.82, 50e9 * 0.97
 POD = bind(load_cluster("tpu-v4-pod"), load_chip("tpu-v4"))
 B = 2.0**30
 
@@ -82,13 +84,13 @@ def test_all_to_all_hand_counts():
     node = GroupShape(n=8, n_local=8, n_dom=1)
     c = collective("all_to_all", B, node, DGX)
     assert c.link_bytes["scale_up"] == pytest.approx(7 / 8 * B)
-    assert c.seconds == pytest.approx(7 / 8 * B / 450e9 + 1e-6)
+    assert c.seconds == pytest.approx(7 / 8 * B / PORT + 1e-6)
     # 4 nodes x 8: each NIC carries the 24/32 that leaves the node, the port the 7/32 inside
     four = GroupShape(n=32, n_local=8, n_dom=4)
     c = collective("all_to_all", B, four, DGX)
     assert c.link_bytes["scale_out"] == pytest.approx(24 / 32 * B)
     assert c.link_bytes["scale_up"] == pytest.approx(7 / 8 * B * 8 / 32)
-    assert c.seconds == pytest.approx(24 / 32 * B / 50e9 + 5e-6)
+    assert c.seconds == pytest.approx(24 / 32 * B / NIC + 5e-6)
 
 
 def test_hierarchical_all_reduce_hand_counts():
@@ -99,8 +101,8 @@ def test_hierarchical_all_reduce_hand_counts():
     c = collective("all_reduce", B, shape, DGX, algorithm="hierarchical")
     assert c.link_bytes["scale_up"] == pytest.approx(2 * 7 / 8 * B)
     assert c.link_bytes["scale_out"] == pytest.approx(2 * 3 / 4 * B / 8)
-    intra = 2 * (7 / 8 * B / 450e9 + 7e-6)
-    inter = 2 * 3 / 4 * (B / 8) / 50e9 + 2 * 3 * 5e-6
+    intra = 2 * (7 / 8 * B / PORT + 7e-6)
+    inter = 2 * 3 / 4 * (B / 8) / NIC + 2 * 3 * 5e-6
     assert c.seconds == pytest.approx(intra + inter)
 
 
@@ -182,3 +184,25 @@ def test_more_link_bandwidth_is_never_slower(ns, kind, nbytes, factor, which):
     faster = dataclasses.replace(net, **{which: getattr(net, which) * factor})
     assert collective(kind, nbytes, shape, faster).seconds <= \
         collective(kind, nbytes, shape, net).seconds * (1 + 1e-12)
+
+
+def test_nvls_all_reduce_in_one_switch_domain():
+    """An NVSwitch domain reduces in the switch: each rank's buffer up once and the sum down
+    once at the measured NVLS algorithm bandwidth (0.60 x 450 GB/s), faster than the ring's
+    2(n-1)/n B at the ring bus bandwidth for 8 GPUs; never across domains or on a torus."""
+    node = GroupShape(n=8, n_local=8, n_dom=1)
+    c = collective("all_reduce", B, node, DGX)
+    assert c.algorithm == "nvls"
+    assert c.seconds == pytest.approx(B / (450e9 * 0.60) + 25e-6)
+    ring = collective("all_reduce", B, node, DGX, algorithm="ring")
+    assert ring.seconds == pytest.approx(2 * 7 / 8 * B / PORT + 14e-6)
+    assert ring.seconds / c.seconds == pytest.approx(1.28, rel=0.02)   # measured 473/366 = 1.29
+    for kind in ("all_gather", "reduce_scatter"):                      # no NVLS gain for these
+        assert collective(kind, B, node, DGX).algorithm == "ring"
+    # small buffers keep a latency-lean algorithm, large ones take NVLS (NCCL on 8 GPUs:
+    # ring/LL up to 1 MiB, NVLS from 2 MiB; here the switch comes later, ~10 MB)
+    assert collective("all_reduce", 1e6, node, DGX).algorithm != "nvls"
+    assert collective("all_reduce", 64e6, node, DGX).algorithm == "nvls"
+    with pytest.raises(ValueError, match="nvls"):
+        collective("all_reduce", B, GroupShape(n=16, n_local=8, n_dom=2), DGX,
+                   algorithm="nvls")

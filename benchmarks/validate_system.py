@@ -1,0 +1,96 @@
+"""System checks (issue 21): whole H100 training steps, BF16 and FP8, against NVIDIA's
+published step times; prints a Markdown table.
+
+    python benchmarks/validate_system.py [--out FILE] [--only TEXT ...]
+
+Every row is a published, measured step time (NVIDIA/dgxc-benchmarking v24.11, NeMo 24.09 /
+24.11 containers, "last step" times of the weak-scaling tables; FP8 is Transformer Engine's
+delayed scaling, NeMo's default then) beside what ``diptych run --cluster dgx-h100`` predicts
+with the published parallel layout. These rows are **checks only**: no constant anywhere is
+set from them (the mechanisms are calibrated on component measurements, each cited where its
+number lives). Ratio = diptych ÷ published step time: < 1 means diptych is too fast.
+docs/validation-published.md, "System checks", holds the table and how each mechanism moved
+it. ~30 s on 2 cores with warm caches (minutes cold).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass, field
+
+from diptych.sim.cluster.run import build_plan, run_cluster_step
+from diptych.sim.run import Scenario
+
+SRC = ("NVIDIA/dgxc-benchmarking commit 35a9aec (v24.11.1), llama3.1/README_{8b,70b}.md, "
+       "nemo_megatron/README_175b.md: seconds per step (last step), H100 SXM, DGX Cloud")
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    model: str
+    published_s: float
+    chips: int
+    batch: int
+    seq: int
+    degrees: dict = field(default_factory=dict)
+    plan: dict = field(default_factory=dict)
+    fp8: bool = False
+
+
+def _rows() -> list[Row]:
+    l70 = dict(degrees=dict(tp=4, pp=4, cp=2),
+               plan=dict(zero=1, schedule="interleaved", virtual_stages=5))
+    l8 = dict(degrees=dict(tp=1, cp=2), plan=dict(zero=1))
+    g175 = dict(degrees=dict(tp=4, pp=8),
+                plan=dict(zero=1, schedule="interleaved", virtual_stages=12))
+    return [
+        Row("Llama-3.1-70B, 64 GPUs, TP4 PP4 CP2 VP5, BF16", "llama-3-70b", 14.72, 64, 128,
+            8192, **l70),
+        Row("Llama-3.1-70B, 64 GPUs, TP4 PP4 CP2 VP5, FP8", "llama-3-70b", 11.01, 64, 128,
+            8192, fp8=True, **l70),
+        Row("Llama-3.1-8B, 8 GPUs, CP2, BF16", "llama-3-8b", 12.91, 8, 128, 8192, **l8),
+        Row("Llama-3.1-8B, 8 GPUs, CP2, FP8", "llama-3-8b", 9.67, 8, 128, 8192, fp8=True, **l8),
+        Row("GPT-3 175B, 128 GPUs, TP4 PP8 VP12, BF16", "gpt3-175b", 8.91, 128, 256, 2048,
+            **g175),
+        Row("GPT-3 175B, 128 GPUs, TP4 PP8 VP12, FP8", "gpt3-175b", 5.92, 128, 256, 2048,
+            fp8=True, **g175),
+    ]
+
+
+def run_row(r: Row):
+    """The cluster step of row ``r`` (micro-batch 1, no recomputation, as published)."""
+    s = Scenario.of(phase="train", batch=r.batch, seq=r.seq, chips=r.chips, micro_batch=1,
+                    recipe="fp8-delayed" if r.fp8 else None, **r.degrees)
+    return run_cluster_step("h100", r.model, s, cluster="dgx-h100",
+                            plan=build_plan(s, **r.plan))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="write the Markdown table here")
+    ap.add_argument("--only", nargs="*", default=(), help="rows whose name holds TEXT")
+    args = ap.parse_args(argv)
+    lines = ["| case | published step | diptych step | ratio (diptych ÷ published) | MFU | "
+             "plan |", "|---|---|---|---|---|---|"]
+    t0 = time.time()
+    for r in _rows():
+        if args.only and not any(o in r.name for o in args.only):
+            continue
+        res = run_row(r)
+        line = (f"| {r.name} | {r.published_s:.2f} s | {res.seconds:.2f} s | "
+                f"{res.seconds / r.published_s:.2f} | {res.mfu:.3f} | "
+                f"{res.plan.describe(True)} |")
+        lines.append(line)
+        print(line, flush=True)
+    print(f"\nsource: {SRC}\n({time.time() - t0:.0f} s)")
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
