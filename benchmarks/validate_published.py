@@ -30,7 +30,7 @@ from diptych.arch import load_chip
 from diptych.sim import simulate
 from diptych.sim.cluster.run import run_cluster_step
 from diptych.sim.run import Scenario, run_topology, run_workload
-from diptych.workloads.ops import Gemm, VectorOp
+from diptych.workloads.ops import VectorOp
 from diptych.workloads import load_model
 
 

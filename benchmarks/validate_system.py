@@ -19,12 +19,16 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from diptych.sim.cluster.run import build_plan, run_cluster_step
 from diptych.sim.run import Scenario
 
 SRC = ("NVIDIA/dgxc-benchmarking commit 35a9aec (v24.11.1), llama3.1/README_{8b,70b}.md, "
-       "nemo_megatron/README_175b.md: seconds per step (last step), H100 SXM, DGX Cloud")
+       "nemo_megatron/README_175b.md; commit 143b90d, grok1/README_314b.md: seconds per step "
+       "(last step), H100 SXM, DGX Cloud")
+#: Grok-1's shapes as a config.json (benchmarks/models/grok-1.json says where each comes from)
+GROK1 = str(Path(__file__).parent / "models" / "grok-1.json")
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,11 @@ def _rows() -> list[Row]:
     l8 = dict(degrees=dict(tp=1, cp=2), plan=dict(zero=1))
     g175 = dict(degrees=dict(tp=4, pp=8),
                 plan=dict(zero=1, schedule="interleaved", virtual_stages=12))
+    # the 64-layer rows (512+ GPUs; smaller ones are proxies with fewer layers); the table's
+    # "DP" is the data parallelism beside EP: dense dp = GPUs / (tp·pp·cp) = 8 × it; the README
+    # names no optimizer sharding [assumption: ZeRO 0]
+    grok = dict(degrees=dict(tp=4, pp=8, cp=2, ep=8),
+                plan=dict(schedule="interleaved", virtual_stages=8))
     return [
         Row("Llama-3.1-70B, 64 GPUs, TP4 PP4 CP2 VP5, BF16", "llama-3-70b", 14.72, 64, 128,
             8192, **l70),
@@ -57,6 +66,14 @@ def _rows() -> list[Row]:
             **g175),
         Row("GPT-3 175B, 128 GPUs, TP4 PP8 VP12, FP8", "gpt3-175b", 5.92, 128, 256, 2048,
             fp8=True, **g175),
+        Row("Grok-1 314B MoE, 512 GPUs, TP4 PP8 CP2 EP8 VP8, BF16", GROK1, 20.83, 512, 1024,
+            8192, **grok),
+        Row("Grok-1 314B MoE, 512 GPUs, TP4 PP8 CP2 EP8 VP8, FP8", GROK1, 16.69, 512, 1024,
+            8192, fp8=True, **grok),
+        Row("Grok-1 314B MoE, 2048 GPUs, TP4 PP8 CP2 EP8 VP8, BF16", GROK1, 21.09, 2048, 4096,
+            8192, **grok),
+        Row("Grok-1 314B MoE, 2048 GPUs, TP4 PP8 CP2 EP8 VP8, FP8", GROK1, 17.04, 2048, 4096,
+            8192, fp8=True, **grok),
     ]
 
 

@@ -126,6 +126,12 @@ class NameList(click.ParamType):
 @click.option("--recipe", type=click.Choice(RECIPES),
               help="Train with this precision recipe (docs/precision.md) instead of BF16: "
                    "fp8-delayed, fp8-current or mxfp8.")
+@click.option("--moe-skew", type=float,
+              help="MoE: the experts' popularity skew (coefficient of variation; default 0).")
+@click.option("--moe-capacity-factor", type=float,
+              help="MoE: expert capacity over its mean tokens (default: dropless).")
+@click.option("--moe-pad", is_flag=True, default=None,
+              help="MoE: pad every expert to its capacity (needs --moe-capacity-factor).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--trace", type=click.Path(dir_okay=False),
               help="Write the best plan's step as a Perfetto trace (one process per rank).")
@@ -139,8 +145,8 @@ class NameList(click.ParamType):
                    "all-reduces hidden by the overlap rule). The roofline screen sums.")
 @friendly
 def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention, tp, pp, cp,
-         ep, zero, micro_batch, virtual_stages, schedule, recompute, recipe, as_json, trace,
-         export_et, execution):
+         ep, zero, micro_batch, virtual_stages, schedule, recompute, recipe, moe_skew,
+         moe_capacity_factor, moe_pad, as_json, trace, export_et, execution):
     """Search tp × pp × dp × cp × ep, ZeRO stage, schedule, micro-batch and recomputation
     for a training step on a cluster; rank the plans that fit by simulated step time.
 
@@ -168,7 +174,8 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
     space = {k: v for k, v in narrowed.items() if v is not None}
     with progress_display("plan", enabled=not as_json) as progress:
         s = Scenario.of(phase="train", chips=chips, batch=batch, seq=seq, recipe=recipe,
-                        attention=attention, execution=execution)
+                        attention=attention, execution=execution, moe_skew=moe_skew,
+                        moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad)
         res = search_plans(model, chip, cluster, s, refine=max(refine, top), max_tp=max_tp,
                            progress=progress, **space)
     if not res.plans:

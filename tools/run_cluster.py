@@ -136,9 +136,10 @@ def curve_table(results: list):
 def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chips, tp, dp,
              pp, ep, cp, zero, zero_shards, schedule, virtual_stages, micro_batch, recompute,
              overlap, attention, weights_dtype, act_dtype, kv_dtype, as_json, trace,
-             progress, execution=None, recipe=None) -> None:
+             progress, execution=None, recipe=None, moe=None) -> None:
     """Run the plan for each batch of ``batches`` and print (module docstring);
-    ``execution``: how each layer kind is timed (``run --execution``; None: the schedule)."""
+    ``execution``: how each layer kind is timed (``run --execution``; None: the schedule);
+    ``moe``: the MoE routing keywords of :meth:`~diptych.sim.run.Scenario.of`."""
     from ..sim.cluster.trace import write_perfetto_trace
     from ..sim.cluster.run import build_plan, run_cluster_step
     from ..sim.run import Scenario
@@ -171,7 +172,7 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
                         pp=pp, cp=cp, ep=ep, micro_batch=micro_batch,
                         recompute=recompute or "none", overlap=overlap,
                         weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype,
-                        recipe=recipe, attention=attention, execution=execution)
+                        recipe=recipe, attention=attention, execution=execution, **(moe or {}))
         res = run_cluster_step(chip, model, s, cluster=cluster, plan=build_plan(s, **fields))
         results.append(res)
     progress(len(batches), len(batches), "done")

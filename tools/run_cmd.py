@@ -41,6 +41,21 @@ def parse_batches(text: str) -> list[int]:
 
 _WHERE = {"scratchpad": "SP", "shared_buffer": "SB", "dram": "DRAM"}
 
+#: How the waterfall's mechanisms read in the terminal.
+_MECHANISM = {"recomputation": "recomputation", "gemm": "GEMMs below peak",
+              "non_gemm": "non-GEMM work", "recipe": "recipe overheads",
+              "launches": "launches and syncs", "communication": "exposed communication",
+              "power": "power-limited clock"}
+
+
+def waterfall_line(wf: dict) -> str:
+    """``efficiency: peak 100 % − GEMMs below peak 25.8 % − … = MFU 66.0 %`` (steps that take
+    less than 0.05 % left out)."""
+    parts = [f"{_MECHANISM.get(s['mechanism'], s['mechanism'])} {fmt.pct(s['share'])}"
+             for s in wf["steps"] if abs(s["share"]) >= 0.0005]
+    return ("efficiency: peak 100.0 % − " + " − ".join(parts)
+            + f" = MFU {fmt.pct(wf['mfu'])}")
+
 
 def _residency(rec: dict) -> str:
     """Where an op's operands live: ``SB: h_attn→qkv · DRAM: w_qkv`` (reads → writes)."""
@@ -182,6 +197,15 @@ def _curve_table(curve: dict):
 @click.option("--attention", type=click.Choice(["fused", "unfused"]), default="fused",
               show_default=True,
               help="Fused (FlashAttention-style, scores stay on chip) or unfused attention.")
+@click.option("--moe-skew", type=float,
+              help="MoE: the experts' popularity skew, the coefficient of variation of their "
+                   "expected tokens (default 0: a balanced router; docs/workloads.md, "
+                   "\"Mixture of experts\").")
+@click.option("--moe-capacity-factor", type=float,
+              help="MoE: each expert takes at most this × its mean tokens and drops the "
+                   "rest (default: dropless).")
+@click.option("--moe-pad", is_flag=True, default=None,
+              help="MoE: pad every expert to its capacity (needs --moe-capacity-factor).")
 @click.option("--micro-batch", type=int,
               help="Sequences per training micro-batch (default: ~8k tokens per micro-batch).")
 @click.option("--execution", type=click.Choice(["sum", "schedule"]), default=None,
@@ -195,14 +219,22 @@ def _curve_table(curve: dict):
                    "where the chip's vector unit sits on the arrays' path.")
 @click.option("--topology", type=click.Path(dir_okay=False),
               help="SCALE-Sim topology CSV or GEMM list to run instead of a model.")
+@click.option("--ideal", is_flag=True,
+              help="Leave every overhead out: recipe and format ops, kernel launches and "
+                   "step syncs, the collective library's losses (links at line rate), the "
+                   "power limit; the work itself stays (docs/workloads.md, \"Efficiency "
+                   "waterfall\").")
+@click.option("--waterfall/--no-waterfall", default=None,
+              help="The efficiency waterfall, peak to MFU by mechanism (re-runs the phase "
+                   "five times). Default: on for one batch size, off for a curve.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--trace", type=click.Path(dir_okay=False),
               help="Write a Chrome/Perfetto trace of the (last) run.")
 @friendly
 def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp, ep, cp, zero,
         zero_shards, schedule, virtual_stages, precision, weights_dtype, act_dtype, kv_dtype,
-        recipe, overlap, recompute, attention, micro_batch, execution, fusion, topology, as_json,
-        trace):
+        recipe, overlap, recompute, attention, moe_skew, moe_capacity_factor, moe_pad,
+        micro_batch, execution, fusion, topology, ideal, waterfall, as_json, trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
 
     Prints a per-layer table (op, shape, time, compute- or memory-bound, utilisation) and
@@ -215,16 +247,23 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     """
 
     from ..sim.run import Scenario, run_curve
+    from ..sim.run.variant import IDEAL
     from .precision_spec import run_dtypes
     from .progress import progress_display
     from .run_cluster import plan_flags_given, run_plan
 
     con = _console()
+    moe = dict(moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad)
     weights_dtype, act_dtype, kv_dtype, recipe = run_dtypes(precision, phase, weights_dtype,
                                                              act_dtype, kv_dtype, recipe)
     if topology:
         if model:
             raise ValueError("give either --model or --topology, not both")
+        given = [f"--{k.replace('_', '-')}" for k, v in moe.items() if v is not None]
+        given += [f for f, v in (("--ideal", ideal), ("--waterfall", waterfall)) if v]
+        if given:
+            raise ValueError(f"{given[0]} routes a mixture-of-experts model; a --topology "
+                             f"file has no router")
         if recipe:
             raise ValueError(f"--recipe {recipe} trains a model; a --topology file runs its "
                              f"GEMMs in one dtype (--act-dtype)")
@@ -240,7 +279,14 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     if not model:
         raise ValueError("--model is required (or --topology FILE.csv)")
     batches = parse_batches(batch)
+    if ideal and recipe:
+        raise ValueError(f"--ideal leaves every precision recipe's overheads out; --recipe "
+                         f"{recipe} names one's: give one of them")
     if cluster or plan_flags:
+        given = [f for f, v in (("--ideal", ideal), ("--waterfall", waterfall)) if v]
+        if given:
+            raise ValueError(f"{given[0]} applies to a one-node run for now, not to a "
+                             f"parallel plan's step (--cluster or a plan flag)")
         with warnings.catch_warnings(record=True) as caught, \
                 progress_display(f"{model} {phase} on {chip}", enabled=not as_json) as progress:
             warnings.simplefilter("always")
@@ -251,7 +297,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                      recompute=recompute, overlap=overlap, attention=attention,
                      weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype,
                      recipe=recipe, as_json=as_json, trace=trace, progress=progress,
-                     execution=execution)
+                     execution=execution, moe=moe)
         for msg in dict.fromkeys(str(w.message) for w in caught):
             echo_err(f"Warning: {msg}")
         return
@@ -264,8 +310,11 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                                       act_dtype=act_dtype, kv_dtype=kv_dtype, recipe=recipe,
                                       overlap=overlap,
                                       recompute=recompute == "full", micro_batch=micro_batch,
-                                      attention=attention, execution=execution, fusion=fusion),
-                          batches=batches, progress=progress)
+                                      attention=attention, execution=execution, fusion=fusion,
+                                      **moe),
+                          batches=batches, progress=progress,
+                          variant=IDEAL if ideal else None,
+                          waterfall=len(batches) == 1 if waterfall is None else waterfall)
     for msg in dict.fromkeys(str(w.message) for w in caught):
         echo_err(f"Warning: {msg}")
     _show_curve(con, curve, chip, overlap, as_json, trace)
@@ -332,6 +381,11 @@ def _show_curve(con, curve: dict, chip, overlap: bool, as_json: bool, trace) -> 
                            f"(identical layers simulated once, × = repeats"
                            + (f"; {how})" if how else ")")))
     con.print(_totals_table(d))
+    if last.waterfall:
+        con.print(waterfall_line(last.waterfall))
+    if last.info.get("variant"):
+        con.print("ideal: recipe and format ops, launches and syncs, the collective library's "
+                  "losses and the power limit left out (--ideal)")
     if d["usd_per_mtok"] is not None:
         c = the_chip.cost
         con.print(f"cost: ${d['cost_usd']:,.0f} per chip; ${d['usd_per_mtok']:.4g} per million "

@@ -55,7 +55,8 @@ from .recipe import BF16_LINEARS, quantize_records
 from .fused_attention import fuse
 from .graph import Workload
 from .program import Block
-from .moe import expected_experts_touched, expert_load
+from .moe import (Routing, dropped_fraction, expected_experts_touched, expert_load,
+                  rank_load_factor)
 from .params import kv_heads_per_rank
 from .precision import Precision
 
@@ -66,9 +67,13 @@ from .precision import Precision
 #: add, divide), × gate, up + 1, × = 10; soft-capping cap·tanh(x/cap) = scale, tanh, scale = 3].
 VECTOR_OPS_PER_ELEMENT = {
     "rmsnorm": 4.0, "layernorm": 7.0, "softmax": 5.0, "swiglu": 5.0, "gelu": 8.0, "rope": 3.0,
-    "add": 1.0, "copy": 0.0, "embedding": 0.0, "topk": 2.0, "mul": 2.0,
+    "add": 1.0, "copy": 0.0, "embedding": 0.0, "topk": 2.0, "mul": 2.0, "permute": 0.0,
     "geglu": 9.0, "swiglu_clamped": 10.0, "softcap": 3.0,
 }
+#: Bytes of one token-expert pair's routing index (an int32 row) that a permute or unpermute
+#: reads beside the rows it moves; the unpermute also reads the pair's FP32 routing weight.
+INDEX_BYTES = 4
+
 #: Lowering kinds the op language (``sim.ops.VECTOR_KINDS``) names differently.
 _SIM_KIND = {"geglu": "gelu", "swiglu_clamped": "swiglu", "softcap": "elementwise"}
 
@@ -169,6 +174,7 @@ class _Ctx:
     cp: int = 1       # context-parallel ranks a sequence is split over (train, prefill)
     ep: int = 1       # expert-parallel ranks the routed experts are split over
     gen: int = 1      # decode: consecutive steps the one lowered step stands for
+    routing: Routing = Routing()   # MoE: skew and capacity factor of the routing
 
     def for_layer(self, layer: LayerSpec) -> "_Ctx":
         """This context for one layer kind: its keys per query, the rounded-up mean of
@@ -508,82 +514,113 @@ def _dense_mlp(c: _Ctx, prefix: str, width: int, *, flow=None, inp: str = "h_mlp
     return [up, fn, down]
 
 
-def expert_groups(m: ModelConfig, tokens: int, ep: int = 1) -> list[tuple[int, int]]:
+def expert_groups(m: ModelConfig, tokens: int, ep: int = 1, routing: Routing = Routing()
+                  ) -> list[tuple[int, int]]:
     """``[(experts, token-expert pairs each), ...]`` that one rank's expert GEMMs run for
-    ``tokens`` tokens routed top-k (balanced routing).
+    ``tokens`` tokens routed top-k: the busiest rank's (the step waits for it).
 
-    Without expert parallelism: :func:`diptych.workloads.moe.expert_load` over all experts.
-    With ``ep`` ranks each holding ``experts / ep`` of them, every rank receives ``T·k``
-    pairs (the ``ep`` ranks' ``ep·T`` tokens spread evenly), falling on the expected number
-    of its experts touched, ``E/ep · (1 − (1 − k/E)^(ep·T))`` (rounded, at least 1, at most
-    its experts and its pairs), as evenly as integers allow."""
+    Without expert parallelism: :func:`diptych.workloads.moe.expert_load` over all experts
+    (less the pairs a capacity factor drops, :func:`~diptych.workloads.moe.dropped_fraction`;
+    padded: every expert at its capacity, ``⌈C·T·k/E⌉`` rows). With ``ep`` ranks each holding
+    ``experts / ep`` of them, the busiest rank receives
+    :func:`~diptych.workloads.moe.rank_load_factor` × ``T·k`` pairs (the ``ep`` ranks'
+    ``ep·T`` tokens spread with the sampling noise of the router and ``routing``'s skew, capped
+    or padded by its capacity factor), falling on the expected number of its experts touched,
+    ``E/ep · (1 − (1 − k/E)^(ep·T))`` (rounded, at least 1, at most its experts and its pairs;
+    padded: all of them), as evenly as integers allow."""
     e, k = m.experts, m.experts_per_token
+    if routing.pad and ep == 1:
+        return [(e, math.ceil(routing.capacity_factor * tokens * k / e))]
     if ep == 1:
-        return expert_load(e, k, tokens)
-    pairs = tokens * k
-    touched = expected_experts_touched(e, k, ep * tokens) / ep
-    n_exp = max(1, min(e // ep, pairs, round(touched)))
+        if routing.capacity_factor is None:
+            return expert_load(e, k, tokens)
+        pairs = max(1, round(tokens * k * (1 - dropped_fraction(routing, e, k, tokens))))
+        touched = expected_experts_touched(e, k, tokens)
+        n_exp = max(1, min(e, pairs, round(touched)))
+    else:
+        pairs = max(1, round(tokens * k * rank_load_factor(routing, e, k, tokens, ep)))
+        touched = expected_experts_touched(e, k, ep * tokens) / ep
+        n_exp = e // ep if routing.pad else max(1, min(e // ep, pairs, round(touched)))
     q, r = divmod(pairs, n_exp)
     return [(n, t) for n, t in ((r, q + 1), (n_exp - r, q)) if n and t]
 
 
 def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") -> list[Op]:
-    """Router, top-k, the routed experts (this rank's ``experts / ep`` with expert
-    parallelism, between the dispatch and combine all-to-alls: ``T·k·d`` activations per
-    rank each way, ÷ tp because each tensor-parallel rank dispatches its sequence-parallel
-    share, as Megatron-Core's token dispatcher does), the weighted combine, shared
-    experts."""
+    """Router, top-k, the permute that sorts the token-expert pairs by expert (a gather at
+    memory rate, with the routing indices), the routed experts (this rank's ``experts / ep``
+    with expert parallelism, between the dispatch and combine all-to-alls: ``T·k·d``
+    activations per rank each way, ÷ tp because each tensor-parallel rank dispatches its
+    sequence-parallel share, as Megatron-Core's token dispatcher does; × the busiest rank's
+    load, :func:`expert_groups`), the unpermute (the weighted sum of each token's ``k``
+    expert outputs), shared experts. Permute and unpermute are kind ``permute``: gathers by
+    index that no GEMM's prologue or epilogue absorbs (Transformer Engine's and DeepSeek's
+    run them as kernels of their own)."""
     m, T, d, act = c.m, c.tokens, c.m.hidden_size, c.m.activation
     e, k = m.experts, m.experts_per_token
     f = m.moe_intermediate_size // c.tp
     fl = flow or NOFLOW
     a, wb = c.p.a_bytes, c.p.w_bytes
-    groups = expert_groups(m, T, c.ep)
+    groups = expert_groups(m, T, c.ep, c.routing)
+    rows = sum(n * per for n, per in groups)  # pairs this rank's experts run
     router = c.gemm("router", T, d, e, tags=("moe",))
     topk = c.vec("topk", "topk", T * e, writes=k / e)
     fl.gemm(router, [(inp, 1.0)], [(fl.t("w_router", d * e * wb, "weight"), 1.0)],
             [(fl.t("router_logits", T * e * a), 1.0)])
     fl.vec(topk, [("router_logits", 1.0)], [(fl.t("topk", topk.write_bytes), 1.0)])
     ops: list[Op] = [router, topk]
-    src, pairs_in = inp, T                    # the experts' input and its rows
-    a2a = T * k * d * a / c.tp                # one all-to-all per rank (docstring)
+    # the pairs this rank sorts: all of them without EP (dropped or padded as routed); with
+    # EP its sequence-parallel share of its own tokens' pairs (÷ tp), before the dispatch
+    share = 1.0 if c.ep == 1 else 1.0 / c.tp
+    sent = rows if c.ep == 1 else T * k * share
+    op = c.vec("experts_permute", "permute", sent * d, reads=T * share / sent,
+               extra_read_bytes=T * k * share * INDEX_BYTES, ops=0.0)
+    idx = T * k * INDEX_BYTES / topk.write_bytes      # the routing map, per byte of topk
+    fl.vec(op, [(inp, share), ("topk", idx * share)],
+           [(fl.t("experts_in", sent * d * a), 1.0)])
+    ops.append(op)
+    src, pairs_in = "experts_in", rows
     if c.ep > 1:
-        # the tensors hold what arrives at this rank (÷ tp); its tensor-parallel group
-        # shares them, so the experts read tp times their share
+        # the tensors hold what arrives at the busiest rank (÷ tp); its tensor-parallel
+        # group shares them, so the experts read tp times their share
+        a2a = rows * d * a / c.tp
         op = Collective(name="ep_dispatch", kind="all_to_all", bytes=a2a, group=c.ep,
                         tags=("ep",))
-        fl.vec(op, [(inp, k / c.tp)], [(fl.t("ep_in", a2a), 1.0)], deps=("topk",))
+        fl.vec(op, [("experts_in", 1.0)], [(fl.t("ep_in", a2a), 1.0)])
         ops.append(op)
-        src, pairs_in = "ep_in", T * k / c.tp
+        src, pairs_in = "ep_in", rows / c.tp
     sfxs = [f"[{i}]" if len(groups) > 1 else "" for i in range(len(groups))]
     for (n_exp, per), sfx in zip(groups, sfxs):
         op = c.gemm(f"experts_gate_up{sfx}", per, d, 2 * f, batch=n_exp,
                     tags=("moe", "expert"), shared_b=False)
-        # the tokens routed to these experts: a gather of the MLP input (routing: topk)
         fl.gemm(op, [(src, n_exp * per / pairs_in)],
                 [(fl.t(f"w_experts_gate_up{sfx}", n_exp * d * 2 * f * wb, "weight"), 1.0)],
-                [(fl.t(f"experts_gate_up{sfx}", n_exp * per * 2 * f * a), 1.0)], deps=("topk",))
+                [(fl.t(f"experts_gate_up{sfx}", n_exp * per * 2 * f * a), 1.0)])
         ops.append(op)
-    op = c.vec(f"experts_{act}", act, T * k * f, reads=2.0, tags=("saved",))
+    op = c.vec(f"experts_{act}", act, rows * f, reads=2.0, tags=("saved",))
     fl.vec(op, [(f"experts_gate_up{sfx}", 1.0) for sfx in sfxs],
-           [(fl.t("experts_act", T * k * f * a), 1.0)])
+           [(fl.t("experts_act", rows * f * a), 1.0)])
     ops.append(op)
     for (n_exp, per), sfx in zip(groups, sfxs):
         op = c.gemm(f"experts_down{sfx}", per, f, d, batch=n_exp,
                     tags=("moe", "expert"), shared_b=False)
-        fl.gemm(op, [("experts_act", n_exp * per / (T * k))],
+        fl.gemm(op, [("experts_act", n_exp * per / rows)],
                 [(fl.t(f"w_experts_down{sfx}", n_exp * f * d * wb, "weight"), 1.0)],
                 [(fl.t(f"experts_down{sfx}", n_exp * per * d * a), 1.0)])
         ops.append(op)
     downs = [(f"experts_down{sfx}", 1.0) for sfx in sfxs]
+    back = min(rows, T * k)                   # the pairs the unpermute reads (no padding)
     if c.ep > 1:
+        a2a = rows * d * a / c.tp
         op = Collective(name="ep_combine", kind="all_to_all", bytes=a2a, group=c.ep,
                         tags=("ep",))
         fl.vec(op, scaled(downs, 1.0 / c.tp), [(fl.t("ep_out", a2a), 1.0)])
         ops.append(op)
-        downs = [("ep_out", float(c.tp))]
-    op = c.vec("experts_combine", "mul", T * k * d, writes=1.0 / k)
-    fl.vec(op, downs, [(fl.t(out, T * d * a), 1.0)], deps=("topk",))
+        # back at the source rank: its own tokens' pairs (the busiest rank sent more)
+        downs, back = [("ep_out", c.tp * T * k / rows)], T * k
+    op = c.vec("experts_combine", "permute", back * d, writes=T * d / (back * d),
+               extra_read_bytes=T * k * (INDEX_BYTES + 4), ops=VECTOR_OPS_PER_ELEMENT["mul"])
+    fl.vec(op, downs + [("topk", idx * (INDEX_BYTES + 4) / INDEX_BYTES)],
+           [(fl.t(out, T * d * a), 1.0)])
     ops.append(op)
     if m.shared_experts:
         ops += _dense_mlp(c, "shared_", m.moe_intermediate_size * m.shared_experts, flow=flow,
@@ -816,6 +853,29 @@ def check_ep(m: ModelConfig, ep: int) -> None:
                          f"{m.name})")
 
 
+def check_routing(m: ModelConfig, routing: Routing) -> Routing:
+    """``routing`` when ``m`` can take it: a dense model takes only the balanced default."""
+    if not isinstance(routing, Routing):
+        raise ValueError(f"routing must be a Routing, not {type(routing).__name__}")
+    if not routing.balanced and not m.is_moe:
+        raise ValueError(f"MoE routing ({routing.describe()}) needs a mixture-of-experts "
+                         f"model; {m.name} is dense")
+    return routing
+
+
+def routing_info(c: _Ctx) -> dict:
+    """The routing a MoE lowering ran with, for ``Workload.info`` (nothing for a dense
+    model): the busiest rank's load over the mean per micro-batch and the dropped pairs."""
+    m, r = c.m, c.routing
+    if not m.is_moe:
+        return {}
+    e, k = m.experts, m.experts_per_token
+    return {"moe_routing": {
+        "skew": r.skew, "capacity_factor": r.capacity_factor, "pad": r.pad,
+        "busiest_rank_load": rank_load_factor(r, e, k, c.tokens, c.ep),
+        "dropped_fraction": dropped_fraction(r, e, k, c.tokens)}}
+
+
 def check_cp(cp: int, length: int, name: str = "seq_len") -> None:
     """Raise ValueError unless ``cp`` context-parallel ranks split a ``length``-token
     sequence into equal chunks."""
@@ -826,7 +886,8 @@ def check_cp(cp: int, length: int, name: str = "seq_len") -> None:
 
 
 def prefill(m: ModelConfig, batch: int, prompt_len: int, *, precision: Precision | None = None,
-            tp: int = 1, attention: str = "fused", cp: int = 1, ep: int = 1) -> Workload:
+            tp: int = 1, attention: str = "fused", cp: int = 1, ep: int = 1,
+            routing: Routing = Routing()) -> Workload:
     """The prompt pass: ``batch`` sequences of ``prompt_len`` tokens, causal attention
     (``attention``: "fused" or "unfused"; window- or chunk-limited per layer kind), KV written
     to the cache, logits for the last position (time to first token). ``cp``/``ep``: one
@@ -837,11 +898,13 @@ def prefill(m: ModelConfig, batch: int, prompt_len: int, *, precision: Precision
     check_cp(cp, prompt_len, "prompt_len")
     check_ep(m, ep)
     p = precision or Precision()
-    c = _Ctx(m, p, tp, batch, prompt_len // cp, 0, "prefill", attention, cp=cp, ep=ep)
+    c = _Ctx(m, p, tp, batch, prompt_len // cp, 0, "prefill", attention, cp=cp, ep=ep,
+             routing=check_routing(m, routing))
     return Workload("prefill", tuple(forward_blocks(c)), tokens=batch * c.q_len, batch=batch,
                     info={"prompt_len": prompt_len, **keys_info(c), "tp": tp,
                           "attention": attention, **({"cp": cp, "ep": ep}
-                                                     if (cp, ep) != (1, 1) else {})})
+                                                     if (cp, ep) != (1, 1) else {}),
+                          **routing_info(c)})
 
 
 def decode_context(prompt_len: int, gen: int) -> int:
@@ -860,7 +923,7 @@ def decode_context(prompt_len: int, gen: int) -> int:
 
 def decode(m: ModelConfig, batch: int, context_len: int, steps: int = 1, *,
            precision: Precision | None = None, tp: int = 1, attention: str = "fused",
-           ep: int = 1) -> Workload:
+           ep: int = 1, routing: Routing = Routing()) -> Workload:
     """``steps`` decode steps, each generating one token per sequence attending
     ``context_len`` keys (``attention``: "fused" or "unfused"): every step reads all active
     weights and each sequence's whole KV cache (a sliding layer's window, a chunked layer's
@@ -872,16 +935,18 @@ def decode(m: ModelConfig, batch: int, context_len: int, steps: int = 1, *,
     check_attention(attention)
     check_ep(m, ep)
     p = precision or Precision()
-    c = _Ctx(m, p, tp, batch, 1, 0, "decode", attention, past=context_len - 1, ep=ep)
+    c = _Ctx(m, p, tp, batch, 1, 0, "decode", attention, past=context_len - 1, ep=ep,
+             routing=check_routing(m, routing))
     blocks = [replace(b, repeat=b.repeat * steps) for b in forward_blocks(c)]
     return Workload("decode", tuple(blocks), tokens=batch * steps, batch=batch,
                     info={"context_len": context_len, **keys_info(c), "steps": steps,
-                          "tp": tp, "attention": attention, **({"ep": ep} if ep > 1 else {})})
+                          "tp": tp, "attention": attention, **({"ep": ep} if ep > 1 else {}),
+                          **routing_info(c)})
 
 
 def decode_mean(m: ModelConfig, batch: int, prompt_len: int, gen: int = 1, *,
                 precision: Precision | None = None, tp: int = 1, attention: str = "fused",
-                ep: int = 1) -> Workload:
+                ep: int = 1, routing: Routing = Routing()) -> Workload:
     """One representative step of the ``gen`` decode steps after a ``prompt_len``-token
     prompt (one token per sequence per step; step ``i``, 0-based, attends position
     ``prompt_len + i + 1``): each layer kind attends its own mean keys over the steps,
@@ -896,8 +961,10 @@ def decode_mean(m: ModelConfig, batch: int, prompt_len: int, gen: int = 1, *,
     check_attention(attention)
     check_ep(m, ep)
     p = precision or Precision()
-    c = _Ctx(m, p, tp, batch, 1, 0, "decode", attention, past=prompt_len, ep=ep, gen=gen)
+    c = _Ctx(m, p, tp, batch, 1, 0, "decode", attention, past=prompt_len, ep=ep, gen=gen,
+             routing=check_routing(m, routing))
     return Workload("decode", tuple(forward_blocks(c)), tokens=batch, batch=batch,
                     info={"context_len": context,
                           "prompt_len": prompt_len, "gen": gen, **keys_info(c), "steps": 1,
-                          "tp": tp, "attention": attention, **({"ep": ep} if ep > 1 else {})})
+                          "tp": tp, "attention": attention, **({"ep": ep} if ep > 1 else {}),
+                          **routing_info(c)})

@@ -5,9 +5,18 @@ With ``E`` experts, top-``k`` routing and ``T`` tokens routed independently and 
 probability ``1 − k/E``, so the expected number of distinct experts touched is
 ``E · (1 − (1 − k/E)^T)``. Only those experts' weights are read; the ``T·k`` token-expert pairs
 are spread over them evenly.
+
+With expert parallelism the step waits for the busiest rank (the combine all-to-all is a
+barrier): :class:`Routing` says how skewed the experts' popularity is and whether a capacity
+factor drops or pads, and :func:`rank_load_factor` gives the busiest rank's load over the
+mean, from the sampling noise of a balanced router and the popularity skew
+(docs/workloads.md, "Mixture of experts").
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 
 def expected_experts_touched(experts: int, top_k: int, tokens: int) -> float:
@@ -32,3 +41,130 @@ def expert_load(experts: int, top_k: int, tokens: int) -> list[tuple[int, int]]:
     touched = max(top_k, min(experts, tokens * top_k, round(e)))
     q, r = divmod(tokens * top_k, touched)
     return [(n, t) for n, t in ((r, q + 1), (touched - r, q)) if n and t]
+
+
+# --- the busiest rank: routing skew, sampling and the capacity factor ---------------------
+
+#: Largest popularity skew accepted (a coefficient of variation; 10 already sends most of a
+#: step's tokens to a handful of experts).
+MAX_SKEW = 10.0
+#: Largest capacity factor accepted (``E/k`` is the most any expert can receive; 64 covers
+#: every published recipe, which use 1.0–2.0).
+MAX_CAPACITY_FACTOR = 64.0
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How a step's token-expert pairs fall on the experts, beyond their mean.
+
+    ``skew``: the coefficient of variation of the experts' popularity over one routing
+    (standard deviation ÷ mean of the expected tokens per expert; 0: every expert equally
+    likely, what load-balancing losses aim for and what DeepSeek's published kernel traces
+    and Megatron-Core's ``--moe-router-force-load-balancing`` benchmarks simulate).
+    ``capacity_factor``: None for dropless routing (Megatron-Core's default,
+    ``--moe-expert-capacity-factor`` unset), else each expert takes at most
+    ``capacity_factor × T·k/E`` of a rank's ``T`` tokens and drops the rest
+    (Switch/GShard-style; ``--moe-expert-capacity-factor``). ``pad``: every expert is padded
+    to its capacity (``--moe-pad-expert-input-to-capacity``: static shapes, the expert GEMMs
+    run ``capacity_factor × T·k`` rows whatever the routing)."""
+
+    skew: float = 0.0
+    capacity_factor: float | None = None
+    pad: bool = False
+
+    def __post_init__(self):
+        s = self.skew
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s <= MAX_SKEW:
+            raise ValueError(f"moe skew (--moe-skew) must be a number in [0, {MAX_SKEW:g}] (the experts' "
+                             f"popularity coefficient of variation), not {s!r}")
+        c = self.capacity_factor
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float))
+                              or not 0 < c <= MAX_CAPACITY_FACTOR):
+            raise ValueError(f"moe capacity factor (--moe-capacity-factor) must be a number in (0, "
+                             f"{MAX_CAPACITY_FACTOR:g}] or None (dropless), not {c!r}")
+        if not isinstance(self.pad, bool):
+            raise ValueError(f"moe pad (--moe-pad) must be True or False, not {self.pad!r}")
+        if self.pad and c is None:
+            raise ValueError("moe pad (--moe-pad) needs a capacity factor: padding fills each expert to "
+                             "its capacity (--moe-capacity-factor)")
+
+    @property
+    def balanced(self) -> bool:
+        """True for the default: no skew, dropless."""
+        return self.skew == 0 and self.capacity_factor is None
+
+    def describe(self) -> str:
+        cap = ("dropless" if self.capacity_factor is None else
+               f"capacity factor {self.capacity_factor:g}" + (", padded" if self.pad else ""))
+        return f"skew {self.skew:g}, {cap}"
+
+
+def expected_max_normal(n: int) -> float:
+    """``E[max]`` of ``n`` independent standard normal variables (0 for ``n = 1``), by
+    quadrature of ``∫ x · n φ(x) Φ(x)^(n−1) dx`` (1/√π for two, 1.4236 for eight)."""
+    if n <= 1:
+        return 0.0
+    h, s = 0.005, 0.0
+    for i in range(-2400, 2401):
+        x = i * h
+        phi = math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+        s += x * n * phi * (0.5 * (1 + math.erf(x / math.sqrt(2)))) ** (n - 1)
+    return s * h
+
+
+def rank_load_cv(r: Routing, experts: int, top_k: int, tokens: int, ep: int) -> float:
+    """The coefficient of variation of one expert-parallel rank's token-expert pairs.
+
+    Each of the ``ep`` ranks holds ``g = E/ep`` experts and receives, from the ``ep·T``
+    tokens of the step (``tokens`` = T per rank), the pairs routed to them. Two independent
+    parts add in variance, both × ``(1 − 1/ep)`` (the ranks' shares sum to one):
+
+    * sampling: a token's k distinct experts fall on a rank as a hypergeometric draw, so a
+      rank's count has variance ``ep·T·k·(1/ep)(1−1/ep)(E−k)/(E−1)`` about its mean ``T·k``:
+      CV² ``(E−k) / ((E−1)·T·k)``;
+    * popularity: a rank's expected share is the sum of its ``g`` experts' popularities,
+      each of coefficient of variation ``skew``: CV² ``skew² / g``."""
+    g = experts / ep
+    sampling = (experts - top_k) / ((experts - 1) * tokens * top_k) if experts > 1 else 0.0
+    return math.sqrt((1 - 1 / ep) * (sampling + r.skew ** 2 / g))
+
+
+def rank_load_factor(r: Routing, experts: int, top_k: int, tokens: int, ep: int) -> float:
+    """The busiest expert-parallel rank's token-expert pairs ÷ the mean ``T·k``.
+
+    Dropless: ``1 + cv · E[max of ep standard normals]`` (:func:`rank_load_cv`,
+    :func:`expected_max_normal`; normal in the count), at most what one rank can receive
+    (``ep · min(k, E/ep) / k``: every token's pairs that land on its experts). A capacity
+    factor caps it (each of the rank's experts takes at most ``capacity_factor`` × its mean
+    from each source rank); padding fixes it at the capacity factor. ``ep = 1``: 1 (the
+    one rank takes every pair), or the capacity factor when padded."""
+    c = r.capacity_factor
+    if r.pad:
+        return float(c)
+    if ep == 1:
+        return 1.0
+    f = 1.0 + rank_load_cv(r, experts, top_k, tokens, ep) * expected_max_normal(ep)
+    f = min(f, ep * min(top_k, experts / ep) / top_k)
+    return f if c is None else min(f, c)
+
+
+def dropped_fraction(r: Routing, experts: int, top_k: int, tokens: int) -> float:
+    """The expected fraction of token-expert pairs a capacity factor drops (0 dropless).
+
+    Per expert and source rank the count ``X`` has mean ``μ = T·k/E`` (capacity: ``C·μ``)
+    and variance ``μ(1 − k/E)`` from sampling (each token picks the expert with probability
+    ``k/E``) plus ``(skew·μ)²`` from popularity; in units of ``μ`` it is taken as normal,
+    ``N(1, cv²)``, and the fraction over the capacity is ``E[(X − C)⁺] = cv·φ(d) − (C −
+    1)(1 − Φ(d))`` with ``d = (C − 1)/cv``."""
+    c = r.capacity_factor
+    if c is None:
+        return 0.0
+    mu = tokens * top_k / experts
+    var = ((1 - top_k / experts) / mu if experts > 1 else 0.0) + r.skew ** 2
+    cv = math.sqrt(var)
+    if cv == 0:
+        return max(0.0, 1.0 - c)
+    d = (c - 1) / cv
+    phi = math.exp(-0.5 * d * d) / math.sqrt(2 * math.pi)
+    tail = 0.5 * (1 - math.erf(d / math.sqrt(2)))
+    return min(1.0, max(0.0, cv * phi - (c - 1) * tail))

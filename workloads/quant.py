@@ -54,10 +54,10 @@ def _quant_op(name: str, elements: int, blocks: int, dtype: str, write_bytes: fl
 
 
 #: Vector-op kinds whose output is not block-quantised by :func:`vector_quant_op`: copies
-#: and gathers (a KV-cache write, an embedding lookup) move their input's blocks with their
+#: and gathers (a KV-cache write, an embedding lookup, an MoE permute) move their input's blocks with their
 #: scales, top-k writes routing indices and weights that no product reads, and the
 #: precision ops themselves.
-_NO_OUTPUT_QUANT = ("copy", "embedding", "topk", "optimizer", "dequant", "scale")
+_NO_OUTPUT_QUANT = ("copy", "embedding", "topk", "optimizer", "dequant", "scale", "permute")
 
 
 def vector_quant_op(op: VectorOp) -> VectorOp | None:

@@ -34,7 +34,9 @@ from .fused_attention import FusedAttention, fused_backward
 from .graph import Workload
 from .program import Access, Block, Use
 from .lower import (_check_common, _Ctx, _layer_blocks, check_attention, check_cp, check_ep,
-                    embedding_block, forward_blocks, head_block, keys_info, layer_kinds)
+                    check_routing, embedding_block, forward_blocks, head_block, keys_info,
+                    layer_kinds, routing_info)
+from .moe import Routing
 from .params import params_per_chip, weight_tensors
 from .precision import Precision
 from .quant import QUANT_OPS_PER_BLOCK, QUANT_OPS_PER_ELEMENT
@@ -411,6 +413,7 @@ def default_micro_batch(batch: int, seq_len: int) -> int:
 
 def train_forward(m: ModelConfig, micro_batch: int, seq_len: int, *,
                   precision: Precision | None = None, tp: int = 1, cp: int = 1, ep: int = 1,
+                  routing: Routing = Routing(),
                   attention: str = "fused") -> Workload:
     """The forward blocks (embedding, one block per layer kind, head with the loss) of one
     training micro-batch of ``micro_batch`` sequences of ``seq_len`` tokens on one rank of a
@@ -425,17 +428,19 @@ def train_forward(m: ModelConfig, micro_batch: int, seq_len: int, *,
     check_cp(cp, seq_len)
     check_ep(m, ep)
     p = precision or Precision()
-    c = _Ctx(m, p, tp, micro_batch, seq_len // cp, 0, "train", attention, cp=cp, ep=ep)
+    c = _Ctx(m, p, tp, micro_batch, seq_len // cp, 0, "train", attention, cp=cp, ep=ep,
+             routing=check_routing(m, routing))
     return Workload("train", tuple(forward_blocks(c)), tokens=micro_batch * c.q_len,
                     batch=micro_batch,
                     info={"seq_len": seq_len, **keys_info(c), "tp": tp, "cp": cp, "ep": ep,
                           "micro_batch": micro_batch, "micro_batches": 1,
-                          "attention": attention})
+                          "attention": attention, **routing_info(c)})
 
 
 def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision | None = None,
                tp: int = 1, dp: int = 1, recompute: bool = False,
-               micro_batch: int | None = None, attention: str = "fused") -> Workload:
+               micro_batch: int | None = None, attention: str = "fused",
+               routing: Routing = Routing()) -> Workload:
     """One optimizer step on ``batch`` sequences (global, split over ``dp`` replicas) of
     ``seq_len`` tokens, for one chip of a ``tp``-way tensor-parallel group.
 
@@ -443,7 +448,9 @@ def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision
     accumulation: forward and backward per micro-batch, weights re-read each time, one
     micro-batch's activations live at a time), then one optimizer update. Blocks of one
     micro-batch are repeated ``batch / dp / micro_batch`` times. ``attention``: "fused"
-    (FlashAttention forward and backward) or "unfused"."""
+    (FlashAttention forward and backward) or "unfused". ``routing``: a MoE model's routing
+    (:class:`~diptych.workloads.moe.Routing`; without expert parallelism only a capacity
+    factor changes the work)."""
     _check_common(m, batch, tp, seq_len=seq_len, dp=dp)
     check_attention(attention)
     if batch % dp:
@@ -456,7 +463,7 @@ def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision
         raise ValueError(f"micro_batch must be a positive integer dividing the per-replica "
                          f"batch ({b}), not {mb!r}")
     n_micro = b // mb
-    c = _Ctx(m, p, tp, mb, seq_len, 0, "train", attention)
+    c = _Ctx(m, p, tp, mb, seq_len, 0, "train", attention, routing=check_routing(m, routing))
     emb = embedding_block(c)
     layers = _layer_blocks(c)
     head = head_block(c)
@@ -472,4 +479,5 @@ def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision
     return Workload("train", tuple(blocks), tokens=b * seq_len, batch=b,
                     info={"seq_len": seq_len, **keys_info(c), "tp": tp, "dp": dp,
                           "recompute": recompute, "global_batch": batch, "micro_batch": mb,
-                          "micro_batches": n_micro, "attention": attention})
+                          "micro_batches": n_micro, "attention": attention,
+                          **routing_info(c)})

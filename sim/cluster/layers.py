@@ -35,6 +35,7 @@ from ...workloads.graph import Workload
 from ...workloads.program import Block
 from ...workloads.lower import decode_mean, prefill
 from ...workloads.memory import is_replicated, layer_saved_bytes
+from ...workloads.moe import Routing
 from ...workloads.precision import Precision
 from ...workloads.train import backward_ops, train_forward
 
@@ -104,28 +105,29 @@ def _backward(ops: list[Op], p: Precision) -> tuple[Op, ...]:
 @lru_cache(maxsize=256)
 def forward_workload(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep: int,
                      micro_batch: int, seq: int, context: int = 0, gen: int = 1,
-                     attention: str = "fused") -> Workload:
+                     attention: str = "fused", routing: Routing = Routing()) -> Workload:
     """The lowering's forward pass of one micro-batch on one rank (memoised): ``train``
     (:func:`~diptych.workloads.train.train_forward` of ``seq``-token sequences),
     ``prefill`` (``seq``-token prompts) or ``decode`` (the representative step of ``gen``
-    steps after a ``context``-token cache, :func:`~diptych.workloads.lower.decode_mean`)."""
+    steps after a ``context``-token cache, :func:`~diptych.workloads.lower.decode_mean`);
+    ``routing``: a MoE model's routing (the rank lowered is the busiest)."""
     if phase == "train":
         return train_forward(m, micro_batch, seq, precision=p, tp=tp, cp=cp, ep=ep,
-                             attention=attention)
+                             attention=attention, routing=routing)
     if phase == "prefill":
         return prefill(m, micro_batch, seq, precision=p, tp=tp, cp=cp, ep=ep,
-                       attention=attention)
+                       attention=attention, routing=routing)
     if phase == "decode":
         return decode_mean(m, micro_batch, context, gen, precision=p, tp=tp, ep=ep,
-                           attention=attention)
+                           attention=attention, routing=routing)
     raise ValueError(f"phase must be train, prefill or decode, not {phase!r}")
 
 
 @lru_cache(maxsize=1024)
 def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep: int,
               micro_batch: int, seq: int, context: int = 0, gen: int = 1,
-              sequence_parallel: bool = True, attention: str = "fused"
-              ) -> dict[str, LayerOps]:
+              sequence_parallel: bool = True, attention: str = "fused",
+              routing: Routing = Routing()) -> dict[str, LayerOps]:
     """The ops of each layer kind for one micro-batch of ``micro_batch`` sequences on one
     rank of the plan (module docstring), keyed by the lowering's block name (one per
     distinct layer kind, in order of first use; see :func:`layer_order`), ``embedding`` and
@@ -136,7 +138,8 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
     representative step of ``gen`` steps after a ``context``-token cache, each layer kind
     at its mean keys over the steps)."""
     w = forward_workload(m, p, phase=phase, tp=tp, cp=cp, ep=ep, micro_batch=micro_batch,
-                         seq=seq, context=context, gen=gen, attention=attention)
+                         seq=seq, context=context, gen=gen, attention=attention,
+                         routing=routing)
     q_len = seq // cp
     tokens = w.tokens
     keys_by_block = w.info["keys_per_query_by_block"]

@@ -43,6 +43,7 @@ from ...workloads.program import Block
 from ...workloads.memory import (MemoryReport, peak_working_bytes, zero_buffer_bytes,
                                  zero_state_bytes)
 from ...workloads.params import kv_bytes_per_token_per_chip
+from ...workloads.moe import Routing
 from ...workloads.precision import Precision
 from .layers import LayerOps, layer_ops, layer_order
 from .params import layer_params
@@ -93,7 +94,7 @@ def _act_per_layer(lo: LayerOps, recompute: str) -> float:
 def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq: int,
                 micro_batches: int, layers_per_chunk: tuple[int, ...], capacity_bytes: float,
                 global_batch: int = 1, context: int = 0, attention: str = "fused",
-                advise: bool = True) -> ClusterMemory:
+                advise: bool = True, routing: Routing = Routing()) -> ClusterMemory:
     """Memory per chip of ``plan`` (module docstring). ``seq``: training sequence or prompt
     length; ``context``: tokens of KV cache per sequence (inference)."""
     train = phase == "train"
@@ -101,7 +102,8 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
     lo = layer_ops(model, p, phase=phase, tp=plan.tp, cp=plan.cp, ep=plan.ep,
                    micro_batch=plan.micro_batch, seq=seq,
                    context=max(context - 1, 0) if phase == "decode" else 0,
-                   sequence_parallel=plan.sequence_parallel, attention=attention)
+                   sequence_parallel=plan.sequence_parallel, attention=attention,
+                   routing=routing)
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
     chunks = chunk_layers(model, layers_per_chunk, lo)
     d, de = plan.shards, plan.expert_shards
@@ -156,7 +158,8 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
         return rep
     advice, sugg = _advise(model, plan, p, phase=phase, seq=seq, micro_batches=micro_batches,
                            layers_per_chunk=layers_per_chunk, capacity_bytes=capacity_bytes,
-                           global_batch=global_batch, context=context, attention=attention)
+                           global_batch=global_batch, context=context, attention=attention,
+                           routing=routing)
     gib = 2.0 ** 30
     head = (f"needs {rep.total_bytes / gib:.1f} GiB per chip (stage {worst}) but the chip has "
             f"{capacity_bytes / gib:.1f} GiB")
@@ -196,7 +199,7 @@ def _variants(plan: Plan, global_batch: int):
 
 
 def _advise(model, plan, p, *, phase, seq, micro_batches, layers_per_chunk, capacity_bytes,
-            global_batch, context, attention) -> tuple[str, dict | None]:
+            global_batch, context, attention, routing=Routing()) -> tuple[str, dict | None]:
     """The first single change of :data:`ADVICE_ORDER` that fits; if none does, the changes
     applied one after another until the plan fits."""
     from .plan import check_plan
@@ -212,7 +215,7 @@ def _advise(model, plan, p, *, phase, seq, micro_batches, layers_per_chunk, capa
         rep = plan_memory(model, q, p, phase=phase, seq=seq, micro_batches=info["micro_batches"],
                           layers_per_chunk=lpc, capacity_bytes=capacity_bytes,
                           global_batch=global_batch, context=context, attention=attention,
-                          advise=False)
+                          advise=False, routing=routing)
         return rep
 
     def diff(q: Plan) -> dict:

@@ -206,7 +206,8 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
         mem = plan_memory(model, q, p, phase="train", seq=seq,
                           micro_batches=info["micro_batches"],
                           layers_per_chunk=info["layers_per_chunk"], capacity_bytes=cap,
-                          attention=scenario.attention, advise=False)
+                          attention=scenario.attention, advise=False,
+                          routing=scenario.routing)
         if mem.fits:
             fitting.append(q)
     if progress:

@@ -507,7 +507,7 @@ def _setup(model: ModelConfig, chip: Chip, cluster: Cluster, plan: Plan, sc: Sce
     mem = plan_memory(model, plan, p, phase=phase, seq=length, micro_batches=m,
                       layers_per_chunk=lpc, capacity_bytes=chip.memory_bytes,
                       global_batch=sc.batch, context=kv_tokens, attention=attention,
-                      advise=chip.has_dram)
+                      advise=chip.has_dram, routing=sc.routing)
     if not chip.has_dram:
         require_sram_fit(mem, chip=chip.name, model=model.name, plan=plan, precision=p,
                          phase=phase)
@@ -518,7 +518,7 @@ def _setup(model: ModelConfig, chip: Chip, cluster: Cluster, plan: Plan, sc: Sce
                      sequence_parallel=plan.sequence_parallel, attention=attention,
                      simulate=simulate, execution=execution,
                      tp_links=TpLinks(comm.shapes["tp"], net) if execution == "schedule"
-                     else None)
+                     else None, routing=sc.routing)
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
     steps = _layer_steps(lt, plan, comm, lp, p.w_bytes, p.g_bytes, train)
     chunks = chunk_layers(model, lpc, {k: t.ops for k, t in lt.items()})
@@ -761,7 +761,8 @@ def _info(st: _Setup, pipe: _Pipe) -> dict:
     if sc.phase == "decode":
         w = forward_workload(st.model, st.precision, phase="decode", tp=plan.tp, cp=1,
                              ep=plan.ep, micro_batch=plan.micro_batch, seq=1,
-                             context=st.context, gen=st.gen, attention=sc.attention)
+                             context=st.context, gen=st.gen, attention=sc.attention,
+                             routing=sc.routing)
         decode = {"prompt": st.context, "gen": st.gen,
                   "keys_per_query_by_block": w.info["keys_per_query_by_block"]}
     return {"schedule": pipe.sched, "pipeline_s": pipe.t_pipe, "send_s": pipe.send,

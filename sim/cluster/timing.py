@@ -59,6 +59,7 @@ from ...workloads.config import ModelConfig
 from ...workloads.fused_attention import FusedAttention, on_chip
 from ...workloads.graph import Workload
 from ...workloads.program import Block
+from ...workloads.moe import Routing
 from ...workloads.precision import Precision
 from ..run.scheduled import schedule_workload
 from ..run.precision_ops import with_precision_ops
@@ -189,7 +190,8 @@ def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int
                 ep: int, micro_batch: int, seq: int, context: int = 0, gen: int = 1,
                 sequence_parallel: bool = True, attention: str = "fused",
                 simulate: Callable | None = None, execution: str = "sum",
-                tp_links: TpLinks | None = None) -> dict[str, LayerTime]:
+                tp_links: TpLinks | None = None, routing: Routing = Routing()
+                ) -> dict[str, LayerTime]:
     """:class:`LayerTime` of each layer kind (:func:`~.layers.layer_ops` keys: the lowering's
     layer blocks, ``embedding``, ``head``); ``context``/``gen``: decode's cache before the
     first of ``gen`` steps. ``execution``: ``"sum"`` or ``"schedule"`` (module docstring,
@@ -202,11 +204,12 @@ def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int
                          "the topology)")
     lo = layer_ops(m, p, phase=phase, tp=tp, cp=cp, ep=ep, micro_batch=micro_batch, seq=seq,
                    context=context, gen=gen, sequence_parallel=sequence_parallel,
-                   attention=attention)
+                   attention=attention, routing=routing)
     blocks = {}
     if execution == "schedule":
         w = forward_workload(m, p, phase=phase, tp=tp, cp=cp, ep=ep, micro_batch=micro_batch,
-                             seq=seq, context=context, gen=gen, attention=attention)
+                             seq=seq, context=context, gen=gen, attention=attention,
+                             routing=routing)
         blocks = {b.name: b for b in w.blocks}
         sim = simulate or _default_simulate()
     out = {}

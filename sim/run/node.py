@@ -35,6 +35,7 @@ from ...workloads.config import ModelConfig
 from ...workloads.graph import Workload
 from ...workloads.lower import decode_mean, prefill
 from ...workloads.memory import MemoryReport, inference_memory, train_memory
+from ...workloads.moe import Routing
 from ...workloads.precision import FP8_RECIPES, Precision, recipe_for
 from ...workloads.registry import load_model
 from ...workloads.train import train_step
@@ -44,6 +45,8 @@ from ..support import check_supported, wider
 from .precision_ops import with_precision_ops
 from .scenario import EXECUTIONS, Parallelism, Scenario, default_execution
 from .summed import simulate_workload
+from .variant import Variant, collective_timer, variant_chip, variant_timer
+from .waterfall import waterfall as efficiency_waterfall
 
 
 @dataclass
@@ -91,6 +94,8 @@ class RunResult:
     utilization: dict[str, float] = field(default_factory=dict)
     schedule: dict[str, Any] = field(default_factory=dict)
     timeline: list = field(default_factory=list, repr=False)
+    #: the efficiency waterfall (:mod:`diptych.sim.run.waterfall`) when it was asked for
+    waterfall: dict | None = None
 
     def to_dict(self) -> dict:
         """JSON-ready dict (the output of ``diptych run --json`` for one batch size)."""
@@ -186,19 +191,19 @@ def lower_workload(model: ModelConfig, s: Scenario, *, precision: Precision, tp:
         if s.prompt is None:
             raise ValueError("prefill needs --prompt (prompt length in tokens)")
         return prefill(model, s.batch, s.prompt, precision=precision, tp=tp,
-                       attention=s.attention), s.prompt
+                       attention=s.attention, routing=s.routing), s.prompt
     if s.phase == "decode":
         if s.prompt is None:
             raise ValueError("decode needs --prompt (context before generation)")
         g = 1 if s.gen is None else s.gen
         return decode_mean(model, s.batch, s.prompt, g, precision=precision, tp=tp,
-                           attention=s.attention), s.prompt + g
+                           attention=s.attention, routing=s.routing), s.prompt + g
     seq = s.seq if s.seq is not None else s.prompt
     if seq is None:
         raise ValueError("train needs --seq (sequence length in tokens)")
     return train_step(model, s.batch, seq, precision=precision, tp=tp, dp=dp,
                       recompute=s.recompute == "full", micro_batch=s.micro_batch,
-                      attention=s.attention), seq
+                      attention=s.attention, routing=s.routing), seq
 
 
 def _bound(t: dict) -> str:
@@ -263,15 +268,16 @@ def _lower(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup
 
 
 def _time(w: Workload, chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup,
-          simulate: OpTimer | None) -> dict:
+          simulate: OpTimer, collective_time=None) -> dict:
     """The lowered phase timed as its program's list schedule or as the sum of its ops."""
     if s.execution == "schedule":
         from ...workloads.train import dp_buckets
         from .scheduled import schedule_workload
         buckets = dp_buckets(model, setup.precision, setup.tp) if setup.dp > 1 else None
-        return schedule_workload(w, chip, simulate=simulate or _default_simulate(),
-                                 fusion=s.fusion, dp_buckets=buckets)
-    return simulate_workload(w, chip, overlap=s.overlap, simulate=simulate)
+        return schedule_workload(w, chip, simulate=simulate, fusion=s.fusion,
+                                 dp_buckets=buckets, collective_time=collective_time)
+    return simulate_workload(w, chip, overlap=s.overlap, simulate=simulate,
+                             collective_time=collective_time)
 
 
 def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Workload,
@@ -280,8 +286,10 @@ def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Work
     p, n_chips, batch, prompt = setup.precision, setup.chips, s.batch, s.prompt
     secs = t["seconds"]
     # model FLOPs: the unsplit graph of the whole (global) batch, without recomputation
-    # (neither --recompute's nor fused attention backward's recomputed scores)
-    ref, _ = lower_workload(model, dataclasses.replace(s, recompute="none", micro_batch=None),
+    # (neither --recompute's nor fused attention backward's recomputed scores), every
+    # token's k experts once (balanced routing: no padding, no drops)
+    ref, _ = lower_workload(model, dataclasses.replace(s, recompute="none", micro_batch=None,
+                                                       routing=Routing()),
                             precision=p, tp=1, dp=1)
     # (the unsplit graph's default micro-batching may differ; FLOPs do not depend on it)
     model_flops = ref.flops(recompute=False)
@@ -326,14 +334,15 @@ def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Work
 
 
 def _adjust(res: RunResult, chip: Chip, model: ModelConfig, s: Scenario,
-            simulate: OpTimer | None) -> RunResult:
+            simulate: OpTimer | None, variant: Variant | None = None) -> RunResult:
     """The power limit (re-running the scenario at the clock the TDP sustains) and the cost
     figures of a chip with ``[power]`` / ``[cost]`` tables."""
     if s.power_limit and chip.power is not None:
         from .power_limit import apply_power_limit
         again = dataclasses.replace(s, power_limit=False)
         res = apply_power_limit(res, chip,
-                                lambda c: run_workload(c, model, again, simulate=simulate))
+                                lambda c: run_workload(c, model, again, simulate=simulate,
+                                                       variant=variant))
     if chip.cost is not None:
         from ...arch.cost import cost_metrics
         econ = cost_metrics(chip, res.to_dict())
@@ -344,7 +353,8 @@ def _adjust(res: RunResult, chip: Chip, model: ModelConfig, s: Scenario,
 
 
 def run_workload(chip: "Chip | str", model: "ModelConfig | str", scenario: Scenario, *,
-                 simulate: OpTimer | None = None) -> RunResult:
+                 simulate: OpTimer | None = None, variant: Variant | None = None,
+                 waterfall: bool = False) -> RunResult:
     """Lower ``scenario``'s phase of ``model`` for ``chip`` and simulate it (see the module
     docstring): validate → lower → time → metrics → adjustments.
 
@@ -359,24 +369,43 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", scenario: Scena
     (:mod:`diptych.sim.run.power_limit`; ``power_limit=False`` skips that). With a
     ``[cost]`` table the result carries ``cost_usd``, ``usd_per_mtok`` and
     ``tokens_per_s_per_usd``. A parallel plan's step on a cluster is
-    :func:`diptych.sim.cluster.run.run_cluster_step`'s.
+    :func:`diptych.sim.cluster.run.run_cluster_step`'s. ``variant``
+    (:class:`~diptych.sim.run.variant.Variant`) leaves mechanisms out (``--ideal``, the
+    steps of the efficiency waterfall); ``waterfall``: add the efficiency waterfall, peak to
+    MFU by mechanism (:mod:`diptych.sim.run.waterfall`; the scenario re-run five times).
     """
     if not isinstance(scenario, Scenario):
         raise TypeError(f"scenario must be a Scenario, not {type(scenario).__name__}")
-    chip = load_chip(chip)
+    v = variant or Variant()
+    if v.no_power_limit:
+        scenario = dataclasses.replace(scenario, power_limit=False)
+    chip0 = load_chip(chip)
+    chip = variant_chip(chip0, v)
     model = load_model(model)
     setup = _validate(chip, scenario)
     w, mem, warns = _lower(chip, model, scenario, setup)
-    t = _time(w, chip, model, scenario, setup, simulate)
+    t = _time(w, chip, model, scenario, setup,
+              variant_timer(simulate or _default_simulate(), v), collective_timer(v))
     res = _metrics(chip, model, scenario, setup, w, mem, warns, t)
-    return _adjust(res, chip, model, scenario, simulate)
+    if not v.is_default:
+        res = dataclasses.replace(res, info={**res.info, "variant": dataclasses.asdict(v)})
+    res = _adjust(res, chip, model, scenario, simulate, v)
+    if waterfall:
+        quiet = dataclasses.replace(scenario, power_limit=False)
+        wf = efficiency_waterfall(
+            res, lambda u: run_workload(chip0, model, quiet, simulate=simulate,
+                                        variant=u).seconds, v)
+        res = dataclasses.replace(res, waterfall=wf.to_dict())
+    return res
 
 
 def run_curve(chip, model, scenario: Scenario, *, batches: list[int],
-              progress: Callable | None = None, simulate: OpTimer | None = None) -> dict:
+              progress: Callable | None = None, simulate: OpTimer | None = None,
+              variant: Variant | None = None, waterfall: bool = False) -> dict:
     """Run ``scenario`` at one batch size after another (the batching curve) and mark where
     decode turns compute-bound: the smallest batch whose run is compute-bound (None if none
-    is). ``progress(done, total, label)`` is told before each batch and once at the end."""
+    is). ``progress(done, total, label)`` is told before each batch and once at the end;
+    ``variant`` and ``waterfall`` as :func:`run_workload` takes them, for every batch."""
     if not batches:
         raise ValueError("batches must list at least one batch size")
     tell = progress or (lambda *_: None)
@@ -384,7 +413,7 @@ def run_curve(chip, model, scenario: Scenario, *, batches: list[int],
     for i, b in enumerate(batches):
         tell(i, len(batches), f"batch {b}")
         results.append(run_workload(chip, model, dataclasses.replace(scenario, batch=b),
-                                    simulate=simulate))
+                                    simulate=simulate, variant=variant, waterfall=waterfall))
     tell(len(batches), len(batches), "done")
     turn = next((r.batch for r in results if r.bound == "compute"), None)
     return {"results": results, "compute_bound_batch": turn}

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from ...arch.dtypes import check_dtype
 from ...workloads.lower import ATTENTION_MODES, check_attention
+from ...workloads.moe import Routing
 from ...workloads.precision import recipe_for
 from ..limits import check_sizes
 
@@ -66,6 +67,9 @@ def _flag(name: str, v) -> None:
     if not isinstance(v, bool):
         raise ValueError(f"{name} must be True or False, not {v!r}")
 
+
+#: Flat keywords of :meth:`Scenario.of` that make its :class:`~diptych.workloads.moe.Routing`.
+MOE_KEYWORDS: tuple[str, ...] = ("moe_skew", "moe_capacity_factor", "moe_pad")
 
 #: The degrees of :class:`Parallelism`, in the order ``tp × pp × dp × cp`` fills ``chips``.
 DEGREES: tuple[str, ...] = ("chips", "tp", "dp", "pp", "cp", "ep")
@@ -114,7 +118,8 @@ class Scenario:
     collectives with compute. ``recompute``: ``none``, ``selective`` (a parallel plan only)
     or ``full`` (a bool is read as full/none). ``micro_batch``: sequences per training
     micro-batch. ``power_limit``: report a chip with a ``[power]`` table at the clock its TDP
-    sustains."""
+    sustains. ``routing``: a mixture-of-experts model's routing (popularity skew, capacity
+    factor; :class:`~diptych.workloads.moe.Routing`, default balanced and dropless)."""
 
     phase: str
     batch: int = 1
@@ -133,6 +138,7 @@ class Scenario:
     recompute: str = "none"
     micro_batch: int | None = None
     power_limit: bool = True
+    routing: Routing = field(default_factory=Routing)
 
     def __post_init__(self):
         if self.phase not in PHASES:
@@ -154,6 +160,8 @@ class Scenario:
             raise ValueError(f"recipe {self.recipe!r} is a training recipe; {self.phase} takes "
                              f"the dtypes (--weights-dtype, --act-dtype, --kv-dtype)")
         recipe_for(self.weights_dtype, self.act_dtype, self.recipe)   # ValueError if they clash
+        if not isinstance(self.routing, Routing):
+            raise ValueError(f"routing must be a Routing, not {type(self.routing).__name__}")
         for n in ("fusion", "overlap", "power_limit"):
             _flag(n, getattr(self, n))
         _degree("batch", self.batch)
@@ -166,9 +174,18 @@ class Scenario:
     def of(cls, **fields) -> "Scenario":
         """A scenario from flat keywords, as the command line and the facade spell it: the
         degrees (``chips``, ``tp``, ``dp``, ``pp``, ``cp``, ``ep``) go into its
-        :class:`Parallelism`, every other keyword is a field (``recompute`` may be a bool;
-        ``execution`` None is the default)."""
+        :class:`Parallelism`, the MoE routing's (``moe_skew``, ``moe_capacity_factor``,
+        ``moe_pad``; None: the default) into its :class:`~diptych.workloads.moe.Routing`,
+        every other keyword is a field (``recompute`` may be a bool; ``execution`` None is
+        the default)."""
         par = {k: fields.pop(k) for k in DEGREES if k in fields}
+        moe = {k[4:]: fields.pop(k) for k in MOE_KEYWORDS if k in fields}
+        moe = {k: v for k, v in moe.items() if v is not None}
+        if moe:
+            if "routing" in fields:
+                raise ValueError("give the MoE routing either as routing= or as moe_* "
+                                 "keywords, not both")
+            fields["routing"] = Routing(**moe)
         if "parallelism" in fields and par:
             raise ValueError("give the degrees either as parallelism= or as keywords, "
                              "not both")

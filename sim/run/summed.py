@@ -44,11 +44,13 @@ def _shape(op: Op) -> str:
     return f"{op.elements}"
 
 
-def _timed(op: Op, chip: Chip, sim) -> dict:
-    """One op timed alone, every operand from DRAM: its record (seconds, energy, bound, ...)."""
+def _timed(op: Op, chip: Chip, sim, coll=None) -> dict:
+    """One op timed alone, every operand from DRAM: its record (seconds, energy, bound, ...);
+    ``coll(op)``: a collective's seconds (default: the chip's links)."""
     if isinstance(op, Collective):
         return {"op": op.name, "kind": op.kind, "shape": _shape(op),
-                "seconds": collective_seconds(op, chip), "bound": "communication",
+                "seconds": collective_seconds(op, chip) if coll is None else coll(op),
+                "bound": "communication",
                 "utilization": None, "flops": 0.0, "dram_bytes": 0.0,
                 "energy_j": collective_energy_j(op, chip), "link_bytes": op.bytes}
     if isinstance(op, FusedAttention):
@@ -68,11 +70,13 @@ def _timed(op: Op, chip: Chip, sim) -> dict:
 
 
 def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
-                      simulate: Callable | None = None) -> dict:
+                      simulate: Callable | None = None,
+                      collective_time: Callable | None = None) -> dict:
     """The trivial schedule of ``w``'s blocks (module docstring): every node's op timed once
     alone (:func:`_timed`), the nodes of a block one after another, its tensor-parallel
     collectives beside them (``overlap``), scaled by the block's repeats; per-chip totals
-    and op records."""
+    and op records. ``collective_time(op)``: a collective's seconds (default: the chip's
+    links)."""
     sim = simulate or _default_simulate()
     records: list[dict] = []
     t_compute = t_mem = t_comm_exposed = 0.0
@@ -83,7 +87,7 @@ def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
         comp_s = comm_s = 0.0
         for n in b.nodes:
             op = n.payload
-            rec = _timed(op, chip, sim)
+            rec = _timed(op, chip, sim, collective_time)
             s, e = rec["seconds"], rec["energy_j"]
             if isinstance(op, Collective):
                 if "dp" in op.tags:

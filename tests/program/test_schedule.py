@@ -1,13 +1,12 @@
 """The list scheduler against its golden twin, closed-form cases and the bounds every
 schedule obeys; the steady-state jump over repeated blocks against the materialised run."""
 
-import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from diptych.sim.program import Demand, Phase, bounds_ps, op_demand, schedule
+from diptych.sim.program import Demand, Phase, bounds_ps, schedule
 from diptych.workloads.program import Block, Carry, Import, Node, Program, Tensor
 from diptych.sim.program.schedule_ref import schedule_ref
 from progtest_helpers import decode_layer_program, random_program, random_program_with_imports

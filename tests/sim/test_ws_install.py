@@ -6,7 +6,6 @@ after the tile's first row, with a global swap in that cycle; a row leaves ``R +
 it enters. The defaults (p = 1, wave) are today's systolic rules exactly.
 """
 
-import dataclasses
 
 import pytest
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -32,8 +33,11 @@ def test_import_is_light_until_a_simulation():
             "diptych.simulate_gemm(128, 128, 128, chip)\n"
             "assert 'numba' in sys.modules\n"
             "print(diptych.__version__)\n")
+    # the persistent cache off: a cached 128³ GEMM would need no kernel and load no numba
+    from diptych.sim.cache import ENV_OFF
+    env = {**os.environ, ENV_OFF: "1"}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=600)
+                       timeout=600, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == diptych.__version__
 

@@ -94,7 +94,9 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
         act_dtype: str | None = None, kv_dtype: str | None = None, recipe: str | None = None,
         overlap: bool = True, recompute: bool | str = False, micro_batch: int | None = None,
         attention: str = "fused", cluster=None, plan=None, execution: str | None = None,
-        fusion: bool = True) -> "RunResult":
+        fusion: bool = True, moe_skew: float | None = None,
+        moe_capacity_factor: float | None = None, moe_pad: bool | None = None,
+        ideal: bool = False, waterfall: bool = True) -> "RunResult":
     """Simulate one phase of ``model`` on ``chip``, as ``diptych run`` does for one batch size.
 
     ``phase``: ``"prefill"`` (needs ``prompt``: the time to first token), ``"decode"`` (needs
@@ -111,18 +113,30 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     return its ``ClusterResult``; ``recompute``: ``"none"``, ``"selective"`` (a plan only),
     ``"full"`` or a bool. ``execution``: ``"schedule"`` (default: the program's list schedule,
     docs/program.md) or ``"sum"`` (every op alone from DRAM, as ``--execution sum``);
-    ``fusion``: as ``--fusion/--no-fusion``.
+    ``fusion``: as ``--fusion/--no-fusion``. ``moe_skew``, ``moe_capacity_factor``,
+    ``moe_pad``: a MoE model's routing (docs/workloads.md, "Mixture of experts"). ``ideal``:
+    every overhead left out (``--ideal``); ``waterfall``: the efficiency waterfall in the
+    result (``result.waterfall``; one-node runs).
     """
     from diptych.sim.run import Scenario, run_workload
+    from diptych.sim.run.variant import IDEAL
     from diptych.tools.precision_spec import run_dtypes
 
     w, a, kv, r = run_dtypes(precision, phase, weights_dtype, act_dtype, kv_dtype, recipe)
     s = Scenario.of(phase=phase, batch=batch, prompt=prompt, gen=gen, seq=seq, tp=tp, dp=dp,
                     chips=chips, weights_dtype=w, act_dtype=a, kv_dtype=kv, recipe=r,
                     overlap=overlap, recompute=recompute, micro_batch=micro_batch,
-                    attention=attention, execution=execution, fusion=fusion)
+                    attention=attention, execution=execution, fusion=fusion,
+                    moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad)
+    if ideal and r:
+        raise ValueError(f"ideal=True leaves every precision recipe's overheads out; recipe "
+                         f"{r!r} names one's: give one of them")
     if cluster is None and plan is None:
-        return run_workload(load_chip(chip), load_model(model), s)
+        return run_workload(load_chip(chip), load_model(model), s,
+                            variant=IDEAL if ideal else None, waterfall=waterfall)
+    if ideal:
+        raise ValueError("ideal=True applies to a one-node run for now, not to a parallel "
+                         "plan's step (cluster=, plan=)")
     from diptych.sim.cluster.run import run_cluster_step
     return run_cluster_step(load_chip(chip), load_model(model), s, cluster=cluster, plan=plan)
 
