@@ -77,31 +77,50 @@ def _rows() -> list[Row]:
     ]
 
 
-def run_row(r: Row):
-    """The cluster step of row ``r`` (micro-batch 1, no recomputation, as published)."""
+def run_row(r: Row, waterfall: bool = False):
+    """The cluster step of row ``r`` (micro-batch 1, no recomputation, as published), with
+    its efficiency waterfall when asked."""
     s = Scenario.of(phase="train", batch=r.batch, seq=r.seq, chips=r.chips, micro_batch=1,
                     recipe="fp8-delayed" if r.fp8 else None, **r.degrees)
     return run_cluster_step("h100", r.model, s, cluster="dgx-h100",
-                            plan=build_plan(s, **r.plan))
+                            plan=build_plan(s, **r.plan), waterfall=waterfall)
+
+
+#: The waterfall table's columns: the mechanisms, in their order.
+MECHANISMS = ("recomputation", "gemm", "pipeline_bubble", "non_gemm", "recipe", "launches",
+              "communication", "power")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="write the Markdown table here")
     ap.add_argument("--only", nargs="*", default=(), help="rows whose name holds TEXT")
+    ap.add_argument("--waterfall", action="store_true",
+                    help="also print each row's efficiency waterfall (5x the time)")
     args = ap.parse_args(argv)
     lines = ["| case | published step | diptych step | ratio (diptych ÷ published) | MFU | "
              "plan |", "|---|---|---|---|---|---|"]
     t0 = time.time()
+    falls = ["| case | " + " | ".join(MECHANISMS) + " | MFU |",
+             "|---|" + "---|" * (len(MECHANISMS) + 1)]
     for r in _rows():
         if args.only and not any(o in r.name for o in args.only):
             continue
-        res = run_row(r)
+        res = run_row(r, args.waterfall)
+        if res.waterfall:
+            share = {x["mechanism"]: x["share"] for x in res.waterfall["steps"]}
+            falls.append(f"| {r.name} | " + " | ".join(f"{share.get(k, 0.0):.3f}"
+                                                       for k in MECHANISMS)
+                         + f" | {res.mfu:.3f} |")
         line = (f"| {r.name} | {r.published_s:.2f} s | {res.seconds:.2f} s | "
                 f"{res.seconds / r.published_s:.2f} | {res.mfu:.3f} | "
                 f"{res.plan.describe(True)} |")
         lines.append(line)
         print(line, flush=True)
+    if args.waterfall:
+        print("\nShares of the peak each mechanism takes (docs/workloads.md, \"Efficiency "
+              "waterfall\"):\n" + "\n".join(falls))
+        lines += ["", *falls]
     print(f"\nsource: {SRC}\n({time.time() - t0:.0f} s)")
     if args.out:
         with open(args.out, "w") as fh:

@@ -116,10 +116,14 @@ def render_table(cmp) -> "object":
                    "Default: schedule.")
 @click.option("--fusion/--no-fusion", default=True, show_default=True,
               help="Scheduled runs: fuse norms and elementwise ops into GEMMs.")
+@click.option("--waterfall", is_flag=True,
+              help="Add each chip's efficiency waterfall (peak to MFU by mechanism) for "
+                   "training, the first prompt and the reference decode point (re-runs "
+                   "those five times; docs/workloads.md, \"Efficiency waterfall\").")
 @friendly
 def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_batch,
             train_seq, infer_tp, context, prompts, batches, contexts, ref_batch, cluster_chips,
-            cluster, cluster_batch, serving, execution, fusion):
+            cluster, cluster_batch, serving, execution, fusion, waterfall):
     """Compare CHIPS (presets or TOML paths) on one model: training, prefill, decode.
 
     States the precision each chip runs in per phase, the parallel plan of training, and
@@ -139,7 +143,7 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
                         contexts=_ints(contexts, "--contexts") or both, ref_batch=ref_batch,
                         precision=parse_precision(precision), cluster_chips=cluster_chips,
                         cluster=cluster, cluster_batch=cluster_batch, execution=execution,
-                        fusion=fusion)
+                        fusion=fusion, waterfall=waterfall)
     with progress_display("compare", enabled=not as_json) as progress:
         cmp = run_compare(list(chips), model, s, progress=progress)
     study = None
@@ -153,6 +157,12 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
         from .run_cmd import _console
 
         _console().print(render_table(cmp))
+        if waterfall:
+            from .fmt import waterfall_line
+            for name in cmp.chips:
+                for phase, wf in cmp.summary(name).get("waterfall", {}).items():
+                    if wf:
+                        click.echo(f"{name} {phase}: {waterfall_line(wf)}")
         for w in cmp.warnings():
             click.echo(f"warning: {w}")
         if study:

@@ -74,3 +74,20 @@ def gib(x: float | None) -> str:
     """Bytes in binary gigabytes, one decimal: ``70.6 GiB`` (memory sizes, as chips quote
     their capacity)."""
     return MISSING if x is None else f"{x / 2**30:.1f} GiB"
+
+
+#: How the waterfall's mechanisms read in the terminal.
+_MECHANISM = {"recomputation": "recomputation", "gemm": "GEMMs below peak",
+              "pipeline_bubble": "pipeline bubble",
+              "non_gemm": "non-GEMM work", "recipe": "recipe overheads",
+              "launches": "launches and syncs", "communication": "exposed communication",
+              "power": "power-limited clock"}
+
+
+def waterfall_line(wf: dict) -> str:
+    """``efficiency: peak 100 % − GEMMs below peak 25.8 % − … = MFU 66.0 %`` (steps that take
+    less than 0.05 % left out)."""
+    parts = [f"{_MECHANISM.get(s['mechanism'], s['mechanism'])} {pct(s['share'])}"
+             for s in wf["steps"] if abs(s["share"]) >= 0.0005]
+    return ("efficiency: peak 100.0 % − " + " − ".join(parts)
+            + f" = MFU {pct(wf['mfu'])}")

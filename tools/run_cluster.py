@@ -136,10 +136,13 @@ def curve_table(results: list):
 def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chips, tp, dp,
              pp, ep, cp, zero, zero_shards, schedule, virtual_stages, micro_batch, recompute,
              overlap, attention, weights_dtype, act_dtype, kv_dtype, as_json, trace,
-             progress, execution=None, recipe=None, moe=None) -> None:
+             progress, execution=None, recipe=None, moe=None, variant=None,
+             waterfall=None) -> None:
     """Run the plan for each batch of ``batches`` and print (module docstring);
     ``execution``: how each layer kind is timed (``run --execution``; None: the schedule);
-    ``moe``: the MoE routing keywords of :meth:`~diptych.sim.run.Scenario.of`."""
+    ``moe``: the MoE routing keywords of :meth:`~diptych.sim.run.Scenario.of`; ``variant``
+    (``--ideal``) and ``waterfall`` (None: on for one batch size) as
+    :func:`~diptych.sim.cluster.run.run_cluster_step` takes them."""
     from ..sim.cluster.trace import write_perfetto_trace
     from ..sim.cluster.run import build_plan, run_cluster_step
     from ..sim.run import Scenario
@@ -173,7 +176,9 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
                         recompute=recompute or "none", overlap=overlap,
                         weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype,
                         recipe=recipe, attention=attention, execution=execution, **(moe or {}))
-        res = run_cluster_step(chip, model, s, cluster=cluster, plan=build_plan(s, **fields))
+        res = run_cluster_step(chip, model, s, cluster=cluster, plan=build_plan(s, **fields),
+                               variant=variant,
+                               waterfall=len(batches) == 1 if waterfall is None else waterfall)
         results.append(res)
     progress(len(batches), len(batches), "done")
     last = results[-1]
@@ -187,6 +192,8 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
     d = last.to_dict()
     con.print(f"{d['model']} {d['phase']} on {d['chips']} × {d['chip']}, batch {d['batch']}")
     con.print(totals_table(d))
+    if last.waterfall:
+        con.print(fmt.waterfall_line(last.waterfall))
     con.print(stages_table(d))
     if d["comm"]:
         con.print(comm_table(d))

@@ -41,21 +41,6 @@ def parse_batches(text: str) -> list[int]:
 
 _WHERE = {"scratchpad": "SP", "shared_buffer": "SB", "dram": "DRAM"}
 
-#: How the waterfall's mechanisms read in the terminal.
-_MECHANISM = {"recomputation": "recomputation", "gemm": "GEMMs below peak",
-              "non_gemm": "non-GEMM work", "recipe": "recipe overheads",
-              "launches": "launches and syncs", "communication": "exposed communication",
-              "power": "power-limited clock"}
-
-
-def waterfall_line(wf: dict) -> str:
-    """``efficiency: peak 100 % − GEMMs below peak 25.8 % − … = MFU 66.0 %`` (steps that take
-    less than 0.05 % left out)."""
-    parts = [f"{_MECHANISM.get(s['mechanism'], s['mechanism'])} {fmt.pct(s['share'])}"
-             for s in wf["steps"] if abs(s["share"]) >= 0.0005]
-    return ("efficiency: peak 100.0 % − " + " − ".join(parts)
-            + f" = MFU {fmt.pct(wf['mfu'])}")
-
 
 def _residency(rec: dict) -> str:
     """Where an op's operands live: ``SB: h_attn→qkv · DRAM: w_qkv`` (reads → writes)."""
@@ -283,10 +268,6 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
         raise ValueError(f"--ideal leaves every precision recipe's overheads out; --recipe "
                          f"{recipe} names one's: give one of them")
     if cluster or plan_flags:
-        given = [f for f, v in (("--ideal", ideal), ("--waterfall", waterfall)) if v]
-        if given:
-            raise ValueError(f"{given[0]} applies to a one-node run for now, not to a "
-                             f"parallel plan's step (--cluster or a plan flag)")
         with warnings.catch_warnings(record=True) as caught, \
                 progress_display(f"{model} {phase} on {chip}", enabled=not as_json) as progress:
             warnings.simplefilter("always")
@@ -297,7 +278,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                      recompute=recompute, overlap=overlap, attention=attention,
                      weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype,
                      recipe=recipe, as_json=as_json, trace=trace, progress=progress,
-                     execution=execution, moe=moe)
+                     execution=execution, moe=moe, variant=IDEAL if ideal else None,
+                     waterfall=waterfall)
         for msg in dict.fromkeys(str(w.message) for w in caught):
             echo_err(f"Warning: {msg}")
         return
@@ -382,7 +364,7 @@ def _show_curve(con, curve: dict, chip, overlap: bool, as_json: bool, trace) -> 
                            + (f"; {how})" if how else ")")))
     con.print(_totals_table(d))
     if last.waterfall:
-        con.print(waterfall_line(last.waterfall))
+        con.print(fmt.waterfall_line(last.waterfall))
     if last.info.get("variant"):
         con.print("ideal: recipe and format ops, launches and syncs, the collective library's "
                   "losses and the power limit left out (--ideal)")

@@ -28,6 +28,8 @@ from ...workloads.train import default_micro_batch
 from ..api import OpTimer
 from ..run.node import resolve_parallelism
 from ..run.scenario import Scenario
+from ..run.variant import Variant
+from ..run.waterfall import waterfall as efficiency_waterfall
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...arch.chip import Chip
@@ -74,12 +76,16 @@ def _length(s: Scenario) -> int | None:
 
 def run_cluster_step(chip: "Chip | str", model: "ModelConfig | str", scenario: Scenario, *,
                      cluster: "Cluster | str | None" = None, plan: "Plan | None" = None,
-                     simulate: OpTimer | None = None) -> "ClusterResult":
+                     simulate: OpTimer | None = None, variant: "Variant | None" = None,
+                     waterfall: bool = False) -> "ClusterResult":
     """The step of ``plan`` (or of the plan ``scenario``'s degrees give) on ``cluster`` (a
     :class:`~diptych.arch.cluster.Cluster`, preset name or path; or one domain of the plan's
     chips): see the module docstring. ``scenario``'s ``execution`` says how each layer kind is
     timed (:mod:`diptych.sim.cluster.timing`); a cluster step has no power limit or cost
-    figures. Raises ValueError naming the flag or field for a plan that does not split the
+    figures. ``variant`` leaves mechanisms out (``--ideal``,
+    :class:`~diptych.sim.run.variant.Variant`); ``waterfall`` adds the efficiency waterfall
+    (:mod:`diptych.sim.run.waterfall`; the step re-run five times, with a pipeline-bubble
+    step). Raises ValueError naming the flag or field for a plan that does not split the
     model, the batch or the cluster, or degrees that disagree with the plan given."""
     from ...arch.cluster import load_cluster
     from .step import simulate_cluster_step
@@ -103,7 +109,15 @@ def run_cluster_step(chip: "Chip | str", model: "ModelConfig | str", scenario: S
                 raise ValueError(f"{name} ({v}) disagrees with the plan's {name} ({want}): "
                                  f"give the parallel layout once, in the plan")
     where = load_cluster(cluster) if cluster is not None else single_domain(chip, plan.chips)
-    res = simulate_cluster_step(model, chip, where, plan, s, simulate=simulate)
+    res = simulate_cluster_step(model, chip, where, plan, s, simulate=simulate,
+                                variant=variant)
+    if variant is not None and not variant.is_default:
+        res.info["variant"] = dataclasses.asdict(variant)
+    if waterfall:
+        wf = efficiency_waterfall(
+            res, lambda u: simulate_cluster_step(model, chip, where, plan, s,
+                                                 simulate=simulate, variant=u), variant)
+        res = dataclasses.replace(res, waterfall=wf.to_dict())
     context = s.context
     if context and context > model.max_position_embeddings:
         msg = (f"context of {context} tokens exceeds {model.name}'s max_position_embeddings "

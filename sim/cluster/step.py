@@ -55,6 +55,7 @@ from ..api import OpTimer
 from ..run.node import default_precision
 from ..run.scenario import Scenario
 from ..run.summed import simulate_workload
+from ..run.variant import Variant, variant_chip, variant_cluster, variant_timer
 from ...workloads.recipe import amax_collectives, quantized, weight_cast_op
 from ...workloads.train import ADAMW_CHUNK, adamw_op, train_step
 from .collectives import CommCost, collective
@@ -148,6 +149,8 @@ class ClusterResult:
     info: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     precision: dict[str, Any] = field(default_factory=dict)   # Precision.to_dict()
+    #: the efficiency waterfall (:mod:`diptych.sim.run.waterfall`) when it was asked for
+    waterfall: dict | None = None
 
     @property
     def fits(self) -> bool:
@@ -182,6 +185,7 @@ class ClusterResult:
                                 else self.power_w_per_chip > self.tdp_w),
                 **{k: self.economics.get(k) for k in ("cost_usd", "usd_per_mtok",
                                                         "tokens_per_s_per_usd")},
+                "waterfall": self.waterfall,
                 "warnings": list(self.warnings), "info": dict(self.info)}
 
     def latency(self) -> dict[str, float | None]:
@@ -212,10 +216,11 @@ def _group_shapes(layout: Plan, net: Network) -> dict[str, GroupShape]:
 
 
 class _Comm:
-    """Collective costs of one plan on one network, by group kind, memoised per call."""
+    """Collective costs of one plan on one network, by group kind, memoised per call
+    (``free``: every collective 0 s, a waterfall step)."""
 
-    def __init__(self, plan: Plan, net: Network):
-        self.net = net
+    def __init__(self, plan: Plan, net: Network, free: bool = False):
+        self.net, self.free = net, free
         self.shapes = _group_shapes(Plan(tp=plan.tp, pp=plan.pp, dp=plan.dp, ep=plan.ep,
                                          cp=plan.cp, zero_shards=plan.zero_shards,
                                          order=plan.order), net)
@@ -223,6 +228,8 @@ class _Comm:
         self._memo: dict[tuple, CommCost] = {}
 
     def __call__(self, group: str, kind: str, nbytes: float, label: str) -> float:
+        if self.free:
+            return 0.0
         key = (group, kind, nbytes)
         c = self._memo.get(key)
         if c is None:
@@ -402,8 +409,8 @@ def _bucket_tail(buckets: list[tuple[float, float]], overlap: bool) -> float:
 
 def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
                           cluster: "Cluster | str", plan: Plan, scenario: Scenario, *,
-                          golden: bool = True, simulate: OpTimer | None = None
-                          ) -> ClusterResult:
+                          golden: bool = True, simulate: OpTimer | None = None,
+                          variant: Variant | None = None) -> ClusterResult:
     """Simulate one step of ``scenario`` for ``model`` on ``plan.chips`` chips of ``cluster``
     (module docstring). From the scenario: ``batch``, the global batch in sequences;
     ``seq``, the training sequence length (train) — for inference ``prompt`` (prefill: the
@@ -417,7 +424,8 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     tensor-parallel collectives hidden by the ``overlap_tp`` rule). The plan carries the
     degrees, micro-batch, recomputation and overlap. ``golden``: event-level pipeline
     simulation (else the closed form); ``simulate`` replaces the engine (an
-    :class:`~diptych.sim.api.OpTimer`; tests use a roofline double).
+    :class:`~diptych.sim.api.OpTimer`; tests use a roofline double); ``variant`` leaves
+    mechanisms out (:class:`~diptych.sim.run.variant.Variant`: ``--ideal``, the waterfall).
 
     Raises ValueError naming the field and value for a non-positive ``batch``, ``seq``,
     ``prompt`` or ``gen``, a plan that does not fit the model, batch or cluster
@@ -428,8 +436,10 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     (:func:`~.memory.require_sram_fit`)."""
     if not isinstance(scenario, Scenario):
         raise TypeError(f"scenario must be a Scenario, not {type(scenario).__name__}")
-    st = _setup(load_model(model), load_chip(chip), load_cluster(cluster), plan, scenario,
-                golden, simulate)
+    v = variant or Variant()
+    st = _setup(load_model(model), variant_chip(load_chip(chip), v),
+                variant_cluster(load_cluster(cluster), v), plan, scenario, golden,
+                variant_timer(simulate, v), v.free_comm)
     pipe = _pipeline(st)
     tail = _after_pipeline(st, pipe)
     return _result(st, pipe, tail)
@@ -491,7 +501,7 @@ def _lengths(sc: Scenario) -> tuple[int, int, int, int]:
 
 
 def _setup(model: ModelConfig, chip: Chip, cluster: Cluster, plan: Plan, sc: Scenario,
-           golden: bool, simulate: OpTimer | None) -> _Setup:
+           golden: bool, simulate: OpTimer | None, free_comm: bool = False) -> _Setup:
     """Phase 1: check the plan and the precision, the memory per chip, and every layer
     kind's time and per-layer step (compute and its collectives) of one micro-batch."""
     phase, attention, execution = sc.phase, sc.attention, sc.execution
@@ -511,14 +521,14 @@ def _setup(model: ModelConfig, chip: Chip, cluster: Cluster, plan: Plan, sc: Sce
     if not chip.has_dram:
         require_sram_fit(mem, chip=chip.name, model=model.name, plan=plan, precision=p,
                          phase=phase)
-    comm = _Comm(plan, net)
+    comm = _Comm(plan, net, free_comm)
     train = phase == "train"
     lt = layer_times(model, chip, p, phase=phase, tp=plan.tp, cp=plan.cp, ep=plan.ep,
                      micro_batch=plan.micro_batch, seq=length, context=context, gen=gen,
                      sequence_parallel=plan.sequence_parallel, attention=attention,
                      simulate=simulate, execution=execution,
-                     tp_links=TpLinks(comm.shapes["tp"], net) if execution == "schedule"
-                     else None, routing=sc.routing)
+                     tp_links=TpLinks(comm.shapes["tp"], net, free_comm)
+                     if execution == "schedule" else None, routing=sc.routing)
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
     steps = _layer_steps(lt, plan, comm, lp, p.w_bytes, p.g_bytes, train)
     chunks = chunk_layers(model, lpc, {k: t.ops for k, t in lt.items()})

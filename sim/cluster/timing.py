@@ -102,13 +102,15 @@ class TpLinks:
     :func:`~diptych.sim.run.scheduled.schedule_workload`): a tensor-parallel one (tagged
     ``tp``) on the topology, over the plan's tensor-parallel group ``shape`` of ``net``
     (:func:`~.collectives.collective`, as the cluster step times it); any other 0 s (the
-    cluster step times context- and expert-parallel collectives itself)."""
+    cluster step times context- and expert-parallel collectives itself). ``free``: every
+    collective 0 s (a waterfall step, :class:`~diptych.sim.run.variant.Variant`)."""
 
     shape: GroupShape
     net: Network
+    free: bool = False
 
     def __call__(self, op) -> float:
-        if "tp" not in op.tags:
+        if self.free or "tp" not in op.tags:
             return 0.0
         return collective(op.kind, op.bytes, self.shape, self.net).seconds
 

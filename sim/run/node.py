@@ -385,7 +385,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", scenario: Scena
     setup = _validate(chip, scenario)
     w, mem, warns = _lower(chip, model, scenario, setup)
     t = _time(w, chip, model, scenario, setup,
-              variant_timer(simulate or _default_simulate(), v), collective_timer(v))
+              variant_timer(simulate, v) or _default_simulate(), collective_timer(v))
     res = _metrics(chip, model, scenario, setup, w, mem, warns, t)
     if not v.is_default:
         res = dataclasses.replace(res, info={**res.info, "variant": dataclasses.asdict(v)})
@@ -393,8 +393,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", scenario: Scena
     if waterfall:
         quiet = dataclasses.replace(scenario, power_limit=False)
         wf = efficiency_waterfall(
-            res, lambda u: run_workload(chip0, model, quiet, simulate=simulate,
-                                        variant=u).seconds, v)
+            res, lambda u: run_workload(chip0, model, quiet, simulate=simulate, variant=u), v)
         res = dataclasses.replace(res, waterfall=wf.to_dict())
     return res
 

@@ -70,11 +70,14 @@ def _free(st):
     return dataclasses.replace(st, **kw)
 
 
-def variant_timer(simulate: Callable, v: Variant) -> Callable:
-    """``simulate`` with ``v``'s free ops costing nothing (the op is still timed once, so a
-    bad op is refused as in the real run)."""
+def variant_timer(simulate: Callable | None, v: Variant) -> Callable | None:
+    """``simulate`` (None: :func:`diptych.sim.simulate`) with ``v``'s free ops costing
+    nothing (the op is still timed once, so a bad op is refused as in the real run);
+    ``simulate`` itself when ``v`` frees no op."""
     if not (v.free_vector or v.free_recipe):
         return simulate
+    if simulate is None:
+        from ..api import simulate
 
     def timer(op, chip, **kw):
         st = simulate(op, chip, **kw)
@@ -94,6 +97,15 @@ def variant_chip(chip, v: Variant):
         chip = dataclasses.replace(chip, interconnect=dataclasses.replace(
             chip.interconnect, bus_efficiency=1.0, in_network_reduction_latency_us=0.0))
     return chip
+
+
+def variant_cluster(cluster, v: Variant):
+    """``cluster`` with its scale-out links at their raw bandwidth (``raw_links``; the
+    scale-up links are the chip's, :func:`variant_chip`)."""
+    if v.raw_links and cluster.scale_out is not None:
+        cluster = dataclasses.replace(cluster, scale_out=dataclasses.replace(
+            cluster.scale_out, bus_efficiency=1.0))
+    return cluster
 
 
 def collective_timer(v: Variant) -> Callable | None:

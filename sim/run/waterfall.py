@@ -10,6 +10,8 @@ MFU add up to 1 (the peak) exactly:
    tensor-parallel rank repeats) at the peak rate;
 2. ``gemm``: the GEMMs and fused attention as the engine runs them, alone (tile and wave
    quantisation, operand streaming and memory stalls, memory-bound GEMVs);
+   ``pipeline_bubble`` (a parallel plan's step only): the idle share of the pipeline's
+   busiest stage at that level, split out of it;
 3. ``non_gemm``: the vector-unit work (norms, activations, softmax, RoPE, permutes, the
    optimizer, embedding lookups);
 4. ``recipe``: the ops a precision recipe or a block-scaled format adds (casts, amax
@@ -31,7 +33,8 @@ from typing import Callable
 
 from .variant import Variant
 
-#: The mechanisms, in the order they are added, with what each stands for.
+#: The mechanisms, in the order they are added, with what each stands for (a parallel plan's
+#: step adds :data:`BUBBLE` after ``gemm``).
 STEPS: tuple[tuple[str, str], ...] = (
     ("recomputation", "recomputed and replicated work"),
     ("gemm", "GEMMs and attention below peak (tile and wave quantisation, memory)"),
@@ -41,6 +44,8 @@ STEPS: tuple[tuple[str, str], ...] = (
     ("communication", "exposed communication"),
     ("power", "power-limited clock"),
 )
+#: The pipeline's idle time, split out of the ``gemm`` step of a parallel plan's step.
+BUBBLE = ("pipeline_bubble", "pipeline bubble")
 
 
 @dataclass(frozen=True)
@@ -71,21 +76,29 @@ def _levels(base: Variant) -> list[Variant]:
             base]
 
 
-def waterfall(result, rerun: Callable[[Variant], float], base: Variant | None = None
+def waterfall(result, rerun: Callable[[Variant], object], base: Variant | None = None
               ) -> Waterfall:
-    """The waterfall of ``result`` (a run's :class:`~diptych.sim.run.node.RunResult`, with
-    its own variant ``base``): ``rerun(variant)`` is the seconds of the same scenario run with
-    ``variant`` and without the power limit (module docstring)."""
+    """The waterfall of ``result`` (a run's :class:`~diptych.sim.run.node.RunResult` or a
+    cluster step's :class:`~diptych.sim.cluster.step.ClusterResult`, with its own variant
+    ``base``): ``rerun(variant)`` is the same scenario's result with ``variant`` and without
+    the power limit (module docstring)."""
     base = base or Variant()
     peak = result.mfu and result.flops / (result.mfu * result.seconds)  # chips × peak
     if not peak:
         raise ValueError("the run has no model FLOPs: its waterfall is empty")
     bound = result.flops / peak
     times = [bound, result.hardware_flops / peak]
-    times += [rerun(v) for v in _levels(base)]
+    names = list(STEPS)
+    for i, v in enumerate(_levels(base)):
+        r = rerun(v)
+        bubble = getattr(r, "bubble_fraction", None)
+        if i == 0 and bubble is not None:
+            times.append(r.seconds * (1.0 - bubble))
+            names.insert(2, BUBBLE)
+        times.append(r.seconds)
     times.append(result.seconds)
     steps = []
-    for (name, what), before, after in zip(STEPS, times, times[1:]):
+    for (name, what), before, after in zip(names, times, times[1:]):
         steps.append({"mechanism": name, "what": what, "seconds": after - before,
                       "share": bound / before - bound / after, "mfu": bound / after})
     return Waterfall(bound_s=bound, seconds=result.seconds, mfu=result.mfu, steps=tuple(steps))

@@ -121,5 +121,60 @@ def test_cli_prints_the_waterfall_and_refuses_contradictions():
                           "--batch", "8", "--seq", "1024", "--recipe", "fp8-current",
                           "--ideal"])
     assert bad.exit_code == 2 and "--ideal" in bad.output and "--recipe" in bad.output
-    clus = r.invoke(main, args + ["--cluster", "dgx-h100", "--ideal"])
-    assert clus.exit_code == 2 and "--ideal" in clus.output
+    clus = r.invoke(main, args + ["--cluster", "dgx-h100", "--tp", "2", "--ideal"])
+    assert clus.exit_code == 0 and "efficiency: peak 100.0 %" in clus.output
+
+
+def test_a_cluster_step_has_a_waterfall_with_its_pipeline_bubble():
+    from diptych.sim.cluster.run import build_plan, run_cluster_step
+    s = Scenario.of(phase="train", batch=16, seq=2048, chips=16, tp=2, pp=4, micro_batch=1)
+    plan = build_plan(s, zero=1)
+    r = run_cluster_step("h100", "llama-3-8b", s, cluster="dgx-h100", plan=plan,
+                         waterfall=True)
+    wf = r.waterfall
+    names = [x["mechanism"] for x in wf["steps"]]
+    assert names[:3] == ["recomputation", "gemm", "pipeline_bubble"]
+    assert sum(x["share"] for x in wf["steps"]) + r.mfu == pytest.approx(1.0, abs=1e-12)
+    st = _steps(r)
+    assert st["pipeline_bubble"]["seconds"] > 0 and st["communication"]["seconds"] > 0
+    assert st["power"]["seconds"] == pytest.approx(0.0, abs=1e-9)   # no limit on a cluster
+    ideal = run_cluster_step("h100", "llama-3-8b", s, cluster="dgx-h100", plan=plan,
+                             variant=IDEAL)
+    assert ideal.seconds < r.seconds and ideal.info["variant"]["raw_links"] is True
+    assert r.to_dict()["waterfall"] == wf
+
+
+def test_compare_adds_each_chip_s_waterfalls_to_json_terminal_and_report(tmp_path):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tiny_models import TINY, write_config
+    from diptych.tools.dse.compare import CompareSettings, compare
+    from diptych.tools.dse.report import write_report
+
+    model = write_config(tmp_path, TINY)
+    s = CompareSettings(prompts=(256,), batches=(1, 4), contexts=(512,), ref_batch=4,
+                        train_tp=1, train_batch=2, train_seq=256, waterfall=True)
+    c = compare(["h100", "tpu-v5e"], model, s)
+    for name in ("h100", "tpu-v5e"):
+        wf = c.summary(name)["waterfall"]
+        assert set(wf) == {"train", "prefill", "decode"}
+        runs = {"train": c.chips[name].train, "prefill": c.chips[name].prefill[256],
+                "decode": c.chips[name].decode[(4, 512)]}
+        for phase, w in wf.items():
+            assert w["mfu"] == runs[phase]["mfu"]
+            assert sum(x["share"] for x in w["steps"]) + w["mfu"] == pytest.approx(1.0)
+    # only the reference points pay for a waterfall
+    assert c.chips["h100"].decode[(1, 512)].get("waterfall") is None
+    assert "waterfall" not in compare(["h100"], model, CompareSettings(
+        prompts=(256,), batches=(1,), contexts=(512,), ref_batch=1, train_tp=1,
+        train_batch=2, train_seq=256)).summary("h100")
+    html = (tmp_path / "r").joinpath("index.html")
+    write_report(c, tmp_path / "r")
+    assert "Where the peak goes" in html.read_text()
+    out = CliRunner().invoke(main, ["compare", "h100", "--model", model, "--prompts", "256",
+                                    "--batches", "1", "--contexts", "512", "--ref-batch", "1",
+                                    "--train-tp", "1", "--train-batch", "2", "--train-seq",
+                                    "256", "--waterfall"])
+    assert out.exit_code == 0, out.output
+    assert "h100 decode: efficiency: peak 100.0 %" in out.output

@@ -86,7 +86,9 @@ class CompareSettings:
     pins ``{phase: PrecisionChoice}`` for every chip (empty: each chip's defaults).
     ``execution``/``fusion`` go to every single-node run (``run_workload``'s; None: its
     default, the schedule); ``execution`` also times the layers of the plan search of
-    ``cluster_chips`` (its refined plans; None: the schedule)."""
+    ``cluster_chips`` (its refined plans; None: the schedule). ``waterfall``: the efficiency
+    waterfall (:mod:`diptych.sim.run.waterfall`) of each chip's reference points (training on
+    one node, the first prompt, decode at ``ref_batch`` and the first context)."""
 
     train_tp: int = 8
     train_dp: int = 1
@@ -104,6 +106,7 @@ class CompareSettings:
     cluster_batch: int | None = None
     execution: str | None = None
     fusion: bool = True
+    waterfall: bool = False
 
     def __post_init__(self):
         if self.execution not in (None, "sum", "schedule"):
@@ -260,6 +263,9 @@ class Comparison:
                            "decode": ref.get("bound")},
             "precision": {ph: dict(p) for ph, p in cr.precision.items()},
             **cost_summary(cr.chip, ref),  # cost_usd, usd_per_mtok at the decode reference
+            **({"waterfall": {"train": cr.train.get("waterfall"),
+                              "prefill": cr.prefill[s.prompts[0]].get("waterfall"),
+                              "decode": ref.get("waterfall")}} if s.waterfall else {}),
         }
 
     def to_json(self) -> dict:
@@ -417,10 +423,11 @@ def _per_chip(res: dict) -> float | None:
     return None if v is None else v / res.get("chips", 1)
 
 
-def _default_run(chip, model, **kw):
-    """``run_workload`` of the scenario the keywords spell (:meth:`Scenario.of`)."""
+def _default_run(chip, model, *, waterfall: bool = False, **kw):
+    """``run_workload`` of the scenario the keywords spell (:meth:`Scenario.of`), with its
+    efficiency waterfall when asked."""
     from ...sim.run import Scenario, run_workload
-    return run_workload(chip, model, Scenario.of(**kw))
+    return run_workload(chip, model, Scenario.of(**kw), waterfall=waterfall)
 
 
 def _default_search(chip, model, cluster, *, chips: int, batch: int, seq: int,
@@ -497,9 +504,11 @@ def compare(chips, model, settings: CompareSettings | None = None, *,
     per_chip = 1 + len(s.prompts) + len(s.contexts) * len(s.batches)
     total, done = per_chip * len(loaded), 0
 
-    def one(cr: ChipRuns, label: str, phase: str, **kw) -> dict:
+    def one(cr: ChipRuns, label: str, phase: str, ref: bool = False, **kw) -> dict:
         nonlocal done
         tell(done, total, f"{cr.chip.name}: {label}")
+        if ref and s.waterfall:
+            kw["waterfall"] = True
         if s.execution is not None:
             kw["execution"] = s.execution
         if not s.fusion:
@@ -514,7 +523,7 @@ def compare(chips, model, settings: CompareSettings | None = None, *,
         cr = ChipRuns(chip=chip, train={},
                       precision={ph: resolve(chip, ph, s.precision.get(ph)) for ph in PHASES})
         if s.cluster_chips is None:
-            cr.train = one(cr, "train", "train", batch=s.global_batch, seq=s.train_seq,
+            cr.train = one(cr, "train", "train", True, batch=s.global_batch, seq=s.train_seq,
                            tp=s.train_tp, dp=s.train_dp)
         else:
             tell(done, total, f"{chip.name}: train (plan search on {s.cluster_chips} chips)")
@@ -524,11 +533,12 @@ def compare(chips, model, settings: CompareSettings | None = None, *,
                             **({"execution": s.execution} if s.execution else {}))
             done += 1
         for p in s.prompts:
-            cr.prefill[p] = one(cr, f"prefill {p}", "prefill", batch=1, prompt=p, gen=s.gen,
-                                tp=s.infer_tp)
+            cr.prefill[p] = one(cr, f"prefill {p}", "prefill", p == s.prompts[0], batch=1,
+                                prompt=p, gen=s.gen, tp=s.infer_tp)
         for c in s.contexts:
             for b in s.batches:
-                cr.decode[(b, c)] = one(cr, f"decode b={b} ctx={c}", "decode", batch=b,
+                cr.decode[(b, c)] = one(cr, f"decode b={b} ctx={c}", "decode",
+                                        (b, c) == (s.ref_batch, s.contexts[0]), batch=b,
                                         prompt=c, gen=s.gen, tp=s.infer_tp)
         out[chip.name] = cr
     tell(total, total, "done")

@@ -173,6 +173,31 @@ def summary_html(cmp: Comparison) -> str:
     return f"<table><tr><th></th>{head}</tr>{''.join(lines)}</table>"
 
 
+def waterfall_html(cmp: Comparison) -> str:
+    """"Where the peak goes": one row per chip and phase, the share of the peak each
+    mechanism takes and the MFU (``compare --waterfall``; empty without it)."""
+    e = html.escape
+    rows, mechs = [], []
+    for name in cmp.chips:
+        for phase, wf in cmp.summary(name).get("waterfall", {}).items():
+            if not wf:
+                continue
+            share = {x["mechanism"]: x["share"] for x in wf["steps"]}
+            mechs += [m for m in share if m not in mechs]
+            rows.append((name, phase, share, wf["mfu"]))
+    if not rows:
+        return ""
+    head = "".join(f"<th>{e(m.replace('_', ' '))}</th>" for m in mechs)
+    body = "".join(
+        f"<tr><td>{e(n)}</td><td>{e(ph)}</td>"
+        + "".join(f"<td>{100 * sh.get(m, 0.0):.1f} %</td>" for m in mechs)
+        + f"<td>{100 * mfu:.1f} %</td></tr>" for n, ph, sh, mfu in rows)
+    return ("<h2>Where the peak goes</h2><p>Share of each chip's peak that each mechanism "
+            "takes, added in this order; the shares and the MFU add up to 100 % "
+            "(docs/workloads.md, \"Efficiency waterfall\").</p>"
+            f"<table><tr><th>chip</th><th>phase</th>{head}<th>MFU</th></tr>{body}</table>")
+
+
 def index_html(cmp: Comparison, rows: list[dict]) -> str:
     """A self-contained page: settings, warnings, the summary, the plots and every run."""
     e = html.escape
@@ -199,7 +224,7 @@ background:#e8e8e8}}img{{max-width:100%;border:1px solid #ddd;margin:1em 0}}</st
 <h1>{e(cmp.model)}: {e(' vs '.join(names))}</h1>
 <p>{e(cmp.settings.describe())}.{e(window)}</p>{made}
 <p>{e(ratio_caption(cmp))}</p>{warn}
-<h2>Summary</h2>{summary_html(cmp)}
+<h2>Summary</h2>{summary_html(cmp)}{waterfall_html(cmp)}
 <h2>Floorplans</h2><img src="floorplan.svg" alt="floorplans">
 <h2>Roofline</h2><img src="roofline.svg" alt="roofline">
 <h2>Decode latency vs throughput</h2><img src="decode.svg" alt="decode curve">

@@ -116,7 +116,7 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     ``fusion``: as ``--fusion/--no-fusion``. ``moe_skew``, ``moe_capacity_factor``,
     ``moe_pad``: a MoE model's routing (docs/workloads.md, "Mixture of experts"). ``ideal``:
     every overhead left out (``--ideal``); ``waterfall``: the efficiency waterfall in the
-    result (``result.waterfall``; one-node runs).
+    result (``result.waterfall``).
     """
     from diptych.sim.run import Scenario, run_workload
     from diptych.sim.run.variant import IDEAL
@@ -131,14 +131,13 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     if ideal and r:
         raise ValueError(f"ideal=True leaves every precision recipe's overheads out; recipe "
                          f"{r!r} names one's: give one of them")
+    v = IDEAL if ideal else None
     if cluster is None and plan is None:
-        return run_workload(load_chip(chip), load_model(model), s,
-                            variant=IDEAL if ideal else None, waterfall=waterfall)
-    if ideal:
-        raise ValueError("ideal=True applies to a one-node run for now, not to a parallel "
-                         "plan's step (cluster=, plan=)")
+        return run_workload(load_chip(chip), load_model(model), s, variant=v,
+                            waterfall=waterfall)
     from diptych.sim.cluster.run import run_cluster_step
-    return run_cluster_step(load_chip(chip), load_model(model), s, cluster=cluster, plan=plan)
+    return run_cluster_step(load_chip(chip), load_model(model), s, cluster=cluster, plan=plan,
+                            variant=v, waterfall=waterfall)
 
 
 def compare(chips: Sequence["str | Chip"], model: "str | ModelConfig", *,
