@@ -463,8 +463,10 @@ class Chip:
     geometry, package, NoC, cost, power) are functions of a loaded chip in the modules above
     this record (:mod:`diptych.arch.area` and its neighbours)."""
 
-    name: str = f(doc="chip name")
-    description: str = f(default="", doc="one-line description")
+    name: str = f(doc="chip name (1..128 printable characters)", nonempty=True, max_len=128,
+                  printable=True)
+    description: str = f(default="", doc="one-line description (at most 4096 characters)",
+                         max_len=4096)
     clock_ghz: float = f(min=0.001, max=10.0, doc="core clock in GHz (0.001 <= x <= 10)")
     tensor_cores: int = f(min=1, max=1_000_000, doc="tensor cores (integer 1..1000000)")
     default_dtype: str = f(choices=DTYPES, doc="default datapath dtype")

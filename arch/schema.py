@@ -4,7 +4,11 @@ Each dataclass field may carry metadata:
 
 * ``min`` / ``max``: inclusive bounds; ``gt``: exclusive lower bound;
 * ``choices``: allowed values (for strings, or for each element of a tuple of strings);
+* ``nonempty``, ``max_len``, ``printable`` (strings): not blank, at most that many
+  characters, no control characters;
 * ``doc``: a human description, shown in error messages as what was expected.
+
+A bad value is echoed cut to :data:`MAX_ECHO` characters with its length (:func:`echo`).
 
 Errors raise :class:`ConfigError` with one message naming the source file, the dotted key path,
 the offending value and what was expected.
@@ -30,8 +34,18 @@ def _where(source: str | None, path: str) -> str:
     return f"{prefix}{path}" if path else (source or "<config>")
 
 
+#: Longest rendering of a bad value in a message (a longer one is cut, its length said).
+MAX_ECHO = 80
+
+
+def echo(value: Any) -> str:
+    """``repr(value)``, cut to :data:`MAX_ECHO` characters with its full length stated."""
+    r = repr(value)
+    return r if len(r) <= MAX_ECHO else f"{r[:MAX_ECHO - 20]}… ({len(r):,} characters)"
+
+
 def _fail(source: str | None, path: str, value: Any, expected: str) -> typing.NoReturn:
-    raise ConfigError(f"{_where(source, path)}: expected {expected}, got {value!r}")
+    raise ConfigError(f"{_where(source, path)}: expected {expected}, got {echo(value)}")
 
 
 def _num(v: float) -> str:
@@ -93,6 +107,12 @@ def _convert(tp: Any, value: Any, meta: dict, source: str | None, path: str) -> 
             _fail(source, path, value, "a string")
         if "choices" in meta and value not in meta["choices"]:
             _fail(source, path, value, "one of " + ", ".join(map(repr, meta["choices"])))
+        if meta.get("nonempty") and not value.strip():
+            _fail(source, path, value, "a non-empty string")
+        if "max_len" in meta and len(value) > meta["max_len"]:
+            _fail(source, path, value, f"a string of at most {meta['max_len']} characters")
+        if meta.get("printable") and not value.isprintable():
+            _fail(source, path, value, "printable characters (no control characters)")
         return value
     if origin is tuple:
         (elem,) = [a for a in get_args(tp) if a is not Ellipsis]

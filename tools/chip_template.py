@@ -19,7 +19,7 @@ from ..arch.chip import Chip, DtypeTable
 HEADER = """\
 diptych chip description: {origin}.
 To make it your design: set `name`, edit the values (units are in the key names; each
-comment says what is allowed; every dtype table lists all six dtypes, 0 = none), then
+comment says what is allowed; every dtype table lists every dtype, 0 = none), then
 check it with `diptych chips validate {path}` and use it wherever a chip is expected,
 e.g. `diptych run --chip {path} ...` or `diptych compare {path} {name} --model ...`.
 Derived peaks, bandwidth and area: `diptych chips show {path}`.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..arch.dtypes import DTYPES
 from .errors import friendly
 from .jsonout import dumps
 
@@ -13,7 +14,8 @@ from .jsonout import dumps
 @click.argument("k", type=str)
 @click.argument("n", type=str)
 @click.option("--chip", "chip_name", required=True, help="Preset name or TOML path.")
-@click.option("--dtype", type=str, default=None, help="int8|fp8|bf16|fp16|fp32 (default: the chip's).")
+@click.option("--dtype", type=str, default=None,
+              help=f"{'|'.join(DTYPES)} (default: the chip's).")
 @click.option("--dataflow", type=str, default=None, help="os|ws|is (default: the best supported).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,

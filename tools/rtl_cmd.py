@@ -160,13 +160,16 @@ def rtl_area(dtypes, rows, cols, dataflow, as_json):
     counts, cells per MAC against BF16 (the multi-precision PEs at their INT8/FP8 rate of 2
     MACs per cycle and their BF16 rate of 1), and the per-MAC ratios of the chips' area model
     (dedicated PEs, and shared PEs against a dedicated BF16 PE's MAC)."""
-    from ..rtl.area import AREA_ONLY, area_model_ratios, area_report, per_mac_ratios
+    from ..rtl.area import (AREA_ONLY, PyosysMissing, area_model_ratios, area_report,
+                            per_mac_ratios)
 
     dtypes = tuple(dict.fromkeys(dtypes)) or _AREA_DTYPES
     if rows is not None:                     # an area-only PE (dot4) has no array
         dtypes = tuple(d for d in dtypes if d not in AREA_ONLY) or dtypes
     try:
         reports = {dt: area_report(dt, rows, cols, dataflow) for dt in dtypes}
+    except PyosysMissing as exc:        # a missing extra: exit 2, as `rtl test` does
+        raise UsageError(str(exc)) from None
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
     per_mac = per_mac_ratios(reports)

@@ -81,11 +81,12 @@ def _totals_table(d: dict):
     elif ph == "decode":
         t.add_row("time per output token", fmt.seconds(d["tpot_s"]) +
                   f" (at context {d['info']['context_len']})")
-        t.add_row("tokens/s per user", f"{d['tokens_per_s_per_user']:.1f}")
+        t.add_row("tokens/s per user", fmt.number(d["tokens_per_s_per_user"]))
     else:
         t.add_row("step time", fmt.seconds(d["seconds"]))
         t.add_row("HFU", fmt.pct(d["hfu"]))
-    t.add_row("tokens/s", f"{d['tokens_per_s']:.1f} ({d['tokens_per_s_per_chip']:.1f} per chip)")
+    t.add_row("tokens/s", f"{fmt.number(d['tokens_per_s'])} "
+                          f"({fmt.number(d['tokens_per_s_per_chip'])} per chip)")
     t.add_row("MFU", f"{fmt.pct(d['mfu'])} of the chip's {d['info']['compute_dtype']} peak")
     t.add_row("FLOPs (model)", fmt.si(d["flops"], "FLOP"))
     t.add_row("DRAM traffic", fmt.si(d["dram_bytes"], "B"))

@@ -137,7 +137,7 @@ def inference_memory(m: ModelConfig, p: Precision, tp: int, batch: int, context:
             suggestion = {"weights_dtype": q.weights, "kv_dtype": q.kv}
             break
     return replace(rep, min_tp=min_tp, suggestion=suggestion,
-                   advice=_advice(rep, tp, min_tp, suggestion))
+                   advice=_advice(rep, tp, min_tp, suggestion, current=p))
 
 
 def _narrower(p: Precision, dtypes: tuple[str, ...]):
@@ -156,7 +156,10 @@ def _narrower(p: Precision, dtypes: tuple[str, ...]):
 
 
 def _advice(rep: MemoryReport, tp: int, min_tp: int | None, suggestion: dict | None,
-            training: bool = False, recompute_fits: bool = False) -> str:
+            training: bool = False, recompute_fits: bool = False,
+            current: Precision | None = None) -> str:
+    """The one-line advice of a report that does not fit; a precision suggestion names only
+    the flags that change ``current`` (the run's precision)."""
     parts = [f"needs {_gib(rep.total_bytes)} per chip but the chip has "
              f"{_gib(rep.capacity_bytes)}: {_gib(rep.deficit_bytes)} short"]
     if recompute_fits:
@@ -166,8 +169,11 @@ def _advice(rep: MemoryReport, tp: int, min_tp: int | None, suggestion: dict | N
     elif not training:
         parts.append("no tensor-parallel degree that splits the model fits")
     if suggestion:
-        parts.append("fits at tp=%d with --weights-dtype %s --kv-dtype %s"
-                     % (tp, suggestion["weights_dtype"], suggestion["kv_dtype"]))
+        now = {"weights_dtype": getattr(current, "weights", None),
+               "kv_dtype": getattr(current, "kv", None)}
+        flags = [f"--{k.replace('_', '-')} {v}" for k, v in suggestion.items()
+                 if v != now.get(k)]
+        parts.append(f"fits at tp={tp} with {' '.join(flags)}")
     return "; ".join(parts)
 
 

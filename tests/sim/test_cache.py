@@ -163,3 +163,61 @@ def test_cli_help_and_listing_do_not_import_numba():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "NUMBA False"
+
+
+def _entry(fresh):
+    (f,) = list(fresh.rglob("*.json"))
+    return f, json.loads(f.read_text())
+
+
+@pytest.mark.parametrize("forge", [
+    lambda d: d["result"].update(cycles=1),                    # a forged result, old checksum
+    lambda d: d.update(sha256="0" * 64),
+    lambda d: d.pop("sha256"),
+])
+def test_an_edited_entry_fails_its_checksum_and_is_recomputed(fresh, forge):
+    chip = load_chip("tpu-v4")
+    op = Gemm(name="g", m=32, k=32, n=48)
+    want = api.simulate(op, chip)
+    f, d = _entry(fresh)
+    forge(d)
+    f.write_text(json.dumps(d))
+    api._gemm_cached.cache_clear()
+    with pytest.warns(UserWarning, match=r"cache entry .* is invalid"):
+        assert api.simulate(op, chip) == want
+    api._gemm_cached.cache_clear()
+    assert api.simulate(op, chip) == want                      # rewritten, valid again
+
+
+@pytest.mark.parametrize("field,value,why", [
+    ("cycles", 1, "stall_cycles != cycles - array_busy_cycles"),
+    ("energy_j", float("nan"), "energy_j"),
+    ("energy_j", -1.0, "energy_j"),
+    ("seconds", "fast", "seconds"),
+    ("macs", True, "macs"),
+])
+def test_a_result_that_breaks_the_schema_is_refused_even_with_a_valid_checksum(
+        fresh, field, value, why):
+    chip = load_chip("tpu-v4")
+    op = Gemm(name="g", m=32, k=32, n=64)
+    api.simulate(op, chip)
+    f, d = _entry(fresh)
+    k = f.stem
+    d["result"][field] = value
+    d["sha256"] = cache._checksum(k, d["result"])              # a deliberate forger
+    assert why in cache.check_entry(k, d)
+
+
+def test_clear_touches_only_what_the_cache_wrote_and_follows_no_link(fresh, tmp_path):
+    api.simulate(Gemm(name="g", m=32, k=32, n=32), load_chip("tpu-v4"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / ("a" * 64 + ".json")
+    victim.write_text("{}")
+    results = fresh / "results"
+    os.symlink(outside, results / "ff")                        # a shard that is a link
+    os.symlink(victim, next(results.glob("[0-9a-f][0-9a-f]")) / ("b" * 64 + ".json"))
+    (results / "notes.json").write_text("mine")
+    assert cache.clear() == 1
+    assert victim.exists() and (results / "notes.json").exists()
+    assert oct(fresh.stat().st_mode & 0o777) == "0o700"

@@ -1,0 +1,67 @@
+"""Issue 23's small things a user hits, each with its test: advice that names only what
+changes, every dtype in `gemm --help`, readable rates, the template's dtype tables."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from diptych.arch.dtypes import DTYPES
+from diptych.tools.cli import main
+
+
+def _run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_fit_advice_names_only_the_dtypes_that_change():
+    base = ["run", "--chip", "h100", "--model", "llama-3-70b", "--phase", "decode",
+            "--batch", "8", "--prompt", "8000", "--json", "--no-waterfall"]
+    bf16 = json.loads(_run(*base).output)["memory"]["advice"]
+    assert "--weights-dtype fp8 --kv-dtype fp8" in bf16
+    fp8w = json.loads(_run(*base, "--weights-dtype", "fp8").output)["memory"]["advice"]
+    assert "--kv-dtype fp8" in fp8w and "--weights-dtype" not in fp8w
+
+
+def test_gemm_help_lists_every_dtype():
+    out = _run("gemm", "--help").output.replace("\n", "").replace(" ", "")
+    assert "|".join(DTYPES) in out
+
+
+def test_rates_read_as_numbers():
+    out = _run("run", "--chip", "h100", "--model", "llama-3-8b", "--phase", "prefill",
+               "--batch", "1", "--prompt", "512", "--no-waterfall").output
+    line = next(x for x in out.splitlines() if "│ tokens/s " in x)
+    assert "," in line and ".0 (" not in line      # 44,203 (44,203 per chip)
+
+
+def test_template_does_not_count_the_dtypes_wrong(tmp_path):
+    path = tmp_path / "mine.toml"
+    r = _run("chips", "template", "h100", "-o", str(path))
+    assert r.exit_code == 0, r.output
+    text = path.read_text()
+    assert "all six dtypes" not in text and "every dtype table lists every dtype" in text
+
+
+def test_a_missing_rtl_extra_is_exit_2_with_both_install_forms(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "pyosys", None)     # import pyosys -> ImportError
+    r = _run("rtl", "area", "--dtype", "int8")
+    assert r.exit_code == 2, r.output
+    assert 'pip install "diptych[rtl]"' in r.output and 'pip install ".[rtl]"' in r.output
+
+
+def test_a_chip_name_must_be_a_name_and_long_values_are_cut_in_messages(tmp_path):
+    from pathlib import Path
+    import diptych.arch as arch
+    src = (Path(arch.__file__).parent / "chips" / "h100.toml").read_text()
+    for bad, why in (('""', "a non-empty string"), ('"   "', "a non-empty string"),
+                     ('"a\\u0007b"', "printable characters"),
+                     ('"' + "x" * 100_000 + '"', "at most 128 characters")):
+        p = tmp_path / "c.toml"
+        p.write_text(src.replace('name = "h100"', f"name = {bad}", 1))
+        r = _run("chips", "validate", str(p))
+        assert r.exit_code == 2 and why in r.output, r.output[:300]
+        assert len(r.output) < 600                 # the 100 kB value is cut, its length said
+    assert "(100,002 characters)" in r.output
