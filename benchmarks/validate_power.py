@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from diptych.arch import load_chip
 from diptych.sim.api import simulate
@@ -71,10 +72,10 @@ def main(argv=None) -> int:
         else:
             ratio = "—" if ref is None else f"{w / ref:.2f}"
         lines.append(f"| {case} | {measured} | {w:.0f} W ({how}) | {ratio} | {src} |")
-    print("\n".join(lines))
+    table = "\n".join(lines) + "\n"
+    print(table, end="")
     if args.out:
-        with open(args.out, "w") as fh:
-            fh.write("\n".join(lines) + "\n")
+        Path(args.out).write_text(table)
     return 0
 
 

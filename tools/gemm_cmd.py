@@ -5,8 +5,23 @@ from __future__ import annotations
 import click
 
 from ..arch.dtypes import DTYPES
+from . import fmt
 from .errors import friendly
 from .jsonout import dumps
+
+
+def _dims(d: dict) -> str:
+    """``{'m': 128, 'k': 64, 'n': 32}`` as ``m 128 × k 64 × n 32`` (ones left out)."""
+    parts = [f"{k} {v:,}" for k, v in d.items() if v != 1]
+    return " × ".join(parts) or "1"
+
+
+def _joules(j: float) -> str:
+    """Energy in the unit that keeps 1–999 before the point: ``2.314 J``, ``718.7 mJ``."""
+    for scale, unit in ((1.0, "J"), (1e-3, "mJ"), (1e-6, "µJ")):
+        if j >= scale:
+            return f"{j / scale:.4g} {unit}"
+    return f"{j / 1e-9:.4g} nJ"
 
 
 @click.command("gemm")
@@ -60,17 +75,20 @@ def gemm(m, k, n, chip_name, dtype, dataflow, as_json, trace_path):
     t = Table(title=f"GEMM {dims[0]}×{dims[1]}×{dims[2]} on {chip.name} "
                     f"({st.mapping['dtype']}, {st.mapping['dataflow']})", show_header=False)
     rows = [
-        ("cycles", f"{st.cycles:,}"), ("time", f"{st.seconds * 1e6:,.2f} µs"),
+        ("cycles", f"{st.cycles:,}"), ("time", fmt.seconds(st.seconds)),
         ("compute cycles (no memory limit)", f"{st.compute_cycles:,}"),
         ("stalls", ", ".join(f"{k_} {v:,}" for k_, v in st.stall_breakdown.items())),
-        ("utilization", f"{st.utilization:.1%}"), ("bound", st.bound),
-        ("DRAM read / write", f"{st.dram_read_bytes / 1e6:,.2f} MB / {st.dram_write_bytes / 1e6:,.2f} MB"),
+        ("utilization", fmt.pct(st.utilization)), ("bound", st.bound),
+        ("DRAM read / write", f"{fmt.si(st.dram_read_bytes, 'B')} / "
+                              f"{fmt.si(st.dram_write_bytes, 'B')}"),
         ("DRAM bandwidth achieved", f"{st.dram_bytes_per_s / 1e9:,.1f} GB/s "
-                                    f"({st.dram_bytes_per_s / chip.dram_bytes_per_s:.0%} of peak)"
+                                    f"({fmt.pct(st.dram_bytes_per_s / chip.dram_bytes_per_s)} "
+                                    f"of peak)"
          if chip.has_dram else "no DRAM (operands resident in the scratchpads)"),
-        ("energy", f"{st.energy_j * 1e3:,.3f} mJ"),
-        ("mapping", f"split {st.mapping['split']} over {st.mapping['active_arrays']} arrays, "
-                    f"block {st.mapping['block']}, order {st.mapping['loop_order']}"),
+        ("energy", _joules(st.energy_j)),
+        ("mapping", f"output split {_dims(st.mapping['split'])} over "
+                    f"{st.mapping['active_arrays']} arrays, tile {_dims(st.mapping['block'])}, "
+                    f"loop order {st.mapping['loop_order']}"),
     ]
     for a, b in rows:
         t.add_row(a, b)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .errors import friendly
+from .errors import echo_err, friendly
 from .jsonout import dumps
 
 
@@ -76,7 +76,13 @@ def models_list():
 def models_show(model: str, as_json: bool):
     """Show MODEL (a built-in name or a path to a config.json): shapes, parameters, active
     parameters, KV-cache bytes per token per dtype, FLOPs per token."""
-    s = model_summary(model)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s = model_summary(model)
+    for msg in dict.fromkeys(str(w.message) for w in caught):
+        echo_err(f"Warning: {msg}")
     if as_json:
         click.echo(dumps(s))
         return
@@ -101,6 +107,11 @@ def models_show(model: str, as_json: bool):
     t.add_row("FFN", f"{c['intermediate_size']} ({c['activation']})")
     t.add_row("vocab", str(c["vocab_size"]))
     t.add_row("max positions", str(c["max_position_embeddings"]))
+    if c.get("checkpoint_dtype") or c.get("checkpoint_quant"):
+        t.add_row("checkpoint", ", ".join(x for x in (
+            c.get("checkpoint_dtype") and f"torch_dtype {c['checkpoint_dtype']}",
+            c.get("checkpoint_quant") and f"{c['checkpoint_quant']} weights "
+                                           f"(quantization_config)") if x))
     t.add_row("parameters", f"{s['parameters']:,} ({_b(s['parameters'])})")
     t.add_row("active parameters", f"{s['active_parameters']:,.0f} "
               f"({_b(s['active_parameters'])})")

@@ -141,6 +141,11 @@ class ModelConfig:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # the checkpoint's stored precision (config.json): torch_dtype and the quantisation
+    # method of quantization_config (workloads/hf.py TORCH_DTYPES, QUANT_METHODS); a run
+    # models the weights in its own dtype and says when it differs
+    checkpoint_dtype: str | None = None
+    checkpoint_quant: str | None = None
 
     def __post_init__(self):
         def bad(field: str, value, expected: str):

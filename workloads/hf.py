@@ -9,6 +9,8 @@ transformers 4.51). Every value is validated when read: a message names the file
 
 from __future__ import annotations
 
+import warnings
+
 from typing import Any
 
 #: HF ``architectures`` entry → family (see :mod:`diptych.workloads.config`).
@@ -447,7 +449,56 @@ def _dense_without_moe_layers(cfg: dict) -> dict:
             "layer_moe": ()}
 
 
+#: ``torch_dtype`` values of a config.json (transformers' names) and the diptych dtype each
+#: stores its weights in ("auto": the checkpoint's own, unknown here).
+TORCH_DTYPES: dict[str, str | None] = {
+    "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32", "float": "fp32",
+    "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "auto": None}
+#: ``quantization_config.quant_method`` values transformers knows (its QuantizationMethod
+#: enum) and the diptych weight dtype that models each (None: no single one).
+QUANT_METHODS: dict[str, str | None] = {
+    "mxfp4": "mxfp4", "fp8": "fp8", "fbgemm_fp8": "fp8", "compressed-tensors": None,
+    "modelopt": None, "awq": "int4", "gptq": "int4", "aqlm": None, "vptq": None,
+    "bitsandbytes": None, "quanto": None, "eetq": "int8", "higgs": None, "hqq": None,
+    "torchao": None, "bitnet": None, "spqr": None, "quark": None, "fp_quant": None,
+    "auto-round": "int4"}
+
+
+def _checkpoint(f: Fields) -> dict:
+    """The checkpoint's stored precision: ``torch_dtype`` (an unknown name is an error naming
+    the key) and ``quantization_config.quant_method`` (must be a non-empty string; one
+    transformers does not know is warned about)."""
+    out = {}
+    dt = f.d.get("torch_dtype")
+    if dt is not None:
+        if not isinstance(dt, str) or dt not in TORCH_DTYPES:
+            raise ValueError(f"{f.where('torch_dtype')}: expected one of "
+                             f"{', '.join(TORCH_DTYPES)}, got {str(dt)[:40]!r}")
+        out["checkpoint_dtype"] = dt
+    q = f.d.get("quantization_config")
+    if q is not None:
+        method = q.get("quant_method") if isinstance(q, dict) else None
+        if not isinstance(method, str) or not method.strip():
+            raise ValueError(f"{f.where('quantization_config.quant_method')}: expected the "
+                             f"quantisation method's name (e.g. 'mxfp4', 'fp8'), got "
+                             f"{str(method)[:40]!r}")
+        if method not in QUANT_METHODS:
+            warnings.warn(f"{f.where('quantization_config.quant_method')}: {method[:40]!r} is "
+                          f"not a method transformers knows ({', '.join(QUANT_METHODS)}); "
+                          f"diptych models the weights in the run's dtype", stacklevel=4)
+        out["checkpoint_quant"] = method
+    return out
+
+
+def quantised_weights(m) -> str | None:
+    """The diptych dtype of a quantised checkpoint's weights (``quantization_config``), or
+    None when the checkpoint is not quantised or no single dtype models its method."""
+    return QUANT_METHODS.get(m.checkpoint_quant) if m.checkpoint_quant else None
+
+
 def parse(family: str, arch: str, d: dict, source: str | None) -> dict:
     """ModelConfig keyword arguments (all but name, architecture, family) for ``d``; a MoE
-    configuration without MoE layers comes back dense (:func:`_dense_without_moe_layers`)."""
-    return _dense_without_moe_layers(_PARSERS[family](Fields(d, source), arch))
+    configuration without MoE layers comes back dense (:func:`_dense_without_moe_layers`);
+    the checkpoint's stored precision (:func:`_checkpoint`)."""
+    f = Fields(d, source)
+    return {**_dense_without_moe_layers(_PARSERS[family](f, arch)), **_checkpoint(f)}

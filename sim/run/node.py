@@ -35,6 +35,7 @@ from ...workloads.config import ModelConfig
 from ...workloads.graph import Workload
 from ...workloads.lower import decode_mean, prefill
 from ...workloads.memory import MemoryReport, inference_memory, train_memory
+from ...workloads.hf import quantised_weights
 from ...workloads.moe import Routing
 from ...workloads.precision import FP8_RECIPES, Precision, recipe_for
 from ...workloads.registry import load_model
@@ -252,6 +253,13 @@ def _lower(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup
     w = with_precision_ops(w, chip)    # block scales and dequantisation (precision_ops.py)
     check_ops((op for b in w.blocks for op in b.ops), chip)  # refuse before simulating any
     warns = []
+    q = quantised_weights(model)
+    if q is not None and p.weights != q:
+        msg = (f"{model.name}'s checkpoint ships {model.checkpoint_quant} weights "
+               f"(quantization_config); this run models {p.weights} weights "
+               f"(--weights-dtype {q} models the checkpoint)")
+        warns.append(msg)
+        _warnings.warn(msg, stacklevel=3)
     if context > model.max_position_embeddings:
         msg = (f"context of {context} tokens exceeds {model.name}'s max_position_embeddings "
                f"({model.max_position_embeddings})")

@@ -65,3 +65,39 @@ def test_a_chip_name_must_be_a_name_and_long_values_are_cut_in_messages(tmp_path
         assert r.exit_code == 2 and why in r.output, r.output[:300]
         assert len(r.output) < 600                 # the 100 kB value is cut, its length said
     assert "(100,002 characters)" in r.output
+
+
+def test_a_quantised_checkpoint_is_read_and_said(tmp_path):
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tiny_models import TINY, write_config
+    from diptych.workloads import load_model
+    m = load_model("gpt-oss-20b")
+    assert m.checkpoint_quant == "mxfp4"
+    assert "mxfp4 weights (quantization_config)" in _run("models", "show",
+                                                         "gpt-oss-20b").output
+    run = ["run", "--chip", "h100", "--model", "gpt-oss-20b", "--phase", "decode",
+           "--batch", "1", "--prompt", "256", "--no-waterfall", "--json"]
+    warned = json.loads(_run(*run).stdout)["warnings"]
+    assert any("ships mxfp4 weights" in w and "--weights-dtype mxfp4" in w for w in warned)
+    quiet = json.loads(_run(*run, "--weights-dtype", "mxfp4").stdout)["warnings"]
+    assert not any("ships mxfp4" in w for w in quiet)
+    bad = write_config(tmp_path, {**TINY, "torch_dtype": "bfloat17"})
+    r = _run("models", "show", bad)
+    assert r.exit_code == 2 and "torch_dtype" in r.output and "bfloat17" in r.output
+    bad = write_config(tmp_path, {**TINY, "quantization_config": {"bits": 4}}, "q.json")
+    r = _run("models", "show", bad)
+    assert r.exit_code == 2 and "quant_method" in r.output
+    odd = write_config(tmp_path, {**TINY, "quantization_config": {"quant_method": "magic"}},
+                       "o.json")
+    r = _run("models", "show", odd)
+    assert r.exit_code == 0 and "not a method transformers knows" in r.output
+
+
+def test_gemm_prints_units_not_reprs():
+    out = _run("gemm", "--chip", "tpu-v4", "2048", "2048", "2048").output
+    assert "{'" not in out and "'m':" not in out          # no dict repr for the mapping
+    assert "tile m " in out and "output split" in out
+    energy = next(x for x in out.splitlines() if "│ energy" in x)
+    assert any(u in energy for u in (" mJ", " J", " µJ")) and ",." not in energy
