@@ -387,6 +387,7 @@ def _show_curve(con, curve: dict, chip, overlap: bool, as_json: bool, trace) -> 
 def _write_trace(path: str, data: dict) -> None:
     from pathlib import Path
 
+    from .atomic import atomic_text
+
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fh.write(dumps(data, indent=None))
+    atomic_text(path, dumps(data, indent=None))

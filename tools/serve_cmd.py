@@ -354,5 +354,5 @@ def _run_sweep(dep, cfg, spec, prompt, gen, requests, duration, burstiness, qps,
 def _write_trace(path: str, res) -> None:
     from ..sim.serving.trace import serving_trace
 
-    with open(path, "w") as fh:
-        json.dump(serving_trace(res), fh)
+    from .atomic import atomic_text
+    atomic_text(path, json.dumps(serving_trace(res)))

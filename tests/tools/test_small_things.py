@@ -101,3 +101,41 @@ def test_gemm_prints_units_not_reprs():
     assert "tile m " in out and "output split" in out
     energy = next(x for x in out.splitlines() if "│ energy" in x)
     assert any(u in energy for u in (" mJ", " J", " µJ")) and ",." not in energy
+
+
+def test_outputs_are_atomic_and_a_failed_write_names_the_file(tmp_path, monkeypatch):
+    import errno
+    import os
+    import pytest
+    from diptych.tools import atomic
+
+    target = tmp_path / "compare.csv"
+    target.write_text("old, complete")
+
+    def full_disk(fh):
+        fh.write(b"half a ro")
+        raise OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(OSError, match="No space left on device: writing .*compare.csv"):
+        atomic.atomic_write(target, full_disk)
+    assert target.read_text() == "old, complete"          # the old file, not a partial one
+    assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+    atomic.atomic_text(target, "new")
+    assert target.read_text() == "new"
+    # the report's files go through it: a full disk on compare.csv leaves no 0-byte file
+    real = os.fsync
+
+    def enospc(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(atomic.os, "fsync", enospc)
+    from diptych.tools.dse.compare import CompareSettings, compare
+    from diptych.tools.dse.report import write_report
+    c = compare(["tpu-v5e"], "llama-3-8b", CompareSettings(prompts=(256,), batches=(1,),
+                                                          contexts=(512,), ref_batch=1,
+                                                          train_tp=1, train_batch=2,
+                                                          train_seq=256))
+    with pytest.raises(OSError, match="writing .*compare.csv"):
+        write_report(c, tmp_path / "r")
+    assert not (tmp_path / "r" / "compare.csv").exists()
+    monkeypatch.setattr(atomic.os, "fsync", real)
+    assert {p.name for p in write_report(c, tmp_path / "r")} >= {"compare.csv", "index.html",
+                                                                  "roofline.svg"}

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import csv
 import html
+import io
 from pathlib import Path
 
+from ..atomic import atomic_text
 from ..jsonout import dumps
 from .compare import Comparison
 from .compare_table import metrics, ratio_caption
@@ -109,19 +111,18 @@ def write_report(cmp: Comparison, out: str | Path) -> list[Path]:
     files = []
     rows = cmp.rows()
     p = out / "compare.csv"
-    with open(p, "w", newline="") as fh:
-        safe = safe_rows(rows)  # no spreadsheet formulas from chip or model names
-        w = csv.DictWriter(fh, fieldnames=list(safe[0]))
-        w.writeheader()
-        w.writerows(safe)
-    files.append(p)
+    safe = safe_rows(rows)  # no spreadsheet formulas from chip or model names
+    buf = io.StringIO(newline="")
+    w = csv.DictWriter(buf, fieldnames=list(safe[0]))
+    w.writeheader()
+    w.writerows(safe)
+    files.append(atomic_text(p, buf.getvalue()))   # never a partial file (a full disk)
     p = out / "compare.json"
     details = cmp.details()
     details["provenance"] = provenance()
     details["geometry_warnings"] = [w for cr in cmp.chips.values()
                                     for w in geometry_warnings(cr.chip)]
-    p.write_text(dumps(details))
-    files.append(p)
+    files.append(atomic_text(p, dumps(details)))
     bad = infeasible_points(cmp)
     roof = roofline_plot(roofline_inputs(cmp),
                          dtype_peaks={n: cr.chip.peak_ops_per_s for n, cr in cmp.chips.items()})
@@ -133,9 +134,7 @@ def write_report(cmp: Comparison, out: str | Path) -> list[Path]:
     for fname, fig in figs.items():
         save_figure(fig, out / fname)
         files.append(out / fname)
-    p = out / "index.html"
-    p.write_text(index_html(cmp, rows))
-    files.append(p)
+    files.append(atomic_text(out / "index.html", index_html(cmp, rows)))
     return files
 
 

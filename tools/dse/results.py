@@ -30,6 +30,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..atomic import atomic_write, fsync_dir
+
 PART_GLOB = "part-*.parquet"
 SCHEMA_FILE = "_common_metadata"
 LOCK_FILE = ".sweep.lock"
@@ -90,24 +92,8 @@ def table(rows: list[dict], schema):
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic(final: Path, write) -> Path:
-    """Write ``final`` through ``write(file object)`` to a temporary name, fsync, rename."""
-    tmp = final.parent / f".{final.name}.tmp"
-    with open(tmp, "wb") as fh:
-        write(fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
-    _fsync_dir(final.parent)
-    return final
+_fsync_dir = fsync_dir      # the names the sweep writer uses
+_atomic = atomic_write
 
 
 def part_files(out: str | Path) -> list[Path]:
