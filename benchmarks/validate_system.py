@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="write the Markdown table here")
     ap.add_argument("--only", nargs="*", default=(), help="rows whose name holds TEXT")
     ap.add_argument("--waterfall", action="store_true",
-                    help="also print each row's efficiency waterfall (5x the time)")
+                    help="also print each row's efficiency waterfall (4-5x the time)")
     args = ap.parse_args(argv)
     lines = ["| case | published step | diptych step | ratio (diptych ÷ published) | MFU | "
              "plan |", "|---|---|---|---|---|---|"]

@@ -119,7 +119,7 @@ def render_table(cmp) -> "object":
 @click.option("--waterfall", is_flag=True,
               help="Add each chip's efficiency waterfall (peak to MFU by mechanism) for "
                    "training, the first prompt and the reference decode point (re-runs "
-                   "those five times; docs/workloads.md, \"Efficiency waterfall\").")
+                   "those four or five times; docs/workloads.md, \"Efficiency waterfall\").")
 @friendly
 def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_batch,
             train_seq, infer_tp, context, prompts, batches, contexts, ref_batch, cluster_chips,

@@ -212,7 +212,7 @@ def _curve_table(curve: dict):
                    "waterfall\").")
 @click.option("--waterfall/--no-waterfall", default=None,
               help="The efficiency waterfall, peak to MFU by mechanism (re-runs the phase "
-                   "five times). Default: on for one batch size, off for a curve.")
+                   "four or five times). Default: on for one batch size, off for a curve.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--trace", type=click.Path(dir_okay=False),
               help="Write a Chrome/Perfetto trace of the (last) run.")

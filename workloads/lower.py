@@ -71,8 +71,9 @@ VECTOR_OPS_PER_ELEMENT = {
     "geglu": 9.0, "swiglu_clamped": 10.0, "softcap": 3.0,
 }
 #: Bytes of one token-expert pair's routing index (an int32 row) that a permute or unpermute
-#: reads beside the rows it moves; the unpermute also reads the pair's FP32 routing weight.
+#: reads beside the rows it moves, and of its FP32 routing weight, which the unpermute reads.
 INDEX_BYTES = 4
+ROUTING_WEIGHT_BYTES = 4
 
 #: Lowering kinds the op language (``sim.ops.VECTOR_KINDS``) names differently.
 _SIM_KIND = {"geglu": "gelu", "swiglu_clamped": "swiglu", "softcap": "elementwise"}
@@ -579,10 +580,10 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
            [(fl.t("experts_in", sent * d * a), 1.0)])
     ops.append(op)
     src, pairs_in = "experts_in", rows
+    a2a = rows * d * a / c.tp                 # the busiest rank's all-to-all bytes each way
     if c.ep > 1:
         # the tensors hold what arrives at the busiest rank (÷ tp); its tensor-parallel
         # group shares them, so the experts read tp times their share
-        a2a = rows * d * a / c.tp
         op = Collective(name="ep_dispatch", kind="all_to_all", bytes=a2a, group=c.ep,
                         tags=("ep",))
         fl.vec(op, [("experts_in", 1.0)], [(fl.t("ep_in", a2a), 1.0)])
@@ -610,7 +611,6 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
     downs = [(f"experts_down{sfx}", 1.0) for sfx in sfxs]
     back = min(rows, T * k)                   # the pairs the unpermute reads (no padding)
     if c.ep > 1:
-        a2a = rows * d * a / c.tp
         op = Collective(name="ep_combine", kind="all_to_all", bytes=a2a, group=c.ep,
                         tags=("ep",))
         fl.vec(op, scaled(downs, 1.0 / c.tp), [(fl.t("ep_out", a2a), 1.0)])
@@ -618,8 +618,9 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
         # back at the source rank: its own tokens' pairs (the busiest rank sent more)
         downs, back = [("ep_out", c.tp * T * k / rows)], T * k
     op = c.vec("experts_combine", "permute", back * d, writes=T * d / (back * d),
-               extra_read_bytes=T * k * (INDEX_BYTES + 4), ops=VECTOR_OPS_PER_ELEMENT["mul"])
-    fl.vec(op, downs + [("topk", idx * (INDEX_BYTES + 4) / INDEX_BYTES)],
+               extra_read_bytes=T * k * (INDEX_BYTES + ROUTING_WEIGHT_BYTES),
+               ops=VECTOR_OPS_PER_ELEMENT["mul"])
+    fl.vec(op, downs + [("topk", idx * (INDEX_BYTES + ROUTING_WEIGHT_BYTES) / INDEX_BYTES)],
            [(fl.t(out, T * d * a), 1.0)])
     ops.append(op)
     if m.shared_experts:

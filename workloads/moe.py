@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 def expected_experts_touched(experts: int, top_k: int, tokens: int) -> float:
@@ -75,18 +76,18 @@ class Routing:
     def __post_init__(self):
         s = self.skew
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s <= MAX_SKEW:
-            raise ValueError(f"moe skew (--moe-skew) must be a number in [0, {MAX_SKEW:g}] (the experts' "
-                             f"popularity coefficient of variation), not {s!r}")
+            raise ValueError(f"moe skew (--moe-skew) must be a number in [0, {MAX_SKEW:g}] "
+                             f"(the experts' popularity coefficient of variation), not {s!r}")
         c = self.capacity_factor
         if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float))
                               or not 0 < c <= MAX_CAPACITY_FACTOR):
-            raise ValueError(f"moe capacity factor (--moe-capacity-factor) must be a number in (0, "
-                             f"{MAX_CAPACITY_FACTOR:g}] or None (dropless), not {c!r}")
+            raise ValueError(f"moe capacity factor (--moe-capacity-factor) must be a number in "
+                             f"(0, {MAX_CAPACITY_FACTOR:g}] or None (dropless), not {c!r}")
         if not isinstance(self.pad, bool):
             raise ValueError(f"moe pad (--moe-pad) must be True or False, not {self.pad!r}")
         if self.pad and c is None:
-            raise ValueError("moe pad (--moe-pad) needs a capacity factor: padding fills each expert to "
-                             "its capacity (--moe-capacity-factor)")
+            raise ValueError("moe pad (--moe-pad) needs a capacity factor: padding fills each "
+                             "expert to its capacity (--moe-capacity-factor)")
 
     @property
     def balanced(self) -> bool:
@@ -99,6 +100,7 @@ class Routing:
         return f"skew {self.skew:g}, {cap}"
 
 
+@lru_cache(maxsize=None)
 def expected_max_normal(n: int) -> float:
     """``E[max]`` of ``n`` independent standard normal variables (0 for ``n = 1``), by
     quadrature of ``∫ x · n φ(x) Φ(x)^(n−1) dx`` (1/√π for two, 1.4236 for eight)."""

@@ -84,7 +84,7 @@ def run_cluster_step(chip: "Chip | str", model: "ModelConfig | str", scenario: S
     timed (:mod:`diptych.sim.cluster.timing`); a cluster step has no power limit or cost
     figures. ``variant`` leaves mechanisms out (``--ideal``,
     :class:`~diptych.sim.run.variant.Variant`); ``waterfall`` adds the efficiency waterfall
-    (:mod:`diptych.sim.run.waterfall`; the step re-run five times, with a pipeline-bubble
+    (:mod:`diptych.sim.run.waterfall`; the step re-run four times, with a pipeline-bubble
     step). Raises ValueError naming the flag or field for a plan that does not split the
     model, the batch or the cluster, or degrees that disagree with the plan given."""
     from ...arch.cluster import load_cluster
@@ -116,7 +116,8 @@ def run_cluster_step(chip: "Chip | str", model: "ModelConfig | str", scenario: S
     if waterfall:
         wf = efficiency_waterfall(
             res, lambda u: simulate_cluster_step(model, chip, where, plan, s,
-                                                 simulate=simulate, variant=u), variant)
+                                                 simulate=simulate, variant=u), variant,
+            unlimited=res)                   # a cluster step has no power limit
         res = dataclasses.replace(res, waterfall=wf.to_dict())
     context = s.context
     if context and context > model.max_position_embeddings:

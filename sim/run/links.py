@@ -14,7 +14,8 @@ all links (parallel rings, as NCCL does over NVLink); a single-link ring would b
 times slower. On a chip whose links end in a switch that reduces in the network
 (``interconnect.in_network_reduction`` > 0: NVLink SHARP), an all-reduce takes the faster of
 the ring and the in-switch reduction: ``bytes ÷ (raw bandwidth × in_network_reduction)`` + its
-fixed latency (``in_network_reduction_latency_us``). The same rules as a one-domain cluster (:mod:`diptych.sim.cluster.collectives`).
+fixed latency (``in_network_reduction_latency_us``). The same rules as a one-domain cluster
+(:mod:`diptych.sim.cluster.collectives`).
 """
 
 from __future__ import annotations

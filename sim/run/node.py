@@ -380,7 +380,8 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", scenario: Scena
     :func:`diptych.sim.cluster.run.run_cluster_step`'s. ``variant``
     (:class:`~diptych.sim.run.variant.Variant`) leaves mechanisms out (``--ideal``, the
     steps of the efficiency waterfall); ``waterfall``: add the efficiency waterfall, peak to
-    MFU by mechanism (:mod:`diptych.sim.run.waterfall`; the scenario re-run five times).
+    MFU by mechanism (:mod:`diptych.sim.run.waterfall`; the scenario re-run four times,
+    five when the power limit binds).
     """
     if not isinstance(scenario, Scenario):
         raise TypeError(f"scenario must be a Scenario, not {type(scenario).__name__}")
@@ -400,8 +401,11 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", scenario: Scena
     res = _adjust(res, chip, model, scenario, simulate, v)
     if waterfall:
         quiet = dataclasses.replace(scenario, power_limit=False)
+        pl = res.info.get("power_limit")
+        limited = pl is not None and pl["clock_ghz"] < pl["nominal_clock_ghz"]
         wf = efficiency_waterfall(
-            res, lambda u: run_workload(chip0, model, quiet, simulate=simulate, variant=u), v)
+            res, lambda u: run_workload(chip0, model, quiet, simulate=simulate, variant=u), v,
+            unlimited=None if limited else res)
         res = dataclasses.replace(res, waterfall=wf.to_dict())
     return res
 

@@ -76,12 +76,13 @@ def _levels(base: Variant) -> list[Variant]:
             base]
 
 
-def waterfall(result, rerun: Callable[[Variant], object], base: Variant | None = None
-              ) -> Waterfall:
+def waterfall(result, rerun: Callable[[Variant], object], base: Variant | None = None, *,
+              unlimited=None) -> Waterfall:
     """The waterfall of ``result`` (a run's :class:`~diptych.sim.run.node.RunResult` or a
     cluster step's :class:`~diptych.sim.cluster.step.ClusterResult`, with its own variant
     ``base``): ``rerun(variant)`` is the same scenario's result with ``variant`` and without
-    the power limit (module docstring)."""
+    the power limit (module docstring). ``unlimited``: ``result`` itself when no power limit
+    changed it, so the last level is not run again."""
     base = base or Variant()
     peak = result.mfu and result.flops / (result.mfu * result.seconds)  # chips × peak
     if not peak:
@@ -90,7 +91,7 @@ def waterfall(result, rerun: Callable[[Variant], object], base: Variant | None =
     times = [bound, result.hardware_flops / peak]
     names = list(STEPS)
     for i, v in enumerate(_levels(base)):
-        r = rerun(v)
+        r = unlimited if v == base and unlimited is not None else rerun(v)
         bubble = getattr(r, "bubble_fraction", None)
         if i == 0 and bubble is not None:
             times.append(r.seconds * (1.0 - bubble))

@@ -92,10 +92,6 @@ def table(rows: list[dict], schema):
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-_fsync_dir = fsync_dir      # the names the sweep writer uses
-_atomic = atomic_write
-
-
 def part_files(out: str | Path) -> list[Path]:
     """The part files of a results directory, oldest first."""
     return sorted(Path(out).glob(PART_GLOB))
@@ -193,7 +189,7 @@ class ResultsDir:
     def _write_schema(self, schema) -> None:
         import pyarrow.parquet as pq
 
-        _atomic(self.out / SCHEMA_FILE, lambda fh: pq.write_metadata(schema, fh))
+        atomic_write(self.out / SCHEMA_FILE, lambda fh: pq.write_metadata(schema, fh))
 
     def _rewrite(self, f: Path, schema, keep=None) -> None:
         import pyarrow.parquet as pq
@@ -203,10 +199,10 @@ class ResultsDir:
             rows = [r for r in rows if keep(r)]
             if not rows:
                 f.unlink()
-                _fsync_dir(self.out)
+                fsync_dir(self.out)
                 return
         t = table(rows, schema)
-        _atomic(f, lambda fh: pq.write_table(t, fh))
+        atomic_write(f, lambda fh: pq.write_table(t, fh))
 
     def _extend(self, rows: list[dict]) -> None:
         """Add or widen columns for values the schema does not cover; rewrite every part."""
@@ -242,7 +238,7 @@ class ResultsDir:
         self._extend(rows)
         t = table(rows, self.schema)
         name = f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
-        return _atomic(self.out / name, lambda fh: pq.write_table(t, fh))
+        return atomic_write(self.out / name, lambda fh: pq.write_table(t, fh))
 
     def finished_ids(self) -> set[str]:
         """Point ids with a row that holds a result or a deterministic failure."""
