@@ -29,6 +29,7 @@ leakage, i.e. 0.1, at a wake-up cost not modelled here).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
 
@@ -97,6 +98,24 @@ def sustained_clock(chip: "Chip", energy_j: float, seconds: float, *,
         else:
             f_lo = mid
     return f_lo
+
+
+def chip_at_clock(chip: "Chip", clock_ghz: float) -> "Chip":
+    """``chip`` run at ``clock_ghz`` (≤ its clock): the core domain's energies per event (MACs,
+    SRAM bytes, vector ops) scaled by ``(V(clock)/V(chip.clock))²`` and no ``[power]`` table
+    (the chip a power-limited step re-runs on). DRAM, link and static figures stay; so does
+    a ``[noc]`` table's energy per byte [assumption: a small share, slightly overstating the
+    power of the slowed chip]. Raises ValueError for a clock above the chip's or not > 0."""
+    if not 0.0 < clock_ghz <= chip.clock_ghz * (1 + 1e-12):
+        raise ValueError(f"clock_ghz must be > 0 and <= the chip's {chip.clock_ghz:g} GHz, "
+                         f"not {clock_ghz!r}")
+    t = power_table(chip)
+    v2 = (t.volts(clock_ghz) / t.volts(chip.clock_ghz)) ** 2
+    e = chip.energy
+    macs = dataclasses.replace(e.pj_per_mac, **{d: v * v2 for d, v in e.pj_per_mac.items()})
+    energy = dataclasses.replace(e, pj_per_mac=macs, pj_per_sram_byte=e.pj_per_sram_byte * v2,
+                                 pj_per_vector_op=e.pj_per_vector_op * v2)
+    return dataclasses.replace(chip, clock_ghz=clock_ghz, power=None, energy=energy)
 
 
 def arrays_leakage_share(chip: "Chip") -> float:

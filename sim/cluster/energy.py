@@ -16,6 +16,11 @@ data-parallel ranks) spends, per step:
 * **idle static**: ``static_w`` × the step time its ops do not cover (pipeline bubbles,
   exposed communication, waiting for the slowest stage): a chip leaks while it waits.
 
+:func:`busy_power_w` gives each stage's power *while its ops run* (compute and optimizer
+joules over their seconds): what a GPU's power limiter, which acts over windows far shorter
+than a pipeline bubble (tens of milliseconds), holds to the TDP; the power-limited clock of a
+cluster step (:mod:`diptych.sim.cluster.power`) is set by the hottest stage.
+
 :func:`step_energy` returns the whole cluster's joules by part; the sum is ``energy_j`` of
 :class:`~.step.ClusterResult`, which derives tokens/J, the average power per chip against the
 TDP and, for a chip with a ``[cost]`` table, $ per million tokens.
@@ -62,3 +67,16 @@ def step_energy(chip, *, ranks_per_stage: int, micro_batches: int, seconds: floa
         busy = st["busy_s"] * m + st.get("optimizer_s", 0.0)
         out["idle_static"] += chip.energy.static_w * max(0.0, seconds - busy)
     return {k: v * ranks_per_stage for k, v in out.items()}
+
+
+def busy_power_w(stages: list[Mapping], micro_batches: int) -> list[float]:
+    """Per pipeline stage (``stages`` as :func:`step_energy` takes them), one rank's average
+    power (W) over the time its ops run: ``(compute_j·m + optimizer_j) / (busy_s·m +
+    optimizer_s)``; 0 for a stage that runs nothing."""
+    m = micro_batches
+    out = []
+    for st in stages:
+        busy = st["busy_s"] * m + st.get("optimizer_s", 0.0)
+        joules = st["compute_j"] * m + st.get("optimizer_j", 0.0)
+        out.append(joules / busy if busy > 0 else 0.0)
+    return out

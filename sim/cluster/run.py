@@ -30,6 +30,7 @@ from ..run.node import resolve_parallelism
 from ..run.scenario import Scenario
 from ..run.variant import Variant
 from ..run.waterfall import waterfall as efficiency_waterfall
+from .power import limit_step_power
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...arch.chip import Chip
@@ -81,8 +82,10 @@ def run_cluster_step(chip: "Chip | str", model: "ModelConfig | str", scenario: S
     """The step of ``plan`` (or of the plan ``scenario``'s degrees give) on ``cluster`` (a
     :class:`~diptych.arch.cluster.Cluster`, preset name or path; or one domain of the plan's
     chips): see the module docstring. ``scenario``'s ``execution`` says how each layer kind is
-    timed (:mod:`diptych.sim.cluster.timing`); a cluster step has no power limit or cost
-    figures. ``variant`` leaves mechanisms out (``--ideal``,
+    timed (:mod:`diptych.sim.cluster.timing`). On a chip with a ``[power]`` table whose
+    stages draw more than its TDP while they run, the step is re-run at the clock the
+    hottest one sustains (:mod:`diptych.sim.cluster.power`; ``scenario.power_limit=False``
+    skips that). ``variant`` leaves mechanisms out (``--ideal``,
     :class:`~diptych.sim.run.variant.Variant`); ``waterfall`` adds the efficiency waterfall
     (:mod:`diptych.sim.run.waterfall`; the step re-run four times, with a pipeline-bubble
     step). Raises ValueError naming the flag or field for a plan that does not split the
@@ -109,15 +112,20 @@ def run_cluster_step(chip: "Chip | str", model: "ModelConfig | str", scenario: S
                 raise ValueError(f"{name} ({v}) disagrees with the plan's {name} ({want}): "
                                  f"give the parallel layout once, in the plan")
     where = load_cluster(cluster) if cluster is not None else single_domain(chip, plan.chips)
-    res = simulate_cluster_step(model, chip, where, plan, s, simulate=simulate,
-                                variant=variant)
+    nominal = simulate_cluster_step(model, chip, where, plan, s, simulate=simulate,
+                                    variant=variant)
     if variant is not None and not variant.is_default:
-        res.info["variant"] = dataclasses.asdict(variant)
+        nominal.info["variant"] = dataclasses.asdict(variant)
+    res = nominal
+    if s.power_limit and not (variant and variant.no_power_limit):
+        res = limit_step_power(
+            nominal, chip, lambda c: simulate_cluster_step(model, c, where, plan, s,
+                                                           simulate=simulate, variant=variant))
     if waterfall:
         wf = efficiency_waterfall(
             res, lambda u: simulate_cluster_step(model, chip, where, plan, s,
                                                  simulate=simulate, variant=u), variant,
-            unlimited=res)                   # a cluster step has no power limit
+            unlimited=nominal)
         res = dataclasses.replace(res, waterfall=wf.to_dict())
     context = s.context
     if context and context > model.max_position_embeddings:

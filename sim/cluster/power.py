@@ -1,0 +1,96 @@
+"""The power-limited clock of a cluster step (issue 21 item 1).
+
+A GPU's power limiter holds the board to its TDP over windows of tens of milliseconds
+(nvidia-smi's power limit, enforced by the board's firmware by lowering the SM clock), far
+shorter than a training step or a pipeline bubble. So what must stay within the TDP is not the
+step's average but each chip's power **while its ops run**: per pipeline stage, the compute
+and optimizer joules of one rank over their seconds (:func:`~.energy.busy_power_w`, in each
+``stage_seconds`` entry as ``busy_power_w``). When the hottest stage is above the TDP of a chip
+with a ``[power]`` table, :func:`limit_step_power` re-runs the whole step on the chip at a
+lower clock (:func:`~diptych.arch.power.chip_at_clock`: the core's energies per event scaled by
+``(V(f')/V(f))²``, DRAM, link and static figures unchanged) until that stage is within it:
+
+1. the first clock assumes the busy power is core power above the static floor scaling as
+   ``f·V(f)²`` (:func:`~diptych.arch.power.sustained_clock`); DRAM and links do not slow
+   down with the clock, so that guess is too high and the step is still above the TDP;
+2. each further clock is the secant through the last two (clock, power) points, at least
+   0.1 % below the last, never below ``min_clock_ghz``; the first clock within the TDP
+   (+0.1 %) is the one reported.
+
+Every chip of the step runs at that clock (the pipeline waits for its slowest stage; a colder
+stage gains nothing from its own higher clock but the energy, not modelled). MFU and HFU stay
+relative to the nominal peak; ``info["power_limit"]`` says what was done. The whole-step
+average power may well be below the TDP while a stage's busy power is above it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings as _warnings
+from typing import Callable
+
+from ...arch.power import chip_at_clock, power_table, sustained_clock
+
+#: Re-runs of the step at most (each is a whole step at a new clock).
+MAX_PASSES = 6
+#: Power within the TDP up to this relative excess counts as within it.
+TOLERANCE = 1e-3
+
+
+def hottest_busy_power_w(res) -> float:
+    """The highest ``busy_power_w`` of ``res``'s stages (a cluster step's result), W."""
+    return max((s.get("busy_power_w") or 0.0 for s in res.stage_seconds), default=0.0)
+
+
+def _report(res, chip, clock_ghz: float, hot_w: float, passes: int, note: str):
+    """``res`` (run at ``clock_ghz``) reported as a step of the nominal ``chip``."""
+    scale = clock_ghz / chip.clock_ghz
+    info = dict(res.info)
+    info["power_limit"] = {"clock_ghz": clock_ghz, "nominal_clock_ghz": chip.clock_ghz,
+                           "busy_power_w_nominal": hot_w,
+                           "busy_power_w": hottest_busy_power_w(res),
+                           "tdp_w": chip.tdp_w, "passes": passes}
+    warns = [w for w in res.warnings if "not sustainable" not in w] + [note]
+    return dataclasses.replace(res, mfu=res.mfu * scale, hfu=res.hfu * scale, info=info,
+                               warnings=warns)
+
+
+def limit_step_power(res, chip, rerun: Callable):
+    """``res`` (a cluster step at ``chip``'s nominal clock) at the clock its hottest stage can
+    sustain within the TDP (module docstring); ``rerun(chip_at_clock)`` runs the same step on
+    another chip. Returns ``res`` itself when the chip has no ``[power]`` table or no stage
+    is above the TDP; when not even ``min_clock_ghz`` gets it there, ``res`` with a warning
+    saying so."""
+    if getattr(chip, "power", None) is None or not res.seconds:
+        return res
+    tdp = chip.tdp_w
+    hot = hottest_busy_power_w(res)
+    if hot <= tdp * (1 + TOLERANCE):
+        return res
+    f_min = min(power_table(chip).min_clock_ghz, chip.clock_ghz)
+    try:
+        f = sustained_clock(chip, hot, 1.0)
+    except ValueError:
+        f = f_min
+    pts = [(chip.clock_ghz, hot)]
+    for n in range(1, MAX_PASSES + 1):
+        f = max(f_min, min(f, pts[-1][0] * (1 - 1e-3)))
+        cur = rerun(chip_at_clock(chip, f))
+        p = hottest_busy_power_w(cur)
+        pts.append((f, p))
+        if p <= tdp * (1 + TOLERANCE):
+            note = (f"{chip.name}: {hot:.0f} W per chip while its ops run at {chip.clock_ghz:g} "
+                    f"GHz exceeds the {tdp:.0f} W TDP: the step is reported at the "
+                    f"{f:.3g} GHz it can sustain ({p:.0f} W)")
+            _warnings.warn(note, stacklevel=3)
+            return _report(cur, chip, f, hot, n, note)
+        if f <= f_min * (1 + 1e-9):
+            break
+        (f1, p1), (f2, p2) = pts[-2], pts[-1]
+        f = f2 + (tdp - p2) * (f2 - f1) / (p2 - p1) if p2 != p1 else f2 * 0.98
+    note = (f"{chip.name}: {pts[-1][1]:.0f} W per chip while its ops run even at "
+            f"{pts[-1][0]:.3g} GHz stays above the {tdp:.0f} W TDP (DRAM, link and static "
+            f"power do not fall with the clock): reported at {chip.clock_ghz:g} GHz, a speed "
+            f"the part cannot sustain")
+    _warnings.warn(note, stacklevel=3)
+    return dataclasses.replace(res, warnings=list(res.warnings) + [note])
