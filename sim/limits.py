@@ -11,7 +11,15 @@ needs ~9·10³ blocks per array on ``infer-2026`` and a 16M-token training batch
 * :data:`MAX_VECTOR_CHUNKS`: DRAM chunks of one vector op;
 * :data:`MAX_OPERAND_BYTES`: bytes of one GEMM operand (addresses stay far from int64 overflow);
 * :data:`MAX_BATCH`, :data:`MAX_TOKENS`: workload sizes (sequences; tokens of a prompt, a
-  context, a generation or a training sequence), checked by ``run_workload``.
+  context, a generation or a training sequence), checked by ``run_workload``;
+* serving (``diptych serve``, :mod:`diptych.sim.serving.requests`): :data:`MAX_REQUESTS`
+  requests in a run (drawn, defaulted, estimated from ``qps × duration`` or read from a
+  trace) and clients in a closed loop; arrival rates within :data:`QPS_RANGE`; no arrival
+  later than :data:`MAX_ARRIVAL_S`, so that a clock in float64 seconds keeps a resolution of
+  2 ns or better (10⁷ s × 2⁻⁵²) and a TTFT or TPOT never rounds to 0;
+  :data:`MAX_SWEEP_POINTS` rates in a ``--sweep-qps`` curve;
+* ``diptych plan``: at most :data:`MAX_REFINE` plans re-simulated with the engine
+  (``--refine``, ``--top``).
 """
 
 from __future__ import annotations
@@ -27,6 +35,13 @@ MAX_VECTOR_CHUNKS = 2**21          # ~8 s per vector op
 MAX_OPERAND_BYTES = 2**48          # 256 TiB
 MAX_BATCH = 2**20                  # 1,048,576 sequences
 MAX_TOKENS = 2**24                 # 16,777,216 tokens (the longest published contexts are 10M)
+#: Serving: the event loop advances ~75 requests of simulated traffic per second on a loaded
+#: core (20,000 requests of llama-3-8b at 50 req/s: 4.5 min), so 10^5 is ~20-30 min.
+MAX_REQUESTS = 100_000
+QPS_RANGE = (1e-6, 1e9)            # requests per second
+MAX_ARRIVAL_S = 1e7                # ~116 days of simulated arrivals
+MAX_SWEEP_POINTS = 100             # arrival rates of one --sweep-qps curve (each a full run)
+MAX_REFINE = 256                   # plans re-simulated by `plan` (~0.4 s each, warm)
 
 
 def _grid(extent: int) -> np.ndarray:

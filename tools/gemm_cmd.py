@@ -8,6 +8,7 @@ from ..arch.dtypes import DTYPES
 from . import fmt
 from .errors import friendly
 from .jsonout import dumps
+from .result_check import check_result
 
 
 def _dims(d: dict) -> str:
@@ -66,6 +67,7 @@ def gemm(m, k, n, chip_name, dtype, dataflow, as_json, trace_path):
             write_gemm_trace(trace_path, dims[0], dims[1], dims[2], chip, dtype=dtype,
                              dataflow=dataflow)
         progress(steps, steps, "done")
+    check_result(st.to_dict(), "gemm")
     if as_json:
         click.echo(dumps(st.to_dict()))
         return

@@ -165,9 +165,15 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
     from ..sim.cluster.trace import export_chakra, write_perfetto_trace
     from .progress import progress_display
 
+    from ..sim.limits import MAX_REFINE
+
     for name, v in (("top", top), ("refine", refine), ("max-tp", max_tp)):
         if v is not None and v < 1:
             raise ValueError(f"--{name} must be a positive integer, not {v}")
+    for name, v in (("top", top), ("refine", refine)):
+        if v is not None and v > MAX_REFINE:
+            raise ValueError(f"--{name} must be at most {MAX_REFINE} plans (sim/limits.py; "
+                             f"each is simulated with the engine), not {v:,}")
     narrowed = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero": zero,
                 "micro_batches": micro_batch, "virtual_stages": virtual_stages,
                 "schedules": schedule, "recompute": recompute}

@@ -20,6 +20,7 @@ import click
 
 from . import fmt
 from .precision_spec import describe
+from .result_check import check_result
 
 #: Options of ``run`` that only a parallel plan has.
 PLAN_ONLY = ("pp", "ep", "cp", "zero", "zero_shards", "schedule", "virtual_stages")
@@ -181,6 +182,8 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
                                waterfall=len(batches) == 1 if waterfall is None else waterfall)
         results.append(res)
     progress(len(batches), len(batches), "done")
+    for r in results:
+        check_result(r.to_dict(), "run --cluster")
     last = results[-1]
     if trace:
         write_perfetto_trace(last, trace)

@@ -11,6 +11,7 @@ from ..workloads.precision import RECIPES
 from . import fmt
 from .errors import echo_err, friendly
 from .jsonout import dumps
+from .result_check import check_result
 from .precision_spec import describe
 
 
@@ -317,7 +318,7 @@ def _run_topology(con, chip, topology, weights_dtype, act_dtype, kv_dtype, execu
         res = run_topology(chip, topology, dtype=act_dtype,
                            execution=execution, fusion=fusion)
         progress(1, 1, "done")
-    d = res.to_dict()
+    d = check_result(res.to_dict(), "run")
     if trace:
         _write_trace(trace, chrome_trace(res.layers, name=f"{res.chip}: {topology}"))
     if as_json:
@@ -337,6 +338,8 @@ def _show_curve(con, curve: dict, chip, overlap: bool, as_json: bool, trace) -> 
     from ..sim.run.trace import chrome_trace, schedule_trace
 
     results = curve["results"]
+    for r in results:
+        check_result(r.to_dict(), "run")
     last = results[-1]
     if trace:
         label = f"{last.model} {last.phase} on {last.chip}"

@@ -11,6 +11,7 @@ import click
 from ..arch.dtypes import DTYPES
 from .errors import friendly
 from .jsonout import dumps
+from .result_check import check_result
 
 
 class _LazyProgress:
@@ -297,7 +298,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
         bar.stop()
     if trace_out:
         _write_trace(trace_out, res)
-    d = res.to_dict()
+    d = check_result(res.to_dict(), "serve")
     if as_json:
         click.echo(dumps(d))
         return
@@ -333,6 +334,8 @@ def _run_sweep(dep, cfg, spec, prompt, gen, requests, duration, burstiness, qps,
         plot_sweep(sw, plot, dep.describe(), slo)
     if trace_out:
         _write_trace(trace_out, sw["results"][-1])
+    for r in sw["results"]:
+        check_result(r.to_dict(), "serve --sweep-qps")
     out = {"deployment": dep.describe(), "load": load.describe(), "slo": slo,
            "points": sw["points"], "max_qps_meeting_slo": sw["max_qps_meeting_slo"],
            "chips": dep.chips}

@@ -16,7 +16,10 @@ from .errors import echo_err, friendly
                    "The cluster runs the code it is sent and diptych unpickles the results it "
                    "returns: use only a cluster you trust.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
-              help="Local worker processes (default: one per CPU).")
+              help="Local worker processes (default: one per CPU; capped at the CPU count "
+                   "and at the points to run).")
+@click.option("--oversubscribe", is_flag=True,
+              help="Let -j run more workers than this machine has CPUs.")
 @click.option("--points-per-task", type=click.IntRange(min=1), default=None,
               help="Points per work unit and result file (default: from the spec, else automatic).")
 @click.option("--evaluator", default=None, metavar="MODULE:FUNCTION",
@@ -26,7 +29,8 @@ from .errors import echo_err, friendly
 @click.option("--dry-run", is_flag=True, help="Validate the spec and count the points; run nothing.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @friendly
-def sweep(spec, out, scheduler, jobs, points_per_task, evaluator, csv_path, dry_run, no_progress):
+def sweep(spec, out, scheduler, jobs, oversubscribe, points_per_task, evaluator, csv_path, dry_run,
+          no_progress):
     """Run the sweep described by SPEC (TOML) into the results directory --out.
 
     One row per point (every parameter and metric). Killed sweeps resume where they stopped:
@@ -46,7 +50,8 @@ def sweep(spec, out, scheduler, jobs, points_per_task, evaluator, csv_path, dry_
                    "the area budget")
         return
     summary = run_sweep(s, out, evaluate=evaluator, scheduler=scheduler, jobs=jobs,
-                        points_per_task=points_per_task, progress=not no_progress, log=echo_err)
+                        points_per_task=points_per_task, progress=not no_progress, log=echo_err,
+                        oversubscribe=oversubscribe)
     click.echo(summary.describe())
     if csv_path:
         import pyarrow.csv as pcsv

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from ...arch.chip import Chip
 from ...arch.cluster import Cluster, load_cluster
 from ...arch.loader import load_chip
+from ..limits import MAX_REFINE
 from ..support import check_supported
 from ...workloads.config import ModelConfig
 from ...workloads.lower import valid_tp_degrees
@@ -173,6 +174,9 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
     chips, batch, seq = scenario.parallelism.chips, scenario.batch, scenario.seq
     for name, v in (("chips", chips), ("batch", batch), ("seq", seq), ("refine", refine)):
         check_positive(name, v)
+    if refine > MAX_REFINE:
+        raise ValueError(f"refine must be at most {MAX_REFINE} plans (sim/limits.py), not "
+                         f"{refine:,}")
     weights_dtype, act_dtype, kv_dtype = (scenario.weights_dtype, scenario.act_dtype,
                                           scenario.kv_dtype)
     recipe = scenario.recipe

@@ -26,6 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ...arch.schema import echo, read_text_file
+from ..limits import MAX_ARRIVAL_S, MAX_REQUESTS, MAX_TOKENS, QPS_RANGE
+
 LENGTH_KINDS = ("fixed", "uniform", "normal", "lognormal")
 _PARAMS = {"fixed": ("value",), "uniform": ("lo", "hi"), "normal": ("mean", "std"),
            "lognormal": ("mean", "sigma")}
@@ -138,10 +141,32 @@ def _nonneg(what: str, key: str, v: str) -> float:
 
 
 def check_rate(name: str, v) -> float:
-    """A positive finite rate (requests/s), or ValueError naming ``name`` and the value."""
+    """A rate (requests/s) within :data:`~diptych.sim.limits.QPS_RANGE`, or ValueError naming
+    ``name`` and the value."""
+    lo, hi = QPS_RANGE
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
         raise ValueError(f"{name} must be a positive number of requests per second, not {v!r}")
+    if not lo <= v <= hi:
+        raise ValueError(f"{name} must be between {lo:g} and {hi:g} requests per second "
+                         f"(sim/limits.py), not {v:g}")
     return float(v)
+
+
+def check_request_count(n: int | float, what: str) -> None:
+    """ValueError stating :data:`~diptych.sim.limits.MAX_REQUESTS` if ``n`` requests (``what``
+    says where the number comes from) are more than a run simulates."""
+    if n > MAX_REQUESTS:
+        raise ValueError(f"{what}: {n:,.0f} requests, more than the {MAX_REQUESTS:,} a serving "
+                         f"run simulates (sim/limits.py; ~75 requests per second of wall "
+                         f"time): lower --requests, --duration or the rate")
+
+
+def check_arrivals(arrival_s: np.ndarray, what: str) -> None:
+    """ValueError if an arrival is later than :data:`~diptych.sim.limits.MAX_ARRIVAL_S`."""
+    if len(arrival_s) and np.nanmax(arrival_s) > MAX_ARRIVAL_S:
+        raise ValueError(f"{what}: an arrival at {float(np.nanmax(arrival_s)):.3g} s, later "
+                         f"than the {MAX_ARRIVAL_S:g} s a serving run's clock resolves "
+                         f"(sim/limits.py): raise the rate or lower --requests")
 
 
 def open_loop_arrivals(rng: np.random.Generator, rate: float, *, count: int | None = None,
@@ -154,6 +179,9 @@ def open_loop_arrivals(rng: np.random.Generator, rate: float, *, count: int | No
         raise ValueError(f"burstiness must be a positive number, not {burstiness!r}")
     if count is None and duration_s is None:
         raise ValueError("give a request count or a duration")
+    if count is None:
+        check_request_count(rate * duration_s, f"--qps {rate:g} over --duration "
+                                               f"{duration_s:g} s")
     n = count if count is not None else max(16, int(rate * duration_s * 1.2) + 16)
     out = []
     t0 = 0.0
@@ -172,6 +200,7 @@ def open_loop_arrivals(rng: np.random.Generator, rate: float, *, count: int | No
         times = times[:count]
     if duration_s is not None:
         times = times[times < duration_s]
+    check_arrivals(times, f"--qps {rate:g}")
     return times
 
 
@@ -192,54 +221,65 @@ TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
 
 
 def load_trace(path: str | Path) -> Trace:
-    """Read a request trace (module docstring); ValueError with ``file:line`` on bad rows."""
+    """Read a request trace (module docstring); ValueError with ``file:line`` on bad rows.
+
+    Read through the checked reader (:func:`~diptych.arch.schema.read_text_file`: a regular
+    file of at most 64 MiB, UTF-8); a field over csv's 128 KiB, a duplicate column, an
+    arrival past :data:`~diptych.sim.limits.MAX_ARRIVAL_S` or a token count past
+    :data:`~diptych.sim.limits.MAX_TOKENS` is refused naming the file and line."""
     path = Path(path)
-    try:
-        fh = open(path, newline="")
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read the trace: {exc.strerror or exc}") from None
+    text = read_text_file(path, "the trace", error=ValueError)
     arr, pr, out = [], [], []
-    with fh:
-        rd = csv.reader(fh)
-        header = None
-        for row in rd:
-            line = rd.line_num
-            if not row or all(not c.strip() for c in row) or row[0].lstrip().startswith("#"):
-                continue
-            if header is None:
-                header = [c.strip().lower() for c in row]
-                missing = [c for c in TRACE_COLUMNS if c not in header]
-                if missing:
-                    raise ValueError(f"{path}:{line}: the header must name the columns "
-                                     f"{','.join(TRACE_COLUMNS)}; missing {', '.join(missing)}"
-                                     f" (got {','.join(header)})")
-                idx = [header.index(c) for c in TRACE_COLUMNS]
-                continue
-            if len(row) != len(header):
-                raise ValueError(f"{path}:{line}: expected {len(header)} fields, got {len(row)}")
-            vals = [row[i].strip() for i in idx]
+    rd = csv.reader(text.splitlines())
+    header = None
+    while True:
+        try:
+            row = next(rd)
+        except StopIteration:
+            break
+        except csv.Error as exc:   # a field over csv.field_size_limit(), a NUL byte ...
+            raise ValueError(f"{path}:{rd.line_num}: invalid CSV ({exc})") from None
+        line = rd.line_num
+        if not row or all(not c.strip() for c in row) or row[0].lstrip().startswith("#"):
+            continue
+        if header is None:
+            header = [c.strip().lower() for c in row]
+            dup = sorted({c for c in header if header.count(c) > 1 and c})
+            if dup:
+                raise ValueError(f"{path}:{line}: the header names {', '.join(dup)} more "
+                                 f"than once")
+            missing = [c for c in TRACE_COLUMNS if c not in header]
+            if missing:
+                raise ValueError(f"{path}:{line}: the header must name the columns "
+                                 f"{','.join(TRACE_COLUMNS)}; missing {', '.join(missing)}"
+                                 f" (got {echo(','.join(header))})")
+            idx = [header.index(c) for c in TRACE_COLUMNS]
+            continue
+        if len(row) != len(header):
+            raise ValueError(f"{path}:{line}: expected {len(header)} fields, got {len(row)}")
+        vals = [row[i].strip() for i in idx]
+        try:
+            t = float(vals[0])
+        except ValueError:
+            raise ValueError(f"{path}:{line}: arrival_s must be a number, not "
+                             f"{echo(vals[0])}") from None
+        if not math.isfinite(t) or t < 0 or t > MAX_ARRIVAL_S:
+            raise ValueError(f"{path}:{line}: arrival_s must be a number from 0 to "
+                             f"{MAX_ARRIVAL_S:g} s (sim/limits.py), not {echo(vals[0])}")
+        ints = []
+        for name, v in zip(TRACE_COLUMNS[1:], vals[1:]):
             try:
-                t = float(vals[0])
+                k = int(v)
             except ValueError:
-                raise ValueError(f"{path}:{line}: arrival_s must be a number, not "
-                                 f"{vals[0]!r}") from None
-            if not math.isfinite(t) or t < 0:
-                raise ValueError(f"{path}:{line}: arrival_s must be a finite number >= 0, not "
-                                 f"{vals[0]!r}")
-            ints = []
-            for name, v in zip(TRACE_COLUMNS[1:], vals[1:]):
-                try:
-                    k = int(v)
-                except ValueError:
-                    raise ValueError(f"{path}:{line}: {name} must be a positive integer, not "
-                                     f"{v!r}") from None
-                if k < 1:
-                    raise ValueError(f"{path}:{line}: {name} must be a positive integer, not "
-                                     f"{v!r}")
-                ints.append(k)
-            arr.append(t)
-            pr.append(ints[0])
-            out.append(ints[1])
+                raise ValueError(f"{path}:{line}: {name} must be a positive integer, not "
+                                 f"{echo(v)}") from None
+            if not 1 <= k <= MAX_TOKENS:
+                raise ValueError(f"{path}:{line}: {name} must be an integer from 1 to "
+                                 f"{MAX_TOKENS:,} (sim/limits.py), not {echo(v)}")
+            ints.append(k)
+        arr.append(t)
+        pr.append(ints[0])
+        out.append(ints[1])
     if header is None or not arr:
         raise ValueError(f"{path}: the trace holds no requests (expected a header "
                          f"{','.join(TRACE_COLUMNS)} and at least one row)")
@@ -280,18 +320,35 @@ class Load:
                                              or self.concurrency < 1):
             raise ValueError(f"concurrency must be a positive integer, not "
                              f"{self.concurrency!r}")
+        if self.concurrency is not None and self.concurrency > MAX_REQUESTS:
+            raise ValueError(f"concurrency must be at most {MAX_REQUESTS:,} clients "
+                             f"(sim/limits.py), not {self.concurrency:,}")
         if self.requests is not None and (isinstance(self.requests, bool) or not
                                           isinstance(self.requests, int) or self.requests < 1):
             raise ValueError(f"requests must be a positive integer, not {self.requests!r}")
-        if self.duration_s is not None and (not isinstance(self.duration_s, (int, float))
+        if self.requests is not None and self.requests > MAX_REQUESTS:
+            raise ValueError(f"requests must be at most {MAX_REQUESTS:,} (sim/limits.py), "
+                             f"not {self.requests:,}")
+        if self.duration_s is not None and (isinstance(self.duration_s, bool)
+                                            or not isinstance(self.duration_s, (int, float))
                                             or not math.isfinite(self.duration_s)
                                             or self.duration_s <= 0):
             raise ValueError(f"duration must be a positive number of seconds, not "
                              f"{self.duration_s!r}")
+        if self.duration_s is not None and self.duration_s > MAX_ARRIVAL_S:
+            raise ValueError(f"duration must be at most {MAX_ARRIVAL_S:g} s (sim/limits.py), "
+                             f"not {self.duration_s:g}")
         b = self.burstiness
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) \
                 or b <= 0:
             raise ValueError(f"burstiness must be a positive number, not {b!r}")
+        if self.requests is None and self.concurrency is not None:
+            check_request_count(max(16, 64 * self.concurrency),
+                                f"--concurrency {self.concurrency} (64 requests per client "
+                                f"unless --requests says otherwise)")
+        if self.requests is None and self.qps is not None and self.duration_s is not None:
+            check_request_count(self.qps * self.duration_s,
+                                f"--qps {self.qps:g} over --duration {self.duration_s:g} s")
 
     def describe(self) -> str:
         if self.qps is not None:
@@ -317,6 +374,8 @@ def draw_requests(load: Load, ctx_limit: int, rng: np.random.Generator
         arr, pr, out = arr[keep], pr[keep], out[keep]
         if load.requests is not None:
             arr, pr, out = arr[:load.requests], pr[:load.requests], out[:load.requests]
+        check_request_count(len(arr), f"{load.trace}")
+        check_arrivals(arr, f"{load.trace}")
         if len(arr) == 0:
             raise ValueError(f"{load.trace}: no request arrives within --duration "
                              f"{load.duration_s:g} s")

@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from ..limits import MAX_SWEEP_POINTS
 from .config import ServeConfig
+from .requests import check_rate
 from .serve import Deployment, Load, StepTimerCache, serve
 
 #: Per-point fields of a sweep (and of ``diptych serve --sweep-qps --json``).
@@ -21,7 +23,8 @@ POINT_KEYS = ("qps", "tokens_per_s", "tokens_per_s_per_chip", "goodput_rps",
 
 
 def parse_sweep(text: str) -> tuple[float, float, int]:
-    """``LO:HI:N`` → (lo, hi, n): n >= 1 rates from lo to hi (> 0, lo <= hi)."""
+    """``LO:HI:N`` → (lo, hi, n): 1 <= n <= :data:`~diptych.sim.limits.MAX_SWEEP_POINTS`
+    rates from lo to hi (within :data:`~diptych.sim.limits.QPS_RANGE`, lo <= hi)."""
     parts = str(text).split(":")
     if len(parts) != 3:
         raise ValueError(f"--sweep-qps expects LO:HI:N (e.g. 1:20:10), not {text!r}")
@@ -36,6 +39,11 @@ def parse_sweep(text: str) -> tuple[float, float, int]:
     if n < 1 or (n == 1 and hi != lo):
         raise ValueError(f"--sweep-qps N must be a positive integer (1 only when LO == HI), "
                          f"not {parts[2]!r}")
+    if n > MAX_SWEEP_POINTS:
+        raise ValueError(f"--sweep-qps N must be at most {MAX_SWEEP_POINTS} rates "
+                         f"(sim/limits.py; each is a whole run), not {n:,}")
+    for name, v in (("LO", lo), ("HI", hi)):
+        check_rate(f"--sweep-qps {name}", v)
     return lo, hi, n
 
 

@@ -83,12 +83,35 @@ def test_example_trace_loads_sorted():
     ("arrival,prompt,output\n1,2,3\n", "missing arrival_s"),
     ("arrival_s,prompt_tokens,output_tokens\n0.5,10,4\nx,10,4\n", ":3: arrival_s"),
     ("arrival_s,prompt_tokens,output_tokens\n0.5,10\n", ":2: expected 3 fields"),
-    ("arrival_s,prompt_tokens,output_tokens\n0.5,0,4\n", ":2: prompt_tokens must be a positive"),
-    ("arrival_s,prompt_tokens,output_tokens\n-1,3,4\n", ":2: arrival_s must be a finite"),
-    ("arrival_s,prompt_tokens,output_tokens\n1,3,2.5\n", ":2: output_tokens")])
+    ("arrival_s,prompt_tokens,output_tokens\n0.5,0,4\n", ":2: prompt_tokens must be an integer"),
+    ("arrival_s,prompt_tokens,output_tokens\n-1,3,4\n", ":2: arrival_s must be a number from 0"),
+    ("arrival_s,prompt_tokens,output_tokens\n1,3,2.5\n", ":2: output_tokens"),
+    # issue 22 item 5: bounds, duplicate columns, oversized fields
+    ("arrival_s,prompt_tokens,output_tokens\n1e300,3,4\n", ":2: arrival_s must be a number from 0"),
+    ("arrival_s,prompt_tokens,output_tokens\n1,100000000000000000000000000000,4\n",
+     ":2: prompt_tokens must be an integer from 1 to 16,777,216"),
+    ("arrival_s,prompt_tokens,output_tokens,prompt_tokens\n1,3,4,5\n",
+     ":1: the header names prompt_tokens more than once"),
+    ("arrival_s,prompt_tokens,output_tokens\n1,3," + "9" * 200_000 + "\n", ":2: invalid CSV")])
 def test_bad_traces_name_file_and_line(tmp_path, body, match):
     p = tmp_path / "t.csv"
     p.write_text(body)
     with pytest.raises(ValueError, match=match) as e:
         load_trace(p)
     assert str(p) in str(e.value)
+
+
+def test_trace_reader_refuses_fifos_and_undecodable_bytes(tmp_path):
+    """The trace goes through the checked reader (issue 22 item 5): a FIFO is refused before
+    it is opened (reading would block), undecodable bytes name the file."""
+    import os
+    fifo = tmp_path / "t.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file") as e:
+        load_trace(fifo)
+    assert str(fifo) in str(e.value)
+    bad = tmp_path / "t.csv"
+    bad.write_bytes(b"arrival_s,prompt_tokens,output_tokens\n1,2,\xff\n")
+    with pytest.raises(ValueError, match="not UTF-8") as e:
+        load_trace(bad)
+    assert str(bad) in str(e.value)

@@ -3,8 +3,11 @@ changes, every dtype in `gemm --help`, readable rates, the template's dtype tabl
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 
+import pytest
 from click.testing import CliRunner
 
 from diptych.arch.dtypes import DTYPES
@@ -139,3 +142,36 @@ def test_outputs_are_atomic_and_a_failed_write_names_the_file(tmp_path, monkeypa
     monkeypatch.setattr(atomic.os, "fsync", real)
     assert {p.name for p in write_report(c, tmp_path / "r")} >= {"compare.csv", "index.html",
                                                                   "roofline.svg"}
+
+
+def test_impossible_results_are_refused_naming_the_metric():
+    """Issue 22 item 2: the last check before a result is shown refuses a non-finite or
+    negative time, energy, power or rate (a bug), naming the metric; settings and absent
+    metrics pass."""
+    from diptych.tools.result_check import ImpossibleResult, check_result
+
+    good = {"seconds": 1.0, "energy_j": 2.0, "ttft_s": {"mean": 0.1, "p99": None},
+            "mfu": 0.5, "config": {"step_host_fixed_us": -1.0},
+            "waterfall": {"steps": [{"seconds": -1e-9}]}, "tokens_per_j": None}
+    assert check_result(good, "run") is good
+    for bad, name in (({"seconds": float("nan")}, "seconds = nan"),
+                      ({"energy_j": -3.0}, "energy_j = -3.0"),
+                      ({"ttft_s": {"p99": float("inf")}}, "ttft_s/p99 = inf"),
+                      ({"curve": [{"tokens_per_s": -1.0}]}, "curve[0]/tokens_per_s")):
+        with pytest.raises(ImpossibleResult, match=re.escape(name)):
+            check_result(bad, "serve")
+
+
+def test_an_impossible_result_is_an_internal_error_exit_1(monkeypatch):
+    import diptych.sim as g
+
+    real = g.simulate_gemm
+
+    def broken(*a, **k):
+        st = real(*a, **k)
+        return dataclasses.replace(st, energy_j=-1.0)
+
+    monkeypatch.setattr(g, "simulate_gemm", broken)
+    r = CliRunner().invoke(main, ["gemm", "64", "64", "64", "--chip", "h100", "--json"])
+    assert r.exit_code == 1, r.output
+    assert "internal error: ImpossibleResult" in r.output and "energy_j = -1.0" in r.output

@@ -57,6 +57,21 @@ def worker_init(parent_pid: int, start_method: str) -> None:
     _die_with_parent(parent_pid if start_method == "fork" else os.getppid())
 
 
+def local_workers(jobs: int | None, points: int, *, oversubscribe: bool = False,
+                  log=None) -> int:
+    """Local worker processes for ``points`` points: ``jobs`` (default one per CPU), capped at
+    the CPU count unless ``oversubscribe`` (``log`` is told of the cap) and at ``points``
+    (a fork-started pool forks every worker up front: ``-j 10000`` for one point would fork
+    10,000). At least 1."""
+    cpus = os.cpu_count() or 1
+    n = jobs or cpus
+    if n > cpus and not oversubscribe:
+        if log is not None:
+            log(f"-j {n:,} capped at this machine's {cpus} CPUs (--oversubscribe runs more)")
+        n = cpus
+    return max(1, min(n, points))
+
+
 class Pool:
     """The executor of one sweep (see the module docstring).
 

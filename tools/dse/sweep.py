@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ...arch.area import area_breakdown_mm2
-from .pool import Pool
+from .pool import Pool, local_workers
 from .results import (PART_GLOB, ResultsDir, arrow_type, finished_ids, part_files,  # noqa: F401
                       read_results)
 from .spec import WORKLOAD_PARAMS, Point, SweepSpec
@@ -252,11 +252,14 @@ def prepare(spec: SweepSpec) -> tuple[list[tuple[Point, Any, dict]], list[dict],
 def run_sweep(spec: SweepSpec, out: str | Path, *, evaluate: Evaluate | str | None = None,
               scheduler: str | None = None, jobs: int | None = None,
               executor: cf.Executor | None = None, points_per_task: int | None = None,
-              progress: bool = True, log: Callable[[str], None] | None = None) -> SweepSummary:
+              progress: bool = True, log: Callable[[str], None] | None = None,
+              oversubscribe: bool = False) -> SweepSummary:
     """Evaluate every unfinished point of ``spec`` into the results directory ``out``.
 
     ``evaluate`` defaults to :func:`diptych.tools.dse.evaluate.evaluate_workload`; ``executor``
-    (any ``concurrent.futures.Executor``) overrides ``scheduler``/``jobs``. The directory is
+    (any ``concurrent.futures.Executor``) overrides ``scheduler``/``jobs``. Local workers are
+    ``jobs`` (default one per CPU) capped at the CPU count unless ``oversubscribe``, and at
+    the points to run (:func:`~.pool.local_workers`). The directory is
     locked for the duration (a second sweep on it is refused); points whose worker died in an
     earlier run are run again.
     """
@@ -279,6 +282,8 @@ def run_sweep(spec: SweepSpec, out: str | Path, *, evaluate: Evaluate | str | No
             log(f"running again {again} points whose worker process died last time")
         failed, deaths = len(new_bad), 0
         if todo:
+            if executor is None and not scheduler:
+                jobs = local_workers(jobs, len(todo), oversubscribe=oversubscribe, log=log)
             pool = Pool(scheduler=scheduler, jobs=jobs, executor=executor)
             size = points_per_task or spec.points_per_task or max(
                 1, min(16, len(todo) // (8 * pool.workers)))
