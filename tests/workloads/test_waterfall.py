@@ -178,3 +178,27 @@ def test_compare_adds_each_chip_s_waterfalls_to_json_terminal_and_report(tmp_pat
                                     "256", "--waterfall"])
     assert out.exit_code == 0, out.output
     assert "h100 decode: efficiency: peak 100.0 %" in out.output
+
+
+def test_compare_cluster_chips_waterfall_is_the_best_plans_step(tmp_path):
+    """With --cluster-chips, the training column's waterfall is the best plan's step re-run
+    with its waterfall (issue 21 item 7): a pipeline-bubble step, shares and MFU summing to
+    the peak, and the same MFU the column reports."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tiny_models import TINY, write_config
+    from diptych.tools.dse.compare import CompareSettings, compare
+
+    model = write_config(tmp_path, TINY)
+    s = CompareSettings(prompts=(256,), batches=(1,), contexts=(512,), ref_batch=1,
+                        train_tp=1, train_batch=2, train_seq=256, cluster_chips=4,
+                        waterfall=True)
+    c = compare(["h100"], model, s)
+    tr = c.chips["h100"].train
+    wf = c.summary("h100")["waterfall"]["train"]
+    assert wf is not None and wf["mfu"] == pytest.approx(tr["mfu"])
+    names = [x["mechanism"] for x in wf["steps"]]
+    assert "pipeline_bubble" in names and names[-1] == "power"
+    assert sum(x["share"] for x in wf["steps"]) + wf["mfu"] == pytest.approx(1.0)
+    assert tr["search"]["candidates"] >= tr["search"]["fitting"] >= 1

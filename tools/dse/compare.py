@@ -88,7 +88,8 @@ class CompareSettings:
     default, the schedule); ``execution`` also times the layers of the plan search of
     ``cluster_chips`` (its refined plans; None: the schedule). ``waterfall``: the efficiency
     waterfall (:mod:`diptych.sim.run.waterfall`) of each chip's reference points (training on
-    one node, the first prompt, decode at ``ref_batch`` and the first context)."""
+    one node, or the best plan's step with ``cluster_chips``; the first prompt; decode at
+    ``ref_batch`` and the first context)."""
 
     train_tp: int = 8
     train_dp: int = 1
@@ -432,23 +433,29 @@ def _default_run(chip, model, *, waterfall: bool = False, **kw):
 
 def _default_search(chip, model, cluster, *, chips: int, batch: int, seq: int,
                     weights_dtype=None, act_dtype=None, kv_dtype=None, simulate=None,
-                    execution=None):
+                    execution=None, waterfall: bool = False):
     """The best plan of :func:`diptych.sim.cluster.search.search_plans` as a result dict
     (its ``to_dict``, with ``search``: candidates and plans that fit); raises ValueError
     when no plan fits. ``simulate`` replaces the engine (tests); ``execution``: how the
-    refined plans' layers are timed (None: the schedule)."""
+    refined plans' layers are timed (None: the schedule); ``waterfall``: the best plan's
+    step re-run with its efficiency waterfall (:func:`~diptych.sim.cluster.run.
+    run_cluster_step`, the power-limited clock included)."""
+    from ...sim.cluster.run import run_cluster_step
     from ...sim.cluster.search import search_plans
     from ...sim.run import Scenario
 
-    res = search_plans(model, chip, cluster,
-                       Scenario.of(phase="train", chips=chips, batch=batch, seq=seq,
-                                   weights_dtype=weights_dtype, act_dtype=act_dtype,
-                                   kv_dtype=kv_dtype, execution=execution),
-                       refine=PLAN_REFINE, simulate=simulate)
+    scenario = Scenario.of(phase="train", chips=chips, batch=batch, seq=seq,
+                           weights_dtype=weights_dtype, act_dtype=act_dtype,
+                           kv_dtype=kv_dtype, execution=execution)
+    res = search_plans(model, chip, cluster, scenario, refine=PLAN_REFINE, simulate=simulate)
     if not res.plans:
         raise ValueError(f"no parallel plan fits {chips} chips of "
                          f"{getattr(cluster, 'name', cluster)} ({res.candidates} candidates)")
-    return {**res.plans[0].to_dict(),
+    best = res.plans[0]
+    if waterfall:
+        best = run_cluster_step(chip, model, scenario, cluster=cluster, plan=best.plan,
+                                simulate=simulate, waterfall=True)
+    return {**best.to_dict(),
             "search": {"candidates": res.candidates, "fitting": res.fitting}}
 
 
@@ -530,7 +537,8 @@ def compare(chips, model, settings: CompareSettings | None = None, *,
             cr.train = _one(lambda c, mm, phase, **kw: search(c, mm, cl, **kw), chip, m,
                             cr.precision["train"], s.precision.get("train"), phase="train",
                             chips=s.cluster_chips, batch=s.global_batch, seq=s.train_seq,
-                            **({"execution": s.execution} if s.execution else {}))
+                            **({"execution": s.execution} if s.execution else {}),
+                            **({"waterfall": True} if s.waterfall else {}))
             done += 1
         for p in s.prompts:
             cr.prefill[p] = one(cr, f"prefill {p}", "prefill", p == s.prompts[0], batch=1,
