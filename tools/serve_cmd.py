@@ -214,13 +214,16 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--trace-out", type=click.Path(dir_okay=False),
               help="Write a Perfetto/Chrome trace of requests and steps.")
+@click.option("--waterfall", is_flag=True,
+              help="Where the device time and latency go, mechanism by mechanism (the load "
+                   "served six more times; docs/serving.md, \"Serving waterfall\").")
 @friendly
 def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, prompt, gen,
           requests, duration, scheduler, max_batch, max_batched_tokens, chunked_prefill,
           kv_block, preemption, slo_ttft, slo_tpot, weights_dtype, act_dtype, kv_dtype,
           attention, prefill_chip, prefill_chips, decode_chip, decode_chips, speculative,
           prefix_share, seed, runtime, sweep_qps, plot, export_profile, oracle, execution, fusion,
-          as_json, trace_out):
+          as_json, trace_out, waterfall):
     """Simulate an LLM serving engine: arrivals, continuous batching, chunked prefill, paged
     KV cache, preemption; TTFT, TPOT, throughput, goodput under SLOs, tokens per joule.
 
@@ -283,6 +286,8 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
                     click.echo(f"wrote {', '.join(str(f) for f in files)}", err=True)
             if not has_load:
                 return
+        if sweep_qps and waterfall:
+            raise ValueError("--waterfall explains one run; drop it with --sweep-qps")
         if sweep_qps:
             _run_sweep(dep, cfg, sweep_qps, prompt, gen, requests, duration, burstiness, qps,
                        concurrency, trace_file, oracles, bar, as_json, plot, trace_out)
@@ -293,7 +298,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
                     prompt=parse_length(prompt, "--prompt"), gen=parse_length(gen, "--gen"),
                     requests=requests, duration_s=duration, burstiness=burstiness)
         res = run_serve(dep, load, cfg, oracles=oracles,
-                        progress=lambda d, t: bar.update(d, t))
+                        progress=lambda d, t: bar.update(d, t), waterfall=waterfall)
     finally:
         bar.stop()
     if trace_out:
@@ -307,6 +312,8 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
     con = Console() if sys.stdout.isatty() else Console(width=160)
     con.print(_summary_table(d))
     con.print(_stats_table(d))
+    if d.get("waterfall"):
+        con.print(_waterfall_table(d["waterfall"]))
     for w in res.warnings:
         click.echo(f"warning: {w}", err=True)
     if d["info"].get("clipped_to_context"):
@@ -359,3 +366,22 @@ def _write_trace(path: str, res) -> None:
 
     from .atomic import atomic_text
     atomic_text(path, json.dumps(serving_trace(res)))
+
+
+def _waterfall_table(wf: dict):
+    """The serving waterfall (sim/serving/waterfall.py) as a table."""
+    from rich.table import Table
+
+    from . import fmt
+
+    t = Table(title=f"Where the device time goes ({fmt.seconds(wf['busy_s'])} busy; "
+                    f"latency after each mechanism)")
+    for c in ("mechanism", "adds", "share", "mean TTFT", "mean TPOT", "output tok/s"):
+        t.add_column(c, justify="left" if c == "mechanism" else "right")
+    for s in wf["steps"]:
+        t.add_row(f"{s['mechanism']}: {s['what']}", fmt.seconds(s["busy_s"]),
+                  fmt.pct(s["share"]),
+                  fmt.seconds(s["ttft_s"]) if s["ttft_s"] is not None else "–",
+                  fmt.seconds(s["tpot_s"]) if s["tpot_s"] is not None else "–",
+                  f"{s['tokens_per_s']:,.0f}")
+    return t

@@ -148,7 +148,8 @@ def step_sync_seconds(chip) -> float:
 
 
 def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
-                fixed_costs: bool = False) -> list[BlockCost]:
+                fixed_costs: bool = False,
+                collective_time: Callable | None = None) -> list[BlockCost]:
     """Per-block costs of ``w`` from :func:`~diptych.sim.run.summed.simulate_workload`'s
     records (the one place step times come from).
 
@@ -160,9 +161,10 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
     ``collective_launch_us`` per collective on its communication side, spending static power
     meanwhile. This is the summed model's stand-in
     for the program scheduler, which charges them itself: with ``execution="schedule"`` it is
-    never used (the step's ``step_sync_us`` is the caller's)."""
+    never used (the step's ``step_sync_us`` is the caller's). ``collective_time(op)``: a
+    collective's seconds (default: the chip's links; a waterfall step frees them)."""
 
-    t = simulate_workload(w, chip, simulate=simulate)
+    t = simulate_workload(w, chip, simulate=simulate, collective_time=collective_time)
     inside = {op.name for b in w.blocks for op in b.ops if "precision" in op.tags}
     acc: dict[str, dict] = {}
     names: dict[str, set] = {}

@@ -76,11 +76,16 @@ class Instance:
     ``role``: "mixed" (prefill and decode), "prefill" (hands requests off after their first
     token) or "decode" (receives prefilled requests). ``oracle``/``draft`` time steps;
     ``chips`` is the tensor-parallel degree; ``blocks`` the KV blocks (after the pinned
-    prefix); ``block_bytes`` one block's bytes per chip."""
+    prefix); ``block_bytes`` one block's bytes per chip; ``power`` limits each step's device
+    cost to what the chip's TDP sustains (:mod:`~diptych.sim.serving.power`; None: no
+    limit)."""
 
     def __init__(self, idx: int, role: str, oracle, cfg: ServeConfig, *, chips: int,
-                 blocks: int, block_bytes: float, static_w: float, draft=None, rng: np.random.Generator | None = None, prefix_blocks: int = 0):
+                 blocks: int, block_bytes: float, static_w: float, draft=None,
+                 rng: np.random.Generator | None = None, prefix_blocks: int = 0,
+                 power=None):
         self.idx = idx
+        self.power = power            # a StepPowerLimit (sim/serving/power.py), or None
         self.role = role
         self.oracle = oracle
         self.draft = draft
@@ -190,6 +195,8 @@ class Instance:
             ds, de = self._draft_cost(step)
             secs += ds
             energy += de
+        if self.power is not None:
+            secs, energy = self.power(secs, energy)
         secs += self._swap_s
         energy += self.static_w * self._swap_s        # chips idle while blocks cross the link
         if not self.runtime.is_ideal:

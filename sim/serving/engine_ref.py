@@ -59,10 +59,12 @@ class GoldenRun:
 def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: int, *,
                  prefix_blocks: int = 0, draft=None,
                  block_bytes: float = 0.0, closed_loop: list[GoldenRequest] | None = None,
-                 rng: np.random.Generator | None = None) -> GoldenRun:
+                 rng: np.random.Generator | None = None, power=None) -> GoldenRun:
     """Serve ``reqs`` (arrival-ordered; with ``closed_loop`` the not-yet-issued requests of
     the clients, handed out in order as requests finish) on one instance of ``blocks`` KV
-    blocks and return every request's times."""
+    blocks and return every request's times. ``power(seconds, energy per chip)`` limits each
+    step's device cost (target and draft) as the engine does (a
+    :class:`~diptych.sim.serving.power.StepPowerLimit`; None: no limit)."""
     cfg = cfg.resolved()              # a configuration the caller left open: ideal, chunked
     bs = cfg.kv_block_tokens
     q = 1 + (cfg.speculative.k if cfg.speculative else 0)
@@ -217,7 +219,16 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             c = draft.cost(Step(b, keys0 + j * b, pf) if b else Step(prefill=pf))
             secs += c.seconds
             energy += c.energy_j
-        return secs
+        return secs, energy
+
+    def device_s(step):
+        """The step's device seconds: target (and draft) at the clock the TDP allows."""
+        c = oracle.cost(step)
+        secs, energy = c.seconds, c.energy_j
+        if draft is not None:
+            ds, de = draft_cost(step)
+            secs, energy = secs + ds, energy + de
+        return power(secs, energy)[0] if power is not None else secs
 
     def with_host(device_s, seqs):
         """The step on the engine's clock: device and host work one after the other, or side
@@ -271,7 +282,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                 ctx = static_state["pmax"] + static_state["done"] + 1
                 static_state["done"] += 1
                 step = Step(len(static_batch), len(static_batch) * ctx)
-            dt = oracle.cost(step).seconds
+            dt = device_s(step)
             dt = with_host(dt, len(static_batch))
             steps.append((t, dt, step.decode_batch, len(step.prefill)))
             peak = max(peak, blocks - len(free_ids))
@@ -306,9 +317,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             step = Step(len(decodes), keys, tuple((c, r.computed) for r, c in chunks), q)
         else:
             step = Step(prefill=tuple((c, r.computed) for r, c in chunks))
-        dt = oracle.cost(step).seconds
-        if draft is not None:
-            dt += draft_cost(step)
+        dt = device_s(step)
         dt += swap_time[0]
         dt = with_host(dt, len(decodes) + len(chunks))
         used = blocks - len(free_ids)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from .deployment import Deployment, Pool, colocated, fit_tp, kv_transfer
 from .engine import Instance, Req, run_loop
 from .kv import KvBudget, kv_budget
 from .metrics import mean_in_system, queue_series, request_metrics, stats
+from .power import StepPowerLimit
 from ..run.scenario import Scenario
 from .step_time import DirectStepTimer, Replica, make_replica
 from .grid_timer import GridStepTimer, GridSpec
@@ -63,6 +64,7 @@ class ServeResult:
     config: dict
     info: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    waterfall: dict | None = None
     instances: list = field(default_factory=list, repr=False)
     reqs: list = field(default_factory=list, repr=False)
 
@@ -118,7 +120,9 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
                             blocks=budget.blocks, block_bytes=budget.block_bytes,
                             static_w=r.chip.energy.static_w,
                             draft=oracles.get(draft) if draft is not None else None,
-                            rng=rng, prefix_blocks=prefix_blocks))
+                            rng=rng, prefix_blocks=prefix_blocks,
+                            power=(None if r.variant.no_power_limit or r.chip.power is None
+                                   else StepPowerLimit(r.chip))))
     return out, budget
 
 
@@ -127,10 +131,11 @@ def _draft_replica(cfg: ServeConfig, target: Replica) -> Replica | None:
     if s is None or s.draft is None:
         return None
     p = target.precision
-    return make_replica(target.chip, s.draft,
-                        Scenario.of(phase="decode", tp=target.tp, weights_dtype=p.weights,
-                                    act_dtype=p.activations, kv_dtype=p.kv,
-                                    attention=target.attention))
+    d = make_replica(target.chip, s.draft,
+                     Scenario.of(phase="decode", tp=target.tp, weights_dtype=p.weights,
+                                 act_dtype=p.activations, kv_dtype=p.kv,
+                                 attention=target.attention))
+    return replace(d, variant=target.variant)        # the draft runs as its target does
 
 
 def resolve_config(deployment: Deployment, cfg: ServeConfig | None = None) -> ServeConfig:
@@ -143,17 +148,29 @@ def resolve_config(deployment: Deployment, cfg: ServeConfig | None = None) -> Se
 
 def serve(deployment: Deployment, load: Load, cfg: ServeConfig | None = None, *,
           oracles: StepTimerCache | None = None, oracle: str = "grid",
-          simulate: Callable | None = None, progress: Callable[[int, int], None] | None = None
-          ) -> ServeResult:
+          simulate: Callable | None = None, progress: Callable[[int, int], None] | None = None,
+          waterfall: bool = False) -> ServeResult:
     """Simulate ``load`` served by ``deployment`` under ``cfg`` (module docstring); a
     ``cfg.runtime`` of None is the deployment's chip's (:meth:`Deployment.runtime`).
 
     ``oracles`` shares step-time oracles between runs (else a new
     :class:`StepTimerCache` of kind ``oracle`` over ``simulate``, the engine by default).
-    ``progress(done, total)`` is called as requests complete.
+    ``progress(done, total)`` is called as requests complete. ``waterfall``: add the serving
+    waterfall (:mod:`~diptych.sim.serving.waterfall`; the load served six more times).
     """
     cfg = resolve_config(deployment, cfg)
     oracles = oracles or StepTimerCache(oracle, simulate)
+    res = _serve(deployment, load, cfg, oracles, progress)
+    if waterfall:
+        from .waterfall import serving_waterfall
+        res.waterfall = serving_waterfall(
+            res, deployment, load, cfg, lambda d, c: _serve(d, load, c, oracles, None))
+    return res
+
+
+def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTimerCache,
+           progress) -> ServeResult:
+    """:func:`serve` of a resolved ``cfg`` on ``oracles`` (no waterfall)."""
     model = deployment.model
     rng = np.random.default_rng(cfg.seed)
     arr, pr, out, info = draw_requests(load, model.max_position_embeddings, rng)
@@ -273,6 +290,22 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
                 scheduling=scheduling_text(cfg),
                 expected_tokens_per_verify=(cfg.speculative.expected_tokens
                                             if cfg.speculative else None))
+    limits = [i.power for i in instances if i.power is not None]
+    warns = []
+    if limits:
+        pl = {"steps": sum(p.steps for p in limits),
+              "unsustainable_steps": sum(p.unsustainable for p in limits),
+              "min_clock_ghz": min(p.min_clock_ghz for p in limits),
+              "added_s": sum(p.added_s for p in limits),
+              "busy_s": sum(sum(i.rec_dt) for i in instances)}
+        info["power_limit"] = pl
+        if pl["steps"]:
+            warns.append(f"{pl['steps']} of {info['steps']} steps drew more than the chip's "
+                         f"TDP and ran at a lower clock (down to {pl['min_clock_ghz']:.3g} "
+                         f"GHz): +{pl['added_s']:.3g} s of device time")
+        if pl["unsustainable_steps"]:
+            warns.append(f"{pl['unsustainable_steps']} steps exceed the TDP even at the "
+                         f"lowest clock: reported at the nominal clock")
     cfgd = {k: (v.__dict__ if hasattr(v, "__dict__") else v) for k, v in cfg.__dict__.items()}
     return ServeResult(
         deployment=dep.describe(), load=load.describe(), requests=len(done), chips=chips,
@@ -288,6 +321,6 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
         mean_in_system=mean_in_system(instances, dur), queue=queue_series(instances),
         kv=[{"role": role, **b.to_dict()} for role, b in budgets],
         slo={"ttft_s": cfg.slo_ttft_s, "tpot_s": cfg.slo_tpot_s}, config=cfgd, info=info,
-        instances=instances, reqs=done)
+        warnings=warns, instances=instances, reqs=done)
 
 

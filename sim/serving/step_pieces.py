@@ -48,7 +48,7 @@ class StepPieces:
                  progress: Callable[[int], None] | None = None):
         self.replica = replica
         self._scheduled = replica.execution == "schedule"
-        self._simulate = simulate
+        self._simulate = replica.timer(simulate)
         self._frame: dict[tuple[int, int], tuple] = {}
         self._dec: dict[tuple[int, int, int], tuple] = {}
         self._pf: dict[tuple[int, int], tuple] = {}
@@ -84,7 +84,8 @@ class StepPieces:
                 got = self.scheduled_frame(n, rows)
             else:
                 w = r.frame_workload(n, rows)
-                bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs)
+                bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs,
+                                 collective_time=r.collective_time)
                 if self._blocks is None:
                     self._blocks = [(b.name, b.repeat) for b in bc]
                 got = tuple(x for b in bc for x in (b.compute_s, b.comm_s, b.energy_j))
@@ -126,7 +127,7 @@ class StepPieces:
         r = self.replica
         w = r.step_workload(Step(n, n, logits_rows=rows))
         t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate(),
-                              fusion=r.fusion)
+                              fusion=r.fusion, collective_time=r.collective_time)
         if self._blocks is None:
             self._blocks = [(b.name, b.repeat) for b in w.blocks]
         run = {b.name: 0.0 for b in w.blocks}       # all copies of each block
@@ -189,7 +190,8 @@ class StepPieces:
         """Per layer kind: (seconds of the non-fused ops, fused compute term, fused memory
         term, energy); with ``per_token`` the compute term and the energy divided by it."""
         r = self.replica
-        by = {b.name: b for b in block_costs(r.cores_workload(cores), r.chip, self._simulate)}
+        by = {b.name: b for b in block_costs(r.cores_workload(cores), r.chip, self._simulate,
+                                             collective_time=r.collective_time)}
         out: list[float] = []
         for name in self.kinds:
             b = by[name]

@@ -36,6 +36,7 @@ from ...workloads.serving_step import Step, core_workload, frame, lower_step
 from ..run.precision_ops import with_precision_ops
 from ..run.scenario import Scenario
 from ..run.summed import block_costs, combine_parts, step_sync_seconds
+from ..run.variant import Variant, collective_timer, variant_chip, variant_timer
 
 
 class StepCost(NamedTuple):
@@ -62,7 +63,10 @@ class Replica:
     (:func:`diptych.sim.run.scenario.default_execution`).
     ``fixed_costs`` (sum only): charge the chip's ``[overheads]`` as the stand-in of
     :func:`~diptych.sim.run.summed.block_costs` (a launch per distinct op of each layer
-    block, per collective, and a synchronisation per step); a schedule charges them itself."""
+    block, per collective, and a synchronisation per step); a schedule charges them itself.
+    ``variant`` leaves mechanisms out (:class:`~diptych.sim.run.variant.Variant`: the serving
+    waterfall's levels): its chip is ``variant_chip`` of the one given, its step timers
+    free the ops and collectives it frees."""
 
     chip: Chip
     model: ModelConfig
@@ -73,9 +77,12 @@ class Replica:
     fixed_costs: bool = True
     execution: str | None = None
     fusion: bool = True
+    variant: Variant = Variant()
 
     def __post_init__(self):
         from ..run.scenario import EXECUTIONS, default_execution
+        if not self.variant.is_default:   # launches and links as the variant has them
+            object.__setattr__(self, "chip", variant_chip(self.chip, self.variant))
         if self.execution is None:
             object.__setattr__(self, "execution", default_execution())
         if self.execution not in EXECUTIONS:
@@ -89,6 +96,15 @@ class Replica:
     @property
     def name(self) -> str:
         return f"{self.model.name} on {self.chip.name} x{self.tp}"
+
+    def timer(self, simulate: Callable | None) -> Callable | None:
+        """``simulate`` with the ops the replica's variant frees costing nothing."""
+        return variant_timer(simulate, self.variant)
+
+    @property
+    def collective_time(self) -> Callable | None:
+        """The collective timer of the replica's variant (None: the chip's links)."""
+        return collective_timer(self.variant)
 
     # the workloads the oracles and the profile export time: lowered for this replica, with
     # the chip's precision ops beside their GEMMs (sim/run/precision_ops.py), as ``diptych run``
@@ -146,7 +162,7 @@ def make_replica(chip, model, scenario: Scenario | None = None, *,
     check_supported(chip, p)
     return Replica(chip=chip, model=model, tp=tp, precision=p, attention=s.attention,
                    overlap=s.overlap, fixed_costs=fixed_costs, execution=s.execution,
-                   fusion=s.fusion)
+                   fusion=s.fusion, variant=Variant(no_power_limit=not s.power_limit))
 
 
 class DirectStepTimer:
@@ -154,7 +170,7 @@ class DirectStepTimer:
 
     def __init__(self, replica: Replica, simulate: Callable | None = None):
         self.replica = replica
-        self._simulate = simulate
+        self._simulate = replica.timer(simulate)
         self._memo: dict[Step, StepCost] = {}
         self.simulations = 0
 
@@ -168,11 +184,12 @@ class DirectStepTimer:
                 from ..run.node import _default_simulate
 
                 t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate(),
-                                      fusion=r.fusion)
+                                      fusion=r.fusion, collective_time=r.collective_time)
                 got = self._memo[step] = StepCost(t["seconds"], t["energy_j"])
             else:
                 s, e = combine_parts(block_costs(w, r.chip, self._simulate,
-                                                 fixed_costs=r.fixed_costs), {}, {},
+                                                 fixed_costs=r.fixed_costs,
+                                                 collective_time=r.collective_time), {}, {},
                                      overlap=r.overlap)
                 got = self._memo[step] = r.with_sync(s, e)
             self.simulations += 1

@@ -17,6 +17,7 @@ from diptych.arch import load_chip
 from diptych.sim.run import Scenario, run_workload
 from diptych.sim.serving.config import ServeConfig, Speculation
 from diptych.sim.serving.engine_ref import GoldenRequest, golden_serve
+from diptych.sim.serving.power import StepPowerLimit
 from diptych.sim.serving.step_time import DirectStepTimer, make_replica
 from diptych.sim.serving.requests import parse_length as P
 from diptych.arch.runtime import IDEAL
@@ -55,7 +56,8 @@ def _golden_of(res, dep, cfg, load, oc):
     return golden_serve(g, oc.get(dep.pool.replica), cfg, inst.total_blocks,
                         prefix_blocks=inst.prefix_blocks, draft=inst.draft,
                         block_bytes=inst.block_bytes, closed_loop=closed,
-                        rng=np.random.default_rng([cfg.seed, 1]))
+                        rng=np.random.default_rng([cfg.seed, 1]),
+                        power=StepPowerLimit(inst.power.chip) if inst.power else None)
 
 
 CASES = {
@@ -155,7 +157,9 @@ def _fixed_per_step(w, chip) -> float:
 def test_low_load_ttft_is_one_prefill_and_tpot_one_batch1_decode_step_plus_fixed_costs(
         tmp_path, execution):
     prompt, gen = 512, 64
-    dep = colocated("h100", "llama-3-8b", execution=execution)
+    # closed forms at the nominal clock (the roofline's prefill at full peak is above the
+    # h100's TDP; the power limit has its own tests, tests/serving/test_serving_power.py)
+    dep = colocated("h100", "llama-3-8b", execution=execution, power_limit=False)
     res = serve(dep, Load(trace=_spaced_trace(tmp_path, 12, prompt, gen)),
                 ServeConfig(runtime=IDEAL), oracles=direct())       # the chip alone
     o = DirectStepTimer(dep.pool.replica, roofline)
@@ -168,11 +172,12 @@ def test_low_load_ttft_is_one_prefill_and_tpot_one_batch1_decode_step_plus_fixed
     # summed model's stand-in, counted here independently; a schedule charges its own
     m, p = load_model("llama-3-8b"), dep.pool.replica.precision
     run_p = run_workload("h100", "llama-3-8b",
-                         Scenario.of(phase="prefill", batch=1, prompt=prompt, execution=execution),
+                         Scenario.of(phase="prefill", batch=1, prompt=prompt, execution=execution,
+                                     power_limit=False),
                          simulate=roofline)
     run_d = run_workload("h100", "llama-3-8b",
                          Scenario.of(phase="decode", batch=1, prompt=prompt, gen=gen - 1,
-                                     execution=execution),
+                                     execution=execution, power_limit=False),
                          simulate=roofline)
     fixed_p = fixed_d = 0.0
     if execution == "sum":
@@ -252,8 +257,9 @@ def test_speculative_tokens_per_verify_step_follow_the_acceptance_rate():
 
 def test_prefix_cache_skips_the_shared_prefill(tmp_path):
     cfg = ServeConfig(prefix_share=0.5, runtime=IDEAL)
-    res = serve(DEP8, Load(trace=_spaced_trace(tmp_path, 3, 1024, 2)), cfg, oracles=direct())
-    o = DirectStepTimer(DEP8.pool.replica, roofline)
+    dep = colocated("h100", "llama-3-8b", power_limit=False)     # a closed form, nominal clock
+    res = serve(dep, Load(trace=_spaced_trace(tmp_path, 3, 1024, 2)), cfg, oracles=direct())
+    o = DirectStepTimer(dep.pool.replica, roofline)
     want = o.cost(Step(prefill=((512, 512),))).seconds
     assert [r.first_t - r.arrival for r in res.reqs] == pytest.approx([want] * 3, rel=1e-12)
     assert res.kv[0]["blocks"] * 16 > 512

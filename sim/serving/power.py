@@ -1,0 +1,63 @@
+"""The power-limited clock of a serving step (issue 21 item 1).
+
+A serving engine's steps last milliseconds to a few hundred milliseconds: each is one window
+of the GPU's power limiter. When a step's average power per chip (its device energy over its
+device time, the draft model's share included) is above the chip's TDP (a chip with a
+``[power]`` table), the step runs at the clock the TDP sustains
+(:func:`~diptych.arch.power.sustained_clock`, the step's power above the static floor taken as
+core power scaling with ``f·V(f)²``), and its time stretches by the clock ratio: exact for a
+compute-bound step, the kind that draws such power (a large prefill chunk); a memory-bound
+step slows less but never gets there. Its core energy scales with ``(V(f')/V(f))²``, its
+static energy with the longer time, so the stretched step draws exactly the TDP. The step
+oracles (grid or direct) stay at the nominal clock; the limit is applied to each step's cost
+as the engine runs it. ``Scenario(power_limit=False)`` or a variant with ``no_power_limit``
+(``--ideal``, the waterfall's levels) leaves it out.
+"""
+
+from __future__ import annotations
+
+from ...arch.power import power_table, sustained_clock
+
+#: Power within the TDP up to this relative excess counts as within it.
+TOLERANCE = 1e-3
+
+
+class StepPowerLimit:
+    """Applies the limit to one instance's steps and counts what it did: ``steps`` stretched,
+    the lowest clock (GHz), the seconds added, and ``unsustainable`` steps (not even the
+    lowest clock fits: kept at the nominal clock)."""
+
+    def __init__(self, chip):
+        self.chip = chip
+        self.steps = 0
+        self.unsustainable = 0
+        self.min_clock_ghz = chip.clock_ghz
+        self.added_s = 0.0
+
+    def __call__(self, seconds: float, energy_j: float) -> tuple[float, float]:
+        """(seconds, energy per chip) of a step after the limit (module docstring)."""
+        chip = self.chip
+        if chip.power is None or seconds <= 0:
+            return seconds, energy_j
+        p = energy_j / seconds
+        if p <= chip.tdp_w * (1 + TOLERANCE):
+            return seconds, energy_j
+        try:
+            f = sustained_clock(chip, energy_j, seconds)
+        except ValueError:
+            self.unsustainable += 1
+            return seconds, energy_j
+        t = power_table(chip)
+        v2 = (t.volts(f) / t.volts(chip.clock_ghz)) ** 2
+        static = min(chip.energy.static_w, p) * seconds
+        new_s = seconds * chip.clock_ghz / f
+        new_e = (energy_j - static) * v2 + static / seconds * new_s
+        self.steps += 1
+        self.min_clock_ghz = min(self.min_clock_ghz, f)
+        self.added_s += new_s - seconds
+        return new_s, new_e
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps, "unsustainable_steps": self.unsustainable,
+                "min_clock_ghz": self.min_clock_ghz, "added_s": self.added_s,
+                "tdp_w": self.chip.tdp_w, "nominal_clock_ghz": self.chip.clock_ghz}
