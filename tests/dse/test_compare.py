@@ -47,7 +47,8 @@ def direct(chip, **kw):
 
 def test_json_structure_is_exactly_the_issues(cmp):
     j = cmp.to_json()
-    assert set(j) == {"model", "chips"} and j["model"] == MODEL
+    assert set(j) == {"model", "chips", "warnings"} and j["model"] == MODEL
+    assert j["warnings"] == cmp.warnings()      # issue 22 item 4: the caveats in the JSON
     assert list(j["chips"]) == ["train-2026", "infer-2026"]
     for c in j["chips"].values():
         assert set(c) == {"area_mm2", "tokens_per_j", "train", "prefill", "decode", "bottleneck",
@@ -449,3 +450,20 @@ def test_execution_and_fusion_reach_every_single_node_run():
     assert s["decode"][0]["tpot_s"] == want.tpot_s
     with pytest.raises(ValueError, match="execution must be 'sum', 'schedule' or None"):
         CompareSettings(execution="fast")
+
+
+def test_cells_that_cannot_be_computed_are_named_and_nothing_computed_exits_2():
+    """Issue 22 item 4: a setting no run could take is refused before any run; a cell that
+    fails is a warning in the terminal, the JSON and the report; a study with no computable
+    cell is an error (exit 2), not a table of nulls."""
+    from click.testing import CliRunner
+    from diptych.tools.cli import main
+
+    with pytest.raises(ValueError, match="train_seq must be at most 16,777,216"):
+        CompareSettings(train_seq=10**9)
+    with pytest.raises(ValueError, match="contexts must be at most"):
+        CompareSettings(contexts=(10**12,))
+    r = CliRunner().invoke(main, ["compare", "h100", "--model", "llama-3-8b", "--precision",
+                                  "nvfp4", "--json"])
+    assert r.exit_code == 2 and "no cell could be computed" in r.output
+    assert "no nvfp4 datapath" in r.output

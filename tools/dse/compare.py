@@ -138,6 +138,19 @@ class CompareSettings:
                 raise ValueError(f"{n} must list at least one value, not an empty list")
             for v in vals:
                 _pos_int(n, v)
+        # sizes no run could take (sim/limits.py): refused here, not as a column of errors
+        from ...sim.limits import MAX_BATCH, MAX_TOKENS
+        for n, limit, what in (("train_seq", MAX_TOKENS, "tokens"), ("gen", MAX_TOKENS, "tokens"),
+                               ("prompts", MAX_TOKENS, "tokens"),
+                               ("contexts", MAX_TOKENS, "tokens"),
+                               ("train_batch", MAX_BATCH, "sequences"),
+                               ("batches", MAX_BATCH, "sequences"),
+                               ("cluster_batch", MAX_BATCH, "sequences")):
+            v = getattr(self, n)
+            for x in (v if isinstance(v, tuple) else (v,)):
+                if x is not None and x > limit:
+                    raise ValueError(f"{n} must be at most {limit:,} {what} (sim/limits.py), "
+                                     f"not {x:,}")
         if self.ref_batch not in self.batches:
             raise ValueError(f"ref_batch must be one of the decode batches "
                              f"({', '.join(map(str, self.batches))}), not {self.ref_batch}")
@@ -270,9 +283,11 @@ class Comparison:
         }
 
     def to_json(self) -> dict:
-        """``{"model": …, "chips": {NAME: summary}}``: the structure of issue 6, with
-        ``precision`` and ``train.mfu_peak_dtype`` added per chip."""
-        return {"model": self.model, "chips": {n: self.summary(n) for n in self.chips}}
+        """``{"model": …, "chips": {NAME: summary}, "warnings": [...]}``: the structure of
+        issue 6, with ``precision`` and ``train.mfu_peak_dtype`` added per chip, and every
+        caveat of :meth:`warnings` (each cell that could not be computed among them)."""
+        return {"model": self.model, "chips": {n: self.summary(n) for n in self.chips},
+                "warnings": self.warnings()}
 
     def details(self) -> dict:
         """:meth:`to_json` plus the settings, the warnings, and per run: fits, power and TDP
@@ -552,6 +567,10 @@ def compare(chips, model, settings: CompareSettings | None = None, *,
     tell(total, total, "done")
     notes = {n: t for n, cr in out.items()
              if (t := sram_shortfall(cr.chip, m, cr.precision["decode"], s)) is not None}
-    return Comparison(model=getattr(m, "name", str(model)), settings=s, chips=out,
-                      max_positions=getattr(m, "max_position_embeddings", None),
-                      sram_notes=notes)
+    cmp = Comparison(model=getattr(m, "name", str(model)), settings=s, chips=out,
+                     max_positions=getattr(m, "max_position_embeddings", None),
+                     sram_notes=notes)
+    if all(r.get("error") for cr in out.values() for _, r in cr.runs()):
+        raise ValueError("compare: no cell could be computed; "
+                         + "; ".join(cmp.warnings()[:3]))
+    return cmp
