@@ -390,7 +390,7 @@ def _show_curve(con, curve: dict, chip, overlap: bool, as_json: bool, trace) -> 
 def _write_trace(path: str, data: dict) -> None:
     from pathlib import Path
 
-    from .atomic import atomic_text
+    from ..arch.atomic import atomic_text
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     atomic_text(path, dumps(data, indent=None))

@@ -364,7 +364,7 @@ def _run_sweep(dep, cfg, spec, prompt, gen, requests, duration, burstiness, qps,
 def _write_trace(path: str, res) -> None:
     from ..sim.serving.trace import serving_trace
 
-    from .atomic import atomic_text
+    from ..arch.atomic import atomic_text
     atomic_text(path, json.dumps(serving_trace(res)))
 
 

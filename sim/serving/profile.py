@@ -38,10 +38,10 @@ as a fused W4A16 kernel's measured time would).
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 
+from ...arch.atomic import atomic_csv, atomic_text
 from ..run.summed import simulate_workload
 from ...workloads.serving_step import Step, decode_cores, frame, prefill_cores
 from ..run.summed import block_costs
@@ -79,10 +79,7 @@ def _write(path: Path, rows: list[dict]) -> None:
         for k in r:
             if k not in keys:
                 keys.append(k)
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=keys)
-        w.writeheader()
-        w.writerows(rows)
+    atomic_csv(path, keys, rows)      # a failed or interrupted export leaves no half file
 
 
 def _mlp_rows(r: Replica, tokens: list[int], tick, simulate) -> tuple[list, list]:
@@ -227,7 +224,7 @@ def export_profile(replica: Replica, out_dir, *, max_tokens: int = 8192, max_bat
                       "network: all_reduce.csv); steps.csv is diptych's whole-step table",
             "files": [f.name for f in files]}
     files.append(out / "profile.json")
-    files[-1].write_text(json.dumps(meta, indent=2))
+    atomic_text(files[-1], json.dumps(meta, indent=2))
     return files
 
 

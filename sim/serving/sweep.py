@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
+from ...arch.atomic import atomic_write
 from ..limits import MAX_SWEEP_POINTS
 from .config import ServeConfig
 from .requests import check_rate
@@ -109,5 +111,8 @@ def plot_sweep(sweep: dict, path: str, title: str, slo: dict) -> None:
     fig.suptitle(title + (f" — highest load meeting the SLOs: {best:g} req/s" if best
                           is not None else " — no load meets the SLOs"))
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    try:
+        atomic_write(path, lambda fh: fig.savefig(fh, dpi=120, format=fmt))
+    finally:
+        plt.close(fig)

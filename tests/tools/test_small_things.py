@@ -110,7 +110,7 @@ def test_outputs_are_atomic_and_a_failed_write_names_the_file(tmp_path, monkeypa
     import errno
     import os
     import pytest
-    from diptych.tools import atomic
+    from diptych.arch import atomic
 
     target = tmp_path / "compare.csv"
     target.write_text("old, complete")
@@ -175,3 +175,31 @@ def test_an_impossible_result_is_an_internal_error_exit_1(monkeypatch):
     r = CliRunner().invoke(main, ["gemm", "64", "64", "64", "--chip", "h100", "--json"])
     assert r.exit_code == 1, r.output
     assert "internal error: ImpossibleResult" in r.output and "energy_j = -1.0" in r.output
+
+
+def test_the_serving_profile_export_is_atomic(tmp_path, monkeypatch):
+    """Issue 22 item 8: `serve --export-profile` writes each file through arch/atomic.py; a
+    full disk leaves no half-written CSV and the error names the file."""
+    import errno
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from roofline_double import roofline
+    from diptych.arch import atomic
+    from diptych.sim.serving.profile import export_profile
+    from diptych.sim.serving.step_time import make_replica
+
+    r = make_replica("h100", "llama-3-8b")
+
+    def enospc(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(atomic.os, "fsync", enospc)
+    out = tmp_path / "prof"
+    with pytest.raises(OSError, match="writing .*mlp.csv"):
+        export_profile(r, out, max_tokens=32, max_batch=2, max_context=64, simulate=roofline)
+    assert list(out.iterdir()) == []
+    monkeypatch.undo()
+    files = export_profile(r, out, max_tokens=32, max_batch=2, max_context=64,
+                           simulate=roofline)
+    assert {f.name for f in files} >= {"mlp.csv", "attention.csv", "steps.csv", "profile.json"}
+    assert all(f.stat().st_size > 0 for f in files)

@@ -594,6 +594,6 @@ def save_figure(fig, path) -> None:
     if path.suffix.lower() not in (".svg", ".png", ".pdf"):
         raise ValueError(f"output file must end in .svg, .png or .pdf, not {path.name!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
-    from ..atomic import atomic_write
+    from ...arch.atomic import atomic_write
     fmt = path.suffix.lower()[1:]
     atomic_write(path, lambda fh: fig.savefig(fh, dpi=150, format=fmt))

@@ -17,7 +17,7 @@ import html
 import io
 from pathlib import Path
 
-from ..atomic import atomic_text
+from ...arch.atomic import atomic_text
 from ..jsonout import dumps
 from .compare import Comparison
 from .compare_table import metrics, ratio_caption

@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..atomic import atomic_write, fsync_dir
+from ...arch.atomic import atomic_write, fsync_dir
 
 PART_GLOB = "part-*.parquet"
 SCHEMA_FILE = "_common_metadata"

@@ -1,6 +1,10 @@
 """Atomic output files: written under a temporary name in the same directory, synced, then
 renamed into place, so an interrupted or failed write (Ctrl-C, a full disk) never leaves a
-partial or empty file under the final name, and the error names the file."""
+partial or empty file under the final name, and the error names the file.
+
+It sits beside the checked reader (:func:`diptych.arch.schema.read_text_file`) at the bottom
+of the layers, so that the simulator's own writers (the serving profile export, the QPS
+plot, traces) and the tools use the same one."""
 
 from __future__ import annotations
 
@@ -49,3 +53,19 @@ def atomic_write(final: str | Path, write: Callable) -> Path:
 def atomic_text(final: str | Path, text: str) -> Path:
     """:func:`atomic_write` of ``text`` as UTF-8."""
     return atomic_write(final, lambda fh: fh.write(text.encode("utf-8")))
+
+
+def atomic_csv(final: str | Path, fieldnames: list[str], rows) -> Path:
+    """:func:`atomic_write` of ``rows`` (dicts) as a UTF-8 CSV with the header
+    ``fieldnames``."""
+    import csv
+    import io
+
+    def write(fh):
+        t = io.TextIOWrapper(fh, encoding="utf-8", newline="")
+        w = csv.DictWriter(t, fieldnames=fieldnames)
+        w.writeheader()
+        w.writerows(rows)
+        t.flush()
+        t.detach()
+    return atomic_write(final, write)
