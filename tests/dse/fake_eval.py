@@ -78,3 +78,25 @@ def late_metric_eval(chip, workload):
         out["late"] = 3 if workload["phase"] == "prefill" else 2.5
     out["label"] = f"=HYPERLINK(\"x\",\"{workload['phase']}\")"
     return out
+
+
+def oom_once_eval(chip, workload):
+    """:func:`toy_eval`, except that a point with ``batch == FAKE_EVAL_OOM_BATCH`` raises
+    MemoryError the first time (a marker per chip and phase in ``FAKE_EVAL_OOM_DIR``)."""
+    from pathlib import Path
+
+    oom = os.environ.get("FAKE_EVAL_OOM_BATCH")
+    if oom and workload.get("batch") == int(oom):
+        mark = Path(os.environ["FAKE_EVAL_OOM_DIR"]) / f"{chip.name}-{workload['phase']}"
+        if not mark.exists():
+            mark.touch()
+            raise MemoryError("Unable to allocate 7.45 GiB")
+    return toy_eval(chip, workload)
+
+
+def nan_eval(chip, workload):
+    """:func:`toy_eval` whose batch-8 points report a NaN time (a broken evaluator)."""
+    out = toy_eval(chip, workload)
+    if workload.get("batch") == 8:
+        out["seconds"] = float("nan")
+    return out

@@ -323,3 +323,36 @@ def test_load_spec_of_a_fifo_does_not_block(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ValueError, match=r"spec.toml: cannot read sweep spec \(not a regular "):
         load_spec(fifo)
+
+
+def test_a_memory_error_is_not_the_points_fault_and_is_run_again(tmp_path, monkeypatch):
+    """Issue 22 item 8: a transient MemoryError is recorded like a dead worker (not as the
+    point's result) and the next run evaluates the point again."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    monkeypatch.setenv("FAKE_EVAL_OOM_BATCH", "7")
+    monkeypatch.setenv("FAKE_EVAL_OOM_DIR", str(marks))
+    spec = parse_spec(SMALL)
+    out = tmp_path / "o"
+    run_sweep(spec, out, evaluate=fake_eval.oom_once_eval, executor=cf.ThreadPoolExecutor(2),
+              progress=False)
+    rows = rows_by_id(out)
+    oom = [r for r in rows.values() if r["worker_died"]]
+    assert {r["batch"] for r in oom} == {7} and len(oom) == 2
+    assert all(r["error"].startswith("MemoryError") and "run again" in r["error"] for r in oom)
+    again = run_sweep(spec, out, evaluate=fake_eval.oom_once_eval,
+                      executor=cf.ThreadPoolExecutor(2), progress=False)
+    assert (again.ran, again.skipped, again.failed) == (2, 4, 0)
+    assert rows_by_id(out) == reference(tmp_path, spec)
+
+
+def test_a_non_finite_metric_is_an_error_row(tmp_path):
+    spec = parse_spec(SMALL)
+    out = tmp_path / "o"
+    s = run_sweep(spec, out, evaluate=fake_eval.nan_eval, executor=cf.ThreadPoolExecutor(2),
+                  progress=False)
+    rows = rows_by_id(out)
+    bad = [r for r in rows.values() if r["batch"] == 8]
+    assert len(bad) == 2 and s.failed == 2
+    assert all(r["error"] == "non-finite metric: seconds = nan" for r in bad)
+    assert all(r["error"] is None for r in rows.values() if r["batch"] != 8)

@@ -6,7 +6,9 @@
   with one schema, written atomically into a locked directory. On restart the ids already
   present are skipped: no point is lost or run twice.
 * **Failures are data**: an exception while evaluating a point becomes that point's ``error``
-  column; the sweep goes on.
+  column; the sweep goes on. A metric that is NaN or infinite is an error too (the values
+  are kept); a ``MemoryError`` is not the point's fault: it is recorded like a dead worker
+  and run again on resume.
 * **Dead workers lose nothing** (:class:`_Driver`): when a worker process dies the pool is
   rebuilt and the tasks in flight run again, alone, until the point that kills its worker is
   found; only that point is recorded as failed (``worker_died``), and a resume runs it again.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import importlib
+import math
 import time
 import traceback
 from dataclasses import dataclass
@@ -134,8 +137,17 @@ def run_task(task: Task, evaluate: Evaluate, power_budget_w: float | None = None
                         continue  # the result repeats a parameter (batch, phase, chip ...)
                     k = f"metric_{k}"
                 row[k] = v
-            row["error"] = None
+            bad = [k for k in metrics if isinstance(row.get(k), float)
+                   and not math.isfinite(row[k])]
+            row["error"] = (f"non-finite metric: {', '.join(f'{k} = {row[k]!r}' for k in bad)}"
+                            if bad else None)
             row["worker_died"] = False
+        except MemoryError as exc:
+            # not a property of the point: recorded like a dead worker, so that the next run
+            # of the sweep tries it again (finished_ids skips it)
+            row["error"] = f"MemoryError: {exc} (transient: run again on resume)"
+            row["traceback"] = traceback.format_exc(limit=6)
+            row["worker_died"] = True
         except Exception as exc:  # noqa: BLE001 - a failing point is recorded, not fatal
             row["error"] = f"{type(exc).__name__}: {exc}"
             row["traceback"] = traceback.format_exc(limit=6)
