@@ -215,7 +215,10 @@ class Instance:
         self.rec_pf.append(step.tokens - step.decode_batch * step.decode_queries)
         self.rec_chunks.append(len(step.prefill))
         self.rec_wait.append(len(self.waiting) + len(self.swapped))
-        self.rec_run.append(len(self.running))
+        # in the system: a static batch's finished sequences keep their slot (padding) but
+        # their requests are done (Little's law counts requests, not slots)
+        self.rec_run.append(len(self.running) if self.cfg.scheduler != "static" else
+                            sum(1 for r in self.running if r.finish_t < 0))
         self.rec_used.append(used)
         return secs
 
