@@ -27,6 +27,15 @@ OUTPUT_QUANT_PLACES: tuple[str, ...] = ("vector", "array")
 WEIGHT_SWAPS: tuple[str, ...] = ("wave", "global")
 DRAM_KINDS: tuple[str, ...] = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4", "ddr3", "ddr4",
                                "ddr5", "lpddr5", "gddr6")
+#: The fastest data rate per pin (Gb/s) a part of each DRAM kind is specified or shipped at:
+#: a faster one is a typo or another kind (issue 23 item 6). [S] HBM2 2.4 (Samsung Aquabolt;
+#: JESD235A says 2.0), HBM2E 3.6 (SK hynix), HBM3 6.4 (JESD238), HBM3E 9.8 (Samsung, SK hynix
+#: and Micron parts 9.2-9.8), DDR3-2133 (JESD79-3), DDR4-3200 (JESD79-4), DDR5-8800
+#: (JESD79-5), LPDDR5X-10700 (Samsung 2024; LPDDR5 is 6.4), GDDR6 24 (Samsung). HBM4 12
+#: [assumption]: JESD270-4 specifies up to 8 Gb/s and vendors have announced 10-11 Gb/s parts.
+PIN_RATE_MAX_GBPS: dict[str, float] = {
+    "hbm2": 2.4, "hbm2e": 3.6, "hbm3": 6.4, "hbm3e": 9.8, "hbm4": 12.0, "ddr3": 2.133,
+    "ddr4": 3.2, "ddr5": 8.8, "lpddr5": 10.7, "gddr6": 24.0}
 #: Kinds of program tensors (:mod:`diptych.sim.program`); a chip's ``[residency]`` table says
 #: which of them may stay in each on-chip memory between ops.
 TENSOR_KINDS: tuple[str, ...] = ("weight", "activation", "kv_cache", "gradient",
@@ -271,7 +280,19 @@ class Dram:
     t_rtw_ns: float = f(min=0.0, max=1000.0, doc="read-to-write turnaround in ns (0 <= x <= 1000)")
     capacity_gib: float = f(gt=0.0, max=65536.0, doc="capacity in GiB (0 < x <= 65536)")
 
+    @classmethod
+    def json_schema_rules(cls) -> list[dict]:
+        """The per-kind pin-rate ceilings (:data:`PIN_RATE_MAX_GBPS`) as JSON Schema rules."""
+        return [{"if": {"properties": {"kind": {"const": k}}, "required": ["kind"]},
+                 "then": {"properties": {"gbps_per_pin": {"maximum": v}}}}
+                for k, v in PIN_RATE_MAX_GBPS.items()]
+
     def _validate(self, source, path):
+        top = PIN_RATE_MAX_GBPS[self.kind]
+        if self.gbps_per_pin > top:
+            fail(source, f"{path}.gbps_per_pin", self.gbps_per_pin,
+                 f"at most {top:g} Gb/s for {self.kind} (the fastest {self.kind} part "
+                 f"specified or shipped; another kind?)")
         if self.burst_bytes > self.page_bytes:
             fail(source, f"{path}.burst_bytes", self.burst_bytes,
                  f"at most page_bytes ({self.page_bytes})")

@@ -166,6 +166,40 @@ def chips_template(chip: str, output: str, name: str | None, force: bool):
                f"`diptych chips validate {out}`")
 
 
+def chip_json_schema() -> dict:
+    """The JSON Schema of a chip file (:mod:`diptych.arch.json_schema`), the JSON of
+    `chips show --json` included (its derived figures are allowed and ignored)."""
+    from ..arch.json_schema import json_schema
+
+    doc = json_schema(Chip, title="diptych chip",
+                      schema_id="https://diptych.invalid/schemas/chip.schema.json")
+    doc["properties"][DERIVED_KEY] = {
+        "type": "object", "description": "derived figures of `chips show --json`, ignored on "
+                                         "load"}
+    return doc
+
+
+@chips.command("schema")
+@click.option("-o", "--output", "output", default=None, type=click.Path(dir_okay=False),
+              help="Write the schema to this file (default: print it).")
+@friendly
+def chips_schema(output: str | None):
+    """Print (or write) the JSON Schema of a chip file, generated from the same rules `chips
+    validate` checks, for editors that check TOML or JSON as it is typed (docs/chips.md,
+    "Editor support"). Cross-field rules stay with `chips validate`.
+
+    Example: diptych chips schema -o chip.schema.json
+    """
+    text = dumps(chip_json_schema()) + "\n"
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    from ..arch.atomic import atomic_text
+
+    atomic_text(output, text)
+    click.echo(f"wrote {output}", err=True)
+
+
 @chips.command("validate")
 @click.argument("path", type=click.Path(dir_okay=False))
 @friendly
