@@ -26,7 +26,11 @@ COMMANDS = [
     ("sweep_cmd", "pareto"),
     ("plan_cmd", "plan"),
     ("cache_cmd", "cache"),
+    ("warmup_cmd", "warmup"),
 ]
+
+#: Commands that simulate, so that a first run compiles the engine's kernels: they say so.
+SIMULATING = frozenset({"run", "compare", "serve", "gemm", "plan", "sweep"})
 
 
 class LazyGroup(click.Group):
@@ -101,6 +105,21 @@ def main(ctx: click.Context, debug: bool, no_cache: bool):
     if no_cache:   # through the environment, so that sweep workers see it too
         import os
         os.environ["DIPTYCH_NO_CACHE"] = "1"
+    if ctx.invoked_subcommand in SIMULATING and not ctx.resilient_parsing:
+        _first_run_notice()
+
+
+def _first_run_notice() -> None:
+    """One line on stderr when the engine's kernels are not compiled yet (a fresh install):
+    the command will spend its first minutes compiling (docs/limits.md, "First run")."""
+    try:
+        from ..sim.jit import cold_kernels
+        cold = cold_kernels()
+    except Exception:  # noqa: BLE001 - a notice must never stop a command
+        return
+    if cold:
+        click.echo("note: first run: compiling the engine's kernels (once per install, "
+                   "~1-3 min on 2 cores; `diptych warmup` does it ahead)", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

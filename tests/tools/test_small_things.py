@@ -203,3 +203,52 @@ def test_the_serving_profile_export_is_atomic(tmp_path, monkeypatch):
                            simulate=roofline)
     assert {f.name for f in files} >= {"mlp.csv", "attention.csv", "steps.csv", "profile.json"}
     assert all(f.stat().st_size > 0 for f in files)
+
+
+def test_a_first_run_says_it_is_compiling(monkeypatch):
+    """Issue 23 item 2: a simulating command on a machine whose kernels are not compiled says
+    so, once, on stderr; other commands and a warm machine say nothing."""
+    import diptych.sim.jit as jit
+
+    monkeypatch.setattr(jit, "cold_kernels", lambda: ["engine"])
+    r = CliRunner().invoke(main, ["gemm", "64", "64", "64", "--chip", "h100", "--json"])
+    assert r.exit_code == 0
+    assert "first run: compiling the engine's kernels" in r.stderr
+    json.loads(r.stdout)                              # the JSON itself is untouched
+    r = CliRunner().invoke(main, ["chips", "list"])
+    assert "first run" not in r.output
+    monkeypatch.setattr(jit, "cold_kernels", lambda: [])
+    r = CliRunner().invoke(main, ["gemm", "64", "64", "64", "--chip", "h100"])
+    assert "first run" not in r.stderr
+
+
+def test_cold_kernels_sees_an_empty_cache(tmp_path):
+    """In a process whose Numba cache is an empty directory every kernel module is cold
+    (nothing is compiled to find out); in this one, after the suite's simulations, none."""
+    import os
+    import subprocess
+    import sys
+
+    from diptych.sim.jit import KERNEL_MODULES, cold_kernels
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", "from diptych.sim.jit import cold_kernels; "
+                          "print(','.join(cold_kernels()))"], env=env, capture_output=True,
+                         text=True, check=True).stdout.strip().split(",")
+    assert set(out) <= {m.rsplit(".", 1)[-1] for m in KERNEL_MODULES} and "engine" in out
+    from diptych.sim import simulate
+    from diptych.arch import load_chip
+    from diptych.workloads.ops import Gemm
+    simulate(Gemm(name="g", m=64, k=64, n=64, a_dtype="bf16", b_dtype="bf16",
+                  c_dtype="bf16"), load_chip("h100"))
+    assert "engine" not in cold_kernels()
+
+
+def test_warmup_visits_every_preset():
+    from diptych.arch import preset_names
+    from diptych.sim.jit import warmup
+
+    seen = []
+    secs = warmup(lambda done, total, label: seen.append(label))
+    assert secs >= 0 and seen[-1] == "done"
+    assert [s.split(": ")[1] for s in seen[:-1]] == preset_names()
