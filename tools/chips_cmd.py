@@ -7,6 +7,7 @@ import click
 from ..arch import Chip, load_chip, load_chip_file, preset_names, to_dict
 from ..arch.area import area_breakdown_mm2, die_area_mm2
 from ..arch.loader import DERIVED_KEY
+from . import fmt
 from .errors import friendly
 from .jsonout import dumps
 
@@ -135,7 +136,7 @@ def chips_show(chip: str, as_json: bool, as_toml: bool):
                       v.message for v in g.violations) + "[/red]"))
     cost = chip_cost(c)
     if cost is not None:
-        t.add_row("cost per chip", f"${cost.total_usd:,.0f}")
+        t.add_row("cost per chip (manufacturing)", fmt.money(cost.total_usd))
     t.add_row("TDP", f"{c.tdp_w:.0f} W")
     con.print(t)
 

@@ -109,9 +109,17 @@ def main(ctx: click.Context, debug: bool, no_cache: bool):
         _first_run_notice()
 
 
+def _stderr_is_tty() -> bool:
+    import sys
+    return sys.stderr.isatty()
+
+
 def _first_run_notice() -> None:
-    """One line on stderr when the engine's kernels are not compiled yet (a fresh install):
-    the command will spend its first minutes compiling (docs/limits.md, "First run")."""
+    """One line on stderr, for a person at a terminal, when the engine's kernels are not
+    compiled yet (a fresh install): the command will spend its first minutes compiling
+    (docs/limits.md, "First run"). Scripts reading a redirected stderr get nothing."""
+    if not _stderr_is_tty():
+        return
     try:
         from ..sim.jit import cold_kernels
         cold = cold_kernels()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from . import fmt
 from .errors import friendly
 
 
@@ -34,7 +35,7 @@ def floorplan(chips: tuple[str, ...], output: str):
         cost = chip_cost(c)
         if cost is not None:
             parts = ", ".join(f"{k} ${v:,.0f}" for k, v in cost.breakdown().items())
-            click.echo(f"  cost: ${cost.total_usd:,.0f} per chip ({parts}); die yield "
+            click.echo(f"  cost: {fmt.money(cost.total_usd)} per chip ({parts}); die yield "
                        + ", ".join(f"{d.name} {d.yield_:.1%}" for d in cost.dies))
         for v in p.violations:
             click.echo(f"  cannot be built as described: {v.message}")

@@ -65,6 +65,18 @@ def number(x: float | None, unit: str = "") -> str:
     return f"{text} {unit}".rstrip()
 
 
+def money(x: float | None) -> str:
+    """Dollars, one format everywhere: ``$5,359``, ``$0.00141`` (as :func:`number`)."""
+    return MISSING if x is None else f"${number(x)}"
+
+
+def cost_basis(cost) -> str:
+    """What a chip's ``$ per million tokens`` is made of (its ``[cost]`` terms), in words."""
+    return (f"chip capex amortised over {cost.lifetime_years:g} years at "
+            f"{cost.utilisation:.0%} utilisation + energy at ${cost.usd_per_kwh:g}/kWh, "
+            f"PUE {cost.pue:g}")
+
+
 def ratio(x: float | None) -> str:
     """``3.88×``, ``0.258×``."""
     return MISSING if x is None else f"{x:.3g}×"

@@ -76,8 +76,9 @@ def totals_table(d: dict):
         t.add_row("power per chip", f"{fmt.si(d['power_w'], 'W')} of its "
                   f"{fmt.si(d['tdp_w'], 'W')} TDP{hot}")
     if d.get("usd_per_mtok") is not None:
-        t.add_row("cost", f"${d['cost_usd']:,.0f} per chip, ${d['usd_per_mtok']:.3g} per "
-                  "million tokens")
+        t.add_row("cost", f"{fmt.money(d['cost_usd'])} per chip (manufacturing), "
+                  f"{fmt.money(d['usd_per_mtok'])} per million tokens (capex amortised + "
+                  "energy: the chip's [cost] terms)")
     mem = d["memory"]
     bd = ", ".join(f"{k} {fmt.gib(v)}" for k, v in mem["breakdown"].items())
     t.add_row("memory per chip", f"{fmt.gib(mem['memory_bytes'])} of "

@@ -374,9 +374,9 @@ def _show_curve(con, curve: dict, chip, overlap: bool, as_json: bool, trace) -> 
                   "losses and the power limit left out (--ideal)")
     if d["usd_per_mtok"] is not None:
         c = the_chip.cost
-        con.print(f"cost: ${d['cost_usd']:,.0f} per chip; ${d['usd_per_mtok']:.4g} per million "
-                  f"tokens ({c.utilisation:.0%} utilisation, {c.lifetime_years:g} years, "
-                  f"${c.usd_per_kwh:g}/kWh); {d['tokens_per_s_per_usd']:.4g} tokens/s per $")
+        con.print(f"cost: {fmt.money(d['cost_usd'])} per chip (manufacturing); "
+                  f"{fmt.money(d['usd_per_mtok'])} per million tokens ({fmt.cost_basis(c)}); "
+                  f"{fmt.number(d['tokens_per_s_per_usd'])} tokens/s per $ of chip")
     if len(results) > 1:
         con.print(_curve_table(curve))
         cb = curve["compute_bound_batch"]

@@ -103,7 +103,7 @@ def test_compare_report_has_cost_warnings_and_provenance(tmp_path):
                       / tps) / 3.6e6 * 0.08))
     write_report(cmp, tmp_path)
     page = (tmp_path / "index.html").read_text()
-    assert "cost per chip" in page and "$ per million tokens" in page
+    assert "chip cost (manufacturing)" in page and "$ per million tokens: capex amortised" in page
     assert "infer-2026-1die: cannot be built as described: the die: 8 DRAM PHYs" in page
     assert "infer-2026: cannot be built" not in page   # the preset's two dies fit
     assert f"diptych {__version__}" in page

@@ -209,7 +209,9 @@ def test_a_first_run_says_it_is_compiling(monkeypatch):
     """Issue 23 item 2: a simulating command on a machine whose kernels are not compiled says
     so, once, on stderr; other commands and a warm machine say nothing."""
     import diptych.sim.jit as jit
+    import diptych.tools.cli as cli
 
+    monkeypatch.setattr(cli, "_stderr_is_tty", lambda: True)     # a person at a terminal
     monkeypatch.setattr(jit, "cold_kernels", lambda: ["engine"])
     r = CliRunner().invoke(main, ["gemm", "64", "64", "64", "--chip", "h100", "--json"])
     assert r.exit_code == 0

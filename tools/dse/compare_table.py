@@ -92,7 +92,7 @@ def metrics(cmp: Comparison) -> list[Metric]:
     row("chip", "on-chip SRAM", [cr.chip.sram_bytes / 2**20 for cr in runs],
         lambda v: fmt.number(v, "MiB"))
     row("chip", "TDP", [cr.chip.tdp_w for cr in runs], lambda v: fmt.eng(v, "W"))
-    row("chip", "cost per chip", [x["cost_usd"] for x in summ], lambda v: fmt.number(v, "$"))
+    row("chip", "chip cost (manufacturing)", [x["cost_usd"] for x in summ], fmt.money)
     infer_same = all(cr.precision["prefill"] == cr.precision["decode"] for cr in runs)
     for ph in (("train", "prefill, decode") if infer_same else ("train", "prefill", "decode")):
         key = ph.split(",")[0]
@@ -134,8 +134,9 @@ def metrics(cmp: Comparison) -> list[Metric]:
     row("efficiency", f"tokens/J (decode b={ref[0]} ctx={ref[1]})",
         [x["tokens_per_j"] for x in summ], lambda v: fmt.eng(v, "tok/J"),
         tuple(tuple(run_notes(cr.decode[ref])) for cr in runs))
-    row("efficiency", f"$ per million tokens (decode b={ref[0]} ctx={ref[1]})",
-        [x["usd_per_mtok"] for x in summ], lambda v: fmt.number(v, "$"),
+    row("efficiency", f"$ per million tokens: capex amortised + energy "
+                      f"(decode b={ref[0]} ctx={ref[1]})",
+        [x["usd_per_mtok"] for x in summ], fmt.money,
         tuple(tuple(run_notes(cr.decode[ref])) for cr in runs))
     for ph in ("train", "prefill", "decode"):
         row("efficiency", f"bottleneck: {ph}", [x["bottleneck"][ph] for x in summ],
