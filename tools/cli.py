@@ -121,7 +121,7 @@ def _first_run_notice() -> None:
     if not _stderr_is_tty():
         return
     try:
-        from ..sim.jit import cold_kernels
+        from ..sim.warmup import cold_kernels
         cold = cold_kernels()
     except Exception:  # noqa: BLE001 - a notice must never stop a command
         return

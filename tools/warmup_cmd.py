@@ -13,7 +13,7 @@ def warmup():
     """Compile the engine's Numba kernels now (once per install; ~1-3 min on 2 cores), so that
     the first `run`, `compare` or `serve` starts at once. Compiled code is cached on disk
     (next to the sources, or under NUMBA_CACHE_DIR); docs/limits.md, "First run"."""
-    from ..sim.jit import cold_kernels, warmup as do_warmup
+    from ..sim.warmup import cold_kernels, warmup as do_warmup
     from .progress import progress_display
 
     cold = cold_kernels()

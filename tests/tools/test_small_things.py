@@ -208,7 +208,7 @@ def test_the_serving_profile_export_is_atomic(tmp_path, monkeypatch):
 def test_a_first_run_says_it_is_compiling(monkeypatch):
     """Issue 23 item 2: a simulating command on a machine whose kernels are not compiled says
     so, once, on stderr; other commands and a warm machine say nothing."""
-    import diptych.sim.jit as jit
+    import diptych.sim.warmup as jit
     import diptych.tools.cli as cli
 
     monkeypatch.setattr(cli, "_stderr_is_tty", lambda: True)     # a person at a terminal
@@ -231,10 +231,10 @@ def test_cold_kernels_sees_an_empty_cache(tmp_path):
     import subprocess
     import sys
 
-    from diptych.sim.jit import KERNEL_MODULES, cold_kernels
+    from diptych.sim.warmup import KERNEL_MODULES, cold_kernels
 
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", "from diptych.sim.jit import cold_kernels; "
+    out = subprocess.run([sys.executable, "-c", "from diptych.sim.warmup import cold_kernels; "
                           "print(','.join(cold_kernels()))"], env=env, capture_output=True,
                          text=True, check=True).stdout.strip().split(",")
     assert set(out) <= {m.rsplit(".", 1)[-1] for m in KERNEL_MODULES} and "engine" in out
@@ -248,7 +248,7 @@ def test_cold_kernels_sees_an_empty_cache(tmp_path):
 
 def test_warmup_visits_every_preset():
     from diptych.arch import preset_names
-    from diptych.sim.jit import warmup
+    from diptych.sim.warmup import warmup
 
     seen = []
     secs = warmup(lambda done, total, label: seen.append(label))
