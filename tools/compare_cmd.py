@@ -163,6 +163,8 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
                 for phase, wf in cmp.summary(name).get("waterfall", {}).items():
                     if wf:
                         click.echo(f"{name} {phase}: {waterfall_line(wf)}")
+        for v in cmp.verdicts().values():
+            click.echo(f"verdict: {v['text']}")
         for w in cmp.warnings():
             click.echo(f"warning: {w}")
         if study:

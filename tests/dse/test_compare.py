@@ -47,7 +47,7 @@ def direct(chip, **kw):
 
 def test_json_structure_is_exactly_the_issues(cmp):
     j = cmp.to_json()
-    assert set(j) == {"model", "chips", "warnings"} and j["model"] == MODEL
+    assert set(j) == {"model", "chips", "verdicts", "warnings"} and j["model"] == MODEL
     assert j["warnings"] == cmp.warnings()      # issue 22 item 4: the caveats in the JSON
     assert list(j["chips"]) == ["train-2026", "infer-2026"]
     for c in j["chips"].values():
@@ -467,3 +467,36 @@ def test_cells_that_cannot_be_computed_are_named_and_nothing_computed_exits_2():
                                   "nvfp4", "--json"])
     assert r.exit_code == 2 and "no cell could be computed" in r.output
     assert "no nvfp4 datapath" in r.output
+
+
+def test_a_verdict_per_phase_names_the_winner_the_margin_and_the_resource(cmp):
+    """Issue 23 item 4: per phase the chip with the best headline number wins, by the ratio
+    of the two best, and the text names the winner's regime and the resource behind it."""
+    v = cmp.verdicts()
+    assert set(v) == {"train", "prefill", "decode"}
+    summ = {n: cmp.summary(n) for n in cmp.chips}
+    dec = {n: next(d["tokens_per_s"] for d in s["decode"]
+                   if (d["batch"], d["context"]) == (SMALL.ref_batch, SMALL.contexts[0]))
+           for n, s in summ.items()}
+    best, other = sorted(dec, key=dec.get, reverse=True)
+    assert v["decode"]["winner"] == best and v["decode"]["runner_up"] == other
+    assert v["decode"]["by"] == pytest.approx(dec[best] / dec[other])
+    ttft = {n: s["prefill"][0]["ttft_s"] for n, s in summ.items()}
+    fast = min(ttft, key=ttft.get)
+    assert v["prefill"]["winner"] == fast and v["prefill"]["by"] >= 1.0
+    tr = {n: s["train"]["tokens_per_s"] for n, s in summ.items()}
+    assert v["train"]["winner"] == max(tr, key=tr.get)
+    for phase, x in v.items():
+        assert x["text"].startswith(f"{phase}: {x['winner']} wins")
+        assert ("DRAM bandwidth" in x["text"]) == (x["bound"] == "memory")
+        assert ("peak of" in x["text"]) == (x["bound"] == "compute")
+    assert cmp.to_json()["verdicts"] == v
+    one = compare(["h100"], MODEL, SMALL, run=fake_eval.roofline_run)
+    assert one.verdicts() == {}
+
+
+def test_the_chip_block_states_the_interconnect(cmp):
+    row = next(m for m in metrics(cmp) if m.label == "interconnect (per direction)")
+    for cell, name in zip(row.cells, cmp.chips):
+        ic = load_chip(name).interconnect
+        assert cell.startswith(f"{ic.links} × ") and "B/s" in cell

@@ -221,6 +221,38 @@ class ChipRuns:
             yield ("decode", bc), r
 
 
+def roofline_regime(r: dict) -> str | None:
+    """The roofline regime of a run, from what it achieved: ``memory`` when it used more of
+    the DRAM's peak bandwidth than of the MACs' peak (HFU), ``compute`` otherwise;
+    ``communication`` when its own bound says so. (A run's ``bound`` is the engine's busiest
+    unit, which for decode is the arrays installing weights: not the regime an architect
+    reads; issue 23 item 1.) None without the figures."""
+    if r.get("bound") == "communication":
+        return "communication"
+    hfu, bw = r.get("hfu"), r.get("dram_bw_utilization")
+    if hfu is None or bw is None:
+        return r.get("bound")
+    return "memory" if bw > hfu else "compute"
+
+
+def _deciding_resource(chip, bound: str | None, phase: str) -> str:
+    """The winner's resource that decides a phase, from its regime there, in words."""
+    from .. import fmt
+    if bound == "compute":
+        return (f"compute-bound there: its peak of "
+                f"{fmt.eng(chip.peak_ops_per_s.get(chip.default_dtype), 'OP/s')} decides")
+    if bound == "memory":
+        return (f"memory-bound there: its DRAM bandwidth of "
+                f"{fmt.eng(chip.dram_bytes_per_s or None, 'B/s')} decides"
+                if chip.has_dram else "memory-bound there: its on-chip SRAM bandwidth decides")
+    if bound == "communication":
+        ic = chip.interconnect
+        total = ic.bytes_per_s_per_direction if ic is not None else None
+        return (f"communication-bound there: its links "
+                f"({fmt.eng(total, 'B/s')} per direction) decide")
+    return f"{phase} regime {bound or 'unknown'}"
+
+
 def power_limited_ghz(r: dict) -> float | None:
     """The clock a run was reported at because its TDP could not sustain the nominal one
     (:mod:`diptych.sim.run.power_limit`); None when it was not power-limited."""
@@ -282,12 +314,48 @@ class Comparison:
                               "decode": ref.get("waterfall")}} if s.waterfall else {}),
         }
 
+    def verdicts(self) -> dict[str, dict]:
+        """Per phase, which chip wins, by how much, and the resource that decides it (issue
+        23 item 4): training by tokens/s per chip, prefill by the first prompt's TTFT, decode
+        by tokens/s at the reference point. Each: ``winner``, ``runner_up``, ``by`` (the
+        winner's advantage, ≥ 1×), ``metric``, ``bound`` (the winner's regime there) and
+        ``text``. Empty with one chip; a phase no two chips could run is left out."""
+        s = self.settings
+        if len(self.chips) < 2:
+            return {}
+        ref = (s.ref_batch, s.contexts[0])
+        p0 = s.prompts[0]
+        picks = {"train": ("tokens/s per chip", True,
+                           lambda cr: _per_chip(cr.train), lambda cr: cr.train),
+                 "prefill": (f"time to first token at {p0} tokens", False,
+                             lambda cr: cr.prefill[p0].get("ttft_s"),
+                             lambda cr: cr.prefill[p0]),
+                 "decode": (f"tokens/s at batch {ref[0]}, context {ref[1]}", True,
+                            lambda cr: cr.decode[ref].get("tokens_per_s"),
+                            lambda cr: cr.decode[ref])}
+        out = {}
+        for phase, (metric, more_is_better, value, run) in picks.items():
+            vals = [(n, value(cr)) for n, cr in self.chips.items()]
+            vals = [(n, v) for n, v in vals if v and not run(self.chips[n]).get("error")]
+            if len(vals) < 2:
+                continue
+            vals.sort(key=lambda x: x[1], reverse=more_is_better)
+            (w, a), (r, b) = vals[0], vals[1]
+            by = a / b if more_is_better else b / a
+            cr = self.chips[w]
+            bound = roofline_regime(run(cr))
+            out[phase] = {"winner": w, "runner_up": r, "by": by, "metric": metric,
+                          "bound": bound,
+                          "text": f"{phase}: {w} wins, {by:.3g}× {r} on {metric}; "
+                                  f"{_deciding_resource(cr.chip, bound, phase)}"}
+        return out
+
     def to_json(self) -> dict:
         """``{"model": …, "chips": {NAME: summary}, "warnings": [...]}``: the structure of
         issue 6, with ``precision`` and ``train.mfu_peak_dtype`` added per chip, and every
         caveat of :meth:`warnings` (each cell that could not be computed among them)."""
         return {"model": self.model, "chips": {n: self.summary(n) for n in self.chips},
-                "warnings": self.warnings()}
+                "verdicts": self.verdicts(), "warnings": self.warnings()}
 
     def details(self) -> dict:
         """:meth:`to_json` plus the settings, the warnings, and per run: fits, power and TDP

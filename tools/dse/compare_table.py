@@ -92,6 +92,13 @@ def metrics(cmp: Comparison) -> list[Metric]:
     row("chip", "on-chip SRAM", [cr.chip.sram_bytes / 2**20 for cr in runs],
         lambda v: fmt.number(v, "MiB"))
     row("chip", "TDP", [cr.chip.tdp_w for cr in runs], lambda v: fmt.eng(v, "W"))
+    ics = [cr.chip.interconnect for cr in runs]
+    out.append(Metric("chip", "interconnect (per direction)", tuple(
+        f"{ic.links} × {fmt.eng(ic.gb_per_s_per_link_per_direction * 1e9, 'B/s')} = "
+        f"{fmt.eng(ic.bytes_per_s_per_direction, 'B/s')}"
+        if ic is not None and ic.links else "none" for ic in ics), none,
+        _ratio_cells([ic.bytes_per_s_per_direction if ic is not None and ic.links else None
+                      for ic in ics])))
     row("chip", "chip cost (manufacturing)", [x["cost_usd"] for x in summ], fmt.money)
     infer_same = all(cr.precision["prefill"] == cr.precision["decode"] for cr in runs)
     for ph in (("train", "prefill, decode") if infer_same else ("train", "prefill", "decode")):

@@ -204,6 +204,10 @@ def index_html(cmp: Comparison, rows: list[dict]) -> str:
     cols = list(rows[0])
     runs = "".join("<tr>" + "".join(f"<td>{e(_fmt(r[c]))}</td>" for c in cols) + "</tr>"
                    for r in rows)
+    verdicts = cmp.verdicts()
+    verdict = ("<h2>Verdict</h2><ul>" + "".join(f"<li>{e(v['text'])}</li>"
+                                                  for v in verdicts.values()) + "</ul>"
+               if verdicts else "")
     warns = cmp.warnings()
     warn = ("<h2>Warnings</h2><ul class=warn>" + "".join(f"<li>{e(w)}</li>" for w in warns)
             + "</ul><p>Marked on the plots: × does not fit in memory, □ above the chip's "
@@ -222,7 +226,7 @@ text-align:right}}th{{background:#f3f3f3}}.warn{{color:#a00}}.bad{{background:#f
 background:#e8e8e8}}img{{max-width:100%;border:1px solid #ddd;margin:1em 0}}</style></head><body>
 <h1>{e(cmp.model)}: {e(' vs '.join(names))}</h1>
 <p>{e(cmp.settings.describe())}.{e(window)}</p>{made}
-<p>{e(ratio_caption(cmp))}</p>{warn}
+<p>{e(ratio_caption(cmp))}</p>{verdict}{warn}
 <h2>Summary</h2>{summary_html(cmp)}{waterfall_html(cmp)}
 <h2>Floorplans</h2><img src="floorplan.svg" alt="floorplans">
 <h2>Roofline</h2><img src="roofline.svg" alt="roofline">
