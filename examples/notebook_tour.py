@@ -50,3 +50,12 @@ for w in cmp.warnings():
 out = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="diptych-tour-")
 files = diptych.write_report(cmp, out)
 print(f"report: {len(files)} files in {out} (open {out}/index.html)")
+
+# 7. Serving the model under load: `diptych serve --json` is res.to_dict().
+res = diptych.serve(chip, model, qps=2.0, requests=8, prompt="256", gen="16")
+print(f"serving at 2 req/s: TTFT {res.ttft_s['mean'] * 1e3:.1f} ms, "
+      f"TPOT {res.tpot_s['mean'] * 1e3:.2f} ms, {res.tokens_per_s:.0f} output tokens/s")
+
+# 8. Its floorplan, to scale (`diptych floorplan`), next to the report.
+fig, plans = diptych.floorplan([chip], f"{out}/tour-floorplan.svg")
+print(f"floorplan: {out}/tour-floorplan.svg")

@@ -96,3 +96,37 @@ def test_compare_is_compare_json(monkeypatch):
     assert cli.exit_code == 0, cli.output
     assert json.loads(json.dumps(cmp.to_json())) == json.loads(cli.stdout)
     assert cmp.summary("train-2026")["precision"]["decode"]["weights"] == "fp8"
+
+
+def test_the_facade_covers_serve_plan_sweep_and_floorplan(tmp_path):
+    """Issue 23 item 7: every command has its facade function, returning what the command
+    prints (the same numbers as its --json)."""
+    r = diptych.serve("h100", "llama-3-8b", qps=2.0, requests=3, prompt="128", gen="4",
+                      tp=1)
+    cli = CliRunner().invoke(main, ["serve", "--chip", "h100", "--model", "llama-3-8b",
+                                    "--tp", "1", "--qps", "2", "--requests", "3",
+                                    "--prompt", "128", "--gen", "4", "--json"])
+    assert cli.exit_code == 0, cli.output
+    d = json.loads(cli.output)
+    assert r.to_dict()["ttft_s"]["mean"] == pytest.approx(d["ttft_s"]["mean"], rel=1e-12)
+    assert r.to_dict()["tpot_s"]["mean"] == pytest.approx(d["tpot_s"]["mean"], rel=1e-12)
+
+    p = diptych.plan("h100", "llama-3-8b", "dgx-h100", chips=8, batch=8, seq=2048, refine=2,
+                     tp=[8], zero=[0])
+    cli = CliRunner().invoke(main, ["plan", "--chip", "h100", "--model", "llama-3-8b",
+                                    "--cluster", "dgx-h100", "--chips", "8", "--batch", "8",
+                                    "--seq", "2048", "--refine", "2", "--top", "2", "--tp", "8",
+                                    "--zero", "0", "--json"])
+    assert cli.exit_code == 0, cli.output
+    best = json.loads(cli.output)["plans"][0]
+    assert p.plans[0].seconds == pytest.approx(best["seconds"], rel=1e-12)
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('base = "infer-2026"\n[chip]\narray_dim = [64]\n[workload]\n'
+                    'model = "llama-3-8b"\nphase = ["decode"]\nbatch = [1]\nprompt = [128]\n')
+    summary = diptych.sweep(spec, tmp_path / "out", jobs=1)
+    assert summary.total == 1 and summary.failed == 0
+
+    fig, plans = diptych.floorplan(["h100"], tmp_path / "f.svg")
+    assert (tmp_path / "f.svg").stat().st_size > 0 and plans[0][0] == "h100"
+    assert {"serve", "plan", "sweep", "floorplan"} <= set(diptych.__all__)

@@ -41,8 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from diptych.sim.run import RunResult
 
 __all__ = ["__version__", "load_chip", "load_model", "simulate_gemm", "run", "compare",
-           "write_report", "Chip", "ModelConfig", "OpStats", "RunResult", "Comparison",
-           "CompareSettings"]
+           "write_report", "serve", "plan", "sweep", "floorplan", "Chip", "ModelConfig",
+           "OpStats", "RunResult", "Comparison", "CompareSettings"]
 
 #: Types re-exported lazily: name → module that defines it.
 _TYPES = {"Chip": "diptych.arch", "ModelConfig": "diptych.workloads",
@@ -183,3 +183,91 @@ def write_report(comparison: "Comparison", directory) -> list:
     ``roofline.svg``, ``decode.svg``, ``floorplan.svg``. Returns the paths written."""
     from diptych.tools.dse.report import write_report as _write
     return _write(comparison, directory)
+
+
+def serve(chip: "str | Chip", model: "str | ModelConfig", *, tp: int | None = None,
+          replicas: int = 1, qps: float | None = None, concurrency: int | None = None,
+          trace: str | None = None, prompt: str = "1000", gen: str = "200",
+          requests: int | None = None, duration: float | None = None,
+          precision: str | None = None, runtime: str | None = None, seed: int = 0,
+          oracle: str = "grid", waterfall: bool = False, **config):
+    """Serve ``model`` on ``replicas`` × ``tp`` chips of ``chip`` under one load, as ``diptych
+    serve`` does (colocated): exactly one of ``qps`` (open loop), ``concurrency`` (closed
+    loop) or ``trace`` (a CSV); ``prompt``/``gen`` length specs as ``--prompt``/``--gen``
+    (``"1000"``, ``"uniform:lo=100,hi=900"``, ``"lognormal:mean=500,sigma=0.5"``); ``tp``
+    None: the fewest chips whose memory holds the model and a step's KV cache;
+    ``precision`` a spec as ``--precision``; ``runtime`` a profile name or path (None: the
+    chip's). ``config``: any :class:`~diptych.sim.serving.config.ServeConfig` field
+    (``max_batch``, ``chunked_prefill``, ``scheduler``, ``slo_ttft_s`` ...). ``waterfall``:
+    the serving waterfall (``result.waterfall``). Returns the ``ServeResult`` whose
+    ``to_dict()`` is ``diptych serve --json``."""
+    from diptych.arch.runtime import load_runtime
+    from diptych.sim.run import Scenario
+    from diptych.sim.serving.config import ServeConfig
+    from diptych.sim.serving.requests import Load, parse_length
+    from diptych.sim.serving.serve import Deployment, Pool, fit_tp
+    from diptych.sim.serving.serve import serve as _serve
+    from diptych.sim.serving.step_time import make_replica
+    from diptych.tools.precision_spec import run_dtypes
+
+    w, a, kv, _ = run_dtypes(precision, "decode", None, None, None, None)
+    dtypes = {"weights_dtype": w, "act_dtype": a, "kv_dtype": kv}
+    cfg = ServeConfig(**config, seed=seed,
+                      runtime=load_runtime(runtime) if runtime else None)
+    c, m = load_chip(chip), load_model(model)
+    if tp is None:
+        tp = fit_tp(c, m, cfg, precision=dtypes)
+    dep = Deployment(pool=Pool(make_replica(c, m, Scenario.of(phase="decode", tp=tp, **dtypes)),
+                               replicas))
+    load = Load(qps=qps, concurrency=concurrency, trace=trace,
+                prompt=parse_length(prompt, "prompt"), gen=parse_length(gen, "gen"),
+                requests=requests, duration_s=duration)
+    return _serve(dep, load, cfg, oracle=oracle, waterfall=waterfall)
+
+
+def plan(chip: "str | Chip", model: "str | ModelConfig", cluster: str, *, chips: int,
+         batch: int, seq: int, refine: int = 8, precision: str | None = None,
+         recipe: str | None = None, progress: Callable | None = None, **space):
+    """The plan search of ``diptych plan``: the best parallel plans (tp × pp × dp × cp × ep,
+    ZeRO, schedule, micro-batch, recomputation) for training ``model`` on ``chips`` chips of
+    ``cluster`` (a preset such as ``"dgx-h100"`` or a path), ``batch`` sequences of ``seq``
+    tokens; ``refine`` plans re-simulated with the engine; ``space`` narrows the search as
+    the command's flags do (``tp=[4, 8]``, ``zero=[1]``, ``schedules=["interleaved"]`` ...).
+    Returns the search result: ``plans`` (best first, each a ``ClusterResult``),
+    ``candidates``, ``fitting``; ``to_dict(top)`` is ``diptych plan --json``."""
+    from diptych.sim.cluster.search import search_plans
+    from diptych.sim.run import Scenario
+    from diptych.tools.precision_spec import run_dtypes
+
+    w, a, kv, r = run_dtypes(precision, "train", None, None, None, recipe)
+    s = Scenario.of(phase="train", chips=chips, batch=batch, seq=seq, weights_dtype=w,
+                    act_dtype=a, kv_dtype=kv, recipe=r)
+    return search_plans(load_model(model), load_chip(chip), cluster, s, refine=refine,
+                        progress=progress, **space)
+
+
+def sweep(spec, out, *, jobs: int | None = None, evaluate=None, progress: bool = False):
+    """Run a design-space sweep (``diptych sweep``): ``spec`` a TOML path or a parsed spec,
+    results written incrementally to the directory ``out`` (Parquet parts; rerun to resume);
+    ``jobs`` local workers (default one per CPU, capped at them). Returns the summary
+    (``total``, ``ran``, ``failed``, ``skipped``, ``seconds``); read the rows with
+    ``diptych.tools.dse.sweep.read_results(out)`` (a pyarrow Table)."""
+    from diptych.tools.dse.spec import SweepSpec, load_spec
+    from diptych.tools.dse.sweep import run_sweep
+
+    s = spec if isinstance(spec, SweepSpec) else load_spec(spec)
+    return run_sweep(s, out, evaluate=evaluate, jobs=jobs, progress=progress)
+
+
+def floorplan(chips: "str | Chip | Sequence[str | Chip]", output=None):
+    """The floorplans of ``diptych floorplan``: each chip's dies, arrays, SRAM, DRAM and
+    SerDes beachfront drawn to scale. Returns ``(figure, [(chip, floorplan summary)])``;
+    with ``output`` (PNG/SVG/PDF by extension) the figure is also written there, atomically."""
+    from diptych.tools.dse.floorplan import draw_floorplans, floorplan as _plan, save_figure
+
+    many = chips if isinstance(chips, (list, tuple)) else [chips]
+    loaded = [load_chip(c) for c in many]
+    fig = draw_floorplans(loaded)
+    if output is not None:
+        save_figure(fig, output)
+    return fig, [(c.name, _plan(c)) for c in loaded]
