@@ -46,7 +46,7 @@ def render_table(cmp) -> "object":
     if len(names) > 1:
         caption += "\n" + ratio_caption(cmp)
     prov = provenance()
-    caption += f"\ndiptych {prov['diptych_version']}, {prov['date_utc']}"
+    caption += f"\n{prov['made_by']}, {prov['date_utc']}"
     t = Table(title=f"{cmp.model}: {' vs '.join(names)}", caption=escape(caption))
     t.add_column("")
     for n in names:

@@ -94,8 +94,12 @@ def plot_sweep(sweep: dict, path: str, title: str, slo: dict) -> None:
     ax[0].plot(q, [p["tokens_per_s"] for p in pts], "o-", label="output tokens/s")
     ax[0].set_ylabel("output tokens/s")
     g = ax[0].twinx()
-    g.plot(q, [p["goodput_rps"] for p in pts], "s--", color="tab:green", label="goodput")
+    g.plot(q, [p["goodput_rps"] for p in pts], "s--", color="tab:green",
+           label="goodput (req/s meeting SLOs)")
     g.set_ylabel("goodput (requests/s meeting SLOs)")
+    # one legend for both axes of the first panel (its two curves overlap at low load)
+    lines = ax[0].get_lines() + g.get_lines()
+    ax[0].legend(lines, [ln.get_label() for ln in lines], fontsize=8, loc="upper left")
     for i, (key, name) in enumerate((("ttft_s", "TTFT"), ("tpot_s", "TPOT")), start=1):
         for pc, st in (("p50", "o-"), ("p99", "^-")):
             ax[i].plot(q, [p[key][pc] for p in pts], st, label=f"{name} {pc}")

@@ -190,3 +190,17 @@ def test_reticle_sized_square_budget_outline():
     assert math.isclose(budget.get_width() / budget.get_height(),
                         floorplan(chip).dies[0].geometry.width_mm
                         / floorplan(chip).dies[0].geometry.height_mm)
+
+
+def test_the_title_and_the_text_give_the_same_die_cost():
+    """Issue 23 item 8: the title's dies cost is the text's (after the assembly yield), and
+    every die's yield is named."""
+    from diptych.arch.cost import chip_cost
+    from diptych.tools.dse.floorplan import _title, floorplan as plan_of
+
+    chip = load_chip("infer-2026")
+    cost = chip_cost(chip)
+    title = _title(chip, plan_of(chip), cost)
+    assert f"dies \\${cost.breakdown()['dies']:,.0f};" in title
+    for d in cost.dies:
+        assert f"{d.name} {d.yield_:.0%}" in title

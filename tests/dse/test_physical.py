@@ -109,6 +109,12 @@ def test_compare_report_has_cost_warnings_and_provenance(tmp_path):
     assert f"diptych {__version__}" in page
     details = json.loads((tmp_path / "compare.json").read_text())
     assert details["provenance"]["diptych_version"] == __version__
+    # the sources' git commit tells two reports of one version apart (issue 23 item 8)
+    from diptych.tools.dse.physical import source_commit
+    commit = source_commit()
+    assert details["provenance"]["source_commit"] == (commit or "")
+    if commit:
+        assert f"diptych {__version__} ({commit})" in page
     assert any("8 DRAM PHYs" in w for w in details["geometry_warnings"])
 
 

@@ -254,3 +254,26 @@ def test_warmup_visits_every_preset():
     secs = warmup(lambda done, total, label: seen.append(label))
     assert secs >= 0 and seen[-1] == "done"
     assert [s.split(": ")[1] for s in seen[:-1]] == preset_names()
+
+
+def test_the_serve_plot_labels_both_curves_of_its_first_panel(tmp_path, monkeypatch):
+    """Issue 23 item 8: the throughput panel's two curves (tokens/s, goodput on a twin axis)
+    share one legend; the plot is written atomically."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from diptych.sim.serving.sweep import plot_sweep
+
+    figs = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig) or real_close(fig))
+    stats = {"p50": 0.01, "p99": 0.02}
+    pts = [{"qps": q, "tokens_per_s": 100.0 * q, "goodput_rps": q, "ttft_s": stats,
+            "tpot_s": stats, "meets_slo": True} for q in (1.0, 2.0)]
+    out = tmp_path / "curve.svg"
+    plot_sweep({"points": pts, "max_qps_meeting_slo": 2.0}, str(out), "t",
+               {"ttft_s": 2.0, "tpot_s": 0.2})
+    assert out.stat().st_size > 0
+    legend = figs[0].axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == [
+        "output tokens/s", "goodput (req/s meeting SLOs)"]

@@ -552,8 +552,11 @@ def _title(chip, plan: Floorplan, cost) -> str:
     budget = f", budget {chip.area_budget_mm2:.0f}" if chip.area_budget_mm2 else ""
     line = f"{literal(chip.name)}: {die_area_mm2(chip):.0f} mm²{extra} ({shape}){budget}"
     if cost is not None:  # "\$": a literal dollar, not matplotlib mathtext
-        line += f"\n\\${cost.total_usd:,.0f} per chip (dies \\${cost.die_usd:,.0f}, yield " + \
-            ", ".join(f"{d.yield_:.0%}" for d in cost.dies[:3]) + ")"
+        # the dies' share as the text prints it (after the assembly yield), each die's yield
+        # named (issue 23 item 8: the title said $425 where the text said $434)
+        line += (f"\n\\${cost.total_usd:,.0f} per chip (dies "
+                 f"\\${cost.breakdown()['dies']:,.0f}; die yield "
+                 + ", ".join(f"{literal(d.name)} {d.yield_:.0%}" for d in cost.dies[:3]) + ")")
     if plan.violations:
         line += "\nINFEASIBLE: see below"
     return line

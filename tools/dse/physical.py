@@ -42,8 +42,30 @@ def geometry_warnings(chip) -> list[str]:
     return [f"{chip.name}: {v.message}" for v in check(chip)]
 
 
+def source_commit() -> str | None:
+    """The git commit diptych's sources were run from (with ``+dirty`` when they differ from
+    it), or None outside a git checkout or without git: what tells two reports of the same
+    version apart (issue 23 item 8)."""
+    import subprocess
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, timeout=5)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def provenance(command: str | None = None) -> dict[str, str]:
-    """What produced a report: diptych's version, the command line and the UTC date."""
+    """What produced a report: diptych's version, the git commit of its sources (when run from
+    a checkout), the command line and the UTC date."""
     import datetime
     import shlex
     import sys
@@ -52,6 +74,9 @@ def provenance(command: str | None = None) -> dict[str, str]:
 
     cmd = command if command is not None else " ".join(
         ["diptych"] + [shlex.quote(a) for a in sys.argv[1:]])
-    return {"diptych_version": __version__, "command": cmd,
+    commit = source_commit()
+    return {"diptych_version": __version__, "source_commit": commit or "",
+            "made_by": f"diptych {__version__}" + (f" ({commit})" if commit else ""),
+            "command": cmd,
             "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime(
                 "%Y-%m-%d %H:%M:%S UTC")}

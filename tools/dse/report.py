@@ -215,7 +215,7 @@ def index_html(cmp: Comparison, rows: list[dict]) -> str:
     window = (f" The model's max_position_embeddings is {cmp.max_positions}."
               if cmp.max_positions else "")
     prov = provenance()
-    made = (f"<p>diptych {e(prov['diptych_version'])}, <code>{e(prov['command'])}</code>, "
+    made = (f"<p>{e(prov['made_by'])}, <code>{e(prov['command'])}</code>, "
             f"{e(prov['date_utc'])}</p>")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>diptych compare: {e(cmp.model)}</title>
