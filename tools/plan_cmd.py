@@ -170,6 +170,10 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
     for name, v in (("top", top), ("refine", refine), ("max-tp", max_tp)):
         if v is not None and v < 1:
             raise ValueError(f"--{name} must be a positive integer, not {v}")
+    from ..sim.cluster.trace import MAX_ET_RANKS
+    if export_et and chips > MAX_ET_RANKS:     # known before the search: say so at once
+        raise ValueError(f"--export-et writes one trace per rank: at most {MAX_ET_RANKS:,} "
+                         f"ranks, not --chips {chips:,}")
     for name, v in (("top", top), ("refine", refine)):
         if v is not None and v > MAX_REFINE:
             raise ValueError(f"--{name} must be at most {MAX_REFINE} plans (sim/limits.py; "

@@ -235,8 +235,12 @@ class _RankGraph:
                                       A(name="comm_tag", int64_val=tag)])
 
 
+#: Ranks a Chakra export writes at most (one file per rank).
+MAX_ET_RANKS = 4096
+
+
 def export_chakra(res: ClusterResult, directory, *, prefix: str = "diptych",
-                  max_ranks: int = 4096) -> list[Path]:
+                  max_ranks: int = MAX_ET_RANKS) -> list[Path]:
     """Write ``<directory>/<prefix>.<rank>.et`` for every rank and ``comm_group.json``
     (module docstring); returns the paths written."""
     plan, run = res.plan, res.pipeline

@@ -277,3 +277,18 @@ def test_the_serve_plot_labels_both_curves_of_its_first_panel(tmp_path, monkeypa
     legend = figs[0].axes[0].get_legend()
     assert [t.get_text() for t in legend.get_texts()] == [
         "output tokens/s", "goodput (req/s meeting SLOs)"]
+
+
+def test_plan_refuses_an_export_it_cannot_write_before_searching(tmp_path, monkeypatch):
+    """Issue 23 item 8: --export-et over 4,096 ranks is refused before the search (it used
+    to search for 100 s first): the search is never called."""
+    import diptych.sim.cluster.search as search
+
+    def no_search(*a, **k):
+        raise AssertionError("the search ran")
+    monkeypatch.setattr(search, "search_plans", no_search)
+    r = _run("plan", "--chip", "h100", "--model", "llama-3-8b", "--cluster", "dgx-h100",
+             "--chips", "16384", "--batch", "16384", "--seq", "2048", "--export-et",
+             str(tmp_path / "et"))
+    assert r.exit_code == 2 and "at most 4,096 ranks, not --chips 16,384" in r.output
+    assert not (tmp_path / "et").exists()
