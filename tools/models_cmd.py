@@ -112,6 +112,9 @@ def models_show(model: str, as_json: bool):
             c.get("checkpoint_dtype") and f"torch_dtype {c['checkpoint_dtype']}",
             c.get("checkpoint_quant") and f"{c['checkpoint_quant']} weights "
                                            f"(quantization_config)") if x))
+    if c.get("vision_tower"):
+        t.add_row("vision tower", "in the checkpoint (vision_config), not simulated: the "
+                                  "counts below are the text model's")
     t.add_row("parameters", f"{s['parameters']:,} ({_b(s['parameters'])})")
     t.add_row("active parameters", f"{s['active_parameters']:,.0f} "
               f"({_b(s['active_parameters'])})")

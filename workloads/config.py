@@ -146,6 +146,9 @@ class ModelConfig:
     # models the weights in its own dtype and says when it differs
     checkpoint_dtype: str | None = None
     checkpoint_quant: str | None = None
+    # a multimodal checkpoint (config.json has a vision_config): only its text model is
+    # simulated and counted; runs and `models show` say so
+    vision_tower: bool = False
 
     def __post_init__(self):
         def bad(field: str, value, expected: str):

@@ -499,6 +499,8 @@ def quantised_weights(m) -> str | None:
 def parse(family: str, arch: str, d: dict, source: str | None) -> dict:
     """ModelConfig keyword arguments (all but name, architecture, family) for ``d``; a MoE
     configuration without MoE layers comes back dense (:func:`_dense_without_moe_layers`);
-    the checkpoint's stored precision (:func:`_checkpoint`)."""
+    the checkpoint's stored precision (:func:`_checkpoint`); ``vision_tower`` when the config
+    has a ``vision_config`` (Gemma 3, Llama 4: the text model alone is simulated)."""
     f = Fields(d, source)
-    return {**_dense_without_moe_layers(_PARSERS[family](f, arch)), **_checkpoint(f)}
+    extra = {"vision_tower": True} if isinstance(d.get("vision_config"), dict) else {}
+    return {**_dense_without_moe_layers(_PARSERS[family](f, arch)), **_checkpoint(f), **extra}

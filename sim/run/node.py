@@ -265,6 +265,11 @@ def _lower(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup
                f"({model.max_position_embeddings})")
         warns.append(msg)
         _warnings.warn(msg, stacklevel=3)
+    if model.vision_tower:
+        msg = (f"{model.name} is multimodal (vision_config): its vision tower is not "
+               f"simulated; parameters, FLOPs and memory are the text model's")
+        warns.append(msg)
+        _warnings.warn(msg, stacklevel=3)
     cap = chip.memory_bytes   # DRAM, or an all-SRAM chip's SRAM
     if s.phase == "train":
         mem: MemoryReport = train_memory(model, p, tp, w, cap, s.recompute == "full")

@@ -292,3 +292,23 @@ def test_plan_refuses_an_export_it_cannot_write_before_searching(tmp_path, monke
              str(tmp_path / "et"))
     assert r.exit_code == 2 and "at most 4,096 ranks, not --chips 16,384" in r.output
     assert not (tmp_path / "et").exists()
+
+
+def test_a_multimodal_checkpoint_says_its_vision_tower_is_not_simulated():
+    """Issue 23 item 8: Gemma 3 and Llama 4 ship a vision tower (vision_config) that diptych
+    does not simulate; `models show` and a run say so, a text-only model says nothing."""
+    import warnings
+
+    from diptych.sim.run import Scenario, run_workload
+    from diptych.workloads import load_model
+
+    assert load_model("gemma-3-12b").vision_tower and load_model("llama-4-scout").vision_tower
+    assert not load_model("llama-3-8b").vision_tower
+    out = _run("models", "show", "gemma-3-12b").output
+    assert "vision tower" in out and "not simulated" in out
+    from roofline_double import roofline
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        r = run_workload("h100", "gemma-3-12b", Scenario(phase="decode", batch=1, prompt=256),
+                         simulate=roofline)
+    assert any("vision tower is not simulated" in w for w in r.warnings)
