@@ -65,6 +65,28 @@ def number(x: float | None, unit: str = "") -> str:
     return f"{text} {unit}".rstrip()
 
 
+#: Unit suffixes of result columns and how an axis label says them.
+_UNITS = (("_per_s_per_usd", "/s per $"), ("_tokens_per_s", " tokens/s"), ("_per_s", "/s"),
+          ("_per_j", "/J"), ("_j_per_token", " per token (J)"), ("_per_token", " per token"),
+          ("_mm2", " (mm²)"),
+          ("_usd", " ($)"), ("_gib", " (GiB)"), ("_mib", " (MiB)"), ("_ghz", " (GHz)"),
+          ("_j", " (J)"), ("_w", " (W)"), ("_s", " (s)"))
+
+
+def column_label(name: str) -> str:
+    """A result column as an axis label: its unit suffix said (``area_mm2`` → ``area
+    (mm²)``, ``decode_tokens_per_s`` → ``decode tokens/s``), underscores as spaces; ``mfu``
+    and ``hfu`` upper-case."""
+    if name in ("mfu", "hfu"):
+        return name.upper()
+    if name == "usd_per_mtok":
+        return "$ per million tokens"
+    for suffix, said in _UNITS:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)].replace("_", " ") + said
+    return name.replace("_", " ")
+
+
 def money(x: float | None) -> str:
     """Dollars, one format everywhere: ``$5,359``, ``$0.00141`` (as :func:`number`)."""
     return MISSING if x is None else f"${number(x)}"

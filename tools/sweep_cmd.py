@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from . import fmt
 from .errors import echo_err, friendly
 
 
@@ -109,8 +110,10 @@ def pareto(results, x, y, x_sense, y_sense, where, log_x, log_y, output):
     rows = read_results(results).to_pylist()
     xs, ys, keys = select_xy(rows, x, y, parse_where(where))
     sx, sy = x_sense or default_sense(x), y_sense or default_sense(y)
-    fig = pareto_plot(xs, ys, x_label=x, y_label=y, sense_x=sx, sense_y=sy,
-                      log_x=log_x, log_y=log_y)
+    front_ids = set(pareto_front(xs, ys, sx, sy))
+    labels = [_describe(rows, k) if i in front_ids else "" for i, k in enumerate(keys)]
+    fig = pareto_plot(xs, ys, x_label=fmt.column_label(x), y_label=fmt.column_label(y),
+                      sense_x=sx, sense_y=sy, log_x=log_x, log_y=log_y, annotations=labels)
     save_figure(fig, output)
     front = pareto_front(xs, ys, sx, sy)
     click.echo(f"Pareto front ({x} {sx}, {y} {sy}): {len(front)} of {len(xs)} points")

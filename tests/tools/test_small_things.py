@@ -312,3 +312,30 @@ def test_a_multimodal_checkpoint_says_its_vision_tower_is_not_simulated():
         r = run_workload("h100", "gemma-3-12b", Scenario(phase="decode", batch=1, prompt=256),
                          simulate=roofline)
     assert any("vision tower is not simulated" in w for w in r.warnings)
+
+
+def test_pareto_axes_read_as_quantities_and_the_front_is_labelled(tmp_path, monkeypatch):
+    """Issue 23 item 8: the pareto plot's axes say the quantity and its unit, not the raw
+    column name, and each point of the front is labelled with its design parameters."""
+    from diptych.tools import fmt
+    import diptych.tools.dse.plots as plots
+
+    assert fmt.column_label("area_mm2") == "area (mm²)"
+    assert fmt.column_label("decode_tokens_per_s") == "decode tokens/s"
+    assert fmt.column_label("energy_j_per_token") == "energy per token (J)"
+    assert fmt.column_label("usd_per_mtok") == "$ per million tokens"
+    seen = {}
+    real = plots.pareto_plot
+
+    def spy(*a, **k):
+        seen.update(k)
+        return real(*a, **k)
+    monkeypatch.setattr(plots, "pareto_plot", spy)
+    rows = tmp_path / "r.csv"
+    rows.write_text("point_id,array_dim,chip,area_mm2,decode_tokens_per_s\n"
+                    "a,64,c1,100,10\nb,128,c2,200,30\nc,256,c3,300,20\n")
+    r = _run("pareto", str(rows), "-o", str(tmp_path / "p.svg"))
+    assert r.exit_code == 0, r.output
+    assert seen["x_label"] == "area (mm²)" and seen["y_label"] == "decode tokens/s"
+    labelled = [t for t in seen["annotations"] if t]
+    assert len(labelled) == 2 and all("array_dim=" in t for t in labelled)   # a and b
