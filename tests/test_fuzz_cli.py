@@ -453,3 +453,76 @@ def test_real_processes_print_one_line_and_exit_2(ws, what, kind, content, messa
                        text=True, timeout=120)
     assert r.returncode == 2
     assert r.stdout == "" and r.stderr.count("\n") == 1 and message in r.stderr
+
+
+# ---- the serving, planning and cluster surfaces (issue 22 item 9) ----------------------------------
+
+
+def _resource(pkg: str, name: str) -> dict:
+    return tomllib.loads(resources.files(pkg).joinpath(name).read_text())
+
+
+SERVE = ["serve", "--chip", "h100", "--model", "llama-3-8b", "--tp", "1", "--oracle", "direct",
+         "--prompt", "16", "--gen", "2", "--json"]
+TRACE = "arrival_s,prompt_tokens,output_tokens\n0.0,16,2\n0.5,16,2\n"
+TRACE_BAD = ["nan", "inf", "-1", "0", "1e300", "1e-300", "9" * 40, "x", "", "1.5"]
+
+
+def trace_cases(rng, n):
+    for _ in range(n):
+        if rng.random() < 0.5:
+            yield mutate_bytes(rng, TRACE)
+            continue
+        rows = [r.split(",") for r in TRACE.strip().splitlines()]
+        i, j = rng.randrange(1, len(rows)), rng.randrange(3)
+        rows[i][j] = rng.choice(TRACE_BAD)
+        yield "\n".join(",".join(r) for r in rows) + "\n", f"row {i} column {j} = {rows[i][j]!r}"
+
+
+def test_fuzz_serving_planning_and_cluster_inputs(ws):
+    """Runtime profiles, cluster files and request traces mutated as the other kinds are, and
+    the serve/plan flags at the classes of issue 22 (1e-300, 1e308, huge counts, nan): every
+    run ends with exit 0 or 2 and one `Error:` line. Prints its counts."""
+    rng = random.Random(SEED + 9)
+    codes: list[int] = []
+    runtime = _resource("diptych.arch.runtimes", "vllm-v1.toml")
+    for i in range(12):
+        if rng.random() < 0.75:
+            d, what = mutate_structure(rng, runtime)
+            content = toml_doc(d)
+        else:
+            content, what = mutate_bytes(rng, toml_doc(runtime))
+        f = write(ws / f"rt{i}.toml", content)
+        codes.append(check([*SERVE, "--runtime", str(f), "--qps", "1", "--requests", "1"],
+                           f"runtime {what}").exit_code)
+    cluster = _resource("diptych.arch.clusters", "dgx-h100.toml")
+    for i in range(8):
+        if rng.random() < 0.75:
+            d, what = mutate_structure(rng, cluster)
+            content = toml_doc(d)
+        else:
+            content, what = mutate_bytes(rng, toml_doc(cluster))
+        f = write(ws / f"cl{i}.toml", content)
+        codes.append(check(["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",
+                            "decode", "--batch", "8", "--prompt", "16", "--cluster", str(f),
+                            "--tp", "8", "--chips", "8", "--json"], f"cluster {what}").exit_code)
+    for i, (content, what) in enumerate(trace_cases(rng, 12)):
+        f = write(ws / f"tr{i}.csv", content)
+        codes.append(check([*SERVE, "--trace", str(f)], f"trace {what}").exit_code)
+    flags = ([["--qps", q, "--requests", "2"] for q in
+              ("0", "-1", "nan", "inf", "1e-300", "1e308")]
+             + [["--qps", "1", "--requests", r] for r in ("0", "-1", "1000000000", "9" * 30)]
+             + [["--concurrency", c, "--requests", "2"] for c in ("0", "1000000000")]
+             + [["--qps", "1", "--duration", t] for t in ("nan", "-1", "1e308")]
+             + [["--sweep-qps", s, "--requests", "2"] for s in
+                ("1:2:0", "1:2:1000000000", "0:1:2", "nan:1:2", "1e-300:1:2")])
+    for extra in flags:
+        codes.append(check([*SERVE, *extra], " ".join(extra)).exit_code)
+    for extra in (["--batch", "9" * 40], ["--refine", "0"], ["--refine", "1000000"],
+                  ["--top", "-1"], ["--seq", "1e308"]):
+        codes.append(check(["plan", "--chip", "h100", "--model", "llama-3-8b", "--cluster",
+                            "dgx-h100", "--chips", "8", "--batch", "8", "--seq", "2048",
+                            *extra], " ".join(extra)).exit_code)
+    print(f"serving/planning/cluster fuzz: {len(codes)} runs, {codes.count(0)} exit 0, "
+          f"{codes.count(2)} exit 2, 0 internal errors, 0 tracebacks")
+    assert codes.count(2) > 0.5 * len(codes)
