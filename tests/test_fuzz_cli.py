@@ -468,6 +468,14 @@ TRACE = "arrival_s,prompt_tokens,output_tokens\n0.0,16,2\n0.5,16,2\n"
 TRACE_BAD = ["nan", "inf", "-1", "0", "1e300", "1e-300", "9" * 40, "x", "", "1.5"]
 
 
+def _toml_mutant(rng, base: dict):
+    """(content, what) of one mutant of the TOML table ``base``: mostly structural."""
+    if rng.random() < 0.75:
+        d, what = mutate_structure(rng, base)
+        return toml_doc(d), what
+    return mutate_bytes(rng, toml_doc(base))
+
+
 def trace_cases(rng, n):
     for _ in range(n):
         if rng.random() < 0.5:
@@ -487,21 +495,13 @@ def test_fuzz_serving_planning_and_cluster_inputs(ws):
     codes: list[int] = []
     runtime = _resource("diptych.arch.runtimes", "vllm-v1.toml")
     for i in range(12):
-        if rng.random() < 0.75:
-            d, what = mutate_structure(rng, runtime)
-            content = toml_doc(d)
-        else:
-            content, what = mutate_bytes(rng, toml_doc(runtime))
+        content, what = _toml_mutant(rng, runtime)
         f = write(ws / f"rt{i}.toml", content)
         codes.append(check([*SERVE, "--runtime", str(f), "--qps", "1", "--requests", "1"],
                            f"runtime {what}").exit_code)
     cluster = _resource("diptych.arch.clusters", "dgx-h100.toml")
     for i in range(8):
-        if rng.random() < 0.75:
-            d, what = mutate_structure(rng, cluster)
-            content = toml_doc(d)
-        else:
-            content, what = mutate_bytes(rng, toml_doc(cluster))
+        content, what = _toml_mutant(rng, cluster)
         f = write(ws / f"cl{i}.toml", content)
         codes.append(check(["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",
                             "decode", "--batch", "8", "--prompt", "16", "--cluster", str(f),
