@@ -500,3 +500,24 @@ def test_the_chip_block_states_the_interconnect(cmp):
     for cell, name in zip(row.cells, cmp.chips):
         ic = load_chip(name).interconnect
         assert cell.startswith(f"{ic.links} × ") and "B/s" in cell
+
+
+def test_the_report_s_every_run_table_reads_in_units_with_its_flags_first(cmp, tmp_path):
+    """Issue 23 item 8: the every-run table has readable headers, values in units (not
+    %.4g fractions), fits/error/bound before the numbers, and tokens/s per chip as the
+    summary gives it; the CSV keeps the raw columns."""
+    import re
+    from diptych.tools.dse.report import run_table_html
+
+    rows = cmp.rows()
+    page = run_table_html(rows)
+    heads = re.findall(r"<th>(.*?)</th>", page)
+    assert heads[:7] == ["chip", "phase", "batch", "context", "fits", "error", "bound"]
+    assert "tokens/s per chip" in heads and "TTFT" in heads and "power per chip" in heads
+    assert " tok/s" in page and "%" in page and " J" in page
+    for r in rows:
+        assert r["tokens_per_s_per_chip"] == pytest.approx(
+            r["tokens_per_s"] / (8 if r["phase"] == "train" else 1))
+    tr = next(r for r in rows if r["phase"] == "train")
+    summ = cmp.summary(tr["chip"])
+    assert tr["tokens_per_s_per_chip"] == pytest.approx(summ["train"]["tokens_per_s"])

@@ -442,6 +442,10 @@ class Comparison:
                           "energy_j_per_token", "power_w", "exceeds_tdp", "usd_per_mtok",
                           "fits", "bound", "error"):
                     row[k] = r.get(k)
+                # the summary's rates are per chip; a run's tokens/s is its whole TP group's
+                tps = r.get("tokens_per_s")
+                row["tokens_per_s_per_chip"] = (None if tps is None
+                                                else tps / (r.get("chips") or 1))
                 out.append(row)
         return out
 

@@ -18,6 +18,7 @@ import io
 from pathlib import Path
 
 from ...arch.atomic import atomic_text
+from .. import fmt
 from ..jsonout import dumps
 from .compare import Comparison
 from .compare_table import metrics, ratio_caption
@@ -148,6 +149,51 @@ def _fmt(v) -> str:
     return str(v)
 
 
+#: The every-run table: flags first (readable at any width), then the numbers.
+RUN_COLUMNS = ("chip", "phase", "batch", "context", "fits", "error", "bound", "precision",
+               "seconds", "ttft_s", "tpot_s", "tokens_per_s_per_chip", "tokens_per_s", "mfu",
+               "energy_j_per_token", "energy_j", "power_w", "exceeds_tdp", "usd_per_mtok",
+               "area_mm2")
+_RUN_HEADS = {"tokens_per_s": "tokens/s (the run's chips)",
+              "tokens_per_s_per_chip": "tokens/s per chip", "exceeds_tdp": "above TDP",
+              "seconds": "time", "ttft_s": "TTFT", "tpot_s": "TPOT",
+              "energy_j_per_token": "energy per token", "energy_j": "energy",
+              "power_w": "power per chip", "usd_per_mtok": "$ per million tokens"}
+
+
+def _cell(col: str, v) -> str:
+    """One cell of the every-run table in the unit its column carries."""
+    if v is None or isinstance(v, (bool, str)):
+        return _fmt(v)
+    if col in ("seconds", "ttft_s", "tpot_s"):
+        return fmt.seconds(v)
+    if col.startswith("tokens_per_s"):
+        return fmt.eng(v, "tok/s")
+    if col == "mfu":
+        return fmt.pct(v)
+    if col in ("energy_j", "energy_j_per_token"):
+        return fmt.eng(v, "J")
+    if col == "power_w":
+        return fmt.eng(v, "W")
+    if col == "usd_per_mtok":
+        return fmt.money(v)
+    if col == "area_mm2":
+        return fmt.number(v, "mm²")
+    return _fmt(v)
+
+
+def run_table_html(rows: list[dict]) -> str:
+    """The every-run table of the report: readable headers and units, the flags first (the
+    CSV keeps the raw columns)."""
+    e = html.escape
+    cols = [c for c in RUN_COLUMNS if c in rows[0]] + [c for c in rows[0]
+                                                        if c not in RUN_COLUMNS]
+    head = "".join(f"<th>{e(_RUN_HEADS.get(c, fmt.column_label(c)))}</th>" for c in cols)
+    body = "".join("<tr>" + "".join(f"<td>{e(_cell(c, r[c]))}</td>" for c in cols) + "</tr>"
+                   for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
 def summary_html(cmp: Comparison) -> str:
     """The summary table: one column per chip (with the runs' flags), then the ratios."""
     e = html.escape
@@ -201,9 +247,6 @@ def index_html(cmp: Comparison, rows: list[dict]) -> str:
     """A self-contained page: settings, warnings, the summary, the plots and every run."""
     e = html.escape
     names = list(cmp.chips)
-    cols = list(rows[0])
-    runs = "".join("<tr>" + "".join(f"<td>{e(_fmt(r[c]))}</td>" for c in cols) + "</tr>"
-                   for r in rows)
     verdicts = cmp.verdicts()
     verdict = ("<h2>Verdict</h2><ul>" + "".join(f"<li>{e(v['text'])}</li>"
                                                   for v in verdicts.values()) + "</ul>"
@@ -233,6 +276,6 @@ background:#e8e8e8}}img{{max-width:100%;border:1px solid #ddd;margin:1em 0}}</st
 <h2>Decode latency vs throughput</h2><img src="decode.svg" alt="decode curve">
 <h2>Every run</h2><p>Also as <a href="compare.csv">compare.csv</a> and
 <a href="compare.json">compare.json</a>.</p>
-<table><tr>{''.join(f'<th>{e(c)}</th>' for c in cols)}</tr>{runs}</table>
+{run_table_html(rows)}
 </body></html>
 """
