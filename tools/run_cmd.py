@@ -57,7 +57,7 @@ def _layer_table(layers: list[dict], total: float, title: str):
     from rich.table import Table
 
     scheduled = any("start_s" in r for r in layers)
-    cols = ["block", "op", "shape", "×", "time", "total", "share", "bound", "util"]
+    cols = ["block", "op", "shape", "×", "time", "total", "share", "bound", "MAC util"]
     if scheduled:
         cols += ["exposed", "residency"]
     t = Table(*cols, title=title)
@@ -105,8 +105,8 @@ def _totals_table(d: dict):
                   f"{fmt.seconds(sch['launch_s'])}, step sync {fmt.seconds(sch['step_sync_s'])}"
                   f"; overlapped where the schedule allows)")
         t.add_row("exposed communication", fmt.seconds(d["communication_seconds"]))
-        t.add_row("utilisation", ", ".join(f"{k} {fmt.pct(v)}"
-                                           for k, v in d["utilization"].items()))
+        t.add_row("unit occupancy (busy time)", ", ".join(
+            f"{k} {fmt.pct(v)}" for k, v in d["utilization"].items()))
     mem = d["memory"]
     bd = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in mem["breakdown"].items())
     t.add_row("memory per chip", f"{mem['memory_bytes'] / 2**30:.1f} of "
