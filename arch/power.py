@@ -57,13 +57,24 @@ class PowerSplit:
         return self.core_w + self.io_w + self.static_w
 
 
+#: Power above the TDP by at most this fraction counts as within it (every power limit:
+#: one node, a cluster step, a serving step).
+TDP_TOLERANCE = 1e-3
+
+
+def core_energy_scale(chip: "Chip", clock_ghz: float) -> float:
+    """``(V(clock)/V(chip.clock))²``: what the core's energy per event (MACs, SRAM, vector
+    ops) becomes at ``clock_ghz`` on the chip's V/f curve."""
+    t = power_table(chip)
+    return (t.volts(clock_ghz) / t.volts(chip.clock_ghz)) ** 2
+
+
 def power_at(chip: "Chip", split: PowerSplit, clock_ghz: float) -> float:
     """Average power at ``clock_ghz`` of a compute-bound run measured as ``split`` at the
     chip's clock (see the module docstring)."""
-    t = power_table(chip)
     pace = clock_ghz / chip.clock_ghz
-    v = (t.volts(clock_ghz) / t.volts(chip.clock_ghz)) ** 2
-    return (split.core_w * v + split.io_w) * pace + split.static_w
+    return (split.core_w * core_energy_scale(chip, clock_ghz) + split.io_w) * pace \
+        + split.static_w
 
 
 def sustained_clock(chip: "Chip", energy_j: float, seconds: float, *,
@@ -109,8 +120,7 @@ def chip_at_clock(chip: "Chip", clock_ghz: float) -> "Chip":
     if not 0.0 < clock_ghz <= chip.clock_ghz * (1 + 1e-12):
         raise ValueError(f"clock_ghz must be > 0 and <= the chip's {chip.clock_ghz:g} GHz, "
                          f"not {clock_ghz!r}")
-    t = power_table(chip)
-    v2 = (t.volts(clock_ghz) / t.volts(chip.clock_ghz)) ** 2
+    v2 = core_energy_scale(chip, clock_ghz)
     e = chip.energy
     macs = dataclasses.replace(e.pj_per_mac, **{d: v * v2 for d, v in e.pj_per_mac.items()})
     energy = dataclasses.replace(e, pj_per_mac=macs, pj_per_sram_byte=e.pj_per_sram_byte * v2,

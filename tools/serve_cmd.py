@@ -381,7 +381,6 @@ def _waterfall_table(wf: dict):
     for s in wf["steps"]:
         t.add_row(f"{s['mechanism']}: {s['what']}", fmt.seconds(s["busy_s"]),
                   fmt.pct(s["share"]),
-                  fmt.seconds(s["ttft_s"]) if s["ttft_s"] is not None else "–",
-                  fmt.seconds(s["tpot_s"]) if s["tpot_s"] is not None else "–",
+                  fmt.seconds(s["ttft_s"]), fmt.seconds(s["tpot_s"]),
                   f"{s['tokens_per_s']:,.0f}")
     return t

@@ -29,12 +29,10 @@ import dataclasses
 import warnings as _warnings
 from typing import Callable
 
-from ...arch.power import chip_at_clock, power_table, sustained_clock
+from ...arch.power import TDP_TOLERANCE, chip_at_clock, power_table, sustained_clock
 
 #: Re-runs of the step at most (each is a whole step at a new clock).
 MAX_PASSES = 6
-#: Power within the TDP up to this relative excess counts as within it.
-TOLERANCE = 1e-3
 
 
 def hottest_busy_power_w(res) -> float:
@@ -50,9 +48,9 @@ def _report(res, chip, clock_ghz: float, hot_w: float, passes: int, note: str):
                            "busy_power_w_nominal": hot_w,
                            "busy_power_w": hottest_busy_power_w(res),
                            "tdp_w": chip.tdp_w, "passes": passes}
-    warns = [w for w in res.warnings if "not sustainable" not in w] + [note]
+    # (a re-run within the TDP carries no "not sustainable" warning of its own)
     return dataclasses.replace(res, mfu=res.mfu * scale, hfu=res.hfu * scale, info=info,
-                               warnings=warns)
+                               warnings=list(res.warnings) + [note])
 
 
 def limit_step_power(res, chip, rerun: Callable):
@@ -65,7 +63,7 @@ def limit_step_power(res, chip, rerun: Callable):
         return res
     tdp = chip.tdp_w
     hot = hottest_busy_power_w(res)
-    if hot <= tdp * (1 + TOLERANCE):
+    if hot <= tdp * (1 + TDP_TOLERANCE):
         return res
     f_min = min(power_table(chip).min_clock_ghz, chip.clock_ghz)
     try:
@@ -78,7 +76,7 @@ def limit_step_power(res, chip, rerun: Callable):
         cur = rerun(chip_at_clock(chip, f))
         p = hottest_busy_power_w(cur)
         pts.append((f, p))
-        if p <= tdp * (1 + TOLERANCE):
+        if p <= tdp * (1 + TDP_TOLERANCE):
             note = (f"{chip.name}: {hot:.0f} W per chip while its ops run at {chip.clock_ghz:g} "
                     f"GHz exceeds the {tdp:.0f} W TDP: the step is reported at the "
                     f"{f:.3g} GHz it can sustain ({p:.0f} W)")

@@ -44,6 +44,7 @@ from typing import Any
 from ...arch.chip import Chip
 from ...arch.cluster import Cluster, load_cluster
 from ...arch.loader import load_chip
+from ...arch.power import TDP_TOLERANCE
 from ..support import check_supported
 from ...workloads.config import ModelConfig
 from ...workloads.graph import Workload
@@ -742,7 +743,7 @@ def _result(st: _Setup, pipe: _Pipe, tail: _Tail) -> ClusterResult:
     energy_j = sum(energy.values())
     pwr = _power_and_cost(chip, plan.chips, seconds, energy_j, tokens)
     hottest = max(busy_w, default=0.0)
-    hot = [] if hottest <= chip.tdp_w * (1 + 1e-3) else [
+    hot = [] if hottest <= chip.tdp_w * (1 + TDP_TOLERANCE) else [
         f"{chip.name}: {hottest:.0f} W per chip while its ops run exceeds its "
         f"{chip.tdp_w:.0f} W TDP: not sustainable at {chip.clock_ghz:g} GHz"]
     stage_seconds = [{"stage": s, "forward_s": sum(pipe.fwd[s]), "backward_s": sum(pipe.bwd[s]),

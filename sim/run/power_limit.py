@@ -22,7 +22,8 @@ import dataclasses
 import warnings as _warnings
 from typing import Callable
 
-from ...arch.power import PowerSplit, gated_static_savings_j, power_table, sustained_clock
+from ...arch.power import (TDP_TOLERANCE, PowerSplit, core_energy_scale,
+                           gated_static_savings_j, sustained_clock)
 
 MAX_PASSES = 6
 
@@ -69,8 +70,7 @@ def _finish(res, chip, nominal, clock_ghz: float, rerun_res=None, note: str | No
     base = rerun_res or res
     n = base.chips
     split = energy_split(chip, base.layers)
-    t = power_table(chip)
-    v2 = (t.volts(clock_ghz) / t.volts(nominal.clock_ghz)) ** 2
+    v2 = core_energy_scale(nominal, clock_ghz)
     saved = gated_static_savings_j(chip, _array_ops(base.layers))
     per_chip = base.energy_j / n - split["core"] * (1.0 - v2) - saved
     scale = nominal.clock_ghz / clock_ghz
@@ -100,14 +100,13 @@ def apply_power_limit(res, chip, rerun: Callable):
     cur = res
     for _ in range(MAX_PASSES + 1):
         p = out.energy_j / out.chips / out.seconds
-        if p <= chip.tdp_w * (1 + 1e-3):
+        if p <= chip.tdp_w * (1 + TDP_TOLERANCE):
             return out
         if _ == MAX_PASSES:
             break
         split = energy_split(chip, cur.layers)
         run_chip = dataclasses.replace(chip, clock_ghz=clock)
-        t = power_table(chip)
-        v2 = (t.volts(clock) / t.volts(chip.clock_ghz)) ** 2
+        v2 = core_energy_scale(chip, clock)
         secs = cur.seconds
         saved = gated_static_savings_j(chip, _array_ops(cur.layers))
         ps = PowerSplit(split["core"] * v2 / secs, (split["dram"] + split["link"]) / secs,
@@ -124,7 +123,7 @@ def apply_power_limit(res, chip, rerun: Callable):
         note = (f"{chip.name}: {hot:.0f} W at {chip.clock_ghz:g} GHz exceeds the "
                 f"{chip.tdp_w:.0f} W TDP: reported at the {clock:.3g} GHz it can sustain")
         out = _finish(res, chip, chip, clock, rerun_res=cur, note=note)
-        if out.energy_j / out.chips / out.seconds <= chip.tdp_w * (1 + 1e-3):
+        if out.energy_j / out.chips / out.seconds <= chip.tdp_w * (1 + TDP_TOLERANCE):
             _warnings.warn(note, stacklevel=3)
     note = (f"{chip.name}: {p:.0f} W even at {clock:.3g} GHz stays above the {chip.tdp_w:.0f} W "
             f"TDP (DRAM, link and static power do not fall with the clock): reported at "

@@ -16,10 +16,7 @@ as the engine runs it. ``Scenario(power_limit=False)`` or a variant with ``no_po
 
 from __future__ import annotations
 
-from ...arch.power import power_table, sustained_clock
-
-#: Power within the TDP up to this relative excess counts as within it.
-TOLERANCE = 1e-3
+from ...arch.power import TDP_TOLERANCE, core_energy_scale, sustained_clock
 
 
 class StepPowerLimit:
@@ -40,15 +37,14 @@ class StepPowerLimit:
         if chip.power is None or seconds <= 0:
             return seconds, energy_j
         p = energy_j / seconds
-        if p <= chip.tdp_w * (1 + TOLERANCE):
+        if p <= chip.tdp_w * (1 + TDP_TOLERANCE):
             return seconds, energy_j
         try:
             f = sustained_clock(chip, energy_j, seconds)
         except ValueError:
             self.unsustainable += 1
             return seconds, energy_j
-        t = power_table(chip)
-        v2 = (t.volts(f) / t.volts(chip.clock_ghz)) ** 2
+        v2 = core_energy_scale(chip, f)
         static = min(chip.energy.static_w, p) * seconds
         new_s = seconds * chip.clock_ghz / f
         new_e = (energy_j - static) * v2 + static / seconds * new_s
@@ -56,8 +52,3 @@ class StepPowerLimit:
         self.min_clock_ghz = min(self.min_clock_ghz, f)
         self.added_s += new_s - seconds
         return new_s, new_e
-
-    def to_dict(self) -> dict:
-        return {"steps": self.steps, "unsustainable_steps": self.unsustainable,
-                "min_clock_ghz": self.min_clock_ghz, "added_s": self.added_s,
-                "tdp_w": self.chip.tdp_w, "nominal_clock_ghz": self.chip.clock_ghz}

@@ -52,13 +52,11 @@ def _levels(base: Variant) -> list[Variant]:
         return dataclasses.replace(base, **{k: getattr(base, k) or v for k, v in kw.items()})
     off = dict(free_vector=True, free_recipe=True, no_launches=True, free_comm=True,
                no_power_limit=True)
-    keep = []
-    for i, name in enumerate(("free_vector", "free_recipe", "no_launches", "free_comm",
-                              "no_power_limit", None)):
-        keep.append(on(**off))
-        if name is not None:
-            off[name] = False
-    return keep
+    levels = [on(**off)]
+    for name in ("free_vector", "free_recipe", "no_launches", "free_comm", "no_power_limit"):
+        off[name] = False
+        levels.append(on(**off))
+    return levels
 
 
 def with_variant(deployment, variant: Variant):
