@@ -25,6 +25,10 @@ DEQUANT_PLACES: tuple[str, ...] = ("none", "vector")
 OUTPUT_QUANT_PLACES: tuple[str, ...] = ("vector", "array")
 #: How installed WS weights become active (SystolicArray.weight_swap; sim/timing.py).
 WEIGHT_SWAPS: tuple[str, ...] = ("wave", "global")
+#: Vector-op kinds a GEMM kernel can apply on its output path (epilogue) or, for the norms,
+#: while it loads its operand (prologue): the fusion pass's kinds (docs/program.md, "Fusion").
+FUSABLE_KINDS: tuple[str, ...] = ("elementwise", "add", "mul", "silu", "gelu", "swiglu", "rope",
+                                  "rmsnorm", "layernorm", "copy")
 DRAM_KINDS: tuple[str, ...] = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4", "ddr3", "ddr4",
                                "ddr5", "lpddr5", "gddr6")
 #: The fastest data rate per pin (Gb/s) a part of each DRAM kind is specified or shipped at:
@@ -197,6 +201,13 @@ class VectorUnit:
                                    doc="true when the vector unit sits on the arrays' output "
                                        "path, so elementwise work can fuse into a GEMM's "
                                        "epilogue (default false: unknown)")
+    gemm_fused_kinds: tuple[str, ...] = f(
+        default=FUSABLE_KINDS, choices=FUSABLE_KINDS,
+        doc="list of vector-op kinds the chip's GEMM kernels apply on their output path (or, "
+            "for rmsnorm/layernorm, while loading an operand), as its software stack runs "
+            "them; only with on_array_output_path; [] when the stack runs every elementwise "
+            "op and norm as a kernel of its own (default: every kind: "
+            + ", ".join(FUSABLE_KINDS) + ")")
     on_array_input_path: bool = f(default=False,
                                   doc="true when the vector unit hands operands to the arrays "
                                       "directly (registers into the MMA), so a tile it expands "

@@ -317,46 +317,47 @@ def case_h100_inference(execution=None):
     return [
         Row("H100 Llama-2-7B TTFT, 128 tokens, FP8", "ttft_7b_128",
             prefill_ms(h, l7, 128, execution=execution, **FP8),
-            "diptych optimistic by ~4.2 ms: weight streaming (6.6 GB from HBM, 0.71 of peak "
-            "over the step) plus 0.34 ms of launches and step sync, which cost more than the "
-            "activations kept in L2 save (sum 2.69 ms); tokenisation, host scheduling and "
-            "sampling of the measured request are not modelled"),
+            "diptych optimistic by ~3.7 ms: weight streaming (6.6 GB from HBM, 0.61 of peak "
+            "over the step) plus 0.79 ms of launches and step sync (a kernel per GEMM, norm, "
+            "RoPE, activation and residual add), which cost more than the activations kept in "
+            "L2 save (sum 2.69 ms); tokenisation, host scheduling and sampling of the "
+            "measured request are not modelled"),
         Row("H100 Llama-2-7B TTFT, 2048 tokens, FP8", "ttft_7b_2048",
             prefill_ms(h, l7, 2048, execution=execution, **FP8),
             "diptych optimistic: compute-bound (as NVIDIA states), its GEMMs at ~0.72 of FP8 "
-            "peak (an SM's four tensor cores share its tiles) and the prefill at 0.70 MFU, "
-            "against 0.39 measured; fusion and activations in L2 cut HBM traffic 30.6 -> "
-            "15.8 GB and the vector ops' 2.4 ms (sum 21.8 ms); launches, host work and the "
-            "measured engine's real kernel efficiency are not modelled"),
+            "peak (an SM's four tensor cores share its tiles) and the prefill at 0.64 MFU, "
+            "against 0.39 measured; activations in L2 cut HBM traffic 30.6 -> 20.7 GB, "
+            "about what 0.79 ms of launches and step sync cost (sum 21.8 ms); host work and "
+            "the measured engine's real kernel efficiency are not modelled"),
         Row("H100 Llama-2-70B TTFT, 2048 tokens, FP8, TP4", "ttft_70b_2048",
             prefill_ms(h, l70, 2048, tp=4, execution=execution, **FP8),
             "diptych optimistic: compute-bound, GEMMs at ~0.70 of FP8 peak; the TP4 "
-            "all-reduces sit on the dependency chain (10.5 ms exposed; the sum hid them "
-            "behind compute, 55.8 ms, 0.51) and launches and step sync cost 1.6 ms; host "
+            "all-reduces sit on the dependency chain (12.4 ms exposed; the sum hid them "
+            "behind compute, 55.8 ms, 0.51) and launches and step sync cost 2.4 ms; host "
             "work and real kernel efficiency are not modelled"),
         Row("H100 Llama-2-7B offline, batch 768, 128/128, FP8", "thr_7b_768",
             offline_throughput(h, l7, 768, 128, 128, execution=execution, **FP8),
             "diptych optimistic: the prefill (a quarter of the time) runs its GEMMs at ~0.73 "
             "of FP8 peak; the decode steps stream the KV cache at ~0.9 of peak (decode "
-            "kernels measure 0.78-0.84, row below); fusion and L2 residency save more (prefill "
-            "1011 -> 900 ms, 53 -> 48 GB per decode step) than the launches cost (sum 1.33); "
-            "no in-flight batching scheduler or host overheads"),
+            "kernels measure 0.78-0.84, row below); L2 residency saves about what the "
+            "launches cost (53 -> 48 GB per decode step; sum 1.33); no in-flight batching "
+            "scheduler or host overheads"),
         Row("H100 Llama-2-7B offline, batch 48, 2048/2048, FP8", "thr_7b_48",
             offline_throughput(h, l7, 48, 2048, 2048, execution=execution, **FP8),
             "decode steps dominated by KV streaming (12.9 of 15.4 ms, at ~0.9 of peak where "
-            "measured decode kernels reach 0.78-0.84); launches and step sync add 0.34 ms per "
-            "step, fusion saves 0.11 s of prefill (sum 1.12); no scheduler overheads"),
+            "measured decode kernels reach 0.78-0.84); launches and step sync add 0.79 ms per "
+            "step (sum 1.12); no scheduler overheads"),
         Row("H100 Llama-2-70B offline, batch 1024, 128/128, FP8, TP2", "thr_70b_1024",
             offline_throughput(h, l70, 1024, 128, 128, tp=2, execution=execution, **FP8),
             "diptych optimistic by 65 %: prefill (46 % of the time) and batch-1024 decode "
             "steps are both compute-bound with GEMMs at ~0.70 of FP8 peak; the exposed TP2 "
-            "all-reduces (0.39 s of prefill, 3.8 ms a decode step) and 1.6 ms of launches a "
+            "all-reduces (0.47 s of prefill, 4.5 ms a decode step) and 2.4 ms of launches a "
             "step are charged (sum 1.73); real kernel efficiency, the scheduler and host "
             "work are not modelled"),
         Row("H100 Llama-3.3-70B ITL, concurrency 1, 500/2000, FP8, TP2 (NIM)", "nim_70b_itl",
             decode_tpot_ms(h, "llama-3-70b", 1, 500, 2000, tp=2, execution=execution, **FP8),
-            "diptych optimistic by an additive ~5.3 ms per token: the schedule adds the "
-            "per-kernel launches and the step sync (1.63 ms) and the exposed TP2 all-reduces "
+            "diptych optimistic by an additive ~4.4 ms per token: the schedule adds the "
+            "per-kernel launches and the step sync (2.43 ms) and the exposed TP2 all-reduces "
             "(0.81 ms) to the sum's 11.7 ms of weight and KV streaming; what remains is the serving stack's "
             "per-token work (HTTP streaming, scheduler, sampling, detokenisation), not modelled "
             "by `run` (Llama-3.3-70B has Llama-3-70B's shapes)"),
@@ -364,8 +365,8 @@ def case_h100_inference(execution=None):
             decode_bw_fraction(h, "llama-3-70b", 8, execution=execution),
             "the weight-streaming kernels' own bandwidth (bytes over their time, as Nsight "
             "measures a kernel): the MLP and output GEMVs at 0.88-0.91 with K split over "
-            "idle tensor cores; the fused QKV kernel at 0.58 (its result stays in L2, and split-K "
-            "is only offered to a result written to DRAM); the sum's unfused GEMMs 0.90; "
+            "idle tensor cores; the QKV kernel at 0.58 (its result stays in L2, and split-K "
+            "is only offered to a result written to DRAM); the sum's GEMMs 0.90; "
             "the step average is 0.52 (launch gaps and exposed all-reduces stream nothing)"),
     ]
 
@@ -391,7 +392,7 @@ def case_training(execution=None):
         Row("H100 Llama-3-70B train step, 1 node TP8, seq 8192, recompute", "llama3_mfu",
             train_mfu(h, "llama-3-70b", 8, 8, 8192, execution=execution),
             "GEMMs at ~0.73 of BF16 peak (the GEMM row above); the TP8 all-reduces of forward "
-            "and backward exposed on the dependency chain (2.1 s of a 10.3 s step; the sum "
+            "and backward exposed on the dependency chain (2.0 s of a 10.5 s step; the sum "
             "hid them, 1.10); diptych omits the PP bubbles and DP/CP communication the "
             "published 16K-GPU run pays"),
         Row("TPU v4 GPT-3-175B train step, TP8, seq 2048, recompute", "palm_mfu",

@@ -19,7 +19,8 @@ Prologues are tried first (a norm read by one GEMM fuses there rather than into 
 epilogue, which would write both tensors), then epilogues, in program order, and again until
 nothing changes; a merge that would order the block's nodes in a cycle (through the listed
 order of an updated tensor's accesses) is not made. Both need the chip's vector unit on the arrays' operand path
-(``chip.core.vector.on_array_output_path``); the caller decides. Softmax (attention's is
+(``chip.core.vector.on_array_output_path``), and only the kinds the chip's kernels fuse
+(``chip.core.vector.gemm_fused_kinds``, passed as ``kinds``); the caller decides. Softmax (attention's is
 already inside the fused FlashAttention node), top-k, embedding lookups and the optimizer do
 not fuse, nor does anything across a collective.
 
@@ -33,12 +34,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ...arch.chip import FUSABLE_KINDS
 from ...workloads.ops import Gemm, VectorOp
 from ...workloads.program import Block, Node, Program, _topo_order
 
-#: Vector-op kinds (``sim.ops.VECTOR_KINDS``) that fuse into a GEMM's epilogue.
-EPILOGUE_KINDS = ("elementwise", "add", "mul", "silu", "gelu", "swiglu", "rope", "rmsnorm",
-                  "layernorm", "copy")
+#: Vector-op kinds (``workloads.ops.VECTOR_KINDS``) that fuse into a GEMM's epilogue; a chip
+#: names the subset its kernels fuse (``core.vector.gemm_fused_kinds``).
+EPILOGUE_KINDS = FUSABLE_KINDS
 #: Vector-op kinds that fuse into the prologue of the GEMM that reads their output.
 PROLOGUE_KINDS = ("rmsnorm", "layernorm")
 
@@ -123,10 +125,10 @@ def _readers(nodes: list[Node], t: str) -> list[int]:
     return [k for k, n in enumerate(nodes) if t in n.reads or t in n.updates]
 
 
-def _prologue(nodes: list[Node], ext: set[str], updated: set[str]) -> bool:
+def _prologue(nodes: list[Node], ext: set[str], updated: set[str], kinds) -> bool:
     for i, n in enumerate(nodes):
         op = n.payload
-        if not isinstance(op, VectorOp) or op.kind not in PROLOGUE_KINDS or n.updates \
+        if not isinstance(op, VectorOp) or op.kind not in kinds or n.updates \
                 or not n.writes or any(t in ext for t in n.writes) or set(n.reads) & updated:
             continue
         users = {k for t in n.writes for k in _readers(nodes, t)}
@@ -150,11 +152,11 @@ def _prologue(nodes: list[Node], ext: set[str], updated: set[str]) -> bool:
     return False
 
 
-def _epilogue(nodes: list[Node], ext: set[str], updated: set[str]) -> bool:
+def _epilogue(nodes: list[Node], ext: set[str], updated: set[str], kinds) -> bool:
     prod = {t: j for j, n in enumerate(nodes) for t in n.writes}
     for i, n in enumerate(nodes):
         op = n.payload
-        if not isinstance(op, VectorOp) or op.kind not in EPILOGUE_KINDS or n.updates \
+        if not isinstance(op, VectorOp) or op.kind not in kinds or n.updates \
                 or set(n.reads) & updated:
             continue
         src = sorted({prod[t] for t in n.reads if t in prod and _gemm(nodes[prod[t]])})
@@ -182,8 +184,11 @@ def _epilogue(nodes: list[Node], ext: set[str], updated: set[str]) -> bool:
     return False
 
 
-def fuse_block(program: Program, bi: int) -> Block:
-    """Block ``bi`` of ``program`` with its fusable vector ops merged into GEMMs."""
+def fuse_block(program: Program, bi: int, kinds=EPILOGUE_KINDS) -> Block:
+    """Block ``bi`` of ``program`` with its fusable vector ops of ``kinds`` merged into
+    GEMMs."""
+    pro = tuple(k for k in PROLOGUE_KINDS if k in kinds)
+    epi = tuple(k for k in EPILOGUE_KINDS if k in kinds)
     b = program.blocks[bi]
     ext = _external(program, bi)
     updated = {t for n in b.nodes for t in n.updates}
@@ -191,17 +196,19 @@ def fuse_block(program: Program, bi: int) -> Block:
     changed = True
     while changed:                   # prologues first, then epilogues, until nothing fuses
         changed = False
-        while _prologue(nodes, ext, updated):
+        while _prologue(nodes, ext, updated, pro):
             changed = True
-        while _epilogue(nodes, ext, updated):
+        while _epilogue(nodes, ext, updated, epi):
             changed = True
     used = ({t for n in nodes for t in n.accesses} | {c.input for c in b.carry} | ext
             | {i.local for i in b.imports})
     return replace(b, nodes=tuple(nodes), tensors=tuple(t for t in b.tensors if t.name in used))
 
 
-def fuse_program(program: Program) -> Program:
-    """``program`` with every block fused (module docstring); the result is validated like
-    any program. Tensors that no node touches any more are dropped."""
-    return Program(program.name, [fuse_block(program, bi) for bi in range(len(program.blocks))],
+def fuse_program(program: Program, kinds=EPILOGUE_KINDS) -> Program:
+    """``program`` with every block fused (module docstring), only vector ops of ``kinds``
+    (default every fusable kind; a chip's are ``core.vector.gemm_fused_kinds``); the result is
+    validated like any program. Tensors that no node touches any more are dropped."""
+    return Program(program.name,
+                   [fuse_block(program, bi, kinds) for bi in range(len(program.blocks))],
                    program.tensors)

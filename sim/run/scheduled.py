@@ -211,7 +211,8 @@ def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
     accesses = access_index(w)
     plans = []
     for piece in pieces:
-        prog = fuse_program(piece.program) if fuse else piece.program
+        prog = (fuse_program(piece.program, chip.core.vector.gemm_fused_kinds) if fuse
+                else piece.program)
         res = plan_residency(prog, chip)
         prog, origin = split_segments(prog, res)
         pinned = res.on_chip_bytes("scratchpad")
@@ -369,7 +370,8 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     fc = chip.fixed_costs
     launches = (fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6)
     sync = fc.step_sync_us * 1e-6
-    fuse = fusion and chip.core.vector.on_array_output_path
+    fuse = (fusion and chip.core.vector.on_array_output_path
+            and bool(chip.core.vector.gemm_fused_kinds))
     timer = _Timer(chip, simulate, collective_time)
     stage = {b.name: b.stage for b in w.blocks}
     cap = capacities(chip)

@@ -202,7 +202,11 @@ def test_scheduled_prefill_on_one_node_is_run_workloads_schedule(chip, dtypes, t
                                                 "quant"))
     sync = load_chip(chip).fixed_costs.step_sync_us * 1e-6
     assert own > 0
-    assert -1e-5 * w.seconds <= r.seconds + sync - w.seconds <= own
+    # "never shorter" up to the list schedule's own anomalies (Graham 1969: a greedy schedule
+    # of a larger program can be longer than its parts' schedules): 0.12 % on h100's unfused
+    # TP8 program (every norm, RoPE, SwiGLU and residual add a node of its own), < 1e-5 when
+    # they fuse into GEMMs
+    assert -2e-3 * w.seconds <= r.seconds + sync - w.seconds <= own
 
 
 def test_scheduled_mxfp8_training_is_close_to_run_workloads_schedule():

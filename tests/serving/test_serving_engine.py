@@ -356,8 +356,10 @@ def test_scheduled_execution_through_the_direct_oracle():
     # the grid interpolates the scheduled steps too (tests/serving/test_serving_oracle.py)
     res_g = serve(Deployment(pool=Pool(rep)), Load(qps=5, prompt=P("300"), gen=P("20"),
                                                    requests=10), oracles=grid())
-    assert res_g.tpot_s["mean"] == pytest.approx(res.tpot_s["mean"], rel=0.01)
-    assert res_g.ttft_s["mean"] == pytest.approx(res.ttft_s["mean"], rel=0.01)
+    # within issue 10's 2 % (prefill steps: the schedule overlap's residue,
+    # tests/serving/test_serving_oracle.py)
+    assert res_g.tpot_s["mean"] == pytest.approx(res.tpot_s["mean"], rel=0.02)
+    assert res_g.ttft_s["mean"] == pytest.approx(res.ttft_s["mean"], rel=0.02)
 
 
 def test_serving_defaults_to_runs_execution():

@@ -118,7 +118,10 @@ def test_scheduled_grid_is_exact_on_its_vertices(chip, model, tp):
     simulation (to the scheduler's picosecond), energy included; on other steps whose
     coordinates are vertices (prefill, mixed, longer contexts) it does where the ops' times do
     not depend on the step's residency plan (an engine that honours residency times a step's
-    ops with what the whole step keeps on chip, which its pieces cannot see: within 0.5 %)."""
+    ops with what the whole step keeps on chip, which its pieces cannot see) and where the
+    schedule overlaps a prefill chunk's cores as it overlaps a decode batch's, which the
+    frame's vertices measure: within 2 % (issue 10's target; 1.2-1.8 % on a lone 16-token
+    prefill on h100, whose norms, RoPE and SwiGLU are nodes of their own beside the cores)."""
     r = make_replica(chip, model, Scenario.of(phase="decode", tp=tp, execution="schedule"))
     g, d = GridStepTimer(r, roofline), DirectStepTimer(r, roofline)
     for st in (Step(8, 8), Step(16, 16), Step(32, 32)):
@@ -126,7 +129,7 @@ def test_scheduled_grid_is_exact_on_its_vertices(chip, model, tp):
         assert g.cost(st).energy_j == pytest.approx(d.cost(st).energy_j, rel=1e-9)
     for st in (Step(prefill=((16, 0),)), Step(8, 8 * 16), Step(4, 4 * 40, ((8, 0),)),
                Step(32, 32 * 14), Step(2, 2 * 20, ((16, 0), (16, 16)))):
-        assert g.cost(st).seconds == pytest.approx(d.cost(st).seconds, rel=5e-3)
+        assert g.cost(st).seconds == pytest.approx(d.cost(st).seconds, rel=2e-2)
 
 
 @pytest.mark.parametrize("chip,model,tp", SCHEDULED)
@@ -227,4 +230,5 @@ def test_rough_cores_that_matter_are_simulated_at_the_query(execution):
                                 steps, _noisy_attention)
     refined = interpolation_error(GridStepTimer(r, _noisy_attention), steps, _noisy_attention)
     assert max(fixed) > 0.03
-    assert max(refined) < 0.006                  # refine_tol, and the frame's share
+    # refine_tol, the frame's share, and with a schedule the overlap's residue (above)
+    assert max(refined) < (0.006 if execution == "sum" else 0.01)

@@ -15,6 +15,7 @@ from roofline_double import roofline
 
 import diptych.sim.run.node as run_mod
 from diptych.arch import load_chip
+from diptych.arch.chip import FUSABLE_KINDS
 from diptych.sim.run import Scenario, run_workload
 from diptych.workloads.program import Block, Node, Program, Tensor
 from diptych.tools.cli import main
@@ -25,8 +26,13 @@ PS = 1e-12
 
 
 def chip(name="h100", *, overheads=True, fusion=True, residency=True):
-    """``residency=False``: the planner may keep nothing on chip (every operand in DRAM)."""
+    """``residency=False``: the planner may keep nothing on chip (every operand in DRAM);
+    ``fusion=True``: a stack that fuses every kind it can into GEMMs (h100 as shipped fuses
+    none: ``core.vector.gemm_fused_kinds = []``)."""
     c = load_chip(name)
+    if fusion:
+        c = dataclasses.replace(c, core=dataclasses.replace(c.core, vector=dataclasses.replace(
+            c.core.vector, gemm_fused_kinds=FUSABLE_KINDS)))
     if not residency:
         from diptych.arch.chip import ResidencyPolicy
         c = dataclasses.replace(c, residency=ResidencyPolicy(scratchpad_kinds=(),
@@ -101,6 +107,26 @@ def test_fusion_conserves_work_and_saves_traffic():
     # a chip whose vector unit is off the arrays' path does not fuse
     nf = run(chip(fusion=False), fusion=True, **kw)
     assert not nf.schedule["fused"] and len(nf.layers) == len(off.layers)
+    # h100 as shipped: its stacks run every elementwise op and norm as a kernel of its own
+    shipped = run(load_chip("h100"), fusion=True, **kw)
+    assert not shipped.schedule["fused"] and len(shipped.layers) == len(off.layers)
+    assert shipped.seconds == off.seconds
+
+
+def test_a_chip_fuses_only_the_kinds_its_kernels_fuse():
+    """``gemm_fused_kinds`` restricts the fusion pass: with only the norms, the norms fuse
+    into the GEMMs that read them and nothing else fuses (RoPE, SwiGLU, residual adds stay
+    kernels of their own); the time lies between no fusion and full fusion."""
+    c = load_chip("h100")
+    norms = dataclasses.replace(c, core=dataclasses.replace(c.core, vector=dataclasses.replace(
+        c.core.vector, gemm_fused_kinds=("rmsnorm",))))
+    kw = dict(phase="prefill", batch=1, prompt=2048, execution="schedule")
+    part, full, off = run(norms, **kw), run(chip(), **kw), run(c, fusion=False, **kw)
+    fused = {o for x in part.layers if x["kind"] == "fused" for o in x["fused"]}
+    assert {"attn_norm", "mlp_norm"} <= fused
+    assert not fused & {"rope", "swiglu", "attn_residual", "mlp_residual"}
+    assert full.seconds <= part.seconds <= off.seconds
+    assert full.seconds < off.seconds
 
 
 def test_records_and_steady_state():

@@ -11,6 +11,7 @@ import pytest
 from roofline_double import roofline
 
 from diptych.arch import chip_from_dict, load_chip, to_dict
+from diptych.arch.chip import FUSABLE_KINDS
 from diptych.sim import simulate
 from diptych.sim.run import Scenario, run_workload
 from diptych.workloads.ops import Gemm
@@ -36,6 +37,12 @@ def _chip(name, vector=None, **array):
     return chip_from_dict(d, source=f"{name}-variant")
 
 
+def _fusing_h100(**array):
+    """h100 with a stack that fuses every elementwise kind into its GEMMs (the shipped preset
+    fuses none): a step tight enough that the dequantisation below is only partly hidden."""
+    return _chip("h100", vector={"gemm_fused_kinds": list(FUSABLE_KINDS)}, **array)
+
+
 def _decode(chip, model, **kw):
     return run_workload(chip, model,
                         Scenario.of(phase="decode", batch=BATCH, prompt=PROMPT, gen=GEN, **kw),
@@ -49,7 +56,7 @@ def _ops(r, suffix):
 @pytest.mark.parametrize("attention", ["fused", "unfused"])
 def test_fp8_kv_cache_with_bf16_activations_expands_every_k_and_v_element(attention):
     m = load_model("llama-3-8b")
-    h100 = load_chip("h100")
+    h100 = _fusing_h100()
     kw = dict(act_dtype="bf16", weights_dtype="bf16", attention=attention)
     bf16 = _decode(h100, m, kv_dtype="bf16", **kw)
     fp8 = _decode(h100, m, kv_dtype="fp8", **kw)
@@ -61,7 +68,7 @@ def test_fp8_kv_cache_with_bf16_activations_expands_every_k_and_v_element(attent
     assert {x["op"] for x in deq} == {"attn_scores.dequant", "attn_pv.dequant"}
     assert all(x["dram_bytes"] == 0 for x in deq)      # the cache is read once, by attention
     # a PE that multiplies fp8 by bf16 directly: no op, the same vector work as a bf16 cache
-    pe = _decode(_chip("h100", mixed_input=["fp8xbf16"]), m, kv_dtype="fp8", **kw)
+    pe = _decode(_fusing_h100(mixed_input=["fp8xbf16"]), m, kv_dtype="fp8", **kw)
     assert not _ops(pe, ".dequant") and pe.info["vector_ops"] == bf16.info["vector_ops"]
     assert fp8.seconds > pe.seconds
 
@@ -79,7 +86,7 @@ def test_mla_latent_cache_is_expanded_once():
 
 
 def test_kv_dequant_is_a_node_the_schedule_overlaps():
-    h100 = load_chip("h100")
+    h100 = _fusing_h100()
     kw = dict(act_dtype="bf16", weights_dtype="bf16", kv_dtype="fp8")
     sched = _decode(h100, "llama-3-8b", execution="schedule", **kw)
     base = _decode(h100, "llama-3-8b", execution="schedule", act_dtype="bf16",
@@ -91,7 +98,7 @@ def test_kv_dequant_is_a_node_the_schedule_overlaps():
     assert sched.seconds - sched.fixed_costs_s <= summed.seconds * (1 + 1e-9)
     # it waits for the stored cache only (not the step's new entry), so the scheduler hides
     # part of it under the layer's other work: less than its own time is added
-    free = _decode(_chip("h100", mixed_input=["fp8xbf16"]), "llama-3-8b",
+    free = _decode(_fusing_h100(mixed_input=["fp8xbf16"]), "llama-3-8b",
                    execution="schedule", **kw)
     deq = sum(x["total_seconds"] for x in _ops(summed, ".dequant"))
     assert 0 < sched.seconds - free.seconds < deq
