@@ -16,6 +16,7 @@ from .dram import dram_timing, pattern_cache, pin_bytes_per_s
 from .fabric import dram_vectors, fabric
 from ..workloads.ops import VectorOp
 from .support import check_dataflows
+from .regime import busiest_unit, memory_roof_bytes_per_s, regime
 from .stats import OpStats
 
 
@@ -284,6 +285,9 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
         "blocks": int(out[E.O_BLOCKS]),
         "folds": int(out[E.O_FOLDS]),
         "dma_transfers": int(out[E.O_TRANSFERS]),
+        # the unit busiest over the op's cycles (not its regime: sim/regime.py); the arrays
+        # count weight installs and fill as busy, which MAC utilisation does not
+        "busiest": busiest_unit({"array": array_frac, "dram": dram_frac}),
         "candidates": p["candidates"],
         "simulated_candidates": p["simulated"],
     }
@@ -297,5 +301,6 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
         macs=macs, flops=float(op.flops), utilization=util, dram_read_bytes=dram_rd,
         dram_write_bytes=dram_wr, sram_read_bytes=sram_rd, sram_write_bytes=sram_wr,
         dram_bytes_per_s=dram_bps, energy_j=sum(e.values()), energy_breakdown=e,
-        bound="memory" if dram_frac > array_frac else "compute", mapping=mapping,
+        bound=regime(util, dram_bps / memory_roof_bytes_per_s(chip) if chip.has_dram else 0.0),
+        mapping=mapping,
         shared_buffer_read_bytes=sb_rd)

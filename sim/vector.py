@@ -22,6 +22,7 @@ from ..arch.dtypes import dtype_bytes
 from .dram import FastDram
 from .fabric import fabric
 from ..workloads.ops import VectorOp
+from .regime import memory_roof_bytes_per_s, regime
 from .stats import OpStats
 
 #: Streaming granularity of vector ops through the scratchpad (bytes per chunk per core).
@@ -118,6 +119,7 @@ def vector_stats(op: VectorOp, chip) -> OpStats:
         macs=0, flops=float(ops), utilization=0.0, dram_read_bytes=rd, dram_write_bytes=wr,
         sram_read_bytes=sram / 2, sram_write_bytes=sram / 2,
         dram_bytes_per_s=(rd + wr) / seconds, energy_j=sum(e.values()), energy_breakdown=e,
-        bound="memory" if mem_bound else "compute",
+        bound=regime(compute / cycles, (rd + wr) / memory_roof_bytes_per_s(chip) / seconds
+                     if chip.has_dram else 0.0),
         mapping={"unit": "vector", "cores": cores, "chunk_bytes": CHUNK_BYTES,
                  "vector_cycles": compute, "memory_cycles": mem})

@@ -80,7 +80,11 @@ def gemm(m, k, n, chip_name, dtype, dataflow, as_json, trace_path):
         ("cycles", f"{st.cycles:,}"), ("time", fmt.seconds(st.seconds)),
         ("compute cycles (no memory limit)", f"{st.compute_cycles:,}"),
         ("stalls", ", ".join(f"{k_} {v:,}" for k_, v in st.stall_breakdown.items())),
-        ("utilization", fmt.pct(st.utilization)), ("bound", st.bound),
+        ("MAC utilization", fmt.pct(st.utilization)),
+        ("bound (roofline regime)", st.bound),
+        *([("busiest unit", f"{st.mapping['busiest']['unit']} "
+                            f"{fmt.pct(st.mapping['busiest']['occupancy'])} of the cycles")]
+          if st.mapping.get("busiest") else []),
         ("DRAM read / write", f"{fmt.si(st.dram_read_bytes, 'B')} / "
                               f"{fmt.si(st.dram_write_bytes, 'B')}"),
         ("DRAM bandwidth achieved", f"{st.dram_bytes_per_s / 1e9:,.1f} GB/s "

@@ -53,6 +53,19 @@ def _residency(rec: dict) -> str:
                       for loc, (r, w) in by.items())
 
 
+def _regime_text(d: dict) -> str:
+    """The run's roofline regime and the share of its time in each (sim/regime.py)."""
+    parts = (("compute-bound ops", d["compute_seconds"]),
+             ("memory-bound ops", d["memory_bound_seconds"]),
+             ("latency-bound ops (near neither roof)", d.get("latency_bound_seconds", 0.0)),
+             ("exposed communication", d["communication_seconds"]))
+    total = sum(v for _, v in parts)
+    if not total:
+        return d["bound"]
+    return f"{d['bound']} (share of the ops' time: " + ", ".join(
+        f"{k} {fmt.pct(v / total)}" for k, v in parts if v > 0) + ")"
+
+
 def _layer_table(layers: list[dict], total: float, title: str):
     from rich.table import Table
 
@@ -92,7 +105,7 @@ def _totals_table(d: dict):
     t.add_row("FLOPs (model)", fmt.si(d["flops"], "FLOP"))
     t.add_row("DRAM traffic", fmt.si(d["dram_bytes"], "B"))
     t.add_row("DRAM bandwidth utilisation", fmt.pct(d["dram_bw_utilization"]))
-    t.add_row("bound", d["bound"])
+    t.add_row("bound (roofline regime)", _regime_text(d))
     ej = d["energy_j_per_token"]
     t.add_row("energy per token", fmt.si(ej, "J") if ej >= 1 else f"{ej * 1e3:.3f} mJ")
     t.add_row("chips", f"{d['chips']} (tp {d['tp']}, dp {d['dp']})")
@@ -105,8 +118,11 @@ def _totals_table(d: dict):
                   f"{fmt.seconds(sch['launch_s'])}, step sync {fmt.seconds(sch['step_sync_s'])}"
                   f"; overlapped where the schedule allows)")
         t.add_row("exposed communication", fmt.seconds(d["communication_seconds"]))
-        t.add_row("unit occupancy (busy time)", ", ".join(
-            f"{k} {fmt.pct(v)}" for k, v in d["utilization"].items()))
+        busy = d.get("busiest_unit") or {}
+        t.add_row("unit occupancy (busy time)",
+                  (f"busiest {busy['unit']} {fmt.pct(busy['occupancy'])} · "
+                   if busy.get("unit") else "")
+                  + ", ".join(f"{k} {fmt.pct(v)}" for k, v in d["utilization"].items()))
     mem = d["memory"]
     bd = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in mem["breakdown"].items())
     t.add_row("memory per chip", f"{mem['memory_bytes'] / 2**30:.1f} of "

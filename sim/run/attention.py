@@ -17,6 +17,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ...workloads.fused_attention import FusedAttention, on_chip
+from ..regime import roof_regime
 
 
 def on_chip_seconds(op: FusedAttention, chip) -> float:
@@ -50,7 +51,9 @@ def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
     if op.scratchpad_bytes or op.shared_buffer_bytes:   # resident operands (per operand)
         t_mem = max(t_mem, on_chip_seconds(op, chip))
     seconds = max(t_comp, t_mem)
-    bound = "compute" if t_comp >= t_mem else "memory"
+    bound = roof_regime(chip, seconds=seconds, mac_flops=op.gemm_flops,
+                        dtype=op.compute_dtype, vector_ops=op.vector_flops,
+                        dram_bytes=op.dram_bytes)
     if all(getattr(st, "energy_breakdown", None) for st in sts):
         part_bytes = sum(st.dram_read_bytes + st.dram_write_bytes for st in sts)
         dram_e = sum(sum(st.energy_breakdown.get(k, 0.0) for k in ("dram", "noc", "d2d"))

@@ -43,6 +43,7 @@ from ...workloads.train import train_step
 from ..api import OpTimer
 from ..limits import check_ops
 from ..support import check_supported, wider
+from ..regime import busiest_unit
 from .precision_ops import with_precision_ops
 from .scenario import EXECUTIONS, Parallelism, Scenario, default_execution
 from .summed import simulate_workload
@@ -82,6 +83,8 @@ class RunResult:
     compute_seconds: float = 0.0
     memory_bound_seconds: float = 0.0
     communication_seconds: float = 0.0
+    #: time in ops near neither roof (sim/regime.py: fill/drain, installs, quantisation)
+    latency_bound_seconds: float = 0.0
     precision: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
@@ -108,6 +111,7 @@ class RunResult:
         d["power_w_per_chip"] = self.energy_j / self.chips / self.seconds if self.seconds else None
         d["tokens_per_s_per_chip"] = self.tokens_per_s / self.chips
         d["memory_bytes_per_chip"] = self.memory_bytes
+        d["busiest_unit"] = busiest_unit(self.utilization) if self.utilization else None
         return d
 
 
@@ -208,8 +212,12 @@ def lower_workload(model: ModelConfig, s: Scenario, *, precision: Precision, tp:
 
 
 def _bound(t: dict) -> str:
+    """The run's roofline regime (sim/regime.py): the one its ops spent the most time in,
+    collectives by their exposed time; ties in the order compute, memory, communication,
+    latency."""
     parts = {"compute": t["compute_seconds"], "memory": t["memory_bound_seconds"],
-             "communication": t["communication_seconds"]}
+             "communication": t["communication_seconds"],
+             "latency": t.get("latency_bound_seconds", 0.0)}
     return max(parts, key=parts.get)
 
 
@@ -338,6 +346,7 @@ def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Work
         dram_bw_utilization=_bw_share(t["dram_bytes"], secs, chip),
         compute_seconds=t["compute_seconds"], memory_bound_seconds=t["memory_bound_seconds"],
         communication_seconds=t["communication_seconds"],
+        latency_bound_seconds=t.get("latency_bound_seconds", 0.0),
         precision=p.to_dict(),
         memory=mem.to_dict(), info=info, warnings=warns, execution=s.execution,
         fixed_costs_s=t.get("fixed_costs_s"), utilization=t.get("utilization", {}),

@@ -51,6 +51,7 @@ from .attention import fused_stats
 from ...workloads.graph import Workload, program_pieces
 from .links import collective_energy_j, collective_seconds
 from .placed import access_index, placed_op, split_segments
+from ..regime import roof_regime
 
 
 def _compute_seconds(st, chip) -> float:
@@ -127,8 +128,13 @@ class _Timer:
             kind="fused" if vecs else st.kind, seconds=seconds,
             compute_seconds=max(_compute_seconds(st, chip), vec_s),
             dram_bytes=dram_b, vector_seconds=vec_s,
-            energy_j=st.energy_j + sum(_alu_energy(v) for v in vst),
-            bound=st.bound if st.seconds >= vec_s else "vector",
+            # the record lasts ``seconds``: static power over the part the GEMM's own stats
+            # do not cover (a vector epilogue slower than its GEMM)
+            energy_j=(st.energy_j + sum(_alu_energy(v) for v in vst)
+                      + chip.energy.static_w * max(0.0, seconds - st.seconds)),
+            bound=roof_regime(chip, seconds=seconds, mac_flops=gemm.flops,
+                              dtype=gemm.compute_dtype,
+                              vector_ops=sum(v.flops for v in vst), dram_bytes=dram_b),
             utilization=gemm.flops / (peak * seconds) if seconds else 0.0,
             flops=st.flops, vector_flops=sum(v.flops for v in vst),
             bandwidth=min(getattr(st, "dram_bytes_per_s", 0.0), peak_bw), unit="array",
@@ -256,7 +262,7 @@ class _Totals:
 
     def __init__(self):
         self.total = self.energy = self.dram = self.launches = self.syncs = 0.0
-        self.t_compute = self.t_mem = self.t_comm = 0.0
+        self.t_compute = self.t_mem = self.t_lat = self.t_comm = 0.0
         self.offset = 0.0
         self.busy: dict = {}
         self.records: dict = {}
@@ -310,6 +316,8 @@ class _Totals:
                     pass
                 elif t.bound == "memory":
                     self.t_mem += t.seconds * count
+                elif t.bound == "latency":
+                    self.t_lat += t.seconds * count
                 else:
                     self.t_compute += t.seconds * count
                 key = (b.name, n.name)
@@ -361,6 +369,7 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     """Time ``w`` on ``chip`` as a schedule of its programs (module docstring). Returns the
     totals :func:`~diptych.sim.run.summed.simulate_workload` returns (``seconds``,
     ``energy_j``, ``dram_bytes``, ``layers``, ``compute_seconds``, ``memory_bound_seconds``,
+    ``latency_bound_seconds``,
     ``communication_seconds``) plus ``fixed_costs_s`` (launches + step syncs), ``launch_s``,
     ``step_sync_s``, ``utilization`` (per resource, over the step), ``timeline`` (the
     simulated node phases, for the trace) and ``pieces`` (each program's time and count).
@@ -390,6 +399,7 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     return {"seconds": total, "energy_j": acc.energy, "dram_bytes": acc.dram,
             "layers": [acc.records[k] for k in acc.order],
             "compute_seconds": acc.t_compute, "memory_bound_seconds": acc.t_mem,
+            "latency_bound_seconds": acc.t_lat,
             "communication_seconds": acc.t_comm, "fixed_costs_s": acc.launches + acc.syncs,
             "launch_s": acc.launches, "step_sync_s": acc.syncs,
             "utilization": {k: v / total if total else 0.0 for k, v in acc.busy.items()},

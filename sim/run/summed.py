@@ -79,7 +79,7 @@ def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
     links)."""
     sim = simulate or _default_simulate()
     records: list[dict] = []
-    t_compute = t_mem = t_comm_exposed = 0.0
+    t_compute = t_mem = t_lat = t_comm_exposed = 0.0
     total = energy = dram = 0.0
     backward_s = 0.0
     dp_comm = 0.0
@@ -97,10 +97,12 @@ def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
             else:
                 comp_s += s
                 dram += rec["dram_bytes"] * b.repeat
-                if rec["bound"] == "compute":
-                    t_compute += s * b.repeat
-                else:
+                if rec["bound"] == "memory":
                     t_mem += s * b.repeat
+                elif rec["bound"] == "latency":
+                    t_lat += s * b.repeat
+                else:
+                    t_compute += s * b.repeat
             energy += e * b.repeat
             rec.update(block=b.name, stage=b.stage, repeat=b.repeat,
                        total_seconds=rec["seconds"] * b.repeat)
@@ -117,7 +119,7 @@ def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
     t_comm_exposed += exposed_dp
     return {"seconds": total, "energy_j": energy, "dram_bytes": dram, "layers": records,
             "compute_seconds": t_compute, "memory_bound_seconds": t_mem,
-            "communication_seconds": t_comm_exposed}
+            "latency_bound_seconds": t_lat, "communication_seconds": t_comm_exposed}
 
 
 @dataclass(frozen=True)
