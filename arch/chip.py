@@ -12,7 +12,10 @@ from dataclasses import dataclass, fields
 
 from .dtypes import BLOCK_DTYPES, DTYPE_BYTES, DTYPES
 from .runtime import runtime_names
-from .schema import f, fail
+from .bounds import (AREA_MM2, BUS_EFFICIENCY, CLOCK_GHZ, DRAM_T_MIN_NS, DRAM_T_WHY, FIXED_US,
+                     LINK_GB_PER_S, LINK_LATENCY_US, PJ_PER_IO_BIT, PJ_PER_OP,
+                     REFRESH_MAX_FRACTION, SRAM_MIB)
+from .schema import bound, f, fail
 from .tables import CostTable, DieSpec, Noc, Package, PowerTable
 
 DATAFLOWS: tuple[str, ...] = ("os", "ws", "is")
@@ -56,11 +59,9 @@ DTYPE_TABLE_MAX = 1e4
 MAX_RATE_DENOMINATOR = 1024
 MIN_RATE = 1 / MAX_RATE_DENOMINATOR
 MAX_RATE = 64.0
-PJ_PER_MAC_MAX = 1000.0     # pJ per MAC; a 45 nm fp32 MAC is ~4 pJ
+# Lower bounds and their reasons: arch/bounds.py (issue 22 item 2).
 MM2_PER_MAC_MAX = 1.0       # mm² per MAC unit; a 45 nm fp32 MAC is ~0.01 mm²
-SRAM_MIB_MAX = 2.0**20      # 1 TiB of SRAM in one table; a wafer-scale engine has ~42,000 MiB
 POWER_W_MAX = 1e5           # W; a wafer-scale system draws ~25 kW
-AREA_MM2_MAX = 1e5          # mm²; a 300 mm wafer is ~70,000 mm²
 
 
 def check_rate(rate: float, source, path) -> None:
@@ -127,7 +128,10 @@ class SystolicArray:
     cols: int = f(min=1, max=MAX_ARRAY_DIM, doc="PE columns (integer 1..4096)")
     dataflows: tuple[str, ...] = f(choices=DATAFLOWS, nonempty=True,
                                    doc="list of supported dataflows: os, ws, is")
-    macs_per_pe_per_cycle: DtypeTable = f(doc="table of MACs per PE per cycle by dtype")
+    macs_per_pe_per_cycle: DtypeTable = f(
+        doc="table of MACs per PE per cycle by dtype",
+        each=bound(MIN_RATE, MAX_RATE, "MACs per PE per cycle: 0 = unsupported; 1/1024 is a slow "
+                   "multi-pass mode, 64 a PE of 64 parallel MACs", zero=True))
     # ---- precision support beyond the rates (docs/precision.md) ---------------------------
     block_scale: str = f(default="none", choices=BLOCK_SCALE_PLACES,
                          doc="where block scales of MX/NVFP4 operands are applied: none (no "
@@ -195,8 +199,10 @@ class VectorUnit:
     """SIMD unit beside the arrays for elementwise ops and reductions."""
 
     lanes: int = f(min=1, max=2**20, doc="vector lanes (integer 1..1048576)")
-    ops_per_lane_per_cycle: float = f(gt=0.0, max=1024.0,
-                                      doc="ops per lane per cycle (0 < x <= 1024)")
+    ops_per_lane_per_cycle: float = f(
+        doc="ops per lane per cycle",
+        **bound(0.001, 1024.0, "one op per 1,000 cycles is slower than any iterative divider; "
+                "1024 is above the widest SIMD lane"))
     on_array_output_path: bool = f(default=False,
                                    doc="true when the vector unit sits on the arrays' output "
                                        "path, so elementwise work can fuse into a GEMM's "
@@ -219,13 +225,13 @@ class VectorUnit:
 class Scratchpad:
     """Software-managed on-chip SRAM of one tensor core."""
 
-    capacity_mib: float = f(gt=0.0, max=SRAM_MIB_MAX, doc="capacity in MiB (0 < x <= 1048576)")
+    capacity_mib: float = f(doc="capacity in MiB", **SRAM_MIB)
     banks: int = f(min=1, max=65536, doc="number of banks (integer 1..65536)")
     bank_width_bytes: int = f(min=1, max=2**20,
                               doc="bytes per bank access (integer 1..1048576)")
     ports: int = f(min=1, max=64, doc="ports per bank (integer 1..64)")
-    accumulator_mib: float = f(default=0.0, min=0.0, max=SRAM_MIB_MAX,
-                               doc="separate accumulator SRAM in MiB (0 <= x <= 1048576)")
+    accumulator_mib: float = f(default=0.0, doc="separate accumulator SRAM in MiB (0 = none)",
+                               **SRAM_MIB, zero_ok=True)
 
     @property
     def capacity_bytes(self) -> int:
@@ -254,8 +260,10 @@ class Dma:
     engines: int = f(min=1, max=1024, doc="DMA engines (integer 1..1024)")
     max_outstanding: int = f(min=1, max=65536,
                              doc="outstanding transfers per engine (integer 1..65536)")
-    bytes_per_cycle: float = f(min=0.01, max=1e6,
-                               doc="bytes per core cycle per engine (0.01 <= x <= 1e6)")
+    bytes_per_cycle: float = f(
+        doc="bytes per core cycle per engine",
+        **bound(0.01, 1e6, "a byte per 100 cycles is below any DMA engine, 1 MB per cycle above "
+                "any on-chip bus"))
     setup_cycles: int = f(default=0, min=0, max=1_000_000,
                           doc="fixed per-descriptor latency in cycles (integer 0..1000000)")
 
@@ -271,7 +279,10 @@ class Dram:
                                          doc="pseudo-channels per channel (integer 1..16)")
     bits_per_pseudo_channel: int = f(min=1, max=1024,
                                      doc="data bits per pseudo-channel (integer 1..1024)")
-    gbps_per_pin: float = f(min=0.1, max=64.0, doc="data rate per pin in Gb/s (0.1 <= x <= 64)")
+    gbps_per_pin: float = f(
+        doc="data rate per pin in Gb/s",
+        **bound(0.1, 64.0, "Gb/s: 0.1 is PC100 SDRAM, 64 is above GDDR7 at 32-48; per kind at "
+                "most PIN_RATE_MAX_GBPS"))
     banks_per_pseudo_channel: int = f(min=1, max=1024,
                                       doc="banks per pseudo-channel (integer 1..1024)")
     page_bytes: int = f(min=32, max=65536, doc="row-buffer (page) size in bytes (integer "
@@ -280,16 +291,26 @@ class Dram:
     interleave_bytes: int = f(min=32, max=2**30,
                               doc="address-interleave granularity across pseudo-channels "
                                   "in bytes (integer 32..1073741824)")
-    t_rcd_ns: float = f(gt=0.0, max=1000.0, doc="tRCD in ns (0 < x <= 1000)")
-    t_cl_ns: float = f(gt=0.0, max=1000.0, doc="tCL in ns (0 < x <= 1000)")
-    t_rp_ns: float = f(gt=0.0, max=1000.0, doc="tRP in ns (0 < x <= 1000)")
-    t_ras_ns: float = f(gt=0.0, max=10_000.0, doc="tRAS in ns (0 < x <= 10000)")
-    t_rfc_ns: float = f(gt=0.0, max=100_000.0, doc="tRFC in ns (0 < x <= 100000)")
-    t_refi_ns: float = f(gt=0.0, max=1e6, doc="tREFI in ns (0 < x <= 1e6)")
-    t_wtr_ns: float = f(min=0.0, max=1000.0,
-                        doc="write-to-read turnaround tWTR in ns (0 <= x <= 1000)")
-    t_rtw_ns: float = f(min=0.0, max=1000.0, doc="read-to-write turnaround in ns (0 <= x <= 1000)")
-    capacity_gib: float = f(gt=0.0, max=65536.0, doc="capacity in GiB (0 < x <= 65536)")
+    t_rcd_ns: float = f(doc="tRCD in ns", **bound(DRAM_T_MIN_NS, 1000.0, DRAM_T_WHY))
+    t_cl_ns: float = f(doc="tCL in ns", **bound(DRAM_T_MIN_NS, 1000.0, DRAM_T_WHY))
+    t_rp_ns: float = f(doc="tRP in ns", **bound(DRAM_T_MIN_NS, 1000.0, DRAM_T_WHY))
+    t_ras_ns: float = f(doc="tRAS in ns", **bound(DRAM_T_MIN_NS, 10_000.0, DRAM_T_WHY))
+    t_rfc_ns: float = f(doc="tRFC in ns",
+                        **bound(DRAM_T_MIN_NS, 100_000.0, "ns: real all-bank refreshes take "
+                                "90-550 ns; 0.1 ns is below any DRAM array operation"))
+    t_refi_ns: float = f(doc="tREFI in ns",
+                         **bound(100.0, 1e6, "ns: no part refreshes all banks more often "
+                                 "than every ~2 us; the engine walks refresh windows one by "
+                                 "one"))
+    t_wtr_ns: float = f(doc="write-to-read turnaround tWTR in ns",
+                        **bound(0.01, 1000.0, "ns: 0 = none; 10 ps is below one clock of any "
+                                "DRAM", zero=True))
+    t_rtw_ns: float = f(doc="read-to-write turnaround in ns",
+                        **bound(0.01, 1000.0, "ns: 0 = none; 10 ps is below one clock of any "
+                                "DRAM", zero=True))
+    capacity_gib: float = f(doc="capacity in GiB",
+                            **bound(0.001, 65536.0, "GiB: 1 MiB is below any DRAM device sold "
+                                    "this century, 64 TiB is 300x the largest HBM system"))
 
     @classmethod
     def json_schema_rules(cls) -> list[dict]:
@@ -310,6 +331,12 @@ class Dram:
         if self.t_refi_ns <= self.t_rfc_ns:
             fail(source, f"{path}.t_refi_ns", self.t_refi_ns,
                  f"more than t_rfc_ns ({self.t_rfc_ns})")
+        blackout = self.t_rfc_ns + self.t_rcd_ns + self.t_cl_ns
+        if blackout > REFRESH_MAX_FRACTION * self.t_refi_ns:
+            fail(source, f"{path}.t_refi_ns", self.t_refi_ns,
+                 f"at least {1 / REFRESH_MAX_FRACTION:g}x the refresh blackout t_rfc_ns + "
+                 f"t_rcd_ns + t_cl_ns ({blackout:g} ns): real parts lose 2-15 % of the time "
+                 f"to refresh, and a blackout as long as tREFI leaves no time to transfer")
         if self.t_ras_ns < self.t_rcd_ns:
             fail(source, f"{path}.t_ras_ns", self.t_ras_ns, f"at least t_rcd_ns ({self.t_rcd_ns})")
 
@@ -339,10 +366,11 @@ class SharedBuffer:
     "Shared buffer"); its bytes cost ``energy.pj_per_sram_byte``.
     """
 
-    capacity_mib: float = f(gt=0.0, max=SRAM_MIB_MAX, doc="capacity in MiB (0 < x <= 1048576)")
-    bytes_per_cycle: float = f(min=0.01, max=1e7,
-                               doc="read bandwidth of the whole buffer in bytes per core cycle, "
-                                   "all arrays together (0.01 <= x <= 1e7)")
+    capacity_mib: float = f(doc="capacity in MiB", **SRAM_MIB)
+    bytes_per_cycle: float = f(
+        doc="read bandwidth of the whole buffer in bytes per core cycle, all arrays together",
+        **bound(0.01, 1e7, "a byte per 100 cycles is below any on-chip buffer, 10 MB per "
+                "cycle above any"))
 
     @property
     def capacity_bytes(self) -> int:
@@ -364,20 +392,21 @@ class Interconnect:
     "Collectives")."""
 
     links: int = f(min=0, max=1024, doc="links (integer 0..1024)")
-    gb_per_s_per_link_per_direction: float = f(min=0.0, max=100_000.0,
-                                               doc="GB/s per link per direction (0 <= x <= 1e5)")
-    latency_us: float = f(min=0.0, max=10_000.0,
-                          doc="per-hop latency in microseconds (0 <= x <= 10000)")
-    bus_efficiency: float = f(default=1.0, gt=0.0, max=1.0,
-                              doc="fraction of the link bandwidth collectives sustain "
-                                  "(0 < x <= 1)")
-    in_network_reduction: float = f(default=0.0, min=0.0, max=1.0,
+    gb_per_s_per_link_per_direction: float = f(doc="GB/s per link per direction",
+                                               **LINK_GB_PER_S, zero_ok=True)
+    latency_us: float = f(doc="per-hop latency in microseconds", **LINK_LATENCY_US,
+                          zero_ok=True)
+    bus_efficiency: float = f(default=1.0,
+                              doc="fraction of the link bandwidth collectives sustain",
+                              **BUS_EFFICIENCY)
+    in_network_reduction: float = f(default=0.0,
                                     doc="link-bandwidth fraction of an in-switch-reduced "
-                                        "all-reduce (0 <= x <= 1; 0: no in-network "
-                                        "reduction)")
-    in_network_reduction_latency_us: float = f(default=0.0, min=0.0, max=10_000.0,
+                                        "all-reduce (0: no in-network reduction)",
+                                    **BUS_EFFICIENCY, zero_ok=True)
+    in_network_reduction_latency_us: float = f(default=0.0,
                                                doc="fixed latency of an in-switch-reduced "
-                                                   "all-reduce in microseconds (0..10000)")
+                                                   "all-reduce in microseconds",
+                                               **LINK_LATENCY_US, zero_ok=True)
 
     @property
     def bytes_per_s_per_direction(self) -> float:
@@ -394,44 +423,43 @@ class Interconnect:
 class EnergyTable:
     """Dynamic energy per event, plus static power."""
 
-    pj_per_mac: DtypeTable = f(doc="table of pJ per MAC by dtype")
-    pj_per_sram_byte: float = f(min=0.0, max=1000.0,
-                                doc="pJ per scratchpad byte read or written (0 <= x <= 1000)")
-    pj_per_dram_bit: float = f(min=0.0, max=1000.0,
-                               doc="pJ per DRAM bit transferred (0 <= x <= 1000)")
-    pj_per_link_bit: float = f(min=0.0, max=1000.0,
-                               doc="pJ per interconnect bit (0 <= x <= 1000)")
-    pj_per_vector_op: float = f(min=0.0, max=1000.0, doc="pJ per vector-unit op (0 <= x <= 1000)")
-    static_w: float = f(default=0.0, min=0.0, max=POWER_W_MAX,
-                        doc="static (leakage + idle) power in W (0 <= x <= 100000)")
-
-    def _validate(self, source, path):
-        for dtype, v in self.pj_per_mac.items():
-            if v > PJ_PER_MAC_MAX:
-                fail(source, f"{path}.pj_per_mac.{dtype}", v,
-                     f"a number >= 0 and <= {PJ_PER_MAC_MAX:g}")
+    pj_per_mac: DtypeTable = f(doc="table of pJ per MAC by dtype", each=PJ_PER_OP)
+    pj_per_sram_byte: float = f(
+        doc="pJ per scratchpad byte read or written",
+        **bound(0.001, 1000.0, "pJ: 0 = not modelled; 1 fJ per byte is below any SRAM "
+                "access, ~0.1-1 pJ per byte at 3-7 nm", zero=True))
+    pj_per_dram_bit: float = f(doc="pJ per DRAM bit transferred", **PJ_PER_IO_BIT, zero_ok=True)
+    pj_per_link_bit: float = f(doc="pJ per interconnect bit", **PJ_PER_IO_BIT, zero_ok=True)
+    pj_per_vector_op: float = f(doc="pJ per vector-unit op", **PJ_PER_OP)
+    static_w: float = f(default=0.0, doc="static (leakage + idle) power in W",
+                        **bound(0.001, POWER_W_MAX, "W: 0 = ideal; 1 mW is a microcontroller's "
+                                "leakage, 100 kW 4x a wafer-scale system's power", zero=True))
 
 
 @dataclass(frozen=True, kw_only=True)
 class AreaTable:
     """Area coefficients of the die-area model (see :mod:`diptych.arch.area`)."""
 
-    mm2_per_mac: DtypeTable = f(doc="table of mm² per MAC unit by dtype")
-    mm2_per_mib_sram: float = f(min=0.0, max=1000.0, doc="mm² per MiB of SRAM (0 <= x <= 1000)")
-    mm2_per_vector_lane: float = f(min=0.0, max=100.0,
-                                   doc="mm² per vector lane (0 <= x <= 100)")
-    mm2_per_hbm_phy: float = f(min=0.0, max=1000.0,
-                               doc="mm² per DRAM stack PHY + controller (0 <= x <= 1000)")
-    mm2_per_link: float = f(min=0.0, max=1000.0,
-                            doc="mm² per interconnect link SerDes (0 <= x <= 1000)")
-    fixed_overhead_mm2: float = f(min=0.0, max=AREA_MM2_MAX,
-                                  doc="fixed overhead in mm² (0 <= x <= 100000)")
-
-    def _validate(self, source, path):
-        for dtype, v in self.mm2_per_mac.items():
-            if v > MM2_PER_MAC_MAX:
-                fail(source, f"{path}.mm2_per_mac.{dtype}", v,
-                     f"a number >= 0 and <= {MM2_PER_MAC_MAX:g}")
+    mm2_per_mac: DtypeTable = f(
+        doc="table of mm² per MAC unit by dtype",
+        each=bound(1e-6, MM2_PER_MAC_MAX, "mm²: 0 = not modelled; 1 µm² is below any MAC, an "
+                   "int4 MAC at 3 nm is ~100 µm²; 1 mm² is 100x a 45 nm fp32 MAC", zero=True))
+    mm2_per_mib_sram: float = f(
+        doc="mm² per MiB of SRAM",
+        **bound(0.01, 1000.0, "mm²: 0 = not modelled; 0.01 mm² per MiB is 20x denser than 3 nm "
+                "SRAM", zero=True))
+    mm2_per_vector_lane: float = f(
+        doc="mm² per vector lane",
+        **bound(1e-5, 100.0, "mm²: 0 = not modelled; 10 µm² is below any lane with an ALU",
+                zero=True))
+    mm2_per_hbm_phy: float = f(
+        doc="mm² per DRAM stack PHY + controller",
+        **bound(0.01, 1000.0, "mm²: 0 = not modelled; an HBM PHY is ~10-30 mm²", zero=True))
+    mm2_per_link: float = f(
+        doc="mm² per interconnect link SerDes",
+        **bound(0.001, 1000.0, "mm²: 0 = not modelled; one SerDes lane is ~0.1-0.5 mm²",
+                zero=True))
+    fixed_overhead_mm2: float = f(doc="fixed overhead in mm²", **AREA_MM2, zero_ok=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -449,12 +477,13 @@ class Overheads:
     default) charges none.
     """
 
-    op_launch_us: float = f(default=0.0, min=0.0, max=1000.0,
-                            doc="fixed issue cost per op in microseconds (0..1000)")
-    step_sync_us: float = f(default=0.0, min=0.0, max=1e6,
-                            doc="fixed cost per program step in microseconds (0..1e6)")
-    collective_launch_us: float = f(default=0.0, min=0.0, max=1000.0,
-                                    doc="fixed cost per collective in microseconds (0..1000)")
+    op_launch_us: float = f(default=0.0, doc="fixed issue cost per op in microseconds",
+                            **bound(1e-4, 1000.0, FIXED_US, zero=True))
+    step_sync_us: float = f(default=0.0, doc="fixed cost per program step in microseconds",
+                            **bound(1e-4, 1e6, FIXED_US, zero=True))
+    collective_launch_us: float = f(default=0.0,
+                                    doc="fixed cost per collective in microseconds",
+                                    **bound(1e-4, 1000.0, FIXED_US, zero=True))
     serving_runtime: str = f(default="ideal",
                              doc="serving runtime profile a deployment runs by default (a "
                                  "name of arch/runtimes/*.toml)")
@@ -484,9 +513,11 @@ class ResidencyPolicy:
     shared_buffer_kinds: tuple[str, ...] = f(default=TENSOR_KINDS, choices=TENSOR_KINDS,
                                              doc="list of tensor kinds that may stay in the "
                                                  "shared buffer between ops")
-    reserve_fraction: float = f(default=0.25, min=0.0, max=0.95,
+    reserve_fraction: float = f(default=0.25,
                                 doc="fraction of each on-chip memory kept for the engine's "
-                                    "tiles (0..0.95)")
+                                    "tiles",
+                                **bound(0.001, 0.95, "0 = none; under 0.1 % holds no tile, "
+                                        "over 95 % leaves nothing to keep", zero=True))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -499,7 +530,7 @@ class Chip:
                   printable=True)
     description: str = f(default="", doc="one-line description (at most 4096 characters)",
                          max_len=4096)
-    clock_ghz: float = f(min=0.001, max=10.0, doc="core clock in GHz (0.001 <= x <= 10)")
+    clock_ghz: float = f(doc="core clock in GHz", **CLOCK_GHZ)
     tensor_cores: int = f(min=1, max=1_000_000, doc="tensor cores (integer 1..1000000)")
     default_dtype: str = f(choices=DTYPES, doc="default datapath dtype")
     core: TensorCore = f(doc="the tensor core table")
@@ -510,9 +541,11 @@ class Chip:
     interconnect: Interconnect = f(doc="the interconnect table")
     energy: EnergyTable = f(doc="the energy table")
     area: AreaTable = f(doc="the area table")
-    tdp_w: float = f(gt=0.0, max=POWER_W_MAX, doc="thermal design power in W (0 < x <= 100000)")
-    area_budget_mm2: float = f(default=0.0, min=0.0, max=AREA_MM2_MAX,
-                               doc="die-area budget in mm² (0 = none stated; at most 100000)")
+    tdp_w: float = f(doc="thermal design power in W",
+                     **bound(0.01, POWER_W_MAX, "W: 10 mW is a microcontroller NPU, 100 kW 4x a "
+                             "wafer-scale system"))
+    area_budget_mm2: float = f(default=0.0, doc="die-area budget in mm² (0 = none stated)",
+                               **AREA_MM2, zero_ok=True)
     shared_buffer: SharedBuffer | None = f(default=None,
                                            doc="optional shared on-chip buffer table "
                                                "(L2 / CMEM); absent = none")

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .schema import ConfigError, build, f, fail, read_config_file
+from .bounds import BUS_EFFICIENCY, LINK_GB_PER_S, LINK_LATENCY_US
+from .schema import ConfigError, bound, build, f, fail, read_config_file
 
 FABRICS: tuple[str, ...] = ("switch", "torus")
 SCALE_OUT_KINDS: tuple[str, ...] = ("fat_tree", "rail_optimized", "none")
@@ -49,11 +50,12 @@ class ScaleUp:
                                    doc="links per chip (integer >= 1; default: the chip's "
                                        "interconnect.links)")
     gb_per_s_per_link_per_direction: float | None = f(
-        default=None, gt=0.0, doc="GB/s per link per direction (> 0; default: the chip's "
-                                  "interconnect value)")
-    latency_us: float | None = f(default=None, min=0.0,
+        default=None, doc="GB/s per link per direction (default: the chip's interconnect "
+                          "value)", **LINK_GB_PER_S)
+    latency_us: float | None = f(default=None,
                                  doc="latency per hop / per collective step in microseconds "
-                                     "(>= 0; default: the chip's interconnect.latency_us)")
+                                     "(default: the chip's interconnect.latency_us)",
+                                 **LINK_LATENCY_US, zero_ok=True)
 
     def _validate(self, source, path):
         dims = (self.torus_x, self.torus_y, self.torus_z)
@@ -89,20 +91,24 @@ class ScaleOut:
     """The network between scale-up domains (one NIC per chip)."""
 
     kind: str = f(choices=SCALE_OUT_KINDS, doc="scale-out network kind")
-    nic_gb_per_s_per_direction: float = f(default=0.0, min=0.0,
+    nic_gb_per_s_per_direction: float = f(default=0.0,
                                           doc="NIC bandwidth per chip per direction in GB/s "
-                                              "(>= 0)")
-    latency_us: float = f(default=0.0, min=0.0,
-                          doc="latency per message / collective step in microseconds (>= 0)")
-    oversubscription: float = f(default=1.0, min=1.0,
-                                doc="fat-tree oversubscription above the leaf (>= 1; 1 = "
-                                    "non-blocking)")
+                                              "(0: none)",
+                                          **LINK_GB_PER_S, zero_ok=True)
+    latency_us: float = f(default=0.0,
+                          doc="latency per message / collective step in microseconds",
+                          **LINK_LATENCY_US, zero_ok=True)
+    oversubscription: float = f(default=1.0,
+                                doc="fat-tree oversubscription above the leaf (1 = "
+                                    "non-blocking)",
+                                **bound(1.0, 1000.0, "1 = non-blocking; 1000:1 is above any "
+                                        "built fabric (~1-8:1)"))
     rail_group_domains: int = f(default=1, min=1,
                                 doc="domains under one set of rail leaf switches (integer "
                                     ">= 1; rail_optimized only)")
-    bus_efficiency: float = f(default=1.0, gt=0.0, max=1.0,
-                              doc="fraction of the NIC bandwidth collectives sustain "
-                                  "(0 < x <= 1)")
+    bus_efficiency: float = f(default=1.0,
+                              doc="fraction of the NIC bandwidth collectives sustain",
+                              **BUS_EFFICIENCY)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,8 @@ reaches every core port in one hop). Memory controllers (``controllers_per_stack
 stack) attach to the routers along the die edges that carry the DRAM PHYs; on a chiplet
 compute die, the D2D interfaces are further sources for the DRAM bytes of remote stacks, each
 attached through as many router ports as its bandwidth needs (D2D GB/s ÷ link GB/s, rounded
-up), spread along its edge.
+up; at most :data:`MAX_D2D_PORTS_PER_ROUTER` per router along the edge), spread along its
+edge.
 
 :func:`noc_report` answers, per compute die, in closed form or by tracing every flow:
 
@@ -41,6 +42,13 @@ from .tables import Noc
 
 if TYPE_CHECKING:  # pragma: no cover
     from .chip import Chip
+
+#: Router ports one router along a die edge gives a D2D interface, at most [assumption: a
+#: mesh router has five ports (four neighbours and the local one); an edge router's spare
+#: ones and a wider local port give a few]. A D2D interface wider than its routers' ports can
+#: carry is capped by them: the NoC's DRAM cap then names a D2D port as the bottleneck.
+MAX_D2D_PORTS_PER_ROUTER = 4
+
 
 @dataclass(frozen=True)
 class Source:
@@ -116,8 +124,13 @@ def _sources(chip: "Chip", geom, rows: int, cols: int, noc: Noc) -> list[Source]
             out.append(_at(s.edge, pos, w, h, rows, cols, "controller", local / n_ctrl))
     if d2d:
         port = noc.link_bytes_per_cycle * chip.clock_hz
-        k = max(1, math.ceil(pkg.d2d_gb_per_s * 1e9 / port - 1e-9))
+        need = max(1, math.ceil(pkg.d2d_gb_per_s * 1e9 / port - 1e-9))
         for s in d2d:
+            # at most MAX_D2D_PORTS_PER_ROUTER per router along the edge: a router has no
+            # more ports to give (a D2D of 5 TB/s on 1e-300-byte links asked for 10^303
+            # ports: a loop that never ended)
+            along = cols if s.edge in ("south", "north") else rows
+            k = min(need, MAX_D2D_PORTS_PER_ROUTER * along)
             for c in range(k):
                 pos = s.start_mm + s.length_mm * (c + 0.5) / k
                 out.append(_at(s.edge, pos, w, h, rows, cols, "d2d", remote / len(d2d) / k))

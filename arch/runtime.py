@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .schema import ConfigError, build, f, read_config_file
+from .bounds import HOST_US
+from .schema import ConfigError, bound, build, f, read_config_file
 
 DEFAULT_RUNTIME = "ideal"
 
@@ -43,29 +44,34 @@ class RuntimeProfile:
 
     name: str = f(doc="profile name")
     description: str = f(default="", doc="one-line description")
-    step_host_fixed_us: float = f(default=0.0, min=0.0, max=1e6,
-                                  doc="host time per step, in microseconds (0 <= x <= 1e6)")
-    step_host_per_seq_us: float = f(default=0.0, min=0.0, max=1e4,
-                                    doc="host time per sequence in a step, in microseconds "
-                                        "(0 <= x <= 1e4)")
-    step_host_device_fraction: float = f(default=0.0, min=0.0, max=10.0,
+    step_host_fixed_us: float = f(default=0.0, doc="host time per step, in microseconds",
+                                  **bound(0.001, 1e6, HOST_US, zero=True))
+    step_host_per_seq_us: float = f(default=0.0,
+                                    doc="host time per sequence in a step, in microseconds",
+                                    **bound(0.001, 1e4, HOST_US, zero=True))
+    step_host_device_fraction: float = f(default=0.0,
                                          doc="host time per step as a fraction of the step's "
-                                             "device time (0 <= x <= 10)")
+                                             "device time",
+                                         **bound(1e-4, 10.0, "fraction: 0 = none; 0.01 % is "
+                                                 "below any measured host share, 10x the "
+                                                 "device time above any", zero=True))
     overlap: bool = f(default=False,
                       doc="true: host work overlaps the next device step (a step takes "
                           "max(device, host)); false: it does not (device + host)")
-    step_exposed_us: float = f(default=0.0, min=0.0, max=1e6,
+    step_exposed_us: float = f(default=0.0,
                                doc="host time per step the device waits for even when host "
-                                   "work overlaps it, in microseconds (0 <= x <= 1e6)")
-    request_in_us: float = f(default=0.0, min=0.0, max=1e7,
-                             doc="arrival at the server -> schedulable, in microseconds "
-                                 "(0 <= x <= 1e7)")
-    tokenize_us_per_token: float = f(default=0.0, min=0.0, max=1e4,
+                                   "work overlaps it, in microseconds",
+                               **bound(0.001, 1e6, HOST_US, zero=True))
+    request_in_us: float = f(default=0.0,
+                             doc="arrival at the server -> schedulable, in microseconds",
+                             **bound(0.001, 1e7, HOST_US, zero=True))
+    tokenize_us_per_token: float = f(default=0.0,
                                      doc="prompt tokenisation on the request path, "
-                                         "microseconds per prompt token (0 <= x <= 1e4)")
-    token_out_us: float = f(default=0.0, min=0.0, max=1e6,
-                            doc="token sampled -> received by the client, in microseconds "
-                                "(0 <= x <= 1e6)")
+                                         "microseconds per prompt token",
+                                     **bound(0.001, 1e4, HOST_US, zero=True))
+    token_out_us: float = f(default=0.0,
+                            doc="token sampled -> received by the client, in microseconds",
+                            **bound(0.001, 1e6, HOST_US, zero=True))
     chunked_prefill: bool | None = f(default=None,
                                      doc="true: prompts split into chunks mixed into decode "
                                          "steps; false: whole prompts in steps of their own "

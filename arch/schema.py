@@ -3,6 +3,12 @@
 Each dataclass field may carry metadata:
 
 * ``min`` / ``max``: inclusive bounds; ``gt``: exclusive lower bound;
+* ``zero_ok``: 0 is accepted besides ``[min, max]`` (the field's "none" or "ideal" value): an
+  explicit 0 is meaningful where a denormal-scale positive value is not (:func:`bound`);
+* ``why``: one line on the unit and where the bounds come from (what the kind of part can
+  physically be), shown with the bounds in messages and in the JSON Schema;
+* ``each`` (a table of numbers, e.g. a dtype table): bounds metadata that replaces the
+  bounds of every number in the table;
 * ``choices``: allowed values (for strings, or for each element of a tuple of strings);
 * ``nonempty``, ``max_len``, ``printable`` (strings): not blank, at most that many
   characters, no control characters;
@@ -49,12 +55,16 @@ def _fail(source: str | None, path: str, value: Any, expected: str) -> typing.No
 
 
 def _num(v: float) -> str:
-    """A bound as written in messages: integral values in full (1048576), others ``:g``."""
-    return str(int(v)) if float(v).is_integer() and abs(v) < 1e16 else f"{v:g}"
+    """A bound as written in messages: integral values in full (1048576), others ``:g``, a
+    reciprocal that ``:g`` would round as ``1/n`` (``1/1024``, not ``0.000976562``)."""
+    if float(v).is_integer() and abs(v) < 1e16:
+        return str(int(v))
+    if 0 < v < 1 and float(f"{v:g}") != v and (1 / v).is_integer():
+        return f"1/{int(1 / v)}"
+    return f"{v:g}"
 
 
-def range_text(meta: dict) -> str:
-    """The bounds of a field's metadata as text, e.g. ``"> 0 and <= 10"`` ("" if none)."""
+def _bounds_text(meta: dict) -> str:
     parts = []
     if "gt" in meta:
         parts.append(f"> {_num(meta['gt'])}")
@@ -65,15 +75,50 @@ def range_text(meta: dict) -> str:
     return " and ".join(parts)
 
 
+def range_text(meta: dict) -> str:
+    """The bounds of a field's metadata as text, e.g. ``"> 0 and <= 10"``, or with
+    ``zero_ok`` ``"0 or >= 0.01 and <= 100000"`` ("" if none)."""
+    rng = _bounds_text(meta)
+    return f"0 or {rng}" if meta.get("zero_ok") and rng else rng
+
+
+def expected_number(meta: dict, kind: str = "a number") -> str:
+    """What a number of this metadata must be, as a message says it: ``"a number >= 0.1 and
+    <= 64 (Gb/s per pin: ...)"``, ``"0 or a number >= 0.01 ..."`` with ``zero_ok``."""
+    text = f"{kind} {_bounds_text(meta)}".rstrip()
+    if meta.get("zero_ok"):
+        text = f"0 or {text}"
+    return f"{text} ({meta['why']})" if meta.get("why") else text
+
+
+def describe(meta: dict) -> str:
+    """A field's ``doc`` with its bounds when they are not in its text (fields with ``why``
+    keep their bounds out of ``doc``): ``"tRCD in ns; >= 0.1 and <= 1000"``."""
+    doc = meta.get("doc", "")
+    if meta.get("why") and range_text(meta):
+        return f"{doc}; {range_text(meta)}" if doc else range_text(meta)
+    return doc
+
+
+def bound(lo: float, hi: float, why: str, *, zero: bool = False) -> dict:
+    """Field metadata for a physical range ``[lo, hi]`` (and 0 with ``zero``), with the
+    one-line reason ``why``: ``f(doc=..., **bound(0.01, 1e5, "GB/s: ..."))``."""
+    out: dict = {"min": lo, "max": hi, "why": why}
+    if zero:
+        out["zero_ok"] = True
+    return out
+
+
 def _check_number(meta: dict, value: float, source, path, kind: str = "a number") -> None:
     lo, hi = meta.get("min"), meta.get("max")
-    rng = range_text(meta)
     if isinstance(value, float) and not math.isfinite(value):
-        _fail(source, path, value, f"a finite number {rng}".rstrip())
+        _fail(source, path, value, expected_number(meta, "a finite number"))
+    if meta.get("zero_ok") and value == 0:
+        return
     bad = (("gt" in meta and not value > meta["gt"]) or (lo is not None and value < lo)
            or (hi is not None and value > hi))
     if bad:
-        _fail(source, path, value, f"{kind} {rng}")
+        _fail(source, path, value, expected_number(meta, kind))
 
 
 def _convert(tp: Any, value: Any, meta: dict, source: str | None, path: str) -> Any:
@@ -86,7 +131,7 @@ def _convert(tp: Any, value: Any, meta: dict, source: str | None, path: str) -> 
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             _fail(source, path, value, f"a table of {tp.__name__} fields")
-        return build(tp, value, source=source, path=path)
+        return build(tp, value, source=source, path=path, each=meta.get("each"))
     if tp is bool:
         if not isinstance(value, bool):
             _fail(source, path, value, "true or false")
@@ -137,12 +182,14 @@ def _fields(cls: type) -> tuple[dict, dict]:
     return get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls) if f.init}
 
 
-def build(cls: type, data: dict, *, source: str | None = None, path: str = "") -> Any:
+def build(cls: type, data: dict, *, source: str | None = None, path: str = "",
+          each: dict | None = None) -> Any:
     """Instantiate dataclass ``cls`` from ``data`` (nested dicts), validating every field.
 
     Unknown keys, missing required keys, wrong types and out-of-range values raise
     :class:`ConfigError`. After fields are converted, the class's ``_validate(source, path)``
-    hook (if present) runs cross-field checks.
+    hook (if present) runs cross-field checks. ``each``: bounds metadata that replaces the
+    bounds of every int/float field of ``cls`` (a dtype table used for pJ per MAC).
     """
     hints, fields = _fields(cls)
     for key in data:
@@ -158,14 +205,21 @@ def build(cls: type, data: dict, *, source: str | None = None, path: str = "") -
         if name not in data:
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
                 raise ConfigError(f"{_where(source, sub)}: missing required key "
-                                  f"({field.metadata.get('doc', hints[name])})")
+                                  f"({describe(field.metadata) or hints[name]})")
             continue
-        kwargs[name] = _convert(hints[name], data[name], dict(field.metadata), source, sub)
+        meta = dict(field.metadata)
+        if each is not None and hints[name] in (int, float):
+            meta = {k: v for k, v in meta.items() if k not in _BOUND_KEYS} | each
+        kwargs[name] = _convert(hints[name], data[name], meta, source, sub)
     obj = cls(**kwargs)
     hook = getattr(obj, "_validate", None)
     if hook is not None:
         hook(source, path)
     return obj
+
+
+#: The metadata keys that state a number's bounds (replaced as a whole by ``each``).
+_BOUND_KEYS = ("min", "max", "gt", "zero_ok", "why")
 
 
 def _join(path: str, key: str) -> str:

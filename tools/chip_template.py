@@ -15,6 +15,7 @@ import dataclasses
 import typing
 
 from ..arch.chip import Chip, DtypeTable
+from ..arch.schema import describe
 
 HEADER = """\
 diptych chip description: {origin}.
@@ -27,8 +28,9 @@ The presets cite a source for each number: see arch/chips/*.toml in the diptych 
 
 
 def _doc(field: dataclasses.Field) -> str:
-    """The field's description, with its allowed values when it has a fixed set."""
-    doc = field.metadata.get("doc", "")
+    """The field's description, with its allowed values when it has a fixed set or bounds
+    kept out of its text (:func:`~diptych.arch.schema.describe`)."""
+    doc = describe(field.metadata)
     choices = field.metadata.get("choices")
     if choices and not all(c in doc for c in choices):
         doc += f" (one of {', '.join(choices)})"

@@ -153,9 +153,11 @@ def test_an_io_limited_die_grows_and_reports_whitespace():
 
 @pytest.mark.parametrize("changes, message", [
     ({"die__width_mm": 0.0, "die__height_mm": 20.0},
-     "die.width_mm: expected a number > 0 and <= 1000, got 0.0"),
+     "die.width_mm: expected a number >= 0.1 and <= 1000 (mm: a die under 0.1 mm on a side "
+     "holds no pad ring, 1 m is above a 450 mm wafer), got 0.0"),
     ({"die__width_mm": -3.0, "die__height_mm": 20.0},
-     "die.width_mm: expected a number > 0 and <= 1000, got -3.0"),
+     "die.width_mm: expected a number >= 0.1 and <= 1000 (mm: a die under 0.1 mm on a side "
+     "holds no pad ring, 1 m is above a 450 mm wafer), got -3.0"),
     ({"die__width_mm": 30.0}, "die.height_mm: expected a number > 0 too (width_mm is given"),
     ({"die__width_mm": 20.0, "die__height_mm": 20.0},
      "die.width_mm: expected an outline that holds the blocks: 20 × 20 mm = 400.00 mm² is "

@@ -162,6 +162,9 @@ def test_docs_table_matches_the_code():
     for path, f, tp in FIELDS:
         if path.split(".")[-1] in DTYPES:
             continue
+        why = f.metadata.get("why", "")
         row = f"| `{path}` | {'integer' if tp is int else 'number'} " \
-              f"{range_text(dict(f.metadata))} |"
+              f"{range_text(dict(f.metadata))} | {why} |" if why else \
+              f"| `{path}` | {'integer' if tp is int else 'number'} " \
+              f"{range_text(dict(f.metadata))} | |"
         assert row in doc, row

@@ -43,7 +43,8 @@ BROKEN = [
      "bad.toml: clock_gz: unknown key (did you mean 'clock_ghz'?), got 1.0; "
      f"expected one of: {KNOWN_TOP}"),
     ("negative clock", _set("clock_ghz", -1.0),
-     "bad.toml: clock_ghz: expected a number >= 0.001 and <= 10, got -1.0"),
+     "bad.toml: clock_ghz: expected a number >= 0.001 and <= 10 (GHz: 1 MHz is a slow "
+     "microcontroller, 10 GHz is above any shipped logic clock), got -1.0"),
     ("rows = 0", _set("core.array.rows", 0),
      "bad.toml: core.array.rows: expected an integer >= 1 and <= 4096, got 0"),
     ("rows too large", _set("core.array.cols", 5000),
@@ -60,7 +61,7 @@ BROKEN = [
     ("missing table", _del("core.vector"),
      "bad.toml: core.vector: missing required key (the vector unit table)"),
     ("missing scalar", _del("dram.t_rcd_ns"),
-     "bad.toml: dram.t_rcd_ns: missing required key (tRCD in ns (0 < x <= 1000))"),
+     "bad.toml: dram.t_rcd_ns: missing required key (tRCD in ns; >= 0.1 and <= 1000)"),
     ("bad dataflow", _set("core.array.dataflows", ["ws", "xs"]),
      "bad.toml: core.array.dataflows[1]: expected one of 'os', 'ws', 'is', got 'xs'"),
     ("empty dataflows", _set("core.array.dataflows", []),
@@ -85,25 +86,34 @@ BROKEN = [
      "bad.toml: dram.kind: expected one of 'hbm2', 'hbm2e', 'hbm3', 'hbm3e', 'hbm4', 'ddr3', "
      "'ddr4', 'ddr5', 'lpddr5', 'gddr6', got 'sram'"),
     ("negative energy", _set("energy.pj_per_dram_bit", -1),
-     "bad.toml: energy.pj_per_dram_bit: expected a number >= 0 and <= 1000, got -1.0"),
+     "bad.toml: energy.pj_per_dram_bit: expected 0 or a number >= 0.01 and <= 1000 (pJ: 0 = "
+     "not modelled; 0.01 pJ/bit is 25x below the best die-to-die link, 300x below HBM), got "
+     "-1.0"),
     ("NaN clock", _set("clock_ghz", float("nan")),
-     "bad.toml: clock_ghz: expected a finite number >= 0.001 and <= 10, got nan"),
+     "bad.toml: clock_ghz: expected a finite number >= 0.001 and <= 10 (GHz: 1 MHz is a slow "
+     "microcontroller, 10 GHz is above any shipped logic clock), got nan"),
     ("infinite capacity", _set("dram.capacity_gib", float("inf")),
-     "bad.toml: dram.capacity_gib: expected a finite number > 0 and <= 65536, got inf"),
+     "bad.toml: dram.capacity_gib: expected a finite number >= 0.001 and <= 65536 (GiB: 1 MiB "
+     "is below any DRAM device sold this century, 64 TiB is 300x the largest HBM system), got "
+     "inf"),
     ("setup cycles near 2**63", _set("dma.setup_cycles", 2**63 - 1),
      "bad.toml: dma.setup_cycles: expected an integer >= 0 and <= 1000000, "
      "got 9223372036854775807"),
     ("vanishing DRAM rate", _set("dram.gbps_per_pin", 1e-300),
-     "bad.toml: dram.gbps_per_pin: expected a number >= 0.1 and <= 64, got 1e-300"),
+     "bad.toml: dram.gbps_per_pin: expected a number >= 0.1 and <= 64 (Gb/s: 0.1 is PC100 "
+     "SDRAM, 64 is above GDDR7 at 32-48; per kind at most PIN_RATE_MAX_GBPS), got 1e-300"),
     ("MAC rate below 1/1024", _set("core.array.macs_per_pe_per_cycle", {"int8": 0.0005}),
-     "bad.toml: core.array.macs_per_pe_per_cycle.int8: expected a rate >= 1/1024 and <= 64 "
-     "(or 0 for unsupported), got 0.0005"),
+     "bad.toml: core.array.macs_per_pe_per_cycle.int8: expected 0 or a number >= 1/1024 and "
+     "<= 64 (MACs per PE per cycle: 0 = unsupported; 1/1024 is a slow multi-pass mode, 64 a PE "
+     "of 64 parallel MACs), got 0.0005"),
     ("MAC rate not a ratio", _set("core.array.macs_per_pe_per_cycle", {"int8": 0.7071}),
      "bad.toml: core.array.macs_per_pe_per_cycle.int8: expected a rate n/d with d <= 1024 (the "
      "array timeline plays whole steps; e.g. 0.25, 0.75 or 1/3 = 0.333...), nearest is "
      "239/338 = 0.707101, got 0.7071"),
     ("pJ per MAC over its range", _set("energy.pj_per_mac", {"int8": 5000.0}),
-     "bad.toml: energy.pj_per_mac.int8: expected a number >= 0 and <= 1000, got 5000.0"),
+     "bad.toml: energy.pj_per_mac.int8: expected 0 or a number >= 0.0001 and <= 1000 (pJ: 0 = "
+     "not modelled; 0.1 fJ is below any CMOS op, an int4 MAC at 3 nm takes ~10 fJ; 1 nJ is 250x "
+     "a 45 nm fp32 MAC), got 5000.0"),
     ("area over budget", _set("area_budget_mm2", 100.0),
      "bad.toml: area_budget_mm2: expected at least the modelled die area (419.8 mm²), got 100.0"),
 ]

@@ -34,15 +34,17 @@ def test_overheads_default_to_zero():
 
 
 @pytest.mark.parametrize("table,key,value,message", [
-    ("overheads", "op_launch_us", -1.0, "overheads.op_launch_us: expected a number >= 0 and "
-                                         "<= 1000, got -1.0"),
+    ("overheads", "op_launch_us", -1.0, "overheads.op_launch_us: expected 0 or a number >= "
+                                         "0.0001 and <= 1000 (µs: 0 = none; 0.1 ns is one "
+                                         "cycle at 10 GHz, the fastest clock), got -1.0"),
     ("overheads", "step_sync_us", "fast", "overheads.step_sync_us: expected a number, got "
                                           "'fast'"),
     ("overheads", "kernel_us", 1.0, "overheads.kernel_us: unknown key"),
     ("residency", "scratchpad_kinds", ["weights"], "residency.scratchpad_kinds[0]: expected "
                                                    "one of 'weight', 'activation'"),
-    ("residency", "reserve_fraction", 1.0, "residency.reserve_fraction: expected a number >= 0 "
-                                           "and <= 0.95, got 1.0"),
+    ("residency", "reserve_fraction", 1.0, "residency.reserve_fraction: expected 0 or a number "
+                                           ">= 0.001 and <= 0.95 (0 = none; under 0.1 % holds "
+                                           "no tile, over 95 % leaves nothing to keep), got 1.0"),
 ])
 def test_wrong_program_tables(table, key, value, message):
     d = raw()

@@ -47,7 +47,7 @@ def test_template_header_fields_and_name(tmp_path):
     assert text.startswith("# diptych chip description: written from the built-in preset "
                            "infer-2026.")
     assert f"diptych chips validate {out}" in text
-    assert "clock_ghz = 1.6 # core clock in GHz (0.001 <= x <= 10)" in text
+    assert "clock_ghz = 1.6 # core clock in GHz; >= 0.001 and <= 10" in text
     assert "# [shared_buffer]" in text                   # the optional table, to uncomment
     mine = load_chip_file(out)
     assert mine.name == "my-chip"
