@@ -54,8 +54,12 @@ def run_engine(chip, pb, blk, rates, split, memory: bool, trace_blocks: int = 0,
 
 def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     """The mapper's (split, dataflow) groups of ``op``, each ``[floor, position, problem,
-    split, peak bytes per cycle, extra cycles]``: the floor bounds every candidate of the
-    group (its table is built only when the search reaches it)."""
+    split, peak bytes per cycle, extra cycles, dataflow, layout, own]``: the floor bounds every
+    candidate of the group (its table is built only when the search reaches it); ``own``: a
+    split of the chip's own (:func:`mapper.own_splits`), not only of a sub-chip's. The floor
+    does not depend on the dataflow (:func:`mapper.group_floor`: the MACs, and A's, B's and
+    C's bytes, whichever operand is stationary), so it is computed once per split, and a
+    group's problem (``None`` until then) is oriented when its table is built."""
     view = _as_oriented(op, m_total, batch)
     layout = MP.op_layout(view, m_total, chip.tensor_cores, chip)
     groups = []
@@ -63,7 +67,11 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     # split-K writes partial tiles to DRAM and reduces them there: only for an op whose
     # result goes to DRAM (not on an all-SRAM chip, not a result kept on chip)
     partials_ok = chip.has_dram and getattr(op, "c_dest", "dram") == "dram"
-    for split in MP.splits(chip, batch, m_total, op.n, op.k if partials_ok else 0):
+    k = op.k if partials_ok else 0
+    arr = chip.core.array
+    own = set(MP.own_splits(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols, batch,
+                            m_total, op.n, k))
+    for split in MP.splits(chip, batch, m_total, op.n, k):
         peak_bpc = pin / chip.clock_hz / split.active
         # split-K: the reduction's cycles follow the partial products (a constant per split,
         # timed when the group's table is built; until then its bytes at the pins bound it)
@@ -71,15 +79,19 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
         if split.pk > 1:
             r = _reduction_op(op, split.pk)
             extra = math.floor((r.read_bytes + r.write_bytes) * chip.clock_hz / pin)
+        pb = MP.orient(view, flows[0], split, m_total, chip.tensor_cores, layout)
+        floor = MP.group_floor(chip, pb, rates, split, peak_bpc) + extra
         for df in flows:
-            pb = MP.orient(view, df, split, m_total, chip.tensor_cores, layout)
-            groups.append([MP.group_floor(chip, pb, rates, split, peak_bpc) + extra,
-                           len(groups), pb, split, peak_bpc, extra])
+            groups.append([floor, len(groups), pb if df == flows[0] else None, split, peak_bpc,
+                           extra, df, (view, m_total, layout), split in own])
     return groups
 
 
 def plan(op, chip, dataflow=None):
-    """Choose the split, dataflow and blocking for ``op``; returns a dict of the decision."""
+    """Choose the split, dataflow and blocking for ``op``; returns a dict of the decision
+    (``budget_hit``: the search stopped on :data:`mapper.MAX_SIMULATED_BLOCKS` with candidates
+    left that could have won; otherwise its answer is within :data:`mapper.PRUNE_TOLERANCE`
+    of the best candidate's cycles)."""
     dtype = op.compute_dtype
     rates = array_rates(chip, dtype)
     flows = check_dataflows(chip, dataflow)
@@ -100,7 +112,12 @@ def plan(op, chip, dataflow=None):
     n_cands = 0
     best = None
     sims = 0
-    spent = 0
+    # the budget: the chip's own splits' candidates are searched until their blocks reach it,
+    # its sub-chips' only while all blocks simulated are within it, so that the sub-chips
+    # never leave a search that stops on the budget worse off than without them (up to the
+    # tolerance) and cost at most one more budget
+    spent = own_spent = 0
+    budget_hit = False   # the search left candidates out on MAX_SIMULATED_BLOCKS
     while True:
         thr = math.inf if best is None else best[0] * (1.0 - MP.PRUNE_TOLERANCE)
         # the head: the least (est, group, local) among the groups' next candidates whose
@@ -118,7 +135,12 @@ def plan(op, chip, dataflow=None):
         head = heads[0] if heads else None
         if pending and pending[0][0] < thr and (head is None or pending[0][0] <= head[0]):
             g = pending.pop(0)
-            _, _, pb, split, peak_bpc, extra = g
+            if not g[8] and best is not None and spent >= MP.MAX_SIMULATED_BLOCKS:
+                budget_hit = True
+                continue
+            _, _, pb, split, peak_bpc, extra, df, (view, mt, layout), _ = g
+            if pb is None:
+                g[2] = pb = MP.orient(view, df, split, mt, chip.tensor_cores, layout)
             if split.pk > 1:
                 g[5] = extra = split_k_reduction(op, chip, split).cycles
             try:
@@ -136,8 +158,13 @@ def plan(op, chip, dataflow=None):
             continue
         if head is None:
             break
-        if best is not None and spent >= MP.MAX_SIMULATED_BLOCKS:
-            break
+        if best is not None and spent >= MP.MAX_SIMULATED_BLOCKS and (
+                own_spent >= MP.MAX_SIMULATED_BLOCKS or not built[head[3]][0][8]):
+            budget_hit = True
+            if own_spent >= MP.MAX_SIMULATED_BLOCKS:
+                break
+            heapq.heappop(heads)     # the rest of this sub-chip split's group is left out
+            continue
         _, gpos, local, bi = heapq.heappop(heads)
         b = built[bi]
         b[5] += 1
@@ -147,7 +174,9 @@ def plan(op, chip, dataflow=None):
         if b[6] is None:
             b[6] = MP.engine_base(chip, pb, rates, split, True)
         blk = cs[local]
-        spent += pb.batch * MP._cdiv(pb.m, blk.mb) * MP._cdiv(pb.k, blk.kb) * MP._cdiv(pb.n, blk.nb)
+        blocks = pb.batch * MP._cdiv(pb.m, blk.mb) * MP._cdiv(pb.k, blk.kb) * MP._cdiv(pb.n, blk.nb)
+        spent += blocks
+        own_spent += blocks if b[0][8] else 0
         cut = 0 if best is None else int(best[0] * (1.0 - MP.PRUNE_TOLERANCE)) + 1
         if best is not None and cut - extra <= 1:
             continue                       # the reduction alone cannot beat the best
@@ -165,21 +194,30 @@ def plan(op, chip, dataflow=None):
         raise errors[0]
     _, _, _, pb, blk, out, split = best
     return dict(rates=rates, split=split, problem=pb, blocks=blk, out=out,
-                candidates=n_cands, simulated=sims, dtype=dtype)
+                candidates=n_cands, simulated=sims, dtype=dtype, budget_hit=budget_hit)
 
 
 def split_k_reduction(op, chip, split) -> OpStats:
     """The reduction of a split-K mapping (``split.pk`` > 1), timed as a vector op: the
     ``pk`` partial output tiles are read back at the accumulator's precision (they were
     written to DRAM by the arrays), the vector units add them (``pk − 1`` adds per output
-    element) and the result is written at C's precision."""
+    element) and the result is written at C's precision. It runs on all the tensor cores, or
+    on half, a quarter, ... of them (the sub-chips of :func:`mapper.splits`) when that is
+    faster (a vector op's chunks grow with its cores: its fill and drain, and its DRAM
+    stream, are not monotone in them), so that doubling the cores never slows it."""
     return _reduction_stats(op, chip, split.pk)
 
 
 @lru_cache(maxsize=256)
 def _reduction_stats(op, chip, pk: int) -> OpStats:
     from .vector import vector_stats
-    return vector_stats(_reduction_op(op, pk), chip)
+    r = _reduction_op(op, pk)
+    best = None
+    for cores in MP.core_counts(chip.tensor_cores):
+        st = vector_stats(r, chip, cores)
+        if best is None or st.cycles < best.cycles:
+            best = st
+    return best
 
 
 @lru_cache(maxsize=256)

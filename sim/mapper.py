@@ -13,7 +13,10 @@
    are split among its busy arrays. Splitting M makes every array read its own copy of its B
    columns unless its core's arrays share them; splitting N or the batch duplicates nothing.
    Every split is a candidate like the blockings below (the search is over split × dataflow ×
-   blocking).
+   blocking). A chip also offers the splits of its sub-chips, itself with half its tensor
+   cores, recursively (a mapping may leave them idle), so that doubling the core count
+   never makes a GEMM slower (:func:`splits`; docs/engine.md, "More
+   hardware is never slower").
 3. **Blocks.** Candidate block sizes are the array-aligned sizes ``R·2^i`` (rows),
    ``Rk·2^i`` or ``R·2^i`` (depth), ``C·2^i`` (columns) and the full extent, for both loop
    orders, that fit the scratchpad with two slots each for the X and W blocks and two output
@@ -207,7 +210,102 @@ MAX_WAVES = 16
 
 
 def splits(chip, batch: int, m: int, n: int, k: int = 0) -> list[Split]:
-    """Every distinct way to deal (batch, M, N) to the chip's arrays, deterministic order.
+    """Every distinct way to deal (batch, M, N) to the chip's arrays, deterministic order:
+    the chip's own splits (:func:`own_splits`), then those of its sub-chips not already
+    among them (:func:`sub_chips`, recursively), less the packings another split dominates
+    (:func:`packing_dominates`).
+
+    **Sub-chips.** A mapping may leave cores idle: the splits of the chip with half its
+    tensor cores (when the count is even) are splits of this chip too. A :class:`Split` carries every number the engine
+    reads of the arrays it uses (``active``, ``arrays_per_core``, waves, sub-tiles; the
+    scratchpad, DMA and DRAM shares follow from them), so it runs the same on either chip.
+    A chip's splits therefore contain those of the chip with ``cores / 2^i`` cores:
+    doubling the core count (all else equal) only adds candidates,
+    and the search, exhaustive up to its pruning tolerance on problems within its budget,
+    is never slower on the bigger chip (docs/engine.md, "More hardware is never slower").
+    A chip's own splits are not nested that way: the largest ways that fit, the packing of
+    a split's arrays onto the cores, the core splits kept and the wave grids are its own.
+    """
+    arr = chip.core.array
+    return list(_chip_splits(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols,
+                             chip.dma.engines, batch, m, n, k))
+
+
+@lru_cache(maxsize=4096)
+def _chip_splits(cores: int, per_core: int, R: int, C: int, engines: int, batch: int, m: int,
+                 n: int, k: int) -> tuple[Split, ...]:
+    """:func:`_splits` less the dominated packings (:func:`packing_dominates`; a dropped split
+    has a kept dominator, so the nesting of sub-chips survives the filter)."""
+    every = _splits(cores, per_core, R, C, batch, m, n, k)
+    same: dict = {}
+    for sp in every:
+        same.setdefault(_but_packing(sp), []).append(sp)
+    drop = {sp for group in same.values() if len(group) > 1 for sp in group
+            if any(packing_dominates(other, sp, engines) for other in group)}
+    return tuple(sp for sp in every if sp not in drop) if drop else every
+
+
+_BUT_PACKING = tuple(f.name for f in dataclasses.fields(Split) if f.name != "arrays_per_core")
+
+
+def _but_packing(sp: Split) -> tuple:
+    """Every field of ``sp`` but ``arrays_per_core``."""
+    return tuple(getattr(sp, f) for f in _BUT_PACKING)
+
+
+def packing_dominates(a: Split, b: Split, engines: int) -> bool:
+    """Whether ``a``, the same split as ``b`` but for ``arrays_per_core``, spreads its arrays
+    more thinly over the cores without giving any array less: fewer arrays per core (a larger
+    share of the scratchpad, accumulator and scratchpad bandwidth), at least as many DMA
+    engines and at least the per-engine rate (:func:`dma_share` on cores of ``engines``
+    engines). Every blocking that fits ``b`` fits ``a`` and runs no slower there (the engine
+    is monotone in those shares: tested, not proven, tests/sim/test_monotone_resources.py). A thinner packing
+    does not always dominate: 3 arrays on a core of 4 engines get one engine at 4/3
+    of an engine's rate each, 2 arrays two engines at one engine's rate."""
+    pa, pb = a.arrays_per_core, b.arrays_per_core
+    if pa >= pb:
+        return False
+    ea, eb = max(1, engines // pa), max(1, engines // pb)
+    # the per-engine rate is engines · rate / (arrays_per_core · engines each)
+    return ea >= eb and pa * ea <= pb * eb
+
+
+def sub_chips(cores: int, per_core: int) -> list[tuple[int, int]]:
+    """The (tensor cores, arrays per core) of the sub-chips whose splits :func:`splits`
+    includes directly: half the cores (when even). Theirs follow recursively: every
+    ``cores / 2^i`` that is whole. Half the arrays per core is not offered: it would make
+    doubling ``[core] arrays`` never slower too, at about twice the extra search time
+    (measured on the branch that offered it: +30 % mapper CPU instead of about +12 %), and
+    the issue's guarantee is on the core count (docs/engine.md, "More hardware is never
+    slower")."""
+    return [(cores // 2, per_core)] if cores % 2 == 0 else []
+
+
+def core_counts(cores: int) -> list[int]:
+    """The tensor cores of a chip and of its sub-chips (:func:`sub_chips`), most first:
+    ``cores``, ``cores / 2``, ... while whole."""
+    out = [cores]
+    while out[-1] % 2 == 0:
+        out.append(out[-1] // 2)
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _splits(cores: int, per_core: int, R: int, C: int, batch: int, m: int, n: int,
+            k: int) -> tuple[Split, ...]:
+    """The chip's own splits, then its sub-chips' (recursively) not already among them, in
+    the order first met (memoised: a chip and its shapes repeat)."""
+    out = dict.fromkeys(own_splits(cores, per_core, R, C, batch, m, n, k))
+    for sub in sub_chips(cores, per_core):
+        out.update(dict.fromkeys(_splits(*sub, R, C, batch, m, n, k)))
+    return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def own_splits(cores: int, per_core: int, R: int, C: int, batch: int, m: int, n: int,
+               k: int = 0) -> tuple[Split, ...]:
+    """The splits a chip of ``cores`` tensor cores of ``per_core`` ``R × C`` arrays offers
+    on its own, deterministic order:
 
     1. **One wave over the arrays** (each array one tile): ``pb`` (batch ways) and ``pn`` (N
        ways) run over powers of two and the largest value that fits; ``pm`` (M ways) over
@@ -235,14 +333,7 @@ def splits(chip, batch: int, m: int, n: int, k: int = 0) -> list[Split]:
     dominates (the same blockings fit, each moving at most the bytes it moved there); a split
     of 2 giving work no split of 1 gives is not offered (search time, see the code).
     """
-    return list(_splits(chip, batch, m, n, k))
-
-
-@lru_cache(maxsize=1024)
-def _splits(chip, batch: int, m: int, n: int, k: int) -> tuple[Split, ...]:
-    """The splits of :func:`splits` (memoised: a chip and its shapes repeat)."""
-    arrays, cores, per_core = chip.arrays, chip.tensor_cores, chip.core.arrays
-    R, C = chip.core.array.rows, chip.core.array.cols
+    arrays = cores * per_core
     out = {}
     # 1. one wave, one tile per array (keyed by the per-array share, as it always was)
     top = min(batch, arrays)
@@ -250,8 +341,11 @@ def _splits(chip, batch: int, m: int, n: int, k: int) -> tuple[Split, ...]:
         rest = arrays // pb
         for pn in _ways(rest):
             for pm in _ways(min(rest // pn, m)):
-                sp = _tile_split(chip, batch, m, n, pb, pm, pn, 1, 1, arrays)
-                out.setdefault((sp.batch, sp.m, sp.n), sp)
+                # (the split's batch, m, n: the grid fits the arrays in one wave)
+                key = (_cdiv(batch, pb), max(1, _cdiv(m, pm)), _cdiv(n, pn))
+                if key not in out:
+                    out[key] = _tile_split(cores, per_core, batch, m, n, pb, pm, pn, 1, 1,
+                                           arrays)
     subs = [(qm, per_core // qm) for qm in range(1, per_core + 1) if per_core % qm == 0] \
         if per_core > 1 else []
     best: dict = {}      # per-array work -> the split of 2 or 3 kept for it
@@ -262,7 +356,7 @@ def _splits(chip, batch: int, m: int, n: int, k: int) -> tuple[Split, ...]:
             rest = cores // pb
             for pn in _ways(rest):
                 for pm in _ways(min(rest // pn, m)):
-                    _offer(best, _tile_split(chip, batch, m, n, pb, pm, pn, qm, qn, cores),
+                    _offer(best, (cores, per_core, batch, m, n, pb, pm, pn, qm, qn, cores),
                            R, C)
     # 3. waves over the arrays or over the cores
     for qm, qn, units in [(1, 1, arrays)] + [(qm, qn, cores) for qm, qn in subs]:
@@ -273,7 +367,7 @@ def _splits(chip, batch: int, m: int, n: int, k: int) -> tuple[Split, ...]:
                 for pn in _pow2(_cdiv(n, qn)):
                     t = pb * pm * pn
                     if units < t <= MAX_WAVES * units and t % units:
-                        _offer(best, _tile_split(chip, batch, m, n, pb, pm, pn, qm, qn, units),
+                        _offer(best, (cores, per_core, batch, m, n, pb, pm, pn, qm, qn, units),
                                R, C)
     if k:
         for sp in [s for s in out.values() if s.qm * s.qn == 1 and s.waves == 1]:
@@ -305,36 +399,55 @@ def _splits(chip, batch: int, m: int, n: int, k: int) -> tuple[Split, ...]:
     return tuple(out.values())
 
 
-def _offer(best: dict, sp: Split | None, rows: int, cols: int) -> None:
-    """Keep ``sp`` unless a split of the same tile grid dealt to the same units is already
-    kept whose arrays' sub-tiles match the ``rows × cols`` array at least as well. The core
+def _offer(best: dict, args: tuple, rows: int, cols: int) -> None:
+    """Keep the split :func:`_tile_split` ``(*args)`` unless it is None or a split of the same
+    tile grid dealt to the same units is already kept whose arrays' sub-tiles match the
+    ``rows × cols`` array at least as well (the split is only built when kept). The core
     loads its tile's X and W blocks once whatever the sub-grid (the same bytes cross its
     port), so of one core tile's sub-grids the one whose sub-tiles fold best is kept."""
-    if sp is None:
+    cores, per_core, batch, m, n, pb, pm, pn, qm, qn, units = args
+    g = _grid(batch, m, n, pb, pm, pn, qm, qn)
+    if g is None:
         return
-    key = (sp.pb, sp.pm, sp.pn, sp.pk, sp.units, sp.qm * sp.qn > 1)
+    pb, pm, pn, ms, ns = g[3:]
+    # (the split's pb, pm, pn, pk, units, and whether a core's arrays share its tile)
+    key = (pb, pm, pn, 1, min(pb * pm * pn, units), qm * qn > 1)
     cur = best.get(key)
-    if cur is None or _fit(sp, rows, cols) > _fit(cur, rows, cols):
-        best[key] = sp
+    if cur is None or _fit(ms, ns, rows, cols) > _fit(cur.m, cur.n, rows, cols):
+        best[key] = _tile_split(*args)
 
 
-def _fit(sp: Split, rows: int, cols: int) -> float:
-    """How square a sub-tile is in folds of the array (1: as many row folds as column
-    folds)."""
-    a, b = sp.m / rows, sp.n / cols
+def _fit(m: int, n: int, rows: int, cols: int) -> float:
+    """How square an ``m × n`` sub-tile is in folds of the array (1: as many row folds as
+    column folds)."""
+    a, b = m / rows, n / cols
     return min(a, b) / max(a, b)
 
 
-def _tile_split(chip, batch: int, m: int, n: int, pb: int, pm: int, pn: int, qm: int, qn: int,
-                units: int) -> Split | None:
-    """The split dealing a ``pb × pm × pn`` tile grid to ``units`` units in waves (cores whose
-    arrays take ``qm × qn`` sub-tiles when that is > 1, else arrays); None when a core's
-    sub-tiles would leave one of its arrays idle."""
-    bs, mu, nu = _cdiv(batch, pb), max(1, _cdiv(m, pm)), _cdiv(n, pn)
-    pb, pm, pn = _cdiv(batch, bs), _cdiv(m, mu), _cdiv(n, nu)
-    ms, ns = _cdiv(mu, qm), _cdiv(nu, qn)
-    if _cdiv(mu, ms) < qm or _cdiv(nu, ns) < qn:
+def _grid(batch: int, m: int, n: int, pb: int, pm: int, pn: int, qm: int,
+          qn: int) -> tuple | None:
+    """A ``pb × pm × pn`` tile grid of (batch, M, N) with ``qm × qn`` sub-tiles per tile, as
+    dealt: (batch, M, N per tile; the grid's ways, fewer when a way would be empty; M, N per
+    sub-tile), or None when the sub-tiles would leave one of a core's arrays idle."""
+    # (ceiling divisions written out: this runs tens of thousands of times per new chip)
+    bs, mu, nu = -(-batch // pb), max(1, -(-m // pm)), -(-n // pn)
+    ms, ns = -(-mu // qm), -(-nu // qn)
+    if -(-mu // ms) < qm or -(-nu // ns) < qn:
         return None
+    return bs, mu, nu, -(-batch // bs), -(-m // mu), -(-n // nu), ms, ns
+
+
+@lru_cache(maxsize=1 << 16)
+def _tile_split(cores: int, per_core: int, batch: int, m: int, n: int, pb: int, pm: int,
+                pn: int, qm: int, qn: int, units: int) -> Split | None:
+    """The split dealing a ``pb × pm × pn`` tile grid to ``units`` units in waves (cores whose
+    arrays take ``qm × qn`` sub-tiles when that is > 1, else arrays, spread over the
+    ``cores`` cores of ``per_core`` arrays as thinly as they go); None when a core's
+    sub-tiles would leave one of its arrays idle."""
+    g = _grid(batch, m, n, pb, pm, pn, qm, qn)
+    if g is None:
+        return None
+    bs, _, _, pb, pm, pn, ms, ns = g
     tiles = pb * pm * pn
     waves = _cdiv(tiles, units)
     busy = min(tiles, units)
@@ -344,7 +457,7 @@ def _tile_split(chip, batch: int, m: int, n: int, pb: int, pm: int, pn: int, qm:
         active, apc = busy * q, q
     else:
         active = busy
-        apc = min(chip.core.arrays, _cdiv(active, chip.tensor_cores))
+        apc = min(per_core, _cdiv(active, cores))
     if waves == 1:
         a_dup, b_dup = pn * qn, pm * qm
     else:
@@ -497,8 +610,9 @@ def scratchpad_bpc(chip, split: Split) -> float:
 def shared_buffer_bpc(chip, split: Split) -> float:
     """One array's share of the shared buffer's bandwidth in bytes per cycle (0: none), the
     buffer capped at the NoC's bisection (:mod:`.fabric`)."""
-    sb = fabric(chip).shared_buffer_bytes_per_cycle
-    return 0.0 if sb is None else sb / split.active
+    if chip.shared_buffer is None:     # (as fabric's, without its look-up)
+        return 0.0
+    return fabric(chip).shared_buffer_bytes_per_cycle / split.active
 
 
 def dma_share(chip, split: Split) -> tuple[int, float]:
@@ -875,30 +989,33 @@ def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: flo
     return cs, est, lb
 
 
+#: The order of :func:`mapper_kernels.table_numbers`' integer and float inputs, as
+#: :func:`_table_vectors` lists them (one array built from a list: it runs once per group).
+_IV_ORDER = (MK.K_OS, MK.K_R, MK.K_C, MK.K_RK, MK.K_OS_NUM, MK.K_OS_DEN, MK.K_WS_NUM,
+             MK.K_WS_DEN, MK.K_M, MK.K_K, MK.K_N, MK.K_BATCH, MK.K_XBITS, MK.K_WBITS,
+             MK.K_OBITS, MK.K_XDUP, MK.K_WDUP, MK.K_SETUP, MK.K_ENGINES, MK.K_XSRC, MK.K_WSRC,
+             MK.K_ODST, MK.K_XCDUP, MK.K_WCDUP, MK.K_WS_LOAD_P, MK.K_WS_WAVE)
+_FV_ORDER = (MK.G_PEAK, MK.G_GHZ, MK.G_LAT, MK.G_TREFI, MK.G_BLACKOUT, MK.G_PER_ENGINE,
+             MK.G_SB_BPC, MK.G_SP_BPC, MK.G_DRAM_W, MK.G_TAIL_R)
+assert _IV_ORDER == tuple(range(MK.N_K)) and _FV_ORDER == tuple(range(MK.N_G))
+
+
 def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float):
-    """The scalar inputs of :func:`mapper_kernels.table_numbers`."""
+    """The scalar inputs of :func:`mapper_kernels.table_numbers` (in :data:`_IV_ORDER`,
+    :data:`_FV_ORDER`)."""
     arr = chip.core.array
-    iv = np.zeros(MK.N_K, dtype=np.int64)
-    iv[MK.K_OS] = 1 if pb.dataflow == "os" else 0
-    iv[MK.K_R], iv[MK.K_C], iv[MK.K_RK] = arr.rows, arr.cols, rates.stationary_rows
-    iv[MK.K_OS_NUM], iv[MK.K_OS_DEN] = rates.os_num, rates.os_den
-    iv[MK.K_WS_NUM], iv[MK.K_WS_DEN] = rates.ws_num, rates.ws_den
-    iv[MK.K_WS_LOAD_P], iv[MK.K_WS_WAVE] = rates.ws_load_rows_per_cycle, rates.ws_wave
-    iv[MK.K_M], iv[MK.K_K], iv[MK.K_N], iv[MK.K_BATCH] = pb.m, pb.k, pb.n, pb.batch
-    iv[MK.K_XBITS], iv[MK.K_WBITS], iv[MK.K_OBITS] = pb.x_bits, pb.w_bits, pb.o_bits
-    iv[MK.K_XDUP], iv[MK.K_WDUP] = pb.x_dup, pb.w_dup
-    iv[MK.K_XCDUP], iv[MK.K_WCDUP] = pb.x_cdup, pb.w_cdup
     engines, per_engine = dma_share(chip, split)
-    iv[MK.K_SETUP], iv[MK.K_ENGINES] = chip.dma.setup_cycles, engines
-    iv[MK.K_XSRC], iv[MK.K_WSRC], iv[MK.K_ODST] = pb.x_src, pb.w_src, pb.o_dst
+    iv = np.array([1 if pb.dataflow == "os" else 0, arr.rows, arr.cols, rates.stationary_rows,
+                   rates.os_num, rates.os_den, rates.ws_num, rates.ws_den,
+                   pb.m, pb.k, pb.n, pb.batch, pb.x_bits, pb.w_bits, pb.o_bits,
+                   pb.x_dup, pb.w_dup, chip.dma.setup_cycles, engines,
+                   pb.x_src, pb.w_src, pb.o_dst, pb.x_cdup, pb.w_cdup,
+                   rates.ws_load_rows_per_cycle, rates.ws_wave], dtype=np.int64)
     t = dram_timing(chip)
-    fv = np.zeros(MK.N_G)
-    fv[MK.G_PEAK], fv[MK.G_GHZ] = peak_bpc, chip.clock_ghz
-    fv[MK.G_LAT] = (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz
-    fv[MK.G_TREFI], fv[MK.G_BLACKOUT] = t.t_refi_ns, t.t_rfc_ns + t.t_rcd_ns + t.t_cl_ns
-    fv[MK.G_PER_ENGINE], fv[MK.G_SB_BPC] = per_engine, shared_buffer_bpc(chip, split)
-    fv[MK.G_SP_BPC] = scratchpad_bpc(chip, split)
-    fv[MK.G_DRAM_W], fv[MK.G_TAIL_R] = split.dram_weight(), split.tail_ratio()
+    fv = np.array([peak_bpc, chip.clock_ghz, (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz,
+                   t.t_refi_ns, t.t_rfc_ns + t.t_rcd_ns + t.t_cl_ns,
+                   per_engine, shared_buffer_bpc(chip, split), scratchpad_bpc(chip, split),
+                   split.dram_weight(), split.tail_ratio()], dtype=np.float64)
     return iv, fv
 
 

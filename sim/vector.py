@@ -61,9 +61,12 @@ def norm_op(name: str, rows: int, cols: int, kind: str = "rmsnorm", dtype: str =
                     read_bytes=n * b + params, write_bytes=n * b, dtype=dtype)
 
 
-def vector_stats(op: VectorOp, chip) -> OpStats:
-    """Time a vector op on ``chip`` (uncached; see :func:`diptych.sim.simulate`)."""
-    cores = chip.tensor_cores
+def vector_stats(op: VectorOp, chip, cores: int | None = None) -> OpStats:
+    """Time a vector op on ``chip`` (uncached; see :func:`diptych.sim.simulate`), spread over
+    ``cores`` of its tensor cores (default: all of them)."""
+    cores = chip.tensor_cores if cores is None else cores
+    if not 1 <= cores <= chip.tensor_cores:
+        raise ValueError(f"cores must be 1..{chip.tensor_cores}, not {cores!r}")
     v = chip.core.vector
     ops = op.elements * op.ops_per_element
     compute = math.ceil(ops / (cores * v.lanes * v.ops_per_lane_per_cycle))
