@@ -157,6 +157,11 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
         from .run_cmd import _console
 
         _console().print(render_table(cmp))
+        from .fmt import energy_line
+        for name in cmp.chips:
+            for phase, parts in cmp.summary(name)["energy_breakdown_j"].items():
+                if parts:
+                    click.echo(f"{name} {phase}: {energy_line(parts)}")
         if waterfall:
             from .fmt import waterfall_line
             for name in cmp.chips:

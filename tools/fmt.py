@@ -125,3 +125,23 @@ def waterfall_line(wf: dict) -> str:
              for s in wf["steps"] if abs(s["share"]) >= 0.0005]
     return ("efficiency: peak 100.0 % − " + " − ".join(parts)
             + f" = MFU {pct(wf['mfu'])}")
+
+
+def energy_shares(parts: dict | None) -> str:
+    """``MAC 41.3 % · SRAM 12.0 % · DRAM 30.1 % · static 15.2 % of 1.23 kJ``: a result's
+    ``energy_breakdown_j`` as shares of its total, in the components' order
+    (:data:`~diptych.sim.energy_parts.COMPONENTS`, so that lines compare), those under
+    0.05 % left out; ``–`` without one."""
+    from ..sim.energy_parts import LABELS
+
+    total = sum((parts or {}).values())
+    if not parts or total <= 0:
+        return MISSING
+    shown = [(k, v / total) for k, v in parts.items() if v / total >= 0.0005]
+    return " · ".join(f"{LABELS.get(k, k)} {pct(x)}" for k, x in shown) \
+        + f" of {eng(total, 'J')}"
+
+
+def energy_line(parts: dict | None) -> str:
+    """``energy by component  MAC 41.3 % · … of 1.23 kJ`` (:func:`energy_shares`)."""
+    return f"energy by component  {energy_shares(parts)}"

@@ -72,6 +72,7 @@ def totals_table(d: dict):
                           for k, v in d["energy_breakdown"].items() if v)
         t.add_row("energy per step", f"{fmt.si(d['energy_j'], 'J')} ({parts}); "
                   f"{d['tokens_per_j']:.3g} tokens/J")
+        t.add_row("energy by component", fmt.energy_shares(d.get("energy_breakdown_j")))
         hot = " [red]above the TDP[/red]" if d.get("exceeds_tdp") else ""
         t.add_row("power per chip", f"{fmt.si(d['power_w'], 'W')} of its "
                   f"{fmt.si(d['tdp_w'], 'W')} TDP{hot}")

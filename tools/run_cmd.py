@@ -108,6 +108,7 @@ def _totals_table(d: dict):
     t.add_row("bound (roofline regime)", _regime_text(d))
     ej = d["energy_j_per_token"]
     t.add_row("energy per token", fmt.si(ej, "J") if ej >= 1 else f"{ej * 1e3:.3f} mJ")
+    t.add_row("energy by component", fmt.energy_shares(d.get("energy_breakdown_j")))
     t.add_row("chips", f"{d['chips']} (tp {d['tp']}, dp {d['dp']})")
     t.add_row("precision", describe(d["precision"]))
     if d.get("execution") == "schedule":
@@ -347,6 +348,7 @@ def _run_topology(con, chip, topology, weights_dtype, act_dtype, kv_dtype, execu
               f"MFU {fmt.pct(res.mfu)}, DRAM {fmt.si(res.dram_bytes, 'B')} "
               f"({fmt.pct(res.dram_bw_utilization)} of peak "
               f"bandwidth), {res.bound}-bound, energy {res.energy_j:.4g} J")
+    con.print(fmt.energy_line(res.energy_breakdown_j))
 
 
 def _show_curve(con, curve: dict, chip, overlap: bool, as_json: bool, trace) -> None:

@@ -9,6 +9,7 @@ import time
 import click
 
 from ..arch.dtypes import DTYPES
+from . import fmt
 from .errors import friendly
 from .jsonout import dumps
 from .result_check import check_result
@@ -91,6 +92,9 @@ def _summary_table(d: dict):
     t.add_row("SLOs at p99 (MLPerf rule)", "[green]met[/green]" if d["meets_slo"]
               else "[red]missed[/red]")
     t.add_row("tokens per joule", f"{d['tokens_per_j']:.2f} ({d['energy_j'] / 1e3:.1f} kJ)")
+    per_tok = sum((d.get("energy_breakdown_j_per_token") or {}).values())
+    t.add_row("energy by component", fmt.energy_shares(d.get("energy_breakdown_j"))
+              + (f" ({fmt.eng(per_tok, 'J')} per output token)" if per_tok else ""))
     kv = ", ".join(f"{'' if k['role'] == 'mixed' else k['role'] + ': '}{k['tokens']:,} tokens "
                    f"per replica ({k['kv_bytes'] / 2**30:.1f} GiB per chip)" for k in d["kv"])
     t.add_row("KV cache", kv)

@@ -23,13 +23,17 @@ cluster step (:mod:`diptych.sim.cluster.power`) is set by the hottest stage.
 
 :func:`step_energy` returns the whole cluster's joules by part; the sum is ``energy_j`` of
 :class:`~.step.ClusterResult`, which derives tokens/J, the average power per chip against the
-TDP and, for a chip with a ``[cost]`` table, $ per million tokens.
+TDP and, for a chip with a ``[cost]`` table, $ per million tokens. :func:`step_energy_parts`
+returns the same joules by component (MAC arrays, vector units, SRAM, DRAM, NoC, D2D, links,
+static: :mod:`diptych.sim.energy_parts`): the compute and optimizer parts by the components
+of their simulated ops, the links under ``link``, the idle static under ``static``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from .. import energy_parts as EP
 from .collectives import ring_fraction
 
 PARTS = ("compute", "optimizer", "link", "idle_static")
@@ -62,11 +66,37 @@ def step_energy(chip, *, ranks_per_stage: int, micro_batches: int, seconds: floa
     for st in stages:
         out["compute"] += st["compute_j"] * m
         out["optimizer"] += st.get("optimizer_j", 0.0)
-        out["link"] += (link_joules(chip, st["colls_per_mb"]) * m
-                        + link_joules(chip, st.get("colls_per_step", ())))
-        busy = st["busy_s"] * m + st.get("optimizer_s", 0.0)
-        out["idle_static"] += chip.energy.static_w * max(0.0, seconds - busy)
+        out["link"] += _link_j(chip, st, m)
+        out["idle_static"] += _idle_static_j(chip, st, m, seconds)
     return {k: v * ranks_per_stage for k, v in out.items()}
+
+
+def step_energy_parts(chip, *, ranks_per_stage: int, micro_batches: int, seconds: float,
+                      stages: list[Mapping]) -> dict[str, float]:
+    """The joules of :func:`step_energy` by component (module docstring): ``stages`` as it
+    takes them, each also with ``compute_parts`` (per micro-batch) and ``optimizer_parts``
+    (per step), the components of ``compute_j`` and ``optimizer_j``. Sums to the parts'
+    sum."""
+    m = micro_batches
+    out = EP.zero()
+    for st in stages:
+        EP.add(out, st["compute_parts"], m)
+        EP.add(out, st.get("optimizer_parts") or {})
+        out["link"] += _link_j(chip, st, m)
+        out["static"] += _idle_static_j(chip, st, m, seconds)
+    return EP.scaled(out, ranks_per_stage)
+
+
+def _link_j(chip, st: Mapping, m: int) -> float:
+    """One rank's link joules of a stage's collectives in a step (``m`` micro-batches)."""
+    return (link_joules(chip, st["colls_per_mb"]) * m
+            + link_joules(chip, st.get("colls_per_step", ())))
+
+
+def _idle_static_j(chip, st: Mapping, m: int, seconds: float) -> float:
+    """One rank's static joules over the part of the step its ops do not cover."""
+    busy = st["busy_s"] * m + st.get("optimizer_s", 0.0)
+    return chip.energy.static_w * max(0.0, seconds - busy)
 
 
 def busy_power_w(stages: list[Mapping], micro_batches: int) -> list[float]:

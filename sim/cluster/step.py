@@ -60,7 +60,8 @@ from ..run.variant import Variant, variant_chip, variant_cluster, variant_timer
 from ...workloads.recipe import amax_collectives, quantized, weight_cast_op
 from ...workloads.train import ADAMW_CHUNK, adamw_op, train_step
 from .collectives import CommCost, collective
-from .energy import busy_power_w, step_energy
+from .. import energy_parts as EP
+from .energy import busy_power_w, step_energy, step_energy_parts
 from .layers import forward_workload
 from .memory import (ClusterMemory, chunk_layers, device_chunks, plan_memory,
                      require_sram_fit)
@@ -139,7 +140,11 @@ class ClusterResult:
     stage_seconds: list[dict]
     timing: str
     energy_j: float = 0.0                  # the whole cluster's step (sim/cluster/energy.py)
+    #: ``energy_j`` by part of the step: compute, optimizer, link, idle_static
     energy_breakdown: dict[str, float] = field(default_factory=dict)
+    #: ``energy_j`` by component (mac, vector, sram, dram, noc, d2d, link, static; J, the
+    #: whole cluster; sums to it): :mod:`diptych.sim.energy_parts`
+    energy_breakdown_j: dict[str, float] = field(default_factory=dict)
     energy_j_per_token: float | None = None
     power_w_per_chip: float | None = None
     tdp_w: float | None = None
@@ -178,6 +183,7 @@ class ClusterResult:
                 "memory": self.memory.to_dict(), "stage_seconds": self.stage_seconds,
                 "timing": self.timing, **self.latency(),
                 "energy_j": self.energy_j, "energy_breakdown": dict(self.energy_breakdown),
+                "energy_breakdown_j": dict(self.energy_breakdown_j),
                 "energy_j_per_token": self.energy_j_per_token,
                 "tokens_per_j": 1.0 / self.energy_j_per_token if self.energy_j_per_token
                 else None,
@@ -329,8 +335,10 @@ def _replica_params(total: float, experts: float, plan: Plan) -> float:
 
 
 @lru_cache(maxsize=256)
-def _per_param(model, chip, p, simulate, what: str = "adamw") -> tuple[float, float]:
-    """(seconds, joules) per parameter of the lowering's op ``what`` run once per step: its
+def _per_param(model, chip, p, simulate, what: str = "adamw"
+               ) -> tuple[float, float, dict[str, float]]:
+    """(seconds, joules, joules by component) per parameter of the lowering's op ``what`` run
+    once per step: its
     AdamW update (``"adamw"``) or an FP8 recipe's weight cast (``"cast"``,
     :func:`~diptych.workloads.recipe.weight_cast_op`), one chunk of
     :data:`~diptych.workloads.train.ADAMW_CHUNK` parameters (or the whole model if smaller)
@@ -341,7 +349,8 @@ def _per_param(model, chip, p, simulate, what: str = "adamw") -> tuple[float, fl
         op = resident(op)
     w = Workload("train", (Block.of_ops("optimizer", 1, (op,), "optimizer"),), tokens=1, batch=1)
     t = simulate_workload(w, chip, simulate=simulate)
-    return t["seconds"] / op.elements, t["energy_j"] / op.elements
+    return (t["seconds"] / op.elements, t["energy_j"] / op.elements,
+            EP.scaled(t["energy_breakdown_j"], 1.0 / op.elements))
 
 
 def _stage_kinds(plan: Plan, chunks, s: int) -> list[str]:
@@ -352,11 +361,14 @@ def _stage_kinds(plan: Plan, chunks, s: int) -> list[str]:
 
 
 def _energy(chip, plan: Plan, lt, steps, chunks, comm: "_Comm", m: int, train: bool,
-            act_bytes: float, seconds: float, opt_s, opt_j,
-            step_colls) -> tuple[dict[str, float], list[float]]:
-    """The cluster step's joules by part (:func:`~.energy.step_energy`) and each stage's
-    power while busy (:func:`~.energy.busy_power_w`)."""
+            act_bytes: float, seconds: float, opt_s, opt_j, opt_parts,
+            step_colls) -> tuple[dict[str, float], list[float], dict[str, float]]:
+    """The cluster step's joules by part (:func:`~.energy.step_energy`), each stage's
+    power while busy (:func:`~.energy.busy_power_w`) and the joules by component
+    (:func:`~.energy.step_energy_parts`)."""
     extra = {"full": "fwd_energy_j", "selective": "selective_energy_j"}.get(plan.recompute)
+    extra_parts = {"full": "fwd_energy_parts",
+                   "selective": "selective_energy_parts"}.get(plan.recompute)
     stages = []
     last = plan.chunks - 1
     for s in range(plan.pp):
@@ -364,6 +376,13 @@ def _energy(chip, plan: Plan, lt, steps, chunks, comm: "_Comm", m: int, train: b
         comp = sum(lt[k].fwd_energy_j + (lt[k].bwd_energy_j
                                          + (getattr(lt[k], extra) if extra else 0.0)
                                          if train else 0.0) for k in kinds)
+        comp_parts = EP.zero()               # the same joules by component
+        for k in kinds:
+            EP.add(comp_parts, lt[k].fwd_energy_parts)
+            if train:
+                EP.add(comp_parts, lt[k].bwd_energy_parts)
+                if extra_parts:
+                    EP.add(comp_parts, getattr(lt[k], extra_parts))
         busy = sum(steps[k].fwd_compute + steps[k].bwd_compute for k in kinds)
         colls = [(coll, nbytes, comm.shapes[group].n) for k in kinds
                  for _, group, coll, nbytes, _ in steps[k].colls_fwd + steps[k].colls_bwd]
@@ -373,9 +392,11 @@ def _energy(chip, plan: Plan, lt, steps, chunks, comm: "_Comm", m: int, train: b
             colls += [("send", act_bytes, 2)] * sends
         stages.append({"compute_j": comp, "busy_s": busy, "colls_per_mb": colls,
                        "colls_per_step": step_colls[s], "optimizer_j": opt_j[s],
-                       "optimizer_s": opt_s[s]})
-    return (step_energy(chip, ranks_per_stage=plan.chips // plan.pp, micro_batches=m,
-                        seconds=seconds, stages=stages), busy_power_w(stages, m))
+                       "optimizer_s": opt_s[s], "compute_parts": comp_parts,
+                       "optimizer_parts": opt_parts[s]})
+    kw = dict(ranks_per_stage=plan.chips // plan.pp, micro_batches=m, seconds=seconds,
+              stages=stages)
+    return (step_energy(chip, **kw), busy_power_w(stages, m), step_energy_parts(chip, **kw))
 
 
 def _power_and_cost(chip, chips: int, seconds: float, energy_j: float,
@@ -619,6 +640,7 @@ class _Tail:
     ag_s: list
     ends: list
     step_colls: list
+    opt_parts: list
 
 
 def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
@@ -632,11 +654,12 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
         """``comm`` of a collective stage ``s`` runs once per step, remembered for energy."""
         step_colls[s].append((kind, nbytes, comm.shapes[group].n))
         return comm(group, kind, nbytes, label)
-    tails, opt_s, ag_s, opt_j = [], [], [], []
-    sec_per_param, j_per_param = (_per_param(st.model, st.chip, p, st.simulate)
-                                  if st.train else (0.0, 0.0))
-    cast_s, cast_j = (_per_param(st.model, st.chip, p, st.simulate, "cast")
-                      if st.train and p.quantized else (0.0, 0.0))
+    tails, opt_s, ag_s, opt_j, opt_parts = [], [], [], [], []
+    none = (0.0, 0.0, EP.zero())
+    sec_per_param, j_per_param, parts_per_param = (_per_param(st.model, st.chip, p, st.simulate)
+                                                   if st.train else none)
+    cast_s, cast_j, cast_parts = (_per_param(st.model, st.chip, p, st.simulate, "cast")
+                                  if st.train and p.quantized else none)
     linear = layer_params(st.model, plan.tp, plan.ep, plan.pp, linear=True)
     for s in range(P):
         mine = device_chunks(plan, s)
@@ -649,6 +672,7 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
             tails.append(0.0)
             opt_s.append(0.0)
             opt_j.append(0.0)
+            opt_parts.append(EP.zero())
             ag_s.append(0.0)
             continue
         buckets = []
@@ -685,6 +709,7 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
             for c in amax_collectives(p, 5 * fp8_gemms, comm.shapes["amax"].n))
         opt_s.append(local * sec_per_param + recipe_s)
         opt_j.append(local * j_per_param + linear_params * cast_j)
+        opt_parts.append(EP.summed(((parts_per_param, local), (cast_parts, linear_params))))
         if plan.zero in (1, 2):
             ag = (logged(s, "zs", "all_gather", dense_params * p.w_bytes, "dp param all-gather")
                   + logged(s, "ezs", "all_gather", expert_params * p.w_bytes,
@@ -693,7 +718,7 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
         else:
             ag_s.append(0.0)
     ends = [pipe.finish[s] + tails[s] + opt_s[s] + ag_s[s] for s in range(P)]
-    return _Tail(tails, opt_s, opt_j, ag_s, ends, step_colls)
+    return _Tail(tails, opt_s, opt_j, ag_s, ends, step_colls, opt_parts)
 
 
 def _exposed_on(st: _Setup, pipe: _Pipe, tail: _Tail, worst: int) -> dict[str, float]:
@@ -738,8 +763,9 @@ def _result(st: _Setup, pipe: _Pipe, tail: _Tail) -> ClusterResult:
     hw = _hardware_flops(st)
     peak = chip.peak_ops_per_s[st.compute_dtype] * plan.chips
     tokens = batch * (length if phase != "decode" else 1)
-    energy, busy_w = _energy(chip, plan, st.lt, st.steps, st.chunks, st.comm, m, st.train,
-                             pipe.act, seconds, tail.opt_s, tail.opt_j, tail.step_colls)
+    energy, busy_w, parts = _energy(chip, plan, st.lt, st.steps, st.chunks, st.comm, m,
+                                    st.train, pipe.act, seconds, tail.opt_s, tail.opt_j,
+                                    tail.opt_parts, tail.step_colls)
     energy_j = sum(energy.values())
     pwr = _power_and_cost(chip, plan.chips, seconds, energy_j, tokens)
     hottest = max(busy_w, default=0.0)
@@ -757,7 +783,8 @@ def _result(st: _Setup, pipe: _Pipe, tail: _Tail) -> ClusterResult:
         tokens_per_s=tokens / seconds, mfu=flops / (peak * seconds),
         hfu=hw / (peak * seconds), flops=flops, hardware_flops=hw, bubble_fraction=bubble,
         exposed_comm_s=exposed, comm=st.comm.log, memory=st.mem, stage_seconds=stage_seconds,
-        energy_j=energy_j, energy_breakdown=energy, tdp_w=chip.tdp_w, warnings=hot, **pwr,
+        energy_j=energy_j, energy_breakdown=energy, energy_breakdown_j=parts,
+        tdp_w=chip.tdp_w, warnings=hot, **pwr,
         precision=st.precision.to_dict(),
         timing="engine" if st.simulate is None else getattr(st.simulate, "timing", "custom"),
         layers=st.steps, pipeline=pipe.run,

@@ -49,10 +49,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ...arch.chip import Chip
+from .. import energy_parts as EP
 from ..api import all_resident
 from ...workloads.ops import Gemm, Op, VectorOp
 from ...workloads.config import ModelConfig
@@ -78,7 +80,8 @@ class LayerTime:
     """Compute seconds of one copy of a layer kind (one micro-batch, one rank) and its
     hardware FLOPs: forward, backward, their attention parts (what ring attention's KV
     exchange can hide behind), and the forward ops selective recomputation re-runs; the
-    energy (J, one rank) of each, as ``diptych run`` counts it."""
+    energy (J, one rank) of each, as ``diptych run`` counts it, and the same by component
+    (``*_energy_parts``, :mod:`diptych.sim.energy_parts`)."""
 
     ops: LayerOps
     fwd_s: float
@@ -94,6 +97,10 @@ class LayerTime:
     selective_energy_j: float = 0.0
     tp_exposed_fwd_s: float | None = None    # execution="schedule": see the module docstring
     tp_exposed_bwd_s: float | None = None
+    fwd_energy_parts: Mapping[str, float] = field(default_factory=EP.zero, compare=False)
+    bwd_energy_parts: Mapping[str, float] = field(default_factory=EP.zero, compare=False)
+    selective_energy_parts: Mapping[str, float] = field(default_factory=EP.zero,
+                                                        compare=False)
 
 
 @dataclass(frozen=True)
@@ -131,11 +138,11 @@ def resident(op: Op) -> Op:
     return op
 
 
-def _sum(ops, chip, simulate, stage) -> tuple[float, float, float, float]:
-    """(seconds, attention seconds, GEMM FLOPs, energy) of ops run in sequence (on a chip
-    without DRAM, with every operand resident: :func:`resident`)."""
+def _sum(ops, chip, simulate, stage) -> tuple[float, float, float, float, dict]:
+    """(seconds, attention seconds, GEMM FLOPs, energy, energy by component) of ops run in
+    sequence (on a chip without DRAM, with every operand resident: :func:`resident`)."""
     if not ops:
-        return 0.0, 0.0, 0.0, 0.0
+        return 0.0, 0.0, 0.0, 0.0, EP.zero()
     def one(ops) -> Workload:
         return Workload("train", (Block.of_ops("x", 1, tuple(ops), stage),), tokens=1, batch=1)
 
@@ -145,7 +152,7 @@ def _sum(ops, chip, simulate, stage) -> tuple[float, float, float, float]:
     t = simulate_workload(w, chip, simulate=simulate)
     attn = sum(r["seconds"] for r in t["layers"]
                if r["kind"] == "attention" or r["op"].split(".")[0] in _ATTN_OPS)
-    return t["seconds"], attn, w.flops(), t["energy_j"]
+    return t["seconds"], attn, w.flops(), t["energy_j"], t["energy_breakdown_j"]
 
 
 def _attention_s(records) -> float:
@@ -169,17 +176,19 @@ def _scheduled(block: Block, w: Workload, p: Precision, chip, simulate, links: T
 
 
 def _split(r: dict, tp_names: frozenset, stage: str | None = None
-           ) -> tuple[float, float, float, float]:
+           ) -> tuple[float, float, float, float, dict]:
     """(makespan less the step sync, exposed seconds of the tensor-parallel collectives —
-    the ops named ``tp_names`` —, attention seconds, compute energy) of a layer schedule
-    ``r``; the exposure, attention and energy of ``stage``'s records only if given. (The
-    launches of the other collectives, which take 0 s on the links here, count as the
-    layer's compute.)"""
+    the ops named ``tp_names`` —, attention seconds, compute energy, the same by component)
+    of a layer schedule ``r``; the exposure, attention and energy of ``stage``'s records
+    only if given. (The launches of the other collectives, which take 0 s on the links
+    here, count as the layer's compute.)"""
     recs = [x for x in r["layers"] if stage is None or x["stage"] == stage]
-    energy = sum(x["energy_j"] * x["repeat"] for x in recs if x["bound"] != "communication")
+    compute = [x for x in recs if x["bound"] != "communication"]
+    energy = sum(x["energy_j"] * x["repeat"] for x in compute)
     return (r["seconds"] - r["step_sync_s"],
             sum(x["exposed_total_s"] for x in recs if x["op"] in tp_names),
-            _attention_s(recs), energy)
+            _attention_s(recs), energy,
+            EP.summed((x["energy_breakdown_j"], x["repeat"]) for x in compute))
 
 
 def _flops(ops) -> float:
@@ -216,23 +225,25 @@ def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int
         sim = simulate or _default_simulate()
     out = {}
     for kind, ops in lo.items():
-        sel, _, _, se = _sum(ops.selective_ops, chip, simulate, "recompute")
+        sel, _, _, se, sp = _sum(ops.selective_ops, chip, simulate, "recompute")
         if execution == "sum":
-            f, fa, ff, fe = _sum(ops.forward, chip, simulate, "forward")
-            b, ba, bf, be = _sum(ops.backward, chip, simulate, "backward")
+            f, fa, ff, fe, fp = _sum(ops.forward, chip, simulate, "forward")
+            b, ba, bf, be, bp = _sum(ops.backward, chip, simulate, "backward")
             tpf = tpb = None
         else:
             ff, bf = _flops(ops.forward), _flops(ops.backward)
             rf, rp = _scheduled(blocks[kind], w, p, chip, sim, tp_links)
             names = frozenset(n for c in ops.tp for n in (c.name, f"{c.name}.bwd"))
-            f, tpf, fa, fe = _split(rf, names)
+            f, tpf, fa, fe, fp = _split(rf, names)
             f -= tpf
-            b, ba, be, tpb = 0.0, 0.0, 0.0, None
+            b, ba, be, tpb, bp = 0.0, 0.0, 0.0, None, EP.zero()
             if rp is not None:
-                pair, tpb, ba, be = _split(rp, names, "backward")
+                pair, tpb, ba, be, bp = _split(rp, names, "backward")
                 b = max(0.0, pair - (f + tpf) - tpb)
         out[kind] = LayerTime(ops=ops, fwd_s=f, bwd_s=b, attn_fwd_s=fa, attn_bwd_s=ba,
                               selective_s=sel, fwd_flops=ff, bwd_flops=bf, energy_j=fe + be,
                               fwd_energy_j=fe, bwd_energy_j=be, selective_energy_j=se,
-                              tp_exposed_fwd_s=tpf, tp_exposed_bwd_s=tpb)
+                              tp_exposed_fwd_s=tpf, tp_exposed_bwd_s=tpb,
+                              fwd_energy_parts=fp, bwd_energy_parts=bp,
+                              selective_energy_parts=sp)
     return out

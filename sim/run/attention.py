@@ -17,6 +17,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ...workloads.fused_attention import FusedAttention, on_chip
+from .. import energy_parts as EP
 from ..regime import roof_regime
 
 
@@ -40,7 +41,10 @@ def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
     """Time, energy and bound of ``op`` on ``chip`` by the rule in the module docstring.
 
     Energy: the parts' energy without their DRAM and static shares, plus the fused traffic at
-    the parts' mean DRAM energy per byte, plus static power (the parts' mean) × the time."""
+    the parts' mean DRAM energy per byte, plus static power (the parts' mean) × the time;
+    ``energy_parts`` the same by component (:mod:`diptych.sim.energy_parts`): the parts'
+    MAC, vector and SRAM energy, their DRAM, NoC and D2D energy each scaled to the fused
+    traffic, the static over the time, the resident bytes' SRAM energy."""
     sts = [simulate(p if chip.has_dram else on_chip(p), chip) for p in op.parts]
     t_comp = sum(_compute_seconds(st, chip) for st in sts)
     peak_bw = chip.dram_bytes_per_s
@@ -54,6 +58,7 @@ def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
     bound = roof_regime(chip, seconds=seconds, mac_flops=op.gemm_flops,
                         dtype=op.compute_dtype, vector_ops=op.vector_flops,
                         dram_bytes=op.dram_bytes)
+    parts = EP.summed((EP.of_stats(st), 1.0) for st in sts)
     if all(getattr(st, "energy_breakdown", None) for st in sts):
         part_bytes = sum(st.dram_read_bytes + st.dram_write_bytes for st in sts)
         dram_e = sum(sum(st.energy_breakdown.get(k, 0.0) for k in ("dram", "noc", "d2d"))
@@ -63,13 +68,20 @@ def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
         energy = (sum(st.energy_j for st in sts) - dram_e - static_e
                   + (dram_e / part_bytes * op.dram_bytes if part_bytes else 0.0)
                   + (static_e / part_s * seconds if part_s else 0.0))
+        per_byte = op.dram_bytes / part_bytes if part_bytes else 0.0
+        for k in ("dram", "noc", "d2d"):
+            parts[k] *= per_byte
+        parts["static"] = static_e / part_s * seconds if part_s else 0.0
         if op.scratchpad_bytes or op.shared_buffer_bytes:
-            energy += ((op.scratchpad_bytes + op.shared_buffer_bytes)
-                       * chip.energy.pj_per_sram_byte * 1e-12)
+            resident_j = ((op.scratchpad_bytes + op.shared_buffer_bytes)
+                          * chip.energy.pj_per_sram_byte * 1e-12)
+            energy += resident_j
+            parts["sram"] += resident_j
     else:                        # a test double: no breakdown to re-cost
         energy = sum(st.energy_j for st in sts)
     peak = chip.peak_ops_per_s[op.compute_dtype]
     return SimpleNamespace(seconds=seconds, compute_seconds=t_comp, memory_seconds=t_mem,
                            stream_bytes_per_s=bw, bound=bound, energy_j=energy,
+                           energy_parts=parts,
                            flops=op.flops,
                            utilization=op.gemm_flops / (peak * seconds) if seconds else 0.0)

@@ -16,7 +16,9 @@ What ``seconds`` means per phase: prefill, the time to first token (TTFT); decod
 time per output token (TPOT) over the ``gen`` steps: one step with each layer kind at its mean
 keys over them (:func:`diptych.workloads.lower.decode_mean`; for full attention, the step at
 the mean context prompt + (gen+1)/2); train, one optimizer step. ``energy_j`` is the energy of
-that same interval summed over all chips.
+that same interval summed over all chips; ``energy_breakdown_j`` the same joules by component
+(MAC arrays, vector units, SRAM, DRAM, NoC, D2D, links, static: :mod:`diptych.sim.energy_parts`),
+which sum to it.
 
 A parallel plan's step on a cluster is :func:`diptych.sim.cluster.run.run_cluster_step`'s
 (docs/cluster.md); what to run, in both, is one :class:`~diptych.sim.run.scenario.Scenario`.
@@ -42,6 +44,7 @@ from ...workloads.registry import load_model
 from ...workloads.train import train_step
 from ..api import OpTimer
 from ..limits import check_ops
+from .. import energy_parts as EP
 from ..support import check_supported, wider
 from ..regime import busiest_unit
 from .precision_ops import with_precision_ops
@@ -85,6 +88,8 @@ class RunResult:
     communication_seconds: float = 0.0
     #: time in ops near neither roof (sim/regime.py: fill/drain, installs, quantisation)
     latency_bound_seconds: float = 0.0
+    #: ``energy_j`` by component (J, all chips; sums to it): :mod:`diptych.sim.energy_parts`
+    energy_breakdown_j: dict[str, float] = field(default_factory=dict)
     precision: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
@@ -347,6 +352,7 @@ def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Work
         compute_seconds=t["compute_seconds"], memory_bound_seconds=t["memory_bound_seconds"],
         communication_seconds=t["communication_seconds"],
         latency_bound_seconds=t.get("latency_bound_seconds", 0.0),
+        energy_breakdown_j=EP.scaled(t["energy_breakdown_j"], n_chips),
         precision=p.to_dict(),
         memory=mem.to_dict(), info=info, warnings=warns, execution=s.execution,
         fixed_costs_s=t.get("fixed_costs_s"), utilization=t.get("utilization", {}),
@@ -458,6 +464,8 @@ class TopologyResult:
     bound: str
     layers: list[dict]
     dram_bw_utilization: float = 0.0
+    #: ``energy_j`` by component (J; sums to it): :mod:`diptych.sim.energy_parts`
+    energy_breakdown_j: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -498,7 +506,8 @@ def run_topology(chip: "Chip | str", path, *, dtype: str | None = None,
                           dram_bytes=t["dram_bytes"],
                           mfu=w.flops() / (chip.peak_ops_per_s[dt] * secs), energy_j=t["energy_j"],
                           bound=_bound(t), layers=t["layers"],
-                          dram_bw_utilization=_bw_share(t["dram_bytes"], secs, chip))
+                          dram_bw_utilization=_bw_share(t["dram_bytes"], secs, chip),
+                          energy_breakdown_j=dict(t["energy_breakdown_j"]))
 
 
 def _bw_share(dram_bytes: float, secs: float, chip) -> float:

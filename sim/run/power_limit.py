@@ -13,7 +13,10 @@ takes a finished run and
    estimate assumes time ∝ 1/clock; memory-bound ops slow down less, so a second pass may be
    needed). MFU and HFU stay relative to the nominal peak.
 
-The result says what it did in ``info["power_limit"]`` and in a warning.
+The result says what it did in ``info["power_limit"]`` and in a warning. Its
+``energy_breakdown_j`` follows the total (:func:`finished_parts`): the gated static energy
+comes off ``static``, the V² reduction off the core components (MAC, vector, SRAM, NoC) in
+proportion to their joules; DRAM, D2D and links stay, as in the total.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Callable
 
 from ...arch.power import (TDP_TOLERANCE, PowerSplit, core_energy_scale,
                            gated_static_savings_j, sustained_clock)
+from .. import energy_parts as EP
 
 MAX_PASSES = 6
 
@@ -65,6 +69,26 @@ def _array_ops(layers: list[dict]) -> list[dict]:
     return out
 
 
+def finished_parts(parts: dict[str, float], chips: int, core_reduction_j: float,
+                   gated_j: float) -> dict[str, float]:
+    """A run's ``energy_breakdown_j`` (all ``chips``) after the re-costing of
+    :func:`_finish`, which takes ``core_reduction_j`` (the core energy's V² saving) and
+    ``gated_j`` (the static energy power-gating saves) off each chip's total: the first off
+    the core components in proportion (:func:`~diptych.sim.energy_parts.with_core_reduced`),
+    the second off ``static`` (and, past what ``static`` holds, off ``other``: a stand-in
+    timer's ops keep their static energy there). The parts still sum to the re-costed
+    total. Empty ``parts`` (a result without a breakdown) stay empty."""
+    if not parts:
+        return {}
+    per_chip = EP.with_core_reduced(EP.scaled(parts, 1.0 / chips), core_reduction_j)
+    static = per_chip.get("static", 0.0)
+    beyond = min(max(0.0, gated_j - static), per_chip.get(EP.OTHER, 0.0))
+    per_chip["static"] = static - (gated_j - beyond)
+    if beyond:
+        per_chip[EP.OTHER] -= beyond
+    return EP.scaled(per_chip, chips)
+
+
 def _finish(res, chip, nominal, clock_ghz: float, rerun_res=None, note: str | None = None):
     """``res`` (or the re-run) with the gated, V²-scaled energy and derived figures."""
     base = rerun_res or res
@@ -85,6 +109,8 @@ def _finish(res, chip, nominal, clock_ghz: float, rerun_res=None, note: str | No
     warns = list(base.warnings) + ([note] if note else [])
     return dataclasses.replace(
         base, chip=nominal.name, energy_j=energy,
+        energy_breakdown_j=finished_parts(base.energy_breakdown_j, n,
+                                          split["core"] * (1.0 - v2), saved),
         energy_j_per_token=energy / tokens if tokens else base.energy_j_per_token,
         mfu=base.mfu / scale, hfu=base.hfu / scale, info=info, warnings=warns)
 

@@ -49,6 +49,7 @@ from ..program import schedule as list_schedule
 from ...workloads.fused_attention import FusedAttention, on_chip
 from .attention import fused_stats
 from ...workloads.graph import Workload, program_pieces
+from .. import energy_parts as EP
 from .links import collective_energy_j, collective_seconds
 from .placed import access_index, placed_op, split_segments
 from ..regime import roof_regime
@@ -63,6 +64,19 @@ def _alu_energy(st) -> float:
     """The ALU share of a vector op's energy (what stays when it runs in a GEMM's epilogue)."""
     bd = getattr(st, "energy_breakdown", None)
     return bd.get("vector", 0.0) if bd else st.energy_j
+
+
+def _fused_parts(st, vst, chip, extra_static_s: float) -> dict[str, float]:
+    """A fused node's energy by component, as its total is made: the GEMM's breakdown, the
+    fused vector ops' ALU share (:func:`_alu_energy`: ``vector``, or a stand-in's whole
+    energy under ``other``), and the static power over the part of the node's time the
+    GEMM's own stats do not cover."""
+    parts = EP.of_stats(st)
+    for v in vst:
+        key = "vector" if getattr(v, "energy_breakdown", None) else EP.OTHER
+        parts[key] = parts.get(key, 0.0) + _alu_energy(v)
+    parts["static"] += chip.energy.static_w * extra_static_s
+    return parts
 
 
 class _Timer:
@@ -87,16 +101,19 @@ class _Timer:
         peak_bw = chip.dram_bytes_per_s
         if isinstance(op, Collective):
             secs = collective_seconds(op, chip) if self.coll is None else self.coll(op)
+            link_j = collective_energy_j(op, chip)
             return SimpleNamespace(kind=op.kind, seconds=secs,
                                    compute_seconds=0.0, dram_bytes=0.0, vector_seconds=0.0,
-                                   energy_j=collective_energy_j(op, chip), bound="communication",
+                                   energy_j=link_j, energy_parts=EP.of(link=link_j),
+                                   bound="communication",
                                    utilization=None, flops=0.0, bandwidth=0.0, unit="link",
                                    weight_bytes=0.0, link_bytes=op.bytes, dtype=None)
         if isinstance(op, FusedAttention):
             fs = fused_stats(op, chip, self.sim)
             return SimpleNamespace(kind="attention", seconds=fs.seconds,
                                    compute_seconds=fs.compute_seconds, dram_bytes=op.dram_bytes,
-                                   vector_seconds=0.0, energy_j=fs.energy_j, bound=fs.bound,
+                                   vector_seconds=0.0, energy_j=fs.energy_j,
+                                   energy_parts=fs.energy_parts, bound=fs.bound,
                                    utilization=fs.utilization, flops=fs.flops,
                                    bandwidth=min(fs.stream_bytes_per_s, peak_bw), unit="array",
                                    weight_bytes=0.0, dtype=op.compute_dtype,
@@ -108,7 +125,8 @@ class _Timer:
             return SimpleNamespace(kind=st.kind, seconds=st.seconds,
                                    compute_seconds=_compute_seconds(st, chip),
                                    dram_bytes=st.dram_read_bytes + st.dram_write_bytes,
-                                   vector_seconds=0.0, energy_j=st.energy_j, bound=st.bound,
+                                   vector_seconds=0.0, energy_j=st.energy_j,
+                                   energy_parts=EP.of_stats(st), bound=st.bound,
                                    utilization=st.utilization, flops=st.flops,
                                    bandwidth=min(getattr(st, "dram_bytes_per_s", 0.0), peak_bw),
                                    unit="vector", weight_bytes=0.0, dtype=None)
@@ -132,6 +150,7 @@ class _Timer:
             # do not cover (a vector epilogue slower than its GEMM)
             energy_j=(st.energy_j + sum(_alu_energy(v) for v in vst)
                       + chip.energy.static_w * max(0.0, seconds - st.seconds)),
+            energy_parts=_fused_parts(st, vst, chip, max(0.0, seconds - st.seconds)),
             bound=roof_regime(chip, seconds=seconds, mac_flops=gemm.flops,
                               dtype=gemm.compute_dtype,
                               vector_ops=sum(v.flops for v in vst), dram_bytes=dram_b),
@@ -262,6 +281,7 @@ class _Totals:
 
     def __init__(self):
         self.total = self.energy = self.dram = self.launches = self.syncs = 0.0
+        self.parts = EP.zero()
         self.t_compute = self.t_mem = self.t_lat = self.t_comm = 0.0
         self.offset = 0.0
         self.busy: dict = {}
@@ -311,6 +331,7 @@ class _Totals:
                 op_launch_s = launch[(b.name, n.name)]
                 self.launches += op_launch_s * count
                 self.energy += t.energy_j * count
+                EP.add(self.parts, t.energy_parts, count)
                 self.dram += t.dram_bytes * count
                 if t.bound == "communication":
                     pass
@@ -345,6 +366,7 @@ def _record(op, n, t, block: str, stage: str, count: int, start: float, end: flo
     rec = {"op": n.name, "kind": t.kind, "shape": _shape(op), "seconds": t.seconds,
            "bound": t.bound, "utilization": t.utilization, "flops": t.flops,
            "dram_bytes": t.dram_bytes, "energy_j": t.energy_j,
+           "energy_breakdown_j": dict(t.energy_parts),
            "block": block, "stage": stage,
            "repeat": count, "total_seconds": t.seconds * count,
            "start_s": start, "end_s": end, "exposed_s": exposed,
@@ -368,7 +390,8 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
                       collective_time: Callable | None = None) -> dict:
     """Time ``w`` on ``chip`` as a schedule of its programs (module docstring). Returns the
     totals :func:`~diptych.sim.run.summed.simulate_workload` returns (``seconds``,
-    ``energy_j``, ``dram_bytes``, ``layers``, ``compute_seconds``, ``memory_bound_seconds``,
+    ``energy_j`` and ``energy_breakdown_j``, ``dram_bytes``, ``layers``, ``compute_seconds``,
+    ``memory_bound_seconds``,
     ``latency_bound_seconds``,
     ``communication_seconds``) plus ``fixed_costs_s`` (launches + step syncs), ``launch_s``,
     ``step_sync_s``, ``utilization`` (per resource, over the step), ``timeline`` (the
@@ -396,7 +419,8 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
         acc.add_records(piece, prog, res, origin, ops, r, timer, launch, stage)
         acc.offset += piece.times * length
     total = acc.total
-    return {"seconds": total, "energy_j": acc.energy, "dram_bytes": acc.dram,
+    return {"seconds": total, "energy_j": acc.energy, "energy_breakdown_j": acc.parts,
+            "dram_bytes": acc.dram,
             "layers": [acc.records[k] for k in acc.order],
             "compute_seconds": acc.t_compute, "memory_bound_seconds": acc.t_mem,
             "latency_bound_seconds": acc.t_lat,

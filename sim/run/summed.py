@@ -14,13 +14,15 @@ kept for comparison and as the serving grids' summed execution (:func:`block_cos
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ...workloads.fused_attention import FusedAttention
 from ...workloads.graph import Workload
 from ...workloads.ops import Collective, Gemm, Op
 from ...workloads.serving_step import base_name
+from .. import energy_parts as EP
 from .attention import fused_stats
 from .links import collective_energy_j, collective_seconds
 
@@ -45,25 +47,30 @@ def _shape(op: Op) -> str:
 
 
 def _timed(op: Op, chip: Chip, sim, coll=None) -> dict:
-    """One op timed alone, every operand from DRAM: its record (seconds, energy, bound, ...);
-    ``coll(op)``: a collective's seconds (default: the chip's links)."""
+    """One op timed alone, every operand from DRAM: its record (seconds, energy and its
+    ``energy_breakdown_j`` by component per repeat, bound, ...); ``coll(op)``: a
+    collective's seconds (default: the chip's links)."""
     if isinstance(op, Collective):
+        link_j = collective_energy_j(op, chip)
         return {"op": op.name, "kind": op.kind, "shape": _shape(op),
                 "seconds": collective_seconds(op, chip) if coll is None else coll(op),
                 "bound": "communication",
                 "utilization": None, "flops": 0.0, "dram_bytes": 0.0,
-                "energy_j": collective_energy_j(op, chip), "link_bytes": op.bytes}
+                "energy_j": link_j, "energy_breakdown_j": EP.of(link=link_j),
+                "link_bytes": op.bytes}
     if isinstance(op, FusedAttention):
         fs = fused_stats(op, chip, sim)
         return {"op": op.name, "kind": "attention", "shape": _shape(op), "seconds": fs.seconds,
                 "bound": fs.bound, "utilization": fs.utilization, "flops": fs.flops,
-                "dram_bytes": op.dram_bytes, "energy_j": fs.energy_j, "dtype": op.compute_dtype,
+                "dram_bytes": op.dram_bytes, "energy_j": fs.energy_j,
+                "energy_breakdown_j": fs.energy_parts, "dtype": op.compute_dtype,
                 "compute_seconds": fs.compute_seconds, "memory_seconds": fs.memory_seconds,
                 "stream_bytes_per_s": fs.stream_bytes_per_s}
     st = sim(op, chip)
     rec = {"op": op.name, "kind": st.kind, "shape": _shape(op), "seconds": st.seconds,
            "bound": st.bound, "utilization": st.utilization, "flops": st.flops,
-           "dram_bytes": st.dram_read_bytes + st.dram_write_bytes, "energy_j": st.energy_j}
+           "dram_bytes": st.dram_read_bytes + st.dram_write_bytes, "energy_j": st.energy_j,
+           "energy_breakdown_j": EP.of_stats(st)}
     if isinstance(op, Gemm):
         rec["dtype"] = op.compute_dtype
     return rec
@@ -75,12 +82,14 @@ def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
     """The trivial schedule of ``w``'s blocks (module docstring): every node's op timed once
     alone (:func:`_timed`), the nodes of a block one after another, its tensor-parallel
     collectives beside them (``overlap``), scaled by the block's repeats; per-chip totals
+    (``energy_breakdown_j``: ``energy_j`` by component, :mod:`diptych.sim.energy_parts`)
     and op records. ``collective_time(op)``: a collective's seconds (default: the chip's
     links)."""
     sim = simulate or _default_simulate()
     records: list[dict] = []
     t_compute = t_mem = t_lat = t_comm_exposed = 0.0
     total = energy = dram = 0.0
+    parts = EP.zero()
     backward_s = 0.0
     dp_comm = 0.0
     for b in w.blocks:
@@ -104,6 +113,7 @@ def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
                 else:
                     t_compute += s * b.repeat
             energy += e * b.repeat
+            EP.add(parts, rec["energy_breakdown_j"], b.repeat)
             rec.update(block=b.name, stage=b.stage, repeat=b.repeat,
                        total_seconds=rec["seconds"] * b.repeat)
             records.append(rec)
@@ -117,7 +127,8 @@ def simulate_workload(w: Workload, chip: Chip, *, overlap: bool = True,
     exposed_dp = max(0.0, dp_comm - last_bwd) if overlap else dp_comm
     total += exposed_dp
     t_comm_exposed += exposed_dp
-    return {"seconds": total, "energy_j": energy, "dram_bytes": dram, "layers": records,
+    return {"seconds": total, "energy_j": energy, "energy_breakdown_j": parts,
+            "dram_bytes": dram, "layers": records,
             "compute_seconds": t_compute, "memory_bound_seconds": t_mem,
             "latency_bound_seconds": t_lat, "communication_seconds": t_comm_exposed}
 
@@ -127,7 +138,8 @@ class BlockCost:
     """One block of a simulated workload: per copy, the compute time (all non-collective
     ops in sequence), the tensor-parallel collectives' time, and the energy; ``repeat``
     copies. ``attention_compute_s``/``attention_memory_s`` are the two terms of the fused
-    attention records' ``max`` (zero without fused attention)."""
+    attention records' ``max`` (zero without fused attention). ``energy_breakdown_j``: the
+    copy's ``energy_j`` by component (:mod:`diptych.sim.energy_parts`)."""
 
     name: str
     repeat: int
@@ -136,6 +148,7 @@ class BlockCost:
     energy_j: float
     attention_compute_s: float = 0.0
     attention_memory_s: float = 0.0
+    energy_breakdown_j: Mapping[str, float] = field(default_factory=EP.zero, compare=False)
 
 
 def launch_seconds(chip) -> tuple[float, float]:
@@ -175,7 +188,8 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
         b = r["block"]
         if b not in acc:
             acc[b] = {"repeat": r["repeat"], "compute_s": 0.0, "comm_s": 0.0, "energy_j": 0.0,
-                      "attention_compute_s": 0.0, "attention_memory_s": 0.0}
+                      "attention_compute_s": 0.0, "attention_memory_s": 0.0,
+                      "energy_breakdown_j": EP.zero()}
             names[b] = set()
             order.append(b)
         a = acc[b]
@@ -187,6 +201,7 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
             a["attention_compute_s"] += r["compute_seconds"]
             a["attention_memory_s"] += r["memory_seconds"]
         a["energy_j"] += r["energy_j"]
+        EP.add(a["energy_breakdown_j"], r["energy_breakdown_j"])
         if fixed_costs and r["op"] not in inside:
             names[b].add(("c" if r["bound"] == "communication" else "o", base_name(r["op"])))
     if fixed_costs:
@@ -198,6 +213,7 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
             acc[b]["compute_s"] += n_op * op_s
             acc[b]["comm_s"] += n_coll * coll_s
             acc[b]["energy_j"] += static * (n_op * op_s + n_coll * coll_s)
+            acc[b]["energy_breakdown_j"]["static"] += static * (n_op * op_s + n_coll * coll_s)
     return [BlockCost(b, **acc[b]) for b in order]
 
 
@@ -214,3 +230,16 @@ def combine_parts(blocks: list[BlockCost], core_compute_s: dict[str, float],
         secs += b.repeat * (max(comp, b.comm_s) if overlap else comp + b.comm_s)
         energy += b.repeat * e
     return secs, energy
+
+
+def combine_energy_parts(blocks: list[BlockCost],
+                         core_parts: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """The energy of :func:`combine_parts` by component: each block's
+    ``energy_breakdown_j`` plus its cores' (``core_parts`` by layer block name, per layer),
+    times its repeats."""
+    out = EP.zero()
+    for b in blocks:
+        EP.add(out, b.energy_breakdown_j, b.repeat)
+        if b.name in core_parts:
+            EP.add(out, core_parts[b.name], b.repeat)
+    return out

@@ -30,10 +30,12 @@ import heapq
 import math
 from array import array
 from collections import deque
+from operator import add
 
 import numpy as np
 
 from ...workloads.serving_step import Step
+from ..energy_parts import STATIC, VECTOR
 from .config import ServeConfig
 
 STEP_END, KV_DONE, ARRIVE = 0, 1, 2
@@ -113,6 +115,10 @@ class Instance:
         self.last_end = 0.0
         self.idle_s = 0.0
         self.energy_j = 0.0
+        # the steps' energy by component (all its chips; sim/energy_parts.py VECTOR order);
+        # ``unattributed``: a step's timer gave none
+        self.energy_parts = [0.0] * len(VECTOR)
+        self.unattributed = False
         self.preemptions = 0
         self.swap_bytes = 0.0
         self.peak_used = prefix_blocks
@@ -190,19 +196,30 @@ class Instance:
         if step is None:
             return None
         cost = self.oracle.cost(step)
-        secs, energy = cost.seconds, cost.energy_j
+        secs, energy, parts = cost.seconds, cost.energy_j, cost.parts
         if self.draft is not None:
-            ds, de = self._draft_cost(step)
+            ds, de, dp = self._draft_cost(step)
             secs += ds
             energy += de
+            parts = tuple(map(add, parts, dp)) if parts and dp else ()
         if self.power is not None:
-            secs, energy = self.power(secs, energy)
+            secs, energy, parts = self.power.limit(secs, energy, parts)
+        idle = self.static_w * self._swap_s           # chips idle while blocks cross the link
         secs += self._swap_s
-        energy += self.static_w * self._swap_s        # chips idle while blocks cross the link
+        energy += idle
         if not self.runtime.is_ideal:
             dev = secs
             secs = self.runtime.step_s(dev, len(self._dec) + len(self._chunks))
-            energy += self.static_w * (secs - dev)    # chips idle while the host works
+            host = self.static_w * (secs - dev)       # chips idle while the host works
+            energy += host
+            idle += host
+        if parts:
+            acc = self.energy_parts
+            for i, x in enumerate(parts):
+                acc[i] += x * self.chips
+            acc[STATIC] += idle * self.chips
+        else:
+            self.unattributed = True
         if now > self.last_end:
             self.idle_s += now - self.last_end
         used = self.total_blocks - self.free
@@ -222,10 +239,12 @@ class Instance:
         self.rec_used.append(used)
         return secs
 
-    def _draft_cost(self, step: Step) -> tuple[float, float]:
-        """The draft model: its share of the prompt chunks plus k proposal steps."""
+    def _draft_cost(self, step: Step) -> tuple[float, float, tuple]:
+        """The draft model: its share of the prompt chunks plus k proposal steps (seconds,
+        energy, energy by component)."""
         k = self.spec.k
         secs = energy = 0.0
+        parts = (0.0,) * len(VECTOR)
         b, keys0 = step.decode_batch, step.decode_keys - step.decode_batch * (self.q - 1)
         for j in range(k):
             pf = step.prefill if j == 0 else ()
@@ -234,7 +253,8 @@ class Instance:
             c = self.draft.cost(Step(b, keys0 + j * b, pf) if b else Step(prefill=pf))
             secs += c.seconds
             energy += c.energy_j
-        return secs, energy
+            parts = tuple(map(add, parts, c.parts)) if c.parts and parts else ()
+        return secs, energy, parts
 
     def _plan_chunked(self):
         budget = self.cfg.max_batched_tokens

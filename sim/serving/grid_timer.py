@@ -23,7 +23,9 @@ The pieces are recombined with the step's rule: the summed model's block rule
 scheduled nodes plus the cores' nodes (run + launch) less the schedule's overlap measured at
 the frame's vertices. So with every quantity linear between vertices the timer equals direct
 simulation (:class:`~diptych.sim.serving.step_time.DirectStepTimer`); docs/serving.md gives
-the measured error.
+the measured error. The energy by component (``StepCost.parts``) is interpolated with the
+same weights as the energy (each piece carries it, :mod:`~diptych.sim.serving.step_pieces`),
+so it sums to the interpolated energy.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from dataclasses import dataclass
 
 from ...workloads.serving_step import Step, core_op_names, step_parts
 from ..run.precision_ops import with_precision_ops
-from ..run.summed import block_costs, combine_parts, launch_seconds, step_sync_seconds
+from ..run.summed import (block_costs, combine_energy_parts, combine_parts, launch_seconds,
+                          step_sync_seconds)
+from .. import energy_parts as EP
 from .lazy_grid import (Axis, RefinedAxis, bilinear, centre_gap, geometric_axis, halve_until,
                         lerp)
 from .step_pieces import StepPieces
@@ -214,11 +218,14 @@ class GridStepTimer:
         """Interpolated cost of ``step`` (see the module docstring)."""
         kinds = self.kinds
         nk = len(kinds)
+        pc = self.pieces
         cores = [0.0] * nk
         core_e = [0.0] * nk
         body = self._frame_interp(step.tokens)
         head = self._head_interp(step.rows)
-        frame_s = self.pieces.frame_seconds(body)
+        frame_s = pc.frame_seconds(body)
+        # the energy by component, interpolated as the energy is (module docstring)
+        parts = [a + b for a, b in zip(pc.frame_parts(body, False), pc.frame_parts(head, True))]
         if step.decode_batch:
             b, q = step.decode_batch, step.decode_queries
             # the lowering's keys per sequence: the mean, rounded up (decode_cores)
@@ -227,19 +234,22 @@ class GridStepTimer:
                 o, c, m, e = v[4 * k:4 * k + 4]
                 cores[k] += o + max(c, m)
                 core_e[k] += e
+            parts = [a + x for a, x in zip(parts, pc.core_parts(v))]
         for chunk, past in step.prefill:
-            v, cell = bilinear(self.pieces.pf_at, self._chunk, self._past, chunk, past)
-            if not self._trusted(v, cell, self.pieces.pf_at, (), chunk, frame_s):
-                v = self.pieces.pf_at(chunk, past)         # simulated at the query itself
+            v, cell = bilinear(pc.pf_at, self._chunk, self._past, chunk, past)
+            if not self._trusted(v, cell, pc.pf_at, (), chunk, frame_s):
+                v = pc.pf_at(chunk, past)         # simulated at the query itself
             for k in range(nk):
                 o, c, m, e = v[4 * k:4 * k + 4]
                 cores[k] += o + max(c * chunk, m)
                 core_e[k] += e * chunk
+            parts = [a + x * chunk for a, x in zip(parts, pc.core_parts(v))]
         # launches spend static power in the summed stand-in; a schedule's energy is its ops'
         static = 0.0 if self._scheduled else self.replica.chip.energy.static_w
-        for k, launch in enumerate(self.pieces.launches(step)):
+        for k, launch in enumerate(pc.launches(step)):
             cores[k] += launch
             core_e[k] += static * launch
+            parts[EP.STATIC] += pc.kind_repeats[k] * static * launch
         secs = energy = 0.0
         overlap = self.replica.overlap
         k = 0
@@ -255,8 +265,9 @@ class GridStepTimer:
         if self._scheduled:
             # the nodes' times add up along the step's dependency chain; what the schedule
             # overlaps (prefetches, independent work) is measured at the frame's vertices
-            return StepCost(secs + step_sync_seconds(self.replica.chip) - body[-1], energy)
-        return self.replica.with_sync(secs, energy)
+            return StepCost(secs + step_sync_seconds(self.replica.chip) - pc.overlap(body),
+                            energy, tuple(parts))
+        return self.replica.with_sync(secs, energy, tuple(parts))
 
 
 def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = None
@@ -268,12 +279,14 @@ def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = N
                             attention=r.attention)
     comp: dict[str, float] = {}
     energy: dict[str, float] = {}
+    parts: dict[str, dict] = {}
     names: dict[str, set] = {}
     fr = with_precision_ops(fr, r.chip)
     for g in groups:
         for b in block_costs(r.cores_workload(g), r.chip, simulate):
             comp[b.name] = comp.get(b.name, 0.0) + b.compute_s
             energy[b.name] = energy.get(b.name, 0.0) + b.energy_j
+            EP.add(parts.setdefault(b.name, EP.zero()), b.energy_breakdown_j)
         for k, ns in core_op_names(g).items():
             names.setdefault(k, set()).update(ns)
     if r.fixed_costs:
@@ -281,9 +294,10 @@ def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = N
         for k, ns in names.items():
             comp[k] += len(ns) * op_s
             energy[k] += r.chip.energy.static_w * len(ns) * op_s
-    s, e = combine_parts(block_costs(fr, r.chip, simulate, fixed_costs=r.fixed_costs), comp,
-                         energy, overlap=r.overlap)
-    return r.with_sync(s, e)
+            parts[k]["static"] += r.chip.energy.static_w * len(ns) * op_s
+    frame_blocks = block_costs(fr, r.chip, simulate, fixed_costs=r.fixed_costs)
+    s, e = combine_parts(frame_blocks, comp, energy, overlap=r.overlap)
+    return r.with_sync(s, e, EP.as_vector(combine_energy_parts(frame_blocks, parts)))
 
 
 def interpolation_error(oracle: GridStepTimer, steps, simulate: Callable | None = None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from .. import energy_parts as EP
 from .config import ServeConfig
 from .deployment import Deployment, Pool, colocated, fit_tp, kv_transfer
 from .engine import Instance, Req, run_loop
@@ -64,6 +65,11 @@ class ServeResult:
     config: dict
     info: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: ``energy_j`` by component (J, every chip; sums to it; sim/energy_parts.py), and the
+    #: same per output token (sums to 1 / ``tokens_per_j``); empty when a step timer gave
+    #: no breakdown
+    energy_breakdown_j: dict = field(default_factory=dict)
+    energy_breakdown_j_per_token: dict = field(default_factory=dict)
     waterfall: dict | None = None
     instances: list = field(default_factory=list, repr=False)
     reqs: list = field(default_factory=list, repr=False)
@@ -272,6 +278,7 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
     out_tok = int(m["out"].sum())
     energy = sum(i.energy_j + i.idle_s * i.static_w * i.chips for i in instances) \
         + link["energy_j"]
+    parts = _energy_parts(instances, link["energy_j"])
     chips = dep.chips
     peak = max(i.peak_used / i.total_blocks for i in instances)
     used_time = sum(i.used_time + i.prefix_blocks * i.idle_s for i in instances)
@@ -315,6 +322,8 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
         goodput_rps=float(m["ok"].sum()) / dur, slo_attainment=float(m["ok"].mean()),
         meets_slo=bool(meets), tokens_per_j=out_tok / energy if energy else 0.0,
         energy_j=energy, kv_peak_fraction=float(peak),
+        energy_breakdown_j=parts,
+        energy_breakdown_j_per_token=EP.scaled(parts, 1.0 / out_tok) if out_tok else {},
         kv_mean_fraction=used_time / block_time if block_time else 0.0,
         preemptions=sum(i.preemptions for i in instances),
         swap_bytes=sum(i.swap_bytes for i in instances),
@@ -324,3 +333,19 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
         warnings=warns, instances=instances, reqs=done)
 
 
+
+
+def _energy_parts(instances, link_j: float) -> dict[str, float]:
+    """A serving run's energy by component (:mod:`diptych.sim.energy_parts`): every
+    instance's steps', their idle static power, the KV transfers' link energy; empty when a
+    step timer gave no breakdown."""
+    if any(i.unattributed for i in instances):
+        return {}
+    vec = [0.0] * len(EP.VECTOR)
+    for i in instances:
+        for k, x in enumerate(i.energy_parts):
+            vec[k] += x
+        vec[EP.STATIC] += i.idle_s * i.static_w * i.chips
+    parts = EP.from_vector(vec)
+    parts["link"] += link_j
+    return parts

@@ -7,6 +7,11 @@ the scheduled nodes and the schedule's overlap), and the attention cores of a de
 or a prefill chunk per layer kind (non-fused time, fused compute and memory terms, energy);
 every piece is one simulation, memoised. :mod:`diptych.sim.serving.grid_timer` interpolates
 between them.
+
+Each tuple ends with its energy by component (:data:`diptych.sim.energy_parts.VECTOR`,
+repeats included): a frame's for its blocks but the head, then for the head; the cores' over
+every layer kind (per token as their energy is). Interpolated with the same weights as the
+energies, they sum to the interpolated energy.
 """
 
 from __future__ import annotations
@@ -17,7 +22,11 @@ from ...workloads.serving_step import (CORE_OPS, Step, base_name, decode_cores, 
                                        prefill_cores)
 from ..run.precision_ops import with_precision_ops
 from ..run.summed import block_costs, launch_seconds
+from .. import energy_parts as EP
 from .step_time import Replica
+
+#: Entries of an energy-by-component vector.
+_NV = len(EP.VECTOR)
 
 
 def _of_core(name: str) -> bool:
@@ -88,7 +97,9 @@ class StepPieces:
                                  collective_time=r.collective_time)
                 if self._blocks is None:
                     self._blocks = [(b.name, b.repeat) for b in bc]
-                got = tuple(x for b in bc for x in (b.compute_s, b.comm_s, b.energy_j))
+                got = tuple(x for b in bc for x in (b.compute_s, b.comm_s, b.energy_j)) \
+                    + _frame_parts((b.name, EP.scaled(b.energy_breakdown_j, b.repeat))
+                                   for b in bc)
             self._frame[(n, rows)] = got
             self.tick()
         return got
@@ -132,18 +143,21 @@ class StepPieces:
             self._blocks = [(b.name, b.repeat) for b in w.blocks]
         run = {b.name: 0.0 for b in w.blocks}       # all copies of each block
         energy = dict(run)
+        parts = {b.name: EP.zero() for b in w.blocks}
         for rec in t["layers"]:
             if not any(_of_core(x) for x in rec.get("fused", [rec["op"]])):
                 block = _origin(rec["block"], run)
                 run[block] += (rec["seconds"] + rec["launch_s"]) * rec["repeat"]
                 energy[block] += rec["energy_j"] * rec["repeat"]
+                EP.add(parts[block], rec["energy_breakdown_j"], rec["repeat"])
         # the cores as the step timer times them (their table, one launch per node): the overlap
         # then also holds how the schedule's cores differ from the table at this vertex
         cores = self.core_seconds(self.dec_exact(n, n, 1)) + sum(
             rep * launch for rep, launch in zip(self.kind_repeats, self.launches(Step(n, n))))
         overlap = sum(run.values()) + cores + t["step_sync_s"] - t["seconds"]
         return tuple(x for b in w.blocks for x in (run[b.name] / b.repeat, 0.0,
-                                                   energy[b.name] / b.repeat)) + (overlap,)
+                                                   energy[b.name] / b.repeat)) + (overlap,) \
+            + _frame_parts(parts.items())
 
     @property
     def kinds(self) -> list[str]:
@@ -188,20 +202,23 @@ class StepPieces:
 
     def core(self, cores: dict, per_token: int = 0) -> tuple:
         """Per layer kind: (seconds of the non-fused ops, fused compute term, fused memory
-        term, energy); with ``per_token`` the compute term and the energy divided by it."""
+        term, energy); with ``per_token`` the compute term and the energy divided by it;
+        then the energy of every layer kind's cores by component (module docstring)."""
         r = self.replica
         by = {b.name: b for b in block_costs(r.cores_workload(cores), r.chip, self._simulate,
                                              collective_time=r.collective_time)}
         out: list[float] = []
-        for name in self.kinds:
+        parts = EP.zero()
+        for name, rep in zip(self.kinds, self.kind_repeats):
             b = by[name]
             fused = max(b.attention_compute_s, b.attention_memory_s)
             c, e = b.attention_compute_s, b.energy_j
             if per_token:
                 c, e = c / per_token, e / per_token
             out += [b.compute_s - fused, c, b.attention_memory_s, e]
+            EP.add(parts, b.energy_breakdown_j, rep / per_token if per_token else rep)
         self.tick()
-        return tuple(out)
+        return tuple(out) + EP.as_vector(parts)
 
     def dec_at(self, batch: int, keys: int, q: int) -> tuple:
         """The decode cores at a vertex: ``keys`` per sequence."""
@@ -220,10 +237,32 @@ class StepPieces:
 
     @property
     def kind_repeats(self) -> list[int]:
-        """Layers of each layer kind (once a frame has been simulated)."""
+        """Layers of each layer kind (the frame's blocks' repeats)."""
         if self._kind_reps is None:
-            self._kind_reps = [rep for name, rep in self._blocks if name in self.kinds]
+            blocks = self._blocks
+            if blocks is None:        # no frame simulated yet: the lowering's layer counts
+                r = self.replica
+                w = frame(r.model, 1, 1, precision=r.precision, tp=r.tp,
+                          attention=r.attention)
+                blocks = [(b.name, b.repeat) for b in w.blocks]
+            self._kind_reps = [rep for name, rep in blocks if name in self.kinds]
         return self._kind_reps
+
+    def overlap(self, v: tuple) -> float:
+        """A frame tuple's schedule overlap (0 for the summed model)."""
+        return v[3 * len(self._blocks)] if self._scheduled else 0.0
+
+    def frame_parts(self, v: tuple, head: bool) -> tuple:
+        """A frame tuple's energy by component (:data:`~diptych.sim.energy_parts.VECTOR`,
+        repeats included): of its head (``head``) or of its other blocks."""
+        at = 3 * len(self._blocks) + (1 if self._scheduled else 0) + (_NV if head else 0)
+        return v[at:at + _NV]
+
+    def core_parts(self, v: tuple) -> tuple:
+        """A core tuple's energy by component over every layer kind (per token when the
+        tuple is)."""
+        at = 4 * len(self.kinds)
+        return v[at:at + _NV]
 
     def core_seconds(self, v, tokens: int = 1) -> float:
         """A core tuple's time over all layers (``tokens``: the chunk of a per-token tuple)."""
@@ -235,7 +274,7 @@ class StepPieces:
         a schedule's overlap): what the token axis's refinement compares."""
         t = sum(rep * (v[3 * i] + v[3 * i + 1]) for i, (name, rep) in enumerate(self._blocks)
                 if name != "head")
-        return t - v[-1] if self._scheduled else t
+        return t - self.overlap(v) if self._scheduled else t
 
     def head_seconds(self, v: tuple) -> float:
         """A frame tuple's head time: what the rows axis's refinement compares."""
@@ -251,3 +290,12 @@ class StepPieces:
             got = self._dec[k] = self.core(decode_cores(
                 r.model, batch, keys, q, precision=r.precision, tp=r.tp, attention=r.attention))
         return got
+
+
+def _frame_parts(blocks) -> tuple:
+    """The energy-by-component vectors of a frame (module docstring): ``(block name, its
+    parts over all its copies)`` summed over the blocks but the head, then the head's."""
+    body, head = EP.zero(), EP.zero()
+    for name, parts in blocks:
+        EP.add(head if name == "head" else body, parts)
+    return EP.as_vector(body) + EP.as_vector(head)

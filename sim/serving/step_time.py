@@ -35,15 +35,20 @@ from ...workloads.precision import Precision
 from ...workloads.serving_step import Step, core_workload, frame, lower_step
 from ..run.precision_ops import with_precision_ops
 from ..run.scenario import Scenario
-from ..run.summed import block_costs, combine_parts, step_sync_seconds
+from ..run.summed import block_costs, combine_energy_parts, combine_parts, step_sync_seconds
+from .. import energy_parts as EP
 from ..run.variant import Variant, collective_timer, variant_chip, variant_timer
 
 
 class StepCost(NamedTuple):
-    """Time of one step and the energy one chip of the tensor-parallel group spends in it."""
+    """Time of one step and the energy one chip of the tensor-parallel group spends in it;
+    ``parts``: that energy by component, a vector in the order of
+    :data:`diptych.sim.energy_parts.VECTOR` (sums to ``energy_j``; empty when a timer does
+    not give it)."""
 
     seconds: float
     energy_j: float
+    parts: tuple = ()
 
 
 class StepTimer(Protocol):
@@ -127,10 +132,17 @@ class Replica:
     def step_sync_s(self) -> float:
         return step_sync_seconds(self.chip) if self.fixed_costs else 0.0
 
-    def with_sync(self, seconds: float, energy_j: float) -> "StepCost":
-        """A step's cost with the per-step synchronisation (static power meanwhile)."""
+    def with_sync(self, seconds: float, energy_j: float, parts=()) -> "StepCost":
+        """A step's cost with the per-step synchronisation (static power meanwhile);
+        ``parts``: the energy by component (a :data:`~diptych.sim.energy_parts.VECTOR`),
+        its ``static`` charged the same."""
         sync = self.step_sync_s
-        return StepCost(seconds + sync, energy_j + self.chip.energy.static_w * sync)
+        static_j = self.chip.energy.static_w * sync
+        if parts:
+            parts = list(parts)
+            parts[EP.STATIC] += static_j
+            parts = tuple(parts)
+        return StepCost(seconds + sync, energy_j + static_j, parts)
 
 
 def make_replica(chip, model, scenario: Scenario | None = None, *,
@@ -185,12 +197,13 @@ class DirectStepTimer:
 
                 t = schedule_workload(w, r.chip, simulate=self._simulate or _default_simulate(),
                                       fusion=r.fusion, collective_time=r.collective_time)
-                got = self._memo[step] = StepCost(t["seconds"], t["energy_j"])
+                got = self._memo[step] = StepCost(t["seconds"], t["energy_j"],
+                                                  EP.as_vector(t["energy_breakdown_j"]))
             else:
-                s, e = combine_parts(block_costs(w, r.chip, self._simulate,
-                                                 fixed_costs=r.fixed_costs,
-                                                 collective_time=r.collective_time), {}, {},
-                                     overlap=r.overlap)
-                got = self._memo[step] = r.with_sync(s, e)
+                bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs,
+                                 collective_time=r.collective_time)
+                s, e = combine_parts(bc, {}, {}, overlap=r.overlap)
+                got = self._memo[step] = r.with_sync(
+                    s, e, EP.as_vector(combine_energy_parts(bc, {})))
             self.simulations += 1
         return got

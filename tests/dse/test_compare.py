@@ -52,7 +52,8 @@ def test_json_structure_is_exactly_the_issues(cmp):
     assert list(j["chips"]) == ["train-2026", "infer-2026"]
     for c in j["chips"].values():
         assert set(c) == {"area_mm2", "tokens_per_j", "train", "prefill", "decode", "bottleneck",
-                          "precision", "cost_usd", "usd_per_mtok"}
+                          "precision", "cost_usd", "usd_per_mtok", "energy_breakdown_j"}
+        assert set(c["energy_breakdown_j"]) == {"train", "prefill", "decode"}
         assert set(c["train"]) == {"tokens_per_s", "mfu", "step_s", "mfu_peak_dtype", "plan"}
         assert c["train"]["plan"]["tp"] == 8 and c["train"]["plan"]["cluster"] is None
         assert set(c["precision"]) == {"train", "prefill", "decode"}

@@ -15,7 +15,9 @@ For each chip :func:`compare` runs (through ``run_workload``):
   in ``contexts``;
 * tokens per joule and the bottleneck of each phase at the reference points (the first prompt;
   decode at ``ref_batch`` and the first context);
-* average power (energy ÷ time) of every run against the chip's TDP.
+* average power (energy ÷ time) of every run against the chip's TDP;
+* energy by component (MAC arrays, vector units, SRAM, DRAM, NoC/D2D, links, static:
+  :mod:`diptych.sim.energy_parts`) of every run, and per chip of each phase's reference run.
 
 Precision: each chip runs its defaults (inference: the chip's default dtype; training: bf16)
 unless ``settings.precision`` pins it (see :mod:`diptych.tools.precision_spec`); the result states
@@ -287,8 +289,11 @@ class Comparison:
     sram_notes: dict[str, str] = field(default_factory=dict)
 
     def summary(self, name: str) -> dict:
-        """The issue's per-chip structure, plus ``precision`` per phase and the precision
-        of the peak that ``train.mfu`` refers to (``train.mfu_peak_dtype``)."""
+        """The issue's per-chip structure, plus ``precision`` per phase, the precision of
+        the peak that ``train.mfu`` refers to (``train.mfu_peak_dtype``) and
+        ``energy_breakdown_j``: per phase, the energy of its reference run
+        (:meth:`reference_runs`) by component (J, the run's chips; None for a run that
+        failed)."""
         cr = self.chips[name]
         s = self.settings
         ref = cr.decode[(s.ref_batch, s.contexts[0])]
@@ -308,11 +313,22 @@ class Comparison:
                            "prefill": cr.prefill[s.prompts[0]].get("bound"),
                            "decode": ref.get("bound")},
             "precision": {ph: dict(p) for ph, p in cr.precision.items()},
+            # energy by component (J, the run's chips) at each phase's reference point
+            "energy_breakdown_j": {ph: (dict(r["energy_breakdown_j"])
+                                        if r.get("energy_breakdown_j") else None)
+                                   for ph, r in self.reference_runs(name).items()},
             **cost_summary(cr.chip, ref),  # cost_usd, usd_per_mtok at the decode reference
             **({"waterfall": {"train": cr.train.get("waterfall"),
                               "prefill": cr.prefill[s.prompts[0]].get("waterfall"),
                               "decode": ref.get("waterfall")}} if s.waterfall else {}),
         }
+
+    def reference_runs(self, name: str) -> dict[str, dict]:
+        """Chip ``name``'s run at each phase's reference point: ``train``, ``prefill`` (the
+        first prompt), ``decode`` (``ref_batch`` at the first context)."""
+        cr, s = self.chips[name], self.settings
+        return {"train": cr.train, "prefill": cr.prefill[s.prompts[0]],
+                "decode": cr.decode[(s.ref_batch, s.contexts[0])]}
 
     def verdicts(self) -> dict[str, dict]:
         """Per phase, which chip wins, by how much, and the resource that decides it (issue
@@ -372,8 +388,8 @@ class Comparison:
             out["chips"][name]["runs"] = [
                 {"phase": ph, "point": (list(pt) if isinstance(pt, tuple) else pt),
                  **{k: r.get(k) for k in ("seconds", "fits", "bound", "power_w",
-                                          "tdp_fraction", "exceeds_tdp", "energy_j", "error",
-                                          "unsupported")}}
+                                          "tdp_fraction", "exceeds_tdp", "energy_j",
+                                          "energy_breakdown_j", "error", "unsupported")}}
                 for (ph, pt), r in cr.runs()]
         return out
 

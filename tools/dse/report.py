@@ -6,8 +6,9 @@ runs placed on each chip's roofline), ``decode.svg`` (latency vs throughput), ``
 and ``index.html`` showing them all: the summary with each chip's precision per phase and the
 ratios between chips, the warnings (runs that do not fit, runs above the TDP, unsupported
 precisions, contexts beyond the model's window), and on the plots a mark on every point whose
-run does not fit in memory or exceeds the TDP. No server and no external assets: open the file
-directly.
+run does not fit in memory or exceeds the TDP, and a stacked bar of each chip's energy by
+component per phase (:mod:`.energy_chart`, inline). No server and no external assets: open the
+file directly.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 from ...arch.atomic import atomic_text
 from .. import fmt
 from ..jsonout import dumps
-from .compare import Comparison
+from .compare import Comparison, _point
+from .energy_chart import energy_bars_svg
 from .compare_table import metrics, ratio_caption
 from .csvsafe import safe_rows
 from .floorplan import draw_floorplans, save_figure
@@ -243,6 +245,25 @@ def waterfall_html(cmp: Comparison) -> str:
             f"<table><tr><th>chip</th><th>phase</th>{head}<th>MFU</th></tr>{body}</table>")
 
 
+def energy_html(cmp: Comparison) -> str:
+    """"Energy by component": one stacked bar per chip and phase, of the phase's reference
+    run (empty when no run has a breakdown)."""
+    s = cmp.settings
+    points = {"train": _point("train", None), "prefill": _point("prefill", s.prompts[0]),
+              "decode": _point("decode", (s.ref_batch, s.contexts[0]))}
+    rows = [(f"{name} · {points[ph]}", parts) for name in cmp.chips
+            for ph, parts in cmp.summary(name)["energy_breakdown_j"].items()]
+    svg = energy_bars_svg(rows)
+    if not svg:
+        return ""
+    return ("<h2>Energy by component</h2><p>Each phase's reference run: the share of its "
+            "energy each component spends (MAC arrays, vector units, SRAM, DRAM, on-chip "
+            "network and die-to-die hop, chip-to-chip links, static power), its total at "
+            "the right (all the run's chips: a training step, a prompt, a decode step); "
+            "hover a segment for its joules. Also in compare.json "
+            "(<code>energy_breakdown_j</code>).</p>" + svg)
+
+
 def index_html(cmp: Comparison, rows: list[dict]) -> str:
     """A self-contained page: settings, warnings, the summary, the plots and every run."""
     e = html.escape
@@ -270,7 +291,7 @@ background:#e8e8e8}}img{{max-width:100%;border:1px solid #ddd;margin:1em 0}}</st
 <h1>{e(cmp.model)}: {e(' vs '.join(names))}</h1>
 <p>{e(cmp.settings.describe())}.{e(window)}</p>{made}
 <p>{e(ratio_caption(cmp))}</p>{verdict}{warn}
-<h2>Summary</h2>{summary_html(cmp)}{waterfall_html(cmp)}
+<h2>Summary</h2>{summary_html(cmp)}{waterfall_html(cmp)}{energy_html(cmp)}
 <h2>Floorplans</h2><img src="floorplan.svg" alt="floorplans">
 <h2>Roofline</h2><img src="roofline.svg" alt="roofline">
 <h2>Decode latency vs throughput</h2><img src="decode.svg" alt="decode curve">

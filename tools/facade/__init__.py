@@ -116,7 +116,9 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     ``fusion``: as ``--fusion/--no-fusion``. ``moe_skew``, ``moe_capacity_factor``,
     ``moe_pad``: a MoE model's routing (docs/workloads.md, "Mixture of experts"). ``ideal``:
     every overhead left out (``--ideal``); ``waterfall``: the efficiency waterfall in the
-    result (``result.waterfall``).
+    result (``result.waterfall``). Either result carries ``energy_j`` and
+    ``energy_breakdown_j``, the same joules by component (MAC arrays, vector units, SRAM,
+    DRAM, NoC, D2D, links, static; they sum to it: :mod:`diptych.sim.energy_parts`).
     """
     from diptych.sim.run import Scenario, run_workload
     from diptych.sim.run.variant import IDEAL
@@ -200,7 +202,9 @@ def serve(chip: "str | Chip", model: "str | ModelConfig", *, tp: int | None = No
     chip's). ``config``: any :class:`~diptych.sim.serving.config.ServeConfig` field
     (``max_batch``, ``chunked_prefill``, ``scheduler``, ``slo_ttft_s`` ...). ``waterfall``:
     the serving waterfall (``result.waterfall``). Returns the ``ServeResult`` whose
-    ``to_dict()`` is ``diptych serve --json``."""
+    ``to_dict()`` is ``diptych serve --json`` (its ``energy_breakdown_j`` and
+    ``energy_breakdown_j_per_token``: the energy by component, in all and per output
+    token)."""
     from diptych.arch.runtime import load_runtime
     from diptych.sim.run import Scenario
     from diptych.sim.serving.config import ServeConfig
