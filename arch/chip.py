@@ -521,6 +521,45 @@ class ResidencyPolicy:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AttentionKernel:
+    """How the chip's software stack runs fused (FlashAttention-style) attention in training
+    and prefill (docs/workloads.md, "Fused attention"): each core takes a tile of
+    ``block_q`` query rows of one head and walks the keys ``block_k`` at a time, whole blocks
+    only (a causal mask's diagonal blocks are computed in full), paying a fixed
+    ``tile_overhead_cycles`` per tile (loading its queries and filling the pipeline, the
+    final rescale and the output store); the exponentials run on special-function units at
+    ``exp_per_cycle`` per core (0: on the vector lanes with the rest of the softmax), and
+    ``softmax_overlap`` is the share of the softmax's time hidden under the matrix products
+    (warp-specialised ping-pong; 0: after them). Absent: the kernel is timed as the sum of its parts
+    at their exact causal span (the rule of the TPU-style presets). Decode is not tiled this
+    way (its kernels split the keys over the cores)."""
+
+    block_q: int = f(min=1, max=65536, doc="query rows per tile (integer 1..65536)")
+    block_k: int = f(min=1, max=65536, doc="keys per inner step (integer 1..65536)")
+    tile_overhead_cycles: float = f(
+        doc="fixed cycles per tile (prologue and epilogue) on its core",
+        **bound(0.01, 1e9, "cycles: a hundredth of a cycle is below any fixed cost, a billion "
+                "per tile far above any kernel's", zero=True))
+    bwd_tile_overhead_cycles: float = f(
+        default=0.0, doc="fixed cycles per tile of the backward kernel",
+        **bound(0.01, 1e9, "cycles: as tile_overhead_cycles", zero=True))
+    bwd_block_overhead_cycles: float = f(
+        default=0.0, doc="fixed cycles per key block of a backward tile beyond its products "
+                         "and softmax (the query-side gradient accumulated across key tiles)",
+        **bound(0.01, 1e9, "cycles: a hundredth of a cycle is below any fixed cost, a billion "
+                "far above any", zero=True))
+    exp_per_cycle: float = f(
+        default=0.0, doc="exponentials per core per cycle on special-function units (0: on "
+                         "the vector lanes)",
+        **bound(0.001, 1e6, "one per 1,000 cycles is below any unit, a million per cycle "
+                "above any core", zero=True))
+    softmax_overlap: float = f(
+        default=0.0, doc="share of the softmax's time hidden under the matrix products (0: "
+                         "after them; 1: wholly under them)",
+        **bound(0.001, 1.0, "a fraction: 1 hides all of it", zero=True))
+
+
+@dataclass(frozen=True, kw_only=True)
 class Chip:
     """A whole accelerator chip. Derived peaks are properties; physical views (area, die
     geometry, package, NoC, cost, power) are functions of a loaded chip in the modules above
@@ -562,6 +601,10 @@ class Chip:
     noc: Noc | None = f(default=None, doc="optional on-chip network table")
     cost: CostTable | None = f(default=None, doc="optional cost table")
     power: PowerTable | None = f(default=None, doc="optional V/f curve and power-gating table")
+    attention: AttentionKernel | None = f(default=None,
+                                          doc="optional fused-attention kernel table (tiles, "
+                                              "their fixed cost, exponentials); absent = the "
+                                              "kernel timed as its parts")
 
     def _validate(self, source, path):
         supported = self.core.array.dtypes

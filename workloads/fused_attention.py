@@ -28,6 +28,36 @@ from .ops import Gemm, Op, VectorOp
 #: Bytes of one softmax statistic (row max and row sum are kept in FP32 by FlashAttention).
 STAT_BYTES = 4.0
 
+#: The masks an :class:`AttnCall` knows: causal (every earlier key; ``window`` > 0 keeps the
+#: last ``window`` of them, a sliding window), chunked (the keys of the query's own chunk of
+#: ``window`` positions, up to itself: Llama 4's local layers) and full (every key).
+MASKS = ("causal", "chunked", "full")
+
+
+@dataclass(frozen=True)
+class AttnCall:
+    """One kernel call of a fused attention record, as its tiles see it: ``q_len`` queries of
+    each head at positions ``past … past + q_len − 1`` of the sequence against ``kv_len``
+    keys at positions ``kv_start … kv_start + kv_len − 1``, under ``mask``. A record without
+    calls is not tiled (decode; docs/workloads.md, "Fused attention")."""
+
+    q_len: int
+    kv_len: int
+    past: int = 0
+    kv_start: int = 0
+    mask: str = "causal"
+    window: int = 0
+
+    def __post_init__(self):
+        if self.mask not in MASKS:
+            raise ValueError(f"mask must be one of {', '.join(MASKS)}, not {self.mask!r}")
+        for name in ("q_len", "kv_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, not {getattr(self, name)!r}")
+        for name in ("past", "kv_start", "window"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, not {getattr(self, name)!r}")
+
 
 @dataclass(frozen=True)
 class FusedAttention:
@@ -50,6 +80,10 @@ class FusedAttention:
     # the scratchpads or the shared buffer (default: all in DRAM)
     scratchpad_bytes: float = 0.0
     shared_buffer_bytes: float = 0.0
+    # tiling (training and prefill): the kernel calls one head's queries make, and how many
+    # query heads × sequences run them (0: not tiled)
+    calls: tuple[AttnCall, ...] = ()
+    groups: int = 0
 
     def __post_init__(self):
         if not self.parts or not all(isinstance(p, (Gemm, VectorOp)) for p in self.parts):
@@ -112,7 +146,8 @@ def on_chip(op):
 
 def fuse(name: str, scores: Gemm, softmax: VectorOp, pv: Gemm, *, keys_stored: int,
          heads_rows: int, kv_shared: bool = False, stats: bool = False,
-         kv_cache: bool = False, tags: tuple[str, ...] = ()) -> FusedAttention:
+         kv_cache: bool = False, tags: tuple[str, ...] = (),
+         calls: tuple[AttnCall, ...] = (), groups: int = 0) -> FusedAttention:
     """The forward fused block of the unfused trio ``scores → softmax → pv``.
 
     Q is the scores' A operand, O the PV product; K and V are the B operands over the
@@ -120,7 +155,9 @@ def fuse(name: str, scores: Gemm, softmax: VectorOp, pv: Gemm, *, keys_stored: i
     are rescaled to the full length). ``kv_shared``: V is a slice of K's tensor (MLA's latent
     cache) and is not read again (tagged ``kv_shared``: the cache is expanded once for both
     products, sim/run/precision_ops.py). ``heads_rows``: query rows × heads (for the statistics,
-    written only when ``stats``). ``kv_cache``: K and V are the KV cache (not working set)."""
+    written only when ``stats``). ``kv_cache``: K and V are the KV cache (not working set).
+    ``calls``, ``groups``: the tiling (:class:`AttnCall`; ``groups`` = sequences × query
+    heads)."""
     q, o = scores.a_bytes, pv.c_bytes
     k = scores.b_bytes * keys_stored / scores.n
     v = 0.0 if kv_shared else pv.b_bytes * keys_stored / pv.k
@@ -128,7 +165,8 @@ def fuse(name: str, scores: Gemm, softmax: VectorOp, pv: Gemm, *, keys_stored: i
     return FusedAttention(name=name, parts=(scores, softmax, pv), read_bytes=q + k + v,
                           write_bytes=o + st, saved_bytes=q + st, saved_kv_bytes=k + v,
                           working_bytes=q + o + (0.0 if kv_cache else k + v),
-                          tags=tags + (("kv_shared",) if kv_shared else ()))
+                          tags=tags + (("kv_shared",) if kv_shared else ()),
+                          calls=tuple(calls), groups=groups)
 
 
 def fused_backward(op: FusedAttention, backward_ops) -> FusedAttention:
@@ -146,4 +184,5 @@ def fused_backward(op: FusedAttention, backward_ops) -> FusedAttention:
     st = op.saved_bytes - q
     return FusedAttention(name=f"{op.name}.bwd", parts=tuple(parts),
                           read_bytes=q + kv + o + o + st, write_bytes=q + kv,
-                          working_bytes=2 * (q + kv + o), tags=op.tags + ("bwd",))
+                          working_bytes=2 * (q + kv + o), tags=op.tags + ("bwd",),
+                          calls=op.calls, groups=op.groups)

@@ -52,7 +52,7 @@ from .config import LayerSpec, ModelConfig
 from .program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .recipe import BF16_LINEARS, quantize_records
-from .fused_attention import fuse
+from .fused_attention import AttnCall, fuse
 from .graph import Workload
 from .program import Block
 from .moe import (Routing, dropped_fraction, expected_experts_touched, expert_load,
@@ -113,6 +113,37 @@ def valid_tp_degrees(m: ModelConfig, limit: int = 1024) -> list[int]:
             continue
         out.append(t)
     return out
+
+
+def attention_calls(c: "_Ctx") -> tuple[AttnCall, ...]:
+    """The kernel calls one head's queries make in a fused attention of training or prefill
+    (:class:`~diptych.workloads.fused_attention.AttnCall`; decode: none, its kernels split
+    the keys over the cores instead of tiling the queries).
+
+    Without context parallelism: one call of the ``q_len`` new queries after ``past`` cached
+    tokens, under the layer's mask. Under context parallelism (``cp`` ranks, causal, the
+    sequence in ``2·cp`` load-balanced chunks of ``q_len / 2``, two per rank), ring attention
+    as Transformer Engine runs it (``AttnFuncWithCPAndKVP2P``): step 0 the rank's two chunks
+    against themselves (a causal call over ``q_len``), then one call per K/V chunk pair that
+    arrives, every key visible: both query chunks against the first half of the pair, or the
+    second query chunk against the whole pair (by rank; the steps alternate the two here, for
+    the one rank diptych lowers). A windowed or chunked mask under context parallelism is not
+    tiled (the sum of its parts, as before)."""
+    if c.phase == "decode":
+        return ()
+    layer = c.layer
+    if c.cp == 1:
+        mask = {"full": "causal", "sliding": "causal"}.get(layer.attention, layer.attention)
+        return (AttnCall(q_len=c.q_len, kv_len=c.past + c.q_len, past=c.past, mask=mask,
+                         window=layer.window or 0),)
+    if layer.window is not None or c.past:
+        return ()
+    half = max(1, c.q_len // 2)
+    calls = [AttnCall(q_len=c.q_len, kv_len=c.q_len)]
+    for step in range(1, c.cp):
+        calls.append(AttnCall(q_len=c.q_len, kv_len=half, mask="full") if step % 2
+                     else AttnCall(q_len=half, kv_len=c.q_len, mask="full"))
+    return tuple(calls)
 
 
 def causal_mean_keys(q_len: int, past: int = 0, window: int | None = None) -> float:
@@ -299,7 +330,8 @@ def _attend(c: _Ctx, scores: Gemm, softmax: VectorOp, pv: Gemm, heads: int,
                                [(out, 1.0)])]
     op = fuse("attention (fused)", scores, softmax, pv, keys_stored=stored,
               heads_rows=rows, kv_shared=kv_shared, stats=c.phase == "train",
-              kv_cache=c.phase == "decode", tags=("attn",))
+              kv_cache=c.phase == "decode", tags=("attn",), calls=attention_calls(c),
+              groups=c.batch * heads)
     if ring:                     # the rank keeps only its own K/V chunk for backward
         op = replace(op, saved_kv_bytes=chunk)
     writes = [(out, 1.0)]

@@ -9,7 +9,10 @@ fused kernel's own DRAM traffic; the rule (:func:`fused_stats`)::
 where a part's compute time is the engine's ``compute_cycles`` (the same schedule with
 unlimited DRAM bandwidth, fill and drain included) ÷ the clock, and the streaming bandwidth is
 the highest DRAM bandwidth the engine achieves on any of the parts (the same kind of data
-movement at larger size; capped at the chip's peak).
+movement at larger size; capped at the chip's peak). On a chip with an ``[attention]`` table a
+record with kernel calls (training, prefill) takes the compute time of its tiles instead
+(:mod:`diptych.sim.run.attention_tiles`: whole key blocks, a fixed cost per tile, the
+exponentials on the special-function units, overlapped or not).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from types import SimpleNamespace
 from ...workloads.fused_attention import FusedAttention, on_chip
 from .. import energy_parts as EP
 from ..regime import roof_regime
+from .attention_tiles import tile_shaped_parts, tiled, tiled_compute_seconds
 
 
 def on_chip_seconds(op: FusedAttention, chip) -> float:
@@ -45,8 +49,12 @@ def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
     ``energy_parts`` the same by component (:mod:`diptych.sim.energy_parts`): the parts'
     MAC, vector and SRAM energy, their DRAM, NoC and D2D energy each scaled to the fused
     traffic, the static over the time, the resident bytes' SRAM energy."""
-    sts = [simulate(p if chip.has_dram else on_chip(p), chip) for p in op.parts]
-    t_comp = sum(_compute_seconds(st, chip) for st in sts)
+    shaped = tile_shaped_parts(op, chip) if tiled(op, chip) else op.parts
+    sts = [simulate(p if chip.has_dram else on_chip(p), chip) for p in shaped]
+    if tiled(op, chip):
+        t_comp = tiled_compute_seconds(op, chip, sts, _compute_seconds)
+    else:
+        t_comp = sum(_compute_seconds(st, chip) for st in sts)
     peak_bw = chip.dram_bytes_per_s
     achieved = [min(st.dram_bytes_per_s, peak_bw) for st in sts
                 if getattr(st, "dram_bytes_per_s", 0.0) > 0.0]

@@ -34,7 +34,7 @@ def _del(path):
     return mod
 
 
-KNOWN_TOP = ("area, area_budget_mm2, clock_ghz, core, cost, default_dtype, description, die, "
+KNOWN_TOP = ("area, area_budget_mm2, attention, clock_ghz, core, cost, default_dtype, description, die, "
              "dma, dram, energy, interconnect, name, noc, overheads, package, power, residency, "
              "shared_buffer, tdp_w, tensor_cores")
 

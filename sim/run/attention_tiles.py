@@ -1,0 +1,161 @@
+"""A fused attention kernel as its tiles run it, on a chip with an ``[attention]`` table.
+
+FlashAttention-style kernels give each core a tile of ``block_q`` query rows of one head and
+walk the keys ``block_k`` at a time (:class:`~diptych.arch.chip.AttentionKernel`). Three
+things the sum of the kernel's parts (:mod:`diptych.sim.run.attention`) does not see follow
+from that (Shah et al., FlashAttention-3, arXiv 2407.08608, §3 and Figs. 5–6):
+
+* **whole blocks**: a tile visits every key block any of its rows sees, so under a causal
+  mask the diagonal blocks are computed in full and a short sequence wastes a larger share
+  (:func:`call_blocks` counts the (query tile, key block) pairs of each call; the parts'
+  GEMMs and softmax, timed by the engine at the exact mean span, are scaled by
+  ``pairs · block_q · block_k ÷`` their scores);
+* **a fixed cost per tile**: loading the tile's queries and filling the pipeline, the final
+  rescale and the output store, ``tile_overhead_cycles`` per tile and call, spread over the
+  cores, which a tile of few key blocks amortises badly;
+* **the exponentials on the special-function units**: one per score (forward, and in the
+  backward's recomputation of P), ``exp_per_cycle`` per core, and the rest of the softmax on
+  the vector lanes; ``softmax_overlap`` of the softmax's time hides under the matrix products
+  (FA3's warp-specialised ping-pong), the rest follows them.
+
+The cores share the tiles: the time is the largest of the mean load (the core work plus the
+tiles' fixed cost, over the cores), the longest tile on one core, and the waves of the
+shortest (exact when every tile is alike), the core work being the matrix products plus the
+softmax's unhidden share (all of it hidden, at 1: the larger of the two). The DRAM
+side is unchanged (:func:`~diptych.sim.run.attention.fused_stats` takes the larger).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...workloads.fused_attention import AttnCall, FusedAttention
+from ...workloads.ops import Gemm, VectorOp
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """One call's tiling for one head: ``tiles`` query tiles, ``pairs`` (tile, key block)
+    pairs visited, ``longest`` and ``shortest`` the most and fewest key blocks one tile
+    visits, ``scores`` the scores its mask really has (for the check of the rule)."""
+
+    tiles: int
+    pairs: int
+    longest: int
+    scores: int
+    shortest: int = 0
+
+
+def _visible(call: AttnCall, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lowest and highest key position visible to queries at ``pos`` (both inclusive; hi <
+    lo: none), within the call's keys."""
+    k0, k1 = call.kv_start, call.kv_start + call.kv_len - 1
+    if call.mask == "full":
+        return np.full_like(pos, k0), np.full_like(pos, k1)
+    hi = np.minimum(pos, k1)
+    if call.mask == "chunked" and call.window:
+        lo = (pos // call.window) * call.window
+    elif call.window:
+        lo = pos - call.window + 1
+    else:
+        lo = np.zeros_like(pos)
+    return np.maximum(lo, k0), hi
+
+
+def call_blocks(call: AttnCall, block_q: int, block_k: int) -> Blocks:
+    """The tiling of ``call`` for one head (see :class:`Blocks`): each tile visits every key
+    block from the one holding its first row's lowest visible key to the one holding its
+    last row's highest (the visible range only grows with the position)."""
+    tiles = math.ceil(call.q_len / block_q)
+    j = np.arange(tiles, dtype=np.int64)
+    first = call.past + j * block_q
+    last = call.past + np.minimum((j + 1) * block_q, call.q_len) - 1
+    lo, _ = _visible(call, first)
+    _, hi = _visible(call, last)
+    nb = np.where(hi >= lo, (hi - call.kv_start) // block_k - (lo - call.kv_start) // block_k
+                  + 1, 0)
+    rows = call.past + np.arange(call.q_len, dtype=np.int64)
+    rlo, rhi = _visible(call, rows)
+    return Blocks(tiles=tiles, pairs=int(nb.sum()), longest=int(nb.max(initial=0)),
+                  scores=int(np.maximum(rhi - rlo + 1, 0).sum()),
+                  shortest=int(nb.min()) if tiles else 0)
+
+
+def tiled(op: FusedAttention, chip) -> bool:
+    """Whether ``op`` runs by the tile rule on ``chip`` (an ``[attention]`` table and calls)."""
+    return getattr(chip, "attention", None) is not None and bool(op.calls)
+
+
+def tile_shaped_parts(op: FusedAttention, chip) -> tuple:
+    """``op``'s parts as the engine times them under the tile rule: every GEMM dimension that
+    is the parts' mean key span (the scores' N) rounded up to whole key blocks, so that the
+    engine's rate is the one of the kernel's whole blocks (an odd mean, e.g. 4,097 keys, would
+    otherwise cost the engine a fold of one column); the vector parts as they are."""
+    import dataclasses
+    keys = op.gemms[0].n
+    bk = chip.attention.block_k
+    aligned = -(-keys // bk) * bk
+    if aligned == keys:
+        return op.parts
+    out = []
+    for p in op.parts:
+        if isinstance(p, Gemm):
+            p = dataclasses.replace(p, **{d: aligned for d in ("m", "k", "n")
+                                          if getattr(p, d) == keys})
+        out.append(p)
+    return tuple(out)
+
+
+def _scores(parts) -> float:
+    """The scores the parts' first GEMM computes (what the engine timed)."""
+    g = next(p for p in parts if isinstance(p, Gemm))
+    return float(g.batch) * g.m * g.n
+
+
+def tiled_compute_seconds(op: FusedAttention, chip, part_stats, compute_seconds) -> float:
+    """Compute time of ``op`` on ``chip`` by the tile rule (module docstring), from the
+    engine's results for its tile-shaped parts (:func:`tile_shaped_parts`; ``part_stats`` in
+    their order) and ``compute_seconds(stats, chip)`` (a part's time without the DRAM
+    limit)."""
+    at = chip.attention
+    parts = tile_shaped_parts(op, chip)
+    bq, bk = at.block_q, at.block_k
+    blocks = [call_blocks(c, bq, bk) for c in op.calls]
+    pairs = op.groups * sum(b.pairs for b in blocks)
+    tiles = op.groups * sum(b.tiles for b in blocks)
+    longest = max(b.longest for b in blocks)
+    shortest = min(b.shortest for b in blocks)
+    scale = pairs * bq * bk / _scores(parts)
+    mma = vec = 0.0
+    exps = 0.0
+    for part, st in zip(parts, part_stats):
+        t = compute_seconds(st, chip) * scale
+        if isinstance(part, Gemm):
+            mma += t
+        elif isinstance(part, VectorOp) and part.kind == "softmax" and at.exp_per_cycle > 0:
+            share = 1.0 / part.ops_per_element if part.ops_per_element else 0.0
+            vec += t * (1.0 - share)          # max, subtract, sum, rescale: the lanes
+            exps += pairs * bq * bk           # one exponential per score, on the SFUs
+        else:
+            vec += t
+    clock, cores = chip.clock_hz, chip.tensor_cores
+    sfu = exps / (cores * at.exp_per_cycle * clock) if exps else 0.0
+    bwd = "bwd" in op.tags
+    hidden = 0.0 if bwd else at.softmax_overlap
+    overhead = at.bwd_tile_overhead_cycles if bwd else at.tile_overhead_cycles
+    soft = sfu + vec
+    work = max(mma, soft) if hidden >= 1.0 else mma + (1.0 - hidden) * soft
+    if bwd:
+        work += pairs * at.bwd_block_overhead_cycles / (cores * clock)
+    if not pairs:
+        return 0.0
+    # a tile of n key blocks takes n·pair + overhead on its core; the cores share the tiles
+    # (longest first), so the time is at least the mean load, the longest tile, and the
+    # waves of the shortest (exact for equal tiles)
+    pair = work * cores / pairs
+    ov = overhead / clock
+    return max(work + tiles * ov / cores, longest * pair + ov,
+               math.ceil(tiles / cores) * (shortest * pair + ov))

@@ -1,0 +1,192 @@
+"""The tile rule of fused attention (sim/run/attention_tiles.py; chips with an [attention]
+table): the tile counts against a brute-force walk over every query row and key block, the
+time against its closed form, the context-parallel calls against the rank's share of the
+causal scores, and h100's calibration against the kernel measurements it was set on."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+import random
+import sys
+
+import pytest
+
+from diptych.arch import load_chip
+from diptych.arch.chip import AttentionKernel
+from diptych.sim.run.attention_tiles import call_blocks, tiled_compute_seconds
+from diptych.workloads.fused_attention import AttnCall, FusedAttention
+from diptych.workloads.ops import Gemm, VectorOp
+
+
+def _brute(call: AttnCall, bq: int, bk: int):
+    """Tiles, (tile, key block) pairs, most blocks of one tile and scores, row by row."""
+    k0, k1 = call.kv_start, call.kv_start + call.kv_len - 1
+    tiles = pairs = longest = scores = 0
+    shortest = None
+    for t0 in range(0, call.q_len, bq):
+        blocks = set()
+        for r in range(t0, min(t0 + bq, call.q_len)):
+            p = call.past + r
+            if call.mask == "full":
+                lo, hi = k0, k1
+            else:
+                hi = min(p, k1)
+                if call.mask == "chunked" and call.window:
+                    lo = (p // call.window) * call.window
+                else:
+                    lo = p - call.window + 1 if call.window else 0
+                lo = max(lo, k0)
+            for key in range(lo, hi + 1):
+                blocks.add((key - k0) // bk)
+            scores += max(0, hi - lo + 1)
+        tiles += 1
+        pairs += len(blocks)
+        longest = max(longest, len(blocks))
+        shortest = len(blocks) if shortest is None else min(shortest, len(blocks))
+    return tiles, pairs, longest, scores, shortest
+
+
+def test_call_blocks_match_a_walk_over_every_row():
+    rng = random.Random(3)
+    for _ in range(150):
+        mask = rng.choice(["causal", "causal", "chunked", "full"])
+        q = rng.randint(1, 300)
+        past = rng.choice([0, 0, rng.randint(1, 200)])
+        call = AttnCall(q_len=q, kv_len=past + q if mask != "full" else rng.randint(1, 400),
+                        past=past, mask=mask,
+                        window=rng.choice([0, rng.randint(1, 90)]) if mask != "full" else 0)
+        if call.mask == "chunked" and not call.window:
+            call = dataclasses.replace(call, window=rng.randint(1, 90))
+        bq, bk = rng.choice([1, 16, 64, 128]), rng.choice([1, 16, 32, 128])
+        got = call_blocks(call, bq, bk)
+        assert (got.tiles, got.pairs, got.longest, got.scores, got.shortest) == \
+            _brute(call, bq, bk), call
+
+
+def test_a_causal_square_visits_the_triangle_of_blocks():
+    """q = kv = n·b under a causal mask with b × b tiles: n(n+1)/2 pairs (the diagonal blocks
+    whole), S(S+1)/2 scores."""
+    for n, b in ((1, 128), (4, 128), (32, 64)):
+        s = n * b
+        got = call_blocks(AttnCall(q_len=s, kv_len=s), b, b)
+        assert (got.tiles, got.pairs, got.longest) == (n, n * (n + 1) // 2, n)
+        assert got.scores == s * (s + 1) // 2
+
+
+def _record(s: int, heads: int, calls, tags=()):
+    """A one-sequence forward (or, tagged bwd, backward) record of ``heads`` heads of 128."""
+    keys = (s + 1) // 2 if calls and calls[0].mask == "causal" else s
+    sc = Gemm(name="s", m=s, k=128, n=keys, batch=heads, b_is_weight=False)
+    sm = VectorOp(name="softmax", kind="softmax", elements=s * keys * heads,
+                  ops_per_element=5.0, read_bytes=0.0, write_bytes=0.0)
+    pv = Gemm(name="pv", m=s, k=keys, n=128, batch=heads, b_is_weight=False)
+    return FusedAttention(name="a", parts=(sc, sm, pv), read_bytes=1.0, write_bytes=1.0,
+                          calls=tuple(calls), groups=heads, tags=tuple(tags))
+
+
+class _St:
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+
+def _chip(**kw):
+    h = load_chip("h100")
+    at = AttentionKernel(block_q=128, block_k=128, tile_overhead_cycles=0.0, **kw)
+    return dataclasses.replace(h, attention=at)
+
+
+def test_tile_time_is_its_closed_form():
+    """Non-causal, tile-aligned, no fixed cost, no SFU: the tiled time is the sum of the
+    parts (the scale is 1); a fixed cost adds tiles × cycles ÷ (cores × clock); the SFU's
+    exponentials take one per score at its rate, the rest of the softmax stays on the lanes;
+    full overlap takes the larger of the products and the softmax. (132 heads of 8 tiles:
+    whole waves, so no wave is short.)"""
+    s, heads = 1024, 132      # 1,056 tiles: 8 whole waves over the 132 cores
+    op = _record(s, heads, [AttnCall(q_len=s, kv_len=s, mask="full")])
+    sts = [_St(1e-3), _St(4e-4), _St(2e-3)]
+    sec = lambda st, chip: st.seconds          # noqa: E731
+    c0 = _chip()
+    assert tiled_compute_seconds(op, c0, sts, sec) == pytest.approx(3.4e-3, rel=1e-12)
+    c1 = _chip(bwd_tile_overhead_cycles=0.0)
+    c1 = dataclasses.replace(c1, attention=dataclasses.replace(c1.attention,
+                                                               tile_overhead_cycles=1000.0))
+    tiles = heads * s // 128
+    fixed = tiles * 1000.0 / (c1.tensor_cores * c1.clock_hz)
+    assert tiled_compute_seconds(op, c1, sts, sec) == pytest.approx(3.4e-3 + fixed, rel=1e-12)
+    c2 = _chip(exp_per_cycle=16.0)
+    sfu = heads * s * s / (c2.tensor_cores * 16.0 * c2.clock_hz)
+    assert tiled_compute_seconds(op, c2, sts, sec) == pytest.approx(
+        3e-3 + 4e-4 * 4 / 5 + sfu, rel=1e-12)
+    c3 = _chip(softmax_overlap=1.0)
+    assert tiled_compute_seconds(op, c3, sts, sec) == pytest.approx(3e-3, rel=1e-12)
+    bwd = dataclasses.replace(op, tags=("bwd",))
+    c4 = _chip(softmax_overlap=1.0, bwd_block_overhead_cycles=500.0)
+    pairs = heads * (s // 128) ** 2
+    assert tiled_compute_seconds(bwd, c4, sts, sec) == pytest.approx(
+        3.4e-3 + pairs * 500.0 / (c4.tensor_cores * c4.clock_hz), rel=1e-12)
+
+
+def test_whole_blocks_scale_the_causal_parts():
+    """A causal call of 256 queries in 128 × 128 tiles visits 3 of the 4 blocks (the two
+    diagonal ones in full): 3·128² scores against the parts' 256 × 128 (the record's span);
+    264 heads, so that the cores are kept busy."""
+    op = _record(256, 264, [AttnCall(q_len=256, kv_len=256)])
+    sts = [_St(1.0), _St(0.0), _St(0.0)]
+    got = tiled_compute_seconds(op, _chip(), sts, lambda st, chip: st.seconds)
+    assert got == pytest.approx(3 * 128 * 128 / (256 * 128))
+
+
+def test_one_tile_cannot_be_split_over_cores():
+    """One head of 128 queries against 8,192 keys: one tile, so one core walks all 64 key
+    blocks; the time is that core's, not the chip's work spread over its cores."""
+    op = _record(128, 1, [AttnCall(q_len=128, kv_len=8192, mask="full")])
+    op = dataclasses.replace(op, parts=(dataclasses.replace(op.parts[0], n=8192),
+                                        op.parts[1], dataclasses.replace(op.parts[2], k=8192)))
+    chip = _chip()
+    got = tiled_compute_seconds(op, chip, [_St(1e-6), _St(0.0), _St(1e-6)],
+                                lambda st, c: st.seconds)
+    assert got == pytest.approx(2e-6 * chip.tensor_cores)
+
+
+def test_context_parallel_calls_hold_the_ranks_share_of_the_scores():
+    """Under cp ranks a rank's calls hold its share of a causal sequence of S = cp·q tokens,
+    S(S+1)/2 ÷ cp scores up to the diagonal's rounding (its two chunks against themselves,
+    causal, then cp − 1 calls of q·q/2 keys each)."""
+    from diptych.workloads.config import model_from_hf
+    from diptych.workloads.lower import _Ctx, attention_calls
+    from diptych.workloads.precision import Precision
+
+    m = model_from_hf({"architectures": ["LlamaForCausalLM"], "hidden_size": 256,
+                       "intermediate_size": 512, "num_attention_heads": 2,
+                       "num_hidden_layers": 1, "vocab_size": 1000,
+                       "max_position_embeddings": 65536}, name="t")
+    for cp, q in ((1, 1000), (2, 4096), (4, 2048), (8, 1024)):
+        c = _Ctx(m=m, p=Precision(), tp=1, batch=1, q_len=q, keys=1, phase="train", cp=cp)
+        calls = attention_calls(c)
+        assert len(calls) == cp
+        scores = sum(call_blocks(k, 1, 1).scores for k in calls)
+        s = cp * q
+        assert scores == pytest.approx(s * (s + 1) / 2 / cp, rel=1.0 / q)
+    dec = _Ctx(m=m, p=Precision(), tp=1, batch=1, q_len=1, keys=100, phase="decode", past=99)
+    assert attention_calls(dec) == ()
+
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "benchmarks"))
+
+
+def test_h100_attention_holds_its_kernel_calibration():
+    """h100's [attention] was calibrated on cuDNN's kernels in the FlashAttention-3 paper
+    (Figs. 5–6): every length 512–16k within 10 % of cuDNN forward (causal) and backward;
+    and the mechanism's shape: a short sequence runs at a lower rate than a long one."""
+    import validate_attention as va
+
+    rates = []
+    for seq in (512, 2048, 16384):
+        j = va.SEQS.index(seq)
+        fwd, bwd = va.diptych_tflops(seq)
+        assert fwd == pytest.approx(va.FWD_CAUSAL["cuDNN"][j], rel=0.10), seq
+        assert bwd == pytest.approx(va.BWD["cuDNN"][j], rel=0.10), seq
+        rates.append(fwd)
+    assert rates == sorted(rates) and math.isfinite(rates[-1])
