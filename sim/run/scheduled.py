@@ -66,17 +66,35 @@ def _alu_energy(st) -> float:
     return bd.get("vector", 0.0) if bd else st.energy_j
 
 
-def _fused_parts(st, vst, chip, extra_static_s: float) -> dict[str, float]:
+def _fused_parts(st, vst, chip, extra_static_s: float,
+                 extra_dram_bytes: float = 0.0) -> dict[str, float]:
     """A fused node's energy by component, as its total is made: the GEMM's breakdown, the
     fused vector ops' ALU share (:func:`_alu_energy`: ``vector``, or a stand-in's whole
-    energy under ``other``), and the static power over the part of the node's time the
-    GEMM's own stats do not cover."""
+    energy under ``other``), the epilogue's own DRAM inputs (a residual, a bias: their DRAM
+    energy, and the NoC and D2D hops they take, as the engine charges a GEMM's bytes), and
+    the static power over the part of the node's time the GEMM's own stats do not cover."""
     parts = EP.of_stats(st)
     for v in vst:
         key = "vector" if getattr(v, "energy_breakdown", None) else EP.OTHER
         parts[key] = parts.get(key, 0.0) + _alu_energy(v)
+    for k, v in _bytes_energy(chip, extra_dram_bytes).items():
+        parts[k] = parts.get(k, 0.0) + v
     parts["static"] += chip.energy.static_w * extra_static_s
     return parts
+
+
+def _bytes_energy(chip, nbytes: float) -> dict[str, float]:
+    """DRAM energy of ``nbytes`` of DRAM traffic and of the NoC and D2D hops they take (the
+    per-byte energies the engine charges its own bytes; joules by component)."""
+    if not nbytes:
+        return {}
+    from ...arch.energy import energy_breakdown_j
+    e = energy_breakdown_j(chip, dram_bytes=nbytes, noc_bytes=nbytes)
+    return {k: e[k] for k in ("dram", "noc", "d2d") if k in e}
+
+
+def _bytes_energy_j(chip, nbytes: float) -> float:
+    return sum(_bytes_energy(chip, nbytes).values())
 
 
 class _Timer:
@@ -149,8 +167,9 @@ class _Timer:
             # the record lasts ``seconds``: static power over the part the GEMM's own stats
             # do not cover (a vector epilogue slower than its GEMM)
             energy_j=(st.energy_j + sum(_alu_energy(v) for v in vst)
-                      + chip.energy.static_w * max(0.0, seconds - st.seconds)),
-            energy_parts=_fused_parts(st, vst, chip, max(0.0, seconds - st.seconds)),
+                      + chip.energy.static_w * max(0.0, seconds - st.seconds)
+                      + _bytes_energy_j(chip, extra)),
+            energy_parts=_fused_parts(st, vst, chip, max(0.0, seconds - st.seconds), extra),
             bound=roof_regime(chip, seconds=seconds, mac_flops=gemm.flops,
                               dtype=gemm.compute_dtype,
                               vector_ops=sum(v.flops for v in vst), dram_bytes=dram_b),
