@@ -122,6 +122,29 @@ def shares(parts: Mapping[str, float]) -> dict[str, float]:
     return {k: (v / t if t else 0.0) for k, v in parts.items()}
 
 
+def column(key: str) -> str:
+    """The flat-table column of component ``key``: ``energy_mac_j`` ... ``energy_static_j``
+    (``energy_other_j``)."""
+    return f"energy_{key}_j"
+
+
+#: The flat-table columns of the components, in display order (:func:`column`).
+COLUMNS: tuple[str, ...] = tuple(column(k) for k in COMPONENTS)
+
+
+def columns(parts: Mapping[str, float] | None) -> dict[str, float | None]:
+    """A breakdown as flat-table columns (a sweep's results, ``compare.csv``): every
+    :data:`COLUMNS` (0.0 for a component ``parts`` lacks; all None when there is no
+    breakdown), and ``energy_other_j`` only when ``parts`` carries ``other`` energy, so that
+    the columns sum to the row's ``energy_j`` as the breakdown does."""
+    if not parts:
+        return dict.fromkeys(COLUMNS)
+    out = {column(k): float(parts.get(k, 0.0)) for k in COMPONENTS}
+    if parts.get(OTHER):
+        out[column(OTHER)] = float(parts[OTHER])
+    return out
+
+
 def with_core_reduced(parts: Mapping[str, float], reduction_j: float) -> dict[str, float]:
     """``parts`` less ``reduction_j`` taken from the core components (:data:`CORE`, and
     ``other``), in proportion to their joules: how the V² scaling of a power-limited run,

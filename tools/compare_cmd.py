@@ -173,10 +173,14 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
         for w in cmp.warnings():
             click.echo(f"warning: {w}")
         if study:
-            from ..sim.serving.study import render_serving_table
+            from ..sim.serving.study import deployments, render_serving_table
             _console().print(render_serving_table(study))
+            for name, d in deployments(study):
+                if d.get("energy_breakdown_j_per_token"):
+                    click.echo(f"serving {name}: {energy_line(d['energy_breakdown_j_per_token'])}"
+                               f" per output token")
     if report:
         from .dse.report import write_report
 
-        files = write_report(cmp, report)
+        files = write_report(cmp, report, serving=study)
         echo_err(f"wrote {len(files)} files to {report} (open {report}/index.html)")

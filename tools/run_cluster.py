@@ -127,12 +127,13 @@ def curve_table(results: list):
     phase = results[0].phase
     label = {"prefill": "TTFT", "decode": "TPOT", "train": "step"}[phase]
     t = Table("batch", label, "tokens/s per chip", "MFU", "bubble", "exposed comm",
-              "memory/chip", "fits", title="batching curve")
+              "memory/chip", "fits", "energy by component", title="batching curve")
     for r in results:
         t.add_row(str(r.batch), fmt.seconds(r.seconds), f"{r.tokens_per_s / r.chips:.1f}",
                   fmt.pct(r.mfu), fmt.pct(r.bubble_fraction),
                   fmt.seconds(sum(r.exposed_comm_s.values())),
-                  fmt.gib(r.memory_bytes_per_chip), "yes" if r.fits else "no")
+                  fmt.gib(r.memory_bytes_per_chip), "yes" if r.fits else "no",
+                  fmt.energy_shares(r.energy_breakdown_j, compact=True))
     return t
 
 

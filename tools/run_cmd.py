@@ -138,14 +138,15 @@ def _curve_table(curve: dict):
     phase = curve["results"][0].phase
     label = {"prefill": "TTFT", "decode": "TPOT", "train": "step"}[phase]
     t = Table("batch", label, "tokens/s per user", "tokens/s per chip", "MFU", "DRAM BW",
-              "bound", "fits", title="batching curve")
+              "bound", "fits", "energy by component", title="batching curve")
     for r in curve["results"]:
         mark = " ◀ compute-bound from here" if r.batch == curve["compute_bound_batch"] else ""
         t.add_row(str(r.batch), fmt.seconds(r.seconds),
                   f"{r.tokens_per_s_per_user:.1f}" if r.tokens_per_s_per_user else "-",
                   f"{r.tokens_per_s / r.chips:.1f}", fmt.pct(r.mfu),
                   fmt.pct(r.dram_bw_utilization),
-                  r.bound + mark, "yes" if r.fits else "no")
+                  r.bound + mark, "yes" if r.fits else "no",
+                  fmt.energy_shares(r.energy_breakdown_j, compact=True))
     return t
 
 

@@ -118,12 +118,14 @@ def _sweep_table(sw: dict, slo: dict):
     from rich.table import Table
 
     t = Table("QPS", "tokens/s", "goodput", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
-              "KV peak", "SLOs", title="throughput–latency curve")
+              "KV peak", "SLOs", "energy by component, per output token",
+              title="throughput–latency curve")
     for p in sw["points"]:
         t.add_row(f"{p['qps']:g}", f"{p['tokens_per_s']:.0f}", f"{p['goodput_rps']:.2f}",
                   _ms(p["ttft_s"]["p50"]), _ms(p["ttft_s"]["p99"]), _ms(p["tpot_s"]["p50"]),
                   _ms(p["tpot_s"]["p99"]), f"{100 * p['kv_peak_fraction']:.0f} %",
-                  "[green]met[/green]" if p["meets_slo"] else "[red]missed[/red]")
+                  "[green]met[/green]" if p["meets_slo"] else "[red]missed[/red]",
+                  fmt.energy_shares(p.get("energy_breakdown_j_per_token"), compact=True))
     return t
 
 

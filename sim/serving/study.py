@@ -103,7 +103,9 @@ def max_qps(dep: Deployment, s: ServingSettings, oracles: StepTimerCache,
             bad = q
     if good is None:
         return {"max_qps": None, "tokens_per_j": None, "tokens_per_s": None,
-                "ttft_p99_s": None, "tpot_p99_s": None, "note": "no load meets the SLOs"}
+                "ttft_p99_s": None, "tpot_p99_s": None, "energy_j": None,
+                "energy_breakdown_j": None,
+                "energy_breakdown_j_per_token": None, "note": "no load meets the SLOs"}
     while bad is not None and (bad - good[0]) > s.rel_tol * good[0]:
         mid = (good[0] + bad) / 2
         r = run(mid)
@@ -115,7 +117,11 @@ def max_qps(dep: Deployment, s: ServingSettings, oracles: StepTimerCache,
     return {"max_qps": q, "tokens_per_j": r.tokens_per_j, "tokens_per_s": r.tokens_per_s,
             "tokens_per_s_per_chip": r.tokens_per_s_per_chip, "goodput_rps": r.goodput_rps,
             "ttft_p99_s": r.ttft_s["p99"], "tpot_p99_s": r.tpot_s["p99"],
-            "kv_peak_fraction": r.kv_peak_fraction}
+            "kv_peak_fraction": r.kv_peak_fraction, "energy_j": r.energy_j,
+            # the run at that load by component, in all and per output token (None when
+            # its step timer gives no breakdown)
+            "energy_breakdown_j": dict(r.energy_breakdown_j) or None,
+            "energy_breakdown_j_per_token": dict(r.energy_breakdown_j_per_token) or None}
 
 
 def _pool(chip, model, chips: int, cfg: ServeConfig) -> Pool:
@@ -194,9 +200,15 @@ def render_serving_table(study: dict):
                   f"{d['tokens_per_j']:.3g}", f"{d['ttft_p99_s'] * 1e3:.0f} ms",
                   f"{d['tpot_p99_s'] * 1e3:.1f} ms" if d["tpot_p99_s"] is not None else "-")
 
-    for name, d in study["colocated"].items():
-        extra = f" ({d['replicas']} x tp {d['tp']})" if "tp" in d else ""
-        row(f"{name}{extra}", d)
-    for d in study["disaggregated"]:
-        row(f"prefill {d['prefill']} + decode {d['decode']}", d)
+    for name, d in deployments(study):
+        row(name, d)
     return t
+
+
+def deployments(study: dict) -> list[tuple[str, dict]]:
+    """:func:`serving_study`'s entries with a name each: ``chip (R x tp T)`` colocated,
+    ``prefill A + decode B`` disaggregated (as :func:`render_serving_table` names them)."""
+    out = [(f"{name} ({d['replicas']} x tp {d['tp']})" if "tp" in d else name, d)
+           for name, d in study["colocated"].items()]
+    return out + [(f"prefill {d['prefill']} + decode {d['decode']}", d)
+                  for d in study["disaggregated"]]

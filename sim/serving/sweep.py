@@ -19,9 +19,11 @@ from .config import ServeConfig
 from .requests import check_rate
 from .serve import Deployment, Load, StepTimerCache, serve
 
-#: Per-point fields of a sweep (and of ``diptych serve --sweep-qps --json``).
+#: Per-point fields of a sweep (and of ``diptych serve --sweep-qps --json``); the energy
+#: by component in all and per output token as a run's (sim/energy_parts.py).
 POINT_KEYS = ("qps", "tokens_per_s", "tokens_per_s_per_chip", "goodput_rps",
-              "slo_attainment", "meets_slo", "tokens_per_j", "kv_peak_fraction", "preemptions")
+              "slo_attainment", "meets_slo", "tokens_per_j", "kv_peak_fraction", "preemptions",
+              "energy_j", "energy_breakdown_j", "energy_breakdown_j_per_token")
 
 
 def parse_sweep(text: str) -> tuple[float, float, int]:

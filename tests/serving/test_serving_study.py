@@ -29,6 +29,10 @@ def test_structure_and_pairs(study):
         assert d["chips"] == 2 and d["tp"] * d["replicas"] == 2
         assert d["max_qps"] > 0 and d["tokens_per_j"] > 0
         assert d["ttft_p99_s"] <= SMALL.slo_ttft_s and d["tpot_p99_s"] <= SMALL.slo_tpot_s
+        # the run at that load by component (the roofline double's energy is all `other`;
+        # the engine's components: tests/tools/test_energy_output.py)
+        assert sum(d["energy_breakdown_j"].values()) == pytest.approx(d["energy_j"], rel=1e-9)
+        assert d["energy_breakdown_j"]["other"] > 0
     pairs = {(d["prefill"], d["decode"]) for d in study["disaggregated"]}
     assert pairs == {("train-2026", "infer-2026"), ("infer-2026", "train-2026")}
     assert all(d["chips"] == 2 and d["max_qps"] for d in study["disaggregated"])

@@ -104,3 +104,12 @@ def test_the_gated_static_energy_of_a_stand_in_s_run_comes_off_other():
     real = finished_parts(EP.of(mac=4.0, dram=2.0, static=3.0), 1, 1.0, 0.5)
     assert real == pytest.approx(EP.of(mac=3.0, dram=2.0, static=2.5), rel=1e-12)
     assert finished_parts({}, 1, 1.0, 0.5) == {}
+
+
+def test_columns_name_every_component_and_keep_a_stand_in_s_other():
+    assert EP.COLUMNS == tuple(f"energy_{k}_j" for k in EP.COMPONENTS)
+    cols = EP.columns({"mac": 2.0, "static": 1.0})
+    assert list(cols) == list(EP.COLUMNS) and sum(cols.values()) == 3.0
+    assert EP.columns(None) == EP.columns({}) == dict.fromkeys(EP.COLUMNS)
+    cols = EP.columns({**EP.zero(), "other": 4.0})
+    assert cols["energy_other_j"] == 4.0 and sum(cols.values()) == 4.0

@@ -104,3 +104,117 @@ def test_serve_prints_a_row_with_the_energy_per_output_token(tiny):
     assert EP.total(d["energy_breakdown_j"]) == pytest.approx(d["energy_j"], rel=1e-9)
     assert EP.total(d["energy_breakdown_j_per_token"]) == pytest.approx(1 / d["tokens_per_j"],
                                                                         rel=1e-9)
+
+
+# ---- the rest of the outputs: batching curves, QPS sweeps, compare.csv, compare --serving ----
+
+def test_the_compact_shares_fit_a_table_cell():
+    parts = EP.of(mac=41.0, sram=12.0, dram=30.0, static=16.6, link=0.4)
+    assert fmt.energy_shares(parts, compact=True) == "MAC 41 · SRAM 12 · DRAM 30 · static 17 % " \
+                                                     "of 100 J"
+    assert fmt.energy_shares(None, compact=True) == fmt.MISSING
+
+
+def test_the_run_batching_curve_has_a_component_cell_per_batch(tiny):
+    args = ("run", "--chip", "h100", "--model", tiny, "--phase", "decode", "--batch", "1,8",
+            "--prompt", "256", "--gen", "2")
+    d = json.loads(cli(*args, "--json").output)
+    assert [r["batch"] for r in d["curve"]] == [1, 8]
+    for r in d["curve"]:
+        assert set(EP.COMPONENTS) <= set(r["energy_breakdown_j"])
+        assert EP.total(r["energy_breakdown_j"]) == pytest.approx(r["energy_j"], rel=1e-9)
+    out = cli(*args).output
+    table = out[out.index("batching curve"):]
+    assert "energy by component" in table
+    for r in d["curve"]:     # each batch's row ends with its own compact shares and total
+        row = next(x for x in table.splitlines() if x.startswith(f"│ {r['batch']} "))
+        assert fmt.energy_shares(r["energy_breakdown_j"], compact=True) in row
+
+
+def test_the_run_cluster_batching_curve_has_a_component_cell_per_batch(tiny):
+    args = ("run", "--chip", "h100", "--model", tiny, "--phase", "train", "--batch", "4,8",
+            "--seq", "256", "--cluster", "dgx-h100", "--chips", "2", "--tp", "2",
+            "--micro-batch", "1")
+    out = cli(*args).output
+    table = out[out.index("batching curve"):]
+    rows = [x for x in table.splitlines() if x.startswith(("│ 4 ", "│ 8 "))]
+    assert len(rows) == 2 and all("% of " in x and "MAC" in x for x in rows)
+
+
+def test_serve_sweep_points_carry_the_components_and_the_table_shows_them(tiny):
+    args = ("serve", "--chip", "h100", "--model", tiny, "--sweep-qps", "10:40:2",
+            "--requests", "8", "--prompt", "200", "--gen", "8")
+    d = json.loads(cli(*args, "--json").output)
+    assert len(d["points"]) == 2
+    for p in d["points"]:
+        assert set(p["energy_breakdown_j"]) == set(EP.COMPONENTS)
+        assert EP.total(p["energy_breakdown_j"]) == pytest.approx(p["energy_j"], rel=1e-9)
+        assert p["energy_breakdown_j"]["mac"] > 0 and p["energy_breakdown_j"]["dram"] > 0
+        assert EP.total(p["energy_breakdown_j_per_token"]) == pytest.approx(
+            1 / p["tokens_per_j"], rel=1e-9)
+    out = cli(*args).output
+    assert "energy by component, per output token" in out
+    for p in d["points"]:
+        assert fmt.energy_shares(p["energy_breakdown_j_per_token"], compact=True) in out
+
+
+def test_compare_csv_has_a_column_per_component_beside_the_energy(tiny, tmp_path):
+    import csv
+
+    cli("compare", "train-2026", "infer-2026", "--model", tiny, "--train-tp", "1",
+        "--train-batch", "2", "--train-seq", "256", "--prompts", "128", "--batches", "1,4",
+        "--contexts", "256", "--ref-batch", "4", "--report", tmp_path / "rep")
+    with open(tmp_path / "rep" / "compare.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    cols = list(rows[0])
+    at = cols.index("energy_j_per_token")
+    assert cols[at + 1:at + 1 + len(EP.COLUMNS)] == list(EP.COLUMNS)
+    assert cols[cols.index("energy_j") + 1] == "energy_j_per_token"     # old columns kept
+    assert len(rows) == 2 * (1 + 1 + 2)                    # train, one prompt, two batches
+    for r in rows:
+        assert sum(float(r[c]) for c in EP.COLUMNS) == pytest.approx(float(r["energy_j"]),
+                                                                     rel=1e-9)
+        assert float(r["energy_mac_j"]) > 0 and float(r["energy_static_j"]) > 0
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "energy_mac_j" not in page and "energy mac" not in page    # the CSV's alone
+
+
+def test_compare_serving_carries_the_components_in_json_terminal_and_report(
+        tiny, tmp_path, monkeypatch):
+    import diptych.sim.serving.study as study_mod
+
+    small = study_mod.ServingSettings(duration_s=1.0, min_requests=8, rel_tol=0.5,
+                                      prompt="128", gen="8", qps_start=64.0, max_doublings=1)
+    real = study_mod.serving_study
+    monkeypatch.setattr(study_mod, "serving_study",
+                        lambda chips, model, settings=None, **kw: real(chips, model, small, **kw))
+    args = ("compare", "train-2026", "infer-2026", "--model", tiny, "--train-tp", "1",
+            "--train-batch", "2", "--train-seq", "256", "--prompts", "128", "--batches", "4",
+            "--contexts", "256", "--ref-batch", "4", "--serving")
+    d = json.loads(cli(*args, "--json").output)["serving"]
+    entries = list(d["colocated"].values()) + d["disaggregated"]
+    assert len(entries) == 4
+    for e in entries:
+        assert set(e["energy_breakdown_j"]) == set(EP.COMPONENTS)
+        assert EP.total(e["energy_breakdown_j"]) == pytest.approx(e["energy_j"], rel=1e-9)
+        assert EP.total(e["energy_breakdown_j_per_token"]) == pytest.approx(
+            1 / e["tokens_per_j"], rel=1e-9)
+        assert e["energy_breakdown_j"]["mac"] > 0
+    assert any(e["energy_breakdown_j"]["link"] > 0 for e in d["disaggregated"])  # KV moves
+    out = cli(*args, "--report", tmp_path / "rep").output
+    lines = [x for x in out.splitlines() if x.startswith("serving ")]
+    assert [x.split(":")[0] for x in lines] == [
+        "serving train-2026 (2 x tp 1)", "serving infer-2026 (2 x tp 1)",
+        "serving prefill train-2026 + decode infer-2026",
+        "serving prefill infer-2026 + decode train-2026"]
+    for x, e in zip(lines, entries):
+        assert x.endswith(fmt.energy_line(e["energy_breakdown_j_per_token"])
+                          + " per output token")
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "<h2>Serving under SLOs: energy by component</h2>" in page
+    svg = page[page.index("<svg", page.index("Serving under SLOs")):]
+    ET.fromstring(svg[:svg.index("</svg>") + 6])
+    assert "prefill train-2026 + decode infer-2026" in svg
+    details = json.loads((tmp_path / "rep" / "compare.json").read_text())
+    assert details["serving"]["colocated"]["infer-2026"]["energy_breakdown_j"] == \
+        d["colocated"]["infer-2026"]["energy_breakdown_j"]

@@ -37,6 +37,7 @@ from typing import Any, Callable
 
 from ...arch import load_chip
 from ...arch.area import die_area_mm2
+from ...sim import energy_parts as EP
 from ..precision_spec import PHASES, PrecisionChoice, describe, resolve
 from .evaluate import power_metrics
 from ...arch.geometry import check
@@ -455,15 +456,32 @@ class Comparison:
                        "area_mm2": die_area_mm2(cr.chip),
                        "precision": describe(p), "compute_dtype": p["compute"]}
                 for k in ("seconds", "ttft_s", "tpot_s", "tokens_per_s", "mfu", "energy_j",
-                          "energy_j_per_token", "power_w", "exceeds_tdp", "usd_per_mtok",
-                          "fits", "bound", "error"):
+                          "energy_j_per_token"):
+                    row[k] = r.get(k)
+                # beside it, energy_j by component (energy_mac_j ... energy_static_j)
+                row.update(EP.columns(r.get("energy_breakdown_j")))
+                for k in ("power_w", "exceeds_tdp", "usd_per_mtok", "fits", "bound", "error"):
                     row[k] = r.get(k)
                 # the summary's rates are per chip; a run's tokens/s is its whole TP group's
                 tps = r.get("tokens_per_s")
                 row["tokens_per_s_per_chip"] = (None if tps is None
                                                 else tps / (r.get("chips") or 1))
                 out.append(row)
+        # a stand-in op timer's energy_other_j (EP.columns): in every row or in none
+        other = EP.column(EP.OTHER)
+        if any(other in row for row in out):
+            out = [row if other in row else _with_other(row) for row in out]
         return out
+
+
+def _with_other(row: dict) -> dict:
+    """``row`` with an empty ``energy_other_j`` after its last component column."""
+    out = {}
+    for k, v in row.items():
+        out[k] = v
+        if k == EP.COLUMNS[-1]:
+            out[EP.column(EP.OTHER)] = None
+    return out
 
 
 def _point(phase: str, pt) -> str:

@@ -2,7 +2,10 @@
 
 Returns the scalar metrics of :meth:`RunResult.to_dict` (per-op ``layers`` and other tables
 dropped, warnings joined into one string) plus average power per chip (energy ÷ chips ÷
-time), whether it exceeds the chip's TDP, and tokens per joule.
+time), whether it exceeds the chip's TDP, tokens per joule, and ``energy_j`` by component as
+one column each (``energy_mac_j``, ``energy_vector_j``, ``energy_sram_j``, ``energy_dram_j``,
+``energy_noc_j``, ``energy_d2d_j``, ``energy_link_j``, ``energy_static_j``; they sum to
+``energy_j``).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 
 from ...arch.cost import cost_metrics
 from ...arch.energy import power_check
+from ...sim import energy_parts as EP
 
 #: Metrics every row of a successful point carries (when the workload reports them).
 SCALAR_TYPES = (bool, int, float, str, type(None))
@@ -55,9 +59,13 @@ def power_metrics(chip, energy_j: float | None, seconds: float | None,
 
 
 def result_metrics(chip, res) -> dict[str, Any]:
-    """Scalar metrics of a workload result, plus power and tokens per joule."""
+    """Scalar metrics of a workload result, plus power, tokens per joule and, for a result
+    with ``energy_breakdown_j``, its ``energy_j`` by component (``energy_mac_j`` ...
+    ``energy_static_j``: :func:`diptych.sim.energy_parts.columns`)."""
     d = res.to_dict() if hasattr(res, "to_dict") else dict(res)
     out = {k: v for k, v in d.items() if isinstance(v, SCALAR_TYPES)}
+    if "energy_breakdown_j" in d:
+        out.update(EP.columns(d["energy_breakdown_j"]))
     out.update(power_metrics(chip, d.get("energy_j"), d.get("seconds"), d.get("chips", 1)))
     if d.get("warnings"):
         out["warnings"] = "; ".join(map(str, d["warnings"]))
@@ -99,6 +107,7 @@ def metric_types() -> dict[str, type]:
         kw[f.name] = samples.get(base, origin() if origin in (list, dict) else None)
     res = RunResult(**kw)
     res.warnings = ["x"]
+    res.energy_breakdown_j = EP.zero()      # declares the component columns (floats)
     metrics = result_metrics(load_chip("tpu-v4"), res)
     return {k: type(v) for k, v in metrics.items() if type(v) in samples}
 

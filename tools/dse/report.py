@@ -23,6 +23,7 @@ from .. import fmt
 from ..jsonout import dumps
 from .compare import Comparison, _point
 from .energy_chart import energy_bars_svg
+from ...sim.energy_parts import COLUMNS, OTHER, column
 from .compare_table import metrics, ratio_caption
 from .csvsafe import safe_rows
 from .floorplan import draw_floorplans, save_figure
@@ -105,8 +106,10 @@ def _mark(fig, points: dict[str, list[tuple[float, float]]], which: str) -> None
         ax.legend(fontsize=7)
 
 
-def write_report(cmp: Comparison, out: str | Path) -> list[Path]:
-    """Write the report directory; returns the files written."""
+def write_report(cmp: Comparison, out: str | Path, serving: dict | None = None) -> list[Path]:
+    """Write the report directory; returns the files written. ``serving``: the serving
+    study of ``compare --serving`` (:func:`~diptych.sim.serving.study.serving_study`), added
+    to compare.json and, as its energy by component, to index.html."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--report {out}: exists and is not a directory")
@@ -125,6 +128,8 @@ def write_report(cmp: Comparison, out: str | Path) -> list[Path]:
     details["provenance"] = provenance()
     details["geometry_warnings"] = [w for cr in cmp.chips.values()
                                     for w in geometry_warnings(cr.chip)]
+    if serving:
+        details["serving"] = serving
     files.append(atomic_text(p, dumps(details)))
     bad = infeasible_points(cmp)
     roof = roofline_plot(roofline_inputs(cmp),
@@ -137,7 +142,7 @@ def write_report(cmp: Comparison, out: str | Path) -> list[Path]:
     for fname, fig in figs.items():
         save_figure(fig, out / fname)
         files.append(out / fname)
-    files.append(atomic_text(out / "index.html", index_html(cmp, rows)))
+    files.append(atomic_text(out / "index.html", index_html(cmp, rows, serving)))
     return files
 
 
@@ -184,12 +189,18 @@ def _cell(col: str, v) -> str:
     return _fmt(v)
 
 
+#: Columns of compare.csv the every-run table leaves out: the energy by component (the
+#: stacked bar shows it per reference run; eight more columns would not read).
+_CSV_ONLY = frozenset((*COLUMNS, column(OTHER)))
+
+
 def run_table_html(rows: list[dict]) -> str:
     """The every-run table of the report: readable headers and units, the flags first (the
-    CSV keeps the raw columns)."""
+    CSV keeps the raw columns, the energy by component among them)."""
     e = html.escape
     cols = [c for c in RUN_COLUMNS if c in rows[0]] + [c for c in rows[0]
-                                                        if c not in RUN_COLUMNS]
+                                                        if c not in RUN_COLUMNS
+                                                        and c not in _CSV_ONLY]
     head = "".join(f"<th>{e(_RUN_HEADS.get(c, fmt.column_label(c)))}</th>" for c in cols)
     body = "".join("<tr>" + "".join(f"<td>{e(_cell(c, r[c]))}</td>" for c in cols) + "</tr>"
                    for r in rows)
@@ -264,8 +275,29 @@ def energy_html(cmp: Comparison) -> str:
             "(<code>energy_breakdown_j</code>).</p>" + svg)
 
 
-def index_html(cmp: Comparison, rows: list[dict]) -> str:
-    """A self-contained page: settings, warnings, the summary, the plots and every run."""
+def serving_energy_html(study: dict | None) -> str:
+    """The serving study's energy by component: one stacked bar per deployment, of its run
+    at the highest load meeting the SLOs, per output token (empty without a breakdown)."""
+    if not study:
+        return ""
+    rows = [(f"{name} (colocated)", d.get("energy_breakdown_j_per_token"))
+            for name, d in study.get("colocated", {}).items()]
+    rows += [(f"prefill {d['prefill']} + decode {d['decode']}",
+              d.get("energy_breakdown_j_per_token")) for d in study.get("disaggregated", [])]
+    svg = energy_bars_svg(rows)
+    if not svg:
+        return ""
+    return ("<h2>Serving under SLOs: energy by component</h2><p>Each deployment's run at the "
+            "highest load meeting the SLOs (<code>compare --serving</code>): the share of "
+            "its energy each component spends, the joules per output token at the right "
+            "(idle, host and swap time are static power, KV transfers links). Also in "
+            "compare.json (<code>serving</code>, "
+            "<code>energy_breakdown_j_per_token</code>).</p>" + svg)
+
+
+def index_html(cmp: Comparison, rows: list[dict], serving: dict | None = None) -> str:
+    """A self-contained page: settings, warnings, the summary, the plots and every run (and
+    ``serving``'s energy by component, :func:`serving_energy_html`)."""
     e = html.escape
     names = list(cmp.chips)
     verdicts = cmp.verdicts()
@@ -292,6 +324,7 @@ background:#e8e8e8}}img{{max-width:100%;border:1px solid #ddd;margin:1em 0}}</st
 <p>{e(cmp.settings.describe())}.{e(window)}</p>{made}
 <p>{e(ratio_caption(cmp))}</p>{verdict}{warn}
 <h2>Summary</h2>{summary_html(cmp)}{waterfall_html(cmp)}{energy_html(cmp)}
+{serving_energy_html(serving)}
 <h2>Floorplans</h2><img src="floorplan.svg" alt="floorplans">
 <h2>Roofline</h2><img src="roofline.svg" alt="roofline">
 <h2>Decode latency vs throughput</h2><img src="decode.svg" alt="decode curve">
