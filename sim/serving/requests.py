@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...arch.schema import echo, read_text_file
+from ...arch.schema import check_columns, echo, read_text_file
 from ..limits import MAX_ARRIVAL_S, MAX_REQUESTS, MAX_TOKENS, QPS_RANGE
 
 LENGTH_KINDS = ("fixed", "uniform", "normal", "lognormal")
@@ -244,10 +244,7 @@ def load_trace(path: str | Path) -> Trace:
             continue
         if header is None:
             header = [c.strip().lower() for c in row]
-            dup = sorted({c for c in header if header.count(c) > 1 and c})
-            if dup:
-                raise ValueError(f"{path}:{line}: the header names {', '.join(dup)} more "
-                                 f"than once")
+            check_columns(path, line, header, error=ValueError)
             missing = [c for c in TRACE_COLUMNS if c not in header]
             if missing:
                 raise ValueError(f"{path}:{line}: the header must name the columns "

@@ -288,6 +288,8 @@ def read_results(path: str | Path):
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
+    from ...arch.schema import check_columns, check_input_file
+
     path = Path(path)
     try:
         if path.is_dir():
@@ -297,7 +299,9 @@ def read_results(path: str | Path):
                                  "sweep` with --out pointing here first")
             tables = []
             for f in files:
+                check_input_file(f, "results part", error=ValueError, max_bytes=None)
                 try:
+                    check_columns(f, None, pq.read_schema(f).names, error=ValueError)
                     tables.append(pq.read_table(f))
                 except (OSError, pa.ArrowException) as exc:
                     raise ValueError(f"{f}: not a readable Parquet file ({exc})") from None
@@ -305,11 +309,13 @@ def read_results(path: str | Path):
         elif not path.exists():
             raise ValueError(f"{path}: no such results directory or file")
         elif path.suffix in (".parquet", ".csv"):
-            from ...arch.schema import check_input_file
-
             check_input_file(path, "results file", error=ValueError, max_bytes=None)
-            result = (pq.read_table(path) if path.suffix == ".parquet"
-                      else pcsv.read_csv(path))
+            if path.suffix == ".csv":
+                result = pcsv.read_csv(path)
+                check_columns(path, 1, result.column_names, error=ValueError)
+            else:
+                check_columns(path, None, pq.read_schema(path).names, error=ValueError)
+                result = pq.read_table(path)
         else:
             raise ValueError(f"{path}: expected a results directory, a .parquet or a .csv file")
     except (OSError, pa.ArrowException) as exc:
