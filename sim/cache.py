@@ -24,8 +24,10 @@ simulate the same op on the same chip again.
   identity) before it is served. An entry that fails any of these (edited, forged,
   truncated, copied from another cache, a link or a FIFO in its place, from a bug) is
   deleted (a link itself, never its target), recomputed and rewritten, with a warning
-  naming the file and what was wrong. ``cache clear`` deletes only the files the cache
-  writes (``<2 hex>/<64 hex>.json`` and its temporaries) and never follows a link.
+  naming the file and what was wrong. A shard or ``results/`` directory that is a link turns
+  the cache off (with a warning): it reads and writes only below what it made. ``cache
+  clear`` deletes only the files the cache writes (``<2 hex>/<64 hex>.json`` and its
+  temporaries) and never follows a link.
 * **Off switch**: ``DIPTYCH_NO_CACHE=1`` (the CLI's ``--no-cache`` sets it, so that it reaches
   sweep workers too) or :func:`set_enabled`. Results are identical either way (floats are
   stored with ``repr``, which round-trips exactly; the tests compare).
@@ -329,6 +331,15 @@ def _read_entry(p: Path):
         return None, f"not JSON ({str(exc)[:80]})"
 
 
+def _linked_dir(p: Path) -> Path | None:
+    """The directory the cache made above entry ``p`` (its shard, ``results/``) that is a
+    symbolic link instead, if any: the cache reads and writes only below what it made."""
+    for d in (p.parent, p.parent.parent):
+        if os.path.islink(d):
+            return d
+    return None
+
+
 def load(k: str):
     """The cached :class:`OpStats` under key ``k``, or None (a miss). An entry that cannot
     be read as one (:func:`_read_entry`) or fails :func:`check_entry` is deleted with a
@@ -336,6 +347,12 @@ def load(k: str):
     deleted, never what it points to."""
     from .stats import OpStats
     p = _path(k)
+    linked = _linked_dir(p)
+    if linked is not None:
+        warnings.warn(f"cache directory {linked} is a link, not what the cache made: not "
+                      f"followed, the cache is off for this process", stacklevel=3)
+        set_enabled(False)
+        return None
     got = _read_entry(p)
     if got is None:
         return None
@@ -355,6 +372,9 @@ def load(k: str):
 def store(k: str, stats) -> None:
     """Write ``stats`` under key ``k`` atomically; on failure the cache turns itself off."""
     p = _path(k)
+    if _linked_dir(p) is not None:
+        set_enabled(False)
+        return
     try:
         for d in (cache_dir(), _results_dir(), p.parent):
             d.mkdir(mode=0o700, parents=True, exist_ok=True)

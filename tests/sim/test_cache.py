@@ -292,3 +292,25 @@ def test_the_key_is_private_and_a_bad_one_is_replaced(fresh):
         assert api.simulate(op, chip) == want
     assert key.stat().st_size == 32
     cache._secret.cache_clear()
+
+
+@pytest.mark.parametrize("which", ["shard", "results"])
+def test_a_cache_directory_that_is_a_link_turns_the_cache_off(fresh, tmp_path, which):
+    """A shard (or ``results/``) replaced by a link to elsewhere: the cache neither reads nor
+    writes through it (it would serve or leave files outside what it made)."""
+    chip = load_chip("tpu-v4")
+    op = Gemm(name="g", m=32, k=48, n=48)
+    want = api.simulate(op, chip)
+    f, d = _entry(fresh)
+    moved = tmp_path / "moved"
+    real = f.parent if which == "shard" else f.parent.parent
+    real.rename(moved)
+    os.symlink(moved, real)
+    api._gemm_cached.cache_clear()
+    with pytest.warns(UserWarning, match=f"cache directory {real} is a link"):
+        assert api.simulate(op, chip) == want
+    assert not cache.enabled()
+    api._gemm_cached.cache_clear()
+    before = sorted(p.name for p in moved.rglob("*"))
+    api.simulate(Gemm(name="h", m=32, k=48, n=64), chip)       # nothing written through it
+    assert sorted(p.name for p in moved.rglob("*")) == before
