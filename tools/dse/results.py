@@ -163,16 +163,20 @@ class ResultsDir:
         parts that differ from it are rewritten."""
         import pyarrow.parquet as pq
 
+        from ...arch.schema import check_columns, check_input_file
+
         pa = _pa()
         fields: dict[str, Any] = dict(columns)
         found = []
         sources = [self.out / SCHEMA_FILE] if (self.out / SCHEMA_FILE).exists() else []
         for f in sources + part_files(self.out):
+            check_input_file(f, "results part", error=ValueError, max_bytes=None)
             try:
                 s = pq.read_schema(f)
             except (OSError, pa.ArrowException) as exc:
                 raise ValueError(f"{f}: not a readable Parquet file ({exc}); move it out of "
                                  "the results directory") from None
+            check_columns(f, None, s.names, error=ValueError)
             if f.name != SCHEMA_FILE:
                 found.append((f, s))
             for fld in s:
