@@ -577,7 +577,7 @@ class CacheBench:
         (self.dir / cache.KEY_FILE).write_bytes(self.key)
         os.chmod(self.dir / cache.KEY_FILE, 0o600)
         self.entry.write_bytes(self.sound)
-        cache.set_enabled(None)
+        cache.set_enabled(True)
         cache._secret.cache_clear()
         api._gemm_cached.cache_clear()
         api._vector_cached.cache_clear()
@@ -672,22 +672,25 @@ def cache_family(ws: Path, rng: random.Random, n: int) -> Iterator[Case]:
 
 
 def _in_cache(cb: CacheBench, fn):
-    """``fn()`` with the process's result cache in ``cb.dir``, fresh (memo, key, switch)."""
+    """``fn()`` with the process's result cache in ``cb.dir``, on (whatever an earlier
+    ``--no-cache`` left in the environment) and fresh (memo, key); all as it was after."""
     from diptych.sim import api, cache
 
-    old = os.environ.get(cache.ENV_DIR)
+    old = {k: os.environ.get(k) for k in (cache.ENV_DIR, cache.ENV_OFF)}
     os.environ[cache.ENV_DIR] = str(cb.dir)
-    cache.set_enabled(None)
+    os.environ.pop(cache.ENV_OFF, None)
+    cache.set_enabled(True)
     cache._secret.cache_clear()
     api._gemm_cached.cache_clear()
     api._vector_cached.cache_clear()
     try:
         return fn()
     finally:
-        if old is None:
-            os.environ.pop(cache.ENV_DIR, None)
-        else:
-            os.environ[cache.ENV_DIR] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         cache.set_enabled(None)
         cache._secret.cache_clear()
         api._gemm_cached.cache_clear()
