@@ -274,8 +274,42 @@ def read_text_file(path, what: str, *, error: type[Exception] = ConfigError) -> 
                     f"{data[exc.start:exc.start + 1]!r})") from None
 
 
+def check_columns(path, line: int | None, names, *, error: type[Exception] = ConfigError
+                  ) -> None:
+    """Refuse a header that names a column more than once (``names`` as the reader compares
+    them, e.g. stripped and lower-cased; empty names are not compared): which of two
+    ``arrival_s`` columns is meant is a guess no reader should make. ``error`` names the
+    file, the line (None: not line-oriented, a Parquet file) and the repeated names. Every
+    reader of a file with columns uses it (traces, topologies, results)."""
+    names = list(names)
+    dup = sorted({n for n in names if n and names.count(n) > 1})
+    if dup:
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        raise error(f"{where}: the header names {', '.join(echo(d) for d in dup)} more than "
+                    f"once (a column may appear once)")
+
+
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
+
+
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """``object_pairs_hook`` of every JSON read: an object naming a key twice is refused
+    (``json`` would keep the last silently, TOML refuses it too)."""
+    d: dict = {}
+    for k, v in pairs:
+        if k in d:
+            raise ValueError(f"the key {echo(k)} appears twice in one object")
+        d[k] = v
+    return d
+
+
+def parse_json(text: str) -> Any:
+    """``json.loads`` as every input is read: NaN/Infinity tokens and duplicate keys refused
+    (ValueError); deep nesting raises RecursionError."""
+    import json
+
+    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=no_duplicate_keys)
 
 
 def read_config_file(path, what: str, *, fmt: str | None = None,
@@ -285,9 +319,9 @@ def read_config_file(path, what: str, *, fmt: str | None = None,
     Problems raise ``error`` with a message naming the file and ``what`` it should be, e.g.
     ``"mine.toml: cannot read chip file (No such file or directory)"``; see
     :func:`read_text_file` for what is refused before parsing. JSON's non-standard ``NaN`` and
-    ``Infinity`` tokens are refused; so is nesting deeper than the parser's recursion limit.
+    ``Infinity`` tokens are refused, and so is a key repeated in one object (TOML refuses it
+    itself); so is nesting deeper than the parser's recursion limit.
     """
-    import json
     import tomllib
     from pathlib import Path
 
@@ -296,7 +330,7 @@ def read_config_file(path, what: str, *, fmt: str | None = None,
     kind = fmt or ("json" if path.suffix == ".json" else "toml")
     try:
         if kind == "json":
-            return json.loads(text, parse_constant=_no_constant)
+            return parse_json(text)
         return tomllib.loads(text)
     except RecursionError:
         raise error(f"{path}: invalid {kind.upper()} (nested too deeply)") from None

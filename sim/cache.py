@@ -12,15 +12,22 @@ simulate the same op on the same chip again.
   ``~/.cache/diptych``; results live in ``results/`` below it, one small JSON file per key.
 * **Concurrency**: a result is written to a temporary file in the same directory and renamed
   into place (atomic on POSIX), so concurrent sweep workers never read a partial file; two
-  workers writing the same key write the same bytes. Unreadable or corrupt files count as
-  misses; a cache directory that cannot be written disables the cache for the process. The
-  directories are created private to the user (mode 0700).
-* **Trust**: an entry carries a SHA-256 of its key and its result, and the result is checked
-  against the :class:`~diptych.sim.stats.OpStats` schema (every field, its type, finite and
-  non-negative numbers, the cycle identity) before it is served; an entry that fails either
-  (edited, forged, truncated, from a bug) is deleted, recomputed and rewritten, with a
-  warning naming the file and what was wrong. ``cache clear`` deletes only the files the
-  cache writes (``<2 hex>/<64 hex>.json`` and its temporaries) and never follows a link.
+  workers writing the same key write the same bytes. A cache directory that cannot be
+  written disables the cache for the process. The directories are created private to the
+  user (mode 0700).
+* **Trust**: an entry is read without following a link or waiting on a FIFO, at most
+  :data:`MAX_ENTRY_BYTES`, as strict JSON (no NaN, no key twice); it carries an
+  HMAC-SHA-256 of its key and its result under the cache's own secret (:data:`KEY_FILE`,
+  random, private: an entry another cache or a person wrote fails it), and the result is
+  checked against the :class:`~diptych.sim.stats.OpStats` schema (every field, its type,
+  finite numbers from 0 to :data:`MAX_ENTRY_FLOAT`, counts that fit an int64, the cycle
+  identity) before it is served. An entry that fails any of these (edited, forged,
+  truncated, copied from another cache, a link or a FIFO in its place, from a bug) is
+  deleted (a link itself, never its target), recomputed and rewritten, with a warning
+  naming the file and what was wrong. A shard or ``results/`` directory that is a link turns
+  the cache off (with a warning): it reads and writes only below what it made. ``cache
+  clear`` deletes only the files the cache writes (``<2 hex>/<64 hex>.json`` and its
+  temporaries) and never follows a link.
 * **Off switch**: ``DIPTYCH_NO_CACHE=1`` (the CLI's ``--no-cache`` sets it, so that it reaches
   sweep workers too) or :func:`set_enabled`. Results are identical either way (floats are
   stored with ``repr``, which round-trips exactly; the tests compare).
@@ -46,8 +53,13 @@ from pathlib import Path
 ENV_DIR = "DIPTYCH_CACHE_DIR"
 ENV_OFF = "DIPTYCH_NO_CACHE"
 
-#: Bump when the file format changes (2: entries carry a checksum).
-FORMAT = 2
+#: Bump when the file format changes (2: entries carry a checksum; 3: an HMAC under the
+#: cache's own key).
+FORMAT = 3
+#: The cache's secret, beside ``results/``: :data:`KEY_BYTES` random bytes, created once
+#: (mode 0600) and never shown; every entry is signed with it (HMAC-SHA-256).
+KEY_FILE = "key"
+KEY_BYTES = 32
 
 _state = {"enabled": None}
 
@@ -146,30 +158,137 @@ def _path(k: str) -> Path:
     return _results_dir() / k[:2] / f"{k}.json"
 
 
-def _checksum(k: str, result: dict) -> str:
-    return hashlib.sha256(json.dumps({"key": k, "result": _canonical(result)},
-                                     sort_keys=True).encode()).hexdigest()
+class _Unreadable(Exception):
+    """A cache file that cannot be what the cache wrote (its message says why)."""
+
+
+def _read_regular(p: Path, max_bytes: int) -> bytes | None:
+    """The bytes of the regular file ``p`` (None: there is none), or :class:`_Unreadable`:
+    a link (not followed), a FIFO (opened without waiting for a writer), a device or a
+    directory in its place, over ``max_bytes``, or an error reading it. Nothing blocks."""
+    import stat
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(p, flags)
+    except (FileNotFoundError, NotADirectoryError):    # no such file, or no such directory
+        return None
+    except OSError as exc:
+        raise _Unreadable("a symbolic link" if os.path.islink(p)
+                          else f"cannot be read ({exc.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Unreadable("not a regular file")
+        if st.st_size > max_bytes:
+            raise _Unreadable(f"{st.st_size:,} bytes, larger than the cache writes")
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise _Unreadable(f"cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _read_key(p: Path) -> bytes | None:
+    """The key file's bytes, or None unless it is a regular file of :data:`KEY_BYTES`."""
+    try:
+        data = _read_regular(p, KEY_BYTES)
+    except _Unreadable:
+        return None
+    return data if data is not None and len(data) == KEY_BYTES else None
+
+
+@lru_cache(maxsize=8)
+def _secret(directory: str) -> bytes | None:
+    """The key of the cache in ``directory``, created on first use: random bytes written to
+    a private temporary file and linked into place (never half-written; of two processes
+    creating it at once, one wins and both use its key). A key file that is not one (a link,
+    the wrong size) is replaced: entries signed with the old key then fail their check.
+    None when the directory cannot hold one (the cache then turns itself off)."""
+    d = Path(directory)
+    p = d / KEY_FILE
+    key = _read_key(p)
+    if key is not None:
+        return key
+    try:
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if os.path.lexists(p):
+            warnings.warn(f"cache key {p} is not a {KEY_BYTES}-byte file: replaced (every "
+                          f"entry is recomputed)", stacklevel=4)
+            p.unlink()
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-key-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(os.urandom(KEY_BYTES))
+            try:
+                os.link(tmp, p)
+            except FileExistsError:
+                pass              # another process made it first: use theirs
+        finally:
+            os.unlink(tmp)
+    except OSError:
+        return None
+    return _read_key(p)
+
+
+def _checksum(k: str, result: dict) -> str | None:
+    """The HMAC-SHA-256 of key ``k`` and ``result`` under the cache's key (None: no key)."""
+    import hmac
+    secret = _secret(str(cache_dir()))
+    if secret is None:
+        return None
+    msg = json.dumps({"key": k, "result": _canonical(result)}, sort_keys=True).encode()
+    return hmac.new(secret, msg, hashlib.sha256).hexdigest()
+
+
+#: Largest count (an int64, as the engine computes them) and number in an entry: no op's
+#: cycles, bytes, FLOPs, seconds or joules come near 1e30; a forged 1e308 would overflow
+#: the sums it enters.
+MAX_ENTRY_INT = 2**63 - 1
+MAX_ENTRY_FLOAT = 1e30
+
+
+def _number(v) -> bool:
+    return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            and 0 <= v <= MAX_ENTRY_FLOAT)
+
+
+def _digest_equal(a: str, b: str) -> bool:
+    """Constant-time comparison of two hex digests."""
+    import hmac
+    return hmac.compare_digest(a.encode(), b.encode())
 
 
 def check_entry(k: str, d) -> str | None:
     """What is wrong with cache entry ``d`` read under key ``k`` (None: nothing): its
-    checksum, then its result against the :class:`OpStats` schema."""
+    checksum, then its result against the :class:`OpStats` schema (counts from 0 to
+    :data:`MAX_ENTRY_INT`, numbers finite from 0 to :data:`MAX_ENTRY_FLOAT`, the cycle
+    identity)."""
     from .stats import OpStats
     if not isinstance(d, dict) or set(d) != {"result", "sha256"}:
         return "not a cache entry (expected result and sha256)"
     res = d["result"]
-    if not isinstance(res, dict) or d["sha256"] != _checksum(k, res):
-        return "checksum mismatch (the file was changed after it was written)"
+    if not isinstance(res, dict) or not isinstance(d["sha256"], str):
+        return "not a cache entry (expected result and sha256)"
+    want = _checksum(k, res)
+    if want is None or not _digest_equal(d["sha256"], want):
+        return ("checksum mismatch (the file was changed after this cache wrote it, or "
+                "another cache did)")
     fields = {f.name: f.type for f in dataclasses.fields(OpStats)}
     if set(res) != set(fields):
         return f"fields {sorted(set(res) ^ set(fields))} missing or unknown"
     for name, typ in fields.items():
         v = res[name]
         if typ == "int":
-            ok = isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_ENTRY_INT
         elif typ == "float":
-            ok = (isinstance(v, (int, float)) and not isinstance(v, bool)
-                  and math.isfinite(v) and v >= 0)
+            ok = _number(v)
         elif typ == "str":
             ok = isinstance(v, str)
         else:
@@ -178,25 +297,67 @@ def check_entry(k: str, d) -> str | None:
             return f"{name} = {str(v)[:40]!r} is not a valid {typ}"
     for name in ("stall_breakdown", "energy_breakdown"):
         for part, v in res[name].items():
-            if (isinstance(v, bool) or not isinstance(v, (int, float))
-                    or not math.isfinite(v) or v < 0):
-                return f"{name}[{part!r}] = {str(v)[:40]!r} is not a finite number >= 0"
+            if not _number(v):
+                return (f"{name}[{part!r}] = {str(v)[:40]!r} is not a number from 0 to "
+                        f"{MAX_ENTRY_FLOAT:g}")
     if res["stall_cycles"] != res["cycles"] - res["array_busy_cycles"]:
         return "stall_cycles != cycles - array_busy_cycles"
     return None
 
 
+#: Largest cache entry read (bytes): an entry is ~2 KiB; anything far larger is not one.
+MAX_ENTRY_BYTES = 1 << 20
+
+
+def _read_entry(p: Path):
+    """``(parsed JSON, None)`` of the entry file ``p``; None when there is none; ``(None,
+    why)`` when it cannot be an entry (:func:`_read_regular`'s refusals, over
+    :data:`MAX_ENTRY_BYTES`, not UTF-8 JSON, a key twice, NaN, nested past the parser's
+    limit)."""
+    from ..arch.schema import parse_json
+    try:
+        data = _read_regular(p, MAX_ENTRY_BYTES)
+    except _Unreadable as exc:
+        return None, str(exc)
+    if data is None:
+        return None
+    try:
+        return parse_json(data.decode("utf-8")), None
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except RecursionError:
+        return None, "not JSON (nested too deeply)"
+    except ValueError as exc:
+        return None, f"not JSON ({str(exc)[:80]})"
+
+
+def _linked_dir(p: Path) -> Path | None:
+    """The directory the cache made above entry ``p`` (its shard, ``results/``) that is a
+    symbolic link instead, if any: the cache reads and writes only below what it made."""
+    for d in (p.parent, p.parent.parent):
+        if os.path.islink(d):
+            return d
+    return None
+
+
 def load(k: str):
-    """The cached :class:`OpStats` under key ``k``, or None (a miss). An entry that fails
-    :func:`check_entry` is deleted with a warning (it is recomputed by the caller)."""
+    """The cached :class:`OpStats` under key ``k``, or None (a miss). An entry that cannot
+    be read as one (:func:`_read_entry`) or fails :func:`check_entry` is deleted with a
+    warning naming the file and what was wrong (it is recomputed by the caller); a link is
+    deleted, never what it points to."""
     from .stats import OpStats
     p = _path(k)
-    try:
-        with open(p, encoding="utf-8") as fh:
-            d = json.load(fh)
-    except (OSError, ValueError):
+    linked = _linked_dir(p)
+    if linked is not None:
+        warnings.warn(f"cache directory {linked} is a link, not what the cache made: not "
+                      f"followed, the cache is off for this process", stacklevel=3)
+        set_enabled(False)
         return None
-    bad = check_entry(k, d)
+    got = _read_entry(p)
+    if got is None:
+        return None
+    entry, bad = got
+    bad = bad or check_entry(k, entry)
     if bad is not None:
         warnings.warn(f"cache entry {p} is invalid ({bad}): discarded and recomputed",
                       stacklevel=3)
@@ -205,20 +366,26 @@ def load(k: str):
         except OSError:
             pass
         return None
-    return OpStats(**d["result"])
+    return OpStats(**entry["result"])
 
 
 def store(k: str, stats) -> None:
     """Write ``stats`` under key ``k`` atomically; on failure the cache turns itself off."""
     p = _path(k)
+    if _linked_dir(p) is not None:
+        set_enabled(False)
+        return
     try:
         for d in (cache_dir(), _results_dir(), p.parent):
             d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        result = stats.to_dict()
+        mac = _checksum(k, result)
+        if mac is None:
+            raise OSError("the cache's key cannot be created")
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".json")
         try:
-            result = stats.to_dict()
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"result": result, "sha256": _checksum(k, result)}, fh)
+                json.dump({"result": result, "sha256": mac}, fh)
             os.replace(tmp, p)
         except BaseException:
             try:

@@ -119,6 +119,11 @@ SRC_DRAM, SRC_SCRATCHPAD, SRC_SHARED_BUFFER = 0, 1, 2
 # trace columns per block
 (T_BT, T_I, T_J, T_K, T_XS, T_XE, T_WS, T_WE, T_CS, T_CE, T_OS, T_OE, N_TRACE) = range(13)
 NEG = -(1 << 60)
+#: Cycle counts the kernels convert from float times (ns × GHz) must stay below this (an
+#: int64 with headroom for the sums they enter): above it, or NaN, ``int(ceil(x))`` wraps
+#: to a negative count. Loaded chips and ops are bounded far below (docs/limits.md); the
+#: check turns what would be a wrapped count into a ValueError naming the quantity.
+MAX_CYCLES_F = float(1 << 62)
 
 
 @jit(inline="always")
@@ -243,7 +248,6 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     neg = np.int64(NEG)
     zero = np.int64(0)
     one = 1.0
-    read = np.int64(0)
     write = np.int64(1)
     df = ip[P_DF]
     R = ip[P_R]
@@ -380,7 +384,11 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
         ready = 0
         ofree = 0
         if memory == 1:
-            ready = int(math.ceil(max(x_ready, w_ready) * ghz))
+            ready_c = max(x_ready, w_ready) * ghz
+            if not ready_c < MAX_CYCLES_F:
+                raise ValueError("engine: a block's operand ready time (ns x GHz) is not a "
+                                 "cycle count below 2**62: the op is too large to simulate")
+            ready = int(math.ceil(ready_c))
             if k == 0:
                 ofree = int(out_free[n_out % 2])
         xbits = ip[P_X_BITS]
@@ -503,6 +511,10 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                                     share if bt < ip[P_TAIL_BT] else fp[F_SHARE_TAIL],
                                     zero if dst == 0 else np.int64(1), one, ip, fp, dip, dfp,
                                     ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
+                if not d0w * ghz < MAX_CYCLES_F:
+                    raise ValueError("engine: a block's output write-back time (ns x GHz) is "
+                                     "not a cycle count below 2**62: the op is too large to "
+                                     "simulate")
                 done_c = int(math.ceil(d0w * ghz))
                 out_free[n_out % 2] = done_c
                 if done_c > wb_end_cyc:

@@ -14,7 +14,8 @@ needs ~9·10³ blocks per array on ``infer-2026`` and a 16M-token training batch
   context, a generation or a training sequence), checked by ``run_workload``;
 * serving (``diptych serve``, :mod:`diptych.sim.serving.requests`): :data:`MAX_REQUESTS`
   requests in a run (drawn, defaulted, estimated from ``qps × duration`` or read from a
-  trace) and clients in a closed loop; arrival rates within :data:`QPS_RANGE`; no arrival
+  trace) and clients in a closed loop; arrival rates within :data:`QPS_RANGE` and their
+  burstiness within :data:`BURSTINESS_RANGE`; no arrival
   later than :data:`MAX_ARRIVAL_S`, so that a clock in float64 seconds keeps a resolution of
   2 ns or better (10⁷ s × 2⁻⁵²) and a TTFT or TPOT never rounds to 0;
   :data:`MAX_SWEEP_POINTS` rates in a ``--sweep-qps`` curve;
@@ -39,6 +40,10 @@ MAX_TOKENS = 2**24                 # 16,777,216 tokens (the longest published co
 #: core (20,000 requests of llama-3-8b at 50 req/s: 4.5 min), so 10^5 is ~20-30 min.
 MAX_REQUESTS = 100_000
 QPS_RANGE = (1e-6, 1e9)            # requests per second
+#: The gamma shape of bursty arrivals (vLLM's --burstiness; 1 = Poisson): gaps with a
+#: coefficient of variation from ~32 (1e-3) to ~0.03 (1e3). Past the ends the gamma draw
+#: underflows (5e-324: every gap NaN) or is a clock, not a load.
+BURSTINESS_RANGE = (1e-3, 1e3)
 MAX_ARRIVAL_S = 1e7                # ~116 days of simulated arrivals
 MAX_SWEEP_POINTS = 100             # arrival rates of one --sweep-qps curve (each a full run)
 MAX_REFINE = 256                   # plans re-simulated by `plan` (~0.4 s each, warm)

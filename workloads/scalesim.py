@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from ..arch.schema import read_text_file
+from ..arch.schema import check_columns, read_text_file
 from .ops import Gemm
 
 _CONV_COLS = ("ifmap height", "ifmap width", "filter height", "filter width", "channels",
@@ -59,6 +59,7 @@ def load_topology(path: str | Path, *, dtype: str = "bf16", acc_dtype: str = "fp
     while header and not header[-1].strip():
         header = header[:-1]
     cols = [_norm(h) for h in header]
+    check_columns(path, hline, cols, error=ValueError)
     out: list[Gemm] = []
     is_conv = all(c in cols for c in _CONV_COLS)
     if not is_conv and not all(c in cols for c in ("m", "n", "k")):

@@ -38,8 +38,8 @@ from ..run.precision_ops import with_precision_ops
 from ..run.summed import (block_costs, combine_energy_parts, combine_parts, launch_seconds,
                           step_sync_seconds)
 from .. import energy_parts as EP
-from .lazy_grid import (Axis, RefinedAxis, bilinear, centre_gap, geometric_axis, halve_until,
-                        lerp)
+from .lazy_grid import (Axis, RefinedAxis, bilinear, bilinear_in, centre_gap, descend,
+                        geometric_axis, lerp)
 from .step_pieces import StepPieces
 from .step_time import DirectStepTimer, Replica, StepCost
 
@@ -110,7 +110,7 @@ class GridStepTimer:
         self._past = Axis(geometric_axis(16, g.past_ratio, g.max_keys, start=0), "past")
         self._rough: dict = {}
         self._gaps: dict[tuple[int, int, int], float] = {}
-        self._roughest: dict[str, float] = {}
+        self._noise: float | None = None
 
     @property
     def simulations(self) -> int:
@@ -129,20 +129,38 @@ class GridStepTimer:
         key = (fn.__name__, cell, extra)
         got = self._rough.get(key)
         if got is None:
-            got = centre_gap(fn, cell, extra, self.pieces.core_seconds, per_token)
-            self._rough[key] = got
-            kind = fn.__name__
-            self._roughest[kind] = max(self._roughest.get(kind, 0.0), got)
+            got = self._rough[key] = centre_gap(fn, cell, extra, self.pieces.core_seconds,
+                                                per_token)
         return got
 
+    #: The prefill cells that measure the mapper's noise for :meth:`_trusted`: those
+    #: holding these (chunk, past) points, short and long chunks after short and long pasts.
+    NOISE_PROBES = ((256, 1024), (256, 8192), (1024, 1024), (1024, 8192))
+
+    def _prefill_noise(self) -> float:
+        """The roughest of the :data:`NOISE_PROBES` cells (:meth:`_roughness`): how far the
+        chip's mapper takes a prefill core off any interpolant. Measured once, at fixed
+        cells, whatever the load: at most 20 simulations."""
+        if self._noise is None:
+            fn = self.pieces.pf_at
+            cells = []
+            for chunk, past in self.NOISE_PROBES:
+                x0, x1, _ = self._chunk.locate(chunk)
+                y0, y1, _ = self._past.locate(past)
+                cells.append((x0, x1, y0, y1))
+            self._noise = max(self._roughness(fn, c, (), True) for c in cells)
+        return self._noise
+
     def _trusted(self, v, cell, fn, extra, tokens: int, step_s: float) -> bool:
-        """Whether an interpolated core may be used (``step_s``: the step's frame, a lower
-        bound of the step). Its cell's roughness times its time must stay within
+        """Whether an interpolated prefill core may be used (``step_s``: the step's frame, a
+        lower bound of the step). Its cell's roughness times its time must stay within
         ``refine_tol`` of the step; and, since one centre cannot prove a cell smooth
-        everywhere and the mapper's noise is a property of the chip, the roughest cell seen
-        for this kind of core times its time within ``3 × refine_tol`` (taking that one at
-        ``refine_tol`` too simulated nearly every distinct prompt of a serving sweep on the
-        h100 preset; docs/serving.md)."""
+        everywhere and the mapper's noise is a property of the chip, the chip's noise
+        (:meth:`_prefill_noise`) times its time within ``3 × refine_tol`` (taking that one
+        at ``refine_tol`` too simulated nearly every distinct prompt of a serving sweep on
+        the h100 preset; docs/serving.md). Every term depends on the query alone and fixed
+        cells, never on which queries came before (it was the roughest cell seen so far):
+        the same step costs the same in any run (a test)."""
         tol = self.grid.refine_tol
         if tol is None:
             return True
@@ -151,7 +169,7 @@ class GridStepTimer:
             return True
         if self._roughness(fn, cell, extra, tokens > 1) * core_s > tol * step_s:
             return False
-        return self._roughest.get(fn.__name__, 0.0) * core_s <= 3 * tol * step_s
+        return self._prefill_noise() * core_s <= 3 * tol * step_s
 
     def _frame_interp(self, n: int) -> list[float] | tuple:
         a, b, w = self._tok.locate(n)
@@ -163,21 +181,24 @@ class GridStepTimer:
         lo = self.pieces.head_at(a)
         return lerp(lo, self.pieces.head_at(b), w) if w else lo
 
-    def _keys_gap(self, batch: int, k0: int, k1: int, q: int) -> float:
+    def _keys_gap(self, k0: int, k1: int, q: int) -> float:
         """How far the decode cores may stray from linear in the keys cell ``(k0, k1)``,
         relative to their time at ``k1``: the larger of the gap between the cell's midpoint
         simulated and its interpolant, and the gap at ``k1`` between the cell's secant and
         the slope at ``k0`` (``k0 → k0 + 1``) carried across the cell, i.e. the jumps the
         cell holds. A periodic staircase (one jump per array tile of keys) agrees with the
         interpolant at the midpoint of a cell holding two jumps; the slope is not fooled so.
-        Measured once per cell (two simulations) at the first batch vertex that needs it:
+        Measured once per cell (up to four simulations) at one batch, the last of the batch
+        axis's dense range (``GridSpec.batch_dense``, 16 sequences), whichever batch asks:
         the engine's decode cores are linear in the batch (its sequences are copies of one
         shape; measured on h100 and tpu-v5e to 0.3 %), so a cell's relative gap holds for
-        every batch."""
+        every batch, and measuring it at the batch that happened to ask first made a step's
+        cost depend on the steps before it."""
         key = (k0, k1, q)
         got = self._gaps.get(key)
         if got is None:
             f = self._dec_seconds
+            batch = self.grid.batch_dense
             m = (k0 + k1) // 2
             a, b = f(batch, k0, q), f(batch, k1, q)
             slope = f(batch, k0 + 1, q) - a
@@ -196,23 +217,29 @@ class GridStepTimer:
         copies of one GEMM shape) but a staircase in the keys on arrays that tile the keys
         dimension (tpu-v5e: +8 % of the cores at every 128 keys). A keys cell is used once
         its relative gap (:meth:`_keys_gap`) times the cores' time at the upper batch
-        corner is within ``refine_tol`` of ``step_s`` (the step's frame, a lower bound of
+        corner (the larger of its values at the fixed axis's cell's ends) is within
+        ``refine_tol`` of ``step_s`` (the step's frame, a lower bound of
         the step); otherwise the half holding the query is examined the same way, down to
         neighbouring integers (exact: the lowering rounds the keys up to an integer). Only
-        cells where a jump could move a step by ``refine_tol`` are halved."""
+        cells where a jump could move a step by ``refine_tol`` are halved. The halving
+        starts from the fixed axis's cell for every query (:func:`~.lazy_grid.descend`): a
+        cell one query halved is not another's, so a step's cost does not depend on the
+        steps timed before it."""
         x0, x1, wx = self._bat.locate(batch)
         k0, k1, wk = self._keys.locate(keys)
         tol = self.grid.refine_tol
 
-        def settled(a: int, b: int) -> bool:
-            core_s = max(self._dec_seconds(x1, a, q), self._dec_seconds(x1, b, q))
-            # however rough, the cores cannot move the step; or the cell is linear enough
-            return (core_s <= tol * step_s
-                    or self._keys_gap(x1, a, b, q) * core_s <= tol * step_s)
-        if tol is not None:
-            halve_until(self._keys, keys, k0, k1, wk, settled)
-        # the refined axis now locates ``keys`` in the cell the halving settled on
-        return bilinear(self.pieces.dec_at, self._bat, self._keys, batch, keys, q)[0]
+        if tol is not None and wk:
+            # the cores' time at the upper batch corner, over the axis's cell (the cell's
+            # halves hold no more: the cores grow with the keys)
+            core_s = max(self._dec_seconds(x1, k0, q), self._dec_seconds(x1, k1, q))
+            if core_s > tol * step_s:     # else however rough, they cannot move the step
+
+                def settled(a: int, b: int) -> bool:     # or the cell is linear enough
+                    return self._keys_gap(a, b, q) * core_s <= tol * step_s
+                # the halving's cell; the axis itself stays as built
+                k0, k1, wk = descend(k0, k1, keys, settled)
+        return bilinear_in(self.pieces.dec_at, (x0, x1, wx), (k0, k1, wk), q)[0]
 
     def cost(self, step: Step) -> StepCost:
         """Interpolated cost of ``step`` (see the module docstring)."""

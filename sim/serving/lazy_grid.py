@@ -6,7 +6,7 @@ axes (:class:`Axis`; :func:`geometric_axis` spaces them) and interpolated betwee
 time a query needs them (the caller memoises). Where the function is not linear between two
 vertices, a cell is halved, down to neighbouring integers (exact: no integer lies between):
 :class:`RefinedAxis` by the cell's simulated midpoint against the interpolant,
-:func:`halve_until` by a caller's test of the cell; :func:`centre_gap` measures how far a
+:func:`descend` by a caller's test of the cell; :func:`centre_gap` measures how far a
 two-dimensional cell's centre is from its bilinear interpolant. Nothing here knows what is
 tabulated (:mod:`diptych.sim.serving.grid_timer` tabulates a serving step's pieces).
 """
@@ -97,28 +97,39 @@ class RefinedAxis(Axis):
         return a, b, w
 
 
-def halve_until(axis: Axis, x: float, a: int, b: int, w: float,
-                accept: Callable[[int, int], bool]) -> None:
-    """Halve the cell ``(a, b)`` of ``axis`` that holds ``x`` (weight ``w`` of ``b``) until
-    ``accept(a, b)`` holds or ``a`` and ``b`` are neighbouring integers: each halving inserts
-    the midpoint as a vertex (``axis.locate`` then finds the cell the halving settled on)."""
+def descend(a: int, b: int, x: float, accept: Callable[[int, int], bool]
+            ) -> tuple[int, int, float]:
+    """The cell of ``x`` (``a <= x <= b``, integers; ``a == b``: ``x`` on a vertex) found
+    by halving ``(a, b)`` towards ``x`` until ``accept(a, b)`` holds or ``a`` and ``b`` are
+    neighbouring integers: (lower vertex, upper vertex, weight of the upper one). Nothing
+    is inserted anywhere: the cell depends on ``x`` and ``accept`` only, never on earlier
+    queries (a shared axis that one query's halving refined would give another query a
+    smaller cell, and a different interpolant, than it gets alone: results would depend on
+    the order of the queries)."""
+    w = (x - a) / (b - a) if b > a else 0.0
     while w and b - a >= 2:
         if accept(a, b):
-            return
-        m = (a + b) // 2          # strictly between two neighbouring vertices
-        insort(axis.pts, m)
+            break
+        m = (a + b) // 2          # strictly between a and b
         if x == m:
-            return
+            return m, m, 0.0
         a, b = (a, m) if x < m else (m, b)
         w = (x - a) / (b - a)
+    return a, b, w
 
 
 def bilinear(fn, ax: Axis, ay: Axis, x: float, y: float, *extra
              ) -> tuple[list[float], tuple[int, int, int, int]]:
     """``fn`` (a tuple of numbers per vertex ``fn(x, y, *extra)``) interpolated at ``(x, y)``,
     and its cell ``(x0, x1, y0, y1)``."""
-    x0, x1, wx = ax.locate(x)
-    y0, y1, wy = ay.locate(y)
+    return bilinear_in(fn, ax.locate(x), ay.locate(y), *extra)
+
+
+def bilinear_in(fn, xcell: tuple[int, int, float], ycell: tuple[int, int, float], *extra
+                ) -> tuple[list[float], tuple[int, int, int, int]]:
+    """:func:`bilinear` in given cells: ``(lower, upper, weight of the upper)`` per axis."""
+    x0, x1, wx = xcell
+    y0, y1, wy = ycell
     lo = fn(x0, y0, *extra)
     if wx:
         lo = lerp(lo, fn(x1, y0, *extra), wx)

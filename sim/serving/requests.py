@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...arch.schema import echo, read_text_file
-from ..limits import MAX_ARRIVAL_S, MAX_REQUESTS, MAX_TOKENS, QPS_RANGE
+from ...arch.schema import check_columns, echo, read_text_file
+from ..limits import BURSTINESS_RANGE, MAX_ARRIVAL_S, MAX_REQUESTS, MAX_TOKENS, QPS_RANGE
 
 LENGTH_KINDS = ("fixed", "uniform", "normal", "lognormal")
 _PARAMS = {"fixed": ("value",), "uniform": ("lo", "hi"), "normal": ("mean", "std"),
@@ -152,6 +152,17 @@ def check_rate(name: str, v) -> float:
     return float(v)
 
 
+def check_burstiness(v) -> float:
+    """A burstiness (the gaps' gamma shape) within
+    :data:`~diptych.sim.limits.BURSTINESS_RANGE`, or ValueError naming the value."""
+    lo, hi = BURSTINESS_RANGE
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+            or not lo <= v <= hi):
+        raise ValueError(f"burstiness must be a number from {lo:g} to {hi:g} (the gaps' gamma "
+                         f"shape; 1 = Poisson; sim/limits.py), not {v!r}")
+    return float(v)
+
+
 def check_request_count(n: int | float, what: str) -> None:
     """ValueError stating :data:`~diptych.sim.limits.MAX_REQUESTS` if ``n`` requests (``what``
     says where the number comes from) are more than a run simulates."""
@@ -175,8 +186,7 @@ def open_loop_arrivals(rng: np.random.Generator, rate: float, *, count: int | No
     ``rate`` per second: ``count`` arrivals, or all before ``duration_s`` (the fewer of the
     two when both are given). The first request arrives after one gap."""
     check_rate("qps", rate)
-    if not burstiness > 0 or not math.isfinite(burstiness):
-        raise ValueError(f"burstiness must be a positive number, not {burstiness!r}")
+    check_burstiness(burstiness)
     if count is None and duration_s is None:
         raise ValueError("give a request count or a duration")
     if count is None:
@@ -244,10 +254,7 @@ def load_trace(path: str | Path) -> Trace:
             continue
         if header is None:
             header = [c.strip().lower() for c in row]
-            dup = sorted({c for c in header if header.count(c) > 1 and c})
-            if dup:
-                raise ValueError(f"{path}:{line}: the header names {', '.join(dup)} more "
-                                 f"than once")
+            check_columns(path, line, header, error=ValueError)
             missing = [c for c in TRACE_COLUMNS if c not in header]
             if missing:
                 raise ValueError(f"{path}:{line}: the header must name the columns "
@@ -338,10 +345,7 @@ class Load:
         if self.duration_s is not None and self.duration_s > MAX_ARRIVAL_S:
             raise ValueError(f"duration must be at most {MAX_ARRIVAL_S:g} s (sim/limits.py), "
                              f"not {self.duration_s:g}")
-        b = self.burstiness
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) \
-                or b <= 0:
-            raise ValueError(f"burstiness must be a positive number, not {b!r}")
+        check_burstiness(self.burstiness)
         if self.requests is None and self.concurrency is not None:
             check_request_count(max(16, 64 * self.concurrency),
                                 f"--concurrency {self.concurrency} (64 requests per client "

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -357,3 +359,22 @@ def test_a_non_finite_metric_is_an_error_row(tmp_path):
     assert len(bad) == 2 and s.failed == 2
     assert all(r["error"] == "non-finite metric: seconds = nan" for r in bad)
     assert all(r["error"] is None for r in rows.values() if r["batch"] != 8)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda f: os.mkfifo(f), "cannot read results part (not a regular file)"),
+    (lambda f: pq.write_table(pa.table([[1.0], [2.0]], names=["energy_j", "energy_j"]), f),
+     "the header names 'energy_j' more than once (a column may appear once)"),
+])
+def test_a_sweep_resuming_into_a_directory_with_a_bad_part_names_it(tmp_path, make, message):
+    """A results directory a sweep resumes holds a part that is a FIFO, or one whose schema
+    names a column twice (issue 22 item 5): refused before any point runs, naming it."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC_TOML)
+    out = tmp_path / "o"
+    out.mkdir()
+    make(out / "part-00001.parquet")
+    r = CliRunner().invoke(main, ["sweep", str(spec), "--out", str(out), "-j", "1",
+                                  "--no-progress", "--evaluator", "fake_eval:toy_eval"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == f"Error: {out / 'part-00001.parquet'}: {message}"

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from diptych.arch.runtime import _from_dict
-from diptych.sim.limits import (MAX_ARRIVAL_S, MAX_REFINE, MAX_REQUESTS, MAX_SWEEP_POINTS,
-                                QPS_RANGE)
+from diptych.sim.limits import (BURSTINESS_RANGE, MAX_ARRIVAL_S, MAX_REFINE, MAX_REQUESTS,
+                                MAX_SWEEP_POINTS, QPS_RANGE)
 from diptych.sim.serving.requests import Load, draw_requests, open_loop_arrivals
 from diptych.sim.serving.sweep import parse_sweep
 from diptych.tools.cli import main
@@ -26,6 +26,12 @@ from diptych.tools.dse.pool import local_workers
     (dict(concurrency=MAX_REQUESTS // 64 + 1), "64 requests per client"),
     (dict(qps=100.0, duration_s=MAX_REQUESTS / 100.0 * 2), "--qps 100 over --duration"),
     (dict(qps=1.0, duration_s=MAX_ARRIVAL_S * 2), "duration must be at most"),
+    # the gaps' gamma shape: 5e-324 drew NaN gaps ("no request completed" and a numpy
+    # warning), 1e-300 and 1e308 ran (the fuzz corpus found them)
+    (dict(qps=1.0, burstiness=5e-324), "burstiness must be a number from 0.001 to 1000"),
+    (dict(qps=1.0, burstiness=1e-300), "burstiness must be a number from 0.001 to 1000"),
+    (dict(qps=1.0, burstiness=1e308), "burstiness must be a number from 0.001 to 1000"),
+    (dict(qps=1.0, burstiness=BURSTINESS_RANGE[1] * 1.01), "burstiness must be a number"),
 ])
 def test_loads_past_the_limits_are_refused_at_construction(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -34,6 +40,9 @@ def test_loads_past_the_limits_are_refused_at_construction(kw, match):
 
 def test_within_the_limits_loads_are_built():
     Load(qps=QPS_RANGE[0], requests=5)
+    for b in BURSTINESS_RANGE:         # both ends draw finite, increasing arrivals
+        t = open_loop_arrivals(np.random.default_rng(0), 10.0, count=1000, burstiness=b)
+        assert np.isfinite(t).all() and (np.diff(t) >= 0).all()
     Load(concurrency=MAX_REQUESTS // 64)
     Load(qps=100.0, duration_s=MAX_REQUESTS / 100.0 * 0.5)
 

@@ -232,3 +232,56 @@ def test_rough_cores_that_matter_are_simulated_at_the_query(execution):
     assert max(fixed) > 0.03
     # refine_tol, the frame's share, and with a schedule the overlap's residue (above)
     assert max(refined) < (0.006 if execution == "sum" else 0.01)
+
+
+def _noisy_steps() -> list[Step]:
+    rng = np.random.default_rng(3)
+    return _random_steps(30, seed=3, max_ctx=4000) + [
+        Step(prefill=((int(c), int(p)),))
+        for c, p in zip(rng.integers(200, 1500, 10), rng.integers(4000, 16000, 10))]
+
+
+@pytest.mark.parametrize("chip,simulate,steps", [
+    ("h100", _noisy_attention, _noisy_steps()),
+    ("tpu-v5e", None, _random_steps(40, seed=5, max_batch=64, max_ctx=2000, max_chunk=512,
+                                    spec=False))], ids=["noisy-attention", "tpu-v5e-engine"])
+def test_a_steps_cost_does_not_depend_on_the_steps_timed_before_it(chip, simulate, steps):
+    """The grid is lazy: what a query simulates stays for the next ones. A step's cost must
+    still be a function of the step alone (issue 22: serving results moved in the 5th digit
+    with the order of a sweep's rates, or a warm oracle). It was not: a keys cell halved for
+    one step gave every later step in it a smaller cell, a keys cell's gap was measured at
+    whichever batch asked first, and a prefill core's trust hung on the roughest cell seen
+    so far (both cases here differed in one step before). The same steps in another order
+    through a fresh grid, and again through the warm one, cost exactly the same."""
+    r = make_replica(chip, "llama-3-8b", Scenario.of(phase="decode", execution="sum"))
+    first = GridStepTimer(r, simulate)
+    want = [first.cost(s) for s in steps]
+    order = list(np.random.default_rng(1).permutation(len(steps)))
+    other = GridStepTimer(r, simulate)
+    got = {i: other.cost(steps[i]) for i in order}
+    assert [got[i] for i in range(len(steps))] == want
+    assert [first.cost(s) for s in reversed(steps)][::-1] == want
+
+
+def test_the_same_serve_gives_the_same_result_whatever_its_oracle_did_before():
+    """The same serve, once on a fresh oracle and once on one another rate (a sweep's other
+    point, issue 22) warmed first, on the real engine (tpu-v5e, whose keys staircase
+    refines the grid): every number equal (the oracle's count of simulations aside). It
+    differed from the 6th digit on (TTFT, throughput, energy) before the grid's queries were
+    made independent of one another."""
+    from dataclasses import replace
+
+    from diptych.sim.serving.config import ServeConfig
+    from diptych.sim.serving.requests import parse_length
+    from diptych.sim.serving.serve import Load, StepTimerCache, colocated, serve
+
+    dep = colocated("tpu-v5e", "llama-3-8b", tp=2)
+    load = Load(qps=12, prompt=parse_length("lognormal:mean=600,sigma=0.8"),
+                gen=parse_length("normal:mean=40,std=20"), requests=40)
+    fresh = serve(dep, load, ServeConfig(seed=3), oracles=StepTimerCache()).to_dict()
+    warm = StepTimerCache()
+    serve(dep, replace(load, qps=30), ServeConfig(seed=4), oracles=warm)
+    again = serve(dep, load, ServeConfig(seed=3), oracles=warm).to_dict()
+    for d in (fresh, again):
+        d["info"].pop("oracle_simulations")
+    assert fresh == again

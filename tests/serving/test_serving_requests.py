@@ -91,7 +91,7 @@ def test_example_trace_loads_sorted():
     ("arrival_s,prompt_tokens,output_tokens\n1,100000000000000000000000000000,4\n",
      ":2: prompt_tokens must be an integer from 1 to 16,777,216"),
     ("arrival_s,prompt_tokens,output_tokens,prompt_tokens\n1,3,4,5\n",
-     ":1: the header names prompt_tokens more than once"),
+     ":1: the header names 'prompt_tokens' more than once"),
     ("arrival_s,prompt_tokens,output_tokens\n1,3," + "9" * 200_000 + "\n", ":2: invalid CSV")])
 def test_bad_traces_name_file_and_line(tmp_path, body, match):
     p = tmp_path / "t.csv"

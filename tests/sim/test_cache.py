@@ -221,3 +221,96 @@ def test_clear_touches_only_what_the_cache_wrote_and_follows_no_link(fresh, tmp_
     assert cache.clear() == 1
     assert victim.exists() and (results / "notes.json").exists()
     assert oct(fresh.stat().st_mode & 0o777) == "0o700"
+
+
+def _valid_mac(f, d, field, value):
+    """``d`` with ``result[field] = value`` signed with this cache's key: only someone with
+    the key (the user) could write it; the schema must still refuse it."""
+    d["result"][field] = value
+    d["sha256"] = cache._checksum(f.stem, d["result"])
+    return json.dumps(d)
+
+
+#: Things found where an entry should be (issue 22 items 6 and 9): each is discarded with a
+#: warning naming the file and why, and the op recomputed; nothing blocks or is followed.
+BAD_ENTRIES = {
+    "fifo": (lambda f, d, t: os.mkfifo(f), "not a regular file"),
+    "link to /dev/zero": (lambda f, d, t: os.symlink("/dev/zero", f), "a symbolic link"),
+    "link to a valid entry elsewhere": (
+        lambda f, d, t: (t.write_text(json.dumps(d)), os.symlink(t, f)), "a symbolic link"),
+    "directory": (lambda f, d, t: f.mkdir(), "not a regular file"),
+    "2 MiB": (lambda f, d, t: f.write_bytes(b" " * (2 << 20)), "larger than the cache writes"),
+    "truncated": (lambda f, d, t: f.write_text(json.dumps(d)[:100]), "not JSON"),
+    "latin-1": (lambda f, d, t: f.write_bytes(json.dumps(d).encode() + b"\xe9"), "not UTF-8"),
+    "nested": (lambda f, d, t: f.write_text("[" * 100_000 + "]" * 100_000),
+               "nested too deeply"),
+    "key twice": (lambda f, d, t: f.write_text(json.dumps(d)[:-1] + ', "result": {}}'),
+                  "appears twice"),
+    "NaN token": (lambda f, d, t: f.write_text(json.dumps(d).replace(
+        '"energy_j": ', '"energy_j": NaN, "x": ', 1)), "not JSON"),
+    "other cache's entry": (lambda f, d, t: f.write_text(json.dumps(
+        {**d, "sha256": "ab" * 32})), "checksum mismatch"),
+    "1e308 with the key": (lambda f, d, t: f.write_text(_valid_mac(f, d, "seconds", 1e308)),
+                           "seconds"),
+    "2**70 cycles with the key": (lambda f, d, t: f.write_text(
+        _valid_mac(f, d, "macs", 2**70)), "macs"),
+    "a list": (lambda f, d, t: f.write_text("[1, 2]"), "not a cache entry"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_ENTRIES))
+def test_whatever_is_in_an_entrys_place_is_discarded_with_a_warning(fresh, tmp_path, name):
+    make, why = BAD_ENTRIES[name]
+    chip = load_chip("tpu-v4")
+    op = Gemm(name="g", m=32, k=48, n=32)
+    want = api.simulate(op, chip)
+    f, d = _entry(fresh)
+    f.unlink()
+    target = tmp_path / "elsewhere.json"
+    make(f, d, target)
+    api._gemm_cached.cache_clear()
+    with pytest.warns(UserWarning, match=f"cache entry {f} is invalid \\(.*{why}"):
+        assert api.simulate(op, chip) == want
+    if name.startswith("link to a valid"):
+        assert json.loads(target.read_text()) == d           # the target is left alone
+    if name != "directory":                                   # rewritten, valid again
+        assert f.is_file() and not f.is_symlink()
+        assert cache.load(f.stem).to_dict() == {**want.to_dict(), "name": ""}
+
+
+def test_the_key_is_private_and_a_bad_one_is_replaced(fresh):
+    chip = load_chip("tpu-v4")
+    op = Gemm(name="g", m=32, k=32, n=80)
+    want = api.simulate(op, chip)
+    key = fresh / cache.KEY_FILE
+    assert oct(key.stat().st_mode & 0o777) == "0o600" and key.stat().st_size == 32
+    key.unlink()
+    key.write_bytes(b"short")                                 # not a key: replaced
+    cache._secret.cache_clear()
+    api._gemm_cached.cache_clear()
+    with pytest.warns(UserWarning, match="cache key .* replaced"):
+        assert api.simulate(op, chip) == want
+    assert key.stat().st_size == 32
+    cache._secret.cache_clear()
+
+
+@pytest.mark.parametrize("which", ["shard", "results"])
+def test_a_cache_directory_that_is_a_link_turns_the_cache_off(fresh, tmp_path, which):
+    """A shard (or ``results/``) replaced by a link to elsewhere: the cache neither reads nor
+    writes through it (it would serve or leave files outside what it made)."""
+    chip = load_chip("tpu-v4")
+    op = Gemm(name="g", m=32, k=48, n=48)
+    want = api.simulate(op, chip)
+    f, d = _entry(fresh)
+    moved = tmp_path / "moved"
+    real = f.parent if which == "shard" else f.parent.parent
+    real.rename(moved)
+    os.symlink(moved, real)
+    api._gemm_cached.cache_clear()
+    with pytest.warns(UserWarning, match=f"cache directory {real} is a link"):
+        assert api.simulate(op, chip) == want
+    assert not cache.enabled()
+    api._gemm_cached.cache_clear()
+    before = sorted(p.name for p in moved.rglob("*"))
+    api.simulate(Gemm(name="h", m=32, k=48, n=64), chip)       # nothing written through it
+    assert sorted(p.name for p in moved.rglob("*")) == before

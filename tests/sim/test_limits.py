@@ -73,3 +73,26 @@ def test_vector_ops_past_the_limit_are_refused():
         check_vector(op, c)
     with pytest.raises(ValueError, match="the simulator plays"):
         simulate(op, c)
+
+
+@pytest.mark.parametrize("ghz", [1e300, 1e20])
+def test_a_cycle_count_past_int64_is_a_valueerror_not_a_wrapped_count(ghz):
+    """The engine converts float times (ns × GHz) to int64 cycle counts: a product at or past
+    2**62 (or NaN) once wrapped to INT64_MIN and came back as a negative time. Loaded chips
+    keep their clocks far below; the kernel names the quantity instead of wrapping (issue 22
+    item 2). A clock of 1e300 GHz reaches the conversion with the chip's real DRAM times."""
+    from diptych.sim import engine as E
+    from diptych.sim import mapper as MP
+    from diptych.sim.gemm import plan, run_engine
+
+    chip = load_chip("tpu-v4")
+    op = Gemm(name="g", m=256, k=256, n=256)
+    p = plan(op, chip)
+    ip, fp = MP.engine_base(chip, p["problem"], p["rates"], p["split"], True)
+    out, _, _ = run_engine(chip, p["problem"], p["blocks"], p["rates"], p["split"], True,
+                           base=(ip, fp))
+    assert out[E.O_CYCLES] > 0                              # the real clock: a real count
+    fp = fp.copy()
+    fp[E.F_GHZ] = ghz
+    with pytest.raises(ValueError, match=r"engine: a block's operand ready time .* below 2\*\*62"):
+        run_engine(chip, p["problem"], p["blocks"], p["rates"], p["split"], True, base=(ip, fp))

@@ -163,16 +163,20 @@ class ResultsDir:
         parts that differ from it are rewritten."""
         import pyarrow.parquet as pq
 
+        from ...arch.schema import check_columns, check_input_file
+
         pa = _pa()
         fields: dict[str, Any] = dict(columns)
         found = []
         sources = [self.out / SCHEMA_FILE] if (self.out / SCHEMA_FILE).exists() else []
         for f in sources + part_files(self.out):
+            check_input_file(f, "results part", error=ValueError, max_bytes=None)
             try:
                 s = pq.read_schema(f)
             except (OSError, pa.ArrowException) as exc:
                 raise ValueError(f"{f}: not a readable Parquet file ({exc}); move it out of "
                                  "the results directory") from None
+            check_columns(f, None, s.names, error=ValueError)
             if f.name != SCHEMA_FILE:
                 found.append((f, s))
             for fld in s:
@@ -288,6 +292,8 @@ def read_results(path: str | Path):
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
+    from ...arch.schema import check_columns, check_input_file
+
     path = Path(path)
     try:
         if path.is_dir():
@@ -297,7 +303,9 @@ def read_results(path: str | Path):
                                  "sweep` with --out pointing here first")
             tables = []
             for f in files:
+                check_input_file(f, "results part", error=ValueError, max_bytes=None)
                 try:
+                    check_columns(f, None, pq.read_schema(f).names, error=ValueError)
                     tables.append(pq.read_table(f))
                 except (OSError, pa.ArrowException) as exc:
                     raise ValueError(f"{f}: not a readable Parquet file ({exc})") from None
@@ -305,11 +313,13 @@ def read_results(path: str | Path):
         elif not path.exists():
             raise ValueError(f"{path}: no such results directory or file")
         elif path.suffix in (".parquet", ".csv"):
-            from ...arch.schema import check_input_file
-
             check_input_file(path, "results file", error=ValueError, max_bytes=None)
-            result = (pq.read_table(path) if path.suffix == ".parquet"
-                      else pcsv.read_csv(path))
+            if path.suffix == ".csv":
+                result = pcsv.read_csv(path)
+                check_columns(path, 1, result.column_names, error=ValueError)
+            else:
+                check_columns(path, None, pq.read_schema(path).names, error=ValueError)
+                result = pq.read_table(path)
         else:
             raise ValueError(f"{path}: expected a results directory, a .parquet or a .csv file")
     except (OSError, pa.ArrowException) as exc:
