@@ -22,7 +22,7 @@ from types import SimpleNamespace
 from ...workloads.fused_attention import FusedAttention, on_chip
 from .. import energy_parts as EP
 from ..regime import roof_regime
-from .attention_tiles import tile_shaped_parts, tiled, tiled_compute_seconds
+from .attention_tiles import tile_shaped_parts, tiled, tiled_compute_seconds, work_scale
 
 
 def on_chip_seconds(op: FusedAttention, chip) -> float:
@@ -44,7 +44,8 @@ def _compute_seconds(st, chip) -> float:
 def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
     """Time, energy and bound of ``op`` on ``chip`` by the rule in the module docstring.
 
-    Energy: the parts' energy without their DRAM and static shares, plus the fused traffic at
+    Energy: the parts' energy without their DRAM and static shares (by the tiles' work over
+    the parts' under the tile rule: whole key blocks are computed), plus the fused traffic at
     the parts' mean DRAM energy per byte, plus static power (the parts' mean) × the time;
     ``energy_parts`` the same by component (:mod:`diptych.sim.energy_parts`): the parts'
     MAC, vector and SRAM energy, their DRAM, NoC and D2D energy each scaled to the fused
@@ -67,18 +68,25 @@ def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
                         dtype=op.compute_dtype, vector_ops=op.vector_flops,
                         dram_bytes=op.dram_bytes)
     parts = EP.summed((EP.of_stats(st), 1.0) for st in sts)
+    # the core energy (MACs, SRAM, vector) of the blocks the tiles compute, not of the parts'
+    # mean span (1 when not tiled)
+    work = work_scale(op, chip) if tiled(op, chip) else 1.0
     if all(getattr(st, "energy_breakdown", None) for st in sts):
         part_bytes = sum(st.dram_read_bytes + st.dram_write_bytes for st in sts)
         dram_e = sum(sum(st.energy_breakdown.get(k, 0.0) for k in ("dram", "noc", "d2d"))
                      for st in sts)   # per-byte energies: DRAM, and the NoC/D2D it crosses
         static_e = sum(st.energy_breakdown.get("static", 0.0) for st in sts)
         part_s = sum(st.seconds for st in sts)
-        energy = (sum(st.energy_j for st in sts) - dram_e - static_e
+        energy = ((sum(st.energy_j for st in sts) - dram_e - static_e) * work
                   + (dram_e / part_bytes * op.dram_bytes if part_bytes else 0.0)
                   + (static_e / part_s * seconds if part_s else 0.0))
         per_byte = op.dram_bytes / part_bytes if part_bytes else 0.0
         for k in ("dram", "noc", "d2d"):
             parts[k] *= per_byte
+        if work != 1.0:
+            for k in parts:
+                if k not in ("dram", "noc", "d2d", "static"):
+                    parts[k] *= work
         parts["static"] = static_e / part_s * seconds if part_s else 0.0
         if op.scratchpad_bytes or op.shared_buffer_bytes:
             resident_j = ((op.scratchpad_bytes + op.shared_buffer_bytes)

@@ -115,6 +115,15 @@ def _scores(parts) -> float:
     return float(g.batch) * g.m * g.n
 
 
+def work_scale(op: FusedAttention, chip) -> float:
+    """The tiles' work over the tile-shaped parts' (:func:`tile_shaped_parts`): ``(tile, key
+    block) pairs · block_q · block_k ÷`` the parts' scores. It scales their compute time and
+    their core energy (MACs, SRAM, vector: whole blocks are computed, not the mean span)."""
+    at = chip.attention
+    pairs = op.groups * sum(call_blocks(c, at.block_q, at.block_k).pairs for c in op.calls)
+    return pairs * at.block_q * at.block_k / _scores(tile_shaped_parts(op, chip))
+
+
 def tiled_compute_seconds(op: FusedAttention, chip, part_stats, compute_seconds) -> float:
     """Compute time of ``op`` on ``chip`` by the tile rule (module docstring), from the
     engine's results for its tile-shaped parts (:func:`tile_shaped_parts`; ``part_stats`` in

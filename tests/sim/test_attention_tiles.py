@@ -190,3 +190,26 @@ def test_h100_attention_holds_its_kernel_calibration():
         assert bwd == pytest.approx(va.BWD["cuDNN"][j], rel=0.10), seq
         rates.append(fwd)
     assert rates == sorted(rates) and math.isfinite(rates[-1])
+
+
+def test_tiled_energy_counts_the_whole_blocks():
+    """The tiles' core energy is the parts' scaled by the blocks they compute: a causal call of
+    256 queries in 128 × 128 tiles computes 3 blocks per head where the parts hold 2 (their
+    256 × 128 span), so the MAC energy is 1.5 × the parts'; DRAM and static are re-costed as
+    without tiles (none here), and the components still sum to the total."""
+    from types import SimpleNamespace
+
+    from diptych.sim.run.attention import fused_stats
+
+    op = _record(256, 264, [AttnCall(q_len=256, kv_len=256)])
+    chip = _chip()
+    bd = {"mac": 1.0, "sram": 0.25, "vector": 0.0, "dram": 0.0, "static": 0.0}
+
+    def sim(part, c):
+        return SimpleNamespace(seconds=1e-3, compute_cycles=1e-3 * c.clock_hz, energy_j=1.25,
+                               energy_breakdown=dict(bd), dram_read_bytes=0.0,
+                               dram_write_bytes=0.0, dram_bytes_per_s=0.0)
+    fs = fused_stats(dataclasses.replace(op, read_bytes=0.0, write_bytes=0.0), chip, sim)
+    assert fs.energy_parts["mac"] == pytest.approx(3 * 1.0 * 1.5)
+    assert fs.energy_parts["sram"] == pytest.approx(3 * 0.25 * 1.5)
+    assert fs.energy_j == pytest.approx(sum(fs.energy_parts.values()))
