@@ -134,14 +134,13 @@ class GridStepTimer:
         return got
 
     #: The prefill cells that measure the mapper's noise for :meth:`_trusted`: those
-    #: holding these (chunk, past) points, a shorter chunk after a shorter past and a longer
-    #: after a longer (kept small: their simulations are paid once per oracle).
-    NOISE_PROBES = ((256, 1024), (512, 4096))
+    #: holding these (chunk, past) points, short and long chunks after short and long pasts.
+    NOISE_PROBES = ((256, 1024), (256, 8192), (1024, 1024), (1024, 8192))
 
     def _prefill_noise(self) -> float:
         """The roughest of the :data:`NOISE_PROBES` cells (:meth:`_roughness`): how far the
         chip's mapper takes a prefill core off any interpolant. Measured once, at fixed
-        cells, whatever the load: at most 10 simulations."""
+        cells, whatever the load: at most 20 simulations."""
         if self._noise is None:
             fn = self.pieces.pf_at
             cells = []
@@ -193,9 +192,8 @@ class GridStepTimer:
         axis's dense range (``GridSpec.batch_dense``, 16 sequences), whichever batch asks:
         the engine's decode cores are linear in the batch (its sequences are copies of one
         shape; measured on h100 and tpu-v5e to 0.3 %), so a cell's relative gap holds for
-        every batch (not down to one sequence: the mapper spreads a lone sequence otherwise,
-        and its gaps halved twice as many cells on h100); measuring it at the batch that
-        happened to ask first made a step's cost depend on the steps before it."""
+        every batch, and measuring it at the batch that happened to ask first made a step's
+        cost depend on the steps before it."""
         key = (k0, k1, q)
         got = self._gaps.get(key)
         if got is None:
