@@ -119,9 +119,15 @@ def work_scale(op: FusedAttention, chip) -> float:
     """The tiles' work over the tile-shaped parts' (:func:`tile_shaped_parts`): ``(tile, key
     block) pairs · block_q · block_k ÷`` the parts' scores. It scales their compute time and
     their core energy (MACs, SRAM, vector: whole blocks are computed, not the mean span)."""
+    return _tiling(op, chip)[1]
+
+
+def _tiling(op: FusedAttention, chip) -> tuple[list[Blocks], float]:
+    """Each call's :class:`Blocks` (one head) and :func:`work_scale`."""
     at = chip.attention
-    pairs = op.groups * sum(call_blocks(c, at.block_q, at.block_k).pairs for c in op.calls)
-    return pairs * at.block_q * at.block_k / _scores(tile_shaped_parts(op, chip))
+    blocks = [call_blocks(c, at.block_q, at.block_k) for c in op.calls]
+    pairs = op.groups * sum(b.pairs for b in blocks)
+    return blocks, pairs * at.block_q * at.block_k / _scores(tile_shaped_parts(op, chip))
 
 
 def tiled_compute_seconds(op: FusedAttention, chip, part_stats, compute_seconds) -> float:
@@ -130,14 +136,13 @@ def tiled_compute_seconds(op: FusedAttention, chip, part_stats, compute_seconds)
     their order) and ``compute_seconds(stats, chip)`` (a part's time without the DRAM
     limit)."""
     at = chip.attention
-    parts = tile_shaped_parts(op, chip)
     bq, bk = at.block_q, at.block_k
-    blocks = [call_blocks(c, bq, bk) for c in op.calls]
+    parts = tile_shaped_parts(op, chip)
+    blocks, scale = _tiling(op, chip)
     pairs = op.groups * sum(b.pairs for b in blocks)
     tiles = op.groups * sum(b.tiles for b in blocks)
     longest = max(b.longest for b in blocks)
     shortest = min(b.shortest for b in blocks)
-    scale = pairs * bq * bk / _scores(parts)
     mma = vec = 0.0
     exps = 0.0
     for part, st in zip(parts, part_stats):
