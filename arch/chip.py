@@ -560,6 +560,57 @@ class AttentionKernel:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TpOverlap:
+    """How the chip's training stack overlaps tensor-parallel communication with the layer's
+    GEMMs: Transformer Engine's comm-GEMM overlap (userbuffers), as Megatron-Core and NeMo run
+    it with sequence parallelism (sim/run/tp_overlap.py; docs/cluster.md, "Tensor-parallel
+    overlap"). Per attention (``qkv``, ``proj``) and MLP (``fc1``, ``fc2``) sub-block, with
+    TE's names for its GEMMs:
+
+    * forward: the all-gather of the input is a ring exchange on the copy engines, the
+      column-parallel GEMM (``qkv``/``fc1``) split into one chunk per rank, each computed as
+      its piece arrives (no cores taken); the reduce-scatter of the row-parallel GEMM's
+      (``proj``/``fc2``) output is pipelined with it in ``splits`` chunks, the GEMM running
+      on the cores the reduce-scatter leaves it (``proj_fprop_cores``/``fc2_fprop_cores``
+      taken, TE's ``set_sm_margin``);
+    * backward: the all-gather of the output gradient is a ring exchange with the
+      row-parallel GEMM's data gradient; the all-gather of the saved input (for the weight
+      gradient) runs in bulk beside the column-parallel data-gradient GEMM, the
+      reduce-scatter of the input gradient beside its weight-gradient GEMM, each taking
+      ``*_dgrad_cores``/``*_wgrad_cores`` cores from a GEMM launched on all of them.
+
+    Absent: tensor-parallel collectives are timed where the program puts them (after the
+    row-parallel GEMM, on the dependency chain; behind the layer under ``execution="sum"``)."""
+
+    splits: int = f(min=1, max=1024, doc="chunks a pipelined reduce-scatter splits its "
+                                          "row-parallel GEMM into (integer 1..1024)")
+    proj_fprop_cores: int = f(default=0, min=0, max=1_000_000,
+                              doc="cores the attention output projection's pipelined "
+                                  "reduce-scatter takes from its forward GEMM")
+    fc2_fprop_cores: int = f(default=0, min=0, max=1_000_000,
+                             doc="cores the MLP down projection's pipelined reduce-scatter "
+                                 "takes from its forward GEMM")
+    qkv_dgrad_cores: int = f(default=0, min=0, max=1_000_000,
+                             doc="cores the bulk all-gather of the attention input takes "
+                                 "beside the QKV data-gradient GEMM")
+    qkv_wgrad_cores: int = f(default=0, min=0, max=1_000_000,
+                             doc="cores the bulk reduce-scatter of the attention input "
+                                 "gradient takes beside the QKV weight-gradient GEMM")
+    fc1_dgrad_cores: int = f(default=0, min=0, max=1_000_000,
+                             doc="cores the bulk all-gather of the MLP input takes beside "
+                                 "the up projection's data-gradient GEMM")
+    fc1_wgrad_cores: int = f(default=0, min=0, max=1_000_000,
+                             doc="cores the bulk reduce-scatter of the MLP input gradient "
+                                 "takes beside the up projection's weight-gradient GEMM")
+
+    def cores(self) -> dict[str, int]:
+        """The cores each overlapped collective takes, by TE GEMM name."""
+        return {"proj_fprop": self.proj_fprop_cores, "fc2_fprop": self.fc2_fprop_cores,
+                "qkv_dgrad": self.qkv_dgrad_cores, "qkv_wgrad": self.qkv_wgrad_cores,
+                "fc1_dgrad": self.fc1_dgrad_cores, "fc1_wgrad": self.fc1_wgrad_cores}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Chip:
     """A whole accelerator chip. Derived peaks are properties; physical views (area, die
     geometry, package, NoC, cost, power) are functions of a loaded chip in the modules above
@@ -605,12 +656,21 @@ class Chip:
                                           doc="optional fused-attention kernel table (tiles, "
                                               "their fixed cost, exponentials); absent = the "
                                               "kernel timed as its parts")
+    tp_overlap: TpOverlap | None = f(default=None,
+                                     doc="optional tensor-parallel comm-GEMM overlap table "
+                                         "(training); absent = collectives timed where the "
+                                         "program puts them")
 
     def _validate(self, source, path):
         supported = self.core.array.dtypes
         if self.default_dtype not in supported:
             fail(source, "default_dtype", self.default_dtype,
                  f"a dtype the array supports ({', '.join(supported)})")
+        if self.tp_overlap is not None:
+            for name, n in self.tp_overlap.cores().items():
+                if n >= self.tensor_cores:
+                    fail(source, f"tp_overlap.{name}_cores", n,
+                         f"fewer than the chip's {self.tensor_cores} tensor cores")
 
     # ---- hashing: once per chip object (chips key the memoised derivations of the engine and
     # mapper, e.g. sim/fabric.py, asked thousands of times per GEMM search); the same fields

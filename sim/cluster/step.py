@@ -36,6 +36,7 @@ of ``gen``, each layer kind at its own mean keys over the steps.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -69,6 +70,7 @@ from .params import layer_params
 from .plan import Plan, check_positive, check_plan
 from .schedule import PipelineRun, fast_pipeline_seconds, simulate_pipeline
 from .timing import LayerTime, TpLinks, layer_times, resident
+from ..run.tp_overlap import OverlapCost, costs as overlap_costs
 from .topology import GroupShape, Network, bind, group_ranks, group_shape, stage_peer
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
@@ -212,6 +214,39 @@ def _exposed(comm: float, hide: float, overlap: bool) -> float:
     return max(0.0, comm - hide) if overlap else comm
 
 
+#: The label prefix of the collectives a chip's [tp_overlap] stack overlaps (tp_overlap.py).
+_LAPPED = "tp overlapped "
+
+
+def _tp_overlapped(t: LayerTime, plan: Plan, comm: "_Comm", fwd: list, bwd: list,
+                   train: bool, chip: Chip) -> dict[str, OverlapCost]:
+    """The all-reduces of layer ``t`` that the chip's ``[tp_overlap]`` stack overlaps with
+    their sub-block's GEMMs (training with ``overlap_tp``), by collective name, each with its
+    cost (:func:`~diptych.sim.run.tp_overlap.sub_block_overlap`). Their reduce-scatter and all-gathers
+    (forward: one each; backward: the output gradient's and the saved input's all-gather,
+    the input gradient's reduce-scatter) are added to ``fwd``/``bwd`` (the layer's
+    collectives beside the others, for their link energy and the trace) and to the log."""
+    if not (train and t.tp_gemms and chip.tp_overlap is not None
+            and plan.tp_overlapped(train)):
+        return {}
+    pair = {}
+    for c in t.ops.tp:
+        sub = c.name.removesuffix("_all_reduce")
+        if sub not in t.tp_gemms:
+            continue
+        ag = comm("tp", "all_gather", c.bytes, f"{_LAPPED}{sub} all-gather")
+        rs = comm("tp", "reduce_scatter", c.bytes, f"{_LAPPED}{sub} reduce-scatter")
+        pair[sub] = (ag, rs)
+        for lst, kinds in ((fwd, ("all_gather", "reduce_scatter")),
+                           (bwd, ("all_gather", "all_gather", "reduce_scatter"))):
+            for kind in kinds:
+                secs = ag if kind == "all_gather" else rs
+                if secs > 0:
+                    lst.append(("tp", "tp", kind, c.bytes, secs))
+    cost = overlap_costs({s: t.tp_gemms[s] for s in pair}, chip, plan.tp, pair)
+    return {f"{sub}_all_reduce": c for sub, c in cost.items()}
+
+
 @lru_cache(maxsize=4096)
 def _group_shapes(layout: Plan, net: Network) -> dict[str, GroupShape]:
     """Where each group of a layout sits (memoised: plans that differ only in ZeRO stage,
@@ -247,7 +282,7 @@ class _Comm:
 
 
 def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes: float,
-                 g_bytes: float, train: bool) -> dict[str, LayerStep]:
+                 g_bytes: float, train: bool, chip: Chip) -> dict[str, LayerStep]:
     out = {}
     for kind, t in lt.items():
         ops = t.ops
@@ -259,7 +294,12 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
             if secs > 0:
                 lst.append((ck, group, coll, nbytes, secs))
 
+        lap_fwd: list[tuple[str, str, str, float, float]] = []
+        lap_bwd: list[tuple[str, str, str, float, float]] = []
+        lapped = _tp_overlapped(t, plan, comm, lap_fwd, lap_bwd, train, chip)
         for c in ops.tp:
+            if c.name in lapped:
+                continue
             add(fwd, "tp", "tp", c.kind, c.bytes, f"tp {c.name}")
             if train:
                 add(bwd, "tp", "tp", c.kind, c.bytes, f"tp {c.name}")
@@ -307,8 +347,19 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
         if t.tp_exposed_bwd_s is not None and "tp" in eb:
             eb["tp"] = t.tp_exposed_bwd_s + (t.tp_exposed_fwd_s if plan.recompute == "full"
                                              else 0.0)
-        out[kind] = LayerStep(step.fwd_compute, step.bwd_compute, step.colls_fwd,
-                              step.colls_bwd, ef, eb, step.fwd_flops, step.bwd_flops)
+        if lapped:       # the overlapped stack's cost instead of the chain's (tp_overlap.py)
+            full = plan.recompute == "full"
+            lf = sum(x.fwd_s for x in lapped.values())
+            lb = sum(x.bwd_s for x in lapped.values()) + (lf if full else 0.0)
+            if t.tp_exposed_fwd_s is not None:   # scheduled: what the others left exposed
+                kf = t.tp_exposed_fwd_s - t.tp_lapped_fwd_s
+                kb = (t.tp_exposed_bwd_s or 0.0) - t.tp_lapped_bwd_s + (kf if full else 0.0)
+            else:                                # summed: the others' rule, as above
+                kf, kb = ef.get("tp", 0.0), eb.get("tp", 0.0)
+            ef["tp"], eb["tp"] = max(0.0, kf) + lf, max(0.0, kb) + lb
+        out[kind] = LayerStep(step.fwd_compute, step.bwd_compute,
+                              step.colls_fwd + tuple(lap_fwd), step.colls_bwd + tuple(lap_bwd),
+                              ef, eb, step.fwd_flops, step.bwd_flops)
     return out
 
 
@@ -554,7 +605,7 @@ def _setup(model: ModelConfig, chip: Chip, cluster: Cluster, plan: Plan, sc: Sce
                      tp_links=TpLinks(comm.shapes["tp"], net, free_comm)
                      if execution == "schedule" else None, routing=sc.routing)
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
-    steps = _layer_steps(lt, plan, comm, lp, p.w_bytes, p.g_bytes, train)
+    steps = _layer_steps(lt, plan, comm, lp, p.w_bytes, p.g_bytes, train, chip)
     chunks = chunk_layers(model, lpc, {k: t.ops for k, t in lt.items()})
     return _Setup(model, chip, cluster, plan, sc, golden, simulate, train, length, context,
                   gen, m, lpc, p, comp, mem, comm, lt, lp, steps, chunks)
@@ -814,4 +865,7 @@ def _info(st: _Setup, pipe: _Pipe) -> dict:
             "groups": {k: {"ranks": s.n, "per_domain": s.n_local, "domains": s.n_dom}
                        for k, s in st.comm.shapes.items()
                        if k != "amax" or st.precision.quantized},   # an FP8 recipe's only
-            "identical_layers_simulated_once": True}
+            "identical_layers_simulated_once": True,
+            # the stack's comm-GEMM overlap of the layers' TP all-reduces (tp_overlap.py)
+            "tp_overlap": (dataclasses.asdict(st.chip.tp_overlap) if any(
+                k.startswith(_LAPPED) for k in st.comm.log) else None)}

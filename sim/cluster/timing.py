@@ -70,6 +70,8 @@ from ..run.summed import simulate_workload
 from ...workloads.train import _backward_block
 from .collectives import collective
 from .layers import LayerOps, forward_workload, layer_ops
+from ..run.tp_overlap import SubBlockGemms
+from ..run.tp_overlap import overlap_gemms as run_overlap_gemms
 from .topology import GroupShape, Network
 
 _ATTN_OPS = ("attn_scores", "softmax", "attn_pv")
@@ -97,6 +99,12 @@ class LayerTime:
     selective_energy_j: float = 0.0
     tp_exposed_fwd_s: float | None = None    # execution="schedule": see the module docstring
     tp_exposed_bwd_s: float | None = None
+    # the GEMMs of each sub-block whose all-reduce the chip's [tp_overlap] stack overlaps
+    # (training), by sub-block ("attn", "mlp"): :func:`overlap_gemms`; and the part of
+    # tp_exposed_*_s those all-reduces hold (sim/run/tp_overlap.py replaces it)
+    tp_gemms: Mapping[str, SubBlockGemms] = field(default_factory=dict, compare=False)
+    tp_lapped_fwd_s: float = 0.0
+    tp_lapped_bwd_s: float = 0.0
     fwd_energy_parts: Mapping[str, float] = field(default_factory=EP.zero, compare=False)
     bwd_energy_parts: Mapping[str, float] = field(default_factory=EP.zero, compare=False)
     selective_energy_parts: Mapping[str, float] = field(default_factory=EP.zero,
@@ -191,6 +199,13 @@ def _split(r: dict, tp_names: frozenset, stage: str | None = None
             EP.summed((x["energy_breakdown_j"], x["repeat"]) for x in compute))
 
 
+def overlap_gemms(ops: LayerOps, chip: Chip, simulate) -> dict[str, SubBlockGemms]:
+    """:func:`~diptych.sim.run.tp_overlap.overlap_gemms` of a layer kind (each GEMM timed
+    alone as ``execution="sum"`` times it, :func:`_sum`)."""
+    return run_overlap_gemms(ops.forward, ops.backward, {c.name for c in ops.tp}, chip,
+                             lambda op, on: _sum((op,), on, simulate, "forward")[0])
+
+
 def _flops(ops) -> float:
     return Workload("train", (Block.of_ops("x", 1, tuple(ops)),), tokens=1, batch=1).flops() \
         if ops else 0.0
@@ -225,25 +240,34 @@ def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int
         sim = simulate or _default_simulate()
     out = {}
     for kind, ops in lo.items():
+        tpg = overlap_gemms(ops, chip, simulate) if tp > 1 and phase == "train" else {}
         sel, _, _, se, sp = _sum(ops.selective_ops, chip, simulate, "recompute")
         if execution == "sum":
             f, fa, ff, fe, fp = _sum(ops.forward, chip, simulate, "forward")
             b, ba, bf, be, bp = _sum(ops.backward, chip, simulate, "backward")
             tpf = tpb = None
+            lapf = lapb = 0.0
         else:
             ff, bf = _flops(ops.forward), _flops(ops.backward)
             rf, rp = _scheduled(blocks[kind], w, p, chip, sim, tp_links)
             names = frozenset(n for c in ops.tp for n in (c.name, f"{c.name}.bwd"))
+            # the collectives an overlapping stack would take off the chain: their exposure
+            lapped = frozenset(n for sub in tpg for n in (f"{sub}_all_reduce",
+                                                          f"{sub}_all_reduce.bwd"))
             f, tpf, fa, fe, fp = _split(rf, names)
             f -= tpf
+            lapf = _split(rf, lapped)[1] if lapped else 0.0
             b, ba, be, tpb, bp = 0.0, 0.0, 0.0, None, EP.zero()
+            lapb = 0.0
             if rp is not None:
                 pair, tpb, ba, be, bp = _split(rp, names, "backward")
                 b = max(0.0, pair - (f + tpf) - tpb)
+                lapb = _split(rp, lapped, "backward")[1] if lapped else 0.0
         out[kind] = LayerTime(ops=ops, fwd_s=f, bwd_s=b, attn_fwd_s=fa, attn_bwd_s=ba,
                               selective_s=sel, fwd_flops=ff, bwd_flops=bf, energy_j=fe + be,
                               fwd_energy_j=fe, bwd_energy_j=be, selective_energy_j=se,
-                              tp_exposed_fwd_s=tpf, tp_exposed_bwd_s=tpb,
+                              tp_exposed_fwd_s=tpf, tp_exposed_bwd_s=tpb, tp_gemms=tpg,
+                              tp_lapped_fwd_s=lapf, tp_lapped_bwd_s=lapb,
                               fwd_energy_parts=fp, bwd_energy_parts=bp,
                               selective_energy_parts=sp)
     return out

@@ -41,6 +41,7 @@ from ...workloads.hf import quantised_weights
 from ...workloads.moe import Routing
 from ...workloads.precision import FP8_RECIPES, Precision, recipe_for
 from ...workloads.registry import load_model
+from ...workloads.program import Block
 from ...workloads.train import train_step
 from ..api import OpTimer
 from ..limits import check_ops
@@ -49,7 +50,9 @@ from ..support import check_supported, wider
 from ..regime import busiest_unit
 from .precision_ops import with_precision_ops
 from .scenario import EXECUTIONS, Parallelism, Scenario, default_execution
+from .links import collective_energy_j, collective_seconds
 from .summed import simulate_workload
+from .tp_overlap import one_node_overlap
 from .variant import Variant, collective_timer, variant_chip, variant_timer
 from .waterfall import waterfall as efficiency_waterfall
 
@@ -295,15 +298,36 @@ def _lower(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup
 
 def _time(w: Workload, chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup,
           simulate: OpTimer, collective_time=None) -> dict:
-    """The lowered phase timed as its program's list schedule or as the sum of its ops."""
+    """The lowered phase timed as its program's list schedule or as the sum of its ops; in
+    training on a chip whose stack overlaps tensor-parallel communication with the GEMMs
+    (``[tp_overlap]``), each layer's all-reduces cost what that overlap costs instead
+    (:func:`~diptych.sim.run.tp_overlap.one_node_overlap`)."""
     if s.execution == "schedule":
         from ...workloads.train import dp_buckets
         from .scheduled import schedule_workload
         buckets = dp_buckets(model, setup.precision, setup.tp) if setup.dp > 1 else None
-        return schedule_workload(w, chip, simulate=simulate, fusion=s.fusion,
-                                 dp_buckets=buckets, collective_time=collective_time)
-    return simulate_workload(w, chip, overlap=s.overlap, simulate=simulate,
-                             collective_time=collective_time)
+        t = schedule_workload(w, chip, simulate=simulate, fusion=s.fusion,
+                              dp_buckets=buckets, collective_time=collective_time)
+    else:
+        t = simulate_workload(w, chip, overlap=s.overlap, simulate=simulate,
+                              collective_time=collective_time)
+    if setup.tp > 1 and chip.tp_overlap is not None:
+        def alone(op, on) -> float:
+            one = Workload(w.phase, (Block.of_ops("x", 1, (op,), "forward"),), tokens=1,
+                           batch=1)
+            return simulate_workload(with_precision_ops(one, on), on,
+                                     simulate=simulate)["seconds"]
+
+        delta, link_j = one_node_overlap(
+            w, chip, t, overlap=s.overlap, scheduled=s.execution == "schedule", alone=alone,
+            coll=collective_time or (lambda op: collective_seconds(op, chip)),
+            coll_j=lambda op: collective_energy_j(op, chip))
+        t = {**t, "seconds": t["seconds"] + delta,
+             "communication_seconds": t["communication_seconds"] + delta,
+             "energy_j": t["energy_j"] + link_j,
+             "energy_breakdown_j": {**t["energy_breakdown_j"],
+                                    "link": t["energy_breakdown_j"]["link"] + link_j}}
+    return t
 
 
 def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Workload,

@@ -36,7 +36,7 @@ def _del(path):
 
 KNOWN_TOP = ("area, area_budget_mm2, attention, clock_ghz, core, cost, default_dtype, description, die, "
              "dma, dram, energy, interconnect, name, noc, overheads, package, power, residency, "
-             "shared_buffer, tdp_w, tensor_cores")
+             "shared_buffer, tdp_w, tensor_cores, tp_overlap")
 
 BROKEN = [
     ("misspelt key", _set("clock_gz", 1.0),
@@ -114,6 +114,12 @@ BROKEN = [
      "bad.toml: energy.pj_per_mac.int8: expected 0 or a number >= 0.0001 and <= 1000 (pJ: 0 = "
      "not modelled; 0.1 fJ is below any CMOS op, an int4 MAC at 3 nm takes ~10 fJ; 1 nJ is 250x "
      "a 45 nm fp32 MAC), got 5000.0"),
+    ("comm-GEMM overlap taking every core",
+     _set("tp_overlap", {"splits": 4, "proj_fprop_cores": 2}),
+     "bad.toml: tp_overlap.proj_fprop_cores: expected fewer than the chip's 2 tensor cores, "
+     "got 2"),
+    ("comm-GEMM overlap in no chunks", _set("tp_overlap", {"splits": 0}),
+     "bad.toml: tp_overlap.splits: expected an integer >= 1 and <= 1024, got 0"),
     ("area over budget", _set("area_budget_mm2", 100.0),
      "bad.toml: area_budget_mm2: expected at least the modelled die area (419.8 mm²), got 100.0"),
 ]

@@ -1,0 +1,246 @@
+"""Tensor-parallel communication overlapped with the GEMMs, as Transformer Engine runs it.
+
+Used by the cluster step (:mod:`diptych.sim.cluster.step`, per layer kind) and by a one-node
+``run`` (:func:`one_node_overlap`, per block), on a chip with a ``[tp_overlap]`` table, in
+training with the tensor-parallel overlap on.
+
+With sequence parallelism each tensor-parallel all-reduce of a layer is a reduce-scatter of
+the row-parallel GEMM's output and an all-gather of the next column-parallel GEMM's input
+(Megatron-LM, Korthikanti et al. 2022). Transformer Engine's comm-GEMM overlap (userbuffers)
+hides them inside the GEMMs by three methods, chosen per GEMM (the chip's ``[tp_overlap]``
+table, :class:`~diptych.arch.chip.TpOverlap`, holds a stack's choice):
+
+* **ring exchange** (:func:`ring_exchange_s`): the GEMM is split into one chunk per rank;
+  each rank starts on its own piece and computes each next chunk as its piece arrives over
+  the ring, copied by the copy engines (no cores taken);
+* **pipelined** (:func:`pipelined_s`): the GEMM is split into ``splits`` chunks along its
+  rows, each chunk's reduce-scatter sent while the next is computed, the GEMM running on the
+  cores the reduce-scatter's kernels leave it (TE's ``_math_sms = sm_count - num_sm``);
+* **bulk** (:func:`bulk_s`): the collective runs beside an independent GEMM launched on all
+  the cores; its kernels take ``cores`` of them (a communication CTA does not share an SM
+  with a compute kernel: NCCL's maintainer, NVIDIA/nccl#689) for as long as it runs.
+
+Per sub-block (attention: ``qkv`` then ``proj``; MLP: ``fc1`` then ``fc2``) and micro-batch,
+:func:`sub_block_overlap` gives the seconds the overlapped communication adds to the forward
+and to the backward beyond the GEMMs' own time on the whole chip (the cores' tax and what the
+chunks leave exposed), the time ``diptych`` charges as the layer's exposed tensor-parallel
+communication. The backward carries the all-gather of the saved input that sequence
+parallelism repeats for the weight gradient (Korthikanti et al., §4.2.2). Each chunk is
+assumed to run at the whole GEMM's rate [assumption: the chunks of these configurations are
+≥ 512 rows, where H100 GEMMs keep their rate].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from ...workloads.graph import Workload
+from ...workloads.ops import Collective, Gemm
+
+
+def ring_exchange_s(gemm_s: float, comm_s: float, ranks: int) -> float:
+    """Seconds of a GEMM of ``gemm_s`` whose input arrives over a ring of ``ranks`` ranks in
+    ``comm_s`` (the whole all-gather): ``ranks`` chunks, the first on the local piece at once,
+    each next one when both its piece has arrived and the previous chunk is done."""
+    if ranks <= 1 or comm_s <= 0.0:
+        return gemm_s
+    chunk, step = gemm_s / ranks, comm_s / (ranks - 1)
+    return chunk + (ranks - 1) * max(chunk, step)
+
+
+def pipelined_s(gemm_s: float, comm_s: float, splits: int) -> float:
+    """Seconds of a GEMM of ``gemm_s`` (on the cores the collective leaves it) whose output is
+    reduce-scattered in ``comm_s`` (the whole collective), pipelined in ``splits`` chunks:
+    a two-stage pipeline of ``splits`` items."""
+    if comm_s <= 0.0:
+        return gemm_s
+    a, b = gemm_s / splits, comm_s / splits
+    return a + b + (splits - 1) * max(a, b)
+
+
+def bulk_s(gemm_s: float, comm_s: float, cores: int, total_cores: int) -> float:
+    """Seconds of a GEMM of ``gemm_s`` on all ``total_cores`` beside an independent collective
+    of ``comm_s`` whose kernels take ``cores`` of them while it runs: the GEMM runs at
+    ``(total − cores) / total`` of its rate during the collective, at full rate after it."""
+    if comm_s <= 0.0:
+        return gemm_s
+    return max(comm_s, gemm_s + comm_s * cores / total_cores)
+
+
+@dataclass(frozen=True)
+class SubBlockGemms:
+    """Seconds of one sub-block's GEMMs for one micro-batch on one rank, each alone on the
+    whole chip: the column-parallel ones (``col_*``: all but the last weight GEMM; forward,
+    data and weight gradients) and the row-parallel one (``row_*``), with
+    ``row_fprop_margin_s`` its forward on the cores the pipelined reduce-scatter leaves."""
+
+    col_fprop_s: float
+    row_fprop_s: float
+    row_fprop_margin_s: float
+    col_dgrad_s: float = 0.0
+    col_wgrad_s: float = 0.0
+    row_dgrad_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class OverlapCost:
+    """Seconds the overlapped collectives of one sub-block add beyond its GEMMs' own time:
+    ``fwd_s``/``bwd_s`` in all, of which ``fwd_tax_s``/``bwd_tax_s`` is the GEMMs' slowdown
+    on the cores the collectives take."""
+
+    fwd_s: float
+    bwd_s: float
+    fwd_tax_s: float
+    bwd_tax_s: float
+
+
+def sub_block_overlap(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s: float,
+                      ranks: int, splits: int, dgrad_cores: int, wgrad_cores: int,
+                      total_cores: int, train: bool) -> OverlapCost:
+    """The overlapped tensor-parallel communication of one sub-block (module docstring):
+    ``all_gather_s``/``reduce_scatter_s`` the collectives of the sub-block's activation on
+    the group of ``ranks``; ``dgrad_cores``/``wgrad_cores`` the cores the backward's bulk
+    all-gather and reduce-scatter take."""
+    ag = ring_exchange_s(g.col_fprop_s, all_gather_s, ranks) - g.col_fprop_s
+    if reduce_scatter_s > 0.0:      # the margin is taken only while there is one to run
+        rs = pipelined_s(g.row_fprop_margin_s, reduce_scatter_s, splits) - g.row_fprop_s
+        fwd_tax = g.row_fprop_margin_s - g.row_fprop_s
+    else:
+        rs = fwd_tax = 0.0
+    if not train:
+        return OverlapCost(ag + rs, 0.0, fwd_tax, 0.0)
+    dy = ring_exchange_s(g.row_dgrad_s, all_gather_s, ranks) - g.row_dgrad_s
+    x = bulk_s(g.col_dgrad_s, all_gather_s, dgrad_cores, total_cores) - g.col_dgrad_s
+    dx = bulk_s(g.col_wgrad_s, reduce_scatter_s, wgrad_cores, total_cores) - g.col_wgrad_s
+    bwd_tax = (min(x, all_gather_s * dgrad_cores / total_cores)
+               + min(dx, reduce_scatter_s * wgrad_cores / total_cores))
+    return OverlapCost(ag + rs, dy + x + dx, fwd_tax, bwd_tax)
+
+
+#: The sub-blocks whose tensor-parallel all-reduce (``<sub-block>_all_reduce``) a chip's
+#: ``[tp_overlap]`` stack overlaps with their GEMMs, and the TE names of the cores tables:
+#: (pipelined forward, bulk data gradient, bulk weight gradient).
+OVERLAP_SUB_BLOCKS = {"attn": ("proj_fprop", "qkv_dgrad", "qkv_wgrad"),
+                      "mlp": ("fc2_fprop", "fc1_dgrad", "fc1_wgrad")}
+
+
+def sub_block_ops(forward, tp_names, sub: str) -> tuple[list[Gemm], Gemm] | None:
+    """(column-parallel GEMMs, row-parallel GEMM) of sub-block ``sub`` of a layer's forward
+    ops (its dense weight GEMMs tagged ``sub``: all but the last read the gathered input, the
+    last's output is reduced), or None when the layer has no such pair and all-reduce
+    (``tp_names``: its tensor-parallel collectives; a MoE layer's experts have none)."""
+    if f"{sub}_all_reduce" not in tp_names:
+        return None
+    gemms = [o for o in forward if isinstance(o, Gemm) and sub in o.tags
+             and "weight" in o.tags and "expert" not in o.tags]
+    if len(gemms) < 2:
+        return None
+    return gemms[:-1], gemms[-1]
+
+
+def overlap_gemms(forward, backward, tp_names, chip, alone: Callable
+                  ) -> dict[str, SubBlockGemms]:
+    """The GEMM seconds :func:`sub_block_overlap` needs for each sub-block of a training
+    layer whose all-reduce the chip's ``[tp_overlap]`` stack overlaps: ``alone(op, chip)``
+    times one op by itself (as the summed execution does); the row-parallel forward also on
+    the cores its pipelined reduce-scatter leaves. Empty without the table."""
+    table = chip.tp_overlap
+    if table is None:
+        return {}
+    by_name = {o.name: o for o in backward}
+    cores = table.cores()
+
+    def secs(ops, on=chip) -> float:
+        return sum(alone(o, on) for o in ops)
+
+    out = {}
+    for sub, (fprop, _, _) in OVERLAP_SUB_BLOCKS.items():
+        found = sub_block_ops(forward, tp_names, sub)
+        if found is None:
+            continue
+        col, row = found
+        try:
+            grads = dict(col_dgrad_s=secs([by_name[f"{o.name}.dgrad"] for o in col]),
+                         col_wgrad_s=secs([by_name[f"{o.name}.wgrad"] for o in col]),
+                         row_dgrad_s=secs([by_name[f"{row.name}.dgrad"]]))
+        except KeyError:                    # pragma: no cover - lowering changed
+            continue
+        margin = replace(chip, tensor_cores=chip.tensor_cores - cores[fprop])
+        out[sub] = SubBlockGemms(col_fprop_s=secs(col), row_fprop_s=secs([row]),
+                                 row_fprop_margin_s=secs([row], margin), **grads)
+    return out
+
+
+def costs(gemms: dict[str, SubBlockGemms], chip, ranks: int, collectives: dict
+          ) -> dict[str, OverlapCost]:
+    """:func:`sub_block_overlap` of each sub-block, ``collectives[sub]`` its (all-gather,
+    reduce-scatter) seconds."""
+    table, out = chip.tp_overlap, {}
+    for sub, g in gemms.items():
+        _, dgrad, wgrad = OVERLAP_SUB_BLOCKS[sub]
+        ag, rs = collectives[sub]
+        out[sub] = sub_block_overlap(
+            g, all_gather_s=ag, reduce_scatter_s=rs, ranks=ranks, splits=table.splits,
+            dgrad_cores=table.cores()[dgrad], wgrad_cores=table.cores()[wgrad],
+            total_cores=chip.tensor_cores, train=True)
+    return out
+
+
+def one_node_overlap(w: Workload, chip, t: dict, *, overlap: bool, scheduled: bool,
+                     alone: Callable, coll: Callable, coll_j: Callable
+                     ) -> tuple[float, float]:
+    """Seconds a one-node training run ``t`` (its records, ``t["layers"]``) changes by when
+    the chip's ``[tp_overlap]`` stack overlaps each layer block's all-reduces (0 without the
+    table or tensor parallelism): per copy of a forward block and of its backward
+    (``<name>.bwd``), the stack's cost (:func:`sub_block_overlap`) instead of what the
+    all-reduces cost where they were: their exposure in the schedule (``scheduled``), or
+    their share of the summed block's ``max(compute, collectives)``. Nothing without
+    ``overlap`` (every collective exposed, as asked). ``coll(op)``/``coll_j(op)``: a collective's
+    seconds and link joules on the node's links. Returns (seconds, link joules) to add: the
+    joules of the all-gather of the saved input that the backward repeats for the weight
+    gradient under sequence parallelism (the others move the all-reduce's bytes)."""
+    if chip.tp_overlap is None or w.phase != "train" or not overlap:
+        return 0.0, 0.0
+    blocks = {b.name: b for b in w.blocks}
+    recs: dict[str, list[dict]] = {}
+    for r in t["layers"]:
+        recs.setdefault(r["block"], []).append(r)
+    delta = joules = 0.0
+    for b in w.blocks:
+        bwd = blocks.get(f"{b.name}.bwd")
+        tps = [o for o in b.ops if isinstance(o, Collective) and "tp" in o.tags]
+        if b.stage != "forward" or bwd is None or not tps or tps[0].group < 2:
+            continue
+        names = {o.name for o in tps}
+        gemms = overlap_gemms(b.ops, bwd.ops, names, chip, alone)
+        if not gemms:
+            continue
+        by = {o.name: o for o in tps}
+        pair = {sub: tuple(coll(replace(by[f"{sub}_all_reduce"], kind=kind))
+                           for kind in ("all_gather", "reduce_scatter")) for sub in gemms}
+        cost = costs(gemms, chip, tps[0].group, pair)
+        if any(ag > 0 for ag, _ in pair.values()):
+            joules += bwd.repeat * sum(coll_j(replace(by[f"{sub}_all_reduce"],
+                                                      kind="all_gather")) for sub in gemms)
+        for blk, lapped_of in ((b, lambda sub: (f"{sub}_all_reduce",)),
+                               (bwd, lambda sub: (f"{sub}_all_reduce.bwd",
+                                                  f"{sub}_all_reduce"))):
+            lapped = {n: sub for sub in gemms for n in lapped_of(sub)}
+            rs = recs.get(blk.name, [])
+            new = 0.0
+            for r in rs:
+                sub = lapped.get(r["op"])
+                if sub is not None:
+                    new += cost[sub].bwd_s if r["op"].endswith(".bwd") else cost[sub].fwd_s
+            if scheduled:
+                old = sum(r.get("exposed_total_s", 0.0) for r in rs if r["op"] in lapped)
+                delta += blk.repeat * new - old
+                continue
+            dp = {o.name for o in blk.ops if "dp" in getattr(o, "tags", ())}
+            comp = sum(r["seconds"] for r in rs if r["bound"] != "communication")
+            comm = sum(r["seconds"] for r in rs if r["bound"] == "communication"
+                       and r["op"] not in dp)
+            kept = comm - sum(r["seconds"] for r in rs if r["op"] in lapped)
+            delta += blk.repeat * (max(comp, kept) + new - max(comp, comm))
+    return delta, joules

@@ -1,0 +1,161 @@
+"""Tensor-parallel communication overlapped with the GEMMs as Transformer Engine runs it
+(sim/run/tp_overlap.py, the chip's ``[tp_overlap]`` table): the closed forms against
+event-level references, and the cluster step charging exactly them."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+from roofline_double import roofline
+
+from diptych.arch import load_chip
+from diptych.sim.cluster import Plan, simulate_cluster_step
+from diptych.sim.cluster.layers import layer_ops
+from diptych.sim.cluster.timing import overlap_gemms
+from diptych.sim.run.tp_overlap import (OVERLAP_SUB_BLOCKS, SubBlockGemms, bulk_s,
+                                        pipelined_s, ring_exchange_s, sub_block_overlap)
+from diptych.sim.run import Scenario, run_workload
+from diptych.sim.run.node import default_precision
+from diptych.workloads import load_model
+
+
+def _ring_events(gemm, comm, ranks):
+    """Chunk i (i >= 1) of the input arrives at i x (comm / (ranks - 1)); each chunk starts
+    when it has arrived and the previous one is done."""
+    step, chunk, end = comm / (ranks - 1), gemm / ranks, 0.0
+    for i in range(ranks):
+        end = max(end, i * step) + chunk
+    return end
+
+
+def _pipeline_events(gemm, comm, splits):
+    """GEMM chunks back to back; each chunk's reduce-scatter starts when the chunk and the
+    previous reduce-scatter are done."""
+    a, b, sent = gemm / splits, comm / splits, 0.0
+    for i in range(splits):
+        sent = max(sent, (i + 1) * a) + b
+    return sent
+
+
+def _bulk_steps(gemm, comm, cores, total, n=200_000):
+    """The GEMM's work integrated in small steps at (total - cores)/total of its rate while
+    the collective runs, at its full rate after."""
+    dt, work, t = max(gemm, comm) * 3 / n, 0.0, 0.0
+    while work < gemm:
+        work += dt * ((total - cores) / total if t < comm else 1.0)
+        t += dt
+    return max(t, comm)
+
+
+def test_closed_forms_match_their_event_references():
+    rng = random.Random(3)
+    for _ in range(300):
+        g, c = rng.uniform(1e-6, 1e-3), rng.uniform(0.0, 2e-3)
+        ranks, splits = rng.choice([2, 4, 8]), rng.choice([1, 2, 4, 8])
+        assert ring_exchange_s(g, c, ranks) == pytest.approx(_ring_events(g, c, ranks),
+                                                             rel=1e-12)
+        assert pipelined_s(g, c, splits) == pytest.approx(_pipeline_events(g, c, splits),
+                                                          rel=1e-12)
+    for _ in range(20):
+        g, c = rng.uniform(1e-6, 1e-3), rng.uniform(1e-7, 2e-3)
+        cores, total = rng.choice([2, 16, 24]), 132
+        assert bulk_s(g, c, cores, total) == pytest.approx(_bulk_steps(g, c, cores, total),
+                                                           rel=1e-4)
+
+
+def test_no_communication_costs_nothing():
+    g = SubBlockGemms(col_fprop_s=3.0, row_fprop_s=1.0, row_fprop_margin_s=1.3,
+                      col_dgrad_s=3.0, col_wgrad_s=3.0, row_dgrad_s=1.0)
+    c = sub_block_overlap(g, all_gather_s=0.0, reduce_scatter_s=0.0, ranks=4, splits=4,
+                          dgrad_cores=4, wgrad_cores=24, total_cores=132, train=True)
+    assert (c.fwd_s, c.bwd_s, c.fwd_tax_s, c.bwd_tax_s) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_short_collectives_cost_the_cores_they_take():
+    # collectives far shorter than the GEMMs: the ring hides its all-gather; the pipelined
+    # reduce-scatter costs the margin (the GEMM on fewer cores) plus its last chunk; the
+    # bulk ones the cores' share of their time
+    g = SubBlockGemms(col_fprop_s=4.0, row_fprop_s=2.0, row_fprop_margin_s=2.4,
+                      col_dgrad_s=4.0, col_wgrad_s=4.0, row_dgrad_s=2.0)
+    c = sub_block_overlap(g, all_gather_s=0.1, reduce_scatter_s=0.2, ranks=4, splits=4,
+                          dgrad_cores=4, wgrad_cores=24, total_cores=132, train=True)
+    assert c.fwd_tax_s == pytest.approx(0.4)
+    assert c.fwd_s == pytest.approx(0.4 + 0.2 / 4)
+    assert c.bwd_s == pytest.approx(0.1 * 4 / 132 + 0.2 * 24 / 132) == c.bwd_tax_s
+
+
+def _train(chip, tp=4, execution="schedule"):
+    return simulate_cluster_step("llama-3-8b", chip, "dgx-h100", Plan(tp=tp, micro_batch=1),
+                                 Scenario.of(phase="train", batch=8, seq=2048,
+                                             execution=execution), simulate=roofline)
+
+
+@pytest.mark.parametrize("execution", ["schedule", "sum"])
+def test_the_step_charges_the_overlap_of_each_sub_block(execution):
+    """A layer's tensor-parallel cost is the closed form of each sub-block, from the GEMM
+    times the layer carries and the collectives' times on the topology; its compute is
+    what the chip without the table computes."""
+    h100 = load_chip("h100")
+    r = _train(h100, execution=execution)
+    bare = _train(dataclasses.replace(h100, tp_overlap=None), execution=execution)
+    st = r.layers["layers"]
+    lo = layer_ops(load_model("llama-3-8b"), default_precision(h100, "train"), phase="train",
+                   tp=4, cp=1, ep=1, micro_batch=1, seq=2048)
+    gemms = overlap_gemms(lo["layers"], h100, roofline)
+    table, want_f, want_b = h100.tp_overlap, 0.0, 0.0
+    assert set(gemms) == {"attn", "mlp"}
+    for sub, (_, dgrad, wgrad) in OVERLAP_SUB_BLOCKS.items():
+        ag = r.comm[f"tp overlapped {sub} all-gather"]["seconds"]
+        rs = r.comm[f"tp overlapped {sub} reduce-scatter"]["seconds"]
+        cost = sub_block_overlap(gemms[sub], all_gather_s=ag, reduce_scatter_s=rs,
+                                 ranks=4, splits=table.splits,
+                                 dgrad_cores=table.cores()[dgrad],
+                                 wgrad_cores=table.cores()[wgrad], total_cores=132, train=True)
+        want_f, want_b = want_f + cost.fwd_s, want_b + cost.bwd_s
+        assert 0 < cost.fwd_tax_s < cost.fwd_s
+    assert st.exposed_fwd["tp"] == pytest.approx(want_f, rel=1e-9, abs=1e-12)
+    assert st.exposed_bwd["tp"] == pytest.approx(want_b, rel=1e-9, abs=1e-12)
+    bs = bare.layers["layers"]
+    assert (st.fwd_compute, st.bwd_compute) == (bs.fwd_compute, bs.bwd_compute)
+    # the row-parallel GEMM is slower on the cores the reduce-scatter leaves it
+    g = gemms["attn"]
+    assert g.row_fprop_margin_s > g.row_fprop_s > 0
+    if execution == "schedule":   # the all-reduces leave the chain: less exposed than there
+        assert r.exposed_comm_s["tp"] < bare.exposed_comm_s["tp"]
+    else:                         # the summed rule hid them wholly behind the layer: more
+        assert r.exposed_comm_s["tp"] > bare.exposed_comm_s["tp"]
+
+
+def test_only_training_overlaps_and_only_when_asked():
+    """Prefill and decode keep each all-reduce on the dependency chain (the stack overlaps
+    training GEMMs), and ``overlap_tp=False`` turns the stack's overlap off too."""
+    h100 = load_chip("h100")
+    bare = dataclasses.replace(h100, tp_overlap=None)
+    kw = dict(phase="prefill", batch=2, prompt=1024)
+    a = simulate_cluster_step("llama-3-8b", h100, "dgx-h100", Plan(tp=4, micro_batch=2),
+                              Scenario.of(**kw), simulate=roofline)
+    b = simulate_cluster_step("llama-3-8b", bare, "dgx-h100", Plan(tp=4, micro_batch=2),
+                              Scenario.of(**kw), simulate=roofline)
+    assert a.seconds == b.seconds
+    off = Plan(tp=4, micro_batch=1, overlap_tp=False)
+    kw = dict(phase="train", batch=8, seq=2048)
+    a = simulate_cluster_step("llama-3-8b", h100, "dgx-h100", off, Scenario.of(**kw),
+                              simulate=roofline)
+    b = simulate_cluster_step("llama-3-8b", bare, "dgx-h100", off, Scenario.of(**kw),
+                              simulate=roofline)
+    assert a.seconds == b.seconds
+
+
+def test_a_one_node_run_charges_the_same_overlap():
+    """``run_workload`` applies the table per layer block (tp_overlap.one_node_overlap): on
+    one node its summed training step is the cluster step's, and not the bare chip's."""
+    h100 = load_chip("h100")
+    kw = dict(phase="train", batch=8, seq=2048, tp=4, micro_batch=1, execution="sum")
+    w = run_workload(h100, "llama-3-8b", Scenario.of(**kw), simulate=roofline)
+    bare = run_workload(dataclasses.replace(h100, tp_overlap=None), "llama-3-8b",
+                        Scenario.of(**kw), simulate=roofline)
+    r = _train(h100, execution="sum")
+    assert w.seconds == pytest.approx(r.seconds, rel=1e-9)
+    assert w.seconds > bare.seconds        # the summed rule hid the all-reduces wholly
