@@ -1,4 +1,4 @@
-"""Power of known component workloads on the h100 preset against public measurements
+"""Power of known component workloads on the h100 and tpu-v4 presets against public measurements
 (issue 21 item 1, the check before any coefficient moves); prints a Markdown table.
 
     python benchmarks/validate_power.py [--out FILE]
@@ -79,6 +79,48 @@ CAPPED = (
 )
 
 
+#: TPU v4 (arch/chips/tpu-v4.toml): (case, measured, source, figure or (low, high) range).
+#: Google publishes measured power, not a TDP; no power figure for TPU v5e, v5p, Trillium or
+#: the Groq LPU was found (docs/validation-published.md, "Power of component workloads").
+TPU_V4 = (
+    ("idle (ASIC + HBM)", "90 W", "cloud.google.com/tpu/docs/v4 (\"measured min/mean/max power "
+     "90/170/192 W\"); Jouppi et al. ISCA 2023 Table 4 (idle 90 W) [C]", 90.0),
+    ("8192³ BF16 GEMM (MXUs near peak)", "192–206 W at full load: production max 192 W; "
+     "MLPerf Training 2.0 BERT 197 W, ResNet-50 206 W per chip at 64 chips",
+     "Cloud docs (192 W); ISCA 2023 Table 6 [C]", (192.0, 206.0)),
+    ("GPT-3 175B training step, TP8, seq 2048 (one node)", "121–206 W: production "
+     "workloads 121/170/192 W min/mean/max; MLPerf training 197–206 W",
+     "Cloud docs; ISCA 2023 Tables 4 and 6 [C]", (121.0, 206.0)),
+)
+
+
+def tpu_rows() -> list[tuple[float, str]]:
+    """diptych's watts on tpu-v4, per row of :data:`TPU_V4`."""
+    chip = load_chip("tpu-v4")
+    st = simulate(Gemm(name="g", m=8192, k=8192, n=8192, a_dtype="bf16", b_dtype="bf16",
+                       c_dtype="bf16"), chip)
+    r = run_workload(chip, "gpt3-175b", Scenario.of(phase="train", batch=8, seq=2048, tp=8))
+    return [(chip.energy.static_w, "[energy] static_w"),
+            (st.energy_j / st.seconds,
+             f"{2 * 8192 ** 3 / st.seconds / 1e12:.0f} TFLOPS at {chip.clock_ghz} GHz"),
+            (r.to_dict()["power_w_per_chip"], f"MFU {r.to_dict()['mfu']:.2f}")]
+
+
+def _ratio(w: float, ref) -> str:
+    if isinstance(ref, tuple):
+        return "in range" if ref[0] <= w <= ref[1] else "outside"
+    return "—" if ref is None else f"{w / ref:.2f}"
+
+
+def tpu_table() -> str:
+    """The Markdown table of :data:`TPU_V4`."""
+    lines = ["| component workload (tpu-v4) | measured | diptych | ratio | source |",
+             "|---|---|---|---|---|"]
+    for (case, measured, src, ref), (w, how) in zip(TPU_V4, tpu_rows()):
+        lines.append(f"| {case} | {measured} | {w:.0f} W ({how}) | {_ratio(w, ref)} | {src} |")
+    return "\n".join(lines) + "\n"
+
+
 def capped_tflops(chip, m: int, n: int, k: int, dtype: str, cap_w: float) -> tuple[float, float]:
     """(TFLOPS, clock GHz) of one GEMM on ``chip`` held to ``cap_w``: the GEMM simulated at the
     nominal clock, its power split into core (MACs, SRAM, vector: V²·f), I/O (DRAM, NoC, D2D:
@@ -117,12 +159,8 @@ def main(argv=None) -> int:
     lines = ["| component workload (h100) | measured | diptych | ratio | source |",
              "|---|---|---|---|---|"]
     for (case, measured, src, ref), (w, how) in zip(PUBLISHED, rows()):
-        if isinstance(ref, tuple):
-            ratio = "in range" if ref[0] <= w <= ref[1] else "outside"
-        else:
-            ratio = "—" if ref is None else f"{w / ref:.2f}"
-        lines.append(f"| {case} | {measured} | {w:.0f} W ({how}) | {ratio} | {src} |")
-    table = "\n".join(lines) + "\n\n" + capped_table()
+        lines.append(f"| {case} | {measured} | {w:.0f} W ({how}) | {_ratio(w, ref)} | {src} |")
+    table = "\n".join(lines) + "\n\n" + capped_table() + "\n" + tpu_table()
     print(table, end="")
     if args.out:
         Path(args.out).write_text(table)
