@@ -120,6 +120,13 @@ def models_show(model: str, as_json: bool):
               f"({_b(s['active_parameters'])})")
     for d in ("bf16", "fp8", "int4"):
         t.add_row(f"KV bytes/token {d}", f"{s['kv_bytes_per_token'][d]:,.0f}")
+    kinds = s["kv_bytes_by_layer_kind"]
+    if any(k["window"] is not None for k in kinds):     # full vs windowed layers' share
+        for k in kinds:
+            held = ("every token" if k["window"] is None
+                    else f"at most {k['window']:,} tokens a sequence")
+            t.add_row(f"  bf16, {k['layers']} × {k['attention']}",
+                      f"{k['bytes_per_token_per_layer'] * k['layers']:,.0f} B/token ({held})")
     t.add_row("FLOPs/token (forward)", f"{s['flops_per_token']:.3e} + "
               f"{s['attention_flops_per_token_per_context_token']:.3e} per context token")
     con.print(t)
