@@ -112,6 +112,10 @@ def models_show(model: str, as_json: bool):
             c.get("checkpoint_dtype") and f"torch_dtype {c['checkpoint_dtype']}",
             c.get("checkpoint_quant") and f"{c['checkpoint_quant']} weights "
                                            f"(quantization_config)") if x))
+    if c.get("mtp_layers"):
+        t.add_row("MTP", f"{c['mtp_layers']} next-token-prediction layer"
+                  f"{'s' if c['mtp_layers'] > 1 else ''} in the checkpoint, not simulated "
+                  f"(num_nextn_predict_layers): not in the counts below")
     if c.get("vision_tower"):
         t.add_row("vision tower", "in the checkpoint (vision_config), not simulated: the "
                                   "counts below are the text model's")
