@@ -112,6 +112,10 @@ def models_show(model: str, as_json: bool):
             c.get("checkpoint_dtype") and f"torch_dtype {c['checkpoint_dtype']}",
             c.get("checkpoint_quant") and f"{c['checkpoint_quant']} weights "
                                            f"(quantization_config)") if x))
+    if c.get("mtp_layers"):
+        t.add_row("MTP", f"{c['mtp_layers']} next-token-prediction layer"
+                  f"{'s' if c['mtp_layers'] > 1 else ''} in the checkpoint, not simulated "
+                  f"(num_nextn_predict_layers): not in the counts below")
     if c.get("vision_tower"):
         t.add_row("vision tower", "in the checkpoint (vision_config), not simulated: the "
                                   "counts below are the text model's")
@@ -120,6 +124,13 @@ def models_show(model: str, as_json: bool):
               f"({_b(s['active_parameters'])})")
     for d in ("bf16", "fp8", "int4"):
         t.add_row(f"KV bytes/token {d}", f"{s['kv_bytes_per_token'][d]:,.0f}")
+    kinds = s["kv_bytes_by_layer_kind"]
+    if any(k["window"] is not None for k in kinds):     # full vs windowed layers' share
+        for k in kinds:
+            held = ("every token" if k["window"] is None
+                    else f"at most {k['window']:,} tokens a sequence")
+            t.add_row(f"  bf16, {k['layers']} × {k['attention']}",
+                      f"{k['bytes_per_token_per_layer'] * k['layers']:,.0f} B/token ({held})")
     t.add_row("FLOPs/token (forward)", f"{s['flops_per_token']:.3e} + "
               f"{s['attention_flops_per_token_per_context_token']:.3e} per context token")
     con.print(t)

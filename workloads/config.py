@@ -25,8 +25,10 @@ fields):
   MLPs elsewhere), chunked attention on RoPE layers, global NoPE layers every fourth layer,
   weightless L2 q/k norm on RoPE layers.
 * ``gpt2``: pre-LayerNorm with biases, learned positions, MHA, GELU MLP of ``n_inner`` (4·d).
-* ``deepseek_v3``: multi-head latent attention (MLA) and a MoE with shared experts after
-  ``first_k_dense_replace`` dense layers.
+* ``deepseek_v3`` / ``deepseek_v2``: multi-head latent attention (MLA) and a MoE with shared
+  experts after ``first_k_dense_replace`` dense layers (V2's router has no bias).
+* ``glm4_moe``: GLM-4.5: GQA with q/k/v biases, optional q/k norm, partial RoPE; MoE with
+  shared experts after ``first_k_dense_replace`` dense layers.
 """
 
 from __future__ import annotations
@@ -149,6 +151,9 @@ class ModelConfig:
     # a multimodal checkpoint (config.json has a vision_config): only its text model is
     # simulated and counted; runs and `models show` say so
     vision_tower: bool = False
+    # multi-token-prediction modules shipped beside the decoder (num_nextn_predict_layers:
+    # DeepSeek-V3, GLM-4.5): noted by `models show`, neither simulated nor counted
+    mtp_layers: int = 0
 
     def __post_init__(self):
         def bad(field: str, value, expected: str):

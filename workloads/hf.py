@@ -30,6 +30,8 @@ ARCHITECTURES: dict[str, str] = {
     "Llama4ForConditionalGeneration": "llama4",
     "GPT2LMHeadModel": "gpt2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV2ForCausalLM": "deepseek_v2",
+    "Glm4MoeForCausalLM": "glm4_moe",
 }
 
 #: HF ``layer_types`` entries → per-layer attention kind.
@@ -392,6 +394,16 @@ def _gpt2(f: Fields, arch: str) -> dict:
         qkv_bias=True, out_bias=True, mlp_bias=True, learned_positions=True)
 
 
+def _first_dense(f: Fields, layers: int, default) -> int:
+    """``first_k_dense_replace``: dense layers before the MoE ones, at most ``layers``
+    (``default`` when absent; ``...``: required)."""
+    first = f.int("first_k_dense_replace", default=default, minimum=0)
+    if first > layers:
+        raise ValueError(f"{f.where('first_k_dense_replace')} ({first}) must be at "
+                         f"most num_hidden_layers ({layers})")
+    return first
+
+
 def _deepseek_v3(f: Fields, arch: str) -> dict:
     hidden, heads = f.int("hidden_size"), f.int("num_attention_heads")
     kv_heads = f.int("num_key_value_heads", default=heads)
@@ -406,10 +418,7 @@ def _deepseek_v3(f: Fields, arch: str) -> dict:
     if freq != 1:
         raise ValueError(f"{f.where('moe_layer_freq')}: only 1 (every layer after "
                          f"first_k_dense_replace) is supported, not {freq!r}")
-    first = f.int("first_k_dense_replace", default=0, minimum=0)
-    if first > layers:
-        raise ValueError(f"{f.where('first_k_dense_replace')} ({first}) must be at "
-                         f"most num_hidden_layers ({layers})")
+    first = _first_dense(f, layers, 0)
     bias = f.bool("attention_bias", default=False)
     return dict(
         layers=layers, hidden_size=hidden, heads=heads, kv_heads=heads,
@@ -423,12 +432,52 @@ def _deepseek_v3(f: Fields, arch: str) -> dict:
         moe_intermediate_size=f.int("moe_intermediate_size"), first_dense_layers=first,
         q_lora_rank=f.int("q_lora_rank", default=0, minimum=0),
         kv_lora_rank=f.int("kv_lora_rank"), qk_nope_head_dim=f.int("qk_nope_head_dim"),
-        qk_rope_head_dim=f.int("qk_rope_head_dim"), v_head_dim=f.int("v_head_dim"))
+        qk_rope_head_dim=f.int("qk_rope_head_dim"), v_head_dim=f.int("v_head_dim"),
+        **_mtp(f))
+
+
+def _mtp(f: Fields) -> dict:
+    """``num_nextn_predict_layers``: multi-token-prediction modules the checkpoint ships
+    beside the decoder (DeepSeek-V3, GLM-4.5). Noted, neither simulated nor counted."""
+    return {"mtp_layers": f.int("num_nextn_predict_layers", default=0, minimum=0)}
+
+
+def _deepseek_v2(f: Fields, arch: str) -> dict:
+    """DeepSeek-V2 (and V2-Lite): V3's MLA and shared-expert MoE after
+    ``first_k_dense_replace`` dense layers, but its router (``MoEGate``: softmax scores,
+    ``topk_method`` ``greedy`` or ``group_limited_greedy``) has no ``e_score_correction_bias``:
+    no router bias [P: MaxText configs/models/deepseek2-16b.yml ``routed_bias: False``; M:
+    deepseek-ai/DeepSeek-V2 modeling_deepseek.py ``MoEGate`` holds only its weight]. V2-Lite
+    has no query compression (``q_lora_rank`` null)."""
+    return {**_deepseek_v3(f, arch), "router_bias": False}
+
+
+def _glm4_moe(f: Fields, arch: str) -> dict:
+    """GLM-4.5 (``Glm4MoeForCausalLM``): GQA attention with q/k/v biases
+    (``attention_bias``) and a bias-free ``o_proj``, optional per-head q/k RMSNorm
+    (``use_qk_norm``), RoPE on ``partial_rotary_factor`` of each head; dense SwiGLU MLPs in
+    the first ``first_k_dense_replace`` layers, then a MoE of ``n_routed_experts`` top-k
+    experts (sigmoid router with an ``e_score_correction_bias``) plus ``n_shared_experts``
+    [M: transformers src/transformers/models/glm4_moe/modeling_glm4_moe.py;
+    ``partial_rotary_factor`` 0.5 when absent: P, its configuration_glm4_moe.py]. The MTP
+    layer (``num_nextn_predict_layers``) is noted, not simulated."""
+    cfg = _core(f, arch)
+    _activation(f, arch, ("hidden_act",), _SILU, "silu")
+    layers = cfg["layers"]
+    e, k = _experts(f, "n_routed_experts")
+    first = _first_dense(f, layers, ...)
+    cfg.update(out_bias=False, experts=e, experts_per_token=k, router_bias=True,
+               shared_experts=f.int("n_shared_experts", minimum=0),
+               moe_intermediate_size=f.int("moe_intermediate_size"), first_dense_layers=first,
+               rotary_fraction=f.fraction("partial_rotary_factor", 0.5),
+               qk_norm="rmsnorm" if f.bool("use_qk_norm", default=False) else "")
+    return {**cfg, **_mtp(f)}
 
 
 _PARSERS = {"llama": _llama, "phi3": _phi3, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
             "mixtral": _mixtral, "gemma2": _gemma2, "gemma3": _gemma3, "gpt_oss": _gpt_oss,
-            "llama4": _llama4, "gpt2": _gpt2, "deepseek_v3": _deepseek_v3}
+            "llama4": _llama4, "gpt2": _gpt2, "deepseek_v3": _deepseek_v3,
+            "deepseek_v2": _deepseek_v2, "glm4_moe": _glm4_moe}
 
 
 def _dense_without_moe_layers(cfg: dict) -> dict:

@@ -170,6 +170,13 @@ def kv_bytes_by_layer_kind(m: ModelConfig, dtype: str = "bf16", tp: int = 1) -> 
             for s, ix in _kv_groups(m)]
 
 
+def kv_groups(m: ModelConfig) -> list[tuple[str, int | None, int]]:
+    """What a KV cache holds, by attention kind: ``(attention, window, layers)`` per distinct
+    kind in order of first use (``("full", None, 18), ("sliding", 128, 18)`` for
+    gpt-oss-120b); a layer of a kind with a window caches at most ``window`` tokens."""
+    return [(s.attention, s.window, len(ix)) for s, ix in _kv_groups(m)]
+
+
 def _kv_groups(m: ModelConfig):
     """Layer groups by attention kind only (what the KV cache depends on)."""
     groups: dict = {}

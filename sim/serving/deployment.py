@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...arch.runtime import IDEAL, RuntimeProfile, load_runtime
-from ...workloads.params import kv_bytes_per_token
+from ...workloads.params import kv_bytes_per_token, kv_cache_bytes, kv_groups
 from .config import ServeConfig
 from .kv import kv_budget
 from ..run.scenario import Scenario
@@ -118,12 +118,15 @@ def fit_tp(chip, model, cfg: ServeConfig | None = None, *, precision: dict | Non
 
 
 def kv_transfer(dep: Deployment, link: dict):
-    """KV transfer time from a prefill instance to a decode instance over the chips' links:
-    the sending group's and the receiving group's aggregate link bandwidth (the slower), plus
-    one link latency; overlapped layer by layer with the prefill when the decode side had room
+    """KV transfer time from a prefill instance to a decode instance over the chips' links
+    (the request's cache after its shared prefix; a sliding or chunked layer sends at most
+    its window, :func:`~diptych.workloads.params.kv_cache_bytes`): the sending group's and
+    the receiving group's aggregate link bandwidth (the slower), plus one link latency; overlapped layer by layer with the prefill when the decode side had room
     as the prefill finished (the first layer's KV can leave once that layer is done)."""
     pr, dr = dep.prefill.replica, dep.decode.replica
     per_tok = kv_bytes_per_token(pr.model, pr.precision.kv)
+    # a layer with a window sends only the tokens it still holds (min(tokens, window))
+    windowed = any(w is not None for _, w, _ in kv_groups(pr.model))
     bw = min(pr.tp * pr.chip.interconnect.sustained_bytes_per_s_per_direction,
              dr.tp * dr.chip.interconnect.sustained_bytes_per_s_per_direction)
     if bw <= 0:
@@ -135,7 +138,8 @@ def kv_transfer(dep: Deployment, link: dict):
     pj = pr.chip.energy.pj_per_link_bit
 
     def transfer(r, src, dst, t: float) -> float:
-        nbytes = (r.computed - r.shared) * per_tok
+        nbytes = (kv_cache_bytes(pr.model, pr.precision.kv, r.computed - r.shared) if windowed
+                  else (r.computed - r.shared) * per_tok)
         tx = nbytes / bw + lat
         free = max(src.link_free, dst.in_free)
         if t == r.pf_end:

@@ -16,6 +16,9 @@ Token accounting of a request (``P`` prompt tokens, ``G`` output tokens):
   sequence, as :func:`diptych.workloads.lower.decode_context` counts them.
 * Prefix caching: the first ``shared`` tokens (whole blocks) of a prompt are in the pinned
   prefix cache: they are never computed, and blocks are held only for the rest.
+* KV blocks: ``ceil((tokens − shared) / block)`` blocks of every layer; with a windowed
+  layout (:class:`~diptych.sim.serving.kv.KvLayout`, sliding or chunked layers) each kind
+  holds its own blocks and a windowed kind frees those its next step's queries cannot see.
 
 The serving runtime's host costs (``cfg.runtime``, :mod:`.runtime`): a step lasts
 ``runtime.step_s(device time, sequences in the step)``; a request enters the scheduler
@@ -77,16 +80,19 @@ class Instance:
 
     ``role``: "mixed" (prefill and decode), "prefill" (hands requests off after their first
     token) or "decode" (receives prefilled requests). ``oracle``/``draft`` time steps;
-    ``chips`` is the tensor-parallel degree; ``blocks`` the KV blocks (after the pinned
-    prefix); ``block_bytes`` one block's bytes per chip; ``power`` limits each step's device
-    cost to what the chip's TDP sustains (:mod:`~diptych.sim.serving.power`; None: no
-    limit)."""
+    ``chips`` is the tensor-parallel degree; ``blocks`` the KV blocks (the pinned prefix's
+    ``prefix_blocks`` among them); ``block_bytes`` one block's bytes per chip; ``layout`` how
+    tokens map to blocks (a :class:`~diptych.sim.serving.kv.KvLayout`; None: one block per
+    ``kv_block_tokens`` tokens of every layer); ``power`` limits each step's device cost to
+    what the chip's TDP sustains (:mod:`~diptych.sim.serving.power`; None: no limit)."""
 
     def __init__(self, idx: int, role: str, oracle, cfg: ServeConfig, *, chips: int,
                  blocks: int, block_bytes: float, static_w: float, draft=None,
                  rng: np.random.Generator | None = None, prefix_blocks: int = 0,
-                 power=None):
+                 power=None, layout=None):
         self.idx = idx
+        self.layout = layout
+        self._win = layout if layout is not None and layout.windowed else None
         self.power = power            # a StepPowerLimit (sim/serving/power.py), or None
         self.role = role
         self.oracle = oracle
@@ -148,10 +154,20 @@ class Instance:
     def has_work(self) -> bool:
         return bool(self.running or self.waiting or self.swapped)
 
-    def blocks_for(self, r: Req, tokens: int) -> int:
+    def blocks_for(self, r: Req, tokens: int, start: int = -1) -> int:
         """Blocks ``r`` holds with ``tokens`` tokens in the cache (its shared prefix is in the
-        pinned prefix cache)."""
-        return -((r.shared - tokens) // self.bs)
+        pinned prefix cache); a windowed layout frees what a step starting at ``start``
+        computed tokens (default: ``r.computed``) no longer attends."""
+        if self._win is None:
+            return -((r.shared - tokens) // self.bs)
+        return self._win.blocks(r.shared, tokens, r.computed if start < 0 else start)
+
+    def _static_blocks(self, prompt: int, output: int) -> int:
+        """Blocks a static batch reserves per sequence for its whole life (a windowed layout:
+        the most it can hold, :meth:`~diptych.sim.serving.kv.KvLayout.max_blocks`)."""
+        if self._win is None:
+            return -(-(prompt + output) // self.bs)
+        return self._win.max_blocks(prompt + output, 0, prompt)
 
     def _preempt(self, victim: Req) -> None:
         self.free += victim.blocks
@@ -387,13 +403,13 @@ class Instance:
             while wq and len(batch) < self.cfg.max_batch:
                 r = wq[0]
                 p2, g2 = max(pmax, r.prompt), max(gmax, r.output)
-                per = -(-(p2 + g2) // self.bs)
+                per = self._static_blocks(p2, g2)
                 if per * (len(batch) + 1) > self.free:
                     break
                 wq.popleft()
                 batch.append(r)
                 pmax, gmax = p2, g2
-            per = -(-(pmax + gmax) // self.bs)
+            per = self._static_blocks(pmax, gmax)
             for r in batch:
                 r.blocks = per
             self.free -= per * len(batch)
@@ -447,8 +463,8 @@ class Instance:
                 r.computed += a
                 itl.append(t - r.last_t)
                 r.last_t = t
-                if spec is not None:
-                    keep = self.blocks_for(r, r.computed)
+                if spec is not None:       # the rejected tokens' slots go back
+                    keep = self.blocks_for(r, r.computed, r.computed - a)
                     self.free += r.blocks - keep
                     r.blocks = keep
                 if r.generated >= r.output:

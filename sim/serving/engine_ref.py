@@ -40,7 +40,8 @@ class GoldenRequest:
     first_t: float = -1.0
     finish_t: float = -1.0
     preemptions: int = 0
-    blocks: list = field(default_factory=list)
+    blocks: list = field(default_factory=list)      # every block id it holds
+    table: list = field(default_factory=list)       # per layer kind: slot -> its ids or None
     swapped_out: int = 0     # blocks held in host memory
 
     def __post_init__(self):
@@ -59,14 +60,25 @@ class GoldenRun:
 def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: int, *,
                  prefix_blocks: int = 0, draft=None,
                  block_bytes: float = 0.0, closed_loop: list[GoldenRequest] | None = None,
-                 rng: np.random.Generator | None = None, power=None) -> GoldenRun:
+                 rng: np.random.Generator | None = None, power=None,
+                 layout=None) -> GoldenRun:
     """Serve ``reqs`` (arrival-ordered; with ``closed_loop`` the not-yet-issued requests of
     the clients, handed out in order as requests finish) on one instance of ``blocks`` KV
     blocks and return every request's times. ``power(seconds, energy per chip)`` limits each
     step's device cost (target and draft) as the engine does (a
-    :class:`~diptych.sim.serving.power.StepPowerLimit`; None: no limit)."""
+    :class:`~diptych.sim.serving.power.StepPowerLimit`; None: no limit). ``layout``: the
+    cache's layer kinds (a :class:`~diptych.sim.serving.kv.KvLayout`; None: one kind, every
+    layer in a block, nothing freed before the request ends).
+
+    Each layer kind keeps a block table, one slot per ``kv_block_tokens`` tokens, a slot
+    holding ``units`` block ids: as vLLM's ``SlidingWindowManager`` does, before a step that
+    starts at ``computed`` tokens a sliding kind frees the ids of every slot wholly before
+    token ``computed − window + 1``, a chunked kind those before its chunk's first token
+    ``computed // chunk · chunk``; then every kind gets ids for each slot up to the step's
+    last token."""
     cfg = cfg.resolved()              # a configuration the caller left open: ideal, chunked
     bs = cfg.kv_block_tokens
+    kinds = layout.kinds if layout is not None else (("full", None, 1),)
     q = 1 + (cfg.speculative.k if cfg.speculative else 0)
     rt = cfg.runtime
     rout = rt.token_out_s
@@ -88,29 +100,63 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     static_batch: list[GoldenRequest] = []
     static_state = {"pmax": 0, "left": 0, "done": 0}
 
-    def blocks_needed(r, tokens):
-        return math.ceil((tokens - r.shared) / bs)
+    def first_kept_slot(r, kind, start):
+        """The first slot of ``kind`` a step starting at ``start`` computed tokens needs (the
+        slots of the shared prefix are in the pinned prefix cache)."""
+        att, w, _ = kind
+        first = r.shared // bs
+        if w is None:
+            return first
+        skipped = max(0, start - w + 1) if att == "sliding" else start // w * w
+        return max(first, skipped // bs)
 
-    def grow(r, tokens):
-        want = blocks_needed(r, tokens)
-        while len(r.blocks) < want:
-            b = free_ids.pop()
-            assert b not in held, "a block is held twice"
-            held.add(b)
-            r.blocks.append(b)
+    def blocks_needed(r, tokens, start):
+        """Ids ``r`` holds once a step starting at ``start`` has freed and allocated."""
+        n = 0
+        for kind in kinds:
+            keep = first_kept_slot(r, kind, start)
+            for i in range(math.ceil(tokens / bs)):
+                if i >= keep:
+                    n += kind[2]
+        return n
+
+    def take():
+        b = free_ids.pop()
+        assert b not in held, "a block is held twice"
+        held.add(b)
+        return b
+
+    def give(r, b):
+        held.remove(b)
+        r.blocks.remove(b)
+        free_ids.append(b)
+
+    def grow(r, tokens, start):
+        if not r.table:
+            r.table = [[] for _ in kinds]
+        for kind, slots in zip(kinds, r.table):
+            keep = first_kept_slot(r, kind, start)
+            for i, ids in enumerate(slots):       # out of the window: freed
+                if i < keep and ids:
+                    for b in ids:
+                        give(r, b)
+                    slots[i] = None
+            while len(slots) < math.ceil(tokens / bs):
+                i = len(slots)
+                ids = [take() for _ in range(kind[2])] if i >= keep else None
+                r.blocks.extend(ids or ())
+                slots.append(ids)
 
     def shrink(r, tokens):
-        want = blocks_needed(r, tokens)
-        while len(r.blocks) > want:
-            b = r.blocks.pop()
-            held.remove(b)
-            free_ids.append(b)
+        for slots in r.table:
+            while len(slots) > math.ceil(tokens / bs):
+                for b in slots.pop() or ():
+                    give(r, b)
 
     def release(r):
-        for b in r.blocks:
-            held.remove(b)
-            free_ids.append(b)
-        r.blocks = []
+        for b in list(r.blocks):
+            give(r, b)
+        r.table = []
 
     def preempt(victim, swap_time):
         nonlocal preemptions
@@ -128,7 +174,14 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             waiting.insert(0, victim)
 
     def fits(r, tokens):
-        return blocks_needed(r, tokens) - len(r.blocks) <= len(free_ids)
+        return blocks_needed(r, tokens, r.computed) - len(r.blocks) <= len(free_ids)
+
+    def static_blocks(p, g):
+        """Ids a static batch reserves per sequence (a windowed layout: the most a sequence
+        can hold, KvLayout.max_blocks)."""
+        if layout is None or not layout.windowed:
+            return math.ceil((p + g) / bs)
+        return layout.max_blocks(p + g, 0, p)
 
     def plan_continuous(swap_time):
         budget = cfg.max_batched_tokens
@@ -163,7 +216,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                         break
                 if r not in running:
                     break
-            grow(r, r.computed + need)
+            grow(r, r.computed + need, r.computed)
             budget -= need
             (decodes.append(r) if is_decode else chunks.append((r, need)))
             i += 1
@@ -175,12 +228,12 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             r = swapped[0]
             is_decode = r.computed >= r.target
             need = q if is_decode else min(r.target - r.computed, budget)
-            if need > budget or blocks_needed(r, r.computed + need) > len(free_ids):
+            if need > budget or blocks_needed(r, r.computed + need, r.computed) > len(free_ids):
                 break
             swapped.pop(0)
             swap_time[0] += r.swapped_out * block_bytes / cfg.host_link_bytes_per_s
             r.swapped_out = 0
-            grow(r, r.computed + need)
+            grow(r, r.computed + need, r.computed)
             running.append(r)
             budget -= need
             (decodes.append(r) if is_decode else chunks.append((r, need)))
@@ -200,7 +253,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             if not fits(r, r.computed + need):
                 break
             waiting.pop(0)
-            grow(r, r.computed + need)
+            grow(r, r.computed + need, r.computed)
             running.append(r)
             chunks.append((r, need))
             budget -= need
@@ -266,7 +319,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                 while waiting and len(batch) < cfg.max_batch:
                     r = waiting[0]
                     p2, g2 = max(pmax, r.prompt), max(gmax, r.output)
-                    if math.ceil((p2 + g2) / bs) * (len(batch) + 1) > len(free_ids):
+                    if static_blocks(p2, g2) * (len(batch) + 1) > len(free_ids):
                         break
                     batch.append(waiting.pop(0))
                     pmax, gmax = p2, g2
@@ -274,7 +327,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                     t = min(r.arrival + rin(r) for r in future)
                     continue
                 for r in batch:
-                    grow(r, pmax + gmax)
+                    r.blocks = [take() for _ in range(static_blocks(pmax, gmax))]
                 static_batch = batch
                 static_state.update(pmax=pmax, left=gmax - 1, done=0)
                 step = Step(prefill=tuple((pmax, 0) for _ in batch))

@@ -1,8 +1,11 @@
-"""The paged KV cache's capacity on one tensor-parallel group.
+"""The paged KV cache's capacity on one tensor-parallel group, and its layout.
 
 Per chip: ``HBM − weights − activations − reserve``, divided into blocks of
 ``kv_block_tokens`` tokens of ``kv_bytes_per_token_per_chip`` each (vLLM's PagedAttention
-layout). Weights are the replica's share (:func:`~diptych.workloads.params.params_per_chip`,
+layout). A model whose layers have windows (sliding or chunked attention) has a
+:class:`KvLayout` of several kinds: a block then holds ``kv_block_tokens`` tokens of
+``unit_layers`` layers of one kind, and a layer with a window keeps only the blocks its next
+query can still attend (vLLM's hybrid allocator, :class:`KvLayout`). Weights are the replica's share (:func:`~diptych.workloads.params.params_per_chip`,
 plus a draft model's when speculating); activations are the peak working set of the largest
 step the scheduler can form (a prefill chunk of ``max_batched_tokens`` tokens, as
 :func:`~diptych.workloads.memory.inference_memory` counts it: the largest single op's
@@ -16,15 +19,90 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ...workloads.config import ModelConfig
 from ...workloads.memory import peak_working_bytes
-from ...workloads.params import kv_bytes_per_token_per_chip, params_per_chip
+from ...workloads.params import kv_bytes_per_token_per_chip, kv_groups, params_per_chip
 from ...workloads.serving_step import Step, lower_step
 from .step_time import Replica
 
 
 @dataclass(frozen=True)
+class KvLayout:
+    """How a request's tokens map to KV blocks, per attention kind (vLLM's hybrid KV cache
+    manager, ``vllm/v1/core/single_type_kv_cache_manager.py`` and
+    ``kv_cache_utils._get_kv_cache_groups_uniform_page_size``).
+
+    A block holds ``block_tokens`` tokens of ``unit_layers`` layers of one kind (the greatest
+    common divisor of the kinds' layer counts: 18 for gpt-oss's 18 full + 18 sliding layers,
+    2 for Gemma 3 27B's 10 + 52; a model without windows has one kind and a block holds every
+    layer, the classic layout). ``kinds``: ``(attention, window, units)`` with ``units`` the
+    blocks of that kind per ``block_tokens`` tokens (its layers ÷ ``unit_layers``).
+
+    A request's blocks, page-granular as vLLM counts them: a full-attention kind holds the
+    blocks of every token after the pinned shared prefix; before a step that starts at
+    ``start`` computed tokens, a sliding kind frees the blocks wholly before its next query's
+    window (``SlidingWindowManager``: ``max(0, start − window + 1)`` skipped tokens, their
+    whole blocks freed) and a chunked kind those before its current chunk
+    (``ChunkedLocalAttentionManager``: ``start // chunk · chunk`` skipped tokens). Blocks are
+    allocated for every token the step computes (its K/V are written), so a prefill chunk
+    holds the whole chunk in every kind until the next step. vLLM groups layers into groups
+    of equal size (the smallest kind's count) and pads the last group of a kind (Gemma 3 27B:
+    10 + 52 layers → 7 groups of 10, 8 padding layers); diptych counts exact layer-blocks,
+    without that padding."""
+
+    block_tokens: int
+    unit_layers: int
+    kinds: tuple[tuple[str, int | None, int], ...]
+
+    @property
+    def windowed(self) -> bool:
+        """Some kind frees blocks outside its window."""
+        return any(w is not None for _, w, _ in self.kinds)
+
+    @property
+    def units_per_block(self) -> int:
+        """Blocks of all kinds per ``block_tokens`` tokens (every layer)."""
+        return sum(u for _, _, u in self.kinds)
+
+    def blocks(self, shared: int, upto: int, start: int) -> int:
+        """Blocks a request holds with its first ``upto`` tokens allocated, after the skipped
+        blocks of a step starting at ``start`` computed tokens are freed; ``shared`` prefix
+        tokens (whole blocks) are in the pinned prefix cache."""
+        bs = self.block_tokens
+        hi = -(-upto // bs)
+        first = shared // bs
+        total = 0
+        for att, w, u in self.kinds:
+            lo = first
+            if w is not None:
+                skipped = start - w + 1 if att == "sliding" else start // w * w
+                lo = max(first, skipped // bs)
+            if hi > lo:
+                total += u * (hi - lo)
+        return total
+
+    def max_blocks(self, total: int, shared: int, step_tokens: int) -> int:
+        """An upper bound of the blocks a request of ``total`` tokens (prompt + output) holds
+        in any step of at most ``step_tokens`` tokens: a kind with a window ``W`` holds at
+        most ``⌊(step + W − 1)/block⌋ + 2`` blocks (the step's tokens and the ``W − 1``
+        before them, each end in a partial block)."""
+        bs = self.block_tokens
+        own = -(-(total - shared) // bs)
+        return sum(u * (own if w is None else min(own, (step_tokens + w - 1) // bs + 2))
+                   for _, w, u in self.kinds)
+
+
+def kv_layout(m: ModelConfig, block_tokens: int) -> KvLayout:
+    """The paged layout of ``m``'s cache (:class:`KvLayout`)."""
+    kinds = kv_groups(m)
+    unit = math.gcd(*(n for _, _, n in kinds))
+    return KvLayout(block_tokens, unit, tuple((a, w, n // unit) for a, w, n in kinds))
+
+
+@dataclass(frozen=True)
 class KvBudget:
-    """Bytes per chip and the resulting block count of one replica's KV cache."""
+    """Bytes per chip and the resulting block count of one replica's KV cache; a block is
+    ``block_tokens`` tokens of ``layout.unit_layers`` layers (:class:`KvLayout`)."""
 
     capacity_bytes: float
     weights_bytes: float
@@ -33,6 +111,7 @@ class KvBudget:
     bytes_per_token: float
     block_tokens: int
     blocks: int
+    layout: KvLayout
 
     @property
     def kv_bytes(self) -> float:
@@ -41,18 +120,29 @@ class KvBudget:
 
     @property
     def tokens(self) -> int:
-        return self.blocks * self.block_tokens
+        """Tokens the cache holds in every layer (a prefill chunk's, say)."""
+        return self.blocks // self.layout.units_per_block * self.block_tokens
 
     @property
     def block_bytes(self) -> float:
         """Bytes of one block on one chip."""
-        return self.block_tokens * self.bytes_per_token
+        return _block_bytes(self.block_tokens, self.bytes_per_token, self.layout)
 
     def to_dict(self) -> dict:
         return {"capacity_bytes": self.capacity_bytes, "weights_bytes": self.weights_bytes,
                 "activation_bytes": self.activation_bytes, "reserve_bytes": self.reserve_bytes,
                 "kv_bytes": self.kv_bytes, "bytes_per_token": self.bytes_per_token,
-                "block_tokens": self.block_tokens, "blocks": self.blocks, "tokens": self.tokens}
+                "block_tokens": self.block_tokens, "blocks": self.blocks, "tokens": self.tokens,
+                "block_layers": self.layout.unit_layers,
+                "layer_kinds": [{"attention": a, "window": w, "blocks_per_block_tokens": u}
+                                for a, w, u in self.layout.kinds]}
+
+
+def _block_bytes(block_tokens: int, per_token: float, layout: KvLayout) -> float:
+    """One block's bytes: ``block_tokens`` tokens of ``unit_layers`` of all the layers."""
+    if layout.units_per_block == 1:                  # every layer: the classic block exactly
+        return block_tokens * per_token
+    return block_tokens * per_token / layout.units_per_block
 
 
 def activation_bytes(r: Replica, max_tokens: int) -> float:
@@ -64,8 +154,10 @@ def activation_bytes(r: Replica, max_tokens: int) -> float:
 
 def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
               reserve_fraction: float, draft: Replica | None = None) -> KvBudget:
-    """The KV capacity of replica ``r`` (module docstring). Raises ValueError naming the
-    shortfall when nothing is left for the cache."""
+    """The KV capacity of replica ``r`` (module docstring). With a ``draft`` model, whose
+    cache shares the target's blocks, a block holds every layer of both and keeps every
+    token (no window frees blocks). Raises ValueError naming the shortfall when nothing is
+    left for the cache."""
     cap = float(r.chip.dram.capacity_bytes)
     w = params_per_chip(r.model, r.tp) * r.precision.w_bytes
     per_tok = kv_bytes_per_token_per_chip(r.model, r.precision.kv, r.tp)
@@ -74,10 +166,13 @@ def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
         w += params_per_chip(draft.model, draft.tp) * draft.precision.w_bytes
         per_tok += kv_bytes_per_token_per_chip(draft.model, draft.precision.kv, draft.tp)
         act = max(act, activation_bytes(draft, max_batched_tokens))
+    layout = (KvLayout(block_tokens, r.model.layers, (("full", None, 1),)) if draft is not None
+              else kv_layout(r.model, block_tokens))
     reserve = reserve_fraction * cap
     free = cap - w - act - reserve
-    blocks = int(math.floor(free / (block_tokens * per_tok))) if free > 0 else 0
-    if blocks < 1:
+    unit = _block_bytes(block_tokens, per_tok, layout)
+    blocks = int(math.floor(free / unit)) if free > 0 else 0
+    if blocks < layout.units_per_block:
         gib = 2.0 ** 30
         raise ValueError(
             f"no room for a KV cache: {r.model.name} on {r.chip.name} at tp={r.tp} needs "
@@ -87,4 +182,4 @@ def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
             f"--max-batched-tokens")
     return KvBudget(capacity_bytes=cap, weights_bytes=w, activation_bytes=act,
                     reserve_bytes=reserve, bytes_per_token=per_tok, block_tokens=block_tokens,
-                    blocks=blocks)
+                    blocks=blocks, layout=layout)

@@ -117,6 +117,7 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
     budget = kv_budget(r, block_tokens=cfg.kv_block_tokens,
                        max_batched_tokens=cfg.max_batched_tokens,
                        reserve_fraction=cfg.kv_reserve_fraction, draft=draft)
+    prefix_blocks *= budget.layout.units_per_block     # the pinned prefix: every layer
     if prefix_blocks >= budget.blocks:
         raise ValueError(f"the shared prefix ({prefix_blocks} blocks) does not fit the KV "
                          f"cache of {r.name} ({budget.blocks} blocks); lower --prefix-share")
@@ -126,7 +127,7 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
                             blocks=budget.blocks, block_bytes=budget.block_bytes,
                             static_w=r.chip.energy.static_w,
                             draft=oracles.get(draft) if draft is not None else None,
-                            rng=rng, prefix_blocks=prefix_blocks,
+                            rng=rng, prefix_blocks=prefix_blocks, layout=budget.layout,
                             power=(None if r.variant.no_power_limit or r.chip.power is None
                                    else StepPowerLimit(r.chip))))
     return out, budget
@@ -253,7 +254,22 @@ def scheduling_text(cfg: ServeConfig) -> str:
 def _check_fit(pr, out, shared, cfg: ServeConfig, budgets) -> None:
     need = pr + out - shared
     for role, b in budgets:
-        per_seq = (b.blocks - int(shared.max()) // cfg.kv_block_tokens) * b.block_tokens
+        lay = b.layout
+        free = b.blocks - int(shared.max()) // cfg.kv_block_tokens * lay.units_per_block
+        if lay.windowed:        # the most a request holds in a step (windows free the rest)
+            whole = cfg.scheduler == "static" or not cfg.chunked_prefill
+            most = [lay.max_blocks(int(p + g), int(s), int(p + g) if whole
+                                   else min(cfg.max_batched_tokens, int(p + g)))
+                    for p, g, s in zip(pr, out, shared)]
+            i = int(np.argmax(most))
+            if most[i] > free:
+                raise ValueError(
+                    f"a request of {int(pr[i])} prompt + {int(out[i])} output tokens needs "
+                    f"{most[i]} KV blocks ({b.block_tokens} tokens of "
+                    f"{lay.unit_layers} layers each), more than the {free} one {role} "
+                    f"replica holds; use more chips (--tp) or shorter requests")
+            continue
+        per_seq = free * b.block_tokens
         i = int(np.argmax(need))
         if need[i] > per_seq:
             raise ValueError(f"a request of {int(pr[i])} prompt + {int(out[i])} output tokens "

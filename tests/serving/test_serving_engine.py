@@ -57,7 +57,8 @@ def _golden_of(res, dep, cfg, load, oc):
                         prefix_blocks=inst.prefix_blocks, draft=inst.draft,
                         block_bytes=inst.block_bytes, closed_loop=closed,
                         rng=np.random.default_rng([cfg.seed, 1]),
-                        power=StepPowerLimit(inst.power.chip) if inst.power else None)
+                        power=StepPowerLimit(inst.power.chip) if inst.power else None,
+                        layout=inst.layout)
 
 
 CASES = {

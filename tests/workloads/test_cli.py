@@ -29,6 +29,17 @@ def test_models_list_and_show(cli):
     assert d["kv_bytes_per_token"]["fp8"] == 163_840
     r = cli("models", "show", "mixtral-8x7b")
     assert r.exit_code == 0 and "top-2" in r.output
+    assert "every token" not in r.output           # no windows: no per-kind rows
+
+
+def test_models_show_states_full_and_windowed_kv(cli):
+    # gpt-oss-120b: 18 sliding (128) and 18 full layers of 2 · 8 KV heads · 64 · 2 B
+    r = cli("models", "show", "gpt-oss-120b")
+    assert r.exit_code == 0, r.output
+    per_kind = 18 * 2 * 8 * 64 * 2
+    assert f"18 × sliding 128 │ {per_kind:,} B/token (at most 128 tokens a sequence)" \
+        in r.output
+    assert f"18 × full        │ {per_kind:,} B/token (every token)" in r.output
 
 
 def test_run_json_keys(cli):
