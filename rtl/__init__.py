@@ -8,8 +8,10 @@ cycle-exact to the simulator, and the golden numerics of the precisions it and t
 * :mod:`.fp`, :mod:`.pe`, :mod:`.array` — the components: BF16 and FP8 multipliers, FP32
   adder, MACs, OS/WS PEs and ``SystolicArray(rows, cols, dtype, dataflow)``;
 * :mod:`.bench` and :mod:`.plan` — stimulus, reference model (golden bits,
-  ``diptych.sim.timing`` cycles) and scoreboard; :mod:`.pysim` drives a plan in amaranth.sim,
-  :mod:`.cocotb_bench` on Verilator (:mod:`.verilator` builds models once and runs plans);
+  ``diptych.sim.timing`` cycles) and scoreboard; :mod:`.special` and :mod:`.special_plan` —
+  the directed special-value steps of every mode and the plan that runs them; :mod:`.pysim`
+  drives a plan in amaranth.sim, :mod:`.cocotb_bench` on Verilator (:mod:`.verilator` builds
+  models once and runs plans);
 * :mod:`.verilog`, :mod:`.area` — Verilog generation and Yosys cell counts.
 
 Importing the package loads nothing heavy; import the submodules you need.

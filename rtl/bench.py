@@ -38,7 +38,9 @@ has the directed regimes of each element family it uses, and its tile 1 is long 
 bubbles. WS plans add top-edge partial sums (zeros, FP32
 bits with subnormals/Inf/NaN, int32 values near the limits so the accumulator wraps) and chains
 of passes that continue a K > R reduction. :func:`os_wrap_plan` is a directed INT8 OS tile of
-2¹⁷ + 1024 steps whose int32 sums wrap.
+2¹⁷ + 1024 steps whose int32 sums wrap; the directed special-value plan (signed zeros in every
+operand position, subnormals, Inf, NaN, overflow, in every mode) is
+:func:`diptych.rtl.special_plan.special_plan`.
 
 **Bubbles carry random data.** In every cycle without ``in_valid`` the data ports (and
 ``in_last``/``in_first``/``mode``) carry pseudo-random bits derived from the plan's seed and the

@@ -47,6 +47,8 @@ __all__ = ["Fp32Add3", "ProductLane", "FusedMac", "PAIR_WINDOW_BITS", "normalise
 #: Width of the exact two's complement fixed-point sum of two FP8 products (any format pair).
 PAIR_WINDOW_BITS = 66
 
+#: The adder's third term in BF16 mode: −0, the one zero that leaves every sum as it is; +0
+#: would turn (−0) + (−0) into +0 (issue 26; the mutant ``fused-bf16-adds-plus-zero``).
 _NEG_ZERO = 0x80000000
 
 

@@ -319,19 +319,23 @@ _RUNS = itertools.count()
 def bench_plans(rows: int, cols: int, dtype: str, dataflow: str, *, seeds=(1,),
                 tiles: int = 8, modes=None, directed=()) -> list:
     """``(name, Plan)`` for :func:`run_model`: one random plan per seed
-    (:func:`diptych.rtl.bench.make_plan`), then the ``directed`` ones (``"os_wrap"``:
-    :func:`diptych.rtl.bench.os_wrap_plan`)."""
+    (:func:`diptych.rtl.bench.make_plan`), then the ``directed`` ones: ``"special"``, the
+    special-value steps of every mode (of ``modes``; :func:`diptych.rtl.special_plan.special_plan`),
+    and ``"os_wrap"`` (OS arrays only; :func:`diptych.rtl.bench.os_wrap_plan`)."""
     from .bench import make_plan, os_wrap_plan
     from .datapath import get_datapath
+    from .special_plan import special_plan
 
     for m in modes or ():
         get_datapath(dtype).macs_per_cycle(m)
     for d in directed:
-        if d != "os_wrap" or dataflow != "os":
-            raise ValueError(f"directed plan must be 'os_wrap' (OS arrays only), not {d!r}")
+        if d not in ("special", "os_wrap") or (d == "os_wrap" and dataflow != "os"):
+            raise ValueError(f"directed plan must be 'special' or 'os_wrap' (OS arrays only), "
+                             f"not {d!r}")
     plans = [(f"seed {s}", make_plan(rows, cols, dtype, dataflow, seed=int(s), tiles=tiles,
                                      modes=modes)) for s in seeds]
-    plans += [("os_wrap", os_wrap_plan(rows, cols, dtype)) for _ in directed]
+    plans += [(d, os_wrap_plan(rows, cols, dtype) if d == "os_wrap"
+               else special_plan(rows, cols, dtype, dataflow, modes)) for d in directed]
     return plans
 
 
@@ -342,7 +346,8 @@ def run_bench(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
 
     Runs one random plan per seed (``seeds``, default ``[seed]``) with ``tiles`` tiles in the
     given ``modes`` (default: all of the datapath's), then the ``directed`` plans (e.g.
-    ``["os_wrap"]``). ``work_dir`` (default: a fresh temporary directory, removed afterwards
+    ``["special", "os_wrap"]``).
+    ``work_dir`` (default: a fresh temporary directory, removed afterwards
     unless ``waves`` or a failure) holds the Verilog, the build, the logs and the results.
     Raises VerilatorMissing if Verilator or cocotb is not installed and RuntimeError if the
     build fails.

@@ -28,11 +28,12 @@ AREA_METHOD = (
 #: (rows, cols, dtype, dataflow, directed plans). Every mode of the int8, bf16 and fused
 #: datapaths (the fused PE does INT8, every FP8 mode and BF16; the fp8 and multi datapaths'
 #: FP8 multiplier and FP32 adder are checked on Verilator by the FP deep check, their arrays
-#: in amaranth.sim), both dataflows, non-square and odd sizes, BF16 beyond 4×4, and the INT8
-#: OS tile whose sums wrap.
-STANDARD_CONFIGS = ((8, 8, "int8", "os", ("os_wrap",)), (8, 8, "int8", "ws", ()),
-                    (4, 8, "bf16", "os", ()), (4, 4, "bf16", "ws", ()),
-                    (2, 3, "fused", "os", ()), (3, 2, "fused", "ws", ()))
+#: in amaranth.sim), both dataflows, non-square and odd sizes, BF16 beyond 4×4, the directed
+#: special-value plan on every configuration and the INT8 OS tile whose sums wrap.
+STANDARD_CONFIGS = ((8, 8, "int8", "os", ("special", "os_wrap")),
+                    (8, 8, "int8", "ws", ("special",)),
+                    (4, 8, "bf16", "os", ("special",)), (4, 4, "bf16", "ws", ("special",)),
+                    (2, 3, "fused", "os", ("special",)), (3, 2, "fused", "ws", ("special",)))
 
 _DTYPE_HELP = ("PE datapath: int8, bf16, fp8 (E4M3/E5M2), multi (INT8/FP8 at 2 MACs per "
                "cycle, BF16 at 1; FP8 products rounded one at a time) or fused (the same, the "
@@ -96,8 +97,10 @@ def rtl_test(rows, cols, dtype, dataflow, modes, seed, n_seeds, tiles, wrap, wav
     output is checked bit-exactly against the golden model and at the cycle
     diptych.sim.timing predicts.
 
-    Without --rows/--cols/--dtype/--dataflow it runs the CI set (INT8 OS/WS 8x8 with the
-    wrapping OS tile, BF16 OS 4x8 and WS 4x4, fused multi-precision OS 2x3 and WS 3x2). Exits
+    Every configuration also runs the directed special-value plan (signed zeros, subnormals,
+    Inf, NaN, overflow in every mode and operand position). Without
+    --rows/--cols/--dtype/--dataflow it runs the CI set (INT8 OS/WS 8x8 with the wrapping OS
+    tile, BF16 OS 4x8 and WS 4x4, fused multi-precision OS 2x3 and WS 3x2). Exits
     non-zero if any check fails.
     """
     from ..rtl.array import check_config
@@ -113,12 +116,12 @@ def rtl_test(rows, cols, dtype, dataflow, modes, seed, n_seeds, tiles, wrap, wav
         dataflow = dataflow or "os"
         rows = rows if rows is not None else (8 if dtype == "int8" else 4)
         cols = cols if cols is not None else rows
-        configs = ((rows, cols, dtype, dataflow, ("os_wrap",) if wrap else ()),)
+        configs = ((rows, cols, dtype, dataflow, ("special",) + (("os_wrap",) if wrap else ())),)
     for r, c, dt, df, directed in configs:
         check_config(r, c, dt, df)
         for m in modes:
             get_datapath(dt).macs_per_cycle(m)
-        if directed and (df != "os" or "int8" not in get_datapath(dt).modes):
+        if "os_wrap" in directed and (df != "os" or "int8" not in get_datapath(dt).modes):
             raise ValueError(f"--wrap needs an OS array with an int8 mode, not {dt} {df}")
     for name, v in (("tiles", tiles), ("seeds", n_seeds)):
         if isinstance(v, bool) or v < 1:

@@ -14,6 +14,7 @@ from diptych.rtl.datapath import MODE_CODES
 from diptych.rtl.numerics_ref import mode_formats
 from diptych.rtl.dot_ref import DOT_FRAC_BITS, dot4_bits
 from diptych.rtl.minifloat import encode
+from diptych.rtl.special import special_cases
 
 FP8_MODES = ("e4m3", "e5m2", "e4m3xe5m2", "e5m2xe4m3")
 
@@ -89,6 +90,13 @@ def random_cases(seed: int, n: int) -> list[tuple[str, tuple, tuple, int]]:
 def cases(seed: int = 5, n: int = 600) -> list[tuple[str, tuple, tuple, int]]:
     """The standard set: every directed case, then ``n`` random groups."""
     return [c[1:] for c in directed()] + random_cases(seed, n)
+
+
+def special(modes=FP8_MODES) -> list[tuple[str, tuple, tuple, int]]:
+    """The special-value steps (:mod:`diptych.rtl.special`) of ``modes`` (default: every FP8
+    mode) at four products per step: signed zeros in every position, subnormals, Inf, NaN,
+    format maxima."""
+    return [(mode, c.a, c.b, c.acc) for mode in modes for c in special_cases(mode, 4)]
 
 
 def _pack(codes) -> int:

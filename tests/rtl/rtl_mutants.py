@@ -6,8 +6,13 @@ the modules that use them (the array and the simulator look them up when they el
 the rest of the bench is unchanged. If a mutation site disappears from the source the test
 fails ("site not found") rather than silently testing nothing.
 
+Each mutant names the plan that must catch it (``plan``): the standard random plans, or the
+directed special-value plan (:func:`diptych.rtl.special_plan.special_plan`, in the mutant's
+``modes`` only, to keep the fast tier fast) for the faults only special values show.
+
 Run ``python tests/rtl/rtl_mutants.py`` to print the mutation table (which plans catch which
-fault, and whether random data in the bubbles is what catches it).
+fault, whether random data in the bubbles is what catches it, and what the special-value plan
+catches).
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ class Mutant:
     edits: tuple[tuple[str, str], ...]
     patch: tuple[tuple[str, str], ...]   # (module, attribute) that get the mutated class
     config: tuple[int, int, str, str]    # (rows, cols, dtype, dataflow) of the bench run
+    #: the plan that must catch it: "random" (make_plan, the standard random plans) or
+    #: "special" (special_plan, the directed special values, in ``modes`` only if given)
+    plan: str = "random"
+    modes: tuple[str, ...] = ()
 
 
 _PE = "diptych.rtl.pe"
@@ -114,6 +123,39 @@ MUTANTS = (
            "alignment when a product's exponent is larger)", _DOT,
            (("dc.eq(Mux(d > W, W, d))", "dc.eq(Mux(n == 0, 0, Mux(d > W, W, d)))"),),
            (), _DOT_UNIT),
+    # ---- special values: the random plans pass these; the directed special plan does not
+    Mutant("fused-bf16-adds-plus-zero", "fused PE adds +0, not −0, as the three-operand "
+           "adder's third term in BF16 mode, so (−0) + (−0) gives +0 (issue 26)", _FUSED,
+           (("add.c.eq(Mux(is_fp8, lane1.p, _NEG_ZERO))", "add.c.eq(Mux(is_fp8, lane1.p, 0))"),),
+           ((_PE, "FusedMac"),), (1, 2, "fused", "ws"), "special", ("bf16",)),
+    Mutant("add3-cancelled-zero-keeps-sign", "three-operand adder passes a zero third term "
+           "on with its sign when the other two cancel (−0 for x − x − 0, −0 − 0 + 0)",
+           _FUSED,
+           (("return Mux(mag[k] == 0, 0, Cat(mag[k], sgn[k]))", "return Cat(mag[k], sgn[k])"),),
+           ((_PE, "FusedMac"),), (1, 2, "fused", "ws"), "special", ("e5m2",)),
+    Mutant("adder-zero-always-plus", "FP32 adder gives +0 for every exact zero sum, "
+           "(−0) + (−0) too", _FP,
+           (("m.d.comb += self.s.eq(Cat(Const(0, 31), sx & ~sub))",
+             "m.d.comb += self.s.eq(Const(0, 32))"),),
+           ((_PE, "Fp32Adder"),), (2, 3, "bf16", "ws"), "special"),
+    Mutant("fp8-zero-product-unsigned", "FP8 multiplier gives +0 for every zero product "
+           "(the sign of a zero is dropped)", _FP,
+           (("        with m.Elif(a_zero | b_zero):\n"
+             "            m.d.comb += self.p.eq(Cat(Const(0, 31), sign))",
+             "        with m.Elif(a_zero | b_zero):\n"
+             "            m.d.comb += self.p.eq(0)"),),
+           ((_PE, "Fp8Multiplier"),), (2, 3, "fp8", "ws"), "special"),
+    Mutant("bf16-flushed-product-unsigned", "bf16 multiplier gives +0 for a zero, subnormal or "
+           "underflowing product (the sign of a zero is dropped)", _FP,
+           (("        with m.Elif(a_zero | b_zero | (exp <= 0)):\n"
+             "            m.d.comb += self.p.eq(Cat(Const(0, 31), sign))",
+             "        with m.Elif(a_zero | b_zero | (exp <= 0)):\n"
+             "            m.d.comb += self.p.eq(0)"),),
+           ((_PE, "Bf16Multiplier"),), (2, 3, "bf16", "ws"), "special"),
+    Mutant("dot4-minus-zero-ignores-products", "dot4 unit gives −0 for a −0 accumulator and "
+           "zero products of either sign", _DOT,
+           (("all_neg_zero = all_neg_zero & sign & zero", "all_neg_zero = all_neg_zero & zero"),),
+           (), _DOT_UNIT, "special", ("e4m3",)),
 )
 
 
@@ -149,37 +191,58 @@ def applied(m: Mutant):
             setattr(tmod, attr, value)
 
 
-def caught(m: Mutant, seeds=(1, 2), tiles: int = 8, bubble_data: str = "random") -> list[str]:
-    """The scoreboard's complaints about the mutant on the standard random plans."""
+def caught(m: Mutant, seeds=(1, 2), tiles: int = 8, bubble_data: str = "random",
+           plan: str | None = None) -> list[str]:
+    """The scoreboard's complaints about the mutant on the standard plans of ``plan`` (default:
+    the mutant's own): ``"random"``, one random plan per seed (the dot4 unit: its directed
+    cases and random groups), or ``"special"``, the directed special-value plan (the dot4 unit:
+    the special-value steps of every FP8 mode), its idle cycles seeded by each seed."""
     from diptych.rtl.bench import make_plan, score
     from diptych.rtl.pysim import run_plan
+    from diptych.rtl.special_plan import special_plan
 
+    plan = m.plan if plan is None else plan
+    if plan not in ("random", "special"):
+        raise ValueError(f"plan must be 'random' or 'special', not {plan!r}")
     rows, cols, dtype, dataflow = m.config
     if m.config == _DOT_UNIT:                  # the unit's own scoreboard, seeds as random sets
         import rtl_dot_bench
         mod = mutated_module(m)
+        sets = {s: rtl_dot_bench.special(m.modes or rtl_dot_bench.FP8_MODES)
+                if plan == "special" else rtl_dot_bench.cases(s) for s in seeds}
         return [f"seed {seed}: {e}" for seed in seeds
-                for e in rtl_dot_bench.mismatches(mod.Dot4Fp8(), rtl_dot_bench.cases(seed))]
+                for e in rtl_dot_bench.mismatches(mod.Dot4Fp8(), sets[seed])]
     errors = []
     with applied(m):
         for seed in seeds:
-            plan = make_plan(rows, cols, dtype, dataflow, seed=seed, tiles=tiles,
-                             bubble_data=bubble_data)
-            errors += [f"seed {seed}: {e}" for e in score(plan, run_plan(plan))]
+            if plan == "special":
+                p = special_plan(rows, cols, dtype, dataflow, m.modes or None, seed=seed,
+                                 bubble_data=bubble_data)
+            else:
+                p = make_plan(rows, cols, dtype, dataflow, seed=seed, tiles=tiles,
+                              bubble_data=bubble_data)
+            errors += [f"seed {seed}: {e}" for e in score(p, run_plan(p))]
     return errors
 
 
 def main() -> int:
-    print("| mutant | fault | bench run | standard plans (random bubbles) | "
-          "same plans, zero bubbles |")
-    print("|---|---|---|---|---|")
+    """Print the audit table: mismatches on the random plans of seeds 1 and 2 (and the same
+    plans with zero bubble data), and on the special-value plan (one run: it is directed)."""
+    print("| mutant | fault | bench run | random plans (seeds 1, 2) | same plans, zero bubbles | "
+          "special-value plan |")
+    print("|---|---|---|---|---|---|")
+    fmt = lambda e: f"caught ({len(e)})" if e else "**missed**"   # noqa: E731
     for m in MUTANTS:
         rows, cols, dtype, dataflow = m.config
-        rand = caught(m)
-        zero = caught(m, bubble_data="zero")
-        fmt = lambda e: f"caught ({len(e)} mismatches)" if e else "**missed**"   # noqa: E731
-        print(f"| `{m.name}` | {m.fault} | {dtype} {dataflow.upper()} {rows}×{cols} | "
-              f"{fmt(rand)} | {fmt(zero)} |")
+        rand = caught(m, plan="random")
+        zero = ("(unit: no bubbles)" if m.config == _DOT_UNIT
+                else fmt(caught(m, bubble_data="zero", plan="random")))
+        special = caught(m, seeds=(1,), plan="special")
+        run = "dot4 unit" if m.config == _DOT_UNIT else f"{dtype} {dataflow.upper()} {rows}×{cols}"
+        if m.modes:
+            run += f" ({', '.join(m.modes)})"
+        print(f"| `{m.name}` | {m.fault} | {run} | {fmt(rand)} | {zero} | {fmt(special)} |",
+              flush=True)
     return 0
 
 

@@ -86,16 +86,17 @@ def test_test_runs_the_ci_set_by_default_and_passes_options(monkeypatch):
     assert [c[:4] for c in calls] == [(8, 8, "int8", "os"), (8, 8, "int8", "ws"),
                                       (4, 8, "bf16", "os"), (4, 4, "bf16", "ws"),
                                       (2, 3, "fused", "os"), (3, 2, "fused", "ws")]
-    assert calls[0][7] == ("os_wrap",) and "6 passed, 0 failed" in r.output
+    assert calls[0][7] == ("special", "os_wrap") and "6 passed, 0 failed" in r.output
+    assert all(c[7][0] == "special" for c in calls)
     calls.clear()
     r = _run("test", "--rows", "3", "--cols", "5", "--dataflow", "ws", "--seed", "9",
              "--seeds", "3", "--tiles", "2")
     assert r.exit_code == 0, r.output
-    assert calls == [(3, 5, "int8", "ws", [9, 10, 11], 2, None, ())]
+    assert calls == [(3, 5, "int8", "ws", [9, 10, 11], 2, None, ("special",))]
     calls.clear()
     r = _run("test", "--dtype", "multi", "--mode", "e5m2", "--mode", "bf16", "--wrap")
     assert r.exit_code == 0, r.output
-    assert calls == [(4, 4, "multi", "os", [1], 10, ("e5m2", "bf16"), ("os_wrap",))]
+    assert calls == [(4, 4, "multi", "os", [1], 10, ("e5m2", "bf16"), ("special", "os_wrap"))]
 
 
 def test_area_json_counts_the_pe_registers():

@@ -8,10 +8,19 @@ from rtl_mutants import MUTANTS, applied, caught, mutated_module
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_the_scoreboard_rejects_the_mutant(mutant):
-    """One standard random plan (seed 1, 8 tiles) is enough for each (the audit in
-    rtl_mutants.py checks seeds 1-6 one at a time)."""
+    """One standard plan of the mutant's kind is enough for each: random (seed 1, 8 tiles; the
+    audit in rtl_mutants.py checks seeds 1-6 one at a time) or the special-value plan."""
     errors = caught(mutant, seeds=(1,))
     assert errors, f"{mutant.name} ({mutant.fault}) passed the bench"
+
+
+def test_the_special_values_are_what_catches_the_bf16_signed_zero():
+    """Issue 26: the fused PE adding +0 instead of −0 in BF16 mode passes the standard random
+    plan (a WS partial sum of −0 meeting only −0 products is too rare to draw); the special-value
+    plan rejects it."""
+    m = next(m for m in MUTANTS if m.name == "fused-bf16-adds-plus-zero")
+    assert caught(m, seeds=(1,), plan="random") == []
+    assert caught(m, seeds=(1,), plan="special") != []
 
 
 def test_random_bubble_data_is_what_catches_accumulate_while_invalid():
