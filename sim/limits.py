@@ -18,7 +18,8 @@ needs ~9·10³ blocks per array on ``infer-2026`` and a 16M-token training batch
   burstiness within :data:`BURSTINESS_RANGE`; no arrival
   later than :data:`MAX_ARRIVAL_S`, so that a clock in float64 seconds keeps a resolution of
   2 ns or better (10⁷ s × 2⁻⁵²) and a TTFT or TPOT never rounds to 0;
-  :data:`MAX_SWEEP_POINTS` rates in a ``--sweep-qps`` curve;
+  :data:`MAX_SWEEP_POINTS` rates in a ``--sweep-qps`` curve; :data:`MAX_REPLICAS` replicas
+  in a pool (``--replicas``, ``--prefill-chips`` / ``--decode-chips`` over the pool's TP);
 * ``diptych plan``: at most :data:`MAX_REFINE` plans re-simulated with the engine
   (``--refine``, ``--top``).
 """
@@ -46,6 +47,10 @@ QPS_RANGE = (1e-6, 1e9)            # requests per second
 BURSTINESS_RANGE = (1e-3, 1e3)
 MAX_ARRIVAL_S = 1e7                # ~116 days of simulated arrivals
 MAX_SWEEP_POINTS = 100             # arrival rates of one --sweep-qps curve (each a full run)
+#: Replicas (engine instances) in one serving pool: the largest cluster preset's pod (a TPU v4
+#: pod, 4,096 chips). The event loop scans every replica of the entry pool per arrival:
+#: 4,096 replicas of llama-3-8b took 33 s for 10,000 requests on a loaded core.
+MAX_REPLICAS = 4096
 MAX_REFINE = 256                   # plans re-simulated by `plan` (~0.4 s each, warm)
 
 

@@ -9,7 +9,7 @@ import time
 import click
 
 from ..arch.dtypes import DTYPES
-from . import fmt
+from . import serve_report as report
 from .errors import friendly
 from .jsonout import dumps
 from .result_check import check_result
@@ -60,81 +60,17 @@ class _LazyProgress:
             self.bar = None
 
 
-def _ms(x) -> str:
-    return "-" if x is None else (f"{x * 1e3:.1f} ms" if x < 10 else f"{x:.2f} s")
-
-
-def _stats_table(d: dict):
-    from rich.table import Table
-
-    t = Table("latency", "mean", "p50", "p90", "p99", title="latencies")
-    for key, name in (("ttft_s", "time to first token"), ("tpot_s", "time per output token"),
-                      ("itl_s", "inter-token gap"), ("e2e_s", "end to end")):
-        s = d[key]
-        t.add_row(name, *[_ms(s[k]) for k in ("mean", "p50", "p90", "p99")])
-    return t
-
-
-def _summary_table(d: dict):
-    from rich.table import Table
-
-    t = Table("quantity", "value", show_header=False, title=d["deployment"],
-              caption=d["load"])
-    t.add_row("requests", f"{d['requests']} in {d['duration_s']:.1f} s "
-              f"({d['requests_per_s']:.2f} req/s)")
-    chips = f"{d['chips']} chip" + ("s" if d["chips"] != 1 else "")
-    t.add_row("output tokens/s", f"{d['tokens_per_s']:.0f} ({d['tokens_per_s_per_chip']:.0f} "
-              f"per chip, {chips})")
-    t.add_row("input tokens/s", f"{d['input_tokens_per_s']:.0f}")
-    slo = d["slo"]
-    t.add_row("goodput", f"{d['goodput_rps']:.2f} req/s ({100 * d['slo_attainment']:.1f} % "
-              f"meet TTFT ≤ {slo['ttft_s']:g} s and TPOT ≤ {slo['tpot_s']:g} s)")
-    t.add_row("SLOs at p99 (MLPerf rule)", "[green]met[/green]" if d["meets_slo"]
-              else "[red]missed[/red]")
-    t.add_row("tokens per joule", f"{d['tokens_per_j']:.2f} ({d['energy_j'] / 1e3:.1f} kJ)")
-    per_tok = sum((d.get("energy_breakdown_j_per_token") or {}).values())
-    t.add_row("energy by component", fmt.energy_shares(d.get("energy_breakdown_j"))
-              + (f" ({fmt.eng(per_tok, 'J')} per output token)" if per_tok else ""))
-    kv = ", ".join(f"{'' if k['role'] == 'mixed' else k['role'] + ': '}{k['tokens']:,} tokens "
-                   f"per replica ({k['kv_bytes'] / 2**30:.1f} GiB per chip)" for k in d["kv"])
-    t.add_row("KV cache", kv)
-    t.add_row("KV occupancy", f"peak {100 * d['kv_peak_fraction']:.1f} %, mean "
-              f"{100 * d['kv_mean_fraction']:.1f} %")
-    t.add_row("preemptions", f"{d['preemptions']}" + (f" ({d['swap_bytes'] / 2**30:.1f} GiB "
-                                                       f"swapped)" if d["swap_bytes"] else ""))
-    q = d["queue"]
-    if q["waiting"]:
-        t.add_row("queue", f"waiting max {max(q['waiting']):.0f}, running max "
-                  f"{max(q['running']):.0f}; mean in system {d['mean_in_system']:.1f}")
-    info = d["info"]
-    t.add_row("steps", f"{info['steps']:,} (timed as {info['execution']}; {info['oracle']} "
-              f"step oracle, {info['oracle_simulations']} simulations)")
-    t.add_row("runtime", info.get("runtime", "ideal"))
-    t.add_row("scheduling", info.get("scheduling", ""))
-    return t
-
-
-def _sweep_table(sw: dict, slo: dict):
-    from rich.table import Table
-
-    t = Table("QPS", "tokens/s", "goodput", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
-              "KV peak", "SLOs", "energy by component, per output token",
-              title="throughput–latency curve")
-    for p in sw["points"]:
-        t.add_row(f"{p['qps']:g}", f"{p['tokens_per_s']:.0f}", f"{p['goodput_rps']:.2f}",
-                  _ms(p["ttft_s"]["p50"]), _ms(p["ttft_s"]["p99"]), _ms(p["tpot_s"]["p50"]),
-                  _ms(p["tpot_s"]["p99"]), f"{100 * p['kv_peak_fraction']:.0f} %",
-                  "[green]met[/green]" if p["meets_slo"] else "[red]missed[/red]",
-                  fmt.energy_shares(p.get("energy_breakdown_j_per_token"), compact=True))
-    return t
-
-
 def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg, what):
-    """A pool of replicas; ``execution``: ``make_replica``'s execution and fusion."""
+    """A pool of ``replicas`` replicas, or of ``chips`` chips (``--{what}-chips``, a multiple
+    of the TP degree) when given; ``execution``: ``make_replica``'s execution and fusion."""
+    from ..sim.limits import MAX_REPLICAS
     from ..sim.run import Scenario
     from ..sim.serving.step_time import make_replica
     from ..sim.serving.serve import Pool, fit_tp
 
+    if chips is None and not 1 <= replicas <= MAX_REPLICAS:
+        raise ValueError(f"--replicas must be a positive integer of at most {MAX_REPLICAS:,} "
+                         f"(sim/limits.py), not {replicas}")
     if tp is None:
         tp = fit_tp(chip, model, cfg, precision=precision, attention=attention)
     if chips is not None:
@@ -142,18 +78,48 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg
             raise ValueError(f"--{what}-chips ({chips}) must be a multiple of the tensor-"
                              f"parallel degree ({tp})")
         replicas = chips // tp
+        if replicas > MAX_REPLICAS:
+            raise ValueError(f"--{what}-chips {chips:,} is {replicas:,} replicas of TP {tp}, "
+                             f"more than the {MAX_REPLICAS:,} a pool may have (sim/limits.py: "
+                             f"the event loop visits every replica per arrival)")
     return Pool(make_replica(chip, model,
                              Scenario.of(phase="decode", tp=tp, attention=attention, **execution,
                                          **precision)), replicas)
 
 
+def _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, replicas):
+    """``(prefill chip, decode chip)`` when any ``--prefill-*``/``--decode-*`` flag makes the
+    deployment disaggregated (a pool whose chip is not named runs on ``--chip``), else None.
+    Pool sizes are checked here, before anything is built."""
+    if all(v is None for v in (prefill_chip, decode_chip, prefill_chips, decode_chips)):
+        return None
+    if replicas != 1:
+        raise ValueError(f"--replicas {replicas} sizes a colocated deployment; size the "
+                         f"disaggregated pools with --prefill-chips and --decode-chips")
+    if chip is not None and prefill_chip is not None and decode_chip is not None:
+        raise ValueError(f"--chip {chip} names no pool: --prefill-chip and --decode-chip are "
+                         f"both given; drop --chip")
+    for n, v in (("--prefill-chips", prefill_chips), ("--decode-chips", decode_chips)):
+        if v is not None and v < 1:
+            raise ValueError(f"{n} must be a positive integer, not {v}")
+    pc, dc = prefill_chip or chip, decode_chip or chip
+    if pc is None or dc is None:
+        missing = "--prefill-chip" if pc is None else "--decode-chip"
+        raise ValueError(f"disaggregated serving needs a chip for each pool: give {missing} "
+                         f"(or --chip, the chip of a pool not named)")
+    return pc, dc
+
+
 @click.command("serve")
-@click.option("--chip", help="Chip preset name or TOML path (colocated serving).")
+@click.option("--chip", help="Chip preset name or TOML path (colocated serving; "
+              "disaggregated: the chip of a pool whose --prefill-chip/--decode-chip is not "
+              "given).")
 @click.option("--model", required=True, help="Built-in model name or path to a HF config.json.")
 @click.option("--tp", type=int, help="Tensor-parallel chips per replica (default: the fewest "
               "whose memory holds the weights and a step's worth of KV cache).")
 @click.option("--replicas", type=int, default=1, show_default=True,
-              help="Independent replicas; requests go to the one with the fewest outstanding.")
+              help="Independent replicas (at most 4096); requests go to the one with the "
+                   "fewest outstanding.")
 @click.option("--qps", type=float, help="Open-loop arrival rate (requests/s).")
 @click.option("--burstiness", type=float, default=1.0, show_default=True,
               help="Gamma arrivals' shape (1 = Poisson, < 1 burstier), as vLLM's benchmark.")
@@ -190,10 +156,14 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg
 @click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
 @click.option("--attention", type=click.Choice(["fused", "unfused"]), default="fused",
               show_default=True, help="Fused (FlashAttention-style) or unfused attention.")
-@click.option("--prefill-chip", help="Disaggregated: chip of the prefill pool.")
-@click.option("--prefill-chips", type=int, help="Disaggregated: chips in the prefill pool.")
-@click.option("--decode-chip", help="Disaggregated: chip of the decode pool.")
-@click.option("--decode-chips", type=int, help="Disaggregated: chips in the decode pool.")
+@click.option("--prefill-chip", help="Disaggregated: chip of the prefill pool (default "
+              "--chip).")
+@click.option("--prefill-chips", type=int, help="Disaggregated: chips in the prefill pool, a "
+              "multiple of the TP degree (default one replica: --tp chips, or the fewest that "
+              "hold the model).")
+@click.option("--decode-chip", help="Disaggregated: chip of the decode pool (default --chip).")
+@click.option("--decode-chips", type=int, help="Disaggregated: chips in the decode pool (as "
+              "--prefill-chips).")
 @click.option("--speculative", help="draft=MODEL,k=K,accept=P (draft=none: free proposals).")
 @click.option("--prefix-share", type=float, default=0.0, show_default=True,
               help="Fraction of each prompt that is a cached prefix shared by all requests.")
@@ -203,7 +173,9 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg
                    "trtllm-triton, trtllm-bench, vllm-v0) or a TOML path; docs/serving.md, "
                    "\"Runtime host costs\". Default: the chip's ([overheads] "
                    "serving_runtime: h100 vllm-v1; ideal, the chip alone, for the others).")
-@click.option("--sweep-qps", help="LO:HI:N: a throughput-latency curve over N arrival rates.")
+@click.option("--sweep-qps", help="LO:HI:N: a throughput-latency curve over N arrival rates, "
+              "and the highest meeting the SLOs with goodput within 10 % of it (≥ HI when the "
+              "top still does).")
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="With --sweep-qps: write the curve (PNG/SVG/PDF by extension).")
 @click.option("--export-profile", type=click.Path(file_okay=False),
@@ -237,13 +209,13 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
     diptych serve --chip h100 --model llama-3-70b --tp 2 --qps 4
     diptych serve --chip infer-2026 --model llama-3-70b --concurrency 64 --json
     diptych serve --chip h100 --model llama-3-8b --sweep-qps 5:60:10 --plot curve.png
-    diptych serve --prefill-chip train-2026 --prefill-chips 1 --decode-chip infer-2026 \\
-        --decode-chips 1 --model llama-3-70b --qps 2
+    diptych serve --prefill-chip train-2026 --decode-chip infer-2026 --model llama-3-70b \\
+        --qps 2
+    diptych serve --chip h100 --decode-chip infer-2026 --model llama-3-8b --qps 4
     """
     from ..sim.serving.config import ServeConfig, parse_speculative
-    from ..sim.serving.requests import parse_length
     from ..arch.runtime import load_runtime
-    from ..sim.serving.serve import Deployment, Load, StepTimerCache
+    from ..sim.serving.serve import Deployment, StepTimerCache
     from ..sim.serving.serve import serve as run_serve
 
     cfg = ServeConfig(scheduler=scheduler, max_batch=max_batch,
@@ -254,20 +226,22 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
                       seed=seed, runtime=load_runtime(runtime) if runtime else None)
     precision = {"weights_dtype": weights_dtype, "act_dtype": act_dtype, "kv_dtype": kv_dtype}
     execution = {"execution": execution, "fusion": fusion}
-    disagg = [prefill_chip, prefill_chips, decode_chip, decode_chips]
-    if any(v is not None for v in disagg):
-        if any(v is None for v in disagg):
-            raise ValueError("disaggregated serving needs all of --prefill-chip, "
-                             "--prefill-chips, --decode-chip and --decode-chips")
-        if chip is not None or replicas != 1:
-            raise ValueError("give either --chip/--replicas (colocated) or the --prefill-*/"
-                             "--decode-* pools (disaggregated), not both")
-        for n, v in (("--prefill-chips", prefill_chips), ("--decode-chips", decode_chips)):
-            if v < 1:
-                raise ValueError(f"{n} must be a positive integer, not {v}")
-        dep = Deployment(prefill=_pool(prefill_chip, model, tp, 1, prefill_chips, precision,
+    # the load first: its bounds (--requests, rates, lengths) are refused before any chip is
+    # loaded or a replica sized
+    has_load = any(v is not None for v in (qps, concurrency, trace_file)) or sweep_qps
+    load = sweep = None
+    if has_load or not export_profile:
+        load, sweep = _load(sweep_qps, qps, concurrency, trace_file, prompt, gen, requests,
+                            duration, burstiness)
+    if sweep_qps and waterfall:
+        raise ValueError("--waterfall explains one run; drop it with --sweep-qps")
+    if plot and not sweep_qps:
+        raise ValueError("--plot draws a --sweep-qps curve; add --sweep-qps LO:HI:N")
+    chips = _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, replicas)
+    if chips is not None:
+        dep = Deployment(prefill=_pool(chips[0], model, tp, 1, prefill_chips, precision,
                                        attention, execution, cfg, "prefill"),
-                         decode=_pool(decode_chip, model, tp, 1, decode_chips, precision,
+                         decode=_pool(chips[1], model, tp, 1, decode_chips, precision,
                                       attention, execution, cfg, "decode"))
     else:
         if chip is None:
@@ -277,7 +251,6 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
     show = not as_json and sys.stderr.isatty()
     bar = _LazyProgress(show)
     oracles = StepTimerCache(oracle, progress=bar.grid)
-    has_load = any(v is not None for v in (qps, concurrency, trace_file)) or sweep_qps
     try:
         if export_profile:
             from ..sim.serving.profile import export_profile as do_export
@@ -290,19 +263,11 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
                 if not as_json:
                     bar.stop()
                     click.echo(f"wrote {', '.join(str(f) for f in files)}", err=True)
-            if not has_load:
+            if load is None:
                 return
-        if sweep_qps and waterfall:
-            raise ValueError("--waterfall explains one run; drop it with --sweep-qps")
-        if sweep_qps:
-            _run_sweep(dep, cfg, sweep_qps, prompt, gen, requests, duration, burstiness, qps,
-                       concurrency, trace_file, oracles, bar, as_json, plot, trace_out)
+        if sweep is not None:
+            _run_sweep(dep, cfg, load, sweep, oracles, bar, as_json, plot, trace_out)
             return
-        if plot:
-            raise ValueError("--plot draws a --sweep-qps curve; add --sweep-qps LO:HI:N")
-        load = Load(qps=qps, concurrency=concurrency, trace=trace_file,
-                    prompt=parse_length(prompt, "--prompt"), gen=parse_length(gen, "--gen"),
-                    requests=requests, duration_s=duration, burstiness=burstiness)
         res = run_serve(dep, load, cfg, oracles=oracles,
                         progress=lambda d, t: bar.update(d, t), waterfall=waterfall)
     finally:
@@ -316,10 +281,10 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
     from rich.console import Console
 
     con = Console() if sys.stdout.isatty() else Console(width=160)
-    con.print(_summary_table(d))
-    con.print(_stats_table(d))
+    con.print(report.summary_table(d))
+    con.print(report.stats_table(d))
     if d.get("waterfall"):
-        con.print(_waterfall_table(d["waterfall"]))
+        con.print(report.waterfall_table(d["waterfall"]))
     for w in res.warnings:
         click.echo(f"warning: {w}", err=True)
     if d["info"].get("clipped_to_context"):
@@ -327,19 +292,28 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
                    f"the model's context", err=True)
 
 
-def _run_sweep(dep, cfg, spec, prompt, gen, requests, duration, burstiness, qps, concurrency,
-               trace_file, oracles, bar, as_json, plot, trace_out):
-    from ..sim.serving.requests import parse_length
-    from ..sim.serving.serve import Load
-    from ..sim.serving.sweep import parse_sweep, plot_sweep, qps_sweep
+def _load(sweep_qps, qps, concurrency, trace_file, prompt, gen, requests, duration,
+          burstiness):
+    """``(Load, (lo, hi, n) or None)``: the request stream the flags describe (a sweep's at
+    its lowest rate)."""
+    from ..sim.serving.requests import Load, parse_length
+    from ..sim.serving.sweep import parse_sweep
 
+    lengths = {"prompt": parse_length(prompt, "--prompt"), "gen": parse_length(gen, "--gen"),
+               "requests": requests, "duration_s": duration, "burstiness": burstiness}
+    if not sweep_qps:
+        return Load(qps=qps, concurrency=concurrency, trace=trace_file, **lengths), None
     if concurrency is not None or trace_file is not None or qps is not None:
         raise ValueError("--sweep-qps sets the arrival rate itself; drop --qps, --concurrency "
                          "and --trace")
-    lo, hi, n = parse_sweep(spec)
-    load = Load(qps=lo, prompt=parse_length(prompt, "--prompt"), gen=parse_length(gen, "--gen"),
-                requests=requests, duration_s=duration, burstiness=burstiness)
-    sw = qps_sweep(dep, load, lo, hi, n, cfg, oracles=oracles,
+    lo, hi, n = parse_sweep(sweep_qps)
+    return Load(qps=lo, **lengths), (lo, hi, n)
+
+
+def _run_sweep(dep, cfg, load, sweep, oracles, bar, as_json, plot, trace_out):
+    from ..sim.serving.sweep import max_qps_text, plot_sweep, qps_sweep
+
+    sw = qps_sweep(dep, load, *sweep, cfg, oracles=oracles,
                    progress=lambda k, t, q: bar.update(k, t, f"load points (now {q:g} req/s)"))
     bar.stop()
     slo = {"ttft_s": cfg.slo_ttft_s, "tpot_s": cfg.slo_tpot_s}
@@ -350,7 +324,9 @@ def _run_sweep(dep, cfg, spec, prompt, gen, requests, duration, burstiness, qps,
     for r in sw["results"]:
         check_result(r.to_dict(), "serve --sweep-qps")
     out = {"deployment": dep.describe(), "load": load.describe(), "slo": slo,
-           "points": sw["points"], "max_qps_meeting_slo": sw["max_qps_meeting_slo"],
+           "info": sw["info"], "points": sw["points"],
+           **{k: sw[k] for k in ("max_qps_meeting_slo", "max_qps_is_lower_bound",
+                                 "goodput_tolerance", "warnings")},
            "chips": dep.chips}
     if as_json:
         click.echo(dumps(out))
@@ -358,11 +334,13 @@ def _run_sweep(dep, cfg, spec, prompt, gen, requests, duration, burstiness, qps,
     from rich.console import Console
 
     con = Console() if sys.stdout.isatty() else Console(width=160)
-    con.print(_sweep_table(sw, slo))
-    best = sw["max_qps_meeting_slo"]
-    con.print(f"{dep.describe()}: highest load meeting the SLOs (p99 TTFT ≤ {slo['ttft_s']:g} "
-              f"s, p99 TPOT ≤ {slo['tpot_s']:g} s): "
-              + (f"{best:g} req/s" if best is not None else "none of the points"))
+    con.print(report.sweep_table(sw, slo))
+    click.echo(report.setup_line(sw["info"]))
+    click.echo(f"{dep.describe()}: highest load meeting the SLOs (p99 TTFT ≤ "
+               f"{slo['ttft_s']:g} s, p99 TPOT ≤ {slo['tpot_s']:g} s, goodput within "
+               f"{100 * sw['goodput_tolerance']:.0f} % of the load): {max_qps_text(sw)}")
+    for w in sw["warnings"]:
+        click.echo(f"warning: {w}", err=True)
     if plot:
         click.echo(f"wrote {plot}", err=True)
 
@@ -372,21 +350,3 @@ def _write_trace(path: str, res) -> None:
 
     from ..arch.atomic import atomic_text
     atomic_text(path, json.dumps(serving_trace(res)))
-
-
-def _waterfall_table(wf: dict):
-    """The serving waterfall (sim/serving/waterfall.py) as a table."""
-    from rich.table import Table
-
-    from . import fmt
-
-    t = Table(title=f"Where the device time goes ({fmt.seconds(wf['busy_s'])} busy; "
-                    f"latency after each mechanism)")
-    for c in ("mechanism", "adds", "share", "mean TTFT", "mean TPOT", "output tok/s"):
-        t.add_column(c, justify="left" if c == "mechanism" else "right")
-    for s in wf["steps"]:
-        t.add_row(f"{s['mechanism']}: {s['what']}", fmt.seconds(s["busy_s"]),
-                  fmt.pct(s["share"]),
-                  fmt.seconds(s["ttft_s"]), fmt.seconds(s["tpot_s"]),
-                  f"{s['tokens_per_s']:,.0f}")
-    return t

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from ...arch.runtime import IDEAL, RuntimeProfile, load_runtime
 from ...workloads.params import kv_bytes_per_token, kv_cache_bytes, kv_groups
+from ..limits import MAX_REPLICAS
 from .config import ServeConfig
 from .kv import kv_budget
 from ..run.scenario import Scenario
@@ -24,10 +25,24 @@ class Pool:
         if isinstance(self.replicas, bool) or not isinstance(self.replicas, int) \
                 or self.replicas < 1:
             raise ValueError(f"replicas must be a positive integer, not {self.replicas!r}")
+        if self.replicas > MAX_REPLICAS:
+            raise ValueError(f"replicas must be at most {MAX_REPLICAS:,} per pool "
+                             f"(sim/limits.py), not {self.replicas:,}")
 
     @property
     def chips(self) -> int:
         return self.replica.tp * self.replicas
+
+    def to_dict(self, role: str) -> dict:
+        """The pool as a serving result states it (``info.pools``): ``role`` (mixed, prefill
+        or decode), ``chip``, ``tp`` (chips per replica), ``replicas``, ``chips`` (in the
+        pool) and ``precision`` (the dtypes of the weights, activations, KV cache and
+        accumulation)."""
+        r, p = self.replica, self.replica.precision
+        return {"role": role, "chip": r.chip.name, "tp": r.tp, "replicas": self.replicas,
+                "chips": self.chips,
+                "precision": {"weights": p.weights, "activations": p.activations, "kv": p.kv,
+                              "accumulation": p.accumulation}}
 
 
 @dataclass(frozen=True)
@@ -52,6 +67,13 @@ class Deployment:
     @property
     def pools(self) -> list[Pool]:
         return [self.pool] if self.pool is not None else [self.prefill, self.decode]
+
+    @property
+    def roles(self) -> list[tuple[str, Pool]]:
+        """``[("mixed", pool)]``, or ``[("prefill", ...), ("decode", ...)]``."""
+        if self.pool is not None:
+            return [("mixed", self.pool)]
+        return [("prefill", self.prefill), ("decode", self.decode)]
 
     @property
     def chips(self) -> int:

@@ -15,6 +15,14 @@ Definitions (as serving benchmarks such as vLLM's ``benchmark_serving.py`` use t
 * KV occupancy: blocks in use ÷ blocks (peak; mean over the run, time-weighted).
 * queue: per step, requests waiting (or swapped out) and running; ``mean_in_system`` is the
   time average of their sum (sampled at step starts, zero while idle).
+* steady state (an open-loop run): by Little's law the system holds ``λ·W`` requests at
+  steady state (``λ`` the arrival rate, ``W`` the mean end-to-end latency); starting empty,
+  it holds about ``λ·t`` after ``t`` seconds until the first requests leave, so it *fills*
+  for one ``W`` after the first arrival. ``fill_fraction`` is the share of the requests
+  that arrived within that time, while the batch was still filling: about ``λ·W / n``. A run
+  with more than :data:`FILL_LIMIT` of them is too short a stream to reach steady state
+  (its latencies, and so an SLO verdict, come mostly from a half-empty system, and its
+  duration is mostly fill and drain, so its goodput falls short of the offered load).
 """
 
 from __future__ import annotations
@@ -22,6 +30,10 @@ from __future__ import annotations
 import numpy as np
 
 PCTS = (50, 90, 99)
+#: Most of a run's requests that may arrive while the system fills (module docstring) for it
+#: to count as having reached steady state: then the fill and the drain (one ``W`` each)
+#: take about a fifth of the run, and goodput is within ~10 % of the offered load.
+FILL_LIMIT = 0.10
 
 
 def stats(x) -> dict:
@@ -47,8 +59,18 @@ def request_metrics(reqs, slo_ttft_s: float, slo_tpot_s: float) -> dict:
     tpot[multi] = (fin[multi] - first[multi]) / (out[multi] - 1)
     ok = (ttft <= slo_ttft_s) & (~multi | (tpot <= slo_tpot_s))
     return {"ttft": ttft, "tpot": tpot[multi], "e2e": e2e, "ok": ok, "out": out,
-            "prompt": np.array([r.prompt for r in reqs]), "first_arrival": float(arr.min()),
-            "last_finish": float(fin.max())}
+            "arrival": arr, "prompt": np.array([r.prompt for r in reqs]),
+            "first_arrival": float(arr.min()), "last_finish": float(fin.max())}
+
+
+def fill_fraction(arrival_s, fill_s: float) -> float:
+    """The fraction of requests (arrival times ``arrival_s``, s) that arrived within
+    ``fill_s`` seconds (the mean end-to-end latency) of the first: while the system was still
+    filling (module docstring)."""
+    a = np.asarray(arrival_s, dtype=float)
+    if a.size == 0:
+        return 0.0
+    return float(np.count_nonzero(a < a.min() + fill_s)) / a.size
 
 
 def queue_series(instances, limit: int = 400) -> dict:

@@ -20,7 +20,8 @@ from .config import ServeConfig
 from .deployment import Deployment, Pool, colocated, fit_tp, kv_transfer
 from .engine import Instance, Req, run_loop
 from .kv import KvBudget, kv_budget
-from .metrics import mean_in_system, queue_series, request_metrics, stats
+from .metrics import (FILL_LIMIT, fill_fraction, mean_in_system, queue_series,
+                      request_metrics, stats)
 from .power import StepPowerLimit
 from ..run.scenario import Scenario
 from .step_time import DirectStepTimer, Replica, make_replica
@@ -241,6 +242,20 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
     return _result(deployment, load, cfg, instances, done, budgets, link, info, oracles)
 
 
+#: What every serving result states about its setup (``info`` of a run, of a sweep):
+#: the scheduler, how it schedules prompts, the runtime profile, the execution model and
+#: each pool's chip, parallelism and precision (:meth:`Pool.to_dict`).
+SETUP_KEYS = ("scheduler", "scheduling", "runtime", "execution", "pools")
+
+
+def setup_info(dep: Deployment, cfg: ServeConfig) -> dict:
+    """:data:`SETUP_KEYS` of ``dep`` served under the resolved ``cfg``."""
+    return {"scheduler": cfg.scheduler, "scheduling": scheduling_text(cfg),
+            "runtime": cfg.runtime.name,
+            "execution": ", ".join(dict.fromkeys(p.replica.execution for p in dep.pools)),
+            "pools": [pool.to_dict(role) for role, pool in dep.roles]}
+
+
 def scheduling_text(cfg: ServeConfig) -> str:
     """How a (resolved) configuration schedules prompts, in words (``info.scheduling``)."""
     if cfg.scheduler == "static":
@@ -249,6 +264,18 @@ def scheduling_text(cfg: ServeConfig) -> str:
         return (f"continuous; prompts chunked into decode steps ({cfg.max_batched_tokens} "
                 f"tokens a step)")
     return "continuous; prefill first (whole prompts in steps of their own, decodes wait)"
+
+
+def short_stream_warning(n: int, fraction: float, fill_s: float) -> str:
+    """The warning of a run meeting its SLOs whose stream of ``n`` requests was too short to
+    reach steady state (:mod:`.metrics`): ``fraction`` of them arrived in the first ``fill_s``
+    seconds."""
+    need = math.ceil(fraction * n / FILL_LIMIT)
+    return (f"the request stream is too short to reach steady state: {100 * fraction:.0f} % "
+            f"of the {n} requests arrived while the system was still filling (within one "
+            f"mean end-to-end latency, {fill_s:.3g} s, of the first arrival; at most "
+            f"{100 * FILL_LIMIT:.0f} % for steady state), so the SLO verdict may be "
+            f"optimistic; send about {need:,} requests (--requests or --duration)")
 
 
 def _check_fit(pr, out, shared, cfg: ServeConfig, budgets) -> None:
@@ -305,16 +332,21 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
              and (tpot["p99"] is None or tpot["p99"] <= cfg.slo_tpot_s))
     info = dict(info)
     info.update(oracle=oracles.kind, oracle_simulations=oracles.simulations,
-                execution=", ".join(dict.fromkeys(p.replica.execution for p in dep.pools)),
                 steps=sum(len(i.rec_t) for i in instances),
                 completed=len(done), output_tokens=out_tok,
                 input_tokens=int(m["prompt"].sum()),
-                kv_transfer_bytes=link["bytes"], runtime=cfg.runtime.name,
-                scheduling=scheduling_text(cfg),
+                kv_transfer_bytes=link["bytes"], **setup_info(dep, cfg),
                 expected_tokens_per_verify=(cfg.speculative.expected_tokens
                                             if cfg.speculative else None))
     limits = [i.power for i in instances if i.power is not None]
     warns = []
+    if load.qps is not None:      # arrivals from t = 0 (the first after one gap)
+        info["arrival_rps"] = len(done) / float(m["arrival"].max())
+        info["fill_s"] = float(m["e2e"].mean())
+        info["fill_fraction"] = fill_fraction(m["arrival"], info["fill_s"])
+        if meets and info["fill_fraction"] > FILL_LIMIT:
+            warns.append(short_stream_warning(len(done), info["fill_fraction"],
+                                              info["fill_s"]))
     if limits:
         pl = {"steps": sum(p.steps for p in limits),
               "unsustainable_steps": sum(p.unsustainable for p in limits),

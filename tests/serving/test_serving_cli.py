@@ -74,8 +74,11 @@ def test_sweep_json_and_plot(cli, tmp_path):
     assert [p["qps"] for p in d["points"]] == [2, 16, 30]
     assert d["points"][0]["meets_slo"]
     assert png.stat().st_size > 1000
-    ok = [p["qps"] for p in d["points"] if p["meets_slo"]]
-    assert d["max_qps_meeting_slo"] == max(ok)
+    # the highest load meeting the SLOs with goodput within the tolerance of its load
+    ok = [p["qps"] for p in d["points"] if p["meets_slo"] and p["sustained"]]
+    assert d["max_qps_meeting_slo"] == (max(ok) if ok else None)
+    for p in d["points"]:
+        assert p["sustained"] == (p["goodput_rps"] >= (1 - d["goodput_tolerance"]) * p["qps"])
 
 
 def test_export_profile_in_vidur_layout(cli, tmp_path):

@@ -110,6 +110,12 @@ def test_the_facade_covers_serve_plan_sweep_and_floorplan(tmp_path):
     d = json.loads(cli.output)
     assert r.to_dict()["ttft_s"]["mean"] == pytest.approx(d["ttft_s"]["mean"], rel=1e-12)
     assert r.to_dict()["tpot_s"]["mean"] == pytest.approx(d["tpot_s"]["mean"], rel=1e-12)
+    # issue 24 item 5: the result states its scheduler, runtime, pools and precision
+    assert r.info["scheduler"] == "continuous" and r.info["runtime"] == "vllm-v1"
+    assert r.info["pools"] == d["info"]["pools"] == [
+        {"role": "mixed", "chip": "h100", "tp": 1, "replicas": 1, "chips": 1,
+         "precision": {"weights": "bf16", "activations": "bf16", "kv": "bf16",
+                       "accumulation": "fp32"}}]
 
     p = diptych.plan("h100", "llama-3-8b", "dgx-h100", chips=8, batch=8, seq=2048, refine=2,
                      tp=[8], zero=[0])
