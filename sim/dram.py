@@ -203,10 +203,10 @@ def run_state(p):
 
 
 @jit
-def _advance(t, work, fp):
-    """Finish time of ``work`` ns of data-bus time started at ``t``, skipping refresh windows."""
-    trefi = fp[F_TREFI]
-    blk = fp[F_BLACKOUT]
+def advance(t, work, trefi, blk):
+    """Finish time of ``work`` ns of data-bus time started at ``t``, skipping the refresh
+    windows ``[k·trefi, k·trefi + blk)`` (k ≥ 1); all in ns. Not inlined: compiled once for
+    its callers (scalar arguments: a call costs no reference counting)."""
     while True:
         k = math.floor(t / trefi)
         if k >= 1 and t < k * trefi + blk:
@@ -216,6 +216,12 @@ def _advance(t, work, fp):
             return t + work
         work -= nxt - t
         t = nxt + blk
+
+
+@jit
+def _advance(t, work, fp):
+    """:func:`advance` with the refresh parameters of ``fp``."""
+    return advance(t, work, fp[F_TREFI], fp[F_BLACKOUT])
 
 
 @jit
@@ -273,6 +279,55 @@ def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
 
 
 @jit(inline="always")
+def play_one(start_ns, is_write, share, tp, bus_free, last_dir, a0, a1, a2, a3, nb, na, bm):
+    """The per-channel rule of a transfer for one pseudo-channel (or one class of them with
+    equal state, :mod:`diptych.sim.dram_classes`): its state is the bus-free time
+    ``bus_free`` (ns), the last direction ``last_dir`` (-1 none, 0 read, 1 write) and its last
+    four activations ``a0..a3`` (ns, oldest first); ``nb`` bursts, ``na`` activations, ``bm``
+    the most on one bank; ``tp``: :func:`play_params`. Returns (data start ns, data end ns,
+    the new four activations). Scalars only: an array argument of an inlined helper costs
+    two atomic reference-count updates per call."""
+    tb, lat, tfaw, twtr, trtw, trc, trefi, blk = tp
+    ta = 0.0
+    if last_dir >= 0 and last_dir != is_write:
+        ta = twtr if last_dir == 1 else trtw
+    d0 = max(start_ns + lat, bus_free + ta)
+    work = nb * tb * share
+    end = advance(d0, work, trefi, blk)
+    if na > 0:
+        f0 = max(start_ns, a0 + tfaw)
+        f1 = max(start_ns, a1 + tfaw)
+        f2 = max(start_ns, a2 + tfaw)
+        f3 = max(start_ns, a3 + tfaw)
+        if na >= 4:   # activation j (0-based) at first[j % 4] + (j // 4)·tFAW; keep the last 4
+            first = (f0, f1, f2, f3)
+            j = na - 4
+            a0 = first[j % 4] + (j // 4) * tfaw
+            j += 1
+            a1 = first[j % 4] + (j // 4) * tfaw
+            j += 1
+            a2 = first[j % 4] + (j // 4) * tfaw
+            j += 1
+            a3 = first[j % 4] + (j // 4) * tfaw
+        elif na == 1:   # the ring shifts by na
+            a0, a1, a2, a3 = a1, a2, a3, f0
+        elif na == 2:
+            a0, a1, a2, a3 = a2, a3, f0, f1
+        else:
+            a0, a1, a2, a3 = a3, f0, f1, f2
+        end = max(end, a3 + lat + tb, start_ns + (bm - 1) * trc + lat + tb)
+    return d0, end, a0, a1, a2, a3
+
+
+@jit(inline="always")
+def play_params(fp):
+    """The scalars :func:`play_one` reads from the float parameters ``fp`` (ns): burst time,
+    tRCD + tCL, tFAW, tWTR, tRTW, tRC, tREFI and the refresh blackout."""
+    return (fp[F_TBURST], fp[F_LAT], fp[F_TFAW], fp[F_TWTR], fp[F_TRTW], fp[F_TRC], fp[F_TREFI],
+            fp[F_BLACKOUT])
+
+
+@jit(inline="always")
 def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_start, pc_end):
     """The per-channel part of a transfer on channels ``pcs[:n]`` with the given counts
     (indexed by channel); updates the run state and returns the latest data end (ns, at least
@@ -281,42 +336,19 @@ def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_star
     last_dir = st[S_DIR]
     act_ring = st[S_ACT]
     busy_ns = st[S_BUSY]
-    tb = fp[F_TBURST]
-    lat = fp[F_LAT]
-    tfaw = fp[F_TFAW]  # activations of arrays on neighbouring tiles share open rows
     spans = pc_start.shape[0] > 0
+    tp = play_params(fp)
     finish = start_ns
     for t in range(n):
         p = pcs[t]
-        nb = bursts[p]
-        na = acts[p]
-        ta = 0.0
-        if last_dir[p] >= 0 and last_dir[p] != is_write:
-            ta = fp[F_TWTR] if last_dir[p] == 1 else fp[F_TRTW]
-        d0 = max(start_ns + lat, bus_free[p] + ta)
-        work = nb * tb * share
-        end = _advance(d0, work, fp)
-        if na > 0:
-            a0 = max(start_ns, act_ring[p, 0] + tfaw)
-            a1 = max(start_ns, act_ring[p, 1] + tfaw)
-            a2 = max(start_ns, act_ring[p, 2] + tfaw)
-            a3 = max(start_ns, act_ring[p, 3] + tfaw)
-            first = (a0, a1, a2, a3)
-            if na >= 4:
-                for q in range(4):
-                    j = na - 4 + q
-                    act_ring[p, q] = first[j % 4] + (j // 4) * tfaw
-                a_last = act_ring[p, 3]
-            else:
-                for q in range(4):
-                    j = q + na  # the ring shifts by na
-                    if j < 4:
-                        act_ring[p, q] = act_ring[p, j]
-                    else:
-                        act_ring[p, q] = first[j - 4]
-                a_last = act_ring[p, 3]
-            end = max(end, a_last + lat + tb,
-                      start_ns + (bmax[p] - 1) * fp[F_TRC] + lat + tb)
+        d0, end, a0, a1, a2, a3 = play_one(start_ns, is_write, share, tp, bus_free[p],
+                                           last_dir[p], act_ring[p, 0], act_ring[p, 1],
+                                           act_ring[p, 2], act_ring[p, 3], bursts[p], acts[p],
+                                           bmax[p])
+        act_ring[p, 0] = a0
+        act_ring[p, 1] = a1
+        act_ring[p, 2] = a2
+        act_ring[p, 3] = a3
         if spans:
             pc_start[p] = d0
             pc_end[p] = end
@@ -343,6 +375,29 @@ def _aggregate(start_ns, bursts, share, ip, fp, agg):
 
 
 @jit(inline="always")
+def transfer_begin(start_ns, addr, rows, row_bytes, stride, share, ip, fp, agg, pat, pc_start,
+                   pc_end):
+    """The part of a transfer before its channels are played (shared by
+    :func:`dram_transfer` and :func:`diptych.sim.dram_classes.transfer_classes`): its
+    pattern-cache entry, the aggregate servers (``agg``) and the spans reset. Returns (entry,
+    the share its channels see, the aggregate servers' finish ns)."""
+    p_n = ip[I_P]
+    h = pattern_entry(addr, rows, row_bytes, stride, ip, pat)
+    touched = pat[C_META][h, 0]
+    # aggregate caps: all ``share`` arrays together never exceed the pin bandwidth (nor the
+    # fabric's)
+    agg_end = _aggregate(start_ns, pat[C_META][h, 1], share, ip, fp, agg)
+    # the other share-1 arrays' transfers spread over all channels: this transfer's channels
+    # carry share × touched / P of them on average
+    share = max(1.0, share * touched / p_n)
+    if pc_start.shape[0] > 0:
+        for p in range(p_n):
+            pc_start[p] = -1.0
+            pc_end[p] = -1.0
+    return h, share, agg_end
+
+
+@jit(inline="always")
 def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp, st, pat,
                   pc_start, pc_end):
     """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.
@@ -351,21 +406,10 @@ def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, 
     empty, ``pc_start``/``pc_end`` receive each pseudo-channel's data interval (-1 when
     untouched). Costs O(pseudo-channels the transfer touches) once its counts are cached.
     """
-    p_n = ip[I_P]
-    h = pattern_entry(addr, rows, row_bytes, stride, ip, pat)
-    touched = pat[C_META][h, 0]
-    # aggregate caps: all ``share`` arrays together never exceed the pin bandwidth (nor the
-    # fabric's)
-    agg_end = _aggregate(start_ns, pat[C_META][h, 1], share, ip, fp, st[S_AGG])
-    # the other share-1 arrays' transfers spread over all channels: this transfer's channels
-    # carry share × touched / P of them on average
-    share = max(1.0, share * touched / p_n)
-    if pc_start.shape[0] > 0:
-        for p in range(p_n):
-            pc_start[p] = -1.0
-            pc_end[p] = -1.0
-    finish = _play(start_ns, is_write, share, fp, st, pat[C_PCS][h], touched, pat[C_BURSTS][h],
-                   pat[C_ACTS][h], pat[C_BMAX][h], pc_start, pc_end)
+    h, share, agg_end = transfer_begin(start_ns, addr, rows, row_bytes, stride, share, ip, fp,
+                                       st[S_AGG], pat, pc_start, pc_end)
+    finish = _play(start_ns, is_write, share, fp, st, pat[C_PCS][h], pat[C_META][h, 0],
+                   pat[C_BURSTS][h], pat[C_ACTS][h], pat[C_BMAX][h], pc_start, pc_end)
     return max(finish, agg_end)
 
 
@@ -550,7 +594,12 @@ def stream_bytes_per_ns(dram, nbytes: int, *, write: bool = False, chunk_bytes: 
 
 
 # ---- the chip's DRAM as the engine sees it ------------------------------------------------
+# Chip-only derivations are memoised on the chip (frozen; its hash is computed once per object
+# and covers the fields __eq__ compares, so equal chips share an entry and a changed chip is
+# another key): the engine and the mapper ask for them thousands of times per op.
+@lru_cache(maxsize=256)
 def dram_timing(chip) -> DramTiming:
+    """The DRAM model's parameters for ``chip`` (:func:`engine_dram`), shared."""
     return _dram_timing(engine_dram(chip))
 
 
@@ -562,9 +611,10 @@ def engine_dram(chip):
     return chip.dram if chip.dram is not None else NO_DRAM
 
 
+@lru_cache(maxsize=256)
 def pin_bytes_per_s(chip) -> float:
-    """The DRAM pin bandwidth the mapper's bounds use (the placeholder's for an all-SRAM chip:
-    its bounds then only see resident operands, which move no DRAM byte)."""
+    """The DRAM pin bandwidth the mapper's bounds use, bytes/s (the placeholder's for an
+    all-SRAM chip: its bounds then only see resident operands, which move no DRAM byte)."""
     return engine_dram(chip).peak_bytes_per_s
 
 

@@ -99,10 +99,12 @@ def fabric(chip) -> Fabric:
     return Fabric(cap, what, setup, noc_pj, d2d_pj, noc is not None, has_d2d, sb)
 
 
+@lru_cache(maxsize=256)
 def dram_vectors(chip):
     """The DRAM model's (integer, float) parameter vectors for ``chip``, with its fabric cap
-    (:data:`diptych.sim.dram.F_FABRIC`); shared, read-only. An all-SRAM chip gets the
-    placeholder geometry of :func:`diptych.sim.dram.engine_dram` and no charges."""
+    (:data:`diptych.sim.dram.F_FABRIC`); shared, read-only, memoised per chip (asked once per
+    engine run). An all-SRAM chip gets the placeholder geometry of
+    :func:`diptych.sim.dram.engine_dram` and no charges."""
     return _vectors(engine_dram(chip), fabric(chip).ns_per_byte)
 
 
