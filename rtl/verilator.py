@@ -24,6 +24,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
 from .array import check_config
 from .verilog import toplevel_name, write_array_verilog
@@ -114,20 +115,6 @@ def fst_supported() -> bool:
                           input="#include <lz4.h>\n#include <zlib.h>\n", text=True,
                           capture_output=True)
     return proc.returncode == 0
-
-
-@contextlib.contextmanager
-def _patched_environ(values: dict[str, str]):
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @dataclass
@@ -232,7 +219,7 @@ def build_model(rows: int, cols: int, dtype: str, dataflow: str, work_dir, *,
         else:
             notes.append("FST tracing needs the lz4 C headers (Debian: apt-get install "
                          "liblz4-dev); writing VCD instead")
-    with _patched_environ({**env, "MAKEFLAGS": make_flags()}):
+    with mock.patch.dict(os.environ, {**env, "MAKEFLAGS": make_flags()}):
         try:
             with _quiet(quiet, log_path):
                 runner.build(sources=[src, vlt], hdl_toplevel=top, build_dir=build_dir,
@@ -276,7 +263,7 @@ def run_model(model: VerilatorModel, plans, *, quiet: bool = True) -> BenchResul
     extra_env = {"DIPTYCH_RTL_PLANS": str(plans_path),
                  "DIPTYCH_RTL_OBSERVED": str(observed_path)}
     t1 = time.perf_counter()
-    with _patched_environ(env):
+    with mock.patch.dict(os.environ, env):
         try:
             with _quiet(quiet, model.log):
                 runner.test(test_module="diptych.rtl.cocotb_bench", hdl_toplevel=model.top,

@@ -49,6 +49,16 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 
+class CacheWarning(UserWarning):
+    """A fault the cache found in its own files and repaired (an entry discarded and
+    recomputed, its key replaced, a linked directory that turns it off); the message names
+    the file and the fault. The CLI prints it as one line, ``Warning: <message>``
+    (:attr:`one_line`; tools/errors.py), the way ``run`` echoes the warnings it collects."""
+
+    #: Printed as ``Warning: <message>`` by the CLI, without Python's source location.
+    one_line = True
+
+
 #: Environment variables: the cache directory, and the off switch (any value but "", "0").
 ENV_DIR = "DIPTYCH_CACHE_DIR"
 ENV_OFF = "DIPTYCH_NO_CACHE"
@@ -220,7 +230,7 @@ def _secret(directory: str) -> bytes | None:
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
         if os.path.lexists(p):
             warnings.warn(f"cache key {p} is not a {KEY_BYTES}-byte file: replaced (every "
-                          f"entry is recomputed)", stacklevel=4)
+                          f"entry is recomputed)", CacheWarning, stacklevel=4)
             p.unlink()
         fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-key-")
         try:
@@ -350,7 +360,8 @@ def load(k: str):
     linked = _linked_dir(p)
     if linked is not None:
         warnings.warn(f"cache directory {linked} is a link, not what the cache made: not "
-                      f"followed, the cache is off for this process", stacklevel=3)
+                      f"followed, the cache is off for this process", CacheWarning,
+                      stacklevel=3)
         set_enabled(False)
         return None
     got = _read_entry(p)
@@ -360,7 +371,7 @@ def load(k: str):
     bad = bad or check_entry(k, entry)
     if bad is not None:
         warnings.warn(f"cache entry {p} is invalid ({bad}): discarded and recomputed",
-                      stacklevel=3)
+                      CacheWarning, stacklevel=3)
         try:
             p.unlink()
         except OSError:

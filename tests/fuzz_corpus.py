@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from unittest import mock
 
 from tiny_models import TINY
 
@@ -676,25 +677,19 @@ def _in_cache(cb: CacheBench, fn):
     ``--no-cache`` left in the environment) and fresh (memo, key); all as it was after."""
     from diptych.sim import api, cache
 
-    old = {k: os.environ.get(k) for k in (cache.ENV_DIR, cache.ENV_OFF)}
-    os.environ[cache.ENV_DIR] = str(cb.dir)
-    os.environ.pop(cache.ENV_OFF, None)
-    cache.set_enabled(True)
-    cache._secret.cache_clear()
-    api._gemm_cached.cache_clear()
-    api._vector_cached.cache_clear()
-    try:
-        return fn()
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        cache.set_enabled(None)
+    with mock.patch.dict(os.environ, {cache.ENV_DIR: str(cb.dir)}):
+        os.environ.pop(cache.ENV_OFF, None)     # (put back on leaving, if it was set)
+        cache.set_enabled(True)
         cache._secret.cache_clear()
         api._gemm_cached.cache_clear()
         api._vector_cached.cache_clear()
+        try:
+            return fn()
+        finally:
+            cache.set_enabled(None)
+            cache._secret.cache_clear()
+            api._gemm_cached.cache_clear()
+            api._vector_cached.cache_clear()
 
 
 #: family → (generator, cases in the full corpus per unit of ``scale`` (mutants drawn)).

@@ -68,15 +68,19 @@ class LazyGroup(click.Group):
 
 class _Main(LazyGroup):
     """The root group: Ctrl-C ends any command within a second with exit code 130 and one
-    line (see :mod:`diptych.tools.interrupt`)."""
+    line (see :mod:`diptych.tools.interrupt`); the result cache's warnings print as one line
+    (:func:`diptych.tools.errors.one_line_warnings`)."""
 
     def main(self, *args, **kwargs):
+        from .errors import one_line_warnings
         from .interrupt import install
 
         restore = install()
+        restore_warnings = one_line_warnings()
         try:
             return super().main(*args, **kwargs)
         finally:
+            restore_warnings()
             restore()
 
     def invoke(self, ctx):

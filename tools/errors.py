@@ -5,12 +5,16 @@
 * Anything else is a bug in diptych: ``Error: internal error: <type>: <message> (rerun with
   diptych --debug ...)`` and exit code 1, as a last-resort net; its root cause is to be fixed.
 * ``diptych --debug`` shows the traceback instead.
+* A warning whose category says ``one_line`` (the result cache's :class:`CacheWarning`) is
+  printed as ``Warning: <message>``, as ``run`` echoes the warnings it collects
+  (:func:`one_line_warnings`); every other warning keeps Python's form.
 """
 
 from __future__ import annotations
 
 import functools
 import sys
+import warnings
 
 import click
 
@@ -65,3 +69,24 @@ def friendly(fn):
 def echo_err(msg: str) -> None:
     click.echo(msg, err=True)
     sys.stderr.flush()
+
+
+def one_line_warnings():
+    """While the CLI runs, print each warning whose category has a true ``one_line``
+    attribute (:class:`diptych.sim.cache.CacheWarning`) as one line, ``Warning: <message>``,
+    instead of Python's ``path:line: Category: message`` and the source line. Only the
+    formatting changes: filters, ``warnings.catch_warnings`` and ``pytest.warns`` see the same
+    warnings. Returns a callable that puts the previous formatter back."""
+    previous = warnings.formatwarning
+
+    def formatwarning(message, category, filename, lineno, line=None):
+        if getattr(category, "one_line", False):
+            return f"Warning: {one_line(message)}\n"
+        return previous(message, category, filename, lineno, line)
+
+    warnings.formatwarning = formatwarning
+
+    def restore():
+        warnings.formatwarning = previous
+
+    return restore

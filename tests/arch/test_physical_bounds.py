@@ -13,14 +13,9 @@ blackout as long as tREFI (each timing within its own range) hung the DRAM model
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import json
 import math
 import time
-import tomllib
-import typing
-from importlib import resources
 
 import jsonschema
 import pytest
@@ -30,48 +25,10 @@ from diptych.arch import ConfigError, chip_from_dict, load_chip, to_dict
 from diptych.arch.chip import Chip, DtypeTable
 from diptych.arch.cluster import Cluster, cluster_from_dict, load_cluster
 from diptych.arch.runtime import RuntimeProfile, _from_dict as runtime_from_dict
-from diptych.arch.schema import _BOUND_KEYS
+
+from chip_fields import base_chip, numeric_fields, put
 
 TINY = 1e-300
-
-
-# ---- discovering the fields ------------------------------------------------------------------
-
-
-def numeric_fields(cls, prefix="", each=None):
-    """(dotted path, bounds metadata, type) of every int/float field under dataclass ``cls``,
-    dtype-table entries included (with their table's ``each`` bounds)."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        tp = args[0] if args else tp
-        path = f"{prefix}{f.name}"
-        meta = dict(f.metadata)
-        if dataclasses.is_dataclass(tp):
-            yield from numeric_fields(tp, path + ".", meta.get("each"))
-        elif tp in (int, float):
-            if each is not None:
-                meta = {k: v for k, v in meta.items() if k not in _BOUND_KEYS} | each
-            yield path, meta, tp
-
-
-def base_chip() -> dict:
-    """h100 with every optional table present (as tests/arch/test_ranges.py)."""
-    d = tomllib.loads(resources.files("diptych.arch.chips").joinpath("h100.toml").read_text())
-    d.update(noc={"link_bytes_per_cycle": 64.0}, package={}, power={})
-    return d
-
-
-def put(d: dict, path: str, value) -> dict:
-    d = copy.deepcopy(d)
-    node = d
-    *parents, last = path.split(".")
-    for p in parents:
-        node = node.setdefault(p, {})
-    node[last] = value
-    return d
-
 
 CHIP_FIELDS = list(numeric_fields(Chip))
 FLOATS = [(p, m) for p, m, tp in CHIP_FIELDS if tp is float]

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
-import typing
-from importlib import resources
 
 import pytest
 
@@ -15,64 +12,32 @@ from diptych.arch import ConfigError, chip_from_dict, load_chip, load_chip_file
 from diptych.arch.chip import Chip
 from diptych.arch.schema import MAX_INPUT_BYTES, read_config_file
 
-
-def base() -> dict:
-    """A valid chip with every optional table present (h100 has the shared buffer, die, cost,
-    overheads and residency tables; the rest at their defaults)."""
-    d = tomllib.loads(resources.files("diptych.arch.chips").joinpath("h100.toml").read_text())
-    d.update(noc={"link_bytes_per_cycle": 64.0}, package={}, power={})
-    return d
-
-
-def numeric_fields(cls, prefix=""):
-    """(dotted path, field, type) of every int/float field under ``cls``."""
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        tp = hints[f.name]
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        tp = args[0] if args else tp
-        path = f"{prefix}{f.name}"
-        if dataclasses.is_dataclass(tp):
-            yield from numeric_fields(tp, path + ".")
-        elif tp in (int, float):
-            yield path, f, tp
-
+from chip_fields import base_chip, numeric_fields, put
 
 FIELDS = list(numeric_fields(Chip))
 
 
 def test_every_numeric_field_has_an_upper_bound():
     assert len(FIELDS) > 50
-    unbounded = [p for p, f, _ in FIELDS if f.metadata.get("max") is None]
+    unbounded = [p for p, meta, _ in FIELDS if meta.get("max") is None]
     assert unbounded == []
 
 
-def _set(d, path, value):
-    *parents, last = path.split(".")
-    for p in parents:
-        d = d.setdefault(p, {})
-    d[last] = value
-
-
-LEAVES = [(p, tp) for p, f, tp in FIELDS]
+LEAVES = [(p, tp) for p, _, tp in FIELDS]
 
 
 @pytest.mark.parametrize("path,tp", LEAVES, ids=[p for p, _ in LEAVES])
 def test_non_finite_and_out_of_range_values_are_refused(path, tp):
     for bad in (float("nan"), float("inf"), float("-inf")):
-        d = base()
-        _set(d, path, bad)
         with pytest.raises(ConfigError) as info:
-            chip_from_dict(d, source="bad.toml")
+            chip_from_dict(put(base_chip(), path, bad), source="bad.toml")
         msg = str(info.value)
         assert msg.startswith(f"bad.toml: {path}: expected ")
         assert ("finite" in msg) if tp is float else ("an integer" in msg), msg
-    field = dict((p, f) for p, f, _ in FIELDS)[path]
-    over = field.metadata["max"] * 2 + 1
-    d = base()
-    _set(d, path, int(over) if tp is int else float(over))
+    over = dict((p, meta) for p, meta, _ in FIELDS)[path]["max"] * 2 + 1
     with pytest.raises(ConfigError, match=rf"^bad.toml: {path}: expected "):
-        chip_from_dict(d, source="bad.toml")
+        chip_from_dict(put(base_chip(), path, int(over) if tp is int else float(over)),
+                       source="bad.toml")
 
 
 def test_presets_stay_valid_and_exact():
@@ -159,12 +124,12 @@ def test_docs_table_matches_the_code():
     from diptych.arch.schema import range_text
 
     doc = (Path(__file__).parents[2] / "docs" / "chips.md").read_text()
-    for path, f, tp in FIELDS:
+    for path, meta, tp in FIELDS:
         if path.split(".")[-1] in DTYPES:
             continue
-        why = f.metadata.get("why", "")
+        why = meta.get("why", "")
         row = f"| `{path}` | {'integer' if tp is int else 'number'} " \
-              f"{range_text(dict(f.metadata))} | {why} |" if why else \
+              f"{range_text(meta)} | {why} |" if why else \
               f"| `{path}` | {'integer' if tp is int else 'number'} " \
-              f"{range_text(dict(f.metadata))} | |"
+              f"{range_text(meta)} | |"
         assert row in doc, row

@@ -4,8 +4,10 @@ that tell different work apart, atomic files under concurrent writers, and the C
 import json
 import multiprocessing as mp
 import os
+import re
 import subprocess
 import sys
+import warnings
 
 import pytest
 from click.testing import CliRunner
@@ -314,3 +316,54 @@ def test_a_cache_directory_that_is_a_link_turns_the_cache_off(fresh, tmp_path, w
     before = sorted(p.name for p in moved.rglob("*"))
     api.simulate(Gemm(name="h", m=32, k=48, n=64), chip)       # nothing written through it
     assert sorted(p.name for p in moved.rglob("*")) == before
+
+
+# ---- the cache's warnings on the command line: one line each ---------------------------------
+
+
+def test_cache_warnings_are_one_line_while_the_cli_runs_and_nothing_else_changes():
+    from diptych.tools.errors import one_line_warnings
+
+    before = warnings.formatwarning
+    restore = one_line_warnings()
+    try:
+        msg = cache.CacheWarning("cache entry /c/ab/ab.json is invalid (not JSON): "
+                                 "discarded and recomputed")
+        assert warnings.formatwarning(msg, cache.CacheWarning, "/x/sim/cache.py", 373,
+                                      "warnings.warn(...)") == \
+            "Warning: cache entry /c/ab/ab.json is invalid (not JSON): discarded and recomputed\n"
+        other = warnings.formatwarning("m", UserWarning, "/x/y.py", 7, "src")
+        assert other == before("m", UserWarning, "/x/y.py", 7, "src")
+        assert other.startswith("/x/y.py:7: UserWarning: m")
+    finally:
+        restore()
+    assert warnings.formatwarning is before
+    assert issubclass(cache.CacheWarning, UserWarning)    # pytest.warns(UserWarning) still sees it
+
+
+def test_a_bad_entry_prints_one_warning_line_naming_the_file_and_the_fault(tmp_path):
+    """``diptych gemm`` on a cache with an entry that is not JSON: its stderr is one line,
+    ``Warning: cache entry <file> is invalid (not JSON ...): discarded and recomputed``, not
+    Python's ``.../sim/cache.py:NNN: UserWarning: ...`` and the source line under it."""
+    code = ("import pathlib, sys\nfrom diptych.tools.cli import main\n"
+            "def go():\n"
+            "    try:\n        main(['gemm', '32', '48', '64', '--chip', 'tpu-v4', '--json'])\n"
+            "    except SystemExit:\n        pass\n"
+            "go()\n"
+            "f = sorted(pathlib.Path(sys.argv[1]).glob('results/*/*.json'))[0]\n"
+            "f.write_text('{')\n"
+            "print('BAD', f, file=sys.stderr)\n"
+            "from diptych.sim import api\n"
+            "api._gemm_cached.cache_clear()\n"      # (the memo would serve it otherwise)
+            "go()\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    env.update({cache.ENV_DIR: str(tmp_path / "c")})
+    env.pop(cache.ENV_OFF, None)
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c")], capture_output=True,
+                       text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    bad, *lines = r.stderr.splitlines()
+    f = bad.removeprefix("BAD ")
+    assert len(lines) == 1, r.stderr
+    assert re.fullmatch(rf"Warning: cache entry {re.escape(f)} is invalid \(not JSON.*\): "
+                        r"discarded and recomputed", lines[0]), lines[0]
