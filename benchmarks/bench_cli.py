@@ -11,8 +11,9 @@ RSS, each beside its target, and the load average.
    with the result cache (an empty one, then the same command again), whose JSON must equal
    the uncached run's. The same with ``--execution sum`` (the summed model, the default before
    issue 9): its JSON must equal ``benchmarks/headline_compare.json`` (re-pinned from commit
-   7e4bb80, before the second speed pass: the model changed on purpose since the first pin,
-   450f107), and the default (the schedule) may cost at most 20 % more CPU than it (issue 9
+   05cc611, whose output has three keys more than 7e4bb80's pin, ``energy_breakdown_j``,
+   ``verdicts`` and ``warnings``, and every number of that pin identical; 7e4bb80 was before
+   the second speed pass: the model changed on purpose since the first pin, 450f107), and the default (the schedule) may cost at most 20 % more CPU than it (issue 9
    item 9).
 3. ``diptych run`` of one phase, warm, result cache off: target < 2 s each.
 Peak RSS < 500 MB throughout.
