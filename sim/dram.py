@@ -280,8 +280,7 @@ def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
 
 @jit(inline="always")
 def play_one(start_ns, is_write, share, tp, bus_free, last_dir, a0, a1, a2, a3, nb, na, bm):
-    """The per-channel rule of a transfer for one pseudo-channel (or one class of them with
-    equal state, :mod:`diptych.sim.dram_classes`): its state is the bus-free time
+    """The per-channel rule of a transfer for one pseudo-channel: its state is the bus-free time
     ``bus_free`` (ns), the last direction ``last_dir`` (-1 none, 0 read, 1 write) and its last
     four activations ``a0..a3`` (ns, oldest first); ``nb`` bursts, ``na`` activations, ``bm``
     the most on one bank; ``tp``: :func:`play_params`. Returns (data start ns, data end ns,
@@ -375,29 +374,6 @@ def _aggregate(start_ns, bursts, share, ip, fp, agg):
 
 
 @jit(inline="always")
-def transfer_begin(start_ns, addr, rows, row_bytes, stride, share, ip, fp, agg, pat, pc_start,
-                   pc_end):
-    """The part of a transfer before its channels are played (shared by
-    :func:`dram_transfer` and :func:`diptych.sim.dram_classes.transfer_classes`): its
-    pattern-cache entry, the aggregate servers (``agg``) and the spans reset. Returns (entry,
-    the share its channels see, the aggregate servers' finish ns)."""
-    p_n = ip[I_P]
-    h = pattern_entry(addr, rows, row_bytes, stride, ip, pat)
-    touched = pat[C_META][h, 0]
-    # aggregate caps: all ``share`` arrays together never exceed the pin bandwidth (nor the
-    # fabric's)
-    agg_end = _aggregate(start_ns, pat[C_META][h, 1], share, ip, fp, agg)
-    # the other share-1 arrays' transfers spread over all channels: this transfer's channels
-    # carry share × touched / P of them on average
-    share = max(1.0, share * touched / p_n)
-    if pc_start.shape[0] > 0:
-        for p in range(p_n):
-            pc_start[p] = -1.0
-            pc_end[p] = -1.0
-    return h, share, agg_end
-
-
-@jit(inline="always")
 def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, fp, st, pat,
                   pc_start, pc_end):
     """Schedule one 2-D transfer on the pseudo-channels; returns its finish time in ns.
@@ -406,10 +382,21 @@ def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, 
     empty, ``pc_start``/``pc_end`` receive each pseudo-channel's data interval (-1 when
     untouched). Costs O(pseudo-channels the transfer touches) once its counts are cached.
     """
-    h, share, agg_end = transfer_begin(start_ns, addr, rows, row_bytes, stride, share, ip, fp,
-                                       st[S_AGG], pat, pc_start, pc_end)
-    finish = _play(start_ns, is_write, share, fp, st, pat[C_PCS][h], pat[C_META][h, 0],
-                   pat[C_BURSTS][h], pat[C_ACTS][h], pat[C_BMAX][h], pc_start, pc_end)
+    p_n = ip[I_P]
+    h = pattern_entry(addr, rows, row_bytes, stride, ip, pat)
+    touched = pat[C_META][h, 0]
+    # aggregate caps: all ``share`` arrays together never exceed the pin bandwidth (nor the
+    # fabric's)
+    agg_end = _aggregate(start_ns, pat[C_META][h, 1], share, ip, fp, st[S_AGG])
+    # the other share-1 arrays' transfers spread over all channels: this transfer's channels
+    # carry share × touched / P of them on average
+    share = max(1.0, share * touched / p_n)
+    if pc_start.shape[0] > 0:
+        for p in range(p_n):
+            pc_start[p] = -1.0
+            pc_end[p] = -1.0
+    finish = _play(start_ns, is_write, share, fp, st, pat[C_PCS][h], touched, pat[C_BURSTS][h],
+                   pat[C_ACTS][h], pat[C_BMAX][h], pc_start, pc_end)
     return max(finish, agg_end)
 
 

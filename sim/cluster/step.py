@@ -237,12 +237,10 @@ def _tp_overlapped(t: LayerTime, plan: Plan, comm: "_Comm", fwd: list, bwd: list
         ag = comm("tp", "all_gather", c.bytes, f"{_LAPPED}{sub} all-gather")
         rs = comm("tp", "reduce_scatter", c.bytes, f"{_LAPPED}{sub} reduce-scatter")
         pair[sub] = (ag, rs)
-        for lst, kinds in ((fwd, ("all_gather", "reduce_scatter")),
-                           (bwd, ("all_gather", "all_gather", "reduce_scatter"))):
-            for kind in kinds:
-                secs = ag if kind == "all_gather" else rs
-                if secs > 0:
-                    lst.append(("tp", "tp", kind, c.bytes, secs))
+        gather, scatter = ("tp", "tp", "all_gather", c.bytes, ag), \
+            ("tp", "tp", "reduce_scatter", c.bytes, rs)
+        fwd += [x for x in (gather, scatter) if x[4] > 0]
+        bwd += [x for x in (gather, gather, scatter) if x[4] > 0]
     cost = overlap_costs({s: t.tp_gemms[s] for s in pair}, chip, plan.tp, pair)
     return {f"{sub}_all_reduce": c for sub, c in cost.items()}
 

@@ -97,7 +97,7 @@ class OverlapCost:
 
 def sub_block_overlap(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s: float,
                       ranks: int, splits: int, dgrad_cores: int, wgrad_cores: int,
-                      total_cores: int, train: bool) -> OverlapCost:
+                      total_cores: int) -> OverlapCost:
     """The overlapped tensor-parallel communication of one sub-block (module docstring):
     ``all_gather_s``/``reduce_scatter_s`` the collectives of the sub-block's activation on
     the group of ``ranks``; ``dgrad_cores``/``wgrad_cores`` the cores the backward's bulk
@@ -108,8 +108,6 @@ def sub_block_overlap(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s
         fwd_tax = g.row_fprop_margin_s - g.row_fprop_s
     else:
         rs = fwd_tax = 0.0
-    if not train:
-        return OverlapCost(ag + rs, 0.0, fwd_tax, 0.0)
     dy = ring_exchange_s(g.row_dgrad_s, all_gather_s, ranks) - g.row_dgrad_s
     x = bulk_s(g.col_dgrad_s, all_gather_s, dgrad_cores, total_cores) - g.col_dgrad_s
     dx = bulk_s(g.col_wgrad_s, reduce_scatter_s, wgrad_cores, total_cores) - g.col_wgrad_s
@@ -183,7 +181,7 @@ def costs(gemms: dict[str, SubBlockGemms], chip, ranks: int, collectives: dict
         out[sub] = sub_block_overlap(
             g, all_gather_s=ag, reduce_scatter_s=rs, ranks=ranks, splits=table.splits,
             dgrad_cores=table.cores()[dgrad], wgrad_cores=table.cores()[wgrad],
-            total_cores=chip.tensor_cores, train=True)
+            total_cores=chip.tensor_cores)
     return out
 
 

@@ -69,7 +69,7 @@ def test_no_communication_costs_nothing():
     g = SubBlockGemms(col_fprop_s=3.0, row_fprop_s=1.0, row_fprop_margin_s=1.3,
                       col_dgrad_s=3.0, col_wgrad_s=3.0, row_dgrad_s=1.0)
     c = sub_block_overlap(g, all_gather_s=0.0, reduce_scatter_s=0.0, ranks=4, splits=4,
-                          dgrad_cores=4, wgrad_cores=24, total_cores=132, train=True)
+                          dgrad_cores=4, wgrad_cores=24, total_cores=132)
     assert (c.fwd_s, c.bwd_s, c.fwd_tax_s, c.bwd_tax_s) == (0.0, 0.0, 0.0, 0.0)
 
 
@@ -80,7 +80,7 @@ def test_short_collectives_cost_the_cores_they_take():
     g = SubBlockGemms(col_fprop_s=4.0, row_fprop_s=2.0, row_fprop_margin_s=2.4,
                       col_dgrad_s=4.0, col_wgrad_s=4.0, row_dgrad_s=2.0)
     c = sub_block_overlap(g, all_gather_s=0.1, reduce_scatter_s=0.2, ranks=4, splits=4,
-                          dgrad_cores=4, wgrad_cores=24, total_cores=132, train=True)
+                          dgrad_cores=4, wgrad_cores=24, total_cores=132)
     assert c.fwd_tax_s == pytest.approx(0.4)
     assert c.fwd_s == pytest.approx(0.4 + 0.2 / 4)
     assert c.bwd_s == pytest.approx(0.1 * 4 / 132 + 0.2 * 24 / 132) == c.bwd_tax_s
@@ -112,7 +112,7 @@ def test_the_step_charges_the_overlap_of_each_sub_block(execution):
         cost = sub_block_overlap(gemms[sub], all_gather_s=ag, reduce_scatter_s=rs,
                                  ranks=4, splits=table.splits,
                                  dgrad_cores=table.cores()[dgrad],
-                                 wgrad_cores=table.cores()[wgrad], total_cores=132, train=True)
+                                 wgrad_cores=table.cores()[wgrad], total_cores=132)
         want_f, want_b = want_f + cost.fwd_s, want_b + cost.bwd_s
         assert 0 < cost.fwd_tax_s < cost.fwd_s
     assert st.exposed_fwd["tp"] == pytest.approx(want_f, rel=1e-9, abs=1e-12)
