@@ -176,6 +176,8 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
             from ..sim.serving.study import deployments, render_serving_table
             _console().print(render_serving_table(study))
             for name, d in deployments(study):
+                for w in d.get("warnings") or ():
+                    click.echo(f"warning: serving {name}: {w}")
                 if d.get("energy_breakdown_j_per_token"):
                     click.echo(f"serving {name}: {energy_line(d['energy_breakdown_j_per_token'])}"
                                f" per output token")

@@ -10,10 +10,17 @@ For a model and a set of chips, on the same number of chips (``settings.chips``)
   figures.
 
 The highest rate is found by doubling from ``qps_start`` until the SLOs fail, then bisecting
-to ``rel_tol``; every run draws the same request stream (same seed), scaled in time, for
-``duration_s`` seconds of arrivals (so a faster rate sends more requests and an overloaded
-server builds a queue, as in MLPerf's server scenario; a fixed request count would arrive as
-one burst at high rates and hide the overload), from ``min_requests`` to ``max_requests``.
+to ``rel_tol`` (when ``max_doublings`` doublings all meet them, the rate found is a lower
+bound: ``max_qps_is_lower_bound``, "≥" in the table); every run draws the same request stream
+(same seed), scaled in time, for ``duration_s`` seconds of arrivals (so a faster rate sends
+more requests and an overloaded server builds a queue, as in MLPerf's server scenario; a fixed
+request count would arrive as one burst at high rates and hide the overload), from
+``min_requests`` to ``max_requests``.
+The result states the rate the stream really arrived at (``arrival_rps``: one draw of arrivals
+scaled in time strays from the nominal rate by ~1/√n) and, when the run at the rate found did
+not reach steady state (more than :data:`~.metrics.FILL_LIMIT` of its requests arrived while
+the system filled, :mod:`.metrics`), says so in ``warnings``: its verdict then rests on a
+half-empty system, and a longer ``duration_s`` would test the load.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from dataclasses import dataclass
 
 from ...arch import load_chip
 from .config import ServeConfig
+from .metrics import FILL_LIMIT
 from ..run.scenario import Scenario
 from .step_time import make_replica
 from .requests import parse_length
@@ -114,7 +122,14 @@ def max_qps(dep: Deployment, s: ServingSettings, oracles: StepTimerCache,
         else:
             bad = mid
     q, r = good
-    return {"max_qps": q, "tokens_per_j": r.tokens_per_j, "tokens_per_s": r.tokens_per_s,
+    fill = r.info["fill_fraction"]
+    warns = [] if fill <= FILL_LIMIT else [
+        f"the run at {q:.3g} req/s did not reach steady state: {100 * fill:.0f} % of its "
+        f"requests arrived while the system filled (at most {100 * FILL_LIMIT:.0f} %), so its "
+        f"verdict rests on a half-empty system; a longer duration_s would test the load"]
+    return {"max_qps": q, "max_qps_is_lower_bound": bad is None,
+            "arrival_rps": r.info["arrival_rps"], "fill_fraction": fill, "warnings": warns,
+            "tokens_per_j": r.tokens_per_j, "tokens_per_s": r.tokens_per_s,
             "tokens_per_s_per_chip": r.tokens_per_s_per_chip, "goodput_rps": r.goodput_rps,
             "ttft_p99_s": r.ttft_s["p99"], "tpot_p99_s": r.tpot_s["p99"],
             "kv_peak_fraction": r.kv_peak_fraction, "energy_j": r.energy_j,
@@ -188,14 +203,15 @@ def render_serving_table(study: dict):
               title=f"{study['model']}: serving under SLOs (p99 TTFT ≤ {s['slo_ttft_s']:g} s, "
                     f"p99 TPOT ≤ {s['slo_tpot_s']:g} s)",
               caption=f"prompts {s['prompt']}, outputs {s['gen']}, {s['duration_s']:g} s of "
-                      f"arrivals per load point")
+                      f"arrivals per load point (≥: every doubling met the SLOs)")
 
     def row(name, d):
         if d.get("error") or d.get("max_qps") is None:
             t.add_row(name, str(d.get("chips", "-")),
                       f"[red]{d.get('error') or d.get('note')}[/red]", "", "", "", "", "")
             return
-        t.add_row(name, str(d["chips"]), f"{d['max_qps']:.3g}",
+        top = "≥ " if d.get("max_qps_is_lower_bound") else ""
+        t.add_row(name, str(d["chips"]), f"{top}{d['max_qps']:.3g}",
                   f"{d['max_qps'] / d['chips']:.3g}", f"{d['tokens_per_s_per_chip']:.0f}",
                   f"{d['tokens_per_j']:.3g}", f"{d['ttft_p99_s'] * 1e3:.0f} ms",
                   f"{d['tpot_p99_s'] * 1e3:.1f} ms" if d["tpot_p99_s"] is not None else "-")

@@ -11,7 +11,8 @@ from roofline_double import roofline
 import diptych.tools.dse.compare as compare_mod
 import diptych.sim.run.node as run_mod
 from diptych.sim.serving.serve import StepTimerCache, serve
-from diptych.sim.serving.study import ServingSettings, max_qps, serving_study
+from diptych.sim.serving.study import (ServingSettings, max_qps, render_serving_table,
+                                        serving_study)
 from diptych.tools.cli import main
 
 SMALL = ServingSettings(duration_s=2.0, rel_tol=0.5, prompt="lognormal:mean=512,sigma=0.5",
@@ -46,6 +47,44 @@ def test_max_qps_is_a_load_that_meets_the_slo_and_twice_it_does_not(study):
     oc = StepTimerCache("grid", roofline)
     assert serve(dep, SMALL.load(d["max_qps"]), SMALL.config(), oracles=oc).meets_slo
     assert not serve(dep, SMALL.load(2 * d["max_qps"]), SMALL.config(), oracles=oc).meets_slo
+
+
+def _fill(r) -> float:
+    """The share of a run's completed requests that arrived within one mean end-to-end
+    latency of the first arrival, computed from the requests themselves."""
+    done = [q for q in r.reqs if q.finish_t >= 0]
+    first = min(q.arrival for q in done)
+    w = sum(q.finish_t - q.arrival for q in done) / len(done)
+    return sum(q.arrival < first + w for q in done) / len(done)
+
+
+def test_the_run_at_the_maximum_says_how_it_arrived_and_whether_it_was_steady(study):
+    """Two seconds of arrivals at over a hundred requests per second: the SLOs are met while
+    the system is still filling, and the entry says so rather than hiding it."""
+    from diptych.sim.serving.serve import colocated
+    d = study["colocated"]["infer-2026"]
+    dep = colocated("infer-2026", "llama-3-8b", replicas=d["replicas"], tp=d["tp"])
+    r = serve(dep, SMALL.load(d["max_qps"]), SMALL.config(),
+              oracles=StepTimerCache("grid", roofline))
+    assert d["fill_fraction"] == pytest.approx(_fill(r))
+    assert bool(d["warnings"]) == (_fill(r) > 0.10)
+    assert d["warnings"] and "steady state" in d["warnings"][0]
+    done = [q for q in r.reqs if q.finish_t >= 0]
+    assert d["arrival_rps"] == pytest.approx(len(done) / max(q.arrival for q in done))
+    assert d["max_qps_is_lower_bound"] is False
+
+
+def test_a_search_whose_every_doubling_meets_the_slos_reports_a_lower_bound():
+    from rich.console import Console
+    from diptych.sim.serving.serve import colocated
+    s = ServingSettings(duration_s=60.0, qps_start=1.0, max_doublings=0)
+    r = max_qps(colocated("infer-2026", "llama-3-8b"), s, StepTimerCache("grid", roofline))
+    assert r["max_qps"] == 1.0 and r["max_qps_is_lower_bound"] is True
+    one = {"model": "m", "settings": dict(s.__dict__), "disaggregated": [],
+           "colocated": {"infer-2026": {"chips": 1, "tp": 1, "replicas": 1, **r}}}
+    con = Console(record=True, width=200)
+    con.print(render_serving_table(one))
+    assert "≥ 1" in con.export_text()
 
 
 def test_a_model_that_does_not_fit_gives_an_error_entry():
