@@ -33,16 +33,20 @@ WEIGHT_SWAPS: tuple[str, ...] = ("wave", "global")
 FUSABLE_KINDS: tuple[str, ...] = ("elementwise", "add", "mul", "silu", "gelu", "swiglu", "rope",
                                   "rmsnorm", "layernorm", "copy")
 DRAM_KINDS: tuple[str, ...] = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4", "ddr3", "ddr4",
-                               "ddr5", "lpddr5", "gddr6")
+                               "ddr5", "lpddr5", "lpddr5x", "gddr6", "gddr7")
+#: DRAM kinds a second memory tier (``[dram2]``) may be: package-attached memories with a
+#: PHY of their own on the die edge. HBM belongs in ``[dram]`` (more stacks).
+TIER_KINDS: tuple[str, ...] = tuple(k for k in DRAM_KINDS if not k.startswith("hbm"))
 #: The fastest data rate per pin (Gb/s) a part of each DRAM kind is specified or shipped at:
 #: a faster one is a typo or another kind (issue 23 item 6). [S] HBM2 2.4 (Samsung Aquabolt;
 #: JESD235A says 2.0), HBM2E 3.6 (SK hynix), HBM3 6.4 (JESD238), HBM3E 9.8 (Samsung, SK hynix
 #: and Micron parts 9.2-9.8), DDR3-2133 (JESD79-3), DDR4-3200 (JESD79-4), DDR5-8800
-#: (JESD79-5), LPDDR5X-10700 (Samsung 2024; LPDDR5 is 6.4), GDDR6 24 (Samsung). HBM4 12
+#: (JESD79-5), LPDDR5X-10700 (Samsung 2024; LPDDR5 is 6.4), GDDR6 24 (Samsung), GDDR7 48
+#: (JEDEC JESD239 announcement, March 2024: up to 192 GB/s per 32-bit device). HBM4 12
 #: [assumption]: JESD270-4 specifies up to 8 Gb/s and vendors have announced 10-11 Gb/s parts.
 PIN_RATE_MAX_GBPS: dict[str, float] = {
     "hbm2": 2.4, "hbm2e": 3.6, "hbm3": 6.4, "hbm3e": 9.8, "hbm4": 12.0, "ddr3": 2.133,
-    "ddr4": 3.2, "ddr5": 8.8, "lpddr5": 10.7, "gddr6": 24.0}
+    "ddr4": 3.2, "ddr5": 8.8, "lpddr5": 10.7, "lpddr5x": 10.7, "gddr6": 24.0, "gddr7": 48.0}
 #: Kinds of program tensors (:mod:`diptych.sim.program`); a chip's ``[residency]`` table says
 #: which of them may stay in each on-chip memory between ops.
 TENSOR_KINDS: tuple[str, ...] = ("weight", "activation", "kv_cache", "gradient",
@@ -359,6 +363,34 @@ class Dram:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MemoryTier(Dram):
+    """A second memory tier (optional ``[dram2]`` table): package-attached DRAM beside the
+    ``[dram]`` HBM (LPDDR5X or GDDR7 on the die edge), with the JEDEC-style timing of
+    :class:`Dram` (``stacks``: its packages) and what the chip's tables give HBM elsewhere:
+    its energy per bit, price, and the PHY's area and die edge per package. The residency
+    planner places what the first tier cannot hold here (docs/chips.md, "Memory tiers")."""
+
+    pj_per_bit: float = f(doc="pJ per bit transferred (device + PHY + controller)",
+                          **PJ_PER_IO_BIT, zero_ok=True)
+    usd_per_gb: float = f(default=0.0, doc="price in USD per GB (0 = not priced)",
+                          **bound(0.01, 1000.0, "USD: commodity DRAM is ~1-10 $/GB, HBM "
+                                  "~10-30", zero=True))
+    mm2_per_phy: float = f(default=0.0, doc="mm² of PHY + controller per package",
+                           **bound(0.01, 1000.0, "mm²: 0 = not modelled; a x64 LPDDR or "
+                                   "x32 GDDR PHY is a few mm²", zero=True))
+    mm_edge_per_phy: float = f(default=0.0, doc="mm of die edge per package PHY",
+                               **bound(0.01, 100.0, "mm: 0 = not modelled; an HBM PHY takes "
+                                       "~10 mm of edge", zero=True))
+
+    def _validate(self, source, path):
+        if self.kind not in TIER_KINDS:
+            fail(source, f"{path}.kind", self.kind,
+                 f"a package-attached DRAM kind ({', '.join(TIER_KINDS)}): HBM stacks belong "
+                 f"in [dram] (more stacks)")
+        super()._validate(source, path)
+
+
+@dataclass(frozen=True, kw_only=True)
 class SharedBuffer:
     """Optional chip-level on-chip buffer shared by every tensor core (GPU L2, TPU v4 CMEM).
 
@@ -628,6 +660,9 @@ class Chip:
     dram: Dram | None = f(default=None,
                           doc="the dram table (absent: an all-SRAM chip without off-chip "
                               "memory; see docs/chips.md)")
+    dram2: MemoryTier | None = f(default=None,
+                                 doc="optional second memory tier (LPDDR5X/GDDR7 beside the "
+                                     "HBM: docs/chips.md, 'Memory tiers'); absent = one DRAM")
     interconnect: Interconnect = f(doc="the interconnect table")
     energy: EnergyTable = f(doc="the energy table")
     area: AreaTable = f(doc="the area table")
@@ -666,6 +701,9 @@ class Chip:
         if self.default_dtype not in supported:
             fail(source, "default_dtype", self.default_dtype,
                  f"a dtype the array supports ({', '.join(supported)})")
+        if self.dram2 is not None and self.dram is None:
+            fail(source, "dram2", "[dram2]", "a chip with a [dram] table: the second tier "
+                 "holds what the first cannot")
         if self.tp_overlap is not None:
             for name, n in self.tp_overlap.cores().items():
                 if n >= self.tensor_cores:

@@ -15,16 +15,19 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Capacities:
     """Bytes the planner may fill in each on-chip memory, and the kinds each may hold.
-    ``dram``: False for an all-SRAM chip (everything must fit on chip)."""
+    ``dram``: False for an all-SRAM chip (everything must fit on chip). ``dram_bytes``: the
+    first DRAM's capacity when the chip has a second tier (``[dram2]``): what it cannot hold
+    lives in the second; 0 = one DRAM of unlimited room (the planner's view without a tier)."""
 
     scratchpad: int
     shared_buffer: int = 0
     scratchpad_kinds: frozenset = frozenset()
     shared_buffer_kinds: frozenset = frozenset()
     dram: bool = True
+    dram_bytes: int = 0
 
     def __post_init__(self):
-        for n in ("scratchpad", "shared_buffer"):
+        for n in ("scratchpad", "shared_buffer", "dram_bytes"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"capacities.{n} must be an integer number of bytes >= 0, "
@@ -45,4 +48,6 @@ def capacities(chip, *, reserve_fraction: float | None = None) -> Capacities:
     return Capacities(scratchpad=int(sp * (1 - r)), shared_buffer=int(sb * (1 - r)),
                       scratchpad_kinds=pol.scratchpad_kinds,
                       shared_buffer_kinds=pol.shared_buffer_kinds if sb else (),
-                      dram=chip.has_dram)
+                      dram=chip.has_dram,
+                      dram_bytes=(chip.dram.capacity_bytes
+                                  if getattr(chip, "dram2", None) is not None else 0))

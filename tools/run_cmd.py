@@ -40,7 +40,7 @@ def parse_batches(text: str) -> list[int]:
     return out
 
 
-_WHERE = {"scratchpad": "SP", "shared_buffer": "SB", "dram": "DRAM"}
+_WHERE = {"scratchpad": "SP", "shared_buffer": "SB", "dram": "DRAM", "dram2": "DRAM2"}
 
 
 def _residency(rec: dict) -> str:
@@ -129,6 +129,13 @@ def _totals_table(d: dict):
     t.add_row("memory per chip", f"{mem['memory_bytes'] / 2**30:.1f} of "
               f"{mem['capacity_bytes'] / 2**30:.1f} GiB ({bd} GiB): "
               + ("fits" if mem["fits"] else "[red]does not fit[/red]"))
+    tiers = d.get("info", {}).get("memory_tiers")
+    if tiers:       # a chip with [dram2] whose state spilled into it
+        b = tiers["bytes"]
+        t.add_row("memory tiers", f"DRAM {b['dram'] / 2**30:.1f} GiB, tier 2 "
+                  f"{b['dram2'] / 2**30:.1f} GiB of state; tier 2 moved "
+                  f"{tiers['dram2_bytes_moved'] / 2**30:.1f} GiB this run "
+                  f"(docs/chips.md, 'Memory tiers')")
     return t
 
 

@@ -93,9 +93,11 @@ import numpy as np
 from ...workloads.program import Expanded, Program
 from ..capacity import Capacities, capacities
 
-LOCATIONS: tuple[str, ...] = ("scratchpad", "shared_buffer", "dram")
+LOCATIONS: tuple[str, ...] = ("scratchpad", "shared_buffer", "dram", "dram2")
 #: The on-chip memories, in the order an item is offered to them.
 MEMORIES: tuple[str, ...] = LOCATIONS[:2]
+#: Where an access moves bytes over a DRAM interface: the first tier or the second.
+OFF_CHIP: frozenset = frozenset(LOCATIONS[2:])
 
 #: DRAM accesses an op makes to an operand, by how it uses it.
 ACCESS_COUNT = {"read": 1, "write": 1, "update": 2}
@@ -105,8 +107,10 @@ ACCESS_COUNT = {"read": 1, "write": 1, "update": 2}
 class Placement:
     """Where the instances of one tensor class live. Instance i (repeat i of its block, or the
     single program tensor) is in the scratchpad for ``i < scratchpad``, in the shared buffer
-    for ``i < scratchpad + shared_buffer``, else in DRAM. ``traffic_bytes``: DRAM bytes its
-    accesses would move per program if all of it were in DRAM; ``live``: False for a tensor no
+    for ``i < scratchpad + shared_buffer``, in the second DRAM tier for the last ``dram2``
+    instances (a chip with ``[dram2]``; :data:`LOCATIONS` ``"dram2"``), else in DRAM.
+    ``traffic_bytes``: DRAM bytes its accesses would move per program if all of it were in
+    DRAM; ``live``: False for a tensor no
     node accesses (it is left in DRAM and costs nothing); ``saved``: an activation a later
     block imports (saved for backward), placed instance by instance like state."""
 
@@ -120,16 +124,18 @@ class Placement:
     traffic_bytes: int
     live: bool = True
     saved: bool = False
+    dram2: int = 0
 
     def location(self, i: int = 0) -> str:
         if i < self.scratchpad:
             return "scratchpad"
         if i < self.scratchpad + self.shared_buffer:
             return "shared_buffer"
-        return "dram"
+        return "dram2" if i >= self.instances - self.dram2 else "dram"
 
     @property
     def dram(self) -> int:
+        """Instances off chip (in either DRAM tier)."""
         return self.instances - self.scratchpad - self.shared_buffer
 
 
@@ -155,17 +161,27 @@ class NodeResidency:
     @property
     def dram_read_bytes(self) -> float:
         return sum(a.bytes * (1 if a.mode != "write" else 0) for a in self.accesses
-                   if a.location == "dram")
+                   if a.location in OFF_CHIP)
 
     @property
     def dram_write_bytes(self) -> float:
         return sum(a.bytes for a in self.accesses
-                   if a.location == "dram" and a.mode in ("write", "update"))
+                   if a.location in OFF_CHIP and a.mode in ("write", "update"))
 
     @property
     def spill_bytes(self) -> float:
         return sum(a.bytes * ACCESS_COUNT[a.mode] for a in self.accesses
-                   if a.location == "dram" and a.transient)
+                   if a.location in OFF_CHIP and a.transient)
+
+    @property
+    def dram2_share(self) -> float:
+        """The share of this node's off-chip bytes (both tiers, each access counted by its
+        mode) that the second tier moves; 0 when nothing is off chip."""
+        tot = sum(a.bytes * ACCESS_COUNT[a.mode] for a in self.accesses
+                  if a.location in OFF_CHIP)
+        two = sum(a.bytes * ACCESS_COUNT[a.mode] for a in self.accesses
+                  if a.location == "dram2")
+        return two / tot if tot else 0.0
 
     def location(self, tensor: str) -> str:
         for a in self.accesses:
@@ -193,6 +209,25 @@ class Residency:
         return sum(p.traffic_bytes * p.dram // p.instances for p in self.placements.values()
                    if p.live and p.instances)
 
+    @property
+    def dram2_bytes(self) -> int:
+        """Bytes the program's accesses move per invocation to and from the second DRAM
+        tier (0 without one)."""
+        return sum(p.traffic_bytes * p.dram2 // p.instances for p in self.placements.values()
+                   if p.live and p.instances)
+
+    def dram_tier_bytes(self) -> dict[str, int]:
+        """Bytes of state (weights, caches, saved activations) held in each DRAM tier for
+        the whole program: ``{"dram": ..., "dram2": ...}``; what a result reports as where
+        the tensors live."""
+        out = {"dram": 0, "dram2": 0}
+        for p in self.placements.values():
+            if p.state or p.saved:
+                nb = int(math.ceil(p.tensor.bytes))
+                out["dram2"] += nb * p.dram2
+                out["dram"] += nb * (p.dram - p.dram2)
+        return out
+
     def on_chip_bytes(self, location: str) -> int:
         """Bytes of state kept in ``location`` for the whole program (pinned weights, caches)."""
         n = {"scratchpad": lambda p: p.scratchpad, "shared_buffer": lambda p: p.shared_buffer}
@@ -212,7 +247,8 @@ class Residency:
             for src, reverse in {(block, False)} | sources:
                 if p.block == src:
                     cuts.update(b.repeat - c if reverse else c
-                                for c in (p.scratchpad, p.scratchpad + p.shared_buffer)
+                                for c in (p.scratchpad, p.scratchpad + p.shared_buffer,
+                                          p.instances - p.dram2)
                                 if 0 < c < b.repeat)
         cuts = sorted(cuts)
         return tuple(zip(cuts[:-1], cuts[1:]))
@@ -290,6 +326,7 @@ def plan_residency(program: Program, chip=None, *, capacity: Capacities | None =
     P = len(ex.nodes)
     H = {m: np.zeros(P, dtype=np.int64) for m in MEMORIES}    # bytes offered, per position
     limit = {"scratchpad": capacity.scratchpad, "shared_buffer": capacity.shared_buffer}
+    H_dram = np.zeros(P, dtype=np.int64)     # bytes offered to the first DRAM tier
     placed: dict[str, list[int]] = {}
     for c in sorted(classes.values(), key=lambda c: c["key"]):
         if not c["live"]:
@@ -299,23 +336,34 @@ def plan_residency(program: Program, chip=None, *, capacity: Capacities | None =
         for slot, (mem, ok) in enumerate(zip(MEMORIES, _eligible(capacity, c["kind"]))):
             if not ok or not offered:
                 continue
-            h = H[mem]
-            if c["per_instance"]:
-                # every instance is live everywhere: the j-th offered one needs max(h) + (j+1)·size
-                s = c["size"]
-                room = limit[mem] - int(h.max())
-                k = (offered if room >= 0 else 0) if s == 0 else max(0, min(offered, room // s))
-                h += offered * s
-            else:
-                live = c["mask"]
-                k = offered if int((h[live] + c["load"][live]).max()) <= limit[mem] else 0
-                h += c["load"]
+            k = _offer(H[mem], c, offered, limit[mem])
             counts[slot] = k
             offered -= k
         if offered and not capacity.dram:
             raise _fits_error(program, c["cls"], c["size"], capacity)
+        if offered and capacity.dram_bytes:
+            # a second DRAM tier: the first takes what fits by the same threshold rule (so
+            # more first-tier room never moves a tensor to the second); the rest goes there
+            k = _offer(H_dram, c, offered, capacity.dram_bytes)
+            counts.append(offered - k)
         placed[c["cls"]] = counts
     return _result(program, capacity, classes, placed)
+
+
+def _offer(h, c: dict, offered: int, limit: int) -> int:
+    """How many of the ``offered`` instances of class ``c`` a memory whose offered bytes per
+    position are ``h`` (updated in place) and whose room is ``limit`` bytes takes."""
+    if c["per_instance"]:
+        # every instance is live everywhere: the j-th offered one needs max(h) + (j+1)·size
+        s = c["size"]
+        room = limit - int(h.max())
+        k = (offered if room >= 0 else 0) if s == 0 else max(0, min(offered, room // s))
+        h += offered * s
+        return k
+    live = c["mask"]
+    k = offered if int((h[live] + c["load"][live]).max()) <= limit else 0
+    h += c["load"]
+    return k
 
 
 def _classes(program: Program, ex: Expanded) -> dict[str, dict]:
@@ -378,9 +426,9 @@ def _result(program: Program, capacity: Capacities, classes: dict, placed: dict
             ) -> Residency:
     out = {}
     for cls, c in classes.items():
-        sp, sb = placed.get(cls, (0, 0))
+        sp, sb, *two = placed.get(cls, (0, 0))
         out[cls] = Placement(cls=cls, block=c["block"], tensor=c["tensor"], instances=c["n"],
                              scratchpad=sp, shared_buffer=sb, state=c["state"],
                              traffic_bytes=c["traffic"], live=c["live"],
-                             saved=c.get("saved", False))
+                             saved=c.get("saved", False), dram2=two[0] if two else 0)
     return Residency(program, capacity, out)

@@ -89,10 +89,12 @@ def plan_residency_ref(program: Program, chip=None, *, capacity: Capacities | No
 
     # the rule: offer each item to the memories its kind allows, in order; a memory takes it
     # if, at every position where it is live, the items offered to that memory before it
-    # (taken or refused) and itself fit
+    # (taken or refused) and itself fit; on a chip with a second DRAM tier what no on-chip
+    # memory took is offered to the first DRAM likewise, and what it refuses lives in the
+    # second
     limit = {"scratchpad": capacity.scratchpad, "shared_buffer": capacity.shared_buffer}
-    offered: dict[str, list[_Item]] = {m: [] for m in MEMORIES}
-    placed = {cls: [0, 0] for cls in info}
+    offered: dict[str, list[_Item]] = {m: [] for m in (*MEMORIES, "dram")}
+    placed = {cls: [0, 0, 0] if capacity.dram_bytes else [0, 0] for cls in info}
     for item in items:
         allowed = dict(zip(MEMORIES, _eligible(capacity, info[item.cls]["kind"])))
         for slot, mem in enumerate(MEMORIES):
@@ -107,4 +109,10 @@ def plan_residency_ref(program: Program, chip=None, *, capacity: Capacities | No
         else:
             if not capacity.dram:
                 raise _fits_error(program, item.cls, item.size, capacity)
+            if capacity.dram_bytes:     # a second tier: the first DRAM by the same rule
+                f = max(sum(h.load_at(x) for h in offered["dram"]) + item.load_at(x)
+                        for x in item.positions())
+                offered["dram"].append(item)
+                if f > capacity.dram_bytes:
+                    placed[item.cls][2] += item.count
     return _result(program, capacity, info, placed)

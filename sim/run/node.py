@@ -287,13 +287,34 @@ def _lower(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup
         warns.append(msg)
         _warnings.warn(msg, stacklevel=3)
     cap = chip.memory_bytes   # DRAM, or an all-SRAM chip's SRAM
+    if chip.dram2 is not None:       # what the first tier cannot hold lives in the second
+        cap += chip.dram2.capacity_bytes
     if s.phase == "train":
         mem: MemoryReport = train_memory(model, p, tp, w, cap, s.recompute == "full")
     else:
         narrow = tuple(d for d in ("fp8", "int8", "int4")
                        if d == "int4" or chip.supports(wider(p.activations, d)))
         mem = inference_memory(model, p, tp, s.batch, context, w, cap, narrow)
+    if chip.dram2 is not None and mem.total_bytes > chip.dram.capacity_bytes:
+        _check_tiers(chip, s, mem.total_bytes)
     return w, mem, warns
+
+
+def _check_tiers(chip: Chip, s: Scenario, total: float) -> None:
+    """A run whose footprint spills into the second DRAM tier needs the residency planner
+    to place it (``execution="schedule"``) over one program (an inference phase: training's
+    micro-batch and optimizer programs are planned apart, and offloading optimizer state is
+    not modelled yet). ValueError naming what to change."""
+    spill = f"{total / 2**30:.1f} GiB exceed the first tier's {chip.dram.capacity_gib:g} GiB"
+    if s.phase == "train":
+        raise ValueError(f"{spill}: a training step on chip {chip.name!r} would spill into "
+                         f"its second memory tier ([dram2]); placing training state across "
+                         f"tiers (ZeRO-Offload-style) is not modelled yet: fit the first tier "
+                         f"(more chips, --recompute, a narrower precision)")
+    if s.execution != "schedule":
+        raise ValueError(f"{spill}: the second memory tier ([dram2]) of chip {chip.name!r} is "
+                         f"placed by the residency planner, which --execution sum skips: use "
+                         f"--execution schedule")
 
 
 def _time(w: Workload, chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup,
@@ -364,6 +385,9 @@ def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Work
                 compute_dtype=setup.compute_dtype, simulated_ops=w.op_count(),
                 vector_ops=w.vector_ops * n_chips, collective_bytes=w.collective_bytes,
                 identical_layers_simulated_once=True)
+    if "dram_tiers" in t:      # where the state lives and what the second tier moved
+        info["memory_tiers"] = {"bytes": dict(t["dram_tiers"]),
+                                "dram2_bytes_moved": t["dram2_bytes"] * n_chips}
     return RunResult(
         phase=s.phase, chip=chip.name, model=model.name, batch=batch, chips=n_chips,
         tp=setup.tp, dp=setup.dp, seconds=secs, flops=model_flops, hardware_flops=hw_flops,

@@ -10,13 +10,48 @@ op comes back equal to the one given (the engine then times it exactly as before
 from __future__ import annotations
 
 import dataclasses
+from functools import lru_cache
 
 from ...workloads.ops import Gemm, VectorOp
 from ..program import FusedOps
 from ...workloads.program import Carry, Program, Tensor
 from ...workloads.fused_attention import FusedAttention
 
-__all__ = ["access_index", "placed_op", "split_segments"]
+__all__ = ["Tiered", "access_index", "placed_op", "split_segments", "tier2_chip"]
+
+#: Where an operand's bytes cross a DRAM interface (the residency planner's locations).
+_OFF_CHIP = ("dram", "dram2")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiered:
+    """An op (``inner``, as :func:`placed_op` placed it: the engine sees every off-chip
+    operand as ``"dram"``) a share of whose off-chip bytes (``dram2_share``, in (0, 1]) the
+    chip's second DRAM tier moves (docs/chips.md, "Memory tiers"). The scheduled run times
+    it on the chip and on :func:`tier2_chip` and takes ``(1 − s)·t₁ + s·t₂``: each tier
+    streams its share at its own rate, one after the other (direct access, no prefetch into
+    the first tier): a memory-bound op's time is ``B₁/bw₁ + B₂/bw₂``, a compute-bound op's
+    its compute."""
+
+    inner: object
+    dram2_share: float
+
+    def __post_init__(self):
+        if not 0 < self.dram2_share <= 1:
+            raise ValueError(f"dram2_share must be in (0, 1], not {self.dram2_share!r}")
+
+
+@lru_cache(maxsize=64)
+def tier2_chip(chip):
+    """``chip`` with its second tier as its only DRAM: ``[dram2]``'s record in place of
+    ``[dram]``, its energy per bit in place of the first's (what times an op's tier-2 bytes,
+    :class:`Tiered`). ValueError for a chip without ``[dram2]``."""
+    t = getattr(chip, "dram2", None)
+    if t is None:
+        raise ValueError(f"chip {chip.name!r} has no second memory tier ([dram2])")
+    return dataclasses.replace(chip, dram=t, dram2=None,
+                               energy=dataclasses.replace(chip.energy,
+                                                          pj_per_dram_bit=t.pj_per_bit))
 
 
 def access_index(w) -> dict:
@@ -32,7 +67,7 @@ def access_index(w) -> dict:
 def _where(locs: set) -> str:
     """One location for an operand made of tensors in ``locs``: DRAM if any part is, else the
     slower on-chip memory."""
-    if not locs or "dram" in locs:
+    if not locs or any(x in locs for x in _OFF_CHIP):
         return "dram"
     return "shared_buffer" if "shared_buffer" in locs else "scratchpad"
 
@@ -101,7 +136,7 @@ def _main(pieces, loc, size):
     if not ps:
         return None, 0.0
     main = max(ps)[1]
-    return main, sum(b for b, t in ps if t != main and loc[t] == "dram")
+    return main, sum(b for b, t in ps if t != main and loc[t] in _OFF_CHIP)
 
 
 def _placed_gemm(op, node, loc, size, accesses, resident, has_dram):
@@ -147,7 +182,7 @@ def _placed_gemm(op, node, loc, size, accesses, resident, has_dram):
     # the epilogue's extra inputs in DRAM (a residual, a bias), each once
     for v in fused.epilogue:
         for t, s in _uses(accesses.get(id(v)), node, None):
-            if t in loc and t not in own and loc[t] == "dram":
+            if t in loc and t not in own and loc[t] in _OFF_CHIP:
                 extra += s * size[t]
                 own.add(t)
     return dataclasses.replace(fused, gemm=placed, extra_dram_bytes=extra)

@@ -51,7 +51,7 @@ from .attention import fused_stats
 from ...workloads.graph import Workload, program_pieces
 from .. import energy_parts as EP
 from .links import collective_energy_j, collective_seconds
-from .placed import access_index, placed_op, split_segments
+from .placed import Tiered, access_index, placed_op, split_segments, tier2_chip
 from ..regime import roof_regime
 
 
@@ -105,6 +105,7 @@ class _Timer:
         self.chip, self.sim, self.coll = chip, sim, coll
         self.memo: dict = {}
         self.stream = 0.0           # the highest DRAM bandwidth the engine achieved
+        self._tier2: "_Timer | None" = None     # the same ops on the second DRAM tier
 
     def __call__(self, op):
         key = op
@@ -114,7 +115,31 @@ class _Timer:
             self.stream = max(self.stream, got.bandwidth)
         return got
 
+    def _tiered(self, op: Tiered) -> SimpleNamespace:
+        """:class:`~.placed.Tiered`: the op's time and energy on each tier, weighted by the
+        share of its off-chip bytes each moves; ``tier1_bytes`` (what occupies the first
+        DRAM in the schedule) and ``dram2_bytes`` split its ``dram_bytes``. No weight
+        prefetch: the second tier streams into the op, not ahead of it."""
+        if self._tier2 is None:
+            self._tier2 = _Timer(tier2_chip(self.chip), self.sim, self.coll)
+        a, b, s = self(op.inner), self._tier2(op.inner), op.dram2_share
+        seconds = (1 - s) * a.seconds + s * b.seconds
+        parts = {k: (1 - s) * a.energy_parts.get(k, 0.0) + s * b.energy_parts.get(k, 0.0)
+                 for k in set(a.energy_parts) | set(b.energy_parts)}
+        out = SimpleNamespace(**vars(a))
+        out.__dict__.update(
+            seconds=seconds, energy_j=(1 - s) * a.energy_j + s * b.energy_j,
+            energy_parts=parts, bound=a.bound if s < 0.5 else b.bound,
+            utilization=(a.utilization * a.seconds / seconds
+                         if a.utilization is not None and seconds else a.utilization),
+            weight_bytes=0.0, tier1_bytes=(1 - s) * a.dram_bytes, dram2_bytes=s * a.dram_bytes)
+        if hasattr(a, "memory_seconds"):
+            out.memory_seconds = (1 - s) * a.memory_seconds + s * b.memory_seconds
+        return out
+
     def _time(self, op) -> SimpleNamespace:
+        if isinstance(op, Tiered):
+            return self._tiered(op)
         chip = self.chip
         peak_bw = chip.dram_bytes_per_s
         if isinstance(op, Collective):
@@ -264,8 +289,12 @@ def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
         for b in prog.blocks:
             ob, _, rep = origin[b.name]
             for n in b.nodes:
-                op = ops[(b.name, n.name)] = placed_op(n.payload, n, res.node(ob, n.name, rep),
-                                                       accesses, pinned, chip.has_dram)
+                nres = res.node(ob, n.name, rep)
+                op = placed_op(n.payload, n, nres, accesses, pinned, chip.has_dram)
+                share = nres.dram2_share
+                if share > 0:      # some of its off-chip bytes live in the second tier
+                    op = Tiered(op, share)
+                ops[(b.name, n.name)] = op
                 timer(op)
         plans.append((piece, prog, res, origin, ops))
     return plans
@@ -282,9 +311,10 @@ def _schedule_piece(piece, prog, ops: dict, timer: "_Timer", space: int, stream:
         for n in b.nodes:
             t = timer(ops[(b.name, n.name)])
             pre = t.weight_bytes if 0 < t.weight_bytes <= space else 0.0
+            hbm = getattr(t, "tier1_bytes", t.dram_bytes)   # the first DRAM's share
             demands[(b.name, n.name)] = op_demand(
-                seconds=t.seconds, unit=t.unit, dram_bytes=t.dram_bytes,
-                stream_bytes_per_s=max(stream, t.bandwidth) if t.dram_bytes else None,
+                seconds=t.seconds, unit=t.unit, dram_bytes=hbm,
+                stream_bytes_per_s=max(stream, t.bandwidth) if hbm else None,
                 compute_seconds=t.compute_seconds, prefetch_bytes=pre,
                 launch_seconds=launch[(b.name, n.name)],
                 co_seconds={"vector": t.vector_seconds} if t.vector_seconds else None)
@@ -300,6 +330,7 @@ class _Totals:
 
     def __init__(self):
         self.total = self.energy = self.dram = self.launches = self.syncs = 0.0
+        self.dram2 = 0.0
         self.parts = EP.zero()
         self.t_compute = self.t_mem = self.t_lat = self.t_comm = 0.0
         self.offset = 0.0
@@ -352,6 +383,7 @@ class _Totals:
                 self.energy += t.energy_j * count
                 EP.add(self.parts, t.energy_parts, count)
                 self.dram += t.dram_bytes * count
+                self.dram2 += getattr(t, "dram2_bytes", 0.0) * count
                 if t.bound == "communication":
                     pass
                 elif t.bound == "memory":
@@ -373,7 +405,9 @@ class _Totals:
                     rec["exposed_total_s"] += exposed * count
                     continue
                 ob, s0, _ = origin[b.name]
-                self.records[key] = _record(op, n, t, b.name, stage.get(ob, "optimizer"), count,
+                self.records[key] = _record(getattr(op, "inner", op) if isinstance(op, Tiered)
+                                            else op, n, t, b.name, stage.get(ob, "optimizer"),
+                                            count,
                                             self.offset + start, self.offset + end, exposed,
                                             op_launch_s, _residency_view(res, ob, n.name, s0 + rep))
                 self.order.append(key)
@@ -393,6 +427,8 @@ def _record(op, n, t, block: str, stage: str, count: int, start: float, end: flo
            "residency": residency}
     if t.dtype:
         rec["dtype"] = t.dtype
+    if getattr(t, "dram2_bytes", 0.0):
+        rec["dram2_bytes"] = t.dram2_bytes
     if isinstance(op, Collective):
         rec["link_bytes"] = op.bytes
     if isinstance(op, FusedOps):
@@ -402,6 +438,16 @@ def _record(op, n, t, block: str, stage: str, count: int, start: float, end: flo
         rec.update(compute_seconds=t.compute_seconds, memory_seconds=t.memory_seconds,
                    stream_bytes_per_s=t.bandwidth)
     return rec
+
+
+def _tier_bytes(plans) -> dict[str, int]:
+    """State bytes each DRAM tier holds, over the pieces' residency plans (the largest piece
+    per tier: the pieces run one after another)."""
+    out = {"dram": 0, "dram2": 0}
+    for _, _, res, _, _ in plans:
+        for k, v in res.dram_tier_bytes().items():
+            out[k] = max(out[k], v)
+    return out
 
 
 def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = True,
@@ -440,6 +486,8 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     total = acc.total
     return {"seconds": total, "energy_j": acc.energy, "energy_breakdown_j": acc.parts,
             "dram_bytes": acc.dram,
+            **({"dram2_bytes": acc.dram2, "dram_tiers": _tier_bytes(plans)} if acc.dram2
+               else {}),
             "layers": [acc.records[k] for k in acc.order],
             "compute_seconds": acc.t_compute, "memory_bound_seconds": acc.t_mem,
             "latency_bound_seconds": acc.t_lat,

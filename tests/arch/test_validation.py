@@ -35,7 +35,7 @@ def _del(path):
 
 
 KNOWN_TOP = ("area, area_budget_mm2, attention, clock_ghz, core, cost, default_dtype, description, die, "
-             "dma, dram, energy, interconnect, name, noc, overheads, package, power, residency, "
+             "dma, dram, dram2, energy, interconnect, name, noc, overheads, package, power, residency, "
              "shared_buffer, tdp_w, tensor_cores, tp_overlap")
 
 BROKEN = [
@@ -84,7 +84,7 @@ BROKEN = [
      "bad.toml: dram.burst_bytes: expected at most page_bytes (1024), got 4096"),
     ("unknown DRAM kind", _set("dram.kind", "sram"),
      "bad.toml: dram.kind: expected one of 'hbm2', 'hbm2e', 'hbm3', 'hbm3e', 'hbm4', 'ddr3', "
-     "'ddr4', 'ddr5', 'lpddr5', 'gddr6', got 'sram'"),
+     "'ddr4', 'ddr5', 'lpddr5', 'lpddr5x', 'gddr6', 'gddr7', got 'sram'"),
     ("negative energy", _set("energy.pj_per_dram_bit", -1),
      "bad.toml: energy.pj_per_dram_bit: expected 0 or a number >= 0.01 and <= 1000 (pJ: 0 = "
      "not modelled; 0.01 pJ/bit is 25x below the best die-to-die link, 300x below HBM), got "

@@ -1,0 +1,101 @@
+"""The residency planner with a second DRAM tier (``Capacities.dram_bytes``: a chip with
+``[dram2]``): fast against golden, the first tier never over-filled, more first-tier room never
+moving a tensor down, and a tier that is never needed changing nothing. (The planner's on-chip
+rule: test_residency.py.)"""
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from diptych.sim.program import Capacities, plan_residency
+from diptych.sim.program.residency_ref import plan_residency_ref
+from progtest_helpers import random_program, random_program_with_imports
+from residency_optimum_ref import instances, locations
+from test_residency import random_caps
+
+#: Rank of a location in the hierarchy: a tensor may only move up as memory grows.
+RANK = {"scratchpad": 0, "shared_buffer": 1, "dram": 2, "dram2": 3}
+
+
+def with_tier(cap: Capacities, dram_bytes: int) -> Capacities:
+    return Capacities(scratchpad=cap.scratchpad, shared_buffer=cap.shared_buffer,
+                      scratchpad_kinds=cap.scratchpad_kinds,
+                      shared_buffer_kinds=cap.shared_buffer_kinds, dram_bytes=dram_bytes)
+
+
+def tiered_case(seed: int, imports: bool = False):
+    rng = random.Random(seed)
+    p = (random_program_with_imports(seed) if imports else
+         random_program(seed, max_repeat=7, demands=False))
+    return p, with_tier(random_caps(rng), rng.randint(1, 20000))
+
+
+def decisions(res):
+    return {k: (p.scratchpad, p.shared_buffer, p.dram2) for k, p in res.placements.items()}
+
+
+def dram_held(program, res) -> list[int]:
+    """Independently of the planner: bytes of the instances in the first DRAM per position."""
+    insts, n = instances(program)
+    used = [0] * n
+    for i, loc in zip(insts, locations(insts, res)):
+        if loc == "dram":
+            for x in range(i.first, i.last + 1):
+                used[x] += i.size
+    return used
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**9), st.booleans())
+def test_fast_equals_golden_with_a_second_tier(seed, imports):
+    p, cap = tiered_case(seed, imports)
+    fast, ref = plan_residency(p, capacity=cap), plan_residency_ref(p, capacity=cap)
+    assert decisions(fast) == decisions(ref)
+    assert fast.dram_bytes == ref.dram_bytes and fast.dram2_bytes == ref.dram2_bytes
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**9))
+def test_the_first_tier_is_never_overfilled(seed):
+    p, cap = tiered_case(seed)
+    res = plan_residency(p, capacity=cap)
+    assert max(dram_held(p, res), default=0) <= cap.dram_bytes
+    # what the second tier holds is off chip, and counted in the DRAM traffic
+    assert res.dram2_bytes <= res.dram_bytes
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**9), st.integers(1, 20000))
+def test_more_first_tier_never_moves_a_tensor_down(seed, more):
+    p, small = tiered_case(seed)
+    insts, _ = instances(p)
+    a = plan_residency(p, capacity=small)
+    b = plan_residency(p, capacity=with_tier(small, small.dram_bytes + more))
+    assert b.dram2_bytes <= a.dram2_bytes and b.dram_bytes == a.dram_bytes
+    for la, lb in zip(locations(insts, a), locations(insts, b)):
+        assert RANK[lb] <= RANK[la]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**9))
+def test_a_tier_never_needed_changes_nothing(seed):
+    """A first tier that holds every tensor leaves the plan as without a second tier."""
+    p, cap = tiered_case(seed)
+    huge = with_tier(cap, 10**12)
+    alone = with_tier(cap, 0)
+    assert decisions(plan_residency(p, capacity=huge)) == decisions(
+        plan_residency(p, capacity=alone))
+
+
+def test_state_spills_last_layers_first():
+    """Per-layer weights of a repeated block: the first tier holds the first layers, the
+    second the rest (the planner's prefix order), and a node view names the tier."""
+    p = random_program(11, max_repeat=7, demands=False)
+    cap = Capacities(scratchpad=0, dram_bytes=1)
+    res = plan_residency(p, capacity=cap)
+    state = [pl for pl in res.placements.values() if pl.state and pl.live and pl.instances > 1]
+    for pl in state:
+        locs = [pl.location(i) for i in range(pl.instances)]
+        assert locs == sorted(locs, key=RANK.get)
+        assert "dram2" in locs
