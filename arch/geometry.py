@@ -65,7 +65,7 @@ def die_spec(chip: "Chip") -> DieSpec:
 class Violation:
     """One reason a design cannot be built as described; ``excess`` is by how much (``unit``)."""
 
-    kind: str          # "reticle", "hbm_edge", "link_edge", "d2d_edge"
+    kind: str          # "reticle", "hbm_edge", "tier_edge", "link_edge", "d2d_edge"
     die: str
     message: str
     excess: float
@@ -80,7 +80,7 @@ class EdgeSlot:
     """One interface on a die edge: ``start_mm`` along the edge (from its west/south end),
     ``length_mm`` of shoreline, ``depth_mm`` into the die (its area ÷ its length)."""
 
-    kind: str          # "dram_phy", "interconnect", "d2d"
+    kind: str          # "dram_phy", "dram2_phy" (a second memory tier's), "interconnect", "d2d"
     index: int
     edge: str
     start_mm: float
@@ -111,6 +111,7 @@ class DieGeometry:
     spare_cores: int = 0
     hbm_phys: int = 0               # PHY sites on the edges
     stacks: int = 0                 # of which populated
+    tier_phys: int = 0              # PHYs of a second memory tier ([dram2] packages)
     links: int = 0
     d2d: dict[str, float] = field(default_factory=dict)   # edge -> shoreline mm
 
@@ -137,26 +138,31 @@ def edge_length(w: float, h: float, edge: str) -> float:
 
 def assign_edges(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: int,
                  d2d: dict[str, float], phy_depth_mm: float = 0.0, link_depth_mm: float = 0.0,
-                 d2d_depth_mm: float = 0.0, blocked: tuple[str, ...] = ()
+                 d2d_depth_mm: float = 0.0, blocked: tuple[str, ...] = (), tier_phys: int = 0,
+                 tier_mm: float = 0.0, tier_depth_mm: float = 0.0
                  ) -> tuple[list[EdgeSlot], dict[str, float]]:
     """Place interfaces on the edges of a ``w`` × ``h`` die (w ≥ h).
 
     D2D interfaces take their stated edges; HBM PHYs go, one at a time, to the eligible edge
-    (the ``hbm_edges`` longest edges without a D2D interface) with the most free length; links
-    go to the edge with the most free length, edges without PHYs first. Returns the slots and
-    the shortfalls ``{"hbm": PHYs not placed, "links": links not placed, "d2d": mm missing}``.
-    ``blocked`` edges (facing a neighbouring die) take no PHYs and no links.
+    (the ``hbm_edges`` longest edges without a D2D interface) with the most free length; a
+    second memory tier's ``tier_phys`` PHYs (``tier_mm`` of edge each) then go, one at a time,
+    to the open edge with the most free length; links go to the edge with the most free
+    length, edges without HBM PHYs first. Returns the slots and the shortfalls ``{"hbm": PHYs
+    not placed, "tier": tier PHYs not placed, "tier_mm": their edge, "links": links not
+    placed, "d2d": mm missing}``. ``blocked`` edges (facing a neighbouring die) take no PHYs
+    and no links.
     Slots on an edge are spread evenly over its usable length (links split around PHYs, D2D
     in the middle), so they never overlap and never enter the corners: the long edges own the
     corners (``corner_keepout_mm`` at each end); a short edge also leaves the deepest interface
     band of the long edges free at each end (:func:`usable_lengths`).
     """
     depths = [phy_depth_mm if hbm_phys else 0.0, link_depth_mm if links else 0.0,
-              d2d_depth_mm if any(d2d.values()) else 0.0]
+              d2d_depth_mm if any(d2d.values()) else 0.0,
+              tier_depth_mm if tier_phys else 0.0]
     usable = usable_lengths(w, h, spec, depths)
     free = dict(usable)
     items: dict[str, list[tuple[str, float, float]]] = {e: [] for e in EDGES}
-    short = {"hbm": 0, "links": 0, "d2d": 0.0}
+    short = {"hbm": 0, "tier": 0, "tier_mm": 0.0, "links": 0, "d2d": 0.0}
     for e, mm in d2d.items():
         if mm <= 0:
             continue
@@ -168,14 +174,20 @@ def assign_edges(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: int
     eligible = [e for e in EDGES if not d2d.get(e) and e not in blocked]
     eligible.sort(key=lambda e: -edge_length(w, h, e))  # stable: south, north first on ties
     eligible = eligible[:spec.hbm_edges]
-    s = spec.mm_edge_per_hbm_phy
-    for _ in range(hbm_phys):
-        best = max(eligible, key=lambda e: free[e], default=None)
-        if best is None or free[best] < s - 1e-9:
-            short["hbm"] += 1
-            continue
-        items[best].append(("dram_phy", s, phy_depth_mm))
-        free[best] -= s
+    # HBM PHYs on the eligible edges, then the second tier's on any open edge: one at a time,
+    # each to the edge with the most free length
+    for key, kind, n, length, depth, edges in (
+            ("hbm", "dram_phy", hbm_phys, spec.mm_edge_per_hbm_phy, phy_depth_mm, eligible),
+            ("tier", "dram2_phy", tier_phys, tier_mm, tier_depth_mm,
+             [e for e in EDGES if e not in blocked])):
+        for _ in range(n):
+            best = max(edges, key=lambda e: free[e], default=None)
+            if best is None or free[best] < length - 1e-9:
+                short[key] += 1
+                continue
+            items[best].append((kind, length, depth))
+            free[best] -= length
+    short["tier_mm"] = short["tier"] * tier_mm
     sl = spec.mm_edge_per_link
     if links and sl > 0:
         hbm_edges = {e for e in EDGES if any(i[0] == "dram_phy" for i in items[e])}
@@ -189,7 +201,7 @@ def assign_edges(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: int
             items[best].append(("interconnect", sl, link_depth_mm))
             free[best] -= sl
     slots: list[EdgeSlot] = []
-    counters = {"dram_phy": 0, "interconnect": 0, "d2d": 0}
+    counters = {"dram_phy": 0, "dram2_phy": 0, "interconnect": 0, "d2d": 0}
     for e in EDGES:
         its = _order(items[e])
         total = sum(i[1] for i in its)
@@ -204,13 +216,16 @@ def assign_edges(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: int
 
 def edge_shortfall(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: int,
                    d2d: dict[str, float], phy_depth_mm: float = 0.0, link_depth_mm: float = 0.0,
-                   d2d_depth_mm: float = 0.0, blocked: tuple[str, ...] = ()) -> dict:
-    """The shortfalls of :func:`assign_edges` (``{"hbm", "links", "d2d"}``, the same numbers:
+                   d2d_depth_mm: float = 0.0, blocked: tuple[str, ...] = (), tier_phys: int = 0,
+                   tier_mm: float = 0.0, tier_depth_mm: float = 0.0) -> dict:
+    """The shortfalls of :func:`assign_edges` (``{"hbm", "tier", "tier_mm", "links", "d2d"}``,
+    the same numbers:
     the same greedy placement, in the same order and arithmetic) without building the slots:
     what :func:`choose_outline`'s search over outlines needs, several times faster.
     ``tests/arch/test_geometry_speed.py`` compares the two on random dies."""
     depths = [phy_depth_mm if hbm_phys else 0.0, link_depth_mm if links else 0.0,
-              d2d_depth_mm if any(d2d.values()) else 0.0]
+              d2d_depth_mm if any(d2d.values()) else 0.0,
+              tier_depth_mm if tier_phys else 0.0]
     usable = usable_lengths(w, h, spec, depths)
     free = dict(usable)
     short_d2d = 0.0
@@ -224,19 +239,9 @@ def edge_shortfall(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: i
     if w < h:  # (with w >= h, EDGES is already longest first: the stable sort keeps it)
         eligible.sort(key=lambda e: -edge_length(w, h, e))  # as assign_edges
     eligible = eligible[:spec.hbm_edges]
-    s = spec.mm_edge_per_hbm_phy
-    short_hbm = 0
-    hbm_edges = set()
-    for _ in range(hbm_phys):
-        best = None
-        for e in eligible:  # max() over free lengths: the first of equal ones
-            if best is None or free[e] > free[best]:
-                best = e
-        if best is None or free[best] < s - 1e-9:
-            short_hbm += 1
-            continue
-        hbm_edges.add(best)
-        free[best] -= s
+    hbm_edges: set = set()
+    short_hbm = _take(eligible, free, hbm_phys, spec.mm_edge_per_hbm_phy, hbm_edges)
+    short_tier = _take([e for e in EDGES if e not in blocked], free, tier_phys, tier_mm, set())
     short_links = 0
     sl = spec.mm_edge_per_link
     if links and sl > 0:
@@ -254,7 +259,26 @@ def edge_shortfall(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: i
                 short_links += 1
                 continue
             free[best] -= sl
-    return {"hbm": short_hbm, "links": short_links, "d2d": short_d2d}
+    return {"hbm": short_hbm, "tier": short_tier, "tier_mm": short_tier * tier_mm,
+            "links": short_links, "d2d": short_d2d}
+
+
+def _take(edges, free: dict, n: int, length: float, used: set) -> int:
+    """Place ``n`` interfaces of ``length`` mm one at a time on the edge of ``edges`` with the
+    most ``free`` length (the first of equal ones, as ``max()``), updating ``free`` and adding
+    each edge used to ``used``; returns how many found no edge."""
+    short = 0
+    for _ in range(n):
+        best = None
+        for e in edges:
+            if best is None or free[e] > free[best]:
+                best = e
+        if best is None or free[best] < length - 1e-9:
+            short += 1
+            continue
+        used.add(best)
+        free[best] -= length
+    return short
 
 
 def usable_lengths(w: float, h: float, spec: DieSpec, depths) -> dict[str, float]:
@@ -273,7 +297,7 @@ def _corner(spec: DieSpec, e: str, depths) -> float:
 def _order(items):
     """D2D in the middle of its edge; links split around the PHYs."""
     d2d = [i for i in items if i[0] == "d2d"]
-    phys = [i for i in items if i[0] == "dram_phy"]
+    phys = [i for i in items if i[0] in ("dram_phy", "dram2_phy")]
     links = [i for i in items if i[0] == "interconnect"]
     half = len(links) // 2
     return links[:half] + phys + d2d + links[half:]
@@ -288,27 +312,30 @@ def _dims(area: float, r: float) -> tuple[float, float]:
 
 def _shortfall_mm(short: dict, spec: DieSpec) -> float:
     return (short["hbm"] * spec.mm_edge_per_hbm_phy + short["links"] * spec.mm_edge_per_link
-            + short["d2d"])
+            + short["d2d"] + short.get("tier_mm", 0.0))
 
 
 def choose_outline(area: float, spec: DieSpec, *, hbm_phys: int, links: int,
-                   d2d: dict[str, float], blocked: tuple[str, ...] = (),
-                   **depths: float) -> tuple[float, float]:
+                   d2d: dict[str, float], blocked: tuple[str, ...] = (), tier_phys: int = 0,
+                   tier_mm: float = 0.0, **depths: float) -> tuple[float, float]:
     """Width and height (w ≥ h) of a die of at least ``area`` mm² whose outline is not stated.
 
     The most nearly square outline within ``max_aspect_ratio`` and the reticle whose edges
     hold every interface. When no outline of ``area`` does, the smallest larger one within the
     reticle that does (an I/O-limited die: the difference is whitespace); when not even a
     reticle-sized die does, the outline of ``area`` that leaves the least edge demand unplaced.
-    ``depths`` are the interfaces' ``phy_depth_mm``, ``link_depth_mm`` and ``d2d_depth_mm``
-    (they shorten the short edges).
+    ``depths`` are the interfaces' ``phy_depth_mm``, ``link_depth_mm``, ``d2d_depth_mm`` and
+    ``tier_depth_mm`` (they shorten the short edges); ``tier_phys`` PHYs of ``tier_mm`` each:
+    a second memory tier's (:func:`assign_edges`).
     """
-    io = dict(hbm_phys=hbm_phys, links=links, d2d=d2d, blocked=blocked)
+    io = dict(hbm_phys=hbm_phys, links=links, d2d=d2d, blocked=blocked, tier_phys=tier_phys,
+              tier_mm=tier_mm)
     w, h, ok = _outline(area, spec, 200, fits_only=True, **io, **depths)
     if ok:
         return w, h
     if area >= spec.reticle_mm2 or not _reticle_fits(
-            spec, hbm_phys, links, tuple(d2d.items()), blocked, tuple(sorted(depths.items()))):
+            spec, hbm_phys, links, tuple(d2d.items()), blocked, tuple(sorted(depths.items())),
+            tier_phys, tier_mm):
         return _outline(area, spec, 200, **io, **depths)[:2]   # the least shortfall
     lo, hi = area, spec.reticle_mm2
     while hi - lo > 1e-3 * area:
@@ -344,15 +371,17 @@ def _phys_cannot_fit(area: float, lo: float, hi: float, spec: DieSpec, hbm_phys:
 
 @functools.lru_cache(maxsize=256)
 def _reticle_fits(spec: DieSpec, hbm_phys: int, links: int, d2d: tuple, blocked: tuple,
-                  depths: tuple) -> bool:
+                  depths: tuple, tier_phys: int = 0, tier_mm: float = 0.0) -> bool:
     """Whether a reticle-sized die holds every interface (:func:`choose_outline`'s probe; the
     same for every die of a sweep that shares its I/O)."""
     return _outline(spec.reticle_mm2, spec, 60, fits_only=True, hbm_phys=hbm_phys,
-                    links=links, d2d=dict(d2d), blocked=blocked, **dict(depths))[2]
+                    links=links, d2d=dict(d2d), blocked=blocked, tier_phys=tier_phys,
+                    tier_mm=tier_mm, **dict(depths))[2]
 
 
 def _outline(area: float, spec: DieSpec, n: int, *, hbm_phys: int, links: int,
              d2d: dict[str, float], blocked: tuple[str, ...] = (), fits_only: bool = False,
+             tier_phys: int = 0, tier_mm: float = 0.0,
              **depths: float) -> tuple[float, float, bool]:
     """The first outline of ``area`` (aspect ratios from the squarest up, in ``n`` steps)
     whose edges hold every interface, else the one with the least shortfall; and whether
@@ -372,7 +401,8 @@ def _outline(area: float, spec: DieSpec, n: int, *, hbm_phys: int, links: int,
         r = lo + (hi - lo) * i / n if hi > lo else lo
         w, h = _dims(area, r)
         miss = _shortfall_mm(edge_shortfall(w, h, spec, hbm_phys=hbm_phys, links=links,
-                                            d2d=d2d, blocked=blocked, **depths), spec)
+                                            d2d=d2d, blocked=blocked, tier_phys=tier_phys,
+                                            tier_mm=tier_mm, **depths), spec)
         if miss <= 1e-9:
             return w, h, True
         if miss < best - 1e-9:
@@ -420,12 +450,14 @@ def die_geometry(name: str, kind: str, blocks: dict[str, float], spec: DieSpec, 
                  stacks: int | None = None,
                  cores: int = 0, spare_cores: int = 0, stated: tuple[float, float] | None = None,
                  mm2_per_hbm_phy: float = 0.0, mm2_per_link: float = 0.0,
-                 d2d_mm2_per_mm: float = 0.0) -> DieGeometry:
+                 d2d_mm2_per_mm: float = 0.0, tier_phys: int = 0, tier_mm: float = 0.0,
+                 tier_mm2: float = 0.0) -> DieGeometry:
     """Outline, edge slots and violations of one die whose blocks are ``blocks`` (mm²).
 
     A derived outline grows beyond the blocks' area when the interface bands leave more room
     beside the interfaces than the overhead fills (:func:`layout_deficit`); the difference is
     the die's whitespace. A stated outline that the blocks overflow is a ``layout`` violation.
+    ``tier_phys`` PHYs of a second memory tier take ``tier_mm`` of edge and ``tier_mm2`` each.
     """
     area = sum(blocks.values())
     stacks = hbm_phys if stacks is None else stacks
@@ -433,8 +465,10 @@ def die_geometry(name: str, kind: str, blocks: dict[str, float], spec: DieSpec, 
     depths = dict(phy_depth_mm=mm2_per_hbm_phy / s if s else 0.0,
                   link_depth_mm=(mm2_per_link / spec.mm_edge_per_link
                                  if spec.mm_edge_per_link else 0.0),
-                  d2d_depth_mm=d2d_mm2_per_mm)
-    io = dict(hbm_phys=hbm_phys, links=links, d2d=d2d, blocked=blocked)
+                  d2d_depth_mm=d2d_mm2_per_mm,
+                  tier_depth_mm=tier_mm2 / tier_mm if tier_mm else 0.0)
+    io = dict(hbm_phys=hbm_phys, links=links, d2d=d2d, blocked=blocked,
+              tier_phys=tier_phys if tier_mm else 0, tier_mm=tier_mm)
     grow = 0.0
     for _ in range(50):
         if stated is not None:
@@ -448,8 +482,11 @@ def die_geometry(name: str, kind: str, blocks: dict[str, float], spec: DieSpec, 
         grow += deficit * 1.001 + 1e-9 * area  # overshoot a little: the blocks must fit
     usable = sum(usable_lengths(w, h, spec, [depths["phy_depth_mm"] if hbm_phys else 0.0,
                                              depths["link_depth_mm"] if links else 0.0,
-                                             d2d_mm2_per_mm if d2d else 0.0]).values())
-    demand = hbm_phys * s + links * spec.mm_edge_per_link + sum(d2d.values())
+                                             d2d_mm2_per_mm if d2d else 0.0,
+                                             depths["tier_depth_mm"] if io["tier_phys"]
+                                             else 0.0]).values())
+    demand = (hbm_phys * s + links * spec.mm_edge_per_link + sum(d2d.values())
+              + io["tier_phys"] * tier_mm)
     v: list[Violation] = []
     rw, rh = spec.reticle_width_mm, spec.reticle_height_mm
     label = "the die" if kind == "monolithic" else f"die {name!r}"
@@ -480,6 +517,14 @@ def die_geometry(name: str, kind: str, blocks: dict[str, float], spec: DieSpec, 
             f"each) on at most {n_e} edge(s); a {w:.1f} × {h:.1f} mm outline holds {placed}: "
             f"short by {short['hbm']} PHY(s), {short['hbm'] * s:.1f} mm of edge (fewer stacks, "
             f"a longer die, or chiplets)", short["hbm"] * s, "mm"))
+    if short["tier"]:
+        v.append(Violation(
+            "tier_edge", name,
+            f"{label}: {io['tier_phys']} PHYs of the second memory tier ([dram2]) need "
+            f"{io['tier_phys'] * tier_mm:.1f} mm of die edge ({tier_mm:g} mm each); a "
+            f"{w:.1f} × {h:.1f} mm outline holds {io['tier_phys'] - short['tier']} beside the "
+            f"HBM PHYs: short by {short['tier']} PHY(s), {short['tier_mm']:.1f} mm of edge "
+            f"(fewer packages, fewer HBM stacks, or a longer die)", short["tier_mm"], "mm"))
     if short["links"]:
         sl = spec.mm_edge_per_link
         v.append(Violation(
@@ -503,7 +548,8 @@ def die_geometry(name: str, kind: str, blocks: dict[str, float], spec: DieSpec, 
                        blocks=dict(blocks), slots=tuple(slots), violations=tuple(v),
                        demand_mm=demand, usable_mm=usable, stated=stated is not None,
                        cores=cores, spare_cores=spare_cores, hbm_phys=hbm_phys, links=links,
-                       d2d={e: mm for e, mm in d2d.items() if mm > 0}, stacks=stacks)
+                       d2d={e: mm for e, mm in d2d.items() if mm > 0}, stacks=stacks,
+                       tier_phys=io["tier_phys"])
 
 
 def dies(chip: "Chip") -> list[DieGeometry]:
@@ -519,6 +565,7 @@ def _dies(chip: "Chip") -> tuple[DieGeometry, ...]:
     stated = (spec.width_mm, spec.height_mm) if spec.width_mm is not None else None
     a = chip.area
     pkg = getattr(chip, "package", None)
+    t = getattr(chip, "dram2", None)
     out = []
     for dc in die_contents(chip):
         out.append(die_geometry(
@@ -527,7 +574,9 @@ def _dies(chip: "Chip") -> tuple[DieGeometry, ...]:
             spare_cores=dc.spare_cores,
             stated=stated if dc.kind != "io" else None, mm2_per_hbm_phy=a.mm2_per_hbm_phy,
             mm2_per_link=a.mm2_per_link,
-            d2d_mm2_per_mm=pkg.d2d_mm2_per_mm if pkg is not None else 0.0))
+            d2d_mm2_per_mm=pkg.d2d_mm2_per_mm if pkg is not None else 0.0,
+            tier_phys=dc.tier_phys, tier_mm=t.mm_edge_per_phy if t is not None else 0.0,
+            tier_mm2=t.mm2_per_phy if t is not None else 0.0))
     return tuple(out)
 
 

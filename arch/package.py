@@ -92,6 +92,7 @@ class DieContent:
     cores: int = 0
     spare_cores: int = 0
     blocked: tuple[str, ...] = ()  # edges facing a neighbouring die: no PHYs or SerDes
+    tier_phys: int = 0          # PHYs of a second memory tier ([dram2] packages)
 
 
 def _split(total: int, parts: int, i: int) -> int:
@@ -111,9 +112,10 @@ def die_contents(chip: "Chip") -> list[DieContent]:
     pkg = getattr(chip, "package", None)
     links = chip.interconnect.links
     spare = _spares(chip)
+    tier = chip.dram2.stacks if getattr(chip, "dram2", None) is not None else 0
     if pkg is None or pkg.dies == 1:
         return [DieContent("die", "monolithic", dict(parts), sites, n_stacks, links, {},
-                           chip.tensor_cores, spare)]
+                           chip.tensor_cores, spare, tier_phys=tier)]
     n, m = pkg.compute_dies, pkg.io_dies
     edge = pkg.d2d_edge_mm
     d2d_mm2 = edge * pkg.d2d_mm2_per_mm
@@ -126,7 +128,7 @@ def die_contents(chip: "Chip") -> list[DieContent]:
         if m:
             d2d = {"north": edge}
             b["dram_phy"] = b["interconnect"] = 0.0
-            phys = here = lk = 0
+            phys = here = lk = tp = 0
         else:
             d2d = {}
             if i > 0:
@@ -136,11 +138,12 @@ def die_contents(chip: "Chip") -> list[DieContent]:
             here = n_stacks // n
             phys = sites // n
             lk = _split(links, n, i)
+            tp = _split(tier, n, i)
             b["dram_phy"] = parts["dram_phy"] / n
             b["interconnect"] = lk * chip.area.mm2_per_link
         b["d2d"] = sum(d2d.values()) * pkg.d2d_mm2_per_mm
         out.append(DieContent(f"compute{i}", "compute", _ordered(b, parts), phys, here, lk,
-                              d2d, chip.tensor_cores // n, spare // n, _facing(i, n)))
+                              d2d, chip.tensor_cores // n, spare // n, _facing(i, n), tp))
     for j in range(m):
         ifaces = sum(1 for i in range(n) if (i * m) // n == j)
         lk = _split(links, m, j)
@@ -151,7 +154,7 @@ def die_contents(chip: "Chip") -> list[DieContent]:
         b["d2d"] = ifaces * d2d_mm2
         out.append(DieContent(f"io{j}", "io", _ordered(b, parts), sites // m,
                               n_stacks // m, lk, {"south": ifaces * edge},
-                              blocked=_facing(j, m)))
+                              blocked=_facing(j, m), tier_phys=_split(tier, m, j)))
     return out
 
 

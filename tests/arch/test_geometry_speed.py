@@ -20,14 +20,17 @@ d2d_edges = st.dictionaries(st.sampled_from(EDGES), st.floats(min_value=0.0, max
 @given(w=lengths, h=lengths, hbm=st.integers(0, 12), links=st.integers(0, 40), d2d=d2d_edges,
        blocked=st.lists(st.sampled_from(EDGES), max_size=2, unique=True),
        hbm_edges=st.integers(1, 4), per_phy=st.floats(0.5, 12.0), per_link=st.floats(0.0, 3.0),
-       keepout=st.floats(0.0, 2.0), depth=st.floats(0.0, 3.0))
+       keepout=st.floats(0.0, 2.0), depth=st.floats(0.0, 3.0), tier=st.integers(0, 10),
+       per_tier=st.floats(0.5, 8.0))
 def test_edge_shortfall_is_assign_edges_shortfall(w, h, hbm, links, d2d, blocked, hbm_edges,
-                                                  per_phy, per_link, keepout, depth):
+                                                  per_phy, per_link, keepout, depth, tier,
+                                                  per_tier):
     w, h = max(w, h), min(w, h)
     spec = dataclasses.replace(DEFAULT_DIE, hbm_edges=hbm_edges, mm_edge_per_hbm_phy=per_phy,
                                mm_edge_per_link=per_link, corner_keepout_mm=keepout)
     kw = dict(hbm_phys=hbm, links=links, d2d=d2d, blocked=tuple(blocked), phy_depth_mm=depth,
-              link_depth_mm=depth / 2, d2d_depth_mm=depth / 3)
+              link_depth_mm=depth / 2, d2d_depth_mm=depth / 3, tier_phys=tier,
+              tier_mm=per_tier, tier_depth_mm=depth / 4)
     _, want = assign_edges(w, h, spec, **kw)
     assert edge_shortfall(w, h, spec, **kw) == want
 

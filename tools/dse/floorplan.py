@@ -240,7 +240,9 @@ def _layout_die(chip, g: DieGeometry) -> list[Rect]:
             budget -= sw * sh if blk == "overhead" else 0.0
             rects.append(Rect(blk, x, y, sw, sh, g.name, edge=s.edge, note="unused PHY site"))
             continue
-        rects.append(Rect(s.kind, x, y, sw, sh, g.name, edge=s.edge))
+        # a second memory tier's PHY is DRAM PHY area (the dram_phy block holds it)
+        rects.append(Rect("dram_phy" if s.kind == "dram2_phy" else s.kind, x, y, sw, sh,
+                          g.name, edge=s.edge))
     fillers = _band_fillers(g, d)
     total = sum(fw * fh for _, _, _, fw, fh in fillers)
     frac = 1.0 if total <= budget + 1e-9 else max(0.0, budget) / total
