@@ -111,3 +111,14 @@ def test_the_special_plan_on_a_dot4_array(dataflow):
     plan = special_plan(1, 2, "dot4", dataflow, seed=2)
     assert set(plan.modes) == set(get_datapath("dot4").modes)
     assert score(plan, run_plan(plan)) == []
+
+
+def test_a_short_last_group_is_padded_with_plus_zero_products():
+    """K = 3: the PE's fourth lane holds +0 × +0, so −0 products on a −0 accumulator give +0
+    (a full group of −0 terms stays −0), and the golden says the same without being padded by
+    its caller."""
+    neg = np.array([[0x80] * 4], np.uint8)                    # −0 in A, +0 in B: −0 products
+    pos = np.zeros((4, 1), np.uint8)
+    acc = np.array([[0x80000000]], np.uint32)
+    assert dot_matmul_bits(neg, pos, init_bits=acc)[0, 0] == 0x80000000
+    assert dot_matmul_bits(neg[:, :3], pos[:3], init_bits=acc)[0, 0] == 0
