@@ -17,13 +17,12 @@ FP8 only: the unit has no BF16 or INT8 mode (a 2:1 BF16 mode on the same multipl
 8 × 8 significand products, i.e. the four 4 × 4 multipliers regrouped as one 8 × 8, which is
 not built here). It is the MAC of the ``dot4`` datapath (:mod:`diptych.rtl.datapath`):
 ``make_mac("dot4")``, inside ``OsPe("dot4")``/``WsPe("dot4")`` (:mod:`diptych.rtl.pe`:
-``Dot4OsPe``, ``Dot4WsPe``) and
-``SystolicArray(R, C, "dot4", …)``, with 32-bit operand lanes holding four K-consecutive FP8
-elements (element ``4s + i`` in bits ``8i + 7 … 8i``) and the ``mode`` port of the FP8 modes
-(:data:`~diptych.rtl.datapath.MODE_CODES`). The same PEs are synthesised by ``diptych rtl area
---dtype dot4`` and simulated in arrays (amaranth.sim and the cocotb bench on Verilator), bit for
-bit against :func:`diptych.rtl.dot_ref.dot_matmul_bits` and cycle for cycle against
-:mod:`diptych.sim.timing` at four MACs per PE per cycle.
+``Dot4OsPe``, ``Dot4WsPe``) and ``SystolicArray(R, C, "dot4", …)``, with 32-bit operand lanes
+holding four K-consecutive FP8 elements (element ``4s + i`` in bits ``8i + 7 … 8i``) and the
+``mode`` port of the FP8 modes (:data:`~diptych.rtl.datapath.MODE_CODES`). The same PEs are
+synthesised by ``diptych rtl area --dtype dot4`` and simulated in arrays (amaranth.sim and the
+cocotb bench on Verilator), bit for bit against :func:`diptych.rtl.dot_ref.dot_matmul_bits` and
+cycle for cycle against :mod:`diptych.sim.timing` at four MACs per PE per cycle.
 """
 
 # No ``from __future__ import annotations`` here: wiring.Component reads port annotations.
