@@ -25,13 +25,12 @@ from amaranth.back import rtlil
 
 from .array import SystolicArray, check_config
 from .datapath import DATAPATHS, get_datapath
-from .dot import DOT4_RATES, Dot4Fp8, Dot4OsPe, Dot4WsPe
 from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
 from .fused import Fp32Add3, ProductLane
-from .pe import Int8Multiplier, Int32Adder, Mac, OsPe, WsPe
+from .pe import Int8Multiplier, Int32Adder, OsPe, WsPe, make_mac
 
 __all__ = ["AreaStats", "synth_stats", "pe_blocks", "area_report", "per_mac_ratios",
-           "area_model_ratios", "PYOSYS_HINT", "PyosysMissing", "AREA_ONLY", "AREA_DTYPES"]
+           "area_model_ratios", "PYOSYS_HINT", "PyosysMissing", "AREA_DTYPES"]
 
 PYOSYS_HINT = ('full Yosys is needed for synthesis: pip install "diptych[rtl]" (from a source '
                'checkout: pip install ".[rtl]"; it brings pyosys)')
@@ -131,21 +130,15 @@ _UNITS = {"int8": (Int8Multiplier, Int32Adder), "bf16": (Bf16Multiplier, Fp32Add
           "fp8": (Fp8Multiplier, Fp32Adder)}
 
 
-#: PEs synthesised for area only, outside the array's datapaths: name → (MACs per cycle by
-#: mode, the blocks to synthesise) (the dot4 FP8 dot-product PE, :mod:`diptych.rtl.dot`: its
-#: dot-product unit as the MAC, OS PE and WS PE).
-AREA_ONLY = {"dot4": (dict(DOT4_RATES),
-                      lambda: {"mac": Dot4Fp8(), "pe_os": Dot4OsPe(), "pe_ws": Dot4WsPe()})}
-#: Every PE ``area_report`` takes: the array's datapaths, then the area-only PEs.
-AREA_DTYPES = (*DATAPATHS, *AREA_ONLY)
+#: Every PE ``area_report`` takes: the array's datapaths (the dot4 FP8 dot-product PE among them).
+AREA_DTYPES = tuple(DATAPATHS)
 
 
 def pe_blocks(dtype: str) -> dict:
     """The blocks of one PE of ``dtype``: multiplier and adder (single-precision datapaths; the
-    fused datapath's two product lanes and its three-operand adder), MAC, OS PE and WS PE (the
-    area-only PEs: :data:`AREA_ONLY`)."""
-    if dtype in AREA_ONLY:
-        return AREA_ONLY[dtype][1]()
+    fused datapath's two product lanes and its three-operand adder; the dot4 datapath has its
+    dot-product unit only), MAC (:func:`~diptych.rtl.pe.make_mac`), OS PE and WS PE: the very
+    ``OsPe``/``WsPe`` the array is built of."""
     get_datapath(dtype)
     blocks = {}
     if dtype in _UNITS:
@@ -154,7 +147,7 @@ def pe_blocks(dtype: str) -> dict:
     elif dtype == "fused":
         blocks = {"lane0": ProductLane(bf16=True), "lane1": ProductLane(bf16=False),
                   "adder": Fp32Add3()}
-    return {**blocks, "mac": Mac(dtype), "pe_os": OsPe(dtype), "pe_ws": WsPe(dtype)}
+    return {**blocks, "mac": make_mac(dtype), "pe_os": OsPe(dtype), "pe_ws": WsPe(dtype)}
 
 
 def area_report(dtype: str, rows: int | None = None, cols: int | None = None,
@@ -164,17 +157,13 @@ def area_report(dtype: str, rows: int | None = None, cols: int | None = None,
     if (rows is None) != (cols is None):
         raise ValueError("give both rows and cols to synthesise an array, or neither")
     if rows is not None:
-        if dtype in AREA_ONLY:
-            raise ValueError(f"the {dtype} PE has no systolic array; synthesise its PE alone "
-                             "(no rows/cols)")
         check_config(rows, cols, dtype, dataflow)
     require_pyosys()                 # before any block is built (none is left unused)
     blocks = pe_blocks(dtype)
     if rows is not None:
         blocks[f"array_{dataflow}_{rows}x{cols}"] = SystolicArray(rows, cols, dtype, dataflow)
     stats = synth_stats(blocks)
-    return {"dtype": dtype, "macs_per_cycle": (AREA_ONLY[dtype][0] if dtype in AREA_ONLY
-                                                   else dict(get_datapath(dtype).rates)),
+    return {"dtype": dtype, "macs_per_cycle": dict(get_datapath(dtype).rates),
             "blocks": {k: {**asdict(v), "logic_cells": v.logic_cells}
                        for k, v in stats.items()}}
 

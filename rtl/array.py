@@ -1,11 +1,12 @@
 """``SystolicArray(rows, cols, dtype, dataflow)``: an R×C MAC array with unskewed interfaces.
 
-``dtype`` is the PE datapath (:mod:`diptych.rtl.datapath`): ``int8``, ``bf16``, ``fp8`` or
-``multi``. Datapaths with several modes have a ``mode`` input (3 bits) presented with
-``in_valid`` and carried with the row through the array, so each step (OS) or row (WS) is
-computed in the mode it was presented with. Lanes of ``a_data``/``b_data``/``w_data`` are the
-datapath's lane width (8 or 16 bits); in the ``multi`` datapath an 8-bit mode packs two
-K-consecutive elements into each 16-bit lane (low byte first).
+``dtype`` is the PE datapath (:mod:`diptych.rtl.datapath`): ``int8``, ``bf16``, ``fp8``,
+``multi``, ``fused`` or ``dot4``. Datapaths with several modes have a ``mode`` input (3 bits)
+presented with ``in_valid`` and carried with the row through the array, so each step (OS) or row
+(WS) is computed in the mode it was presented with. Lanes of ``a_data``/``b_data``/``w_data``
+are the datapath's lane width (8, 16 or 32 bits); in the ``multi`` and ``fused`` datapaths an
+8-bit mode packs two K-consecutive elements into each 16-bit lane, in the ``dot4`` datapath four
+into each 32-bit lane (low byte first).
 
 The array obeys the timing contract of design.md §4, stated in code in
 :mod:`diptych.sim.timing` (the cocotb bench checks every output against it). Conventions:

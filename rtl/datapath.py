@@ -29,6 +29,13 @@ accumulator are summed exactly and rounded once (``acc ← round(acc + a₀·b�
 FP8 results differ from one MAC per cycle in the last bits; INT8 and BF16 are the same as
 ``multi``'s. :attr:`Datapath.rule` names the rule; the bench's golden model follows it.
 
+The ``dot4`` datapath (:mod:`diptych.rtl.dot`, the FP8 dot-product PE) is FP8 only: a 32-bit
+lane holds **four** K-consecutive elements (element ``4s + i`` in bits ``8i + 7 … 8i``) and the
+PE adds their four products to the accumulator in one step by the ``"dot4"`` rule (truncated
+alignment to the largest exponent, one rounding toward zero, :mod:`diptych.rtl.dot_ref`): an OS
+tile of depth K takes ``ceil(K / 4)`` steps and a WS PE holds four weights of its column, the
+simulator's ``macs_per_pe_per_cycle = 4``.
+
 Mode codes on the ``mode`` port (3 bits): int8 0, bf16 1, and for FP8 ``0b1ab`` with ``a`` = A
 is E5M2 and ``b`` = B is E5M2 (e4m3 4, e4m3xe5m2 5, e5m2xe4m3 6, e5m2 7). In the array the
 mode travels with ``in_valid`` (east along each row, one register per PE), so tiles of
@@ -91,6 +98,7 @@ DATAPATHS: dict[str, Datapath] = {d.name: d for d in (
     Datapath("multi", 16, (("int8", 2),) + tuple((m, 2) for m in _FP8_MODES) + (("bf16", 1),)),
     Datapath("fused", 16, (("int8", 2),) + tuple((m, 2) for m in _FP8_MODES) + (("bf16", 1),),
              rule="pair"),
+    Datapath("dot4", 32, tuple((m, 4) for m in _FP8_MODES), rule="dot4"),
 )}
 assert all(m in MODES for d in DATAPATHS.values() for m in d.modes)
 assert all(d.rule in RULES for d in DATAPATHS.values())

@@ -15,12 +15,14 @@
 
 FP8 only: the unit has no BF16 or INT8 mode (a 2:1 BF16 mode on the same multipliers would need
 8 × 8 significand products, i.e. the four 4 × 4 multipliers regrouped as one 8 × 8, which is
-not built here). :class:`Dot4OsPe` and :class:`Dot4WsPe` are the OS and WS PEs around it, with
-32-bit operand lanes holding four K-consecutive FP8 elements (element ``4s + i`` in bits
-``8i + 7 … 8i``) and the ``mode`` port of the FP8 modes
-(:data:`~diptych.rtl.datapath.MODE_CODES`).
-They are synthesised by ``diptych rtl area --dtype dot4``; the systolic array, Verilog and bench
-do not offer the datapath.
+not built here). It is the MAC of the ``dot4`` datapath (:mod:`diptych.rtl.datapath`):
+``make_mac("dot4")``, inside ``OsPe("dot4")``/``WsPe("dot4")`` (:mod:`diptych.rtl.pe`:
+``Dot4OsPe``, ``Dot4WsPe``) and ``SystolicArray(R, C, "dot4", …)``, with 32-bit operand lanes
+holding four K-consecutive FP8 elements (element ``4s + i`` in bits ``8i + 7 … 8i``) and the
+``mode`` port of the FP8 modes (:data:`~diptych.rtl.datapath.MODE_CODES`). The same PEs are
+synthesised by ``diptych rtl area --dtype dot4`` and simulated in arrays (amaranth.sim and the
+cocotb bench on Verilator), bit for bit against :func:`diptych.rtl.dot_ref.dot_matmul_bits` and
+cycle for cycle against :mod:`diptych.sim.timing` at four MACs per PE per cycle.
 """
 
 # No ``from __future__ import annotations`` here: wiring.Component reads port annotations.
@@ -28,16 +30,16 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .datapath import MODE_BITS, MODE_CODES
+from .datapath import MODE_BITS, get_datapath
 from .fp import CANONICAL_NAN, Fp8Multiplier
 from .fused import normalise_signed
 from .dot_ref import DOT_FRAC_BITS, DOT_GROUP, FP32_MAX_BITS
-from .pe import OsPe, WsPe, _mode_ports
 
-__all__ = ["Dot4Fp8", "Dot4OsPe", "Dot4WsPe", "DOT4_RATES"]
+__all__ = ["Dot4Fp8"]
 
-#: MACs per PE per cycle of each mode (the area report's ``macs_per_cycle``).
-DOT4_RATES = tuple((mode, DOT_GROUP) for mode in MODE_CODES if mode not in ("int8", "bf16"))
+# the datapath's lanes and rates are this unit's group (datapath.py states them without Amaranth)
+assert get_datapath("dot4").lane_bits == 8 * DOT_GROUP
+assert set(dict(get_datapath("dot4").rates).values()) == {DOT_GROUP}
 
 _ZERO_X = -300                    # nominal exponent of a zero term: below every real one
 
@@ -150,25 +152,3 @@ class Dot4Fp8(wiring.Component):
         exp4 = Signal(range(-20, 16), name=f"{name}_exp4")
         m.d.comb += [sig4.eq(Mux(e5m2, sig << 1, sig)), exp4.eq(Mux(e5m2, exp - 1, exp))]
         return s, sig4, exp4, nan, inf
-
-
-class _Dot4Pe:
-    """What the dot4 PEs add to an OS or WS PE: 32-bit lanes (four FP8 operands), the FP8
-    mode ports, and :class:`Dot4Fp8` as the MAC."""
-
-    def __init__(self):
-        self.dtype = "dot4"
-        wiring.Component.__init__(self, _mode_ports("fp8", self.ports(8 * DOT_GROUP)))
-
-    def make_mac(self):
-        return Dot4Fp8()
-
-
-class Dot4OsPe(_Dot4Pe, OsPe):
-    """Output-stationary PE of the dot4 datapath: :class:`~diptych.rtl.pe.OsPe` (same ports and
-    timing) with 32-bit lanes and :class:`Dot4Fp8` as its MAC — four FP8 MACs per step."""
-
-
-class Dot4WsPe(_Dot4Pe, WsPe):
-    """Weight-stationary PE of the dot4 datapath (:class:`~diptych.rtl.pe.WsPe`, 32-bit lanes,
-    :class:`Dot4Fp8` as its MAC)."""

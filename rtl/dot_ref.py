@@ -155,6 +155,8 @@ def dot_matmul_bits(a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
         raise ValueError(f"A[M,K]·B[K,N] needs matching K, got shapes {a.shape} and {b.shape}")
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    pad = -k % DOT_GROUP                      # +0 × +0 products: what the PE's lanes see
+    a, b = np.pad(a, ((0, 0), (0, pad))), np.pad(b, ((0, pad), (0, 0)))
     out = (np.zeros((m, n), np.uint32) if init_bits is None
            else np.array(np.broadcast_to(np.asarray(init_bits, np.uint32), (m, n))))
     for i in range(m):

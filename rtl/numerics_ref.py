@@ -34,6 +34,10 @@ Accumulation rules of the 8-bit floating-point modes (:data:`RULES`)
       exact zero is −0 only when all three terms are −0); an odd ``K`` pairs its last product
       with +0. INT8 and BF16 accumulate the same way under either rule (int32 wrap is
       associative; BF16 has one product per step).
+    * ``"dot4"`` (the ``dot4`` datapath, four FP8 MACs per cycle): the accumulator and the
+      products ``k = 4s … 4s + 3`` aligned to the largest exponent with truncation, summed in
+      fixed point and rounded once toward zero (:func:`diptych.rtl.dot_ref.dot_matmul_bits`, the
+      rule stated there); a short last group is padded with +0 products.
 
 NumPy reproduces the per-operation rules exactly with float32 arithmetic when the input flush is
 applied before and the output flush after each operation (float32 multiply and add are IEEE
@@ -49,6 +53,8 @@ import functools
 import math
 
 import numpy as np
+
+from .dot_ref import dot_matmul_bits
 
 __all__ = [
     "CANONICAL_NAN", "daz32", "ftz32", "bf16_mul_bits", "fp32_add_bits",
@@ -276,8 +282,10 @@ def fp8_matmul_bits(a_bits, b_bits, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
 
 
 #: Accumulation rules of the 8-bit floating-point modes (module docstring): each product
-#: rounded into the accumulator on its own, or two products and the accumulator rounded once.
-RULES = ("sequential", "pair")
+#: rounded into the accumulator on its own, two products and the accumulator rounded once, or
+#: four products and the accumulator aligned with truncation and rounded once toward zero
+#: (``"dot4"``, :mod:`diptych.rtl.dot_ref`).
+RULES = ("sequential", "pair", "dot4")
 
 
 def fp8_pair_matmul_bits(a_bits, b_bits, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
@@ -320,6 +328,8 @@ def matmul_bits(mode: str, a, b, init_bits=None, rule: str = "sequential") -> np
         return bf16_matmul_bits(a, b, init_bits)
     if rule == "pair":
         return fp8_pair_matmul_bits(a, b, fa, fb, init_bits)
+    if rule == "dot4":
+        return dot_matmul_bits(_as_u8(a), _as_u8(b), fa, fb, init_bits)
     return fp8_matmul_bits(a, b, fa, fb, init_bits)
 
 

@@ -2,9 +2,10 @@
 
 A PE is built for one *datapath* (:mod:`diptych.rtl.datapath`): ``int8``, ``bf16``, ``fp8``
 (E4M3/E5M2 per operand), ``multi`` (the multi-precision PE: INT8 and FP8 at two MACs per
-cycle, BF16 at one, selected by the ``mode`` input; FP8 products rounded one after the other) or
+cycle, BF16 at one, selected by the ``mode`` input; FP8 products rounded one after the other),
 ``fused`` (the same modes and rates; the two FP8 products of a cycle and the accumulator rounded
-once, :mod:`diptych.rtl.fused`). Every PE is an
+once, :mod:`diptych.rtl.fused`) or ``dot4`` (FP8 at four MACs per cycle, the dot-product unit
+of :mod:`diptych.rtl.dot`). Every PE is an
 :class:`amaranth.lib.wiring.Component` with one register per hop: operands that
 travel east (``a`` and the row's control flags) and south (``b`` in OS, partial sums and shadow
 weights in WS) are registered once inside each PE, which is what gives PE(i, j) its
@@ -17,10 +18,12 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .datapath import DATAPATHS, MODE_BITS, get_datapath
+from .dot import Dot4Fp8
 from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
 from .fused import FusedMac
 
-__all__ = ["DTYPES", "operand_bits", "Int8Multiplier", "Int32Adder", "Mac", "OsPe", "WsPe"]
+__all__ = ["DTYPES", "operand_bits", "Int8Multiplier", "Int32Adder", "Mac", "make_mac", "OsPe",
+           "WsPe", "Dot4OsPe", "Dot4WsPe"]
 
 #: Supported datapaths and their operand lane widths in bits (the accumulator is 32 bits).
 DTYPES = {name: d.lane_bits for name, d in DATAPATHS.items()}
@@ -77,9 +80,15 @@ class Mac(wiring.Component):
     (two exact products, ``(acc + a₀b₀) + a₁b₁`` through two FP32 adders in series).
     ``fused``: the same lanes and modes; FP8 ``round(acc + a₀b₀ + a₁b₁)`` in one exact
     three-operand adder (:class:`~diptych.rtl.fused.FusedMac`).
+    The ``dot4`` datapath's MAC is its own unit, :class:`~diptych.rtl.dot.Dot4Fp8`
+    (:func:`make_mac` gives each datapath's).
     """
 
     def __init__(self, dtype: str):
+        if dtype == "dot4":
+            self._MustUse__silence = True       # a rejected instance is not "unused" design
+            raise ValueError("the dot4 datapath's MAC is diptych.rtl.dot.Dot4Fp8 "
+                             "(make_mac('dot4'))")
         self.dtype = dtype
         w = operand_bits(dtype)
         super().__init__(_ports(dtype, a=In(w), b=In(w), acc=In(32), result=Out(32)))
@@ -151,6 +160,13 @@ class Mac(wiring.Component):
             m.d.comb += self.result.eq(int_sum)
 
 
+def make_mac(dtype: str):
+    """The combinational MAC of ``dtype`` (ports ``a``, ``b``, ``acc``, ``result`` and ``mode``
+    when the datapath has modes): :class:`Mac`, or the dot4 datapath's
+    :class:`~diptych.rtl.dot.Dot4Fp8`."""
+    return Dot4Fp8() if dtype == "dot4" else Mac(dtype)
+
+
 def _mode_ports(dtype: str, ports: dict) -> dict:
     """A PE's ports plus ``mode_in``/``mode_out`` when its datapath has modes."""
     if get_datapath(dtype).has_mode_port:
@@ -193,9 +209,8 @@ class OsPe(wiring.Component):
                 "drain_out": Out(32)}
 
     def make_mac(self):
-        """The combinational MAC inside (``a``, ``b``, ``acc``, ``result``, and ``mode`` when
-        the datapath has modes); a PE for another datapath overrides this."""
-        return Mac(self.dtype)
+        """The combinational MAC inside: :func:`make_mac` of the PE's datapath."""
+        return make_mac(self.dtype)
 
     def elaborate(self, platform):
         m = Module()
@@ -259,3 +274,20 @@ class WsPe(wiring.Component):
         with m.If(self.w_load):
             m.d.sync += self.w_out.eq(self.w_in)
         return m
+
+
+class Dot4OsPe(OsPe):
+    """Output-stationary PE of the dot4 datapath, ``OsPe("dot4")``: the array's PE and the one
+    ``diptych rtl area --dtype dot4`` synthesises (32-bit lanes, :class:`~diptych.rtl.dot.Dot4Fp8`
+    as its MAC: four FP8 MACs per step)."""
+
+    def __init__(self):
+        super().__init__("dot4")
+
+
+class Dot4WsPe(WsPe):
+    """Weight-stationary PE of the dot4 datapath, ``WsPe("dot4")`` (32-bit lanes,
+    :class:`~diptych.rtl.dot.Dot4Fp8` as its MAC)."""
+
+    def __init__(self):
+        super().__init__("dot4")

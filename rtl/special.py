@@ -4,13 +4,14 @@ position, subnormals in and out, infinities, NaNs, overflow and the INT8 wrap-ar
 One list of vectors serves every user, so what the unit tests check is what the bench runs:
 the fast tier drives each datapath's combinational MAC and the dot4 unit with them
 (``tests/rtl/test_rtl_special_values.py``), :func:`diptych.rtl.bench.special_plan` lays them out
-as the directed ``special`` plan that the cocotb bench runs on Verilator, and the dot4 unit's
-scoreboard adds them to its standard set. No expected result is stored here: every user
-computes it with the golden model (:mod:`diptych.rtl.numerics_ref`, :mod:`diptych.rtl.dot_ref`).
+as the directed ``special`` plan that the cocotb bench runs on Verilator and amaranth.sim
+(dot4 arrays included), and the dot4 unit's scoreboard adds them to its standard set. No
+expected result is stored here: every user computes it with the golden model
+(:mod:`diptych.rtl.numerics_ref`, :mod:`diptych.rtl.dot_ref`).
 
 A vector is one PE step, ``result = step(acc, a[0:n], b[0:n])``, in a mode at ``n`` MACs per step
 (1: the ``int8``/``bf16``/``fp8`` datapaths and the BF16 mode of ``multi``/``fused``; 2: the 8-bit
-modes of ``multi``/``fused``; 4: the dot4 unit). A lane a vector does not use holds the
+modes of ``multi``/``fused``; 4: the ``dot4`` datapath, its unit and its arrays). A lane a vector does not use holds the
 *neutral* product, A = −0 (INT8: 0) times B = +1: its product −0 leaves every sum unchanged
 under every accumulation rule (``x + (−0) = x``, also for ``x = ±0``), so each vector means the
 same at any rate. Elements are int8 values (INT8) or bit patterns (bf16, FP8); ``acc`` is int32 or

@@ -41,7 +41,12 @@ array and columns of B streamed (the engine swaps M and N).
 Precisions: INT8 and BF16 share this timeline (single-cycle MAC). A PE doing ``n`` MACs per
 cycle in some dtype consumes ``n`` K-steps per cycle: the engine applies these rules with
 ``K → ceil(K / n)`` (OS) or with an effective ``n·R``-deep stationary tile (WS/IS); ``n < 1``
-(multi-pass modes) stretches each step to ``1/n`` cycles.
+(multi-pass modes) stretches each step to ``1/n`` cycles. The RTL's PEs at ``n`` = 2 (the
+multi-precision PEs' INT8/FP8 modes) and ``n`` = 4 (the FP8 dot-product PE, ``dot4``: four
+products and the accumulator summed in one cycle) are single-cycle too, so the rules above hold
+for them unchanged: the latency a group of ``n`` products adds to the timeline is **zero
+cycles**, and an isolated OS tile takes ``ceil(K / n) + 2R + C − 2`` cycles (the RTL bench
+checks both at every output).
 
 The rules are stated once, as the small scalar functions in "The recurrences" below
 (:func:`os_last_step`, :func:`os_last_output`, :func:`ws_weight_load`, :func:`ws_first_row`,

@@ -10,8 +10,7 @@ import click
 from .errors import UsageError, friendly
 from .jsonout import dumps
 
-_DTYPES = ("int8", "bf16", "fp8", "multi", "fused")       # diptych.rtl.datapath.DATAPATHS
-_AREA_DTYPES = (*_DTYPES, "dot4")                          # diptych.rtl.area.AREA_DTYPES
+_DTYPES = ("int8", "bf16", "fp8", "multi", "fused", "dot4")  # diptych.rtl.datapath.DATAPATHS
 _DATAFLOWS = ("os", "ws")
 
 #: How ``diptych rtl area`` counts (printed under its tables; docs/rtl.md "Area").
@@ -25,24 +24,29 @@ AREA_METHOD = (
     "per-MAC ratio above (docs/dse.md 1.1).")
 
 #: What ``diptych rtl test`` runs without a configuration, and the slow test tier's set:
-#: (rows, cols, dtype, dataflow, directed plans). Every mode of the int8, bf16 and fused
+#: (rows, cols, dtype, dataflow, directed plans). Every mode of the int8, bf16, fused and dot4
 #: datapaths (the fused PE does INT8, every FP8 mode and BF16; the fp8 and multi datapaths'
 #: FP8 multiplier and FP32 adder are checked on Verilator by the FP deep check, their arrays
-#: in amaranth.sim), both dataflows, non-square and odd sizes, BF16 beyond 4×4, the directed
-#: special-value plan on every configuration and the INT8 OS tile whose sums wrap.
+#: in amaranth.sim; the dot4 FP8 dot-product PE, which sets the presets' FP8 area coefficient,
+#: in one small WS array: its OS array runs in amaranth.sim), both dataflows, non-square and odd
+#: sizes, BF16 beyond 4×4, the directed special-value plan on every configuration and the INT8
+#: OS tile whose sums wrap.
 STANDARD_CONFIGS = ((8, 8, "int8", "os", ("special", "os_wrap")),
                     (8, 8, "int8", "ws", ("special",)),
                     (4, 8, "bf16", "os", ("special",)), (4, 4, "bf16", "ws", ("special",)),
-                    (2, 3, "fused", "os", ("special",)), (3, 2, "fused", "ws", ("special",)))
+                    (2, 3, "fused", "os", ("special",)), (3, 2, "fused", "ws", ("special",)),
+                    (2, 3, "dot4", "ws", ("special",)))
 
 _DTYPE_HELP = ("PE datapath: int8, bf16, fp8 (E4M3/E5M2), multi (INT8/FP8 at 2 MACs per "
-               "cycle, BF16 at 1; FP8 products rounded one at a time) or fused (the same, the "
-               "two FP8 products of a cycle and the accumulator rounded once).")
+               "cycle, BF16 at 1; FP8 products rounded one at a time), fused (the same, the "
+               "two FP8 products of a cycle and the accumulator rounded once) or dot4 (the FP8 "
+               "dot-product PE: 4 FP8 MACs per cycle, truncated alignment, one rounding toward "
+               "zero).")
 
 
 @click.group("rtl")
 def rtl():
-    """The Amaranth INT8/FP8/BF16/multi-precision (sequential and fused) systolic array:
+    """The Amaranth INT8/FP8/BF16/multi-precision (sequential and fused)/FP8 dot4 systolic array:
     Verilog, cocotb-on-Verilator bench, area; the block-scaled formats (MX, NVFP4) of the golden
     numerics."""
 
@@ -100,8 +104,8 @@ def rtl_test(rows, cols, dtype, dataflow, modes, seed, n_seeds, tiles, wrap, wav
     Every configuration also runs the directed special-value plan (signed zeros, subnormals,
     Inf, NaN, overflow in every mode and operand position). Without
     --rows/--cols/--dtype/--dataflow it runs the CI set (INT8 OS/WS 8x8 with the wrapping OS
-    tile, BF16 OS 4x8 and WS 4x4, fused multi-precision OS 2x3 and WS 3x2). Exits
-    non-zero if any check fails.
+    tile, BF16 OS 4x8 and WS 4x4, fused multi-precision OS 2x3 and WS 3x2, the dot4 FP8
+    dot-product PE in WS 2x3). Exits non-zero if any check fails.
     """
     from ..rtl.array import check_config
     from ..rtl.datapath import get_datapath
@@ -149,9 +153,9 @@ def rtl_test(rows, cols, dtype, dataflow, modes, seed, n_seeds, tiles, wrap, wav
 
 
 @rtl.command("area")
-@click.option("--dtype", "dtypes", type=click.Choice(_AREA_DTYPES), multiple=True,
+@click.option("--dtype", "dtypes", type=click.Choice(_DTYPES), multiple=True,
               help="PE datapath to synthesise (repeatable; default: every one); dot4 is the "
-                   "FP8 dot-product PE (4 FP8 MACs per cycle, truncated alignment; PE only).")
+                   "FP8 dot-product PE (4 FP8 MACs per cycle, truncated alignment).")
 @click.option("--rows", type=int, help="Also synthesise an array of this many rows.")
 @click.option("--cols", type=int, help="... and this many columns.")
 @click.option("--dataflow", type=click.Choice(_DATAFLOWS), default="os", show_default=True,
@@ -163,12 +167,9 @@ def rtl_area(dtypes, rows, cols, dataflow, as_json):
     counts, cells per MAC against BF16 (the multi-precision PEs at their INT8/FP8 rate of 2
     MACs per cycle and their BF16 rate of 1), and the per-MAC ratios of the chips' area model
     (dedicated PEs, and shared PEs against a dedicated BF16 PE's MAC)."""
-    from ..rtl.area import (AREA_ONLY, PyosysMissing, area_model_ratios, area_report,
-                            per_mac_ratios)
+    from ..rtl.area import PyosysMissing, area_model_ratios, area_report, per_mac_ratios
 
-    dtypes = tuple(dict.fromkeys(dtypes)) or _AREA_DTYPES
-    if rows is not None:                     # an area-only PE (dot4) has no array
-        dtypes = tuple(d for d in dtypes if d not in AREA_ONLY) or dtypes
+    dtypes = tuple(dict.fromkeys(dtypes)) or _DTYPES
     try:
         reports = {dt: area_report(dt, rows, cols, dataflow) for dt in dtypes}
     except PyosysMissing as exc:        # a missing extra: exit 2, as `rtl test` does

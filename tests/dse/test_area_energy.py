@@ -124,9 +124,7 @@ def test_power_check_flags_tdp():
 def rtl_cells():
     pytest.importorskip("pyosys", reason="full Yosys (pyosys, the rtl extra) synthesises the PEs")
     from diptych.rtl.area import synth_stats
-    from diptych.rtl.pe import Mac, OsPe
-
-    from diptych.rtl.dot import Dot4OsPe
+    from diptych.rtl.pe import Dot4OsPe, Mac, OsPe
 
     blocks = {}
     for dt in ("int8", "bf16"):  # the blocks `diptych rtl area` reports as mac and pe_os

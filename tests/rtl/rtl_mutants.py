@@ -123,6 +123,20 @@ MUTANTS = (
            "alignment when a product's exponent is larger)", _DOT,
            (("dc.eq(Mux(d > W, W, d))", "dc.eq(Mux(n == 0, 0, Mux(d > W, W, d)))"),),
            (), _DOT_UNIT),
+    # ---- the dot4 PE in an array (issue 26 item 3): random plans on dot4 arrays
+    Mutant("ws-active-weight-16-bits", "WS PE's active weight register is 16 bits (the widest "
+           "lane before dot4): from a tile's 2nd row on, W's elements 2 and 3 read as +0", _PE,
+           (("active = Signal(len(self.w_out))", "active = Signal(16)"),),
+           ((_ARRAY, "WsPe"),), (1, 2, "dot4", "ws")),
+    Mutant("dot4-a-lanes-reversed", "dot4 unit reads A's lane in reverse (element 4s + i of A "
+           "meets element 4s + 3 − i of B)", _DOT,
+           (("self._operand(m, self.a[8 * i:8 * i + 8], self.mode[1],",
+             "self._operand(m, self.a[8 * (3 - i):8 * (3 - i) + 8], self.mode[1],"),),
+           ((_PE, "Dot4Fp8"),), (2, 1, "dot4", "os")),
+    Mutant("dot4-b-format-from-a", "dot4 unit decodes B in A's FP8 format", _DOT,
+           (("self._operand(m, self.b[8 * i:8 * i + 8], self.mode[0],",
+             "self._operand(m, self.b[8 * i:8 * i + 8], self.mode[1],"),),
+           ((_PE, "Dot4Fp8"),), (1, 2, "dot4", "ws")),
     # ---- special values: the random plans pass these; the directed special plan does not
     Mutant("fused-bf16-adds-plus-zero", "fused PE adds +0, not −0, as the three-operand "
            "adder's third term in BF16 mode, so (−0) + (−0) gives +0 (issue 26)", _FUSED,

@@ -15,6 +15,15 @@ def _run(*args):
     return CliRunner().invoke(main, ["rtl", *args])
 
 
+def test_verilog_of_a_dot4_array(tmp_path):
+    out = tmp_path / "d.v"
+    r = _run("verilog", "--rows", "1", "--cols", "1", "--dtype", "dot4", "-o", str(out))
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    assert "module systolic_dot4_os_1x1(" in text
+    assert "input [31:0] a_data" in text and "input [2:0] mode" in text   # four FP8 codes
+
+
 def test_verilog_writes_a_module(tmp_path):
     out = tmp_path / "a.v"
     r = _run("verilog", "--rows", "2", "--cols", "3", "--dtype", "bf16", "--dataflow", "ws",
@@ -30,8 +39,9 @@ def test_verilog_writes_a_module(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--rows", "0"], "rows must be a positive integer, not 0"),
     (["--cols", "65"], "cols must be at most 64, not 65"),
-    (["--dtype", "fp4"], "'fp4' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused'"),
-    (["--dtype", "mxfp8"], "'mxfp8' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused'"),
+    (["--dtype", "fp4"], "'fp4' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', 'dot4'"),
+    (["--dtype", "mxfp8"], "'mxfp8' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', "
+                           "'dot4'"),
     (["--dataflow", "is"], "'is' is not one of 'os', 'ws'"),
 ])
 def test_verilog_bad_input(args, message, tmp_path):
@@ -49,6 +59,15 @@ def test_verilog_bad_input(args, message, tmp_path):
      "'mxfp4' is not a block-scaled format of the multi datapath"),
     (["--dtype", "multi", "--mode", "nvfp4"], "block-scaled MX/NVFP4 formats exist in the golden"),
     (["--dtype", "bf16", "--wrap"], "--wrap needs an OS array with an int8 mode, not bf16 os"),
+    (["--dtype", "dot4", "--mode", "int8"],
+     "'int8' is not a mode of the dot4 datapath (its modes: e4m3, e5m2, e4m3xe5m2, e5m2xe4m3"),
+    (["--dtype", "dot4", "--mode", "bf16"], "'bf16' is not a mode of the dot4 datapath"),
+    (["--dtype", "dot4", "--mode", "mxfp8"], "'mxfp8' is not a block-scaled format of the dot4"),
+    (["--dtype", "dot4", "--wrap"], "--wrap needs an OS array with an int8 mode, not dot4 os"),
+    (["--dtype", "dot4", "--rows", "65"], "rows must be at most 64, not 65"),
+    (["--dtype", "dot4", "--cols", "0"], "cols must be a positive integer, not 0"),
+    (["--dtype", "dot4", "--dataflow", "is"], "'is' is not one of 'os', 'ws'"),
+    (["--dtype", "dot8"], "'dot8' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', 'dot4'"),
     (["--seeds", "0"], "seeds must be a positive integer, not 0"),
 ])
 def test_test_bad_input(args, message):
@@ -85,8 +104,9 @@ def test_test_runs_the_ci_set_by_default_and_passes_options(monkeypatch):
     assert r.exit_code == 0, r.output
     assert [c[:4] for c in calls] == [(8, 8, "int8", "os"), (8, 8, "int8", "ws"),
                                       (4, 8, "bf16", "os"), (4, 4, "bf16", "ws"),
-                                      (2, 3, "fused", "os"), (3, 2, "fused", "ws")]
-    assert calls[0][7] == ("special", "os_wrap") and "6 passed, 0 failed" in r.output
+                                      (2, 3, "fused", "os"), (3, 2, "fused", "ws"),
+                                      (2, 3, "dot4", "ws")]
+    assert calls[0][7] == ("special", "os_wrap") and "7 passed, 0 failed" in r.output
     assert all(c[7][0] == "special" for c in calls)
     calls.clear()
     r = _run("test", "--rows", "3", "--cols", "5", "--dataflow", "ws", "--seed", "9",
@@ -97,6 +117,10 @@ def test_test_runs_the_ci_set_by_default_and_passes_options(monkeypatch):
     r = _run("test", "--dtype", "multi", "--mode", "e5m2", "--mode", "bf16", "--wrap")
     assert r.exit_code == 0, r.output
     assert calls == [(4, 4, "multi", "os", [1], 10, ("e5m2", "bf16"), ("special", "os_wrap"))]
+    calls.clear()
+    r = _run("test", "--dtype", "dot4", "--dataflow", "ws", "--mode", "e4m3xe5m2")
+    assert r.exit_code == 0, r.output
+    assert calls == [(4, 4, "dot4", "ws", [1], 10, ("e4m3xe5m2",), ("special",))]
 
 
 def test_area_json_counts_the_pe_registers():
@@ -183,8 +207,8 @@ def test_dot4_pe_area():
     ratio = rep["area_model"]["dedicated"]["dot4"]
     assert ratio == round(dot["blocks"]["pe_os"]["cells"] / 4 / bf["pe_os"]["cells"], 3)
     assert ratio < 0.85 * bf["adder"]["cells"] / bf["pe_os"]["cells"]
-    r = _run("area", "--dtype", "dot4", "--rows", "2", "--cols", "2")
-    assert r.exit_code == 2 and "the dot4 PE has no systolic array" in r.output
+    r = _run("area", "--dtype", "dot4", "--rows", "2", "--cols", "65")
+    assert r.exit_code == 2 and "cols must be at most 64, not 65" in r.output
 
 
 def test_area_bad_input():
@@ -194,6 +218,12 @@ def test_area_bad_input():
     assert r.exit_code == 2 and "rows must be a positive integer, not 0" in r.output
     r = _run("area", "--dtype", "mxfp4")
     assert r.exit_code == 2 and "'mxfp4' is not one of" in r.output
+    r = _run("area", "--dtype", "dot8")
+    assert r.exit_code == 2 and "'dot8' is not one of" in r.output
+    r = _run("area", "--dtype", "dot4", "--rows", "0", "--cols", "2")
+    assert r.exit_code == 2 and "rows must be a positive integer, not 0" in r.output
+    r = _run("area", "--dtype", "dot4", "--rows", "2", "--cols", "2", "--dataflow", "is")
+    assert r.exit_code == 2 and "'is' is not one of 'os', 'ws'" in r.output
 
 
 def test_formats_reports_every_format_and_its_bits():

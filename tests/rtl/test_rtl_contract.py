@@ -4,11 +4,12 @@ bench's expected cycles together (issue 12, item 4).
 The engine compiles the recurrences of :mod:`diptych.sim.timing` at import, so a replaced
 function reaches it only in a fresh process with ``NUMBA_DISABLE_JIT=1`` (the engine half alone
 is tests/sim/test_timing_once.py); the bench calls the same module at plan time. Here one
-process runs both on the same problem, on the fused multi-precision datapath's FP8 rate (2 MACs
-per PE per cycle: the engine with ``macs_per_pe_per_cycle.fp8 = 2``, the bench with the
-``fused`` PE's ``e4m3`` mode): a GEMM block whose folds are drain-limited (OS: K/2 steps < R) or
-swap-limited (WS: M rows < 2R + C − 2), run back to back. That the unchanged RTL then fails the
-perturbed plans is shown in test_rtl_bench.py (amaranth.sim) and test_rtl_verilator.py.
+process runs both on the same problem, at the FP8 rates of the fused multi-precision datapath
+(2 MACs per PE per cycle: the engine with ``macs_per_pe_per_cycle.fp8 = 2``, the bench with the
+``fused`` PE's ``e4m3`` mode) and of the dot4 dot-product PE (4: ``fp8 = 4`` against the
+``dot4`` PE in ``e5m2xe4m3``): a GEMM block whose folds are drain-limited (OS: K/n steps < R)
+or swap-limited (WS: M rows < 2R + C − 2), run back to back. That the unchanged RTL then fails
+the perturbed plans is shown in test_rtl_bench.py (amaranth.sim) and test_rtl_verilator.py.
 """
 
 import json
@@ -27,9 +28,15 @@ from diptych.sim import timing as T
 SIM_TESTS = Path(__file__).resolve().parents[1] / "sim"
 
 R, C = 3, 2
-#: (dataflow, GEMM m, k, n): two folds of one block at 2 MACs per cycle
-OS_GEMM = ("os", R, 4, 2 * C)           # two C-wide tiles of K = 4: 2 steps each (< R)
-WS_GEMM = ("ws", 2, 2 * R, 2 * C)       # two W tiles of depth 2R, M = 2 rows each
+#: (datapath, FP8 MACs per PE per cycle n, mode) of the PEs the engine's rate is checked on
+PES = (("fused", 2, "e4m3"), ("dot4", 4, "e5m2xe4m3"))
+
+
+def gemms(n: int) -> tuple:
+    """(dataflow, GEMM m, k, n) of two folds of one block at ``n`` MACs per cycle: OS, two
+    C-wide tiles of K = 2n (2 steps each, < R); WS, two W tiles of depth nR, M = 2 rows each."""
+    return ("os", R, 2 * n, 2 * C), ("ws", 2, n * R, 2 * C)
+
 
 _SCRIPT = """
 import dataclasses, json, sys
@@ -40,25 +47,26 @@ from diptych.arch.chip import DtypeTable
 from diptych.rtl import bench
 from diptych.sim import engine as E
 from simtest_helpers import one_array_run, small_chip
-chip = small_chip({R}, {C})
-arr = dataclasses.replace(chip.core.array,
-                          macs_per_pe_per_cycle=DtypeTable(int8=2.0, fp8=2.0, bf16=1.0))
-chip = dataclasses.replace(chip, core=dataclasses.replace(chip.core, array=arr))
+base = small_chip({R}, {C})
 res = {{}}
-for df, m, k, n in ({os_gemm!r}, {ws_gemm!r}):
-    out, *_ = one_array_run(chip, m, k, n, df, m, k, n, dtype="fp8")
-    res[df + "_engine"] = int(out[E.O_CYCLES])
-    sizes = [k, k] if df == "os" else [m, m]
-    plan = bench.earliest_plan({R}, {C}, "fused", df, sizes, "e4m3", seed=3)
-    res[df + "_bench"] = max(plan.expected) + 1
+for dtype, rate, mode, folds in {runs!r}:
+    arr = dataclasses.replace(base.core.array, macs_per_pe_per_cycle=DtypeTable(
+        int8=2.0, fp8=float(rate), bf16=1.0))
+    chip = dataclasses.replace(base, core=dataclasses.replace(base.core, array=arr))
+    for df, m, k, n in folds:
+        out, *_ = one_array_run(chip, m, k, n, df, m, k, n, dtype="fp8")
+        res[f"{{dtype}}_{{df}}_engine"] = int(out[E.O_CYCLES])
+        sizes = [k, k] if df == "os" else [m, m]
+        plan = bench.earliest_plan({R}, {C}, dtype, df, sizes, mode, seed=3)
+        res[f"{{dtype}}_{{df}}_bench"] = max(plan.expected) + 1
 print(json.dumps(res))
 """
 
 
 def _run(patch: str = "") -> dict:
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
-    code = _SCRIPT.format(sim_tests=str(SIM_TESTS), patch=patch, R=R, C=C, os_gemm=OS_GEMM,
-                          ws_gemm=WS_GEMM)
+    runs = [(dt, n, mode, gemms(n)) for dt, n, mode in PES]
+    code = _SCRIPT.format(sim_tests=str(SIM_TESTS), patch=patch, R=R, C=C, runs=runs)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -75,15 +83,19 @@ _PERTURB = ("_o = T.os_last_step\n"
 
 def test_engine_and_bench_follow_one_perturbed_timeline():
     base = _run()
-    # unperturbed: the engine, the bench's plan and the closed forms agree, and the folds are
-    # at the limits the perturbation moves (drain: 2 steps < R; swap: 2 rows < 2R + C − 2)
-    assert base["os_engine"] == base["os_bench"] == T.os_sequence_cycles(R, C, [2, 2])
-    assert base["ws_engine"] == base["ws_bench"] == T.ws_sequence_cycles(R, C, [2, 2])
+    # unperturbed: the engine, the bench's plan and the closed forms agree at each rate, and
+    # the folds are at the limits the perturbation moves (drain: 2 steps < R; swap: 2 rows <
+    # 2R + C − 2)
+    for dt, _, _ in PES:
+        assert base[f"{dt}_os_engine"] == base[f"{dt}_os_bench"] \
+            == T.os_sequence_cycles(R, C, [2, 2]), (dt, base)
+        assert base[f"{dt}_ws_engine"] == base[f"{dt}_ws_bench"] \
+            == T.ws_sequence_cycles(R, C, [2, 2]), (dt, base)
     assert T.os_period(R, 2) == R and T.ws_period(R, C, 2) == 2 * R + C - 2
     moved = _run(_PERTURB)
-    for df in ("os", "ws"):
-        assert moved[f"{df}_engine"] == base[f"{df}_engine"] + 2, (df, base, moved)
-        assert moved[f"{df}_bench"] == base[f"{df}_bench"] + 2, (df, base, moved)
+    assert set(moved) == set(base) and len(base) == 4 * len(PES)
+    for key in base:
+        assert moved[key] == base[key] + 2, (key, base, moved)
 
 
 def test_earliest_plan_passes_the_rtl_and_fails_it_when_the_contract_is_eager(monkeypatch):

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 import rtl_dot_bench as bench
 import rtl_fraction_ref as oracle
 from diptych.rtl.datapath import MODE_CODES
-from diptych.rtl.dot import Dot4Fp8, Dot4OsPe, Dot4WsPe
+from diptych.rtl.dot import Dot4Fp8
+from diptych.rtl.pe import Dot4OsPe, Dot4WsPe
 from diptych.rtl.numerics_ref import mode_formats
 from diptych.rtl.dot_ref import DOT_FRAC_BITS, dot4_bits, dot_matmul_bits
 

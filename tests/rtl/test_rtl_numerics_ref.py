@@ -278,9 +278,10 @@ def test_int8_and_bf16_do_not_depend_on_the_rule():
     a16 = rng.integers(0x3800, 0x4800, (2, 5)).astype(np.uint16)
     b16 = rng.integers(0x3800, 0x4800, (5, 3)).astype(np.uint16)
     for mode, a, b in (("int8", a8, b8), ("bf16", a16, b16)):
-        assert np.array_equal(numerics_ref.matmul_bits(mode, a, b, rule="pair"),
-                              numerics_ref.matmul_bits(mode, a, b))
-    with pytest.raises(ValueError, match="rule must be one of sequential, pair, not 'quad'"):
+        for rule in ("pair", "dot4"):
+            assert np.array_equal(numerics_ref.matmul_bits(mode, a, b, rule=rule),
+                                  numerics_ref.matmul_bits(mode, a, b))
+    with pytest.raises(ValueError, match="rule must be one of sequential, pair, dot4, not 'quad'"):
         numerics_ref.matmul_bits("e4m3", a16 & 0xFF, b16 & 0xFF, rule="quad")
 
 

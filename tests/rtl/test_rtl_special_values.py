@@ -21,9 +21,12 @@ from diptych.rtl.pysim import run_plan
 from diptych.rtl.special import classes, neutral, special_cases, values
 from diptych.rtl.special_plan import special_plan, special_tiles
 
-#: (mode, MACs per step, accumulation rule) of every datapath's modes
+#: (mode, MACs per step, accumulation rule) of every datapath's modes but the dot4 datapath's
+#: (the oracle states the exact rules; the dot4 golden is held to the exact sum within its
+#: truncation bound in test_rtl_dot.py, and its unit and arrays are checked below)
 _STEPS = sorted({(mode, d.macs_per_cycle(mode), d.rule if mode not in ("int8", "bf16")
-                  else "sequential") for d in DATAPATHS.values() for mode in d.modes})
+                  else "sequential") for d in DATAPATHS.values() for mode in d.modes
+                 if d.rule != "dot4"})
 _FP8_MODES = rtl_dot_bench.FP8_MODES
 
 
@@ -100,9 +103,10 @@ def _lane(mode: str, elems) -> int:
     return sum((int(x) & ((1 << width) - 1)) << (width * i) for i, x in enumerate(elems))
 
 
-@pytest.mark.parametrize("dtype", list(DATAPATHS))
+@pytest.mark.parametrize("dtype", [d for d in DATAPATHS if d != "dot4"])
 def test_mac_on_the_special_steps_against_golden(dtype):
-    """The datapath's MAC (amaranth.sim) in every mode on every special-value step."""
+    """The datapath's MAC (amaranth.sim) in every mode on every special-value step (the dot4
+    datapath's MAC is its unit, ``Dot4Fp8``: the next test)."""
     dp = get_datapath(dtype)
     cases = [(mode, c) for mode in dp.modes
              for c in special_cases(mode, dp.macs_per_cycle(mode))]
