@@ -80,7 +80,7 @@ def test_a_tier_like_the_first_equals_one_dram_holding_both(chip, tiny):
 
 
 def test_a_slower_tier_costs_its_bytes_at_its_rate(chip, tiny):
-    """LPDDR5X at 0.55 TB/s behind a too-small HBM: never faster than HBM holding it all,
+    """LPDDR5X at 0.34 TB/s behind a too-small HBM: never faster than HBM holding it all,
     and slower by at least the tier's bytes at its pin bandwidth less the same bytes at the
     first tier's."""
     small = small_first_tier(chip)
@@ -109,7 +109,7 @@ def test_runs_the_planner_cannot_place_are_refused(chip, tiny):
 @pytest.mark.parametrize("edit, key", [
     (lambda t: t.replace('kind = "lpddr5x"', 'kind = "hbm3e"'), "dram2.kind"),
     (lambda t: t.replace("pj_per_bit = 4.0", "pj_per_bit = -1.0"), "dram2.pj_per_bit"),
-    (lambda t: t.replace("capacity_gib = 256.0", "capacity_gib = 0.0"), "dram2.capacity_gib"),
+    (lambda t: t.replace("capacity_gib = 160.0", "capacity_gib = 0.0"), "dram2.capacity_gib"),
 ])
 def test_bad_tiers_exit_2_naming_the_key(tmp_path, edit, key):
     bad = tmp_path / "bad.toml"
