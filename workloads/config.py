@@ -29,6 +29,10 @@ fields):
   experts after ``first_k_dense_replace`` dense layers (V2's router has no bias).
 * ``glm4_moe``: GLM-4.5: GQA with q/k/v biases, optional q/k norm, partial RoPE; MoE with
   shared experts after ``first_k_dense_replace`` dense layers.
+* ``qwen3_next``: Qwen3-Next: gated DeltaNet linear-attention layers (``linear``, a fixed
+  per-sequence state instead of a KV cache; :mod:`diptych.workloads.gated_deltanet`) and,
+  every ``full_attention_interval``-th layer, gated full attention (an output gate on q_proj);
+  MoE with a gated shared expert.
 """
 
 from __future__ import annotations
@@ -41,8 +45,12 @@ from typing import Any
 from .hf import ARCHITECTURES, parse
 
 #: Per-layer attention kinds: every earlier key (``full``), the last ``window`` keys
-#: (``sliding``), or the keys of the current ``window``-token chunk (``chunked``, Llama 4).
-ATTENTION_KINDS = ("full", "sliding", "chunked")
+#: (``sliding``), the keys of the current ``window``-token chunk (``chunked``, Llama 4), or
+#: none: a linear-attention layer (``linear``: gated DeltaNet, Qwen3-Next) carries a
+#: fixed-size recurrent state per sequence instead of a KV cache.
+ATTENTION_KINDS = ("full", "sliding", "chunked", "linear")
+#: Dtypes a linear-attention layer's recurrent state may be kept in (``state_dtype``).
+STATE_DTYPES = ("fp32", "bf16", "fp16")
 #: MLP activations: gated (three matrices) SiLU, tanh-GELU and gpt-oss's clamped SiLU; the
 #: ungated GPT-2 GELU (two matrices).
 ACTIVATIONS = ("swiglu", "geglu", "swiglu_clamped", "gelu")
@@ -68,9 +76,18 @@ class LayerSpec:
     def describe_attention(self) -> str:
         return self.attention if self.window is None else f"{self.attention} {self.window}"
 
+    @property
+    def linear(self) -> bool:
+        """A linear-attention layer: a fixed state per sequence, no KV cache."""
+        return self.attention == "linear"
+
     def kv_tokens(self, context: int) -> int:
         """Tokens of a ``context``-token sequence this layer's KV cache must hold: the window
-        for sliding layers, the current chunk (at most ``window``) for chunked ones."""
+        for sliding layers, the current chunk (at most ``window``) for chunked ones, none for
+        a linear-attention layer (its state is counted per sequence:
+        :func:`~diptych.workloads.params.state_bytes_per_sequence`)."""
+        if self.linear:
+            return 0
         return context if self.window is None else min(context, self.window)
 
 
@@ -154,6 +171,23 @@ class ModelConfig:
     # multi-token-prediction modules shipped beside the decoder (num_nextn_predict_layers:
     # DeepSeek-V3, GLM-4.5): noted by `models show`, neither simulated nor counted
     mtp_layers: int = 0
+    # gated DeltaNet linear attention (layers whose layer_attention is "linear", Qwen3-Next):
+    # key heads and width (q and k), value heads and width (v, the output gate z), the
+    # depthwise causal conv's kernel over q/k/v, and the dtype the recurrent state is kept in
+    linear_key_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_heads: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0
+    state_dtype: str = "fp32"
+    # gated attention (Qwen3-Next): q_proj also emits a per-channel gate, sigmoid(gate) ⊙ the
+    # attention output before o_proj
+    attn_output_gate: bool = False
+    # the shared experts' MLP width when it is not shared_experts × moe_intermediate_size
+    # (Qwen3-Next's shared_expert_intermediate_size), and a sigmoid gate (a d → 1 linear)
+    # scaling the shared expert's output (Qwen2-MoE / Qwen3-Next shared_expert_gate)
+    shared_expert_intermediate_size: int = 0
+    shared_expert_gate: bool = False
 
     def __post_init__(self):
         def bad(field: str, value, expected: str):
@@ -187,6 +221,20 @@ class ModelConfig:
                 bad(f, v, "a positive number or None")
         if not 0 < self.rotary_fraction <= 1:
             bad("rotary_fraction", self.rotary_fraction, "in (0, 1]")
+        if "linear" in self.layer_attention:
+            for f in ("linear_key_heads", "linear_key_head_dim", "linear_value_heads",
+                      "linear_value_head_dim", "linear_conv_kernel"):
+                v = getattr(self, f)
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    bad(f, v, "a positive integer when layers use linear attention")
+            if self.linear_value_heads % self.linear_key_heads:
+                bad("linear_value_heads", self.linear_value_heads,
+                    f"a multiple of linear_key_heads ({self.linear_key_heads})")
+        if self.state_dtype not in STATE_DTYPES:
+            bad("state_dtype", self.state_dtype, "one of " + ", ".join(STATE_DTYPES))
+        if self.shared_expert_intermediate_size < 0:
+            bad("shared_expert_intermediate_size", self.shared_expert_intermediate_size,
+                "a non-negative integer")
 
     @property
     def is_moe(self) -> bool:
@@ -247,6 +295,24 @@ class ModelConfig:
     @property
     def dense_layers(self) -> int:
         return self.layers - self.moe_layers
+
+    @cached_property
+    def linear_layers(self) -> int:
+        """Linear-attention layers (a fixed state per sequence, no KV cache)."""
+        return sum(s.linear for s in self._specs)
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers that cache K/V per token (every layer but the linear-attention ones)."""
+        return self.layers - self.linear_layers
+
+    @property
+    def shared_width(self) -> int:
+        """The shared experts' MLP width (0: none)."""
+        if not self.shared_experts:
+            return 0
+        return self.shared_expert_intermediate_size or \
+            self.moe_intermediate_size * self.shared_experts
 
     @property
     def qk_head_dim(self) -> int:

@@ -32,11 +32,22 @@ ARCHITECTURES: dict[str, str] = {
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "Glm4MoeForCausalLM": "glm4_moe",
+    "Qwen3NextForCausalLM": "qwen3_next",
 }
 
 #: HF ``layer_types`` entries → per-layer attention kind.
 LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding",
                "chunked_attention": "chunked"}
+
+#: Qwen3-Next's ``layer_types`` entries (gated DeltaNet or gated full attention).
+QWEN3_NEXT_LAYER_TYPES = {"linear_attention": "linear", "full_attention": "full"}
+#: ``Qwen3NextConfig`` defaults (transformers) for the gated DeltaNet fields a config may omit
+#: [P: transformers src/transformers/models/qwen3_next/configuration_qwen3_next.py].
+QWEN3_NEXT_DEFAULTS = {
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "full_attention_interval": 4,
+    "head_dim": 256,
+}
 
 #: ``Gemma3TextConfig`` defaults (transformers 4.51) for the fields the Gemma 3 multimodal
 #: configs omit from ``text_config`` (gemma-3-4b-it gives only 5 fields) [P: transformers
@@ -267,7 +278,12 @@ def _qwen3(f: Fields, arch: str) -> dict:
 
 
 def _qwen3_moe(f: Fields, arch: str) -> dict:
-    cfg = _qwen3(f, arch)
+    return _qwen_moe_layers(f, _qwen3(f, arch))
+
+
+def _qwen_moe_layers(f: Fields, cfg: dict) -> dict:
+    """Qwen3-MoE's (and Qwen3-Next's) MLPs: top-k of ``num_experts`` in every
+    ``decoder_sparse_step``-th layer not in ``mlp_only_layers``."""
     n = cfg["layers"]
     e, k = _experts(f, "num_experts")
     step = f.int("decoder_sparse_step", default=1)
@@ -474,10 +490,51 @@ def _glm4_moe(f: Fields, arch: str) -> dict:
     return {**cfg, **_mtp(f)}
 
 
+def _qwen3_next(f: Fields, arch: str) -> dict:
+    """Qwen3-Next (``Qwen3NextForCausalLM``): ``layer_types`` (``linear_attention`` /
+    ``full_attention``, one per layer) or, when absent, every ``full_attention_interval``-th
+    layer (4) full and the others linear, as ``Qwen3NextConfig`` builds it. Linear layers are
+    gated DeltaNet (``linear_num_key_heads`` q/k heads of ``linear_key_head_dim``,
+    ``linear_num_value_heads`` v heads of ``linear_value_head_dim``, a
+    ``linear_conv_kernel_dim``-tap causal conv); full layers are Qwen3 attention (q/k
+    RMSNorm, partial RoPE, ``partial_rotary_factor`` 0.25 when absent) whose ``q_proj`` also
+    emits a sigmoid output gate (``Qwen3NextAttention``). MLPs as Qwen3-MoE
+    (``decoder_sparse_step``, ``mlp_only_layers``) with a shared expert of
+    ``shared_expert_intermediate_size`` scaled by ``shared_expert_gate`` (``Qwen2MoeSparseMoeBlock``)
+    [M: transformers models/qwen3_next/modular_qwen3_next.py]. The MTP module the checkpoint
+    ships (``mtp.*`` weights, which HF skips on load) is noted when the config counts it
+    (``num_nextn_predict_layers`` or ``mtp_num_hidden_layers``), neither simulated nor
+    counted."""
+    f = f.with_defaults(QWEN3_NEXT_DEFAULTS)
+    cfg = _core(f, arch)
+    _activation(f, arch, ("hidden_act",), _SILU, "silu")
+    cfg = _qwen_moe_layers(f, {**cfg, "qk_norm": "rmsnorm"})
+    n = cfg["layers"]
+    types = f.per_layer("layer_types", n, QWEN3_NEXT_LAYER_TYPES)
+    if types is None:
+        every = f.int("full_attention_interval")
+        types = tuple("full" if (i + 1) % every == 0 else "linear" for i in range(n))
+    kh, vh = f.int("linear_num_key_heads"), f.int("linear_num_value_heads")
+    if vh % kh:
+        raise ValueError(f"{f.where('linear_num_value_heads')} ({vh}) must be a multiple of "
+                         f"linear_num_key_heads ({kh}): each q/k head serves "
+                         f"num_value_heads / num_key_heads value heads")
+    shared = f.int("shared_expert_intermediate_size", default=0, minimum=0)
+    mtp = f.int("num_nextn_predict_layers", "mtp_num_hidden_layers", default=0, minimum=0)
+    cfg.update(layer_attention=types, linear_key_heads=kh, linear_value_heads=vh,
+               linear_key_head_dim=f.int("linear_key_head_dim"),
+               linear_value_head_dim=f.int("linear_value_head_dim"),
+               linear_conv_kernel=f.int("linear_conv_kernel_dim"), attn_output_gate=True,
+               rotary_fraction=f.fraction("partial_rotary_factor", 0.25),
+               shared_experts=1 if shared else 0, shared_expert_intermediate_size=shared,
+               shared_expert_gate=bool(shared), mtp_layers=mtp)
+    return cfg
+
+
 _PARSERS = {"llama": _llama, "phi3": _phi3, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
             "mixtral": _mixtral, "gemma2": _gemma2, "gemma3": _gemma3, "gpt_oss": _gpt_oss,
             "llama4": _llama4, "gpt2": _gpt2, "deepseek_v3": _deepseek_v3,
-            "deepseek_v2": _deepseek_v2, "glm4_moe": _glm4_moe}
+            "deepseek_v2": _deepseek_v2, "glm4_moe": _glm4_moe, "qwen3_next": _qwen3_next}
 
 
 def _dense_without_moe_layers(cfg: dict) -> dict:
@@ -495,7 +552,8 @@ def _dense_without_moe_layers(cfg: dict) -> dict:
         return cfg
     return {**cfg, "experts": 0, "experts_per_token": 0, "shared_experts": 0,
             "moe_intermediate_size": 0, "first_dense_layers": 0, "router_bias": False,
-            "layer_moe": ()}
+            "layer_moe": (), "shared_expert_intermediate_size": 0,
+            "shared_expert_gate": False}
 
 
 #: ``torch_dtype`` values of a config.json (transformers' names) and the diptych dtype each

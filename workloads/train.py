@@ -382,6 +382,10 @@ def layer_params_per_chip(m: ModelConfig, tp: int) -> dict[str, float]:
         elif t.group == "expert":
             out["moe"] += n * m.experts
         else:                                    # attention, sinks, layer norms
+            # a hybrid model's mixers (linear or full attention) differ between layers:
+            # each layer counts their mean, so that the layers' sum is exact
+            if t.count != m.layers:
+                n = n * t.count / m.layers
             out["dense"] += n
             out["moe"] += n
     return out
