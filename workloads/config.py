@@ -29,6 +29,9 @@ fields):
   experts after ``first_k_dense_replace`` dense layers (V2's router has no bias).
 * ``glm4_moe``: GLM-4.5: GQA with q/k/v biases, optional q/k norm, partial RoPE; MoE with
   shared experts after ``first_k_dense_replace`` dense layers.
+* ``falcon_h1``: Falcon-H1: every layer runs GQA attention and a Mamba-2 mixer in parallel on
+  the same normed input (``LayerSpec.ssm``; :mod:`diptych.workloads.mamba2`), summed into the
+  residual, then a SwiGLU MLP.
 * ``qwen3_next``: Qwen3-Next: gated DeltaNet linear-attention layers (``linear``, a fixed
   per-sequence state instead of a KV cache; :mod:`diptych.workloads.gated_deltanet`) and,
   every ``full_attention_interval``-th layer, gated full attention (an output gate on q_proj);
@@ -72,6 +75,12 @@ class LayerSpec:
     moe: bool = False
     rope: bool = True
     qk_norm: bool = False
+    ssm: bool = False      # a Mamba-2 mixer beside the attention (Falcon-H1)
+
+    @property
+    def has_state(self) -> bool:
+        """The layer keeps a fixed state per sequence (linear attention or a Mamba-2 mixer)."""
+        return self.linear or self.ssm
 
     def describe_attention(self) -> str:
         return self.attention if self.window is None else f"{self.attention} {self.window}"
@@ -188,6 +197,20 @@ class ModelConfig:
     # scaling the shared expert's output (Qwen2-MoE / Qwen3-Next shared_expert_gate)
     shared_expert_intermediate_size: int = 0
     shared_expert_gate: bool = False
+    # Mamba-2 mixers beside the attention of every layer (Falcon-H1, parallel_ssm): heads of
+    # ssm_head_dim, state width ssm_state_size, B/C groups, the causal conv's kernel and bias,
+    # in_proj/out_proj biases, the RMSNorm before the gate, and the SSD chunk size
+    parallel_ssm: bool = False
+    ssm_heads: int = 0
+    ssm_head_dim: int = 0
+    ssm_state_size: int = 0
+    ssm_groups: int = 0
+    ssm_conv_kernel: int = 0
+    ssm_conv_bias: bool = False
+    ssm_in_bias: bool = False
+    ssm_out_bias: bool = False
+    ssm_rms_norm: bool = False
+    ssm_chunk_size: int = 0
 
     def __post_init__(self):
         def bad(field: str, value, expected: str):
@@ -221,15 +244,24 @@ class ModelConfig:
                 bad(f, v, "a positive number or None")
         if not 0 < self.rotary_fraction <= 1:
             bad("rotary_fraction", self.rotary_fraction, "in (0, 1]")
-        if "linear" in self.layer_attention:
-            for f in ("linear_key_heads", "linear_key_head_dim", "linear_value_heads",
-                      "linear_value_head_dim", "linear_conv_kernel"):
+        def positive(fields: tuple[str, ...], why: str) -> None:
+            for f in fields:
                 v = getattr(self, f)
                 if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                    bad(f, v, "a positive integer when layers use linear attention")
+                    bad(f, v, f"a positive integer when {why}")
+
+        if "linear" in self.layer_attention:
+            positive(("linear_key_heads", "linear_key_head_dim", "linear_value_heads",
+                      "linear_value_head_dim", "linear_conv_kernel"),
+                     "layers use linear attention")
             if self.linear_value_heads % self.linear_key_heads:
                 bad("linear_value_heads", self.linear_value_heads,
                     f"a multiple of linear_key_heads ({self.linear_key_heads})")
+        if self.parallel_ssm:
+            positive(("ssm_heads", "ssm_head_dim", "ssm_state_size", "ssm_groups",
+                      "ssm_conv_kernel", "ssm_chunk_size"), "layers have a Mamba-2 mixer")
+            if self.ssm_heads % self.ssm_groups:
+                bad("ssm_heads", self.ssm_heads, f"a multiple of ssm_groups ({self.ssm_groups})")
         if self.state_dtype not in STATE_DTYPES:
             bad("state_dtype", self.state_dtype, "one of " + ", ".join(STATE_DTYPES))
         if self.shared_expert_intermediate_size < 0:
@@ -265,7 +297,7 @@ class ModelConfig:
             rope = not self.learned_positions and (self.layer_rope[i] if self.layer_rope
                                                    else True)
             qk = self.qk_norm == "rmsnorm" or (self.qk_norm == "l2" and rope)
-            specs.append(LayerSpec(att, window, bool(moe), rope, qk))
+            specs.append(LayerSpec(att, window, bool(moe), rope, qk, self.parallel_ssm))
         return tuple(specs)
 
     @cached_property
@@ -280,7 +312,7 @@ class ModelConfig:
         groups = self.layer_groups()
         parts = []
         for s, ix in groups:
-            tags = [s.describe_attention()]
+            tags = [s.describe_attention() + (" + mamba2" if s.ssm else "")]
             if self.is_moe:
                 tags.append("moe" if s.moe else "dense")
             if not s.rope and not self.learned_positions:
@@ -300,6 +332,11 @@ class ModelConfig:
     def linear_layers(self) -> int:
         """Linear-attention layers (a fixed state per sequence, no KV cache)."""
         return sum(s.linear for s in self._specs)
+
+    @cached_property
+    def state_layers(self) -> int:
+        """Layers that keep a fixed state per sequence (linear attention, Mamba-2 mixers)."""
+        return sum(s.has_state for s in self._specs)
 
     @property
     def kv_layers(self) -> int:

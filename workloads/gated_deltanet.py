@@ -61,6 +61,7 @@ from __future__ import annotations
 import math
 
 from ..arch.dtypes import dtype_bytes
+from .causal_conv import causal_conv
 from .dataflow import NOFLOW
 from .ops import Op, VectorOp
 
@@ -74,8 +75,6 @@ SOLVE_BLOCK = 16
 #: ``S += k δᵀ`` (2) and the output ``Sᵀq`` (2); the per-head vectors (q/k L2 norms,
 #: ``δ = β(v − Sᵀk)``), ``O(d)`` against ``O(d²)``, are left out].
 RECURRENT_OPS_PER_STATE_ELEMENT = 7.0
-#: ALU ops per output of the depthwise conv (a multiply-add per tap) and SiLU (4).
-SILU_OPS = 4.0
 #: ALU ops per gate value: ``g = −exp(A_log)·softplus(a + dt_bias)`` (add, softplus as exp,
 #: add, log, the exp of ``A_log``, multiply) and ``β = sigmoid(b)`` (exp, add, divide): about
 #: 5 per value each [assumption].
@@ -126,7 +125,6 @@ def linear_attention(c, *, flow=None, x: str = "x", out: str = "attn_out") -> li
     fl = flow or NOFLOW
     a, wb = c.p.a_bytes, c.p.w_bytes
     sb = dtype_bytes(m.state_dtype)
-    kernel = m.linear_conv_kernel
     inference = c.phase != "train"
     reads_state = c.phase == "decode" or (inference and c.past > 0)
 
@@ -145,22 +143,8 @@ def linear_attention(c, *, flow=None, x: str = "x", out: str = "attn_out") -> li
     ops: list[Op] = [norm, qkvz, ba, gates]
 
     # the depthwise causal conv over q/k/v (+ SiLU), with each sequence's kernel − 1 inputs
-    conv_state = B * conv * (kernel - 1) * a
-    conv_in = conv_state if reads_state else 0.0
-    conv_out = conv_state if inference else 0.0
-    cv = VectorOp(name="gdn_conv1d", kind="mul", elements=T * conv,
-                  ops_per_element=2.0 * kernel + SILU_OPS,
-                  read_bytes=T * conv * a + conv * kernel * wb + conv_in,
-                  write_bytes=T * conv * a + conv_out, dtype=c.p.activations,
-                  tags=("saved", "state") if inference else ("saved",))
-    reads = [("qkvz", conv / W), (fl.t("w_conv1d", conv * kernel * wb, "weight"), 1.0)]
-    if conv_in:
-        reads.append((fl.t("conv_state", conv_in, "kv_cache"), 1.0))
-    writes = [(fl.t("qkv_conv", T * conv * a), 1.0)]
-    if conv_out:
-        writes.append((fl.t("conv_state_new", conv_out, "kv_cache", live_out=True), 1.0))
-    fl.vec(cv, reads, writes)
-    ops.append(cv)
+    ops.append(causal_conv(c, fl, name="gdn_conv1d", prefix="", channels=conv,
+                           src=[("qkvz", conv / W)], out="qkv_conv"))
 
     state = B * hv * dk * dv * sb              # each sequence's recurrent state, all heads
     if c.phase == "decode":

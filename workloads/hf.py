@@ -33,6 +33,7 @@ ARCHITECTURES: dict[str, str] = {
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "Glm4MoeForCausalLM": "glm4_moe",
     "Qwen3NextForCausalLM": "qwen3_next",
+    "FalconH1ForCausalLM": "falcon_h1",
 }
 
 #: HF ``layer_types`` entries → per-layer attention kind.
@@ -47,6 +48,13 @@ QWEN3_NEXT_DEFAULTS = {
     "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
     "linear_num_key_heads": 16, "linear_num_value_heads": 32, "full_attention_interval": 4,
     "head_dim": 256,
+}
+
+#: ``FalconH1Config`` defaults (transformers) for the Mamba-2 fields a config may omit
+#: [P: transformers src/transformers/models/falcon_h1/configuration_falcon_h1.py].
+FALCON_H1_DEFAULTS = {
+    "mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
+    "mamba_expand": 2, "mamba_chunk_size": 256,
 }
 
 #: ``Gemma3TextConfig`` defaults (transformers 4.51) for the fields the Gemma 3 multimodal
@@ -531,10 +539,53 @@ def _qwen3_next(f: Fields, arch: str) -> dict:
     return cfg
 
 
+def _falcon_h1(f: Fields, arch: str) -> dict:
+    """Falcon-H1 (``FalconH1ForCausalLM``): every layer is "hybrid": Llama attention (GQA,
+    RoPE, ``attention_bias``) and a Mamba-2 mixer run in parallel on the normed input and
+    are summed into the residual, then a SwiGLU MLP [M: transformers
+    models/falcon_h1/modeling_falcon_h1.py ``FalconH1DecoderLayer``]. The mixer: ``mamba_d_ssm``
+    channels (``mamba_expand × hidden_size`` when null) in ``mamba_n_heads`` heads of
+    ``mamba_d_head`` (``auto``: ``d_ssm / heads``; their product must be ``d_ssm``),
+    ``mamba_n_groups`` B/C groups of ``mamba_d_state``, a ``mamba_d_conv``-tap conv
+    (``mamba_conv_bias``), ``mamba_proj_bias`` on ``in_proj``, ``projectors_bias`` on
+    ``out_proj``, an RMSNorm before the gate when ``mamba_rms_norm``, SSD chunks of
+    ``mamba_chunk_size``. The muP multipliers scale activations only (no cost)."""
+    f = f.with_defaults(FALCON_H1_DEFAULTS)
+    cfg = _core(f, arch)
+    _activation(f, arch, ("hidden_act",), _SILU, "silu")
+    heads = f.int("mamba_n_heads")
+    # FalconH1Config: mamba_d_ssm 1024 when absent, mamba_expand × hidden_size when null
+    if "mamba_d_ssm" in f.d and f.d["mamba_d_ssm"] is None:
+        d_ssm = f.int("mamba_expand") * cfg["hidden_size"]
+    else:
+        d_ssm = f.int("mamba_d_ssm", default=1024)
+    head = f.d.get("mamba_d_head", "auto")
+    if head in ("auto", None):
+        _check_div(f, d_ssm, heads, "mamba_d_ssm", "mamba_n_heads")
+        head = d_ssm // heads
+    else:
+        head = f.int("mamba_d_head")
+        if head * heads != d_ssm:
+            raise ValueError(f"{f.where('mamba_d_head')} ({head}) × mamba_n_heads ({heads}) "
+                             f"must equal mamba_d_ssm ({d_ssm})")
+    groups = f.int("mamba_n_groups")
+    _check_div(f, heads, groups, "mamba_n_heads", "mamba_n_groups")
+    cfg.update(parallel_ssm=True, ssm_heads=heads, ssm_head_dim=head,
+               ssm_state_size=f.int("mamba_d_state"), ssm_groups=groups,
+               ssm_conv_kernel=f.int("mamba_d_conv"),
+               ssm_conv_bias=f.bool("mamba_conv_bias", default=True),
+               ssm_in_bias=f.bool("mamba_proj_bias", default=False),
+               ssm_out_bias=f.bool("projectors_bias", default=False),
+               ssm_rms_norm=f.bool("mamba_rms_norm", default=False),
+               ssm_chunk_size=f.int("mamba_chunk_size"))
+    return cfg
+
+
 _PARSERS = {"llama": _llama, "phi3": _phi3, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
             "mixtral": _mixtral, "gemma2": _gemma2, "gemma3": _gemma3, "gpt_oss": _gpt_oss,
             "llama4": _llama4, "gpt2": _gpt2, "deepseek_v3": _deepseek_v3,
-            "deepseek_v2": _deepseek_v2, "glm4_moe": _glm4_moe, "qwen3_next": _qwen3_next}
+            "deepseek_v2": _deepseek_v2, "glm4_moe": _glm4_moe, "qwen3_next": _qwen3_next,
+            "falcon_h1": _falcon_h1}
 
 
 def _dense_without_moe_layers(cfg: dict) -> dict:

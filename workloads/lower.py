@@ -54,6 +54,7 @@ from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .recipe import BF16_LINEARS, quantize_records
 from .fused_attention import AttnCall, fuse
 from .gated_deltanet import linear_attention
+from .mamba2 import CORE_OPS as SSM_CORES, ssm_mixer
 from .graph import Workload
 from .program import Block
 from .moe import (Routing, dropped_fraction, expected_experts_touched, expert_load,
@@ -95,6 +96,8 @@ def check_tp(m: ModelConfig, tp: int) -> None:
         problems.append(f"attention heads ({m.heads})")
     if not m.is_mla and m.kv_heads % tp and tp % m.kv_heads:
         problems.append(f"KV heads ({m.kv_heads}), which must divide or be divided by tp")
+    if m.parallel_ssm and m.ssm_heads % tp:
+        problems.append(f"Mamba-2 heads ({m.ssm_heads})")
     if m.linear_layers and (m.linear_key_heads % tp or m.linear_value_heads % tp):
         problems.append(f"linear-attention key and value heads ({m.linear_key_heads}, "
                         f"{m.linear_value_heads})")
@@ -741,7 +744,33 @@ def mixer_ops(c: _Ctx, *, flow=None) -> list[Op]:
     otherwise. Reads ``x``, writes ``attn_out``."""
     if c.layer.linear:
         return linear_attention(c, flow=flow)
-    return (_attention_mla if c.m.is_mla else _attention_gqa)(c, flow=flow)
+    att = (_attention_mla if c.m.is_mla else _attention_gqa)(c, flow=flow)
+    if not c.layer.ssm:
+        return att
+    # Falcon-H1: a Mamba-2 mixer beside the attention on the same normed input, writing
+    # ssm_out (summed into the residual); its per-sequence ops follow the attention's, so that
+    # a serving step's cores stay together: [attention up to its core] [in_proj_ssm]
+    # [attention core] [SSM cores] [the rest of the attention] [the rest of the SSM]
+    first = len(flow.records) if flow is not None else 0
+    ssm = ssm_mixer(c, flow=flow)
+    core = [i for i, op in enumerate(att) if op.name in ATTENTION_CORES]
+    mine = [i for i, op in enumerate(ssm) if op.name in SSM_CORES]
+    lo, hi = core[0], core[-1] + 1
+    order = ([("a", i) for i in range(lo)] + [("s", i) for i in range(mine[0])]
+             + [("a", i) for i in range(lo, hi)] + [("s", i) for i in mine]
+             + [("a", i) for i in range(hi, len(att))]
+             + [("s", i) for i in range(mine[-1] + 1, len(ssm))])
+    if flow is not None:
+        recs = flow.records[first - len(att):]
+        flow.records[first - len(att):] = [recs[i if k == "a" else len(att) + i]
+                                          for k, i in order]
+    return [att[i] if k == "a" else ssm[i] for k, i in order]
+
+
+#: The per-sequence ops of an attention mixer (serving_step's cores besides the linear and
+#: state-space mixers').
+ATTENTION_CORES = frozenset({"attention (fused)", "attn_scores", "softmax", "attn_pv",
+                             "q_absorb", "v_absorb", "kv_b_proj"})
 
 
 def layer_ops(c: _Ctx, *, flow=None) -> list[Op]:
@@ -751,7 +780,8 @@ def layer_ops(c: _Ctx, *, flow=None) -> list[Op]:
     fl = flow or NOFLOW
     T, d, a = c.tokens, c.m.hidden_size, c.p.a_bytes
     ops = mixer_ops(c, flow=flow)
-    ops += _residual(c, "attn", flow=flow, inp="attn_out", resid="x", out="h1")
+    ops += _residual(c, "attn", flow=flow, inp="attn_out", resid="x", out="h1",
+                     extra=("ssm_out",) if c.layer.ssm else ())
     op = c.norm("mlp_norm", c.m.hidden_size)
     fl.vec(op, [("h1", 1.0), (fl.t("w_mlp_norm", op.read_bytes - T * d * a, "weight"), 1.0)],
            [(fl.t("h_mlp", T * d * a), 1.0)])

@@ -120,7 +120,7 @@ def inference_breakdown(m: ModelConfig, p: Precision, tp: int, batch: int, conte
     bd = {"weights": params_per_chip(m, tp) * p.w_bytes,
           "kv_cache": batch * kv_cache_bytes(m, p.kv, context, tp),
           "activations": activations}
-    if m.linear_layers:
+    if m.state_layers:
         bd["state"] = batch * state_bytes_per_sequence(m, p.activations, tp)
     return bd
 

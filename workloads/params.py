@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..arch.dtypes import dtype_bytes
 from .config import ModelConfig
+from .mamba2 import shapes as ssm_shapes
 
 
 @dataclass(frozen=True)
@@ -55,11 +56,39 @@ def _linear_attention_tensors(m: ModelConfig) -> list[Tensor]:
             Tensor("out_proj", val * d, n, True, "attn")]
 
 
+def _ssm_tensors(m: ModelConfig) -> list[Tensor]:
+    """A Mamba-2 mixer's weights, one copy per layer that has one, as HF's ``FalconH1Mixer``
+    holds them [M: transformers models/falcon_h1]: ``in_proj`` (d → z and x of ``H·P`` each,
+    B and C of ``G·N`` each, dt of ``H``; a bias with ``mamba_proj_bias``), the depthwise
+    ``conv1d`` over x/B/C (and its bias), ``dt_bias``, ``A_log`` and ``D`` (one per head),
+    the gated RMSNorm's weight (``mamba_rms_norm``) and ``out_proj`` (a bias with
+    ``projectors_bias``). Heads split over tensor-parallel ranks."""
+    n = sum(s.ssm for s in m.layer_specs())
+    if not n:
+        return []
+    d, d_ssm = m.hidden_size, m.ssm_heads * m.ssm_head_dim
+    conv = d_ssm + 2 * m.ssm_groups * m.ssm_state_size
+    w_in = d_ssm + conv + m.ssm_heads
+    out = [Tensor("ssm_in_proj", d * w_in, n, True, "attn"),
+           Tensor("ssm_conv1d", conv * m.ssm_conv_kernel, n, True, "norm"),
+           Tensor("ssm_dt_bias_A_log_D", 3 * m.ssm_heads, n, True, "norm"),
+           Tensor("ssm_out_proj", d_ssm * d, n, True, "attn")]
+    if m.ssm_in_bias:
+        out.append(Tensor("ssm_in_proj_bias", w_in, n, True, "attn"))
+    if m.ssm_conv_bias:
+        out.append(Tensor("ssm_conv1d_bias", conv, n, True, "norm"))
+    if m.ssm_rms_norm:
+        out.append(Tensor("ssm_norm", d_ssm, n, True, "norm"))
+    if m.ssm_out_bias:
+        out.append(Tensor("ssm_out_proj_bias", d, n, False, "attn"))
+    return out
+
+
 def _attention_tensors(m: ModelConfig) -> list[Tensor]:
     """The attention layers' weights (``kv_layers`` copies: every layer but the linear ones,
     whose weights are :func:`_linear_attention_tensors`)."""
     d, h, L = m.hidden_size, m.heads, m.kv_layers
-    out: list[Tensor] = _linear_attention_tensors(m)
+    out: list[Tensor] = _linear_attention_tensors(m) + _ssm_tensors(m)
     if m.is_mla:
         qk = m.qk_head_dim
         if m.q_lora_rank:
@@ -250,7 +279,15 @@ def state_bytes_per_layer(m: ModelConfig, tp: int = 1, conv_dtype: str = "bf16"
       channels, in the activations' dtype ``conv_dtype`` (HF's ``causal_conv1d_update`` keeps
       ``conv_state`` in the input dtype; vLLM allocates the same ``(kernel − 1) × conv_dim``).
 
+    A Mamba-2 mixer (Falcon-H1) keeps ``H/tp × P × N`` elements in ``state_dtype`` and its
+    conv's ``kernel − 1`` inputs of ``(H·P + 2·G·N)/tp`` channels (``G`` split over ranks when
+    it divides, else replicated), the same rule.
+
     Neither grows with the context: a sequence holds it once, whatever its length."""
+    if m.parallel_ssm:
+        s = ssm_shapes(m, tp)
+        return {"recurrent": s["h"] * s["p"] * s["n"] * dtype_bytes(m.state_dtype),
+                "conv": s["conv"] * (m.ssm_conv_kernel - 1) * dtype_bytes(conv_dtype)}
     if not m.linear_layers:
         return {}
     return {"recurrent": m.linear_value_heads // tp * m.linear_key_head_dim
@@ -268,7 +305,7 @@ def state_bytes_per_sequence(m: ModelConfig, conv_dtype: str = "bf16", tp: int =
     per = state_bytes_per_layer(m, tp, conv_dtype)
     if not per:
         return 0.0
-    return m.linear_layers * (per["recurrent"] + per["conv"])
+    return m.state_layers * (per["recurrent"] + per["conv"])
 
 
 def attention_flops_per_token(m: ModelConfig, context: float) -> float:

@@ -60,16 +60,16 @@ from .ops import LAUNCH_TAG
 from .fused_attention import FusedAttention
 from .graph import Workload
 from .program import Access, Block, Use
-from .lower import (_Ctx, _embedding, _head, check_attention, check_tp, embedding_block,
-                    head_block, layer_exits, layer_kinds, layer_ops, mixer_ops)
+from .lower import (ATTENTION_CORES, _Ctx, _embedding, _head, check_attention, check_tp,
+                    embedding_block, head_block, layer_exits, layer_kinds, layer_ops, mixer_ops)
 from .gated_deltanet import CORE_OPS as GDN_CORE_OPS
+from .mamba2 import CORE_OPS as SSM_CORE_OPS
 from .params import kv_bytes_per_token_per_layer
 from .precision import Precision
 
 #: Names of the per-sequence ops of a layer (see the module docstring). A new model family
 #: whose attention adds per-sequence ops must list them here.
-CORE_OPS = frozenset({"attention (fused)", "attn_scores", "softmax", "attn_pv", "q_absorb",
-                      "v_absorb", "kv_b_proj"}) | GDN_CORE_OPS
+CORE_OPS = ATTENTION_CORES | GDN_CORE_OPS | SSM_CORE_OPS
 
 
 def _nonneg(name: str, v) -> None:

@@ -146,7 +146,8 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
                          for i in range(starts[c], starts[c + 1]))
             seqs = global_batch // plan.dp
             bd["kv_cache"] = seqs * cached / plan.cp * per_layer
-            linear = sum(specs[i].linear for c in mine for i in range(starts[c], starts[c + 1]))
+            linear = sum(specs[i].has_state for c in mine
+                         for i in range(starts[c], starts[c + 1]))
             if linear:     # each sequence's fixed state, once, in this stage's linear layers
                 bd["state"] = seqs * linear * sum(state_bytes_per_layer(
                     model, plan.tp, p.activations).values())

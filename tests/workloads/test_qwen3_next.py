@@ -211,8 +211,13 @@ def test_every_phase_runs(which, tp, phase, kw):
      "linear_num_value_heads (24) must be a multiple of linear_num_key_heads (16)"),
 ])
 def test_bad_configs_exit_2_naming_file_key_and_value(tmp_path, change, match):
+    exits_2_naming(tmp_path, {**_cfg(), **change}, match)
+
+
+def exits_2_naming(tmp_path, config: dict, match: str) -> None:
+    """``models show`` of ``config`` written to a file exits 2 with ``<file>: <match>``."""
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({**_cfg(), **change}))
+    path.write_text(json.dumps(config))
     r = CliRunner().invoke(main, ["models", "show", str(path)])
     assert r.exit_code == 2, r.output
     assert f"{path}: {match}" in " ".join(r.output.split())
