@@ -510,8 +510,8 @@ def _qwen3_next(f: Fields, arch: str) -> dict:
     (``decoder_sparse_step``, ``mlp_only_layers``) with a shared expert of
     ``shared_expert_intermediate_size`` scaled by ``shared_expert_gate`` (``Qwen2MoeSparseMoeBlock``)
     [M: transformers models/qwen3_next/modular_qwen3_next.py]. The MTP module the checkpoint
-    ships (``mtp.*`` weights, which HF skips on load) is noted when the config counts it
-    (``num_nextn_predict_layers`` or ``mtp_num_hidden_layers``), neither simulated nor
+    ships (``mtp.*`` weights, which HF skips on load) is noted (``num_nextn_predict_layers`` or
+    ``mtp_num_hidden_layers``, 1 when absent as vLLM reads it), neither simulated nor
     counted."""
     f = f.with_defaults(QWEN3_NEXT_DEFAULTS)
     cfg = _core(f, arch)
@@ -528,7 +528,10 @@ def _qwen3_next(f: Fields, arch: str) -> dict:
                          f"linear_num_key_heads ({kh}): each q/k head serves "
                          f"num_value_heads / num_key_heads value heads")
     shared = f.int("shared_expert_intermediate_size", default=0, minimum=0)
-    mtp = f.int("num_nextn_predict_layers", "mtp_num_hidden_layers", default=0, minimum=0)
+    # the checkpoint ships one MTP module (mtp.*) whatever the config says; vLLM's
+    # Qwen3NextMTP takes num_nextn_predict_layers, 1 when absent [M: vllm
+    # model_executor/models/qwen3_next_mtp.py]
+    mtp = f.int("num_nextn_predict_layers", "mtp_num_hidden_layers", default=1, minimum=0)
     cfg.update(layer_attention=types, linear_key_heads=kh, linear_value_heads=vh,
                linear_key_head_dim=f.int("linear_key_head_dim"),
                linear_value_head_dim=f.int("linear_value_head_dim"),

@@ -89,6 +89,19 @@ def test_decode_cost_of_the_ssm_is_independent_of_the_context():
     assert att[16_000].read_bytes > 100 * att[100].read_bytes
 
 
+def test_engine_times_the_ssm_alike_at_any_context():
+    # the engine and the scheduled step: the Mamba-2 ops take the same time at 256 and 4,096
+    # tokens of context, the attention beside them does not
+    m = model_from_hf(TINY_H1, name="tiny-h1")
+    t = {}
+    for ctx in (256, 4096):
+        r = run_workload("h100", m, Scenario.of(phase="decode", batch=8, prompt=ctx - 1, gen=1))
+        t[ctx] = {x["op"]: x["seconds"] for x in r.to_dict()["layers"] if x["block"] == "layers"}
+    ssm = [k for k in t[256] if "ssm" in k]
+    assert len(ssm) == 5 and all(t[256][k] == t[4096][k] for k in ssm)
+    assert t[4096]["attention (fused)"] > 4 * t[256]["attention (fused)"]
+
+
 @pytest.mark.parametrize("L", [64, 100, 200])
 def test_chunked_ssd_flops_match_the_closed_form(L):
     m, B = model_from_hf(TINY_H1, name="tiny-h1"), 3

@@ -158,6 +158,21 @@ def test_decode_cost_of_the_linear_layers_is_independent_of_the_context():
     assert times[250_000]["layers (moe, full)"] > 2 * times[1_000]["layers (moe, full)"]
 
 
+def test_engine_times_the_linear_layers_alike_at_any_context():
+    # the engine and the scheduled step (residency, fusion, launches), not a double: each op
+    # of the linear layers takes the same time at 256 and 4,096 tokens of context, the full
+    # layers' attention does not
+    m = _tiny()
+    t = {}
+    for ctx in (256, 4096):
+        r = run_workload("h100", m, Scenario.of(phase="decode", batch=8, prompt=ctx - 1, gen=1))
+        t[ctx] = {(x["block"], x["op"]): x["seconds"] for x in r.to_dict()["layers"]}
+    lin = [k for k in t[256] if "linear" in k[0]]
+    assert len(lin) > 10 and all(t[256][k] == t[4096][k] for k in lin)
+    att = ("layers (moe, full)", "attention (fused)")
+    assert t[4096][att] > 4 * t[256][att]
+
+
 def chunked_macs(B: int, hv: int, dk: int, dv: int, L: int) -> int:
     """MACs of flash-linear-attention's chunked gated delta rule over one layer (closed form,
     chunks of 64 tokens, the last one computed whole): per (sequence, value head, chunk)
@@ -238,3 +253,5 @@ def test_models_show_prints_state_per_sequence_and_kv_per_token():
     assert "state bytes/sequence │ 77,266,944 (36 layers × (2,097,152 B recurrent fp32 + " \
            "49,152 B conv bf16)" in out
     assert "12 of 48 layers" in out
+    # the checkpoint's MTP module (mtp.*; vLLM reads num_nextn_predict_layers, 1 when absent)
+    assert "1 next-token-prediction layer in the checkpoint, not simulated" in out
