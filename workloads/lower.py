@@ -993,10 +993,16 @@ def routing_info(c: _Ctx) -> dict:
         "dropped_fraction": dropped_fraction(r, e, k, c.tokens)}}
 
 
-def check_cp(cp: int, length: int, name: str = "seq_len") -> None:
+def check_cp(cp: int, length: int, name: str = "seq_len", m: ModelConfig | None = None
+             ) -> None:
     """Raise ValueError unless ``cp`` context-parallel ranks split a ``length``-token
-    sequence into equal chunks."""
+    sequence into equal chunks (and ``m``, when given, has no layer whose state would pass
+    from rank to rank: context parallelism of linear attention is not modelled)."""
     _pos("cp", cp)
+    if cp > 1 and m is not None and m.state_layers:
+        raise ValueError(f"cp={cp}: context parallelism of {m.name}'s linear-attention or "
+                         f"Mamba-2 layers (their state passes from rank to rank) is not "
+                         f"modelled; use cp=1")
     if length % cp:
         raise ValueError(f"cp={cp} must divide {name} ({length}): each context-parallel rank "
                          f"holds an equal share of every sequence")
@@ -1012,7 +1018,7 @@ def prefill(m: ModelConfig, batch: int, prompt_len: int, *, precision: Precision
     tokens per sequence, ``experts / ep`` routed experts."""
     _check_common(m, batch, tp, prompt_len=prompt_len)
     check_attention(attention)
-    check_cp(cp, prompt_len, "prompt_len")
+    check_cp(cp, prompt_len, "prompt_len", m)
     check_ep(m, ep)
     p = precision or Precision()
     c = _Ctx(m, p, tp, batch, prompt_len // cp, 0, "prefill", attention, cp=cp, ep=ep,

@@ -429,7 +429,7 @@ def train_forward(m: ModelConfig, micro_batch: int, seq_len: int, *,
     layer (:mod:`diptych.sim.cluster.layers`) times per pipeline stage."""
     _check_common(m, micro_batch, tp, seq_len=seq_len)
     check_attention(attention)
-    check_cp(cp, seq_len)
+    check_cp(cp, seq_len, m=m)
     check_ep(m, ep)
     p = precision or Precision()
     c = _Ctx(m, p, tp, micro_batch, seq_len // cp, 0, "train", attention, cp=cp, ep=ep,

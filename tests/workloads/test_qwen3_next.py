@@ -238,6 +238,15 @@ def exits_2_naming(tmp_path, config: dict, match: str) -> None:
     assert f"{path}: {match}" in " ".join(r.output.split())
 
 
+@pytest.mark.parametrize("name", [NAME, "falcon-h1-0.5b"])
+def test_context_parallelism_is_refused_for_state_layers(name):
+    m = load_model(name)
+    with pytest.raises(ValueError, match="cp=2: context parallelism of .* is not modelled"):
+        prefill(m, 1, 256, cp=2)
+    with pytest.raises(ValueError, match="cp=2: context parallelism of .* is not modelled"):
+        check_plan(Plan(tp=1, cp=2), m, chips=2, batch=2, seq_len=256)
+
+
 def test_tp_must_split_the_linear_heads():
     m = model_from_hf({**TINY, "linear_num_key_heads": 1, "linear_num_value_heads": 3},
                       name="odd")
