@@ -14,6 +14,15 @@ TINY = {"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate
 TINY_MOE = {**TINY, "architectures": ["MixtralForCausalLM"], "num_local_experts": 8,
             "num_experts_per_tok": 2}
 
+#: A four-layer Qwen3-Next (linear, full, linear, full): gated DeltaNet with 2 q/k heads of 16
+#: and 4 value heads of 24 (d_k != d_v, two value heads per q/k head), a 4-tap conv, gated
+#: attention on the full layers, 8 experts top-2 and a gated shared expert of 128.
+TINY_NEXT = {**TINY, "architectures": ["Qwen3NextForCausalLM"], "full_attention_interval": 2,
+             "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+             "linear_value_head_dim": 24, "linear_conv_kernel_dim": 4, "num_experts": 8,
+             "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+             "shared_expert_intermediate_size": 128}
+
 
 def write_config(directory, config: dict, name: str = "config.json") -> str:
     """Write ``config`` as ``directory/name`` and return its path."""

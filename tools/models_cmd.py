@@ -16,9 +16,15 @@ def model_summary(name_or_path: str) -> dict:
     from ..workloads import load_model
     from ..workloads.params import (active_param_count, attention_flops_per_token,
                                     kv_bytes_by_layer_kind, kv_bytes_per_token,
-                                    matmul_param_count, param_count)
+                                    matmul_param_count, param_count, state_bytes_per_layer,
+                                    state_bytes_per_sequence)
 
     m = load_model(name_or_path)
+    state = {}
+    if m.state_layers:     # linear attention, Mamba-2: a fixed state per sequence (conv bf16)
+        state = {"state_bytes_per_sequence": state_bytes_per_sequence(m, "bf16"),
+                 "state_bytes_per_layer": state_bytes_per_layer(m, 1, "bf16"),
+                 "state_layers": m.state_layers, "kv_layers": m.kv_layers}
     return {
         "config": asdict(m),
         "layer_pattern": m.describe_layers(),
@@ -28,6 +34,7 @@ def model_summary(name_or_path: str) -> dict:
         "kv_bytes_by_layer_kind": kv_bytes_by_layer_kind(m, "bf16"),
         "flops_per_token": 2.0 * matmul_param_count(m),
         "attention_flops_per_token_per_context_token": attention_flops_per_token(m, 1),
+        **state,
     }
 
 
@@ -100,7 +107,16 @@ def models_show(model: str, as_json: bool):
                   f"v {c['v_head_dim']}")
     else:
         t.add_row("attention", f"{c['heads']} heads, {c['kv_heads']} KV heads, head dim "
-                  f"{c['head_dim']}")
+                  f"{c['head_dim']}" + (", output gate" if c["attn_output_gate"] else ""))
+    if c["linear_key_heads"] and s.get("state_bytes_per_sequence"):
+        t.add_row("linear attention", f"gated DeltaNet on {s['state_layers']} "
+                  f"layers: {c['linear_key_heads']} q/k heads × {c['linear_key_head_dim']}, "
+                  f"{c['linear_value_heads']} v heads × {c['linear_value_head_dim']}, conv "
+                  f"{c['linear_conv_kernel']}")
+    if c["parallel_ssm"]:
+        t.add_row("Mamba-2", f"beside the attention on every layer: {c['ssm_heads']} heads × "
+                  f"{c['ssm_head_dim']}, state {c['ssm_state_size']}, {c['ssm_groups']} "
+                  f"group(s), conv {c['ssm_conv_kernel']}, chunk {c['ssm_chunk_size']}")
     if c["experts"]:
         t.add_row("MoE", f"{c['experts']} experts, top-{c['experts_per_token']}, "
                   f"{c['shared_experts']} shared, width {c['moe_intermediate_size']}")
@@ -124,6 +140,15 @@ def models_show(model: str, as_json: bool):
               f"({_b(s['active_parameters'])})")
     for d in ("bf16", "fp8", "int4"):
         t.add_row(f"KV bytes/token {d}", f"{s['kv_bytes_per_token'][d]:,.0f}")
+    if s.get("state_bytes_per_sequence"):
+        per = s["state_bytes_per_layer"]
+        n = s["state_layers"]
+        if s["kv_layers"] < c["layers"]:
+            t.add_row("  K/V cached by", f"{s['kv_layers']} of {c['layers']} layers (the "
+                      f"linear ones keep a fixed state instead)")
+        t.add_row("state bytes/sequence", f"{s['state_bytes_per_sequence']:,.0f} ({n} layers × "
+                  f"({per['recurrent']:,.0f} B recurrent {c['state_dtype']} + "
+                  f"{per['conv']:,.0f} B conv bf16), whatever the context)")
     kinds = s["kv_bytes_by_layer_kind"]
     if any(k["window"] is not None for k in kinds):     # full vs windowed layers' share
         for k in kinds:
@@ -134,3 +159,4 @@ def models_show(model: str, as_json: bool):
     t.add_row("FLOPs/token (forward)", f"{s['flops_per_token']:.3e} + "
               f"{s['attention_flops_per_token_per_context_token']:.3e} per context token")
     con.print(t)
+

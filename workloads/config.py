@@ -29,6 +29,13 @@ fields):
   experts after ``first_k_dense_replace`` dense layers (V2's router has no bias).
 * ``glm4_moe``: GLM-4.5: GQA with q/k/v biases, optional q/k norm, partial RoPE; MoE with
   shared experts after ``first_k_dense_replace`` dense layers.
+* ``falcon_h1``: Falcon-H1: every layer runs GQA attention and a Mamba-2 mixer in parallel on
+  the same normed input (``LayerSpec.ssm``; :mod:`diptych.workloads.mamba2`), summed into the
+  residual, then a SwiGLU MLP.
+* ``qwen3_next``: Qwen3-Next: gated DeltaNet linear-attention layers (``linear``, a fixed
+  per-sequence state instead of a KV cache; :mod:`diptych.workloads.gated_deltanet`) and,
+  every ``full_attention_interval``-th layer, gated full attention (an output gate on q_proj);
+  MoE with a gated shared expert.
 """
 
 from __future__ import annotations
@@ -41,8 +48,12 @@ from typing import Any
 from .hf import ARCHITECTURES, parse
 
 #: Per-layer attention kinds: every earlier key (``full``), the last ``window`` keys
-#: (``sliding``), or the keys of the current ``window``-token chunk (``chunked``, Llama 4).
-ATTENTION_KINDS = ("full", "sliding", "chunked")
+#: (``sliding``), the keys of the current ``window``-token chunk (``chunked``, Llama 4), or
+#: none: a linear-attention layer (``linear``: gated DeltaNet, Qwen3-Next) carries a
+#: fixed-size recurrent state per sequence instead of a KV cache.
+ATTENTION_KINDS = ("full", "sliding", "chunked", "linear")
+#: Dtypes a linear-attention layer's recurrent state may be kept in (``state_dtype``).
+STATE_DTYPES = ("fp32", "bf16", "fp16")
 #: MLP activations: gated (three matrices) SiLU, tanh-GELU and gpt-oss's clamped SiLU; the
 #: ungated GPT-2 GELU (two matrices).
 ACTIVATIONS = ("swiglu", "geglu", "swiglu_clamped", "gelu")
@@ -64,13 +75,28 @@ class LayerSpec:
     moe: bool = False
     rope: bool = True
     qk_norm: bool = False
+    ssm: bool = False      # a Mamba-2 mixer beside the attention (Falcon-H1)
+
+    @property
+    def has_state(self) -> bool:
+        """The layer keeps a fixed state per sequence (linear attention or a Mamba-2 mixer)."""
+        return self.linear or self.ssm
 
     def describe_attention(self) -> str:
         return self.attention if self.window is None else f"{self.attention} {self.window}"
 
+    @property
+    def linear(self) -> bool:
+        """A linear-attention layer: a fixed state per sequence, no KV cache."""
+        return self.attention == "linear"
+
     def kv_tokens(self, context: int) -> int:
         """Tokens of a ``context``-token sequence this layer's KV cache must hold: the window
-        for sliding layers, the current chunk (at most ``window``) for chunked ones."""
+        for sliding layers, the current chunk (at most ``window``) for chunked ones, none for
+        a linear-attention layer (its state is counted per sequence:
+        :func:`~diptych.workloads.params.state_bytes_per_sequence`)."""
+        if self.linear:
+            return 0
         return context if self.window is None else min(context, self.window)
 
 
@@ -154,6 +180,37 @@ class ModelConfig:
     # multi-token-prediction modules shipped beside the decoder (num_nextn_predict_layers:
     # DeepSeek-V3, GLM-4.5): noted by `models show`, neither simulated nor counted
     mtp_layers: int = 0
+    # gated DeltaNet linear attention (layers whose layer_attention is "linear", Qwen3-Next):
+    # key heads and width (q and k), value heads and width (v, the output gate z), the
+    # depthwise causal conv's kernel over q/k/v, and the dtype the recurrent state is kept in
+    linear_key_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_heads: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0
+    state_dtype: str = "fp32"
+    # gated attention (Qwen3-Next): q_proj also emits a per-channel gate, sigmoid(gate) ⊙ the
+    # attention output before o_proj
+    attn_output_gate: bool = False
+    # the shared experts' MLP width when it is not shared_experts × moe_intermediate_size
+    # (Qwen3-Next's shared_expert_intermediate_size), and a sigmoid gate (a d → 1 linear)
+    # scaling the shared expert's output (Qwen2-MoE / Qwen3-Next shared_expert_gate)
+    shared_expert_intermediate_size: int = 0
+    shared_expert_gate: bool = False
+    # Mamba-2 mixers beside the attention of every layer (Falcon-H1, parallel_ssm): heads of
+    # ssm_head_dim, state width ssm_state_size, B/C groups, the causal conv's kernel and bias,
+    # in_proj/out_proj biases, the RMSNorm before the gate, and the SSD chunk size
+    parallel_ssm: bool = False
+    ssm_heads: int = 0
+    ssm_head_dim: int = 0
+    ssm_state_size: int = 0
+    ssm_groups: int = 0
+    ssm_conv_kernel: int = 0
+    ssm_conv_bias: bool = False
+    ssm_in_bias: bool = False
+    ssm_out_bias: bool = False
+    ssm_rms_norm: bool = False
+    ssm_chunk_size: int = 0
 
     def __post_init__(self):
         def bad(field: str, value, expected: str):
@@ -187,6 +244,29 @@ class ModelConfig:
                 bad(f, v, "a positive number or None")
         if not 0 < self.rotary_fraction <= 1:
             bad("rotary_fraction", self.rotary_fraction, "in (0, 1]")
+        def positive(fields: tuple[str, ...], why: str) -> None:
+            for f in fields:
+                v = getattr(self, f)
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    bad(f, v, f"a positive integer when {why}")
+
+        if "linear" in self.layer_attention:
+            positive(("linear_key_heads", "linear_key_head_dim", "linear_value_heads",
+                      "linear_value_head_dim", "linear_conv_kernel"),
+                     "layers use linear attention")
+            if self.linear_value_heads % self.linear_key_heads:
+                bad("linear_value_heads", self.linear_value_heads,
+                    f"a multiple of linear_key_heads ({self.linear_key_heads})")
+        if self.parallel_ssm:
+            positive(("ssm_heads", "ssm_head_dim", "ssm_state_size", "ssm_groups",
+                      "ssm_conv_kernel", "ssm_chunk_size"), "layers have a Mamba-2 mixer")
+            if self.ssm_heads % self.ssm_groups:
+                bad("ssm_heads", self.ssm_heads, f"a multiple of ssm_groups ({self.ssm_groups})")
+        if self.state_dtype not in STATE_DTYPES:
+            bad("state_dtype", self.state_dtype, "one of " + ", ".join(STATE_DTYPES))
+        if self.shared_expert_intermediate_size < 0:
+            bad("shared_expert_intermediate_size", self.shared_expert_intermediate_size,
+                "a non-negative integer")
 
     @property
     def is_moe(self) -> bool:
@@ -217,7 +297,7 @@ class ModelConfig:
             rope = not self.learned_positions and (self.layer_rope[i] if self.layer_rope
                                                    else True)
             qk = self.qk_norm == "rmsnorm" or (self.qk_norm == "l2" and rope)
-            specs.append(LayerSpec(att, window, bool(moe), rope, qk))
+            specs.append(LayerSpec(att, window, bool(moe), rope, qk, self.parallel_ssm))
         return tuple(specs)
 
     @cached_property
@@ -232,7 +312,7 @@ class ModelConfig:
         groups = self.layer_groups()
         parts = []
         for s, ix in groups:
-            tags = [s.describe_attention()]
+            tags = [s.describe_attention() + (" + mamba2" if s.ssm else "")]
             if self.is_moe:
                 tags.append("moe" if s.moe else "dense")
             if not s.rope and not self.learned_positions:
@@ -247,6 +327,29 @@ class ModelConfig:
     @property
     def dense_layers(self) -> int:
         return self.layers - self.moe_layers
+
+    @cached_property
+    def linear_layers(self) -> int:
+        """Linear-attention layers (a fixed state per sequence, no KV cache)."""
+        return sum(s.linear for s in self._specs)
+
+    @cached_property
+    def state_layers(self) -> int:
+        """Layers that keep a fixed state per sequence (linear attention, Mamba-2 mixers)."""
+        return sum(s.has_state for s in self._specs)
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers that cache K/V per token (every layer but the linear-attention ones)."""
+        return self.layers - self.linear_layers
+
+    @property
+    def shared_width(self) -> int:
+        """The shared experts' MLP width (0: none)."""
+        if not self.shared_experts:
+            return 0
+        return self.shared_expert_intermediate_size or \
+            self.moe_intermediate_size * self.shared_experts
 
     @property
     def qk_head_dim(self) -> int:

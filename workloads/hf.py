@@ -32,11 +32,30 @@ ARCHITECTURES: dict[str, str] = {
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "Glm4MoeForCausalLM": "glm4_moe",
+    "Qwen3NextForCausalLM": "qwen3_next",
+    "FalconH1ForCausalLM": "falcon_h1",
 }
 
 #: HF ``layer_types`` entries → per-layer attention kind.
 LAYER_TYPES = {"full_attention": "full", "sliding_attention": "sliding",
                "chunked_attention": "chunked"}
+
+#: Qwen3-Next's ``layer_types`` entries (gated DeltaNet or gated full attention).
+QWEN3_NEXT_LAYER_TYPES = {"linear_attention": "linear", "full_attention": "full"}
+#: ``Qwen3NextConfig`` defaults (transformers) for the gated DeltaNet fields a config may omit
+#: [P: transformers src/transformers/models/qwen3_next/configuration_qwen3_next.py].
+QWEN3_NEXT_DEFAULTS = {
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 32, "full_attention_interval": 4,
+    "head_dim": 256,
+}
+
+#: ``FalconH1Config`` defaults (transformers) for the Mamba-2 fields a config may omit
+#: [P: transformers src/transformers/models/falcon_h1/configuration_falcon_h1.py].
+FALCON_H1_DEFAULTS = {
+    "mamba_n_heads": 128, "mamba_n_groups": 1, "mamba_d_state": 256, "mamba_d_conv": 4,
+    "mamba_expand": 2, "mamba_chunk_size": 256,
+}
 
 #: ``Gemma3TextConfig`` defaults (transformers 4.51) for the fields the Gemma 3 multimodal
 #: configs omit from ``text_config`` (gemma-3-4b-it gives only 5 fields) [P: transformers
@@ -267,7 +286,12 @@ def _qwen3(f: Fields, arch: str) -> dict:
 
 
 def _qwen3_moe(f: Fields, arch: str) -> dict:
-    cfg = _qwen3(f, arch)
+    return _qwen_moe_layers(f, _qwen3(f, arch))
+
+
+def _qwen_moe_layers(f: Fields, cfg: dict) -> dict:
+    """Qwen3-MoE's (and Qwen3-Next's) MLPs: top-k of ``num_experts`` in every
+    ``decoder_sparse_step``-th layer not in ``mlp_only_layers``."""
     n = cfg["layers"]
     e, k = _experts(f, "num_experts")
     step = f.int("decoder_sparse_step", default=1)
@@ -474,10 +498,97 @@ def _glm4_moe(f: Fields, arch: str) -> dict:
     return {**cfg, **_mtp(f)}
 
 
+def _qwen3_next(f: Fields, arch: str) -> dict:
+    """Qwen3-Next (``Qwen3NextForCausalLM``): ``layer_types`` (``linear_attention`` /
+    ``full_attention``, one per layer) or, when absent, every ``full_attention_interval``-th
+    layer (4) full and the others linear, as ``Qwen3NextConfig`` builds it. Linear layers are
+    gated DeltaNet (``linear_num_key_heads`` q/k heads of ``linear_key_head_dim``,
+    ``linear_num_value_heads`` v heads of ``linear_value_head_dim``, a
+    ``linear_conv_kernel_dim``-tap causal conv); full layers are Qwen3 attention (q/k
+    RMSNorm, partial RoPE, ``partial_rotary_factor`` 0.25 when absent) whose ``q_proj`` also
+    emits a sigmoid output gate (``Qwen3NextAttention``). MLPs as Qwen3-MoE
+    (``decoder_sparse_step``, ``mlp_only_layers``) with a shared expert of
+    ``shared_expert_intermediate_size`` scaled by ``shared_expert_gate`` (``Qwen2MoeSparseMoeBlock``)
+    [M: transformers models/qwen3_next/modular_qwen3_next.py]. The MTP module the checkpoint
+    ships (``mtp.*`` weights, which HF skips on load) is noted (``num_nextn_predict_layers`` or
+    ``mtp_num_hidden_layers``, 1 when absent as vLLM reads it), neither simulated nor
+    counted."""
+    f = f.with_defaults(QWEN3_NEXT_DEFAULTS)
+    cfg = _core(f, arch)
+    _activation(f, arch, ("hidden_act",), _SILU, "silu")
+    cfg = _qwen_moe_layers(f, {**cfg, "qk_norm": "rmsnorm"})
+    n = cfg["layers"]
+    types = f.per_layer("layer_types", n, QWEN3_NEXT_LAYER_TYPES)
+    if types is None:
+        every = f.int("full_attention_interval")
+        types = tuple("full" if (i + 1) % every == 0 else "linear" for i in range(n))
+    kh, vh = f.int("linear_num_key_heads"), f.int("linear_num_value_heads")
+    if vh % kh:
+        raise ValueError(f"{f.where('linear_num_value_heads')} ({vh}) must be a multiple of "
+                         f"linear_num_key_heads ({kh}): each q/k head serves "
+                         f"num_value_heads / num_key_heads value heads")
+    shared = f.int("shared_expert_intermediate_size", default=0, minimum=0)
+    # the checkpoint ships one MTP module (mtp.*) whatever the config says; vLLM's
+    # Qwen3NextMTP takes num_nextn_predict_layers, 1 when absent [M: vllm
+    # model_executor/models/qwen3_next_mtp.py]
+    mtp = f.int("num_nextn_predict_layers", "mtp_num_hidden_layers", default=1, minimum=0)
+    cfg.update(layer_attention=types, linear_key_heads=kh, linear_value_heads=vh,
+               linear_key_head_dim=f.int("linear_key_head_dim"),
+               linear_value_head_dim=f.int("linear_value_head_dim"),
+               linear_conv_kernel=f.int("linear_conv_kernel_dim"), attn_output_gate=True,
+               rotary_fraction=f.fraction("partial_rotary_factor", 0.25),
+               shared_experts=1 if shared else 0, shared_expert_intermediate_size=shared,
+               shared_expert_gate=bool(shared), mtp_layers=mtp)
+    return cfg
+
+
+def _falcon_h1(f: Fields, arch: str) -> dict:
+    """Falcon-H1 (``FalconH1ForCausalLM``): every layer is "hybrid": Llama attention (GQA,
+    RoPE, ``attention_bias``) and a Mamba-2 mixer run in parallel on the normed input and
+    are summed into the residual, then a SwiGLU MLP [M: transformers
+    models/falcon_h1/modeling_falcon_h1.py ``FalconH1DecoderLayer``]. The mixer: ``mamba_d_ssm``
+    channels (``mamba_expand × hidden_size`` when null) in ``mamba_n_heads`` heads of
+    ``mamba_d_head`` (``auto``: ``d_ssm / heads``; their product must be ``d_ssm``),
+    ``mamba_n_groups`` B/C groups of ``mamba_d_state``, a ``mamba_d_conv``-tap conv
+    (``mamba_conv_bias``), ``mamba_proj_bias`` on ``in_proj``, ``projectors_bias`` on
+    ``out_proj``, an RMSNorm before the gate when ``mamba_rms_norm``, SSD chunks of
+    ``mamba_chunk_size``. The muP multipliers scale activations only (no cost)."""
+    f = f.with_defaults(FALCON_H1_DEFAULTS)
+    cfg = _core(f, arch)
+    _activation(f, arch, ("hidden_act",), _SILU, "silu")
+    heads = f.int("mamba_n_heads")
+    # FalconH1Config: mamba_d_ssm 1024 when absent, mamba_expand × hidden_size when null
+    if "mamba_d_ssm" in f.d and f.d["mamba_d_ssm"] is None:
+        d_ssm = f.int("mamba_expand") * cfg["hidden_size"]
+    else:
+        d_ssm = f.int("mamba_d_ssm", default=1024)
+    head = f.d.get("mamba_d_head", "auto")
+    if head in ("auto", None):
+        _check_div(f, d_ssm, heads, "mamba_d_ssm", "mamba_n_heads")
+        head = d_ssm // heads
+    else:
+        head = f.int("mamba_d_head")
+        if head * heads != d_ssm:
+            raise ValueError(f"{f.where('mamba_d_head')} ({head}) × mamba_n_heads ({heads}) "
+                             f"must equal mamba_d_ssm ({d_ssm})")
+    groups = f.int("mamba_n_groups")
+    _check_div(f, heads, groups, "mamba_n_heads", "mamba_n_groups")
+    cfg.update(parallel_ssm=True, ssm_heads=heads, ssm_head_dim=head,
+               ssm_state_size=f.int("mamba_d_state"), ssm_groups=groups,
+               ssm_conv_kernel=f.int("mamba_d_conv"),
+               ssm_conv_bias=f.bool("mamba_conv_bias", default=True),
+               ssm_in_bias=f.bool("mamba_proj_bias", default=False),
+               ssm_out_bias=f.bool("projectors_bias", default=False),
+               ssm_rms_norm=f.bool("mamba_rms_norm", default=False),
+               ssm_chunk_size=f.int("mamba_chunk_size"))
+    return cfg
+
+
 _PARSERS = {"llama": _llama, "phi3": _phi3, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
             "mixtral": _mixtral, "gemma2": _gemma2, "gemma3": _gemma3, "gpt_oss": _gpt_oss,
             "llama4": _llama4, "gpt2": _gpt2, "deepseek_v3": _deepseek_v3,
-            "deepseek_v2": _deepseek_v2, "glm4_moe": _glm4_moe}
+            "deepseek_v2": _deepseek_v2, "glm4_moe": _glm4_moe, "qwen3_next": _qwen3_next,
+            "falcon_h1": _falcon_h1}
 
 
 def _dense_without_moe_layers(cfg: dict) -> dict:
@@ -495,7 +606,8 @@ def _dense_without_moe_layers(cfg: dict) -> dict:
         return cfg
     return {**cfg, "experts": 0, "experts_per_token": 0, "shared_experts": 0,
             "moe_intermediate_size": 0, "first_dense_layers": 0, "router_bias": False,
-            "layer_moe": ()}
+            "layer_moe": (), "shared_expert_intermediate_size": 0,
+            "shared_expert_gate": False}
 
 
 #: ``torch_dtype`` values of a config.json (transformers' names) and the diptych dtype each

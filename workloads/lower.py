@@ -53,6 +53,8 @@ from .program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .recipe import BF16_LINEARS, quantize_records
 from .fused_attention import AttnCall, fuse
+from .gated_deltanet import linear_attention
+from .mamba2 import CORE_OPS as SSM_CORES, ssm_mixer
 from .graph import Workload
 from .program import Block
 from .moe import (Routing, dropped_fraction, expected_experts_touched, expert_load,
@@ -94,10 +96,17 @@ def check_tp(m: ModelConfig, tp: int) -> None:
         problems.append(f"attention heads ({m.heads})")
     if not m.is_mla and m.kv_heads % tp and tp % m.kv_heads:
         problems.append(f"KV heads ({m.kv_heads}), which must divide or be divided by tp")
+    if m.parallel_ssm and m.ssm_heads % tp:
+        problems.append(f"Mamba-2 heads ({m.ssm_heads})")
+    if m.linear_layers and (m.linear_key_heads % tp or m.linear_value_heads % tp):
+        problems.append(f"linear-attention key and value heads ({m.linear_key_heads}, "
+                        f"{m.linear_value_heads})")
     if m.dense_layers and m.intermediate_size % tp:
         problems.append(f"intermediate_size ({m.intermediate_size})")
     if m.is_moe and m.moe_intermediate_size % tp:
         problems.append(f"moe_intermediate_size ({m.moe_intermediate_size})")
+    if m.shared_width % tp:
+        problems.append(f"the shared experts' width ({m.shared_width})")
     if problems:
         raise ValueError(f"tp={tp} cannot split {m.name}: it must divide "
                          + "; ".join(problems))
@@ -171,7 +180,10 @@ def chunked_mean_keys(q_len: int, past: int, chunk: int) -> float:
 
 
 def mean_keys(layer: LayerSpec, q_len: int, past: int = 0) -> float:
-    """Mean keys per query of a layer of kind ``layer`` (see :func:`causal_mean_keys`)."""
+    """Mean keys per query of a layer of kind ``layer`` (see :func:`causal_mean_keys`); a
+    linear-attention layer attends no keys (its state stands for them): 0."""
+    if layer.linear:
+        return 0.0
     if layer.attention == "chunked":
         return chunked_mean_keys(q_len, past, layer.window)
     return causal_mean_keys(q_len, past, layer.window)
@@ -255,6 +267,15 @@ class _Ctx:
             return []
         return [Collective(name=name, kind="all_reduce", bytes=elements * self.p.a_bytes,
                            group=self.tp, tags=("tp",))]
+
+    def input_norm(self, fl, x: str = "x") -> VectorOp:
+        """The layer's input norm ``attn_norm`` over the ``x`` it carries in, recorded in
+        flow ``fl`` (reads ``x`` and ``w_attn_norm``, writes ``h_attn``)."""
+        T, d, a = self.tokens, self.m.hidden_size, self.p.a_bytes
+        op = self.norm("attn_norm", d)
+        fl.t(x, T * d * a)
+        return fl.vec(op, [(x, 1.0), (fl.t("w_attn_norm", op.read_bytes - T * d * a,
+                                           "weight"), 1.0)], [(fl.t("h_attn", T * d * a), 1.0)])
 
     def norm(self, name: str, width: int, rows: float | None = None, *, weights: int = 1,
              ops: float | None = None) -> VectorOp:
@@ -397,17 +418,16 @@ def _attention_gqa(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -
     g = h // hkv
     fl = flow or NOFLOW
     a, wb = c.p.a_bytes, c.p.w_bytes
-    qkvw = (h + 2 * hkv) * dh
-    norm = c.norm("attn_norm", d)
-    fl.t(x, T * d * a)
-    fl.vec(norm, [(x, 1.0), (fl.t("w_attn_norm", norm.read_bytes - T * d * a, "weight"), 1.0)],
-           [(fl.t("h_attn", T * d * a), 1.0)])
+    gate = h if m.attn_output_gate else 0     # gated attention: q_proj's gate heads
+    qkvw = (h + gate + 2 * hkv) * dh
+    norm = c.input_norm(fl, x)
     qkv = c.gemm("qkv_proj", T, d, qkvw, tags=("attn",))
     fl.gemm(qkv, [("h_attn", 1.0)], [(fl.t("w_qkv", d * qkvw * wb, "weight"), 1.0)],
             [(fl.t("qkv", T * qkvw * a), 1.0)])
     ops: list[Op] = [norm, qkv]
-    parts = {"q": [("qkv", h / (h + 2 * hkv))], "k": [("qkv", hkv / (h + 2 * hkv))],
-             "v": [("qkv", hkv / (h + 2 * hkv))]} if flow is not None else None
+    width = h + gate + 2 * hkv
+    parts = {"q": [("qkv", h / width)], "k": [("qkv", hkv / width)],
+             "v": [("qkv", hkv / width)]} if flow is not None else None
     ops += _qk_norm(c, h, hkv, flow=flow, parts=parts)
     ops += _rope(c, h, hkv, flow=flow, parts=parts)
     parts = parts or {"q": [], "k": [], "v": []}
@@ -429,8 +449,15 @@ def _attention_gqa(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -
                    c.gemm("attn_pv", sq, c.keys, dh, batch=c.batch * hkv, weight=False,
                           b_dtype=kv_dtype, tags=("attn", "saved_b", "no_save_a"),
                           shared_b=False), h, flow=flow, q=parts["q"], k=k, v=v)
+    src = "attn"
+    if gate:          # Qwen3-Next: attn · sigmoid(gate) before o_proj (sigmoid 3, product 1)
+        op = c.vec("attn_gate", "mul", T * h * dh, reads=2.0, ops=4.0, tags=("saved",))
+        fl.vec(op, [("attn", 1.0), ("qkv", gate / width)],
+               [(fl.t("attn_gated", T * h * dh * a), 1.0)])
+        ops.append(op)
+        src = "attn_gated"
     o = c.gemm("o_proj", T, h * dh, d, tags=("attn",))
-    fl.gemm(o, [("attn", 1.0)], [(fl.t("w_o", h * dh * d * wb, "weight"), 1.0)],
+    fl.gemm(o, [(src, 1.0)], [(fl.t("w_o", h * dh * d * wb, "weight"), 1.0)],
             [(fl.t(out, T * d * a), 1.0)])
     ops.append(o)
     return ops
@@ -656,9 +683,30 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
            [(fl.t(out, T * d * a), 1.0)])
     ops.append(op)
     if m.shared_experts:
-        ops += _dense_mlp(c, "shared_", m.moe_intermediate_size * m.shared_experts, flow=flow,
-                          inp=inp, out="shared_out")
+        ops += _dense_mlp(c, "shared_", m.shared_width, flow=flow, inp=inp, out="shared_out")
+    if m.shared_expert_gate:
+        # Qwen2-MoE / Qwen3-Next: sigmoid(x·w_gate) scales the shared expert's output (a
+        # d → 1 linear, then the sigmoid and the product per element: 4 ops)
+        g = c.gemm("shared_expert_gate", T, d, 1, tags=("moe",))
+        fl.gemm(g, [(inp, 1.0)], [(fl.t("w_shared_expert_gate", d * wb, "weight"), 1.0)],
+                [(fl.t("shared_gate", T * a), 1.0)])
+        op = c.vec("shared_gate_scale", "mul", T * d, reads=1.0, extra_read_bytes=T * a,
+                   ops=4.0, tags=("saved",))
+        fl.vec(op, [("shared_out", 1.0), ("shared_gate", 1.0)],
+               [(fl.t(SHARED_GATED, T * d * a), 1.0)])
+        ops += [g, op]
     return ops
+
+
+#: The gated shared expert's output (Qwen3-Next), summed into the MoE output.
+SHARED_GATED = "shared_gated"
+
+
+def _shared_output(m: ModelConfig) -> tuple[str, ...]:
+    """The shared experts' output tensor the MoE output is summed with (none without)."""
+    if not m.shared_experts:
+        return ()
+    return (SHARED_GATED,) if m.shared_expert_gate else ("shared_out",)
 
 
 def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: str = "x",
@@ -689,22 +737,58 @@ def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: s
     return ops
 
 
+def mixer_ops(c: _Ctx, *, flow=None) -> list[Op]:
+    """A layer's token mixer (its norm, attention or linear attention, output projection):
+    gated DeltaNet on a ``linear`` layer
+    (:func:`~diptych.workloads.gated_deltanet.linear_attention`), MLA or GQA attention
+    otherwise. Reads ``x``, writes ``attn_out``."""
+    if c.layer.linear:
+        return linear_attention(c, flow=flow)
+    att = (_attention_mla if c.m.is_mla else _attention_gqa)(c, flow=flow)
+    if not c.layer.ssm:
+        return att
+    # Falcon-H1: a Mamba-2 mixer beside the attention on the same normed input, writing
+    # ssm_out (summed into the residual); its per-sequence ops follow the attention's, so that
+    # a serving step's cores stay together: [attention up to its core] [in_proj_ssm]
+    # [attention core] [SSM cores] [the rest of the attention] [the rest of the SSM]
+    first = len(flow.records) if flow is not None else 0
+    ssm = ssm_mixer(c, flow=flow)
+    core = [i for i, op in enumerate(att) if op.name in ATTENTION_CORES]
+    mine = [i for i, op in enumerate(ssm) if op.name in SSM_CORES]
+    lo, hi = core[0], core[-1] + 1
+    order = ([("a", i) for i in range(lo)] + [("s", i) for i in range(mine[0])]
+             + [("a", i) for i in range(lo, hi)] + [("s", i) for i in mine]
+             + [("a", i) for i in range(hi, len(att))]
+             + [("s", i) for i in range(mine[-1] + 1, len(ssm))])
+    if flow is not None:
+        recs = flow.records[first - len(att):]
+        flow.records[first - len(att):] = [recs[i if k == "a" else len(att) + i]
+                                          for k, i in order]
+    return [att[i] if k == "a" else ssm[i] for k, i in order]
+
+
+#: The per-sequence ops of an attention mixer (serving_step's cores besides the linear and
+#: state-space mixers').
+ATTENTION_CORES = frozenset({"attention (fused)", "attn_scores", "softmax", "attn_pv",
+                             "q_absorb", "v_absorb", "kv_b_proj"})
+
+
 def layer_ops(c: _Ctx, *, flow=None) -> list[Op]:
     """One transformer layer of kind ``c.layer`` for one TP rank, in execution order. With a
     ``flow`` (:class:`~diptych.workloads.dataflow.Flow`) the tensors are recorded: the layer
     reads ``x`` and writes ``y`` (docs/workloads.md lists the names)."""
     fl = flow or NOFLOW
     T, d, a = c.tokens, c.m.hidden_size, c.p.a_bytes
-    attn = _attention_mla if c.m.is_mla else _attention_gqa
-    ops = attn(c, flow=flow)
-    ops += _residual(c, "attn", flow=flow, inp="attn_out", resid="x", out="h1")
+    ops = mixer_ops(c, flow=flow)
+    ops += _residual(c, "attn", flow=flow, inp="attn_out", resid="x", out="h1",
+                     extra=("ssm_out",) if c.layer.ssm else ())
     op = c.norm("mlp_norm", c.m.hidden_size)
     fl.vec(op, [("h1", 1.0), (fl.t("w_mlp_norm", op.read_bytes - T * d * a, "weight"), 1.0)],
            [(fl.t("h_mlp", T * d * a), 1.0)])
     ops.append(op)
     if c.layer.moe:
         ops += _moe_mlp(c, flow=flow)
-        out, extra = "moe_out", ("shared_out",) if c.m.shared_experts else ()
+        out, extra = "moe_out", _shared_output(c.m)
     else:
         ops += _dense_mlp(c, "", c.m.intermediate_size, flow=flow)
         out, extra = "mlp_out", ()
@@ -909,10 +993,16 @@ def routing_info(c: _Ctx) -> dict:
         "dropped_fraction": dropped_fraction(r, e, k, c.tokens)}}
 
 
-def check_cp(cp: int, length: int, name: str = "seq_len") -> None:
+def check_cp(cp: int, length: int, name: str = "seq_len", m: ModelConfig | None = None
+             ) -> None:
     """Raise ValueError unless ``cp`` context-parallel ranks split a ``length``-token
-    sequence into equal chunks."""
+    sequence into equal chunks (and ``m``, when given, has no layer whose state would pass
+    from rank to rank: context parallelism of linear attention is not modelled)."""
     _pos("cp", cp)
+    if cp > 1 and m is not None and m.state_layers:
+        raise ValueError(f"cp={cp}: context parallelism of {m.name}'s linear-attention or "
+                         f"Mamba-2 layers (their state passes from rank to rank) is not "
+                         f"modelled; use cp=1")
     if length % cp:
         raise ValueError(f"cp={cp} must divide {name} ({length}): each context-parallel rank "
                          f"holds an equal share of every sequence")
@@ -928,7 +1018,7 @@ def prefill(m: ModelConfig, batch: int, prompt_len: int, *, precision: Precision
     tokens per sequence, ``experts / ep`` routed experts."""
     _check_common(m, batch, tp, prompt_len=prompt_len)
     check_attention(attention)
-    check_cp(cp, prompt_len, "prompt_len")
+    check_cp(cp, prompt_len, "prompt_len", m)
     check_ep(m, ep)
     p = precision or Precision()
     c = _Ctx(m, p, tp, batch, prompt_len // cp, 0, "prefill", attention, cp=cp, ep=ep,

@@ -34,7 +34,7 @@ from .fused_attention import FusedAttention
 from .graph import Workload
 from .program import Block
 from .lower import _pos, valid_tp_degrees
-from .params import kv_cache_bytes, params_per_chip
+from .params import kv_cache_bytes, params_per_chip, state_bytes_per_sequence
 from .precision import Precision
 
 
@@ -64,6 +64,8 @@ def peak_working_bytes(w: Workload) -> float:
         if isinstance(op, Gemm):
             live = op.a_bytes + op.c_bytes + (0 if op.b_is_weight or "weight" in op.tags
                                               or w.phase == "decode" else op.b_bytes)
+        elif isinstance(op, VectorOp) and "state" in op.tags:
+            continue            # a sequence's state: counted once per sequence, not here
         elif isinstance(op, VectorOp) and op.kind != "optimizer":
             live = op.read_bytes + op.write_bytes
         elif isinstance(op, FusedAttention):
@@ -110,9 +112,17 @@ def _gib(x: float) -> str:
 
 def inference_breakdown(m: ModelConfig, p: Precision, tp: int, batch: int, context: int,
                         activations: float) -> dict[str, float]:
-    return {"weights": params_per_chip(m, tp) * p.w_bytes,
-            "kv_cache": batch * kv_cache_bytes(m, p.kv, context, tp),
-            "activations": activations}
+    """Weights, KV cache (``batch`` sequences of ``context`` tokens, each layer its kind's
+    share) and activations per chip; a model with linear-attention layers adds ``state``:
+    each sequence's fixed state once, whatever its length
+    (:func:`~diptych.workloads.params.state_bytes_per_sequence`, the conv state in the
+    activations' dtype)."""
+    bd = {"weights": params_per_chip(m, tp) * p.w_bytes,
+          "kv_cache": batch * kv_cache_bytes(m, p.kv, context, tp),
+          "activations": activations}
+    if m.state_layers:
+        bd["state"] = batch * state_bytes_per_sequence(m, p.activations, tp)
+    return bd
 
 
 def inference_memory(m: ModelConfig, p: Precision, tp: int, batch: int, context: int,
@@ -254,7 +264,8 @@ def activation_bytes(w: Workload, m: ModelConfig, p: Precision, *,
     split = tp if sequence_parallel and tp > 1 else 1
 
     def saved(b: Block) -> float:   # K/V over each layer kind's mean keys → the stored tokens
-        ks = stored / keys.get(b.name, w.info.get("keys_per_query", 1))
+        k = keys.get(b.name, w.info.get("keys_per_query", 1))
+        ks = stored / k if k else 1.0    # a linear-attention layer attends no keys
         return layer_saved_bytes(b, ks, m.hidden_size, tokens, split)
 
     head = sum(saved(b) for b in fwd if b.name == "head")

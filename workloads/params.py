@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from ..arch.dtypes import dtype_bytes
 from .config import ModelConfig
+from .mamba2 import shapes as ssm_shapes
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,61 @@ class Tensor:
         return self.elements * self.count
 
 
+def _linear_attention_tensors(m: ModelConfig) -> list[Tensor]:
+    """Gated DeltaNet's weights, one copy per linear-attention layer, as HF's
+    ``Qwen3NextGatedDeltaNet`` holds them [M: transformers models/qwen3_next]: ``in_proj_qkvz``
+    (d → q, k of ``H_k·d_k`` each, v and the output gate z of ``H_v·d_v`` each),
+    ``in_proj_ba`` (d → β and the decay's ``a``, one per value head), the depthwise
+    ``conv1d`` over q/k/v (``kernel`` taps per channel, no bias), ``dt_bias`` and ``A_log``
+    (one per value head), the gated RMSNorm's ``d_v`` weight (shared by the heads) and
+    ``out_proj``. Heads split over tensor-parallel ranks, the norm weight is replicated."""
+    n = m.linear_layers
+    if not n:
+        return []
+    d = m.hidden_size
+    key, val = m.linear_key_heads * m.linear_key_head_dim, \
+        m.linear_value_heads * m.linear_value_head_dim
+    return [Tensor("in_proj_qkvz", d * (2 * key + 2 * val), n, True, "attn"),
+            Tensor("in_proj_ba", d * 2 * m.linear_value_heads, n, True, "attn"),
+            Tensor("conv1d", (2 * key + val) * m.linear_conv_kernel, n, True, "norm"),
+            Tensor("dt_bias_A_log", 2 * m.linear_value_heads, n, True, "norm"),
+            Tensor("linear_norm", m.linear_value_head_dim, n, False, "norm"),
+            Tensor("out_proj", val * d, n, True, "attn")]
+
+
+def _ssm_tensors(m: ModelConfig) -> list[Tensor]:
+    """A Mamba-2 mixer's weights, one copy per layer that has one, as HF's ``FalconH1Mixer``
+    holds them [M: transformers models/falcon_h1]: ``in_proj`` (d → z and x of ``H·P`` each,
+    B and C of ``G·N`` each, dt of ``H``; a bias with ``mamba_proj_bias``), the depthwise
+    ``conv1d`` over x/B/C (and its bias), ``dt_bias``, ``A_log`` and ``D`` (one per head),
+    the gated RMSNorm's weight (``mamba_rms_norm``) and ``out_proj`` (a bias with
+    ``projectors_bias``). Heads split over tensor-parallel ranks."""
+    n = sum(s.ssm for s in m.layer_specs())
+    if not n:
+        return []
+    d, d_ssm = m.hidden_size, m.ssm_heads * m.ssm_head_dim
+    conv = d_ssm + 2 * m.ssm_groups * m.ssm_state_size
+    w_in = d_ssm + conv + m.ssm_heads
+    out = [Tensor("ssm_in_proj", d * w_in, n, True, "attn"),
+           Tensor("ssm_conv1d", conv * m.ssm_conv_kernel, n, True, "norm"),
+           Tensor("ssm_dt_bias_A_log_D", 3 * m.ssm_heads, n, True, "norm"),
+           Tensor("ssm_out_proj", d_ssm * d, n, True, "attn")]
+    if m.ssm_in_bias:
+        out.append(Tensor("ssm_in_proj_bias", w_in, n, True, "attn"))
+    if m.ssm_conv_bias:
+        out.append(Tensor("ssm_conv1d_bias", conv, n, True, "norm"))
+    if m.ssm_rms_norm:
+        out.append(Tensor("ssm_norm", d_ssm, n, True, "norm"))
+    if m.ssm_out_bias:
+        out.append(Tensor("ssm_out_proj_bias", d, n, False, "attn"))
+    return out
+
+
 def _attention_tensors(m: ModelConfig) -> list[Tensor]:
-    d, h, L = m.hidden_size, m.heads, m.layers
-    out: list[Tensor] = []
+    """The attention layers' weights (``kv_layers`` copies: every layer but the linear ones,
+    whose weights are :func:`_linear_attention_tensors`)."""
+    d, h, L = m.hidden_size, m.heads, m.kv_layers
+    out: list[Tensor] = _linear_attention_tensors(m) + _ssm_tensors(m)
     if m.is_mla:
         qk = m.qk_head_dim
         if m.q_lora_rank:
@@ -52,7 +105,8 @@ def _attention_tensors(m: ModelConfig) -> list[Tensor]:
                 Tensor("o_proj", h * m.v_head_dim * d, L, True, "attn")]
         return out
     q, kv = h * m.head_dim, m.kv_heads * m.head_dim
-    out += [Tensor("q_proj", d * q, L, True, "attn"), Tensor("k_proj", d * kv, L, True, "attn"),
+    gate = 2 if m.attn_output_gate else 1         # q_proj also emits the output gate
+    out += [Tensor("q_proj", d * q * gate, L, True, "attn"), Tensor("k_proj", d * kv, L, True, "attn"),
             Tensor("v_proj", d * kv, L, True, "attn"), Tensor("o_proj", q * d, L, True, "attn")]
     if m.qkv_bias:
         out.append(Tensor("qkv_bias", q + 2 * kv, L, True, "attn"))
@@ -92,8 +146,9 @@ def weight_tensors(m: ModelConfig) -> list[Tensor]:
         out += _mlp("experts", d, m.moe_intermediate_size, n * m.experts, "expert", m,
                     active=m.experts_per_token / m.experts)
         if m.shared_experts:
-            out += _mlp("shared_experts", d, m.moe_intermediate_size * m.shared_experts, n,
-                        "shared_expert", m)
+            out += _mlp("shared_experts", d, m.shared_width, n, "shared_expert", m)
+            if m.shared_expert_gate:      # sigmoid(x·w) scales the shared expert's output
+                out.append(Tensor("shared_expert_gate", d, n, False, "router"))
     out.append(Tensor("final_norm", norm_elems, 1, False, "norm"))
     out.append(Tensor("embed_tokens", m.vocab_size * d, 1, True, "embed"))
     if m.learned_positions:
@@ -133,11 +188,13 @@ def params_per_chip(m: ModelConfig, tp: int) -> float:
 
 
 def kv_elements_per_token(m: ModelConfig) -> int:
-    """KV-cache elements per token, all layers: ``2·L·H_kv·d_head`` (MLA: ``L·(r_kv + d_rope)``).
-    Sliding and chunked layers hold only their window of tokens: see :func:`kv_cache_bytes`."""
+    """KV-cache elements per token, all layers that cache K/V (``L`` = ``kv_layers``: a
+    linear-attention layer has a fixed state instead, :func:`state_bytes_per_sequence`):
+    ``2·L·H_kv·d_head`` (MLA: ``L·(r_kv + d_rope)``). Sliding and chunked layers hold only
+    their window of tokens: see :func:`kv_cache_bytes`."""
     if m.is_mla:
-        return m.layers * (m.kv_lora_rank + m.qk_rope_head_dim)
-    return 2 * m.layers * m.kv_heads * m.head_dim
+        return m.kv_layers * (m.kv_lora_rank + m.qk_rope_head_dim)
+    return 2 * m.kv_layers * m.kv_heads * m.head_dim
 
 
 def kv_bytes_per_token(m: ModelConfig, dtype: str = "bf16") -> float:
@@ -157,14 +214,20 @@ def kv_bytes_per_token_per_chip(m: ModelConfig, dtype: str, tp: int) -> float:
     """KV-cache bytes per token one tensor-parallel rank stores, all layers."""
     if m.is_mla:
         return kv_bytes_per_token(m, dtype)
-    return 2 * m.layers * kv_heads_per_rank(m, tp) * m.head_dim * dtype_bytes(dtype)
+    return 2 * m.kv_layers * kv_heads_per_rank(m, tp) * m.head_dim * dtype_bytes(dtype)
+
+
+def kv_bytes_per_token_per_layer(m: ModelConfig, dtype: str, tp: int) -> float:
+    """KV-cache bytes per token of one layer that caches K/V, on one TP rank (0 for a model
+    whose every layer is linear attention)."""
+    return kv_bytes_per_token_per_chip(m, dtype, tp) / m.kv_layers if m.kv_layers else 0.0
 
 
 def kv_bytes_by_layer_kind(m: ModelConfig, dtype: str = "bf16", tp: int = 1) -> list[dict]:
     """Per distinct layer kind: ``attention`` (e.g. ``sliding 4096``), ``layers``,
     ``bytes_per_token_per_layer`` on one TP rank and ``window`` (tokens a layer of this kind
     caches at most; None: the whole context)."""
-    per_layer = kv_bytes_per_token_per_chip(m, dtype, tp) / m.layers
+    per_layer = kv_bytes_per_token_per_layer(m, dtype, tp)
     return [{"attention": s.describe_attention(), "layers": len(ix),
              "bytes_per_token_per_layer": per_layer, "window": s.window}
             for s, ix in _kv_groups(m)]
@@ -178,9 +241,12 @@ def kv_groups(m: ModelConfig) -> list[tuple[str, int | None, int]]:
 
 
 def _kv_groups(m: ModelConfig):
-    """Layer groups by attention kind only (what the KV cache depends on)."""
+    """Layer groups by attention kind only (what the KV cache depends on); linear-attention
+    layers cache no K/V and are left out."""
     groups: dict = {}
     for s, ix in m.layer_groups():
+        if s.linear:
+            continue
         key = (s.attention, s.window)
         groups.setdefault(key, (s, []))[1].extend(ix)
     return [(s, ix) for s, ix in groups.values()]
@@ -192,9 +258,54 @@ def kv_cache_bytes(m: ModelConfig, dtype: str, context: int, tp: int = 1) -> flo
     case over positions; full: the whole context)."""
     per_token_all = kv_bytes_per_token_per_chip(m, dtype, tp)
     groups = _kv_groups(m)
+    if not groups:                           # linear attention only: no KV cache
+        return 0.0
     if len(groups) == 1:                     # uniform: keep the historical product exactly
         return groups[0][0].kv_tokens(context) * per_token_all
-    return sum(len(ix) * s.kv_tokens(context) for s, ix in groups) * (per_token_all / m.layers)
+    return sum(len(ix) * s.kv_tokens(context) for s, ix in groups) * (per_token_all
+                                                                       / m.kv_layers)
+
+
+def state_bytes_per_layer(m: ModelConfig, tp: int = 1, conv_dtype: str = "bf16"
+                          ) -> dict[str, float]:
+    """The fixed state one sequence keeps in one linear-attention layer on one TP rank
+    (empty for a model without such layers), by part:
+
+    * ``recurrent``: the gated delta rule's matrix, ``H_v/tp × d_k × d_v`` elements per
+      sequence (each value head has its own; q/k heads are shared by ``H_v/H_k`` of them), in
+      the model's ``state_dtype`` [assumption: FP32 — HF's ``torch_recurrent_gated_delta_rule``
+      and flash-linear-attention's kernels keep and return the state in FP32];
+    * ``conv``: the causal conv's last ``kernel − 1`` inputs of its ``(2·H_k·d_k + H_v·d_v)/tp``
+      channels, in the activations' dtype ``conv_dtype`` (HF's ``causal_conv1d_update`` keeps
+      ``conv_state`` in the input dtype; vLLM allocates the same ``(kernel − 1) × conv_dim``).
+
+    A Mamba-2 mixer (Falcon-H1) keeps ``H/tp × P × N`` elements in ``state_dtype`` and its
+    conv's ``kernel − 1`` inputs of ``(H·P + 2·G·N)/tp`` channels (``G`` split over ranks when
+    it divides, else replicated), the same rule.
+
+    Neither grows with the context: a sequence holds it once, whatever its length."""
+    if m.parallel_ssm:
+        s = ssm_shapes(m, tp)
+        return {"recurrent": s["h"] * s["p"] * s["n"] * dtype_bytes(m.state_dtype),
+                "conv": s["conv"] * (m.ssm_conv_kernel - 1) * dtype_bytes(conv_dtype)}
+    if not m.linear_layers:
+        return {}
+    return {"recurrent": m.linear_value_heads // tp * m.linear_key_head_dim
+            * m.linear_value_head_dim * dtype_bytes(m.state_dtype),
+            "conv": (2 * m.linear_key_heads * m.linear_key_head_dim + m.linear_value_heads
+                     * m.linear_value_head_dim) // tp * (m.linear_conv_kernel - 1)
+            * dtype_bytes(conv_dtype)}
+
+
+def state_bytes_per_sequence(m: ModelConfig, conv_dtype: str = "bf16", tp: int = 1) -> float:
+    """Bytes of fixed state one sequence holds on one TP rank, all linear-attention layers
+    (:func:`state_bytes_per_layer`; the conv state in ``conv_dtype``): counted once per
+    sequence, independent of its length (Qwen3-Next-80B-A3B: 36 layers × (2 MiB recurrent +
+    48 KiB conv) = 77,266,944 B in FP32/BF16 at tp 1)."""
+    per = state_bytes_per_layer(m, tp, conv_dtype)
+    if not per:
+        return 0.0
+    return m.state_layers * (per["recurrent"] + per["conv"])
 
 
 def attention_flops_per_token(m: ModelConfig, context: float) -> float:
@@ -203,9 +314,11 @@ def attention_flops_per_token(m: ModelConfig, context: float) -> float:
     capped at each layer's window (sliding) or chunk (chunked: an upper bound, a token attends
     only the keys of its own chunk so far)."""
     groups = _kv_groups(m)
+    if not groups:
+        return 0.0
     if len(groups) == 1:                     # uniform: the historical expression exactly
         c = min(context, groups[0][0].window or context)
-        return 2.0 * m.layers * m.heads * (m.qk_head_dim + m.v_dim) * c
+        return 2.0 * len(groups[0][1]) * m.heads * (m.qk_head_dim + m.v_dim) * c
     return 2.0 * m.heads * (m.qk_head_dim + m.v_dim) * sum(
         len(ix) * min(context, s.window or context) for s, ix in groups)
 

@@ -18,6 +18,10 @@ its prompt already in the KV cache (its *past*). The lowering:
   ``chunk`` queries after its ``past`` (identical chunks are batched). A chunk with a past
   also reads the past's K/V that its layer kind caches (in the KV dtype); MLA's explicit
   prefill path also expands the past's latents (``kv_b_proj`` over the past tokens).
+* **Linear attention** (gated DeltaNet): its per-sequence ops are cores too (the conv and
+  the delta rule, :data:`~diptych.workloads.gated_deltanet.CORE_OPS`): a decode group reads
+  and writes each sequence's state once, whatever its past; a prefill chunk runs the chunked
+  algorithm over its own tokens, starting from the state its past left (no past K/V read).
 * **Logits** are computed for ``logits_rows`` rows: each decode query row and each chunk that
   completes its prompt.
 
@@ -56,15 +60,16 @@ from .ops import LAUNCH_TAG
 from .fused_attention import FusedAttention
 from .graph import Workload
 from .program import Access, Block, Use
-from .lower import (_attention_gqa, _attention_mla, _Ctx, _embedding, _head, check_attention,
-                    check_tp, embedding_block, head_block, layer_exits, layer_kinds, layer_ops)
-from .params import kv_bytes_per_token_per_chip
+from .lower import (ATTENTION_CORES, _Ctx, _embedding, _head, check_attention, check_tp,
+                    embedding_block, head_block, layer_exits, layer_kinds, layer_ops, mixer_ops)
+from .gated_deltanet import CORE_OPS as GDN_CORE_OPS
+from .mamba2 import CORE_OPS as SSM_CORE_OPS
+from .params import kv_bytes_per_token_per_layer
 from .precision import Precision
 
 #: Names of the per-sequence ops of a layer (see the module docstring). A new model family
 #: whose attention adds per-sequence ops must list them here.
-CORE_OPS = frozenset({"attention (fused)", "attn_scores", "softmax", "attn_pv", "q_absorb",
-                      "v_absorb", "kv_b_proj"})
+CORE_OPS = ATTENTION_CORES | GDN_CORE_OPS | SSM_CORE_OPS
 
 
 def _nonneg(name: str, v) -> None:
@@ -132,7 +137,7 @@ def _check(m: ModelConfig, tp: int, attention: str) -> None:
 
 
 def _attention_ops(c: _Ctx, flow: Flow | None = None) -> list[Op]:
-    return (_attention_mla if c.m.is_mla else _attention_gqa)(c, flow=flow)
+    return mixer_ops(c, flow=flow)
 
 
 #: One layer kind's cores of one sequence group: the op records with their tensor accesses
@@ -152,6 +157,8 @@ def _cached_past(layer: LayerSpec, past: int) -> int:
     """Tokens of a ``past``-token prefix a layer of kind ``layer`` holds in its cache (and a
     chunk after it reads): all of them, the window (sliding) or the current chunk's
     (chunked)."""
+    if layer.linear:          # its state, not a past, is read (by the layer's own cores)
+        return 0
     if layer.window is None:
         return past
     if layer.attention == "chunked":
@@ -199,7 +206,7 @@ def _prefill_records(m: ModelConfig, chunk: int, past: int, count: int, *,
     attention waits for (an ordering-only read: its byte model reads the latents)."""
     _check(m, tp, attention)
     c = _Ctx(m, precision, tp, count, chunk, 0, "prefill", attention, past=past)
-    kv_layer = kv_bytes_per_token_per_chip(m, precision.kv, tp) / m.layers
+    kv_layer = kv_bytes_per_token_per_layer(m, precision.kv, tp)
     out = {}
     for name, _, ck in layer_kinds(c):
         recs, tensors = _core_records(ck)

@@ -382,6 +382,10 @@ def layer_params_per_chip(m: ModelConfig, tp: int) -> dict[str, float]:
         elif t.group == "expert":
             out["moe"] += n * m.experts
         else:                                    # attention, sinks, layer norms
+            # a hybrid model's mixers (linear or full attention) differ between layers:
+            # each layer counts their mean, so that the layers' sum is exact
+            if t.count != m.layers:
+                n = n * t.count / m.layers
             out["dense"] += n
             out["moe"] += n
     return out
@@ -425,7 +429,7 @@ def train_forward(m: ModelConfig, micro_batch: int, seq_len: int, *,
     layer (:mod:`diptych.sim.cluster.layers`) times per pipeline stage."""
     _check_common(m, micro_batch, tp, seq_len=seq_len)
     check_attention(attention)
-    check_cp(cp, seq_len)
+    check_cp(cp, seq_len, m=m)
     check_ep(m, ep)
     p = precision or Precision()
     c = _Ctx(m, p, tp, micro_batch, seq_len // cp, 0, "train", attention, cp=cp, ep=ep,

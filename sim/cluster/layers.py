@@ -151,7 +151,8 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
         colls = [o for o in b.ops if isinstance(o, Collective)]
         ops = [o for o in b.ops if not isinstance(o, Collective)]
         # K/V operands span the layer kind's mean keys; the rank stores q_len tokens of them
-        ks = q_len / keys_by_block[kind] if kind in keys_by_block else 1.0
+        # (a linear-attention layer attends no keys: nothing to scale)
+        ks = q_len / keys_by_block[kind] if keys_by_block.get(kind) else 1.0
         saved = layer_saved_bytes(Block.of_ops(kind, 1, tuple(ops)), ks, m.hidden_size, tokens,
                                   split) if train else 0.0
         sel_bytes, sel_ops = _selective(ops, m, tokens, split)

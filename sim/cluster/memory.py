@@ -42,7 +42,7 @@ from ...workloads.graph import Workload
 from ...workloads.program import Block
 from ...workloads.memory import (MemoryReport, peak_working_bytes, zero_buffer_bytes,
                                  zero_state_bytes)
-from ...workloads.params import kv_bytes_per_token_per_chip
+from ...workloads.params import kv_bytes_per_token_per_layer, state_bytes_per_layer
 from ...workloads.moe import Routing
 from ...workloads.precision import Precision
 from .layers import LayerOps, layer_ops, layer_order
@@ -138,7 +138,7 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
             bd["activations"] = act
         else:
             bd = {"weights": total * p.w_bytes}
-            per_layer = kv_bytes_per_token_per_chip(model, p.kv, plan.tp) / model.layers
+            per_layer = kv_bytes_per_token_per_layer(model, p.kv, plan.tp)
             # each layer caches what its kind needs: the context, a window, or a chunk
             specs = model.layer_specs()
             starts = (0, *itertools.accumulate(layers_per_chunk))
@@ -146,6 +146,11 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
                          for i in range(starts[c], starts[c + 1]))
             seqs = global_batch // plan.dp
             bd["kv_cache"] = seqs * cached / plan.cp * per_layer
+            linear = sum(specs[i].has_state for c in mine
+                         for i in range(starts[c], starts[c + 1]))
+            if linear:     # each sequence's fixed state, once, in this stage's linear layers
+                bd["state"] = seqs * linear * sum(state_bytes_per_layer(
+                    model, plan.tp, p.activations).values())
             w = Workload(phase, tuple(Block.of_ops(k, 1, lo[k].forward) for k in lo), tokens=1,
                          batch=1)
             bd["activations"] = peak_working_bytes(w) + lo["embedding"].input_bytes

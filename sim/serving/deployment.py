@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...arch.runtime import IDEAL, RuntimeProfile, load_runtime
-from ...workloads.params import kv_bytes_per_token, kv_cache_bytes, kv_groups
+from ...workloads.params import (kv_bytes_per_token, kv_cache_bytes, kv_groups,
+                                 state_bytes_per_sequence)
 from ..limits import MAX_REPLICAS
 from .config import ServeConfig
 from .kv import kv_budget
@@ -142,13 +143,16 @@ def fit_tp(chip, model, cfg: ServeConfig | None = None, *, precision: dict | Non
 def kv_transfer(dep: Deployment, link: dict):
     """KV transfer time from a prefill instance to a decode instance over the chips' links
     (the request's cache after its shared prefix; a sliding or chunked layer sends at most
-    its window, :func:`~diptych.workloads.params.kv_cache_bytes`): the sending group's and
+    its window, :func:`~diptych.workloads.params.kv_cache_bytes`; a linear-attention layer
+    its fixed state, :func:`~diptych.workloads.params.state_bytes_per_sequence`): the sending group's and
     the receiving group's aggregate link bandwidth (the slower), plus one link latency; overlapped layer by layer with the prefill when the decode side had room
     as the prefill finished (the first layer's KV can leave once that layer is done)."""
     pr, dr = dep.prefill.replica, dep.decode.replica
     per_tok = kv_bytes_per_token(pr.model, pr.precision.kv)
     # a layer with a window sends only the tokens it still holds (min(tokens, window))
     windowed = any(w is not None for _, w, _ in kv_groups(pr.model))
+    # a linear-attention layer sends its fixed state, once per request
+    state = state_bytes_per_sequence(pr.model, pr.precision.activations)
     bw = min(pr.tp * pr.chip.interconnect.sustained_bytes_per_s_per_direction,
              dr.tp * dr.chip.interconnect.sustained_bytes_per_s_per_direction)
     if bw <= 0:
@@ -162,6 +166,8 @@ def kv_transfer(dep: Deployment, link: dict):
     def transfer(r, src, dst, t: float) -> float:
         nbytes = (kv_cache_bytes(pr.model, pr.precision.kv, r.computed - r.shared) if windowed
                   else (r.computed - r.shared) * per_tok)
+        if state:
+            nbytes += state
         tx = nbytes / bw + lat
         free = max(src.link_free, dst.in_free)
         if t == r.pf_end:

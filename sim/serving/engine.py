@@ -92,7 +92,7 @@ class Instance:
                  power=None, layout=None):
         self.idx = idx
         self.layout = layout
-        self._win = layout if layout is not None and layout.windowed else None
+        self._win = layout if layout is not None and layout.per_request else None
         self.power = power            # a StepPowerLimit (sim/serving/power.py), or None
         self.role = role
         self.oracle = oracle

@@ -79,6 +79,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     cfg = cfg.resolved()              # a configuration the caller left open: ideal, chunked
     bs = cfg.kv_block_tokens
     kinds = layout.kinds if layout is not None else (("full", None, 1),)
+    # a linear-attention state: block ids a request takes with its first token, kept to its end
+    state = layout.state_blocks if layout is not None else 0
     q = 1 + (cfg.speculative.k if cfg.speculative else 0)
     rt = cfg.runtime
     rout = rt.token_out_s
@@ -112,7 +114,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
 
     def blocks_needed(r, tokens, start):
         """Ids ``r`` holds once a step starting at ``start`` has freed and allocated."""
-        n = 0
+        n = state if tokens > 0 else 0
         for kind in kinds:
             keep = first_kept_slot(r, kind, start)
             for i in range(math.ceil(tokens / bs)):
@@ -134,6 +136,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     def grow(r, tokens, start):
         if not r.table:
             r.table = [[] for _ in kinds]
+            if tokens > 0:
+                r.blocks.extend(take() for _ in range(state))
         for kind, slots in zip(kinds, r.table):
             keep = first_kept_slot(r, kind, start)
             for i, ids in enumerate(slots):       # out of the window: freed
@@ -179,7 +183,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     def static_blocks(p, g):
         """Ids a static batch reserves per sequence (a windowed layout: the most a sequence
         can hold, KvLayout.max_blocks)."""
-        if layout is None or not layout.windowed:
+        if layout is None or not layout.per_request:
             return math.ceil((p + g) / bs)
         return layout.max_blocks(p + g, 0, p)
 

@@ -17,11 +17,12 @@ block's bytes are the target's plus the draft's.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...workloads.config import ModelConfig
 from ...workloads.memory import peak_working_bytes
-from ...workloads.params import kv_bytes_per_token_per_chip, kv_groups, params_per_chip
+from ...workloads.params import (kv_bytes_per_token_per_chip, kv_groups, params_per_chip,
+                                 state_bytes_per_sequence)
 from ...workloads.serving_step import Step, lower_step
 from .step_time import Replica
 
@@ -53,6 +54,7 @@ class KvLayout:
     block_tokens: int
     unit_layers: int
     kinds: tuple[tuple[str, int | None, int], ...]
+    state_blocks: int = 0
 
     @property
     def windowed(self) -> bool:
@@ -60,18 +62,25 @@ class KvLayout:
         return any(w is not None for _, w, _ in self.kinds)
 
     @property
+    def per_request(self) -> bool:
+        """A request's blocks are not the classic count (one block per ``block_tokens``
+        tokens of every layer): windows free blocks, or a fixed state takes some."""
+        return self.windowed or self.state_blocks > 0
+
+    @property
     def units_per_block(self) -> int:
-        """Blocks of all kinds per ``block_tokens`` tokens (every layer)."""
+        """Blocks of all kinds per ``block_tokens`` tokens (every layer that caches K/V)."""
         return sum(u for _, _, u in self.kinds)
 
     def blocks(self, shared: int, upto: int, start: int) -> int:
         """Blocks a request holds with its first ``upto`` tokens allocated, after the skipped
         blocks of a step starting at ``start`` computed tokens are freed; ``shared`` prefix
-        tokens (whole blocks) are in the pinned prefix cache."""
+        tokens (whole blocks) are in the pinned prefix cache; a request holding any token
+        also holds its ``state_blocks`` (linear-attention state, not shared by the prefix)."""
         bs = self.block_tokens
         hi = -(-upto // bs)
         first = shared // bs
-        total = 0
+        total = self.state_blocks if upto > 0 else 0
         for att, w, u in self.kinds:
             lo = first
             if w is not None:
@@ -88,15 +97,27 @@ class KvLayout:
         before them, each end in a partial block)."""
         bs = self.block_tokens
         own = -(-(total - shared) // bs)
-        return sum(u * (own if w is None else min(own, (step_tokens + w - 1) // bs + 2))
-                   for _, w, u in self.kinds)
+        return self.state_blocks + sum(
+            u * (own if w is None else min(own, (step_tokens + w - 1) // bs + 2))
+            for _, w, u in self.kinds)
 
 
-def kv_layout(m: ModelConfig, block_tokens: int) -> KvLayout:
-    """The paged layout of ``m``'s cache (:class:`KvLayout`)."""
+def kv_layout(m: ModelConfig, block_tokens: int, state_blocks: int = 0) -> KvLayout:
+    """The paged layout of ``m``'s cache (:class:`KvLayout`): the kinds of the layers that
+    cache K/V (a linear-attention layer caches none: its state is ``state_blocks``)."""
     kinds = kv_groups(m)
     unit = math.gcd(*(n for _, _, n in kinds))
-    return KvLayout(block_tokens, unit, tuple((a, w, n // unit) for a, w, n in kinds))
+    return KvLayout(block_tokens, unit, tuple((a, w, n // unit) for a, w, n in kinds),
+                    state_blocks)
+
+
+def state_blocks(state_bytes: float, block_bytes: float) -> int:
+    """Blocks of ``block_bytes`` one request's fixed state of ``state_bytes`` takes (vLLM's
+    hybrid allocator gives a Mamba-style layer's state whole pages per request, page sizes
+    unified with the attention layers'; diptych rounds the state up to whole blocks)."""
+    if state_bytes <= 0:
+        return 0
+    return max(1, math.ceil(state_bytes / block_bytes)) if block_bytes > 0 else 1
 
 
 @dataclass(frozen=True)
@@ -134,6 +155,7 @@ class KvBudget:
                 "kv_bytes": self.kv_bytes, "bytes_per_token": self.bytes_per_token,
                 "block_tokens": self.block_tokens, "blocks": self.blocks, "tokens": self.tokens,
                 "block_layers": self.layout.unit_layers,
+                "state_blocks_per_request": self.layout.state_blocks,
                 "layer_kinds": [{"attention": a, "window": w, "blocks_per_block_tokens": u}
                                 for a, w, u in self.layout.kinds]}
 
@@ -166,13 +188,21 @@ def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
         w += params_per_chip(draft.model, draft.tp) * draft.precision.w_bytes
         per_tok += kv_bytes_per_token_per_chip(draft.model, draft.precision.kv, draft.tp)
         act = max(act, activation_bytes(draft, max_batched_tokens))
+    state = state_bytes_per_sequence(r.model, r.precision.activations, r.tp)
+    if draft is not None:
+        state += state_bytes_per_sequence(draft.model, draft.precision.activations, draft.tp)
     layout = (KvLayout(block_tokens, r.model.layers, (("full", None, 1),)) if draft is not None
               else kv_layout(r.model, block_tokens))
+    if per_tok <= 0:
+        raise ValueError(f"{r.model.name}: no layer caches K/V (every layer is linear "
+                         f"attention); serve's paged cache needs at least one attention layer")
+    unit = _block_bytes(block_tokens, per_tok, layout)
+    if state:
+        layout = replace(layout, state_blocks=state_blocks(state, unit))
     reserve = reserve_fraction * cap
     free = cap - w - act - reserve
-    unit = _block_bytes(block_tokens, per_tok, layout)
     blocks = int(math.floor(free / unit)) if free > 0 else 0
-    if blocks < layout.units_per_block:
+    if blocks < layout.units_per_block + layout.state_blocks:
         gib = 2.0 ** 30
         raise ValueError(
             f"no room for a KV cache: {r.model.name} on {r.chip.name} at tp={r.tp} needs "

@@ -283,7 +283,8 @@ def _check_fit(pr, out, shared, cfg: ServeConfig, budgets) -> None:
     for role, b in budgets:
         lay = b.layout
         free = b.blocks - int(shared.max()) // cfg.kv_block_tokens * lay.units_per_block
-        if lay.windowed:        # the most a request holds in a step (windows free the rest)
+        if lay.per_request:     # the most a request holds in a step (windows free the rest;
+            #                     a linear-attention state takes its blocks whatever the length)
             whole = cfg.scheduler == "static" or not cfg.chunked_prefill
             most = [lay.max_blocks(int(p + g), int(s), int(p + g) if whole
                                    else min(cfg.max_batched_tokens, int(p + g)))

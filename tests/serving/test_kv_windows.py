@@ -11,17 +11,16 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 from roofline_double import roofline
+from serving_twin import serve_against_twin
 
 from diptych.sim.cluster import Plan, check_plan, plan_memory
 from diptych.sim.run import Scenario, run_workload
 from diptych.sim.serving.config import ServeConfig, Speculation
-from diptych.sim.serving.engine_ref import GoldenRequest, golden_serve
 from diptych.sim.serving.kv import KvLayout, kv_budget
 from diptych.sim.serving.requests import parse_length as P
-from diptych.sim.serving.serve import Load, StepTimerCache, colocated, resolve_config, serve
+from diptych.sim.serving.serve import Load, StepTimerCache, colocated, serve
 from diptych.workloads import load_model, model_from_hf
 from diptych.workloads.precision import Precision
 
@@ -177,22 +176,8 @@ def test_windowed_engine_equals_its_golden_twin(case):
     cfg = _small_cache(dep, CASES[case])
     load = Load(qps=200, prompt=P("uniform:lo=20,hi=700"), gen=P("uniform:lo=1,hi=300"),
                 requests=80)
-    oc = StepTimerCache("grid", roofline)
-    res = serve(dep, load, cfg, oracles=oc)
-    inst = res.instances[0]
+    res, inst = serve_against_twin(dep, load, cfg)
     assert inst.layout.windowed and inst.layout.kinds == (("sliding", 64, 3), ("full", None, 1))
-    rcfg = resolve_config(dep, cfg)
-    reqs = sorted(res.reqs, key=lambda r: r.rid)
-    g = golden_serve([GoldenRequest(r.rid, r.arrival, r.prompt, r.output, r.shared)
-                      for r in reqs], oc.get(dep.pool.replica), rcfg, inst.total_blocks,
-                     prefix_blocks=inst.prefix_blocks, block_bytes=inst.block_bytes,
-                     rng=np.random.default_rng([rcfg.seed, 1]), layout=inst.layout)
-    assert {r.rid: (r.first_t, r.finish_t) for r in res.reqs} == \
-        {r.rid: (r.first_t, r.finish_t) for r in g.requests}
-    assert len(inst.rec_t) == len(g.steps)
-    assert res.preemptions == g.preemptions
-    assert inst.peak_used == g.peak_blocks <= inst.total_blocks
-    assert inst.free == inst.total_blocks - inst.prefix_blocks       # every block came back
     if case in ("chunked-recompute", "swap"):
         assert res.preemptions > 0
 
