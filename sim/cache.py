@@ -32,6 +32,10 @@ simulate the same op on the same chip again.
   sweep workers too) or :func:`set_enabled`. Results are identical either way (floats are
   stored with ``repr``, which round-trips exactly; the tests compare).
 
+Other results use the same files, keys and checks through :func:`load_result` and
+:func:`store_result` with their own schema check: the serving step-time grid's pieces
+(:mod:`diptych.sim.serving.piece_cache`).
+
 ``diptych cache info`` and ``diptych cache clear`` (tools/cache_cmd.py) use :func:`info` and
 :func:`clear`.
 """
@@ -275,12 +279,10 @@ def _digest_equal(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
 
-def check_entry(k: str, d) -> str | None:
+def check_entry(k: str, d, check_result=None) -> str | None:
     """What is wrong with cache entry ``d`` read under key ``k`` (None: nothing): its
-    checksum, then its result against the :class:`OpStats` schema (counts from 0 to
-    :data:`MAX_ENTRY_INT`, numbers finite from 0 to :data:`MAX_ENTRY_FLOAT`, the cycle
-    identity)."""
-    from .stats import OpStats
+    checksum, then its result against ``check_result(result)`` (a message, or None), by
+    default the :class:`OpStats` schema (:func:`check_stats`)."""
     if not isinstance(d, dict) or set(d) != {"result", "sha256"}:
         return "not a cache entry (expected result and sha256)"
     res = d["result"]
@@ -290,6 +292,14 @@ def check_entry(k: str, d) -> str | None:
     if want is None or not _digest_equal(d["sha256"], want):
         return ("checksum mismatch (the file was changed after this cache wrote it, or "
                 "another cache did)")
+    return (check_result or check_stats)(res)
+
+
+def check_stats(res: dict) -> str | None:
+    """What is wrong with ``res`` as an :class:`OpStats` (None: nothing): counts from 0 to
+    :data:`MAX_ENTRY_INT`, numbers finite from 0 to :data:`MAX_ENTRY_FLOAT`, the cycle
+    identity."""
+    from .stats import OpStats
     fields = {f.name: f.type for f in dataclasses.fields(OpStats)}
     if set(res) != set(fields):
         return f"fields {sorted(set(res) ^ set(fields))} missing or unknown"
@@ -356,32 +366,46 @@ def load(k: str):
     warning naming the file and what was wrong (it is recomputed by the caller); a link is
     deleted, never what it points to."""
     from .stats import OpStats
+    res = load_result(k)
+    return None if res is None else OpStats(**res)
+
+
+def load_result(k: str, check_result=None) -> dict | None:
+    """The result dict cached under key ``k`` once it passes :func:`check_entry` with
+    ``check_result`` (default: the :class:`OpStats` schema), or None (a miss); a bad entry
+    is deleted with a warning, as :func:`load` says."""
     p = _path(k)
     linked = _linked_dir(p)
     if linked is not None:
         warnings.warn(f"cache directory {linked} is a link, not what the cache made: not "
                       f"followed, the cache is off for this process", CacheWarning,
-                      stacklevel=3)
+                      stacklevel=4)
         set_enabled(False)
         return None
     got = _read_entry(p)
     if got is None:
         return None
     entry, bad = got
-    bad = bad or check_entry(k, entry)
+    bad = bad or check_entry(k, entry, check_result)
     if bad is not None:
         warnings.warn(f"cache entry {p} is invalid ({bad}): discarded and recomputed",
-                      CacheWarning, stacklevel=3)
+                      CacheWarning, stacklevel=4)
         try:
             p.unlink()
         except OSError:
             pass
         return None
-    return OpStats(**entry["result"])
+    return entry["result"]
 
 
 def store(k: str, stats) -> None:
     """Write ``stats`` under key ``k`` atomically; on failure the cache turns itself off."""
+    store_result(k, stats.to_dict())
+
+
+def store_result(k: str, result: dict) -> None:
+    """Write the JSON-ready ``result`` under key ``k`` atomically, signed as every entry
+    (floats as ``repr``: they read back exactly); on failure the cache turns itself off."""
     p = _path(k)
     if _linked_dir(p) is not None:
         set_enabled(False)
@@ -389,7 +413,6 @@ def store(k: str, stats) -> None:
     try:
         for d in (cache_dir(), _results_dir(), p.parent):
             d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        result = stats.to_dict()
         mac = _checksum(k, result)
         if mac is None:
             raise OSError("the cache's key cannot be created")

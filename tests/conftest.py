@@ -14,11 +14,28 @@ os.environ.pop("DIPTYCH_NO_CACHE", None)
 
 # Property tests draw the same examples on every run (a CI run cannot fail on a case no other
 # run saw); `HYPOTHESIS_PROFILE=explore pytest ...` draws fresh random ones when hunting bugs.
+import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
 settings.register_profile("ci", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def fresh(tmp_path, monkeypatch):
+    """An empty persistent result cache (diptych.sim.cache), on, with the in-memory op memo
+    empty, as in a new process (the op cache's and the serving piece cache's tests)."""
+    from diptych.sim import api, cache
+    monkeypatch.setenv(cache.ENV_DIR, str(tmp_path / "c"))
+    monkeypatch.delenv(cache.ENV_OFF, raising=False)
+    cache.set_enabled(None)
+    api._gemm_cached.cache_clear()
+    api._vector_cached.cache_clear()
+    yield tmp_path / "c"
+    cache.set_enabled(None)
+    api._gemm_cached.cache_clear()
+    api._vector_cached.cache_clear()
 
 
 # ---- per-tier time, printed at the end of every run (.ci/run shows it) ------------------------

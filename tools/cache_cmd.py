@@ -11,9 +11,10 @@ from .errors import friendly
 
 @click.group("cache")
 def cache():
-    """The persistent cache of simulated op results.
+    """The persistent cache of simulated op results and serving step-time pieces.
 
-    Results are kept per (op shape and dtypes, chip, dataflow, diptych version and source) in
+    Op results are kept per (op shape and dtypes, chip, dataflow, diptych version and source),
+    `serve`'s grid pieces per (piece, replica, diptych version and source), in
     $DIPTYCH_CACHE_DIR, else $XDG_CACHE_HOME/diptych, else ~/.cache/diptych. Turn it off for
     one command with `diptych --no-cache ...` or for a shell with DIPTYCH_NO_CACHE=1.
     """

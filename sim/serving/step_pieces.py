@@ -23,6 +23,7 @@ from ...workloads.serving_step import (CORE_OPS, Step, base_name, decode_cores, 
 from ..run.precision_ops import with_precision_ops
 from ..run.summed import block_costs, launch_seconds
 from .. import energy_parts as EP
+from .piece_cache import PieceStore
 from .step_time import Replica
 
 #: Entries of an energy-by-component vector.
@@ -50,8 +51,10 @@ class StepPieces:
     """The pieces of a replica's serving steps, each simulated once and memoised: the frame
     (every block but the attention cores) at a number of tokens and logits rows, and the
     attention cores of a decode batch or a prefill chunk, per layer kind; with the tuples'
-    layouts and their reductions to seconds. ``simulations`` counts the pieces simulated
-    (``progress(simulations)`` is told after each)."""
+    layouts and their reductions to seconds. ``simulations`` counts the pieces simulated or
+    read back from the user's cache (:mod:`~diptych.sim.serving.piece_cache`; the same
+    count either way, ``store.hits`` of them read back; ``progress(simulations)`` is told
+    after each)."""
 
     def __init__(self, replica: Replica, simulate: Callable | None = None,
                  progress: Callable[[int], None] | None = None):
@@ -68,6 +71,8 @@ class StepPieces:
         self._kinds: list[str] | None = None
         self._names: dict = {}
         self._head_precision: bool | None = None
+        #: the pieces persisted in the user's cache (engine step times only)
+        self.store = PieceStore(replica, simulate)
 
     @property
     def blocks(self) -> list[tuple[str, int]]:
@@ -88,21 +93,29 @@ class StepPieces:
             rows = n
         got = self._frame.get((n, rows))
         if got is None:
-            r = self.replica
-            if self._scheduled:
-                got = self.scheduled_frame(n, rows)
-            else:
-                w = r.frame_workload(n, rows)
-                bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs,
-                                 collective_time=r.collective_time)
+            got, blocks = self.store.get("frame", (n, rows), lambda: self._frame_sim(n, rows),
+                                         lambda: self._blocks)
+            if blocks is not None:        # read back: the blocks a simulation would set
                 if self._blocks is None:
-                    self._blocks = [(b.name, b.repeat) for b in bc]
-                got = tuple(x for b in bc for x in (b.compute_s, b.comm_s, b.energy_j)) \
-                    + _frame_parts((b.name, EP.scaled(b.energy_breakdown_j, b.repeat))
-                                   for b in bc)
+                    self._blocks = blocks
+                if self._scheduled:       # and the cores a simulated frame times (the
+                    self.dec_exact(n, n, 1)   # count of pieces is the cache's to keep)
             self._frame[(n, rows)] = got
             self.tick()
         return got
+
+    def _frame_sim(self, n: int, rows: int) -> tuple:
+        """The frame at ``n`` tokens and ``rows`` logits rows, simulated (:meth:`frame_at`)."""
+        r = self.replica
+        if self._scheduled:
+            return self.scheduled_frame(n, rows)
+        w = r.frame_workload(n, rows)
+        bc = block_costs(w, r.chip, self._simulate, fixed_costs=r.fixed_costs,
+                         collective_time=r.collective_time)
+        if self._blocks is None:
+            self._blocks = [(b.name, b.repeat) for b in bc]
+        return tuple(x for b in bc for x in (b.compute_s, b.comm_s, b.energy_j)) \
+            + _frame_parts((b.name, EP.scaled(b.energy_breakdown_j, b.repeat)) for b in bc)
 
     def head_has_precision_ops(self) -> bool:
         """Whether the chip runs precision ops beside the head (block scales, quantisation,
@@ -204,6 +217,11 @@ class StepPieces:
         """Per layer kind: (seconds of the non-fused ops, fused compute term, fused memory
         term, energy); with ``per_token`` the compute term and the energy divided by it;
         then the energy of every layer kind's cores by component (module docstring)."""
+        got = self._core(cores, per_token)
+        self.tick()
+        return got
+
+    def _core(self, cores: dict, per_token: int = 0) -> tuple:
         r = self.replica
         by = {b.name: b for b in block_costs(r.cores_workload(cores), r.chip, self._simulate,
                                              collective_time=r.collective_time)}
@@ -217,7 +235,6 @@ class StepPieces:
                 c, e = c / per_token, e / per_token
             out += [b.compute_s - fused, c, b.attention_memory_s, e]
             EP.add(parts, b.energy_breakdown_j, rep / per_token if per_token else rep)
-        self.tick()
         return tuple(out) + EP.as_vector(parts)
 
     def dec_at(self, batch: int, keys: int, q: int) -> tuple:
@@ -230,9 +247,10 @@ class StepPieces:
         if got is None:
             r = self.replica
             # per query token: compute and energy grow as chunk·(past + chunk/2)
-            got = self._pf[k] = self.core(prefill_cores(
+            got = self._pf[k] = self.store.get("prefill", k, lambda: self._core(prefill_cores(
                 r.model, chunk, past, 1, precision=r.precision, tp=r.tp,
-                attention=r.attention), per_token=chunk)
+                attention=r.attention), per_token=chunk))[0]
+            self.tick()
         return got
 
     @property
@@ -287,8 +305,10 @@ class StepPieces:
         got = self._dec.get(k)
         if got is None:
             r = self.replica
-            got = self._dec[k] = self.core(decode_cores(
-                r.model, batch, keys, q, precision=r.precision, tp=r.tp, attention=r.attention))
+            got = self._dec[k] = self.store.get("decode", k, lambda: self._core(decode_cores(
+                r.model, batch, keys, q, precision=r.precision, tp=r.tp,
+                attention=r.attention)))[0]
+            self.tick()
         return got
 
 

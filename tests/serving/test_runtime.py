@@ -14,6 +14,7 @@ from roofline_double import roofline
 from test_serving_engine import _golden_of
 
 import diptych.sim.run.node as run_mod
+import diptych.sim.run.summed as summed_mod
 from diptych.arch.schema import ConfigError
 from diptych.sim.serving.config import ServeConfig
 from diptych.sim.serving.step_time import DirectStepTimer
@@ -159,7 +160,10 @@ def test_bad_profile_file_names_the_field(tmp_path, text, match):
 
 @pytest.fixture
 def cli(monkeypatch):
+    # both defaults (the scheduled frame's and the attention cores'), or the cores run on
+    # the engine (test_serving_cli.py)
     monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)
+    monkeypatch.setattr(summed_mod, "_default_simulate", lambda: roofline)
     runner = CliRunner()
     return lambda *args: runner.invoke(main, [str(a) for a in args])
 

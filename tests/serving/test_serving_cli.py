@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from roofline_double import roofline
 
 import diptych.sim.run.node as run_mod
+import diptych.sim.run.summed as summed_mod
 from diptych.tools.cli import main
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "trace-small.csv")
@@ -22,7 +23,11 @@ BASE = ("serve", "--chip", "h100", "--model", "llama-3-8b")
 
 @pytest.fixture
 def cli(monkeypatch):
+    # both defaults: the scheduled frame's ops take the run's (node), the attention cores
+    # the summed model's; with only the first patched the cores ran on the engine (the trace
+    # test took ~110 s of the CI budget for a check of the output's shape)
     monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)
+    monkeypatch.setattr(summed_mod, "_default_simulate", lambda: roofline)
     runner = CliRunner()
     return lambda *args: runner.invoke(main, [str(a) for a in args])
 

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from roofline_double import roofline
 
 import diptych.sim.run.node as run_mod
+import diptych.sim.run.summed as summed_mod
 from diptych.sim.limits import MAX_REPLICAS
 from diptych.sim.serving.metrics import FILL_LIMIT, fill_fraction
 from diptych.sim.serving.sweep import GOODPUT_TOLERANCE, max_qps_text
@@ -29,7 +30,10 @@ SMALL = ("serve", "--chip", "h100", "--model", "llama-3-8b", "--prompt", 128, "-
 
 @pytest.fixture
 def cli(monkeypatch):
+    # both defaults (the scheduled frame's and the attention cores'), or the cores run on
+    # the engine (test_serving_cli.py)
     monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)
+    monkeypatch.setattr(summed_mod, "_default_simulate", lambda: roofline)
     runner = CliRunner()
     return lambda *args: runner.invoke(main, [str(a) for a in args])
 

@@ -19,18 +19,6 @@ from diptych.workloads.ops import Gemm
 from diptych.tools.cli import main
 
 
-@pytest.fixture
-def fresh(tmp_path, monkeypatch):
-    """An empty cache directory, the cache on, the in-memory memo empty."""
-    monkeypatch.setenv(cache.ENV_DIR, str(tmp_path / "c"))
-    monkeypatch.delenv(cache.ENV_OFF, raising=False)
-    cache.set_enabled(None)
-    api._gemm_cached.cache_clear()
-    api._vector_cached.cache_clear()
-    yield tmp_path / "c"
-    cache.set_enabled(None)
-    api._gemm_cached.cache_clear()
-    api._vector_cached.cache_clear()
 
 
 def _golden_ops():

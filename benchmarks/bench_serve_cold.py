@@ -1,0 +1,73 @@
+"""A cold ``diptych serve`` of one configuration, and the same in a second process that finds
+the first one's step-time pieces in the user's cache, against issue 24 item 4's targets.
+
+Each run is a fresh ``diptych`` process (the engine's Numba cache on disk as after
+installation) on a private cache directory: *cold* finds it empty (no op result, no grid
+piece to read: every piece is simulated, and written), *warm* is the next process, which
+finds the first one's. CPU seconds are the child's (user + system, ``getrusage``); wall time
+beside. The machine may be shared: its load average is printed.
+
+1. the examples' trace (``examples/trace-small.csv``, 120 requests) of llama-3-8b on h100,
+   cold: target < 30 s;
+2. 1,000 requests (``--qps 4``, the default lengths) of ``--model`` (llama-3-8b; llama-3-70b
+   runs TP2), cold: target < 15 s;
+3. the same two warm: the pieces read back from the user's cache
+   (sim/serving/piece_cache.py), the same output bit for bit (checked).
+
+Usage: ``python benchmarks/bench_serve_cold.py [--model llama-3-70b] [--only trace|1000]``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = ROOT / "examples" / "trace-small.csv"
+
+
+def _serve(args: list[str], env: dict) -> tuple[float, float, str]:
+    """(CPU s, wall s, stdout) of one ``diptych ... serve`` process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "diptych.tools.cli", *args], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, wall, out
+
+
+def main(model: str = "llama-3-8b", only: str | None = None) -> None:
+    tp = ["--tp", "2"] if model == "llama-3-70b" else []
+    cases = [("trace", "examples' trace (120 requests) of llama-3-8b on h100", 30.0,
+              ["serve", "--chip", "h100", "--model", "llama-3-8b", "--trace", str(TRACE),
+               "--json"]),
+             ("1000", f"1,000 requests at 4 req/s of {model} on h100{' x2' if tp else ''}",
+              15.0, ["serve", "--chip", "h100", "--model", model, *tp, "--qps", "4",
+                     "--requests", "1000", "--json"])]
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (1 min)")
+    for name, what, target, args in cases:
+        if only and name != only:
+            continue
+        with tempfile.TemporaryDirectory(prefix="diptych-bench-") as d:
+            env = {**os.environ, "DIPTYCH_CACHE_DIR": d}
+            env.pop("DIPTYCH_NO_CACHE", None)
+            cpu, wall, cold = _serve(args, env)     # an empty cache: fills it
+            print(f"{what}, cold: CPU {cpu:.1f} s, wall {wall:.1f} s  [target < {target:g} s]")
+            cpu, wall, warm = _serve(args, env)
+            same = "the same output" if warm == cold else "OUTPUT DIFFERS"
+            print(f"{what}, warm user cache (another process's pieces): CPU {cpu:.1f} s, "
+                  f"wall {wall:.1f} s ({same})")
+    print(f"load average now {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    a = sys.argv[1:]
+    main(model=a[a.index("--model") + 1] if "--model" in a else "llama-3-8b",
+         only=a[a.index("--only") + 1] if "--only" in a else None)
