@@ -19,6 +19,7 @@ COMMANDS = [
     ("models_cmd", "models"),
     ("run_cmd", "run"),
     ("serve_cmd", "serve"),
+    ("serve_plan_cmd", "serve-plan"),
     ("rtl_cmd", "rtl"),
     ("floorplan_cmd", "floorplan"),
     ("compare_cmd", "compare"),
@@ -30,7 +31,7 @@ COMMANDS = [
 ]
 
 #: Commands that simulate, so that a first run compiles the engine's kernels: they say so.
-SIMULATING = frozenset({"run", "compare", "serve", "gemm", "plan", "sweep"})
+SIMULATING = frozenset({"run", "compare", "serve", "serve-plan", "gemm", "plan", "sweep"})
 
 
 class LazyGroup(click.Group):
@@ -60,7 +61,7 @@ class LazyGroup(click.Group):
                 raise
             self._lazy.pop(name)
             return None
-        cmd = getattr(m, name)
+        cmd = getattr(m, name.replace("-", "_"))     # serve-plan: serve_plan
         self.add_command(cmd, name)
         self._lazy.pop(name)
         return cmd

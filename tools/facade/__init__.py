@@ -41,7 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from diptych.sim.run import RunResult
 
 __all__ = ["__version__", "load_chip", "load_model", "simulate_gemm", "run", "compare",
-           "write_report", "serve", "plan", "sweep", "floorplan", "Chip", "ModelConfig",
+           "write_report", "serve", "serve_plan", "plan", "sweep", "floorplan", "Chip",
+           "ModelConfig",
            "OpStats", "RunResult", "Comparison", "CompareSettings"]
 
 #: Types re-exported lazily: name → module that defines it.
@@ -227,6 +228,34 @@ def serve(chip: "str | Chip", model: "str | ModelConfig", *, tp: int | None = No
                 prompt=parse_length(prompt, "prompt"), gen=parse_length(gen, "gen"),
                 requests=requests, duration_s=duration)
     return _serve(dep, load, cfg, oracle=oracle, waterfall=waterfall)
+
+
+def serve_plan(chips: "Sequence[str]", model: "str | ModelConfig", *, max_chips: int,
+               qps: float, prompt: str = "1024", gen: str = "128", requests: int = 500,
+               slo_ttft_s: float = 2.0, slo_tpot_s: float = 0.2, tp: Sequence[int] | None = None,
+               max_batched_tokens: Sequence[int] = (2048, 8192),
+               chunked_prefill: Sequence[bool] = (True, False), disaggregated: bool = True,
+               seed: int = 0, progress: Callable | None = None) -> dict:
+    """The deployment search of ``diptych serve-plan``: each design of ``chips`` deployed at
+    its best (pool sizes up to ``max_chips``, prefill:decode split, TP per pool, batch-token
+    limit, prompt policy) for ``model`` under the p99 SLOs at ``qps``; ``prompt``/``gen``
+    length specs as ``--prompt``/``--gen``. Returns the search result (``best``,
+    ``best_per_design``, ``pareto``, ``evaluated``: every plan's row), which is
+    ``diptych serve-plan --json``; ValueError naming the binding constraint when no plan
+    meets the SLOs (docs/serving.md, "Deployment search")."""
+    from diptych.sim.serving.config import ServeConfig
+    from diptych.sim.serving.requests import Load, parse_length
+    from diptych.sim.serving.search import SearchSpace, search
+
+    space = SearchSpace(designs=tuple(chips), chips=max_chips,
+                        tp=tuple(tp) if tp else None,
+                        max_batched_tokens=tuple(max_batched_tokens),
+                        chunked_prefill=tuple(chunked_prefill), disaggregated=disaggregated)
+    load = Load(qps=qps, prompt=parse_length(prompt, "prompt"), gen=parse_length(gen, "gen"),
+                requests=requests)
+    return search(model, space, load, ServeConfig(slo_ttft_s=slo_ttft_s,
+                                                  slo_tpot_s=slo_tpot_s, seed=seed),
+                  progress=progress)
 
 
 def plan(chip: "str | Chip", model: "str | ModelConfig", cluster: str, *, chips: int,

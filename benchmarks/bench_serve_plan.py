@@ -1,0 +1,57 @@
+"""The deployment search's speed and its answer (issue 24 item 7): ``diptych serve-plan`` for
+llama-3-70b on h100 and on infer-2026, every plan of up to 6 chips (324 plans), printed with
+its CPU time against the target (< 300 s CPU for >= 200 plans) and the best plan per design.
+
+    python benchmarks/bench_serve_plan.py [--chips N] [--qps Q] [--requests R]
+
+The step-time grids are the user's cache's when warm (docs/serving.md); run it twice to see
+the warm figure. Numbers go in the issue's note, not in a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from diptych.sim.serving.config import ServeConfig
+from diptych.sim.serving.requests import Load, parse_length
+from diptych.sim.serving.search import SearchSpace, search
+
+TARGET_S = 300.0
+TARGET_PLANS = 200
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--chips", type=int, default=6)
+    ap.add_argument("--qps", type=float, default=2.0)
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--model", default="llama-3-70b")
+    a = ap.parse_args(argv)
+    load = Load(qps=a.qps, prompt=parse_length("lognormal:mean=1024,sigma=0.5", "prompt"),
+                gen=parse_length("lognormal:mean=256,sigma=0.5", "gen"), requests=a.requests)
+    space = SearchSpace(designs=("h100", "infer-2026"), chips=a.chips)
+    t0, w0 = time.process_time(), time.perf_counter()
+    res = search(a.model, space, load, ServeConfig(),
+                 progress=lambda i, n, r: print(f"\r{i}/{n}", end="", file=sys.stderr))
+    cpu, wall = time.process_time() - t0, time.perf_counter() - w0
+    print(file=sys.stderr)
+    n = res["candidates"]
+    ok = "meets" if cpu < TARGET_S and n >= TARGET_PLANS else "MISSES"
+    print(f"{a.model}, designs h100 + infer-2026, up to {a.chips} chips, {a.qps:g} req/s: "
+          f"{n} plans in {cpu:.0f} s CPU ({wall:.0f} s wall); target >= {TARGET_PLANS} plans "
+          f"in < {TARGET_S:.0f} s CPU: {ok}; {res['meeting_slo']} meet the SLOs")
+    print("| design | best plan | chips | $/Mtok | tokens/J | goodput/chip | TTFT p99 | "
+          "TPOT p99 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, r in res["best_per_design"].items():
+        usd = f"{r['usd_per_mtok']:.3f}" if r["usd_per_mtok"] is not None else "-"
+        print(f"| {name} | {r['plan']} | {r['chips']} | {usd} | {r['tokens_per_j']:.3g} | "
+              f"{r['goodput_rps_per_chip']:.3g} | {r['ttft_p99_s'] * 1e3:.0f} ms | "
+              f"{r['tpot_p99_s'] * 1e3:.1f} ms |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,311 @@
+"""Deployment search (``diptych serve-plan``): each chip design deployed at its best under
+SLOs at a target load (issue 24 item 3; docs/serving.md, "Deployment search").
+
+A :class:`SearchSpace` names the designs (chip presets or TOML paths), the most chips a
+deployment may use, the tensor-parallel degrees, the batch-token limits and whether prompts are
+chunked into decode steps. :func:`candidates` enumerates every :class:`Plan` the space holds:
+
+* **colocated**, per design and TP degree ``t`` (one that holds the model,
+  :func:`~.deployment.fit_tp`, and at most ``chips``): 1 to ``chips // t`` replicas;
+* **disaggregated**, per ordered pair of designs (the same one twice included), per TP degree
+  of each pool and per pair of pool sizes (each a multiple of its degree, at least one replica
+  each, together at most ``chips``): prefill on one pool, decode on the other, the KV cache
+  crossing the chips' links (:func:`~.deployment.kv_transfer`);
+
+each with every batch-token limit and prompt policy. :func:`search` serves the same request
+stream (``load``, the same seed) on each plan with shared step timers, and keeps for each:
+whether it meets the SLOs (MLPerf's rule: p99 TTFT and p99 TPOT within them), its goodput per
+chip, output tokens per joule and dollars per million output tokens (each pool's chips'
+capital cost over their service life and the energy, :func:`usd_per_mtok`; None when a
+chip has no ``[cost]`` table). Among the plans meeting the SLOs:
+
+* the **best** plan minimises $/Mtok (goodput per chip breaks ties, and ranks alone when a
+  plan has no price), overall and per design (colocated on it, or disaggregated with both
+  pools on it);
+* the **Pareto front** is every plan no other plan beats on all three of $/Mtok (lower),
+  tokens/J and goodput per chip (higher) while strictly beating it on one.
+
+When no plan meets the SLOs, :func:`search` raises ValueError naming the constraint that binds
+(the SLO the plan closest to meeting both misses, by how much; or that no design holds the
+model on the chips given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from ...arch import load_chip
+from ...arch.cost import SECONDS_PER_YEAR, chip_cost
+from ...workloads import load_model
+from ...workloads.lower import valid_tp_degrees
+from ..run.scenario import Scenario
+from .config import ServeConfig
+from .deployment import Deployment, Pool, fit_tp
+from .requests import Load
+from .serve import StepTimerCache, serve
+from .step_time import make_replica
+
+#: Most candidates one search may evaluate (each is a serving run); a larger space exits 2
+#: naming its size (narrow --tp, --max-batched-tokens or --chips).
+MAX_CANDIDATES = 5000
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What :func:`candidates` enumerates (module docstring); ``chips``: the most a plan
+    uses (pool sizes are searched below it). ``tp``: the degrees tried
+    (None: every degree of the model that holds it and fits ``chips``);
+    ``max_batched_tokens`` and ``chunked_prefill``: the engine settings tried;
+    ``disaggregated``: also prefill/decode pools; ``precision``: ``diptych run``'s precision
+    keywords (``weights_dtype``, ``act_dtype``, ``kv_dtype``) for every replica."""
+
+    designs: tuple[str, ...]
+    chips: int
+    tp: tuple[int, ...] | None = None
+    max_batched_tokens: tuple[int, ...] = (2048, 8192)
+    chunked_prefill: tuple[bool, ...] = (True, False)
+    disaggregated: bool = True
+    precision: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self):
+        if not self.designs:
+            raise ValueError("a deployment search needs at least one chip design (--chip)")
+        if isinstance(self.chips, bool) or not isinstance(self.chips, int) or self.chips < 1:
+            raise ValueError(f"chips must be a positive integer, not {self.chips!r}")
+        for name, vals in (("tp", self.tp or (1,)),
+                           ("max_batched_tokens", self.max_batched_tokens)):
+            if not vals or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
+                               for v in vals):
+                raise ValueError(f"{name} must be positive integers, not {vals!r}")
+        if not self.chunked_prefill or any(not isinstance(v, bool)
+                                           for v in self.chunked_prefill):
+            raise ValueError(f"chunked_prefill must be True/False values, not "
+                             f"{self.chunked_prefill!r}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One deployment of a search: ``roles`` is ``(("mixed", design, tp, chips),)`` or
+    ``(("prefill", ...), ("decode", ...))``; the engine settings beside it."""
+
+    roles: tuple[tuple[str, str, int, int], ...]
+    max_batched_tokens: int
+    chunked_prefill: bool
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.roles[0][0] != "mixed"
+
+    @property
+    def design(self) -> str:
+        """The design (or pair) this plan deploys: ``chip``, or ``prefill A + decode B``;
+        a disaggregated plan on one chip is that chip's too (:func:`best_per_design`)."""
+        if not self.disaggregated:
+            return self.roles[0][1]
+        return f"prefill {self.roles[0][1]} + decode {self.roles[1][1]}"
+
+    @property
+    def chips(self) -> int:
+        return sum(r[3] for r in self.roles)
+
+    def describe(self) -> str:
+        pools = ", ".join(f"{role} {chips // tp} x {design} (tp {tp})"
+                          for role, design, tp, chips in self.roles)
+        return (f"{pools}; max {self.max_batched_tokens} tokens per step, prompts "
+                f"{'chunked into' if self.chunked_prefill else 'apart from'} decode steps")
+
+    def to_dict(self) -> dict:
+        return {"design": self.design, "disaggregated": self.disaggregated,
+                "pools": [{"role": r, "chip": d, "tp": t, "chips": c, "replicas": c // t}
+                          for r, d, t, c in self.roles],
+                "chips": self.chips, "max_batched_tokens": self.max_batched_tokens,
+                "chunked_prefill": self.chunked_prefill, "plan": self.describe()}
+
+
+def _degrees(design: str, model, space: SearchSpace, cfg: ServeConfig) -> list[int]:
+    """The TP degrees of ``space`` at which ``design`` holds ``model`` (ascending); [] when
+    none does within ``space.chips``."""
+    prec = dict(space.precision)
+    try:
+        least = fit_tp(design, model, cfg, precision=prec)
+    except ValueError:
+        return []
+    tps = space.tp or tuple(valid_tp_degrees(model, space.chips))
+    return sorted(t for t in set(tps) if least <= t <= space.chips)
+
+
+def candidates(model, space: SearchSpace, cfg: ServeConfig | None = None) -> list[Plan]:
+    """Every plan of ``space`` for ``model`` (module docstring), in a fixed order."""
+    cfg = cfg or ServeConfig()
+    m = load_model(model)
+    n = space.chips
+    deg = {d: _degrees(d, m, space, cfg) for d in space.designs}
+    shapes: list[tuple] = []
+    for d in space.designs:
+        shapes += [(("mixed", d, t, r * t),) for t in deg[d] for r in range(1, n // t + 1)]
+    if space.disaggregated:
+        for a in space.designs:
+            for b in space.designs:
+                for tp_a in deg[a]:
+                    for tp_b in deg[b]:
+                        for n_a in range(tp_a, n - tp_b + 1, tp_a):
+                            shapes += [(("prefill", a, tp_a, n_a), ("decode", b, tp_b, n_b))
+                                       for n_b in range(tp_b, n - n_a + 1, tp_b)]
+    out = [Plan(s, k, c) for s in shapes for k in space.max_batched_tokens
+           for c in space.chunked_prefill]
+    if len(out) > MAX_CANDIDATES:
+        raise ValueError(f"the search space holds {len(out):,} plans, more than "
+                         f"{MAX_CANDIDATES:,} (sim/serving/search.py): narrow --tp, "
+                         f"--max-batched-tokens or --chips")
+    return out
+
+
+def _deployment(plan: Plan, model, space: SearchSpace, replicas: dict) -> Deployment:
+    prec = dict(space.precision)
+    pools = []
+    for _, design, tp, chips in plan.roles:
+        key = (design, tp)
+        if key not in replicas:     # one replica object per (design, tp): shared step timers
+            replicas[key] = make_replica(design, model, Scenario.of(phase="decode", tp=tp,
+                                                                    **prec))
+        pools.append(Pool(replicas[key], chips // tp))
+    if plan.disaggregated:
+        return Deployment(prefill=pools[0], decode=pools[1])
+    return Deployment(pool=pools[0])
+
+
+def usd_per_mtok(dep: Deployment, tokens_per_s: float, energy_j_per_token: float | None
+                 ) -> float | None:
+    """Dollars per million output tokens of ``dep`` serving ``tokens_per_s``: each pool's
+    chips' cost spread over their service (``[cost]`` ``utilisation`` × ``lifetime_years``,
+    as :func:`~diptych.arch.cost.token_economics` does for one chip) plus the energy per token
+    at the decode (or only) pool's ``usd_per_kwh`` and ``pue``. None without a ``[cost]``
+    table on every pool's chip, or without throughput."""
+    if not tokens_per_s or tokens_per_s <= 0:
+        return None
+    capex = 0.0
+    for p in dep.pools:
+        c, cc = p.replica.chip.cost, chip_cost(p.replica.chip)
+        if c is None or cc is None:
+            return None
+        capex += p.chips * cc.total_usd / (c.utilisation * c.lifetime_years * SECONDS_PER_YEAR)
+    c = dep.pools[-1].replica.chip.cost
+    energy = (energy_j_per_token or 0.0) * c.pue / 3.6e6 * c.usd_per_kwh
+    return 1e6 * (capex / tokens_per_s + energy)
+
+
+def evaluate(plan: Plan, model, space: SearchSpace, load: Load, cfg: ServeConfig,
+             oracles: StepTimerCache, replicas: dict) -> dict:
+    """One plan served: its :meth:`Plan.to_dict` and what the run measured (module
+    docstring), or ``error`` when it cannot be built or run."""
+    row = plan.to_dict()
+    try:
+        dep = _deployment(plan, model, space, replicas)
+        c = replace(cfg, max_batched_tokens=plan.max_batched_tokens,
+                    chunked_prefill=plan.chunked_prefill)
+        r = serve(dep, load, c, oracles=oracles)
+    except ValueError as exc:
+        return {**row, "error": str(exc), "meets_slo": False}
+    ttft, tpot = r.ttft_s.get("p99"), r.tpot_s.get("p99")
+    ej = 1.0 / r.tokens_per_j if r.tokens_per_j else None      # J per output token
+    return {**row, "meets_slo": bool(r.meets_slo), "ttft_p99_s": ttft, "tpot_p99_s": tpot,
+            "ttft_ratio": ttft / c.slo_ttft_s if ttft is not None else None,
+            "tpot_ratio": tpot / c.slo_tpot_s if tpot is not None else None,
+            "goodput_rps": r.goodput_rps, "goodput_rps_per_chip": r.goodput_rps / plan.chips,
+            "tokens_per_s": r.tokens_per_s, "tokens_per_s_per_chip": r.tokens_per_s_per_chip,
+            "tokens_per_j": r.tokens_per_j, "usd_per_mtok": usd_per_mtok(dep, r.tokens_per_s, ej),
+            "fill_fraction": r.info.get("fill_fraction"), "warnings": list(r.warnings)}
+
+
+def _key(row: dict) -> tuple:
+    """Sort key of a plan meeting the SLOs: $/Mtok (priced plans first), then goodput per
+    chip (higher first), then the plan's text (a fixed order)."""
+    usd = row.get("usd_per_mtok")
+    return (usd is None, usd if usd is not None else 0.0, -row["goodput_rps_per_chip"],
+            row["plan"])
+
+
+def dominates(a: dict, b: dict) -> bool:
+    """Whether plan row ``a`` is at least as good as ``b`` on $/Mtok (lower; compared only
+    when both are priced), tokens/J and goodput per chip (higher), and better on one."""
+    pairs = [(-a["tokens_per_j"], -b["tokens_per_j"]),
+             (-a["goodput_rps_per_chip"], -b["goodput_rps_per_chip"])]
+    if a.get("usd_per_mtok") is not None and b.get("usd_per_mtok") is not None:
+        pairs.append((a["usd_per_mtok"], b["usd_per_mtok"]))
+    return all(x <= y for x, y in pairs) and any(x < y for x, y in pairs)
+
+
+def pareto(rows: list[dict]) -> list[dict]:
+    """The rows no other row dominates (:func:`dominates`), in :func:`_key` order."""
+    return sorted((r for r in rows if not any(dominates(o, r) for o in rows if o is not r)),
+                  key=_key)
+
+
+def best_per_design(rows: Iterable[dict]) -> dict[str, dict]:
+    """The best row (:func:`_key`) per design: colocated on it or disaggregated with both
+    pools on it under the chip's name, a pair of two chips under ``prefill A + decode B``."""
+    out: dict[str, dict] = {}
+    for r in sorted(rows, key=_key):
+        chips = {p["chip"] for p in r["pools"]}
+        name = next(iter(chips)) if len(chips) == 1 else r["design"]
+        out.setdefault(name, r)
+    return out
+
+
+def binding(rows: list[dict], designs: Iterable[str]) -> str:
+    """Why no row meets the SLOs, in words: the constraint of the row closest to meeting both
+    (the larger of its TTFT and TPOT ratios, least), or that no plan could be built."""
+    ran = [r for r in rows if r.get("ttft_ratio") is not None]
+    if not ran:
+        errs = sorted({r["error"] for r in rows if r.get("error")})
+        why = f" ({errs[0]})" if errs else ""
+        return (f"no plan could be built: no design ({', '.join(designs)}) holds the model on "
+                f"the chips given{why}")
+    close = min(ran, key=lambda r: max(r["ttft_ratio"], r["tpot_ratio"] or 0.0))
+    tt, tp = close["ttft_ratio"], close["tpot_ratio"] or 0.0
+    what = ("p99 TTFT" if tt >= tp else "p99 TPOT")
+    val, slo = ((close["ttft_p99_s"], tt) if tt >= tp else (close["tpot_p99_s"], tp))
+    return (f"no plan meets the SLOs: {what} binds; the closest plan ({close['plan']}) has "
+            f"{what} {val:.3g} s, {slo:.2f}x its SLO")
+
+
+def search(model, space: SearchSpace, load: Load, cfg: ServeConfig | None = None, *,
+           oracles: StepTimerCache | None = None,
+           progress: Callable[[int, int, dict], None] | None = None) -> dict:
+    """Evaluate every plan of ``space`` on ``load`` (module docstring). Returns
+    ``{"model", "space", "candidates", "evaluated": [rows], "meeting_slo", "best",
+    "best_per_design": {name: row}, "pareto": [rows]}``. ``progress(i, n, row)`` after each
+    plan. ValueError naming the binding constraint when no plan meets the SLOs."""
+    cfg = cfg or ServeConfig()
+    if load.qps is None:
+        raise ValueError("a deployment search serves an open-loop target load (--qps)")
+    m = load_model(model)
+    for d in space.designs:
+        load_chip(d)                # an unknown design exits before any run
+    plans = candidates(m, space, cfg)
+    if not plans:
+        raise ValueError(binding([], space.designs) + f" ({space.chips} chips)")
+    oracles = oracles or StepTimerCache()
+    replicas: dict = {}
+    rows = []
+    for i, p in enumerate(plans):
+        rows.append(evaluate(p, m, space, load, cfg, oracles, replicas))
+        if progress is not None:
+            progress(i + 1, len(plans), rows[-1])
+    ok = [r for r in rows if r["meets_slo"]]
+    if not ok:
+        raise ValueError(binding(rows, space.designs))
+    ranked = sorted(ok, key=_key)
+    return {"model": m.name,
+            "space": {"designs": list(space.designs), "chips": space.chips,
+                      "tp": list(space.tp) if space.tp else None,
+                      "max_batched_tokens": list(space.max_batched_tokens),
+                      "chunked_prefill": list(space.chunked_prefill),
+                      "disaggregated": space.disaggregated},
+            "load": {"qps": load.qps, "requests": load.requests},
+            "slo": {"ttft_s": cfg.slo_ttft_s, "tpot_s": cfg.slo_tpot_s},
+            "candidates": len(plans), "evaluated": rows, "meeting_slo": len(ok),
+            "best": ranked[0], "best_per_design": best_per_design(ok),
+            "pareto": pareto(ok)}
+

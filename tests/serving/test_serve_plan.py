@@ -1,0 +1,154 @@
+"""The deployment search (`diptych serve-plan`; sim/serving/search.py) on the roofline double:
+every plan in the space and no other, the best plan never worse than any plan it evaluated and
+never violating an SLO it reports as met, the Pareto front exactly the undominated plans, the
+price per token by its formula, and the binding constraint named when nothing meets the SLOs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from roofline_double import roofline
+
+import diptych.sim.run.node as run_mod
+import diptych.sim.run.summed as summed_mod
+from diptych.arch import load_chip
+from diptych.arch.cost import SECONDS_PER_YEAR, chip_cost
+from diptych.sim.serving.config import ServeConfig
+from diptych.sim.serving.deployment import fit_tp
+from diptych.sim.serving.requests import Load, parse_length
+from diptych.sim.serving.search import (SearchSpace, _key, candidates, dominates, search,
+                                        usd_per_mtok)
+from diptych.sim.serving.serve import StepTimerCache, serve
+from diptych.tools.cli import main
+
+SPACE = SearchSpace(designs=("h100", "infer-2026"), chips=2, max_batched_tokens=(2048,),
+                    chunked_prefill=(True, False))
+LOAD = Load(qps=6.0, prompt=parse_length("512", "prompt"), gen=parse_length("64", "gen"),
+            requests=80)
+CFG = ServeConfig(slo_ttft_s=0.5, slo_tpot_s=0.05)
+
+
+@pytest.fixture(scope="module")
+def oracles():
+    return StepTimerCache("grid", roofline)
+
+
+@pytest.fixture(scope="module")
+def result(oracles):
+    return search("llama-3-8b", SPACE, LOAD, CFG, oracles=oracles)
+
+
+def test_the_plans_are_the_space_and_nothing_else():
+    plans = candidates("llama-3-8b", SPACE, CFG)
+    assert len({p for p in plans}) == len(plans)
+    fit = {d: fit_tp(d, "llama-3-8b", CFG) for d in SPACE.designs}
+    shapes = set()
+    for p in plans:
+        assert p.chips <= SPACE.chips
+        for _, design, tp, chips in p.roles:
+            assert tp >= fit[design] and chips % tp == 0 and chips >= tp
+        shapes.add(p.roles)
+    # complete: every colocated size, every split that fits the chips; nothing over them
+    for d in SPACE.designs:
+        for t, r in ((1, 1), (1, 2), (2, 1)):
+            assert (("mixed", d, t, r * t),) in shapes
+        for e in SPACE.designs:
+            assert (("prefill", d, 1, 1), ("decode", e, 1, 1)) in shapes
+    assert len(plans) == 2 * (2 * 3 + 4)          # policies x (colocated 3 per design + pairs)
+    assert not any(r[2] == 2 and p.disaggregated for p in plans for r in p.roles)
+
+
+def test_the_best_plan_is_never_worse_and_meets_its_slos(result, oracles):
+    ok = [r for r in result["evaluated"] if r["meets_slo"]]
+    assert result["meeting_slo"] == len(ok) and 0 < len(ok) < len(result["evaluated"])
+    best = result["best"]
+    assert all(_key(best) <= _key(r) for r in ok)
+    for r in ok:                               # a plan reported as meeting them meets them
+        assert r["ttft_p99_s"] <= CFG.slo_ttft_s and r["tpot_p99_s"] <= CFG.slo_tpot_s
+    for name, b in result["best_per_design"].items():
+        mine = [r for r in ok if {p["chip"] for p in r["pools"]} == {name}
+                or r["design"] == name]
+        assert all(_key(b) <= _key(r) for r in mine)
+
+
+def test_the_best_plan_served_again_meets_the_slos(result, oracles):
+    from diptych.sim.serving.search import Plan, _deployment
+    from dataclasses import replace
+    b = result["best"]
+    plan = Plan(tuple((p["role"], p["chip"], p["tp"], p["chips"]) for p in b["pools"]),
+                b["max_batched_tokens"], b["chunked_prefill"])
+    dep = _deployment(plan, "llama-3-8b", SPACE, {})
+    r = serve(dep, LOAD, replace(CFG, max_batched_tokens=plan.max_batched_tokens,
+                                 chunked_prefill=plan.chunked_prefill), oracles=oracles)
+    assert r.meets_slo and r.ttft_s["p99"] == pytest.approx(b["ttft_p99_s"])
+
+
+def test_the_pareto_front_is_exactly_the_undominated_plans(result):
+    ok = [r for r in result["evaluated"] if r["meets_slo"]]
+    front = result["pareto"]
+    for f in front:
+        assert not any(dominates(r, f) for r in ok)
+    ids = {id(f) for f in front}
+    for r in ok:
+        if id(r) not in ids:
+            assert any(dominates(f, r) for f in front)
+
+
+def test_the_price_per_token_is_capital_over_service_life_plus_energy(result):
+    r = next(x for x in result["evaluated"] if x["meets_slo"] and not x["disaggregated"])
+    chip = load_chip(r["pools"][0]["chip"])
+    c, cc = chip.cost, chip_cost(chip)
+    capex = r["chips"] * cc.total_usd / (c.utilisation * c.lifetime_years * SECONDS_PER_YEAR)
+    want = 1e6 * (capex / r["tokens_per_s"] + c.pue * c.usd_per_kwh / 3.6e6 / r["tokens_per_j"])
+    assert r["usd_per_mtok"] == pytest.approx(want, rel=1e-12)
+
+    class NoCost:             # a deployment whose chip has no [cost] table: no price
+        pools = [type("P", (), {"chips": 1, "replica": type("R", (), {"chip": type(
+            "C", (), {"cost": None})()})()})()]
+    assert usd_per_mtok(NoCost(), 100.0, 1.0) is None
+
+
+def test_no_plan_meeting_the_slos_names_the_binding_one(oracles):
+    tight = ServeConfig(slo_ttft_s=10.0, slo_tpot_s=1e-6)
+    small = SearchSpace(designs=("h100",), chips=1, max_batched_tokens=(2048,),
+                        chunked_prefill=(True,), disaggregated=False)
+    with pytest.raises(ValueError, match="p99 TPOT binds"):
+        search("llama-3-8b", small, LOAD, tight, oracles=oracles)
+    with pytest.raises(ValueError, match="no plan could be built"):
+        search("llama-3-70b", small, LOAD, CFG, oracles=oracles)
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)
+    monkeypatch.setattr(summed_mod, "_default_simulate", lambda: roofline)
+    runner = CliRunner()
+    return lambda *args: runner.invoke(main, [str(a) for a in args])
+
+
+def test_cli_json_and_table(cli):
+    args = ("serve-plan", "--model", "llama-3-8b", "--chip", "h100", "--chips", 2, "--qps", 4,
+            "--requests", 60, "--max-batched-tokens", 2048, "--prompts", "chunked")
+    r = cli(*args, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["candidates"] == len(d["evaluated"]) and d["best"]["meets_slo"]
+    r = cli(*args, "--no-disagg")
+    assert r.exit_code == 0, r.output
+    assert "Pareto front" in r.output and "best:" in r.output
+
+
+@pytest.mark.parametrize("bad, word", [
+    (("--chips", 0), "chips"),
+    (("--chips", 2, "--chip", "no-such-chip"), "no-such-chip"),
+    (("--chips", 2, "--prompts", "sometimes"), "chunked"),
+    (("--chips", 2, "--tp", "0"), "positive"),
+])
+def test_bad_input_exits_2_naming_it(cli, bad, word):
+    args = ["serve-plan", "--model", "llama-3-8b", "--qps", 4, "--requests", 60]
+    if "--chip" not in bad:
+        args += ["--chip", "h100"]
+    r = cli(*args, *bad)
+    assert r.exit_code == 2 and word in r.output

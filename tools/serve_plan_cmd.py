@@ -1,0 +1,132 @@
+"""``diptych serve-plan``: each chip design deployed at its best under SLOs at a target load
+(the library: :mod:`diptych.sim.serving.search`; docs/serving.md, "Deployment search")."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..arch.dtypes import DTYPES
+from .errors import friendly
+from .jsonout import dumps
+from .plan_cmd import IntList
+
+
+class BoolList(click.ParamType):
+    """``chunked``, ``whole`` or ``chunked,whole``: the prompt policies to try."""
+
+    name = "LIST"
+    WORDS = {"chunked": True, "whole": False}
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        out = []
+        for part in str(value).split(","):
+            v = self.WORDS.get(part.strip())
+            if v is None:
+                self.fail(f"expected chunked, whole or both (comma-separated), not {value!r}",
+                          param, ctx)
+            out.append(v)
+        return tuple(dict.fromkeys(out))
+
+
+def _fmt(x, spec: str, none: str = "-") -> str:
+    return none if x is None else format(x, spec)
+
+
+def _table(rows: list[dict], title: str):
+    from rich.table import Table
+
+    t = Table("plan", "chips", "goodput/chip (req/s)", "tokens/s/chip", "tokens/J", "$/Mtok",
+              "TTFT p99", "TPOT p99", title=title)
+    for r in rows:
+        t.add_row(r["plan"], str(r["chips"]), _fmt(r["goodput_rps_per_chip"], ".3g"),
+                  _fmt(r["tokens_per_s_per_chip"], ",.0f"), _fmt(r["tokens_per_j"], ".3g"),
+                  _fmt(r["usd_per_mtok"], ".3f"),
+                  _fmt(r["ttft_p99_s"] and r["ttft_p99_s"] * 1e3, ".0f") + " ms",
+                  _fmt(r["tpot_p99_s"] and r["tpot_p99_s"] * 1e3, ".1f") + " ms")
+    return t
+
+
+@click.command("serve-plan")
+@click.option("--model", required=True, help="Built-in model name or path to a HF config.json.")
+@click.option("--chip", "chips_", multiple=True, required=True,
+              help="A chip design (preset or TOML path); repeat to compare designs.")
+@click.option("--chips", type=int, required=True,
+              help="The most chips a deployment may use (pool sizes are searched up to it).")
+@click.option("--qps", type=float, required=True, help="Target arrival rate (requests/s).")
+@click.option("--prompt", default="1024", show_default=True,
+              help="Prompt lengths: N, or lognormal:mean=M,sigma=S, uniform:LO:HI (as serve).")
+@click.option("--gen", default="128", show_default=True, help="Output lengths (as --prompt).")
+@click.option("--requests", type=int, default=500, show_default=True,
+              help="Requests per plan (the same stream for every plan).")
+@click.option("--slo-ttft", type=float, default=2.0, show_default=True,
+              help="p99 time-to-first-token SLO (s).")
+@click.option("--slo-tpot", type=float, default=0.2, show_default=True,
+              help="p99 time-per-output-token SLO (s).")
+@click.option("--tp", type=IntList(), help="Tensor-parallel degrees to try (default: every "
+              "degree that holds the model and fits --chips).")
+@click.option("--max-batched-tokens", type=IntList(), default="2048,8192", show_default=True,
+              help="Token limits per step to try.")
+@click.option("--prompts", "policies", type=BoolList(), default="chunked,whole",
+              show_default=True, help="Prompt policies to try: chunked into decode steps, "
+                                      "or whole prefill steps.")
+@click.option("--no-disagg", is_flag=True, help="Colocated plans only.")
+@click.option("--weights-dtype", type=click.Choice(DTYPES), help="Weight precision.")
+@click.option("--act-dtype", type=click.Choice(DTYPES), help="Activation precision.")
+@click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option("--top", type=int, default=10, show_default=True,
+              help="Rows of the Pareto front to print.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (every plan).")
+@friendly
+def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_tpot, tp,
+               max_batched_tokens, policies, no_disagg, weights_dtype, act_dtype, kv_dtype,
+               seed, top, as_json):
+    """Deploy each chip design at its best: search pool sizes and the prefill:decode split,
+    tensor parallelism per pool, batch-token limits and the prompt policy; serve the same
+    request stream on every plan at --qps; rank the plans that meet the p99 SLOs by $ per
+    million output tokens (then goodput per chip) and print the Pareto front ($/Mtok,
+    tokens/J, goodput per chip) and the best plan per design.
+
+    \b
+    diptych serve-plan --model llama-3-8b --chip h100 --chip infer-2026 --chips 4 --qps 8
+    diptych serve-plan --model llama-3-70b --chip h100 --chips 8 --qps 4 --tp 2,4 --json
+    """
+    from ..sim.serving.config import ServeConfig
+    from ..sim.serving.requests import Load, parse_length
+    from ..sim.serving.search import SearchSpace, search
+
+    if top < 1:
+        raise ValueError(f"--top must be a positive integer, not {top}")
+    load = Load(qps=qps, prompt=parse_length(prompt, "prompt"), gen=parse_length(gen, "gen"),
+                requests=requests)
+    cfg = ServeConfig(slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, seed=seed)
+    prec = tuple((k, v) for k, v in (("weights_dtype", weights_dtype),
+                                     ("act_dtype", act_dtype), ("kv_dtype", kv_dtype)) if v)
+    space = SearchSpace(designs=tuple(dict.fromkeys(chips_)), chips=chips, tp=tp,
+                        max_batched_tokens=max_batched_tokens, chunked_prefill=policies,
+                        disaggregated=not no_disagg, precision=prec)
+    show = not as_json and sys.stderr.isatty()
+
+    def progress(i, n, row):
+        if show:
+            click.echo(f"\r[{i}/{n}] {row['plan'][:90]:<90}", nl=i == n, err=True)
+
+    res = search(model, space, load, cfg, progress=progress)
+    if as_json:
+        click.echo(dumps(res))
+        return
+    from rich.console import Console
+
+    con = Console() if sys.stdout.isatty() else Console(width=200)
+    click.echo(f"{res['model']} at {qps:g} req/s on up to {chips} chips: "
+               f"{res['candidates']} plans, {res['meeting_slo']} meet p99 TTFT <= "
+               f"{slo_ttft:g} s and TPOT <= {slo_tpot:g} s")
+    con.print(_table(res["pareto"][:top], "Pareto front ($/Mtok, tokens/J, goodput per chip)"))
+    con.print(_table(list(res["best_per_design"].values()), "best plan per design"))
+    b = res["best"]
+    click.echo(f"best: {b['plan']} ({_fmt(b['usd_per_mtok'], '.3f')} $/Mtok, "
+               f"{b['goodput_rps_per_chip']:.3g} req/s per chip)")
