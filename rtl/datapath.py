@@ -10,6 +10,9 @@ datapath    lane  modes (MACs per PE per cycle)                       ``mode`` p
 ``fp8``     8     e4m3, e5m2, e4m3xe5m2, e5m2xe4m3 (1)                3 bits
 ``multi``   16    int8 (2), e4m3/e5m2/mixed FP8 (2), bf16 (1)         3 bits
 ``fused``   16    int8 (2), e4m3/e5m2/mixed FP8 (2), bf16 (1)         3 bits
+``dot4``    32    e4m3, e5m2, e4m3xe5m2, e5m2xe4m3 (4)                3 bits
+``mx``      40    mxfp8_e4m3, mxfp8_e5m2, mxfp8_e4m3xe5m2,            3 bits (+ block-last
+                  mxfp8_e5m2xe4m3 (4), E8M0 block scales               flag, OS only)
 ==========  ====  ==================================================  ===========================
 
 A *lane* is one operand port element: ``a_data[i]``, ``b_data[j]``, ``w_data[j]``. In the
@@ -36,6 +39,16 @@ alignment to the largest exponent, one rounding toward zero, :mod:`diptych.rtl.d
 tile of depth K takes ``ceil(K / 4)`` steps and a WS PE holds four weights of its column, the
 simulator's ``macs_per_pe_per_cycle = 4``.
 
+The ``mx`` datapath (:mod:`diptych.rtl.mx`, the block-scaled PE) takes MXFP8 (OCP MX v1.0):
+a 40-bit lane holds four K-consecutive FP8 elements (as ``dot4``) and, in bits 39:32, the E8M0
+scale of the block they belong to. Each block's products are summed exactly in the PE and the
+block's dot, scaled and rounded once, is added to the FP32 accumulator in the step that closes
+the block (the ``"mx"`` rule of :func:`diptych.rtl.formats.block_matmul_bits`), which the
+array's ``in_block_last`` flag marks (the tile's last step closes one too). Its modes name the
+MXFP8 element pair (``mxfp8_e4m3xe5m2``: A E4M3, B E5M2) with the FP8 mode codes. It is
+output-stationary only: the exact block sum lives in the PE (a WS column would have to pass the
+wide block sum from PE to PE).
+
 Mode codes on the ``mode`` port (3 bits): int8 0, bf16 1, and for FP8 ``0b1ab`` with ``a`` = A
 is E5M2 and ``b`` = B is E5M2 (e4m3 4, e4m3xe5m2 5, e5m2xe4m3 6, e5m2 7). In the array the
 mode travels with ``in_valid`` (east along each row, one register per PE), so tiles of
@@ -49,10 +62,14 @@ from dataclasses import dataclass
 
 from .numerics_ref import MODES, RULES
 
-__all__ = ["Datapath", "DATAPATHS", "MODE_CODES", "MODE_BITS", "get_datapath"]
+__all__ = ["Datapath", "DATAPATHS", "MODE_CODES", "MODE_BITS", "MX_MODES", "get_datapath"]
 
 #: Values of the ``mode`` port.
-MODE_CODES = {"int8": 0, "bf16": 1, "e4m3": 4, "e4m3xe5m2": 5, "e5m2xe4m3": 6, "e5m2": 7}
+MODE_CODES = {"int8": 0, "bf16": 1, "e4m3": 4, "e4m3xe5m2": 5, "e5m2xe4m3": 6, "e5m2": 7,
+              "mxfp8_e4m3": 4, "mxfp8_e4m3xe5m2": 5, "mxfp8_e5m2xe4m3": 6, "mxfp8_e5m2": 7}
+#: The block-scaled modes (the ``mx`` datapath): (A element format, B element format).
+MX_MODES = {"mxfp8_e4m3": ("e4m3", "e4m3"), "mxfp8_e5m2": ("e5m2", "e5m2"),
+            "mxfp8_e4m3xe5m2": ("e4m3", "e5m2"), "mxfp8_e5m2xe4m3": ("e5m2", "e4m3")}
 MODE_BITS = 3
 
 
@@ -71,6 +88,11 @@ class Datapath:
         return tuple(m for m, _ in self.rates)
 
     @property
+    def block_scaled(self) -> bool:
+        """Whether the lanes carry block scales (the ``mx`` datapath, rule ``"mx"``)."""
+        return self.rule == "mx"
+
+    @property
     def has_mode_port(self) -> bool:
         return len(self.rates) > 1
 
@@ -80,8 +102,8 @@ class Datapath:
         if mode not in rates:
             kind = "a block-scaled format" if mode.startswith(("mx", "nvfp")) else "a mode"
             raise ValueError(f"{mode!r} is not {kind} of the {self.name} datapath (its modes: "
-                             f"{', '.join(self.modes)}; block-scaled MX/NVFP4 formats exist in "
-                             f"the golden numerics only, diptych.rtl.formats)")
+                             f"{', '.join(self.modes)}; the block-scaled PE is the mx datapath, "
+                             f"modes {', '.join(MX_MODES)})")
         return rates[mode]
 
     def element_bits(self, mode: str) -> int:
@@ -99,8 +121,9 @@ DATAPATHS: dict[str, Datapath] = {d.name: d for d in (
     Datapath("fused", 16, (("int8", 2),) + tuple((m, 2) for m in _FP8_MODES) + (("bf16", 1),),
              rule="pair"),
     Datapath("dot4", 32, tuple((m, 4) for m in _FP8_MODES), rule="dot4"),
+    Datapath("mx", 40, tuple((m, 4) for m in MX_MODES), rule="mx"),
 )}
-assert all(m in MODES for d in DATAPATHS.values() for m in d.modes)
+assert all(m in MODES or m in MX_MODES for d in DATAPATHS.values() for m in d.modes)
 assert all(d.rule in RULES for d in DATAPATHS.values())
 
 

@@ -1,0 +1,150 @@
+"""The block-scaled MX PE (diptych.rtl.mx): its golden against the exact oracle, its step unit
+and its OS array against the golden bit for bit, its array at the contract's cycles, bad input.
+
+Cost (fast tier): the unit on the directed block cases and a few random ones (≈ 6 s, the unit's
+72-bit block datapath is slow in amaranth.sim), one random OS 2×3 plan (≈ 3 s); the directed
+plan on the array runs on Verilator (slow tier, ``STANDARD_CONFIGS``)."""
+
+import numpy as np
+import pytest
+
+import rtl_fraction_ref as oracle
+import rtl_mx_bench as mb
+from diptych.rtl.array import SystolicArray, check_config
+from diptych.rtl.datapath import MX_MODES, get_datapath
+from diptych.rtl.formats import mx_matmul_bits
+from diptych.rtl.mx_bench import (check_block, make_mx_plan, mx_earliest_plan, mx_os_plan,
+                                  mx_special_plan)
+from diptych.rtl.pe import Mac, OsPe, WsPe
+from diptych.rtl.plan import score
+from diptych.rtl.pysim import run_plan
+from diptych.sim import timing
+
+
+def _oracle_matmul(a, sa, b, sb, fa, fb):
+    """C[i, j] from the exact Fraction oracle's block dot (OCP MX blocks of 32)."""
+    out = np.zeros((a.shape[0], b.shape[1]), np.uint32)
+    for i in range(a.shape[0]):
+        for j in range(b.shape[1]):
+            out[i, j] = oracle.block_dot(f"mxfp8_{fa}", a[i], sa[i], f"mxfp8_{fb}", b[:, j],
+                                         sb[:, j])
+    return out
+
+
+@pytest.mark.parametrize("mode", list(MX_MODES))
+def test_mx_matmul_golden_against_the_exact_oracle(mode):
+    """mx_matmul_bits (the array's golden: padding, transposition, scale layout) against the
+    Fraction oracle's block dot, K = 70 (two full blocks and a short one), random codes with
+    NaN/Inf elements, scales near 1 and at the extremes (overflow, flushes), NaN scales."""
+    fa, fb = MX_MODES[mode]
+    rng = np.random.default_rng(41)
+    for trial in range(3):
+        a = rng.integers(0, 256, (2, 70))
+        b = rng.integers(0, 256, (70, 3))
+        if trial:                               # mostly finite: few NaN/Inf codes
+            a, b = a & 0xBF, b & 0xBF
+        lo, hi = ((120, 135), (0, 256), (50, 70))[trial]
+        sa, sb = rng.integers(lo, hi, (2, 3)), rng.integers(lo, hi, (3, 3))
+        got = mx_matmul_bits(a, sa, b, sb, fa, fb)
+        assert np.array_equal(got, _oracle_matmul(a, sa, b, sb, fa, fb)), (mode, trial)
+
+
+def test_directed_cases_reach_every_class_of_the_closing_path():
+    """The directed block cases (unit test and the array's directed plan) include every class
+    the exact value can put the closing path in, classified from the exact value alone."""
+    seen = set().union(*(mb.corners(c) for c in mb.directed_cases()))
+    assert seen >= {"zero", "flush", "grid-flush", "grid-carry", "tie", "overflow", "normal"}
+    nonfinite = [c for c in mb.directed_cases() if not mb.corners(c)]
+    assert len(nonfinite) >= 6                   # NaN/Inf elements, Inf × 0, NaN scales
+
+
+def test_mx_unit_on_directed_and_random_blocks():
+    """MxDot stepped as the PE steps it (block register and flags carried, scales presented in
+    the closing step only, random bits in the scale fields before it) against the golden: the
+    directed cases (2^-126 boundary both ways, overflow, ties, zeros, NaN/Inf, accumulators)
+    and random blocks of 1 … 32 elements in every mode."""
+    cases = mb.directed_cases() + mb.random_cases(5, 16)
+    assert mb.mismatches(cases) == []
+
+
+def test_mx_os_array_random_plan():
+    """A random plan on an OS 2×2 mx array (every MXFP8 mode, back to back and with bubbles
+    carrying random data, K not a multiple of 4 or of the block, multi-block tiles, the scale
+    regimes): every output bit-exact at the cycle sim/timing.py predicts."""
+    plan = make_mx_plan(2, 2, seed=2, tiles=6)
+    assert any(len(p) > 1 for p in _blocks_per_tile(plan))     # some tile spans two blocks
+    assert score(plan, run_plan(plan)) == []
+
+
+def _blocks_per_tile(plan):
+    """The in_block_last steps of each tile (from the plan's inputs)."""
+    tiles, cur = [], []
+    for c in sorted(plan.inputs):
+        v = plan.inputs[c]
+        if v.get("in_valid"):
+            if v["in_block_last"]:
+                cur.append(c)
+            if v["in_last"]:
+                tiles.append(cur)
+                cur = []
+    return tiles
+
+
+def test_mx_isolated_tile_cycles_and_bits():
+    """One isolated K = 38 tile on OS 3×2 (10 steps, two blocks, the last short): its rows
+    appear bottom first at os_isolated_cycles(R, C, 10) + BLOCK_SCALE_EXTRA_CYCLES, equal to
+    the exact oracle computed straight from the codes."""
+    R, C, K = 3, 2, 38
+    rng = np.random.default_rng(9)
+    a, b = rng.integers(0, 256, (R, K)) & 0xBF, rng.integers(0, 256, (K, C)) & 0xBF
+    sa, sb = rng.integers(118, 136, (R, 2)), rng.integers(118, 136, (2, C))
+    steps = timing.os_steps(K, 4)
+    plan = mx_os_plan(R, C, [(a, sa, b, sb)], [list(range(steps))], ["mxfp8_e5m2xe4m3"])
+    obs = run_plan(plan)
+    assert score(plan, obs) == []
+    assert obs[-1][0] + 1 == (timing.os_isolated_cycles(R, C, steps)
+                              + timing.BLOCK_SCALE_EXTRA_CYCLES)
+    assert [row for _, row, _ in obs] == [2, 1, 0]
+    want = _oracle_matmul(a, sa, b, sb, "e5m2", "e4m3")
+    assert [tuple(w) for _, _, w in obs] == [tuple(want[i]) for i in (2, 1, 0)]
+
+
+def test_mx_block_scale_latency_is_stated_once(monkeypatch):
+    """The bench takes the block-scale path's latency from sim/timing.py: with one extra cycle
+    stated there every expected output moves by one and the (single-cycle) RTL fails."""
+    plan = mx_earliest_plan(1, 2, [8, 8])
+    obs = run_plan(plan)
+    assert score(plan, obs) == []
+    monkeypatch.setattr(timing, "BLOCK_SCALE_EXTRA_CYCLES", 1)
+    late = mx_earliest_plan(1, 2, [8, 8])
+    assert sorted(late.expected) == [c + 1 for c in sorted(plan.expected)]
+    assert score(late, obs) != []
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: check_config(2, 2, "mx", "ws"),
+     "the mx datapath is output-stationary only (each block's exact sum stays in its PE), not "
+     "dataflow 'ws'"),
+    (lambda: check_block(48), "block must be a multiple of 4 from 4 to 32"),
+    (lambda: check_block(6), "not 6"),
+    (lambda: check_block(0), "not 0"),
+    (lambda: make_mx_plan(2, 2, block=64), "not 64"),
+    (lambda: mx_special_plan(2, 2, ["e4m3"]), "'e4m3' is not a mode of the mx datapath"),
+    (lambda: get_datapath("mx").macs_per_cycle("nvfp4"),
+     "'nvfp4' is not a block-scaled format of the mx datapath"),
+    (lambda: get_datapath("dot4").macs_per_cycle("mxfp8_e4m3"),
+     "the block-scaled PE is the mx datapath"),
+    (lambda: OsPe("mx"), "the mx datapath's PE is diptych.rtl.mx.MxOsPe"),
+    (lambda: WsPe("mx"), "the mx datapath's PE is diptych.rtl.mx.MxOsPe"),
+    (lambda: Mac("mx"), "the mx datapath's MAC is diptych.rtl.mx.MxDot"),
+    (lambda: SystolicArray(2, 2, "mx", "ws"), "output-stationary only"),
+    (lambda: mx_os_plan(2, 2, [(np.zeros((2, 8)), np.zeros((2, 2)), np.zeros((8, 2)),
+                                np.zeros((1, 2)))], [[0, 1]], ["mxfp8_e4m3"]),
+     "tile 0: A must be 2×K, A_s 2×ceil(K/32)"),
+    (lambda: mx_matmul_bits(np.zeros((1, 4)), np.zeros((1, 2)), np.zeros((4, 1)),
+                            np.zeros((1, 1))), "scales must be [M, 1] and [1, N]"),
+])
+def test_bad_input_names_the_value(call, message):
+    with pytest.raises(ValueError) as exc:
+        call()
+    assert message in str(exc.value)
