@@ -72,8 +72,10 @@ def check_config(rows, cols, dtype, dataflow) -> None:
     if dataflow not in DATAFLOWS:
         raise ValueError(f"dataflow must be one of {', '.join(DATAFLOWS)}, not {dataflow!r}")
     if get_datapath(dtype).block_scaled and dataflow != "os":
-        raise ValueError(f"the {dtype} datapath is output-stationary only (each block's exact "
-                         f"sum stays in its PE), not dataflow {dataflow!r}")
+        why = ("each block's exact sum stays in its PE" if get_datapath(dtype).block_port
+               else "the bench has no WS plans with block scales")
+        raise ValueError(f"the {dtype} datapath is output-stationary only ({why}), not "
+                         f"dataflow {dataflow!r}")
 
 
 def _delay(m: Module, sig, n: int, name: str):
@@ -104,7 +106,7 @@ class SystolicArray(wiring.Component):
         }
         if get_datapath(dtype).has_mode_port:
             sig["mode"] = In(MODE_BITS)
-        if get_datapath(dtype).block_scaled:
+        if get_datapath(dtype).block_port:
             sig["in_block_last"] = In(1)
         if dataflow == "os":
             sig.update({
@@ -144,7 +146,7 @@ class SystolicArray(wiring.Component):
     def _elaborate_os(self):
         m = Module()
         R, C = self.rows, self.cols
-        if get_datapath(self.dtype).block_scaled:
+        if get_datapath(self.dtype).block_port:
             from .mx import MxOsPe
             pe = [[MxOsPe() for _ in range(C)] for _ in range(R)]
         else:

@@ -358,7 +358,7 @@ def _mode_of(dtype: str, mode: str | None) -> str:
 def _new_plan(rows: int, cols: int, dtype: str, dataflow: str, **kw) -> Plan:
     dp = get_datapath(dtype)
     return Plan(rows, cols, dtype, dataflow, dp.lane_bits, dp.has_mode_port,
-                block_port=dp.block_scaled, **kw)
+                block_port=dp.block_port, **kw)
 
 
 def _expect(plan: Plan, t: int, cycle: int, row, words) -> None:
@@ -552,7 +552,7 @@ def make_plan(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
     if dp.block_scaled:                      # the mx PE's lanes carry scales: its own plans
         from .mx_bench import make_mx_plan
         return make_mx_plan(rows, cols, seed=seed, tiles=tiles, start=start, modes=modes,
-                            bubble_data=bubble_data)
+                            bubble_data=bubble_data, dtype=dtype)
     modes = tuple(dp.modes if modes is None else modes)
     for mo in modes:
         dp.macs_per_cycle(mo)

@@ -49,6 +49,13 @@ MXFP8 element pair (``mxfp8_e4m3xe5m2``: A E4M3, B E5M2) with the FP8 mode codes
 output-stationary only: the exact block sum lives in the PE (a WS column would have to pass the
 wide block sum from PE to PE).
 
+The ``mxdot4`` datapath (:class:`diptych.rtl.dot.MxDot4Fp8`) has the same lanes and modes but no
+block state: it is the ``dot4`` unit with the two scales of the step's block added to every
+product's exponent (the ``"mxdot4"`` rule, :func:`diptych.rtl.dot_ref.mx_dot_matmul_bits`:
+truncated alignment, one rounding toward zero per step), so every step's lanes carry their
+block's scales and no flag marks a block's end. Its PE is the ordinary OS PE; the bench drives
+it output-stationary.
+
 Mode codes on the ``mode`` port (3 bits): int8 0, bf16 1, and for FP8 ``0b1ab`` with ``a`` = A
 is E5M2 and ``b`` = B is E5M2 (e4m3 4, e4m3xe5m2 5, e5m2xe4m3 6, e5m2 7). In the array the
 mode travels with ``in_valid`` (east along each row, one register per PE), so tiles of
@@ -89,7 +96,13 @@ class Datapath:
 
     @property
     def block_scaled(self) -> bool:
-        """Whether the lanes carry block scales (the ``mx`` datapath, rule ``"mx"``)."""
+        """Whether the lanes carry block scales (the ``mx`` and ``mxdot4`` datapaths)."""
+        return self.rule in ("mx", "mxdot4")
+
+    @property
+    def block_port(self) -> bool:
+        """Whether the array has an ``in_block_last`` input (the ``mx`` datapath: its PE
+        keeps each block's exact sum and closes it when told)."""
         return self.rule == "mx"
 
     @property
@@ -122,6 +135,7 @@ DATAPATHS: dict[str, Datapath] = {d.name: d for d in (
              rule="pair"),
     Datapath("dot4", 32, tuple((m, 4) for m in _FP8_MODES), rule="dot4"),
     Datapath("mx", 40, tuple((m, 4) for m in MX_MODES), rule="mx"),
+    Datapath("mxdot4", 40, tuple((m, 4) for m in MX_MODES), rule="mxdot4"),
 )}
 assert all(m in MODES or m in MX_MODES for d in DATAPATHS.values() for m in d.modes)
 assert all(d.rule in RULES for d in DATAPATHS.values())

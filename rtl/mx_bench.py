@@ -1,19 +1,21 @@
-"""Plans for the block-scaled (``mx``) array: MXFP8 tiles with E8M0 block scales.
+"""Plans for the block-scaled arrays (``mx``, ``mxdot4``): MXFP8 tiles with E8M0 block scales.
 
-The ``mx`` datapath's lanes carry four FP8 elements and a scale, and its array one more input,
-``in_block_last`` (:mod:`diptych.rtl.mx`), so its plans are made here; they are ordinary
-:class:`~diptych.rtl.plan.Plan` objects (``block_port`` set) that the amaranth.sim runner, the
-cocotb bench and the scoreboard take unchanged.
+Their lanes carry four FP8 elements and a scale, and the ``mx`` array one more input,
+``in_block_last`` (:mod:`diptych.rtl.mx`), so their plans are made here; they are ordinary
+:class:`~diptych.rtl.plan.Plan` objects (``block_port`` set for ``mx``) that the amaranth.sim
+runner, the cocotb bench and the scoreboard take unchanged.
 
 **When** comes from :mod:`diptych.sim.timing`, as for every datapath: a tile of depth K takes
 ``os_steps(K, 4)`` steps, its outputs appear at ``os_output_cycles`` plus
 ``BLOCK_SCALE_EXTRA_CYCLES`` (0), the earliest cycles from ``os_schedule``. **What** comes from
-the golden model :func:`diptych.rtl.formats.mx_matmul_bits`. A tile's K is cut into blocks of
+the golden model of the datapath's rule: :func:`diptych.rtl.formats.mx_matmul_bits` (``mx``) or
+:func:`diptych.rtl.dot_ref.mx_dot_matmul_bits` (``mxdot4``). A tile's K is cut into blocks of
 ``block`` elements (32: OCP MX; any multiple of the 4-element step up to
-:data:`~diptych.rtl.mx.MAX_BLOCK`); the step that ends a block has ``in_block_last`` and the
-block's scales in bits 39:32 of its lanes, every other step carries **random bits** in the
+:data:`~diptych.rtl.mx.MAX_BLOCK`). ``mx``: the step that ends a block has ``in_block_last`` and
+the block's scales in bits 39:32 of its lanes, every other step carries **random bits** in the
 scale fields (the PE must read scales only when it closes a block), and a short last block is
-closed by the tile's last step (its missing elements are +0 for the golden model).
+closed by the tile's last step (its missing elements are +0 for the golden model). ``mxdot4``:
+every step carries its block's scales.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..sim import timing
 from .array import check_config
 from .bench import _new_plan, _operands, _os_earliest, _steps_with_bubbles, _Regimes, _expect
 from .datapath import MODE_CODES, MX_MODES, get_datapath
+from .dot_ref import mx_dot_matmul_bits
 from .formats import mx_matmul_bits
 from .plan import Plan, pack
 
@@ -44,7 +47,7 @@ def check_block(block) -> int:
     if (isinstance(block, bool) or not isinstance(block, int) or block < _GROUP
             or block % _GROUP or block > _MAX_BLOCK):
         raise ValueError(f"block must be a multiple of {_GROUP} from {_GROUP} to {_MAX_BLOCK} "
-                         f"(the mx PE's step and block register), not {block!r}")
+                         f"(the PEs' step and the mx PE's block register), not {block!r}")
     return block
 
 
@@ -57,21 +60,27 @@ def _lane(codes, scale: int) -> int:
     return pack(codes, 8) | (int(scale) << (8 * _GROUP))
 
 
+def _check_dtype(rows: int, cols: int, dtype: str) -> None:
+    check_config(rows, cols, dtype, "os")
+    if not get_datapath(dtype).block_scaled:
+        raise ValueError(f"block-scaled plans are for the mx and mxdot4 datapaths, not {dtype!r}")
+
+
 def mx_os_plan(rows: int, cols: int, tiles, step_cycles, modes, *, block: int = MX_BLOCK,
-               seed: int = 1, bubble_data: str = "random") -> Plan:
-    """An OS plan of the ``mx`` array from explicit tiles ``[(A, A_s, B, B_s), …]``: element
+               seed: int = 1, bubble_data: str = "random", dtype: str = "mx") -> Plan:
+    """An OS plan of the ``mx`` (or ``mxdot4``) array from explicit tiles ``[(A, A_s, B, B_s), …]``: element
     codes A[R×K], B[K×C] (uint8 FP8 bit patterns of the tile's mode) and E8M0 scale codes
     A_s[R×nb], B_s[nb×C], ``nb = ceil(K / block)``; ``step_cycles[t]`` the cycles of tile t's
     ``os_steps(K, 4)`` steps (:func:`diptych.sim.timing.os_output_cycles` refuses an illegal
     schedule). See the module docstring."""
-    check_config(rows, cols, "mx", "os")
+    _check_dtype(rows, cols, dtype)
     check_block(block)
-    dp = get_datapath("mx")
+    dp = get_datapath(dtype)
     for mo in modes:
         dp.macs_per_cycle(mo)
     if len(modes) != len(tiles):
         raise ValueError(f"one mode per tile: {len(tiles)} tiles, {len(modes)} modes")
-    plan = _new_plan(rows, cols, "mx", "os", seed=seed, bubble_data=bubble_data,
+    plan = _new_plan(rows, cols, dtype, "os", seed=seed, bubble_data=bubble_data,
                      n_tiles=len(tiles), modes=list(modes))
     extra = timing.BLOCK_SCALE_EXTRA_CYCLES
     plan.predicted = [[c + extra for c in tile]
@@ -101,18 +110,21 @@ def mx_os_plan(rows: int, cols: int, tiles, step_cycles, modes, *, block: int = 
                 raise ValueError(f"tile {t}: two steps presented in cycle {c}")
             close = (s + 1) * _GROUP % block == 0 or s == steps - 1
             blk = s * _GROUP // block
-            scl_a = sa[:, blk] if close else rnd.integers(0, 256, rows)
-            scl_b = sb[blk, :] if close else rnd.integers(0, 256, cols)
+            shown = close or not dp.block_port          # mxdot4: scales on every step
+            scl_a = sa[:, blk] if shown else rnd.integers(0, 256, rows)
+            scl_b = sb[blk, :] if shown else rnd.integers(0, 256, cols)
             lane = dp.lane_bits
             plan.inputs[c] = {
-                "in_valid": 1, "in_last": int(s == steps - 1), "in_block_last": int(close),
-                "mode": MODE_CODES[mode],
+                "in_valid": 1, "in_last": int(s == steps - 1), "mode": MODE_CODES[mode],
                 "a_data": pack([_lane(ap[i, s * _GROUP:(s + 1) * _GROUP], scl_a[i])
                                 for i in range(rows)], lane),
                 "b_data": pack([_lane(bp[s * _GROUP:(s + 1) * _GROUP, j], scl_b[j])
                                 for j in range(cols)], lane),
             }
-        result = mx_matmul_bits(a, sa, b, sb, *MX_MODES[mode], block=block)
+            if dp.block_port:
+                plan.inputs[c]["in_block_last"] = int(close)
+        golden = mx_matmul_bits if dp.block_port else mx_dot_matmul_bits
+        result = golden(a, sa, b, sb, *MX_MODES[mode], block=block)
         for i, c in enumerate(plan.predicted[t]):
             _expect(plan, t, c, i, result[i])
     plan.n_cycles = max(plan.expected) + rows + cols + 4
@@ -126,18 +138,19 @@ def _scales(rng, regime: str, shape, nan_p: float = 0.02) -> np.ndarray:
 
 
 def make_mx_plan(rows: int, cols: int, *, seed: int = 1, tiles: int = 8, start: int = 1,
-                 modes=None, block: int = MX_BLOCK, bubble_data: str = "random") -> Plan:
+                 modes=None, block: int = MX_BLOCK, bubble_data: str = "random",
+                 dtype: str = "mx") -> Plan:
     """A random, reproducible plan of the ``mx`` OS array: every MXFP8 mode in turn, then at
     random; depths around R steps with K not a multiple of 4 or of the block (short last
     blocks); half the tiles at the earliest legal cycles, half with slack and bubbles (tile 1
     long and full of them); the FP8 element regimes of :mod:`diptych.rtl.bench` (edges,
     sticky ties, rounding order, cancellation, subnormals, wide, moderate, sprinkled NaN/Inf)
     and the scale regimes of :data:`SCALE_REGIMES` in turn."""
-    check_config(rows, cols, "mx", "os")
+    _check_dtype(rows, cols, dtype)
     check_block(block)
     if isinstance(tiles, bool) or not isinstance(tiles, int) or tiles < 1:
         raise ValueError(f"tiles must be a positive integer, not {tiles!r}")
-    dp = get_datapath("mx")
+    dp = get_datapath(dtype)
     modes = tuple(dp.modes if modes is None else modes)
     for mo in modes:
         dp.macs_per_cycle(mo)
@@ -169,18 +182,18 @@ def make_mx_plan(rows: int, cols: int, *, seed: int = 1, tiles: int = 8, start: 
         step_cycles.append(cycles)
         prev_last = cycles[-1]
     plan = mx_os_plan(rows, cols, data, step_cycles, tile_modes, block=block, seed=seed,
-                      bubble_data=bubble_data)
+                      bubble_data=bubble_data, dtype=dtype)
     plan.bubbles = bubbles
     return plan
 
 
 def mx_earliest_plan(rows: int, cols: int, sizes, mode: str = "mxfp8_e4m3", *, seed: int = 1,
-                     block: int = MX_BLOCK) -> Plan:
+                     block: int = MX_BLOCK, dtype: str = "mx") -> Plan:
     """Back-to-back ``mx`` tiles of depths ``sizes`` at the earliest cycles the contract allows
     (:func:`diptych.sim.timing.os_schedule` of ``os_steps(K, 4)`` steps): what the engine models
     for the folds of one GEMM block. Moderate elements, scales near 1."""
-    check_config(rows, cols, "mx", "os")
-    get_datapath("mx").macs_per_cycle(mode)
+    _check_dtype(rows, cols, dtype)
+    get_datapath(dtype).macs_per_cycle(mode)
     sizes = list(sizes)
     if not sizes or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in sizes):
         raise ValueError(f"sizes must be a non-empty list of positive integers, not {sizes!r}")
@@ -192,7 +205,8 @@ def mx_earliest_plan(rows: int, cols: int, sizes, mode: str = "mxfp8_e4m3", *, s
         nb = -(-k // block)
         data.append((a, _scales(rng, "near", (rows, nb), nan_p=0), b,
                      _scales(rng, "near", (nb, cols), nan_p=0)))
-    return mx_os_plan(rows, cols, data, cycles, [mode] * len(sizes), block=block, seed=seed)
+    return mx_os_plan(rows, cols, data, cycles, [mode] * len(sizes), block=block, seed=seed,
+                      dtype=dtype)
 
 
 # ---- directed block cases ---------------------------------------------------------------------
@@ -245,7 +259,7 @@ def directed_cases(seed: int = 7) -> list[tuple]:
     rng = np.random.default_rng(seed)
     cases = []
     modes = list(MX_MODES)
-    for t in range(48):
+    for t in range(24):
         mode = modes[t % 4]
         fa, fb = MX_MODES[mode]
         k = int(rng.choice([4, 16, 32]))
@@ -313,7 +327,7 @@ def random_cases(seed: int, n: int) -> list[tuple]:
 
 
 def mx_special_plan(rows: int, cols: int, modes=None, *, seed: int = 1,
-                    bubble_data: str = "random") -> Plan:
+                    bubble_data: str = "random", dtype: str = "mx") -> Plan:
     """The directed plan of the ``mx`` array: the block cases of :func:`directed_cases` (dots
     scaled to just below, at and above 2^-126, near FP32's top, ties, exact zeros, NaN and Inf
     elements, NaN scales) of the given modes (default all), ``min(R, C)`` a tile on its
@@ -322,10 +336,10 @@ def mx_special_plan(rows: int, cols: int, modes=None, *, seed: int = 1,
     all), one block per tile, tiles back to back at the earliest legal cycles. The cases'
     accumulators do not apply (an OS tile starts from +0). ``seed``/``bubble_data``: what the
     idle cycles carry."""
-    check_config(rows, cols, "mx", "os")
-    modes = tuple(get_datapath("mx").modes if modes is None else modes)
+    _check_dtype(rows, cols, dtype)
+    modes = tuple(get_datapath(dtype).modes if modes is None else modes)
     for mo in modes:
-        get_datapath("mx").macs_per_cycle(mo)
+        get_datapath(dtype).macs_per_cycle(mo)
     cases = [c for c in directed_cases() if c[0] in modes]
     d = min(rows, cols)
     data, tile_modes = [], []
@@ -345,4 +359,5 @@ def mx_special_plan(rows: int, cols: int, modes=None, *, seed: int = 1,
             tile_modes.append(mode)
     steps = [timing.os_steps(t[0].shape[1], _GROUP) for t in data]
     cycles = timing.os_schedule(rows, cols, steps, start=1)
-    return mx_os_plan(rows, cols, data, cycles, tile_modes, seed=seed, bubble_data=bubble_data)
+    return mx_os_plan(rows, cols, data, cycles, tile_modes, seed=seed, bubble_data=bubble_data,
+                      dtype=dtype)

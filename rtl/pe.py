@@ -18,7 +18,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .datapath import DATAPATHS, MODE_BITS, get_datapath
-from .dot import Dot4Fp8
+from .dot import Dot4Fp8, MxDot4Fp8
 from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
 from .fused import FusedMac
 
@@ -85,9 +85,9 @@ class Mac(wiring.Component):
     """
 
     def __init__(self, dtype: str):
-        if dtype in ("dot4", "mx"):
+        if dtype in ("dot4", "mx", "mxdot4"):
             self._MustUse__silence = True       # a rejected instance is not "unused" design
-            unit = "dot.Dot4Fp8" if dtype == "dot4" else "mx.MxDot"
+            unit = {"dot4": "dot.Dot4Fp8", "mx": "mx.MxDot", "mxdot4": "dot.MxDot4Fp8"}[dtype]
             raise ValueError(f"the {dtype} datapath's MAC is diptych.rtl.{unit} "
                              f"(make_mac({dtype!r}))")
         self.dtype = dtype
@@ -169,13 +169,15 @@ def make_mac(dtype: str):
     if dtype == "mx":                       # the block-scaled step unit (it imports this module)
         from .mx import MxDot
         return MxDot()
+    if dtype == "mxdot4":
+        return MxDot4Fp8()
     return Dot4Fp8() if dtype == "dot4" else Mac(dtype)
 
 
 def _mode_ports(dtype: str, ports: dict) -> dict:
     """A PE's ports plus ``mode_in``/``mode_out`` when its datapath has modes (the block-scaled
     ``mx`` datapath has a PE of its own, :class:`~diptych.rtl.mx.MxOsPe`: ValueError)."""
-    if get_datapath(dtype).block_scaled:
+    if get_datapath(dtype).block_port:
         raise ValueError(f"the {dtype} datapath's PE is diptych.rtl.mx.MxOsPe (output "
                          f"stationary only)")
     if get_datapath(dtype).has_mode_port:
@@ -207,7 +209,7 @@ class OsPe(wiring.Component):
 
     def __init__(self, dtype: str):
         self.dtype = dtype
-        if get_datapath(dtype).block_scaled:
+        if get_datapath(dtype).block_port:
             self._MustUse__silence = True       # a rejected instance is not "unused" design
         super().__init__(_mode_ports(dtype, self.ports(operand_bits(dtype))))
 
@@ -256,7 +258,7 @@ class WsPe(wiring.Component):
 
     def __init__(self, dtype: str):
         self.dtype = dtype
-        if get_datapath(dtype).block_scaled:
+        if get_datapath(dtype).block_port:
             self._MustUse__silence = True       # a rejected instance is not "unused" design
         super().__init__(_mode_ports(dtype, self.ports(operand_bits(dtype))))
 

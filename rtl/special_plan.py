@@ -77,7 +77,8 @@ def special_plan(rows: int, cols: int, dtype: str, dataflow: str, modes=None, *,
     dp = get_datapath(dtype)
     if dp.block_scaled:
         from .mx_bench import mx_special_plan
-        return mx_special_plan(rows, cols, modes or None, seed=seed, bubble_data=bubble_data)
+        return mx_special_plan(rows, cols, modes or None, seed=seed, bubble_data=bubble_data,
+                               dtype=dtype)
     modes = tuple(modes or dp.modes)
     tiles, tile_modes = [], []
     for mode in modes:

@@ -318,9 +318,9 @@ def bench_plans(rows: int, cols: int, dtype: str, dataflow: str, *, seeds=(1,),
     for m in modes or ():
         get_datapath(dtype).macs_per_cycle(m)
     if get_datapath(dtype).block_scaled:
-        return _mx_plans(rows, cols, seeds, tiles, modes, directed, block)
+        return _mx_plans(rows, cols, dtype, seeds, tiles, modes, directed, block)
     if block is not None:
-        raise ValueError(f"a block size applies to the block-scaled mx datapath only, not "
+        raise ValueError(f"a block size applies to the block-scaled datapaths only, not "
                          f"{dtype} (block {block!r})")
     for d in directed:
         if d not in ("special", "os_wrap") or (d == "os_wrap" and dataflow != "os"):
@@ -333,8 +333,9 @@ def bench_plans(rows: int, cols: int, dtype: str, dataflow: str, *, seeds=(1,),
     return plans
 
 
-def _mx_plans(rows, cols, seeds, tiles, modes, directed, block) -> list:
-    """:func:`bench_plans` of the ``mx`` array: random plans and its directed ``"special"``."""
+def _mx_plans(rows, cols, dtype, seeds, tiles, modes, directed, block) -> list:
+    """:func:`bench_plans` of a block-scaled array: random plans and its directed
+    ``"special"``."""
     from .mx_bench import MX_BLOCK, check_block, make_mx_plan, mx_special_plan
 
     block = check_block(MX_BLOCK if block is None else block)
@@ -342,8 +343,8 @@ def _mx_plans(rows, cols, seeds, tiles, modes, directed, block) -> list:
         if d != "special":
             raise ValueError(f"the mx array's directed plan is 'special', not {d!r}")
     plans = [(f"seed {s}", make_mx_plan(rows, cols, seed=int(s), tiles=tiles, modes=modes,
-                                        block=block)) for s in seeds]
-    return plans + [(d, mx_special_plan(rows, cols, modes)) for d in directed]
+                                        block=block, dtype=dtype)) for s in seeds]
+    return plans + [(d, mx_special_plan(rows, cols, modes, dtype=dtype)) for d in directed]
 
 
 def run_bench(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,

@@ -10,7 +10,7 @@ import click
 from .errors import UsageError, friendly
 from .jsonout import dumps
 
-_DTYPES = ("int8", "bf16", "fp8", "multi", "fused", "dot4", "mx")  # rtl.datapath.DATAPATHS
+_DTYPES = ("int8", "bf16", "fp8", "multi", "fused", "dot4", "mx", "mxdot4")  # DATAPATHS
 _DATAFLOWS = ("os", "ws")
 
 #: How ``diptych rtl area`` counts (printed under its tables; docs/rtl.md "Area").
@@ -28,22 +28,25 @@ AREA_METHOD = (
 #: datapaths (the fused PE does INT8, every FP8 mode and BF16; the fp8 and multi datapaths'
 #: FP8 multiplier and FP32 adder are checked on Verilator by the FP deep check, their arrays
 #: in amaranth.sim; the dot4 FP8 dot-product PE, which sets the presets' FP8 area coefficient,
-#: in one small WS array: its OS array runs in amaranth.sim; the block-scaled MXFP8 PE in one
-#: small OS array, its only dataflow), both dataflows, non-square and odd sizes, BF16 beyond
+#: in one small WS array: its OS array runs in amaranth.sim; the block-scaled MXFP8 mxdot4 PE,
+#: which sets the presets' MXFP8 area coefficient, in one small OS array, its only dataflow: the
+#: exact mx PE runs in amaranth.sim and by hand, docs/rtl.md), both dataflows, non-square and odd sizes, BF16 beyond
 #: 4×4, the directed special-value plan on every configuration and the INT8 OS tile whose sums
 #: wrap.
 STANDARD_CONFIGS = ((8, 8, "int8", "os", ("special", "os_wrap")),
                     (8, 8, "int8", "ws", ("special",)),
                     (4, 8, "bf16", "os", ("special",)), (4, 4, "bf16", "ws", ("special",)),
                     (2, 3, "fused", "os", ("special",)), (3, 2, "fused", "ws", ("special",)),
-                    (2, 3, "dot4", "ws", ("special",)), (2, 2, "mx", "os", ("special",)))
+                    (2, 3, "dot4", "ws", ("special",)),
+                    (2, 2, "mxdot4", "os", ("special",)))
 
 _DTYPE_HELP = ("PE datapath: int8, bf16, fp8 (E4M3/E5M2), multi (INT8/FP8 at 2 MACs per "
                "cycle, BF16 at 1; FP8 products rounded one at a time), fused (the same, the "
                "two FP8 products of a cycle and the accumulator rounded once) or dot4 (the FP8 "
                "dot-product PE: 4 FP8 MACs per cycle, truncated alignment, one rounding toward "
-               "zero) or mx (the block-scaled MXFP8 PE: 4 MACs per cycle, E8M0 scales per "
-               "K-block, exact block sums rounded once; output stationary only).")
+               "zero), mx (the block-scaled MXFP8 PE: 4 MACs per cycle, E8M0 scales per "
+               "K-block, exact block sums rounded once) or mxdot4 (the dot4 PE with the "
+               "block scales added to the product exponents); mx and mxdot4: OS only.")
 
 
 @click.group("rtl")
@@ -88,8 +91,8 @@ def rtl_verilog(rows, cols, dtype, dataflow, output):
                    "e5m2xe4m3 (mx: mxfp8_e4m3, mxfp8_e5m2, mxfp8_e4m3xe5m2, "
                    "mxfp8_e5m2xe4m3); default every mode of the datapath.")
 @click.option("--block", type=int, default=None,
-              help="K-block of the mx datapath's scales (default 32, OCP MX; a multiple of 4 "
-                   "up to 32).")
+              help="K-block of the mx/mxdot4 datapaths' scales (default 32, OCP MX; a multiple "
+                   "of 4 up to 32).")
 @click.option("--seed", type=int, default=1, show_default=True, help="First stimulus seed.")
 @click.option("--seeds", "n_seeds", type=int, default=1, show_default=True,
               help="Number of seeds (random plans) run on each build.")
@@ -111,8 +114,8 @@ def rtl_test(rows, cols, dtype, dataflow, modes, block, seed, n_seeds, tiles, wr
     Inf, NaN, overflow in every mode and operand position). Without
     --rows/--cols/--dtype/--dataflow it runs the CI set (INT8 OS/WS 8x8 with the wrapping OS
     tile, BF16 OS 4x8 and WS 4x4, fused multi-precision OS 2x3 and WS 3x2, the dot4 FP8
-    dot-product PE in WS 2x3, the block-scaled MXFP8 PE in OS 2x2). Exits non-zero if any check
-    fails.
+    dot-product PE in WS 2x3, the block-scaled MXFP8 mxdot4 PE in OS 2x2). Exits non-zero if
+    any check fails.
     """
     from ..rtl.array import check_config
     from ..rtl.datapath import get_datapath
@@ -137,8 +140,8 @@ def rtl_test(rows, cols, dtype, dataflow, modes, block, seed, n_seeds, tiles, wr
             raise ValueError(f"--wrap needs an OS array with an int8 mode, not {dt} {df}")
         if block is not None:
             if not get_datapath(dt).block_scaled:
-                raise ValueError(f"--block applies to the block-scaled mx datapath only, not "
-                                 f"{dt} (block {block})")
+                raise ValueError(f"--block applies to the block-scaled mx and mxdot4 datapaths "
+                                 f"only, not {dt} (block {block})")
             check_block(block)
     for name, v in (("tiles", tiles), ("seeds", n_seeds)):
         if isinstance(v, bool) or v < 1:

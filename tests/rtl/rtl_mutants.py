@@ -176,13 +176,6 @@ MUTANTS = (
            "blocks merge and take the last block's scales", _MX,
            (("close = self.block_last_in | self.last_in", "close = self.last_in"),),
            ((_MX, "MxOsPe"),), (1, 1, "mx", "os")),
-    Mutant("mx-block-register-kept", "mx PE keeps the block sum when a block closes: the next "
-           "block starts from it", _MX,
-           (("m.d.sync += [blk.eq(0), flags.eq(0), acc.eq(mac.acc_out)]",
-             "m.d.sync += [blk.eq(mac.blk_out), flags.eq(0), acc.eq(mac.acc_out)]"),),
-           ((_MX, "MxOsPe"),), (1, 1, "mx", "os")),
-    Mutant("mx-dot-rounds-toward-zero", "mx unit truncates the block's dot (no round to nearest)",
-           _MX, (("guard & (sticky | mant[0])", "0"),), ((_MX, "MxOsPe"),), (1, 1, "mx", "os")),
     Mutant("mx-no-subnormal-grid-carry", "mx unit flushes every dot below 2^-126, also those the "
            "golden's IEEE conversion rounds up to 2^-126", _MX,
            (("Cat(Const(0, 23), to_min_normal, Const(0, 7), neg)", "Cat(Const(0, 31), neg)"),),
@@ -190,6 +183,9 @@ MUTANTS = (
     Mutant("mx-nan-scale-ignored", "mx unit treats the E8M0 NaN scale 0xFF as 2^128", _MX,
            (("scale_nan = (s_a == 0xFF) | (s_b == 0xFF)", "scale_nan = 0"),),
            ((_MX, "MxOsPe"),), (1, 1, "mx", "os"), "special", ("mxfp8_e5m2",)),
+    Mutant("mxdot4-b-scale-ignored", "mxdot4 unit scales the products by A's block scale only",
+           _DOT, (("m.d.comb += offset.eq(s_a + s_b - 254)", "m.d.comb += offset.eq(s_a - 127)"),),
+           ((_PE, "MxDot4Fp8"),), (1, 1, "mxdot4", "os")),
 )
 
 

@@ -43,9 +43,9 @@ def test_verilog_writes_a_module(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--rows", "0"], "rows must be a positive integer, not 0"),
     (["--cols", "65"], "cols must be at most 64, not 65"),
-    (["--dtype", "fp4"], "'fp4' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', 'dot4', 'mx'"),
+    (["--dtype", "fp4"], "'fp4' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', 'dot4', 'mx', 'mxdot4'"),
     (["--dtype", "mxfp8"], "'mxfp8' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', "
-                           "'dot4', 'mx'"),
+                           "'dot4', 'mx', 'mxdot4'"),
     (["--dtype", "mx", "--dataflow", "ws"], "the mx datapath is output-stationary only"),
     (["--dataflow", "is"], "'is' is not one of 'os', 'ws'"),
 ])
@@ -69,12 +69,15 @@ def test_verilog_bad_input(args, message, tmp_path):
     (["--dtype", "mx", "--mode", "nvfp4"], "'nvfp4' is not a block-scaled format of the mx"),
     (["--dtype", "mx", "--dataflow", "ws"], "the mx datapath is output-stationary only (each "
                                             "block's exact sum stays in its PE), not dataflow 'ws'"),
-    (["--dtype", "mx", "--block", "48"], "block must be a multiple of 4 from 4 to 32 (the mx "
-                                         "PE's step and block register), not 48"),
+    (["--dtype", "mx", "--block", "48"], "block must be a multiple of 4 from 4 to 32 (the "
+                                         "PEs' step and the mx PE's block register), not 48"),
     (["--dtype", "mx", "--block", "6"], "not 6"),
     (["--dtype", "mx", "--block", "-4"], "not -4"),
-    (["--dtype", "bf16", "--block", "32"], "--block applies to the block-scaled mx datapath "
-                                           "only, not bf16 (block 32)"),
+    (["--dtype", "bf16", "--block", "32"], "--block applies to the block-scaled mx and mxdot4 "
+                                           "datapaths only, not bf16 (block 32)"),
+    (["--dtype", "mxdot4", "--dataflow", "ws"], "the mxdot4 datapath is output-stationary only "
+                                                "(the bench has no WS plans with block scales)"),
+    (["--dtype", "mxdot4", "--block", "33"], "not 33"),
     (["--dtype", "mx", "--wrap"], "--wrap needs an OS array with an int8 mode, not mx os"),
     (["--dtype", "mx", "--rows", "65"], "rows must be at most 64, not 65"),
     (["--dtype", "bf16", "--wrap"], "--wrap needs an OS array with an int8 mode, not bf16 os"),
@@ -86,7 +89,7 @@ def test_verilog_bad_input(args, message, tmp_path):
     (["--dtype", "dot4", "--rows", "65"], "rows must be at most 64, not 65"),
     (["--dtype", "dot4", "--cols", "0"], "cols must be a positive integer, not 0"),
     (["--dtype", "dot4", "--dataflow", "is"], "'is' is not one of 'os', 'ws'"),
-    (["--dtype", "dot8"], "'dot8' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', 'dot4', 'mx'"),
+    (["--dtype", "dot8"], "'dot8' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', 'dot4', 'mx', 'mxdot4'"),
     (["--seeds", "0"], "seeds must be a positive integer, not 0"),
 ])
 def test_test_bad_input(args, message):
@@ -124,7 +127,7 @@ def test_test_runs_the_ci_set_by_default_and_passes_options(monkeypatch):
     assert [c[:4] for c in calls] == [(8, 8, "int8", "os"), (8, 8, "int8", "ws"),
                                       (4, 8, "bf16", "os"), (4, 4, "bf16", "ws"),
                                       (2, 3, "fused", "os"), (3, 2, "fused", "ws"),
-                                      (2, 3, "dot4", "ws"), (2, 2, "mx", "os")]
+                                      (2, 3, "dot4", "ws"), (2, 2, "mxdot4", "os")]
     assert calls[0][7] == ("special", "os_wrap") and "8 passed, 0 failed" in r.output
     assert all(c[7][0] == "special" for c in calls)
     calls.clear()

@@ -1,9 +1,12 @@
-"""The block-scaled MX PE (diptych.rtl.mx): its golden against the exact oracle, its step unit
-and its OS array against the golden bit for bit, its array at the contract's cycles, bad input.
+"""The block-scaled PEs: ``mx`` (diptych.rtl.mx: exact block sums) and ``mxdot4``
+(diptych.rtl.dot.MxDot4Fp8: the dot4 rule with the scales on the product exponents). Their
+goldens against the exact oracle (mx here; mxdot4's bound in test_rtl_dot.py), the mx step unit
+and both OS arrays against their goldens bit for bit at the contract's cycles, bad input.
 
-Cost (fast tier): the unit on the directed block cases and a few random ones (≈ 6 s, the unit's
-72-bit block datapath is slow in amaranth.sim), one random OS 2×3 plan (≈ 3 s); the directed
-plan on the array runs on Verilator (slow tier, ``STANDARD_CONFIGS``)."""
+Cost (fast tier): the mx unit on the directed block cases (the unit's 72-bit block datapath is
+slow in amaranth.sim), one random plan on each array, the directed plan on the mxdot4 array, an
+isolated tile, the latency constant perturbed; the directed plans run on Verilator (slow tier,
+``STANDARD_CONFIGS``: mxdot4 OS 2×2; mx by hand, docs/rtl.md)."""
 
 import numpy as np
 import pytest
@@ -63,38 +66,47 @@ def test_mx_unit_on_directed_and_random_blocks():
     the closing step only, random bits in the scale fields before it) against the golden: the
     directed cases (2^-126 boundary both ways, overflow, ties, zeros, NaN/Inf, accumulators)
     and random blocks of 1 … 32 elements in every mode."""
-    cases = mb.directed_cases() + mb.random_cases(5, 16)
+    cases = mb.directed_cases() + mb.random_cases(5, 4)
     assert mb.mismatches(cases) == []
 
 
-def test_mx_os_array_random_plan():
-    """A random plan on an OS 2×2 mx array (every MXFP8 mode, back to back and with bubbles
+@pytest.mark.parametrize("dtype", ["mx", "mxdot4"])
+def test_block_scaled_os_array_random_plan(dtype):
+    """A random plan on an OS 2×2 array (every MXFP8 mode, back to back and with bubbles
     carrying random data, K not a multiple of 4 or of the block, multi-block tiles, the scale
     regimes): every output bit-exact at the cycle sim/timing.py predicts."""
-    plan = make_mx_plan(2, 2, seed=2, tiles=6)
-    assert any(len(p) > 1 for p in _blocks_per_tile(plan))     # some tile spans two blocks
+    plan = make_mx_plan(2, 2, seed=2, tiles=6, dtype=dtype)
+    assert max(_steps_per_tile(plan)) > 32 // 4                 # some tile spans two blocks
     assert score(plan, run_plan(plan)) == []
 
 
-def _blocks_per_tile(plan):
-    """The in_block_last steps of each tile (from the plan's inputs)."""
-    tiles, cur = [], []
+def test_mxdot4_array_directed_plan_and_rules_differ():
+    """The directed block cases on an OS 1×2 mxdot4 array, bit for bit; the same stimulus
+    scored by the exact mx rule fails (the two goldens differ on these cases)."""
+    plan = mx_special_plan(1, 2, dtype="mxdot4")
+    obs = run_plan(plan)
+    assert score(plan, obs) == []
+    exact = mx_special_plan(1, 2, dtype="mx")
+    assert sum(plan.expected[c] != exact.expected[c] for c in plan.expected) > 10
+
+
+def _steps_per_tile(plan):
+    """The number of steps of each tile (from the plan's inputs)."""
+    tiles, n = [], 0
     for c in sorted(plan.inputs):
         v = plan.inputs[c]
-        if v.get("in_valid"):
-            if v["in_block_last"]:
-                cur.append(c)
-            if v["in_last"]:
-                tiles.append(cur)
-                cur = []
+        n += v.get("in_valid", 0)
+        if v.get("in_valid") and v["in_last"]:
+            tiles.append(n)
+            n = 0
     return tiles
 
 
 def test_mx_isolated_tile_cycles_and_bits():
-    """One isolated K = 38 tile on OS 3×2 (10 steps, two blocks, the last short): its rows
-    appear bottom first at os_isolated_cycles(R, C, 10) + BLOCK_SCALE_EXTRA_CYCLES, equal to
-    the exact oracle computed straight from the codes."""
-    R, C, K = 3, 2, 38
+    """One isolated K = 38 tile on the mx OS 3×1 (10 steps, two blocks, the last short): its
+    rows appear bottom first at os_isolated_cycles(R, C, 10) + BLOCK_SCALE_EXTRA_CYCLES, equal
+    to the exact oracle computed straight from the codes."""
+    R, C, K = 3, 1, 38
     rng = np.random.default_rng(9)
     a, b = rng.integers(0, 256, (R, K)) & 0xBF, rng.integers(0, 256, (K, C)) & 0xBF
     sa, sb = rng.integers(118, 136, (R, 2)), rng.integers(118, 136, (2, C))
