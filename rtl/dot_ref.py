@@ -33,6 +33,15 @@ The rule (one step: ``acc ← dot4(acc, a[0:4], b[0:4])``)
        ±``0x7F7FFFFF`` (round toward zero never reaches Inf), a result below ``2^-126`` flushes to
        zero of the sum's sign, an exact zero is +0 unless every term is −0 (then −0).
 
+The **mxdot4** rule (the block-scaled ``mxdot4`` PE, :class:`diptych.rtl.dot.MxDot4Fp8`) is the
+same step on MXFP8 operands: each product is first multiplied by its block's two E8M0 scales,
+``2^(sa + sb − 254)`` (OCP MX v1.0 §6.1's ``X_A · X_B``), which only raises its nominal exponent
+in step 2, so the accumulator and the scaled products are aligned, truncated and rounded as
+above; a NaN scale (0xFF) makes the step NaN (:func:`dot4_bits` with ``scales``,
+:func:`mx_dot_matmul_bits`). It is not the exact per-block sum of
+:func:`diptych.rtl.formats.block_matmul_bits` (the ``mx`` PE's rule): a block's products are
+truncated at each step's alignment and each step rounds toward zero, as FP8 is above.
+
 Error bound (what `tests/rtl/test_rtl_dot.py` checks the rule against, with the exact sum).
 Let ``E`` be the exact sum of the terms and ``S`` the fixed-point sum of step 4. A term whose
 ``x`` is ``emax`` loses nothing (``F ≥ 23`` keeps the accumulator's 24 bits and ``F ≥ 7`` a
@@ -157,14 +166,8 @@ def dot4_bits(acc: int, a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m
     return rz_fp32_bits(int(total < 0), abs(total), lsb)
 
 
-def dot_matmul_bits(a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
-                    init_bits=None, frac_bits: int = DOT_FRAC_BITS) -> np.ndarray:
-    """``C = init + A·B`` for FP8 A[M, K], B[K, N] by the dot4 rule: step ``s`` adds the products
-    ``k = 4s … 4s + 3`` (a short last group is padded with +0 products), ``s`` ascending, from +0
-    or ``init_bits``. Returns ``uint32[M, N]``."""
-    a, b = np.asarray(a_codes), np.asarray(b_codes)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"A[M,K]·B[K,N] needs matching K, got shapes {a.shape} and {b.shape}")
+def _matmul(a, b, fmt_a, fmt_b, init_bits, frac_bits, scales=None) -> np.ndarray:
+    """The dot4 steps of ``init + A·B`` (``scales(i, j, s)``: the step's block scales, or None)."""
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     pad = -k % DOT_GROUP                      # +0 × +0 products: what the PE's lanes see
     a, b = np.pad(a, ((0, 0), (0, pad))), np.pad(b, ((0, pad), (0, 0)))
@@ -175,9 +178,25 @@ def dot_matmul_bits(a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
             acc = int(out[i, j])
             for s in range(0, k, DOT_GROUP):
                 acc = dot4_bits(acc, a[i, s:s + DOT_GROUP], b[s:s + DOT_GROUP, j], fmt_a, fmt_b,
-                                frac_bits)
+                                frac_bits, None if scales is None else scales(i, j, s))
             out[i, j] = acc
     return out
+
+
+def _operands(a_codes, b_codes):
+    a, b = np.asarray(a_codes), np.asarray(b_codes)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"A[M,K]·B[K,N] needs matching K, got shapes {a.shape} and {b.shape}")
+    return a, b
+
+
+def dot_matmul_bits(a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
+                    init_bits=None, frac_bits: int = DOT_FRAC_BITS) -> np.ndarray:
+    """``C = init + A·B`` for FP8 A[M, K], B[K, N] by the dot4 rule: step ``s`` adds the products
+    ``k = 4s … 4s + 3`` (a short last group is padded with +0 products), ``s`` ascending, from +0
+    or ``init_bits``. Returns ``uint32[M, N]``."""
+    a, b = _operands(a_codes, b_codes)
+    return _matmul(a, b, fmt_a, fmt_b, init_bits, frac_bits)
 
 
 def mx_dot_matmul_bits(a_codes, a_scales, b_codes, b_scales, fmt_a: str = "e4m3",
@@ -189,9 +208,7 @@ def mx_dot_matmul_bits(a_codes, a_scales, b_codes, b_scales, fmt_a: str = "e4m3"
     A_s[M, nb], B_s[nb, N] scale codes, ``nb = ceil(K / block)``, ``block`` a multiple of
     :data:`DOT_GROUP` (a group never straddles two blocks); a short last group is padded with
     +0 products. Returns ``uint32[M, N]``."""
-    a, b = np.asarray(a_codes), np.asarray(b_codes)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"A[M,K]·B[K,N] needs matching K, got shapes {a.shape} and {b.shape}")
+    a, b = _operands(a_codes, b_codes)
     if isinstance(block, bool) or not isinstance(block, int) or block < 1 or block % DOT_GROUP:
         raise ValueError(f"block must be a positive multiple of {DOT_GROUP}, not {block!r}")
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
@@ -200,15 +217,5 @@ def mx_dot_matmul_bits(a_codes, a_scales, b_codes, b_scales, fmt_a: str = "e4m3"
     if sa.shape != (m, nb) or sb.shape != (nb, n):
         raise ValueError(f"scales must be [M, {nb}] and [{nb}, N] for K = {k} in blocks of "
                          f"{block}, not {sa.shape} and {sb.shape}")
-    pad = -k % DOT_GROUP
-    a, b = np.pad(a, ((0, 0), (0, pad))), np.pad(b, ((0, pad), (0, 0)))
-    out = (np.zeros((m, n), np.uint32) if init_bits is None
-           else np.array(np.broadcast_to(np.asarray(init_bits, np.uint32), (m, n))))
-    for i in range(m):
-        for j in range(n):
-            acc = int(out[i, j])
-            for s in range(0, k, DOT_GROUP):
-                acc = dot4_bits(acc, a[i, s:s + DOT_GROUP], b[s:s + DOT_GROUP, j], fmt_a, fmt_b,
-                                frac_bits, (sa[i, s // block], sb[s // block, j]))
-            out[i, j] = acc
-    return out
+    return _matmul(a, b, fmt_a, fmt_b, init_bits, frac_bits,
+                   lambda i, j, s: (sa[i, s // block], sb[s // block, j]))
