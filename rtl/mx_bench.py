@@ -262,7 +262,7 @@ def directed_cases(seed: int = 7) -> list[tuple]:
     for t in range(24):
         mode = modes[t % 4]
         fa, fb = MX_MODES[mode]
-        k = int(rng.choice([4, 16, 32]))
+        k = int(rng.choice([4, 8, 16]))
         a = _finite(rng, fa, k, -6, 6)
         b = _finite(rng, fb, k, -6, 6)
         lead = lead_exponent(mode, a, b)

@@ -137,7 +137,7 @@ def test_mxdot4_golden_within_the_bound_of_the_exact_scaled_sum():
     the accumulator and the scaled products."""
     rng = np.random.default_rng(11)
     bad = []
-    for mode, a, b, acc in bench.cases(seed=8, n=300):
+    for mode, a, b, acc in bench.cases(seed=8, n=200):
         sa, sb = (int(x) for x in rng.integers(107, 148, 2))
         got = dot4_bits(acc, a, b, *mode_formats(mode), scales=(sa, sb))
         v = bound_violation(mode, a, b, acc, got, scale_exp=sa + sb - 254)
@@ -150,7 +150,7 @@ def test_mxdot4_golden_scales_a_zero_accumulator_exactly():
     2^(sa + sb − 254) exactly, while both stay normal; a NaN scale makes the step NaN."""
     rng = np.random.default_rng(12)
     checked = 0
-    for mode, a, b, _ in bench.cases(seed=9, n=200):
+    for mode, a, b, _ in bench.cases(seed=9, n=120):
         sa, sb = (int(x) for x in rng.integers(90, 165, 2))
         plain = dot4_bits(0, a, b, *mode_formats(mode))
         got = dot4_bits(0, a, b, *mode_formats(mode), scales=(sa, sb))
@@ -159,7 +159,7 @@ def test_mxdot4_golden_scales_a_zero_accumulator_exactly():
             assert got == plain + ((sa + sb - 254) << 23), (mode, a, b, sa, sb)
             checked += 1
         assert dot4_bits(0, a, b, *mode_formats(mode), scales=(0xFF, sb)) == 0x7FC00000
-    assert checked > 100
+    assert checked > 60
 
 
 def test_the_bound_rejects_a_window_one_bit_narrower():

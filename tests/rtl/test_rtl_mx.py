@@ -66,16 +66,16 @@ def test_mx_unit_on_directed_and_random_blocks():
     the closing step only, random bits in the scale fields before it) against the golden: the
     directed cases (2^-126 boundary both ways, overflow, ties, zeros, NaN/Inf, accumulators)
     and random blocks of 1 … 32 elements in every mode."""
-    cases = mb.directed_cases() + mb.random_cases(5, 4)
+    cases = mb.directed_cases() + mb.random_cases(5, 2)
     assert mb.mismatches(cases) == []
 
 
 @pytest.mark.parametrize("dtype", ["mx", "mxdot4"])
 def test_block_scaled_os_array_random_plan(dtype):
-    """A random plan on an OS 2×2 array (every MXFP8 mode, back to back and with bubbles
+    """A random plan on an OS 2×1 array (every MXFP8 mode, back to back and with bubbles
     carrying random data, K not a multiple of 4 or of the block, multi-block tiles, the scale
     regimes): every output bit-exact at the cycle sim/timing.py predicts."""
-    plan = make_mx_plan(2, 2, seed=2, tiles=6, dtype=dtype)
+    plan = make_mx_plan(2, 1, seed=2, tiles=6, dtype=dtype)
     assert max(_steps_per_tile(plan)) > 32 // 4                 # some tile spans two blocks
     assert score(plan, run_plan(plan)) == []
 
@@ -124,13 +124,55 @@ def test_mx_isolated_tile_cycles_and_bits():
 def test_mx_block_scale_latency_is_stated_once(monkeypatch):
     """The bench takes the block-scale path's latency from sim/timing.py: with one extra cycle
     stated there every expected output moves by one and the (single-cycle) RTL fails."""
-    plan = mx_earliest_plan(1, 2, [8, 8])
+    plan = mx_earliest_plan(1, 2, [8, 8], dtype="mxdot4")
     obs = run_plan(plan)
     assert score(plan, obs) == []
     monkeypatch.setattr(timing, "BLOCK_SCALE_EXTRA_CYCLES", 1)
-    late = mx_earliest_plan(1, 2, [8, 8])
+    late = mx_earliest_plan(1, 2, [8, 8], dtype="mxdot4")
     assert sorted(late.expected) == [c + 1 for c in sorted(plan.expected)]
     assert score(late, obs) != []
+
+
+_ENGINE = """
+import dataclasses, json, sys
+sys.path.insert(0, {sim_tests!r})
+from diptych.arch.chip import DtypeTable
+from diptych.rtl.mx_bench import mx_earliest_plan
+from diptych.sim import engine as E
+from simtest_helpers import one_array_run, small_chip
+base = small_chip(3, 2)
+arr = dataclasses.replace(base.core.array, block_scale="pe",
+                          macs_per_pe_per_cycle=DtypeTable(bf16=1.0, mxfp8=4.0))
+chip = dataclasses.replace(base, core=dataclasses.replace(base.core, array=arr))
+out, *_ = one_array_run(chip, 3, 8, 4, "os", 3, 8, 4, dtype="mxfp8")
+res = {{"engine": int(out[E.O_CYCLES])}}
+for dt in ("mx", "mxdot4"):
+    res[dt] = max(mx_earliest_plan(3, 2, [8, 8], dtype=dt).expected) + 1
+print(json.dumps(res))
+"""
+
+
+def test_engine_and_bench_time_an_mxfp8_block_alike():
+    """The engine (``block_scale = "pe"``, ``macs_per_pe_per_cycle.mxfp8 = 4``, no extra time)
+    and the bench's back-to-back plans for both block-scaled PEs (``BLOCK_SCALE_EXTRA_CYCLES``
+    added) give the same cycles for one OS GEMM block of two drain-limited folds (K = 8: 2
+    steps < R = 3): os_sequence_cycles(3, 2, [2, 2]). A latency stated in sim/timing.py that the
+    engine did not apply would fail here. (A fresh process without Numba's JIT, as
+    test_rtl_contract.py.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sim_tests = str(Path(__file__).resolve().parents[1] / "sim")
+    r = subprocess.run([sys.executable, "-c", _ENGINE.format(sim_tests=sim_tests)],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, NUMBA_DISABLE_JIT="1"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    want = timing.os_sequence_cycles(3, 2, [2, 2]) + timing.BLOCK_SCALE_EXTRA_CYCLES
+    assert res == {"engine": want, "mx": want, "mxdot4": want}
 
 
 @pytest.mark.parametrize("call, message", [
