@@ -13,6 +13,7 @@ datapath    lane  modes (MACs per PE per cycle)                       ``mode`` p
 ``dot4``    32    e4m3, e5m2, e4m3xe5m2, e5m2xe4m3 (4)                3 bits
 ``mx``      40    mxfp8_e4m3, mxfp8_e5m2, mxfp8_e4m3xe5m2,            3 bits (+ block-last
                   mxfp8_e5m2xe4m3 (4), E8M0 block scales               flag, OS only)
+``mxdot4``  40    the same MXFP8 modes (4), E8M0 block scales          3 bits (OS only)
 ==========  ====  ==================================================  ===========================
 
 A *lane* is one operand port element: ``a_data[i]``, ``b_data[j]``, ``w_data[j]``. In the

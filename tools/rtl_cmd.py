@@ -51,9 +51,9 @@ _DTYPE_HELP = ("PE datapath: int8, bf16, fp8 (E4M3/E5M2), multi (INT8/FP8 at 2 M
 
 @click.group("rtl")
 def rtl():
-    """The Amaranth INT8/FP8/BF16/multi-precision (sequential and fused)/FP8 dot4 systolic array:
-    Verilog, cocotb-on-Verilator bench, area; the block-scaled formats (MX, NVFP4) of the golden
-    numerics."""
+    """The Amaranth INT8/FP8/BF16/multi-precision (sequential and fused)/FP8 dot4/MXFP8
+    block-scaled (mx, mxdot4) systolic array: Verilog, cocotb-on-Verilator bench, area; the
+    block-scaled formats (MX, NVFP4) of the golden numerics."""
 
 
 @rtl.command("verilog")
