@@ -167,7 +167,9 @@ class Dot4Fp8(wiring.Component):
 
 class MxDot4Fp8(Dot4Fp8):
     """The block-scaled dot4 unit (the ``mxdot4`` datapath): :class:`Dot4Fp8` whose 40-bit lanes
-    carry, in bits 39:32, the E8M0 scale of the block the four elements belong to. The two
+    carry, in bits 39:32, the E8M0 scale of the block the four elements belong to, and whose
+    elements may also be MXFP6 (E3M2, E2M3) or MXFP4 (E2M1) codes in the low bits of their byte
+    (mode codes 0, 1, 2; the FP8 modes as :class:`Dot4Fp8`). The two
     scales add to every product's nominal exponent (``2^(sa + sb − 254)``: one 9-bit add shared
     by the four products, and an exponent add per product) before the alignment; a NaN scale
     (0xFF) makes the step NaN. Everything else is the dot4 rule: truncated alignment to the
@@ -176,6 +178,28 @@ class MxDot4Fp8(Dot4Fp8):
     state: every step carries its block's scales."""
 
     EXTRA_LANE_BITS = 8
+
+    #: (exponent bits, mantissa bits, bias) of the MXFP6/MXFP4 element of mode codes 0, 1, 2
+    #: (3 is reserved and decodes as code 2); both operands take the mode's format
+    SMALL = ((3, 2, 3), (2, 3, 1), (2, 1, 1))
+
+    def _operand(self, m: Module, x, e5m2, name: str):
+        """FP8 (``mode[2]`` set: :meth:`Dot4Fp8._operand`) or the mode's FP6/FP4 element (no
+        Inf or NaN), in the same form: sign, significand with its hidden bit at bit 3, the
+        exponent of its last bit."""
+        s8, sig8, exp8, nan8, inf8 = Dot4Fp8._operand(m, x, e5m2, name)
+        sign = Signal(name=f"{name}_sgn")
+        sig = Signal(4, name=f"{name}_sigm")
+        exp = Signal(range(-20, 16), name=f"{name}_expm")
+        with m.If(self.mode[2]):
+            m.d.comb += [sign.eq(s8), sig.eq(sig8), exp.eq(exp8)]
+        for code, (eb, mb, bias) in enumerate(self.SMALL):
+            e, f = x[mb:mb + eb], x[0:mb]
+            hidden = Mux(e == 0, 0, 1)
+            with m.Elif(self.mode[0:2] == code if code < 2 else self.mode[1]):
+                m.d.comb += [sign.eq(x[eb + mb]), sig.eq(Cat(f, hidden) << (3 - mb)),
+                             exp.eq(Mux(e == 0, 1, e) - bias - 3)]
+        return sign, sig, exp, nan8 & self.mode[2], inf8 & self.mode[2]
 
     def _scale(self, m: Module):
         s_a, s_b = self.a[8 * DOT_GROUP:], self.b[8 * DOT_GROUP:]

@@ -74,9 +74,10 @@ _NAN = 0x7FC00000
 
 def _fp8_operand(code: int, fmt: str):
     """('nan',), ('inf', sign) or ('num', sign, significand with hidden bit, unbiased exponent,
-    fraction bits) of an FP8 code; subnormals are ``0.f`` at ``emin``."""
+    fraction bits) of an FP8 (or FP6/FP4: the mxdot4 rule's MXFP6/MXFP4 modes) code; subnormals
+    are ``0.f`` at ``emin``."""
     f = FORMATS[fmt]
-    sign = (code >> 7) & 1
+    sign = (code >> (f.bits - 1)) & 1
     e = (code >> f.man_bits) & ((1 << f.exp_bits) - 1)
     m = code & ((1 << f.man_bits) - 1)
     top = e == (1 << f.exp_bits) - 1

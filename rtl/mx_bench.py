@@ -25,7 +25,8 @@ import numpy as np
 from ..sim import timing
 from .array import check_config
 from .bench import _new_plan, _operands, _os_earliest, _steps_with_bubbles, _Regimes, _expect
-from .datapath import MODE_CODES, MX_MODES, get_datapath
+from .datapath import MODE_CODES, MX_MODES, MXFP8_MODES, get_datapath
+from .minifloat import FORMATS
 from .dot_ref import mx_dot_matmul_bits
 from .formats import mx_matmul_bits
 from .plan import Plan, pack
@@ -131,6 +132,20 @@ def mx_os_plan(rows: int, cols: int, tiles, step_cycles, modes, *, block: int = 
     return plan
 
 
+def _elements(rng, mode: str, m: int, k: int, n: int, regime: str):
+    """Element codes A[m×k], B[k×n] of ``mode``: the FP8 regimes of :mod:`diptych.rtl.bench`
+    (MXFP8), or every code of the MXFP6/MXFP4 format with a quarter of them ±0."""
+    if mode in MXFP8_MODES:
+        return _operands(rng, _fp8_mode(mode), m, k, n, regime)
+    out = []
+    for fmt, shape in zip(MX_MODES[mode], ((m, k), (k, n))):
+        bits = FORMATS[fmt].bits
+        codes = rng.integers(0, 1 << bits, shape)
+        zero = rng.random(shape) < 0.25
+        out.append(np.where(zero, codes & (1 << (bits - 1)), codes).astype(np.uint8))
+    return out[0], out[1]
+
+
 def _scales(rng, regime: str, shape, nan_p: float = 0.02) -> np.ndarray:
     lo, hi = SCALE_REGIMES[regime]
     s = rng.integers(lo, hi + 1, shape)
@@ -165,7 +180,7 @@ def make_mx_plan(rows: int, cols: int, *, seed: int = 1, tiles: int = 8, start: 
                                 int(rng.integers(1, 3 * R + 2))]))
         steps = max(2 * R + 3, nbs + 2) if t == 1 else steps
         k = max(1, steps * _GROUP - int(rng.integers(0, _GROUP)))
-        regime = regimes(_fp8_mode(mode))
+        regime = regimes(_fp8_mode(mode)) if mode in MXFP8_MODES else "uniform"
         if regime in ("cancel", "sticky"):
             k = max(k, 4 * int(rng.integers(1, 3)))
         steps = timing.os_steps(k, _GROUP)
@@ -175,7 +190,7 @@ def make_mx_plan(rows: int, cols: int, *, seed: int = 1, tiles: int = 8, start: 
             cycles, bub = _steps_with_bubbles(rng, [c + slack for c in cycles],
                                               0.5 if t == 1 else 0.25)
             bubbles += bub
-        a, b = _operands(rng, _fp8_mode(mode), R, k, cols, regime)
+        a, b = _elements(rng, mode, R, k, cols, regime)
         nb = -(-k // block)
         sreg = scale_regs[t % len(scale_regs)]
         data.append((a, _scales(rng, sreg, (R, nb)), b, _scales(rng, sreg, (nb, cols))))
@@ -201,7 +216,7 @@ def mx_earliest_plan(rows: int, cols: int, sizes, mode: str = "mxfp8_e4m3", *, s
     cycles = timing.os_schedule(rows, cols, [timing.os_steps(k, _GROUP) for k in sizes])
     data = []
     for k in sizes:
-        a, b = _operands(rng, _fp8_mode(mode), rows, k, cols, "moderate")
+        a, b = _elements(rng, mode, rows, k, cols, "moderate")
         nb = -(-k // block)
         data.append((a, _scales(rng, "near", (rows, nb), nan_p=0), b,
                      _scales(rng, "near", (nb, cols), nan_p=0)))
@@ -258,7 +273,7 @@ def directed_cases(seed: int = 7) -> list[tuple]:
     sticky bits at the 24th bit, cancellation to zero, NaN and Inf elements and scales."""
     rng = np.random.default_rng(seed)
     cases = []
-    modes = list(MX_MODES)
+    modes = list(MXFP8_MODES)
     for t in range(24):
         mode = modes[t % 4]
         fa, fb = MX_MODES[mode]
@@ -301,6 +316,15 @@ def directed_cases(seed: int = 7) -> list[tuple]:
               ("mxfp8_e4m3xe5m2", 0, [0x38, 0x7F], [e5_one, e5_one], 127, 127),  # E4M3 NaN
               ("mxfp8_e5m2xe4m3", 0x7F800000, [0x3C], [0x38], 127, 127),        # acc Inf
               ("mxfp8_e4m3", 0x00000001, [0x38], [0x38], 127, 127)]              # DAZ acc
+    # MXFP6 and MXFP4 (the mxdot4 PE): dots scaled to the bottom, the top and 1 of FP32
+    small = np.random.default_rng(seed + 1)
+    for t, mode in enumerate(m for m in MX_MODES if m not in MXFP8_MODES for _ in range(3)):
+        fa, fb = MX_MODES[mode]
+        a, b = _finite(small, fa, 8, -2, 2), _finite(small, fb, 8, -2, 2)
+        lead = lead_exponent(mode, a, b)
+        if lead is not None:
+            sa, sb = _scales_for(small, lead, (-127, 127, 0)[t % 3])
+            cases.append((mode, 0, a, b, sa, sb))
     return cases
 
 
@@ -309,7 +333,7 @@ def random_cases(seed: int, n: int) -> list[tuple]:
     element codes (with NaN/Inf/subnormals), scales around 127 and at the extremes."""
     rng = np.random.default_rng(seed)
     cases = []
-    modes = list(MX_MODES)
+    modes = list(MXFP8_MODES)
     for t in range(n):
         mode = modes[t % 4]
         fa, fb = MX_MODES[mode]

@@ -62,8 +62,10 @@ def test_verilog_bad_input(args, message, tmp_path):
      "'e4m3' is not a mode of the int8 datapath (its modes: int8"),
     (["--dtype", "multi", "--mode", "mxfp4"],
      "'mxfp4' is not a block-scaled format of the multi datapath"),
-    (["--dtype", "multi", "--mode", "nvfp4"], "the block-scaled PE is the mx datapath, modes "
+    (["--dtype", "multi", "--mode", "nvfp4"], "the block-scaled PEs are the mx datapath, modes "
                                               "mxfp8_e4m3, mxfp8_e5m2"),
+    (["--dtype", "mxdot4", "--mode", "nvfp4"], "'nvfp4' is not a block-scaled format of the "
+                                               "mxdot4 datapath"),
     (["--dtype", "mx", "--mode", "e4m3"], "'e4m3' is not a mode of the mx datapath"),
     (["--dtype", "mx", "--mode", "mxfp4"], "'mxfp4' is not a block-scaled format of the mx"),
     (["--dtype", "mx", "--mode", "nvfp4"], "'nvfp4' is not a block-scaled format of the mx"),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import rtl_dot_bench as bench
 import rtl_fraction_ref as oracle
-from diptych.rtl.datapath import MODE_CODES
+from diptych.rtl.datapath import MODE_CODES, MX_MODES, MXFP8_MODES
 from diptych.rtl.dot import Dot4Fp8
 from diptych.rtl.pe import Dot4OsPe, Dot4WsPe
 from diptych.rtl.numerics_ref import mode_formats
@@ -65,7 +65,7 @@ def _exact_terms(mode, a, b, acc, scale_exp=0):
     Independent of golden_dot: values from the Fraction oracle's decoders; a product's nominal
     exponent is the sum of its operands' exponents, a subnormal operand counted at ``emin``;
     products times ``2^scale_exp`` (the mxdot4 rule's block scales)."""
-    fa, fb = mode_formats(mode)
+    fa, fb = MX_MODES[mode] if mode in MX_MODES else mode_formats(mode)
     acc_d = oracle.decode32(acc)
     if acc_d[0] != "num":
         return None
@@ -140,6 +140,15 @@ def test_mxdot4_golden_within_the_bound_of_the_exact_scaled_sum():
     for mode, a, b, acc in bench.cases(seed=8, n=200):
         sa, sb = (int(x) for x in rng.integers(107, 148, 2))
         got = dot4_bits(acc, a, b, *mode_formats(mode), scales=(sa, sb))
+        v = bound_violation(mode, a, b, acc, got, scale_exp=sa + sb - 254)
+        bad += [v] if v else []
+    for t in range(150):                  # MXFP6 and MXFP4: every code of the format
+        mode = [m for m in MX_MODES if m not in MXFP8_MODES][t % 3]
+        bits = 1 + oracle.MINIFLOATS[MX_MODES[mode][0]][0] + oracle.MINIFLOATS[MX_MODES[mode][0]][1]
+        a, b = (list(map(int, rng.integers(0, 1 << bits, 4))) for _ in range(2))
+        acc = int(rng.choice([0, bench.f32(float(rng.normal())), bench.f32(1e-6)]))
+        sa, sb = (int(x) for x in rng.integers(107, 148, 2))
+        got = dot4_bits(acc, a, b, *MX_MODES[mode], scales=(sa, sb))
         v = bound_violation(mode, a, b, acc, got, scale_exp=sa + sb - 254)
         bad += [v] if v else []
     assert not bad, bad[:5]
