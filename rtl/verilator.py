@@ -354,7 +354,8 @@ def run_bench(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
 
     Runs one random plan per seed (``seeds``, default ``[seed]``) with ``tiles`` tiles in the
     given ``modes`` (default: all of the datapath's), then the ``directed`` plans (e.g.
-    ``["special", "os_wrap"]``).
+    ``["special", "os_wrap"]``); ``block``: the K-block of a block-scaled datapath's scales
+    (default 32; ValueError for other datapaths).
     ``work_dir`` (default: a fresh temporary directory, removed afterwards
     unless ``waves`` or a failure) holds the Verilog, the build, the logs and the results.
     Raises VerilatorMissing if Verilator or cocotb is not installed and RuntimeError if the
