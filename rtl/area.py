@@ -138,7 +138,9 @@ def pe_blocks(dtype: str) -> dict:
     """The blocks of one PE of ``dtype``: multiplier and adder (single-precision datapaths; the
     fused datapath's two product lanes and its three-operand adder; the dot4 datapath has its
     dot-product unit only), MAC (:func:`~diptych.rtl.pe.make_mac`), OS PE and WS PE: the very
-    ``OsPe``/``WsPe`` the array is built of."""
+    ``OsPe``/``WsPe`` the array is built of. The block-scaled ``mx`` datapath: its step unit
+    (:class:`~diptych.rtl.mx.MxDot`, as ``mac``) and its OS PE (:class:`~diptych.rtl.mx.MxOsPe`;
+    it has no WS PE); ``mxdot4``: its unit and OS PE (the bench drives it OS only)."""
     get_datapath(dtype)
     blocks = {}
     if dtype in _UNITS:
@@ -147,6 +149,11 @@ def pe_blocks(dtype: str) -> dict:
     elif dtype == "fused":
         blocks = {"lane0": ProductLane(bf16=True), "lane1": ProductLane(bf16=False),
                   "adder": Fp32Add3()}
+    if get_datapath(dtype).block_port:            # the mx PE: output stationary only
+        from .mx import MxDot, MxOsPe
+        return {"mac": MxDot(), "pe_os": MxOsPe()}
+    if get_datapath(dtype).block_scaled:          # mxdot4: OS in the bench, its OS PE only
+        return {"mac": make_mac(dtype), "pe_os": OsPe(dtype)}
     return {**blocks, "mac": make_mac(dtype), "pe_os": OsPe(dtype), "pe_ws": WsPe(dtype)}
 
 

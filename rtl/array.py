@@ -1,7 +1,11 @@
 """``SystolicArray(rows, cols, dtype, dataflow)``: an R×C MAC array with unskewed interfaces.
 
 ``dtype`` is the PE datapath (:mod:`diptych.rtl.datapath`): ``int8``, ``bf16``, ``fp8``,
-``multi``, ``fused`` or ``dot4``. Datapaths with several modes have a ``mode`` input (3 bits)
+``multi``, ``fused``, ``dot4`` or ``mx`` (the block-scaled PE, :mod:`diptych.rtl.mx`: OS only;
+40-bit lanes of four FP8 elements and the block's E8M0 scale in bits 39:32, and one more input,
+``in_block_last``, presented with ``in_valid``: the step closes a K-block, whose dot the PEs
+scale by the scales in that step's lanes and add to their accumulators; ``in_last`` closes one
+too). Datapaths with several modes have a ``mode`` input (3 bits)
 presented with ``in_valid`` and carried with the row through the array, so each step (OS) or row
 (WS) is computed in the mode it was presented with. Lanes of ``a_data``/``b_data``/``w_data``
 are the datapath's lane width (8, 16 or 32 bits); in the ``multi`` and ``fused`` datapaths an
@@ -67,6 +71,11 @@ def check_config(rows, cols, dtype, dataflow) -> None:
     operand_bits(dtype)
     if dataflow not in DATAFLOWS:
         raise ValueError(f"dataflow must be one of {', '.join(DATAFLOWS)}, not {dataflow!r}")
+    if get_datapath(dtype).block_scaled and dataflow != "os":
+        why = ("each block's exact sum stays in its PE" if get_datapath(dtype).block_port
+               else "the bench has no WS plans with block scales")
+        raise ValueError(f"the {dtype} datapath is output-stationary only ({why}), not "
+                         f"dataflow {dataflow!r}")
 
 
 def _delay(m: Module, sig, n: int, name: str):
@@ -97,6 +106,8 @@ class SystolicArray(wiring.Component):
         }
         if get_datapath(dtype).has_mode_port:
             sig["mode"] = In(MODE_BITS)
+        if get_datapath(dtype).block_port:
+            sig["in_block_last"] = In(1)
         if dataflow == "os":
             sig.update({
                 "in_last": In(1),
@@ -122,6 +133,8 @@ class SystolicArray(wiring.Component):
                  (flag, getattr(self, f"in_{flag}"), flag)]
         if hasattr(self, "mode"):
             ports.append(("mode", self.mode, "mode"))
+        if hasattr(self, "in_block_last"):
+            ports.append(("block_last", self.in_block_last, "block_last"))
         for i in range(self.rows):
             for port, src, name in ports:
                 sig = src[i] if port == "a" else src
@@ -133,7 +146,11 @@ class SystolicArray(wiring.Component):
     def _elaborate_os(self):
         m = Module()
         R, C = self.rows, self.cols
-        pe = [[OsPe(self.dtype) for _ in range(C)] for _ in range(R)]
+        if get_datapath(self.dtype).block_port:
+            from .mx import MxOsPe
+            pe = [[MxOsPe() for _ in range(C)] for _ in range(R)]
+        else:
+            pe = [[OsPe(self.dtype) for _ in range(C)] for _ in range(R)]
         for i in range(R):
             for j in range(C):
                 m.submodules[f"pe_{i}_{j}"] = pe[i][j]

@@ -357,7 +357,8 @@ def _mode_of(dtype: str, mode: str | None) -> str:
 
 def _new_plan(rows: int, cols: int, dtype: str, dataflow: str, **kw) -> Plan:
     dp = get_datapath(dtype)
-    return Plan(rows, cols, dtype, dataflow, dp.lane_bits, dp.has_mode_port, **kw)
+    return Plan(rows, cols, dtype, dataflow, dp.lane_bits, dp.has_mode_port,
+                block_port=dp.block_port, **kw)
 
 
 def _expect(plan: Plan, t: int, cycle: int, row, words) -> None:
@@ -539,7 +540,8 @@ def make_plan(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
     """A random but reproducible plan of ``tiles`` tiles (see the module docstring).
 
     ``modes`` restricts the tiles' modes (default: every mode of the datapath, in turn and at
-    random); ``bubble_data`` is ``"random"`` (default) or ``"zero"``.
+    random); ``bubble_data`` is ``"random"`` (default) or ``"zero"``. The block-scaled ``mx``
+    datapath's plans are :func:`diptych.rtl.mx_bench.make_mx_plan`'s (blocks of 32).
     """
     check_config(rows, cols, dtype, dataflow)
     if isinstance(tiles, bool) or not isinstance(tiles, int) or tiles < 1:
@@ -547,6 +549,10 @@ def make_plan(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
     if bubble_data not in ("random", "zero"):
         raise ValueError(f"bubble_data must be 'random' or 'zero', not {bubble_data!r}")
     dp = get_datapath(dtype)
+    if dp.block_scaled:                      # the mx PE's lanes carry scales: its own plans
+        from .mx_bench import make_mx_plan
+        return make_mx_plan(rows, cols, seed=seed, tiles=tiles, start=start, modes=modes,
+                            bubble_data=bubble_data, dtype=dtype)
     modes = tuple(dp.modes if modes is None else modes)
     for mo in modes:
         dp.macs_per_cycle(mo)

@@ -10,6 +10,10 @@ datapath    lane  modes (MACs per PE per cycle)                       ``mode`` p
 ``fp8``     8     e4m3, e5m2, e4m3xe5m2, e5m2xe4m3 (1)                3 bits
 ``multi``   16    int8 (2), e4m3/e5m2/mixed FP8 (2), bf16 (1)         3 bits
 ``fused``   16    int8 (2), e4m3/e5m2/mixed FP8 (2), bf16 (1)         3 bits
+``dot4``    32    e4m3, e5m2, e4m3xe5m2, e5m2xe4m3 (4)                3 bits
+``mx``      40    mxfp8_e4m3, mxfp8_e5m2, mxfp8_e4m3xe5m2,            3 bits (+ block-last
+                  mxfp8_e5m2xe4m3 (4), E8M0 block scales               flag, OS only)
+``mxdot4``  40    the MXFP8 modes, mxfp6_e3m2, mxfp6_e2m3, mxfp4 (4)   3 bits (OS only)
 ==========  ====  ==================================================  ===========================
 
 A *lane* is one operand port element: ``a_data[i]``, ``b_data[j]``, ``w_data[j]``. In the
@@ -36,6 +40,24 @@ alignment to the largest exponent, one rounding toward zero, :mod:`diptych.rtl.d
 tile of depth K takes ``ceil(K / 4)`` steps and a WS PE holds four weights of its column, the
 simulator's ``macs_per_pe_per_cycle = 4``.
 
+The ``mx`` datapath (:mod:`diptych.rtl.mx`, the block-scaled PE) takes MXFP8 (OCP MX v1.0):
+a 40-bit lane holds four K-consecutive FP8 elements (as ``dot4``) and, in bits 39:32, the E8M0
+scale of the block they belong to. Each block's products are summed exactly in the PE and the
+block's dot, scaled and rounded once, is added to the FP32 accumulator in the step that closes
+the block (the ``"mx"`` rule of :func:`diptych.rtl.formats.block_matmul_bits`), which the
+array's ``in_block_last`` flag marks (the tile's last step closes one too). Its modes name the
+MXFP8 element pair (``mxfp8_e4m3xe5m2``: A E4M3, B E5M2) with the FP8 mode codes. It is
+output-stationary only: the exact block sum lives in the PE (a WS column would have to pass the
+wide block sum from PE to PE).
+
+The ``mxdot4`` datapath (:class:`diptych.rtl.dot.MxDot4Fp8`) has the same lanes and modes but no
+block state: it is the ``dot4`` unit with the two scales of the step's block added to every
+product's exponent, and it also takes MXFP6 (E3M2, E2M3) and MXFP4 (E2M1) elements at the same
+rate (mode codes 0, 1, 2; 3 is reserved), as Blackwell's ``kind::mxf8f6f4`` MMA does (the ``"mxdot4"`` rule, :func:`diptych.rtl.dot_ref.mx_dot_matmul_bits`:
+truncated alignment, one rounding toward zero per step), so every step's lanes carry their
+block's scales and no flag marks a block's end. Its PE is the ordinary OS PE; the bench drives
+it output-stationary.
+
 Mode codes on the ``mode`` port (3 bits): int8 0, bf16 1, and for FP8 ``0b1ab`` with ``a`` = A
 is E5M2 and ``b`` = B is E5M2 (e4m3 4, e4m3xe5m2 5, e5m2xe4m3 6, e5m2 7). In the array the
 mode travels with ``in_valid`` (east along each row, one register per PE), so tiles of
@@ -49,10 +71,20 @@ from dataclasses import dataclass
 
 from .numerics_ref import MODES, RULES
 
-__all__ = ["Datapath", "DATAPATHS", "MODE_CODES", "MODE_BITS", "get_datapath"]
+__all__ = ["Datapath", "DATAPATHS", "MODE_CODES", "MODE_BITS", "MX_MODES", "MXFP8_MODES",
+           "get_datapath"]
 
 #: Values of the ``mode`` port.
-MODE_CODES = {"int8": 0, "bf16": 1, "e4m3": 4, "e4m3xe5m2": 5, "e5m2xe4m3": 6, "e5m2": 7}
+MODE_CODES = {"int8": 0, "bf16": 1, "e4m3": 4, "e4m3xe5m2": 5, "e5m2xe4m3": 6, "e5m2": 7,
+              "mxfp8_e4m3": 4, "mxfp8_e4m3xe5m2": 5, "mxfp8_e5m2xe4m3": 6, "mxfp8_e5m2": 7,
+              "mxfp6_e3m2": 0, "mxfp6_e2m3": 1, "mxfp4": 2}
+#: The block-scaled modes: (A element format, B element format). MXFP8 (both block-scaled
+#: datapaths) and MXFP6/MXFP4 (the ``mxdot4`` datapath; an element in the low bits of its byte).
+MX_MODES = {"mxfp8_e4m3": ("e4m3", "e4m3"), "mxfp8_e5m2": ("e5m2", "e5m2"),
+            "mxfp8_e4m3xe5m2": ("e4m3", "e5m2"), "mxfp8_e5m2xe4m3": ("e5m2", "e4m3"),
+            "mxfp6_e3m2": ("e3m2", "e3m2"), "mxfp6_e2m3": ("e2m3", "e2m3"),
+            "mxfp4": ("e2m1", "e2m1")}
+MXFP8_MODES = tuple(m for m in MX_MODES if m.startswith("mxfp8"))
 MODE_BITS = 3
 
 
@@ -71,6 +103,17 @@ class Datapath:
         return tuple(m for m, _ in self.rates)
 
     @property
+    def block_scaled(self) -> bool:
+        """Whether the lanes carry block scales (the ``mx`` and ``mxdot4`` datapaths)."""
+        return self.rule in ("mx", "mxdot4")
+
+    @property
+    def block_port(self) -> bool:
+        """Whether the array has an ``in_block_last`` input (the ``mx`` datapath: its PE
+        keeps each block's exact sum and closes it when told)."""
+        return self.rule == "mx"
+
+    @property
     def has_mode_port(self) -> bool:
         return len(self.rates) > 1
 
@@ -80,8 +123,9 @@ class Datapath:
         if mode not in rates:
             kind = "a block-scaled format" if mode.startswith(("mx", "nvfp")) else "a mode"
             raise ValueError(f"{mode!r} is not {kind} of the {self.name} datapath (its modes: "
-                             f"{', '.join(self.modes)}; block-scaled MX/NVFP4 formats exist in "
-                             f"the golden numerics only, diptych.rtl.formats)")
+                             f"{', '.join(self.modes)}; the block-scaled PEs are the mx "
+                             f"datapath, modes {', '.join(MXFP8_MODES)}, and mxdot4, those and "
+                             f"mxfp6_e3m2, mxfp6_e2m3, mxfp4)")
         return rates[mode]
 
     def element_bits(self, mode: str) -> int:
@@ -99,8 +143,10 @@ DATAPATHS: dict[str, Datapath] = {d.name: d for d in (
     Datapath("fused", 16, (("int8", 2),) + tuple((m, 2) for m in _FP8_MODES) + (("bf16", 1),),
              rule="pair"),
     Datapath("dot4", 32, tuple((m, 4) for m in _FP8_MODES), rule="dot4"),
+    Datapath("mx", 40, tuple((m, 4) for m in MXFP8_MODES), rule="mx"),
+    Datapath("mxdot4", 40, tuple((m, 4) for m in MX_MODES), rule="mxdot4"),
 )}
-assert all(m in MODES for d in DATAPATHS.values() for m in d.modes)
+assert all(m in MODES or m in MX_MODES for d in DATAPATHS.values() for m in d.modes)
 assert all(d.rule in RULES for d in DATAPATHS.values())
 
 

@@ -35,7 +35,7 @@ from .fp import CANONICAL_NAN, Fp8Multiplier
 from .fused import normalise_signed
 from .dot_ref import DOT_FRAC_BITS, DOT_GROUP, FP32_MAX_BITS
 
-__all__ = ["Dot4Fp8"]
+__all__ = ["Dot4Fp8", "MxDot4Fp8"]
 
 # the datapath's lanes and rates are this unit's group (datapath.py states them without Amaranth)
 assert get_datapath("dot4").lane_bits == 8 * DOT_GROUP
@@ -57,11 +57,13 @@ class Dot4Fp8(wiring.Component):
     ``a``/``b`` hold four FP8 elements each (element ``i`` in bits ``8i + 7 … 8i``), ``acc`` and
     ``result`` are FP32 bits, ``mode[1]``/``mode[0]``: A/B is E5M2 (else E4M3)."""
 
-    a: In(8 * DOT_GROUP)
-    b: In(8 * DOT_GROUP)
-    acc: In(32)
-    mode: In(MODE_BITS)
-    result: Out(32)
+    #: bits of a lane beyond its four FP8 elements (the block-scaled subclass: its E8M0 scale)
+    EXTRA_LANE_BITS = 0
+
+    def __init__(self):
+        lane = 8 * DOT_GROUP + self.EXTRA_LANE_BITS
+        super().__init__({"a": In(lane), "b": In(lane), "acc": In(32), "mode": In(MODE_BITS),
+                          "result": Out(32)})
 
     #: fraction bits kept below the largest term's leading bit (the golden's ``frac_bits``; a
     #: subclass may narrow it, e.g. to the H800's ≈ 13)
@@ -87,6 +89,9 @@ class Dot4Fp8(wiring.Component):
         terms.append((asg, _place(Mux(a_zero, 0, Cat(af, Const(1, 1))), 23, F), x_acc, a_zero))
 
         nans, pos_infs, neg_infs = [acc_nan], [acc_inf & ~asg], [acc_inf & asg]
+        scale = self._scale(m)                    # (exponent offset, NaN) or None
+        if scale is not None:
+            nans.append(scale[1])
         for i in range(DOT_GROUP):
             sa, ma, ea, a_nan, a_inf = self._operand(m, self.a[8 * i:8 * i + 8], self.mode[1],
                                                      f"a{i}")
@@ -96,7 +101,8 @@ class Dot4Fp8(wiring.Component):
             sign = sa ^ sb
             prod = Signal(8, name=f"prod{i}")
             x = Signal.like(xs, name=f"x_p{i}")
-            m.d.comb += [prod.eq(ma * mb), x.eq(Mux(zero, _ZERO_X, ea + eb + 6))]
+            nominal = ea + eb + 6 if scale is None else ea + eb + 6 + scale[0]
+            m.d.comb += [prod.eq(ma * mb), x.eq(Mux(zero, _ZERO_X, nominal))]
             inf = (a_inf | b_inf) & ~zero
             nans.append(a_nan | b_nan | ((a_inf | b_inf) & zero))
             pos_infs.append(inf & ~sign)
@@ -143,6 +149,11 @@ class Dot4Fp8(wiring.Component):
             m.d.comb += self.result.eq(Cat(norm[M - 24:M - 1], e_fin[0:8], neg))
         return m
 
+    def _scale(self, m: Module):
+        """(exponent offset of every product, NaN flag) of the lanes' block scales, or None:
+        none here; the block-scaled unit (:class:`MxDot4Fp8`) adds its E8M0 scales."""
+        return None
+
     @staticmethod
     def _operand(m: Module, x, e5m2, name: str):
         """(sign, significand with the hidden bit at bit 3, exponent E of its value M·2^E, nan,
@@ -152,3 +163,46 @@ class Dot4Fp8(wiring.Component):
         exp4 = Signal(range(-20, 16), name=f"{name}_exp4")
         m.d.comb += [sig4.eq(Mux(e5m2, sig << 1, sig)), exp4.eq(Mux(e5m2, exp - 1, exp))]
         return s, sig4, exp4, nan, inf
+
+
+class MxDot4Fp8(Dot4Fp8):
+    """The block-scaled dot4 unit (the ``mxdot4`` datapath): :class:`Dot4Fp8` whose 40-bit lanes
+    carry, in bits 39:32, the E8M0 scale of the block the four elements belong to, and whose
+    elements may also be MXFP6 (E3M2, E2M3) or MXFP4 (E2M1) codes in the low bits of their byte
+    (mode codes 0, 1, 2; the FP8 modes as :class:`Dot4Fp8`). The two
+    scales add to every product's nominal exponent (``2^(sa + sb − 254)``: one 9-bit add shared
+    by the four products, and an exponent add per product) before the alignment; a NaN scale
+    (0xFF) makes the step NaN. Everything else is the dot4 rule: truncated alignment to the
+    largest exponent, one rounding toward zero (golden :func:`diptych.rtl.dot_ref.dot4_bits`
+    with ``scales``, :func:`~diptych.rtl.dot_ref.mx_dot_matmul_bits`). The PE needs no block
+    state: every step carries its block's scales."""
+
+    EXTRA_LANE_BITS = 8
+
+    #: (exponent bits, mantissa bits, bias) of the MXFP6/MXFP4 element of mode codes 0, 1, 2
+    #: (3 is reserved and decodes as code 2); both operands take the mode's format
+    SMALL = ((3, 2, 3), (2, 3, 1), (2, 1, 1))
+
+    def _operand(self, m: Module, x, e5m2, name: str):
+        """FP8 (``mode[2]`` set: :meth:`Dot4Fp8._operand`) or the mode's FP6/FP4 element (no
+        Inf or NaN), in the same form: sign, significand with its hidden bit at bit 3, the
+        exponent of its last bit."""
+        s8, sig8, exp8, nan8, inf8 = Dot4Fp8._operand(m, x, e5m2, name)
+        sign = Signal(name=f"{name}_sgn")
+        sig = Signal(4, name=f"{name}_sigm")
+        exp = Signal(range(-20, 16), name=f"{name}_expm")
+        with m.If(self.mode[2]):
+            m.d.comb += [sign.eq(s8), sig.eq(sig8), exp.eq(exp8)]
+        for code, (eb, mb, bias) in enumerate(self.SMALL):
+            e, f = x[mb:mb + eb], x[0:mb]
+            hidden = Mux(e == 0, 0, 1)
+            with m.Elif(self.mode[0:2] == code if code < 2 else self.mode[1]):
+                m.d.comb += [sign.eq(x[eb + mb]), sig.eq(Cat(f, hidden) << (3 - mb)),
+                             exp.eq(Mux(e == 0, 1, e) - bias - 3)]
+        return sign, sig, exp, nan8 & self.mode[2], inf8 & self.mode[2]
+
+    def _scale(self, m: Module):
+        s_a, s_b = self.a[8 * DOT_GROUP:], self.b[8 * DOT_GROUP:]
+        offset = Signal(range(-300, 300), name="scale_exp")
+        m.d.comb += offset.eq(s_a + s_b - 254)
+        return offset, (s_a == 0xFF) | (s_b == 0xFF)

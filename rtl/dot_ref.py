@@ -33,6 +33,15 @@ The rule (one step: ``acc ← dot4(acc, a[0:4], b[0:4])``)
        ±``0x7F7FFFFF`` (round toward zero never reaches Inf), a result below ``2^-126`` flushes to
        zero of the sum's sign, an exact zero is +0 unless every term is −0 (then −0).
 
+The **mxdot4** rule (the block-scaled ``mxdot4`` PE, :class:`diptych.rtl.dot.MxDot4Fp8`) is the
+same step on MXFP8 operands: each product is first multiplied by its block's two E8M0 scales,
+``2^(sa + sb − 254)`` (OCP MX v1.0 §6.1's ``X_A · X_B``), which only raises its nominal exponent
+in step 2, so the accumulator and the scaled products are aligned, truncated and rounded as
+above; a NaN scale (0xFF) makes the step NaN (:func:`dot4_bits` with ``scales``,
+:func:`mx_dot_matmul_bits`). It is not the exact per-block sum of
+:func:`diptych.rtl.formats.block_matmul_bits` (the ``mx`` PE's rule): a block's products are
+truncated at each step's alignment and each step rounds toward zero, as FP8 is above.
+
 Error bound (what `tests/rtl/test_rtl_dot.py` checks the rule against, with the exact sum).
 Let ``E`` be the exact sum of the terms and ``S`` the fixed-point sum of step 4. A term whose
 ``x`` is ``emax`` loses nothing (``F ≥ 23`` keeps the accumulator's 24 bits and ``F ≥ 7`` a
@@ -52,7 +61,7 @@ import numpy as np
 from .minifloat import FORMATS
 
 __all__ = ["DOT_GROUP", "DOT_FRAC_BITS", "FP32_MAX_BITS", "dot4_bits", "dot_matmul_bits",
-           "rz_fp32_bits", "fp8_terms"]
+           "rz_fp32_bits", "fp8_terms", "mx_dot_matmul_bits"]
 
 #: Products added per step (per cycle of the PE).
 DOT_GROUP = 4
@@ -65,9 +74,10 @@ _NAN = 0x7FC00000
 
 def _fp8_operand(code: int, fmt: str):
     """('nan',), ('inf', sign) or ('num', sign, significand with hidden bit, unbiased exponent,
-    fraction bits) of an FP8 code; subnormals are ``0.f`` at ``emin``."""
+    fraction bits) of an FP8 (or FP6/FP4: the mxdot4 rule's MXFP6/MXFP4 modes) code; subnormals
+    are ``0.f`` at ``emin``."""
     f = FORMATS[fmt]
-    sign = (code >> 7) & 1
+    sign = (code >> (f.bits - 1)) & 1
     e = (code >> f.man_bits) & ((1 << f.exp_bits) - 1)
     m = code & ((1 << f.man_bits) - 1)
     top = e == (1 << f.exp_bits) - 1
@@ -80,9 +90,10 @@ def _fp8_operand(code: int, fmt: str):
     return ("num", sign, m | (1 << f.man_bits), e - f.bias, f.man_bits)
 
 
-def fp8_terms(acc: int, a_codes, b_codes, fmt_a: str, fmt_b: str):
+def fp8_terms(acc: int, a_codes, b_codes, fmt_a: str, fmt_b: str, scale_exp: int = 0):
     """Step 1 and 2 of the rule: ``('special', bits)`` or ``('terms', [(sign, n, x, q)…])`` with
-    each term's value ``(−1)^sign · n · 2^q`` and nominal exponent ``x`` (``n = 0``: a zero)."""
+    each term's value ``(−1)^sign · n · 2^q`` and nominal exponent ``x`` (``n = 0``: a zero);
+    every product is scaled by ``2^scale_exp`` (the block scales of the mxdot4 rule)."""
     ea = (acc >> 23) & 0xFF
     fa = acc & 0x7FFFFF
     sa = acc >> 31
@@ -102,7 +113,8 @@ def fp8_terms(acc: int, a_codes, b_codes, fmt_a: str, fmt_b: str):
                 infs.add((x[1] ^ y[1]))
             continue
         n = x[2] * y[2]
-        terms.append((x[1] ^ y[1], n, x[3] + y[3], x[3] + y[3] - x[4] - y[4]))
+        x_p = x[3] + y[3] + scale_exp
+        terms.append((x[1] ^ y[1], n, x_p, x_p - x[4] - y[4]))
     if nan or len(infs) == 2:
         return "special", _NAN
     if infs:
@@ -126,10 +138,19 @@ def rz_fp32_bits(sign: int, n: int, q: int) -> int:
 
 
 def dot4_bits(acc: int, a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
-              frac_bits: int = DOT_FRAC_BITS) -> int:
+              frac_bits: int = DOT_FRAC_BITS, scales: tuple[int, int] | None = None) -> int:
     """One step of the dot4 rule (module docstring): ``acc`` FP32 bits, ``a_codes``/``b_codes``
-    the group's FP8 codes (any number; the PE takes :data:`DOT_GROUP`), ``frac_bits`` = ``F``."""
-    kind, val = fp8_terms(int(acc), a_codes, b_codes, fmt_a, fmt_b)
+    the group's FP8 codes (any number; the PE takes :data:`DOT_GROUP`), ``frac_bits`` = ``F``.
+    ``scales``: the E8M0 block-scale codes ``(sa, sb)`` of the **mxdot4** rule (every product
+    times ``2^(sa + sb − 254)`` before step 3, i.e. its nominal exponent raised by that much;
+    a NaN scale, 0xFF, makes the step NaN); None: the plain dot4 rule."""
+    scale_exp = 0
+    if scales is not None:
+        sa, sb = (int(x) for x in scales)
+        if 0xFF in (sa, sb):
+            return _NAN
+        scale_exp = sa + sb - 254
+    kind, val = fp8_terms(int(acc), a_codes, b_codes, fmt_a, fmt_b, scale_exp)
     if kind == "special":
         return val
     nonzero = [t for t in val if t[1]]
@@ -146,14 +167,8 @@ def dot4_bits(acc: int, a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m
     return rz_fp32_bits(int(total < 0), abs(total), lsb)
 
 
-def dot_matmul_bits(a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
-                    init_bits=None, frac_bits: int = DOT_FRAC_BITS) -> np.ndarray:
-    """``C = init + A·B`` for FP8 A[M, K], B[K, N] by the dot4 rule: step ``s`` adds the products
-    ``k = 4s … 4s + 3`` (a short last group is padded with +0 products), ``s`` ascending, from +0
-    or ``init_bits``. Returns ``uint32[M, N]``."""
-    a, b = np.asarray(a_codes), np.asarray(b_codes)
-    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"A[M,K]·B[K,N] needs matching K, got shapes {a.shape} and {b.shape}")
+def _matmul(a, b, fmt_a, fmt_b, init_bits, frac_bits, scales=None) -> np.ndarray:
+    """The dot4 steps of ``init + A·B`` (``scales(i, j, s)``: the step's block scales, or None)."""
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     pad = -k % DOT_GROUP                      # +0 × +0 products: what the PE's lanes see
     a, b = np.pad(a, ((0, 0), (0, pad))), np.pad(b, ((0, pad), (0, 0)))
@@ -164,6 +179,44 @@ def dot_matmul_bits(a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
             acc = int(out[i, j])
             for s in range(0, k, DOT_GROUP):
                 acc = dot4_bits(acc, a[i, s:s + DOT_GROUP], b[s:s + DOT_GROUP, j], fmt_a, fmt_b,
-                                frac_bits)
+                                frac_bits, None if scales is None else scales(i, j, s))
             out[i, j] = acc
     return out
+
+
+def _operands(a_codes, b_codes):
+    a, b = np.asarray(a_codes), np.asarray(b_codes)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"A[M,K]·B[K,N] needs matching K, got shapes {a.shape} and {b.shape}")
+    return a, b
+
+
+def dot_matmul_bits(a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
+                    init_bits=None, frac_bits: int = DOT_FRAC_BITS) -> np.ndarray:
+    """``C = init + A·B`` for FP8 A[M, K], B[K, N] by the dot4 rule: step ``s`` adds the products
+    ``k = 4s … 4s + 3`` (a short last group is padded with +0 products), ``s`` ascending, from +0
+    or ``init_bits``. Returns ``uint32[M, N]``."""
+    a, b = _operands(a_codes, b_codes)
+    return _matmul(a, b, fmt_a, fmt_b, init_bits, frac_bits)
+
+
+def mx_dot_matmul_bits(a_codes, a_scales, b_codes, b_scales, fmt_a: str = "e4m3",
+                       fmt_b: str = "e4m3", block: int = 32, init_bits=None,
+                       frac_bits: int = DOT_FRAC_BITS) -> np.ndarray:
+    """``C = init + A·B`` of MXFP8 operands by the **mxdot4** rule: the dot4 rule with each
+    group's products scaled by its block's E8M0 scales, ``2^(sa + sb − 254)`` (an exponent add
+    before the alignment; :func:`dot4_bits` with ``scales``). A[M, K], B[K, N] element codes,
+    A_s[M, nb], B_s[nb, N] scale codes, ``nb = ceil(K / block)``, ``block`` a multiple of
+    :data:`DOT_GROUP` (a group never straddles two blocks); a short last group is padded with
+    +0 products. Returns ``uint32[M, N]``."""
+    a, b = _operands(a_codes, b_codes)
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1 or block % DOT_GROUP:
+        raise ValueError(f"block must be a positive multiple of {DOT_GROUP}, not {block!r}")
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    nb = -(-k // block)
+    sa, sb = np.asarray(a_scales), np.asarray(b_scales)
+    if sa.shape != (m, nb) or sb.shape != (nb, n):
+        raise ValueError(f"scales must be [M, {nb}] and [{nb}, N] for K = {k} in blocks of "
+                         f"{block}, not {sa.shape} and {sb.shape}")
+    return _matmul(a, b, fmt_a, fmt_b, init_bits, frac_bits,
+                   lambda i, j, s: (sa[i, s // block], sb[s // block, j]))

@@ -56,7 +56,8 @@ from . import numerics_ref
 from .minifloat import E8M0_NAN, FORMATS, decode, e8m0_decode, encode
 
 __all__ = ["BlockFormat", "BLOCK_FORMATS", "get_block_format", "BlockTensor", "quantize",
-           "dequantize", "block_matmul_bits", "block_dot_bits", "exact_to_fp32_bits"]
+           "dequantize", "block_matmul_bits", "block_dot_bits", "exact_to_fp32_bits",
+           "mx_matmul_bits"]
 
 
 @dataclass(frozen=True)
@@ -289,3 +290,31 @@ def block_matmul_bits(a: BlockTensor, b: BlockTensor) -> np.ndarray:
 def block_dot_bits(a: BlockTensor, b: BlockTensor) -> int:
     """Dot product of two blocked vectors ``[K]`` as FP32 bits (see :func:`block_matmul_bits`)."""
     return int(block_matmul_bits(a, b)[0, 0])
+
+
+def mx_matmul_bits(a_codes, a_scales, b_codes, b_scales, fmt_a: str = "e4m3",
+                   fmt_b: str = "e4m3", block: int = 32) -> np.ndarray:
+    """``C = A·B`` of MX operands as the block-scaled PE sees them (:mod:`diptych.rtl.mx`):
+    element codes A[M, K] and B[K, N] of the element formats ``fmt_a``/``fmt_b``, E8M0 scale
+    codes A_s[M, nb] and B_s[nb, N] with ``nb = ceil(K / block)``; a K that is not a multiple
+    of ``block`` is padded with +0 elements (its last block is short). The rules of
+    :func:`block_matmul_bits`. Returns ``uint32[M, N]``."""
+    a, b = np.asarray(a_codes), np.asarray(b_codes)
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+        raise ValueError(f"A[M,K]·B[K,N] needs matching K, got shapes {a.shape} and {b.shape}")
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"block must be a positive integer, not {block!r}")
+    nb = -(-a.shape[1] // block)
+    sa, sb = np.asarray(a_scales), np.asarray(b_scales)
+    if sa.shape != (a.shape[0], nb) or sb.shape != (nb, b.shape[1]):
+        raise ValueError(f"scales must be [M, {nb}] and [{nb}, N] for K = {a.shape[1]} in "
+                         f"blocks of {block}, not {sa.shape} and {sb.shape}")
+    pad = nb * block - a.shape[1]
+    a, b = np.pad(a, ((0, 0), (0, pad))), np.pad(b, ((0, pad), (0, 0)))
+
+    def fmt(elem):
+        return BlockFormat(f"mx_{elem}", elem, block, "e8m0", False, _MX)
+    ta = BlockTensor(fmt(fmt_a), a.astype(np.uint8), sa.astype(np.uint8))
+    tb = BlockTensor(fmt(fmt_b), np.ascontiguousarray(b.T).astype(np.uint8),
+                     np.ascontiguousarray(sb.T).astype(np.uint8))
+    return block_matmul_bits(ta, tb)

@@ -38,6 +38,13 @@ Accumulation rules of the 8-bit floating-point modes (:data:`RULES`)
       products ``k = 4s … 4s + 3`` aligned to the largest exponent with truncation, summed in
       fixed point and rounded once toward zero (:func:`diptych.rtl.dot_ref.dot_matmul_bits`, the
       rule stated there); a short last group is padded with +0 products.
+    * ``"mx"`` (the ``mx`` datapath, the block-scaled PE): each K-block's products summed
+      exactly, times the two E8M0 block scales, rounded once to FP32, and the blocks' dots added
+      to the FP32 accumulator in order (:func:`diptych.rtl.formats.mx_matmul_bits`; it needs the
+      scales, so :func:`matmul_bits` refuses it);
+    * ``"mxdot4"`` (the ``mxdot4`` datapath): the dot4 rule with every product scaled by its
+      block's two E8M0 scales before the alignment
+      (:func:`diptych.rtl.dot_ref.mx_dot_matmul_bits`; refused by :func:`matmul_bits` too).
 
 NumPy reproduces the per-operation rules exactly with float32 arithmetic when the input flush is
 applied before and the output flush after each operation (float32 multiply and add are IEEE
@@ -285,7 +292,7 @@ def fp8_matmul_bits(a_bits, b_bits, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
 #: rounded into the accumulator on its own, two products and the accumulator rounded once, or
 #: four products and the accumulator aligned with truncation and rounded once toward zero
 #: (``"dot4"``, :mod:`diptych.rtl.dot_ref`).
-RULES = ("sequential", "pair", "dot4")
+RULES = ("sequential", "pair", "dot4", "mx", "mxdot4")
 
 
 def fp8_pair_matmul_bits(a_bits, b_bits, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
@@ -321,6 +328,9 @@ def matmul_bits(mode: str, a, b, init_bits=None, rule: str = "sequential") -> np
     fa, fb = mode_formats(mode)
     if rule not in RULES:
         raise ValueError(f"rule must be one of {', '.join(RULES)}, not {rule!r}")
+    if rule in ("mx", "mxdot4"):
+        raise ValueError(f"the {rule} rule needs block scales: diptych.rtl.formats."
+                         f"mx_matmul_bits (mx), diptych.rtl.dot_ref.mx_dot_matmul_bits (mxdot4)")
     if mode == "int8":
         init = None if init_bits is None else np.asarray(init_bits).astype(np.uint32).view(np.int32)
         return int8_matmul(a, b, init).view(np.uint32)

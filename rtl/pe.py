@@ -18,7 +18,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .datapath import DATAPATHS, MODE_BITS, get_datapath
-from .dot import Dot4Fp8
+from .dot import Dot4Fp8, MxDot4Fp8
 from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
 from .fused import FusedMac
 
@@ -85,10 +85,11 @@ class Mac(wiring.Component):
     """
 
     def __init__(self, dtype: str):
-        if dtype == "dot4":
+        if dtype in ("dot4", "mx", "mxdot4"):
             self._MustUse__silence = True       # a rejected instance is not "unused" design
-            raise ValueError("the dot4 datapath's MAC is diptych.rtl.dot.Dot4Fp8 "
-                             "(make_mac('dot4'))")
+            unit = {"dot4": "dot.Dot4Fp8", "mx": "mx.MxDot", "mxdot4": "dot.MxDot4Fp8"}[dtype]
+            raise ValueError(f"the {dtype} datapath's MAC is diptych.rtl.{unit} "
+                             f"(make_mac({dtype!r}))")
         self.dtype = dtype
         w = operand_bits(dtype)
         super().__init__(_ports(dtype, a=In(w), b=In(w), acc=In(32), result=Out(32)))
@@ -162,13 +163,23 @@ class Mac(wiring.Component):
 
 def make_mac(dtype: str):
     """The combinational MAC of ``dtype`` (ports ``a``, ``b``, ``acc``, ``result`` and ``mode``
-    when the datapath has modes): :class:`Mac`, or the dot4 datapath's
-    :class:`~diptych.rtl.dot.Dot4Fp8`."""
+    when the datapath has modes): :class:`Mac`, the dot4 datapath's
+    :class:`~diptych.rtl.dot.Dot4Fp8`, or the mx datapath's step unit
+    :class:`~diptych.rtl.mx.MxDot` (ports of its own: the block register and scales)."""
+    if dtype == "mx":                       # the block-scaled step unit (it imports this module)
+        from .mx import MxDot
+        return MxDot()
+    if dtype == "mxdot4":
+        return MxDot4Fp8()
     return Dot4Fp8() if dtype == "dot4" else Mac(dtype)
 
 
 def _mode_ports(dtype: str, ports: dict) -> dict:
-    """A PE's ports plus ``mode_in``/``mode_out`` when its datapath has modes."""
+    """A PE's ports plus ``mode_in``/``mode_out`` when its datapath has modes (the block-scaled
+    ``mx`` datapath has a PE of its own, :class:`~diptych.rtl.mx.MxOsPe`: ValueError)."""
+    if get_datapath(dtype).block_port:
+        raise ValueError(f"the {dtype} datapath's PE is diptych.rtl.mx.MxOsPe (output "
+                         f"stationary only)")
     if get_datapath(dtype).has_mode_port:
         ports.update(mode_in=In(MODE_BITS), mode_out=Out(MODE_BITS))
     return ports
@@ -198,6 +209,8 @@ class OsPe(wiring.Component):
 
     def __init__(self, dtype: str):
         self.dtype = dtype
+        if get_datapath(dtype).block_port:
+            self._MustUse__silence = True       # a rejected instance is not "unused" design
         super().__init__(_mode_ports(dtype, self.ports(operand_bits(dtype))))
 
     @staticmethod
@@ -245,6 +258,8 @@ class WsPe(wiring.Component):
 
     def __init__(self, dtype: str):
         self.dtype = dtype
+        if get_datapath(dtype).block_port:
+            self._MustUse__silence = True       # a rejected instance is not "unused" design
         super().__init__(_mode_ports(dtype, self.ports(operand_bits(dtype))))
 
     @staticmethod

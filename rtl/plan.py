@@ -41,7 +41,7 @@ class Plan:
     ``out_row`` (None for WS) and the C output bit patterns that must appear in cycle ``c``;
     in every other cycle ``out_valid`` must be low. ``n_cycles`` covers the last expected
     output plus a margin in which nothing may appear. ``modes[t]`` is tile ``t``'s mode;
-    ``lane_bits`` and ``mode_port`` describe the datapath's ports.
+    ``lane_bits``, ``mode_port`` and ``block_port`` describe the datapath's ports.
     """
 
     rows: int
@@ -61,12 +61,15 @@ class Plan:
     modes: list[str] = field(default_factory=list)
     #: the output cycles predicted by diptych.sim.timing, per tile
     predicted: list[list[int]] = field(default_factory=list)
+    #: the datapath takes block scales (the ``mx`` PE): one more input, ``in_block_last``
+    block_port: bool = False
 
     @property
     def input_ports(self) -> tuple[str, ...]:
         ports = (("in_valid", "in_last", "a_data", "b_data") if self.dataflow == "os" else
                  ("in_valid", "in_first", "a_data", "psum_data", "w_load", "w_data"))
-        return ports + (("mode",) if self.mode_port else ())
+        return (ports + (("mode",) if self.mode_port else ())
+                + (("in_block_last",) if self.block_port else ()))
 
     def port_bits(self, name: str) -> int:
         lane = self.lane_bits

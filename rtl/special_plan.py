@@ -71,9 +71,14 @@ def special_plan(rows: int, cols: int, dtype: str, dataflow: str, modes=None, *,
                  seed: int = 1, bubble_data: str = "random"):
     """The directed special-value :class:`~diptych.rtl.plan.Plan` of ``modes`` (default or
     empty: every mode of the datapath; ValueError naming a mode it does not have), tiles back to back at the earliest legal cycles (module docstring);
-    ``seed`` and ``bubble_data`` set what the idle cycles carry."""
+    ``seed`` and ``bubble_data`` set what the idle cycles carry. The block-scaled ``mx``
+    datapath's directed plan is :func:`diptych.rtl.mx_bench.mx_special_plan`."""
     check_config(rows, cols, dtype, dataflow)
     dp = get_datapath(dtype)
+    if dp.block_scaled:
+        from .mx_bench import mx_special_plan
+        return mx_special_plan(rows, cols, modes or None, seed=seed, bubble_data=bubble_data,
+                               dtype=dtype)
     modes = tuple(modes or dp.modes)
     tiles, tile_modes = [], []
     for mode in modes:

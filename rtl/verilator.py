@@ -304,17 +304,24 @@ _RUNS = itertools.count()
 
 
 def bench_plans(rows: int, cols: int, dtype: str, dataflow: str, *, seeds=(1,),
-                tiles: int = 8, modes=None, directed=()) -> list:
+                tiles: int = 8, modes=None, directed=(), block: int | None = None) -> list:
     """``(name, Plan)`` for :func:`run_model`: one random plan per seed
     (:func:`diptych.rtl.bench.make_plan`), then the ``directed`` ones: ``"special"``, the
     special-value steps of every mode (of ``modes``; :func:`diptych.rtl.special_plan.special_plan`),
-    and ``"os_wrap"`` (OS arrays only; :func:`diptych.rtl.bench.os_wrap_plan`)."""
+    and ``"os_wrap"`` (OS arrays only; :func:`diptych.rtl.bench.os_wrap_plan`). The block-scaled
+    ``mx`` datapath takes its plans from :mod:`diptych.rtl.mx_bench` (``block``: its K-block,
+    default 32; other datapaths refuse a block)."""
     from .bench import make_plan, os_wrap_plan
     from .datapath import get_datapath
     from .special_plan import special_plan
 
     for m in modes or ():
         get_datapath(dtype).macs_per_cycle(m)
+    if get_datapath(dtype).block_scaled:
+        return _mx_plans(rows, cols, dtype, seeds, tiles, modes, directed, block)
+    if block is not None:
+        raise ValueError(f"a block size applies to the block-scaled datapaths only, not "
+                         f"{dtype} (block {block!r})")
     for d in directed:
         if d not in ("special", "os_wrap") or (d == "os_wrap" and dataflow != "os"):
             raise ValueError(f"directed plan must be 'special' or 'os_wrap' (OS arrays only), "
@@ -326,14 +333,29 @@ def bench_plans(rows: int, cols: int, dtype: str, dataflow: str, *, seeds=(1,),
     return plans
 
 
+def _mx_plans(rows, cols, dtype, seeds, tiles, modes, directed, block) -> list:
+    """:func:`bench_plans` of a block-scaled array: random plans and its directed
+    ``"special"``."""
+    from .mx_bench import MX_BLOCK, check_block, make_mx_plan, mx_special_plan
+
+    block = check_block(MX_BLOCK if block is None else block)
+    for d in directed:
+        if d != "special":
+            raise ValueError(f"the mx array's directed plan is 'special', not {d!r}")
+    plans = [(f"seed {s}", make_mx_plan(rows, cols, seed=int(s), tiles=tiles, modes=modes,
+                                        block=block, dtype=dtype)) for s in seeds]
+    return plans + [(d, mx_special_plan(rows, cols, modes, dtype=dtype)) for d in directed]
+
+
 def run_bench(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
               seeds=None, tiles: int = 8, modes=None, directed=(), waves: bool = False,
-              work_dir=None, quiet: bool = True) -> BenchResult:
+              work_dir=None, quiet: bool = True, block: int | None = None) -> BenchResult:
     """Build the array with Verilator once and run the cocotb bench on it.
 
     Runs one random plan per seed (``seeds``, default ``[seed]``) with ``tiles`` tiles in the
     given ``modes`` (default: all of the datapath's), then the ``directed`` plans (e.g.
-    ``["special", "os_wrap"]``).
+    ``["special", "os_wrap"]``); ``block``: the K-block of a block-scaled datapath's scales
+    (default 32; ValueError for other datapaths).
     ``work_dir`` (default: a fresh temporary directory, removed afterwards
     unless ``waves`` or a failure) holds the Verilog, the build, the logs and the results.
     Raises VerilatorMissing if Verilator or cocotb is not installed and RuntimeError if the
@@ -342,7 +364,8 @@ def run_bench(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
     check_config(rows, cols, dtype, dataflow)
     verilator_env()
     _cocotb_runner()
-    bench_plans(rows, cols, dtype, dataflow, seeds=[], modes=modes, directed=directed)
+    bench_plans(rows, cols, dtype, dataflow, seeds=[], modes=modes, directed=directed,
+                block=block)
     own_dir = work_dir is None
     work = Path(tempfile.mkdtemp(prefix="diptych-rtl-")) if own_dir else Path(work_dir)
     keep = waves
@@ -354,7 +377,7 @@ def run_bench(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
             raise
         plans = bench_plans(rows, cols, dtype, dataflow,
                             seeds=seeds if seeds is not None else [seed], tiles=tiles,
-                            modes=modes, directed=directed)
+                            modes=modes, directed=directed, block=block)
         result = run_model(model, plans, quiet=quiet)
         keep = keep or not result.passed
         if not result.passed:

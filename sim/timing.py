@@ -48,6 +48,14 @@ for them unchanged: the latency a group of ``n`` products adds to the timeline i
 cycles**, and an isolated OS tile takes ``ceil(K / n) + 2R + C − 2`` cycles (the RTL bench
 checks both at every output).
 
+Block-scaled formats (MX, ``core.array.block_scale = "pe"``): the RTL's block-scaled PE
+(``mx``, four MXFP8 elements a step, ``n`` = 4) sums each K-block's products exactly and, in the
+step that closes the block, applies the two E8M0 scales (an exponent add), rounds once and adds
+the block's dot to its FP32 accumulator, all in that step's cycle. So the block-scale path adds
+:data:`BLOCK_SCALE_EXTRA_CYCLES` = **0** cycles to the timeline, per block and per tile (the
+engine adds nothing for ``block_scale = "pe"``; the RTL bench adds this constant to every
+predicted output cycle of a block-scaled tile, so the two are one statement).
+
 The rules are stated once, as the small scalar functions in "The recurrences" below
 (:func:`os_last_step`, :func:`os_last_output`, :func:`ws_weight_load`, :func:`ws_first_row`,
 :func:`ws_row_output`, :func:`os_period`, :func:`ws_period`). The contract functions here
@@ -63,8 +71,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+#: Cycles the PE's block-scale path (scale, round, accumulate in the block-closing step) adds to
+#: an OS tile's outputs: zero, the RTL's ``mx`` PE does it in the closing step's cycle.
+BLOCK_SCALE_EXTRA_CYCLES = 0
+
 __all__ = [
-    "os_isolated_cycles", "ws_isolated_cycles", "os_period", "ws_period",
+    "BLOCK_SCALE_EXTRA_CYCLES", "os_isolated_cycles", "ws_isolated_cycles", "os_period", "ws_period",
     "os_output_cycles", "ws_output_cycles", "os_schedule", "ws_schedule",
     "os_sequence_cycles", "ws_sequence_cycles",
     "os_last_step", "os_last_output", "os_row_output", "ws_weight_load", "ws_first_row",

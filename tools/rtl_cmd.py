@@ -10,7 +10,7 @@ import click
 from .errors import UsageError, friendly
 from .jsonout import dumps
 
-_DTYPES = ("int8", "bf16", "fp8", "multi", "fused", "dot4")  # diptych.rtl.datapath.DATAPATHS
+_DTYPES = ("int8", "bf16", "fp8", "multi", "fused", "dot4", "mx", "mxdot4")  # DATAPATHS
 _DATAFLOWS = ("os", "ws")
 
 #: How ``diptych rtl area`` counts (printed under its tables; docs/rtl.md "Area").
@@ -28,27 +28,32 @@ AREA_METHOD = (
 #: datapaths (the fused PE does INT8, every FP8 mode and BF16; the fp8 and multi datapaths'
 #: FP8 multiplier and FP32 adder are checked on Verilator by the FP deep check, their arrays
 #: in amaranth.sim; the dot4 FP8 dot-product PE, which sets the presets' FP8 area coefficient,
-#: in one small WS array: its OS array runs in amaranth.sim), both dataflows, non-square and odd
-#: sizes, BF16 beyond 4×4, the directed special-value plan on every configuration and the INT8
-#: OS tile whose sums wrap.
+#: in one small WS array: its OS array runs in amaranth.sim; the block-scaled MXFP8 mxdot4 PE,
+#: which sets the presets' MXFP8 area coefficient, in one small OS array, its only dataflow: the
+#: exact mx PE runs in amaranth.sim and by hand, docs/rtl.md), both dataflows, non-square and odd sizes, BF16 beyond
+#: 4×4, the directed special-value plan on every configuration and the INT8 OS tile whose sums
+#: wrap.
 STANDARD_CONFIGS = ((8, 8, "int8", "os", ("special", "os_wrap")),
                     (8, 8, "int8", "ws", ("special",)),
                     (4, 8, "bf16", "os", ("special",)), (4, 4, "bf16", "ws", ("special",)),
                     (2, 3, "fused", "os", ("special",)), (3, 2, "fused", "ws", ("special",)),
-                    (2, 3, "dot4", "ws", ("special",)))
+                    (2, 3, "dot4", "ws", ("special",)),
+                    (2, 2, "mxdot4", "os", ("special",)))
 
 _DTYPE_HELP = ("PE datapath: int8, bf16, fp8 (E4M3/E5M2), multi (INT8/FP8 at 2 MACs per "
                "cycle, BF16 at 1; FP8 products rounded one at a time), fused (the same, the "
                "two FP8 products of a cycle and the accumulator rounded once) or dot4 (the FP8 "
                "dot-product PE: 4 FP8 MACs per cycle, truncated alignment, one rounding toward "
-               "zero).")
+               "zero), mx (the block-scaled MXFP8 PE: 4 MACs per cycle, E8M0 scales per "
+               "K-block, exact block sums rounded once) or mxdot4 (the dot4 PE with the "
+               "block scales added to the product exponents); mx and mxdot4: OS only.")
 
 
 @click.group("rtl")
 def rtl():
-    """The Amaranth INT8/FP8/BF16/multi-precision (sequential and fused)/FP8 dot4 systolic array:
-    Verilog, cocotb-on-Verilator bench, area; the block-scaled formats (MX, NVFP4) of the golden
-    numerics."""
+    """The Amaranth INT8/FP8/BF16/multi-precision (sequential and fused)/FP8 dot4/MXFP8
+    block-scaled (mx, mxdot4) systolic array: Verilog, cocotb-on-Verilator bench, area; the
+    block-scaled formats (MX, NVFP4) of the golden numerics."""
 
 
 @rtl.command("verilog")
@@ -83,7 +88,11 @@ def rtl_verilog(rows, cols, dtype, dataflow, output):
 @click.option("--dataflow", type=click.Choice(_DATAFLOWS), help="os or ws.")
 @click.option("--mode", "modes", multiple=True,
               help="Only tiles of this mode (repeatable): int8, bf16, e4m3, e5m2, e4m3xe5m2, "
-                   "e5m2xe4m3; default every mode of the datapath.")
+                   "e5m2xe4m3 (mx: mxfp8_e4m3, mxfp8_e5m2, mxfp8_e4m3xe5m2, "
+                   "mxfp8_e5m2xe4m3); default every mode of the datapath.")
+@click.option("--block", type=int, default=None,
+              help="K-block of the mx/mxdot4 datapaths' scales (default 32, OCP MX; a multiple "
+                   "of 4 up to 32).")
 @click.option("--seed", type=int, default=1, show_default=True, help="First stimulus seed.")
 @click.option("--seeds", "n_seeds", type=int, default=1, show_default=True,
               help="Number of seeds (random plans) run on each build.")
@@ -95,8 +104,8 @@ def rtl_verilog(rows, cols, dtype, dataflow, output):
               help="Keep Verilog, build and waves here (default: a temporary directory).")
 @click.option("--verbose", is_flag=True, help="Show Verilator's and cocotb's output.")
 @friendly
-def rtl_test(rows, cols, dtype, dataflow, modes, seed, n_seeds, tiles, wrap, waves, work_dir,
-             verbose):
+def rtl_test(rows, cols, dtype, dataflow, modes, block, seed, n_seeds, tiles, wrap, waves,
+             work_dir, verbose):
     """Build with Verilator once per configuration and run the cocotb bench on it; every
     output is checked bit-exactly against the golden model and at the cycle
     diptych.sim.timing predicts.
@@ -105,10 +114,12 @@ def rtl_test(rows, cols, dtype, dataflow, modes, seed, n_seeds, tiles, wrap, wav
     Inf, NaN, overflow in every mode and operand position). Without
     --rows/--cols/--dtype/--dataflow it runs the CI set (INT8 OS/WS 8x8 with the wrapping OS
     tile, BF16 OS 4x8 and WS 4x4, fused multi-precision OS 2x3 and WS 3x2, the dot4 FP8
-    dot-product PE in WS 2x3). Exits non-zero if any check fails.
+    dot-product PE in WS 2x3, the block-scaled MXFP8 mxdot4 PE in OS 2x2). Exits non-zero if
+    any check fails.
     """
     from ..rtl.array import check_config
     from ..rtl.datapath import get_datapath
+    from ..rtl.mx_bench import check_block
     from ..rtl.verilator import VerilatorMissing, run_bench
 
     if waves and work_dir is None:
@@ -127,6 +138,11 @@ def rtl_test(rows, cols, dtype, dataflow, modes, seed, n_seeds, tiles, wrap, wav
             get_datapath(dt).macs_per_cycle(m)
         if "os_wrap" in directed and (df != "os" or "int8" not in get_datapath(dt).modes):
             raise ValueError(f"--wrap needs an OS array with an int8 mode, not {dt} {df}")
+        if block is not None:
+            if not get_datapath(dt).block_scaled:
+                raise ValueError(f"--block applies to the block-scaled mx and mxdot4 datapaths "
+                                 f"only, not {dt} (block {block})")
+            check_block(block)
     for name, v in (("tiles", tiles), ("seeds", n_seeds)):
         if isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive integer, not {v!r}")
@@ -137,7 +153,8 @@ def rtl_test(rows, cols, dtype, dataflow, modes, seed, n_seeds, tiles, wrap, wav
             res = run_bench(r, c, dt, df, seeds=range(seed, seed + n_seeds), tiles=tiles,
                             modes=modes or None, directed=directed, waves=waves,
                             work_dir=None if work_dir is None else Path(work_dir),
-                            quiet=not verbose)
+                            quiet=not verbose,
+                            block=block if get_datapath(dt).block_scaled else None)
         except VerilatorMissing as exc:
             raise UsageError(str(exc)) from None
         except RuntimeError as exc:
@@ -207,7 +224,8 @@ def rtl_area(dtypes, rows, cols, dataflow, as_json):
         c = r["cells_per_mac"]
         ratio = ((f"{r[base]['mac']:.2f}", f"{r[base]['pe_os']:.2f}") if base else ())
         ptable.add_row(key, ", ".join(r["modes"]), str(r["macs_per_cycle"]),
-                       f"{c['mac']:.0f}", f"{c['pe_os']:.0f}", f"{c['pe_ws']:.0f}", *ratio)
+                       f"{c['mac']:.0f}", f"{c['pe_os']:.0f}",
+                       f"{c['pe_ws']:.0f}" if "pe_ws" in c else "-", *ratio)
     console.print(ptable)
     if "area_model" in out:
         am = out["area_model"]

@@ -93,8 +93,10 @@ def test_presets_supporting_block_formats():
     assert r["mxfp4"] == r["nvfp4"] == 2 * r["fp8"] and r["mxfp8"] == r["fp8"]
     assert load_chip("train-2026").supports("mxfp8")
     assert not any(load_chip("h100").supports(d) for d in BLOCK_DTYPES)
-    # an MX mode without its own area coefficient adds no PE area: the presets' dies as before
-    for name in ("infer-2026", "train-2026"):
+    # an MX mode without its own area coefficient (mxfp4, nvfp4) adds no PE area; mxfp8 and
+    # mxfp6 have one (the mxdot4 PE's synthesis, docs/dse.md 1.2): it sizes infer-2026's PE (at
+    # 1 MAC per cycle, 0.341e-3 mm2 against fp8's 0.272e-3) and not train-2026's (fp16 does)
+    for name, mxfp8_adds in (("infer-2026", 0.341e-3 - 0.272e-3), ("train-2026", 0.0)):
         chip = load_chip(name)
         d = to_dict(chip)
         rates = d["core"]["array"]["macs_per_pe_per_cycle"]
@@ -104,7 +106,9 @@ def test_presets_supporting_block_formats():
         d["core"]["array"]["mixed_input"] = [p for p in d["core"]["array"]["mixed_input"]
                                              if not any(f in p for f in BLOCK_DTYPES)]
         without = chip_from_dict(d, source=name)
-        assert die_area_mm2(chip) == pytest.approx(die_area_mm2(without), rel=1e-12)
+        pes = chip.arrays * chip.core.array.pes
+        assert die_area_mm2(chip) == pytest.approx(die_area_mm2(without) + pes * mxfp8_adds,
+                                                   rel=1e-12)
 
 
 def test_cache_key_sees_new_fields_and_dtypes():

@@ -56,10 +56,11 @@ def test_die_area_equals_hand_sum(name):
 
 
 def test_infer_area_by_hand():
-    # infer-2026: 8 cores x 8 arrays x 128x128 PEs sized by fp8 (1 MAC x 0.272e-3 mm2, the
-    # largest of int4 2 x 0.12e-3, int8 0.26e-3, fp8 0.272e-3, bf16 0.25 x 0.6e-3)
+    # infer-2026: 8 cores x 8 arrays x 128x128 PEs sized by mxfp8 and mxfp6 (1 MAC x 0.341e-3
+    # mm2, the largest of int4 2 x 0.12e-3, int8 0.26e-3, fp8 0.272e-3, bf16 0.25 x 0.6e-3,
+    # mxfp8 and mxfp6 0.341e-3; mxfp4/nvfp4 have no coefficient)
     parts = area_breakdown_mm2(load_chip("infer-2026"))
-    assert parts["arrays"] == pytest.approx(8 * 8 * 128 * 128 * 0.272e-3)
+    assert parts["arrays"] == pytest.approx(8 * 8 * 128 * 128 * 0.341e-3)
     assert parts["sram"] == pytest.approx(8 * 64 * 0.35)
     assert parts["dram_phy"] == pytest.approx(8 * 16.2)
 
@@ -149,6 +150,22 @@ def test_fp8_bf16_mac_area_ratio_matches_the_dot4_pe(name, rtl_cells):
     the counts by a few percent."""
     preset = mac_area_ratio(load_chip(name), "fp8", "bf16")
     rtl = rtl_cells["dot4_pe_os"] / 4 / rtl_cells["bf16_pe_os"]
+    assert 0.9 <= preset / rtl <= 1 / 0.9, (preset, rtl)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, dtype", [("train-2026", "mxfp8"), ("infer-2026", "mxfp8"),
+                                         ("infer-2026", "mxfp6")])
+def test_mx_bf16_mac_area_ratio_matches_the_mxdot4_pe(name, dtype, rtl_cells):
+    """The presets' mxfp8 and mxfp6 coefficients are the block-scaled mxdot4 PE's cells per MAC
+    (it does MXFP8, MXFP6 and MXFP4 at 4 MACs per cycle) over a dedicated BF16 PE's (OS PEs,
+    docs/dse.md 1.2), within 10 % (slow tier: one more Yosys synthesis, ≈ 5 s)."""
+    from diptych.rtl.area import synth_stats
+    from diptych.rtl.pe import OsPe
+
+    mx = synth_stats({"mxdot4_pe_os": OsPe("mxdot4")})["mxdot4_pe_os"].cells
+    preset = mac_area_ratio(load_chip(name), dtype, "bf16")
+    rtl = mx / 4 / rtl_cells["bf16_pe_os"]
     assert 0.9 <= preset / rtl <= 1 / 0.9, (preset, rtl)
 
 

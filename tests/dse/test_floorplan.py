@@ -171,7 +171,7 @@ def test_cli_writes_svg(tmp_path):
     for name in ("train-2026", "infer-2026"):
         assert f"{name}: {die_area_mm2(load_chip(name)):.0f} mm²" in r.output
     assert "cannot be built as described: the die: 8 DRAM PHYs" in r.output
-    assert "cost: $" in r.output and "compute1 21.0 × 16.8 mm" in r.output
+    assert "cost: $" in r.output and "compute1 21.0 × 18.5 mm" in r.output
 
 
 def test_cli_errors(tmp_path):

@@ -150,7 +150,7 @@ def test_compare_flags_power_limited_runs_and_states_each_chips_spec(tmp_path):
     # the spec, in engineering notation, with ratios where the units agree
     assert rows["DRAM bandwidth"].cells == ("9.83 TB/s", "9.83 TB/s")
     assert rows["peak (inference precision)"].cells[0] == "3.36 POP/s fp8"
-    assert rows["dies (outline)"].cells[0] == "2 × 21.0 × 16.8 mm"
+    assert rows["dies (outline)"].cells[0] == "2 × 21.0 × 18.5 mm"
     assert rows["clock"].ratios == ("1×",)
     con = Console(width=250, record=True)
     con.print(render_table(cmp))

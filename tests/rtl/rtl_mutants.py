@@ -44,6 +44,7 @@ _FP = "diptych.rtl.fp"
 _FUSED = "diptych.rtl.fused"
 _ARRAY = "diptych.rtl.array"
 _DOT = "diptych.rtl.dot"
+_MX = "diptych.rtl.mx"
 #: config of a mutant of the dot4 unit: scored by rtl_dot_bench on the unit, not by the array bench
 _DOT_UNIT = (1, 1, "dot4", "unit")
 
@@ -170,6 +171,18 @@ MUTANTS = (
            "zero products of either sign", _DOT,
            (("all_neg_zero = all_neg_zero & sign & zero", "all_neg_zero = all_neg_zero & zero"),),
            (), _DOT_UNIT, "special", ("e4m3",)),
+    # ---- the block-scaled MX PE (issue 26 item 2): a 1×1 mx array, its plans of diptych.rtl.mx_bench
+    Mutant("mx-block-last-ignored", "mx PE closes a block only at the tile's last step: a tile's "
+           "blocks merge and take the last block's scales", _MX,
+           (("close = self.block_last_in | self.last_in", "close = self.last_in"),),
+           ((_MX, "MxOsPe"),), (1, 1, "mx", "os")),
+    Mutant("mx-no-subnormal-grid-carry", "mx unit flushes every dot below 2^-126, also those the "
+           "golden's IEEE conversion rounds up to 2^-126", _MX,
+           (("Cat(Const(0, 23), to_min_normal, Const(0, 7), neg)", "Cat(Const(0, 31), neg)"),),
+           ((_MX, "MxOsPe"),), (1, 1, "mx", "os"), "special", ("mxfp8_e5m2",)),
+    Mutant("mxdot4-b-scale-ignored", "mxdot4 unit scales the products by A's block scale only",
+           _DOT, (("m.d.comb += offset.eq(s_a + s_b - 254)", "m.d.comb += offset.eq(s_a - 127)"),),
+           ((_PE, "MxDot4Fp8"),), (1, 1, "mxdot4", "os")),
 )
 
 

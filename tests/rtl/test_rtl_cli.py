@@ -15,13 +15,17 @@ def _run(*args):
     return CliRunner().invoke(main, ["rtl", *args])
 
 
-def test_verilog_of_a_dot4_array(tmp_path):
+@pytest.mark.parametrize("dtype, ports", [
+    ("dot4", ("input [31:0] a_data", "input [2:0] mode")),                # four FP8 codes
+    ("mx", ("input [39:0] a_data", "input [2:0] mode", "input in_block_last")),  # + a scale
+])
+def test_verilog_of_a_dot_product_array(dtype, ports, tmp_path):
     out = tmp_path / "d.v"
-    r = _run("verilog", "--rows", "1", "--cols", "1", "--dtype", "dot4", "-o", str(out))
+    r = _run("verilog", "--rows", "1", "--cols", "1", "--dtype", dtype, "-o", str(out))
     assert r.exit_code == 0, r.output
     text = out.read_text()
-    assert "module systolic_dot4_os_1x1(" in text
-    assert "input [31:0] a_data" in text and "input [2:0] mode" in text   # four FP8 codes
+    assert f"module systolic_{dtype}_os_1x1(" in text
+    assert all(p in text for p in ports)
 
 
 def test_verilog_writes_a_module(tmp_path):
@@ -39,9 +43,10 @@ def test_verilog_writes_a_module(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--rows", "0"], "rows must be a positive integer, not 0"),
     (["--cols", "65"], "cols must be at most 64, not 65"),
-    (["--dtype", "fp4"], "'fp4' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', 'dot4'"),
+    (["--dtype", "fp4"], "'fp4' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', 'dot4', 'mx', 'mxdot4'"),
     (["--dtype", "mxfp8"], "'mxfp8' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', "
-                           "'dot4'"),
+                           "'dot4', 'mx', 'mxdot4'"),
+    (["--dtype", "mx", "--dataflow", "ws"], "the mx datapath is output-stationary only"),
     (["--dataflow", "is"], "'is' is not one of 'os', 'ws'"),
 ])
 def test_verilog_bad_input(args, message, tmp_path):
@@ -57,7 +62,26 @@ def test_verilog_bad_input(args, message, tmp_path):
      "'e4m3' is not a mode of the int8 datapath (its modes: int8"),
     (["--dtype", "multi", "--mode", "mxfp4"],
      "'mxfp4' is not a block-scaled format of the multi datapath"),
-    (["--dtype", "multi", "--mode", "nvfp4"], "block-scaled MX/NVFP4 formats exist in the golden"),
+    (["--dtype", "multi", "--mode", "nvfp4"], "the block-scaled PEs are the mx datapath, modes "
+                                              "mxfp8_e4m3, mxfp8_e5m2"),
+    (["--dtype", "mxdot4", "--mode", "nvfp4"], "'nvfp4' is not a block-scaled format of the "
+                                               "mxdot4 datapath"),
+    (["--dtype", "mx", "--mode", "e4m3"], "'e4m3' is not a mode of the mx datapath"),
+    (["--dtype", "mx", "--mode", "mxfp4"], "'mxfp4' is not a block-scaled format of the mx"),
+    (["--dtype", "mx", "--mode", "nvfp4"], "'nvfp4' is not a block-scaled format of the mx"),
+    (["--dtype", "mx", "--dataflow", "ws"], "the mx datapath is output-stationary only (each "
+                                            "block's exact sum stays in its PE), not dataflow 'ws'"),
+    (["--dtype", "mx", "--block", "48"], "block must be a multiple of 4 from 4 to 32 (the "
+                                         "PEs' step and the mx PE's block register), not 48"),
+    (["--dtype", "mx", "--block", "6"], "not 6"),
+    (["--dtype", "mx", "--block", "-4"], "not -4"),
+    (["--dtype", "bf16", "--block", "32"], "--block applies to the block-scaled mx and mxdot4 "
+                                           "datapaths only, not bf16 (block 32)"),
+    (["--dtype", "mxdot4", "--dataflow", "ws"], "the mxdot4 datapath is output-stationary only "
+                                                "(the bench has no WS plans with block scales)"),
+    (["--dtype", "mxdot4", "--block", "33"], "not 33"),
+    (["--dtype", "mx", "--wrap"], "--wrap needs an OS array with an int8 mode, not mx os"),
+    (["--dtype", "mx", "--rows", "65"], "rows must be at most 64, not 65"),
     (["--dtype", "bf16", "--wrap"], "--wrap needs an OS array with an int8 mode, not bf16 os"),
     (["--dtype", "dot4", "--mode", "int8"],
      "'int8' is not a mode of the dot4 datapath (its modes: e4m3, e5m2, e4m3xe5m2, e5m2xe4m3"),
@@ -67,7 +91,7 @@ def test_verilog_bad_input(args, message, tmp_path):
     (["--dtype", "dot4", "--rows", "65"], "rows must be at most 64, not 65"),
     (["--dtype", "dot4", "--cols", "0"], "cols must be a positive integer, not 0"),
     (["--dtype", "dot4", "--dataflow", "is"], "'is' is not one of 'os', 'ws'"),
-    (["--dtype", "dot8"], "'dot8' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', 'dot4'"),
+    (["--dtype", "dot8"], "'dot8' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', 'dot4', 'mx', 'mxdot4'"),
     (["--seeds", "0"], "seeds must be a positive integer, not 0"),
 ])
 def test_test_bad_input(args, message):
@@ -105,8 +129,8 @@ def test_test_runs_the_ci_set_by_default_and_passes_options(monkeypatch):
     assert [c[:4] for c in calls] == [(8, 8, "int8", "os"), (8, 8, "int8", "ws"),
                                       (4, 8, "bf16", "os"), (4, 4, "bf16", "ws"),
                                       (2, 3, "fused", "os"), (3, 2, "fused", "ws"),
-                                      (2, 3, "dot4", "ws")]
-    assert calls[0][7] == ("special", "os_wrap") and "7 passed, 0 failed" in r.output
+                                      (2, 3, "dot4", "ws"), (2, 2, "mxdot4", "os")]
+    assert calls[0][7] == ("special", "os_wrap") and "8 passed, 0 failed" in r.output
     assert all(c[7][0] == "special" for c in calls)
     calls.clear()
     r = _run("test", "--rows", "3", "--cols", "5", "--dataflow", "ws", "--seed", "9",
@@ -121,6 +145,14 @@ def test_test_runs_the_ci_set_by_default_and_passes_options(monkeypatch):
     r = _run("test", "--dtype", "dot4", "--dataflow", "ws", "--mode", "e4m3xe5m2")
     assert r.exit_code == 0, r.output
     assert calls == [(4, 4, "dot4", "ws", [1], 10, ("e4m3xe5m2",), ("special",))]
+    calls.clear()
+    blocks = []
+    monkeypatch.setattr(rtl_verilator, "run_bench",
+                        lambda *a, **kw: blocks.append(kw["block"]) or passing(*a, **kw))
+    r = _run("test", "--dtype", "mx", "--rows", "2", "--mode", "mxfp8_e5m2", "--block", "16")
+    assert r.exit_code == 0, r.output
+    assert calls == [(2, 2, "mx", "os", [1], 10, ("mxfp8_e5m2",), ("special",))]
+    assert blocks == [16]
 
 
 def test_area_json_counts_the_pe_registers():

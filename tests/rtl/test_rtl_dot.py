@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import rtl_dot_bench as bench
 import rtl_fraction_ref as oracle
-from diptych.rtl.datapath import MODE_CODES
+from diptych.rtl.datapath import MODE_CODES, MX_MODES, MXFP8_MODES
 from diptych.rtl.dot import Dot4Fp8
 from diptych.rtl.pe import Dot4OsPe, Dot4WsPe
 from diptych.rtl.numerics_ref import mode_formats
@@ -59,12 +59,13 @@ def test_hypothesis_groups_against_golden(vectors):
 
 # ---- the golden rule against the exact sum ---------------------------------------------------
 
-def _exact_terms(mode, a, b, acc):
+def _exact_terms(mode, a, b, acc, scale_exp=0):
     """Nonzero terms as (exact value, nominal exponent), or None if the group is special.
 
     Independent of golden_dot: values from the Fraction oracle's decoders; a product's nominal
-    exponent is the sum of its operands' exponents, a subnormal operand counted at ``emin``."""
-    fa, fb = mode_formats(mode)
+    exponent is the sum of its operands' exponents, a subnormal operand counted at ``emin``;
+    products times ``2^scale_exp`` (the mxdot4 rule's block scales)."""
+    fa, fb = MX_MODES[mode] if mode in MX_MODES else mode_formats(mode)
     acc_d = oracle.decode32(acc)
     if acc_d[0] != "num":
         return None
@@ -78,7 +79,8 @@ def _exact_terms(mode, a, b, acc):
         if dx[2] and dy[2]:
             ex = max(oracle._floor_log2(dx[2]), 1 - oracle.MINIFLOATS[fa][2])
             ey = max(oracle._floor_log2(dy[2]), 1 - oracle.MINIFLOATS[fb][2])
-            terms.append(((-1) ** (dx[1] ^ dy[1]) * dx[2] * dy[2], ex + ey))
+            terms.append(((-1) ** (dx[1] ^ dy[1]) * dx[2] * dy[2] * Fraction(2) ** scale_exp,
+                          ex + ey + scale_exp))
     return terms
 
 
@@ -96,10 +98,10 @@ def _rz(v: Fraction) -> Fraction:
     return s * (a // q) * q
 
 
-def bound_violation(mode, a, b, acc, result_bits, frac_bits=DOT_FRAC_BITS):
+def bound_violation(mode, a, b, acc, result_bits, frac_bits=DOT_FRAC_BITS, scale_exp=0):
     """None if ``result_bits`` lies in [rz(E − δ), rz(E + δ)] (E exact, δ = (t − 1) ·
     2^(emax − F) with ``t`` nonzero terms: golden_dot's bound), else a message."""
-    terms = _exact_terms(mode, a, b, acc)
+    terms = _exact_terms(mode, a, b, acc, scale_exp)
     if not terms:
         return None
     exact = sum(v for v, _ in terms)
@@ -126,6 +128,47 @@ def test_golden_within_its_error_bound_property(group, acc_value):
     mode, a, b, _ = group
     acc = bench.f32(acc_value)
     assert bound_violation(mode, a, b, acc, dot4_bits(acc, a, b, *mode_formats(mode))) is None
+
+
+def test_mxdot4_golden_within_the_bound_of_the_exact_scaled_sum():
+    """The mxdot4 rule (dot4 with E8M0 block scales added to the products' exponents) on the
+    dot4 bench's groups with scales from 2^-40 to 2^40 (so the accumulator and the scaled
+    products trade places in the alignment): within the truncation bound of the exact sum of
+    the accumulator and the scaled products."""
+    rng = np.random.default_rng(11)
+    bad = []
+    for mode, a, b, acc in bench.cases(seed=8, n=200):
+        sa, sb = (int(x) for x in rng.integers(107, 148, 2))
+        got = dot4_bits(acc, a, b, *mode_formats(mode), scales=(sa, sb))
+        v = bound_violation(mode, a, b, acc, got, scale_exp=sa + sb - 254)
+        bad += [v] if v else []
+    for t in range(150):                  # MXFP6 and MXFP4: every code of the format
+        mode = [m for m in MX_MODES if m not in MXFP8_MODES][t % 3]
+        bits = 1 + oracle.MINIFLOATS[MX_MODES[mode][0]][0] + oracle.MINIFLOATS[MX_MODES[mode][0]][1]
+        a, b = (list(map(int, rng.integers(0, 1 << bits, 4))) for _ in range(2))
+        acc = int(rng.choice([0, bench.f32(float(rng.normal())), bench.f32(1e-6)]))
+        sa, sb = (int(x) for x in rng.integers(107, 148, 2))
+        got = dot4_bits(acc, a, b, *MX_MODES[mode], scales=(sa, sb))
+        v = bound_violation(mode, a, b, acc, got, scale_exp=sa + sb - 254)
+        bad += [v] if v else []
+    assert not bad, bad[:5]
+
+
+def test_mxdot4_golden_scales_a_zero_accumulator_exactly():
+    """From +0 the rule is scale-invariant: the scaled step is the unscaled step times
+    2^(sa + sb − 254) exactly, while both stay normal; a NaN scale makes the step NaN."""
+    rng = np.random.default_rng(12)
+    checked = 0
+    for mode, a, b, _ in bench.cases(seed=9, n=120):
+        sa, sb = (int(x) for x in rng.integers(90, 165, 2))
+        plain = dot4_bits(0, a, b, *mode_formats(mode))
+        got = dot4_bits(0, a, b, *mode_formats(mode), scales=(sa, sb))
+        e = (plain >> 23) & 0xFF
+        if 0 < e < 0xFF and 0 < e + sa + sb - 254 < 0xFF:
+            assert got == plain + ((sa + sb - 254) << 23), (mode, a, b, sa, sb)
+            checked += 1
+        assert dot4_bits(0, a, b, *mode_formats(mode), scales=(0xFF, sb)) == 0x7FC00000
+    assert checked > 60
 
 
 def test_the_bound_rejects_a_window_one_bit_narrower():

@@ -21,12 +21,14 @@ from diptych.rtl.pysim import run_plan
 from diptych.rtl.special import classes, neutral, special_cases, values
 from diptych.rtl.special_plan import special_plan, special_tiles
 
-#: (mode, MACs per step, accumulation rule) of every datapath's modes but the dot4 datapath's
-#: (the oracle states the exact rules; the dot4 golden is held to the exact sum within its
-#: truncation bound in test_rtl_dot.py, and its unit and arrays are checked below)
+#: (mode, MACs per step, accumulation rule) of every datapath's modes but the dot4 and the
+#: block-scaled (mx, mxdot4) datapaths' (the oracle states the exact rules; the dot4 golden is
+#: held to the exact sum within its truncation bound in test_rtl_dot.py, and its unit and arrays
+#: are checked below; the block-scaled PEs' special values are their directed block cases,
+#: test_rtl_mx.py)
 _STEPS = sorted({(mode, d.macs_per_cycle(mode), d.rule if mode not in ("int8", "bf16")
                   else "sequential") for d in DATAPATHS.values() for mode in d.modes
-                 if d.rule != "dot4"})
+                 if d.rule != "dot4" and not d.block_scaled})
 _FP8_MODES = rtl_dot_bench.FP8_MODES
 
 
@@ -103,7 +105,8 @@ def _lane(mode: str, elems) -> int:
     return sum((int(x) & ((1 << width) - 1)) << (width * i) for i, x in enumerate(elems))
 
 
-@pytest.mark.parametrize("dtype", [d for d in DATAPATHS if d != "dot4"])
+@pytest.mark.parametrize("dtype", [d for d in DATAPATHS
+                                   if d != "dot4" and not DATAPATHS[d].block_scaled])
 def test_mac_on_the_special_steps_against_golden(dtype):
     """The datapath's MAC (amaranth.sim) in every mode on every special-value step (the dot4
     datapath's MAC is its unit, ``Dot4Fp8``: the next test)."""
@@ -174,7 +177,7 @@ def test_every_class_in_every_operand_position(mode, n):
 
 
 @pytest.mark.parametrize("dataflow", ["os", "ws"])
-@pytest.mark.parametrize("dtype", list(DATAPATHS))
+@pytest.mark.parametrize("dtype", [d for d in DATAPATHS if not DATAPATHS[d].block_scaled])
 def test_the_special_plan_holds_every_step(dtype, dataflow):
     """WS: every step is one output of the special plan (its A row, W column and partial sum;
     the deeper stationary rows neutral); OS: every step's A and B meet on a tile's diagonal."""
