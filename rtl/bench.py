@@ -535,24 +535,30 @@ def earliest_plan(rows: int, cols: int, dtype: str, dataflow: str, sizes, mode: 
 
 # ---- random plans -----------------------------------------------------------------------------
 
-def make_plan(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
-              tiles: int = 8, start: int = 1, modes=None, bubble_data: str = "random") -> Plan:
-    """A random but reproducible plan of ``tiles`` tiles (see the module docstring).
-
-    ``modes`` restricts the tiles' modes (default: every mode of the datapath, in turn and at
-    random); ``bubble_data`` is ``"random"`` (default) or ``"zero"``. The block-scaled ``mx``
-    datapath's plans are :func:`diptych.rtl.mx_bench.make_mx_plan`'s (blocks of 32).
-    """
+def check_plan_args(rows: int, cols: int, dtype: str, dataflow: str, tiles, bubble_data
+                    ) -> None:
+    """ValueError naming a bad array shape, datapath, dataflow, tile count or bubble data."""
     check_config(rows, cols, dtype, dataflow)
     if isinstance(tiles, bool) or not isinstance(tiles, int) or tiles < 1:
         raise ValueError(f"tiles must be a positive integer, not {tiles!r}")
     if bubble_data not in ("random", "zero"):
         raise ValueError(f"bubble_data must be 'random' or 'zero', not {bubble_data!r}")
+
+
+def make_plan(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
+              tiles: int = 8, start: int = 1, modes=None, bubble_data: str = "random") -> Plan:
+    """A random but reproducible plan of ``tiles`` tiles (see the module docstring).
+
+    ``modes`` restricts the tiles' modes (default: every mode of the datapath, in turn and at
+    random); ``bubble_data`` is ``"random"`` (default) or ``"zero"``. The block-scaled
+    datapaths' plans are :func:`diptych.rtl.mx_bench.make_mx_plan`'s (blocks of 32; their
+    lanes carry scales): :func:`diptych.rtl.plans.make_plan` takes any datapath.
+    """
+    check_plan_args(rows, cols, dtype, dataflow, tiles, bubble_data)
     dp = get_datapath(dtype)
-    if dp.block_scaled:                      # the mx PE's lanes carry scales: its own plans
-        from .mx_bench import make_mx_plan
-        return make_mx_plan(rows, cols, seed=seed, tiles=tiles, start=start, modes=modes,
-                            bubble_data=bubble_data, dtype=dtype)
+    if dp.block_scaled:
+        raise ValueError(f"the {dtype} datapath's plans are diptych.rtl.mx_bench's "
+                         f"(diptych.rtl.plans.make_plan takes any datapath)")
     modes = tuple(dp.modes if modes is None else modes)
     for mo in modes:
         dp.macs_per_cycle(mo)

@@ -164,11 +164,11 @@ class Mac(wiring.Component):
 def make_mac(dtype: str):
     """The combinational MAC of ``dtype`` (ports ``a``, ``b``, ``acc``, ``result`` and ``mode``
     when the datapath has modes): :class:`Mac`, the dot4 datapath's
-    :class:`~diptych.rtl.dot.Dot4Fp8`, or the mx datapath's step unit
-    :class:`~diptych.rtl.mx.MxDot` (ports of its own: the block register and scales)."""
-    if dtype == "mx":                       # the block-scaled step unit (it imports this module)
-        from .mx import MxDot
-        return MxDot()
+    :class:`~diptych.rtl.dot.Dot4Fp8` or the mxdot4 datapath's. The mx datapath's step unit is
+    :class:`~diptych.rtl.mx.MxDot` (ports of its own: the block register and scales; it
+    builds on this module, so this one does not build it): ValueError."""
+    if get_datapath(dtype).block_port:
+        raise ValueError(f"the {dtype} datapath's step unit is diptych.rtl.mx.MxDot")
     if dtype == "mxdot4":
         return MxDot4Fp8()
     return Dot4Fp8() if dtype == "dot4" else Mac(dtype)

@@ -306,12 +306,13 @@ _RUNS = itertools.count()
 def bench_plans(rows: int, cols: int, dtype: str, dataflow: str, *, seeds=(1,),
                 tiles: int = 8, modes=None, directed=(), block: int | None = None) -> list:
     """``(name, Plan)`` for :func:`run_model`: one random plan per seed
-    (:func:`diptych.rtl.bench.make_plan`), then the ``directed`` ones: ``"special"``, the
+    (:func:`diptych.rtl.plans.make_plan`), then the ``directed`` ones: ``"special"``, the
     special-value steps of every mode (of ``modes``; :func:`diptych.rtl.special_plan.special_plan`),
     and ``"os_wrap"`` (OS arrays only; :func:`diptych.rtl.bench.os_wrap_plan`). The block-scaled
     ``mx`` datapath takes its plans from :mod:`diptych.rtl.mx_bench` (``block``: its K-block,
     default 32; other datapaths refuse a block)."""
-    from .bench import make_plan, os_wrap_plan
+    from .bench import os_wrap_plan
+    from .plans import make_plan
     from .datapath import get_datapath
     from .special_plan import special_plan
 

@@ -224,7 +224,8 @@ def caught(m: Mutant, seeds=(1, 2), tiles: int = 8, bubble_data: str = "random",
     the mutant's own): ``"random"``, one random plan per seed (the dot4 unit: its directed
     cases and random groups), or ``"special"``, the directed special-value plan (the dot4 unit:
     the special-value steps of every FP8 mode), its idle cycles seeded by each seed."""
-    from diptych.rtl.bench import make_plan, score
+    from diptych.rtl.bench import score
+    from diptych.rtl.plans import make_plan
     from diptych.rtl.pysim import run_plan
     from diptych.rtl.special_plan import special_plan
 
