@@ -9,19 +9,15 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from roofline_double import roofline
 from test_serving_engine import _golden_of
 
-import diptych.sim.run.node as run_mod
-import diptych.sim.run.summed as summed_mod
 from diptych.arch.schema import ConfigError
 from diptych.sim.serving.config import ServeConfig
 from diptych.sim.serving.step_time import DirectStepTimer
 from diptych.sim.serving.requests import parse_length as P
 from diptych.arch.runtime import IDEAL, RuntimeProfile, load_runtime, runtime_names
 from diptych.sim.serving.serve import Load, StepTimerCache, colocated, serve
-from diptych.tools.cli import main
 from diptych.workloads.serving_step import Step
 
 # closed forms at the nominal clock: the roofline's prefill at full peak is above the h100's
@@ -158,14 +154,6 @@ def test_bad_profile_file_names_the_field(tmp_path, text, match):
         load_runtime(str(p))
 
 
-@pytest.fixture
-def cli(monkeypatch):
-    # both defaults (the scheduled frame's and the attention cores'), or the cores run on
-    # the engine (test_serving_cli.py)
-    monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)
-    monkeypatch.setattr(summed_mod, "_default_simulate", lambda: roofline)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(main, [str(a) for a in args])
 
 
 BASE = ("serve", "--chip", "h100", "--model", "llama-3-8b", "--qps", 4, "--requests", 30)

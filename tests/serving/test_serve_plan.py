@@ -8,11 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 from roofline_double import roofline
 
-import diptych.sim.run.node as run_mod
-import diptych.sim.run.summed as summed_mod
 from diptych.arch import load_chip
 from diptych.arch.cost import SECONDS_PER_YEAR, chip_cost
 from diptych.sim.serving.config import ServeConfig
@@ -21,7 +18,6 @@ from diptych.sim.serving.requests import Load, parse_length
 from diptych.sim.serving.search import (SearchSpace, _key, candidates, dominates, search,
                                         usd_per_mtok)
 from diptych.sim.serving.serve import StepTimerCache, serve
-from diptych.tools.cli import main
 
 SPACE = SearchSpace(designs=("h100", "infer-2026"), chips=2, max_batched_tokens=(2048,),
                     chunked_prefill=(True, False))
@@ -120,12 +116,6 @@ def test_no_plan_meeting_the_slos_names_the_binding_one(oracles):
         search("llama-3-70b", small, LOAD, CFG, oracles=oracles)
 
 
-@pytest.fixture
-def cli(monkeypatch):
-    monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)
-    monkeypatch.setattr(summed_mod, "_default_simulate", lambda: roofline)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(main, [str(a) for a in args])
 
 
 def test_cli_json_and_table(cli):

@@ -8,12 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-from roofline_double import roofline
 
-import diptych.sim.run.node as run_mod
-import diptych.sim.run.summed as summed_mod
-from diptych.tools.cli import main
 
 EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "trace-small.csv")
 KEYS = {"ttft_s", "tpot_s", "e2e_s", "tokens_per_s", "tokens_per_s_per_chip", "goodput_rps",
@@ -21,15 +16,6 @@ KEYS = {"ttft_s", "tpot_s", "e2e_s", "tokens_per_s", "tokens_per_s_per_chip", "g
 BASE = ("serve", "--chip", "h100", "--model", "llama-3-8b")
 
 
-@pytest.fixture
-def cli(monkeypatch):
-    # both defaults: the scheduled frame's ops take the run's (node), the attention cores
-    # the summed model's; with only the first patched the cores ran on the engine (the trace
-    # test took ~110 s of the CI budget for a check of the output's shape)
-    monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)
-    monkeypatch.setattr(summed_mod, "_default_simulate", lambda: roofline)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(main, [str(a) for a in args])
 
 
 def test_json_has_the_issue_keys(cli):

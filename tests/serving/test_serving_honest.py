@@ -11,15 +11,10 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
-from roofline_double import roofline
 
-import diptych.sim.run.node as run_mod
-import diptych.sim.run.summed as summed_mod
 from diptych.sim.limits import MAX_REPLICAS
 from diptych.sim.serving.metrics import FILL_LIMIT, fill_fraction
 from diptych.sim.serving.sweep import GOODPUT_TOLERANCE, max_qps_text
-from diptych.tools.cli import main
 
 #: llama-3-8b on one h100, short requests; seed 2 draws its first 20 or 40 arrivals 13 % or
 #: 4 % faster than the rate (the Poisson draw of few requests strays from its rate; seed 0's
@@ -28,14 +23,6 @@ SMALL = ("serve", "--chip", "h100", "--model", "llama-3-8b", "--prompt", 128, "-
          "--seed", 2)
 
 
-@pytest.fixture
-def cli(monkeypatch):
-    # both defaults (the scheduled frame's and the attention cores'), or the cores run on
-    # the engine (test_serving_cli.py)
-    monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)
-    monkeypatch.setattr(summed_mod, "_default_simulate", lambda: roofline)
-    runner = CliRunner()
-    return lambda *args: runner.invoke(main, [str(a) for a in args])
 
 
 def _json(r) -> dict:
