@@ -825,8 +825,12 @@ class Chip:
 
     @property
     def dram_bytes_per_s(self) -> float:
-        """Peak DRAM bandwidth (0 for a chip without DRAM)."""
-        return self.dram.peak_bytes_per_s if self.dram is not None else 0.0
+        """Peak DRAM bandwidth (0 for a chip without DRAM): the pins, or for a memory tier
+        behind a link as the chip's DRAM (``tier2_chip`` of :mod:`diptych.sim.run.placed`)
+        the lower of its pins and its links (:attr:`MemoryTier.bytes_per_s`)."""
+        if self.dram is None:
+            return 0.0
+        return getattr(self.dram, "bytes_per_s", self.dram.peak_bytes_per_s)
 
     @property
     def memory_bytes(self) -> int:
