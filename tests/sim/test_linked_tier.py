@@ -101,6 +101,21 @@ def test_the_links_phys_are_on_the_die_edge_and_priced():
     assert chip_cost(c).dram_usd - chip_cost(alone).dram_usd == pytest.approx(512 * 5.0)
 
 
+@pytest.mark.parametrize("attach", ["cxl", "pcie", "c2c"])
+def test_every_link_kind_loads_with_the_lower_of_pins_and_links(tmp_path, attach):
+    from diptych.sim.fabric import fabric
+    from diptych.sim.run.placed import tier2_chip
+
+    f = tmp_path / "t.toml"
+    f.write_text(EXAMPLE.read_text().replace('attach = "cxl"', f'attach = "{attach}"'))
+    c = load_chip(str(f))
+    assert c.dram2.attach == attach and c.dram2.bytes_per_s == 126e9 < c.dram2.peak_bytes_per_s
+    fab, hbm = fabric(tier2_chip(c)), fabric(c)
+    assert fab.dram_cap_bytes_per_s == 126e9 and fab.bottleneck == f"{attach} link"
+    assert fab.dram_setup_ns == pytest.approx(hbm.dram_setup_ns + 200.0)
+    assert tier2_chip(c).dram_bytes_per_s == 126e9
+
+
 @pytest.mark.parametrize("edit, key", [
     (lambda t: t.replace('attach = "cxl"', 'attach = "infiniband"'), "dram2.attach"),
     (lambda t: t.replace("link_gb_per_s = 63.0", "link_gb_per_s = 0.0"), "dram2.link_gb_per_s"),
