@@ -52,6 +52,25 @@ def test_packages_scale_the_tier_and_dotted_paths_edit_the_points_tier():
     assert link.build_chip({"dram2": CXL, "dram2_link_gb_per_s": 32.0}).dram2.bytes_per_s == 64e9
 
 
+def test_hbm_stacks_traded_at_the_same_edge_are_the_floorplan_studys_designs():
+    """infer-2026-lpddr's 6 HBM3E (10 mm each) + 5 LPDDR5X (4 mm): two stacks are five
+    packages (benchmarks/memory_tiers.py's designs); eight stacks leave no edge for the tier;
+    a tier behind a link has link ports, not packages, on the edge (an invalid point)."""
+    s = spec({"dram2": ["base", CXL], "hbm_stacks_at_edge": [8, 6, 4, 2]})
+    got = {v: s.build_chip({"dram2": "base", "hbm_stacks_at_edge": v}) for v in (8, 6, 4, 2)}
+    assert [(c.dram.stacks, c.dram.capacity_gib) for c in got.values()] == [
+        (8, 192.0), (6, 144.0), (4, 96.0), (2, 48.0)]
+    assert got[8].dram2 is None
+    assert [(c.dram2.stacks, c.dram2.capacity_gib) for c in list(got.values())[1:]] == [
+        (5, 160.0), (10, 320.0), (15, 480.0)]
+    from diptych.arch.geometry import check
+    assert all(check(c) == [] for c in got.values())
+    with pytest.raises(ValueError, match="behind a link"):
+        s.build_chip({"dram2": CXL, "hbm_stacks_at_edge": 4})
+    with pytest.raises(ValueError, match="cannot be combined with dram2_packages"):
+        spec({"hbm_stacks_at_edge": [4], "dram2_packages": [5]})
+
+
 def test_a_point_without_a_tier_to_size_is_an_invalid_chip_not_a_crash():
     s = spec({"dram2": ["none", "base"], "dram2_packages": [5]})
     with pytest.raises(ValueError, match="chip.dram2_packages: this point has no second"):

@@ -112,6 +112,31 @@ def _set_tier_packages(d: dict, v: int) -> None:
     t["capacity_gib"] = per_package * v
 
 
+def _set_stacks_at_edge(d: dict, v: int) -> None:
+    """HBM stacks traded for second-tier PHYs on the same die edge: ``v`` stacks, and the
+    tier's packages (or link ports' worth of packages) grown or shrunk by the edge the change
+    frees or takes, ``floor((stacks − v) × mm_edge_per_hbm_phy ÷ mm_edge_per_phy)`` (capacity
+    per package kept); a tier left with no package is removed. Points whose edge still cannot
+    hold the PHYs are run and marked infeasible."""
+    from ...arch.geometry import DEFAULT_DIE
+
+    t = _tier(d, "hbm_stacks_at_edge")
+    if t.get("attach", "package") != "package":
+        raise ValueError("chip.hbm_stacks_at_edge: the tier is behind a link (its edge is "
+                         "link ports, not packages): trade package tiers only")
+    if not t.get("mm_edge_per_phy"):
+        raise ValueError("chip.hbm_stacks_at_edge: the tier's mm_edge_per_phy is 0 (not "
+                         "modelled): no edge to trade")
+    hbm_mm = (d.get("die") or {}).get("mm_edge_per_hbm_phy", DEFAULT_DIE.mm_edge_per_hbm_phy)
+    freed = (d["dram"]["stacks"] - v) * hbm_mm
+    packages = t["stacks"] + math.floor(freed / t["mm_edge_per_phy"] + 1e-9)
+    _set_stacks(d, v)
+    if packages < 1:
+        d["dram2"] = None
+    else:
+        _set_tier_packages(d, packages)
+
+
 def _set_tier_field(name: str, key: str) -> Callable[[dict, Any], None]:
     def setter(d: dict, v: Any) -> None:
         _tier(d, name)[key] = v
@@ -145,13 +170,16 @@ CHIP_PARAMS: dict[str, tuple[str, str, Callable[[dict, Any], None]]] = {
                       "a chip preset or TOML whose [dram2] table the point takes", None),
     "dram2_packages": ("int", "second-tier packages (capacity scales with the count)",
                        _set_tier_packages),
+    "hbm_stacks_at_edge": ("int", "HBM stacks, the die edge they free or take traded against "
+                           "second-tier packages", _set_stacks_at_edge),
     "dram2_gbps_per_pin": ("float", "second-tier data rate per pin in Gb/s",
                            _set_tier_field("dram2_gbps_per_pin", "gbps_per_pin")),
     "dram2_link_gb_per_s": ("float", "GB/s per link port of a tier behind a link",
                             _set_tier_field("dram2_link_gb_per_s", "link_gb_per_s")),
 }
 #: The named parameters that set the second memory tier.
-TIER_PARAMS = ("dram2", "dram2_packages", "dram2_gbps_per_pin", "dram2_link_gb_per_s")
+TIER_PARAMS = ("dram2", "dram2_packages", "hbm_stacks_at_edge", "dram2_gbps_per_pin",
+               "dram2_link_gb_per_s")
 
 PHASES = ("prefill", "decode", "train")
 
@@ -522,6 +550,10 @@ def _check_dtype_axis(data: dict, source: str, base_chip: Chip, chip_axes: dict)
     if "array_dim" in chip_axes and ({"array_rows", "array_cols"} & set(chip_axes)):
         raise ValueError(f"{source}: chip.array_dim: cannot be combined with array_rows or "
                          "array_cols (it sets both)")
+    for other in ("hbm_stacks", "dram2_packages"):
+        if "hbm_stacks_at_edge" in chip_axes and other in chip_axes:
+            raise ValueError(f"{source}: chip.hbm_stacks_at_edge: cannot be combined with "
+                             f"{other} (it sets both stacks and packages)")
     if "sram_mib" in chip_axes and "sram_mib_per_core" in chip_axes:
         raise ValueError(f"{source}: chip.sram_mib: cannot be combined with sram_mib_per_core")
     return datapath
