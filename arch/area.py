@@ -49,7 +49,7 @@ def area_breakdown_mm2(chip: "Chip") -> dict[str, float]:
                 * a.mm2_per_mib_sram,
         "vector": chip.tensor_cores * chip.core.vector.lanes * a.mm2_per_vector_lane,
         "dram_phy": (chip.dram.stacks if chip.dram is not None else 0) * a.mm2_per_hbm_phy
-                    + (chip.dram2.stacks * chip.dram2.mm2_per_phy if chip.dram2 is not None
+                    + (chip.dram2.phys * chip.dram2.mm2_per_phy if chip.dram2 is not None
                        else 0.0),
         "interconnect": chip.interconnect.links * a.mm2_per_link,
         "overhead": a.fixed_overhead_mm2

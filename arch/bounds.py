@@ -39,6 +39,11 @@ LINK_GB_PER_S = bound(0.01, 1e5, "GB/s: 10 MB/s is below the slowest SerDes lane
 LINK_LATENCY_US = bound(1e-4, 1e4, "µs: 0 = ideal; 0.1 ns is under one cycle of any link, "
                         "10 ms above any hop in a data centre")
 
+#: Latency a link adds to a memory access, ns: 1 ns is under a SerDes lane's own pipeline;
+#: 100 us is beyond any load/store path (CXL and PCIe add ~0.1-1 us).
+LINK_NS = bound(1.0, 1e5, "ns: 0 = ideal; 1 ns is under any SerDes pipeline, 100 us beyond "
+                "any load/store path (CXL and PCIe add ~0.1-1 us)", zero=True)
+
 #: Fractions of a bandwidth a protocol sustains: under 1 % is a broken setup, not a part.
 BUS_EFFICIENCY = bound(0.01, 1.0, "fraction: under 1 % is a broken setup, not a part; at "
                        "most the raw bandwidth")

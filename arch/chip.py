@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from .dtypes import BLOCK_DTYPES, DTYPE_BYTES, DTYPES
 from .runtime import runtime_names
 from .bounds import (AREA_MM2, BUS_EFFICIENCY, CLOCK_GHZ, DRAM_T_MIN_NS, DRAM_T_WHY, FIXED_US,
-                     LINK_GB_PER_S, LINK_LATENCY_US, PJ_PER_IO_BIT, PJ_PER_OP,
+                     LINK_GB_PER_S, LINK_NS, LINK_LATENCY_US, PJ_PER_IO_BIT, PJ_PER_OP,
                      REFRESH_MAX_FRACTION, SRAM_MIB)
 from .schema import bound, f, fail
 from .tables import CostTable, DieSpec, Noc, Package, PowerTable
@@ -37,6 +37,12 @@ DRAM_KINDS: tuple[str, ...] = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4", "ddr3",
 #: DRAM kinds a second memory tier (``[dram2]``) may be: package-attached memories with a
 #: PHY of their own on the die edge. HBM belongs in ``[dram]`` (more stacks).
 TIER_KINDS: tuple[str, ...] = tuple(k for k in DRAM_KINDS if not k.startswith("hbm"))
+#: How a second memory tier reaches the chip (``[dram2] attach``): ``package``, DRAM packages
+#: with PHYs of their own on the die edge; or behind a link, whose rate caps the tier's and
+#: whose latency adds to every access: ``cxl`` (a CXL type-3 memory expander), ``pcie`` (host
+#: DRAM read over the chip's PCIe host interface), ``c2c`` (host DRAM over a coherent
+#: chip-to-chip link such as NVLink-C2C). docs/chips.md, "A tier behind a link".
+TIER_ATTACH: tuple[str, ...] = ("package", "cxl", "pcie", "c2c")
 #: The fastest data rate per pin (Gb/s) a part of each DRAM kind is specified or shipped at:
 #: a faster one is a typo or another kind (issue 23 item 6). [S] HBM2 2.4 (Samsung Aquabolt;
 #: JESD235A says 2.0), HBM2E 3.6 (SK hynix), HBM3 6.4 (JESD238), HBM3E 9.8 (Samsung, SK hynix
@@ -368,7 +374,14 @@ class MemoryTier(Dram):
     ``[dram]`` HBM (LPDDR5X or GDDR7 on the die edge), with the JEDEC-style timing of
     :class:`Dram` (``stacks``: its packages) and what the chip's tables give HBM elsewhere:
     its energy per bit, price, and the PHY's area and die edge per package. The residency
-    planner places what the first tier cannot hold here (docs/chips.md, "Memory tiers")."""
+    planner places what the first tier cannot hold here (docs/chips.md, "Memory tiers").
+
+    A tier behind a link (``attach`` ``cxl``, ``pcie`` or ``c2c``; docs/chips.md, "A tier
+    behind a link") is DRAM of the same description on the far side of ``links`` link ports of
+    ``link_gb_per_s`` each per direction: it streams at the lower of its pins and the links
+    (:attr:`bytes_per_s`), every access pays ``link_latency_ns`` more, ``pj_per_bit`` counts
+    the link with the device, and ``mm2_per_phy``/``mm_edge_per_phy`` are per link port (0:
+    an interface the chip has anyway, a PCIe host port)."""
 
     pj_per_bit: float = f(doc="pJ per bit transferred (device + PHY + controller)",
                           **PJ_PER_IO_BIT, zero_ok=True)
@@ -382,7 +395,54 @@ class MemoryTier(Dram):
                                **bound(0.01, 100.0, "mm: 0 = not modelled; an HBM PHY takes "
                                        "~10 mm of edge", zero=True))
 
+    attach: str = f(default="package", choices=TIER_ATTACH,
+                    doc="how the tier reaches the chip: package (PHYs on the die edge) or "
+                        "behind a link (cxl, pcie, c2c)")
+    links: int = f(default=0, min=0, max=64,
+                   doc="link ports to a linked tier (0 for attach = package; integer 0..64)")
+    link_gb_per_s: float = f(default=0.0, doc="GB/s per link port per direction (0 for "
+                             "attach = package)", **LINK_GB_PER_S, zero_ok=True)
+    link_latency_ns: float = f(default=0.0, doc="ns the link adds to every access (round "
+                               "trip beyond the DRAM's own; 0 = ideal)", **LINK_NS)
+
+    @property
+    def linked(self) -> bool:
+        """Whether the tier sits behind a link (``attach`` other than ``package``)."""
+        return self.attach != "package"
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        """The links' bandwidth per direction, all ports (inf for a package-attached tier)."""
+        return self.links * self.link_gb_per_s * 1e9 if self.linked else float("inf")
+
+    @property
+    def bytes_per_s(self) -> float:
+        """What the tier can deliver: the lower of its pins and its links."""
+        return min(self.peak_bytes_per_s, self.link_bytes_per_s)
+
+    @property
+    def phys(self) -> int:
+        """PHYs the tier puts on the die edge: one per package, or one per link port."""
+        return self.links if self.linked else self.stacks
+
     def _validate(self, source, path):
+        if not self.linked:
+            for name in ("links", "link_gb_per_s", "link_latency_ns"):
+                if getattr(self, name):
+                    fail(source, f"{path}.{name}", getattr(self, name),
+                         "0 for a package-attached tier (attach = \"package\"); a tier "
+                         f"behind a link names it: attach = one of {', '.join(TIER_ATTACH[1:])}")
+        else:
+            if self.links < 1:
+                fail(source, f"{path}.links", self.links,
+                     f"at least 1 link port for attach = {self.attach!r}")
+            if self.link_gb_per_s <= 0:
+                fail(source, f"{path}.link_gb_per_s", self.link_gb_per_s,
+                     f"a link bandwidth > 0 GB/s for attach = {self.attach!r}")
+            if self.pj_per_bit <= 0:
+                fail(source, f"{path}.pj_per_bit", self.pj_per_bit,
+                     f"an energy > 0 pJ/bit for attach = {self.attach!r} (the link's SerDes "
+                     "and the far DRAM are never free)")
         if self.kind not in TIER_KINDS:
             fail(source, f"{path}.kind", self.kind,
                  f"a package-attached DRAM kind ({', '.join(TIER_KINDS)}): HBM stacks belong "
@@ -765,8 +825,12 @@ class Chip:
 
     @property
     def dram_bytes_per_s(self) -> float:
-        """Peak DRAM bandwidth (0 for a chip without DRAM)."""
-        return self.dram.peak_bytes_per_s if self.dram is not None else 0.0
+        """Peak DRAM bandwidth (0 for a chip without DRAM): the pins, or for a memory tier
+        behind a link as the chip's DRAM (``tier2_chip`` of :mod:`diptych.sim.run.placed`)
+        the lower of its pins and its links (:attr:`MemoryTier.bytes_per_s`)."""
+        if self.dram is None:
+            return 0.0
+        return getattr(self.dram, "bytes_per_s", self.dram.peak_bytes_per_s)
 
     @property
     def memory_bytes(self) -> int:

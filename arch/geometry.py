@@ -524,7 +524,8 @@ def die_geometry(name: str, kind: str, blocks: dict[str, float], spec: DieSpec, 
             f"{io['tier_phys'] * tier_mm:.1f} mm of die edge ({tier_mm:g} mm each); a "
             f"{w:.1f} × {h:.1f} mm outline holds {io['tier_phys'] - short['tier']} beside the "
             f"HBM PHYs: short by {short['tier']} PHY(s), {short['tier_mm']:.1f} mm of edge "
-            f"(fewer packages, fewer HBM stacks, or a longer die)", short["tier_mm"], "mm"))
+            f"(fewer packages or link ports, fewer HBM stacks, or a longer die)", short["tier_mm"],
+            "mm"))
     if short["links"]:
         sl = spec.mm_edge_per_link
         v.append(Violation(

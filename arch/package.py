@@ -112,7 +112,7 @@ def die_contents(chip: "Chip") -> list[DieContent]:
     pkg = getattr(chip, "package", None)
     links = chip.interconnect.links
     spare = _spares(chip)
-    tier = chip.dram2.stacks if getattr(chip, "dram2", None) is not None else 0
+    tier = chip.dram2.phys if getattr(chip, "dram2", None) is not None else 0
     if pkg is None or pkg.dies == 1:
         return [DieContent("die", "monolithic", dict(parts), sites, n_stacks, links, {},
                            chip.tensor_cores, spare, tier_phys=tier)]

@@ -13,6 +13,10 @@ charges the engine applies:
 * **latency**: every DRAM descriptor's setup grows by the NoC's mean latency (routers × hop
   cycles) plus ``mean_crossings × d2d_latency_ns`` (the expected D2D latency over
   interleaved addresses), ``dram_setup_ns``;
+* **a link**: a chip whose DRAM is a memory tier behind a link (``[dram2] attach`` ``cxl``,
+  ``pcie``, ``c2c``: :func:`diptych.sim.run.placed.tier2_chip` times a second tier's bytes on
+  such a chip) has its DRAM capped at the links' rate (both directions on one server: errs
+  slow for mixed reads and writes) and ``link_latency_ns`` added to every descriptor's setup;
 * **energy**: ``noc`` = NoC pJ/byte × (DRAM bytes + shared-buffer re-read bytes), ``d2d`` =
   D2D pJ per DRAM byte (``8 × pJ/bit × mean crossings``) × DRAM bytes; keys of the energy
   breakdown only for a chip with a ``[noc]`` (resp. a multi-die ``[package]``), so that a chip
@@ -79,14 +83,19 @@ def fabric(chip) -> Fabric:
     noc = noc_report(chip) if chip.has_dram else None
     sbuf = chip.shared_buffer
     sb = None if sbuf is None else float(sbuf.bytes_per_cycle)
-    if noc is None and not has_d2d:
+    link = chip.dram if getattr(chip.dram, "linked", False) else None
+    if noc is None and not has_d2d and link is None:
         return NONE if sb is None else Fabric(math.inf, "", 0.0, 0.0, 0.0, False, False, sb)
     pins = chip.dram.peak_bytes_per_s * (1.0 - 1e-9)   # a cap equal to the pins cannot bind
     cap, what, setup, noc_pj, d2d_pj = math.inf, "", 0.0, 0.0, 0.0
+    if link is not None:    # a tier behind a link (tier2_chip): its rate and its latency
+        setup += link.link_latency_ns
+        if link.link_bytes_per_s < pins:
+            cap, what = link.link_bytes_per_s, f"{link.attach} link"
     if noc is not None:
         setup += noc.latency_ns
         noc_pj = noc.pj_per_byte
-        if noc.dram_cap_bytes_per_s < pins:
+        if noc.dram_cap_bytes_per_s < min(cap, pins):
             cap, what = noc.dram_cap_bytes_per_s, f"NoC ({noc.bottleneck})"
         if sb is not None and noc.topology == "mesh":
             sb = min(sb, noc.bisection_bytes_per_s / chip.clock_hz)

@@ -39,7 +39,7 @@ from ...arch import load_chip
 from ...arch.area import die_area_mm2
 from ...sim import energy_parts as EP
 from ..precision_spec import PHASES, PrecisionChoice, describe, resolve
-from .evaluate import power_metrics
+from .evaluate import power_metrics, tier_metrics
 from ...arch.geometry import check
 from .physical import cost_summary
 
@@ -238,12 +238,37 @@ def roofline_regime(r: dict) -> str | None:
     return "memory" if bw > hfu else "compute"
 
 
-def _deciding_resource(chip, bound: str | None, phase: str) -> str:
-    """The winner's resource that decides a phase, from its regime there, in words."""
+def tier_summary(chip) -> dict | None:
+    """A chip's second memory tier for ``compare --json``: ``attach``, ``kind``, ``gib``,
+    ``bytes_per_s`` (what it delivers: pins or links); None without one."""
+    t = chip.dram2
+    if t is None:
+        return None
+    return {"attach": t.attach, "kind": t.kind, "gib": t.capacity_gib,
+            "bytes_per_s": t.bytes_per_s}
+
+
+def run_tier(r: dict) -> dict:
+    """What a run put in the second tier (:func:`~.evaluate.tier_metrics`); None values for
+    a run that failed."""
+    if r.get("error"):
+        return {"dram2_state_gib": None, "dram2_traffic_share": None}
+    return tier_metrics(r)
+
+
+def _deciding_resource(chip, bound: str | None, phase: str, run: dict | None = None) -> str:
+    """The winner's resource that decides a phase, from its regime there (and, for a run
+    that streamed state from a second memory tier, that tier), in words."""
     from .. import fmt
     if bound == "compute":
         return (f"compute-bound there: its peak of "
                 f"{fmt.eng(chip.peak_ops_per_s.get(chip.default_dtype), 'OP/s')} decides")
+    share = run_tier(run or {})["dram2_traffic_share"]
+    if bound == "memory" and share:
+        t = chip.dram2
+        return (f"memory-bound there: {share:.0%} of its DRAM bytes stream from its second "
+                f"tier ({t.kind}, {t.attach}) at {fmt.eng(t.bytes_per_s, 'B/s')}, beside "
+                f"{fmt.eng(chip.dram_bytes_per_s, 'B/s')} of first-tier bandwidth")
     if bound == "memory":
         return (f"memory-bound there: its DRAM bandwidth of "
                 f"{fmt.eng(chip.dram_bytes_per_s or None, 'B/s')} decides"
@@ -289,16 +314,25 @@ class Comparison:
     #: replaces its runs' errors in :meth:`warnings` (:func:`sram_shortfall`)
     sram_notes: dict[str, str] = field(default_factory=dict)
 
+    @property
+    def tiered(self) -> bool:
+        """Whether any chip has a second memory tier (``[dram2]``): then every chip's summary
+        and every row say what the tier is and what each run put there."""
+        return any(cr.chip.dram2 is not None for cr in self.chips.values())
+
     def summary(self, name: str) -> dict:
         """The issue's per-chip structure, plus ``precision`` per phase, the precision of
         the peak that ``train.mfu`` refers to (``train.mfu_peak_dtype``) and
         ``energy_breakdown_j``: per phase, the energy of its reference run
         (:meth:`reference_runs`) by component (J, the run's chips; None for a run that
-        failed)."""
+        failed). When a chip of the comparison has a second memory tier (:attr:`tiered`):
+        ``dram2`` (:func:`tier_summary`, None for a chip without) and, per decode point,
+        ``dram2_state_gib`` and ``dram2_traffic_share`` (:func:`run_tier`)."""
         cr = self.chips[name]
         s = self.settings
         ref = cr.decode[(s.ref_batch, s.contexts[0])]
         ej = ref.get("energy_j_per_token")
+        tiers = self.tiered
         return {
             "area_mm2": die_area_mm2(cr.chip),
             "tokens_per_j": (1.0 / ej) if ej else None,
@@ -308,8 +342,10 @@ class Comparison:
                       "plan": train_plan(cr.train, s)},
             "prefill": [{"prompt": p, "ttft_s": r.get("ttft_s")} for p, r in cr.prefill.items()],
             "decode": [{"batch": b, "context": c, "tpot_s": r.get("tpot_s"),
-                        "tokens_per_s": r.get("tokens_per_s")}
+                        "tokens_per_s": r.get("tokens_per_s"),
+                        **(run_tier(r) if tiers else {})}
                        for (b, c), r in cr.decode.items()],
+            **({"dram2": tier_summary(cr.chip)} if tiers else {}),
             "bottleneck": {"train": cr.train.get("bound"),
                            "prefill": cr.prefill[s.prompts[0]].get("bound"),
                            "decode": ref.get("bound")},
@@ -364,7 +400,7 @@ class Comparison:
             out[phase] = {"winner": w, "runner_up": r, "by": by, "metric": metric,
                           "bound": bound,
                           "text": f"{phase}: {w} wins, {by:.3g}× {r} on {metric}; "
-                                  f"{_deciding_resource(cr.chip, bound, phase)}"}
+                                  f"{_deciding_resource(cr.chip, bound, phase, run(cr))}"}
         return out
 
     def to_json(self) -> dict:
@@ -462,6 +498,8 @@ class Comparison:
                 row.update(EP.columns(r.get("energy_breakdown_j")))
                 for k in ("power_w", "exceeds_tdp", "usd_per_mtok", "fits", "bound", "error"):
                     row[k] = r.get(k)
+                if self.tiered:     # what the run put in a second memory tier
+                    row.update(run_tier(r))
                 # the summary's rates are per chip; a run's tokens/s is its whole TP group's
                 tps = r.get("tokens_per_s")
                 row["tokens_per_s_per_chip"] = (None if tps is None

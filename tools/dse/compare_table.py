@@ -21,7 +21,7 @@ from ...arch.area import die_area_mm2
 from .. import fmt
 from ..precision_spec import describe
 from ...arch.geometry import check, dies
-from .compare import Comparison, run_notes
+from .compare import Comparison, run_notes, run_tier
 
 
 def _dies(chip) -> str:
@@ -30,6 +30,16 @@ def _dies(chip) -> str:
     if len(set(outlines)) == 1:
         return outlines[0] if len(outlines) == 1 else f"{len(outlines)} × {outlines[0]}"
     return " + ".join(outlines)
+
+
+def _tier(chip) -> str:
+    """``160 GiB lpddr5x, 341 GB/s`` (``behind 2 cxl links, +200 ns``), or ``none``."""
+    t = chip.dram2
+    if t is None:
+        return "none"
+    link = (f" behind {t.links} {t.attach} link(s), +{t.link_latency_ns:g} ns"
+            if t.linked else " on the package")
+    return f"{fmt.number(t.capacity_gib, 'GiB')} {t.kind}, {fmt.eng(t.bytes_per_s, 'B/s')}{link}"
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,8 @@ def metrics(cmp: Comparison) -> list[Metric]:
         lambda v: fmt.eng(v, "B/s"))
     row("chip", "DRAM capacity", [cr.chip.dram.capacity_gib if cr.chip.has_dram else None
                                   for cr in runs], lambda v: fmt.number(v, "GiB"))
+    if cmp.tiered:
+        out.append(Metric("chip", "DRAM tier 2", tuple(_tier(cr.chip) for cr in runs), none))
     row("chip", "on-chip SRAM", [cr.chip.sram_bytes / 2**20 for cr in runs],
         lambda v: fmt.number(v, "MiB"))
     row("chip", "TDP", [cr.chip.tdp_w for cr in runs], lambda v: fmt.eng(v, "W"))
@@ -136,6 +148,13 @@ def metrics(cmp: Comparison) -> list[Metric]:
             "decode", f"decode b={b} ctx={c}: TPOT · tokens/s",
             tuple(f"{fmt.seconds(t)} · {fmt.eng(r, 'tok/s')}" for t, r in zip(tpot, tps)),
             tuple(tuple(run_notes(cr.decode[(b, c)])) for cr in runs), _pair_ratios(tpot, tps)))
+        tier = [run_tier(cr.decode[(b, c)]) for cr in runs]
+        if cmp.tiered and any(t["dram2_state_gib"] for t in tier):
+            out.append(Metric(
+                "decode", f"decode b={b} ctx={c}: state in tier 2 · its share of DRAM bytes",
+                tuple(fmt.MISSING if t["dram2_state_gib"] is None else
+                      f"{fmt.number(t['dram2_state_gib'], 'GiB')} · "
+                      f"{fmt.pct(t['dram2_traffic_share'])}" for t in tier), none))
 
     ref = (s.ref_batch, s.contexts[0])
     row("efficiency", f"tokens/J (decode b={ref[0]} ctx={ref[1]})",

@@ -15,6 +15,7 @@ A spec is a TOML file (or the equivalent dict)::
     array_rows = [64, 128]     # random mode also takes {min, max, log, integer} ranges
     dtype = ["int8", "bf16"]
     "dram.t_rcd_ns" = [14.4]   # any scalar field of the chip, by its dotted path
+    dram2 = ["none", "base"]   # the second memory tier: removed, the base's, or a chip file's
 
     [workload]                 # workload parameters (WORKLOAD_PARAMS): a value or a list
     model = "llama-3-8b"
@@ -94,6 +95,54 @@ def _set_sram_total(d: dict, v: float) -> None:
     d["core"]["scratchpad"]["capacity_mib"] = v / d["tensor_cores"]
 
 
+def _tier(d: dict, name: str) -> dict:
+    """The point's ``[dram2]`` table; ValueError (the point is recorded as an invalid chip)
+    when it has none: a ``dram2 = "none"`` point of a grid that also sizes the tier."""
+    t = d.get("dram2")
+    if t is None:
+        raise ValueError(f"chip.{name}: this point has no second memory tier ([dram2]) to "
+                         "set (dram2 = \"none\", or a base chip without one)")
+    return t
+
+
+def _set_tier_packages(d: dict, v: int) -> None:
+    t = _tier(d, "dram2_packages")
+    per_package = t["capacity_gib"] / t["stacks"]
+    t["stacks"] = v
+    t["capacity_gib"] = per_package * v
+
+
+def _set_stacks_at_edge(d: dict, v: int) -> None:
+    """HBM stacks traded for second-tier PHYs on the same die edge: ``v`` stacks, and the
+    tier's packages (or link ports' worth of packages) grown or shrunk by the edge the change
+    frees or takes, ``floor((stacks − v) × mm_edge_per_hbm_phy ÷ mm_edge_per_phy)`` (capacity
+    per package kept); a tier left with no package is removed. Points whose edge still cannot
+    hold the PHYs are run and marked infeasible."""
+    from ...arch.geometry import DEFAULT_DIE
+
+    t = _tier(d, "hbm_stacks_at_edge")
+    if t.get("attach", "package") != "package":
+        raise ValueError("chip.hbm_stacks_at_edge: the tier is behind a link (its edge is "
+                         "link ports, not packages): trade package tiers only")
+    if not t.get("mm_edge_per_phy"):
+        raise ValueError("chip.hbm_stacks_at_edge: the tier's mm_edge_per_phy is 0 (not "
+                         "modelled): no edge to trade")
+    hbm_mm = (d.get("die") or {}).get("mm_edge_per_hbm_phy", DEFAULT_DIE.mm_edge_per_hbm_phy)
+    freed = (d["dram"]["stacks"] - v) * hbm_mm
+    packages = t["stacks"] + math.floor(freed / t["mm_edge_per_phy"] + 1e-9)
+    _set_stacks(d, v)
+    if packages < 1:
+        d["dram2"] = None
+    else:
+        _set_tier_packages(d, packages)
+
+
+def _set_tier_field(name: str, key: str) -> Callable[[dict, Any], None]:
+    def setter(d: dict, v: Any) -> None:
+        _tier(d, name)[key] = v
+    return setter
+
+
 #: Named chip parameters. Order matters: ``sram_mib`` (a chip total) is applied after ``cores``.
 CHIP_PARAMS: dict[str, tuple[str, str, Callable[[dict, Any], None]]] = {
     "clock_ghz": ("float", "core clock in GHz", _set("clock_ghz")),
@@ -116,7 +165,21 @@ CHIP_PARAMS: dict[str, tuple[str, str, Callable[[dict, Any], None]]] = {
     "link_gb_per_s": ("float", "GB/s per link per direction",
                       _set("interconnect.gb_per_s_per_link_per_direction")),
     "tdp_w": ("float", "thermal design power in W", _set("tdp_w")),
+    # the second memory tier (docs/chips.md, "Memory tiers"; docs/dse.md, "Memory-tier axes")
+    "dram2": ("tier", "second memory tier: \"none\" (removed), \"base\" (the base chip's) or "
+                      "a chip preset or TOML whose [dram2] table the point takes", None),
+    "dram2_packages": ("int", "second-tier packages (capacity scales with the count)",
+                       _set_tier_packages),
+    "hbm_stacks_at_edge": ("int", "HBM stacks, the die edge they free or take traded against "
+                           "second-tier packages", _set_stacks_at_edge),
+    "dram2_gbps_per_pin": ("float", "second-tier data rate per pin in Gb/s",
+                           _set_tier_field("dram2_gbps_per_pin", "gbps_per_pin")),
+    "dram2_link_gb_per_s": ("float", "GB/s per link port of a tier behind a link",
+                            _set_tier_field("dram2_link_gb_per_s", "link_gb_per_s")),
 }
+#: The named parameters that set the second memory tier.
+TIER_PARAMS = ("dram2", "dram2_packages", "hbm_stacks_at_edge", "dram2_gbps_per_pin",
+               "dram2_link_gb_per_s")
 
 PHASES = ("prefill", "decode", "train")
 
@@ -174,6 +237,8 @@ class SweepSpec:
     source: str = "<spec>"
     chip_kinds: dict[str, str] = field(default_factory=dict)
     dtype_datapath: str = "keep"
+    #: the ``dram2`` axis's values → the ``[dram2]`` table each gives (None: "none")
+    tiers: dict[str, Any] = field(default_factory=dict)
     _base_key: str = field(default="", repr=False)
 
     # ---- chips ---------------------------------------------------------------------------
@@ -185,6 +250,8 @@ class SweepSpec:
             value = params[name]
             if name == "dtype" and self.dtype_datapath == "rebuild":
                 _rebuild_dtype(d, value)
+            elif name == "dram2":
+                d["dram2"] = copy.deepcopy(self.tiers[value])
             elif name in CHIP_PARAMS:
                 CHIP_PARAMS[name][2](d, value)
             else:
@@ -249,7 +316,10 @@ class SweepSpec:
 
 
 def _ordered(params: dict[str, Any]) -> list[str]:
+    """Application order: the ``dram2`` table first (dotted ``dram2.*`` paths and the tier
+    parameters then edit the point's tier), dotted paths, then the named parameters."""
     order = {n: i for i, n in enumerate(CHIP_PARAMS)}
+    order["dram2"] = -2
     return sorted(params, key=lambda n: order.get(n, -1))
 
 
@@ -298,24 +368,72 @@ def _check_value(source: str, key: str, kind: str, v: Any) -> Any:
     elif kind == "execution":
         if v not in EXECUTIONS:
             raise _err(source, key, v, "one of " + ", ".join(EXECUTIONS))
-    elif kind == "str":
+    elif kind in ("str", "tier"):
         if not isinstance(v, str) or not v:
-            raise _err(source, key, v, "a non-empty string")
+            raise _err(source, key, v, "a non-empty string" if kind == "str" else
+                       "\"none\", \"base\" or a chip preset or TOML with a [dram2] table")
     return v
+
+
+def _tiers(source: str, base_chip: Chip, chip_axes: dict) -> dict[str, Any]:
+    """The ``dram2`` axis's values → the ``[dram2]`` table each gives (None for "none"), each
+    checked; then the tier parameters need a tier to set: the base chip's or the axis's
+    (ValueError naming the key otherwise)."""
+    tiers: dict[str, Any] = {}
+    axis = chip_axes.get("dram2")
+    if axis is not None and not isinstance(axis, list):
+        raise _err(source, "chip.dram2", axis, "a list of tiers")
+    for i, v in enumerate(axis or []):
+        key = f"chip.dram2[{i}]"
+        if v == "none":
+            tiers[v] = None
+            continue
+        if v == "base":
+            chip = base_chip
+        else:
+            path = Path(source).parent / v
+            ref = str(path) if v.endswith(".toml") and path.exists() else v
+            try:
+                chip = load_chip(ref)
+            except ValueError as exc:
+                raise ValueError(f"{source}: {key}: {exc}") from None
+        if chip.dram2 is None:
+            raise _err(source, key, v, f"a chip with a [dram2] table ({chip.name!r} has none): "
+                       "\"none\", \"base\" or a chip preset or TOML with one")
+        tiers[v] = to_dict(chip)["dram2"]
+    given = [t for t in tiers.values() if t is not None]
+    if axis is None and base_chip.dram2 is not None:
+        given = [to_dict(base_chip)["dram2"]]
+    for name in TIER_PARAMS[1:]:
+        if name not in chip_axes:
+            continue
+        if not given:
+            raise ValueError(f"{source}: chip.{name}: the base chip {base_chip.name!r} has no "
+                             "second memory tier ([dram2]) and no dram2 axis gives one")
+        if name == "dram2_link_gb_per_s" and not any(
+                t.get("attach", "package") != "package" for t in given):
+            raise ValueError(f"{source}: chip.{name}: no tier of the sweep is behind a link "
+                             "([dram2] attach = \"cxl\", \"pcie\" or \"c2c\")")
+    return tiers
+
+
+_TIER_HINT = (" (a tier of another kind or attachment: the dram2 axis takes a chip TOML "
+              "whose [dram2] table a point uses)")
 
 
 def _raw_path_kind(base: dict, path: str, source: str) -> str:
     node: Any = base
+    tier = path.startswith("dram2.")
     for k in path.split("."):
         if not isinstance(node, dict) or k not in node:
             raise ValueError(
                 f"{source}: chip.{path}: unknown chip parameter; expected one of "
                 f"{', '.join(CHIP_PARAMS)}, or a dotted path to a field of the base chip "
-                "(e.g. \"dram.t_rcd_ns\")")
+                "(e.g. \"dram.t_rcd_ns\")" + (_TIER_HINT if tier else ""))
         node = node[k]
     if isinstance(node, (dict, list)) or isinstance(node, str):
         raise ValueError(f"{source}: chip.{path}: a dotted path must name a numeric field, "
-                         f"not a {type(node).__name__}")
+                         f"not a {type(node).__name__}" + (_TIER_HINT if tier else ""))
     return "int" if isinstance(node, int) and not isinstance(node, bool) else "float"
 
 
@@ -432,6 +550,10 @@ def _check_dtype_axis(data: dict, source: str, base_chip: Chip, chip_axes: dict)
     if "array_dim" in chip_axes and ({"array_rows", "array_cols"} & set(chip_axes)):
         raise ValueError(f"{source}: chip.array_dim: cannot be combined with array_rows or "
                          "array_cols (it sets both)")
+    for other in ("hbm_stacks", "dram2_packages"):
+        if "hbm_stacks_at_edge" in chip_axes and other in chip_axes:
+            raise ValueError(f"{source}: chip.hbm_stacks_at_edge: cannot be combined with "
+                             f"{other} (it sets both stacks and packages)")
     if "sram_mib" in chip_axes and "sram_mib_per_core" in chip_axes:
         raise ValueError(f"{source}: chip.sram_mib: cannot be combined with sram_mib_per_core")
     return datapath
@@ -489,14 +611,20 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
     base_dict = to_dict(base_chip)
     chip_axes, chip_kinds = _chip_axes(data, source, base_dict, mode)
     datapath = _check_dtype_axis(data, source, base_chip, chip_axes)
+    tiers = _tiers(source, base_chip, chip_axes)
     workload_axes = _workload_axes(data, source)
+    key: dict = {"base": base_dict}
+    if "dtype" in chip_axes:
+        key["dtype_datapath"] = datapath
+    if tiers:       # the tiers' tables, so that editing a referenced file gives new ids
+        key["tiers"] = tiers
     spec = SweepSpec(base=base, base_chip=base_chip, mode=mode, chip_axes=chip_axes,
                      workload_axes=workload_axes, samples=samples, seed=seed,
                      area_budget_mm2=budgets.get("area_budget_mm2"),
                      power_budget_w=budgets.get("power_budget_w"), points_per_task=ppt,
                      source=source, chip_kinds=chip_kinds, dtype_datapath=datapath,
-                     _base_key=_digest(base_dict if "dtype" not in chip_axes else
-                                       {"base": base_dict, "dtype_datapath": datapath})[:16])
+                     tiers=tiers,
+                     _base_key=_digest(base_dict if len(key) == 1 else key)[:16])
     n, n_wl = spec.count(), math.prod(len(v) for v in workload_axes.values())
     if n > MAX_SWEEP_POINTS:
         raise ValueError(f"{source}: the spec describes {n:,} points ({n // n_wl:,} chips × "

@@ -75,7 +75,8 @@ class SweepSummary:
 
 
 def chip_columns(chip) -> dict[str, Any]:
-    """Per-chip columns of every row: derived peaks and the area breakdown."""
+    """Per-chip columns of every row: derived peaks, the second memory tier
+    (:func:`tier_columns`) and the area breakdown."""
     parts = area_breakdown_mm2(chip)
     cols: dict[str, Any] = {
         "chip": chip.name,
@@ -83,6 +84,7 @@ def chip_columns(chip) -> dict[str, Any]:
         **{f"area_{k}_mm2": v for k, v in parts.items()},
         "peak_ops_per_s": chip.peak_ops_per_s[chip.default_dtype],
         "dram_bytes_per_s": chip.dram_bytes_per_s,
+        **tier_columns(chip),
         "sram_mib_total": chip.sram_bytes / 2**20,
         "tdp_w": chip.tdp_w,
         "default_dtype": chip.default_dtype,
@@ -90,6 +92,16 @@ def chip_columns(chip) -> dict[str, Any]:
     from .physical import physical_columns
     cols.update(physical_columns(chip))  # feasible, infeasible_reason, outline, cost, NoC
     return cols
+
+
+def tier_columns(chip) -> dict[str, Any]:
+    """The second memory tier's columns (docs/dse.md, "Memory-tier axes"): ``dram2_attach``
+    (``"none"`` without a tier, else ``package``, ``cxl``, ``pcie`` or ``c2c``),
+    ``dram2_gib`` and ``dram2_bytes_per_s`` (what it delivers: pins or links; 0 without)."""
+    t = chip.dram2
+    return {"dram2_attach": "none" if t is None else t.attach,
+            "dram2_gib": 0.0 if t is None else float(t.capacity_gib),
+            "dram2_bytes_per_s": 0.0 if t is None else t.bytes_per_s}
 
 
 def resolve_evaluator(name: str | Callable | None) -> Evaluate:
