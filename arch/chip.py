@@ -383,8 +383,9 @@ class MemoryTier(Dram):
     the link with the device, and ``mm2_per_phy``/``mm_edge_per_phy`` are per link port (0:
     an interface the chip has anyway, a PCIe host port)."""
 
+    # > 0 always: a tier is never free to read (issue 25, bad input: zero energy exits 2)
     pj_per_bit: float = f(doc="pJ per bit transferred (device + PHY + controller)",
-                          **PJ_PER_IO_BIT, zero_ok=True)
+                          **PJ_PER_IO_BIT)
     usd_per_gb: float = f(default=0.0, doc="price in USD per GB (0 = not priced)",
                           **bound(0.01, 1000.0, "USD: commodity DRAM is ~1-10 $/GB, HBM "
                                   "~10-30", zero=True))
@@ -439,10 +440,6 @@ class MemoryTier(Dram):
             if self.link_gb_per_s <= 0:
                 fail(source, f"{path}.link_gb_per_s", self.link_gb_per_s,
                      f"a link bandwidth > 0 GB/s for attach = {self.attach!r}")
-            if self.pj_per_bit <= 0:
-                fail(source, f"{path}.pj_per_bit", self.pj_per_bit,
-                     f"an energy > 0 pJ/bit for attach = {self.attach!r} (the link's SerDes "
-                     "and the far DRAM are never free)")
         if self.kind not in TIER_KINDS:
             fail(source, f"{path}.kind", self.kind,
                  f"a package-attached DRAM kind ({', '.join(TIER_KINDS)}): HBM stacks belong "

@@ -109,6 +109,7 @@ def test_runs_the_planner_cannot_place_are_refused(chip, tiny):
 @pytest.mark.parametrize("edit, key", [
     (lambda t: t.replace('kind = "lpddr5x"', 'kind = "hbm3e"'), "dram2.kind"),
     (lambda t: t.replace("pj_per_bit = 4.0", "pj_per_bit = -1.0"), "dram2.pj_per_bit"),
+    (lambda t: t.replace("pj_per_bit = 4.0", "pj_per_bit = 0.0"), "dram2.pj_per_bit"),
     (lambda t: t.replace("capacity_gib = 160.0", "capacity_gib = 0.0"), "dram2.capacity_gib"),
 ])
 def test_bad_tiers_exit_2_naming_the_key(tmp_path, edit, key):
