@@ -19,6 +19,7 @@ from test_glm_deepseek_v2 import mla
 from test_tensors import check_bytes
 from tiny_models import TINY_DSA, write_config
 
+from diptych.sim.cluster import Plan, check_plan
 from diptych.sim.run import Scenario, run_workload
 from diptych.sim.serving.requests import parse_length as P
 from diptych.sim.serving.serve import Load, StepTimerCache, colocated, serve
@@ -156,6 +157,8 @@ def test_context_parallelism_is_refused():
     with pytest.raises(ValueError, match=r"cp=2: context parallelism of tiny-dsa's sparse "
                                          r"attention .* is not modelled; use cp=1"):
         prefill(_tiny(), 2, 512, cp=2)
+    with pytest.raises(ValueError, match="cp=2: context parallelism of .* is not modelled"):
+        check_plan(Plan(tp=1, cp=2), _tiny(), chips=2, batch=2, seq_len=256)
 
 
 def test_training_backward_scores_only_the_selected_keys():
@@ -199,6 +202,15 @@ def test_every_phase_runs_on_the_full_model(phase, kw):
     assert r.seconds > 0 and r.flops > 0
 
 
+def test_serve_runs_on_the_tiny_model(tmp_path):
+    # 300-token prompts past the tiny model's top-64
+    res = serve(colocated("h100", write_config(tmp_path, TINY_DSA), tp=1),
+                Load(qps=4, prompt=P("300"), gen=P("8"), requests=4),
+                oracles=StepTimerCache("grid", roofline))
+    assert res.requests == 4
+
+
+@pytest.mark.slow       # ~5 s
 def test_serve_runs_past_topk():
     # 3,000-token prompts: the decode steps select 2,048 of their keys
     res = serve(colocated("infer-2026", "deepseek-v3.2-exp", tp=8, weights_dtype="fp8"),
