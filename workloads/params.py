@@ -91,7 +91,8 @@ def _indexer_tensors(m: ModelConfig) -> list[Tensor]:
     weights), none with a bias [M: inference/model.py ``Indexer``, deepseek-ai/DeepSeek-V3.2-Exp;
     transformers ``DeepseekV32Indexer``]. Replicated on every tensor-parallel rank: the
     reference runs them as plain ``Linear`` s (not column/row-parallel) and broadcasts rank
-    0's top-k."""
+    0's top-k, and vLLM holds them as ``ReplicatedLinear`` ("no tensor parallel, just
+    replicated") [M: vllm model_executor/models/deepseek_v2.py ``Indexer``]."""
     if not m.sparse_attention:
         return []
     d, L, hi, di = m.hidden_size, m.kv_layers, m.index_heads, m.index_head_dim

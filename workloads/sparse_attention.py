@@ -17,7 +17,9 @@ is counted exactly as a sliding window of ``index_topk`` counts them (the select
 scattered, but a row of latent is contiguous: the gather runs at memory rate).
 
 What is lowered (:func:`indexer_ops`), per layer, on every tensor-parallel rank (the reference
-runs the indexer's linears unsplit and broadcasts rank 0's top-k):
+runs the indexer's linears unsplit and broadcasts rank 0's top-k; vLLM's ``Indexer`` holds
+them as ``ReplicatedLinear`` with ``weights_proj`` unquantised [M: vllm
+model_executor/models/deepseek_v2.py]):
 
 * token-parallel: ``indexer_wq_b``, ``indexer_wk``, ``indexer_weights_proj`` (kept in BF16
   under an FP8 recipe, as the reference keeps ``weights_proj`` in the default dtype), the
