@@ -16,7 +16,8 @@ def model_summary(name_or_path: str) -> dict:
     from ..workloads import load_model
     from ..workloads.params import (active_param_count, attention_flops_per_token,
                                     kv_bytes_by_layer_kind, kv_bytes_per_token,
-                                    matmul_param_count, param_count, state_bytes_per_layer,
+                                    index_key_bytes_per_token, matmul_param_count,
+                                    param_count, state_bytes_per_layer,
                                     state_bytes_per_sequence)
 
     m = load_model(name_or_path)
@@ -25,6 +26,11 @@ def model_summary(name_or_path: str) -> dict:
         state = {"state_bytes_per_sequence": state_bytes_per_sequence(m, "bf16"),
                  "state_bytes_per_layer": state_bytes_per_layer(m, 1, "bf16"),
                  "state_layers": m.state_layers, "kv_layers": m.kv_layers}
+    indexer = 0.0
+    if m.sparse_attention:  # DSA: the indexer's own key cache beside the MLA latent
+        indexer = 2.0 * m.kv_layers * m.index_heads * m.index_head_dim
+        state["index_key_bytes_per_token_per_layer"] = index_key_bytes_per_token(m)
+        state["indexer_flops_per_token_per_context_token"] = indexer
     return {
         "config": asdict(m),
         "layer_pattern": m.describe_layers(),
@@ -33,7 +39,8 @@ def model_summary(name_or_path: str) -> dict:
         "kv_bytes_per_token": {d: kv_bytes_per_token(m, d) for d in DTYPES},
         "kv_bytes_by_layer_kind": kv_bytes_by_layer_kind(m, "bf16"),
         "flops_per_token": 2.0 * matmul_param_count(m),
-        "attention_flops_per_token_per_context_token": attention_flops_per_token(m, 1),
+        "attention_flops_per_token_per_context_token": attention_flops_per_token(m, 1)
+        - indexer,
         **state,
     }
 
@@ -117,6 +124,10 @@ def models_show(model: str, as_json: bool):
         t.add_row("Mamba-2", f"beside the attention on every layer: {c['ssm_heads']} heads × "
                   f"{c['ssm_head_dim']}, state {c['ssm_state_size']}, {c['ssm_groups']} "
                   f"group(s), conv {c['ssm_conv_kernel']}, chunk {c['ssm_chunk_size']}")
+    if c["index_topk"]:
+        t.add_row("sparse attention", f"DSA: a lightning indexer of {c['index_heads']} heads × "
+                  f"{c['index_head_dim']} (FP8) scores every earlier token; attention reads "
+                  f"the top {c['index_topk']:,} per query")
     if c["experts"]:
         t.add_row("MoE", f"{c['experts']} experts, top-{c['experts_per_token']}, "
                   f"{c['shared_experts']} shared, width {c['moe_intermediate_size']}")
@@ -140,6 +151,11 @@ def models_show(model: str, as_json: bool):
               f"({_b(s['active_parameters'])})")
     for d in ("bf16", "fp8", "int4"):
         t.add_row(f"KV bytes/token {d}", f"{s['kv_bytes_per_token'][d]:,.0f}")
+    if s.get("index_key_bytes_per_token_per_layer"):
+        lat = c["kv_lora_rank"] + c["qk_rope_head_dim"]
+        t.add_row("  KV bytes/token parts", f"{c['layers']} layers × ({lat} latent + RoPE key "
+                  f"elements in the KV dtype + {s['index_key_bytes_per_token_per_layer']:,.0f} "
+                  f"B indexer key: FP8 and its FP32 scale)")
     if s.get("state_bytes_per_sequence"):
         per = s["state_bytes_per_layer"]
         n = s["state_layers"]
@@ -156,7 +172,14 @@ def models_show(model: str, as_json: bool):
                     else f"at most {k['window']:,} tokens a sequence")
             t.add_row(f"  bf16, {k['layers']} × {k['attention']}",
                       f"{k['bytes_per_token_per_layer'] * k['layers']:,.0f} B/token ({held})")
-    t.add_row("FLOPs/token (forward)", f"{s['flops_per_token']:.3e} + "
-              f"{s['attention_flops_per_token_per_context_token']:.3e} per context token")
+    if s.get("indexer_flops_per_token_per_context_token"):
+        t.add_row("FLOPs/token (forward)", f"{s['flops_per_token']:.3e} + "
+                  f"{s['attention_flops_per_token_per_context_token']:.3e} per context token "
+                  f"up to {c['index_topk']:,} (attention) + "
+                  f"{s['indexer_flops_per_token_per_context_token']:.3e} per context token "
+                  f"(indexer)")
+    else:
+        t.add_row("FLOPs/token (forward)", f"{s['flops_per_token']:.3e} + "
+                  f"{s['attention_flops_per_token_per_context_token']:.3e} per context token")
     con.print(t)
 

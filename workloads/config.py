@@ -27,6 +27,8 @@ fields):
 * ``gpt2``: pre-LayerNorm with biases, learned positions, MHA, GELU MLP of ``n_inner`` (4·d).
 * ``deepseek_v3`` / ``deepseek_v2``: multi-head latent attention (MLA) and a MoE with shared
   experts after ``first_k_dense_replace`` dense layers (V2's router has no bias).
+* ``deepseek_v32``: DeepSeek-V3.2-Exp: V3 plus DeepSeek Sparse Attention on every layer (a
+  lightning indexer, ``index_*``; :mod:`diptych.workloads.sparse_attention`).
 * ``glm4_moe``: GLM-4.5: GQA with q/k/v biases, optional q/k norm, partial RoPE; MoE with
   shared experts after ``first_k_dense_replace`` dense layers.
 * ``falcon_h1``: Falcon-H1: every layer runs GQA attention and a Mamba-2 mixer in parallel on
@@ -169,6 +171,12 @@ class ModelConfig:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    # DeepSeek Sparse Attention (DSA, DeepSeek-V3.2; needs MLA with query compression): a
+    # lightning indexer of index_heads heads of index_head_dim scores every earlier token per
+    # query (FP8) and each query's MLA attention reads only the index_topk best (0: dense)
+    index_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
     # the checkpoint's stored precision (config.json): torch_dtype and the quantisation
     # method of quantization_config (workloads/hf.py TORCH_DTYPES, QUANT_METHODS); a run
     # models the weights in its own dtype and says when it differs
@@ -262,6 +270,13 @@ class ModelConfig:
                       "ssm_conv_kernel", "ssm_chunk_size"), "layers have a Mamba-2 mixer")
             if self.ssm_heads % self.ssm_groups:
                 bad("ssm_heads", self.ssm_heads, f"a multiple of ssm_groups ({self.ssm_groups})")
+        if self.index_topk or self.index_heads or self.index_head_dim:
+            positive(("index_heads", "index_head_dim", "index_topk", "q_lora_rank",
+                      "kv_lora_rank"), "the model has a sparse-attention indexer (index_*)")
+            if self.index_head_dim < self.qk_rope_head_dim:
+                bad("index_head_dim", self.index_head_dim,
+                    f"at least qk_rope_head_dim ({self.qk_rope_head_dim}): the indexer "
+                    f"rotates that many of its dimensions")
         if self.state_dtype not in STATE_DTYPES:
             bad("state_dtype", self.state_dtype, "one of " + ", ".join(STATE_DTYPES))
         if self.shared_expert_intermediate_size < 0:
@@ -275,6 +290,11 @@ class ModelConfig:
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank > 0
+
+    @property
+    def sparse_attention(self) -> bool:
+        """DeepSeek Sparse Attention: an indexer picks ``index_topk`` keys per query."""
+        return self.index_topk > 0
 
     def layer_specs(self) -> tuple[LayerSpec, ...]:
         """Each layer's :class:`LayerSpec`, in order."""

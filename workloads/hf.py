@@ -31,6 +31,7 @@ ARCHITECTURES: dict[str, str] = {
     "GPT2LMHeadModel": "gpt2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
     "DeepseekV2ForCausalLM": "deepseek_v2",
+    "DeepseekV32ForCausalLM": "deepseek_v32",
     "Glm4MoeForCausalLM": "glm4_moe",
     "Qwen3NextForCausalLM": "qwen3_next",
     "FalconH1ForCausalLM": "falcon_h1",
@@ -476,6 +477,32 @@ def _deepseek_v2(f: Fields, arch: str) -> dict:
     return {**_deepseek_v3(f, arch), "router_bias": False}
 
 
+#: ``DeepseekV32Config`` defaults for the indexer fields a config may omit [P: transformers
+#: src/transformers/models/deepseek_v32/modular_deepseek_v32.py; the same in DeepSeek's
+#: inference/model.py ``ModelArgs`` and config_671B_v3.2.json, deepseek-ai/DeepSeek-V3.2-Exp].
+DEEPSEEK_V32_DEFAULTS = {"index_n_heads": 64, "index_head_dim": 128, "index_topk": 2048}
+
+
+def _deepseek_v32(f: Fields, arch: str) -> dict:
+    """DeepSeek-V3.2-Exp (``DeepseekV32ForCausalLM``): DeepSeek-V3 (MLA, the shared-expert MoE
+    after ``first_k_dense_replace`` dense layers, its MTP module noted) plus DeepSeek Sparse
+    Attention in every layer: a lightning indexer of ``index_n_heads`` heads of
+    ``index_head_dim`` (its ``wq_b`` reads the MLA query latent, so ``q_lora_rank`` is
+    required) selects ``index_topk`` tokens per query [P: DeepSeek-V3.2-Exp paper §1; M:
+    inference/model.py ``Indexer``, deepseek-ai/DeepSeek-V3.2-Exp]."""
+    f = f.with_defaults(DEEPSEEK_V32_DEFAULTS)
+    cfg = _deepseek_v3(f, arch)
+    if not cfg["q_lora_rank"]:
+        raise ValueError(f"{f.where('q_lora_rank')} must be a positive integer for {arch}: the "
+                         f"indexer's wq_b reads the query latent, not {f.d.get('q_lora_rank')!r}")
+    heads, dim = f.int("index_n_heads"), f.int("index_head_dim")
+    if dim < cfg["qk_rope_head_dim"]:
+        raise ValueError(f"{f.where('index_head_dim')} ({dim}) must be at least "
+                         f"qk_rope_head_dim ({cfg['qk_rope_head_dim']}): the indexer rotates "
+                         f"that many of its dimensions")
+    return {**cfg, "index_heads": heads, "index_head_dim": dim, "index_topk": f.int("index_topk")}
+
+
 def _glm4_moe(f: Fields, arch: str) -> dict:
     """GLM-4.5 (``Glm4MoeForCausalLM``): GQA attention with q/k/v biases
     (``attention_bias``) and a bias-free ``o_proj``, optional per-head q/k RMSNorm
@@ -587,7 +614,8 @@ def _falcon_h1(f: Fields, arch: str) -> dict:
 _PARSERS = {"llama": _llama, "phi3": _phi3, "qwen3": _qwen3, "qwen3_moe": _qwen3_moe,
             "mixtral": _mixtral, "gemma2": _gemma2, "gemma3": _gemma3, "gpt_oss": _gpt_oss,
             "llama4": _llama4, "gpt2": _gpt2, "deepseek_v3": _deepseek_v3,
-            "deepseek_v2": _deepseek_v2, "glm4_moe": _glm4_moe, "qwen3_next": _qwen3_next,
+            "deepseek_v2": _deepseek_v2, "deepseek_v32": _deepseek_v32, "glm4_moe": _glm4_moe,
+            "qwen3_next": _qwen3_next,
             "falcon_h1": _falcon_h1}
 
 

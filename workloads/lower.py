@@ -54,6 +54,7 @@ from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .recipe import BF16_LINEARS, quantize_records
 from .fused_attention import AttnCall, fuse
 from .gated_deltanet import linear_attention
+from .sparse_attention import CORE_OPS as DSA_CORES, attended_layer, indexer_ops
 from .mamba2 import CORE_OPS as SSM_CORES, ssm_mixer
 from .graph import Workload
 from .program import Block
@@ -329,11 +330,12 @@ def _ring_kv(c: _Ctx, scores: Gemm, pv: Gemm, kv_shared: bool, *, flow=None,
 
 def _attend(c: _Ctx, scores: Gemm, softmax: VectorOp, pv: Gemm, heads: int,
             kv_shared: bool = False, *, flow=None, q: Pieces = (), k: Pieces = (),
-            v: Pieces = (), out: str = "attn") -> list[Op]:
+            v: Pieces = (), out: str = "attn", deps: tuple[str, ...] = ()) -> list[Op]:
     """The attention trio as three ops (unfused) or one fused record, after the context-
     parallel K/V all-gather (:func:`_ring_kv`) when ``c.cp > 1``. With a ``flow``: ``q``
     (the scores' A operand), ``k`` and ``v`` (the stored keys and values, whole: the GEMMs
-    read their causal-mean share) as pieces; the output is tensor ``out``."""
+    read their causal-mean share) as pieces; the output is tensor ``out``; ``deps``:
+    ordering-only inputs (DSA: the indexer's selected indices)."""
     fl = flow or NOFLOW
     rows = c.batch * heads * c.q_len
     ring, chunk, k, v = _ring_kv(c, scores, pv, kv_shared, flow=flow, k=k, v=v)
@@ -345,7 +347,8 @@ def _attend(c: _Ctx, scores: Gemm, softmax: VectorOp, pv: Gemm, heads: int,
         cols = c.keys + (1 if c.m.attention_sinks else 0)
         fl.t("scores", scores.c_bytes)
         fl.t("probs", rows * cols * c.p.a_bytes)
-        return ring + [fl.gemm(scores, q, scaled(k, c.keys / stored), [("scores", 1.0)]),
+        return ring + [fl.gemm(scores, q, scaled(k, c.keys / stored), [("scores", 1.0)],
+                               deps=deps),
                        fl.vec(softmax, [("scores", cols / c.keys)], [("probs", 1.0)]),
                        fl.gemm(pv, [("probs", c.keys / cols)], scaled(v, c.keys / stored),
                                [(out, 1.0)])]
@@ -358,7 +361,7 @@ def _attend(c: _Ctx, scores: Gemm, softmax: VectorOp, pv: Gemm, heads: int,
     writes = [(out, 1.0)]
     if c.phase == "train":
         writes.append((fl.t("attn_stats", op.write_bytes - pv.c_bytes), 1.0))
-    return ring + [fl.vec(op, list(q) + list(k) + list(v), writes)]
+    return ring + [fl.vec(op, list(q) + list(k) + list(v), writes, deps=deps)]
 
 
 def _qk_norm(c: _Ctx, h: int, hkv: int, *, flow=None, parts: dict | None = None) -> list[Op]:
@@ -502,12 +505,20 @@ def _attention_mla(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -
                [(fl.t("kv_new", op.write_bytes, "kv_cache", live_out=True), 1.0)])
         ops.append(op)
     w_kv_b = fl.t("w_kv_b", r_kv * h * (nope + v) * wb, "weight")
+    full, sel = c, ()
+    if m.sparse_attention:
+        # DSA: the indexer scores every cached key, then attention reads the top-k of them
+        pre, cores = indexer_ops(c, flow=flow)
+        ops += pre + cores
+        c, sel = c.for_layer(attended_layer(c.layer, m.index_topk)), ("idx_topk",)
     if c.phase == "decode":
         # absorbed: q_nope · W_UK per head into the latent space; attend over the latent cache
         # (MQA-like: all heads of a sequence share it); project values out with W_UV per head.
         kv = c.p.kv
-        fl.t("kv_cache", c.batch * (c.keys - 1) * (r_kv + rope) * c.p.kv_bytes, "kv_cache")
+        fl.t("kv_cache", c.batch * (full.keys - 1) * (r_kv + rope) * c.p.kv_bytes, "kv_cache")
         latent = [("kv_cache", 1.0), ("kv_new", 1.0)]
+        if c is not full:        # DSA: the selected rows of the latent cache
+            latent = scaled(latent, c.keys / full.keys)
         qa = c.gemm("q_absorb", T, nope, r_kv, batch=h, tags=("attn",), shared_b=False)
         fl.gemm(qa, [("q", nope / qk)], [(w_kv_b, nope / (nope + v))],
                 [(fl.t("q_lat", T * h * r_kv * a), 1.0)])
@@ -521,7 +532,7 @@ def _attention_mla(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -
                        h, kv_shared=True,   # values are the latent: the cache is read once
                        flow=flow, q=[("q_lat", 1.0)] + q_pe, k=latent,
                        v=scaled(latent, r_kv / (r_kv + rope)) if c.attention == "unfused"
-                       else [], out="o_lat")
+                       else [], out="o_lat", deps=sel)
         va = c.gemm("v_absorb", T, r_kv, v, batch=h, tags=("attn",), shared_b=False)
         fl.gemm(va, [("o_lat", 1.0)], [(w_kv_b, v / (nope + v))],
                 [(fl.t("attn", T * h * v * a), 1.0)])
@@ -540,7 +551,7 @@ def _attention_mla(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -
                          flow=flow, q=[("q", nope / qk)] + q_pe,
                          # K: each head's k_nope and the shared k_pe (broadcast to the heads)
                          k=[("kv_b", nope / (nope + v))] + scaled(k_pe, h),
-                         v=[("kv_b", v / (nope + v))])]
+                         v=[("kv_b", v / (nope + v))], deps=sel)]
     o = c.gemm("o_proj", T, h * v, d, tags=("attn",))
     fl.gemm(o, [("attn", 1.0)], [(fl.t("w_o", h * v * d * wb, "weight"), 1.0)],
             [(fl.t(out, T * d * a), 1.0)])
@@ -770,7 +781,7 @@ def mixer_ops(c: _Ctx, *, flow=None) -> list[Op]:
 #: The per-sequence ops of an attention mixer (serving_step's cores besides the linear and
 #: state-space mixers').
 ATTENTION_CORES = frozenset({"attention (fused)", "attn_scores", "softmax", "attn_pv",
-                             "q_absorb", "v_absorb", "kv_b_proj"})
+                             "q_absorb", "v_absorb", "kv_b_proj"}) | DSA_CORES
 
 
 def layer_ops(c: _Ctx, *, flow=None) -> list[Op]:
@@ -997,12 +1008,16 @@ def check_cp(cp: int, length: int, name: str = "seq_len", m: ModelConfig | None 
              ) -> None:
     """Raise ValueError unless ``cp`` context-parallel ranks split a ``length``-token
     sequence into equal chunks (and ``m``, when given, has no layer whose state would pass
-    from rank to rank: context parallelism of linear attention is not modelled)."""
+    from rank to rank: context parallelism of linear attention is not modelled, nor of DSA's
+    indexer, whose keys the ring would have to carry too)."""
     _pos("cp", cp)
     if cp > 1 and m is not None and m.state_layers:
         raise ValueError(f"cp={cp}: context parallelism of {m.name}'s linear-attention or "
                          f"Mamba-2 layers (their state passes from rank to rank) is not "
                          f"modelled; use cp=1")
+    if cp > 1 and m is not None and m.sparse_attention:
+        raise ValueError(f"cp={cp}: context parallelism of {m.name}'s sparse attention (its "
+                         f"indexer scores every rank's keys) is not modelled; use cp=1")
     if length % cp:
         raise ValueError(f"cp={cp} must divide {name} ({length}): each context-parallel rank "
                          f"holds an equal share of every sequence")

@@ -61,13 +61,18 @@ def peak_working_bytes(w: Workload) -> float:
     """Largest single-op activation footprint (inputs and output not counted elsewhere)."""
     peak = 0.0
     for _, op in w.items():
+        # the sparse-attention indexer's scores stay on chip (its kernel's epilogue reduces
+        # them): not a DRAM footprint
+        on_chip = "indexer" in op.tags
         if isinstance(op, Gemm):
-            live = op.a_bytes + op.c_bytes + (0 if op.b_is_weight or "weight" in op.tags
-                                              or w.phase == "decode" else op.b_bytes)
+            c = 0.0 if on_chip and op.c_dest != "dram" else op.c_bytes
+            live = op.a_bytes + c + (0 if op.b_is_weight or "weight" in op.tags
+                                     or w.phase == "decode" else op.b_bytes)
         elif isinstance(op, VectorOp) and "state" in op.tags:
             continue            # a sequence's state: counted once per sequence, not here
         elif isinstance(op, VectorOp) and op.kind != "optimizer":
-            live = op.read_bytes + op.write_bytes
+            live = op.read_bytes + op.write_bytes - (op.scratchpad_read_bytes if on_chip
+                                                     else 0.0)
         elif isinstance(op, FusedAttention):
             live = op.working_bytes
         else:

@@ -84,6 +84,24 @@ def _ssm_tensors(m: ModelConfig) -> list[Tensor]:
     return out
 
 
+def _indexer_tensors(m: ModelConfig) -> list[Tensor]:
+    """DeepSeek Sparse Attention's lightning indexer, one per layer: ``wq_b`` (the query
+    latent → ``H_I·d_I``), ``wk`` (d → ``d_I``, one key shared by the heads), ``k_norm`` (a
+    LayerNorm: weight and bias of ``d_I``) and ``weights_proj`` (d → ``H_I``, the per-head
+    weights), none with a bias [M: inference/model.py ``Indexer``, deepseek-ai/DeepSeek-V3.2-Exp;
+    transformers ``DeepseekV32Indexer``]. Replicated on every tensor-parallel rank: the
+    reference runs them as plain ``Linear`` s (not column/row-parallel) and broadcasts rank
+    0's top-k, and vLLM holds them as ``ReplicatedLinear`` ("no tensor parallel, just
+    replicated") [M: vllm model_executor/models/deepseek_v2.py ``Indexer``]."""
+    if not m.sparse_attention:
+        return []
+    d, L, hi, di = m.hidden_size, m.kv_layers, m.index_heads, m.index_head_dim
+    return [Tensor("indexer.wq_b", m.q_lora_rank * hi * di, L, False, "attn"),
+            Tensor("indexer.wk", d * di, L, False, "attn"),
+            Tensor("indexer.k_norm", 2 * di, L, False, "norm"),
+            Tensor("indexer.weights_proj", d * hi, L, False, "attn")]
+
+
 def _attention_tensors(m: ModelConfig) -> list[Tensor]:
     """The attention layers' weights (``kv_layers`` copies: every layer but the linear ones,
     whose weights are :func:`_linear_attention_tensors`)."""
@@ -103,7 +121,7 @@ def _attention_tensors(m: ModelConfig) -> list[Tensor]:
                 Tensor("kv_b_proj", m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim), L,
                        True, "attn"),
                 Tensor("o_proj", h * m.v_head_dim * d, L, True, "attn")]
-        return out
+        return out + _indexer_tensors(m)
     q, kv = h * m.head_dim, m.kv_heads * m.head_dim
     gate = 2 if m.attn_output_gate else 1         # q_proj also emits the output gate
     out += [Tensor("q_proj", d * q * gate, L, True, "attn"), Tensor("k_proj", d * kv, L, True, "attn"),
@@ -197,9 +215,30 @@ def kv_elements_per_token(m: ModelConfig) -> int:
     return 2 * m.kv_layers * m.kv_heads * m.head_dim
 
 
+#: The lightning indexer's key cache per token per layer: ``index_head_dim`` FP8 (E4M3)
+#: values and one FP32 scale per 128-value block, whatever the KV dtype [M: inference/model.py
+#: ``Indexer``: ``k_cache`` float8_e4m3fn of ``head_dim``, ``k_scale_cache`` float32 of
+#: ``head_dim // block_size``, ``block_size = 128``; deepseek-ai/DeepSeek-V3.2-Exp].
+INDEX_KEY_BYTES, INDEX_SCALE_BYTES, INDEX_SCALE_BLOCK = 1, 4, 128
+
+
+def index_key_bytes_per_token(m: ModelConfig) -> float:
+    """Bytes of the indexer's key cache per token per layer (0 without sparse attention):
+    DeepSeek-V3.2's ``128·1 + 4 = 132``."""
+    if not m.sparse_attention:
+        return 0.0
+    di = m.index_head_dim
+    return di * INDEX_KEY_BYTES + -(-di // INDEX_SCALE_BLOCK) * INDEX_SCALE_BYTES
+
+
 def kv_bytes_per_token(m: ModelConfig, dtype: str = "bf16") -> float:
-    """KV-cache bytes per token in ``dtype`` (Llama-3-70B BF16: 327,680 B)."""
-    return kv_elements_per_token(m) * dtype_bytes(dtype)
+    """KV-cache bytes per token in ``dtype`` (Llama-3-70B BF16: 327,680 B), plus with sparse
+    attention the indexer's own key cache (:func:`index_key_bytes_per_token`, in FP8 whatever
+    ``dtype``) of every layer."""
+    base = kv_elements_per_token(m) * dtype_bytes(dtype)
+    if m.sparse_attention:
+        return base + m.kv_layers * index_key_bytes_per_token(m)
+    return base
 
 
 def kv_heads_per_rank(m: ModelConfig, tp: int) -> int:
@@ -312,10 +351,15 @@ def attention_flops_per_token(m: ModelConfig, context: float) -> float:
     """Forward attention GEMM FLOPs of one token attending to ``context`` keys, all layers:
     scores ``2·H·d_qk·c`` plus ``P·V`` ``2·H·d_v·c`` per layer (MHA: ``4·d·c``), with ``c``
     capped at each layer's window (sliding) or chunk (chunked: an upper bound, a token attends
-    only the keys of its own chunk so far)."""
+    only the keys of its own chunk so far); with DeepSeek Sparse Attention ``c`` is capped at
+    ``index_topk`` and the indexer adds ``2·H_I·d_I`` per context token per layer."""
     groups = _kv_groups(m)
     if not groups:
         return 0.0
+    if m.sparse_attention:   # DSA: top-k keys, plus the indexer's H_I·d_I MACs per key
+        return 2.0 * m.kv_layers * (m.heads * (m.qk_head_dim + m.v_dim)
+                                    * min(context, m.index_topk)
+                                    + m.index_heads * m.index_head_dim * context)
     if len(groups) == 1:                     # uniform: the historical expression exactly
         c = min(context, groups[0][0].window or context)
         return 2.0 * len(groups[0][1]) * m.heads * (m.qk_head_dim + m.v_dim) * c

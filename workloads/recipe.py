@@ -62,7 +62,7 @@ FUSABLE_PRODUCERS = ("rmsnorm", "layernorm", "swiglu", "gelu", "silu")
 #: cast of its own (the GEMM is tagged ``dy_fused``).
 FUSABLE_ACTIVATIONS = ("swiglu", "gelu", "silu")
 #: Linear GEMMs that stay in BF16 under a per-tensor recipe.
-BF16_LINEARS = ("lm_head", "router")
+BF16_LINEARS = ("lm_head", "router", "indexer_weights_proj")
 
 
 def quantized(op) -> bool:

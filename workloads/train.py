@@ -40,6 +40,7 @@ from .moe import Routing
 from .params import params_per_chip, weight_tensors
 from .precision import Precision
 from .quant import QUANT_OPS_PER_BLOCK, QUANT_OPS_PER_ELEMENT
+from .sparse_attention import backward_share as sparse_share, for_backward as sparse_for_backward
 from .recipe import amax_collectives, backward_gemms, quantized, weight_cast_op
 
 #: Parameters per AdamW op: the update runs as a sequence of equal chunks (as multi-tensor
@@ -55,7 +56,10 @@ ADAMW_OPS_PER_PARAM = 14.0
 
 def backward_ops(op: Op, p: Precision) -> list[Op]:
     """The backward ops of one forward op, in execution order (a fused attention block's
-    backward is one fused block, see :func:`diptych.workloads.fused_attention.fused_backward`)."""
+    backward is one fused block, see :func:`diptych.workloads.fused_attention.fused_backward`;
+    the sparse-attention indexer's scoring over its selected keys only,
+    :func:`~diptych.workloads.sparse_attention.for_backward`)."""
+    op = sparse_for_backward(op)
     if isinstance(op, FusedAttention):
         return [fused_backward(op, lambda o: backward_ops(o, p))]
     if quantized(op):
@@ -214,18 +218,26 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
         if quantized(op):
             access += _quantized_backward(op, a, d_out, deps, dep_grads, gr, it, cast_of, p)
             continue
+        # the indexer's scores get a gradient over the selected keys only: that share of
+        # the output's gradient and (a GEMM) of its B operand (sparse_attention.for_backward)
+        f = sparse_share(op)
+        if f != 1.0:
+            d_out = [dataclasses.replace(u, share=u.share * f) for u in d_out]
         if isinstance(op, Gemm):
             next(it), next(it)
             ua, ub = a.of(role="a"), a.of(role="b")
-            access.append(Access((*(Use(u.tensor, "read", u.share, "b") for u in ub),
+            access.append(Access((*(Use(u.tensor, "read", u.share * f, "b") for u in ub),
                                   *(dataclasses.replace(u, role="a") for u in d_out), *deps,
                                   *[x for u in ua for x in gr.contribute(u.tensor, u.share)],
                                   *dep_grads)))
             access.append(Access((*ua, *(dataclasses.replace(u, role="b") for u in d_out),
                                   *deps,
-                                  *[x for u in ub for x in gr.contribute(u.tensor, u.share)])))
+                                  *[x for u in ub for x in gr.contribute(u.tensor,
+                                                                         u.share * f)])))
             continue
         next(it)
+        if f != 1.0:
+            reads = tuple(dataclasses.replace(u, share=u.share * f) for u in reads)
         if isinstance(op, Collective):     # the mirrored collective moves the gradient only
             uses: tuple = tuple(d_out)
         elif isinstance(op, FusedAttention):  # reads O and the softmax statistics it saved

@@ -234,6 +234,10 @@ def check_plan(plan: Plan, model, *, chips: int, batch: int, seq_len: int,
             raise ValueError(f"cp={plan.cp}: context parallelism of {model.name}'s "
                              f"linear-attention or Mamba-2 layers (their state passes from "
                              f"rank to rank) is not modelled; use cp=1")
+        if model.sparse_attention:
+            raise ValueError(f"cp={plan.cp}: context parallelism of {model.name}'s sparse "
+                             f"attention (its indexer scores every rank's keys) is not "
+                             f"modelled; use cp=1")
         if phase == "decode":
             raise ValueError(f"cp={plan.cp}: context parallelism splits a prompt or training "
                              f"sequence; decode generates one token per step (use cp=1)")

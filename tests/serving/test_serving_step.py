@@ -21,9 +21,9 @@ from diptych.sim.run.node import run_workload
 from diptych.workloads.serving_step import CORE_OPS, Step, base_name, lower_step, prefill_cores
 
 #: uniform, MoE, MLA + MoE, and models whose layers differ (sliding/global windows, attention
-#: sinks, chunked attention and NoPE layers)
+#: sinks, chunked attention and NoPE layers), DeepSeek Sparse Attention (an indexer before MLA)
 MODELS = [("llama-3-70b", 2), ("mixtral-8x7b", 2), ("deepseek-v3", 8), ("gemma-3-12b", 2),
-          ("gpt-oss-20b", 1), ("llama-4-scout", 8)]
+          ("gpt-oss-20b", 1), ("llama-4-scout", 8), ("deepseek-v3.2-exp", 8)]
 
 
 def _ops(w):

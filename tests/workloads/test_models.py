@@ -15,12 +15,13 @@ PUBLISHED = {"llama-3-8b": 8.03e9, "llama-3-70b": 70.55e9, "llama-3.1-405b": 405
              "mixtral-8x7b": 46.7e9, "deepseek-v3": 671e9, "gpt3-175b": 175e9}
 
 
-# checked against their model cards in test_architectures.py, test_glm_deepseek_v2.py and
-# test_qwen3_next.py
+# checked against their model cards in test_architectures.py, test_glm_deepseek_v2.py,
+# test_qwen3_next.py and test_deepseek_v32.py
 NEWER = ["gemma-2-27b", "gemma-2-9b", "gemma-3-12b", "gemma-3-27b", "gpt-oss-120b",
          "gpt-oss-20b", "llama-4-maverick", "llama-4-scout", "phi-3-medium-4k", "phi-3-mini-4k",
          "qwen3-235b-a22b", "qwen3-30b-a3b", "qwen3-32b", "qwen3-8b", "glm-4.5", "glm-4.5-air",
-         "deepseek-v2", "deepseek-v2-lite", "qwen3-next-80b-a3b", "falcon-h1-0.5b"]
+         "deepseek-v2", "deepseek-v2-lite", "qwen3-next-80b-a3b", "falcon-h1-0.5b",
+         "deepseek-v3.2-exp"]
 
 
 def test_builtins_are_listed():
