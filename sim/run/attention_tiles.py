@@ -148,7 +148,7 @@ def tiled_compute_seconds(op: FusedAttention, chip, part_stats, compute_seconds)
     for part, st in zip(parts, part_stats):
         t = compute_seconds(st, chip) * scale
         if isinstance(part, Gemm):
-            mma += t
+            mma += t / at.mma_fraction      # the kernel's MMA instructions' share of the rate
         elif isinstance(part, VectorOp) and part.kind == "softmax" and at.exp_per_cycle > 0:
             share = 1.0 / part.ops_per_element if part.ops_per_element else 0.0
             vec += t * (1.0 - share)          # max, subtract, sum, rescale: the lanes

@@ -53,6 +53,7 @@ from .scenario import EXECUTIONS, Parallelism, Scenario, default_execution
 from .links import collective_energy_j, collective_seconds
 from .summed import simulate_workload
 from .tp_overlap import one_node_overlap
+from .stack import scenario_chip
 from .variant import Variant, collective_timer, variant_chip, variant_timer
 from .waterfall import waterfall as efficiency_waterfall
 
@@ -456,7 +457,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", scenario: Scena
     v = variant or Variant()
     if v.no_power_limit:
         scenario = dataclasses.replace(scenario, power_limit=False)
-    chip0 = load_chip(chip)
+    chip0 = scenario_chip(load_chip(chip), scenario)
     chip = variant_chip(chip0, v)
     model = load_model(model)
     setup = _validate(chip, scenario)

@@ -1,4 +1,6 @@
-"""Tensor-parallel communication overlapped with the GEMMs, as Transformer Engine runs it.
+"""Tensor-parallel communication overlapped with the GEMMs, as Transformer Engine runs it
+(userbuffers) or, with it off, as Megatron-Core's sequence parallelism runs it on NCCL
+(:func:`nccl_sub_block`; the run setting ``tp_comm_overlap``, sim/run/stack.py).
 
 Used by the cluster step (:mod:`diptych.sim.cluster.step`, per layer kind) and by a one-node
 ``run`` (:func:`one_node_overlap`, per block), on a chip with a ``[tp_overlap]`` table, in
@@ -95,6 +97,31 @@ class OverlapCost:
     bwd_tax_s: float
 
 
+def nccl_sub_block(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s: float,
+                   nccl_cores: int, total_cores: int) -> OverlapCost:
+    """The tensor-parallel communication of one sub-block as Megatron-Core runs sequence
+    parallelism without userbuffers (NeMo ``ub_tp_comm_overlap: false``), by NCCL:
+
+    * forward: the all-gather of the input before the column-parallel GEMM and the
+      reduce-scatter of the row-parallel GEMM's output, each on the compute stream between
+      its GEMMs: exposed;
+    * backward: the all-gather of the output gradient before the row-parallel data gradient
+      (synchronous: exposed); the all-gather of the saved input issued asynchronously beside
+      the column-parallel data-gradient GEMM, then the reduce-scatter of the input gradient
+      beside the weight-gradient GEMM ("Overlap dgrad-RS/AR with wgrad", Transformer Engine
+      transformer_engine/pytorch/module/linear.py and layernorm_linear.py, ``_Linear``
+      backward [S]), each NCCL kernel holding ``nccl_cores`` of the cores while it runs (an
+      NCCL CTA does not share an SM with a compute kernel: NVIDIA/nccl#689), as
+      :func:`bulk_s`.
+
+    The cores' tax is the bulk collectives' share, as in :func:`sub_block_overlap`."""
+    x = bulk_s(g.col_dgrad_s, all_gather_s, nccl_cores, total_cores) - g.col_dgrad_s
+    dx = bulk_s(g.col_wgrad_s, reduce_scatter_s, nccl_cores, total_cores) - g.col_wgrad_s
+    tax = (min(x, all_gather_s * nccl_cores / total_cores)
+           + min(dx, reduce_scatter_s * nccl_cores / total_cores))
+    return OverlapCost(all_gather_s + reduce_scatter_s, all_gather_s + x + dx, 0.0, tax)
+
+
 def sub_block_overlap(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s: float,
                       ranks: int, splits: int, dgrad_cores: int, wgrad_cores: int,
                       total_cores: int) -> OverlapCost:
@@ -164,7 +191,8 @@ def overlap_gemms(forward, backward, tp_names, chip, alone: Callable
                          row_dgrad_s=secs([by_name[f"{row.name}.dgrad"]]))
         except KeyError:                    # pragma: no cover - lowering changed
             continue
-        margin = replace(chip, tensor_cores=chip.tensor_cores - cores[fprop])
+        margin = replace(chip, tensor_cores=chip.tensor_cores - cores[fprop]) \
+            if table.userbuffers else chip      # Megatron's NCCL path takes no margin
         out[sub] = SubBlockGemms(col_fprop_s=secs(col), row_fprop_s=secs([row]),
                                  row_fprop_margin_s=secs([row], margin), **grads)
     return out
@@ -178,6 +206,11 @@ def costs(gemms: dict[str, SubBlockGemms], chip, ranks: int, collectives: dict
     for sub, g in gemms.items():
         _, dgrad, wgrad = OVERLAP_SUB_BLOCKS[sub]
         ag, rs = collectives[sub]
+        if not table.userbuffers:
+            out[sub] = nccl_sub_block(g, all_gather_s=ag, reduce_scatter_s=rs,
+                                      nccl_cores=table.nccl_cores,
+                                      total_cores=chip.tensor_cores)
+            continue
         out[sub] = sub_block_overlap(
             g, all_gather_s=ag, reduce_scatter_s=rs, ranks=ranks, splits=table.splits,
             dgrad_cores=table.cores()[dgrad], wgrad_cores=table.cores()[wgrad],
