@@ -210,7 +210,7 @@ def test_h100_attention_holds_its_kernel_calibration():
 def test_h100_fa2_holds_its_kernel_calibration():
     """h100's [attention_fa2] (a run's attention_kernel "fa2") was calibrated on the FA2
     rows of the same paper: within 10 % of FA2 forward (causal) and backward, and slower
-    than the chip's cuDNN kernel by about FA2 ÷ cuDNN (0.61-0.65 at 2k-16k)."""
+    than the chip's cuDNN kernel by about FA2 ÷ cuDNN (0.61-0.63 at 2k-16k)."""
     import validate_attention as va
 
     for seq in (2048, 16384):
