@@ -12,7 +12,7 @@ settings (:data:`STACKS`: NVLS off, the attention kernel, TE's userbuffers or no
 is set from them (the mechanisms are calibrated on component measurements, each cited where
 its number lives). Ratio = diptych ÷ published step time: < 1 means diptych is too fast.
 docs/validation-published.md, "System checks", holds the table and how each mechanism moved
-it. ~30 s on 2 cores with warm caches (minutes cold).
+it. ~1 min on 2 busy cores with warm caches, 2-3 min with ``--waterfall`` (more cold).
 """
 
 from __future__ import annotations
