@@ -646,6 +646,11 @@ class AttentionKernel:
         default=0.0, doc="share of the softmax's time hidden under the matrix products (0: "
                          "after them; 1: wholly under them)",
         **bound(0.001, 1.0, "a fraction: 1 hides all of it", zero=True))
+    mma_fraction: float = f(
+        default=1.0, doc="fraction of the cores' matrix rate the kernel's MMA instructions "
+                         "reach (1: the full rate; Hopper's mma.sync, which FlashAttention-2 "
+                         "uses, about 2/3 of wgmma's)",
+        **bound(0.01, 1.0, "a fraction of the full rate"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -691,6 +696,14 @@ class TpOverlap:
     fc1_wgrad_cores: int = f(default=0, min=0, max=1_000_000,
                              doc="cores the bulk reduce-scatter of the MLP input gradient "
                                  "takes beside the up projection's weight-gradient GEMM")
+    nccl_cores: int = f(default=0, min=0, max=1_000_000,
+                        doc="cores an NCCL tensor-parallel all-gather or reduce-scatter takes "
+                            "beside a gradient GEMM when userbuffers is off (Megatron's own "
+                            "sequence-parallel path)")
+    userbuffers: bool = f(default=True,
+                          doc="the stack runs Transformer Engine's userbuffers overlap (false: "
+                              "Megatron's NCCL sequence-parallel path; a run setting, "
+                              "sim/run/stack.py)")
 
     def cores(self) -> dict[str, int]:
         """The cores each overlapped collective takes, by TE GEMM name."""
@@ -748,6 +761,10 @@ class Chip:
                                           doc="optional fused-attention kernel table (tiles, "
                                               "their fixed cost, exponentials); absent = the "
                                               "kernel timed as its parts")
+    attention_fa2: AttentionKernel | None = f(
+        default=None, doc="optional FlashAttention-2 kernel table, run in place of "
+                          "[attention] when a run asks for attention_kernel 'fa2' "
+                          "(sim/run/stack.py); absent = not offered")
     tp_overlap: TpOverlap | None = f(default=None,
                                      doc="optional tensor-parallel comm-GEMM overlap table "
                                          "(training); absent = collectives timed where the "
@@ -762,7 +779,8 @@ class Chip:
             fail(source, "dram2", "[dram2]", "a chip with a [dram] table: the second tier "
                  "holds what the first cannot")
         if self.tp_overlap is not None:
-            for name, n in self.tp_overlap.cores().items():
+            for name, n in {**self.tp_overlap.cores(),
+                            "nccl": self.tp_overlap.nccl_cores}.items():
                 if n >= self.tensor_cores:
                     fail(source, f"tp_overlap.{name}_cores", n,
                          f"fewer than the chip's {self.tensor_cores} tensor cores")

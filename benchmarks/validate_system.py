@@ -3,14 +3,16 @@ published step times; prints a Markdown table.
 
     python benchmarks/validate_system.py [--out FILE] [--only TEXT ...]
 
-Every row is a published, measured step time (NVIDIA/dgxc-benchmarking v24.11, NeMo 24.09 /
-24.11 containers, "last step" times of the weak-scaling tables; FP8 is Transformer Engine's
-delayed scaling, NeMo's default then) beside what ``diptych run --cluster dgx-h100`` predicts
-with the published parallel layout. These rows are **checks only**: no constant anywhere is
-set from them (the mechanisms are calibrated on component measurements, each cited where its
-number lives). Ratio = diptych ÷ published step time: < 1 means diptych is too fast.
+Every row is a published, measured step time (NVIDIA/dgxc-benchmarking v24.11, NeMo 24.05
+(GPT-3), 24.09 / 24.11 and dev containers, "last step" times of the weak-scaling tables; FP8
+is Transformer Engine's delayed scaling, NeMo's default then) beside what ``diptych run
+--cluster dgx-h100`` predicts with the published parallel layout and the runs' software
+settings (:data:`STACKS`: NVLS off, the attention kernel, TE's userbuffers or not;
+``--stack-defaults`` leaves them out). These rows are **checks only**: no constant anywhere
+is set from them (the mechanisms are calibrated on component measurements, each cited where
+its number lives). Ratio = diptych ÷ published step time: < 1 means diptych is too fast.
 docs/validation-published.md, "System checks", holds the table and how each mechanism moved
-it. ~30 s on 2 cores with warm caches (minutes cold).
+it. ~1 min on 2 busy cores with warm caches, 2-3 min with ``--waterfall`` (more cold).
 """
 
 from __future__ import annotations
@@ -42,19 +44,39 @@ class Row:
     degrees: dict = field(default_factory=dict)
     plan: dict = field(default_factory=dict)
     fp8: bool = False
+    stack: dict = field(default_factory=dict)
+
+
+#: The software settings of the published runs (sim/run/stack.py), read at the commits cited:
+#: ``NCCL_NVLS_ENABLE=0`` in every run (NVIDIA/dgxc-benchmarking 35a9aec llama3.1/configure.sh
+#: and nemo_megatron/launch.sh; 143b90d grok1/configure.sh), so every all-reduce is NCCL's
+#: ring. Attention: Llama 3.1 runs cuDNN (configure.sh ``NVTE_FUSED_ATTN=1``,
+#: ``NVTE_FLASH_ATTN=0``); GPT-3 (launch.sh, ``FW_VERSION=24.05``) and Grok-1 (configure.sh)
+#: set ``NVTE_FUSED_ATTN=0``, so Transformer Engine runs flash-attn: FlashAttention-2 (NeMo
+#: 24.05 has no FlashAttention-3 path; Grok's ``nemo:dev`` image, sha256:9c876dce…, is
+#: imported as is by grok1/setup.sh with no flash-attn-3 install, and NeMo 24.09-era images
+#: need ``flashattn-hopper`` installed by hand for TE to pick FA3 [assumption: not there]).
+#: TP overlap: Llama-3.1-70B and GPT-3 run TE userbuffers (``ub_tp_comm_overlap: true`` in
+#: llama3.1_70b.yaml and gpt3_175b_hydra.yaml); Grok-1 does not (grok1_314b.yaml
+#: ``ub_tp_comm_overlap: false``, ``sequence_parallel: true``): Megatron's NCCL path.
+STACKS = {"llama": dict(nvls=False),
+          "gpt3": dict(nvls=False, attention_kernel="fa2"),
+          "grok": dict(nvls=False, attention_kernel="fa2", tp_comm_overlap=False)}
 
 
 def _rows() -> list[Row]:
     l70 = dict(degrees=dict(tp=4, pp=4, cp=2),
-               plan=dict(zero=1, schedule="interleaved", virtual_stages=5))
-    l8 = dict(degrees=dict(tp=1, cp=2), plan=dict(zero=1))
+               plan=dict(zero=1, schedule="interleaved", virtual_stages=5),
+               stack=STACKS["llama"])
+    l8 = dict(degrees=dict(tp=1, cp=2), plan=dict(zero=1), stack=STACKS["llama"])
     g175 = dict(degrees=dict(tp=4, pp=8),
-                plan=dict(zero=1, schedule="interleaved", virtual_stages=12))
+                plan=dict(zero=1, schedule="interleaved", virtual_stages=12),
+                stack=STACKS["gpt3"])
     # the 64-layer rows (512+ GPUs; smaller ones are proxies with fewer layers); the table's
     # "DP" is the data parallelism beside EP: dense dp = GPUs / (tp·pp·cp) = 8 × it; the README
     # names no optimizer sharding [assumption: ZeRO 0]
     grok = dict(degrees=dict(tp=4, pp=8, cp=2, ep=8),
-                plan=dict(schedule="interleaved", virtual_stages=8))
+                plan=dict(schedule="interleaved", virtual_stages=8), stack=STACKS["grok"])
     return [
         Row("Llama-3.1-70B, 64 GPUs, TP4 PP4 CP2 VP5, BF16", "llama-3-70b", 14.72, 64, 128,
             8192, **l70),
@@ -77,11 +99,14 @@ def _rows() -> list[Row]:
     ]
 
 
-def run_row(r: Row, waterfall: bool = False):
+def run_row(r: Row, waterfall: bool = False, published: bool = True):
     """The cluster step of row ``r`` (micro-batch 1, no recomputation, as published), with
-    its efficiency waterfall when asked."""
+    its efficiency waterfall when asked; ``published``: with the run's software settings
+    (:data:`STACKS`), else the chip's defaults (NVLS, its own attention kernel, TE's
+    userbuffers)."""
     s = Scenario.of(phase="train", batch=r.batch, seq=r.seq, chips=r.chips, micro_batch=1,
-                    recipe="fp8-delayed" if r.fp8 else None, **r.degrees)
+                    recipe="fp8-delayed" if r.fp8 else None, **r.degrees,
+                    **(r.stack if published else {}))
     return run_cluster_step("h100", r.model, s, cluster="dgx-h100",
                             plan=build_plan(s, **r.plan), waterfall=waterfall)
 
@@ -97,6 +122,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=(), help="rows whose name holds TEXT")
     ap.add_argument("--waterfall", action="store_true",
                     help="also print each row's efficiency waterfall (4-5x the time)")
+    ap.add_argument("--stack-defaults", action="store_true",
+                    help="run the chip's default stack (NVLS on, its own attention kernel, "
+                         "TE userbuffers) instead of each published run's settings")
     args = ap.parse_args(argv)
     lines = ["| case | published step | diptych step | ratio (diptych ÷ published) | MFU | "
              "plan |", "|---|---|---|---|---|---|"]
@@ -106,7 +134,7 @@ def main(argv=None) -> int:
     for r in _rows():
         if args.only and not any(o in r.name for o in args.only):
             continue
-        res = run_row(r, args.waterfall)
+        res = run_row(r, args.waterfall, not args.stack_defaults)
         if res.waterfall:
             share = {x["mechanism"]: x["share"] for x in res.waterfall["steps"]}
             falls.append(f"| {r.name} | " + " | ".join(f"{share.get(k, 0.0):.3f}"

@@ -144,7 +144,8 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
              waterfall=None) -> None:
     """Run the plan for each batch of ``batches`` and print (module docstring);
     ``execution``: how each layer kind is timed (``run --execution``; None: the schedule);
-    ``moe``: the MoE routing keywords of :meth:`~diptych.sim.run.Scenario.of`; ``variant``
+    ``moe``: the MoE routing keywords of :meth:`~diptych.sim.run.Scenario.of` (and the
+    stack settings', ``nvls``, ``attention_kernel``, ``tp_comm_overlap``); ``variant``
     (``--ideal``) and ``waterfall`` (None: on for one batch size) as
     :func:`~diptych.sim.cluster.run.run_cluster_step` takes them."""
     from ..sim.cluster.trace import write_perfetto_trace

@@ -209,6 +209,18 @@ def _curve_table(curve: dict):
 @click.option("--attention", type=click.Choice(["fused", "unfused"]), default="fused",
               show_default=True,
               help="Fused (FlashAttention-style, scores stay on chip) or unfused attention.")
+@click.option("--attention-kernel", type=click.Choice(["default", "fa2"]), default="default",
+              show_default=True,
+              help="Fused-attention kernel: the chip's own ([attention]; h100: cuDNN) or "
+                   "FlashAttention-2 ([attention_fa2]; Transformer Engine with "
+                   "NVTE_FUSED_ATTN=0). docs/workloads.md, \"Fused attention\".")
+@click.option("--nvls/--no-nvls", default=True, show_default=True,
+              help="All-reduces through the switch's in-network reduction where the chip has "
+                   "one (NVLink SHARP); --no-nvls is NCCL_NVLS_ENABLE=0: the ring.")
+@click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=True, show_default=True,
+              help="Training: the chip's [tp_overlap] stack (Transformer Engine userbuffers); "
+                   "--no-tp-comm-overlap is Megatron's NCCL sequence-parallel path "
+                   "(docs/cluster.md, \"Tensor-parallel overlap\").")
 @click.option("--moe-skew", type=float,
               help="MoE: the experts' popularity skew, the coefficient of variation of their "
                    "expected tokens (default 0: a balanced router; docs/workloads.md, "
@@ -245,8 +257,9 @@ def _curve_table(curve: dict):
 @friendly
 def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp, ep, cp, zero,
         zero_shards, schedule, virtual_stages, precision, weights_dtype, act_dtype, kv_dtype,
-        recipe, overlap, recompute, attention, moe_skew, moe_capacity_factor, moe_pad,
-        micro_batch, execution, fusion, topology, ideal, waterfall, as_json, trace):
+        recipe, overlap, recompute, attention, attention_kernel, nvls, tp_comm_overlap,
+        moe_skew, moe_capacity_factor, moe_pad, micro_batch, execution, fusion, topology, ideal,
+        waterfall, as_json, trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
 
     Prints a per-layer table (op, shape, time, compute- or memory-bound, utilisation) and
@@ -266,6 +279,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
 
     con = _console()
     moe = dict(moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad)
+    stack = dict(attention_kernel=attention_kernel, nvls=nvls, tp_comm_overlap=tp_comm_overlap)
     weights_dtype, act_dtype, kv_dtype, recipe = run_dtypes(precision, phase, weights_dtype,
                                                              act_dtype, kv_dtype, recipe)
     if topology:
@@ -276,6 +290,12 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
         if given:
             raise ValueError(f"{given[0]} routes a mixture-of-experts model; a --topology "
                              f"file has no router")
+        odd = [f for f, v in (("--attention-kernel", attention_kernel != "default"),
+                              ("--no-nvls", not nvls),
+                              ("--no-tp-comm-overlap", not tp_comm_overlap)) if v]
+        if odd:
+            raise ValueError(f"{odd[0]} sets a model's attention or collectives; a --topology "
+                             f"file runs GEMMs only")
         if recipe:
             raise ValueError(f"--recipe {recipe} trains a model; a --topology file runs its "
                              f"GEMMs in one dtype (--act-dtype)")
@@ -305,8 +325,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                      recompute=recompute, overlap=overlap, attention=attention,
                      weights_dtype=weights_dtype, act_dtype=act_dtype, kv_dtype=kv_dtype,
                      recipe=recipe, as_json=as_json, trace=trace, progress=progress,
-                     execution=execution, moe=moe, variant=IDEAL if ideal else None,
-                     waterfall=waterfall)
+                     execution=execution, moe={**moe, **stack},
+                     variant=IDEAL if ideal else None, waterfall=waterfall)
         for msg in dict.fromkeys(str(w.message) for w in caught):
             echo_err(f"Warning: {msg}")
         return
@@ -320,7 +340,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                                       overlap=overlap,
                                       recompute=recompute == "full", micro_batch=micro_batch,
                                       attention=attention, execution=execution, fusion=fusion,
-                                      **moe),
+                                      **moe, **stack),
                           batches=batches, progress=progress,
                           variant=IDEAL if ideal else None,
                           waterfall=len(batches) == 1 if waterfall is None else waterfall)

@@ -57,6 +57,7 @@ from ..api import OpTimer
 from ..run.node import default_precision
 from ..run.scenario import Scenario
 from ..run.summed import simulate_workload
+from ..run.stack import scenario_chip
 from ..run.variant import Variant, variant_chip, variant_cluster, variant_timer
 from ...workloads.recipe import amax_collectives, quantized, weight_cast_op
 from ...workloads.train import ADAMW_CHUNK, adamw_op, train_step
@@ -222,7 +223,9 @@ def _tp_overlapped(t: LayerTime, plan: Plan, comm: "_Comm", fwd: list, bwd: list
                    train: bool, chip: Chip) -> dict[str, OverlapCost]:
     """The all-reduces of layer ``t`` that the chip's ``[tp_overlap]`` stack overlaps with
     their sub-block's GEMMs (training with ``overlap_tp``), by collective name, each with its
-    cost (:func:`~diptych.sim.run.tp_overlap.sub_block_overlap`). Their reduce-scatter and all-gathers
+    cost (:func:`~diptych.sim.run.tp_overlap.sub_block_overlap`; with the run's userbuffers
+    off, Megatron's NCCL path, :func:`~diptych.sim.run.tp_overlap.nccl_sub_block`). Their
+    reduce-scatter and all-gathers
     (forward: one each; backward: the output gradient's and the saved input's all-gather,
     the input gradient's reduce-scatter) are added to ``fwd``/``bwd`` (the layer's
     collectives beside the others, for their link energy and the trace) and to the log."""
@@ -510,7 +513,7 @@ def simulate_cluster_step(model: "ModelConfig | str", chip: "Chip | str",
     if not isinstance(scenario, Scenario):
         raise TypeError(f"scenario must be a Scenario, not {type(scenario).__name__}")
     v = variant or Variant()
-    st = _setup(load_model(model), variant_chip(load_chip(chip), v),
+    st = _setup(load_model(model), variant_chip(scenario_chip(load_chip(chip), scenario), v),
                 variant_cluster(load_cluster(cluster), v), plan, scenario, golden,
                 variant_timer(simulate, v), v.free_comm)
     pipe = _pipeline(st)

@@ -71,6 +71,7 @@ from ...workloads.train import _backward_block
 from .collectives import collective
 from .layers import LayerOps, forward_workload, layer_ops
 from ..run.tp_overlap import SubBlockGemms
+from ..run.tp_overlap import gemm_mapping
 from ..run.tp_overlap import overlap_gemms as run_overlap_gemms
 from .topology import GroupShape, Network
 
@@ -203,7 +204,8 @@ def overlap_gemms(ops: LayerOps, chip: Chip, simulate) -> dict[str, SubBlockGemm
     """:func:`~diptych.sim.run.tp_overlap.overlap_gemms` of a layer kind (each GEMM timed
     alone as ``execution="sum"`` times it, :func:`_sum`)."""
     return run_overlap_gemms(ops.forward, ops.backward, {c.name for c in ops.tp}, chip,
-                             lambda op, on: _sum((op,), on, simulate, "forward")[0])
+                             lambda op, on: _sum((op,), on, simulate, "forward")[0],
+                             gemm_mapping(simulate))
 
 
 def _flops(ops) -> float:

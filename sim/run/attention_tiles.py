@@ -16,7 +16,10 @@ from that (Shah et al., FlashAttention-3, arXiv 2407.08608, §3 and Figs. 5–6)
 * **the exponentials on the special-function units**: one per score (forward, and in the
   backward's recomputation of P), ``exp_per_cycle`` per core, and the rest of the softmax on
   the vector lanes; ``softmax_overlap`` of the softmax's time hides under the matrix products
-  (FA3's warp-specialised ping-pong), the rest follows them.
+  (FA3's warp-specialised ping-pong), the rest follows them;
+* **the MMA instructions' rate**: the matrix products take ``1 / mma_fraction`` of the
+  engine's time (a kernel written for an older instruction set, FlashAttention-2's
+  ``mma.sync`` on Hopper, reaches a fraction of the cores' rate; 1 for a native kernel).
 
 The cores share the tiles: the time is the largest of the mean load (the core work plus the
 tiles' fixed cost, over the cores), the longest tile on one core, and the waves of the
@@ -148,7 +151,7 @@ def tiled_compute_seconds(op: FusedAttention, chip, part_stats, compute_seconds)
     for part, st in zip(parts, part_stats):
         t = compute_seconds(st, chip) * scale
         if isinstance(part, Gemm):
-            mma += t
+            mma += t / at.mma_fraction      # the kernel's MMA instructions' share of the rate
         elif isinstance(part, VectorOp) and part.kind == "softmax" and at.exp_per_cycle > 0:
             share = 1.0 / part.ops_per_element if part.ops_per_element else 0.0
             vec += t * (1.0 - share)          # max, subtract, sum, rescale: the lanes

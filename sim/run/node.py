@@ -52,7 +52,8 @@ from .precision_ops import with_precision_ops
 from .scenario import EXECUTIONS, Parallelism, Scenario, default_execution
 from .links import collective_energy_j, collective_seconds
 from .summed import simulate_workload
-from .tp_overlap import one_node_overlap
+from .tp_overlap import gemm_mapping, one_node_overlap
+from .stack import scenario_chip
 from .variant import Variant, collective_timer, variant_chip, variant_timer
 from .waterfall import waterfall as efficiency_waterfall
 
@@ -342,7 +343,7 @@ def _time(w: Workload, chip: Chip, model: ModelConfig, s: Scenario, setup: _Setu
         delta, link_j = one_node_overlap(
             w, chip, t, overlap=s.overlap, scheduled=s.execution == "schedule", alone=alone,
             coll=collective_time or (lambda op: collective_seconds(op, chip)),
-            coll_j=lambda op: collective_energy_j(op, chip))
+            coll_j=lambda op: collective_energy_j(op, chip), mapping=gemm_mapping(simulate))
         t = {**t, "seconds": t["seconds"] + delta,
              "communication_seconds": t["communication_seconds"] + delta,
              "energy_j": t["energy_j"] + link_j,
@@ -456,7 +457,7 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", scenario: Scena
     v = variant or Variant()
     if v.no_power_limit:
         scenario = dataclasses.replace(scenario, power_limit=False)
-    chip0 = load_chip(chip)
+    chip0 = scenario_chip(load_chip(chip), scenario)
     chip = variant_chip(chip0, v)
     model = load_model(model)
     setup = _validate(chip, scenario)

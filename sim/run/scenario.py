@@ -28,6 +28,7 @@ from ...workloads.lower import ATTENTION_MODES, check_attention
 from ...workloads.moe import Routing
 from ...workloads.precision import recipe_for
 from ..limits import check_sizes
+from .stack import check_stack
 
 #: The phases a scenario can simulate.
 PHASES: tuple[str, ...] = ("prefill", "decode", "train")
@@ -119,7 +120,10 @@ class Scenario:
     or ``full`` (a bool is read as full/none). ``micro_batch``: sequences per training
     micro-batch. ``power_limit``: report a chip with a ``[power]`` table at the clock its TDP
     sustains. ``routing``: a mixture-of-experts model's routing (popularity skew, capacity
-    factor; :class:`~diptych.workloads.moe.Routing`, default balanced and dropless)."""
+    factor; :class:`~diptych.workloads.moe.Routing`, default balanced and dropless).
+    ``nvls``, ``attention_kernel``, ``tp_comm_overlap``: the software stack's settings
+    (:mod:`~diptych.sim.run.stack`: NCCL's in-switch all-reduce, the fused-attention kernel,
+    Transformer Engine's userbuffers overlap), applied to the chip before anything is timed."""
 
     phase: str
     batch: int = 1
@@ -139,6 +143,9 @@ class Scenario:
     micro_batch: int | None = None
     power_limit: bool = True
     routing: Routing = field(default_factory=Routing)
+    nvls: bool = True
+    attention_kernel: str = "default"
+    tp_comm_overlap: bool = True
 
     def __post_init__(self):
         if self.phase not in PHASES:
@@ -164,6 +171,8 @@ class Scenario:
             raise ValueError(f"routing must be a Routing, not {type(self.routing).__name__}")
         for n in ("fusion", "overlap", "power_limit"):
             _flag(n, getattr(self, n))
+        check_stack(nvls=self.nvls, attention_kernel=self.attention_kernel,
+                    tp_comm_overlap=self.tp_comm_overlap)
         _degree("batch", self.batch)
         for n in ("prompt", "gen", "seq", "micro_batch"):
             _degree(n, getattr(self, n))

@@ -1,4 +1,6 @@
-"""Tensor-parallel communication overlapped with the GEMMs, as Transformer Engine runs it.
+"""Tensor-parallel communication overlapped with the GEMMs, as Transformer Engine runs it
+(userbuffers) or, with it off, as Megatron-Core's sequence parallelism runs it on NCCL
+(:func:`nccl_sub_block`; the run setting ``tp_comm_overlap``, sim/run/stack.py).
 
 Used by the cluster step (:mod:`diptych.sim.cluster.step`, per layer kind) and by a one-node
 ``run`` (:func:`one_node_overlap`, per block), on a chip with a ``[tp_overlap]`` table, in
@@ -32,6 +34,7 @@ assumed to run at the whole GEMM's rate [assumption: the chunks of these configu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -68,12 +71,61 @@ def bulk_s(gemm_s: float, comm_s: float, cores: int, total_cores: int) -> float:
     return max(comm_s, gemm_s + comm_s * cores / total_cores)
 
 
+def requantised_s(gemm_s: float, mapping: dict | None, held: int, total_cores: int) -> float:
+    """Seconds of a GEMM of ``gemm_s`` on the whole chip when ``held`` of its
+    ``total_cores`` cores are taken by a communication kernel for all of it, the GEMM not
+    partitioned for that (launched for the whole chip: an NCCL kernel beside a cuBLAS GEMM):
+    its tiles are dealt to the units left, ``ceil(tiles / units left)`` waves in place of
+    its ``waves`` (NVIDIA developer forum thread 337991: a 132-CTA GEMM beside a 24-CTA
+    all-gather on H100 needs a second wave and nearly doubles). ``mapping``: the engine's
+    mapping of the GEMM (:func:`~diptych.sim.gemm` ``mapping``: ``tiles``, ``waves``,
+    ``busy_units``, ``units``, ``arrays_per_core``); a GEMM whose busy units fit on the
+    cores left is not slowed. Without a mapping (a timer that gives none) the cores' share:
+    ``gemm_s · total / (total − held)``."""
+    left = total_cores - held
+    if held <= 0:
+        return gemm_s
+    if not mapping or not mapping.get("waves"):
+        return gemm_s * total_cores / left
+    per_core = 1 if mapping.get("units") == "cores" else mapping.get("arrays_per_core", 1)
+    units_left = left * per_core
+    if mapping["busy_units"] <= units_left:
+        return gemm_s
+    return gemm_s * math.ceil(mapping["tiles"] / units_left) / mapping["waves"]
+
+
+def gemm_mapping(simulate: Callable | None) -> Callable:
+    """``mapping(op, chip)`` for :func:`overlap_gemms`: the engine's mapping of GEMM ``op``
+    (``simulate``: the op timer, None: the engine's), None when the timer gives none."""
+    def mapping(op, chip) -> dict | None:
+        if simulate is None:
+            from .. import simulate as sim
+        else:
+            sim = simulate
+        return getattr(sim(op, chip), "mapping", None) if isinstance(op, Gemm) else None
+    return mapping
+
+
+def bulk_held_s(gemm_s: float, held_s: float, comm_s: float) -> float:
+    """Seconds of a GEMM of ``gemm_s`` beside an independent collective of ``comm_s`` during
+    which it would take ``held_s`` in all (:func:`requantised_s`): its work advances at
+    ``1 / held_s`` while the collective runs, at ``1 / gemm_s`` after it. With ``held_s =
+    gemm_s · total / (total − cores)`` this is :func:`bulk_s`."""
+    if comm_s <= 0.0:
+        return gemm_s
+    if comm_s >= held_s:
+        return comm_s
+    return comm_s + gemm_s * (1.0 - comm_s / held_s)
+
+
 @dataclass(frozen=True)
 class SubBlockGemms:
     """Seconds of one sub-block's GEMMs for one micro-batch on one rank, each alone on the
     whole chip: the column-parallel ones (``col_*``: all but the last weight GEMM; forward,
     data and weight gradients) and the row-parallel one (``row_*``), with
-    ``row_fprop_margin_s`` its forward on the cores the pipelined reduce-scatter leaves."""
+    ``row_fprop_margin_s`` its forward on the cores the pipelined reduce-scatter leaves;
+    ``col_dgrad_held_s``/``col_wgrad_held_s`` the gradient GEMMs with the NCCL kernels'
+    cores held (:func:`requantised_s`; 0: not timed, the cores' share)."""
 
     col_fprop_s: float
     row_fprop_s: float
@@ -81,6 +133,8 @@ class SubBlockGemms:
     col_dgrad_s: float = 0.0
     col_wgrad_s: float = 0.0
     row_dgrad_s: float = 0.0
+    col_dgrad_held_s: float = 0.0
+    col_wgrad_held_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +147,37 @@ class OverlapCost:
     bwd_s: float
     fwd_tax_s: float
     bwd_tax_s: float
+
+
+def nccl_sub_block(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s: float,
+                   nccl_cores: int, total_cores: int) -> OverlapCost:
+    """The tensor-parallel communication of one sub-block as Megatron-Core runs sequence
+    parallelism without userbuffers (NeMo ``ub_tp_comm_overlap: false``), by NCCL:
+
+    * forward: the all-gather of the input before the column-parallel GEMM and the
+      reduce-scatter of the row-parallel GEMM's output, each on the compute stream between
+      its GEMMs: exposed;
+    * backward: the all-gather of the output gradient before the row-parallel data gradient
+      (synchronous: exposed); the all-gather of the saved input issued asynchronously beside
+      the column-parallel data-gradient GEMM, then the reduce-scatter of the input gradient
+      beside the weight-gradient GEMM ("Overlap dgrad-RS/AR with wgrad", Transformer Engine
+      transformer_engine/pytorch/module/linear.py and layernorm_linear.py, ``_Linear``
+      backward [S]), each NCCL kernel holding ``nccl_cores`` of the cores while it runs (an
+      NCCL CTA does not share an SM with a compute kernel: NVIDIA/nccl#689); the GEMM,
+      launched for the whole chip, runs its tiles in the waves the cores left allow
+      (``col_*_held_s``, :func:`bulk_held_s`), or, not timed so, at the cores' share
+      (:func:`bulk_s`).
+
+    All of the backward's cost beyond the exposed all-gather is the cores' tax."""
+    def beside(gemm_s, held_s, comm_s):
+        if held_s > 0.0:
+            return bulk_held_s(gemm_s, held_s, comm_s) - gemm_s
+        return bulk_s(gemm_s, comm_s, nccl_cores, total_cores) - gemm_s
+
+    x = beside(g.col_dgrad_s, g.col_dgrad_held_s, all_gather_s)
+    dx = beside(g.col_wgrad_s, g.col_wgrad_held_s, reduce_scatter_s)
+    tax = min(x, all_gather_s) + min(dx, reduce_scatter_s)
+    return OverlapCost(all_gather_s + reduce_scatter_s, all_gather_s + x + dx, 0.0, tax)
 
 
 def sub_block_overlap(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s: float,
@@ -137,12 +222,15 @@ def sub_block_ops(forward, tp_names, sub: str) -> tuple[list[Gemm], Gemm] | None
     return gemms[:-1], gemms[-1]
 
 
-def overlap_gemms(forward, backward, tp_names, chip, alone: Callable
-                  ) -> dict[str, SubBlockGemms]:
+def overlap_gemms(forward, backward, tp_names, chip, alone: Callable,
+                  mapping: Callable | None = None) -> dict[str, SubBlockGemms]:
     """The GEMM seconds :func:`sub_block_overlap` needs for each sub-block of a training
     layer whose all-reduce the chip's ``[tp_overlap]`` stack overlaps: ``alone(op, chip)``
     times one op by itself (as the summed execution does); the row-parallel forward also on
-    the cores its pipelined reduce-scatter leaves. Empty without the table."""
+    the cores its pipelined reduce-scatter leaves; with userbuffers off, the gradient GEMMs
+    beside the NCCL collectives with their waves re-quantised (:func:`requantised_s`, from
+    ``mapping(op, chip)``, the engine's mapping of a GEMM, or None). Empty without the
+    table."""
     table = chip.tp_overlap
     if table is None:
         return {}
@@ -164,7 +252,16 @@ def overlap_gemms(forward, backward, tp_names, chip, alone: Callable
                          row_dgrad_s=secs([by_name[f"{row.name}.dgrad"]]))
         except KeyError:                    # pragma: no cover - lowering changed
             continue
-        margin = replace(chip, tensor_cores=chip.tensor_cores - cores[fprop])
+        if table.userbuffers:
+            margin = replace(chip, tensor_cores=chip.tensor_cores - cores[fprop])
+        else:                               # Megatron's NCCL path: no margin, waves held
+            margin = chip
+
+            def held(ops) -> float:
+                return sum(requantised_s(alone(o, chip), mapping(o, chip) if mapping else None,
+                                         table.nccl_cores, chip.tensor_cores) for o in ops)
+            grads.update(col_dgrad_held_s=held([by_name[f"{o.name}.dgrad"] for o in col]),
+                         col_wgrad_held_s=held([by_name[f"{o.name}.wgrad"] for o in col]))
         out[sub] = SubBlockGemms(col_fprop_s=secs(col), row_fprop_s=secs([row]),
                                  row_fprop_margin_s=secs([row], margin), **grads)
     return out
@@ -178,6 +275,11 @@ def costs(gemms: dict[str, SubBlockGemms], chip, ranks: int, collectives: dict
     for sub, g in gemms.items():
         _, dgrad, wgrad = OVERLAP_SUB_BLOCKS[sub]
         ag, rs = collectives[sub]
+        if not table.userbuffers:
+            out[sub] = nccl_sub_block(g, all_gather_s=ag, reduce_scatter_s=rs,
+                                      nccl_cores=table.nccl_cores,
+                                      total_cores=chip.tensor_cores)
+            continue
         out[sub] = sub_block_overlap(
             g, all_gather_s=ag, reduce_scatter_s=rs, ranks=ranks, splits=table.splits,
             dgrad_cores=table.cores()[dgrad], wgrad_cores=table.cores()[wgrad],
@@ -186,8 +288,8 @@ def costs(gemms: dict[str, SubBlockGemms], chip, ranks: int, collectives: dict
 
 
 def one_node_overlap(w: Workload, chip, t: dict, *, overlap: bool, scheduled: bool,
-                     alone: Callable, coll: Callable, coll_j: Callable
-                     ) -> tuple[float, float]:
+                     alone: Callable, coll: Callable, coll_j: Callable,
+                     mapping: Callable | None = None) -> tuple[float, float]:
     """Seconds a one-node training run ``t`` (its records, ``t["layers"]``) changes by when
     the chip's ``[tp_overlap]`` stack overlaps each layer block's all-reduces (0 without the
     table or tensor parallelism): per copy of a forward block and of its backward
@@ -211,7 +313,7 @@ def one_node_overlap(w: Workload, chip, t: dict, *, overlap: bool, scheduled: bo
         if b.stage != "forward" or bwd is None or not tps or tps[0].group < 2:
             continue
         names = {o.name for o in tps}
-        gemms = overlap_gemms(b.ops, bwd.ops, names, chip, alone)
+        gemms = overlap_gemms(b.ops, bwd.ops, names, chip, alone, mapping)
         if not gemms:
             continue
         by = {o.name: o for o in tps}

@@ -97,29 +97,31 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
         attention: str = "fused", cluster=None, plan=None, execution: str | None = None,
         fusion: bool = True, moe_skew: float | None = None,
         moe_capacity_factor: float | None = None, moe_pad: bool | None = None,
+        attention_kernel: str = "default", nvls: bool = True, tp_comm_overlap: bool = True,
         ideal: bool = False, waterfall: bool = True) -> "RunResult":
     """Simulate one phase of ``model`` on ``chip``, as ``diptych run`` does for one batch size.
 
     ``phase``: ``"prefill"`` (needs ``prompt``: the time to first token), ``"decode"`` (needs
-    ``prompt``: the context before generation; ``gen`` generated tokens, default 1: the time
-    per output token) or ``"train"`` (needs ``seq``: one optimizer step over ``batch``
-    sequences). ``tp``/``dp``/``chips``: parallelism. ``precision``: a spec as
-    ``--precision`` (``"bf16"``, ``"w=fp8,a=fp8,kv=fp8"``) or the per-tensor dtypes; default
-    inference in the chip's default dtype, training in bf16; ``recipe``: a training recipe
-    (``"fp8-delayed"``, ``"fp8-current"``, ``"mxfp8"``; docs/precision.md). Returns a :class:`RunResult`
-    whose ``to_dict()`` is exactly ``diptych run --json``; contexts beyond the model's window
-    warn (``warnings``) and are listed in ``result.warnings``. ``cluster`` (a preset such as
-    ``"dgx-h100"``, a path or a Cluster) and/or ``plan`` (a ``diptych.sim.cluster.Plan``)
-    run a parallel plan's step instead (``diptych run --cluster``; docs/cluster.md) and
-    return its ``ClusterResult``; ``recompute``: ``"none"``, ``"selective"`` (a plan only),
-    ``"full"`` or a bool. ``execution``: ``"schedule"`` (default: the program's list schedule,
-    docs/program.md) or ``"sum"`` (every op alone from DRAM, as ``--execution sum``);
-    ``fusion``: as ``--fusion/--no-fusion``. ``moe_skew``, ``moe_capacity_factor``,
-    ``moe_pad``: a MoE model's routing (docs/workloads.md, "Mixture of experts"). ``ideal``:
-    every overhead left out (``--ideal``); ``waterfall``: the efficiency waterfall in the
-    result (``result.waterfall``). Either result carries ``energy_j`` and
-    ``energy_breakdown_j``, the same joules by component (MAC arrays, vector units, SRAM,
-    DRAM, NoC, D2D, links, static; they sum to it: :mod:`diptych.sim.energy_parts`).
+    ``prompt``: the context before generation; ``gen`` generated tokens, default 1: the time per
+    output token) or ``"train"`` (needs ``seq``: one optimizer step over ``batch`` sequences).
+    ``tp``/``dp``/``chips``: parallelism. ``precision``: a spec as ``--precision`` (``"bf16"``,
+    ``"w=fp8,a=fp8,kv=fp8"``) or the per-tensor dtypes; default inference in the chip's default
+    dtype, training in bf16; ``recipe``: a training recipe (``"fp8-delayed"``, ``"fp8-current"``,
+    ``"mxfp8"``; docs/precision.md). Returns a :class:`RunResult` whose ``to_dict()`` is exactly
+    ``diptych run --json``; contexts beyond the model's window warn (``warnings``) and are listed in
+    ``result.warnings``. ``cluster`` (a preset such as ``"dgx-h100"``, a path or a Cluster) and/or
+    ``plan`` (a ``diptych.sim.cluster.Plan``) run a parallel plan's step instead (``diptych run
+    --cluster``; docs/cluster.md) and return its ``ClusterResult``; ``recompute``: ``"none"``,
+    ``"selective"`` (a plan only), ``"full"`` or a bool. ``execution``: ``"schedule"`` (default: the
+    program's list schedule, docs/program.md) or ``"sum"`` (every op alone from DRAM, as
+    ``--execution sum``); ``fusion``: as ``--fusion/--no-fusion``. ``moe_skew``,
+    ``moe_capacity_factor``, ``moe_pad``: a MoE model's routing (docs/workloads.md, "Mixture of
+    experts"). ``attention_kernel``, ``nvls``, ``tp_comm_overlap``: the software stack's settings,
+    as ``--attention-kernel``, ``--no-nvls``, ``--no-tp-comm-overlap`` (sim/run/stack.py).
+    ``ideal``: every overhead left out (``--ideal``); ``waterfall``: the efficiency waterfall in the
+    result (``result.waterfall``). Either result carries ``energy_j`` and ``energy_breakdown_j``,
+    the same joules by component (MAC arrays, vector units, SRAM, DRAM, NoC, D2D, links, static;
+    they sum to it: :mod:`diptych.sim.energy_parts`).
     """
     from diptych.sim.run import Scenario, run_workload
     from diptych.sim.run.variant import IDEAL
@@ -130,7 +132,9 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
                     chips=chips, weights_dtype=w, act_dtype=a, kv_dtype=kv, recipe=r,
                     overlap=overlap, recompute=recompute, micro_batch=micro_batch,
                     attention=attention, execution=execution, fusion=fusion,
-                    moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad)
+                    moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad,
+                    attention_kernel=attention_kernel, nvls=nvls,
+                    tp_comm_overlap=tp_comm_overlap)
     if ideal and r:
         raise ValueError(f"ideal=True leaves every precision recipe's overheads out; recipe "
                          f"{r!r} names one's: give one of them")

@@ -1,0 +1,67 @@
+"""Settings of the software stack a run reproduces (issue 21): what a training or serving
+stack was configured to run, as environment variables and framework options fix it, applied
+to the chip's tables before anything is timed (:func:`stack_chip`).
+
+Each setting selects among mechanisms the chip's preset already carries, each with its own
+source there; none is a constant of its own:
+
+* ``nvls``: NCCL's NVLink SHARP all-reduce (the switch reduces in the network:
+  ``[interconnect] in_network_reduction``). ``False`` is ``NCCL_NVLS_ENABLE=0``: every
+  all-reduce runs as the ring (or tree) at the links' measured bus bandwidth.
+* ``attention_kernel``: ``"default"`` runs fused attention by the chip's ``[attention]``
+  table (on h100: cuDNN, Transformer Engine's fused attention); ``"fa2"`` by its
+  ``[attention_fa2]`` table (FlashAttention-2, what TE runs with ``NVTE_FUSED_ATTN=0``).
+* ``tp_comm_overlap``: Transformer Engine's comm-GEMM overlap (userbuffers, the chip's
+  ``[tp_overlap]`` table; NeMo's ``ub_tp_comm_overlap``). ``False``: Megatron's own
+  sequence-parallel path, NCCL collectives (sim/run/tp_overlap.py, ``nccl_sub_block``).
+
+:func:`check_stack` validates the values (ValueError naming the field, the value and what
+was expected); :func:`stack_chip` refuses a kernel the chip has no table for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+#: Fused-attention kernels a run may choose (``Scenario.attention_kernel``).
+ATTENTION_KERNELS = ("default", "fa2")
+
+
+def check_stack(*, nvls, attention_kernel, tp_comm_overlap) -> None:
+    """ValueError naming the field unless ``nvls``/``tp_comm_overlap`` are bools and
+    ``attention_kernel`` one of :data:`ATTENTION_KERNELS`."""
+    for name, v in (("nvls", nvls), ("tp_comm_overlap", tp_comm_overlap)):
+        if not isinstance(v, bool):
+            raise ValueError(f"{name} must be true or false, not {v!r}")
+    if attention_kernel not in ATTENTION_KERNELS:
+        raise ValueError(f"attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}, "
+                         f"not {attention_kernel!r}")
+
+
+def stack_chip(chip, *, nvls: bool = True, attention_kernel: str = "default",
+               tp_comm_overlap: bool = True):
+    """``chip`` as the stack settings (module docstring) run it: without its in-network
+    all-reduce (``nvls`` False), with its ``[attention_fa2]`` kernel in place of
+    ``[attention]`` (``attention_kernel="fa2"``; ValueError on a chip without that table),
+    with its ``[tp_overlap]`` table marked for Megatron's NCCL path (``tp_comm_overlap``
+    False; a chip without the table is unchanged: its collectives are timed where the
+    program puts them). The defaults return ``chip`` itself."""
+    check_stack(nvls=nvls, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap)
+    if not nvls and chip.interconnect is not None and chip.interconnect.in_network_reduction:
+        chip = dataclasses.replace(chip, interconnect=dataclasses.replace(
+            chip.interconnect, in_network_reduction=0.0, in_network_reduction_latency_us=0.0))
+    if attention_kernel == "fa2":
+        if chip.attention_fa2 is None:
+            raise ValueError(f"attention_kernel 'fa2' needs an [attention_fa2] table in chip "
+                             f"{chip.name!r}, which has none")
+        chip = dataclasses.replace(chip, attention=chip.attention_fa2)
+    if not tp_comm_overlap and chip.tp_overlap is not None:
+        chip = dataclasses.replace(chip, tp_overlap=dataclasses.replace(
+            chip.tp_overlap, userbuffers=False))
+    return chip
+
+
+def scenario_chip(chip, s):
+    """:func:`stack_chip` with scenario ``s``'s settings."""
+    return stack_chip(chip, nvls=s.nvls, attention_kernel=s.attention_kernel,
+                      tp_comm_overlap=s.tp_comm_overlap)

@@ -1,0 +1,86 @@
+"""The software-stack settings of a run (sim/run/stack.py): NVLS off is the ring at the
+links' measured bus bandwidth, the FlashAttention-2 kernel is the chip's [attention_fa2]
+table, userbuffers off is Megatron's NCCL path (tests/cluster/test_tp_overlap.py), and bad
+values are refused naming the field (the CLI exits 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from click.testing import CliRunner
+
+from diptych.arch import load_chip
+from diptych.arch.cluster import load_cluster
+from diptych.sim.cluster import GroupShape, bind, collective
+from diptych.sim.run import Scenario
+from diptych.sim.run.stack import scenario_chip, stack_chip
+from diptych.tools.cli import main
+
+H100 = load_chip("h100")
+B = 2.0**30
+
+
+def test_defaults_leave_the_chip_as_it_is():
+    assert stack_chip(H100) is H100
+    assert scenario_chip(H100, Scenario.of(phase="train", seq=128)) is H100
+
+
+def test_nvls_off_is_the_ring_at_its_measured_bus_bandwidth():
+    """NCCL_NVLS_ENABLE=0: a 1 GiB all-reduce over one DGX H100's 8 GPUs runs the ring,
+    2(n-1)/n · B at nccl-tests' 0.82 of 450 GB/s plus its per-hop steps (the closed form of
+    tests/cluster/test_collectives.py), where the chip's default takes NVLS."""
+    node = GroupShape(n=8, n_local=8, n_dom=1)
+    dgx = load_cluster("dgx-h100")
+    on = collective("all_reduce", B, node, bind(dgx, H100))
+    off = collective("all_reduce", B, node, bind(dgx, stack_chip(H100, nvls=False)))
+    assert on.algorithm == "nvls" and off.algorithm == "ring"
+    assert off.seconds == pytest.approx(2 * 7 / 8 * B / (450e9 * 0.82) + 14e-6)
+    # all-gathers and reduce-scatters never used the switch's reduction: unchanged
+    for kind in ("all_gather", "reduce_scatter"):
+        assert (collective(kind, B, node, bind(dgx, H100)).seconds
+                == collective(kind, B, node, bind(dgx, stack_chip(H100, nvls=False))).seconds)
+
+
+def test_fa2_runs_the_chips_fa2_table():
+    c = stack_chip(H100, attention_kernel="fa2")
+    assert c.attention == H100.attention_fa2 and c.attention.mma_fraction < 1.0
+    assert c.attention.block_k == 64          # FA2's hdim-128 tile on sm90 (h100.toml)
+    tpu = load_chip("tpu-v4")
+    with pytest.raises(ValueError, match=r"attention_kernel 'fa2'.*\[attention_fa2\]"):
+        stack_chip(tpu, attention_kernel="fa2")
+
+
+def test_userbuffers_off_marks_the_table_and_leaves_a_chip_without_one():
+    assert stack_chip(H100, tp_comm_overlap=False).tp_overlap.userbuffers is False
+    bare = dataclasses.replace(H100, tp_overlap=None)
+    assert stack_chip(bare, tp_comm_overlap=False) is bare
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("nvls", "no", "nvls must be true or false, not 'no'"),
+    ("tp_comm_overlap", 0, "tp_comm_overlap must be true or false, not 0"),
+    ("attention_kernel", "fa3", "attention_kernel must be one of default, fa2, not 'fa3'"),
+])
+def test_bad_settings_are_refused_naming_the_field(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        Scenario.of(phase="train", seq=128, **{field: value})
+    with pytest.raises(ValueError, match=match):
+        stack_chip(H100, **{field: value})
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--attention-kernel", "fa3"], "fa3"),
+    (["--chip", "tpu-v4", "--attention-kernel", "fa2"], "attention_fa2"),
+    (["--topology", "x.csv", "--no-nvls"], "--no-nvls"),
+])
+def test_cli_exits_2_naming_the_bad_setting(args, needle):
+    base = ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase", "train",
+            "--seq", "128"]
+    if "--chip" in args:
+        base = base[:1] + base[3:]
+    if "--topology" in args:
+        base = ["run", "--chip", "h100"]
+    r = CliRunner().invoke(main, base + args)
+    assert r.exit_code == 2 and "Traceback" not in r.output, (r.output, r.exception)
+    assert needle in r.output
