@@ -57,7 +57,7 @@ from ..api import OpTimer
 from ..run.node import default_precision
 from ..run.scenario import Scenario
 from ..run.summed import simulate_workload
-from ..run.stack import scenario_chip
+from ..run.stack import scenario_chip, stack_info
 from ..run.variant import Variant, variant_chip, variant_cluster, variant_timer
 from ...workloads.recipe import amax_collectives, quantized, weight_cast_op
 from ...workloads.train import ADAMW_CHUNK, adamw_op, train_step
@@ -860,6 +860,7 @@ def _info(st: _Setup, pipe: _Pipe) -> dict:
     return {"schedule": pipe.sched, "pipeline_s": pipe.t_pipe, "send_s": pipe.send,
             "execution": sc.execution,
             "compute_dtype": st.compute_dtype,
+            "stack": stack_info(sc),
             "decode": decode,
             "layers_per_chunk": list(st.layers_per_chunk),
             "golden_pipeline": bool(st.golden or not st.train),

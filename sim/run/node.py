@@ -53,7 +53,7 @@ from .scenario import EXECUTIONS, Parallelism, Scenario, default_execution
 from .links import collective_energy_j, collective_seconds
 from .summed import simulate_workload
 from .tp_overlap import gemm_mapping, one_node_overlap
-from .stack import scenario_chip
+from .stack import scenario_chip, stack_info
 from .variant import Variant, collective_timer, variant_chip, variant_timer
 from .waterfall import waterfall as efficiency_waterfall
 
@@ -385,7 +385,7 @@ def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Work
                 recompute=s.recompute == "full", attention=s.attention,
                 compute_dtype=setup.compute_dtype, simulated_ops=w.op_count(),
                 vector_ops=w.vector_ops * n_chips, collective_bytes=w.collective_bytes,
-                identical_layers_simulated_once=True)
+                identical_layers_simulated_once=True, stack=stack_info(s))
     if "dram_tiers" in t:      # where the state lives and what the second tier moved
         info["memory_tiers"] = {"bytes": dict(t["dram_tiers"]),
                                 "dram2_bytes_moved": t["dram2_bytes"] * n_chips}

@@ -84,3 +84,18 @@ def test_cli_exits_2_naming_the_bad_setting(args, needle):
     r = CliRunner().invoke(main, base + args)
     assert r.exit_code == 2 and "Traceback" not in r.output, (r.output, r.exception)
     assert needle in r.output
+
+
+def test_a_run_states_its_stack_settings():
+    """Every result carries its stack in ``info["stack"]``; the report names the settings that
+    differ from the chip's defaults (and prints nothing extra at the defaults)."""
+    from diptych.sim.run.stack import stack_info, stack_text
+    s = Scenario.of(phase="prefill", prompt=128, nvls=False, attention_kernel="fa2")
+    info = {"stack": stack_info(s)}
+    assert info["stack"] == {"nvls": False, "attention_kernel": "fa2", "tp_comm_overlap": True}
+    assert "NCCL_NVLS_ENABLE=0" in stack_text(info) and "fa2" in stack_text(info)
+    assert stack_text({"stack": stack_info(Scenario.of(phase="prefill", prompt=128))}) is None
+    r = CliRunner().invoke(main, ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",
+                                  "prefill", "--prompt", "128", "--no-tp-comm-overlap"])
+    assert r.exit_code == 0, r.output
+    assert "software stack" in r.output and "Megatron's NCCL path" in r.output
