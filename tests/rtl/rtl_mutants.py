@@ -8,7 +8,9 @@ fails ("site not found") rather than silently testing nothing.
 
 Each mutant names the plan that must catch it (``plan``): the standard random plans, or the
 directed special-value plan (:func:`diptych.rtl.special_plan.special_plan`, in the mutant's
-``modes`` only, to keep the fast tier fast) for the faults only special values show.
+``modes`` only, to keep the fast tier fast) for the faults only special values show. The
+rounding faults of one FP unit (config ``_FP_UNIT``, ``unit`` naming it) are scored on the unit
+alone with its TestFloat-style vectors (:mod:`rtl_testfloat`).
 
 Run ``python tests/rtl/rtl_mutants.py`` to print the mutation table (which plans catch which
 fault, whether random data in the bubbles is what catches it, and what the special-value plan

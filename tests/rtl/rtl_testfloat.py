@@ -27,7 +27,8 @@ what it exercised. The expected result of every vector is the exact oracle's
 
 ``python tests/rtl/rtl_testfloat.py`` prints the class counts of every unit's vector set;
 ``--audit`` runs the FP units' mutants (:mod:`rtl_mutants`) against these vectors and against
-the older unit tests of ``test_rtl_fp_units.py``.
+the older unit tests of ``test_rtl_fp_units.py``; ``--verilator WORK_DIR [--level 2]`` runs a
+set on the verilated units (level 2: the benchmark-sized set).
 """
 
 from __future__ import annotations
@@ -576,8 +577,46 @@ def _touches(m, src, name: str) -> bool:
     return helper or any(old in cls_src for old, _ in m.edits)
 
 
+def verilator(level: int, seed: int, work) -> bool:
+    """Every unit's vectors at ``level`` with the oracle's results through the FP deep check's
+    verilated units (built once into ``work``); prints counts, classes and the harness's
+    report. Level 2 is the benchmark-sized set (about 1.3 M FP32 sums)."""
+    import time
+    from pathlib import Path
+    from diptych.rtl.fp_sweep import build, check, write_vectors
+    work = Path(work)
+    binary = work / "check" if (work / "check").exists() else build(work)
+    path = work / f"testfloat-{level}-{seed}.bin"
+    path.unlink(missing_ok=True)
+    for unit in UNITS:
+        t0 = time.process_time()
+        vecs = vectors(unit, level, seed)
+        n = write_vectors(path, unit, vecs, expected(unit, vecs))
+        c = coverage(unit, vecs)
+        print(f"{unit}: {n} vectors ({time.process_time() - t0:.0f} s CPU for the oracle and "
+              f"the classes): " + ", ".join(f"{k} {c[k]}" for k in sorted(c)), flush=True)
+        missing = [k for k in CLAIMS[unit] if not c[k]]
+        if missing:
+            print(f"  claimed but not exercised: {missing}")
+    t0 = time.perf_counter()
+    ok, report = check(binary, mul_range=(0, 0), fp8=False, vector_file=path)
+    print(report)
+    print(f"{'PASS' if ok else 'FAIL'} ({time.perf_counter() - t0:.1f} s on Verilator)")
+    return ok
+
+
 if __name__ == "__main__":
-    if "--audit" in sys.argv:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--audit", action="store_true", help="the FP units' mutants (table)")
+    ap.add_argument("--verilator", metavar="WORK_DIR",
+                    help="run the vectors on the verilated units (harness built in WORK_DIR)")
+    ap.add_argument("--level", type=int, default=1, choices=(1, 2))
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    if args.audit:
         audit()
+    elif args.verilator:
+        sys.exit(0 if verilator(args.level, args.seed, args.verilator) else 1)
     else:
         _print_coverage()
