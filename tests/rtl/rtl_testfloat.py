@@ -33,6 +33,7 @@ set on the verilated units (level 2: the benchmark-sized set).
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
 from collections import Counter
@@ -59,6 +60,7 @@ FP32_EXPONENTS = (0, 1, 2, 103, 125, 126, 127, 128, 129, 151, 253, 254, 255)
 FP32_P1 = (0x000000, 0x000001, 0x7FFFFF, 0x7FFFFE)
 
 
+@functools.lru_cache(maxsize=None)
 def fp32_p2(bits: int = 23) -> tuple[int, ...]:
     """TestFloat's level-2 significand patterns for a ``bits``-bit fraction (f32P2 for 23):
     zero, every single set bit, runs of ones from the top, all ones with one zero, runs of ones
