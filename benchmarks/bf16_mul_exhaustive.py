@@ -11,8 +11,8 @@ of the time left.
 
     python benchmarks/bf16_mul_exhaustive.py [--work DIR] [--chunk 256] [--max-chunks N]
 
-Target: the whole 2³² in under 10 minutes of CPU (measured: ≈ 22 M pairs per CPU second, so
-≈ 3¼ minutes; the wall time depends on the machine's load). The CI slow tier runs two slices of
+Target: the whole 2³² in under 10 minutes of CPU (measured: 188 s of CPU, 22.8 M pairs per CPU
+second, 0 mismatches; 564 s wall at a load average of ≈ 10 on 2 cores). The CI slow tier runs two slices of
 128 codes of ``a`` (the largest subnormals to 2⁻¹²⁵; 2¹²⁷ through Inf to the NaNs) against
 every ``b``: 2²⁴ pairs (``tests/rtl/test_rtl_verilator.py``). Exits 1 on any mismatch (the
 first ones printed in full), 2 on a bad ``--chunk``.
