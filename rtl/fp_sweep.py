@@ -24,6 +24,12 @@ Run ``python -m diptych.rtl.fp_sweep [--adder-vectors N] [--mul-step S] [--add3-
 the number of mismatches (the first few in full) and exits non-zero if there are any. The slow
 test tier runs a sample (10⁵ adder vectors, every 4099th bf16 pair, all FP8 pairs, 2·10⁴
 three-operand vectors).
+
+The harness is built once by :func:`build` and run many times by :func:`check`, which also
+takes the bf16 multiplier's range of ``a`` (``benchmarks/bf16_mul_exhaustive.py`` runs all 2³²
+pairs that way, in resumable chunks) and a file of vectors with their expected results for any
+of the four units (:func:`write_vectors`: the slow tier feeds the TestFloat-style vectors of
+``tests/rtl/rtl_testfloat.py`` through it).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
 from .fused import Fp32Add3
 from .verilator import ccache_path, verilator_env
 
-__all__ = ["sweep", "add3_vectors"]
+__all__ = ["sweep", "build", "check", "write_vectors", "add3_vectors", "VECTOR_UNITS"]
 
 _HARNESS = r"""
 #include "Vfadd.h"
@@ -73,6 +79,9 @@ static uint32_t ref_mul(uint32_t a, uint32_t b) {
 }
 int main(int argc, char **argv) {
   long n_add = atol(argv[1]); long step = atol(argv[2]); unsigned long long seed = atoll(argv[3]);
+  // optional: the bf16 multiplier's a range [a_lo, a_hi), the FP8 sweep on/off, a vector file
+  uint32_t a_lo = argc > 5 ? atol(argv[5]) : 0, a_hi = argc > 6 ? atol(argv[6]) : 65536;
+  int do_fp8 = argc > 7 ? atoi(argv[7]) : 1;
   Vfadd add; Vfmul mul; std::mt19937_64 g(seed); long bad = 0, n_mul = 0;
   for (long i = 0; i < n_add; i++) {
     uint64_t r = g(); uint32_t a = (uint32_t)r, b = (uint32_t)(r >> 32);
@@ -86,14 +95,14 @@ int main(int argc, char **argv) {
     uint32_t w = ref_add(a, b);
     if (add.s != w) { if (bad < 10) printf("add %08x + %08x: got %08x, want %08x\n", a, b, add.s, w); bad++; }
   }
-  for (uint32_t a = 0; a < 65536; a++)
+  for (uint32_t a = a_lo; a < a_hi; a++)
     for (uint32_t b = 0; b < 65536; b += step) {
       mul.a = a; mul.b = b; mul.eval(); n_mul++;
       uint32_t w = ref_mul(a, b);
       if (mul.p != w) { if (bad < 20) printf("mul %04x * %04x: got %08x, want %08x\n", a, b, mul.p, w); bad++; }
     }
   Vf8mul m8; long n8 = 0;
-  for (int fa = 0; fa < 2; fa++)
+  for (int fa = 0; fa < 2 * do_fp8; fa++)
     for (int fb = 0; fb < 2; fb++)
       for (uint32_t a = 0; a < 256; a++)
         for (uint32_t b = 0; b < 256; b++) {
@@ -110,8 +119,26 @@ int main(int argc, char **argv) {
     if (a3.s != v[3]) { if (bad < 40) printf("add3 %08x + %08x + %08x: got %08x, want %08x\n", v[0], v[1], v[2], a3.s, v[3]); bad++; }
   }
   if (vf) fclose(vf);
+  // vector file: records (unit, x, y, z, w, want); unit 0 add, 1 add3, 2 bf16 mul, 3 fp8 mul
+  long nv = 0; uint32_t r[6]; FILE *tv = argc > 8 ? fopen(argv[8], "rb") : 0;
+  while (tv && fread(r, 4, 6, tv) == 6) {
+    uint32_t got;
+    switch (r[0]) {
+      case 0: add.a = r[1]; add.b = r[2]; add.eval(); got = add.s; break;
+      case 1: a3.a = r[1]; a3.b = r[2]; a3.c = r[3]; a3.eval(); got = a3.s; break;
+      case 2: mul.a = r[1]; mul.b = r[2]; mul.eval(); got = mul.p; break;
+      default: m8.a = r[1]; m8.b = r[2]; m8.a_e5m2 = r[3]; m8.b_e5m2 = r[4]; m8.eval(); got = m8.p;
+    }
+    nv++;
+    if (got != r[5]) {
+      if (bad < 50) printf("vector unit %u %08x %08x %08x %08x: got %08x, want %08x\n",
+                           r[0], r[1], r[2], r[3], r[4], got, r[5]);
+      bad++;
+    }
+  }
+  if (tv) fclose(tv);
   printf("adder vectors %ld, multiplier vectors %ld, fp8 multiplier vectors %ld, "
-         "add3 vectors %ld, mismatches %ld\n", n_add, n_mul, n8, n3, bad);
+         "add3 vectors %ld, file vectors %ld, mismatches %ld\n", n_add, n_mul, n8, n3, nv, bad);
   return bad != 0;
 }
 """
@@ -192,56 +219,100 @@ def add3_vectors(n: int, seed: int = 1) -> np.ndarray:
     return np.concatenate([abc, want[:, None]], 1).astype(np.uint32)
 
 
+def build(work_dir, optimize: bool = True, add3=Fp32Add3) -> Path:
+    """Verilate the four FP units and compile the harness in ``work_dir``; returns the binary.
+
+    ``optimize=False`` compiles without optimisation: a faster build for short runs. ``add3``
+    is the three-operand adder class under test (a variant, for experiments).
+    """
+    cc = ccache_path()
+    env = {**os.environ, **verilator_env(),
+           "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include" + (f" OBJCACHE={cc}" if cc else "")}
+    root = Path(env["VERILATOR_ROOT"])
+    opt = "-O1" if optimize else "-O0"
+    w = Path(work_dir)
+    w.mkdir(parents=True, exist_ok=True)
+    (w / "add.v").write_text(verilog.convert(Fp32Adder(), name="fadd", emit_src=False))
+    (w / "mul.v").write_text(verilog.convert(Bf16Multiplier(), name="fmul", emit_src=False))
+    (w / "mul8.v").write_text(verilog.convert(Fp8Multiplier(), name="f8mul", emit_src=False))
+    (w / "add3.v").write_text(verilog.convert(add3(), name="fadd3", emit_src=False))
+    (w / "fp8_tables.h").write_text(_fp8_tables())
+    (w / "main.cpp").write_text(_HARNESS)
+
+    def run(cmd):
+        p = subprocess.run(cmd, cwd=w, env=env, capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[:3])} … failed:\n"
+                               f"{p.stdout[-2000:]}{p.stderr[-2000:]}")
+
+    tops = (("fadd", "add.v"), ("fmul", "mul.v"), ("f8mul", "mul8.v"), ("fadd3", "add3.v"))
+    for top, src in tops:
+        run(["verilator", "--cc", src, "--top-module", top, "--prefix", f"V{top}",
+             "-Mdir", f"o_{top}", "-Wno-fatal"])
+        run(["make", "-s", "-C", f"o_{top}", "-f", f"V{top}.mk", f"OPT_FAST={opt}"])
+    inc = [f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}",
+           *(f"-Io_{t}" for t, _ in tops)]
+    objs = []                             # the runtime, compiled once (through ccache)
+    for name in ("verilated.cpp", "verilated_threads.cpp"):
+        obj = name.replace(".cpp", ".o")
+        run([*([cc] if cc else []), "c++", opt, *inc, "-c",
+             str(root / "include" / name), "-o", obj])
+        objs.append(obj)
+    run(["c++", opt, *inc, "main.cpp", *(f"o_{t}/V{t}__ALL.a" for t, _ in tops), *objs,
+         "-o", "check", "-lpthread"])
+    return w / "check"
+
+
+def check(binary, adder_vectors: int = 0, mul_step: int = 1, seed: int = 42, add3_file=None,
+          mul_range: tuple[int, int] = (0, 65536), fp8: bool = True,
+          vector_file=None) -> tuple[bool, str]:
+    """Run the built harness once; returns (passed, its report).
+
+    ``adder_vectors`` random FP32 sums (four classes) against the host's float; the bf16
+    multiplier on every ``a`` in ``mul_range`` (``[lo, hi)``) against every ``mul_step``-th
+    ``b``; every FP8 product (``fp8``); the three-operand sums of ``add3_file`` (records a, b,
+    c, want); and the records of ``vector_file`` (:func:`write_vectors`).
+    """
+    lo, hi = mul_range
+    if adder_vectors < 0 or mul_step < 1 or not 0 <= lo <= hi <= 65536:
+        raise ValueError("adder_vectors must be >= 0, mul_step >= 1 and mul_range within "
+                         f"0 … 65536, not {adder_vectors}, {mul_step}, {mul_range}")
+    p = subprocess.run([str(binary), str(adder_vectors), str(mul_step), str(seed),
+                        str(add3_file or ""), str(lo), str(hi), str(int(fp8)),
+                        str(vector_file or "")], capture_output=True, text=True)
+    return p.returncode == 0, (p.stdout + p.stderr).strip()
+
+
+#: unit ids of the vector-file records (the harness's switch)
+VECTOR_UNITS = {"fp32_add": 0, "fp32_add3": 1, "bf16_mul": 2, "fp8_mul": 3}
+
+
+def write_vectors(path, unit: str, vectors, expected) -> int:
+    """Append ``vectors`` of ``unit`` (tuples of its inputs: a, b[, c] or a, b, a_e5m2, b_e5m2)
+    and their expected results to the vector file ``path``; returns the number written."""
+    if unit not in VECTOR_UNITS:
+        raise ValueError(f"unit must be one of {sorted(VECTOR_UNITS)}, not {unit!r}")
+    rows = [(VECTOR_UNITS[unit], *v, *([0] * (4 - len(v))), w) for v, w in zip(vectors, expected)]
+    arr = np.array(rows, dtype=np.uint64).astype(np.uint32).reshape(-1, 6)
+    with open(path, "ab") as f:
+        arr.tofile(f)
+    return len(rows)
+
+
 def sweep(adder_vectors: int = 20_000_000, mul_step: int = 7, seed: int = 42,
           optimize: bool = True, add3_vectors_n: int = 2_000_000,
           add3=Fp32Add3) -> tuple[bool, str]:
-    """Build and run the harness; returns (passed, its report).
+    """Build the harness in a temporary directory and run it once; returns (passed, report).
 
     ``optimize=False`` compiles without optimisation: a faster build for short runs.
     ``add3`` is the three-operand adder class under test (a variant, for experiments).
     """
     if adder_vectors < 0 or mul_step < 1 or add3_vectors_n < 0:
         raise ValueError("adder_vectors and add3_vectors_n must be >= 0 and mul_step >= 1")
-    cc = ccache_path()
-    env = {**os.environ, **verilator_env(),
-           "MAKEFLAGS": "CFG_CXXFLAGS_PCH_I=-include" + (f" OBJCACHE={cc}" if cc else "")}
-    root = Path(env["VERILATOR_ROOT"])
-    opt = "-O1" if optimize else "-O0"
     with tempfile.TemporaryDirectory(prefix="diptych-fpsweep-") as tmp:
-        w = Path(tmp)
-        (w / "add.v").write_text(verilog.convert(Fp32Adder(), name="fadd", emit_src=False))
-        (w / "mul.v").write_text(verilog.convert(Bf16Multiplier(), name="fmul", emit_src=False))
-        (w / "mul8.v").write_text(verilog.convert(Fp8Multiplier(), name="f8mul",
-                                                  emit_src=False))
-        (w / "add3.v").write_text(verilog.convert(add3(), name="fadd3", emit_src=False))
-        add3_vectors(add3_vectors_n, seed).tofile(w / "add3.bin")
-        (w / "fp8_tables.h").write_text(_fp8_tables())
-        (w / "main.cpp").write_text(_HARNESS)
-
-        def run(cmd):
-            p = subprocess.run(cmd, cwd=w, env=env, capture_output=True, text=True)
-            if p.returncode != 0:
-                raise RuntimeError(f"{' '.join(cmd[:3])} … failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-
-        tops = (("fadd", "add.v"), ("fmul", "mul.v"), ("f8mul", "mul8.v"), ("fadd3", "add3.v"))
-        for top, src in tops:
-            run(["verilator", "--cc", src, "--top-module", top, "--prefix", f"V{top}",
-                 "-Mdir", f"o_{top}", "-Wno-fatal"])
-            run(["make", "-s", "-C", f"o_{top}", "-f", f"V{top}.mk", f"OPT_FAST={opt}"])
-        inc = [f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}",
-               *(f"-Io_{t}" for t, _ in tops)]
-        objs = []                             # the runtime, compiled once (through ccache)
-        for name in ("verilated.cpp", "verilated_threads.cpp"):
-            obj = name.replace(".cpp", ".o")
-            run([*([cc] if cc else []), "c++", opt, *inc, "-c",
-                 str(root / "include" / name), "-o", obj])
-            objs.append(obj)
-        run(["c++", opt, *inc, "main.cpp", *(f"o_{t}/V{t}__ALL.a" for t, _ in tops), *objs,
-             "-o", "check", "-lpthread"])
-        p = subprocess.run([str(w / "check"), str(adder_vectors), str(mul_step), str(seed),
-                            str(w / "add3.bin")],
-                           capture_output=True, text=True)
-        return p.returncode == 0, (p.stdout + p.stderr).strip()
+        binary = build(tmp, optimize, add3)
+        add3_vectors(add3_vectors_n, seed).tofile(Path(tmp) / "add3.bin")
+        return check(binary, adder_vectors, mul_step, seed, Path(tmp) / "add3.bin")
 
 
 def main(argv=None) -> int:

@@ -8,7 +8,9 @@ fails ("site not found") rather than silently testing nothing.
 
 Each mutant names the plan that must catch it (``plan``): the standard random plans, or the
 directed special-value plan (:func:`diptych.rtl.special_plan.special_plan`, in the mutant's
-``modes`` only, to keep the fast tier fast) for the faults only special values show.
+``modes`` only, to keep the fast tier fast) for the faults only special values show. The
+rounding faults of one FP unit (config ``_FP_UNIT``, ``unit`` naming it) are scored on the unit
+alone with its TestFloat-style vectors (:mod:`rtl_testfloat`).
 
 Run ``python tests/rtl/rtl_mutants.py`` to print the mutation table (which plans catch which
 fault, whether random data in the bubbles is what catches it, and what the special-value plan
@@ -37,6 +39,8 @@ class Mutant:
     #: "special" (special_plan, the directed special values, in ``modes`` only if given)
     plan: str = "random"
     modes: tuple[str, ...] = ()
+    #: an FP unit scored alone on its TestFloat-style vectors (rtl_testfloat.UNITS key)
+    unit: str = ""
 
 
 _PE = "diptych.rtl.pe"
@@ -47,6 +51,8 @@ _DOT = "diptych.rtl.dot"
 _MX = "diptych.rtl.mx"
 #: config of a mutant of the dot4 unit: scored by rtl_dot_bench on the unit, not by the array bench
 _DOT_UNIT = (1, 1, "dot4", "unit")
+#: config of a mutant of one FP unit: scored by rtl_testfloat on the unit alone (its ``unit``)
+_FP_UNIT = (1, 1, "fp", "unit")
 
 MUTANTS = (
     Mutant("os-acc-while-invalid", "OS PE accumulates while valid is low", _PE,
@@ -183,6 +189,48 @@ MUTANTS = (
     Mutant("mxdot4-b-scale-ignored", "mxdot4 unit scales the products by A's block scale only",
            _DOT, (("m.d.comb += offset.eq(s_a + s_b - 254)", "m.d.comb += offset.eq(s_a - 127)"),),
            ((_PE, "MxDot4Fp8"),), (1, 1, "mxdot4", "os")),
+    # ---- rounding faults of the FP units, scored alone on the TestFloat-style vectors
+    #      (rtl_testfloat: ties, near-ties, carry-out, alignment, the ends of the range)
+    Mutant("adder-sticky-dropped", "FP32 adder drops the sticky bit of the aligned operand "
+           "(a near-tie above ½ ulp rounds as a tie)", _FP,
+           (("m.d.comb += Y.eq(y_shift | (lost != 0))", "m.d.comb += Y.eq(y_shift)"),),
+           (), _FP_UNIT, unit="fp32_add"),
+    Mutant("adder-no-carry-renormalise", "FP32 adder keeps the exponent when the rounding "
+           "increment carries out (1.1…1 rounds up to 1.0 of the same binade)", _FP,
+           (("    with m.If(rounded[24]):", "    with m.If(0):"),),
+           (), _FP_UNIT, unit="fp32_add"),
+    Mutant("adder-min-normal-flushed", "FP32 adder flushes results in the lowest binade "
+           "(2^-126 … 2^-125) as if subnormal", _FP,
+           (("        with m.Elif(e_fin <= 0):\n"
+             "            m.d.comb += self.s.eq(Cat(Const(0, 31), sx))",
+             "        with m.Elif(e_fin <= 1):\n"
+             "            m.d.comb += self.s.eq(Cat(Const(0, 31), sx))"),),
+           (), _FP_UNIT, unit="fp32_add"),
+    Mutant("adder-align-clamped-at-24", "FP32 adder caps the alignment shift at 24, not 27 "
+           "(an operand 25 or more binades down counts double or more)", _FP,
+           (("dc.eq(Mux(d > 27, 27, d))", "dc.eq(Mux(d > 24, 24, d))"),),
+           (), _FP_UNIT, unit="fp32_add"),
+    Mutant("bf16-mul-overflow-off-by-one", "bf16 multiplier overflows only past exponent 255 "
+           "(a product of exponent 255 comes out as a NaN or Inf pattern with its fraction)", _FP,
+           (("with m.Elif(a_inf | b_inf | (exp >= 255)):",
+             "with m.Elif(a_inf | b_inf | (exp > 255)):"),),
+           (), _FP_UNIT, unit="bf16_mul"),
+    Mutant("bf16-mul-min-normal-flushed", "bf16 multiplier flushes products of exponent 1 "
+           "(2^-126 … 2^-125)", _FP,
+           (("with m.Elif(a_zero | b_zero | (exp <= 0)):",
+             "with m.Elif(a_zero | b_zero | (exp <= 1)):"),),
+           (), _FP_UNIT, unit="bf16_mul"),
+    Mutant("add3-final-sticky-ignored", "three-operand adder ignores the sticky bits in its one "
+           "rounding (a sum just above a tie rounds as a tie)", _FUSED,
+           (("round_up = guard & (sticky | mant[0])", "round_up = guard & mant[0]"),),
+           (), _FP_UNIT, unit="fp32_add3"),
+    Mutant("add3-min-normal-flushed", "three-operand adder flushes results in the lowest binade",
+           _FUSED,
+           (("        with m.Elif(e_fin <= 0):\n"
+             "            m.d.comb += self.s.eq(Cat(Const(0, 31), neg))",
+             "        with m.Elif(e_fin <= 1):\n"
+             "            m.d.comb += self.s.eq(Cat(Const(0, 31), neg))"),),
+           (), _FP_UNIT, unit="fp32_add3"),
 )
 
 
@@ -233,6 +281,13 @@ def caught(m: Mutant, seeds=(1, 2), tiles: int = 8, bubble_data: str = "random",
     if plan not in ("random", "special"):
         raise ValueError(f"plan must be 'random' or 'special', not {plan!r}")
     rows, cols, dtype, dataflow = m.config
+    if m.config == _FP_UNIT:                   # the unit alone on its TestFloat-style vectors
+        import rtl_testfloat
+        cls = getattr(mutated_module(m), rtl_testfloat.UNITS[m.unit])
+        return [f"seed {seeds[0]}: {e}"
+                for e in rtl_testfloat.mismatches(m.unit, rtl_testfloat.vectors(m.unit,
+                                                                                 seed=seeds[0]),
+                                                  cls)]
     if m.config == _DOT_UNIT:                  # the unit's own scoreboard, seeds as random sets
         import rtl_dot_bench
         mod = mutated_module(m)
@@ -262,6 +317,10 @@ def main() -> int:
     fmt = lambda e: f"caught ({len(e)})" if e else "**missed**"   # noqa: E731
     for m in MUTANTS:
         rows, cols, dtype, dataflow = m.config
+        if m.config == _FP_UNIT:               # one column: the unit on its TestFloat vectors
+            print(f"| `{m.name}` | {m.fault} | {m.unit} unit | TestFloat vectors: "
+                  f"{fmt(caught(m, seeds=(1,)))} | (unit) | (unit) |", flush=True)
+            continue
         rand = caught(m, plan="random")
         zero = ("(unit: no bubbles)" if m.config == _DOT_UNIT
                 else fmt(caught(m, bubble_data="zero", plan="random")))

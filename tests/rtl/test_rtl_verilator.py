@@ -110,16 +110,45 @@ def test_os_wrap_tile_catches_a_saturating_accumulator_on_verilator(tmp_path):
     assert [p.name for p in result.plans if not p.passed] == ["os_wrap"]
 
 
+@pytest.fixture(scope="module")
+def fp_harness(tmp_path_factory):
+    """The FP deep check's harness (the four FP units verilated, unoptimised), built once."""
+    from diptych.rtl.fp_sweep import build
+    return build(tmp_path_factory.mktemp("fp_sweep"), optimize=False)
+
+
 @pytest.mark.slow
 @needs_cxx
-def test_fp_units_deep_check_on_verilator():
+def test_fp_units_deep_check_on_verilator(fp_harness, tmp_path):
     """The FP units verilated into a C++ harness agree with the host's float32: a sample of
     the bf16 products and FP32 sums, every FP8 product of every format pair, and a sample of
     the fused datapath's three-operand sums (against the golden model's exact sums)."""
-    from diptych.rtl.fp_sweep import sweep
+    from diptych.rtl.fp_sweep import add3_vectors, check
 
-    ok, report = sweep(adder_vectors=100_000, mul_step=4099, seed=3, optimize=False,
-                       add3_vectors_n=20_000)
+    add3_vectors(20_000, 3).tofile(tmp_path / "add3.bin")
+    ok, report = check(fp_harness, adder_vectors=100_000, mul_step=4099, seed=3,
+                       add3_file=tmp_path / "add3.bin")
     assert ok, report
     assert "mismatches 0" in report and "fp8 multiplier vectors 262144" in report
     assert "add3 vectors 20000" in report
+
+
+@pytest.mark.slow
+@needs_cxx
+def test_testfloat_vectors_and_a_bf16_slice_on_verilator(fp_harness, tmp_path):
+    """The TestFloat-style vectors of every FP unit (tests/rtl/rtl_testfloat.py, expected values
+    from the exact oracle) through the verilated units, and two exhaustive slices of bf16 × bf16
+    (a from the largest subnormals to 2^-125 and from 2^127 through Inf to the NaNs, every b:
+    2^24 pairs; the whole 2^32 is benchmarks/bf16_mul_exhaustive.py)."""
+    import rtl_testfloat as tf
+    from diptych.rtl.fp_sweep import check, write_vectors
+
+    n = sum(write_vectors(tmp_path / "tf.bin", u, tf.vectors(u), tf.expected(u, tf.vectors(u)))
+            for u in tf.UNITS)
+    ok, report = check(fp_harness, mul_range=(0, 0), fp8=False, vector_file=tmp_path / "tf.bin")
+    assert ok, report
+    assert f"file vectors {n}," in report and "mismatches 0" in report
+    for lo in (0x0060, 0x7F40):          # subnormals … 2^-125; 2^127 … Inf, NaN
+        ok, report = check(fp_harness, mul_range=(lo, lo + 128), fp8=False)
+        assert ok, report
+        assert f"multiplier vectors {128 * 65536}," in report
