@@ -201,6 +201,11 @@ CONTROL_MUTANTS = (
            (("with m.If(bot.valid_in & bot.last_in):\n                m.d.sync += cnt.eq(R)",
              "with m.If(bot.valid_out & bot.last_out):\n                m.d.sync += cnt.eq(R)"),),
            (("diptych.rtl.pysim", "SystolicArray"),), (2, 2, "int8", "os")),
+    Mutant("ws-out-valid-from-column-0", "WS out_valid taken from the bottom-left PE, not the "
+           "bottom-right one (C − 1 cycles early)", _ARRAY,
+           (("self.out_valid.eq(pe[R - 1][C - 1].valid_out)",
+             "self.out_valid.eq(pe[R - 1][0].valid_out)"),),
+           (("diptych.rtl.pysim", "SystolicArray"),), (2, 2, "int8", "ws")),
     Mutant("ws-active-takes-the-shadow-above", "WS swap copies the shadow weight of the PE above "
            "(w_in) into the active register, not its own", _PE,
            (("            m.d.sync += active.eq(self.w_out)",
