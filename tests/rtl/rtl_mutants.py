@@ -234,6 +234,37 @@ MUTANTS = (
 )
 
 
+#: Faults of the array's control (issue 26 item 5), each caught by the enumeration of every
+#: issue pattern (tests/rtl/rtl_control_patterns.py) on the array of its ``config`` (INT8).
+#: ``os-drain-shifts-whole-column`` needs R ≥ 3: on two rows the next tile's writes always
+#: win over the extra shifts, so every 2×2 and 2×3 pattern passes it. The control faults of
+#: :data:`MUTANTS` (``CONTROL_IN_MUTANTS``) are checked against the enumeration too.
+CONTROL_MUTANTS = (
+    Mutant("os-drain-shifts-whole-column", "OS drain chain shifts every row of a column while "
+           "any drains, so a result the next tile loads early is pushed out with the old tile's",
+           _ARRAY, (("pe[i][j].shift.eq(cnt > R - i)", "pe[i][j].shift.eq(cnt != 0)"),),
+           (("diptych.rtl.pysim", "SystolicArray"),), (3, 3, "int8", "os")),
+    Mutant("os-drain-starts-a-cycle-late", "OS drain counter starts a cycle after the bottom PE "
+           "finishes (the drain register is read one cycle late)", _ARRAY,
+           (("with m.If(bot.valid_in & bot.last_in):\n                m.d.sync += cnt.eq(R)",
+             "with m.If(bot.valid_out & bot.last_out):\n                m.d.sync += cnt.eq(R)"),),
+           (("diptych.rtl.pysim", "SystolicArray"),), (2, 2, "int8", "os")),
+    Mutant("ws-out-valid-from-column-0", "WS out_valid taken from the bottom-left PE, not the "
+           "bottom-right one (C − 1 cycles early)", _ARRAY,
+           (("self.out_valid.eq(pe[R - 1][C - 1].valid_out)",
+             "self.out_valid.eq(pe[R - 1][0].valid_out)"),),
+           (("diptych.rtl.pysim", "SystolicArray"),), (2, 2, "int8", "ws")),
+    Mutant("ws-active-takes-the-shadow-above", "WS swap copies the shadow weight of the PE above "
+           "(w_in) into the active register, not its own", _PE,
+           (("            m.d.sync += active.eq(self.w_out)",
+             "            m.d.sync += active.eq(self.w_in)"),),
+           ((_ARRAY, "WsPe"),), (2, 2, "int8", "ws")),
+)
+#: names of the control faults in :data:`MUTANTS`
+CONTROL_IN_MUTANTS = ("os-acc-while-invalid", "ws-swap-without-valid", "ws-swap-one-row-late",
+                      "ws-shadow-shifts-always", "os-no-deskew")
+
+
 def mutated_module(m: Mutant) -> types.ModuleType:
     """The mutant's module: the real source with the edits, executed as a new module."""
     real = importlib.import_module(m.module)
