@@ -164,7 +164,8 @@ def _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, re
 @click.option("--decode-chip", help="Disaggregated: chip of the decode pool (default --chip).")
 @click.option("--decode-chips", type=int, help="Disaggregated: chips in the decode pool (as "
               "--prefill-chips).")
-@click.option("--speculative", help="draft=MODEL,k=K,accept=P (draft=none: free proposals).")
+@click.option("--speculative", help="draft=MODEL,k=K,accept=P (draft=none: free proposals; "
+              "draft=mtp: the model's own MTP module, accept 0.85 by default).")
 @click.option("--prefix-share", type=float, default=0.0, show_default=True,
               help="Fraction of each prompt that is a cached prefix shared by all requests.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
@@ -224,6 +225,10 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
                       prefix_share=prefix_share, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot,
                       speculative=parse_speculative(speculative) if speculative else None,
                       seed=seed, runtime=load_runtime(runtime) if runtime else None)
+    if cfg.speculative is not None and cfg.speculative.mtp:   # the model must ship one
+        from ..workloads import load_model
+        from ..workloads.mtp import check_mtp
+        check_mtp(load_model(model))
     precision = {"weights_dtype": weights_dtype, "act_dtype": act_dtype, "kv_dtype": kv_dtype}
     execution = {"execution": execution, "fusion": fusion}
     # the load first: its bounds (--requests, rates, lengths) are refused before any chip is

@@ -28,6 +28,10 @@ import math
 from dataclasses import dataclass, replace
 
 from ...arch.runtime import IDEAL, RuntimeProfile
+from ...workloads.mtp import MTP_ACCEPT
+
+#: ``--speculative draft=mtp``: the target's own multi-token-prediction module(s) draft.
+MTP_DRAFT = "mtp"
 
 SCHEDULERS = ("continuous", "static")
 PREEMPTION = ("recompute", "swap")
@@ -49,8 +53,9 @@ class Speculation:
     verifies them in one ``k + 1``-row step; each proposed token is accepted with probability
     ``accept`` (independently, until the first rejection), so a step yields
     ``(1 − accept^(k+1)) / (1 − accept)`` tokens on average (the bonus token included).
-    ``draft`` is a model name or path, or ``None`` for proposals that cost nothing on the
-    chip (n-gram / prompt lookup, or a self-speculation head folded into the target)."""
+    ``draft`` is a model name or path, ``"mtp"`` for the target's own multi-token-prediction
+    module(s) (:mod:`diptych.workloads.mtp`), or ``None`` for proposals that cost nothing on
+    the chip (n-gram / prompt lookup, or a self-speculation head folded into the target)."""
 
     k: int
     accept: float
@@ -63,6 +68,11 @@ class Speculation:
             raise ValueError(f"speculative accept must be a probability in [0, 1], not {a!r}")
 
     @property
+    def mtp(self) -> bool:
+        """The draft is the target's own MTP module(s)."""
+        return self.draft == MTP_DRAFT
+
+    @property
     def expected_tokens(self) -> float:
         p, k = self.accept, self.k
         return float(k + 1) if p == 1.0 else (1.0 - p ** (k + 1)) / (1.0 - p)
@@ -70,7 +80,8 @@ class Speculation:
 
 def parse_speculative(text: str) -> Speculation:
     """``draft=MODEL,k=K,accept=P`` (``draft=none`` for free proposals; draft may be
-    omitted)."""
+    omitted; ``draft=mtp``: the target's MTP module, ``accept`` then defaults to
+    :data:`~diptych.workloads.mtp.MTP_ACCEPT`, DeepSeek-V3's published rate)."""
     kv: dict[str, str] = {}
     for part in str(text).split(","):
         k, eq, v = part.partition("=")
@@ -78,6 +89,9 @@ def parse_speculative(text: str) -> Speculation:
             raise ValueError(f"--speculative expects draft=MODEL,k=K,accept=P, not {text!r}")
         kv[k.strip().lower()] = v.strip()
     unknown = set(kv) - {"draft", "k", "accept"}
+    if kv.get("draft", "").lower() == MTP_DRAFT:
+        kv["draft"] = MTP_DRAFT
+        kv.setdefault("accept", str(MTP_ACCEPT))
     if unknown or "k" not in kv or "accept" not in kv:
         raise ValueError(f"--speculative expects draft=MODEL,k=K,accept=P (draft optional), "
                          f"not {text!r}")
