@@ -201,3 +201,14 @@ def test_qwen3_next_projection_is_column_parallel_and_gathered():
     assert gather.bytes == 8 * d * r.precision.a_bytes
     # its block is a full-attention MoE layer, as vLLM's Qwen3NextMTP builds it
     assert mtp.model.layer_specs()[0].attention == "full" and mtp.model.kv_layers == 1
+
+
+def test_cli_runs_an_mtp_draft(cli):
+    import json
+    out = cli("serve", "--chip", "h100", "--model", "glm-4.5-air", "--tp", 4, "--qps", 2,
+              "--requests", 6, "--prompt", "300", "--gen", "20", "--speculative",
+              "draft=mtp,k=1", "--json")
+    assert out.exit_code == 0, out.output
+    d = json.loads(out.output)
+    assert d["config"]["speculative"] == {"k": 1, "accept": 0.85, "draft": "mtp"}
+    assert d["info"]["expected_tokens_per_verify"] == pytest.approx(1.85)
