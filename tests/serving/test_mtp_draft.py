@@ -137,9 +137,29 @@ def test_tokens_per_verify_step_follow_the_published_acceptance():
         assert tokens / emits == pytest.approx(expect, rel=0.03)
 
 
+def test_per_position_acceptance_yields_the_sum_of_the_reach():
+    # one module reused for three positions, accepted less often at the later ones
+    spec = parse_speculative("draft=mtp,k=3,accept=0.85/0.6")
+    assert spec.rates == (0.85, 0.6, 0.6)
+    assert spec.expected_tokens == pytest.approx(1 + 0.85 + 0.85 * 0.6 + 0.85 * 0.36)
+    # a constant list is the constant rate's closed form
+    assert Speculation(3, 0.7, later=(0.7, 0.7)).expected_tokens == pytest.approx(
+        Speculation(3, 0.7).expected_tokens)
+    res = serve(AIR, Load(concurrency=8, prompt=P("256"), gen=P("400"), requests=16),
+                ServeConfig(speculative=spec), oracles=_SHARED)
+    tokens = sum(x.output - 1 for x in res.reqs)
+    assert tokens / len(res.instances[0].itl) == pytest.approx(spec.expected_tokens, rel=0.03)
+    for bad, match in (("draft=mtp,k=1,accept=0.8/0.5", "at most k"),
+                       ("draft=mtp,k=2,accept=0.8/x", "one per position"),
+                       ("draft=mtp,k=2,accept=0.8/1.5", "probability")):
+        with pytest.raises(ValueError, match=match):
+            parse_speculative(bad)
+
+
 @pytest.mark.parametrize("chunked", [True, False])
 def test_fast_loop_equals_its_golden_twin_with_an_mtp_draft(chunked):
-    cfg = ServeConfig(speculative=Speculation(2, 0.8, "mtp"), chunked_prefill=chunked,
+    cfg = ServeConfig(speculative=Speculation(2, 0.8, "mtp", later=() if chunked else (0.5,)),
+                      chunked_prefill=chunked,
                       max_batched_tokens=1024, prefix_share=0.25)
     load = Load(qps=30, prompt=P("uniform:lo=100,hi=900"), gen=P("uniform:lo=1,hi=120"),
                 requests=50)
@@ -210,5 +230,5 @@ def test_cli_runs_an_mtp_draft(cli):
               "draft=mtp,k=1", "--json")
     assert out.exit_code == 0, out.output
     d = json.loads(out.output)
-    assert d["config"]["speculative"] == {"k": 1, "accept": 0.85, "draft": "mtp"}
+    assert d["config"]["speculative"] == {"k": 1, "accept": 0.85, "draft": "mtp", "later": []}
     assert d["info"]["expected_tokens_per_verify"] == pytest.approx(1.85)
