@@ -165,7 +165,8 @@ def _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, re
 @click.option("--decode-chips", type=int, help="Disaggregated: chips in the decode pool (as "
               "--prefill-chips).")
 @click.option("--speculative", help="draft=MODEL,k=K,accept=P (draft=none: free proposals; "
-              "draft=mtp: the model's own MTP module, accept 0.85 by default).")
+              "draft=mtp: the model's own MTP module, accept 0.85 by default; accept=P1/P2/...: "
+              "one rate per draft position).")
 @click.option("--prefix-share", type=float, default=0.0, show_default=True,
               help="Fraction of each prompt that is a cached prefix shared by all requests.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
