@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import sys
 import time
@@ -71,8 +73,9 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg
     if chips is None and not 1 <= replicas <= MAX_REPLICAS:
         raise ValueError(f"--replicas must be a positive integer of at most {MAX_REPLICAS:,} "
                          f"(sim/limits.py), not {replicas}")
-    if tp is None:
-        tp = fit_tp(chip, model, cfg, precision=precision, attention=attention)
+    if tp is None:       # a prefill pool runs no draft (an MTP draft's weights: decode only)
+        fit = dataclasses.replace(cfg, speculative=None) if what == "prefill" else cfg
+        tp = fit_tp(chip, model, fit, precision=precision, attention=attention)
     if chips is not None:
         if chips % tp:
             raise ValueError(f"--{what}-chips ({chips}) must be a multiple of the tensor-"

@@ -96,8 +96,13 @@ def test_mtp_weights_and_cache_counted_in_the_fit():
     fp = {"weights_dtype": "fp8"}
     assert fit_tp("h100", "glm-4.5-air", ServeConfig(kv_reserve_fraction=reserve),
                   precision=fp) == 2
-    assert fit_tp("h100", "glm-4.5-air", ServeConfig(kv_reserve_fraction=reserve,
-                                                     speculative=MTP1), precision=fp) == 4
+    spec = ServeConfig(kv_reserve_fraction=reserve, speculative=MTP1)
+    assert fit_tp("h100", "glm-4.5-air", spec, precision=fp) == 4
+    # serve's pools: only the decode pool drafts, so only it holds the modules
+    from diptych.tools.serve_cmd import _pool
+    ex = {"execution": None, "fusion": True}
+    assert [_pool("h100", "glm-4.5-air", None, 1, None, fp, "fused", ex, spec, what).replica.tp
+            for what in ("prefill", "decode")] == [2, 4]
 
 
 def test_draft_plus_verify_step_time_equals_the_pieces():
