@@ -141,8 +141,8 @@ def models_show(model: str, as_json: bool):
                                            f"(quantization_config)") if x))
     if c.get("mtp_layers"):
         t.add_row("MTP", f"{c['mtp_layers']} next-token-prediction layer"
-                  f"{'s' if c['mtp_layers'] > 1 else ''} in the checkpoint, not simulated "
-                  f"(num_nextn_predict_layers): not in the counts below")
+                  f"{'s' if c['mtp_layers'] > 1 else ''} (num_nextn_predict_layers), not "
+                  f"counted below; serve's --speculative draft=mtp")
     if c.get("vision_tower"):
         t.add_row("vision tower", "in the checkpoint (vision_config), not simulated: the "
                                   "counts below are the text model's")

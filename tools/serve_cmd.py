@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import sys
 import time
@@ -71,8 +73,9 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg
     if chips is None and not 1 <= replicas <= MAX_REPLICAS:
         raise ValueError(f"--replicas must be a positive integer of at most {MAX_REPLICAS:,} "
                          f"(sim/limits.py), not {replicas}")
-    if tp is None:
-        tp = fit_tp(chip, model, cfg, precision=precision, attention=attention)
+    if tp is None:       # a prefill pool runs no draft (an MTP draft's weights: decode only)
+        fit = dataclasses.replace(cfg, speculative=None) if what == "prefill" else cfg
+        tp = fit_tp(chip, model, fit, precision=precision, attention=attention)
     if chips is not None:
         if chips % tp:
             raise ValueError(f"--{what}-chips ({chips}) must be a multiple of the tensor-"
@@ -164,7 +167,9 @@ def _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, re
 @click.option("--decode-chip", help="Disaggregated: chip of the decode pool (default --chip).")
 @click.option("--decode-chips", type=int, help="Disaggregated: chips in the decode pool (as "
               "--prefill-chips).")
-@click.option("--speculative", help="draft=MODEL,k=K,accept=P (draft=none: free proposals).")
+@click.option("--speculative", help="draft=MODEL,k=K,accept=P (draft=none: free proposals; "
+              "draft=mtp: the model's own MTP module, accept 0.85 by default; accept=P1/P2/...: "
+              "one rate per draft position).")
 @click.option("--prefix-share", type=float, default=0.0, show_default=True,
               help="Fraction of each prompt that is a cached prefix shared by all requests.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
@@ -224,6 +229,10 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
                       prefix_share=prefix_share, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot,
                       speculative=parse_speculative(speculative) if speculative else None,
                       seed=seed, runtime=load_runtime(runtime) if runtime else None)
+    if cfg.speculative is not None and cfg.speculative.mtp:   # the model must ship one
+        from ..workloads import load_model
+        from ..workloads.mtp import check_mtp
+        check_mtp(load_model(model))
     precision = {"weights_dtype": weights_dtype, "act_dtype": act_dtype, "kv_dtype": kv_dtype}
     execution = {"execution": execution, "fusion": fusion}
     # the load first: its bounds (--requests, rates, lengths) are refused before any chip is

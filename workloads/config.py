@@ -186,8 +186,11 @@ class ModelConfig:
     # simulated and counted; runs and `models show` say so
     vision_tower: bool = False
     # multi-token-prediction modules shipped beside the decoder (num_nextn_predict_layers:
-    # DeepSeek-V3, GLM-4.5): noted by `models show`, neither simulated nor counted
+    # DeepSeek-V3, GLM-4.5): noted by `models show`, not counted; serve's MTP draft
     mtp_layers: int = 0
+    # this config is a model's MTP module (the draft of `serve --speculative draft=mtp`,
+    # workloads/mtp.py): its embedding feeds enorm/hnorm and eh_proj before its one block
+    mtp_module: bool = False
     # gated DeltaNet linear attention (layers whose layer_attention is "linear", Qwen3-Next):
     # key heads and width (q and k), value heads and width (v, the output gate z), the
     # depthwise causal conv's kernel over q/k/v, and the dtype the recurrent state is kept in

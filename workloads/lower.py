@@ -60,7 +60,7 @@ from .graph import Workload
 from .program import Block
 from .moe import (Routing, dropped_fraction, expected_experts_touched, expert_load,
                   rank_load_factor)
-from .params import kv_heads_per_rank
+from .params import kv_heads_per_rank, mtp_projection_split
 from .precision import Precision
 
 #: ALU ops per output element on the vector unit [assumption: counted from the textbook
@@ -825,13 +825,46 @@ def _embedding(c: _Ctx, *, flow=None, out: str = "emb") -> list[Op]:
         spec.append((c.vec("embed_positions", "add", T * d, reads=1.0,
                            extra_read_bytes=T * d * wb),
                      [(pos, T / c.m.max_position_embeddings)]))
+    mtp = c.m.mtp_module
     cur = None
     for i, (op, extra) in enumerate(spec):
-        last = i == len(spec) - 1
+        last = i == len(spec) - 1 and not mtp
         dst = fl.t(out, T * d * a, program=True) if last else fl.t(f"emb{i}", T * d * a)
         fl.vec(op, ([(cur, 1.0)] if cur else []) + extra, [(dst, 1.0)])
         cur = dst
-    return [op for op, _ in spec]
+    ops = [op for op, _ in spec]
+    if mtp:
+        ops += _mtp_input(c, cur, fl, out)
+    return ops
+
+
+def _mtp_input(c: _Ctx, emb: str, fl, out: str) -> list[Op]:
+    """A multi-token-prediction module's input (DeepSeek-V3 report §2.2, arXiv 2412.19437:
+    ``h' = M·[RMSNorm(h); RMSNorm(Emb(t))]``): ``enorm`` over the token embedding ``emb``,
+    ``hnorm`` over the previous depth's hidden states (the program tensor ``mtp_hidden``,
+    from outside the module), and ``eh_proj``, a 2d → d linear, replicated on every
+    tensor-parallel rank or column-parallel with its outputs all-gathered
+    (:func:`~diptych.workloads.params.mtp_projection_split`); it writes ``out``."""
+    d, T = c.m.hidden_size, c.tokens
+    a, wb = c.p.a_bytes, c.p.w_bytes
+    split = mtp_projection_split(c.m) and c.tp > 1
+    n = -(-d // c.tp) if split else d
+    enorm, hnorm = c.norm("mtp_enorm", d), c.norm("mtp_hnorm", d)
+    proj = c.gemm("mtp_eh_proj", T, 2 * d, n, tags=("mtp",))
+    fl.vec(enorm, [(emb, 1.0), (fl.t("w_mtp_enorm", enorm.read_bytes - T * d * a, "weight"),
+                                1.0)], [(fl.t("mtp_e", T * d * a), 1.0)])
+    fl.vec(hnorm, [(fl.t("mtp_hidden", T * d * a, program=True), 1.0),
+                   (fl.t("w_mtp_hnorm", hnorm.read_bytes - T * d * a, "weight"), 1.0)],
+           [(fl.t("mtp_h", T * d * a), 1.0)])
+    dst = fl.t("mtp_proj", T * n * a) if split else fl.t(out, T * d * a, program=True)
+    fl.gemm(proj, [("mtp_e", 1.0), ("mtp_h", 1.0)],
+            [(fl.t("w_mtp_eh_proj", 2 * d * n * wb, "weight"), 1.0)], [(dst, 1.0)])
+    if not split:
+        return [enorm, hnorm, proj]
+    gather = Collective(name="mtp_all_gather", kind="all_gather", bytes=T * d * a,
+                        group=c.tp, tags=("tp",))
+    fl.vec(gather, [(dst, 1.0)], [(fl.t(out, T * d * a, program=True), 1.0)])
+    return [enorm, hnorm, proj, gather]
 
 
 def _head(c: _Ctx, *, flow=None, inp: str = "hidden") -> list[Op]:

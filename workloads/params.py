@@ -27,6 +27,7 @@ class Tensor:
     count: int
     split: bool          # split across tensor-parallel ranks
     group: str   # attn | sink | mlp | expert | shared_expert | router | norm | embed | head
+    #              | mtp (an MTP module's eh_proj)
     active: float = 1.0
 
     @property
@@ -168,12 +169,24 @@ def weight_tensors(m: ModelConfig) -> list[Tensor]:
             if m.shared_expert_gate:      # sigmoid(x·w) scales the shared expert's output
                 out.append(Tensor("shared_expert_gate", d, n, False, "router"))
     out.append(Tensor("final_norm", norm_elems, 1, False, "norm"))
+    if m.mtp_module:     # an MTP module (workloads/mtp.py): the embedding and head are shared
+        return out + [Tensor("eh_proj", 2 * d * d, 1, mtp_projection_split(m), "mtp"),
+                      Tensor("mtp_norms", 2 * norm_elems, 1, False, "norm")]
     out.append(Tensor("embed_tokens", m.vocab_size * d, 1, True, "embed"))
     if m.learned_positions:
         out.append(Tensor("embed_positions", m.max_position_embeddings * d, 1, False, "embed"))
     if not m.tie_word_embeddings:
         out.append(Tensor("lm_head", m.vocab_size * d, 1, True, "head"))
     return out
+
+
+def mtp_projection_split(m: ModelConfig) -> bool:
+    """Whether an MTP module's 2d → d projection is split across tensor-parallel ranks:
+    vLLM's Qwen3-Next MTP makes it a ``ColumnParallelLinear(2·hidden, hidden,
+    gather_output=True)`` (its outputs all-gathered; vllm/model_executor/models/
+    qwen3_next_mtp.py) [S]; DeepSeek-V3's and GLM-4.5's ``eh_proj`` is an ``nn.Linear``,
+    replicated (deepseek_mtp.py, glm4_moe_mtp.py) [S]."""
+    return m.architecture == "Qwen3NextForCausalLM"
 
 
 def param_count(m: ModelConfig) -> int:

@@ -28,6 +28,10 @@ import math
 from dataclasses import dataclass, replace
 
 from ...arch.runtime import IDEAL, RuntimeProfile
+from ...workloads.mtp import MTP_ACCEPT
+
+#: ``--speculative draft=mtp``: the target's own multi-token-prediction module(s) draft.
+MTP_DRAFT = "mtp"
 
 SCHEDULERS = ("continuous", "static")
 PREEMPTION = ("recompute", "swap")
@@ -49,28 +53,64 @@ class Speculation:
     verifies them in one ``k + 1``-row step; each proposed token is accepted with probability
     ``accept`` (independently, until the first rejection), so a step yields
     ``(1 − accept^(k+1)) / (1 − accept)`` tokens on average (the bonus token included).
-    ``draft`` is a model name or path, or ``None`` for proposals that cost nothing on the
-    chip (n-gram / prompt lookup, or a self-speculation head folded into the target)."""
+    ``draft`` is a model name or path, ``"mtp"`` for the target's own multi-token-prediction
+    module(s) (:mod:`diptych.workloads.mtp`), or ``None`` for proposals that cost nothing on
+    the chip (n-gram / prompt lookup, or a self-speculation head folded into the target).
+
+    ``later``: acceptances of draft positions 2, 3, … given every earlier one was accepted
+    (the last repeats up to ``k``; empty: ``accept`` at every position). A step then yields
+    ``1 + Σⱼ Πᵢ≤ⱼ aᵢ`` tokens on average (:attr:`expected_tokens`); an MTP module reused for
+    several positions is accepted less often at the later ones (docs/serving.md)."""
 
     k: int
     accept: float
     draft: str | None = None
+    later: tuple[float, ...] = ()
 
     def __post_init__(self):
         _pos_int("speculative k", self.k)
-        a = self.accept
-        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
-            raise ValueError(f"speculative accept must be a probability in [0, 1], not {a!r}")
+        for a in (self.accept, *self.later):
+            if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 <= a <= 1.0:
+                raise ValueError(f"speculative accept must be a probability in [0, 1], not "
+                                 f"{a!r}")
+        if not isinstance(self.later, tuple) or len(self.later) >= self.k:
+            raise ValueError(f"speculative accept gives {1 + len(self.later)} per-position "
+                             f"rates for k = {self.k} draft positions; give at most k")
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        """The acceptance of each of the ``k`` positions given the earlier ones'."""
+        r = (self.accept, *self.later)
+        return r + (r[-1],) * (self.k - len(r))
+
+    @property
+    def reach(self) -> tuple[float, ...]:
+        """``P(position j accepted)`` for j = 1..k: the products of :attr:`rates` (vLLM's
+        "per-position acceptance")."""
+        out, p = [], 1.0
+        for a in self.rates:
+            p *= a
+            out.append(p)
+        return tuple(out)
+
+    @property
+    def mtp(self) -> bool:
+        """The draft is the target's own MTP module(s)."""
+        return self.draft == MTP_DRAFT
 
     @property
     def expected_tokens(self) -> float:
+        if self.later:
+            return 1.0 + sum(self.reach)
         p, k = self.accept, self.k
         return float(k + 1) if p == 1.0 else (1.0 - p ** (k + 1)) / (1.0 - p)
 
 
 def parse_speculative(text: str) -> Speculation:
     """``draft=MODEL,k=K,accept=P`` (``draft=none`` for free proposals; draft may be
-    omitted)."""
+    omitted; ``draft=mtp``: the target's MTP module, ``accept`` then defaults to
+    :data:`~diptych.workloads.mtp.MTP_ACCEPT`, DeepSeek-V3's published rate).
+    ``accept=P1/P2/…``: per-position acceptances (:attr:`Speculation.later`)."""
     kv: dict[str, str] = {}
     for part in str(text).split(","):
         k, eq, v = part.partition("=")
@@ -78,6 +118,9 @@ def parse_speculative(text: str) -> Speculation:
             raise ValueError(f"--speculative expects draft=MODEL,k=K,accept=P, not {text!r}")
         kv[k.strip().lower()] = v.strip()
     unknown = set(kv) - {"draft", "k", "accept"}
+    if kv.get("draft", "").lower() == MTP_DRAFT:
+        kv["draft"] = MTP_DRAFT
+        kv.setdefault("accept", str(MTP_ACCEPT))
     if unknown or "k" not in kv or "accept" not in kv:
         raise ValueError(f"--speculative expects draft=MODEL,k=K,accept=P (draft optional), "
                          f"not {text!r}")
@@ -86,12 +129,13 @@ def parse_speculative(text: str) -> Speculation:
     except ValueError:
         raise ValueError(f"speculative k must be a positive integer, not {kv['k']!r}") from None
     try:
-        p = float(kv["accept"])
+        p, *later = (float(x) for x in kv["accept"].split("/"))
     except ValueError:
-        raise ValueError(f"speculative accept must be a probability in [0, 1], not "
-                         f"{kv['accept']!r}") from None
+        raise ValueError(f"speculative accept must be a probability in [0, 1] (or one per "
+                         f"position, P1/P2/...), not {kv['accept']!r}") from None
     d = kv.get("draft")
-    return Speculation(k=k, accept=p, draft=None if d in (None, "none", "self") else d)
+    return Speculation(k=k, accept=p, draft=None if d in (None, "none", "self") else d,
+                       later=tuple(later))
 
 
 @dataclass(frozen=True)

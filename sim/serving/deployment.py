@@ -3,11 +3,12 @@ between a prefill pool and a decode pool (docs/serving.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...arch.runtime import IDEAL, RuntimeProfile, load_runtime
 from ...workloads.params import (kv_bytes_per_token, kv_cache_bytes, kv_groups,
                                  state_bytes_per_sequence)
+from ...workloads.mtp import mtp_module
 from ..limits import MAX_REPLICAS
 from .config import ServeConfig
 from .kv import kv_budget
@@ -123,14 +124,18 @@ def fit_tp(chip, model, cfg: ServeConfig | None = None, *, precision: dict | Non
 
     cfg = cfg or ServeConfig()
     m = load_model(model)
+    spec = cfg.speculative
     last = None
     for t in valid_tp_degrees(m, 64):
         r = make_replica(chip, m, Scenario.of(phase="decode", tp=t, attention=attention,
                                               **(precision or {})))
+        # an MTP draft's modules are resident beside the target (a draft model is not
+        # counted here: serve's KV budget counts it)
+        mtp = replace(r, model=mtp_module(m)) if spec is not None and spec.mtp else None
         try:
             b = kv_budget(r, block_tokens=cfg.kv_block_tokens,
                           max_batched_tokens=cfg.max_batched_tokens,
-                          reserve_fraction=cfg.kv_reserve_fraction)
+                          reserve_fraction=cfg.kv_reserve_fraction, draft=mtp)
         except ValueError as exc:
             last = exc
             continue

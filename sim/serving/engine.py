@@ -531,9 +531,15 @@ class Instance:
 
     def _accepted(self, n: int) -> list[int]:
         """Tokens each of ``n`` verified sequences gains: 1 + the accepted draft tokens, the
-        count of leading successes of Bernoulli(accept) trials, at most k."""
+        count of leading successes of Bernoulli(accept) trials, at most k (per-position
+        rates: the positions whose reach, :attr:`~.config.Speculation.reach`, exceeds one
+        uniform draw)."""
         p, k = self.spec.accept, self.spec.k
         u = self.rng.random(n)
+        if self.spec.later:      # per-position rates: accepted while 1 − u < P(reach j)
+            reach = np.array(self.spec.reach)
+            return (1 + (1.0 - u[:, None] < reach[None, :]).sum(axis=1)).astype(
+                np.int64).tolist()
         if p <= 0.0:
             return [1] * n
         if p >= 1.0:

@@ -385,7 +385,17 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         if decodes and cfg.speculative:
             u = rng.random(len(decodes))
             p, k = cfg.speculative.accept, cfg.speculative.k
-            if p <= 0.0:
+            if cfg.speculative.later:       # position j accepted while 1 − u < Π rates
+                gains = []
+                for x in u:
+                    j, reach = 0, 1.0
+                    while j < k:
+                        reach *= cfg.speculative.rates[j]
+                        if not 1.0 - x < reach:
+                            break
+                        j += 1
+                    gains.append(1 + j)
+            elif p <= 0.0:
                 gains = [1] * len(decodes)
             elif p >= 1.0:
                 gains = [k + 1] * len(decodes)

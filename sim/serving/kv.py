@@ -11,7 +11,9 @@ step the scheduler can form (a prefill chunk of ``max_batched_tokens`` tokens, a
 :func:`~diptych.workloads.memory.inference_memory` counts it: the largest single op's
 footprint plus one hidden state per token); the reserve is ``kv_reserve_fraction`` of HBM
 (runtime, communication buffers, fragmentation). A draft model's cache shares the blocks, so a
-block's bytes are the target's plus the draft's.
+block's bytes are the target's plus the draft's. An MTP draft (``--speculative draft=mtp``,
+:mod:`diptych.workloads.mtp`) holds all of the target's ``mtp_layers`` modules and their caches
+(one attention layer each), the embedding and head being the target's.
 """
 
 from __future__ import annotations
@@ -184,9 +186,10 @@ def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
     w = params_per_chip(r.model, r.tp) * r.precision.w_bytes
     per_tok = kv_bytes_per_token_per_chip(r.model, r.precision.kv, r.tp)
     act = activation_bytes(r, max_batched_tokens)
-    if draft is not None:
-        w += params_per_chip(draft.model, draft.tp) * draft.precision.w_bytes
-        per_tok += kv_bytes_per_token_per_chip(draft.model, draft.precision.kv, draft.tp)
+    if draft is not None:      # an MTP draft: every one of the target's MTP modules resident
+        copies = r.model.mtp_layers if draft.model.mtp_module else 1
+        w += copies * params_per_chip(draft.model, draft.tp) * draft.precision.w_bytes
+        per_tok += copies * kv_bytes_per_token_per_chip(draft.model, draft.precision.kv, draft.tp)
         act = max(act, activation_bytes(draft, max_batched_tokens))
     state = state_bytes_per_sequence(r.model, r.precision.activations, r.tp)
     if draft is not None:

@@ -27,6 +27,7 @@ from ..run.scenario import Scenario
 from .step_time import DirectStepTimer, Replica, make_replica
 from .grid_timer import GridStepTimer, GridSpec
 from .requests import Load, draw_requests
+from ...workloads.mtp import mtp_module
 
 __all__ = ["Deployment", "Load", "StepTimerCache", "Pool", "ServeResult", "colocated", "fit_tp",
            "serve"]
@@ -138,6 +139,8 @@ def _draft_replica(cfg: ServeConfig, target: Replica) -> Replica | None:
     s = cfg.speculative
     if s is None or s.draft is None:
         return None
+    if s.mtp:       # the target's own MTP module, on the same chips (workloads/mtp.py)
+        return replace(target, model=mtp_module(target.model))
     p = target.precision
     d = make_replica(target.chip, s.draft,
                      Scenario.of(phase="decode", tp=target.tp, weights_dtype=p.weights,

@@ -176,5 +176,5 @@ def test_bad_layer_lists_exit_2_naming_file_key_and_value(tmp_path, name, change
 def test_models_show_notes_the_mtp_layer():
     r = CliRunner().invoke(main, ["models", "show", "glm-4.5"])
     assert r.exit_code == 0, r.output
-    assert "1 next-token-prediction layer in the checkpoint, not simulated" in \
-        " ".join(r.output.split())
+    assert "1 next-token-prediction layer (num_nextn_predict_layers), not counted below; " \
+        "serve's --speculative draft=mtp" in " ".join(r.output.split())

@@ -263,4 +263,5 @@ def test_models_show_prints_state_per_sequence_and_kv_per_token():
            "49,152 B conv bf16)" in out
     assert "12 of 48 layers" in out
     # the checkpoint's MTP module (mtp.*; vLLM reads num_nextn_predict_layers, 1 when absent)
-    assert "1 next-token-prediction layer in the checkpoint, not simulated" in out
+    assert "1 next-token-prediction layer (num_nextn_predict_layers), not counted below; " \
+        "serve's --speculative draft=mtp" in out
