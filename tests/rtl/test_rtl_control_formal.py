@@ -20,8 +20,10 @@ def test_output_timing_is_proven_2x3(dataflow):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dataflow", ("os", "ws"))
-@pytest.mark.parametrize("rows, cols", ((3, 3), (4, 4)))
+@pytest.mark.parametrize("rows, cols", ((3, 3),))
 def test_output_timing_is_proven(rows, cols, dataflow):
+    """3×3 in the slow tier; 4×4 (≈ 70 s for OS) by ``python tests/rtl/rtl_control_formal.py``,
+    which proves 2×2, 3×3 and 4×4 in both dataflows (docs/rtl.md), to keep CI's budget."""
     r = check(dataflow, rows, cols, depth=2 * rows + cols)
     assert r.status == "PASS", r.log[-3000:]
     assert "successful proof by k-induction" in r.log
