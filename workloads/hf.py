@@ -463,7 +463,8 @@ def _deepseek_v3(f: Fields, arch: str) -> dict:
 
 def _mtp(f: Fields) -> dict:
     """``num_nextn_predict_layers``: multi-token-prediction modules the checkpoint ships
-    beside the decoder (DeepSeek-V3, GLM-4.5). Noted, neither simulated nor counted."""
+    beside the decoder (DeepSeek-V3, GLM-4.5): not in the model's own counts or steps; `serve
+    --speculative draft=mtp` runs them as the draft (workloads/mtp.py)."""
     return {"mtp_layers": f.int("num_nextn_predict_layers", default=0, minimum=0)}
 
 
@@ -538,8 +539,8 @@ def _qwen3_next(f: Fields, arch: str) -> dict:
     ``shared_expert_intermediate_size`` scaled by ``shared_expert_gate`` (``Qwen2MoeSparseMoeBlock``)
     [M: transformers models/qwen3_next/modular_qwen3_next.py]. The MTP module the checkpoint
     ships (``mtp.*`` weights, which HF skips on load) is noted (``num_nextn_predict_layers`` or
-    ``mtp_num_hidden_layers``, 1 when absent as vLLM reads it), neither simulated nor
-    counted."""
+    ``mtp_num_hidden_layers``, 1 when absent as vLLM reads it): not in the model's own counts
+    or steps; ``serve --speculative draft=mtp`` runs it as the draft (workloads/mtp.py)."""
     f = f.with_defaults(QWEN3_NEXT_DEFAULTS)
     cfg = _core(f, arch)
     _activation(f, arch, ("hidden_act",), _SILU, "silu")
