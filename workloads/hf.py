@@ -463,8 +463,8 @@ def _deepseek_v3(f: Fields, arch: str) -> dict:
 
 def _mtp(f: Fields) -> dict:
     """``num_nextn_predict_layers``: multi-token-prediction modules the checkpoint ships
-    beside the decoder (DeepSeek-V3, GLM-4.5): not in the model's own counts or steps; `serve
-    --speculative draft=mtp` runs them as the draft (workloads/mtp.py)."""
+    beside the decoder (DeepSeek-V3, GLM-4.5): not in the model's own counts or steps;
+    ``serve --speculative draft=mtp`` runs them as the draft (workloads/mtp.py)."""
     return {"mtp_layers": f.int("num_nextn_predict_layers", default=0, minimum=0)}
 
 
