@@ -27,7 +27,15 @@ chip has no ``[cost]`` table). Among the plans meeting the SLOs:
 
 When no plan meets the SLOs, :func:`search` raises ValueError naming the constraint that binds
 (the SLO the plan closest to meeting both misses, by how much; or that no design holds the
-model on the chips given).
+model on the chips given). Per design, :func:`per_design` states its best plan and what binds
+it (:func:`tightest`), or why none of its plans meets the SLOs.
+
+The plans run in tiers of their chip count, fewest first; a plan whose price floor
+(:mod:`.search_prune`: its chips' cost alone at the stream's highest possible throughput)
+exceeds the best price its design has reached is skipped, as it cannot be a best plan
+(``prune=False`` runs every plan, for the complete Pareto front). A tier's plans run here or on
+a caller's executor (``mapper``: the sweep's process pool or Dask, from tools/), one
+:class:`Batch` per plan shape; the rows are the same either way.
 """
 
 from __future__ import annotations

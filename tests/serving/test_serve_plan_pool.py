@@ -125,3 +125,24 @@ def test_compare_serving_search_states_each_designs_plan_and_what_binds(cli, mon
     text = con.export_text()
     assert "each design at its best" in text
     assert all(v["binding"][:20] in text for v in d["per_design"].values())
+
+
+def _nap(i: int) -> int:
+    import time
+    if i:
+        time.sleep(120)             # a plan still running when Ctrl-C comes
+    return i
+
+
+def test_ctrl_c_ends_the_local_workers_without_waiting_for_them():
+    import multiprocessing as mp
+    with pytest.raises(KeyboardInterrupt):
+        with pool_mapper(2, None, 3) as mapper:
+            for got in mapper(_nap, [0, 1, 2]):
+                assert got == 0
+                workers = mp.active_children()
+                raise KeyboardInterrupt
+    assert workers
+    for proc in workers:            # terminated, not left to finish their two minutes
+        proc.join(timeout=30)
+        assert proc.exitcode is not None and proc.exitcode != 0
