@@ -145,6 +145,9 @@ def design_table(res: dict):
 @click.option("--weights-dtype", type=click.Choice(DTYPES), help="Weight precision.")
 @click.option("--act-dtype", type=click.Choice(DTYPES), help="Activation precision.")
 @click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
+@click.option("--runtime", help="Serving runtime's host costs for every plan (as `diptych "
+              "serve --runtime`). Default: each chip's own; a prefill/decode pair of chips "
+              "that name different runtimes cannot be built without it.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option("--top", type=int, default=10, show_default=True,
               help="Rows of the Pareto front to print.")
@@ -160,7 +163,7 @@ def design_table(res: dict):
 @friendly
 def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_tpot, tp,
                max_batched_tokens, policies, no_disagg, weights_dtype, act_dtype, kv_dtype,
-               seed, top, as_json, exhaustive, jobs, scheduler):
+               runtime, seed, top, as_json, exhaustive, jobs, scheduler):
     """Deploy each chip design at its best: search pool sizes and the prefill:decode split,
     tensor parallelism per pool, batch-token limits and the prompt policy; serve the same
     request stream on every plan at --qps; rank the plans that meet the p99 SLOs by $ per
@@ -172,6 +175,7 @@ def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_t
     diptych serve-plan --model llama-3-70b --chip h100 --chips 8 --qps 4 --tp 2,4 --json
     diptych serve-plan --model llama-3-70b --chip h100 --chip infer-2026 --chips 6 --qps 2 -j 2
     """
+    from ..arch.runtime import load_runtime
     from ..sim.serving.config import ServeConfig
     from ..sim.serving.requests import Load, parse_length
     from ..sim.serving.search import SearchSpace
@@ -180,7 +184,8 @@ def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_t
         raise ValueError(f"--top must be a positive integer, not {top}")
     load = Load(qps=qps, prompt=parse_length(prompt, "prompt"), gen=parse_length(gen, "gen"),
                 requests=requests)
-    cfg = ServeConfig(slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, seed=seed)
+    cfg = ServeConfig(slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, seed=seed,
+                      runtime=load_runtime(runtime) if runtime else None)
     prec = tuple((k, v) for k, v in (("weights_dtype", weights_dtype),
                                      ("act_dtype", act_dtype), ("kv_dtype", kv_dtype)) if v)
     space = SearchSpace(designs=tuple(dict.fromkeys(chips_)), chips=chips, tp=tp,

@@ -292,13 +292,16 @@ def per_design(rows: list[dict], designs: Iterable[str], chips: int) -> dict[str
 
 def binding(rows: list[dict], designs: Iterable[str]) -> str:
     """Why no row meets the SLOs, in words: the constraint of the row closest to meeting both
-    (the larger of its TTFT and TPOT ratios, least), or that no plan could be built."""
+    (the larger of its TTFT and TPOT ratios, least), or that no plan could be built: why
+    the plans that were tried failed, or that no design holds the model on the chips."""
     ran = [r for r in rows if r.get("ttft_ratio") is not None]
     if not ran:
         errs = sorted({r["error"] for r in rows if r.get("error")})
-        why = f" ({errs[0]})" if errs else ""
+        if errs:
+            more = f" (and {len(errs) - 1} other reasons)" if len(errs) > 1 else ""
+            return f"no plan could be built: {errs[0]}{more}"
         return (f"no plan could be built: no design ({', '.join(designs)}) holds the model on "
-                f"the chips given{why}")
+                f"the chips given")
     close = min(ran, key=lambda r: max(r["ttft_ratio"], r["tpot_ratio"] or 0.0))
     tt, tp = close["ttft_ratio"], close["tpot_ratio"] or 0.0
     what = ("p99 TTFT" if tt >= tp else "p99 TPOT")

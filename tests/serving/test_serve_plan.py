@@ -177,3 +177,19 @@ def test_bad_input_exits_2_naming_it(cli, bad, word):
         args += ["--chip", "h100"]
     r = cli(*args, *bad)
     assert r.exit_code == 2 and word in r.output
+
+
+def test_a_pair_of_chips_with_different_runtimes_needs_one_named(result, oracles):
+    """h100 names vllm-v1, infer-2026 the ideal runtime: their pairs are refused, and the
+    per-design verdict says why (not that the model does not fit); with a runtime named
+    they run."""
+    from diptych.arch.runtime import load_runtime
+    from dataclasses import replace
+    v = result["per_design"]["prefill h100 + decode infer-2026"]
+    assert v["best"] is None and "different serving runtimes" in v["binding"]
+    assert "holds the model" not in v["binding"]
+    one = replace(SPACE, chunked_prefill=(True,))
+    res = search("llama-3-8b", one, LOAD, replace(CFG, runtime=load_runtime("ideal")),
+                 oracles=oracles, prune=False)
+    pairs = [r for r in res["evaluated"] if r["design"] == "prefill h100 + decode infer-2026"]
+    assert pairs and all("error" not in r and r["ttft_p99_s"] > 0 for r in pairs)
