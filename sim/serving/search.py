@@ -383,10 +383,11 @@ def search(model, space: SearchSpace, load: Load, cfg: ServeConfig | None = None
     "best", "best_per_design": {name: row}, "per_design": {name: {"best", "binding"}}
     (:func:`per_design`), "pareto": [rows]}``.
 
-    The plans run in tiers of their chip count, fewest first. With ``prune``, before each
-    tier a plan whose price floor (:mod:`.search_prune`) exceeds the best price its design
-    has reached is not run: its row has ``pruned`` (why) and it cannot be a best plan; the
-    Pareto front is then over the plans run. ``prune=False``: every plan runs.
+    With ``prune`` the plans run in tiers of their chip count, fewest first, and before
+    each tier a plan whose price floor (:mod:`.search_prune`) exceeds the best price its
+    design has reached is not run: its row has ``pruned`` (why) and it cannot be a best plan;
+    the Pareto front is then over the plans run. ``prune=False``: every plan runs, all in one
+    tier (an executor gets them all at once).
 
     ``progress(i, n, row)`` after each plan (in the order they finish; a pruned one too).
     ``mapper`` runs each tier's :class:`Batch` es elsewhere (a process pool, Dask: ``diptych
@@ -422,10 +423,11 @@ def search(model, space: SearchSpace, load: Load, cfg: ServeConfig | None = None
             if name not in best or row["usd_per_mtok"] < best[name]["usd_per_mtok"]:
                 best[name] = row
 
-    for n in sorted({p.chips for p in plans}):
+    # tiers only when pruning (a tier waits for the one before it); else one tier of all
+    for n in sorted({p.chips for p in plans}) if prune else [None]:
         tier = []
         for i, p in enumerate(plans):
-            if p.chips != n:
+            if n is not None and p.chips != n:
                 continue
             floor = usd_floor(p.roles, *span) if span is not None else None
             mine = best.get(design_name(p.to_dict()))

@@ -63,6 +63,18 @@ def test_a_process_pool_gives_the_serial_search(serial):
     assert all(_key(res["best"]) <= _key(r) for r in ok)
 
 
+def test_an_exhaustive_search_on_a_pool_gives_the_serial_one(serial):
+    """Without pruning every plan goes to the executor at once: the same rows as serial."""
+    mine = StepTimerCache("grid", roofline)
+    alone = search("llama-3-8b", SPACE, LOAD, CFG, oracles=mine, prune=False)
+    with cf.ProcessPoolExecutor(2) as ex:
+        with pool_mapper(None, None, 0, executor=ex) as mapper:
+            res = search("llama-3-8b", SPACE, LOAD, CFG,
+                         oracles=StepTimerCache("grid", roofline), mapper=mapper, prune=False)
+    assert res["pruned"] == 0 and res["evaluated"] == alone["evaluated"]
+    assert res["best_per_design"] == serial["best_per_design"]
+
+
 def test_one_job_runs_here():
     with pool_mapper(1, None, 10) as mapper:
         assert mapper is None
