@@ -111,6 +111,21 @@ def render_table(cmp) -> "object":
 @click.option("--serving", is_flag=True,
               help="Add the serving study: highest QPS under SLOs and tokens/J per chip, and "
                    "disaggregated prefill/decode pairs (docs/serving.md).")
+@click.option("--serving-search", is_flag=True,
+              help="Deploy each chip at its best for serving: the deployment search "
+                   "(`diptych serve-plan`) over pool sizes, prefill:decode split, TP, "
+                   "batch-token limit and prompt policy at --serving-qps on up to "
+                   "--serving-chips chips; prints each chip's best plan and what binds it "
+                   "(docs/serving.md, \"Deployment search\").")
+@click.option("--serving-chips", type=click.IntRange(min=1), default=4, show_default=True,
+              help="--serving-search: the most chips a deployment may use.")
+@click.option("--serving-qps", type=click.FloatRange(min=0, min_open=True), default=2.0,
+              show_default=True, help="--serving-search: the target arrival rate (req/s).")
+@click.option("--serving-requests", type=click.IntRange(min=1), default=200,
+              show_default=True, help="--serving-search: requests per plan.")
+@click.option("--serving-jobs", type=click.IntRange(min=1), default=None,
+              help="--serving-search: local worker processes for its plans (as serve-plan "
+                   "-j; default 1).")
 @click.option("--execution", type=click.Choice(["sum", "schedule"]), default=None,
               help="How every single-node run is timed (as `diptych run --execution`). "
                    "Default: schedule.")
@@ -123,7 +138,8 @@ def render_table(cmp) -> "object":
 @friendly
 def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_batch,
             train_seq, infer_tp, context, prompts, batches, contexts, ref_batch, cluster_chips,
-            cluster, cluster_batch, serving, execution, fusion, waterfall):
+            cluster, cluster_batch, serving, serving_search, serving_chips, serving_qps,
+            serving_requests, serving_jobs, execution, fusion, waterfall):
     """Compare CHIPS (presets or TOML paths) on one model: training, prefill, decode.
 
     States the precision each chip runs in per phase, the parallel plan of training, and
@@ -151,8 +167,15 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
         from ..sim.serving.study import serving_study
         study = serving_study(list(chips), model,
                               progress=None if as_json else (lambda m: click.echo(m, err=True)))
+    plans = None
+    if serving_search:
+        from .serve_plan_cmd import search_designs
+        plans = search_designs(list(chips), model, chips=serving_chips, qps=serving_qps,
+                               requests=serving_requests, jobs=serving_jobs,
+                               progress=not as_json)
     if as_json:
-        click.echo(dumps({**cmp.to_json(), **({"serving": study} if study else {})}))
+        click.echo(dumps({**cmp.to_json(), **({"serving": study} if study else {}),
+                          **({"serving_search": plans} if plans else {})}))
     else:
         from .run_cmd import _console
 
@@ -181,6 +204,9 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
                 if d.get("energy_breakdown_j_per_token"):
                     click.echo(f"serving {name}: {energy_line(d['energy_breakdown_j_per_token'])}"
                                f" per output token")
+        if plans:
+            from .serve_plan_cmd import design_table
+            _console().print(design_table(plans))
     if report:
         from .dse.report import write_report
 

@@ -8,7 +8,8 @@ import sys
 import click
 
 from ..arch.dtypes import DTYPES
-from .errors import friendly
+from .dse.pool_map import scheduler_option
+from .errors import echo_err, friendly
 from .jsonout import dumps
 from .plan_cmd import IntList
 
@@ -50,6 +51,73 @@ def _table(rows: list[dict], title: str):
     return t
 
 
+def run_search(model, space, load, cfg, *, jobs: int | None = None,
+               scheduler: str | None = None, progress: bool = True,
+               require_slo: bool = True, prune: bool = True) -> dict:
+    """:func:`~diptych.sim.serving.search.search` on ``jobs`` local workers or the Dask
+    ``scheduler`` (one task per plan shape; here, serially, for one job), a ``[i/n] plan``
+    line on stderr as plans finish when ``progress`` and stderr is a terminal."""
+    from ..sim.serving.search import candidates, search
+    from .dse.pool_map import pool_mapper
+
+    show = progress and sys.stderr.isatty()
+
+    def tick(i, n, row):
+        if show:
+            click.echo(f"\r[{i}/{n}] {row['plan'][:90]:<90}", nl=i == n, err=True)
+
+    shapes = len({p.roles for p in candidates(model, space, cfg)})     # one task each
+    with pool_mapper(jobs, scheduler, shapes, log=echo_err) as mapper:
+        return search(model, space, load, cfg, progress=tick, mapper=mapper,
+                      require_slo=require_slo, prune=prune)
+
+
+def search_designs(designs: list[str], model, *, chips: int, qps: float, requests: int,
+                   jobs: int | None = None, progress: bool = True) -> dict:
+    """``diptych compare --serving-search``: every design deployed at its best (the
+    deployment search over up to ``chips`` chips at ``qps``) on the serving study's request
+    stream and SLOs (:class:`~diptych.sim.serving.study.ServingSettings`: lognormal prompts
+    around 1024 and outputs around 256 tokens, p99 TTFT <= 2 s, TPOT <= 0.2 s); a design
+    with no plan meeting them is kept, with what binds (``per_design``)."""
+    from ..sim.serving.requests import Load, parse_length
+    from ..sim.serving.search import SearchSpace
+    from ..sim.serving.study import ServingSettings
+
+    s = ServingSettings()
+    load = Load(qps=qps, prompt=parse_length(s.prompt, "prompt"),
+                gen=parse_length(s.gen, "gen"), requests=requests)
+    space = SearchSpace(designs=tuple(dict.fromkeys(designs)), chips=chips)
+    return run_search(model, space, load, s.config(), jobs=jobs, progress=progress,
+                      require_slo=False)
+
+
+def design_table(res: dict):
+    """The best plan per design of a search (``per_design``) with what binds it: the SLO
+    it is closest to, or why no plan of the design meets them."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    slo = res["slo"]
+    t = Table("design", "best plan", "chips", "$/Mtok", "tokens/J", "goodput/chip (req/s)",
+              "TTFT p99", "TPOT p99", "binding",
+              title=f"{res['model']}: each design at its best at {res['load']['qps']:g} req/s "
+                    f"(p99 TTFT <= {slo['ttft_s']:g} s, TPOT <= {slo['tpot_s']:g} s, up to "
+                    f"{res['space']['chips']} chips; {res['candidates']} plans searched)")
+    for name, d in res["per_design"].items():
+        r = d["best"]
+        if r is None:
+            t.add_row(escape(name), "[red]none meets the SLOs[/red]", "", "", "", "", "", "",
+                      escape(d["binding"]))
+            continue
+        t.add_row(escape(name), escape(r["plan"]), str(r["chips"]),
+                  _fmt(r["usd_per_mtok"], ".3f"), _fmt(r["tokens_per_j"], ".3g"),
+                  _fmt(r["goodput_rps_per_chip"], ".3g"),
+                  _fmt(r["ttft_p99_s"] and r["ttft_p99_s"] * 1e3, ".0f") + " ms",
+                  _fmt(r["tpot_p99_s"] and r["tpot_p99_s"] * 1e3, ".1f") + " ms",
+                  escape(d["binding"]))
+    return t
+
+
 @click.command("serve-plan")
 @click.option("--model", required=True, help="Built-in model name or path to a HF config.json.")
 @click.option("--chip", "chips_", multiple=True, required=True,
@@ -77,14 +145,25 @@ def _table(rows: list[dict], title: str):
 @click.option("--weights-dtype", type=click.Choice(DTYPES), help="Weight precision.")
 @click.option("--act-dtype", type=click.Choice(DTYPES), help="Activation precision.")
 @click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
+@click.option("--runtime", help="Serving runtime's host costs for every plan (as `diptych "
+              "serve --runtime`). Default: each chip's own; a prefill/decode pair of chips "
+              "that name different runtimes cannot be built without it.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option("--top", type=int, default=10, show_default=True,
               help="Rows of the Pareto front to print.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (every plan).")
+@click.option("--exhaustive", is_flag=True,
+              help="Run every plan (the complete Pareto front). Default: skip a plan whose "
+                   "chips' cost alone prices it above its design's best plan found so far "
+                   "(it cannot be a best plan; docs/serving.md).")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Local worker processes evaluating the plans (default 1: here, one after "
+                   "another; capped at the CPU count). The same plans and numbers either way.")
+@scheduler_option("the plans")
 @friendly
 def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_tpot, tp,
                max_batched_tokens, policies, no_disagg, weights_dtype, act_dtype, kv_dtype,
-               seed, top, as_json):
+               runtime, seed, top, as_json, exhaustive, jobs, scheduler):
     """Deploy each chip design at its best: search pool sizes and the prefill:decode split,
     tensor parallelism per pool, batch-token limits and the prompt policy; serve the same
     request stream on every plan at --qps; rank the plans that meet the p99 SLOs by $ per
@@ -94,39 +173,41 @@ def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_t
     \b
     diptych serve-plan --model llama-3-8b --chip h100 --chip infer-2026 --chips 4 --qps 8
     diptych serve-plan --model llama-3-70b --chip h100 --chips 8 --qps 4 --tp 2,4 --json
+    diptych serve-plan --model llama-3-70b --chip h100 --chip infer-2026 --chips 6 --qps 2 -j 2
     """
+    from ..arch.runtime import load_runtime
     from ..sim.serving.config import ServeConfig
     from ..sim.serving.requests import Load, parse_length
-    from ..sim.serving.search import SearchSpace, search
+    from ..sim.serving.search import SearchSpace
 
     if top < 1:
         raise ValueError(f"--top must be a positive integer, not {top}")
     load = Load(qps=qps, prompt=parse_length(prompt, "prompt"), gen=parse_length(gen, "gen"),
                 requests=requests)
-    cfg = ServeConfig(slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, seed=seed)
+    cfg = ServeConfig(slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, seed=seed,
+                      runtime=load_runtime(runtime) if runtime else None)
     prec = tuple((k, v) for k, v in (("weights_dtype", weights_dtype),
                                      ("act_dtype", act_dtype), ("kv_dtype", kv_dtype)) if v)
     space = SearchSpace(designs=tuple(dict.fromkeys(chips_)), chips=chips, tp=tp,
                         max_batched_tokens=max_batched_tokens, chunked_prefill=policies,
                         disaggregated=not no_disagg, precision=prec)
-    show = not as_json and sys.stderr.isatty()
-
-    def progress(i, n, row):
-        if show:
-            click.echo(f"\r[{i}/{n}] {row['plan'][:90]:<90}", nl=i == n, err=True)
-
-    res = search(model, space, load, cfg, progress=progress)
+    res = run_search(model, space, load, cfg, jobs=jobs, scheduler=scheduler,
+                     progress=not as_json, prune=not exhaustive)
     if as_json:
         click.echo(dumps(res))
         return
     from rich.console import Console
 
     con = Console() if sys.stdout.isatty() else Console(width=200)
+    skipped = (f" ({res['run']} run, {res['pruned']} skipped: their chips' cost alone "
+               f"exceeds their design's best)" if res["pruned"] else "")
     click.echo(f"{res['model']} at {qps:g} req/s on up to {chips} chips: "
-               f"{res['candidates']} plans, {res['meeting_slo']} meet p99 TTFT <= "
+               f"{res['candidates']} plans{skipped}, {res['meeting_slo']} meet p99 TTFT <= "
                f"{slo_ttft:g} s and TPOT <= {slo_tpot:g} s")
-    con.print(_table(res["pareto"][:top], "Pareto front ($/Mtok, tokens/J, goodput per chip)"))
-    con.print(_table(list(res["best_per_design"].values()), "best plan per design"))
+    over = "plans run; --exhaustive: every plan" if res["pruned"] else "every plan"
+    con.print(_table(res["pareto"][:top],
+                     f"Pareto front ($/Mtok, tokens/J, goodput per chip; {over})"))
+    con.print(design_table(res))
     b = res["best"]
     click.echo(f"best: {b['plan']} ({_fmt(b['usd_per_mtok'], '.3f')} $/Mtok, "
                f"{b['goodput_rps_per_chip']:.3g} req/s per chip)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from . import fmt
+from .dse.pool_map import scheduler_option
 from .errors import echo_err, friendly
 
 
@@ -12,10 +13,7 @@ from .errors import echo_err, friendly
 @click.argument("spec", type=click.Path(dir_okay=False))
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False),
               help="Results directory (Parquet part files); rerun with the same one to resume.")
-@click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
-              help="Run on this Dask distributed scheduler instead of a local process pool. "
-                   "The cluster runs the code it is sent and diptych unpickles the results it "
-                   "returns: use only a cluster you trust.")
+@scheduler_option("the points (instead of a local process pool)")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Local worker processes (default: one per CPU; capped at the CPU count "
                    "and at the points to run).")

@@ -27,7 +27,15 @@ chip has no ``[cost]`` table). Among the plans meeting the SLOs:
 
 When no plan meets the SLOs, :func:`search` raises ValueError naming the constraint that binds
 (the SLO the plan closest to meeting both misses, by how much; or that no design holds the
-model on the chips given).
+model on the chips given). Per design, :func:`per_design` states its best plan and what binds
+it (:func:`tightest`), or why none of its plans meets the SLOs.
+
+The plans run in tiers of their chip count, fewest first; a plan whose price floor
+(:mod:`.search_prune`: its chips' cost alone at the stream's highest possible throughput)
+exceeds the best price its design has reached is skipped, as it cannot be a best plan
+(``prune=False`` runs every plan, for the complete Pareto front). A tier's plans run here or on
+a caller's executor (``mapper``: the sweep's process pool or Dask, from tools/), one
+:class:`Batch` per plan shape; the rows are the same either way.
 """
 
 from __future__ import annotations
@@ -36,7 +44,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from ...arch import load_chip
-from ...arch.cost import SECONDS_PER_YEAR, chip_cost
 from ...workloads import load_model
 from ...workloads.lower import valid_tp_degrees
 from ..run.scenario import Scenario
@@ -44,6 +51,7 @@ from .config import ServeConfig
 from .deployment import Deployment, Pool, fit_tp
 from .requests import Load
 from .serve import StepTimerCache, serve
+from .search_prune import capex_usd_per_s, skip_reason, stream_span, usd_floor
 from .step_time import make_replica
 
 #: Most candidates one search may evaluate (each is a serving run); a larger space exits 2
@@ -178,18 +186,15 @@ def _deployment(plan: Plan, model, space: SearchSpace, replicas: dict) -> Deploy
 def usd_per_mtok(dep: Deployment, tokens_per_s: float, energy_j_per_token: float | None
                  ) -> float | None:
     """Dollars per million output tokens of ``dep`` serving ``tokens_per_s``: each pool's
-    chips' cost spread over their service (``[cost]`` ``utilisation`` × ``lifetime_years``,
-    as :func:`~diptych.arch.cost.token_economics` does for one chip) plus the energy per token
+    chips' cost spread over their service (:func:`~.search_prune.capex_usd_per_s`, as
+    :func:`~diptych.arch.cost.token_economics` does for one chip) plus the energy per token
     at the decode (or only) pool's ``usd_per_kwh`` and ``pue``. None without a ``[cost]``
     table on every pool's chip, or without throughput."""
     if not tokens_per_s or tokens_per_s <= 0:
         return None
-    capex = 0.0
-    for p in dep.pools:
-        c, cc = p.replica.chip.cost, chip_cost(p.replica.chip)
-        if c is None or cc is None:
-            return None
-        capex += p.chips * cc.total_usd / (c.utilisation * c.lifetime_years * SECONDS_PER_YEAR)
+    capex = capex_usd_per_s([(p.replica.chip, p.chips) for p in dep.pools])
+    if capex is None:
+        return None
     c = dep.pools[-1].replica.chip.cost
     energy = (energy_j_per_token or 0.0) * c.pue / 3.6e6 * c.usd_per_kwh
     return 1e6 * (capex / tokens_per_s + energy)
@@ -242,26 +247,61 @@ def pareto(rows: list[dict]) -> list[dict]:
                   key=_key)
 
 
+def design_name(row: dict) -> str:
+    """The design a row counts for: the chip's name when every pool is on it (colocated, or
+    disaggregated on one chip), ``prefill A + decode B`` for a pair of two chips."""
+    chips = {p["chip"] for p in row["pools"]}
+    return next(iter(chips)) if len(chips) == 1 else row["design"]
+
+
 def best_per_design(rows: Iterable[dict]) -> dict[str, dict]:
-    """The best row (:func:`_key`) per design: colocated on it or disaggregated with both
-    pools on it under the chip's name, a pair of two chips under ``prefill A + decode B``."""
+    """The best row (:func:`_key`) per design (:func:`design_name`)."""
     out: dict[str, dict] = {}
     for r in sorted(rows, key=_key):
-        chips = {p["chip"] for p in r["pools"]}
-        name = next(iter(chips)) if len(chips) == 1 else r["design"]
-        out.setdefault(name, r)
+        out.setdefault(design_name(r), r)
+    return out
+
+
+def tightest(row: dict, chips: int) -> str:
+    """What binds a plan that meets the SLOs, in words: the SLO it is closer to (the larger
+    of its p99 TTFT and TPOT ratios: the one a higher load breaks first), and that it uses
+    the most chips the search allowed when it does (a larger deployment was not tried)."""
+    tt, tp = row["ttft_ratio"], row["tpot_ratio"] or 0.0
+    what, ratio = ("p99 TTFT", tt) if tt >= tp else ("p99 TPOT", tp)
+    most = f"; uses the most chips allowed ({chips})" if row["chips"] == chips else ""
+    return f"{what} at {100 * ratio:.0f} % of its SLO{most}"
+
+
+def per_design(rows: list[dict], designs: Iterable[str], chips: int) -> dict[str, dict]:
+    """Per design (:func:`design_name`; every design of the search, then the pairs):
+    ``{"best": row or None, "binding": words}``: its best plan meeting the SLOs and what
+    binds it (:func:`tightest`), or None and why none meets them (:func:`binding` over the
+    design's own plans)."""
+    groups: dict[str, list] = {d: [] for d in designs}
+    for r in rows:
+        groups.setdefault(design_name(r), []).append(r)
+    out = {}
+    for name, mine in groups.items():
+        ok = sorted((r for r in mine if r["meets_slo"]), key=_key)
+        if ok:
+            out[name] = {"best": ok[0], "binding": tightest(ok[0], chips)}
+        else:
+            out[name] = {"best": None, "binding": binding(mine, [name])}
     return out
 
 
 def binding(rows: list[dict], designs: Iterable[str]) -> str:
     """Why no row meets the SLOs, in words: the constraint of the row closest to meeting both
-    (the larger of its TTFT and TPOT ratios, least), or that no plan could be built."""
+    (the larger of its TTFT and TPOT ratios, least), or that no plan could be built: why
+    the plans that were tried failed, or that no design holds the model on the chips."""
     ran = [r for r in rows if r.get("ttft_ratio") is not None]
     if not ran:
         errs = sorted({r["error"] for r in rows if r.get("error")})
-        why = f" ({errs[0]})" if errs else ""
+        if errs:
+            more = f" (and {len(errs) - 1} other reasons)" if len(errs) > 1 else ""
+            return f"no plan could be built: {errs[0]}{more}"
         return (f"no plan could be built: no design ({', '.join(designs)}) holds the model on "
-                f"the chips given{why}")
+                f"the chips given")
     close = min(ran, key=lambda r: max(r["ttft_ratio"], r["tpot_ratio"] or 0.0))
     tt, tp = close["ttft_ratio"], close["tpot_ratio"] or 0.0
     what = ("p99 TTFT" if tt >= tp else "p99 TPOT")
@@ -270,13 +310,93 @@ def binding(rows: list[dict], designs: Iterable[str]) -> str:
             f"{what} {val:.3g} s, {slo:.2f}x its SLO")
 
 
+@dataclass(frozen=True)
+class Batch:
+    """Plans evaluated together, on one process (:func:`evaluate_batch`): ``plans`` are
+    ``(index in the search, plan)``, every plan of one shape (pools), so that they share
+    their step timers. ``oracle``, ``simulate`` and ``grid`` make the step timers
+    (:class:`~.serve.StepTimerCache`) of a process that has none given. Picklable, for the
+    executor a caller maps batches on (:func:`search`'s ``mapper``)."""
+
+    model: object
+    space: SearchSpace
+    load: Load
+    cfg: ServeConfig
+    plans: tuple[tuple[int, Plan], ...]
+    oracle: str = "grid"
+    simulate: Callable | None = None
+    grid: object = None
+
+
+#: The step timers of this process (a pool's worker) for the last ``(oracle, simulate,
+#: grid)`` it was sent: kept between batches, so that a worker's later plans reuse the grid
+#: vertices its earlier ones simulated (one entry: a long-lived worker does not accumulate
+#: the grids of every search it served).
+_PROCESS_ORACLES: dict = {}
+
+
+def _process_oracles(batch: Batch) -> StepTimerCache:
+    key = (batch.oracle, batch.simulate, batch.grid)
+    got = _PROCESS_ORACLES.get(key)
+    if got is None:
+        _PROCESS_ORACLES.clear()
+        got = _PROCESS_ORACLES[key] = StepTimerCache(batch.oracle, batch.simulate, batch.grid)
+    return got
+
+
+def evaluate_batch(batch: Batch, oracles: StepTimerCache | None = None
+                   ) -> list[tuple[int, dict]]:
+    """``(index, row)`` of every plan of ``batch`` (:func:`evaluate`), on ``oracles`` (None:
+    this process's, :data:`_PROCESS_ORACLES`). A plan's row does not depend on which
+    process evaluates it nor on what it evaluated before: the grid's cells depend on the
+    query only (:mod:`.lazy_grid`) and a cached piece is read back bit for bit
+    (:mod:`.piece_cache`); a test compares the pooled search with the serial one."""
+    oracles = oracles if oracles is not None else _process_oracles(batch)
+    replicas: dict = {}
+    return [(i, evaluate(p, batch.model, batch.space, batch.load, batch.cfg, oracles,
+                         replicas)) for i, p in batch.plans]
+
+
+def batches(plans: list[tuple[int, Plan]], model, space: SearchSpace, load: Load,
+            cfg: ServeConfig, oracles: StepTimerCache) -> list[Batch]:
+    """``plans`` (``(index, plan)``) cut into :class:`Batch` es, one per shape (the plans
+    that differ only in their engine settings), in the order of the shapes' first plans."""
+    groups: dict[tuple, list] = {}
+    for i, p in plans:
+        groups.setdefault(p.roles, []).append((i, p))
+    return [Batch(model, space, load, cfg, tuple(g), oracles.kind, oracles.simulate,
+                  oracles.grid) for g in groups.values()]
+
+
+#: ``mapper(fn, batches)``: yields ``fn(batch)`` for every batch, in any order (the
+#: order results arrive in); :func:`search` reassembles the rows by their index.
+Mapper = Callable[[Callable[[Batch], list], list[Batch]], Iterable[list]]
+
+
 def search(model, space: SearchSpace, load: Load, cfg: ServeConfig | None = None, *,
            oracles: StepTimerCache | None = None,
-           progress: Callable[[int, int, dict], None] | None = None) -> dict:
-    """Evaluate every plan of ``space`` on ``load`` (module docstring). Returns
-    ``{"model", "space", "candidates", "evaluated": [rows], "meeting_slo", "best",
-    "best_per_design": {name: row}, "pareto": [rows]}``. ``progress(i, n, row)`` after each
-    plan. ValueError naming the binding constraint when no plan meets the SLOs."""
+           progress: Callable[[int, int, dict], None] | None = None,
+           mapper: Mapper | None = None, require_slo: bool = True,
+           prune: bool = True) -> dict:
+    """Evaluate the plans of ``space`` on ``load`` (module docstring). Returns
+    ``{"model", "space", "candidates", "run", "pruned", "evaluated": [rows], "meeting_slo",
+    "best", "best_per_design": {name: row}, "per_design": {name: {"best", "binding"}}
+    (:func:`per_design`), "pareto": [rows]}``.
+
+    With ``prune`` the plans run in tiers of their chip count, fewest first, and before
+    each tier a plan whose price floor (:mod:`.search_prune`) exceeds the best price its
+    design has reached is not run: its row has ``pruned`` (why) and it cannot be a best plan;
+    the Pareto front is then over the plans run. ``prune=False``: every plan runs, all in one
+    tier (an executor gets them all at once).
+
+    ``progress(i, n, row)`` after each plan (in the order they finish; a pruned one too).
+    ``mapper`` runs each tier's :class:`Batch` es elsewhere (a process pool, Dask: ``diptych
+    serve-plan --jobs/--scheduler``), each process on step timers of its own of
+    ``oracles``' kind, engine and grid; None: here, one after another, on ``oracles``. The
+    rows, and so the answer, are the same either way (pruning decides between tiers, on
+    complete tiers). When no plan meets the SLOs: ValueError naming the binding constraint,
+    or with ``require_slo`` False the result with ``best`` None (``per_design`` says what
+    binds)."""
     cfg = cfg or ServeConfig()
     if load.qps is None:
         raise ValueError("a deployment search serves an open-loop target load (--qps)")
@@ -287,16 +407,49 @@ def search(model, space: SearchSpace, load: Load, cfg: ServeConfig | None = None
     if not plans:
         raise ValueError(binding([], space.designs) + f" ({space.chips} chips)")
     oracles = oracles or StepTimerCache()
-    replicas: dict = {}
-    rows = []
-    for i, p in enumerate(plans):
-        rows.append(evaluate(p, m, space, load, cfg, oracles, replicas))
+    span = stream_span(load, m.max_position_embeddings, cfg.seed) if prune else None
+    got: list[dict | None] = [None] * len(plans)
+    best: dict[str, dict] = {}          # the cheapest priced row meeting the SLOs, per design
+    done = 0
+
+    def take(i: int, row: dict) -> None:
+        nonlocal done
+        got[i] = row
+        done += 1
         if progress is not None:
-            progress(i + 1, len(plans), rows[-1])
+            progress(done, len(plans), row)
+        if row["meets_slo"] and row.get("usd_per_mtok") is not None:
+            name = design_name(row)
+            if name not in best or row["usd_per_mtok"] < best[name]["usd_per_mtok"]:
+                best[name] = row
+
+    # tiers only when pruning (a tier waits for the one before it); else one tier of all
+    for n in sorted({p.chips for p in plans}) if prune else [None]:
+        tier = []
+        for i, p in enumerate(plans):
+            if n is not None and p.chips != n:
+                continue
+            floor = usd_floor(p.roles, *span) if span is not None else None
+            mine = best.get(design_name(p.to_dict()))
+            if floor is not None and mine is not None and floor > mine["usd_per_mtok"]:
+                take(i, {**p.to_dict(), "meets_slo": False,
+                         "pruned": skip_reason(floor, mine)})
+            else:
+                tier.append((i, p))
+        work = batches(tier, m, space, load, cfg, oracles)
+        parts: Iterable[list] = ((evaluate_batch(b, oracles) for b in work) if mapper is None
+                                 else mapper(evaluate_batch, work) if work else ())
+        for part in parts:
+            for i, row in part:
+                take(i, row)
+    rows: list[dict] = [r for r in got if r is not None]
+    if len(rows) != len(plans):
+        raise RuntimeError(f"the executor returned {len(rows)} of {len(plans)} plans")
     ok = [r for r in rows if r["meets_slo"]]
-    if not ok:
+    if not ok and require_slo:
         raise ValueError(binding(rows, space.designs))
     ranked = sorted(ok, key=_key)
+    pruned = sum(1 for r in rows if r.get("pruned"))
     return {"model": m.name,
             "space": {"designs": list(space.designs), "chips": space.chips,
                       "tp": list(space.tp) if space.tp else None,
@@ -305,7 +458,8 @@ def search(model, space: SearchSpace, load: Load, cfg: ServeConfig | None = None
                       "disaggregated": space.disaggregated},
             "load": {"qps": load.qps, "requests": load.requests},
             "slo": {"ttft_s": cfg.slo_ttft_s, "tpot_s": cfg.slo_tpot_s},
-            "candidates": len(plans), "evaluated": rows, "meeting_slo": len(ok),
-            "best": ranked[0], "best_per_design": best_per_design(ok),
+            "candidates": len(plans), "run": len(plans) - pruned, "pruned": pruned,
+            "evaluated": rows, "meeting_slo": len(ok),
+            "best": ranked[0] if ranked else None, "best_per_design": best_per_design(ok),
+            "per_design": per_design(rows, space.designs, space.chips),
             "pareto": pareto(ok)}
-

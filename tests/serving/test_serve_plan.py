@@ -15,8 +15,10 @@ from diptych.arch.cost import SECONDS_PER_YEAR, chip_cost
 from diptych.sim.serving.config import ServeConfig
 from diptych.sim.serving.deployment import fit_tp
 from diptych.sim.serving.requests import Load, parse_length
-from diptych.sim.serving.search import (SearchSpace, _key, candidates, dominates, search,
+from diptych.sim.serving.search import (SearchSpace, _key, candidates, design_name,
+                                        dominates, search,
                                         usd_per_mtok)
+from diptych.sim.serving.search_prune import stream_span, usd_floor
 from diptych.sim.serving.serve import StepTimerCache, serve
 
 SPACE = SearchSpace(designs=("h100", "infer-2026"), chips=2, max_batched_tokens=(2048,),
@@ -81,6 +83,39 @@ def test_the_best_plan_served_again_meets_the_slos(result, oracles):
     assert r.meets_slo and r.ttft_s["p99"] == pytest.approx(b["ttft_p99_s"])
 
 
+@pytest.fixture(scope="module")
+def exhaustive(oracles):
+    return search("llama-3-8b", SPACE, LOAD, CFG, oracles=oracles, prune=False)
+
+
+def test_the_price_floor_is_below_every_plans_price(exhaustive):
+    """The floor of sim/serving/search_prune.py (capital cost over the stream's span, no
+    energy) under the price every plan of the exhaustive search measured."""
+    span, out = stream_span(LOAD, 8192, CFG.seed)
+    assert span > 0 and out == 80 * 64
+    priced = [r for r in exhaustive["evaluated"] if r.get("usd_per_mtok") is not None]
+    assert len(priced) > 10 and exhaustive["pruned"] == 0
+    for r in priced:
+        roles = tuple((p["role"], p["chip"], p["tp"], p["chips"]) for p in r["pools"])
+        assert usd_floor(roles, span, out) <= r["usd_per_mtok"]
+
+
+def test_pruning_never_removes_a_best_plan(result, exhaustive):
+    assert result["pruned"] > 0 and result["run"] + result["pruned"] == result["candidates"]
+    assert result["best"] == exhaustive["best"]
+    assert result["best_per_design"] == exhaustive["best_per_design"]
+    assert result["per_design"] == exhaustive["per_design"]
+    full = {r["plan"]: r for r in exhaustive["evaluated"]}
+    for r in result["evaluated"]:
+        if r.get("pruned"):             # skipped: its design's best is cheaper than it is
+            mine = exhaustive["best_per_design"][design_name(r)]
+            assert full[r["plan"]].get("usd_per_mtok") is None or (
+                full[r["plan"]]["usd_per_mtok"] > mine["usd_per_mtok"])
+            assert "not run" in r["pruned"] and not r["meets_slo"]
+        else:                           # run: the same numbers as in the exhaustive search
+            assert r == full[r["plan"]]
+
+
 def test_the_pareto_front_is_exactly_the_undominated_plans(result):
     ok = [r for r in result["evaluated"] if r["meets_slo"]]
     front = result["pareto"]
@@ -142,3 +177,19 @@ def test_bad_input_exits_2_naming_it(cli, bad, word):
         args += ["--chip", "h100"]
     r = cli(*args, *bad)
     assert r.exit_code == 2 and word in r.output
+
+
+def test_a_pair_of_chips_with_different_runtimes_needs_one_named(result, oracles):
+    """h100 names vllm-v1, infer-2026 the ideal runtime: their pairs are refused, and the
+    per-design verdict says why (not that the model does not fit); with a runtime named
+    they run."""
+    from diptych.arch.runtime import load_runtime
+    from dataclasses import replace
+    v = result["per_design"]["prefill h100 + decode infer-2026"]
+    assert v["best"] is None and "different serving runtimes" in v["binding"]
+    assert "holds the model" not in v["binding"]
+    one = replace(SPACE, chunked_prefill=(True,))
+    res = search("llama-3-8b", one, LOAD, replace(CFG, runtime=load_runtime("ideal")),
+                 oracles=oracles, prune=False)
+    pairs = [r for r in res["evaluated"] if r["design"] == "prefill h100 + decode infer-2026"]
+    assert pairs and all("error" not in r and r["ttft_p99_s"] > 0 for r in pairs)
