@@ -385,7 +385,8 @@ class MemoryTier(Dram):
 
     # > 0 always: a tier is never free to read (issue 25, bad input: zero energy exits 2)
     pj_per_bit: float = f(doc="pJ per bit transferred (device + PHY + controller)",
-                          **PJ_PER_IO_BIT)
+                          **bound(0.01, 1000.0, "pJ: never 0, a tier is not free to read; "
+                                  "0.01 pJ/bit is 25x below the best die-to-die link"))
     usd_per_gb: float = f(default=0.0, doc="price in USD per GB (0 = not priced)",
                           **bound(0.01, 1000.0, "USD: commodity DRAM is ~1-10 $/GB, HBM "
                                   "~10-30", zero=True))
