@@ -244,7 +244,7 @@ def _faster_hbm(chip, factor):
 def test_more_hbm_bandwidth_never_lowers_goodput(qps):
     load = Load(qps=qps, prompt=P("lognormal:mean=1500,sigma=0.5"), gen=P("lognormal:mean=300,"
                                                                           "sigma=0.5"),
-                requests=300)
+                requests=150)
     cfg = ServeConfig(slo_ttft_s=1.0, slo_tpot_s=0.025)
     base = None
     for f in (1.0, 1.3, 2.0):
