@@ -188,7 +188,7 @@ def make_mx_plan(rows: int, cols: int, *, seed: int = 1, tiles: int = 8, start: 
         if t == 1 or rng.random() >= 0.5:
             slack = int(rng.integers(0, 3))
             cycles, bub = _steps_with_bubbles(rng, [c + slack for c in cycles],
-                                              0.5 if t == 1 else 0.25)
+                                              0.5 if t == 1 else 0.25, inside=t == 1)
             bubbles += bub
         a, b = _elements(rng, mode, R, k, cols, regime)
         nb = -(-k // block)

@@ -129,6 +129,8 @@ class PlanResult:
     bubbles: int = 0
     modes: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: corner class -> hits in this plan (diptych.rtl.coverage.count)
+    coverage: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -151,6 +153,9 @@ class BenchResult:
     sim_s: float = 0.0
     waves: str | None = None
     log: str | None = None
+    #: corner class -> hits over every plan run (diptych.rtl.coverage), and the claimed ones
+    coverage: dict[str, int] = field(default_factory=dict)
+    claims: tuple[str, ...] = ()
 
     def summary(self) -> str:
         status = "PASS" if self.passed else "FAIL"
@@ -161,6 +166,10 @@ class BenchResult:
              f"checked bit-exactly and at the predicted cycle ({self.cycles} cycles, "
              f"{self.bubbles} bubble cycles; build {self.build_s:.1f} s, simulation "
              f"{self.sim_s:.1f} s)")
+        if self.coverage:
+            from .coverage import describe
+            s += (f"\n  coverage: {describe(self.coverage)}"
+                  f" (claimed: {', '.join(self.claims) or 'none'})")
         if self.errors or self.notes:
             s += "\n  " + "\n  ".join(self.errors + self.notes)
         return s
@@ -232,13 +241,16 @@ def build_model(rows: int, cols: int, dtype: str, dataflow: str, work_dir, *,
                           time.perf_counter() - t0, log_path, notes)
 
 
-def run_model(model: VerilatorModel, plans, *, quiet: bool = True) -> BenchResult:
+def run_model(model: VerilatorModel, plans, *, quiet: bool = True, claims=()) -> BenchResult:
     """Run the cocotb bench on a built model: one simulator run for all ``plans``.
 
     ``plans`` is a list of ``(name, Plan)`` (see :func:`bench_plans`); the array is reset
     before each. The plans are pickled for the simulator process, which returns what its
-    monitor saw; each plan is scored here with :func:`diptych.rtl.plan.score`.
+    monitor saw; each plan is scored here with :func:`diptych.rtl.plan.score` and its corner
+    classes counted (:func:`diptych.rtl.coverage.count`); a class of ``claims`` that no scored
+    plan hit is an error naming the class and the configuration.
     """
+    from .coverage import claim_errors, count, total
     import pickle
     import time
 
@@ -281,7 +293,8 @@ def run_model(model: VerilatorModel, plans, *, quiet: bool = True) -> BenchResul
     for (name, plan), obs in zip(plans, seen):
         errors = score(plan, [(c, r, tuple(w)) for c, r, w in obs["observed"]])
         pr = PlanResult(name, not errors, plan.n_tiles, len(plan.expected), plan.n_cycles,
-                        plan.bubbles, sorted(set(plan.modes)), errors)
+                        plan.bubbles, sorted(set(plan.modes)), errors,
+                        dict(count(plan)))
         result.plans.append(pr)
         result.tiles += pr.tiles
         result.outputs_checked += pr.outputs_checked
@@ -290,6 +303,10 @@ def run_model(model: VerilatorModel, plans, *, quiet: bool = True) -> BenchResul
         result.errors += [f"{name}: {e}" for e in errors]
     if len(seen) < len(plans):
         result.errors.append(f"the simulation ran {len(seen)} of {len(plans)} plans")
+    result.coverage = dict(total(p.coverage for p in result.plans))
+    result.claims = tuple(claims)
+    result.errors += claim_errors(result.coverage, result.claims,
+                                  f"{model.dtype} {model.dataflow} {model.rows}x{model.cols}")
     # the scores here decide; the simulator's own verdict only adds its exit status
     result.passed = not result.errors
     if model.waves:
@@ -356,12 +373,15 @@ def run_bench(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
     Runs one random plan per seed (``seeds``, default ``[seed]``) with ``tiles`` tiles in the
     given ``modes`` (default: all of the datapath's), then the ``directed`` plans (e.g.
     ``["special", "os_wrap"]``); ``block``: the K-block of a block-scaled datapath's scales
-    (default 32; ValueError for other datapaths).
+    (default 32; ValueError for other datapaths). The run fails when a corner class the
+    configuration claims (:func:`diptych.rtl.coverage.claims`) has no hit.
     ``work_dir`` (default: a fresh temporary directory, removed afterwards
     unless ``waves`` or a failure) holds the Verilog, the build, the logs and the results.
     Raises VerilatorMissing if Verilator or cocotb is not installed and RuntimeError if the
     build fails.
     """
+    from .coverage import claims
+
     check_config(rows, cols, dtype, dataflow)
     verilator_env()
     _cocotb_runner()
@@ -376,10 +396,12 @@ def run_bench(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
         except RuntimeError:
             keep = True
             raise
-        plans = bench_plans(rows, cols, dtype, dataflow,
-                            seeds=seeds if seeds is not None else [seed], tiles=tiles,
+        seeds = list(seeds if seeds is not None else [seed])
+        plans = bench_plans(rows, cols, dtype, dataflow, seeds=seeds, tiles=tiles,
                             modes=modes, directed=directed, block=block)
-        result = run_model(model, plans, quiet=quiet)
+        claimed = claims(rows, cols, dtype, dataflow, random_tiles=tiles if seeds else 0,
+                         directed=directed, modes=modes)
+        result = run_model(model, plans, quiet=quiet, claims=claimed)
         keep = keep or not result.passed
         if not result.passed:
             result.errors.append(f"work directory kept: {work.resolve()}")

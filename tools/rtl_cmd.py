@@ -114,8 +114,11 @@ def rtl_test(rows, cols, dtype, dataflow, modes, block, seed, n_seeds, tiles, wr
     Inf, NaN, overflow in every mode and operand position). Without
     --rows/--cols/--dtype/--dataflow it runs the CI set (INT8 OS/WS 8x8 with the wrapping OS
     tile, BF16 OS 4x8 and WS 4x4, fused multi-precision OS 2x3 and WS 3x2, the dot4 FP8
-    dot-product PE in WS 2x3, the block-scaled MXFP8 mxdot4 PE in OS 2x2). Exits non-zero if
-    any check fails.
+    dot-product PE in WS 2x3, the block-scaled MXFP8 mxdot4 PE in OS 2x2). Each
+    configuration's line is followed by how many of each corner class its plans exercised
+    (bubbles, back-to-back tiles, int32 wraps, FP32 zero/-0/Inf/NaN outputs) and the classes it
+    claims; a claimed class with no hit fails it (docs/rtl.md "Coverage you can read"). Exits
+    non-zero if any check fails.
     """
     from ..rtl.array import check_config
     from ..rtl.datapath import get_datapath

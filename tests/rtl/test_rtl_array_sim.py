@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from amaranth.hdl import Fragment
 
-from diptych.rtl import numerics_ref
+from diptych.rtl import coverage, numerics_ref
 from diptych.rtl.array import MAX_DIM, SystolicArray
 from diptych.rtl.bench import make_plan, os_plan, score, ws_plan
 from diptych.rtl.pysim import run_plan
@@ -60,10 +60,13 @@ _SIM_CASES = [(r, c, s, dt, df) for dt in ("int8", "bf16", "fp8", "multi", "fuse
 
 @pytest.mark.parametrize("rows, cols, seed, dtype, dataflow", _SIM_CASES)
 def test_sim(rows, cols, dtype, dataflow, seed):
-    plan = make_plan(rows, cols, dtype, dataflow, seed=seed, tiles=6 if rows < 4 else 8)
+    tiles = 6 if rows < 4 else 8
+    plan = make_plan(rows, cols, dtype, dataflow, seed=seed, tiles=tiles)
     observed = run_plan(plan)
     assert score(plan, observed) == []
     assert len(observed) == len(plan.expected)
+    claimed = coverage.claims(rows, cols, dtype, dataflow, random_tiles=tiles)
+    assert coverage.claim_errors(coverage.count(plan), claimed, f"{dtype} {dataflow}") == []
 
 
 @pytest.mark.parametrize("dtype", ["multi", "fused"])

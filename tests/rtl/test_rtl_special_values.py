@@ -11,7 +11,7 @@ from amaranth.sim import Simulator
 
 import rtl_dot_bench
 import rtl_fraction_ref as oracle
-from diptych.rtl import numerics_ref
+from diptych.rtl import coverage, numerics_ref
 from diptych.rtl.bench import score
 from diptych.rtl.datapath import DATAPATHS, MODE_CODES, get_datapath
 from diptych.rtl.dot import Dot4Fp8
@@ -212,6 +212,8 @@ def test_the_special_plan_on_small_arrays(rows, cols, dtype, dataflow):
     plan = special_plan(rows, cols, dtype, dataflow, seed=3)
     assert set(plan.modes) == set(get_datapath(dtype).modes)
     assert score(plan, run_plan(plan)) == []
+    claimed = coverage.claims(rows, cols, dtype, dataflow, directed=("special",))
+    assert coverage.claim_errors(coverage.count(plan), claimed, f"{dtype} {dataflow}") == []
 
 
 def test_wrong_arguments_are_refused_by_name():

