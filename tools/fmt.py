@@ -150,3 +150,15 @@ def energy_shares(parts: dict | None, compact: bool = False) -> str:
 def energy_line(parts: dict | None) -> str:
     """``energy by component  MAC 41.3 % · … of 1.23 kJ`` (:func:`energy_shares`)."""
     return f"energy by component  {energy_shares(parts)}"
+
+
+def stack_text(info: dict) -> str | None:
+    """A result's ``info["stack"]`` (sim/run/stack.py ``stack_info``) in words for a report
+    row, None at the defaults."""
+    st = info.get("stack") or {}
+    words = [w for w, on in (("NVLS off (NCCL_NVLS_ENABLE=0)", st.get("nvls") is False),
+                             (f"attention by {st.get('attention_kernel')}",
+                              st.get("attention_kernel", "default") != "default"),
+                             ("TP comm overlap off (Megatron's NCCL path)",
+                              st.get("tp_comm_overlap") is False)) if on]
+    return ", ".join(words) or None

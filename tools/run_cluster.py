@@ -49,8 +49,7 @@ def totals_table(d: dict):
                             else "")
     t.add_row("cluster", f"{d['chips']} chips of {where}")
     t.add_row("precision", describe(d["precision"]))
-    from ..sim.run.stack import stack_text
-    stack = stack_text(d.get("info", {}))
+    stack = fmt.stack_text(d.get("info", {}))
     if stack:
         t.add_row("software stack", stack)
     ph = d["phase"]

@@ -111,8 +111,7 @@ def _totals_table(d: dict):
     t.add_row("energy by component", fmt.energy_shares(d.get("energy_breakdown_j")))
     t.add_row("chips", f"{d['chips']} (tp {d['tp']}, dp {d['dp']})")
     t.add_row("precision", describe(d["precision"]))
-    from ..sim.run.stack import stack_text
-    stack = stack_text(d.get("info", {}))
+    stack = fmt.stack_text(d.get("info", {}))
     if stack:
         t.add_row("software stack", stack)
     if d.get("execution") == "schedule":

@@ -68,17 +68,6 @@ def stack_info(s) -> dict:
             "tp_comm_overlap": s.tp_comm_overlap}
 
 
-def stack_text(info: dict) -> str | None:
-    """A result's ``info["stack"]`` in words for a report row, None at the defaults."""
-    st = info.get("stack") or {}
-    words = [w for w, on in (("NVLS off (NCCL_NVLS_ENABLE=0)", st.get("nvls") is False),
-                             (f"attention by {st.get('attention_kernel')}",
-                              st.get("attention_kernel", "default") != "default"),
-                             ("TP comm overlap off (Megatron's NCCL path)",
-                              st.get("tp_comm_overlap") is False)) if on]
-    return ", ".join(words) or None
-
-
 def scenario_chip(chip, s):
     """:func:`stack_chip` with scenario ``s``'s settings."""
     return stack_chip(chip, nvls=s.nvls, attention_kernel=s.attention_kernel,

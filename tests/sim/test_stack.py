@@ -89,7 +89,8 @@ def test_cli_exits_2_naming_the_bad_setting(args, needle):
 def test_a_run_states_its_stack_settings():
     """Every result carries its stack in ``info["stack"]``; the report names the settings that
     differ from the chip's defaults (and prints nothing extra at the defaults)."""
-    from diptych.sim.run.stack import stack_info, stack_text
+    from diptych.sim.run.stack import stack_info
+    from diptych.tools.fmt import stack_text
     s = Scenario.of(phase="prefill", prompt=128, nvls=False, attention_kernel="fa2")
     info = {"stack": stack_info(s)}
     assert info["stack"] == {"nvls": False, "attention_kernel": "fa2", "tp_comm_overlap": True}
