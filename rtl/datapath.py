@@ -14,6 +14,7 @@ datapath    lane  modes (MACs per PE per cycle)                       ``mode`` p
 ``mx``      40    mxfp8_e4m3, mxfp8_e5m2, mxfp8_e4m3xe5m2,            3 bits (+ block-last
                   mxfp8_e5m2xe4m3 (4), E8M0 block scales               flag, OS only)
 ``mxdot4``  40    the MXFP8 modes, mxfp6_e3m2, mxfp6_e2m3, mxfp4 (4)   3 bits (OS only)
+``fp4dot8`` 40    mxfp4, nvfp4 (8), E8M0 or E4M3 block scales          3 bits (OS only)
 ==========  ====  ==================================================  ===========================
 
 A *lane* is one operand port element: ``a_data[i]``, ``b_data[j]``, ``w_data[j]``. In the
@@ -58,6 +59,14 @@ truncated alignment, one rounding toward zero per step), so every step's lanes c
 block's scales and no flag marks a block's end. Its PE is the ordinary OS PE; the bench drives
 it output-stationary.
 
+The ``fp4dot8`` datapath (:mod:`diptych.rtl.fp4dot`) is FP4 at twice FP8's rate: a 40-bit lane
+holds **eight** K-consecutive E2M1 codes (element ``8s + i`` in bits ``4i + 3 … 4i``) and, in bits
+39:32, their block's scale: E8M0 for ``mxfp4`` (mode code 2), E4M3 for ``nvfp4`` (code 3; the
+per-tensor FP32 scales stay outside the PE). One step adds the eight products exactly, scales
+the sum and adds it to the accumulator by the ``"fp4dot8"`` rule (truncated alignment, one
+rounding toward zero, :mod:`diptych.rtl.fp4dot_ref`): an OS tile of depth K takes ``ceil(K / 8)``
+steps, the simulator's ``macs_per_pe_per_cycle = 8``. Output-stationary only.
+
 Mode codes on the ``mode`` port (3 bits): int8 0, bf16 1, and for FP8 ``0b1ab`` with ``a`` = A
 is E5M2 and ``b`` = B is E5M2 (e4m3 4, e4m3xe5m2 5, e5m2xe4m3 6, e5m2 7). In the array the
 mode travels with ``in_valid`` (east along each row, one register per PE), so tiles of
@@ -72,12 +81,12 @@ from dataclasses import dataclass
 from .numerics_ref import MODES, RULES
 
 __all__ = ["Datapath", "DATAPATHS", "MODE_CODES", "MODE_BITS", "MX_MODES", "MXFP8_MODES",
-           "get_datapath"]
+           "FP4_MODES", "get_datapath"]
 
 #: Values of the ``mode`` port.
 MODE_CODES = {"int8": 0, "bf16": 1, "e4m3": 4, "e4m3xe5m2": 5, "e5m2xe4m3": 6, "e5m2": 7,
               "mxfp8_e4m3": 4, "mxfp8_e4m3xe5m2": 5, "mxfp8_e5m2xe4m3": 6, "mxfp8_e5m2": 7,
-              "mxfp6_e3m2": 0, "mxfp6_e2m3": 1, "mxfp4": 2}
+              "mxfp6_e3m2": 0, "mxfp6_e2m3": 1, "mxfp4": 2, "nvfp4": 3}
 #: The block-scaled modes: (A element format, B element format). MXFP8 (both block-scaled
 #: datapaths) and MXFP6/MXFP4 (the ``mxdot4`` datapath; an element in the low bits of its byte).
 MX_MODES = {"mxfp8_e4m3": ("e4m3", "e4m3"), "mxfp8_e5m2": ("e5m2", "e5m2"),
@@ -85,6 +94,8 @@ MX_MODES = {"mxfp8_e4m3": ("e4m3", "e4m3"), "mxfp8_e5m2": ("e5m2", "e5m2"),
             "mxfp6_e3m2": ("e3m2", "e3m2"), "mxfp6_e2m3": ("e2m3", "e2m3"),
             "mxfp4": ("e2m1", "e2m1")}
 MXFP8_MODES = tuple(m for m in MX_MODES if m.startswith("mxfp8"))
+#: The FP4 modes of the ``fp4dot8`` datapath: (element format, block-scale format, block).
+FP4_MODES = {"mxfp4": ("e2m1", "e8m0", 32), "nvfp4": ("e2m1", "e4m3", 16)}
 MODE_BITS = 3
 
 
@@ -105,7 +116,7 @@ class Datapath:
     @property
     def block_scaled(self) -> bool:
         """Whether the lanes carry block scales (the ``mx`` and ``mxdot4`` datapaths)."""
-        return self.rule in ("mx", "mxdot4")
+        return self.rule in ("mx", "mxdot4", "fp4dot8")
 
     @property
     def block_port(self) -> bool:
@@ -125,13 +136,14 @@ class Datapath:
             raise ValueError(f"{mode!r} is not {kind} of the {self.name} datapath (its modes: "
                              f"{', '.join(self.modes)}; the block-scaled PEs are the mx "
                              f"datapath, modes {', '.join(MXFP8_MODES)}, and mxdot4, those and "
-                             f"mxfp6_e3m2, mxfp6_e2m3, mxfp4)")
+                             f"mxfp6_e3m2, mxfp6_e2m3, mxfp4; fp4dot8: mxfp4, "
+                             f"nvfp4)")
         return rates[mode]
 
     def element_bits(self, mode: str) -> int:
         """Width of one element in ``mode`` (a lane holds ``macs_per_cycle`` of them)."""
         self.macs_per_cycle(mode)
-        return 16 if mode == "bf16" else 8
+        return 16 if mode == "bf16" else 4 if self.rule == "fp4dot8" else 8
 
 
 _FP8_MODES = ("e4m3", "e5m2", "e4m3xe5m2", "e5m2xe4m3")
@@ -145,8 +157,10 @@ DATAPATHS: dict[str, Datapath] = {d.name: d for d in (
     Datapath("dot4", 32, tuple((m, 4) for m in _FP8_MODES), rule="dot4"),
     Datapath("mx", 40, tuple((m, 4) for m in MXFP8_MODES), rule="mx"),
     Datapath("mxdot4", 40, tuple((m, 4) for m in MX_MODES), rule="mxdot4"),
+    Datapath("fp4dot8", 40, tuple((m, 8) for m in FP4_MODES), rule="fp4dot8"),
 )}
-assert all(m in MODES or m in MX_MODES for d in DATAPATHS.values() for m in d.modes)
+assert all(m in MODES or m in MX_MODES or m in FP4_MODES
+           for d in DATAPATHS.values() for m in d.modes)
 assert all(d.rule in RULES for d in DATAPATHS.values())
 
 

@@ -57,7 +57,7 @@ from .minifloat import E8M0_NAN, FORMATS, decode, e8m0_decode, encode
 
 __all__ = ["BlockFormat", "BLOCK_FORMATS", "get_block_format", "BlockTensor", "quantize",
            "dequantize", "block_matmul_bits", "block_dot_bits", "exact_to_fp32_bits",
-           "mx_matmul_bits"]
+           "mx_matmul_bits", "apply_alpha"]
 
 
 @dataclass(frozen=True)
@@ -278,13 +278,20 @@ def block_matmul_bits(a: BlockTensor, b: BlockTensor) -> np.ndarray:
     for j in range(dots.shape[-1]):
         acc = numerics_ref.fp32_add_bits(acc, dots[..., j])
     if a.tensor_scale is not None or b.tensor_scale is not None:
-        alpha = np.float32(a.tensor_scale or 1.0) * np.float32(b.tensor_scale or 1.0)
-        alpha_bits = numerics_ref.ftz32(np.asarray(alpha, np.float32).view(np.uint32))
-        x = numerics_ref.daz32(acc).view(np.float32)
-        with np.errstate(all="ignore"):
-            acc = numerics_ref.ftz32((x * alpha_bits.view(np.float32)).astype(np.float32)
-                               .view(np.uint32))
+        acc = apply_alpha(acc, a.tensor_scale, b.tensor_scale)
     return acc
+
+
+def apply_alpha(acc_bits, ts_a: float | None, ts_b: float | None) -> np.ndarray:
+    """FP32 bits ``acc_bits`` times ``alpha = fp32(ts_a · ts_b)`` (a missing scale is 1): the
+    NVFP4 GEMM epilogue, one float32 multiply rounded to nearest even, inputs and result
+    flushed (subnormal in, zero out, as the datapath's FP32 operations)."""
+    alpha = np.float32(ts_a or 1.0) * np.float32(ts_b or 1.0)
+    alpha_bits = numerics_ref.ftz32(np.asarray(alpha, np.float32).view(np.uint32))
+    x = numerics_ref.daz32(np.asarray(acc_bits, np.uint32)).view(np.float32)
+    with np.errstate(all="ignore"):
+        return numerics_ref.ftz32((x * alpha_bits.view(np.float32)).astype(np.float32)
+                                  .view(np.uint32))
 
 
 def block_dot_bits(a: BlockTensor, b: BlockTensor) -> int:

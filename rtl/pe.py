@@ -19,6 +19,7 @@ from amaranth.lib.wiring import In, Out
 
 from .datapath import DATAPATHS, MODE_BITS, get_datapath
 from .dot import Dot4Fp8, MxDot4Fp8
+from .fp4dot import Fp4Dot8
 from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
 from .fused import FusedMac
 
@@ -85,9 +86,10 @@ class Mac(wiring.Component):
     """
 
     def __init__(self, dtype: str):
-        if dtype in ("dot4", "mx", "mxdot4"):
+        if dtype in ("dot4", "mx", "mxdot4", "fp4dot8"):
             self._MustUse__silence = True       # a rejected instance is not "unused" design
-            unit = {"dot4": "dot.Dot4Fp8", "mx": "mx.MxDot", "mxdot4": "dot.MxDot4Fp8"}[dtype]
+            unit = {"dot4": "dot.Dot4Fp8", "mx": "mx.MxDot", "mxdot4": "dot.MxDot4Fp8",
+                    "fp4dot8": "fp4dot.Fp4Dot8"}[dtype]
             raise ValueError(f"the {dtype} datapath's MAC is diptych.rtl.{unit} "
                              f"(make_mac({dtype!r}))")
         self.dtype = dtype
@@ -164,13 +166,16 @@ class Mac(wiring.Component):
 def make_mac(dtype: str):
     """The combinational MAC of ``dtype`` (ports ``a``, ``b``, ``acc``, ``result`` and ``mode``
     when the datapath has modes): :class:`Mac`, the dot4 datapath's
-    :class:`~diptych.rtl.dot.Dot4Fp8` or the mxdot4 datapath's. The mx datapath's step unit is
+    :class:`~diptych.rtl.dot.Dot4Fp8`, the mxdot4 datapath's or the fp4dot8 datapath's
+    (:class:`~diptych.rtl.fp4dot.Fp4Dot8`). The mx datapath's step unit is
     :class:`~diptych.rtl.mx.MxDot` (ports of its own: the block register and scales; it
     builds on this module, so this one does not build it): ValueError."""
     if get_datapath(dtype).block_port:
         raise ValueError(f"the {dtype} datapath's step unit is diptych.rtl.mx.MxDot")
     if dtype == "mxdot4":
         return MxDot4Fp8()
+    if dtype == "fp4dot8":
+        return Fp4Dot8()
     return Dot4Fp8() if dtype == "dot4" else Mac(dtype)
 
 

@@ -354,12 +354,18 @@ def bench_plans(rows: int, cols: int, dtype: str, dataflow: str, *, seeds=(1,),
 def _mx_plans(rows, cols, dtype, seeds, tiles, modes, directed, block) -> list:
     """:func:`bench_plans` of a block-scaled array: random plans and its directed
     ``"special"``."""
+    from .fp4_bench import check_fp4_block, fp4_special_plan, make_fp4_plan
     from .mx_bench import MX_BLOCK, check_block, make_mx_plan, mx_special_plan
 
-    block = check_block(MX_BLOCK if block is None else block)
     for d in directed:
         if d != "special":
-            raise ValueError(f"the mx array's directed plan is 'special', not {d!r}")
+            raise ValueError(f"the {dtype} array's directed plan is 'special', not {d!r}")
+    if dtype == "fp4dot8":                # blocks: each mode's (MXFP4 32, NVFP4 16) or --block
+        block = None if block is None else check_fp4_block(block)
+        plans = [(f"seed {s}", make_fp4_plan(rows, cols, seed=int(s), tiles=tiles, modes=modes,
+                                             block=block)) for s in seeds]
+        return plans + [(d, fp4_special_plan(rows, cols, modes)) for d in directed]
+    block = check_block(MX_BLOCK if block is None else block)
     plans = [(f"seed {s}", make_mx_plan(rows, cols, seed=int(s), tiles=tiles, modes=modes,
                                         block=block, dtype=dtype)) for s in seeds]
     return plans + [(d, mx_special_plan(rows, cols, modes, dtype=dtype)) for d in directed]

@@ -10,7 +10,8 @@ import click
 from .errors import UsageError, friendly
 from .jsonout import dumps
 
-_DTYPES = ("int8", "bf16", "fp8", "multi", "fused", "dot4", "mx", "mxdot4")  # DATAPATHS
+_DTYPES = ("int8", "bf16", "fp8", "multi", "fused", "dot4", "mx", "mxdot4",
+           "fp4dot8")  # DATAPATHS
 _DATAFLOWS = ("os", "ws")
 
 #: How ``diptych rtl area`` counts (printed under its tables; docs/rtl.md "Area").
@@ -46,7 +47,8 @@ _DTYPE_HELP = ("PE datapath: int8, bf16, fp8 (E4M3/E5M2), multi (INT8/FP8 at 2 M
                "dot-product PE: 4 FP8 MACs per cycle, truncated alignment, one rounding toward "
                "zero), mx (the block-scaled MXFP8 PE: 4 MACs per cycle, E8M0 scales per "
                "K-block, exact block sums rounded once) or mxdot4 (the dot4 PE with the "
-               "block scales added to the product exponents); mx and mxdot4: OS only.")
+               "block scales added to the product exponents) or fp4dot8 (MXFP4/NVFP4 at 8 "
+               "MACs per cycle: E8M0 or E4M3 block scales); mx, mxdot4, fp4dot8: OS only.")
 
 
 @click.group("rtl")
@@ -89,10 +91,12 @@ def rtl_verilog(rows, cols, dtype, dataflow, output):
 @click.option("--mode", "modes", multiple=True,
               help="Only tiles of this mode (repeatable): int8, bf16, e4m3, e5m2, e4m3xe5m2, "
                    "e5m2xe4m3 (mx: mxfp8_e4m3, mxfp8_e5m2, mxfp8_e4m3xe5m2, "
-                   "mxfp8_e5m2xe4m3); default every mode of the datapath.")
+                   "mxfp8_e5m2xe4m3; fp4dot8: mxfp4, nvfp4); default every mode of the "
+                   "datapath.")
 @click.option("--block", type=int, default=None,
               help="K-block of the mx/mxdot4 datapaths' scales (default 32, OCP MX; a multiple "
-                   "of 4 up to 32).")
+                   "of 4 up to 32); fp4dot8: a multiple of 8 up to 32 (default: MXFP4 32, "
+                   "NVFP4 16).")
 @click.option("--seed", type=int, default=1, show_default=True, help="First stimulus seed.")
 @click.option("--seeds", "n_seeds", type=int, default=1, show_default=True,
               help="Number of seeds (random plans) run on each build.")
@@ -122,6 +126,7 @@ def rtl_test(rows, cols, dtype, dataflow, modes, block, seed, n_seeds, tiles, wr
     """
     from ..rtl.array import check_config
     from ..rtl.datapath import get_datapath
+    from ..rtl.fp4_bench import check_fp4_block
     from ..rtl.mx_bench import check_block
     from ..rtl.verilator import VerilatorMissing, run_bench
 
@@ -145,7 +150,7 @@ def rtl_test(rows, cols, dtype, dataflow, modes, block, seed, n_seeds, tiles, wr
             if not get_datapath(dt).block_scaled:
                 raise ValueError(f"--block applies to the block-scaled mx and mxdot4 datapaths "
                                  f"only, not {dt} (block {block})")
-            check_block(block)
+            (check_fp4_block if dt == "fp4dot8" else check_block)(block)
     for name, v in (("tiles", tiles), ("seeds", n_seeds)):
         if isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive integer, not {v!r}")

@@ -93,9 +93,10 @@ def test_presets_supporting_block_formats():
     assert r["mxfp4"] == r["nvfp4"] == 2 * r["fp8"] and r["mxfp8"] == r["fp8"]
     assert load_chip("train-2026").supports("mxfp8")
     assert not any(load_chip("h100").supports(d) for d in BLOCK_DTYPES)
-    # an MX mode without its own area coefficient (mxfp4, nvfp4) adds no PE area; mxfp8 and
-    # mxfp6 have one (the mxdot4 PE's synthesis, docs/dse.md 1.2): it sizes infer-2026's PE (at
-    # 1 MAC per cycle, 0.341e-3 mm2 against fp8's 0.272e-3) and not train-2026's (fp16 does)
+    # mxfp8 and mxfp6 have an area coefficient (the mxdot4 PE's synthesis, docs/dse.md 1.2):
+    # it sizes infer-2026's PE (at 1 MAC per cycle, 0.341e-3 mm2 against fp8's 0.272e-3) and
+    # not train-2026's (fp16 does); infer-2026's mxfp4 and nvfp4 (the fp4dot8 PE's, 1.3: 2 x
+    # 0.119e-3) stay under it, so removing every block format moves only mxfp8's share
     for name, mxfp8_adds in (("infer-2026", 0.341e-3 - 0.272e-3), ("train-2026", 0.0)):
         chip = load_chip(name)
         d = to_dict(chip)

@@ -58,7 +58,7 @@ def test_die_area_equals_hand_sum(name):
 def test_infer_area_by_hand():
     # infer-2026: 8 cores x 8 arrays x 128x128 PEs sized by mxfp8 and mxfp6 (1 MAC x 0.341e-3
     # mm2, the largest of int4 2 x 0.12e-3, int8 0.26e-3, fp8 0.272e-3, bf16 0.25 x 0.6e-3,
-    # mxfp8 and mxfp6 0.341e-3; mxfp4/nvfp4 have no coefficient)
+    # mxfp8 and mxfp6 0.341e-3, mxfp4/nvfp4 2 x 0.119e-3)
     parts = area_breakdown_mm2(load_chip("infer-2026"))
     assert parts["arrays"] == pytest.approx(8 * 8 * 128 * 128 * 0.341e-3)
     assert parts["sram"] == pytest.approx(8 * 64 * 0.35)
@@ -166,6 +166,27 @@ def test_mx_bf16_mac_area_ratio_matches_the_mxdot4_pe(name, dtype, rtl_cells):
     mx = synth_stats({"mxdot4_pe_os": OsPe("mxdot4")})["mxdot4_pe_os"].cells
     preset = mac_area_ratio(load_chip(name), dtype, "bf16")
     rtl = mx / 4 / rtl_cells["bf16_pe_os"]
+    assert 0.9 <= preset / rtl <= 1 / 0.9, (preset, rtl)
+
+
+@pytest.fixture(scope="module")
+def fp4_pe_cells():
+    """Yosys cells of the fp4dot8 OS PE (one synthesis for every preset and format below)."""
+    pytest.importorskip("pyosys", reason="full Yosys (pyosys, the rtl extra) synthesises the PEs")
+    from diptych.rtl.area import synth_stats
+    from diptych.rtl.pe import OsPe
+
+    return synth_stats({"fp4dot8_pe_os": OsPe("fp4dot8")})["fp4dot8_pe_os"].cells
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, dtype", [("infer-2026", "mxfp4"), ("infer-2026", "nvfp4")])
+def test_fp4_bf16_mac_area_ratio_matches_the_fp4dot8_pe(name, dtype, rtl_cells, fp4_pe_cells):
+    """The presets' mxfp4 and nvfp4 coefficients are the fp4dot8 PE's cells per MAC (MXFP4 and
+    NVFP4 at 8 MACs per cycle, twice the mxdot4 PE's rate) over a dedicated BF16 PE's (OS PEs,
+    docs/dse.md 1.3), within 10 % (slow tier: one more Yosys synthesis, ≈ 5 s)."""
+    preset = mac_area_ratio(load_chip(name), dtype, "bf16")
+    rtl = fp4_pe_cells / 8 / rtl_cells["bf16_pe_os"]
     assert 0.9 <= preset / rtl <= 1 / 0.9, (preset, rtl)
 
 

@@ -49,6 +49,7 @@ _FUSED = "diptych.rtl.fused"
 _ARRAY = "diptych.rtl.array"
 _DOT = "diptych.rtl.dot"
 _MX = "diptych.rtl.mx"
+_FP4 = "diptych.rtl.fp4dot"
 #: config of a mutant of the dot4 unit: scored by rtl_dot_bench on the unit, not by the array bench
 _DOT_UNIT = (1, 1, "dot4", "unit")
 #: config of a mutant of one FP unit: scored by rtl_testfloat on the unit alone (its ``unit``)
@@ -189,6 +190,14 @@ MUTANTS = (
     Mutant("mxdot4-b-scale-ignored", "mxdot4 unit scales the products by A's block scale only",
            _DOT, (("m.d.comb += offset.eq(s_a + s_b - 254)", "m.d.comb += offset.eq(s_a - 127)"),),
            ((_PE, "MxDot4Fp8"),), (1, 1, "mxdot4", "os")),
+    # ---- the FP4 PE (fp4dot8: eight E2M1 products a step), a 1×1 array, diptych.rtl.fp4_bench
+    Mutant("fp4dot8-nvfp4-scale-significand-dropped", "fp4dot8 unit applies NVFP4's E4M3 block "
+           "scales as their exponents only (the 4 × 4 significand product read as 1.000)", _FP4,
+           (("prod.eq(sigs[0] * sigs[1])", "prod.eq(Mux(nv, 64, sigs[0] * sigs[1]))"),),
+           ((_PE, "Fp4Dot8"),), (1, 1, "fp4dot8", "os")),
+    Mutant("fp4dot8-half-rate", "fp4dot8 unit adds only the first four of a step's eight FP4 "
+           "products (FP8's rate)", _FP4, (("    LANES = FP4_GROUP\n", "    LANES = 4\n"),),
+           ((_PE, "Fp4Dot8"),), (1, 1, "fp4dot8", "os")),
     # ---- rounding faults of the FP units, scored alone on the TestFloat-style vectors
     #      (rtl_testfloat: ties, near-ties, carry-out, alignment, the ends of the range)
     Mutant("adder-sticky-dropped", "FP32 adder drops the sticky bit of the aligned operand "

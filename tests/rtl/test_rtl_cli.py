@@ -93,6 +93,15 @@ def test_verilog_bad_input(args, message, tmp_path):
     (["--dtype", "dot4", "--dataflow", "is"], "'is' is not one of 'os', 'ws'"),
     (["--dtype", "dot8"], "'dot8' is not one of 'int8', 'bf16', 'fp8', 'multi', 'fused', 'dot4', 'mx', 'mxdot4'"),
     (["--seeds", "0"], "seeds must be a positive integer, not 0"),
+    (["--dtype", "fp4dot8", "--mode", "mxfp8_e4m3"],
+     "'mxfp8_e4m3' is not a block-scaled format of the fp4dot8 datapath (its modes: mxfp4, "
+     "nvfp4"),
+    (["--dtype", "fp4dot8", "--mode", "e4m3"], "'e4m3' is not a mode of the fp4dot8 datapath"),
+    (["--dtype", "fp4dot8", "--block", "12"], "block must be a multiple of 8 from 8 to 32 (the "
+                                              "fp4dot8 PE's step; MXFP4 32, NVFP4 16), not 12"),
+    (["--dtype", "fp4dot8", "--block", "64"], "not 64"),
+    (["--dtype", "fp4dot8", "--dataflow", "ws"], "the fp4dot8 datapath is output-stationary "
+                                                 "only"),
 ])
 def test_test_bad_input(args, message):
     r = _run("test", *args)
