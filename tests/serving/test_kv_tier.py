@@ -159,6 +159,9 @@ def test_the_tier_relieves_preemption_and_reports_where_kv_lived():
     kt = tier.info["kv_tiers"]
     assert kt["mode"] == "tier" and kt["tier2_peak_bytes"] > 0 and kt["tier2_read_added_s"] > 0
     assert tier.kv[0]["tier2_blocks"] == kt["tier2_blocks"]
+    # the tier's joules are in the breakdown (dram), which still sums to the total
+    assert sum(tier.energy_breakdown_j.values()) == pytest.approx(tier.energy_j, rel=1e-9)
+    assert kt["move_j"] > 0
 
 
 def test_a_chip_without_a_tier_serves_as_before():
