@@ -68,7 +68,9 @@ def summary_table(d: dict):
     t.add_row("energy by component", fmt.energy_shares(d.get("energy_breakdown_j"))
               + (f" ({fmt.eng(per_tok, 'J')} per output token)" if per_tok else ""))
     kv = ", ".join(f"{'' if k['role'] == 'mixed' else k['role'] + ': '}{k['tokens']:,} tokens "
-                   f"per replica ({k['kv_bytes'] / 2**30:.1f} GiB per chip)" for k in d["kv"])
+                   f"per replica ({k['kv_bytes'] / 2**30:.1f} GiB per chip)"
+                   + (f" + {k['tier2_tokens']:,} in tier 2" if k.get("tier2_tokens") else "")
+                   for k in d["kv"])
     t.add_row("KV cache", kv)
     t.add_row("KV occupancy", f"peak {100 * d['kv_peak_fraction']:.1f} %, mean "
               f"{100 * d['kv_mean_fraction']:.1f} %")
