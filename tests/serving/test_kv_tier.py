@@ -14,7 +14,7 @@ import pytest
 from roofline_double import roofline
 
 from diptych.arch import load_chip
-from diptych.sim.serving.config import ServeConfig
+from diptych.sim.serving.config import ServeConfig, Speculation
 from diptych.sim.serving.engine import Instance, Req, run_loop
 from diptych.sim.serving.engine_ref import GoldenRequest, golden_serve
 from diptych.sim.serving.grid_timer import GridSpec
@@ -103,20 +103,32 @@ def test_an_ideal_tier_equals_a_first_tier_that_held_everything():
     assert t.peak2 > 0 and t.moved_bytes > 0 and t.read_bytes > 0
 
 
-@pytest.mark.parametrize("mode", ["tier", "swap"])
-def test_fast_loop_equals_its_golden_twin_with_a_tier(mode):
+GOLDEN_CASES = {
+    "tier": ("tier", {}),
+    "swap": ("swap", {}),
+    "tier-whole-prompts": ("tier", dict(chunked_prefill=False, max_batched_tokens=8192)),
+    "tier-speculative": ("tier", dict(speculative=Speculation(2, 0.6))),
+}
+
+
+@pytest.mark.parametrize("case", list(GOLDEN_CASES))
+def test_fast_loop_equals_its_golden_twin_with_a_tier(case):
     """The tier's copies and reads on the dependency chain, request by request, as the plain
-    loop computes them; the swap case's small tier fills (some victims recomputed)."""
+    loop computes them; the swap case's small tier fills (some victims recomputed); whole
+    prompts and speculation (rejected tokens' blocks freed) move blocks between the tiers
+    their own ways."""
+    mode, extra = GOLDEN_CASES[case]
     chip = _chip(capacity_gib=0.1) if mode == "swap" else LPDDR
-    res = _serve(chip, mode, load=dataclasses.replace(LOAD, requests=40))
-    cfg = resolve_config(colocated(chip, "llama-3-8b"), ServeConfig(kv_offload=mode, **CFG))
+    res = _serve(chip, mode, load=dataclasses.replace(LOAD, requests=40), **extra)
+    cfg = resolve_config(colocated(chip, "llama-3-8b"),
+                         ServeConfig(kv_offload=mode, **{**CFG, **extra}))
     inst = res.instances[0]
     t = inst.tier
     g = golden_serve([GoldenRequest(r.rid, r.arrival, r.prompt, r.output)
                       for r in sorted(res.reqs, key=lambda r: r.rid)],
                      _OC.get(colocated(chip, "llama-3-8b").pool.replica), cfg,
-                     inst.total_blocks, block_bytes=inst.block_bytes,
-                     tier=(t.spec, mode, t.tier1_blocks, t.blocks))
+                     inst.total_blocks, block_bytes=inst.block_bytes, rng=np.random.default_rng(
+                         [cfg.seed, 1]), tier=(t.spec, mode, t.tier1_blocks, t.blocks))
     assert _times(res) == {r.rid: (r.first_t, r.finish_t) for r in g.requests}
     assert res.preemptions == g.preemptions and t.peak2 == g.tier2_peak > 0
     assert t.moved_bytes > 0
