@@ -150,6 +150,11 @@ def _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, re
               help="Tokens per KV-cache block.")
 @click.option("--preemption", type=click.Choice(["recompute", "swap"]), default="recompute",
               show_default=True, help="What happens to a sequence evicted for KV space.")
+@click.option("--kv-offload", type=click.Choice(["auto", "none", "swap", "tier"]),
+              default="auto", show_default=True,
+              help="The chip's second memory tier ([dram2]) and the KV cache: tier (the cache "
+                   "spans both tiers, tier-2 blocks read at its rate), swap (preempted "
+                   "sequences swapped to it), none; auto: tier when the chip has one.")
 @click.option("--slo-ttft", type=float, default=2.0, show_default=True,
               help="TTFT objective (s).")
 @click.option("--slo-tpot", type=float, default=0.2, show_default=True,
@@ -203,7 +208,7 @@ def _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, re
 @friendly
 def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, prompt, gen,
           requests, duration, scheduler, max_batch, max_batched_tokens, chunked_prefill,
-          kv_block, preemption, slo_ttft, slo_tpot, weights_dtype, act_dtype, kv_dtype,
+          kv_block, preemption, kv_offload, slo_ttft, slo_tpot, weights_dtype, act_dtype, kv_dtype,
           attention, prefill_chip, prefill_chips, decode_chip, decode_chips, speculative,
           prefix_share, seed, runtime, sweep_qps, plot, export_profile, oracle, execution, fusion,
           as_json, trace_out, waterfall):
@@ -225,7 +230,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
 
     cfg = ServeConfig(scheduler=scheduler, max_batch=max_batch,
                       max_batched_tokens=max_batched_tokens, chunked_prefill=chunked_prefill,
-                      kv_block_tokens=kv_block, preemption=preemption,
+                      kv_block_tokens=kv_block, preemption=preemption, kv_offload=kv_offload,
                       prefix_share=prefix_share, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot,
                       speculative=parse_speculative(speculative) if speculative else None,
                       seed=seed, runtime=load_runtime(runtime) if runtime else None)

@@ -68,12 +68,17 @@ def summary_table(d: dict):
     t.add_row("energy by component", fmt.energy_shares(d.get("energy_breakdown_j"))
               + (f" ({fmt.eng(per_tok, 'J')} per output token)" if per_tok else ""))
     kv = ", ".join(f"{'' if k['role'] == 'mixed' else k['role'] + ': '}{k['tokens']:,} tokens "
-                   f"per replica ({k['kv_bytes'] / 2**30:.1f} GiB per chip)" for k in d["kv"])
+                   f"per replica ({k['kv_bytes'] / 2**30:.1f} GiB per chip)"
+                   + (f" + {k['tier2_tokens']:,} in tier 2" if k.get("tier2_tokens") else "")
+                   for k in d["kv"])
     t.add_row("KV cache", kv)
     t.add_row("KV occupancy", f"peak {100 * d['kv_peak_fraction']:.1f} %, mean "
               f"{100 * d['kv_mean_fraction']:.1f} %")
     t.add_row("preemptions", f"{d['preemptions']}" + (f" ({d['swap_bytes'] / 2**30:.1f} GiB "
                                                        f"swapped)" if d["swap_bytes"] else ""))
+    kt = d["info"].get("kv_tiers")
+    if kt:
+        t.add_row("KV tiers", kv_tiers_text(kt))
     q = d["queue"]
     if q["waiting"]:
         t.add_row("queue", f"waiting max {max(q['waiting']):.0f}, running max "
@@ -124,3 +129,15 @@ def waterfall_table(wf: dict):
                   fmt.seconds(s["ttft_s"]), fmt.seconds(s["tpot_s"]),
                   f"{s['tokens_per_s']:,.0f}")
     return t
+
+
+def kv_tiers_text(kt: dict) -> str:
+    """A result's ``info.kv_tiers`` in one line: what each tier held at its peak, the bytes
+    copied between them and read from the second, and what they cost."""
+    gib = 2.0 ** 30
+    return (f"{kt['mode']}: peak {kt['tier1_peak_bytes'] / gib:.1f} GiB in tier 1, "
+            f"{kt['tier2_peak_bytes'] / gib:.1f} GiB in tier 2; moved "
+            f"{kt['moved_bytes'] / gib:.1f} GiB ({fmt.eng(kt['move_s'], 's')}, "
+            f"{fmt.eng(kt['move_j'], 'J')}); read from tier 2 "
+            f"{kt['tier2_read_bytes'] / gib:.1f} GiB (+{fmt.eng(kt['tier2_read_added_s'], 's')}, "
+            f"{fmt.eng(kt['tier2_read_added_j'], 'J')})")

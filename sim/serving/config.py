@@ -15,6 +15,8 @@ Defaults and their sources:
 * ``host_link_bytes_per_s`` 63.0e9: PCIe Gen5 x16, one direction: 32 GT/s × 16 lanes ×
   128/130 ÷ 8 = 63.0 GB/s [D] (the link KV swapping uses; chips have no host-link field yet).
 * ``preemption`` "recompute": vLLM V1's only mode [S].
+* ``kv_offload`` "auto": a chip's second memory tier holds KV blocks when it has one
+  (:mod:`.kv_tier`); a chip without one serves as before.
 * ``runtime`` None: the serving runtime the deployment's chip names
   (``[overheads] serving_runtime``: h100 ``vllm-v1``; ``ideal``, no host costs, for chips
   that name none); :mod:`diptych.arch.runtime` and ``arch/runtimes/*.toml`` hold the
@@ -29,6 +31,7 @@ from dataclasses import dataclass, replace
 
 from ...arch.runtime import IDEAL, RuntimeProfile
 from ...workloads.mtp import MTP_ACCEPT
+from .kv_tier import OFFLOAD
 
 #: ``--speculative draft=mtp``: the target's own multi-token-prediction module(s) draft.
 MTP_DRAFT = "mtp"
@@ -163,6 +166,7 @@ class ServeConfig:
     chunked_prefill: bool | None = None
     kv_block_tokens: int = 16
     preemption: str = "recompute"
+    kv_offload: str = "auto"
     kv_reserve_fraction: float = 0.10
     host_link_bytes_per_s: float = 63.0e9
     prefix_share: float = 0.0
@@ -179,6 +183,12 @@ class ServeConfig:
         if self.preemption not in PREEMPTION:
             raise ValueError(f"preemption must be one of {', '.join(PREEMPTION)}, not "
                              f"{self.preemption!r}")
+        if self.kv_offload not in OFFLOAD:
+            raise ValueError(f"kv_offload must be one of {', '.join(OFFLOAD)}, not "
+                             f"{self.kv_offload!r}")
+        if self.kv_offload == "swap" and self.preemption == "swap":
+            raise ValueError("--kv-offload swap swaps preempted sequences to the chip's second "
+                             "tier (recomputed when it is full); drop --preemption swap")
         for n in ("max_batch", "max_batched_tokens", "kv_block_tokens"):
             _pos_int(n, getattr(self, n))
         r = self.kv_reserve_fraction

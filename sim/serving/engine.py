@@ -39,6 +39,8 @@ import numpy as np
 
 from ...workloads.serving_step import Step
 from ..energy_parts import STATIC, VECTOR
+
+DRAM = VECTOR.index("dram")
 from .config import ServeConfig
 
 STEP_END, KV_DONE, ARRIVE = 0, 1, 2
@@ -84,13 +86,16 @@ class Instance:
     ``prefix_blocks`` among them); ``block_bytes`` one block's bytes per chip; ``layout`` how
     tokens map to blocks (a :class:`~diptych.sim.serving.kv.KvLayout`; None: one block per
     ``kv_block_tokens`` tokens of every layer); ``power`` limits each step's device cost to
-    what the chip's TDP sustains (:mod:`~diptych.sim.serving.power`; None: no limit)."""
+    what the chip's TDP sustains (:mod:`~diptych.sim.serving.power`; None: no limit); ``tier``
+the chip's second memory tier (a :class:`~diptych.sim.serving.kv_tier.KvTier`: swap space, or
+part of the pool of ``blocks``; None: none)."""
 
     def __init__(self, idx: int, role: str, oracle, cfg: ServeConfig, *, chips: int,
                  blocks: int, block_bytes: float, static_w: float, draft=None,
                  rng: np.random.Generator | None = None, prefix_blocks: int = 0,
-                 power=None, layout=None):
+                 power=None, layout=None, tier=None):
         self.idx = idx
+        self.tier = tier
         self.layout = layout
         self._win = layout if layout is not None and layout.per_request else None
         self.power = power            # a StepPowerLimit (sim/serving/power.py), or None
@@ -173,10 +178,12 @@ class Instance:
         self.free += victim.blocks
         victim.preemptions += 1
         self.preemptions += 1
-        if self.cfg.preemption == "swap":
+        s = self.tier.swap_out(victim.blocks) if self._tier_swap else None
+        if self.cfg.preemption == "swap" or s is not None:
             victim.swapped = victim.blocks
             self.swap_bytes += victim.blocks * self.block_bytes
-            self._swap_s += victim.blocks * self.block_bytes / self.cfg.host_link_bytes_per_s
+            self._swap_s += (s if s is not None else
+                             victim.blocks * self.block_bytes / self.cfg.host_link_bytes_per_s)
             victim.blocks = 0
             self.swapped.append(victim)
         else:
@@ -220,9 +227,12 @@ class Instance:
             parts = tuple(map(add, parts, dp)) if parts and dp else ()
         if self.power is not None:
             secs, energy, parts = self.power.limit(secs, energy, parts)
+        tier_j = 0.0
+        if self.tier is not None:     # KV in the second tier: copies, reads (sim/serving/kv_tier)
+            tier_j = self._tier_step()
         idle = self.static_w * self._swap_s           # chips idle while blocks cross the link
         secs += self._swap_s
-        energy += idle
+        energy += idle + tier_j
         if not self.runtime.is_ideal:
             dev = secs
             secs = self.runtime.step_s(dev, len(self._dec) + len(self._chunks))
@@ -234,6 +244,7 @@ class Instance:
             for i, x in enumerate(parts):
                 acc[i] += x * self.chips
             acc[STATIC] += idle * self.chips
+            acc[DRAM] += tier_j * self.chips
         else:
             self.unattributed = True
         if now > self.last_end:
@@ -254,6 +265,23 @@ class Instance:
                             sum(1 for r in self.running if r.finish_t < 0))
         self.rec_used.append(used)
         return secs
+
+    @property
+    def _tier_swap(self) -> bool:
+        return self.tier is not None and not self.tier.pooled
+
+    def _tier_step(self) -> float:
+        """The planned step's second-tier work: ``tier``, place the pool's blocks and add the
+        copies and tier-2 reads to the step's seconds; both modes record the occupancy.
+        Returns the joules per chip."""
+        t = self.tier
+        used = self.total_blocks - self.free
+        if t.pooled:
+            self._swap_s += t.place(self.running, used,
+                                    self._dec + [r for r, _ in self._chunks])
+        else:
+            t.record(used)
+        return t.take_j()
 
     def _draft_cost(self, step: Step) -> tuple[float, float, tuple]:
         """The draft model: its share of the prompt chunks plus k proposal steps (seconds,
@@ -328,7 +356,8 @@ class Instance:
                 break
             sw.popleft()
             self.free -= total
-            self._swap_s += r.swapped * self.block_bytes / self.cfg.host_link_bytes_per_s
+            self._swap_s += (self.tier.swap_in(r.swapped) if self._tier_swap else
+                             r.swapped * self.block_bytes / self.cfg.host_link_bytes_per_s)
             self.swap_bytes += r.swapped * self.block_bytes
             r.swapped = 0
             r.blocks = total

@@ -55,13 +55,14 @@ class GoldenRun:
     steps: list            # (start, seconds, decode batch, chunks)
     peak_blocks: int
     preemptions: int
+    tier2_peak: int = 0    # most blocks the second memory tier held
 
 
 def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: int, *,
                  prefix_blocks: int = 0, draft=None,
                  block_bytes: float = 0.0, closed_loop: list[GoldenRequest] | None = None,
                  rng: np.random.Generator | None = None, power=None,
-                 layout=None) -> GoldenRun:
+                 layout=None, tier=None) -> GoldenRun:
     """Serve ``reqs`` (arrival-ordered; with ``closed_loop`` the not-yet-issued requests of
     the clients, handed out in order as requests finish) on one instance of ``blocks`` KV
     blocks and return every request's times. ``power(seconds, energy per chip)`` limits each
@@ -75,7 +76,15 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     starts at ``computed`` tokens a sliding kind frees the ids of every slot wholly before
     token ``computed − window + 1``, a chunked kind those before its chunk's first token
     ``computed // chunk · chunk``; then every kind gets ids for each slot up to the step's
-    last token."""
+    last token.
+
+    ``tier``: the chip's second memory tier, ``(spec, mode, tier1 blocks, tier2 blocks)``
+    with ``spec`` a :class:`~diptych.sim.serving.kv_tier.TierSpec` and ``mode`` ``swap``
+    (preempted requests' blocks are copied there while it has room, and back before they
+    run again) or ``tier`` (``blocks`` is both tiers' pool; before each step tier 1 is filled
+    with the running requests' blocks in admission order, the rest are in tier 2, a block
+    whose tier changed is copied, and each stepping request's tier-2 blocks are read at the
+    tier's rate), as docs/serving.md "KV across memory tiers" states them."""
     cfg = cfg.resolved()              # a configuration the caller left open: ideal, chunked
     bs = cfg.kv_block_tokens
     kinds = layout.kinds if layout is not None else (("full", None, 1),)
@@ -101,6 +110,44 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     t = 0.0
     static_batch: list[GoldenRequest] = []
     static_state = {"pmax": 0, "left": 0, "done": 0}
+    spec, tier_mode, c1, c2 = tier if tier is not None else (None, "none", blocks, 0)
+    in_tier2 = {"swapped": 0, "peak": 0}     # swap: blocks of swapped requests in tier 2
+    last_place: dict = {}                    # tier: rid -> (blocks, of them in tier 2)
+
+    def swap_cost(n_blocks):
+        """Seconds to copy ``n_blocks`` out of or into tier 1: over the second tier, or the
+        host link."""
+        if tier_mode == "swap":
+            return spec.move_s(n_blocks * block_bytes)
+        return n_blocks * block_bytes / cfg.host_link_bytes_per_s
+
+    def place_tiers(stepping):
+        """``tier``: the seconds the step about to run grows by (copies, then tier-2 reads)."""
+        used = blocks - len(free_ids)
+        outside = used - sum(len(r.blocks) for r in running)   # the pinned prefix
+        left = c1 - min(c1, outside)
+        place = {}
+        for r in running:
+            mine = len(r.blocks)
+            in1 = min(mine, left)
+            left -= in1
+            place[r.rid] = (mine, mine - in1)
+        moved = 0
+        for rid, (b, t2) in place.items():
+            if rid in last_place:
+                b0, t20 = last_place[rid]
+                if t2 > t20:           # pushed down, less what was written there this step
+                    moved += max(0, t2 - t20 - max(0, b - b0))
+                else:                  # pulled up, less what was freed from tier 2
+                    moved += max(0, t20 - t2 - max(0, b0 - b))
+        last_place.clear()
+        last_place.update(place)
+        used2 = used - min(used, c1)
+        assert used2 <= c2, "the second tier holds more blocks than it has"
+        in_tier2["peak"] = max(in_tier2["peak"], used2)
+        read = sum(place[r.rid][1] for r in stepping)
+        return spec.move_s(moved * block_bytes) + spec.read_s(read * block_bytes) \
+            if moved else spec.read_s(read * block_bytes)
 
     def first_kept_slot(r, kind, start):
         """The first slot of ``kind`` a step starting at ``start`` computed tokens needs (the
@@ -166,9 +213,14 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         nonlocal preemptions
         preemptions += 1
         victim.preemptions += 1
-        if cfg.preemption == "swap":
-            victim.swapped_out = len(victim.blocks)
-            swap_time[0] += victim.swapped_out * block_bytes / cfg.host_link_bytes_per_s
+        n = len(victim.blocks)
+        to_tier = tier_mode == "swap" and in_tier2["swapped"] + n <= c2
+        if cfg.preemption == "swap" or to_tier:
+            victim.swapped_out = n
+            swap_time[0] += swap_cost(n)
+            if to_tier:
+                in_tier2["swapped"] += n
+                in_tier2["peak"] = max(in_tier2["peak"], in_tier2["swapped"])
             release(victim)
             swapped.append(victim)
         else:
@@ -235,7 +287,9 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             if need > budget or blocks_needed(r, r.computed + need, r.computed) > len(free_ids):
                 break
             swapped.pop(0)
-            swap_time[0] += r.swapped_out * block_bytes / cfg.host_link_bytes_per_s
+            swap_time[0] += swap_cost(r.swapped_out)
+            if tier_mode == "swap":
+                in_tier2["swapped"] -= r.swapped_out
             r.swapped_out = 0
             grow(r, r.computed + need, r.computed)
             running.append(r)
@@ -375,10 +429,13 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         else:
             step = Step(prefill=tuple((c, r.computed) for r, c in chunks))
         dt = device_s(step)
+        if tier_mode == "tier":
+            swap_time[0] += place_tiers(decodes + [r for r, _ in chunks])
         dt += swap_time[0]
         dt = with_host(dt, len(decodes) + len(chunks))
         used = blocks - len(free_ids)
         assert used <= blocks
+        assert tier_mode == "tier" or used <= c1
         peak = max(peak, used)
         steps.append((t, dt, step.decode_batch, len(step.prefill)))
         t_end = t + dt
@@ -424,4 +481,5 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             running.remove(r)
             finish(r, t_end)
         t = t_end
-    return GoldenRun(requests=finished, steps=steps, peak_blocks=peak, preemptions=preemptions)
+    return GoldenRun(requests=finished, steps=steps, peak_blocks=peak, preemptions=preemptions,
+                     tier2_peak=in_tier2["peak"])

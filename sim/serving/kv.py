@@ -135,6 +135,14 @@ class KvBudget:
     block_tokens: int
     blocks: int
     layout: KvLayout
+    #: blocks the chip's second memory tier adds to the scheduler's pool (``--kv-offload
+    #: tier``, :mod:`.kv_tier`; 0: the pool is ``blocks``)
+    tier2_blocks: int = 0
+
+    @property
+    def pool_blocks(self) -> int:
+        """Blocks the scheduler allocates from: the first tier's and the pooled second's."""
+        return self.blocks + self.tier2_blocks
 
     @property
     def kv_bytes(self) -> float:
@@ -159,7 +167,10 @@ class KvBudget:
                 "block_layers": self.layout.unit_layers,
                 "state_blocks_per_request": self.layout.state_blocks,
                 "layer_kinds": [{"attention": a, "window": w, "blocks_per_block_tokens": u}
-                                for a, w, u in self.layout.kinds]}
+                                for a, w, u in self.layout.kinds],
+                **({"tier2_blocks": self.tier2_blocks, "tier2_tokens": self.tier2_blocks
+                    // self.layout.units_per_block * self.block_tokens}
+                   if self.tier2_blocks else {})}
 
 
 def _block_bytes(block_tokens: int, per_token: float, layout: KvLayout) -> float:

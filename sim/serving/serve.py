@@ -20,6 +20,8 @@ from .config import ServeConfig
 from .deployment import Deployment, Pool, colocated, fit_tp, kv_transfer
 from .engine import Instance, Req, run_loop
 from .kv import KvBudget, kv_budget
+from .kv_tier import (KvTier, check_offload, kv_tiers_info, resolve_offload, tier_blocks,
+                      tier_spec)
 from .metrics import (FILL_LIMIT, fill_fraction, mean_in_system, queue_series,
                       request_metrics, stats)
 from .power import StepPowerLimit
@@ -123,10 +125,17 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
     if prefix_blocks >= budget.blocks:
         raise ValueError(f"the shared prefix ({prefix_blocks} blocks) does not fit the KV "
                          f"cache of {r.name} ({budget.blocks} blocks); lower --prefix-share")
+    mode = resolve_offload(cfg.kv_offload, r.chip, cfg.scheduler)
+    spec = tier_spec(r.chip) if mode != "none" else None
+    t2 = tier_blocks(spec, budget.block_bytes) if spec is not None else 0
+    if mode == "tier":
+        budget = replace(budget, tier2_blocks=t2)
     out = []
     for k in range(pool.replicas):
-        out.append(Instance(start + k, role, oracles.get(r), cfg, chips=r.tp,
-                            blocks=budget.blocks, block_bytes=budget.block_bytes,
+        tier = (KvTier(spec, mode, blocks=t2, tier1_blocks=budget.blocks,
+                       block_bytes=budget.block_bytes) if spec is not None and t2 else None)
+        out.append(Instance(start + k, role, oracles.get(r), cfg, chips=r.tp, tier=tier,
+                            blocks=budget.pool_blocks, block_bytes=budget.block_bytes,
                             static_w=r.chip.energy.static_w,
                             draft=oracles.get(draft) if draft is not None else None,
                             rng=rng, prefix_blocks=prefix_blocks, layout=budget.layout,
@@ -192,6 +201,7 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
     prefix_blocks = int(shared.max()) // bs if n else 0
     spec_rng = np.random.default_rng([cfg.seed, 1])
 
+    check_offload(cfg.kv_offload, [p.replica.chip for p in deployment.pools], cfg.scheduler)
     instances: list[Instance] = []
     budgets: list[tuple[str, KvBudget]] = []
     prefill_pool = decode_pool = None
@@ -285,7 +295,7 @@ def _check_fit(pr, out, shared, cfg: ServeConfig, budgets) -> None:
     need = pr + out - shared
     for role, b in budgets:
         lay = b.layout
-        free = b.blocks - int(shared.max()) // cfg.kv_block_tokens * lay.units_per_block
+        free = b.pool_blocks - int(shared.max()) // cfg.kv_block_tokens * lay.units_per_block
         if lay.per_request:     # the most a request holds in a step (windows free the rest;
             #                     a linear-attention state takes its blocks whatever the length)
             whole = cfg.scheduler == "static" or not cfg.chunked_prefill
@@ -342,6 +352,9 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
                 kv_transfer_bytes=link["bytes"], **setup_info(dep, cfg),
                 expected_tokens_per_verify=(cfg.speculative.expected_tokens
                                             if cfg.speculative else None))
+    tiers = [i.tier.to_dict(i.chips) for i in instances if i.tier is not None]
+    if tiers:               # which tier held how much KV, what moved (sim/serving/kv_tier.py)
+        info["kv_tiers"] = kv_tiers_info(tiers)
     limits = [i.power for i in instances if i.power is not None]
     warns = []
     if load.qps is not None:      # arrivals from t = 0 (the first after one gap)
