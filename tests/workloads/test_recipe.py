@@ -92,17 +92,17 @@ def test_what_runs_in_fp8():
 
 @pytest.mark.parametrize("recipe", ["fp8-delayed", "fp8-current"])
 def test_casts_follow_the_closed_form(recipe):
-    """Per layer and micro-batch: delayed scaling casts attention's output (the norms' and
-    SwiGLU's outputs are cast inside those kernels) and, in backward, the output gradients of
-    qkv, o and down (gate/up's comes out of the fused dSwiGLU); current scaling casts every
-    linear input and output gradient, each after an amax pass over it. A cast reads the BF16
-    tensor once and writes two FP8 copies."""
+    """Per layer and micro-batch: delayed scaling casts attention's output and SwiGLU's
+    (Megatron-Core's activation is not a TE kernel), and, in backward, the output gradient of
+    every linear (dSwiGLU writes BF16 too); the norms write their output row-wise in FP8 and
+    each is transposed in backward for the wgrad (TE 1.x ``fp8_transpose``: 1 B read, 1 B
+    written). Current scaling casts every linear input and output gradient, each after an
+    amax pass over it. A cast reads the BF16 tensor once and writes two FP8 copies."""
     m, t, h, f, q, qkv = _shapes()
     w = train_step(m, BATCH, SEQ, precision=fp8(recipe), micro_batch=BATCH)
-    if recipe == "fp8-delayed":
-        fwd, bwd = [t * q], [t * h, t * h, t * qkv]
-    else:
-        fwd, bwd = [t * h, t * q, t * h, t * f], [t * h, t * 2 * f, t * h, t * qkv]
+    bf = train_step(m, BATCH, SEQ, micro_batch=BATCH)
+    bwd = [t * h, t * 2 * f, t * h, t * qkv]
+    fwd = [t * q, t * f] if recipe == "fp8-delayed" else [t * h, t * q, t * h, t * f]
     layer = [(b, o) for b, o in _ops(w, VectorOp, "recipe") if b.name.startswith("layers")]
     casts = sorted(o.elements for b, o in layer if "cast" in o.tags)
     assert casts == sorted(fwd + bwd)
@@ -112,6 +112,16 @@ def test_casts_follow_the_closed_form(recipe):
             assert (o.read_bytes, o.write_bytes) == (2 * o.elements, 2 * o.elements)
     amax = sorted(o.elements for _, o in layer if "amax" in o.tags)
     assert amax == (casts if recipe == "fp8-current" else [])
+    tr = [o for _, o in layer if "transpose" in o.tags]
+    assert sorted(o.elements for o in tr) == ([t * h, t * h] if recipe == "fp8-delayed"
+                                              else [])
+    assert all((o.read_bytes, o.write_bytes) == (o.elements, o.elements) for o in tr)
+    norms = {r: {o.name: o.write_bytes for _, o in _ops(x, VectorOp) if o.kind == "rmsnorm"
+                 and not o.name.endswith(".bwd")} for r, x in (("fp8", w), ("bf16", bf))}
+    for name, wb in norms["fp8"].items():   # the layers' norms write 1 B, the final one 2 B
+        assert wb == norms["bf16"][name] / (2 if name in ("attn_norm", "mlp_norm")
+                                            and recipe == "fp8-delayed" else 1)
+    assert set(norms["fp8"]) == {"attn_norm", "mlp_norm", "final_norm"}
 
 
 @pytest.mark.parametrize("recipe,reads", [("fp8-delayed", 1), ("fp8-current", 2)])
