@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import tomllib
 from importlib import resources
+from pathlib import Path
 
 from diptych.arch.loader import chip_from_dict, load_chip
 from diptych.arch.power import sustained_clock
@@ -151,8 +152,7 @@ def main(argv=None) -> int:
     text = table([load_chip("h100"), h200_nvl()])
     print(text)
     if a.out:
-        with open(a.out, "w") as fh:
-            fh.write(text + "\n")
+        Path(a.out).write_text(text + "\n")
     return 0
 
 

@@ -13,27 +13,32 @@ Transformer Engine's ``DelayedScaling`` (the default recipe, ``fp8-delayed``) an
   the weight gradient). Attention, norms, activations, the embedding, the LM head (Megatron's
   output layer is not an FP8 module), the MoE router, the loss, the optimizer (FP32 master
   weights) and the gradient reduction stay in BF16/FP32.
-* **Casts.** Hopper runs FP8 GEMMs only in the TN layout, so each quantised tensor (an input
-  X, a weight W, an output gradient dY) is written twice, row- and column-wise (a
-  ``cast_transpose`` kernel: read 2 B, write 1 + 1 B per element). A tensor made by a norm or
-  an activation function that only linear GEMMs read is quantised inside that kernel (TE's
-  ``LayerNormLinear``/``LayerNormMLP``; ``cast_transpose_dbias_dgelu`` for the gradient into
-  an activation's producer): the kernel writes the two FP8 copies instead of its BF16 output,
-  the same bytes, and no op is added. Any other input gets a cast op (:func:`cast_op`):
-  attention's output into the output projection, the tokens routed to the experts, and in
-  backward the output gradient of every linear not fed by an activation. Delayed scaling
-  takes the scale from the amax history (the cast kernel records the new amax); current
-  scaling first reads the tensor once more for its amax (:func:`amax_op`): TE calls the
-  second read "significant", and it also cannot fuse the cast into the producer.
+* **Casts**, as NeMo runs them: Megatron-Core's layers on TE 1.x (:data:`FUSABLE_PRODUCERS`
+  says where each is read). Hopper runs FP8 GEMMs only in the TN layout, so each quantised
+  tensor (an input X, a weight W, an output gradient dY) is needed row- and column-wise. A
+  norm's output that only linear GEMMs read (TE's ``LayerNormLinear``) is written by the norm
+  kernel in FP8, row-wise only (1 B where BF16 writes 2; the producer op is tagged
+  ``fp8_rowwise``), and transposed in the backward before the weight gradient
+  (``fp8_transpose``: :func:`transpose_op`, read 1 B, write 1 B; the GEMM is tagged
+  ``x_transpose``). Any other input gets a cast op (:func:`cast_op`, TE's
+  ``fp8_cast_transpose_fused``: read 2 B, write 1 + 1 B): attention's output, the
+  activation's output (Megatron's own BF16 kernel), the tokens routed to the experts; and in
+  backward every linear's output gradient (``grad_output_preprocess``; the activation's
+  backward writes BF16 too). Delayed scaling takes the scale from the amax history (the cast
+  kernel records the new amax); current scaling (TE 2.x) first reads the tensor once more
+  for its amax (:func:`amax_op`): TE calls the second read "significant", and it also
+  cannot fuse the cast into the producer.
 * **Weights** are cast once per optimizer step (cached across micro-batches:
   ``is_first_microbatch``): :func:`weight_cast_op`.
 * **Scale synchronisation** (delayed only): one all-reduce (MAX) of every amax at the end of
   the forward pass and one in the backward pass, over the tensor-, data- and
-  context-parallel ranks (Megatron's amax reduction group): latency-bound, 4 B per tensor.
+  context-parallel ranks (Megatron's amax reduction group): latency-bound, 4 B per tensor
+  (TE reduces on every autocast exit, per micro-batch and model chunk: not modelled).
 
-In the dataflow a fused input's FP8 pair lives in the BF16-sized tensor its producer writes
-(the GEMM reads the row-wise half, the weight gradient the column-wise half), as does a
-weight's cached pair; a cast op writes the pair as a tensor of its own. The backward
+In the dataflow a norm's FP8 output is the row-wise half of the BF16-sized tensor it writes
+(the GEMM reads it; the transpose reads it and writes the column-wise copy as a tensor of its
+own, which the weight gradient reads), a weight's cached pair the whole of its BF16-sized
+tensor; a cast op writes the pair as a tensor of its own. The backward
 (:mod:`diptych.workloads.train`) passes gradients straight through a cast (an FP8
 quantiser's backward is the identity: no op).
 """
