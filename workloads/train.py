@@ -339,11 +339,17 @@ def linear_params_per_chip(m: ModelConfig, tp: int) -> float:
     return n
 
 
-def recipe_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Block]:
+def recipe_blocks(m: ModelConfig, p: Precision, tp: int, dp: int,
+                  micro_batches: int = 1) -> list[Block]:
     """What an FP8 recipe adds to a step beside its micro-batches
     (:mod:`~diptych.workloads.recipe`): the weights' FP8 copies, cast once per step, in
-    chunks of :data:`ADAMW_CHUNK`, and the delayed recipe's two amax all-reduces over the
-    ``tp × dp`` ranks (five amaxes per linear GEMM, forward and backward)."""
+    chunks of :data:`ADAMW_CHUNK`, and the delayed recipe's amax all-reduces over the
+    ``tp × dp`` ranks (five amaxes per linear GEMM), one at the end of each micro-batch's
+    forward and one in its backward: Megatron-Core runs each forward of its transformer
+    block inside ``fp8_autocast`` and TE reduces the amaxes on every exit and in the
+    matching backward [S: NVIDIA/Megatron-LM core_r0.9.0 transformer_block.py
+    ``fp8_context``; TransformerEngine v1.11 fp8.py ``fp8_autocast_exit`` →
+    ``reduce_and_update_fp8_tensors``]."""
     if not p.quantized:
         return []
     n = max(1, math.ceil(linear_params_per_chip(m, tp)))
@@ -359,14 +365,15 @@ def recipe_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Block]
     c = _Ctx(m, p, tp, 1, 1, 0, "train")
     gemms = sum(b.repeat * sum(1 for o in b.ops if quantized(o)) for b in _layer_blocks(c))
     for op in amax_collectives(p, 5 * gemms, tp * dp):
-        out.append(Block.of_ops(op.name, 1, (op,), "optimizer", access=(Access(
+        out.append(Block.of_ops(op.name, micro_batches, (op,), "optimizer", access=(Access(
             (Use("amax", "read"), Use("amax_reduced", "write"))),), tensors=(
             Tensor("amax", op.bytes, "optimizer_state"),
             Tensor("amax_reduced", op.bytes, "optimizer_state", live_out=True))))
     return out
 
 
-def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Block]:
+def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int,
+                     micro_batches: int = 1) -> list[Block]:
     """Gradient all-reduce over ``dp`` replicas (if any) and the AdamW update of one shard:
     it reads the gradient, master copy and both moments and writes them back with the
     working-precision weights, in chunks of :data:`ADAMW_CHUNK` parameters; then what an
@@ -386,7 +393,7 @@ def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Blo
         blocks.append(_adamw_block("optimizer", q, ADAMW_CHUNK, p))
     if r:
         blocks.append(_adamw_block("optimizer.tail", 1, r, p))
-    return blocks + recipe_blocks(m, p, tp, dp)
+    return blocks + recipe_blocks(m, p, tp, dp, micro_batches)
 
 
 def layer_params_per_chip(m: ModelConfig, tp: int) -> dict[str, float]:
@@ -505,7 +512,7 @@ def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision
     blocks += [_backward_block(head, p)] + [_backward_block(x, p) for x in reversed(layers)]
     blocks.append(_backward_block(emb, p))
     blocks = [replace(x, repeat=x.repeat * n_micro) for x in blocks]
-    blocks += optimizer_blocks(m, p, tp, dp)
+    blocks += optimizer_blocks(m, p, tp, dp, n_micro)
     return Workload("train", tuple(blocks), tokens=b * seq_len, batch=b,
                     info={"seq_len": seq_len, **keys_info(c), "tp": tp, "dp": dp,
                           "recompute": recompute, "global_batch": batch, "micro_batch": mb,

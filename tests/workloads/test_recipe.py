@@ -145,6 +145,10 @@ def test_delayed_scaling_reduces_its_amaxes_across_ranks():
         w = train_step(m, 8, SEQ, precision=fp8(recipe), tp=tp, dp=dp, micro_batch=1)
         red = [o for _, o in _ops(w, Collective, "amax")]
         assert len(red) == want
+        # one forward and one backward reduction per micro-batch (TE reduces on every
+        # fp8_autocast exit; Megatron-Core enters it once per micro-batch's forward)
+        assert w.info["micro_batches"] == 2
+        assert all(b.repeat == 2 for b, _ in _ops(w, Collective, "amax"))
         for o in red:         # five FP32 amaxes per linear module (3 fwd + 2 bwd), per layer
             assert (o.kind, o.group, o.bytes) == ("all_reduce", tp * dp,
                                                   5 * 4 * m.layers * 4)
@@ -186,6 +190,25 @@ def test_the_cluster_step_charges_the_weight_cast_and_amax_all_reduce(roofline_r
     amax = [k for k in d.comm if "amax" in k]
     assert amax and all(d.comm[k]["group_kind"] == "amax" for k in amax)
     assert not [k for k in bf.comm if "amax" in k]
+
+
+def test_the_cluster_step_reduces_amaxes_per_micro_batch_and_chunk(roofline_runs):
+    """The delayed recipe's amax all-reduces run once per autocast exit and once in the
+    matching backward: per micro-batch and model chunk. With the weight casts fixed per step,
+    the FP8 optimizer tail over BF16's grows by the same time for every added micro-batch
+    (1 → 2 → 3 per replica); current scaling has none."""
+    args = (load_chip("h100"), load_model(M))
+
+    def extra(recipe, mb):
+        kw = dict(phase="train", batch=4 * mb, seq=SEQ, tp=2, dp=4, pp=2, micro_batch=1)
+        bf, q = (run_cluster_step(*args, Scenario.of(**kw, **r), cluster="dgx-h100",
+                                  simulate=roofline) for r in ({}, {"recipe": recipe}))
+        return q.layout["optimizer"][0] - bf.layout["optimizer"][0]
+    d = [extra("fp8-delayed", mb) for mb in (1, 2, 3)]
+    assert d[1] - d[0] > 0
+    assert d[2] - d[1] == pytest.approx(d[1] - d[0], rel=1e-6)
+    c = [extra("fp8-current", mb) for mb in (1, 2)]
+    assert c[1] == pytest.approx(c[0], rel=1e-6)
 
 
 RUN = ["run", "--chip", "h100", "--model", M, "--json"]
