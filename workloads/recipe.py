@@ -13,27 +13,32 @@ Transformer Engine's ``DelayedScaling`` (the default recipe, ``fp8-delayed``) an
   the weight gradient). Attention, norms, activations, the embedding, the LM head (Megatron's
   output layer is not an FP8 module), the MoE router, the loss, the optimizer (FP32 master
   weights) and the gradient reduction stay in BF16/FP32.
-* **Casts.** Hopper runs FP8 GEMMs only in the TN layout, so each quantised tensor (an input
-  X, a weight W, an output gradient dY) is written twice, row- and column-wise (a
-  ``cast_transpose`` kernel: read 2 B, write 1 + 1 B per element). A tensor made by a norm or
-  an activation function that only linear GEMMs read is quantised inside that kernel (TE's
-  ``LayerNormLinear``/``LayerNormMLP``; ``cast_transpose_dbias_dgelu`` for the gradient into
-  an activation's producer): the kernel writes the two FP8 copies instead of its BF16 output,
-  the same bytes, and no op is added. Any other input gets a cast op (:func:`cast_op`):
-  attention's output into the output projection, the tokens routed to the experts, and in
-  backward the output gradient of every linear not fed by an activation. Delayed scaling
-  takes the scale from the amax history (the cast kernel records the new amax); current
-  scaling first reads the tensor once more for its amax (:func:`amax_op`): TE calls the
-  second read "significant", and it also cannot fuse the cast into the producer.
+* **Casts**, as NeMo runs them: Megatron-Core's layers on TE 1.x (:data:`FUSABLE_PRODUCERS`
+  says where each is read). Hopper runs FP8 GEMMs only in the TN layout, so each quantised
+  tensor (an input X, a weight W, an output gradient dY) is needed row- and column-wise. A
+  norm's output that only linear GEMMs read (TE's ``LayerNormLinear``) is written by the norm
+  kernel in FP8, row-wise only (1 B where BF16 writes 2; the producer op is tagged
+  ``fp8_rowwise``), and transposed in the backward before the weight gradient
+  (``fp8_transpose``: :func:`transpose_op`, read 1 B, write 1 B; the GEMM is tagged
+  ``x_transpose``). Any other input gets a cast op (:func:`cast_op`, TE's
+  ``fp8_cast_transpose_fused``: read 2 B, write 1 + 1 B): attention's output, the
+  activation's output (Megatron's own BF16 kernel), the tokens routed to the experts; and in
+  backward every linear's output gradient (``grad_output_preprocess``; the activation's
+  backward writes BF16 too). Delayed scaling takes the scale from the amax history (the cast
+  kernel records the new amax); current scaling (TE 2.x) first reads the tensor once more
+  for its amax (:func:`amax_op`): TE calls the second read "significant", and it also
+  cannot fuse the cast into the producer.
 * **Weights** are cast once per optimizer step (cached across micro-batches:
   ``is_first_microbatch``): :func:`weight_cast_op`.
 * **Scale synchronisation** (delayed only): one all-reduce (MAX) of every amax at the end of
   the forward pass and one in the backward pass, over the tensor-, data- and
-  context-parallel ranks (Megatron's amax reduction group): latency-bound, 4 B per tensor.
+  context-parallel ranks (Megatron's amax reduction group): latency-bound, 4 B per tensor
+  (TE reduces on every autocast exit, per micro-batch and model chunk: not modelled).
 
-In the dataflow a fused input's FP8 pair lives in the BF16-sized tensor its producer writes
-(the GEMM reads the row-wise half, the weight gradient the column-wise half), as does a
-weight's cached pair; a cast op writes the pair as a tensor of its own. The backward
+In the dataflow a norm's FP8 output is the row-wise half of the BF16-sized tensor it writes
+(the GEMM reads it; the transpose reads it and writes the column-wise copy as a tensor of its
+own, which the weight gradient reads), a weight's cached pair the whole of its BF16-sized
+tensor; a cast op writes the pair as a tensor of its own. The backward
 (:mod:`diptych.workloads.train`) passes gradients straight through a cast (an FP8
 quantiser's backward is the identity: no op).
 """
@@ -54,13 +59,19 @@ CAST_OPS_PER_ELEMENT = 3.0
 AMAX_OPS_PER_ELEMENT = 2.0
 #: Bytes of one amax in the delayed recipe's reduction (an FP32 per quantised tensor).
 AMAX_BYTES = 4.0
-#: Vector-op kinds whose output a linear's cast can be fused into (TE's LayerNormLinear and
-#: LayerNormMLP: a norm, or the activation function between the MLP's GEMMs).
-FUSABLE_PRODUCERS = ("rmsnorm", "layernorm", "swiglu", "gelu", "silu")
-#: Vector-op kinds whose backward can write its input gradient's FP8 pair directly
-#: (``cast_transpose_dbias_dgelu``): the output gradient of the GEMM that feeds one needs no
-#: cast of its own (the GEMM is tagged ``dy_fused``).
-FUSABLE_ACTIVATIONS = ("swiglu", "gelu", "silu")
+#: Vector-op kinds whose output a linear's cast can be fused into: the norm of TE's
+#: ``LayerNormLinear``, which Megatron-Core builds its QKV and first MLP projections from
+#: (``TELayerNormColumnParallelLinear``) [S: NVIDIA/Megatron-LM core_r0.9.0 (1afee59)
+#: megatron/core/models/gpt/gpt_layer_specs.py, ``linear_fc1=TELayerNormColumnParallelLinear,
+#: linear_fc2=TERowParallelLinear``]. The activation between the MLP's GEMMs is Megatron's
+#: own BF16 kernel, not TE's ``LayerNormMLP`` [S: same commit, megatron/core/transformer/
+#: mlp.py ``MLP.forward``: ``bias_swiglu_impl``/``bias_gelu_impl`` between ``linear_fc1`` and
+#: ``linear_fc2``; moe/experts.py ``TEGroupedMLP`` likewise], so its output is cast by TE's
+#: ``Linear`` (fc2's input) and its input gradient by ``fp8_cast_transpose_fused`` in fc1's
+#: ``grad_output_preprocess`` [S: NVIDIA/TransformerEngine v1.11 (c27ee60)
+#: transformer_engine/pytorch/module/linear.py ``_Linear.forward``, module/base.py
+#: ``grad_output_preprocess``]: neither is fused.
+FUSABLE_PRODUCERS = ("rmsnorm", "layernorm")
 #: Linear GEMMs that stay in BF16 under a per-tensor recipe.
 BF16_LINEARS = ("lm_head", "router", "indexer_weights_proj")
 
@@ -94,6 +105,22 @@ def amax_op(name: str, elements: int, p: Precision) -> VectorOp:
                     ops_per_element=AMAX_OPS_PER_ELEMENT,
                     read_bytes=elements * dtype_bytes(p.activations), write_bytes=AMAX_BYTES,
                     dtype="fp32", tags=("recipe", "amax"))
+
+
+def transpose_op(name: str, elements: int, p: Precision) -> VectorOp:
+    """TE 1.x's ``fp8_transpose`` of a row-wise FP8 tensor that only the forward GEMM read:
+    the column-wise copy the weight-gradient GEMM reads, made in the backward pass (read 1 B,
+    write 1 B per element; a kernel of its own, no arithmetic)."""
+    return VectorOp(name=name, kind="scale", elements=max(1, int(elements)),
+                    ops_per_element=0.0, read_bytes=elements * dtype_bytes(p.linear),
+                    write_bytes=elements * dtype_bytes(p.linear), dtype=p.linear,
+                    tags=("recipe", "transpose"))
+
+
+def rowwise_share(p: Precision) -> float:
+    """The share of a BF16-sized tensor that its row-wise FP8 copy takes (bytes of an FP8
+    element over bytes of the stored element)."""
+    return _ratio(p, p.activations)
 
 
 def weight_cast_op(name: str, params: float, p: Precision) -> VectorOp:
@@ -134,6 +161,7 @@ def quantize_records(records: list, tensors: dict, p: Precision) -> tuple[list, 
     if not p.quantized:
         return records, tensors
     producer = {t: op for op, a in records for t in a.writes}
+    writes = {id(op): a.writes for op, a in records}
     readers: dict[str, list] = {}
     for op, a in records:
         for u in a.uses:
@@ -141,18 +169,21 @@ def quantize_records(records: list, tensors: dict, p: Precision) -> tuple[list, 
                 readers.setdefault(u.tensor, []).append((op, u.role))
     fused = {t for t, op in producer.items()
              if isinstance(op, VectorOp) and op.kind in FUSABLE_PRODUCERS
-             and p.recipe == "fp8-delayed"
+             and p.recipe == "fp8-delayed" and len(writes[id(op)]) == 1
              and all(quantized(r) and role == "a" for r, role in readers.get(t, ()))}
     out, tables, cast = [], dict(tensors), {}
     half = _ratio(p, p.activations)
     for op, a in records:
         if not quantized(op):
+            if a.writes and a.writes[0] in fused:     # the norm writes the row-wise FP8 only
+                op = dataclasses.replace(op, write_bytes=op.write_bytes * half,
+                                         tags=op.tags + ("fp8_rowwise",))
+                a = Access(tuple(dataclasses.replace(u, share=u.share * half)
+                                 if u.mode == "write" else u for u in a.uses), a.rmw)
             out.append((op, a))
             continue
-        if p.recipe == "fp8-delayed" and a.writes and all(
-                isinstance(r, VectorOp) and r.kind in FUSABLE_ACTIVATIONS
-                for t in a.writes for r, _ in readers.get(t, ())):
-            op = dataclasses.replace(op, tags=op.tags + ("dy_fused",))
+        if any(u.role == "a" and u.tensor in fused for u in a.uses):
+            op = dataclasses.replace(op, tags=op.tags + ("x_transpose",))
         uses = []
         for u in a.uses:
             t = u.tensor
@@ -183,20 +214,21 @@ def quantize_records(records: list, tensors: dict, p: Precision) -> tuple[list, 
 
 def backward_gemms(op: Gemm, p: Precision) -> list:
     """The backward ops of an FP8 recipe's linear GEMM ``op``, in order: the cast of its
-    output gradient (with current scaling an amax pass first; none when ``dy_fused``), then
-    dgrad ``dX = dY·W`` and wgrad ``dW = dYᵀ·X`` on FP8 operands."""
+    output gradient (with current scaling an amax pass first), then dgrad ``dX = dY·W`` and
+    wgrad ``dW = dYᵀ·X`` on FP8 operands."""
     out: list = []
     e = op.batch * op.m * op.n
-    if "dy_fused" not in op.tags:
-        if p.recipe == "fp8-current":
-            out.append(amax_op(f"{op.name}.dy.amax", e, p))
-        out.append(cast_op(f"{op.name}.dy.cast", e, p))
+    if p.recipe == "fp8-current":
+        out.append(amax_op(f"{op.name}.dy.amax", e, p))
+    out.append(cast_op(f"{op.name}.dy.cast", e, p))
     da = Gemm(name=f"{op.name}.dgrad", m=op.m, k=op.n, n=op.k, batch=op.batch,
               a_dtype=p.linear, b_dtype=op.b_dtype, c_dtype=p.activations,
               acc_dtype=op.acc_dtype, b_is_weight=op.b_is_weight,
               tags=op.tags + ("dgrad",))
+    if "x_transpose" in op.tags:
+        da = (da, transpose_op(f"{op.name}.x.transpose", op.batch * op.m * op.k, p))
     db = Gemm(name=f"{op.name}.wgrad", m=op.k, k=op.m, n=op.n, batch=op.batch,
               a_dtype=op.a_dtype, b_dtype=p.linear, c_dtype=p.grads, acc_dtype=op.acc_dtype,
               b_is_weight=op.batch == 1,
               tags=tuple(t for t in op.tags if t != "weight") + ("wgrad",))
-    return out + [da, db]
+    return out + (list(da) if isinstance(da, tuple) else [da]) + [db]

@@ -41,7 +41,8 @@ from .params import params_per_chip, weight_tensors
 from .precision import Precision
 from .quant import QUANT_OPS_PER_BLOCK, QUANT_OPS_PER_ELEMENT
 from .sparse_attention import backward_share as sparse_share, for_backward as sparse_for_backward
-from .recipe import amax_collectives, backward_gemms, quantized, weight_cast_op
+from .recipe import (amax_collectives, backward_gemms, quantized, rowwise_share,
+                     weight_cast_op)
 
 #: Parameters per AdamW op: the update runs as a sequence of equal chunks (as multi-tensor
 #: apply kernels do), one op repeated, so the engine simulates one 16 Mi-element stream instead
@@ -79,9 +80,11 @@ def backward_ops(op: Op, p: Precision) -> list[Op]:
                   tags=tuple(t for t in op.tags if t != "weight") + ("wgrad",))
         return [da, db]
     if isinstance(op, VectorOp):
+        # its output gradient is BF16 even where its forward wrote FP8 (recipe.py)
+        out_bytes = op.write_bytes / (rowwise_share(p) if "fp8_rowwise" in op.tags else 1.0)
         return [VectorOp(name=f"{op.name}.bwd", kind=op.kind, elements=op.elements,
                          ops_per_element=2.0 * op.ops_per_element,
-                         read_bytes=op.read_bytes + op.write_bytes, write_bytes=op.read_bytes,
+                         read_bytes=op.read_bytes + out_bytes, write_bytes=op.read_bytes,
                          dtype=op.dtype, tags=op.tags + ("bwd",))]
     return [Collective(name=f"{op.name}.bwd", kind=op.kind, bytes=op.bytes, group=op.group,
                        tags=op.tags + ("bwd",))]
@@ -154,11 +157,11 @@ class _Grads:
 def _quantized_backward(op: Gemm, a: Access, d_out: list, deps, dep_grads, gr: "_Grads", it,
                         cast_of: dict, p: Precision) -> list[Access]:
     """The accesses of an FP8 linear's backward ops (:func:`~.recipe.backward_gemms`): the
-    output gradient's cast (reads the BF16 gradient, writes its FP8 pair), or, fused into the
-    activation's backward, the pair in the gradient's own BF16-sized tensor; dgrad and wgrad
+    output gradient's cast (reads the BF16 gradient, writes its FP8 pair); dgrad and wgrad
     read the pair's halves and the forward's FP8 operands, and write BF16 (FP32) gradients,
     twice the bytes of the FP8 halves they stand for: an input that was cast takes the
-    gradient itself (the cast passes it straight through)."""
+    gradient itself (the cast passes it straight through). An input a norm wrote row-wise
+    only (``x_transpose``) is transposed before the wgrad, which reads the transpose."""
     out: list[Access] = []
     nxt = next(it)
     dy = [dataclasses.replace(u, share=u.share * 0.5) for u in d_out]
@@ -172,7 +175,7 @@ def _quantized_backward(op: Gemm, a: Access, d_out: list, deps, dep_grads, gr: "
         out.append(Access((*d_out, *pre, Use(token, "write"))))
         dy = [Use(token, "read", 0.5)]
         next(it)
-    next(it)
+    nxt = next(it)
     ua, ub = a.of(role="a"), a.of(role="b")
     grad_a = [x for u in ua
               for x in gr.contribute(cast_of.get(u.tensor, u.tensor),
@@ -180,7 +183,16 @@ def _quantized_backward(op: Gemm, a: Access, d_out: list, deps, dep_grads, gr: "
     out.append(Access((*(Use(u.tensor, "read", u.share, "b") for u in ub),
                        *(dataclasses.replace(u, role="a") for u in dy), *deps, *grad_a,
                        *dep_grads)))
-    out.append(Access((*ua, *(dataclasses.replace(u, role="b") for u in dy), *deps,
+    xa = ua
+    if "transpose" in nxt.tags:
+        token = gr.declare(f"{nxt.name}#t", Tensor(f"{nxt.name}#t", nxt.write_bytes), False)
+        # after the output gradient's cast, as TE runs it (and a backward layer's work
+        # waits for the gradient that reaches it)
+        out.append(Access((*ua, *(Use(u.tensor, "read", 0.0, "dep") for u in dy),
+                           Use(token, "write"))))
+        xa = (Use(token, "read", 1.0, "a"),)
+        next(it)
+    out.append(Access((*xa, *(dataclasses.replace(u, role="b") for u in dy), *deps,
                        *[x for u in ub for x in gr.contribute(u.tensor, u.share * 2)])))
     return out
 
@@ -207,7 +219,9 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
         if "recipe" in op.tags:
             continue
         outs = a.writes[:1] if isinstance(op, FusedAttention) else a.writes
-        d_out = [Use(gr.of_output(w), "read", u.share) for w in outs
+        # a norm that wrote its output row-wise in FP8 gets the BF16 output gradient
+        g = 1.0 / rowwise_share(p) if "fp8_rowwise" in op.tags else 1.0
+        d_out = [Use(gr.of_output(w), "read", u.share * g) for w in outs
                  for u in a.of(mode="write") if u.tensor == w and gr.of_output(w)]
         reads = a.of(mode="read")
         deps = a.of(role="dep")
@@ -325,11 +339,17 @@ def linear_params_per_chip(m: ModelConfig, tp: int) -> float:
     return n
 
 
-def recipe_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Block]:
+def recipe_blocks(m: ModelConfig, p: Precision, tp: int, dp: int,
+                  micro_batches: int = 1) -> list[Block]:
     """What an FP8 recipe adds to a step beside its micro-batches
     (:mod:`~diptych.workloads.recipe`): the weights' FP8 copies, cast once per step, in
-    chunks of :data:`ADAMW_CHUNK`, and the delayed recipe's two amax all-reduces over the
-    ``tp × dp`` ranks (five amaxes per linear GEMM, forward and backward)."""
+    chunks of :data:`ADAMW_CHUNK`, and the delayed recipe's amax all-reduces over the
+    ``tp × dp`` ranks (five amaxes per linear GEMM), one at the end of each micro-batch's
+    forward and one in its backward: Megatron-Core runs each forward of its transformer
+    block inside ``fp8_autocast`` and TE reduces the amaxes on every exit and in the
+    matching backward [S: NVIDIA/Megatron-LM core_r0.9.0 transformer_block.py
+    ``fp8_context``; TransformerEngine v1.11 fp8.py ``fp8_autocast_exit`` →
+    ``reduce_and_update_fp8_tensors``]."""
     if not p.quantized:
         return []
     n = max(1, math.ceil(linear_params_per_chip(m, tp)))
@@ -345,14 +365,15 @@ def recipe_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Block]
     c = _Ctx(m, p, tp, 1, 1, 0, "train")
     gemms = sum(b.repeat * sum(1 for o in b.ops if quantized(o)) for b in _layer_blocks(c))
     for op in amax_collectives(p, 5 * gemms, tp * dp):
-        out.append(Block.of_ops(op.name, 1, (op,), "optimizer", access=(Access(
+        out.append(Block.of_ops(op.name, micro_batches, (op,), "optimizer", access=(Access(
             (Use("amax", "read"), Use("amax_reduced", "write"))),), tensors=(
             Tensor("amax", op.bytes, "optimizer_state"),
             Tensor("amax_reduced", op.bytes, "optimizer_state", live_out=True))))
     return out
 
 
-def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Block]:
+def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int,
+                     micro_batches: int = 1) -> list[Block]:
     """Gradient all-reduce over ``dp`` replicas (if any) and the AdamW update of one shard:
     it reads the gradient, master copy and both moments and writes them back with the
     working-precision weights, in chunks of :data:`ADAMW_CHUNK` parameters; then what an
@@ -372,7 +393,7 @@ def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int) -> list[Blo
         blocks.append(_adamw_block("optimizer", q, ADAMW_CHUNK, p))
     if r:
         blocks.append(_adamw_block("optimizer.tail", 1, r, p))
-    return blocks + recipe_blocks(m, p, tp, dp)
+    return blocks + recipe_blocks(m, p, tp, dp, micro_batches)
 
 
 def layer_params_per_chip(m: ModelConfig, tp: int) -> dict[str, float]:
@@ -491,7 +512,7 @@ def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision
     blocks += [_backward_block(head, p)] + [_backward_block(x, p) for x in reversed(layers)]
     blocks.append(_backward_block(emb, p))
     blocks = [replace(x, repeat=x.repeat * n_micro) for x in blocks]
-    blocks += optimizer_blocks(m, p, tp, dp)
+    blocks += optimizer_blocks(m, p, tp, dp, n_micro)
     return Workload("train", tuple(blocks), tokens=b * seq_len, batch=b,
                     info={"seq_len": seq_len, **keys_info(c), "tp": tp, "dp": dp,
                           "recompute": recompute, "global_batch": batch, "micro_batch": mb,

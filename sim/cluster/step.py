@@ -756,9 +756,17 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
             local = dense_params / plan.shards + expert_params / plan.expert_shards
         else:
             local = dense_params + expert_params
-        recipe_s = linear_params * cast_s + sum(       # an FP8 recipe's once-per-step part
-            logged(s, "amax", "all_reduce", c.bytes, f"{c.name} (fp8 recipe)")
-            for c in amax_collectives(p, 5 * fp8_gemms, comm.shapes["amax"].n))
+        # an FP8 recipe's per-step part: the weights' FP8 copies, and the delayed recipe's
+        # amax all-reduces, one per autocast exit (each micro-batch's forward of each model
+        # chunk) and one in its backward (workloads/train.py, recipe_blocks), each over
+        # the chunk's amaxes
+        runs = st.micro_batches * len(mine)
+        amax = amax_collectives(p, math.ceil(5 * fp8_gemms / len(mine)), comm.shapes["amax"].n)
+        amax_s = sum(logged(s, "amax", "all_reduce", c.bytes, f"{c.name} (fp8 recipe)")
+                     for c in amax)
+        if amax:                                   # each run's, for the step's energy
+            step_colls[s].extend(step_colls[s][-len(amax):] * (runs - 1))
+        recipe_s = linear_params * cast_s + runs * amax_s
         opt_s.append(local * sec_per_param + recipe_s)
         opt_j.append(local * j_per_param + linear_params * cast_j)
         opt_parts.append(EP.summed(((parts_per_param, local), (cast_parts, linear_params))))

@@ -92,17 +92,17 @@ def test_what_runs_in_fp8():
 
 @pytest.mark.parametrize("recipe", ["fp8-delayed", "fp8-current"])
 def test_casts_follow_the_closed_form(recipe):
-    """Per layer and micro-batch: delayed scaling casts attention's output (the norms' and
-    SwiGLU's outputs are cast inside those kernels) and, in backward, the output gradients of
-    qkv, o and down (gate/up's comes out of the fused dSwiGLU); current scaling casts every
-    linear input and output gradient, each after an amax pass over it. A cast reads the BF16
-    tensor once and writes two FP8 copies."""
+    """Per layer and micro-batch: delayed scaling casts attention's output and SwiGLU's
+    (Megatron-Core's activation is not a TE kernel), and, in backward, the output gradient of
+    every linear (dSwiGLU writes BF16 too); the norms write their output row-wise in FP8 and
+    each is transposed in backward for the wgrad (TE 1.x ``fp8_transpose``: 1 B read, 1 B
+    written). Current scaling casts every linear input and output gradient, each after an
+    amax pass over it. A cast reads the BF16 tensor once and writes two FP8 copies."""
     m, t, h, f, q, qkv = _shapes()
     w = train_step(m, BATCH, SEQ, precision=fp8(recipe), micro_batch=BATCH)
-    if recipe == "fp8-delayed":
-        fwd, bwd = [t * q], [t * h, t * h, t * qkv]
-    else:
-        fwd, bwd = [t * h, t * q, t * h, t * f], [t * h, t * 2 * f, t * h, t * qkv]
+    bf = train_step(m, BATCH, SEQ, micro_batch=BATCH)
+    bwd = [t * h, t * 2 * f, t * h, t * qkv]
+    fwd = [t * q, t * f] if recipe == "fp8-delayed" else [t * h, t * q, t * h, t * f]
     layer = [(b, o) for b, o in _ops(w, VectorOp, "recipe") if b.name.startswith("layers")]
     casts = sorted(o.elements for b, o in layer if "cast" in o.tags)
     assert casts == sorted(fwd + bwd)
@@ -112,6 +112,16 @@ def test_casts_follow_the_closed_form(recipe):
             assert (o.read_bytes, o.write_bytes) == (2 * o.elements, 2 * o.elements)
     amax = sorted(o.elements for _, o in layer if "amax" in o.tags)
     assert amax == (casts if recipe == "fp8-current" else [])
+    tr = [o for _, o in layer if "transpose" in o.tags]
+    assert sorted(o.elements for o in tr) == ([t * h, t * h] if recipe == "fp8-delayed"
+                                              else [])
+    assert all((o.read_bytes, o.write_bytes) == (o.elements, o.elements) for o in tr)
+    norms = {r: {o.name: o.write_bytes for _, o in _ops(x, VectorOp) if o.kind == "rmsnorm"
+                 and not o.name.endswith(".bwd")} for r, x in (("fp8", w), ("bf16", bf))}
+    for name, wb in norms["fp8"].items():   # the layers' norms write 1 B, the final one 2 B
+        assert wb == norms["bf16"][name] / (2 if name in ("attn_norm", "mlp_norm")
+                                            and recipe == "fp8-delayed" else 1)
+    assert set(norms["fp8"]) == {"attn_norm", "mlp_norm", "final_norm"}
 
 
 @pytest.mark.parametrize("recipe,reads", [("fp8-delayed", 1), ("fp8-current", 2)])
@@ -135,6 +145,10 @@ def test_delayed_scaling_reduces_its_amaxes_across_ranks():
         w = train_step(m, 8, SEQ, precision=fp8(recipe), tp=tp, dp=dp, micro_batch=1)
         red = [o for _, o in _ops(w, Collective, "amax")]
         assert len(red) == want
+        # one forward and one backward reduction per micro-batch (TE reduces on every
+        # fp8_autocast exit; Megatron-Core enters it once per micro-batch's forward)
+        assert w.info["micro_batches"] == 2
+        assert all(b.repeat == 2 for b, _ in _ops(w, Collective, "amax"))
         for o in red:         # five FP32 amaxes per linear module (3 fwd + 2 bwd), per layer
             assert (o.kind, o.group, o.bytes) == ("all_reduce", tp * dp,
                                                   5 * 4 * m.layers * 4)
@@ -176,6 +190,25 @@ def test_the_cluster_step_charges_the_weight_cast_and_amax_all_reduce(roofline_r
     amax = [k for k in d.comm if "amax" in k]
     assert amax and all(d.comm[k]["group_kind"] == "amax" for k in amax)
     assert not [k for k in bf.comm if "amax" in k]
+
+
+def test_the_cluster_step_reduces_amaxes_per_micro_batch_and_chunk(roofline_runs):
+    """The delayed recipe's amax all-reduces run once per autocast exit and once in the
+    matching backward: per micro-batch and model chunk. With the weight casts fixed per step,
+    the FP8 optimizer tail over BF16's grows by the same time for every added micro-batch
+    (1 → 2 → 3 per replica); current scaling has none."""
+    args = (load_chip("h100"), load_model(M))
+
+    def extra(recipe, mb):
+        kw = dict(phase="train", batch=4 * mb, seq=SEQ, tp=2, dp=4, pp=2, micro_batch=1)
+        bf, q = (run_cluster_step(*args, Scenario.of(**kw, **r), cluster="dgx-h100",
+                                  simulate=roofline) for r in ({}, {"recipe": recipe}))
+        return q.layout["optimizer"][0] - bf.layout["optimizer"][0]
+    d = [extra("fp8-delayed", mb) for mb in (1, 2, 3)]
+    assert d[1] - d[0] > 0
+    assert d[2] - d[1] == pytest.approx(d[1] - d[0], rel=1e-6)
+    c = [extra("fp8-current", mb) for mb in (1, 2)]
+    assert c[1] == pytest.approx(c[0], rel=1e-6)
 
 
 RUN = ["run", "--chip", "h100", "--model", M, "--json"]
