@@ -202,6 +202,8 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
     d = last.to_dict()
     con.print(f"{d['model']} {d['phase']} on {d['chips']} × {d['chip']}, batch {d['batch']}")
     con.print(totals_table(d))
+    if "offload" in d["info"]:
+        con.print(fmt.offload_line(d["info"]["offload"]))
     if last.waterfall:
         con.print(fmt.waterfall_line(last.waterfall))
     con.print(stages_table(d))
