@@ -62,7 +62,10 @@ class SearchResult:
                          "exposed_comm_s": dict(r.exposed_comm_s),
                          "memory_bytes_per_chip": r.memory_bytes_per_chip, "fits": r.fits,
                          "memory_breakdown": dict(r.memory.breakdown),
-                         "comm": r.comm, "execution": r.info.get("execution")})
+                         "comm": r.comm, "execution": r.info.get("execution"),
+                         "offload": r.plan.offload,
+                         **({"offload_report": r.info["offload"]} if "offload" in r.info
+                            else {})})
         return {"plans": rows, "candidates": self.candidates, "fitting": self.fitting,
                 "refined": len(self.plans)}
 
