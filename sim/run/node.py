@@ -331,14 +331,16 @@ def _offloaded_memory(chip: Chip, s: Scenario, mem: MemoryReport) -> MemoryRepor
 def _check_tiers(chip: Chip, s: Scenario, total: float) -> None:
     """A run whose footprint spills into the second DRAM tier needs the residency planner
     to place it (``execution="schedule"``) over one program (an inference phase: training's
-    micro-batch and optimizer programs are planned apart, and offloading optimizer state is
-    not modelled yet). ValueError naming what to change."""
+    micro-batch and optimizer programs are planned apart, so a training step places state in
+    the second tier only by kind, with ``offload``, :mod:`~diptych.sim.run.offload`).
+    ValueError naming what to change."""
     spill = f"{total / 2**30:.1f} GiB exceed the first tier's {chip.dram.capacity_gib:g} GiB"
     if s.phase == "train":
         raise ValueError(f"{spill}: a training step on chip {chip.name!r} would spill into "
-                         f"its second memory tier ([dram2]); placing training state across "
-                         f"tiers (ZeRO-Offload-style) is not modelled yet: fit the first tier "
-                         f"(more chips, --recompute, a narrower precision)")
+                         f"its second memory tier ([dram2]), which holds training state only "
+                         f"as asked: --offload optimizer or --offload params (ZeRO-Offload-"
+                         f"style, docs/chips.md), or fit the first tier (more chips, "
+                         f"--recompute, a narrower precision)")
     if s.execution != "schedule":
         raise ValueError(f"{spill}: the second memory tier ([dram2]) of chip {chip.name!r} is "
                          f"placed by the residency planner, which --execution sum skips: use "

