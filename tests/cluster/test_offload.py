@@ -111,8 +111,9 @@ def test_prefetched_weights_take_the_slower_of_compute_and_the_stream(chip, tiny
 def test_plan_chooses_an_offload_and_says_where_the_tensors_live(tiny):
     r = CliRunner().invoke(main, ["plan", "--model", tiny, "--chip", CXL, "--cluster",
                                   "dgx-h100", "--chips", "2", "--batch", "8", "--seq", "256",
-                                  "--tp", "1", "--pp", "1", "--cp", "1", "--zero", "1", "--micro-batch",
-                                  "1", "--recompute", "none", "--offload", "none,optimizer",
+                                  "--tp", "1", "--pp", "1", "--cp", "1", "--zero", "1",
+                                  "--micro-batch", "1", "--recompute", "none",
+                                  "--offload", "none,optimizer",
                                   "--refine", "2", "--top", "2", "--json"])
     assert r.exit_code == 0, r.output
     plans = json.loads(r.output)["plans"]
