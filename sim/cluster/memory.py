@@ -182,7 +182,8 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
                 f"{tier2_capacity_bytes / gib:.1f} GiB")
     return dataclasses.replace(rep, advice=head + ("; " + advice if advice else
                                                    "; no change in the advice list fits, "
-                                                   "alone or together (more chips?)"), suggestion=sugg)
+                                                   "alone or together (more chips?)"),
+                               suggestion=sugg)
 
 
 #: Changes the advice tries, cheapest in step time first: sharding the optimizer state and

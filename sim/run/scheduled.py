@@ -215,7 +215,8 @@ class _Timer:
             flops=st.flops, vector_flops=sum(v.flops for v in vst),
             bandwidth=min(getattr(st, "dram_bytes_per_s", 0.0), peak_bw), unit="array",
             # the weights' element bytes, which the engine moves
-            weight_bytes=gemm.b_element_bytes if "weight" in gemm.tags and gemm.b_source == "dram" else 0.0,
+            weight_bytes=(gemm.b_element_bytes
+                          if "weight" in gemm.tags and gemm.b_source == "dram" else 0.0),
             dtype=gemm.compute_dtype)
 
 
