@@ -101,7 +101,7 @@ def test_state_spills_last_layers_first():
         assert "dram2" in locs
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(st.integers(0, 10**9))
 def test_offloaded_kinds_live_whole_in_the_second_tier(seed):
     """``tier2_kinds`` (a training offload): every instance of those kinds in the second

@@ -84,13 +84,13 @@ def test_a_tier_like_the_first_equals_the_state_in_the_first(chip, tiny, offload
 @pytest.mark.parametrize("offload", ["optimizer"])
 def test_a_slower_or_longer_link_never_makes_a_step_faster(chip, tiny, offload):
     """The link's rate and latency only add time: the ideal tier (the first tier's DRAM) ≤
-    a link that cannot bind ≤ the x16 ports with latency ≤ slow ports; the AdamW update
-    costs at least its tier bytes at the link's rate."""
+    a link that cannot bind < slow ports with latency; the AdamW update costs at least its
+    tier bytes at the link's rate."""
     ref = run(same_as_first(chip), tiny, offload=offload)
     runs = [run(tier(chip, link_gb_per_s=g, link_latency_ns=ns), tiny, offload=offload)
-            for g, ns in ((1e5, 0.0), (63.0, 1000.0), (8.0, 1000.0))]
+            for g, ns in ((1e5, 0.0), (8.0, 1000.0))]
     secs = [r.seconds for r in runs]
-    assert ref.seconds <= secs[0] <= secs[1] < secs[2]
+    assert ref.seconds <= secs[0] < secs[1]
     slow = runs[-1]
     rate = tier(chip, link_gb_per_s=8.0).dram2.bytes_per_s
     adamw = [r for r in slow.layers if r["op"] == "adamw"]
