@@ -23,7 +23,9 @@ working weights to the tier the weights live in. Per step and per (ZeRO-sharded)
 shard of ``P`` parameters the second tier therefore moves :func:`optimizer_tier_bytes`:
 ``2·K·P`` with ``K`` the optimizer state's bytes per parameter (12 for an fp32 master and fp32
 moments: 24·P bytes), plus, with ``"params"``, the update's ``copies·w·P`` bytes of new
-weights (each micro-batch's GEMMs then read the weights there too, as the engine tiles them).
+weights (each micro-batch's GEMMs then read the weights there too, as the engine tiles them,
+prefetched into the scratchpad where the residency plan leaves room:
+:mod:`diptych.sim.run.scheduled`, "Weight prefetch").
 No gradient leaves the first tier and no parameter comes back: the update is where the state
 is. Nothing is overlapped beyond what the schedule allows: the optimizer's ops follow the
 last backward (a one-node step's optimizer program runs after its micro-batches).
