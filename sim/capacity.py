@@ -17,7 +17,9 @@ class Capacities:
     """Bytes the planner may fill in each on-chip memory, and the kinds each may hold.
     ``dram``: False for an all-SRAM chip (everything must fit on chip). ``dram_bytes``: the
     first DRAM's capacity when the chip has a second tier (``[dram2]``): what it cannot hold
-    lives in the second; 0 = one DRAM of unlimited room (the planner's view without a tier)."""
+    lives in the second; 0 = one DRAM of unlimited room (the planner's view without a tier).
+    ``tier2_kinds``: tensor kinds placed in the second tier whatever room the first has (a
+    training run's offload, :mod:`diptych.sim.run.offload`; only with ``dram_bytes``)."""
 
     scratchpad: int
     shared_buffer: int = 0
@@ -25,6 +27,7 @@ class Capacities:
     shared_buffer_kinds: frozenset = frozenset()
     dram: bool = True
     dram_bytes: int = 0
+    tier2_kinds: frozenset = frozenset()
 
     def __post_init__(self):
         for n in ("scratchpad", "shared_buffer", "dram_bytes"):
@@ -34,11 +37,17 @@ class Capacities:
                                  f"not {v!r}")
         object.__setattr__(self, "scratchpad_kinds", frozenset(self.scratchpad_kinds))
         object.__setattr__(self, "shared_buffer_kinds", frozenset(self.shared_buffer_kinds))
+        object.__setattr__(self, "tier2_kinds", frozenset(self.tier2_kinds))
+        if self.tier2_kinds and not self.dram_bytes:
+            raise ValueError(f"capacities.tier2_kinds ({', '.join(sorted(self.tier2_kinds))}) "
+                             f"need a second DRAM tier (dram_bytes > 0)")
 
 
-def capacities(chip, *, reserve_fraction: float | None = None) -> Capacities:
+def capacities(chip, *, reserve_fraction: float | None = None,
+               tier2_kinds: frozenset = frozenset()) -> Capacities:
     """The residency capacities of ``chip`` (see the module docstring); ``reserve_fraction``
-    overrides the chip's ``[residency]`` value."""
+    overrides the chip's ``[residency]`` value; ``tier2_kinds``: tensor kinds the second DRAM
+    tier holds whatever room the first has (ValueError on a chip without ``[dram2]``)."""
     pol = chip.residency_policy
     r = pol.reserve_fraction if reserve_fraction is None else reserve_fraction
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r < 1:
@@ -50,4 +59,5 @@ def capacities(chip, *, reserve_fraction: float | None = None) -> Capacities:
                       shared_buffer_kinds=pol.shared_buffer_kinds if sb else (),
                       dram=chip.has_dram,
                       dram_bytes=(chip.dram.capacity_bytes
-                                  if getattr(chip, "dram2", None) is not None else 0))
+                                  if getattr(chip, "dram2", None) is not None else 0),
+                      tier2_kinds=tier2_kinds)

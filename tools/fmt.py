@@ -162,3 +162,15 @@ def stack_text(info: dict) -> str | None:
                              ("TP comm overlap off (Megatron's NCCL path)",
                               st.get("tp_comm_overlap") is False)) if on]
     return ", ".join(words) or None
+
+
+def offload_line(off: dict) -> str:
+    """One line on a plan's offload (:func:`diptych.sim.run.offload.tier_report`): where each
+    tensor lives, each tier's bytes, and the second tier's traffic, time and energy."""
+    where = ", ".join(f"{k} in {'tier 2' if v == 'dram2' else 'tier 1'}"
+                      for k, v in off["placement"].items())
+    return (f"offload {off['offload']}: {where}; tier 1 {gib(off['tier1_bytes'])}, tier 2 "
+            f"{gib(off['tier2_bytes'])} per chip; tier 2 moves "
+            f"{si(off['tier2_bytes_moved'], 'B')} per step: "
+            f"{seconds(off['transfer_seconds'])} at its "
+            f"{si(off['tier2_bytes_per_s'], 'B/s')}, {off['transfer_energy_j']:.3g} J")

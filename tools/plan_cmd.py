@@ -21,14 +21,14 @@ def _table(res, top: int):
     from rich.table import Table
 
     t = Table("#", "tp", "pp", "dp", "cp", "ep", "ZeRO", "schedule", "mb", "recompute",
-              "step", "MFU", "bubble", "exposed communication", "memory/chip",
+              "offload", "step", "MFU", "bubble", "exposed communication", "memory/chip",
               title=f"best {min(top, len(res.plans))} of {res.candidates} plans "
                     f"({res.fitting} fit; {len(res.plans)} simulated with the engine)")
     for i, r in enumerate(res.plans[:top], 1):
         p = r.plan
         sched = f"interleaved v{p.virtual_stages}" if p.schedule == "interleaved" else p.schedule
         t.add_row(str(i), str(p.tp), str(p.pp), str(p.dp), str(p.cp), str(p.ep), str(p.zero),
-                  sched, str(p.micro_batch), p.recompute, fmt.seconds(r.seconds),
+                  sched, str(p.micro_batch), p.recompute, p.offload, fmt.seconds(r.seconds),
                   fmt.pct(r.mfu), fmt.pct(r.bubble_fraction), _exposed(r.exposed_comm_s),
                   fmt.gib(r.memory_bytes_per_chip))
     return t
@@ -123,6 +123,11 @@ class NameList(click.ParamType):
               help="Pipeline schedules to try (default 1f1b,gpipe,interleaved).")
 @click.option("--recompute", "recompute", type=NameList("RECOMPUTE"),
               help="Activation recomputation modes to try (default none,selective,full).")
+@click.option("--offload", "offload", type=NameList("OFFLOADS"),
+              help="Training state in the chip's second memory tier ([dram2]) to try: none, "
+                   "optimizer (master weights and Adam moments), params (those and the "
+                   "weights), ZeRO-Offload-style (docs/cluster.md, \"Offload\"). Default: all "
+                   "three on a chip with [dram2], none otherwise.")
 @click.option("--recipe", type=click.Choice(RECIPES),
               help="Train with this precision recipe (docs/precision.md) instead of BF16: "
                    "fp8-delayed, fp8-current or mxfp8.")
@@ -145,7 +150,7 @@ class NameList(click.ParamType):
                    "all-reduces hidden by the overlap rule). The roofline screen sums.")
 @friendly
 def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention, tp, pp, cp,
-         ep, zero, micro_batch, virtual_stages, schedule, recompute, recipe, moe_skew,
+         ep, zero, micro_batch, virtual_stages, schedule, recompute, offload, recipe, moe_skew,
          moe_capacity_factor, moe_pad, as_json, trace, export_et, execution):
     """Search tp × pp × dp × cp × ep, ZeRO stage, schedule, micro-batch and recomputation
     for a training step on a cluster; rank the plans that fit by simulated step time.
@@ -180,7 +185,7 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
                              f"each is simulated with the engine), not {v:,}")
     narrowed = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero": zero,
                 "micro_batches": micro_batch, "virtual_stages": virtual_stages,
-                "schedules": schedule, "recompute": recompute}
+                "schedules": schedule, "recompute": recompute, "offload": offload}
     space = {k: v for k, v in narrowed.items() if v is not None}
     with progress_display("plan", enabled=not as_json) as progress:
         s = Scenario.of(phase="train", chips=chips, batch=batch, seq=seq, recipe=recipe,
@@ -202,3 +207,5 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
     con = Console() if sys.stdout.isatty() else Console(width=200)
     con.print(_table(res, top))
     con.print(_detail(best))
+    if "offload" in best.info:
+        con.print(fmt.offload_line(best.info["offload"]))

@@ -85,8 +85,11 @@ def totals_table(d: dict):
                   "energy: the chip's [cost] terms)")
     mem = d["memory"]
     bd = ", ".join(f"{k} {fmt.gib(v)}" for k, v in mem["breakdown"].items())
-    t.add_row("memory per chip", f"{fmt.gib(mem['memory_bytes'])} of "
-              f"{fmt.gib(mem['capacity_bytes'])} on stage {mem['worst_stage']} ({bd}): "
+    held = (f"{fmt.gib(mem['memory_bytes'])} of {fmt.gib(mem['capacity_bytes'])}"
+            if "tier2_parts" not in mem else
+            f"tier 1 {fmt.gib(mem['tier1_bytes'])} of {fmt.gib(mem['capacity_bytes'])}, tier 2 "
+            f"{fmt.gib(mem['tier2_bytes'])} of {fmt.gib(mem['tier2_capacity_bytes'])}")
+    t.add_row("memory per chip", f"{held} on stage {mem['worst_stage']} ({bd}): "
               + ("fits" if mem["fits"] else "[red]does not fit[/red]"))
     if not mem["fits"]:
         t.add_row("advice", mem["advice"] or "-")
@@ -202,6 +205,8 @@ def run_plan(con, *, chip, model, phase, batches, cluster, prompt, gen, seq, chi
     d = last.to_dict()
     con.print(f"{d['model']} {d['phase']} on {d['chips']} × {d['chip']}, batch {d['batch']}")
     con.print(totals_table(d))
+    if "offload" in d["info"]:
+        con.print(fmt.offload_line(d["info"]["offload"]))
     if last.waterfall:
         con.print(fmt.waterfall_line(last.waterfall))
     con.print(stages_table(d))

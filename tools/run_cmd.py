@@ -129,8 +129,12 @@ def _totals_table(d: dict):
                   + ", ".join(f"{k} {fmt.pct(v)}" for k, v in d["utilization"].items()))
     mem = d["memory"]
     bd = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in mem["breakdown"].items())
-    t.add_row("memory per chip", f"{mem['memory_bytes'] / 2**30:.1f} of "
-              f"{mem['capacity_bytes'] / 2**30:.1f} GiB ({bd} GiB): "
+    held = (f"{mem['memory_bytes'] / 2**30:.1f} of {mem['capacity_bytes'] / 2**30:.1f} GiB"
+            if "tier2_parts" not in mem else
+            f"tier 1 {mem['tier1_bytes'] / 2**30:.1f} of {mem['capacity_bytes'] / 2**30:.1f} "
+            f"GiB, tier 2 ({', '.join(mem['tier2_parts'])}) {mem['tier2_bytes'] / 2**30:.1f} of "
+            f"{mem['tier2_capacity_bytes'] / 2**30:.1f} GiB")
+    t.add_row("memory per chip", f"{held} ({bd} GiB): "
               + ("fits" if mem["fits"] else "[red]does not fit[/red]"))
     tiers = d.get("info", {}).get("memory_tiers")
     if tiers:       # a chip with [dram2] whose state spilled into it
@@ -139,6 +143,9 @@ def _totals_table(d: dict):
                   f"{b['dram2'] / 2**30:.1f} GiB of state; tier 2 moved "
                   f"{tiers['dram2_bytes_moved'] / 2**30:.1f} GiB this run "
                   f"(docs/chips.md, 'Memory tiers')")
+    off = d.get("info", {}).get("offload")
+    if off:         # a training step with state offloaded to the second tier
+        t.add_row("offload", fmt.offload_line(off))
     return t
 
 
@@ -233,6 +240,13 @@ def _curve_table(curve: dict):
                    "rest (default: dropless).")
 @click.option("--moe-pad", is_flag=True, default=None,
               help="MoE: pad every expert to its capacity (needs --moe-capacity-factor).")
+@click.option("--offload", type=click.Choice(["none", "optimizer", "params"]),
+              default="none", show_default=True,
+              help="Training on a chip with a second memory tier ([dram2]): none, optimizer "
+                   "(FP32 master weights and Adam moments in the tier) or params (those and "
+                   "the weights), ZeRO-Offload-style; the update runs on the chip, reading "
+                   "and writing the tier (docs/chips.md, \"Training state in the second "
+                   "tier\").")
 @click.option("--micro-batch", type=int,
               help="Sequences per training micro-batch (default: ~8k tokens per micro-batch).")
 @click.option("--execution", type=click.Choice(["sum", "schedule"]), default=None,
@@ -261,8 +275,8 @@ def _curve_table(curve: dict):
 def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp, ep, cp, zero,
         zero_shards, schedule, virtual_stages, precision, weights_dtype, act_dtype, kv_dtype,
         recipe, overlap, recompute, attention, attention_kernel, nvls, tp_comm_overlap,
-        moe_skew, moe_capacity_factor, moe_pad, micro_batch, execution, fusion, topology, ideal,
-        waterfall, as_json, trace):
+        moe_skew, moe_capacity_factor, moe_pad, offload, micro_batch, execution, fusion, topology,
+        ideal, waterfall, as_json, trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
 
     Prints a per-layer table (op, shape, time, compute- or memory-bound, utilisation) and
@@ -282,7 +296,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
 
     con = _console()
     moe = dict(moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad)
-    stack = dict(attention_kernel=attention_kernel, nvls=nvls, tp_comm_overlap=tp_comm_overlap)
+    stack = dict(attention_kernel=attention_kernel, nvls=nvls, tp_comm_overlap=tp_comm_overlap,
+                 offload=offload)
     weights_dtype, act_dtype, kv_dtype, recipe = run_dtypes(precision, phase, weights_dtype,
                                                              act_dtype, kv_dtype, recipe)
     if topology:
@@ -293,6 +308,9 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
         if given:
             raise ValueError(f"{given[0]} routes a mixture-of-experts model; a --topology "
                              f"file has no router")
+        if offload != "none":
+            raise ValueError(f"--offload {offload} places a model's training state; a "
+                             f"--topology file has none")
         odd = [f for f, v in (("--attention-kernel", attention_kernel != "default"),
                               ("--no-nvls", not nvls),
                               ("--no-tp-comm-overlap", not tp_comm_overlap)) if v]

@@ -83,7 +83,12 @@ def peak_working_bytes(w: Workload) -> float:
 
 @dataclass(frozen=True)
 class MemoryReport:
-    """Bytes per chip by component against ``capacity_bytes``; ``advice`` when it does not fit."""
+    """Bytes per chip by component against ``capacity_bytes``; ``advice`` when it does not fit.
+
+    ``tier2_parts``: breakdown keys that live in a second memory tier of
+    ``tier2_capacity_bytes`` (a training offload, :mod:`diptych.sim.run.offload`): then
+    ``capacity_bytes`` is the first tier's, and the report fits when each tier holds its
+    parts. Without them (the default) every part is against ``capacity_bytes``."""
 
     capacity_bytes: float
     breakdown: dict[str, float]
@@ -91,23 +96,45 @@ class MemoryReport:
     advice: str = ""
     min_tp: int | None = None
     suggestion: dict | None = None
+    tier2_parts: tuple[str, ...] = ()
+    tier2_capacity_bytes: float = 0.0
 
     @property
     def total_bytes(self) -> float:
         return sum(self.breakdown.values())
 
     @property
+    def tier2_bytes(self) -> float:
+        """Bytes of the parts in the second tier (0 without an offload)."""
+        return sum(v for k, v in self.breakdown.items() if k in self.tier2_parts)
+
+    @property
+    def tier1_bytes(self) -> float:
+        """Bytes of the parts against ``capacity_bytes`` (all of them without an offload)."""
+        return self.total_bytes - self.tier2_bytes if self.tier2_parts else self.total_bytes
+
+    @property
     def fits(self) -> bool:
+        if self.tier2_parts:
+            return (self.tier1_bytes <= self.capacity_bytes
+                    and self.tier2_bytes <= self.tier2_capacity_bytes)
         return self.total_bytes <= self.capacity_bytes
 
     @property
     def deficit_bytes(self) -> float:
+        if self.tier2_parts:
+            return (max(0.0, self.tier1_bytes - self.capacity_bytes)
+                    + max(0.0, self.tier2_bytes - self.tier2_capacity_bytes))
         return max(0.0, self.total_bytes - self.capacity_bytes)
 
     def to_dict(self) -> dict:
+        tiers = ({"tier2_parts": list(self.tier2_parts), "tier1_bytes": self.tier1_bytes,
+                  "tier2_bytes": self.tier2_bytes,
+                  "tier2_capacity_bytes": self.tier2_capacity_bytes}
+                 if self.tier2_parts else {})
         return {"fits": self.fits, "memory_bytes": self.total_bytes,
                 "capacity_bytes": self.capacity_bytes, "deficit_bytes": self.deficit_bytes,
-                "breakdown": dict(self.breakdown), **self.extra, "advice": self.advice,
+                "breakdown": dict(self.breakdown), **self.extra, **tiers, "advice": self.advice,
                 "min_tp": self.min_tp, "suggestion": self.suggestion}
 
 

@@ -47,6 +47,7 @@ from ...workloads.moe import Routing
 from ...workloads.precision import Precision
 from .layers import LayerOps, layer_ops, layer_order
 from .params import layer_params
+from ..run.offload import tiered_parts
 from .plan import Plan
 from .schedule import in_flight_weight
 
@@ -94,9 +95,13 @@ def _act_per_layer(lo: LayerOps, recompute: str) -> float:
 def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq: int,
                 micro_batches: int, layers_per_chunk: tuple[int, ...], capacity_bytes: float,
                 global_batch: int = 1, context: int = 0, attention: str = "fused",
-                advise: bool = True, routing: Routing = Routing()) -> ClusterMemory:
+                advise: bool = True, routing: Routing = Routing(),
+                tier2_capacity_bytes: float = 0.0) -> ClusterMemory:
     """Memory per chip of ``plan`` (module docstring). ``seq``: training sequence or prompt
-    length; ``context``: tokens of KV cache per sequence (inference)."""
+    length; ``context``: tokens of KV cache per sequence (inference). A training plan with an
+    ``offload`` holds the offloaded parts in the chip's second tier of
+    ``tier2_capacity_bytes`` (:mod:`diptych.sim.run.offload`) and ``capacity_bytes`` is the
+    first tier's: it fits when each tier holds its parts."""
     train = phase == "train"
     # decode's working set: the ops of the last step (attending the whole ``context``)
     lo = layer_ops(model, p, phase=phase, tp=plan.tp, cp=plan.cp, ep=plan.ep,
@@ -157,20 +162,28 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
         totals.append(sum(bd.values()))
         details.append(bd)
     worst = max(range(plan.pp), key=lambda i: totals[i])
+    tiers = (dict(tier2_parts=tiered_parts(plan.offload),
+                  tier2_capacity_bytes=tier2_capacity_bytes) if train else {})
     rep = ClusterMemory(capacity_bytes, details[worst], per_stage=tuple(totals),
-                        worst_stage=worst)
+                        worst_stage=worst, **tiers)
     if rep.fits or not advise:
         return rep
     advice, sugg = _advise(model, plan, p, phase=phase, seq=seq, micro_batches=micro_batches,
                            layers_per_chunk=layers_per_chunk, capacity_bytes=capacity_bytes,
                            global_batch=global_batch, context=context, attention=attention,
-                           routing=routing)
+                           routing=routing, tier2_capacity_bytes=tier2_capacity_bytes)
     gib = 2.0 ** 30
     head = (f"needs {rep.total_bytes / gib:.1f} GiB per chip (stage {worst}) but the chip has "
             f"{capacity_bytes / gib:.1f} GiB")
+    if rep.tier2_parts:
+        head = (f"needs {rep.tier1_bytes / gib:.1f} GiB per chip in the first tier and "
+                f"{rep.tier2_bytes / gib:.1f} GiB in the second (stage {worst}; offload "
+                f"{plan.offload}) but the chip has {capacity_bytes / gib:.1f} and "
+                f"{tier2_capacity_bytes / gib:.1f} GiB")
     return dataclasses.replace(rep, advice=head + ("; " + advice if advice else
                                                    "; no change in the advice list fits, "
-                                                   "alone or together (more chips?)"), suggestion=sugg)
+                                                   "alone or together (more chips?)"),
+                               suggestion=sugg)
 
 
 #: Changes the advice tries, cheapest in step time first: sharding the optimizer state and
@@ -204,7 +217,8 @@ def _variants(plan: Plan, global_batch: int):
 
 
 def _advise(model, plan, p, *, phase, seq, micro_batches, layers_per_chunk, capacity_bytes,
-            global_batch, context, attention, routing=Routing()) -> tuple[str, dict | None]:
+            global_batch, context, attention, routing=Routing(),
+            tier2_capacity_bytes: float = 0.0) -> tuple[str, dict | None]:
     """The first single change of :data:`ADVICE_ORDER` that fits; if none does, the changes
     applied one after another until the plan fits."""
     from .plan import check_plan
@@ -220,7 +234,8 @@ def _advise(model, plan, p, *, phase, seq, micro_batches, layers_per_chunk, capa
         rep = plan_memory(model, q, p, phase=phase, seq=seq, micro_batches=info["micro_batches"],
                           layers_per_chunk=lpc, capacity_bytes=capacity_bytes,
                           global_batch=global_batch, context=context, attention=attention,
-                          advise=False, routing=routing)
+                          advise=False, routing=routing,
+                          tier2_capacity_bytes=tier2_capacity_bytes)
         return rep
 
     def diff(q: Plan) -> dict:

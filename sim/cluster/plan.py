@@ -40,6 +40,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..run.offload import OFFLOADS, check_offload  # noqa: F401 (OFFLOADS: plan --offload)
+
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 #: Rank orders, innermost first (Megatron-Core's ``order``; its default is ``tp-cp-ep-dp-pp``,
@@ -76,6 +78,9 @@ class Plan:
     overlap_dp: bool = True
     overlap_ep: bool = False
     overlap_cp: bool = True
+    #: training state in the chip's second memory tier: none, optimizer or params
+    #: (:mod:`diptych.sim.run.offload`)
+    offload: str = "none"
 
     def __post_init__(self):
         for n in ("tp", "pp", "dp", "ep", "cp", "virtual_stages", "micro_batch"):
@@ -91,6 +96,7 @@ class Plan:
         if self.recompute not in RECOMPUTE:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, "
                              f"not {self.recompute!r}")
+        check_offload(self.offload)
         if self.order not in ORDERS:
             raise ValueError(f"order must be one of {', '.join(ORDERS)}, not {self.order!r}")
         if self.schedule == "interleaved":
@@ -160,7 +166,7 @@ class Plan:
                 "layers_per_stage": list(self.layers_per_stage or ()) or None,
                 "order": self.order, "overlap_tp": self.overlap_tp,
                 "overlap_dp": self.overlap_dp, "overlap_ep": self.overlap_ep,
-                "overlap_cp": self.overlap_cp}
+                "overlap_cp": self.overlap_cp, "offload": self.offload}
 
     def describe(self, train: bool = True) -> str:
         """One line: ``tp8 pp4 dp2 ep2, ZeRO-1, 1f1b, mb 1, recompute none``; inference
@@ -175,7 +181,8 @@ class Plan:
         if not train:
             return " ".join(parts) + f", mb {self.micro_batch}"
         return (" ".join(parts) + f", ZeRO-{self.zero}, {sched}, mb {self.micro_batch}, "
-                f"recompute {self.recompute}")
+                f"recompute {self.recompute}"
+                + (f", offload {self.offload}" if self.offload != "none" else ""))
 
 
 def split_layers(layers: int, chunks: int) -> tuple[int, ...]:

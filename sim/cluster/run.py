@@ -65,7 +65,8 @@ def build_plan(s: Scenario, **fields):
     off = {} if s.overlap else dict(overlap_tp=False, overlap_dp=False, overlap_cp=False,
                                     overlap_ep=False)
     return Plan(tp=t, pp=par.pp or 1, dp=d, cp=par.cp or 1, ep=par.ep or 1,
-                micro_batch=micro_batch, recompute=s.recompute, **off, **fields)
+                micro_batch=micro_batch, recompute=s.recompute, **off,
+                **{"offload": s.offload, **fields})
 
 
 def _length(s: Scenario) -> int | None:
@@ -111,6 +112,9 @@ def run_cluster_step(chip: "Chip | str", model: "ModelConfig | str", scenario: S
             if v is not None and v != want:
                 raise ValueError(f"{name} ({v}) disagrees with the plan's {name} ({want}): "
                                  f"give the parallel layout once, in the plan")
+        if s.offload not in ("none", plan.offload):
+            raise ValueError(f"offload ({s.offload}) disagrees with the plan's offload "
+                             f"({plan.offload}): give it once, in the plan")
     where = load_cluster(cluster) if cluster is not None else single_domain(chip, plan.chips)
     nominal = simulate_cluster_step(model, chip, where, plan, s, simulate=simulate,
                                     variant=variant)

@@ -32,6 +32,7 @@ from ...workloads.lower import valid_tp_degrees
 from ...workloads.registry import load_model
 from ..api import OpTimer
 from ..run.node import default_precision
+from ..run.offload import OFFLOADS, check_offload
 from ..run.scenario import Scenario
 from .estimate import roofline_simulate
 from .memory import plan_memory
@@ -61,14 +62,18 @@ class SearchResult:
                          "exposed_comm_s": dict(r.exposed_comm_s),
                          "memory_bytes_per_chip": r.memory_bytes_per_chip, "fits": r.fits,
                          "memory_breakdown": dict(r.memory.breakdown),
-                         "comm": r.comm, "execution": r.info.get("execution")})
+                         "comm": r.comm, "execution": r.info.get("execution"),
+                         "offload": r.plan.offload,
+                         **({"offload_report": r.info["offload"]} if "offload" in r.info
+                            else {})})
         return {"plans": rows, "candidates": self.candidates, "fitting": self.fitting,
                 "refined": len(self.plans)}
 
 
 def _check_space(**space) -> None:
     """Raise ValueError naming the first narrowing value outside its domain."""
-    domains = {"schedules": SCHEDULES, "recompute": RECOMPUTE, "zero": (0, 1, 2, 3)}
+    domains = {"schedules": SCHEDULES, "recompute": RECOMPUTE, "zero": (0, 1, 2, 3),
+               "offload": OFFLOADS}
     for name, values in space.items():
         if values is None:
             continue
@@ -100,17 +105,19 @@ def candidate_plans(model: ModelConfig, chips: int, batch: int, seq: int, *,
                     recompute: tuple[str, ...] = RECOMPUTE,
                     schedules: tuple[str, ...] = SCHEDULES,
                     tp: tuple[int, ...] | None = None, pp: tuple[int, ...] | None = None,
-                    cp: tuple[int, ...] | None = None, ep: tuple[int, ...] | None = None
-                    ) -> list[Plan]:
+                    cp: tuple[int, ...] | None = None, ep: tuple[int, ...] | None = None,
+                    offload: tuple[str, ...] = ("none",)) -> list[Plan]:
     """Every plan the search considers that passes :func:`check_plan` (module docstring).
 
     The keyword arguments narrow the space: ``micro_batches``, ``virtual_stages``, ``zero``,
-    ``recompute`` and ``schedules`` are the values tried; ``tp``/``pp``/``cp``/``ep``, when
+    ``recompute``, ``schedules`` and ``offload`` (:data:`~diptych.sim.run.offload.OFFLOADS`)
+    are the values tried; ``tp``/``pp``/``cp``/``ep``, when
     given, are the only degrees tried (each still subject to the divisibility rules). A
     pipeline of one stage always runs as ``1f1b`` (the schedules coincide there), so it is
     kept whatever ``schedules`` says. Raises ValueError naming a value outside its domain."""
     _check_space(micro_batches=micro_batches, virtual_stages=virtual_stages, zero=zero,
-                 recompute=recompute, schedules=schedules, tp=tp, pp=pp, cp=cp, ep=ep)
+                 recompute=recompute, schedules=schedules, tp=tp, pp=pp, cp=cp, ep=ep,
+                 offload=offload)
     out = []
     tps = [t for t in valid_tp_degrees(model, max_tp) if chips % t == 0
            and (tp is None or t in tp)]
@@ -132,12 +139,12 @@ def candidate_plans(model: ModelConfig, chips: int, batch: int, seq: int, *,
                     scheds = [(sch, 1) for sch in ("1f1b", "gpipe") if sch in schedules]
                     if "interleaved" in schedules:
                         scheds += [("interleaved", v) for v in virtual_stages]
-                for e, (sch, v), mb, z, rc in itertools.product(
-                        eps, scheds, micro_batches, zero, recompute):
+                for e, (sch, v), mb, z, rc, off in itertools.product(
+                        eps, scheds, micro_batches, zero, recompute, offload):
                     if batch % (dp * mb):
                         continue
                     plan = Plan(tp=t, pp=p, dp=dp, cp=c, ep=e, zero=z, schedule=sch,
-                                virtual_stages=v, micro_batch=mb, recompute=rc)
+                                virtual_stages=v, micro_batch=mb, recompute=rc, offload=off)
                     try:
                         check_plan(plan, model, chips=chips, batch=batch, seq_len=seq)
                     except ValueError:
@@ -161,7 +168,9 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
     the first pass's op timer (default: the roofline estimate); ``progress(done, total,
     stage)`` is called as work proceeds (stage ``memory``, ``screen`` or ``refine``; the
     callback of :func:`diptych.tools.progress.progress_display`); other keyword arguments
-    narrow the space (see :func:`candidate_plans`).
+    narrow the space (see :func:`candidate_plans`); on a chip with a second memory tier
+    (``[dram2]``) the search tries every ``offload`` unless narrowed, and each plan's
+    memory holds its offloaded state there.
 
     Raises ValueError naming the value for a scenario that is not a training one, a
     missing or non-positive ``chips``, a missing ``seq``, a non-positive ``refine``, more
@@ -195,13 +204,19 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
                     execution=scenario.execution)
     screen_scenario = dataclasses.replace(base, execution="sum")
     limit = max_tp or min(cluster.scale_up.chips, 64)
+    given = dict(space)
+    if "offload" not in space:
+        space = {**space, "offload": OFFLOADS if chip.dram2 is not None else ("none",)}
+    for off in space["offload"]:
+        check_offload(off, chip=chip)
     plans = candidate_plans(model, chips, batch, seq, max_tp=limit, **space)
     if not plans:
         raise ValueError(f"no parallel plan splits {model.name} over {chips} chips with batch "
                          f"{batch} and seq {seq} (tp up to {limit}"
-                         + (f"; narrowed to {_describe(space)}" if space else "") + ")")
+                         + (f"; narrowed to {_describe(given)}" if given else "") + ")")
     screen = screen_simulate or roofline_simulate
     cap = chip.dram.capacity_bytes
+    tier2 = chip.dram2.capacity_bytes if chip.dram2 is not None else 0.0
     fitting = []
     for i, q in enumerate(plans):
         if progress and i % 64 == 0:
@@ -211,7 +226,8 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
                           micro_batches=info["micro_batches"],
                           layers_per_chunk=info["layers_per_chunk"], capacity_bytes=cap,
                           attention=scenario.attention, advise=False,
-                          routing=scenario.routing)
+                          routing=scenario.routing,
+                          tier2_capacity_bytes=tier2 if q.offload != "none" else 0.0)
         if mem.fits:
             fitting.append(q)
     if progress:

@@ -26,6 +26,16 @@
    all-gather of the updated weights, hidden behind the next step's first forward with
    ``overlap_dp``. The step ends when the slowest device is done.
 
+**Offload** (``plan.offload``, :mod:`diptych.sim.run.offload`; a chip with ``[dram2]``): with
+``optimizer`` the AdamW update reads and writes the master copy and moments in the second tier
+(its share of the update's bytes timed on the tier, as a one-node run's tiered op); with
+``params`` each layer's weights also live there and are prefetched one layer ahead into the
+first tier (ZeRO-Infinity's parameter prefetch): a layer's forward takes the slower of its
+compute and its weights' stream at the tier's rate (twice in backward under full
+recomputation); the first layer's fetch and the weights' write into the first tier are not
+charged, nor is the fetch's energy (``info.offload`` reports it). ``info.offload`` says which
+tensors live where and what the slowest device's tier moved.
+
 Reported: ``seconds``, tokens/s, MFU (model FLOPs of the unsplit graph, no recomputation) and
 HFU (what the chips execute), the pipeline bubble fraction, exposed communication by kind
 (``tp``, ``cp``, ``ep``, ``pp``, ``dp``) on the slowest device, and memory per chip
@@ -55,6 +65,9 @@ from ...workloads.params import params_per_chip
 from ...workloads.registry import load_model
 from ..api import OpTimer
 from ..run.node import default_precision
+from ..run.offload import (OFFLOAD_KINDS, check_offload, optimizer_tier_bytes,
+                           optimizer_tier_share, param_fetch_seconds, tier_report)
+from ..run.placed import tier2_chip
 from ..run.scenario import Scenario
 from ..run.summed import simulate_workload
 from ..run.stack import scenario_chip, stack_info
@@ -282,6 +295,15 @@ class _Comm:
         return c.seconds
 
 
+def _rank_params(lp, kind: str, moe: bool, plan: Plan) -> float:
+    """Parameters of one copy of layer ``kind`` a rank holds (after tensor and expert
+    parallelism; a ZeRO-3 rank its shard)."""
+    total, e = lp.of(kind, moe)
+    if plan.zero >= 3:
+        return (total - e) / plan.shards + e / plan.expert_shards
+    return total
+
+
 def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes: float,
                  g_bytes: float, train: bool, chip: Chip) -> dict[str, LayerStep]:
     out = {}
@@ -332,14 +354,20 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
             bwd_compute += t.fwd_s
         elif plan.recompute == "selective":
             bwd_compute += t.selective_s
+        fwd_compute = t.fwd_s
+        if train and "weight" in OFFLOAD_KINDS[plan.offload]:
+            # weights in the second tier, prefetched one layer ahead (module docstring)
+            fetch = param_fetch_seconds(chip, _rank_params(lp, kind, ops.moe, plan) * w_bytes)
+            fwd_compute = max(fwd_compute, fetch)
+            bwd_compute = max(bwd_compute, fetch * (2 if plan.recompute == "full" else 1))
         # what each kind's communication hides behind (module docstring)
         overlap = {"tp": plan.tp_overlapped(train), "cp": plan.overlap_cp,
                    "ep": plan.overlap_ep, "dp": plan.overlap_dp}
-        step = LayerStep(t.fwd_s, bwd_compute if train else 0.0, tuple(fwd), tuple(bwd), {},
+        step = LayerStep(fwd_compute, bwd_compute if train else 0.0, tuple(fwd), tuple(bwd), {},
                          {}, t.fwd_flops, t.bwd_flops if train else 0.0)
         hide_f = {"cp": t.attn_fwd_s}
         hide_b = {"cp": t.attn_bwd_s}
-        ef = {k: _exposed(v, hide_f.get(k, t.fwd_s), overlap[k])
+        ef = {k: _exposed(v, hide_f.get(k, fwd_compute), overlap[k])
               for k, v in step.comm_fwd.items()}
         eb = {k: _exposed(v, hide_b.get(k, bwd_compute), overlap[k])
               for k, v in step.comm_bwd.items()}
@@ -387,22 +415,31 @@ def _replica_params(total: float, experts: float, plan: Plan) -> float:
 
 
 @lru_cache(maxsize=256)
-def _per_param(model, chip, p, simulate, what: str = "adamw"
+def _per_param(model, chip, p, simulate, what: str = "adamw", offload: str = "none"
                ) -> tuple[float, float, dict[str, float]]:
     """(seconds, joules, joules by component) per parameter of the lowering's op ``what`` run
     once per step: its
     AdamW update (``"adamw"``) or an FP8 recipe's weight cast (``"cast"``,
     :func:`~diptych.workloads.recipe.weight_cast_op`), one chunk of
     :data:`~diptych.workloads.train.ADAMW_CHUNK` parameters (or the whole model if smaller)
-    simulated."""
+    simulated. With an ``offload``, the update's share of bytes in the second tier
+    (:func:`~diptych.sim.run.offload.optimizer_tier_share`) is timed on the tier
+    (:func:`~diptych.sim.run.placed.tier2_chip`), ``(1 − s)·t₁ + s·t₂`` as a one-node run's
+    :class:`~diptych.sim.run.placed.Tiered` op (the cast is left on the first tier)."""
     n = min(ADAMW_CHUNK, max(1, math.ceil(params_per_chip(model, 1))))
     op = adamw_op(n, p) if what == "adamw" else weight_cast_op("fp8_weight_cast", n, p)
     if not chip.has_dram:             # the optimizer state lives in SRAM too
         op = resident(op)
     w = Workload("train", (Block.of_ops("optimizer", 1, (op,), "optimizer"),), tokens=1, batch=1)
     t = simulate_workload(w, chip, simulate=simulate)
-    return (t["seconds"] / op.elements, t["energy_j"] / op.elements,
-            EP.scaled(t["energy_breakdown_j"], 1.0 / op.elements))
+    secs, joules, parts = t["seconds"], t["energy_j"], t["energy_breakdown_j"]
+    share = optimizer_tier_share(p, offload) if what == "adamw" else 0.0
+    if share:
+        u = simulate_workload(w, tier2_chip(chip), simulate=simulate)
+        secs = (1 - share) * secs + share * u["seconds"]
+        joules = (1 - share) * joules + share * u["energy_j"]
+        parts = EP.summed(((parts, 1 - share), (u["energy_breakdown_j"], share)))
+    return (secs / op.elements, joules / op.elements, EP.scaled(parts, 1.0 / op.elements))
 
 
 def _stage_kinds(plan: Plan, chunks, s: int) -> list[str]:
@@ -590,10 +627,13 @@ def _setup(model: ModelConfig, chip: Chip, cluster: Cluster, plan: Plan, sc: Sce
     comp = check_supported(chip, p)
     # memory per chip against DRAM, or an all-SRAM chip's SRAM (where the stage must fit: the
     # layer times below hold every tensor resident, sim/cluster/timing.py)
+    check_offload(plan.offload, chip=chip, phase=phase)
     mem = plan_memory(model, plan, p, phase=phase, seq=length, micro_batches=m,
                       layers_per_chunk=lpc, capacity_bytes=chip.memory_bytes,
                       global_batch=sc.batch, context=kv_tokens, attention=attention,
-                      advise=chip.has_dram, routing=sc.routing)
+                      advise=chip.has_dram, routing=sc.routing,
+                      tier2_capacity_bytes=chip.dram2.capacity_bytes
+                      if plan.offload != "none" else 0.0)
     if not chip.has_dram:
         require_sram_fit(mem, chip=chip.name, model=model.name, plan=plan, precision=p,
                          phase=phase)
@@ -693,6 +733,7 @@ class _Tail:
     ends: list
     step_colls: list
     opt_parts: list
+    tier2_bytes: list = field(default_factory=list)   # what each device's second tier moves
 
 
 def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
@@ -706,10 +747,11 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
         """``comm`` of a collective stage ``s`` runs once per step, remembered for energy."""
         step_colls[s].append((kind, nbytes, comm.shapes[group].n))
         return comm(group, kind, nbytes, label)
-    tails, opt_s, ag_s, opt_j, opt_parts = [], [], [], [], []
+    tails, opt_s, ag_s, opt_j, opt_parts, tier2 = [], [], [], [], [], []
     none = (0.0, 0.0, EP.zero())
-    sec_per_param, j_per_param, parts_per_param = (_per_param(st.model, st.chip, p, st.simulate)
-                                                   if st.train else none)
+    sec_per_param, j_per_param, parts_per_param = (
+        _per_param(st.model, st.chip, p, st.simulate, "adamw", plan.offload)
+        if st.train else none)
     cast_s, cast_j, cast_parts = (_per_param(st.model, st.chip, p, st.simulate, "cast")
                                   if st.train and p.quantized else none)
     linear = layer_params(st.model, plan.tp, plan.ep, plan.pp, linear=True)
@@ -726,6 +768,7 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
             opt_j.append(0.0)
             opt_parts.append(EP.zero())
             ag_s.append(0.0)
+            tier2.append(0.0)
             continue
         buckets = []
         dense_params = expert_params = linear_params = 0.0
@@ -767,6 +810,12 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
         if amax:                                   # each run's, for the step's energy
             step_colls[s].extend(step_colls[s][-len(amax):] * (runs - 1))
         recipe_s = linear_params * cast_s + runs * amax_s
+        fetched = 0.0               # weights in the tier: read in every forward and backward
+        if "weight" in OFFLOAD_KINDS[plan.offload]:
+            passes = 3 if plan.recompute == "full" else 2
+            fetched = passes * st.micro_batches * p.w_bytes * sum(
+                _rank_params(lp, k, lt[k].ops.moe, plan) for k in kinds)
+        tier2.append(optimizer_tier_bytes(local, p, plan.offload) + fetched)
         opt_s.append(local * sec_per_param + recipe_s)
         opt_j.append(local * j_per_param + linear_params * cast_j)
         opt_parts.append(EP.summed(((parts_per_param, local), (cast_parts, linear_params))))
@@ -778,7 +827,7 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
         else:
             ag_s.append(0.0)
     ends = [pipe.finish[s] + tails[s] + opt_s[s] + ag_s[s] for s in range(P)]
-    return _Tail(tails, opt_s, opt_j, ag_s, ends, step_colls, opt_parts)
+    return _Tail(tails, opt_s, opt_j, ag_s, ends, step_colls, opt_parts, tier2)
 
 
 def _exposed_on(st: _Setup, pipe: _Pipe, tail: _Tail, worst: int) -> dict[str, float]:
@@ -851,7 +900,9 @@ def _result(st: _Setup, pipe: _Pipe, tail: _Tail) -> ClusterResult:
         layout={"fwd": pipe.fwd, "bwd": pipe.bwd, "send_s": pipe.send, "chunks": st.chunks,
                 "finish": pipe.finish, "tails": tail.tails, "optimizer": tail.opt_s,
                 "param_ag": tail.ag_s, "pipeline_s": pipe.t_pipe},
-        info=_info(st, pipe))
+        info={**_info(st, pipe), **({"offload": tier_report(
+            chip, plan.offload, st.mem.breakdown, tail.tier2_bytes[worst])}
+            if plan.offload != "none" else {})})
 
 
 def _info(st: _Setup, pipe: _Pipe) -> dict:

@@ -18,7 +18,8 @@ docs/program.md, "Node model"):
   ``collective_launch_us`` for a collective), holding the op's unit;
 * ``prefetch`` (early, DRAM only): of the op's DRAM-stall time ``seconds - compute_seconds``,
   the part its prefetchable bytes (weights in DRAM) explain at the streaming bandwidth,
-  ``min(prefetch_bytes / stream, seconds - compute_seconds)``;
+  ``min(prefetch_bytes / stream, seconds - compute_seconds)`` (weights in a second DRAM tier:
+  their time at the tier's rate, ``prefetch_seconds``);
 * ``main``: the rest of the op's standalone time on its unit, reserving DRAM at the rate of
   its remaining bytes.
 
@@ -109,7 +110,8 @@ class Demand:
 def op_demand(*, seconds: float, unit: str, dram_bytes: float = 0.0,
               stream_bytes_per_s: float | None = None, compute_seconds: float | None = None,
               prefetch_bytes: float = 0.0, launch_seconds: float = 0.0,
-              co_seconds: Mapping[str, float] | None = None) -> Demand:
+              co_seconds: Mapping[str, float] | None = None,
+              prefetch_seconds: float | None = None) -> Demand:
     """The phases of one op from its standalone engine time (see the module docstring).
 
     ``seconds``: the engine's time for the op alone; ``compute_seconds``: its memory-free
@@ -119,14 +121,18 @@ def op_demand(*, seconds: float, unit: str, dram_bytes: float = 0.0,
     has room for them); ``launch_seconds``: the fixed per-op cost. ``unit``: array, vector,
     link or dma (a pure transfer on DRAM). ``co_seconds``: work on other resources that runs
     during the main phase (a GEMM's fused epilogue on the vector unit: resource → seconds of
-    the whole resource), reserved at its average rate over the main phase."""
+    the whole resource), reserved at its average rate over the main phase.
+    ``prefetch_seconds``: a prefetch from another memory (weights in a second DRAM tier,
+    :class:`~diptych.sim.run.placed.Tiered`): ``prefetch_bytes`` are held and fetched in
+    ``prefetch_seconds`` at the whole rate (at most the op's DRAM-stall time, as above), and
+    all of ``dram_bytes`` stays in the main phase."""
     T = _seconds("seconds", seconds)
     if unit not in UNIT_RESOURCE:
         raise ValueError(f"unit must be one of {', '.join(UNIT_RESOURCE)}, not {unit!r}")
     D = _seconds("dram_bytes", dram_bytes)
     W = _seconds("prefetch_bytes", prefetch_bytes)
     launch = _seconds("launch_seconds", launch_seconds)
-    if W > D:
+    if W > D and prefetch_seconds is None:
         raise ValueError(f"prefetch_bytes ({W!r}) cannot exceed dram_bytes ({D!r})")
     if D > 0:
         if stream_bytes_per_s is None or not stream_bytes_per_s > 0:
@@ -141,9 +147,10 @@ def op_demand(*, seconds: float, unit: str, dram_bytes: float = 0.0,
         if compute_seconds is None:
             raise ValueError("compute_seconds is needed to split a prefetch off an op")
         tc = min(_seconds("compute_seconds", compute_seconds), T)
-        pre = min(W / stream_bytes_per_s, T - tc)
+        pre = min(W / stream_bytes_per_s if prefetch_seconds is None
+                  else _seconds("prefetch_seconds", prefetch_seconds), T - tc)
     main = T - pre
-    rest = D - pre * stream_bytes_per_s if D > 0 else 0.0
+    rest = (D - pre * stream_bytes_per_s if prefetch_seconds is None else D) if D > 0 else 0.0
     use = {res: 1.0}
     if rest > 0 and res != "dram":
         share = min(1.0, rest / stream_bytes_per_s / main) if main > 0 else 1.0

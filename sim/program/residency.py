@@ -309,18 +309,21 @@ def _eligible(cap: Capacities, kind: str) -> tuple[bool, bool]:
     return kind in cap.scratchpad_kinds, kind in cap.shared_buffer_kinds
 
 
-def plan_residency(program: Program, chip=None, *, capacity: Capacities | None = None
-                   ) -> Residency:
+def plan_residency(program: Program, chip=None, *, capacity: Capacities | None = None,
+                   tier2_kinds: frozenset = frozenset()) -> Residency:
     """Decide where every tensor of ``program`` lives (see the module docstring).
 
     Give ``chip`` (capacities from its scratchpads, shared buffer and ``[residency]`` table;
     also checks that no tensor exceeds every memory) or ``capacity`` explicitly. Raises
-    ValueError on a chip without DRAM when the program does not fit on chip."""
+    ValueError on a chip without DRAM when the program does not fit on chip.
+    ``tier2_kinds`` (with ``chip``): tensor kinds placed whole in the second DRAM tier, on
+    chip nowhere (a training offload, :mod:`diptych.sim.run.offload`); with ``capacity``,
+    its own ``tier2_kinds`` hold."""
     if capacity is None:
         if chip is None:
             raise ValueError("plan_residency needs a chip or capacities")
         program.check_fits(chip)
-        capacity = capacities(chip)
+        capacity = capacities(chip, tier2_kinds=tier2_kinds)
     ex = program.expand(condensed=True)
     classes = _classes(program, ex)
     P = len(ex.nodes)
@@ -330,6 +333,9 @@ def plan_residency(program: Program, chip=None, *, capacity: Capacities | None =
     placed: dict[str, list[int]] = {}
     for c in sorted(classes.values(), key=lambda c: c["key"]):
         if not c["live"]:
+            continue
+        if c["kind"] in capacity.tier2_kinds:     # offloaded: every instance in the tier
+            placed[c["cls"]] = [0, 0, c["n"]]
             continue
         counts = [0, 0]
         offered = c["n"]    # instances not taken yet: the last ``offered`` ones

@@ -91,11 +91,14 @@ def plan_residency_ref(program: Program, chip=None, *, capacity: Capacities | No
     # if, at every position where it is live, the items offered to that memory before it
     # (taken or refused) and itself fit; on a chip with a second DRAM tier what no on-chip
     # memory took is offered to the first DRAM likewise, and what it refuses lives in the
-    # second
+    # second; an offloaded kind (``tier2_kinds``) goes to the second tier whole
     limit = {"scratchpad": capacity.scratchpad, "shared_buffer": capacity.shared_buffer}
     offered: dict[str, list[_Item]] = {m: [] for m in (*MEMORIES, "dram")}
     placed = {cls: [0, 0, 0] if capacity.dram_bytes else [0, 0] for cls in info}
     for item in items:
+        if info[item.cls]["kind"] in capacity.tier2_kinds:   # offloaded: in the second tier
+            placed[item.cls][2] += item.count
+            continue
         allowed = dict(zip(MEMORIES, _eligible(capacity, info[item.cls]["kind"])))
         for slot, mem in enumerate(MEMORIES):
             if not allowed[mem]:

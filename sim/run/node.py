@@ -51,6 +51,7 @@ from ..regime import busiest_unit
 from .precision_ops import with_precision_ops
 from .scenario import EXECUTIONS, Parallelism, Scenario, default_execution
 from .links import collective_energy_j, collective_seconds
+from .offload import OFFLOAD_KINDS, check_offload, split_tiers, tier_report, tiered_parts
 from .summed import simulate_workload
 from .tp_overlap import gemm_mapping, one_node_overlap
 from .stack import scenario_chip, stack_info
@@ -256,6 +257,7 @@ def _validate(chip: Chip, s: Scenario) -> _Setup:
         raise ValueError("recompute 'selective' needs a parallel plan: pass plan= or "
                          "cluster= (on the command line: --cluster, or any of --pp, --cp, "
                          "--ep, --zero, which run on one domain of the chip's links)")
+    check_offload(s.offload, chip=chip, phase=s.phase, execution=s.execution)
     tp, dp = resolve_parallelism(s.phase, s.parallelism)
     p = default_precision(chip, s.phase, s.weights_dtype, s.act_dtype, s.kv_dtype, s.recipe)
     return _Setup(tp, dp, p, check_supported(chip, p))
@@ -296,22 +298,49 @@ def _lower(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup
         narrow = tuple(d for d in ("fp8", "int8", "int4")
                        if d == "int4" or chip.supports(wider(p.activations, d)))
         mem = inference_memory(model, p, tp, s.batch, context, w, cap, narrow)
-    if chip.dram2 is not None and mem.total_bytes > chip.dram.capacity_bytes:
+    if s.offload != "none":
+        mem = _offloaded_memory(chip, s, mem)
+    elif chip.dram2 is not None and mem.total_bytes > chip.dram.capacity_bytes:
         _check_tiers(chip, s, mem.total_bytes)
     return w, mem, warns
+
+
+def _offloaded_memory(chip: Chip, s: Scenario, mem: MemoryReport) -> MemoryReport:
+    """A training step's memory with ``s.offload``'s state in the second tier
+    (:class:`~diptych.workloads.memory.MemoryReport`'s ``tier2_parts``): it fits when each
+    tier holds its parts. What stays must fit the first tier, else ValueError: the planner
+    would spill other state into the second, which a step's separately planned programs
+    cannot share."""
+    one, _ = split_tiers(mem.breakdown, s.offload)
+    mem = dataclasses.replace(mem, capacity_bytes=chip.dram.capacity_bytes,
+                              tier2_parts=tiered_parts(s.offload),
+                              tier2_capacity_bytes=chip.dram2.capacity_bytes,
+                              min_tp=None, suggestion=None)
+    if mem.tier1_bytes > mem.capacity_bytes:
+        raise ValueError(f"with --offload {s.offload} the first tier of chip {chip.name!r} "
+                         f"still holds {mem.tier1_bytes / 2**30:.1f} GiB ("
+                         + ", ".join(f"{k} {v / 2**30:.1f}" for k, v in one.items() if v)
+                         + f" GiB) against its {chip.dram.capacity_gib:g} GiB: "
+                         + ("--offload params, " if s.offload == "optimizer" else "")
+                         + "--recompute, a smaller --micro-batch or more chips")
+    return dataclasses.replace(mem, advice="" if mem.fits else (
+        f"the offloaded state ({mem.tier2_bytes / 2**30:.1f} GiB) exceeds the second tier's "
+        f"{chip.dram2.capacity_gib:g} GiB"))
 
 
 def _check_tiers(chip: Chip, s: Scenario, total: float) -> None:
     """A run whose footprint spills into the second DRAM tier needs the residency planner
     to place it (``execution="schedule"``) over one program (an inference phase: training's
-    micro-batch and optimizer programs are planned apart, and offloading optimizer state is
-    not modelled yet). ValueError naming what to change."""
+    micro-batch and optimizer programs are planned apart, so a training step places state in
+    the second tier only by kind, with ``offload``, :mod:`~diptych.sim.run.offload`).
+    ValueError naming what to change."""
     spill = f"{total / 2**30:.1f} GiB exceed the first tier's {chip.dram.capacity_gib:g} GiB"
     if s.phase == "train":
         raise ValueError(f"{spill}: a training step on chip {chip.name!r} would spill into "
-                         f"its second memory tier ([dram2]); placing training state across "
-                         f"tiers (ZeRO-Offload-style) is not modelled yet: fit the first tier "
-                         f"(more chips, --recompute, a narrower precision)")
+                         f"its second memory tier ([dram2]), which holds training state only "
+                         f"as asked: --offload optimizer or --offload params (ZeRO-Offload-"
+                         f"style, docs/chips.md), or fit the first tier (more chips, "
+                         f"--recompute, a narrower precision)")
     if s.execution != "schedule":
         raise ValueError(f"{spill}: the second memory tier ([dram2]) of chip {chip.name!r} is "
                          f"placed by the residency planner, which --execution sum skips: use "
@@ -329,7 +358,8 @@ def _time(w: Workload, chip: Chip, model: ModelConfig, s: Scenario, setup: _Setu
         from .scheduled import schedule_workload
         buckets = dp_buckets(model, setup.precision, setup.tp) if setup.dp > 1 else None
         t = schedule_workload(w, chip, simulate=simulate, fusion=s.fusion,
-                              dp_buckets=buckets, collective_time=collective_time)
+                              dp_buckets=buckets, collective_time=collective_time,
+                              tier2_kinds=OFFLOAD_KINDS[s.offload])
     else:
         t = simulate_workload(w, chip, overlap=s.overlap, simulate=simulate,
                               collective_time=collective_time)
@@ -389,6 +419,8 @@ def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Work
     if "dram_tiers" in t:      # where the state lives and what the second tier moved
         info["memory_tiers"] = {"bytes": dict(t["dram_tiers"]),
                                 "dram2_bytes_moved": t["dram2_bytes"] * n_chips}
+    if s.offload != "none":    # per chip: which tensors live where, the tier's time and energy
+        info["offload"] = tier_report(chip, s.offload, mem.breakdown, t.get("dram2_bytes", 0.0))
     return RunResult(
         phase=s.phase, chip=chip.name, model=model.name, batch=batch, chips=n_chips,
         tp=setup.tp, dp=setup.dp, seconds=secs, flops=model_flops, hardware_flops=hw_flops,

@@ -17,7 +17,8 @@ from ..program import FusedOps
 from ...workloads.program import Carry, Program, Tensor
 from ...workloads.fused_attention import FusedAttention
 
-__all__ = ["Tiered", "access_index", "placed_op", "split_segments", "tier2_chip"]
+__all__ = ["Tiered", "access_index", "placed_op", "split_segments", "tier2_chip",
+           "tier2_weight_bytes"]
 
 #: Where an operand's bytes cross a DRAM interface (the residency planner's locations).
 _OFF_CHIP = ("dram", "dram2")
@@ -35,10 +36,31 @@ class Tiered:
 
     inner: object
     dram2_share: float
+    #: bytes of the op's weights in the second tier that a prefetch may fetch ahead
+    #: (:func:`tier2_weight_bytes`; 0: none)
+    prefetch_bytes: float = 0.0
 
     def __post_init__(self):
         if not 0 < self.dram2_share <= 1:
             raise ValueError(f"dram2_share must be in (0, 1], not {self.dram2_share!r}")
+        if not self.prefetch_bytes >= 0:
+            raise ValueError(f"prefetch_bytes must be >= 0, not {self.prefetch_bytes!r}")
+
+
+def tier2_weight_bytes(op, node, nres, accesses: dict) -> float:
+    """Bytes of a weight GEMM's weights (its ``b`` operand) that node ``node``'s residency
+    ``nres`` puts in the second DRAM tier: what a prefetch may stream ahead of the op (they
+    are read-only in the step, so their fetch depends on nothing the op's predecessors do).
+    0 for any other op, or without access records."""
+    g = op.gemm if isinstance(op, FusedOps) else op
+    acc = accesses.get(id(g))
+    if not isinstance(g, Gemm) or "weight" not in g.tags or acc is None:
+        return 0.0
+    names = node.reads + node.writes + node.updates
+    loc = {t: a.location for t, a in zip(names, nres.accesses)}
+    size = {t: a.bytes for t, a in zip(names, nres.accesses)}
+    return float(sum(sh * size[t] for t, sh in _uses(acc, node, "b")
+                     if loc.get(t) == "dram2"))
 
 
 @lru_cache(maxsize=64)

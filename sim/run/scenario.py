@@ -28,6 +28,7 @@ from ...workloads.lower import ATTENTION_MODES, check_attention
 from ...workloads.moe import Routing
 from ...workloads.precision import recipe_for
 from ..limits import check_sizes
+from .offload import check_offload
 from .stack import check_stack
 
 #: The phases a scenario can simulate.
@@ -123,7 +124,9 @@ class Scenario:
     factor; :class:`~diptych.workloads.moe.Routing`, default balanced and dropless).
     ``nvls``, ``attention_kernel``, ``tp_comm_overlap``: the software stack's settings
     (:mod:`~diptych.sim.run.stack`: NCCL's in-switch all-reduce, the fused-attention kernel,
-    Transformer Engine's userbuffers overlap), applied to the chip before anything is timed."""
+    Transformer Engine's userbuffers overlap), applied to the chip before anything is timed.
+    ``offload``: training state placed in the chip's second memory tier, ``none``,
+    ``optimizer`` or ``params`` (:mod:`~diptych.sim.run.offload`, ZeRO-Offload-style)."""
 
     phase: str
     batch: int = 1
@@ -146,6 +149,7 @@ class Scenario:
     nvls: bool = True
     attention_kernel: str = "default"
     tp_comm_overlap: bool = True
+    offload: str = "none"
 
     def __post_init__(self):
         if self.phase not in PHASES:
@@ -173,6 +177,7 @@ class Scenario:
             _flag(n, getattr(self, n))
         check_stack(nvls=self.nvls, attention_kernel=self.attention_kernel,
                     tp_comm_overlap=self.tp_comm_overlap)
+        check_offload(self.offload, phase=self.phase)
         _degree("batch", self.batch)
         for n in ("prompt", "gen", "seq", "micro_batch"):
             _degree(n, getattr(self, n))

@@ -35,7 +35,14 @@ its fused vector ops.
 
 **Weight prefetch**: an op whose weights are in DRAM may stream them ahead, during earlier
 ops, when the chip's scratchpad keeps weights between ops (``[residency] scratchpad_kinds``
-lists ``weight``) and they fit the scratchpad left after residency's pinned state.
+lists ``weight``) and they fit the scratchpad left after residency's pinned state. Weights in
+a second DRAM tier (:class:`~.placed.Tiered`'s ``prefetch_bytes``) are prefetched the same way,
+at the tier's achieved stream rather than the first DRAM's: they arrive during the previous
+ops, and the op's main phase keeps the rest of its time. The prefetch stream is the chip's one
+stream (in order, one at a time, each holding its scratchpad space until its op ends) and
+progresses at the share of the first DRAM the running ops leave free, which errs slow for a
+tier behind its own link. A prefetch never makes an op's main phase shorter than its compute,
+and the stream never moves the tier's bytes faster than the tier's rate.
 """
 
 from __future__ import annotations
@@ -51,7 +58,8 @@ from .attention import fused_stats
 from ...workloads.graph import Workload, program_pieces
 from .. import energy_parts as EP
 from .links import collective_energy_j, collective_seconds
-from .placed import Tiered, access_index, placed_op, split_segments, tier2_chip
+from .placed import Tiered, access_index, placed_op, split_segments, tier2_chip, \
+    tier2_weight_bytes
 from ..regime import roof_regime
 
 
@@ -118,8 +126,11 @@ class _Timer:
     def _tiered(self, op: Tiered) -> SimpleNamespace:
         """:class:`~.placed.Tiered`: the op's time and energy on each tier, weighted by the
         share of its off-chip bytes each moves; ``tier1_bytes`` (what occupies the first
-        DRAM in the schedule) and ``dram2_bytes`` split its ``dram_bytes``. No weight
-        prefetch: the second tier streams into the op, not ahead of it."""
+        DRAM in the schedule) and ``dram2_bytes`` split its ``dram_bytes``, each tier's share
+        of the traffic of the op as the engine tiles it on that tier (the bytes its time and
+        energy are of: the engine may tile an op differently for a slower DRAM). Its
+        weights in the second tier (``tier2_prefetch_bytes``) may be fetched ahead by the
+        schedule (:func:`_schedule_piece`); its other tier-2 bytes stream into the op."""
         if self._tier2 is None:
             self._tier2 = _Timer(tier2_chip(self.chip), self.sim, self.coll)
         a, b, s = self(op.inner), self._tier2(op.inner), op.dram2_share
@@ -132,7 +143,9 @@ class _Timer:
             energy_parts=parts, bound=a.bound if s < 0.5 else b.bound,
             utilization=(a.utilization * a.seconds / seconds
                          if a.utilization is not None and seconds else a.utilization),
-            weight_bytes=0.0, tier1_bytes=(1 - s) * a.dram_bytes, dram2_bytes=s * a.dram_bytes)
+            weight_bytes=0.0, tier1_bytes=(1 - s) * a.dram_bytes, dram2_bytes=s * b.dram_bytes,
+            dram_bytes=(1 - s) * a.dram_bytes + s * b.dram_bytes,
+            tier2_prefetch_bytes=op.prefetch_bytes, tier2_bandwidth=b.bandwidth)
         if hasattr(a, "memory_seconds"):
             out.memory_seconds = (1 - s) * a.memory_seconds + s * b.memory_seconds
         return out
@@ -202,7 +215,8 @@ class _Timer:
             flops=st.flops, vector_flops=sum(v.flops for v in vst),
             bandwidth=min(getattr(st, "dram_bytes_per_s", 0.0), peak_bw), unit="array",
             # the weights' element bytes, which the engine moves
-            weight_bytes=gemm.b_element_bytes if "weight" in gemm.tags and gemm.b_source == "dram" else 0.0,
+            weight_bytes=(gemm.b_element_bytes
+                          if "weight" in gemm.tags and gemm.b_source == "dram" else 0.0),
             dtype=gemm.compute_dtype)
 
 
@@ -272,7 +286,7 @@ def _residency_view(res, block: str, node: str, repeat: int) -> list[dict]:
 
 
 def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
-                   dp_buckets: dict | None) -> list:
+                   dp_buckets: dict | None, tier2_kinds: frozenset = frozenset()) -> list:
     """Each program piece fused (when ``fuse``), planned for residency, split at its
     residency segments, and every node's op placed (its operands' locations) and timed:
     ``(piece, program, residency, origin, ops)``."""
@@ -282,7 +296,7 @@ def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
     for piece in pieces:
         prog = (fuse_program(piece.program, chip.core.vector.gemm_fused_kinds) if fuse
                 else piece.program)
-        res = plan_residency(prog, chip)
+        res = plan_residency(prog, chip, tier2_kinds=tier2_kinds)
         prog, origin = split_segments(prog, res)
         pinned = res.on_chip_bytes("scratchpad")
         ops = {}   # (block, node) → the op with its operands' locations (its segment's)
@@ -293,7 +307,7 @@ def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
                 op = placed_op(n.payload, n, nres, accesses, pinned, chip.has_dram)
                 share = nres.dram2_share
                 if share > 0:      # some of its off-chip bytes live in the second tier
-                    op = Tiered(op, share)
+                    op = Tiered(op, share, tier2_weight_bytes(n.payload, n, nres, accesses))
                 ops[(b.name, n.name)] = op
                 timer(op)
         plans.append((piece, prog, res, origin, ops))
@@ -303,7 +317,10 @@ def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
 def _schedule_piece(piece, prog, ops: dict, timer: "_Timer", space: int, stream: float,
                     launches: tuple[float, float], sync: float):
     """List-schedule one piece's program: each node's demand from its timed op (a weight
-    prefetch where it fits ``space``), its launch; returns (schedule, launch per node)."""
+    prefetch where it fits ``space``: from the first DRAM at its achieved stream, or, for
+    weights in the second tier, at the tier's achieved stream, the highest the engine reached
+    on it), its launch; returns (schedule, launch per node)."""
+    stream2 = timer._tier2.stream if timer._tier2 is not None else 0.0
     demands = {}
     launch = {(b.name, k): v for bi, b in enumerate(prog.blocks)
               for k, v in _block_launches(prog, bi, *launches).items()}
@@ -312,10 +329,14 @@ def _schedule_piece(piece, prog, ops: dict, timer: "_Timer", space: int, stream:
             t = timer(ops[(b.name, n.name)])
             pre = t.weight_bytes if 0 < t.weight_bytes <= space else 0.0
             hbm = getattr(t, "tier1_bytes", t.dram_bytes)   # the first DRAM's share
+            w2 = getattr(t, "tier2_prefetch_bytes", 0.0)
+            pre_s = None
+            if 0 < w2 <= space and not pre and max(stream2, t.tier2_bandwidth) > 0:
+                pre, pre_s = w2, w2 / max(stream2, t.tier2_bandwidth)
             demands[(b.name, n.name)] = op_demand(
                 seconds=t.seconds, unit=t.unit, dram_bytes=hbm,
                 stream_bytes_per_s=max(stream, t.bandwidth) if hbm else None,
-                compute_seconds=t.compute_seconds, prefetch_bytes=pre,
+                compute_seconds=t.compute_seconds, prefetch_bytes=pre, prefetch_seconds=pre_s,
                 launch_seconds=launch[(b.name, n.name)],
                 co_seconds={"vector": t.vector_seconds} if t.vector_seconds else None)
     r = list_schedule(prog.with_demands(demands), space_bytes=space,
@@ -452,7 +473,8 @@ def _tier_bytes(plans) -> dict[str, int]:
 
 def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = True,
                       dp_buckets: dict | None = None,
-                      collective_time: Callable | None = None) -> dict:
+                      collective_time: Callable | None = None,
+                      tier2_kinds: frozenset = frozenset()) -> dict:
     """Time ``w`` on ``chip`` as a schedule of its programs (module docstring). Returns the
     totals :func:`~diptych.sim.run.summed.simulate_workload` returns (``seconds``,
     ``energy_j`` and ``energy_breakdown_j``, ``dram_bytes``, ``layers``, ``compute_seconds``,
@@ -463,7 +485,9 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     simulated node phases, for the trace) and ``pieces`` (each program's time and count).
     ``collective_time(op)``: a collective's seconds (default: the chip's own links,
     :func:`~diptych.sim.run.links.collective_seconds`; the cluster step times its
-    tensor-parallel collectives on the topology, :mod:`diptych.sim.cluster.timing`)."""
+    tensor-parallel collectives on the topology, :mod:`diptych.sim.cluster.timing`).
+    ``tier2_kinds``: tensor kinds the residency plan puts in the second DRAM tier whatever
+    room the first has (a training offload, :mod:`diptych.sim.run.offload`)."""
     fc = chip.fixed_costs
     launches = (fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6)
     sync = fc.step_sync_us * 1e-6
@@ -473,7 +497,7 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     stage = {b.name: b.stage for b in w.blocks}
     cap = capacities(chip)
     prefetch_ok = "weight" in cap.scratchpad_kinds
-    plans = _placed_pieces(w, chip, timer, fuse, dp_buckets)
+    plans = _placed_pieces(w, chip, timer, fuse, dp_buckets, tier2_kinds)
     stream = timer.stream or chip.dram_bytes_per_s
     acc = _Totals()
     for piece, prog, res, origin, ops in plans:

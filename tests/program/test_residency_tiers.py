@@ -99,3 +99,20 @@ def test_state_spills_last_layers_first():
         locs = [pl.location(i) for i in range(pl.instances)]
         assert locs == sorted(locs, key=RANK.get)
         assert "dram2" in locs
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10**9))
+def test_offloaded_kinds_live_whole_in_the_second_tier(seed):
+    """``tier2_kinds`` (a training offload): every instance of those kinds in the second
+    tier, nothing of them on chip, the rest planned as before; fast equals golden."""
+    p, cap = tiered_case(seed)
+    kinds = frozenset(random.Random(seed).sample(["weight", "optimizer_state", "gradient"], 2))
+    off = Capacities(**{**{f: getattr(cap, f) for f in (
+        "scratchpad", "shared_buffer", "scratchpad_kinds", "shared_buffer_kinds",
+        "dram_bytes")}, "tier2_kinds": kinds})
+    fast, ref = plan_residency(p, capacity=off), plan_residency_ref(p, capacity=off)
+    assert decisions(fast) == decisions(ref)
+    for pl in fast.placements.values():
+        if pl.tensor.kind in kinds and pl.live:
+            assert (pl.scratchpad, pl.shared_buffer, pl.dram2) == (0, 0, pl.instances)

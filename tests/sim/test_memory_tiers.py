@@ -101,7 +101,7 @@ def test_runs_the_planner_cannot_place_are_refused(chip, tiny):
     small = small_first_tier(chip)
     with pytest.raises(ValueError, match="execution schedule"):
         run(small, tiny, execution="sum")
-    with pytest.raises(ValueError, match="not modelled yet"):
+    with pytest.raises(ValueError, match="--offload optimizer or --offload params"):
         run_workload(small_first_tier(chip, 0.001), tiny,
                      Scenario.of(phase="train", batch=8, seq=2048))
 

@@ -98,7 +98,7 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
         fusion: bool = True, moe_skew: float | None = None,
         moe_capacity_factor: float | None = None, moe_pad: bool | None = None,
         attention_kernel: str = "default", nvls: bool = True, tp_comm_overlap: bool = True,
-        ideal: bool = False, waterfall: bool = True) -> "RunResult":
+        offload: str = "none", ideal: bool = False, waterfall: bool = True) -> "RunResult":
     """Simulate one phase of ``model`` on ``chip``, as ``diptych run`` does for one batch size.
 
     ``phase``: ``"prefill"`` (needs ``prompt``: the time to first token), ``"decode"`` (needs
@@ -118,6 +118,8 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     ``moe_capacity_factor``, ``moe_pad``: a MoE model's routing (docs/workloads.md, "Mixture of
     experts"). ``attention_kernel``, ``nvls``, ``tp_comm_overlap``: the software stack's settings,
     as ``--attention-kernel``, ``--no-nvls``, ``--no-tp-comm-overlap`` (sim/run/stack.py).
+    ``offload``: training state in the chip's second memory tier, ``"none"``, ``"optimizer"``
+    or ``"params"`` (``--offload``; docs/chips.md, "Training state in the second tier").
     ``ideal``: every overhead left out (``--ideal``); ``waterfall``: the efficiency waterfall in the
     result (``result.waterfall``). Either result carries ``energy_j`` and ``energy_breakdown_j``,
     the same joules by component (MAC arrays, vector units, SRAM, DRAM, NoC, D2D, links, static;
@@ -134,7 +136,7 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
                     attention=attention, execution=execution, fusion=fusion,
                     moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad,
                     attention_kernel=attention_kernel, nvls=nvls,
-                    tp_comm_overlap=tp_comm_overlap)
+                    tp_comm_overlap=tp_comm_overlap, offload=offload)
     if ideal and r:
         raise ValueError(f"ideal=True leaves every precision recipe's overheads out; recipe "
                          f"{r!r} names one's: give one of them")
@@ -269,7 +271,8 @@ def plan(chip: "str | Chip", model: "str | ModelConfig", cluster: str, *, chips:
     ZeRO, schedule, micro-batch, recomputation) for training ``model`` on ``chips`` chips of
     ``cluster`` (a preset such as ``"dgx-h100"`` or a path), ``batch`` sequences of ``seq``
     tokens; ``refine`` plans re-simulated with the engine; ``space`` narrows the search as
-    the command's flags do (``tp=[4, 8]``, ``zero=[1]``, ``schedules=["interleaved"]`` ...).
+    the command's flags do (``tp=[4, 8]``, ``zero=[1]``, ``schedules=["interleaved"]``,
+    ``offload=["none", "optimizer"]`` ...).
     Returns the search result: ``plans`` (best first, each a ``ClusterResult``),
     ``candidates``, ``fitting``; ``to_dict(top)`` is ``diptych plan --json``."""
     from diptych.sim.cluster.search import search_plans
