@@ -13,7 +13,8 @@ datapath    lane  modes (MACs per PE per cycle)                       ``mode`` p
 ``dot4``    32    e4m3, e5m2, e4m3xe5m2, e5m2xe4m3 (4)                3 bits
 ``mx``      40    mxfp8_e4m3, mxfp8_e5m2, mxfp8_e4m3xe5m2,            3 bits (+ block-last
                   mxfp8_e5m2xe4m3 (4), E8M0 block scales               flag, OS only)
-``mxdot4``  40    the MXFP8 modes, mxfp6_e3m2, mxfp6_e2m3, mxfp4 (4)   3 bits (OS only)
+``mxdot4``  40    the MXFP8 modes, mxfp6_e3m2, mxfp6_e2m3, mxfp4 (4)   3 bits
+``mxint8``  40    mxint8 (4), E8M0 block scales                        none
 ==========  ====  ==================================================  ===========================
 
 A *lane* is one operand port element: ``a_data[i]``, ``b_data[j]``, ``w_data[j]``. In the
@@ -57,6 +58,14 @@ rate (mode codes 0, 1, 2; 3 is reserved), as Blackwell's ``kind::mxf8f6f4`` MMA 
 truncated alignment, one rounding toward zero per step), so every step's lanes carry their
 block's scales and no flag marks a block's end. Its PE is the ordinary OS PE; the bench drives
 it output-stationary.
+
+The ``mxint8`` datapath (:class:`diptych.rtl.mxint8.MxInt8Dot4`) has ``mxdot4``'s lanes with four
+INT8 codes (OCP MX v1.0 MXINT8: each times 2^-6) and the block's E8M0 scale; its four products
+are summed exactly as integers and the scaled sum meets the accumulator by the dot4 rule's
+alignment and rounding (the ``"mxint8"`` rule, :func:`diptych.rtl.dot_ref.mxint8_matmul_bits`).
+One mode, no ``mode`` port. ``mxdot4`` and ``mxint8`` carry their scales in every step's lanes,
+so they run weight-stationary too: a stationary lane holds its four weights and their block's
+scale, a streamed lane its four A elements and theirs.
 
 Mode codes on the ``mode`` port (3 bits): int8 0, bf16 1, and for FP8 ``0b1ab`` with ``a`` = A
 is E5M2 and ``b`` = B is E5M2 (e4m3 4, e4m3xe5m2 5, e5m2xe4m3 6, e5m2 7). In the array the
@@ -104,8 +113,9 @@ class Datapath:
 
     @property
     def block_scaled(self) -> bool:
-        """Whether the lanes carry block scales (the ``mx`` and ``mxdot4`` datapaths)."""
-        return self.rule in ("mx", "mxdot4")
+        """Whether the lanes carry block scales (the ``mx``, ``mxdot4`` and ``mxint8``
+        datapaths)."""
+        return self.rule in ("mx", "mxdot4", "mxint8")
 
     @property
     def block_port(self) -> bool:
@@ -125,7 +135,7 @@ class Datapath:
             raise ValueError(f"{mode!r} is not {kind} of the {self.name} datapath (its modes: "
                              f"{', '.join(self.modes)}; the block-scaled PEs are the mx "
                              f"datapath, modes {', '.join(MXFP8_MODES)}, and mxdot4, those and "
-                             f"mxfp6_e3m2, mxfp6_e2m3, mxfp4)")
+                             f"mxfp6_e3m2, mxfp6_e2m3, mxfp4; mxint8, mode mxint8)")
         return rates[mode]
 
     def element_bits(self, mode: str) -> int:
@@ -145,8 +155,10 @@ DATAPATHS: dict[str, Datapath] = {d.name: d for d in (
     Datapath("dot4", 32, tuple((m, 4) for m in _FP8_MODES), rule="dot4"),
     Datapath("mx", 40, tuple((m, 4) for m in MXFP8_MODES), rule="mx"),
     Datapath("mxdot4", 40, tuple((m, 4) for m in MX_MODES), rule="mxdot4"),
+    Datapath("mxint8", 40, (("mxint8", 4),), rule="mxint8"),
 )}
-assert all(m in MODES or m in MX_MODES for d in DATAPATHS.values() for m in d.modes)
+assert all(m in MODES or m in MX_MODES or m == "mxint8"
+           for d in DATAPATHS.values() for m in d.modes)
 assert all(d.rule in RULES for d in DATAPATHS.values())
 
 

@@ -45,6 +45,10 @@ Accumulation rules of the 8-bit floating-point modes (:data:`RULES`)
     * ``"mxdot4"`` (the ``mxdot4`` datapath): the dot4 rule with every product scaled by its
       block's two E8M0 scales before the alignment
       (:func:`diptych.rtl.dot_ref.mx_dot_matmul_bits`; refused by :func:`matmul_bits` too).
+    * ``"mxint8"`` (the ``mxint8`` datapath): a step's four INT8 products summed exactly, the
+      sum scaled by its blocks' E8M0 scales and the element's 2^-6, then the dot4 rule's
+      alignment and rounding against the accumulator
+      (:func:`diptych.rtl.dot_ref.mxint8_matmul_bits`; refused by :func:`matmul_bits` too).
 
 NumPy reproduces the per-operation rules exactly with float32 arithmetic when the input flush is
 applied before and the output flush after each operation (float32 multiply and add are IEEE
@@ -292,7 +296,7 @@ def fp8_matmul_bits(a_bits, b_bits, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
 #: rounded into the accumulator on its own, two products and the accumulator rounded once, or
 #: four products and the accumulator aligned with truncation and rounded once toward zero
 #: (``"dot4"``, :mod:`diptych.rtl.dot_ref`).
-RULES = ("sequential", "pair", "dot4", "mx", "mxdot4")
+RULES = ("sequential", "pair", "dot4", "mx", "mxdot4", "mxint8")
 
 
 def fp8_pair_matmul_bits(a_bits, b_bits, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
@@ -328,9 +332,10 @@ def matmul_bits(mode: str, a, b, init_bits=None, rule: str = "sequential") -> np
     fa, fb = mode_formats(mode)
     if rule not in RULES:
         raise ValueError(f"rule must be one of {', '.join(RULES)}, not {rule!r}")
-    if rule in ("mx", "mxdot4"):
+    if rule in ("mx", "mxdot4", "mxint8"):
         raise ValueError(f"the {rule} rule needs block scales: diptych.rtl.formats."
-                         f"mx_matmul_bits (mx), diptych.rtl.dot_ref.mx_dot_matmul_bits (mxdot4)")
+                         f"mx_matmul_bits (mx), diptych.rtl.dot_ref.mx_dot_matmul_bits (mxdot4), "
+                         f"diptych.rtl.dot_ref.mxint8_matmul_bits (mxint8)")
     if mode == "int8":
         init = None if init_bits is None else np.asarray(init_bits).astype(np.uint32).view(np.int32)
         return int8_matmul(a, b, init).view(np.uint32)

@@ -75,6 +75,10 @@ def special_plan(rows: int, cols: int, dtype: str, dataflow: str, modes=None, *,
     datapath's directed plan is :func:`diptych.rtl.mx_bench.mx_special_plan`."""
     check_config(rows, cols, dtype, dataflow)
     dp = get_datapath(dtype)
+    if dp.block_scaled and dataflow == "ws":
+        from .mx_ws import mx_ws_special_plan
+        return mx_ws_special_plan(rows, cols, modes or None, seed=seed, bubble_data=bubble_data,
+                                  dtype=dtype)
     if dp.block_scaled:
         from .mx_bench import mx_special_plan
         return mx_special_plan(rows, cols, modes or None, seed=seed, bubble_data=bubble_data,

@@ -189,6 +189,18 @@ MUTANTS = (
     Mutant("mxdot4-b-scale-ignored", "mxdot4 unit scales the products by A's block scale only",
            _DOT, (("m.d.comb += offset.eq(s_a + s_b - 254)", "m.d.comb += offset.eq(s_a - 127)"),),
            ((_PE, "MxDot4Fp8"),), (1, 1, "mxdot4", "os")),
+    Mutant("mxint8-no-element-scale", "MXINT8 unit forgets each element's 2^-6 (products "
+           "2^12 too large)", "diptych.rtl.mxint8",
+           (("sa + sb - 254 + 2 * self.ELEM_EXP + MXINT8_LEAD", "sa + sb - 254 + MXINT8_LEAD"),),
+           ((_PE, "MxInt8Dot4"),), (1, 1, "mxint8", "os")),
+    Mutant("ws-scale-from-shadow", "block-scaled WS PE reads the weights' block scale from the "
+           "shadow register (the next tile's, loaded while this one streams), not the active "
+           "one", _PE,
+           (("from amaranth.hdl import Module, Mux, Signal",
+             "from amaranth.hdl import Cat, Module, Mux, Signal"),
+            ("        weight = Mux(swap, self.w_out, active)\n",
+             "        weight = Cat(Mux(swap, self.w_out, active)[:32], self.w_out[32:])\n"),),
+           ((_ARRAY, "WsPe"),), (1, 1, "mxdot4", "ws")),
     # ---- rounding faults of the FP units, scored alone on the TestFloat-style vectors
     #      (rtl_testfloat: ties, near-ties, carry-out, alignment, the ends of the range)
     Mutant("adder-sticky-dropped", "FP32 adder drops the sticky bit of the aligned operand "
