@@ -1,4 +1,5 @@
-"""Plans for the block-scaled arrays (``mx``, ``mxdot4``): MXFP8 tiles with E8M0 block scales.
+"""OS plans for the block-scaled arrays (``mx``, ``mxdot4``, ``mxint8``): MX tiles with E8M0 block
+scales (their WS plans: :mod:`diptych.rtl.mx_ws`).
 
 Their lanes carry four FP8 elements and a scale, and the ``mx`` array one more input,
 ``in_block_last`` (:mod:`diptych.rtl.mx`), so their plans are made here; they are ordinary
@@ -9,13 +10,14 @@ runner, the cocotb bench and the scoreboard take unchanged.
 ``os_steps(K, 4)`` steps, its outputs appear at ``os_output_cycles`` plus
 ``BLOCK_SCALE_EXTRA_CYCLES`` (0), the earliest cycles from ``os_schedule``. **What** comes from
 the golden model of the datapath's rule: :func:`diptych.rtl.formats.mx_matmul_bits` (``mx``) or
-:func:`diptych.rtl.dot_ref.mx_dot_matmul_bits` (``mxdot4``). A tile's K is cut into blocks of
-``block`` elements (32: OCP MX; any multiple of the 4-element step up to
+:func:`diptych.rtl.dot_ref.mx_dot_matmul_bits` (``mxdot4``) or
+:func:`~diptych.rtl.dot_ref.mxint8_matmul_bits` (``mxint8``; :func:`golden`). A tile's K is
+cut into blocks of ``block`` elements (32: OCP MX; any multiple of the 4-element step up to
 :data:`~diptych.rtl.mx.MAX_BLOCK`). ``mx``: the step that ends a block has ``in_block_last`` and
 the block's scales in bits 39:32 of its lanes, every other step carries **random bits** in the
 scale fields (the PE must read scales only when it closes a block), and a short last block is
-closed by the tile's last step (its missing elements are +0 for the golden model). ``mxdot4``:
-every step carries its block's scales.
+closed by the tile's last step (its missing elements are +0 for the golden model). ``mxdot4``
+and ``mxint8``: every step carries its block's scales.
 """
 
 from __future__ import annotations
