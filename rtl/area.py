@@ -140,7 +140,7 @@ def pe_blocks(dtype: str) -> dict:
     dot-product unit only), MAC (:func:`~diptych.rtl.pe.make_mac`), OS PE and WS PE: the very
     ``OsPe``/``WsPe`` the array is built of. The block-scaled ``mx`` datapath: its step unit
     (:class:`~diptych.rtl.mx.MxDot`, as ``mac``) and its OS PE (:class:`~diptych.rtl.mx.MxOsPe`;
-    it has no WS PE); ``mxdot4``: its unit and OS PE (the bench drives it OS only)."""
+    it has no WS PE); ``mxdot4`` and ``mxint8``: their unit, OS PE and WS PE."""
     get_datapath(dtype)
     blocks = {}
     if dtype in _UNITS:
@@ -152,8 +152,6 @@ def pe_blocks(dtype: str) -> dict:
     if get_datapath(dtype).block_port:            # the mx PE: output stationary only
         from .mx import MxDot, MxOsPe
         return {"mac": MxDot(), "pe_os": MxOsPe()}
-    if get_datapath(dtype).block_scaled:          # mxdot4: OS in the bench, its OS PE only
-        return {"mac": make_mac(dtype), "pe_os": OsPe(dtype)}
     return {**blocks, "mac": make_mac(dtype), "pe_os": OsPe(dtype), "pe_ws": WsPe(dtype)}
 
 

@@ -5,7 +5,10 @@
 40-bit lanes of four FP8 elements and the block's E8M0 scale in bits 39:32, and one more input,
 ``in_block_last``, presented with ``in_valid``: the step closes a K-block, whose dot the PEs
 scale by the scales in that step's lanes and add to their accumulators; ``in_last`` closes one
-too). Datapaths with several modes have a ``mode`` input (3 bits)
+too), ``mxdot4`` or ``mxint8`` (block-scaled, OS and WS: every 40-bit lane carries its
+block's scale, :mod:`diptych.rtl.mx_ws`) or ``fp4dot8`` (eight FP4 elements and the block's
+E8M0/E4M3 scale per 40-bit lane, OS only). Datapaths with several modes have a ``mode`` input
+(3 bits)
 presented with ``in_valid`` and carried with the row through the array, so each step (OS) or row
 (WS) is computed in the mode it was presented with. Lanes of ``a_data``/``b_data``/``w_data``
 are the datapath's lane width (8, 16 or 32 bits); in the ``multi`` and ``fused`` datapaths an
@@ -71,11 +74,12 @@ def check_config(rows, cols, dtype, dataflow) -> None:
     operand_bits(dtype)
     if dataflow not in DATAFLOWS:
         raise ValueError(f"dataflow must be one of {', '.join(DATAFLOWS)}, not {dataflow!r}")
-    if get_datapath(dtype).block_scaled and dataflow != "os":
-        why = ("each block's exact sum stays in its PE" if get_datapath(dtype).block_port
-               else "the bench has no WS plans with block scales")
-        raise ValueError(f"the {dtype} datapath is output-stationary only ({why}), not "
-                         f"dataflow {dataflow!r}")
+    if get_datapath(dtype).block_port and dataflow != "os":
+        raise ValueError(f"the {dtype} datapath is output-stationary only (each block's exact "
+                         f"sum stays in its PE), not dataflow {dataflow!r}")
+    if dtype == "fp4dot8" and dataflow != "os":
+        raise ValueError(f"the fp4dot8 datapath is output-stationary only (its eight-element "
+                         f"lanes have no WS plans yet), not dataflow {dataflow!r}")
 
 
 def _delay(m: Module, sig, n: int, name: str):

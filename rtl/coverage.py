@@ -20,10 +20,13 @@ cannot reach is not claimed for it):
   magnitude ≤ 2¹⁴ cannot leave the int32 range themselves.
 * ``zero_out``, ``neg_zero_out``, ``inf_out``, ``nan_out``: FP-mode output elements (FP32
   bits) that are ±0, −0, ±Inf, NaN.
+* Block-scaled plans (``mx``, ``mxdot4``, ``mxint8``) also count the rounding classes of
+  :data:`EXACT_CLASSES` from each output's exact value (:mod:`diptych.rtl.coverage_exact`):
+  ``inexact_out``, ``tie_out``, ``subnormal_exact`` (a nonzero exact value below 2^-126, which
+  every datapath flushes: no expected output is subnormal) and ``saturated_out``.
 
-Subnormal outputs are not a class here: every datapath flushes subnormal FP32 results to zero
-of their sign (docs/rtl.md "Numerics"), so no expected output is subnormal; the unit-level
-classes (ties, inexact, subnormal inputs and results) are the FP-unit vectors' (docs/rtl.md).
+For the other datapaths the unit-level classes (ties, inexact, subnormal inputs and results)
+are the FP-unit vectors' (docs/rtl.md).
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from __future__ import annotations
 from collections import Counter
 
 from ..sim import timing
+from .coverage_exact import EXACT_CLASSES, exact_counts
 from .datapath import get_datapath
 from .plan import Plan, unpack
 from .special_plan import special_tiles
 
-__all__ = ["CLASSES", "count", "total", "claims", "missing", "claim_errors", "describe"]
+__all__ = ["CLASSES", "EXACT_CLASSES", "count", "total", "claims", "missing",
+            "claim_errors", "describe"]
 
 CLASSES = ("bubbles", "back_to_back", "int32_wrap", "zero_out", "neg_zero_out", "inf_out",
            "nan_out")
@@ -158,6 +163,9 @@ def count(plan: Plan) -> Counter:
                 for x in w:
                     for k in _fp_classes(x):
                         c[k] += 1
+    if get_datapath(plan.dtype).block_scaled:
+        c.update(exact_counts(plan, tiles, [[plan.expected[cy][1] for cy in plan.predicted[t]]
+                                            for t in range(len(tiles))]))
     return c
 
 
@@ -186,6 +194,10 @@ def claims(rows: int, cols: int, dtype: str, dataflow: str, *, random_tiles: int
       ``neg_zero_out`` as well on WS arrays (a −0 partial sum meeting only −0 products; an OS
       tile starts from +0); ``inf_out`` as well with a BF16 or E5M2 mode on a PE without block
       scales (E4M3 has no Inf; the block-scaled plans' Inf sums are too few to promise).
+    * block-scaled PEs, the special-value plan of every mode: ``inexact_out``,
+      ``subnormal_exact``; ``tie_out`` (not on an MXINT8 OS array: from +0 a tile of INT8
+      products has at most 20 significant bits, so no tie); ``saturated_out`` on the round-
+      toward-zero PEs (``mxdot4``, ``mxint8``; ``mx`` overflows to Inf).
     """
     dp = get_datapath(dtype)
     modes = tuple(modes or dp.modes)
@@ -201,11 +213,17 @@ def claims(rows: int, cols: int, dtype: str, dataflow: str, *, random_tiles: int
         out.append("int32_wrap")
     if special and fp and (not dp.block_scaled or set(modes) == set(dp.modes)):
         out.append("zero_out")
-        if dataflow == "ws":
+        if dataflow == "ws" and dp.rule != "mxint8":      # INT8 products have no −0
             out.append("neg_zero_out")
         if not dp.block_scaled and any(m == "bf16" or "e5m2" in m for m in fp):
             out.append("inf_out")
         out.append("nan_out")
+    if special and dp.block_scaled and set(modes) == set(dp.modes):
+        out += ["inexact_out", "subnormal_exact"]
+        if dp.rule != "mxint8" or dataflow == "ws":
+            out.append("tie_out")
+        if not dp.block_port:
+            out.append("saturated_out")
     return tuple(out)
 
 
@@ -221,5 +239,7 @@ def claim_errors(counts, claimed, config: str) -> list[str]:
 
 
 def describe(counts) -> str:
-    """One line: ``class count`` for every class."""
-    return ", ".join(f"{k} {counts.get(k, 0)}" for k in CLASSES)
+    """One line: ``class count`` for every class (and the rounding classes of block-scaled
+    plans when ``counts`` has them)."""
+    shown = CLASSES + tuple(k for k in EXACT_CLASSES if k in counts)
+    return ", ".join(f"{k} {counts.get(k, 0)}" for k in shown)

@@ -13,7 +13,8 @@ datapath    lane  modes (MACs per PE per cycle)                       ``mode`` p
 ``dot4``    32    e4m3, e5m2, e4m3xe5m2, e5m2xe4m3 (4)                3 bits
 ``mx``      40    mxfp8_e4m3, mxfp8_e5m2, mxfp8_e4m3xe5m2,            3 bits (+ block-last
                   mxfp8_e5m2xe4m3 (4), E8M0 block scales               flag, OS only)
-``mxdot4``  40    the MXFP8 modes, mxfp6_e3m2, mxfp6_e2m3, mxfp4 (4)   3 bits (OS only)
+``mxdot4``  40    the MXFP8 modes, mxfp6_e3m2, mxfp6_e2m3, mxfp4 (4)   3 bits
+``mxint8``  40    mxint8 (4), E8M0 block scales                        none
 ``fp4dot8`` 40    mxfp4, nvfp4 (8), E8M0 or E4M3 block scales          3 bits (OS only)
 ==========  ====  ==================================================  ===========================
 
@@ -66,6 +67,13 @@ per-tensor FP32 scales stay outside the PE). One step adds the eight products ex
 the sum and adds it to the accumulator by the ``"fp4dot8"`` rule (truncated alignment, one
 rounding toward zero, :mod:`diptych.rtl.fp4dot_ref`): an OS tile of depth K takes ``ceil(K / 8)``
 steps, the simulator's ``macs_per_pe_per_cycle = 8``. Output-stationary only.
+The ``mxint8`` datapath (:class:`diptych.rtl.mxint8.MxInt8Dot4`) has ``mxdot4``'s lanes with four
+INT8 codes (OCP MX v1.0 MXINT8: each times 2^-6) and the block's E8M0 scale; its four products
+are summed exactly as integers and the scaled sum meets the accumulator by the dot4 rule's
+alignment and rounding (the ``"mxint8"`` rule, :func:`diptych.rtl.dot_ref.mxint8_matmul_bits`).
+One mode, no ``mode`` port. ``mxdot4`` and ``mxint8`` carry their scales in every step's lanes,
+so they run weight-stationary too: a stationary lane holds its four weights and their block's
+scale, a streamed lane its four A elements and theirs.
 
 Mode codes on the ``mode`` port (3 bits): int8 0, bf16 1, and for FP8 ``0b1ab`` with ``a`` = A
 is E5M2 and ``b`` = B is E5M2 (e4m3 4, e4m3xe5m2 5, e5m2xe4m3 6, e5m2 7). In the array the
@@ -115,8 +123,9 @@ class Datapath:
 
     @property
     def block_scaled(self) -> bool:
-        """Whether the lanes carry block scales (the ``mx`` and ``mxdot4`` datapaths)."""
-        return self.rule in ("mx", "mxdot4", "fp4dot8")
+        """Whether the lanes carry block scales (the ``mx``, ``mxdot4``, ``mxint8`` and
+        ``fp4dot8`` datapaths)."""
+        return self.rule in ("mx", "mxdot4", "mxint8", "fp4dot8")
 
     @property
     def block_port(self) -> bool:
@@ -136,8 +145,8 @@ class Datapath:
             raise ValueError(f"{mode!r} is not {kind} of the {self.name} datapath (its modes: "
                              f"{', '.join(self.modes)}; the block-scaled PEs are the mx "
                              f"datapath, modes {', '.join(MXFP8_MODES)}, and mxdot4, those and "
-                             f"mxfp6_e3m2, mxfp6_e2m3, mxfp4; fp4dot8: mxfp4, "
-                             f"nvfp4)")
+                             f"mxfp6_e3m2, mxfp6_e2m3, mxfp4; mxint8, mode mxint8; fp4dot8: "
+                             f"mxfp4, nvfp4)")
         return rates[mode]
 
     def element_bits(self, mode: str) -> int:
@@ -157,9 +166,10 @@ DATAPATHS: dict[str, Datapath] = {d.name: d for d in (
     Datapath("dot4", 32, tuple((m, 4) for m in _FP8_MODES), rule="dot4"),
     Datapath("mx", 40, tuple((m, 4) for m in MXFP8_MODES), rule="mx"),
     Datapath("mxdot4", 40, tuple((m, 4) for m in MX_MODES), rule="mxdot4"),
+    Datapath("mxint8", 40, (("mxint8", 4),), rule="mxint8"),
     Datapath("fp4dot8", 40, tuple((m, 8) for m in FP4_MODES), rule="fp4dot8"),
 )}
-assert all(m in MODES or m in MX_MODES or m in FP4_MODES
+assert all(m in MODES or m in MX_MODES or m in FP4_MODES or m == "mxint8"
            for d in DATAPATHS.values() for m in d.modes)
 assert all(d.rule in RULES for d in DATAPATHS.values())
 

@@ -35,7 +35,7 @@ from .fp import CANONICAL_NAN, Fp8Multiplier
 from .fused import normalise_signed
 from .dot_ref import DOT_FRAC_BITS, DOT_GROUP, FP32_MAX_BITS
 
-__all__ = ["Dot4Fp8", "MxDot4Fp8"]
+__all__ = ["Dot4Fp8", "MxDot4Fp8", "acc_term", "aligned_sum", "rz_result"]
 
 # the datapath's lanes and rates are this unit's group (datapath.py states them without Amaranth)
 assert get_datapath("dot4").lane_bits == 8 * DOT_GROUP
@@ -50,6 +50,55 @@ def _place(value, lead: int, frac_bits: int):
     if frac_bits >= lead:
         return value << (frac_bits - lead)
     return value >> (lead - frac_bits)
+
+
+def acc_term(m: Module, acc, xs, F: int):
+    """The FP32 accumulator as a term of the dot4 rule: ``(sign, 1.f placed at bit F, nominal
+    exponent, zero, NaN, Inf)``; a subnormal reads as zero of its sign, a zero or Inf takes the
+    exponent of no term (``xs``: the exponents' signal shape)."""
+    ae, af, asg = acc[23:31], acc[0:23], acc[31]
+    a_zero = ae == 0
+    acc_nan = (ae == 0xFF) & (af != 0)
+    acc_inf = (ae == 0xFF) & (af == 0)
+    x_acc = Signal.like(xs, name="x_acc")
+    m.d.comb += x_acc.eq(Mux(a_zero | acc_inf, _ZERO_X, ae - 127))
+    return (asg, _place(Mux(a_zero, 0, Cat(af, Const(1, 1))), 23, F), x_acc, a_zero, acc_nan,
+            acc_inf)
+
+
+def aligned_sum(m: Module, terms, emax, F: int, M: int):
+    """Steps 3–5 of the dot4 rule up to the rounding: each ``(sign, placed magnitude, nominal
+    exponent)`` term shifted right by ``emax − x`` in a window of ``F + 2`` bits (**truncated**),
+    signed, summed, normalised. Returns ``(neg, absval, norm, e_fin)``: the sum's sign,
+    magnitude, the magnitude with its leading one at bit ``M − 1``, and the result's biased FP32
+    exponent."""
+    W = F + 2
+    total = Signal(signed(M + 2))
+    addends = []
+    for n, (sign, placed, x) in enumerate(terms):
+        d = Signal(range(-1024, 1024), name=f"d{n}")
+        dc = Signal(range(W + 1), name=f"dc{n}")
+        aligned = Signal(W, name=f"aligned{n}")
+        m.d.comb += [d.eq(emax - x), dc.eq(Mux(d > W, W, d)), aligned.eq(placed >> dc)]
+        addends.append(Mux(sign, -aligned, aligned))      # truncated toward zero, then signed
+    m.d.comb += total.eq(sum(addends))
+
+    neg, absval, lz, norm = normalise_signed(m, total, M)
+    e_fin = Signal(range(-1024, 1024))
+    m.d.comb += e_fin.eq(emax + 127 + (M - 1 - F) - lz)
+    return neg, absval, norm, e_fin
+
+
+def rz_result(m: Module, result, neg, norm, e_fin, M: int) -> None:
+    """The last branches of the result's ``If`` chain (after the specials and the zero): past
+    FP32's top the largest finite value, below 2^-126 a zero of the sum's sign, else the sum
+    truncated to 24 bits (round toward zero)."""
+    with m.Elif(e_fin >= 255):                # toward zero: the largest finite value
+        m.d.comb += result.eq(Cat(Const(FP32_MAX_BITS, 31), neg))
+    with m.Elif(e_fin <= 0):
+        m.d.comb += result.eq(Cat(Const(0, 31), neg))
+    with m.Else():                            # truncated to 24 bits: round toward zero
+        m.d.comb += result.eq(Cat(norm[M - 24:M - 1], e_fin[0:8], neg))
 
 
 class Dot4Fp8(wiring.Component):
@@ -74,19 +123,14 @@ class Dot4Fp8(wiring.Component):
         F = self.FRAC_BITS
         if not isinstance(F, int) or F < 1:
             raise ValueError(f"FRAC_BITS must be a positive integer, not {F!r}")
-        W = F + 2                                 # aligned magnitudes: products < 4 · 2^F
-        M = max(F + 5, 24)                        # |sum| < 2·2^F + 4·(225/64)·2^F < 2^(F+5)
+        # aligned magnitudes in F + 2 bits (products < 4 · 2^F);
+        # |sum| < 2·2^F + 4·(225/64)·2^F < 2^(F+5)
+        M = max(F + 5, 24)
         xs = Signal(range(-512, 512))
         terms = []                                # (sign, placed magnitude, nominal exponent, zero)
 
-        # the accumulator: 1.f at bit F (a subnormal reads as zero of its sign)
-        ae, af, asg = self.acc[23:31], self.acc[0:23], self.acc[31]
-        a_zero = ae == 0
-        acc_nan = (ae == 0xFF) & (af != 0)
-        acc_inf = (ae == 0xFF) & (af == 0)
-        x_acc = Signal.like(xs, name="x_acc")
-        m.d.comb += x_acc.eq(Mux(a_zero | acc_inf, _ZERO_X, ae - 127))
-        terms.append((asg, _place(Mux(a_zero, 0, Cat(af, Const(1, 1))), 23, F), x_acc, a_zero))
+        asg, placed, x_acc, a_zero, acc_nan, acc_inf = acc_term(m, self.acc, xs, F)
+        terms.append((asg, placed, x_acc, a_zero))
 
         nans, pos_infs, neg_infs = [acc_nan], [acc_inf & ~asg], [acc_inf & asg]
         scale = self._scale(m)                    # (exponent offset, NaN) or None
@@ -116,19 +160,7 @@ class Dot4Fp8(wiring.Component):
             m.d.comb += nxt.eq(Mux(x > emax, x, emax))
             emax = nxt
 
-        total = Signal(signed(M + 2))
-        addends = []
-        for n, (sign, placed, x, _) in enumerate(terms):
-            d = Signal(range(-1024, 1024), name=f"d{n}")
-            dc = Signal(range(W + 1), name=f"dc{n}")
-            aligned = Signal(W, name=f"aligned{n}")
-            m.d.comb += [d.eq(emax - x), dc.eq(Mux(d > W, W, d)), aligned.eq(placed >> dc)]
-            addends.append(Mux(sign, -aligned, aligned))      # truncated toward zero, then signed
-        m.d.comb += total.eq(sum(addends))
-
-        neg, absval, lz, norm = normalise_signed(m, total, M)
-        e_fin = Signal(range(-1024, 1024))
-        m.d.comb += e_fin.eq(emax + 127 + (M - 1 - F) - lz)
+        neg, absval, norm, e_fin = aligned_sum(m, [t[:3] for t in terms], emax, F, M)
 
         all_neg_zero = asg & a_zero
         for (sign, _, _, zero) in terms[1:]:
@@ -141,12 +173,7 @@ class Dot4Fp8(wiring.Component):
             m.d.comb += self.result.eq(Cat(Const(0, 23), Const(0xFF, 8), neg_inf))
         with m.Elif(absval == 0):
             m.d.comb += self.result.eq(Cat(Const(0, 31), all_neg_zero))
-        with m.Elif(e_fin >= 255):                # toward zero: the largest finite value
-            m.d.comb += self.result.eq(Cat(Const(FP32_MAX_BITS, 31), neg))
-        with m.Elif(e_fin <= 0):
-            m.d.comb += self.result.eq(Cat(Const(0, 31), neg))
-        with m.Else():                            # truncated to 24 bits: round toward zero
-            m.d.comb += self.result.eq(Cat(norm[M - 24:M - 1], e_fin[0:8], neg))
+        rz_result(m, self.result, neg, norm, e_fin, M)
         return m
 
     def _scale(self, m: Module):

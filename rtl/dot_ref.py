@@ -61,7 +61,8 @@ import numpy as np
 from .minifloat import FORMATS
 
 __all__ = ["DOT_GROUP", "DOT_FRAC_BITS", "FP32_MAX_BITS", "dot4_bits", "dot_matmul_bits",
-           "rz_fp32_bits", "fp8_terms", "mx_dot_matmul_bits"]
+           "rz_fp32_bits", "fp8_terms", "mx_dot_matmul_bits", "MXINT8_ELEM_EXP", "MXINT8_LEAD",
+           "mxint8_dot4_bits", "mxint8_matmul_bits"]
 
 #: Products added per step (per cycle of the PE).
 DOT_GROUP = 4
@@ -156,10 +157,16 @@ def dot4_bits(acc: int, a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m
     nonzero = [t for t in val if t[1]]
     if not nonzero:
         return 0x80000000 if all(t[0] for t in val) else 0
-    emax = max(t[2] for t in nonzero)
-    lsb = emax - frac_bits
+    return _truncated_sum(nonzero, frac_bits)
+
+
+def _truncated_sum(terms, frac_bits: int) -> int:
+    """Steps 3–5 on nonzero terms ``(sign, n, x, q)`` (value ``(−1)^sign · n · 2^q``, nominal
+    exponent ``x``): each truncated toward zero to a multiple of ``2^(emax − frac_bits)``,
+    summed exactly, rounded toward zero to FP32 (an exact zero sum is +0)."""
+    lsb = max(t[2] for t in terms) - frac_bits
     total = 0
-    for sign, n, _, q in nonzero:
+    for sign, n, _, q in terms:
         mag = n << (q - lsb) if q >= lsb else n >> (lsb - q)      # truncation toward zero
         total += -mag if sign else mag
     if total == 0:
@@ -167,8 +174,12 @@ def dot4_bits(acc: int, a_codes, b_codes, fmt_a: str = "e4m3", fmt_b: str = "e4m
     return rz_fp32_bits(int(total < 0), abs(total), lsb)
 
 
-def _matmul(a, b, fmt_a, fmt_b, init_bits, frac_bits, scales=None) -> np.ndarray:
-    """The dot4 steps of ``init + A·B`` (``scales(i, j, s)``: the step's block scales, or None)."""
+def _matmul(a, b, fmt_a, fmt_b, init_bits, frac_bits, scales=None, step=None) -> np.ndarray:
+    """The dot4 steps of ``init + A·B`` (``scales(i, j, s)``: the step's block scales, or None;
+    ``step(acc, a_group, b_group, scales)``: the step rule, default :func:`dot4_bits`)."""
+    if step is None:
+        def step(acc, ag, bg, sc):
+            return dot4_bits(acc, ag, bg, fmt_a, fmt_b, frac_bits, sc)
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     pad = -k % DOT_GROUP                      # +0 × +0 products: what the PE's lanes see
     a, b = np.pad(a, ((0, 0), (0, pad))), np.pad(b, ((0, pad), (0, 0)))
@@ -178,8 +189,8 @@ def _matmul(a, b, fmt_a, fmt_b, init_bits, frac_bits, scales=None) -> np.ndarray
         for j in range(n):
             acc = int(out[i, j])
             for s in range(0, k, DOT_GROUP):
-                acc = dot4_bits(acc, a[i, s:s + DOT_GROUP], b[s:s + DOT_GROUP, j], fmt_a, fmt_b,
-                                frac_bits, None if scales is None else scales(i, j, s))
+                acc = step(acc, a[i, s:s + DOT_GROUP], b[s:s + DOT_GROUP, j],
+                           None if scales is None else scales(i, j, s))
             out[i, j] = acc
     return out
 
@@ -209,6 +220,13 @@ def mx_dot_matmul_bits(a_codes, a_scales, b_codes, b_scales, fmt_a: str = "e4m3"
     A_s[M, nb], B_s[nb, N] scale codes, ``nb = ceil(K / block)``, ``block`` a multiple of
     :data:`DOT_GROUP` (a group never straddles two blocks); a short last group is padded with
     +0 products. Returns ``uint32[M, N]``."""
+    a, b, scales = _block_operands(a_codes, a_scales, b_codes, b_scales, block)
+    return _matmul(a, b, fmt_a, fmt_b, init_bits, frac_bits, scales)
+
+
+def _block_operands(a_codes, a_scales, b_codes, b_scales, block):
+    """``(A, B, scales(i, j, s))`` of a block-scaled product, or ValueError naming a bad block
+    size or scale shape."""
     a, b = _operands(a_codes, b_codes)
     if isinstance(block, bool) or not isinstance(block, int) or block < 1 or block % DOT_GROUP:
         raise ValueError(f"block must be a positive multiple of {DOT_GROUP}, not {block!r}")
@@ -218,5 +236,64 @@ def mx_dot_matmul_bits(a_codes, a_scales, b_codes, b_scales, fmt_a: str = "e4m3"
     if sa.shape != (m, nb) or sb.shape != (nb, n):
         raise ValueError(f"scales must be [M, {nb}] and [{nb}, N] for K = {k} in blocks of "
                          f"{block}, not {sa.shape} and {sb.shape}")
-    return _matmul(a, b, fmt_a, fmt_b, init_bits, frac_bits,
-                   lambda i, j, s: (sa[i, s // block], sb[s // block, j]))
+    return a, b, lambda i, j, s: (sa[i, s // block], sb[s // block, j])
+
+
+# ---- MXINT8 (the mxint8 PE, diptych.rtl.mxint8) -----------------------------------------------
+
+#: An MXINT8 element is its INT8 code (two's complement) times 2^-6 (OCP MX v1.0 §5.2, table 1:
+#: "INT8, implicit scale 2^-6", values −2 … 1 63/64).
+MXINT8_ELEM_EXP = -6
+#: The bit of |S| (S: the step's integer sum of four INT8 products, |S| ≤ 4 · 128² = 2^16) that
+#: the rule treats as the product term's leading bit: its nominal exponent is that bit's weight,
+#: so the term is at most 2 · 2^x, as an FP8 product is below 4 · 2^x.
+MXINT8_LEAD = 15
+
+
+def _int8(code) -> int:
+    """The signed value of an INT8 code (a byte, two's complement)."""
+    return ((int(code) & 0xFF) ^ 0x80) - 0x80
+
+
+def mxint8_dot4_bits(acc: int, a_codes, b_codes, scales: tuple[int, int],
+                     frac_bits: int = DOT_FRAC_BITS) -> int:
+    """One step of the **mxint8** rule: ``acc`` FP32 bits, ``a_codes``/``b_codes`` the step's
+    INT8 codes (bytes, two's complement; any number, the PE takes :data:`DOT_GROUP`),
+    ``scales`` the E8M0 codes ``(sa, sb)`` of their blocks.
+
+    The products are summed **exactly** as integers, ``S = Σ aᵢ·bᵢ`` (an integer adder tree:
+    the four INT8 products share one exponent, so nothing is aligned among them), and ``S`` is
+    one term of value ``S · 2^(sa + sb − 254 − 12)`` (each element carries 2^-6) with nominal
+    exponent ``x = sa + sb − 254 − 12 + MXINT8_LEAD``. The accumulator and that term then go
+    through steps 3–5 of the dot4 rule (module docstring): truncated alignment to the larger
+    nominal exponent at ``frac_bits`` fraction bits, one fixed-point add, one rounding toward
+    zero (±0x7F7FFFFF past FP32's top, flushed below 2^-126). Specials: a NaN scale (0xFF) or
+    NaN accumulator gives NaN, an Inf accumulator that Inf (INT8 elements have none); an exact
+    zero is +0 (an integer sum has no −0). Error bound: two terms, so the result lies in
+    ``[rz(E − u), rz(E + u)]``, ``u = 2^(emax − frac_bits)`` (``frac_bits ≥ 23``)."""
+    sa, sb = (int(x) for x in scales)
+    ea, fa, sgn = (int(acc) >> 23) & 0xFF, int(acc) & 0x7FFFFF, int(acc) >> 31
+    if 0xFF in (sa, sb) or (ea == 0xFF and fa):
+        return _NAN
+    if ea == 0xFF:
+        return int(acc)
+    s = sum(_int8(x) * _int8(y) for x, y in zip(a_codes, b_codes))
+    q_s = sa + sb - 254 + 2 * MXINT8_ELEM_EXP
+    terms = []                                       # (sign, n, nominal exponent, q)
+    if ea:
+        terms.append((sgn, fa | (1 << 23), ea - 127, ea - 127 - 23))
+    if s:
+        terms.append((int(s < 0), abs(s), q_s + MXINT8_LEAD, q_s))
+    return _truncated_sum(terms, frac_bits) if terms else 0
+
+
+def mxint8_matmul_bits(a_codes, a_scales, b_codes, b_scales, block: int = 32, init_bits=None,
+                       frac_bits: int = DOT_FRAC_BITS) -> np.ndarray:
+    """``C = init + A·B`` of MXINT8 operands by the mxint8 rule (:func:`mxint8_dot4_bits`): A[M,
+    K], B[K, N] INT8 codes (bytes), A_s[M, nb], B_s[nb, N] E8M0 codes, ``nb = ceil(K /
+    block)``, ``block`` a multiple of :data:`DOT_GROUP`; steps of four K-consecutive elements in
+    ascending order from +0 or ``init_bits`` (a short last step padded with zeros). Returns
+    ``uint32[M, N]``."""
+    a, b, scales = _block_operands(a_codes, a_scales, b_codes, b_scales, block)
+    return _matmul(a, b, "", "", init_bits, frac_bits, scales,
+                   step=lambda acc, ag, bg, sc: mxint8_dot4_bits(acc, ag, bg, sc, frac_bits))

@@ -1,4 +1,5 @@
-"""Plans for the block-scaled arrays (``mx``, ``mxdot4``): MXFP8 tiles with E8M0 block scales.
+"""OS plans for the block-scaled arrays (``mx``, ``mxdot4``, ``mxint8``): MX tiles with E8M0 block
+scales (their WS plans: :mod:`diptych.rtl.mx_ws`).
 
 Their lanes carry four FP8 elements and a scale, and the ``mx`` array one more input,
 ``in_block_last`` (:mod:`diptych.rtl.mx`), so their plans are made here; they are ordinary
@@ -9,13 +10,14 @@ runner, the cocotb bench and the scoreboard take unchanged.
 ``os_steps(K, 4)`` steps, its outputs appear at ``os_output_cycles`` plus
 ``BLOCK_SCALE_EXTRA_CYCLES`` (0), the earliest cycles from ``os_schedule``. **What** comes from
 the golden model of the datapath's rule: :func:`diptych.rtl.formats.mx_matmul_bits` (``mx``) or
-:func:`diptych.rtl.dot_ref.mx_dot_matmul_bits` (``mxdot4``). A tile's K is cut into blocks of
-``block`` elements (32: OCP MX; any multiple of the 4-element step up to
+:func:`diptych.rtl.dot_ref.mx_dot_matmul_bits` (``mxdot4``) or
+:func:`~diptych.rtl.dot_ref.mxint8_matmul_bits` (``mxint8``; :func:`golden`). A tile's K is
+cut into blocks of ``block`` elements (32: OCP MX; any multiple of the 4-element step up to
 :data:`~diptych.rtl.mx.MAX_BLOCK`). ``mx``: the step that ends a block has ``in_block_last`` and
 the block's scales in bits 39:32 of its lanes, every other step carries **random bits** in the
 scale fields (the PE must read scales only when it closes a block), and a short last block is
-closed by the tile's last step (its missing elements are +0 for the golden model). ``mxdot4``:
-every step carries its block's scales.
+closed by the tile's last step (its missing elements are +0 for the golden model). ``mxdot4``
+and ``mxint8``: every step carries its block's scales.
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ from .array import check_config
 from .bench import _new_plan, _operands, _os_earliest, _steps_with_bubbles, _Regimes, _expect
 from .datapath import MODE_CODES, MX_MODES, MXFP8_MODES, get_datapath
 from .minifloat import FORMATS
-from .dot_ref import mx_dot_matmul_bits
+from .dot_ref import mx_dot_matmul_bits, mxint8_matmul_bits
 from .formats import mx_matmul_bits
 from .plan import Plan, pack
 
 __all__ = ["MX_BLOCK", "check_block", "mx_os_plan", "make_mx_plan", "mx_earliest_plan",
-           "mx_special_plan", "directed_cases", "random_cases", "SCALE_REGIMES"]
+           "mx_special_plan", "directed_cases", "random_cases", "SCALE_REGIMES", "mxint8_cases",
+           "golden", "random_plan_modes"]
 
 #: The MX block (OCP MX v1.0 §5.2).
 MX_BLOCK = 32
@@ -61,10 +64,23 @@ def _lane(codes, scale: int) -> int:
     return pack(codes, 8) | (int(scale) << (8 * _GROUP))
 
 
-def _check_dtype(rows: int, cols: int, dtype: str) -> None:
-    check_config(rows, cols, dtype, "os")
+def _check_dtype(rows: int, cols: int, dtype: str, dataflow: str = "os") -> None:
+    check_config(rows, cols, dtype, dataflow)
     if not get_datapath(dtype).block_scaled:
-        raise ValueError(f"block-scaled plans are for the mx and mxdot4 datapaths, not {dtype!r}")
+        raise ValueError(f"block-scaled plans are for the mx, mxdot4 and mxint8 datapaths, not "
+                         f"{dtype!r}")
+
+
+def golden(dtype: str, mode: str, a, sa, b, sb, *, block: int, init_bits=None) -> np.ndarray:
+    """``init + A·B`` by the datapath's rule: :func:`~diptych.rtl.formats.mx_matmul_bits`
+    (``mx``; no ``init``), :func:`~diptych.rtl.dot_ref.mx_dot_matmul_bits` (``mxdot4``) or
+    :func:`~diptych.rtl.dot_ref.mxint8_matmul_bits` (``mxint8``)."""
+    dp = get_datapath(dtype)
+    if dp.rule == "mxint8":
+        return mxint8_matmul_bits(a, sa, b, sb, block=block, init_bits=init_bits)
+    if dp.block_port:
+        return mx_matmul_bits(a, sa, b, sb, *MX_MODES[mode], block=block)
+    return mx_dot_matmul_bits(a, sa, b, sb, *MX_MODES[mode], block=block, init_bits=init_bits)
 
 
 def mx_os_plan(rows: int, cols: int, tiles, step_cycles, modes, *, block: int = MX_BLOCK,
@@ -116,16 +132,17 @@ def mx_os_plan(rows: int, cols: int, tiles, step_cycles, modes, *, block: int = 
             scl_b = sb[blk, :] if shown else rnd.integers(0, 256, cols)
             lane = dp.lane_bits
             plan.inputs[c] = {
-                "in_valid": 1, "in_last": int(s == steps - 1), "mode": MODE_CODES[mode],
+                "in_valid": 1, "in_last": int(s == steps - 1),
                 "a_data": pack([_lane(ap[i, s * _GROUP:(s + 1) * _GROUP], scl_a[i])
                                 for i in range(rows)], lane),
                 "b_data": pack([_lane(bp[s * _GROUP:(s + 1) * _GROUP, j], scl_b[j])
                                 for j in range(cols)], lane),
             }
+            if dp.has_mode_port:
+                plan.inputs[c]["mode"] = MODE_CODES[mode]
             if dp.block_port:
                 plan.inputs[c]["in_block_last"] = int(close)
-        golden = mx_matmul_bits if dp.block_port else mx_dot_matmul_bits
-        result = golden(a, sa, b, sb, *MX_MODES[mode], block=block)
+        result = golden(dtype, mode, a, sa, b, sb, block=block)
         for i, c in enumerate(plan.predicted[t]):
             _expect(plan, t, c, i, result[i])
     plan.n_cycles = max(plan.expected) + rows + cols + 4
@@ -134,9 +151,19 @@ def mx_os_plan(rows: int, cols: int, tiles, step_cycles, modes, *, block: int = 
 
 def _elements(rng, mode: str, m: int, k: int, n: int, regime: str):
     """Element codes A[m×k], B[k×n] of ``mode``: the FP8 regimes of :mod:`diptych.rtl.bench`
-    (MXFP8), or every code of the MXFP6/MXFP4 format with a quarter of them ±0."""
+    (MXFP8), or every code of the MXFP6/MXFP4/MXINT8 format with a quarter of them ±0 (MXINT8:
+    another eighth its extremes −128, 127)."""
     if mode in MXFP8_MODES:
         return _operands(rng, _fp8_mode(mode), m, k, n, regime)
+    if mode == "mxint8":
+        out = []
+        for shape in ((m, k), (k, n)):
+            codes = rng.integers(0, 256, shape)
+            u = rng.random(shape)
+            codes = np.where(u < 0.25, 0, np.where(u < 0.375, rng.choice([0x80, 0x7F], shape),
+                                                   codes))
+            out.append(codes.astype(np.uint8))
+        return out[0], out[1]
     out = []
     for fmt, shape in zip(MX_MODES[mode], ((m, k), (k, n))):
         bits = FORMATS[fmt].bits
@@ -152,6 +179,21 @@ def _scales(rng, regime: str, shape, nan_p: float = 0.02) -> np.ndarray:
     return np.where(rng.random(shape) < nan_p, 0xFF, s)        # a NaN scale, now and then
 
 
+def random_plan_modes(rows: int, cols: int, dtype: str, dataflow: str, block, tiles,
+                      modes) -> tuple[str, ...]:
+    """The modes of a random block-scaled plan (default: every mode of the datapath), after
+    checking the array, block, tile count and modes (ValueError naming the bad one)."""
+    _check_dtype(rows, cols, dtype, dataflow)
+    check_block(block)
+    if isinstance(tiles, bool) or not isinstance(tiles, int) or tiles < 1:
+        raise ValueError(f"tiles must be a positive integer, not {tiles!r}")
+    dp = get_datapath(dtype)
+    modes = tuple(dp.modes if modes is None else modes)
+    for mo in modes:
+        dp.macs_per_cycle(mo)
+    return modes
+
+
 def make_mx_plan(rows: int, cols: int, *, seed: int = 1, tiles: int = 8, start: int = 1,
                  modes=None, block: int = MX_BLOCK, bubble_data: str = "random",
                  dtype: str = "mx") -> Plan:
@@ -161,14 +203,7 @@ def make_mx_plan(rows: int, cols: int, *, seed: int = 1, tiles: int = 8, start: 
     long and full of them); the FP8 element regimes of :mod:`diptych.rtl.bench` (edges,
     sticky ties, rounding order, cancellation, subnormals, wide, moderate, sprinkled NaN/Inf)
     and the scale regimes of :data:`SCALE_REGIMES` in turn."""
-    _check_dtype(rows, cols, dtype)
-    check_block(block)
-    if isinstance(tiles, bool) or not isinstance(tiles, int) or tiles < 1:
-        raise ValueError(f"tiles must be a positive integer, not {tiles!r}")
-    dp = get_datapath(dtype)
-    modes = tuple(dp.modes if modes is None else modes)
-    for mo in modes:
-        dp.macs_per_cycle(mo)
+    modes = random_plan_modes(rows, cols, dtype, "os", block, tiles, modes)
     rng = np.random.default_rng(seed)
     tile_modes = [modes[t] if t < len(modes) else str(rng.choice(modes)) for t in range(tiles)]
     regimes, scale_regs = _Regimes(), list(SCALE_REGIMES)
@@ -328,6 +363,42 @@ def directed_cases(seed: int = 7) -> list[tuple]:
     return cases
 
 
+def mxint8_cases(seed: int = 11) -> list[tuple]:
+    """Directed MXINT8 block cases ``("mxint8", acc, a, b, sa, sb)`` (INT8 codes as bytes): the
+    extremes (−128·−128 × 32 = 2^19 times the scales: at FP32's top it saturates to the largest
+    finite, at the bottom it flushes), exact cancellation to +0 (also against a −0 accumulator),
+    sums just below and above 2^-126, a NaN scale of either side, Inf/NaN and subnormal
+    accumulators, and random blocks with scales near 1."""
+    rng = np.random.default_rng(seed)
+    mn, mx_ = 0x80, 0x7F
+    one = 64                                   # 64 · 2^-6 = 1
+    cases = [("mxint8", 0, [mn] * 32, [mn] * 32, 254, 254),          # saturates: +max
+             ("mxint8", 0, [mn] * 32, [mx_] * 32, 254, 254),         # −max
+             ("mxint8", 0, [mn] * 32, [mn] * 32, 0, 0),              # 2^19 · 2^-254: flushed
+             ("mxint8", 0, [one] * 4, [one] * 4, 2, 0),              # 4 · 2^-252: flushed
+             ("mxint8", 0, [one] * 4, [0xC0] * 4, 2, 0),             # −4 · 2^-252: −0
+             ("mxint8", 0, [one] * 2, [one] * 2, 1, 0),              # 2 · 2^-253 … flushed
+             ("mxint8", 0, [one, 1], [one, 1], 127 - 126 + 127, 0),  # 2^-126 (1 + 2^-12): normal
+             ("mxint8", 0, [one, mn], [one, 0x20], 127, 127),        # 1 − 1 = +0
+             ("mxint8", 0x80000000, [one, mn], [one, 0x20], 127, 127),  # −0 + 0 = +0
+             ("mxint8", 0x80000000, [0] * 4, [5] * 4, 127, 127),     # −0 + 0 products = +0
+             ("mxint8", 0x3F800000, [one] * 4, [one] * 4, 0xFF, 127),  # NaN scale (A)
+             ("mxint8", 0x3F800000, [one] * 4, [one] * 4, 127, 0xFF),  # NaN scale (B)
+             ("mxint8", 0xFF800000, [one] * 4, [one] * 4, 127, 127),  # −Inf accumulator
+             ("mxint8", 0x7FC00001, [one] * 4, [one] * 4, 127, 127),  # NaN accumulator
+             ("mxint8", 0x00000001, [one] * 4, [one] * 4, 127, 127),  # subnormal acc: zero
+             ("mxint8", 0x3F800000, [1] * 4, [1] * 4, 127 - 30, 127),  # falls out of the window
+             ("mxint8", 0x7F7FFFFF, [mx_] * 8, [mx_] * 8, 254, 254),   # past the top: max
+             ("mxint8", 0x3F800000, [1], [1], 121, 121)]             # 1 + 2^-24: a tie (WS)
+    for t in range(8):
+        k = int(rng.choice([4, 8, 16, 32]))
+        a, b = (list(map(int, rng.integers(0, 256, k))) for _ in range(2))
+        sa, sb = (int(x) for x in rng.integers(118, 137, 2))
+        acc = int(np.float32(rng.normal() * 2.0 ** rng.integers(-8, 8)).view(np.uint32))
+        cases.append(("mxint8", acc if t % 2 else 0, a, b, sa, sb))
+    return cases
+
+
 def random_cases(seed: int, n: int) -> list[tuple]:
     """``n`` random block cases: every mode, blocks of 1 … 32 elements, moderate and full-range
     element codes (with NaN/Inf/subnormals), scales around 127 and at the extremes."""
@@ -364,7 +435,7 @@ def mx_special_plan(rows: int, cols: int, modes=None, *, seed: int = 1,
     modes = tuple(get_datapath(dtype).modes if modes is None else modes)
     for mo in modes:
         get_datapath(dtype).macs_per_cycle(mo)
-    cases = [c for c in directed_cases() if c[0] in modes]
+    cases = [c for c in directed_cases() + mxint8_cases() if c[0] in modes]
     d = min(rows, cols)
     data, tile_modes = [], []
     for mode in modes:

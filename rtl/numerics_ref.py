@@ -49,6 +49,10 @@ Accumulation rules of the 8-bit floating-point modes (:data:`RULES`)
       E2M1 products summed exactly, times the block's E8M0 (MXFP4) or E4M3 (NVFP4) scales, added
       to the accumulator by truncated alignment and one rounding toward zero
       (:func:`diptych.rtl.fp4dot_ref.fp4_matmul_bits`; refused by :func:`matmul_bits` too).
+    * ``"mxint8"`` (the ``mxint8`` datapath): a step's four INT8 products summed exactly, the
+      sum scaled by its blocks' E8M0 scales and the element's 2^-6, then the dot4 rule's
+      alignment and rounding against the accumulator
+      (:func:`diptych.rtl.dot_ref.mxint8_matmul_bits`; refused by :func:`matmul_bits` too).
 
 NumPy reproduces the per-operation rules exactly with float32 arithmetic when the input flush is
 applied before and the output flush after each operation (float32 multiply and add are IEEE
@@ -296,7 +300,7 @@ def fp8_matmul_bits(a_bits, b_bits, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
 #: rounded into the accumulator on its own, two products and the accumulator rounded once, or
 #: four products and the accumulator aligned with truncation and rounded once toward zero
 #: (``"dot4"``, :mod:`diptych.rtl.dot_ref`).
-RULES = ("sequential", "pair", "dot4", "mx", "mxdot4", "fp4dot8")
+RULES = ("sequential", "pair", "dot4", "mx", "mxdot4", "mxint8", "fp4dot8")
 
 
 def fp8_pair_matmul_bits(a_bits, b_bits, fmt_a: str = "e4m3", fmt_b: str = "e4m3",
@@ -332,9 +336,10 @@ def matmul_bits(mode: str, a, b, init_bits=None, rule: str = "sequential") -> np
     fa, fb = mode_formats(mode)
     if rule not in RULES:
         raise ValueError(f"rule must be one of {', '.join(RULES)}, not {rule!r}")
-    if rule in ("mx", "mxdot4", "fp4dot8"):
+    if rule in ("mx", "mxdot4", "mxint8", "fp4dot8"):
         raise ValueError(f"the {rule} rule needs block scales: diptych.rtl.formats."
                          f"mx_matmul_bits (mx), diptych.rtl.dot_ref.mx_dot_matmul_bits (mxdot4), "
+                         f"diptych.rtl.dot_ref.mxint8_matmul_bits (mxint8), "
                          f"diptych.rtl.fp4dot_ref.fp4_matmul_bits (fp4dot8)")
     if mode == "int8":
         init = None if init_bits is None else np.asarray(init_bits).astype(np.uint32).view(np.int32)

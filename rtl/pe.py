@@ -22,6 +22,7 @@ from .dot import Dot4Fp8, MxDot4Fp8
 from .fp4dot import Fp4Dot8
 from .fp import Bf16Multiplier, Fp8Multiplier, Fp32Adder
 from .fused import FusedMac
+from .mxint8 import MxInt8Dot4
 
 __all__ = ["DTYPES", "operand_bits", "Int8Multiplier", "Int32Adder", "Mac", "make_mac", "OsPe",
            "WsPe", "Dot4OsPe", "Dot4WsPe"]
@@ -86,10 +87,10 @@ class Mac(wiring.Component):
     """
 
     def __init__(self, dtype: str):
-        if dtype in ("dot4", "mx", "mxdot4", "fp4dot8"):
+        if dtype in ("dot4", "mx", "mxdot4", "mxint8", "fp4dot8"):
             self._MustUse__silence = True       # a rejected instance is not "unused" design
             unit = {"dot4": "dot.Dot4Fp8", "mx": "mx.MxDot", "mxdot4": "dot.MxDot4Fp8",
-                    "fp4dot8": "fp4dot.Fp4Dot8"}[dtype]
+                    "mxint8": "mxint8.MxInt8Dot4", "fp4dot8": "fp4dot.Fp4Dot8"}[dtype]
             raise ValueError(f"the {dtype} datapath's MAC is diptych.rtl.{unit} "
                              f"(make_mac({dtype!r}))")
         self.dtype = dtype
@@ -166,7 +167,8 @@ class Mac(wiring.Component):
 def make_mac(dtype: str):
     """The combinational MAC of ``dtype`` (ports ``a``, ``b``, ``acc``, ``result`` and ``mode``
     when the datapath has modes): :class:`Mac`, the dot4 datapath's
-    :class:`~diptych.rtl.dot.Dot4Fp8`, the mxdot4 datapath's or the fp4dot8 datapath's
+    :class:`~diptych.rtl.dot.Dot4Fp8`, the mxdot4 datapath's, the mxint8 datapath's
+    (:class:`~diptych.rtl.mxint8.MxInt8Dot4`) or the fp4dot8 datapath's
     (:class:`~diptych.rtl.fp4dot.Fp4Dot8`). The mx datapath's step unit is
     :class:`~diptych.rtl.mx.MxDot` (ports of its own: the block register and scales; it
     builds on this module, so this one does not build it): ValueError."""
@@ -176,6 +178,8 @@ def make_mac(dtype: str):
         return MxDot4Fp8()
     if dtype == "fp4dot8":
         return Fp4Dot8()
+    if dtype == "mxint8":
+        return MxInt8Dot4()
     return Dot4Fp8() if dtype == "dot4" else Mac(dtype)
 
 

@@ -9,6 +9,7 @@ from . import bench
 from .datapath import get_datapath
 from .fp4_bench import make_fp4_plan
 from .mx_bench import make_mx_plan
+from .mx_ws import make_mx_ws_plan
 from .plan import Plan
 
 
@@ -19,6 +20,9 @@ def make_plan(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,
     if dtype == "fp4dot8":
         return make_fp4_plan(rows, cols, seed=seed, tiles=tiles, start=start, modes=modes,
                              bubble_data=bubble_data)
+    if get_datapath(dtype).block_scaled and dataflow == "ws":
+        return make_mx_ws_plan(rows, cols, seed=seed, tiles=tiles, start=start, modes=modes,
+                               bubble_data=bubble_data, dtype=dtype)
     if get_datapath(dtype).block_scaled:
         return make_mx_plan(rows, cols, seed=seed, tiles=tiles, start=start, modes=modes,
                             bubble_data=bubble_data, dtype=dtype)

@@ -78,6 +78,10 @@ def special_plan(rows: int, cols: int, dtype: str, dataflow: str, modes=None, *,
     if dtype == "fp4dot8":
         from .fp4_bench import fp4_special_plan
         return fp4_special_plan(rows, cols, modes or None, seed=seed, bubble_data=bubble_data)
+    if dp.block_scaled and dataflow == "ws":
+        from .mx_ws import mx_ws_special_plan
+        return mx_ws_special_plan(rows, cols, modes or None, seed=seed, bubble_data=bubble_data,
+                                  dtype=dtype)
     if dp.block_scaled:
         from .mx_bench import mx_special_plan
         return mx_special_plan(rows, cols, modes or None, seed=seed, bubble_data=bubble_data,

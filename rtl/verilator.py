@@ -336,7 +336,7 @@ def bench_plans(rows: int, cols: int, dtype: str, dataflow: str, *, seeds=(1,),
     for m in modes or ():
         get_datapath(dtype).macs_per_cycle(m)
     if get_datapath(dtype).block_scaled:
-        return _mx_plans(rows, cols, dtype, seeds, tiles, modes, directed, block)
+        return _mx_plans(rows, cols, dtype, seeds, tiles, modes, directed, block, dataflow)
     if block is not None:
         raise ValueError(f"a block size applies to the block-scaled datapaths only, not "
                          f"{dtype} (block {block!r})")
@@ -351,11 +351,13 @@ def bench_plans(rows: int, cols: int, dtype: str, dataflow: str, *, seeds=(1,),
     return plans
 
 
-def _mx_plans(rows, cols, dtype, seeds, tiles, modes, directed, block) -> list:
+def _mx_plans(rows, cols, dtype, seeds, tiles, modes, directed, block, dataflow="os") -> list:
     """:func:`bench_plans` of a block-scaled array: random plans and its directed
-    ``"special"``."""
+    ``"special"`` (WS: :mod:`diptych.rtl.mx_ws`'s, the scales with the stationary weights and
+    the streamed rows)."""
     from .fp4_bench import check_fp4_block, fp4_special_plan, make_fp4_plan
     from .mx_bench import MX_BLOCK, check_block, make_mx_plan, mx_special_plan
+    from .mx_ws import make_mx_ws_plan, mx_ws_special_plan
 
     for d in directed:
         if d != "special":
@@ -366,9 +368,11 @@ def _mx_plans(rows, cols, dtype, seeds, tiles, modes, directed, block) -> list:
                                              block=block)) for s in seeds]
         return plans + [(d, fp4_special_plan(rows, cols, modes)) for d in directed]
     block = check_block(MX_BLOCK if block is None else block)
-    plans = [(f"seed {s}", make_mx_plan(rows, cols, seed=int(s), tiles=tiles, modes=modes,
-                                        block=block, dtype=dtype)) for s in seeds]
-    return plans + [(d, mx_special_plan(rows, cols, modes, dtype=dtype)) for d in directed]
+    make, special = ((make_mx_ws_plan, mx_ws_special_plan) if dataflow == "ws"
+                     else (make_mx_plan, mx_special_plan))
+    plans = [(f"seed {s}", make(rows, cols, seed=int(s), tiles=tiles, modes=modes,
+                                block=block, dtype=dtype)) for s in seeds]
+    return plans + [(d, special(rows, cols, modes, dtype=dtype)) for d in directed]
 
 
 def run_bench(rows: int, cols: int, dtype: str, dataflow: str, *, seed: int = 1,

@@ -11,7 +11,7 @@ from .errors import UsageError, friendly
 from .jsonout import dumps
 
 _DTYPES = ("int8", "bf16", "fp8", "multi", "fused", "dot4", "mx", "mxdot4",
-           "fp4dot8")  # DATAPATHS
+           "mxint8", "fp4dot8")  # DATAPATHS
 _DATAFLOWS = ("os", "ws")
 
 #: How ``diptych rtl area`` counts (printed under its tables; docs/rtl.md "Area").
@@ -30,7 +30,8 @@ AREA_METHOD = (
 #: FP8 multiplier and FP32 adder are checked on Verilator by the FP deep check, their arrays
 #: in amaranth.sim; the dot4 FP8 dot-product PE, which sets the presets' FP8 area coefficient,
 #: in one small WS array: its OS array runs in amaranth.sim; the block-scaled MXFP8 mxdot4 PE,
-#: which sets the presets' MXFP8 area coefficient, in one small OS array, its only dataflow: the
+#: which sets the presets' MXFP8 area coefficient, in one small OS array (its WS arrays and the
+#: mxint8 PE run in amaranth.sim and by hand; the
 #: exact mx PE runs in amaranth.sim and by hand, docs/rtl.md), both dataflows, non-square and odd sizes, BF16 beyond
 #: 4×4, the directed special-value plan on every configuration and the INT8 OS tile whose sums
 #: wrap.
@@ -47,8 +48,10 @@ _DTYPE_HELP = ("PE datapath: int8, bf16, fp8 (E4M3/E5M2), multi (INT8/FP8 at 2 M
                "dot-product PE: 4 FP8 MACs per cycle, truncated alignment, one rounding toward "
                "zero), mx (the block-scaled MXFP8 PE: 4 MACs per cycle, E8M0 scales per "
                "K-block, exact block sums rounded once) or mxdot4 (the dot4 PE with the "
-               "block scales added to the product exponents) or fp4dot8 (MXFP4/NVFP4 at 8 "
-               "MACs per cycle: E8M0 or E4M3 block scales); mx, mxdot4, fp4dot8: OS only.")
+               "block scales added to the product exponents; OS and WS), mxint8 (MXINT8: "
+               "four INT8 products summed exactly, scaled, then as mxdot4; OS and WS) or "
+               "fp4dot8 (MXFP4/NVFP4 at 8 MACs per cycle: E8M0 or E4M3 block scales; OS "
+               "only); mx: OS only.")
 
 
 @click.group("rtl")
@@ -91,8 +94,8 @@ def rtl_verilog(rows, cols, dtype, dataflow, output):
 @click.option("--mode", "modes", multiple=True,
               help="Only tiles of this mode (repeatable): int8, bf16, e4m3, e5m2, e4m3xe5m2, "
                    "e5m2xe4m3 (mx: mxfp8_e4m3, mxfp8_e5m2, mxfp8_e4m3xe5m2, "
-                   "mxfp8_e5m2xe4m3; fp4dot8: mxfp4, nvfp4); default every mode of the "
-                   "datapath.")
+                   "mxfp8_e5m2xe4m3; mxdot4 also mxfp6_e3m2, mxfp6_e2m3, mxfp4; mxint8: "
+                   "mxint8; fp4dot8: mxfp4, nvfp4); default every mode of the datapath.")
 @click.option("--block", type=int, default=None,
               help="K-block of the mx/mxdot4 datapaths' scales (default 32, OCP MX; a multiple "
                    "of 4 up to 32); fp4dot8: a multiple of 8 up to 32 (default: MXFP4 32, "
@@ -148,7 +151,8 @@ def rtl_test(rows, cols, dtype, dataflow, modes, block, seed, n_seeds, tiles, wr
             raise ValueError(f"--wrap needs an OS array with an int8 mode, not {dt} {df}")
         if block is not None:
             if not get_datapath(dt).block_scaled:
-                raise ValueError(f"--block applies to the block-scaled mx and mxdot4 datapaths "
+                raise ValueError(f"--block applies to the block-scaled mx, mxdot4 and mxint8 "
+                                 f"datapaths "
                                  f"only, not {dt} (block {block})")
             (check_fp4_block if dt == "fp4dot8" else check_block)(block)
     for name, v in (("tiles", tiles), ("seeds", n_seeds)):

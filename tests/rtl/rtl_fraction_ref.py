@@ -225,6 +225,24 @@ def fp32_mul(a: int, b: int) -> int:
     return mul_decoded(decode32(a), decode32(b))
 
 
+#: The largest finite FP32 value.
+FP32_MAX = Fraction(2**24 - 1) * Fraction(2) ** (127 - 23)
+
+
+def rz32(v: Fraction) -> Fraction:
+    """Round toward zero to FP32 (24 bits), saturating at the largest finite, flushing below
+    2^-126: the dot4 rule's step 5 on an exact value."""
+    if v == 0:
+        return Fraction(0)
+    s, a = (1 if v > 0 else -1), abs(v)
+    if a >= FP32_MAX:
+        return s * FP32_MAX
+    if a < Fraction(2) ** -126:
+        return Fraction(0)
+    q = Fraction(2) ** (_floor_log2(a) - 23)
+    return s * (a // q) * q
+
+
 def fp32_value(bits: int) -> Fraction:
     """Exact value of a finite FP32 pattern (gradual: subnormals keep their value)."""
     s, e, f = bits >> 31, (bits >> 23) & 0xFF, bits & 0x7FFFFF

@@ -198,6 +198,18 @@ MUTANTS = (
     Mutant("fp4dot8-half-rate", "fp4dot8 unit adds only the first four of a step's eight FP4 "
            "products (FP8's rate)", _FP4, (("    LANES = FP4_GROUP\n", "    LANES = 4\n"),),
            ((_PE, "Fp4Dot8"),), (1, 1, "fp4dot8", "os")),
+    Mutant("mxint8-no-element-scale", "MXINT8 unit forgets each element's 2^-6 (products "
+           "2^12 too large)", "diptych.rtl.mxint8",
+           (("sa + sb - 254 + 2 * self.ELEM_EXP + MXINT8_LEAD", "sa + sb - 254 + MXINT8_LEAD"),),
+           ((_PE, "MxInt8Dot4"),), (1, 1, "mxint8", "os")),
+    Mutant("ws-scale-from-shadow", "block-scaled WS PE reads the weights' block scale from the "
+           "shadow register (the next tile's, loaded while this one streams), not the active "
+           "one", _PE,
+           (("from amaranth.hdl import Module, Mux, Signal",
+             "from amaranth.hdl import Cat, Module, Mux, Signal"),
+            ("        weight = Mux(swap, self.w_out, active)\n",
+             "        weight = Cat(Mux(swap, self.w_out, active)[:32], self.w_out[32:])\n"),),
+           ((_ARRAY, "WsPe"),), (1, 1, "mxdot4", "ws")),
     # ---- rounding faults of the FP units, scored alone on the TestFloat-style vectors
     #      (rtl_testfloat: ties, near-ties, carry-out, alignment, the ends of the range)
     Mutant("adder-sticky-dropped", "FP32 adder drops the sticky bit of the aligned operand "

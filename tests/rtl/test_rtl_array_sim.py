@@ -36,7 +36,8 @@ def test_init_ws():
     (dict(rows=2.0, cols=2), "rows must be a positive integer, not 2.0"),
     (dict(rows=MAX_DIM + 1, cols=2), f"rows must be at most {MAX_DIM}, not {MAX_DIM + 1}"),
     (dict(rows=2, cols=2, dtype="fp4"),
-     "dtype must be one of int8, bf16, fp8, multi, fused, dot4, mx, mxdot4, fp4dot8, not 'fp4'"),
+     "dtype must be one of int8, bf16, fp8, multi, fused, dot4, mx, mxdot4, mxint8, fp4dot8, "
+     "not 'fp4'"),
     (dict(rows=2, cols=2, dataflow="is"), "dataflow must be one of os, ws, not 'is'"),
 ])
 def test_init_wrong(kwargs, message):

@@ -75,10 +75,16 @@ def test_verilog_bad_input(args, message, tmp_path):
                                          "PEs' step and the mx PE's block register), not 48"),
     (["--dtype", "mx", "--block", "6"], "not 6"),
     (["--dtype", "mx", "--block", "-4"], "not -4"),
-    (["--dtype", "bf16", "--block", "32"], "--block applies to the block-scaled mx and mxdot4 "
-                                           "datapaths only, not bf16 (block 32)"),
-    (["--dtype", "mxdot4", "--dataflow", "ws"], "the mxdot4 datapath is output-stationary only "
-                                                "(the bench has no WS plans with block scales)"),
+    (["--dtype", "bf16", "--block", "32"], "--block applies to the block-scaled mx, mxdot4 and "
+                                           "mxint8 datapaths only, not bf16 (block 32)"),
+    (["--dtype", "mxint8", "--mode", "mxfp8_e4m3"],
+     "'mxfp8_e4m3' is not a block-scaled format of the mxint8 datapath (its modes: mxint8"),
+    (["--dtype", "mxdot4", "--mode", "mxint8"],
+     "'mxint8' is not a block-scaled format of the mxdot4 datapath"),
+    (["--dtype", "int8", "--mode", "mxint8"], "'mxint8' is not a block-scaled format of the int8"),
+    (["--dtype", "mxint8", "--wrap"], "--wrap needs an OS array with an int8 mode, not mxint8 os"),
+    (["--dtype", "mxint8", "--dataflow", "ws", "--block", "36"], "not 36"),
+    (["--dtype", "mxint8", "--rows", "0"], "rows must be a positive integer, not 0"),
     (["--dtype", "mxdot4", "--block", "33"], "not 33"),
     (["--dtype", "mx", "--wrap"], "--wrap needs an OS array with an int8 mode, not mx os"),
     (["--dtype", "mx", "--rows", "65"], "rows must be at most 64, not 65"),

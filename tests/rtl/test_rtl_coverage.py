@@ -107,7 +107,8 @@ def test_random_plans_always_have_bubbles():
 
 def test_special_plans_keep_their_claims():
     for dt, df, r, c in (("int8", "ws", 2, 3), ("bf16", "os", 1, 1), ("fused", "ws", 3, 2),
-                         ("dot4", "os", 2, 3), ("mx", "os", 2, 2)):
+                         ("dot4", "os", 2, 3), ("mx", "os", 2, 2), ("mxdot4", "ws", 2, 1),
+                         ("mxint8", "os", 1, 2), ("mxint8", "ws", 2, 2)):
         plan = special_plan(r, c, dt, df)
         assert coverage.missing(coverage.count(plan),
                                 coverage.claims(r, c, dt, df, directed=("special",))) == []
@@ -121,3 +122,53 @@ def test_the_run_summary_prints_the_counts_and_claims():
                       claims=("back_to_back", "nan_out"))
     assert ("coverage: bubbles 0, back_to_back 1, int32_wrap 0, zero_out 2, neg_zero_out 0, "
             "inf_out 1, nan_out 1 (claimed: back_to_back, nan_out)") in res.summary()
+
+
+def _mxint8_plan():
+    """Four one-step MXINT8 OS 1×1 tiles: (−2)·(−2)·4 at scales 2^127 · 2^127 (exact 2^256:
+    saturates to the largest finite), 1·1·4 at 2^-125 · 2^-127 (exact 2^-250: flushed),
+    1·1 at 2^0 (exact 1: neither), and a NaN scale (not classed)."""
+    from diptych.rtl.mx_bench import mx_os_plan
+    tiles = [([[0x80] * 4], [[254]], [[0x80]] * 4, [[254]]),
+             ([[64] * 4], [[2]], [[64]] * 4, [[0]]),
+             ([[64, 0, 0, 0]], [[127]], [[64]] * 4, [[127]]),
+             ([[64] * 4], [[0xFF]], [[64]] * 4, [[127]])]
+    cycles = timing.os_schedule(1, 1, [1] * 4, start=1)
+    return mx_os_plan(1, 1, tiles, cycles, ["mxint8"] * 4, dtype="mxint8")
+
+
+def test_rounding_classes_of_a_hand_made_block_scaled_plan():
+    c = coverage.count(_mxint8_plan())
+    assert {k: c[k] for k in coverage.EXACT_CLASSES} == {
+        "inexact_out": 2, "tie_out": 0, "subnormal_exact": 1, "saturated_out": 1}
+    assert (c["zero_out"], c["nan_out"]) == (1, 1)
+    # the rounding classes are printed for block-scaled plans only
+    assert "saturated_out 1" in coverage.describe(c)
+    assert "saturated_out" not in coverage.describe(coverage.count(_fp_plan()))
+
+
+def test_a_tie_of_the_exact_value_is_counted():
+    """MXFP8 E5M2 1·1 + 2^-12·2^-12 (scales 1) is exactly half an FP32 ulp above 1: a tie (the
+    mx PE rounds it to even, 1.0; the mxdot4 PE truncates it to 1.0); 1 + 2^-23 is not."""
+    from diptych.rtl.mx_bench import mx_os_plan
+    one, e12, e11 = 0x3C, 0x0C, 0x10                  # E5M2 1, 2^-12, 2^-11
+    tie = ([[one, e12, 0, 0]], [[127]], [[one], [e12], [0], [0]], [[127]])
+    exact = ([[one, e11, 0, 0]], [[127]], [[one], [e12], [0], [0]], [[127]])
+    cycles = timing.os_schedule(1, 1, [1, 1], start=1)
+    for dt in ("mx", "mxdot4"):
+        plan = mx_os_plan(1, 1, [tie, exact], cycles, ["mxfp8_e5m2"] * 2, dtype=dt)
+        c = coverage.count(plan)
+        assert (c["tie_out"], c["inexact_out"]) == (1, 1), dt
+        assert [plan.expected[cy][1] for cy in sorted(plan.expected)] == [(0x3F800000,),
+                                                                        (0x3F800001,)]
+
+
+def test_block_scaled_claims_include_the_rounding_classes_and_fail_without_them():
+    claimed = coverage.claims(1, 1, "mxint8", "os", directed=("special",))
+    assert {"inexact_out", "subnormal_exact", "saturated_out"} <= set(claimed)
+    assert "tie_out" not in claimed and "neg_zero_out" not in claimed
+    assert "tie_out" in coverage.claims(2, 2, "mxint8", "ws", directed=("special",))
+    assert "saturated_out" not in coverage.claims(2, 2, "mx", "os", directed=("special",))
+    counts = coverage.total([coverage.count(_mxint8_plan())])
+    errors = coverage.claim_errors(counts, ("saturated_out", "tie_out"), "mxint8 os 1x1")
+    assert len(errors) == 1 and "'tie_out'" in errors[0] and "mxint8 os 1x1" in errors[0]

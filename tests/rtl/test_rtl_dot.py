@@ -17,7 +17,6 @@ from diptych.rtl.pe import Dot4OsPe, Dot4WsPe
 from diptych.rtl.numerics_ref import mode_formats
 from diptych.rtl.dot_ref import DOT_FRAC_BITS, dot4_bits, dot_matmul_bits
 
-_MAX32 = Fraction(2**24 - 1) * Fraction(2) ** (127 - 23)
 
 
 def test_directed_cases_against_golden():
@@ -84,18 +83,8 @@ def _exact_terms(mode, a, b, acc, scale_exp=0):
     return terms
 
 
-def _rz(v: Fraction) -> Fraction:
-    """Round toward zero to FP32 (24 bits), saturating at the largest finite, flushing below
-    2^-126: step 5 of the rule on an exact value."""
-    if v == 0:
-        return Fraction(0)
-    s, a = (1 if v > 0 else -1), abs(v)
-    if a >= _MAX32:
-        return s * _MAX32
-    if a < Fraction(2) ** -126:
-        return Fraction(0)
-    q = Fraction(2) ** (oracle._floor_log2(a) - 23)
-    return s * (a // q) * q
+#: step 5 of the rule on an exact value (the oracle's round toward zero with saturation and flush)
+_rz = oracle.rz32
 
 
 def bound_violation(mode, a, b, acc, result_bits, frac_bits=DOT_FRAC_BITS, scale_exp=0):

@@ -142,26 +142,39 @@ import dataclasses, json, sys
 sys.path.insert(0, {sim_tests!r})
 from diptych.arch.chip import DtypeTable
 from diptych.rtl.mx_bench import mx_earliest_plan
+from diptych.rtl.mx_ws import mx_ws_earliest_plan
 from diptych.sim import engine as E
 from simtest_helpers import one_array_run, small_chip
 base = small_chip(3, 2)
 arr = dataclasses.replace(base.core.array, block_scale="pe",
-                          macs_per_pe_per_cycle=DtypeTable(bf16=1.0, mxfp8=4.0))
+                          macs_per_pe_per_cycle=DtypeTable(bf16=1.0, mxfp8=4.0, mxint8=4.0))
 chip = dataclasses.replace(base, core=dataclasses.replace(base.core, array=arr))
 out, *_ = one_array_run(chip, 3, 8, 4, "os", 3, 8, 4, dtype="mxfp8")
 res = {{"engine": int(out[E.O_CYCLES])}}
 for dt in ("mx", "mxdot4"):
     res[dt] = max(mx_earliest_plan(3, 2, [8, 8], dtype=dt).expected) + 1
+out, *_ = one_array_run(chip, 3, 8, 4, "os", 3, 8, 4, dtype="mxint8")
+res["engine_mxint8"] = int(out[E.O_CYCLES])
+res["mxint8"] = max(mx_earliest_plan(3, 2, [8, 8], "mxint8", dtype="mxint8").expected) + 1
+ws = {{}}
+for fmt, dt, mode in (("mxfp8", "mxdot4", "mxfp8_e4m3"), ("mxint8", "mxint8", "mxint8")):
+    out, *_ = one_array_run(chip, 2, 12, 4, "ws", 2, 12, 4, dtype=fmt)
+    ws["engine_" + fmt] = int(out[E.O_CYCLES])
+    ws[dt] = max(mx_ws_earliest_plan(3, 2, [2, 2], mode, dtype=dt).expected) + 1
+res["ws"] = ws
 print(json.dumps(res))
 """
 
 
 def test_engine_and_bench_time_an_mxfp8_block_alike():
-    """The engine (``block_scale = "pe"``, ``macs_per_pe_per_cycle.mxfp8 = 4``, no extra time)
-    and the bench's back-to-back plans for both block-scaled PEs (``BLOCK_SCALE_EXTRA_CYCLES``
-    added) give the same cycles for one OS GEMM block of two drain-limited folds (K = 8: 2
-    steps < R = 3): os_sequence_cycles(3, 2, [2, 2]). A latency stated in sim/timing.py that the
-    engine did not apply would fail here. (A fresh process without Numba's JIT, as
+    """The engine (``block_scale = "pe"``, ``macs_per_pe_per_cycle.mxfp8 = mxint8 = 4``, no
+    extra time) and the bench's back-to-back plans for the block-scaled PEs
+    (``BLOCK_SCALE_EXTRA_CYCLES`` added) give the same cycles for one OS GEMM block of two
+    drain-limited folds (K = 8: 2 steps < R = 3): os_sequence_cycles(3, 2, [2, 2]) (mx, mxdot4,
+    mxint8); and for one WS block of two swap-limited folds (stationary depth 4R = 12, M = 2
+    rows each; the scales in the stationary and streamed lanes, diptych.rtl.mx_ws):
+    ws_sequence_cycles(3, 2, [2, 2]) (mxdot4, mxint8). A latency stated in sim/timing.py that
+    the engine did not apply would fail here. (A fresh process without Numba's JIT, as
     test_rtl_contract.py.)"""
     import json
     import os
@@ -176,7 +189,10 @@ def test_engine_and_bench_time_an_mxfp8_block_alike():
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     want = timing.os_sequence_cycles(3, 2, [2, 2]) + timing.BLOCK_SCALE_EXTRA_CYCLES
-    assert res == {"engine": want, "mx": want, "mxdot4": want}
+    ws = timing.ws_sequence_cycles(3, 2, [2, 2]) + timing.BLOCK_SCALE_EXTRA_CYCLES
+    assert res == {"engine": want, "mx": want, "mxdot4": want, "engine_mxint8": want,
+                   "mxint8": want, "ws": {"engine_mxfp8": ws, "mxdot4": ws,
+                                          "engine_mxint8": ws, "mxint8": ws}}
 
 
 @pytest.mark.parametrize("call, message", [

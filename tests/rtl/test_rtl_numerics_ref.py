@@ -282,9 +282,9 @@ def test_int8_and_bf16_do_not_depend_on_the_rule():
             assert np.array_equal(numerics_ref.matmul_bits(mode, a, b, rule=rule),
                                   numerics_ref.matmul_bits(mode, a, b))
     with pytest.raises(ValueError, match="rule must be one of sequential, pair, dot4, mx, mxdot4, "
-                                         "fp4dot8, not 'quad'"):
+                                         "mxint8, fp4dot8, not 'quad'"):
         numerics_ref.matmul_bits("e4m3", a16 & 0xFF, b16 & 0xFF, rule="quad")
-    for rule in ("mx", "mxdot4", "fp4dot8"):    # block-scaled: matmul_bits has no scales
+    for rule in ("mx", "mxdot4", "mxint8", "fp4dot8"):  # block-scaled: no scales here
         with pytest.raises(ValueError, match=f"the {rule} rule needs block scales: "
                                              "diptych.rtl.formats.mx_matmul_bits"):
             numerics_ref.matmul_bits("e4m3", a16 & 0xFF, b16 & 0xFF, rule=rule)
