@@ -290,7 +290,8 @@ part of the pool of ``blocks``; None: none); ``prefix_cache`` several prefixes c
         used = self.total_blocks - self.free
         if t.pooled:
             self._swap_s += t.place(self.running, used,
-                                    self._dec + [r for r, _ in self._chunks])
+                                    self._dec + [r for r, _ in self._chunks],
+                                    self.pc.placed() if self.pc is not None else ((), ()))
         else:
             t.record(used)
         return t.take_j()
@@ -442,8 +443,9 @@ part of the pool of ``blocks``; None: none); ``prefix_cache`` several prefixes c
             return 0
         if kind == "miss":
             pc.count_miss()
-        else:
-            taken, s = pc.acquire(r.pid)
+        else:        # under a pooled tier, a hit on a prefix placed in tier 2 (copied up)
+            up = self.tier is not None and self.tier.pooled and self.tier.in_tier2(("p", r.pid))
+            taken, s = pc.acquire(r.pid, up)
             self.free -= taken
             self._swap_s += s
             r.pref = True

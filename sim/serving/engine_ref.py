@@ -186,14 +186,19 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     def place_tiers(stepping):
         """``tier``: the seconds the step about to run grows by (copies, then tier-2 reads)."""
         used = blocks - len(free_ids)
-        outside = used - sum(len(r.blocks) for r in running)   # the pinned prefix
+        # cached prefixes: those held (by pid) before the running requests, the unheld after
+        # them, the most recently let go first
+        hot = [(("p", p), len(cached[p])) for p in sorted(cached) if holders[p]]
+        cold = [(("p", p), len(cached[p])) for p in
+                sorted((p for p in cached if not holders[p]), key=lambda p: -unheld_since[p])]
+        mine_all = [(r.rid, len(r.blocks)) for r in running]
+        outside = used - sum(b for _, b in hot + mine_all + cold)   # the pinned prefix
         left = c1 - min(c1, outside)
         place = {}
-        for r in running:
-            mine = len(r.blocks)
+        for key, mine in hot + mine_all + cold:
             in1 = min(mine, left)
             left -= in1
-            place[r.rid] = (mine, mine - in1)
+            place[key] = (mine, mine - in1)
         moved = 0
         for rid, (b, t2) in place.items():
             if rid in last_place:
@@ -207,7 +212,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         used2 = used - min(used, c1)
         assert used2 <= c2, "the second tier holds more blocks than it has"
         in_tier2["peak"] = max(in_tier2["peak"], used2)
-        read = sum(place[r.rid][1] for r in stepping)
+        read = sum(place[r.rid][1] + (place[("p", r.pid)][1] if r.holds_prefix else 0)
+                   for r in stepping)
         return spec.move_s(moved * block_bytes) + spec.read_s(read * block_bytes) \
             if moved else spec.read_s(read * block_bytes)
 
@@ -396,7 +402,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                     cached[r.pid] = [take() for _ in range(pb)]
                     holders[r.pid] = set()
                     swap_time[0] += spec.move_s(pb * block_bytes)
-                hits[0 if kind == "hit1" else 1] += 1
+                up = tier_mode == "tier" and last_place.get(("p", r.pid), (0, 0))[1] > 0
+                hits[0 if kind == "hit1" and not up else 1] += 1
                 holders[r.pid].add(r.rid)
                 r.holds_prefix = True
             waiting.pop(0)

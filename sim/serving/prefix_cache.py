@@ -36,8 +36,12 @@ Rules (docs/serving.md, "Tiered prefix cache"), per instance, per chip:
   tier's least recently used entries dropped for room (a swapped sequence's blocks are never
   dropped; a sequence being swapped out drops entries first); without room, or without a
   tier, the entry is dropped and its next use recomputes it. Under ``--kv-offload tier`` the
-  pool spans both tiers and the entries live in it (placed in the first tier first, as the
-  pinned prefix is); an eviction there drops the entry.
+  pool spans both tiers and the entries live in it: the placement
+  (:meth:`~.kv_tier.KvTier.place`, :meth:`PrefixCache.placed`) puts held entries before
+  the running sequences and unheld ones after them, the most recently used first, so the
+  coldest sink to tier 2 (copied as any block whose tier changes); a hit on an entry placed
+  there counts as a tier-2 hit (its copy up is the placement's); an eviction (both tiers
+  full) drops the entry.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ class PrefixCache:
         self.refs: dict[int, int] = {}                      # tier-1 entries -> references
         self.lru: OrderedDict[int, None] = OrderedDict()    # unreferenced, oldest first
         self.t2: OrderedDict[int, None] = OrderedDict()     # tier-2 entries, oldest first
-        self.hits1 = self.hits2 = self.misses = 0
+        self.hits1 = self.hits2 = self.misses = self.loads = 0
         self.evicted = self.stored = self.dropped = self.dropped2 = 0
         self.store_s = self.load_s = 0.0
 
@@ -85,21 +89,35 @@ class PrefixCache:
             return "hit1"
         return "hit2" if pid in self.t2 else "miss"
 
-    def acquire(self, pid: int) -> tuple[int, float]:
+    def acquire(self, pid: int, placed_in_tier2: bool = False) -> tuple[int, float]:
         """A request admitted on a hit takes a reference: the tier-1 blocks it takes from the
-        free pool (a tier-2 hit's entry) and the seconds of the copy back."""
+        free pool (a tier-2 hit's entry) and the seconds of the copy back. A pooled tier's
+        entry is in the pool: ``placed_in_tier2`` counts its hit as tier 2 (the copy up is
+        the placement's, :meth:`~.kv_tier.KvTier.place`)."""
         if pid in self.refs:
-            self.hits1 += 1
+            if placed_in_tier2:
+                self.hits2 += 1
+            else:
+                self.hits1 += 1
             self.refs[pid] += 1
             self.lru.pop(pid, None)
             return 0, 0.0
         del self.t2[pid]
         self.hits2 += 1
+        self.loads += 1
         self.refs[pid] = 1
         self.store.used2 -= self.blocks
         s = self.store._move(self.blocks)
         self.load_s += s
         return self.blocks, s
+
+    def placed(self) -> tuple[list, list]:
+        """The entries for a pooled tier's placement (:meth:`~.kv_tier.KvTier.place`):
+        ``(key, blocks)`` of those held, by prefix, then of those none holds, the most
+        recently used first."""
+        b = self.blocks
+        return ([(("p", p), b) for p in sorted(self.refs) if self.refs[p]],
+                [(("p", p), b) for p in reversed(self.lru)])
 
     def count_miss(self) -> None:
         self.misses += 1
@@ -176,10 +194,10 @@ class PrefixCache:
                 "hits_tier1": self.hits1, "hits_tier2": self.hits2, "misses": self.misses,
                 "evicted": self.evicted, "stored_tier2": self.stored,
                 "dropped": self.dropped, "dropped_tier2": self.dropped2,
-                "tier2_store_bytes": self.stored * b, "tier2_load_bytes": self.hits2 * b,
+                "tier2_store_bytes": self.stored * b, "tier2_load_bytes": self.loads * b,
                 "store_s": self.store_s, "load_s": self.load_s,
                 "move_j": (self.store.spec.move_j(self.blocks * self.block_bytes)
-                           * (self.stored + self.hits2) * chips if self.store else 0.0)}
+                           * (self.stored + self.loads) * chips if self.store else 0.0)}
 
 
 def prefix_cache_info(per_instance: list[dict]) -> dict:

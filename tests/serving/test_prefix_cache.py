@@ -40,11 +40,13 @@ def _spec(bw=50e9, lat=2e-6, cap=1e12):
                     tier1_bytes_per_s=5e12, tier1_pj_per_bit=5.5)
 
 
-def _engine(reqs, blocks, *, count, pb, spec=None, t2=0, cfg=None):
+def _engine(reqs, blocks, *, count, pb, spec=None, t2=0, cfg=None, mode="swap"):
+    """The event loop on ``blocks`` first-tier blocks (``tier``: a pool of them + ``t2``)."""
     cfg = cfg or ServeConfig(max_batched_tokens=512)
-    tier = KvTier(spec, "swap", blocks=t2, tier1_blocks=blocks, block_bytes=BB) if spec else None
-    pc = PrefixCache(count, pb, BB, store=tier)
-    inst = Instance(0, "mixed", LinearSteps(), cfg, chips=1, blocks=blocks, block_bytes=BB,
+    tier = KvTier(spec, mode, blocks=t2, tier1_blocks=blocks, block_bytes=BB) if spec else None
+    pc = PrefixCache(count, pb, BB, store=tier if mode == "swap" else None)
+    pool = blocks + (t2 if mode == "tier" else 0)
+    inst = Instance(0, "mixed", LinearSteps(), cfg, chips=1, blocks=pool, block_bytes=BB,
                     static_w=0.0, tier=tier, prefix_cache=pc)
     rs = []
     for i, (a, p, g, pid) in enumerate(reqs):
@@ -55,11 +57,12 @@ def _engine(reqs, blocks, *, count, pb, spec=None, t2=0, cfg=None):
     return {r.rid: (r.first_t, r.finish_t) for r in rs}, inst
 
 
-def _golden(reqs, blocks, *, pb, spec=None, t2=0, cfg=None):
+def _golden(reqs, blocks, *, pb, spec=None, t2=0, cfg=None, mode="swap"):
     cfg = cfg or ServeConfig(max_batched_tokens=512)
+    pool = blocks + (t2 if mode == "tier" else 0)
     g = golden_serve([GoldenRequest(i, a, p, o, pid=pid) for i, (a, p, o, pid) in
-                      enumerate(reqs)], LinearSteps(), cfg, blocks, block_bytes=BB,
-                     tier=(spec, "swap", blocks, t2) if spec else None,
+                      enumerate(reqs)], LinearSteps(), cfg, pool, block_bytes=BB,
+                     tier=(spec, mode, blocks, t2) if spec else None,
                      cached_prefix_blocks=pb)
     return {r.rid: (r.first_t, r.finish_t) for r in g.requests}, g
 
@@ -137,6 +140,7 @@ GOLDEN = {
     "tier 2, whole prompts": dict(spec=_spec(), t2=3 * 8,
                                   cfg=ServeConfig(max_batched_tokens=4096,
                                                   chunked_prefill=False)),
+    "pooled tier": dict(spec=_spec(), t2=30, mode="tier"),
 }
 
 
@@ -153,7 +157,7 @@ def test_fast_loop_equals_its_golden_twin_with_prefixes(case):
     pc = inst.pc
     assert (pc.hits1, pc.hits2, pc.misses) == g.prefix_hits
     assert pc.hits1 > 0 and pc.misses > 0 and pc.evicted > 0 and inst.preemptions > 0
-    if kw["spec"] is not None:
+    if kw["spec"] is not None:       # pooled: hits on prefixes placed in tier 2, copied up
         assert pc.hits2 > 0 and inst.tier.peak2 == g.tier2_peak > 0
 
 
