@@ -13,7 +13,7 @@ import random
 import numpy as np
 import pytest
 
-from diptych.sim.serving.config import ServeConfig
+from diptych.sim.serving.config import ServeConfig, Speculation
 from diptych.sim.serving.engine import Instance, Req, run_loop
 from diptych.sim.serving.engine_ref import GoldenRequest, golden_serve
 from diptych.sim.serving.kv_tier import KvTier, TierSpec
@@ -47,7 +47,7 @@ def _engine(reqs, blocks, *, count, pb, spec=None, t2=0, cfg=None, mode="swap"):
     pc = PrefixCache(count, pb, BB, store=tier if mode == "swap" else None)
     pool = blocks + (t2 if mode == "tier" else 0)
     inst = Instance(0, "mixed", LinearSteps(), cfg, chips=1, blocks=pool, block_bytes=BB,
-                    static_w=0.0, tier=tier, prefix_cache=pc)
+                    static_w=0.0, tier=tier, prefix_cache=pc, rng=np.random.default_rng(1))
     rs = []
     for i, (a, p, g, pid) in enumerate(reqs):
         r = Req(i, a, p, g)
@@ -63,7 +63,7 @@ def _golden(reqs, blocks, *, pb, spec=None, t2=0, cfg=None, mode="swap"):
     g = golden_serve([GoldenRequest(i, a, p, o, pid=pid) for i, (a, p, o, pid) in
                       enumerate(reqs)], LinearSteps(), cfg, pool, block_bytes=BB,
                      tier=(spec, mode, blocks, t2) if spec else None,
-                     cached_prefix_blocks=pb)
+                     cached_prefix_blocks=pb, rng=np.random.default_rng(1))
     return {r.rid: (r.first_t, r.finish_t) for r in g.requests}, g
 
 
@@ -141,6 +141,8 @@ GOLDEN = {
                                   cfg=ServeConfig(max_batched_tokens=4096,
                                                   chunked_prefill=False)),
     "pooled tier": dict(spec=_spec(), t2=30, mode="tier"),
+    "pooled tier, speculative": dict(spec=_spec(), t2=30, mode="tier", cfg=ServeConfig(
+        max_batched_tokens=512, speculative=Speculation(3, 0.7))),
 }
 
 
