@@ -177,6 +177,9 @@ def _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, re
               "one rate per draft position).")
 @click.option("--prefix-share", type=float, default=0.0, show_default=True,
               help="Fraction of each prompt that is a cached prefix shared by all requests.")
+@click.option("--prefixes", type=int, default=0, show_default=True,
+              help="N >= 1: each request carries one of N prefixes (uniform) of --prefix-share "
+                   "x the mean prompt, cached LRU across the memory tiers; 0: one pinned prefix.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option("--runtime",
               help="Serving runtime's host costs: a profile name (ideal, vllm-v1, "
@@ -210,8 +213,8 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
           requests, duration, scheduler, max_batch, max_batched_tokens, chunked_prefill,
           kv_block, preemption, kv_offload, slo_ttft, slo_tpot, weights_dtype, act_dtype, kv_dtype,
           attention, prefill_chip, prefill_chips, decode_chip, decode_chips, speculative,
-          prefix_share, seed, runtime, sweep_qps, plot, export_profile, oracle, execution, fusion,
-          as_json, trace_out, waterfall):
+          prefix_share, prefixes, seed, runtime, sweep_qps, plot, export_profile, oracle,
+          execution, fusion, as_json, trace_out, waterfall):
     """Simulate an LLM serving engine: arrivals, continuous batching, chunked prefill, paged
     KV cache, preemption; TTFT, TPOT, throughput, goodput under SLOs, tokens per joule.
 
@@ -231,7 +234,8 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
     cfg = ServeConfig(scheduler=scheduler, max_batch=max_batch,
                       max_batched_tokens=max_batched_tokens, chunked_prefill=chunked_prefill,
                       kv_block_tokens=kv_block, preemption=preemption, kv_offload=kv_offload,
-                      prefix_share=prefix_share, slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot,
+                      prefix_share=prefix_share, prefixes=prefixes, slo_ttft_s=slo_ttft,
+                      slo_tpot_s=slo_tpot,
                       speculative=parse_speculative(speculative) if speculative else None,
                       seed=seed, runtime=load_runtime(runtime) if runtime else None)
     if cfg.speculative is not None and cfg.speculative.mtp:   # the model must ship one

@@ -79,6 +79,9 @@ def summary_table(d: dict):
     kt = d["info"].get("kv_tiers")
     if kt:
         t.add_row("KV tiers", kv_tiers_text(kt))
+    pc = d["info"].get("prefix_cache")
+    if pc:
+        t.add_row("prefix cache", prefix_cache_text(pc))
     q = d["queue"]
     if q["waiting"]:
         t.add_row("queue", f"waiting max {max(q['waiting']):.0f}, running max "
@@ -141,3 +144,16 @@ def kv_tiers_text(kt: dict) -> str:
             f"{fmt.eng(kt['move_j'], 'J')}); read from tier 2 "
             f"{kt['tier2_read_bytes'] / gib:.1f} GiB (+{fmt.eng(kt['tier2_read_added_s'], 's')}, "
             f"{fmt.eng(kt['tier2_read_added_j'], 'J')})")
+
+
+def prefix_cache_text(pc: dict) -> str:
+    """A result's ``info.prefix_cache`` in one line: hits per tier, misses, evictions and the
+    tier-2 copies with their cost."""
+    gib = 2.0 ** 30
+    return (f"{pc['prefixes']} prefixes: {pc['hits_tier1']} hits in tier 1, "
+            f"{pc['hits_tier2']} in tier 2, {pc['misses']} misses "
+            f"({100 * pc['hit_rate']:.0f} % hit); {pc['evicted']} evicted "
+            f"({pc['stored_tier2']} to tier 2); tier 2 stored "
+            f"{pc['tier2_store_bytes'] / gib:.2f} GiB ({fmt.eng(pc['store_s'], 's')}), loaded "
+            f"{pc['tier2_load_bytes'] / gib:.2f} GiB ({fmt.eng(pc['load_s'], 's')}), "
+            f"{fmt.eng(pc['move_j'], 'J')}")

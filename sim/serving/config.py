@@ -153,7 +153,10 @@ class ServeConfig:
     needs a KV block and none is free, the most recently admitted sequence is preempted and
     either recomputed later (its blocks freed) or swapped to host memory over the host link.
     ``prefix_share``: fraction of every prompt that is a prefix shared by all requests (a
-    common system prompt or document) and held in the prefix cache. ``slo_*``: a request meets
+    common system prompt or document) and held in the prefix cache. ``prefixes``: 0, that
+    one prefix pinned for the whole run; N ≥ 1, each request carries one of N prefixes (drawn
+    uniformly) of ``prefix_share`` × the mean prompt, cached LRU across the memory tiers
+    (:mod:`.prefix_cache`). ``slo_*``: a request meets
     its SLOs when its TTFT and its TPOT are both within them. ``runtime``: the serving
     runtime's host costs per step and per request (:class:`~diptych.arch.runtime.
     RuntimeProfile`; None: the chip's, :meth:`resolved`). ``chunked_prefill`` None: the
@@ -170,6 +173,7 @@ class ServeConfig:
     kv_reserve_fraction: float = 0.10
     host_link_bytes_per_s: float = 63.0e9
     prefix_share: float = 0.0
+    prefixes: int = 0
     slo_ttft_s: float = 2.0
     slo_tpot_s: float = 0.2
     speculative: Speculation | None = None
@@ -198,6 +202,12 @@ class ServeConfig:
         f = self.prefix_share
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
             raise ValueError(f"prefix share must be a fraction in [0, 1], not {f!r}")
+        n = self.prefixes
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"prefixes must be a non-negative integer, not {n!r}")
+        if n and not self.prefix_share:
+            raise ValueError(f"prefixes {n}: give each prefix's share of the prompt with "
+                             f"--prefix-share (a fraction in (0, 1])")
         _pos("slo_ttft_s", self.slo_ttft_s, "a positive number of seconds")
         _pos("slo_tpot_s", self.slo_tpot_s, "a positive number of seconds")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:

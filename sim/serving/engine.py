@@ -15,7 +15,10 @@ Token accounting of a request (``P`` prompt tokens, ``G`` output tokens):
   ``computed = P + generated − 1``. A decode step therefore attends ``computed + 1`` keys per
   sequence, as :func:`diptych.workloads.lower.decode_context` counts them.
 * Prefix caching: the first ``shared`` tokens (whole blocks) of a prompt are in the pinned
-  prefix cache: they are never computed, and blocks are held only for the rest.
+  prefix cache: they are never computed, and blocks are held only for the rest. With a
+  :class:`~diptych.sim.serving.prefix_cache.PrefixCache` a request of prefix ``pid`` has
+  ``shared`` = its prefix's tokens while it holds the cached prefix (``pref``), 0 otherwise
+  (a miss computes the prefix in its own blocks, then hands them to the cache).
 * KV blocks: ``ceil((tokens − shared) / block)`` blocks of every layer; with a windowed
   layout (:class:`~diptych.sim.serving.kv.KvLayout`, sliding or chunked layers) each kind
   holds its own blocks and a windowed kind frees those its next step's queries cannot see.
@@ -51,7 +54,8 @@ class Req:
 
     __slots__ = ("rid", "arrival", "prompt", "output", "shared", "computed", "target",
                  "generated", "first_t", "finish_t", "last_t", "blocks", "preemptions",
-                 "client", "pf_start", "pf_end", "swapped", "reserved", "done", "inst")
+                 "client", "pf_start", "pf_end", "swapped", "reserved", "done", "inst", "pid",
+                 "pref")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int, shared: int = 0,
                  client: int = -1):
@@ -75,6 +79,8 @@ class Req:
         self.reserved = 0
         self.done = False
         self.inst = -1                 # the instance it was dispatched to on arrival
+        self.pid = -1                  # its prefix in a prefix cache (prefix_cache.py), or -1
+        self.pref = False              # it holds a reference to that prefix's cached blocks
 
 
 class Instance:
@@ -88,13 +94,15 @@ class Instance:
     ``kv_block_tokens`` tokens of every layer); ``power`` limits each step's device cost to
     what the chip's TDP sustains (:mod:`~diptych.sim.serving.power`; None: no limit); ``tier``
 the chip's second memory tier (a :class:`~diptych.sim.serving.kv_tier.KvTier`: swap space, or
-part of the pool of ``blocks``; None: none)."""
+part of the pool of ``blocks``; None: none); ``prefix_cache`` several prefixes cached LRU
+(a :class:`~diptych.sim.serving.prefix_cache.PrefixCache`; None: the pinned prefix)."""
 
     def __init__(self, idx: int, role: str, oracle, cfg: ServeConfig, *, chips: int,
                  blocks: int, block_bytes: float, static_w: float, draft=None,
                  rng: np.random.Generator | None = None, prefix_blocks: int = 0,
-                 power=None, layout=None, tier=None):
+                 power=None, layout=None, tier=None, prefix_cache=None):
         self.idx = idx
+        self.pc = prefix_cache
         self.tier = tier
         self.layout = layout
         self._win = layout if layout is not None and layout.per_request else None
@@ -178,6 +186,8 @@ part of the pool of ``blocks``; None: none)."""
         self.free += victim.blocks
         victim.preemptions += 1
         self.preemptions += 1
+        if self.pc is not None and self._tier_swap:     # live blocks before cached prefixes
+            self.pc.make_room(victim.blocks)
         s = self.tier.swap_out(victim.blocks) if self._tier_swap else None
         if self.cfg.preemption == "swap" or s is not None:
             victim.swapped = victim.blocks
@@ -188,6 +198,8 @@ part of the pool of ``blocks``; None: none)."""
             self.swapped.append(victim)
         else:
             victim.blocks = 0
+            if victim.pref:           # a recompute lets go of its cached prefix
+                self._unref(victim)
             victim.computed = victim.shared
             victim.target = victim.prompt + victim.generated
             self.waiting.appendleft(victim)
@@ -197,7 +209,7 @@ part of the pool of ``blocks``; None: none)."""
         ``running[i]``; False when that request itself had to go."""
         run = self.running
         r = run[i]
-        while extra > self.free:
+        while extra > self.free and not self._reclaim(extra):
             victim = run.pop()
             self._preempt(victim)
             if victim is r:
@@ -278,7 +290,8 @@ part of the pool of ``blocks``; None: none)."""
         used = self.total_blocks - self.free
         if t.pooled:
             self._swap_s += t.place(self.running, used,
-                                    self._dec + [r for r, _ in self._chunks])
+                                    self._dec + [r for r, _ in self._chunks],
+                                    self.pc.placed() if self.pc is not None else ((), ()))
         else:
             t.record(used)
         return t.take_j()
@@ -324,7 +337,7 @@ part of the pool of ``blocks``; None: none)."""
                     i += 1
                     continue
             extra = self.blocks_for(r, r.computed + need) - r.blocks
-            if extra > self.free:
+            if extra > self.free and not self._reclaim(extra):
                 preempted = True
                 if not self._make_room(i, extra):
                     break
@@ -352,7 +365,7 @@ part of the pool of ``blocks``; None: none)."""
             if need > budget:
                 break
             total = self.blocks_for(r, r.computed + need)
-            if total > self.free:
+            if total > self.free and not self._reclaim(total):
                 break
             sw.popleft()
             self.free -= total
@@ -373,6 +386,15 @@ part of the pool of ``blocks``; None: none)."""
         wq = self.waiting
         while wq and budget > 0 and len(self.running) < self.cfg.max_batch:
             r = wq[0]
+            if self.pc is not None and r.pid >= 0 and not r.pref:
+                need = self._admit_prefix(r, budget, chunked)
+                if not need:
+                    break
+                wq.popleft()
+                self.running.append(r)
+                chunks.append((r, need))
+                budget -= need
+                continue
             rest = r.target - r.computed
             if rest > budget:
                 if not chunked:
@@ -381,7 +403,7 @@ part of the pool of ``blocks``; None: none)."""
             else:
                 need = rest
             total = self.blocks_for(r, r.computed + need)
-            if total > self.free:
+            if total > self.free and not self._reclaim(total):
                 break
             wq.popleft()
             self.free -= total
@@ -390,6 +412,61 @@ part of the pool of ``blocks``; None: none)."""
             budget -= need
             chunks.append((r, need))
         return budget
+
+    # -- the prefix cache (prefix_cache.py) -------------------------------------------------
+
+    def _reclaim(self, need: int, keep: int = -1) -> bool:
+        """Evict cached prefixes no request holds (LRU first, not ``keep``) so that ``need``
+        blocks are free: True when done; False, evicting nothing, when they cannot be."""
+        pc = self.pc
+        if pc is None or pc.evictable(keep) < need - self.free:
+            return False
+        freed, s = pc.reclaim(need - self.free, keep)
+        self.free += freed
+        self._swap_s += s
+        return True
+
+    def _admit_prefix(self, r: Req, budget: int, chunked: bool) -> int:
+        """Admit waiting ``r``, whose prefix the cache may hold: the tokens of its first
+        chunk, or 0 when it cannot be admitted now (nothing changed then)."""
+        pc = self.pc
+        kind = pc.lookup(r.pid)
+        if kind != "miss":
+            r.shared = r.computed = pc.blocks * self.bs
+        rest = r.target - r.computed
+        need = rest if rest <= budget else (budget if chunked else 0)
+        load = pc.blocks if kind == "hit2" else 0
+        total = self.blocks_for(r, r.computed + need) if need else 0
+        if not need or (total + load > self.free
+                        and not self._reclaim(total + load, r.pid)):
+            r.shared = r.computed = 0
+            return 0
+        if kind == "miss":
+            pc.count_miss()
+        else:        # under a pooled tier, a hit on a prefix placed in tier 2 (copied up)
+            up = self.tier is not None and self.tier.pooled and self.tier.in_tier2(("p", r.pid))
+            taken, s = pc.acquire(r.pid, up)
+            self.free -= taken
+            self._swap_s += s
+            r.pref = True
+        self.free -= total
+        r.blocks = total
+        return need
+
+    def _donate(self, r: Req) -> None:
+        """``r`` computed its prefix itself: its first blocks become the cached prefix."""
+        s = self.pc.blocks * self.bs
+        if r.computed >= s and self.pc.donate(r.pid):
+            r.blocks -= self.pc.blocks
+            r.shared = s
+            r.pref = True
+
+    def _unref(self, r: Req) -> None:
+        """``r`` lets go of its cached prefix (finished, or recomputed from scratch)."""
+        self.pc.release(r.pid)
+        r.pref = False
+        if not r.done:
+            r.shared = 0
 
     def _plan_whole(self):
         """Without chunked prefill: whole prompts in prefill-only steps, which take priority
@@ -407,7 +484,7 @@ part of the pool of ``blocks``; None: none)."""
         while i < len(run):
             r = run[i]
             extra = self.blocks_for(r, r.computed + q) - r.blocks
-            if extra > self.free:
+            if extra > self.free and not self._reclaim(extra):
                 preempted = True
                 if not self._make_room(i, extra):
                     break
@@ -503,6 +580,8 @@ part of the pool of ``blocks``; None: none)."""
             if r.pf_start < 0:
                 r.pf_start = t - self.rec_dt[-1]
             r.computed += c
+            if self.pc is not None and r.pid >= 0 and not r.pref:
+                self._donate(r)
             if r.computed >= r.target:
                 r.generated += 1
                 if r.first_t < 0:
@@ -557,6 +636,8 @@ part of the pool of ``blocks``; None: none)."""
         r.done = True
         self.free += r.blocks
         r.blocks = 0
+        if r.pref:
+            self._unref(r)
 
     def _accepted(self, n: int) -> list[int]:
         """Tokens each of ``n`` verified sequences gains: 1 + the accepted draft tokens, the

@@ -43,6 +43,8 @@ class GoldenRequest:
     blocks: list = field(default_factory=list)      # every block id it holds
     table: list = field(default_factory=list)       # per layer kind: slot -> its ids or None
     swapped_out: int = 0     # blocks held in host memory
+    pid: int = -1            # its prefix in the prefix cache (``cached_prefix_blocks``), or -1
+    holds_prefix: bool = False   # it holds a reference to that prefix's cached blocks
 
     def __post_init__(self):
         self.computed = self.shared
@@ -56,13 +58,14 @@ class GoldenRun:
     peak_blocks: int
     preemptions: int
     tier2_peak: int = 0    # most blocks the second memory tier held
+    prefix_hits: tuple = (0, 0, 0)   # prefix cache: hits in tier 1, in tier 2, misses
 
 
 def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: int, *,
                  prefix_blocks: int = 0, draft=None,
                  block_bytes: float = 0.0, closed_loop: list[GoldenRequest] | None = None,
                  rng: np.random.Generator | None = None, power=None,
-                 layout=None, tier=None) -> GoldenRun:
+                 layout=None, tier=None, cached_prefix_blocks: int = 0) -> GoldenRun:
     """Serve ``reqs`` (arrival-ordered; with ``closed_loop`` the not-yet-issued requests of
     the clients, handed out in order as requests finish) on one instance of ``blocks`` KV
     blocks and return every request's times. ``power(seconds, energy per chip)`` limits each
@@ -84,7 +87,13 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     run again) or ``tier`` (``blocks`` is both tiers' pool; before each step tier 1 is filled
     with the running requests' blocks in admission order, the rest are in tier 2, a block
     whose tier changed is copied, and each stepping request's tier-2 blocks are read at the
-    tier's rate), as docs/serving.md "KV across memory tiers" states them."""
+    tier's rate), as docs/serving.md "KV across memory tiers" states them.
+
+    ``cached_prefix_blocks``: the blocks of every prefix of a prefix cache (requests name theirs by
+    ``pid``; 0: none), as docs/serving.md "Tiered prefix cache" states its rules: a cached
+    prefix is a list of block ids with the set of requests holding it; one nobody holds is
+    evicted, the longest unheld first, when blocks are short (copied to the second tier under
+    ``swap`` while it has room, its longest-stored entries dropped for room)."""
     cfg = cfg.resolved()              # a configuration the caller left open: ideal, chunked
     bs = cfg.kv_block_tokens
     kinds = layout.kinds if layout is not None else (("full", None, 1),)
@@ -113,6 +122,59 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     spec, tier_mode, c1, c2 = tier if tier is not None else (None, "none", blocks, 0)
     in_tier2 = {"swapped": 0, "peak": 0}     # swap: blocks of swapped requests in tier 2
     last_place: dict = {}                    # tier: rid -> (blocks, of them in tier 2)
+    pb = cached_prefix_blocks                # blocks of every cached prefix
+    cached: dict = {}                        # prefix cache: pid -> its block ids (tier 1)
+    holders: dict = {}                       # pid -> rids holding it
+    unheld_since: dict = {}                  # pid -> tick it was last let go
+    in_t2: dict = {}                         # pid -> tick it was stored in tier 2
+    clock = [0]
+    hits = [0, 0, 0]
+    swap_time = [0.0]
+
+    def tier2_used():
+        return in_tier2["swapped"] + pb * len(in_t2)
+
+    def drop_t2_for(n, keep=-1):
+        """Drop tier-2 prefixes, the longest stored first (not ``keep``), until ``n`` fit."""
+        for p in sorted(in_t2, key=in_t2.get):
+            if tier2_used() + n <= c2:
+                break
+            if p != keep:
+                del in_t2[p]
+
+    def tick():
+        clock[0] += 1
+        return clock[0]
+
+    def get_room(n, keep=-1):
+        """Whether ``n`` ids can be free, evicting unheld prefixes (longest unheld first, not
+        ``keep``) only when that makes enough."""
+        if n <= len(free_ids):
+            return True
+        unheld = sorted((p for p in cached if not holders[p] and p != keep),
+                        key=lambda p: unheld_since[p])
+        if len(free_ids) + pb * len(unheld) < n:
+            return False
+        for p in unheld:
+            if len(free_ids) >= n:
+                break
+            for b in cached.pop(p):
+                held.remove(b)
+                free_ids.append(b)
+            del holders[p]
+            if tier_mode == "swap":
+                drop_t2_for(pb, keep)
+                if tier2_used() + pb <= c2:
+                    in_t2[p] = tick()
+                    in_tier2["peak"] = max(in_tier2["peak"], tier2_used())
+                    swap_time[0] += spec.move_s(pb * block_bytes)
+        return True
+
+    def let_go(r):
+        holders[r.pid].discard(r.rid)
+        if not holders[r.pid]:
+            unheld_since[r.pid] = tick()
+        r.holds_prefix = False
 
     def swap_cost(n_blocks):
         """Seconds to copy ``n_blocks`` out of or into tier 1: over the second tier, or the
@@ -124,14 +186,19 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     def place_tiers(stepping):
         """``tier``: the seconds the step about to run grows by (copies, then tier-2 reads)."""
         used = blocks - len(free_ids)
-        outside = used - sum(len(r.blocks) for r in running)   # the pinned prefix
+        # cached prefixes: those held (by pid) before the running requests, the unheld after
+        # them, the most recently let go first
+        hot = [(("p", p), len(cached[p])) for p in sorted(cached) if holders[p]]
+        cold = [(("p", p), len(cached[p])) for p in
+                sorted((p for p in cached if not holders[p]), key=lambda p: -unheld_since[p])]
+        mine_all = [(r.rid, len(r.blocks)) for r in running]
+        outside = used - sum(b for _, b in hot + mine_all + cold)   # the pinned prefix
         left = c1 - min(c1, outside)
         place = {}
-        for r in running:
-            mine = len(r.blocks)
+        for key, mine in hot + mine_all + cold:
             in1 = min(mine, left)
             left -= in1
-            place[r.rid] = (mine, mine - in1)
+            place[key] = (mine, mine - in1)
         moved = 0
         for rid, (b, t2) in place.items():
             if rid in last_place:
@@ -145,7 +212,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         used2 = used - min(used, c1)
         assert used2 <= c2, "the second tier holds more blocks than it has"
         in_tier2["peak"] = max(in_tier2["peak"], used2)
-        read = sum(place[r.rid][1] for r in stepping)
+        read = sum(place[r.rid][1] + (place[("p", r.pid)][1] if r.holds_prefix else 0)
+                   for r in stepping)
         return spec.move_s(moved * block_bytes) + spec.read_s(read * block_bytes) \
             if moved else spec.read_s(read * block_bytes)
 
@@ -214,23 +282,28 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         preemptions += 1
         victim.preemptions += 1
         n = len(victim.blocks)
-        to_tier = tier_mode == "swap" and in_tier2["swapped"] + n <= c2
+        if tier_mode == "swap" and pb:
+            drop_t2_for(n)
+        to_tier = tier_mode == "swap" and tier2_used() + n <= c2
         if cfg.preemption == "swap" or to_tier:
             victim.swapped_out = n
             swap_time[0] += swap_cost(n)
             if to_tier:
                 in_tier2["swapped"] += n
-                in_tier2["peak"] = max(in_tier2["peak"], in_tier2["swapped"])
+                in_tier2["peak"] = max(in_tier2["peak"], tier2_used())
             release(victim)
             swapped.append(victim)
         else:
             release(victim)
+            if victim.holds_prefix:
+                let_go(victim)
+                victim.shared = 0
             victim.computed = victim.shared
             victim.target = victim.prompt + victim.generated
             waiting.insert(0, victim)
 
     def fits(r, tokens):
-        return blocks_needed(r, tokens, r.computed) - len(r.blocks) <= len(free_ids)
+        return get_room(blocks_needed(r, tokens, r.computed) - len(r.blocks))
 
     def static_blocks(p, g):
         """Ids a static batch reserves per sequence (a windowed layout: the most a sequence
@@ -284,7 +357,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             r = swapped[0]
             is_decode = r.computed >= r.target
             need = q if is_decode else min(r.target - r.computed, budget)
-            if need > budget or blocks_needed(r, r.computed + need, r.computed) > len(free_ids):
+            if need > budget or not get_room(blocks_needed(r, r.computed + need, r.computed)):
                 break
             swapped.pop(0)
             swap_time[0] += swap_cost(r.swapped_out)
@@ -304,12 +377,35 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         free blocks allow; ``whole``: a prompt is admitted whole or not at all."""
         while waiting and budget > 0 and len(running) < cfg.max_batch:
             r = waiting[0]
+            kind = None
+            if pb and r.pid >= 0 and not r.holds_prefix:
+                kind = ("hit1" if r.pid in cached else "hit2" if r.pid in in_t2 else "miss")
+                if kind != "miss":
+                    r.shared = r.computed = pb * bs
             rest = r.target - r.computed
             if whole and rest > budget:
+                if kind:
+                    r.shared = r.computed = 0
                 break
             need = min(rest, budget)
-            if not fits(r, r.computed + need):
+            load = pb if kind == "hit2" else 0
+            if not get_room(blocks_needed(r, r.computed + need, r.computed) + load,
+                            r.pid):
+                if kind:
+                    r.shared = r.computed = 0
                 break
+            if kind == "miss":
+                hits[2] += 1
+            elif kind:
+                if kind == "hit2":
+                    del in_t2[r.pid]
+                    cached[r.pid] = [take() for _ in range(pb)]
+                    holders[r.pid] = set()
+                    swap_time[0] += spec.move_s(pb * block_bytes)
+                up = tier_mode == "tier" and last_place.get(("p", r.pid), (0, 0))[1] > 0
+                hits[0 if kind == "hit1" and not up else 1] += 1
+                holders[r.pid].add(r.rid)
+                r.holds_prefix = True
             waiting.pop(0)
             grow(r, r.computed + need, r.computed)
             running.append(r)
@@ -370,7 +466,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         for r in arrived:
             future.remove(r)
             waiting.append(r)
-        swap_time = [0.0]
+        swap_time[0] = 0.0
         if cfg.scheduler == "static":
             if not static_batch:
                 batch, pmax, gmax = [], 0, 0
@@ -471,6 +567,16 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                 done_now.append(r)
         for r, c in chunks:
             r.computed += c
+            if (pb and r.pid >= 0 and not r.holds_prefix and r.computed >= pb * bs
+                    and r.pid not in cached and r.pid not in in_t2):     # it donates its ids
+                ids = [b for slot in r.table[0][:pb] for b in slot]
+                r.table[0][:pb] = [None] * pb
+                for b in ids:
+                    r.blocks.remove(b)
+                cached[r.pid] = ids
+                holders[r.pid] = {r.rid}
+                r.shared = pb * bs
+                r.holds_prefix = True
             if r.computed >= r.target:
                 r.generated += 1
                 if r.first_t < 0:
@@ -480,6 +586,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         for r in done_now:
             running.remove(r)
             finish(r, t_end)
+            if r.holds_prefix:
+                let_go(r)
         t = t_end
     return GoldenRun(requests=finished, steps=steps, peak_blocks=peak, preemptions=preemptions,
-                     tier2_peak=in_tier2["peak"])
+                     tier2_peak=in_tier2["peak"], prefix_hits=tuple(hits))

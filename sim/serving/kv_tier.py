@@ -17,7 +17,9 @@ blocks beyond what the first tier (HBM) holds. ``--kv-offload`` chooses how it i
   pinned prefix, the blocks held outside the batch (a prefill instance's finished prompts
   waiting for their transfer), then the running sequences' blocks in admission order, the
   oldest first; the most recently admitted sequences (those vLLM preempts first) live, wholly
-  or in part, in the second tier. A step reads each of its sequences' tier-2 blocks at the
+  or in part, in the second tier (with a prefix cache, :mod:`.prefix_cache`, the prefixes
+  requests hold come before the running sequences, those nobody holds after them, the most
+  recently used first). A step reads each of its sequences' tier-2 blocks at the
   second tier's rate (decode attends its whole context; a prefill chunk its past): the step's
   oracle charged those bytes at the first tier's rate, so the step grows by
   ``B₂ · max(0, 1/bw₂ − 1/bw₁) + latency`` and its energy by ``B₂ · 8 · (pJ₂ − pJ₁)``. Blocks
@@ -220,32 +222,46 @@ class KvTier:
         self.rec1.append(used1)
         self.rec2.append(self.used2)
 
-    def place(self, running, used: int, stepping) -> float:
+    def place(self, running, used: int, stepping, cached=((), ())) -> float:
         """``tier``: place the pool's ``used`` blocks for the step about to run (module
         docstring) and return the seconds it grows by: the copies of blocks whose tier changed
-        since the previous step, then the reads of ``stepping``'s tier-2 blocks."""
+        since the previous step, then the reads of ``stepping``'s tier-2 blocks (with a prefix
+        cache, :mod:`.prefix_cache`, also of the cached prefix each holds). ``cached``: the
+        prefix cache's entries as ``(key, blocks)``, those requests hold (placed before the
+        running sequences) and those none holds, the most recently used first (placed after
+        them: the coldest blocks go to tier 2 first)."""
         c1 = self.tier1_blocks
-        room = c1 - min(c1, used - sum(r.blocks for r in running))
-        now: dict[int, tuple[int, int]] = {}
+        hot, cold = cached
+        inside = sum(r.blocks for r in running)
+        if hot or cold:
+            inside += sum(b for _, b in hot) + sum(b for _, b in cold)
+        room = c1 - min(c1, used - inside)
+        now: dict = {}
         moved = 0
         last = self._last
-        for r in running:
-            t1 = min(r.blocks, room)
+        order = [(r.rid, r.blocks) for r in running]
+        if hot or cold:
+            order = [*hot, *order, *cold]
+        for key, blocks in order:
+            t1 = min(blocks, room)
             room -= t1
-            t2 = r.blocks - t1
-            now[r.rid] = (r.blocks, t2)
-            prev = last.get(r.rid)
+            t2 = blocks - t1
+            now[key] = (blocks, t2)
+            prev = last.get(key)
             if prev is not None:            # a block written this step lands where it is
                 b0, t0 = prev                # placed; freed blocks leave tier 2 first
                 d = t2 - t0
-                moved += max(0, d - max(0, r.blocks - b0)) + max(0, -d - max(0, b0 - r.blocks))
+                moved += max(0, d - max(0, blocks - b0)) + max(0, -d - max(0, b0 - blocks))
         self._last = now
         used1 = min(used, c1)
         self.used2 = used - used1
         self.peak2 = max(self.peak2, self.used2)
         self.record(used1)
         secs = self._move(moved) if moved else 0.0
-        read = sum(now[r.rid][1] for r in stepping) * self.block_bytes
+        read = sum(now[r.rid][1] for r in stepping)
+        if hot:
+            read += sum(now[("p", r.pid)][1] for r in stepping if r.pref)
+        read *= self.block_bytes
         if read:
             s, j = self.spec.read_s(read), self.spec.read_j(read)
             self.read_bytes += read
@@ -254,6 +270,11 @@ class KvTier:
             self.pending_j += j
             secs += s
         return secs
+
+    def in_tier2(self, key) -> bool:
+        """``tier``: whether any block of ``key`` (a request id, or a cached prefix's
+        ``("p", pid)``) was in tier 2 at the last placement."""
+        return self._last.get(key, (0, 0))[1] > 0
 
     def to_dict(self, chips: int) -> dict:
         """What the tiers held and moved, every chip of the instance (bytes, s, J)."""

@@ -25,6 +25,7 @@ from .kv_tier import (KvTier, check_offload, kv_tiers_info, resolve_offload, tie
 from .metrics import (FILL_LIMIT, fill_fraction, mean_in_system, queue_series,
                       request_metrics, stats)
 from .power import StepPowerLimit
+from .prefix_cache import PrefixCache, prefix_cache_info
 from ..run.scenario import Scenario
 from .step_time import DirectStepTimer, Replica, make_replica
 from .grid_timer import GridStepTimer, GridSpec
@@ -116,7 +117,8 @@ class StepTimerCache:
 
 
 def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache, start: int,
-               prefix_blocks: int, draft: Replica | None, rng) -> tuple[list[Instance], KvBudget]:
+               prefix_blocks: int, draft: Replica | None, rng,
+               prefix_tokens: int = 0) -> tuple[list[Instance], KvBudget]:
     r = pool.replica
     budget = kv_budget(r, block_tokens=cfg.kv_block_tokens,
                        max_batched_tokens=cfg.max_batched_tokens,
@@ -130,18 +132,50 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
     t2 = tier_blocks(spec, budget.block_bytes) if spec is not None else 0
     if mode == "tier":
         budget = replace(budget, tier2_blocks=t2)
+    if prefix_tokens:
+        _check_prefixes(cfg, budget, prefix_tokens, r.name)
     out = []
     for k in range(pool.replicas):
         tier = (KvTier(spec, mode, blocks=t2, tier1_blocks=budget.blocks,
                        block_bytes=budget.block_bytes) if spec is not None and t2 else None)
+        pc = (PrefixCache(cfg.prefixes, prefix_tokens // cfg.kv_block_tokens, budget.block_bytes,
+                          store=tier if tier is not None and not tier.pooled else None)
+              if prefix_tokens else None)
         out.append(Instance(start + k, role, oracles.get(r), cfg, chips=r.tp, tier=tier,
                             blocks=budget.pool_blocks, block_bytes=budget.block_bytes,
                             static_w=r.chip.energy.static_w,
                             draft=oracles.get(draft) if draft is not None else None,
                             rng=rng, prefix_blocks=prefix_blocks, layout=budget.layout,
+                            prefix_cache=pc,
                             power=(None if r.variant.no_power_limit or r.chip.power is None
                                    else StepPowerLimit(r.chip))))
     return out, budget
+
+
+def _check_prefixes(cfg: ServeConfig, budget: KvBudget, tokens: int, name: str) -> None:
+    """Refuse ``--prefixes`` where the cache's rules do not hold (ValueError naming it)."""
+    if budget.layout.per_request:
+        raise ValueError(f"--prefixes {cfg.prefixes}: {name}'s cache has windowed layers or "
+                         f"per-sequence state, which the prefix cache does not model; use "
+                         f"--prefixes 0 (one pinned prefix)")
+    if tokens // cfg.kv_block_tokens >= budget.pool_blocks:
+        raise ValueError(f"--prefixes {cfg.prefixes}: one prefix of {tokens} tokens does not "
+                         f"fit the KV cache of {name} ({budget.pool_blocks} blocks of "
+                         f"{cfg.kv_block_tokens} tokens); lower --prefix-share")
+
+
+def prefix_ids(cfg: ServeConfig, prompts: np.ndarray) -> tuple[int, np.ndarray]:
+    """``--prefixes N``: the tokens of every prefix (``prefix_share`` × the mean prompt, whole
+    blocks) and each request's prefix, uniform over N from its own stream (``[seed, 2]``;
+    −1 for a prompt no longer than the prefix). ValueError when a prefix is under a block."""
+    bs = cfg.kv_block_tokens
+    tokens = int(cfg.prefix_share * float(prompts.mean()) // bs) * bs if len(prompts) else 0
+    if tokens < bs:
+        raise ValueError(f"--prefixes {cfg.prefixes}: --prefix-share {cfg.prefix_share:g} of "
+                         f"the mean prompt is under one {bs}-token block; raise it")
+    pid = np.random.default_rng([cfg.seed, 2]).integers(0, cfg.prefixes, len(prompts))
+    pid[prompts <= tokens] = -1
+    return tokens, pid
 
 
 def _draft_replica(cfg: ServeConfig, target: Replica) -> Replica | None:
@@ -199,6 +233,15 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
     shared = (np.floor(cfg.prefix_share * pr / bs) * bs).astype(np.int64)
     shared = np.minimum(shared, (pr - 1) // bs * bs)
     prefix_blocks = int(shared.max()) // bs if n else 0
+    prefix_tokens, pid = 0, None
+    if cfg.prefixes:                # several prefixes, cached LRU (prefix_cache.py)
+        if deployment.disaggregated:
+            raise ValueError(f"--prefixes {cfg.prefixes}: the prefix cache serves colocated "
+                             f"replicas only; drop --prefill-chip/--decode-chip or use "
+                             f"--prefixes 0")
+        prefix_tokens, pid = prefix_ids(cfg, pr)
+        shared = np.zeros_like(pr)
+        prefix_blocks = 0
     spec_rng = np.random.default_rng([cfg.seed, 1])
 
     check_offload(cfg.kv_offload, [p.replica.chip for p in deployment.pools], cfg.scheduler)
@@ -217,12 +260,15 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
     else:
         pool = deployment.pool
         inst, b = _instances(pool, "mixed", cfg, oracles, 0, prefix_blocks,
-                             _draft_replica(cfg, pool.replica), spec_rng)
+                             _draft_replica(cfg, pool.replica), spec_rng, prefix_tokens)
         instances += inst
         budgets.append(("mixed", b))
     _check_fit(pr, out, shared, cfg, budgets)
 
     reqs = [Req(i, float(arr[i]), int(pr[i]), int(out[i]), int(shared[i])) for i in range(n)]
+    if pid is not None:
+        for r, p in zip(reqs, pid.tolist()):
+            r.pid = p
     known = [r for r in reqs if not math.isnan(r.arrival)]
     next_request = None
     if load.concurrency is not None:
@@ -355,6 +401,9 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
     tiers = [i.tier.to_dict(i.chips) for i in instances if i.tier is not None]
     if tiers:               # which tier held how much KV, what moved (sim/serving/kv_tier.py)
         info["kv_tiers"] = kv_tiers_info(tiers)
+    pcs = [i.pc.to_dict(i.chips) for i in instances if i.pc is not None]
+    if pcs:                 # hits per tier, evictions, copies (sim/serving/prefix_cache.py)
+        info["prefix_cache"] = prefix_cache_info(pcs)
     limits = [i.power for i in instances if i.power is not None]
     warns = []
     if load.qps is not None:      # arrivals from t = 0 (the first after one gap)
