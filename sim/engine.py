@@ -77,7 +77,7 @@ import os as _os
 
 from . import timing as T
 from .dram import F_BLACKOUT, F_TREFI, S_AGG, S_BUSY, dram_transfer, run_state
-from .jit import compile_pure, invalidate_stale_cache, jit
+from .jit import borrowed, compile_pure, invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
 invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in
@@ -243,7 +243,22 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
 
     ``pat`` is the DRAM pattern cache (:func:`diptych.sim.dram.pattern_cache`): counts are
     exact, so it may be shared between runs on the same DRAM geometry."""
-    out = np.zeros(N_OUT)
+    # Owner-less views of every array the per-transfer helpers take (sim/jit.py ``borrowed``):
+    # a call to ``_operand``/``_dma`` otherwise updates each argument's (and each tuple
+    # member's) reference count with an atomic instruction, ~100 of them per DRAM transfer.
+    # The owners outlive the views: the arguments are the caller's, and the arrays made here
+    # are used again after the loop (``out_own``, ``ds_own``, ``keep``).
+    out_own = np.zeros(N_OUT)
+    out = borrowed(out_own)
+    ip = borrowed(ip)
+    fp = borrowed(fp)
+    dip = borrowed(dip)
+    dfp = borrowed(dfp)
+    pat = (borrowed(pat[0]), borrowed(pat[1]), borrowed(pat[2]), borrowed(pat[3]),
+           borrowed(pat[4]), borrowed(pat[5]), borrowed(pat[6]), borrowed(pat[7]),
+           borrowed(pat[8]), borrowed(pat[9]))
+    tr_blocks = borrowed(tr_blocks)
+    tr_pc = borrowed(tr_pc)
     # typed (not literal) constants: literal arguments would compile extra specialisations
     neg = np.int64(NEG)
     zero = np.int64(0)
@@ -268,13 +283,21 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     acc_bytes = ip[P_ACC_BITS] / 8.0
     # DRAM and DMA state
     p_n = dip[0]
-    ds = run_state(p_n)
+    ds_own = run_state(p_n)
+    ds = (borrowed(ds_own[0]), borrowed(ds_own[1]), borrowed(ds_own[2]), borrowed(ds_own[3]),
+          borrowed(ds_own[4]))
     # per-pseudo-channel spans of the last transfer: only kept when tracing
     n_span = p_n if tr_pc.shape[0] > 0 else 0
-    pc_s = np.zeros(n_span)
-    pc_e = np.zeros(n_span)
-    eng = np.zeros((ip[P_ENGINES], 1 + ip[P_MAXOUT]))
-    sbs = np.zeros(2)   # free time of the shared buffer's server [0] and the scratchpad's [1]
+    pc_s_own = np.zeros(n_span)
+    pc_e_own = np.zeros(n_span)
+    eng_own = np.zeros((ip[P_ENGINES], 1 + ip[P_MAXOUT]))
+    # free time of the shared buffer's server [0] and the scratchpad's [1]
+    sbs_own = np.zeros(2)
+    keep = (pc_s_own, pc_e_own, eng_own, sbs_own)
+    pc_s = borrowed(pc_s_own)
+    pc_e = borrowed(pc_e_own)
+    eng = borrowed(eng_own)
+    sbs = borrowed(sbs_own)
     share = fp[F_SHARE]
     # operand slots: [slot] -> cycle when free; current slot index; ready ns of current block
     x_free = np.zeros(2)
@@ -481,7 +504,7 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             if proj >= cutoff:
                 out[O_CYCLES] = proj
                 out[O_ABORTED] = 1
-                return out
+                return out_own
         last_out = lo
         x_free[x_cur] = consume
         w_free[w_cur] = consume
@@ -538,7 +561,8 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     out[O_CYCLES] = cyc
     out[O_LAST_OUT] = last_out
     s = 0.0
+    busy = ds_own[S_BUSY]
     for p in range(p_n):
-        s += ds[S_BUSY][p]
-    out[O_DRAM_BUSY_NS] = s
-    return out
+        s += busy[p]
+    out[O_DRAM_BUSY_NS] = s + 0.0 * len(keep)   # (keep: the views' owners live to here)
+    return out_own
