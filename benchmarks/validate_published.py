@@ -360,9 +360,10 @@ def case_h100_inference(execution=None):
             "diptych optimistic by an additive ~3.5 ms per token: the schedule adds the "
             "per-kernel launches and the step sync (2.43 ms) and the exposed TP2 all-reduces "
             "(1.76 ms: 161 of 16 KiB on NCCL's ring/LL, 7.9 us each and the 3 us launch; "
-            "0.81 ms at 1 us per hop before) to the sum's 11.7 ms of weight and KV streaming; what remains is the "
-            "serving stack's per-token work (HTTP streaming, scheduler, sampling, "
-            "detokenisation), not modelled by `run` (Llama-3.3-70B has Llama-3-70B's shapes)"),
+            "0.81 ms at 1 us per hop before) to the sum's 11.7 ms of weight and KV streaming; "
+            "what remains is the serving stack's per-token work (HTTP streaming, scheduler, "
+            "sampling, detokenisation), not modelled by `run` (Llama-3.3-70B has "
+            "Llama-3-70B's shapes)"),
         Row("H100 Llama-3-70B decode, batch 1, TP8, BF16: DRAM BW", "h100_decode_bw",
             decode_bw_fraction(h, "llama-3-70b", 8, execution=execution),
             "the weight-streaming kernels' own bandwidth (bytes over their time, as Nsight "
