@@ -533,9 +533,10 @@ class CollectiveProtocol:
     sequential steps, ``h`` of them inside a scale-up domain and ``s`` across the network,
     takes ``base_latency_us + h·hop_latency_us + s·net_hop_latency_us`` plus its busiest
     link's bytes at ``bus_fraction`` of the bandwidth the Simple protocol sustains (the
-    links' ``bus_efficiency``), the bus bandwidth capped at ``max_bus_gb_per_s`` per rank
-    (0: no cap). NCCL's own cost model has these terms (src/graph/tuning.cc: baseLat,
-    hwLat[NVLINK | NET], the LL/LL128 bandwidth factors and llMaxBw)."""
+    links' ``bus_efficiency``; a tree all-reduce at ``tree_bus_fraction``), the bus bandwidth
+    capped at ``max_bus_gb_per_s`` per rank (0: no cap). NCCL's own cost model has these
+    terms (src/graph/tuning.cc: baseLat, hwLat[NVLINK | NET], the ring and tree LL/LL128
+    bandwidth factors and llMaxBw)."""
 
     base_latency_us: float = f(doc="fixed latency of one collective in microseconds",
                                **LINK_LATENCY_US, zero_ok=True)
@@ -545,8 +546,15 @@ class CollectiveProtocol:
                                   doc="latency per step over the scale-out network in "
                                       "microseconds (0: the cluster's own latency)",
                                   **LINK_LATENCY_US, zero_ok=True)
+    tree_net_hop_latency_us: float = f(default=0.0,
+                                       doc="latency per network step of a tree all-reduce in "
+                                           "microseconds (0: net_hop_latency_us)",
+                                       **LINK_LATENCY_US, zero_ok=True)
     bus_fraction: float = f(doc="fraction of the Simple protocol's bus bandwidth this "
                                 "protocol sustains, in (0, 1]", **BUS_EFFICIENCY)
+    tree_bus_fraction: float = f(default=0.0,
+                                 doc="the same fraction for a tree all-reduce, in (0, 1] (0: "
+                                     "bus_fraction)", **BUS_EFFICIENCY, zero_ok=True)
     max_bus_gb_per_s: float = f(default=0.0,
                                 doc="cap on the bus bandwidth per rank in GB/s (0: none)",
                                 **LINK_GB_PER_S, zero_ok=True)

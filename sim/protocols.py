@@ -37,10 +37,14 @@ class Protocol:
     net_hop_s: float
     fraction: float
     cap_bytes_per_s: float = 0.0
+    tree_fraction: float = 0.0        # a tree all-reduce's fraction (0: ``fraction``)
+    tree_net_hop_s: float = 0.0       # a tree's latency per network step (0: ``net_hop_s``)
 
-    def bandwidth(self, simple_bytes_per_s: float) -> float:
-        """The bus bandwidth this protocol sustains where Simple sustains ``simple``."""
-        bw = simple_bytes_per_s * self.fraction
+    def bandwidth(self, simple_bytes_per_s: float, tree: bool = False) -> float:
+        """The bus bandwidth this protocol sustains where Simple sustains ``simple`` (by a
+        tree all-reduce with ``tree``)."""
+        f = self.tree_fraction if tree and self.tree_fraction else self.fraction
+        bw = simple_bytes_per_s * f
         return min(bw, self.cap_bytes_per_s) if self.cap_bytes_per_s else bw
 
 
@@ -51,7 +55,9 @@ def chip_protocols(chip) -> tuple[Protocol, ...]:
         return ()
     return tuple(Protocol(name, p.base_latency_us * 1e-6, p.hop_latency_us * 1e-6,
                           p.net_hop_latency_us * 1e-6, p.bus_fraction,
-                          p.max_bus_gb_per_s * 1e9) for name, p in lib.table())
+                          p.max_bus_gb_per_s * 1e9, p.tree_bus_fraction,
+                          p.tree_net_hop_latency_us * 1e-6)
+                 for name, p in lib.table())
 
 
 def chip_algorithms(chip) -> tuple[str, ...]:
@@ -82,12 +88,12 @@ def ring_seconds(kind: str, nbytes: float, n: int, simple_bytes_per_s: float,
 
 def chain_seconds(nbytes: float, n: int, simple_bytes_per_s: float, proto: Protocol) -> float:
     """NCCL's tree all-reduce inside one domain, a chain of ``n`` ranks (reduce up, broadcast
-    down): ``base + 2(n−1)·hop + 2·nbytes / protocol bandwidth`` (each rank's port carries
+    down): ``base + 2(n−1)·hop + 2·nbytes / tree bandwidth`` (each rank's port carries
     the buffer up and the result down)."""
     if n <= 1:
         return 0.0
     return (proto.base_s + 2 * (n - 1) * proto.hop_s
-            + 2.0 * nbytes / proto.bandwidth(simple_bytes_per_s))
+            + 2.0 * nbytes / proto.bandwidth(simple_bytes_per_s, tree=True))
 
 
 def torus_bucket(kind: str, nbytes: float, spans, link_bytes_per_s: float,

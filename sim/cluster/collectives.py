@@ -178,8 +178,9 @@ def _library(kind: str, nbytes: float, shape: GroupShape, net: Network) -> list[
             b_out = 2.0 * nbytes / nl
             b_up = 2.0 * nbytes if nl > 1 else 0.0
             lat = (p.base_s + 2 * (nl - 1) * p.hop_s
-                   + 2 * math.ceil(math.log2(nd)) * net_hop(p))
-            bw_s = max(b_up / p.bandwidth(port), b_out / (nic * p.fraction))
+                   + 2 * math.ceil(math.log2(nd)) * (p.tree_net_hop_s or net_hop(p)))
+            tf = p.tree_fraction or p.fraction
+            bw_s = max(b_up / p.bandwidth(port, tree=True), b_out / (nic * tf))
             out.append(CommCost(kind, "tree", bw_s + lat, nbytes, n,
                                 {"scale_up": b_up, "scale_out": b_out}, p.name))
     return out

@@ -44,7 +44,8 @@ def test_each_protocol_closed_form_on_one_node():
     assert o["ring/ll"] == pytest.approx(LL[0] + 14 * LL[1] + ring / min(BUS * LL[2], LL[3]))
     assert o["ring/ll128"] == pytest.approx(LL128[0] + 14 * LL128[1] + ring / (BUS * LL128[2]))
     assert o["ring/simple"] == pytest.approx(SIMPLE[0] + 14 * SIMPLE[1] + ring / BUS)
-    assert o["tree/ll"] == pytest.approx(LL[0] + 14 * LL[1] + 2 * b / min(BUS * LL[2], LL[3]))
+    # NCCL's tree all-reduce bandwidth: busBw x .92, then LL x 1/3.8
+    assert o["tree/ll"] == pytest.approx(LL[0] + 14 * LL[1] + 2 * b / min(BUS * 0.2421, LL[3]))
     assert o["nvls"] == pytest.approx(b / (450e9 * 0.60) + 25e-6)
     g = collective_options(op("all_gather", b, n), H100)   # n-1 steps, (n-1)/n of the buffer
     assert g["ring/ll"] == pytest.approx(LL[0] + 7 * LL[1] + 7 / 8 * b / min(BUS / 2, 141e9))
@@ -131,6 +132,20 @@ def test_across_nodes_the_ring_pays_net_hops_and_the_nic_share():
                       + max(2 * 15 / 16 * b / bw_up, 2 * 15 / 16 * b / 8 / (nic * frac)))
     assert c.seconds == pytest.approx(min(want.values()))
     assert c.protocol == min(want, key=want.get)
+
+
+def test_across_many_nodes_small_buffers_take_the_tree_large_ones_the_ring():
+    """128 nodes, one rank each (a DP group under TP8): the tree's 2·log2(128) = 14 network
+    steps against the ring's 254, at NCCL's tree bandwidth factors and tree network latencies
+    (tuning.cc: LL 5.0 µs a step, busBw × .92 / 3.8); the ring once bandwidth dominates."""
+    shape = GroupShape(n=128, n_local=1, n_dom=128, leaf_local=False)
+    nic = 50e9 * 0.97
+    small = collective("all_reduce", 64e3, shape, DGX)
+    assert (small.algorithm, small.protocol) == ("tree", "ll")
+    assert small.seconds == pytest.approx(LL[0] + 14 * 5.0e-6 + 2 * 64e3 / (nic * 0.2421))
+    big = collective("all_reduce", 4e9, shape, DGX)
+    assert (big.algorithm, big.protocol) == ("ring", "simple")
+    assert big.seconds == pytest.approx(SIMPLE[0] + 254 * 14e-6 + 2 * 127 / 128 * 4e9 / nic)
 
 
 def test_torus_chip_runs_tp48_dimension_by_dimension():
