@@ -497,6 +497,15 @@ class Interconnect:
                                                doc="fixed latency of an in-switch-reduced "
                                                    "all-reduce in microseconds",
                                                **LINK_LATENCY_US, zero_ok=True)
+    torus_dims: int = f(default=0, min=0, max=8,
+                        doc="dimensions of the torus the links form, two links per "
+                            "dimension (integer 0..8; 0: the links end in a switch or a full "
+                            "mesh, a collective is striped over all of them)")
+
+    def _validate(self, source, path):
+        if 2 * self.torus_dims > self.links:
+            fail(source, f"{path}.torus_dims" if path else "torus_dims", self.torus_dims,
+                 f"at most links / 2 = {self.links // 2} (two links per dimension)")
 
     @property
     def bytes_per_s_per_direction(self) -> float:
@@ -507,6 +516,87 @@ class Interconnect:
     def sustained_bytes_per_s_per_direction(self) -> float:
         """What a transfer over all the links sustains: raw × ``bus_efficiency``."""
         return self.bytes_per_s_per_direction * self.bus_efficiency
+
+
+#: Algorithms a collective library may offer inside one scale-up domain and across domains
+#: (docs/cluster.md, "Collectives"): NCCL's ring, tree and NVLS, and diptych's hierarchical.
+LIBRARY_ALGORITHMS = ("ring", "tree", "nvls", "hierarchical")
+
+#: Protocols of a collective library, NCCL's names (src/device/prims_*.h): LL (8-byte
+#: flag+data stores), LL128 (120 of every 128 bytes data) and Simple (chunks behind fences).
+PROTOCOLS = ("ll", "ll128", "simple")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectiveProtocol:
+    """One protocol of the chip's collective library: a ring or tree collective of ``steps``
+    sequential steps, ``h`` of them inside a scale-up domain and ``s`` across the network,
+    takes ``base_latency_us + h·hop_latency_us + s·net_hop_latency_us`` plus its busiest
+    link's bytes at ``bus_fraction`` of the bandwidth the Simple protocol sustains (the
+    links' ``bus_efficiency``; a tree all-reduce at ``tree_bus_fraction``), the bus bandwidth
+    capped at ``max_bus_gb_per_s`` per rank (0: no cap). NCCL's own cost model has these
+    terms (src/graph/tuning.cc: baseLat, hwLat[NVLINK | NET], the ring and tree LL/LL128
+    bandwidth factors and llMaxBw)."""
+
+    base_latency_us: float = f(doc="fixed latency of one collective in microseconds",
+                               **LINK_LATENCY_US, zero_ok=True)
+    hop_latency_us: float = f(doc="latency per step over the scale-up links in microseconds",
+                              **LINK_LATENCY_US, zero_ok=True)
+    net_hop_latency_us: float = f(default=0.0,
+                                  doc="latency per step over the scale-out network in "
+                                      "microseconds (0: the cluster's own latency)",
+                                  **LINK_LATENCY_US, zero_ok=True)
+    tree_net_hop_latency_us: float = f(default=0.0,
+                                       doc="latency per network step of a tree all-reduce in "
+                                           "microseconds (0: net_hop_latency_us)",
+                                       **LINK_LATENCY_US, zero_ok=True)
+    bus_fraction: float = f(doc="fraction of the Simple protocol's bus bandwidth this "
+                                "protocol sustains, in (0, 1]", **BUS_EFFICIENCY)
+    tree_bus_fraction: float = f(default=0.0,
+                                 doc="the same fraction for a tree all-reduce, in (0, 1] (0: "
+                                     "bus_fraction)", **BUS_EFFICIENCY, zero_ok=True)
+    max_bus_gb_per_s: float = f(default=0.0,
+                                doc="cap on the bus bandwidth per rank in GB/s (0: none)",
+                                **LINK_GB_PER_S, zero_ok=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectiveLibrary:
+    """The collective library the chip's software runs on its links (optional
+    ``[collectives]`` table; docs/cluster.md, "Collectives"): the algorithms its tuner
+    considers and, per protocol, a latency and a bus-bandwidth efficiency; every collective
+    of a switch domain (and across domains) takes the fastest (algorithm, protocol) pair, as
+    NCCL's tuner does from the same terms. Absent: one protocol at the links' sustained
+    bandwidth and ``latency_us`` per step (the model of chips without a library table,
+    e.g. TPU ICI, whose collectives are XLA's, not NCCL's). Not applied to torus links."""
+
+    name: str = f(doc="library name (1..64 printable characters)", nonempty=True, max_len=64,
+                  printable=True)
+    algorithms: tuple[str, ...] = f(choices=LIBRARY_ALGORITHMS,
+                                    doc="list of the algorithms the library's tuner considers")
+    protocols: tuple[str, ...] = f(choices=PROTOCOLS,
+                                   doc="list of the protocols the library's tuner considers")
+    ll: CollectiveProtocol | None = f(default=None, doc="the LL protocol table")
+    ll128: CollectiveProtocol | None = f(default=None, doc="the LL128 protocol table")
+    simple: CollectiveProtocol | None = f(default=None, doc="the Simple protocol table")
+
+    def _validate(self, source, path):
+        where = f"{path}." if path else ""
+        if "ring" not in self.algorithms:
+            fail(source, f"{where}algorithms", list(self.algorithms),
+                 "a list that includes 'ring' (every library runs a ring)")
+        if not self.protocols:
+            fail(source, f"{where}protocols", [], "at least one of " + ", ".join(PROTOCOLS))
+        for name in self.protocols:
+            if getattr(self, name) is None:
+                fail(source, f"{where}protocols", list(self.protocols),
+                     f"protocols that have a table: [{where}{name}] is missing")
+        if len(set(self.algorithms)) != len(self.algorithms):
+            fail(source, f"{where}algorithms", list(self.algorithms), "no name twice")
+
+    def table(self) -> tuple[tuple[str, CollectiveProtocol], ...]:
+        """The enabled protocols, (name, table), in :data:`PROTOCOLS` order."""
+        return tuple((p, getattr(self, p)) for p in PROTOCOLS if p in self.protocols)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -766,6 +856,10 @@ class Chip:
         default=None, doc="optional FlashAttention-2 kernel table, run in place of "
                           "[attention] when a run asks for attention_kernel 'fa2' "
                           "(sim/run/stack.py); absent = not offered")
+    collectives: CollectiveLibrary | None = f(
+        default=None, doc="optional collective library table (algorithms, protocols: "
+                          "latency and bus-bandwidth efficiency); absent = one protocol at "
+                          "the links' sustained bandwidth")
     tp_overlap: TpOverlap | None = f(default=None,
                                      doc="optional tensor-parallel comm-GEMM overlap table "
                                          "(training); absent = collectives timed where the "

@@ -332,9 +332,10 @@ def case_h100_inference(execution=None):
         Row("H100 Llama-2-70B TTFT, 2048 tokens, FP8, TP4", "ttft_70b_2048",
             prefill_ms(h, l70, 2048, tp=4, execution=execution, **FP8),
             "diptych optimistic: compute-bound, GEMMs at ~0.70 of FP8 peak; the TP4 "
-            "all-reduces sit on the dependency chain (12.4 ms exposed; the sum hid them "
-            "behind compute, 55.8 ms, 0.51) and launches and step sync cost 2.4 ms; host "
-            "work and real kernel efficiency are not modelled"),
+            "all-reduces (16 MiB each: NVLS at 87 us, the ring paying NCCL's Simple latency "
+            "since issue 21's protocols, 12.4 ms before) sit on the dependency chain (14.5 "
+            "ms exposed; the sum hid them behind compute) and launches and step sync cost "
+            "2.4 ms; host work and real kernel efficiency are not modelled"),
         Row("H100 Llama-2-7B offline, batch 768, 128/128, FP8", "thr_7b_768",
             offline_throughput(h, l7, 768, 128, 128, execution=execution, **FP8),
             "diptych optimistic: the prefill (a quarter of the time) runs its GEMMs at ~0.73 "
@@ -351,16 +352,18 @@ def case_h100_inference(execution=None):
             offline_throughput(h, l70, 1024, 128, 128, tp=2, execution=execution, **FP8),
             "diptych optimistic by 65 %: prefill (46 % of the time) and batch-1024 decode "
             "steps are both compute-bound with GEMMs at ~0.70 of FP8 peak; the exposed TP2 "
-            "all-reduces (0.47 s of prefill, 4.5 ms a decode step) and 2.4 ms of launches a "
-            "step are charged (sum 1.73); real kernel efficiency, the scheduler and host "
-            "work are not modelled"),
+            "all-reduces (0.47 s of prefill, 6.6 ms a decode step: 4.5 ms before NCCL's "
+            "Simple-protocol latency) and 2.4 ms of launches a step are charged; real kernel "
+            "efficiency, the scheduler and host work are not modelled"),
         Row("H100 Llama-3.3-70B ITL, concurrency 1, 500/2000, FP8, TP2 (NIM)", "nim_70b_itl",
             decode_tpot_ms(h, "llama-3-70b", 1, 500, 2000, tp=2, execution=execution, **FP8),
-            "diptych optimistic by an additive ~4.4 ms per token: the schedule adds the "
+            "diptych optimistic by an additive ~3.5 ms per token: the schedule adds the "
             "per-kernel launches and the step sync (2.43 ms) and the exposed TP2 all-reduces "
-            "(0.81 ms) to the sum's 11.7 ms of weight and KV streaming; what remains is the serving stack's "
-            "per-token work (HTTP streaming, scheduler, sampling, detokenisation), not modelled "
-            "by `run` (Llama-3.3-70B has Llama-3-70B's shapes)"),
+            "(1.76 ms: 161 of 16 KiB on NCCL's ring/LL, 7.9 us each and the 3 us launch; "
+            "0.81 ms at 1 us per hop before) to the sum's 11.7 ms of weight and KV streaming; "
+            "what remains is the serving stack's per-token work (HTTP streaming, scheduler, "
+            "sampling, detokenisation), not modelled by `run` (Llama-3.3-70B has "
+            "Llama-3-70B's shapes)"),
         Row("H100 Llama-3-70B decode, batch 1, TP8, BF16: DRAM BW", "h100_decode_bw",
             decode_bw_fraction(h, "llama-3-70b", 8, execution=execution),
             "the weight-streaming kernels' own bandwidth (bytes over their time, as Nsight "

@@ -160,7 +160,10 @@ def stack_text(info: dict) -> str | None:
                              (f"attention by {st.get('attention_kernel')}",
                               st.get("attention_kernel", "default") != "default"),
                              ("TP comm overlap off (Megatron's NCCL path)",
-                              st.get("tp_comm_overlap") is False)) if on]
+                              st.get("tp_comm_overlap") is False),
+                             (f"collective algorithms {st.get('collective_algorithms')} "
+                              f"(NCCL_ALGO)", st.get("collective_algorithms") is not None))
+             if on]
     return ", ".join(words) or None
 
 

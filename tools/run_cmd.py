@@ -227,6 +227,10 @@ def _curve_table(curve: dict):
 @click.option("--nvls/--no-nvls", default=True, show_default=True,
               help="All-reduces through the switch's in-network reduction where the chip has "
                    "one (NVLink SHARP); --no-nvls is NCCL_NVLS_ENABLE=0: the ring.")
+@click.option("--collective-algorithms", metavar="LIST",
+              help="NCCL_ALGO: a comma list of the algorithms the chip's collective library "
+                   "may use (ring, tree, nvls, hierarchical; those its [collectives] table "
+                   "lists). Default: all of them, the fastest by message size.")
 @click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=True, show_default=True,
               help="Training: the chip's [tp_overlap] stack (Transformer Engine userbuffers); "
                    "--no-tp-comm-overlap is Megatron's NCCL sequence-parallel path "
@@ -274,9 +278,9 @@ def _curve_table(curve: dict):
 @friendly
 def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp, ep, cp, zero,
         zero_shards, schedule, virtual_stages, precision, weights_dtype, act_dtype, kv_dtype,
-        recipe, overlap, recompute, attention, attention_kernel, nvls, tp_comm_overlap,
-        moe_skew, moe_capacity_factor, moe_pad, offload, micro_batch, execution, fusion, topology,
-        ideal, waterfall, as_json, trace):
+        recipe, overlap, recompute, attention, attention_kernel, nvls, collective_algorithms,
+        tp_comm_overlap, moe_skew, moe_capacity_factor, moe_pad, offload, micro_batch, execution,
+        fusion, topology, ideal, waterfall, as_json, trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
 
     Prints a per-layer table (op, shape, time, compute- or memory-bound, utilisation) and
@@ -297,7 +301,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     con = _console()
     moe = dict(moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad)
     stack = dict(attention_kernel=attention_kernel, nvls=nvls, tp_comm_overlap=tp_comm_overlap,
-                 offload=offload)
+                 offload=offload, collective_algorithms=collective_algorithms)
     weights_dtype, act_dtype, kv_dtype, recipe = run_dtypes(precision, phase, weights_dtype,
                                                              act_dtype, kv_dtype, recipe)
     if topology:
@@ -313,6 +317,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                              f"--topology file has none")
         odd = [f for f, v in (("--attention-kernel", attention_kernel != "default"),
                               ("--no-nvls", not nvls),
+                              ("--collective-algorithms", collective_algorithms is not None),
                               ("--no-tp-comm-overlap", not tp_comm_overlap)) if v]
         if odd:
             raise ValueError(f"{odd[0]} sets a model's attention or collectives; a --topology "

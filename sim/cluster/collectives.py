@@ -36,10 +36,21 @@ per-step latency of the slowest link class used):
   (2k)`` (ring of ``k``) or ``max_i (i+1)(k−1−i) · nbytes / k`` (line), hops × latency;
 * ``p2p`` (send): one message, scale-up port (switch), one link (torus neighbour) or the NIC.
 
+**A collective library** (the chip's ``[collectives]`` table, on a switch fabric: h100 runs
+NCCL): all-reduce, reduce-scatter and all-gather are timed by every (algorithm, protocol) pair
+the library's tuner considers (:func:`_library`; :mod:`diptych.sim.protocols`): each protocol's
+fixed latency and per-step latencies (scale-up hops and network hops) replace the per-hop
+latency above, and its bandwidth fraction (LL ½, LL128 0.92, Simple 1, LL capped) multiplies
+what Simple sustains on each link class; inside one domain NCCL's tree is a chain (``2(n−1)``
+steps, ``2·bytes`` per port) and NVLS runs Simple only; ``hierarchical`` only where the
+library lists it. All-to-all and sends (NCCL's point-to-point) keep the plain rule. A torus
+never takes the library (TPU ICI collectives are XLA's, per dimension, above).
+
 :func:`collective` evaluates every algorithm that applies and keeps the fastest, as NCCL's
-tuner does from its own cost model, so small buffers pick latency-lean trees and large ones
-bandwidth-optimal rings. :func:`lower_bound_seconds` is the bisection bound every algorithm
-respects (tests: time ≥ bytes that must cross a cut ÷ the cut's bandwidth).
+tuner does from its own cost model, so small buffers pick latency-lean protocols and trees
+and large ones bandwidth-optimal rings (or NVLS). :func:`lower_bound_seconds` is the
+bisection bound every algorithm respects (tests: time ≥ bytes that must cross a cut ÷ the
+cut's bandwidth).
 """
 
 from __future__ import annotations
@@ -47,6 +58,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..protocols import Protocol, chain_seconds, ring_fraction, ring_seconds, torus_bucket
 from .topology import GroupShape, Network, cuts, nic_bytes_per_s
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send")
@@ -65,48 +77,25 @@ class CommCost:
     nbytes: float
     group: int
     link_bytes: dict[str, float] = field(default_factory=dict)
+    protocol: str = ""            # the library protocol (ll, ll128, simple); "" without one
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "algorithm": self.algorithm, "seconds": self.seconds,
-                "bytes": self.nbytes, "group": self.group, "link_bytes": dict(self.link_bytes)}
+        return {"kind": self.kind, "algorithm": self.algorithm, "protocol": self.protocol,
+                "seconds": self.seconds, "bytes": self.nbytes, "group": self.group,
+                "link_bytes": dict(self.link_bytes)}
 
 
-def ring_fraction(kind: str, n: int) -> tuple[float, int]:
-    """(fraction of the buffer each rank sends, sequential steps) of a ring collective."""
-    if n <= 1:
-        return 0.0, 0
-    if kind == "all_reduce":
-        return 2.0 * (n - 1) / n, 2 * (n - 1)
-    return (n - 1) / n, n - 1
+__all__ = ["ALGORITHMS", "KINDS", "CommCost", "collective", "lower_bound_seconds",
+           "ring_fraction", "torus_all_to_all_link_bytes"]
 
 
 # ---- inside one domain ------------------------------------------------------------------------
 
 def _torus_bucket(kind: str, nbytes: float, spans, net: Network) -> tuple[float, float, float]:
     """(bandwidth seconds, latency seconds, busiest link bytes) of a reduce-scatter /
-    all-gather / all-reduce over torus ``spans``, one buffer part per dimension."""
-    dims = [(k, ring) for k, ring in spans if k > 1]
-    if not dims:
-        return 0.0, 0.0, 0.0
-    parts = len(dims)
-    per_dim_bytes = [0.0] * parts
-    total = 0.0
-    for t in range(parts):
-        phase = 0.0
-        for j in range(parts):
-            data = nbytes / parts
-            for s in range(t):                      # the dims this part has already done
-                data /= dims[(j + s) % parts][0]
-            d = (j + t) % parts
-            k, ring = dims[d]
-            lanes = 2 if ring else 1
-            b = (k - 1) / k * data / lanes
-            per_dim_bytes[d] += b
-            phase = max(phase, b / net.link_bytes_per_s)
-        total += phase
-    lat = sum(k - 1 for k, _ in dims) * net.up_latency_s
-    factor = 2 if kind == "all_reduce" else 1
-    return factor * total, factor * lat, factor * max(per_dim_bytes)
+    all-gather / all-reduce over torus ``spans``, one buffer part per dimension
+    (:func:`~diptych.sim.protocols.torus_bucket`)."""
+    return torus_bucket(kind, nbytes, spans, net.link_bytes_per_s, net.up_latency_s)
 
 
 def torus_all_to_all_link_bytes(nbytes: float, k: int, ring: bool) -> float:
@@ -149,7 +138,70 @@ def _cost(kind, algo, bw_s, lat_s, nbytes, shape, up=0.0, out=0.0) -> CommCost:
                     {"scale_up": up, "scale_out": out})
 
 
+def _library(kind: str, nbytes: float, shape: GroupShape, net: Network) -> list[CommCost]:
+    """Every (algorithm, protocol) the chip's collective library considers for a ring-family
+    collective on a switch fabric (:mod:`diptych.sim.protocols`): rings striped over the
+    ports (and, across domains, one per rail over the NICs), NCCL's tree (a chain inside a
+    domain, a binary tree between domains), and NVLS inside one domain (Simple only, its own
+    fixed latency). Each protocol's latency terms replace the links' per-hop latency; its
+    bandwidth fraction multiplies what the Simple protocol sustains on each link class."""
+    n, nl, nd = shape.n, shape.n_local, shape.n_dom
+    algos = net.algorithms
+    port = net.port_bytes_per_s
+    out: list[CommCost] = []
+    frac, steps = ring_fraction(kind, n)
+    if nd == 1:
+        for p in net.protocols:
+            out.append(CommCost(kind, "ring", ring_seconds(kind, nbytes, n, port, p), nbytes, n,
+                                {"scale_up": frac * nbytes, "scale_out": 0.0}, p.name))
+            if kind == "all_reduce" and "tree" in algos:
+                out.append(CommCost(kind, "tree", chain_seconds(nbytes, n, port, p), nbytes, n,
+                                    {"scale_up": 2.0 * nbytes, "scale_out": 0.0}, p.name))
+        if kind == "all_reduce" and "nvls" in algos and net.nvls_bytes_per_s:
+            out.append(CommCost(kind, "nvls", nbytes / net.nvls_bytes_per_s + net.nvls_latency_s,
+                                nbytes, n, {"scale_up": nbytes, "scale_out": 0.0}, "simple"))
+        return out
+    nic = nic_bytes_per_s(net, shape)
+    inter = 2 * (nd - 1) if kind == "all_reduce" else nd - 1
+
+    def net_hop(p: Protocol) -> float:
+        return p.net_hop_s or net.out_latency_s
+
+    up = frac * nbytes if nl > 1 else 0.0
+    o = frac * nbytes / nl
+    for p in net.protocols:
+        lat = p.base_s + (steps - inter) * p.hop_s + inter * net_hop(p)
+        bw_s = max(up / p.bandwidth(port), o / (nic * p.fraction))
+        out.append(CommCost(kind, "ring", bw_s + lat, nbytes, n, {"scale_up": up, "scale_out": o},
+                            p.name))
+        if kind == "all_reduce" and "tree" in algos:
+            b_out = 2.0 * nbytes / nl
+            b_up = 2.0 * nbytes if nl > 1 else 0.0
+            lat = (p.base_s + 2 * (nl - 1) * p.hop_s
+                   + 2 * math.ceil(math.log2(nd)) * (p.tree_net_hop_s or net_hop(p)))
+            tf = p.tree_fraction or p.fraction
+            bw_s = max(b_up / p.bandwidth(port, tree=True), b_out / (nic * tf))
+            out.append(CommCost(kind, "tree", bw_s + lat, nbytes, n,
+                                {"scale_up": b_up, "scale_out": b_out}, p.name))
+    return out
+
+
 def _candidates(kind: str, nbytes: float, shape: GroupShape, net: Network) -> list[CommCost]:
+    nl, nd = shape.n_local, shape.n_dom
+    if (net.protocols and not net.torus
+            and kind in ("all_reduce", "reduce_scatter", "all_gather")):
+        out = _library(kind, nbytes, shape, net)
+        if nd > 1 and nl > 1 and "hierarchical" in net.algorithms:
+            out += [c for c in _plain(kind, nbytes, shape, net) if c.algorithm == "hierarchical"]
+        if "ring" not in net.algorithms:          # NCCL_ALGO without the ring
+            out = [c for c in out if c.algorithm != "ring"] or out
+        return out
+    return _plain(kind, nbytes, shape, net)
+
+
+def _plain(kind: str, nbytes: float, shape: GroupShape, net: Network) -> list[CommCost]:
+    """The candidates without a collective library: one protocol at the links' sustained
+    bandwidth and per-hop latency."""
     n, nl, nd = shape.n, shape.n_local, shape.n_dom
     nic = nic_bytes_per_s(net, shape) if nd > 1 else 0.0
     out: list[CommCost] = []

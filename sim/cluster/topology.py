@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ...arch.chip import Chip
 from ...arch.cluster import Cluster
+from ..protocols import Protocol, chip_algorithms, chip_protocols
 from .plan import Plan
 
 
@@ -45,6 +46,8 @@ class Network:
     nvls_fraction: float = 0.0        # in-switch-reduced all-reduce ÷ the raw port bandwidth
     nvls_latency_s: float = 0.0       # its fixed latency
     up_efficiency: float = 1.0        # link_bytes_per_s ÷ the raw link bandwidth
+    protocols: tuple[Protocol, ...] = ()   # the chip's collective library (switch fabrics)
+    algorithms: tuple[str, ...] = ()       # the algorithms its tuner considers (() : all)
 
     @property
     def chips(self) -> int:
@@ -74,7 +77,9 @@ def bind(cluster: Cluster, chip: Chip) -> Network:
     in the cluster file come from the chip's interconnect table; the bandwidths are what
     collectives sustain (the chip's ``bus_efficiency`` on the scale-up links, the scale-out
     table's on the NICs), and a switch fabric reduces in the network at the chip's
-    ``in_network_reduction``. Raises ValueError when the
+    ``in_network_reduction``; on a switch fabric the chip's collective library
+    (``[collectives]``: its protocols and algorithms; a torus keeps the links' own rule,
+    TPU ICI collectives are not NCCL's). Raises ValueError when the
     chip has no links and the cluster does not give them, or when a torus needs more links
     per chip (two per dimension) than the chip has."""
     up = cluster.scale_up
@@ -105,7 +110,9 @@ def bind(cluster: Cluster, chip: Chip) -> Network:
                    rail_group_domains=so.rail_group_domains,
                    nvls_fraction=ic.in_network_reduction if up.fabric == "switch" else 0.0,
                    nvls_latency_s=ic.in_network_reduction_latency_us * 1e-6,
-                   up_efficiency=ic.bus_efficiency)
+                   up_efficiency=ic.bus_efficiency,
+                   protocols=chip_protocols(chip) if up.fabric == "switch" else (),
+                   algorithms=chip_algorithms(chip) if up.fabric == "switch" else ())
 
 
 def single_domain(chip: Chip, chips: int) -> Cluster:

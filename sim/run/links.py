@@ -11,45 +11,76 @@ Time = bytes sent ÷ bandwidth + steps × per-hop latency. Bandwidth is the chip
 per-direction link bandwidth (``links × GB/s per link per direction``) as a collective
 library sustains it (× ``interconnect.bus_efficiency``): we assume the ring is striped over
 all links (parallel rings, as NCCL does over NVLink); a single-link ring would be ``links``
-times slower. On a chip whose links end in a switch that reduces in the network
-(``interconnect.in_network_reduction`` > 0: NVLink SHARP), an all-reduce takes the faster of
-the ring and the in-switch reduction: ``bytes ÷ (raw bandwidth × in_network_reduction)`` + its
-fixed latency (``in_network_reduction_latency_us``). The same rules as a one-domain cluster
-(:mod:`diptych.sim.cluster.collectives`).
+times slower. The same rules as a one-domain cluster (:mod:`diptych.sim.cluster.collectives`):
+
+* a chip with a collective library table (``[collectives]``: NCCL on h100) runs each ring by
+  every protocol it offers, at the protocol's latency and share of the bandwidth
+  (:mod:`diptych.sim.protocols`), and takes the fastest;
+* on a chip whose links end in a switch that reduces in the network
+  (``interconnect.in_network_reduction`` > 0: NVLink SHARP), an all-reduce may take the
+  in-switch reduction: ``bytes ÷ (raw bandwidth × in_network_reduction)`` + its fixed
+  latency (``in_network_reduction_latency_us``);
+* a chip whose links form a torus (``interconnect.torus_dims`` > 0: TPU ICI) may run an
+  all-reduce, reduce-scatter or all-gather dimension by dimension over the slice that holds
+  the group (:func:`~diptych.sim.protocols.torus_slice`): ``Σ(k_d − 1)`` hops per pass in
+  place of the flat ring's ``n − 1``, over one or two links per dimension.
 """
 
 from __future__ import annotations
 
 from ...arch.chip import Chip
 from ...workloads.ops import Collective
+from ..protocols import (chain_seconds, chip_algorithms, chip_protocols, ring_fraction,
+                         ring_seconds, slice_spans, torus_bucket, torus_slice)
 
 
 def ring_bytes_and_steps(kind: str, nbytes: float, n: int) -> tuple[float, int]:
     """Bytes each chip sends and the number of sequential ring steps."""
-    if n <= 1:
-        return 0.0, 0
-    if kind == "all_reduce":
-        return 2.0 * (n - 1) / n * nbytes, 2 * (n - 1)
-    return (n - 1) / n * nbytes, n - 1
+    frac, steps = ring_fraction(kind, n)
+    return frac * nbytes, steps
 
 
-def collective_seconds(op: Collective, chip: Chip) -> float:
-    """Time of ``op`` on a ring of ``op.group`` chips of type ``chip``."""
+def collective_options(op: Collective, chip: Chip) -> dict[str, float]:
+    """Seconds of ``op`` by every (algorithm, protocol) the chip's links and library offer,
+    keyed ``"ring"``, ``"ring/ll"``, ``"tree/simple"``, ``"nvls"``, ``"torus"`` (empty for
+    a group of one). :func:`collective_seconds` is their minimum."""
     sent, steps = ring_bytes_and_steps(op.kind, op.bytes, op.group)
     if steps == 0:
-        return 0.0
+        return {}
     ic = chip.interconnect
     bw = ic.sustained_bytes_per_s_per_direction
     if bw <= 0:
         raise ValueError(f"chip {chip.name!r} has no chip-to-chip links (interconnect.links = "
                          f"{ic.links}); it cannot run a {op.group}-chip {op.kind} "
                          f"(use --tp 1 --dp 1)")
-    ring = sent / bw + steps * ic.latency_us * 1e-6
-    if op.kind == "all_reduce" and ic.in_network_reduction:
-        nvls = (op.bytes / (ic.bytes_per_s_per_direction * ic.in_network_reduction)
-                + ic.in_network_reduction_latency_us * 1e-6)
-        return min(ring, nvls)
-    return ring
+    out: dict[str, float] = {}
+    protos = chip_protocols(chip) if not ic.torus_dims else ()
+    if protos:
+        for p in protos:
+            out[f"ring/{p.name}"] = ring_seconds(op.kind, op.bytes, op.group, bw, p)
+            if op.kind == "all_reduce" and "tree" in chip_algorithms(chip):
+                out[f"tree/{p.name}"] = chain_seconds(op.bytes, op.group, bw, p)
+    else:
+        out["ring"] = sent / bw + steps * ic.latency_us * 1e-6
+    nvls_ok = not protos or "nvls" in chip_algorithms(chip)
+    if op.kind == "all_reduce" and ic.in_network_reduction and nvls_ok:
+        out["nvls"] = (op.bytes / (ic.bytes_per_s_per_direction * ic.in_network_reduction)
+                       + ic.in_network_reduction_latency_us * 1e-6)
+    if protos and "ring" not in chip_algorithms(chip):     # NCCL_ALGO without the ring
+        rest = {k: v for k, v in out.items() if not k.startswith("ring")}
+        out = rest or out                   # all-gathers, reduce-scatters: the ring still
+    if ic.torus_dims and op.kind in ("all_reduce", "reduce_scatter", "all_gather"):
+        spans = slice_spans(torus_slice(op.group, ic.torus_dims))
+        link = ic.gb_per_s_per_link_per_direction * 1e9 * ic.bus_efficiency
+        bw_s, lat_s, _ = torus_bucket(op.kind, op.bytes, spans, link, ic.latency_us * 1e-6)
+        out["torus"] = bw_s + lat_s
+    return out
+
+
+def collective_seconds(op: Collective, chip: Chip) -> float:
+    """Time of ``op`` over ``op.group`` chips of type ``chip``: the fastest of
+    :func:`collective_options`."""
+    return min(collective_options(op, chip).values(), default=0.0)
 
 
 def collective_energy_j(op: Collective, chip: Chip) -> float:

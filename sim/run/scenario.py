@@ -122,9 +122,10 @@ class Scenario:
     micro-batch. ``power_limit``: report a chip with a ``[power]`` table at the clock its TDP
     sustains. ``routing``: a mixture-of-experts model's routing (popularity skew, capacity
     factor; :class:`~diptych.workloads.moe.Routing`, default balanced and dropless).
-    ``nvls``, ``attention_kernel``, ``tp_comm_overlap``: the software stack's settings
-    (:mod:`~diptych.sim.run.stack`: NCCL's in-switch all-reduce, the fused-attention kernel,
-    Transformer Engine's userbuffers overlap), applied to the chip before anything is timed.
+    ``nvls``, ``attention_kernel``, ``tp_comm_overlap``, ``collective_algorithms``: the
+    software stack's settings (:mod:`~diptych.sim.run.stack`: NCCL's in-switch all-reduce,
+    the fused-attention kernel, Transformer Engine's userbuffers overlap, ``NCCL_ALGO``),
+    applied to the chip before anything is timed.
     ``offload``: training state placed in the chip's second memory tier, ``none``,
     ``optimizer`` or ``params`` (:mod:`~diptych.sim.run.offload`, ZeRO-Offload-style)."""
 
@@ -150,6 +151,7 @@ class Scenario:
     attention_kernel: str = "default"
     tp_comm_overlap: bool = True
     offload: str = "none"
+    collective_algorithms: str | None = None
 
     def __post_init__(self):
         if self.phase not in PHASES:
@@ -176,7 +178,8 @@ class Scenario:
         for n in ("fusion", "overlap", "power_limit"):
             _flag(n, getattr(self, n))
         check_stack(nvls=self.nvls, attention_kernel=self.attention_kernel,
-                    tp_comm_overlap=self.tp_comm_overlap)
+                    tp_comm_overlap=self.tp_comm_overlap,
+                    collective_algorithms=self.collective_algorithms)
         check_offload(self.offload, phase=self.phase)
         _degree("batch", self.batch)
         for n in ("prompt", "gen", "seq", "micro_batch"):

@@ -11,6 +11,9 @@ source there; none is a constant of its own:
 * ``attention_kernel``: ``"default"`` runs fused attention by the chip's ``[attention]``
   table (on h100: cuDNN, Transformer Engine's fused attention); ``"fa2"`` by its
   ``[attention_fa2]`` table (FlashAttention-2, what TE runs with ``NVTE_FUSED_ATTN=0``).
+* ``collective_algorithms``: ``NCCL_ALGO``, a comma list of the algorithms the chip's
+  collective library may use (``[collectives] algorithms``; e.g. ``"ring"``); None: all it
+  lists. All-gathers and reduce-scatters keep the ring, as NCCL runs them.
 * ``tp_comm_overlap``: Transformer Engine's comm-GEMM overlap (userbuffers, the chip's
   ``[tp_overlap]`` table; NeMo's ``ub_tp_comm_overlap``). ``False``: Megatron's own
   sequence-parallel path, NCCL collectives (sim/run/tp_overlap.py, ``nccl_sub_block``).
@@ -23,30 +26,67 @@ from __future__ import annotations
 
 import dataclasses
 
+from ...arch.chip import LIBRARY_ALGORITHMS
+
 #: Fused-attention kernels a run may choose (``Scenario.attention_kernel``).
 ATTENTION_KERNELS = ("default", "fa2")
 
 
-def check_stack(*, nvls, attention_kernel, tp_comm_overlap) -> None:
-    """ValueError naming the field unless ``nvls``/``tp_comm_overlap`` are bools and
-    ``attention_kernel`` one of :data:`ATTENTION_KERNELS`."""
+def algorithm_names(collective_algorithms: str | None) -> tuple[str, ...] | None:
+    """``"ring,tree"`` as ``("ring", "tree")`` (None stays None); ValueError naming
+    ``collective_algorithms`` and the first name that is not one of
+    :data:`~diptych.arch.chip.LIBRARY_ALGORITHMS`."""
+    if collective_algorithms is None:
+        return None
+    if not isinstance(collective_algorithms, str):
+        raise ValueError(f"collective_algorithms must be a comma list of "
+                         f"{', '.join(LIBRARY_ALGORITHMS)}, not {collective_algorithms!r}")
+    names = tuple(n.strip().lower() for n in collective_algorithms.split(","))
+    for n in names:
+        if n not in LIBRARY_ALGORITHMS:
+            raise ValueError(f"collective_algorithms: {n!r} is not an algorithm; expected a "
+                             f"comma list of {', '.join(LIBRARY_ALGORITHMS)}")
+    return names
+
+
+def check_stack(*, nvls, attention_kernel, tp_comm_overlap, collective_algorithms=None) -> None:
+    """ValueError naming the field unless ``nvls``/``tp_comm_overlap`` are bools,
+    ``attention_kernel`` one of :data:`ATTENTION_KERNELS` and ``collective_algorithms`` None
+    or a comma list of known algorithms."""
     for name, v in (("nvls", nvls), ("tp_comm_overlap", tp_comm_overlap)):
         if not isinstance(v, bool):
             raise ValueError(f"{name} must be true or false, not {v!r}")
     if attention_kernel not in ATTENTION_KERNELS:
         raise ValueError(f"attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}, "
                          f"not {attention_kernel!r}")
+    algorithm_names(collective_algorithms)
 
 
 def stack_chip(chip, *, nvls: bool = True, attention_kernel: str = "default",
-               tp_comm_overlap: bool = True):
+               tp_comm_overlap: bool = True, collective_algorithms: str | None = None):
     """``chip`` as the stack settings (module docstring) run it: without its in-network
     all-reduce (``nvls`` False), with its ``[attention_fa2]`` kernel in place of
     ``[attention]`` (``attention_kernel="fa2"``; ValueError on a chip without that table),
     with its ``[tp_overlap]`` table marked for Megatron's NCCL path (``tp_comm_overlap``
     False; a chip without the table is unchanged: its collectives are timed where the
-    program puts them). The defaults return ``chip`` itself."""
-    check_stack(nvls=nvls, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap)
+    program puts them), with its collective library limited to ``collective_algorithms``
+    (ValueError on a chip without a ``[collectives]`` table or a name it does not list).
+    The defaults return ``chip`` itself."""
+    check_stack(nvls=nvls, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
+                collective_algorithms=collective_algorithms)
+    names = algorithm_names(collective_algorithms)
+    if names is not None:
+        lib = chip.collectives
+        if lib is None:
+            raise ValueError(f"collective_algorithms {collective_algorithms!r} needs a "
+                             f"[collectives] table in chip {chip.name!r}, which has none")
+        for n in names:
+            if n not in lib.algorithms:
+                raise ValueError(f"collective_algorithms: {n!r} is not one of the algorithms "
+                                 f"chip {chip.name!r}'s {lib.name} considers "
+                                 f"({', '.join(lib.algorithms)})")
+        chip = dataclasses.replace(chip, collectives=dataclasses.replace(
+            lib, algorithms=tuple(dict.fromkeys(names))))
     if not nvls and chip.interconnect is not None and chip.interconnect.in_network_reduction:
         chip = dataclasses.replace(chip, interconnect=dataclasses.replace(
             chip.interconnect, in_network_reduction=0.0, in_network_reduction_latency_us=0.0))
@@ -65,10 +105,12 @@ def stack_info(s) -> dict:
     """Scenario ``s``'s stack settings as a result's ``info["stack"]`` (every run states
     them, defaults included)."""
     return {"nvls": s.nvls, "attention_kernel": s.attention_kernel,
-            "tp_comm_overlap": s.tp_comm_overlap}
+            "tp_comm_overlap": s.tp_comm_overlap,
+            "collective_algorithms": s.collective_algorithms}
 
 
 def scenario_chip(chip, s):
     """:func:`stack_chip` with scenario ``s``'s settings."""
     return stack_chip(chip, nvls=s.nvls, attention_kernel=s.attention_kernel,
-                      tp_comm_overlap=s.tp_comm_overlap)
+                      tp_comm_overlap=s.tp_comm_overlap,
+                      collective_algorithms=s.collective_algorithms)

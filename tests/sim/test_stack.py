@@ -28,14 +28,15 @@ def test_defaults_leave_the_chip_as_it_is():
 
 def test_nvls_off_is_the_ring_at_its_measured_bus_bandwidth():
     """NCCL_NVLS_ENABLE=0: a 1 GiB all-reduce over one DGX H100's 8 GPUs runs the ring,
-    2(n-1)/n · B at nccl-tests' 0.82 of 450 GB/s plus its per-hop steps (the closed form of
-    tests/cluster/test_collectives.py), where the chip's default takes NVLS."""
+    2(n-1)/n · B at nccl-tests' 0.82 of 450 GB/s plus the Simple protocol's base latency and
+    its 14 steps (NCCL's tuning.cc terms in h100.toml [collectives.simple]: 8.4 + 14 × 3.4
+    µs), where the chip's default takes NVLS."""
     node = GroupShape(n=8, n_local=8, n_dom=1)
     dgx = load_cluster("dgx-h100")
     on = collective("all_reduce", B, node, bind(dgx, H100))
     off = collective("all_reduce", B, node, bind(dgx, stack_chip(H100, nvls=False)))
-    assert on.algorithm == "nvls" and off.algorithm == "ring"
-    assert off.seconds == pytest.approx(2 * 7 / 8 * B / (450e9 * 0.82) + 14e-6)
+    assert on.algorithm == "nvls" and (off.algorithm, off.protocol) == ("ring", "simple")
+    assert off.seconds == pytest.approx(2 * 7 / 8 * B / (450e9 * 0.82) + (8.4 + 14 * 3.4) * 1e-6)
     # all-gathers and reduce-scatters never used the switch's reduction: unchanged
     for kind in ("all_gather", "reduce_scatter"):
         assert (collective(kind, B, node, bind(dgx, H100)).seconds
@@ -93,7 +94,8 @@ def test_a_run_states_its_stack_settings():
     from diptych.tools.fmt import stack_text
     s = Scenario.of(phase="prefill", prompt=128, nvls=False, attention_kernel="fa2")
     info = {"stack": stack_info(s)}
-    assert info["stack"] == {"nvls": False, "attention_kernel": "fa2", "tp_comm_overlap": True}
+    assert info["stack"] == {"nvls": False, "attention_kernel": "fa2", "tp_comm_overlap": True,
+                             "collective_algorithms": None}
     assert "NCCL_NVLS_ENABLE=0" in stack_text(info) and "fa2" in stack_text(info)
     assert stack_text({"stack": stack_info(Scenario.of(phase="prefill", prompt=128))}) is None
     r = CliRunner().invoke(main, ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",
