@@ -66,8 +66,9 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     candidate of the group (its table is built only when the search reaches it); ``own``: a
     split of the chip's own (:func:`mapper.own_splits`), not only of a sub-chip's. The floor
     does not depend on the dataflow (:func:`mapper.group_floor`: the MACs, and A's, B's and
-    C's bytes, whichever operand is stationary), so it is computed once per split, and a
-    group's problem (``None`` until then) is oriented when its table is built."""
+    C's bytes, whichever operand is stationary), so it is computed once per split
+    (:func:`mapper.split_floor`, without orienting the problem), and a group's problem
+    (``None`` until then) is oriented when its table is built."""
     view = _as_oriented(op, m_total, batch)
     layout = MP.op_layout(view, m_total, chip.tensor_cores, chip)
     groups = []
@@ -87,11 +88,10 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
         if split.pk > 1:
             r = _reduction_op(op, split.pk)
             extra = math.floor((r.read_bytes + r.write_bytes) * chip.clock_hz / pin)
-        pb = MP.orient(view, flows[0], split, m_total, chip.tensor_cores, layout)
-        floor = MP.group_floor(chip, pb, rates, split, peak_bpc) + extra
+        floor = MP.split_floor(chip, layout, flows[0], split, op.k, rates, peak_bpc) + extra
         for df in flows:
-            groups.append([floor, len(groups), pb if df == flows[0] else None, split, peak_bpc,
-                           extra, df, (view, m_total, layout), split in own])
+            groups.append([floor, len(groups), None, split, peak_bpc, extra, df,
+                           (view, m_total, layout), split in own])
     return groups
 
 
