@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -248,9 +249,13 @@ def _chip_splits(cores: int, per_core: int, R: int, C: int, engines: int, batch:
 _BUT_PACKING = tuple(f.name for f in dataclasses.fields(Split) if f.name != "arrays_per_core")
 
 
+_BUT_PACKING_OF = operator.attrgetter(*_BUT_PACKING)
+
+
 def _but_packing(sp: Split) -> tuple:
-    """Every field of ``sp`` but ``arrays_per_core``."""
-    return tuple(getattr(sp, f) for f in _BUT_PACKING)
+    """Every field of ``sp`` but ``arrays_per_core`` (one C-level getter: this runs for every
+    split of every new shape)."""
+    return _BUT_PACKING_OF(sp)
 
 
 def packing_dominates(a: Split, b: Split, engines: int) -> bool:

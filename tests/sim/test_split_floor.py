@@ -46,3 +46,12 @@ def test_split_floor_equals_group_floor_of_the_oriented_problem(chip):
                 assert got == want, (op, split, df)
                 checked += 1
     assert checked > 100
+
+
+def test_but_packing_is_every_field_but_the_packing():
+    """The splits' packing filter keys (``_but_packing``) equal the field-by-field reference,
+    so the same packings are compared and dropped."""
+    c = load_chip("infer-2026")
+    names = [f.name for f in dataclasses.fields(MP.Split) if f.name != "arrays_per_core"]
+    for split in MP.splits(c, 2, 3000, 5000, 8192):
+        assert MP._but_packing(split) == tuple(getattr(split, f) for f in names)
