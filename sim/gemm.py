@@ -29,13 +29,14 @@ _NO_TRACE_SPANS = np.zeros((0, 4))
 
 def run_engine(chip, pb, blk, rates, split, memory: bool, trace_blocks: int = 0,
                trace_spans: int = 0, cutoff: int = 0, periods: int | None = None,
-               best: int = 0, base=None):
+               best: int = 0, base=None, dram=None):
     """One engine run; returns (output vector, block trace, channel-span trace).
 
     ``cutoff`` > 0 lets the engine give up once it cannot beat that many cycles, and ``best``
     (the best cycles so far) once a bound shows it cannot (``periods``:
     :func:`mapper.period_cycles` of the blocking, if already known). ``base``: the group's
-    :func:`mapper.engine_base` vectors, if already built."""
+    :func:`mapper.engine_base` vectors, if already built; ``dram``: :func:`engine_dram_inputs`
+    of ``chip``, if already looked up (a search asks once, not once per candidate)."""
     if base is None:
         base = MP.engine_base(chip, pb, rates, split, memory)
     ip, fp = MP.set_blocking(base[0].copy(), blk), base[1]
@@ -44,12 +45,19 @@ def run_engine(chip, pb, blk, rates, split, memory: bool, trace_blocks: int = 0,
         ip[E.P_PERIODS] = MP.period_cycles(chip, pb, blk, rates) if periods is None else periods
         ip[E.P_TRAFFIC] = int(MP.traffic_bytes(pb, blk))
         ip[E.P_BEST] = best
-    t = dram_timing(chip)
-    dip, dfp = dram_vectors(chip)
+    dip, dfp, pcache = engine_dram_inputs(chip) if dram is None else dram
     tb = np.zeros((trace_blocks, E.N_TRACE)) if trace_blocks else _NO_TRACE_BLOCKS
     tp = np.zeros((trace_spans, 4)) if trace_spans else _NO_TRACE_SPANS
-    out = E.run_schedule(ip, fp, dip, dfp, pattern_cache(t), tb, tp)
+    out = E.run_schedule(ip, fp, dip, dfp, pcache, tb, tp)
     return out, tb, tp
+
+
+def engine_dram_inputs(chip):
+    """The chip-only DRAM inputs of :func:`engine.run_schedule`: (integer vector, float
+    vector, this thread's pattern cache of the chip's DRAM geometry). Entries of the pattern
+    cache are exact counts, so holding it across a search changes no result."""
+    dip, dfp = dram_vectors(chip)
+    return dip, dfp, pattern_cache(dram_timing(chip))
 
 
 def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
@@ -58,8 +66,9 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     candidate of the group (its table is built only when the search reaches it); ``own``: a
     split of the chip's own (:func:`mapper.own_splits`), not only of a sub-chip's. The floor
     does not depend on the dataflow (:func:`mapper.group_floor`: the MACs, and A's, B's and
-    C's bytes, whichever operand is stationary), so it is computed once per split, and a
-    group's problem (``None`` until then) is oriented when its table is built."""
+    C's bytes, whichever operand is stationary), so it is computed once per split
+    (:func:`mapper.split_floor`, without orienting the problem), and a group's problem
+    (``None`` until then) is oriented when its table is built."""
     view = _as_oriented(op, m_total, batch)
     layout = MP.op_layout(view, m_total, chip.tensor_cores, chip)
     groups = []
@@ -79,11 +88,10 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
         if split.pk > 1:
             r = _reduction_op(op, split.pk)
             extra = math.floor((r.read_bytes + r.write_bytes) * chip.clock_hz / pin)
-        pb = MP.orient(view, flows[0], split, m_total, chip.tensor_cores, layout)
-        floor = MP.group_floor(chip, pb, rates, split, peak_bpc) + extra
+        floor = MP.split_floor(chip, layout, flows[0], split, op.k, rates, peak_bpc) + extra
         for df in flows:
-            groups.append([floor, len(groups), pb if df == flows[0] else None, split, peak_bpc,
-                           extra, df, (view, m_total, layout), split in own])
+            groups.append([floor, len(groups), None, split, peak_bpc, extra, df,
+                           (view, m_total, layout), split in own])
     return groups
 
 
@@ -117,6 +125,7 @@ def plan(op, chip, dataflow=None):
     # never leave a search that stops on the budget worse off than without them (up to the
     # tolerance) and cost at most one more budget
     spent = own_spent = 0
+    dram = engine_dram_inputs(chip)
     budget_hit = False   # the search left candidates out on MAX_SIMULATED_BLOCKS
     while True:
         thr = math.inf if best is None else best[0] * (1.0 - MP.PRUNE_TOLERANCE)
@@ -183,7 +192,8 @@ def plan(op, chip, dataflow=None):
         out, _, _ = run_engine(chip, pb, blk, rates, split, True,
                                cutoff=cut - extra if cut else 0,
                                periods=int(cs.periods[local]),
-                               best=0 if best is None else best[0] - extra, base=b[6])
+                               best=0 if best is None else best[0] - extra, base=b[6],
+                               dram=dram)
         sims += 1
         if out[E.O_ABORTED]:
             continue

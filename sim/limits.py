@@ -27,6 +27,7 @@ needs ~9·10³ blocks per array on ``infer-2026`` and a 16M-token training batch
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import numpy as np
 
@@ -68,31 +69,39 @@ def min_blocks(op, chip) -> int:
     (shared by the core's arrays in any sub-grid) fit one array's share of its core's
     scratchpad (the output in the accumulator SRAM when the
     chip has one and it fits there, else in the scratchpad). The mapper's blocks are aligned to
-    the array, so it plays up to ~2× more."""
+    the array, so it plays up to ~2× more. Memoised on the numbers it reads (an op is checked
+    when lowered and again when simulated; tests/sim/test_limits_memo.py compares it with
+    the unmemoised original)."""
     sp = chip.core.scratchpad
-    cap = sp.capacity_mib * 2**20 / chip.core.arrays
-    acc = sp.accumulator_mib * 2**20 / chip.core.arrays
-    xb, wb = DTYPE_BYTES[op.a_dtype], DTYPE_BYTES[op.b_dtype]
-    ab = DTYPE_BYTES[op.acc_dtype]
-    m_ext = op.m * op.batch if op.b_is_weight else op.m
+    return _min_blocks(sp.capacity_mib, sp.accumulator_mib, chip.core.arrays, chip.arrays,
+                       op.a_dtype, op.b_dtype, op.acc_dtype,
+                       op.m * op.batch if op.b_is_weight else op.m, op.k, op.n, op.macs)
+
+
+@lru_cache(maxsize=4096)
+def _min_blocks(capacity_mib, accumulator_mib, per_core: int, arrays: int, a_dtype: str,
+                b_dtype: str, acc_dtype: str, m_ext: int, k: int, n: int, macs: int) -> int:
+    cap = capacity_mib * 2**20 / per_core
+    acc = accumulator_mib * 2**20 / per_core
+    xb, wb = DTYPE_BYTES[a_dtype], DTYPE_BYTES[b_dtype]
+    ab = DTYPE_BYTES[acc_dtype]
     mb = _grid(m_ext)[:, None]
-    nb = _grid(op.n)[None, :]
+    nb = _grid(n)[None, :]
     out = 2.0 * mb * nb * ab
     room = np.where(out <= acc, cap, cap - out)
     vol = 0.0
     # a core's arrays may share its operand blocks as qm × qn sub-tiles (docs/engine.md, "Tiles,
     # waves and cores"): an X block then counts 1/qn of its bytes per array, a W block 1/qm
-    per_core = chip.core.arrays
     subs = [(1, 1)] + [(q, per_core // q) for q in range(1, per_core + 1) if per_core % q == 0]
     for qm, qn in subs:
-        if qm > m_ext or qn > op.n:
+        if qm > m_ext or qn > n:
             continue       # a sub-tile per array needs that many rows and columns
         with np.errstate(divide="ignore", invalid="ignore"):
-            kb = np.minimum(op.k, room / (2.0 * (mb * xb / qn + nb * wb / qm)))
+            kb = np.minimum(k, room / (2.0 * (mb * xb / qn + nb * wb / qm)))
         vol = max(vol, np.where(kb >= 1.0, mb * nb * kb, 0.0).max())
     if vol <= 0:
         return 1  # not even a minimal block fits: the mapper says so with its own message
-    return max(1, math.ceil(op.macs / chip.arrays / vol))
+    return max(1, math.ceil(macs / arrays / vol))
 
 
 def check_sources(op, chip) -> None:

@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -248,9 +249,13 @@ def _chip_splits(cores: int, per_core: int, R: int, C: int, engines: int, batch:
 _BUT_PACKING = tuple(f.name for f in dataclasses.fields(Split) if f.name != "arrays_per_core")
 
 
+_BUT_PACKING_OF = operator.attrgetter(*_BUT_PACKING)
+
+
 def _but_packing(sp: Split) -> tuple:
-    """Every field of ``sp`` but ``arrays_per_core``."""
-    return tuple(getattr(sp, f) for f in _BUT_PACKING)
+    """Every field of ``sp`` but ``arrays_per_core`` (one C-level getter: this runs for every
+    split of every new shape)."""
+    return _BUT_PACKING_OF(sp)
 
 
 def packing_dominates(a: Split, b: Split, engines: int) -> bool:
@@ -934,6 +939,36 @@ def group_floor(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float) 
         x, w = x / pb.x_cdup, w / pb.w_cdup
     # 1e-9: float rounding must not lift the floor above a candidate's own numbers
     return max(busy, pb.batch * (x + w + o) * split.dram_weight() / peak_bpc) * (1.0 - 1e-9)
+
+
+def split_floor(chip, layout: tuple, dataflow: str, split: Split, k_total: int, rates: Rates,
+                peak_bpc: float) -> float:
+    """:func:`group_floor` of ``orient(op, dataflow, split, ...)`` (``layout``: its
+    :func:`op_layout`, ``k_total``: the op's K) without building the :class:`Problem`: the
+    same numbers in the same order (the search asks it for every split of every op;
+    tests/sim/test_split_floor.py compares the two bit for bit)."""
+    (a_src, b_src, o_dst, _, ab, bb, _, _, _, _, _, _, _, outs, _) = layout
+    cb = outs[1 if split.pk > 1 else 0][0]
+    k = split.k if split.pk > 1 else k_total
+    a_dup = split.a_dup or split.pn * split.qn
+    b_dup = split.b_dup or split.pm * split.qm
+    if dataflow != "is":
+        m, n, x_bits, w_bits, x_src, w_src = split.m, split.n, ab, bb, a_src, b_src
+        x_dup, w_dup, x_cdup, w_cdup = a_dup, b_dup, split.qn, split.qm
+    else:
+        m, n, x_bits, w_bits, x_src, w_src = split.n, split.m, bb, ab, b_src, a_src
+        x_dup, w_dup, x_cdup, w_cdup = b_dup, a_dup, split.qm, split.qn
+    batch = split.batch
+    arr = chip.core.array
+    busy = batch * m * k * n / (arr.rows * arr.cols * rates.rate)
+    x = 0.0 if x_src else m * k * x_bits / 8
+    w = 0.0 if w_src else k * n * w_bits / 8
+    o = 0.0 if o_dst else m * n * cb / 8
+    if chip.shared_buffer is not None:
+        x, w = x / x_dup, w / w_dup
+    else:
+        x, w = x / x_cdup, w / w_cdup
+    return max(busy, batch * (x + w + o) * split.dram_weight() / peak_bpc) * (1.0 - 1e-9)
 
 
 class BlockTable:
