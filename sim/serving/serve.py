@@ -25,6 +25,7 @@ from .metrics import (FILL_LIMIT, fill_fraction, mean_in_system, queue_series,
 from .power import StepPowerLimit
 from ..run.scenario import Scenario
 from .step_time import DirectStepTimer, Replica, make_replica
+from .ep import LockstepTimer
 from .grid_timer import GridStepTimer, GridSpec
 from .requests import Load, draw_requests
 from ...workloads.mtp import mtp_module
@@ -95,12 +96,16 @@ class StepTimerCache:
         self._o: dict = {}
 
     def get(self, replica: Replica):
+        """The oracle of ``replica``; lockstep data-parallel ranks (``replica.dp > 1``) time
+        a step as their busiest rank's on the rank's own oracle (:mod:`.ep`)."""
         o = self._o.get(replica)
         if o is None:
             if self.kind == "direct":
                 o = DirectStepTimer(replica, self.simulate)
             else:
                 o = GridStepTimer(replica, self.simulate, self.grid, progress=self._tick)
+            if replica.dp > 1:
+                o = LockstepTimer(o, replica.dp)
             self._o[replica] = o
         return o
 
@@ -124,12 +129,16 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
         raise ValueError(f"the shared prefix ({prefix_blocks} blocks) does not fit the KV "
                          f"cache of {r.name} ({budget.blocks} blocks); lower --prefix-share")
     out = []
+    # data-parallel attention ranks: each its own cache and step budget (the budget is one
+    # rank's); the replica's engine holds the ranks' sum (:mod:`.ep`)
+    rcfg = cfg if r.dp == 1 else replace(cfg, max_batched_tokens=cfg.max_batched_tokens * r.dp,
+                                         max_batch=cfg.max_batch * r.dp)
     for k in range(pool.replicas):
-        out.append(Instance(start + k, role, oracles.get(r), cfg, chips=r.tp,
-                            blocks=budget.blocks, block_bytes=budget.block_bytes,
+        out.append(Instance(start + k, role, oracles.get(r), rcfg, chips=r.chips,
+                            blocks=budget.blocks * r.dp, block_bytes=budget.block_bytes,
                             static_w=r.chip.energy.static_w,
                             draft=oracles.get(draft) if draft is not None else None,
-                            rng=rng, prefix_blocks=prefix_blocks, layout=budget.layout,
+                            rng=rng, prefix_blocks=prefix_blocks * r.dp, layout=budget.layout,
                             power=(None if r.variant.no_power_limit or r.chip.power is None
                                    else StepPowerLimit(r.chip))))
     return out, budget
@@ -146,7 +155,8 @@ def _draft_replica(cfg: ServeConfig, target: Replica) -> Replica | None:
                      Scenario.of(phase="decode", tp=target.tp, weights_dtype=p.weights,
                                  act_dtype=p.activations, kv_dtype=p.kv,
                                  attention=target.attention))
-    return replace(d, variant=target.variant)        # the draft runs as its target does
+    # the draft runs as its target does: its variant, beside each data-parallel rank
+    return replace(d, variant=target.variant, dp=target.dp)
 
 
 def resolve_config(deployment: Deployment, cfg: ServeConfig | None = None) -> ServeConfig:
