@@ -323,6 +323,9 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
     try:
         if export_profile:
             from ..sim.serving.profile import export_profile as do_export
+            if any(p.replica.experts.ep > 1 for p in dep.pools):
+                raise ValueError("--export-profile writes tensor-parallel replicas' tables; "
+                                 "it does not export an expert-parallel one (drop --ep)")
             for pool in dep.pools:
                 sub = export_profile if len(dep.pools) == 1 else \
                     f"{export_profile}/{pool.replica.chip.name}"

@@ -468,5 +468,6 @@ def step_parts(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
             step_cores(m, step, precision=precision, tp=tp, attention=attention))
 
 
-__all__ = ["CORE_OPS", "Experts", "GROUP_MARK", "NO_EP", "Step", "base_name", "core_op_names", "core_workload",
-           "decode_cores", "frame", "lower_step", "prefill_cores", "step_cores", "step_parts"]
+__all__ = ["CORE_OPS", "Experts", "GROUP_MARK", "NO_EP", "Step", "base_name", "core_op_names",
+           "core_workload", "decode_cores", "frame", "lower_step", "prefill_cores", "step_cores",
+           "step_parts"]

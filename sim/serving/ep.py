@@ -96,11 +96,12 @@ class EpSpec:
             raise ValueError(f"--ep {self.ep} must divide the expert slots of {m.name} "
                              f"({m.experts} experts{extra}): each rank holds an equal share")
         want = 1 if self.attention == "dp" else self.ep
+        why = ("each chip its own attention rank" if want == 1 else
+               "attention split over the ep chips")
         if tp is not None and tp != want:
             raise ValueError(f"--tp {tp} with --ep {self.ep} --ep-attention "
                              f"{self.attention}: the layout sets the tensor-parallel degree "
-                             f"({want}: {'each chip its own attention rank' if want == 1 else 'attention split over the ep chips'}); "
-                             f"drop --tp")
+                             f"({want}: {why}); drop --tp")
 
     @property
     def tp(self) -> int:

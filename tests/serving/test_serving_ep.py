@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -179,6 +180,7 @@ def test_ep_runs_colocated_disaggregated_and_speculative(cli):
     (("--model", "llama-3-8b", "--ep", 2), "--ep 2 needs a mixture-of-experts model"),
     (("--ep", 4, "--tp", 2), "--tp 2 with --ep 4"),
     (("--redundant-experts", 4), "--redundant-experts 4 applies to expert parallelism"),
+    (("--ep", 4, "--export-profile", "out"), "does not export an expert-parallel one"),
     (("--prefill-chips", 4, "--decode-chips", 8, "--ep", 8), "expert-parallel degree 8 "
      "\\(--ep / --prefill-ep\\) must divide --prefill-chips \\(4\\).*EP larger than the pool"),
 ])
@@ -189,5 +191,4 @@ def test_bad_ep_input_exits_2_naming_the_value(cli, args, match):
         args = args[2:]
     r = cli(*base, *args)
     assert r.exit_code == 2, r.output
-    import re
     assert re.search(match, r.output), r.output
