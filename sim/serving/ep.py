@@ -85,6 +85,10 @@ class EpSpec:
             if self.redundant_experts:
                 raise ValueError(f"--redundant-experts {self.redundant_experts} replicates "
                                  f"experts over expert-parallel ranks; give --ep > 1")
+            if self.skew:
+                raise ValueError(f"--moe-skew {self.skew:g} sets the busiest expert-parallel "
+                                 f"rank's load; without expert parallelism (--ep 1) it "
+                                 f"changes nothing: give --ep > 1")
             return
         if not m.is_moe:
             raise ValueError(f"--ep {self.ep} needs a mixture-of-experts model; {m.name} is "

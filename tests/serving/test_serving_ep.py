@@ -181,6 +181,7 @@ def test_ep_runs_colocated_disaggregated_and_speculative(cli):
     (("--ep", 4, "--tp", 2), "--tp 2 with --ep 4"),
     (("--redundant-experts", 4), "--redundant-experts 4 applies to expert parallelism"),
     (("--ep", 4, "--export-profile", "out"), "does not export an expert-parallel one"),
+    (("--ep", 1, "--moe-skew", 0.5), "--moe-skew 0.5 sets the busiest"),
     (("--prefill-chips", 4, "--decode-chips", 8, "--ep", 8), "expert-parallel degree 8 "
      "\\(--ep / --prefill-ep\\) must divide --prefill-chips \\(4\\).*EP larger than the pool"),
 ])
