@@ -62,17 +62,39 @@ class _LazyProgress:
             self.bar = None
 
 
-def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg, what):
+def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg, what,
+          ep=None):
     """A pool of ``replicas`` replicas, or of ``chips`` chips (``--{what}-chips``, a multiple
-    of the TP degree) when given; ``execution``: ``make_replica``'s execution and fusion."""
+    of the replica's chips) when given; ``execution``: ``make_replica``'s execution and
+    fusion; ``ep``: an expert-parallel layout (:class:`~diptych.sim.serving.ep.EpSpec`) or
+    None."""
     from ..sim.limits import MAX_REPLICAS
     from ..sim.run import Scenario
+    from ..sim.serving.ep import ep_replica
     from ..sim.serving.step_time import make_replica
     from ..sim.serving.serve import Pool, fit_tp
+    from ..workloads import load_model
 
     if chips is None and not 1 <= replicas <= MAX_REPLICAS:
         raise ValueError(f"--replicas must be a positive integer of at most {MAX_REPLICAS:,} "
                          f"(sim/limits.py), not {replicas}")
+    if ep is not None:
+        ep.check(load_model(model), tp if ep.ep > 1 else None)
+    if ep is not None and ep.ep > 1:
+        flag = "--ep" if what == "chip" else f"--{what}-ep"
+        if chips is not None and chips % ep.ep:
+            raise ValueError(f"the {what} pool's expert-parallel degree {ep.ep} (--ep / "
+                             f"{flag}) must divide --{what}-chips ({chips}): the pool is "
+                             f"made of expert-parallel groups of {ep.ep} chips"
+                             + (" (EP larger than the pool)" if ep.ep > chips else ""))
+        replicas = replicas if chips is None else chips // ep.ep
+        if replicas > MAX_REPLICAS:
+            raise ValueError(f"--{what}-chips {chips:,} is {replicas:,} replicas, more than "
+                             f"the {MAX_REPLICAS:,} a pool may have (sim/limits.py)")
+        base = make_replica(chip, model, Scenario.of(phase="decode", tp=ep.tp,
+                                                     attention=attention, **execution,
+                                                     **precision))
+        return Pool(ep_replica(base, ep), replicas)
     if tp is None:       # a prefill pool runs no draft (an MTP draft's weights: decode only)
         fit = dataclasses.replace(cfg, speculative=None) if what == "prefill" else cfg
         tp = fit_tp(chip, model, fit, precision=precision, attention=attention)
@@ -111,6 +133,27 @@ def _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, re
         raise ValueError(f"disaggregated serving needs a chip for each pool: give {missing} "
                          f"(or --chip, the chip of a pool not named)")
     return pc, dc
+
+
+def _ep_layouts(ep, attention, redundant, skew, prefill_ep, decode_ep, disaggregated):
+    """The expert-parallel layouts of the pools (``[colocated]`` or ``[prefill, decode]``;
+    None: tensor-parallel only). ``--redundant-experts`` and ``--moe-skew`` need an ``--ep``."""
+    from ..sim.serving.ep import EpSpec
+
+    if not disaggregated:
+        for n, v in (("--prefill-ep", prefill_ep), ("--decode-ep", decode_ep)):
+            if v is not None:
+                raise ValueError(f"{n} {v} sizes a disaggregated pool; use --ep for a "
+                                 f"colocated deployment")
+    degrees = [ep] if not disaggregated else [prefill_ep or ep, decode_ep or ep]
+    if all(d is None for d in degrees):
+        if redundant or skew:
+            flag = "--redundant-experts" if redundant else "--moe-skew"
+            raise ValueError(f"{flag} {redundant or skew} applies to expert parallelism; "
+                             f"give --ep")
+        return [None, None]
+    out = [None if d is None else EpSpec(d, attention, redundant, skew) for d in degrees]
+    return out + [None] * (2 - len(out))
 
 
 @click.command("serve")
@@ -172,6 +215,20 @@ def _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, re
 @click.option("--decode-chip", help="Disaggregated: chip of the decode pool (default --chip).")
 @click.option("--decode-chips", type=int, help="Disaggregated: chips in the decode pool (as "
               "--prefill-chips).")
+@click.option("--ep", type=int, help="Expert parallelism: experts split over this many chips "
+              "per replica (a MoE model; docs/serving.md \"Expert parallelism\").")
+@click.option("--ep-attention", type=click.Choice(["dp", "tp"]), default="dp",
+              show_default=True, help="With --ep: attention data-parallel (each chip its own "
+              "requests and KV, DeepSeek-style) or tensor-parallel over the ep chips.")
+@click.option("--redundant-experts", type=int, default=0, show_default=True,
+              help="With --ep: extra expert slots holding copies of the hottest experts (EPLB).")
+@click.option("--moe-skew", type=float, default=0.0, show_default=True,
+              help="With --ep: the experts' popularity coefficient of variation (0: balanced; "
+              "[assumption], no public measurement).")
+@click.option("--prefill-ep", type=int, help="Disaggregated: the prefill pool's --ep "
+              "(default --ep).")
+@click.option("--decode-ep", type=int, help="Disaggregated: the decode pool's --ep "
+              "(default --ep).")
 @click.option("--speculative", help="draft=MODEL,k=K,accept=P (draft=none: free proposals; "
               "draft=mtp: the model's own MTP module, accept 0.85 by default; accept=P1/P2/...: "
               "one rate per draft position).")
@@ -212,7 +269,8 @@ def _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, re
 def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, prompt, gen,
           requests, duration, scheduler, max_batch, max_batched_tokens, chunked_prefill,
           kv_block, preemption, kv_offload, slo_ttft, slo_tpot, weights_dtype, act_dtype, kv_dtype,
-          attention, prefill_chip, prefill_chips, decode_chip, decode_chips, speculative,
+          attention, prefill_chip, prefill_chips, decode_chip, decode_chips, ep, ep_attention,
+          redundant_experts, moe_skew, prefill_ep, decode_ep, speculative,
           prefix_share, prefixes, seed, runtime, sweep_qps, plot, export_profile, oracle,
           execution, fusion, as_json, trace_out, waterfall):
     """Simulate an LLM serving engine: arrivals, continuous batching, chunked prefill, paged
@@ -256,22 +314,27 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
     if plot and not sweep_qps:
         raise ValueError("--plot draws a --sweep-qps curve; add --sweep-qps LO:HI:N")
     chips = _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, replicas)
+    layouts = _ep_layouts(ep, ep_attention, redundant_experts, moe_skew, prefill_ep,
+                          decode_ep, chips is not None)
     if chips is not None:
         dep = Deployment(prefill=_pool(chips[0], model, tp, 1, prefill_chips, precision,
-                                       attention, execution, cfg, "prefill"),
+                                       attention, execution, cfg, "prefill", layouts[0]),
                          decode=_pool(chips[1], model, tp, 1, decode_chips, precision,
-                                      attention, execution, cfg, "decode"))
+                                      attention, execution, cfg, "decode", layouts[1]))
     else:
         if chip is None:
             raise ValueError("--chip is required (or the --prefill-*/--decode-* pools)")
         dep = Deployment(pool=_pool(chip, model, tp, replicas, None, precision, attention,
-                                    execution, cfg, "chip"))
+                                    execution, cfg, "chip", layouts[0]))
     show = not as_json and sys.stderr.isatty()
     bar = _LazyProgress(show)
     oracles = StepTimerCache(oracle, progress=bar.grid)
     try:
         if export_profile:
             from ..sim.serving.profile import export_profile as do_export
+            if any(p.replica.experts.ep > 1 for p in dep.pools):
+                raise ValueError("--export-profile writes tensor-parallel replicas' tables; "
+                                 "it does not export an expert-parallel one (drop --ep)")
             for pool in dep.pools:
                 sub = export_profile if len(dep.pools) == 1 else \
                     f"{export_profile}/{pool.replica.chip.name}"

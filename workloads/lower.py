@@ -220,6 +220,11 @@ class _Ctx:
     ep: int = 1       # expert-parallel ranks the routed experts are split over
     gen: int = 1      # decode: consecutive steps the one lowered step stands for
     routing: Routing = Routing()   # MoE: skew and capacity factor of the routing
+    #: the routed experts' tensor-parallel split: None = ``tp`` (Megatron: each expert-parallel
+    #: rank is a tensor-parallel group, every expert split ÷ tp); 1 = each of the ``tp`` chips
+    #: is an expert-parallel rank holding whole experts (``ep == tp``: serving's tensor-parallel
+    #: attention beside expert-parallel experts, vLLM's ``--enable-expert-parallel``)
+    expert_tp: int | None = None
 
     def for_layer(self, layer: LayerSpec) -> "_Ctx":
         """This context for one layer kind: its keys per query, the rounded-up mean of
@@ -628,10 +633,15 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
     run them as kernels of their own)."""
     m, T, d, act = c.m, c.tokens, c.m.hidden_size, c.m.activation
     e, k = m.experts, m.experts_per_token
-    f = m.moe_intermediate_size // c.tp
+    # the experts' split: ÷ tp (Megatron), or whole on each chip of a tensor-parallel group
+    # whose chips are the expert-parallel ranks (expert_tp = 1): each then routes the pairs of
+    # its sequence-parallel share of the tokens, Te = ⌈T/tp⌉
+    etp = c.tp if c.expert_tp is None else c.expert_tp
+    te = T if etp == c.tp else -(-T // c.tp)
+    f = m.moe_intermediate_size // etp
     fl = flow or NOFLOW
     a, wb = c.p.a_bytes, c.p.w_bytes
-    groups = expert_groups(m, T, c.ep, c.routing)
+    groups = expert_groups(m, te, c.ep, c.routing)
     rows = sum(n * per for n, per in groups)  # pairs this rank's experts run
     router = c.gemm("router", T, d, e, tags=("moe",))
     topk = c.vec("topk", "topk", T * e, writes=k / e)
@@ -650,7 +660,7 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
            [(fl.t("experts_in", sent * d * a), 1.0)])
     ops.append(op)
     src, pairs_in = "experts_in", rows
-    a2a = rows * d * a / c.tp                 # the busiest rank's all-to-all bytes each way
+    a2a = rows * d * a / etp                  # the busiest rank's all-to-all bytes each way
     if c.ep > 1:
         # the tensors hold what arrives at the busiest rank (÷ tp); its tensor-parallel
         # group shares them, so the experts read tp times their share
@@ -658,7 +668,7 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
                         tags=("ep",))
         fl.vec(op, [("experts_in", 1.0)], [(fl.t("ep_in", a2a), 1.0)])
         ops.append(op)
-        src, pairs_in = "ep_in", rows / c.tp
+        src, pairs_in = "ep_in", rows / etp
     sfxs = [f"[{i}]" if len(groups) > 1 else "" for i in range(len(groups))]
     for (n_exp, per), sfx in zip(groups, sfxs):
         op = c.gemm(f"experts_gate_up{sfx}", per, d, 2 * f, batch=n_exp,
@@ -686,8 +696,8 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
         fl.vec(op, scaled(downs, 1.0 / c.tp), [(fl.t("ep_out", a2a), 1.0)])
         ops.append(op)
         # back at the source rank: its own tokens' pairs (the busiest rank sent more)
-        downs, back = [("ep_out", c.tp * T * k / rows)], T * k
-    op = c.vec("experts_combine", "permute", back * d, writes=T * d / (back * d),
+        downs, back = [("ep_out", etp * te * k / rows)], te * k
+    op = c.vec("experts_combine", "permute", back * d, writes=te * d / (back * d),
                extra_read_bytes=T * k * (INDEX_BYTES + ROUTING_WEIGHT_BYTES),
                ops=VECTOR_OPS_PER_ELEMENT["mul"])
     fl.vec(op, downs + [("topk", idx * (INDEX_BYTES + ROUTING_WEIGHT_BYTES) / INDEX_BYTES)],

@@ -213,9 +213,16 @@ def matmul_param_count(m: ModelConfig, *, active: bool = True) -> float:
     return total
 
 
-def params_per_chip(m: ModelConfig, tp: int) -> float:
-    """Parameters one tensor-parallel rank holds (split tensors ÷ tp, the rest replicated)."""
-    return sum(t.total / tp if t.split else t.total for t in weight_tensors(m))
+def params_per_chip(m: ModelConfig, tp: int, ep: int = 1, *, whole_experts: bool = False
+                    ) -> float:
+    """Parameters one tensor-parallel rank holds (split tensors ÷ tp, the rest replicated);
+    with ``ep`` expert-parallel ranks the routed experts ÷ ep too (``whole_experts``: not ÷ tp,
+    each of the tp chips an expert-parallel rank holding whole experts)."""
+    def share(t) -> float:
+        if t.group == "expert":
+            return t.total / ep / (1 if whole_experts or not t.split else tp)
+        return t.total / tp if t.split else t.total
+    return sum(share(t) for t in weight_tensors(m))
 
 
 def kv_elements_per_token(m: ModelConfig) -> int:

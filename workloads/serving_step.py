@@ -60,8 +60,10 @@ from .ops import LAUNCH_TAG
 from .fused_attention import FusedAttention
 from .graph import Workload
 from .program import Access, Block, Use
-from .lower import (ATTENTION_CORES, _Ctx, _embedding, _head, check_attention, check_tp,
-                    embedding_block, head_block, layer_exits, layer_kinds, layer_ops, mixer_ops)
+from .lower import (ATTENTION_CORES, _Ctx, _embedding, _head, check_attention, check_ep,
+                    check_routing, check_tp, embedding_block, head_block, layer_exits,
+                    layer_kinds, layer_ops, mixer_ops)
+from .moe import Routing
 from .gated_deltanet import CORE_OPS as GDN_CORE_OPS
 from .mamba2 import CORE_OPS as SSM_CORE_OPS
 from .params import kv_bytes_per_token_per_layer
@@ -134,6 +136,38 @@ class Step:
 def _check(m: ModelConfig, tp: int, attention: str) -> None:
     check_tp(m, tp)
     check_attention(attention)
+
+
+@dataclass(frozen=True)
+class Experts:
+    """How a MoE model's routed experts are spread (expert parallelism, docs/serving.md
+    "Expert parallelism"): ``ep`` ranks each holding ``experts / ep`` of them; ``routing``
+    (popularity skew, capacity factor) sets the busiest rank's pairs
+    (:func:`~diptych.workloads.lower.expert_groups`); ``whole``: each of the ``tp`` chips is
+    an expert-parallel rank holding whole experts (``ep == tp``: attention tensor-parallel,
+    experts not split), else the Megatron layout (every expert ÷ tp). The default is no
+    expert parallelism."""
+
+    ep: int = 1
+    routing: Routing = Routing()
+    whole: bool = False
+
+    def check(self, m: ModelConfig, tp: int) -> None:
+        check_ep(m, self.ep)
+        check_routing(m, self.routing)
+        if self.whole and self.ep != tp:
+            raise ValueError(f"whole experts per chip need ep == tp (each tensor-parallel "
+                             f"chip an expert-parallel rank), not ep={self.ep}, tp={tp}")
+
+    def ctx(self, c: _Ctx) -> _Ctx:
+        """``c`` with this expert layout."""
+        if self.ep == 1 and self.routing.balanced:
+            return c
+        return replace(c, ep=self.ep, routing=self.routing,
+                       expert_tp=1 if self.whole else None)
+
+
+NO_EP = Experts()
 
 
 def _attention_ops(c: _Ctx, flow: Flow | None = None) -> list[Op]:
@@ -247,19 +281,22 @@ def _layer_blocks(c: _Ctx, cores: dict[str, list[Op]]) -> list[Block]:
 
 
 def _blocks(m: ModelConfig, p: Precision, tp: int, attention: str, tokens: int, rows: int,
-            cores: dict[str, list[Op]]) -> list[Block]:
-    c = _Ctx(m, p, tp, tokens, 1, 0, "decode", attention)
+            cores: dict[str, list[Op]], experts: Experts = NO_EP) -> list[Block]:
+    c = experts.ctx(_Ctx(m, p, tp, tokens, 1, 0, "decode", attention))
     h = _Ctx(m, p, tp, rows, 1, 0, "decode", attention)
     return ([Block.of_ops("embedding", 1, tuple(_embedding(c)))] + _layer_blocks(c, cores)
             + [Block.of_ops("head", 1, tuple(_head(h)))])
 
 
 def frame(m: ModelConfig, tokens: int, rows: int, *, precision: Precision, tp: int,
-          attention: str = "fused") -> Workload:
+          attention: str = "fused", experts: Experts = NO_EP) -> Workload:
     """The step without its cores: embedding, the layers' token-parallel ops over ``tokens``
-    rows, and the head over ``rows`` rows."""
+    rows, and the head over ``rows`` rows; the MoE layers' experts spread as ``experts``
+    says."""
     _check(m, tp, attention)
-    return Workload("decode", tuple(_blocks(m, precision, tp, attention, tokens, rows, {})),
+    experts.check(m, tp)
+    return Workload("decode", tuple(_blocks(m, precision, tp, attention, tokens, rows, {},
+                                            experts)),
                     tokens=tokens, batch=rows, info={"tp": tp, "attention": attention})
 
 
@@ -385,15 +422,16 @@ def _named_head(h: _Ctx, tokens: int) -> Block:
 
 
 def lower_step(m: ModelConfig, step: Step, *, precision: Precision | None = None, tp: int = 1,
-               attention: str = "fused") -> Workload:
+               attention: str = "fused", experts: Experts = NO_EP) -> Workload:
     """The workload of one serving ``step`` for one of ``tp`` ranks (module docstring), with
     its tensors named as :func:`~diptych.workloads.lower.decode`'s are, so that the program
     scheduler (residency, fusion) sees a step as it sees ``diptych run``'s phases: a step of
     decode sequences of one context is exactly ``decode()``'s workload, tensors included."""
     _check(m, tp, attention)
+    experts.check(m, tp)
     p = precision or Precision()
     groups = _step_records(m, step, precision=p, tp=tp, attention=attention)
-    c = _Ctx(m, p, tp, step.tokens, 1, 0, "decode", attention)
+    c = experts.ctx(_Ctx(m, p, tp, step.tokens, 1, 0, "decode", attention))
     h = _Ctx(m, p, tp, step.rows, 1, 0, "decode", attention)
     layers = [_named_layer(name, rep, ck, entry, exit_, groups)
               for (name, rep, ck), (entry, exit_) in zip(layer_kinds(c), layer_exits(c))]
@@ -422,11 +460,14 @@ def core_workload(cores: dict[str, tuple[Op, ...]]) -> Workload:
 
 
 def step_parts(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
-               attention: str = "fused") -> tuple[Workload, list[dict[str, tuple[Op, ...]]]]:
+               attention: str = "fused", experts: Experts = NO_EP
+               ) -> tuple[Workload, list[dict[str, tuple[Op, ...]]]]:
     """The frame of ``step`` and the cores of each of its sequence groups."""
-    return (frame(m, step.tokens, step.rows, precision=precision, tp=tp, attention=attention),
+    return (frame(m, step.tokens, step.rows, precision=precision, tp=tp, attention=attention,
+                  experts=experts),
             step_cores(m, step, precision=precision, tp=tp, attention=attention))
 
 
-__all__ = ["CORE_OPS", "GROUP_MARK", "Step", "base_name", "core_op_names", "core_workload",
-           "decode_cores", "frame", "lower_step", "prefill_cores", "step_cores", "step_parts"]
+__all__ = ["CORE_OPS", "Experts", "GROUP_MARK", "NO_EP", "Step", "base_name", "core_op_names",
+           "core_workload", "decode_cores", "frame", "lower_step", "prefill_cores", "step_cores",
+           "step_parts"]

@@ -18,7 +18,7 @@ from .step_time import Replica, make_replica
 
 @dataclass(frozen=True)
 class Pool:
-    """``replicas`` copies of one replica kind (``replica.tp`` chips each)."""
+    """``replicas`` copies of one replica kind (``replica.chips`` chips each)."""
 
     replica: Replica
     replicas: int = 1
@@ -33,16 +33,21 @@ class Pool:
 
     @property
     def chips(self) -> int:
-        return self.replica.tp * self.replicas
+        return self.replica.chips * self.replicas
 
     def to_dict(self, role: str) -> dict:
         """The pool as a serving result states it (``info.pools``): ``role`` (mixed, prefill
         or decode), ``chip``, ``tp`` (chips per replica), ``replicas``, ``chips`` (in the
-        pool) and ``precision`` (the dtypes of the weights, activations, KV cache and
-        accumulation)."""
+        pool), ``precision`` (the dtypes of the weights, activations, KV cache and
+        accumulation) and ``ep``, ``attention``, ``moe_skew`` (the experts' load spread after
+        any redundant experts; docs/serving.md "Expert parallelism"), ``expert_slots``."""
         r, p = self.replica, self.replica.precision
+        x = r.experts
         return {"role": role, "chip": r.chip.name, "tp": r.tp, "replicas": self.replicas,
-                "chips": self.chips,
+                "chips": self.chips, "ep": x.ep,
+                "attention": "dp" if r.dp > 1 else "tp",
+                **({"moe_skew": x.routing.skew, "expert_slots": r.model.experts}
+                   if r.model.is_moe else {}),
                 "precision": {"weights": p.weights, "activations": p.activations, "kv": p.kv,
                               "accumulation": p.accumulation}}
 
@@ -102,11 +107,18 @@ class Deployment:
         if self.pool is not None:
             r = self.pool.replica
             n = f"{self.pool.replicas} x " if self.pool.replicas > 1 else ""
-            return f"{r.model.name} on {n}{r.chip.name} (tp {r.tp})"
+            return f"{r.model.name} on {n}{r.chip.name} ({_par(r)})"
         p, d = self.prefill, self.decode
-        return (f"{p.replica.model.name}: prefill on {p.replicas} x {p.replica.chip.name} (tp "
-                f"{p.replica.tp}), decode on {d.replicas} x {d.replica.chip.name} (tp "
-                f"{d.replica.tp})")
+        return (f"{p.replica.model.name}: prefill on {p.replicas} x {p.replica.chip.name} "
+                f"({_par(p.replica)}), decode on {d.replicas} x {d.replica.chip.name} "
+                f"({_par(d.replica)})")
+
+
+def _par(r: Replica) -> str:
+    """A replica's parallelism in words: ``tp 2``, ``ep 8, dp attention``."""
+    if r.experts.ep > 1:
+        return f"ep {r.experts.ep}, {'dp' if r.dp > 1 else 'tp'} attention"
+    return f"tp {r.tp}" + (f" x dp {r.dp}" if r.dp > 1 else "")
 
 
 def colocated(chip, model, *, tp: int = 1, replicas: int = 1, **precision) -> Deployment:

@@ -26,6 +26,32 @@ from ...workloads.serving_step import Step
 from .config import ServeConfig
 
 
+def busiest_rank_share(step: Step, ranks: int) -> Step:
+    """The share of ``step`` of the busiest of ``ranks`` data-parallel ranks, dealt by hand:
+    decode sequences one to each rank in turn; then each prefill chunk, the longest first
+    (the longer past first among equal chunks), to a rank with the fewest tokens (the first
+    such); the busiest rank is the first with the most tokens; its keys its sequences'
+    share of the decode keys, rounded up."""
+    if ranks == 1:
+        return step
+    seqs = [0] * ranks
+    for s in range(step.decode_batch):
+        seqs[s % ranks] += 1
+    load = [n * step.decode_queries for n in seqs]
+    mine: list[list] = [[] for _ in range(ranks)]
+    for chunk in sorted(step.prefill, reverse=True):
+        least = load.index(min(load))
+        mine[least].append(chunk)
+        load[least] += chunk[0]
+    top = load.index(max(load))
+    keys = 0
+    if seqs[top]:
+        keys = max(seqs[top] * step.decode_queries,
+                   math.ceil(step.decode_keys * seqs[top] / step.decode_batch))
+    return Step(decode_batch=seqs[top], decode_keys=keys, prefill=tuple(mine[top]),
+                decode_queries=step.decode_queries)
+
+
 @dataclass
 class GoldenRequest:
     rid: int
@@ -65,7 +91,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                  prefix_blocks: int = 0, draft=None,
                  block_bytes: float = 0.0, closed_loop: list[GoldenRequest] | None = None,
                  rng: np.random.Generator | None = None, power=None,
-                 layout=None, tier=None, cached_prefix_blocks: int = 0) -> GoldenRun:
+                 layout=None, tier=None, cached_prefix_blocks: int = 0,
+                 ranks: int = 1) -> GoldenRun:
     """Serve ``reqs`` (arrival-ordered; with ``closed_loop`` the not-yet-issued requests of
     the clients, handed out in order as requests finish) on one instance of ``blocks`` KV
     blocks and return every request's times. ``power(seconds, energy per chip)`` limits each
@@ -93,7 +120,12 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     ``pid``; 0: none), as docs/serving.md "Tiered prefix cache" states its rules: a cached
     prefix is a list of block ids with the set of requests holding it; one nobody holds is
     evicted, the longest unheld first, when blocks are short (copied to the second tier under
-    ``swap`` while it has room, its longest-stored entries dropped for room)."""
+    ``swap`` while it has room, its longest-stored entries dropped for room).
+
+    ``ranks`` > 1: the instance is that many lockstep data-parallel attention ranks (expert
+    parallelism, docs/serving.md): ``oracle`` times one rank's step, and each step lasts as
+    long as its busiest rank's share (:func:`busiest_rank_share`, written out here apart
+    from the fast loop's)."""
     cfg = cfg.resolved()              # a configuration the caller left open: ideal, chunked
     bs = cfg.kv_block_tokens
     kinds = layout.kinds if layout is not None else (("full", None, 1),)
@@ -423,14 +455,15 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             pf = step.prefill if j == 0 else ()
             if not b and not pf:
                 break
-            c = draft.cost(Step(b, keys0 + j * b, pf) if b else Step(prefill=pf))
+            c = draft.cost(busiest_rank_share(Step(b, keys0 + j * b, pf) if b
+                                              else Step(prefill=pf), ranks))
             secs += c.seconds
             energy += c.energy_j
         return secs, energy
 
     def device_s(step):
         """The step's device seconds: target (and draft) at the clock the TDP allows."""
-        c = oracle.cost(step)
+        c = oracle.cost(busiest_rank_share(step, ranks))
         secs, energy = c.seconds, c.energy_j
         if draft is not None:
             ds, de = draft_cost(step)

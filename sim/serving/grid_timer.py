@@ -303,7 +303,7 @@ def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = N
     :class:`~diptych.sim.serving.step_time.DirectStepTimer` up to rounding (a test holds the decomposition to that)."""
     r = replica
     fr, groups = step_parts(r.model, step, precision=r.precision, tp=r.tp,
-                            attention=r.attention)
+                            attention=r.attention, experts=r.experts)
     comp: dict[str, float] = {}
     energy: dict[str, float] = {}
     parts: dict[str, dict] = {}

@@ -183,7 +183,7 @@ def _block_bytes(block_tokens: int, per_token: float, layout: KvLayout) -> float
 def activation_bytes(r: Replica, max_tokens: int) -> float:
     """Peak activation bytes per chip of a step of ``max_tokens`` prompt tokens."""
     w = lower_step(r.model, Step(prefill=((max_tokens, 0),)), precision=r.precision, tp=r.tp,
-                   attention=r.attention)
+                   attention=r.attention, experts=r.experts)
     return peak_working_bytes(w) + max_tokens * r.model.hidden_size * r.precision.a_bytes
 
 
@@ -194,12 +194,14 @@ def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
     token (no window frees blocks). Raises ValueError naming the shortfall when nothing is
     left for the cache."""
     cap = float(r.chip.dram.capacity_bytes)
-    w = params_per_chip(r.model, r.tp) * r.precision.w_bytes
+    w = params_per_chip(r.model, r.tp, r.experts.ep,
+                        whole_experts=r.experts.whole) * r.precision.w_bytes
     per_tok = kv_bytes_per_token_per_chip(r.model, r.precision.kv, r.tp)
     act = activation_bytes(r, max_batched_tokens)
     if draft is not None:      # an MTP draft: every one of the target's MTP modules resident
         copies = r.model.mtp_layers if draft.model.mtp_module else 1
-        w += copies * params_per_chip(draft.model, draft.tp) * draft.precision.w_bytes
+        w += copies * params_per_chip(draft.model, draft.tp, draft.experts.ep,
+                                      whole_experts=draft.experts.whole) * draft.precision.w_bytes
         per_tok += copies * kv_bytes_per_token_per_chip(draft.model, draft.precision.kv, draft.tp)
         act = max(act, activation_bytes(draft, max_batched_tokens))
     state = state_bytes_per_sequence(r.model, r.precision.activations, r.tp)

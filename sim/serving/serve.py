@@ -28,6 +28,7 @@ from .power import StepPowerLimit
 from .prefix_cache import PrefixCache, prefix_cache_info
 from ..run.scenario import Scenario
 from .step_time import DirectStepTimer, Replica, make_replica
+from .ep import LockstepTimer
 from .grid_timer import GridStepTimer, GridSpec
 from .requests import Load, draw_requests
 from ...workloads.mtp import mtp_module
@@ -98,12 +99,16 @@ class StepTimerCache:
         self._o: dict = {}
 
     def get(self, replica: Replica):
+        """The oracle of ``replica``; lockstep data-parallel ranks (``replica.dp > 1``) time
+        a step as their busiest rank's on the rank's own oracle (:mod:`.ep`)."""
         o = self._o.get(replica)
         if o is None:
             if self.kind == "direct":
                 o = DirectStepTimer(replica, self.simulate)
             else:
                 o = GridStepTimer(replica, self.simulate, self.grid, progress=self._tick)
+            if replica.dp > 1:
+                o = LockstepTimer(o, replica.dp)
             self._o[replica] = o
         return o
 
@@ -128,6 +133,16 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
         raise ValueError(f"the shared prefix ({prefix_blocks} blocks) does not fit the KV "
                          f"cache of {r.name} ({budget.blocks} blocks); lower --prefix-share")
     mode = resolve_offload(cfg.kv_offload, r.chip, cfg.scheduler)
+    if r.dp > 1 and (mode != "none" or prefix_tokens):
+        # data-parallel attention ranks keep a cache each; the tiers and the prefix cache are
+        # one engine-wide pool, so they are not split over ranks yet
+        if cfg.kv_offload == "auto" and not prefix_tokens:
+            mode = "none"
+        else:
+            what = "--prefixes" if prefix_tokens else f"--kv-offload {cfg.kv_offload}"
+            raise ValueError(f"{what} with expert parallelism's data-parallel attention "
+                             f"(--ep {r.dp}) is not modelled yet (each rank keeps its own KV "
+                             f"cache); use --ep-attention tp or leave it out")
     spec = tier_spec(r.chip) if mode != "none" else None
     t2 = tier_blocks(spec, budget.block_bytes) if spec is not None else 0
     if mode == "tier":
@@ -135,17 +150,21 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
     if prefix_tokens:
         _check_prefixes(cfg, budget, prefix_tokens, r.name)
     out = []
+    # data-parallel attention ranks: each its own cache and step budget (the budget is one
+    # rank's); the replica's engine holds the ranks' sum (:mod:`.ep`)
+    rcfg = cfg if r.dp == 1 else replace(cfg, max_batched_tokens=cfg.max_batched_tokens * r.dp,
+                                         max_batch=cfg.max_batch * r.dp)
     for k in range(pool.replicas):
         tier = (KvTier(spec, mode, blocks=t2, tier1_blocks=budget.blocks,
                        block_bytes=budget.block_bytes) if spec is not None and t2 else None)
         pc = (PrefixCache(cfg.prefixes, prefix_tokens // cfg.kv_block_tokens, budget.block_bytes,
                           store=tier if tier is not None and not tier.pooled else None)
               if prefix_tokens else None)
-        out.append(Instance(start + k, role, oracles.get(r), cfg, chips=r.tp, tier=tier,
-                            blocks=budget.pool_blocks, block_bytes=budget.block_bytes,
+        out.append(Instance(start + k, role, oracles.get(r), rcfg, chips=r.chips, tier=tier,
+                            blocks=budget.pool_blocks * r.dp, block_bytes=budget.block_bytes,
                             static_w=r.chip.energy.static_w,
                             draft=oracles.get(draft) if draft is not None else None,
-                            rng=rng, prefix_blocks=prefix_blocks, layout=budget.layout,
+                            rng=rng, prefix_blocks=prefix_blocks * r.dp, layout=budget.layout,
                             prefix_cache=pc,
                             power=(None if r.variant.no_power_limit or r.chip.power is None
                                    else StepPowerLimit(r.chip))))
@@ -189,7 +208,8 @@ def _draft_replica(cfg: ServeConfig, target: Replica) -> Replica | None:
                      Scenario.of(phase="decode", tp=target.tp, weights_dtype=p.weights,
                                  act_dtype=p.activations, kv_dtype=p.kv,
                                  attention=target.attention))
-    return replace(d, variant=target.variant)        # the draft runs as its target does
+    # the draft runs as its target does: its variant, beside each data-parallel rank
+    return replace(d, variant=target.variant, dp=target.dp)
 
 
 def resolve_config(deployment: Deployment, cfg: ServeConfig | None = None) -> ServeConfig:

@@ -32,7 +32,7 @@ from ...workloads import load_model
 from ...workloads.config import ModelConfig
 from ...workloads.graph import Workload
 from ...workloads.precision import Precision
-from ...workloads.serving_step import Step, core_workload, frame, lower_step
+from ...workloads.serving_step import NO_EP, Experts, Step, core_workload, frame, lower_step
 from ..run.precision_ops import with_precision_ops
 from ..run.scenario import Scenario
 from ..run.summed import block_costs, combine_energy_parts, combine_parts, step_sync_seconds
@@ -83,9 +83,18 @@ class Replica:
     execution: str | None = None
     fusion: bool = True
     variant: Variant = Variant()
+    #: expert parallelism (:class:`~diptych.workloads.serving_step.Experts`; docs/serving.md
+    #: "Expert parallelism") and ``dp`` data-parallel attention ranks running in lockstep (each
+    #: its own requests and KV, the MoE layers' all-to-alls joining them every step; a step
+    #: of the replica is timed as its busiest rank's, :mod:`~diptych.sim.serving.ep`)
+    experts: Experts = NO_EP
+    dp: int = 1
 
     def __post_init__(self):
         from ..run.scenario import EXECUTIONS, default_execution
+        if isinstance(self.dp, bool) or not isinstance(self.dp, int) or self.dp < 1:
+            raise ValueError(f"dp (data-parallel attention ranks) must be a positive integer, "
+                             f"not {self.dp!r}")
         if not self.variant.is_default:   # launches and links as the variant has them
             object.__setattr__(self, "chip", variant_chip(self.chip, self.variant))
         if self.execution is None:
@@ -99,8 +108,16 @@ class Replica:
                              "charges them itself (use execution='sum')")
 
     @property
+    def chips(self) -> int:
+        """Chips of one replica: ``tp`` × ``dp``."""
+        return self.tp * self.dp
+
+    @property
     def name(self) -> str:
-        return f"{self.model.name} on {self.chip.name} x{self.tp}"
+        ep = self.experts.ep
+        par = (f" (ep {ep}, attention {'dp' if self.dp > 1 else 'tp'})" if ep > 1 else
+               f" (dp {self.dp})" if self.dp > 1 else "")
+        return f"{self.model.name} on {self.chip.name} x{self.chips}{par}"
 
     def timer(self, simulate: Callable | None) -> Callable | None:
         """``simulate`` with the ops the replica's variant frees costing nothing."""
@@ -116,13 +133,15 @@ class Replica:
     def step_workload(self, step: Step) -> Workload:
         """``step`` lowered (:func:`~diptych.workloads.serving_step.lower_step`)."""
         return with_precision_ops(lower_step(self.model, step, precision=self.precision,
-                                             tp=self.tp, attention=self.attention), self.chip)
+                                             tp=self.tp, attention=self.attention,
+                                             experts=self.experts), self.chip)
 
     def frame_workload(self, tokens: int, rows: int) -> Workload:
         """The frame of ``tokens`` tokens and ``rows`` logits rows
         (:func:`~diptych.workloads.serving_step.frame`)."""
         return with_precision_ops(frame(self.model, tokens, rows, precision=self.precision,
-                                        tp=self.tp, attention=self.attention), self.chip)
+                                        tp=self.tp, attention=self.attention,
+                                        experts=self.experts), self.chip)
 
     def cores_workload(self, cores: dict) -> Workload:
         """Attention cores (:func:`~diptych.workloads.serving_step.core_workload`)."""
