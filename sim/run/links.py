@@ -13,8 +13,9 @@ library sustains it (× ``interconnect.bus_efficiency``): we assume the ring is 
 all links (parallel rings, as NCCL does over NVLink); a single-link ring would be ``links``
 times slower. The same rules as a one-domain cluster (:mod:`diptych.sim.cluster.collectives`):
 
-* a chip with a collective library table (``[collectives]``: NCCL on h100) runs each ring by
-  every protocol it offers, at the protocol's latency and share of the bandwidth
+* a chip with a collective library table (``[collectives]``: NCCL on h100) runs each ring of
+  an all-reduce, reduce-scatter or all-gather by every protocol it offers (an all-to-all is
+  NCCL point-to-point: the plain rule above), at the protocol's latency and share of the bandwidth
   (:mod:`diptych.sim.protocols`), and takes the fastest;
 * on a chip whose links end in a switch that reduces in the network
   (``interconnect.in_network_reduction`` > 0: NVLink SHARP), an all-reduce may take the
@@ -54,7 +55,10 @@ def collective_options(op: Collective, chip: Chip) -> dict[str, float]:
                          f"{ic.links}); it cannot run a {op.group}-chip {op.kind} "
                          f"(use --tp 1 --dp 1)")
     out: dict[str, float] = {}
-    protos = chip_protocols(chip) if not ic.torus_dims else ()
+    # NCCL's ring-family collectives by protocol; all-to-all and sends are point-to-point
+    # in NCCL and keep the plain rule, as in the cluster (:mod:`diptych.sim.cluster.collectives`)
+    ring_family = op.kind in ("all_reduce", "reduce_scatter", "all_gather")
+    protos = chip_protocols(chip) if not ic.torus_dims and ring_family else ()
     if protos:
         for p in protos:
             out[f"ring/{p.name}"] = ring_seconds(op.kind, op.bytes, op.group, bw, p)
