@@ -193,3 +193,16 @@ def test_bad_ep_input_exits_2_naming_the_value(cli, args, match):
     r = cli(*base, *args)
     assert r.exit_code == 2, r.output
     assert re.search(match, r.output), r.output
+
+
+@pytest.mark.parametrize("extra,what", [
+    (("--kv-offload", "tier"), "--kv-offload tier"),
+    (("--prefixes", 4, "--prefix-share", 0.5), "--prefixes"),
+])
+def test_tiers_and_prefix_cache_beside_dp_attention_ranks_exit_2(cli, extra, what):
+    """A second memory tier and the tiered prefix cache are one engine-wide pool; beside
+    data-parallel attention ranks (a cache each) they are refused by name, not mis-split."""
+    r = cli("serve", "--chip", "examples/chips/infer-2026-lpddr.toml", "--model",
+            "qwen3-30b-a3b", "--ep", 2, "--requests", 4, "--qps", 1, *extra)
+    assert r.exit_code == 2, r.output
+    assert f"{what} with expert parallelism's data-parallel attention (--ep 2)" in r.output
