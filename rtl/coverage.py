@@ -20,7 +20,7 @@ cannot reach is not claimed for it):
   magnitude ≤ 2¹⁴ cannot leave the int32 range themselves.
 * ``zero_out``, ``neg_zero_out``, ``inf_out``, ``nan_out``: FP-mode output elements (FP32
   bits) that are ±0, −0, ±Inf, NaN.
-* Block-scaled plans (``mx``, ``mxdot4``, ``mxint8``) also count the rounding classes of
+* Block-scaled plans (``mx``, ``mxdot4``, ``mxint8``, ``fp4dot8``) also count the rounding classes of
   :data:`EXACT_CLASSES` from each output's exact value (:mod:`diptych.rtl.coverage_exact`):
   ``inexact_out``, ``tie_out``, ``subnormal_exact`` (a nonzero exact value below 2^-126, which
   every datapath flushes: no expected output is subnormal) and ``saturated_out``.
@@ -195,9 +195,11 @@ def claims(rows: int, cols: int, dtype: str, dataflow: str, *, random_tiles: int
       tile starts from +0); ``inf_out`` as well with a BF16 or E5M2 mode on a PE without block
       scales (E4M3 has no Inf; the block-scaled plans' Inf sums are too few to promise).
     * block-scaled PEs, the special-value plan of every mode: ``inexact_out``,
-      ``subnormal_exact``; ``tie_out`` (not on an MXINT8 OS array: from +0 a tile of INT8
-      products has at most 20 significant bits, so no tie); ``saturated_out`` on the round-
-      toward-zero PEs (``mxdot4``, ``mxint8``; ``mx`` overflows to Inf).
+      ``subnormal_exact``; ``tie_out`` (not on an MXINT8 or FP4 OS array: from +0 a tile of INT8
+      products has at most 20 significant bits, and the FP4 directed plan's one-step tiles at
+      most 17 (an 11-bit step sum times NVFP4's scale significands), so no tie);
+      ``saturated_out`` on the round-toward-zero PEs (``mxdot4``, ``mxint8``, ``fp4dot8``;
+      ``mx`` overflows to Inf).
     """
     dp = get_datapath(dtype)
     modes = tuple(modes or dp.modes)
@@ -220,7 +222,7 @@ def claims(rows: int, cols: int, dtype: str, dataflow: str, *, random_tiles: int
         out.append("nan_out")
     if special and dp.block_scaled and set(modes) == set(dp.modes):
         out += ["inexact_out", "subnormal_exact"]
-        if dp.rule != "mxint8" or dataflow == "ws":
+        if dp.rule not in ("mxint8", "fp4dot8") or dataflow == "ws":
             out.append("tie_out")
         if not dp.block_port:
             out.append("saturated_out")

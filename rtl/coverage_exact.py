@@ -1,10 +1,12 @@
 """Rounding classes of a block-scaled plan's outputs, from their exact values (issue 26 item 6).
 
-For the block-scaled datapaths (``mx``, ``mxdot4``, ``mxint8``) every FP32 output is a rounding
-of an exact value the plan fixes: the sum of the tile's products, each times its two E8M0 block
-scales (and MXINT8's 2^-6 per element), plus the top-edge partial sum (WS). This module
+For the block-scaled datapaths (``mx``, ``mxdot4``, ``mxint8``, ``fp4dot8``) every FP32 output
+is a rounding of an exact value the plan fixes: the sum of the tile's products, each times its
+two block scales (E8M0; NVFP4's E4M3) and MXINT8's 2^-6 per element, plus the top-edge partial
+sum (WS). This module
 re-derives that value from the plan's **lanes alone** (elements decoded by
-:func:`diptych.rtl.minifloat.decode`, INT8 codes as two's complement; scales ``2^(code − 127)``),
+:func:`diptych.rtl.minifloat.decode`, INT8 codes as two's complement; E8M0 scales
+``2^(code − 127)``, E4M3 ones by the minifloat decoder),
 independently of the golden model, and counts per finite output:
 
 * ``inexact_out``: the output differs from the exact value (some step rounded or truncated);
@@ -29,7 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .datapath import MX_MODES
+from .datapath import FP4_MODES, MX_MODES
 from .minifloat import FORMATS, decode
 from .plan import Plan, unpack
 
@@ -44,17 +46,30 @@ _MIN_NORMAL = Fraction(2) ** -126
 
 @lru_cache(maxsize=None)
 def _decoder(mode: str):
-    """code → Fraction or None (NaN/Inf) for A and for B of ``mode``."""
+    """(A's, B's element decoder: code → Fraction or None for NaN/Inf; the scale decoder: code
+    → Fraction or None for NaN; elements per lane; bits per element) of ``mode``."""
     if mode == "mxint8":
         def dec(code):
             return Fraction(((code & 0xFF) ^ 0x80) - 0x80, 64)
-        return dec, dec
-    out = []
-    for fmt in MX_MODES[mode]:
-        table = decode(fmt, np.arange(256, dtype=np.uint8) & ((1 << _bits(fmt)) - 1))
-        vals = [None if not np.isfinite(v) else Fraction(float(v)) for v in table]
-        out.append(vals.__getitem__)
-    return out[0], out[1]
+        return dec, dec, _e8m0, _GROUP, 8
+    if mode in FP4_MODES:                  # fp4dot8: eight E2M1 codes, E8M0 or E4M3 scales
+        elem, scale, _ = FP4_MODES[mode]
+        e2m1 = _table("e2m1")
+        return e2m1, e2m1, (_e8m0 if scale == "e8m0" else _table("e4m3")), 8, 4
+    out = [_table(fmt) for fmt in MX_MODES[mode]]
+    return out[0], out[1], _e8m0, _GROUP, 8
+
+
+@lru_cache(maxsize=None)
+def _table(fmt: str):
+    """code → Fraction or None (NaN/Inf) of the minifloat ``fmt``."""
+    table = decode(fmt, np.arange(256, dtype=np.uint8) & ((1 << _bits(fmt)) - 1))
+    return [None if not np.isfinite(v) else Fraction(float(v)) for v in table].__getitem__
+
+
+def _e8m0(code: int):
+    """An E8M0 scale: ``2^(code − 127)``, None for the NaN code 0xFF."""
+    return None if code == 0xFF else Fraction(2) ** (code - 127)
 
 
 def _bits(fmt: str) -> int:
@@ -62,11 +77,11 @@ def _bits(fmt: str) -> int:
 
 
 def _lane(word: int, dec):
-    """(elements or None for a NaN/Inf element, scale: ``2^(code − 127)`` or None for NaN)."""
-    els = [dec(e) for e in unpack(word & ((1 << 32) - 1), 8, _GROUP)]
-    scale = word >> 32
-    return (None if any(e is None for e in els) else els,
-            None if scale == 0xFF else Fraction(2) ** (scale - 127))
+    """(elements or None for a NaN/Inf element, scale or None for NaN) of one 40-bit lane;
+    ``dec`` is :func:`_decoder`'s tuple."""
+    da, sdec, group, bits = dec
+    els = [da(e) for e in unpack(word & ((1 << 32) - 1), bits, group)]
+    return (None if any(e is None for e in els) else els, sdec(word >> 32))
 
 
 def _dot(x, y):
@@ -118,7 +133,8 @@ def exact_counts(plan: Plan, tiles, rows_per_tile) -> Counter:
     c = Counter(dict.fromkeys(EXACT_CLASSES, 0))
     loads = sorted(cy for cy, v in plan.inputs.items() if v.get("w_load"))
     for t, tile in enumerate(tiles):
-        da, db = _decoder(plan.modes[t])
+        da, db, sdec, group, bits = _decoder(plan.modes[t])
+        da, db = (da, sdec, group, bits), (db, sdec, group, bits)
         R, C, lane = plan.rows, plan.cols, plan.lane_bits
         if plan.dataflow == "os":
             # an mx block's scales are in its closing step's lanes only (random bits before)

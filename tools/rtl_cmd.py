@@ -30,9 +30,10 @@ AREA_METHOD = (
 #: FP8 multiplier and FP32 adder are checked on Verilator by the FP deep check, their arrays
 #: in amaranth.sim; the dot4 FP8 dot-product PE, which sets the presets' FP8 area coefficient,
 #: in one small WS array: its OS array runs in amaranth.sim; the block-scaled MXFP8 mxdot4 PE,
-#: which sets the presets' MXFP8 area coefficient, in one small OS array (its WS arrays and the
-#: mxint8 PE run in amaranth.sim and by hand; the
-#: exact mx PE runs in amaranth.sim and by hand, docs/rtl.md), both dataflows, non-square and odd sizes, BF16 beyond
+#: which sets the presets' MXFP8 area coefficient, in one small OS array, and the FP4 fp4dot8
+#: PE, which sets their MXFP4/NVFP4 coefficient, in another (mxdot4's WS arrays and the mxint8
+#: PE run in amaranth.sim and by hand; the exact mx PE runs in amaranth.sim and by hand,
+#: docs/rtl.md), both dataflows, non-square and odd sizes, BF16 beyond
 #: 4×4, the directed special-value plan on every configuration and the INT8 OS tile whose sums
 #: wrap.
 STANDARD_CONFIGS = ((8, 8, "int8", "os", ("special", "os_wrap")),
@@ -40,7 +41,8 @@ STANDARD_CONFIGS = ((8, 8, "int8", "os", ("special", "os_wrap")),
                     (4, 8, "bf16", "os", ("special",)), (4, 4, "bf16", "ws", ("special",)),
                     (2, 3, "fused", "os", ("special",)), (3, 2, "fused", "ws", ("special",)),
                     (2, 3, "dot4", "ws", ("special",)),
-                    (2, 2, "mxdot4", "os", ("special",)))
+                    (2, 2, "mxdot4", "os", ("special",)),
+                    (2, 2, "fp4dot8", "os", ("special",)))
 
 _DTYPE_HELP = ("PE datapath: int8, bf16, fp8 (E4M3/E5M2), multi (INT8/FP8 at 2 MACs per "
                "cycle, BF16 at 1; FP8 products rounded one at a time), fused (the same, the "

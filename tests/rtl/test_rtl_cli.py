@@ -144,8 +144,9 @@ def test_test_runs_the_ci_set_by_default_and_passes_options(monkeypatch):
     assert [c[:4] for c in calls] == [(8, 8, "int8", "os"), (8, 8, "int8", "ws"),
                                       (4, 8, "bf16", "os"), (4, 4, "bf16", "ws"),
                                       (2, 3, "fused", "os"), (3, 2, "fused", "ws"),
-                                      (2, 3, "dot4", "ws"), (2, 2, "mxdot4", "os")]
-    assert calls[0][7] == ("special", "os_wrap") and "8 passed, 0 failed" in r.output
+                                      (2, 3, "dot4", "ws"), (2, 2, "mxdot4", "os"),
+                                      (2, 2, "fp4dot8", "os")]
+    assert calls[0][7] == ("special", "os_wrap") and "9 passed, 0 failed" in r.output
     assert all(c[7][0] == "special" for c in calls)
     calls.clear()
     r = _run("test", "--rows", "3", "--cols", "5", "--dataflow", "ws", "--seed", "9",
