@@ -62,7 +62,7 @@ from .minifloat import FORMATS
 
 __all__ = ["DOT_GROUP", "DOT_FRAC_BITS", "FP32_MAX_BITS", "dot4_bits", "dot_matmul_bits",
            "rz_fp32_bits", "fp8_terms", "mx_dot_matmul_bits", "MXINT8_ELEM_EXP", "MXINT8_LEAD",
-           "mxint8_dot4_bits", "mxint8_matmul_bits"]
+           "mxint8_dot4_bits", "mxint8_matmul_bits", "block_scales"]
 
 #: Products added per step (per cycle of the PE).
 DOT_GROUP = 4
@@ -230,13 +230,20 @@ def _block_operands(a_codes, a_scales, b_codes, b_scales, block):
     a, b = _operands(a_codes, b_codes)
     if isinstance(block, bool) or not isinstance(block, int) or block < 1 or block % DOT_GROUP:
         raise ValueError(f"block must be a positive multiple of {DOT_GROUP}, not {block!r}")
+    sa, sb = block_scales(a, b, a_scales, b_scales, block)
+    return a, b, lambda i, j, s: (sa[i, s // block], sb[s // block, j])
+
+
+def block_scales(a, b, a_scales, b_scales, block: int):
+    """The scale arrays of A[M,K]·B[K,N] in blocks of ``block``: ``[M, ceil(K/block)]`` and
+    ``[ceil(K/block), N]``, or ValueError naming the shapes found."""
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     nb = -(-k // block)
     sa, sb = np.asarray(a_scales), np.asarray(b_scales)
     if sa.shape != (m, nb) or sb.shape != (nb, n):
         raise ValueError(f"scales must be [M, {nb}] and [{nb}, N] for K = {k} in blocks of "
                          f"{block}, not {sa.shape} and {sb.shape}")
-    return a, b, lambda i, j, s: (sa[i, s // block], sb[s // block, j])
+    return sa, sb
 
 
 # ---- MXINT8 (the mxint8 PE, diptych.rtl.mxint8) -----------------------------------------------

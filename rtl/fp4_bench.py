@@ -22,7 +22,7 @@ from .array import check_config
 from .bench import _expect, _new_plan, _os_earliest, _steps_with_bubbles
 from .datapath import FP4_MODES, MODE_CODES, get_datapath
 from .fp4dot_ref import FP4_GROUP, fp4_matmul_bits
-from .mx_bench import SCALE_REGIMES
+from .mx_bench import SCALE_REGIMES, tile_operands
 from .plan import Plan, pack
 
 __all__ = ["check_fp4_block", "fp4_os_plan", "make_fp4_plan", "fp4_earliest_plan",
@@ -76,15 +76,7 @@ def fp4_os_plan(rows: int, cols: int, tiles, step_cycles, modes, *, block: int |
     lane = get_datapath("fp4dot8").lane_bits
     for t, ((a, sa, b, sb), cycles, mode) in enumerate(zip(tiles, step_cycles, modes)):
         blk = _block(mode, block)
-        a, b = np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64)
-        sa, sb = np.asarray(sa).astype(np.int64), np.asarray(sb).astype(np.int64)
-        k = a.shape[1] if a.ndim == 2 else -1
-        nb = -(-k // blk) if k > 0 else 0
-        if (a.shape != (rows, k) or b.shape != (k, cols) or k < 1 or sa.shape != (rows, nb)
-                or sb.shape != (nb, cols)):
-            raise ValueError(f"tile {t}: A must be {rows}×K, A_s {rows}×ceil(K/{blk}), B K×"
-                             f"{cols} and B_s ceil(K/{blk})×{cols}, not {a.shape}, "
-                             f"{sa.shape}, {b.shape} and {sb.shape}")
+        a, sa, b, sb, k = tile_operands(t, (a, sa, b, sb), rows, cols, blk)
         if min(a.min(), b.min()) < 0 or max(a.max(), b.max()) > 0xF:
             raise ValueError(f"tile {t}: E2M1 codes are 0 … 0xf")
         if min(sa.min(), sb.min()) < 0 or max(sa.max(), sb.max()) > 0xFF:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dot_ref import _fp8_operand, rz_fp32_bits
+from .dot_ref import _fp8_operand, block_scales, rz_fp32_bits
 
 __all__ = ["FP4_GROUP", "FP4_FRAC_BITS", "fp4_step_bits", "fp4_matmul_bits",
            "nvfp4_matmul_bits", "scale_value"]
@@ -120,12 +120,7 @@ def _operands(a_codes, b_codes, a_scales, b_scales, block: int):
     if (isinstance(block, bool) or not isinstance(block, int) or block < FP4_GROUP
             or block % FP4_GROUP):
         raise ValueError(f"block must be a positive multiple of {FP4_GROUP}, not {block!r}")
-    m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    nb = -(-k // block)
-    sa, sb = np.asarray(a_scales), np.asarray(b_scales)
-    if sa.shape != (m, nb) or sb.shape != (nb, n):
-        raise ValueError(f"scales must be [M, {nb}] and [{nb}, N] for K = {k} in blocks of "
-                         f"{block}, not {sa.shape} and {sb.shape}")
+    sa, sb = block_scales(a, b, a_scales, b_scales, block)
     return a, b, sa, sb
 
 

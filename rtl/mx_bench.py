@@ -33,8 +33,8 @@ from .dot_ref import mx_dot_matmul_bits, mxint8_matmul_bits
 from .formats import mx_matmul_bits
 from .plan import Plan, pack
 
-__all__ = ["MX_BLOCK", "check_block", "mx_os_plan", "make_mx_plan", "mx_earliest_plan",
-           "mx_special_plan", "directed_cases", "random_cases", "SCALE_REGIMES", "mxint8_cases",
+__all__ = ["MX_BLOCK", "check_block", "tile_operands", "mx_os_plan", "make_mx_plan",
+           "mx_earliest_plan", "mx_special_plan", "directed_cases", "random_cases", "SCALE_REGIMES", "mxint8_cases",
            "golden", "random_plan_modes"]
 
 #: The MX block (OCP MX v1.0 §5.2).
@@ -104,15 +104,7 @@ def mx_os_plan(rows: int, cols: int, tiles, step_cycles, modes, *, block: int = 
                       for tile in timing.os_output_cycles(rows, cols, step_cycles)]
     rnd = np.random.default_rng(seed + 991)
     for t, ((a, sa, b, sb), cycles, mode) in enumerate(zip(tiles, step_cycles, modes)):
-        a, b = np.asarray(a).astype(np.int64), np.asarray(b).astype(np.int64)
-        sa, sb = np.asarray(sa).astype(np.int64), np.asarray(sb).astype(np.int64)
-        k = a.shape[1] if a.ndim == 2 else -1
-        nb = -(-k // block) if k > 0 else 0
-        if (a.shape != (rows, k) or b.shape != (k, cols) or k < 1 or sa.shape != (rows, nb)
-                or sb.shape != (nb, cols)):
-            raise ValueError(f"tile {t}: A must be {rows}×K, A_s {rows}×ceil(K/{block}), B K×"
-                             f"{cols} and B_s ceil(K/{block})×{cols}, not {a.shape}, "
-                             f"{sa.shape}, {b.shape} and {sb.shape}")
+        a, sa, b, sb, k = tile_operands(t, (a, sa, b, sb), rows, cols, block)
         for x in (a, b, sa, sb):
             if x.min() < 0 or x.max() > 0xFF:
                 raise ValueError(f"tile {t}: codes are bytes 0 … 0xff")
@@ -456,3 +448,18 @@ def mx_special_plan(rows: int, cols: int, modes=None, *, seed: int = 1,
     cycles = timing.os_schedule(rows, cols, steps, start=1)
     return mx_os_plan(rows, cols, data, cycles, tile_modes, seed=seed, bubble_data=bubble_data,
                       dtype=dtype)
+
+
+def tile_operands(t: int, tile, rows: int, cols: int, block: int):
+    """``(A, A_s, B, B_s, K)`` of block-scaled tile ``t`` as int64 arrays, or ValueError naming
+    the shapes an R×C array with blocks of ``block`` needs (A R×K, A_s R×ceil(K/block), B K×C,
+    B_s ceil(K/block)×C)."""
+    a, sa, b, sb = (np.asarray(x).astype(np.int64) for x in tile)
+    k = a.shape[1] if a.ndim == 2 else -1
+    nb = -(-k // block) if k > 0 else 0
+    if (a.shape != (rows, k) or b.shape != (k, cols) or k < 1 or sa.shape != (rows, nb)
+            or sb.shape != (nb, cols)):
+        raise ValueError(f"tile {t}: A must be {rows}×K, A_s {rows}×ceil(K/{block}), B K×"
+                         f"{cols} and B_s ceil(K/{block})×{cols}, not {a.shape}, "
+                         f"{sa.shape}, {b.shape} and {sb.shape}")
+    return a, sa, b, sb, k
