@@ -34,10 +34,10 @@ def _del(path):
     return mod
 
 
-KNOWN_TOP = ("area, area_budget_mm2, attention, attention_fa2, clock_ghz, core, cost, "
-             "default_dtype, description, die, dma, dram, dram2, energy, interconnect, name, "
-             "noc, overheads, package, power, residency, shared_buffer, tdp_w, tensor_cores, "
-             "tp_overlap")
+KNOWN_TOP = ("area, area_budget_mm2, attention, attention_fa2, clock_ghz, collectives, core, "
+             "cost, default_dtype, description, die, dma, dram, dram2, energy, interconnect, "
+             "name, noc, overheads, package, power, residency, shared_buffer, tdp_w, "
+             "tensor_cores, tp_overlap")
 
 BROKEN = [
     ("misspelt key", _set("clock_gz", 1.0),

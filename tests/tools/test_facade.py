@@ -113,8 +113,8 @@ def test_the_facade_covers_serve_plan_sweep_and_floorplan(tmp_path):
     # issue 24 item 5: the result states its scheduler, runtime, pools and precision
     assert r.info["scheduler"] == "continuous" and r.info["runtime"] == "vllm-v1"
     assert r.info["pools"] == d["info"]["pools"] == [
-        {"role": "mixed", "chip": "h100", "tp": 1, "replicas": 1, "chips": 1,
-         "precision": {"weights": "bf16", "activations": "bf16", "kv": "bf16",
+        {"role": "mixed", "chip": "h100", "tp": 1, "replicas": 1, "chips": 1, "ep": 1,
+         "attention": "tp", "precision": {"weights": "bf16", "activations": "bf16", "kv": "bf16",
                        "accumulation": "fp32"}}]
 
     p = diptych.plan("h100", "llama-3-8b", "dgx-h100", chips=8, batch=8, seq=2048, refine=2,
