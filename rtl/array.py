@@ -74,12 +74,10 @@ def check_config(rows, cols, dtype, dataflow) -> None:
     operand_bits(dtype)
     if dataflow not in DATAFLOWS:
         raise ValueError(f"dataflow must be one of {', '.join(DATAFLOWS)}, not {dataflow!r}")
-    if get_datapath(dtype).block_port and dataflow != "os":
-        raise ValueError(f"the {dtype} datapath is output-stationary only (each block's exact "
-                         f"sum stays in its PE), not dataflow {dataflow!r}")
-    if dtype == "fp4dot8" and dataflow != "os":
-        raise ValueError(f"the fp4dot8 datapath is output-stationary only (its eight-element "
-                         f"lanes have no WS plans yet), not dataflow {dataflow!r}")
+    why = get_datapath(dtype).os_only
+    if why and dataflow != "os":
+        raise ValueError(f"the {dtype} datapath is output-stationary only ({why}), not dataflow "
+                         f"{dataflow!r}")
 
 
 def _delay(m: Module, sig, n: int, name: str):

@@ -122,6 +122,15 @@ class Datapath:
         return tuple(m for m, _ in self.rates)
 
     @property
+    def os_only(self) -> str:
+        """Why the datapath runs output-stationary only ('': it runs both dataflows)."""
+        if self.block_port:
+            return "each block's exact sum stays in its PE"
+        if self.rule == "fp4dot8":
+            return "its eight-element lanes have no WS plans yet"
+        return ""
+
+    @property
     def block_scaled(self) -> bool:
         """Whether the lanes carry block scales (the ``mx``, ``mxdot4``, ``mxint8`` and
         ``fp4dot8`` datapaths)."""

@@ -174,22 +174,24 @@ def _truncated_sum(terms, frac_bits: int) -> int:
     return rz_fp32_bits(int(total < 0), abs(total), lsb)
 
 
-def _matmul(a, b, fmt_a, fmt_b, init_bits, frac_bits, scales=None, step=None) -> np.ndarray:
-    """The dot4 steps of ``init + A·B`` (``scales(i, j, s)``: the step's block scales, or None;
-    ``step(acc, a_group, b_group, scales)``: the step rule, default :func:`dot4_bits`)."""
+def _matmul(a, b, fmt_a, fmt_b, init_bits, frac_bits, scales=None, step=None,
+            group: int = DOT_GROUP) -> np.ndarray:
+    """The steps of ``init + A·B``, ``group`` products each (``scales(i, j, s)``: the step's
+    block scales, or None; ``step(acc, a_group, b_group, scales)``: the step rule, default
+    :func:`dot4_bits`)."""
     if step is None:
         def step(acc, ag, bg, sc):
             return dot4_bits(acc, ag, bg, fmt_a, fmt_b, frac_bits, sc)
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    pad = -k % DOT_GROUP                      # +0 × +0 products: what the PE's lanes see
+    pad = -k % group                          # +0 × +0 products: what the PE's lanes see
     a, b = np.pad(a, ((0, 0), (0, pad))), np.pad(b, ((0, pad), (0, 0)))
     out = (np.zeros((m, n), np.uint32) if init_bits is None
            else np.array(np.broadcast_to(np.asarray(init_bits, np.uint32), (m, n))))
     for i in range(m):
         for j in range(n):
             acc = int(out[i, j])
-            for s in range(0, k, DOT_GROUP):
-                acc = step(acc, a[i, s:s + DOT_GROUP], b[s:s + DOT_GROUP, j],
+            for s in range(0, k, group):
+                acc = step(acc, a[i, s:s + group], b[s:s + group, j],
                            None if scales is None else scales(i, j, s))
             out[i, j] = acc
     return out

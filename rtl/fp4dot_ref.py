@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dot_ref import _fp8_operand, block_scales, rz_fp32_bits
+from .dot_ref import _fp8_operand, _matmul, block_scales, rz_fp32_bits
 
 __all__ = ["FP4_GROUP", "FP4_FRAC_BITS", "fp4_step_bits", "fp4_matmul_bits",
            "nvfp4_matmul_bits", "scale_value"]
@@ -137,19 +137,11 @@ def fp4_matmul_bits(a_codes, a_scales, b_codes, b_scales, mode: str = "mxfp4",
     from .datapath import FP4_MODES
     block = FP4_MODES[mode][2] if block is None else block
     a, b, sa, sb = _operands(a_codes, b_codes, a_scales, b_scales, block)
-    m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    pad = -k % FP4_GROUP
-    a, b = np.pad(a, ((0, 0), (0, pad))), np.pad(b, ((0, pad), (0, 0)))
-    out = (np.zeros((m, n), np.uint32) if init_bits is None
-           else np.array(np.broadcast_to(np.asarray(init_bits, np.uint32), (m, n))))
-    for i in range(m):
-        for j in range(n):
-            acc = int(out[i, j])
-            for s in range(0, k, FP4_GROUP):
-                acc = fp4_step_bits(acc, a[i, s:s + FP4_GROUP], b[s:s + FP4_GROUP, j], mode,
-                                    sa[i, s // block], sb[s // block, j], frac_bits)
-            out[i, j] = acc
-    return out
+
+    def step(acc, ag, bg, sc):
+        return fp4_step_bits(acc, ag, bg, mode, *sc, frac_bits)
+    return _matmul(a, b, None, None, init_bits, frac_bits, group=FP4_GROUP, step=step,
+                   scales=lambda i, j, s: (sa[i, s // block], sb[s // block, j]))
 
 
 def nvfp4_matmul_bits(a_codes, a_scales, b_codes, b_scales, ts_a: float, ts_b: float,

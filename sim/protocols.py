@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,12 @@ class Protocol:
 def chip_protocols(chip) -> tuple[Protocol, ...]:
     """The protocols of ``chip``'s collective library (empty: the chip has none)."""
     lib = getattr(chip, "collectives", None)
-    if lib is None:
-        return ()
+    return () if lib is None else _protocols(lib)
+
+
+@lru_cache(maxsize=None)
+def _protocols(lib) -> tuple[Protocol, ...]:
+    """A library table's protocols, resolved once per table (every collective asks)."""
     return tuple(Protocol(name, p.base_latency_us * 1e-6, p.hop_latency_us * 1e-6,
                           p.net_hop_latency_us * 1e-6, p.bus_fraction,
                           p.max_bus_gb_per_s * 1e9, p.tree_bus_fraction,

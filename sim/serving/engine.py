@@ -42,9 +42,9 @@ import numpy as np
 
 from ...workloads.serving_step import Step
 from ..energy_parts import STATIC, VECTOR
-
-DRAM = VECTOR.index("dram")
 from .config import ServeConfig
+
+DRAM = VECTOR.index("dram")       # the energy component the second tier's traffic adds to
 
 STEP_END, KV_DONE, ARRIVE = 0, 1, 2
 
@@ -93,9 +93,9 @@ class Instance:
     tokens map to blocks (a :class:`~diptych.sim.serving.kv.KvLayout`; None: one block per
     ``kv_block_tokens`` tokens of every layer); ``power`` limits each step's device cost to
     what the chip's TDP sustains (:mod:`~diptych.sim.serving.power`; None: no limit); ``tier``
-the chip's second memory tier (a :class:`~diptych.sim.serving.kv_tier.KvTier`: swap space, or
-part of the pool of ``blocks``; None: none); ``prefix_cache`` several prefixes cached LRU
-(a :class:`~diptych.sim.serving.prefix_cache.PrefixCache`; None: the pinned prefix)."""
+    the chip's second memory tier (a :class:`~diptych.sim.serving.kv_tier.KvTier`: swap space,
+    or part of the pool of ``blocks``; None: none); ``prefix_cache`` several prefixes cached
+    LRU (a :class:`~diptych.sim.serving.prefix_cache.PrefixCache`; None: the pinned prefix)."""
 
     def __init__(self, idx: int, role: str, oracle, cfg: ServeConfig, *, chips: int,
                  blocks: int, block_bytes: float, static_w: float, draft=None,
