@@ -824,6 +824,10 @@ class Chip:
     dram2: MemoryTier | None = f(default=None,
                                  doc="optional second memory tier (LPDDR5X/GDDR7 beside the "
                                      "HBM: docs/chips.md, 'Memory tiers'); absent = one DRAM")
+    dram3: MemoryTier | None = f(default=None,
+                                 doc="optional third memory tier behind the second (CXL or "
+                                     "host DRAM, no faster than [dram2]: docs/chips.md, "
+                                     "'A third tier'); absent = at most two")
     interconnect: Interconnect = f(doc="the interconnect table")
     energy: EnergyTable = f(doc="the energy table")
     area: AreaTable = f(doc="the area table")
@@ -873,6 +877,15 @@ class Chip:
         if self.dram2 is not None and self.dram is None:
             fail(source, "dram2", "[dram2]", "a chip with a [dram] table: the second tier "
                  "holds what the first cannot")
+        if self.dram3 is not None:
+            if self.dram2 is None:
+                fail(source, "dram3", "[dram3]", "a chip with a [dram2] table: the third tier "
+                     "holds what the first two cannot")
+            elif self.dram3.bytes_per_s > self.dram2.bytes_per_s:
+                fail(source, "dram3", f"{self.dram3.bytes_per_s / 1e9:g} GB/s",
+                     f"a third tier no faster than the second ({self.dram2.bytes_per_s / 1e9:g} "
+                     f"GB/s): the tiers are listed fastest first and filled in that order "
+                     f"(swap the [dram2] and [dram3] tables)")
         if self.tp_overlap is not None:
             for name, n in {**self.tp_overlap.cores(),
                             "nccl": self.tp_overlap.nccl_cores}.items():
@@ -941,6 +954,13 @@ class Chip:
         if self.dram is None:
             return 0.0
         return getattr(self.dram, "bytes_per_s", self.dram.peak_bytes_per_s)
+
+    @property
+    def memory_tiers(self) -> tuple[tuple[str, "MemoryTier"], ...]:
+        """The chip's memory tiers beyond the first, fastest first: ``(("dram2", t2),
+        ("dram3", t3))`` as far as it has them (empty without ``[dram2]``)."""
+        return tuple((n, t) for n, t in (("dram2", self.dram2), ("dram3", self.dram3))
+                     if t is not None)
 
     @property
     def memory_bytes(self) -> int:

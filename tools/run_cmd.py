@@ -143,6 +143,13 @@ def _totals_table(d: dict):
                   f"{b['dram2'] / 2**30:.1f} GiB of state; tier 2 moved "
                   f"{tiers['dram2_bytes_moved'] / 2**30:.1f} GiB this run "
                   f"(docs/chips.md, 'Memory tiers')")
+        for i, (name, tr) in enumerate(tiers.get("tiers", {}).items(), 2):
+            kinds = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in tiers["kinds"][name].items())
+            t.add_row(f"tier {i} ({tr['kind']}, {tr['attach']})",
+                      f"holds {b[name] / 2**30:.1f} GiB ({kinds or 'nothing'}); moved "
+                      f"{tr['bytes_moved'] / 2**30:.1f} GiB: +{tr['added_s'] * 1e3:.3g} ms "
+                      f"over the first tier (stream {tr['stream_s'] * 1e3:.3g} ms), "
+                      f"{tr['energy_j']:.3g} J")
     off = d.get("info", {}).get("offload")
     if off:         # a training step with state offloaded to the second tier
         t.add_row("offload", fmt.offload_line(off))
