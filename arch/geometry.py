@@ -622,7 +622,7 @@ def validate_chip(chip: "Chip", source: str | None) -> None:
              f"at least dram.stacks ({stacks(chip)}), or 0 for as many as the stacks")
     if spec.width_mm is None:
         return
-    from .package import die_contents, tier_phys
+    from .package import die_contents
 
     stated = spec.width_mm * spec.height_mm
     for dc in die_contents(chip):

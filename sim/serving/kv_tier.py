@@ -34,6 +34,9 @@ blocks beyond what the first tier (HBM) holds. ``--kv-offload`` chooses how it i
 
 Everything here is per chip (a replica's blocks are split evenly over its tensor-parallel
 chips, each with its own tiers); :meth:`KvTier.to_dict` reports all chips.
+
+A chip's third tier (``[dram3]``, docs/chips.md "A third tier") holds no KV blocks here: the
+serving engine's tiers are the first and the second.
 """
 
 from __future__ import annotations

@@ -97,10 +97,10 @@ def test_a_slower_third_tier_never_makes_decode_faster(chip, tiny):
     its own rate)."""
     two = run(tier(dataclasses.replace(chip, dram3=None), "dram2", capacity_gib=64.0), tiny)
     runs = [run(tier(chip, "dram3", link_gb_per_s=g, link_latency_ns=ns), tiny)
-            for g, ns in ((63.0, 0.0), (63.0, 200.0), (16.0, 200.0), (4.0, 1000.0))]
+            for g, ns in ((63.0, 0.0), (16.0, 200.0), (4.0, 1000.0))]
     secs = [r.seconds for r in runs]
-    assert two.seconds <= secs[0] <= secs[1] < secs[2] < secs[3]
-    slow = runs[3]
+    assert two.seconds <= secs[0] < secs[1] < secs[2]
+    slow = runs[2]
     t3 = tier(chip, "dram3", link_gb_per_s=4.0).dram3
     moved = slow.info["memory_tiers"]["tiers"]["dram3"]["bytes_moved"]
     assert t3.bytes_per_s == 2 * 4e9 and moved > 0 and slow.fits
