@@ -406,11 +406,35 @@ class MemoryTier(Dram):
                              "attach = package)", **LINK_GB_PER_S, zero_ok=True)
     link_latency_ns: float = f(default=0.0, doc="ns the link adds to every access (round "
                                "trip beyond the DRAM's own; 0 = ideal)", **LINK_NS)
+    shared_by: int = f(default=1, min=1, max=1024,
+                       doc="chips sharing this memory (a node's host DRAM behind a socket: the "
+                           "table then describes the whole shared memory, and each chip gets "
+                           "1/shared_by of its capacity and pins; integer 1..1024)")
 
     @property
     def linked(self) -> bool:
         """Whether the tier sits behind a link (``attach`` other than ``package``)."""
         return self.attach != "package"
+
+    @property
+    def capacity_bytes(self) -> int:
+        """One chip's bytes: the whole capacity, or of a memory ``shared_by`` chips, an even
+        share (every chip of a node runs the same step and holds the same state)."""
+        if self.shared_by == 1:
+            return int(self.capacity_gib * 2**30)
+        return int(self.capacity_gib * 2**30 / self.shared_by)
+
+    @property
+    def pin_share_bytes_per_s(self) -> float:
+        """One chip's share of the memory's pins when every sharing chip streams at once
+        (:attr:`Dram.peak_bytes_per_s` ÷ ``shared_by``): what a node's chips running the same
+        step each get of a socket's DRAM channels."""
+        return self.peak_bytes_per_s / self.shared_by
+
+    @property
+    def capacity_gib_per_chip(self) -> float:
+        """``capacity_gib`` ÷ ``shared_by`` (what one chip's price counts)."""
+        return self.capacity_gib / self.shared_by
 
     @property
     def link_bytes_per_s(self) -> float:
@@ -419,8 +443,11 @@ class MemoryTier(Dram):
 
     @property
     def bytes_per_s(self) -> float:
-        """What the tier can deliver: the lower of its pins and its links."""
-        return min(self.peak_bytes_per_s, self.link_bytes_per_s)
+        """What the tier can deliver to one chip: the lower of its pins (their share, for a
+        memory ``shared_by`` several chips) and its links."""
+        if self.shared_by == 1:
+            return min(self.peak_bytes_per_s, self.link_bytes_per_s)
+        return min(self.pin_share_bytes_per_s, self.link_bytes_per_s)
 
     @property
     def phys(self) -> int:
@@ -429,6 +456,11 @@ class MemoryTier(Dram):
 
     def _validate(self, source, path):
         if not self.linked:
+            if self.shared_by != 1:
+                fail(source, f"{path}.shared_by", self.shared_by,
+                     "1 for a package-attached tier (its packages are one chip's); a memory "
+                     "several chips share sits behind their links: attach = one of "
+                     f"{', '.join(TIER_ATTACH[1:])}")
             for name in ("links", "link_gb_per_s", "link_latency_ns"):
                 if getattr(self, name):
                     fail(source, f"{path}.{name}", getattr(self, name),

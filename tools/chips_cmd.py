@@ -120,8 +120,11 @@ def chips_show(chip: str, as_json: bool, as_toml: bool):
     for i, (_, d2) in enumerate(c.memory_tiers, 2):
         link = (f" behind {d2.links} {d2.attach} link(s) of {d2.link_gb_per_s:g} GB/s, "
                 f"+{d2.link_latency_ns:g} ns" if d2.linked else "")
+        share = (f", shared by {d2.shared_by} chips: {d2.capacity_gib_per_chip:g} GiB and "
+                 f"{_fmt_rate(d2.pin_share_bytes_per_s, 'B/s')} of pins each"
+                 if d2.shared_by > 1 else "")
         t.add_row(f"DRAM tier {i}", f"{d2.kind}, {d2.stacks} package(s), {d2.capacity_gib} GiB, "
-                  f"{_fmt_rate(d2.bytes_per_s, 'B/s')}{link}, {d2.pj_per_bit:g} pJ/bit")
+                  f"{_fmt_rate(d2.bytes_per_s, 'B/s')}{link}, {d2.pj_per_bit:g} pJ/bit{share}")
     t.add_row("interconnect", f"{c.interconnect.links} × "
               f"{c.interconnect.gb_per_s_per_link_per_direction} GB/s per direction")
     if c.has_dram:
