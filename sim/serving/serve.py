@@ -435,6 +435,9 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
     tiers = [i.tier.to_dict(i.chips) for i in instances if i.tier is not None]
     if tiers:               # which tier held how much KV, what moved (sim/serving/kv_tier.py)
         info["kv_tiers"] = kv_tiers_info(tiers)
+    if cfg.kv_prefetch:     # KV copies fetched ahead: hidden behind the previous step, or not
+        info["kv_prefetch"] = {"hidden_s": sum(i.prefetch_hidden_s for i in instances),
+                               "exposed_s": sum(i.prefetch_exposed_s for i in instances)}
     pcs = [i.pc.to_dict(i.chips) for i in instances if i.pc is not None]
     if pcs:                 # hits per tier, evictions, copies (sim/serving/prefix_cache.py)
         info["prefix_cache"] = prefix_cache_info(pcs)
