@@ -168,3 +168,13 @@ def test_bad_third_tiers_exit_2_naming_the_key(tmp_path, edit, key):
     assert bad.read_text() != text
     r = CliRunner().invoke(main, ["chips", "validate", str(bad)])
     assert r.exit_code == 2 and key in r.output, r.output
+
+
+def test_run_prints_each_tier_with_what_it_holds_and_costs(tmp_path, tiny):
+    small = tmp_path / "small.toml"
+    small.write_text(EXAMPLE.read_text().replace("capacity_gib = 144.0", "capacity_gib = 0.25")
+                     .replace("capacity_gib = 160.0", "capacity_gib = 0.25"))
+    r = CliRunner().invoke(main, ["run", "--chip", str(small), "--model", str(tiny),
+                                  "--phase", "decode", "--batch", "512", "--prompt", "4000"])
+    assert r.exit_code == 0, r.output
+    assert "tier 3 (ddr5, cxl)" in r.output and "DRAM3: kv_cache" in r.output
