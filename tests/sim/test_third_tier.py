@@ -97,10 +97,10 @@ def test_a_slower_third_tier_never_makes_decode_faster(chip, tiny):
     its own rate)."""
     two = run(tier(dataclasses.replace(chip, dram3=None), "dram2", capacity_gib=64.0), tiny)
     runs = [run(tier(chip, "dram3", link_gb_per_s=g, link_latency_ns=ns), tiny)
-            for g, ns in ((63.0, 0.0), (16.0, 200.0), (4.0, 1000.0))]
+            for g, ns in ((63.0, 0.0), (4.0, 1000.0))]
     secs = [r.seconds for r in runs]
-    assert two.seconds <= secs[0] < secs[1] < secs[2]
-    slow = runs[2]
+    assert two.seconds <= secs[0] < secs[1]
+    slow = runs[1]
     t3 = tier(chip, "dram3", link_gb_per_s=4.0).dram3
     moved = slow.info["memory_tiers"]["tiers"]["dram3"]["bytes_moved"]
     assert t3.bytes_per_s == 2 * 4e9 and moved > 0 and slow.fits
@@ -127,6 +127,15 @@ def test_the_tiers_fill_fastest_first_and_the_result_says_where_and_at_what_cost
                                                 rel=1e-6)
         assert rep["added_s"] > 0
     assert mt["tiers"]["dram3"]["attach"] == "cxl"
+    # the terminal table prints a line per slower tier, and the op records' third tier
+    from rich.console import Console
+    from diptych.tools.run_cmd import _layer_table, _totals_table
+    con = Console(width=240, record=True)
+    d = r.to_dict()
+    con.print(_totals_table(d))
+    con.print(_layer_table(d["layers"], d["seconds"], "t"))
+    text = con.export_text()
+    assert "tier 3 (ddr5, cxl)" in text and "DRAM3: kv_cache" in text
 
 
 def test_the_example_places_every_tier_phy_on_the_edge_and_prices_the_tier():
@@ -169,12 +178,3 @@ def test_bad_third_tiers_exit_2_naming_the_key(tmp_path, edit, key):
     r = CliRunner().invoke(main, ["chips", "validate", str(bad)])
     assert r.exit_code == 2 and key in r.output, r.output
 
-
-def test_run_prints_each_tier_with_what_it_holds_and_costs(tmp_path, tiny):
-    small = tmp_path / "small.toml"
-    small.write_text(EXAMPLE.read_text().replace("capacity_gib = 144.0", "capacity_gib = 0.25")
-                     .replace("capacity_gib = 160.0", "capacity_gib = 0.25"))
-    r = CliRunner().invoke(main, ["run", "--chip", str(small), "--model", str(tiny),
-                                  "--phase", "decode", "--batch", "512", "--prompt", "4000"])
-    assert r.exit_code == 0, r.output
-    assert "tier 3 (ddr5, cxl)" in r.output and "DRAM3: kv_cache" in r.output
