@@ -49,8 +49,7 @@ def area_breakdown_mm2(chip: "Chip") -> dict[str, float]:
                 * a.mm2_per_mib_sram,
         "vector": chip.tensor_cores * chip.core.vector.lanes * a.mm2_per_vector_lane,
         "dram_phy": (chip.dram.stacks if chip.dram is not None else 0) * a.mm2_per_hbm_phy
-                    + (chip.dram2.phys * chip.dram2.mm2_per_phy if chip.dram2 is not None
-                       else 0.0),
+                    + sum(t.phys * t.mm2_per_phy for _, t in chip.memory_tiers),
         "interconnect": chip.interconnect.links * a.mm2_per_link,
         "overhead": a.fixed_overhead_mm2
                     + (pkg.io_dies * pkg.io_die_overhead_mm2 if pkg is not None else 0.0),

@@ -406,11 +406,35 @@ class MemoryTier(Dram):
                              "attach = package)", **LINK_GB_PER_S, zero_ok=True)
     link_latency_ns: float = f(default=0.0, doc="ns the link adds to every access (round "
                                "trip beyond the DRAM's own; 0 = ideal)", **LINK_NS)
+    shared_by: int = f(default=1, min=1, max=1024,
+                       doc="chips sharing this memory (a node's host DRAM behind a socket: the "
+                           "table then describes the whole shared memory, and each chip gets "
+                           "1/shared_by of its capacity and pins; integer 1..1024)")
 
     @property
     def linked(self) -> bool:
         """Whether the tier sits behind a link (``attach`` other than ``package``)."""
         return self.attach != "package"
+
+    @property
+    def capacity_bytes(self) -> int:
+        """One chip's bytes: the whole capacity, or of a memory ``shared_by`` chips, an even
+        share (every chip of a node runs the same step and holds the same state)."""
+        if self.shared_by == 1:
+            return int(self.capacity_gib * 2**30)
+        return int(self.capacity_gib * 2**30 / self.shared_by)
+
+    @property
+    def pin_share_bytes_per_s(self) -> float:
+        """One chip's share of the memory's pins when every sharing chip streams at once
+        (:attr:`Dram.peak_bytes_per_s` ÷ ``shared_by``): what a node's chips running the same
+        step each get of a socket's DRAM channels."""
+        return self.peak_bytes_per_s / self.shared_by
+
+    @property
+    def capacity_gib_per_chip(self) -> float:
+        """``capacity_gib`` ÷ ``shared_by`` (what one chip's price counts)."""
+        return self.capacity_gib / self.shared_by
 
     @property
     def link_bytes_per_s(self) -> float:
@@ -419,8 +443,11 @@ class MemoryTier(Dram):
 
     @property
     def bytes_per_s(self) -> float:
-        """What the tier can deliver: the lower of its pins and its links."""
-        return min(self.peak_bytes_per_s, self.link_bytes_per_s)
+        """What the tier can deliver to one chip: the lower of its pins (their share, for a
+        memory ``shared_by`` several chips) and its links."""
+        if self.shared_by == 1:
+            return min(self.peak_bytes_per_s, self.link_bytes_per_s)
+        return min(self.pin_share_bytes_per_s, self.link_bytes_per_s)
 
     @property
     def phys(self) -> int:
@@ -429,6 +456,11 @@ class MemoryTier(Dram):
 
     def _validate(self, source, path):
         if not self.linked:
+            if self.shared_by != 1:
+                fail(source, f"{path}.shared_by", self.shared_by,
+                     "1 for a package-attached tier (its packages are one chip's); a memory "
+                     "several chips share sits behind their links: attach = one of "
+                     f"{', '.join(TIER_ATTACH[1:])}")
             for name in ("links", "link_gb_per_s", "link_latency_ns"):
                 if getattr(self, name):
                     fail(source, f"{path}.{name}", getattr(self, name),
@@ -824,6 +856,10 @@ class Chip:
     dram2: MemoryTier | None = f(default=None,
                                  doc="optional second memory tier (LPDDR5X/GDDR7 beside the "
                                      "HBM: docs/chips.md, 'Memory tiers'); absent = one DRAM")
+    dram3: MemoryTier | None = f(default=None,
+                                 doc="optional third memory tier behind the second (CXL or "
+                                     "host DRAM, no faster than [dram2]: docs/chips.md, "
+                                     "'A third tier'); absent = at most two")
     interconnect: Interconnect = f(doc="the interconnect table")
     energy: EnergyTable = f(doc="the energy table")
     area: AreaTable = f(doc="the area table")
@@ -873,6 +909,15 @@ class Chip:
         if self.dram2 is not None and self.dram is None:
             fail(source, "dram2", "[dram2]", "a chip with a [dram] table: the second tier "
                  "holds what the first cannot")
+        if self.dram3 is not None:
+            if self.dram2 is None:
+                fail(source, "dram3", "[dram3]", "a chip with a [dram2] table: the third tier "
+                     "holds what the first two cannot")
+            elif self.dram3.bytes_per_s > self.dram2.bytes_per_s:
+                fail(source, "dram3", f"{self.dram3.bytes_per_s / 1e9:g} GB/s",
+                     f"a third tier no faster than the second ({self.dram2.bytes_per_s / 1e9:g} "
+                     f"GB/s): the tiers are listed fastest first and filled in that order "
+                     f"(swap the [dram2] and [dram3] tables)")
         if self.tp_overlap is not None:
             for name, n in {**self.tp_overlap.cores(),
                             "nccl": self.tp_overlap.nccl_cores}.items():
@@ -941,6 +986,13 @@ class Chip:
         if self.dram is None:
             return 0.0
         return getattr(self.dram, "bytes_per_s", self.dram.peak_bytes_per_s)
+
+    @property
+    def memory_tiers(self) -> tuple[tuple[str, "MemoryTier"], ...]:
+        """The chip's memory tiers beyond the first, fastest first: ``(("dram2", t2),
+        ("dram3", t3))`` as far as it has them (empty without ``[dram2]``)."""
+        return tuple((n, t) for n, t in (("dram2", self.dram2), ("dram3", self.dram3))
+                     if t is not None)
 
     @property
     def memory_bytes(self) -> int:

@@ -211,8 +211,10 @@ def chip_cost(chip: "Chip") -> ChipCost | None:
     else:
         interposer = 0.0
     gib = chip.dram.capacity_gib if chip.dram is not None else 0.0
-    # a second tier at its own price (``[dram2] usd_per_gb``, capacity counted as the first's)
-    tier = chip.dram2.capacity_gib * chip.dram2.usd_per_gb if chip.dram2 is not None else 0.0
+    # the second (and third) tier at its own price (``usd_per_gb``, capacity counted as the
+    # first's; a memory ``shared_by`` several chips, one chip's share)
+    tier = sum((t.capacity_gib if t.shared_by == 1 else t.capacity_gib_per_chip) * t.usd_per_gb
+               for _, t in chip.memory_tiers)
     return ChipCost(dies=tuple(out), dram_usd=gib * c.dram_usd_per_gb + tier,
                     interposer_mm2=interposer,
                     interposer_usd=interposer * c.interposer_usd_per_mm2,

@@ -451,13 +451,15 @@ def die_geometry(name: str, kind: str, blocks: dict[str, float], spec: DieSpec, 
                  cores: int = 0, spare_cores: int = 0, stated: tuple[float, float] | None = None,
                  mm2_per_hbm_phy: float = 0.0, mm2_per_link: float = 0.0,
                  d2d_mm2_per_mm: float = 0.0, tier_phys: int = 0, tier_mm: float = 0.0,
-                 tier_mm2: float = 0.0) -> DieGeometry:
+                 tier_mm2: float = 0.0,
+                 tier_label: str = "the second memory tier ([dram2])") -> DieGeometry:
     """Outline, edge slots and violations of one die whose blocks are ``blocks`` (mm²).
 
     A derived outline grows beyond the blocks' area when the interface bands leave more room
     beside the interfaces than the overhead fills (:func:`layout_deficit`); the difference is
     the die's whitespace. A stated outline that the blocks overflow is a ``layout`` violation.
-    ``tier_phys`` PHYs of a second memory tier take ``tier_mm`` of edge and ``tier_mm2`` each.
+    ``tier_phys`` PHYs of a second memory tier take ``tier_mm`` of edge and ``tier_mm2`` each;
+    ``tier_label`` names them in a violation (a third tier's PHYs may be among them).
     """
     area = sum(blocks.values())
     stacks = hbm_phys if stacks is None else stacks
@@ -520,7 +522,7 @@ def die_geometry(name: str, kind: str, blocks: dict[str, float], spec: DieSpec, 
     if short["tier"]:
         v.append(Violation(
             "tier_edge", name,
-            f"{label}: {io['tier_phys']} PHYs of the second memory tier ([dram2]) need "
+            f"{label}: {io['tier_phys']} PHYs of {tier_label} need "
             f"{io['tier_phys'] * tier_mm:.1f} mm of die edge ({tier_mm:g} mm each); a "
             f"{w:.1f} × {h:.1f} mm outline holds {io['tier_phys'] - short['tier']} beside the "
             f"HBM PHYs: short by {short['tier']} PHY(s), {short['tier_mm']:.1f} mm of edge "
@@ -560,13 +562,17 @@ def dies(chip: "Chip") -> list[DieGeometry]:
 
 @functools.lru_cache(maxsize=256)
 def _dies(chip: "Chip") -> tuple[DieGeometry, ...]:
-    from .package import die_contents
+    from .package import die_contents, tier_phys
 
     spec = die_spec(chip)
     stated = (spec.width_mm, spec.height_mm) if spec.width_mm is not None else None
     a = chip.area
     pkg = getattr(chip, "package", None)
-    t = getattr(chip, "dram2", None)
+    _, tier_mm, tier_mm2 = tier_phys(chip)
+    t3 = getattr(chip, "dram3", None)
+    label = ("the second and third memory tiers ([dram2], [dram3])"
+             if t3 is not None and t3.phys and t3.mm_edge_per_phy
+             else "the second memory tier ([dram2])")
     out = []
     for dc in die_contents(chip):
         out.append(die_geometry(
@@ -576,8 +582,8 @@ def _dies(chip: "Chip") -> tuple[DieGeometry, ...]:
             stated=stated if dc.kind != "io" else None, mm2_per_hbm_phy=a.mm2_per_hbm_phy,
             mm2_per_link=a.mm2_per_link,
             d2d_mm2_per_mm=pkg.d2d_mm2_per_mm if pkg is not None else 0.0,
-            tier_phys=dc.tier_phys, tier_mm=t.mm_edge_per_phy if t is not None else 0.0,
-            tier_mm2=t.mm2_per_phy if t is not None else 0.0))
+            tier_phys=dc.tier_phys, tier_mm=tier_mm, tier_mm2=tier_mm2,
+            tier_label=label))
     return tuple(out)
 
 

@@ -92,7 +92,26 @@ class DieContent:
     cores: int = 0
     spare_cores: int = 0
     blocked: tuple[str, ...] = ()  # edges facing a neighbouring die: no PHYs or SerDes
-    tier_phys: int = 0          # PHYs of a second memory tier ([dram2] packages)
+    tier_phys: int = 0          # PHYs of the memory tiers beyond the first ([dram2], [dram3])
+
+
+def tier_phys(chip: "Chip") -> tuple[int, float, float]:
+    """(PHYs, mm of edge each, mm² each) the chip's memory tiers beyond the first put on the
+    die edge: the second tier's; with a third whose PHYs take edge too, both tiers' PHYs at
+    their mean length and area (the edge and area in all are exact; the packing places PHYs
+    of one length, [assumption]: it keeps the edge assignment one greedy pass; a linked
+    tier's PHYs are its ports, a PCIe host port of 0 mm takes none)."""
+    t2 = getattr(chip, "dram2", None)
+    t3 = getattr(chip, "dram3", None)
+    if t2 is None:
+        return 0, 0.0, 0.0
+    if t3 is None or not (t3.phys and t3.mm_edge_per_phy):
+        return t2.phys, t2.mm_edge_per_phy, t2.mm2_per_phy
+    if not (t2.phys and t2.mm_edge_per_phy):
+        return t3.phys, t3.mm_edge_per_phy, t3.mm2_per_phy
+    n = t2.phys + t3.phys
+    return (n, (t2.phys * t2.mm_edge_per_phy + t3.phys * t3.mm_edge_per_phy) / n,
+            (t2.phys * t2.mm2_per_phy + t3.phys * t3.mm2_per_phy) / n)
 
 
 def _split(total: int, parts: int, i: int) -> int:
@@ -112,7 +131,7 @@ def die_contents(chip: "Chip") -> list[DieContent]:
     pkg = getattr(chip, "package", None)
     links = chip.interconnect.links
     spare = _spares(chip)
-    tier = chip.dram2.phys if getattr(chip, "dram2", None) is not None else 0
+    tier = tier_phys(chip)[0]
     if pkg is None or pkg.dies == 1:
         return [DieContent("die", "monolithic", dict(parts), sites, n_stacks, links, {},
                            chip.tensor_cores, spare, tier_phys=tier)]

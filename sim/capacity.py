@@ -19,7 +19,10 @@ class Capacities:
     first DRAM's capacity when the chip has a second tier (``[dram2]``): what it cannot hold
     lives in the second; 0 = one DRAM of unlimited room (the planner's view without a tier).
     ``tier2_kinds``: tensor kinds placed in the second tier whatever room the first has (a
-    training run's offload, :mod:`diptych.sim.run.offload`; only with ``dram_bytes``)."""
+    training run's offload, :mod:`diptych.sim.run.offload`; only with ``dram_bytes``).
+    ``dram2_bytes``: the second tier's capacity when the chip has a third (``[dram3]``): what
+    neither of the first two holds lives in the third; 0 = no third tier (the second's room
+    unlimited to the planner, as before the third tier existed)."""
 
     scratchpad: int
     shared_buffer: int = 0
@@ -28,9 +31,10 @@ class Capacities:
     dram: bool = True
     dram_bytes: int = 0
     tier2_kinds: frozenset = frozenset()
+    dram2_bytes: int = 0
 
     def __post_init__(self):
-        for n in ("scratchpad", "shared_buffer", "dram_bytes"):
+        for n in ("scratchpad", "shared_buffer", "dram_bytes", "dram2_bytes"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"capacities.{n} must be an integer number of bytes >= 0, "
@@ -41,6 +45,9 @@ class Capacities:
         if self.tier2_kinds and not self.dram_bytes:
             raise ValueError(f"capacities.tier2_kinds ({', '.join(sorted(self.tier2_kinds))}) "
                              f"need a second DRAM tier (dram_bytes > 0)")
+        if self.dram2_bytes and not self.dram_bytes:
+            raise ValueError(f"capacities.dram2_bytes ({self.dram2_bytes}) needs a second DRAM "
+                             f"tier (dram_bytes > 0)")
 
 
 def capacities(chip, *, reserve_fraction: float | None = None,
@@ -60,4 +67,6 @@ def capacities(chip, *, reserve_fraction: float | None = None,
                       dram=chip.has_dram,
                       dram_bytes=(chip.dram.capacity_bytes
                                   if getattr(chip, "dram2", None) is not None else 0),
-                      tier2_kinds=tier2_kinds)
+                      tier2_kinds=tier2_kinds,
+                      dram2_bytes=(chip.dram2.capacity_bytes
+                                   if getattr(chip, "dram3", None) is not None else 0))

@@ -16,7 +16,9 @@ charges the engine applies:
 * **a link**: a chip whose DRAM is a memory tier behind a link (``[dram2] attach`` ``cxl``,
   ``pcie``, ``c2c``: :func:`diptych.sim.run.placed.tier2_chip` times a second tier's bytes on
   such a chip) has its DRAM capped at the links' rate (both directions on one server: errs
-  slow for mixed reads and writes) and ``link_latency_ns`` added to every descriptor's setup;
+  slow for mixed reads and writes), or at the chip's share of the pins of a memory its node's
+  chips share (``shared_by``) when that is lower, and ``link_latency_ns`` added to every
+  descriptor's setup;
 * **energy**: ``noc`` = NoC pJ/byte × (DRAM bytes + shared-buffer re-read bytes), ``d2d`` =
   D2D pJ per DRAM byte (``8 × pJ/bit × mean crossings``) × DRAM bytes; keys of the energy
   breakdown only for a chip with a ``[noc]`` (resp. a multi-die ``[package]``), so that a chip
@@ -92,6 +94,9 @@ def fabric(chip) -> Fabric:
         setup += link.link_latency_ns
         if link.link_bytes_per_s < pins:
             cap, what = link.link_bytes_per_s, f"{link.attach} link"
+        if link.shared_by > 1 and link.pin_share_bytes_per_s < min(cap, pins):
+            # a memory the node's chips share: each streams its share of the pins
+            cap, what = link.pin_share_bytes_per_s, f"shared by {link.shared_by} chips"
     if noc is not None:
         setup += noc.latency_ns
         noc_pj = noc.pj_per_byte

@@ -19,8 +19,7 @@ def chip_summary(chip: Chip) -> dict:
     d[DERIVED_KEY] = {
         "peak_ops_per_s": chip.peak_ops_per_s,
         "dram_bytes_per_s": chip.dram_bytes_per_s,
-        **({"dram2_bytes_per_s": chip.dram2.bytes_per_s} if chip.dram2 is not None
-           else {}),
+        **{f"{n}_bytes_per_s": t.bytes_per_s for n, t in chip.memory_tiers},
         "sram_bytes": chip.sram_bytes,
         "vector_ops_per_s": chip.vector_ops_per_s,
         "area_mm2": area_breakdown_mm2(chip),
@@ -118,12 +117,14 @@ def chips_show(chip: str, as_json: bool, as_toml: bool):
                   f"{_fmt_rate(c.dram_bytes_per_s, 'B/s')}")
     else:
         t.add_row("DRAM", "none: an all-SRAM chip (every tensor lives on chip)")
-    if c.dram2 is not None:
-        d2 = c.dram2
+    for i, (_, d2) in enumerate(c.memory_tiers, 2):
         link = (f" behind {d2.links} {d2.attach} link(s) of {d2.link_gb_per_s:g} GB/s, "
                 f"+{d2.link_latency_ns:g} ns" if d2.linked else "")
-        t.add_row("DRAM tier 2", f"{d2.kind}, {d2.stacks} package(s), {d2.capacity_gib} GiB, "
-                  f"{_fmt_rate(d2.bytes_per_s, 'B/s')}{link}, {d2.pj_per_bit:g} pJ/bit")
+        share = (f", shared by {d2.shared_by} chips: {d2.capacity_gib_per_chip:g} GiB and "
+                 f"{_fmt_rate(d2.pin_share_bytes_per_s, 'B/s')} of pins each"
+                 if d2.shared_by > 1 else "")
+        t.add_row(f"DRAM tier {i}", f"{d2.kind}, {d2.stacks} package(s), {d2.capacity_gib} GiB, "
+                  f"{_fmt_rate(d2.bytes_per_s, 'B/s')}{link}, {d2.pj_per_bit:g} pJ/bit{share}")
     t.add_row("interconnect", f"{c.interconnect.links} × "
               f"{c.interconnect.gb_per_s_per_link_per_direction} GB/s per direction")
     if c.has_dram:

@@ -40,7 +40,8 @@ def parse_batches(text: str) -> list[int]:
     return out
 
 
-_WHERE = {"scratchpad": "SP", "shared_buffer": "SB", "dram": "DRAM", "dram2": "DRAM2"}
+_WHERE = {"scratchpad": "SP", "shared_buffer": "SB", "dram": "DRAM", "dram2": "DRAM2",
+          "dram3": "DRAM3"}
 
 
 def _residency(rec: dict) -> str:
@@ -143,6 +144,12 @@ def _totals_table(d: dict):
                   f"{b['dram2'] / 2**30:.1f} GiB of state; tier 2 moved "
                   f"{tiers['dram2_bytes_moved'] / 2**30:.1f} GiB this run "
                   f"(docs/chips.md, 'Memory tiers')")
+        for i, (name, tr) in enumerate(tiers.get("tiers", {}).items(), 2):
+            kinds = ", ".join(f"{k} {v / 2**30:.1f}" for k, v in tiers["kinds"][name].items())
+            t.add_row(f"tier {i} ({tr['kind']}, {tr['attach']})",
+                      f"holds {b[name] / 2**30:.1f} GiB ({kinds or 'nothing'}); moved "
+                      f"{tr['bytes_moved'] / 2**30:.1f} GiB: +{tr['added_s']:.3g} s over "
+                      f"the first tier (stream {tr['stream_s']:.3g} s), {tr['energy_j']:.3g} J")
     off = d.get("info", {}).get("offload")
     if off:         # a training step with state offloaded to the second tier
         t.add_row("offload", fmt.offload_line(off))

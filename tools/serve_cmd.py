@@ -198,6 +198,10 @@ def _ep_layouts(ep, attention, redundant, skew, prefill_ep, decode_ep, disaggreg
               help="The chip's second memory tier ([dram2]) and the KV cache: tier (the cache "
                    "spans both tiers, tier-2 blocks read at its rate), swap (preempted "
                    "sequences swapped to it), none; auto: tier when the chip has one.")
+@click.option("--kv-prefetch/--no-kv-prefetch", default=False, show_default=True,
+              help="Fetch a step's KV copies from the slower tier (swap-ins, a pooled tier's "
+                   "placement copies) during the previous step; only what it cannot hide "
+                   "stays on the step's chain.")
 @click.option("--slo-ttft", type=float, default=2.0, show_default=True,
               help="TTFT objective (s).")
 @click.option("--slo-tpot", type=float, default=0.2, show_default=True,
@@ -268,7 +272,8 @@ def _ep_layouts(ep, attention, redundant, skew, prefill_ep, decode_ep, disaggreg
 @friendly
 def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, prompt, gen,
           requests, duration, scheduler, max_batch, max_batched_tokens, chunked_prefill,
-          kv_block, preemption, kv_offload, slo_ttft, slo_tpot, weights_dtype, act_dtype, kv_dtype,
+          kv_block, preemption, kv_offload, kv_prefetch, slo_ttft, slo_tpot, weights_dtype,
+          act_dtype, kv_dtype,
           attention, prefill_chip, prefill_chips, decode_chip, decode_chips, ep, ep_attention,
           redundant_experts, moe_skew, prefill_ep, decode_ep, speculative,
           prefix_share, prefixes, seed, runtime, sweep_qps, plot, export_profile, oracle,
@@ -292,6 +297,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
     cfg = ServeConfig(scheduler=scheduler, max_batch=max_batch,
                       max_batched_tokens=max_batched_tokens, chunked_prefill=chunked_prefill,
                       kv_block_tokens=kv_block, preemption=preemption, kv_offload=kv_offload,
+                      kv_prefetch=kv_prefetch,
                       prefix_share=prefix_share, prefixes=prefixes, slo_ttft_s=slo_ttft,
                       slo_tpot_s=slo_tpot,
                       speculative=parse_speculative(speculative) if speculative else None,

@@ -93,10 +93,10 @@ import numpy as np
 from ...workloads.program import Expanded, Program
 from ..capacity import Capacities, capacities
 
-LOCATIONS: tuple[str, ...] = ("scratchpad", "shared_buffer", "dram", "dram2")
+LOCATIONS: tuple[str, ...] = ("scratchpad", "shared_buffer", "dram", "dram2", "dram3")
 #: The on-chip memories, in the order an item is offered to them.
 MEMORIES: tuple[str, ...] = LOCATIONS[:2]
-#: Where an access moves bytes over a DRAM interface: the first tier or the second.
+#: Where an access moves bytes over a DRAM interface: the first tier, the second or the third.
 OFF_CHIP: frozenset = frozenset(LOCATIONS[2:])
 
 #: DRAM accesses an op makes to an operand, by how it uses it.
@@ -108,7 +108,9 @@ class Placement:
     """Where the instances of one tensor class live. Instance i (repeat i of its block, or the
     single program tensor) is in the scratchpad for ``i < scratchpad``, in the shared buffer
     for ``i < scratchpad + shared_buffer``, in the second DRAM tier for the last ``dram2``
-    instances (a chip with ``[dram2]``; :data:`LOCATIONS` ``"dram2"``), else in DRAM.
+    instances before the last ``dram3`` (a chip with ``[dram2]``; :data:`LOCATIONS`
+    ``"dram2"``), in the third tier for the last ``dram3`` (a chip with ``[dram3]``), else in
+    DRAM (the first tier).
     ``traffic_bytes``: DRAM bytes its accesses would move per program if all of it were in
     DRAM; ``live``: False for a tensor no
     node accesses (it is left in DRAM and costs nothing); ``saved``: an activation a later
@@ -125,13 +127,16 @@ class Placement:
     live: bool = True
     saved: bool = False
     dram2: int = 0
+    dram3: int = 0
 
     def location(self, i: int = 0) -> str:
         if i < self.scratchpad:
             return "scratchpad"
         if i < self.scratchpad + self.shared_buffer:
             return "shared_buffer"
-        return "dram2" if i >= self.instances - self.dram2 else "dram"
+        if i >= self.instances - self.dram3:
+            return "dram3"
+        return "dram2" if i >= self.instances - self.dram3 - self.dram2 else "dram"
 
     @property
     def dram(self) -> int:
@@ -183,6 +188,16 @@ class NodeResidency:
                   if a.location == "dram2")
         return two / tot if tot else 0.0
 
+    @property
+    def dram3_share(self) -> float:
+        """The share of this node's off-chip bytes that the third tier moves (0 when nothing
+        is off chip or the chip has no ``[dram3]``)."""
+        tot = sum(a.bytes * ACCESS_COUNT[a.mode] for a in self.accesses
+                  if a.location in OFF_CHIP)
+        three = sum(a.bytes * ACCESS_COUNT[a.mode] for a in self.accesses
+                    if a.location == "dram3")
+        return three / tot if tot else 0.0
+
     def location(self, tensor: str) -> str:
         for a in self.accesses:
             if a.tensor == tensor:
@@ -216,16 +231,33 @@ class Residency:
         return sum(p.traffic_bytes * p.dram2 // p.instances for p in self.placements.values()
                    if p.live and p.instances)
 
+    @property
+    def dram3_bytes(self) -> int:
+        """Bytes the program's accesses move per invocation to and from the third DRAM tier
+        (0 without one)."""
+        return sum(p.traffic_bytes * p.dram3 // p.instances for p in self.placements.values()
+                   if p.live and p.instances)
+
     def dram_tier_bytes(self) -> dict[str, int]:
         """Bytes of state (weights, caches, saved activations) held in each DRAM tier for
-        the whole program: ``{"dram": ..., "dram2": ...}``; what a result reports as where
-        the tensors live."""
-        out = {"dram": 0, "dram2": 0}
+        the whole program: ``{"dram": ..., "dram2": ...}`` (and ``"dram3"`` on a chip with a
+        third tier); what a result reports as where the tensors live."""
+        out = {k: sum(v.values()) for k, v in self.dram_tier_kinds().items()}
+        return out
+
+    def dram_tier_kinds(self) -> dict[str, dict[str, int]]:
+        """:meth:`dram_tier_bytes` by tensor kind: ``{"dram": {"weight": ..., "kv_cache":
+        ...}, "dram2": {...}}`` (kinds with bytes there only): which tensors live in which
+        tier."""
+        tiers = ("dram", "dram2", "dram3") if self.capacity.dram2_bytes else ("dram", "dram2")
+        out: dict[str, dict[str, int]] = {t: {} for t in tiers}
         for p in self.placements.values():
             if p.state or p.saved:
                 nb = int(math.ceil(p.tensor.bytes))
-                out["dram2"] += nb * p.dram2
-                out["dram"] += nb * (p.dram - p.dram2)
+                for t, n in (("dram", p.dram - p.dram2 - p.dram3), ("dram2", p.dram2),
+                             ("dram3", p.dram3)):
+                    if n and t in out:
+                        out[t][p.tensor.kind] = out[t].get(p.tensor.kind, 0) + nb * n
         return out
 
     def on_chip_bytes(self, location: str) -> int:
@@ -248,7 +280,8 @@ class Residency:
                 if p.block == src:
                     cuts.update(b.repeat - c if reverse else c
                                 for c in (p.scratchpad, p.scratchpad + p.shared_buffer,
-                                          p.instances - p.dram2)
+                                          p.instances - p.dram2 - p.dram3,
+                                          p.instances - p.dram3)
                                 if 0 < c < b.repeat)
         cuts = sorted(cuts)
         return tuple(zip(cuts[:-1], cuts[1:]))
@@ -330,6 +363,7 @@ def plan_residency(program: Program, chip=None, *, capacity: Capacities | None =
     H = {m: np.zeros(P, dtype=np.int64) for m in MEMORIES}    # bytes offered, per position
     limit = {"scratchpad": capacity.scratchpad, "shared_buffer": capacity.shared_buffer}
     H_dram = np.zeros(P, dtype=np.int64)     # bytes offered to the first DRAM tier
+    H_dram2 = np.zeros(P, dtype=np.int64)    # bytes offered to the second (with a third)
     placed: dict[str, list[int]] = {}
     for c in sorted(classes.values(), key=lambda c: c["key"]):
         if not c["live"]:
@@ -351,7 +385,14 @@ def plan_residency(program: Program, chip=None, *, capacity: Capacities | None =
             # a second DRAM tier: the first takes what fits by the same threshold rule (so
             # more first-tier room never moves a tensor to the second); the rest goes there
             k = _offer(H_dram, c, offered, capacity.dram_bytes)
-            counts.append(offered - k)
+            rest = offered - k
+            if capacity.dram2_bytes:
+                # a third: the second takes what fits of the rest by the same rule, the third
+                # what remains (the tiers fastest first, [dram3] no faster than [dram2])
+                k2 = _offer(H_dram2, c, rest, capacity.dram2_bytes) if rest else 0
+                counts += [k2, rest - k2]
+            else:
+                counts.append(rest)
         placed[c["cls"]] = counts
     return _result(program, capacity, classes, placed)
 
@@ -436,5 +477,6 @@ def _result(program: Program, capacity: Capacities, classes: dict, placed: dict
         out[cls] = Placement(cls=cls, block=c["block"], tensor=c["tensor"], instances=c["n"],
                              scratchpad=sp, shared_buffer=sb, state=c["state"],
                              traffic_bytes=c["traffic"], live=c["live"],
-                             saved=c.get("saved", False), dram2=two[0] if two else 0)
+                             saved=c.get("saved", False), dram2=two[0] if two else 0,
+                             dram3=two[1] if len(two) > 1 else 0)
     return Residency(program, capacity, out)

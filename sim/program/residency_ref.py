@@ -91,10 +91,13 @@ def plan_residency_ref(program: Program, chip=None, *, capacity: Capacities | No
     # if, at every position where it is live, the items offered to that memory before it
     # (taken or refused) and itself fit; on a chip with a second DRAM tier what no on-chip
     # memory took is offered to the first DRAM likewise, and what it refuses lives in the
-    # second; an offloaded kind (``tier2_kinds``) goes to the second tier whole
+    # second (with a third tier, ``dram2_bytes``: offered to the second likewise, and what it
+    # refuses lives in the third); an offloaded kind (``tier2_kinds``) goes to the second
+    # tier whole
     limit = {"scratchpad": capacity.scratchpad, "shared_buffer": capacity.shared_buffer}
-    offered: dict[str, list[_Item]] = {m: [] for m in (*MEMORIES, "dram")}
-    placed = {cls: [0, 0, 0] if capacity.dram_bytes else [0, 0] for cls in info}
+    offered: dict[str, list[_Item]] = {m: [] for m in (*MEMORIES, "dram", "dram2")}
+    width = 2 + bool(capacity.dram_bytes) + bool(capacity.dram2_bytes)
+    placed = {cls: [0] * width for cls in info}
     for item in items:
         if info[item.cls]["kind"] in capacity.tier2_kinds:   # offloaded: in the second tier
             placed[item.cls][2] += item.count
@@ -116,6 +119,11 @@ def plan_residency_ref(program: Program, chip=None, *, capacity: Capacities | No
                 f = max(sum(h.load_at(x) for h in offered["dram"]) + item.load_at(x)
                         for x in item.positions())
                 offered["dram"].append(item)
-                if f > capacity.dram_bytes:
+                if f > capacity.dram_bytes and not capacity.dram2_bytes:
                     placed[item.cls][2] += item.count
+                elif f > capacity.dram_bytes:      # a third tier: the second by the same rule
+                    f = max(sum(h.load_at(x) for h in offered["dram2"]) + item.load_at(x)
+                            for x in item.positions())
+                    offered["dram2"].append(item)
+                    placed[item.cls][2 if f <= capacity.dram2_bytes else 3] += item.count
     return _result(program, capacity, info, placed)

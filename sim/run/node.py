@@ -290,8 +290,8 @@ def _lower(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup
         warns.append(msg)
         _warnings.warn(msg, stacklevel=3)
     cap = chip.memory_bytes   # DRAM, or an all-SRAM chip's SRAM
-    if chip.dram2 is not None:       # what the first tier cannot hold lives in the second
-        cap += chip.dram2.capacity_bytes
+    for _, tier in chip.memory_tiers:    # what the first tier cannot hold lives in the others
+        cap += tier.capacity_bytes
     if s.phase == "train":
         mem: MemoryReport = train_memory(model, p, tp, w, cap, s.recompute == "full")
     else:
@@ -382,6 +382,29 @@ def _time(w: Workload, chip: Chip, model: ModelConfig, s: Scenario, setup: _Setu
     return t
 
 
+def memory_tiers_info(chip: Chip, t: dict, n_chips: int) -> dict:
+    """A result's ``info.memory_tiers`` from a scheduled run ``t`` (per chip) on ``n_chips``:
+    the state each DRAM tier holds (``bytes``, per chip) and by tensor kind (``kinds``: which
+    tensors live in which tier), the bytes the second tier moved (``dram2_bytes_moved``, all
+    chips) and per slower tier (``tiers``): ``bytes_moved`` (all chips), ``stream_s`` (those
+    bytes of one chip at the tier's rate: pins, or the lower of pins and links), ``added_s``
+    (what the tier's shares add to the ops' time over the same bytes in the first tier, per
+    chip, before the schedule overlaps anything) and ``energy_j`` (its bytes' DRAM energy at
+    its pJ/bit, all chips)."""
+    out = {"bytes": dict(t["dram_tiers"]), "kinds": t["dram_tier_kinds"],
+           "dram2_bytes_moved": t["dram2_bytes"] * n_chips}
+    tiers = {}
+    for name, tier in chip.memory_tiers:
+        moved = t.get(f"{name}_bytes", 0.0)
+        tiers[name] = {"kind": tier.kind, "attach": tier.attach,
+                       "bytes_moved": moved * n_chips,
+                       "stream_s": moved / tier.bytes_per_s,
+                       "added_s": t["tier_added_s"].get(name, 0.0),
+                       "energy_j": t["tier_energy_j"].get(name, 0.0) * n_chips}
+    out["tiers"] = tiers
+    return out
+
+
 def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Workload,
              mem: MemoryReport, warns: list[str], t: dict) -> RunResult:
     """Totals, rates, MFU and the per-op records of one timed run."""
@@ -416,9 +439,8 @@ def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Work
                 compute_dtype=setup.compute_dtype, simulated_ops=w.op_count(),
                 vector_ops=w.vector_ops * n_chips, collective_bytes=w.collective_bytes,
                 identical_layers_simulated_once=True, stack=stack_info(s))
-    if "dram_tiers" in t:      # where the state lives and what the second tier moved
-        info["memory_tiers"] = {"bytes": dict(t["dram_tiers"]),
-                                "dram2_bytes_moved": t["dram2_bytes"] * n_chips}
+    if "dram_tiers" in t:      # where the state lives and what the slower tiers moved
+        info["memory_tiers"] = memory_tiers_info(chip, t, n_chips)
     if s.offload != "none":    # per chip: which tensors live where, the tier's time and energy
         info["offload"] = tier_report(chip, s.offload, mem.breakdown, t.get("dram2_bytes", 0.0))
     return RunResult(

@@ -18,31 +18,35 @@ from ...workloads.program import Carry, Program, Tensor
 from ...workloads.fused_attention import FusedAttention
 
 __all__ = ["Tiered", "access_index", "placed_op", "split_segments", "tier2_chip",
-           "tier2_weight_bytes"]
+           "tier3_chip", "tier2_weight_bytes"]
 
 #: Where an operand's bytes cross a DRAM interface (the residency planner's locations).
-_OFF_CHIP = ("dram", "dram2")
+_OFF_CHIP = ("dram", "dram2", "dram3")
 
 
 @dataclasses.dataclass(frozen=True)
 class Tiered:
     """An op (``inner``, as :func:`placed_op` placed it: the engine sees every off-chip
-    operand as ``"dram"``) a share of whose off-chip bytes (``dram2_share``, in (0, 1]) the
-    chip's second DRAM tier moves (docs/chips.md, "Memory tiers"). The scheduled run times
-    it on the chip and on :func:`tier2_chip` and takes ``(1 − s)·t₁ + s·t₂``: each tier
-    streams its share at its own rate, one after the other (direct access, no prefetch into
-    the first tier): a memory-bound op's time is ``B₁/bw₁ + B₂/bw₂``, a compute-bound op's
-    its compute."""
+    operand as ``"dram"``) a share of whose off-chip bytes (``dram2_share``, in [0, 1]) the
+    chip's second DRAM tier moves, and a share (``dram3_share``) its third (docs/chips.md,
+    "Memory tiers"; the two > 0 together, at most 1). The scheduled run times it on the chip,
+    on :func:`tier2_chip` and on :func:`tier3_chip` and takes
+    ``(1 − s₂ − s₃)·t₁ + s₂·t₂ + s₃·t₃``: each tier streams its share at its own rate, one
+    after the other (direct access, no prefetch into the first tier): a memory-bound op's
+    time is ``B₁/bw₁ + B₂/bw₂ + B₃/bw₃``, a compute-bound op's its compute."""
 
     inner: object
     dram2_share: float
     #: bytes of the op's weights in the second tier that a prefetch may fetch ahead
     #: (:func:`tier2_weight_bytes`; 0: none)
     prefetch_bytes: float = 0.0
+    dram3_share: float = 0.0
 
     def __post_init__(self):
-        if not 0 < self.dram2_share <= 1:
-            raise ValueError(f"dram2_share must be in (0, 1], not {self.dram2_share!r}")
+        s2, s3 = self.dram2_share, self.dram3_share
+        if not (0 <= s2 <= 1 and 0 <= s3 <= 1 and 0 < s2 + s3 <= 1 + 1e-12):
+            raise ValueError(f"dram2_share and dram3_share must be in [0, 1] with a sum in "
+                             f"(0, 1], not {s2!r} and {s3!r}")
         if not self.prefetch_bytes >= 0:
             raise ValueError(f"prefetch_bytes must be >= 0, not {self.prefetch_bytes!r}")
 
@@ -64,6 +68,18 @@ def tier2_weight_bytes(op, node, nres, accesses: dict) -> float:
 
 
 @lru_cache(maxsize=64)
+def tier3_chip(chip):
+    """``chip`` with its third tier as its only DRAM (as :func:`tier2_chip` for
+    ``[dram3]``). ValueError for a chip without ``[dram3]``."""
+    t = getattr(chip, "dram3", None)
+    if t is None:
+        raise ValueError(f"chip {chip.name!r} has no third memory tier ([dram3])")
+    return dataclasses.replace(chip, dram=t, dram2=None, dram3=None,
+                               energy=dataclasses.replace(chip.energy,
+                                                          pj_per_dram_bit=t.pj_per_bit))
+
+
+@lru_cache(maxsize=64)
 def tier2_chip(chip):
     """``chip`` with its second tier as its only DRAM: ``[dram2]``'s record in place of
     ``[dram]``, its energy per bit in place of the first's (what times an op's tier-2 bytes,
@@ -71,7 +87,7 @@ def tier2_chip(chip):
     t = getattr(chip, "dram2", None)
     if t is None:
         raise ValueError(f"chip {chip.name!r} has no second memory tier ([dram2])")
-    return dataclasses.replace(chip, dram=t, dram2=None,
+    return dataclasses.replace(chip, dram=t, dram2=None, dram3=None,
                                energy=dataclasses.replace(chip.energy,
                                                           pj_per_dram_bit=t.pj_per_bit))
 

@@ -59,7 +59,7 @@ from ...workloads.graph import Workload, program_pieces
 from .. import energy_parts as EP
 from .links import collective_energy_j, collective_seconds
 from .placed import Tiered, access_index, placed_op, split_segments, tier2_chip, \
-    tier2_weight_bytes
+    tier2_weight_bytes, tier3_chip
 from ..regime import roof_regime
 
 
@@ -114,6 +114,7 @@ class _Timer:
         self.memo: dict = {}
         self.stream = 0.0           # the highest DRAM bandwidth the engine achieved
         self._tier2: "_Timer | None" = None     # the same ops on the second DRAM tier
+        self._tier3: "_Timer | None" = None     # and on the third
 
     def __call__(self, op):
         key = op
@@ -130,7 +131,11 @@ class _Timer:
         of the traffic of the op as the engine tiles it on that tier (the bytes its time and
         energy are of: the engine may tile an op differently for a slower DRAM). Its
         weights in the second tier (``tier2_prefetch_bytes``) may be fetched ahead by the
-        schedule (:func:`_schedule_piece`); its other tier-2 bytes stream into the op."""
+        schedule (:func:`_schedule_piece`); its other tier-2 bytes stream into the op.
+        ``tier_s``/``tier_j`` per tier: what its share adds to the op's time over the same
+        share in the first tier, and the DRAM energy of its bytes at its pJ/bit."""
+        if op.dram3_share:
+            return self._tiered3(op)
         if self._tier2 is None:
             self._tier2 = _Timer(tier2_chip(self.chip), self.sim, self.coll)
         a, b, s = self(op.inner), self._tier2(op.inner), op.dram2_share
@@ -145,9 +150,45 @@ class _Timer:
                          if a.utilization is not None and seconds else a.utilization),
             weight_bytes=0.0, tier1_bytes=(1 - s) * a.dram_bytes, dram2_bytes=s * b.dram_bytes,
             dram_bytes=(1 - s) * a.dram_bytes + s * b.dram_bytes,
-            tier2_prefetch_bytes=op.prefetch_bytes, tier2_bandwidth=b.bandwidth)
+            tier2_prefetch_bytes=op.prefetch_bytes, tier2_bandwidth=b.bandwidth,
+            tier_s={"dram2": s * (b.seconds - a.seconds)},
+            tier_j={"dram2": s * b.energy_parts.get("dram", 0.0)})
         if hasattr(a, "memory_seconds"):
             out.memory_seconds = (1 - s) * a.memory_seconds + s * b.memory_seconds
+        return out
+
+    def _tiered3(self, op: Tiered) -> SimpleNamespace:
+        """:meth:`_tiered` with a third tier's share: the op timed on each of the three tiers
+        (:func:`~.placed.tier3_chip`), weighted by each tier's share of its off-chip bytes;
+        ``dram3_bytes`` its third tier's share of the traffic."""
+        for name, make in (("_tier2", tier2_chip), ("_tier3", tier3_chip)):
+            if getattr(self, name) is None:
+                setattr(self, name, _Timer(make(self.chip), self.sim, self.coll))
+        a, b, c = self(op.inner), self._tier2(op.inner), self._tier3(op.inner)
+        s2, s3 = op.dram2_share, op.dram3_share
+        s1 = max(0.0, 1 - s2 - s3)
+        ws = ((s1, a), (s2, b), (s3, c))
+
+        def mix(get) -> float:
+            return sum(w * get(t) for w, t in ws)
+
+        seconds = mix(lambda t: t.seconds)
+        keys = set(a.energy_parts) | set(b.energy_parts) | set(c.energy_parts)
+        out = SimpleNamespace(**vars(a))
+        out.__dict__.update(
+            seconds=seconds, energy_j=mix(lambda t: t.energy_j),
+            energy_parts={k: mix(lambda t: t.energy_parts.get(k, 0.0)) for k in keys},
+            bound=max(ws, key=lambda x: x[0])[1].bound,
+            utilization=(a.utilization * a.seconds / seconds
+                         if a.utilization is not None and seconds else a.utilization),
+            weight_bytes=0.0, tier1_bytes=s1 * a.dram_bytes, dram2_bytes=s2 * b.dram_bytes,
+            dram3_bytes=s3 * c.dram_bytes, dram_bytes=mix(lambda t: t.dram_bytes),
+            tier2_prefetch_bytes=op.prefetch_bytes, tier2_bandwidth=b.bandwidth,
+            tier_s={"dram2": s2 * (b.seconds - a.seconds), "dram3": s3 * (c.seconds - a.seconds)},
+            tier_j={"dram2": s2 * b.energy_parts.get("dram", 0.0),
+                    "dram3": s3 * c.energy_parts.get("dram", 0.0)})
+        if hasattr(a, "memory_seconds"):
+            out.memory_seconds = mix(lambda t: t.memory_seconds)
         return out
 
     def _time(self, op) -> SimpleNamespace:
@@ -305,9 +346,10 @@ def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
             for n in b.nodes:
                 nres = res.node(ob, n.name, rep)
                 op = placed_op(n.payload, n, nres, accesses, pinned, chip.has_dram)
-                share = nres.dram2_share
-                if share > 0:      # some of its off-chip bytes live in the second tier
-                    op = Tiered(op, share, tier2_weight_bytes(n.payload, n, nres, accesses))
+                share, share3 = nres.dram2_share, nres.dram3_share
+                if share > 0 or share3 > 0:   # some off-chip bytes live in a slower tier
+                    op = Tiered(op, share, tier2_weight_bytes(n.payload, n, nres, accesses),
+                                dram3_share=share3)
                 ops[(b.name, n.name)] = op
                 timer(op)
         plans.append((piece, prog, res, origin, ops))
@@ -352,6 +394,9 @@ class _Totals:
     def __init__(self):
         self.total = self.energy = self.dram = self.launches = self.syncs = 0.0
         self.dram2 = 0.0
+        self.dram3 = 0.0
+        self.tier_s: dict = {}      # per slower tier: what it adds to the ops' time (s)
+        self.tier_j: dict = {}      # and its bytes' DRAM energy (J)
         self.parts = EP.zero()
         self.t_compute = self.t_mem = self.t_lat = self.t_comm = 0.0
         self.offset = 0.0
@@ -405,6 +450,10 @@ class _Totals:
                 EP.add(self.parts, t.energy_parts, count)
                 self.dram += t.dram_bytes * count
                 self.dram2 += getattr(t, "dram2_bytes", 0.0) * count
+                self.dram3 += getattr(t, "dram3_bytes", 0.0) * count
+                for k, v in getattr(t, "tier_s", {}).items():
+                    self.tier_s[k] = self.tier_s.get(k, 0.0) + v * count
+                    self.tier_j[k] = self.tier_j.get(k, 0.0) + t.tier_j[k] * count
                 if t.bound == "communication":
                     pass
                 elif t.bound == "memory":
@@ -450,6 +499,8 @@ def _record(op, n, t, block: str, stage: str, count: int, start: float, end: flo
         rec["dtype"] = t.dtype
     if getattr(t, "dram2_bytes", 0.0):
         rec["dram2_bytes"] = t.dram2_bytes
+    if getattr(t, "dram3_bytes", 0.0):
+        rec["dram3_bytes"] = t.dram3_bytes
     if isinstance(op, Collective):
         rec["link_bytes"] = op.bytes
     if isinstance(op, FusedOps):
@@ -464,10 +515,21 @@ def _record(op, n, t, block: str, stage: str, count: int, start: float, end: flo
 def _tier_bytes(plans) -> dict[str, int]:
     """State bytes each DRAM tier holds, over the pieces' residency plans (the largest piece
     per tier: the pieces run one after another)."""
-    out = {"dram": 0, "dram2": 0}
+    out: dict = {}
     for _, _, res, _, _ in plans:
         for k, v in res.dram_tier_bytes().items():
-            out[k] = max(out[k], v)
+            out[k] = max(out.get(k, 0), v)
+    return out
+
+
+def _tier_kinds(plans) -> dict[str, dict[str, int]]:
+    """:func:`_tier_bytes` by tensor kind (the largest piece per tier and kind)."""
+    out: dict = {}
+    for _, _, res, _, _ in plans:
+        for tier, kinds in res.dram_tier_kinds().items():
+            d = out.setdefault(tier, {})
+            for k, v in kinds.items():
+                d[k] = max(d.get(k, 0), v)
     return out
 
 
@@ -510,8 +572,10 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     total = acc.total
     return {"seconds": total, "energy_j": acc.energy, "energy_breakdown_j": acc.parts,
             "dram_bytes": acc.dram,
-            **({"dram2_bytes": acc.dram2, "dram_tiers": _tier_bytes(plans)} if acc.dram2
-               else {}),
+            **({"dram2_bytes": acc.dram2, "dram_tiers": _tier_bytes(plans),
+                "dram_tier_kinds": _tier_kinds(plans), "tier_added_s": dict(acc.tier_s),
+                "tier_energy_j": dict(acc.tier_j)} if acc.dram2 or acc.dram3 else {}),
+            **({"dram3_bytes": acc.dram3} if acc.dram3 else {}),
             "layers": [acc.records[k] for k in acc.order],
             "compute_seconds": acc.t_compute, "memory_bound_seconds": acc.t_mem,
             "latency_bound_seconds": acc.t_lat,

@@ -156,7 +156,10 @@ class ServeConfig:
     common system prompt or document) and held in the prefix cache. ``prefixes``: 0, that
     one prefix pinned for the whole run; N ≥ 1, each request carries one of N prefixes (drawn
     uniformly) of ``prefix_share`` × the mean prompt, cached LRU across the memory tiers
-    (:mod:`.prefix_cache`). ``slo_*``: a request meets
+    (:mod:`.prefix_cache`). ``kv_prefetch``: copies of KV blocks a step needs back from a
+    slower tier (a swapped sequence's swap-in, a pooled tier's placement copies) start during
+    the previous step and stay on the chain only for what that step cannot hide
+    (:class:`~.engine.Instance`, docs/serving.md "KV prefetch"). ``slo_*``: a request meets
     its SLOs when its TTFT and its TPOT are both within them. ``runtime``: the serving
     runtime's host costs per step and per request (:class:`~diptych.arch.runtime.
     RuntimeProfile`; None: the chip's, :meth:`resolved`). ``chunked_prefill`` None: the
@@ -174,6 +177,7 @@ class ServeConfig:
     host_link_bytes_per_s: float = 63.0e9
     prefix_share: float = 0.0
     prefixes: int = 0
+    kv_prefetch: bool = False
     slo_ttft_s: float = 2.0
     slo_tpot_s: float = 0.2
     speculative: Speculation | None = None
@@ -202,6 +206,8 @@ class ServeConfig:
         f = self.prefix_share
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
             raise ValueError(f"prefix share must be a fraction in [0, 1], not {f!r}")
+        if not isinstance(self.kv_prefetch, bool):
+            raise ValueError(f"kv_prefetch must be true or false, not {self.kv_prefetch!r}")
         n = self.prefixes
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"prefixes must be a non-negative integer, not {n!r}")

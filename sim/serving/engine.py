@@ -140,6 +140,13 @@ class Instance:
         self.unattributed = False
         self.preemptions = 0
         self.swap_bytes = 0.0
+        # KV prefetch (cfg.kv_prefetch): the copies a step needs, started during the
+        # previous step; ``_window`` what that step can hide (its device seconds less the
+        # seconds its own tier reads keep the link busy)
+        self._fetch_s = 0.0
+        self._window = 0.0
+        self.prefetch_hidden_s = 0.0
+        self.prefetch_exposed_s = 0.0
         self.peak_used = prefix_blocks
         self.used_time = 0.0                     # ∫ used blocks dt over steps
         self.link_free = 0.0                     # outgoing KV link (prefill role)
@@ -222,6 +229,7 @@ class Instance:
         """Choose the next step's work and account for it; return its duration in seconds (the
         step, the draft model's share, KV swapping) or None when there is nothing to run."""
         self._swap_s = 0.0
+        self._fetch_s = 0.0
         if self.cfg.scheduler == "static":
             step = self._plan_static()
         elif self.cfg.chunked_prefill:
@@ -242,6 +250,8 @@ class Instance:
         tier_j = 0.0
         if self.tier is not None:     # KV in the second tier: copies, reads (sim/serving/kv_tier)
             tier_j = self._tier_step()
+        if self.cfg.kv_prefetch:
+            self._prefetch(secs)
         idle = self.static_w * self._swap_s           # chips idle while blocks cross the link
         secs += self._swap_s
         energy += idle + tier_j
@@ -282,6 +292,24 @@ class Instance:
     def _tier_swap(self) -> bool:
         return self.tier is not None and not self.tier.pooled
 
+    def _prefetch(self, device_s: float) -> None:
+        """``cfg.kv_prefetch``: this step's prefetchable copies (``_fetch_s``) overlap the
+        previous step, which hides up to ``_window`` of them; the rest stays on the chain.
+        The next step's window: this one's length on the device (``device_s``: oracle, draft,
+        power limit; plus what its tier-2 reads add) less the seconds those reads keep the
+        link busy. [assumption] the copies take none of the first tier's bandwidth from the
+        step they overlap, and an idle gap before a step hides nothing (errs slow)."""
+        hidden = min(self._fetch_s, self._window)
+        exposed = self._fetch_s - hidden
+        self._swap_s += exposed
+        self.prefetch_hidden_s += hidden
+        self.prefetch_exposed_s += exposed
+        t = self.tier
+        if t is not None and t.pooled:
+            self._window = max(0.0, device_s + t.last_read_s - t.last_read_busy_s)
+        else:
+            self._window = device_s
+
     def _tier_step(self) -> float:
         """The planned step's second-tier work: ``tier``, place the pool's blocks and add the
         copies and tier-2 reads to the step's seconds; both modes record the occupancy.
@@ -289,9 +317,13 @@ class Instance:
         t = self.tier
         used = self.total_blocks - self.free
         if t.pooled:
-            self._swap_s += t.place(self.running, used,
-                                    self._dec + [r for r, _ in self._chunks],
-                                    self.pc.placed() if self.pc is not None else ((), ()))
+            s = t.place(self.running, used, self._dec + [r for r, _ in self._chunks],
+                        self.pc.placed() if self.pc is not None else ((), ()))
+            if self.cfg.kv_prefetch:    # the copies may be fetched ahead, the reads not
+                self._fetch_s += t.last_move_s
+                self._swap_s += t.last_read_s
+            else:
+                self._swap_s += s
         else:
             t.record(used)
         return t.take_j()
@@ -369,8 +401,12 @@ class Instance:
                 break
             sw.popleft()
             self.free -= total
-            self._swap_s += (self.tier.swap_in(r.swapped) if self._tier_swap else
-                             r.swapped * self.block_bytes / self.cfg.host_link_bytes_per_s)
+            s = (self.tier.swap_in(r.swapped) if self._tier_swap else
+                 r.swapped * self.block_bytes / self.cfg.host_link_bytes_per_s)
+            if self.cfg.kv_prefetch:    # a swapped sequence's blocks, fetched ahead
+                self._fetch_s += s
+            else:
+                self._swap_s += s
             self.swap_bytes += r.swapped * self.block_bytes
             r.swapped = 0
             r.blocks = total

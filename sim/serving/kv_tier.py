@@ -34,6 +34,9 @@ blocks beyond what the first tier (HBM) holds. ``--kv-offload`` chooses how it i
 
 Everything here is per chip (a replica's blocks are split evenly over its tensor-parallel
 chips, each with its own tiers); :meth:`KvTier.to_dict` reports all chips.
+
+A chip's third tier (``[dram3]``, docs/chips.md "A third tier") holds no KV blocks here: the
+serving engine's tiers are the first and the second.
 """
 
 from __future__ import annotations
@@ -179,6 +182,11 @@ class KvTier:
         self.read_s = 0.0
         self.read_j = 0.0
         self.pending_j = 0.0
+        # the last placement's parts (``tier``): its copies' seconds, its reads' added
+        # seconds, and the seconds the reads keep the tier's link busy (a prefetch's window)
+        self.last_move_s = self.last_read_s = self.last_read_busy_s = 0.0
+        self.rec_move_s = array("d")         # ``tier``: each placement's copy seconds
+        self.rec_busy_s = array("d")         # and its reads' link-busy seconds
         self.rec2 = array("l")
         self.rec1 = array("l")
         self._last: dict[int, tuple[int, int]] = {}     # rid -> (blocks, tier-2 blocks)
@@ -258,6 +266,8 @@ class KvTier:
         self.peak2 = max(self.peak2, self.used2)
         self.record(used1)
         secs = self._move(moved) if moved else 0.0
+        self.last_move_s = secs
+        self.last_read_s = self.last_read_busy_s = 0.0
         read = sum(now[r.rid][1] for r in stepping)
         if hot:
             read += sum(now[("p", r.pid)][1] for r in stepping if r.pref)
@@ -269,6 +279,10 @@ class KvTier:
             self.read_j += j
             self.pending_j += j
             secs += s
+            self.last_read_s = s
+            self.last_read_busy_s = self.spec.move_s(read)
+        self.rec_move_s.append(self.last_move_s)
+        self.rec_busy_s.append(self.last_read_busy_s)
         return secs
 
     def in_tier2(self, key) -> bool:

@@ -10,7 +10,9 @@
 * **Closed loop**: ``concurrency`` clients, each sending its next request the moment its
   previous one completes (the event loop creates those arrivals).
 * **Traces** (:func:`load_trace`): a CSV with the header ``arrival_s,prompt_tokens,
-  output_tokens``; rows are sorted by arrival; errors name ``file:line``.
+  output_tokens`` and optionally ``prefix_id`` (the shared prefix a request carries: an
+  integer >= 0, or empty or -1 for none; ``serve --prefixes`` caches them); rows are sorted
+  by arrival; errors name ``file:line``.
 * :class:`Load` says which of these arrive and how many; :func:`draw_requests` draws them.
 
 Everything random draws from one ``numpy.random.Generator`` seeded by the user's seed, in a
@@ -222,12 +224,32 @@ class Trace:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     source: str
+    #: each request's prefix id (−1: none), or None for a trace without the column
+    prefix_id: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.arrival_s)
 
 
 TRACE_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens")
+#: An optional column: the shared prefix a request carries (module docstring).
+PREFIX_COLUMN = "prefix_id"
+#: The largest prefix id a trace may name (ids key the prefix cache; ``--prefixes`` above).
+MAX_PREFIX_ID = 1_000_000
+
+
+def _prefix_id(path, line: int, v: str) -> int:
+    """One row's ``prefix_id``: −1 for empty or −1, else an integer 0..MAX_PREFIX_ID."""
+    if v in ("", "-1"):
+        return -1
+    try:
+        k = int(v)
+    except ValueError:
+        k = None
+    if k is None or not 0 <= k <= MAX_PREFIX_ID:
+        raise ValueError(f"{path}:{line}: {PREFIX_COLUMN} must be an integer from 0 to "
+                         f"{MAX_PREFIX_ID:,}, or empty or -1 for none, not {echo(v)}")
+    return k
 
 
 def load_trace(path: str | Path) -> Trace:
@@ -239,7 +261,8 @@ def load_trace(path: str | Path) -> Trace:
     :data:`~diptych.sim.limits.MAX_TOKENS` is refused naming the file and line."""
     path = Path(path)
     text = read_text_file(path, "the trace", error=ValueError)
-    arr, pr, out = [], [], []
+    arr, pr, out, pid = [], [], [], []
+    pcol = None
     rd = csv.reader(text.splitlines())
     header = None
     while True:
@@ -261,6 +284,7 @@ def load_trace(path: str | Path) -> Trace:
                                  f"{','.join(TRACE_COLUMNS)}; missing {', '.join(missing)}"
                                  f" (got {echo(','.join(header))})")
             idx = [header.index(c) for c in TRACE_COLUMNS]
+            pcol = header.index(PREFIX_COLUMN) if PREFIX_COLUMN in header else None
             continue
         if len(row) != len(header):
             raise ValueError(f"{path}:{line}: expected {len(header)} fields, got {len(row)}")
@@ -287,12 +311,15 @@ def load_trace(path: str | Path) -> Trace:
         arr.append(t)
         pr.append(ints[0])
         out.append(ints[1])
+        if pcol is not None:
+            pid.append(_prefix_id(path, line, row[pcol].strip()))
     if header is None or not arr:
         raise ValueError(f"{path}: the trace holds no requests (expected a header "
                          f"{','.join(TRACE_COLUMNS)} and at least one row)")
     order = np.argsort(np.asarray(arr), kind="stable")
     return Trace(np.asarray(arr)[order], np.asarray(pr, dtype=np.int64)[order],
-                 np.asarray(out, dtype=np.int64)[order], str(path))
+                 np.asarray(out, dtype=np.int64)[order], str(path),
+                 np.asarray(pid, dtype=np.int64)[order] if pcol is not None else None)
 
 
 #: Requests when neither a count nor a duration is given.
@@ -367,7 +394,8 @@ class Load:
 
 def draw_requests(load: Load, ctx_limit: int, rng: np.random.Generator
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
-    """Arrival times (NaN for closed-loop requests), prompt and output lengths."""
+    """Arrival times (NaN for closed-loop requests), prompt and output lengths; ``info``
+    carries a trace's prefix ids under ``"prefix_id"`` (an array: the caller takes it out)."""
     info: dict = {}
     if load.trace is not None:
         tr = load_trace(load.trace)
@@ -376,8 +404,12 @@ def draw_requests(load: Load, ctx_limit: int, rng: np.random.Generator
         if load.duration_s is not None:
             keep &= arr < load.duration_s
         arr, pr, out = arr[keep], pr[keep], out[keep]
+        pid = tr.prefix_id[keep] if tr.prefix_id is not None else None
         if load.requests is not None:
             arr, pr, out = arr[:load.requests], pr[:load.requests], out[:load.requests]
+            pid = pid[:load.requests] if pid is not None else None
+        if pid is not None:
+            info["prefix_id"] = pid
         check_request_count(len(arr), f"{load.trace}")   # (load_trace bounds each arrival)
         if len(arr) == 0:
             raise ValueError(f"{load.trace}: no request arrives within --duration "

@@ -183,16 +183,25 @@ def _check_prefixes(cfg: ServeConfig, budget: KvBudget, tokens: int, name: str) 
                          f"{cfg.kv_block_tokens} tokens); lower --prefix-share")
 
 
-def prefix_ids(cfg: ServeConfig, prompts: np.ndarray) -> tuple[int, np.ndarray]:
+def prefix_ids(cfg: ServeConfig, prompts: np.ndarray, given: np.ndarray | None = None,
+               source: str = "") -> tuple[int, np.ndarray]:
     """``--prefixes N``: the tokens of every prefix (``prefix_share`` × the mean prompt, whole
-    blocks) and each request's prefix, uniform over N from its own stream (``[seed, 2]``;
-    −1 for a prompt no longer than the prefix). ValueError when a prefix is under a block."""
+    blocks) and each request's prefix: a trace's ``prefix_id`` column (``given``, from
+    ``source``; each id below N), else uniform over N from its own stream (``[seed, 2]``);
+    −1 for a prompt no longer than the prefix. ValueError when a prefix is under a block or
+    a trace's id is not below N."""
     bs = cfg.kv_block_tokens
     tokens = int(cfg.prefix_share * float(prompts.mean()) // bs) * bs if len(prompts) else 0
     if tokens < bs:
         raise ValueError(f"--prefixes {cfg.prefixes}: --prefix-share {cfg.prefix_share:g} of "
                          f"the mean prompt is under one {bs}-token block; raise it")
-    pid = np.random.default_rng([cfg.seed, 2]).integers(0, cfg.prefixes, len(prompts))
+    if given is not None:
+        if len(given) and int(given.max()) >= cfg.prefixes:
+            raise ValueError(f"{source}: prefix_id {int(given.max())} is not below --prefixes "
+                             f"{cfg.prefixes}; give --prefixes {int(given.max()) + 1} or more")
+        pid = given.copy()
+    else:
+        pid = np.random.default_rng([cfg.seed, 2]).integers(0, cfg.prefixes, len(prompts))
     pid[prompts <= tokens] = -1
     return tokens, pid
 
@@ -248,6 +257,11 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
     model = deployment.model
     rng = np.random.default_rng(cfg.seed)
     arr, pr, out, info = draw_requests(load, model.max_position_embeddings, rng)
+    trace_pid = info.pop("prefix_id", None)
+    if trace_pid is not None and not cfg.prefixes:
+        raise ValueError(f"{load.trace}: the trace's prefix_id column names the prefixes its "
+                         f"requests share; give --prefixes N (above its largest id) and "
+                         f"--prefix-share to cache them")
     n = len(pr)
     bs = cfg.kv_block_tokens
     shared = (np.floor(cfg.prefix_share * pr / bs) * bs).astype(np.int64)
@@ -259,7 +273,7 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
             raise ValueError(f"--prefixes {cfg.prefixes}: the prefix cache serves colocated "
                              f"replicas only; drop --prefill-chip/--decode-chip or use "
                              f"--prefixes 0")
-        prefix_tokens, pid = prefix_ids(cfg, pr)
+        prefix_tokens, pid = prefix_ids(cfg, pr, trace_pid, str(load.trace))
         shared = np.zeros_like(pr)
         prefix_blocks = 0
     spec_rng = np.random.default_rng([cfg.seed, 1])
@@ -421,6 +435,9 @@ def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budg
     tiers = [i.tier.to_dict(i.chips) for i in instances if i.tier is not None]
     if tiers:               # which tier held how much KV, what moved (sim/serving/kv_tier.py)
         info["kv_tiers"] = kv_tiers_info(tiers)
+    if cfg.kv_prefetch:     # KV copies fetched ahead: hidden behind the previous step, or not
+        info["kv_prefetch"] = {"hidden_s": sum(i.prefetch_hidden_s for i in instances),
+                               "exposed_s": sum(i.prefetch_exposed_s for i in instances)}
     pcs = [i.pc.to_dict(i.chips) for i in instances if i.pc is not None]
     if pcs:                 # hits per tier, evictions, copies (sim/serving/prefix_cache.py)
         info["prefix_cache"] = prefix_cache_info(pcs)

@@ -40,12 +40,13 @@ def numeric_fields(cls, prefix="", each=None):
 def base_chip() -> dict:
     """A valid chip as a dict, with every optional table present (h100 has the shared buffer,
     die, cost, overheads and residency tables; noc, package and power at their defaults;
-    dram2 as h100's DRAM table made LPDDR5X)."""
+    dram2 and dram3 as h100's DRAM table made LPDDR5X)."""
     d = tomllib.loads(resources.files("diptych.arch.chips").joinpath("h100.toml").read_text())
     # a second memory tier: h100's DRAM table as LPDDR5X, with the tier's own fields
     tier = {**d["dram"], "kind": "lpddr5x", "pj_per_bit": 4.0, "usd_per_gb": 4.0,
             "mm2_per_phy": 4.0, "mm_edge_per_phy": 4.0}
-    d.update(noc={"link_bytes_per_cycle": 64.0}, package={}, power={}, dram2=tier)
+    d.update(noc={"link_bytes_per_cycle": 64.0}, package={}, power={}, dram2=tier,
+             dram3=dict(tier))
     return d
 
 

@@ -15,13 +15,14 @@ from residency_optimum_ref import instances, locations
 from test_residency import random_caps
 
 #: Rank of a location in the hierarchy: a tensor may only move up as memory grows.
-RANK = {"scratchpad": 0, "shared_buffer": 1, "dram": 2, "dram2": 3}
+RANK = {"scratchpad": 0, "shared_buffer": 1, "dram": 2, "dram2": 3, "dram3": 4}
 
 
-def with_tier(cap: Capacities, dram_bytes: int) -> Capacities:
+def with_tier(cap: Capacities, dram_bytes: int, dram2_bytes: int = 0) -> Capacities:
     return Capacities(scratchpad=cap.scratchpad, shared_buffer=cap.shared_buffer,
                       scratchpad_kinds=cap.scratchpad_kinds,
-                      shared_buffer_kinds=cap.shared_buffer_kinds, dram_bytes=dram_bytes)
+                      shared_buffer_kinds=cap.shared_buffer_kinds, dram_bytes=dram_bytes,
+                      dram2_bytes=dram2_bytes)
 
 
 def tiered_case(seed: int, imports: bool = False):
@@ -32,15 +33,17 @@ def tiered_case(seed: int, imports: bool = False):
 
 
 def decisions(res):
-    return {k: (p.scratchpad, p.shared_buffer, p.dram2) for k, p in res.placements.items()}
+    return {k: (p.scratchpad, p.shared_buffer, p.dram2, p.dram3)
+            for k, p in res.placements.items()}
 
 
-def dram_held(program, res) -> list[int]:
-    """Independently of the planner: bytes of the instances in the first DRAM per position."""
+def dram_held(program, res, tier: str = "dram") -> list[int]:
+    """Independently of the planner: bytes of the instances in DRAM tier ``tier`` per
+    position."""
     insts, n = instances(program)
     used = [0] * n
     for i, loc in zip(insts, locations(insts, res)):
-        if loc == "dram":
+        if loc == tier:
             for x in range(i.first, i.last + 1):
                 used[x] += i.size
     return used
@@ -116,3 +119,39 @@ def test_offloaded_kinds_live_whole_in_the_second_tier(seed):
     for pl in fast.placements.values():
         if pl.tensor.kind in kinds and pl.live:
             assert (pl.scratchpad, pl.shared_buffer, pl.dram2) == (0, 0, pl.instances)
+
+
+def three_tier_case(seed: int):
+    p, cap = tiered_case(seed)
+    return p, with_tier(cap, cap.dram_bytes, random.Random(seed + 1).randint(1, 20000))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**9))
+def test_fast_equals_golden_with_a_third_tier(seed):
+    """The third tier (``dram2_bytes``): fast and golden place every class alike; the first
+    and second tiers are never over-filled (counted independently, instance by instance);
+    what the third holds is off chip."""
+    p, cap = three_tier_case(seed)
+    fast, ref = plan_residency(p, capacity=cap), plan_residency_ref(p, capacity=cap)
+    assert decisions(fast) == decisions(ref)
+    assert max(dram_held(p, fast), default=0) <= cap.dram_bytes
+    assert max(dram_held(p, fast, "dram2"), default=0) <= cap.dram2_bytes
+    assert fast.dram2_bytes + fast.dram3_bytes <= fast.dram_bytes
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**9))
+def test_a_third_tier_never_needed_changes_nothing(seed):
+    """A second tier that holds everything the first refuses leaves the plan as without a
+    third; more second-tier room never moves a tensor down."""
+    p, cap = three_tier_case(seed)
+    two = with_tier(cap, cap.dram_bytes)
+    huge = with_tier(cap, cap.dram_bytes, 10**12)
+    assert decisions(plan_residency(p, capacity=huge)) == decisions(
+        plan_residency(p, capacity=two))
+    insts, _ = instances(p)
+    a = plan_residency(p, capacity=cap)
+    b = plan_residency(p, capacity=with_tier(cap, cap.dram_bytes, cap.dram2_bytes + 5000))
+    for la, lb in zip(locations(insts, a), locations(insts, b)):
+        assert RANK[lb] <= RANK[la]

@@ -59,7 +59,9 @@ def test_a_link_that_cannot_bind_equals_the_dram_on_the_package(chip, tiny):
     assert ideal.info["memory_tiers"]["bytes"]["dram2"] > 0
     assert (ideal.seconds, ideal.dram_bytes, ideal.energy_j) == (pkg.seconds, pkg.dram_bytes,
                                                                  pkg.energy_j)
-    assert ideal.info["memory_tiers"] == pkg.info["memory_tiers"]
+    def numbers(m):     # the tiers' report but for the attach label, which is the point
+        return {**m, "tiers": {k: {**v, "attach": None} for k, v in m["tiers"].items()}}
+    assert numbers(ideal.info["memory_tiers"]) == numbers(pkg.info["memory_tiers"])
 
 
 def test_a_slower_or_longer_link_never_makes_decode_faster(chip, tiny):

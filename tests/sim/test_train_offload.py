@@ -153,8 +153,11 @@ def test_an_offload_in_decode_or_of_a_kind_that_cannot_live_there_is_refused(tin
 
 
 def test_the_host_memory_example_is_a_pcie_tier_at_the_port_rate():
-    """examples/chips/h100-host.toml: the host's DDR5 (76.8 GB/s of pins) behind one PCIe 5.0
-    x16 port: the tier streams at the port's 63 GB/s."""
+    """examples/chips/h100-host.toml: a socket's DDR5 (1 TiB, 307 GB/s of pins) shared by its
+    four GPUs (256 GiB, 76.8 GB/s each) behind each GPU's PCIe 5.0 x16 port: the tier streams
+    at the port's 63 GB/s."""
     c = load_chip(str(EXAMPLES / "h100-host.toml"))
-    assert (c.dram2.attach, c.dram2.capacity_gib) == ("pcie", 256.0)
-    assert c.dram2.peak_bytes_per_s == 4 * 32 * 4.8e9 / 8 and c.dram2.bytes_per_s == 63e9
+    assert (c.dram2.attach, c.dram2.capacity_gib, c.dram2.shared_by) == ("pcie", 1024.0, 4)
+    assert c.dram2.capacity_bytes == 256 * 2**30
+    assert c.dram2.peak_bytes_per_s == 16 * 32 * 4.8e9 / 8
+    assert c.dram2.pin_share_bytes_per_s == 76.8e9 and c.dram2.bytes_per_s == 63e9
