@@ -95,3 +95,22 @@ def afd_rows(info: dict) -> list[tuple[str, str]]:
                          f"{a['link_bytes_per_s'] / 1e9:.0f} GB/s), "
                          f"{100 * a['link_hidden_fraction']:.1f} % hidden; mean step "
                          f"{a['mean_step_s'] * 1e3:.2f} ms")]
+
+
+def afd_roles_table(roles: dict):
+    """``compare --serving-afd``'s two assignments (:func:`~diptych.sim.serving.afd_roles.
+    afd_roles`) as a table."""
+    from rich.table import Table
+
+    t = Table("attention", "FFN", "mean step", "tokens/s per chip", "tokens/J",
+              "attention busy", "FFN busy", "link hidden",
+              title=f"attention-FFN roles, {roles['model']} ({roles['runtime']} runtime)")
+    for i, a in enumerate(roles["assignments"]):
+        mark = " (best)" if i == roles["best"] else ""
+        t.add_row(f"{a['attention_chip']} ({a['attention_weights']}){mark}",
+                  f"{a['ffn_chip']} ({a['ffn_weights']})", f"{a['mean_step_s'] * 1e3:.2f} ms",
+                  f"{a['tokens_per_s_per_chip']:.0f}", f"{a['tokens_per_j']:.2f}",
+                  f"{100 * a['attention_utilisation']:.0f} %",
+                  f"{100 * a['ffn_utilisation']:.0f} %",
+                  f"{100 * a['link_hidden_fraction']:.0f} %")
+    return t

@@ -108,7 +108,7 @@ class Deployment:
         (a deployment runs one serving stack: name it)."""
         names = {p.replica.chip.name: (p.replica.chip.overheads.serving_runtime
                                        if p.replica.chip.overheads else IDEAL.name)
-                 for p in self.pools}
+                 for _, p in self.roles}      # an AFD FFN pool's chip too
         if len(set(names.values())) > 1:
             said = ", ".join(f"{c} {n}" for c, n in names.items())
             raise ValueError(f"the pools' chips name different serving runtimes ({said}); "

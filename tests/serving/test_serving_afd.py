@@ -177,3 +177,26 @@ def test_cli_json_states_afd(cli):
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["info"]["afd"]["ffn"]["ep"] == 2 and d["chips"] == 3
+
+
+def test_roles_evaluate_both_assignments_and_name_the_better():
+    """compare --serving-afd's study: both assignments served, the one with more output
+    tokens/s per chip named, its verdict naming the dies and the pool that sets the pace."""
+    from diptych.sim.serving.afd_roles import AfdRoleSettings, afd_roles
+
+    s = AfdRoleSettings(concurrency=4, requests=8, prompt="128", gen="8")
+    r = afd_roles("h100", "infer-2026", MOE, s, oracles=StepTimerCache("direct", roofline))
+    a, b = r["assignments"]
+    assert (a["attention_chip"], a["ffn_chip"]) == ("h100", "infer-2026")
+    assert (b["attention_chip"], b["ffn_chip"]) == ("infer-2026", "h100")
+    best, other = r["assignments"][r["best"]], r["assignments"][1 - r["best"]]
+    assert best["tokens_per_s_per_chip"] >= other["tokens_per_s_per_chip"]
+    assert r["verdict"].startswith(f"{best['attention_chip']} should hold attention and "
+                                   f"{best['ffn_chip']} the experts")
+    assert "sets the pace" in r["verdict"]
+
+
+def test_serving_afd_needs_two_chips(cli):
+    r = cli("compare", "h100", "--model", MOE, "--serving-afd")
+    assert r.exit_code == 2, r.output
+    assert "--serving-afd puts two chips in the attention and FFN roles" in r.output
