@@ -5,8 +5,8 @@ Both assignments are served (:func:`~diptych.sim.serving.deployment.afd_deployme
 X on the attention pool and Y on the FFN pool, then the reverse, with the same pool sizes,
 micro-batches, request stream, engine policy and serving runtime (the first design's, so
 that only the hardware differs); each chip runs its preset's default precision (infer-2026
-FP8 weights, h100 BF16), stated per assignment. The better assignment is the one with the higher output
-tokens per second per chip (equal chips: the shorter steps); the reason states each
+FP8 weights, h100 BF16), stated per assignment. The better assignment is the one with the
+higher output tokens per second per chip (equal chips: the shorter steps); the reason states each
 assignment's mean step and each pool's utilisation — the pool near 100 % is the one that
 sets the pace, the other waits on it.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from ...arch import load_chip
 from ...arch.runtime import IDEAL, load_runtime
-from .afd import AfdSpec
+from .afd import DEFAULT_MICROBATCHES, AfdSpec
 from .config import ServeConfig
 from .deployment import afd_deployment
 from .requests import Load
@@ -32,7 +32,7 @@ class AfdRoleSettings:
 
     attention_chips: int = 1
     ffn_chips: int = 1
-    microbatches: int = 2
+    microbatches: int = DEFAULT_MICROBATCHES
     concurrency: int = 32
     requests: int = 64
     prompt: str = "512"
