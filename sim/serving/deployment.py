@@ -118,8 +118,9 @@ class Deployment:
     def describe(self) -> str:
         if self.afd is not None:
             a, f = self.pool.replica, self.afd.ffn
+            fp = f"ep {f.experts.ep}" if f.experts.ep > 1 else f"tp {f.tp}"
             return (f"{a.model.name}: attention on {a.chips} x {a.chip.name} (tp {a.tp}), "
-                    f"FFN on {f.chips} x {f.chip.name} ({_par(f)}), "
+                    f"FFN on {f.chips} x {f.chip.name} ({fp}), "
                     f"{self.afd.spec.microbatches} micro-batches")
         if self.pool is not None:
             r = self.pool.replica
