@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import click
 
-AFD_FLAGS = ("attention_chip", "attention_chips", "ffn_chip", "ffn_chips", "afd_microbatches")
+AFD_FLAGS = ("attention_chip", "attention_chips", "ffn_chip", "ffn_chips", "afd_microbatches",
+             "afd_attention")
 
 
 def afd_options(f):
@@ -22,6 +23,9 @@ def afd_options(f):
                      "model, or the dense MLPs)."),
         click.option("--ffn-chips", type=int, help="AFD: chips of the FFN pool, the experts "
                      "expert-parallel over them (default 1)."),
+        click.option("--afd-attention", type=click.Choice(["tp", "dp"]), help="AFD: the "
+                     "attention pool as one tensor-parallel group (tp, default) or one-chip "
+                     "data-parallel ranks, each its own sequences and KV cache (dp)."),
         click.option("--afd-microbatches", type=int, help=f"AFD: micro-batches a step is split "
                      f"into, ping-ponging between the pools (default {DEFAULT_MICROBATCHES})."),
     ]
@@ -56,7 +60,8 @@ def afd_from_flags(kw: dict, *, chip, model, tp, replicas, ep, redundant_experts
     n = 1 if kw.get("attention_chips") is None else kw["attention_chips"]
     m = 1 if kw.get("ffn_chips") is None else kw["ffn_chips"]
     k = DEFAULT_MICROBATCHES if kw.get("afd_microbatches") is None else kw["afd_microbatches"]
-    spec = AfdSpec(attention_chips=n, ffn_chips=m, microbatches=k)
+    spec = AfdSpec(attention_chips=n, ffn_chips=m, microbatches=k,
+                   attention_layout=kw.get("afd_attention") or "tp")
     if ep is not None and ep != m:
         raise ValueError(f"--ep {ep} with attention-FFN disaggregation: the experts are "
                          f"expert-parallel over the FFN pool (--ffn-chips {m}); the attention "
@@ -86,7 +91,8 @@ def afd_rows(info: dict) -> list[tuple[str, str]]:
         return []
     at, ff = a["attention"], a["ffn"]
     ffn_par = f"EP {ff['ep']}" if ff["ep"] > 1 else f"TP {ff['tp']}"
-    return [("AFD layout", f"attention {at['chips']} x {at['chip']} (TP {at['tp']}) | FFN "
+    att_par = f"DP {at['dp']}" if at.get("dp", 1) > 1 else f"TP {at['tp']}"
+    return [("AFD layout", f"attention {at['chips']} x {at['chip']} ({att_par}) | FFN "
                            f"{ff['chips']} x {ff['chip']} ({ffn_par}) | {a['microbatches']} "
                            f"micro-batches"),
             ("AFD utilisation", f"attention pool {100 * at['utilisation']:.1f} %, FFN pool "

@@ -57,16 +57,24 @@ DEFAULT_MICROBATCHES = 2
 @dataclass(frozen=True)
 class AfdSpec:
     """An AFD layout: ``attention_chips`` (n) and ``ffn_chips`` (m), ``microbatches`` (k);
-    ``link_bytes_per_s`` and ``link_latency_s`` override the chips' links (None: the chips';
-    ``math.inf`` and 0 make the link free, for the bounds in tests)."""
+    ``attention_layout``: pool A one tensor-parallel group of n chips (``"tp"``) or n
+    data-parallel attention ranks of one chip each (``"dp"``: each its own sequences, KV
+    cache and a copy of the attention weights, as MegaScale-Infer replicates its attention
+    nodes, arXiv 2504.02263 §3; the step timed as its busiest rank's); ``link_bytes_per_s``
+    and ``link_latency_s`` override the chips' links (None: the chips'; ``math.inf`` and 0
+    make the link free, for the bounds in tests)."""
 
     attention_chips: int = 1
     ffn_chips: int = 1
     microbatches: int = DEFAULT_MICROBATCHES
     link_bytes_per_s: float | None = None
     link_latency_s: float | None = None
+    attention_layout: str = "tp"
 
     def __post_init__(self):
+        if self.attention_layout not in ("tp", "dp"):
+            raise ValueError(f"--afd-attention must be tp or dp, not "
+                             f"{self.attention_layout!r}")
         for flag, v in (("--attention-chips", self.attention_chips),
                         ("--ffn-chips", self.ffn_chips),
                         ("--afd-microbatches", self.microbatches)):
@@ -222,9 +230,10 @@ class AfdTimer:
         return own + self._ffn.simulations
 
     def microbatches(self, step: Step) -> int:
-        """The micro-batches ``step`` is split into: ``k``, or fewer when it has fewer
-        sequences and chunks than that."""
-        return max(1, min(self.spec.microbatches, step.decode_batch + len(step.prefill)))
+        """The micro-batches ``step`` is split into: ``k``, or fewer when its busiest
+        attention rank has fewer sequences and chunks than that."""
+        rank = rank_step(step, self.replica.dp)
+        return max(1, min(self.spec.microbatches, rank.decode_batch + len(rank.prefill)))
 
     def _attention_blocks(self, mb: Step) -> tuple[list[tuple], list[float]]:
         if self._oracle is not None:
@@ -243,11 +252,15 @@ class AfdTimer:
     def stages(self, step: Step) -> tuple[list[Stages], float, dict]:
         """(the layer segments' stages of one micro-batch of ``step``, pool A's frame —
         embedding and head — seconds per micro-batch, the micro-batch's energy per chip of
-        each pool, its energy by component over all chips, its link bytes)."""
+        each pool, its energy by component over all chips, its link bytes). Under
+        data-parallel attention pool A's micro-batch is the busiest rank's busiest, the FFN
+        pool's (and the link's) the ranks' micro-batches together, the step's ``k``-th
+        share; each attention chip is charged the busiest rank's energy (an upper bound)."""
         k = self.microbatches(step)
-        mb = rank_step(step, k)
+        mb = rank_step(rank_step(step, self.replica.dp), k)
+        tokens = rank_step(step, k).tokens if self.replica.dp > 1 else mb.tokens
         a_blocks, a_parts = self._attention_blocks(mb)
-        b_blocks, b_parts = self._ffn.blocks(mb.tokens)
+        b_blocks, b_parts = self._ffn.blocks(tokens)
         act = self.replica.precision.a_bytes
         d = self.replica.model.hidden_size
         ov = self.replica.overlap
@@ -263,7 +276,7 @@ class AfdTimer:
                 frame_s += rep * secs(comp, comm)
                 continue
             eb += rep * fb[3]
-            nbytes = mb.tokens * d * act * fanout(self.replica.model, self.spec.ffn_chips,
+            nbytes = tokens * d * act * fanout(self.replica.model, self.spec.ffn_chips,
                                                   "moe" in name)
             tx = nbytes / self.link_bw + self.link_latency_s
             link_bytes += 2 * nbytes * rep
@@ -321,7 +334,8 @@ def afd_info(timer: AfdTimer, before: dict) -> dict:
     step_s = t["step_s"] or 1.0
     link = t["link_busy_s"]
     return {"attention": {"chip": timer.replica.chip.name, "chips": s.attention_chips,
-                          "tp": timer.replica.tp,
+                          "layout": s.attention_layout, "tp": timer.replica.tp,
+                          "dp": timer.replica.dp,
                           "utilisation": t["attention_busy_s"] / step_s},
             "ffn": {"chip": timer.ffn.chip.name, "chips": s.ffn_chips,
                     "ep": timer.ffn.experts.ep, "tp": timer.ffn.tp,

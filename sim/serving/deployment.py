@@ -119,7 +119,8 @@ class Deployment:
         if self.afd is not None:
             a, f = self.pool.replica, self.afd.ffn
             fp = f"ep {f.experts.ep}" if f.experts.ep > 1 else f"tp {f.tp}"
-            return (f"{a.model.name}: attention on {a.chips} x {a.chip.name} (tp {a.tp}), "
+            ap = f"dp {a.dp}" if a.dp > 1 else f"tp {a.tp}"
+            return (f"{a.model.name}: attention on {a.chips} x {a.chip.name} ({ap}), "
                     f"FFN on {f.chips} x {f.chip.name} ({fp}), "
                     f"{self.afd.spec.microbatches} micro-batches")
         if self.pool is not None:
@@ -223,16 +224,18 @@ def afd_deployment(attention_chip, ffn_chip, model, spec: AfdSpec, *, attention:
                    redundant_experts: int = 0, moe_skew: float = 0.0,
                    **precision) -> Deployment:
     """Attention–FFN disaggregation (:mod:`.afd`): the attention pool one tensor-parallel
-    group of ``spec.attention_chips`` chips of ``attention_chip``; the FFN pool
+    group of ``spec.attention_chips`` chips of ``attention_chip`` (``attention_layout
+    "dp"``: that many one-chip data-parallel attention ranks); the FFN pool
     ``spec.ffn_chips`` chips of ``ffn_chip``, a dense MLP tensor-parallel over them, a MoE
     model's experts expert-parallel (whole experts per chip, ``redundant_experts`` and
     ``moe_skew`` as ``--ep``'s). Both pools use the summed execution (the pipeline needs
     each layer's time on each pool). Precision keywords as ``diptych run``."""
     from .ep import EpSpec, ep_replica
 
-    s = Scenario.of(phase="decode", tp=spec.attention_chips, attention=attention,
+    dp = spec.attention_chips if spec.attention_layout == "dp" else 1
+    s = Scenario.of(phase="decode", tp=spec.attention_chips // dp, attention=attention,
                     execution="sum", **precision)
-    att = replace(make_replica(attention_chip, model, s), afd_side="attention")
+    att = replace(make_replica(attention_chip, model, s), afd_side="attention", dp=dp)
     m = att.model
     if not m.is_moe and (redundant_experts or moe_skew):
         raise ValueError(f"--redundant-experts/--moe-skew need a mixture-of-experts model; "

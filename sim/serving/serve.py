@@ -159,9 +159,12 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
             mode = "none"
         else:
             what = "--prefixes" if prefix_tokens else f"--kv-offload {cfg.kv_offload}"
-            raise ValueError(f"{what} with expert parallelism's data-parallel attention "
-                             f"(--ep {r.dp}) is not modelled yet (each rank keeps its own KV "
-                             f"cache); use --ep-attention tp or leave it out")
+            who, alt = ((f"--afd-attention dp ({r.dp} ranks)", "--afd-attention tp")
+                        if afd is not None else
+                        (f"expert parallelism's data-parallel attention (--ep {r.dp})",
+                         "--ep-attention tp"))
+            raise ValueError(f"{what} with {who} is not modelled yet (each rank keeps its own "
+                             f"KV cache); use {alt} or leave it out")
     spec = tier_spec(r.chip) if mode != "none" else None
     t2 = tier_blocks(spec, budget.block_bytes) if spec is not None else 0
     if mode == "tier":

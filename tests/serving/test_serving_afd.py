@@ -200,3 +200,38 @@ def test_serving_afd_needs_two_chips(cli):
     r = cli("compare", "h100", "--model", MOE, "--serving-afd")
     assert r.exit_code == 2, r.output
     assert "--serving-afd puts two chips in the attention and FFN roles" in r.output
+
+
+def test_data_parallel_attention_is_one_ranks_share_beside_all_ranks_ffn():
+    """Two one-chip attention ranks, a free link, one micro-batch, 2b sequences: each rank
+    attends its b sequences (the colocated step of b less its FFN part) while the FFN pool
+    runs all 2b tokens' FFN part."""
+    r = _replica(MOE)
+    b = 12
+    half, whole = (Step(decode_batch=n, decode_keys=n * 900) for n in (b, 2 * b))
+
+    def ffn(step):
+        bc = block_costs(split_workload(r.step_workload(step), "ffn"), r.chip, roofline,
+                         fixed_costs=r.fixed_costs)
+        return combine_parts(bc, {}, {}, r.overlap)[0]
+
+    ref = DirectStepTimer(r, roofline).cost(half).seconds - ffn(half) + ffn(whole)
+    dep = afd_deployment("h100", "h100", MOE,
+                         AfdSpec(2, 1, 1, attention_layout="dp", **FREE))
+    att = dataclasses.replace(dep.pool.replica, fixed_costs=r.fixed_costs)
+    got = AfdTimer(att, r, dep.afd.spec, roofline).cost(whole).seconds
+    assert att.dp == 2 and att.tp == 1 and dep.chips == 3
+    assert got == pytest.approx(ref, rel=1e-12)
+
+
+def test_data_parallel_attention_serves_with_a_cache_per_rank(cli):
+    r = cli(*BASE, "--attention-chips", 2, "--afd-attention", "dp", "--oracle", "direct",
+            "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    att = d["info"]["afd"]["attention"]
+    assert (att["layout"], att["dp"], att["tp"], d["chips"]) == ("dp", 2, 1, 3)
+    r = cli(*BASE, "--attention-chips", 2, "--afd-attention", "dp", "--prefixes", 2,
+            "--prefix-share", 0.5)
+    assert r.exit_code == 2, r.output
+    assert "--prefixes with --afd-attention dp (2 ranks) is not modelled yet" in r.output
