@@ -235,3 +235,15 @@ def test_data_parallel_attention_serves_with_a_cache_per_rank(cli):
             "--prefix-share", 0.5)
     assert r.exit_code == 2, r.output
     assert "--prefixes with --afd-attention dp (2 ranks) is not modelled yet" in r.output
+
+
+def test_compare_serving_afd_prints_both_assignments_and_the_verdict(cli):
+    r = cli("compare", "h100", "infer-2026", "--model", MOE, "--serving-afd", "--execution",
+            "sum", "--batches", 8, "--ref-batch", 8, "--contexts", 512, "--prompts", 512,
+            "--json")
+    assert r.exit_code == 0, r.output
+    roles = json.loads(r.output)["serving_afd"]
+    assert {(a["attention_chip"], a["ffn_chip"]) for a in roles["assignments"]} == \
+        {("h100", "infer-2026"), ("infer-2026", "h100")}
+    best = roles["assignments"][roles["best"]]
+    assert roles["verdict"].startswith(f"{best['attention_chip']} should hold attention")
