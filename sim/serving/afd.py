@@ -2,10 +2,10 @@
 activations crossing the link every layer both ways (docs/serving.md, "Attention–FFN
 disaggregation").
 
-The layout, as the published AFD systems run it [S: MegaScale-Infer, arXiv 2504.02263,
-§3–§4: "attention nodes" hold the attention modules and the KV cache, "expert nodes" the
+The layout, as the published AFD systems run it [S: MegaScale-Infer, arXiv 2504.02263:
+"attention nodes" hold the attention modules and the KV cache, "expert nodes" the
 experts, tokens dispatched M-to-N and gathered back every MoE layer; Step-3, arXiv
-2507.19427, §3 "AFD": attention and FFN on separate GPU sets, the activations sent over the
+2507.19427: attention and FFN on separate GPU sets, the activations sent over the
 network every layer with its StepMesh library]:
 
 * **pool A** (``attention_chips`` = n chips, one tensor-parallel group): every op of the
@@ -50,7 +50,7 @@ from .step_time import Replica, StepCost
 
 #: ``--afd-microbatches`` default: two micro-batches, the smallest ping-pong (one in
 #: attention while the other is in the FFN). [assumption: MegaScale-Infer sizes m from its
-#: stage times (arXiv 2504.02263 §4); no single published default, so give k to match a
+#: stage times (arXiv 2504.02263); no single published default, so give k to match a
 #: deployment]
 DEFAULT_MICROBATCHES = 2
 
@@ -60,7 +60,7 @@ class AfdSpec:
     ``attention_layout``: pool A one tensor-parallel group of n chips (``"tp"``) or n
     data-parallel attention ranks of one chip each (``"dp"``: each its own sequences, KV
     cache and a copy of the attention weights, as MegaScale-Infer replicates its attention
-    nodes, arXiv 2504.02263 §3; the step timed as its busiest rank's); ``link_bytes_per_s``
+    nodes, arXiv 2504.02263; the step timed as its busiest rank's); ``link_bytes_per_s``
     and ``link_latency_s`` override the chips' links (None: the chips'; ``math.inf`` and 0
     make the link free, for the bounds in tests)."""
 

@@ -5,7 +5,7 @@ A decode iteration's batch is split into ``k`` micro-batches. Each layer, a micr
 four stages on four resources, each resource serving the micro-batches in order (micro-batch
 0, 1, …, k−1 of layer 1, then of layer 2, …), as MegaScale-Infer's ping-pong pipeline
 shuttles them [S: Zhu et al., "MegaScale-Infer: Serving Mixture-of-Experts at Scale with
-Disaggregated Expert Parallelism", arXiv 2504.02263, §4 "Ping-pong pipeline parallelism":
+Disaggregated Expert Parallelism", arXiv 2504.02263, its "ping-pong pipeline parallelism":
 the batch is partitioned into m micro-batches that alternate between the attention nodes
 and the expert nodes so that one micro-batch's communication and FFN overlap another's
 attention]:
@@ -29,7 +29,7 @@ back once the first arrives, the first reaches it after the stages before it and
 leaves it before the stages after it: ``S − s`` of fill plus ``k·L·s``, i.e.
 ``S + (k·L − 1)·s``; this is MegaScale-Infer's iteration latency
 ``(T_a + T_e + 2·T_c) + T_f·(m·L − 1)`` with ``T_f`` the slower of attention and experts
-[S: arXiv 2504.02263 §4, under its condition that the transfer is the shorter stage]. The
+[S: arXiv 2504.02263, under its condition that the transfer is the shorter stage]. The
 two expressions cross at ``k·s = S`` and the larger is the binding one, hence the ``max``.
 ``k = 1`` gives ``L·S``: every layer serial, attention + transfer + FFN + transfer.
 With a free link and many micro-batches a layer costs ``k·max(a, f)`` per ``k`` micro-

@@ -4,7 +4,7 @@
 A layer block's FFN is the ops between its ``mlp_norm`` and its ``mlp_residual``: the dense
 MLP, or the MoE layer's experts (with their permute and combine) and shared experts. Of
 those, the router and its top-k stay on the attention pool (MegaScale-Infer's attention
-nodes compute the gate before dispatching, arXiv 2504.02263 §3), as do norms; collectives
+nodes compute the gate before dispatching, arXiv 2504.02263), as do norms; collectives
 (the in-pool dispatch/combine all-to-alls and the FFN's all-reduce) are what the link
 between the pools carries instead, so neither pool runs them. A GEMM's precision ops
 (``<gemm>.scales``/``.rescale``/``.dequant``) go with their GEMM.
