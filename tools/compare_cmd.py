@@ -126,6 +126,11 @@ def render_table(cmp) -> "object":
 @click.option("--serving-jobs", type=click.IntRange(min=1), default=None,
               help="--serving-search: local worker processes for its plans (as serve-plan "
                    "-j; default 1).")
+@click.option("--serving-afd", is_flag=True,
+              help="Put the first two chips in the roles of attention-FFN disaggregation both "
+                   "ways (1 attention + 1 FFN chip, 2 micro-batches, 32 clients) and say which "
+                   "die should hold attention and which the experts, and why (docs/serving.md, "
+                   "\"Attention-FFN disaggregation\").")
 @click.option("--execution", type=click.Choice(["sum", "schedule"]), default=None,
               help="How every single-node run is timed (as `diptych run --execution`). "
                    "Default: schedule.")
@@ -139,7 +144,7 @@ def render_table(cmp) -> "object":
 def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_batch,
             train_seq, infer_tp, context, prompts, batches, contexts, ref_batch, cluster_chips,
             cluster, cluster_batch, serving, serving_search, serving_chips, serving_qps,
-            serving_requests, serving_jobs, execution, fusion, waterfall):
+            serving_requests, serving_jobs, serving_afd, execution, fusion, waterfall):
     """Compare CHIPS (presets or TOML paths) on one model: training, prefill, decode.
 
     States the precision each chip runs in per phase, the parallel plan of training, and
@@ -160,8 +165,15 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
                         precision=parse_precision(precision), cluster_chips=cluster_chips,
                         cluster=cluster, cluster_batch=cluster_batch, execution=execution,
                         fusion=fusion, waterfall=waterfall)
+    if serving_afd and len(chips) < 2:
+        raise ValueError("--serving-afd puts two chips in the attention and FFN roles; give "
+                         "two CHIPS")
     with progress_display("compare", enabled=not as_json) as progress:
         cmp = run_compare(list(chips), model, s, progress=progress)
+    roles = None
+    if serving_afd:
+        from ..sim.serving.afd_roles import afd_roles
+        roles = afd_roles(chips[0], chips[1], model)
     study = None
     if serving:
         from ..sim.serving.study import serving_study
@@ -175,7 +187,8 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
                                progress=not as_json)
     if as_json:
         click.echo(dumps({**cmp.to_json(), **({"serving": study} if study else {}),
-                          **({"serving_search": plans} if plans else {})}))
+                          **({"serving_search": plans} if plans else {}),
+                          **({"serving_afd": roles} if roles else {})}))
     else:
         from .run_cmd import _console
 
@@ -207,6 +220,10 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
         if plans:
             from .serve_plan_cmd import design_table
             _console().print(design_table(plans))
+        if roles:
+            from .serve_afd import afd_roles_table
+            _console().print(afd_roles_table(roles))
+            click.echo(f"verdict: {roles['verdict']}")
     if report:
         from .dse.report import write_report
 

@@ -14,6 +14,7 @@ from ..arch.dtypes import DTYPES
 from . import serve_report as report
 from .errors import friendly
 from .jsonout import dumps
+from .serve_afd import afd_from_flags, afd_options, afd_requested
 from .result_check import check_result
 
 
@@ -110,6 +111,23 @@ def _pool(chip, model, tp, replicas, chips, precision, attention, execution, cfg
     return Pool(make_replica(chip, model,
                              Scenario.of(phase="decode", tp=tp, attention=attention, **execution,
                                          **precision)), replicas)
+
+
+def _pools(chips, chip, model, tp, replicas, prefill_chips, decode_chips, precision,
+           attention, execution, cfg, layouts):
+    """The colocated or prefill/decode deployment the flags ask for."""
+    from ..sim.serving.serve import Deployment
+
+    if chips is not None:
+        return Deployment(prefill=_pool(chips[0], model, tp, 1, prefill_chips, precision,
+                                        attention, execution, cfg, "prefill", layouts[0]),
+                          decode=_pool(chips[1], model, tp, 1, decode_chips, precision,
+                                       attention, execution, cfg, "decode", layouts[1]))
+    if chip is None:
+        raise ValueError("--chip is required (or the --prefill-*/--decode-* pools, or the "
+                         "--attention-*/--ffn-* pools)")
+    return Deployment(pool=_pool(chip, model, tp, replicas, None, precision, attention,
+                                 execution, cfg, "chip", layouts[0]))
 
 
 def _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, replicas):
@@ -269,6 +287,7 @@ def _ep_layouts(ep, attention, redundant, skew, prefill_ep, decode_ep, disaggreg
 @click.option("--waterfall", is_flag=True,
               help="Where the device time and latency go, mechanism by mechanism (the load "
                    "served six more times; docs/serving.md, \"Serving waterfall\").")
+@afd_options
 @friendly
 def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, prompt, gen,
           requests, duration, scheduler, max_batch, max_batched_tokens, chunked_prefill,
@@ -277,7 +296,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
           attention, prefill_chip, prefill_chips, decode_chip, decode_chips, ep, ep_attention,
           redundant_experts, moe_skew, prefill_ep, decode_ep, speculative,
           prefix_share, prefixes, seed, runtime, sweep_qps, plot, export_profile, oracle,
-          execution, fusion, as_json, trace_out, waterfall):
+          execution, fusion, as_json, trace_out, waterfall, **afd):
     """Simulate an LLM serving engine: arrivals, continuous batching, chunked prefill, paged
     KV cache, preemption; TTFT, TPOT, throughput, goodput under SLOs, tokens per joule.
 
@@ -288,10 +307,12 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
     diptych serve --prefill-chip train-2026 --decode-chip infer-2026 --model llama-3-70b \\
         --qps 2
     diptych serve --chip h100 --decode-chip infer-2026 --model llama-3-8b --qps 4
+    diptych serve --attention-chip h100 --ffn-chip infer-2026 --ffn-chips 4 \\
+        --model qwen3-30b-a3b --concurrency 32 --afd-microbatches 2
     """
     from ..sim.serving.config import ServeConfig, parse_speculative
     from ..arch.runtime import load_runtime
-    from ..sim.serving.serve import Deployment, StepTimerCache
+    from ..sim.serving.serve import StepTimerCache
     from ..sim.serving.serve import serve as run_serve
 
     cfg = ServeConfig(scheduler=scheduler, max_batch=max_batch,
@@ -319,19 +340,23 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
         raise ValueError("--waterfall explains one run; drop it with --sweep-qps")
     if plot and not sweep_qps:
         raise ValueError("--plot draws a --sweep-qps curve; add --sweep-qps LO:HI:N")
-    chips = _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips, replicas)
-    layouts = _ep_layouts(ep, ep_attention, redundant_experts, moe_skew, prefill_ep,
-                          decode_ep, chips is not None)
-    if chips is not None:
-        dep = Deployment(prefill=_pool(chips[0], model, tp, 1, prefill_chips, precision,
-                                       attention, execution, cfg, "prefill", layouts[0]),
-                         decode=_pool(chips[1], model, tp, 1, decode_chips, precision,
-                                      attention, execution, cfg, "decode", layouts[1]))
+    if afd_requested(afd):
+        dep = afd_from_flags(afd, chip=chip, model=model, tp=tp, replicas=replicas, ep=ep,
+                             redundant_experts=redundant_experts, moe_skew=moe_skew,
+                             attention=attention, execution=execution, precision=precision,
+                             speculative=speculative, export_profile=export_profile,
+                             waterfall=waterfall,
+                             pd_flags={"prefill_chip": prefill_chip,
+                                       "prefill_chips": prefill_chips,
+                                       "decode_chip": decode_chip, "decode_chips": decode_chips,
+                                       "prefill_ep": prefill_ep, "decode_ep": decode_ep})
     else:
-        if chip is None:
-            raise ValueError("--chip is required (or the --prefill-*/--decode-* pools)")
-        dep = Deployment(pool=_pool(chip, model, tp, replicas, None, precision, attention,
-                                    execution, cfg, "chip", layouts[0]))
+        chips = _pool_chips(chip, prefill_chip, decode_chip, prefill_chips, decode_chips,
+                            replicas)
+        layouts = _ep_layouts(ep, ep_attention, redundant_experts, moe_skew, prefill_ep,
+                              decode_ep, chips is not None)
+        dep = _pools(chips, chip, model, tp, replicas, prefill_chips, decode_chips, precision,
+                     attention, execution, cfg, layouts)
     show = not as_json and sys.stderr.isatty()
     bar = _LazyProgress(show)
     oracles = StepTimerCache(oracle, progress=bar.grid)

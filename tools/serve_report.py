@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from . import fmt
 from .precision_spec import describe as describe_precision
+from .serve_afd import afd_rows
 
 
 def setup_rows(info: dict) -> list[tuple[str, str]]:
@@ -89,7 +90,7 @@ def summary_table(d: dict):
     info = d["info"]
     t.add_row("steps", f"{info['steps']:,} (timed as {info['execution']}; {info['oracle']} "
               f"step oracle, {info['oracle_simulations']} simulations)")
-    for name, text in setup_rows(info):
+    for name, text in setup_rows(info) + afd_rows(info):
         t.add_row(name, text)
     return t
 

@@ -10,6 +10,7 @@ from ...workloads.params import (kv_bytes_per_token, kv_cache_bytes, kv_groups,
                                  state_bytes_per_sequence)
 from ...workloads.mtp import mtp_module
 from ..limits import MAX_REPLICAS
+from .afd import AfdLayout, AfdSpec
 from .config import ServeConfig
 from .kv import kv_budget
 from ..run.scenario import Scenario
@@ -59,10 +60,18 @@ class Deployment:
     pool: Pool | None = None
     prefill: Pool | None = None
     decode: Pool | None = None
+    #: attention–FFN disaggregation (:mod:`.afd`): ``pool`` is then the attention pool (one
+    #: replica, ``afd_side="attention"``) and this the FFN pool and the micro-batches
+    afd: AfdLayout | None = None
 
     def __post_init__(self):
         if (self.pool is None) == (self.prefill is None or self.decode is None):
             raise ValueError("a deployment is one pool, or a prefill pool and a decode pool")
+        if self.afd is not None and (self.pool is None or self.pool.replicas != 1
+                                     or self.pool.replica.afd_side != "attention"):
+            raise ValueError("attention-FFN disaggregation serves one attention replica "
+                             "(afd_side='attention') beside its FFN pool; prefill/decode "
+                             "disaggregation and --replicas are not combined with it")
         if self.pool is None and self.prefill.replica.model.name != \
                 self.decode.replica.model.name:
             raise ValueError("the prefill and decode pools must serve the same model")
@@ -77,14 +86,17 @@ class Deployment:
 
     @property
     def roles(self) -> list[tuple[str, Pool]]:
-        """``[("mixed", pool)]``, or ``[("prefill", ...), ("decode", ...)]``."""
+        """``[("mixed", pool)]``, or ``[("prefill", ...), ("decode", ...)]``, or under AFD
+        ``[("attention", ...), ("ffn", ...)]``."""
+        if self.afd is not None:
+            return [("attention", self.pool), ("ffn", Pool(self.afd.ffn, 1))]
         if self.pool is not None:
             return [("mixed", self.pool)]
         return [("prefill", self.prefill), ("decode", self.decode)]
 
     @property
     def chips(self) -> int:
-        return sum(p.chips for p in self.pools)
+        return sum(p.chips for p in self.pools) + (self.afd.ffn.chips if self.afd else 0)
 
     @property
     def model(self):
@@ -96,7 +108,7 @@ class Deployment:
         (a deployment runs one serving stack: name it)."""
         names = {p.replica.chip.name: (p.replica.chip.overheads.serving_runtime
                                        if p.replica.chip.overheads else IDEAL.name)
-                 for p in self.pools}
+                 for _, p in self.roles}      # an AFD FFN pool's chip too
         if len(set(names.values())) > 1:
             said = ", ".join(f"{c} {n}" for c, n in names.items())
             raise ValueError(f"the pools' chips name different serving runtimes ({said}); "
@@ -104,6 +116,13 @@ class Deployment:
         return load_runtime(next(iter(names.values())))
 
     def describe(self) -> str:
+        if self.afd is not None:
+            a, f = self.pool.replica, self.afd.ffn
+            fp = f"ep {f.experts.ep}" if f.experts.ep > 1 else f"tp {f.tp}"
+            ap = f"dp {a.dp}" if a.dp > 1 else f"tp {a.tp}"
+            return (f"{a.model.name}: attention on {a.chips} x {a.chip.name} ({ap}), "
+                    f"FFN on {f.chips} x {f.chip.name} ({fp}), "
+                    f"{self.afd.spec.microbatches} micro-batches")
         if self.pool is not None:
             r = self.pool.replica
             n = f"{self.pool.replicas} x " if self.pool.replicas > 1 else ""
@@ -199,3 +218,34 @@ def kv_transfer(dep: Deployment, link: dict):
         return end
 
     return transfer
+
+
+def afd_deployment(attention_chip, ffn_chip, model, spec: AfdSpec, *, attention: str = "fused",
+                   redundant_experts: int = 0, moe_skew: float = 0.0,
+                   **precision) -> Deployment:
+    """Attention–FFN disaggregation (:mod:`.afd`): the attention pool one tensor-parallel
+    group of ``spec.attention_chips`` chips of ``attention_chip`` (``attention_layout
+    "dp"``: that many one-chip data-parallel attention ranks); the FFN pool
+    ``spec.ffn_chips`` chips of ``ffn_chip``, a dense MLP tensor-parallel over them, a MoE
+    model's experts expert-parallel (whole experts per chip, ``redundant_experts`` and
+    ``moe_skew`` as ``--ep``'s). Both pools use the summed execution (the pipeline needs
+    each layer's time on each pool). Precision keywords as ``diptych run``."""
+    from .ep import EpSpec, ep_replica
+
+    dp = spec.attention_chips if spec.attention_layout == "dp" else 1
+    s = Scenario.of(phase="decode", tp=spec.attention_chips // dp, attention=attention,
+                    execution="sum", **precision)
+    att = replace(make_replica(attention_chip, model, s), afd_side="attention", dp=dp)
+    m = att.model
+    if not m.is_moe and (redundant_experts or moe_skew):
+        raise ValueError(f"--redundant-experts/--moe-skew need a mixture-of-experts model; "
+                         f"{m.name} is dense")
+    f = make_replica(ffn_chip, model, Scenario.of(phase="decode", tp=spec.ffn_chips,
+                                                  attention=attention, execution="sum",
+                                                  **precision))
+    if m.is_moe and spec.ffn_chips > 1:
+        f = ep_replica(f, EpSpec(spec.ffn_chips, "tp", redundant_experts, moe_skew))
+    elif redundant_experts or moe_skew:
+        raise ValueError("--redundant-experts/--moe-skew spread experts over expert-parallel "
+                         "ranks; give --ffn-chips > 1")
+    return Deployment(pool=Pool(att, 1), afd=AfdLayout(f, spec))

@@ -241,8 +241,11 @@ class GridStepTimer:
                 k0, k1, wk = descend(k0, k1, keys, settled)
         return bilinear_in(self.pieces.dec_at, (x0, x1, wx), (k0, k1, wk), q)[0]
 
-    def cost(self, step: Step) -> StepCost:
-        """Interpolated cost of ``step`` (see the module docstring)."""
+    def block_costs(self, step: Step) -> tuple[list[tuple[str, int, float, float, float]],
+                                                list[float], tuple]:
+        """``step``'s interpolated blocks (name, repeat, compute seconds with the cores,
+        collective seconds, energy per copy), its energy by component and the frame's
+        interpolated vertex (see the module docstring; :meth:`cost` combines them)."""
         kinds = self.kinds
         nk = len(kinds)
         pc = self.pieces
@@ -277,8 +280,7 @@ class GridStepTimer:
             cores[k] += launch
             core_e[k] += static * launch
             parts[EP.STATIC] += pc.kind_repeats[k] * static * launch
-        secs = energy = 0.0
-        overlap = self.replica.overlap
+        out = []
         k = 0
         for i, (name, rep) in enumerate(self.pieces.blocks):
             src = head if name == "head" else body
@@ -287,12 +289,22 @@ class GridStepTimer:
                 comp += cores[k]
                 e += core_e[k]
                 k += 1
+            out.append((name, rep, comp, comm, e))
+        return out, parts, body
+
+    def cost(self, step: Step) -> StepCost:
+        """Interpolated cost of ``step`` (see the module docstring)."""
+        blocks, parts, body = self.block_costs(step)
+        secs = energy = 0.0
+        overlap = self.replica.overlap
+        for _, rep, comp, comm, e in blocks:
             secs += rep * (max(comp, comm) if overlap else comp + comm)
             energy += rep * e
         if self._scheduled:
             # the nodes' times add up along the step's dependency chain; what the schedule
             # overlaps (prefetches, independent work) is measured at the frame's vertices
-            return StepCost(secs + step_sync_seconds(self.replica.chip) - pc.overlap(body),
+            return StepCost(secs + step_sync_seconds(self.replica.chip)
+                            - self.pieces.overlap(body),
                             energy, tuple(parts))
         return self.replica.with_sync(secs, energy, tuple(parts))
 

@@ -26,6 +26,7 @@ from ...workloads.memory import peak_working_bytes
 from ...workloads.params import (kv_bytes_per_token_per_chip, kv_groups, params_per_chip,
                                  state_bytes_per_sequence)
 from ...workloads.serving_step import Step, lower_step
+from .afd_split import part_weight_bytes
 from .step_time import Replica
 
 
@@ -194,8 +195,9 @@ def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
     token (no window frees blocks). Raises ValueError naming the shortfall when nothing is
     left for the cache."""
     cap = float(r.chip.dram.capacity_bytes)
-    w = params_per_chip(r.model, r.tp, r.experts.ep,
-                        whole_experts=r.experts.whole) * r.precision.w_bytes
+    w = (part_weight_bytes(r, "attention", r.tp) if r.afd_side else    # AFD: no FFN
+         params_per_chip(r.model, r.tp, r.experts.ep,
+                         whole_experts=r.experts.whole) * r.precision.w_bytes)
     per_tok = kv_bytes_per_token_per_chip(r.model, r.precision.kv, r.tp)
     act = activation_bytes(r, max_batched_tokens)
     if draft is not None:      # an MTP draft: every one of the target's MTP modules resident
@@ -224,7 +226,8 @@ def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
             f"no room for a KV cache: {r.model.name} on {r.chip.name} at tp={r.tp} needs "
             f"{w / gib:.1f} GiB of weights + {act / gib:.1f} GiB of activations + "
             f"{reserve / gib:.1f} GiB reserve per chip, and the chip has {cap / gib:.1f} GiB; "
-            f"use more chips (--tp), narrower weights (--weights-dtype) or a smaller "
+            f"use more chips ({'--attention-chips' if r.afd_side else '--tp'}), narrower "
+            f"weights (--weights-dtype) or a smaller "
             f"--max-batched-tokens")
     return KvBudget(capacity_bytes=cap, weights_bytes=w, activation_bytes=act,
                     reserve_bytes=reserve, bytes_per_token=per_tok, block_tokens=block_tokens,

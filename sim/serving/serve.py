@@ -28,6 +28,7 @@ from .power import StepPowerLimit
 from .prefix_cache import PrefixCache, prefix_cache_info
 from ..run.scenario import Scenario
 from .step_time import DirectStepTimer, Replica, make_replica
+from .afd import AfdLayout, AfdTimer, afd_info, check_ffn_fits
 from .ep import LockstepTimer
 from .grid_timer import GridStepTimer, GridSpec
 from .requests import Load, draw_requests
@@ -112,6 +113,21 @@ class StepTimerCache:
             self._o[replica] = o
         return o
 
+    def get_afd(self, replica: Replica, layout: AfdLayout) -> AfdTimer:
+        """The step timer of an AFD deployment's attention replica beside ``layout``'s FFN
+        pool (:mod:`.afd`): on the grid, the attention side's blocks interpolated by a
+        grid oracle of its own and the FFN side's on a token axis; direct, both simulated."""
+        key = (replica, layout)
+        o = self._o.get(key)
+        if o is None:
+            grid = self.kind == "grid"
+            o = self._o[key] = AfdTimer(
+                replica, layout.ffn, layout.spec, self.simulate,
+                oracle=(GridStepTimer(replica, self.simulate, self.grid, progress=self._tick)
+                        if grid else None),
+                grid=(self.grid or GridSpec()) if grid else None)
+        return o
+
     def _tick(self, _n: int) -> None:
         if self.progress is not None:
             self.progress(self.simulations)
@@ -123,8 +139,11 @@ class StepTimerCache:
 
 def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache, start: int,
                prefix_blocks: int, draft: Replica | None, rng,
-               prefix_tokens: int = 0) -> tuple[list[Instance], KvBudget]:
+               prefix_tokens: int = 0, afd: AfdLayout | None = None
+               ) -> tuple[list[Instance], KvBudget]:
     r = pool.replica
+    if afd is not None:
+        check_ffn_fits(afd.ffn, afd.spec, cfg.kv_reserve_fraction)
     budget = kv_budget(r, block_tokens=cfg.kv_block_tokens,
                        max_batched_tokens=cfg.max_batched_tokens,
                        reserve_fraction=cfg.kv_reserve_fraction, draft=draft)
@@ -140,9 +159,12 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
             mode = "none"
         else:
             what = "--prefixes" if prefix_tokens else f"--kv-offload {cfg.kv_offload}"
-            raise ValueError(f"{what} with expert parallelism's data-parallel attention "
-                             f"(--ep {r.dp}) is not modelled yet (each rank keeps its own KV "
-                             f"cache); use --ep-attention tp or leave it out")
+            who, alt = ((f"--afd-attention dp ({r.dp} ranks)", "--afd-attention tp")
+                        if afd is not None else
+                        (f"expert parallelism's data-parallel attention (--ep {r.dp})",
+                         "--ep-attention tp"))
+            raise ValueError(f"{what} with {who} is not modelled yet (each rank keeps its own "
+                             f"KV cache); use {alt} or leave it out")
     spec = tier_spec(r.chip) if mode != "none" else None
     t2 = tier_blocks(spec, budget.block_bytes) if spec is not None else 0
     if mode == "tier":
@@ -154,20 +176,26 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
     # rank's); the replica's engine holds the ranks' sum (:mod:`.ep`)
     rcfg = cfg if r.dp == 1 else replace(cfg, max_batched_tokens=cfg.max_batched_tokens * r.dp,
                                          max_batch=cfg.max_batch * r.dp)
+    oracle = oracles.get(r) if afd is None else oracles.get_afd(r, afd)
+    chips, static_w = r.chips, r.chip.energy.static_w
+    if afd is not None:     # the instance's chips: both pools; idle power: theirs
+        f = afd.ffn
+        chips = r.chips + f.chips
+        static_w = (r.chips * static_w + f.chips * f.chip.energy.static_w) / chips
     for k in range(pool.replicas):
         tier = (KvTier(spec, mode, blocks=t2, tier1_blocks=budget.blocks,
                        block_bytes=budget.block_bytes) if spec is not None and t2 else None)
         pc = (PrefixCache(cfg.prefixes, prefix_tokens // cfg.kv_block_tokens, budget.block_bytes,
                           store=tier if tier is not None and not tier.pooled else None)
               if prefix_tokens else None)
-        out.append(Instance(start + k, role, oracles.get(r), rcfg, chips=r.chips, tier=tier,
+        out.append(Instance(start + k, role, oracle, rcfg, chips=chips, tier=tier,
                             blocks=budget.pool_blocks * r.dp, block_bytes=budget.block_bytes,
-                            static_w=r.chip.energy.static_w,
+                            static_w=static_w,
                             draft=oracles.get(draft) if draft is not None else None,
                             rng=rng, prefix_blocks=prefix_blocks * r.dp, layout=budget.layout,
                             prefix_cache=pc,
                             power=(None if r.variant.no_power_limit or r.chip.power is None
-                                   else StepPowerLimit(r.chip))))
+                                   or afd is not None else StepPowerLimit(r.chip))))
     return out, budget
 
 
@@ -293,8 +321,12 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
         decode_pool = [i for i in instances if i.role == "decode"]
     else:
         pool = deployment.pool
+        afd = deployment.afd
+        if afd is not None and cfg.speculative is not None:
+            raise ValueError("--speculative with attention-FFN disaggregation is not modelled "
+                             "(the draft's steps would need their own pipeline); drop one")
         inst, b = _instances(pool, "mixed", cfg, oracles, 0, prefix_blocks,
-                             _draft_replica(cfg, pool.replica), spec_rng, prefix_tokens)
+                             _draft_replica(cfg, pool.replica), spec_rng, prefix_tokens, afd)
         instances += inst
         budgets.append(("mixed", b))
     _check_fit(pr, out, shared, cfg, budgets)
@@ -323,6 +355,7 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
             r.client = fin.client
             return r
 
+    afd_before = (dict(instances[0].oracle.totals) if deployment.afd is not None else None)
     link = {"energy_j": 0.0, "bytes": 0.0}
     transfer = kv_transfer(deployment, link) if deployment.disaggregated else None
     total = n
@@ -332,6 +365,8 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
     done = [r for r in reqs if r.finish_t >= 0]
     if not done:
         raise ValueError("no request completed")
+    if afd_before is not None:      # the layout, utilisation and link of this run's steps
+        info = {**info, "afd": afd_info(instances[0].oracle, afd_before)}
     return _result(deployment, load, cfg, instances, done, budgets, link, info, oracles)
 
 

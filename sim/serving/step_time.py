@@ -37,6 +37,7 @@ from ..run.precision_ops import with_precision_ops
 from ..run.scenario import Scenario
 from ..run.summed import block_costs, combine_energy_parts, combine_parts, step_sync_seconds
 from .. import energy_parts as EP
+from .afd_split import split_workload
 from ..run.variant import Variant, collective_timer, variant_chip, variant_timer
 
 
@@ -89,12 +90,18 @@ class Replica:
     #: of the replica is timed as its busiest rank's, :mod:`~diptych.sim.serving.ep`)
     experts: Experts = NO_EP
     dp: int = 1
+    #: attention–FFN disaggregation (:mod:`~diptych.sim.serving.afd`): ``"attention"``, the
+    #: replica's steps without their FFN ops (the attention pool's part,
+    #: :func:`~diptych.sim.serving.afd_split.split_workload`); ``""``, the whole step
+    afd_side: str = ""
 
     def __post_init__(self):
         from ..run.scenario import EXECUTIONS, default_execution
         if isinstance(self.dp, bool) or not isinstance(self.dp, int) or self.dp < 1:
             raise ValueError(f"dp (data-parallel attention ranks) must be a positive integer, "
                              f"not {self.dp!r}")
+        if self.afd_side not in ("", "attention"):
+            raise ValueError(f"afd_side must be '' or 'attention', not {self.afd_side!r}")
         if not self.variant.is_default:   # launches and links as the variant has them
             object.__setattr__(self, "chip", variant_chip(self.chip, self.variant))
         if self.execution is None:
@@ -132,16 +139,20 @@ class Replica:
     # the chip's precision ops beside their GEMMs (sim/run/precision_ops.py), as ``diptych run``
     def step_workload(self, step: Step) -> Workload:
         """``step`` lowered (:func:`~diptych.workloads.serving_step.lower_step`)."""
-        return with_precision_ops(lower_step(self.model, step, precision=self.precision,
-                                             tp=self.tp, attention=self.attention,
-                                             experts=self.experts), self.chip)
+        return self._side(with_precision_ops(
+            lower_step(self.model, step, precision=self.precision, tp=self.tp,
+                       attention=self.attention, experts=self.experts), self.chip))
 
     def frame_workload(self, tokens: int, rows: int) -> Workload:
         """The frame of ``tokens`` tokens and ``rows`` logits rows
         (:func:`~diptych.workloads.serving_step.frame`)."""
-        return with_precision_ops(frame(self.model, tokens, rows, precision=self.precision,
-                                        tp=self.tp, attention=self.attention,
-                                        experts=self.experts), self.chip)
+        return self._side(with_precision_ops(
+            frame(self.model, tokens, rows, precision=self.precision, tp=self.tp,
+                  attention=self.attention, experts=self.experts), self.chip))
+
+    def _side(self, w: Workload) -> Workload:
+        """``w``, or its attention-pool part when the replica is one (``afd_side``)."""
+        return split_workload(w, self.afd_side) if self.afd_side else w
 
     def cores_workload(self, cores: dict) -> Workload:
         """Attention cores (:func:`~diptych.workloads.serving_step.core_workload`)."""
