@@ -118,6 +118,16 @@ def design_table(res: dict):
     return t
 
 
+def echo_setups(res: dict) -> None:
+    """A line per design under :func:`design_table`: its best plan's setup (scheduler,
+    runtime, parallelism and precision per pool), as every serving result states it."""
+    from .serve_report import setup_line
+
+    for name, d in res["per_design"].items():
+        if d["best"] is not None:
+            click.echo(f"{name}'s best plan: {setup_line(d['best']['setup'])}")
+
+
 @click.command("serve-plan")
 @click.option("--model", required=True, help="Built-in model name or path to a HF config.json.")
 @click.option("--chip", "chips_", multiple=True, required=True,
@@ -227,6 +237,7 @@ def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_t
     con.print(_table(res["pareto"][:top],
                      f"Pareto front ($/Mtok, tokens/J, goodput per chip; {over})"))
     con.print(design_table(res))
+    echo_setups(res)
     b = res["best"]
     click.echo(f"best: {b['plan']} ({_fmt(b['usd_per_mtok'], '.3f')} $/Mtok, "
                f"{b['goodput_rps_per_chip']:.3g} req/s per chip)")

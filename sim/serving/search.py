@@ -55,7 +55,7 @@ from .deployment import Deployment, Pool, fit_tp
 from .ep import ATTENTION_LAYOUTS, DEFAULT_SKEW, EpSpec, ep_replica
 from .kv import kv_budget
 from .requests import Load
-from .serve import StepTimerCache, serve
+from .serve import SETUP_KEYS, StepTimerCache, serve
 from .search_prune import capex_usd_per_s, skip_reason, stream_span, usd_floor
 from .step_time import make_replica
 
@@ -318,7 +318,10 @@ def evaluate(plan: Plan, model, space: SearchSpace, load: Load, cfg: ServeConfig
             "goodput_rps": r.goodput_rps, "goodput_rps_per_chip": r.goodput_rps / plan.chips,
             "tokens_per_s": r.tokens_per_s, "tokens_per_s_per_chip": r.tokens_per_s_per_chip,
             "tokens_per_j": r.tokens_per_j, "usd_per_mtok": usd_per_mtok(dep, r.tokens_per_s, ej),
-            "fill_fraction": r.info.get("fill_fraction"), "warnings": list(r.warnings)}
+            "fill_fraction": r.info.get("fill_fraction"), "warnings": list(r.warnings),
+            # what every serving result states: scheduler, runtime, parallelism and
+            # precision per pool (serve's info)
+            "setup": {k: r.info[k] for k in SETUP_KEYS}}
 
 
 def _key(row: dict) -> tuple:

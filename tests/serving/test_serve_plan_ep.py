@@ -126,6 +126,16 @@ def test_cli_prints_the_ep_layout(cli):
     assert r.exit_code == 0, r.output
     for x in d["pareto"] + [v["best"] for v in d["per_design"].values()]:
         assert x["plan"] in r.output               # the front and the best, layout and all
+    # every row states its setup (issue 24 item 5): scheduler, runtime, pools, precision
+    for x in d["evaluated"]:
+        su = x["setup"]
+        assert su["scheduler"] == "continuous" and su["runtime"] == "vllm-v1"
+        assert [(p["ep"], p["attention"]) for p in su["pools"]] == [
+            (p["ep"], p["attention"]) for p in x["pools"]]
+        assert su["pools"][0]["precision"]["weights"] == "bf16"
+    from diptych.tools.serve_report import setup_line
+    line = setup_line(d["per_design"]["h100"]["best"]["setup"])
+    assert f"h100's best plan: {line}" in r.output and "precision: " in line
     for bad, word in ((("--ep", 3), "--ep 3"), (("--ep-attention", "xx"), "--ep-attention"),
                       (("--ep", 2, "--no-ep"), "--no-ep")):
         r = cli(*args, *bad)

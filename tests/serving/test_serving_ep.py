@@ -161,12 +161,20 @@ def test_ep_runs_colocated_disaggregated_and_speculative(cli):
     assert (pool["ep"], pool["attention"], pool["chips"], pool["expert_slots"]) == \
         (4, "dp", 4, 132)
     assert 0 < pool["moe_skew"] < 0.2
+    from diptych.tools.serve_report import setup_rows
+    info = json.loads(r.output)["info"]
+    # the result states its parallelism per pool as EP, not as the ranks' TP 1 (item 5)
+    assert dict(setup_rows(info))["parallelism"] == \
+        "h100, 1 replica x EP 4 (dp attention) = 4 chips"
     r = cli(*BASE[:3], "--prefill-chips", 4, "--decode-chips", 8, "--prefill-ep", 4,
             "--decode-ep", 8, "--ep-attention", "tp", *BASE[3:], "--json")
     assert r.exit_code == 0, r.output
     pools = json.loads(r.output)["info"]["pools"]
     assert [(p["role"], p["ep"], p["attention"], p["chips"]) for p in pools] == \
         [("prefill", 4, "tp", 4), ("decode", 8, "tp", 8)]
+    assert dict(setup_rows(json.loads(r.output)["info"]))["parallelism"] == (
+        "prefill: h100, 1 replica x EP 4 (tp attention) = 4 chips; "
+        "decode: h100, 1 replica x EP 8 (tp attention) = 8 chips")
     r = cli("serve", "--chip", "h100", "--model", "glm-4.5-air", "--ep", 4, "--qps", 2,
             "--requests", 8, "--prompt", 300, "--gen", 8, "--speculative", "draft=mtp,k=1",
             "--execution", "sum", "--json")
