@@ -19,7 +19,6 @@ from diptych.sim.serving.requests import Load, parse_length
 from diptych.sim.serving.search import SearchSpace, _key, candidates, layouts, search
 from diptych.sim.serving.serve import Deployment, Pool, StepTimerCache, serve
 from diptych.sim.serving.step_time import make_replica
-from diptych.workloads import load_model
 
 MOE = "qwen3-30b-a3b"            # 128 experts: EP 2, 4 divide them, 3 does not
 SPACE = SearchSpace(designs=("h100",), chips=4, max_batched_tokens=(2048,),

@@ -122,6 +122,7 @@ def test_ep_serve_agrees_with_its_golden_twin(chunked):
                       for q in sorted(res.reqs, key=lambda q: q.rid)],
                      oc.get(r).inner, rcfg, inst.total_blocks, layout=inst.layout,
                      rng=np.random.default_rng([cfg.seed, 1]), ranks=4,
+                     experts=oc.get(r).experts,
                      power=StepPowerLimit(inst.power.chip) if inst.power else None)
     assert {q.rid: (q.first_t, q.finish_t) for q in res.reqs} == \
         {q.rid: (q.first_t, q.finish_t) for q in g.requests}
