@@ -14,13 +14,15 @@ import argparse
 import time
 
 from diptych.sim.run import Scenario
-from diptych.sim.serving.ep import EpSpec, LockstepTimer, ep_replica
+from diptych.sim.serving.ep import EpSpec, ExpertPart, LockstepTimer, ep_replica
 from diptych.sim.serving.step_time import DirectStepTimer, make_replica
 from diptych.workloads.serving_step import Step
 
 
-def timer(chip, model, layout):
-    """The step timer of ``layout``: ``("ep", "dp")``, ``("ep", "tp")`` or ``("tp", None)``."""
+def timer(chip, model, layout, split: bool = True):
+    """The step timer of ``layout``: ``("ep", "dp")``, ``("ep", "tp")`` or ``("tp", None)``;
+    ``split`` False: a DP step's experts at the busiest rank's own tokens (the bound before
+    the frame split)."""
     kind, att = layout
     if kind == "tp":
         return DirectStepTimer(make_replica(chip, model, Scenario.of(
@@ -30,7 +32,9 @@ def timer(chip, model, layout):
                                                  weights_dtype="fp8"))
     r = ep_replica(base, spec)
     t = DirectStepTimer(r)
-    return LockstepTimer(t, r.dp) if r.dp > 1 else t
+    if r.dp == 1:
+        return t
+    return LockstepTimer(t, r.dp, ExpertPart(r, exact=True) if split else None)
 
 
 def main():
@@ -55,6 +59,13 @@ def main():
                 cell += f" ({toks / (c.energy_j * 8):.2f} tok/J)"
             cells.append(cell)
         print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+    # a mixed step whose ranks differ: one prompt's chunk beside decodes (DP attention only)
+    mixed = Step(24, 24 * 1201, ((1000, 0),))
+    old = timer(a.chip, a.model, ("ep", "dp"), False).cost(mixed)
+    cells = [f"{t.cost(mixed).seconds * 1e3:.2f} ms" for t in timers]
+    cells[0] += f" (before the frame split: {old.seconds * 1e3:.2f} ms)"
+    print("| mixed, 24 sequences at 1,200 tokens + one 1,000-token chunk | "
+          + " | ".join(cells) + " |")
     print(f"CPU {time.process_time() - t0:.0f} s")
 
 

@@ -115,7 +115,11 @@ class Instance:
         self.cfg = cfg
         # the most prompt tokens one chunk may take: one data-parallel attention rank's
         # budget when the instance is several ranks (a request lives on one rank), else the
-        # step's whole budget
+        # step's whole budget. [S] vLLM docs/serving/data_parallel_deployment.md (each DP
+        # rank a separate engine core with its own scheduler, whose step holds at most
+        # max_num_batched_tokens: vllm/v1/core/sched/scheduler.py); SGLang
+        # python/sglang/srt/server_args.py _handle_data_parallelism (under DP attention
+        # chunked_prefill_size //= dp_size: each rank's scheduler chunks to its share)
         self.chunk = chunk_tokens or cfg.max_batched_tokens
         self.chips = chips
         self.total_blocks = blocks
