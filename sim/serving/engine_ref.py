@@ -130,7 +130,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     (an :class:`~diptych.sim.serving.ep.ExpertPart`, with ``ranks`` > 1): when the ranks'
     tokens differ, the busiest rank's experts are charged the mean rank's tokens
     (``⌈T/ranks⌉``) in place of its own: its step's cost less ``experts.cost(own)`` plus
-    ``experts.cost(mean)``."""
+    ``experts.cost(mean)`` (a draft's steps are timed at the busiest rank's share without
+    this split; no golden case runs a draft beside data-parallel ranks)."""
     cfg = cfg.resolved()              # a configuration the caller left open: ideal, chunked
     bs = cfg.kv_block_tokens
     kinds = layout.kinds if layout is not None else (("full", None, 1),)
