@@ -3,7 +3,12 @@ llama-3-70b on h100 and on infer-2026, every plan of up to 6 chips (324 plans), 
 its CPU time against the target (< 300 s CPU for >= 200 plans) and the best plan per design.
 
     python benchmarks/bench_serve_plan.py [--chips N] [--qps Q] [--requests R] [-j J]
-                                          [--exhaustive]
+                                          [--exhaustive] [--model M] [--designs A,B]
+                                          [--no-disagg] [--no-ep]
+
+A mixture-of-experts model (``--model qwen3-30b-a3b``) searches expert-parallel layouts too
+(each EP degree dividing the experts, DP and TP attention); the line states how many plans
+are expert-parallel.
 
 CPU time is this process's and its workers' (``-j``: a local pool of J processes, as
 ``diptych serve-plan -j``). By default plans whose chips' cost alone prices them above their
@@ -37,10 +42,15 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="llama-3-70b")
     ap.add_argument("-j", "--jobs", type=int, default=1)
     ap.add_argument("--exhaustive", action="store_true")
+    ap.add_argument("--designs", default="h100,infer-2026")
+    ap.add_argument("--no-disagg", action="store_true")
+    ap.add_argument("--no-ep", action="store_true")
     a = ap.parse_args(argv)
+    designs = tuple(a.designs.split(","))
     load = Load(qps=a.qps, prompt=parse_length("lognormal:mean=1024,sigma=0.5", "prompt"),
                 gen=parse_length("lognormal:mean=256,sigma=0.5", "gen"), requests=a.requests)
-    space = SearchSpace(designs=("h100", "infer-2026"), chips=a.chips)
+    space = SearchSpace(designs=designs, chips=a.chips, disaggregated=not a.no_disagg,
+                        ep=() if a.no_ep else None)
     def children_cpu() -> float:
         ru = resource.getrusage(resource.RUSAGE_CHILDREN)
         return ru.ru_utime + ru.ru_stime
@@ -56,8 +66,11 @@ def main(argv=None) -> int:
     print(file=sys.stderr)
     n = res["candidates"]
     ok = "meets" if cpu < TARGET_S and n >= TARGET_PLANS else "MISSES"
-    print(f"{a.model}, designs h100 + infer-2026, up to {a.chips} chips, {a.qps:g} req/s, "
-          f"{a.requests} requests, {a.jobs} process(es): {n} plans ({res['run']} run, "
+    n_ep = sum(1 for r in res["evaluated"] if any(p["ep"] > 1 for p in r["pools"]))
+    print(f"{a.model}, designs {' + '.join(designs)}, up to {a.chips} chips"
+          f"{' (colocated only)' if a.no_disagg else ''}, {a.qps:g} req/s, "
+          f"{a.requests} requests, {a.jobs} process(es): {n} plans, {n_ep} expert-parallel "
+          f"({res['run']} run, "
           f"{res['pruned']} skipped by their price floor) in {cpu:.0f} s CPU ({wall:.0f} s "
           f"wall); target >= {TARGET_PLANS} plans in < {TARGET_S:.0f} s CPU: {ok}; "
           f"{res['meeting_slo']} meet the SLOs")

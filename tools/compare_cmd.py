@@ -211,15 +211,19 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
         if study:
             from ..sim.serving.study import deployments, render_serving_table
             _console().print(render_serving_table(study))
+            from .serve_report import setup_line
             for name, d in deployments(study):
+                if d.get("setup"):
+                    click.echo(f"serving {name}: {setup_line(d['setup'])}")
                 for w in d.get("warnings") or ():
                     click.echo(f"warning: serving {name}: {w}")
                 if d.get("energy_breakdown_j_per_token"):
                     click.echo(f"serving {name}: {energy_line(d['energy_breakdown_j_per_token'])}"
                                f" per output token")
         if plans:
-            from .serve_plan_cmd import design_table
+            from .serve_plan_cmd import design_table, echo_setups
             _console().print(design_table(plans))
+            echo_setups(plans)
         if roles:
             from .serve_afd import afd_roles_table
             _console().print(afd_roles_table(roles))

@@ -118,6 +118,16 @@ def design_table(res: dict):
     return t
 
 
+def echo_setups(res: dict) -> None:
+    """A line per design under :func:`design_table`: its best plan's setup (scheduler,
+    runtime, parallelism and precision per pool), as every serving result states it."""
+    from .serve_report import setup_line
+
+    for name, d in res["per_design"].items():
+        if d["best"] is not None:
+            click.echo(f"{name}'s best plan: {setup_line(d['best']['setup'])}")
+
+
 @click.command("serve-plan")
 @click.option("--model", required=True, help="Built-in model name or path to a HF config.json.")
 @click.option("--chip", "chips_", multiple=True, required=True,
@@ -142,6 +152,16 @@ def design_table(res: dict):
               show_default=True, help="Prompt policies to try: chunked into decode steps, "
                                       "or whole prefill steps.")
 @click.option("--no-disagg", is_flag=True, help="Colocated plans only.")
+@click.option("--ep", type=IntList(), help="Expert-parallel degrees to try on a mixture-of-"
+              "experts model (default: every degree up to --chips that divides its experts).")
+@click.option("--no-ep", is_flag=True, help="Tensor-parallel plans only (no expert "
+              "parallelism).")
+@click.option("--ep-attention", default="dp,tp", show_default=True,
+              help="Attention layouts to try beside expert parallelism: dp (each chip its own "
+                   "requests and KV), tp (split over the ep chips), or both.")
+@click.option("--moe-skew", type=float, default=0.0, show_default=True,
+              help="Expert-parallel plans: the experts' popularity coefficient of variation "
+                   "(as `diptych serve --moe-skew`).")
 @click.option("--weights-dtype", type=click.Choice(DTYPES), help="Weight precision.")
 @click.option("--act-dtype", type=click.Choice(DTYPES), help="Activation precision.")
 @click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
@@ -162,10 +182,12 @@ def design_table(res: dict):
 @scheduler_option("the plans")
 @friendly
 def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_tpot, tp,
-               max_batched_tokens, policies, no_disagg, weights_dtype, act_dtype, kv_dtype,
+               max_batched_tokens, policies, no_disagg, ep, no_ep, ep_attention, moe_skew,
+               weights_dtype, act_dtype, kv_dtype,
                runtime, seed, top, as_json, exhaustive, jobs, scheduler):
     """Deploy each chip design at its best: search pool sizes and the prefill:decode split,
-    tensor parallelism per pool, batch-token limits and the prompt policy; serve the same
+    tensor parallelism per pool (and, for a mixture-of-experts model, expert parallelism with
+    data- or tensor-parallel attention), batch-token limits and the prompt policy; serve the same
     request stream on every plan at --qps; rank the plans that meet the p99 SLOs by $ per
     million output tokens (then goodput per chip) and print the Pareto front ($/Mtok,
     tokens/J, goodput per chip) and the best plan per design.
@@ -174,6 +196,7 @@ def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_t
     diptych serve-plan --model llama-3-8b --chip h100 --chip infer-2026 --chips 4 --qps 8
     diptych serve-plan --model llama-3-70b --chip h100 --chips 8 --qps 4 --tp 2,4 --json
     diptych serve-plan --model llama-3-70b --chip h100 --chip infer-2026 --chips 6 --qps 2 -j 2
+    diptych serve-plan --model qwen3-30b-a3b --chip h100 --chips 4 --qps 4 --ep 2,4 --no-disagg
     """
     from ..arch.runtime import load_runtime
     from ..sim.serving.config import ServeConfig
@@ -182,6 +205,11 @@ def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_t
 
     if top < 1:
         raise ValueError(f"--top must be a positive integer, not {top}")
+    if ep and no_ep:
+        raise ValueError(f"--ep {','.join(map(str, ep))} and --no-ep contradict; give one")
+    atts = tuple(dict.fromkeys(a.strip() for a in ep_attention.split(",")))
+    if any(a not in ("dp", "tp") for a in atts):
+        raise ValueError(f"--ep-attention must be dp, tp or dp,tp, not {ep_attention!r}")
     load = Load(qps=qps, prompt=parse_length(prompt, "prompt"), gen=parse_length(gen, "gen"),
                 requests=requests)
     cfg = ServeConfig(slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, seed=seed,
@@ -190,7 +218,8 @@ def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_t
                                      ("act_dtype", act_dtype), ("kv_dtype", kv_dtype)) if v)
     space = SearchSpace(designs=tuple(dict.fromkeys(chips_)), chips=chips, tp=tp,
                         max_batched_tokens=max_batched_tokens, chunked_prefill=policies,
-                        disaggregated=not no_disagg, precision=prec)
+                        disaggregated=not no_disagg, precision=prec,
+                        ep=() if no_ep else ep, ep_attention=atts, moe_skew=moe_skew)
     res = run_search(model, space, load, cfg, jobs=jobs, scheduler=scheduler,
                      progress=not as_json, prune=not exhaustive)
     if as_json:
@@ -208,6 +237,7 @@ def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_t
     con.print(_table(res["pareto"][:top],
                      f"Pareto front ($/Mtok, tokens/J, goodput per chip; {over})"))
     con.print(design_table(res))
+    echo_setups(res)
     b = res["best"]
     click.echo(f"best: {b['plan']} ({_fmt(b['usd_per_mtok'], '.3f')} $/Mtok, "
                f"{b['goodput_rps_per_chip']:.3g} req/s per chip)")

@@ -18,8 +18,13 @@ def setup_rows(info: dict) -> list[tuple[str, str]]:
     def who(p: dict) -> str:
         return "" if p["role"] == "mixed" else f"{p['role']}: "
 
+    def layout(p: dict) -> str:      # an expert-parallel replica: its EP degree and attention
+        if p.get("ep", 1) > 1:
+            return f"EP {p['ep']} ({p['attention']} attention)"
+        return f"TP {p['tp']}"
+
     par = "; ".join(f"{who(p)}{p['chip']}, {p['replicas']} replica"
-                    f"{'s' if p['replicas'] != 1 else ''} x TP {p['tp']} = {p['chips']} chip"
+                    f"{'s' if p['replicas'] != 1 else ''} x {layout(p)} = {p['chips']} chip"
                     f"{'s' if p['chips'] != 1 else ''}" for p in pools)
     precs = [describe_precision(p["precision"]) for p in pools]
     prec = precs[0] if len(set(precs)) == 1 else "; ".join(

@@ -100,7 +100,8 @@ class Instance:
     def __init__(self, idx: int, role: str, oracle, cfg: ServeConfig, *, chips: int,
                  blocks: int, block_bytes: float, static_w: float, draft=None,
                  rng: np.random.Generator | None = None, prefix_blocks: int = 0,
-                 power=None, layout=None, tier=None, prefix_cache=None):
+                 power=None, layout=None, tier=None, prefix_cache=None,
+                 chunk_tokens: int | None = None):
         self.idx = idx
         self.pc = prefix_cache
         self.tier = tier
@@ -112,6 +113,14 @@ class Instance:
         self.draft = draft
         cfg = cfg.resolved()          # a configuration the caller left open: ideal, chunked
         self.cfg = cfg
+        # the most prompt tokens one chunk may take: one data-parallel attention rank's
+        # budget when the instance is several ranks (a request lives on one rank), else the
+        # step's whole budget. [S] vLLM docs/serving/data_parallel_deployment.md (each DP
+        # rank a separate engine core with its own scheduler, whose step holds at most
+        # max_num_batched_tokens: vllm/v1/core/sched/scheduler.py); SGLang
+        # python/sglang/srt/server_args.py _handle_data_parallelism (under DP attention
+        # chunked_prefill_size //= dp_size: each rank's scheduler chunks to its share)
+        self.chunk = chunk_tokens or cfg.max_batched_tokens
         self.chips = chips
         self.total_blocks = blocks
         self.prefix_blocks = prefix_blocks
@@ -362,9 +371,7 @@ class Instance:
                     i += 1
                     continue
             else:
-                need = r.target - r.computed
-                if need > budget:
-                    need = budget
+                need = min(r.target - r.computed, budget, self.chunk)
                 if need == 0:
                     i += 1
                     continue
@@ -393,7 +400,7 @@ class Instance:
         while sw and budget > 0 and len(self.running) < self.cfg.max_batch:
             r = sw[0]
             decoding = r.computed >= r.target
-            need = q if decoding else min(r.target - r.computed, budget)
+            need = q if decoding else min(r.target - r.computed, budget, self.chunk)
             if need > budget:
                 break
             total = self.blocks_for(r, r.computed + need)
@@ -432,12 +439,9 @@ class Instance:
                 budget -= need
                 continue
             rest = r.target - r.computed
-            if rest > budget:
-                if not chunked:
-                    break
-                need = budget
-            else:
-                need = rest
+            if rest > budget and not chunked:
+                break
+            need = min(rest, budget, self.chunk) if chunked else rest
             total = self.blocks_for(r, r.computed + need)
             if total > self.free and not self._reclaim(total):
                 break

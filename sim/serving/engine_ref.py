@@ -92,7 +92,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                  block_bytes: float = 0.0, closed_loop: list[GoldenRequest] | None = None,
                  rng: np.random.Generator | None = None, power=None,
                  layout=None, tier=None, cached_prefix_blocks: int = 0,
-                 ranks: int = 1) -> GoldenRun:
+                 ranks: int = 1, experts=None) -> GoldenRun:
     """Serve ``reqs`` (arrival-ordered; with ``closed_loop`` the not-yet-issued requests of
     the clients, handed out in order as requests finish) on one instance of ``blocks`` KV
     blocks and return every request's times. ``power(seconds, energy per chip)`` limits each
@@ -125,7 +125,13 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     ``ranks`` > 1: the instance is that many lockstep data-parallel attention ranks (expert
     parallelism, docs/serving.md): ``oracle`` times one rank's step, and each step lasts as
     long as its busiest rank's share (:func:`busiest_rank_share`, written out here apart
-    from the fast loop's)."""
+    from the fast loop's); ``cfg.max_batched_tokens`` is then the ranks' sum, and one prompt
+    chunk takes at most one rank's share of it (a request lives on one rank). ``experts``
+    (an :class:`~diptych.sim.serving.ep.ExpertPart`, with ``ranks`` > 1): when the ranks'
+    tokens differ, the busiest rank's experts are charged the mean rank's tokens
+    (``⌈T/ranks⌉``) in place of its own: its step's cost less ``experts.cost(own)`` plus
+    ``experts.cost(mean)`` (a draft's steps are timed at the busiest rank's share without
+    this split; no golden case runs a draft beside data-parallel ranks)."""
     cfg = cfg.resolved()              # a configuration the caller left open: ideal, chunked
     bs = cfg.kv_block_tokens
     kinds = layout.kinds if layout is not None else (("full", None, 1),)
@@ -344,6 +350,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             return math.ceil((p + g) / bs)
         return layout.max_blocks(p + g, 0, p)
 
+    cap = cfg.max_batched_tokens // ranks        # one rank's budget: a chunk's most tokens
+
     def plan_continuous(swap_time):
         budget = cfg.max_batched_tokens
         decodes, chunks = [], []
@@ -364,7 +372,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                     continue
                 need = q
             else:
-                need = min(r.target - r.computed, budget)
+                need = min(r.target - r.computed, budget, cap)
                 if need == 0:
                     i += 1
                     continue
@@ -388,7 +396,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         while swapped and budget > 0 and len(running) < cfg.max_batch:
             r = swapped[0]
             is_decode = r.computed >= r.target
-            need = q if is_decode else min(r.target - r.computed, budget)
+            need = q if is_decode else min(r.target - r.computed, budget, cap)
             if need > budget or not get_room(blocks_needed(r, r.computed + need, r.computed)):
                 break
             swapped.pop(0)
@@ -419,7 +427,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                 if kind:
                     r.shared = r.computed = 0
                 break
-            need = min(rest, budget)
+            need = rest if whole else min(rest, budget, cap)
             load = pb if kind == "hit2" else 0
             if not get_room(blocks_needed(r, r.computed + need, r.computed) + load,
                             r.pid):
@@ -463,7 +471,13 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
 
     def device_s(step):
         """The step's device seconds: target (and draft) at the clock the TDP allows."""
-        c = oracle.cost(busiest_rank_share(step, ranks))
+        share = busiest_rank_share(step, ranks)
+        c = oracle.cost(share)
+        mean = math.ceil(step.tokens / ranks)
+        if experts is not None and share.tokens != mean:
+            own, avg = experts.cost(share.tokens), experts.cost(mean)
+            c = type(c)(c.seconds - own.seconds + avg.seconds,
+                        c.energy_j - own.energy_j + avg.energy_j)
         secs, energy = c.seconds, c.energy_j
         if draft is not None:
             ds, de = draft_cost(step)

@@ -17,9 +17,13 @@ Two layouts, as deployed MoE engines run them:
   (:func:`~diptych.workloads.lower.expert_groups`: ``T·k`` × the load factor of the routing
   skew and the router's sampling noise), between the two all-to-alls of ``T·k·d`` activations
   on the pool's links (:func:`~diptych.sim.run.links.collective_seconds`, the ring/direct
-  model of a one-domain cluster, :mod:`diptych.sim.cluster.collectives`). Exact when the ranks
-  hold equal tokens; with unequal ranks the busiest rank's experts are charged its own tokens'
-  pairs (an upper bound: the experts' pairs are the mean rank's).
+  model of a one-domain cluster, :mod:`diptych.sim.cluster.collectives`). When the ranks hold
+  unequal tokens (a prefill chunk mixed into decodes lands on one rank) the step is **split**
+  (:class:`ExpertPart`, :class:`LockstepTimer`): the busiest rank's attention, dense layers,
+  router, permutes and all-to-alls run over its own tokens (it sends them all), while its
+  experts' grouped GEMMs see the union's pairs, ``⌈T/ep⌉`` tokens' worth (the all-to-all
+  spreads every rank's pairs over the experts): the busiest rank's step minus its experts'
+  GEMMs at its own tokens plus them at the mean rank's.
 * **tensor-parallel attention** (``attention="tp"``; vLLM's ``--tensor-parallel-size N
   --enable-expert-parallel``): attention, dense layers and shared experts split ÷ ep as in a
   TP replica, every chip an expert-parallel rank holding whole experts; each routes the pairs
@@ -39,12 +43,17 @@ EPLB's balanced packing of slots onto ranks is not credited (conservative).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 from ...workloads.config import ModelConfig
+from ...workloads.graph import Workload
 from ...workloads.moe import MAX_SKEW, Routing
+from ...workloads.program import Block
 from ...workloads.serving_step import Experts, Step
+from .. import energy_parts as EP
+from ..run.summed import block_costs, combine_energy_parts, combine_parts
 from .step_time import Replica, StepCost, StepTimer
 
 #: How attention is laid out beside expert parallelism (module docstring).
@@ -184,15 +193,101 @@ def rank_step(step: Step, ranks: int) -> Step:
                 decode_queries=q)
 
 
+#: Tokens up to which :class:`ExpertPart` simulates every count; above, its vertices are
+#: ``⌊EXACT_TOKENS · 2^(i/8)⌋`` (9 % apart) and a count between two is interpolated linearly.
+EXACT_TOKENS = 64
+
+
+def _expert_op(name: str) -> bool:
+    """Whether a frame op (its precision ops, ``name.dequant``, with it) is one of the routed
+    experts' grouped GEMMs or their activation: the work that runs on the pairs the
+    all-to-all brings (not the permutes, which sort the rank's own tokens' pairs)."""
+    base = name.split(".")[0]
+    return base.startswith("experts_") and base not in ("experts_permute", "experts_combine")
+
+
+class ExpertPart:
+    """The routed experts' grouped GEMMs (and their activation) of one rank's step at ``T``
+    tokens: the frame of ``replica`` (:meth:`~.step_time.Replica.frame_workload`) at ``T``
+    tokens with every other op left out, its ops timed alone and summed (``simulate``: the
+    replica's engine; no launch costs, which do not depend on ``T``). :meth:`cost` is exact at
+    ``T ≤`` :data:`EXACT_TOKENS` and at the vertices above it, linear between two vertices
+    (``exact``: every count simulated). ``simulations``: counts simulated."""
+
+    def __init__(self, replica: Replica, simulate: Callable | None = None, *,
+                 exact: bool = False):
+        self.replica = replica
+        self._simulate = replica.timer(simulate)
+        self.exact = exact
+        self._memo: dict[int, StepCost] = {}
+        self.simulations = 0
+
+    def _at(self, tokens: int) -> StepCost:
+        got = self._memo.get(tokens)
+        if got is None:
+            r = self.replica
+            w = r.frame_workload(tokens, 1)
+            blocks = tuple(Block.of_ops(b.name, b.repeat, ops) for b in w.blocks
+                           if (ops := tuple(op for op in b.ops if _expert_op(op.name))))
+            if not blocks:
+                got = StepCost(0.0, 0.0, ())
+            else:
+                bc = block_costs(Workload(w.phase, blocks, tokens=w.tokens, batch=w.batch),
+                                 r.chip, self._simulate, fixed_costs=False,
+                                 collective_time=r.collective_time)
+                sec, e = combine_parts(bc, {}, {}, overlap=False)
+                got = StepCost(sec, e, EP.as_vector(combine_energy_parts(bc, {})))
+            self._memo[tokens] = got
+            self.simulations += 1
+        return got
+
+    def cost(self, tokens: int) -> StepCost:
+        """The experts' time and energy per chip at ``tokens`` tokens of the rank."""
+        if self.exact or tokens <= EXACT_TOKENS:
+            return self._at(tokens)
+        i = math.floor(8 * math.log2(tokens / EXACT_TOKENS))
+        lo = math.floor(EXACT_TOKENS * 2 ** (i / 8))
+        while lo > tokens:                 # floating point at an exact vertex
+            i -= 1
+            lo = math.floor(EXACT_TOKENS * 2 ** (i / 8))
+        hi = math.floor(EXACT_TOKENS * 2 ** ((i + 1) / 8))
+        while hi <= lo:
+            i += 1
+            hi = math.floor(EXACT_TOKENS * 2 ** ((i + 1) / 8))
+        a = self._at(lo)
+        if tokens == lo:
+            return a
+        b = self._at(hi)
+        f = (tokens - lo) / (hi - lo)
+        parts = (tuple(x + f * (y - x) for x, y in zip(a.parts, b.parts))
+                 if a.parts and b.parts else ())
+        return StepCost(a.seconds + f * (b.seconds - a.seconds),
+                        a.energy_j + f * (b.energy_j - a.energy_j), parts)
+
+
+def split_cost(busiest: StepCost, own: StepCost, mean: StepCost) -> StepCost:
+    """The busiest rank's step cost ``busiest`` with its experts' part at its own tokens
+    (``own``) replaced by the part at the mean rank's (``mean``): the frame split."""
+    parts = (tuple(b - o + m for b, o, m in zip(busiest.parts, own.parts, mean.parts))
+             if busiest.parts and own.parts and mean.parts else busiest.parts)
+    return StepCost(busiest.seconds - own.seconds + mean.seconds,
+                    busiest.energy_j - own.energy_j + mean.energy_j, parts)
+
+
 class LockstepTimer:
     """A step of ``replica.dp`` lockstep data-parallel ranks timed as its busiest rank's
     (:func:`rank_step`) on ``inner``, the rank's own step timer (grid or direct: its pieces
-    cached and interpolated as for any replica). Energy per chip is the busiest rank's (an
-    upper bound for the others, which wait at the all-to-alls)."""
+    cached and interpolated as for any replica), split when the ranks are unequal
+    (``experts``, an :class:`ExpertPart` of the rank's replica; module docstring): the
+    experts' GEMMs at the mean rank's tokens, ``⌈T/ranks⌉``, instead of the busiest rank's.
+    ``experts`` None: no split (the busiest rank's own pairs, an upper bound). Energy per
+    chip is the busiest rank's (an upper bound for the others, which wait at the
+    all-to-alls)."""
 
-    def __init__(self, inner: StepTimer, ranks: int):
+    def __init__(self, inner: StepTimer, ranks: int, experts: ExpertPart | None = None):
         self.inner = inner
         self.ranks = ranks
+        self.experts = experts
 
     @property
     def replica(self) -> Replica:
@@ -200,11 +295,16 @@ class LockstepTimer:
 
     @property
     def simulations(self) -> int:
-        return self.inner.simulations
+        return self.inner.simulations + (self.experts.simulations if self.experts else 0)
 
     def cost(self, step: Step) -> StepCost:
-        return self.inner.cost(rank_step(step, self.ranks))
+        share = rank_step(step, self.ranks)
+        c = self.inner.cost(share)
+        mean = -(-step.tokens // self.ranks)
+        if self.experts is None or share.tokens == mean:
+            return c
+        return split_cost(c, self.experts.cost(share.tokens), self.experts.cost(mean))
 
 
-__all__ = ["ATTENTION_LAYOUTS", "DEFAULT_SKEW", "EpSpec", "LockstepTimer", "ep_replica",
-           "eplb_skew", "rank_step"]
+__all__ = ["ATTENTION_LAYOUTS", "DEFAULT_SKEW", "EXACT_TOKENS", "EpSpec", "ExpertPart",
+           "LockstepTimer", "ep_replica", "eplb_skew", "rank_step", "split_cost"]

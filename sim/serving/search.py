@@ -5,12 +5,15 @@ A :class:`SearchSpace` names the designs (chip presets or TOML paths), the most 
 deployment may use, the tensor-parallel degrees, the batch-token limits and whether prompts are
 chunked into decode steps. :func:`candidates` enumerates every :class:`Plan` the space holds:
 
-* **colocated**, per design and TP degree ``t`` (one that holds the model,
-  :func:`~.deployment.fit_tp`, and at most ``chips``): 1 to ``chips // t`` replicas;
-* **disaggregated**, per ordered pair of designs (the same one twice included), per TP degree
-  of each pool and per pair of pool sizes (each a multiple of its degree, at least one replica
-  each, together at most ``chips``): prefill on one pool, decode on the other, the KV cache
-  crossing the chips' links (:func:`~.deployment.kv_transfer`);
+* **colocated**, per design and replica layout (:func:`layouts`: a TP degree ``t`` that holds
+  the model, :func:`~.deployment.fit_tp`, and at most ``chips``; for a mixture-of-experts
+  model also every expert-parallel degree ``e`` that divides its experts, with data-parallel
+  or tensor-parallel attention, :mod:`.ep`, whose ranks hold the model): 1 to
+  ``chips // g`` replicas of ``g`` chips (``t``, or ``e``);
+* **disaggregated**, per ordered pair of designs (the same one twice included), per layout
+  of each pool and per pair of pool sizes (each a multiple of its replica's chips, at least
+  one replica each, together at most ``chips``): prefill on one pool, decode on the other,
+  the KV cache crossing the chips' links (:func:`~.deployment.kv_transfer`);
 
 each with every batch-token limit and prompt policy. :func:`search` serves the same request
 stream (``load``, the same seed) on each plan with shared step timers, and keeps for each:
@@ -49,8 +52,10 @@ from ...workloads.lower import valid_tp_degrees
 from ..run.scenario import Scenario
 from .config import ServeConfig
 from .deployment import Deployment, Pool, fit_tp
+from .ep import ATTENTION_LAYOUTS, DEFAULT_SKEW, EpSpec, ep_replica
+from .kv import kv_budget
 from .requests import Load
-from .serve import StepTimerCache, serve
+from .serve import SETUP_KEYS, StepTimerCache, serve
 from .search_prune import capex_usd_per_s, skip_reason, stream_span, usd_floor
 from .step_time import make_replica
 
@@ -66,7 +71,11 @@ class SearchSpace:
     (None: every degree of the model that holds it and fits ``chips``);
     ``max_batched_tokens`` and ``chunked_prefill``: the engine settings tried;
     ``disaggregated``: also prefill/decode pools; ``precision``: ``diptych run``'s precision
-    keywords (``weights_dtype``, ``act_dtype``, ``kv_dtype``) for every replica."""
+    keywords (``weights_dtype``, ``act_dtype``, ``kv_dtype``) for every replica.
+    ``ep``: the expert-parallel degrees tried on a mixture-of-experts model (None: every
+    degree from 2 to ``chips`` that divides its experts; ``()``: none), each with every
+    attention layout of ``ep_attention`` (``"dp"``, ``"tp"``: :mod:`.ep`) and the experts'
+    popularity skew ``moe_skew`` (a coefficient of variation, as ``serve --moe-skew``)."""
 
     designs: tuple[str, ...]
     chips: int
@@ -75,6 +84,9 @@ class SearchSpace:
     chunked_prefill: tuple[bool, ...] = (True, False)
     disaggregated: bool = True
     precision: tuple[tuple[str, str], ...] = ()
+    ep: tuple[int, ...] | None = None
+    ep_attention: tuple[str, ...] = ATTENTION_LAYOUTS
+    moe_skew: float = DEFAULT_SKEW
 
     def __post_init__(self):
         if not self.designs:
@@ -90,14 +102,40 @@ class SearchSpace:
                                            for v in self.chunked_prefill):
             raise ValueError(f"chunked_prefill must be True/False values, not "
                              f"{self.chunked_prefill!r}")
+        if self.ep is not None and any(isinstance(v, bool) or not isinstance(v, int) or v < 2
+                                       for v in self.ep):
+            raise ValueError(f"ep must be expert-parallel degrees of at least 2, not "
+                             f"{self.ep!r}")
+        if not self.ep_attention or any(a not in ATTENTION_LAYOUTS for a in self.ep_attention):
+            raise ValueError(f"ep_attention must be among {', '.join(ATTENTION_LAYOUTS)}, not "
+                             f"{self.ep_attention!r}")
+        EpSpec(2, skew=self.moe_skew)           # the skew's bounds, named as serve names them
+
+
+#: A pool of a plan: ``(role, design, tp, chips, ep, attention)``: ``chips`` chips of
+#: ``design`` in replicas of ``tp`` tensor-parallel chips (``ep == 1``, attention "tp"), or of
+#: ``ep`` expert-parallel chips with ``attention`` "dp" (``tp`` 1) or "tp" (``tp == ep``).
+Role = tuple[str, str, int, int, int, str]
+
+
+def group_chips(role: Role) -> int:
+    """The chips of one replica of ``role``: its EP degree, else its TP degree."""
+    return role[4] if role[4] > 1 else role[2]
+
+
+def layout_words(role: Role) -> str:
+    """A pool's parallelism in words: ``tp 2``, ``ep 8, dp attention``."""
+    return f"ep {role[4]}, {role[5]} attention" if role[4] > 1 else f"tp {role[2]}"
 
 
 @dataclass(frozen=True)
 class Plan:
-    """One deployment of a search: ``roles`` is ``(("mixed", design, tp, chips),)`` or
-    ``(("prefill", ...), ("decode", ...))``; the engine settings beside it."""
+    """One deployment of a search: ``roles`` is ``(("mixed", design, tp, chips, ep,
+    attention),)`` or ``(("prefill", ...), ("decode", ...))`` (:data:`Role`); the engine
+    settings beside it (``max_batched_tokens``: one data-parallel attention rank's, as
+    ``serve`` takes it)."""
 
-    roles: tuple[tuple[str, str, int, int], ...]
+    roles: tuple[Role, ...]
     max_batched_tokens: int
     chunked_prefill: bool
 
@@ -118,15 +156,16 @@ class Plan:
         return sum(r[3] for r in self.roles)
 
     def describe(self) -> str:
-        pools = ", ".join(f"{role} {chips // tp} x {design} (tp {tp})"
-                          for role, design, tp, chips in self.roles)
+        pools = ", ".join(f"{r[0]} {r[3] // group_chips(r)} x {r[1]} ({layout_words(r)})"
+                          for r in self.roles)
         return (f"{pools}; max {self.max_batched_tokens} tokens per step, prompts "
                 f"{'chunked into' if self.chunked_prefill else 'apart from'} decode steps")
 
     def to_dict(self) -> dict:
         return {"design": self.design, "disaggregated": self.disaggregated,
-                "pools": [{"role": r, "chip": d, "tp": t, "chips": c, "replicas": c // t}
-                          for r, d, t, c in self.roles],
+                "pools": [{"role": r[0], "chip": r[1], "tp": r[2], "chips": r[3],
+                           "replicas": r[3] // group_chips(r), "ep": r[4], "attention": r[5]}
+                          for r in self.roles],
                 "chips": self.chips, "max_batched_tokens": self.max_batched_tokens,
                 "chunked_prefill": self.chunked_prefill, "plan": self.describe()}
 
@@ -143,28 +182,84 @@ def _degrees(design: str, model, space: SearchSpace, cfg: ServeConfig) -> list[i
     return sorted(t for t in set(tps) if least <= t <= space.chips)
 
 
+def ep_degrees(m, space: SearchSpace) -> list[int]:
+    """The expert-parallel degrees ``space`` tries on ``m`` (ascending): ``space.ep`` or every
+    degree from 2 to ``space.chips`` that divides the experts; [] for a dense model.
+    ValueError naming the value when an explicit degree does not divide the experts or the
+    model is dense."""
+    for e in space.ep or ():
+        EpSpec(e, skew=space.moe_skew).check(m)          # dense, or experts not divisible
+        if e > space.chips:
+            raise ValueError(f"--ep {e} is larger than --chips ({space.chips}): an "
+                             f"expert-parallel replica takes {e} chips")
+    if not m.is_moe:
+        return []
+    if space.ep is not None:
+        return sorted(set(space.ep))
+    return [e for e in range(2, space.chips + 1) if m.experts % e == 0]
+
+
+def _ep_fits(design: str, model, spec: EpSpec, space: SearchSpace, cfg: ServeConfig) -> bool:
+    """Whether a rank of ``spec`` on ``design`` holds its weights, the activations, the
+    reserve and one step's tokens of KV cache (the rule of :func:`~.deployment.fit_tp`), and
+    the layout can be lowered (TP attention: the heads divide over ``ep``)."""
+    try:
+        base = make_replica(design, model, Scenario.of(phase="decode", tp=spec.tp,
+                                                       **dict(space.precision)))
+        r = ep_replica(base, spec)
+        b = kv_budget(r, block_tokens=cfg.kv_block_tokens,
+                      max_batched_tokens=cfg.max_batched_tokens,
+                      reserve_fraction=cfg.kv_reserve_fraction)
+    except ValueError:
+        return False
+    return b.tokens >= cfg.max_batched_tokens
+
+
+def layouts(design: str, model, space: SearchSpace, cfg: ServeConfig
+            ) -> list[tuple[int, int, str]]:
+    """The replica layouts ``(tp, ep, attention)`` of ``space`` at which ``design`` holds
+    ``model``: every TP degree (:func:`_degrees`, ``ep`` 1), then every expert-parallel degree
+    (:func:`ep_degrees`) with each attention layout whose ranks hold it (:func:`_ep_fits`)."""
+    m = load_model(model)
+    out = [(t, 1, "tp") for t in _degrees(design, m, space, cfg)]
+    for e in ep_degrees(m, space):
+        for att in space.ep_attention:
+            spec = EpSpec(e, att, skew=space.moe_skew)
+            if _ep_fits(design, m, spec, space, cfg):
+                out.append((spec.tp, e, att))
+    return out
+
+
 def candidates(model, space: SearchSpace, cfg: ServeConfig | None = None) -> list[Plan]:
     """Every plan of ``space`` for ``model`` (module docstring), in a fixed order."""
     cfg = cfg or ServeConfig()
     m = load_model(model)
     n = space.chips
-    deg = {d: _degrees(d, m, space, cfg) for d in space.designs}
+    lay = {d: layouts(d, m, space, cfg) for d in space.designs}
+
+    def group(t: int, e: int) -> int:
+        return e if e > 1 else t
+
     shapes: list[tuple] = []
     for d in space.designs:
-        shapes += [(("mixed", d, t, r * t),) for t in deg[d] for r in range(1, n // t + 1)]
+        shapes += [(("mixed", d, t, r * group(t, e), e, a),) for t, e, a in lay[d]
+                   for r in range(1, n // group(t, e) + 1)]
     if space.disaggregated:
         for a in space.designs:
             for b in space.designs:
-                for tp_a in deg[a]:
-                    for tp_b in deg[b]:
-                        for n_a in range(tp_a, n - tp_b + 1, tp_a):
-                            shapes += [(("prefill", a, tp_a, n_a), ("decode", b, tp_b, n_b))
-                                       for n_b in range(tp_b, n - n_a + 1, tp_b)]
+                for ta, ea, aa in lay[a]:
+                    ga = group(ta, ea)
+                    for tb, eb, ab in lay[b]:
+                        gb = group(tb, eb)
+                        for n_a in range(ga, n - gb + 1, ga):
+                            shapes += [(("prefill", a, ta, n_a, ea, aa),
+                                        ("decode", b, tb, n_b, eb, ab))
+                                       for n_b in range(gb, n - n_a + 1, gb)]
     out = [Plan(s, k, c) for s in shapes for k in space.max_batched_tokens
            for c in space.chunked_prefill]
     if len(out) > MAX_CANDIDATES:
         raise ValueError(f"the search space holds {len(out):,} plans, more than "
-                         f"{MAX_CANDIDATES:,} (sim/serving/search.py): narrow --tp, "
+                         f"{MAX_CANDIDATES:,} (sim/serving/search.py): narrow --tp, --ep, "
                          f"--max-batched-tokens or --chips")
     return out
 
@@ -172,12 +267,15 @@ def candidates(model, space: SearchSpace, cfg: ServeConfig | None = None) -> lis
 def _deployment(plan: Plan, model, space: SearchSpace, replicas: dict) -> Deployment:
     prec = dict(space.precision)
     pools = []
-    for _, design, tp, chips in plan.roles:
-        key = (design, tp)
-        if key not in replicas:     # one replica object per (design, tp): shared step timers
-            replicas[key] = make_replica(design, model, Scenario.of(phase="decode", tp=tp,
-                                                                    **prec))
-        pools.append(Pool(replicas[key], chips // tp))
+    for role in plan.roles:
+        _, design, tp, chips, ep, att = role
+        key = (design, tp, ep, att)
+        if key not in replicas:     # one replica object per layout: shared step timers
+            r = make_replica(design, model, Scenario.of(phase="decode", tp=tp, **prec))
+            if ep > 1:
+                r = ep_replica(r, EpSpec(ep, att, skew=space.moe_skew))
+            replicas[key] = r
+        pools.append(Pool(replicas[key], chips // group_chips(role)))
     if plan.disaggregated:
         return Deployment(prefill=pools[0], decode=pools[1])
     return Deployment(pool=pools[0])
@@ -220,7 +318,10 @@ def evaluate(plan: Plan, model, space: SearchSpace, load: Load, cfg: ServeConfig
             "goodput_rps": r.goodput_rps, "goodput_rps_per_chip": r.goodput_rps / plan.chips,
             "tokens_per_s": r.tokens_per_s, "tokens_per_s_per_chip": r.tokens_per_s_per_chip,
             "tokens_per_j": r.tokens_per_j, "usd_per_mtok": usd_per_mtok(dep, r.tokens_per_s, ej),
-            "fill_fraction": r.info.get("fill_fraction"), "warnings": list(r.warnings)}
+            "fill_fraction": r.info.get("fill_fraction"), "warnings": list(r.warnings),
+            # what every serving result states: scheduler, runtime, parallelism and
+            # precision per pool (serve's info)
+            "setup": {k: r.info[k] for k in SETUP_KEYS}}
 
 
 def _key(row: dict) -> tuple:
@@ -453,6 +554,8 @@ def search(model, space: SearchSpace, load: Load, cfg: ServeConfig | None = None
     return {"model": m.name,
             "space": {"designs": list(space.designs), "chips": space.chips,
                       "tp": list(space.tp) if space.tp else None,
+                      "ep": list(space.ep) if space.ep is not None else None,
+                      "ep_attention": list(space.ep_attention), "moe_skew": space.moe_skew,
                       "max_batched_tokens": list(space.max_batched_tokens),
                       "chunked_prefill": list(space.chunked_prefill),
                       "disaggregated": space.disaggregated},

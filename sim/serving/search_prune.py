@@ -59,7 +59,7 @@ def stream_span(load: Load, ctx_limit: int, seed: int) -> tuple[float, int]:
 def usd_floor(roles, span_s: float, output_tokens: int) -> float | None:
     """The floor under the price of a plan of ``roles`` (a :class:`~.search.Plan`'s) on a
     stream of ``span_s`` and ``output_tokens`` (module docstring); None without a price."""
-    rate = capex_usd_per_s([(load_chip(design), chips) for _, design, _, chips in roles])
+    rate = capex_usd_per_s([(load_chip(r[1]), r[3]) for r in roles])
     if rate is None or output_tokens <= 0:
         return None
     return 1e6 * rate * span_s / output_tokens

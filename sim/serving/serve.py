@@ -29,7 +29,7 @@ from .prefix_cache import PrefixCache, prefix_cache_info
 from ..run.scenario import Scenario
 from .step_time import DirectStepTimer, Replica, make_replica
 from .afd import AfdLayout, AfdTimer, afd_info, check_ffn_fits
-from .ep import LockstepTimer
+from .ep import ExpertPart, LockstepTimer
 from .grid_timer import GridStepTimer, GridSpec
 from .requests import Load, draw_requests
 from ...workloads.mtp import mtp_module
@@ -108,8 +108,10 @@ class StepTimerCache:
                 o = DirectStepTimer(replica, self.simulate)
             else:
                 o = GridStepTimer(replica, self.simulate, self.grid, progress=self._tick)
-            if replica.dp > 1:
-                o = LockstepTimer(o, replica.dp)
+            if replica.dp > 1:      # the experts' part apart: the frame split (:mod:`.ep`)
+                part = (ExpertPart(replica, self.simulate, exact=self.kind == "direct")
+                        if replica.experts.ep > 1 else None)
+                o = LockstepTimer(o, replica.dp, part)
             self._o[replica] = o
         return o
 
@@ -194,6 +196,7 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
                             draft=oracles.get(draft) if draft is not None else None,
                             rng=rng, prefix_blocks=prefix_blocks * r.dp, layout=budget.layout,
                             prefix_cache=pc,
+                            chunk_tokens=cfg.max_batched_tokens if r.dp > 1 else None,
                             power=(None if r.variant.no_power_limit or r.chip.power is None
                                    or afd is not None else StepPowerLimit(r.chip))))
     return out, budget

@@ -34,7 +34,7 @@ from .metrics import FILL_LIMIT
 from ..run.scenario import Scenario
 from .step_time import make_replica
 from .requests import parse_length
-from .serve import Deployment, Load, StepTimerCache, Pool, fit_tp, serve
+from .serve import SETUP_KEYS, Deployment, Load, StepTimerCache, Pool, fit_tp, serve
 
 
 @dataclass(frozen=True)
@@ -109,8 +109,11 @@ def max_qps(dep: Deployment, s: ServingSettings, oracles: StepTimerCache,
                 good = (q, r)
                 break
             bad = q
+    # what every serving result states (scheduler, runtime, parallelism and precision per
+    # pool): the runs' own info, the same at every load
+    setup = {k: r.info[k] for k in SETUP_KEYS}
     if good is None:
-        return {"max_qps": None, "tokens_per_j": None, "tokens_per_s": None,
+        return {"setup": setup, "max_qps": None, "tokens_per_j": None, "tokens_per_s": None,
                 "ttft_p99_s": None, "tpot_p99_s": None, "energy_j": None,
                 "energy_breakdown_j": None,
                 "energy_breakdown_j_per_token": None, "note": "no load meets the SLOs"}
@@ -127,7 +130,7 @@ def max_qps(dep: Deployment, s: ServingSettings, oracles: StepTimerCache,
         f"the run at {q:.3g} req/s did not reach steady state: {100 * fill:.0f} % of its "
         f"requests arrived while the system filled (at most {100 * FILL_LIMIT:.0f} %), so its "
         f"verdict rests on a half-empty system; a longer duration_s would test the load"]
-    return {"max_qps": q, "max_qps_is_lower_bound": bad is None,
+    return {"setup": setup, "max_qps": q, "max_qps_is_lower_bound": bad is None,
             "arrival_rps": r.info["arrival_rps"], "fill_fraction": fill, "warnings": warns,
             "tokens_per_j": r.tokens_per_j, "tokens_per_s": r.tokens_per_s,
             "tokens_per_s_per_chip": r.tokens_per_s_per_chip, "goodput_rps": r.goodput_rps,

@@ -122,6 +122,7 @@ def test_ep_serve_agrees_with_its_golden_twin(chunked):
                       for q in sorted(res.reqs, key=lambda q: q.rid)],
                      oc.get(r).inner, rcfg, inst.total_blocks, layout=inst.layout,
                      rng=np.random.default_rng([cfg.seed, 1]), ranks=4,
+                     experts=oc.get(r).experts,
                      power=StepPowerLimit(inst.power.chip) if inst.power else None)
     assert {q.rid: (q.first_t, q.finish_t) for q in res.reqs} == \
         {q.rid: (q.first_t, q.finish_t) for q in g.requests}
@@ -161,12 +162,20 @@ def test_ep_runs_colocated_disaggregated_and_speculative(cli):
     assert (pool["ep"], pool["attention"], pool["chips"], pool["expert_slots"]) == \
         (4, "dp", 4, 132)
     assert 0 < pool["moe_skew"] < 0.2
+    from diptych.tools.serve_report import setup_rows
+    info = json.loads(r.output)["info"]
+    # the result states its parallelism per pool as EP, not as the ranks' TP 1 (item 5)
+    assert dict(setup_rows(info))["parallelism"] == \
+        "h100, 1 replica x EP 4 (dp attention) = 4 chips"
     r = cli(*BASE[:3], "--prefill-chips", 4, "--decode-chips", 8, "--prefill-ep", 4,
             "--decode-ep", 8, "--ep-attention", "tp", *BASE[3:], "--json")
     assert r.exit_code == 0, r.output
     pools = json.loads(r.output)["info"]["pools"]
     assert [(p["role"], p["ep"], p["attention"], p["chips"]) for p in pools] == \
         [("prefill", 4, "tp", 4), ("decode", 8, "tp", 8)]
+    assert dict(setup_rows(json.loads(r.output)["info"]))["parallelism"] == (
+        "prefill: h100, 1 replica x EP 4 (tp attention) = 4 chips; "
+        "decode: h100, 1 replica x EP 8 (tp attention) = 8 chips")
     r = cli("serve", "--chip", "h100", "--model", "glm-4.5-air", "--ep", 4, "--qps", 2,
             "--requests", 8, "--prompt", 300, "--gen", 8, "--speculative", "draft=mtp,k=1",
             "--execution", "sum", "--json")

@@ -37,6 +37,17 @@ def test_structure_and_pairs(study):
     pairs = {(d["prefill"], d["decode"]) for d in study["disaggregated"]}
     assert pairs == {("train-2026", "infer-2026"), ("infer-2026", "train-2026")}
     assert all(d["chips"] == 2 and d["max_qps"] for d in study["disaggregated"])
+    # every serving result states scheduler, runtime, parallelism and precision per pool
+    # (issue 24 item 5), as serve's own info does for the run at that load
+    for name, d in study["colocated"].items():
+        su = d["setup"]
+        assert su["scheduler"] == "continuous" and su["runtime"] and su["scheduling"]
+        assert [(p["chip"], p["tp"] * p["replicas"], p["ep"]) for p in su["pools"]] \
+            == [(name, 2, 1)]
+        assert set(su["pools"][0]["precision"]) == {"weights", "activations", "kv",
+                                                    "accumulation"}
+    assert all([p["role"] for p in d["setup"]["pools"]] == ["prefill", "decode"]
+               for d in study["disaggregated"])
     json.dumps(study)                       # JSON-ready
 
 
@@ -129,3 +140,6 @@ def test_compare_cli_serving_section(monkeypatch, study):
                                   "--train-batch", "2", "--train-seq", "512", "--serving"])
     assert r.exit_code == 0, r.output
     assert "serving under" in r.output and "QPS" in r.output
+    for name in ("train-2026", "infer-2026"):         # each deployment's setup, stated
+        assert f"serving {name} (" in r.output and "runtime: " in r.output
+        assert "precision: " in r.output and "scheduler: continuous" in r.output
