@@ -10,11 +10,19 @@ beside. The machine may be shared: its load average is printed.
 1. the examples' trace (``examples/trace-small.csv``, 120 requests) of llama-3-8b on h100,
    cold: target < 30 s;
 2. 1,000 requests (``--qps 4``, the default lengths) of ``--model`` (llama-3-8b; llama-3-70b
-   runs TP2), cold: target < 15 s;
-3. the same two warm: the pieces read back from the user's cache
-   (sim/serving/piece_cache.py), the same output bit for bit (checked).
+   runs TP4), cold: target < 15 s;
+3. 10,000 requests of the same at 4 req/s, warm (the second process, on the first one's
+   pieces; the cold run printed beside it): target < 10 s;
+4. (``--only ep``, not in the default set: minutes of CPU) MoE expert-parallel serving as
+   docs/serving.md "Expert parallelism" measured it: qwen3-235b-a22b FP8, ``--ep 8``, DP
+   attention, 300 requests at 4 req/s (lognormal prompts of mean 1,000, 200 outputs,
+   vllm-v1), cold; no target (518 s CPU before issue 24 item 4's coarse grid);
 
-Usage: ``python benchmarks/bench_serve_cold.py [--model llama-3-70b] [--only trace|1000]``.
+and each warm: the pieces read back from the user's cache (sim/serving/piece_cache.py), the
+same output bit for bit (checked).
+
+Usage: ``python benchmarks/bench_serve_cold.py [--model llama-3-70b]
+[--only trace|1000|10k|ep]``.
 """
 
 from __future__ import annotations
@@ -43,27 +51,47 @@ def _serve(args: list[str], env: dict) -> tuple[float, float, str]:
     return cpu, wall, out
 
 
+def _cases(model: str) -> list[tuple]:
+    """(name, what, target CPU s or None, the run the target is for, arguments)."""
+    tp = ["--tp", "4"] if model == "llama-3-70b" else []
+    on = f"{model} on h100{' x4' if tp else ''}"
+    ep = ["serve", "--chip", "h100", "--model", "qwen3-235b-a22b", "--weights-dtype", "fp8",
+          "--ep", "8", "--ep-attention", "dp", "--qps", "4", "--requests", "300", "--prompt",
+          "lognormal:mean=1000,sigma=0.5", "--gen", "200", "--runtime", "vllm-v1", "--json"]
+    return [("trace", "examples' trace (120 requests) of llama-3-8b on h100", 30.0, "cold",
+             ["serve", "--chip", "h100", "--model", "llama-3-8b", "--trace", str(TRACE),
+              "--json"]),
+            ("1000", f"1,000 requests at 4 req/s of {on}", 15.0, "cold",
+             ["serve", "--chip", "h100", "--model", model, *tp, "--qps", "4",
+              "--requests", "1000", "--json"]),
+            ("10k", f"10,000 requests at 4 req/s of {on}", 10.0, "warm",
+             ["serve", "--chip", "h100", "--model", model, *tp, "--qps", "4",
+              "--requests", "10000", "--json"]),
+            ("ep", "300 requests of qwen3-235b-a22b FP8, EP 8, DP attention, on h100 x8", None,
+             "cold", ep)]
+
+
+def _mark(target: float | None, cpu: float) -> str:
+    if target is None:
+        return ""
+    return f"  [target < {target:g} s: {'met' if cpu < target else 'NOT met'}]"
+
+
 def main(model: str = "llama-3-8b", only: str | None = None) -> None:
-    tp = ["--tp", "2"] if model == "llama-3-70b" else []
-    cases = [("trace", "examples' trace (120 requests) of llama-3-8b on h100", 30.0,
-              ["serve", "--chip", "h100", "--model", "llama-3-8b", "--trace", str(TRACE),
-               "--json"]),
-             ("1000", f"1,000 requests at 4 req/s of {model} on h100{' x2' if tp else ''}",
-              15.0, ["serve", "--chip", "h100", "--model", model, *tp, "--qps", "4",
-                     "--requests", "1000", "--json"])]
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (1 min)")
-    for name, what, target, args in cases:
-        if only and name != only:
+    for name, what, target, timed, args in _cases(model):
+        if (only and name != only) or (not only and name == "ep"):
             continue
         with tempfile.TemporaryDirectory(prefix="diptych-bench-") as d:
             env = {**os.environ, "DIPTYCH_CACHE_DIR": d}
             env.pop("DIPTYCH_NO_CACHE", None)
             cpu, wall, cold = _serve(args, env)     # an empty cache: fills it
-            print(f"{what}, cold: CPU {cpu:.1f} s, wall {wall:.1f} s  [target < {target:g} s]")
+            print(f"{what}, cold: CPU {cpu:.1f} s, wall {wall:.1f} s"
+                  f"{_mark(target if timed == 'cold' else None, cpu)}")
             cpu, wall, warm = _serve(args, env)
             same = "the same output" if warm == cold else "OUTPUT DIFFERS"
             print(f"{what}, warm user cache (another process's pieces): CPU {cpu:.1f} s, "
-                  f"wall {wall:.1f} s ({same})")
+                  f"wall {wall:.1f} s ({same}){_mark(target if timed == 'warm' else None, cpu)}")
     print(f"load average now {os.getloadavg()[0]:.2f}")
 
 

@@ -38,8 +38,8 @@ from ..run.precision_ops import with_precision_ops
 from ..run.summed import (block_costs, combine_energy_parts, combine_parts, launch_seconds,
                           step_sync_seconds)
 from .. import energy_parts as EP
-from .lazy_grid import (Axis, RefinedAxis, bilinear, bilinear_in, centre_gap, descend,
-                        geometric_axis, lerp)
+from .lazy_grid import (Axis, RefinedAxis, bilinear, bilinear_in, centre_gap, coarse_start,
+                        descend, geometric_axis, lerp)
 from .step_pieces import StepPieces
 from .step_time import DirectStepTimer, Replica, StepCost
 
@@ -51,12 +51,20 @@ class GridSpec:
     context axes, ``max_batch`` the decode-batch axis."""
 
     token_ratio: float = 1.06
-    batch_ratio: float = 1.12
+    #: the decode batch: the engine's decode cores are linear in it (its sequences are copies
+    #: of one GEMM shape; docs/serving.md "Interpolation error" measures the error), so a
+    #: coarse axis (integers to 4, then doubling) interpolates them as well as ×1.12 did,
+    #: with a third of the vertices a serve needs (issue 24 item 4)
+    batch_ratio: float = 2.0
     keys_ratio: float = 1.12
     chunk_ratio: float = 1.12
     past_ratio: float = 1.2
     token_dense: int = 32
-    batch_dense: int = 16
+    #: below ``token_dense`` the token and rows axes start coarse (1, 2, 4, …, ``token_dense``:
+    #: this ratio) and are refined where a query lands (:class:`RefinedAxis`), instead of a
+    #: vertex at every integer; with ``refine_tol`` None they are every integer there
+    token_low_ratio: float = 2.0
+    batch_dense: int = 4
     max_tokens: int = 1 << 20
     max_keys: int = 1 << 22
     max_batch: int = 1 << 16
@@ -69,7 +77,8 @@ class GridSpec:
     refine_tol: float | None = 0.005
 
     def __post_init__(self):
-        for f in ("token_ratio", "batch_ratio", "keys_ratio", "chunk_ratio", "past_ratio"):
+        for f in ("token_ratio", "batch_ratio", "keys_ratio", "chunk_ratio", "past_ratio",
+                  "token_low_ratio"):
             v = getattr(self, f)
             if not 1.0 < v <= 4.0:
                 raise ValueError(f"{f} must be in (1, 4], not {v!r}")
@@ -94,6 +103,8 @@ class GridStepTimer:
         g = grid or GridSpec()
         self.grid = g
         tok = geometric_axis(g.token_dense, g.token_ratio, g.max_tokens)
+        if g.refine_tol is not None:      # coarse below token_dense, refined where queried
+            tok = coarse_start(tok, g.token_dense, g.token_low_ratio)
         self._tok = (Axis(tok, "step tokens") if g.refine_tol is None else
                      RefinedAxis(tok, "step tokens", pc.frame_at, pc.frame_seconds,
                                  g.refine_tol))
@@ -110,6 +121,8 @@ class GridStepTimer:
         self._past = Axis(geometric_axis(16, g.past_ratio, g.max_keys, start=0), "past")
         self._rough: dict = {}
         self._gaps: dict[tuple[int, int, int], float] = {}
+        self._bgaps: dict[tuple[int, int, int], float] = {}
+        self._gap_keys = min(self._keys.pts, key=lambda k: abs(k - self.BATCH_GAP_KEYS))
         self._noise: float | None = None
 
     @property
@@ -189,7 +202,7 @@ class GridStepTimer:
         cell holds. A periodic staircase (one jump per array tile of keys) agrees with the
         interpolant at the midpoint of a cell holding two jumps; the slope is not fooled so.
         Measured once per cell (up to four simulations) at one batch, the last of the batch
-        axis's dense range (``GridSpec.batch_dense``, 16 sequences), whichever batch asks:
+        axis's dense range (``GridSpec.batch_dense``, 4 sequences), whichever batch asks:
         the engine's decode cores are linear in the batch (its sequences are copies of one
         shape; measured on h100 and tpu-v5e to 0.3 %), so a cell's relative gap holds for
         every batch, and measuring it at the batch that happened to ask first made a step's
@@ -206,6 +219,34 @@ class GridStepTimer:
             got = self._gaps[key] = max(mid, abs(b - a - slope * (k1 - k0))) / b
         return got
 
+    #: Keys per sequence near which a batch cell's gap is measured (:meth:`_batch_gap`): the
+    #: keys axis's vertex nearest this.
+    BATCH_GAP_KEYS = 1024
+
+    def _batch_gap(self, b0: int, b1: int, q: int) -> float:
+        """How far the decode cores may stray from linear in the batch cell ``(b0, b1)``,
+        relative to their time at ``b1``: the gap between the cell's midpoint simulated and
+        its interpolant, at one keys per sequence (the keys axis's vertex nearest
+        :data:`BATCH_GAP_KEYS`), whichever keys the query has. The engine's decode cores are
+        close to linear in the batch (its sequences are copies of one shape), which is why
+        the batch axis doubles (:class:`GridSpec`; h100, llama-3-8b, 1,060 keys: the cell
+        (16, 32)'s midpoint 0.34 % off its lerp); where a cell is not, and that could move
+        the step by ``refine_tol``, it is halved like a keys cell. A midpoint cannot see a
+        single jump elsewhere in the cell (h100, 700 keys: +7 % from 23 to 24 sequences,
+        the mapper's choice, so 23 sequences are 2.6 % of the cores off the cell's lerp; the
+        old ×1.12 axis's cell (22, 25) held it too): that stays an interpolation error,
+        measured (docs/serving.md). Measured once per cell (one simulation beside its two
+        ends), and a function of the cell alone."""
+        key = (b0, b1, q)
+        got = self._bgaps.get(key)
+        if got is None:
+            f = self._dec_seconds
+            k = self._gap_keys
+            m = (b0 + b1) // 2
+            a, b = f(b0, k, q), f(b1, k, q)
+            got = self._bgaps[key] = abs(f(m, k, q) - (a + (b - a) * (m - b0) / (b1 - b0))) / b
+        return got
+
     def _dec_seconds(self, batch: int, keys: int, q: int) -> float:
         return self.pieces.core_seconds(self.pieces.dec_at(batch, keys, q))
 
@@ -213,10 +254,10 @@ class GridStepTimer:
         """The decode cores of ``batch`` sequences of ``keys`` keys each (after the step's
         ``q`` tokens), bilinear in (batch, keys) on a keys axis refined where it matters.
 
-        The engine's decode attention is linear in the batch (sequences are independent
-        copies of one GEMM shape) but a staircase in the keys on arrays that tile the keys
-        dimension (tpu-v5e: +8 % of the cores at every 128 keys). A keys cell is used once
-        its relative gap (:meth:`_keys_gap`) times the cores' time at the upper batch
+        The engine's decode attention is close to linear in the batch (sequences are
+        independent copies of one GEMM shape) but a staircase in the keys on arrays that
+        tile the keys dimension (tpu-v5e: +8 % of the cores at every 128 keys). A keys cell
+        is used once its relative gap (:meth:`_keys_gap`) times the cores' time at the upper batch
         corner (the larger of its values at the fixed axis's cell's ends) is within
         ``refine_tol`` of ``step_s`` (the step's frame, a lower bound of
         the step); otherwise the half holding the query is examined the same way, down to
@@ -224,21 +265,26 @@ class GridStepTimer:
         cells where a jump could move a step by ``refine_tol`` are halved. The halving
         starts from the fixed axis's cell for every query (:func:`~.lazy_grid.descend`): a
         cell one query halved is not another's, so a step's cost does not depend on the
-        steps timed before it."""
+        steps timed before it. The batch cell (a doubling axis) is halved the same way by its
+        own gap (:meth:`_batch_gap`: the waves in which a chip deals the batch to its
+        arrays)."""
         x0, x1, wx = self._bat.locate(batch)
         k0, k1, wk = self._keys.locate(keys)
         tol = self.grid.refine_tol
 
-        if tol is not None and wk:
+        if tol is not None and (wk or wx):
             # the cores' time at the upper batch corner, over the axis's cell (the cell's
-            # halves hold no more: the cores grow with the keys)
+            # halves hold no more: the cores grow with the keys and the batch)
             core_s = max(self._dec_seconds(x1, k0, q), self._dec_seconds(x1, k1, q))
             if core_s > tol * step_s:     # else however rough, they cannot move the step
-
-                def settled(a: int, b: int) -> bool:     # or the cell is linear enough
-                    return self._keys_gap(a, b, q) * core_s <= tol * step_s
-                # the halving's cell; the axis itself stays as built
-                k0, k1, wk = descend(k0, k1, keys, settled)
+                if wk:
+                    def settled(a: int, b: int) -> bool:     # or the cell is linear enough
+                        return self._keys_gap(a, b, q) * core_s <= tol * step_s
+                    # the halving's cell; the axis itself stays as built
+                    k0, k1, wk = descend(k0, k1, keys, settled)
+                if wx:                    # the batch cell likewise (:meth:`_batch_gap`)
+                    x0, x1, wx = descend(x0, x1, batch, lambda a, b: self._batch_gap(
+                        a, b, q) * core_s <= tol * step_s)
         return bilinear_in(self.pieces.dec_at, (x0, x1, wx), (k0, k1, wk), q)[0]
 
     def block_costs(self, step: Step) -> tuple[list[tuple[str, int, float, float, float]],

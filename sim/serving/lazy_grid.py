@@ -30,6 +30,16 @@ def geometric_axis(dense_to: int, ratio: float, limit: int, start: int = 1) -> l
     return pts
 
 
+def coarse_start(pts: list[int], upto: int, ratio: float) -> list[int]:
+    """``pts`` (increasing, from 1) with its vertices below ``upto`` replaced by a geometric
+    progression of ``ratio`` from 1 (rounded, strictly increasing: 1, 2, 4, … for 2): the
+    coarse start of an axis that a :class:`RefinedAxis` refines where queries land."""
+    low = [1]
+    while low[-1] < upto:
+        low.append(min(upto, max(low[-1] + 1, int(round(low[-1] * ratio)))))
+    return low + [p for p in pts if p > upto]
+
+
 class Axis:
     """Increasing integer vertices of one input of a tabulated function (``pts``, mutable:
     refinement inserts vertices); ``name`` is the input's, for error messages."""

@@ -70,6 +70,7 @@ class StepPieces:
         self._blocks: list[tuple[str, int]] | None = None
         self._kinds: list[str] | None = None
         self._names: dict = {}
+        self._launches: dict[tuple, list[float]] = {}
         self._head_precision: bool | None = None
         #: the pieces persisted in the user's cache (engine step times only)
         self.store = PieceStore(replica, simulate)
@@ -206,12 +207,16 @@ class StepPieces:
         if step.decode_batch:
             keys.append(("d", step.decode_queries))
         keys += [("p", past > 0) for _, past in step.prefill]
-        op_s = launch_seconds(r.chip)[0]
-        names = {k: set() for k in self.kinds}
-        for key in dict.fromkeys(keys):
-            for k, ops in self.core_ops(key).items():
-                names[k] |= set(ops)
-        return [len(names[k]) * op_s for k in self.kinds]
+        keys = tuple(dict.fromkeys(keys))
+        got = self._launches.get(keys)       # a function of the groups' kinds alone
+        if got is None:
+            op_s = launch_seconds(r.chip)[0]
+            names = {k: set() for k in self.kinds}
+            for key in keys:
+                for k, ops in self.core_ops(key).items():
+                    names[k] |= set(ops)
+            got = self._launches[keys] = [len(names[k]) * op_s for k in self.kinds]
+        return got
 
     def core(self, cores: dict, per_token: int = 0) -> tuple:
         """Per layer kind: (seconds of the non-fused ops, fused compute term, fused memory

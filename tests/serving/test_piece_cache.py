@@ -94,6 +94,38 @@ def test_keys_tell_replicas_and_pieces_apart():
     assert len(keys) == 8
 
 
+def test_a_change_that_moves_a_step_time_changes_every_key():
+    """Each of chip (another preset, or one field of the same: the clock), model, tensor
+    parallelism, precision, attention, execution, fusion and overlap gives another replica
+    digest, so no piece of one is served to another; an equal replica built again (a new
+    process's) gets the same one."""
+    import dataclasses
+    base = _replica()
+    d0 = piece_cache.replica_digest(base)
+    assert piece_cache.replica_digest(_replica()) == d0
+    chip = base.chip
+    changed = {
+        "chip": dataclasses.replace(base, chip=make_replica(
+            "tpu-v5e", "phi-3-mini-4k", Scenario(phase="decode")).chip),
+        "clock": dataclasses.replace(base, chip=dataclasses.replace(
+            chip, clock_ghz=chip.clock_ghz * 0.9)),
+        "model": make_replica("h100", "llama-3-8b", Scenario(phase="decode")),
+        "tp": make_replica("h100", "phi-3-mini-4k", Scenario.of(phase="decode", tp=2)),
+        "precision": make_replica("h100", "phi-3-mini-4k",
+                                  Scenario(phase="decode", weights_dtype="fp8")),
+        "attention": dataclasses.replace(base, attention="unfused"),
+        "execution": _replica("sum"),
+        "fusion": dataclasses.replace(base, fusion=False),
+        "overlap": dataclasses.replace(base, overlap=False),
+    }
+    digests = {what: piece_cache.replica_digest(r) for what, r in changed.items()}
+    assert d0 not in digests.values(), [w for w, d in digests.items() if d == d0]
+    assert len(set(digests.values())) == len(digests)
+    # and the piece's own arguments: a key per (kind, args)
+    assert piece_cache.piece_key(d0, "frame", (3, 1)) != piece_cache.piece_key(
+        digests["clock"], "frame", (3, 1))
+
+
 @pytest.mark.parametrize("values,why", [
     ([float("nan")], "values[0]"),
     ([1.0, "fast"], "values[1]"),

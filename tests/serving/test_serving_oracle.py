@@ -285,3 +285,26 @@ def test_the_same_serve_gives_the_same_result_whatever_its_oracle_did_before():
     for d in (fresh, again):
         d["info"].pop("oracle_simulations")
     assert fresh == again
+
+
+
+def test_a_doubling_batch_cell_is_halved_where_its_gap_could_move_the_step():
+    """The batch axis doubles above 4 sequences (GridSpec: the engine's decode cores are close
+    to linear in the batch). A batch cell's gap (GridStepTimer._batch_gap) is its midpoint's
+    distance from the cell's lerp at the gap's keys, relative to its upper end (recomputed
+    here from the engine's simulated cores: h100, llama-3-8b, the cell (16, 32)); a cell is
+    used as is where gap x the cores' time is within refine_tol of the step (no vertex
+    inside it simulated), and halved towards the query where it is not (the midpoint of
+    (16, 24) simulated), the cores at 23 sequences then within 2 x refine_tol of the
+    simulated ones."""
+    r = make_replica("h100", "llama-3-8b", Scenario.of(phase="decode", execution="schedule"))
+    g = GridStepTimer(r)
+    pc, k = g.pieces, g._gap_keys
+    f16, f24, f32 = (pc.core_seconds(pc.dec_at(b, k, 1)) for b in (16, 24, 32))
+    gap = abs(f24 - (f16 + f32) / 2) / f32
+    assert g._batch_gap(16, 32, 1) == gap > 0
+    g._decode_interp(23, k, 1, step_s=2 * gap * f32 / g.grid.refine_tol)   # settled
+    assert (20, 20 * k, 1) not in pc._dec
+    got = pc.core_seconds(g._decode_interp(23, k, 1, step_s=0.5 * gap * f32 / g.grid.refine_tol))
+    assert (20, 20 * k, 1) in pc._dec                                          # halved
+    assert got == pytest.approx(pc.core_seconds(pc.dec_at(23, k, 1)), rel=0.01)
