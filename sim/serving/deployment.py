@@ -86,6 +86,15 @@ class Deployment:
     def chips(self) -> int:
         return sum(p.chips for p in self.pools)
 
+    def with_replicas(self, **changes) -> "Deployment":
+        """This deployment with every pool's replica changed by ``changes`` (fields of
+        :class:`~.step_time.Replica`: a waterfall's variant, a runtime's all-reduce)."""
+        def pool(p: Pool) -> Pool:
+            return replace(p, replica=replace(p.replica, **changes))
+        if self.disaggregated:
+            return Deployment(prefill=pool(self.prefill), decode=pool(self.decode))
+        return Deployment(pool=pool(self.pool))
+
     @property
     def model(self):
         return self.pools[0].replica.model
