@@ -134,3 +134,18 @@ def test_bad_all_reduce_is_refused_by_name(tmp_path):
                                          r"not 'mscclpp'"):
         Replica(chip=r.chip, model=r.model, tp=1, precision=r.precision,
                 all_reduce="mscclpp")
+
+
+def test_serve_runs_the_runtimes_all_reduce_and_ideal_keeps_nccl():
+    from diptych.sim.serving.config import ServeConfig
+    from diptych.sim.serving.requests import parse_length as P
+    from diptych.sim.serving.serve import Load, StepTimerCache, colocated, serve
+
+    dep = colocated("h100", "llama-3-8b", tp=2)
+    load = Load(concurrency=2, prompt=P("64"), gen=P("4"), requests=2)
+    oc = StepTimerCache("direct", roofline)
+    got = {}
+    for name in ("trtllm-bench", "ideal"):
+        res = serve(dep, load, ServeConfig(runtime=load_runtime(name)), oracles=oc)
+        got[name] = res.instances[0].oracle.replica.all_reduce
+    assert got == {"trtllm-bench": "trtllm", "ideal": "nccl"}
