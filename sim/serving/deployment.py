@@ -170,9 +170,10 @@ def kv_transfer(dep: Deployment, link: dict):
     """KV transfer time from a prefill instance to a decode instance over the chips' links
     (the request's cache after its shared prefix; a sliding or chunked layer sends at most
     its window, :func:`~diptych.workloads.params.kv_cache_bytes`; a linear-attention layer
-    its fixed state, :func:`~diptych.workloads.params.state_bytes_per_sequence`): the sending group's and
-    the receiving group's aggregate link bandwidth (the slower), plus one link latency; overlapped layer by layer with the prefill when the decode side had room
-    as the prefill finished (the first layer's KV can leave once that layer is done)."""
+    its fixed state, :func:`~diptych.workloads.params.state_bytes_per_sequence`): the sending
+    group's and the receiving group's aggregate link bandwidth (the slower), plus one link
+    latency; overlapped layer by layer with the prefill when the decode side had room as the
+    prefill finished (the first layer's KV can leave once that layer is done)."""
     pr, dr = dep.prefill.replica, dep.decode.replica
     per_tok = kv_bytes_per_token(pr.model, pr.precision.kv)
     # a layer with a window sends only the tokens it still holds (min(tokens, window))
