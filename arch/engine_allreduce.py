@@ -15,11 +15,13 @@ time**: neither compares its kernel with NCCL at run time.
   more when ``(world_size <= 4 && bytes < 512 * 1024) || (world_size <= 8 && bytes < 256 *
   1024)``, two-stage otherwise.
 * **trtllm** — TensorRT-LLM's ``AllreducePlugin::selectImplementation`` (AUTO strategy,
-  cpp/tensorrt_llm/plugins/ncclPlugin/allreducePlugin.cpp, the releases that carry the
-  workaround for nvbug 4718747, "we have disabled the two-shot strategy": TensorRT-LLM 0.12 to
-  0.17, NVIDIA/TensorRT-LLM#2575, Dec 2024, the releases behind the validation rows): an
+  cpp/tensorrt_llm/plugins/ncclPlugin/allreducePlugin.cpp, the versions that carry the
+  workaround for nvbug 4718747, "we have disabled the two-shot strategy"; NVIDIA/TensorRT-LLM
+  #2575, Dec 2024, finds TWOSHOT never selected [assumption: 0.14 and 0.17, the releases behind
+  the validation rows, both carry it; no commit of either was pinned]; custom all-reduce is
+  chosen automatically since 0.12, NVIDIA/TensorRT-LLM#1601): an
   intra-node NVLink group of an even size, messages up to the workspace
-  (cpp/include/tensorrt_llm/common/customAllReduceUtils.h ``getMaxRequiredWorkspaceSize``:
+  (cpp/tensorrt_llm/common/customAllReduceUtils.h ``getMaxRequiredWorkspaceSize``:
   16,000,000 bytes on 2 GPUs, 8,000,000 beyond); one-shot on 2 GPUs, on 3–4 below 1,000,000
   bytes, beyond below 500,000 bytes; NCCL above (where the two-shot kernel was switched off).
 
