@@ -18,6 +18,9 @@ A :class:`RuntimeProfile` holds, with units in the field names:
   receiving it (detokenisation, the response path). They delay the request, not the engine;
   the client-visible TTFT and end-to-end latency include both, the gaps between tokens (ITL,
   TPOT) neither.
+* the tensor-parallel all-reduce: ``all_reduce`` "nccl" (NCCL's kernels, the chip's
+  ``[collectives]``), or the engine's own custom kernels where its source takes them ("vllm",
+  "trtllm": :mod:`diptych.arch.engine_allreduce`), on the device, not the host.
 * scheduling: ``chunked_prefill`` as the named engine schedules prompts (true: split into
   chunks mixed into decode steps, vLLM V1; false: whole prompts in steps of their own while
   the decodes wait, vLLM V0's default); unset, the run's own setting.
@@ -33,6 +36,7 @@ from importlib import resources
 from pathlib import Path
 
 from .bounds import HOST_US
+from .engine_allreduce import ENGINE_ALL_REDUCES
 from .schema import ConfigError, bound, build, f, read_config_file
 
 DEFAULT_RUNTIME = "ideal"
@@ -72,6 +76,9 @@ class RuntimeProfile:
     token_out_us: float = f(default=0.0,
                             doc="token sampled -> received by the client, in microseconds",
                             **bound(0.001, 1e6, HOST_US, zero=True))
+    all_reduce: str = f(default="nccl", choices=ENGINE_ALL_REDUCES,
+                        doc="the engine's tensor-parallel all-reduce: nccl, or its own "
+                            "custom kernels below their size limits (vllm, trtllm)")
     chunked_prefill: bool | None = f(default=None,
                                      doc="true: prompts split into chunks mixed into decode "
                                          "steps; false: whole prompts in steps of their own "

@@ -357,10 +357,11 @@ def case_h100_inference(execution=None):
             "efficiency, the scheduler and host work are not modelled"),
         Row("H100 Llama-3.3-70B ITL, concurrency 1, 500/2000, FP8, TP2 (NIM)", "nim_70b_itl",
             decode_tpot_ms(h, "llama-3-70b", 1, 500, 2000, tp=2, execution=execution, **FP8),
-            "diptych optimistic by an additive ~3.5 ms per token: the schedule adds the "
+            "diptych optimistic by an additive ~4 ms per token: the schedule adds the "
             "per-kernel launches and the step sync (2.43 ms) and the exposed TP2 all-reduces "
-            "(1.76 ms: 161 of 16 KiB on NCCL's ring/LL, 7.9 us each and the 3 us launch; "
-            "0.81 ms at 1 us per hop before) to the sum's 11.7 ms of weight and KV streaming; "
+            "(1.27 ms: 161 of 16 KiB on NCCL's ring/LL, 7.9 us each, its launch inside NCCL's "
+            "fixed latency; 0.81 ms at 1 us per hop before) to the sum's 11.7 ms of weight "
+            "and KV streaming; "
             "what remains is the serving stack's per-token work (HTTP streaming, scheduler, "
             "sampling, detokenisation), not modelled by `run` (Llama-3.3-70B has "
             "Llama-3-70B's shapes)"),

@@ -23,7 +23,7 @@ def serve_against_twin(dep, load, cfg):
     rcfg = resolve_config(dep, cfg)
     reqs = sorted(res.reqs, key=lambda r: r.rid)
     g = golden_serve([GoldenRequest(r.rid, r.arrival, r.prompt, r.output, r.shared)
-                      for r in reqs], oc.get(dep.pool.replica), rcfg, inst.total_blocks,
+                      for r in reqs], inst.oracle, rcfg, inst.total_blocks,
                      prefix_blocks=inst.prefix_blocks, block_bytes=inst.block_bytes,
                      rng=np.random.default_rng([rcfg.seed, 1]), layout=inst.layout)
     assert {r.rid: (r.first_t, r.finish_t) for r in res.reqs} == \

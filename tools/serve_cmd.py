@@ -261,9 +261,10 @@ def _ep_layouts(ep, attention, redundant, skew, prefill_ep, decode_ep, disaggreg
                    "x the mean prompt, cached LRU across the memory tiers; 0: one pinned prefix.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option("--runtime",
-              help="Serving runtime's host costs: a profile name (ideal, vllm-v1, "
-                   "trtllm-triton, trtllm-bench, vllm-v0) or a TOML path; docs/serving.md, "
-                   "\"Runtime host costs\". Default: the chip's ([overheads] "
+              help="Serving runtime's host costs and its engine's tensor-parallel "
+                   "all-reduce (vllm, trtllm custom kernels or nccl): a profile name (ideal, "
+                   "vllm-v1, trtllm-triton, trtllm-bench, vllm-v0) or a TOML path; "
+                   "docs/serving.md, \"Runtime host costs\". Default: the chip's ([overheads] "
                    "serving_runtime: h100 vllm-v1; ideal, the chip alone, for the others).")
 @click.option("--sweep-qps", help="LO:HI:N: a throughput-latency curve over N arrival rates, "
               "and the highest meeting the SLOs with goodput within 10 % of it (≥ HI when the "

@@ -5,7 +5,11 @@ bandwidth-optimal cost model, e.g. Patarasuk & Yuan 2009; NCCL's "bus bandwidth"
 
 * all-reduce (reduce-scatter + all-gather): ``2(n−1)/n · bytes`` sent per chip in
   ``2(n−1)`` steps;
-* all-gather, reduce-scatter, all-to-all: ``(n−1)/n · bytes`` in ``n−1`` steps.
+* all-gather, reduce-scatter: ``(n−1)/n · bytes`` in ``n−1`` steps;
+* all-to-all: ``(n−1)/n · bytes`` in one step on a switch (every pair at once: NCCL's grouped
+  sends "progress independently", NCCL user guide, "Point-to-point communication"; NVSHMEM
+  puts likewise), as the cluster's ``direct`` rule; ``n−1`` ring steps on a torus chip
+  [the cluster's dimension-ordered torus rule is not applied here].
 
 Time = bytes sent ÷ bandwidth + steps × per-hop latency. Bandwidth is the chip's total
 per-direction link bandwidth (``links × GB/s per link per direction``) as a collective
@@ -16,7 +20,9 @@ times slower. The same rules as a one-domain cluster (:mod:`diptych.sim.cluster.
 * a chip with a collective library table (``[collectives]``: NCCL on h100) runs each ring of
   an all-reduce, reduce-scatter or all-gather by every protocol it offers (an all-to-all is
   NCCL point-to-point: the plain rule above), at the protocol's latency and share of the bandwidth
-  (:mod:`diptych.sim.protocols`), and takes the fastest;
+  (:mod:`diptych.sim.protocols`), and takes the fastest; its fixed latency (NCCL's
+  ``baseLat``) holds the collective's launch, so such a collective pays no separate
+  ``collective_launch_us`` (:func:`collective_launch_seconds`);
 * on a chip whose links end in a switch that reduces in the network
   (``interconnect.in_network_reduction`` > 0: NVLink SHARP), an all-reduce may take the
   in-switch reduction: ``bytes ÷ (raw bandwidth × in_network_reduction)`` + its fixed
@@ -43,8 +49,8 @@ def ring_bytes_and_steps(kind: str, nbytes: float, n: int) -> tuple[float, int]:
 
 def collective_options(op: Collective, chip: Chip) -> dict[str, float]:
     """Seconds of ``op`` by every (algorithm, protocol) the chip's links and library offer,
-    keyed ``"ring"``, ``"ring/ll"``, ``"tree/simple"``, ``"nvls"``, ``"torus"`` (empty for
-    a group of one). :func:`collective_seconds` is their minimum."""
+    keyed ``"ring"``, ``"direct"``, ``"ring/ll"``, ``"tree/simple"``, ``"nvls"``, ``"torus"``
+    (empty for a group of one). :func:`collective_seconds` is their minimum."""
     sent, steps = ring_bytes_and_steps(op.kind, op.bytes, op.group)
     if steps == 0:
         return {}
@@ -57,13 +63,17 @@ def collective_options(op: Collective, chip: Chip) -> dict[str, float]:
     out: dict[str, float] = {}
     # NCCL's ring-family collectives by protocol; all-to-all and sends are point-to-point
     # in NCCL and keep the plain rule, as in the cluster (:mod:`diptych.sim.cluster.collectives`)
-    ring_family = op.kind in ("all_reduce", "reduce_scatter", "all_gather")
-    protos = chip_protocols(chip) if not ic.torus_dims and ring_family else ()
+    protos = chip_protocols(chip) if library_timed(op.kind, chip) else ()
     if protos:
         for p in protos:
             out[f"ring/{p.name}"] = ring_seconds(op.kind, op.bytes, op.group, bw, p)
             if op.kind == "all_reduce" and "tree" in chip_algorithms(chip):
                 out[f"tree/{p.name}"] = chain_seconds(op.bytes, op.group, bw, p)
+    elif op.kind == "all_to_all" and not ic.torus_dims:
+        # NCCL's all-to-all is grouped point-to-point: its n−1 sends "progress independently"
+        # (NCCL user guide, "Point-to-point communication"), as NVSHMEM puts do: one hop of
+        # latency, each port carrying its (n−1)/n share, as the cluster's direct rule
+        out["direct"] = sent / bw + ic.latency_us * 1e-6
     else:
         out["ring"] = sent / bw + steps * ic.latency_us * 1e-6
     nvls_ok = not protos or "nvls" in chip_algorithms(chip)
@@ -79,6 +89,31 @@ def collective_options(op: Collective, chip: Chip) -> dict[str, float]:
         bw_s, lat_s, _ = torus_bucket(op.kind, op.bytes, spans, link, ic.latency_us * 1e-6)
         out["torus"] = bw_s + lat_s
     return out
+
+
+#: The collectives a collective library times by its protocols (NCCL's ring-family kernels).
+LIBRARY_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
+
+
+def library_timed(kind: str, chip: Chip) -> bool:
+    """Whether a ``kind`` collective on ``chip``'s links is timed by its collective library's
+    protocols (a ``[collectives]`` table, links not a torus), whose fixed latency is NCCL's
+    ``baseLat``: the whole fixed cost of one collective call as NCCL's tuner predicts it
+    (its kernel's launch and set-up included; the tuner's terms are corrected on measured
+    runs, sjeaugey, NVIDIA/nccl#535)."""
+    ic = chip.interconnect
+    return (kind in LIBRARY_KINDS and bool(chip_protocols(chip))
+            and not (ic is not None and ic.torus_dims))
+
+
+def collective_launch_seconds(kind: str, chip: Chip) -> float:
+    """The fixed issue cost charged beside a ``kind`` collective's time on the links: the
+    chip's ``[overheads] collective_launch_us``, except for a collective its library times
+    (:func:`library_timed`), whose fixed latency already holds it (charging both would count
+    one kernel launch twice)."""
+    if library_timed(kind, chip):
+        return 0.0
+    return chip.fixed_costs.collective_launch_us * 1e-6
 
 
 def collective_seconds(op: Collective, chip: Chip) -> float:

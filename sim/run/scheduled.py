@@ -57,7 +57,7 @@ from ...workloads.fused_attention import FusedAttention, on_chip
 from .attention import fused_stats
 from ...workloads.graph import Workload, program_pieces
 from .. import energy_parts as EP
-from .links import collective_energy_j, collective_seconds
+from .links import collective_energy_j, collective_launch_seconds, collective_seconds
 from .placed import Tiered, access_index, placed_op, split_segments, tier2_chip, \
     tier2_weight_bytes, tier3_chip
 from ..regime import roof_regime
@@ -261,15 +261,18 @@ class _Timer:
             dtype=gemm.compute_dtype)
 
 
-def _launch(op, op_launch: float, coll_launch: float) -> float:
-    """An op's fixed issue cost: a collective's, an op's, or none for the scale and dequant
-    ops of :mod:`.quant` (they run inside their GEMM's kernel)."""
+def _launch(op, op_launch: float, coll_launch: Callable[[str], float]) -> float:
+    """An op's fixed issue cost: a collective's (``coll_launch(kind)``: none where its
+    library's fixed latency holds it, :func:`~.links.collective_launch_seconds`), an op's, or
+    none for the scale and dequant ops of :mod:`.quant` (they run inside their GEMM's
+    kernel)."""
     if isinstance(op, Collective):
-        return coll_launch
+        return coll_launch(op.kind)
     return 0.0 if "precision" in getattr(op, "tags", ()) else op_launch
 
 
-def _block_launches(prog, bi: int, op_launch: float, coll_launch: float) -> dict[str, float]:
+def _block_launches(prog, bi: int, op_launch: float, coll_launch: Callable[[str], float]
+                    ) -> dict[str, float]:
     """Launch seconds of each node of block ``bi`` per copy: :func:`_launch` of its op, except
     that the nodes of one launch group pay it once, on the first of them in the block's
     topological order (the scheduler's priority, so the first to start when they share their
@@ -357,7 +360,7 @@ def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
 
 
 def _schedule_piece(piece, prog, ops: dict, timer: "_Timer", space: int, stream: float,
-                    launches: tuple[float, float], sync: float):
+                    launches: tuple[float, Callable[[str], float]], sync: float):
     """List-schedule one piece's program: each node's demand from its timed op (a weight
     prefetch where it fits ``space``: from the first DRAM at its achieved stream, or, for
     weights in the second tier, at the tier's achieved stream, the highest the engine reached
@@ -551,7 +554,7 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     ``tier2_kinds``: tensor kinds the residency plan puts in the second DRAM tier whatever
     room the first has (a training offload, :mod:`diptych.sim.run.offload`)."""
     fc = chip.fixed_costs
-    launches = (fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6)
+    launches = (fc.op_launch_us * 1e-6, lambda kind: collective_launch_seconds(kind, chip))
     sync = fc.step_sync_us * 1e-6
     fuse = (fusion and chip.core.vector.on_array_output_path
             and bool(chip.core.vector.gemm_fused_kinds))

@@ -24,7 +24,7 @@ from ...workloads.ops import Collective, Gemm, Op
 from ...workloads.serving_step import base_name
 from .. import energy_parts as EP
 from .attention import fused_stats
-from .links import collective_energy_j, collective_seconds
+from .links import collective_energy_j, collective_launch_seconds, collective_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...arch import Chip
@@ -173,7 +173,8 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
     the step's sequences as one kernel, so records of one op name, group marks aside, are one
     launch; a GEMM's precision ops, :func:`~diptych.sim.run.precision_ops.with_precision_ops`, run
     inside its kernel and launch nothing, as in a schedule) on its compute side and one
-    ``collective_launch_us`` per collective on its communication side, spending static power
+    ``collective_launch_us`` per collective on its communication side (none for one its
+    library times: :func:`~.links.collective_launch_seconds`), spending static power
     meanwhile. This is the summed model's stand-in
     for the program scheduler, which charges them itself: with ``execution="schedule"`` it is
     never used (the step's ``step_sync_us`` is the caller's). ``collective_time(op)``: a
@@ -203,17 +204,19 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
         a["energy_j"] += r["energy_j"]
         EP.add(a["energy_breakdown_j"], r["energy_breakdown_j"])
         if fixed_costs and r["op"] not in inside:
-            names[b].add(("c" if r["bound"] == "communication" else "o", base_name(r["op"])))
+            comm = r["bound"] == "communication"
+            names[b].add(("c" if comm else "o", base_name(r["op"]), r["kind"] if comm else ""))
     if fixed_costs:
-        op_s, coll_s = launch_seconds(chip)
+        op_s = launch_seconds(chip)[0]
         static = chip.energy.static_w
         for b in order:
-            n_op = sum(1 for k, _ in names[b] if k == "o")
-            n_coll = sum(1 for k, _ in names[b] if k == "c")
-            acc[b]["compute_s"] += n_op * op_s
-            acc[b]["comm_s"] += n_coll * coll_s
-            acc[b]["energy_j"] += static * (n_op * op_s + n_coll * coll_s)
-            acc[b]["energy_breakdown_j"]["static"] += static * (n_op * op_s + n_coll * coll_s)
+            ops_s = op_s * sum(1 for k, _, _ in names[b] if k == "o")
+            colls_s = sum(collective_launch_seconds(kind, chip)
+                          for k, _, kind in names[b] if k == "c")
+            acc[b]["compute_s"] += ops_s
+            acc[b]["comm_s"] += colls_s
+            acc[b]["energy_j"] += static * (ops_s + colls_s)
+            acc[b]["energy_breakdown_j"]["static"] += static * (ops_s + colls_s)
     return [BlockCost(b, **acc[b]) for b in order]
 
 

@@ -98,6 +98,15 @@ class Deployment:
     def chips(self) -> int:
         return sum(p.chips for p in self.pools) + (self.afd.ffn.chips if self.afd else 0)
 
+    def with_replicas(self, **changes) -> "Deployment":
+        """This deployment with every pool's replica changed by ``changes`` (fields of
+        :class:`~.step_time.Replica`: a waterfall's variant, a runtime's all-reduce)."""
+        def pool(p: Pool) -> Pool:
+            return replace(p, replica=replace(p.replica, **changes))
+        if self.disaggregated:
+            return Deployment(prefill=pool(self.prefill), decode=pool(self.decode))
+        return Deployment(pool=pool(self.pool))
+
     @property
     def model(self):
         return self.pools[0].replica.model
@@ -180,9 +189,10 @@ def kv_transfer(dep: Deployment, link: dict):
     """KV transfer time from a prefill instance to a decode instance over the chips' links
     (the request's cache after its shared prefix; a sliding or chunked layer sends at most
     its window, :func:`~diptych.workloads.params.kv_cache_bytes`; a linear-attention layer
-    its fixed state, :func:`~diptych.workloads.params.state_bytes_per_sequence`): the sending group's and
-    the receiving group's aggregate link bandwidth (the slower), plus one link latency; overlapped layer by layer with the prefill when the decode side had room
-    as the prefill finished (the first layer's KV can leave once that layer is done)."""
+    its fixed state, :func:`~diptych.workloads.params.state_bytes_per_sequence`): the sending
+    group's and the receiving group's aggregate link bandwidth (the slower), plus one link
+    latency; overlapped layer by layer with the prefill when the decode side had room as the
+    prefill finished (the first layer's KV can leave once that layer is done)."""
     pr, dr = dep.prefill.replica, dep.decode.replica
     per_tok = kv_bytes_per_token(pr.model, pr.precision.kv)
     # a layer with a window sends only the tokens it still holds (min(tokens, window))

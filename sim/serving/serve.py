@@ -248,8 +248,9 @@ def _draft_replica(cfg: ServeConfig, target: Replica) -> Replica | None:
                      Scenario.of(phase="decode", tp=target.tp, weights_dtype=p.weights,
                                  act_dtype=p.activations, kv_dtype=p.kv,
                                  attention=target.attention))
-    # the draft runs as its target does: its variant, beside each data-parallel rank
-    return replace(d, variant=target.variant, dp=target.dp)
+    # the draft runs as its target does: its variant and all-reduce, beside each
+    # data-parallel rank
+    return replace(d, variant=target.variant, dp=target.dp, all_reduce=target.all_reduce)
 
 
 def resolve_config(deployment: Deployment, cfg: ServeConfig | None = None) -> ServeConfig:
@@ -285,6 +286,8 @@ def serve(deployment: Deployment, load: Load, cfg: ServeConfig | None = None, *,
 def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTimerCache,
            progress) -> ServeResult:
     """:func:`serve` of a resolved ``cfg`` on ``oracles`` (no waterfall)."""
+    # the runtime's engine runs the tensor-parallel all-reduces (its custom kernels or NCCL)
+    deployment = deployment.with_replicas(all_reduce=cfg.runtime.all_reduce)
     model = deployment.model
     rng = np.random.default_rng(cfg.seed)
     arr, pr, out, info = draw_requests(load, model.max_position_embeddings, rng)

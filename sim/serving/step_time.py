@@ -39,6 +39,8 @@ from ..run.summed import block_costs, combine_energy_parts, combine_parts, step_
 from .. import energy_parts as EP
 from .afd_split import split_workload
 from ..run.variant import Variant, collective_timer, variant_chip, variant_timer
+from ...arch.engine_allreduce import check_engine
+from .engine_allreduce import engine_timer
 
 
 class StepCost(NamedTuple):
@@ -94,9 +96,13 @@ class Replica:
     #: replica's steps without their FFN ops (the attention pool's part,
     #: :func:`~diptych.sim.serving.afd_split.split_workload`); ``""``, the whole step
     afd_side: str = ""
+    #: the engine's tensor-parallel all-reduce (a runtime profile's ``all_reduce``): "nccl",
+    #: or the engine's custom kernels where its source takes them (:mod:`.engine_allreduce`)
+    all_reduce: str = "nccl"
 
     def __post_init__(self):
         from ..run.scenario import EXECUTIONS, default_execution
+        check_engine(self.all_reduce)
         if isinstance(self.dp, bool) or not isinstance(self.dp, int) or self.dp < 1:
             raise ValueError(f"dp (data-parallel attention ranks) must be a positive integer, "
                              f"not {self.dp!r}")
@@ -132,8 +138,11 @@ class Replica:
 
     @property
     def collective_time(self) -> Callable | None:
-        """The collective timer of the replica's variant (None: the chip's links)."""
-        return collective_timer(self.variant)
+        """The collective timer of the replica's variant and engine all-reduce (None: the
+        chip's links)."""
+        if self.variant.free_comm or self.all_reduce == "nccl":
+            return collective_timer(self.variant)
+        return engine_timer(self.all_reduce, self.chip)
 
     # the workloads the oracles and the profile export time: lowered for this replica, with
     # the chip's precision ops beside their GEMMs (sim/run/precision_ops.py), as ``diptych run``

@@ -61,13 +61,7 @@ def _levels(base: Variant) -> list[Variant]:
 
 def with_variant(deployment, variant: Variant):
     """``deployment`` with every replica running ``variant`` (its own chip underneath)."""
-    from .deployment import Deployment, Pool
-
-    def pool(p: Pool) -> Pool:
-        return dataclasses.replace(p, replica=dataclasses.replace(p.replica, variant=variant))
-    if deployment.disaggregated:
-        return Deployment(prefill=pool(deployment.prefill), decode=pool(deployment.decode))
-    return Deployment(pool=pool(deployment.pool))
+    return deployment.with_replicas(variant=variant)
 
 
 def _metrics(res) -> dict:
@@ -83,7 +77,10 @@ def serving_waterfall(result, deployment, load, cfg, rerun: Callable) -> dict:
     share, ttft_s, tpot_s, tokens_per_s}]}`` (module docstring)."""
     base = deployment.pools[0].replica.variant
     levels = _levels(base)
-    ideal_cfg = dataclasses.replace(cfg, runtime=IDEAL_RUNTIME)
+    # the levels below ``host`` run without the runtime's host costs, its engine's all-reduce
+    # kept (a device mechanism: it enters with ``communication``)
+    ideal_cfg = dataclasses.replace(cfg, runtime=dataclasses.replace(
+        IDEAL_RUNTIME, all_reduce=cfg.runtime.all_reduce))
     rows = [_metrics(rerun(with_variant(deployment, v), ideal_cfg)) for v in levels]
     rows.append(_metrics(result))
     final = rows[-1]["busy_s"]

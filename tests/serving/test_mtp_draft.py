@@ -174,7 +174,7 @@ def test_fast_loop_equals_its_golden_twin_with_an_mtp_draft(chunked):
     assert inst.draft is not None and inst.draft.replica.model.mtp_module
     reqs = sorted(res.reqs, key=lambda x: x.rid)
     g = golden_serve([GoldenRequest(x.rid, x.arrival, x.prompt, x.output, x.shared)
-                      for x in reqs], _SHARED.get(AIR.pool.replica), cfg, inst.total_blocks,
+                      for x in reqs], inst.oracle, cfg, inst.total_blocks,
                      prefix_blocks=inst.prefix_blocks, draft=inst.draft,
                      block_bytes=inst.block_bytes, rng=np.random.default_rng([cfg.seed, 1]),
                      layout=inst.layout)

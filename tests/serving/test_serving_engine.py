@@ -53,7 +53,7 @@ def _golden_of(res, dep, cfg, load, oc):
         for x in g[:load.concurrency]:
             x.arrival = 0.0
         g, closed = g[:load.concurrency], g[load.concurrency:]
-    return golden_serve(g, oc.get(dep.pool.replica), cfg, inst.total_blocks,
+    return golden_serve(g, inst.oracle, cfg, inst.total_blocks,
                         prefix_blocks=inst.prefix_blocks, draft=inst.draft,
                         block_bytes=inst.block_bytes, closed_loop=closed,
                         rng=np.random.default_rng([cfg.seed, 1]),

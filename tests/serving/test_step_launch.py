@@ -35,14 +35,15 @@ def _strip(w: Workload) -> Workload:
         if launch_group(op) else op for op in b.ops), b.access or None) for b in w.blocks))
 
 
-def _launches_counted(w: Workload, op_s: float, coll_s: float) -> float:
+def _launches_counted(w: Workload, op_s: float, coll_s) -> float:
     """Closed form of an unfused schedule's launches: every op of every layer one
-    ``op_launch_us`` (a collective one ``collective_launch_us``; the precision ops of
-    sim/run/precision_ops.py none), except one per launch group per layer."""
+    ``op_launch_us`` (a collective ``coll_s(kind)``: ``collective_launch_us``, none where its
+    library's fixed latency holds it; the precision ops of sim/run/precision_ops.py none),
+    except one per launch group per layer."""
     total = 0.0
     for b in w.blocks:
         groups = {launch_group(op) for op in b.ops} - {None}
-        per = sum(coll_s if isinstance(op, Collective) else
+        per = sum(coll_s(op.kind) if isinstance(op, Collective) else
                   0.0 if "precision" in op.tags else op_s for op in b.ops if not launch_group(op))
         total += b.repeat * (per + len(groups) * op_s)
     return total
@@ -57,7 +58,9 @@ def test_a_step_of_g_groups_pays_g_minus_one_fewer_launches_per_layer(attention)
     r = make_replica("h100", "llama-3-8b",
                      Scenario.of(phase="decode", execution="schedule", attention=attention))
     op_s = r.chip.fixed_costs.op_launch_us * 1e-6
-    coll_s = r.chip.fixed_costs.collective_launch_us * 1e-6
+    def coll_s(kind):       # h100 runs NCCL: its ring-family kernels' baseLat holds the launch
+        nccl = kind in ("all_reduce", "reduce_scatter", "all_gather")
+        return 0.0 if nccl else r.chip.fixed_costs.collective_launch_us * 1e-6
     layers = r.model.layers
     base = None
     for g, st in enumerate(STEPS, start=1):
