@@ -5,7 +5,9 @@ path (``cross_entropy_loss_fusion``).
 [S: NVIDIA/Megatron-LM core_r0.9.0 @1afee592 megatron/core/fusions/fused_cross_entropy.py
 (the four ``@jit_fuser`` functions below) over megatron/core/tensor_parallel/cross_entropy.py
 (``VocabParallelCrossEntropy``, the operations each runs); megatron/core/jit.py: ``jit_fuser =
-torch.compile`` from PyTorch 2.2, so each function is one generated kernel; the loss is
+torch.compile`` from PyTorch 2.2 [assumption: each function one generated kernel, Inductor
+fusing a row reduction with the pointwise work over the same rows, and keeping the in-place
+update of an input as a store; read from the code, not profiled]; the loss is
 computed in ``LanguageModule.compute_language_model_loss``, which transposes only the labels
 and the per-token loss, not the logits. NVIDIA/NeMo v2.0.0 (NeMo 24.09) @e938df32
 megatron_base_model.py ``build_transformer_config`` copies ``cross_entropy_loss_fusion`` from
@@ -27,7 +29,7 @@ Bytes per logit element (``a``: the logits' width, BF16 = 2), reads + writes:
 Forward 22 B and backward 10 B per logit at BF16 (the unfused path, ``.float()``, ``max``,
 ``sub_``, ``exp``, ``sum``, ``div_`` and ``mul_``, ``.to`` as separate kernels, would move 38 +
 14 B). Left out, each under 0.01 % of a pass's bytes: the per-row vectors (max, sum, targets,
-the gathered logit, the loss: 4-8 B per row) and, at tp > 1, the two all-reduces of them
+the gathered logit: 4-8 B per row) and, at tp > 1, the two all-reduces of them
 (``rows × 4`` and ``rows × 8`` bytes). The loss is written in FP32, ``rows × 4`` bytes.
 """
 
