@@ -53,6 +53,7 @@ from .program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .recipe import BF16_LINEARS, quantize_records
 from .fused_attention import AttnCall, fuse
+from . import embedding_grad, loss
 from .gated_deltanet import linear_attention
 from .sparse_attention import CORE_OPS as DSA_CORES, attended_layer, indexer_ops
 from .mamba2 import CORE_OPS as SSM_CORES, ssm_mixer
@@ -825,7 +826,7 @@ def _embedding(c: _Ctx, *, flow=None, out: str = "emb") -> list[Op]:
     a, wb = c.p.a_bytes, c.p.w_bytes
     table = fl.t("w_embed", -(-c.m.vocab_size // c.tp) * d * wb, "weight", program=True)
     spec: list = [(c.vec("embed_tokens", "embedding", T * d, reads=0.0,
-                         extra_read_bytes=T * d * wb),
+                         extra_read_bytes=T * d * wb, tags=(embedding_grad.TAG,)),
                    [(table, T / -(-c.m.vocab_size // c.tp))])]
     spec += [(op, []) for op in c.all_reduce("embed_all_reduce", T * d)]
     if c.m.scale_embeddings:
@@ -902,11 +903,15 @@ def _head(c: _Ctx, *, flow=None, inp: str = "hidden") -> list[Op]:
         fl.vec(op, [(cur, 1.0)], [(fl.t("logits_capped", rows * v * a), 1.0)])
         ops.append(op)
         cur = "logits_capped"
-    if c.phase == "train":
-        op = c.vec("cross_entropy", "softmax", rows * v, writes=1.0 / v, tags=("saved",))
-        fl.vec(op, [(cur, 1.0)], [(fl.t("loss", op.write_bytes, program=True,
-                                        live_out=True), 1.0)])
-        ops.append(op)
+    if c.phase == "train":       # the loss as Megatron-Core runs it (workloads/loss.py)
+        mx, ex, norm_ = loss.forward_ops(rows, v, a)
+        f32 = rows * v * loss.FP32_BYTES
+        fl.vec(mx, [(cur, 1.0)], [(fl.t("ce_logits", f32), 1.0)])
+        fl.vec(ex, [("ce_logits", 1.0)], [(fl.t("ce_exp", f32), 1.0)])
+        fl.vec(norm_, [("ce_exp", 1.0)], [(fl.t("ce_softmax", f32), 1.0),
+                                          (fl.t("loss", rows * loss.FP32_BYTES, program=True,
+                                                live_out=True), 1.0)])
+        ops += [mx, ex, norm_]
     elif c.tp > 1:
         op = Collective(name="logits_all_gather", kind="all_gather",
                         bytes=rows * c.m.vocab_size * c.p.a_bytes, group=c.tp, tags=("tp",))

@@ -32,6 +32,7 @@ from .program import Carry, Tensor
 from .config import ModelConfig
 from .fused_attention import FusedAttention, fused_backward
 from .graph import Workload
+from . import embedding_grad as emb, loss
 from .program import Access, Block, Use
 from .lower import (_check_common, _Ctx, _layer_blocks, check_attention, check_cp, check_ep,
                     check_routing, embedding_block, forward_blocks, head_block, keys_info,
@@ -55,11 +56,14 @@ ADAMW_CHUNK = 2**24
 ADAMW_OPS_PER_PARAM = 14.0
 
 
-def backward_ops(op: Op, p: Precision) -> list[Op]:
+def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
     """The backward ops of one forward op, in execution order (a fused attention block's
     backward is one fused block, see :func:`diptych.workloads.fused_attention.fused_backward`;
     the sparse-attention indexer's scoring over its selected keys only,
-    :func:`~diptych.workloads.sparse_attention.for_backward`)."""
+    :func:`~diptych.workloads.sparse_attention.for_backward`; the loss's passes one gradient
+    kernel, :mod:`~diptych.workloads.loss`). The token lookup's backward is its scatter
+    between the whole-table passes over its ``table_elements`` weights
+    (:mod:`~diptych.workloads.embedding_grad`; :func:`table_elements` of its block)."""
     op = sparse_for_backward(op)
     if isinstance(op, FusedAttention):
         return [fused_backward(op, lambda o: backward_ops(o, p))]
@@ -67,6 +71,8 @@ def backward_ops(op: Op, p: Precision) -> list[Op]:
         return backward_gemms(op, p)
     if "recipe" in op.tags:      # an FP8 cast's backward is the identity: no op
         return []
+    if loss.TAG in op.tags:      # the loss's passes: one gradient kernel (workloads/loss.py)
+        return loss.backward_ops(op)
     if isinstance(op, Gemm):
         weight = "weight" in op.tags
         da = Gemm(name=f"{op.name}.dgrad", m=op.m, k=op.n, n=op.k, batch=op.batch,
@@ -79,6 +85,8 @@ def backward_ops(op: Op, p: Precision) -> list[Op]:
                   b_is_weight=op.batch == 1,
                   tags=tuple(t for t in op.tags if t != "weight") + ("wgrad",))
         return [da, db]
+    if isinstance(op, VectorOp) and emb.TAG in op.tags and table_elements:
+        return list(emb.table_grad_ops(op, table_elements, p.g_bytes))
     if isinstance(op, VectorOp):
         # its output gradient is BF16 even where its forward wrote FP8 (recipe.py)
         out_bytes = op.write_bytes / (rowwise_share(p) if "fp8_rowwise" in op.tags else 1.0)
@@ -90,10 +98,22 @@ def backward_ops(op: Op, p: Precision) -> list[Op]:
                        tags=op.tags + ("bwd",))]
 
 
+def table_elements(b: Block, p: Precision) -> float:
+    """Weights of the table the token lookup of forward block ``b`` reads (the weight tensor
+    of its access), 0 if ``b`` has no lookup or no accesses."""
+    tab = {t.name: t for t in b.tensors + b.program_tensors}
+    for op, a in zip(b.ops, b.access):
+        if emb.TAG in op.tags:
+            return sum(tab[u.tensor].bytes for u in a.of(mode="read")
+                       if tab[u.tensor].kind == "weight") / p.w_bytes
+    return 0.0
+
+
 def _backward_block(b: Block, p: Precision) -> Block:
     ops: list[Op] = []
+    n = table_elements(b, p)
     for op in reversed(b.ops):
-        ops += backward_ops(op, p)
+        ops += backward_ops(op, p, n)
     if not b.access:
         return Block.of_ops(f"{b.name}.bwd", b.repeat, tuple(ops), "backward")
     return _named_backward(b, ops, p)
@@ -215,8 +235,36 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
     cast_of = {a.writes[0]: a.of(mode="read")[0].tensor for op, a in zip(b.ops, b.access)
                if "cast" in op.tags}
     it = iter(bops)
+    # the loss's input (the logits): its one backward kernel writes their gradient
+    loss_in = next((a.of(mode="read")[0].tensor for op, a in zip(b.ops, b.access)
+                    if loss.TAG in op.tags), None)
     for op, a in reversed(list(zip(b.ops, b.access))):
         if "recipe" in op.tags:
+            continue
+        if emb.TAG in op.tags:
+            # zero the table's gradient, scatter the rows into it, add it to the weight's
+            next(it), next(it), next(it)
+            nbytes = table_elements(b, p) * p.g_bytes
+            z = gr.declare("d.table#0", Tensor("d.table#0", nbytes), False)
+            t = gr.declare("d.table", Tensor("d.table", nbytes), False)
+            d_out = [Use(gr.of_output(w), "read") for w in a.writes if gr.of_output(w)]
+            weights = [u for u in a.of(mode="read") if tab[u.tensor].kind == "weight"]
+            access += [Access((Use(z, "write"),)),
+                       Access((*d_out, Use(z, "read", 0.0, "dep"),
+                               Use(t, "write", weights[0].share))),
+                       Access((Use(t, "read"),
+                               *[x for u in weights for x in gr.contribute(u.tensor, 1.0)]),
+                              rmw=True)]
+            continue
+        if loss.TAG in op.tags:
+            if "saved" in op.tags:    # reads the softmax it saved and the loss's gradient
+                next(it)
+                d_loss = [Use(gr.of_output(w), "read") for w in a.writes if gr.of_output(w)]
+                # and writes the softmax back in place: a dead copy of its bytes
+                back = gr.declare(f"{a.writes[0]}#bwd",
+                                  Tensor(f"{a.writes[0]}#bwd", tab[a.writes[0]].bytes), False)
+                access.append(Access((Use(a.writes[0], "read"), *d_loss,
+                                      *gr.contribute(loss_in, 1.0, ""), Use(back, "write"))))
             continue
         outs = a.writes[:1] if isinstance(op, FusedAttention) else a.writes
         # a norm that wrote its output row-wise in FP8 gets the BF16 output gradient
@@ -308,6 +356,32 @@ def adamw_op(n: int, p: Precision, name: str = "adamw") -> VectorOp:
                     tags=("optimizer",))
 
 
+def grad_norm_op(n: int, p: Precision, name: str = "grad_norm") -> VectorOp:
+    """The gradient norm of ``n`` parameters that gradient clipping needs: one read of their
+    gradients (a square and a sum each), before the update, which applies the clip factor
+    as a scale [S: NVIDIA/NeMo v2.0.0 @e938df32 (NeMo 24.09) clip_grads.py
+    ``clip_grad_norm_distributed_optimizer`` → Apex ``DistributedFusedAdam.grad_norm``:
+    ``multi_tensor_l2norm`` over the rank's gradient shard, then ``clip_grad_norm`` folds the
+    factor into the step's gradient scale (NVIDIA/apex
+    apex/contrib/optimizers/distributed_fused_adam.py); dgxc-benchmarking 35a9aec
+    llama3.1/llama3.1_8b.yaml ``gradient_clip_val: 1.0``]."""
+    return VectorOp(name=name, kind="elementwise", elements=n, ops_per_element=2.0,
+                    read_bytes=n * p.g_bytes, write_bytes=0.0, dtype="fp32",
+                    tags=("optimizer", "grad_norm"))
+
+
+def grad_zero_op(n: int, p: Precision, name: str = "grad_zero") -> VectorOp:
+    """Zeroing the contiguous gradient buffer of ``n`` parameters (every parameter the rank
+    computes gradients for, before any sharding) for the next step's accumulation: one write
+    [S: NVIDIA/apex apex/contrib/optimizers/distributed_fused_adam.py ``zero_grad``:
+    ``self._grad_buffer.zero_()`` with ``contiguous_grad_buffer`` (dgxc-benchmarking 35a9aec
+    llama3.1/llama3.1_8b.yaml ``contiguous_grad_buffer: true``; the buffer holds
+    ``grad_sync_dtype``, there ``bf16``); Megatron-Core's own DDP zeroes its ``grad_data`` the
+    same way (core_r0.9.0 megatron/core/distributed/param_and_grad_buffer.py ``reset``)]."""
+    return VectorOp(name=name, kind="copy", elements=n, ops_per_element=0.0, read_bytes=0.0,
+                    write_bytes=n * p.g_bytes, dtype=p.grads, tags=("optimizer", "grad_zero"))
+
+
 def _adamw_block(name: str, repeat: int, n: int, p: Precision) -> Block:
     """``repeat`` AdamW chunks of ``n`` parameters, each with its own slice of the gradient,
     master copy, moments and working weights."""
@@ -374,10 +448,11 @@ def recipe_blocks(m: ModelConfig, p: Precision, tp: int, dp: int,
 
 def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int,
                      micro_batches: int = 1) -> list[Block]:
-    """Gradient all-reduce over ``dp`` replicas (if any) and the AdamW update of one shard:
-    it reads the gradient, master copy and both moments and writes them back with the
-    working-precision weights, in chunks of :data:`ADAMW_CHUNK` parameters; then what an
-    FP8 recipe adds per step (:func:`recipe_blocks`)."""
+    """Gradient all-reduce over ``dp`` replicas (if any), the gradient norm for clipping
+    (:func:`grad_norm_op`), the AdamW update of one shard: it reads the gradient, master copy
+    and both moments and writes them back with the working-precision weights, in chunks of
+    :data:`ADAMW_CHUNK` parameters; the gradient buffer zeroed for the next step
+    (:func:`grad_zero_op`); then what an FP8 recipe adds per step (:func:`recipe_blocks`)."""
     n = max(1, math.ceil(params_per_chip(m, tp)))
     blocks: list[Block] = []
     if dp > 1:
@@ -389,10 +464,18 @@ def optimizer_blocks(m: ModelConfig, p: Precision, tp: int, dp: int,
                                      Tensor("grads_reduced", op.bytes, "gradient",
                                             live_out=True))))
     q, r = divmod(n, ADAMW_CHUNK)
-    if q:
-        blocks.append(_adamw_block("optimizer", q, ADAMW_CHUNK, p))
-    if r:
-        blocks.append(_adamw_block("optimizer.tail", 1, r, p))
+    for kind, op_of in (("grad_norm", grad_norm_op), ("", None), ("grad_zero", grad_zero_op)):
+        for name, rep, k in ((kind or "optimizer", q, ADAMW_CHUNK),
+                             (f"{kind or 'optimizer'}.tail", 1, r)):
+            if not (rep and k):
+                continue
+            if op_of is None:
+                blocks.append(_adamw_block(name, rep, k, p))
+            else:
+                op = op_of(k, p)
+                g = Tensor("g", k * p.g_bytes, "gradient", live_out=True)
+                blocks.append(Block.of_ops(name, rep, (op,), "optimizer", access=(Access((
+                    Use("g", "read" if kind == "grad_norm" else "write"),)),), tensors=(g,)))
     return blocks + recipe_blocks(m, p, tp, dp, micro_batches)
 
 

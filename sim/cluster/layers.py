@@ -37,7 +37,7 @@ from ...workloads.lower import decode_mean, prefill
 from ...workloads.memory import is_replicated, layer_saved_bytes
 from ...workloads.moe import Routing
 from ...workloads.precision import Precision
-from ...workloads.train import backward_ops, train_forward
+from ...workloads.train import backward_ops, table_elements, train_forward
 
 #: Vector ops whose outputs selective recomputation drops (recomputed from their saved
 #: input): norms and activation functions (Megatron-Core ``--recompute-modules layernorm
@@ -95,10 +95,10 @@ def _selective(ops: list[Op], m: ModelConfig, tokens: int, split: int
     return dropped, tuple(rerun)
 
 
-def _backward(ops: list[Op], p: Precision) -> tuple[Op, ...]:
+def _backward(ops: list[Op], p: Precision, table: float = 0.0) -> tuple[Op, ...]:
     out: list[Op] = []
     for op in reversed(ops):
-        out += backward_ops(op, p)
+        out += backward_ops(op, p, table)
     return tuple(out)
 
 
@@ -159,7 +159,7 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
         out[kind] = LayerOps(
             kind=kind, forward=tuple(ops),
             moe=any(isinstance(o, Gemm) and "expert" in o.tags for o in ops),
-            backward=_backward(ops, p) if train else (),
+            backward=_backward(ops, p, table_elements(b, p)) if train else (),
             tp=tuple(o for o in colls if "tp" in o.tags),
             a2a_bytes=next((o.bytes for o in colls if "ep" in o.tags), 0.0),
             cp_kv_bytes=sum(o.bytes / o.group for o in colls if "cp" in o.tags),

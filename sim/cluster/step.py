@@ -73,7 +73,8 @@ from ..run.summed import simulate_workload
 from ..run.stack import scenario_chip, stack_info
 from ..run.variant import Variant, variant_chip, variant_cluster, variant_timer
 from ...workloads.recipe import amax_collectives, quantized, weight_cast_op
-from ...workloads.train import ADAMW_CHUNK, adamw_op, train_step
+from ...workloads.train import (ADAMW_CHUNK, adamw_op, grad_norm_op, grad_zero_op,
+                               train_step)
 from .collectives import CommCost, collective
 from .. import energy_parts as EP
 from .energy import busy_power_w, step_energy, step_energy_parts
@@ -419,7 +420,9 @@ def _per_param(model, chip, p, simulate, what: str = "adamw", offload: str = "no
                ) -> tuple[float, float, dict[str, float]]:
     """(seconds, joules, joules by component) per parameter of the lowering's op ``what`` run
     once per step: its
-    AdamW update (``"adamw"``) or an FP8 recipe's weight cast (``"cast"``,
+    AdamW update (``"adamw"``), the gradient norm (``"grad_norm"``) or the gradient buffer's
+    zeroing (``"grad_zero"``) (:func:`~diptych.workloads.train.grad_norm_op`,
+    :func:`~diptych.workloads.train.grad_zero_op`) or an FP8 recipe's weight cast (``"cast"``,
     :func:`~diptych.workloads.recipe.weight_cast_op`), one chunk of
     :data:`~diptych.workloads.train.ADAMW_CHUNK` parameters (or the whole model if smaller)
     simulated. With an ``offload``, the update's share of bytes in the second tier
@@ -427,7 +430,8 @@ def _per_param(model, chip, p, simulate, what: str = "adamw", offload: str = "no
     (:func:`~diptych.sim.run.placed.tier2_chip`), ``(1 − s)·t₁ + s·t₂`` as a one-node run's
     :class:`~diptych.sim.run.placed.Tiered` op (the cast is left on the first tier)."""
     n = min(ADAMW_CHUNK, max(1, math.ceil(params_per_chip(model, 1))))
-    op = adamw_op(n, p) if what == "adamw" else weight_cast_op("fp8_weight_cast", n, p)
+    op = {"adamw": adamw_op, "grad_norm": grad_norm_op, "grad_zero": grad_zero_op}[what](n, p) \
+        if what != "cast" else weight_cast_op("fp8_weight_cast", n, p)
     if not chip.has_dram:             # the optimizer state lives in SRAM too
         op = resident(op)
     w = Workload("train", (Block.of_ops("optimizer", 1, (op,), "optimizer"),), tokens=1, batch=1)
@@ -754,6 +758,11 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
         if st.train else none)
     cast_s, cast_j, cast_parts = (_per_param(st.model, st.chip, p, st.simulate, "cast")
                                   if st.train and p.quantized else none)
+    # the gradient norm over the rank's shard and the zeroing of its whole gradient buffer
+    norm_s, norm_j, norm_parts = (_per_param(st.model, st.chip, p, st.simulate, "grad_norm")
+                                  if st.train else none)
+    zero_s, zero_j, zero_parts = (_per_param(st.model, st.chip, p, st.simulate, "grad_zero")
+                                  if st.train else none)
     linear = layer_params(st.model, plan.tp, plan.ep, plan.pp, linear=True)
     for s in range(P):
         mine = device_chunks(plan, s)
@@ -816,9 +825,11 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
             fetched = passes * st.micro_batches * p.w_bytes * sum(
                 _rank_params(lp, k, lt[k].ops.moe, plan) for k in kinds)
         tier2.append(optimizer_tier_bytes(local, p, plan.offload) + fetched)
-        opt_s.append(local * sec_per_param + recipe_s)
-        opt_j.append(local * j_per_param + linear_params * cast_j)
-        opt_parts.append(EP.summed(((parts_per_param, local), (cast_parts, linear_params))))
+        own = dense_params + expert_params
+        opt_s.append(local * (sec_per_param + norm_s) + own * zero_s + recipe_s)
+        opt_j.append(local * (j_per_param + norm_j) + own * zero_j + linear_params * cast_j)
+        opt_parts.append(EP.summed(((parts_per_param, local), (norm_parts, local),
+                                    (zero_parts, own), (cast_parts, linear_params))))
         if plan.zero in (1, 2):
             ag = (logged(s, "zs", "all_gather", dense_params * p.w_bytes, "dp param all-gather")
                   + logged(s, "ezs", "all_gather", expert_params * p.w_bytes,

@@ -104,9 +104,11 @@ def _mx_scale_bytes(g: Gemm) -> float:
 
 def _vector_quant_s(ops, chip) -> float:
     """Seconds of quantising the MXFP8 outputs of the vector ops that compute (not copies,
-    gathers, top-k): 4 ops per element + 2 per 32-element block, at the vector rate."""
+    gathers, top-k; not the loss's FP32 passes or the embedding table's FP32-labelled
+    gradient sums): 4 ops per element + 2 per 32-element block, at the vector rate."""
     n = sum(o.write_bytes / (1 + 1 / 32) for o in ops if isinstance(o, VectorOp)
-            and o.ops_per_element > 0 and o.kind not in ("copy", "embedding", "topk"))
+            and o.dtype == "mxfp8" and o.ops_per_element > 0
+            and o.kind not in ("copy", "embedding", "topk"))
     return n * (4 + 2 / 32) / chip.vector_ops_per_s
 
 

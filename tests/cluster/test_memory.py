@@ -72,9 +72,15 @@ def test_activations_follow_korthikanti_with_sequence_parallelism():
     want = (8 * s * b * h + 24 * s * b * h / t + 8 * a * s * b / t) * 24 * p
     assert nosp.breakdown["activations"] == pytest.approx(want, rel=1e-3)
     assert first > last
-    # GPipe holds all 8 micro-batches on every stage
+    # GPipe holds all 8 micro-batches on every stage; the last one is the worst: its 24
+    # layers and the head's FP32 softmax over its vocabulary shard (4·s·b·v, v = ceil(50257
+    # / 8): Megatron's cross-entropy saves it, workloads/loss.py) with the final norm's and
+    # the LM head's inputs (2·2·s·b·h/t)
     gp = mem(m, Plan(tp=t, pp=p, dp=1, zero=1, schedule="gpipe"))
-    assert gp.breakdown["activations"] == pytest.approx(8 * 24 * per_layer, rel=1e-3)
+    v = 6283
+    assert gp.worst_stage == p - 1
+    assert gp.breakdown["activations"] == pytest.approx(
+        8 * (24 * per_layer + 4 * s * b * v + 4 * s * b * h / t), rel=1e-3)
 
 
 def test_recomputation_shrinks_activations():
@@ -198,7 +204,8 @@ def test_sequence_parallel_activation_bytes_follow_korthikanti():
     # 32·s·b·h/t + 8·a·s·b/t per layer (flash-style, no dropout masks); without it the norm
     # and column-parallel inputs (8·s·b·h) stay whole: 8·s·b·h + 24·s·b·h/t + 8·a·s·b/t.
     # The head keeps the final norm's and the LM head's input (split by SP) and the logits
-    # of its vocabulary shard for the loss (ceil(50257 / 8) = 6283 columns); a saved norm
+    # of its vocabulary shard for the loss in FP32, as Megatron's cross-entropy saves its
+    # softmax (ceil(50257 / 8) = 6283 columns, 4 bytes; workloads/loss.py); a saved norm
     # input counts with the norm's gain and bias vectors (2·h), 2 per layer + the final one
     from diptych.workloads import train_step
     from diptych.workloads.memory import activation_bytes
@@ -209,6 +216,6 @@ def test_sequence_parallel_activation_bytes_follow_korthikanti():
     nosp, _ = activation_bytes(w, m, P)
     gains = (2 * 96 + 1) * 2 * h * 2
     assert sp == pytest.approx(96 * (32 * s * b * h + 8 * a * s * b) / t
-                               + (2 * 2 * s * b * h + gains) / t + 2 * s * b * v, rel=1e-9)
+                               + (2 * 2 * s * b * h + gains) / t + 4 * s * b * v, rel=1e-9)
     assert nosp == pytest.approx(96 * (8 * s * b * h + (24 * s * b * h + 8 * a * s * b) / t)
-                                 + 2 * 2 * s * b * h + gains + 2 * s * b * v, rel=1e-9)
+                                 + 2 * 2 * s * b * h + gains + 4 * s * b * v, rel=1e-9)

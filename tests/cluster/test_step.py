@@ -266,3 +266,19 @@ def test_inference_memory_holds_the_whole_cache():
                                 Scenario.of(phase="decode", batch=4, prompt=4096, gen=512),
                                 simulate=roofline)
     assert dec.memory.breakdown["kv_cache"] == pytest.approx(4 * 4608 * per_token / 2)
+
+
+def test_optimizer_time_is_norm_update_and_buffer_zeroing_at_memory_rate():
+    # ZeRO-1 over dp × cp = 8 ranks: each rank's shard (n / 8) is read for the clipping norm
+    # (2 B per BF16 gradient) and updated by AdamW (reads 14, writes 14 B, 14 ops), and its
+    # whole gradient buffer (n parameters, 2 B each) is zeroed for the next step; the
+    # roofline double: max(ops / vector rate, bytes / DRAM rate) per parameter
+    from diptych.arch import load_chip
+    from diptych.workloads.params import params_per_chip
+    r = step("llama-3-8b", Plan(dp=4, cp=2, zero=1), batch=8)
+    c = load_chip("h100")
+    n = params_per_chip(load_model("llama-3-8b"), 1)
+    bw, vec = c.dram_bytes_per_s, c.vector_ops_per_s
+    adam, norm, zero = max(14 / vec, 28 / bw), max(2 / vec, 2 / bw), 2 / bw
+    assert r.stage_seconds[0]["optimizer_s"] == pytest.approx(
+        n / 8 * (adam + norm) + n * zero, rel=1e-9)

@@ -182,14 +182,27 @@ def test_optimizer_and_gradient_all_reduce():
     m = load_model("llama-3-8b")
     w = train_step(m, 8, 64, dp=4)
     opt = [(b.repeat, o) for b, o in w.items() if b.stage == "optimizer"]
-    (_, ar), *adam = opt
+    (_, ar), *rest = opt
     n = 8_030_261_248
     assert isinstance(ar, Collective) and ar.group == 4 and ar.bytes == n * 2
-    assert all(isinstance(o, VectorOp) and o.kind == "optimizer" for _, o in adam)
-    assert sum(r * o.elements for r, o in adam) == n          # every parameter once
+    assert all(isinstance(o, VectorOp) for _, o in rest)
+    adam = [(r, o) for r, o in rest if o.kind == "optimizer"]
+    norm = [(r, o) for r, o in rest if "grad_norm" in o.tags]
+    zero = [(r, o) for r, o in rest if "grad_zero" in o.tags]
+    assert len(adam) + len(norm) + len(zero) == len(rest)
+    for part in (adam, norm, zero):
+        assert sum(r * o.elements for r, o in part) == n      # every parameter once
     # reads grad (2) + master (4) + two moments (8); writes master, moments and bf16 weight
     assert sum(r * o.read_bytes for r, o in adam) == n * 14
     assert sum(r * o.write_bytes for r, o in adam) == n * 14
+    # clipping's norm reads each BF16 gradient once; the buffer is zeroed once (writes)
+    assert (sum(r * o.read_bytes for r, o in norm), sum(r * o.write_bytes for r, o in norm)) \
+        == (n * 2, 0)
+    assert (sum(r * o.read_bytes for r, o in zero), sum(r * o.write_bytes for r, o in zero)) \
+        == (0, n * 2)
+    # in the step's order: the norm before the update, the zeroing after it
+    order = [o.name for _, o in rest]
+    assert order.index("grad_norm") < order.index("adamw") < order.index("grad_zero")
     assert w.batch == 2
     with pytest.raises(ValueError, match=r"batch \(6\) must be divisible by dp \(4\)"):
         train_step(m, 6, 64, dp=4)
