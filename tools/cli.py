@@ -9,8 +9,6 @@ import importlib
 
 import click
 
-from . import __version__
-
 #: (module under diptych.tools, attribute) of every subcommand, imported on first use; a
 #: module that is missing is skipped so that partial installs still work.
 COMMANDS = [
@@ -96,7 +94,9 @@ class _Main(LazyGroup):
 
 @click.group(cls=_Main, lazy=COMMANDS,
              context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="diptych")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=lambda ctx, _p, v: _print_version(ctx) if v else None,
+              help="Show the version and exit.")
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.option("--no-cache", is_flag=True,
               help="Neither read nor write the persistent result cache (see `diptych cache`).")
@@ -112,6 +112,16 @@ def main(ctx: click.Context, debug: bool, no_cache: bool):
         os.environ["DIPTYCH_NO_CACHE"] = "1"
     if ctx.invoked_subcommand in SIMULATING and not ctx.resilient_parsing:
         _first_run_notice()
+
+
+def _print_version(ctx: click.Context) -> None:
+    """``diptych --version``; the version is looked up only here (importlib.metadata is slow
+    to import, issue 27)."""
+    if ctx.resilient_parsing:
+        return
+    from . import installed_version
+    click.echo(f"diptych, version {installed_version()}")
+    ctx.exit()
 
 
 def _stderr_is_tty() -> bool:
