@@ -131,7 +131,7 @@ def _stderr_is_tty() -> bool:
 
 def _first_run_notice() -> None:
     """One line on stderr, for a person at a terminal, when the engine's kernels are not
-    compiled yet (a fresh install): the command will spend its first minutes compiling
+    compiled yet (a fresh install): the command will spend its first seconds compiling
     (docs/limits.md, "First run"). Scripts reading a redirected stderr get nothing."""
     if not _stderr_is_tty():
         return
@@ -142,7 +142,7 @@ def _first_run_notice() -> None:
         return
     if cold:
         click.echo("note: first run: compiling the engine's kernels (once per install, "
-                   "~1-3 min on 2 cores; `diptych warmup` does it ahead)", err=True)
+                   "~15-25 s of CPU; `diptych warmup` does it ahead)", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover
