@@ -31,9 +31,10 @@ def kernel_dispatchers() -> list:
 def cold_kernels() -> list[str]:
     """The kernel modules (:data:`KERNEL_MODULES`, short names) with no compiled kernel on
     disk (a fresh install, an edited kernel module, another Python): the first simulation
-    compiles them, ~1-3 min on 2 cores. A module counts as warm when any of its kernels has
-    a cache index (helpers inlined into others never get one of their own). Empty when Numba's
-    JIT is disabled or its cache cannot be inspected."""
+    compiles them, ~15-25 s of CPU on 2 cores (issue 27; docs/limits.md, "First run"). A
+    module counts as warm when any of its kernels has a cache index (helpers inlined into
+    others never get one of their own). Empty when Numba's JIT is disabled or its cache
+    cannot be inspected."""
     import os
 
     if numba.config.DISABLE_JIT:

@@ -5,9 +5,22 @@ docs/api.md); its subpackages live in the repository's top-level folders (``arch
 ``rtl/``, ``workloads/``, ``tools/``) and are mapped into it by ``pyproject.toml``.
 """
 
-from importlib.metadata import PackageNotFoundError, version
 
-try:
-    __version__ = version("diptych")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+
+def installed_version() -> str:
+    """The installed distribution's version; ``0.0.0+unknown`` in a source tree that was
+    never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("diptych")
+    except PackageNotFoundError:
+        return "0.0.0+unknown"
+
+
+def __getattr__(name: str):
+    # ``__version__`` on first use: importlib.metadata costs ~30 ms of every command's
+    # start-up (issue 27), and only --version, reports and provenance ask for it
+    if name == "__version__":
+        globals()["__version__"] = v = installed_version()
+        return v
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,8 +9,6 @@ import importlib
 
 import click
 
-from . import __version__
-
 #: (module under diptych.tools, attribute) of every subcommand, imported on first use; a
 #: module that is missing is skipped so that partial installs still work.
 COMMANDS = [
@@ -96,7 +94,9 @@ class _Main(LazyGroup):
 
 @click.group(cls=_Main, lazy=COMMANDS,
              context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="diptych")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=lambda ctx, _p, v: _print_version(ctx) if v else None,
+              help="Show the version and exit.")
 @click.option("--debug", is_flag=True, help="Show full tracebacks on errors.")
 @click.option("--no-cache", is_flag=True,
               help="Neither read nor write the persistent result cache (see `diptych cache`).")
@@ -114,6 +114,16 @@ def main(ctx: click.Context, debug: bool, no_cache: bool):
         _first_run_notice()
 
 
+def _print_version(ctx: click.Context) -> None:
+    """``diptych --version``; the version is looked up only here (importlib.metadata is slow
+    to import, issue 27)."""
+    if ctx.resilient_parsing:
+        return
+    from . import installed_version
+    click.echo(f"diptych, version {installed_version()}")
+    ctx.exit()
+
+
 def _stderr_is_tty() -> bool:
     import sys
     return sys.stderr.isatty()
@@ -121,7 +131,7 @@ def _stderr_is_tty() -> bool:
 
 def _first_run_notice() -> None:
     """One line on stderr, for a person at a terminal, when the engine's kernels are not
-    compiled yet (a fresh install): the command will spend its first minutes compiling
+    compiled yet (a fresh install): the command will spend its first seconds compiling
     (docs/limits.md, "First run"). Scripts reading a redirected stderr get nothing."""
     if not _stderr_is_tty():
         return
@@ -132,7 +142,7 @@ def _first_run_notice() -> None:
         return
     if cold:
         click.echo("note: first run: compiling the engine's kernels (once per install, "
-                   "~1-3 min on 2 cores; `diptych warmup` does it ahead)", err=True)
+                   "~15-25 s of CPU; `diptych warmup` does it ahead)", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

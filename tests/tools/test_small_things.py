@@ -339,3 +339,29 @@ def test_pareto_axes_read_as_quantities_and_the_front_is_labelled(tmp_path, monk
     assert seen["x_label"] == "area (mm²)" and seen["y_label"] == "decode tokens/s"
     labelled = [t for t in seen["annotations"] if t]
     assert len(labelled) == 2 and all("array_dim=" in t for t in labelled)   # a and b
+
+
+def test_models_show_and_chips_show_import_only_what_they_print():
+    """Issue 27 start-up: ``models show`` loads neither the lowering nor the chip loader,
+    ``chips show`` no workload, and neither Numba, NumPy or importlib.metadata (the version
+    is looked up for --version only); ``diptych --version`` still prints it."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.argv = ['diptych'] + sys.argv[1:]\n"
+            "from diptych.tools.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "sys.stderr.write('MODULES ' + ' '.join(sorted(sys.modules)))\n")
+    heavy = {"numba", "numpy", "importlib.metadata"}
+    for args, absent in ((["models", "show", "llama-3-70b", "--json"],
+                          {"diptych.workloads.lower", "diptych.workloads.graph",
+                           "diptych.arch.loader"}),
+                         (["chips", "show", "h100", "--json"], {"diptych.workloads"})):
+        r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                           text=True, check=True)
+        json.loads(r.stdout)
+        loaded = set(r.stderr.rsplit("MODULES ", 1)[1].split())
+        assert not (heavy | absent) & loaded, (args, (heavy | absent) & loaded)
+    from diptych.tools import installed_version
+    r = CliRunner().invoke(main, ["--version"])
+    assert r.exit_code == 0 and r.output == f"diptych, version {installed_version()}\n"

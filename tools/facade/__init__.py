@@ -25,13 +25,7 @@ This module is ``tools/facade/`` in the source tree, mapped to ``diptych`` by py
 from __future__ import annotations
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any, Callable, Sequence
-
-try:
-    __version__ = version("diptych")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0.0.0+unknown"
 
 if TYPE_CHECKING:  # pragma: no cover
     from diptych.arch import Chip
@@ -53,13 +47,17 @@ _TYPES = {"Chip": "diptych.arch", "ModelConfig": "diptych.workloads",
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":    # on first use: importlib.metadata is slow to import
+        from diptych.tools import installed_version
+        globals()["__version__"] = v = installed_version()
+        return v
     if name in _TYPES:
         return getattr(import_module(_TYPES[name]), name)
     raise AttributeError(f"module 'diptych' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_TYPES))
+    return sorted(set(globals()) | set(_TYPES) | {"__version__"})
 
 
 def load_chip(chip: "str | Chip") -> "Chip":
