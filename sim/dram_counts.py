@@ -72,6 +72,30 @@ COUNT_DTYPE = np.int32
 I_P, I_INTERLEAVE, I_PAGE, I_BURST, I_BANKS, I_PERIOD = range(6)
 
 
+@jit(inline="always")
+def _log2(x):
+    """log2 of ``x`` when it is a power of two, else -1."""
+    if x <= 0 or x & (x - 1):
+        return -1
+    n = 0
+    while x > 1:
+        x >>= 1
+        n += 1
+    return n
+
+
+@jit(inline="always")
+def _dv(x, d, sh):
+    """``x // d`` for ``x`` ≥ 0, a shift when ``sh`` = log2(d) ≥ 0."""
+    return x >> sh if sh >= 0 else x // d
+
+
+@jit(inline="always")
+def _md(x, d, sh):
+    """``x % d`` for ``x`` ≥ 0, a mask when ``sh`` = log2(d) ≥ 0."""
+    return x & (d - 1) if sh >= 0 else x % d
+
+
 @jit
 def count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
                   acts, bank_max):
@@ -87,16 +111,44 @@ def count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, 
     burst = ip[I_BURST]
     banks = ip[I_BANKS]
     full_bursts = il // burst
+    # each row's first chunk, offset, pseudo-channel and chunk index inside it, stepped from
+    # the previous row's by the stride's (no division per row; a negative stride divides)
+    c0 = addr // il
+    off0 = addr - c0 * il
+    pc0 = c0 % p_n
+    q0 = c0 // p_n
+    dc = stride // il
+    doff = stride - dc * il
+    dpc = dc % p_n
+    dq = dc // p_n
+    gq = -1               # the q whose page (bank, row) is held: whole chunks of one q share it
+    bank = 0
+    row = 0
+    # (shifts and masks for the power-of-two sizes: local addresses are non-negative)
+    page_sh = _log2(page)
+    burst_sh = _log2(burst)
+    banks_sh = _log2(banks)
     for r in range(rows):
         a = addr + r * stride
         end = a + row_bytes
-        c = a // il
-        off = a - c * il
-        pc = c % p_n
-        q = c // p_n          # chunk index inside the pseudo-channel
-        gq = -1               # page of the current q when a chunk lies inside one page
-        bank = 0
-        row = 0
+        if stride >= 0:
+            off = off0
+            pc = pc0
+            q = q0        # chunk index inside the pseudo-channel
+            off0 += doff
+            pc0 += dpc
+            q0 += dq
+            if off0 >= il:
+                off0 -= il
+                pc0 += 1
+            if pc0 >= p_n:
+                pc0 -= p_n
+                q0 += 1
+        else:
+            c = a // il
+            off = a - c * il
+            pc = c % p_n
+            q = c // p_n
         while a < end:
             take = min(il - off, end - a)
             lo = q * il + off
@@ -106,9 +158,9 @@ def count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, 
                 bursts[pc] += full_bursts
                 if gq != q:
                     gq = q
-                    g = lo // page
-                    bank = g % banks
-                    row = g // banks
+                    g = _dv(lo, page, page_sh)
+                    bank = _md(g, banks, banks_sh)
+                    row = _dv(g, banks, banks_sh)
                 # (inlined _touch)
                 if stamp[pc, bank] != tid:
                     stamp[pc, bank] = tid
@@ -124,12 +176,12 @@ def count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, 
                     if bank_cnt[pc, bank] > bank_max[pc]:
                         bank_max[pc] = bank_cnt[pc, bank]
             else:
-                bursts[pc] += (hi + burst - 1) // burst - lo // burst
-                g = lo // page
-                g_last = (hi - 1) // page
+                bursts[pc] += _dv(hi + burst - 1, burst, burst_sh) - _dv(lo, burst, burst_sh)
+                g = _dv(lo, page, page_sh)
+                g_last = _dv(hi - 1, page, page_sh)
                 while g <= g_last:
-                    bk = g % banks
-                    rw = g // banks
+                    bk = _md(g, banks, banks_sh)
+                    rw = _dv(g, banks, banks_sh)
                     if stamp[pc, bk] != tid:
                         stamp[pc, bk] = tid
                         open_row[pc, bk] = rw

@@ -107,3 +107,21 @@ def test_near_periods_of_operand_strides():
     assert near_period(4096, 512, 16384, ip)[:2] == (12, 0)
     t, eps, cost = near_period(4096, 512, 32770, ip)
     assert (t, eps) == (6, 12) and cost < 4096 * 4 * PIECE_COST / 10
+
+
+@settings(max_examples=150, deadline=None)
+@given(g=geometries, addr=st.integers(0, 1 << 20), rows=st.integers(1, 300),
+       row_bytes=st.integers(1, 3000), stride=st.integers(-4000, 9000))
+def test_the_stepped_walk_equals_the_walk_that_divides_per_row(g, addr, rows, row_bytes,
+                                                                stride):
+    """count_pattern steps each row's first chunk from the previous row's (no division per
+    row) and keeps a chunk's page across rows: the same counts as the walk that divides
+    (tests/sim/count_pattern_ref.py), for any stride (overlapping; negative ones divide) that
+    keeps the addresses non-negative (the engine's are)."""
+    import count_pattern_ref as REF
+
+    if addr + (rows - 1) * stride < 0:
+        return
+
+    assert (g.counts(count_pattern, addr, rows, row_bytes, stride)
+            == g.counts(REF.count_pattern, addr, rows, row_bytes, stride))
