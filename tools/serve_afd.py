@@ -12,7 +12,7 @@ AFD_FLAGS = ("attention_chip", "attention_chips", "ffn_chip", "ffn_chips", "afd_
 
 def afd_options(f):
     """The AFD options of ``serve`` (applied under its other options)."""
-    from ..sim.serving.afd import DEFAULT_MICROBATCHES
+    from ..sim.serving.afd_defaults import DEFAULT_MICROBATCHES
 
     opts = [
         click.option("--attention-chip", help="Attention-FFN disaggregation: the chip of the "

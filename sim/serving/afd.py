@@ -42,17 +42,13 @@ from ...workloads.config import ModelConfig
 from ...workloads.serving_step import Step
 from ..run.summed import block_costs, combine_energy_parts
 from .. import energy_parts as EP
+from .afd_defaults import DEFAULT_MICROBATCHES
 from .afd_pipeline import Stages, pipeline_seconds
 from .afd_split import part_weight_bytes, split_workload
 from .ep import rank_step
 from .lazy_grid import Axis, geometric_axis, lerp
 from .step_time import Replica, StepCost
 
-#: ``--afd-microbatches`` default: two micro-batches, the smallest ping-pong (one in
-#: attention while the other is in the FFN). [assumption: MegaScale-Infer sizes m from its
-#: stage times (arXiv 2504.02263); no single published default, so give k to match a
-#: deployment]
-DEFAULT_MICROBATCHES = 2
 
 @dataclass(frozen=True)
 class AfdSpec:

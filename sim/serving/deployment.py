@@ -100,12 +100,15 @@ class Deployment:
 
     def with_replicas(self, **changes) -> "Deployment":
         """This deployment with every pool's replica changed by ``changes`` (fields of
-        :class:`~.step_time.Replica`: a waterfall's variant, a runtime's all-reduce)."""
+        :class:`~.step_time.Replica`: a waterfall's variant, a runtime's all-reduce), an
+        attention-FFN layout's FFN replica too."""
         def pool(p: Pool) -> Pool:
             return replace(p, replica=replace(p.replica, **changes))
         if self.disaggregated:
             return Deployment(prefill=pool(self.prefill), decode=pool(self.decode))
-        return Deployment(pool=pool(self.pool))
+        afd = (None if self.afd is None else
+               replace(self.afd, ffn=replace(self.afd.ffn, **changes)))
+        return Deployment(pool=pool(self.pool), afd=afd)
 
     @property
     def model(self):

@@ -202,7 +202,8 @@ def test_compare_serving_carries_the_components_in_json_terminal_and_report(
         assert e["energy_breakdown_j"]["mac"] > 0
     assert any(e["energy_breakdown_j"]["link"] > 0 for e in d["disaggregated"])  # KV moves
     out = cli(*args, "--report", tmp_path / "rep").output
-    lines = [x for x in out.splitlines() if x.startswith("serving ")]
+    lines = [x for x in out.splitlines()
+             if x.startswith("serving ") and x.endswith(" per output token")]
     assert [x.split(":")[0] for x in lines] == [
         "serving train-2026 (2 x tp 1)", "serving infer-2026 (2 x tp 1)",
         "serving prefill train-2026 + decode infer-2026",
