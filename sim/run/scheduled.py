@@ -327,7 +327,8 @@ def _residency_view(res, block: str, node: str, repeat: int) -> list[dict]:
 
 
 def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
-                   dp_buckets: dict | None, tier2_kinds: frozenset = frozenset()) -> list:
+                   dp_buckets: dict | None, tier2_kinds: frozenset = frozenset(),
+                   tier3_share: float = 0.0) -> list:
     """Each program piece fused (when ``fuse``), planned for residency, split at its
     residency segments, and every node's op placed (its operands' locations) and timed:
     ``(piece, program, residency, origin, ops)``."""
@@ -337,7 +338,7 @@ def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
     for piece in pieces:
         prog = (fuse_program(piece.program, chip.core.vector.gemm_fused_kinds) if fuse
                 else piece.program)
-        res = plan_residency(prog, chip, tier2_kinds=tier2_kinds)
+        res = plan_residency(prog, chip, tier2_kinds=tier2_kinds, tier3_share=tier3_share)
         prog, origin = split_segments(prog, res)
         pinned = res.on_chip_bytes("scratchpad")
         ops = {}   # (block, node) → the op with its operands' locations (its segment's)
@@ -536,7 +537,8 @@ def _tier_kinds(plans) -> dict[str, dict[str, int]]:
 def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = True,
                       dp_buckets: dict | None = None,
                       collective_time: Callable | None = None,
-                      tier2_kinds: frozenset = frozenset()) -> dict:
+                      tier2_kinds: frozenset = frozenset(), tier3_share: float = 0.0
+                      ) -> dict:
     """Time ``w`` on ``chip`` as a schedule of its programs (module docstring). Returns the
     totals :func:`~diptych.sim.run.summed.simulate_workload` returns (``seconds``,
     ``energy_j`` and ``energy_breakdown_j``, ``dram_bytes``, ``layers``, ``compute_seconds``,
@@ -549,7 +551,8 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     :func:`~diptych.sim.run.links.collective_seconds`; the cluster step times its
     tensor-parallel collectives on the topology, :mod:`diptych.sim.cluster.timing`).
     ``tier2_kinds``: tensor kinds the residency plan puts in the second DRAM tier whatever
-    room the first has (a training offload, :mod:`diptych.sim.run.offload`)."""
+    room the first has (a training offload, :mod:`diptych.sim.run.offload`), the share
+    ``tier3_share`` of them in the third tier (:class:`~diptych.sim.capacity.Capacities`)."""
     fc = chip.fixed_costs
     launches = (fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6)
     sync = fc.step_sync_us * 1e-6
@@ -559,7 +562,7 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     stage = {b.name: b.stage for b in w.blocks}
     cap = capacities(chip)
     prefetch_ok = "weight" in cap.scratchpad_kinds
-    plans = _placed_pieces(w, chip, timer, fuse, dp_buckets, tier2_kinds)
+    plans = _placed_pieces(w, chip, timer, fuse, dp_buckets, tier2_kinds, tier3_share)
     stream = timer.stream or chip.dram_bytes_per_s
     acc = _Totals()
     for piece, prog, res, origin, ops in plans:
