@@ -22,11 +22,7 @@ class Capacities:
     training run's offload, :mod:`diptych.sim.run.offload`; only with ``dram_bytes``).
     ``dram2_bytes``: the second tier's capacity when the chip has a third (``[dram3]``): what
     neither of the first two holds lives in the third; 0 = no third tier (the second's room
-    unlimited to the planner, as before the third tier existed). ``tier3_share``: with
-    ``tier2_kinds`` on a chip with a third tier, the share of the offloaded state the second
-    tier cannot hold (:func:`~diptych.sim.run.offload.third_tier_share`): each offloaded
-    class keeps ``floor(n · (1 − tier3_share))`` of its ``n`` instances in the second tier and
-    the rest in the third (0: all in the second, as before the third tier)."""
+    unlimited to the planner, as before the third tier existed)."""
 
     scratchpad: int
     shared_buffer: int = 0
@@ -36,7 +32,6 @@ class Capacities:
     dram_bytes: int = 0
     tier2_kinds: frozenset = frozenset()
     dram2_bytes: int = 0
-    tier3_share: float = 0.0
 
     def __post_init__(self):
         for n in ("scratchpad", "shared_buffer", "dram_bytes", "dram2_bytes"):
@@ -50,23 +45,16 @@ class Capacities:
         if self.tier2_kinds and not self.dram_bytes:
             raise ValueError(f"capacities.tier2_kinds ({', '.join(sorted(self.tier2_kinds))}) "
                              f"need a second DRAM tier (dram_bytes > 0)")
-        s = self.tier3_share
-        if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s < 1:
-            raise ValueError(f"capacities.tier3_share must be a number in [0, 1), not {s!r}")
-        if s and not (self.tier2_kinds and self.dram2_bytes):
-            raise ValueError(f"capacities.tier3_share ({s!r}) needs offloaded kinds "
-                             f"(tier2_kinds) and a third DRAM tier (dram2_bytes > 0)")
         if self.dram2_bytes and not self.dram_bytes:
             raise ValueError(f"capacities.dram2_bytes ({self.dram2_bytes}) needs a second DRAM "
                              f"tier (dram_bytes > 0)")
 
 
 def capacities(chip, *, reserve_fraction: float | None = None,
-               tier2_kinds: frozenset = frozenset(), tier3_share: float = 0.0) -> Capacities:
+               tier2_kinds: frozenset = frozenset()) -> Capacities:
     """The residency capacities of ``chip`` (see the module docstring); ``reserve_fraction``
     overrides the chip's ``[residency]`` value; ``tier2_kinds``: tensor kinds the second DRAM
-    tier holds whatever room the first has (ValueError on a chip without ``[dram2]``), the
-    share ``tier3_share`` of them in the third (:class:`Capacities`)."""
+    tier holds whatever room the first has (ValueError on a chip without ``[dram2]``)."""
     pol = chip.residency_policy
     r = pol.reserve_fraction if reserve_fraction is None else reserve_fraction
     if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r < 1:
@@ -79,6 +67,6 @@ def capacities(chip, *, reserve_fraction: float | None = None,
                       dram=chip.has_dram,
                       dram_bytes=(chip.dram.capacity_bytes
                                   if getattr(chip, "dram2", None) is not None else 0),
-                      tier2_kinds=tier2_kinds, tier3_share=tier3_share,
+                      tier2_kinds=tier2_kinds,
                       dram2_bytes=(chip.dram2.capacity_bytes
                                    if getattr(chip, "dram3", None) is not None else 0))

@@ -343,23 +343,20 @@ def _eligible(cap: Capacities, kind: str) -> tuple[bool, bool]:
 
 
 def plan_residency(program: Program, chip=None, *, capacity: Capacities | None = None,
-                   tier2_kinds: frozenset = frozenset(), tier3_share: float = 0.0
-                   ) -> Residency:
+                   tier2_kinds: frozenset = frozenset()) -> Residency:
     """Decide where every tensor of ``program`` lives (see the module docstring).
 
     Give ``chip`` (capacities from its scratchpads, shared buffer and ``[residency]`` table;
     also checks that no tensor exceeds every memory) or ``capacity`` explicitly. Raises
     ValueError on a chip without DRAM when the program does not fit on chip.
     ``tier2_kinds`` (with ``chip``): tensor kinds placed whole in the second DRAM tier, on
-    chip nowhere (a training offload, :mod:`diptych.sim.run.offload`), the share
-    ``tier3_share`` of each such class's instances in the third tier when the second cannot
-    hold them (:class:`~diptych.sim.capacity.Capacities`); with ``capacity``, its own
-    ``tier2_kinds`` and ``tier3_share`` hold."""
+    chip nowhere (a training offload, :mod:`diptych.sim.run.offload`); with ``capacity``,
+    its own ``tier2_kinds`` hold."""
     if capacity is None:
         if chip is None:
             raise ValueError("plan_residency needs a chip or capacities")
         program.check_fits(chip)
-        capacity = capacities(chip, tier2_kinds=tier2_kinds, tier3_share=tier3_share)
+        capacity = capacities(chip, tier2_kinds=tier2_kinds)
     ex = program.expand(condensed=True)
     classes = _classes(program, ex)
     P = len(ex.nodes)
@@ -373,9 +370,6 @@ def plan_residency(program: Program, chip=None, *, capacity: Capacities | None =
             continue
         if c["kind"] in capacity.tier2_kinds:     # offloaded: every instance in the tier
             placed[c["cls"]] = [0, 0, c["n"]]
-            if capacity.tier3_share:            # what the second cannot hold: in the third
-                k2 = math.floor(c["n"] * (1 - capacity.tier3_share))
-                placed[c["cls"]] = [0, 0, k2, c["n"] - k2]
             continue
         counts = [0, 0]
         offered = c["n"]    # instances not taken yet: the last ``offered`` ones

@@ -93,21 +93,14 @@ def plan_residency_ref(program: Program, chip=None, *, capacity: Capacities | No
     # memory took is offered to the first DRAM likewise, and what it refuses lives in the
     # second (with a third tier, ``dram2_bytes``: offered to the second likewise, and what it
     # refuses lives in the third); an offloaded kind (``tier2_kinds``) goes to the second
-    # tier whole (with ``tier3_share``, the first floor(n·(1 − share)) of each class's
-    # instances in the order offered; the rest in the third)
+    # tier whole
     limit = {"scratchpad": capacity.scratchpad, "shared_buffer": capacity.shared_buffer}
     offered: dict[str, list[_Item]] = {m: [] for m in (*MEMORIES, "dram", "dram2")}
     width = 2 + bool(capacity.dram_bytes) + bool(capacity.dram2_bytes)
     placed = {cls: [0] * width for cls in info}
     for item in items:
         if info[item.cls]["kind"] in capacity.tier2_kinds:   # offloaded: in the second tier
-            if capacity.tier3_share:
-                quota = math.floor(info[item.cls]["n"] * (1 - capacity.tier3_share))
-                into2 = min(item.count, quota - placed[item.cls][2])
-                placed[item.cls][2] += into2
-                placed[item.cls][3] += item.count - into2
-            else:
-                placed[item.cls][2] += item.count
+            placed[item.cls][2] += item.count
             continue
         allowed = dict(zip(MEMORIES, _eligible(capacity, info[item.cls]["kind"])))
         for slot, mem in enumerate(MEMORIES):

@@ -41,10 +41,12 @@ transfer (the update's state traffic, a parameter prefetch) at the third tier's 
 latency, after the second tier's part on the same chain [assumption: the offloaded traffic
 splits as the bytes do, the two parts one after the other; the worst pipeline stage's split
 for every stage]. A chip without ``[dram3]``, or whose second tier holds the state, is
-timed exactly as before. A one-node ``run`` (the residency planner) keeps
-``floor(n · (1 − share))`` of each offloaded class's ``n`` instances in the second tier and the
-rest in the third (:class:`~diptych.sim.capacity.Capacities`), so that every program of the
-step places a tensor alike; each op streams each tier's share at its rate as any tiered op.
+timed exactly as before. A one-node ``run`` applies the same share to every op: the
+residency planner places the offloaded kinds in the second tier as before, and each op's
+second-tier share ``s₂`` becomes ``s₂(1 − s₃)`` there and ``s₂·s₃`` in the third
+(:func:`~diptych.sim.run.scheduled.schedule_workload`'s ``tier3_share``; a training step's
+second tier holds only offloaded state), the tiers' held bytes split likewise; so every
+program of the step (micro-batch, optimizer) splits a tensor alike.
 
 **Timing.** The residency planner places every tensor of an offloaded kind in the second tier
 (:func:`~diptych.sim.program.residency.plan_residency`'s ``tier2_kinds``); each op is then timed

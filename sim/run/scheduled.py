@@ -338,7 +338,7 @@ def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
     for piece in pieces:
         prog = (fuse_program(piece.program, chip.core.vector.gemm_fused_kinds) if fuse
                 else piece.program)
-        res = plan_residency(prog, chip, tier2_kinds=tier2_kinds, tier3_share=tier3_share)
+        res = plan_residency(prog, chip, tier2_kinds=tier2_kinds)
         prog, origin = split_segments(prog, res)
         pinned = res.on_chip_bytes("scratchpad")
         ops = {}   # (block, node) → the op with its operands' locations (its segment's)
@@ -348,9 +348,12 @@ def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
                 nres = res.node(ob, n.name, rep)
                 op = placed_op(n.payload, n, nres, accesses, pinned, chip.has_dram)
                 share, share3 = nres.dram2_share, nres.dram3_share
+                wb = tier2_weight_bytes(n.payload, n, nres, accesses)
+                if tier3_share and share:   # offloaded state the second tier cannot hold
+                    share, share3 = share * (1 - tier3_share), share3 + share * tier3_share
+                    wb *= 1 - tier3_share
                 if share > 0 or share3 > 0:   # some off-chip bytes live in a slower tier
-                    op = Tiered(op, share, tier2_weight_bytes(n.payload, n, nres, accesses),
-                                dram3_share=share3)
+                    op = Tiered(op, share, wb, dram3_share=share3)
                 ops[(b.name, n.name)] = op
                 timer(op)
         plans.append((piece, prog, res, origin, ops))
@@ -513,6 +516,25 @@ def _record(op, n, t, block: str, stage: str, count: int, start: float, end: flo
     return rec
 
 
+def _split3(held: dict, share: float) -> dict:
+    """``held`` (bytes by tier, or by tier then kind) with a share ``share`` of the second
+    tier's moved to the third (an offload the second cannot hold, :func:`schedule_workload`)."""
+    if not share or "dram2" not in held:
+        return held
+    out = dict(held)
+    two = out["dram2"]
+    if isinstance(two, dict):
+        three = dict(out.get("dram3") or {})
+        out["dram2"] = {k: v - int(v * share) for k, v in two.items()}
+        for k, v in two.items():
+            three[k] = three.get(k, 0) + int(v * share)
+        out["dram3"] = three
+    else:
+        out["dram2"] = two - int(two * share)
+        out["dram3"] = out.get("dram3", 0) + int(two * share)
+    return out
+
+
 def _tier_bytes(plans) -> dict[str, int]:
     """State bytes each DRAM tier holds, over the pieces' residency plans (the largest piece
     per tier: the pieces run one after another)."""
@@ -551,8 +573,10 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     :func:`~diptych.sim.run.links.collective_seconds`; the cluster step times its
     tensor-parallel collectives on the topology, :mod:`diptych.sim.cluster.timing`).
     ``tier2_kinds``: tensor kinds the residency plan puts in the second DRAM tier whatever
-    room the first has (a training offload, :mod:`diptych.sim.run.offload`), the share
-    ``tier3_share`` of them in the third tier (:class:`~diptych.sim.capacity.Capacities`)."""
+    room the first has (a training offload, :mod:`diptych.sim.run.offload`); ``tier3_share``:
+    the share of that offloaded state in the third tier (the second cannot hold it all,
+    :func:`~diptych.sim.run.offload.third_tier_share`): every op's second-tier share is split,
+    that share of it streaming from the third tier, and the tiers' held bytes likewise."""
     fc = chip.fixed_costs
     launches = (fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6)
     sync = fc.step_sync_us * 1e-6
@@ -575,8 +599,10 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     total = acc.total
     return {"seconds": total, "energy_j": acc.energy, "energy_breakdown_j": acc.parts,
             "dram_bytes": acc.dram,
-            **({"dram2_bytes": acc.dram2, "dram_tiers": _tier_bytes(plans),
-                "dram_tier_kinds": _tier_kinds(plans), "tier_added_s": dict(acc.tier_s),
+            **({"dram2_bytes": acc.dram2,
+                "dram_tiers": _split3(_tier_bytes(plans), tier3_share),
+                "dram_tier_kinds": _split3(_tier_kinds(plans), tier3_share),
+                "tier_added_s": dict(acc.tier_s),
                 "tier_energy_j": dict(acc.tier_j)} if acc.dram2 or acc.dram3 else {}),
             **({"dram3_bytes": acc.dram3} if acc.dram3 else {}),
             "layers": [acc.records[k] for k in acc.order],

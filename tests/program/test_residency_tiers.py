@@ -155,23 +155,3 @@ def test_a_third_tier_never_needed_changes_nothing(seed):
     b = plan_residency(p, capacity=with_tier(cap, cap.dram_bytes, cap.dram2_bytes + 5000))
     for la, lb in zip(locations(insts, a), locations(insts, b)):
         assert RANK[lb] <= RANK[la]
-
-
-@settings(max_examples=15, deadline=None)
-@given(st.integers(0, 10**9), st.floats(0.05, 0.95))
-def test_offloaded_kinds_split_over_the_second_and_third_tiers(seed, share):
-    """``tier3_share`` (a training offload the second tier cannot hold, a chip with a third):
-    each offloaded class keeps floor(n·(1 − share)) of its n instances in the second tier
-    and the rest in the third, none on chip; fast equals golden."""
-    p, cap = three_tier_case(seed)
-    kinds = frozenset(random.Random(seed).sample(["weight", "optimizer_state", "gradient"], 2))
-    off = Capacities(**{**{f: getattr(cap, f) for f in (
-        "scratchpad", "shared_buffer", "scratchpad_kinds", "shared_buffer_kinds",
-        "dram_bytes", "dram2_bytes")}, "tier2_kinds": kinds, "tier3_share": share})
-    fast, ref = plan_residency(p, capacity=off), plan_residency_ref(p, capacity=off)
-    assert decisions(fast) == decisions(ref)
-    for pl in fast.placements.values():
-        if pl.tensor.kind in kinds and pl.live:
-            n = pl.instances
-            assert (pl.scratchpad, pl.shared_buffer) == (0, 0)
-            assert (pl.dram2, pl.dram3) == (int(n * (1 - share)), n - int(n * (1 - share)))

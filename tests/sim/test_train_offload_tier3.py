@@ -1,7 +1,8 @@
 """A one-node training step's offloaded state in a third memory tier (``[dram3]``, issue 25;
 :mod:`diptych.sim.run.offload`, "A third tier"): a second tier that holds the state leaves the
 step bit for bit as without the third; what it cannot hold lives in the third (the tiers'
-traffic adds up to the offload's closed form ``2·K·P``); a third tier like the second equals
+traffic adds up to the offload's closed form ``2·K·P``, the third's share ``(B − C₂)/B`` of
+it); a third tier like the second equals
 one larger second tier; a slower third tier makes the step slower."""
 
 from __future__ import annotations
@@ -47,8 +48,7 @@ def run(chip, model, **kw):
 
 
 def small2(chip, **kw3):
-    """A 10 MiB second tier (the tiny model's optimizer state is 31.5 MiB, held whole in the
-    third: its one class, an instance, is the planner's grain)."""
+    """A 10 MiB second tier (the tiny model's optimizer state is 31.5 MiB)."""
     return dataclasses.replace(chip, dram2=dataclasses.replace(chip.dram2, capacity_gib=0.01),
                                dram3=dataclasses.replace(chip.dram3, **kw3))
 
@@ -67,10 +67,12 @@ def test_what_the_second_cannot_hold_lives_in_the_third(chip, tiny):
     assert r.fits and off["tier3_bytes"] > 0 and mt["bytes"]["dram3"] > 0
     assert "optimizer_state" in mt["kinds"]["dram3"]
     assert off["tier2_bytes"] + off["tier3_bytes"] == pytest.approx(12.0 * n, rel=1e-12)
-    # every byte the update moves is in one of the two tiers: 2·12·P in all
+    # the update moves 2·12·P in the two tiers, the third the share s₃ = (B − C₂)/B of it
+    s3 = (12.0 * n - c.dram2.capacity_bytes) / (12.0 * n)
     assert off["tier2_bytes_moved"] + off["tier3_bytes_moved"] == pytest.approx(24.0 * n,
                                                                                 rel=1e-9)
-    assert off["tier3_bytes_moved"] > 0
+    assert off["tier3_bytes_moved"] == pytest.approx(24.0 * n * s3, rel=1e-9)
+    assert off["tier3_bytes"] == pytest.approx(12.0 * n * s3, rel=1e-9)
     assert not run(dataclasses.replace(c, dram3=None), tiny).fits
 
 
