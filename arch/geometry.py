@@ -570,9 +570,13 @@ def _dies(chip: "Chip") -> tuple[DieGeometry, ...]:
     pkg = getattr(chip, "package", None)
     _, tier_mm, tier_mm2 = tier_phys(chip)
     t3 = getattr(chip, "dram3", None)
-    label = ("the second and third memory tiers ([dram2], [dram3])"
-             if t3 is not None and t3.phys and t3.mm_edge_per_phy
-             else "the second memory tier ([dram2])")
+    label = "the second memory tier ([dram2])"
+    if t3 is not None and t3.phys and t3.mm_edge_per_phy:
+        # each tier's PHYs and the key that sizes them, so the message says what to change
+        label = ("the second and third memory tiers ([dram2], [dram3]: "
+                 + ", ".join(f"{t.phys} × {n}.mm_edge_per_phy = {t.mm_edge_per_phy:g} mm"
+                             for n, t in (("dram2", chip.dram2), ("dram3", t3)))
+                 + ")")
     out = []
     for dc in die_contents(chip):
         out.append(die_geometry(

@@ -169,9 +169,20 @@ def stack_text(info: dict) -> str | None:
 
 def offload_line(off: dict) -> str:
     """One line on a plan's offload (:func:`diptych.sim.run.offload.tier_report`): where each
-    tensor lives, each tier's bytes, and the second tier's traffic, time and energy."""
-    where = ", ".join(f"{k} in {'tier 2' if v == 'dram2' else 'tier 1'}"
+    tensor lives, each tier's bytes, and the second tier's traffic, time and energy (and the
+    third's, when part of the offloaded state lives there)."""
+    three = off.get("tier3_bytes", 0.0) > 0
+    slow = "tiers 2-3" if three else "tier 2"
+    where = ", ".join(f"{k} in {slow if v == 'dram2' else 'tier 1'}"
                       for k, v in off["placement"].items())
+    if three:
+        return (f"offload {off['offload']}: {where}; tier 1 {gib(off['tier1_bytes'])}, tier 2 "
+                f"{gib(off['tier2_bytes'])}, tier 3 {gib(off['tier3_bytes'])} per chip; they "
+                f"move {si(off['tier2_bytes_moved'], 'B')} and "
+                f"{si(off['tier3_bytes_moved'], 'B')} per step: "
+                f"{seconds(off['transfer_seconds'])} at their "
+                f"{si(off['tier2_bytes_per_s'], 'B/s')} and "
+                f"{si(off['tier3_bytes_per_s'], 'B/s')}, {off['transfer_energy_j']:.3g} J")
     return (f"offload {off['offload']}: {where}; tier 1 {gib(off['tier1_bytes'])}, tier 2 "
             f"{gib(off['tier2_bytes'])} per chip; tier 2 moves "
             f"{si(off['tier2_bytes_moved'], 'B')} per step: "

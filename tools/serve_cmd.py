@@ -213,9 +213,10 @@ def _ep_layouts(ep, attention, redundant, skew, prefill_ep, decode_ep, disaggreg
               show_default=True, help="What happens to a sequence evicted for KV space.")
 @click.option("--kv-offload", type=click.Choice(["auto", "none", "swap", "tier"]),
               default="auto", show_default=True,
-              help="The chip's second memory tier ([dram2]) and the KV cache: tier (the cache "
-                   "spans both tiers, tier-2 blocks read at its rate), swap (preempted "
-                   "sequences swapped to it), none; auto: tier when the chip has one.")
+              help="The chip's slower memory tiers ([dram2], [dram3]) and the KV cache: tier "
+                   "(the cache spans the tiers, each tier's blocks read at its rate), swap "
+                   "(preempted sequences swapped to tier 2, then tier 3), none; auto: tier "
+                   "when the chip has a second tier.")
 @click.option("--kv-prefetch/--no-kv-prefetch", default=False, show_default=True,
               help="Fetch a step's KV copies from the slower tier (swap-ins, a pooled tier's "
                    "placement copies) during the previous step; only what it cannot hide "

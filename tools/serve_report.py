@@ -142,14 +142,20 @@ def waterfall_table(wf: dict):
 
 def kv_tiers_text(kt: dict) -> str:
     """A result's ``info.kv_tiers`` in one line: what each tier held at its peak, the bytes
-    copied between them and read from the second, and what they cost."""
+    copied between them and read from the second (and third), and what they cost."""
     gib = 2.0 ** 30
+    three = ""
+    if "tier3_peak_bytes" in kt:
+        three = (f"; tier 3: peak {kt['tier3_peak_bytes'] / gib:.1f} GiB, read "
+                 f"{kt['tier3_read_bytes'] / gib:.1f} GiB "
+                 f"(+{fmt.eng(kt['tier3_read_added_s'], 's')}, "
+                 f"{fmt.eng(kt['tier3_read_added_j'], 'J')})")
     return (f"{kt['mode']}: peak {kt['tier1_peak_bytes'] / gib:.1f} GiB in tier 1, "
             f"{kt['tier2_peak_bytes'] / gib:.1f} GiB in tier 2; moved "
             f"{kt['moved_bytes'] / gib:.1f} GiB ({fmt.eng(kt['move_s'], 's')}, "
             f"{fmt.eng(kt['move_j'], 'J')}); read from tier 2 "
             f"{kt['tier2_read_bytes'] / gib:.1f} GiB (+{fmt.eng(kt['tier2_read_added_s'], 's')}, "
-            f"{fmt.eng(kt['tier2_read_added_j'], 'J')})")
+            f"{fmt.eng(kt['tier2_read_added_j'], 'J')})" + three)
 
 
 def prefix_cache_text(pc: dict) -> str:
@@ -157,7 +163,9 @@ def prefix_cache_text(pc: dict) -> str:
     tier-2 copies with their cost."""
     gib = 2.0 ** 30
     return (f"{pc['prefixes']} prefixes: {pc['hits_tier1']} hits in tier 1, "
-            f"{pc['hits_tier2']} in tier 2, {pc['misses']} misses "
+            f"{pc['hits_tier2']} in tier 2, "
+            + (f"{pc['hits_tier3']} in tier 3, " if "hits_tier3" in pc else "")
+            + f"{pc['misses']} misses "
             f"({100 * pc['hit_rate']:.0f} % hit); {pc['evicted']} evicted "
             f"({pc['stored_tier2']} to tier 2); tier 2 stored "
             f"{pc['tier2_store_bytes'] / gib:.2f} GiB ({fmt.eng(pc['store_s'], 's')}), loaded "

@@ -32,7 +32,7 @@ from ...workloads.lower import valid_tp_degrees
 from ...workloads.registry import load_model
 from ..api import OpTimer
 from ..run.node import default_precision
-from ..run.offload import OFFLOADS, check_offload
+from ..run.offload import OFFLOADS, check_offload, offload_capacity_bytes
 from ..run.scenario import Scenario
 from .estimate import roofline_simulate
 from .memory import plan_memory
@@ -216,7 +216,7 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
                          + (f"; narrowed to {_describe(given)}" if given else "") + ")")
     screen = screen_simulate or roofline_simulate
     cap = chip.dram.capacity_bytes
-    tier2 = chip.dram2.capacity_bytes if chip.dram2 is not None else 0.0
+    tier2 = offload_capacity_bytes(chip) if chip.dram2 is not None else 0.0
     fitting = []
     for i, q in enumerate(plans):
         if progress and i % 64 == 0:

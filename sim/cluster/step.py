@@ -65,9 +65,10 @@ from ...workloads.params import params_per_chip
 from ...workloads.registry import load_model
 from ..api import OpTimer
 from ..run.node import default_precision
-from ..run.offload import (OFFLOAD_KINDS, check_offload, optimizer_tier_bytes,
-                           optimizer_tier_share, param_fetch_seconds, tier_report)
-from ..run.placed import tier2_chip
+from ..run.offload import (OFFLOAD_KINDS, check_offload, offload_capacity_bytes,
+                           optimizer_tier_bytes, optimizer_tier_share, param_fetch_seconds,
+                           third_tier_share, tier_report)
+from ..run.placed import tier2_chip, tier3_chip
 from ..run.scenario import Scenario
 from ..run.summed import simulate_workload
 from ..run.stack import scenario_chip, stack_info
@@ -306,7 +307,8 @@ def _rank_params(lp, kind: str, moe: bool, plan: Plan) -> float:
 
 
 def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes: float,
-                 g_bytes: float, train: bool, chip: Chip) -> dict[str, LayerStep]:
+                 g_bytes: float, train: bool, chip: Chip, share3: float = 0.0
+                 ) -> dict[str, LayerStep]:
     out = {}
     for kind, t in lt.items():
         ops = t.ops
@@ -358,7 +360,8 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
         fwd_compute = t.fwd_s
         if train and "weight" in OFFLOAD_KINDS[plan.offload]:
             # weights in the second tier, prefetched one layer ahead (module docstring)
-            fetch = param_fetch_seconds(chip, _rank_params(lp, kind, ops.moe, plan) * w_bytes)
+            fetch = param_fetch_seconds(chip, _rank_params(lp, kind, ops.moe, plan) * w_bytes,
+                                        share3)
             fwd_compute = max(fwd_compute, fetch)
             bwd_compute = max(bwd_compute, fetch * (2 if plan.recompute == "full" else 1))
         # what each kind's communication hides behind (module docstring)
@@ -416,8 +419,8 @@ def _replica_params(total: float, experts: float, plan: Plan) -> float:
 
 
 @lru_cache(maxsize=256)
-def _per_param(model, chip, p, simulate, what: str = "adamw", offload: str = "none"
-               ) -> tuple[float, float, dict[str, float]]:
+def _per_param(model, chip, p, simulate, what: str = "adamw", offload: str = "none",
+               share3: float = 0.0) -> tuple[float, float, dict[str, float]]:
     """(seconds, joules, joules by component) per parameter of the lowering's op ``what`` run
     once per step: its
     AdamW update (``"adamw"``), the gradient norm (``"grad_norm"``) or the gradient buffer's
@@ -428,7 +431,10 @@ def _per_param(model, chip, p, simulate, what: str = "adamw", offload: str = "no
     simulated. With an ``offload``, the update's share of bytes in the second tier
     (:func:`~diptych.sim.run.offload.optimizer_tier_share`) is timed on the tier
     (:func:`~diptych.sim.run.placed.tier2_chip`), ``(1 − s)·t₁ + s·t₂`` as a one-node run's
-    :class:`~diptych.sim.run.placed.Tiered` op (the cast is left on the first tier)."""
+    :class:`~diptych.sim.run.placed.Tiered` op (the cast is left on the first tier); a share
+    ``share3`` of the offloaded state in the third tier
+    (:func:`~diptych.sim.run.offload.third_tier_share`) moves that share of the tier's bytes
+    to :func:`~diptych.sim.run.placed.tier3_chip`: ``(1 − s)·t₁ + s(1 − s₃)·t₂ + s·s₃·t₃``."""
     n = min(ADAMW_CHUNK, max(1, math.ceil(params_per_chip(model, 1))))
     op = {"adamw": adamw_op, "grad_norm": grad_norm_op, "grad_zero": grad_zero_op}[what](n, p) \
         if what != "cast" else weight_cast_op("fp8_weight_cast", n, p)
@@ -438,7 +444,15 @@ def _per_param(model, chip, p, simulate, what: str = "adamw", offload: str = "no
     t = simulate_workload(w, chip, simulate=simulate)
     secs, joules, parts = t["seconds"], t["energy_j"], t["energy_breakdown_j"]
     share = optimizer_tier_share(p, offload) if what == "adamw" else 0.0
-    if share:
+    if share and share3:
+        u = simulate_workload(w, tier2_chip(chip), simulate=simulate)
+        v = simulate_workload(w, tier3_chip(chip), simulate=simulate)
+        s2, s3 = share * (1 - share3), share * share3
+        secs = (1 - share) * secs + s2 * u["seconds"] + s3 * v["seconds"]
+        joules = (1 - share) * joules + s2 * u["energy_j"] + s3 * v["energy_j"]
+        parts = EP.summed(((parts, 1 - share), (u["energy_breakdown_j"], s2),
+                           (v["energy_breakdown_j"], s3)))
+    elif share:
         u = simulate_workload(w, tier2_chip(chip), simulate=simulate)
         secs = (1 - share) * secs + share * u["seconds"]
         joules = (1 - share) * joules + share * u["energy_j"]
@@ -589,6 +603,7 @@ class _Setup:
     lp: Any
     steps: dict
     chunks: list
+    share3: float = 0.0     # the offloaded state's share in the third tier (run/offload.py)
 
     @property
     def last_chunk(self) -> int:
@@ -636,8 +651,10 @@ def _setup(model: ModelConfig, chip: Chip, cluster: Cluster, plan: Plan, sc: Sce
                       layers_per_chunk=lpc, capacity_bytes=chip.memory_bytes,
                       global_batch=sc.batch, context=kv_tokens, attention=attention,
                       advise=chip.has_dram, routing=sc.routing,
-                      tier2_capacity_bytes=chip.dram2.capacity_bytes
+                      tier2_capacity_bytes=offload_capacity_bytes(chip)
                       if plan.offload != "none" else 0.0)
+    # the offloaded state's share in a third tier, when the second cannot hold it
+    share3 = third_tier_share(chip, mem.tier2_bytes) if plan.offload != "none" else 0.0
     if not chip.has_dram:
         require_sram_fit(mem, chip=chip.name, model=model.name, plan=plan, precision=p,
                          phase=phase)
@@ -650,10 +667,10 @@ def _setup(model: ModelConfig, chip: Chip, cluster: Cluster, plan: Plan, sc: Sce
                      tp_links=TpLinks(comm.shapes["tp"], net, free_comm)
                      if execution == "schedule" else None, routing=sc.routing)
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
-    steps = _layer_steps(lt, plan, comm, lp, p.w_bytes, p.g_bytes, train, chip)
+    steps = _layer_steps(lt, plan, comm, lp, p.w_bytes, p.g_bytes, train, chip, share3)
     chunks = chunk_layers(model, lpc, {k: t.ops for k, t in lt.items()})
     return _Setup(model, chip, cluster, plan, sc, golden, simulate, train, length, context,
-                  gen, m, lpc, p, comp, mem, comm, lt, lp, steps, chunks)
+                  gen, m, lpc, p, comp, mem, comm, lt, lp, steps, chunks, share3)
 
 
 @dataclass
@@ -754,7 +771,7 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
     tails, opt_s, ag_s, opt_j, opt_parts, tier2 = [], [], [], [], [], []
     none = (0.0, 0.0, EP.zero())
     sec_per_param, j_per_param, parts_per_param = (
-        _per_param(st.model, st.chip, p, st.simulate, "adamw", plan.offload)
+        _per_param(st.model, st.chip, p, st.simulate, "adamw", plan.offload, st.share3)
         if st.train else none)
     cast_s, cast_j, cast_parts = (_per_param(st.model, st.chip, p, st.simulate, "cast")
                                   if st.train and p.quantized else none)
@@ -912,7 +929,7 @@ def _result(st: _Setup, pipe: _Pipe, tail: _Tail) -> ClusterResult:
                 "finish": pipe.finish, "tails": tail.tails, "optimizer": tail.opt_s,
                 "param_ag": tail.ag_s, "pipeline_s": pipe.t_pipe},
         info={**_info(st, pipe), **({"offload": tier_report(
-            chip, plan.offload, st.mem.breakdown, tail.tier2_bytes[worst])}
+            chip, plan.offload, st.mem.breakdown, tail.tier2_bytes[worst], st.share3)}
             if plan.offload != "none" else {})})
 
 

@@ -51,7 +51,8 @@ from ..regime import busiest_unit
 from .precision_ops import with_precision_ops
 from .scenario import EXECUTIONS, Parallelism, Scenario, default_execution
 from .links import collective_energy_j, collective_seconds
-from .offload import OFFLOAD_KINDS, check_offload, split_tiers, tier_report, tiered_parts
+from .offload import (OFFLOAD_KINDS, check_offload, offload_capacity_bytes, split_tiers,
+                      third_tier_share, tier_report, tiered_parts)
 from .summed import simulate_workload
 from .tp_overlap import gemm_mapping, one_node_overlap
 from .stack import scenario_chip, stack_info
@@ -306,15 +307,16 @@ def _lower(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup
 
 
 def _offloaded_memory(chip: Chip, s: Scenario, mem: MemoryReport) -> MemoryReport:
-    """A training step's memory with ``s.offload``'s state in the second tier
-    (:class:`~diptych.workloads.memory.MemoryReport`'s ``tier2_parts``): it fits when each
+    """A training step's memory with ``s.offload``'s state in the second tier, and what it
+    cannot hold in a third (:class:`~diptych.workloads.memory.MemoryReport`'s ``tier2_parts``,
+    their room :func:`~diptych.sim.run.offload.offload_capacity_bytes`): it fits when each
     tier holds its parts. What stays must fit the first tier, else ValueError: the planner
     would spill other state into the second, which a step's separately planned programs
     cannot share."""
     one, _ = split_tiers(mem.breakdown, s.offload)
     mem = dataclasses.replace(mem, capacity_bytes=chip.dram.capacity_bytes,
                               tier2_parts=tiered_parts(s.offload),
-                              tier2_capacity_bytes=chip.dram2.capacity_bytes,
+                              tier2_capacity_bytes=offload_capacity_bytes(chip),
                               min_tp=None, suggestion=None)
     if mem.tier1_bytes > mem.capacity_bytes:
         raise ValueError(f"with --offload {s.offload} the first tier of chip {chip.name!r} "
@@ -325,7 +327,15 @@ def _offloaded_memory(chip: Chip, s: Scenario, mem: MemoryReport) -> MemoryRepor
                          + "--recompute, a smaller --micro-batch or more chips")
     return dataclasses.replace(mem, advice="" if mem.fits else (
         f"the offloaded state ({mem.tier2_bytes / 2**30:.1f} GiB) exceeds the second tier's "
-        f"{chip.dram2.capacity_gib:g} GiB"))
+        f"{chip.dram2.capacity_gib:g} GiB"
+        + (f" and the third's {chip.dram3.capacity_gib:g} GiB" if chip.dram3 is not None
+           else "")))
+
+
+def _share3(chip: Chip, s: Scenario, mem: MemoryReport) -> float:
+    """The offloaded state's share in the chip's third tier (0 without an offload, a third
+    tier, or when the second holds it: :func:`~diptych.sim.run.offload.third_tier_share`)."""
+    return third_tier_share(chip, mem.tier2_bytes) if s.offload != "none" else 0.0
 
 
 def _check_tiers(chip: Chip, s: Scenario, total: float) -> None:
@@ -348,18 +358,19 @@ def _check_tiers(chip: Chip, s: Scenario, total: float) -> None:
 
 
 def _time(w: Workload, chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup,
-          simulate: OpTimer, collective_time=None) -> dict:
+          simulate: OpTimer, collective_time=None, tier3_share: float = 0.0) -> dict:
     """The lowered phase timed as its program's list schedule or as the sum of its ops; in
     training on a chip whose stack overlaps tensor-parallel communication with the GEMMs
     (``[tp_overlap]``), each layer's all-reduces cost what that overlap costs instead
-    (:func:`~diptych.sim.run.tp_overlap.one_node_overlap`)."""
+    (:func:`~diptych.sim.run.tp_overlap.one_node_overlap`). ``tier3_share``: the offloaded
+    state's share in the third tier (:func:`~diptych.sim.run.offload.third_tier_share`)."""
     if s.execution == "schedule":
         from ...workloads.train import dp_buckets
         from .scheduled import schedule_workload
         buckets = dp_buckets(model, setup.precision, setup.tp) if setup.dp > 1 else None
         t = schedule_workload(w, chip, simulate=simulate, fusion=s.fusion,
                               dp_buckets=buckets, collective_time=collective_time,
-                              tier2_kinds=OFFLOAD_KINDS[s.offload])
+                              tier2_kinds=OFFLOAD_KINDS[s.offload], tier3_share=tier3_share)
     else:
         t = simulate_workload(w, chip, overlap=s.overlap, simulate=simulate,
                               collective_time=collective_time)
@@ -442,7 +453,10 @@ def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Work
     if "dram_tiers" in t:      # where the state lives and what the slower tiers moved
         info["memory_tiers"] = memory_tiers_info(chip, t, n_chips)
     if s.offload != "none":    # per chip: which tensors live where, the tier's time and energy
-        info["offload"] = tier_report(chip, s.offload, mem.breakdown, t.get("dram2_bytes", 0.0))
+        info["offload"] = tier_report(chip, s.offload, mem.breakdown, t.get("dram2_bytes", 0.0),
+                                      _share3(chip, s, mem),
+                                      (t["dram_tiers"].get("dram3", 0), t.get("dram3_bytes", 0.0))
+                                      if "dram_tiers" in t else None)
     return RunResult(
         phase=s.phase, chip=chip.name, model=model.name, batch=batch, chips=n_chips,
         tp=setup.tp, dp=setup.dp, seconds=secs, flops=model_flops, hardware_flops=hw_flops,
@@ -517,7 +531,8 @@ def run_workload(chip: "Chip | str", model: "ModelConfig | str", scenario: Scena
     setup = _validate(chip, scenario)
     w, mem, warns = _lower(chip, model, scenario, setup)
     t = _time(w, chip, model, scenario, setup,
-              variant_timer(simulate, v) or _default_simulate(), collective_timer(v))
+              variant_timer(simulate, v) or _default_simulate(), collective_timer(v),
+              _share3(chip, scenario, mem))
     res = _metrics(chip, model, scenario, setup, w, mem, warns, t)
     if not v.is_default:
         res = dataclasses.replace(res, info={**res.info, "variant": dataclasses.asdict(v)})

@@ -30,6 +30,24 @@ No gradient leaves the first tier and no parameter comes back: the update is whe
 is. Nothing is overlapped beyond what the schedule allows: the optimizer's ops follow the
 last backward (a one-node step's optimizer program runs after its micro-batches).
 
+**A third tier** (``[dram3]``, docs/chips.md "A third tier"): when the second tier is too
+small for the offloaded state, what it cannot hold lives in the third (ZeRO-Infinity's NVMe
+tier behind CPU memory, Rajbhandari et al., SC 2021, §5, with a slower memory in its place):
+the offloaded state fits when the two tiers together hold it
+(:func:`offload_capacity_bytes`). A multi-chip step (``plan``/``cluster``) puts the second
+tier's capacity of the offloaded state there and the rest, a share
+:func:`third_tier_share` of it, in the third, and charges that share of every offloaded
+transfer (the update's state traffic, a parameter prefetch) at the third tier's rate and
+latency, after the second tier's part on the same chain [assumption: the offloaded traffic
+splits as the bytes do, the two parts one after the other; the worst pipeline stage's split
+for every stage]. A chip without ``[dram3]``, or whose second tier holds the state, is
+timed exactly as before. A one-node ``run`` applies the same share to every op: the
+residency planner places the offloaded kinds in the second tier as before, and each op's
+second-tier share ``s₂`` becomes ``s₂(1 − s₃)`` there and ``s₂·s₃`` in the third
+(:func:`~diptych.sim.run.scheduled.schedule_workload`'s ``tier3_share``; a training step's
+second tier holds only offloaded state), the tiers' held bytes split likewise; so every
+program of the step (micro-batch, optimizer) splits a tensor alike.
+
 **Timing.** The residency planner places every tensor of an offloaded kind in the second tier
 (:func:`~diptych.sim.program.residency.plan_residency`'s ``tier2_kinds``); each op is then timed
 with the share of its off-chip bytes the tier moves, the tier streaming at its own rate (pins,
@@ -139,26 +157,73 @@ def optimizer_tier_share(p, offload: str) -> float:
     return optimizer_tier_bytes(1.0, p, offload) / total
 
 
-def param_fetch_seconds(chip, nbytes: float) -> float:
+def offload_capacity_bytes(chip) -> float:
+    """Bytes per chip the offloaded state may take: the second tier's capacity, plus the
+    third's on a chip with ``[dram3]`` (module docstring, "A third tier")."""
+    room = chip.dram2.capacity_bytes
+    if getattr(chip, "dram3", None) is not None:
+        room += chip.dram3.capacity_bytes
+    return room
+
+
+def third_tier_share(chip, offloaded_bytes: float) -> float:
+    """The share of ``offloaded_bytes`` (per chip) in ``chip``'s third tier: 0 without
+    ``[dram3]`` or when the second tier holds them, else what exceeds the second's capacity
+    over the whole (module docstring, "A third tier")."""
+    room = chip.dram2.capacity_bytes
+    if getattr(chip, "dram3", None) is None or offloaded_bytes <= room:
+        return 0.0
+    return (offloaded_bytes - room) / offloaded_bytes
+
+
+def param_fetch_seconds(chip, nbytes: float, share3: float = 0.0) -> float:
     """Seconds to stream ``nbytes`` of weights from ``chip``'s second tier into the first: the
     tier's rate (:attr:`~diptych.arch.chip.MemoryTier.bytes_per_s`, pins or the lower of pins
-    and links, at its peak: errs fast) plus one link latency. The cluster step prefetches a
-    layer's weights during the previous layer, so a layer takes the slower of its compute
-    and this."""
+    and links, at its peak: errs fast) plus one link latency; with a share ``share3`` of them
+    in the third tier (:func:`third_tier_share`), that share at the third tier's rate plus
+    its latency, after the rest. The cluster step prefetches a layer's weights during the
+    previous layer, so a layer takes the slower of its compute and this."""
     t = chip.dram2
-    return nbytes / t.bytes_per_s + t.link_latency_ns * 1e-9 if nbytes else 0.0
+    if not share3:
+        return nbytes / t.bytes_per_s + t.link_latency_ns * 1e-9 if nbytes else 0.0
+    t3 = chip.dram3
+    return (nbytes * (1 - share3) / t.bytes_per_s + t.link_latency_ns * 1e-9
+            + nbytes * share3 / t3.bytes_per_s + t3.link_latency_ns * 1e-9) if nbytes else 0.0
 
 
-def tier_report(chip, offload: str, breakdown: dict, moved_bytes: float) -> dict:
+def tier_report(chip, offload: str, breakdown: dict, moved_bytes: float,
+                share3: float = 0.0, third: tuple[float, float] | None = None) -> dict:
     """What a result says about the offload: the choice, which tensors live where, the bytes
     each tier holds, the bytes the second tier moved in the step, and the time those bytes
     take at the tier's rate (pins, or the lower of pins and links; a lower bound on the
-    transfer's share of the step) and their energy at its ``pj_per_bit``."""
+    transfer's share of the step) and their energy at its ``pj_per_bit``. On a chip with
+    ``[dram3]`` the offloaded bytes and the bytes moved split by ``share3``
+    (:func:`third_tier_share`), each part at its tier's rate and energy, and the report adds
+    ``tier3_bytes``, ``tier3_bytes_moved``, ``tier3_bytes_per_s``; ``third`` (a one-node
+    run's planner knows where each instance went): ``(bytes held, bytes moved)`` in the third
+    tier, ``moved_bytes`` then being the second tier's."""
     t = chip.dram2
     one, two = split_tiers(breakdown, offload)
-    return {"offload": offload, "placement": placement(offload),
-            "tier1_bytes": sum(one.values()), "tier2_bytes": sum(two.values()),
-            "tier2_bytes_moved": moved_bytes,
-            "tier2_bytes_per_s": t.bytes_per_s,
-            "transfer_seconds": moved_bytes / t.bytes_per_s,
-            "transfer_energy_j": moved_bytes * 8 * t.pj_per_bit * 1e-12}
+    out = {"offload": offload, "placement": placement(offload),
+           "tier1_bytes": sum(one.values()), "tier2_bytes": sum(two.values()),
+           "tier2_bytes_moved": moved_bytes,
+           "tier2_bytes_per_s": t.bytes_per_s,
+           "transfer_seconds": moved_bytes / t.bytes_per_s,
+           "transfer_energy_j": moved_bytes * 8 * t.pj_per_bit * 1e-12}
+    t3 = getattr(chip, "dram3", None)
+    if t3 is None:
+        return out
+    out.update({"tier3_bytes": 0.0, "tier3_bytes_moved": 0.0, "tier3_bytes_per_s": t3.bytes_per_s})
+    if not share3:          # the second tier holds it all: as without the third
+        return out
+    off = out["tier2_bytes"]
+    m2, m3 = moved_bytes * (1 - share3), moved_bytes * share3
+    h3 = off * share3
+    if third is not None:
+        (h3, m3), m2 = third, moved_bytes
+    out.update({"tier2_bytes": off - h3, "tier3_bytes": h3,
+                "tier2_bytes_moved": m2, "tier3_bytes_moved": m3,
+                "tier3_bytes_per_s": t3.bytes_per_s,
+                "transfer_seconds": m2 / t.bytes_per_s + m3 / t3.bytes_per_s,
+                "transfer_energy_j": (m2 * t.pj_per_bit + m3 * t3.pj_per_bit) * 8e-12})
+    return out

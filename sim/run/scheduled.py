@@ -330,7 +330,8 @@ def _residency_view(res, block: str, node: str, repeat: int) -> list[dict]:
 
 
 def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
-                   dp_buckets: dict | None, tier2_kinds: frozenset = frozenset()) -> list:
+                   dp_buckets: dict | None, tier2_kinds: frozenset = frozenset(),
+                   tier3_share: float = 0.0) -> list:
     """Each program piece fused (when ``fuse``), planned for residency, split at its
     residency segments, and every node's op placed (its operands' locations) and timed:
     ``(piece, program, residency, origin, ops)``."""
@@ -350,9 +351,12 @@ def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
                 nres = res.node(ob, n.name, rep)
                 op = placed_op(n.payload, n, nres, accesses, pinned, chip.has_dram)
                 share, share3 = nres.dram2_share, nres.dram3_share
+                wb = tier2_weight_bytes(n.payload, n, nres, accesses)
+                if tier3_share and share:   # offloaded state the second tier cannot hold
+                    share, share3 = share * (1 - tier3_share), share3 + share * tier3_share
+                    wb *= 1 - tier3_share
                 if share > 0 or share3 > 0:   # some off-chip bytes live in a slower tier
-                    op = Tiered(op, share, tier2_weight_bytes(n.payload, n, nres, accesses),
-                                dram3_share=share3)
+                    op = Tiered(op, share, wb, dram3_share=share3)
                 ops[(b.name, n.name)] = op
                 timer(op)
         plans.append((piece, prog, res, origin, ops))
@@ -515,6 +519,25 @@ def _record(op, n, t, block: str, stage: str, count: int, start: float, end: flo
     return rec
 
 
+def _split3(held: dict, share: float) -> dict:
+    """``held`` (bytes by tier, or by tier then kind) with a share ``share`` of the second
+    tier's moved to the third (an offload the second cannot hold, :func:`schedule_workload`)."""
+    if not share or "dram2" not in held:
+        return held
+    out = dict(held)
+    two = out["dram2"]
+    if isinstance(two, dict):
+        three = dict(out.get("dram3") or {})
+        out["dram2"] = {k: v - int(v * share) for k, v in two.items()}
+        for k, v in two.items():
+            three[k] = three.get(k, 0) + int(v * share)
+        out["dram3"] = three
+    else:
+        out["dram2"] = two - int(two * share)
+        out["dram3"] = out.get("dram3", 0) + int(two * share)
+    return out
+
+
 def _tier_bytes(plans) -> dict[str, int]:
     """State bytes each DRAM tier holds, over the pieces' residency plans (the largest piece
     per tier: the pieces run one after another)."""
@@ -539,7 +562,8 @@ def _tier_kinds(plans) -> dict[str, dict[str, int]]:
 def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = True,
                       dp_buckets: dict | None = None,
                       collective_time: Callable | None = None,
-                      tier2_kinds: frozenset = frozenset()) -> dict:
+                      tier2_kinds: frozenset = frozenset(), tier3_share: float = 0.0
+                      ) -> dict:
     """Time ``w`` on ``chip`` as a schedule of its programs (module docstring). Returns the
     totals :func:`~diptych.sim.run.summed.simulate_workload` returns (``seconds``,
     ``energy_j`` and ``energy_breakdown_j``, ``dram_bytes``, ``layers``, ``compute_seconds``,
@@ -552,7 +576,10 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     :func:`~diptych.sim.run.links.collective_seconds`; the cluster step times its
     tensor-parallel collectives on the topology, :mod:`diptych.sim.cluster.timing`).
     ``tier2_kinds``: tensor kinds the residency plan puts in the second DRAM tier whatever
-    room the first has (a training offload, :mod:`diptych.sim.run.offload`)."""
+    room the first has (a training offload, :mod:`diptych.sim.run.offload`); ``tier3_share``:
+    the share of that offloaded state in the third tier (the second cannot hold it all,
+    :func:`~diptych.sim.run.offload.third_tier_share`): every op's second-tier share is split,
+    that share of it streaming from the third tier, and the tiers' held bytes likewise."""
     fc = chip.fixed_costs
     launches = (fc.op_launch_us * 1e-6, lambda kind: collective_launch_seconds(kind, chip))
     sync = fc.step_sync_us * 1e-6
@@ -562,7 +589,7 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     stage = {b.name: b.stage for b in w.blocks}
     cap = capacities(chip)
     prefetch_ok = "weight" in cap.scratchpad_kinds
-    plans = _placed_pieces(w, chip, timer, fuse, dp_buckets, tier2_kinds)
+    plans = _placed_pieces(w, chip, timer, fuse, dp_buckets, tier2_kinds, tier3_share)
     stream = timer.stream or chip.dram_bytes_per_s
     acc = _Totals()
     for piece, prog, res, origin, ops in plans:
@@ -575,8 +602,10 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     total = acc.total
     return {"seconds": total, "energy_j": acc.energy, "energy_breakdown_j": acc.parts,
             "dram_bytes": acc.dram,
-            **({"dram2_bytes": acc.dram2, "dram_tiers": _tier_bytes(plans),
-                "dram_tier_kinds": _tier_kinds(plans), "tier_added_s": dict(acc.tier_s),
+            **({"dram2_bytes": acc.dram2,
+                "dram_tiers": _split3(_tier_bytes(plans), tier3_share),
+                "dram_tier_kinds": _split3(_tier_kinds(plans), tier3_share),
+                "tier_added_s": dict(acc.tier_s),
                 "tier_energy_j": dict(acc.tier_j)} if acc.dram2 or acc.dram3 else {}),
             **({"dram3_bytes": acc.dram3} if acc.dram3 else {}),
             "layers": [acc.records[k] for k in acc.order],

@@ -204,7 +204,7 @@ class Instance:
         self.preemptions += 1
         if self.pc is not None and self._tier_swap:     # live blocks before cached prefixes
             self.pc.make_room(victim.blocks)
-        s = self.tier.swap_out(victim.blocks) if self._tier_swap else None
+        s = self.tier.swap_out(victim.blocks, victim.rid) if self._tier_swap else None
         if self.cfg.preemption == "swap" or s is not None:
             victim.swapped = victim.blocks
             self.swap_bytes += victim.blocks * self.block_bytes
@@ -257,7 +257,7 @@ class Instance:
         if self.power is not None:
             secs, energy, parts = self.power.limit(secs, energy, parts)
         tier_j = 0.0
-        if self.tier is not None:     # KV in the second tier: copies, reads (sim/serving/kv_tier)
+        if self.tier is not None:     # KV in the slower tiers: copies, reads (sim/serving/kv_tier)
             tier_j = self._tier_step()
         if self.cfg.kv_prefetch:
             self._prefetch(secs)
@@ -408,7 +408,7 @@ class Instance:
                 break
             sw.popleft()
             self.free -= total
-            s = (self.tier.swap_in(r.swapped) if self._tier_swap else
+            s = (self.tier.swap_in(r.swapped, r.rid) if self._tier_swap else
                  r.swapped * self.block_bytes / self.cfg.host_link_bytes_per_s)
             if self.cfg.kv_prefetch:    # a swapped sequence's blocks, fetched ahead
                 self._fetch_s += s
@@ -483,8 +483,9 @@ class Instance:
             return 0
         if kind == "miss":
             pc.count_miss()
-        else:        # under a pooled tier, a hit on a prefix placed in tier 2 (copied up)
-            up = self.tier is not None and self.tier.pooled and self.tier.in_tier2(("p", r.pid))
+        else:        # under a pooled tier, a hit on a prefix placed in tier 2 or 3 (copied up)
+            up = (self.tier.tier_of(("p", r.pid))
+                  if self.tier is not None and self.tier.pooled else 1)
             taken, s = pc.acquire(r.pid, up)
             self.free -= taken
             self._swap_s += s

@@ -139,11 +139,13 @@ class KvBudget:
     #: blocks the chip's second memory tier adds to the scheduler's pool (``--kv-offload
     #: tier``, :mod:`.kv_tier`; 0: the pool is ``blocks``)
     tier2_blocks: int = 0
+    #: blocks the chip's third tier adds to it (``[dram3]`` under ``--kv-offload tier``)
+    tier3_blocks: int = 0
 
     @property
     def pool_blocks(self) -> int:
-        """Blocks the scheduler allocates from: the first tier's and the pooled second's."""
-        return self.blocks + self.tier2_blocks
+        """Blocks the scheduler allocates from: the first tier's and the pooled slower ones'."""
+        return self.blocks + self.tier2_blocks + self.tier3_blocks
 
     @property
     def kv_bytes(self) -> float:
@@ -171,7 +173,10 @@ class KvBudget:
                                 for a, w, u in self.layout.kinds],
                 **({"tier2_blocks": self.tier2_blocks, "tier2_tokens": self.tier2_blocks
                     // self.layout.units_per_block * self.block_tokens}
-                   if self.tier2_blocks else {})}
+                   if self.tier2_blocks else {}),
+                **({"tier3_blocks": self.tier3_blocks, "tier3_tokens": self.tier3_blocks
+                    // self.layout.units_per_block * self.block_tokens}
+                   if self.tier3_blocks else {})}
 
 
 def _block_bytes(block_tokens: int, per_token: float, layout: KvLayout) -> float:

@@ -35,8 +35,18 @@ blocks beyond what the first tier (HBM) holds. ``--kv-offload`` chooses how it i
 Everything here is per chip (a replica's blocks are split evenly over its tensor-parallel
 chips, each with its own tiers); :meth:`KvTier.to_dict` reports all chips.
 
-A chip's third tier (``[dram3]``, docs/chips.md "A third tier") holds no KV blocks here: the
-serving engine's tiers are the first and the second.
+A chip's third tier (``[dram3]``, docs/chips.md "A third tier") extends both modes (issue 25):
+under ``tier`` the pool is ``C1 + C2 + C3`` blocks, placed in the same order over the three
+(tier 1, then tier 2, then tier 3: the most recently admitted sequences and the coldest cached
+prefixes sink to tier 3 first); a step reads its sequences' tier-3 blocks at the third tier's
+rate (``B₃ · max(0, 1/bw₃ − 1/bw₁) + latency₃``, joules ``B₃ · 8 · (pJ₃ − pJ₁)``), the
+tier-2 ones as before, one after the other on the step's chain. A block whose tier changes
+is copied (the fewest copies, :mod:`.kv_chain`): between tiers 1 and 2 as before, between 1
+and 3 at the third tier's rate and latency (joules ``pJ₁ + pJ₃``), between 2 and 3 through
+the chip at the slower tier's rate with both latencies (joules ``pJ₂ + pJ₃``) [assumption:
+the chip copies between two off-package tiers; no direct path]. Under ``swap`` a victim goes
+to tier 2 while it has room, else to tier 3 (copied at its rate), else it is recomputed.
+A chip without ``[dram3]`` takes exactly the two-tier path (bit-identical results).
 """
 
 from __future__ import annotations
@@ -44,6 +54,8 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import dataclass
+
+from .kv_chain import chain_moves
 
 OFFLOAD = ("auto", "none", "swap", "tier")
 
@@ -101,11 +113,14 @@ class TierSpec:
         return nbytes * 8 * (self.pj_per_bit - self.tier1_pj_per_bit) * 1e-12
 
 
-def tier_spec(chip) -> TierSpec | None:
-    """The second tier of ``chip`` (None without ``[dram2]``), from its chip file: capacity,
-    ``bytes_per_s`` (pins, or the links when lower), ``link_latency_ns``, ``pj_per_bit``;
-    the first tier's ``dram_bytes_per_s`` and ``[energy] pj_per_dram_bit``."""
-    t = getattr(chip, "dram2", None)
+def tier_spec(chip, table: str = "dram2") -> TierSpec | None:
+    """The second tier of ``chip`` (``table`` ``dram3``: its third; None without that table),
+    from its chip file: capacity, ``bytes_per_s`` (pins, or the links when lower),
+    ``link_latency_ns``, ``pj_per_bit``; the first tier's ``dram_bytes_per_s`` and
+    ``[energy] pj_per_dram_bit``."""
+    if table not in ("dram2", "dram3"):
+        raise ValueError(f"kv tier: table must be dram2 or dram3, not {table!r}")
+    t = getattr(chip, table, None)
     if t is None:
         return None
     return TierSpec(capacity_bytes=float(t.capacity_bytes), bytes_per_s=t.bytes_per_s,
@@ -142,8 +157,18 @@ def resolve_offload(mode: str, chip, scheduler: str) -> str:
     return mode
 
 
+def copy_path(spec2: TierSpec, spec3: TierSpec) -> TierSpec:
+    """The copy between the second and the third tier as a :class:`TierSpec` whose
+    :meth:`~TierSpec.move_s` / :meth:`~TierSpec.move_j` give its cost: through the chip at
+    the slower tier's rate, both latencies, ``pJ₂ + pJ₃`` per bit (module docstring)."""
+    return TierSpec(capacity_bytes=spec3.capacity_bytes,
+                    bytes_per_s=min(spec2.bytes_per_s, spec3.bytes_per_s),
+                    latency_s=spec2.latency_s + spec3.latency_s, pj_per_bit=spec3.pj_per_bit,
+                    tier1_bytes_per_s=spec2.bytes_per_s, tier1_pj_per_bit=spec2.pj_per_bit)
+
+
 def tier_blocks(spec: TierSpec, block_bytes: float) -> int:
-    """Whole KV blocks of ``block_bytes`` (per chip) the second tier holds."""
+    """Whole KV blocks of ``block_bytes`` (per chip) the tier ``spec`` holds."""
     if not block_bytes > 0:
         raise ValueError(f"kv tier: block_bytes must be > 0, not {block_bytes!r}")
     return int(spec.capacity_bytes // block_bytes)
@@ -160,12 +185,24 @@ class KvTier:
     copied, their seconds and joules, bytes read from tier 2 and what that added."""
 
     def __init__(self, spec: TierSpec, mode: str, *, blocks: int, tier1_blocks: int,
-                 block_bytes: float):
+                 block_bytes: float, spec3: TierSpec | None = None, blocks3: int = 0):
         if mode not in ("swap", "tier"):
             raise ValueError(f"kv tier: mode must be swap or tier, not {mode!r}")
-        for n, v in (("blocks", blocks), ("tier1_blocks", tier1_blocks)):
+        checks = [("blocks", blocks), ("tier1_blocks", tier1_blocks)]
+        if spec3 is not None:
+            checks.append(("blocks3", blocks3))
+        for n, v in checks:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"kv tier: {n} must be a positive integer, not {v!r}")
+        # the third tier (module docstring): its spec, blocks, and the 2-3 copy's path
+        self.spec3 = spec3
+        self.blocks3 = blocks3 if spec3 is not None else 0
+        self.link23 = copy_path(spec, spec3) if spec3 is not None else None
+        self.used3 = self.peak3 = 0
+        self.moved3_bytes = self.move3_s = self.move3_j = 0.0
+        self.read3_bytes = self.read3_s = self.read3_j = 0.0
+        self.rec3 = array("l")
+        self._in3: set = set()               # swap: keys of victims swapped to tier 3
         self.spec = spec
         self.mode = mode
         self.blocks = blocks
@@ -200,27 +237,44 @@ class KvTier:
         j, self.pending_j = self.pending_j, 0.0
         return j
 
-    def _move(self, blocks: int) -> float:
+    def _move(self, blocks: int, path: TierSpec | None = None) -> float:
+        """Copy ``blocks`` between tiers 1 and 2 (``path``: another pair's copy, one that
+        touches tier 3, counted also in the tier-3 totals): the seconds."""
         b = blocks * self.block_bytes
-        s, j = self.spec.move_s(b), self.spec.move_j(b)
+        sp = self.spec if path is None else path
+        s, j = sp.move_s(b), sp.move_j(b)
+        if path is not None:
+            self.moved3_bytes += b
+            self.move3_s += s
+            self.move3_j += j
         self.moved_bytes += b
         self.move_s += s
         self.move_j += j
         self.pending_j += j
         return s
 
-    def swap_out(self, blocks: int) -> float | None:
-        """A preempted sequence's ``blocks`` copied to tier 2: the seconds, or None when tier 2
-        has no room for them (the sequence is then recomputed)."""
+    def swap_out(self, blocks: int, key=None) -> float | None:
+        """A preempted sequence's (``key``'s) ``blocks`` copied to tier 2, or to tier 3 when
+        tier 2 has no room: the seconds, or None when neither has (the sequence is then
+        recomputed)."""
         if self.used2 + blocks > self.blocks:
+            if self.spec3 is not None and self.used3 + blocks <= self.blocks3:
+                self.used3 += blocks
+                self.peak3 = max(self.peak3, self.used3)
+                self._in3.add(key)
+                return self._move(blocks, self.spec3)
             self.refused += 1
             return None
         self.used2 += blocks
         self.peak2 = max(self.peak2, self.used2)
         return self._move(blocks)
 
-    def swap_in(self, blocks: int) -> float:
-        """A swapped sequence's ``blocks`` copied back to tier 1: the seconds."""
+    def swap_in(self, blocks: int, key=None) -> float:
+        """A swapped sequence's (``key``'s) ``blocks`` copied back to tier 1: the seconds."""
+        if key in self._in3:
+            self._in3.remove(key)
+            self.used3 -= blocks
+            return self._move(blocks, self.spec3)
         self.used2 -= blocks
         return self._move(blocks)
 
@@ -229,23 +283,28 @@ class KvTier:
         self.peak1 = max(self.peak1, used1)
         self.rec1.append(used1)
         self.rec2.append(self.used2)
+        if self.spec3 is not None:
+            self.rec3.append(self.used3)
 
     def place(self, running, used: int, stepping, cached=((), ())) -> float:
         """``tier``: place the pool's ``used`` blocks for the step about to run (module
         docstring) and return the seconds it grows by: the copies of blocks whose tier changed
-        since the previous step, then the reads of ``stepping``'s tier-2 blocks (with a prefix
-        cache, :mod:`.prefix_cache`, also of the cached prefix each holds). ``cached``: the
-        prefix cache's entries as ``(key, blocks)``, those requests hold (placed before the
-        running sequences) and those none holds, the most recently used first (placed after
-        them: the coldest blocks go to tier 2 first)."""
+        since the previous step, then the reads of ``stepping``'s tier-2 (and tier-3) blocks
+        (with a prefix cache, :mod:`.prefix_cache`, also of the cached prefix each holds).
+        ``cached``: the prefix cache's entries as ``(key, blocks)``, those requests hold
+        (placed before the running sequences) and those none holds, the most recently used
+        first (placed after them: the coldest blocks go to the slower tiers first)."""
         c1 = self.tier1_blocks
+        three = self.spec3 is not None
         hot, cold = cached
         inside = sum(r.blocks for r in running)
         if hot or cold:
             inside += sum(b for _, b in hot) + sum(b for _, b in cold)
-        room = c1 - min(c1, used - inside)
+        outside = used - inside
+        room = c1 - min(c1, outside)
+        room2 = self.blocks - min(self.blocks, max(0, outside - c1)) if three else 0
         now: dict = {}
-        moved = 0
+        moved = m23 = m13 = 0
         last = self._last
         order = [(r.rid, r.blocks) for r in running]
         if hot or cold:
@@ -254,18 +313,34 @@ class KvTier:
             t1 = min(blocks, room)
             room -= t1
             t2 = blocks - t1
-            now[key] = (blocks, t2)
+            t3 = 0
+            if three:
+                t3 = max(0, t2 - room2)
+                t2 -= t3
+                room2 -= t2
+            now[key] = (blocks, t2, t3)
             prev = last.get(key)
             if prev is not None:            # a block written this step lands where it is
-                b0, t0 = prev                # placed; freed blocks leave tier 2 first
-                d = t2 - t0
-                moved += max(0, d - max(0, blocks - b0)) + max(0, -d - max(0, b0 - blocks))
+                b0, p2, p3 = prev            # placed; freed blocks leave the slowest first
+                x12, x23, x13 = chain_moves((b0 - p2 - p3, p2, p3) if three else (b0 - p2, p2),
+                                            (t1, t2, t3) if three else (t1, t2))
+                moved += x12
+                m23 += x23
+                m13 += x13
         self._last = now
         used1 = min(used, c1)
         self.used2 = used - used1
+        if three:
+            self.used3 = max(0, self.used2 - self.blocks)
+            self.used2 -= self.used3
+            self.peak3 = max(self.peak3, self.used3)
         self.peak2 = max(self.peak2, self.used2)
         self.record(used1)
         secs = self._move(moved) if moved else 0.0
+        if m13:
+            secs += self._move(m13, self.spec3)
+        if m23:
+            secs += self._move(m23, self.link23)
         self.last_move_s = secs
         self.last_read_s = self.last_read_busy_s = 0.0
         read = sum(now[r.rid][1] for r in stepping)
@@ -281,24 +356,61 @@ class KvTier:
             secs += s
             self.last_read_s = s
             self.last_read_busy_s = self.spec.move_s(read)
+        if three:
+            secs += self._read3(now, stepping, hot)
         self.rec_move_s.append(self.last_move_s)
         self.rec_busy_s.append(self.last_read_busy_s)
         return secs
 
+    def _read3(self, now: dict, stepping, hot) -> float:
+        """The step's reads of its tier-3 blocks (after its tier-2 reads, on the same chain):
+        the seconds they add; the record and :attr:`last_read_s` / ``_busy_s`` grow."""
+        read = sum(now[r.rid][2] for r in stepping)
+        if hot:
+            read += sum(now[("p", r.pid)][2] for r in stepping if r.pref)
+        read *= self.block_bytes
+        if not read:
+            return 0.0
+        sp = self.spec3
+        s, j = sp.read_s(read), sp.read_j(read)
+        self.read3_bytes += read
+        self.read3_s += s
+        self.read3_j += j
+        self.pending_j += j
+        self.last_read_s += s
+        self.last_read_busy_s += sp.move_s(read)
+        return s
+
     def in_tier2(self, key) -> bool:
         """``tier``: whether any block of ``key`` (a request id, or a cached prefix's
-        ``("p", pid)``) was in tier 2 at the last placement."""
-        return self._last.get(key, (0, 0))[1] > 0
+        ``("p", pid)``) was outside tier 1 (in tier 2 or 3) at the last placement."""
+        return self.tier_of(key) > 1
+
+    def tier_of(self, key) -> int:
+        """``tier``: the slowest tier (1, 2 or 3) holding a block of ``key`` at the last
+        placement (1 for a key not placed)."""
+        _, t2, t3 = self._last.get(key, (0, 0, 0))
+        return 3 if t3 else (2 if t2 else 1)
 
     def to_dict(self, chips: int) -> dict:
-        """What the tiers held and moved, every chip of the instance (bytes, s, J)."""
+        """What the tiers held and moved, every chip of the instance (bytes, s, J); with a
+        third tier also its share: ``moved_bytes``/``move_s``/``move_j`` count every copy,
+        the ``tier3_moved_*`` those to or from tier 3 among them."""
         bb = self.block_bytes * chips
-        return {"mode": self.mode, "tier1_blocks": self.tier1_blocks, "tier2_blocks": self.blocks,
-                "tier1_peak_bytes": self.peak1 * bb, "tier2_peak_bytes": self.peak2 * bb,
-                "moved_bytes": self.moved_bytes * chips, "move_s": self.move_s,
-                "move_j": self.move_j * chips, "tier2_read_bytes": self.read_bytes * chips,
-                "tier2_read_added_s": self.read_s,
-                "tier2_read_added_j": self.read_j * chips}
+        out = {"mode": self.mode, "tier1_blocks": self.tier1_blocks, "tier2_blocks": self.blocks,
+               "tier1_peak_bytes": self.peak1 * bb, "tier2_peak_bytes": self.peak2 * bb,
+               "moved_bytes": self.moved_bytes * chips, "move_s": self.move_s,
+               "move_j": self.move_j * chips, "tier2_read_bytes": self.read_bytes * chips,
+               "tier2_read_added_s": self.read_s,
+               "tier2_read_added_j": self.read_j * chips}
+        if self.spec3 is not None:
+            out.update({"tier3_blocks": self.blocks3, "tier3_peak_bytes": self.peak3 * bb,
+                        "tier3_moved_bytes": self.moved3_bytes * chips,
+                        "tier3_move_s": self.move3_s, "tier3_move_j": self.move3_j * chips,
+                        "tier3_read_bytes": self.read3_bytes * chips,
+                        "tier3_read_added_s": self.read3_s,
+                        "tier3_read_added_j": self.read3_j * chips})
+        return out
 
 
 def kv_tiers_info(per_instance: list[dict]) -> dict:
@@ -306,8 +418,8 @@ def kv_tiers_info(per_instance: list[dict]) -> dict:
     (peaks summed over instances: each instance's chips have their own tiers), with the
     list itself under ``instances``."""
     out: dict = {"mode": ", ".join(dict.fromkeys(d["mode"] for d in per_instance))}
-    for k, v in per_instance[0].items():
-        if k != "mode":
-            out[k] = sum(d[k] for d in per_instance)
+    keys = dict.fromkeys(k for d in per_instance for k in d if k != "mode")
+    for k in keys:          # a pool without a third tier has no tier3_* keys: it adds 0
+        out[k] = sum(d.get(k, 0) for d in per_instance)
     out["instances"] = per_instance
     return out

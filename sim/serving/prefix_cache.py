@@ -64,7 +64,8 @@ class PrefixCache:
     :meth:`release` when a request lets go, :meth:`reclaim` when it needs blocks; the
     seconds each returns go on the step's chain, the joules into ``store.pending_j``."""
 
-    def __init__(self, count: int, blocks: int, block_bytes: float, store=None):
+    def __init__(self, count: int, blocks: int, block_bytes: float, store=None,
+                 tier3: bool = False):
         _check_int("count", count, 1)
         _check_int("blocks", blocks, 1)
         if not block_bytes > 0:
@@ -79,7 +80,8 @@ class PrefixCache:
         self.refs: dict[int, int] = {}                      # tier-1 entries -> references
         self.lru: OrderedDict[int, None] = OrderedDict()    # unreferenced, oldest first
         self.t2: OrderedDict[int, None] = OrderedDict()     # tier-2 entries, oldest first
-        self.hits1 = self.hits2 = self.misses = self.loads = 0
+        self.tier3 = tier3                                  # a pooled third tier: hits there
+        self.hits1 = self.hits2 = self.hits3 = self.misses = self.loads = 0
         self.evicted = self.stored = self.dropped = self.dropped2 = 0
         self.store_s = self.load_s = 0.0
 
@@ -89,13 +91,16 @@ class PrefixCache:
             return "hit1"
         return "hit2" if pid in self.t2 else "miss"
 
-    def acquire(self, pid: int, placed_in_tier2: bool = False) -> tuple[int, float]:
+    def acquire(self, pid: int, placed: int = 1) -> tuple[int, float]:
         """A request admitted on a hit takes a reference: the tier-1 blocks it takes from the
         free pool (a tier-2 hit's entry) and the seconds of the copy back. A pooled tier's
-        entry is in the pool: ``placed_in_tier2`` counts its hit as tier 2 (the copy up is
-        the placement's, :meth:`~.kv_tier.KvTier.place`)."""
+        entry is in the pool: ``placed`` (1, 2 or 3: the slowest tier holding part of it,
+        :meth:`~.kv_tier.KvTier.tier_of`) counts its hit in that tier (the copy up is the
+        placement's, :meth:`~.kv_tier.KvTier.place`)."""
         if pid in self.refs:
-            if placed_in_tier2:
+            if placed == 3:
+                self.hits3 += 1
+            elif placed == 2:
                 self.hits2 += 1
             else:
                 self.hits1 += 1
@@ -197,17 +202,21 @@ class PrefixCache:
                 "tier2_store_bytes": self.stored * b, "tier2_load_bytes": self.loads * b,
                 "store_s": self.store_s, "load_s": self.load_s,
                 "move_j": (self.store.spec.move_j(self.blocks * self.block_bytes)
-                           * (self.stored + self.loads) * chips if self.store else 0.0)}
+                           * (self.stored + self.loads) * chips if self.store else 0.0),
+                **({"hits_tier3": self.hits3} if self.tier3 else {})}
 
 
 def prefix_cache_info(per_instance: list[dict]) -> dict:
     """A serving result's ``info.prefix_cache``: the instances' :meth:`PrefixCache.to_dict`
     summed (counts, bytes, seconds, joules), with the list under ``instances``."""
     out = dict(per_instance[0])
+    for d in per_instance:      # a pool without a third tier has no hits_tier3: it adds 0
+        out.update((k, 0) for k in d if k not in out)
     for k in out:
         if k not in ("prefixes", "prefix_tokens_blocks"):
-            out[k] = sum(d[k] for d in per_instance)
-    lookups = out["hits_tier1"] + out["hits_tier2"] + out["misses"]
-    out["hit_rate"] = (out["hits_tier1"] + out["hits_tier2"]) / lookups if lookups else 0.0
+            out[k] = sum(d.get(k, 0) for d in per_instance)
+    hits = out["hits_tier1"] + out["hits_tier2"] + out.get("hits_tier3", 0)
+    lookups = hits + out["misses"]
+    out["hit_rate"] = hits / lookups if lookups else 0.0
     out["instances"] = per_instance
     return out

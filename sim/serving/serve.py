@@ -169,8 +169,12 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
                              f"KV cache); use {alt} or leave it out")
     spec = tier_spec(r.chip) if mode != "none" else None
     t2 = tier_blocks(spec, budget.block_bytes) if spec is not None else 0
+    # the third tier ([dram3]) behind the second: KV spills there when the second is full
+    spec3 = tier_spec(r.chip, "dram3") if spec is not None and t2 else None
+    t3 = tier_blocks(spec3, budget.block_bytes) if spec3 is not None else 0
+    spec3 = spec3 if t3 else None
     if mode == "tier":
-        budget = replace(budget, tier2_blocks=t2)
+        budget = replace(budget, tier2_blocks=t2, tier3_blocks=t3)
     if prefix_tokens:
         _check_prefixes(cfg, budget, prefix_tokens, r.name)
     out = []
@@ -186,9 +190,11 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
         static_w = (r.chips * static_w + f.chips * f.chip.energy.static_w) / chips
     for k in range(pool.replicas):
         tier = (KvTier(spec, mode, blocks=t2, tier1_blocks=budget.blocks,
-                       block_bytes=budget.block_bytes) if spec is not None and t2 else None)
+                       block_bytes=budget.block_bytes, spec3=spec3, blocks3=t3)
+                if spec is not None and t2 else None)
         pc = (PrefixCache(cfg.prefixes, prefix_tokens // cfg.kv_block_tokens, budget.block_bytes,
-                          store=tier if tier is not None and not tier.pooled else None)
+                          store=tier if tier is not None and not tier.pooled else None,
+                          tier3=tier is not None and tier.pooled and spec3 is not None)
               if prefix_tokens else None)
         out.append(Instance(start + k, role, oracle, rcfg, chips=chips, tier=tier,
                             blocks=budget.pool_blocks * r.dp, block_bytes=budget.block_bytes,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from diptych.arch import load_chip
-from diptych.tools.dse.spec import CHIP_PARAMS, TIER_PARAMS, parse_spec
+from diptych.tools.dse.spec import CHIP_PARAMS, TIER3_PARAMS, TIER_PARAMS, parse_spec
 
 BASE = {"base": "infer-2026", "workload": {"model": "llama-3-8b", "phase": ["prefill", "decode"]}}
 
@@ -56,7 +56,7 @@ def test_derived_chip_applies_every_named_parameter():
               "hbm_stacks": 4, "hbm_gbps_per_pin": 6.4, "links": 2, "link_gb_per_s": 25.0,
               "tdp_w": 300.0, "dram.t_rcd_ns": 15.0}
     assert set(params) - {"dram.t_rcd_ns"} == set(CHIP_PARAMS) - {
-        "array_dim", "sram_mib_per_core", *TIER_PARAMS}   # tests/dse/test_tier_axes.py
+        "array_dim", "sram_mib_per_core", *TIER_PARAMS, *TIER3_PARAMS}  # test_tier_axes.py
     c = s.build_chip(params)
     assert (c.clock_ghz, c.tensor_cores, c.core.arrays) == (1.2, 4, 1)
     assert (c.core.array.rows, c.core.array.cols) == (64, 32)

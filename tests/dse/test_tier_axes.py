@@ -119,7 +119,8 @@ def test_a_runs_tier_metrics_are_its_spilled_state_and_traffic(tmp_path):
         262144000 / 2**30)
     assert tier_metrics({"dram_bytes": 10.0, "info": {"memory_tiers": {
         "bytes": {"dram": 0, "dram2": 2**30}, "dram2_bytes_moved": 4.0}}}) == {
-        "dram2_state_gib": 1.0, "dram2_traffic_share": 0.4}
+        "dram2_state_gib": 1.0, "dram2_traffic_share": 0.4, "dram3_state_gib": 0.0,
+        "dram3_traffic_share": 0.0}
     fits = evaluate_workload(c, wl)
     assert (fits["dram2_state_gib"], fits["dram2_traffic_share"]) == (0.0, 0.0)
 

@@ -168,7 +168,8 @@ def _dram3(text: str) -> str:
      "dram3.capacity_gib"),
     (lambda t: t.replace(_dram3(t), _dram3(t).replace("mm_edge_per_phy = 3.0",
                                                       "mm_edge_per_phy = 60.0")),
-     "third memory tiers"),
+     "third memory tiers ([dram2], [dram3]: 5 × dram2.mm_edge_per_phy = 4 mm, "
+     "2 × dram3.mm_edge_per_phy = 60 mm)"),
 ])
 def test_bad_third_tiers_exit_2_naming_the_key(tmp_path, edit, key):
     bad = tmp_path / "bad.toml"

@@ -238,10 +238,11 @@ def roofline_regime(r: dict) -> str | None:
     return "memory" if bw > hfu else "compute"
 
 
-def tier_summary(chip) -> dict | None:
-    """A chip's second memory tier for ``compare --json``: ``attach``, ``kind``, ``gib``,
-    ``bytes_per_s`` (what it delivers: pins or links); None without one."""
-    t = chip.dram2
+def tier_summary(chip, table: str = "dram2") -> dict | None:
+    """A chip's second memory tier (``table`` ``dram3``: its third) for ``compare --json``:
+    ``attach``, ``kind``, ``gib``, ``bytes_per_s`` (what it delivers: pins or links); None
+    without one."""
+    t = getattr(chip, table, None)
     if t is None:
         return None
     return {"attach": t.attach, "kind": t.kind, "gib": t.capacity_gib,
@@ -252,7 +253,8 @@ def run_tier(r: dict) -> dict:
     """What a run put in the second tier (:func:`~.evaluate.tier_metrics`); None values for
     a run that failed."""
     if r.get("error"):
-        return {"dram2_state_gib": None, "dram2_traffic_share": None}
+        return {"dram2_state_gib": None, "dram2_traffic_share": None,
+                "dram3_state_gib": None, "dram3_traffic_share": None}
     return tier_metrics(r)
 
 
@@ -327,7 +329,9 @@ class Comparison:
         (:meth:`reference_runs`) by component (J, the run's chips; None for a run that
         failed). When a chip of the comparison has a second memory tier (:attr:`tiered`):
         ``dram2`` (:func:`tier_summary`, None for a chip without) and, per decode point,
-        ``dram2_state_gib`` and ``dram2_traffic_share`` (:func:`run_tier`)."""
+        ``dram2_state_gib`` and ``dram2_traffic_share`` (:func:`run_tier`, with the third
+        tier's ``dram3_*`` beside them); with a chip with a third tier also ``dram3``
+        (:func:`tier_summary` of ``[dram3]``)."""
         cr = self.chips[name]
         s = self.settings
         ref = cr.decode[(s.ref_batch, s.contexts[0])]
@@ -346,6 +350,8 @@ class Comparison:
                         **(run_tier(r) if tiers else {})}
                        for (b, c), r in cr.decode.items()],
             **({"dram2": tier_summary(cr.chip)} if tiers else {}),
+            **({"dram3": tier_summary(cr.chip, "dram3")}
+               if any(c.chip.dram3 is not None for c in self.chips.values()) else {}),
             "bottleneck": {"train": cr.train.get("bound"),
                            "prefill": cr.prefill[s.prompts[0]].get("bound"),
                            "decode": ref.get("bound")},

@@ -32,9 +32,10 @@ def _dies(chip) -> str:
     return " + ".join(outlines)
 
 
-def _tier(chip) -> str:
-    """``160 GiB lpddr5x, 341 GB/s`` (``behind 2 cxl links, +200 ns``), or ``none``."""
-    t = chip.dram2
+def _tier(chip, table: str = "dram2") -> str:
+    """``160 GiB lpddr5x, 341 GB/s`` (``behind 2 cxl links, +200 ns``), or ``none``: the
+    second tier, or the ``[dram3]`` one."""
+    t = getattr(chip, table, None)
     if t is None:
         return "none"
     link = (f" behind {t.links} {t.attach} link(s), +{t.link_latency_ns:g} ns"
@@ -101,6 +102,9 @@ def metrics(cmp: Comparison) -> list[Metric]:
                                   for cr in runs], lambda v: fmt.number(v, "GiB"))
     if cmp.tiered:
         out.append(Metric("chip", "DRAM tier 2", tuple(_tier(cr.chip) for cr in runs), none))
+        if any(cr.chip.dram3 is not None for cr in runs):
+            out.append(Metric("chip", "DRAM tier 3", tuple(_tier(cr.chip, "dram3")
+                                                          for cr in runs), none))
     row("chip", "on-chip SRAM", [cr.chip.sram_bytes / 2**20 for cr in runs],
         lambda v: fmt.number(v, "MiB"))
     row("chip", "TDP", [cr.chip.tdp_w for cr in runs], lambda v: fmt.eng(v, "W"))
@@ -155,6 +159,12 @@ def metrics(cmp: Comparison) -> list[Metric]:
                 tuple(fmt.MISSING if t["dram2_state_gib"] is None else
                       f"{fmt.number(t['dram2_state_gib'], 'GiB')} · "
                       f"{fmt.pct(t['dram2_traffic_share'])}" for t in tier), none))
+        if cmp.tiered and any(t["dram3_state_gib"] for t in tier):
+            out.append(Metric(
+                "decode", f"decode b={b} ctx={c}: state in tier 3 · its share of DRAM bytes",
+                tuple(fmt.MISSING if t["dram3_state_gib"] is None else
+                      f"{fmt.number(t['dram3_state_gib'], 'GiB')} · "
+                      f"{fmt.pct(t['dram3_traffic_share'])}" for t in tier), none))
 
     ref = (s.ref_batch, s.contexts[0])
     row("efficiency", f"tokens/J (decode b={ref[0]} ctx={ref[1]})",

@@ -5,8 +5,8 @@ dropped, warnings joined into one string) plus average power per chip (energy ÷
 time), whether it exceeds the chip's TDP, tokens per joule, and ``energy_j`` by component as
 one column each (``energy_mac_j``, ``energy_vector_j``, ``energy_sram_j``, ``energy_dram_j``,
 ``energy_noc_j``, ``energy_d2d_j``, ``energy_link_j``, ``energy_static_j``; they sum to
-``energy_j``), and what the run put in a second memory tier (``dram2_state_gib``,
-``dram2_traffic_share``: :func:`tier_metrics`).
+``energy_j``), and what the run put in a second and a third memory tier (``dram2_state_gib``,
+``dram2_traffic_share``, ``dram3_state_gib``, ``dram3_traffic_share``: :func:`tier_metrics`).
 """
 
 from __future__ import annotations
@@ -81,13 +81,18 @@ def tier_metrics(d: dict) -> dict[str, float]:
     """What a run put in the second memory tier (docs/chips.md, "Memory tiers"):
     ``dram2_state_gib``, the state it holds (GiB), and ``dram2_traffic_share``, the share of
     the run's DRAM bytes it moved; 0 for a run that fits the first tier (or a chip without
-    a second)."""
+    a second); the third tier's likewise (``dram3_state_gib``, ``dram3_traffic_share``: 0
+    without ``[dram3]`` or when the first two hold the run)."""
     tiers = (d.get("info") or {}).get("memory_tiers")
     if not tiers:
-        return {"dram2_state_gib": 0.0, "dram2_traffic_share": 0.0}
+        return {"dram2_state_gib": 0.0, "dram2_traffic_share": 0.0,
+                "dram3_state_gib": 0.0, "dram3_traffic_share": 0.0}
     moved, total = tiers["dram2_bytes_moved"], d.get("dram_bytes") or 0.0
+    moved3 = ((tiers.get("tiers") or {}).get("dram3") or {}).get("bytes_moved", 0.0)
     return {"dram2_state_gib": tiers["bytes"]["dram2"] / 2**30,
-            "dram2_traffic_share": moved / total if total else 0.0}
+            "dram2_traffic_share": moved / total if total else 0.0,
+            "dram3_state_gib": tiers["bytes"].get("dram3", 0) / 2**30,
+            "dram3_traffic_share": moved3 / total if total else 0.0}
 
 
 def evaluate_workload(chip, workload: dict[str, Any]) -> dict[str, Any]:

@@ -16,6 +16,7 @@ A spec is a TOML file (or the equivalent dict)::
     dtype = ["int8", "bf16"]
     "dram.t_rcd_ns" = [14.4]   # any scalar field of the chip, by its dotted path
     dram2 = ["none", "base"]   # the second memory tier: removed, the base's, or a chip file's
+    dram3 = ["none", "base"]   # the third (behind the second) likewise
 
     [workload]                 # workload parameters (WORKLOAD_PARAMS): a value or a list
     model = "llama-3-8b"
@@ -95,21 +96,29 @@ def _set_sram_total(d: dict, v: float) -> None:
     d["core"]["scratchpad"]["capacity_mib"] = v / d["tensor_cores"]
 
 
-def _tier(d: dict, name: str) -> dict:
-    """The point's ``[dram2]`` table; ValueError (the point is recorded as an invalid chip)
-    when it has none: a ``dram2 = "none"`` point of a grid that also sizes the tier."""
-    t = d.get("dram2")
+_ORDINAL = {"dram2": "second", "dram3": "third"}
+
+
+def _tier(d: dict, name: str, table: str = "dram2") -> dict:
+    """The point's ``[dram2]`` (or ``[dram3]``) table; ValueError (the point is recorded as an
+    invalid chip) when it has none: a ``dram2 = "none"`` point of a grid that also sizes the
+    tier."""
+    t = d.get(table)
     if t is None:
-        raise ValueError(f"chip.{name}: this point has no second memory tier ([dram2]) to "
-                         "set (dram2 = \"none\", or a base chip without one)")
+        raise ValueError(f"chip.{name}: this point has no {_ORDINAL[table]} memory tier "
+                         f"([{table}]) to set ({table} = \"none\", or a base chip without one)")
     return t
 
 
-def _set_tier_packages(d: dict, v: int) -> None:
-    t = _tier(d, "dram2_packages")
+def _set_tier_packages(d: dict, v: int, table: str = "dram2") -> None:
+    t = _tier(d, f"{table}_packages", table)
     per_package = t["capacity_gib"] / t["stacks"]
     t["stacks"] = v
     t["capacity_gib"] = per_package * v
+
+
+def _set_tier3_packages(d: dict, v: int) -> None:
+    _set_tier_packages(d, v, "dram3")
 
 
 def _set_stacks_at_edge(d: dict, v: int) -> None:
@@ -138,8 +147,9 @@ def _set_stacks_at_edge(d: dict, v: int) -> None:
 
 
 def _set_tier_field(name: str, key: str) -> Callable[[dict, Any], None]:
+    table = name.split("_", 1)[0]       # dram2_... or dram3_...
     def setter(d: dict, v: Any) -> None:
-        _tier(d, name)[key] = v
+        _tier(d, name, table)[key] = v
     return setter
 
 
@@ -176,10 +186,21 @@ CHIP_PARAMS: dict[str, tuple[str, str, Callable[[dict, Any], None]]] = {
                            _set_tier_field("dram2_gbps_per_pin", "gbps_per_pin")),
     "dram2_link_gb_per_s": ("float", "GB/s per link port of a tier behind a link",
                             _set_tier_field("dram2_link_gb_per_s", "link_gb_per_s")),
+    # the third memory tier, behind the second (docs/chips.md, "A third tier")
+    "dram3": ("tier3", "third memory tier: \"none\" (removed), \"base\" (the base chip's) or "
+                       "a chip preset or TOML whose [dram3] table the point takes", None),
+    "dram3_packages": ("int", "third-tier packages (capacity scales with the count)",
+                       _set_tier3_packages),
+    "dram3_gbps_per_pin": ("float", "third-tier data rate per pin in Gb/s",
+                           _set_tier_field("dram3_gbps_per_pin", "gbps_per_pin")),
+    "dram3_link_gb_per_s": ("float", "GB/s per link port of a third tier behind a link",
+                            _set_tier_field("dram3_link_gb_per_s", "link_gb_per_s")),
 }
 #: The named parameters that set the second memory tier.
 TIER_PARAMS = ("dram2", "dram2_packages", "hbm_stacks_at_edge", "dram2_gbps_per_pin",
                "dram2_link_gb_per_s")
+#: The named parameters that set the third memory tier.
+TIER3_PARAMS = ("dram3", "dram3_packages", "dram3_gbps_per_pin", "dram3_link_gb_per_s")
 
 PHASES = ("prefill", "decode", "train")
 
@@ -239,6 +260,8 @@ class SweepSpec:
     dtype_datapath: str = "keep"
     #: the ``dram2`` axis's values → the ``[dram2]`` table each gives (None: "none")
     tiers: dict[str, Any] = field(default_factory=dict)
+    #: the ``dram3`` axis's values → the ``[dram3]`` table each gives (None: "none")
+    tiers3: dict[str, Any] = field(default_factory=dict)
     _base_key: str = field(default="", repr=False)
 
     # ---- chips ---------------------------------------------------------------------------
@@ -252,6 +275,8 @@ class SweepSpec:
                 _rebuild_dtype(d, value)
             elif name == "dram2":
                 d["dram2"] = copy.deepcopy(self.tiers[value])
+            elif name == "dram3":
+                d["dram3"] = copy.deepcopy(self.tiers3[value])
             elif name in CHIP_PARAMS:
                 CHIP_PARAMS[name][2](d, value)
             else:
@@ -316,10 +341,12 @@ class SweepSpec:
 
 
 def _ordered(params: dict[str, Any]) -> list[str]:
-    """Application order: the ``dram2`` table first (dotted ``dram2.*`` paths and the tier
-    parameters then edit the point's tier), dotted paths, then the named parameters."""
+    """Application order: the ``dram2`` and ``dram3`` tables first (dotted ``dram2.*`` /
+    ``dram3.*`` paths and the tier parameters then edit the point's tiers), dotted paths, then
+    the named parameters."""
     order = {n: i for i, n in enumerate(CHIP_PARAMS)}
-    order["dram2"] = -2
+    order["dram2"] = -3
+    order["dram3"] = -2
     return sorted(params, key=lambda n: order.get(n, -1))
 
 
@@ -368,23 +395,27 @@ def _check_value(source: str, key: str, kind: str, v: Any) -> Any:
     elif kind == "execution":
         if v not in EXECUTIONS:
             raise _err(source, key, v, "one of " + ", ".join(EXECUTIONS))
-    elif kind in ("str", "tier"):
+    elif kind in ("str", "tier", "tier3"):
         if not isinstance(v, str) or not v:
+            table = "dram3" if kind == "tier3" else "dram2"
             raise _err(source, key, v, "a non-empty string" if kind == "str" else
-                       "\"none\", \"base\" or a chip preset or TOML with a [dram2] table")
+                       f"\"none\", \"base\" or a chip preset or TOML with a [{table}] table")
     return v
 
 
-def _tiers(source: str, base_chip: Chip, chip_axes: dict) -> dict[str, Any]:
-    """The ``dram2`` axis's values → the ``[dram2]`` table each gives (None for "none"), each
-    checked; then the tier parameters need a tier to set: the base chip's or the axis's
-    (ValueError naming the key otherwise)."""
+def _tiers(source: str, base_chip: Chip, chip_axes: dict,
+           table: str = "dram2") -> dict[str, Any]:
+    """The ``dram2`` (``table`` ``dram3``: the ``dram3``) axis's values → the table each gives
+    (None for "none"), each checked; then the tier parameters need a tier to set: the base
+    chip's or the axis's (ValueError naming the key otherwise)."""
     tiers: dict[str, Any] = {}
-    axis = chip_axes.get("dram2")
+    nth = _ORDINAL[table]
+    params = TIER_PARAMS if table == "dram2" else TIER3_PARAMS
+    axis = chip_axes.get(table)
     if axis is not None and not isinstance(axis, list):
-        raise _err(source, "chip.dram2", axis, "a list of tiers")
+        raise _err(source, f"chip.{table}", axis, "a list of tiers")
     for i, v in enumerate(axis or []):
-        key = f"chip.dram2[{i}]"
+        key = f"chip.{table}[{i}]"
         if v == "none":
             tiers[v] = None
             continue
@@ -397,33 +428,34 @@ def _tiers(source: str, base_chip: Chip, chip_axes: dict) -> dict[str, Any]:
                 chip = load_chip(ref)
             except ValueError as exc:
                 raise ValueError(f"{source}: {key}: {exc}") from None
-        if chip.dram2 is None:
-            raise _err(source, key, v, f"a chip with a [dram2] table ({chip.name!r} has none): "
-                       "\"none\", \"base\" or a chip preset or TOML with one")
-        tiers[v] = to_dict(chip)["dram2"]
+        if getattr(chip, table) is None:
+            raise _err(source, key, v, f"a chip with a [{table}] table ({chip.name!r} has "
+                       f"none): \"none\", \"base\" or a chip preset or TOML with one")
+        tiers[v] = to_dict(chip)[table]
     given = [t for t in tiers.values() if t is not None]
-    if axis is None and base_chip.dram2 is not None:
-        given = [to_dict(base_chip)["dram2"]]
-    for name in TIER_PARAMS[1:]:
+    if axis is None and getattr(base_chip, table) is not None:
+        given = [to_dict(base_chip)[table]]
+    for name in params[1:]:
         if name not in chip_axes:
             continue
         if not given:
             raise ValueError(f"{source}: chip.{name}: the base chip {base_chip.name!r} has no "
-                             "second memory tier ([dram2]) and no dram2 axis gives one")
-        if name == "dram2_link_gb_per_s" and not any(
+                             f"{nth} memory tier ([{table}]) and no {table} axis gives one")
+        if name == f"{table}_link_gb_per_s" and not any(
                 t.get("attach", "package") != "package" for t in given):
-            raise ValueError(f"{source}: chip.{name}: no tier of the sweep is behind a link "
-                             "([dram2] attach = \"cxl\", \"pcie\" or \"c2c\")")
+            which = "tier" if table == "dram2" else f"{nth} tier"
+            raise ValueError(f"{source}: chip.{name}: no {which} of the sweep is behind a "
+                             f"link ([{table}] attach = \"cxl\", \"pcie\" or \"c2c\")")
     return tiers
 
 
-_TIER_HINT = (" (a tier of another kind or attachment: the dram2 axis takes a chip TOML "
-              "whose [dram2] table a point uses)")
+_TIER_HINT = (" (a tier of another kind or attachment: the dram2 (dram3) axis takes a chip "
+              "TOML whose [dram2] ([dram3]) table a point uses)")
 
 
 def _raw_path_kind(base: dict, path: str, source: str) -> str:
     node: Any = base
-    tier = path.startswith("dram2.")
+    tier = path.startswith(("dram2.", "dram3."))
     for k in path.split("."):
         if not isinstance(node, dict) or k not in node:
             raise ValueError(
@@ -612,18 +644,21 @@ def parse_spec(data: dict, *, source: str = "<spec>") -> SweepSpec:
     chip_axes, chip_kinds = _chip_axes(data, source, base_dict, mode)
     datapath = _check_dtype_axis(data, source, base_chip, chip_axes)
     tiers = _tiers(source, base_chip, chip_axes)
+    tiers3 = _tiers(source, base_chip, chip_axes, "dram3")
     workload_axes = _workload_axes(data, source)
     key: dict = {"base": base_dict}
     if "dtype" in chip_axes:
         key["dtype_datapath"] = datapath
     if tiers:       # the tiers' tables, so that editing a referenced file gives new ids
         key["tiers"] = tiers
+    if tiers3:
+        key["tiers3"] = tiers3
     spec = SweepSpec(base=base, base_chip=base_chip, mode=mode, chip_axes=chip_axes,
                      workload_axes=workload_axes, samples=samples, seed=seed,
                      area_budget_mm2=budgets.get("area_budget_mm2"),
                      power_budget_w=budgets.get("power_budget_w"), points_per_task=ppt,
                      source=source, chip_kinds=chip_kinds, dtype_datapath=datapath,
-                     tiers=tiers,
+                     tiers=tiers, tiers3=tiers3,
                      _base_key=_digest(base_dict if len(key) == 1 else key)[:16])
     n, n_wl = spec.count(), math.prod(len(v) for v in workload_axes.values())
     if n > MAX_SWEEP_POINTS:

@@ -97,11 +97,15 @@ def chip_columns(chip) -> dict[str, Any]:
 def tier_columns(chip) -> dict[str, Any]:
     """The second memory tier's columns (docs/dse.md, "Memory-tier axes"): ``dram2_attach``
     (``"none"`` without a tier, else ``package``, ``cxl``, ``pcie`` or ``c2c``),
-    ``dram2_gib`` and ``dram2_bytes_per_s`` (what it delivers: pins or links; 0 without)."""
-    t = chip.dram2
-    return {"dram2_attach": "none" if t is None else t.attach,
-            "dram2_gib": 0.0 if t is None else float(t.capacity_gib),
-            "dram2_bytes_per_s": 0.0 if t is None else t.bytes_per_s}
+    ``dram2_gib`` and ``dram2_bytes_per_s`` (what it delivers: pins or links; 0 without); the
+    third tier's likewise (``dram3_attach``, ``dram3_gib``, ``dram3_bytes_per_s``)."""
+    out = {}
+    for name in ("dram2", "dram3"):
+        t = getattr(chip, name, None)
+        out.update({f"{name}_attach": "none" if t is None else t.attach,
+                    f"{name}_gib": 0.0 if t is None else float(t.capacity_gib),
+                    f"{name}_bytes_per_s": 0.0 if t is None else t.bytes_per_s})
+    return out
 
 
 def resolve_evaluator(name: str | Callable | None) -> Evaluate:
