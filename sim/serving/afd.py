@@ -191,10 +191,11 @@ class AfdTimer:
     ``attention``: the attention pool's replica (``afd_side="attention"``, tensor-parallel
     over n); ``oracle``: its step timer — a :class:`~diptych.sim.serving.grid_timer.
     GridStepTimer` (its per-block costs interpolated) or None (every micro-batch simulated,
-    as the direct oracle); ``grid``: the FFN side's token axis (None: exact)."""
+    as the direct oracle); ``grid``: the FFN side's token axis (None: exact); ``ffn_side``: a
+    :class:`FfnSide` of ``ffn`` to share (None: one of its own on ``grid``)."""
 
     def __init__(self, attention: Replica, ffn: Replica, spec: AfdSpec, simulate=None, *,
-                 oracle=None, grid=None):
+                 oracle=None, grid=None, ffn_side: FfnSide | None = None):
         if attention.afd_side != "attention":
             raise ValueError("the attention pool's replica must have afd_side='attention'")
         self.replica = attention
@@ -202,7 +203,9 @@ class AfdTimer:
         self.spec = spec
         self._oracle = oracle
         self._sim_a = attention.timer(simulate)
-        self._ffn = FfnSide(ffn, simulate, grid)
+        if ffn_side is not None and ffn_side.ffn != ffn:
+            raise ValueError("ffn_side must time the FFN pool's replica")
+        self._ffn = ffn_side if ffn_side is not None else FfnSide(ffn, simulate, grid)
         self._memo: dict[Step, tuple] = {}
         self.totals = {"steps": 0, "step_s": 0.0, "attention_busy_s": 0.0,
                        "ffn_busy_s": 0.0, "link_busy_s": 0.0, "link_exposed_s": 0.0,
@@ -228,6 +231,11 @@ class AfdTimer:
     def simulations(self) -> int:
         own = self._oracle.simulations if self._oracle is not None else len(self._memo)
         return own + self._ffn.simulations
+
+    @property
+    def own_simulations(self) -> int:
+        """The direct oracle's attention simulations (its memo, not shared with others)."""
+        return len(self._memo)
 
     def microbatches(self, step: Step) -> int:
         """The micro-batches ``step`` is split into: ``k``, or fewer when its busiest

@@ -28,7 +28,7 @@ from .power import StepPowerLimit
 from .prefix_cache import PrefixCache, prefix_cache_info
 from ..run.scenario import Scenario
 from .step_time import DirectStepTimer, Replica, make_replica
-from .afd import AfdLayout, AfdTimer, afd_info, check_ffn_fits
+from .afd import AfdLayout, AfdTimer, FfnSide, afd_info, check_ffn_fits
 from .ep import LockstepTimer
 from .grid_timer import GridStepTimer, GridSpec
 from .requests import Load, draw_requests
@@ -98,6 +98,7 @@ class StepTimerCache:
         self.grid = grid
         self.progress = progress
         self._o: dict = {}
+        self._afd: dict = {}
 
     def get(self, replica: Replica):
         """The oracle of ``replica``; lockstep data-parallel ranks (``replica.dp > 1``) time
@@ -118,14 +119,23 @@ class StepTimerCache:
         pool (:mod:`.afd`): on the grid, the attention side's blocks interpolated by a
         grid oracle of its own and the FFN side's on a token axis; direct, both simulated."""
         key = (replica, layout)
-        o = self._o.get(key)
+        o = self._afd.get(key)
         if o is None:
+            # the attention side's grid and the FFN side's token axis depend on their
+            # replica only: shared by every layout (m, k) that uses them (the ratio search)
             grid = self.kind == "grid"
-            o = self._o[key] = AfdTimer(
-                replica, layout.ffn, layout.spec, self.simulate,
-                oracle=(GridStepTimer(replica, self.simulate, self.grid, progress=self._tick)
-                        if grid else None),
-                grid=(self.grid or GridSpec()) if grid else None)
+            att = None
+            if grid:
+                att = self._o.get(("afd-attention", replica))
+                if att is None:
+                    att = self._o[("afd-attention", replica)] = GridStepTimer(
+                        replica, self.simulate, self.grid, progress=self._tick)
+            ffn = self._o.get(("afd-ffn", layout.ffn))
+            if ffn is None:
+                ffn = self._o[("afd-ffn", layout.ffn)] = FfnSide(
+                    layout.ffn, self.simulate, (self.grid or GridSpec()) if grid else None)
+            o = self._afd[key] = AfdTimer(replica, layout.ffn, layout.spec, self.simulate,
+                                          oracle=att, ffn_side=ffn)
         return o
 
     def _tick(self, _n: int) -> None:
@@ -134,7 +144,9 @@ class StepTimerCache:
 
     @property
     def simulations(self) -> int:
-        return sum(o.simulations for o in self._o.values())
+        # an AFD timer's parts are counted in _o (shared); a direct one's attention memo here
+        return (sum(o.simulations for o in self._o.values())
+                + sum(o.own_simulations for o in self._afd.values()))
 
 
 def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache, start: int,
