@@ -69,7 +69,7 @@ def afd_from_flags(kw: dict, *, chip, model, tp, replicas, ep, redundant_experts
     if execution.get("execution") == "schedule":
         raise ValueError("--execution schedule with attention-FFN disaggregation: the "
                          "pipeline times each pool's layers with the summed execution; drop it")
-    for flag, v in (("--speculative", speculative), ("--export-profile", export_profile),
+    for flag, v in (("--export-profile", export_profile),
                     ("--waterfall", waterfall or None)):
         if v:
             raise ValueError(f"{flag} with attention-FFN disaggregation is not modelled yet; "

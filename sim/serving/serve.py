@@ -28,7 +28,8 @@ from .power import StepPowerLimit
 from .prefix_cache import PrefixCache, prefix_cache_info
 from ..run.scenario import Scenario
 from .step_time import DirectStepTimer, Replica, make_replica
-from .afd import AfdLayout, AfdTimer, FfnSide, afd_info, check_ffn_fits
+from .afd import (AfdLayout, AfdTimer, FfnSide, OnAttentionPool, afd_info,
+                  check_ffn_fits)
 from .ep import LockstepTimer
 from .grid_timer import GridStepTimer, GridSpec
 from .requests import Load, draw_requests
@@ -154,8 +155,13 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
                prefix_tokens: int = 0, afd: AfdLayout | None = None
                ) -> tuple[list[Instance], KvBudget]:
     r = pool.replica
+    draft_timer = None
+    if draft is not None:
+        draft_timer = oracles.get(draft) if afd is None else _afd_draft(draft, afd, oracles)
     if afd is not None:
-        check_ffn_fits(afd.ffn, afd.spec, cfg.kv_reserve_fraction)
+        mtp = (replace(afd.ffn, model=draft.model) if draft is not None
+               and draft.model.mtp_module else None)
+        check_ffn_fits(afd.ffn, afd.spec, cfg.kv_reserve_fraction, draft=mtp)
     budget = kv_budget(r, block_tokens=cfg.kv_block_tokens,
                        max_batched_tokens=cfg.max_batched_tokens,
                        reserve_fraction=cfg.kv_reserve_fraction, draft=draft)
@@ -203,12 +209,27 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
         out.append(Instance(start + k, role, oracle, rcfg, chips=chips, tier=tier,
                             blocks=budget.pool_blocks * r.dp, block_bytes=budget.block_bytes,
                             static_w=static_w,
-                            draft=oracles.get(draft) if draft is not None else None,
+                            draft=draft_timer,
                             rng=rng, prefix_blocks=prefix_blocks * r.dp, layout=budget.layout,
                             prefix_cache=pc,
                             power=(None if r.variant.no_power_limit or r.chip.power is None
                                    or afd is not None else StepPowerLimit(r.chip))))
     return out, budget
+
+
+def _afd_draft(draft: Replica, afd: AfdLayout, oracles: StepTimerCache):
+    """The draft's step timer beside an AFD deployment: it runs where its layers live. The
+    target's MTP module (a layer as the target's) is split as the target is — its attention,
+    projection and head on the attention pool, its FFN (experts) on the FFN pool, through
+    the same ping-pong pipeline (:class:`~.afd.AfdTimer` of the module); a draft model is
+    resident on the attention pool, beside the KV cache it shares the blocks of, the FFN
+    pool idle meanwhile (:class:`~.afd.OnAttentionPool`)."""
+    if draft.model.mtp_module:
+        return oracles.get_afd(draft, AfdLayout(replace(afd.ffn, model=draft.model),
+                                                afd.spec))
+    s = afd.spec
+    return OnAttentionPool(oracles.get(draft), s.attention_chips, s.ffn_chips,
+                           afd.ffn.chip.energy.static_w)
 
 
 def _check_prefixes(cfg: ServeConfig, budget: KvBudget, tokens: int, name: str) -> None:
@@ -320,9 +341,6 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
     else:
         pool = deployment.pool
         afd = deployment.afd
-        if afd is not None and cfg.speculative is not None:
-            raise ValueError("--speculative with attention-FFN disaggregation is not modelled "
-                             "(the draft's steps would need their own pipeline); drop one")
         inst, b = _instances(pool, "mixed", cfg, oracles, 0, prefix_blocks,
                              _draft_replica(cfg, pool.replica), spec_rng, prefix_tokens, afd)
         instances += inst

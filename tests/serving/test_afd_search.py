@@ -37,17 +37,24 @@ def test_candidates_are_every_pool_pair_within_the_budget():
     # qwen3's 128 experts: an FFN pool of 3 or 5 chips is not searched
     five = candidates(MOE, AfdSearchSpace(("h100",), 6, attention_chips=(1,), microbatches=(2,)))
     assert [p.m for p in five] == [1, 2, 4]
+    # a dense model's FFN pool: its MLPs tensor-parallel, so m a degree that splits it
+    from diptych.workloads import load_model
+    from diptych.workloads.lower import valid_tp_degrees
+    dense = candidates("llama-3-8b", AfdSearchSpace(("h100",), 9, attention_chips=(1,),
+                                                    microbatches=(2,)))
+    assert [p.m for p in dense] == valid_tp_degrees(load_model("llama-3-8b"), 8)
 
 
 @pytest.fixture(scope="module")
 def result():
     """A search where the TPOT SLO cuts the plans (some meet it, some do not)."""
     sp = AfdSearchSpace(("h100", "infer-2026"), 4, microbatches=(1, 4))
-    probe = afd_search(MOE, sp, LOAD, oracles=StepTimerCache("grid", roofline))
+    oracles = StepTimerCache("grid", roofline)      # both searches: the same step timers
+    probe = afd_search(MOE, sp, LOAD, oracles=oracles)
     tpots = sorted(r["tpot_p99_s"] for r in probe["evaluated"] if "error" not in r)
     slo = tpots[len(tpots) // 2]           # the median plan's p99 TPOT: about half meet it
     cfg = ServeConfig(slo_tpot_s=slo)
-    return afd_search(MOE, sp, LOAD, cfg, oracles=StepTimerCache("grid", roofline)), cfg
+    return afd_search(MOE, sp, LOAD, cfg, oracles=oracles), cfg
 
 
 def test_best_plans_are_never_worse_than_any_evaluated(result):

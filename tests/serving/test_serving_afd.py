@@ -147,7 +147,6 @@ BASE = ("serve", "--model", MOE, "--attention-chip", "h100", "--ffn-chip", "h100
      "are expert-parallel over the FFN pool \\(--ffn-chips 2\\)"),
     (("--prefill-chips", 2), "--prefill-chips with attention-FFN disaggregation"),
     (("--tp", 2), "--tp 2 with attention-FFN disaggregation"),
-    (("--speculative", "k=2,accept=0.7"), "--speculative with attention-FFN"),
     (("--attention-chips", 0), "--attention-chips must be a positive integer, not 0"),
     (("--execution", "schedule"), "--execution schedule with attention-FFN"),
 ])
@@ -170,6 +169,20 @@ def test_a_pool_that_cannot_hold_its_part_exits_2(cli, model, extra, match):
             *extra, "--requests", 2, "--qps", 1, "--oracle", "direct")
     assert r.exit_code == 2, r.output
     assert re.search(match, r.output), r.output
+
+
+def test_a_dense_model_needs_its_ffn_pool_named(cli):
+    """AFD on a dense model: its MLPs are the FFN pool's (tensor-parallel over m); without a
+    chip for that pool (no --ffn-chip, no --chip) it exits 2 naming the flag."""
+    r = cli("serve", "--model", DENSE, "--attention-chip", "h100", "--requests", 2, "--qps", 1)
+    assert r.exit_code == 2, r.output
+    assert "attention-FFN disaggregation needs a chip for each pool: give --ffn-chip" in r.output
+    r = cli("serve", "--model", DENSE, "--attention-chip", "h100", "--ffn-chip", "h100",
+            "--ffn-chips", 2, "--requests", 2, "--qps", 1, "--prompt", 64, "--gen", 4,
+            "--oracle", "direct", "--json")
+    assert r.exit_code == 0, r.output
+    ffn = json.loads(r.output)["info"]["afd"]["ffn"]
+    assert (ffn["tp"], ffn["ep"], ffn["chips"]) == (2, 1, 2)
 
 
 def test_cli_json_states_afd(cli):
