@@ -110,7 +110,7 @@ def afd_roles_table(roles: dict):
     from rich.table import Table
 
     st = roles["settings"]
-    t = Table("attention", "FFN", "n:m (chips)", "micro-batches", "mean step",
+    t = Table("attention", "FFN", "n:m", "micro-batches", "mean step",
               "goodput/chip (req/s)", "tokens/s per chip", "tokens/J", "attention busy",
               "FFN busy", "link hidden",
               title=f"attention-FFN roles, {roles['model']} ({roles['runtime']} runtime; each "

@@ -110,8 +110,9 @@ def afd_roles(x, y, model, settings: AfdRoleSettings | None = None, *,
 
 
 def _plan(d: dict) -> str:
-    return (f"{d['attention_chips']} attention : {d['ffn_chips']} FFN chips, "
-            f"{d['microbatches']} micro-batches")
+    k = d["microbatches"]
+    return (f"{d['attention_chips']} attention : {d['ffn_chips']} FFN chips, {k} "
+            f"micro-batch{'es' if k != 1 else ''}")
 
 
 def _pace(d: dict) -> str:

@@ -110,7 +110,7 @@ class AfdPlan:
     def describe(self) -> str:
         return (f"{self.n}:{self.m}: attention {self.n} x {self.attention_chip} "
                 f"({self.layout} {self.n}), FFN {self.m} x {self.ffn_chip}, {self.k} "
-                f"micro-batches")
+                f"micro-batch{'es' if self.k != 1 else ''}")
 
     def to_dict(self) -> dict:
         """The row's plan fields; ``pools`` as :meth:`~.search.Plan.to_dict` states them."""
