@@ -18,6 +18,7 @@ COMMANDS = [
     ("run_cmd", "run"),
     ("serve_cmd", "serve"),
     ("serve_plan_cmd", "serve-plan"),
+    ("serve_plan_afd_cmd", "serve-plan-afd"),
     ("rtl_cmd", "rtl"),
     ("floorplan_cmd", "floorplan"),
     ("compare_cmd", "compare"),
@@ -29,7 +30,8 @@ COMMANDS = [
 ]
 
 #: Commands that simulate, so that a first run compiles the engine's kernels: they say so.
-SIMULATING = frozenset({"run", "compare", "serve", "serve-plan", "gemm", "plan", "sweep"})
+SIMULATING = frozenset({"run", "compare", "serve", "serve-plan", "serve-plan-afd", "gemm", "plan",
+                        "sweep"})
 
 
 class LazyGroup(click.Group):

@@ -118,7 +118,8 @@ def render_table(cmp) -> "object":
                    "--serving-chips chips; prints each chip's best plan and what binds it "
                    "(docs/serving.md, \"Deployment search\").")
 @click.option("--serving-chips", type=click.IntRange(min=1), default=4, show_default=True,
-              help="--serving-search: the most chips a deployment may use.")
+              help="--serving-search and --serving-afd: the most chips a deployment may "
+                   "use.")
 @click.option("--serving-qps", type=click.FloatRange(min=0, min_open=True), default=2.0,
               show_default=True, help="--serving-search: the target arrival rate (req/s).")
 @click.option("--serving-requests", type=click.IntRange(min=1), default=200,
@@ -128,8 +129,9 @@ def render_table(cmp) -> "object":
                    "-j; default 1).")
 @click.option("--serving-afd", is_flag=True,
               help="Put the first two chips in the roles of attention-FFN disaggregation both "
-                   "ways (1 attention + 1 FFN chip, 2 micro-batches, 32 clients) and say which "
-                   "die should hold attention and which the experts, and why (docs/serving.md, "
+                   "ways, each at its best attention:FFN ratio and micro-batches (up to "
+                   "--serving-chips chips, 32 clients), and say which die should hold "
+                   "attention and which the experts, at which ratio, and why (docs/serving.md, "
                    "\"Attention-FFN disaggregation\").")
 @click.option("--execution", type=click.Choice(["sum", "schedule"]), default=None,
               help="How every single-node run is timed (as `diptych run --execution`). "
@@ -168,12 +170,15 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
     if serving_afd and len(chips) < 2:
         raise ValueError("--serving-afd puts two chips in the attention and FFN roles; give "
                          "two CHIPS")
+    if serving_afd and serving_chips < 2:
+        raise ValueError(f"--serving-chips {serving_chips} with --serving-afd: an attention "
+                         f"pool and an FFN pool need at least 2 chips")
     with progress_display("compare", enabled=not as_json) as progress:
         cmp = run_compare(list(chips), model, s, progress=progress)
     roles = None
     if serving_afd:
-        from ..sim.serving.afd_roles import afd_roles
-        roles = afd_roles(chips[0], chips[1], model)
+        from ..sim.serving.afd_roles import AfdRoleSettings, afd_roles
+        roles = afd_roles(chips[0], chips[1], model, AfdRoleSettings(chips=serving_chips))
     study = None
     if serving:
         from ..sim.serving.study import serving_study

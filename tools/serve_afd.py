@@ -69,7 +69,7 @@ def afd_from_flags(kw: dict, *, chip, model, tp, replicas, ep, redundant_experts
     if execution.get("execution") == "schedule":
         raise ValueError("--execution schedule with attention-FFN disaggregation: the "
                          "pipeline times each pool's layers with the summed execution; drop it")
-    for flag, v in (("--speculative", speculative), ("--export-profile", export_profile),
+    for flag, v in (("--export-profile", export_profile),
                     ("--waterfall", waterfall or None)):
         if v:
             raise ValueError(f"{flag} with attention-FFN disaggregation is not modelled yet; "
@@ -104,17 +104,27 @@ def afd_rows(info: dict) -> list[tuple[str, str]]:
 
 
 def afd_roles_table(roles: dict):
-    """``compare --serving-afd``'s two assignments (:func:`~diptych.sim.serving.afd_roles.
-    afd_roles`) as a table."""
+    """``compare --serving-afd``'s two assignments, each at its searched best plan
+    (:func:`~diptych.sim.serving.afd_roles.afd_roles`), as a table."""
+    from rich.markup import escape
     from rich.table import Table
 
-    t = Table("attention", "FFN", "mean step", "tokens/s per chip", "tokens/J",
-              "attention busy", "FFN busy", "link hidden",
-              title=f"attention-FFN roles, {roles['model']} ({roles['runtime']} runtime)")
+    st = roles["settings"]
+    t = Table("attention", "FFN", "n:m", "micro-batches", "mean step",
+              "goodput/chip (req/s)", "tokens/s per chip", "tokens/J", "attention busy",
+              "FFN busy", "link hidden",
+              title=f"attention-FFN roles, {roles['model']} ({roles['runtime']} runtime; each "
+                    f"at its best of up to {st['chips']} chips)")
     for i, a in enumerate(roles["assignments"]):
         mark = " (best)" if i == roles["best"] else ""
+        if "ratio" not in a:
+            t.add_row(f"{a['attention_chip']}{mark}", a["ffn_chip"],
+                      "[red]none meets the SLOs[/red]", "", "", "", "", "", "", "",
+                      escape(a["binding"]))
+            continue
         t.add_row(f"{a['attention_chip']} ({a['attention_weights']}){mark}",
-                  f"{a['ffn_chip']} ({a['ffn_weights']})", f"{a['mean_step_s'] * 1e3:.2f} ms",
+                  f"{a['ffn_chip']} ({a['ffn_weights']})", a["ratio"], str(a["microbatches"]),
+                  f"{a['mean_step_s'] * 1e3:.2f} ms", f"{a['goodput_rps_per_chip']:.3g}",
                   f"{a['tokens_per_s_per_chip']:.0f}", f"{a['tokens_per_j']:.2f}",
                   f"{100 * a['attention_utilisation']:.0f} %",
                   f"{100 * a['ffn_utilisation']:.0f} %",

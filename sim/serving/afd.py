@@ -114,21 +114,53 @@ def fanout(m: ModelConfig, ffn_chips: int, moe_layer: bool) -> float:
     return ffn_chips * (1.0 - miss)
 
 
-def check_ffn_fits(ffn: Replica, spec: AfdSpec, reserve_fraction: float) -> float:
-    """Pool B's weight bytes per chip; ValueError naming the pool unless they fit the chip's
-    memory less the reserve."""
+def check_ffn_fits(ffn: Replica, spec: AfdSpec, reserve_fraction: float,
+                   draft: Replica | None = None) -> float:
+    """Pool B's weight bytes per chip (with an MTP ``draft``, its modules' FFNs too: every
+    one of the target's MTP modules resident, as :func:`~.kv.kv_budget` counts them);
+    ValueError naming the pool unless they fit the chip's memory less the reserve."""
     w = part_weight_bytes(ffn, "ffn", spec.ffn_chips)
+    if draft is not None:
+        w += ffn.model.mtp_layers * part_weight_bytes(draft, "ffn", spec.ffn_chips)
     cap = float(ffn.chip.dram.capacity_bytes)
     room = cap * (1.0 - reserve_fraction)
     if w > room:
         gib = 2.0 ** 30
         need = math.ceil(w * spec.ffn_chips / room)
+        with_draft = " (the MTP draft's FFN included)" if draft is not None else ""
         raise ValueError(f"--ffn-chips {spec.ffn_chips}: the FFN pool cannot hold its part of "
                          f"{ffn.model.name}: {w / gib:.1f} GiB of FFN weights per "
-                         f"{ffn.chip.name} chip, which holds {room / gib:.1f} GiB "
+                         f"{ffn.chip.name} chip{with_draft}, which holds {room / gib:.1f} GiB "
                          f"({cap / gib:.1f} GiB less the {100 * reserve_fraction:g} % "
                          f"reserve); use at least {need} FFN chips or narrower weights")
     return w
+
+
+class OnAttentionPool:
+    """The step timer of work on an AFD deployment's attention pool alone — a draft model,
+    resident beside the attention and the KV cache it shares the blocks of: ``timer``'s
+    seconds; its energy per chip of the pool's ``attention_chips`` restated per chip of the
+    instance's ``attention_chips + ffn_chips``, the FFN pool's chips idle meanwhile at
+    their static power (``ffn_static_w`` each)."""
+
+    def __init__(self, timer, attention_chips: int, ffn_chips: int, ffn_static_w: float):
+        self.timer = timer
+        self.n, self.m, self.static_w = attention_chips, ffn_chips, ffn_static_w
+
+    @property
+    def simulations(self) -> int:
+        return self.timer.simulations
+
+    def cost(self, step: Step) -> StepCost:
+        c = self.timer.cost(step)
+        chips = self.n + self.m
+        idle = c.seconds * self.static_w * self.m
+        parts = tuple(x * self.n / chips for x in c.parts)
+        if parts:
+            parts = list(parts)
+            parts[EP.STATIC] += idle / chips
+            parts = tuple(parts)
+        return StepCost(c.seconds, (c.energy_j * self.n + idle) / chips, parts)
 
 
 class FfnSide:
@@ -187,10 +219,11 @@ class AfdTimer:
     ``attention``: the attention pool's replica (``afd_side="attention"``, tensor-parallel
     over n); ``oracle``: its step timer — a :class:`~diptych.sim.serving.grid_timer.
     GridStepTimer` (its per-block costs interpolated) or None (every micro-batch simulated,
-    as the direct oracle); ``grid``: the FFN side's token axis (None: exact)."""
+    as the direct oracle); ``grid``: the FFN side's token axis (None: exact); ``ffn_side``: a
+    :class:`FfnSide` of ``ffn`` to share (None: one of its own on ``grid``)."""
 
     def __init__(self, attention: Replica, ffn: Replica, spec: AfdSpec, simulate=None, *,
-                 oracle=None, grid=None):
+                 oracle=None, grid=None, ffn_side: FfnSide | None = None):
         if attention.afd_side != "attention":
             raise ValueError("the attention pool's replica must have afd_side='attention'")
         self.replica = attention
@@ -198,7 +231,9 @@ class AfdTimer:
         self.spec = spec
         self._oracle = oracle
         self._sim_a = attention.timer(simulate)
-        self._ffn = FfnSide(ffn, simulate, grid)
+        if ffn_side is not None and ffn_side.ffn != ffn:
+            raise ValueError("ffn_side must time the FFN pool's replica")
+        self._ffn = ffn_side if ffn_side is not None else FfnSide(ffn, simulate, grid)
         self._memo: dict[Step, tuple] = {}
         self.totals = {"steps": 0, "step_s": 0.0, "attention_busy_s": 0.0,
                        "ffn_busy_s": 0.0, "link_busy_s": 0.0, "link_exposed_s": 0.0,
@@ -224,6 +259,11 @@ class AfdTimer:
     def simulations(self) -> int:
         own = self._oracle.simulations if self._oracle is not None else len(self._memo)
         return own + self._ffn.simulations
+
+    @property
+    def own_simulations(self) -> int:
+        """The direct oracle's attention simulations (its memo, not shared with others)."""
+        return len(self._memo)
 
     def microbatches(self, step: Step) -> int:
         """The micro-batches ``step`` is split into: ``k``, or fewer when its busiest
@@ -346,5 +386,5 @@ def afd_info(timer: AfdTimer, before: dict) -> dict:
             "link_bytes": t["link_bytes"]}
 
 
-__all__ = ["AfdLayout", "AfdSpec", "AfdTimer", "FfnSide", "DEFAULT_MICROBATCHES", "afd_info",
-           "check_ffn_fits", "fanout",]
+__all__ = ["AfdLayout", "AfdSpec", "AfdTimer", "FfnSide", "DEFAULT_MICROBATCHES",
+           "OnAttentionPool", "afd_info", "check_ffn_fits", "fanout"]

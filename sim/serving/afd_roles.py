@@ -1,45 +1,45 @@
 """Which of two designs should hold attention and which the FFNs (experts): ``diptych compare
 --serving-afd`` (docs/serving.md, "Attention–FFN disaggregation").
 
-Both assignments are served (:func:`~diptych.sim.serving.deployment.afd_deployment`): design
-X on the attention pool and Y on the FFN pool, then the reverse, with the same pool sizes,
-micro-batches, request stream, engine policy and serving runtime (the first design's, so
-that only the hardware differs); each chip runs its preset's default precision (infer-2026
-FP8 weights, h100 BF16), stated per assignment. The better assignment is the one with the
-higher output tokens per second per chip (equal chips: the shorter steps); the reason states each
-assignment's mean step and each pool's utilisation — the pool near 100 % is the one that
-sets the pace, the other waits on it.
+Both assignments are deployed at their best (:mod:`.afd_search`, the attention:FFN ratio
+search): design X on the attention pool and Y on the FFN pool, then the reverse, each over
+every attention pool size ``n``, FFN pool size ``m`` (``n + m`` up to the settings' chips) and
+micro-batch count, on the same closed-loop request stream, engine policy and serving runtime
+(the first design's, so that only the hardware differs); each chip runs its preset's default
+precision (infer-2026 FP8 weights, h100 BF16), stated per assignment. Each assignment's plan
+is its highest goodput per chip meeting the SLOs; the better assignment is the one whose plan
+has the higher goodput per chip; the verdict states the ratio each chose, each one's mean step
+and each pool's utilisation — the pool near 100 % is the one that sets the pace, the other
+waits on it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...arch import load_chip
-from ...arch.runtime import IDEAL, load_runtime
-from .afd import DEFAULT_MICROBATCHES, AfdSpec
+from ...workloads import load_model
+from .afd_search import AfdSearchSpace, afd_search, assignments
 from .config import ServeConfig
-from .deployment import afd_deployment
 from .requests import Load
-from .serve import StepTimerCache, serve
+from .serve import StepTimerCache
 
 
 @dataclass(frozen=True)
 class AfdRoleSettings:
-    """The pools and the load both assignments are served under: a closed loop of
-    ``concurrency`` clients sending ``requests`` requests of ``prompt``/``gen`` tokens (a
-    length spec as ``serve --prompt``)."""
+    """The search both assignments are deployed by and the load they are served under: up to
+    ``chips`` chips (attention and FFN pools together), the micro-batch counts
+    ``microbatches``, a closed loop of ``concurrency`` clients sending ``requests`` requests
+    of ``prompt``/``gen`` tokens (a length spec as ``serve --prompt``)."""
 
-    attention_chips: int = 1
-    ffn_chips: int = 1
-    microbatches: int = DEFAULT_MICROBATCHES
+    chips: int = 4
+    microbatches: tuple[int, ...] = (1, 2, 4)
     concurrency: int = 32
     requests: int = 64
     prompt: str = "512"
     gen: str = "64"
 
     def __post_init__(self):
-        AfdSpec(self.attention_chips, self.ffn_chips, self.microbatches)   # its checks
+        AfdSearchSpace(("x",), self.chips, microbatches=self.microbatches)     # its checks
         for n in ("concurrency", "requests"):
             v = getattr(self, n)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -48,57 +48,78 @@ class AfdRoleSettings:
 
 def afd_roles(x, y, model, settings: AfdRoleSettings | None = None, *,
               oracles: StepTimerCache | None = None) -> dict:
-    """Both assignments of designs ``x`` and ``y`` to the attention and FFN roles (module
-    docstring): ``assignments`` (attention chip, FFN chip, mean step, tokens/s per chip,
-    each pool's utilisation, the link's hidden share), ``best`` (its index) and ``verdict``
-    (the sentence naming which die holds attention and which the experts, and why)."""
+    """Both assignments of designs ``x`` and ``y`` to the attention and FFN roles, each at
+    its best attention:FFN plan (module docstring): ``assignments`` (attention chip, FFN
+    chip, the plan's ratio ``n:m`` and micro-batches, mean step, goodput and tokens/s per
+    chip, each pool's utilisation, the link's hidden share; or ``binding`` when no plan of
+    the assignment meets the SLOs), ``best`` (its index), ``verdict`` (the sentence naming
+    which die holds attention and which the experts, at which ratio, and why) and
+    ``search`` (the ratio search's result)."""
     from .requests import parse_length
 
     s = settings or AfdRoleSettings()
-    cx = load_chip(x)
-    rt = (load_runtime(cx.overheads.serving_runtime) if cx.overheads else IDEAL)
-    cfg = ServeConfig(runtime=rt)
     load = Load(concurrency=s.concurrency, requests=s.requests,
                 prompt=parse_length(s.prompt, "prompt"), gen=parse_length(s.gen, "gen"))
-    oracles = oracles or StepTimerCache()
+    space = AfdSearchSpace((x, y), s.chips, microbatches=s.microbatches)
+    res = afd_search(model, space, load, ServeConfig(), oracles=oracles or StepTimerCache(),
+                     require_slo=False)
     out = []
-    for att, ffn in ((x, y), (y, x)):
-        spec = AfdSpec(s.attention_chips, s.ffn_chips, s.microbatches)
-        res = serve(afd_deployment(att, ffn, model, spec), load, cfg, oracles=oracles)
-        a = res.info["afd"]
-        pools = {p["role"]: p["precision"]["weights"] for p in res.info["pools"]}
-        out.append({"attention_chip": a["attention"]["chip"], "ffn_chip": a["ffn"]["chip"],
-                    "attention_weights": pools["attention"], "ffn_weights": pools["ffn"],
-                    "mean_step_s": a["mean_step_s"],
-                    "tokens_per_s_per_chip": res.tokens_per_s_per_chip,
-                    "tokens_per_j": res.tokens_per_j,
-                    "attention_utilisation": a["attention"]["utilisation"],
-                    "ffn_utilisation": a["ffn"]["utilisation"],
-                    "link_hidden_fraction": a["link_hidden_fraction"],
-                    "tpot_p50_s": res.tpot_s["p50"]})
-    best = 0 if out[0]["tokens_per_s_per_chip"] >= out[1]["tokens_per_s_per_chip"] else 1
+    for att, ffn in assignments((x, y)):
+        d = res["per_assignment"][f"attention {att} + FFN {ffn}"]
+        r = d["best_goodput"]
+        if r is None:
+            out.append({"attention_chip": att, "ffn_chip": ffn, "binding": d["binding"],
+                        "goodput_rps_per_chip": 0.0, "tokens_per_s_per_chip": 0.0})
+            continue
+        out.append({"attention_chip": att, "ffn_chip": ffn, "ratio": r["ratio"],
+                    "attention_chips": r["attention_chips"], "ffn_chips": r["ffn_chips"],
+                    "microbatches": r["microbatches"], "plan": r["plan"],
+                    "attention_weights": r["precision"]["attention"],
+                    "ffn_weights": r["precision"]["ffn"], "mean_step_s": r["mean_step_s"],
+                    "goodput_rps_per_chip": r["goodput_rps_per_chip"],
+                    "tokens_per_s_per_chip": r["tokens_per_s_per_chip"],
+                    "tokens_per_j": r["tokens_per_j"], "usd_per_mtok": r["usd_per_mtok"],
+                    "attention_utilisation": r["attention_utilisation"],
+                    "ffn_utilisation": r["ffn_utilisation"],
+                    "link_hidden_fraction": r["link_hidden_fraction"],
+                    "tpot_p50_s": r["tpot_p50_s"], "binding": d["binding"]})
+    if len(out) == 1:
+        raise ValueError(f"--serving-afd puts two different chips in the attention and FFN "
+                         f"roles, not {x} twice")
+    if not any("ratio" in a for a in out):
+        raise ValueError(f"no attention-FFN plan of {x} and {y} meets the SLOs: "
+                         f"{out[0]['binding']}")
+    key = "goodput_rps_per_chip"
+    best = 0 if out[0][key] >= out[1][key] else 1
     b, o = out[best], out[1 - best]
-    gain = b["tokens_per_s_per_chip"] / o["tokens_per_s_per_chip"] \
-        if o["tokens_per_s_per_chip"] else float("inf")
+    moe = "experts" if load_model(model).is_moe else "FFNs"
+    if "ratio" not in o:
+        verdict = (f"{b['attention_chip']} should hold attention and {b['ffn_chip']} the "
+                   f"{moe} ({_plan(b)}; {_pace(b)}); reversed, no plan meets the SLOs: "
+                   f"{o['binding']}")
+    else:
+        gain = b[key] / o[key] if o[key] else float("inf")
+        verdict = (f"{b['attention_chip']} should hold attention and {b['ffn_chip']} the "
+                   f"{moe}: {gain:.2f}x the goodput per chip of the reverse, each at its best "
+                   f"plan ({b[key]:.3g} vs {o[key]:.3g} req/s per chip); so assigned "
+                   f"({_plan(b)}) the {_pace(b)}; reversed ({_plan(o)}) the {_pace(o)}")
+    return {"model": res["model"], "settings": {**s.__dict__,
+                                                "microbatches": list(s.microbatches)},
+            "runtime": res["runtime"], "assignments": out, "best": best, "verdict": verdict,
+            "search": {k: v for k, v in res.items() if k != "evaluated"}}
 
-    def pace(d: dict) -> str:
-        who = "attention" if d["attention_utilisation"] >= d["ffn_utilisation"] else "FFN"
-        return (f"{who} pool sets the pace (attention {100 * d['attention_utilisation']:.0f} "
-                f"%, FFN {100 * d['ffn_utilisation']:.0f} % busy), mean step "
-                f"{d['mean_step_s'] * 1e3:.2f} ms")
 
-    verdict = (f"{b['attention_chip']} should hold attention and {b['ffn_chip']} the "
-               f"{'experts' if _is_moe(model) else 'FFNs'}: {gain:.2f}x the output tokens/s "
-               f"per chip of the reverse ({b['tokens_per_s_per_chip']:.0f} vs "
-               f"{o['tokens_per_s_per_chip']:.0f}); so assigned the {pace(b)}; reversed the "
-               f"{pace(o)}")
-    return {"model": str(model), "settings": s.__dict__, "runtime": rt.name,
-            "assignments": out, "best": best, "verdict": verdict}
+def _plan(d: dict) -> str:
+    k = d["microbatches"]
+    return (f"{d['attention_chips']} attention : {d['ffn_chips']} FFN chips, {k} "
+            f"micro-batch{'es' if k != 1 else ''}")
 
 
-def _is_moe(model) -> bool:
-    from ...workloads import load_model
-    return load_model(model).is_moe
+def _pace(d: dict) -> str:
+    who = "attention" if d["attention_utilisation"] >= d["ffn_utilisation"] else "FFN"
+    return (f"{who} pool sets the pace (attention {100 * d['attention_utilisation']:.0f} %, "
+            f"FFN {100 * d['ffn_utilisation']:.0f} % busy), mean step "
+            f"{d['mean_step_s'] * 1e3:.2f} ms")
 
 
 __all__ = ["AfdRoleSettings", "afd_roles"]

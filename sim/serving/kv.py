@@ -207,8 +207,11 @@ def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
     act = activation_bytes(r, max_batched_tokens)
     if draft is not None:      # an MTP draft: every one of the target's MTP modules resident
         copies = r.model.mtp_layers if draft.model.mtp_module else 1
-        w += copies * params_per_chip(draft.model, draft.tp, draft.experts.ep,
-                                      whole_experts=draft.experts.whole) * draft.precision.w_bytes
+        # an AFD attention pool's MTP draft holds its non-FFN part (the FFN pool the rest)
+        w += copies * (part_weight_bytes(draft, "attention", draft.tp) if draft.afd_side else
+                       params_per_chip(draft.model, draft.tp, draft.experts.ep,
+                                       whole_experts=draft.experts.whole)
+                       * draft.precision.w_bytes)
         per_tok += copies * kv_bytes_per_token_per_chip(draft.model, draft.precision.kv, draft.tp)
         act = max(act, activation_bytes(draft, max_batched_tokens))
     state = state_bytes_per_sequence(r.model, r.precision.activations, r.tp)

@@ -290,7 +290,11 @@ def usd_per_mtok(dep: Deployment, tokens_per_s: float, energy_j_per_token: float
     table on every pool's chip, or without throughput."""
     if not tokens_per_s or tokens_per_s <= 0:
         return None
-    capex = capex_usd_per_s([(p.replica.chip, p.chips) for p in dep.pools])
+    pools = [(p.replica.chip, p.chips) for p in dep.pools]
+    afd = getattr(dep, "afd", None)
+    if afd is not None:     # an AFD deployment's FFN pool, priced beside its attention pool
+        pools.append((afd.ffn.chip, afd.ffn.chips))
+    capex = capex_usd_per_s(pools)
     if capex is None:
         return None
     c = dep.pools[-1].replica.chip.cost
@@ -310,12 +314,19 @@ def evaluate(plan: Plan, model, space: SearchSpace, load: Load, cfg: ServeConfig
         r = serve(dep, load, c, oracles=oracles)
     except ValueError as exc:
         return {**row, "error": str(exc), "meets_slo": False}
+    return {**row, **measured(r, dep, c)}
+
+
+def measured(r, dep: Deployment, cfg: ServeConfig) -> dict:
+    """What a plan's row keeps of its serving result ``r`` on ``dep`` under ``cfg`` (module
+    docstring): SLO verdict, p99 latencies and their ratios to the SLOs, goodput per chip,
+    tokens/J, $/Mtok."""
     ttft, tpot = r.ttft_s.get("p99"), r.tpot_s.get("p99")
     ej = 1.0 / r.tokens_per_j if r.tokens_per_j else None      # J per output token
-    return {**row, "meets_slo": bool(r.meets_slo), "ttft_p99_s": ttft, "tpot_p99_s": tpot,
-            "ttft_ratio": ttft / c.slo_ttft_s if ttft is not None else None,
-            "tpot_ratio": tpot / c.slo_tpot_s if tpot is not None else None,
-            "goodput_rps": r.goodput_rps, "goodput_rps_per_chip": r.goodput_rps / plan.chips,
+    return {"meets_slo": bool(r.meets_slo), "ttft_p99_s": ttft, "tpot_p99_s": tpot,
+            "ttft_ratio": ttft / cfg.slo_ttft_s if ttft is not None else None,
+            "tpot_ratio": tpot / cfg.slo_tpot_s if tpot is not None else None,
+            "goodput_rps": r.goodput_rps, "goodput_rps_per_chip": r.goodput_rps / dep.chips,
             "tokens_per_s": r.tokens_per_s, "tokens_per_s_per_chip": r.tokens_per_s_per_chip,
             "tokens_per_j": r.tokens_per_j, "usd_per_mtok": usd_per_mtok(dep, r.tokens_per_s, ej),
             "fill_fraction": r.info.get("fill_fraction"), "warnings": list(r.warnings),

@@ -28,7 +28,8 @@ from .power import StepPowerLimit
 from .prefix_cache import PrefixCache, prefix_cache_info
 from ..run.scenario import Scenario
 from .step_time import DirectStepTimer, Replica, make_replica
-from .afd import AfdLayout, AfdTimer, afd_info, check_ffn_fits
+from .afd import (AfdLayout, AfdTimer, FfnSide, OnAttentionPool, afd_info,
+                  check_ffn_fits)
 from .ep import ExpertPart, LockstepTimer
 from .grid_timer import GridStepTimer, GridSpec
 from .requests import Load, draw_requests
@@ -98,6 +99,7 @@ class StepTimerCache:
         self.grid = grid
         self.progress = progress
         self._o: dict = {}
+        self._afd: dict = {}
 
     def get(self, replica: Replica):
         """The oracle of ``replica``; lockstep data-parallel ranks (``replica.dp > 1``) time
@@ -120,14 +122,23 @@ class StepTimerCache:
         pool (:mod:`.afd`): on the grid, the attention side's blocks interpolated by a
         grid oracle of its own and the FFN side's on a token axis; direct, both simulated."""
         key = (replica, layout)
-        o = self._o.get(key)
+        o = self._afd.get(key)
         if o is None:
+            # the attention side's grid and the FFN side's token axis depend on their
+            # replica only: shared by every layout (m, k) that uses them (the ratio search)
             grid = self.kind == "grid"
-            o = self._o[key] = AfdTimer(
-                replica, layout.ffn, layout.spec, self.simulate,
-                oracle=(GridStepTimer(replica, self.simulate, self.grid, progress=self._tick)
-                        if grid else None),
-                grid=(self.grid or GridSpec()) if grid else None)
+            att = None
+            if grid:
+                att = self._o.get(("afd-attention", replica))
+                if att is None:
+                    att = self._o[("afd-attention", replica)] = GridStepTimer(
+                        replica, self.simulate, self.grid, progress=self._tick)
+            ffn = self._o.get(("afd-ffn", layout.ffn))
+            if ffn is None:
+                ffn = self._o[("afd-ffn", layout.ffn)] = FfnSide(
+                    layout.ffn, self.simulate, (self.grid or GridSpec()) if grid else None)
+            o = self._afd[key] = AfdTimer(replica, layout.ffn, layout.spec, self.simulate,
+                                          oracle=att, ffn_side=ffn)
         return o
 
     def _tick(self, _n: int) -> None:
@@ -136,7 +147,9 @@ class StepTimerCache:
 
     @property
     def simulations(self) -> int:
-        return sum(o.simulations for o in self._o.values())
+        # an AFD timer's parts are counted in _o (shared); a direct one's attention memo here
+        return (sum(o.simulations for o in self._o.values())
+                + sum(o.own_simulations for o in self._afd.values()))
 
 
 def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache, start: int,
@@ -144,8 +157,13 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
                prefix_tokens: int = 0, afd: AfdLayout | None = None
                ) -> tuple[list[Instance], KvBudget]:
     r = pool.replica
+    draft_timer = None
+    if draft is not None:
+        draft_timer = oracles.get(draft) if afd is None else _afd_draft(draft, afd, oracles)
     if afd is not None:
-        check_ffn_fits(afd.ffn, afd.spec, cfg.kv_reserve_fraction)
+        mtp = (replace(afd.ffn, model=draft.model) if draft is not None
+               and draft.model.mtp_module else None)
+        check_ffn_fits(afd.ffn, afd.spec, cfg.kv_reserve_fraction, draft=mtp)
     budget = kv_budget(r, block_tokens=cfg.kv_block_tokens,
                        max_batched_tokens=cfg.max_batched_tokens,
                        reserve_fraction=cfg.kv_reserve_fraction, draft=draft)
@@ -199,13 +217,28 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
         out.append(Instance(start + k, role, oracle, rcfg, chips=chips, tier=tier,
                             blocks=budget.pool_blocks * r.dp, block_bytes=budget.block_bytes,
                             static_w=static_w,
-                            draft=oracles.get(draft) if draft is not None else None,
+                            draft=draft_timer,
                             rng=rng, prefix_blocks=prefix_blocks * r.dp, layout=budget.layout,
                             prefix_cache=pc,
                             chunk_tokens=cfg.max_batched_tokens if r.dp > 1 else None,
                             power=(None if r.variant.no_power_limit or r.chip.power is None
                                    or afd is not None else StepPowerLimit(r.chip))))
     return out, budget
+
+
+def _afd_draft(draft: Replica, afd: AfdLayout, oracles: StepTimerCache):
+    """The draft's step timer beside an AFD deployment: it runs where its layers live. The
+    target's MTP module (a layer as the target's) is split as the target is — its attention,
+    projection and head on the attention pool, its FFN (experts) on the FFN pool, through
+    the same ping-pong pipeline (:class:`~.afd.AfdTimer` of the module); a draft model is
+    resident on the attention pool, beside the KV cache it shares the blocks of, the FFN
+    pool idle meanwhile (:class:`~.afd.OnAttentionPool`)."""
+    if draft.model.mtp_module:
+        return oracles.get_afd(draft, AfdLayout(replace(afd.ffn, model=draft.model),
+                                                afd.spec))
+    s = afd.spec
+    return OnAttentionPool(oracles.get(draft), s.attention_chips, s.ffn_chips,
+                           afd.ffn.chip.energy.static_w)
 
 
 def _check_prefixes(cfg: ServeConfig, budget: KvBudget, tokens: int, name: str) -> None:
@@ -334,9 +367,6 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
     else:
         pool = deployment.pool
         afd = deployment.afd
-        if afd is not None and cfg.speculative is not None:
-            raise ValueError("--speculative with attention-FFN disaggregation is not modelled "
-                             "(the draft's steps would need their own pipeline); drop one")
         inst, b = _instances(pool, "mixed", cfg, oracles, 0, prefix_blocks,
                              _draft_replica(cfg, pool.replica), spec_rng, prefix_tokens, afd)
         instances += inst

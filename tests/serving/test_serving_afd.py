@@ -147,7 +147,6 @@ BASE = ("serve", "--model", MOE, "--attention-chip", "h100", "--ffn-chip", "h100
      "are expert-parallel over the FFN pool \\(--ffn-chips 2\\)"),
     (("--prefill-chips", 2), "--prefill-chips with attention-FFN disaggregation"),
     (("--tp", 2), "--tp 2 with attention-FFN disaggregation"),
-    (("--speculative", "k=2,accept=0.7"), "--speculative with attention-FFN"),
     (("--attention-chips", 0), "--attention-chips must be a positive integer, not 0"),
     (("--execution", "schedule"), "--execution schedule with attention-FFN"),
 ])
@@ -172,6 +171,20 @@ def test_a_pool_that_cannot_hold_its_part_exits_2(cli, model, extra, match):
     assert re.search(match, r.output), r.output
 
 
+def test_a_dense_model_needs_its_ffn_pool_named(cli):
+    """AFD on a dense model: its MLPs are the FFN pool's (tensor-parallel over m); without a
+    chip for that pool (no --ffn-chip, no --chip) it exits 2 naming the flag."""
+    r = cli("serve", "--model", DENSE, "--attention-chip", "h100", "--requests", 2, "--qps", 1)
+    assert r.exit_code == 2, r.output
+    assert "attention-FFN disaggregation needs a chip for each pool: give --ffn-chip" in r.output
+    r = cli("serve", "--model", DENSE, "--attention-chip", "h100", "--ffn-chip", "h100",
+            "--ffn-chips", 2, "--requests", 2, "--qps", 1, "--prompt", 64, "--gen", 4,
+            "--oracle", "direct", "--json")
+    assert r.exit_code == 0, r.output
+    ffn = json.loads(r.output)["info"]["afd"]["ffn"]
+    assert (ffn["tp"], ffn["ep"], ffn["chips"]) == (2, 1, 2)
+
+
 def test_cli_json_states_afd(cli):
     r = cli(*BASE, "--ffn-chips", 2, "--oracle", "direct", "--json")
     assert r.exit_code == 0, r.output
@@ -180,19 +193,29 @@ def test_cli_json_states_afd(cli):
 
 
 def test_roles_evaluate_both_assignments_and_name_the_better():
-    """compare --serving-afd's study: both assignments served, the one with more output
-    tokens/s per chip named, its verdict naming the dies and the pool that sets the pace."""
+    """compare --serving-afd's study: both assignments searched over their n:m ratios and
+    micro-batches, each at its highest goodput per chip (at least that of every plan of its
+    assignment on the search's Pareto front), the better named with the ratio it chose."""
     from diptych.sim.serving.afd_roles import AfdRoleSettings, afd_roles
 
-    s = AfdRoleSettings(concurrency=4, requests=8, prompt="128", gen="8")
+    s = AfdRoleSettings(chips=3, microbatches=(1, 2), concurrency=4, requests=8,
+                        prompt="128", gen="8")
     r = afd_roles("h100", "infer-2026", MOE, s, oracles=StepTimerCache("direct", roofline))
     a, b = r["assignments"]
     assert (a["attention_chip"], a["ffn_chip"]) == ("h100", "infer-2026")
     assert (b["attention_chip"], b["ffn_chip"]) == ("infer-2026", "h100")
+    for x in (a, b):
+        mine = [row for row in r["search"]["pareto"] if row["pools"][0]["chip"] ==
+                x["attention_chip"]]
+        assert all(x["goodput_rps_per_chip"] >= row["goodput_rps_per_chip"] for row in mine)
+        assert x["attention_chips"] + x["ffn_chips"] <= 3
+        assert x["ratio"] == f"{x['attention_chips']}:{x['ffn_chips']}"
     best, other = r["assignments"][r["best"]], r["assignments"][1 - r["best"]]
-    assert best["tokens_per_s_per_chip"] >= other["tokens_per_s_per_chip"]
+    assert best["goodput_rps_per_chip"] >= other["goodput_rps_per_chip"]
     assert r["verdict"].startswith(f"{best['attention_chip']} should hold attention and "
                                    f"{best['ffn_chip']} the experts")
+    assert f"({best['attention_chips']} attention : {best['ffn_chips']} FFN chips" \
+        in r["verdict"]
     assert "sets the pace" in r["verdict"]
 
 
@@ -240,10 +263,11 @@ def test_data_parallel_attention_serves_with_a_cache_per_rank(cli):
 def test_compare_serving_afd_prints_both_assignments_and_the_verdict(cli):
     r = cli("compare", "h100", "infer-2026", "--model", MOE, "--serving-afd", "--execution",
             "sum", "--batches", 8, "--ref-batch", 8, "--contexts", 512, "--prompts", 512,
-            "--json")
+            "--serving-chips", 2, "--json")
     assert r.exit_code == 0, r.output
     roles = json.loads(r.output)["serving_afd"]
     assert {(a["attention_chip"], a["ffn_chip"]) for a in roles["assignments"]} == \
         {("h100", "infer-2026"), ("infer-2026", "h100")}
     best = roles["assignments"][roles["best"]]
     assert roles["verdict"].startswith(f"{best['attention_chip']} should hold attention")
+    assert best["ratio"] == "1:1" and roles["settings"]["chips"] == 2
