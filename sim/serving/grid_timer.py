@@ -370,7 +370,8 @@ class GridStepTimer:
 def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = None
                      ) -> StepCost:
     """The step's cost from its pieces simulated exactly (no interpolation): equals
-    :class:`~diptych.sim.serving.step_time.DirectStepTimer` up to rounding (a test holds the decomposition to that)."""
+    :class:`~diptych.sim.serving.step_time.DirectStepTimer` up to rounding (a test holds the
+    decomposition to that)."""
     r = replica
     fr, groups = step_parts(r.model, step, precision=r.precision, tp=r.tp,
                             attention=r.attention, experts=r.experts)
