@@ -290,7 +290,7 @@ class GridStepTimer:
 
     #: The most step signatures :meth:`cost` remembers (then it starts afresh: forgetting
     #: changes no result, the memo only saves recomputing).
-    MEMO_STEPS = 1 << 17
+    MEMO_STEPS = 1 << 16
 
     def cost(self, step: Step) -> StepCost:
         """Interpolated cost of ``step`` (see the module docstring), memoised on what it
