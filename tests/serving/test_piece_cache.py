@@ -149,3 +149,44 @@ def test_a_forged_piece_is_refused_and_recomputed(fresh, values, why):
         assert pc.dec_exact(2, 40, 1) == want
     assert pc.store.hits == 0
     assert StepPieces(r).dec_exact(2, 40, 1) == want  # rewritten, valid again
+
+
+_CHILD = """
+import dataclasses, json, sys
+from diptych.sim.run.scenario import Scenario
+from diptych.sim.serving.step_pieces import StepPieces
+from diptych.sim.serving.step_time import make_replica
+model, clock = sys.argv[1], float(sys.argv[2])
+r = make_replica("h100", model, Scenario(phase="decode", execution="sum"))
+r = dataclasses.replace(r, chip=dataclasses.replace(r.chip, clock_ghz=r.chip.clock_ghz * clock))
+pc = StepPieces(r)
+vals = [pc.dec_exact(2, 40, 1)]
+print(json.dumps({"values": [list(map(repr, v)) for v in vals], "hits": pc.store.hits,
+                  "simulations": pc.simulations}))
+"""
+
+
+def test_a_second_process_reads_the_first_ones_pieces_and_another_replica_misses(tmp_path):
+    """Real processes on one cache home (XDG_CACHE_HOME, as a user's): the second reads
+    every piece the first simulated, bit for bit (floats as repr), and simulates none; a
+    process of another chip (h100's clock × 0.9) finds none of them."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    for k in ("DIPTYCH_CACHE_DIR", "DIPTYCH_NO_CACHE"):
+        env.pop(k, None)
+
+    def child(clock="1.0", model="phi-3-mini-4k"):
+        out = subprocess.run([sys.executable, "-c", _CHILD, model, clock], env=env,
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out)
+
+    first = child()
+    assert first["hits"] == 0 and first["simulations"] == 1
+    assert any((tmp_path / "diptych").rglob("*"))     # written under the cache home
+    second = child()
+    assert second == {**first, "hits": 1}
+    other = child(clock="0.9")     # (every other field: test_a_change_that_moves_...)
+    assert other["hits"] == 0 and other["values"] != first["values"]

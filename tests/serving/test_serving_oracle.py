@@ -263,6 +263,34 @@ def test_a_steps_cost_does_not_depend_on_the_steps_timed_before_it(chip, simulat
     assert [first.cost(s) for s in reversed(steps)][::-1] == want
 
 
+def test_the_memoised_cost_is_the_uncached_cost_bit_for_bit():
+    """GridStepTimer.cost remembers a step's cost by its signature (decode batch, keys per
+    sequence rounded up, queries, tokens, rows, chunks): steps of one signature with other
+    summed keys, and repeats, must cost exactly what the uncached path computes afresh on
+    a grid that never saw them (the reference), on a noisy double."""
+    from dataclasses import replace
+
+    base = _noisy_steps()
+    # same signature, other summed keys: the keys per sequence round up to the same mean
+    twins = [replace(s, decode_keys=s.decode_keys - 1) for s in base
+             if s.decode_batch > 1 and -(-(s.decode_keys - 1) // s.decode_batch)
+             == -(-s.decode_keys // s.decode_batch)]
+    assert len(twins) > 10
+    # and steps that must not share one: another past, more keys per sequence
+    others = [replace(s, prefill=tuple((c, p + 700) for c, p in s.prefill)) for s in base
+              if s.prefill] + [replace(s, decode_keys=s.decode_keys + 300 * s.decode_batch)
+                               for s in base if s.decode_batch]
+    steps = base + twins + others + base[::-1]
+    r = make_replica("h100", "llama-3-8b", Scenario.of(phase="decode", execution="sum"))
+    g = GridStepTimer(r, _noisy_attention)
+    got = [g.cost(s) for s in steps]
+    ref = GridStepTimer(r, _noisy_attention)
+    assert got == [ref.uncached_cost(s) for s in steps]
+    assert len(g._memo) == len({(s.decode_batch, -(-s.decode_keys // s.decode_batch)
+                                 if s.decode_batch else 0, s.decode_queries, s.tokens,
+                                 s.rows, s.prefill) for s in steps}) < len(steps)
+
+
 def test_the_same_serve_gives_the_same_result_whatever_its_oracle_did_before():
     """The same serve, once on a fresh oracle and once on one another rate (a sweep's other
     point, issue 22) warmed first, on the real engine (tpu-v5e, whose keys staircase
