@@ -904,14 +904,23 @@ def _head(c: _Ctx, *, flow=None, inp: str = "hidden") -> list[Op]:
         ops.append(op)
         cur = "logits_capped"
     if c.phase == "train":       # the loss as Megatron-Core runs it (workloads/loss.py)
-        mx, ex, norm_ = loss.forward_ops(rows, v, a)
-        f32 = rows * v * loss.FP32_BYTES
-        fl.vec(mx, [(cur, 1.0)], [(fl.t("ce_logits", f32), 1.0)])
-        fl.vec(ex, [("ce_logits", 1.0)], [(fl.t("ce_exp", f32), 1.0)])
-        fl.vec(norm_, [("ce_exp", 1.0)], [(fl.t("ce_softmax", f32), 1.0),
-                                          (fl.t("loss", rows * loss.FP32_BYTES, program=True,
-                                                live_out=True), 1.0)])
-        ops += [mx, ex, norm_]
+        passes = loss.forward_ops(rows, v, a, c.p.cross_entropy)
+        buf, row = cur, None
+        for i, (op, (out, is_row)) in enumerate(zip(passes, loss.outputs(c.p.cross_entropy))):
+            last = i == len(passes) - 1
+            # each pass reads the FP32 buffer before it and writes the next, or (a row
+            # reduction) its row vector, which the next pass reads as an ordering input
+            nbytes = op.write_bytes - (rows * loss.FP32_BYTES if last else 0.0)
+            outs = [(fl.t(out, nbytes), 1.0)]
+            if last:
+                outs.append((fl.t("loss", rows * loss.FP32_BYTES, program=True,
+                                  live_out=True), 1.0))
+            fl.vec(op, [(buf, 1.0)], outs, deps=(row,) if row else ())
+            if is_row:
+                row = out
+            else:
+                buf, row = out, None
+        ops += passes
     elif c.tp > 1:
         op = Collective(name="logits_all_gather", kind="all_gather",
                         bytes=rows * c.m.vocab_size * c.p.a_bytes, group=c.tp, tags=("tp",))

@@ -258,13 +258,20 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
             continue
         if loss.TAG in op.tags:
             if "saved" in op.tags:    # reads the softmax it saved and the loss's gradient
-                next(it)
+                kernels = len(loss.backward_ops(op))
+                for _ in range(kernels):
+                    next(it)
                 d_loss = [Use(gr.of_output(w), "read") for w in a.writes if gr.of_output(w)]
                 # and writes the softmax back in place: a dead copy of its bytes
                 back = gr.declare(f"{a.writes[0]}#bwd",
                                   Tensor(f"{a.writes[0]}#bwd", tab[a.writes[0]].bytes), False)
-                access.append(Access((Use(a.writes[0], "read"), *d_loss,
-                                      *gr.contribute(loss_in, 1.0, ""), Use(back, "write"))))
+                if kernels == 1:      # fused: the logits' gradient in the same kernel
+                    access.append(Access((Use(a.writes[0], "read"), *d_loss,
+                                          *gr.contribute(loss_in, 1.0, ""),
+                                          Use(back, "write"))))
+                else:                 # unfused: the multiply in place, then the cast's backward
+                    access += [Access((Use(a.writes[0], "read"), *d_loss, Use(back, "write"))),
+                               Access((Use(back, "read"), *gr.contribute(loss_in, 1.0, "")))]
             continue
         outs = a.writes[:1] if isinstance(op, FusedAttention) else a.writes
         # a norm that wrote its output row-wise in FP8 gets the BF16 output gradient
