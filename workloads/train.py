@@ -75,6 +75,17 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
         return loss.backward_ops(op)
     if isinstance(op, Gemm):
         weight = "weight" in op.tags
+        # a weight's gradient is added into the optimizer's gradient buffer by the GEMM
+        # itself (gradient_accumulation_fusion, set in every published config): it reads the
+        # buffer back (c_accumulate) on every micro-batch [S: NVIDIA/TransformerEngine v1.10
+        # @08a85d3b transformer_engine/pytorch/module/linear.py: the wgrad gemm with
+        # accumulate=accumulate_wgrad_into_param_main_grad, out=weight.main_grad, True
+        # after the first micro-batch Megatron-Core ever runs (core_r0.9.0
+        # extensions/transformer_engine.py sets is_first_microbatch False after it);
+        # common/gemm/cublaslt_gemm.cu: beta = accumulate ? 1 : 0, D = alpha·A·B + beta·C
+        # with C = D. The buffer is grad_sync_dtype, BF16 in the published runs: NeMo v2.0.0
+        # core/optim/distributed_adam.py main_grad = grad_buffer_view(param); the grads dtype
+        # here]
         da = Gemm(name=f"{op.name}.dgrad", m=op.m, k=op.n, n=op.k, batch=op.batch,
                   a_dtype=p.activations, b_dtype=op.b_dtype, c_dtype=p.activations,
                   acc_dtype=op.acc_dtype, b_is_weight=op.b_is_weight,
@@ -82,7 +93,7 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
         db = Gemm(name=f"{op.name}.wgrad" if weight else f"{op.name}.dgrad_b", m=op.k, k=op.m,
                   n=op.n, batch=op.batch, a_dtype=op.a_dtype, b_dtype=p.activations,
                   c_dtype=p.grads if weight else p.activations, acc_dtype=op.acc_dtype,
-                  b_is_weight=op.batch == 1,
+                  b_is_weight=op.batch == 1, c_accumulate=weight,
                   tags=tuple(t for t in op.tags if t != "weight") + ("wgrad",))
         return [da, db]
     if isinstance(op, VectorOp) and emb.TAG in op.tags and table_elements:
