@@ -53,7 +53,7 @@ from .program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .recipe import BF16_LINEARS, quantize_records
 from .fused_attention import AttnCall, fuse
-from . import embedding_grad, loss
+from . import cp_attention, embedding_grad, loss
 from .gated_deltanet import linear_attention
 from .sparse_attention import CORE_OPS as DSA_CORES, attended_layer, indexer_ops
 from .mamba2 import CORE_OPS as SSM_CORES, ssm_mixer
@@ -364,10 +364,20 @@ def _attend(c: _Ctx, scores: Gemm, softmax: VectorOp, pv: Gemm, heads: int,
               groups=c.batch * heads)
     if ring:                     # the rank keeps only its own K/V chunk for backward
         op = replace(op, saved_kv_bytes=chunk)
-    writes = [(out, 1.0)]
+    # training's ring attention: the steps' partial outputs, merged into ``out`` by the
+    # stack's bookkeeping passes (workloads/cp_attention.py)
+    merge = (cp_attention.merge_op(c.cp, scores.a_bytes, pv.c_bytes, chunk,
+                                   pv.batch * pv.m * pv.n, c.p.activations)
+             if ring and c.phase == "train" else None)
+    steps = fl.t(f"{out}_steps", pv.c_bytes) if merge else out
+    writes = [(steps, 1.0)]
     if c.phase == "train":
         writes.append((fl.t("attn_stats", op.write_bytes - pv.c_bytes), 1.0))
-    return ring + [fl.vec(op, list(q) + list(k) + list(v), writes, deps=deps)]
+    ops = ring + [fl.vec(op, list(q) + list(k) + list(v), writes, deps=deps)]
+    if merge:
+        ops.append(fl.vec(merge, [(steps, merge.read_bytes / pv.c_bytes)],
+                          [(out, merge.write_bytes / pv.c_bytes)]))
+    return ops
 
 
 def _qk_norm(c: _Ctx, h: int, hkv: int, *, flow=None, parts: dict | None = None) -> list[Op]:

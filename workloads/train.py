@@ -33,6 +33,7 @@ from .config import ModelConfig
 from .fused_attention import FusedAttention, fused_backward
 from .graph import Workload
 from . import embedding_grad as emb, loss
+from .cp_attention import RingMerge
 from .program import Access, Block, Use
 from .lower import (_check_common, _Ctx, _layer_blocks, check_attention, check_cp, check_ep,
                     check_routing, embedding_block, forward_blocks, head_block, keys_info,
@@ -96,6 +97,8 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
                   b_is_weight=op.batch == 1, c_accumulate=weight,
                   tags=tuple(t for t in op.tags if t != "weight") + ("wgrad",))
         return [da, db]
+    if isinstance(op, RingMerge):  # ring attention's bookkeeping (workloads/cp_attention.py)
+        return [op.backward()]
     if isinstance(op, VectorOp) and emb.TAG in op.tags and table_elements:
         return list(emb.table_grad_ops(op, table_elements, p.g_bytes))
     if isinstance(op, VectorOp):
@@ -283,6 +286,14 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
                 else:                 # unfused: the multiply in place, then the cast's backward
                     access += [Access((Use(a.writes[0], "read"), *d_loss, Use(back, "write"))),
                                Access((Use(back, "read"), *gr.contribute(loss_in, 1.0, "")))]
+            continue
+        if isinstance(op, RingMerge):    # reads the output's gradient, writes the steps'
+            next(it)
+            (d_o,) = [gr.of_output(w) for w in a.writes]
+            (steps,) = [u.tensor for u in a.of(mode="read")]
+            access.append(Access((Use(d_o, "read", op.bwd_read_bytes / tab[steps].bytes),
+                                  *gr.contribute(steps, op.bwd_write_bytes / tab[steps].bytes,
+                                                 ""))))
             continue
         outs = a.writes[:1] if isinstance(op, FusedAttention) else a.writes
         # a norm that wrote its output row-wise in FP8 gets the BF16 output gradient
