@@ -8,7 +8,10 @@ fused attention, its backward before the attention's backward).
 sets no other), the causal ``sbhd`` path with fused attention in BF16, as Megatron-Core runs
 it; the same operations in v1.11. ``flash_attn_fwd_out_correction`` is a ``jit_fuser``
 function (``torch.compile``): one kernel reading the step's partial output and reading and
-writing the output. Read from the code, not profiled.]
+writing the output. Read from the code, not profiled; [assumption] the nemo:24.09 image
+behind the Llama 3.1 rows runs a TE of the 1.10-1.11 line.] One record holds the forward
+passes after the kernels, though the K/V copy precedes them (the same bytes on the same
+stream: an ordering approximation).
 
 Per layer and micro-batch, rank ``r`` of ``cp`` (its load-balanced chunks: the first and last
 of ``2·cp``), with ``q``/``o``: the bytes of its Q and of its output (O, dO, dQ have Q's or O's
