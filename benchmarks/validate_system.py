@@ -59,9 +59,15 @@ class Row:
 #: TP overlap: Llama-3.1-70B and GPT-3 run TE userbuffers (``ub_tp_comm_overlap: true`` in
 #: llama3.1_70b.yaml and gpt3_175b_hydra.yaml); Grok-1 does not (grok1_314b.yaml
 #: ``ub_tp_comm_overlap: false``, ``sequence_parallel: true``): Megatron's NCCL path.
-STACKS = {"llama": dict(nvls=False),
-          "gpt3": dict(nvls=False, attention_kernel="fa2"),
-          "grok": dict(nvls=False, attention_kernel="fa2", tp_comm_overlap=False)}
+#: The loss (workloads/loss.py): llama3.1_8b.yaml and llama3.1_70b.yaml set
+#: ``cross_entropy_loss_fusion: true``; gpt3_175b_hydra.yaml (35a9aec) and grok1_314b.yaml
+#: (143b90d) do not set it, so NeMo's ``build_transformer_config`` leaves Megatron-Core's
+#: default, ``False`` (core_r0.9.0 megatron/core/model_parallel_config.py; GPT-3's NeMo 24.05
+#: image, Megatron-Core 0.7, has no fused path at all): the unfused cross-entropy.
+STACKS = {"llama": dict(nvls=False, cross_entropy="fused"),
+          "gpt3": dict(nvls=False, attention_kernel="fa2", cross_entropy="unfused"),
+          "grok": dict(nvls=False, attention_kernel="fa2", tp_comm_overlap=False,
+                       cross_entropy="unfused")}
 
 
 def _rows() -> list[Row]:

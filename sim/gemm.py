@@ -284,6 +284,23 @@ def gemm_stats(op, chip, dataflow=None) -> OpStats:
         dram_wr += red.dram_write_bytes
         sram_rd += red.sram_read_bytes
         sram_wr += red.sram_write_bytes
+    acc = getattr(op, "c_read_bytes", 0.0)
+    if acc and op.c_dest == "dram" and chip.has_dram:
+        # C += A·B (beta = 1): the epilogue reads each output tile before writing it. Hopper's
+        # warp-specialised kernels load C by TMA from a producer warp of their own while the
+        # consumer warp groups run the main loop [S: NVIDIA/cutlass include/cutlass/gemm/
+        # kernel/sm90_gemm_tma_warpspecialized_cooperative.hpp, the "Epilogue Producer Warp"
+        # branch taken when collective_epilogue.is_producer_load_needed(); assumption: cuBLAS's
+        # Hopper kernels, closed source, load C the same way], so the reads stream beside the
+        # operands': they cost time only where the op's DRAM bytes with them exceed what the
+        # memory roof moves in the engine's cycles
+        dram_rd += acc
+        floor = math.ceil((dram_rd + dram_wr) / memory_roof_bytes_per_s(chip) * chip.clock_hz)
+        if floor > cycles:
+            dram_stall += floor - cycles
+            cycles = floor
+    elif acc:          # C kept on chip: read back from the scratchpad or the shared buffer
+        sram_rd += acc
     fill = compute_cycles - busy
     seconds = cycles / chip.clock_hz
     macs = op.macs

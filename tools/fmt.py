@@ -154,7 +154,7 @@ def energy_line(parts: dict | None) -> str:
 
 def stack_text(info: dict) -> str | None:
     """A result's ``info["stack"]`` (sim/run/stack.py ``stack_info``) in words for a report
-    row, None at the defaults."""
+    row, None at the defaults; a training run's always names its loss implementation."""
     st = info.get("stack") or {}
     words = [w for w, on in (("NVLS off (NCCL_NVLS_ENABLE=0)", st.get("nvls") is False),
                              (f"attention by {st.get('attention_kernel')}",
@@ -162,7 +162,11 @@ def stack_text(info: dict) -> str | None:
                              ("TP comm overlap off (Megatron's NCCL path)",
                               st.get("tp_comm_overlap") is False),
                              (f"collective algorithms {st.get('collective_algorithms')} "
-                              f"(NCCL_ALGO)", st.get("collective_algorithms") is not None))
+                              f"(NCCL_ALGO)", st.get("collective_algorithms") is not None),
+                             (f"loss: {st.get('cross_entropy')} cross-entropy "
+                              f"(cross_entropy_loss_fusion "
+                              f"{'true' if st.get('cross_entropy') == 'fused' else 'false'})",
+                              "cross_entropy" in st))
              if on]
     return ", ".join(words) or None
 

@@ -7,6 +7,7 @@ import warnings
 import click
 
 from ..arch.dtypes import DTYPES
+from ..workloads.loss import IMPLEMENTATIONS as LOSS_IMPLEMENTATIONS
 from ..workloads.precision import RECIPES
 from . import fmt
 from .errors import echo_err, friendly
@@ -231,6 +232,11 @@ def _curve_table(curve: dict):
               help="Fused-attention kernel: the chip's own ([attention]; h100: cuDNN) or "
                    "FlashAttention-2 ([attention_fa2]; Transformer Engine with "
                    "NVTE_FUSED_ATTN=0). docs/workloads.md, \"Fused attention\".")
+@click.option("--cross-entropy", type=click.Choice(list(LOSS_IMPLEMENTATIONS)), default=None,
+              help="Training: the loss's implementation, Megatron-Core's fused FP32 "
+                   "cross-entropy (cross_entropy_loss_fusion: true; the default) or the "
+                   "unfused one, a PyTorch kernel per operation (docs/workloads.md, \"The "
+                   "loss, the embedding gradient and the optimizer\").")
 @click.option("--nvls/--no-nvls", default=True, show_default=True,
               help="All-reduces through the switch's in-network reduction where the chip has "
                    "one (NVLink SHARP); --no-nvls is NCCL_NVLS_ENABLE=0: the ring.")
@@ -285,7 +291,8 @@ def _curve_table(curve: dict):
 @friendly
 def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp, ep, cp, zero,
         zero_shards, schedule, virtual_stages, precision, weights_dtype, act_dtype, kv_dtype,
-        recipe, overlap, recompute, attention, attention_kernel, nvls, collective_algorithms,
+        recipe, overlap, recompute, attention, attention_kernel, cross_entropy, nvls,
+        collective_algorithms,
         tp_comm_overlap, moe_skew, moe_capacity_factor, moe_pad, offload, micro_batch, execution,
         fusion, topology, ideal, waterfall, as_json, trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
@@ -309,6 +316,12 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     moe = dict(moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad)
     stack = dict(attention_kernel=attention_kernel, nvls=nvls, tp_comm_overlap=tp_comm_overlap,
                  offload=offload, collective_algorithms=collective_algorithms)
+    if cross_entropy is not None:
+        if phase != "train" or topology:
+            raise ValueError(f"--cross-entropy {cross_entropy} is a training loss's "
+                             f"implementation; {'a --topology file' if topology else phase} "
+                             f"has no loss")
+        stack["cross_entropy"] = cross_entropy
     weights_dtype, act_dtype, kv_dtype, recipe = run_dtypes(precision, phase, weights_dtype,
                                                              act_dtype, kv_dtype, recipe)
     if topology:

@@ -53,7 +53,7 @@ from .program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .recipe import BF16_LINEARS, quantize_records
 from .fused_attention import AttnCall, fuse
-from . import embedding_grad, loss
+from . import cp_attention, embedding_grad, loss
 from .gated_deltanet import linear_attention
 from .sparse_attention import CORE_OPS as DSA_CORES, attended_layer, indexer_ops
 from .mamba2 import CORE_OPS as SSM_CORES, ssm_mixer
@@ -364,10 +364,20 @@ def _attend(c: _Ctx, scores: Gemm, softmax: VectorOp, pv: Gemm, heads: int,
               groups=c.batch * heads)
     if ring:                     # the rank keeps only its own K/V chunk for backward
         op = replace(op, saved_kv_bytes=chunk)
-    writes = [(out, 1.0)]
+    # training's ring attention: the steps' partial outputs, merged into ``out`` by the
+    # stack's bookkeeping passes (workloads/cp_attention.py)
+    merge = (cp_attention.merge_op(c.cp, scores.a_bytes, pv.c_bytes, chunk,
+                                   pv.batch * pv.m * pv.n, c.p.activations)
+             if ring and c.phase == "train" else None)
+    steps = fl.t(f"{out}_steps", pv.c_bytes) if merge else out
+    writes = [(steps, 1.0)]
     if c.phase == "train":
         writes.append((fl.t("attn_stats", op.write_bytes - pv.c_bytes), 1.0))
-    return ring + [fl.vec(op, list(q) + list(k) + list(v), writes, deps=deps)]
+    ops = ring + [fl.vec(op, list(q) + list(k) + list(v), writes, deps=deps)]
+    if merge:
+        ops.append(fl.vec(merge, [(steps, merge.read_bytes / pv.c_bytes)],
+                          [(out, merge.write_bytes / pv.c_bytes)]))
+    return ops
 
 
 def _qk_norm(c: _Ctx, h: int, hkv: int, *, flow=None, parts: dict | None = None) -> list[Op]:
@@ -904,14 +914,23 @@ def _head(c: _Ctx, *, flow=None, inp: str = "hidden") -> list[Op]:
         ops.append(op)
         cur = "logits_capped"
     if c.phase == "train":       # the loss as Megatron-Core runs it (workloads/loss.py)
-        mx, ex, norm_ = loss.forward_ops(rows, v, a)
-        f32 = rows * v * loss.FP32_BYTES
-        fl.vec(mx, [(cur, 1.0)], [(fl.t("ce_logits", f32), 1.0)])
-        fl.vec(ex, [("ce_logits", 1.0)], [(fl.t("ce_exp", f32), 1.0)])
-        fl.vec(norm_, [("ce_exp", 1.0)], [(fl.t("ce_softmax", f32), 1.0),
-                                          (fl.t("loss", rows * loss.FP32_BYTES, program=True,
-                                                live_out=True), 1.0)])
-        ops += [mx, ex, norm_]
+        passes = loss.forward_ops(rows, v, a, c.p.cross_entropy)
+        buf, row = cur, None
+        for i, (op, (out, is_row)) in enumerate(zip(passes, loss.outputs(c.p.cross_entropy))):
+            last = i == len(passes) - 1
+            # each pass reads the FP32 buffer before it and writes the next, or (a row
+            # reduction) its row vector, which the next pass reads as an ordering input
+            nbytes = op.write_bytes - (rows * loss.FP32_BYTES if last else 0.0)
+            outs = [(fl.t(out, nbytes), 1.0)]
+            if last:
+                outs.append((fl.t("loss", rows * loss.FP32_BYTES, program=True,
+                                  live_out=True), 1.0))
+            fl.vec(op, [(buf, 1.0)], outs, deps=(row,) if row else ())
+            if is_row:
+                row = out
+            else:
+                buf, row = out, None
+        ops += passes
     elif c.tp > 1:
         op = Collective(name="logits_all_gather", kind="all_gather",
                         bytes=rows * c.m.vocab_size * c.p.a_bytes, group=c.tp, tags=("tp",))

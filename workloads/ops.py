@@ -61,6 +61,11 @@ class Gemm:
     moves a DRAM byte. ``resident_bytes``: bytes of the scratchpads (all cores together) held
     by tensors the residency planner keeps there during this op; the tiling capacity of each
     core shrinks by its share (never below the ``[residency] reserve_fraction`` of it).
+
+    ``c_accumulate``: the product is added into C's existing contents, ``C += A·B`` (cuBLAS's
+    ``beta = 1`` with C and D the same buffer): the kernel reads C (``c_read_bytes``) as
+    well as writing it. A weight-gradient GEMM accumulating into the optimizer's gradient
+    buffer runs so (:func:`diptych.workloads.train.backward_ops`, docs/workloads.md).
     """
 
     name: str
@@ -79,10 +84,13 @@ class Gemm:
     b_source: str = "dram"
     c_dest: str = "dram"
     resident_bytes: int = 0
+    c_accumulate: bool = False
 
     def __post_init__(self):
         for n in ("m", "k", "n", "batch"):
             _positive_int(n, getattr(self, n))
+        if not isinstance(self.c_accumulate, bool):
+            raise ValueError(f"c_accumulate must be true or false, not {self.c_accumulate!r}")
         for n in ("a_dtype", "b_dtype", "c_dtype", "acc_dtype"):
             check_dtype(getattr(self, n), n)
         for n in ("a_source", "b_source", "c_dest"):
@@ -149,6 +157,11 @@ class Gemm:
     @property
     def c_bytes(self) -> float:
         return self.c_element_bytes + self.c_scale_bytes
+
+    @property
+    def c_read_bytes(self) -> float:
+        """Bytes of C the kernel reads back to add into (``c_accumulate``), else 0."""
+        return self.c_element_bytes if self.c_accumulate else 0.0
 
 
 

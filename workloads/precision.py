@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..arch.dtypes import check_dtype, dtype_bytes
+from .loss import DEFAULT as LOSS_DEFAULT, check_implementation
 
 #: Training precision recipes. Per-tensor FP8 (Transformer Engine's names: delayed scaling,
 #: the TE default, and current scaling), and MXFP8 (block-scaled storage, modelled as MXFP8
@@ -62,6 +63,9 @@ class Precision:
     drops the master copy (pure BF16 training). ``recipe``: the training recipe
     (:data:`RECIPES`), None for none; under an FP8 recipe ``linear`` is the dtype the linear
     layers' GEMM operands are quantised to (module docstring), the other fields the storage.
+    ``cross_entropy``: the training loss's implementation (:data:`~diptych.workloads.loss.\
+IMPLEMENTATIONS`: Megatron-Core's ``fused`` FP32 cross-entropy or its eager ``unfused`` one),
+    which decides the FP32 copies of the logits a step writes and reads.
     """
 
     weights: str = "bf16"
@@ -73,8 +77,10 @@ class Precision:
     moments: str = "fp32"
     linear: str | None = None
     recipe: str | None = None
+    cross_entropy: str = LOSS_DEFAULT
 
     def __post_init__(self):
+        check_implementation(self.cross_entropy)
         for name in ("weights", "activations", "kv", "accumulation", "grads", "moments"):
             check_dtype(getattr(self, name), f"{name} dtype")
         if self.master is not None:
@@ -123,7 +129,8 @@ class Precision:
         """Every field by name (a run's ``precision`` in ``--json``)."""
         return {"weights": self.weights, "activations": self.activations, "kv": self.kv,
                 "accumulation": self.accumulation, "grads": self.grads, "master": self.master,
-                "moments": self.moments, "recipe": self.recipe, "linear": self.linear}
+                "moments": self.moments, "recipe": self.recipe, "linear": self.linear,
+                "cross_entropy": self.cross_entropy}
 
     def describe(self) -> str:
         out = (f"W {self.weights} / A {self.activations} / KV {self.kv} / "

@@ -229,6 +229,6 @@ def backward_gemms(op: Gemm, p: Precision) -> list:
         da = (da, transpose_op(f"{op.name}.x.transpose", op.batch * op.m * op.k, p))
     db = Gemm(name=f"{op.name}.wgrad", m=op.k, k=op.m, n=op.n, batch=op.batch,
               a_dtype=op.a_dtype, b_dtype=p.linear, c_dtype=p.grads, acc_dtype=op.acc_dtype,
-              b_is_weight=op.batch == 1,
+              b_is_weight=op.batch == 1, c_accumulate=True,
               tags=tuple(t for t in op.tags if t != "weight") + ("wgrad",))
     return out + (list(da) if isinstance(da, tuple) else [da]) + [db]

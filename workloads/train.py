@@ -33,6 +33,7 @@ from .config import ModelConfig
 from .fused_attention import FusedAttention, fused_backward
 from .graph import Workload
 from . import embedding_grad as emb, loss
+from .cp_attention import RingMerge
 from .program import Access, Block, Use
 from .lower import (_check_common, _Ctx, _layer_blocks, check_attention, check_cp, check_ep,
                     check_routing, embedding_block, forward_blocks, head_block, keys_info,
@@ -75,6 +76,17 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
         return loss.backward_ops(op)
     if isinstance(op, Gemm):
         weight = "weight" in op.tags
+        # a weight's gradient is added into the optimizer's gradient buffer by the GEMM
+        # itself (gradient_accumulation_fusion, set in every published config): it reads the
+        # buffer back (c_accumulate) on every micro-batch [S: NVIDIA/TransformerEngine v1.10
+        # @08a85d3b transformer_engine/pytorch/module/linear.py: the wgrad gemm with
+        # accumulate=accumulate_wgrad_into_param_main_grad, out=weight.main_grad, True
+        # after the first micro-batch Megatron-Core ever runs (core_r0.9.0
+        # extensions/transformer_engine.py sets is_first_microbatch False after it);
+        # common/gemm/cublaslt_gemm.cu: beta = accumulate ? 1 : 0, D = alpha·A·B + beta·C
+        # with C = D. The buffer is grad_sync_dtype, BF16 in the published runs: NeMo v2.0.0
+        # core/optim/distributed_adam.py main_grad = grad_buffer_view(param); the grads dtype
+        # here]
         da = Gemm(name=f"{op.name}.dgrad", m=op.m, k=op.n, n=op.k, batch=op.batch,
                   a_dtype=p.activations, b_dtype=op.b_dtype, c_dtype=p.activations,
                   acc_dtype=op.acc_dtype, b_is_weight=op.b_is_weight,
@@ -82,9 +94,11 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
         db = Gemm(name=f"{op.name}.wgrad" if weight else f"{op.name}.dgrad_b", m=op.k, k=op.m,
                   n=op.n, batch=op.batch, a_dtype=op.a_dtype, b_dtype=p.activations,
                   c_dtype=p.grads if weight else p.activations, acc_dtype=op.acc_dtype,
-                  b_is_weight=op.batch == 1,
+                  b_is_weight=op.batch == 1, c_accumulate=weight,
                   tags=tuple(t for t in op.tags if t != "weight") + ("wgrad",))
         return [da, db]
+    if isinstance(op, RingMerge):  # ring attention's bookkeeping (workloads/cp_attention.py)
+        return [op.backward()]
     if isinstance(op, VectorOp) and emb.TAG in op.tags and table_elements:
         return list(emb.table_grad_ops(op, table_elements, p.g_bytes))
     if isinstance(op, VectorOp):
@@ -258,13 +272,28 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
             continue
         if loss.TAG in op.tags:
             if "saved" in op.tags:    # reads the softmax it saved and the loss's gradient
-                next(it)
+                kernels = len(loss.backward_ops(op))
+                for _ in range(kernels):
+                    next(it)
                 d_loss = [Use(gr.of_output(w), "read") for w in a.writes if gr.of_output(w)]
                 # and writes the softmax back in place: a dead copy of its bytes
                 back = gr.declare(f"{a.writes[0]}#bwd",
                                   Tensor(f"{a.writes[0]}#bwd", tab[a.writes[0]].bytes), False)
-                access.append(Access((Use(a.writes[0], "read"), *d_loss,
-                                      *gr.contribute(loss_in, 1.0, ""), Use(back, "write"))))
+                if kernels == 1:      # fused: the logits' gradient in the same kernel
+                    access.append(Access((Use(a.writes[0], "read"), *d_loss,
+                                          *gr.contribute(loss_in, 1.0, ""),
+                                          Use(back, "write"))))
+                else:                 # unfused: the multiply in place, then the cast's backward
+                    access += [Access((Use(a.writes[0], "read"), *d_loss, Use(back, "write"))),
+                               Access((Use(back, "read"), *gr.contribute(loss_in, 1.0, "")))]
+            continue
+        if isinstance(op, RingMerge):    # reads the output's gradient, writes the steps'
+            next(it)
+            (d_o,) = [gr.of_output(w) for w in a.writes]
+            (steps,) = [u.tensor for u in a.of(mode="read")]
+            access.append(Access((Use(d_o, "read", op.bwd_read_bytes / tab[steps].bytes),
+                                  *gr.contribute(steps, op.bwd_write_bytes / tab[steps].bytes,
+                                                 ""))))
             continue
         outs = a.writes[:1] if isinstance(op, FusedAttention) else a.writes
         # a norm that wrote its output row-wise in FP8 gets the BF16 output gradient

@@ -196,11 +196,12 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
     if chips > cluster.chips:
         raise ValueError(f"chips ({chips}) exceeds the cluster's {cluster.chips} chips "
                          f"({cluster.name})")
-    p = default_precision(chip, "train", weights_dtype, act_dtype, kv_dtype, recipe)
+    p = default_precision(chip, "train", weights_dtype, act_dtype, kv_dtype, recipe,
+                          scenario.cross_entropy)
     check_supported(chip, p)
     base = Scenario(phase="train", batch=batch, seq=seq, weights_dtype=weights_dtype,
                     act_dtype=act_dtype, kv_dtype=kv_dtype, recipe=recipe,
-                    attention=scenario.attention,
+                    attention=scenario.attention, cross_entropy=scenario.cross_entropy,
                     execution=scenario.execution)
     screen_scenario = dataclasses.replace(base, execution="sum")
     limit = max_tp or min(cluster.scale_up.chips, 64)

@@ -642,7 +642,8 @@ def _setup(model: ModelConfig, chip: Chip, cluster: Cluster, plan: Plan, sc: Sce
                       phase=phase, cluster_chips=cluster.chips)
     m, lpc = info["micro_batches"], info["layers_per_chunk"]
     net = bind(cluster, chip)
-    p = default_precision(chip, phase, sc.weights_dtype, sc.act_dtype, sc.kv_dtype, sc.recipe)
+    p = default_precision(chip, phase, sc.weights_dtype, sc.act_dtype, sc.kv_dtype, sc.recipe,
+                          sc.cross_entropy)
     comp = check_supported(chip, p)
     # memory per chip against DRAM, or an all-SRAM chip's SRAM (where the stage must fit: the
     # layer times below hold every tensor resident, sim/cluster/timing.py)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from ...arch.dtypes import check_dtype
 from ...workloads.lower import ATTENTION_MODES, check_attention
 from ...workloads.moe import Routing
+from ...workloads.loss import DEFAULT as LOSS_DEFAULT, check_implementation
 from ...workloads.precision import recipe_for
 from ..limits import check_sizes
 from .offload import check_offload
@@ -126,6 +127,9 @@ class Scenario:
     software stack's settings (:mod:`~diptych.sim.run.stack`: NCCL's in-switch all-reduce,
     the fused-attention kernel, Transformer Engine's userbuffers overlap, ``NCCL_ALGO``),
     applied to the chip before anything is timed.
+    ``cross_entropy``: the training loss's implementation (``fused`` or ``unfused``,
+    :data:`~diptych.workloads.loss.IMPLEMENTATIONS`: Megatron-Core's
+    ``cross_entropy_loss_fusion`` on or off), lowered into the step's passes.
     ``offload``: training state placed in the chip's second memory tier, ``none``,
     ``optimizer`` or ``params`` (:mod:`~diptych.sim.run.offload`, ZeRO-Offload-style)."""
 
@@ -152,6 +156,7 @@ class Scenario:
     tp_comm_overlap: bool = True
     offload: str = "none"
     collective_algorithms: str | None = None
+    cross_entropy: str = LOSS_DEFAULT
 
     def __post_init__(self):
         if self.phase not in PHASES:
@@ -181,6 +186,7 @@ class Scenario:
                     tp_comm_overlap=self.tp_comm_overlap,
                     collective_algorithms=self.collective_algorithms)
         check_offload(self.offload, phase=self.phase)
+        check_implementation(self.cross_entropy)
         _degree("batch", self.batch)
         for n in ("prompt", "gen", "seq", "micro_batch"):
             _degree(n, getattr(self, n))

@@ -103,10 +103,14 @@ def stack_chip(chip, *, nvls: bool = True, attention_kernel: str = "default",
 
 def stack_info(s) -> dict:
     """Scenario ``s``'s stack settings as a result's ``info["stack"]`` (every run states
-    them, defaults included)."""
-    return {"nvls": s.nvls, "attention_kernel": s.attention_kernel,
-            "tp_comm_overlap": s.tp_comm_overlap,
-            "collective_algorithms": s.collective_algorithms}
+    them, defaults included; a training run also its loss implementation,
+    ``cross_entropy``)."""
+    out = {"nvls": s.nvls, "attention_kernel": s.attention_kernel,
+           "tp_comm_overlap": s.tp_comm_overlap,
+           "collective_algorithms": s.collective_algorithms}
+    if s.phase == "train":
+        out["cross_entropy"] = s.cross_entropy
+    return out
 
 
 def scenario_chip(chip, s):

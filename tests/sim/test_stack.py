@@ -74,6 +74,9 @@ def test_bad_settings_are_refused_naming_the_field(field, value, match):
     (["--attention-kernel", "fa3"], "fa3"),
     (["--chip", "tpu-v4", "--attention-kernel", "fa2"], "attention_fa2"),
     (["--topology", "x.csv", "--no-nvls"], "--no-nvls"),
+    (["--cross-entropy", "liger"], "liger"),
+    (["--phase", "prefill", "--prompt", "128", "--cross-entropy", "unfused"],
+     "--cross-entropy unfused"),
 ])
 def test_cli_exits_2_naming_the_bad_setting(args, needle):
     base = ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase", "train",
@@ -102,3 +105,16 @@ def test_a_run_states_its_stack_settings():
                                   "prefill", "--prompt", "128", "--no-tp-comm-overlap"])
     assert r.exit_code == 0, r.output
     assert "software stack" in r.output and "Megatron's NCCL path" in r.output
+
+
+def test_a_training_run_states_its_loss_implementation():
+    """A training run's stack names its loss (fused by default, the published Llama 3.1
+    configs' choice); an inference run has none."""
+    from diptych.sim.run.stack import stack_info
+    from diptych.tools.fmt import stack_text
+    info = {"stack": stack_info(Scenario.of(phase="train", seq=128))}
+    assert info["stack"]["cross_entropy"] == "fused"
+    assert "fused cross-entropy (cross_entropy_loss_fusion true)" in stack_text(info)
+    info = {"stack": stack_info(Scenario.of(phase="train", seq=128, cross_entropy="unfused"))}
+    assert "unfused cross-entropy (cross_entropy_loss_fusion false)" in stack_text(info)
+    assert "cross_entropy" not in stack_info(Scenario.of(phase="decode", prompt=128))

@@ -83,3 +83,49 @@ def test_cluster_layers_charge_the_same_embedding_backward():
     want = [o for b in w.blocks if b.name == "embedding.bwd" for o in b.ops]
     assert list(lo["embedding"].backward) == want
     assert [o.name for o in lo["head"].backward][0] == "cross_entropy.bwd"
+
+
+def test_unfused_loss_moves_the_bytes_of_megatrons_eager_cross_entropy():
+    # cross_entropy_loss_fusion false (Megatron-Core's default; the GPT-3 and Grok-1 configs):
+    # core_r0.9.0 VocabParallelCrossEntropy, one PyTorch kernel per operation. Forward:
+    # .float() (2 in, 4 out), max (4 in, the row max), -= max (4, 4), exp (4, 4), sum (4 in,
+    # the row sum), div_ (4, 4; + the FP32 loss per row); backward: mul_ (4 + the loss
+    # gradient per row, 4), the cast's backward (4, 2)
+    from diptych.workloads import Precision
+    rows, v = 2048, 128_256
+    w = train_step(M, 1, rows, micro_batch=1, precision=Precision(cross_entropy="unfused"))
+    fwd = _ops(w, "forward", "cross_entropy")
+    bwd = _ops(w, "backward", "cross_entropy")
+    assert [o.name for _, o in fwd] == ["cross_entropy.cast", "cross_entropy.max",
+                                        "cross_entropy.sub", "cross_entropy.exp",
+                                        "cross_entropy.sum", "cross_entropy.div"]
+    assert [o.name for _, o in bwd] == ["cross_entropy.bwd", "cross_entropy.cast.bwd"]
+    n = rows * v
+    assert [(o.read_bytes, o.write_bytes) for _, o in fwd] == [
+        (2 * n, 4 * n), (4 * n, 4 * rows), (4 * n, 4 * n), (4 * n, 4 * n), (4 * n, 4 * rows),
+        (4 * n, 4 * n + 4 * rows)]
+    assert [(o.read_bytes, o.write_bytes) for _, o in bwd] == [
+        (4 * n + 4 * rows, 4 * n), (4 * n, 2 * n)]
+    total = sum(o.read_bytes + o.write_bytes for _, o in fwd + bwd)
+    assert total == pytest.approx(52 * n, rel=1e-4)       # 20 B per logit more than fused
+    # the eager path's dataflow: the row reductions order the passes after them, the
+    # multiply writes the softmax back and the cast's backward the logits' gradient
+    head = next(b for b in w.blocks if b.name == "head")
+    acc = dict(zip((o.name for o in head.ops), head.access))
+    assert ("ce_max", "dep") in {(u.tensor, u.role) for u in acc["cross_entropy.sub"].uses}
+    assert ("ce_sum", "dep") in {(u.tensor, u.role) for u in acc["cross_entropy.div"].uses}
+    hb = next(b for b in w.blocks if b.name == "head.bwd")
+    acc = dict(zip((o.name for o in hb.ops), hb.access))
+    assert "d.logits" in acc["cross_entropy.cast.bwd"].writes
+    assert "d.logits" not in acc["cross_entropy.bwd"].writes
+
+
+def test_an_unknown_loss_implementation_is_refused_naming_it():
+    from diptych.sim.run import Scenario
+    from diptych.workloads import Precision
+    for make in (lambda: Precision(cross_entropy="liger"),
+                 lambda: Scenario.of(phase="train", seq=128, cross_entropy="liger")):
+        with pytest.raises(ValueError, match="cross_entropy must be one of fused, unfused, "
+                                             "not 'liger'"):
+            make()
+

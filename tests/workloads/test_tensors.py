@@ -142,7 +142,9 @@ def test_names_stay_out_of_the_ops():
         "name", "m", "k", "n", "batch", "a_dtype", "b_dtype", "c_dtype", "acc_dtype",
         "b_is_weight", "tags",
         # residency (phase 2b): where operands live, set only when a plan is timed
-        "a_source", "b_source", "c_dest", "resident_bytes"}
+        "a_source", "b_source", "c_dest", "resident_bytes",
+        # a weight gradient accumulating into the gradient buffer (cuBLAS beta = 1)
+        "c_accumulate"}
     # with or without a flow, a layer lowers to the same ops
     m = load_model("deepseek-v3")
     c = _Ctx(m, Precision(), 8, 2, 1, 0, "decode", past=99)
