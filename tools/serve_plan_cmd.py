@@ -162,6 +162,10 @@ def echo_setups(res: dict) -> None:
 @click.option("--moe-skew", type=float, default=0.0, show_default=True,
               help="Expert-parallel plans: the experts' popularity coefficient of variation "
                    "(as `diptych serve --moe-skew`).")
+@click.option("--redundant-experts", type=IntList(zero_ok=True), default="0", show_default=True,
+              help="Redundant expert slots to try on every expert-parallel layout (EPLB's "
+                   "copies of the hottest experts, as `diptych serve --redundant-experts`), "
+                   "e.g. 0,32; each with the EP degrees that divide the experts plus it.")
 @click.option("--weights-dtype", type=click.Choice(DTYPES), help="Weight precision.")
 @click.option("--act-dtype", type=click.Choice(DTYPES), help="Activation precision.")
 @click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
@@ -183,20 +187,22 @@ def echo_setups(res: dict) -> None:
 @friendly
 def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_tpot, tp,
                max_batched_tokens, policies, no_disagg, ep, no_ep, ep_attention, moe_skew,
-               weights_dtype, act_dtype, kv_dtype,
+               redundant_experts, weights_dtype, act_dtype, kv_dtype,
                runtime, seed, top, as_json, exhaustive, jobs, scheduler):
     """Deploy each chip design at its best: search pool sizes and the prefill:decode split,
     tensor parallelism per pool (and, for a mixture-of-experts model, expert parallelism with
-    data- or tensor-parallel attention), batch-token limits and the prompt policy; serve the same
-    request stream on every plan at --qps; rank the plans that meet the p99 SLOs by $ per
-    million output tokens (then goodput per chip) and print the Pareto front ($/Mtok,
-    tokens/J, goodput per chip) and the best plan per design.
+    data- or tensor-parallel attention and redundant hot experts), batch-token limits and
+    the prompt policy; serve the same request stream on every plan at --qps; rank the plans
+    that meet the p99 SLOs by $ per million output tokens (then goodput per chip) and print
+    the Pareto front ($/Mtok, tokens/J, goodput per chip) and the best plan per design.
 
     \b
     diptych serve-plan --model llama-3-8b --chip h100 --chip infer-2026 --chips 4 --qps 8
     diptych serve-plan --model llama-3-70b --chip h100 --chips 8 --qps 4 --tp 2,4 --json
     diptych serve-plan --model llama-3-70b --chip h100 --chip infer-2026 --chips 6 --qps 2 -j 2
     diptych serve-plan --model qwen3-30b-a3b --chip h100 --chips 4 --qps 4 --ep 2,4 --no-disagg
+    diptych serve-plan --model qwen3-30b-a3b --chip h100 --chips 4 --qps 4 --ep 4 \
+        --redundant-experts 0,4 --moe-skew 0.3 --no-disagg
     """
     from ..arch.runtime import load_runtime
     from ..sim.serving.config import ServeConfig
@@ -219,7 +225,8 @@ def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_t
     space = SearchSpace(designs=tuple(dict.fromkeys(chips_)), chips=chips, tp=tp,
                         max_batched_tokens=max_batched_tokens, chunked_prefill=policies,
                         disaggregated=not no_disagg, precision=prec,
-                        ep=() if no_ep else ep, ep_attention=atts, moe_skew=moe_skew)
+                        ep=() if no_ep else ep, ep_attention=atts, moe_skew=moe_skew,
+                        redundant_experts=redundant_experts)
     res = run_search(model, space, load, cfg, jobs=jobs, scheduler=scheduler,
                      progress=not as_json, prune=not exhaustive)
     if as_json:

@@ -7,8 +7,10 @@ chunked into decode steps. :func:`candidates` enumerates every :class:`Plan` the
 
 * **colocated**, per design and replica layout (:func:`layouts`: a TP degree ``t`` that holds
   the model, :func:`~.deployment.fit_tp`, and at most ``chips``; for a mixture-of-experts
-  model also every expert-parallel degree ``e`` that divides its experts, with data-parallel
-  or tensor-parallel attention, :mod:`.ep`, whose ranks hold the model): 1 to
+  model also every expert-parallel degree ``e`` that divides its expert slots (its experts
+  plus each ``R`` of ``redundant_experts``: EPLB's copies of the hottest experts, :mod:`.ep`),
+  with data-parallel or tensor-parallel attention, whose ranks hold the model, the copies'
+  weights included): 1 to
   ``chips // g`` replicas of ``g`` chips (``t``, or ``e``);
 * **disaggregated**, per ordered pair of designs (the same one twice included), per layout
   of each pool and per pair of pool sizes (each a multiple of its replica's chips, at least
@@ -75,7 +77,10 @@ class SearchSpace:
     ``ep``: the expert-parallel degrees tried on a mixture-of-experts model (None: every
     degree from 2 to ``chips`` that divides its experts; ``()``: none), each with every
     attention layout of ``ep_attention`` (``"dp"``, ``"tp"``: :mod:`.ep`) and the experts'
-    popularity skew ``moe_skew`` (a coefficient of variation, as ``serve --moe-skew``)."""
+    popularity skew ``moe_skew`` (a coefficient of variation, as ``serve --moe-skew``).
+    ``redundant_experts``: the redundant expert slots tried on every expert-parallel layout
+    (``serve --redundant-experts``; 0: none), each with the EP degrees that divide the experts
+    plus it; a value above 0 needs a mixture-of-experts model and expert parallelism."""
 
     designs: tuple[str, ...]
     chips: int
@@ -87,6 +92,7 @@ class SearchSpace:
     ep: tuple[int, ...] | None = None
     ep_attention: tuple[str, ...] = ATTENTION_LAYOUTS
     moe_skew: float = DEFAULT_SKEW
+    redundant_experts: tuple[int, ...] = (0,)
 
     def __post_init__(self):
         if not self.designs:
@@ -110,12 +116,21 @@ class SearchSpace:
             raise ValueError(f"ep_attention must be among {', '.join(ATTENTION_LAYOUTS)}, not "
                              f"{self.ep_attention!r}")
         EpSpec(2, skew=self.moe_skew)           # the skew's bounds, named as serve names them
+        if not self.redundant_experts or any(isinstance(v, bool) or not isinstance(v, int)
+                                             or v < 0 for v in self.redundant_experts):
+            raise ValueError(f"redundant_experts must be non-negative integers, not "
+                             f"{self.redundant_experts!r}")
+        extra = [r for r in self.redundant_experts if r]
+        if extra and self.ep == ():
+            raise ValueError(f"--redundant-experts {extra[0]} replicates experts over "
+                             f"expert-parallel ranks; drop --no-ep or give 0")
 
 
-#: A pool of a plan: ``(role, design, tp, chips, ep, attention)``: ``chips`` chips of
-#: ``design`` in replicas of ``tp`` tensor-parallel chips (``ep == 1``, attention "tp"), or of
-#: ``ep`` expert-parallel chips with ``attention`` "dp" (``tp`` 1) or "tp" (``tp == ep``).
-Role = tuple[str, str, int, int, int, str]
+#: A pool of a plan: ``(role, design, tp, chips, ep, attention, redundant)``: ``chips`` chips
+#: of ``design`` in replicas of ``tp`` tensor-parallel chips (``ep == 1``, attention "tp",
+#: ``redundant`` 0), or of ``ep`` expert-parallel chips with ``attention`` "dp" (``tp`` 1) or
+#: "tp" (``tp == ep``) holding the experts and ``redundant`` copies of the hottest (EPLB).
+Role = tuple[str, str, int, int, int, str, int]
 
 
 def group_chips(role: Role) -> int:
@@ -124,14 +139,18 @@ def group_chips(role: Role) -> int:
 
 
 def layout_words(role: Role) -> str:
-    """A pool's parallelism in words: ``tp 2``, ``ep 8, dp attention``."""
-    return f"ep {role[4]}, {role[5]} attention" if role[4] > 1 else f"tp {role[2]}"
+    """A pool's parallelism in words: ``tp 2``, ``ep 8, dp attention``, ``ep 8, dp
+    attention, 32 redundant experts``."""
+    if role[4] == 1:
+        return f"tp {role[2]}"
+    red = f", {role[6]} redundant experts" if role[6] else ""
+    return f"ep {role[4]}, {role[5]} attention{red}"
 
 
 @dataclass(frozen=True)
 class Plan:
     """One deployment of a search: ``roles`` is ``(("mixed", design, tp, chips, ep,
-    attention),)`` or ``(("prefill", ...), ("decode", ...))`` (:data:`Role`); the engine
+    attention, redundant),)`` or ``(("prefill", ...), ("decode", ...))`` (:data:`Role`); the engine
     settings beside it (``max_batched_tokens``: one data-parallel attention rank's, as
     ``serve`` takes it)."""
 
@@ -164,7 +183,8 @@ class Plan:
     def to_dict(self) -> dict:
         return {"design": self.design, "disaggregated": self.disaggregated,
                 "pools": [{"role": r[0], "chip": r[1], "tp": r[2], "chips": r[3],
-                           "replicas": r[3] // group_chips(r), "ep": r[4], "attention": r[5]}
+                           "replicas": r[3] // group_chips(r), "ep": r[4], "attention": r[5],
+                           "redundant_experts": r[6]}
                           for r in self.roles],
                 "chips": self.chips, "max_batched_tokens": self.max_batched_tokens,
                 "chunked_prefill": self.chunked_prefill, "plan": self.describe()}
@@ -182,21 +202,32 @@ def _degrees(design: str, model, space: SearchSpace, cfg: ServeConfig) -> list[i
     return sorted(t for t in set(tps) if least <= t <= space.chips)
 
 
-def ep_degrees(m, space: SearchSpace) -> list[int]:
-    """The expert-parallel degrees ``space`` tries on ``m`` (ascending): ``space.ep`` or every
-    degree from 2 to ``space.chips`` that divides the experts; [] for a dense model.
-    ValueError naming the value when an explicit degree does not divide the experts or the
-    model is dense."""
+def ep_degrees(m, space: SearchSpace, redundant: int = 0) -> list[int]:
+    """The expert-parallel degrees ``space`` tries on ``m`` with ``redundant`` redundant
+    experts (ascending): ``space.ep`` or every degree from 2 to ``space.chips`` that divides
+    the expert slots (experts + ``redundant``); [] for a dense model. ValueError naming the
+    value when an explicit degree does not divide the slots, the model is dense and
+    ``redundant`` or a degree is given, or no degree divides the slots of ``redundant``."""
     for e in space.ep or ():
-        EpSpec(e, skew=space.moe_skew).check(m)          # dense, or experts not divisible
+        EpSpec(e, redundant_experts=redundant, skew=space.moe_skew).check(m)
         if e > space.chips:
             raise ValueError(f"--ep {e} is larger than --chips ({space.chips}): an "
                              f"expert-parallel replica takes {e} chips")
     if not m.is_moe:
+        if redundant:
+            raise ValueError(f"--redundant-experts {redundant} needs a mixture-of-experts "
+                             f"model; {m.name} is dense (no experts to replicate)")
         return []
     if space.ep is not None:
         return sorted(set(space.ep))
-    return [e for e in range(2, space.chips + 1) if m.experts % e == 0]
+    slots = m.experts + redundant
+    out = [e for e in range(2, space.chips + 1) if slots % e == 0]
+    if redundant and not out:
+        raise ValueError(f"--redundant-experts {redundant}: no expert-parallel degree from 2 "
+                         f"to --chips ({space.chips}) divides the expert slots of {m.name} "
+                         f"({m.experts} experts + {redundant} redundant = {slots}): each "
+                         f"rank holds an equal share")
+    return out
 
 
 def _ep_fits(design: str, model, spec: EpSpec, space: SearchSpace, cfg: ServeConfig) -> bool:
@@ -216,17 +247,20 @@ def _ep_fits(design: str, model, spec: EpSpec, space: SearchSpace, cfg: ServeCon
 
 
 def layouts(design: str, model, space: SearchSpace, cfg: ServeConfig
-            ) -> list[tuple[int, int, str]]:
-    """The replica layouts ``(tp, ep, attention)`` of ``space`` at which ``design`` holds
-    ``model``: every TP degree (:func:`_degrees`, ``ep`` 1), then every expert-parallel degree
-    (:func:`ep_degrees`) with each attention layout whose ranks hold it (:func:`_ep_fits`)."""
+            ) -> list[tuple[int, int, str, int]]:
+    """The replica layouts ``(tp, ep, attention, redundant)`` of ``space`` at which ``design``
+    holds ``model``: every TP degree (:func:`_degrees`, ``ep`` 1, ``redundant`` 0), then per
+    redundant-expert count of ``space`` every expert-parallel degree (:func:`ep_degrees`)
+    with each attention layout whose ranks hold it, the copies' weights included
+    (:func:`_ep_fits`)."""
     m = load_model(model)
-    out = [(t, 1, "tp") for t in _degrees(design, m, space, cfg)]
-    for e in ep_degrees(m, space):
-        for att in space.ep_attention:
-            spec = EpSpec(e, att, skew=space.moe_skew)
-            if _ep_fits(design, m, spec, space, cfg):
-                out.append((spec.tp, e, att))
+    out = [(t, 1, "tp", 0) for t in _degrees(design, m, space, cfg)]
+    for red in sorted(set(space.redundant_experts)):
+        for e in ep_degrees(m, space, red):
+            for att in space.ep_attention:
+                spec = EpSpec(e, att, red, skew=space.moe_skew)
+                if _ep_fits(design, m, spec, space, cfg):
+                    out.append((spec.tp, e, att, red))
     return out
 
 
@@ -242,25 +276,25 @@ def candidates(model, space: SearchSpace, cfg: ServeConfig | None = None) -> lis
 
     shapes: list[tuple] = []
     for d in space.designs:
-        shapes += [(("mixed", d, t, r * group(t, e), e, a),) for t, e, a in lay[d]
+        shapes += [(("mixed", d, t, r * group(t, e), e, a, x),) for t, e, a, x in lay[d]
                    for r in range(1, n // group(t, e) + 1)]
     if space.disaggregated:
         for a in space.designs:
             for b in space.designs:
-                for ta, ea, aa in lay[a]:
+                for ta, ea, aa, xa in lay[a]:
                     ga = group(ta, ea)
-                    for tb, eb, ab in lay[b]:
+                    for tb, eb, ab, xb in lay[b]:
                         gb = group(tb, eb)
                         for n_a in range(ga, n - gb + 1, ga):
-                            shapes += [(("prefill", a, ta, n_a, ea, aa),
-                                        ("decode", b, tb, n_b, eb, ab))
+                            shapes += [(("prefill", a, ta, n_a, ea, aa, xa),
+                                        ("decode", b, tb, n_b, eb, ab, xb))
                                        for n_b in range(gb, n - n_a + 1, gb)]
     out = [Plan(s, k, c) for s in shapes for k in space.max_batched_tokens
            for c in space.chunked_prefill]
     if len(out) > MAX_CANDIDATES:
         raise ValueError(f"the search space holds {len(out):,} plans, more than "
                          f"{MAX_CANDIDATES:,} (sim/serving/search.py): narrow --tp, --ep, "
-                         f"--max-batched-tokens or --chips")
+                         f"--redundant-experts, --max-batched-tokens or --chips")
     return out
 
 
@@ -268,12 +302,12 @@ def _deployment(plan: Plan, model, space: SearchSpace, replicas: dict) -> Deploy
     prec = dict(space.precision)
     pools = []
     for role in plan.roles:
-        _, design, tp, chips, ep, att = role
-        key = (design, tp, ep, att)
+        _, design, tp, chips, ep, att, red = role
+        key = (design, tp, ep, att, red)
         if key not in replicas:     # one replica object per layout: shared step timers
             r = make_replica(design, model, Scenario.of(phase="decode", tp=tp, **prec))
             if ep > 1:
-                r = ep_replica(r, EpSpec(ep, att, skew=space.moe_skew))
+                r = ep_replica(r, EpSpec(ep, att, red, skew=space.moe_skew))
             replicas[key] = r
         pools.append(Pool(replicas[key], chips // group_chips(role)))
     if plan.disaggregated:
@@ -567,6 +601,7 @@ def search(model, space: SearchSpace, load: Load, cfg: ServeConfig | None = None
                       "tp": list(space.tp) if space.tp else None,
                       "ep": list(space.ep) if space.ep is not None else None,
                       "ep_attention": list(space.ep_attention), "moe_skew": space.moe_skew,
+                      "redundant_experts": list(space.redundant_experts),
                       "max_batched_tokens": list(space.max_batched_tokens),
                       "chunked_prefill": list(space.chunked_prefill),
                       "disaggregated": space.disaggregated},

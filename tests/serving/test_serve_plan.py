@@ -45,16 +45,17 @@ def test_the_plans_are_the_space_and_nothing_else():
     shapes = set()
     for p in plans:
         assert p.chips <= SPACE.chips
-        for _, design, tp, chips, ep, att in p.roles:
+        for _, design, tp, chips, ep, att, red in p.roles:
             assert tp >= fit[design] and chips % tp == 0 and chips >= tp
-            assert (ep, att) == (1, "tp")             # a dense model: no expert parallelism
+            assert (ep, att, red) == (1, "tp", 0)     # a dense model: no expert parallelism
         shapes.add(p.roles)
     # complete: every colocated size, every split that fits the chips; nothing over them
     for d in SPACE.designs:
         for t, r in ((1, 1), (1, 2), (2, 1)):
-            assert (("mixed", d, t, r * t, 1, "tp"),) in shapes
+            assert (("mixed", d, t, r * t, 1, "tp", 0),) in shapes
         for e in SPACE.designs:
-            assert (("prefill", d, 1, 1, 1, "tp"), ("decode", e, 1, 1, 1, "tp")) in shapes
+            assert (("prefill", d, 1, 1, 1, "tp", 0),
+                    ("decode", e, 1, 1, 1, "tp", 0)) in shapes
     assert len(plans) == 2 * (2 * 3 + 4)          # policies x (colocated 3 per design + pairs)
     assert not any(r[2] == 2 and p.disaggregated for p in plans for r in p.roles)
 
@@ -76,7 +77,8 @@ def test_the_best_plan_served_again_meets_the_slos(result, oracles):
     from diptych.sim.serving.search import Plan, _deployment
     from dataclasses import replace
     b = result["best"]
-    plan = Plan(tuple((p["role"], p["chip"], p["tp"], p["chips"], p["ep"], p["attention"])
+    plan = Plan(tuple((p["role"], p["chip"], p["tp"], p["chips"], p["ep"], p["attention"],
+                      p["redundant_experts"])
                       for p in b["pools"]),
                 b["max_batched_tokens"], b["chunked_prefill"])
     dep = _deployment(plan, "llama-3-8b", SPACE, {})
@@ -98,7 +100,8 @@ def test_the_price_floor_is_below_every_plans_price(exhaustive):
     priced = [r for r in exhaustive["evaluated"] if r.get("usd_per_mtok") is not None]
     assert len(priced) > 10 and exhaustive["pruned"] == 0
     for r in priced:
-        roles = tuple((p["role"], p["chip"], p["tp"], p["chips"], p["ep"], p["attention"])
+        roles = tuple((p["role"], p["chip"], p["tp"], p["chips"], p["ep"], p["attention"],
+                      p["redundant_experts"])
                       for p in r["pools"])
         assert usd_floor(roles, span, out) <= r["usd_per_mtok"]
 

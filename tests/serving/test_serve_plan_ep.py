@@ -45,14 +45,14 @@ def test_the_ep_layouts_are_the_valid_ones():
             if kv_budget(r, block_tokens=cfg.kv_block_tokens,
                          max_batched_tokens=cfg.max_batched_tokens,
                          reserve_fraction=cfg.kv_reserve_fraction).tokens >= 8192:
-                want.append((spec.tp, e, att))
-    assert [x for x in got if x[1] > 1] == want == [(1, 2, "dp"), (2, 2, "tp"),
-                                                     (1, 4, "dp"), (4, 4, "tp")]
+                want.append((spec.tp, e, att, 0))
+    assert [x for x in got if x[1] > 1] == want == [(1, 2, "dp", 0), (2, 2, "tp", 0),
+                                                     (1, 4, "dp", 0), (4, 4, "tp", 0)]
     shapes = {p.roles for p in candidates(MOE, SPACE, CFG)}
     ep = {s for s in shapes if s[0][4] > 1}
-    assert ep == {(("mixed", "h100", 1, 2, 2, "dp"),), (("mixed", "h100", 1, 4, 2, "dp"),),
-                  (("mixed", "h100", 2, 2, 2, "tp"),), (("mixed", "h100", 2, 4, 2, "tp"),),
-                  (("mixed", "h100", 1, 4, 4, "dp"),), (("mixed", "h100", 4, 4, 4, "tp"),)}
+    assert ep == {(("mixed", "h100", t, n, e, a, 0),) for t, n, e, a in (
+        (1, 2, 2, "dp"), (1, 4, 2, "dp"), (2, 2, 2, "tp"), (2, 4, 2, "tp"), (1, 4, 4, "dp"),
+        (4, 4, 4, "tp"))}
     # a dense model has no EP layout; --no-ep (ep=()) leaves only TP
     assert all(r[4] == 1 for p in candidates("llama-3-8b", SPACE, CFG) for r in p.roles)
     from dataclasses import replace
