@@ -203,7 +203,7 @@ class Instance:
         victim.preemptions += 1
         self.preemptions += 1
         if self.pc is not None and self._tier_swap:     # live blocks before cached prefixes
-            self.pc.make_room(victim.blocks)
+            self._swap_s += self.pc.make_room(victim.blocks)     # 0 on two tiers
         s = self.tier.swap_out(victim.blocks, victim.rid) if self._tier_swap else None
         if self.cfg.preemption == "swap" or s is not None:
             victim.swapped = victim.blocks
@@ -475,7 +475,7 @@ class Instance:
             r.shared = r.computed = pc.blocks * self.bs
         rest = r.target - r.computed
         need = rest if rest <= budget else (budget if chunked else 0)
-        load = pc.blocks if kind == "hit2" else 0
+        load = pc.blocks if kind in ("hit2", "hit3") else 0
         total = self.blocks_for(r, r.computed + need) if need else 0
         if not need or (total + load > self.free
                         and not self._reclaim(total + load, r.pid)):

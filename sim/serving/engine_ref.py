@@ -178,6 +178,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     holders: dict = {}                       # pid -> rids holding it
     unheld_since: dict = {}                  # pid -> tick it was last let go
     in_t2: dict = {}                         # pid -> tick it was stored in tier 2
+    in_t3: dict = {}                         # pid -> tick it was stored in tier 3 (swap)
     clock = [0]
     hits = [0, 0, 0]
     hits3 = [0]
@@ -187,7 +188,51 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         return in_tier2["swapped"] + pb * len(in_t2)
 
     def tier3_used():
-        return in_tier3["swapped"]
+        return in_tier3["swapped"] + pb * len(in_t3)
+
+    def drop_t3_for(n, keep=-1):
+        """Three tiers: drop tier-3 prefixes, the longest stored first (not ``keep``), until
+        ``n`` fit."""
+        for p in sorted(in_t3, key=in_t3.get):
+            if tier3_used() + n <= c3:
+                break
+            if p != keep:
+                del in_t3[p]
+
+    def room_in_t2(n, keep=-1):
+        """Three tiers, ``swap``: room for ``n`` blocks (a victim, or a prefix being stored):
+        in tier 2, its prefixes (the longest stored first, not ``keep``) moved down to tier 3
+        (or dropped when tier 3 has no room), when ``n`` can fit there at all; else in tier 3,
+        its prefixes dropped. The seconds of the copies from tier 2 to tier 3."""
+        others = sorted((p for p in in_t2 if p != keep), key=in_t2.get)
+        if tier2_used() - pb * len(others) + n > c2:
+            drop_t3_for(n, keep)
+            return 0.0
+        secs = 0.0
+        for p in others:
+            if tier2_used() + n <= c2:
+                break
+            del in_t2[p]
+            drop_t3_for(pb, keep)
+            if tier3_used() + pb <= c3:
+                in_t3[p] = tick()
+                in_tier3["peak"] = max(in_tier3["peak"], tier3_used())
+                secs += copy_s((1, 2), pb)
+        return secs
+
+    def store_prefix3(p, keep):
+        """Three tiers, ``swap``: evicted prefix ``p`` kept in tier 2 (room made by
+        :func:`room_in_t2`), else in tier 3, else dropped: the seconds of its copies."""
+        secs = room_in_t2(pb, keep)
+        if tier2_used() + pb <= c2:
+            in_t2[p] = tick()
+            in_tier2["peak"] = max(in_tier2["peak"], tier2_used())
+            return secs + spec.move_s(pb * block_bytes)
+        if tier3_used() + pb <= c3:
+            in_t3[p] = tick()
+            in_tier3["peak"] = max(in_tier3["peak"], tier3_used())
+            return secs + spec3.move_s(pb * block_bytes)
+        return secs
 
     def drop_t2_for(n, keep=-1):
         """Drop tier-2 prefixes, the longest stored first (not ``keep``), until ``n`` fit."""
@@ -210,6 +255,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                         key=lambda p: unheld_since[p])
         if len(free_ids) + pb * len(unheld) < n:
             return False
+        secs3 = 0.0                         # three tiers: the stores' seconds, summed here
         for p in unheld:
             if len(free_ids) >= n:
                 break
@@ -217,12 +263,16 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                 held.remove(b)
                 free_ids.append(b)
             del holders[p]
-            if tier_mode == "swap":
+            if tier_mode == "swap" and spec3 is not None:
+                secs3 += store_prefix3(p, keep)
+            elif tier_mode == "swap":
                 drop_t2_for(pb, keep)
                 if tier2_used() + pb <= c2:
                     in_t2[p] = tick()
                     in_tier2["peak"] = max(in_tier2["peak"], tier2_used())
                     swap_time[0] += spec.move_s(pb * block_bytes)
+        if secs3:
+            swap_time[0] += secs3
         return True
 
     def let_go(r):
@@ -366,7 +416,9 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         preemptions += 1
         victim.preemptions += 1
         n = len(victim.blocks)
-        if tier_mode == "swap" and pb:
+        if tier_mode == "swap" and pb and spec3 is not None:
+            swap_time[0] += room_in_t2(n)
+        elif tier_mode == "swap" and pb:
             drop_t2_for(n)
         to_tier = 0
         if tier_mode == "swap":
@@ -476,7 +528,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             r = waiting[0]
             kind = None
             if pb and r.pid >= 0 and not r.holds_prefix:
-                kind = ("hit1" if r.pid in cached else "hit2" if r.pid in in_t2 else "miss")
+                kind = ("hit1" if r.pid in cached else "hit2" if r.pid in in_t2 else
+                        "hit3" if r.pid in in_t3 else "miss")
                 if kind != "miss":
                     r.shared = r.computed = pb * bs
             rest = r.target - r.computed
@@ -485,7 +538,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                     r.shared = r.computed = 0
                 break
             need = rest if whole else min(rest, budget, cap)
-            load = pb if kind == "hit2" else 0
+            load = pb if kind in ("hit2", "hit3") else 0
             if not get_room(blocks_needed(r, r.computed + need, r.computed) + load,
                             r.pid):
                 if kind:
@@ -499,11 +552,16 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                     cached[r.pid] = [take() for _ in range(pb)]
                     holders[r.pid] = set()
                     swap_time[0] += spec.move_s(pb * block_bytes)
+                if kind == "hit3":          # kept in tier 3 (swap): copied back from there
+                    del in_t3[r.pid]
+                    cached[r.pid] = [take() for _ in range(pb)]
+                    holders[r.pid] = set()
+                    swap_time[0] += spec3.move_s(pb * block_bytes)
                 slowest = 1     # under a pooled tier: the slowest tier holding part of it
                 if tier_mode == "tier":
                     n1, n2, n3 = last_place.get(("p", r.pid), (0, 0, 0))
                     slowest = 3 if n3 else 2 if n2 else 1
-                if kind == "hit1" and slowest == 3:
+                if kind == "hit3" or kind == "hit1" and slowest == 3:
                     hits3[0] += 1
                 else:
                     hits[0 if kind == "hit1" and slowest == 1 else 1] += 1
@@ -678,7 +736,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         for r, c in chunks:
             r.computed += c
             if (pb and r.pid >= 0 and not r.holds_prefix and r.computed >= pb * bs
-                    and r.pid not in cached and r.pid not in in_t2):     # it donates its ids
+                    and r.pid not in cached and r.pid not in in_t2
+                    and r.pid not in in_t3):     # it donates its ids
                 ids = [b for slot in r.table[0][:pb] for b in slot]
                 r.table[0][:pb] = [None] * pb
                 for b in ids:
