@@ -241,10 +241,13 @@ class Instance:
         self._fetch_s = 0.0
         if self.cfg.scheduler == "static":
             step = self._plan_static()
-        elif self.cfg.chunked_prefill:
-            step = self._plan_chunked()
         else:
-            step = self._plan_whole()
+            before = self.preemptions
+            step = self._plan_chunked() if self.cfg.chunked_prefill else self._plan_whole()
+            if step is None and self.preemptions > before:
+                # it preempted every sequence it could run and ran none: the scheduler plans
+                # again at once (vLLM's engine loop steps again), the swap-outs on that step
+                step = self._plan_chunked() if self.cfg.chunked_prefill else self._plan_whole()
         if step is None:
             return None
         cost = self.oracle.cost(step)

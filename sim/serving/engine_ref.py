@@ -681,7 +681,10 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             t = t_end
             continue
 
+        before = preemptions
         decodes, chunks = plan_continuous(swap_time)
+        if not decodes and not chunks and preemptions > before:   # all preempted, none ran:
+            decodes, chunks = plan_continuous(swap_time)            # plan again at once
         if not decodes and not chunks:
             if not future:
                 raise AssertionError("requests left but nothing can run")

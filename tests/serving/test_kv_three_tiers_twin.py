@@ -161,3 +161,28 @@ def test_ideal_tiers_keep_every_evicted_prefix_as_one_big_second_tier_does():
     assert p3.demoted3 > 0 and p3.hits3 > 0 and p3.dropped == p3.dropped2 == p3.dropped3 == 0
     assert (p3.hits1, p3.hits2 + p3.hits3, p3.misses) == (pb_.hits1, pb_.hits2, pb_.misses)
     assert ps.dropped2 > 0 and ps.misses > pb_.misses and small != big
+
+
+def test_a_plan_that_preempts_every_runnable_request_plans_again():
+    """Two tiers, ``swap``, prefixes, a 60-block first tier: a step's plan preempts the
+    sequences it could run, itself included, and runs none; the scheduler plans again at
+    once (admitting what is swapped out), so every request finishes (before the fix 22 of
+    40 were left unfinished, silently), exactly as the twin serves them."""
+    reqs = _stream(40, 9, seed=3, rate=200.0, gen_hi=400)
+    cfg = ServeConfig(max_batched_tokens=512)
+    tier = KvTier(S2, "swap", blocks=24, tier1_blocks=60, block_bytes=BB)
+    pc = PrefixCache(9, 8, BB, store=tier)
+    inst = Instance(0, "mixed", LinearSteps(), cfg, chips=1, blocks=60, block_bytes=BB,
+                    static_w=0.0, tier=tier, prefix_cache=pc, rng=np.random.default_rng(1))
+    rs = []
+    for i, (a, p, g, pid) in enumerate(reqs):
+        rs.append(Req(i, a, p, g))
+        rs[-1].pid = pid
+    run_loop([inst], rs)
+    g = golden_serve([GoldenRequest(i, a, p, o, pid=pid) for i, (a, p, o, pid) in
+                      enumerate(reqs)], LinearSteps(), cfg, 60, block_bytes=BB,
+                     tier=(S2, "swap", 60, 24), cached_prefix_blocks=8,
+                     rng=np.random.default_rng(1))
+    assert min(r.finish_t for r in rs) > 0 and len(g.requests) == len(rs)
+    assert {r.rid: (r.first_t, r.finish_t) for r in rs} == \
+        {r.rid: (r.first_t, r.finish_t) for r in g.requests}
