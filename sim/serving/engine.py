@@ -203,7 +203,7 @@ class Instance:
         victim.preemptions += 1
         self.preemptions += 1
         if self.pc is not None and self._tier_swap:     # live blocks before cached prefixes
-            self.pc.make_room(victim.blocks)
+            self._swap_s += self.pc.make_room(victim.blocks)     # 0 on two tiers
         s = self.tier.swap_out(victim.blocks, victim.rid) if self._tier_swap else None
         if self.cfg.preemption == "swap" or s is not None:
             victim.swapped = victim.blocks
@@ -241,10 +241,13 @@ class Instance:
         self._fetch_s = 0.0
         if self.cfg.scheduler == "static":
             step = self._plan_static()
-        elif self.cfg.chunked_prefill:
-            step = self._plan_chunked()
         else:
-            step = self._plan_whole()
+            before = self.preemptions
+            step = self._plan_chunked() if self.cfg.chunked_prefill else self._plan_whole()
+            if step is None and self.preemptions > before:
+                # it preempted every sequence it could run and ran none: the scheduler plans
+                # again at once (vLLM's engine loop steps again), the swap-outs on that step
+                step = self._plan_chunked() if self.cfg.chunked_prefill else self._plan_whole()
         if step is None:
             return None
         cost = self.oracle.cost(step)
@@ -475,7 +478,7 @@ class Instance:
             r.shared = r.computed = pc.blocks * self.bs
         rest = r.target - r.computed
         need = rest if rest <= budget else (budget if chunked else 0)
-        load = pc.blocks if kind == "hit2" else 0
+        load = pc.blocks if kind in ("hit2", "hit3") else 0
         total = self.blocks_for(r, r.computed + need) if need else 0
         if not need or (total + load > self.free
                         and not self._reclaim(total + load, r.pid)):

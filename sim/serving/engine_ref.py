@@ -69,6 +69,7 @@ class GoldenRequest:
     blocks: list = field(default_factory=list)      # every block id it holds
     table: list = field(default_factory=list)       # per layer kind: slot -> its ids or None
     swapped_out: int = 0     # blocks held in host memory
+    swapped_to: int = 0      # where they are: 2 or 3 (a memory tier), 0 (the host link)
     pid: int = -1            # its prefix in the prefix cache (``cached_prefix_blocks``), or -1
     holds_prefix: bool = False   # it holds a reference to that prefix's cached blocks
 
@@ -85,13 +86,15 @@ class GoldenRun:
     preemptions: int
     tier2_peak: int = 0    # most blocks the second memory tier held
     prefix_hits: tuple = (0, 0, 0)   # prefix cache: hits in tier 1, in tier 2, misses
+    tier3_peak: int = 0    # most blocks the third memory tier held
+    prefix_hits3: int = 0  # prefix cache: hits on a prefix placed (partly) in tier 3
 
 
 def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: int, *,
                  prefix_blocks: int = 0, draft=None,
                  block_bytes: float = 0.0, closed_loop: list[GoldenRequest] | None = None,
                  rng: np.random.Generator | None = None, power=None,
-                 layout=None, tier=None, cached_prefix_blocks: int = 0,
+                 layout=None, tier=None, tier3=None, cached_prefix_blocks: int = 0,
                  ranks: int = 1, experts=None) -> GoldenRun:
     """Serve ``reqs`` (arrival-ordered; with ``closed_loop`` the not-yet-issued requests of
     the clients, handed out in order as requests finish) on one instance of ``blocks`` KV
@@ -116,6 +119,14 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     whose tier changed is copied, and each stepping request's tier-2 blocks are read at the
     tier's rate), as docs/serving.md "KV across memory tiers" states them.
 
+    ``tier3``: the chip's third tier behind the second, ``(spec3, tier3 blocks)`` (None: none),
+    as docs/serving.md "A third tier" states it. ``swap``: a victim goes to tier 2 while it
+    has room, else to tier 3 (copied at tier 3's rate), else it is recomputed. ``tier``:
+    ``blocks`` is the three tiers' pool, filled in the same order tier 1, then tier 2, then
+    tier 3; every key keeps its blocks per tier, and a step's copies are counted block by
+    block (:func:`tier_copies`), each pair at its own cost: 1-2 tier 2's, 1-3 tier 3's, 2-3
+    through the chip at the slower of the two rates with both latencies; then the stepping
+    requests' tier-2 reads, then their tier-3 reads (at tier 3's rate).
     ``cached_prefix_blocks``: the blocks of every prefix of a prefix cache (requests name theirs by
     ``pid``; 0: none), as docs/serving.md "Tiered prefix cache" states its rules: a cached
     prefix is a list of block ids with the set of requests holding it; one nobody holds is
@@ -158,19 +169,70 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     static_batch: list[GoldenRequest] = []
     static_state = {"pmax": 0, "left": 0, "done": 0}
     spec, tier_mode, c1, c2 = tier if tier is not None else (None, "none", blocks, 0)
+    spec3, c3 = tier3 if tier3 is not None else (None, 0)
     in_tier2 = {"swapped": 0, "peak": 0}     # swap: blocks of swapped requests in tier 2
-    last_place: dict = {}                    # tier: rid -> (blocks, of them in tier 2)
+    in_tier3 = {"swapped": 0, "peak": 0}     # and in tier 3
+    last_place: dict = {}                    # tier: key -> its blocks in tiers 1, 2, 3
     pb = cached_prefix_blocks                # blocks of every cached prefix
     cached: dict = {}                        # prefix cache: pid -> its block ids (tier 1)
     holders: dict = {}                       # pid -> rids holding it
     unheld_since: dict = {}                  # pid -> tick it was last let go
     in_t2: dict = {}                         # pid -> tick it was stored in tier 2
+    in_t3: dict = {}                         # pid -> tick it was stored in tier 3 (swap)
     clock = [0]
     hits = [0, 0, 0]
+    hits3 = [0]
     swap_time = [0.0]
 
     def tier2_used():
         return in_tier2["swapped"] + pb * len(in_t2)
+
+    def tier3_used():
+        return in_tier3["swapped"] + pb * len(in_t3)
+
+    def drop_t3_for(n, keep=-1):
+        """Three tiers: drop tier-3 prefixes, the longest stored first (not ``keep``), until
+        ``n`` fit."""
+        for p in sorted(in_t3, key=in_t3.get):
+            if tier3_used() + n <= c3:
+                break
+            if p != keep:
+                del in_t3[p]
+
+    def room_in_t2(n, keep=-1):
+        """Three tiers, ``swap``: room for ``n`` blocks (a victim, or a prefix being stored):
+        in tier 2, its prefixes (the longest stored first, not ``keep``) moved down to tier 3
+        (or dropped when tier 3 has no room), when ``n`` can fit there at all; else in tier 3,
+        its prefixes dropped. The seconds of the copies from tier 2 to tier 3."""
+        others = sorted((p for p in in_t2 if p != keep), key=in_t2.get)
+        if tier2_used() - pb * len(others) + n > c2:
+            drop_t3_for(n, keep)
+            return 0.0
+        secs = 0.0
+        for p in others:
+            if tier2_used() + n <= c2:
+                break
+            del in_t2[p]
+            drop_t3_for(pb, keep)
+            if tier3_used() + pb <= c3:
+                in_t3[p] = tick()
+                in_tier3["peak"] = max(in_tier3["peak"], tier3_used())
+                secs += copy_s((1, 2), pb)
+        return secs
+
+    def store_prefix3(p, keep):
+        """Three tiers, ``swap``: evicted prefix ``p`` kept in tier 2 (room made by
+        :func:`room_in_t2`), else in tier 3, else dropped: the seconds of its copies."""
+        secs = room_in_t2(pb, keep)
+        if tier2_used() + pb <= c2:
+            in_t2[p] = tick()
+            in_tier2["peak"] = max(in_tier2["peak"], tier2_used())
+            return secs + spec.move_s(pb * block_bytes)
+        if tier3_used() + pb <= c3:
+            in_t3[p] = tick()
+            in_tier3["peak"] = max(in_tier3["peak"], tier3_used())
+            return secs + spec3.move_s(pb * block_bytes)
+        return secs
 
     def drop_t2_for(n, keep=-1):
         """Drop tier-2 prefixes, the longest stored first (not ``keep``), until ``n`` fit."""
@@ -193,6 +255,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                         key=lambda p: unheld_since[p])
         if len(free_ids) + pb * len(unheld) < n:
             return False
+        secs3 = 0.0                         # three tiers: the stores' seconds, summed here
         for p in unheld:
             if len(free_ids) >= n:
                 break
@@ -200,12 +263,16 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                 held.remove(b)
                 free_ids.append(b)
             del holders[p]
-            if tier_mode == "swap":
+            if tier_mode == "swap" and spec3 is not None:
+                secs3 += store_prefix3(p, keep)
+            elif tier_mode == "swap":
                 drop_t2_for(pb, keep)
                 if tier2_used() + pb <= c2:
                     in_t2[p] = tick()
                     in_tier2["peak"] = max(in_tier2["peak"], tier2_used())
                     swap_time[0] += spec.move_s(pb * block_bytes)
+        if secs3:
+            swap_time[0] += secs3
         return True
 
     def let_go(r):
@@ -214,15 +281,30 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             unheld_since[r.pid] = tick()
         r.holds_prefix = False
 
-    def swap_cost(n_blocks):
-        """Seconds to copy ``n_blocks`` out of or into tier 1: over the second tier, or the
-        host link."""
-        if tier_mode == "swap":
+    def swap_cost(n_blocks, where):
+        """Seconds to copy ``n_blocks`` out of or into tier 1: to or from the second tier
+        (``where`` 2), the third (3), or over the host link (0)."""
+        if where == 2:
             return spec.move_s(n_blocks * block_bytes)
+        if where == 3:
+            return spec3.move_s(n_blocks * block_bytes)
         return n_blocks * block_bytes / cfg.host_link_bytes_per_s
 
+    def copy_s(pair, n_blocks):
+        """Seconds to copy ``n_blocks`` between the tiers of ``pair`` (0-based, fastest
+        first): 1-2 at tier 2's rate and latency, 1-3 at tier 3's, 2-3 through the chip at
+        the slower tier's rate plus both latencies."""
+        nbytes = n_blocks * block_bytes
+        if pair == (0, 1):
+            return spec.move_s(nbytes)
+        if pair == (0, 2):
+            return spec3.move_s(nbytes)
+        return nbytes / min(spec.bytes_per_s, spec3.bytes_per_s) + (spec.latency_s
+                                                                    + spec3.latency_s)
+
     def place_tiers(stepping):
-        """``tier``: the seconds the step about to run grows by (copies, then tier-2 reads)."""
+        """``tier``: the seconds the step about to run grows by (copies, then tier-2 reads,
+        then tier-3 reads)."""
         used = blocks - len(free_ids)
         # cached prefixes: those held (by pid) before the running requests, the unheld after
         # them, the most recently let go first
@@ -231,29 +313,43 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                 sorted((p for p in cached if not holders[p]), key=lambda p: -unheld_since[p])]
         mine_all = [(r.rid, len(r.blocks)) for r in running]
         outside = used - sum(b for _, b in hot + mine_all + cold)   # the pinned prefix
-        left = c1 - min(c1, outside)
+        room = [c1, c2, c3]
+        for k in range(3):                  # the pinned prefix fills the fastest tiers first
+            n = min(room[k], outside)
+            room[k] -= n
+            outside -= n
+        assert outside == 0, "the pinned prefix does not fit the tiers"
         place = {}
         for key, mine in hot + mine_all + cold:
-            in1 = min(mine, left)
-            left -= in1
-            place[key] = (mine, mine - in1)
-        moved = 0
-        for rid, (b, t2) in place.items():
-            if rid in last_place:
-                b0, t20 = last_place[rid]
-                if t2 > t20:           # pushed down, less what was written there this step
-                    moved += max(0, t2 - t20 - max(0, b - b0))
-                else:                  # pulled up, less what was freed from tier 2
-                    moved += max(0, t20 - t2 - max(0, b0 - b))
+            here = [0, 0, 0]
+            for k in range(3):
+                here[k] = min(room[k], mine - sum(here))
+                room[k] -= here[k]
+            assert sum(here) == mine, "the tiers hold fewer blocks than the pool"
+            place[key] = here
+        moved: dict = {}
+        for key, here in place.items():
+            if key in last_place:
+                for pair, n in tier_copies(last_place[key], here).items():
+                    moved[pair] = moved.get(pair, 0) + n
         last_place.clear()
         last_place.update(place)
-        used2 = used - min(used, c1)
-        assert used2 <= c2, "the second tier holds more blocks than it has"
+        used2 = min(c2, max(0, used - c1))
+        used3 = max(0, used - c1 - c2)
+        assert used3 <= c3, "the third tier holds more blocks than it has"
+        assert (used2, used3) == (c2 - room[1], c3 - room[2]), "the tiers' counts"
         in_tier2["peak"] = max(in_tier2["peak"], used2)
-        read = sum(place[r.rid][1] + (place[("p", r.pid)][1] if r.holds_prefix else 0)
-                   for r in stepping)
-        return spec.move_s(moved * block_bytes) + spec.read_s(read * block_bytes) \
-            if moved else spec.read_s(read * block_bytes)
+        in_tier3["peak"] = max(in_tier3["peak"], used3)
+        secs = 0.0
+        for pair in ((0, 1), (0, 2), (1, 2)):       # the engine's order of the copies
+            if moved.get(pair):
+                secs += copy_s(pair, moved[pair])
+        for k, sp in ((1, spec), (2, spec3)):
+            read = sum(place[r.rid][k] + (place[("p", r.pid)][k] if r.holds_prefix else 0)
+                       for r in stepping)
+            if read:
+                secs += sp.read_s(read * block_bytes)
+        return secs
 
     def first_kept_slot(r, kind, start):
         """The first slot of ``kind`` a step starting at ``start`` computed tokens needs (the
@@ -320,15 +416,26 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         preemptions += 1
         victim.preemptions += 1
         n = len(victim.blocks)
-        if tier_mode == "swap" and pb:
+        if tier_mode == "swap" and pb and spec3 is not None:
+            swap_time[0] += room_in_t2(n)
+        elif tier_mode == "swap" and pb:
             drop_t2_for(n)
-        to_tier = tier_mode == "swap" and tier2_used() + n <= c2
+        to_tier = 0
+        if tier_mode == "swap":
+            if tier2_used() + n <= c2:
+                to_tier = 2
+            elif tier3_used() + n <= c3:
+                to_tier = 3
         if cfg.preemption == "swap" or to_tier:
             victim.swapped_out = n
-            swap_time[0] += swap_cost(n)
-            if to_tier:
+            victim.swapped_to = to_tier
+            swap_time[0] += swap_cost(n, to_tier)
+            if to_tier == 2:
                 in_tier2["swapped"] += n
                 in_tier2["peak"] = max(in_tier2["peak"], tier2_used())
+            elif to_tier == 3:
+                in_tier3["swapped"] += n
+                in_tier3["peak"] = max(in_tier3["peak"], tier3_used())
             release(victim)
             swapped.append(victim)
         else:
@@ -400,9 +507,11 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             if need > budget or not get_room(blocks_needed(r, r.computed + need, r.computed)):
                 break
             swapped.pop(0)
-            swap_time[0] += swap_cost(r.swapped_out)
-            if tier_mode == "swap":
+            swap_time[0] += swap_cost(r.swapped_out, r.swapped_to)
+            if r.swapped_to == 2:
                 in_tier2["swapped"] -= r.swapped_out
+            elif r.swapped_to == 3:
+                in_tier3["swapped"] -= r.swapped_out
             r.swapped_out = 0
             grow(r, r.computed + need, r.computed)
             running.append(r)
@@ -419,7 +528,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             r = waiting[0]
             kind = None
             if pb and r.pid >= 0 and not r.holds_prefix:
-                kind = ("hit1" if r.pid in cached else "hit2" if r.pid in in_t2 else "miss")
+                kind = ("hit1" if r.pid in cached else "hit2" if r.pid in in_t2 else
+                        "hit3" if r.pid in in_t3 else "miss")
                 if kind != "miss":
                     r.shared = r.computed = pb * bs
             rest = r.target - r.computed
@@ -428,7 +538,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                     r.shared = r.computed = 0
                 break
             need = rest if whole else min(rest, budget, cap)
-            load = pb if kind == "hit2" else 0
+            load = pb if kind in ("hit2", "hit3") else 0
             if not get_room(blocks_needed(r, r.computed + need, r.computed) + load,
                             r.pid):
                 if kind:
@@ -442,8 +552,19 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                     cached[r.pid] = [take() for _ in range(pb)]
                     holders[r.pid] = set()
                     swap_time[0] += spec.move_s(pb * block_bytes)
-                up = tier_mode == "tier" and last_place.get(("p", r.pid), (0, 0))[1] > 0
-                hits[0 if kind == "hit1" and not up else 1] += 1
+                if kind == "hit3":          # kept in tier 3 (swap): copied back from there
+                    del in_t3[r.pid]
+                    cached[r.pid] = [take() for _ in range(pb)]
+                    holders[r.pid] = set()
+                    swap_time[0] += spec3.move_s(pb * block_bytes)
+                slowest = 1     # under a pooled tier: the slowest tier holding part of it
+                if tier_mode == "tier":
+                    n1, n2, n3 = last_place.get(("p", r.pid), (0, 0, 0))
+                    slowest = 3 if n3 else 2 if n2 else 1
+                if kind == "hit3" or kind == "hit1" and slowest == 3:
+                    hits3[0] += 1
+                else:
+                    hits[0 if kind == "hit1" and slowest == 1 else 1] += 1
                 holders[r.pid].add(r.rid)
                 r.holds_prefix = True
             waiting.pop(0)
@@ -560,7 +681,10 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             t = t_end
             continue
 
+        before = preemptions
         decodes, chunks = plan_continuous(swap_time)
+        if not decodes and not chunks and preemptions > before:   # all preempted, none ran:
+            decodes, chunks = plan_continuous(swap_time)            # plan again at once
         if not decodes and not chunks:
             if not future:
                 raise AssertionError("requests left but nothing can run")
@@ -615,7 +739,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         for r, c in chunks:
             r.computed += c
             if (pb and r.pid >= 0 and not r.holds_prefix and r.computed >= pb * bs
-                    and r.pid not in cached and r.pid not in in_t2):     # it donates its ids
+                    and r.pid not in cached and r.pid not in in_t2
+                    and r.pid not in in_t3):     # it donates its ids
                 ids = [b for slot in r.table[0][:pb] for b in slot]
                 r.table[0][:pb] = [None] * pb
                 for b in ids:
@@ -637,4 +762,35 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                 let_go(r)
         t = t_end
     return GoldenRun(requests=finished, steps=steps, peak_blocks=peak, preemptions=preemptions,
-                     tier2_peak=in_tier2["peak"], prefix_hits=tuple(hits))
+                     tier2_peak=in_tier2["peak"], prefix_hits=tuple(hits),
+                     tier3_peak=in_tier3["peak"], prefix_hits3=hits3[0])
+
+
+def tier_copies(before, after) -> dict:
+    """The blocks copied between tiers, ``{(i, j): count}`` (0-based tiers, fastest first),
+    when a key's blocks per tier go from ``before`` to ``after``, moved one block at a time as
+    docs/serving.md states it: a block written this step is written where it is placed (in the
+    slowest tier still short of its new count), a block freed leaves the slowest tier over its
+    new count, and every block still over its tier's count is copied to a tier under its own
+    (with three tiers the pairs are then forced: one side of the copies is a single tier)."""
+    have = list(before)
+    want = list(after)
+    n = len(want)
+    grow = sum(want) - sum(have)
+    while grow > 0:
+        k = max(i for i in range(n) if have[i] < want[i])
+        have[k] += 1
+        grow -= 1
+    while grow < 0:
+        k = max(i for i in range(n) if have[i] > want[i])
+        have[k] -= 1
+        grow += 1
+    out: dict = {}
+    while have != want:
+        src = next(i for i in range(n) if have[i] > want[i])
+        dst = next(i for i in range(n) if have[i] < want[i])
+        have[src] -= 1
+        have[dst] += 1
+        pair = (min(src, dst), max(src, dst))
+        out[pair] = out.get(pair, 0) + 1
+    return out

@@ -42,6 +42,16 @@ Rules (docs/serving.md, "Tiered prefix cache"), per instance, per chip:
   coldest sink to tier 2 (copied as any block whose tier changes); a hit on an entry placed
   there counts as a tier-2 hit (its copy up is the placement's); an eviction (both tiers
   full) drops the entry.
+* A third tier (``[dram3]``, docs/serving.md "Three tiers") under ``--kv-offload swap``: tier
+  2 and tier 3 keep evicted entries in one hierarchy, the most recently stored in tier 2. An
+  entry that tier 2 would have dropped for room is demoted to tier 3 instead (copied between
+  the two through the chip, :func:`~.kv_tier.copy_path`), tier 3's least recently stored
+  entries dropped for its room; when tier 2 cannot hold the entry even with its own entries
+  demoted (it is full of swapped sequences) the entry is stored in tier 3 directly (copied
+  at tier 3's rate), as a swapped sequence spills there. A hit in tier 3 copies the entry
+  back to tier 1 at tier 3's rate (``hits_tier3``). A sequence being swapped out takes tier
+  2's room first (entries demoted for it) or, when it goes to tier 3, tier 3's (entries
+  there dropped). A chip without a third tier keeps the two-tier rules (bit for bit).
 """
 
 from __future__ import annotations
@@ -80,15 +90,20 @@ class PrefixCache:
         self.refs: dict[int, int] = {}                      # tier-1 entries -> references
         self.lru: OrderedDict[int, None] = OrderedDict()    # unreferenced, oldest first
         self.t2: OrderedDict[int, None] = OrderedDict()     # tier-2 entries, oldest first
+        self.t3: OrderedDict[int, None] = OrderedDict()     # tier-3 entries (swap), oldest
+        self.stored3 = self.demoted3 = self.dropped3 = self.loads3 = 0
         self.tier3 = tier3                                  # a pooled third tier: hits there
         self.hits1 = self.hits2 = self.hits3 = self.misses = self.loads = 0
         self.evicted = self.stored = self.dropped = self.dropped2 = 0
         self.store_s = self.load_s = 0.0
 
     def lookup(self, pid: int) -> str:
-        """``"hit1"``, ``"hit2"`` or ``"miss"`` for prefix ``pid`` (no effect)."""
+        """``"hit1"``, ``"hit2"``, ``"hit3"`` (kept in a third tier under ``swap``) or
+        ``"miss"`` for prefix ``pid`` (no effect)."""
         if pid in self.refs:
             return "hit1"
+        if pid in self.t3:
+            return "hit3"
         return "hit2" if pid in self.t2 else "miss"
 
     def acquire(self, pid: int, placed: int = 1) -> tuple[int, float]:
@@ -107,6 +122,15 @@ class PrefixCache:
             self.refs[pid] += 1
             self.lru.pop(pid, None)
             return 0, 0.0
+        if pid in self.t3:                  # kept in tier 3 (swap): copied back at its rate
+            del self.t3[pid]
+            self.hits3 += 1
+            self.loads3 += 1
+            self.refs[pid] = 1
+            self.store.used3 -= self.blocks
+            s = self.store._move(self.blocks, self.store.spec3)
+            self.load_s += s
+            return self.blocks, s
         del self.t2[pid]
         self.hits2 += 1
         self.loads += 1
@@ -130,7 +154,7 @@ class PrefixCache:
     def donate(self, pid: int) -> bool:
         """A request that computed prefix ``pid`` itself hands its blocks to the cache (True),
         unless the prefix is cached already (its copy is then its own until it ends)."""
-        if pid in self.refs or pid in self.t2:
+        if pid in self.refs or pid in self.t2 or pid in self.t3:
             return False
         self.refs[pid] = 1
         return True
@@ -167,6 +191,8 @@ class PrefixCache:
         if st is None:
             self.dropped += 1
             return 0.0
+        if st.spec3 is not None:
+            return self._to_tiers23(pid, keep)
         self.make_room(self.blocks, keep)
         if st.used2 + self.blocks > st.blocks:
             self.dropped += 1
@@ -179,11 +205,79 @@ class PrefixCache:
         self.store_s += s
         return s
 
-    def make_room(self, blocks: int, keep: int = -1) -> None:
+    def _to_tiers23(self, pid: int, keep: int) -> float:
+        """Store evicted ``pid`` with a third tier (module docstring): in tier 2, its oldest
+        entries demoted to tier 3 for room, or in tier 3 when tier 2 is full of sequences,
+        else drop it; the seconds of the copies."""
+        st, b = self.store, self.blocks
+        secs = self.make_room(b, keep)
+        if st.used2 + b <= st.blocks:
+            st.used2 += b
+            st.peak2 = max(st.peak2, st.used2)
+            self.t2[pid] = None
+            self.stored += 1
+            s = st._move(b)
+        elif st.used3 + b <= st.blocks3:
+            st.used3 += b
+            st.peak3 = max(st.peak3, st.used3)
+            self.t3[pid] = None
+            self.stored3 += 1
+            s = st._move(b, st.spec3)
+        else:
+            self.dropped += 1
+            return secs
+        self.store_s += s
+        return secs + s
+
+    def _room3(self, blocks: int, keep: int) -> None:
+        """Drop tier-3 entries, the least recently stored first (not ``keep``), until
+        ``blocks`` fit in tier 3 beside what it holds."""
+        st = self.store
+        for pid in list(self.t3):
+            if st.used3 + blocks <= st.blocks3:
+                break
+            if pid != keep:
+                del self.t3[pid]
+                st.used3 -= self.blocks
+                self.dropped3 += 1
+
+    def _make_room23(self, blocks: int, keep: int) -> float:
+        """:meth:`make_room` with a third tier: demote tier-2 entries (oldest stored first,
+        not ``keep``) to tier 3 until ``blocks`` fit in tier 2, when they can fit there at
+        all; else make room in tier 3 (its entries dropped). The seconds of the demotions."""
+        st, b = self.store, self.blocks
+        movable = (len(self.t2) - (keep in self.t2)) * b
+        if st.used2 - movable + blocks > st.blocks:     # it goes to tier 3
+            self._room3(blocks, keep)
+            return 0.0
+        secs = 0.0
+        for pid in list(self.t2):
+            if st.used2 + blocks <= st.blocks:
+                break
+            if pid == keep:
+                continue
+            del self.t2[pid]
+            st.used2 -= b
+            self._room3(b, keep)
+            if st.used3 + b <= st.blocks3:
+                st.used3 += b
+                st.peak3 = max(st.peak3, st.used3)
+                self.t3[pid] = None
+                self.demoted3 += 1
+                secs += st._move(b, st.link23)
+            else:
+                self.dropped2 += 1
+        self.store_s += secs
+        return secs
+
+    def make_room(self, blocks: int, keep: int = -1) -> float:
         """Drop tier-2 entries, the least recently stored first (not ``keep``), until
         ``blocks`` fit in the tier beside what it holds (a sequence being swapped out, an
-        entry being stored)."""
+        entry being stored); with a third tier, demote them there instead
+        (:meth:`_make_room23`). The seconds of the copies that makes (0 on two tiers)."""
         st = self.store
+        if st.spec3 is not None:
+            return self._make_room23(blocks, keep)
         for pid in list(self.t2):
             if st.used2 + blocks <= st.blocks:
                 break
@@ -191,6 +285,7 @@ class PrefixCache:
                 del self.t2[pid]
                 st.used2 -= self.blocks
                 self.dropped2 += 1
+        return 0.0
 
     def to_dict(self, chips: int) -> dict:
         """Hits per tier, misses, evictions and what the tier-2 copies moved (every chip)."""
@@ -203,7 +298,20 @@ class PrefixCache:
                 "store_s": self.store_s, "load_s": self.load_s,
                 "move_j": (self.store.spec.move_j(self.blocks * self.block_bytes)
                            * (self.stored + self.loads) * chips if self.store else 0.0),
-                **({"hits_tier3": self.hits3} if self.tier3 else {})}
+                **({"hits_tier3": self.hits3} if self.tier3 else {}),
+                **(self._tier3_dict(chips) if self.store is not None
+                   and self.store.spec3 is not None else {})}
+
+    def _tier3_dict(self, chips: int) -> dict:
+        """A third tier under ``swap``: entries stored there (directly or demoted from tier
+        2), dropped from it, loaded back from it, and its copies' bytes and joules (also in
+        ``info.kv_tiers``' ``tier3_*`` keys)."""
+        b = self.blocks * self.block_bytes
+        st = self.store
+        return {"stored_tier3": self.stored3, "demoted_tier3": self.demoted3,
+                "dropped_tier3": self.dropped3, "tier3_load_bytes": self.loads3 * b * chips,
+                "tier3_move_j": (st.spec3.move_j(b) * (self.stored3 + self.loads3)
+                                 + st.link23.move_j(b) * self.demoted3) * chips}
 
 
 def prefix_cache_info(per_instance: list[dict]) -> dict:

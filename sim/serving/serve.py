@@ -212,7 +212,7 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
                 if spec is not None and t2 else None)
         pc = (PrefixCache(cfg.prefixes, prefix_tokens // cfg.kv_block_tokens, budget.block_bytes,
                           store=tier if tier is not None and not tier.pooled else None,
-                          tier3=tier is not None and tier.pooled and spec3 is not None)
+                          tier3=tier is not None and spec3 is not None)
               if prefix_tokens else None)
         out.append(Instance(start + k, role, oracle, rcfg, chips=chips, tier=tier,
                             blocks=budget.pool_blocks * r.dp, block_bytes=budget.block_bytes,
