@@ -172,7 +172,18 @@ def fuse(name: str, scores: Gemm, softmax: VectorOp, pv: Gemm, *, keys_stored: i
 def fused_backward(op: FusedAttention, backward_ops) -> FusedAttention:
     """FlashAttention backward of a forward fused block: recompute S = QKᵀ, softmax backward,
     dP = dO·Vᵀ, dV = Pᵀ·dO, dS → dQ = dS·K, dK = dSᵀ·Q. Reads Q, K, V, O, dO and the
-    statistics; writes dQ, dK, dV. ``backward_ops`` maps a forward op to its backward ops."""
+    statistics; writes dQ, dK, dV. ``backward_ops`` maps a forward op to its backward ops.
+
+    K and V are the ones the forward streamed (``read_bytes`` less Q), not the ones it keeps
+    (``saved_kv_bytes``): under context parallelism the rank keeps one chunk only, and its
+    backward kernels read every ring step's K/V chunk again (received over the ring once
+    more) and write each step's dK/dV, which the ring's bookkeeping then adds up
+    [S: NVIDIA/TransformerEngine v1.10 @08a85d3b transformer_engine/pytorch/attention.py
+    ``AttnFuncWithCPAndKVP2P``: forward saves one K/V chunk (``kv = p2p_comm_buffers[-1]``);
+    backward, per step ``i``: ``kv = p2p_comm_buffers[i % 2][0]`` (the chunk received),
+    ``dq_, dk_, dv_ = fused_attn_bwd(..., kv_[..., 0, :, :], kv_[..., 1, :, :], ...)``, then
+    ``dkv_ = torch.cat((dk_, dv_))`` added into ``dkv``; workloads/cp_attention.py].
+    Without context parallelism the two are the same bytes."""
     scores, softmax, pv = op.parts
     recompute = Gemm(name=f"{scores.name}.recompute", m=scores.m, k=scores.k, n=scores.n,
                      batch=scores.batch, a_dtype=scores.a_dtype, b_dtype=scores.b_dtype,
@@ -180,7 +191,7 @@ def fused_backward(op: FusedAttention, backward_ops) -> FusedAttention:
                      b_is_weight=scores.b_is_weight, tags=scores.tags + ("recompute",))
     parts = [recompute] + backward_ops(pv) + backward_ops(softmax) + backward_ops(scores)
     q, o = scores.a_bytes, pv.c_bytes
-    kv = op.saved_kv_bytes
+    kv = op.read_bytes - q                  # the K and V the forward streamed
     st = op.saved_bytes - q
     return FusedAttention(name=f"{op.name}.bwd", parts=tuple(parts),
                           read_bytes=q + kv + o + o + st, write_bytes=q + kv,

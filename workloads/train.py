@@ -8,7 +8,8 @@ forward product's MAC count, so backward GEMM FLOPs are exactly twice forward an
 backward). Fused attention's backward also recomputes the scores QKᵀ (FlashAttention), which
 counts in hardware FLOPs only. Vector ops get a backward op of the same kind with twice the
 ALU work that reads the saved input and the incoming gradient and writes the input gradient;
-each tensor-parallel all-reduce has its mirror in backward (Megatron's f/g pair).
+each tensor-parallel all-reduce has its mirror in backward (Megatron's f/g pair), the
+context-parallel K/V all-gather a reduce-scatter of the same buffer (its adjoint).
 
 The optimizer is AdamW over the rank's parameter shard: it reads the gradient, the master copy
 and both moments and writes them back together with the working-precision weights. With data
@@ -108,7 +109,17 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
                          ops_per_element=2.0 * op.ops_per_element,
                          read_bytes=op.read_bytes + out_bytes, write_bytes=op.read_bytes,
                          dtype=op.dtype, tags=op.tags + ("bwd",))]
-    return [Collective(name=f"{op.name}.bwd", kind=op.kind, bytes=op.bytes, group=op.group,
+    # the adjoint of an all-gather is a reduce-scatter of the same buffer (each rank gets its
+    # chunk's gradient summed over the ranks): context parallelism's K/V all-gather, whose
+    # backward sums every rank's dK/dV onto the chunk's owner [S: NVIDIA/TransformerEngine
+    # v1.10 @08a85d3b transformer_engine/pytorch/attention.py: AttnFuncWithCPAndKVAllGather
+    # .backward ``reduce_scatter_along_first_dim(dk, ctx.cp_group)`` (and dv);
+    # AttnFuncWithCPAndKVP2P.backward adds each step's ``dkv_`` into the ``dkv`` it passes on
+    # around the ring, a ring reduce-scatter]. The backward ring also gathers K/V again (the
+    # rank kept its own chunk only): the backward attention reads the forward's gathered
+    # name for it, and the cluster step times both (sim/cluster/step.py)
+    kind = "reduce_scatter" if op.kind == "all_gather" else op.kind
+    return [Collective(name=f"{op.name}.bwd", kind=kind, bytes=op.bytes, group=op.group,
                        tags=op.tags + ("bwd",))]
 
 

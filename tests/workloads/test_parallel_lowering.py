@@ -13,10 +13,10 @@ import pytest
 from diptych.workloads.ops import Collective, Gemm
 from diptych.workloads.program import Program
 from diptych.workloads import Precision, load_model, prefill, train_step
-from diptych.workloads.graph import program_pieces
+from diptych.workloads.graph import Workload, program_pieces
 from diptych.workloads.lower import decode_mean
 from diptych.workloads.moe import Routing, rank_load_factor
-from diptych.workloads.train import train_forward
+from diptych.workloads.train import _backward_block, train_forward
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_tensors import check_bytes  # noqa: E402
@@ -114,6 +114,51 @@ def test_parallel_blocks_agree_with_their_tensors_and_programs_validate(name, ep
               decode_mean(m, 8, 1000, 64, tp=2, ep=ep, attention=attention)):
         assert check_bytes(w) == [], (name, w.phase)
         assert all(isinstance(p.program, Program) for p in program_pieces(w))
+
+
+def _forward_and_backward(w, p=Precision()):
+    """The training step's micro-batch of a context-parallel forward (``train_forward``):
+    its blocks, then their backward blocks, as ``train_step`` derives them."""
+    blocks = list(w.blocks) + [_backward_block(b, p) for b in reversed(w.blocks)]
+    return Workload("train", tuple(blocks), tokens=w.tokens, batch=w.batch, info=w.info)
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("attention", ["fused", "unfused"])
+def test_context_parallel_backward_agrees_with_its_tensors(tp, attention):
+    m = load_model("llama-3-8b")          # 32 heads, 8 KV heads of 128
+    seq, cp = 512, 2
+    w = _forward_and_backward(train_forward(m, 1, seq, tp=tp, cp=cp, attention=attention))
+    assert check_bytes(w) == [], (tp, attention)
+    assert all(isinstance(p.program, Program) for p in program_pieces(w))
+    # hand counts: this rank's K+V chunk; the backward ring sums every rank's dK/dV onto
+    # it (a reduce-scatter of the gathered buffer: the all-gather's adjoint)
+    q_len, hkv, dh = seq // cp, 8 // tp, 128
+    chunk = q_len * 2 * hkv * dh * BF16
+    bwd = next(b for b in w.blocks if b.name == "layers.bwd")
+    (rs,) = [o for o in bwd.ops if isinstance(o, Collective) and "cp" in o.tags]
+    assert (rs.kind, rs.group, rs.bytes) == ("reduce_scatter", cp, cp * chunk)
+    if attention == "fused":
+        # the backward kernels read every step's K/V chunk and write each step's dK/dV
+        # (TE's AttnFuncWithCPAndKVP2P.backward), not only the chunk the rank keeps
+        fwd = next(o for o in layer_blocks(w)[0].ops if o.name == "attention (fused)")
+        back = next(o for o in bwd.ops if o.name == "attention (fused).bwd")
+        q = o = q_len * (32 // tp) * dh * BF16
+        stats = 2 * 4 * (32 // tp) * q_len
+        assert fwd.saved_kv_bytes == chunk
+        assert (back.read_bytes, back.write_bytes) == (q + cp * chunk + 2 * o + stats,
+                                                       q + cp * chunk)
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "gemma-3-12b", "gpt-oss-20b"])
+def test_context_parallel_backward_of_other_attentions_agrees_with_its_tensors(name):
+    # MLA (V a slice of K's latent), sliding windows, attention sinks
+    m = load_model(name)
+    for tp in (1, 2):
+        for attention in ("fused", "unfused"):
+            w = _forward_and_backward(train_forward(m, 1, 256, tp=tp, cp=2,
+                                                    attention=attention))
+            assert check_bytes(w) == [], (name, tp, attention)
 
 
 def test_bad_degrees_name_the_field():

@@ -42,7 +42,7 @@ def moved(uses, table) -> float:
 def check_bytes(w) -> list:
     """Each op's byte counts against the tensors it names (an independent sum over the
     block's tensor table): a GEMM's A, B and C operands; a vector op's, fused attention's
-    reads and writes; a collective's output."""
+    reads and writes; a collective's output (a reduce-scatter's: its buffer ÷ the group)."""
     bad = []
     for b in w.blocks:
         assert b.access, f"{b.name} has no tensor names"
@@ -60,8 +60,9 @@ def check_bytes(w) -> list:
             elif isinstance(op, FusedAttention):
                 got = (moved(a.of(mode="read"), table), moved(a.of(mode="write"), table))
                 want = (op.read_bytes, op.write_bytes)
-            else:
-                got, want = (moved(a.of(mode="write"), table),), (op.bytes,)
+            else:   # a reduce-scatter's buffer is its input (NCCL's count): a 1/group output
+                got = (moved(a.of(mode="write"), table),)
+                want = (op.bytes / (op.group if op.kind == "reduce_scatter" else 1),)
             # a vector op's element count is rounded up to an integer: a few bytes
             if not all(abs(x - y) <= 1e-9 * max(x, y) + 8 for x, y in zip(got, want)):
                 bad.append((b.name, op.name, got, want))
