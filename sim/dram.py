@@ -47,8 +47,8 @@ import os as _os
 
 from ..arch.chip import Dram
 from .dram_counts import I_BANKS, I_BURST, I_INTERLEAVE, I_P, I_PAGE, I_PERIOD  # noqa: F401
-from .dram_counts import (COUNT_DTYPE, call_count, count_c_address,  # noqa: F401
-                          count_pattern, count_transfer)
+from .dram_counts import (COUNT_DTYPE, call_count, count_c, count_pattern,  # noqa: F401
+                          count_transfer)
 from .jit import invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
@@ -137,7 +137,7 @@ class DramTiming:
 #: (open row, stamp, activations), the transfer counter, then per entry the key, the dense
 #: per-pseudo-channel counts, (touched pseudo-channels, total bursts) and the touched list.
 #: The counter holds [transfer id, address of the counting function
-#: (:func:`~diptych.sim.dram_counts.count_c_address`, called on misses)].
+#: (:data:`~diptych.sim.dram_counts.count_c`, called on misses)].
 (C_OPEN, C_STAMP, C_BANK, C_COUNTER, C_KEYS, C_BURSTS, C_ACTS, C_BMAX, C_META,
  C_PCS) = range(10)
 
@@ -159,7 +159,7 @@ def new_pattern_cache(timing: DramTiming, entries: int):
     z = np.zeros
     return (np.full((p, b), -1, dtype=np.int64), z((p, b), dtype=np.int64),
             z((p, b), dtype=np.int64),
-            np.array([0, count_c_address()], dtype=np.int64),
+            np.array([0, 0 if _PURE_PYTHON else count_c.address], dtype=np.int64),
             np.full((entries, 4), -1, dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE),
             z((entries, p), dtype=COUNT_DTYPE), z((entries, p), dtype=COUNT_DTYPE),
             z((entries, 2), dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE))

@@ -443,30 +443,21 @@ def _count_c(addr, rows, row_bytes, stride, ip_a, open_a, stamp_a, bank_a, tid, 
                    carray(_i32p(bmax_a), (p_n,)))
 
 
-_COUNT_C: list = []
-
-
-def count_c_address() -> int:
-    """The address of :func:`count_transfer` behind a C function pointer (see above; arrays
-    by address), compiled (or loaded from Numba's cache) on the first call, so that importing
-    this module compiles nothing (issue 27: a command compiles only what it calls). 0 with
-    NUMBA_DISABLE_JIT=1 (a cfunc cannot be built from plain Python; sim/dram.py then calls
-    :func:`count_transfer` directly). ``count_transfer`` is inlined into the cfunc: compiled
-    on its own it was a second full copy of the counting code for LLVM (~1.2 s of a cold
-    compile of 5.7 s, benchmarks/bench_compile.py)."""
-    if numba.config.DISABLE_JIT:
-        return 0
-    if not _COUNT_C:     # the cfunc object keeps its code alive: held for the process
-        _COUNT_C.append(cfunc(COUNT_C_SIG, cache=True)(_count_c))
-    return _COUNT_C[0].address
+#: :func:`count_transfer` behind a C function pointer (see above); arrays by address.
+#: None with NUMBA_DISABLE_JIT=1 (a cfunc cannot be built from plain Python; sim/dram.py then
+#: calls :func:`count_transfer` directly). ``count_transfer`` is inlined into it: compiled on
+#: its own it was a second full copy of the counting code for LLVM (~1.2 s of a 5.7 s cold
+#: compile). Built at import, not on first use: compiled later in a process (after the
+#: mapper's kernels) the same kernels cost ~2 s more CPU in the cold headline (measured,
+#: cause not found; docs/limits.md "First run").
+count_c = None if numba.config.DISABLE_JIT else cfunc(COUNT_C_SIG, cache=True)(_count_c)
 
 
 @intrinsic
 def call_count(typingctx, fn, addr, rows, row_bytes, stride, ip_a, open_a, stamp_a, bank_a, tid,
                bursts_a, acts_a, bmax_a):
-    """Call the counting cfunc through its address ``fn`` (:func:`count_c_address`; an int64
-    held in an array, so that compiled callers neither link its code nor carry a function
-    object)."""
+    """Call :data:`count_c` through its address ``fn`` (an int64 held in an array, so that
+    compiled callers neither link its code nor carry a function object)."""
     sig = types.void(types.int64, *COUNT_C_SIG.args)
 
     def codegen(context, builder, signature, args):
