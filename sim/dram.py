@@ -224,7 +224,7 @@ def _advance(t, work, fp):
     return advance(t, work, fp[F_TREFI], fp[F_BLACKOUT])
 
 
-@jit
+@jit(no_cpython_wrapper=True)
 def _fill_entry(h, a_mod, rows, row_bytes, stride, ip, pat):
     """Count a transfer into pattern-cache entry ``h`` (the miss path of :func:`pattern_entry`,
     kept out of line so that hits stay cheap)."""

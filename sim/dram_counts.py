@@ -431,7 +431,7 @@ def count_drift(addr, rows, row_bytes, stride, t_rows, eps, ip, bursts, acts, ba
         bank_max[pc] = best
 
 
-@jit
+@jit(inline="always")
 def count_transfer(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
                    acts, bank_max):
     """The fast path: the same numbers as :func:`count_pattern` (module docstring); outputs
@@ -497,7 +497,11 @@ def _count_c(addr, rows, row_bytes, stride, ip_a, open_a, stamp_a, bank_a, tid, 
 
 #: :func:`count_transfer` behind a C function pointer (see above); arrays by address.
 #: None with NUMBA_DISABLE_JIT=1 (a cfunc cannot be built from plain Python; sim/dram.py then
-#: calls :func:`count_transfer` directly).
+#: calls :func:`count_transfer` directly). ``count_transfer`` is inlined into it: compiled on
+#: its own it was a second full copy of the counting code for LLVM (~1.2 s of a 5.7 s cold
+#: compile). Built at import, not on first use: compiled later in a process (after the
+#: mapper's kernels) the same kernels cost ~2 s more CPU in the cold headline (measured,
+#: cause not found; docs/limits.md "First run").
 count_c = None if numba.config.DISABLE_JIT else cfunc(COUNT_C_SIG, cache=True)(_count_c)
 
 

@@ -149,7 +149,7 @@ def _descriptor(base, ld, bits, trans, bstride, bt, r0, c0, nr, nc):
     return addr, rows, row_bytes, stride
 
 
-@jit
+@jit(no_cpython_wrapper=True)
 def _dma(req_ns, addr, rows, row_bytes, stride, is_write, share, sb, div, ip, fp, dip, dfp, ds,
          pat, eng, sbs, pc_s, pc_e, tr_pc, out):
     """Issue one descriptor; returns (data start ns, completion ns).
@@ -203,7 +203,7 @@ def _local(req_ns, nbytes, fp, sbs):
     return start, done
 
 
-@jit
+@jit(inline="always")
 def _operand(src, mode, touched, dup, cdup, share, req_ns, addr, rows, rb, st, memory, ip, fp,
              dip, dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out):
     """Count and (with ``memory``) play the load of one X or W block; returns (data start ns,
