@@ -33,21 +33,24 @@ def _both(reqs, c1, c2, c3):
     return inst, rs, g
 
 
-@pytest.mark.parametrize("c3", [100, 0], ids=["three tiers", "two tiers"])
-def test_swapped_requests_no_longer_pin_their_prefixes(c3, monkeypatch):
+@pytest.mark.parametrize("c2, c3, stalled_before", [(40, 100, True), (140, 0, True),
+                                                    (40, 0, False)],
+                         ids=["three tiers", "two tiers", "two tiers, prefixes dropped"])
+def test_swapped_requests_no_longer_pin_their_prefixes(c2, c3, stalled_before, monkeypatch):
     """The reproduction (40 requests, 70 tier-1 blocks, 40 in tier 2, 100 in tier 3) ended
     with 3 swapped requests pinning 24 blocks, 46 free, the head needing 47, 22 requests
-    unfinished. Now every request finishes, bit for bit as the twin serves them; swapped
-    requests looked their prefixes up again on the way back in (more lookups than prefixed
-    requests). Without the third tier, tier 2 drops prefixes for room, so some swapped
-    request finds its prefix gone and is recomputed (the path the third tier never takes)."""
+    unfinished; so did two tiers of 70 and 140 blocks (``stalled_before``). Now every
+    request finishes, bit for bit as the twin serves them; swapped requests looked their
+    prefixes up again on the way back in (more lookups than prefixed requests). With a
+    40-block tier 2 alone, it drops prefixes for room, so some swapped request finds its
+    prefix gone and is recomputed (the path the other two never take)."""
     reqs = _stream(40, 9, seed=3, rate=300.0, gen_hi=600)
     lost = []               # swapped requests whose prefix left every tier (a spy)
     recompute = Instance._recompute_swapped
     monkeypatch.setattr(Instance, "_recompute_swapped",
                         lambda self, r: (lost.append(r.rid), recompute(self, r)))
-    inst, rs, g = _both(reqs, 70, 40, c3)
-    assert (len(lost) > 0) == (c3 == 0)
+    inst, rs, g = _both(reqs, 70, c2, c3)
+    assert (len(lost) > 0) == (not stalled_before)
     assert min(r.finish_t for r in rs) > 0 and len(g.requests) == len(rs)
     assert {r.rid: (r.first_t, r.finish_t) for r in rs} == \
         {r.rid: (r.first_t, r.finish_t) for r in g.requests}
