@@ -49,6 +49,22 @@ DRAM = VECTOR.index("dram")       # the energy component the second tier's traff
 STEP_END, KV_DONE, ARRIVE = 0, 1, 2
 
 
+class ServingStalled(ValueError):
+    """The event loop ran out of events with requests unfinished: nothing left can run (the
+    KV blocks a queued request needs can never be free). A ValueError: the deployment's
+    configuration is the cause, and the CLI reports it with exit code 2."""
+
+
+def stalled_message(where: str, waiting: int, swapped: int, running: int, free: int,
+                    blocks: int) -> str:
+    """The message of :class:`ServingStalled` (the event loop's and its golden twin's)."""
+    return (f"serve: {where} stopped with {waiting + swapped + running} requests unfinished "
+            f"({waiting} waiting, {swapped} swapped out, {running} running) and none can run: "
+            f"the next request needs more KV blocks than can be freed ({free} of {blocks} "
+            f"free); give the KV cache more room (a chip with more memory, more --tp, a "
+            f"smaller --max-batch or --max-batched-tokens) or serve shorter requests")
+
+
 class Req:
     """One request's state (module docstring for the token accounting)."""
 
@@ -206,6 +222,14 @@ class Instance:
             self._swap_s += self.pc.make_room(victim.blocks)     # 0 on two tiers
         s = self.tier.swap_out(victim.blocks, victim.rid) if self._tier_swap else None
         if self.cfg.preemption == "swap" or s is not None:
+            # out of tier 1 it holds no cached block: it lets go of its prefix, which stays
+            # cached, evictable when nobody else holds it, and takes it again when swapped in
+            # (_admit_swapped). [S] vLLM vllm/v1/core/sched/scheduler.py _preempt_request ->
+            # KVCacheManager.free -> vllm/v1/core/block_pool.py BlockPool.free_blocks (each
+            # block's ref_cnt -= 1; those at 0 join the free queue, their hash kept)
+            if victim.pref:
+                self.pc.release(victim.pid)
+                victim.pref = False
             victim.swapped = victim.blocks
             self.swap_bytes += victim.blocks * self.block_bytes
             self._swap_s += (s if s is not None else
@@ -407,9 +431,17 @@ class Instance:
             if need > budget:
                 break
             total = self.blocks_for(r, r.computed + need)
-            if total > self.free and not self._reclaim(total):
+            kind = self.pc.lookup(r.pid) if r.shared and self.pc is not None else ""
+            if kind == "miss":        # its prefix left every tier: recomputed from scratch
+                sw.popleft()
+                self._recompute_swapped(r)
+                continue
+            load = self.pc.blocks if kind in ("hit2", "hit3") else 0
+            if total + load > self.free and not self._reclaim(total + load, r.pid):
                 break
             sw.popleft()
+            if kind:                  # it takes its prefix's reference again
+                self._take_prefix(r)
             self.free -= total
             s = (self.tier.swap_in(r.swapped, r.rid) if self._tier_swap else
                  r.swapped * self.block_bytes / self.cfg.host_link_bytes_per_s)
@@ -427,6 +459,16 @@ class Instance:
             else:
                 chunks.append((r, need))
         return budget
+
+    def _recompute_swapped(self, r: Req) -> None:
+        """Swapped ``r`` whose cached prefix was dropped meanwhile: its swapped copy is let
+        go (it lacks the prefix's K/V) and it waits, first, to be recomputed."""
+        if self._tier_swap:
+            self.tier.discard(r.swapped, r.rid)
+        r.swapped = 0
+        r.shared = r.computed = 0
+        r.target = r.prompt + r.generated
+        self.waiting.appendleft(r)
 
     def _admit_waiting(self, chunks, budget: int, chunked: bool) -> int:
         wq = self.waiting
@@ -486,16 +528,20 @@ class Instance:
             return 0
         if kind == "miss":
             pc.count_miss()
-        else:        # under a pooled tier, a hit on a prefix placed in tier 2 or 3 (copied up)
-            up = (self.tier.tier_of(("p", r.pid))
-                  if self.tier is not None and self.tier.pooled else 1)
-            taken, s = pc.acquire(r.pid, up)
-            self.free -= taken
-            self._swap_s += s
-            r.pref = True
+        else:
+            self._take_prefix(r)
         self.free -= total
         r.blocks = total
         return need
+
+    def _take_prefix(self, r: Req) -> None:
+        """``r`` takes a reference to its cached prefix (a tier-2 or tier-3 entry copied back
+        to tier 1; under a pooled tier, a hit on an entry placed in tier 2 or 3 counts there)."""
+        up = self.tier.tier_of(("p", r.pid)) if self.tier is not None and self.tier.pooled else 1
+        taken, s = self.pc.acquire(r.pid, up)
+        self.free -= taken
+        self._swap_s += s
+        r.pref = True
 
     def _donate(self, r: Req) -> None:
         """``r`` computed its prefix itself: its first blocks become the cached prefix."""
@@ -801,6 +847,13 @@ def run_loop(instances: list[Instance], arrivals: list[Req], *, next_request=Non
     for inst in instances:
         if t > inst.last_end:
             inst.idle_s += t - inst.last_end
+        if inst.has_work() or inst.incoming:
+            raise ServingStalled(stalled_message(
+                f"instance {inst.idx}", len(inst.waiting), len(inst.swapped),
+                len(inst.running) + inst.incoming, inst.free, inst.total_blocks))
+    if pending_handoff:
+        raise ServingStalled(f"serve: {len(pending_handoff)} prefilled requests never found "
+                             f"room in the decode pool; give the decode pool more KV memory")
     return t
 
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from ...workloads.serving_step import Step
 from .config import ServeConfig
+from .engine import ServingStalled, stalled_message
 
 
 def busiest_rank_share(step: Step, ranks: int) -> Step:
@@ -437,6 +438,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                 in_tier3["swapped"] += n
                 in_tier3["peak"] = max(in_tier3["peak"], tier3_used())
             release(victim)
+            if victim.holds_prefix:     # out of tier 1, it holds no cached prefix
+                let_go(victim)
             swapped.append(victim)
         else:
             release(victim)
@@ -504,15 +507,24 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             r = swapped[0]
             is_decode = r.computed >= r.target
             need = q if is_decode else min(r.target - r.computed, budget, cap)
-            if need > budget or not get_room(blocks_needed(r, r.computed + need, r.computed)):
+            if need > budget:
+                break
+            kind = where_prefix(r.pid) if pb and r.shared else None
+            if kind == "miss":          # its prefix was dropped: its copy is let go, and it
+                swapped.pop(0)          # waits, first, to be recomputed
+                out_of_tiers(r)
+                r.shared = r.computed = 0
+                r.target = r.prompt + r.generated
+                waiting.insert(0, r)
+                continue
+            load = pb if kind in ("hit2", "hit3") else 0
+            if not get_room(blocks_needed(r, r.computed + need, r.computed) + load, r.pid):
                 break
             swapped.pop(0)
+            if kind:                    # it takes its prefix again (copied back if stored)
+                take_prefix(r, kind)
             swap_time[0] += swap_cost(r.swapped_out, r.swapped_to)
-            if r.swapped_to == 2:
-                in_tier2["swapped"] -= r.swapped_out
-            elif r.swapped_to == 3:
-                in_tier3["swapped"] -= r.swapped_out
-            r.swapped_out = 0
+            out_of_tiers(r)
             grow(r, r.computed + need, r.computed)
             running.append(r)
             budget -= need
@@ -521,6 +533,42 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             admit(chunks, budget, whole=False)
         return decodes, chunks
 
+    def out_of_tiers(r):
+        """Swapped ``r``'s blocks leave the tier holding them."""
+        if r.swapped_to == 2:
+            in_tier2["swapped"] -= r.swapped_out
+        elif r.swapped_to == 3:
+            in_tier3["swapped"] -= r.swapped_out
+        r.swapped_out = 0
+
+    def where_prefix(p):
+        return ("hit1" if p in cached else "hit2" if p in in_t2 else
+                "hit3" if p in in_t3 else "miss")
+
+    def take_prefix(r, kind):
+        """``r`` holds its cached prefix, found by ``kind`` (a hit): copied back to tier 1
+        from tier 2 or 3 first; counted as a hit in the slowest tier holding part of it."""
+        if kind == "hit2":
+            del in_t2[r.pid]
+            cached[r.pid] = [take() for _ in range(pb)]
+            holders[r.pid] = set()
+            swap_time[0] += spec.move_s(pb * block_bytes)
+        if kind == "hit3":          # kept in tier 3 (swap): copied back from there
+            del in_t3[r.pid]
+            cached[r.pid] = [take() for _ in range(pb)]
+            holders[r.pid] = set()
+            swap_time[0] += spec3.move_s(pb * block_bytes)
+        slowest = 1     # under a pooled tier: the slowest tier holding part of it
+        if tier_mode == "tier":
+            n1, n2, n3 = last_place.get(("p", r.pid), (0, 0, 0))
+            slowest = 3 if n3 else 2 if n2 else 1
+        if kind == "hit3" or kind == "hit1" and slowest == 3:
+            hits3[0] += 1
+        else:
+            hits[0 if kind == "hit1" and slowest == 1 else 1] += 1
+        holders[r.pid].add(r.rid)
+        r.holds_prefix = True
+
     def admit(chunks, budget, whole):
         """Waiting requests, first come first served, while the budget, the batch limit and
         free blocks allow; ``whole``: a prompt is admitted whole or not at all."""
@@ -528,8 +576,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             r = waiting[0]
             kind = None
             if pb and r.pid >= 0 and not r.holds_prefix:
-                kind = ("hit1" if r.pid in cached else "hit2" if r.pid in in_t2 else
-                        "hit3" if r.pid in in_t3 else "miss")
+                kind = where_prefix(r.pid)
                 if kind != "miss":
                     r.shared = r.computed = pb * bs
             rest = r.target - r.computed
@@ -547,26 +594,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             if kind == "miss":
                 hits[2] += 1
             elif kind:
-                if kind == "hit2":
-                    del in_t2[r.pid]
-                    cached[r.pid] = [take() for _ in range(pb)]
-                    holders[r.pid] = set()
-                    swap_time[0] += spec.move_s(pb * block_bytes)
-                if kind == "hit3":          # kept in tier 3 (swap): copied back from there
-                    del in_t3[r.pid]
-                    cached[r.pid] = [take() for _ in range(pb)]
-                    holders[r.pid] = set()
-                    swap_time[0] += spec3.move_s(pb * block_bytes)
-                slowest = 1     # under a pooled tier: the slowest tier holding part of it
-                if tier_mode == "tier":
-                    n1, n2, n3 = last_place.get(("p", r.pid), (0, 0, 0))
-                    slowest = 3 if n3 else 2 if n2 else 1
-                if kind == "hit3" or kind == "hit1" and slowest == 3:
-                    hits3[0] += 1
-                else:
-                    hits[0 if kind == "hit1" and slowest == 1 else 1] += 1
-                holders[r.pid].add(r.rid)
-                r.holds_prefix = True
+                take_prefix(r, kind)
             waiting.pop(0)
             grow(r, r.computed + need, r.computed)
             running.append(r)
@@ -687,7 +715,9 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             decodes, chunks = plan_continuous(swap_time)            # plan again at once
         if not decodes and not chunks:
             if not future:
-                raise AssertionError("requests left but nothing can run")
+                raise ServingStalled(stalled_message(
+                    "the golden twin", len(waiting), len(swapped), len(running),
+                    len(free_ids), blocks))
             t = min(r.arrival + rin(r) for r in future)
             continue
         if decodes:

@@ -278,6 +278,14 @@ class KvTier:
         self.used2 -= blocks
         return self._move(blocks)
 
+    def discard(self, blocks: int, key=None) -> None:
+        """A swapped sequence's (``key``'s) ``blocks`` let go where they are (not copied)."""
+        if key in self._in3:
+            self._in3.remove(key)
+            self.used3 -= blocks
+        else:
+            self.used2 -= blocks
+
     def record(self, used1: int) -> None:
         """The tiers' occupancy after a step was planned (``swap``: tier 1 is the pool)."""
         self.peak1 = max(self.peak1, used1)

@@ -26,8 +26,9 @@ Rules (docs/serving.md, "Tiered prefix cache"), per instance, per chip:
   (after the step that computed them) donates those blocks to the cache. [assumption] vLLM
   caches a block as soon as the step computing it is scheduled, so a second request of the
   same prefix admitted meanwhile hits it; here it computes its own copy (freed at its end).
-* A request releases its reference when it finishes or is recomputed (a swapped request
-  keeps it); an entry no request references is in the LRU, the most recently released last.
+* A request releases its reference when it finishes, is recomputed or is swapped out (and
+  takes it again, a hit, when swapped back in: the engine's ``_admit_swapped``); an entry no
+  request references is in the LRU, the most recently released last.
 * When the scheduler needs blocks that are not free, entries of the LRU are evicted, the
   least recently used first (before any sequence is preempted, as vLLM counts cached blocks
   as free). With a second tier used as swap space (``--kv-offload swap``) an evicted entry

@@ -135,6 +135,20 @@ def _ideal(cap_blocks):
                     pj_per_bit=5.5, tier1_bytes_per_s=5e12, tier1_pj_per_bit=5.5)
 
 
+def swap_prefix_run(reqs, c1: int, tier: KvTier, cfg: ServeConfig):
+    """The event loop over ``reqs`` (``(arrival, prompt, output, pid)``) on a ``c1``-block
+    first tier with ``tier`` (``swap``) and 9 prefixes of 8 blocks: the instance, requests."""
+    pc = PrefixCache(9, 8, BB, store=tier)
+    inst = Instance(0, "mixed", LinearSteps(), cfg, chips=1, blocks=c1, block_bytes=BB,
+                    static_w=0.0, tier=tier, prefix_cache=pc, rng=np.random.default_rng(1))
+    rs = []
+    for i, (a, p, g, pid) in enumerate(reqs):
+        rs.append(Req(i, a, p, g))
+        rs[-1].pid = pid
+    run_loop([inst], rs)
+    return inst, rs
+
+
 def test_ideal_tiers_keep_every_evicted_prefix_as_one_big_second_tier_does():
     """``swap`` with prefixes, tiers 2 and 3 of infinite bandwidth and no latency: a tier 2
     of 12 blocks with a tier 3 of 400 serves every request at exactly the times of a lone
@@ -147,42 +161,10 @@ def test_ideal_tiers_keep_every_evicted_prefix_as_one_big_second_tier_does():
     for c2, c3 in ((12, 400), (412, 0), (12, 0)):
         tier = KvTier(_ideal(c2), "swap", blocks=c2, tier1_blocks=70, block_bytes=BB,
                       spec3=_ideal(c3) if c3 else None, blocks3=c3)
-        pc = PrefixCache(9, 8, BB, store=tier)
-        inst = Instance(0, "mixed", LinearSteps(), cfg, chips=1, blocks=70, block_bytes=BB,
-                        static_w=0.0, tier=tier, prefix_cache=pc, rng=np.random.default_rng(1))
-        rs = []
-        for i, (a, p, g, pid) in enumerate(reqs):
-            rs.append(Req(i, a, p, g))
-            rs[-1].pid = pid
-        run_loop([inst], rs)
-        runs.append(({r.rid: (r.first_t, r.finish_t) for r in rs}, pc))
+        inst, rs = swap_prefix_run(reqs, 70, tier, cfg)
+        runs.append(({r.rid: (r.first_t, r.finish_t) for r in rs}, inst.pc))
     (three, p3), (big, pb_), (small, ps) = runs
     assert three == big
     assert p3.demoted3 > 0 and p3.hits3 > 0 and p3.dropped == p3.dropped2 == p3.dropped3 == 0
     assert (p3.hits1, p3.hits2 + p3.hits3, p3.misses) == (pb_.hits1, pb_.hits2, pb_.misses)
     assert ps.dropped2 > 0 and ps.misses > pb_.misses and small != big
-
-
-def test_a_plan_that_preempts_every_runnable_request_plans_again():
-    """Two tiers, ``swap``, prefixes, a 60-block first tier: a step's plan preempts the
-    sequences it could run, itself included, and runs none; the scheduler plans again at
-    once (admitting what is swapped out), so every request finishes (before the fix 22 of
-    40 were left unfinished, silently), exactly as the twin serves them."""
-    reqs = _stream(40, 9, seed=3, rate=200.0, gen_hi=400)
-    cfg = ServeConfig(max_batched_tokens=512)
-    tier = KvTier(S2, "swap", blocks=24, tier1_blocks=60, block_bytes=BB)
-    pc = PrefixCache(9, 8, BB, store=tier)
-    inst = Instance(0, "mixed", LinearSteps(), cfg, chips=1, blocks=60, block_bytes=BB,
-                    static_w=0.0, tier=tier, prefix_cache=pc, rng=np.random.default_rng(1))
-    rs = []
-    for i, (a, p, g, pid) in enumerate(reqs):
-        rs.append(Req(i, a, p, g))
-        rs[-1].pid = pid
-    run_loop([inst], rs)
-    g = golden_serve([GoldenRequest(i, a, p, o, pid=pid) for i, (a, p, o, pid) in
-                      enumerate(reqs)], LinearSteps(), cfg, 60, block_bytes=BB,
-                     tier=(S2, "swap", 60, 24), cached_prefix_blocks=8,
-                     rng=np.random.default_rng(1))
-    assert min(r.finish_t for r in rs) > 0 and len(g.requests) == len(rs)
-    assert {r.rid: (r.first_t, r.finish_t) for r in rs} == \
-        {r.rid: (r.first_t, r.finish_t) for r in g.requests}
