@@ -774,6 +774,11 @@ class AttentionKernel:
                          "reach (1: the full rate; Hopper's mma.sync, which FlashAttention-2 "
                          "uses, about 2/3 of wgmma's)",
         **bound(0.01, 1.0, "a fraction of the full rate"))
+    bwd_causal_fraction: float = f(
+        default=1.0, doc="fraction of its unmasked rate a masked (causal, windowed, chunked) "
+                         "backward call's tile work reaches, beyond the whole diagonal blocks "
+                         "and the per-tile costs the rule charges (1: the same rate)",
+        **bound(0.01, 1.0, "a fraction of the unmasked rate"))
 
 
 @dataclass(frozen=True, kw_only=True)

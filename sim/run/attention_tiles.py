@@ -19,7 +19,15 @@ from that (Shah et al., FlashAttention-3, arXiv 2407.08608, §3 and Figs. 5–6)
   (FA3's warp-specialised ping-pong), the rest follows them;
 * **the MMA instructions' rate**: the matrix products take ``1 / mma_fraction`` of the
   engine's time (a kernel written for an older instruction set, FlashAttention-2's
-  ``mma.sync`` on Hopper, reaches a fraction of the cores' rate; 1 for a native kernel).
+  ``mma.sync`` on Hopper, reaches a fraction of the cores' rate; 1 for a native kernel);
+* **the masked backward's rate**: a backward call under a mask (causal, windowed, chunked)
+  runs its share of the tile work at ``bwd_causal_fraction`` of the unmasked rate. Measured
+  causal backward kernels run at 0.82-0.96 of their unmasked rate per useful FLOP at 4k-16k
+  tokens (NVIDIA cudnn-frontend's SDPA benchmarks: cuDNN, FlashAttention-2), where whole
+  diagonal blocks and the per-tile costs account for 0.93-0.97 (h100); the rest (the masked tiles'
+  path, the uneven tiles' tail on the cores) is not separable from outside the closed
+  kernels, so it is one measured fraction per kernel (docs/validation-published.md, "The
+  causal backward").
 
 The cores share the tiles: the time is the largest of the mean load (the core work plus the
 tiles' fixed cost, over the cores), the longest tile on one core, and the waves of the
@@ -93,19 +101,38 @@ def tiled(op: FusedAttention, chip) -> bool:
 
 
 def tile_shaped_parts(op: FusedAttention, chip) -> tuple:
-    """``op``'s parts as the engine times them under the tile rule: every GEMM dimension that
-    is the parts' mean key span (the scores' N) rounded up to whole key blocks, so that the
-    engine's rate is the one of the kernel's whole blocks (an odd mean, e.g. 4,097 keys, would
-    otherwise cost the engine a fold of one column); the vector parts as they are."""
+    """``op``'s parts as the engine times them under the tile rule: one query head per batch
+    entry, and every GEMM dimension that is the parts' mean key span (the scores' N) rounded
+    up to whole key blocks, so that the engine's rate is the one of the kernel's whole blocks
+    (an odd mean, e.g. 4,097 keys, would otherwise cost the engine a fold of one column); the
+    vector parts as they are.
+
+    Under grouped-query attention the lowering folds a KV head's ``r`` query heads into one
+    GEMM (the rows ``r·q``; the key-side gradients dK = dSᵀQ and dV = PᵀdO reduce over them,
+    K = ``r·q``); the kernels give each query head its own tiles and sum the key-side
+    gradients over the group after [S: Dao-AILab/flash-attention csrc/flash_attn/
+    flash_api.cpp ``mha_bwd``: ``dk_expanded``/``dv_expanded`` of ``num_heads`` heads, then
+    ``at::sum_out`` over ``num_heads / num_heads_k``; FA3 hopper accumulates them in FP32
+    per KV head], so the engine times them per query head: batch × ``r``, ``r·q`` → ``q``.
+    (A fold equal to the key span or the head dimension is left as it is: the two cannot be
+    told apart.)"""
     import dataclasses
-    keys = op.gemms[0].n
+    g0 = op.gemms[0]
+    keys = g0.n
+    r = op.groups // g0.batch if op.groups and op.groups % g0.batch == 0 else 1
+    rows = g0.m // r if r > 1 and g0.m % r == 0 else 0
+    unfold = rows > 0 and rows * r not in (keys, g0.k)
     bk = chip.attention.block_k
     aligned = -(-keys // bk) * bk
-    if aligned == keys:
+    if aligned == keys and not unfold:
         return op.parts
     out = []
     for p in op.parts:
         if isinstance(p, Gemm):
+            if unfold and p.batch == g0.batch:
+                d = "m" if p.m == rows * r else "k" if p.k == rows * r else None
+                if d:
+                    p = dataclasses.replace(p, **{d: rows, "batch": p.batch * r})
             p = dataclasses.replace(p, **{d: aligned for d in ("m", "k", "n")
                                           if getattr(p, d) == keys})
         out.append(p)
@@ -167,6 +194,10 @@ def tiled_compute_seconds(op: FusedAttention, chip, part_stats, compute_seconds)
     work = max(mma, soft) if hidden >= 1.0 else mma + (1.0 - hidden) * soft
     if bwd:
         work += pairs * at.bwd_block_overhead_cycles / (cores * clock)
+        masked = op.groups * sum(b.pairs for b, c in zip(blocks, op.calls) if c.mask != "full")
+        if masked and at.bwd_causal_fraction < 1.0:
+            # the masked calls' share of the work at their lower rate
+            work *= 1.0 + masked / pairs * (1.0 / at.bwd_causal_fraction - 1.0)
     if not pairs:
         return 0.0
     # a tile of n key blocks takes n·pair + overhead on its core; the cores share the tiles
