@@ -33,24 +33,25 @@ MEGATRON = stack_chip(H100, elementwise_kernels="megatron")
 
 @pytest.mark.parametrize("ffn", ve.CALIBRATION)
 def test_megatron_swiglu_matches_its_published_kernel_times(ffn):
-    """Forward within 5 % of the published median, backward (the row less the forward and the
-    sum's pass) within 5 %, at 8,192 tokens and ffn_local 4,096-32,768: 0.6-0.9 and 0.5-4 ms,
-    where the copy rate would give 0.61 and 0.22 of them."""
+    """Forward within 5 % of the published median at 8,192 tokens and ffn_local 4,096-32,768,
+    where the copy rate gives 0.61 of it; the backward, set at the forward's fraction
+    [assumption], stays under the benchmark's confounded backward reading (the row less the
+    forward and the sum's pass) and above the copy rate's time."""
     m_fwd, m_all, _ = ve.SWIGLU[ffn]
     fwd, bwd, total = ve.swiglu_ops(ve.SWIGLU_TOKENS, ffn)
     m_bwd = m_all - m_fwd - ve.ms(total, H100)
     assert ve.ms(fwd, MEGATRON) == pytest.approx(m_fwd, rel=0.05)
-    assert ve.ms(bwd, MEGATRON) == pytest.approx(m_bwd, rel=0.05)
+    assert ve.ms(bwd, H100) < ve.ms(bwd, MEGATRON) < m_bwd
     assert ve.ms(fwd, H100) < 0.65 * m_fwd and ve.ms(bwd, H100) < 0.25 * m_bwd
 
 
 def test_the_rate_slows_the_dram_stream_of_its_kind_and_direction_only():
-    """A SwiGLU's DRAM stream takes 1/0.61 as long forward, 1/0.22 backward (the ``bwd`` tag);
+    """A SwiGLU's DRAM stream takes 1/0.61 as long forward and backward (the ``bwd`` tag);
     a norm and an add are bit for bit the default chip's; the default chip has no table."""
     fwd, bwd, _ = ve.swiglu_ops(8192, 16384)
     bw = lambda op, c: simulate(op, c).dram_bytes_per_s   # noqa: E731
     assert bw(fwd, MEGATRON) / bw(fwd, H100) == pytest.approx(0.61, rel=0.01)
-    assert bw(bwd, MEGATRON) / bw(bwd, H100) == pytest.approx(0.22, rel=0.01)
+    assert bw(bwd, MEGATRON) / bw(bwd, H100) == pytest.approx(0.61, rel=0.01)
     untagged = dataclasses.replace(bwd, tags=())
     assert bw(untagged, MEGATRON) / bw(untagged, H100) == pytest.approx(0.61, rel=0.01)
     for op in (ve.rmsnorm_op(4096, 4096),
