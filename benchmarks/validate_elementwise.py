@@ -21,7 +21,11 @@ HBM3", BF16), from its scripts ``benchmark/scripts/benchmark_megatron_swiglu.py`
   script's own convention: "subtract the forward measurement"); the backward alone is that
   less the forward row less the sum's pass, taken at the vector unit's copy rate over the
   output [assumption: PyTorch's sum reduction streams at the copy rate; it is 1/5 of the
-  backward's bytes].
+  backward's bytes]. That is a confounded reading, printed beside diptych, not a calibration
+  point: the row feeds ``swiglu_back`` the stride-0 broadcast gradient of the sum (training
+  passes a dense tensor), times three kernels in one row, and would make the compiled kernel
+  3x slower than eager PyTorch's byte count of the same backward. The preset runs the
+  backward at the forward's measured fraction [assumption] (arch/chips/h100.toml).
 * ``megatron_rms_norm``, providers ``torch`` (``torch.nn.RMSNorm``; Megatron's
   ``WrappedTorchNorm`` returns it, its rows are the same) and ``liger`` (Triton): input
   ``[4096, 1, hidden]``. Not Transformer Engine's kernel (the published runs' norm, whose
@@ -34,7 +38,9 @@ output element); its backward reads the output gradient and the saved ``gate_up`
 forward reads x (and the weight), writes y (2). diptych's time: the op alone on the h100
 preset (``simulate``), at the nominal clock, under the stack setting ``elementwise_kernels``
 given (``default``: the vector unit's copy rate; ``megatron``: the preset's
-``[elementwise_kernels_megatron]`` rates, calibrated [C] on the rows marked ``*``).
+``[elementwise_kernels_megatron]`` rates, the forward calibrated [C] on the rows marked
+``*``, the backward at the forward's fraction [assumption]; its rows, marked ``†``, are
+readings).
 docs/validation-published.md, "Elementwise kernels", says what they show.
 """
 
@@ -102,7 +108,7 @@ def swiglu_rows(chip, tuned) -> list[str]:
             f"{m_fwd:.4f} ({tb(fwd, m_fwd):.2f}) | {l_fwd:.4f} ({tb(fwd, l_fwd):.2f}) | "
             f"{ms(fwd, chip):.4f} | {ms(fwd, tuned):.4f} | {ms(fwd, tuned) / m_fwd:.2f} |")
         rows.append(
-            f"| SwiGLU bwd, ffn {f}{mark} | {(bwd.read_bytes + bwd.write_bytes) / 1e6:.0f} | "
+            f"| SwiGLU bwd, ffn {f}† | {(bwd.read_bytes + bwd.write_bytes) / 1e6:.0f} | "
             f"{m_bwd:.4f} ({tb(bwd, m_bwd):.2f}) | | {ms(bwd, chip):.4f} | "
             f"{ms(bwd, tuned):.4f} | {ms(bwd, tuned) / m_bwd:.2f} |")
     return rows
@@ -121,8 +127,10 @@ def rmsnorm_rows(chip) -> list[str]:
 
 
 def calibrated_fractions(chip) -> tuple[float, float]:
-    """The copy-rate time over the published time, mean over :data:`CALIBRATION`: forward
-    and backward of Megatron's SwiGLU (what the preset's rates were set from)."""
+    """The copy-rate time over the published time, mean over :data:`CALIBRATION`, of
+    Megatron's SwiGLU: the forward (what the preset's ``swiglu`` is set from) and the
+    benchmark's confounded backward reading (module docstring; not what ``swiglu_bwd`` is set
+    from: that is the forward's fraction [assumption])."""
     fw, bw = [], []
     for f in CALIBRATION:
         m_fwd, m_all, _ = SWIGLU[f]
@@ -142,9 +150,15 @@ def main(argv=None) -> int:
             "Liger ms (TB/s) | diptych default ms | diptych megatron ms | megatron / "
             "published |", "|---|---:|---:|---:|---:|---:|---:|"]
     fw, bw = calibrated_fractions(chip)
+    rates = tuned.elementwise_kernels
     lines = [f"Source: {SRC}.", ""] + head + swiglu_rows(chip, tuned) + rmsnorm_rows(chip) + [
-        "", f"Copy-rate time / published time over the rows marked *: forward {fw:.3f}, "
-        f"backward {bw:.3f} (the preset's [elementwise_kernels_megatron] swiglu, swiglu_bwd)."]
+        "", "† the benchmark's backward row less its forward row and the sum's pass: a "
+        "confounded reading (swiglu_back fed the stride-0 gradient of out.sum()), printed "
+        "beside diptych, not a calibration point.",
+        f"Copy-rate time / published time over the rows marked *: forward {fw:.3f}, "
+        f"calibrated (the preset's swiglu = {rates.swiglu:g}); the backward reading "
+        f"{bw:.3f}, not a calibration (the preset's swiglu_bwd = {rates.swiglu_bwd:g}, the "
+        f"forward's fraction [assumption])."]
     text = "\n".join(lines)
     print(text)
     if args.out:
