@@ -733,6 +733,32 @@ class ResidencyPolicy:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ElementwiseKernels:
+    """The DRAM rate a software stack's own elementwise kernels reach, as a fraction of the
+    vector unit's streaming rate (the engine's copy rate, :mod:`diptych.sim.vector`), per
+    kernel kind and direction (``[elementwise_kernels]`` when the chip's stack runs them so,
+    or an offered ``[elementwise_kernels_megatron]`` that a run selects with the stack
+    setting ``elementwise_kernels``, :mod:`diptych.sim.run.stack`). The op's DRAM stream
+    takes ``1 / fraction`` times as long; its ALU work, on-chip bytes and launch are
+    unchanged. 1 (the default): at the copy rate. Each fraction comes from kernel-level
+    measurements of the stack's own kernel (cited where the preset sets it)."""
+
+    swiglu: float = f(default=1.0, doc="fraction of the copy rate a SwiGLU forward reaches",
+                      **bound(0.01, 1.0, "1 = the copy rate; a kernel at under 1 % of its "
+                              "memory's rate is a bug, not a rate"))
+    swiglu_bwd: float = f(default=1.0,
+                          doc="fraction of the copy rate a SwiGLU backward reaches",
+                          **bound(0.01, 1.0, "as swiglu"))
+
+    def fraction(self, kind: str, backward: bool) -> float:
+        """The fraction for a vector op of ``kind`` (its forward, or its ``backward``
+        pass); 1 for a kind the table does not list."""
+        if kind == "swiglu":
+            return self.swiglu_bwd if backward else self.swiglu
+        return 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class AttentionKernel:
     """How the chip's software stack runs fused (FlashAttention-style) attention in training
     and prefill (docs/workloads.md, "Fused attention"): each core takes a tile of
@@ -897,6 +923,15 @@ class Chip:
         default=None, doc="optional FlashAttention-2 kernel table, run in place of "
                           "[attention] when a run asks for attention_kernel 'fa2' "
                           "(sim/run/stack.py); absent = not offered")
+    elementwise_kernels: ElementwiseKernels | None = f(
+        default=None, doc="optional table of the rates the stack's elementwise kernels reach "
+                          "(a fraction of the vector unit's copy rate per kind); absent = "
+                          "all at the copy rate")
+    elementwise_kernels_megatron: ElementwiseKernels | None = f(
+        default=None, doc="optional table of the rates Megatron-Core's own elementwise "
+                          "kernels reach, run in place of [elementwise_kernels] when a run "
+                          "asks for elementwise_kernels 'megatron' (sim/run/stack.py); "
+                          "absent = not offered")
     collectives: CollectiveLibrary | None = f(
         default=None, doc="optional collective library table (algorithms, protocols: "
                           "latency and bus-bandwidth efficiency); absent = one protocol at "

@@ -64,7 +64,12 @@ class Row:
 #: (143b90d) do not set it, so NeMo's ``build_transformer_config`` leaves Megatron-Core's
 #: default, ``False`` (core_r0.9.0 megatron/core/model_parallel_config.py; GPT-3's NeMo 24.05
 #: image, Megatron-Core 0.7, has no fused path at all): the unfused cross-entropy.
-STACKS = {"llama": dict(nvls=False, cross_entropy="fused"),
+#: SwiGLU: the Llama runs call Megatron-Core's own ``bias_swiglu_impl`` (35a9aec
+#: llama3.1_8b.yaml and llama3.1_70b.yaml: ``activation: fast-swiglu``,
+#: ``bias_activation_fusion: true``), timed at the rates the h100 preset measured for it
+#: (``[elementwise_kernels_megatron]``); GPT-3's GeLU and Grok-1's GeGLU have no published
+#: measurement of Megatron's kernel: the copy rate.
+STACKS = {"llama": dict(nvls=False, cross_entropy="fused", elementwise_kernels="megatron"),
           "gpt3": dict(nvls=False, attention_kernel="fa2", cross_entropy="unfused"),
           "grok": dict(nvls=False, attention_kernel="fa2", tp_comm_overlap=False,
                        cross_entropy="unfused")}

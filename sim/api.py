@@ -69,7 +69,9 @@ def simulate(op, chip, *, dataflow: str | None = None) -> OpStats:
         shape = dataclasses.replace(op, name="", tags=())
         st = _gemm_cached(shape, chip, dataflow)
     elif isinstance(op, VectorOp):
-        shape = dataclasses.replace(op, name="", tags=())
+        # a backward pass keeps its tag: a stack's kernel rate may depend on the direction
+        # (sim/vector.py BACKWARD_TAG)
+        shape = dataclasses.replace(op, name="", tags=tuple(t for t in op.tags if t == "bwd"))
         st = _vector_cached(shape, chip)
     elif isinstance(op, Collective):
         raise ValueError("collectives are not timed by simulate(); they belong to the "

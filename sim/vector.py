@@ -11,7 +11,9 @@ ops_per_element`` ALU ops at ``lanes × ops_per_lane_per_cycle`` per cycle. The 
 fast model of :mod:`.dram` (a sequential read stream, then the write stream, on all
 pseudo-channels, capped by the NoC and D2D bandwidth and delayed by their latency:
 :mod:`.fabric`); the pipeline takes ``max(compute, memory)`` plus one chunk of the shorter
-side to fill and drain. The helper constructors give the op counts we assume per element.
+side to fill and drain. A chip whose stack runs a kind's kernel below the copy rate (its
+``[elementwise_kernels]`` table) takes its DRAM stream ``1 / fraction`` times as long. The
+helper constructors give the op counts we assume per element.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from .fabric import fabric
 from ..workloads.ops import VectorOp
 from .regime import memory_roof_bytes_per_s, regime
 from .stats import OpStats
+
+#: The tag of a backward pass's vector op (workloads/train.py ``backward_ops``): the one tag
+#: :func:`diptych.sim.simulate` keeps, since a kernel's rate may differ by direction.
+BACKWARD_TAG = "bwd"
 
 #: Streaming granularity of vector ops through the scratchpad (bytes per chunk per core).
 CHUNK_BYTES = 64 * 1024
@@ -61,6 +67,15 @@ def norm_op(name: str, rows: int, cols: int, kind: str = "rmsnorm", dtype: str =
                     read_bytes=n * b + params, write_bytes=n * b, dtype=dtype)
 
 
+def stream_fraction(op: VectorOp, chip) -> float:
+    """The fraction of the copy rate at which ``chip``'s software stack streams ``op``'s DRAM
+    bytes: its ``[elementwise_kernels]`` entry for the op's kind and direction (a backward
+    pass carries :data:`BACKWARD_TAG`; arch/chip.py ``ElementwiseKernels``), 1 without the
+    table."""
+    rates = getattr(chip, "elementwise_kernels", None)
+    return rates.fraction(op.kind, BACKWARD_TAG in op.tags) if rates is not None else 1.0
+
+
 def vector_stats(op: VectorOp, chip, cores: int | None = None) -> OpStats:
     """Time a vector op on ``chip`` (uncached; see :func:`diptych.sim.simulate`), spread over
     ``cores`` of its tensor cores (default: all of them)."""
@@ -86,7 +101,8 @@ def vector_stats(op: VectorOp, chip, cores: int | None = None) -> OpStats:
                                    (1 << 40, int(math.ceil(wr)), True)):
             if total > 0:
                 done = dram.stream(0.0, addr, total, chunk, write)
-    mem_ns = done
+    # the stack's own kernel of this kind may stream below the copy rate
+    mem_ns = done / stream_fraction(op, chip)
     dma_bpc = chip.dma.engines * chip.dma.bytes_per_cycle * cores
     setup = 0
     if rd + wr > 0:

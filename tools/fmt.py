@@ -161,6 +161,8 @@ def stack_text(info: dict) -> str | None:
                               st.get("attention_kernel", "default") != "default"),
                              ("TP comm overlap off (Megatron's NCCL path)",
                               st.get("tp_comm_overlap") is False),
+                             (f"elementwise kernels by {st.get('elementwise_kernels')}",
+                              st.get("elementwise_kernels", "default") != "default"),
                              (f"collective algorithms {st.get('collective_algorithms')} "
                               f"(NCCL_ALGO)", st.get("collective_algorithms") is not None),
                              (f"loss: {st.get('cross_entropy')} cross-entropy "

@@ -232,6 +232,13 @@ def _curve_table(curve: dict):
               help="Fused-attention kernel: the chip's own ([attention]; h100: cuDNN) or "
                    "FlashAttention-2 ([attention_fa2]; Transformer Engine with "
                    "NVTE_FUSED_ATTN=0). docs/workloads.md, \"Fused attention\".")
+@click.option("--elementwise-kernels", type=click.Choice(["default", "megatron"]),
+              default="default", show_default=True,
+              help="Elementwise kernels: the chip's own ([elementwise_kernels]; absent: the "
+                   "vector unit's copy rate) or Megatron-Core's torch.compile'd fusions at "
+                   "their measured rates ([elementwise_kernels_megatron]; h100: SwiGLU, "
+                   "bias_activation_fusion). docs/validation-published.md, \"Elementwise "
+                   "kernels\".")
 @click.option("--cross-entropy", type=click.Choice(list(LOSS_IMPLEMENTATIONS)), default=None,
               help="Training: the loss's implementation, Megatron-Core's fused FP32 "
                    "cross-entropy (cross_entropy_loss_fusion: true; the default) or the "
@@ -291,7 +298,8 @@ def _curve_table(curve: dict):
 @friendly
 def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp, ep, cp, zero,
         zero_shards, schedule, virtual_stages, precision, weights_dtype, act_dtype, kv_dtype,
-        recipe, overlap, recompute, attention, attention_kernel, cross_entropy, nvls,
+        recipe, overlap, recompute, attention, attention_kernel, elementwise_kernels,
+        cross_entropy, nvls,
         collective_algorithms,
         tp_comm_overlap, moe_skew, moe_capacity_factor, moe_pad, offload, micro_batch, execution,
         fusion, topology, ideal, waterfall, as_json, trace):
@@ -315,7 +323,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     con = _console()
     moe = dict(moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad)
     stack = dict(attention_kernel=attention_kernel, nvls=nvls, tp_comm_overlap=tp_comm_overlap,
-                 offload=offload, collective_algorithms=collective_algorithms)
+                 offload=offload, collective_algorithms=collective_algorithms,
+                 elementwise_kernels=elementwise_kernels)
     if cross_entropy is not None:
         if phase != "train" or topology:
             raise ValueError(f"--cross-entropy {cross_entropy} is a training loss's "
@@ -336,12 +345,13 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
             raise ValueError(f"--offload {offload} places a model's training state; a "
                              f"--topology file has none")
         odd = [f for f, v in (("--attention-kernel", attention_kernel != "default"),
+                              ("--elementwise-kernels", elementwise_kernels != "default"),
                               ("--no-nvls", not nvls),
                               ("--collective-algorithms", collective_algorithms is not None),
                               ("--no-tp-comm-overlap", not tp_comm_overlap)) if v]
         if odd:
-            raise ValueError(f"{odd[0]} sets a model's attention or collectives; a --topology "
-                             f"file runs GEMMs only")
+            raise ValueError(f"{odd[0]} sets a model's attention, elementwise kernels or "
+                             f"collectives; a --topology file runs GEMMs only")
         if recipe:
             raise ValueError(f"--recipe {recipe} trains a model; a --topology file runs its "
                              f"GEMMs in one dtype (--act-dtype)")

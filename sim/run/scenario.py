@@ -123,9 +123,10 @@ class Scenario:
     micro-batch. ``power_limit``: report a chip with a ``[power]`` table at the clock its TDP
     sustains. ``routing``: a mixture-of-experts model's routing (popularity skew, capacity
     factor; :class:`~diptych.workloads.moe.Routing`, default balanced and dropless).
-    ``nvls``, ``attention_kernel``, ``tp_comm_overlap``, ``collective_algorithms``: the
-    software stack's settings (:mod:`~diptych.sim.run.stack`: NCCL's in-switch all-reduce,
-    the fused-attention kernel, Transformer Engine's userbuffers overlap, ``NCCL_ALGO``),
+    ``nvls``, ``attention_kernel``, ``tp_comm_overlap``, ``collective_algorithms``,
+    ``elementwise_kernels``: the software stack's settings (:mod:`~diptych.sim.run.stack`:
+    NCCL's in-switch all-reduce, the fused-attention kernel, Transformer Engine's userbuffers
+    overlap, ``NCCL_ALGO``, whose elementwise kernels),
     applied to the chip before anything is timed.
     ``cross_entropy``: the training loss's implementation (``fused`` or ``unfused``,
     :data:`~diptych.workloads.loss.IMPLEMENTATIONS`: Megatron-Core's
@@ -157,6 +158,7 @@ class Scenario:
     offload: str = "none"
     collective_algorithms: str | None = None
     cross_entropy: str = LOSS_DEFAULT
+    elementwise_kernels: str = "default"
 
     def __post_init__(self):
         if self.phase not in PHASES:
@@ -184,7 +186,8 @@ class Scenario:
             _flag(n, getattr(self, n))
         check_stack(nvls=self.nvls, attention_kernel=self.attention_kernel,
                     tp_comm_overlap=self.tp_comm_overlap,
-                    collective_algorithms=self.collective_algorithms)
+                    collective_algorithms=self.collective_algorithms,
+                    elementwise_kernels=self.elementwise_kernels)
         check_offload(self.offload, phase=self.phase)
         check_implementation(self.cross_entropy)
         _degree("batch", self.batch)

@@ -50,7 +50,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import SimpleNamespace
 
-from ...workloads.ops import Collective, Gemm, launch_group
+from ...workloads.ops import Collective, Gemm, VectorOp, launch_group
+from ..vector import stream_fraction
 from ..program import FusedOps, capacities, fuse_program, op_demand, plan_residency
 from ..program import schedule as list_schedule
 from ...workloads.fused_attention import FusedAttention, on_chip
@@ -226,7 +227,9 @@ class _Timer:
                                    energy_parts=EP.of_stats(st), bound=st.bound,
                                    utilization=st.utilization, flops=st.flops,
                                    bandwidth=min(getattr(st, "dram_bytes_per_s", 0.0), peak_bw),
-                                   unit="vector", weight_bytes=0.0, dtype=None)
+                                   unit="vector", weight_bytes=0.0, dtype=None,
+                                   holds_dram=isinstance(op, VectorOp)
+                                   and stream_fraction(op, chip) < 1.0)
         st = self.sim(gemm, chip)
         # a fused vector op only lends its ALU time (its bytes stay on the output path); on a
         # chip without DRAM it is timed with its bytes on chip
@@ -382,9 +385,14 @@ def _schedule_piece(piece, prog, ops: dict, timer: "_Timer", space: int, stream:
             pre_s = None
             if 0 < w2 <= space and not pre and max(stream2, t.tier2_bandwidth) > 0:
                 pre, pre_s = w2, w2 / max(stream2, t.tier2_bandwidth)
+            # a kernel the stack runs below the copy rate (sim/vector.py stream_fraction)
+            # holds the memory as the copy-rate kernel would: it is slow for want of issue
+            # over every SM, not for want of DRAM that other work could take
+            own = getattr(t, "holds_dram", False)
             demands[(b.name, n.name)] = op_demand(
                 seconds=t.seconds, unit=t.unit, dram_bytes=hbm,
-                stream_bytes_per_s=max(stream, t.bandwidth) if hbm else None,
+                stream_bytes_per_s=(t.bandwidth if own else max(stream, t.bandwidth))
+                if hbm else None,
                 compute_seconds=t.compute_seconds, prefetch_bytes=pre, prefetch_seconds=pre_s,
                 launch_seconds=launch[(b.name, n.name)],
                 co_seconds={"vector": t.vector_seconds} if t.vector_seconds else None)

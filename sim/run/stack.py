@@ -17,6 +17,10 @@ source there; none is a constant of its own:
 * ``tp_comm_overlap``: Transformer Engine's comm-GEMM overlap (userbuffers, the chip's
   ``[tp_overlap]`` table; NeMo's ``ub_tp_comm_overlap``). ``False``: Megatron's own
   sequence-parallel path, NCCL collectives (sim/run/tp_overlap.py, ``nccl_sub_block``).
+* ``elementwise_kernels``: ``"default"`` runs the elementwise kernels by the chip's
+  ``[elementwise_kernels]`` table (absent: at the vector unit's copy rate); ``"megatron"``
+  by its ``[elementwise_kernels_megatron]`` table (Megatron-Core's own ``torch.compile``'d
+  fusions, ``bias_activation_fusion``: on h100 SwiGLU's forward and backward).
 
 :func:`check_stack` validates the values (ValueError naming the field, the value and what
 was expected); :func:`stack_chip` refuses a kernel the chip has no table for.
@@ -30,6 +34,8 @@ from ...arch.chip import LIBRARY_ALGORITHMS
 
 #: Fused-attention kernels a run may choose (``Scenario.attention_kernel``).
 ATTENTION_KERNELS = ("default", "fa2")
+#: Elementwise-kernel sets a run may choose (``Scenario.elementwise_kernels``).
+ELEMENTWISE_KERNELS = ("default", "megatron")
 
 
 def algorithm_names(collective_algorithms: str | None) -> tuple[str, ...] | None:
@@ -49,31 +55,40 @@ def algorithm_names(collective_algorithms: str | None) -> tuple[str, ...] | None
     return names
 
 
-def check_stack(*, nvls, attention_kernel, tp_comm_overlap, collective_algorithms=None) -> None:
+def check_stack(*, nvls, attention_kernel, tp_comm_overlap, collective_algorithms=None,
+                elementwise_kernels="default") -> None:
     """ValueError naming the field unless ``nvls``/``tp_comm_overlap`` are bools,
-    ``attention_kernel`` one of :data:`ATTENTION_KERNELS` and ``collective_algorithms`` None
-    or a comma list of known algorithms."""
+    ``attention_kernel`` one of :data:`ATTENTION_KERNELS`, ``collective_algorithms`` None
+    or a comma list of known algorithms and ``elementwise_kernels`` one of
+    :data:`ELEMENTWISE_KERNELS`."""
     for name, v in (("nvls", nvls), ("tp_comm_overlap", tp_comm_overlap)):
         if not isinstance(v, bool):
             raise ValueError(f"{name} must be true or false, not {v!r}")
     if attention_kernel not in ATTENTION_KERNELS:
         raise ValueError(f"attention_kernel must be one of {', '.join(ATTENTION_KERNELS)}, "
                          f"not {attention_kernel!r}")
+    if elementwise_kernels not in ELEMENTWISE_KERNELS:
+        raise ValueError(f"elementwise_kernels must be one of "
+                         f"{', '.join(ELEMENTWISE_KERNELS)}, not {elementwise_kernels!r}")
     algorithm_names(collective_algorithms)
 
 
 def stack_chip(chip, *, nvls: bool = True, attention_kernel: str = "default",
-               tp_comm_overlap: bool = True, collective_algorithms: str | None = None):
+               tp_comm_overlap: bool = True, collective_algorithms: str | None = None,
+               elementwise_kernels: str = "default"):
     """``chip`` as the stack settings (module docstring) run it: without its in-network
     all-reduce (``nvls`` False), with its ``[attention_fa2]`` kernel in place of
     ``[attention]`` (``attention_kernel="fa2"``; ValueError on a chip without that table),
     with its ``[tp_overlap]`` table marked for Megatron's NCCL path (``tp_comm_overlap``
     False; a chip without the table is unchanged: its collectives are timed where the
     program puts them), with its collective library limited to ``collective_algorithms``
-    (ValueError on a chip without a ``[collectives]`` table or a name it does not list).
+    (ValueError on a chip without a ``[collectives]`` table or a name it does not list),
+    with its ``[elementwise_kernels_megatron]`` rates in place of ``[elementwise_kernels]``
+    (``elementwise_kernels="megatron"``; ValueError on a chip without that table).
     The defaults return ``chip`` itself."""
     check_stack(nvls=nvls, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
-                collective_algorithms=collective_algorithms)
+                collective_algorithms=collective_algorithms,
+                elementwise_kernels=elementwise_kernels)
     names = algorithm_names(collective_algorithms)
     if names is not None:
         lib = chip.collectives
@@ -95,6 +110,12 @@ def stack_chip(chip, *, nvls: bool = True, attention_kernel: str = "default",
             raise ValueError(f"attention_kernel 'fa2' needs an [attention_fa2] table in chip "
                              f"{chip.name!r}, which has none")
         chip = dataclasses.replace(chip, attention=chip.attention_fa2)
+    if elementwise_kernels == "megatron":
+        if chip.elementwise_kernels_megatron is None:
+            raise ValueError(f"elementwise_kernels 'megatron' needs an "
+                             f"[elementwise_kernels_megatron] table in chip {chip.name!r}, "
+                             f"which has none")
+        chip = dataclasses.replace(chip, elementwise_kernels=chip.elementwise_kernels_megatron)
     if not tp_comm_overlap and chip.tp_overlap is not None:
         chip = dataclasses.replace(chip, tp_overlap=dataclasses.replace(
             chip.tp_overlap, userbuffers=False))
@@ -107,7 +128,8 @@ def stack_info(s) -> dict:
     ``cross_entropy``)."""
     out = {"nvls": s.nvls, "attention_kernel": s.attention_kernel,
            "tp_comm_overlap": s.tp_comm_overlap,
-           "collective_algorithms": s.collective_algorithms}
+           "collective_algorithms": s.collective_algorithms,
+           "elementwise_kernels": s.elementwise_kernels}
     if s.phase == "train":
         out["cross_entropy"] = s.cross_entropy
     return out
@@ -117,4 +139,5 @@ def scenario_chip(chip, s):
     """:func:`stack_chip` with scenario ``s``'s settings."""
     return stack_chip(chip, nvls=s.nvls, attention_kernel=s.attention_kernel,
                       tp_comm_overlap=s.tp_comm_overlap,
-                      collective_algorithms=s.collective_algorithms)
+                      collective_algorithms=s.collective_algorithms,
+                      elementwise_kernels=s.elementwise_kernels)

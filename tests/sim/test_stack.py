@@ -52,6 +52,18 @@ def test_fa2_runs_the_chips_fa2_table():
         stack_chip(tpu, attention_kernel="fa2")
 
 
+def test_megatron_elementwise_kernels_run_the_chips_megatron_table():
+    """The h100 preset offers Megatron-Core's SwiGLU rates; a chip without the table refuses
+    the setting, naming it."""
+    c = stack_chip(H100, elementwise_kernels="megatron")
+    assert c.elementwise_kernels == H100.elementwise_kernels_megatron
+    assert c.elementwise_kernels.swiglu < 1.0 and c.elementwise_kernels.swiglu_bwd < 1.0
+    assert stack_chip(H100, elementwise_kernels="default") is H100
+    with pytest.raises(ValueError, match=r"elementwise_kernels 'megatron'.*"
+                                         r"\[elementwise_kernels_megatron\]"):
+        stack_chip(load_chip("tpu-v4"), elementwise_kernels="megatron")
+
+
 def test_userbuffers_off_marks_the_table_and_leaves_a_chip_without_one():
     assert stack_chip(H100, tp_comm_overlap=False).tp_overlap.userbuffers is False
     bare = dataclasses.replace(H100, tp_overlap=None)
@@ -62,6 +74,8 @@ def test_userbuffers_off_marks_the_table_and_leaves_a_chip_without_one():
     ("nvls", "no", "nvls must be true or false, not 'no'"),
     ("tp_comm_overlap", 0, "tp_comm_overlap must be true or false, not 0"),
     ("attention_kernel", "fa3", "attention_kernel must be one of default, fa2, not 'fa3'"),
+    ("elementwise_kernels", "liger",
+     "elementwise_kernels must be one of default, megatron, not 'liger'"),
 ])
 def test_bad_settings_are_refused_naming_the_field(field, value, match):
     with pytest.raises(ValueError, match=match):
@@ -75,6 +89,9 @@ def test_bad_settings_are_refused_naming_the_field(field, value, match):
     (["--chip", "tpu-v4", "--attention-kernel", "fa2"], "attention_fa2"),
     (["--topology", "x.csv", "--no-nvls"], "--no-nvls"),
     (["--cross-entropy", "liger"], "liger"),
+    (["--elementwise-kernels", "liger"], "liger"),
+    (["--chip", "tpu-v4", "--elementwise-kernels", "megatron"],
+     "elementwise_kernels_megatron"),
     (["--phase", "prefill", "--prompt", "128", "--cross-entropy", "unfused"],
      "--cross-entropy unfused"),
 ])
@@ -98,7 +115,7 @@ def test_a_run_states_its_stack_settings():
     s = Scenario.of(phase="prefill", prompt=128, nvls=False, attention_kernel="fa2")
     info = {"stack": stack_info(s)}
     assert info["stack"] == {"nvls": False, "attention_kernel": "fa2", "tp_comm_overlap": True,
-                             "collective_algorithms": None}
+                             "collective_algorithms": None, "elementwise_kernels": "default"}
     assert "NCCL_NVLS_ENABLE=0" in stack_text(info) and "fa2" in stack_text(info)
     assert stack_text({"stack": stack_info(Scenario.of(phase="prefill", prompt=128))}) is None
     r = CliRunner().invoke(main, ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",

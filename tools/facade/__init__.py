@@ -96,7 +96,8 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
         fusion: bool = True, moe_skew: float | None = None,
         moe_capacity_factor: float | None = None, moe_pad: bool | None = None,
         attention_kernel: str = "default", nvls: bool = True, tp_comm_overlap: bool = True,
-        offload: str = "none", collective_algorithms: str | None = None, ideal: bool = False,
+        offload: str = "none", collective_algorithms: str | None = None,
+        elementwise_kernels: str = "default", ideal: bool = False,
         waterfall: bool = True) -> "RunResult":
     """Simulate one phase of ``model`` on ``chip``, as ``diptych run`` does for one batch size.
 
@@ -115,9 +116,10 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     program's list schedule, docs/program.md) or ``"sum"`` (every op alone from DRAM, as
     ``--execution sum``); ``fusion``: as ``--fusion/--no-fusion``. ``moe_skew``,
     ``moe_capacity_factor``, ``moe_pad``: a MoE model's routing (docs/workloads.md, "Mixture of
-    experts"). ``attention_kernel``, ``nvls``, ``tp_comm_overlap``, ``collective_algorithms``: the
-    software stack's settings, as ``--attention-kernel``, ``--no-nvls``, ``--no-tp-comm-overlap``,
-    ``--collective-algorithms`` (sim/run/stack.py).
+    experts"). ``attention_kernel``, ``nvls``, ``tp_comm_overlap``, ``collective_algorithms``,
+    ``elementwise_kernels``: the software stack's settings, as ``--attention-kernel``,
+    ``--no-nvls``, ``--no-tp-comm-overlap``, ``--collective-algorithms``,
+    ``--elementwise-kernels`` (sim/run/stack.py).
     ``offload``: training state in the chip's second memory tier, ``"none"``, ``"optimizer"``
     or ``"params"`` (``--offload``; docs/chips.md, "Training state in the second tier").
     ``ideal``: every overhead left out (``--ideal``); ``waterfall``: the efficiency waterfall in the
@@ -137,7 +139,8 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
                     moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad,
                     attention_kernel=attention_kernel, nvls=nvls,
                     tp_comm_overlap=tp_comm_overlap, offload=offload,
-                    collective_algorithms=collective_algorithms)
+                    collective_algorithms=collective_algorithms,
+                    elementwise_kernels=elementwise_kernels)
     if ideal and r:
         raise ValueError(f"ideal=True leaves every precision recipe's overheads out; recipe "
                          f"{r!r} names one's: give one of them")
