@@ -129,7 +129,7 @@ def test_compare_cli_serving_section(monkeypatch, study):
                                   "llama-3-8b", "--prompts", "512", "--batches", "1,8",
                                   "--contexts", "1024", "--ref-batch", "8", "--train-tp", "1",
                                   "--train-batch", "2", "--train-seq", "512", "--serving",
-                                  "--json"])
+                                  "--no-search", "--json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert "chips" in d and d["serving"] == json.loads(json.dumps(study))
@@ -137,7 +137,8 @@ def test_compare_cli_serving_section(monkeypatch, study):
     r = CliRunner().invoke(main, ["compare", "train-2026", "infer-2026", "--model",
                                   "llama-3-8b", "--prompts", "512", "--batches", "1,8",
                                   "--contexts", "1024", "--ref-batch", "8", "--train-tp", "1",
-                                  "--train-batch", "2", "--train-seq", "512", "--serving"])
+                                  "--train-batch", "2", "--train-seq", "512", "--serving",
+                                  "--no-search"])
     assert r.exit_code == 0, r.output
     assert "serving under" in r.output and "QPS" in r.output
     for name in ("train-2026", "infer-2026"):         # each deployment's setup, stated
