@@ -101,9 +101,9 @@ def test_cli_jobs_match_the_serial_json(cli):
 
 
 def test_compare_serving_search_states_each_designs_plan_and_what_binds(cli, monkeypatch):
-    """`compare --serving` (once `--serving-search`): each chip's best plan from the search (the same rows as
-    the library's) and its binding constraint; a chip none of whose plans holds the model
-    is kept, saying so."""
+    """`compare --serving` (once `--serving-search`): each chip's best plan from the search
+    (the same rows as the library's) and its binding constraint; a chip none of whose plans
+    holds the model is kept, saying so."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dse"))
