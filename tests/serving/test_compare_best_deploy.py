@@ -125,6 +125,10 @@ def test_compare_serving_searches_and_carries_the_chosen_plan(cli, fake_compare)
     # the deprecated flag is an alias, with a note; the text states each plan and why
     out = cli(*args, "--serving-search").output
     assert "--serving-search is deprecated" in out and "each design at its best" in out
+    # the report's bars: one per design's chosen plan (--report passes this result on)
+    from diptych.tools.dse.report import serving_energy_html
+    page = serving_energy_html(d)
+    assert "Serving at each design's best" in page and "h100 (mixed 1 x tp 1)" in page
     assert "h100's best plan: scheduler: " in out and "precision: " in out
     for name in ("h100", "infer-2026"):
         assert f"{name}: {d['per_design'][name]['why']}" in out
