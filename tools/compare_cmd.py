@@ -14,7 +14,8 @@ def _ints(text: str | None, name: str) -> tuple[int, ...] | None:
     try:
         vals = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise ValueError(f"{name} must be a comma-separated list of integers, not {text!r}") from None
+        raise ValueError(f"{name} must be a comma-separated list of integers, "
+                         f"not {text!r}") from None
     return vals
 
 
