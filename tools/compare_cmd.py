@@ -193,8 +193,9 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
     if serving_afd and afd_chips < 2:
         raise ValueError(f"--serving-chips {afd_chips} with --serving-afd: an attention "
                          f"pool and an FFN pool need at least 2 chips")
-    from ..sim.serving.best_deploy import BestDeploySettings, check_cluster
     best = None
+    if serving:
+        from ..sim.serving.best_deploy import BestDeploySettings, check_cluster
     if serving and no_search:
         check_cluster(serving_chips or 2, cluster or DEFAULT_CLUSTER)
     elif serving:
