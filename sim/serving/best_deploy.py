@@ -52,7 +52,7 @@ def check_cluster(chips: int, cluster: str) -> None:
     c = load_cluster(cluster)
     if chips > c.chips:
         raise ValueError(f"--serving-chips {chips:,} is larger than the cluster preset "
-                         f"{c.name} ({c.chips:,} chips: {c.domains:,} domains of "
+                         f"{c.name} ({c.chips:,} chips: {c.domains:,} scale-up domain(s) of "
                          f"{c.scale_up.chips}); a deployment's pools must fit in it")
 
 
