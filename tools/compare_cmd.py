@@ -14,7 +14,8 @@ def _ints(text: str | None, name: str) -> tuple[int, ...] | None:
     try:
         vals = tuple(int(x) for x in text.split(",") if x.strip())
     except ValueError:
-        raise ValueError(f"{name} must be a comma-separated list of integers, not {text!r}") from None
+        raise ValueError(f"{name} must be a comma-separated list of integers, "
+                         f"not {text!r}") from None
     return vals
 
 
@@ -109,23 +110,31 @@ def render_table(cmp) -> "object":
               help="Global batch (sequences per optimizer step) of --cluster-chips. Default: "
                    "--train-batch x N / --train-tp, the one-node run's sequences per chip.")
 @click.option("--serving", is_flag=True,
-              help="Add the serving study: highest QPS under SLOs and tokens/J per chip, and "
-                   "disaggregated prefill/decode pairs (docs/serving.md).")
+              help="Add the serving comparison: each chip deployed at its best by the "
+                   "deployment search (`diptych serve-plan`) at --serving-qps on up to "
+                   "--serving-chips chips: pool sizes and the prefill:decode split, TP (and "
+                   "EP on a MoE model) per pool, batch-token limits 2048 and 8192 (= the "
+                   "prefill chunk), prompts chunked or apart; ranked by $/Mtok; states each "
+                   "chip's plan and why it won (docs/serving.md, \"compare --serving\").")
+@click.option("--no-search", "no_search", is_flag=True,
+              help="With --serving: the fixed deployments instead of the search, i.e. this "
+                   "deployment per chip (the fewest TP chips that hold the model, replicas "
+                   "filling --serving-chips, default 2; one prefill chip with one decode "
+                   "chip per pair) and its highest QPS under the SLOs.")
 @click.option("--serving-search", is_flag=True,
-              help="Deploy each chip at its best for serving: the deployment search "
-                   "(`diptych serve-plan`) over pool sizes, prefill:decode split, TP, "
-                   "batch-token limit and prompt policy at --serving-qps on up to "
-                   "--serving-chips chips; prints each chip's best plan and what binds it "
-                   "(docs/serving.md, \"Deployment search\").")
-@click.option("--serving-chips", type=click.IntRange(min=1), default=4, show_default=True,
-              help="--serving-search and --serving-afd: the most chips a deployment may "
-                   "use.")
+              help="Deprecated: --serving now searches; an alias of it (its JSON is also "
+                   "under `serving_search`).")
+@click.option("--serving-chips", type=click.IntRange(min=1), default=None,
+              help="--serving: the most chips a searched deployment may use (default 4; "
+                   "within the cluster preset, --cluster or dgx-h100); with --no-search each "
+                   "fixed deployment's chips (default 2); --serving-afd: the most chips "
+                   "(default 4).")
 @click.option("--serving-qps", type=click.FloatRange(min=0, min_open=True), default=2.0,
-              show_default=True, help="--serving-search: the target arrival rate (req/s).")
+              show_default=True, help="--serving: the target arrival rate (req/s).")
 @click.option("--serving-requests", type=click.IntRange(min=1), default=200,
-              show_default=True, help="--serving-search: requests per plan.")
+              show_default=True, help="--serving: requests per searched plan.")
 @click.option("--serving-jobs", type=click.IntRange(min=1), default=None,
-              help="--serving-search: local worker processes for its plans (as serve-plan "
+              help="--serving: local worker processes for the searched plans (as serve-plan "
                    "-j; default 1).")
 @click.option("--serving-afd", is_flag=True,
               help="Put the first two chips in the roles of attention-FFN disaggregation both "
@@ -145,15 +154,16 @@ def render_table(cmp) -> "object":
 @friendly
 def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_batch,
             train_seq, infer_tp, context, prompts, batches, contexts, ref_batch, cluster_chips,
-            cluster, cluster_batch, serving, serving_search, serving_chips, serving_qps,
-            serving_requests, serving_jobs, serving_afd, execution, fusion, waterfall):
+            cluster, cluster_batch, serving, no_search, serving_search, serving_chips,
+            serving_qps, serving_requests, serving_jobs, serving_afd, execution, fusion,
+            waterfall):
     """Compare CHIPS (presets or TOML paths) on one model: training, prefill, decode.
 
     States the precision each chip runs in per phase, the parallel plan of training, and
     the ratio of every chip to the first. Example: diptych compare train-2026 infer-2026
     --model llama-3-70b --report out/ (add --cluster-chips 1024 to train at cluster scale).
     """
-    from .dse.compare import CompareSettings
+    from .dse.compare import DEFAULT_CLUSTER, CompareSettings
     from .dse.compare import compare as run_compare
     from .precision_spec import parse_precision
     from .progress import progress_display
@@ -167,32 +177,50 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
                         precision=parse_precision(precision), cluster_chips=cluster_chips,
                         cluster=cluster, cluster_batch=cluster_batch, execution=execution,
                         fusion=fusion, waterfall=waterfall)
+    if serving_search:
+        echo_err("note: --serving-search is deprecated: --serving now deploys each chip at "
+                 "its best (the deployment search); use --serving")
+        if no_search:
+            raise ValueError("--serving-search and --no-search contradict; give one")
+        serving = True
+    if no_search and not serving:
+        raise ValueError("--no-search chooses the fixed deployments of --serving; add "
+                         "--serving")
+    afd_chips = serving_chips or 4
     if serving_afd and len(chips) < 2:
         raise ValueError("--serving-afd puts two chips in the attention and FFN roles; give "
                          "two CHIPS")
-    if serving_afd and serving_chips < 2:
-        raise ValueError(f"--serving-chips {serving_chips} with --serving-afd: an attention "
+    if serving_afd and afd_chips < 2:
+        raise ValueError(f"--serving-chips {afd_chips} with --serving-afd: an attention "
                          f"pool and an FFN pool need at least 2 chips")
+    best = None
+    if serving:
+        from ..sim.serving.best_deploy import BestDeploySettings, check_cluster
+    if serving and no_search:
+        check_cluster(serving_chips or 2, cluster or DEFAULT_CLUSTER)
+    elif serving:
+        best = BestDeploySettings(chips=serving_chips or 4, qps=serving_qps,
+                                  requests=serving_requests, cluster=cluster or DEFAULT_CLUSTER)
+    plans = None
+    if best is not None:            # first: a space without a feasible plan exits at once
+        from .serve_plan_cmd import deploy_designs
+        plans = deploy_designs(list(chips), model, best, jobs=serving_jobs,
+                               progress=not as_json)
     with progress_display("compare", enabled=not as_json) as progress:
         cmp = run_compare(list(chips), model, s, progress=progress)
     roles = None
     if serving_afd:
         from ..sim.serving.afd_roles import AfdRoleSettings, afd_roles
-        roles = afd_roles(chips[0], chips[1], model, AfdRoleSettings(chips=serving_chips))
+        roles = afd_roles(chips[0], chips[1], model, AfdRoleSettings(chips=afd_chips))
     study = None
-    if serving:
-        from ..sim.serving.study import serving_study
-        study = serving_study(list(chips), model,
+    if serving and no_search:
+        from ..sim.serving.study import ServingSettings, serving_study
+        study = serving_study(list(chips), model, ServingSettings(chips=serving_chips or 2),
                               progress=None if as_json else (lambda m: click.echo(m, err=True)))
-    plans = None
-    if serving_search:
-        from .serve_plan_cmd import search_designs
-        plans = search_designs(list(chips), model, chips=serving_chips, qps=serving_qps,
-                               requests=serving_requests, jobs=serving_jobs,
-                               progress=not as_json)
     if as_json:
         click.echo(dumps({**cmp.to_json(), **({"serving": study} if study else {}),
-                          **({"serving_search": plans} if plans else {}),
+                          **({"serving": plans} if plans else {}),
+                          **({"serving_search": plans} if plans and serving_search else {}),
                           **({"serving_afd": roles} if roles else {})}))
     else:
         from .run_cmd import _console
@@ -226,9 +254,10 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
                     click.echo(f"serving {name}: {energy_line(d['energy_breakdown_j_per_token'])}"
                                f" per output token")
         if plans:
-            from .serve_plan_cmd import design_table, echo_setups
+            from .serve_plan_cmd import design_table, echo_setups, echo_why
             _console().print(design_table(plans))
             echo_setups(plans)
+            echo_why(plans)
         if roles:
             from .serve_afd import afd_roles_table
             _console().print(afd_roles_table(roles))
@@ -236,5 +265,5 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
     if report:
         from .dse.report import write_report
 
-        files = write_report(cmp, report, serving=study)
+        files = write_report(cmp, report, serving=study or plans)
         echo_err(f"wrote {len(files)} files to {report} (open {report}/index.html)")

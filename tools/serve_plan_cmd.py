@@ -72,23 +72,28 @@ def run_search(model, space, load, cfg, *, jobs: int | None = None,
                       require_slo=require_slo, prune=prune)
 
 
-def search_designs(designs: list[str], model, *, chips: int, qps: float, requests: int,
-                   jobs: int | None = None, progress: bool = True) -> dict:
-    """``diptych compare --serving-search``: every design deployed at its best (the
-    deployment search over up to ``chips`` chips at ``qps``) on the serving study's request
-    stream and SLOs (:class:`~diptych.sim.serving.study.ServingSettings`: lognormal prompts
-    around 1024 and outputs around 256 tokens, p99 TTFT <= 2 s, TPOT <= 0.2 s); a design
-    with no plan meeting them is kept, with what binds (``per_design``)."""
-    from ..sim.serving.requests import Load, parse_length
-    from ..sim.serving.search import SearchSpace
-    from ..sim.serving.study import ServingSettings
+def deploy_designs(designs: list[str], model, settings, *, jobs: int | None = None,
+                   progress: bool = True) -> dict:
+    """``diptych compare --serving``: every design deployed at its best
+    (:func:`~diptych.sim.serving.best_deploy.best_deployments` over ``settings``, a
+    :class:`~diptych.sim.serving.best_deploy.BestDeploySettings`) on ``jobs`` local workers,
+    a ``[i/n] plan`` line on stderr as plans finish when ``progress`` and stderr is a
+    terminal; a design with no plan meeting the SLOs is kept, with what binds
+    (``per_design``)."""
+    from ..sim.serving.best_deploy import best_deployments
+    from ..sim.serving.search import candidates
+    from .dse.pool_map import pool_mapper
 
-    s = ServingSettings()
-    load = Load(qps=qps, prompt=parse_length(s.prompt, "prompt"),
-                gen=parse_length(s.gen, "gen"), requests=requests)
-    space = SearchSpace(designs=tuple(dict.fromkeys(designs)), chips=chips)
-    return run_search(model, space, load, s.config(), jobs=jobs, progress=progress,
-                      require_slo=False)
+    show = progress and sys.stderr.isatty()
+
+    def tick(i, n, row):
+        if show:
+            click.echo(f"\r[{i}/{n}] {row['plan'][:90]:<90}", nl=i == n, err=True)
+
+    space = settings.space(designs)
+    shapes = len({p.roles for p in candidates(model, space, settings.config())})
+    with pool_mapper(jobs, None, shapes, log=echo_err) as mapper:
+        return best_deployments(designs, model, settings, mapper=mapper, progress=tick)
 
 
 def design_table(res: dict):
@@ -126,6 +131,14 @@ def echo_setups(res: dict) -> None:
     for name, d in res["per_design"].items():
         if d["best"] is not None:
             click.echo(f"{name}'s best plan: {setup_line(d['best']['setup'])}")
+
+
+def echo_why(res: dict) -> None:
+    """A line per design: why its plan won (``per_design[name]["why"]``,
+    :func:`~diptych.sim.serving.best_deploy.why`), when the result states it."""
+    for name, d in res["per_design"].items():
+        if d.get("why") and d["best"] is not None:
+            click.echo(f"{name}: {d['why']}")
 
 
 @click.command("serve-plan")

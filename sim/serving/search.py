@@ -364,6 +364,8 @@ def measured(r, dep: Deployment, cfg: ServeConfig) -> dict:
             "tokens_per_s": r.tokens_per_s, "tokens_per_s_per_chip": r.tokens_per_s_per_chip,
             "tokens_per_j": r.tokens_per_j, "usd_per_mtok": usd_per_mtok(dep, r.tokens_per_s, ej),
             "fill_fraction": r.info.get("fill_fraction"), "warnings": list(r.warnings),
+            # energy per output token by component (None when the step timer gives none)
+            "energy_breakdown_j_per_token": dict(r.energy_breakdown_j_per_token) or None,
             # what every serving result states: scheduler, runtime, parallelism and
             # precision per pool (serve's info)
             "setup": {k: r.info[k] for k in SETUP_KEYS}}

@@ -101,9 +101,9 @@ def test_cli_jobs_match_the_serial_json(cli):
 
 
 def test_compare_serving_search_states_each_designs_plan_and_what_binds(cli, monkeypatch):
-    """`compare --serving-search`: each chip's best plan from the search (the same rows as
-    the library's) and its binding constraint; a chip none of whose plans holds the model
-    is kept, saying so."""
+    """`compare --serving` (once `--serving-search`): each chip's best plan from the search
+    (the same rows as the library's) and its binding constraint; a chip none of whose plans
+    holds the model is kept, saying so."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dse"))
@@ -113,11 +113,11 @@ def test_compare_serving_search_states_each_designs_plan_and_what_binds(cli, mon
     monkeypatch.setattr(compare_mod, "_default_run", fake_eval.roofline_run)
     args = ["compare", "infer-2026", "h100", "--model", "llama-3-8b", "--prompts", "512",
             "--batches", "1,8", "--contexts", "1024", "--ref-batch", "8", "--train-tp", "1",
-            "--train-batch", "2", "--train-seq", "512", "--serving-search",
+            "--train-batch", "2", "--train-seq", "512", "--serving",
             "--serving-chips", 1, "--serving-qps", 1, "--serving-requests", 20]
     r = cli(*args, "--json")
     assert r.exit_code == 0, r.output
-    d = json.loads(r.output)["serving_search"]
+    d = json.loads(r.output)["serving"]
     assert set(d["per_design"]) == {"infer-2026", "h100"}
     for name, v in d["per_design"].items():
         b = v["best"]

@@ -122,22 +122,24 @@ def test_compare_cli_serving_section(monkeypatch, study):
     seen = {}
 
     def fake_study(chips, model, settings=None, **kw):     # the study itself is tested above
-        seen.update(chips=chips, model=model)
+        seen.update(chips=chips, model=model, serving_chips=settings.chips)
         return study
     monkeypatch.setattr(study_mod, "serving_study", fake_study)
     r = CliRunner().invoke(main, ["compare", "train-2026", "infer-2026", "--model",
                                   "llama-3-8b", "--prompts", "512", "--batches", "1,8",
                                   "--contexts", "1024", "--ref-batch", "8", "--train-tp", "1",
                                   "--train-batch", "2", "--train-seq", "512", "--serving",
-                                  "--json"])
+                                  "--no-search", "--json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert "chips" in d and d["serving"] == json.loads(json.dumps(study))
-    assert seen == {"chips": ["train-2026", "infer-2026"], "model": "llama-3-8b"}
+    assert seen == {"chips": ["train-2026", "infer-2026"], "model": "llama-3-8b",
+                    "serving_chips": 2}             # --no-search's default deployment size
     r = CliRunner().invoke(main, ["compare", "train-2026", "infer-2026", "--model",
                                   "llama-3-8b", "--prompts", "512", "--batches", "1,8",
                                   "--contexts", "1024", "--ref-batch", "8", "--train-tp", "1",
-                                  "--train-batch", "2", "--train-seq", "512", "--serving"])
+                                  "--train-batch", "2", "--train-seq", "512", "--serving",
+                                  "--no-search"])
     assert r.exit_code == 0, r.output
     assert "serving under" in r.output and "QPS" in r.output
     for name in ("train-2026", "infer-2026"):         # each deployment's setup, stated

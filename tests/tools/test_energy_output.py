@@ -190,7 +190,7 @@ def test_compare_serving_carries_the_components_in_json_terminal_and_report(
                         lambda chips, model, settings=None, **kw: real(chips, model, small, **kw))
     args = ("compare", "train-2026", "infer-2026", "--model", tiny, "--train-tp", "1",
             "--train-batch", "2", "--train-seq", "256", "--prompts", "128", "--batches", "4",
-            "--contexts", "256", "--ref-batch", "4", "--serving")
+            "--contexts", "256", "--ref-batch", "4", "--serving", "--no-search")
     d = json.loads(cli(*args, "--json").output)["serving"]
     entries = list(d["colocated"].values()) + d["disaggregated"]
     assert len(entries) == 4

@@ -277,9 +277,26 @@ def energy_html(cmp: Comparison) -> str:
 
 def serving_energy_html(study: dict | None) -> str:
     """The serving study's energy by component: one stacked bar per deployment, of its run
-    at the highest load meeting the SLOs, per output token (empty without a breakdown)."""
+    at the highest load meeting the SLOs, per output token; or, for the search's result
+    (``compare --serving``), one per design's chosen plan at the target load (empty without a
+    breakdown)."""
     if not study:
         return ""
+    if "per_design" in study:           # compare --serving: each design's chosen plan
+        def label(name: str, b: dict) -> str:
+            pools = ", ".join(f"{p['role']} {p['replicas']} x "
+                              + (f"ep {p['ep']}" if p["ep"] > 1 else f"tp {p['tp']}")
+                              for p in b["pools"])
+            return f"{name} ({pools})"
+
+        rows = [(label(name, d["best"]), d["best"].get("energy_breakdown_j_per_token"))
+                for name, d in study["per_design"].items() if d["best"] is not None]
+        svg = energy_bars_svg(rows)
+        return ("<h2>Serving at each design's best: energy by component</h2><p>Each design's "
+                "chosen plan at the target load (<code>compare --serving</code>): the share of "
+                "its energy each component spends, the joules per output token at the right. "
+                "Also in compare.json (<code>serving.per_design</code>, "
+                "<code>energy_breakdown_j_per_token</code>).</p>" + svg) if svg else ""
     rows = [(f"{name} (colocated)", d.get("energy_breakdown_j_per_token"))
             for name, d in study.get("colocated", {}).items()]
     rows += [(f"prefill {d['prefill']} + decode {d['decode']}",
