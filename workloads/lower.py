@@ -226,6 +226,15 @@ class _Ctx:
     #: is an expert-parallel rank holding whole experts (``ep == tp``: serving's tensor-parallel
     #: attention beside expert-parallel experts, vLLM's ``--enable-expert-parallel``)
     expert_tp: int | None = None
+    #: training under Megatron's sequence parallelism (``tp > 1``): what the FP8 recipe's
+    #: row-parallel linears quantise differs (:func:`~diptych.workloads.recipe.quantize_records`)
+    sequence_parallel: bool = False
+
+    @property
+    def sp(self) -> int:
+        """Shards a sequence-parallel activation is split into: ``tp`` under sequence
+        parallelism (``tp > 1``), else 1."""
+        return self.tp if self.sequence_parallel and self.tp > 1 else 1
 
     def for_layer(self, layer: LayerSpec) -> "_Ctx":
         """This context for one layer kind: its keys per query, the rounded-up mean of
@@ -968,16 +977,16 @@ def layer_kinds(c: _Ctx) -> list[tuple[str, int, _Ctx]]:
 
 
 def _named(name: str, repeat: int, fl: Flow, ops: list[Op], stage: str = "forward",
-           carry=(), p: Precision | None = None) -> Block:
+           carry=(), p: Precision | None = None, sp: int = 1) -> Block:
     """A block of ``ops`` with the tensors and accesses ``fl`` recorded for them; under
     ``p``'s FP8 recipe with the casts its linear layers need
-    (:func:`~diptych.workloads.recipe.quantize_records`)."""
+    (:func:`~diptych.workloads.recipe.quantize_records`; ``sp``: sequence-parallel shards)."""
     if [id(o) for o, _ in fl.records] != [id(o) for o in ops]:
         raise ValueError(f"lowering bug: block {name!r} recorded "
                          f"{[o.name for o, _ in fl.records]} for ops {[o.name for o in ops]}")
     records, tensors = fl.records, fl.tensors
     if p is not None and p.quantized:
-        records, tensors = quantize_records(records, {**fl.program, **fl.tensors}, p)
+        records, tensors = quantize_records(records, {**fl.program, **fl.tensors}, p, sp=sp)
         tensors = {k: t for k, t in tensors.items() if k not in fl.program}
     return Block.of_ops(name, repeat, tuple(op for op, _ in records), stage,
                         access=tuple(a for _, a in records), tensors=tuple(tensors.values()),
@@ -1000,7 +1009,8 @@ def _layer_blocks(c: _Ctx, stage: str = "forward") -> list[Block]:
         ops = layer_ops(ck, flow=fl)
         fl.t(entry, T * d * a, program=True)
         fl.t(exit_, T * d * a, program=True)
-        out.append(_named(name, n, fl, ops, stage, (Carry("x", "y", entry, exit_),), c.p))
+        out.append(_named(name, n, fl, ops, stage, (Carry("x", "y", entry, exit_),), c.p,
+                          sp=c.sp))
     return out
 
 
