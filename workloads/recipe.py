@@ -27,7 +27,9 @@ Transformer Engine's ``DelayedScaling`` (the default recipe, ``fp8-delayed``) an
   backward writes BF16 too). Delayed scaling takes the scale from the amax history (the cast
   kernel records the new amax); current scaling (TE 2.x) first reads the tensor once more
   for its amax (:func:`amax_op`): TE calls the second read "significant", and it also
-  cannot fuse the cast into the producer.
+  cannot fuse the cast into the producer. Under sequence parallelism a row-parallel linear
+  casts its input row-wise only and its output gradient per sequence shard, transposing
+  both in backward (:func:`quantize_records`, :func:`backward_gemms`).
 * **Weights** are cast once per optimizer step (cached across micro-batches:
   ``is_first_microbatch``): :func:`weight_cast_op`.
 * **Scale synchronisation** (delayed only): one all-reduce (MAX) of every amax at the end of
