@@ -273,8 +273,8 @@ def backward_gemms(op: Gemm, p: Precision) -> list:
     ``<linear>.dy.transpose``) [S: NVIDIA/TransformerEngine v1.11 (c27ee60)
     transformer_engine/pytorch/module/base.py ``grad_output_preprocess``, the branch "FP8
     case with gather: unfused bgrad, cast, transpose for efficient gather"]. The all-gather
-    stays the tensor-parallel collective the cluster step charges (at BF16 bytes: the FP8
-    width of the gather is not modelled)."""
+    stays the tensor-parallel collective the cluster step charges (in FP8 on a chip with a
+    ``[tp_overlap]`` table: docs/cluster.md, "Tensor-parallel overlap")."""
     out: list = []
     e = op.batch * op.m * op.n
     shards = sp_shards(op)

@@ -117,8 +117,12 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
     # AttnFuncWithCPAndKVP2P.backward adds each step's ``dkv_`` into the ``dkv`` it passes on
     # around the ring, a ring reduce-scatter]. The backward ring also gathers K/V again (the
     # rank kept its own chunk only): the backward attention reads the forward's gathered
-    # name for it, and the cluster step times both (sim/cluster/step.py)
-    kind = "reduce_scatter" if op.kind == "all_gather" else op.kind
+    # name for it, and the cluster step times both (sim/cluster/step.py). And the adjoint of
+    # a reduce-scatter is an all-gather (sequence parallelism's embedding) [S: NVIDIA/
+    # Megatron-LM core_r0.9.0 (1afee592) megatron/core/tensor_parallel/mappings.py L368-386:
+    # ``_ReduceScatterToSequenceParallelRegion.backward`` returns ``_gather_along_first_dim``]
+    kind = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}.get(op.kind,
+                                                                                op.kind)
     return [Collective(name=f"{op.name}.bwd", kind=kind, bytes=op.bytes, group=op.group,
                        tags=op.tags + ("bwd",))]
 

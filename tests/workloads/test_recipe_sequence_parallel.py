@@ -15,6 +15,7 @@ import pytest
 from diptych.sim.cluster.layers import layer_ops
 from diptych.workloads import Precision, load_model
 from diptych.workloads.graph import Workload, program_pieces
+from diptych.workloads.lower import SP_SHARD
 from diptych.workloads.ops import Gemm
 from diptych.workloads.program import Program
 from diptych.workloads.train import _backward_block, train_forward
@@ -70,6 +71,12 @@ def test_row_parallel_linears_cast_row_wise_and_transpose():
     assert moved == sum(ex.values()) + 2 * (3 * ey / TP + 2 * ey - 4 * ey)
 
 
+def _unsharded(ops):
+    """The ops not on the sequence shard (the norms and residual adds that are, and their
+    backward, are checked in test_sequence_parallel_shard.py)."""
+    return [o for o in ops if SP_SHARD not in o.tags]
+
+
 def test_the_gemms_and_every_other_op_are_the_same():
     fw, bw = _layer(_fp8(), sp=True)
     fw0, bw0 = _layer(_fp8(), sp=False)
@@ -78,15 +85,24 @@ def test_the_gemms_and_every_other_op_are_the_same():
         return {k: v for k, v in vars(o).items() if k != "tags"}
     gemms = [key(o) for o in fw + bw if isinstance(o, Gemm)]
     assert gemms == [key(o) for o in fw0 + bw0 if isinstance(o, Gemm)]
-    rest = [o for o in fw + bw if "recipe" not in o.tags and not isinstance(o, Gemm)]
-    assert rest == [o for o in fw0 + bw0 if "recipe" not in o.tags
-                    and not isinstance(o, Gemm)]
+    rest = [o for o in _unsharded(fw + bw) if "recipe" not in o.tags
+            and not isinstance(o, Gemm)]
+    off = [o for o in fw0 + bw0 if "recipe" not in o.tags and not isinstance(o, Gemm)]
+    assert rest == [o for o in off if o.name.split(".")[0] not in
+                    {x.name.split(".")[0] for x in fw + bw if SP_SHARD in x.tags}]
 
 
 @pytest.mark.parametrize("p,tp", [(Precision(), TP), (_fp8("fp8-current"), TP),
                                   (_fp8(), 1)])
 def test_nothing_changes_without_te1_delayed_fp8_or_tensor_parallelism(p, tp):
-    assert _layer(p, sp=True, tp=tp) == _layer(p, sp=False, tp=tp)
+    """The recipe's ops: the same with and without sequence parallelism (BF16, current
+    scaling, tp = 1); at tp = 1 every op is."""
+    on, off = _layer(p, sp=True, tp=tp), _layer(p, sp=False, tp=tp)
+    assert [_unsharded(x) for x in on] == [[o for o in x if o.name.split(".")[0] not in
+                                            {s.name.split(".")[0] for s in on[0]
+                                             if SP_SHARD in s.tags}] for x in off]
+    if tp == 1:
+        assert on == off
 
 
 def test_the_cluster_layer_ops_follow_the_plan():
