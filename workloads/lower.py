@@ -805,7 +805,8 @@ def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: s
     "row" and sequence_parallel: out, _ = reduce_scatter_along_first_dim(out, tp_group)``;
     models/gpt/gpt_layer_specs.py L85: a MoE layer's ``pre_mlp_layernorm`` is a ``TENorm``
     on the same hidden states)]. A post-norm (sandwich norms)
-    over the reduced output runs there too."""
+    over the reduced output runs there too [assumption: where its input lives; Megatron-Core
+    core_r0.9.0 has no sandwich norms]."""
     d, T = c.m.hidden_size, c.tokens
     fl = flow or NOFLOW
     a = c.p.a_bytes
@@ -896,7 +897,8 @@ def _embedding(c: _Ctx, *, flow=None, out: str = "emb") -> list[Op]:
 
     Under sequence parallelism a model without learned positions reduce-scatters the
     lookup's partial sums instead (``embed_reduce_scatter``: each rank keeps its sequence
-    shard) and scales them there [S: NVIDIA/Megatron-LM core_r0.9.0 (1afee592)
+    shard) and scales them there (the scale: where the tensor lives [assumption: no
+    Megatron-Core source read for Gemma's scale]) [S: NVIDIA/Megatron-LM core_r0.9.0 (1afee592)
     megatron/core/models/common/embeddings/language_model_embedding.py L41-52:
     ``reduce_scatter_embeddings = (not add_position_embedding) and num_tokentypes <= 0 and
     sequence_parallel``, passed to ``VocabParallelEmbedding``; tensor_parallel/layers.py
