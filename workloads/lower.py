@@ -79,6 +79,11 @@ VECTOR_OPS_PER_ELEMENT = {
 INDEX_BYTES = 4
 ROUTING_WEIGHT_BYTES = 4
 
+#: The tag of an op a rank runs on its sequence shard only (``1/tp`` of the tokens) under
+#: Megatron's sequence parallelism: the layer's norms and residual adds, the final norm
+#: (:meth:`_Ctx.norm` with ``sharded``, :func:`_residual`).
+SP_SHARD = "sp_shard"
+
 #: Lowering kinds the op language (``sim.ops.VECTOR_KINDS``) names differently.
 _SIM_KIND = {"geglu": "gelu", "swiglu_clamped": "swiglu", "softcap": "elementwise"}
 
@@ -226,6 +231,22 @@ class _Ctx:
     #: is an expert-parallel rank holding whole experts (``ep == tp``: serving's tensor-parallel
     #: attention beside expert-parallel experts, vLLM's ``--enable-expert-parallel``)
     expert_tp: int | None = None
+    #: training under Megatron's sequence parallelism (``tp > 1``): the layer's norms and
+    #: residual adds run on the rank's sequence shard (:attr:`sp`), and what the FP8 recipe's
+    #: row-parallel linears quantise differs (:func:`~diptych.workloads.recipe.quantize_records`)
+    sequence_parallel: bool = False
+
+    @property
+    def sp(self) -> int:
+        """Shards a sequence-parallel activation is split into: ``tp`` under sequence
+        parallelism (``tp > 1``), else 1."""
+        return self.tp if self.sequence_parallel and self.tp > 1 else 1
+
+    @property
+    def sp_tags(self) -> tuple[str, ...]:
+        """Tags of an op run on the rank's sequence shard (:data:`SP_SHARD` under sequence
+        parallelism, else none)."""
+        return (SP_SHARD,) if self.sp > 1 else ()
 
     def for_layer(self, layer: LayerSpec) -> "_Ctx":
         """This context for one layer kind: its keys per query, the rounded-up mean of
@@ -277,22 +298,41 @@ class _Ctx:
 
     def input_norm(self, fl, x: str = "x") -> VectorOp:
         """The layer's input norm ``attn_norm`` over the ``x`` it carries in, recorded in
-        flow ``fl`` (reads ``x`` and ``w_attn_norm``, writes ``h_attn``)."""
+        flow ``fl`` (reads ``x`` and ``w_attn_norm``, writes ``h_attn``); on the rank's
+        sequence shard under sequence parallelism (:meth:`norm`: it reads and writes ``1/sp``
+        of the tensors, the all-gather before the next GEMM fills the rest of ``h_attn``)."""
         T, d, a = self.tokens, self.m.hidden_size, self.p.a_bytes
-        op = self.norm("attn_norm", d)
+        op = self.norm("attn_norm", d, sharded=True)
+        f = 1.0 / self.sp
         fl.t(x, T * d * a)
-        return fl.vec(op, [(x, 1.0), (fl.t("w_attn_norm", op.read_bytes - T * d * a,
-                                           "weight"), 1.0)], [(fl.t("h_attn", T * d * a), 1.0)])
+        return fl.vec(op, [(x, f), (fl.t("w_attn_norm", op.read_bytes - op.elements * a,
+                                         "weight"), 1.0)], [(fl.t("h_attn", T * d * a), f)])
 
     def norm(self, name: str, width: int, rows: float | None = None, *, weights: int = 1,
-             ops: float | None = None) -> VectorOp:
+             ops: float | None = None, sharded: bool = False) -> VectorOp:
         """The model's norm over ``rows`` (default: the tokens) rows of ``width``; ``weights``
-        weight vectors of ``width`` read (0 for a weightless norm)."""
+        weight vectors of ``width`` read (0 for a weightless norm). ``sharded``: a norm of
+        the residual stream, which under sequence parallelism runs on the rank's sequence
+        shard, ``rows / sp`` rows (tagged :data:`SP_SHARD`) [S: NVIDIA/Megatron-LM core_r0.9.0
+        (1afee592) megatron/core/transformer/transformer_layer.py L275-334: the layer's
+        input, ``input_layernorm``/``pre_mlp_layernorm`` and the bias-dropout-adds work on the
+        ``hidden_states`` the layer carries, which under sequence parallelism is the rank's
+        ``[s/tp, b, h]`` shard; models/gpt/gpt_layer_specs.py L75, L150: the norms fused into
+        ``TELayerNormColumnParallelLinear``, whose forward runs the norm on ``inputmat`` and
+        all-gathers its output ``ln_out`` (NVIDIA/TransformerEngine v1.11 (c27ee60)
+        transformer_engine/pytorch/module/layernorm_linear.py L137-164: ``_apply_normalization
+        (inputmat, ...)``, then ``gather_along_first_dim(ln_out, tp_group)`` ``elif
+        parallel_mode == "column" and sequence_parallel``) and whose backward runs the norm's
+        backward on the reduce-scattered gradient (L571 ``reduce_scatter_along_first_dim``,
+        L673-690 ``dgrad.view(inputmat.shape)``, ``tex.rmsnorm_bwd``/``layernorm_bwd``)]."""
         kind = self.m.norm
         rows = self.tokens if rows is None else rows
+        tags: tuple[str, ...] = ("saved",)
+        if sharded and self.sp > 1:
+            rows, tags = rows / self.sp, tags + self.sp_tags
         wb = width * self.p.w_bytes * weights * (2 if kind == "layernorm" else 1)
         return self.vec(name, kind, rows * width, reads=1.0, extra_read_bytes=wb, ops=ops,
-                        tags=("saved",))
+                        tags=tags)
 
 
 ATTENTION_MODES = ("fused", "unfused")
@@ -490,10 +530,14 @@ def _attention_mla(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -
     fl = flow or NOFLOW
     a, wb = c.p.a_bytes, c.p.w_bytes
 
-    def norm(name: str, width: int, src: Pieces, dst: str) -> VectorOp:
-        op = c.norm(name, width)
-        return fl.vec(op, src + [(fl.t(f"w_{name}", op.read_bytes - T * width * a, "weight"),
-                                  1.0)], [(fl.t(dst, T * width * a), 1.0)])
+    def norm(name: str, width: int, src: Pieces, dst: str, sharded: bool = False
+             ) -> VectorOp:
+        # the layer's input norm runs on the sequence shard (_Ctx.norm, sequence parallelism)
+        op = c.norm(name, width, sharded=sharded)
+        f = 1.0 / c.sp if sharded else 1.0
+        return fl.vec(op, scaled(src, f) + [(fl.t(f"w_{name}", op.read_bytes - op.elements * a,
+                                                  "weight"), 1.0)],
+                      [(fl.t(dst, T * width * a), f)])
 
     def lin(name: str, src: str, k_: int, n_: int, dst: str) -> Gemm:
         op = c.gemm(name, T, k_, n_, tags=("attn",))
@@ -501,7 +545,7 @@ def _attention_mla(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -
                        [(fl.t(dst, T * n_ * a), 1.0)])
 
     fl.t(x, T * d * a)
-    ops: list[Op] = [norm("attn_norm", d, [(x, 1.0)], "h_attn")]
+    ops: list[Op] = [norm("attn_norm", d, [(x, 1.0)], "h_attn", sharded=True)]
     if m.q_lora_rank:
         ops += [lin("q_a_proj", "h_attn", d, m.q_lora_rank, "q_a"),
                 norm("q_a_norm", m.q_lora_rank, [("q_a", 1.0)], "q_a_n"),
@@ -746,24 +790,41 @@ def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: s
     """TP all-reduce of a sub-block's output, its post-norm (sandwich norms) and the residual
     add. With a ``flow``: ``inp`` the sub-block's output, ``resid`` the residual stream,
     ``out`` the sum; ``extra`` outputs summed into ``inp`` (the shared experts': the sum is
-    not an op of its own, an ordering-only read of the first op)."""
+    not an op of its own, an ordering-only read of the first op).
+
+    Under sequence parallelism the all-reduce stands for Megatron's reduce-scatter (the
+    cluster step times it so, sim/cluster/step.py) and what follows it runs on the rank's
+    sequence shard, ``1/sp`` of the tokens (tagged :data:`SP_SHARD`; it reads and writes
+    ``1/sp`` of each tensor) [S: NVIDIA/Megatron-LM core_r0.9.0 (1afee592)
+    megatron/core/transformer/transformer_layer.py L291-294, L331-334: ``self_attn_bda`` /
+    ``mlp_bda`` over the row-parallel linear's output and the ``residual`` the layer
+    carries, both ``[s/tp, b, h]`` under sequence parallelism: the row-parallel linear
+    reduce-scatters its output (tensor_parallel/layers.py L1153-1154 ``elif
+    self.sequence_parallel: output_ = reduce_scatter_to_sequence_parallel_region(...)``;
+    TransformerEngine v1.11 (c27ee60) module/linear.py L355-356 ``elif parallel_mode ==
+    "row" and sequence_parallel: out, _ = reduce_scatter_along_first_dim(out, tp_group)``;
+    models/gpt/gpt_layer_specs.py L85: a MoE layer's ``pre_mlp_layernorm`` is a ``TENorm``
+    on the same hidden states)]. A post-norm (sandwich norms)
+    over the reduced output runs there too [assumption: where its input lives; Megatron-Core
+    core_r0.9.0 has no sandwich norms]."""
     d, T = c.m.hidden_size, c.tokens
     fl = flow or NOFLOW
     a = c.p.a_bytes
+    f = 1.0 / c.sp
     cur, deps = inp, extra
     ops = c.all_reduce(f"{name}_all_reduce", T * d)
     for op in ops:
         fl.vec(op, [(cur, 1.0)], [(fl.t(f"{name}_red", T * d * a), 1.0)], deps=deps)
         cur, deps = f"{name}_red", ()
     if c.m.sandwich_norms:
-        op = c.norm(f"{name}_post_norm", d)
-        fl.vec(op, [(cur, 1.0), (fl.t(f"w_{name}_post_norm", op.read_bytes - T * d * a,
-                                      "weight"), 1.0)],
-               [(fl.t(f"{name}_pn", T * d * a), 1.0)], deps=deps)
+        op = c.norm(f"{name}_post_norm", d, sharded=True)
+        fl.vec(op, [(cur, f), (fl.t(f"w_{name}_post_norm", op.read_bytes - op.elements * a,
+                                    "weight"), 1.0)],
+               [(fl.t(f"{name}_pn", T * d * a), f)], deps=deps)
         ops.append(op)
         cur, deps = f"{name}_pn", ()
-    op = c.vec(f"{name}_residual", "add", T * d, reads=2.0)
-    fl.vec(op, [(cur, 1.0), (resid, 1.0)], [(fl.t(out or f"{name}_sum", T * d * a), 1.0)],
+    op = c.vec(f"{name}_residual", "add", T * d / c.sp, reads=2.0, tags=c.sp_tags)
+    fl.vec(op, [(cur, f), (resid, f)], [(fl.t(out or f"{name}_sum", T * d * a), f)],
            deps=deps)
     ops.append(op)
     return ops
@@ -814,9 +875,11 @@ def layer_ops(c: _Ctx, *, flow=None) -> list[Op]:
     ops = mixer_ops(c, flow=flow)
     ops += _residual(c, "attn", flow=flow, inp="attn_out", resid="x", out="h1",
                      extra=("ssm_out",) if c.layer.ssm else ())
-    op = c.norm("mlp_norm", c.m.hidden_size)
-    fl.vec(op, [("h1", 1.0), (fl.t("w_mlp_norm", op.read_bytes - T * d * a, "weight"), 1.0)],
-           [(fl.t("h_mlp", T * d * a), 1.0)])
+    op = c.norm("mlp_norm", c.m.hidden_size, sharded=True)   # the sequence shard (SP)
+    f = 1.0 / c.sp
+    fl.vec(op, [("h1", f), (fl.t("w_mlp_norm", op.read_bytes - op.elements * a, "weight"),
+                            1.0)],
+           [(fl.t("h_mlp", T * d * a), f)])
     ops.append(op)
     if c.layer.moe:
         ops += _moe_mlp(c, flow=flow)
@@ -830,7 +893,19 @@ def layer_ops(c: _Ctx, *, flow=None) -> list[Op]:
 
 def _embedding(c: _Ctx, *, flow=None, out: str = "emb") -> list[Op]:
     """The token embedding (vocab-parallel: an all-reduce), [× √d], [+ learned positions].
-    With a ``flow``: reads rows of the program tensor ``w_embed``, writes ``out``."""
+    With a ``flow``: reads rows of the program tensor ``w_embed``, writes ``out``.
+
+    Under sequence parallelism a model without learned positions reduce-scatters the
+    lookup's partial sums instead (``embed_reduce_scatter``: each rank keeps its sequence
+    shard) and scales them there (the scale: where the tensor lives [assumption: no
+    Megatron-Core source read for Gemma's scale]) [S: NVIDIA/Megatron-LM core_r0.9.0 (1afee592)
+    megatron/core/models/common/embeddings/language_model_embedding.py L41-52:
+    ``reduce_scatter_embeddings = (not add_position_embedding) and num_tokentypes <= 0 and
+    sequence_parallel``, passed to ``VocabParallelEmbedding``; tensor_parallel/layers.py
+    L240-246: ``reduce_scatter_to_sequence_parallel_region`` else
+    ``reduce_from_tensor_model_parallel_region``]; with learned positions the sum is
+    all-reduced, the positions added over the whole sequence and the shard taken after
+    (L107-126 ``scatter_to_sequence_parallel_region``, a split), as without it."""
     d, T = c.m.hidden_size, c.tokens
     fl = flow or NOFLOW
     a, wb = c.p.a_bytes, c.p.w_bytes
@@ -838,9 +913,15 @@ def _embedding(c: _Ctx, *, flow=None, out: str = "emb") -> list[Op]:
     spec: list = [(c.vec("embed_tokens", "embedding", T * d, reads=0.0,
                          extra_read_bytes=T * d * wb, tags=(embedding_grad.TAG,)),
                    [(table, T / -(-c.m.vocab_size // c.tp))])]
-    spec += [(op, []) for op in c.all_reduce("embed_all_reduce", T * d)]
+    scatter = c.sp > 1 and not c.m.learned_positions
+    if scatter:
+        spec.append((Collective(name="embed_reduce_scatter", kind="reduce_scatter",
+                                bytes=T * d * a, group=c.tp, tags=("tp",)), []))
+    else:
+        spec += [(op, []) for op in c.all_reduce("embed_all_reduce", T * d)]
     if c.m.scale_embeddings:
-        spec.append((c.vec("embed_scale", "mul", T * d, ops=1.0), []))
+        spec.append((c.vec("embed_scale", "mul", T * d / (c.sp if scatter else 1), ops=1.0,
+                           tags=c.sp_tags if scatter else ()), []))
     if c.m.learned_positions:
         pos = fl.t("w_pos", c.m.max_position_embeddings * d * wb, "weight")
         spec.append((c.vec("embed_positions", "add", T * d, reads=1.0,
@@ -848,11 +929,13 @@ def _embedding(c: _Ctx, *, flow=None, out: str = "emb") -> list[Op]:
                      [(pos, T / c.m.max_position_embeddings)]))
     mtp = c.m.mtp_module
     cur = None
+    f = 1.0                  # the share of the tensors an op touches: the shard after a scatter
     for i, (op, extra) in enumerate(spec):
         last = i == len(spec) - 1 and not mtp
         dst = fl.t(out, T * d * a, program=True) if last else fl.t(f"emb{i}", T * d * a)
-        fl.vec(op, ([(cur, 1.0)] if cur else []) + extra, [(dst, 1.0)])
-        cur = dst
+        g = 1.0 / c.sp if isinstance(op, Collective) and op.kind == "reduce_scatter" else f
+        fl.vec(op, ([(cur, f)] if cur else []) + extra, [(dst, g)])
+        cur, f = dst, g
     ops = [op for op, _ in spec]
     if mtp:
         ops += _mtp_input(c, cur, fl, out)
@@ -897,16 +980,32 @@ def _head(c: _Ctx, *, flow=None, inp: str = "hidden") -> list[Op]:
     rows = c.tokens if c.phase == "train" else c.batch
     fl = flow or NOFLOW
     a, wb = c.p.a_bytes, c.p.w_bytes
-    norm = c.norm("final_norm", d, rows)
+    # training under sequence parallelism: the final norm on the rank's sequence shard, its
+    # output all-gathered for the column-parallel output layer [S: NVIDIA/Megatron-LM
+    # core_r0.9.0 (1afee592) megatron/core/transformer/transformer_block.py L493-494
+    # ``final_layernorm`` over the block's (sharded) hidden states; models/gpt/gpt_model.py
+    # L140 ``output_layer = tensor_parallel.ColumnParallelLinear``, whose forward all-gathers
+    # its input when ``sequence_parallel`` (tensor_parallel/layers.py L400-409,
+    # ``LinearWithGradAccumulationAndAsyncCommunication.forward``: ``_all_gather_base``)]
+    norm = c.norm("final_norm", d, rows, sharded=c.phase == "train")
+    f = 1.0 / c.sp
     fl.t(inp, c.tokens * d * a, program=True)
-    fl.vec(norm, [(inp, rows / c.tokens),
-                  (fl.t("w_final_norm", norm.read_bytes - rows * d * a, "weight"), 1.0)],
-           [(fl.t("hn", rows * d * a), 1.0)])
+    fl.vec(norm, [(inp, rows / c.tokens * f),
+                  (fl.t("w_final_norm", norm.read_bytes - norm.elements * a, "weight"), 1.0)],
+           [(fl.t("hn", rows * d * a), f)])
+    ops: list[Op] = [norm]
+    hn = "hn"
+    if c.sp > 1:
+        op = Collective(name="head_all_gather", kind="all_gather", bytes=rows * d * a,
+                        group=c.tp, tags=("tp",))
+        fl.vec(op, [(hn, f)], [(fl.t("hn_all", rows * d * a), 1.0)])
+        ops.append(op)
+        hn = "hn_all"
     head = c.gemm("lm_head", rows, d, v, tags=("head",))
     w = (fl.t("w_embed", v * d * wb, "weight", program=True) if c.m.tie_word_embeddings
          else fl.t("w_head", d * v * wb, "weight"))
-    fl.gemm(head, [("hn", 1.0)], [(w, 1.0)], [(fl.t("logits", rows * v * a), 1.0)])
-    ops: list[Op] = [norm, head]
+    fl.gemm(head, [(hn, 1.0)], [(w, 1.0)], [(fl.t("logits", rows * v * a), 1.0)])
+    ops.append(head)
     cur = "logits"
     if c.m.final_logit_softcap:
         op = c.vec("logit_softcap", "softcap", rows * v)
@@ -968,16 +1067,16 @@ def layer_kinds(c: _Ctx) -> list[tuple[str, int, _Ctx]]:
 
 
 def _named(name: str, repeat: int, fl: Flow, ops: list[Op], stage: str = "forward",
-           carry=(), p: Precision | None = None) -> Block:
+           carry=(), p: Precision | None = None, sp: int = 1) -> Block:
     """A block of ``ops`` with the tensors and accesses ``fl`` recorded for them; under
     ``p``'s FP8 recipe with the casts its linear layers need
-    (:func:`~diptych.workloads.recipe.quantize_records`)."""
+    (:func:`~diptych.workloads.recipe.quantize_records`; ``sp``: sequence-parallel shards)."""
     if [id(o) for o, _ in fl.records] != [id(o) for o in ops]:
         raise ValueError(f"lowering bug: block {name!r} recorded "
                          f"{[o.name for o, _ in fl.records]} for ops {[o.name for o in ops]}")
     records, tensors = fl.records, fl.tensors
     if p is not None and p.quantized:
-        records, tensors = quantize_records(records, {**fl.program, **fl.tensors}, p)
+        records, tensors = quantize_records(records, {**fl.program, **fl.tensors}, p, sp=sp)
         tensors = {k: t for k, t in tensors.items() if k not in fl.program}
     return Block.of_ops(name, repeat, tuple(op for op, _ in records), stage,
                         access=tuple(a for _, a in records), tensors=tuple(tensors.values()),
@@ -1000,7 +1099,8 @@ def _layer_blocks(c: _Ctx, stage: str = "forward") -> list[Block]:
         ops = layer_ops(ck, flow=fl)
         fl.t(entry, T * d * a, program=True)
         fl.t(exit_, T * d * a, program=True)
-        out.append(_named(name, n, fl, ops, stage, (Carry("x", "y", entry, exit_),), c.p))
+        out.append(_named(name, n, fl, ops, stage, (Carry("x", "y", entry, exit_),), c.p,
+                          sp=c.sp))
     return out
 
 

@@ -28,12 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ..arch.dtypes import dtype_bytes
 from .ops import Gemm, VectorOp
 from .config import ModelConfig
 from .fused_attention import FusedAttention
 from .graph import Workload
 from .program import Block
-from .lower import _pos, valid_tp_degrees
+from .lower import SP_SHARD, _pos, valid_tp_degrees
 from .params import kv_cache_bytes, params_per_chip, state_bytes_per_sequence
 from .precision import Precision
 
@@ -254,9 +255,18 @@ def is_replicated(op, hidden: int, tokens: int) -> bool:
 
 
 def replicated_saved_bytes(ops, hidden: int, tokens: int) -> float:
-    """Saved bytes every tensor-parallel rank holds in full (:func:`is_replicated`)."""
-    return sum(op.read_bytes if isinstance(op, VectorOp) else op.a_bytes
-               for op in ops if is_replicated(op, hidden, tokens))
+    """Saved bytes every tensor-parallel rank holds in full (:func:`is_replicated`). A norm
+    the lowering already runs on the rank's sequence shard (tagged ``SP_SHARD``,
+    :meth:`~diptych.workloads.lower._Ctx.norm`) reads its shard: only its weight vectors
+    count here (split as an unsharded norm's whole read is, so that both lowerings store the
+    same bytes)."""
+    def held(op) -> float:
+        if isinstance(op, Gemm):
+            return op.a_bytes
+        if SP_SHARD in op.tags:
+            return op.read_bytes - op.elements * dtype_bytes(op.dtype)
+        return op.read_bytes
+    return sum(held(op) for op in ops if is_replicated(op, hidden, tokens))
 
 
 def layer_saved_bytes(block: Block, kv_scale: float, hidden: int, tokens: int,

@@ -27,7 +27,9 @@ Transformer Engine's ``DelayedScaling`` (the default recipe, ``fp8-delayed``) an
   backward writes BF16 too). Delayed scaling takes the scale from the amax history (the cast
   kernel records the new amax); current scaling (TE 2.x) first reads the tensor once more
   for its amax (:func:`amax_op`): TE calls the second read "significant", and it also
-  cannot fuse the cast into the producer.
+  cannot fuse the cast into the producer. Under sequence parallelism a row-parallel linear
+  casts its input row-wise only and its output gradient per sequence shard, transposing
+  both in backward (:func:`quantize_records`, :func:`backward_gemms`).
 * **Weights** are cast once per optimizer step (cached across micro-batches:
   ``is_first_microbatch``): :func:`weight_cast_op`.
 * **Scale synchronisation** (delayed only): one all-reduce (MAX) of every amax at the end of
@@ -74,6 +76,19 @@ AMAX_BYTES = 4.0
 FUSABLE_PRODUCERS = ("rmsnorm", "layernorm")
 #: Linear GEMMs that stay in BF16 under a per-tensor recipe.
 BF16_LINEARS = ("lm_head", "router", "indexer_weights_proj")
+#: The tag of a row-parallel linear's FP8 GEMM under sequence parallelism, ``sp_row:<n>``:
+#: its input is cast row-wise only and its output gradient arrives in ``n`` sequence shards
+#: (:func:`quantize_records`, :func:`backward_gemms`).
+SP_TAG = "sp_row:"
+
+
+def sp_shards(op) -> int:
+    """Sequence shards of an FP8 row-parallel GEMM's output gradient (its ``sp_row:<n>``
+    tag), 1 if it has none."""
+    for t in getattr(op, "tags", ()):
+        if t.startswith(SP_TAG):
+            return int(t[len(SP_TAG):])
+    return 1
 
 
 def quantized(op) -> bool:
@@ -150,14 +165,37 @@ def _scaled(uses, role: str, f: float) -> tuple[Use, ...]:
                  for u in uses)
 
 
-def quantize_records(records: list, tensors: dict, p: Precision) -> tuple[list, dict]:
+def quantize_records(records: list, tensors: dict, p: Precision, sp: int = 1
+                     ) -> tuple[list, dict]:
     """A forward block's ``(op, Access)`` records under ``p``'s FP8 recipe (module docstring):
     each FP8 linear GEMM reads its FP8 operands: the row-wise half of its weight's BF16-sized
     tensor (the cached FP8 pair), and of its input's where the cast is fused into the input's
     producer; any other input gets a cast op (with current scaling an amax op before it) in
     front of the first GEMM that reads it, writing the input's FP8 pair as a tensor of its
     own (``<input>.fp8``) whose row-wise half the GEMMs read. Returns the records and the
-    block's tensor table (``tensors``, by name) with the casts' outputs."""
+    block's tensor table (``tensors``, by name) with the casts' outputs.
+
+    ``sp``: the sequence-parallel shards (``tp`` under Megatron's sequence parallelism, else
+    1). Under delayed scaling with ``sp > 1`` TE 1.x's ``Linear`` knows it is
+    sequence-parallel, and a row-parallel one (``TERowParallelLinear``: attention's output
+    and the MLP's down projection, the GEMMs whose output a tensor-parallel collective
+    reduces) casts its input row-wise only (``cast_to_fp8``: read 2 B, write 1 B; the
+    ``<input>.fp8`` tensor is that copy) and transposes it in the backward for the wgrad
+    (``fp8_transpose``, as a norm's output: the GEMM is tagged ``x_transpose``); its output
+    gradient arrives in ``sp`` shards (tag ``sp_row:<sp>``, :func:`backward_gemms`) [S:
+    NVIDIA/TransformerEngine v1.11 (c27ee60) transformer_engine/pytorch/module/linear.py
+    ``_Linear.forward``: ``fp8_cast_transpose_fused`` only if ``... and not
+    sequence_parallel``, else ``cast_to_fp8``; ``_Linear.backward``: ``inputmat_t_total =
+    tex.fp8_transpose(inputmat_total, ...)`` before the wgrad; module/base.py
+    ``grad_output_preprocess``: ``gather_grad_output = row_parallel_mode and
+    ctx.sequence_parallel``; NVIDIA/Megatron-LM core_r0.9.0 (1afee59)
+    megatron/core/extensions/transformer_engine.py ``TELinear``: ``sequence_parallel=
+    self.config.sequence_parallel``, ``TERowParallelLinear``: ``parallel_mode="row"``; the
+    experts' linears are built with ``tp_size=1`` (``explicit_expert_comm``), so TE's
+    ``self.sequence_parallel = (self.tp_size > 1) and sequence_parallel`` is False for them:
+    their GEMMs' outputs go to the expert all-to-all, not a tensor-parallel collective].
+    Current scaling (TE 2.x) keeps its casts [assumption: TE 2.x's quantizer usage under
+    sequence parallelism not read]."""
     if not p.quantized:
         return records, tensors
     producer = {t: op for op, a in records for t in a.writes}
@@ -171,6 +209,14 @@ def quantize_records(records: list, tensors: dict, p: Precision) -> tuple[list, 
              if isinstance(op, VectorOp) and op.kind in FUSABLE_PRODUCERS
              and p.recipe == "fp8-delayed" and len(writes[id(op)]) == 1
              and all(quantized(r) and role == "a" for r, role in readers.get(t, ()))}
+    row = set()
+    if sp > 1 and p.recipe == "fp8-delayed":
+        row = {id(op) for op, a in records if quantized(op)
+               and any(isinstance(r, Collective) and "tp" in r.tags
+                       for t in a.writes for r, _ in readers.get(t, ()))}
+    rowwise = {t for t, rs in readers.items() if t not in fused
+               and any(id(r) in row for r, _ in rs)
+               and all(id(r) in row for r, _ in rs if quantized(r))}
     out, tables, cast = [], dict(tensors), {}
     half = _ratio(p, p.activations)
     for op, a in records:
@@ -182,7 +228,9 @@ def quantize_records(records: list, tensors: dict, p: Precision) -> tuple[list, 
                                  if u.mode == "write" else u for u in a.uses), a.rmw)
             out.append((op, a))
             continue
-        if any(u.role == "a" and u.tensor in fused for u in a.uses):
+        if id(op) in row:
+            op = dataclasses.replace(op, tags=op.tags + (f"{SP_TAG}{sp}",))
+        if any(u.role == "a" and u.tensor in fused | rowwise for u in a.uses):
             op = dataclasses.replace(op, tags=op.tags + ("x_transpose",))
         uses = []
         for u in a.uses:
@@ -194,20 +242,21 @@ def quantize_records(records: list, tensors: dict, p: Precision) -> tuple[list, 
                 uses.append(dataclasses.replace(u, share=u.share * half) if u.role == "a"
                             else u)
                 continue
+            copies = 1 if t in rowwise else 2
             if t not in cast:
                 e = tables[t].bytes / dtype_bytes(p.activations)
                 token = f"{t}.fp8"
-                tables[token] = Tensor(token, e * 2 * dtype_bytes(p.linear))
+                tables[token] = Tensor(token, e * copies * dtype_bytes(p.linear))
                 pre: tuple[Use, ...] = ()
                 if p.recipe == "fp8-current":
                     tables[f"{t}.amax"] = Tensor(f"{t}.amax", AMAX_BYTES)
                     out.append((amax_op(f"{t}.amax", e, p),
                                 Access((Use(t, "read"), Use(f"{t}.amax", "write")))))
                     pre = (Use(f"{t}.amax", "read", 0.0, "dep"),)
-                out.append((cast_op(f"{t}.cast", e, p),
+                out.append((cast_op(f"{t}.cast", e, p, columnwise=copies == 2),
                             Access((Use(t, "read"),) + pre + (Use(token, "write"),))))
                 cast[t] = token
-            uses.append(dataclasses.replace(u, tensor=cast[t], share=u.share * 0.5))
+            uses.append(dataclasses.replace(u, tensor=cast[t], share=u.share / copies))
         out.append((op, Access(tuple(uses), a.rmw)))
     return out, tables
 
@@ -215,12 +264,27 @@ def quantize_records(records: list, tensors: dict, p: Precision) -> tuple[list, 
 def backward_gemms(op: Gemm, p: Precision) -> list:
     """The backward ops of an FP8 recipe's linear GEMM ``op``, in order: the cast of its
     output gradient (with current scaling an amax pass first), then dgrad ``dX = dY·W`` and
-    wgrad ``dW = dYᵀ·X`` on FP8 operands."""
+    wgrad ``dW = dYᵀ·X`` on FP8 operands.
+
+    A row-parallel GEMM under sequence parallelism (``sp_row:<n>``, :func:`quantize_records`)
+    gets its output gradient in ``n`` sequence shards: TE casts the rank's shard row-wise only
+    (``cast_to_fp8``: ``1/n`` of the elements, read 2 B, write 1 B), all-gathers it in FP8 and
+    transposes the gathered tensor (``fp8_transpose``: read 1 B, write 1 B per element,
+    ``<linear>.dy.transpose``) [S: NVIDIA/TransformerEngine v1.11 (c27ee60)
+    transformer_engine/pytorch/module/base.py ``grad_output_preprocess``, the branch "FP8
+    case with gather: unfused bgrad, cast, transpose for efficient gather"]. The all-gather
+    stays the tensor-parallel collective the cluster step charges (in FP8 on a chip with a
+    ``[tp_overlap]`` table: docs/cluster.md, "Tensor-parallel overlap")."""
     out: list = []
     e = op.batch * op.m * op.n
+    shards = sp_shards(op)
     if p.recipe == "fp8-current":
         out.append(amax_op(f"{op.name}.dy.amax", e, p))
-    out.append(cast_op(f"{op.name}.dy.cast", e, p))
+    if shards > 1:
+        out += [cast_op(f"{op.name}.dy.cast", e / shards, p, columnwise=False),
+                transpose_op(f"{op.name}.dy.transpose", e, p)]
+    else:
+        out.append(cast_op(f"{op.name}.dy.cast", e, p))
     da = Gemm(name=f"{op.name}.dgrad", m=op.m, k=op.n, n=op.k, batch=op.batch,
               a_dtype=p.linear, b_dtype=op.b_dtype, c_dtype=p.activations,
               acc_dtype=op.acc_dtype, b_is_weight=op.b_is_weight,

@@ -44,7 +44,7 @@ from .params import params_per_chip, weight_tensors
 from .precision import Precision
 from .quant import QUANT_OPS_PER_BLOCK, QUANT_OPS_PER_ELEMENT
 from .sparse_attention import backward_share as sparse_share, for_backward as sparse_for_backward
-from .recipe import (amax_collectives, backward_gemms, quantized, rowwise_share,
+from .recipe import (amax_collectives, backward_gemms, quantized, rowwise_share, sp_shards,
                      weight_cast_op)
 
 #: Parameters per AdamW op: the update runs as a sequence of equal chunks (as multi-tensor
@@ -117,8 +117,12 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
     # AttnFuncWithCPAndKVP2P.backward adds each step's ``dkv_`` into the ``dkv`` it passes on
     # around the ring, a ring reduce-scatter]. The backward ring also gathers K/V again (the
     # rank kept its own chunk only): the backward attention reads the forward's gathered
-    # name for it, and the cluster step times both (sim/cluster/step.py)
-    kind = "reduce_scatter" if op.kind == "all_gather" else op.kind
+    # name for it, and the cluster step times both (sim/cluster/step.py). And the adjoint of
+    # a reduce-scatter is an all-gather (sequence parallelism's embedding) [S: NVIDIA/
+    # Megatron-LM core_r0.9.0 (1afee592) megatron/core/tensor_parallel/mappings.py L368-386:
+    # ``_ReduceScatterToSequenceParallelRegion.backward`` returns ``_gather_along_first_dim``]
+    kind = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}.get(op.kind,
+                                                                                op.kind)
     return [Collective(name=f"{op.name}.bwd", kind=kind, bytes=op.bytes, group=op.group,
                        tags=op.tags + ("bwd",))]
 
@@ -199,6 +203,13 @@ class _Grads:
         return out
 
 
+def _fp8_share(tab: dict, name: str, cast_of: dict) -> float:
+    """Bytes of tensor ``name`` over those of the BF16 tensor it was cast from (1 for a cast
+    pair or a tensor not cast; ½ for a row-wise-only cast)."""
+    src = cast_of.get(name)
+    return 1.0 if src is None else tab[name].bytes / tab[src].bytes
+
+
 def _quantized_backward(op: Gemm, a: Access, d_out: list, deps, dep_grads, gr: "_Grads", it,
                         cast_of: dict, p: Precision) -> list[Access]:
     """The accesses of an FP8 linear's backward ops (:func:`~.recipe.backward_gemms`): the
@@ -210,21 +221,38 @@ def _quantized_backward(op: Gemm, a: Access, d_out: list, deps, dep_grads, gr: "
     out: list[Access] = []
     nxt = next(it)
     dy = [dataclasses.replace(u, share=u.share * 0.5) for u in d_out]
+    dy_t = dy               # what the wgrad reads of the output gradient
     if "amax" in nxt.tags:
         am = gr.declare(f"{nxt.name}#t", Tensor(f"{nxt.name}#t", nxt.write_bytes), False)
         out.append(Access((*d_out, Use(am, "write"))))
         nxt = next(it)
     if "cast" in nxt.tags:
-        token = gr.declare(f"{nxt.name}#t", Tensor(f"{nxt.name}#t", nxt.write_bytes), False)
         pre = tuple(Use(x.uses[-1].tensor, "read", 0.0, "dep") for x in out)
-        out.append(Access((*d_out, *pre, Use(token, "write"))))
-        dy = [Use(token, "read", 0.5)]
+        n = sp_shards(op)
+        if n > 1:
+            # the rank's shard, cast row-wise into the gathered FP8 gradient (the all-gather
+            # fills the rest), which is transposed for the wgrad (recipe.backward_gemms)
+            token = gr.declare(f"{nxt.name}#t", Tensor(f"{nxt.name}#t",
+                                                       nxt.write_bytes * n), False)
+            out.append(Access((*(dataclasses.replace(u, share=u.share / n) for u in d_out),
+                               *pre, Use(token, "write", 1.0 / n))))
+            tr = next(it)
+            tt = gr.declare(f"{tr.name}#t", Tensor(f"{tr.name}#t", tr.write_bytes), False)
+            out.append(Access((Use(token, "read"), Use(tt, "write"))))
+            dy, dy_t = [Use(token, "read")], [Use(tt, "read")]
+        else:
+            token = gr.declare(f"{nxt.name}#t", Tensor(f"{nxt.name}#t", nxt.write_bytes),
+                               False)
+            out.append(Access((*d_out, *pre, Use(token, "write"))))
+            dy = dy_t = [Use(token, "read", 0.5)]
         next(it)
     nxt = next(it)
     ua, ub = a.of(role="a"), a.of(role="b")
+    # the BF16 gradient is twice the bytes of the FP8 copy read: a cast pair's half, a
+    # norm's row-wise half, or (sequence parallelism) a row-wise-only cast's whole output
     grad_a = [x for u in ua
               for x in gr.contribute(cast_of.get(u.tensor, u.tensor),
-                                     u.share * 2)]
+                                     u.share * 2 * _fp8_share(gr.tab, u.tensor, cast_of))]
     out.append(Access((*(Use(u.tensor, "read", u.share, "b") for u in ub),
                        *(dataclasses.replace(u, role="a") for u in dy), *deps, *grad_a,
                        *dep_grads)))
@@ -237,7 +265,7 @@ def _quantized_backward(op: Gemm, a: Access, d_out: list, deps, dep_grads, gr: "
                            Use(token, "write"))))
         xa = (Use(token, "read", 1.0, "a"),)
         next(it)
-    out.append(Access((*xa, *(dataclasses.replace(u, role="b") for u in dy), *deps,
+    out.append(Access((*xa, *(dataclasses.replace(u, role="b") for u in dy_t), *deps,
                        *[x for u in ub for x in gr.contribute(u.tensor, u.share * 2)])))
     return out
 
@@ -574,13 +602,15 @@ def default_micro_batch(batch: int, seq_len: int) -> int:
 def train_forward(m: ModelConfig, micro_batch: int, seq_len: int, *,
                   precision: Precision | None = None, tp: int = 1, cp: int = 1, ep: int = 1,
                   routing: Routing = Routing(),
-                  attention: str = "fused") -> Workload:
+                  attention: str = "fused", sequence_parallel: bool = False) -> Workload:
     """The forward blocks (embedding, one block per layer kind, head with the loss) of one
     training micro-batch of ``micro_batch`` sequences of ``seq_len`` tokens on one rank of a
     ``tp``-way tensor-parallel, ``cp``-way context-parallel, ``ep``-way expert-parallel
     group (:class:`~diptych.workloads.lower._Ctx`: the rank holds ``seq_len / cp`` tokens of
     each sequence and ``experts / ep`` routed experts; the context- and expert-parallel
-    collectives are ops of the blocks, tagged ``cp`` and ``ep``). These are the blocks
+    collectives are ops of the blocks, tagged ``cp`` and ``ep``). ``sequence_parallel``
+    (``tp > 1``): what an FP8 recipe's row-parallel linears quantise changes
+    (:func:`~diptych.workloads.recipe.quantize_records`); nothing else. These are the blocks
     :func:`train_step` repeats per micro-batch (at ``cp = ep = 1``) and what the cluster
     layer (:mod:`diptych.sim.cluster.layers`) times per pipeline stage."""
     _check_common(m, micro_batch, tp, seq_len=seq_len)
@@ -589,7 +619,7 @@ def train_forward(m: ModelConfig, micro_batch: int, seq_len: int, *,
     check_ep(m, ep)
     p = precision or Precision()
     c = _Ctx(m, p, tp, micro_batch, seq_len // cp, 0, "train", attention, cp=cp, ep=ep,
-             routing=check_routing(m, routing))
+             routing=check_routing(m, routing), sequence_parallel=sequence_parallel)
     return Workload("train", tuple(forward_blocks(c)), tokens=micro_batch * c.q_len,
                     batch=micro_batch,
                     info={"seq_len": seq_len, **keys_info(c), "tp": tp, "cp": cp, "ep": ep,

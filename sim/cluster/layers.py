@@ -105,15 +105,18 @@ def _backward(ops: list[Op], p: Precision, table: float = 0.0) -> tuple[Op, ...]
 @lru_cache(maxsize=256)
 def forward_workload(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep: int,
                      micro_batch: int, seq: int, context: int = 0, gen: int = 1,
-                     attention: str = "fused", routing: Routing = Routing()) -> Workload:
+                     attention: str = "fused", routing: Routing = Routing(),
+                     sequence_parallel: bool = False) -> Workload:
     """The lowering's forward pass of one micro-batch on one rank (memoised): ``train``
-    (:func:`~diptych.workloads.train.train_forward` of ``seq``-token sequences),
+    (:func:`~diptych.workloads.train.train_forward` of ``seq``-token sequences, under
+    ``sequence_parallel`` if asked),
     ``prefill`` (``seq``-token prompts) or ``decode`` (the representative step of ``gen``
     steps after a ``context``-token cache, :func:`~diptych.workloads.lower.decode_mean`);
     ``routing``: a MoE model's routing (the rank lowered is the busiest)."""
     if phase == "train":
         return train_forward(m, micro_batch, seq, precision=p, tp=tp, cp=cp, ep=ep,
-                             attention=attention, routing=routing)
+                             attention=attention, routing=routing,
+                             sequence_parallel=sequence_parallel)
     if phase == "prefill":
         return prefill(m, micro_batch, seq, precision=p, tp=tp, cp=cp, ep=ep,
                        attention=attention, routing=routing)
@@ -139,7 +142,7 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
     at its mean keys over the steps)."""
     w = forward_workload(m, p, phase=phase, tp=tp, cp=cp, ep=ep, micro_batch=micro_batch,
                          seq=seq, context=context, gen=gen, attention=attention,
-                         routing=routing)
+                         routing=routing, sequence_parallel=sequence_parallel)
     q_len = seq // cp
     tokens = w.tokens
     keys_by_block = w.info["keys_per_query_by_block"]

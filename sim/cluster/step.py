@@ -60,6 +60,7 @@ from ..support import check_supported
 from ...workloads.config import ModelConfig
 from ...workloads.graph import Workload
 from ...workloads.program import Block
+from ...workloads.precision import Precision
 from ...workloads.lower import decode_mean, prefill
 from ...workloads.params import params_per_chip
 from ...workloads.registry import load_model
@@ -86,7 +87,7 @@ from .params import layer_params
 from .plan import Plan, check_positive, check_plan
 from .schedule import PipelineRun, fast_pipeline_seconds, simulate_pipeline
 from .timing import LayerTime, TpLinks, layer_times, resident
-from ..run.tp_overlap import OverlapCost, costs as overlap_costs
+from ..run.tp_overlap import OverlapCost, costs as overlap_costs, gather_share
 from .topology import GroupShape, Network, bind, group_ranks, group_shape, stage_peer
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
@@ -235,7 +236,8 @@ _LAPPED = "tp overlapped "
 
 
 def _tp_overlapped(t: LayerTime, plan: Plan, comm: "_Comm", fwd: list, bwd: list,
-                   train: bool, chip: Chip) -> dict[str, OverlapCost]:
+                   train: bool, chip: Chip, p: Precision | None = None
+                   ) -> dict[str, OverlapCost]:
     """The all-reduces of layer ``t`` that the chip's ``[tp_overlap]`` stack overlaps with
     their sub-block's GEMMs (training with ``overlap_tp``), by collective name, each with its
     cost (:func:`~diptych.sim.run.tp_overlap.sub_block_overlap`; with the run's userbuffers
@@ -243,19 +245,24 @@ def _tp_overlapped(t: LayerTime, plan: Plan, comm: "_Comm", fwd: list, bwd: list
     reduce-scatter and all-gathers
     (forward: one each; backward: the output gradient's and the saved input's all-gather,
     the input gradient's reduce-scatter) are added to ``fwd``/``bwd`` (the layer's
-    collectives beside the others, for their link energy and the trace) and to the log."""
+    collectives beside the others, for their link energy and the trace) and to the log.
+    Under ``p``'s FP8 recipe (delayed scaling) the all-gathers move FP8 tensors
+    (:func:`~diptych.sim.run.tp_overlap.gather_share`)."""
     if not (train and t.tp_gemms and chip.tp_overlap is not None
             and plan.tp_overlapped(train)):
         return {}
     pair = {}
+    names = {c.name for c in t.ops.tp}
     for c in t.ops.tp:
         sub = c.name.removesuffix("_all_reduce")
         if sub not in t.tp_gemms:
             continue
-        ag = comm("tp", "all_gather", c.bytes, f"{_LAPPED}{sub} all-gather")
+        g = (gather_share(t.ops.forward, names, sub, p, plan.sequence_parallel)
+             if p is not None else 1.0)
+        ag = comm("tp", "all_gather", c.bytes * g, f"{_LAPPED}{sub} all-gather")
         rs = comm("tp", "reduce_scatter", c.bytes, f"{_LAPPED}{sub} reduce-scatter")
         pair[sub] = (ag, rs)
-        gather, scatter = ("tp", "tp", "all_gather", c.bytes, ag), \
+        gather, scatter = ("tp", "tp", "all_gather", c.bytes * g, ag), \
             ("tp", "tp", "reduce_scatter", c.bytes, rs)
         fwd += [x for x in (gather, scatter) if x[4] > 0]
         bwd += [x for x in (gather, gather, scatter) if x[4] > 0]
@@ -307,8 +314,8 @@ def _rank_params(lp, kind: str, moe: bool, plan: Plan) -> float:
 
 
 def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes: float,
-                 g_bytes: float, train: bool, chip: Chip, share3: float = 0.0
-                 ) -> dict[str, LayerStep]:
+                 g_bytes: float, train: bool, chip: Chip, share3: float = 0.0,
+                 p: Precision | None = None) -> dict[str, LayerStep]:
     out = {}
     for kind, t in lt.items():
         ops = t.ops
@@ -322,7 +329,7 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
 
         lap_fwd: list[tuple[str, str, str, float, float]] = []
         lap_bwd: list[tuple[str, str, str, float, float]] = []
-        lapped = _tp_overlapped(t, plan, comm, lap_fwd, lap_bwd, train, chip)
+        lapped = _tp_overlapped(t, plan, comm, lap_fwd, lap_bwd, train, chip, p)
         for c in ops.tp:
             if c.name in lapped:
                 continue
@@ -668,7 +675,7 @@ def _setup(model: ModelConfig, chip: Chip, cluster: Cluster, plan: Plan, sc: Sce
                      tp_links=TpLinks(comm.shapes["tp"], net, free_comm)
                      if execution == "schedule" else None, routing=sc.routing)
     lp = layer_params(model, plan.tp, plan.ep, plan.pp)
-    steps = _layer_steps(lt, plan, comm, lp, p.w_bytes, p.g_bytes, train, chip, share3)
+    steps = _layer_steps(lt, plan, comm, lp, p.w_bytes, p.g_bytes, train, chip, share3, p)
     chunks = chunk_layers(model, lpc, {k: t.ops for k, t in lt.items()})
     return _Setup(model, chip, cluster, plan, sc, golden, simulate, train, length, context,
                   gen, m, lpc, p, comp, mem, comm, lt, lp, steps, chunks, share3)

@@ -237,7 +237,7 @@ def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int
     if execution == "schedule":
         w = forward_workload(m, p, phase=phase, tp=tp, cp=cp, ep=ep, micro_batch=micro_batch,
                              seq=seq, context=context, gen=gen, attention=attention,
-                             routing=routing)
+                             routing=routing, sequence_parallel=sequence_parallel)
         blocks = {b.name: b for b in w.blocks}
         sim = simulate or _default_simulate()
     out = {}

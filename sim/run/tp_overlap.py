@@ -38,8 +38,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from ...arch.dtypes import dtype_bytes
 from ...workloads.graph import Workload
 from ...workloads.ops import Collective, Gemm
+from ...workloads.precision import Precision
+from ...workloads.recipe import quantized
 
 
 def ring_exchange_s(gemm_s: float, comm_s: float, ranks: int) -> float:
@@ -220,6 +223,36 @@ def sub_block_ops(forward, tp_names, sub: str) -> tuple[list[Gemm], Gemm] | None
     if len(gemms) < 2:
         return None
     return gemms[:-1], gemms[-1]
+
+
+def gather_share(forward, tp_names, sub: str, p: Precision, sequence_parallel: bool
+                 ) -> float:
+    """Bytes sub-block ``sub``'s sequence-parallel all-gathers move over those of its
+    all-reduce's tensor (activation dtype): 1, or under per-tensor FP8 with delayed scaling
+    (TE 1.x) ``1 B / a_bytes`` when both its column- and row-parallel GEMMs run in FP8
+    (:func:`sub_block_ops`): Transformer Engine gathers the norm's FP8 output ``ln_out``
+    (forward, and again for the weight gradient) and the row-parallel linear's FP8 output
+    gradient, on NCCL and in userbuffers alike; the reduce-scatters stay in the activation
+    dtype [S: NVIDIA/TransformerEngine v1.11 (c27ee60) transformer_engine/pytorch/module/
+    layernorm_linear.py L125-128 ``ln_out_dtype = torch.uint8 if (fp8 and not
+    return_layernorm_output)``, L162-164 ``gather_along_first_dim(ln_out, tp_group)``,
+    L450-457 the backward's ``gather_along_first_dim(ln_out, ...)`` of the saved FP8
+    ``ln_out``; module/base.py L774-797 ``grad_output_preprocess``: "FP8 case with gather":
+    ``cast_to_fp8`` into a ``torch.uint8`` tensor, then ``gather_along_first_dim``;
+    L212-220 "AllGather buffers use fp8 when using fp8 recipe" (``qkv_fprop``,
+    ``qkv_dgrad``, ``proj_dgrad``, ``fc1_fprop``, ``fc1_dgrad``, ``fc2_dgrad``; L221 the
+    reduce-scatter buffers ``proj_fprop``, ``fc2_fprop``, ``qkv_wgrad``, ``fc1_wgrad`` are
+    not), L306-307 ``dtype=torch.uint8 if (use_fp8 and fp8_buf)``]. Current scaling (TE
+    2.x) is not read: 1 [assumption]."""
+    if not (sequence_parallel and p.recipe == "fp8-delayed" and p.linear is not None):
+        return 1.0
+    found = sub_block_ops(forward, tp_names, sub)
+    if found is None:
+        return 1.0
+    col, row = found
+    if not all(quantized(o) for o in (*col, row)):
+        return 1.0
+    return dtype_bytes(p.linear) / p.a_bytes
 
 
 def overlap_gemms(forward, backward, tp_names, chip, alone: Callable,

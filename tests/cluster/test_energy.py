@@ -25,7 +25,9 @@ def test_one_node_energy_is_run_workloads(tp):
     the cluster step composes per-layer summed times, docs/cluster.md): so is its energy, once
     the static power of the exposed communication (which run_workload does not charge) is
     set aside."""
-    r = step("llama-3-8b", Plan(tp=tp, micro_batch=2), batch=8, execution="sum")
+    # (the one-node lowering runs no sequence-parallel shards: the plan without them)
+    r = step("llama-3-8b", Plan(tp=tp, micro_batch=2, sequence_parallel=False), batch=8,
+             execution="sum")
     w = run_workload(load_chip("h100"), "llama-3-8b",
                      Scenario.of(phase="train", batch=8, seq=2048, tp=tp, micro_batch=2,
                                  power_limit=False, execution="sum"),

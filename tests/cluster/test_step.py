@@ -30,8 +30,10 @@ def test_one_node_matches_run_workload(tp):
     # inside one NVSwitch node the cluster's ring all-reduce is run_workload's (18 links x
     # 25 GB/s, 1 us per step), the layers are the same ops and 1F1B over one stage is
     # gradient accumulation: the step times agree with the summed run (execution="sum"),
-    # whose per-layer times the cluster step composes over its pipeline
-    r = step("llama-3-8b", Plan(tp=tp, micro_batch=2), batch=8, execution="sum")
+    # whose per-layer times the cluster step composes over its pipeline (the one-node
+    # lowering runs no sequence-parallel shards: the plan without them)
+    r = step("llama-3-8b", Plan(tp=tp, micro_batch=2, sequence_parallel=False), batch=8,
+             execution="sum")
     w = run_workload("h100", "llama-3-8b",
                      Scenario.of(phase="train", batch=8, seq=2048, tp=tp, micro_batch=2,
                                  execution="sum"),

@@ -156,8 +156,9 @@ def test_waves_requantise_on_the_cores_left():
     assert c.bwd_s == pytest.approx(0.5 + 0.25 + 0.0)
 
 
-def _train(chip, tp=4, execution="schedule", **stack):
-    return simulate_cluster_step("llama-3-8b", chip, "dgx-h100", Plan(tp=tp, micro_batch=1),
+def _train(chip, tp=4, execution="schedule", sp=True, **stack):
+    return simulate_cluster_step("llama-3-8b", chip, "dgx-h100",
+                                 Plan(tp=tp, micro_batch=1, sequence_parallel=sp),
                                  Scenario.of(phase="train", batch=8, seq=2048,
                                              execution=execution, **stack), simulate=roofline)
 
@@ -246,17 +247,19 @@ def test_only_training_overlaps_and_only_when_asked():
 
 def test_a_one_node_run_charges_the_same_overlap():
     """``run_workload`` applies the table per layer block (tp_overlap.one_node_overlap): on
-    one node its summed training step is the cluster step's, and not the bare chip's."""
+    one node its summed training step is the cluster step's, and not the bare chip's. (The
+    one-node lowering runs no sequence-parallel shards: the cluster step's plan without
+    them.)"""
     h100 = load_chip("h100")
     kw = dict(phase="train", batch=8, seq=2048, tp=4, micro_batch=1, execution="sum")
     w = run_workload(h100, "llama-3-8b", Scenario.of(**kw), simulate=roofline)
     bare = run_workload(dataclasses.replace(h100, tp_overlap=None), "llama-3-8b",
                         Scenario.of(**kw), simulate=roofline)
-    r = _train(h100, execution="sum")
+    r = _train(h100, execution="sum", sp=False)
     assert w.seconds == pytest.approx(r.seconds, rel=1e-9)
     assert w.seconds > bare.seconds        # the summed rule hid the all-reduces wholly
     # and with userbuffers off, Megatron's NCCL path, the same on one node and in the step
     w = run_workload(h100, "llama-3-8b", Scenario.of(**kw, tp_comm_overlap=False),
                      simulate=roofline)
-    r = _train(h100, execution="sum", tp_comm_overlap=False)
+    r = _train(h100, execution="sum", sp=False, tp_comm_overlap=False)
     assert w.seconds == pytest.approx(r.seconds, rel=1e-9)
