@@ -17,6 +17,11 @@ run; ``--execution``: how steps are timed, default ``diptych run``'s).
 simulation on N random steps (the distribution quoted in docs/serving.md); ``--no-refine``:
 the fixed vertices only (no adaptive refinement of the token, rows and keys axes, no rough
 prefill cores simulated at the query).
+
+``python benchmarks/bench_serve.py --oracle-error-trace [N]`` measures it on the steps a serve
+really asks for: the examples' trace (``examples/trace-small.csv``, 120 requests) of
+llama-3-8b on h100 served on a fresh grid, then every step signature holding a prefill chunk
+and N (default 120) of its decode-only signatures (seeded) simulated directly.
 """
 
 from __future__ import annotations
@@ -105,10 +110,65 @@ def oracle_error(model: str, chip: str, tp: int, n: int, seed: int = 5,
           f"({g.simulations} grid piece simulations; CPU {c1 - c0:.0f} s, wall {w1 - w0:.0f} s)")
 
 
+def trace_error(n_decode: int = 120, seed: int = 7) -> None:
+    """Max, p90 and mean relative step-time error of the grid oracle against direct simulation
+    on the step signatures the examples' trace asks for (module docstring)."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from diptych.sim.serving.grid_timer import GridStepTimer
+    from diptych.sim.serving.step_time import DirectStepTimer
+
+    class Recorder(GridStepTimer):
+        """The grid oracle, remembering every step signature it computes."""
+
+        def uncached_cost(self, step):
+            self.seen.append(step)
+            return super().uncached_cost(step)
+
+    class RecordingCache(StepTimerCache):
+        def get(self, replica):
+            o = self._o.get(replica)
+            if o is None:
+                o = self._o[replica] = Recorder(replica, self.simulate, self.grid,
+                                                progress=self._tick)
+                o.seen = []
+            return o
+
+    trace = Path(__file__).resolve().parents[1] / "examples" / "trace-small.csv"
+    dep = colocated(CHIP, "llama-3-8b")
+    oc = RecordingCache("grid")
+    c0, w0 = _clock()
+    serve(dep, Load(trace=str(trace)), oracles=oc)
+    c1, w1 = _clock()
+    (g,) = oc._o.values()
+    pf = [s for s in g.seen if s.prefill]
+    dec = [s for s in g.seen if not s.prefill]
+    rng = np.random.default_rng(seed)
+    dec = [dec[i] for i in sorted(rng.choice(len(dec), min(n_decode, len(dec)), replace=False))]
+    direct = DirectStepTimer(g.replica)
+    err = {s: abs(g.cost(s).seconds - direct.cost(s).seconds) / direct.cost(s).seconds
+           for s in pf + dec}
+    c2, w2 = _clock()
+    for name, part in (("prefill steps", pf), ("decode-only steps", dec), ("all", pf + dec)):
+        e = np.asarray([err[s] for s in part])
+        print(f"the examples' trace, llama-3-8b on h100 ({g.replica.execution}), {name} "
+              f"({len(part)} of {len(g.seen)} signatures): max {100 * e.max():.2f} %, p90 "
+              f"{100 * np.percentile(e, 90):.2f} %, mean {100 * e.mean():.2f} %")
+    worst = max(err, key=err.get)
+    print(f"worst: {worst} ({100 * err[worst]:.2f} %); {g.simulations} grid piece simulations "
+          f"(serve CPU {c1 - c0:.0f} s; direct simulation CPU {c2 - c1:.0f} s, wall "
+          f"{w2 - w0:.0f} s in all)")
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
     ex = args[args.index("--execution") + 1] if "--execution" in args else None
-    if "--oracle-error" in args:
+    if "--oracle-error-trace" in args:
+        i = args.index("--oracle-error-trace")
+        trace_error(*(int(a) for a in args[i + 1:i + 2]))
+    elif "--oracle-error" in args:
         i = args.index("--oracle-error")
         m, ch, t, k = args[i + 1:i + 5]
         oracle_error(m, ch, int(t), int(k), execution=ex, refine="--no-refine" not in args)

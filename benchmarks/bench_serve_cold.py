@@ -23,7 +23,8 @@ and each warm: the pieces read back from the user's cache (sim/serving/piece_cac
 same output bit for bit (checked).
 
 Usage: ``python benchmarks/bench_serve_cold.py [--model llama-3-70b]
-[--only trace|1000|10k|ep]``.
+[--only trace|1000|10k|ep] [--save DIR]`` (``--save``: each case's ``--json`` output written
+to ``DIR/<case>.json``, to compare two versions' served numbers).
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ def _compile_numba() -> None:
           f"{cpu:.1f} s CPU, untimed); every cold run below starts on an empty result cache")
 
 
-def main(model: str = "llama-3-8b", only: str | None = None) -> None:
+def main(model: str = "llama-3-8b", only: str | None = None, save: str | None = None) -> None:
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (1 min)")
     _compile_numba()
     for name, what, target, timed, args in _cases(model):
@@ -111,6 +112,9 @@ def main(model: str = "llama-3-8b", only: str | None = None) -> None:
                   f"{_mark(target if timed == 'cold' else None, cpu)}")
             cpu, wall, warm = _serve(args, env)
             same = "the same output" if warm == cold else "OUTPUT DIFFERS"
+            if save:
+                Path(save).mkdir(parents=True, exist_ok=True)
+                (Path(save) / f"{name}.json").write_text(cold)
             print(f"{what}, warm user cache (another process's pieces): CPU {cpu:.1f} s, "
                   f"wall {wall:.1f} s ({same}){_mark(target if timed == 'warm' else None, cpu)}")
     print(f"load average now {os.getloadavg()[0]:.2f}")
@@ -119,4 +123,5 @@ def main(model: str = "llama-3-8b", only: str | None = None) -> None:
 if __name__ == "__main__":
     a = sys.argv[1:]
     main(model=a[a.index("--model") + 1] if "--model" in a else "llama-3-8b",
-         only=a[a.index("--only") + 1] if "--only" in a else None)
+         only=a[a.index("--only") + 1] if "--only" in a else None,
+         save=a[a.index("--save") + 1] if "--save" in a else None)

@@ -53,8 +53,8 @@ class GridSpec:
     token_ratio: float = 1.06
     #: the decode batch: the engine's decode cores are linear in it (its sequences are copies
     #: of one GEMM shape; docs/serving.md "Interpolation error" measures the error), so a
-    #: coarse axis (integers to 4, then doubling) interpolates them as well as ×1.12 did,
-    #: with a third of the vertices a serve needs (issue 24 item 4)
+    #: coarse axis (1 and 4, :attr:`batch_low_ratio`, then doubling) interpolates them as
+    #: well as ×1.12 did, with a third of the vertices a serve needs (issue 24 item 4)
     batch_ratio: float = 2.0
     keys_ratio: float = 1.12
     chunk_ratio: float = 1.12
@@ -65,6 +65,13 @@ class GridSpec:
     #: vertex at every integer; with ``refine_tol`` None they are every integer there
     token_low_ratio: float = 2.0
     batch_dense: int = 4
+    #: below ``batch_dense`` the batch axis starts coarse too (1, then ``batch_dense``: this
+    #: ratio), its cells halved by their measured gap where that could move the step
+    #: (:meth:`GridStepTimer._batch_gap`), instead of a vertex at every integer: each batch
+    #: vertex is a column of keys vertices, and a lightly loaded serve (the examples' trace:
+    #: 4,216 of its 5,636 step signatures have 1 to 3 sequences) paid a column per batch
+    #: (issue 24 item 4); with ``refine_tol`` None the batch is every integer there
+    batch_low_ratio: float = 4.0
     max_tokens: int = 1 << 20
     max_keys: int = 1 << 22
     max_batch: int = 1 << 16
@@ -78,7 +85,7 @@ class GridSpec:
 
     def __post_init__(self):
         for f in ("token_ratio", "batch_ratio", "keys_ratio", "chunk_ratio", "past_ratio",
-                  "token_low_ratio"):
+                  "token_low_ratio", "batch_low_ratio"):
             v = getattr(self, f)
             if not 1.0 < v <= 4.0:
                 raise ValueError(f"{f} must be in (1, 4], not {v!r}")
@@ -114,8 +121,10 @@ class GridStepTimer:
         self._rows = (Axis(list(tok), "logits rows") if g.refine_tol is None else
                       RefinedAxis(tok, "logits rows", pc.head_at, pc.head_seconds,
                                   g.refine_tol))
-        self._bat = Axis(geometric_axis(g.batch_dense, g.batch_ratio, g.max_batch),
-                         "decode batch")
+        bat = geometric_axis(g.batch_dense, g.batch_ratio, g.max_batch)
+        if g.refine_tol is not None:      # coarse below batch_dense, halved where it matters
+            bat = coarse_start(bat, g.batch_dense, g.batch_low_ratio)
+        self._bat = Axis(bat, "decode batch")
         self._keys = Axis(geometric_axis(16, g.keys_ratio, g.max_keys), "keys per sequence")
         self._chunk = Axis(geometric_axis(16, g.chunk_ratio, g.max_tokens), "prefill chunk")
         self._past = Axis(geometric_axis(16, g.past_ratio, g.max_keys, start=0), "past")

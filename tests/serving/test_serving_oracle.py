@@ -336,3 +336,44 @@ def test_a_doubling_batch_cell_is_halved_where_its_gap_could_move_the_step():
     got = pc.core_seconds(g._decode_interp(23, k, 1, step_s=0.5 * gap * f32 / g.grid.refine_tol))
     assert (20, 20 * k, 1) in pc._dec                                          # halved
     assert got == pytest.approx(pc.core_seconds(pc.dec_at(23, k, 1)), rel=0.01)
+
+
+def _batch_wave(op, chip):
+    """The roofline double with a wave step in the decode batch: the decode attention GEMMs
+    of three sequences or more (8 KV heads each, llama-3-8b) a hundred times slower, which
+    makes their fused core compute-bound (memory-bound below: a jump of the cores)."""
+    from dataclasses import replace
+
+    from diptych.workloads.ops import Gemm
+
+    st = roofline(op, chip)
+    if isinstance(op, Gemm) and "attn" in op.tags and op.batch >= 24:
+        return replace(st, seconds=st.seconds * 100, compute_cycles=st.compute_cycles * 100)
+    return st
+
+
+def test_the_batch_axis_starts_coarse_and_is_halved_only_where_it_must():
+    """Below 4 sequences the batch axis has the vertices 1 and 4 only (GridSpec.
+    batch_low_ratio), the cell halved by its gap where that could move the step. On the
+    roofline double the decode cores are affine in the batch: decode-heavy steps of 2 and 3
+    sequences are interpolated between the columns 1 and 4 (no piece at 2 or 3 sequences
+    simulated but the cell's gap probe, its midpoint at the gap's keys) within 2 x refine_tol
+    of direct simulation. With a wave step between 2 and 3 sequences the cell (1, 4) is off
+    its lerp (a coarse axis left as it is: over 2 % off), so it is halved and the steps still
+    agree; the fixed-vertex reference (every integer) is exact in the batch by construction."""
+    from diptych.sim.serving.lazy_grid import Axis
+
+    r = make_replica("h100", "llama-3-8b", Scenario.of(phase="decode", execution="sum"))
+    steps = [Step(b, b * k) for b in (2, 3) for k in (3000, 7000, 15000)]
+    g = GridStepTimer(r, roofline)
+    assert g._bat.pts[:3] == [1, 4, 8]
+    assert max(interpolation_error(g, steps, roofline)) < 2 * g.grid.refine_tol
+    probe = {(2, 2 * g._gap_keys, 1)}
+    assert {d for d in g.pieces._dec if d[0] in (2, 3)} == probe
+    wave = GridStepTimer(r, _batch_wave)
+    assert max(interpolation_error(wave, steps, _batch_wave)) < 2 * wave.grid.refine_tol
+    assert {d for d in wave.pieces._dec if d[0] in (2, 3)} > probe
+    coarse = GridStepTimer(r, _batch_wave, GridSpec(refine_tol=None))
+    coarse._bat = Axis(wave._bat.pts, "decode batch")
+    assert max(interpolation_error(coarse, steps, _batch_wave)) > 0.02
+    assert GridStepTimer(r, _batch_wave, GridSpec(refine_tol=None))._bat.pts[:4] == [1, 2, 3, 4]
