@@ -81,15 +81,16 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     arr = chip.core.array
     own = set(MP.own_splits(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols, batch,
                             m_total, op.n, k))
-    for split in MP.splits(chip, batch, m_total, op.n, k):
-        peak_bpc = pin / chip.clock_hz / split.active
+    sps = MP.splits(chip, batch, m_total, op.n, k)
+    for split, (peak_bpc, floor) in zip(sps, MP.split_floors(chip, layout, flows[0], sps, op.k,
+                                                               rates, pin)):
         # split-K: the reduction's cycles follow the partial products (a constant per split,
         # timed when the group's table is built; until then its bytes at the pins bound it)
         extra = 0
         if split.pk > 1:
             r = _reduction_op(op, split.pk)
             extra = math.floor((r.read_bytes + r.write_bytes) * chip.clock_hz / pin)
-        floor = MP.split_floor(chip, layout, flows[0], split, op.k, rates, peak_bpc) + extra
+        floor = floor + extra
         for df in flows:
             groups.append([floor, len(groups), None, split, peak_bpc, extra, df,
                            (view, m_total, layout), split in own])

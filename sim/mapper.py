@@ -114,6 +114,22 @@ class Problem:
         return self.w_slot_bits or self.w_bits
 
 
+_PROBLEM_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Problem)
+                     if f.default is not dataclasses.MISSING}
+
+
+def _problem(**fields) -> Problem:
+    """``Problem(**fields)`` without the frozen dataclass's ``__init__`` (one
+    ``object.__setattr__`` per field, 28 of them: the search orients a problem per group): the
+    same object, equal and hashing alike. ``fields`` must name every field without a default
+    (tests/sim/test_plan_fast_path.py checks :func:`orient`'s against the constructor's)."""
+    p = object.__new__(Problem)
+    d = p.__dict__
+    d.update(_PROBLEM_DEFAULTS)
+    d.update(fields)
+    return p
+
+
 @dataclass(frozen=True)
 class Split:
     """How a GEMM is dealt to the chip's arrays (see :func:`splits`).
@@ -552,21 +568,21 @@ def orient(op, dataflow: str, split: Split, m_total: int, tensor_cores: int = 1,
     # the array's share of K (split-K: its first share's addresses stand for all of them)
     k = split.k if split.pk > 1 else op.k
     if dataflow != "is":
-        return Problem(dataflow=dataflow, m=split.m, k=k, n=split.n, batch=split.batch,
-                       x_bits=ab, w_bits=bb, o_bits=cb, acc_bits=accb, transposed=False,
-                       x_ld=a_ld, w_ld=b_ld, o_ld=c_ld, x_bstride=a_bs, w_bstride=b_bs,
-                       o_bstride=c_bs, x_base=0, w_base=b_base, o_base=c_base,
-                       x_dup=a_dup, w_dup=b_dup, x_cdup=split.qn, w_cdup=split.qm,
-                       x_src=a_src, w_src=b_src, o_dst=o_dst, resident_per_core=res,
-                       w_slot_bits=b_slot)
+        return _problem(dataflow=dataflow, m=split.m, k=k, n=split.n, batch=split.batch,
+                        x_bits=ab, w_bits=bb, o_bits=cb, acc_bits=accb, transposed=False,
+                        x_ld=a_ld, w_ld=b_ld, o_ld=c_ld, x_bstride=a_bs, w_bstride=b_bs,
+                        o_bstride=c_bs, x_base=0, w_base=b_base, o_base=c_base,
+                        x_dup=a_dup, w_dup=b_dup, x_cdup=split.qn, w_cdup=split.qm,
+                        x_src=a_src, w_src=b_src, o_dst=o_dst, resident_per_core=res,
+                        w_slot_bits=b_slot)
     # X = Bᵀ (at b_base), W = Aᵀ (at 0), O = Cᵀ
-    return Problem(dataflow=dataflow, m=split.n, k=k, n=split.m, batch=split.batch,
-                   x_bits=bb, w_bits=ab, o_bits=cb, acc_bits=accb, transposed=True,
-                   x_ld=b_ld, w_ld=a_ld, o_ld=c_ld, x_bstride=b_bs, w_bstride=a_bs,
-                   o_bstride=c_bs, x_base=b_base, w_base=0, o_base=c_base,
-                   x_dup=b_dup, w_dup=a_dup, x_cdup=split.qm, w_cdup=split.qn,
-                   x_src=b_src, w_src=a_src, o_dst=o_dst, resident_per_core=res,
-                   x_slot_bits=b_slot)
+    return _problem(dataflow=dataflow, m=split.n, k=k, n=split.m, batch=split.batch,
+                    x_bits=bb, w_bits=ab, o_bits=cb, acc_bits=accb, transposed=True,
+                    x_ld=b_ld, w_ld=a_ld, o_ld=c_ld, x_bstride=b_bs, w_bstride=a_bs,
+                    o_bstride=c_bs, x_base=b_base, w_base=0, o_base=c_base,
+                    x_dup=b_dup, w_dup=a_dup, x_cdup=split.qm, w_cdup=split.qn,
+                    x_src=b_src, w_src=a_src, o_dst=o_dst, resident_per_core=res,
+                    x_slot_bits=b_slot)
 
 
 def engine_params(chip, pb: Problem, blk: Blocks, rates: Rates, split: Split,
@@ -983,6 +999,48 @@ def split_floor(chip, layout: tuple, dataflow: str, split: Split, k_total: int, 
     else:
         x, w = x / x_cdup, w / w_cdup
     return max(busy, batch * (x + w + o) * split.dram_weight() / peak_bpc) * (1.0 - 1e-9)
+
+
+def split_floors(chip, layout: tuple, dataflow: str, splits, k_total: int, rates: Rates,
+                 pin_bytes_s: float) -> list[tuple[float, float]]:
+    """(peak bytes per cycle, :func:`split_floor`) of each split, the peak being the array's
+    share of the pins (``pin_bytes_s`` / clock / ``active``): the same numbers in the same
+    order of operations, with the chip's and the op's part looked up once for all the
+    splits (the search asks it for every split of every op; tests/sim/test_split_floor.py
+    compares them)."""
+    (a_src, b_src, o_dst, _, ab, bb, _, _, _, _, _, _, _, outs, _) = layout
+    arr = chip.core.array
+    rate = arr.rows * arr.cols * rates.rate
+    hz = chip.clock_hz
+    sb = chip.shared_buffer is not None
+    cb0, cb1 = outs[0][0], outs[1][0]
+    transposed = dataflow == "is"
+    out = []
+    for split in splits:
+        peak_bpc = pin_bytes_s / hz / split.active
+        pk, qm, qn = split.pk, split.qm, split.qn
+        cb = cb1 if pk > 1 else cb0
+        k = split.k if pk > 1 else k_total
+        a_dup = split.a_dup or split.pn * qn
+        b_dup = split.b_dup or split.pm * qm
+        if not transposed:
+            m, n, x_bits, w_bits, x_src, w_src = split.m, split.n, ab, bb, a_src, b_src
+            x_dup, w_dup, x_cdup, w_cdup = a_dup, b_dup, qn, qm
+        else:
+            m, n, x_bits, w_bits, x_src, w_src = split.n, split.m, bb, ab, b_src, a_src
+            x_dup, w_dup, x_cdup, w_cdup = b_dup, a_dup, qm, qn
+        batch = split.batch
+        busy = batch * m * k * n / rate
+        x = 0.0 if x_src else m * k * x_bits / 8
+        w = 0.0 if w_src else k * n * w_bits / 8
+        o = 0.0 if o_dst else m * n * cb / 8
+        if sb:
+            x, w = x / x_dup, w / w_dup
+        else:
+            x, w = x / x_cdup, w / w_cdup
+        out.append((peak_bpc, max(busy, batch * (x + w + o) * split.dram_weight() / peak_bpc)
+                    * (1.0 - 1e-9)))
+    return out
 
 
 class BlockTable:

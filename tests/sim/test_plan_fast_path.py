@@ -99,3 +99,20 @@ def test_split_hash_is_the_dataclass_hash():
     assert hash(sp) == hash(fields) == hash(sp)        # (the second call: the cached value)
     assert sp == dataclasses.replace(sp) and hash(dataclasses.replace(sp)) == hash(sp)
     assert hash(dataclasses.replace(sp, k=9)) == hash(fields[:-1] + (9,))
+
+
+def test_oriented_problem_is_the_dataclass_constructors():
+    """orient builds its Problem without the frozen __init__: every field set, equal (and
+    hashing alike) to the constructor's on the same values, in every dataflow."""
+    chip = CHIPS["small-sb"]()
+    names = {f.name for f in dataclasses.fields(MP.Problem)}
+    for op in _shapes(3, 3):
+        m = op.m * op.batch if op.b_is_weight else op.m
+        b = 1 if op.b_is_weight else op.batch
+        for split in MP.splits(chip, b, m, op.n)[:5]:
+            for df in ("os", "ws", "is"):
+                pb = MP.orient(op, df, split, m, chip.tensor_cores,
+                               MP.op_layout(op, m, chip.tensor_cores, chip))
+                assert set(vars(pb)) == names
+                want = MP.Problem(**{f: getattr(pb, f) for f in names})
+                assert pb == want and hash(pb) == hash(want)
