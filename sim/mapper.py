@@ -212,6 +212,16 @@ class Split:
 _SPLIT_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Split)))
 
 
+def _split(**fields) -> Split:
+    """``Split(**fields)`` without the frozen dataclass's ``__init__`` (one
+    ``object.__setattr__`` per field): the same object. ``fields`` must name every field
+    (the split enumeration builds ~150,000 per shape set; tests/sim/test_plan_fast_path.py
+    checks its splits against the constructor's)."""
+    p = object.__new__(Split)
+    p.__dict__.update(fields)
+    return p
+
+
 @dataclass(frozen=True)
 class Blocks:
     mb: int
@@ -439,15 +449,19 @@ def _offer(best: dict, args: tuple, rows: int, cols: int) -> None:
     built when kept). The core
     loads its tile's X and W blocks once whatever the sub-grid (the same bytes cross its
     port), so of one core tile's sub-grids the one whose sub-tiles fold best is kept."""
-    cores, per_core, batch, m, n, pb, pm, pn, qm, qn, units = args
-    g = _grid(batch, m, n, pb, pm, pn, qm, qn)
-    if g is None:
+    _, _, batch, m, n, pb, pm, pn, qm, qn, units = args
+    # (:func:`_grid` and :func:`_fit` written out: this runs ~1,000 times per new shape)
+    mu, nu = max(1, -(-m // pm)), -(-n // pn)
+    ms, ns = -(-mu // qm), -(-nu // qn)
+    if -(-mu // ms) < qm or -(-nu // ns) < qn:
         return
-    pb, pm, pn, ms, ns = g[3:]
+    bs = -(-batch // pb)
+    pb, pm, pn = -(-batch // bs), -(-m // mu), -(-n // nu)
     # (the split's pb, pm, pn, pk, units, and whether a core's arrays share its tile)
     key = (pb, pm, pn, 1, min(pb * pm * pn, units), qm * qn > 1)
     cur = best.get(key)
-    fit = _fit(ms, ns, rows, cols)
+    a, b = ms / rows, ns / cols
+    fit = min(a, b) / max(a, b)
     if cur is None or fit > cur[0]:   # (cur[0]: the kept split's _fit, of its m and n)
         best[key] = (fit, _tile_split(*args))
 
@@ -499,10 +513,10 @@ def _tile_split(cores: int, per_core: int, batch: int, m: int, n: int, pb: int, 
         # a wave is ``units`` consecutive tiles in raster order (N fastest): an A slice is read
         # by the tiles of its row in the wave, a B slice by the rows the wave covers
         a_dup, b_dup = min(pn, units) * qn, max(1, min(pm, units // pn)) * qm
-    return Split(pb=pb, pm=pm, pn=pn, batch=bs * waves, m=ms, n=ns, active=active,
-                 arrays_per_core=apc, waves=waves,
-                 tail_active=tail * q if (waves > 1 and tail < units) else 0, qm=qm, qn=qn,
-                 a_dup=a_dup, b_dup=b_dup)
+    return _split(pb=pb, pm=pm, pn=pn, batch=bs * waves, m=ms, n=ns, active=active,
+                  arrays_per_core=apc, waves=waves,
+                  tail_active=tail * q if (waves > 1 and tail < units) else 0, qm=qm, qn=qn,
+                  a_dup=a_dup, b_dup=b_dup, pk=1, k=0)
 
 
 @lru_cache(maxsize=4096)

@@ -116,3 +116,15 @@ def test_oriented_problem_is_the_dataclass_constructors():
                 assert set(vars(pb)) == names
                 want = MP.Problem(**{f: getattr(pb, f) for f in names})
                 assert pb == want and hash(pb) == hash(want)
+
+
+def test_enumerated_splits_are_the_dataclass_constructors():
+    """The split enumeration builds its Splits without the frozen __init__: every field set,
+    equal (and hashing alike) to the constructor's on the same values."""
+    names = {f.name for f in dataclasses.fields(MP.Split)}
+    for chip in (load_chip("h100"), CHIPS["small-sb"]()):
+        for b, m, n, k in ((1, 3000, 4096, 4096), (4, 17, 100, 8192), (1, 1, 128256, 4096)):
+            for sp in MP.splits(chip, b, m, n, k):
+                assert set(vars(sp)) - {"_hash"} == names
+                want = MP.Split(**{f: getattr(sp, f) for f in names})
+                assert sp == want and hash(sp) == hash(want)
