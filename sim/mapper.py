@@ -1122,15 +1122,19 @@ def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: flo
     arr = chip.core.array
     cap, acc = capacity(chip, split, pb.resident_per_core)
     kbase = arr.rows if pb.dataflow == "os" else rates.stationary_rows
-    has_sb = chip.shared_buffer is not None
-    bv = np.array((arr.rows, arr.cols, kbase, pb.m, pb.k, pb.n, pb.x_cap_bits, pb.w_cap_bits,
-                   pb.acc_bits, cap, acc, pb.x_cdup, pb.w_cdup, 1 if has_sb else 0),
-                  dtype=np.int64)
-    sv, sb_cap = _sb_vector(chip, pb, split) if has_sb else (_NO_SV, 0.0)
-    iv, fv = _table_vectors(chip, pb, rates, split, peak_bpc)
-    rows, est, lb = MK.candidate_table(bv, sv, sb_cap, iv, fv)
-    if len(rows) == 0:
+    mb, kb, nb, order = MK.blockings(arr.rows, arr.cols, kbase, pb.m, pb.k, pb.n,
+                                     pb.x_cap_bits, pb.w_cap_bits, pb.acc_bits, cap, acc,
+                                     pb.x_cdup, pb.w_cdup)
+    if len(mb) == 0:
         candidates(chip, pb, rates, split)   # raises the explanatory ValueError
+    if chip.shared_buffer is not None:
+        sv, sb_cap = _sb_vector(chip, pb, split)
+        idx, xsb, wsb = MK.shared_buffer_variants(mb, kb, nb, order, sv, sb_cap)
+        mb, kb, nb, order = mb[idx], kb[idx], nb[idx], order[idx]
+    else:
+        xsb, wsb = np.zeros(len(mb), dtype=np.int64), np.zeros(len(mb), dtype=np.int64)
+    iv, fv = _table_vectors(chip, pb, rates, split, peak_bpc)
+    rows, est, lb = MK.table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv)
     cs = BlockTable.of_rows(rows)
     return cs, est, lb
 
@@ -1185,13 +1189,10 @@ _SV_ORDER = (MK.S_M, MK.S_K, MK.S_N, MK.S_XBITS, MK.S_WBITS, MK.S_XDUP, MK.S_WDU
 assert _SV_ORDER == tuple(range(MK.N_S))
 
 
-_NO_SV = np.zeros(MK.N_S, dtype=np.int64)   # (no shared buffer: unread)
-
-
 def _sb_vector(chip, pb: Problem, split: Split) -> tuple[np.ndarray, float]:
-    """The inputs of :func:`mapper_kernels.shared_buffer_variants` (:func:`shared_buffer_modes`
-    compiled) for ``pb`` on ``split``: its integer vector (in :data:`_SV_ORDER`) and the
-    buffer's capacity in bytes."""
+    """The inputs of :func:`mapper_kernels.shared_buffer_variants`
+    (:func:`shared_buffer_modes` compiled) for ``pb`` on ``split``: its integer vector (in
+    :data:`_SV_ORDER`) and the buffer's capacity in bytes."""
     pin_bpc, sb_total, sb_cap = _chip_consts(chip)[5:]
     sv = np.array((pb.m, pb.k, pb.n, pb.x_bits, pb.w_bits, pb.x_dup, pb.w_dup, split.active,
                    sb_total >= pb.x_dup * pin_bpc, sb_total >= pb.w_dup * pin_bpc,

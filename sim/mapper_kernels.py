@@ -26,10 +26,8 @@ invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in ("jit.py", "
                                     "os_last_output", "ws_period", "ws_first_row",
                                     "ws_row_output"))
 
-# integer inputs of blockings (B_SB: 1 when the chip has a shared buffer; then also
-# shared_buffer_variants with S_* inputs)
-(B_R, B_C, B_KBASE, B_M, B_K, B_N, B_XBITS, B_WBITS, B_ACCBITS, B_CAP, B_ACC, B_XCDUP, B_WCDUP,
- B_SB, N_B) = range(15)
+# the integer columns of table_numbers' rows
+(T_MB, T_KB, T_NB, T_ORDER, T_XSB, T_WSB, T_PERIODS, T_TRAFFIC, T_BLOCKS, N_T) = range(10)
 # integer inputs of table_numbers
 (K_OS, K_R, K_C, K_RK, K_OS_NUM, K_OS_DEN, K_WS_NUM, K_WS_DEN, K_M, K_K, K_N, K_BATCH,
  K_XBITS, K_WBITS, K_OBITS, K_XDUP, K_WDUP, K_SETUP, K_ENGINES, K_XSRC, K_WSRC, K_ODST,
@@ -58,7 +56,7 @@ def _sizes(base, extent, out):
     return n + 1
 
 
-@jit(inline="always")
+@jit
 def blockings(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc, xcd, wcd):
     """:func:`~diptych.sim.mapper.candidates`: (mb, kb, nb, order) of every blocking that
     fits, M-major then K then N, order 0 followed by order 1 where both M and N have several
@@ -97,16 +95,14 @@ def blockings(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc, xcd, wcd
     return mb[:c], kb[:c], nb[:c], order[:c]
 
 
-@jit(inline="always")
+@jit
 def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
-    """(periods, est, lb, traffic, blocks) of each candidate, as
-    :func:`~diptych.sim.mapper.candidate_table` (``traffic``: ``int`` of
-    :func:`~diptych.sim.mapper.traffic_bytes`, the engine's ``P_TRAFFIC``; ``blocks``: the
-    blocks of its schedule, :meth:`~diptych.sim.mapper.BlockTable.blocks_count`)."""
+    """(rows, est, lb) of the candidates, as :func:`~diptych.sim.mapper.candidate_table`:
+    one row of integers per candidate (``T_*``: its blocking, the sum of its fold periods,
+    its traffic, ``int`` of :func:`~diptych.sim.mapper.traffic_bytes`, the engine's
+    ``P_TRAFFIC``, and the blocks of its schedule; one array to box instead of nine)."""
     nc = mb.shape[0]
-    periods = np.empty(nc, dtype=np.int64)
-    traffics = np.empty(nc, dtype=np.int64)
-    nblocks = np.empty(nc, dtype=np.int64)
+    rows = np.empty((nc, N_T), dtype=np.int64)
     est = np.empty(nc, dtype=np.float64)
     lb = np.empty(nc, dtype=np.float64)
     R = iv[K_R]
@@ -146,7 +142,13 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
                 _ws_period(R, C, _ws_fold_rows(mr, iv[K_WS_NUM], iv[K_WS_DEN]), wp, wv)
                 if mr > 0 else 0)
         per = a * b * c * batch
-        periods[i] = per
+        rows[i, T_MB] = mbi
+        rows[i, T_KB] = kbi
+        rows[i, T_NB] = nbi
+        rows[i, T_ORDER] = order[i]
+        rows[i, T_XSB] = xsb[i]
+        rows[i, T_WSB] = wsb[i]
+        rows[i, T_PERIODS] = per
         k0 = min(kbi, k)
         m0 = min(mbi, m)
         n0 = min(nbi, n)
@@ -180,8 +182,8 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
         traffic = batch * ((0.0 if xs else (x if xsb[i] == 2 else xt) / xdiv)
                            + (0.0 if ws else (w if wsb[i] == 2 else wt) / wdiv)
                            + (0.0 if od else o))
-        traffics[i] = int(traffic)
-        nblocks[i] = batch * nm * nk * nn
+        rows[i, T_TRAFFIC] = int(traffic)
+        rows[i, T_BLOCKS] = batch * nm * nk * nn
         sbb = batch * (((xt - x) / xcd if xsb[i] == 2 else 0.0)
                        + ((wt - w) / wcd if wsb[i] == 2 else 0.0)
                        + (xt / xcd if xs == 2 else 0.0) + (wt / wcd if ws == 2 else 0.0))
@@ -218,7 +220,7 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
             es = max(es, spb / fv[G_SP_BPC])
         est[i] = es + batch * nm * nk * nn * setup / engines
         lb[i] = lo
-    return periods, est, lb, traffics, nblocks
+    return rows, est, lb
 
 
 # integer and float inputs of shared_buffer_variants
@@ -226,7 +228,7 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
  S_XCDUP, S_WCDUP, N_S) = range(15)
 
 
-@jit(inline="always")
+@jit
 def shared_buffer_variants(mb, kb, nb, order, sv, cap):
     """:func:`~diptych.sim.mapper.shared_buffer_modes` of every blocking: (index of the
     blocking, X mode, W mode) of each variant that fits ``cap`` bytes, in blocking order and
@@ -276,42 +278,3 @@ def shared_buffer_variants(mb, kb, nb, order, sv, cap):
                     wsb[c] = b
                     c += 1
     return idx[:c], xsb[:c], wsb[:c]
-
-
-# the integer columns of candidate_table's rows
-(T_MB, T_KB, T_NB, T_ORDER, T_XSB, T_WSB, T_PERIODS, T_TRAFFIC, T_BLOCKS, N_T) = range(10)
-
-
-@jit
-def candidate_table(bv, sv, sb_cap, iv, fv):
-    """One group's whole table in one call: :func:`blockings` (inputs ``bv``, see ``B_*``),
-    with a shared buffer (``bv[B_SB]``) each one's :func:`shared_buffer_variants` (``sv``,
-    ``sb_cap``), then :func:`table_numbers` (``iv``, ``fv``). Returns (rows, est, lb): one
-    row of integers per candidate (``T_*``: its blocking, periods, traffic and blocks; one
-    array instead of nine to box). The three are inlined here (compiled once, in this kernel
-    only): the same numbers as calling them one by one."""
-    mb, kb, nb, order = blockings(bv[B_R], bv[B_C], bv[B_KBASE], bv[B_M], bv[B_K], bv[B_N],
-                                  bv[B_XBITS], bv[B_WBITS], bv[B_ACCBITS], bv[B_CAP],
-                                  bv[B_ACC], bv[B_XCDUP], bv[B_WCDUP])
-    if bv[B_SB] == 1:
-        idx, xsb, wsb = shared_buffer_variants(mb, kb, nb, order, sv, sb_cap)
-        mb = mb[idx]
-        kb = kb[idx]
-        nb = nb[idx]
-        order = order[idx]
-    else:
-        xsb = np.zeros(mb.shape[0], dtype=np.int64)
-        wsb = np.zeros(mb.shape[0], dtype=np.int64)
-    periods, est, lb, traffic, blocks = table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv)
-    rows = np.empty((mb.shape[0], N_T), dtype=np.int64)
-    for i in range(mb.shape[0]):
-        rows[i, T_MB] = mb[i]
-        rows[i, T_KB] = kb[i]
-        rows[i, T_NB] = nb[i]
-        rows[i, T_ORDER] = order[i]
-        rows[i, T_XSB] = xsb[i]
-        rows[i, T_WSB] = wsb[i]
-        rows[i, T_PERIODS] = periods[i]
-        rows[i, T_TRAFFIC] = traffic[i]
-        rows[i, T_BLOCKS] = blocks[i]
-    return rows, est, lb
