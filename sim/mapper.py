@@ -1169,7 +1169,9 @@ def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: floa
     :data:`_FV_ORDER`)."""
     arr = chip.core.array
     engines, per_engine = dma_share(chip, split)
-    setup, ghz, lat, trefi, blackout = _chip_consts(chip)[:5]
+    setup, ghz, lat, trefi, blackout, _, sb_total, _ = _chip_consts(chip)
+    # (shared_buffer_bpc without its look-ups: the buffer's bytes per cycle over the active)
+    sb_bpc = sb_total / split.active if chip.shared_buffer is not None else 0.0
     iv = np.array((1 if pb.dataflow == "os" else 0, arr.rows, arr.cols, rates.stationary_rows,
                    rates.os_num, rates.os_den, rates.ws_num, rates.ws_den,
                    pb.m, pb.k, pb.n, pb.batch, pb.x_bits, pb.w_bits, pb.o_bits,
@@ -1177,7 +1179,7 @@ def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: floa
                    pb.x_src, pb.w_src, pb.o_dst, pb.x_cdup, pb.w_cdup,
                    rates.ws_load_rows_per_cycle, rates.ws_wave), dtype=np.int64)
     fv = np.array((peak_bpc, ghz, lat, trefi, blackout,
-                   per_engine, shared_buffer_bpc(chip, split), scratchpad_bpc(chip, split),
+                   per_engine, sb_bpc, scratchpad_bpc(chip, split),
                    split.dram_weight(), split.tail_ratio()), dtype=np.float64)
     return iv, fv
 
