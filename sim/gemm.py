@@ -11,6 +11,7 @@ import numpy as np
 from ..arch.dtypes import DTYPE_BYTES
 from . import engine as E
 from . import mapper as MP
+from . import mapper_kernels as MK
 from .array import array_rates
 from .dram import dram_timing, pattern_cache, pin_bytes_per_s
 from .fabric import dram_vectors, fabric
@@ -80,26 +81,31 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     arr = chip.core.array
     own = set(MP.own_splits(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols, batch,
                             m_total, op.n, k))
-    for split in MP.splits(chip, batch, m_total, op.n, k):
-        peak_bpc = pin / chip.clock_hz / split.active
+    sps = MP.splits(chip, batch, m_total, op.n, k)
+    for split, (peak_bpc, floor) in zip(sps, MP.split_floors(chip, layout, flows[0], sps, op.k,
+                                                               rates, pin)):
         # split-K: the reduction's cycles follow the partial products (a constant per split,
         # timed when the group's table is built; until then its bytes at the pins bound it)
         extra = 0
         if split.pk > 1:
             r = _reduction_op(op, split.pk)
             extra = math.floor((r.read_bytes + r.write_bytes) * chip.clock_hz / pin)
-        floor = MP.split_floor(chip, layout, flows[0], split, op.k, rates, peak_bpc) + extra
+        floor = floor + extra
         for df in flows:
             groups.append([floor, len(groups), None, split, peak_bpc, extra, df,
                            (view, m_total, layout), split in own])
     return groups
 
 
-def plan(op, chip, dataflow=None):
+def plan(op, chip, dataflow=None, reference: bool = False):
     """Choose the split, dataflow and blocking for ``op``; returns a dict of the decision
     (``budget_hit``: the search stopped on :data:`mapper.MAX_SIMULATED_BLOCKS` with candidates
     left that could have won; otherwise its answer is within :data:`mapper.PRUNE_TOLERANCE`
-    of the best candidate's cycles)."""
+    of the best candidate's cycles).
+
+    ``reference``: each candidate's engine run made the plain way (its :class:`mapper.Blocks`
+    built, :func:`run_engine` filling fresh vectors), the reference that tests compare the
+    default path with (:func:`_run_candidate`: the same runs, the same answer and counts)."""
     dtype = op.compute_dtype
     rates = array_rates(chip, dtype)
     flows = check_dataflows(chip, dataflow)
@@ -182,29 +188,59 @@ def plan(op, chip, dataflow=None):
         pb, split, cs, extra = b[0][2], b[0][3], b[1], b[0][5]
         if b[6] is None:
             b[6] = MP.engine_base(chip, pb, rates, split, True)
-        blk = cs[local]
-        blocks = pb.batch * MP._cdiv(pb.m, blk.mb) * MP._cdiv(pb.k, blk.kb) * MP._cdiv(pb.n, blk.nb)
+        if reference:
+            blk = cs[local]
+            blocks = pb.batch * MP._cdiv(pb.m, blk.mb) * MP._cdiv(pb.k, blk.kb) * \
+                MP._cdiv(pb.n, blk.nb)
+        else:
+            blocks = int(cs.rows[local, MK.T_BLOCKS])
         spent += blocks
         own_spent += blocks if b[0][8] else 0
         cut = 0 if best is None else int(best[0] * (1.0 - MP.PRUNE_TOLERANCE)) + 1
         if best is not None and cut - extra <= 1:
             continue                       # the reduction alone cannot beat the best
-        out, _, _ = run_engine(chip, pb, blk, rates, split, True,
-                               cutoff=cut - extra if cut else 0,
-                               periods=int(cs.periods[local]),
-                               best=0 if best is None else best[0] - extra, base=b[6],
-                               dram=dram)
+        if reference:
+            out, _, _ = run_engine(chip, pb, blk, rates, split, True,
+                                   cutoff=cut - extra if cut else 0,
+                                   periods=int(cs.periods[local]),
+                                   best=0 if best is None else best[0] - extra, base=b[6],
+                                   dram=dram)
+        else:
+            out = _run_candidate(b[6], cs, local, cut - extra if cut else 0,
+                                 0 if best is None else best[0] - extra, dram)
         sims += 1
         if out[E.O_ABORTED]:
             continue
         key = (int(out[E.O_CYCLES]) + extra, gpos, local)
         if best is None or key < best[:3]:
-            best = (key[0], gpos, local, pb, blk, out, split)
+            best = (key[0], gpos, local, pb, cs[local], out, split)
     if best is None:
         raise errors[0]
     _, _, _, pb, blk, out, split = best
     return dict(rates=rates, split=split, problem=pb, blocks=blk, out=out,
                 candidates=n_cands, simulated=sims, dtype=dtype, budget_hit=budget_hit)
+
+
+#: The engine parameters of a candidate table's row (``mapper_kernels.T_*``) in its order
+#: (P_PERIODS, P_TRAFFIC, P_BEST are read only with a cutoff).
+_ROW_PARAMS = np.array((E.P_MB, E.P_KB, E.P_NB, E.P_ORDER, E.P_X_SB, E.P_W_SB, E.P_PERIODS,
+                        E.P_TRAFFIC))
+_N_ROW_PARAMS = len(_ROW_PARAMS)
+assert (MK.T_MB, MK.T_KB, MK.T_NB, MK.T_ORDER, MK.T_XSB, MK.T_WSB, MK.T_PERIODS,
+        MK.T_TRAFFIC) == tuple(range(_N_ROW_PARAMS))
+
+
+def _run_candidate(base, cs, local: int, cutoff: int, best: int, dram) -> np.ndarray:
+    """:func:`run_engine` of candidate ``local`` of table ``cs`` with ``memory`` on, writing
+    its blocking and bounds into the group's :func:`mapper.engine_base` integer vector in
+    place (the engine only reads it; every entry a run reads is set here or in the base) and
+    taking the table's periods and traffic (``int(mapper.traffic_bytes)``, computed with the
+    table): no :class:`mapper.Blocks` is built per run. Returns the output vector."""
+    ip = base[0]
+    ip[_ROW_PARAMS] = cs.rows[local, :_N_ROW_PARAMS]
+    ip[E.P_CUTOFF], ip[E.P_BEST] = cutoff, best
+    dip, dfp, pcache = dram
+    return E.run_schedule(ip, base[1], dip, dfp, pcache, _NO_TRACE_BLOCKS, _NO_TRACE_SPANS)
 
 
 def split_k_reduction(op, chip, split) -> OpStats:

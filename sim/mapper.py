@@ -114,6 +114,22 @@ class Problem:
         return self.w_slot_bits or self.w_bits
 
 
+_PROBLEM_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Problem)
+                     if f.default is not dataclasses.MISSING}
+
+
+def _problem(**fields) -> Problem:
+    """``Problem(**fields)`` without the frozen dataclass's ``__init__`` (one
+    ``object.__setattr__`` per field, 28 of them: the search orients a problem per group): the
+    same object, equal and hashing alike. ``fields`` must name every field without a default
+    (tests/sim/test_plan_fast_path.py checks :func:`orient`'s against the constructor's)."""
+    p = object.__new__(Problem)
+    d = p.__dict__
+    d.update(_PROBLEM_DEFAULTS)
+    d.update(fields)
+    return p
+
+
 @dataclass(frozen=True)
 class Split:
     """How a GEMM is dealt to the chip's arrays (see :func:`splits`).
@@ -144,6 +160,15 @@ class Split:
     b_dup: int = 0
     pk: int = 1          # split-K: K ways; each array writes FP32 partial sums, reduced after
     k: int = 0           # its share of K (with pk > 1)
+
+    def __hash__(self) -> int:
+        """The dataclass's hash (of the fields' tuple), computed once per object: a search
+        hashes each split several times (de-duplication, the chip's own splits)."""
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(_SPLIT_FIELDS(self))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     @property
     def tiles(self) -> int:
@@ -182,6 +207,19 @@ class Split:
     def tail_ratio(self) -> float:
         """The last tile's DRAM time-sharing relative to a full wave's (1.0: none)."""
         return self.tail_active / self.active if self.tail_active else 1.0
+
+
+_SPLIT_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Split)))
+
+
+def _split(**fields) -> Split:
+    """``Split(**fields)`` without the frozen dataclass's ``__init__`` (one
+    ``object.__setattr__`` per field): the same object. ``fields`` must name every field
+    (the split enumeration builds ~150,000 per shape set; tests/sim/test_plan_fast_path.py
+    checks its splits against the constructor's)."""
+    p = object.__new__(Split)
+    p.__dict__.update(fields)
+    return p
 
 
 @dataclass(frozen=True)
@@ -353,7 +391,7 @@ def own_splits(cores: int, per_core: int, R: int, C: int, batch: int, m: int, n:
                                            arrays)
     subs = [(qm, per_core // qm) for qm in range(1, per_core + 1) if per_core % qm == 0] \
         if per_core > 1 else []
-    best: dict = {}      # per-array work -> the split of 2 or 3 kept for it
+    best: dict = {}      # per-array work -> (fit, the split of 2 or 3 kept for it)
     # 2. one wave over the cores, each core's arrays sharing its tile
     for qm, qn in subs:
         top = min(batch, cores)
@@ -388,7 +426,7 @@ def own_splits(cores: int, per_core: int, R: int, C: int, batch: int, m: int, n:
                 out[len(out), "k"] = dataclasses.replace(
                     sp, pk=_cdiv(k, ks), k=ks, active=act,
                     arrays_per_core=min(per_core, _cdiv(act, cores)))
-    for sp in best.values():
+    for _, sp in best.values():
         # a core split dominates the one-array-per-tile split giving each array the same work
         # on as many arrays per core (the same blockings fit, each moving at most the bytes it
         # moved there through the port and DRAM): it takes that one's place. A one-wave core
@@ -405,21 +443,27 @@ def own_splits(cores: int, per_core: int, R: int, C: int, batch: int, m: int, n:
 
 
 def _offer(best: dict, args: tuple, rows: int, cols: int) -> None:
-    """Keep the split :func:`_tile_split` ``(*args)`` unless it is None or a split of the same
-    tile grid dealt to the same units is already kept whose arrays' sub-tiles match the
-    ``rows × cols`` array at least as well (the split is only built when kept). The core
+    """Keep (with its :func:`_fit`) the split :func:`_tile_split` ``(*args)`` unless it is
+    None or a split of the same tile grid dealt to the same units is already kept whose
+    arrays' sub-tiles match the ``rows × cols`` array at least as well (the split is only
+    built when kept). The core
     loads its tile's X and W blocks once whatever the sub-grid (the same bytes cross its
     port), so of one core tile's sub-grids the one whose sub-tiles fold best is kept."""
-    cores, per_core, batch, m, n, pb, pm, pn, qm, qn, units = args
-    g = _grid(batch, m, n, pb, pm, pn, qm, qn)
-    if g is None:
+    _, _, batch, m, n, pb, pm, pn, qm, qn, units = args
+    # (:func:`_grid` and :func:`_fit` written out: this runs ~1,000 times per new shape)
+    mu, nu = max(1, -(-m // pm)), -(-n // pn)
+    ms, ns = -(-mu // qm), -(-nu // qn)
+    if -(-mu // ms) < qm or -(-nu // ns) < qn:
         return
-    pb, pm, pn, ms, ns = g[3:]
+    bs = -(-batch // pb)
+    pb, pm, pn = -(-batch // bs), -(-m // mu), -(-n // nu)
     # (the split's pb, pm, pn, pk, units, and whether a core's arrays share its tile)
     key = (pb, pm, pn, 1, min(pb * pm * pn, units), qm * qn > 1)
     cur = best.get(key)
-    if cur is None or _fit(ms, ns, rows, cols) > _fit(cur.m, cur.n, rows, cols):
-        best[key] = _tile_split(*args)
+    a, b = ms / rows, ns / cols
+    fit = min(a, b) / max(a, b)
+    if cur is None or fit > cur[0]:   # (cur[0]: the kept split's _fit, of its m and n)
+        best[key] = (fit, _tile_split(*args))
 
 
 def _fit(m: int, n: int, rows: int, cols: int) -> float:
@@ -469,10 +513,10 @@ def _tile_split(cores: int, per_core: int, batch: int, m: int, n: int, pb: int, 
         # a wave is ``units`` consecutive tiles in raster order (N fastest): an A slice is read
         # by the tiles of its row in the wave, a B slice by the rows the wave covers
         a_dup, b_dup = min(pn, units) * qn, max(1, min(pm, units // pn)) * qm
-    return Split(pb=pb, pm=pm, pn=pn, batch=bs * waves, m=ms, n=ns, active=active,
-                 arrays_per_core=apc, waves=waves,
-                 tail_active=tail * q if (waves > 1 and tail < units) else 0, qm=qm, qn=qn,
-                 a_dup=a_dup, b_dup=b_dup)
+    return _split(pb=pb, pm=pm, pn=pn, batch=bs * waves, m=ms, n=ns, active=active,
+                  arrays_per_core=apc, waves=waves,
+                  tail_active=tail * q if (waves > 1 and tail < units) else 0, qm=qm, qn=qn,
+                  a_dup=a_dup, b_dup=b_dup, pk=1, k=0)
 
 
 @lru_cache(maxsize=4096)
@@ -538,21 +582,21 @@ def orient(op, dataflow: str, split: Split, m_total: int, tensor_cores: int = 1,
     # the array's share of K (split-K: its first share's addresses stand for all of them)
     k = split.k if split.pk > 1 else op.k
     if dataflow != "is":
-        return Problem(dataflow=dataflow, m=split.m, k=k, n=split.n, batch=split.batch,
-                       x_bits=ab, w_bits=bb, o_bits=cb, acc_bits=accb, transposed=False,
-                       x_ld=a_ld, w_ld=b_ld, o_ld=c_ld, x_bstride=a_bs, w_bstride=b_bs,
-                       o_bstride=c_bs, x_base=0, w_base=b_base, o_base=c_base,
-                       x_dup=a_dup, w_dup=b_dup, x_cdup=split.qn, w_cdup=split.qm,
-                       x_src=a_src, w_src=b_src, o_dst=o_dst, resident_per_core=res,
-                       w_slot_bits=b_slot)
+        return _problem(dataflow=dataflow, m=split.m, k=k, n=split.n, batch=split.batch,
+                        x_bits=ab, w_bits=bb, o_bits=cb, acc_bits=accb, transposed=False,
+                        x_ld=a_ld, w_ld=b_ld, o_ld=c_ld, x_bstride=a_bs, w_bstride=b_bs,
+                        o_bstride=c_bs, x_base=0, w_base=b_base, o_base=c_base,
+                        x_dup=a_dup, w_dup=b_dup, x_cdup=split.qn, w_cdup=split.qm,
+                        x_src=a_src, w_src=b_src, o_dst=o_dst, resident_per_core=res,
+                        w_slot_bits=b_slot)
     # X = Bᵀ (at b_base), W = Aᵀ (at 0), O = Cᵀ
-    return Problem(dataflow=dataflow, m=split.n, k=k, n=split.m, batch=split.batch,
-                   x_bits=bb, w_bits=ab, o_bits=cb, acc_bits=accb, transposed=True,
-                   x_ld=b_ld, w_ld=a_ld, o_ld=c_ld, x_bstride=b_bs, w_bstride=a_bs,
-                   o_bstride=c_bs, x_base=b_base, w_base=0, o_base=c_base,
-                   x_dup=b_dup, w_dup=a_dup, x_cdup=split.qm, w_cdup=split.qn,
-                   x_src=b_src, w_src=a_src, o_dst=o_dst, resident_per_core=res,
-                   x_slot_bits=b_slot)
+    return _problem(dataflow=dataflow, m=split.n, k=k, n=split.m, batch=split.batch,
+                    x_bits=bb, w_bits=ab, o_bits=cb, acc_bits=accb, transposed=True,
+                    x_ld=b_ld, w_ld=a_ld, o_ld=c_ld, x_bstride=b_bs, w_bstride=a_bs,
+                    o_bstride=c_bs, x_base=b_base, w_base=0, o_base=c_base,
+                    x_dup=b_dup, w_dup=a_dup, x_cdup=split.qm, w_cdup=split.qn,
+                    x_src=b_src, w_src=a_src, o_dst=o_dst, resident_per_core=res,
+                    x_slot_bits=b_slot)
 
 
 def engine_params(chip, pb: Problem, blk: Blocks, rates: Rates, split: Split,
@@ -971,15 +1015,83 @@ def split_floor(chip, layout: tuple, dataflow: str, split: Split, k_total: int, 
     return max(busy, batch * (x + w + o) * split.dram_weight() / peak_bpc) * (1.0 - 1e-9)
 
 
+def split_floors(chip, layout: tuple, dataflow: str, splits, k_total: int, rates: Rates,
+                 pin_bytes_s: float) -> list[tuple[float, float]]:
+    """(peak bytes per cycle, :func:`split_floor`) of each split, the peak being the array's
+    share of the pins (``pin_bytes_s`` / clock / ``active``): the same numbers in the same
+    order of operations, with the chip's and the op's part looked up once for all the
+    splits (the search asks it for every split of every op; tests/sim/test_split_floor.py
+    compares them)."""
+    (a_src, b_src, o_dst, _, ab, bb, _, _, _, _, _, _, _, outs, _) = layout
+    arr = chip.core.array
+    rate = arr.rows * arr.cols * rates.rate
+    hz = chip.clock_hz
+    sb = chip.shared_buffer is not None
+    cb0, cb1 = outs[0][0], outs[1][0]
+    transposed = dataflow == "is"
+    out = []
+    for split in splits:
+        peak_bpc = pin_bytes_s / hz / split.active
+        pk, qm, qn = split.pk, split.qm, split.qn
+        cb = cb1 if pk > 1 else cb0
+        k = split.k if pk > 1 else k_total
+        a_dup = split.a_dup or split.pn * qn
+        b_dup = split.b_dup or split.pm * qm
+        if not transposed:
+            m, n, x_bits, w_bits, x_src, w_src = split.m, split.n, ab, bb, a_src, b_src
+            x_dup, w_dup, x_cdup, w_cdup = a_dup, b_dup, qn, qm
+        else:
+            m, n, x_bits, w_bits, x_src, w_src = split.n, split.m, bb, ab, b_src, a_src
+            x_dup, w_dup, x_cdup, w_cdup = b_dup, a_dup, qm, qn
+        batch = split.batch
+        busy = batch * m * k * n / rate
+        x = 0.0 if x_src else m * k * x_bits / 8
+        w = 0.0 if w_src else k * n * w_bits / 8
+        o = 0.0 if o_dst else m * n * cb / 8
+        if sb:
+            x, w = x / x_dup, w / w_dup
+        else:
+            x, w = x / x_cdup, w / w_cdup
+        out.append((peak_bpc, max(busy, batch * (x + w + o) * split.dram_weight() / peak_bpc)
+                    * (1.0 - 1e-9)))
+    return out
+
+
 class BlockTable:
-    """A vector of :class:`Blocks` kept as NumPy columns (built lazily when indexed)."""
+    """A vector of :class:`Blocks` kept as NumPy columns (built lazily when indexed).
+
+    :func:`candidate_table` makes one from its kernel's rows (:meth:`of_rows`): the columns
+    are then views of ``rows`` made on first access (the search reads the rows only)."""
 
     def __init__(self, mb, kb, nb, order, x_sb, w_sb):
         self.mb, self.kb, self.nb, self.order, self.x_sb, self.w_sb = mb, kb, nb, order, x_sb, w_sb
-        self.periods = None   # filled by candidate_table: period_cycles of each candidate
+        self.periods = None   # filled by candidate_table: period_cycles of each candidate,
+        self.traffic = None   # int(traffic_bytes) of each (the engine's P_TRAFFIC)
+        self.blocks = None    # and the blocks of each one's schedule (blocks_count)
+        self.rows = None      # (candidate_table) every column above, one row a candidate
+
+    @classmethod
+    def of_rows(cls, rows: np.ndarray) -> BlockTable:
+        """The table of :func:`mapper_kernels.candidate_table`'s rows (``T_*`` columns)."""
+        cs = cls.__new__(cls)
+        cs.rows = rows
+        return cs
+
+    _COLUMNS = {"mb": MK.T_MB, "kb": MK.T_KB, "nb": MK.T_NB, "order": MK.T_ORDER,
+                "x_sb": MK.T_XSB, "w_sb": MK.T_WSB, "periods": MK.T_PERIODS,
+                "traffic": MK.T_TRAFFIC, "blocks": MK.T_BLOCKS}
+
+    def __getattr__(self, name):
+        # (only for a column not yet set: a table of rows makes its view on first access)
+        c = BlockTable._COLUMNS.get(name)
+        if c is None or self.__dict__.get("rows") is None:
+            raise AttributeError(name)
+        col = self.rows[:, c]
+        setattr(self, name, col)
+        return col
 
     def __len__(self):
-        return len(self.mb)
+        return len(self.rows) if self.rows is not None else len(self.mb)
 
     def __getitem__(self, i) -> Blocks:
         if not 0 <= i < len(self.mb):
@@ -1015,12 +1127,15 @@ def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: flo
                                      pb.x_cdup, pb.w_cdup)
     if len(mb) == 0:
         candidates(chip, pb, rates, split)   # raises the explanatory ValueError
-    xsb, wsb = np.zeros(len(mb), dtype=np.int64), np.zeros(len(mb), dtype=np.int64)
     if chip.shared_buffer is not None:
-        mb, kb, nb, order, xsb, wsb = _shared_buffer_variants(chip, pb, split, mb, kb, nb, order)
-    cs = BlockTable(mb, kb, nb, order, xsb, wsb)
+        sv, sb_cap = _sb_vector(chip, pb, split)
+        idx, xsb, wsb = MK.shared_buffer_variants(mb, kb, nb, order, sv, sb_cap)
+        mb, kb, nb, order = mb[idx], kb[idx], nb[idx], order[idx]
+    else:
+        xsb, wsb = np.zeros(len(mb), dtype=np.int64), np.zeros(len(mb), dtype=np.int64)
     iv, fv = _table_vectors(chip, pb, rates, split, peak_bpc)
-    cs.periods, est, lb = MK.table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv)
+    rows, est, lb = MK.table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv)
+    cs = BlockTable.of_rows(rows)
     return cs, est, lb
 
 
@@ -1035,38 +1150,53 @@ _FV_ORDER = (MK.G_PEAK, MK.G_GHZ, MK.G_LAT, MK.G_TREFI, MK.G_BLACKOUT, MK.G_PER_
 assert _IV_ORDER == tuple(range(MK.N_K)) and _FV_ORDER == tuple(range(MK.N_G))
 
 
+@lru_cache(maxsize=256)
+def _chip_consts(chip) -> tuple:
+    """The chip-only inputs of a candidate table, derived once per chip: (setup cycles,
+    clock GHz, DRAM latency tRCD + tCL in cycles, tREFI ns, refresh blackout ns, pin bytes
+    per cycle, shared-buffer bytes per cycle and capacity bytes (0 without one))."""
+    t = dram_timing(chip)
+    sb = chip.shared_buffer
+    return (chip.dma.setup_cycles, chip.clock_ghz, (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz,
+            t.t_refi_ns, t.t_rfc_ns + t.t_rcd_ns + t.t_cl_ns,
+            pin_bytes_per_s(chip) / chip.clock_hz,
+            fabric(chip).shared_buffer_bytes_per_cycle if sb is not None else 0.0,
+            float(sb.capacity_bytes) if sb is not None else 0.0)
+
+
 def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float):
     """The scalar inputs of :func:`mapper_kernels.table_numbers` (in :data:`_IV_ORDER`,
     :data:`_FV_ORDER`)."""
     arr = chip.core.array
     engines, per_engine = dma_share(chip, split)
-    iv = np.array([1 if pb.dataflow == "os" else 0, arr.rows, arr.cols, rates.stationary_rows,
+    setup, ghz, lat, trefi, blackout, _, sb_total, _ = _chip_consts(chip)
+    # (shared_buffer_bpc without its look-ups: the buffer's bytes per cycle over the active)
+    sb_bpc = sb_total / split.active if chip.shared_buffer is not None else 0.0
+    iv = np.array((1 if pb.dataflow == "os" else 0, arr.rows, arr.cols, rates.stationary_rows,
                    rates.os_num, rates.os_den, rates.ws_num, rates.ws_den,
                    pb.m, pb.k, pb.n, pb.batch, pb.x_bits, pb.w_bits, pb.o_bits,
-                   pb.x_dup, pb.w_dup, chip.dma.setup_cycles, engines,
+                   pb.x_dup, pb.w_dup, setup, engines,
                    pb.x_src, pb.w_src, pb.o_dst, pb.x_cdup, pb.w_cdup,
-                   rates.ws_load_rows_per_cycle, rates.ws_wave], dtype=np.int64)
-    t = dram_timing(chip)
-    fv = np.array([peak_bpc, chip.clock_ghz, (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz,
-                   t.t_refi_ns, t.t_rfc_ns + t.t_rcd_ns + t.t_cl_ns,
-                   per_engine, shared_buffer_bpc(chip, split), scratchpad_bpc(chip, split),
-                   split.dram_weight(), split.tail_ratio()], dtype=np.float64)
+                   rates.ws_load_rows_per_cycle, rates.ws_wave), dtype=np.int64)
+    fv = np.array((peak_bpc, ghz, lat, trefi, blackout,
+                   per_engine, sb_bpc, scratchpad_bpc(chip, split),
+                   split.dram_weight(), split.tail_ratio()), dtype=np.float64)
     return iv, fv
 
 
-def _shared_buffer_variants(chip, pb: Problem, split: Split, mb, kb, nb, order):
-    """Every (X mode, W mode) variant of each blocking that fits the buffer
-    (:func:`shared_buffer_modes`, compiled: :func:`mapper_kernels.shared_buffer_variants`)."""
-    sv = np.zeros(MK.N_S, dtype=np.int64)
-    sv[MK.S_M], sv[MK.S_K], sv[MK.S_N] = pb.m, pb.k, pb.n
-    sv[MK.S_XBITS], sv[MK.S_WBITS] = pb.x_bits, pb.w_bits
-    sv[MK.S_XDUP], sv[MK.S_WDUP], sv[MK.S_ACTIVE] = pb.x_dup, pb.w_dup, split.active
-    sv[MK.S_XRES], sv[MK.S_WRES] = pb.x_src != 0, pb.w_src != 0
-    sv[MK.S_XCDUP], sv[MK.S_WCDUP] = pb.x_cdup, pb.w_cdup
-    pin_bpc = pin_bytes_per_s(chip) / chip.clock_hz
-    sb_total = fabric(chip).shared_buffer_bytes_per_cycle
-    sv[MK.S_XFAST] = sb_total >= pb.x_dup * pin_bpc
-    sv[MK.S_WFAST] = sb_total >= pb.w_dup * pin_bpc
-    idx, xsb, wsb = MK.shared_buffer_variants(mb, kb, nb, order, sv,
-                                              float(chip.shared_buffer.capacity_bytes))
-    return mb[idx], kb[idx], nb[idx], order[idx], xsb, wsb
+#: The order of :func:`mapper_kernels.shared_buffer_variants`' integer inputs as
+#: :func:`_shared_buffer_variants` lists them.
+_SV_ORDER = (MK.S_M, MK.S_K, MK.S_N, MK.S_XBITS, MK.S_WBITS, MK.S_XDUP, MK.S_WDUP, MK.S_ACTIVE,
+             MK.S_XFAST, MK.S_WFAST, MK.S_XRES, MK.S_WRES, MK.S_XCDUP, MK.S_WCDUP)
+assert _SV_ORDER == tuple(range(MK.N_S))
+
+
+def _sb_vector(chip, pb: Problem, split: Split) -> tuple[np.ndarray, float]:
+    """The inputs of :func:`mapper_kernels.shared_buffer_variants`
+    (:func:`shared_buffer_modes` compiled) for ``pb`` on ``split``: its integer vector (in
+    :data:`_SV_ORDER`) and the buffer's capacity in bytes."""
+    pin_bpc, sb_total, sb_cap = _chip_consts(chip)[5:]
+    sv = np.array((pb.m, pb.k, pb.n, pb.x_bits, pb.w_bits, pb.x_dup, pb.w_dup, split.active,
+                   sb_total >= pb.x_dup * pin_bpc, sb_total >= pb.w_dup * pin_bpc,
+                   pb.x_src != 0, pb.w_src != 0, pb.x_cdup, pb.w_cdup), dtype=np.int64)
+    return sv, sb_cap

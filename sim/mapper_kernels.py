@@ -26,6 +26,8 @@ invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in ("jit.py", "
                                     "os_last_output", "ws_period", "ws_first_row",
                                     "ws_row_output"))
 
+# the integer columns of table_numbers' rows
+(T_MB, T_KB, T_NB, T_ORDER, T_XSB, T_WSB, T_PERIODS, T_TRAFFIC, T_BLOCKS, N_T) = range(10)
 # integer inputs of table_numbers
 (K_OS, K_R, K_C, K_RK, K_OS_NUM, K_OS_DEN, K_WS_NUM, K_WS_DEN, K_M, K_K, K_N, K_BATCH,
  K_XBITS, K_WBITS, K_OBITS, K_XDUP, K_WDUP, K_SETUP, K_ENGINES, K_XSRC, K_WSRC, K_ODST,
@@ -95,9 +97,12 @@ def blockings(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc, xcd, wcd
 
 @jit
 def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
-    """(periods, est, lb) of each candidate, as :func:`~diptych.sim.mapper.candidate_table`."""
+    """(rows, est, lb) of the candidates, as :func:`~diptych.sim.mapper.candidate_table`:
+    one row of integers per candidate (``T_*``: its blocking, the sum of its fold periods,
+    its traffic, ``int`` of :func:`~diptych.sim.mapper.traffic_bytes`, the engine's
+    ``P_TRAFFIC``, and the blocks of its schedule; one array to box instead of nine)."""
     nc = mb.shape[0]
-    periods = np.empty(nc, dtype=np.int64)
+    rows = np.empty((nc, N_T), dtype=np.int64)
     est = np.empty(nc, dtype=np.float64)
     lb = np.empty(nc, dtype=np.float64)
     R = iv[K_R]
@@ -137,7 +142,13 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
                 _ws_period(R, C, _ws_fold_rows(mr, iv[K_WS_NUM], iv[K_WS_DEN]), wp, wv)
                 if mr > 0 else 0)
         per = a * b * c * batch
-        periods[i] = per
+        rows[i, T_MB] = mbi
+        rows[i, T_KB] = kbi
+        rows[i, T_NB] = nbi
+        rows[i, T_ORDER] = order[i]
+        rows[i, T_XSB] = xsb[i]
+        rows[i, T_WSB] = wsb[i]
+        rows[i, T_PERIODS] = per
         k0 = min(kbi, k)
         m0 = min(mbi, m)
         n0 = min(nbi, n)
@@ -171,6 +182,8 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
         traffic = batch * ((0.0 if xs else (x if xsb[i] == 2 else xt) / xdiv)
                            + (0.0 if ws else (w if wsb[i] == 2 else wt) / wdiv)
                            + (0.0 if od else o))
+        rows[i, T_TRAFFIC] = int(traffic)
+        rows[i, T_BLOCKS] = batch * nm * nk * nn
         sbb = batch * (((xt - x) / xcd if xsb[i] == 2 else 0.0)
                        + ((wt - w) / wcd if wsb[i] == 2 else 0.0)
                        + (xt / xcd if xs == 2 else 0.0) + (wt / wcd if ws == 2 else 0.0))
@@ -207,7 +220,7 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
             es = max(es, spb / fv[G_SP_BPC])
         est[i] = es + batch * nm * nk * nn * setup / engines
         lb[i] = lo
-    return periods, est, lb
+    return rows, est, lb
 
 
 # integer and float inputs of shared_buffer_variants

@@ -38,12 +38,17 @@ def test_split_floor_equals_group_floor_of_the_oriented_problem(chip):
         view = G._as_oriented(op, m_total, b)
         layout = MP.op_layout(view, m_total, c.tensor_cores, c)
         peak = pin_bytes_per_s(c) / c.clock_hz
-        for split in MP.splits(c, b, m_total, n, k):
+        sps = MP.splits(c, b, m_total, n, k)
+        # the batched form the search calls: (peak share, floor) of every split at once
+        batched = {df: MP.split_floors(c, layout, df, sps, k, rates, pin_bytes_per_s(c))
+                   for df in ("os", "ws", "is")}
+        for i_sp, split in enumerate(sps):
             for df in ("os", "ws", "is"):
                 pb = MP.orient(view, df, split, m_total, c.tensor_cores, layout)
                 want = MP.group_floor(c, pb, rates, split, peak / split.active)
                 got = MP.split_floor(c, layout, df, split, k, rates, peak / split.active)
                 assert got == want, (op, split, df)
+                assert batched[df][i_sp] == (peak / split.active, want), (op, split, df)
                 checked += 1
     assert checked > 100
 
