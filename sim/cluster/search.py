@@ -174,7 +174,8 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
     callback of :func:`diptych.tools.progress.progress_display`); other keyword arguments
     narrow the space (see :func:`candidate_plans`); on a chip with a second memory tier
     (``[dram2]``) the search tries every ``offload`` unless narrowed, and each plan's
-    memory holds its offloaded state there.
+    memory holds its offloaded state there. Every plan runs sequence parallelism (where
+    ``tp > 1``) unless ``scenario.sequence_parallel`` is False.
 
     Raises ValueError naming the value for a scenario that is not a training one, a
     missing or non-positive ``chips``, a missing ``seq``, a non-positive ``refine``, more
