@@ -154,7 +154,8 @@ def energy_line(parts: dict | None) -> str:
 
 def stack_text(info: dict) -> str | None:
     """A result's ``info["stack"]`` (sim/run/stack.py ``stack_info``) in words for a report
-    row, None at the defaults; a training run's always names its loss implementation."""
+    row, None at the defaults; a training run's always names its loss implementation and
+    whether it runs sequence parallelism."""
     st = info.get("stack") or {}
     words = [w for w, on in (("NVLS off (NCCL_NVLS_ENABLE=0)", st.get("nvls") is False),
                              (f"attention by {st.get('attention_kernel')}",
@@ -168,7 +169,10 @@ def stack_text(info: dict) -> str | None:
                              (f"loss: {st.get('cross_entropy')} cross-entropy "
                               f"(cross_entropy_loss_fusion "
                               f"{'true' if st.get('cross_entropy') == 'fused' else 'false'})",
-                              "cross_entropy" in st))
+                              "cross_entropy" in st),
+                             (f"sequence parallelism "
+                              f"{'on' if st.get('sequence_parallel') else 'off'}",
+                              "sequence_parallel" in st))
              if on]
     return ", ".join(words) or None
 

@@ -137,6 +137,9 @@ class NameList(click.ParamType):
               help="MoE: expert capacity over its mean tokens (default: dropless).")
 @click.option("--moe-pad", is_flag=True, default=None,
               help="MoE: pad every expert to its capacity (needs --moe-capacity-factor).")
+@click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel", default=None,
+              help="Megatron-Core's sequence parallelism in every plan with tp > 1 "
+                   "(default on; --no-sequence-parallel ranks the plans without it).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--trace", type=click.Path(dir_okay=False),
               help="Write the best plan's step as a Perfetto trace (one process per rank).")
@@ -151,7 +154,7 @@ class NameList(click.ParamType):
 @friendly
 def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention, tp, pp, cp,
          ep, zero, micro_batch, virtual_stages, schedule, recompute, offload, recipe, moe_skew,
-         moe_capacity_factor, moe_pad, as_json, trace, export_et, execution):
+         moe_capacity_factor, moe_pad, sequence_parallel, as_json, trace, export_et, execution):
     """Search tp × pp × dp × cp × ep, ZeRO stage, schedule, micro-batch and recomputation
     for a training step on a cluster; rank the plans that fit by simulated step time.
 
@@ -183,6 +186,9 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
         if v is not None and v > MAX_REFINE:
             raise ValueError(f"--{name} must be at most {MAX_REFINE} plans (sim/limits.py; "
                              f"each is simulated with the engine), not {v:,}")
+    if sequence_parallel and tp is not None and max(tp) < 2:
+        raise ValueError(f"--sequence-parallel needs plans with tensor parallelism (tp > 1), "
+                         f"not only --tp {','.join(map(str, tp))}")
     narrowed = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "zero": zero,
                 "micro_batches": micro_batch, "virtual_stages": virtual_stages,
                 "schedules": schedule, "recompute": recompute, "offload": offload}
@@ -190,7 +196,8 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
     with progress_display("plan", enabled=not as_json) as progress:
         s = Scenario.of(phase="train", chips=chips, batch=batch, seq=seq, recipe=recipe,
                         attention=attention, execution=execution, moe_skew=moe_skew,
-                        moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad)
+                        moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad,
+                        sequence_parallel=sequence_parallel)
         res = search_plans(model, chip, cluster, s, refine=max(refine, top), max_tp=max_tp,
                            progress=progress, **space)
     if not res.plans:

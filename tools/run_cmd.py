@@ -255,6 +255,12 @@ def _curve_table(curve: dict):
               help="Training: the chip's [tp_overlap] stack (Transformer Engine userbuffers); "
                    "--no-tp-comm-overlap is Megatron's NCCL sequence-parallel path "
                    "(docs/cluster.md, \"Tensor-parallel overlap\").")
+@click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel", default=None,
+              help="Training at --tp > 1: Megatron-Core's sequence parallelism (norms and "
+                   "residual adds on the sequence shard, reduce-scatters and all-gathers for "
+                   "the all-reduces; docs/workloads.md). Default: on at --tp > 1, as "
+                   "Megatron-Core runs it with Transformer Engine; one node and --cluster "
+                   "alike.")
 @click.option("--moe-skew", type=float,
               help="MoE: the experts' popularity skew, the coefficient of variation of their "
                    "expected tokens (default 0: a balanced router; docs/workloads.md, "
@@ -301,8 +307,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
         recipe, overlap, recompute, attention, attention_kernel, elementwise_kernels,
         cross_entropy, nvls,
         collective_algorithms,
-        tp_comm_overlap, moe_skew, moe_capacity_factor, moe_pad, offload, micro_batch, execution,
-        fusion, topology, ideal, waterfall, as_json, trace):
+        tp_comm_overlap, sequence_parallel, moe_skew, moe_capacity_factor, moe_pad, offload,
+        micro_batch, execution, fusion, topology, ideal, waterfall, as_json, trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
 
     Prints a per-layer table (op, shape, time, compute- or memory-bound, utilisation) and
@@ -331,6 +337,17 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                              f"implementation; {'a --topology file' if topology else phase} "
                              f"has no loss")
         stack["cross_entropy"] = cross_entropy
+    if sequence_parallel is not None:
+        flag = "--sequence-parallel" if sequence_parallel else "--no-sequence-parallel"
+        if phase != "train" or topology:
+            raise ValueError(f"{flag} applies to a model's training step; "
+                             f"{'a --topology file' if topology else phase} lowers no "
+                             f"sequence parallelism")
+        if sequence_parallel and (tp or 1) < 2:
+            raise ValueError(f"--sequence-parallel needs tensor parallelism (--tp > 1), not "
+                             f"--tp {tp or 1}: Megatron-Core splits the sequence over the "
+                             f"tensor-parallel ranks")
+        stack["sequence_parallel"] = sequence_parallel
     weights_dtype, act_dtype, kv_dtype, recipe = run_dtypes(precision, phase, weights_dtype,
                                                              act_dtype, kv_dtype, recipe)
     if topology:

@@ -84,6 +84,26 @@ ROUTING_WEIGHT_BYTES = 4
 #: (:meth:`_Ctx.norm` with ``sharded``, :func:`_residual`).
 SP_SHARD = "sp_shard"
 
+#: The tag of the output layer's sequence-parallel all-gather: its backward gathers the
+#: saved input again for the weight gradient before it reduce-scatters the input gradient
+#: (:func:`_head`, :func:`diptych.workloads.train.backward_ops`).
+REGATHER = "wgrad_regather"
+
+#: The tag prefix of a column-parallel linear whose backward all-reduces its input gradient
+#: over ``<group>`` ranks (``dgrad_all_reduce:<group>``): the output layer at ``tp > 1``
+#: without sequence parallelism (:func:`_head`, :func:`dgrad_all_reduce_group`).
+DGRAD_ALL_REDUCE = "dgrad_all_reduce:"
+
+
+def dgrad_all_reduce_group(op) -> int:
+    """The ranks op's backward all-reduces its input gradient over (its
+    :data:`DGRAD_ALL_REDUCE` tag), 1 if none."""
+    for t in getattr(op, "tags", ()):
+        if t.startswith(DGRAD_ALL_REDUCE):
+            return int(t[len(DGRAD_ALL_REDUCE):])
+    return 1
+
+
 #: Lowering kinds the op language (``sim.ops.VECTOR_KINDS``) names differently.
 _SIM_KIND = {"geglu": "gelu", "swiglu_clamped": "swiglu", "softcap": "elementwise"}
 
@@ -986,7 +1006,18 @@ def _head(c: _Ctx, *, flow=None, inp: str = "hidden") -> list[Op]:
     # ``final_layernorm`` over the block's (sharded) hidden states; models/gpt/gpt_model.py
     # L140 ``output_layer = tensor_parallel.ColumnParallelLinear``, whose forward all-gathers
     # its input when ``sequence_parallel`` (tensor_parallel/layers.py L400-409,
-    # ``LinearWithGradAccumulationAndAsyncCommunication.forward``: ``_all_gather_base``)]
+    # ``LinearWithGradAccumulationAndAsyncCommunication.forward``: ``_all_gather_base``)].
+    # Its backward runs two collectives under sequence parallelism, the saved shard gathered
+    # again for the weight gradient and the input gradient reduce-scattered (tagged REGATHER,
+    # train.backward_ops), and without it (tp > 1) one, the input gradient's all-reduce
+    # (tagged DGRAD_ALL_REDUCE on the GEMM) [S: NVIDIA/Megatron-LM core_r0.9.0 (1afee592)
+    # megatron/core/tensor_parallel/layers.py L432-445 ``if ctx.sequence_parallel``:
+    # ``_all_gather_base(all_gather_buffer, input, ...)`` into ``total_input`` for the
+    # wgrad; L468-478 ``_reduce_scatter_base(sub_grad_input, grad_input, ...)``; L460-465
+    # ``if ctx.allreduce_dgrad: torch.distributed.all_reduce(grad_input, ...)``, with
+    # L820-822 ``allreduce_dgrad = world_size > 1 and not self.sequence_parallel and not
+    # self.disable_grad_reduce`` (so L887-896 passes the input through: not
+    # ``copy_to_tensor_model_parallel_region``, whose backward would be the same all-reduce)]
     norm = c.norm("final_norm", d, rows, sharded=c.phase == "train")
     f = 1.0 / c.sp
     fl.t(inp, c.tokens * d * a, program=True)
@@ -997,11 +1028,13 @@ def _head(c: _Ctx, *, flow=None, inp: str = "hidden") -> list[Op]:
     hn = "hn"
     if c.sp > 1:
         op = Collective(name="head_all_gather", kind="all_gather", bytes=rows * d * a,
-                        group=c.tp, tags=("tp",))
+                        group=c.tp, tags=("tp", REGATHER))
         fl.vec(op, [(hn, f)], [(fl.t("hn_all", rows * d * a), 1.0)])
         ops.append(op)
         hn = "hn_all"
-    head = c.gemm("lm_head", rows, d, v, tags=("head",))
+    reduce = (f"{DGRAD_ALL_REDUCE}{c.tp}",) if c.phase == "train" and c.tp > 1 \
+        and c.sp == 1 else ()
+    head = c.gemm("lm_head", rows, d, v, tags=("head",) + reduce)
     w = (fl.t("w_embed", v * d * wb, "weight", program=True) if c.m.tie_word_embeddings
          else fl.t("w_head", d * v * wb, "weight"))
     fl.gemm(head, [(hn, 1.0)], [(w, 1.0)], [(fl.t("logits", rows * v * a), 1.0)])

@@ -36,9 +36,9 @@ from .graph import Workload
 from . import embedding_grad as emb, loss
 from .cp_attention import RingMerge
 from .program import Access, Block, Use
-from .lower import (_check_common, _Ctx, _layer_blocks, check_attention, check_cp, check_ep,
-                    check_routing, embedding_block, forward_blocks, head_block, keys_info,
-                    layer_kinds, routing_info)
+from .lower import (REGATHER, _check_common, _Ctx, _layer_blocks, check_attention, check_cp,
+                    check_ep, check_routing, dgrad_all_reduce_group, embedding_block,
+                    forward_blocks, head_block, keys_info, layer_kinds, routing_info)
 from .moe import Routing
 from .params import params_per_chip, weight_tensors
 from .precision import Precision
@@ -97,6 +97,13 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
                   c_dtype=p.grads if weight else p.activations, acc_dtype=op.acc_dtype,
                   b_is_weight=op.batch == 1, c_accumulate=weight,
                   tags=tuple(t for t in op.tags if t != "weight") + ("wgrad",))
+        group = dgrad_all_reduce_group(op)
+        if group > 1:
+            # the output layer without sequence parallelism all-reduces its input gradient
+            # after the dgrad, beside the wgrad (workloads/lower.py ``_head``)
+            return [da, Collective(name=f"{op.name}.dgrad_all_reduce", kind="all_reduce",
+                                   bytes=op.batch * op.m * op.k * p.a_bytes, group=group,
+                                   tags=("tp", "bwd")), db]
         return [da, db]
     if isinstance(op, RingMerge):  # ring attention's bookkeeping (workloads/cp_attention.py)
         return [op.backward()]
@@ -123,8 +130,24 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
     # ``_ReduceScatterToSequenceParallelRegion.backward`` returns ``_gather_along_first_dim``]
     kind = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}.get(op.kind,
                                                                                 op.kind)
-    return [Collective(name=f"{op.name}.bwd", kind=kind, bytes=op.bytes, group=op.group,
-                       tags=op.tags + ("bwd",))]
+    tags = tuple(t for t in op.tags if t != REGATHER) + ("bwd",)
+    out = [Collective(name=f"{op.name}.bwd", kind=kind, bytes=op.bytes, group=op.group,
+                      tags=tags)]
+    if REGATHER in op.tags:
+        # the output layer's input gathered again for its weight gradient, before the input
+        # gradient's reduce-scatter (workloads/lower.py ``_head``)
+        out.insert(0, Collective(name=f"{op.name}.regather", kind="all_gather", bytes=op.bytes,
+                                 group=op.group, tags=tags))
+    return out
+
+
+def extra_backward_collectives(ops, p: Precision) -> tuple[Collective, ...]:
+    """The collectives the backward of forward ops ``ops`` runs beyond each forward
+    collective's mirror (``<name>.bwd``): the output layer's re-gather under sequence
+    parallelism and its input gradient's all-reduce without it (:func:`backward_ops`)."""
+    return tuple(o for op in ops for o in backward_ops(op, p)
+                 if isinstance(o, Collective) and not (isinstance(op, Collective)
+                                                       and o.name == f"{op.name}.bwd"))
 
 
 def table_elements(b: Block, p: Precision) -> float:
@@ -360,12 +383,24 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
                                   *(dataclasses.replace(u, role="a") for u in d_out), *deps,
                                   *[x for u in ua for x in gr.contribute(u.tensor, u.share)],
                                   *dep_grads)))
+            if dgrad_all_reduce_group(op) > 1:   # the input gradient all-reduced in place
+                next(it)
+                access.append(Access(tuple(x for u in ua for x in (
+                    Use(gr.of_output(u.tensor), "read", u.share),
+                    *gr.contribute(u.tensor, u.share, "")))))
             access.append(Access((*ua, *(dataclasses.replace(u, role="b") for u in d_out),
                                   *deps,
                                   *[x for u in ub for x in gr.contribute(u.tensor,
                                                                          u.share * f)])))
             continue
         next(it)
+        if isinstance(op, Collective) and REGATHER in op.tags:
+            # the re-gather reads the saved shard again; what it writes stands for the
+            # gathered input the weight gradient reads (no op reads it here)
+            name = f"{a.writes[0]}#regather"
+            gr.declare(name, Tensor(name, tab[a.writes[0]].bytes), False)
+            access.append(Access((*reads, Use(name, "write"))))
+            next(it)
         if f != 1.0:
             reads = tuple(dataclasses.replace(u, share=u.share * f) for u in reads)
         if isinstance(op, Collective):     # the mirrored collective moves the gradient only
@@ -630,7 +665,7 @@ def train_forward(m: ModelConfig, micro_batch: int, seq_len: int, *,
 def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision | None = None,
                tp: int = 1, dp: int = 1, recompute: bool = False,
                micro_batch: int | None = None, attention: str = "fused",
-               routing: Routing = Routing()) -> Workload:
+               routing: Routing = Routing(), sequence_parallel: bool = False) -> Workload:
     """One optimizer step on ``batch`` sequences (global, split over ``dp`` replicas) of
     ``seq_len`` tokens, for one chip of a ``tp``-way tensor-parallel group.
 
@@ -640,7 +675,10 @@ def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision
     micro-batch are repeated ``batch / dp / micro_batch`` times. ``attention``: "fused"
     (FlashAttention forward and backward) or "unfused". ``routing``: a MoE model's routing
     (:class:`~diptych.workloads.moe.Routing`; without expert parallelism only a capacity
-    factor changes the work)."""
+    factor changes the work). ``sequence_parallel`` (``tp > 1``): Megatron's sequence
+    parallelism, lowered as :func:`train_forward` lowers it (the norms and residual adds on
+    the rank's sequence shard, the embedding's reduce-scatter, the head's all-gather, what an
+    FP8 recipe's row-parallel linears quantise), the cluster step's default."""
     _check_common(m, batch, tp, seq_len=seq_len, dp=dp)
     check_attention(attention)
     if batch % dp:
@@ -653,7 +691,8 @@ def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision
         raise ValueError(f"micro_batch must be a positive integer dividing the per-replica "
                          f"batch ({b}), not {mb!r}")
     n_micro = b // mb
-    c = _Ctx(m, p, tp, mb, seq_len, 0, "train", attention, routing=check_routing(m, routing))
+    c = _Ctx(m, p, tp, mb, seq_len, 0, "train", attention, routing=check_routing(m, routing),
+             sequence_parallel=sequence_parallel)
     emb = embedding_block(c)
     layers = _layer_blocks(c)
     head = head_block(c)
@@ -670,4 +709,4 @@ def train_step(m: ModelConfig, batch: int, seq_len: int, *, precision: Precision
                     info={"seq_len": seq_len, **keys_info(c), "tp": tp, "dp": dp,
                           "recompute": recompute, "global_batch": batch, "micro_batch": mb,
                           "micro_batches": n_micro, "attention": attention,
-                          **routing_info(c)})
+                          "sequence_parallel": c.sp > 1, **routing_info(c)})

@@ -37,7 +37,8 @@ from ...workloads.lower import decode_mean, prefill
 from ...workloads.memory import is_replicated, layer_saved_bytes
 from ...workloads.moe import Routing
 from ...workloads.precision import Precision
-from ...workloads.train import backward_ops, table_elements, train_forward
+from ...workloads.train import (backward_ops, extra_backward_collectives, table_elements,
+                                train_forward)
 
 #: Vector ops whose outputs selective recomputation drops (recomputed from their saved
 #: input): norms and activation functions (Megatron-Core ``--recompute-modules layernorm
@@ -51,7 +52,10 @@ class LayerOps:
     block name, ``embedding`` or ``head``; ``moe``: it has routed experts).
 
     ``forward``/``backward``: compute ops (no collectives); ``tp``: the forward
-    tensor-parallel collectives (their backward mirrors are the same); ``a2a_bytes``: one
+    tensor-parallel collectives (their backward mirrors are the same); ``tp_bwd``: the
+    backward's tensor-parallel collectives beyond those mirrors (the output layer's
+    re-gather under sequence parallelism, its input gradient's all-reduce without it:
+    :func:`~diptych.workloads.train.extra_backward_collectives`); ``a2a_bytes``: one
     expert all-to-all per rank (0 without EP); ``cp_kv_bytes``: this rank's K+V chunk
     (0 without CP); ``saved_bytes``: activations kept for backward with no recomputation
     (sequence parallelism applied); ``selective_bytes``: what selective recomputation drops;
@@ -63,6 +67,7 @@ class LayerOps:
     backward: tuple[Op, ...]
     moe: bool = False
     tp: tuple[Collective, ...] = ()
+    tp_bwd: tuple[Collective, ...] = ()
     a2a_bytes: float = 0.0
     cp_kv_bytes: float = 0.0
     saved_bytes: float = 0.0
@@ -99,7 +104,8 @@ def _backward(ops: list[Op], p: Precision, table: float = 0.0) -> tuple[Op, ...]
     out: list[Op] = []
     for op in reversed(ops):
         out += backward_ops(op, p, table)
-    return tuple(out)
+    # the compute ops: a backward-only collective is the step's to time (LayerOps.tp_bwd)
+    return tuple(o for o in out if not isinstance(o, Collective))
 
 
 @lru_cache(maxsize=256)
@@ -164,6 +170,8 @@ def layer_ops(m: ModelConfig, p: Precision, *, phase: str, tp: int, cp: int, ep:
             moe=any(isinstance(o, Gemm) and "expert" in o.tags for o in ops),
             backward=_backward(ops, p, table_elements(b, p)) if train else (),
             tp=tuple(o for o in colls if "tp" in o.tags),
+            tp_bwd=tuple(o for o in extra_backward_collectives(b.ops, p) if "tp" in o.tags)
+            if train else (),
             a2a_bytes=next((o.bytes for o in colls if "ep" in o.tags), 0.0),
             cp_kv_bytes=sum(o.bytes / o.group for o in colls if "cp" in o.tags),
             saved_bytes=saved, selective_bytes=sel_bytes if train else 0.0,

@@ -13,7 +13,9 @@ Defaults of a plan built here: the training micro-batch is ``diptych run``'s
 (:func:`~diptych.workloads.train.default_micro_batch`, ~8k tokens); an inference replica's
 batch is split into ``pp`` micro-batches when it divides (so that the stages overlap), else
 into single sequences. ``overlap=False`` turns every overlap knob off (tensor-, context-,
-expert- and data-parallel communication all exposed).
+expert- and data-parallel communication all exposed). A training plan runs Megatron-Core's
+sequence parallelism as the scenario says (:func:`~diptych.sim.run.scenario.sequence_parallel_on`:
+by default on at ``tp > 1``, as a one-node ``run_workload`` does).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ...workloads.registry import load_model
 from ...workloads.train import default_micro_batch
 from ..api import OpTimer
 from ..run.node import resolve_parallelism
-from ..run.scenario import Scenario
+from ..run.scenario import Scenario, sequence_parallel_on
 from ..run.variant import Variant
 from ..run.waterfall import waterfall as efficiency_waterfall
 from .power import limit_step_power
@@ -48,8 +50,9 @@ def default_inference_micro_batch(replica_batch: int, pp: int) -> int:
 def build_plan(s: Scenario, **fields):
     """A :class:`~diptych.sim.cluster.plan.Plan` from scenario ``s``'s degrees (see
     :func:`~diptych.sim.run.node.resolve_parallelism`), micro-batch (default: module
-    docstring), recomputation and overlap, and ``fields`` (``zero``, ``zero_shards``,
-    ``schedule``, ``virtual_stages``). Raises ValueError naming the flag or field."""
+    docstring), recomputation, overlap and (training) sequence parallelism, and ``fields``
+    (``zero``, ``zero_shards``, ``schedule``, ``virtual_stages``). Raises ValueError naming
+    the flag or field."""
     from .plan import Plan
 
     par = s.parallelism
@@ -64,8 +67,11 @@ def build_plan(s: Scenario, **fields):
                        else default_inference_micro_batch(s.batch // d, par.pp or 1))
     off = {} if s.overlap else dict(overlap_tp=False, overlap_dp=False, overlap_cp=False,
                                     overlap_ep=False)
+    # training: the scenario's sequence parallelism (default on at tp > 1); inference lowers
+    # none, whatever the plan's field says (sim/cluster/layers.py)
+    sp = {"sequence_parallel": sequence_parallel_on(s, t)} if s.phase == "train" else {}
     return Plan(tp=t, pp=par.pp or 1, dp=d, cp=par.cp or 1, ep=par.ep or 1,
-                micro_batch=micro_batch, recompute=s.recompute, **off,
+                micro_batch=micro_batch, recompute=s.recompute, **off, **sp,
                 **{"offload": s.offload, **fields})
 
 
@@ -108,7 +114,9 @@ def run_cluster_step(chip: "Chip | str", model: "ModelConfig | str", scenario: S
         par = s.parallelism
         for name, v, want in (("chips", par.chips, plan.chips), ("tp", par.tp, plan.tp),
                               ("dp", par.dp, plan.dp), ("micro_batch", s.micro_batch,
-                                                        plan.micro_batch)):
+                                                        plan.micro_batch),
+                              ("sequence_parallel", s.sequence_parallel,
+                               plan.sequence_parallel)):
             if v is not None and v != want:
                 raise ValueError(f"{name} ({v}) disagrees with the plan's {name} ({want}): "
                                  f"give the parallel layout once, in the plan")

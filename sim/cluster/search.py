@@ -106,7 +106,8 @@ def candidate_plans(model: ModelConfig, chips: int, batch: int, seq: int, *,
                     schedules: tuple[str, ...] = SCHEDULES,
                     tp: tuple[int, ...] | None = None, pp: tuple[int, ...] | None = None,
                     cp: tuple[int, ...] | None = None, ep: tuple[int, ...] | None = None,
-                    offload: tuple[str, ...] = ("none",)) -> list[Plan]:
+                    offload: tuple[str, ...] = ("none",),
+                    sequence_parallel: bool = True) -> list[Plan]:
     """Every plan the search considers that passes :func:`check_plan` (module docstring).
 
     The keyword arguments narrow the space: ``micro_batches``, ``virtual_stages``, ``zero``,
@@ -114,7 +115,9 @@ def candidate_plans(model: ModelConfig, chips: int, batch: int, seq: int, *,
     are the values tried; ``tp``/``pp``/``cp``/``ep``, when
     given, are the only degrees tried (each still subject to the divisibility rules). A
     pipeline of one stage always runs as ``1f1b`` (the schedules coincide there), so it is
-    kept whatever ``schedules`` says. Raises ValueError naming a value outside its domain."""
+    kept whatever ``schedules`` says. ``sequence_parallel``: every plan's (Megatron-Core's
+    sequence parallelism where ``tp > 1``; nothing at ``tp = 1``). Raises ValueError naming
+    a value outside its domain."""
     _check_space(micro_batches=micro_batches, virtual_stages=virtual_stages, zero=zero,
                  recompute=recompute, schedules=schedules, tp=tp, pp=pp, cp=cp, ep=ep,
                  offload=offload)
@@ -144,7 +147,8 @@ def candidate_plans(model: ModelConfig, chips: int, batch: int, seq: int, *,
                     if batch % (dp * mb):
                         continue
                     plan = Plan(tp=t, pp=p, dp=dp, cp=c, ep=e, zero=z, schedule=sch,
-                                virtual_stages=v, micro_batch=mb, recompute=rc, offload=off)
+                                virtual_stages=v, micro_batch=mb, recompute=rc, offload=off,
+                                sequence_parallel=sequence_parallel)
                     try:
                         check_plan(plan, model, chips=chips, batch=batch, seq_len=seq)
                     except ValueError:
@@ -170,7 +174,8 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
     callback of :func:`diptych.tools.progress.progress_display`); other keyword arguments
     narrow the space (see :func:`candidate_plans`); on a chip with a second memory tier
     (``[dram2]``) the search tries every ``offload`` unless narrowed, and each plan's
-    memory holds its offloaded state there.
+    memory holds its offloaded state there. Every plan runs sequence parallelism (where
+    ``tp > 1``) unless ``scenario.sequence_parallel`` is False.
 
     Raises ValueError naming the value for a scenario that is not a training one, a
     missing or non-positive ``chips``, a missing ``seq``, a non-positive ``refine``, more
@@ -210,7 +215,8 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
         space = {**space, "offload": OFFLOADS if chip.dram2 is not None else ("none",)}
     for off in space["offload"]:
         check_offload(off, chip=chip)
-    plans = candidate_plans(model, chips, batch, seq, max_tp=limit, **space)
+    plans = candidate_plans(model, chips, batch, seq, max_tp=limit,
+                            sequence_parallel=scenario.sequence_parallel is not False, **space)
     if not plans:
         raise ValueError(f"no parallel plan splits {model.name} over {chips} chips with batch "
                          f"{batch} and seq {seq} (tp up to {limit}"

@@ -338,6 +338,9 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
                 add(bwd, "tp", "tp", c.kind, c.bytes, f"tp {c.name}")
                 if plan.recompute == "full":
                     add(bwd, "tp", "tp", c.kind, c.bytes, f"tp {c.name}")
+        if train:        # the backward's own: the output layer's (workloads/lower.py _head)
+            for c in ops.tp_bwd:
+                add(bwd, "tp", "tp", c.kind, c.bytes, f"tp {c.name}")
         if ops.cp_kv_bytes:
             kv = plan.cp * ops.cp_kv_bytes
             add(fwd, "cp", "cp", "all_gather", kv, "cp kv all-gather")
@@ -955,7 +958,7 @@ def _info(st: _Setup, pipe: _Pipe) -> dict:
     return {"schedule": pipe.sched, "pipeline_s": pipe.t_pipe, "send_s": pipe.send,
             "execution": sc.execution,
             "compute_dtype": st.compute_dtype,
-            "stack": stack_info(sc),
+            "stack": stack_info(sc, plan.sequence_parallel and plan.tp > 1),
             "decode": decode,
             "layers_per_chunk": list(st.layers_per_chunk),
             "golden_pipeline": bool(st.golden or not st.train),

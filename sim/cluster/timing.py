@@ -252,7 +252,8 @@ def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int
         else:
             ff, bf = _flops(ops.forward), _flops(ops.backward)
             rf, rp = _scheduled(blocks[kind], w, p, chip, sim, tp_links)
-            names = frozenset(n for c in ops.tp for n in (c.name, f"{c.name}.bwd"))
+            names = frozenset([n for c in ops.tp for n in (c.name, f"{c.name}.bwd")]
+                              + [c.name for c in ops.tp_bwd])
             # the collectives an overlapping stack would take off the chain: their exposure
             lapped = frozenset(n for sub in tpg for n in (f"{sub}_all_reduce",
                                                           f"{sub}_all_reduce.bwd"))

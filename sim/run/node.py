@@ -50,7 +50,8 @@ from .. import energy_parts as EP
 from ..support import check_supported, wider
 from ..regime import busiest_unit
 from .precision_ops import with_precision_ops
-from .scenario import EXECUTIONS, Parallelism, Scenario, default_execution
+from .scenario import (EXECUTIONS, Parallelism, Scenario, default_execution,
+                       sequence_parallel_on)
 from .links import collective_energy_j, collective_seconds
 from .offload import (OFFLOAD_KINDS, check_offload, offload_capacity_bytes, split_tiers,
                       third_tier_share, tier_report, tiered_parts)
@@ -205,8 +206,9 @@ def resolve_parallelism(phase: str, par: Parallelism, *, cluster: bool = False
 
 
 def lower_workload(model: ModelConfig, s: Scenario, *, precision: Precision, tp: int,
-                   dp: int) -> tuple[Workload, int]:
-    """The per-chip workload of ``s``'s phase and the context length its memory must hold."""
+                   dp: int, sequence_parallel: bool = False) -> tuple[Workload, int]:
+    """The per-chip workload of ``s``'s phase and the context length its memory must hold;
+    a training step under Megatron's ``sequence_parallel`` when asked (``tp > 1``)."""
     if s.phase == "prefill":
         if s.prompt is None:
             raise ValueError("prefill needs --prompt (prompt length in tokens)")
@@ -223,7 +225,8 @@ def lower_workload(model: ModelConfig, s: Scenario, *, precision: Precision, tp:
         raise ValueError("train needs --seq (sequence length in tokens)")
     return train_step(model, s.batch, seq, precision=precision, tp=tp, dp=dp,
                       recompute=s.recompute == "full", micro_batch=s.micro_batch,
-                      attention=s.attention, routing=s.routing), seq
+                      attention=s.attention, routing=s.routing,
+                      sequence_parallel=sequence_parallel), seq
 
 
 def _bound(t: dict) -> str:
@@ -239,12 +242,13 @@ def _bound(t: dict) -> str:
 @dataclass(frozen=True)
 class _Setup:
     """What a run resolves from its scenario before lowering: the degrees, the precision and
-    the dtype its MFU refers to."""
+    the dtype its MFU refers to, and whether it runs sequence parallelism."""
 
     tp: int
     dp: int
     precision: Precision
     compute_dtype: str
+    sequence_parallel: bool = False
 
     @property
     def chips(self) -> int:
@@ -266,7 +270,7 @@ def _validate(chip: Chip, s: Scenario) -> _Setup:
     tp, dp = resolve_parallelism(s.phase, s.parallelism)
     p = default_precision(chip, s.phase, s.weights_dtype, s.act_dtype, s.kv_dtype, s.recipe,
                           s.cross_entropy)
-    return _Setup(tp, dp, p, check_supported(chip, p))
+    return _Setup(tp, dp, p, check_supported(chip, p), sequence_parallel_on(s, tp))
 
 
 def _lower(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup
@@ -274,7 +278,8 @@ def _lower(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup
     """The phase lowered for one chip with the chip's precision ops, its memory report and
     the warnings (a context beyond the model's window)."""
     p, tp = setup.precision, setup.tp
-    w, context = lower_workload(model, s, precision=p, tp=tp, dp=setup.dp)
+    w, context = lower_workload(model, s, precision=p, tp=tp, dp=setup.dp,
+                                sequence_parallel=setup.sequence_parallel)
     w = with_precision_ops(w, chip)    # block scales and dequantisation (precision_ops.py)
     check_ops((op for b in w.blocks for op in b.ops), chip)  # refuse before simulating any
     warns = []
@@ -299,7 +304,8 @@ def _lower(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup
     for _, tier in chip.memory_tiers:    # what the first tier cannot hold lives in the others
         cap += tier.capacity_bytes
     if s.phase == "train":
-        mem: MemoryReport = train_memory(model, p, tp, w, cap, s.recompute == "full")
+        mem: MemoryReport = train_memory(model, p, tp, w, cap, s.recompute == "full",
+                                         sequence_parallel=setup.sequence_parallel)
     else:
         narrow = tuple(d for d in ("fp8", "int8", "int4")
                        if d == "int4" or chip.supports(wider(p.activations, d)))
@@ -389,7 +395,8 @@ def _time(w: Workload, chip: Chip, model: ModelConfig, s: Scenario, setup: _Setu
         delta, link_j = one_node_overlap(
             w, chip, t, overlap=s.overlap, scheduled=s.execution == "schedule", alone=alone,
             coll=collective_time or (lambda op: collective_seconds(op, chip)),
-            coll_j=lambda op: collective_energy_j(op, chip), mapping=gemm_mapping(simulate))
+            coll_j=lambda op: collective_energy_j(op, chip), mapping=gemm_mapping(simulate),
+            precision=setup.precision, sequence_parallel=setup.sequence_parallel)
         t = {**t, "seconds": t["seconds"] + delta,
              "communication_seconds": t["communication_seconds"] + delta,
              "energy_j": t["energy_j"] + link_j,
@@ -454,7 +461,8 @@ def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Work
                 recompute=s.recompute == "full", attention=s.attention,
                 compute_dtype=setup.compute_dtype, simulated_ops=w.op_count(),
                 vector_ops=w.vector_ops * n_chips, collective_bytes=w.collective_bytes,
-                identical_layers_simulated_once=True, stack=stack_info(s))
+                identical_layers_simulated_once=True,
+                stack=stack_info(s, setup.sequence_parallel))
     if "dram_tiers" in t:      # where the state lives and what the slower tiers moved
         info["memory_tiers"] = memory_tiers_info(chip, t, n_chips)
     if s.offload != "none":    # per chip: which tensors live where, the tier's time and energy

@@ -71,6 +71,25 @@ def _flag(name: str, v) -> None:
         raise ValueError(f"{name} must be True or False, not {v!r}")
 
 
+_SP_TP1 = ("sequence_parallel=True needs tensor parallelism (tp > 1), not tp=1: "
+           "Megatron-Core splits the sequence over the tensor-parallel ranks")
+
+
+def sequence_parallel_on(s: "Scenario", tp: int) -> bool:
+    """Whether scenario ``s`` runs Megatron-Core's sequence parallelism over ``tp``
+    tensor-parallel ranks (the degree the run resolved): ``s.sequence_parallel`` when given,
+    else on for training at ``tp > 1`` (as a cluster plan's default,
+    :attr:`diptych.sim.cluster.plan.Plan.sequence_parallel`: the NeMo configurations the
+    system checks read set ``sequence_parallel: true``, benchmarks/validate_system.py) and
+    off otherwise. Raises ValueError naming the field when
+    it is asked for at ``tp = 1``."""
+    if s.sequence_parallel is None:
+        return s.phase == "train" and tp > 1
+    if s.sequence_parallel and tp < 2:
+        raise ValueError(_SP_TP1)
+    return s.sequence_parallel
+
+
 #: Flat keywords of :meth:`Scenario.of` that make its :class:`~diptych.workloads.moe.Routing`.
 MOE_KEYWORDS: tuple[str, ...] = ("moe_skew", "moe_capacity_factor", "moe_pad")
 
@@ -132,7 +151,12 @@ class Scenario:
     :data:`~diptych.workloads.loss.IMPLEMENTATIONS`: Megatron-Core's
     ``cross_entropy_loss_fusion`` on or off), lowered into the step's passes.
     ``offload``: training state placed in the chip's second memory tier, ``none``,
-    ``optimizer`` or ``params`` (:mod:`~diptych.sim.run.offload`, ZeRO-Offload-style)."""
+    ``optimizer`` or ``params`` (:mod:`~diptych.sim.run.offload`, ZeRO-Offload-style).
+    ``sequence_parallel``: Megatron-Core's sequence parallelism over the tensor-parallel
+    ranks (training only): None, the default, is on for training at ``tp > 1`` (as
+    Megatron-Core runs it with Transformer Engine) and off otherwise
+    (:func:`sequence_parallel_on`); True asks for it (ValueError in prefill or decode, or
+    at ``tp = 1``), False turns it off."""
 
     phase: str
     batch: int = 1
@@ -159,6 +183,7 @@ class Scenario:
     collective_algorithms: str | None = None
     cross_entropy: str = LOSS_DEFAULT
     elementwise_kernels: str = "default"
+    sequence_parallel: bool | None = None
 
     def __post_init__(self):
         if self.phase not in PHASES:
@@ -189,6 +214,13 @@ class Scenario:
                     collective_algorithms=self.collective_algorithms,
                     elementwise_kernels=self.elementwise_kernels)
         check_offload(self.offload, phase=self.phase)
+        if self.sequence_parallel is not None:
+            _flag("sequence_parallel", self.sequence_parallel)
+            if self.sequence_parallel and self.phase != "train":
+                raise ValueError(f"sequence_parallel=True applies to training; {self.phase} "
+                                 f"lowers no sequence parallelism (leave it None or False)")
+            if self.sequence_parallel and self.parallelism.tp == 1:
+                raise ValueError(_SP_TP1)
         check_implementation(self.cross_entropy)
         _degree("batch", self.batch)
         for n in ("prompt", "gen", "seq", "micro_batch"):
@@ -240,4 +272,5 @@ class Scenario:
 
 
 __all__ = ["ATTENTION_MODES", "DEGREES", "EXECUTIONS", "PHASES", "Parallelism",
-           "RECOMPUTE_MODES", "Scenario", "default_execution", "recompute_mode"]
+           "RECOMPUTE_MODES", "Scenario", "default_execution", "recompute_mode",
+           "sequence_parallel_on"]

@@ -122,16 +122,19 @@ def stack_chip(chip, *, nvls: bool = True, attention_kernel: str = "default",
     return chip
 
 
-def stack_info(s) -> dict:
+def stack_info(s, sequence_parallel: bool | None = None) -> dict:
     """Scenario ``s``'s stack settings as a result's ``info["stack"]`` (every run states
     them, defaults included; a training run also its loss implementation,
-    ``cross_entropy``)."""
+    ``cross_entropy``, and, when the run resolved it, whether it runs Megatron-Core's
+    ``sequence_parallel``)."""
     out = {"nvls": s.nvls, "attention_kernel": s.attention_kernel,
            "tp_comm_overlap": s.tp_comm_overlap,
            "collective_algorithms": s.collective_algorithms,
            "elementwise_kernels": s.elementwise_kernels}
     if s.phase == "train":
         out["cross_entropy"] = s.cross_entropy
+        if sequence_parallel is not None:
+            out["sequence_parallel"] = sequence_parallel
     return out
 
 

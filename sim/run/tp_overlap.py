@@ -322,7 +322,8 @@ def costs(gemms: dict[str, SubBlockGemms], chip, ranks: int, collectives: dict
 
 def one_node_overlap(w: Workload, chip, t: dict, *, overlap: bool, scheduled: bool,
                      alone: Callable, coll: Callable, coll_j: Callable,
-                     mapping: Callable | None = None) -> tuple[float, float]:
+                     mapping: Callable | None = None, precision: Precision | None = None,
+                     sequence_parallel: bool = False) -> tuple[float, float]:
     """Seconds a one-node training run ``t`` (its records, ``t["layers"]``) changes by when
     the chip's ``[tp_overlap]`` stack overlaps each layer block's all-reduces (0 without the
     table or tensor parallelism): per copy of a forward block and of its backward
@@ -332,7 +333,9 @@ def one_node_overlap(w: Workload, chip, t: dict, *, overlap: bool, scheduled: bo
     ``overlap`` (every collective exposed, as asked). ``coll(op)``/``coll_j(op)``: a collective's
     seconds and link joules on the node's links. Returns (seconds, link joules) to add: the
     joules of the all-gather of the saved input that the backward repeats for the weight
-    gradient under sequence parallelism (the others move the all-reduce's bytes)."""
+    gradient under sequence parallelism (the others move the all-reduce's bytes). Under
+    ``precision``'s FP8 recipe with ``sequence_parallel`` the all-gathers move
+    :func:`gather_share` of those bytes, as the cluster step's do."""
     if chip.tp_overlap is None or w.phase != "train" or not overlap:
         return 0.0, 0.0
     blocks = {b.name: b for b in w.blocks}
@@ -350,12 +353,18 @@ def one_node_overlap(w: Workload, chip, t: dict, *, overlap: bool, scheduled: bo
         if not gemms:
             continue
         by = {o.name: o for o in tps}
-        pair = {sub: tuple(coll(replace(by[f"{sub}_all_reduce"], kind=kind))
-                           for kind in ("all_gather", "reduce_scatter")) for sub in gemms}
+        share = {sub: gather_share(b.ops, names, sub, precision, sequence_parallel)
+                 if precision is not None else 1.0 for sub in gemms}
+
+        def moved(sub: str, kind: str) -> Collective:
+            c = by[f"{sub}_all_reduce"]
+            return replace(c, kind=kind,
+                           bytes=c.bytes * (share[sub] if kind == "all_gather" else 1.0))
+        pair = {sub: tuple(coll(moved(sub, kind)) for kind in ("all_gather", "reduce_scatter"))
+                for sub in gemms}
         cost = costs(gemms, chip, tps[0].group, pair)
         if any(ag > 0 for ag, _ in pair.values()):
-            joules += bwd.repeat * sum(coll_j(replace(by[f"{sub}_all_reduce"],
-                                                      kind="all_gather")) for sub in gemms)
+            joules += bwd.repeat * sum(coll_j(moved(sub, "all_gather")) for sub in gemms)
         for blk, lapped_of in ((b, lambda sub: (f"{sub}_all_reduce",)),
                                (bwd, lambda sub: (f"{sub}_all_reduce.bwd",
                                                   f"{sub}_all_reduce"))):

@@ -19,18 +19,18 @@ from diptych.sim.run.node import default_precision
 
 
 
-@pytest.mark.parametrize("tp", [1, 8])
-def test_one_node_energy_is_run_workloads(tp):
+@pytest.mark.parametrize("tp,sp", [(1, None), (8, None), (8, False)])
+def test_one_node_energy_is_run_workloads(tp, sp):
     """Inside one node the step is run_workload's summed model (tests/cluster/test_step.py:
     the cluster step composes per-layer summed times, docs/cluster.md): so is its energy, once
     the static power of the exposed communication (which run_workload does not charge) is
     set aside."""
-    # (the one-node lowering runs no sequence-parallel shards: the plan without them)
-    r = step("llama-3-8b", Plan(tp=tp, micro_batch=2, sequence_parallel=False), batch=8,
-             execution="sum")
+    # (sequence parallelism: on both sides by default at TP > 1, and off on both)
+    r = step("llama-3-8b", Plan(tp=tp, micro_batch=2, sequence_parallel=sp is not False),
+             batch=8, execution="sum")
     w = run_workload(load_chip("h100"), "llama-3-8b",
                      Scenario.of(phase="train", batch=8, seq=2048, tp=tp, micro_batch=2,
-                                 power_limit=False, execution="sum"),
+                                 power_limit=False, execution="sum", sequence_parallel=sp),
                      simulate=roofline)
     assert set(r.energy_breakdown) == set(PARTS)
     assert r.energy_j == pytest.approx(sum(r.energy_breakdown.values()), rel=1e-12)

@@ -54,16 +54,19 @@ def test_the_components_sum_to_the_step_and_agree_with_its_parts(plan, kw):
         assert parts["link"] > 0
 
 
-def test_one_node_has_run_workloads_components():
+@pytest.mark.parametrize("sp", [None, False])
+def test_one_node_has_run_workloads_components(sp):
     """Inside one node the step is run_workload's summed model (tests/cluster/test_energy.py):
     component by component too, once the idle static power is set aside."""
-    # (the one-node lowering runs no sequence-parallel shards: the plan without them)
-    r = _step(Plan(tp=2, micro_batch=2, sequence_parallel=False), batch=8, execution="sum")
+    # (sequence parallelism: on both sides by default at TP 2, and off on both)
+    r = _step(Plan(tp=2, micro_batch=2, sequence_parallel=sp is not False), batch=8,
+              execution="sum")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         w = run_workload(load_chip("h100"), MODEL,
                          Scenario.of(phase="train", batch=8, seq=256, tp=2, micro_batch=2,
-                                     power_limit=False, execution="sum"))
+                                     power_limit=False, execution="sum",
+                                     sequence_parallel=sp))
     got, want = dict(r.energy_breakdown_j), w.energy_breakdown_j
     got["static"] -= r.energy_breakdown["idle_static"]
     for k in EP.COMPONENTS:

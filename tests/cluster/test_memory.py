@@ -188,8 +188,9 @@ def test_train_memory_agrees_with_plan_memory_on_one_stage(name, tp, dp, zero, r
     from diptych.workloads import train_step
     from diptych.workloads.memory import train_memory
     m, seq, mb = load_model(name), 2048, 1
+    # (the one-node lowering under the same sequence parallelism, as run_workload lowers it)
     w = train_step(m, dp * mb * 2, seq, tp=tp, dp=dp, micro_batch=mb,
-                   recompute=recompute == "full")
+                   recompute=recompute == "full", sequence_parallel=sp)
     ours = train_memory(m, P, tp, w, 2**50, recompute == "full", zero=zero, shards=dp,
                         sequence_parallel=sp)
     theirs = mem(m, Plan(tp=tp, dp=dp, zero=zero, micro_batch=mb, recompute=recompute,

@@ -72,18 +72,19 @@ def test_summed_overlap_rule_hides_what_the_schedule_exposes():
         summed.hardware_flops, rel=1e-12)
 
 
-@pytest.mark.parametrize("tp", [1, 8])
-def test_training_on_one_node_is_close_to_run_workloads_schedule(tp):
+@pytest.mark.parametrize("tp,sp", [(1, None), (8, None), (8, False)])
+def test_training_on_one_node_is_close_to_run_workloads_schedule(tp, sp):
     # each layer kind's forward+backward program is scheduled alone, so what the whole
     # step's program overlaps across layers (an all-reduce beside the next layer's work) is
     # not seen: close to run_workload's schedule, not equal
     kw = dict(batch=8, seq=2048)
-    # (the one-node lowering runs no sequence-parallel shards: the plan without them)
+    # (sequence parallelism: on both sides by default at TP > 1, and off on both)
     r = simulate_cluster_step("llama-3-8b", "h100", "dgx-h100",
-                              Plan(tp=tp, micro_batch=2, sequence_parallel=False),
+                              Plan(tp=tp, micro_batch=2, sequence_parallel=sp is not False),
                               Scenario.of(phase="train", **kw), simulate=roofline)
     w = run_workload("h100", "llama-3-8b",
-                     Scenario.of(phase="train", tp=tp, micro_batch=2, execution="schedule", **kw),
+                     Scenario.of(phase="train", tp=tp, micro_batch=2, execution="schedule",
+                                 sequence_parallel=sp, **kw),
                      simulate=roofline)
     assert r.seconds == pytest.approx(w.seconds, rel=0.05)
 

@@ -25,19 +25,20 @@ def step(model, plan, **kw):
                                  plan, Scenario.of(**kw), simulate=roofline)
 
 
-@pytest.mark.parametrize("tp", [1, 8])
-def test_one_node_matches_run_workload(tp):
+@pytest.mark.parametrize("tp,sp", [(1, None), (8, None), (8, False)])
+def test_one_node_matches_run_workload(tp, sp):
     # inside one NVSwitch node the cluster's ring all-reduce is run_workload's (18 links x
     # 25 GB/s, 1 us per step), the layers are the same ops and 1F1B over one stage is
     # gradient accumulation: the step times agree with the summed run (execution="sum"),
-    # whose per-layer times the cluster step composes over its pipeline (the one-node
-    # lowering runs no sequence-parallel shards: the plan without them)
-    r = step("llama-3-8b", Plan(tp=tp, micro_batch=2, sequence_parallel=False), batch=8,
-             execution="sum")
+    # whose per-layer times the cluster step composes over its pipeline; both run sequence
+    # parallelism by default at TP > 1 (sp None), and neither with it off
+    r = step("llama-3-8b", Plan(tp=tp, micro_batch=2, sequence_parallel=sp is not False),
+             batch=8, execution="sum")
     w = run_workload("h100", "llama-3-8b",
                      Scenario.of(phase="train", batch=8, seq=2048, tp=tp, micro_batch=2,
-                                 execution="sum"),
+                                 execution="sum", sequence_parallel=sp),
                      simulate=roofline)
+    assert w.info["stack"]["sequence_parallel"] is (tp > 1 and sp is not False)
     assert r.seconds == pytest.approx(w.seconds, rel=1e-6)
     assert r.flops == pytest.approx(w.flops, rel=1e-9)
     assert r.mfu == pytest.approx(w.mfu, rel=1e-6)

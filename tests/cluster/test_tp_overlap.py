@@ -245,21 +245,37 @@ def test_only_training_overlaps_and_only_when_asked():
     assert a.seconds == b.seconds
 
 
-def test_a_one_node_run_charges_the_same_overlap():
+@pytest.mark.parametrize("sp", [None, False])
+def test_a_one_node_run_charges_the_same_overlap(sp):
     """``run_workload`` applies the table per layer block (tp_overlap.one_node_overlap): on
-    one node its summed training step is the cluster step's, and not the bare chip's. (The
-    one-node lowering runs no sequence-parallel shards: the cluster step's plan without
-    them.)"""
+    one node its summed training step is the cluster step's, and not the bare chip's, with
+    sequence parallelism (the default on both sides) and without it."""
     h100 = load_chip("h100")
-    kw = dict(phase="train", batch=8, seq=2048, tp=4, micro_batch=1, execution="sum")
+    kw = dict(phase="train", batch=8, seq=2048, tp=4, micro_batch=1, execution="sum",
+              sequence_parallel=sp)
     w = run_workload(h100, "llama-3-8b", Scenario.of(**kw), simulate=roofline)
     bare = run_workload(dataclasses.replace(h100, tp_overlap=None), "llama-3-8b",
                         Scenario.of(**kw), simulate=roofline)
-    r = _train(h100, execution="sum", sp=False)
+    r = _train(h100, execution="sum", sp=sp is not False)
     assert w.seconds == pytest.approx(r.seconds, rel=1e-9)
     assert w.seconds > bare.seconds        # the summed rule hid the all-reduces wholly
     # and with userbuffers off, Megatron's NCCL path, the same on one node and in the step
     w = run_workload(h100, "llama-3-8b", Scenario.of(**kw, tp_comm_overlap=False),
                      simulate=roofline)
-    r = _train(h100, execution="sum", sp=False, tp_comm_overlap=False)
+    r = _train(h100, execution="sum", sp=sp is not False, tp_comm_overlap=False)
+    assert w.seconds == pytest.approx(r.seconds, rel=1e-9)
+
+
+def test_a_one_node_fp8_run_gathers_in_fp8_as_the_step_does():
+    """Under FP8 delayed scaling with sequence parallelism (the default at TP 4) the one-node
+    run's overlapped all-gathers move 1 B per element (tp_overlap.gather_share), as the
+    cluster step's do: the two steps agree (with 2 B gathers on one node they differ by
+    ~8 %)."""
+    h100 = load_chip("h100")
+    kw = dict(phase="train", batch=8, seq=2048, execution="sum", recipe="fp8-delayed")
+    w = run_workload(h100, "llama-3-8b", Scenario.of(tp=4, micro_batch=1, **kw),
+                     simulate=roofline)
+    r = simulate_cluster_step("llama-3-8b", h100, "dgx-h100", Plan(tp=4, micro_batch=1),
+                              Scenario.of(**kw), simulate=roofline)
+    assert w.info["stack"]["sequence_parallel"] is True
     assert w.seconds == pytest.approx(r.seconds, rel=1e-9)

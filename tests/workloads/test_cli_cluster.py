@@ -84,19 +84,22 @@ def test_plan_flags_without_a_cluster_run_on_one_domain_of_the_chip_s_links(mode
     assert "default: one switch domain on the chip's own links" in r.output
 
 
-def test_one_domain_tensor_parallel_plan_equals_run_without_a_cluster():
+@pytest.mark.parametrize("sp", [None, False])
+def test_one_domain_tensor_parallel_plan_equals_run_without_a_cluster(sp):
     # a plan without a cluster runs on one switch domain of the chip's links: with tensor
     # parallelism only it is diptych run's own summed training step (same ops, ring, overlap
     # rule, when the cluster step composes summed layer times: execution="sum" for both;
-    # the one-node lowering runs no sequence-parallel shards: the plan without them)
+    # sequence parallelism on both sides by default, and off on both)
     kw = dict(phase="train", batch=4, seq=1024)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain = run_workload("h100", "llama-3-8b",
-                             Scenario.of(tp=8, micro_batch=2, execution="sum", **kw),
+                             Scenario.of(tp=8, micro_batch=2, execution="sum",
+                                         sequence_parallel=sp, **kw),
                              simulate=roofline)
         plan = run_cluster_step("h100", "llama-3-8b", Scenario.of(execution="sum", **kw),
-                                plan=Plan(tp=8, micro_batch=2, sequence_parallel=False),
+                                plan=Plan(tp=8, micro_batch=2,
+                                          sequence_parallel=sp is not False),
                                 simulate=roofline)
     assert plan.seconds == pytest.approx(plain.seconds, rel=1e-6)
     assert plan.mfu == pytest.approx(plain.mfu, rel=1e-6)

@@ -98,7 +98,7 @@ def test_the_output_layer_gathers_its_input():
     head = _ops(_blocks("llama-3-8b", 4, True)["head"])
     ag = head["head_all_gather"]
     assert (ag.kind, ag.bytes, ag.group, ag.tags) == ("all_gather", SEQ * m.hidden_size * 2,
-                                                      4, ("tp",))
+                                                      4, ("tp", "wgrad_regather"))
     assert head["lm_head"].m == SEQ                  # the whole sequence after the gather
 
 

@@ -98,7 +98,7 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
         attention_kernel: str = "default", nvls: bool = True, tp_comm_overlap: bool = True,
         offload: str = "none", collective_algorithms: str | None = None,
         elementwise_kernels: str = "default", ideal: bool = False,
-        waterfall: bool = True) -> "RunResult":
+        waterfall: bool = True, sequence_parallel: bool | None = None) -> "RunResult":
     """Simulate one phase of ``model`` on ``chip``, as ``diptych run`` does for one batch size.
 
     ``phase``: ``"prefill"`` (needs ``prompt``: the time to first token), ``"decode"`` (needs
@@ -122,6 +122,8 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     ``--elementwise-kernels`` (sim/run/stack.py).
     ``offload``: training state in the chip's second memory tier, ``"none"``, ``"optimizer"``
     or ``"params"`` (``--offload``; docs/chips.md, "Training state in the second tier").
+    ``sequence_parallel``: Megatron-Core's sequence parallelism in training (None: on at
+    ``tp > 1``; ``--sequence-parallel/--no-sequence-parallel``; docs/workloads.md).
     ``ideal``: every overhead left out (``--ideal``); ``waterfall``: the efficiency waterfall in the
     result (``result.waterfall``). Either result carries ``energy_j`` and ``energy_breakdown_j``,
     the same joules by component (MAC arrays, vector units, SRAM, DRAM, NoC, D2D, links, static;
@@ -140,7 +142,7 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
                     attention_kernel=attention_kernel, nvls=nvls,
                     tp_comm_overlap=tp_comm_overlap, offload=offload,
                     collective_algorithms=collective_algorithms,
-                    elementwise_kernels=elementwise_kernels)
+                    elementwise_kernels=elementwise_kernels, sequence_parallel=sequence_parallel)
     if ideal and r:
         raise ValueError(f"ideal=True leaves every precision recipe's overheads out; recipe "
                          f"{r!r} names one's: give one of them")
