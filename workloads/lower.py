@@ -58,6 +58,7 @@ from .gated_deltanet import linear_attention
 from .sparse_attention import CORE_OPS as DSA_CORES, attended_layer, indexer_ops
 from .mamba2 import CORE_OPS as SSM_CORES, ssm_mixer
 from .graph import Workload
+from .tp2d import check_2d, ffn_2d, output_reduce_scatter, x_axis
 from .program import Block
 from .moe import (Routing, dropped_fraction, expected_experts_touched, expert_load,
                   rank_load_factor)
@@ -235,12 +236,28 @@ class _Ctx:
     #: residual adds run on the rank's sequence shard (:attr:`sp`), and what the FP8 recipe's
     #: row-parallel linears quantise differs (:func:`~diptych.workloads.recipe.quantize_records`)
     sequence_parallel: bool = False
+    #: the 2-D tensor-parallel layout (:mod:`~diptych.workloads.tp2d`): the sides of the
+    #: torus slice holding the ``tp`` chips (empty: Megatron's 1-D layout) and the side the
+    #: FFN's d_model is split over (``X``; the others are ``YZ``)
+    tp_shape: tuple[int, ...] = ()
+    tp_x_axis: int = 0
+
+    @property
+    def tp_x(self) -> int:
+        """The 2-D layout's ``X`` (0 under the 1-D layout)."""
+        return self.tp_shape[self.tp_x_axis] if self.tp_shape else 0
+
+    @property
+    def tp_yz_axes(self) -> tuple[int, ...]:
+        """The sides of the torus slice the 2-D layout's ``YZ`` axis spans."""
+        return tuple(i for i in range(len(self.tp_shape)) if i != self.tp_x_axis)
 
     @property
     def sp(self) -> int:
         """Shards a sequence-parallel activation is split into: ``tp`` under sequence
-        parallelism (``tp > 1``), else 1."""
-        return self.tp if self.sequence_parallel and self.tp > 1 else 1
+        parallelism (``tp > 1``) or the 2-D layout (its residual stream lives ``1/tp`` per
+        chip), else 1."""
+        return self.tp if (self.sequence_parallel or self.tp_shape) and self.tp > 1 else 1
 
     @property
     def sp_tags(self) -> tuple[str, ...]:
@@ -621,6 +638,8 @@ def _attention_mla(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -
 
 def _dense_mlp(c: _Ctx, prefix: str, width: int, *, flow=None, inp: str = "h_mlp",
                out: str | None = None) -> list[Op]:
+    if c.tp_shape:
+        return ffn_2d(c, prefix, width, flow=flow, inp=inp, out=out)
     T, d, f, act = c.tokens, c.m.hidden_size, width // c.tp, c.m.activation
     fl = flow or NOFLOW
     a, wb = c.p.a_bytes, c.p.w_bytes
@@ -812,9 +831,13 @@ def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: s
     a = c.p.a_bytes
     f = 1.0 / c.sp
     cur, deps = inp, extra
-    ops = c.all_reduce(f"{name}_all_reduce", T * d)
+    # the 2-D layout's FFN: its output's reduce-scatter over YZ (tp2d.py); its attention's
+    # all-reduce stands for the reduce-scatter and the next all-gather over all tp chips
+    ops = ([output_reduce_scatter(c, name)] if c.tp_shape and name == "mlp" else
+           c.all_reduce(f"{name}_all_reduce", T * d))
     for op in ops:
-        fl.vec(op, [(cur, 1.0)], [(fl.t(f"{name}_red", T * d * a), 1.0)], deps=deps)
+        fl.vec(op, [(cur, 1.0)], [(fl.t(f"{name}_red", T * d * a),
+                                   f if op.kind == "reduce_scatter" else 1.0)], deps=deps)
         cur, deps = f"{name}_red", ()
     if c.m.sandwich_norms:
         op = c.norm(f"{name}_post_norm", d, sharded=True)
@@ -1192,7 +1215,8 @@ def check_cp(cp: int, length: int, name: str = "seq_len", m: ModelConfig | None 
 
 def prefill(m: ModelConfig, batch: int, prompt_len: int, *, precision: Precision | None = None,
             tp: int = 1, attention: str = "fused", cp: int = 1, ep: int = 1,
-            routing: Routing = Routing()) -> Workload:
+            routing: Routing = Routing(), tp_grid: tuple[tuple[int, ...], int] | None = None
+            ) -> Workload:
     """The prompt pass: ``batch`` sequences of ``prompt_len`` tokens, causal attention
     (``attention``: "fused" or "unfused"; window- or chunk-limited per layer kind), KV written
     to the cache, logits for the last position (time to first token). ``cp``/``ep``: one
@@ -1204,12 +1228,36 @@ def prefill(m: ModelConfig, batch: int, prompt_len: int, *, precision: Precision
     check_ep(m, ep)
     p = precision or Precision()
     c = _Ctx(m, p, tp, batch, prompt_len // cp, 0, "prefill", attention, cp=cp, ep=ep,
-             routing=check_routing(m, routing))
+             routing=check_routing(m, routing), **_grid(m, tp, tp_grid, "prefill"))
     return Workload("prefill", tuple(forward_blocks(c)), tokens=batch * c.q_len, batch=batch,
-                    info={"prompt_len": prompt_len, **keys_info(c), "tp": tp,
+                    info={"prompt_len": prompt_len, **keys_info(c), "tp": tp, **_grid_info(c),
                           "attention": attention, **({"cp": cp, "ep": ep}
                                                      if (cp, ep) != (1, 1) else {}),
                           **routing_info(c)})
+
+
+def _grid(m: ModelConfig, tp: int, tp_grid, phase: str) -> dict:
+    """The :class:`_Ctx` fields of the 2-D layout ``tp_grid`` = (torus slice sides, the
+    ``X`` side's index; :mod:`~diptych.workloads.tp2d`), or none for the 1-D layout (None)."""
+    if tp_grid is None:
+        return {}
+    shape, xi = tuple(tp_grid[0]), tp_grid[1]
+    if math.prod(shape) != tp or not 0 <= xi < len(shape):
+        raise ValueError(f"tp_grid {tp_grid!r} must be the sides of a {tp}-chip slice and "
+                         f"the index of one of them")
+    check_2d(m, phase)
+    if xi != x_axis(m, shape) and (m.hidden_size % shape[xi]
+                                   or m.intermediate_size % (tp // shape[xi])):
+        raise ValueError(f"tp_grid {tp_grid!r}: X = {shape[xi]} must split d_model "
+                         f"({m.hidden_size}) and YZ = {tp // shape[xi]} d_ff "
+                         f"({m.intermediate_size})")
+    return {"tp_shape": shape, "tp_x_axis": xi}
+
+
+def _grid_info(c: _Ctx) -> dict:
+    """The workload info of a 2-D layout: the slice and its ``X``, ``YZ``."""
+    return ({"tp_layout": "2d", "tp_x": c.tp_x, "tp_yz": c.tp // c.tp_x,
+             "tp_slice": "x".join(map(str, c.tp_shape))} if c.tp_shape else {})
 
 
 def decode_context(prompt_len: int, gen: int) -> int:
@@ -1228,7 +1276,8 @@ def decode_context(prompt_len: int, gen: int) -> int:
 
 def decode(m: ModelConfig, batch: int, context_len: int, steps: int = 1, *,
            precision: Precision | None = None, tp: int = 1, attention: str = "fused",
-           ep: int = 1, routing: Routing = Routing()) -> Workload:
+           ep: int = 1, routing: Routing = Routing(),
+           tp_grid: tuple[tuple[int, ...], int] | None = None) -> Workload:
     """``steps`` decode steps, each generating one token per sequence attending
     ``context_len`` keys (``attention``: "fused" or "unfused"): every step reads all active
     weights and each sequence's whole KV cache (a sliding layer's window, a chunked layer's
@@ -1241,17 +1290,19 @@ def decode(m: ModelConfig, batch: int, context_len: int, steps: int = 1, *,
     check_ep(m, ep)
     p = precision or Precision()
     c = _Ctx(m, p, tp, batch, 1, 0, "decode", attention, past=context_len - 1, ep=ep,
-             routing=check_routing(m, routing))
+             routing=check_routing(m, routing), **_grid(m, tp, tp_grid, "decode"))
     blocks = [replace(b, repeat=b.repeat * steps) for b in forward_blocks(c)]
     return Workload("decode", tuple(blocks), tokens=batch * steps, batch=batch,
                     info={"context_len": context_len, **keys_info(c), "steps": steps,
-                          "tp": tp, "attention": attention, **({"ep": ep} if ep > 1 else {}),
+                          "tp": tp, **_grid_info(c), "attention": attention,
+                          **({"ep": ep} if ep > 1 else {}),
                           **routing_info(c)})
 
 
 def decode_mean(m: ModelConfig, batch: int, prompt_len: int, gen: int = 1, *,
                 precision: Precision | None = None, tp: int = 1, attention: str = "fused",
-                ep: int = 1, routing: Routing = Routing()) -> Workload:
+                ep: int = 1, routing: Routing = Routing(),
+                tp_grid: tuple[tuple[int, ...], int] | None = None) -> Workload:
     """One representative step of the ``gen`` decode steps after a ``prompt_len``-token
     prompt (one token per sequence per step; step ``i``, 0-based, attends position
     ``prompt_len + i + 1``): each layer kind attends its own mean keys over the steps,
@@ -1267,9 +1318,10 @@ def decode_mean(m: ModelConfig, batch: int, prompt_len: int, gen: int = 1, *,
     check_ep(m, ep)
     p = precision or Precision()
     c = _Ctx(m, p, tp, batch, 1, 0, "decode", attention, past=prompt_len, ep=ep, gen=gen,
-             routing=check_routing(m, routing))
+             routing=check_routing(m, routing), **_grid(m, tp, tp_grid, "decode"))
     return Workload("decode", tuple(forward_blocks(c)), tokens=batch, batch=batch,
                     info={"context_len": context,
                           "prompt_len": prompt_len, "gen": gen, **keys_info(c), "steps": 1,
-                          "tp": tp, "attention": attention, **({"ep": ep} if ep > 1 else {}),
+                          "tp": tp, **_grid_info(c), "attention": attention,
+                          **({"ep": ep} if ep > 1 else {}),
                           **routing_info(c)})
