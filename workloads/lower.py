@@ -58,7 +58,7 @@ from .gated_deltanet import linear_attention
 from .sparse_attention import CORE_OPS as DSA_CORES, attended_layer, indexer_ops
 from .mamba2 import CORE_OPS as SSM_CORES, ssm_mixer
 from .graph import Workload
-from .tp2d import check_2d, ffn_2d, output_reduce_scatter, x_axis
+from .tp2d import check_2d, ffn_2d, grid_problems, output_reduce_scatter, sub_slice
 from .program import Block
 from .moe import (Routing, dropped_fraction, expected_experts_touched, expert_load,
                   rank_load_factor)
@@ -539,6 +539,66 @@ def _attention_gqa(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -
     return ops
 
 
+def _attention_2d(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -> list[Op]:
+    """GQA/MQA attention of the 2-D layout (:mod:`~diptych.workloads.tp2d`): ``qkv_proj``
+    an ``E/X × (heads/YZ)·dh`` block after the input's all-gather over ``YZ``; its partial
+    sums reduce-scattered over ``X`` onto the batch, so each chip attends ``⌈B/X⌉``
+    sequences' ``heads/YZ`` query heads (its KV cache: those sequences' KV heads, 1/YZ of
+    them or one replicated) [assumption: the paper's Figure 2 layout for the FFN applied to
+    the heads as to d_ff, the X axis split over the batch]; the output all-gathered over
+    ``X`` into ``o_proj``'s ``(heads/YZ)·dh × E/X`` block, whose partial sums the residual
+    reduce-scatters over ``YZ`` (:func:`_residual`). Writes ``out`` (``T·E/X``)."""
+    m, T = c.m, c.tokens
+    X = c.tp_x
+    yz = c.tp // X
+    dh, e = m.head_dim, m.hidden_size // X
+    h, hkv = m.heads // yz, kv_heads_per_rank(m, yz)
+    sub = replace(c, tp=yz, batch=-(-c.batch // X), tp_shape=())
+    fl = flow or NOFLOW
+    a, wb = c.p.a_bytes, c.p.w_bytes
+    qkvw = (h + 2 * hkv) * dh
+    xs, yzs = (c.tp_x_axis,), c.tp_yz_axes
+    norm = c.input_norm(fl, x)
+    ag = sub_slice("attn_in_all_gather", "all_gather", T * e * a, c, yzs)
+    fl.vec(ag, [("h_attn", 1.0 / c.tp)], [(fl.t("attn_in", T * e * a), 1.0)])
+    qkv = c.gemm("qkv_proj", T, e, qkvw, tags=("attn",))
+    fl.gemm(qkv, [("attn_in", 1.0)], [(fl.t("w_qkv", e * qkvw * wb, "weight"), 1.0)],
+            [(fl.t("qkv_partial", T * qkvw * a), 1.0)])
+    rs = sub_slice("qkv_reduce_scatter", "reduce_scatter", X * sub.tokens * qkvw * a, c, xs)
+    fl.vec(rs, [("qkv_partial", 1.0)], [(fl.t("qkv", sub.tokens * qkvw * a), 1.0)])
+    ops: list[Op] = [norm, ag, qkv, rs]
+    width = h + 2 * hkv
+    parts = {"q": [("qkv", h / width)], "k": [("qkv", hkv / width)],
+             "v": [("qkv", hkv / width)]} if flow is not None else None
+    ops += _qk_norm(sub, h, hkv, flow=flow, parts=parts)
+    ops += _rope(sub, h, hkv, flow=flow, parts=parts)
+    parts = parts or {"q": [], "k": [], "v": []}
+    kv_dtype = c.p.kv if c.phase == "decode" else None
+    op = sub.vec("kv_write", "copy", sub.tokens * 2 * hkv * dh, write_dtype_bytes=c.p.kv_bytes)
+    fl.vec(op, parts["k"] + parts["v"],
+           [(fl.t("kv_new", op.write_bytes, "kv_cache", live_out=True), 1.0)])
+    ops.append(op)
+    if c.phase == "decode":
+        fl.t("kv_cache", sub.batch * (c.keys - 1) * 2 * hkv * dh * c.p.kv_bytes, "kv_cache")
+        k = v = [("kv_cache", 0.5), ("kv_new", 0.5)]
+    else:
+        k, v = parts["k"], parts["v"]
+    sq = h // hkv * c.q_len
+    ops += _attend(sub, sub.gemm("attn_scores", sq, dh, c.keys, batch=sub.batch * hkv,
+                                 weight=False, b_dtype=kv_dtype, tags=("attn", "saved_b"),
+                                 shared_b=False),
+                   _softmax(sub, sub.batch * h * c.q_len),
+                   sub.gemm("attn_pv", sq, c.keys, dh, batch=sub.batch * hkv, weight=False,
+                            b_dtype=kv_dtype, tags=("attn", "saved_b", "no_save_a"),
+                            shared_b=False), h, flow=flow, q=parts["q"], k=k, v=v)
+    ag_o = sub_slice("attn_out_all_gather", "all_gather", X * sub.tokens * h * dh * a, c, xs)
+    fl.vec(ag_o, [("attn", 1.0)], [(fl.t("attn_all", X * sub.tokens * h * dh * a), 1.0)])
+    o = c.gemm("o_proj", T, h * dh, e, tags=("attn",))
+    fl.gemm(o, [("attn_all", 1.0)], [(fl.t("w_o", h * dh * e * wb, "weight"), 1.0)],
+            [(fl.t(out, T * e * a), 1.0)])
+    return ops + [ag_o, o]
+
+
 def _attention_mla(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -> list[Op]:
     m, tp, T = c.m, c.tp, c.tokens
     d, h = m.hidden_size, m.heads // tp
@@ -831,9 +891,8 @@ def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: s
     a = c.p.a_bytes
     f = 1.0 / c.sp
     cur, deps = inp, extra
-    # the 2-D layout's FFN: its output's reduce-scatter over YZ (tp2d.py); its attention's
-    # all-reduce stands for the reduce-scatter and the next all-gather over all tp chips
-    ops = ([output_reduce_scatter(c, name)] if c.tp_shape and name == "mlp" else
+    # the 2-D layout: o_proj's or the FFN's partial sums reduce-scattered over YZ (tp2d.py)
+    ops = ([output_reduce_scatter(c, name)] if c.tp_shape else
            c.all_reduce(f"{name}_all_reduce", T * d))
     for op in ops:
         fl.vec(op, [(cur, 1.0)], [(fl.t(f"{name}_red", T * d * a),
@@ -860,7 +919,8 @@ def mixer_ops(c: _Ctx, *, flow=None) -> list[Op]:
     otherwise. Reads ``x``, writes ``attn_out``."""
     if c.layer.linear:
         return linear_attention(c, flow=flow)
-    att = (_attention_mla if c.m.is_mla else _attention_gqa)(c, flow=flow)
+    att = (_attention_2d if c.tp_shape else _attention_mla if c.m.is_mla else
+           _attention_gqa)(c, flow=flow)
     if not c.layer.ssm:
         return att
     # Falcon-H1: a Mamba-2 mixer beside the attention on the same normed input, writing
@@ -1151,11 +1211,12 @@ def keys_info(c: _Ctx) -> dict:
     return {"keys_per_query": max(by_block.values()), "keys_per_query_by_block": by_block}
 
 
-def _check_common(m: ModelConfig, batch: int, tp: int, **lengths) -> None:
+def _check_common(m: ModelConfig, batch: int, tp: int, grid=None, **lengths) -> None:
     _pos("batch", batch)
     for k, v in lengths.items():
         _pos(k, v)
-    check_tp(m, tp)
+    if grid is None:                # the 2-D layout checks its own split (_grid)
+        check_tp(m, tp)
 
 
 def check_ep(m: ModelConfig, ep: int) -> None:
@@ -1222,7 +1283,7 @@ def prefill(m: ModelConfig, batch: int, prompt_len: int, *, precision: Precision
     to the cache, logits for the last position (time to first token). ``cp``/``ep``: one
     rank's share under context / expert parallelism (:class:`_Ctx`): ``prompt_len / cp``
     tokens per sequence, ``experts / ep`` routed experts."""
-    _check_common(m, batch, tp, prompt_len=prompt_len)
+    _check_common(m, batch, tp, tp_grid, prompt_len=prompt_len)
     check_attention(attention)
     check_cp(cp, prompt_len, "prompt_len", m)
     check_ep(m, ep)
@@ -1246,11 +1307,9 @@ def _grid(m: ModelConfig, tp: int, tp_grid, phase: str) -> dict:
         raise ValueError(f"tp_grid {tp_grid!r} must be the sides of a {tp}-chip slice and "
                          f"the index of one of them")
     check_2d(m, phase)
-    if xi != x_axis(m, shape) and (m.hidden_size % shape[xi]
-                                   or m.intermediate_size % (tp // shape[xi])):
-        raise ValueError(f"tp_grid {tp_grid!r}: X = {shape[xi]} must split d_model "
-                         f"({m.hidden_size}) and YZ = {tp // shape[xi]} d_ff "
-                         f"({m.intermediate_size})")
+    bad = grid_problems(m, shape[xi], tp // shape[xi])
+    if bad:
+        raise ValueError(f"tp_grid {tp_grid!r} cannot split {m.name}: " + "; ".join(bad))
     return {"tp_shape": shape, "tp_x_axis": xi}
 
 
@@ -1285,7 +1344,7 @@ def decode(m: ModelConfig, batch: int, context_len: int, steps: int = 1, *,
     entries. The step's blocks repeat ``steps`` times (``repeat`` is multiplied). For the
     steps of a generation, whose contexts differ, use :func:`decode_mean`. ``ep``: one
     rank's share of the routed experts (:class:`_Ctx`)."""
-    _check_common(m, batch, tp, context_len=context_len, steps=steps)
+    _check_common(m, batch, tp, tp_grid, context_len=context_len, steps=steps)
     check_attention(attention)
     check_ep(m, ep)
     p = precision or Precision()
@@ -1313,7 +1372,7 @@ def decode_mean(m: ModelConfig, batch: int, prompt_len: int, gen: int = 1, *,
     8193). Nothing else in a decode step depends on the cache length, so the step's time is
     the mean time per output token. ``info["context_len"]`` is the mean context."""
     context = decode_context(prompt_len, gen)
-    _check_common(m, batch, tp)
+    _check_common(m, batch, tp, tp_grid)
     check_attention(attention)
     check_ep(m, ep)
     p = precision or Precision()

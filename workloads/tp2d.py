@@ -38,21 +38,39 @@ from .ops import Collective, Op
 LAYOUTS = ("1d", "2d")
 
 
+def grid_problems(m: ModelConfig, x: int, yz: int) -> list[str]:
+    """What an ``X × YZ`` grid fails to split in ``m`` (empty: it splits it): d_model over
+    ``X``, d_ff, the query heads and the KV heads (divide or be divided) over ``YZ``."""
+    out = []
+    if x < 2 or yz < 2:
+        out.append(f"X ({x}) and YZ ({yz}) must both be > 1")
+    if m.hidden_size % x:
+        out.append(f"X must divide d_model ({m.hidden_size})")
+    if m.intermediate_size % yz:
+        out.append(f"YZ must divide d_ff ({m.intermediate_size})")
+    if m.heads % yz:
+        out.append(f"YZ must divide the attention heads ({m.heads})")
+    if m.kv_heads % yz and yz % m.kv_heads:
+        out.append(f"the KV heads ({m.kv_heads}) must divide or be divided by YZ")
+    return out
+
+
 def x_axis(m: ModelConfig, shape: tuple[int, ...]) -> int:
     """The side of torus slice ``shape`` that the 2-D layout's ``X`` axis (d_model) takes:
-    among the sides that split ``m``'s d_model and whose complement splits its d_ff, the one
-    with the fewest bytes per chip, ``E/X + F/YZ`` (ties: the smaller ``X``). ValueError
-    naming the sides when none fits."""
+    among the sides whose grid splits ``m`` (:func:`grid_problems`), the one with the fewest
+    FFN bytes per chip, ``E/X + F/YZ`` (ties: the smaller ``X``). ValueError naming the
+    slice when none does."""
     n = 1
     for k in shape:
         n *= k
     e, f = m.hidden_size, m.intermediate_size
     fits = [(e / k + f / (n // k), k, i) for i, k in enumerate(shape)
-            if k > 1 and n // k > 1 and e % k == 0 and f % (n // k) == 0]
+            if not grid_problems(m, k, n // k)]
     if not fits:
-        raise ValueError(f"--tp-layout 2d: the {n}-chip torus slice {'x'.join(map(str, shape))}"
-                         f" has no side X (> 1, with YZ = {n}/X > 1) that splits {m.name}'s "
-                         f"d_model ({e}) with YZ splitting its d_ff ({f})")
+        why = "; ".join(f"X={k}: " + ", ".join(grid_problems(m, k, n // k)) for k in
+                        sorted(set(shape)))
+        raise ValueError(f"--tp-layout 2d: no side X of the {n}-chip torus slice "
+                         f"{'x'.join(map(str, shape))} splits {m.name} as X x YZ ({why})")
     return min(fits)[2]
 
 
@@ -65,12 +83,15 @@ def check_2d(m: ModelConfig, phase: str) -> None:
     if m.is_moe:
         raise ValueError(f"--tp-layout 2d splits a dense FFN; {m.name} is a mixture of experts "
                          f"(not modelled)")
+    if m.is_mla or m.attn_output_gate:
+        raise ValueError(f"--tp-layout 2d: {m.name}'s {'MLA' if m.is_mla else 'gated'} "
+                         f"attention is not modelled under it")
     if m.linear_layers or m.parallel_ssm:
         raise ValueError(f"--tp-layout 2d: {m.name}'s linear-attention / state-space layers "
                          f"are not modelled under it")
 
 
-def _gather(name: str, kind: str, nbytes: float, c, axes: tuple[int, ...]) -> Collective:
+def sub_slice(name: str, kind: str, nbytes: float, c, axes: tuple[int, ...]) -> Collective:
     """A collective over the sides ``axes`` of the context's torus slice, tagged ``tp``."""
     group = 1
     for i in axes:
@@ -94,13 +115,13 @@ def ffn_2d(c, prefix: str, width: int, *, flow=None, inp: str = "h_mlp",
     xs, yzs = (c.tp_x_axis,), c.tp_yz_axes
     gated = c.m.gated_mlp
     up_n = 2 * f if gated else f
-    ag_in = _gather(f"{prefix}mlp_in_all_gather", "all_gather", T * e * a, c, yzs)
+    ag_in = sub_slice(f"{prefix}mlp_in_all_gather", "all_gather", T * e * a, c, yzs)
     up = c.gemm(f"{prefix}gate_up_proj" if gated else f"{prefix}fc1", T, e, up_n,
                 tags=("mlp",))
-    rs_up = _gather(f"{prefix}mlp_up_reduce_scatter", "reduce_scatter", T * up_n * a, c, xs)
+    rs_up = sub_slice(f"{prefix}mlp_up_reduce_scatter", "reduce_scatter", T * up_n * a, c, xs)
     fn = (c.vec(f"{prefix}{act}", act, T * f / X, reads=2.0, tags=("saved",)) if gated else
           c.vec(f"{prefix}gelu", "gelu", T * f / X, tags=("saved",)))
-    ag_act = _gather(f"{prefix}mlp_act_all_gather", "all_gather", T * f * a, c, xs)
+    ag_act = sub_slice(f"{prefix}mlp_act_all_gather", "all_gather", T * f * a, c, xs)
     down = c.gemm(f"{prefix}down_proj" if gated else f"{prefix}fc2", T, f, e, tags=("mlp",))
     w_up, w_down = (f"w_{prefix}gate_up", f"w_{prefix}down") if gated else \
         (f"w_{prefix}fc1", f"w_{prefix}fc2")
@@ -121,5 +142,5 @@ def output_reduce_scatter(c, name: str) -> Collective:
     """Step 5: the FFN output's partial sums over ``YZ`` reduce-scattered to the chip's
     ``1/n`` of the residual stream (``T·E/X`` elements)."""
     e = c.m.hidden_size // c.tp_x
-    return _gather(f"{name}_reduce_scatter", "reduce_scatter", c.tokens * e * c.p.a_bytes, c,
+    return sub_slice(f"{name}_reduce_scatter", "reduce_scatter", c.tokens * e * c.p.a_bytes, c,
                    c.tp_yz_axes)

@@ -150,3 +150,41 @@ def test_cli_refuses_a_bad_layout_with_exit_2(args, msg):
     r = CliRunner().invoke(main, ["run", "--model", "llama-3-8b", "--phase", "decode",
                                   "--prompt", "16", *args])
     assert r.exit_code == 2 and msg in " ".join(r.output.split()) and "Traceback" not in r.output
+
+
+PALM = model_from_hf({"architectures": ["LlamaForCausalLM"], "hidden_size": 18432,
+                      "intermediate_size": 73728, "num_attention_heads": 48,
+                      "num_key_value_heads": 1, "head_dim": 256, "num_hidden_layers": 2,
+                      "vocab_size": 256000, "max_position_embeddings": 4096},
+                     name="palm-like")    # PaLM-540B's widths (Chowdhery et al. 2022, Table 1)
+
+
+def test_48_heads_on_64_chips_only_under_2d():
+    # the 1-D layout cannot split 48 heads over 64 chips; the 2-D one splits them over YZ
+    with pytest.raises(ValueError, match="attention heads"):
+        decode_mean(PALM, T, 2048, tp=64)
+    shape, xi = _grid(PALM, 64)
+    assert (shape[xi], 64 // shape[xi]) == (4, 16)
+    w = decode_mean(PALM, T, 2048, tp=64, tp_grid=(shape, xi))
+    ops = _layer_ops(w)
+    X, YZ, E, dh = 4, 16, PALM.hidden_size, PALM.head_dim
+    H = PALM.heads // YZ                                # 3 query heads per chip
+    # attention collectives: all-gather E over YZ, reduce-scatter the projections' partial
+    # sums over X, all-gather the heads' output over X, reduce-scatter o_proj's over YZ
+    frac = {"all_gather": lambda k: (k - 1) / k, "reduce_scatter": lambda k: (k - 1) / k}
+    sent = sum(frac[op.kind](op.group) * op.bytes for op in ops
+               if isinstance(op, Collective) and op.name.startswith(("attn", "qkv")))
+    qkv = (H + 2) * dh                                  # one (replicated) KV head per chip
+    assert sent == pytest.approx(A * T * (2 * E / X * (YZ - 1) / YZ
+                                          + (qkv + H * dh) * (X - 1) / X), rel=1e-12)
+    # per chip x n: o_proj and the attention core are the unsplit model's; qkv_proj's K/V
+    # part is replicated over YZ (one KV head: multi-query)
+    ref = _layer_ops(decode_mean(PALM, T, 2048, tp=1))
+
+    def flops(ops, name):
+        return sum(op.flops for op in ops if getattr(op, "name", "") == name)
+    assert flops(ops, "o_proj") * 64 == flops(ref, "o_proj")
+    assert flops(ops, "attention (fused)") * 64 == flops(ref, "attention (fused)")
+    q_part = flops(ref, "qkv_proj") * PALM.heads / (PALM.heads + 2)
+    assert flops(ops, "qkv_proj") * 64 == pytest.approx(q_part + YZ * (flops(ref, "qkv_proj")
+                                                                     - q_part))
