@@ -594,7 +594,9 @@ def _attention_2d(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") ->
     ag_o = sub_slice("attn_out_all_gather", "all_gather", X * sub.tokens * h * dh * a, c, xs)
     fl.vec(ag_o, [("attn", 1.0)], [(fl.t("attn_all", X * sub.tokens * h * dh * a), 1.0)])
     o = c.gemm("o_proj", T, h * dh, e, tags=("attn",))
-    fl.gemm(o, [("attn_all", 1.0)], [(fl.t("w_o", h * dh * e * wb, "weight"), 1.0)],
+    # (⌈B/X⌉ sequences on each of the X chips: o_proj reads the batch's T of them)
+    fl.gemm(o, [("attn_all", T / (X * sub.tokens))],
+            [(fl.t("w_o", h * dh * e * wb, "weight"), 1.0)],
             [(fl.t(out, T * e * a), 1.0)])
     return ops + [ag_o, o]
 
@@ -1070,7 +1072,8 @@ def _head(c: _Ctx, *, flow=None, inp: str = "hidden") -> list[Op]:
     # L140 ``output_layer = tensor_parallel.ColumnParallelLinear``, whose forward all-gathers
     # its input when ``sequence_parallel`` (tensor_parallel/layers.py L400-409,
     # ``LinearWithGradAccumulationAndAsyncCommunication.forward``: ``_all_gather_base``)]
-    norm = c.norm("final_norm", d, rows, sharded=c.phase == "train")
+    # the 2-D layout's residual stream too lives 1/tp per chip (tp2d.py)
+    norm = c.norm("final_norm", d, rows, sharded=c.phase == "train" or bool(c.tp_shape))
     f = 1.0 / c.sp
     fl.t(inp, c.tokens * d * a, program=True)
     fl.vec(norm, [(inp, rows / c.tokens * f),

@@ -15,6 +15,8 @@ from diptych.workloads.ops import Collective, Gemm
 from diptych.workloads.config import model_from_hf
 from diptych.workloads.registry import load_model
 from diptych.workloads.tp2d import x_axis
+from diptych.workloads.graph import program_pieces
+from test_tensors import check_bytes
 
 # GPT-3-like FFN (F = 4E, GELU, ungated: the paper's), 256 heads so 1-D TP splits it too
 GPT3 = model_from_hf({"architectures": ["GPT2LMHeadModel"], "n_embd": 16384, "n_head": 256,
@@ -188,3 +190,16 @@ def test_48_heads_on_64_chips_only_under_2d():
     q_part = flops(ref, "qkv_proj") * PALM.heads / (PALM.heads + 2)
     assert flops(ops, "qkv_proj") * 64 == pytest.approx(q_part + YZ * (flops(ref, "qkv_proj")
                                                                      - q_part))
+
+
+@pytest.mark.parametrize("n", [48, 64])
+def test_every_op_agrees_with_its_tensors(n):
+    # the flow's tensors move what each op moves (test_tensors.check_bytes), also where X
+    # does not divide the batch (48 chips: X = 3, batch 8); the program validates
+    grid = _grid(PALM, n)
+    for w in (decode_mean(PALM, 8, 512, tp=n, tp_grid=grid), prefill(PALM, 4, 256, tp=n,
+                                                                      tp_grid=grid)):
+        assert check_bytes(w) == [], (n, w.phase)
+        (piece,) = program_pieces(w)
+        assert [nd.payload for b in piece.program.blocks for nd in b.nodes] == \
+            [o for b in w.blocks for o in b.ops]
