@@ -34,6 +34,10 @@ Conventions (all documented in docs/workloads.md):
   ``experts / ep`` experts between two all-to-alls; the collectives are ops tagged ``cp`` and
   ``ep`` (as tensor parallelism's are tagged ``tp``).
 
+* The 2-D weight-stationary layout (``tp_grid``, :mod:`~diptych.workloads.tp2d`, inference on
+  a torus): the FFN's and attention's weights split over an ``X × YZ`` grid of the torus
+  slice, the residual stream ``1/tp`` per chip, four sub-slice collectives per block.
+
 Each op group is one function (``_attention_gqa``/``_attention_mla``, ``_qk_norm``, ``_rope``,
 ``_softmax``, ``_attend``, ``_residual``, ``_dense_mlp``, ``_moe_mlp``, ``_embedding``,
 ``_head``). Each takes an optional ``flow`` (:class:`~diptych.workloads.dataflow.Flow`) that
