@@ -111,7 +111,10 @@ def _totals_table(d: dict):
     ej = d["energy_j_per_token"]
     t.add_row("energy per token", fmt.si(ej, "J") if ej >= 1 else f"{ej * 1e3:.3f} mJ")
     t.add_row("energy by component", fmt.energy_shares(d.get("energy_breakdown_j")))
-    t.add_row("chips", f"{d['chips']} (tp {d['tp']}, dp {d['dp']})")
+    info = d.get("info", {})
+    grid = (f", 2-D layout X {info['tp_x']} × YZ {info['tp_yz']} of {info['tp_slice']}"
+            if info.get("tp_layout") == "2d" else "")
+    t.add_row("chips", f"{d['chips']} (tp {d['tp']}, dp {d['dp']}{grid})")
     t.add_row("precision", describe(d["precision"]))
     stack = fmt.stack_text(d.get("info", {}))
     if stack:

@@ -1,6 +1,7 @@
 """The 2-D weight-stationary FFN layout (workloads/tp2d.py) against Pope et al.'s closed forms
 ("Efficiently Scaling Transformer Inference", arXiv 2211.05102, §3.2.2 and Appendix A.2)."""
 
+import json
 import math
 
 import pytest
@@ -203,3 +204,22 @@ def test_every_op_agrees_with_its_tensors(n):
         (piece,) = program_pieces(w)
         assert [nd.payload for b in piece.program.blocks for nd in b.nodes] == \
             [o for b in w.blocks for o in b.ops]
+
+
+def test_cli_runs_the_2d_layout_and_names_its_grid(monkeypatch):
+    # engine replaced by the roofline double (as tests/workloads/test_cli.py): the CLI path
+    import diptych.sim.run.node as run_mod
+    from click.testing import CliRunner
+    from diptych.tools.cli import main
+    from roofline_double import roofline
+    monkeypatch.setattr(run_mod, "_default_simulate", lambda: roofline)
+    base = ["run", "--chip", "tpu-v4", "--model", "llama-3-8b", "--phase", "decode",
+            "--prompt", "64", "--batch", "8", "--tp", "8", "--chips", "8"]
+    r = CliRunner().invoke(main, [*base, "--tp-layout", "2d"])
+    assert r.exit_code == 0, r.output
+    assert "2-D layout X 2 × YZ 4 of 2x2x2" in " ".join(r.output.split())
+    j = json.loads(CliRunner().invoke(main, [*base, "--tp-layout", "2d", "--json"]).output)
+    j = j[0] if isinstance(j, list) else j
+    names = {row["op"] for row in j["layers"]}
+    assert {"mlp_up_reduce_scatter", "qkv_reduce_scatter"} <= names
+    assert "mlp_all_reduce" not in names
