@@ -223,3 +223,18 @@ def test_cli_runs_the_2d_layout_and_names_its_grid(monkeypatch):
     names = {row["op"] for row in j["layers"]}
     assert {"mlp_up_reduce_scatter", "qkv_reduce_scatter"} <= names
     assert "mlp_all_reduce" not in names
+
+
+def test_kv_cache_per_chip_is_the_grids():
+    # 2-D: each chip caches its ceil(B/X) sequences' one KV head (multi-query); 1-D (48
+    # chips): the whole batch's, the KV head replicated on every chip
+    from diptych.workloads.memory import inference_memory
+    from diptych.workloads.precision import Precision
+    B, ctx, p = 64, 2048, Precision()
+    per_seq = ctx * PALM.layers * 2 * PALM.head_dim * 2          # K and V, bf16
+    for n, X in ((64, 4), (48, 3)):
+        w = decode_mean(PALM, B, ctx - 1, tp=n, tp_grid=_grid(PALM, n))
+        mem = inference_memory(PALM, p, n, B, ctx, w, 1e15)
+        assert mem.breakdown["kv_cache"] == -(-B // X) * per_seq
+    w1 = decode_mean(PALM, B, ctx - 1, tp=48)
+    assert inference_memory(PALM, p, 48, B, ctx, w1, 1e15).breakdown["kv_cache"] == B * per_seq
