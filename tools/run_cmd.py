@@ -111,7 +111,10 @@ def _totals_table(d: dict):
     ej = d["energy_j_per_token"]
     t.add_row("energy per token", fmt.si(ej, "J") if ej >= 1 else f"{ej * 1e3:.3f} mJ")
     t.add_row("energy by component", fmt.energy_shares(d.get("energy_breakdown_j")))
-    t.add_row("chips", f"{d['chips']} (tp {d['tp']}, dp {d['dp']})")
+    info = d.get("info", {})
+    grid = (f", 2-D layout X {info['tp_x']} × YZ {info['tp_yz']} of {info['tp_slice']}"
+            if info.get("tp_layout") == "2d" else "")
+    t.add_row("chips", f"{d['chips']} (tp {d['tp']}, dp {d['dp']}{grid})")
     t.add_row("precision", describe(d["precision"]))
     stack = fmt.stack_text(d.get("info", {}))
     if stack:
@@ -251,6 +254,10 @@ def _curve_table(curve: dict):
               help="NCCL_ALGO: a comma list of the algorithms the chip's collective library "
                    "may use (ring, tree, nvls, hierarchical; those its [collectives] table "
                    "lists). Default: all of them, the fastest by message size.")
+@click.option("--tp-layout", type=click.Choice(["1d", "2d"]), default="1d", show_default=True,
+              help="Inference on a torus chip: Megatron's 1-D tensor-parallel split or Pope "
+                   "et al.'s 2-D weight-stationary FFN (d_model over X, d_ff over YZ of the "
+                   "torus slice; docs/cluster.md, \"2-D weight-stationary layout\").")
 @click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=True, show_default=True,
               help="Training: the chip's [tp_overlap] stack (Transformer Engine userbuffers); "
                    "--no-tp-comm-overlap is Megatron's NCCL sequence-parallel path "
@@ -306,7 +313,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
         zero_shards, schedule, virtual_stages, precision, weights_dtype, act_dtype, kv_dtype,
         recipe, overlap, recompute, attention, attention_kernel, elementwise_kernels,
         cross_entropy, nvls,
-        collective_algorithms,
+        collective_algorithms, tp_layout,
         tp_comm_overlap, sequence_parallel, moe_skew, moe_capacity_factor, moe_pad, offload,
         micro_batch, execution, fusion, topology, ideal, waterfall, as_json, trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
@@ -350,6 +357,12 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
         stack["sequence_parallel"] = sequence_parallel
     weights_dtype, act_dtype, kv_dtype, recipe = run_dtypes(precision, phase, weights_dtype,
                                                              act_dtype, kv_dtype, recipe)
+    if tp_layout != "1d" and (topology or cluster or plan_flags_given(dict(
+            pp=pp, ep=ep, cp=cp, zero=zero, zero_shards=zero_shards, schedule=schedule,
+            virtual_stages=virtual_stages, recompute=recompute))):
+        raise ValueError(f"--tp-layout {tp_layout} applies to a model on one chip type "
+                         f"(diptych run --model ... --tp N), not to a --topology file or a "
+                         f"parallel plan (--cluster, --pp, --ep, --cp, ...)")
     if topology:
         if model:
             raise ValueError("give either --model or --topology, not both")
@@ -413,7 +426,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                                       overlap=overlap,
                                       recompute=recompute == "full", micro_batch=micro_batch,
                                       attention=attention, execution=execution, fusion=fusion,
-                                      **moe, **stack),
+                                      tp_layout=tp_layout, **moe, **stack),
                           batches=batches, progress=progress,
                           variant=IDEAL if ideal else None,
                           waterfall=len(batches) == 1 if waterfall is None else waterfall)

@@ -34,6 +34,10 @@ Conventions (all documented in docs/workloads.md):
   ``experts / ep`` experts between two all-to-alls; the collectives are ops tagged ``cp`` and
   ``ep`` (as tensor parallelism's are tagged ``tp``).
 
+* The 2-D weight-stationary layout (``tp_grid``, :mod:`~diptych.workloads.tp2d`, inference on
+  a torus): the FFN's and attention's weights split over an ``X × YZ`` grid of the torus
+  slice, the residual stream ``1/tp`` per chip, four sub-slice collectives per block.
+
 Each op group is one function (``_attention_gqa``/``_attention_mla``, ``_qk_norm``, ``_rope``,
 ``_softmax``, ``_attend``, ``_residual``, ``_dense_mlp``, ``_moe_mlp``, ``_embedding``,
 ``_head``). Each takes an optional ``flow`` (:class:`~diptych.workloads.dataflow.Flow`) that
@@ -58,6 +62,7 @@ from .gated_deltanet import linear_attention
 from .sparse_attention import CORE_OPS as DSA_CORES, attended_layer, indexer_ops
 from .mamba2 import CORE_OPS as SSM_CORES, ssm_mixer
 from .graph import Workload
+from .tp2d import check_2d, ffn_2d, grid_problems, output_reduce_scatter, sub_slice
 from .program import Block
 from .moe import (Routing, dropped_fraction, expected_experts_touched, expert_load,
                   rank_load_factor)
@@ -255,12 +260,28 @@ class _Ctx:
     #: residual adds run on the rank's sequence shard (:attr:`sp`), and what the FP8 recipe's
     #: row-parallel linears quantise differs (:func:`~diptych.workloads.recipe.quantize_records`)
     sequence_parallel: bool = False
+    #: the 2-D tensor-parallel layout (:mod:`~diptych.workloads.tp2d`): the sides of the
+    #: torus slice holding the ``tp`` chips (empty: Megatron's 1-D layout) and the side the
+    #: FFN's d_model is split over (``X``; the others are ``YZ``)
+    tp_shape: tuple[int, ...] = ()
+    tp_x_axis: int = 0
+
+    @property
+    def tp_x(self) -> int:
+        """The 2-D layout's ``X`` (0 under the 1-D layout)."""
+        return self.tp_shape[self.tp_x_axis] if self.tp_shape else 0
+
+    @property
+    def tp_yz_axes(self) -> tuple[int, ...]:
+        """The sides of the torus slice the 2-D layout's ``YZ`` axis spans."""
+        return tuple(i for i in range(len(self.tp_shape)) if i != self.tp_x_axis)
 
     @property
     def sp(self) -> int:
         """Shards a sequence-parallel activation is split into: ``tp`` under sequence
-        parallelism (``tp > 1``), else 1."""
-        return self.tp if self.sequence_parallel and self.tp > 1 else 1
+        parallelism (``tp > 1``) or the 2-D layout (its residual stream lives ``1/tp`` per
+        chip), else 1."""
+        return self.tp if (self.sequence_parallel or self.tp_shape) and self.tp > 1 else 1
 
     @property
     def sp_tags(self) -> tuple[str, ...]:
@@ -542,6 +563,68 @@ def _attention_gqa(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -
     return ops
 
 
+def _attention_2d(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -> list[Op]:
+    """GQA/MQA attention of the 2-D layout (:mod:`~diptych.workloads.tp2d`): ``qkv_proj``
+    an ``E/X × (heads/YZ)·dh`` block after the input's all-gather over ``YZ``; its partial
+    sums reduce-scattered over ``X`` onto the batch, so each chip attends ``⌈B/X⌉``
+    sequences' ``heads/YZ`` query heads (its KV cache: those sequences' KV heads, 1/YZ of
+    them or one replicated) [assumption: the paper's Figure 2 layout for the FFN applied to
+    the heads as to d_ff, the X axis split over the batch]; the output all-gathered over
+    ``X`` into ``o_proj``'s ``(heads/YZ)·dh × E/X`` block, whose partial sums the residual
+    reduce-scatters over ``YZ`` (:func:`_residual`). Writes ``out`` (``T·E/X``)."""
+    m, T = c.m, c.tokens
+    X = c.tp_x
+    yz = c.tp // X
+    dh, e = m.head_dim, m.hidden_size // X
+    h, hkv = m.heads // yz, kv_heads_per_rank(m, yz)
+    sub = replace(c, tp=yz, batch=-(-c.batch // X), tp_shape=())
+    fl = flow or NOFLOW
+    a, wb = c.p.a_bytes, c.p.w_bytes
+    qkvw = (h + 2 * hkv) * dh
+    xs, yzs = (c.tp_x_axis,), c.tp_yz_axes
+    norm = c.input_norm(fl, x)
+    ag = sub_slice("attn_in_all_gather", "all_gather", T * e * a, c, yzs)
+    fl.vec(ag, [("h_attn", 1.0 / c.tp)], [(fl.t("attn_in", T * e * a), 1.0)])
+    qkv = c.gemm("qkv_proj", T, e, qkvw, tags=("attn",))
+    fl.gemm(qkv, [("attn_in", 1.0)], [(fl.t("w_qkv", e * qkvw * wb, "weight"), 1.0)],
+            [(fl.t("qkv_partial", T * qkvw * a), 1.0)])
+    rs = sub_slice("qkv_reduce_scatter", "reduce_scatter", X * sub.tokens * qkvw * a, c, xs)
+    fl.vec(rs, [("qkv_partial", 1.0)], [(fl.t("qkv", sub.tokens * qkvw * a), 1.0)])
+    ops: list[Op] = [norm, ag, qkv, rs]
+    width = h + 2 * hkv
+    parts = {"q": [("qkv", h / width)], "k": [("qkv", hkv / width)],
+             "v": [("qkv", hkv / width)]} if flow is not None else None
+    ops += _qk_norm(sub, h, hkv, flow=flow, parts=parts)
+    ops += _rope(sub, h, hkv, flow=flow, parts=parts)
+    parts = parts or {"q": [], "k": [], "v": []}
+    kv_dtype = c.p.kv if c.phase == "decode" else None
+    op = sub.vec("kv_write", "copy", sub.tokens * 2 * hkv * dh, write_dtype_bytes=c.p.kv_bytes)
+    fl.vec(op, parts["k"] + parts["v"],
+           [(fl.t("kv_new", op.write_bytes, "kv_cache", live_out=True), 1.0)])
+    ops.append(op)
+    if c.phase == "decode":
+        fl.t("kv_cache", sub.batch * (c.keys - 1) * 2 * hkv * dh * c.p.kv_bytes, "kv_cache")
+        k = v = [("kv_cache", 0.5), ("kv_new", 0.5)]
+    else:
+        k, v = parts["k"], parts["v"]
+    sq = h // hkv * c.q_len
+    ops += _attend(sub, sub.gemm("attn_scores", sq, dh, c.keys, batch=sub.batch * hkv,
+                                 weight=False, b_dtype=kv_dtype, tags=("attn", "saved_b"),
+                                 shared_b=False),
+                   _softmax(sub, sub.batch * h * c.q_len),
+                   sub.gemm("attn_pv", sq, c.keys, dh, batch=sub.batch * hkv, weight=False,
+                            b_dtype=kv_dtype, tags=("attn", "saved_b", "no_save_a"),
+                            shared_b=False), h, flow=flow, q=parts["q"], k=k, v=v)
+    ag_o = sub_slice("attn_out_all_gather", "all_gather", X * sub.tokens * h * dh * a, c, xs)
+    fl.vec(ag_o, [("attn", 1.0)], [(fl.t("attn_all", X * sub.tokens * h * dh * a), 1.0)])
+    o = c.gemm("o_proj", T, h * dh, e, tags=("attn",))
+    # (⌈B/X⌉ sequences on each of the X chips: o_proj reads the batch's T of them)
+    fl.gemm(o, [("attn_all", T / (X * sub.tokens))],
+            [(fl.t("w_o", h * dh * e * wb, "weight"), 1.0)],
+            [(fl.t(out, T * e * a), 1.0)])
+    return ops + [ag_o, o]
+
+
 def _attention_mla(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -> list[Op]:
     m, tp, T = c.m, c.tp, c.tokens
     d, h = m.hidden_size, m.heads // tp
@@ -641,6 +724,8 @@ def _attention_mla(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -
 
 def _dense_mlp(c: _Ctx, prefix: str, width: int, *, flow=None, inp: str = "h_mlp",
                out: str | None = None) -> list[Op]:
+    if c.tp_shape:
+        return ffn_2d(c, prefix, width, flow=flow, inp=inp, out=out)
     T, d, f, act = c.tokens, c.m.hidden_size, width // c.tp, c.m.activation
     fl = flow or NOFLOW
     a, wb = c.p.a_bytes, c.p.w_bytes
@@ -832,9 +917,12 @@ def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: s
     a = c.p.a_bytes
     f = 1.0 / c.sp
     cur, deps = inp, extra
-    ops = c.all_reduce(f"{name}_all_reduce", T * d)
+    # the 2-D layout: o_proj's or the FFN's partial sums reduce-scattered over YZ (tp2d.py)
+    ops = ([output_reduce_scatter(c, name)] if c.tp_shape else
+           c.all_reduce(f"{name}_all_reduce", T * d))
     for op in ops:
-        fl.vec(op, [(cur, 1.0)], [(fl.t(f"{name}_red", T * d * a), 1.0)], deps=deps)
+        fl.vec(op, [(cur, 1.0)], [(fl.t(f"{name}_red", T * d * a),
+                                   f if op.kind == "reduce_scatter" else 1.0)], deps=deps)
         cur, deps = f"{name}_red", ()
     if c.m.sandwich_norms:
         op = c.norm(f"{name}_post_norm", d, sharded=True)
@@ -857,7 +945,8 @@ def mixer_ops(c: _Ctx, *, flow=None) -> list[Op]:
     otherwise. Reads ``x``, writes ``attn_out``."""
     if c.layer.linear:
         return linear_attention(c, flow=flow)
-    att = (_attention_mla if c.m.is_mla else _attention_gqa)(c, flow=flow)
+    att = (_attention_2d if c.tp_shape else _attention_mla if c.m.is_mla else
+           _attention_gqa)(c, flow=flow)
     if not c.layer.ssm:
         return att
     # Falcon-H1: a Mamba-2 mixer beside the attention on the same normed input, writing
@@ -1018,7 +1107,8 @@ def _head(c: _Ctx, *, flow=None, inp: str = "hidden") -> list[Op]:
     # L820-822 ``allreduce_dgrad = world_size > 1 and not self.sequence_parallel and not
     # self.disable_grad_reduce`` (so L887-896 passes the input through: not
     # ``copy_to_tensor_model_parallel_region``, whose backward would be the same all-reduce)]
-    norm = c.norm("final_norm", d, rows, sharded=c.phase == "train")
+    # the 2-D layout's residual stream too lives 1/tp per chip (tp2d.py)
+    norm = c.norm("final_norm", d, rows, sharded=c.phase == "train" or bool(c.tp_shape))
     f = 1.0 / c.sp
     fl.t(inp, c.tokens * d * a, program=True)
     fl.vec(norm, [(inp, rows / c.tokens * f),
@@ -1161,11 +1251,12 @@ def keys_info(c: _Ctx) -> dict:
     return {"keys_per_query": max(by_block.values()), "keys_per_query_by_block": by_block}
 
 
-def _check_common(m: ModelConfig, batch: int, tp: int, **lengths) -> None:
+def _check_common(m: ModelConfig, batch: int, tp: int, grid=None, **lengths) -> None:
     _pos("batch", batch)
     for k, v in lengths.items():
         _pos(k, v)
-    check_tp(m, tp)
+    if grid is None:                # the 2-D layout checks its own split (_grid)
+        check_tp(m, tp)
 
 
 def check_ep(m: ModelConfig, ep: int) -> None:
@@ -1225,24 +1316,47 @@ def check_cp(cp: int, length: int, name: str = "seq_len", m: ModelConfig | None 
 
 def prefill(m: ModelConfig, batch: int, prompt_len: int, *, precision: Precision | None = None,
             tp: int = 1, attention: str = "fused", cp: int = 1, ep: int = 1,
-            routing: Routing = Routing()) -> Workload:
+            routing: Routing = Routing(), tp_grid: tuple[tuple[int, ...], int] | None = None
+            ) -> Workload:
     """The prompt pass: ``batch`` sequences of ``prompt_len`` tokens, causal attention
     (``attention``: "fused" or "unfused"; window- or chunk-limited per layer kind), KV written
     to the cache, logits for the last position (time to first token). ``cp``/``ep``: one
     rank's share under context / expert parallelism (:class:`_Ctx`): ``prompt_len / cp``
     tokens per sequence, ``experts / ep`` routed experts."""
-    _check_common(m, batch, tp, prompt_len=prompt_len)
+    _check_common(m, batch, tp, tp_grid, prompt_len=prompt_len)
     check_attention(attention)
     check_cp(cp, prompt_len, "prompt_len", m)
     check_ep(m, ep)
     p = precision or Precision()
     c = _Ctx(m, p, tp, batch, prompt_len // cp, 0, "prefill", attention, cp=cp, ep=ep,
-             routing=check_routing(m, routing))
+             routing=check_routing(m, routing), **_grid(m, tp, tp_grid, "prefill"))
     return Workload("prefill", tuple(forward_blocks(c)), tokens=batch * c.q_len, batch=batch,
-                    info={"prompt_len": prompt_len, **keys_info(c), "tp": tp,
+                    info={"prompt_len": prompt_len, **keys_info(c), "tp": tp, **_grid_info(c),
                           "attention": attention, **({"cp": cp, "ep": ep}
                                                      if (cp, ep) != (1, 1) else {}),
                           **routing_info(c)})
+
+
+def _grid(m: ModelConfig, tp: int, tp_grid, phase: str) -> dict:
+    """The :class:`_Ctx` fields of the 2-D layout ``tp_grid`` = (torus slice sides, the
+    ``X`` side's index; :mod:`~diptych.workloads.tp2d`), or none for the 1-D layout (None)."""
+    if tp_grid is None:
+        return {}
+    shape, xi = tuple(tp_grid[0]), tp_grid[1]
+    if math.prod(shape) != tp or not 0 <= xi < len(shape):
+        raise ValueError(f"tp_grid {tp_grid!r} must be the sides of a {tp}-chip slice and "
+                         f"the index of one of them")
+    check_2d(m, phase)
+    bad = grid_problems(m, shape[xi], tp // shape[xi])
+    if bad:
+        raise ValueError(f"tp_grid {tp_grid!r} cannot split {m.name}: " + "; ".join(bad))
+    return {"tp_shape": shape, "tp_x_axis": xi}
+
+
+def _grid_info(c: _Ctx) -> dict:
+    """The workload info of a 2-D layout: the slice and its ``X``, ``YZ``."""
+    return ({"tp_layout": "2d", "tp_x": c.tp_x, "tp_yz": c.tp // c.tp_x,
+             "tp_slice": "x".join(map(str, c.tp_shape))} if c.tp_shape else {})
 
 
 def decode_context(prompt_len: int, gen: int) -> int:
@@ -1261,7 +1375,8 @@ def decode_context(prompt_len: int, gen: int) -> int:
 
 def decode(m: ModelConfig, batch: int, context_len: int, steps: int = 1, *,
            precision: Precision | None = None, tp: int = 1, attention: str = "fused",
-           ep: int = 1, routing: Routing = Routing()) -> Workload:
+           ep: int = 1, routing: Routing = Routing(),
+           tp_grid: tuple[tuple[int, ...], int] | None = None) -> Workload:
     """``steps`` decode steps, each generating one token per sequence attending
     ``context_len`` keys (``attention``: "fused" or "unfused"): every step reads all active
     weights and each sequence's whole KV cache (a sliding layer's window, a chunked layer's
@@ -1269,22 +1384,24 @@ def decode(m: ModelConfig, batch: int, context_len: int, steps: int = 1, *,
     entries. The step's blocks repeat ``steps`` times (``repeat`` is multiplied). For the
     steps of a generation, whose contexts differ, use :func:`decode_mean`. ``ep``: one
     rank's share of the routed experts (:class:`_Ctx`)."""
-    _check_common(m, batch, tp, context_len=context_len, steps=steps)
+    _check_common(m, batch, tp, tp_grid, context_len=context_len, steps=steps)
     check_attention(attention)
     check_ep(m, ep)
     p = precision or Precision()
     c = _Ctx(m, p, tp, batch, 1, 0, "decode", attention, past=context_len - 1, ep=ep,
-             routing=check_routing(m, routing))
+             routing=check_routing(m, routing), **_grid(m, tp, tp_grid, "decode"))
     blocks = [replace(b, repeat=b.repeat * steps) for b in forward_blocks(c)]
     return Workload("decode", tuple(blocks), tokens=batch * steps, batch=batch,
                     info={"context_len": context_len, **keys_info(c), "steps": steps,
-                          "tp": tp, "attention": attention, **({"ep": ep} if ep > 1 else {}),
+                          "tp": tp, **_grid_info(c), "attention": attention,
+                          **({"ep": ep} if ep > 1 else {}),
                           **routing_info(c)})
 
 
 def decode_mean(m: ModelConfig, batch: int, prompt_len: int, gen: int = 1, *,
                 precision: Precision | None = None, tp: int = 1, attention: str = "fused",
-                ep: int = 1, routing: Routing = Routing()) -> Workload:
+                ep: int = 1, routing: Routing = Routing(),
+                tp_grid: tuple[tuple[int, ...], int] | None = None) -> Workload:
     """One representative step of the ``gen`` decode steps after a ``prompt_len``-token
     prompt (one token per sequence per step; step ``i``, 0-based, attends position
     ``prompt_len + i + 1``): each layer kind attends its own mean keys over the steps,
@@ -1295,14 +1412,15 @@ def decode_mean(m: ModelConfig, batch: int, prompt_len: int, gen: int = 1, *,
     8193). Nothing else in a decode step depends on the cache length, so the step's time is
     the mean time per output token. ``info["context_len"]`` is the mean context."""
     context = decode_context(prompt_len, gen)
-    _check_common(m, batch, tp)
+    _check_common(m, batch, tp, tp_grid)
     check_attention(attention)
     check_ep(m, ep)
     p = precision or Precision()
     c = _Ctx(m, p, tp, batch, 1, 0, "decode", attention, past=prompt_len, ep=ep, gen=gen,
-             routing=check_routing(m, routing))
+             routing=check_routing(m, routing), **_grid(m, tp, tp_grid, "decode"))
     return Workload("decode", tuple(forward_blocks(c)), tokens=batch, batch=batch,
                     info={"context_len": context,
                           "prompt_len": prompt_len, "gen": gen, **keys_info(c), "steps": 1,
-                          "tp": tp, "attention": attention, **({"ep": ep} if ep > 1 else {}),
+                          "tp": tp, **_grid_info(c), "attention": attention,
+                          **({"ep": ep} if ep > 1 else {}),
                           **routing_info(c)})

@@ -144,14 +144,19 @@ def _gib(x: float) -> str:
 
 
 def inference_breakdown(m: ModelConfig, p: Precision, tp: int, batch: int, context: int,
-                        activations: float) -> dict[str, float]:
+                        activations: float, kv_grid: tuple[int, int] | None = None
+                        ) -> dict[str, float]:
     """Weights, KV cache (``batch`` sequences of ``context`` tokens, each layer its kind's
     share) and activations per chip; a model with linear-attention layers adds ``state``:
     each sequence's fixed state once, whatever its length
     (:func:`~diptych.workloads.params.state_bytes_per_sequence`, the conv state in the
-    activations' dtype)."""
+    activations' dtype). ``kv_grid``: the 2-D layout's ``(X, YZ)``
+    (:mod:`~diptych.workloads.tp2d`): each chip caches ``⌈batch/X⌉`` sequences' KV heads of
+    a ``YZ``-way head split."""
+    kv = (-(-batch // kv_grid[0]) * kv_cache_bytes(m, p.kv, context, kv_grid[1]) if kv_grid
+          else batch * kv_cache_bytes(m, p.kv, context, tp))
     bd = {"weights": params_per_chip(m, tp) * p.w_bytes,
-          "kv_cache": batch * kv_cache_bytes(m, p.kv, context, tp),
+          "kv_cache": kv,
           "activations": activations}
     if m.state_layers:
         bd["state"] = batch * state_bytes_per_sequence(m, p.activations, tp)
@@ -162,9 +167,13 @@ def inference_memory(m: ModelConfig, p: Precision, tp: int, batch: int, context:
                      workload: Workload, capacity_bytes: float,
                      narrow_dtypes: tuple[str, ...] = ("fp8", "int8", "int4")) -> MemoryReport:
     """Footprint of serving ``batch`` sequences of up to ``context`` tokens on each of ``tp``
-    chips; ``narrow_dtypes`` are the storage precisions advice may suggest, in order."""
+    chips; ``narrow_dtypes`` are the storage precisions advice may suggest, in order. Under
+    the 2-D layout (the workload's ``info["tp_layout"]``) the KV cache is its grid's
+    (:func:`inference_breakdown`); the advice's larger degrees stay 1-D."""
     act = peak_working_bytes(workload) + workload.tokens * m.hidden_size * p.a_bytes
-    bd = inference_breakdown(m, p, tp, batch, context, act)
+    info = workload.info
+    grid = (info["tp_x"], info["tp_yz"]) if info.get("tp_layout") == "2d" else None
+    bd = inference_breakdown(m, p, tp, batch, context, act, grid)
     rep = MemoryReport(capacity_bytes, bd)
     if rep.fits:
         return rep
@@ -176,7 +185,8 @@ def inference_memory(m: ModelConfig, p: Precision, tp: int, batch: int, context:
                    and total(t, p) <= capacity_bytes), None)
     suggestion = None
     for q in _narrower(p, narrow_dtypes):
-        if total(tp, q) <= capacity_bytes:
+        if sum(inference_breakdown(m, q, tp, batch, context, act, grid).values()) \
+                <= capacity_bytes:
             suggestion = {"weights_dtype": q.weights, "kv_dtype": q.kv}
             break
     return replace(rep, min_tp=min_tp, suggestion=suggestion,

@@ -6,6 +6,7 @@ on a chip. Sizes are element counts; dtypes are names from :data:`diptych.arch.D
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..arch.dtypes import check_dtype, dtype_bytes, element_bits, scale_bytes
@@ -238,13 +239,20 @@ class VectorOp:
 
 @dataclass(frozen=True, kw_only=True)
 class Collective:
-    """A collective over ``group`` chips moving a ``bytes``-sized buffer per chip."""
+    """A collective over ``group`` chips moving a ``bytes``-sized buffer per chip.
+
+    ``torus_shape``/``torus_axes``: a group that is a sub-grid of a torus slice (the 2-D
+    tensor-parallel layout's X or YZ axis, :mod:`~diptych.workloads.tp2d`): the whole
+    slice's sides and the indices of the sides this group spans (their product is
+    ``group``); empty: the group is a slice of its own."""
 
     name: str
     kind: str
     bytes: float
     group: int
     tags: tuple[str, ...] = field(default=())
+    torus_shape: tuple[int, ...] = field(default=())
+    torus_axes: tuple[int, ...] = field(default=())
 
     def __post_init__(self):
         if self.kind not in COLLECTIVE_KINDS:
@@ -252,6 +260,10 @@ class Collective:
         _positive_int("group", self.group)
         if self.bytes < 0:
             raise ValueError(f"bytes must be >= 0, not {self.bytes!r}")
+        if self.torus_axes and math.prod(self.torus_shape[i] for i in self.torus_axes) \
+                != self.group:
+            raise ValueError(f"torus_axes {self.torus_axes!r} of torus_shape "
+                             f"{self.torus_shape!r} must span group ({self.group}) chips")
 
 
 Op = Gemm | VectorOp | Collective

@@ -55,6 +55,8 @@ def collective_options(op: Collective, chip: Chip) -> dict[str, float]:
     if steps == 0:
         return {}
     ic = chip.interconnect
+    if op.torus_axes:
+        return {"torus": _sub_slice_seconds(op, chip)}
     bw = ic.sustained_bytes_per_s_per_direction
     if bw <= 0:
         raise ValueError(f"chip {chip.name!r} has no chip-to-chip links (interconnect.links = "
@@ -89,6 +91,26 @@ def collective_options(op: Collective, chip: Chip) -> dict[str, float]:
         bw_s, lat_s, _ = torus_bucket(op.kind, op.bytes, spans, link, ic.latency_us * 1e-6)
         out["torus"] = bw_s + lat_s
     return out
+
+
+def _sub_slice_seconds(op: Collective, chip: Chip) -> float:
+    """A collective over the sides ``op.torus_axes`` of the torus slice ``op.torus_shape``
+    (the 2-D layout's X or YZ groups): the per-dimension bucket rule over those sides alone
+    (their chips are joined only by those dimensions' links; no flat ring striped over all
+    of them), each side a ring where the whole slice wraps around
+    (:func:`~diptych.sim.protocols.slice_spans`)."""
+    ic = chip.interconnect
+    if not ic.torus_dims or len(op.torus_shape) > ic.torus_dims:
+        raise ValueError(f"{op.name}: a collective over sides {op.torus_axes} of a "
+                         f"{'x'.join(map(str, op.torus_shape))} torus slice needs a chip whose "
+                         f"links form a torus of >= {len(op.torus_shape)} dimensions "
+                         f"(interconnect.torus_dims = {ic.torus_dims})")
+    wrap = slice_spans(op.torus_shape)
+    wraps = bool(wrap) and wrap[0][1]
+    spans = tuple((op.torus_shape[i], wraps) for i in op.torus_axes if op.torus_shape[i] > 1)
+    link = ic.gb_per_s_per_link_per_direction * 1e9 * ic.bus_efficiency
+    bw_s, lat_s, _ = torus_bucket(op.kind, op.bytes, spans, link, ic.latency_us * 1e-6)
+    return bw_s + lat_s
 
 
 #: The collectives a collective library times by its protocols (NCCL's ring-family kernels).

@@ -44,6 +44,8 @@ from ...workloads.precision import FP8_RECIPES, Precision, recipe_for
 from ...workloads.registry import load_model
 from ...workloads.program import Block
 from ...workloads.train import train_step
+from ...workloads.tp2d import check_2d, x_axis
+from ..protocols import torus_slice
 from ..api import OpTimer
 from ..limits import check_ops
 from .. import energy_parts as EP
@@ -205,21 +207,42 @@ def resolve_parallelism(phase: str, par: Parallelism, *, cluster: bool = False
     return t, d
 
 
+def tp_grid(chip: Chip, model: ModelConfig, s: Scenario, tp: int
+            ) -> tuple[tuple[int, ...], int] | None:
+    """The 2-D layout's grid (the torus slice holding the ``tp`` chips, the index of its X
+    side; :mod:`~diptych.workloads.tp2d`) under ``s.tp_layout`` 2d, None under 1d.
+    ValueError naming the value on a chip without a torus or a group of one."""
+    if s.tp_layout == "1d":
+        return None
+    dims = chip.interconnect.torus_dims if chip.interconnect is not None else 0
+    if not dims:
+        raise ValueError(f"--tp-layout 2d splits the weights over the axes of a torus; chip "
+                         f"{chip.name!r} has none (interconnect.torus_dims = {dims})")
+    if tp < 4:
+        raise ValueError(f"--tp-layout 2d needs an X x YZ grid of >= 2 x 2 chips; --tp is {tp}")
+    check_2d(model, s.phase)
+    shape = torus_slice(tp, dims)
+    return shape, x_axis(model, shape)
+
+
 def lower_workload(model: ModelConfig, s: Scenario, *, precision: Precision, tp: int,
-                   dp: int, sequence_parallel: bool = False) -> tuple[Workload, int]:
+                   dp: int, sequence_parallel: bool = False,
+                   grid: tuple[tuple[int, ...], int] | None = None
+                   ) -> tuple[Workload, int]:
     """The per-chip workload of ``s``'s phase and the context length its memory must hold;
-    a training step under Megatron's ``sequence_parallel`` when asked (``tp > 1``)."""
+    a training step under Megatron's ``sequence_parallel`` when asked (``tp > 1``);
+    ``grid``: the 2-D layout's (:func:`tp_grid`), None for Megatron's 1-D layout."""
     if s.phase == "prefill":
         if s.prompt is None:
             raise ValueError("prefill needs --prompt (prompt length in tokens)")
         return prefill(model, s.batch, s.prompt, precision=precision, tp=tp,
-                       attention=s.attention, routing=s.routing), s.prompt
+                       attention=s.attention, routing=s.routing, tp_grid=grid), s.prompt
     if s.phase == "decode":
         if s.prompt is None:
             raise ValueError("decode needs --prompt (context before generation)")
         g = 1 if s.gen is None else s.gen
         return decode_mean(model, s.batch, s.prompt, g, precision=precision, tp=tp,
-                           attention=s.attention, routing=s.routing), s.prompt + g
+                           attention=s.attention, routing=s.routing, tp_grid=grid), s.prompt + g
     seq = s.seq if s.seq is not None else s.prompt
     if seq is None:
         raise ValueError("train needs --seq (sequence length in tokens)")
@@ -279,7 +302,8 @@ def _lower(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup
     the warnings (a context beyond the model's window)."""
     p, tp = setup.precision, setup.tp
     w, context = lower_workload(model, s, precision=p, tp=tp, dp=setup.dp,
-                                sequence_parallel=setup.sequence_parallel)
+                                sequence_parallel=setup.sequence_parallel,
+                                grid=tp_grid(chip, model, s, tp))
     w = with_precision_ops(w, chip)    # block scales and dequantisation (precision_ops.py)
     check_ops((op for b in w.blocks for op in b.ops), chip)  # refuse before simulating any
     warns = []

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from ...arch.dtypes import check_dtype
 from ...workloads.lower import ATTENTION_MODES, check_attention
 from ...workloads.moe import Routing
+from ...workloads.tp2d import LAYOUTS as TP_LAYOUTS
 from ...workloads.loss import DEFAULT as LOSS_DEFAULT, check_implementation
 from ...workloads.precision import recipe_for
 from ..limits import check_sizes
@@ -184,6 +185,9 @@ class Scenario:
     cross_entropy: str = LOSS_DEFAULT
     elementwise_kernels: str = "default"
     sequence_parallel: bool | None = None
+    #: the tensor-parallel layout: Megatron's ``1d`` or Pope et al.'s ``2d`` weight-stationary
+    #: FFN split over a torus (:mod:`~diptych.workloads.tp2d`; inference on a torus chip)
+    tp_layout: str = "1d"
 
     def __post_init__(self):
         if self.phase not in PHASES:
@@ -221,6 +225,12 @@ class Scenario:
                                  f"lowers no sequence parallelism (leave it None or False)")
             if self.sequence_parallel and self.parallelism.tp == 1:
                 raise ValueError(_SP_TP1)
+        if self.tp_layout not in TP_LAYOUTS:
+            raise ValueError(f"tp_layout must be one of {', '.join(TP_LAYOUTS)}, not "
+                             f"{self.tp_layout!r}")
+        if self.tp_layout == "2d" and self.phase == "train":
+            raise ValueError("--tp-layout 2d is an inference layout (Pope et al. 2022); phase "
+                             "train takes --tp-layout 1d")
         check_implementation(self.cross_entropy)
         _degree("batch", self.batch)
         for n in ("prompt", "gen", "seq", "micro_batch"):
