@@ -7,9 +7,11 @@ forward product's MAC count, so backward GEMM FLOPs are exactly twice forward an
 3× forward (4× with full recomputation, which re-runs every layer's forward before its
 backward). Fused attention's backward also recomputes the scores QKᵀ (FlashAttention), which
 counts in hardware FLOPs only. Vector ops get a backward op of the same kind with twice the
-ALU work that reads the saved input and the incoming gradient and writes the input gradient;
-each tensor-parallel all-reduce has its mirror in backward (Megatron's f/g pair), the
-context-parallel K/V all-gather a reduce-scatter of the same buffer (its adjoint).
+ALU work that reads the saved input and the incoming gradient and writes the input gradient
+(RoPE's reads the gradient only, a residual add's is the stream's gradient accumulation:
+:func:`vector_backward_bytes`); each tensor-parallel all-reduce has its mirror in backward
+(Megatron's f/g pair), the context-parallel K/V all-gather a reduce-scatter of the same
+buffer (its adjoint).
 
 The optimizer is AdamW over the rank's parameter shard: it reads the gradient, the master copy
 and both moments and writes them back together with the working-precision weights. With data
