@@ -89,6 +89,10 @@ ROUTING_WEIGHT_BYTES = 4
 #: (:meth:`_Ctx.norm` with ``sharded``, :func:`_residual`).
 SP_SHARD = "sp_shard"
 
+#: A residual add (Megatron's bias-dropout-add, :func:`_residual`): its backward is the
+#: residual stream's gradient accumulation (workloads/train.py ``backward_ops``).
+RESIDUAL_ADD = "residual_add"
+
 #: The tag of the output layer's sequence-parallel all-gather: its backward gathers the
 #: saved input again for the weight gradient before it reduce-scatters the input gradient
 #: (:func:`_head`, :func:`diptych.workloads.train.backward_ops`).
@@ -931,7 +935,8 @@ def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: s
                [(fl.t(f"{name}_pn", T * d * a), f)], deps=deps)
         ops.append(op)
         cur, deps = f"{name}_pn", ()
-    op = c.vec(f"{name}_residual", "add", T * d / c.sp, reads=2.0, tags=c.sp_tags)
+    op = c.vec(f"{name}_residual", "add", T * d / c.sp, reads=2.0,
+               tags=c.sp_tags + (RESIDUAL_ADD,))
     fl.vec(op, [(cur, f), (resid, f)], [(fl.t(out or f"{name}_sum", T * d * a), f)],
            deps=deps)
     ops.append(op)

@@ -7,9 +7,11 @@ forward product's MAC count, so backward GEMM FLOPs are exactly twice forward an
 3× forward (4× with full recomputation, which re-runs every layer's forward before its
 backward). Fused attention's backward also recomputes the scores QKᵀ (FlashAttention), which
 counts in hardware FLOPs only. Vector ops get a backward op of the same kind with twice the
-ALU work that reads the saved input and the incoming gradient and writes the input gradient;
-each tensor-parallel all-reduce has its mirror in backward (Megatron's f/g pair), the
-context-parallel K/V all-gather a reduce-scatter of the same buffer (its adjoint).
+ALU work that reads the saved input and the incoming gradient and writes the input gradient
+(RoPE's reads the gradient only, a residual add's is the stream's gradient accumulation:
+:func:`vector_backward_bytes`); each tensor-parallel all-reduce has its mirror in backward
+(Megatron's f/g pair), the context-parallel K/V all-gather a reduce-scatter of the same
+buffer (its adjoint).
 
 The optimizer is AdamW over the rank's parameter shard: it reads the gradient, the master copy
 and both moments and writes them back together with the working-precision weights. With data
@@ -36,9 +38,10 @@ from .graph import Workload
 from . import embedding_grad as emb, loss
 from .cp_attention import RingMerge
 from .program import Access, Block, Use
-from .lower import (REGATHER, _check_common, _Ctx, _layer_blocks, check_attention, check_cp,
-                    check_ep, check_routing, dgrad_all_reduce_group, embedding_block,
-                    forward_blocks, head_block, keys_info, layer_kinds, routing_info)
+from .lower import (REGATHER, RESIDUAL_ADD, _check_common, _Ctx, _layer_blocks,
+                    check_attention, check_cp, check_ep, check_routing, dgrad_all_reduce_group,
+                    embedding_block, forward_blocks, head_block, keys_info, layer_kinds,
+                    routing_info)
 from .moe import Routing
 from .params import params_per_chip, weight_tensors
 from .precision import Precision
@@ -112,9 +115,10 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
     if isinstance(op, VectorOp):
         # its output gradient is BF16 even where its forward wrote FP8 (recipe.py)
         out_bytes = op.write_bytes / (rowwise_share(p) if "fp8_rowwise" in op.tags else 1.0)
+        read, write = vector_backward_bytes(op, out_bytes)
         return [VectorOp(name=f"{op.name}.bwd", kind=op.kind, elements=op.elements,
                          ops_per_element=2.0 * op.ops_per_element,
-                         read_bytes=op.read_bytes + out_bytes, write_bytes=op.read_bytes,
+                         read_bytes=read, write_bytes=write,
                          dtype=op.dtype, tags=op.tags + ("bwd",))]
     # the adjoint of an all-gather is a reduce-scatter of the same buffer (each rank gets its
     # chunk's gradient summed over the ranks): context parallelism's K/V all-gather, whose
@@ -139,6 +143,41 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
         out.insert(0, Collective(name=f"{op.name}.regather", kind="all_gather", bytes=op.bytes,
                                  group=op.group, tags=tags))
     return out
+
+
+def vector_backward_bytes(op: VectorOp, out_bytes: float) -> tuple[float, float]:
+    """Bytes (read, written) of a forward vector op's backward kernel, given the bytes of its
+    output gradient ``out_bytes``:
+
+    * in general it reads the saved inputs and the output gradient and writes the input
+      gradients (``op.read_bytes + out_bytes``, ``op.read_bytes``);
+    * RoPE (kind ``rope``) is a fixed rotation of each pair, linear in its input, so its
+      backward reads the output gradient only (and the FP32 angles, which the forward's byte
+      model leaves out as well: ``s × d`` × 4 B against ``s·b·h × d`` × 2 B) and writes the
+      input gradient: ``out_bytes``, ``op.read_bytes`` [S: NVIDIA/TransformerEngine v1.10
+      @08a85d3b transformer_engine/pytorch/attention.py L3514 ``FusedRoPEFunc.forward``
+      ``ctx.save_for_backward(freqs, cu_seqlens)``: the input is not saved; L3520-3529
+      ``backward``: ``tex.fused_rope_backward(grad_output, freqs, ...)``];
+    * a residual add (tagged :data:`~diptych.workloads.lower.RESIDUAL_ADD`, Megatron's
+      bias-dropout-add) moves no bytes of its own backward: autograd hands the output
+      gradient to both inputs as it is (PyTorch ``tools/autograd/derivatives.yaml``
+      ``add.Tensor``: ``self: grad``, ``other: maybe_multiply(grad, alpha)``, alpha 1; the
+      dropout in front of it is the identity at ``hidden_dropout`` 0 [assumption: the
+      published Llama-family configs train without hidden dropout]) [S: NVIDIA/Megatron-LM
+      core_r0.9.0 (1afee592) megatron/core/fusions/fused_bias_dropout.py L36-37 ``out =
+      dropout(x, p=prob, ...)``, ``out = residual + out``, no bias in the published configs].
+      The kernel is where the two gradient paths of the residual stream meet: the stream
+      the add read (``x``, ``h1``) is also the norm's input, and autograd's input buffer sums
+      the norm's input gradient into the one the add passed through (PyTorch
+      ``torch/csrc/autograd/input_buffer.cpp`` ``InputBuffer::add``/``accumulate``: one
+      add, read 2, write 1): ``op.read_bytes`` (two operands of the stream's shape),
+      ``out_bytes`` (one). It is charged here, at the add's backward, where the general
+      rule charged read 3, write 2."""
+    if op.kind == "rope":
+        return out_bytes, op.read_bytes
+    if RESIDUAL_ADD in op.tags:
+        return op.read_bytes, out_bytes
+    return op.read_bytes + out_bytes, op.read_bytes
 
 
 def extra_backward_collectives(ops, p: Precision) -> tuple[Collective, ...]:
@@ -293,6 +332,26 @@ def _quantized_backward(op: Gemm, a: Access, d_out: list, deps, dep_grads, gr: "
     return out
 
 
+def _residual_backward_uses(reads, d_out: list, outs, gr: "_Grads") -> tuple[tuple, tuple]:
+    """Tensor uses of a residual add's backward, the residual stream's gradient accumulation
+    (:func:`vector_backward_bytes`): the sub-block's output (the add's first operand) gets
+    the output gradient as it is (a write of no bytes, ordering only), the stream (its
+    second) the summed gradient. Its two reads, the output gradient and the norm's input
+    gradient, are both charged to the output gradient: in the reverse order derived here
+    the norm's contribution comes after the add's (a running partial, :class:`_Grads`).
+    It reads no saved input, so an ordering-only read of the add's forward output ``outs``
+    keeps it behind its forward (an output's gradient exists only after the output: else a
+    layer's forward-and-backward program, which the cluster step times as one
+    (sim/cluster/timing.py, "Execution"), would start the backward beside the forward)."""
+    *inp, resid = [u for u in reads if u.role != "dep"]
+    uses = (*(u for u in reads if u.role == "dep"),
+            *(dataclasses.replace(u, share=2.0 * u.share) for u in d_out),
+            *(Use(w, "read", 0.0, "dep") for w in outs))
+    grads = (*(x for u in inp for x in gr.contribute(u.tensor, 0.0, "")),
+             *gr.contribute(resid.tensor, resid.share, ""))
+    return uses, grads
+
+
 def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
     """The backward block of forward block ``b`` with its tensors: every backward op reads the
     forward tensors it needs by their forward names (the program imports them from ``b``:
@@ -408,6 +467,12 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
         elif isinstance(op, FusedAttention):  # reads O and the softmax statistics it saved
             uses = (*reads, *(Use(u.tensor, "read", u.share) for u in a.of(mode="write")),
                     *d_out)
+        elif isinstance(op, VectorOp) and op.kind == "rope":   # reads the gradient only
+            uses = (*(u for u in reads if u.role == "dep"), *d_out)
+        elif isinstance(op, VectorOp) and RESIDUAL_ADD in op.tags:
+            uses, grads = _residual_backward_uses(reads, d_out, a.writes, gr)
+            access.append(Access(uses + grads + tuple(dep_grads)))
+            continue
         else:
             uses = (*reads, *d_out)
         grads = [x for u in reads if u.role != "dep"

@@ -93,3 +93,29 @@ def test_execution_is_checked():
     with pytest.raises(ValueError, match="execution must be one of sum, schedule, not 'fast'"):
         simulate_cluster_step("llama-3-8b", "h100", "dgx-h100", Plan(tp=8, micro_batch=4),
                               Scenario.of(execution="fast", **PREFILL), simulate=roofline)
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_a_layers_backward_starts_after_its_forward(tp):
+    # the cluster step times a layer's backward as its forward-and-backward program less the
+    # forward alone: the output's gradient exists only after the output, so no backward op
+    # may start before the forward's last op ends (the residual add's backward reads no
+    # saved input: an ordering-only read of the add's output keeps it there)
+    import dataclasses
+
+    from diptych.sim.cluster.layers import forward_workload
+    from diptych.sim.run.scheduled import schedule_workload
+    from diptych.workloads import load_model
+    from diptych.workloads.precision import Precision
+    from diptych.workloads.train import _backward_block
+
+    p = Precision()
+    w = forward_workload(load_model("llama-3-8b"), p, phase="train", tp=tp, cp=1, ep=1,
+                         micro_batch=1, seq=1024, sequence_parallel=tp > 1)
+    b = dataclasses.replace(next(x for x in w.blocks if x.name == "layers"), repeat=1)
+    r = schedule_workload(dataclasses.replace(w, blocks=(b, _backward_block(b, p))),
+                          load_chip("h100"), simulate=roofline,
+                          collective_time=lambda op: 1e-6)
+    fwd = [x for x in r["layers"] if x["stage"] == "forward"]
+    bwd = [x for x in r["layers"] if x["stage"] == "backward"]
+    assert bwd and min(x["start_s"] for x in bwd) >= max(x["end_s"] for x in fwd) - 1e-12

@@ -92,9 +92,11 @@ def test_a_training_layers_elementwise_kernels_move_their_closed_form_bytes():
     """Per layer of llama-3-8b at T tokens (BF16, hidden d, FFN f, 32 + 8 heads of 128):
     RMSNorm reads x and γ, writes y (backward: reads x, γ and dy, writes dx and dγ); SwiGLU
     reads gate and up, writes their product (backward, Megatron's swiglu_back: reads dy and
-    the saved gate_up, writes d gate_up); RoPE reads and writes q and k; the residual add
-    reads two streams and writes one (backward: reads dy and both inputs' shapes, writes
-    them, diptych's generic rule for an add)."""
+    the saved gate_up, writes d gate_up); RoPE reads and writes q and k (backward, TE v1.10's
+    fused_rope_backward: reads dy only, writes dx); the residual add reads two streams and
+    writes one (backward: autograd passes dy through to both inputs, and the residual
+    stream's two gradient paths meet in one add: reads dy and the norm's dx, writes their
+    sum)."""
     m = load_model("llama-3-8b")
     T, d, f, qk = 2048, 4096, 14336, (32 + 8) * 128
     w = train_step(m, 1, T)
@@ -105,8 +107,9 @@ def test_a_training_layers_elementwise_kernels_move_their_closed_form_bytes():
     closed = {  # name: (forward read, forward write, backward read, backward write) in bytes
         "attn_norm": (T * d * a + d * a, T * d * a, 2 * T * d * a + d * a, T * d * a + d * a),
         "swiglu": (2 * T * f * a, T * f * a, 3 * T * f * a, 2 * T * f * a),
-        "rope": (T * qk * a, T * qk * a, 2 * T * qk * a, T * qk * a),
-        "attn_residual": (2 * T * d * a, T * d * a, 3 * T * d * a, 2 * T * d * a),
+        "rope": (T * qk * a, T * qk * a, T * qk * a, T * qk * a),
+        "attn_residual": (2 * T * d * a, T * d * a, 2 * T * d * a, T * d * a),
+        "mlp_residual": (2 * T * d * a, T * d * a, 2 * T * d * a, T * d * a),
     }
     for name, (fr, fwr, br, bwr) in closed.items():
         assert (fw[name].read_bytes, fw[name].write_bytes) == (fr, fwr), name
