@@ -9,7 +9,7 @@ from typing import Protocol
 from . import cache
 from .capacity import capacities
 from .limits import check_gemm, check_vector
-from ..workloads.ops import Collective, Gemm, VectorOp
+from ..workloads.ops import BACKWARD_TAG, Collective, Gemm, VectorOp
 from .support import check_dataflows
 from .stats import OpStats
 
@@ -70,8 +70,8 @@ def simulate(op, chip, *, dataflow: str | None = None) -> OpStats:
         st = _gemm_cached(shape, chip, dataflow)
     elif isinstance(op, VectorOp):
         # a backward pass keeps its tag: a stack's kernel rate may depend on the direction
-        # (sim/vector.py BACKWARD_TAG)
-        shape = dataclasses.replace(op, name="", tags=tuple(t for t in op.tags if t == "bwd"))
+        shape = dataclasses.replace(op, name="", tags=tuple(t for t in op.tags
+                                                            if t == BACKWARD_TAG))
         st = _vector_cached(shape, chip)
     elif isinstance(op, Collective):
         raise ValueError("collectives are not timed by simulate(); they belong to the "

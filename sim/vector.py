@@ -23,13 +23,9 @@ import math
 from ..arch.dtypes import dtype_bytes
 from .dram import FastDram
 from .fabric import fabric
-from ..workloads.ops import VectorOp
+from ..workloads.ops import BACKWARD_TAG, VectorOp
 from .regime import memory_roof_bytes_per_s, regime
 from .stats import OpStats
-
-#: The tag of a backward pass's vector op (workloads/train.py ``backward_ops``): the one tag
-#: :func:`diptych.sim.simulate` keeps, since a kernel's rate may differ by direction.
-BACKWARD_TAG = "bwd"
 
 #: Streaming granularity of vector ops through the scratchpad (bytes per chunk per core).
 CHUNK_BYTES = 64 * 1024

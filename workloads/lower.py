@@ -346,12 +346,21 @@ class _Ctx:
         flow ``fl`` (reads ``x`` and ``w_attn_norm``, writes ``h_attn``); on the rank's
         sequence shard under sequence parallelism (:meth:`norm`: it reads and writes ``1/sp``
         of the tensors, the all-gather before the next GEMM fills the rest of ``h_attn``)."""
+        fl.t(x, self.tokens * self.m.hidden_size * self.p.a_bytes)
+        return self.stream_norm(fl, "attn_norm", x, "h_attn")
+
+    def stream_norm(self, fl, name: str, src: str, dst: str, *,
+                    deps: tuple[str, ...] = ()) -> VectorOp:
+        """A norm ``name`` of the residual stream ``src`` into ``dst`` (``T·d`` each),
+        recorded in flow ``fl`` (reads ``src`` and ``w_<name>``, writes ``dst``, after
+        ``deps``); on the rank's sequence shard under sequence parallelism (:meth:`norm`
+        with ``sharded``: it reads and writes ``1/sp`` of the tensors)."""
         T, d, a = self.tokens, self.m.hidden_size, self.p.a_bytes
-        op = self.norm("attn_norm", d, sharded=True)
+        op = self.norm(name, d, sharded=True)
         f = 1.0 / self.sp
-        fl.t(x, T * d * a)
-        return fl.vec(op, [(x, f), (fl.t("w_attn_norm", op.read_bytes - op.elements * a,
-                                         "weight"), 1.0)], [(fl.t("h_attn", T * d * a), f)])
+        return fl.vec(op, [(src, f), (fl.t(f"w_{name}", op.read_bytes - op.elements * a,
+                                           "weight"), 1.0)],
+                      [(fl.t(dst, T * d * a), f)], deps=deps)
 
     def norm(self, name: str, width: int, rows: float | None = None, *, weights: int = 1,
              ops: float | None = None, sharded: bool = False) -> VectorOp:
@@ -514,6 +523,19 @@ def _rope(c: _Ctx, h: int, hkv: int, *, flow=None, parts: dict | None = None) ->
     return []
 
 
+def _qkv_heads(c: _Ctx, h: int, hkv: int, width: int, *, flow=None
+               ) -> tuple[list[Op], dict[str, Pieces]]:
+    """The QK norms and rotary embedding of ``h`` query and ``hkv`` KV heads read from the
+    fused ``qkv`` tensor (``width`` heads wide: q, any gate, k, v); returns their ops and the
+    pieces of ``qkv`` (or of what the norms and rotary wrote) holding q, k and v (empty
+    without a ``flow``)."""
+    parts = {"q": [("qkv", h / width)], "k": [("qkv", hkv / width)],
+             "v": [("qkv", hkv / width)]} if flow is not None else None
+    ops = _qk_norm(c, h, hkv, flow=flow, parts=parts)
+    ops += _rope(c, h, hkv, flow=flow, parts=parts)
+    return ops, parts or {"q": [], "k": [], "v": []}
+
+
 def _attention_gqa(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -> list[Op]:
     m, tp, T = c.m, c.tp, c.tokens
     d, dh = m.hidden_size, m.head_dim
@@ -530,11 +552,8 @@ def _attention_gqa(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") -
             [(fl.t("qkv", T * qkvw * a), 1.0)])
     ops: list[Op] = [norm, qkv]
     width = h + gate + 2 * hkv
-    parts = {"q": [("qkv", h / width)], "k": [("qkv", hkv / width)],
-             "v": [("qkv", hkv / width)]} if flow is not None else None
-    ops += _qk_norm(c, h, hkv, flow=flow, parts=parts)
-    ops += _rope(c, h, hkv, flow=flow, parts=parts)
-    parts = parts or {"q": [], "k": [], "v": []}
+    more, parts = _qkv_heads(c, h, hkv, width, flow=flow)
+    ops += more
     kv_dtype = c.p.kv if c.phase == "decode" else None
     if c.kv_cached:
         op = c.vec("kv_write", "copy", T * 2 * hkv * dh, write_dtype_bytes=c.p.kv_bytes)
@@ -595,12 +614,8 @@ def _attention_2d(c: _Ctx, *, flow=None, x: str = "x", out: str = "attn_out") ->
     rs = sub_slice("qkv_reduce_scatter", "reduce_scatter", X * sub.tokens * qkvw * a, c, xs)
     fl.vec(rs, [("qkv_partial", 1.0)], [(fl.t("qkv", sub.tokens * qkvw * a), 1.0)])
     ops: list[Op] = [norm, ag, qkv, rs]
-    width = h + 2 * hkv
-    parts = {"q": [("qkv", h / width)], "k": [("qkv", hkv / width)],
-             "v": [("qkv", hkv / width)]} if flow is not None else None
-    ops += _qk_norm(sub, h, hkv, flow=flow, parts=parts)
-    ops += _rope(sub, h, hkv, flow=flow, parts=parts)
-    parts = parts or {"q": [], "k": [], "v": []}
+    more, parts = _qkv_heads(sub, h, hkv, h + 2 * hkv, flow=flow)
+    ops += more
     kv_dtype = c.p.kv if c.phase == "decode" else None
     op = sub.vec("kv_write", "copy", sub.tokens * 2 * hkv * dh, write_dtype_bytes=c.p.kv_bytes)
     fl.vec(op, parts["k"] + parts["v"],
@@ -929,11 +944,7 @@ def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: s
                                    f if op.kind == "reduce_scatter" else 1.0)], deps=deps)
         cur, deps = f"{name}_red", ()
     if c.m.sandwich_norms:
-        op = c.norm(f"{name}_post_norm", d, sharded=True)
-        fl.vec(op, [(cur, f), (fl.t(f"w_{name}_post_norm", op.read_bytes - op.elements * a,
-                                    "weight"), 1.0)],
-               [(fl.t(f"{name}_pn", T * d * a), f)], deps=deps)
-        ops.append(op)
+        ops.append(c.stream_norm(fl, f"{name}_post_norm", cur, f"{name}_pn", deps=deps))
         cur, deps = f"{name}_pn", ()
     op = c.vec(f"{name}_residual", "add", T * d / c.sp, reads=2.0,
                tags=c.sp_tags + (RESIDUAL_ADD,))
@@ -985,16 +996,10 @@ def layer_ops(c: _Ctx, *, flow=None) -> list[Op]:
     ``flow`` (:class:`~diptych.workloads.dataflow.Flow`) the tensors are recorded: the layer
     reads ``x`` and writes ``y`` (docs/workloads.md lists the names)."""
     fl = flow or NOFLOW
-    T, d, a = c.tokens, c.m.hidden_size, c.p.a_bytes
     ops = mixer_ops(c, flow=flow)
     ops += _residual(c, "attn", flow=flow, inp="attn_out", resid="x", out="h1",
                      extra=("ssm_out",) if c.layer.ssm else ())
-    op = c.norm("mlp_norm", c.m.hidden_size, sharded=True)   # the sequence shard (SP)
-    f = 1.0 / c.sp
-    fl.vec(op, [("h1", f), (fl.t("w_mlp_norm", op.read_bytes - op.elements * a, "weight"),
-                            1.0)],
-           [(fl.t("h_mlp", T * d * a), f)])
-    ops.append(op)
+    ops.append(c.stream_norm(fl, "mlp_norm", "h1", "h_mlp"))   # the sequence shard (SP)
     if c.layer.moe:
         ops += _moe_mlp(c, flow=flow)
         out, extra = "moe_out", _shared_output(c.m)

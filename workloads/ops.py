@@ -19,6 +19,10 @@ COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 #: DRAM (the default: streamed through the DMA engines), or kept on chip between ops in the
 #: cores' scratchpads or the shared buffer.
 SOURCES = ("dram", "scratchpad", "shared_buffer")
+#: The tag of a backward pass's op (workloads/train.py ``backward_ops``): the one tag
+#: :func:`diptych.sim.simulate` keeps on a vector op, since a stack's kernel rate may differ
+#: by direction (sim/vector.py ``stream_fraction``).
+BACKWARD_TAG = "bwd"
 
 
 def _check_source(name: str, value) -> None:

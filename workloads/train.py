@@ -30,7 +30,7 @@ import math
 from dataclasses import replace
 
 from ..arch.dtypes import dtype_bytes, fmt
-from .ops import Collective, Gemm, Op, VectorOp
+from .ops import BACKWARD_TAG, Collective, Gemm, Op, VectorOp
 from .program import Carry, Tensor
 from .config import ModelConfig
 from .fused_attention import FusedAttention, fused_backward
@@ -106,7 +106,7 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
             # after the dgrad, beside the wgrad (workloads/lower.py ``_head``)
             return [da, Collective(name=f"{op.name}.dgrad_all_reduce", kind="all_reduce",
                                    bytes=op.batch * op.m * op.k * p.a_bytes, group=group,
-                                   tags=("tp", "bwd")), db]
+                                   tags=("tp", BACKWARD_TAG)), db]
         return [da, db]
     if isinstance(op, RingMerge):  # ring attention's bookkeeping (workloads/cp_attention.py)
         return [op.backward()]
@@ -119,7 +119,7 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
         return [VectorOp(name=f"{op.name}.bwd", kind=op.kind, elements=op.elements,
                          ops_per_element=2.0 * op.ops_per_element,
                          read_bytes=read, write_bytes=write,
-                         dtype=op.dtype, tags=op.tags + ("bwd",))]
+                         dtype=op.dtype, tags=op.tags + (BACKWARD_TAG,))]
     # the adjoint of an all-gather is a reduce-scatter of the same buffer (each rank gets its
     # chunk's gradient summed over the ranks): context parallelism's K/V all-gather, whose
     # backward sums every rank's dK/dV onto the chunk's owner [S: NVIDIA/TransformerEngine
@@ -134,7 +134,7 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
     # ``_ReduceScatterToSequenceParallelRegion.backward`` returns ``_gather_along_first_dim``]
     kind = {"all_gather": "reduce_scatter", "reduce_scatter": "all_gather"}.get(op.kind,
                                                                                 op.kind)
-    tags = tuple(t for t in op.tags if t != REGATHER) + ("bwd",)
+    tags = tuple(t for t in op.tags if t != REGATHER) + (BACKWARD_TAG,)
     out = [Collective(name=f"{op.name}.bwd", kind=kind, bytes=op.bytes, group=op.group,
                       tags=tags)]
     if REGATHER in op.tags:
