@@ -21,11 +21,11 @@ whatever ``n``. The ``X`` axis is one side of the torus slice that holds the gro
 the others (the paper's ``E_x F_yz``), so each collective runs over the links of the
 dimensions it spans.
 
-In scope: the dense FFN (decode and prefill). Attention stays Megatron 1-D over all ``n``
-chips (heads must divide ``n``): from the sharded stream its all-reduce stands for the
-reduce-scatter after ``o_proj`` and the all-gather before the next ``qkv_proj`` (the same
-bytes). Not modelled: the paper's 2-D attention projections, its batch-sharded multi-query
-KV cache (§3.3), MoE FFNs, the norm's cross-chip statistics (``T`` scalars per norm).
+In scope: the dense FFN (decode and prefill) and GQA/MQA attention, its projections split
+the same way with the heads in place of d_ff over ``YZ`` and the batch over ``X``
+(``workloads.lower._attention_2d`` [assumption]; heads need only divide ``YZ``). Not
+modelled: the paper's batch-sharded multi-query KV cache over all ``n`` chips (§3.3), MoE
+FFNs, MLA and gated attention, the norm's cross-chip statistics (``T`` scalars per norm).
 """
 
 from __future__ import annotations
@@ -36,6 +36,10 @@ from .ops import Collective, Op
 
 #: The tensor-parallel layouts: Megatron's 1-D split, the paper's 2-D FFN split.
 LAYOUTS = ("1d", "2d")
+
+#: Why the 2-D layout refuses training (:func:`check_2d`, and the run scenario's check).
+INFERENCE_ONLY = ("--tp-layout 2d is an inference layout (Pope et al. 2022); phase train "
+                  "takes --tp-layout 1d")
 
 
 def grid_problems(m: ModelConfig, x: int, yz: int) -> list[str]:
@@ -78,8 +82,7 @@ def check_2d(m: ModelConfig, phase: str) -> None:
     """Raise ValueError unless the 2-D layout applies to ``m`` in ``phase`` (inference on a
     dense FFN)."""
     if phase == "train":
-        raise ValueError("--tp-layout 2d is an inference layout (Pope et al. 2022); phase "
-                         "train takes --tp-layout 1d")
+        raise ValueError(INFERENCE_ONLY)
     if m.is_moe:
         raise ValueError(f"--tp-layout 2d splits a dense FFN; {m.name} is a mixture of experts "
                          f"(not modelled)")

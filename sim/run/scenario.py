@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from ...arch.dtypes import check_dtype
 from ...workloads.lower import ATTENTION_MODES, check_attention
 from ...workloads.moe import Routing
-from ...workloads.tp2d import LAYOUTS as TP_LAYOUTS
+from ...workloads.tp2d import INFERENCE_ONLY, LAYOUTS as TP_LAYOUTS
 from ...workloads.loss import DEFAULT as LOSS_DEFAULT, check_implementation
 from ...workloads.precision import recipe_for
 from ..limits import check_sizes
@@ -229,8 +229,7 @@ class Scenario:
             raise ValueError(f"tp_layout must be one of {', '.join(TP_LAYOUTS)}, not "
                              f"{self.tp_layout!r}")
         if self.tp_layout == "2d" and self.phase == "train":
-            raise ValueError("--tp-layout 2d is an inference layout (Pope et al. 2022); phase "
-                             "train takes --tp-layout 1d")
+            raise ValueError(INFERENCE_ONLY)
         check_implementation(self.cross_entropy)
         _degree("batch", self.batch)
         for n in ("prompt", "gen", "seq", "micro_batch"):
