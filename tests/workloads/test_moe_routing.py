@@ -249,3 +249,45 @@ def test_an_expert_parallel_rank_runs_a_little_over_its_share():
     rows_ep = sum(o.batch * o.m for o in gemms(a) if "gate_up" in o.name)
     rows_one = sum(o.batch * o.m for o in gemms(b) if "gate_up" in o.name)
     assert rows_one == 512 * 8 and 1.0 < rows_ep / rows_one < 1.05
+
+
+def _megatron_drop_and_pad(tokens_per_tp_rank, E, k, cf, tp, ep):
+    """Megatron-Core's drop-and-pad all-to-all dispatcher (core_r0.9.0-0.11.0
+    ``MoEAlltoAllTokenDispatcher.preprocess`` with ``moe_pad_expert_input_to_capacity``):
+    ``capacity = ceil(S·k/E × cf)`` per expert and source rank (``get_capacity``), the
+    rank sends ``capacity × E`` rows (``num_out_tokens``) and each local expert runs
+    ``capacity × tp × ep`` rows."""
+    capacity = math.ceil(tokens_per_tp_rank * k / E * cf)
+    return capacity * E, capacity * tp * ep
+
+
+@pytest.mark.parametrize("cf,seq", [(1.0, 8192), (1.25, 8192), (1.1, 8192), (1.0, 4040)])
+def test_padded_routing_runs_megatron_s_drop_and_pad_rows(cf, seq):
+    # Grok-1's published layout on Mixtral's routing shape (8 experts top-2): TP4 (sequence
+    # parallel) CP2 EP8, NVIDIA's grok1_314b.yaml capacity factor 1.0, padded; 1.1 and 505
+    # tokens per tensor-parallel rank make the capacity a fraction that Megatron rounds up
+    from diptych.workloads.train import train_forward
+    m = load_model("mixtral-8x7b")
+    tp, cp, ep = 4, 2, 8
+    E, k, d = m.experts, m.experts_per_token, m.hidden_size
+    pad = Routing(capacity_factor=cf, pad=True)
+    ops = _moe_ops(train_forward(m, 1, seq, tp=tp, cp=cp, ep=ep, routing=pad,
+                                 sequence_parallel=True))
+    sent, rows = _megatron_drop_and_pad(seq // cp // tp, E, k, cf, tp, ep)
+    up = ops["experts_gate_up"]
+    assert (up.batch, up.m) == (E // ep, rows)
+    assert ops["ep_dispatch"].bytes == ops["ep_combine"].bytes == sent * d * 2   # BF16 rows
+
+
+def test_padding_at_capacity_one_removes_the_busiest_rank_s_excess():
+    # dropless, a balanced router's busiest of 8 ranks runs ~1.4 % over its share (sampling
+    # noise, 4,096 tokens per rank); padded at capacity factor 1 every rank runs exactly it
+    from diptych.workloads.train import train_forward
+    m = load_model("mixtral-8x7b")
+    kw = dict(tp=4, cp=2, ep=8, sequence_parallel=True)
+    free = _moe_ops(train_forward(m, 1, 8192, **kw))["experts_gate_up"]
+    pad = _moe_ops(train_forward(m, 1, 8192, routing=Routing(capacity_factor=1.0, pad=True),
+                                 **kw))["experts_gate_up"]
+    share = 4096 * m.experts_per_token
+    assert pad.m == share and 1.01 < free.m / share < 1.02
+
