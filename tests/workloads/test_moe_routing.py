@@ -22,8 +22,9 @@ from diptych.sim.run import Scenario, run_workload
 from diptych.tools.cli import main
 from diptych.workloads import load_model, prefill
 from diptych.workloads.lower import expert_groups
-from diptych.workloads.moe import (Routing, dropped_fraction, expected_max_normal,
-                                   rank_load_factor)
+from diptych.workloads.moe import (AUX_LOSS_EXPERTS, AUX_LOSS_MAX_VIOLATION, AUX_LOSS_SKEW,
+                                   Routing, dropped_fraction, expected_max_normal,
+                                   rank_load_factor, skew_from_max_violation)
 from diptych.workloads.ops import Gemm, VectorOp
 
 
@@ -237,6 +238,11 @@ def test_cli_routing_flags_and_their_errors():
     assert pad.exit_code == 2 and "--moe-pad" in pad.output
     bad = r.invoke(main, args + ["--model", "mixtral-8x7b", "--moe-skew", "-1"])
     assert bad.exit_code == 2 and "--moe-skew" in bad.output
+    name = r.invoke(main, args + ["--model", "mixtral-8x7b", "--moe-skew", "Aux-Loss", "--json"])
+    assert name.exit_code == 0, name.output
+    assert json.loads(name.output)["info"]["moe_routing"]["skew"] == AUX_LOSS_SKEW
+    word = r.invoke(main, args + ["--model", "mixtral-8x7b", "--moe-skew", "trained"])
+    assert word.exit_code == 2 and "--moe-skew" in word.output and "aux-loss" in word.output
 
 
 def test_an_expert_parallel_rank_runs_a_little_over_its_share():
@@ -291,3 +297,27 @@ def test_padding_at_capacity_one_removes_the_busiest_rank_s_excess():
     share = 4096 * m.experts_per_token
     assert pad.m == share and 1.01 < free.m / share < 1.02
 
+
+def test_aux_loss_skew_reproduces_the_measured_max_violation():
+    E, v = AUX_LOSS_EXPERTS, AUX_LOSS_MAX_VIOLATION
+    # closed form: diptych's busiest rank with one expert per rank and no sampling noise
+    f = rank_load_factor(Routing(skew=AUX_LOSS_SKEW), E, 6, 10 ** 12, E)
+    assert f == pytest.approx(1 + v, rel=1e-6)
+    for e, s in ((8, 0.1), (64, 0.5), (256, 0.2)):       # the inverse, round trip
+        g = rank_load_factor(Routing(skew=s), e, 2, 10 ** 12, e)
+        assert skew_from_max_violation(g - 1, e) == pytest.approx(s, rel=1e-6)
+    # Monte Carlo: E experts with normal popularities of that CV, Wang et al.'s MaxVio of
+    # each draw, (max − mean) / mean, averaged (the closed form's √(1 − 1/E): 0.8 % at 64)
+    rng = np.random.default_rng(7)
+    p = 1 + AUX_LOSS_SKEW * rng.standard_normal((20_000, E))
+    vio = (p.max(axis=1) - p.mean(axis=1)) / p.mean(axis=1)
+    assert float(vio.mean()) == pytest.approx(v, rel=0.02)
+
+
+@pytest.mark.parametrize("args,match", [
+    ((-0.1, 64), "max_violation"), ((True, 64), "max_violation"),
+    ((float("nan"), 64), "max_violation"), ((math.inf, 64), "max_violation"),
+    ((0.5, 1), "experts"), ((0.5, 8.0), "experts")])
+def test_bad_max_violation_names_the_argument(args, match):
+    with pytest.raises(ValueError, match=match):
+        skew_from_max_violation(*args)
