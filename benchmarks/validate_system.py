@@ -45,6 +45,7 @@ class Row:
     plan: dict = field(default_factory=dict)
     fp8: bool = False
     stack: dict = field(default_factory=dict)
+    routing: dict = field(default_factory=dict)
 
 
 #: The software settings of the published runs (sim/run/stack.py), read at the commits cited:
@@ -69,6 +70,22 @@ class Row:
 #: ``bias_activation_fusion: true``), timed at the rates the h100 preset measured for it
 #: (``[elementwise_kernels_megatron]``); GPT-3's GeLU and Grok-1's GeGLU have no published
 #: measurement of Megatron's kernel: the copy rate.
+#: The MoE routing of the published runs (the model's recipe, not the chip's stack, so
+#: ``--stack-defaults`` keeps it; workloads/moe.py ``Routing``). Grok-1, NVIDIA/dgxc-benchmarking
+#: 143b90d grok1/grok1_314b.yaml [S]: ``moe_expert_capacity_factor: 1.0``,
+#: ``moe_pad_expert_input_to_capacity: true`` (Megatron-Core's drop-and-pad path: every expert
+#: runs ``capacity = ceil(T·k/E × 1.0)`` rows per source rank whatever the routing, the
+#: overflow dropped; core_r0.9.0-0.11.0 token_dispatcher.py ``preprocess``: ``num_out_tokens =
+#: capacity × num_experts``, ``capacity × tp × ep`` rows per local expert), so the busiest
+#: rank runs exactly its share and no popularity skew can lengthen the step;
+#: ``moe_token_dispatcher_type: alltoall`` (diptych's dispatch/combine all-to-alls, the
+#: capacity-padded rows: ``C·T·k`` = ``T·k`` at C = 1); ``moe_grouped_gemm: false``
+#: (SequentialMLP: one GEMM pair per local expert; at EP 8 of 8 experts each rank holds one,
+#: the same single GEMM a grouped GEMM would run); ``moe_aux_loss_coeff: 0.01`` with
+#: Megatron-Core's default ``moe_router_load_balancing_type: aux_loss`` (a sum over
+#: ``T × E`` probabilities and an all-reduce of E counts per layer, not modelled: ~0.1 % of the
+#: step [assumption]); the router a plain BF16 linear (``params_dtype``), as diptych runs it.
+ROUTING = {"grok": dict(moe_capacity_factor=1.0, moe_pad=True)}
 STACKS = {"llama": dict(nvls=False, cross_entropy="fused", elementwise_kernels="megatron"),
           "gpt3": dict(nvls=False, attention_kernel="fa2", cross_entropy="unfused"),
           "grok": dict(nvls=False, attention_kernel="fa2", tp_comm_overlap=False,
@@ -87,7 +104,8 @@ def _rows() -> list[Row]:
     # "DP" is the data parallelism beside EP: dense dp = GPUs / (tp·pp·cp) = 8 × it; the README
     # names no optimizer sharding [assumption: ZeRO 0]
     grok = dict(degrees=dict(tp=4, pp=8, cp=2, ep=8),
-                plan=dict(schedule="interleaved", virtual_stages=8), stack=STACKS["grok"])
+                plan=dict(schedule="interleaved", virtual_stages=8), stack=STACKS["grok"],
+                routing=ROUTING["grok"])
     return [
         Row("Llama-3.1-70B, 64 GPUs, TP4 PP4 CP2 VP5, BF16", "llama-3-70b", 14.72, 64, 128,
             8192, **l70),
@@ -116,7 +134,7 @@ def run_row(r: Row, waterfall: bool = False, published: bool = True):
     (:data:`STACKS`), else the chip's defaults (NVLS, its own attention kernel, TE's
     userbuffers)."""
     s = Scenario.of(phase="train", batch=r.batch, seq=r.seq, chips=r.chips, micro_batch=1,
-                    recipe="fp8-delayed" if r.fp8 else None, **r.degrees,
+                    recipe="fp8-delayed" if r.fp8 else None, **r.degrees, **r.routing,
                     **(r.stack if published else {}))
     return run_cluster_step("h100", r.model, s, cluster="dgx-h100",
                             plan=build_plan(s, **r.plan), waterfall=waterfall)

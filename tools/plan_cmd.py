@@ -9,6 +9,7 @@ import click
 from ..workloads.precision import RECIPES
 from . import fmt
 from .errors import friendly
+from .moe_skew import MOE_SKEW
 
 
 def _exposed(e: dict) -> str:
@@ -131,8 +132,9 @@ class NameList(click.ParamType):
 @click.option("--recipe", type=click.Choice(RECIPES),
               help="Train with this precision recipe (docs/precision.md) instead of BF16: "
                    "fp8-delayed, fp8-current or mxfp8.")
-@click.option("--moe-skew", type=float,
-              help="MoE: the experts' popularity skew (coefficient of variation; default 0).")
+@click.option("--moe-skew", type=MOE_SKEW,
+              help="MoE: the experts' popularity skew (coefficient of variation, or aux-loss: "
+                   "0.31, as measured; default 0).")
 @click.option("--moe-capacity-factor", type=float,
               help="MoE: expert capacity over its mean tokens (default: dropless).")
 @click.option("--moe-pad", is_flag=True, default=None,

@@ -14,6 +14,7 @@ from .errors import echo_err, friendly
 from .jsonout import dumps
 from .result_check import check_result
 from .precision_spec import describe
+from .moe_skew import MOE_SKEW
 
 
 def _console():
@@ -268,10 +269,11 @@ def _curve_table(curve: dict):
                    "the all-reduces; docs/workloads.md). Default: on at --tp > 1, as "
                    "Megatron-Core runs it with Transformer Engine; one node and --cluster "
                    "alike.")
-@click.option("--moe-skew", type=float,
+@click.option("--moe-skew", type=MOE_SKEW,
               help="MoE: the experts' popularity skew, the coefficient of variation of their "
-                   "expected tokens (default 0: a balanced router; docs/workloads.md, "
-                   "\"Mixture of experts\").")
+                   "expected tokens, or aux-loss (0.31: an auxiliary-loss-balanced router as "
+                   "measured; default 0: a balanced router; docs/workloads.md, \"Mixture of "
+                   "experts\").")
 @click.option("--moe-capacity-factor", type=float,
               help="MoE: each expert takes at most this × its mean tokens and drops the "
                    "rest (default: dropless).")

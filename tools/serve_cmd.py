@@ -16,6 +16,7 @@ from .errors import friendly
 from .jsonout import dumps
 from .serve_afd import afd_from_flags, afd_options, afd_requested
 from .result_check import check_result
+from .moe_skew import MOE_SKEW
 
 
 class _LazyProgress:
@@ -245,9 +246,10 @@ def _ep_layouts(ep, attention, redundant, skew, prefill_ep, decode_ep, disaggreg
               "requests and KV, DeepSeek-style) or tensor-parallel over the ep chips.")
 @click.option("--redundant-experts", type=int, default=0, show_default=True,
               help="With --ep: extra expert slots holding copies of the hottest experts (EPLB).")
-@click.option("--moe-skew", type=float, default=0.0, show_default=True,
-              help="With --ep: the experts' popularity coefficient of variation (0: balanced; "
-              "[assumption], no public measurement).")
+@click.option("--moe-skew", type=MOE_SKEW, default=0.0, show_default=True,
+              help="With --ep: the experts' popularity coefficient of variation (0: balanced), "
+              "or aux-loss (0.31: an auxiliary-loss-balanced router as measured; "
+              "docs/workloads.md, \"Mixture of experts\").")
 @click.option("--prefill-ep", type=int, help="Disaggregated: the prefill pool's --ep "
               "(default --ep).")
 @click.option("--decode-ep", type=int, help="Disaggregated: the decode pool's --ep "

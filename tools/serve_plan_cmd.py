@@ -12,6 +12,7 @@ from .dse.pool_map import scheduler_option
 from .errors import echo_err, friendly
 from .jsonout import dumps
 from .plan_cmd import IntList
+from .moe_skew import MOE_SKEW
 
 
 class BoolList(click.ParamType):
@@ -172,9 +173,9 @@ def echo_why(res: dict) -> None:
 @click.option("--ep-attention", default="dp,tp", show_default=True,
               help="Attention layouts to try beside expert parallelism: dp (each chip its own "
                    "requests and KV), tp (split over the ep chips), or both.")
-@click.option("--moe-skew", type=float, default=0.0, show_default=True,
-              help="Expert-parallel plans: the experts' popularity coefficient of variation "
-                   "(as `diptych serve --moe-skew`).")
+@click.option("--moe-skew", type=MOE_SKEW, default=0.0, show_default=True,
+              help="Expert-parallel plans: the experts' popularity coefficient of variation, "
+                   "or aux-loss (as `diptych serve --moe-skew`).")
 @click.option("--redundant-experts", type=IntList(zero_ok=True), default="0", show_default=True,
               help="Redundant expert slots to try on every expert-parallel layout (EPLB's "
                    "copies of the hottest experts, as `diptych serve --redundant-experts`), "

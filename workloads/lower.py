@@ -769,23 +769,30 @@ def _dense_mlp(c: _Ctx, prefix: str, width: int, *, flow=None, inp: str = "h_mlp
     return [up, fn, down]
 
 
-def expert_groups(m: ModelConfig, tokens: int, ep: int = 1, routing: Routing = Routing()
-                  ) -> list[tuple[int, int]]:
+def expert_groups(m: ModelConfig, tokens: int, ep: int = 1, routing: Routing = Routing(),
+                  sources: int = 1) -> list[tuple[int, int]]:
     """``[(experts, token-expert pairs each), ...]`` that one rank's expert GEMMs run for
     ``tokens`` tokens routed top-k: the busiest rank's (the step waits for it).
 
+    Padded (``routing.pad``): every expert runs its capacity whatever the routing, counted as
+    Megatron-Core's drop-and-pad dispatcher counts it (core_r0.9.0-0.11.0
+    ``MoEAlltoAllTokenDispatcher.preprocess``, ``get_capacity``): ``⌈C·S·k/E⌉`` rows from
+    each of the ``sources × ep`` ranks that route to it, ``S = ⌈tokens / sources⌉`` tokens
+    each (``sources``: the tensor-parallel ranks whose sequence-parallel shards the tokens
+    are, when the experts are split over them; 1 otherwise).
     Without expert parallelism: :func:`diptych.workloads.moe.expert_load` over all experts
-    (less the pairs a capacity factor drops, :func:`~diptych.workloads.moe.dropped_fraction`;
-    padded: every expert at its capacity, ``⌈C·T·k/E⌉`` rows). With ``ep`` ranks each holding
+    (less the pairs a capacity factor drops, :func:`~diptych.workloads.moe.dropped_fraction`).
+    With ``ep`` ranks each holding
     ``experts / ep`` of them, the busiest rank receives
     :func:`~diptych.workloads.moe.rank_load_factor` × ``T·k`` pairs (the ``ep`` ranks'
     ``ep·T`` tokens spread with the sampling noise of the router and ``routing``'s skew, capped
     or padded by its capacity factor), falling on the expected number of its experts touched,
-    ``E/ep · (1 − (1 − k/E)^(ep·T))`` (rounded, at least 1, at most its experts and its pairs;
-    padded: all of them), as evenly as integers allow."""
+    ``E/ep · (1 − (1 − k/E)^(ep·T))`` (rounded, at least 1, at most its experts and its pairs),
+    as evenly as integers allow."""
     e, k = m.experts, m.experts_per_token
-    if routing.pad and ep == 1:
-        return [(e, math.ceil(routing.capacity_factor * tokens * k / e))]
+    if routing.pad:
+        per_source = math.ceil(routing.capacity_factor * -(-tokens // sources) * k / e)
+        return [(e // ep, per_source * sources * ep)]
     if ep == 1:
         if routing.capacity_factor is None:
             return expert_load(e, k, tokens)
@@ -795,7 +802,7 @@ def expert_groups(m: ModelConfig, tokens: int, ep: int = 1, routing: Routing = R
     else:
         pairs = max(1, round(tokens * k * rank_load_factor(routing, e, k, tokens, ep)))
         touched = expected_experts_touched(e, k, ep * tokens) / ep
-        n_exp = e // ep if routing.pad else max(1, min(e // ep, pairs, round(touched)))
+        n_exp = max(1, min(e // ep, pairs, round(touched)))
     q, r = divmod(pairs, n_exp)
     return [(n, t) for n, t in ((r, q + 1), (n_exp - r, q)) if n and t]
 
@@ -820,7 +827,9 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
     f = m.moe_intermediate_size // etp
     fl = flow or NOFLOW
     a, wb = c.p.a_bytes, c.p.w_bytes
-    groups = expert_groups(m, te, c.ep, c.routing)
+    # padded capacity counts per source rank: Megatron's tensor-parallel ranks each route
+    # their sequence-parallel share when the experts are split over them
+    groups = expert_groups(m, te, c.ep, c.routing, sources=c.tp if etp == c.tp else 1)
     rows = sum(n * per for n, per in groups)  # pairs this rank's experts run
     router = c.gemm("router", T, d, e, tags=("moe",))
     topk = c.vec("topk", "topk", T * e, writes=k / e)

@@ -131,6 +131,41 @@ def rank_load_cv(r: Routing, experts: int, top_k: int, tokens: int, ep: int) -> 
     return math.sqrt((1 - 1 / ep) * (sampling + r.skew ** 2 / g))
 
 
+def skew_from_max_violation(max_violation: float, experts: int) -> float:
+    """The popularity ``skew`` whose busiest expert carries ``1 + max_violation`` times the
+    mean load over a batch large enough that sampling noise vanishes: the inverse of
+    :func:`rank_load_factor` at one expert per rank (``ep = E``, ``T → ∞``), where a rank's
+    CV is ``skew·√(1 − 1/E)``, so ``skew = max_violation / (E[max of E normals]·√(1 − 1/E))``.
+    ``max_violation`` is Wang et al.'s ``MaxVio = (max_i Load_i − mean) / mean`` (arXiv
+    2408.15664, Eq. 4); ``MaxVio_global`` (a whole validation set) is that batch."""
+    if isinstance(max_violation, bool) or not isinstance(max_violation, (int, float)) \
+            or not 0 <= max_violation < math.inf:
+        raise ValueError(f"max_violation must be a finite non-negative number, not "
+                         f"{max_violation!r}")
+    if isinstance(experts, bool) or not isinstance(experts, int) or experts < 2:
+        raise ValueError(f"experts must be an integer of at least 2, not {experts!r}")
+    return max_violation / (expected_max_normal(experts) * math.sqrt(1 - 1 / experts))
+
+
+#: The measured load spread of an auxiliary-loss-balanced router. [S] Wang et al. 2024,
+#: "Auxiliary-Loss-Free Load Balancing Strategy for Mixture-of-Experts" (arXiv 2408.15664),
+#: Table 2: the auxiliary-loss baseline (coefficient α = 0.001, sigmoid gate; DeepSeekMoE 1B,
+#: 64 routed experts top-6 plus 2 shared, 100B tokens) ends at ``MaxVio_global`` 0.72 (3B,
+#: 200B tokens: 0.52; softmax gate, Table 6: 0.937), read as quoted by
+#: bzhng-development/summary-of-some-paper-in-cuda@dae082b (the paper's own copy was not
+#: reachable here). Per training batch (their Fig. 3, ``MaxVio_batch``) it is larger, as
+#: :func:`rank_load_factor` adds the batch's sampling noise to this popularity skew.
+AUX_LOSS_MAX_VIOLATION = 0.72
+#: The routed experts of that measurement (top-6 of 64).
+AUX_LOSS_EXPERTS = 64
+#: Their popularity skew (:func:`skew_from_max_violation`): 0.72 / (2.3437·0.9922) = 0.310.
+#: [assumption, not a default] a router of other experts, top-k, gate or coefficient has its
+#: own (Grok-1's NeMo recipe uses α = 0.01, Mixtral's config 0.02; the source's Figure 2: a
+#: larger α balances more tightly); diptych runs 0 unless ``--moe-skew`` (a number, or
+#: ``aux-loss`` for this one) says otherwise (docs/workloads.md, "Mixture of experts").
+AUX_LOSS_SKEW = skew_from_max_violation(AUX_LOSS_MAX_VIOLATION, AUX_LOSS_EXPERTS)
+
+
 def rank_load_factor(r: Routing, experts: int, top_k: int, tokens: int, ep: int) -> float:
     """The busiest expert-parallel rank's token-expert pairs ÷ the mean ``T·k``.
 

@@ -22,8 +22,9 @@ from diptych.sim.run import Scenario, run_workload
 from diptych.tools.cli import main
 from diptych.workloads import load_model, prefill
 from diptych.workloads.lower import expert_groups
-from diptych.workloads.moe import (Routing, dropped_fraction, expected_max_normal,
-                                   rank_load_factor)
+from diptych.workloads.moe import (AUX_LOSS_EXPERTS, AUX_LOSS_MAX_VIOLATION, AUX_LOSS_SKEW,
+                                   Routing, dropped_fraction, expected_max_normal,
+                                   rank_load_factor, skew_from_max_violation)
 from diptych.workloads.ops import Gemm, VectorOp
 
 
@@ -237,6 +238,11 @@ def test_cli_routing_flags_and_their_errors():
     assert pad.exit_code == 2 and "--moe-pad" in pad.output
     bad = r.invoke(main, args + ["--model", "mixtral-8x7b", "--moe-skew", "-1"])
     assert bad.exit_code == 2 and "--moe-skew" in bad.output
+    name = r.invoke(main, args + ["--model", "mixtral-8x7b", "--moe-skew", "Aux-Loss", "--json"])
+    assert name.exit_code == 0, name.output
+    assert json.loads(name.output)["info"]["moe_routing"]["skew"] == AUX_LOSS_SKEW
+    word = r.invoke(main, args + ["--model", "mixtral-8x7b", "--moe-skew", "trained"])
+    assert word.exit_code == 2 and "--moe-skew" in word.output and "aux-loss" in word.output
 
 
 def test_an_expert_parallel_rank_runs_a_little_over_its_share():
@@ -249,3 +255,69 @@ def test_an_expert_parallel_rank_runs_a_little_over_its_share():
     rows_ep = sum(o.batch * o.m for o in gemms(a) if "gate_up" in o.name)
     rows_one = sum(o.batch * o.m for o in gemms(b) if "gate_up" in o.name)
     assert rows_one == 512 * 8 and 1.0 < rows_ep / rows_one < 1.05
+
+
+def _megatron_drop_and_pad(tokens_per_tp_rank, E, k, cf, tp, ep):
+    """Megatron-Core's drop-and-pad all-to-all dispatcher (core_r0.9.0-0.11.0
+    ``MoEAlltoAllTokenDispatcher.preprocess`` with ``moe_pad_expert_input_to_capacity``):
+    ``capacity = ceil(S·k/E × cf)`` per expert and source rank (``get_capacity``), the
+    rank sends ``capacity × E`` rows (``num_out_tokens``) and each local expert runs
+    ``capacity × tp × ep`` rows."""
+    capacity = math.ceil(tokens_per_tp_rank * k / E * cf)
+    return capacity * E, capacity * tp * ep
+
+
+@pytest.mark.parametrize("cf,seq", [(1.0, 8192), (1.25, 8192), (1.1, 8192), (1.0, 4040)])
+def test_padded_routing_runs_megatron_s_drop_and_pad_rows(cf, seq):
+    # Grok-1's published layout on Mixtral's routing shape (8 experts top-2): TP4 (sequence
+    # parallel) CP2 EP8, NVIDIA's grok1_314b.yaml capacity factor 1.0, padded; 1.1 and 505
+    # tokens per tensor-parallel rank make the capacity a fraction that Megatron rounds up
+    from diptych.workloads.train import train_forward
+    m = load_model("mixtral-8x7b")
+    tp, cp, ep = 4, 2, 8
+    E, k, d = m.experts, m.experts_per_token, m.hidden_size
+    pad = Routing(capacity_factor=cf, pad=True)
+    ops = _moe_ops(train_forward(m, 1, seq, tp=tp, cp=cp, ep=ep, routing=pad,
+                                 sequence_parallel=True))
+    sent, rows = _megatron_drop_and_pad(seq // cp // tp, E, k, cf, tp, ep)
+    up = ops["experts_gate_up"]
+    assert (up.batch, up.m) == (E // ep, rows)
+    assert ops["ep_dispatch"].bytes == ops["ep_combine"].bytes == sent * d * 2   # BF16 rows
+
+
+def test_padding_at_capacity_one_removes_the_busiest_rank_s_excess():
+    # dropless, a balanced router's busiest of 8 ranks runs ~1.4 % over its share (sampling
+    # noise, 4,096 tokens per rank); padded at capacity factor 1 every rank runs exactly it
+    from diptych.workloads.train import train_forward
+    m = load_model("mixtral-8x7b")
+    kw = dict(tp=4, cp=2, ep=8, sequence_parallel=True)
+    free = _moe_ops(train_forward(m, 1, 8192, **kw))["experts_gate_up"]
+    pad = _moe_ops(train_forward(m, 1, 8192, routing=Routing(capacity_factor=1.0, pad=True),
+                                 **kw))["experts_gate_up"]
+    share = 4096 * m.experts_per_token
+    assert pad.m == share and 1.01 < free.m / share < 1.02
+
+
+def test_aux_loss_skew_reproduces_the_measured_max_violation():
+    E, v = AUX_LOSS_EXPERTS, AUX_LOSS_MAX_VIOLATION
+    # closed form: diptych's busiest rank with one expert per rank and no sampling noise
+    f = rank_load_factor(Routing(skew=AUX_LOSS_SKEW), E, 6, 10 ** 12, E)
+    assert f == pytest.approx(1 + v, rel=1e-6)
+    for e, s in ((8, 0.1), (64, 0.5), (256, 0.2)):       # the inverse, round trip
+        g = rank_load_factor(Routing(skew=s), e, 2, 10 ** 12, e)
+        assert skew_from_max_violation(g - 1, e) == pytest.approx(s, rel=1e-6)
+    # Monte Carlo: E experts with normal popularities of that CV, Wang et al.'s MaxVio of
+    # each draw, (max − mean) / mean, averaged (the closed form's √(1 − 1/E): 0.8 % at 64)
+    rng = np.random.default_rng(7)
+    p = 1 + AUX_LOSS_SKEW * rng.standard_normal((20_000, E))
+    vio = (p.max(axis=1) - p.mean(axis=1)) / p.mean(axis=1)
+    assert float(vio.mean()) == pytest.approx(v, rel=0.02)
+
+
+@pytest.mark.parametrize("args,match", [
+    ((-0.1, 64), "max_violation"), ((True, 64), "max_violation"),
+    ((float("nan"), 64), "max_violation"), ((math.inf, 64), "max_violation"),
+    ((0.5, 1), "experts"), ((0.5, 8.0), "experts")])
+def test_bad_max_violation_names_the_argument(args, match):
+    with pytest.raises(ValueError, match=match):
+        skew_from_max_violation(*args)
