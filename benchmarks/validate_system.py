@@ -69,10 +69,16 @@ class Row:
 #: ``bias_activation_fusion: true``), timed at the rates the h100 preset measured for it
 #: (``[elementwise_kernels_megatron]``); GPT-3's GeLU and Grok-1's GeGLU have no published
 #: measurement of Megatron's kernel: the copy rate.
-STACKS = {"llama": dict(nvls=False, cross_entropy="fused", elementwise_kernels="megatron"),
-          "gpt3": dict(nvls=False, attention_kernel="fa2", cross_entropy="unfused"),
+#: Kernel order: every run is a PyTorch eager step of Megatron-Core with Transformer Engine,
+#: which issues each rank's compute kernels on the current CUDA stream, where they execute
+#: in issue order (CUDA C++ Programming Guide, "Streams"); only NCCL (its own streams), TE's
+#: userbuffers and CP P2P streams run beside them: ``kernel_order="issue"``.
+STACKS = {"llama": dict(nvls=False, cross_entropy="fused", elementwise_kernels="megatron",
+                        kernel_order="issue"),
+          "gpt3": dict(nvls=False, attention_kernel="fa2", cross_entropy="unfused",
+                       kernel_order="issue"),
           "grok": dict(nvls=False, attention_kernel="fa2", tp_comm_overlap=False,
-                       cross_entropy="unfused")}
+                       cross_entropy="unfused", kernel_order="issue")}
 
 
 def _rows() -> list[Row]:

@@ -22,7 +22,10 @@ and each segment's ops are timed once; a block that imports from or is imported 
 
 What the schedule changes besides: ops overlap where the data allows (a vector op beside
 independent array work, a collective beside work that does not wait for it, a weight prefetch
-during the previous op's compute), and the fixed costs are charged.
+during the previous op's compute), and the fixed costs are charged. On a chip whose
+``[overheads] kernel_order`` is ``issue`` (the stack setting ``kernel_order``) the array and
+vector nodes run one at a time in program order, one CUDA stream (:func:`in_order_units`;
+docs/program.md, "Kernel order"): collectives and prefetches still overlap them.
 
 **Fused nodes** (:class:`~diptych.sim.program.FusedOps`): the vector work runs during the
 GEMM's main phase: ``seconds = max(GEMM, Σ vector ALU time, DRAM bytes ÷ peak)`` where a
@@ -62,6 +65,7 @@ from .links import collective_energy_j, collective_launch_seconds, collective_se
 from .placed import Tiered, access_index, placed_op, split_segments, tier2_chip, \
     tier2_weight_bytes, tier3_chip
 from ..regime import roof_regime
+from .stack import chip_kernel_order
 
 
 def _compute_seconds(st, chip) -> float:
@@ -397,8 +401,21 @@ def _schedule_piece(piece, prog, ops: dict, timer: "_Timer", space: int, stream:
                 launch_seconds=launch[(b.name, n.name)],
                 co_seconds={"vector": t.vector_seconds} if t.vector_seconds else None)
     r = list_schedule(prog.with_demands(demands), space_bytes=space,
-                      step_sync_seconds=sync if piece.step else 0.0)
+                      step_sync_seconds=sync if piece.step else 0.0,
+                      in_order_units=in_order_units(timer.chip))
     return r, launch
+
+
+#: The node units one in-order stream runs under ``kernel_order = "issue"``: the compute
+#: kernels (GEMMs and attention on the arrays, vector ops); collectives (``link``: NCCL's own
+#: streams) and DMA transfers (copy engines) stay beside them.
+STREAM_UNITS = ("array", "vector")
+
+
+def in_order_units(chip) -> tuple[str, ...]:
+    """The node units the list schedule runs on one in-order stream on ``chip``
+    (:data:`STREAM_UNITS` under ``[overheads] kernel_order = "issue"``, else none)."""
+    return STREAM_UNITS if chip_kernel_order(chip) == "issue" else ()
 
 
 class _Totals:
