@@ -248,8 +248,9 @@ def _curve_table(curve: dict):
               help="Scheduled runs: the compute kernels' order, the chip's own ([overheads] "
                    "kernel_order; absent: dataflow), dataflow (independent kernels overlap) or "
                    "issue (one in-order CUDA stream, as PyTorch/Megatron-Core run them: "
-                   "GEMMs, attention and vector ops one at a time, collectives beside them). "
-                   "docs/program.md, \"Kernel order\".")
+                   "GEMMs, attention and vector ops one at a time, collectives beside them) or "
+                   "one_queue (issue, and every kernel, collectives too, dispatched in issue "
+                   "order: CUDA_DEVICE_MAX_CONNECTIONS=1). docs/program.md, \"Kernel order\".")
 @click.option("--cross-entropy", type=click.Choice(list(LOSS_IMPLEMENTATIONS)), default=None,
               help="Training: the loss's implementation, Megatron-Core's fused FP32 "
                    "cross-entropy (cross_entropy_loss_fusion: true; the default) or the "

@@ -17,7 +17,10 @@ The rule (docs/program.md, "Scheduler"), in words:
   provided that for every resource the shares of the running reserved phases plus its own
   stay within the whole resource;
 * with ``in_order_units``, a node whose unit is listed (one in-order stream) also waits, for
-  its first reserved phase, until every such node before it in priority order has ended.
+  its first reserved phase, until every such node before it in priority order has ended;
+* with ``queued_units``, a node whose unit is listed (one hardware queue) also waits, for its
+  first reserved phase, until every such node before it in priority order has started its
+  own.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from .schedule import UNITS, check_in_order_units, compile_demand
 
 
 def schedule_ref(program: Program, *, space_bytes: int = 0,
-                 in_order_units: tuple[str, ...] = ()) -> dict:
+                 in_order_units: tuple[str, ...] = (),
+                 queued_units: tuple[str, ...] = ()) -> dict:
     """Start and end (integer picoseconds) of every phase of every materialised node, and
     the makespan: ``{"makespan_ps", "nodes": [(block, repeat, node name, [(start, end)])]}``."""
     ex = program.expand()
@@ -47,6 +51,11 @@ def schedule_ref(program: Program, *, space_bytes: int = 0,
     prefetchers = [n.index for n in nodes if ph[n.index][0][0][2]]
     in_order = check_in_order_units(in_order_units)
     streamed = {n.index for n in nodes if n.node.unit in in_order}
+    queue = check_in_order_units(queued_units, "queued_units")
+    queued = {n.index for n in nodes if n.node.unit in queue}
+
+    def dispatched(k):        # node k's first reserved phase has started
+        return (k, 1 if ph[k][0][0][2] else 0) in start
     def reserved(start, end, t):  # shares of every resource held by reserved phases at t
         busy = {}
         for (k, jj), s in start.items():
@@ -99,6 +108,9 @@ def schedule_ref(program: Program, *, space_bytes: int = 0,
             if ok and (j == 0 or (j == 1 and phases[0][2])) and i in streamed:
                 # the in-order stream: every earlier node on it has ended
                 ok = all(ended(k, t) for k in streamed if prio[k] < prio[i])
+            if ok and (j == 0 or (j == 1 and phases[0][2])) and i in queued:
+                # the one hardware queue: every earlier node on it has been dispatched
+                ok = all(dispatched(k) for k in queued if prio[k] < prio[i])
             if not ok:
                 continue
             busy = reserved(start, end, t)

@@ -1,6 +1,7 @@
-"""One in-order stream (``in_order_units``): closed forms of what it serialises and what it
-leaves overlapping, the fast scheduler against its golden twin, and the steady-state jump
-against the materialised run with the stream on."""
+"""One in-order stream (``in_order_units``) and one hardware queue (``queued_units``):
+closed forms of what they serialise and what they leave overlapping, the fast scheduler
+against its golden twin, and the steady-state jump against the materialised run with them
+on."""
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +14,7 @@ from progtest_helpers import random_program, random_program_with_imports
 
 US = 10**6          # picoseconds per microsecond
 STREAM = ("array", "vector")
+QUEUE = ("array", "vector", "link", "dma")
 
 
 def prog(*nodes):
@@ -65,6 +67,32 @@ def test_collectives_and_prefetches_keep_overlapping():
     assert both(prog(a, b), space_bytes=100, in_order_units=STREAM) == 3 * US
 
 
+def test_a_collective_waiting_for_the_links_holds_back_the_kernels_queued_after_it():
+    # c1 (4 us) and c2 (2 us) are independent collectives, one after the other on the links;
+    # g (1 us) and g2 (3 us) are independent kernels issued after c2. On one stream alone g
+    # and g2 run during c1 (the step ends with c2 at 6 us); on one hardware queue c2 cannot
+    # be dispatched before c1 ends, and the kernels queued behind it wait: 4 + 1 + 3 us
+    c1 = Node("c1", writes=("r1",), unit="link", demand=Demand((ph(4, link=1.0),)))
+    c2 = Node("c2", writes=("r2",), unit="link", demand=Demand((ph(2, link=1.0),)))
+    g = Node("g", writes=("y",), demand=Demand((ph(1, array=1.0),)))
+    g2 = Node("g2", writes=("z",), demand=Demand((ph(3, array=1.0),)))
+    p = prog(c1, c2, g, g2)
+    assert both(p, in_order_units=STREAM) == 6 * US
+    assert both(p, in_order_units=STREAM, queued_units=QUEUE) == 8 * US
+    r = schedule(p, in_order_units=STREAM, queued_units=QUEUE)
+    assert r.nodes[("b", 0, "g")] == (4e-6, 5e-6)
+
+
+def test_a_collective_issued_before_a_kernel_still_overlaps_it():
+    # what Megatron-Core sets CUDA_DEVICE_MAX_CONNECTIONS=1 for: a reduce-scatter of a's
+    # output (2 us) issued before an independent weight-gradient GEMM g (3 us) is dispatched
+    # first and runs beside it: 1 + max(2, 3)
+    a = Node("a", writes=("x",), demand=Demand((ph(1, array=1.0),)))
+    c = Node("c", reads=("x",), writes=("r",), unit="link", demand=Demand((ph(2, link=1.0),)))
+    g = Node("g", writes=("w",), demand=Demand((ph(3, array=1.0),)))
+    assert both(prog(a, c, g), in_order_units=STREAM, queued_units=QUEUE) == 4 * US
+
+
 def test_in_order_units_are_checked():
     a = Node("a", writes=("x",), demand=Demand((ph(1, array=1.0),)))
     for bad in ("array", ("array", "gpu")):
@@ -72,16 +100,20 @@ def test_in_order_units_are_checked():
             schedule(prog(a), in_order_units=bad)
         with pytest.raises(ValueError, match="in_order_units must be a tuple of node units"):
             schedule_ref(prog(a), in_order_units=bad)
+        with pytest.raises(ValueError, match="queued_units must be a tuple of node units"):
+            schedule(prog(a), queued_units=bad)
 
 
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 10**9), st.sampled_from([0, 1000, 3000]), st.booleans(),
-       st.sampled_from([STREAM, ("array",), ("vector", "link")]))
+       st.sampled_from([(STREAM, ()), (("array",), ()), (("vector", "link"), ()),
+                        (STREAM, QUEUE), ((), ("array", "link")), (("array",), ("vector",))]))
 def test_fast_equals_golden_in_order(seed, space, imports, units):
     make = random_program_with_imports if imports else random_program
     p = make(seed, space=space, max_repeat=5)
-    fast = schedule(p, space_bytes=space, steady_state_min_repeats=4, in_order_units=units)
-    ref = schedule_ref(p, space_bytes=space, in_order_units=units)
+    kw = dict(in_order_units=units[0], queued_units=units[1])
+    fast = schedule(p, space_bytes=space, steady_state_min_repeats=4, **kw)
+    ref = schedule_ref(p, space_bytes=space, **kw)
     assert fast.makespan_ps == ref["makespan_ps"]
     for blk, rep, name, spans in ref["nodes"]:
         got = fast.nodes.get((blk, rep, name))
@@ -93,12 +125,14 @@ def test_fast_equals_golden_in_order(seed, space, imports, units):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(0, 10**9), st.sampled_from([0, 1000, 3000]), st.booleans())
-def test_repeated_block_equals_materialised_in_order(seed, space, imports):
+@given(st.integers(0, 10**9), st.sampled_from([0, 1000, 3000]), st.booleans(),
+       st.sampled_from([(), QUEUE]))
+def test_repeated_block_equals_materialised_in_order(seed, space, imports, queue):
     make = random_program_with_imports if imports else random_program
     p = make(seed, space=space, max_repeat=14, max_blocks=2, max_nodes=3)
-    jumped = schedule(p, space_bytes=space, steady_state_min_repeats=4, in_order_units=STREAM)
-    full = schedule(p, space_bytes=space, steady_state=False, in_order_units=STREAM)
+    kw = dict(in_order_units=STREAM, queued_units=queue)
+    jumped = schedule(p, space_bytes=space, steady_state_min_repeats=4, **kw)
+    full = schedule(p, space_bytes=space, steady_state=False, **kw)
     assert jumped.makespan_ps == full.makespan_ps
     for key, span in jumped.nodes.items():
         assert full.nodes[key] == span

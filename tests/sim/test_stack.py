@@ -79,6 +79,16 @@ def test_issue_order_puts_the_compute_kernels_on_one_stream():
     assert bare.overheads.kernel_order == "issue" and bare.overheads.op_launch_us == 0.0
 
 
+def test_one_queue_also_dispatches_every_node_in_order():
+    """``kernel_order="one_queue"`` (CUDA_DEVICE_MAX_CONNECTIONS=1): the compute stream of
+    ``issue``, and every node unit, collectives and transfers too, on the one queue."""
+    from diptych.sim.run.scheduled import in_order_units, queued_units
+    from diptych.workloads.program import NODE_UNITS
+    c = stack_chip(H100, kernel_order="one_queue")
+    assert in_order_units(c) == ("array", "vector") and queued_units(c) == NODE_UNITS
+    assert queued_units(stack_chip(H100, kernel_order="issue")) == () == queued_units(H100)
+
+
 def test_userbuffers_off_marks_the_table_and_leaves_a_chip_without_one():
     assert stack_chip(H100, tp_comm_overlap=False).tp_overlap.userbuffers is False
     bare = dataclasses.replace(H100, tp_overlap=None)
@@ -92,7 +102,7 @@ def test_userbuffers_off_marks_the_table_and_leaves_a_chip_without_one():
     ("elementwise_kernels", "liger",
      "elementwise_kernels must be one of default, megatron, not 'liger'"),
     ("kernel_order", "stream",
-     "kernel_order must be one of default, dataflow, issue, not 'stream'"),
+     "kernel_order must be one of default, dataflow, issue, one_queue, not 'stream'"),
 ])
 def test_bad_settings_are_refused_naming_the_field(field, value, match):
     with pytest.raises(ValueError, match=match):
