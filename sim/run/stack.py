@@ -24,16 +24,17 @@ source there; none is a constant of its own:
 * ``kernel_order``: ``"default"`` runs the compute kernels in the order the chip's
   ``[overheads] kernel_order`` names (absent: ``dataflow``); ``"issue"`` on one in-order
   stream (a PyTorch eager step, Megatron-Core and Transformer Engine included, issues every
-  compute kernel of a rank on the current CUDA stream, and "operations in a stream execute
-  in order" [S: CUDA C++ Programming Guide, "Streams"]): the list schedule runs GEMMs,
-  attention and vector ops one at a time in program order, collectives and DMA transfers
-  beside them as before (docs/program.md, "Kernel order"); ``"one_queue"``: ``"issue"``,
+  compute kernel of a rank on the current CUDA stream, and a stream "is a sequence of
+  commands ... that execute in order" [S: CUDA C++ Programming Guide, "Streams"]): the list
+  schedule runs GEMMs, attention and vector ops one at a time in program order, collectives
+  and DMA transfers beside them as before (docs/program.md, "Kernel order");
+  ``"one_queue"``: ``"issue"``,
   and every node (collectives and transfers too) starts in program order, as one hardware
   work queue dispatches the kernels of every stream under ``CUDA_DEVICE_MAX_CONNECTIONS=1``
   ("forces the kernels to be scheduled in the order they are called" [S: Megatron-LM
   core_r0.9.0 (1afee592) ``tensor_parallel/layers.py`` L559-566], which Megatron-Core
-  requires under tensor and sequence parallelism, L626-638); ``"dataflow"``: independent
-  kernels overlap where the resources allow.
+  recommends under sequence parallelism and async gradient all-reduce, L626-640);
+  ``"dataflow"``: independent kernels overlap where the resources allow.
 
 :func:`check_stack` validates the values (ValueError naming the field, the value and what
 was expected); :func:`stack_chip` refuses a kernel the chip has no table for.
