@@ -43,6 +43,12 @@ TIER_KINDS: tuple[str, ...] = tuple(k for k in DRAM_KINDS if not k.startswith("h
 #: DRAM read over the chip's PCIe host interface), ``c2c`` (host DRAM over a coherent
 #: chip-to-chip link such as NVLink-C2C). docs/chips.md, "A tier behind a link".
 TIER_ATTACH: tuple[str, ...] = ("package", "cxl", "pcie", "c2c")
+#: The order a chip's compute kernels run in (``[overheads] kernel_order``): ``dataflow``
+#: (any kernels whose data is ready run side by side where the resources allow), ``issue``
+#: (one in-order stream, a GPU stack's CUDA stream: one kernel at a time) or ``one_queue``
+#: (``issue``, and every node, collectives and transfers included, dispatched in issue order
+#: from one hardware queue: ``CUDA_DEVICE_MAX_CONNECTIONS=1``).
+KERNEL_ORDERS: tuple[str, ...] = ("dataflow", "issue", "one_queue")
 #: The fastest data rate per pin (Gb/s) a part of each DRAM kind is specified or shipped at:
 #: a faster one is a typo or another kind (issue 23 item 6). [S] HBM2 2.4 (Samsung Aquabolt;
 #: JESD235A says 2.0), HBM2E 3.6 (SK hynix), HBM3 6.4 (JESD238), HBM3E 9.8 (Samsung, SK hynix
@@ -686,7 +692,14 @@ class Overheads:
     intervals; they are never folded into a bandwidth. ``serving_runtime``: the serving
     stack (:mod:`diptych.arch.runtime`, ``arch/runtimes/*.toml``) whose host costs ``diptych
     serve`` charges a deployment of this chip unless another is named; ``ideal`` (the
-    default) charges none.
+    default) charges none. ``kernel_order``: the order the program scheduler runs the chip's
+    compute nodes (GEMMs, attention, vector ops) in: ``dataflow`` (the default; independent
+    ones overlap where the resources allow), ``issue`` (one at a time in program order, as
+    kernels issued on one CUDA stream run; collectives and DMA transfers still overlap them:
+    docs/program.md, "Kernel order") or ``one_queue`` (``issue``, and every node started in
+    program order, as one hardware queue dispatches the work of every stream:
+    ``CUDA_DEVICE_MAX_CONNECTIONS=1``); a run's stack setting ``kernel_order`` may override
+    it.
     """
 
     op_launch_us: float = f(default=0.0, doc="fixed issue cost per op in microseconds",
@@ -699,6 +712,10 @@ class Overheads:
     serving_runtime: str = f(default="ideal",
                              doc="serving runtime profile a deployment runs by default (a "
                                  "name of arch/runtimes/*.toml)")
+    kernel_order: str = f(default="dataflow", choices=KERNEL_ORDERS,
+                          doc="order of the compute kernels: dataflow (independent ones "
+                              "overlap), issue (one in-order stream) or one_queue (issue, "
+                              "and every node dispatched in order)")
 
     def _validate(self, source, path):
         names = runtime_names()

@@ -86,10 +86,20 @@ class Row:
 #: ``T × E`` probabilities and an all-reduce of E counts per layer, not modelled: ~0.1 % of the
 #: step [assumption]); the router a plain BF16 linear (``params_dtype``), as diptych runs it.
 ROUTING = {"grok": dict(moe_capacity_factor=1.0, moe_pad=True)}
-STACKS = {"llama": dict(nvls=False, cross_entropy="fused", elementwise_kernels="megatron"),
-          "gpt3": dict(nvls=False, attention_kernel="fa2", cross_entropy="unfused"),
+#: Kernel order: every run is a PyTorch eager step of Megatron-Core with Transformer Engine,
+#: which issues each rank's compute kernels on the current CUDA stream, where they execute
+#: in issue order (CUDA C++ Programming Guide, "Streams"); only NCCL (its own streams), TE's
+#: userbuffers and CP P2P streams run beside them: ``kernel_order="issue"``. The Llama 3.1
+#: and GPT-3 runs also set ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (143b90d llama3.1/configure.sh,
+#: ``PRE_CMD``; 35a9aec nemo_megatron/launch.sh, on the python command), one hardware queue
+#: for every stream: ``"one_queue"``. Grok-1's configure.sh (143b90d) does not set it (CUDA's
+#: default, 8 connections): ``"issue"``.
+STACKS = {"llama": dict(nvls=False, cross_entropy="fused", elementwise_kernels="megatron",
+                        kernel_order="one_queue"),
+          "gpt3": dict(nvls=False, attention_kernel="fa2", cross_entropy="unfused",
+                       kernel_order="one_queue"),
           "grok": dict(nvls=False, attention_kernel="fa2", tp_comm_overlap=False,
-                       cross_entropy="unfused")}
+                       cross_entropy="unfused", kernel_order="issue")}
 
 
 def _rows() -> list[Row]:

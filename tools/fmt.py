@@ -164,6 +164,8 @@ def stack_text(info: dict) -> str | None:
                               st.get("tp_comm_overlap") is False),
                              (f"elementwise kernels by {st.get('elementwise_kernels')}",
                               st.get("elementwise_kernels", "default") != "default"),
+                             (f"kernel order: {st.get('kernel_order')}",
+                              st.get("kernel_order", "default") != "default"),
                              (f"collective algorithms {st.get('collective_algorithms')} "
                               f"(NCCL_ALGO)", st.get("collective_algorithms") is not None),
                              (f"loss: {st.get('cross_entropy')} cross-entropy "

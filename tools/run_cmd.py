@@ -6,6 +6,7 @@ import warnings
 
 import click
 
+from ..arch.chip import KERNEL_ORDERS
 from ..arch.dtypes import DTYPES
 from ..workloads.loss import IMPLEMENTATIONS as LOSS_IMPLEMENTATIONS
 from ..workloads.precision import RECIPES
@@ -243,6 +244,14 @@ def _curve_table(curve: dict):
                    "their measured rates ([elementwise_kernels_megatron]; h100: SwiGLU, "
                    "bias_activation_fusion). docs/validation-published.md, \"Elementwise "
                    "kernels\".")
+@click.option("--kernel-order", type=click.Choice(["default", *KERNEL_ORDERS]),
+              default="default", show_default=True,
+              help="Scheduled runs: the compute kernels' order, the chip's own ([overheads] "
+                   "kernel_order; absent: dataflow), dataflow (independent kernels overlap) or "
+                   "issue (one in-order CUDA stream, as PyTorch/Megatron-Core run them: "
+                   "GEMMs, attention and vector ops one at a time, collectives beside them) or "
+                   "one_queue (issue, and every kernel, collectives too, dispatched in issue "
+                   "order: CUDA_DEVICE_MAX_CONNECTIONS=1). docs/program.md, \"Kernel order\".")
 @click.option("--cross-entropy", type=click.Choice(list(LOSS_IMPLEMENTATIONS)), default=None,
               help="Training: the loss's implementation, Megatron-Core's fused FP32 "
                    "cross-entropy (cross_entropy_loss_fusion: true; the default) or the "
@@ -314,7 +323,7 @@ def _curve_table(curve: dict):
 def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp, ep, cp, zero,
         zero_shards, schedule, virtual_stages, precision, weights_dtype, act_dtype, kv_dtype,
         recipe, overlap, recompute, attention, attention_kernel, elementwise_kernels,
-        cross_entropy, nvls,
+        kernel_order, cross_entropy, nvls,
         collective_algorithms, tp_layout,
         tp_comm_overlap, sequence_parallel, moe_skew, moe_capacity_factor, moe_pad, offload,
         micro_batch, execution, fusion, topology, ideal, waterfall, as_json, trace):
@@ -339,7 +348,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     moe = dict(moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad)
     stack = dict(attention_kernel=attention_kernel, nvls=nvls, tp_comm_overlap=tp_comm_overlap,
                  offload=offload, collective_algorithms=collective_algorithms,
-                 elementwise_kernels=elementwise_kernels)
+                 elementwise_kernels=elementwise_kernels, kernel_order=kernel_order)
     if cross_entropy is not None:
         if phase != "train" or topology:
             raise ValueError(f"--cross-entropy {cross_entropy} is a training loss's "
@@ -378,12 +387,13 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                              f"--topology file has none")
         odd = [f for f, v in (("--attention-kernel", attention_kernel != "default"),
                               ("--elementwise-kernels", elementwise_kernels != "default"),
+                              ("--kernel-order", kernel_order != "default"),
                               ("--no-nvls", not nvls),
                               ("--collective-algorithms", collective_algorithms is not None),
                               ("--no-tp-comm-overlap", not tp_comm_overlap)) if v]
         if odd:
-            raise ValueError(f"{odd[0]} sets a model's attention, elementwise kernels or "
-                             f"collectives; a --topology file runs GEMMs only")
+            raise ValueError(f"{odd[0]} sets a model's attention, kernels or collectives; a "
+                             f"--topology file runs GEMMs only")
         if recipe:
             raise ValueError(f"--recipe {recipe} trains a model; a --topology file runs its "
                              f"GEMMs in one dtype (--act-dtype)")

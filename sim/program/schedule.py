@@ -26,6 +26,21 @@ recurs m repeats later after P picoseconds, the schedule from then on is the sam
 P per m repeats (the rule is deterministic and the repeats identical), so it jumps ahead as
 many periods as fit before the block's last two repeats and simulates the rest: the result
 is exactly the materialised schedule's (tested), at the cost of a few repeats.
+
+**One in-order stream** (``in_order_units``, docs/program.md "Kernel order"): the nodes whose
+unit is listed (a GPU stack's compute kernels, ``array`` and ``vector``, issued on one CUDA
+stream) run one at a time in priority order: such a node starts its first reserved phase only
+once every earlier such node has ended, even where its own data would let it start sooner
+(a kernel waits behind the one issued before it). Its prefetch (an early phase) and the
+nodes of other units (collectives on their own streams, copy-engine transfers) keep the rule
+above. The stream's position is part of the state the steady-state jump compares.
+
+**One hardware queue** (``queued_units``, docs/program.md "One hardware queue"): the nodes
+whose unit is listed are dispatched in priority order, as kernels of every CUDA stream are
+when ``CUDA_DEVICE_MAX_CONNECTIONS=1`` maps all streams onto one work queue: such a node
+starts its first reserved phase only once every earlier such node has started, so one that
+cannot start (waiting for its data, or for a collective before it on the links) holds back
+every node queued after it.
 """
 
 from __future__ import annotations
@@ -36,7 +51,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from .demand import RESOURCES, Demand
-from ...workloads.program import Program
+from ...workloads.program import NODE_UNITS, Program
 
 #: Shares of a whole resource.
 UNITS = 1 << 20
@@ -52,6 +67,16 @@ def to_ps(seconds: float) -> int:
 def to_units(share: float) -> int:
     """A resource share in whole units (rounded to the nearest), in [1, UNITS]."""
     return min(UNITS, max(1, int(round(share * UNITS))))
+
+
+def check_in_order_units(units, name: str = "in_order_units") -> frozenset:
+    """``units`` as a frozenset; ValueError naming ``name`` unless it is a tuple or list of
+    node units (:data:`~diptych.workloads.program.NODE_UNITS`)."""
+    if isinstance(units, str) or not isinstance(units, (tuple, list, frozenset)) \
+            or any(u not in NODE_UNITS for u in units):
+        raise ValueError(f"{name} must be a tuple of node units "
+                         f"({', '.join(NODE_UNITS)}), not {units!r}")
+    return frozenset(units)
 
 
 def compile_demand(block: str, node) -> tuple[list, int]:
@@ -123,7 +148,8 @@ class _Inst:
 
 
 class _Scheduler:
-    def __init__(self, program: Program, space: int, steady: bool, min_repeats: int):
+    def __init__(self, program: Program, space: int, steady: bool, min_repeats: int,
+                 in_order: frozenset = frozenset(), queued: frozenset = frozenset()):
         self.prog = program
         self.space = space
         ex = program.expand(condensed=True)
@@ -151,6 +177,16 @@ class _Scheduler:
             self.hold.append(ho)
             self.names.append(nm)
         self.early_pos = [[i for i, p in enumerate(ph) if p[0][2]] for ph in self.phases]
+        # positions of the nodes on the one in-order stream, per block
+        self.stream_pos = [[i for i, ni in enumerate(program.order(bi))
+                            if b.nodes[ni].unit in in_order]
+                           for bi, b in enumerate(program.blocks)]
+        self.stream_set = [frozenset(sp) for sp in self.stream_pos]
+        # positions of the nodes dispatched in order from one hardware queue, per block
+        self.queue_pos = [[i for i, ni in enumerate(program.order(bi))
+                           if b.nodes[ni].unit in queued]
+                          for bi, b in enumerate(program.blocks)]
+        self.queue_set = [frozenset(qp) for qp in self.queue_pos]
         # predecessor patterns by repeat type, from the condensed expansion
         where = {}
         first_idx = {}
@@ -191,6 +227,8 @@ class _Scheduler:
         self.cands: list = []
         self.t = 0
         self.qptr = self._next_early(0, 0, -1)
+        self.sptr = self._next_in(self.stream_pos, 0, 0, -1)   # the stream's next node
+        self.dptr = self._next_in(self.queue_pos, 0, 0, -1)    # the queue's next to start
         self.elastic = None     # [key, remaining work (units × ps), rate (units) since t]
         self.steady = [steady and L >= min_repeats for L in self.L]
         self.seen: list[dict] = [dict() for _ in range(nb)]
@@ -214,8 +252,13 @@ class _Scheduler:
 
     def _next_early(self, b: int, k: int, pos: int):
         """The first node with an early phase strictly after (b, k, pos) in priority order."""
+        return self._next_in(self.early_pos, b, k, pos)
+
+    def _next_in(self, positions: list, b: int, k: int, pos: int):
+        """The first node at one of ``positions`` (per block) strictly after (b, k, pos) in
+        priority order."""
         while b < len(self.L):
-            ep = self.early_pos[b]
+            ep = positions[b]
             if ep:
                 i = bisect_right(ep, pos)
                 if i < len(ep):
@@ -293,6 +336,12 @@ class _Scheduler:
                 return        # an early phase waits for the queue; others for predecessors
         elif j == 1 and ph[0][2] and inst.rem:
             return
+        if j == 0 or (j == 1 and ph[0][2]):
+            b, pos = key[0], key[2]
+            if pos in self.stream_set[b] and key != self.sptr:
+                return        # a stream node's first reserved phase waits for its turn
+            if pos in self.queue_set[b] and key != self.dptr:
+                return        # and a queued node's for its turn to be dispatched
         inst.queued = True
         heapq.heappush(self.cands, key + (j,))
 
@@ -308,6 +357,12 @@ class _Scheduler:
             self.space_used += self.hold[b][pos]
             if 0 < k + 1 <= self.L[b] - 2:
                 self._ensure(b, k + 1)
+        if key == self.dptr and not early:    # dispatched: the queue's next may start
+            self.dptr = self._next_in(self.queue_pos, b, k, pos)
+            if self.dptr is not None:
+                self._ensure(self.dptr[0], self.dptr[1])
+                if self.dptr in self.insts:
+                    self._maybe_ready(self.dptr)
         if early:
             self.elastic = [key, dur * UNITS, 0]
             self.qptr = self._next_early(b, k, pos)
@@ -340,6 +395,12 @@ class _Scheduler:
                 si.rem -= 1
                 if si.rem == 0:
                     self._maybe_ready(s)
+            if key == self.sptr:    # the stream's turn passes to its next node
+                self.sptr = self._next_in(self.stream_pos, b, k, pos)
+                if self.sptr is not None:
+                    self._ensure(self.sptr[0], self.sptr[1])
+                    if self.sptr in self.insts:
+                        self._maybe_ready(self.sptr)
         else:
             self._maybe_ready(key)
 
@@ -456,11 +517,17 @@ class _Scheduler:
         q = self.qptr
         if q is not None and q[0] == b and r0 <= q[1] <= top:
             q = ("w", q[1] - r0, q[2])
+        sp = self.sptr
+        if sp is not None and sp[0] == b and r0 <= sp[1] <= top:
+            sp = ("w", sp[1] - r0, sp[2])
+        dp = self.dptr
+        if dp is not None and dp[0] == b and r0 <= dp[1] <= top:
+            dp = ("w", dp[1] - r0, dp[2])
         el = self.elastic
         if el is not None:
             ek = el[0]
             el = (("w", ek[1] - r0, ek[2]) if ek[0] == b and r0 <= ek[1] <= top else ek, el[1])
-        return (top - r0, tuple(window), tuple(foreign), q, el, self.space_used,
+        return (top - r0, tuple(window), tuple(foreign), q, sp, dp, el, self.space_used,
                 tuple(sorted(self.usage.items())))
 
     def _shift(self, b: int, r0: int, top: int, dk: int, dt: int) -> None:
@@ -493,6 +560,10 @@ class _Scheduler:
         heapq.heapify(self.cands)
         if self.qptr is not None:
             self.qptr = rekey(self.qptr)
+        if self.sptr is not None:
+            self.sptr = rekey(self.sptr)
+        if self.dptr is not None:
+            self.dptr = rekey(self.dptr)
         if self.elastic is not None:
             self.elastic[0] = rekey(self.elastic[0])
         self.t += dt
@@ -540,14 +611,22 @@ class _Scheduler:
 
 
 def schedule(program: Program, *, space_bytes: float = 0, step_sync_seconds: float = 0.0,
-             steady_state: bool = True, steady_state_min_repeats: int = 6) -> ScheduleResult:
+             steady_state: bool = True, steady_state_min_repeats: int = 6,
+             in_order_units: tuple[str, ...] = (),
+             queued_units: tuple[str, ...] = ()) -> ScheduleResult:
     """List-schedule ``program`` (every node needs a demand) and return its timing.
 
     ``space_bytes``: scratchpad space for prefetched weights (a node holding more is an
     error); ``step_sync_seconds``: the per-step fixed cost added after the schedule
     (``[overheads] step_sync_us``); ``steady_state``: jump over repeated blocks' periodic
     middle (exact; off = simulate every repeat), for blocks of at least
-    ``steady_state_min_repeats`` repeats."""
+    ``steady_state_min_repeats`` repeats. ``in_order_units``: node units (of
+    :data:`~diptych.workloads.program.NODE_UNITS`) whose nodes run one at a time in priority
+    order, one in-order stream (module docstring; empty: none); ``queued_units``: node
+    units whose nodes start in priority order, one hardware queue (module docstring; empty:
+    none)."""
+    in_order = check_in_order_units(in_order_units)
+    queued = check_in_order_units(queued_units, "queued_units")
     if isinstance(space_bytes, bool) or not isinstance(space_bytes, (int, float)) \
             or not math.isfinite(space_bytes) or space_bytes < 0:
         raise ValueError(f"space_bytes must be a finite number >= 0, not {space_bytes!r}")
@@ -555,7 +634,8 @@ def schedule(program: Program, *, space_bytes: float = 0, step_sync_seconds: flo
             or not math.isfinite(step_sync_seconds) or step_sync_seconds < 0:
         raise ValueError(f"step_sync_seconds must be a finite number >= 0, not "
                          f"{step_sync_seconds!r}")
-    s = _Scheduler(program, int(space_bytes), steady_state, max(4, steady_state_min_repeats))
+    s = _Scheduler(program, int(space_bytes), steady_state, max(4, steady_state_min_repeats),
+                   in_order, queued)
     s.run()
     return s.result(float(step_sync_seconds))
 

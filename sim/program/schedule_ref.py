@@ -15,16 +15,23 @@ The rule (docs/program.md, "Scheduler"), in words:
 * any other first phase starts once all the node's predecessors have ended, a later phase
   once the node's previous phase has ended (and, after a prefetch, the predecessors too),
   provided that for every resource the shares of the running reserved phases plus its own
-  stay within the whole resource.
+  stay within the whole resource;
+* with ``in_order_units``, a node whose unit is listed (one in-order stream) also waits, for
+  its first reserved phase, until every such node before it in priority order has ended;
+* with ``queued_units``, a node whose unit is listed (one hardware queue) also waits, for its
+  first reserved phase, until every such node before it in priority order has started its
+  own.
 """
 
 from __future__ import annotations
 
 from ...workloads.program import Program
-from .schedule import UNITS, compile_demand
+from .schedule import UNITS, check_in_order_units, compile_demand
 
 
-def schedule_ref(program: Program, *, space_bytes: int = 0) -> dict:
+def schedule_ref(program: Program, *, space_bytes: int = 0,
+                 in_order_units: tuple[str, ...] = (),
+                 queued_units: tuple[str, ...] = ()) -> dict:
     """Start and end (integer picoseconds) of every phase of every materialised node, and
     the makespan: ``{"makespan_ps", "nodes": [(block, repeat, node name, [(start, end)])]}``."""
     ex = program.expand()
@@ -42,6 +49,13 @@ def schedule_ref(program: Program, *, space_bytes: int = 0) -> dict:
                     for n in nodes for j in range(len(ph[n.index][0]))))
     prio = {n.index: (n.block, n.repeat, pos[n.index]) for n in nodes}
     prefetchers = [n.index for n in nodes if ph[n.index][0][0][2]]
+    in_order = check_in_order_units(in_order_units)
+    streamed = {n.index for n in nodes if n.node.unit in in_order}
+    queue = check_in_order_units(queued_units, "queued_units")
+    queued = {n.index for n in nodes if n.node.unit in queue}
+
+    def dispatched(k):        # node k's first reserved phase has started
+        return (k, 1 if ph[k][0][0][2] else 0) in start
     def reserved(start, end, t):  # shares of every resource held by reserved phases at t
         busy = {}
         for (k, jj), s in start.items():
@@ -91,6 +105,12 @@ def schedule_ref(program: Program, *, space_bytes: int = 0) -> dict:
                 ok = (i, j - 1) in end and end[(i, j - 1)] <= t
                 if ok and j == 1 and phases[0][2]:
                     ok = all(ended(p, t) for p in nodes[i].preds)
+            if ok and (j == 0 or (j == 1 and phases[0][2])) and i in streamed:
+                # the in-order stream: every earlier node on it has ended
+                ok = all(ended(k, t) for k in streamed if prio[k] < prio[i])
+            if ok and (j == 0 or (j == 1 and phases[0][2])) and i in queued:
+                # the one hardware queue: every earlier node on it has been dispatched
+                ok = all(dispatched(k) for k in queued if prio[k] < prio[i])
             if not ok:
                 continue
             busy = reserved(start, end, t)

@@ -144,9 +144,10 @@ class Scenario:
     sustains. ``routing``: a mixture-of-experts model's routing (popularity skew, capacity
     factor; :class:`~diptych.workloads.moe.Routing`, default balanced and dropless).
     ``nvls``, ``attention_kernel``, ``tp_comm_overlap``, ``collective_algorithms``,
-    ``elementwise_kernels``: the software stack's settings (:mod:`~diptych.sim.run.stack`:
-    NCCL's in-switch all-reduce, the fused-attention kernel, Transformer Engine's userbuffers
-    overlap, ``NCCL_ALGO``, whose elementwise kernels),
+    ``elementwise_kernels``, ``kernel_order``: the software stack's settings
+    (:mod:`~diptych.sim.run.stack`: NCCL's in-switch all-reduce, the fused-attention kernel,
+    Transformer Engine's userbuffers overlap, ``NCCL_ALGO``, whose elementwise kernels, the
+    compute kernels on one in-order stream or not),
     applied to the chip before anything is timed.
     ``cross_entropy``: the training loss's implementation (``fused`` or ``unfused``,
     :data:`~diptych.workloads.loss.IMPLEMENTATIONS`: Megatron-Core's
@@ -184,6 +185,7 @@ class Scenario:
     collective_algorithms: str | None = None
     cross_entropy: str = LOSS_DEFAULT
     elementwise_kernels: str = "default"
+    kernel_order: str = "default"
     sequence_parallel: bool | None = None
     #: the tensor-parallel layout: Megatron's ``1d`` or Pope et al.'s ``2d`` weight-stationary
     #: FFN split over a torus (:mod:`~diptych.workloads.tp2d`; inference on a torus chip)
@@ -216,7 +218,8 @@ class Scenario:
         check_stack(nvls=self.nvls, attention_kernel=self.attention_kernel,
                     tp_comm_overlap=self.tp_comm_overlap,
                     collective_algorithms=self.collective_algorithms,
-                    elementwise_kernels=self.elementwise_kernels)
+                    elementwise_kernels=self.elementwise_kernels,
+                    kernel_order=self.kernel_order)
         check_offload(self.offload, phase=self.phase)
         if self.sequence_parallel is not None:
             _flag("sequence_parallel", self.sequence_parallel)

@@ -22,7 +22,11 @@ and each segment's ops are timed once; a block that imports from or is imported 
 
 What the schedule changes besides: ops overlap where the data allows (a vector op beside
 independent array work, a collective beside work that does not wait for it, a weight prefetch
-during the previous op's compute), and the fixed costs are charged.
+during the previous op's compute), and the fixed costs are charged. On a chip whose
+``[overheads] kernel_order`` is ``issue`` (the stack setting ``kernel_order``) the array and
+vector nodes run one at a time in program order, one CUDA stream (:func:`in_order_units`;
+docs/program.md, "Kernel order"): collectives and prefetches still overlap them; under
+``one_queue`` every node also starts in program order (:func:`queued_units`).
 
 **Fused nodes** (:class:`~diptych.sim.program.FusedOps`): the vector work runs during the
 GEMM's main phase: ``seconds = max(GEMM, Σ vector ALU time, DRAM bytes ÷ peak)`` where a
@@ -51,6 +55,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 from ...workloads.ops import Collective, Gemm, VectorOp, launch_group
+from ...workloads.program import NODE_UNITS
 from ..vector import stream_fraction
 from ..program import FusedOps, capacities, fuse_program, op_demand, plan_residency
 from ..program import schedule as list_schedule
@@ -62,6 +67,7 @@ from .links import collective_energy_j, collective_launch_seconds, collective_se
 from .placed import Tiered, access_index, placed_op, split_segments, tier2_chip, \
     tier2_weight_bytes, tier3_chip
 from ..regime import roof_regime
+from .stack import chip_kernel_order
 
 
 def _compute_seconds(st, chip) -> float:
@@ -397,8 +403,29 @@ def _schedule_piece(piece, prog, ops: dict, timer: "_Timer", space: int, stream:
                 launch_seconds=launch[(b.name, n.name)],
                 co_seconds={"vector": t.vector_seconds} if t.vector_seconds else None)
     r = list_schedule(prog.with_demands(demands), space_bytes=space,
-                      step_sync_seconds=sync if piece.step else 0.0)
+                      step_sync_seconds=sync if piece.step else 0.0,
+                      in_order_units=in_order_units(timer.chip),
+                      queued_units=queued_units(timer.chip))
     return r, launch
+
+
+#: The node units one in-order stream runs under ``kernel_order = "issue"``: the compute
+#: kernels (GEMMs and attention on the arrays, vector ops); collectives (``link``: NCCL's own
+#: streams) and DMA transfers (copy engines) stay beside them.
+STREAM_UNITS = ("array", "vector")
+
+
+def in_order_units(chip) -> tuple[str, ...]:
+    """The node units the list schedule runs on one in-order stream on ``chip``
+    (:data:`STREAM_UNITS` under ``[overheads] kernel_order`` ``issue`` or ``one_queue``, else
+    none)."""
+    return STREAM_UNITS if chip_kernel_order(chip) in ("issue", "one_queue") else ()
+
+
+def queued_units(chip) -> tuple[str, ...]:
+    """The node units the list schedule dispatches in program order from one hardware queue
+    on ``chip`` (every unit under ``[overheads] kernel_order = "one_queue"``, else none)."""
+    return NODE_UNITS if chip_kernel_order(chip) == "one_queue" else ()
 
 
 class _Totals:

@@ -21,6 +21,20 @@ source there; none is a constant of its own:
   ``[elementwise_kernels]`` table (absent: at the vector unit's copy rate); ``"megatron"``
   by its ``[elementwise_kernels_megatron]`` table (Megatron-Core's own ``torch.compile``'d
   fusions, ``bias_activation_fusion``: on h100 SwiGLU's forward and backward).
+* ``kernel_order``: ``"default"`` runs the compute kernels in the order the chip's
+  ``[overheads] kernel_order`` names (absent: ``dataflow``); ``"issue"`` on one in-order
+  stream (a PyTorch eager step, Megatron-Core and Transformer Engine included, issues every
+  compute kernel of a rank on the current CUDA stream, and a stream "is a sequence of
+  commands ... that execute in order" [S: CUDA C++ Programming Guide, "Streams"]): the list
+  schedule runs GEMMs, attention and vector ops one at a time in program order, collectives
+  and DMA transfers beside them as before (docs/program.md, "Kernel order");
+  ``"one_queue"``: ``"issue"``,
+  and every node (collectives and transfers too) starts in program order, as one hardware
+  work queue dispatches the kernels of every stream under ``CUDA_DEVICE_MAX_CONNECTIONS=1``
+  ("forces the kernels to be scheduled in the order they are called" [S: Megatron-LM
+  core_r0.9.0 (1afee592) ``tensor_parallel/layers.py`` L559-566], which Megatron-Core
+  recommends under sequence parallelism and async gradient all-reduce, L626-640);
+  ``"dataflow"``: independent kernels overlap where the resources allow.
 
 :func:`check_stack` validates the values (ValueError naming the field, the value and what
 was expected); :func:`stack_chip` refuses a kernel the chip has no table for.
@@ -30,12 +44,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...arch.chip import LIBRARY_ALGORITHMS
+from ...arch.chip import KERNEL_ORDERS, LIBRARY_ALGORITHMS, Overheads
 
 #: Fused-attention kernels a run may choose (``Scenario.attention_kernel``).
 ATTENTION_KERNELS = ("default", "fa2")
 #: Elementwise-kernel sets a run may choose (``Scenario.elementwise_kernels``).
 ELEMENTWISE_KERNELS = ("default", "megatron")
+#: Kernel orders a run may choose (``Scenario.kernel_order``): the chip's own, or one of
+#: :data:`~diptych.arch.chip.KERNEL_ORDERS`.
+KERNEL_ORDER_CHOICES = ("default",) + KERNEL_ORDERS
 
 
 def algorithm_names(collective_algorithms: str | None) -> tuple[str, ...] | None:
@@ -56,11 +73,11 @@ def algorithm_names(collective_algorithms: str | None) -> tuple[str, ...] | None
 
 
 def check_stack(*, nvls, attention_kernel, tp_comm_overlap, collective_algorithms=None,
-                elementwise_kernels="default") -> None:
+                elementwise_kernels="default", kernel_order="default") -> None:
     """ValueError naming the field unless ``nvls``/``tp_comm_overlap`` are bools,
     ``attention_kernel`` one of :data:`ATTENTION_KERNELS`, ``collective_algorithms`` None
-    or a comma list of known algorithms and ``elementwise_kernels`` one of
-    :data:`ELEMENTWISE_KERNELS`."""
+    or a comma list of known algorithms, ``elementwise_kernels`` one of
+    :data:`ELEMENTWISE_KERNELS` and ``kernel_order`` one of :data:`KERNEL_ORDER_CHOICES`."""
     for name, v in (("nvls", nvls), ("tp_comm_overlap", tp_comm_overlap)):
         if not isinstance(v, bool):
             raise ValueError(f"{name} must be true or false, not {v!r}")
@@ -70,12 +87,15 @@ def check_stack(*, nvls, attention_kernel, tp_comm_overlap, collective_algorithm
     if elementwise_kernels not in ELEMENTWISE_KERNELS:
         raise ValueError(f"elementwise_kernels must be one of "
                          f"{', '.join(ELEMENTWISE_KERNELS)}, not {elementwise_kernels!r}")
+    if kernel_order not in KERNEL_ORDER_CHOICES:
+        raise ValueError(f"kernel_order must be one of {', '.join(KERNEL_ORDER_CHOICES)}, "
+                         f"not {kernel_order!r}")
     algorithm_names(collective_algorithms)
 
 
 def stack_chip(chip, *, nvls: bool = True, attention_kernel: str = "default",
                tp_comm_overlap: bool = True, collective_algorithms: str | None = None,
-               elementwise_kernels: str = "default"):
+               elementwise_kernels: str = "default", kernel_order: str = "default"):
     """``chip`` as the stack settings (module docstring) run it: without its in-network
     all-reduce (``nvls`` False), with its ``[attention_fa2]`` kernel in place of
     ``[attention]`` (``attention_kernel="fa2"``; ValueError on a chip without that table),
@@ -84,11 +104,12 @@ def stack_chip(chip, *, nvls: bool = True, attention_kernel: str = "default",
     program puts them), with its collective library limited to ``collective_algorithms``
     (ValueError on a chip without a ``[collectives]`` table or a name it does not list),
     with its ``[elementwise_kernels_megatron]`` rates in place of ``[elementwise_kernels]``
-    (``elementwise_kernels="megatron"``; ValueError on a chip without that table).
-    The defaults return ``chip`` itself."""
+    (``elementwise_kernels="megatron"``; ValueError on a chip without that table), with its
+    ``[overheads] kernel_order`` set to ``kernel_order`` unless that is ``"default"`` (a chip
+    without the table gets one of zero fixed costs). The defaults return ``chip`` itself."""
     check_stack(nvls=nvls, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
                 collective_algorithms=collective_algorithms,
-                elementwise_kernels=elementwise_kernels)
+                elementwise_kernels=elementwise_kernels, kernel_order=kernel_order)
     names = algorithm_names(collective_algorithms)
     if names is not None:
         lib = chip.collectives
@@ -119,7 +140,16 @@ def stack_chip(chip, *, nvls: bool = True, attention_kernel: str = "default",
     if not tp_comm_overlap and chip.tp_overlap is not None:
         chip = dataclasses.replace(chip, tp_overlap=dataclasses.replace(
             chip.tp_overlap, userbuffers=False))
+    if kernel_order != "default" and kernel_order != chip_kernel_order(chip):
+        chip = dataclasses.replace(chip, overheads=dataclasses.replace(
+            chip.overheads or Overheads(), kernel_order=kernel_order))
     return chip
+
+
+def chip_kernel_order(chip) -> str:
+    """The order ``chip`` runs its compute kernels in (``[overheads] kernel_order``;
+    ``dataflow`` without the table)."""
+    return chip.overheads.kernel_order if chip.overheads is not None else "dataflow"
 
 
 def stack_info(s, sequence_parallel: bool | None = None) -> dict:
@@ -130,7 +160,8 @@ def stack_info(s, sequence_parallel: bool | None = None) -> dict:
     out = {"nvls": s.nvls, "attention_kernel": s.attention_kernel,
            "tp_comm_overlap": s.tp_comm_overlap,
            "collective_algorithms": s.collective_algorithms,
-           "elementwise_kernels": s.elementwise_kernels}
+           "elementwise_kernels": s.elementwise_kernels,
+           "kernel_order": s.kernel_order}
     if s.phase == "train":
         out["cross_entropy"] = s.cross_entropy
         if sequence_parallel is not None:
@@ -143,4 +174,4 @@ def scenario_chip(chip, s):
     return stack_chip(chip, nvls=s.nvls, attention_kernel=s.attention_kernel,
                       tp_comm_overlap=s.tp_comm_overlap,
                       collective_algorithms=s.collective_algorithms,
-                      elementwise_kernels=s.elementwise_kernels)
+                      elementwise_kernels=s.elementwise_kernels, kernel_order=s.kernel_order)

@@ -64,6 +64,31 @@ def test_megatron_elementwise_kernels_run_the_chips_megatron_table():
         stack_chip(load_chip("tpu-v4"), elementwise_kernels="megatron")
 
 
+def test_issue_order_puts_the_compute_kernels_on_one_stream():
+    """``kernel_order="issue"`` sets the chip's ``[overheads] kernel_order`` (a chip without
+    the table gets one of zero fixed costs), and the list schedule then runs the array and
+    vector nodes on one in-order stream, collectives and DMA beside them."""
+    from diptych.sim.run.scheduled import in_order_units
+    c = stack_chip(H100, kernel_order="issue")
+    assert c.overheads.kernel_order == "issue"
+    assert c.overheads.op_launch_us == H100.overheads.op_launch_us
+    assert in_order_units(c) == ("array", "vector") and in_order_units(H100) == ()
+    assert stack_chip(H100, kernel_order="dataflow") is H100     # already its order
+    assert stack_chip(c, kernel_order="dataflow").overheads.kernel_order == "dataflow"
+    bare = stack_chip(dataclasses.replace(H100, overheads=None), kernel_order="issue")
+    assert bare.overheads.kernel_order == "issue" and bare.overheads.op_launch_us == 0.0
+
+
+def test_one_queue_also_dispatches_every_node_in_order():
+    """``kernel_order="one_queue"`` (CUDA_DEVICE_MAX_CONNECTIONS=1): the compute stream of
+    ``issue``, and every node unit, collectives and transfers too, on the one queue."""
+    from diptych.sim.run.scheduled import in_order_units, queued_units
+    from diptych.workloads.program import NODE_UNITS
+    c = stack_chip(H100, kernel_order="one_queue")
+    assert in_order_units(c) == ("array", "vector") and queued_units(c) == NODE_UNITS
+    assert queued_units(stack_chip(H100, kernel_order="issue")) == () == queued_units(H100)
+
+
 def test_userbuffers_off_marks_the_table_and_leaves_a_chip_without_one():
     assert stack_chip(H100, tp_comm_overlap=False).tp_overlap.userbuffers is False
     bare = dataclasses.replace(H100, tp_overlap=None)
@@ -76,6 +101,8 @@ def test_userbuffers_off_marks_the_table_and_leaves_a_chip_without_one():
     ("attention_kernel", "fa3", "attention_kernel must be one of default, fa2, not 'fa3'"),
     ("elementwise_kernels", "liger",
      "elementwise_kernels must be one of default, megatron, not 'liger'"),
+    ("kernel_order", "stream",
+     "kernel_order must be one of default, dataflow, issue, one_queue, not 'stream'"),
 ])
 def test_bad_settings_are_refused_naming_the_field(field, value, match):
     with pytest.raises(ValueError, match=match):
@@ -90,6 +117,8 @@ def test_bad_settings_are_refused_naming_the_field(field, value, match):
     (["--topology", "x.csv", "--no-nvls"], "--no-nvls"),
     (["--cross-entropy", "liger"], "liger"),
     (["--elementwise-kernels", "liger"], "liger"),
+    (["--kernel-order", "streams"], "streams"),
+    (["--topology", "x.csv", "--kernel-order", "issue"], "--kernel-order"),
     (["--chip", "tpu-v4", "--elementwise-kernels", "megatron"],
      "elementwise_kernels_megatron"),
     (["--phase", "prefill", "--prompt", "128", "--cross-entropy", "unfused"],
@@ -115,7 +144,8 @@ def test_a_run_states_its_stack_settings():
     s = Scenario.of(phase="prefill", prompt=128, nvls=False, attention_kernel="fa2")
     info = {"stack": stack_info(s)}
     assert info["stack"] == {"nvls": False, "attention_kernel": "fa2", "tp_comm_overlap": True,
-                             "collective_algorithms": None, "elementwise_kernels": "default"}
+                             "collective_algorithms": None, "elementwise_kernels": "default",
+                             "kernel_order": "default"}
     assert "NCCL_NVLS_ENABLE=0" in stack_text(info) and "fa2" in stack_text(info)
     assert stack_text({"stack": stack_info(Scenario.of(phase="prefill", prompt=128))}) is None
     r = CliRunner().invoke(main, ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",

@@ -97,7 +97,8 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
         moe_capacity_factor: float | None = None, moe_pad: bool | None = None,
         attention_kernel: str = "default", nvls: bool = True, tp_comm_overlap: bool = True,
         offload: str = "none", collective_algorithms: str | None = None,
-        elementwise_kernels: str = "default", ideal: bool = False,
+        elementwise_kernels: str = "default", kernel_order: str = "default",
+        ideal: bool = False,
         waterfall: bool = True, sequence_parallel: bool | None = None) -> "RunResult":
     """Simulate one phase of ``model`` on ``chip``, as ``diptych run`` does for one batch size.
 
@@ -117,9 +118,10 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     ``--execution sum``); ``fusion``: as ``--fusion/--no-fusion``. ``moe_skew``,
     ``moe_capacity_factor``, ``moe_pad``: a MoE model's routing (docs/workloads.md, "Mixture of
     experts"). ``attention_kernel``, ``nvls``, ``tp_comm_overlap``, ``collective_algorithms``,
-    ``elementwise_kernels``: the software stack's settings, as ``--attention-kernel``,
-    ``--no-nvls``, ``--no-tp-comm-overlap``, ``--collective-algorithms``,
-    ``--elementwise-kernels`` (sim/run/stack.py).
+    ``elementwise_kernels``, ``kernel_order``: the software stack's settings, as
+    ``--attention-kernel``, ``--no-nvls``, ``--no-tp-comm-overlap``,
+    ``--collective-algorithms``, ``--elementwise-kernels``, ``--kernel-order``
+    (sim/run/stack.py).
     ``offload``: training state in the chip's second memory tier, ``"none"``, ``"optimizer"``
     or ``"params"`` (``--offload``; docs/chips.md, "Training state in the second tier").
     ``sequence_parallel``: Megatron-Core's sequence parallelism in training (None: on at
@@ -142,7 +144,8 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
                     attention_kernel=attention_kernel, nvls=nvls,
                     tp_comm_overlap=tp_comm_overlap, offload=offload,
                     collective_algorithms=collective_algorithms,
-                    elementwise_kernels=elementwise_kernels, sequence_parallel=sequence_parallel)
+                    elementwise_kernels=elementwise_kernels, kernel_order=kernel_order,
+                    sequence_parallel=sequence_parallel)
     if ideal and r:
         raise ValueError(f"ideal=True leaves every precision recipe's overheads out; recipe "
                          f"{r!r} names one's: give one of them")
