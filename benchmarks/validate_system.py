@@ -57,9 +57,13 @@ class Row:
 #: 24.05 has no FlashAttention-3 path; Grok's ``nemo:dev`` image, sha256:9c876dce…, is
 #: imported as is by grok1/setup.sh with no flash-attn-3 install, and NeMo 24.09-era images
 #: need ``flashattn-hopper`` installed by hand for TE to pick FA3 [assumption: not there]).
-#: TP overlap: Llama-3.1-70B and GPT-3 run TE userbuffers (``ub_tp_comm_overlap: true`` in
-#: llama3.1_70b.yaml and gpt3_175b_hydra.yaml); Grok-1 does not (grok1_314b.yaml
-#: ``ub_tp_comm_overlap: false``, ``sequence_parallel: true``): Megatron's NCCL path.
+#: TP overlap: every run uses TE userbuffers: ``ub_tp_comm_overlap: true`` in llama3.1_70b.yaml
+#: and gpt3_175b_hydra.yaml; Grok-1's grok1_314b.yaml says ``false`` but 143b90d
+#: grok1/configure.sh overrides it on the command line (``model.ub_tp_comm_overlap=true``,
+#: ``model.sequence_parallel=true``), with ``ub_tp_comm_overlap_cfg: null``, i.e. TE's default
+#: userbuffers settings (TE v1.11 module/base.py ``get_default_config``: pipeline and bulk
+#: overlaps on 16 SMs, no SM margin), which the h100 ``[tp_overlap]`` table (the 70B's
+#: settings) does not spell out [assumption: the chip's table stands in, as for GPT-3].
 #: The loss (workloads/loss.py): llama3.1_8b.yaml and llama3.1_70b.yaml set
 #: ``cross_entropy_loss_fusion: true``; gpt3_175b_hydra.yaml (35a9aec) and grok1_314b.yaml
 #: (143b90d) do not set it, so NeMo's ``build_transformer_config`` leaves Megatron-Core's
@@ -98,7 +102,7 @@ STACKS = {"llama": dict(nvls=False, cross_entropy="fused", elementwise_kernels="
                         kernel_order="one_queue"),
           "gpt3": dict(nvls=False, attention_kernel="fa2", cross_entropy="unfused",
                        kernel_order="one_queue"),
-          "grok": dict(nvls=False, attention_kernel="fa2", tp_comm_overlap=False,
+          "grok": dict(nvls=False, attention_kernel="fa2", tp_comm_overlap=True,
                        cross_entropy="unfused", kernel_order="issue")}
 
 
@@ -111,10 +115,11 @@ def _rows() -> list[Row]:
                 plan=dict(zero=1, schedule="interleaved", virtual_stages=12),
                 stack=STACKS["gpt3"])
     # the 64-layer rows (512+ GPUs; smaller ones are proxies with fewer layers); the table's
-    # "DP" is the data parallelism beside EP: dense dp = GPUs / (tp·pp·cp) = 8 × it; the README
-    # names no optimizer sharding [assumption: ZeRO 0]
+    # "DP" is the data parallelism beside EP: dense dp = GPUs / (tp·pp·cp) = 8 × it; the
+    # optimizer is Megatron-Core's distributed optimizer (143b90d grok1_314b.yaml ``optim.name:
+    # mcore_distributed_optim``, ``overlap_grad_sync``/``overlap_param_sync: true``): ZeRO-1
     grok = dict(degrees=dict(tp=4, pp=8, cp=2, ep=8),
-                plan=dict(schedule="interleaved", virtual_stages=8), stack=STACKS["grok"],
+                plan=dict(zero=1, schedule="interleaved", virtual_stages=8), stack=STACKS["grok"],
                 routing=ROUTING["grok"])
     return [
         Row("Llama-3.1-70B, 64 GPUs, TP4 PP4 CP2 VP5, BF16", "llama-3-70b", 14.72, 64, 128,
