@@ -70,6 +70,7 @@ from ..run.summed import simulate_workload
 from ...workloads.train import _backward_block
 from .collectives import collective
 from .layers import LayerOps, forward_workload, layer_ops
+from ..run.interference import OpLoad
 from ..run.tp_overlap import SubBlockGemms
 from ..run.tp_overlap import gemm_mapping
 from ..run.tp_overlap import overlap_gemms as run_overlap_gemms
@@ -110,6 +111,10 @@ class LayerTime:
     bwd_energy_parts: Mapping[str, float] = field(default_factory=EP.zero, compare=False)
     selective_energy_parts: Mapping[str, float] = field(default_factory=EP.zero,
                                                         compare=False)
+    # the forward's and the backward's compute ops as a collective beside them sees them
+    # (sim/run/interference.py); empty on a chip without a [comm_kernels] table
+    fwd_loads: tuple[OpLoad, ...] = field(default=(), compare=False)
+    bwd_loads: tuple[OpLoad, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -208,6 +213,24 @@ def overlap_gemms(ops: LayerOps, chip: Chip, simulate) -> dict[str, SubBlockGemm
                              gemm_mapping(simulate))
 
 
+def op_loads(ops, chip: Chip, simulate) -> tuple[OpLoad, ...]:
+    """The ops of a layer's pass, each timed alone as :func:`_sum` times them (the chip's
+    precision ops beside its GEMMs), as :func:`~diptych.sim.run.interference.slowdown` needs
+    them: seconds, the engine's mapping of each GEMM, DRAM-bound or not, attention or not."""
+    if not ops:
+        return ()
+    w = with_precision_ops(Workload("train", (Block.of_ops("x", 1, tuple(ops), "forward"),),
+                                    tokens=1, batch=1), chip)
+    t = simulate_workload(w, chip, simulate=simulate)
+    mapping = gemm_mapping(simulate)
+    gemms = {o.name: o for o in w.blocks[0].ops if isinstance(o, Gemm)}
+    return tuple(OpLoad(r["seconds"] * r["repeat"],
+                        mapping(gemms[r["op"]], chip) if r["op"] in gemms else None,
+                        r["bound"] == "memory",
+                        r["kind"] == "attention" or r["op"].split(".")[0] in _ATTN_OPS)
+                 for r in t["layers"] if r["bound"] != "communication")
+
+
 def _flops(ops) -> float:
     return Workload("train", (Block.of_ops("x", 1, tuple(ops)),), tokens=1, batch=1).flops() \
         if ops else 0.0
@@ -266,11 +289,16 @@ def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int
                 pair, tpb, ba, be, bp = _split(rp, names, "backward")
                 b = max(0.0, pair - (f + tpf) - tpb)
                 lapb = _split(rp, lapped, "backward")[1] if lapped else 0.0
+        loads = {}
+        if chip.comm_kernels is not None and chip.has_dram:
+            loads = dict(fwd_loads=op_loads(ops.forward, chip, simulate),
+                         bwd_loads=op_loads(ops.backward, chip, simulate)
+                         if phase == "train" else ())
         out[kind] = LayerTime(ops=ops, fwd_s=f, bwd_s=b, attn_fwd_s=fa, attn_bwd_s=ba,
                               selective_s=sel, fwd_flops=ff, bwd_flops=bf, energy_j=fe + be,
                               fwd_energy_j=fe, bwd_energy_j=be, selective_energy_j=se,
                               tp_exposed_fwd_s=tpf, tp_exposed_bwd_s=tpb, tp_gemms=tpg,
                               tp_lapped_fwd_s=lapf, tp_lapped_bwd_s=lapb,
                               fwd_energy_parts=fp, bwd_energy_parts=bp,
-                              selective_energy_parts=sp)
+                              selective_energy_parts=sp, **loads)
     return out
