@@ -61,14 +61,15 @@ def rows() -> list[tuple[str, float, float]]:
                                       share)))
     out.append(("A100 attention (no tile grid: the SMs' share) beside it (nccl#1428)",
                 0.33 / 0.18, slowdown([OpLoad(1.0)], A100_NCCL_CTAS, A100_SMS, share)))
-    out.append(("A100 many-wave GEMM beside it (nccl#1428's GEMM: 1.76x)", 2.08 / 1.18,
+    out.append(("A100 GEMM of 20 waves beside it (nccl#1428's GEMM; its shape is not "
+                "published [assumption])", 2.08 / 1.18,
                 slowdown([OpLoad(1.0, {"tiles": 20 * A100_SMS, "waves": 20,
                                        "busy_units": A100_SMS, "units": "cores"})],
                          A100_NCCL_CTAS, A100_SMS, share)))
     p = default_precision(h, "train")
     lo = layer_ops(load_model("llama-3-8b"), p, phase="train", tp=1, cp=1, ep=1,
                    micro_batch=1, seq=8192)["layers"]
-    loads = op_loads(lo.forward, h, None) + op_loads(lo.backward, h, None)
+    loads = op_loads(lo.forward, h, None).ops + op_loads(lo.backward, h, None).ops
     link = h.interconnect.links * h.interconnect.gb_per_s_per_link_per_direction * 1e9 \
         * h.interconnect.bus_efficiency
     f = slowdown(loads, held, h.tensor_cores,

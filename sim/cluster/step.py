@@ -241,16 +241,17 @@ def _exposed(comm: float, hide: float, overlap: bool) -> float:
 
 
 def _beside(chip: Chip, comm: "_Comm", kind: str, comm_s: float, hide: float, overlap: bool,
-            colls, loads) -> float:
+            colls, groups: list) -> float:
     """Exposed seconds of a layer's ``kind`` collectives (``comm_s`` in all, ``colls`` the
     layer's list) hidden behind ``hide`` seconds of its compute: :func:`_exposed`, plus, on a
     chip with a ``[comm_kernels]`` table, what they take from that compute while they run
     (:mod:`diptych.sim.run.interference`: the cores they hold, the DRAM bandwidth they
-    stream; ``loads``, the compute's ops; ring attention's exchange beside its attention ops
-    only). The tensor-parallel collectives keep their own rules (tp_overlap.py)."""
+    stream; ``groups``, the compute's :class:`~diptych.sim.run.interference.Loads`; ring
+    attention's exchange beside their attention ops only). The tensor-parallel collectives
+    keep their own rules (tp_overlap.py)."""
     if not overlap or chip.comm_kernels is None or kind == "tp":
         return _exposed(comm_s, hide, overlap)
-    beside = [x for x in loads if x.attention] if kind == "cp" else loads
+    beside = [g.attention() for g in groups] if kind == "cp" else groups
     f = collectives_factor(chip, [comm.brief(g, c, b, s) for k, g, c, b, s in colls
                                   if k == kind], beside)
     return beside_s(hide, comm_s, f) - hide
@@ -414,9 +415,9 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
                          {}, t.fwd_flops, t.bwd_flops if train else 0.0)
         hide_f = {"cp": t.attn_fwd_s}
         hide_b = {"cp": t.attn_bwd_s}
-        bwd_loads = t.bwd_loads + (t.fwd_loads if plan.recompute == "full" else ())
+        bwd_loads = [t.bwd_loads] + ([t.fwd_loads] if plan.recompute == "full" else [])
         ef = {k: _beside(chip, comm, k, v, hide_f.get(k, fwd_compute), overlap[k],
-                         step.colls_fwd, t.fwd_loads) for k, v in step.comm_fwd.items()}
+                         step.colls_fwd, [t.fwd_loads]) for k, v in step.comm_fwd.items()}
         eb = {k: _beside(chip, comm, k, v, hide_b.get(k, bwd_compute), overlap[k],
                          step.colls_bwd, bwd_loads) for k, v in step.comm_bwd.items()}
         if t.tp_exposed_fwd_s is not None and "tp" in ef:   # scheduled: what the program
@@ -755,6 +756,7 @@ def _pipeline(st: _Setup) -> _Pipe:
     send = st.comm("pp", "send", act, "pp send") if P > 1 else 0.0
     sent = [st.comm.brief("pp", "send", act, send)] if send > 0 else []
     taxed = [0.0] * P          # per device: what its sends take from its chunks (all runs)
+    factors: dict[tuple, float] = {}           # per chunk's layer kinds and pass
 
     def chunk_time(vs: int, fwd: bool) -> float:
         kinds = list(chunks[vs]) + (["embedding"] if vs == 0 else []) \
@@ -762,9 +764,13 @@ def _pipeline(st: _Setup) -> _Pipe:
         t = sum(steps[k].fwd if fwd else steps[k].bwd for k in kinds)
         if sent and st.chip.comm_kernels is not None:
             # the pipeline's send and receive beside the chunk (sim/run/interference.py)
-            loads = [x for k in kinds for x in (st.lt[k].fwd_loads if fwd
-                                                else st.lt[k].bwd_loads)]
-            extra = tax_s(t, send, collectives_factor(st.chip, sent, loads))
+            key = (tuple(kinds), fwd)
+            f = factors.get(key)
+            if f is None:
+                f = factors[key] = collectives_factor(
+                    st.chip, sent, [st.lt[k].fwd_loads if fwd else st.lt[k].bwd_loads
+                                    for k in kinds])
+            extra = tax_s(t, send, f)
             taxed[vs % P] += extra * m if (fwd or st.train) else 0.0
             t += extra
         return t
@@ -861,6 +867,7 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
             tier2.append(0.0)
             continue
         buckets = []
+        factors: dict[str, float] = {}
         dense_params = expert_params = linear_params = 0.0
         fp8_gemms = 0
         for k in kinds:
@@ -884,8 +891,10 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
                               "dp grad reduce_scatter experts")
                      + logged(s, "zr", "all_reduce", _replica_params(total, e, plan) * p.g_bytes,
                               f"dp grad replica all_reduce {k}"))
-            buckets.append((steps[k].bwd, c, collectives_factor(
-                st.chip, [comm.brief(*x) for x in bucket], lt[k].bwd_loads)))
+            if k not in factors:            # the same collectives for every copy of a kind
+                factors[k] = collectives_factor(st.chip, [comm.brief(*x) for x in bucket],
+                                                [lt[k].bwd_loads])
+            buckets.append((steps[k].bwd, c, factors[k]))
         tails.append(_bucket_tail(buckets, plan.overlap_dp))
         if plan.zero >= 1:                # the optimizer updates this rank's shard only
             local = dense_params / plan.shards + expert_params / plan.expert_shards
@@ -921,7 +930,7 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
             # hidden behind the next step's first forward, slowing it (interference.py)
             first = sum(pipe.fwd[s])
             f = collectives_factor(st.chip, [comm.brief(*x) for x in bucket],
-                                   [x for k in kinds for x in lt[k].fwd_loads])
+                                   [lt[k].fwd_loads for k in kinds])
             ag_s.append(beside_s(first, ag, f) - first if plan.overlap_dp and f > 1.0
                         else _exposed(ag, first, plan.overlap_dp))
         else:

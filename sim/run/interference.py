@@ -44,13 +44,51 @@ class OpLoad:
     """One compute op as :func:`slowdown` sees it: its ``seconds`` alone (all repeats), the
     engine's ``mapping`` of a GEMM (:func:`~diptych.sim.run.tp_overlap.requantised_s`; None:
     not a GEMM, the cores' share), ``memory``: DRAM-bound (it loses the collective's DRAM
-    share, not cores), ``attention``: one of the layer's attention ops (what ring attention's
-    exchange runs beside)."""
+    share, not cores), ``fixed``: bound by neither (launch or latency: unchanged),
+    ``attention``: one of the layer's attention ops (what ring attention's exchange runs
+    beside)."""
 
     seconds: float
     mapping: dict | None = None
     memory: bool = False
     attention: bool = False
+    fixed: bool = False
+
+
+class Loads:
+    """A pass's compute ops (:class:`OpLoad`) summarised for :func:`group_slowdown`: their
+    seconds alone, the memory-bound and the unaffected part, and (memoised per cores held)
+    the compute-bound part's seconds on the cores left."""
+
+    __slots__ = ("ops", "alone_s", "memory_s", "fixed_s", "_held", "_attention")
+
+    def __init__(self, ops: Iterable[OpLoad] = ()):
+        self.ops = tuple(ops)
+        self.alone_s = sum(x.seconds for x in self.ops)
+        self.memory_s = sum(x.seconds for x in self.ops if x.memory)
+        self.fixed_s = sum(x.seconds for x in self.ops if x.fixed and not x.memory)
+        self._held: dict[tuple[int, int], float] = {}
+        self._attention: Loads | None = None
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def held_s(self, held: int, total_cores: int, share: float) -> float:
+        """Seconds of these ops with ``held`` of ``total_cores`` cores and ``share`` of the
+        DRAM bandwidth taken for all of their time (:func:`slowdown`'s terms)."""
+        key = (held, total_cores)
+        compute = self._held.get(key)
+        if compute is None:
+            compute = self._held[key] = sum(
+                requantised_s(x.seconds, x.mapping, held, total_cores)
+                for x in self.ops if not (x.memory or x.fixed))
+        return compute + self.fixed_s + self.memory_s / (1.0 - share)
+
+    def attention(self) -> "Loads":
+        """The attention ops alone (memoised)."""
+        if self._attention is None:
+            self._attention = Loads(x for x in self.ops if x.attention)
+        return self._attention
 
 
 def held_cores(table, kind: str, crosses_network: bool, peers: int = PIPELINE_PEERS) -> int:
@@ -77,15 +115,19 @@ def slowdown(loads: Iterable[OpLoad], held: int, total_cores: int, share: float)
     """Seconds ``loads`` take with a collective beside them for all of their time, over their
     seconds alone (1 for none): a compute-bound op on the ``total_cores − held`` cores left
     (a GEMM re-quantised by its mapping, another at the cores' share), a memory-bound op at
-    ``1 − share`` of the DRAM bandwidth."""
-    alone = held_total = 0.0
-    for x in loads:
-        alone += x.seconds
-        if x.memory:
-            held_total += x.seconds / (1.0 - share)
-        else:
-            held_total += requantised_s(x.seconds, x.mapping, held, total_cores)
-    return held_total / alone if alone > 0.0 else 1.0
+    ``1 − share`` of the DRAM bandwidth, a launch- or latency-bound op unchanged."""
+    return group_slowdown([Loads(loads)], held, total_cores, share)
+
+
+def group_slowdown(groups: Iterable[Loads], held: int, total_cores: int,
+                   share: float) -> float:
+    """:func:`slowdown` of the ops of several :class:`Loads` together."""
+    alone = slowed = 0.0
+    for g in groups:
+        if g.alone_s > 0.0:
+            alone += g.alone_s
+            slowed += g.held_s(held, total_cores, share)
+    return slowed / alone if alone > 0.0 else 1.0
 
 
 def beside_s(compute_s: float, comm_s: float, factor: float) -> float:
@@ -134,18 +176,18 @@ def two_streams(segments: Sequence[tuple[float, float, float]]) -> float:
 
 
 def collectives_factor(chip, colls: Iterable[tuple[str, float, float, bool]],
-                       loads: Sequence[OpLoad]) -> float:
-    """:func:`slowdown` of ``loads`` beside the collectives ``colls`` (each ``(kind, link
-    bytes, seconds, crosses the network)``) run one after another, on ``chip`` (its
-    ``[comm_kernels]`` table; 1 without one, or without collectives): the most cores any of
-    them holds, their DRAM share over their summed time."""
+                       groups: Sequence[Loads]) -> float:
+    """:func:`group_slowdown` of the compute ``groups`` beside the collectives ``colls``
+    (each ``(kind, link bytes, seconds, crosses the network)``) run one after another, on
+    ``chip`` (its ``[comm_kernels]`` table; 1 without one, or without collectives): the most
+    cores any of them holds, their DRAM share over their summed time."""
     table, colls = chip.comm_kernels, list(colls)
-    if table is None or not colls or not loads:
+    if table is None or not colls or not groups:
         return 1.0
     held = max(held_cores(table, kind, net) for kind, _, _, net in colls)
     share = dram_share(table, sum(b for _, b, _, _ in colls), sum(s for _, _, s, _ in colls),
                        chip.dram.peak_bytes_per_s if chip.dram is not None else 0.0)
-    return slowdown(loads, held, chip.tensor_cores, share)
+    return group_slowdown(groups, held, chip.tensor_cores, share)
 
 
 def tax_s(compute_s: float, comm_s: float, factor: float) -> float:

@@ -153,13 +153,13 @@ def test_the_step_charges_ring_attention_beside_its_attention():
     kv = [c for c in step.colls_fwd if c[0] == "cp"]
     cp_s = sum(c[4] for c in kv)
     assert cp_s > 0 and lt.attn_fwd_s > 0
-    attn = [x for x in lt.fwd_loads if x.attention]
+    attn = [x for x in lt.fwd_loads.ops if x.attention]
     assert sum(x.seconds for x in attn) == pytest.approx(lt.attn_fwd_s, rel=1e-12)
     n = st.comm.shapes["cp"].n
     share = dram_share(h100.comm_kernels, sum(sent_bytes(c[2], c[3], n) for c in kv), cp_s,
                        h100.dram.peak_bytes_per_s)
     f = slowdown(attn, 24, 132, share)
-    assert f == pytest.approx(132 / 108, rel=1e-12)     # attention: compute-bound, no grid
+    assert f == pytest.approx(132 / 108, rel=1e-12)     # attention: no tile grid of ours
     want = beside_s(lt.attn_fwd_s, cp_s, f) - lt.attn_fwd_s
     assert step.exposed_fwd["cp"] == pytest.approx(want, rel=1e-12, abs=1e-15)
     assert bs.exposed_fwd.get("cp", 0.0) == pytest.approx(max(0.0, cp_s - lt.attn_fwd_s),
@@ -196,7 +196,7 @@ def test_pipeline_chunks_pay_their_send_beside_them(golden):
     for s in range(2):
         kinds = list(st.chunks[s]) + (["embedding"] if s == 0 else []) \
             + (["head"] if s == 1 else [])
-        loads = [x for k in kinds for x in st.lt[k].fwd_loads]
+        loads = [st.lt[k].fwd_loads for k in kinds]
         brief = st.comm.brief("pp", "send", 4096 * 4096 * 2, send)
         assert brief[3] == (act.n_dom > 1)
         f = collectives_factor(h100, [brief], loads)
