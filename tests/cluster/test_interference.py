@@ -168,6 +168,9 @@ def test_the_step_charges_ring_attention_beside_its_attention():
     # the data-parallel buckets slow the backward they run beside: a longer tail
     assert r.stage_seconds[0]["grad_reduce_exposed_s"] > \
         bare.stage_seconds[0]["grad_reduce_exposed_s"]
+    # ZeRO-1's parameter all-gather beside the next step's first forward: never less exposed
+    assert r.stage_seconds[0]["param_all_gather_exposed_s"] >= \
+        bare.stage_seconds[0]["param_all_gather_exposed_s"]
     assert r.seconds > bare.seconds
 
 
