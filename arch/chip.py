@@ -884,6 +884,34 @@ class TpOverlap:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CommKernels:
+    """What a collective library's kernels (NCCL's, on a GPU) take from the compute beside
+    them while they run (sim/run/interference.py; docs/cluster.md, "Communication beside
+    compute"): each kernel holds one core per channel for its whole duration (a
+    communication CTA does not share an SM with a compute kernel), so the compute beside it
+    runs on the cores left; and it streams ``hbm_bytes_per_link_byte`` bytes of the chip's
+    DRAM per byte it puts on a link, which the memory-bound kernels beside it lose. Absent:
+    collectives that overlap compute cost it nothing (a chip whose collectives run on DMA
+    engines, as TPU ICI's do)."""
+
+    ring_nvlink_cores: int = f(min=0, max=1_000_000,
+                               doc="cores (channels) a ring collective holds inside one "
+                                   "scale-up domain")
+    ring_network_cores: int = f(min=0, max=1_000_000,
+                                doc="cores (channels) a collective holds when its group "
+                                    "crosses the network")
+    p2p_cores_per_peer: int = f(min=0, max=1_000_000,
+                                doc="cores (channels) a point-to-point send or receive "
+                                    "holds per peer")
+    hbm_bytes_per_link_byte: float = f(default=0.0,
+                                       doc="DRAM bytes the kernel moves per byte it sends "
+                                           "on a link (reads, writes and staging; 0: none)",
+                                       **bound(0.1, 16.0, "DRAM bytes per link byte: a "
+                                               "ring step reads and writes each byte a few "
+                                               "times, not 16", zero=True))
+
+
+@dataclass(frozen=True, kw_only=True)
 class Chip:
     """A whole accelerator chip. Derived peaks are properties; physical views (area, die
     geometry, package, NoC, cost, power) are functions of a loaded chip in the modules above
@@ -957,6 +985,11 @@ class Chip:
                                      doc="optional tensor-parallel comm-GEMM overlap table "
                                          "(training); absent = collectives timed where the "
                                          "program puts them")
+    comm_kernels: CommKernels | None = f(default=None,
+                                         doc="optional table of what the collective "
+                                             "library's kernels take from the compute "
+                                             "beside them (cores held, DRAM bandwidth); "
+                                             "absent = nothing")
 
     def _validate(self, source, path):
         supported = self.core.array.dtypes
@@ -981,6 +1014,12 @@ class Chip:
                 if n >= self.tensor_cores:
                     fail(source, f"tp_overlap.{name}_cores", n,
                          f"fewer than the chip's {self.tensor_cores} tensor cores")
+        if self.comm_kernels is not None:
+            for name in ("ring_nvlink_cores", "ring_network_cores", "p2p_cores_per_peer"):
+                n = getattr(self.comm_kernels, name)
+                if 2 * n >= self.tensor_cores:
+                    fail(source, f"comm_kernels.{name}", n,
+                         f"fewer than half the chip's {self.tensor_cores} tensor cores")
 
     # ---- hashing: once per chip object (chips key the memoised derivations of the engine and
     # mapper, e.g. sim/fabric.py, asked thousands of times per GEMM search); the same fields

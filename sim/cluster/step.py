@@ -26,6 +26,14 @@
    all-gather of the updated weights, hidden behind the next step's first forward with
    ``overlap_dp``. The step ends when the slowest device is done.
 
+**Communication beside compute** (a chip's ``[comm_kernels]``, :mod:`diptych.sim.run.
+interference`): every collective of items 2-4 that runs beside compute (ring attention's
+exchange, ZeRO's collectives, the expert all-to-alls when overlapped, the gradient buckets,
+the parameter all-gather, each pipeline send and receive) holds its channels' cores and
+takes DRAM bandwidth while it runs, and the compute beside it is slowed so: the exposed time
+of its kind (the pipeline's: the chunk's time) carries it. Without the table, ``max(comm,
+compute)`` as above.
+
 **Offload** (``plan.offload``, :mod:`diptych.sim.run.offload`; a chip with ``[dram2]``): with
 ``optimizer`` the AdamW update reads and writes the master copy and moments in the second tier
 (its share of the update's bytes timed on the tier, as a one-node run's tiered op); with
@@ -88,6 +96,7 @@ from .plan import Plan, check_positive, check_plan
 from .schedule import PipelineRun, fast_pipeline_seconds, simulate_pipeline
 from .timing import LayerTime, TpLinks, layer_times, resident
 from ..run.tp_overlap import OverlapCost, costs as overlap_costs, gather_share
+from ..run.interference import beside_s, collectives_factor, sent_bytes, tax_s, two_streams
 from .topology import GroupShape, Network, bind, group_ranks, group_shape, stage_peer
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
@@ -231,6 +240,23 @@ def _exposed(comm: float, hide: float, overlap: bool) -> float:
     return max(0.0, comm - hide) if overlap else comm
 
 
+def _beside(chip: Chip, comm: "_Comm", kind: str, comm_s: float, hide: float, overlap: bool,
+            colls, groups: list) -> float:
+    """Exposed seconds of a layer's ``kind`` collectives (``comm_s`` in all, ``colls`` the
+    layer's list) hidden behind ``hide`` seconds of its compute: :func:`_exposed`, plus, on a
+    chip with a ``[comm_kernels]`` table, what they take from that compute while they run
+    (:mod:`diptych.sim.run.interference`: the cores they hold, the DRAM bandwidth they
+    stream; ``groups``, the compute's :class:`~diptych.sim.run.interference.Loads`; ring
+    attention's exchange beside their attention ops only). The tensor-parallel collectives
+    keep their own rules (tp_overlap.py)."""
+    if not overlap or chip.comm_kernels is None or kind == "tp":
+        return _exposed(comm_s, hide, overlap)
+    beside = [g.attention() for g in groups] if kind == "cp" else groups
+    f = collectives_factor(chip, [comm.brief(g, c, b, s) for k, g, c, b, s in colls
+                                  if k == kind], beside)
+    return beside_s(hide, comm_s, f) - hide
+
+
 #: The label prefix of the collectives a chip's [tp_overlap] stack overlaps (tp_overlap.py).
 _LAPPED = "tp overlapped "
 
@@ -302,6 +328,14 @@ class _Comm:
         if c.seconds > 0 and label not in self.log:
             self.log[label] = {**c.to_dict(), "group_kind": group}
         return c.seconds
+
+    def brief(self, group: str, kind: str, nbytes: float, seconds: float
+              ) -> tuple[str, float, float, bool]:
+        """A collective of ``seconds`` as :func:`~diptych.sim.run.interference.
+        collectives_factor` takes it: (kind, bytes a member sends, seconds, whether its
+        group crosses the network)."""
+        shape = self.shapes[group]
+        return kind, sent_bytes(kind, nbytes, shape.n), seconds, shape.n_dom > 1
 
 
 def _rank_params(lp, kind: str, moe: bool, plan: Plan) -> float:
@@ -381,10 +415,11 @@ def _layer_steps(lt: dict[str, LayerTime], plan: Plan, comm: _Comm, lp, w_bytes:
                          {}, t.fwd_flops, t.bwd_flops if train else 0.0)
         hide_f = {"cp": t.attn_fwd_s}
         hide_b = {"cp": t.attn_bwd_s}
-        ef = {k: _exposed(v, hide_f.get(k, fwd_compute), overlap[k])
-              for k, v in step.comm_fwd.items()}
-        eb = {k: _exposed(v, hide_b.get(k, bwd_compute), overlap[k])
-              for k, v in step.comm_bwd.items()}
+        bwd_loads = [t.bwd_loads] + ([t.fwd_loads] if plan.recompute == "full" else [])
+        ef = {k: _beside(chip, comm, k, v, hide_f.get(k, fwd_compute), overlap[k],
+                         step.colls_fwd, [t.fwd_loads]) for k, v in step.comm_fwd.items()}
+        eb = {k: _beside(chip, comm, k, v, hide_b.get(k, bwd_compute), overlap[k],
+                         step.colls_bwd, bwd_loads) for k, v in step.comm_bwd.items()}
         if t.tp_exposed_fwd_s is not None and "tp" in ef:   # scheduled: what the program
             ef["tp"] = t.tp_exposed_fwd_s                    # left exposed (timing.py)
         if t.tp_exposed_bwd_s is not None and "tp" in eb:
@@ -533,16 +568,20 @@ def _power_and_cost(chip, chips: int, seconds: float, energy_j: float,
             "economics": econ}
 
 
-def _bucket_tail(buckets: list[tuple[float, float]], overlap: bool) -> float:
-    """Exposed time of per-layer gradient buckets ``(layer backward s, bucket comm s)`` in
-    backward order, each starting when its layer's backward is done (back to back, ending
-    at 0) and after the previous bucket: the time past the last layer's backward."""
-    total_comm = sum(c for _, c in buckets)
+def _bucket_tail(buckets: list[tuple[float, float, float]], overlap: bool) -> float:
+    """Exposed time of per-layer gradient buckets ``(layer backward s, bucket comm s,
+    slowdown factor)`` in backward order, each starting when its layer's backward is done
+    (back to back, ending at 0) and after the previous bucket: the time past the last layer's
+    backward. A factor above 1 (a chip's ``[comm_kernels]``): the backward takes that much
+    longer while a bucket runs beside it (:func:`~diptych.sim.run.interference.two_streams`)."""
+    total_comm = sum(c for _, c, _ in buckets)
     if not overlap or total_comm <= 0.0:     # (nothing to reduce: no rounding residue)
         return total_comm
-    t = -sum(b for b, _ in buckets)
+    if any(f != 1.0 for _, _, f in buckets):
+        return max(0.0, two_streams(buckets) - sum(b for b, _, _ in buckets))
+    t = -sum(b for b, _, _ in buckets)
     end = t
-    for b, c in buckets:
+    for b, c, _ in buckets:
         t += b
         end = max(end, t) + c
     return max(0.0, end)
@@ -700,6 +739,7 @@ class _Pipe:
     pp_exposed: float
     run: PipelineRun | None
     sched: str
+    pp_tax: list = field(default_factory=list)   # per device: its sends' share of its chunks
 
 
 def _pipeline(st: _Setup) -> _Pipe:
@@ -707,23 +747,36 @@ def _pipeline(st: _Setup) -> _Pipe:
     plan, steps, chunks, last_vs, m = st.plan, st.steps, st.chunks, st.last_chunk, \
         st.micro_batches
 
-    def chunk_time(vs: int, fwd: bool) -> float:
-        t = sum(steps[k].fwd if fwd else steps[k].bwd for k in chunks[vs])
-        if vs == 0:
-            t += steps["embedding"].fwd if fwd else steps["embedding"].bwd
-        if vs == last_vs:
-            t += steps["head"].fwd if fwd else steps["head"].bwd
-        return t
-
     P, v = plan.pp, plan.virtual_stages
-    fwd = [[chunk_time(c * P + s, True) for c in range(v)] for s in range(P)]
-    bwd = [[chunk_time(c * P + s, False) for c in range(v)] for s in range(P)]
     tokens_mb = plan.micro_batch * (1 if st.scenario.phase == "decode"
                                     else st.length // plan.cp)
     act = tokens_mb * st.model.hidden_size * st.precision.a_bytes
     if plan.sequence_parallel and plan.tp > 1:
         act /= plan.tp
     send = st.comm("pp", "send", act, "pp send") if P > 1 else 0.0
+    sent = [st.comm.brief("pp", "send", act, send)] if send > 0 else []
+    taxed = [0.0] * P          # per device: what its sends take from its chunks (all runs)
+    factors: dict[tuple, float] = {}           # per chunk's layer kinds and pass
+
+    def chunk_time(vs: int, fwd: bool) -> float:
+        kinds = list(chunks[vs]) + (["embedding"] if vs == 0 else []) \
+            + (["head"] if vs == last_vs else [])
+        t = sum(steps[k].fwd if fwd else steps[k].bwd for k in kinds)
+        if sent and st.chip.comm_kernels is not None:
+            # the pipeline's send and receive beside the chunk (sim/run/interference.py)
+            key = (tuple(kinds), fwd)
+            f = factors.get(key)
+            if f is None:
+                f = factors[key] = collectives_factor(
+                    st.chip, sent, [st.lt[k].fwd_loads if fwd else st.lt[k].bwd_loads
+                                    for k in kinds])
+            extra = tax_s(t, send, f)
+            taxed[vs % P] += extra * m if (fwd or st.train) else 0.0
+            t += extra
+        return t
+
+    fwd = [[chunk_time(c * P + s, True) for c in range(v)] for s in range(P)]
+    bwd = [[chunk_time(c * P + s, False) for c in range(v)] for s in range(P)]
     sched = plan.schedule if st.train else "gpipe"
     run = None
     if not st.train:                    # forward only: a flow shop of identical jobs
@@ -749,7 +802,7 @@ def _pipeline(st: _Setup) -> _Pipe:
             acc += bwd[s][0] + send
         busy = [m * (F[s] + B[s]) for s in range(P)]
         pp_exposed = 2 * (P - 1) * send
-    return _Pipe(fwd, bwd, act, send, t_pipe, finish, busy, pp_exposed, run, sched)
+    return _Pipe(fwd, bwd, act, send, t_pipe, finish, busy, pp_exposed, run, sched, taxed)
 
 
 @dataclass
@@ -775,10 +828,16 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
     P = plan.pp
     step_colls: list[list[tuple[str, float, int]]] = [[] for _ in range(P)]  # once per step
 
+    bucket: list[tuple[str, str, float, float]] = []   # the collectives logged since cleared
+
     def logged(s: int, group: str, kind: str, nbytes: float, label: str) -> float:
-        """``comm`` of a collective stage ``s`` runs once per step, remembered for energy."""
+        """``comm`` of a collective stage ``s`` runs once per step, remembered for energy
+        (and in ``bucket``, for what it takes from the compute beside it)."""
         step_colls[s].append((kind, nbytes, comm.shapes[group].n))
-        return comm(group, kind, nbytes, label)
+        secs = comm(group, kind, nbytes, label)
+        if secs > 0:
+            bucket.append((group, kind, nbytes, secs))
+        return secs
     tails, opt_s, ag_s, opt_j, opt_parts, tier2 = [], [], [], [], [], []
     none = (0.0, 0.0, EP.zero())
     sec_per_param, j_per_param, parts_per_param = (
@@ -808,6 +867,7 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
             tier2.append(0.0)
             continue
         buckets = []
+        factors: dict[str, float] = {}
         dense_params = expert_params = linear_params = 0.0
         fp8_gemms = 0
         for k in kinds:
@@ -818,6 +878,7 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
             fp8_gemms += sum(1 for o in lt[k].ops.forward if quantized(o))
             if plan.zero >= 3:
                 continue
+            bucket.clear()
             if plan.zero == 0:
                 c = (logged(s, "dp", "all_reduce", (total - e) * p.g_bytes,
                             f"dp grad all_reduce {k}")
@@ -830,7 +891,10 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
                               "dp grad reduce_scatter experts")
                      + logged(s, "zr", "all_reduce", _replica_params(total, e, plan) * p.g_bytes,
                               f"dp grad replica all_reduce {k}"))
-            buckets.append((steps[k].bwd, c))
+            if k not in factors:            # the same collectives for every copy of a kind
+                factors[k] = collectives_factor(st.chip, [comm.brief(*x) for x in bucket],
+                                                [lt[k].bwd_loads])
+            buckets.append((steps[k].bwd, c, factors[k]))
         tails.append(_bucket_tail(buckets, plan.overlap_dp))
         if plan.zero >= 1:                # the optimizer updates this rank's shard only
             local = dense_params / plan.shards + expert_params / plan.expert_shards
@@ -859,10 +923,16 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
         opt_parts.append(EP.summed(((parts_per_param, local), (norm_parts, local),
                                     (zero_parts, own), (cast_parts, linear_params))))
         if plan.zero in (1, 2):
+            bucket.clear()
             ag = (logged(s, "zs", "all_gather", dense_params * p.w_bytes, "dp param all-gather")
                   + logged(s, "ezs", "all_gather", expert_params * p.w_bytes,
                            "dp param all-gather experts"))
-            ag_s.append(_exposed(ag, sum(pipe.fwd[s]), plan.overlap_dp))
+            # hidden behind the next step's first forward, slowing it (interference.py)
+            first = sum(pipe.fwd[s])
+            f = collectives_factor(st.chip, [comm.brief(*x) for x in bucket],
+                                   [lt[k].fwd_loads for k in kinds])
+            ag_s.append(beside_s(first, ag, f) - first if plan.overlap_dp and f > 1.0
+                        else _exposed(ag, first, plan.overlap_dp))
         else:
             ag_s.append(0.0)
     ends = [pipe.finish[s] + tails[s] + opt_s[s] + ag_s[s] for s in range(P)]
@@ -878,7 +948,7 @@ def _exposed_on(st: _Setup, pipe: _Pipe, tail: _Tail, worst: int) -> dict[str, f
             exposed[kk] += x * m
         for kk, x in st.steps[k].exposed_bwd.items():
             exposed[kk] += x * m
-    exposed["pp"] += max(0.0, pipe.pp_exposed)
+    exposed["pp"] += max(0.0, pipe.pp_exposed) + (pipe.pp_tax[worst] if pipe.pp_tax else 0.0)
     exposed["dp"] += tail.tails[worst] + tail.ag_s[worst]
     return exposed
 

@@ -70,6 +70,7 @@ from ..run.summed import simulate_workload
 from ...workloads.train import _backward_block
 from .collectives import collective
 from .layers import LayerOps, forward_workload, layer_ops
+from ..run.interference import Loads, OpLoad
 from ..run.tp_overlap import SubBlockGemms
 from ..run.tp_overlap import gemm_mapping
 from ..run.tp_overlap import overlap_gemms as run_overlap_gemms
@@ -110,6 +111,10 @@ class LayerTime:
     bwd_energy_parts: Mapping[str, float] = field(default_factory=EP.zero, compare=False)
     selective_energy_parts: Mapping[str, float] = field(default_factory=EP.zero,
                                                         compare=False)
+    # the forward's and the backward's compute ops as a collective beside them sees them
+    # (sim/run/interference.py); empty on a chip without a [comm_kernels] table
+    fwd_loads: Loads = field(default_factory=Loads, compare=False)
+    bwd_loads: Loads = field(default_factory=Loads, compare=False)
 
 
 @dataclass(frozen=True)
@@ -147,9 +152,11 @@ def resident(op: Op) -> Op:
     return op
 
 
-def _sum(ops, chip, simulate, stage) -> tuple[float, float, float, float, dict]:
+def _sum(ops, chip, simulate, stage, records: list | None = None
+         ) -> tuple[float, float, float, float, dict]:
     """(seconds, attention seconds, GEMM FLOPs, energy, energy by component) of ops run in
-    sequence (on a chip without DRAM, with every operand resident: :func:`resident`)."""
+    sequence (on a chip without DRAM, with every operand resident: :func:`resident`); their
+    per-op records appended to ``records`` if given."""
     if not ops:
         return 0.0, 0.0, 0.0, 0.0, EP.zero()
     def one(ops) -> Workload:
@@ -159,6 +166,8 @@ def _sum(ops, chip, simulate, stage) -> tuple[float, float, float, float, dict]:
     if not chip.has_dram:
         w = one(resident(op) for op in w.blocks[0].ops)
     t = simulate_workload(w, chip, simulate=simulate)
+    if records is not None:
+        records.extend(t["layers"])
     attn = sum(r["seconds"] for r in t["layers"]
                if r["kind"] == "attention" or r["op"].split(".")[0] in _ATTN_OPS)
     return t["seconds"], attn, w.flops(), t["energy_j"], t["energy_breakdown_j"]
@@ -208,6 +217,32 @@ def overlap_gemms(ops: LayerOps, chip: Chip, simulate) -> dict[str, SubBlockGemm
                              gemm_mapping(simulate))
 
 
+def _loads(records, ops, chip: Chip, simulate) -> Loads:
+    """The compute records of a layer pass (summed or scheduled) as
+    :func:`~diptych.sim.run.interference.group_slowdown` needs them: seconds (all repeats),
+    the engine's mapping of each GEMM among ``ops`` (by name), DRAM-bound, launch- or
+    latency-bound, attention or not."""
+    mapping = gemm_mapping(simulate)
+    gemms = {o.name: o for o in ops if isinstance(o, Gemm)}
+
+    def load(r) -> OpLoad:
+        attention = r["kind"] == "attention" or r["op"].split(".")[0] in _ATTN_OPS
+        gemm = gemms.get(r["op"])
+        # a latency-bound vector op waits on its launch, not on cores; attention's and a
+        # GEMM's tiles run on the cores whatever their roof
+        return OpLoad(r["seconds"] * r["repeat"], mapping(gemm, chip) if gemm else None,
+                      r["bound"] == "memory", attention,
+                      r["bound"] == "latency" and not attention and gemm is None)
+    return Loads(load(r) for r in records if r["bound"] != "communication")
+
+
+def op_loads(ops, chip: Chip, simulate) -> Loads:
+    """:func:`_loads` of ``ops`` each timed alone as :func:`_sum` times them."""
+    records: list = []
+    _sum(ops, chip, simulate, "forward", records)
+    return _loads(records, ops, chip, simulate)
+
+
 def _flops(ops) -> float:
     return Workload("train", (Block.of_ops("x", 1, tuple(ops)),), tokens=1, batch=1).flops() \
         if ops else 0.0
@@ -244,9 +279,12 @@ def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int
     for kind, ops in lo.items():
         tpg = overlap_gemms(ops, chip, simulate) if tp > 1 and phase == "train" else {}
         sel, _, _, se, sp = _sum(ops.selective_ops, chip, simulate, "recompute")
+        loaded = chip.comm_kernels is not None and chip.has_dram    # (interference.py)
+        rec_f: list | None = [] if loaded else None
+        rec_b: list | None = [] if loaded else None
         if execution == "sum":
-            f, fa, ff, fe, fp = _sum(ops.forward, chip, simulate, "forward")
-            b, ba, bf, be, bp = _sum(ops.backward, chip, simulate, "backward")
+            f, fa, ff, fe, fp = _sum(ops.forward, chip, simulate, "forward", rec_f)
+            b, ba, bf, be, bp = _sum(ops.backward, chip, simulate, "backward", rec_b)
             tpf = tpb = None
             lapf = lapb = 0.0
         else:
@@ -259,18 +297,27 @@ def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int
                                                           f"{sub}_all_reduce.bwd"))
             f, tpf, fa, fe, fp = _split(rf, names)
             f -= tpf
+            if loaded:
+                rec_f.extend(rf["layers"])
             lapf = _split(rf, lapped)[1] if lapped else 0.0
             b, ba, be, tpb, bp = 0.0, 0.0, 0.0, None, EP.zero()
             lapb = 0.0
             if rp is not None:
                 pair, tpb, ba, be, bp = _split(rp, names, "backward")
+                if loaded:
+                    rec_b.extend(x for x in rp["layers"] if x["stage"] == "backward")
                 b = max(0.0, pair - (f + tpf) - tpb)
                 lapb = _split(rp, lapped, "backward")[1] if lapped else 0.0
+        loads = {}
+        if loaded:
+            sim_ = simulate if execution == "sum" else sim
+            loads = dict(fwd_loads=_loads(rec_f, ops.forward, chip, sim_),
+                         bwd_loads=_loads(rec_b, ops.backward, chip, sim_))
         out[kind] = LayerTime(ops=ops, fwd_s=f, bwd_s=b, attn_fwd_s=fa, attn_bwd_s=ba,
                               selective_s=sel, fwd_flops=ff, bwd_flops=bf, energy_j=fe + be,
                               fwd_energy_j=fe, bwd_energy_j=be, selective_energy_j=se,
                               tp_exposed_fwd_s=tpf, tp_exposed_bwd_s=tpb, tp_gemms=tpg,
                               tp_lapped_fwd_s=lapf, tp_lapped_bwd_s=lapb,
                               fwd_energy_parts=fp, bwd_energy_parts=bp,
-                              selective_energy_parts=sp)
+                              selective_energy_parts=sp, **loads)
     return out

@@ -80,6 +80,18 @@ def perfetto_trace(res: ClusterResult, *, max_ranks: int = 64,
                            "tid": _TRACKS["compute"], "args": {"layers": len(layers)}})
             else:
                 t = start
+                # what the unit's pipeline send and receive take from its compute (the
+                # cores and DRAM they hold, sim/run/interference.py), shown at its start
+                extra = (end - start) - sum(
+                    (res.layers[k].fwd_compute + sum(res.layers[k].exposed_fwd.values()))
+                    if kind == "F" else
+                    (res.layers[k].bwd_compute + sum(res.layers[k].exposed_bwd.values()))
+                    for k in layers)
+                if extra > 1e-12 and send > 0:
+                    ev.append({"name": "pipeline send/receive beside the chunk", "cat": "pp",
+                               "ph": "X", "ts": t * 1e6, "dur": extra * 1e6,
+                               "tid": _TRACKS["compute"], "args": {"unit": label}})
+                    t += extra
                 for i, k in enumerate(layers):
                     st = res.layers[k]
                     comp = st.fwd_compute if kind == "F" else st.bwd_compute
