@@ -2,7 +2,6 @@
 that changes no number: ``dram_transfer`` against the same transfers played channel by channel
 with a fresh walk (:func:`diptych.sim.dram.advance`) for every channel, bit for bit."""
 
-import math
 
 import numpy as np
 from hypothesis import given, settings
