@@ -375,7 +375,7 @@ def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_star
     spans = pc_start.shape[0] > 0
     tp = play_params(fp)
     finish = start_ns
-    memo = (math.nan, 0.0, 0.0, math.nan, 0.0)
+    memo = NO_MEMO
     for t in range(n):
         p = pcs[t]
         d0, end, a0, a1, a2, a3, memo = play_one(start_ns, is_write, share, tp, bus_free[p],
