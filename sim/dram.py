@@ -219,6 +219,19 @@ def advance(t, work, trefi, blk):
 
 
 @jit
+def refresh_window(t, trefi, blk):
+    """The part of :func:`advance` that depends on the start ``t`` only: ``t`` moved past the
+    refresh window it falls in (if any) and the start of the next window, ``(t', next)`` in
+    ns. ``advance(t, work)`` is ``t' + work`` when that is at most ``next``, else
+    ``advance(next + blk, work − (next − t'))`` (its own next step): :func:`play_one` uses
+    this to reuse the window of a start it has already seen. Compiled once (scalars)."""
+    k = math.floor(t / trefi)
+    if k >= 1 and t < k * trefi + blk:
+        t = k * trefi + blk
+    return t, (k + 1) * trefi
+
+
+@jit
 def _advance(t, work, fp):
     """:func:`advance` with the refresh parameters of ``fp``."""
     return advance(t, work, fp[F_TREFI], fp[F_BLACKOUT])
@@ -278,6 +291,10 @@ def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
     return h
 
 
+#: :func:`play_one`'s memo before any walk (``nan`` never equals a start).
+NO_MEMO = (math.nan, 0.0, 0.0, math.nan, 0.0)
+
+
 @jit(inline="always")
 def play_one(start_ns, is_write, share, tp, bus_free, last_dir, a0, a1, a2, a3, nb, na, bm,
              memo):
@@ -288,22 +305,31 @@ def play_one(start_ns, is_write, share, tp, bus_free, last_dir, a0, a1, a2, a3, 
     the new four activations, memo). Scalars only: an array argument of an inlined helper
     costs two atomic reference-count updates per call.
 
-    ``memo``: (start, work, finish) of the last :func:`advance` (the refresh walk, a pure
-    function; ``(nan, nan, 0)`` for none). When this channel's data starts at the same time
-    with the same work, its finish is reused: the channels of one transfer mostly do (95 % of
-    the headline's channel plays start with their predecessor's), and the walk's division and
-    window loop are most of a channel's cost."""
+    ``memo``: (start, start past its refresh window, next window, work, finish) of the last
+    refresh walk (:func:`advance`, a pure function; :data:`NO_MEMO` for none). The channels
+    of one transfer mostly start at the same time (95 % of the headline's channel plays start
+    with their predecessor's): with the same work too, the finish is reused; with other work
+    (channels with other counts), the start's window (:func:`refresh_window`) is, so only a
+    data time that crosses into the next window walks on. Both give :func:`advance`'s number
+    bit for bit (``tests/sim/test_dram_play_memo.py``); the walk's division and call were most
+    of a channel's cost."""
     tb, lat, tfaw, twtr, trtw, trc, trefi, blk = tp
     ta = 0.0
     if last_dir >= 0 and last_dir != is_write:
         ta = twtr if last_dir == 1 else trtw
     d0 = max(start_ns + lat, bus_free + ta)
     work = nb * tb * share
-    if d0 == memo[0] and work == memo[1]:
-        end = memo[2]
+    m_d0, t1, nxt, m_work, m_end = memo
+    if d0 == m_d0 and work == m_work:
+        end = m_end
     else:
-        end = advance(d0, work, trefi, blk)
-        memo = (d0, work, end)
+        if d0 != m_d0:
+            t1, nxt = refresh_window(d0, trefi, blk)
+        if t1 + work <= nxt:
+            end = t1 + work
+        else:
+            end = advance(nxt + blk, work - (nxt - t1), trefi, blk)
+        memo = (d0, t1, nxt, work, end)
     if na > 0:
         f0 = max(start_ns, a0 + tfaw)
         f1 = max(start_ns, a1 + tfaw)
@@ -349,7 +375,7 @@ def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_star
     spans = pc_start.shape[0] > 0
     tp = play_params(fp)
     finish = start_ns
-    memo = (math.nan, math.nan, 0.0)
+    memo = NO_MEMO
     for t in range(n):
         p = pcs[t]
         d0, end, a0, a1, a2, a3, memo = play_one(start_ns, is_write, share, tp, bus_free[p],

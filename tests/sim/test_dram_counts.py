@@ -125,3 +125,28 @@ def test_the_stepped_walk_equals_the_walk_that_divides_per_row(g, addr, rows, ro
 
     assert (g.counts(count_pattern, addr, rows, row_bytes, stride)
             == g.counts(REF.count_pattern, addr, rows, row_bytes, stride))
+
+
+@settings(max_examples=150, deadline=None)
+@given(g=geometries, data=st.data())
+def test_the_fast_walk_equals_the_reference_over_a_shared_state(g, data):
+    """count_walk (count_transfer's walk) gives count_pattern's numbers for increasing rows
+    (its last-page-per-channel rule) and for overlapping or decreasing ones (the reference's
+    rule), on one set of state arrays reused by a sequence of transfers, as the pattern cache
+    reuses them (each transfer a new id)."""
+    from diptych.sim.dram_counts import count_walk
+
+    p, b = g.p, g.banks
+    mine = [np.full((p, b), -1, dtype=np.int64), np.zeros((p, b), dtype=np.int64),
+            np.zeros((p, b), dtype=np.int64)]
+    for tid in range(1, data.draw(st.integers(1, 6)) + 1):
+        addr = data.draw(st.integers(0, 1 << 18))
+        rows = data.draw(st.integers(1, 200))
+        row_bytes = data.draw(st.integers(1, 2500))
+        stride = data.draw(st.integers(-3000, 6000))
+        if addr + (rows - 1) * stride < 0:
+            stride = row_bytes + abs(stride)
+        want = g.counts(count_pattern, addr, rows, row_bytes, stride)
+        got = [np.zeros(p, dtype=COUNT_DTYPE) for _ in range(3)]
+        count_walk(addr, rows, row_bytes, stride, g.ip, *mine, tid, *got)
+        assert [o.tolist() for o in got] == want, (g.ip.tolist(), addr, rows, row_bytes, stride)

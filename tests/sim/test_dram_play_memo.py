@@ -2,7 +2,6 @@
 that changes no number: ``dram_transfer`` against the same transfers played channel by channel
 with a fresh walk (:func:`diptych.sim.dram.advance`) for every channel, bit for bit."""
 
-import math
 
 import numpy as np
 from hypothesis import given, settings
@@ -28,7 +27,7 @@ def _transfer_ref(m, start, addr, rows, row_bytes, stride, write, share):
         d0, end, a0, a1, a2, a3, _ = D.play_one.py_func(
             start, write, share, tp, s[D.S_BUS][p], s[D.S_DIR][p], ring[0], ring[1], ring[2],
             ring[3], pat[D.C_BURSTS][h, p], pat[D.C_ACTS][h, p], pat[D.C_BMAX][h, p],
-            (math.nan, math.nan, 0.0))
+            D.NO_MEMO)
         ring[:] = (a0, a1, a2, a3)
         s[D.S_BUSY][p] += end - d0
         s[D.S_BUS][p] = end
@@ -55,3 +54,25 @@ def test_memoised_play_equals_the_walk_per_channel(chip, transfers):
         assert got == want
         for a, b in zip(fast.state, ref.state):
             assert np.array_equal(a, b)
+
+
+@settings(max_examples=60, deadline=None)
+@given(chip=st.sampled_from(["h100", "infer-2026", "tpu-v4"]),
+       plays=st.lists(st.tuples(st.integers(0, 40), st.floats(-400.0, 400.0),
+                                st.integers(0, 3000)), min_size=1, max_size=30))
+def test_the_window_memo_equals_the_refresh_walk(chip, plays):
+    """``play_one``'s finish, with its memo carried from play to play (the same start with
+    other work reuses the start's refresh window), equals a fresh :func:`dram.advance` of the
+    same start and work, bit for bit; starts are drawn around refresh windows' edges."""
+    fp = D.DramTiming.from_dram(load_chip(chip).dram).fparams()
+    tp = D.play_params.py_func(fp)
+    tb, lat, trefi, blk = tp[0], tp[1], tp[6], tp[7]
+    memo = D.NO_MEMO
+    start = 0.0
+    for k, off, nb in plays:
+        if off != 0.0 or k:             # else: the previous start again
+            start = max(0.0, k * trefi + off - lat)
+        d0, end, *_, memo = D.play_one.py_func(start, 0, 1.0, tp, -1e18, -1, -1e18, -1e18,
+                                               -1e18, -1e18, nb, 0, 0, memo)
+        assert d0 == start + lat
+        assert end == D.advance.py_func(d0, nb * tb * 1.0, trefi, blk)
