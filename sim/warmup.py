@@ -29,24 +29,32 @@ def kernel_dispatchers() -> list:
 
 
 def cold_kernels() -> list[str]:
-    """The kernel modules (:data:`KERNEL_MODULES`, short names) with no compiled kernel on
-    disk (a fresh install, an edited kernel module, another Python): the first simulation
-    compiles them, ~15-25 s of CPU on 2 cores (issue 27; docs/limits.md, "First run"). A
-    module counts as warm when any of its kernels has a cache index (helpers inlined into
-    others never get one of their own). Empty when Numba's JIT is disabled or its cache
-    cannot be inspected."""
-    import os
-
+    """The kernel modules (:data:`KERNEL_MODULES`, short names) with no kernel compiled for
+    this machine on disk (a fresh install, an edited kernel module, another Python, Numba or
+    CPU: a wheel's cache built elsewhere, setup.py): the first simulation compiles them,
+    ~15-25 s of CPU on 2 cores (issue 27; docs/limits.md, "First run"). A module counts as
+    warm when any of its kernels has a cache index with an entry for this host's code
+    generator (Numba's ``magic_tuple``: target triple, CPU name and features; the index is
+    already empty for another Numba or an edited source); helpers inlined into others never
+    get one of their own. Empty when Numba's JIT is disabled or its cache cannot be
+    inspected."""
     if numba.config.DISABLE_JIT:
         return []
+    from numba.core.registry import cpu_target
+
+    here = cpu_target.target_context.codegen().magic_tuple()
     warm: dict[str, bool] = {}
     for d in kernel_dispatchers():
+        mod = d.__module__.rsplit(".", 1)[-1]
+        if warm.get(mod):
+            continue
         try:
-            path = d._cache._cache_file._index_path
+            index = d._cache._cache_file._load_index()
         except AttributeError:      # another Numba's internals: say nothing
             return []
-        mod = d.__module__.rsplit(".", 1)[-1]
-        warm[mod] = warm.get(mod, False) or os.path.exists(path)
+        except Exception:           # noqa: BLE001 - an unreadable index is a cold one
+            index = {}
+        warm[mod] = any(isinstance(k, tuple) and len(k) > 1 and k[1] == here for k in index)
     return [m for m, ok in warm.items() if not ok]
 
 

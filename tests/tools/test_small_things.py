@@ -246,6 +246,27 @@ def test_cold_kernels_sees_an_empty_cache(tmp_path):
     assert "engine" not in cold_kernels()
 
 
+def test_a_cache_compiled_for_another_cpu_reads_cold(monkeypatch):
+    """A kernel cache made on another machine (a wheel built elsewhere carries one, setup.py)
+    holds entries keyed on that machine's CPU: Numba ignores them and compiles, so the
+    first-run note must still be given (issue 27 item 1)."""
+    from numba.core.registry import cpu_target
+
+    from diptych.arch import load_chip
+    from diptych.sim import simulate
+    from diptych.sim.warmup import cold_kernels
+    from diptych.workloads.ops import Gemm
+
+    simulate(Gemm(name="g", m=64, k=64, n=64, a_dtype="bf16", b_dtype="bf16",
+                  c_dtype="bf16"), load_chip("h100"))
+    assert "engine" not in cold_kernels()
+    codegen = cpu_target.target_context.codegen()
+    triple, _, features = codegen.magic_tuple()
+    monkeypatch.setattr(type(codegen), "magic_tuple",
+                        lambda self: (triple, "another-cpu", features))
+    assert "engine" in cold_kernels()
+
+
 def test_warmup_visits_every_preset():
     from diptych.arch import preset_names
     from diptych.sim.warmup import warmup
