@@ -1,6 +1,7 @@
 """Compiling the engine's kernels ahead of a first simulation (issue 23 item 2,
-docs/limits.md "First run"): which kernel modules have nothing compiled on disk, and a warm-up
-that compiles them. Apart from :mod:`.jit` (the flags) so that the kernel modules, which
+docs/limits.md "First run"): which kernel modules have nothing compiled on disk for this
+machine, and a warm-up that compiles them (``diptych warmup``, and setup.py's build step that
+compiles them into the wheel). Apart from :mod:`.jit` (the flags) so that the kernel modules, which
 import :mod:`.jit`, are not imported back from it."""
 
 from __future__ import annotations
