@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,7 +122,10 @@ def installed_first_run() -> float:
         whl, tgt, rc = (os.path.join(tmp, d) for d in ("wheel", "site", "results"))
         env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "DIPTYCH_SRC")}
         before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
-        subprocess.run([sys.executable, "-m", "pip", "wheel", str(HERE.parent), "--no-deps",
+        src = os.path.join(tmp, "src")      # a copy: the build leaves nothing in this tree
+        shutil.copytree(HERE.parent, src, ignore=shutil.ignore_patterns(
+            ".git", "build", "dist", "*.egg-info", "__pycache__", ".*cache*", ".hypothesis"))
+        subprocess.run([sys.executable, "-m", "pip", "wheel", src, "--no-deps",
                         "-q", "-w", whl], check=True, env=env, cwd=tmp)
         after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - t0
         build = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
