@@ -23,11 +23,16 @@ RSS, each beside its target, and the load average.
    ``verdicts`` and ``warnings``, and every number of that pin identical; 7e4bb80 was before
    the second speed pass: the model changed on purpose since the first pin, 450f107), and
    the default (the schedule) may cost at most 20 % more CPU than it (issue 9 item 9).
+   ``--only install`` (not in the default set: it builds a wheel, ~1 min, and pip fetches the
+   build requirements unless they are in its cache): the first run as a ``pip install`` from
+   source gives it, the wheel built here (setup.py compiles the kernels into it) and
+   installed into an empty directory, run from there with an empty result cache and no
+   ``NUMBA_CACHE_DIR`` (which would hide the installed cache): target < 10 s.
 3. ``diptych run`` of one phase, warm, result cache off: target < 1 s each (issue 27; it was
    < 2 s).
 Peak RSS < 500 MB throughout.
 
-    python benchmarks/bench_cli.py [--repeat N] [--no-cold] [--only startup,headline,run]
+    python benchmarks/bench_cli.py [--repeat N] [--no-cold] [--only startup,headline,run,install]
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,6 +110,45 @@ def line(label, cpu, wall, rss, target=None, extra=""):
     print(f"  {label:52s} {cpu:6.2f} s CPU  {wall:6.2f} s wall  {rss:5.0f} MB{t}{extra}")
 
 
+def installed_first_run() -> float:
+    """Build the wheel (``pip wheel``, build isolation as a user's ``pip install .``), install
+    it into an empty directory and run the headline from there; prints the build's CPU (its
+    processes') and the first run's, whose JSON must equal this tree's. Returns the peak RSS
+    (MB)."""
+    import resource
+    import time
+    want = json.loads(measure(["--no-cache", *HEADLINE])[3])
+    with tempfile.TemporaryDirectory() as tmp:
+        whl, tgt, rc = (os.path.join(tmp, d) for d in ("wheel", "site", "results"))
+        env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "DIPTYCH_SRC")}
+        before, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        src = os.path.join(tmp, "src")      # a copy: the build leaves nothing in this tree
+        shutil.copytree(HERE.parent, src, ignore=shutil.ignore_patterns(
+            ".git", "build", "dist", "*.egg-info", "__pycache__", ".*cache*", ".hypothesis"))
+        subprocess.run([sys.executable, "-m", "pip", "wheel", src, "--no-deps",
+                        "-q", "-w", whl], check=True, env=env, cwd=tmp)
+        after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - t0
+        build = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        wheel = next(Path(whl).glob("*.whl"))
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                        tgt, str(wheel)], check=True, env=env, cwd=tmp)
+        cached = len(list(Path(tgt).glob("diptych/sim/__pycache__/*.nbi")))
+        run_env = {"PYTHONPATH": tgt, "NUMBA_CACHE_DIR": None, "DIPTYCH_SRC": None,
+                   "DIPTYCH_CACHE_DIR": rc}
+        where = subprocess.run([sys.executable, "-c", "import diptych.sim as s; print(s.__file__)"],
+                               env={k: v for k, v in {**env, **run_env}.items() if v is not None},
+                               capture_output=True, text=True, cwd=tmp).stdout.strip()
+        if not where.startswith(tgt):
+            raise SystemExit(f"the installed package is not the one imported: {where}")
+        print(f"pip install from source (wheel built here, {cached} kernel cache indexes in it):")
+        print(f"  {'building the wheel (compiles the kernels)':52s} {build:6.2f} s CPU  "
+              f"{wall:6.2f} s wall")
+        cpu, wall, rss, out, _ = measure(HEADLINE, run_env)
+        line("first run after install, empty result cache", cpu, wall, rss, 10,
+             f"  identical: {'yes' if json.loads(out) == want else 'NO'}")
+    return rss
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=2)
@@ -167,6 +212,8 @@ def main() -> None:
             rss_max = max(rss_max, rss)
             line("result cache on, second run (every op a hit)", cpu, wall, rss,
                  extra=f"  identical: {'yes' if json.loads(out) == want else 'NO'}")
+    if "install" in parts:
+        rss_max = max(rss_max, installed_first_run())
     if "run" in parts:
         print("diptych run of one phase (warm Numba cache, no result cache):")
         for label, args in RUNS:

@@ -115,6 +115,9 @@ def main() -> None:
         print(f"first run of the headline with an empty Numba cache: {total:.2f} s CPU "
               f"(target < {FIRST_RUN_TARGET_S:g} s, issue 27 item 1: "
               f"{'OK' if total < FIRST_RUN_TARGET_S else 'MISSED'})")
+        print("  (this is the lazy path: an editable install or a wheel built elsewhere; "
+              "`pip install .` compiles the kernels into the wheel, measured by "
+              "bench_cli.py --only install)")
     lv = {k.rsplit(".", 1)[-1]: v for k, v in llvm.items()}
     print(f"  own s   LLVM s  signatures  kernel   (LLVM: Numba's function and module passes "
           f"and machine code, {sum(llvm.values()):.2f} s in all)")

@@ -226,7 +226,8 @@ def test_a_first_run_says_it_is_compiling(monkeypatch):
 
 def test_cold_kernels_sees_an_empty_cache(tmp_path):
     """In a process whose Numba cache is an empty directory every kernel module is cold
-    (nothing is compiled to find out); in this one, after the suite's simulations, none."""
+    (read from the cache files: no kernel module is imported, so nothing compiles before the
+    note is printed); in this one, after a simulation, the engine is warm."""
     import os
     import subprocess
     import sys
@@ -234,16 +235,40 @@ def test_cold_kernels_sees_an_empty_cache(tmp_path):
     from diptych.sim.warmup import KERNEL_MODULES, cold_kernels
 
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    out = subprocess.run([sys.executable, "-c", "from diptych.sim.warmup import cold_kernels; "
-                          "print(','.join(cold_kernels()))"], env=env, capture_output=True,
-                         text=True, check=True).stdout.strip().split(",")
-    assert set(out) <= {m.rsplit(".", 1)[-1] for m in KERNEL_MODULES} and "engine" in out
+    code = ("import sys; from diptych.sim.warmup import KERNEL_MODULES, cold_kernels; "
+            "print(','.join(cold_kernels())); print(any(m in sys.modules for m in KERNEL_MODULES))")
+    out, imported = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                   text=True, check=True).stdout.split()
+    out = out.split(",")
+    assert set(out) == {m.rsplit(".", 1)[-1] for m in KERNEL_MODULES}
+    assert imported == "False"
     from diptych.sim import simulate
     from diptych.arch import load_chip
     from diptych.workloads.ops import Gemm
     simulate(Gemm(name="g", m=64, k=64, n=64, a_dtype="bf16", b_dtype="bf16",
                   c_dtype="bf16"), load_chip("h100"))
     assert "engine" not in cold_kernels()
+
+
+def test_a_cache_compiled_for_another_cpu_reads_cold(monkeypatch):
+    """A kernel cache made on another machine (a wheel built elsewhere carries one, setup.py)
+    holds entries keyed on that machine's CPU: Numba ignores them and compiles, so the
+    first-run note must still be given (issue 27 item 1)."""
+    from numba.core.registry import cpu_target
+
+    from diptych.arch import load_chip
+    from diptych.sim import simulate
+    from diptych.sim.warmup import cold_kernels
+    from diptych.workloads.ops import Gemm
+
+    simulate(Gemm(name="g", m=64, k=64, n=64, a_dtype="bf16", b_dtype="bf16",
+                  c_dtype="bf16"), load_chip("h100"))
+    assert "engine" not in cold_kernels()
+    codegen = cpu_target.target_context.codegen()
+    triple, _, features = codegen.magic_tuple()
+    monkeypatch.setattr(type(codegen), "magic_tuple",
+                        lambda self: (triple, "another-cpu", features))
+    assert "engine" in cold_kernels()
 
 
 def test_warmup_visits_every_preset():
