@@ -279,7 +279,7 @@ def test_split_k_more_bandwidth_or_scratchpad_never_slower(chip, m, k, n, shared
         Gemm(name="g", m=m, k=k, n=n, batch=1, b_is_weight=shared), chip, SLACK)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.integers(1, 1 << 14), st.integers(1, 1 << 14), st.integers(1, 1 << 16),
        st.sampled_from([3, 33, 66, 132, 528, 100, 7]))
 def test_wave_grids_are_the_filtered_product(batch, m, n, units):
