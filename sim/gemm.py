@@ -119,10 +119,7 @@ def plan(op, chip, dataflow=None, reference: bool = False):
     # that floor cannot beat the best; the order is the same as with every table built.
     groups = _groups(op, chip, rates, flows, m_total, batch)
     pending = sorted(groups, key=lambda g: (g[0], g[1]))
-    built = []          # [group, table, est order, est sorted, lb sorted, pointer, engine base,
-    #                     built index, lb sorted as an array, blocks per candidate]: the sorted
-    #                     columns as Python lists (exact: float64 and int64 as Python numbers),
-    #                     read one element at a time; the lbs as an array too, for the skips
+    built = []          # [group, table, est order, est sorted, lb sorted, pointer, engine base]
     heads = []          # heap of (est, group position, local index, built index): each built
     #                     group's next candidate (lazily checked against the threshold)
     errors = []
@@ -142,13 +139,14 @@ def plan(op, chip, dataflow=None, reference: bool = False):
         # bound can beat the best (skipped ones never can again: thr only falls)
         while heads:
             b = built[heads[0][3]]
-            if b[4][b[5]] < thr:
+            lbs = b[4]
+            if lbs[b[5]] < thr:
                 break
             heapq.heappop(heads)
-            ahead = np.flatnonzero(b[8][b[5]:] < thr)
+            ahead = np.flatnonzero(lbs[b[5]:] < thr)
             if ahead.size:
                 b[5] += int(ahead[0])
-                heapq.heappush(heads, (b[3][b[5]], b[0][1], b[2][b[5]], b[7]))
+                heapq.heappush(heads, (b[3][b[5]], b[0][1], int(b[2][b[5]]), b[7]))
         head = heads[0] if heads else None
         if pending and pending[0][0] < thr and (head is None or pending[0][0] <= head[0]):
             g = pending.pop(0)
@@ -168,11 +166,9 @@ def plan(op, chip, dataflow=None, reference: bool = False):
             if extra:
                 est, lb = est + extra, lb + extra
             order = np.argsort(est, kind="stable")
-            lbo = lb[order]
-            b = [g, cs, order.tolist(), est[order].tolist(), lbo.tolist(), 0, None, len(built),
-                 lbo, cs.rows[:, MK.T_BLOCKS].tolist()]
+            b = [g, cs, order, est[order], lb[order], 0, None, len(built)]
             built.append(b)
-            heapq.heappush(heads, (b[3][0], g[1], b[2][0], b[7]))
+            heapq.heappush(heads, (b[3][0], g[1], int(order[0]), b[7]))
             n_cands += len(cs)
             continue
         if head is None:
@@ -188,7 +184,7 @@ def plan(op, chip, dataflow=None, reference: bool = False):
         b = built[bi]
         b[5] += 1
         if b[5] < len(b[4]):
-            heapq.heappush(heads, (b[3][b[5]], gpos, b[2][b[5]], bi))
+            heapq.heappush(heads, (b[3][b[5]], gpos, int(b[2][b[5]]), bi))
         pb, split, cs, extra = b[0][2], b[0][3], b[1], b[0][5]
         if b[6] is None:
             b[6] = MP.engine_base(chip, pb, rates, split, True)
@@ -197,7 +193,7 @@ def plan(op, chip, dataflow=None, reference: bool = False):
             blocks = pb.batch * MP._cdiv(pb.m, blk.mb) * MP._cdiv(pb.k, blk.kb) * \
                 MP._cdiv(pb.n, blk.nb)
         else:
-            blocks = b[9][local]
+            blocks = int(cs.rows[local, MK.T_BLOCKS])
         spent += blocks
         own_spent += blocks if b[0][8] else 0
         cut = 0 if best is None else int(best[0] * (1.0 - MP.PRUNE_TOLERANCE)) + 1
