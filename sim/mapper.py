@@ -405,13 +405,8 @@ def own_splits(cores: int, per_core: int, R: int, C: int, batch: int, m: int, n:
     for qm, qn, units in [(1, 1, arrays)] + [(qm, qn, cores) for qm, qn in subs]:
         if units & (units - 1) == 0:
             continue
-        for pb in _pow2(batch):
-            for pm in _pow2(_cdiv(m, qm)):
-                for pn in _pow2(_cdiv(n, qn)):
-                    t = pb * pm * pn
-                    if units < t <= MAX_WAVES * units and t % units:
-                        _offer(best, (cores, per_core, batch, m, n, pb, pm, pn, qm, qn, units),
-                               R, C)
+        for pb, pm, pn in wave_grids(batch, _cdiv(m, qm), _cdiv(n, qn), units):
+            _offer(best, (cores, per_core, batch, m, n, pb, pm, pn, qm, qn, units), R, C)
     if k:
         for sp in [s for s in out.values() if s.qm * s.qn == 1 and s.waves == 1]:
             # the most ways that fit the idle arrays and the minimum depth (fewer ways leave
@@ -426,7 +421,8 @@ def own_splits(cores: int, per_core: int, R: int, C: int, batch: int, m: int, n:
                 out[len(out), "k"] = dataclasses.replace(
                     sp, pk=_cdiv(k, ks), k=ks, active=act,
                     arrays_per_core=min(per_core, _cdiv(act, cores)))
-    for _, sp in best.values():
+    for _, args in best.values():
+        sp = _tile_split(*args)     # (not None: _offer kept only grids _grid accepts)
         # a core split dominates the one-array-per-tile split giving each array the same work
         # on as many arrays per core (the same blockings fit, each moving at most the bytes it
         # moved there through the port and DRAM): it takes that one's place. A one-wave core
@@ -442,11 +438,38 @@ def own_splits(cores: int, per_core: int, R: int, C: int, batch: int, m: int, n:
     return tuple(out.values())
 
 
+def wave_grids(batch: int, m: int, n: int, units: int):
+    """The power-of-two ``pb × pm × pn`` tile grids (``pb ≤ batch``, ``pm ≤ m``, ``pn ≤ n``)
+    of more tiles than ``units`` and at most :data:`MAX_WAVES` per unit, their tile count not
+    a multiple of ``units``, in the order of the product loop ``pb``, ``pm``, ``pn`` (each
+    ascending). The ways grow along each loop, so a loop stops at its first grid above the
+    limit: the same grids in the same order as filtering the whole product, which visited
+    ~2,070 grids per new GEMM shape of the examples' trace on the h100 preset (its three chip
+    sizes together) to keep ~650 (tested against that filter)."""
+    lim = MAX_WAVES * units
+    pns = _pow2(n)
+    for pb in _pow2(batch):
+        if pb > lim:
+            break
+        for pm in _pow2(m):
+            bm = pb * pm
+            if bm > lim:
+                break
+            for pn in pns:
+                t = bm * pn
+                if t > lim:
+                    break
+                if t > units and t % units:
+                    yield pb, pm, pn
+
+
 def _offer(best: dict, args: tuple, rows: int, cols: int) -> None:
-    """Keep (with its :func:`_fit`) the split :func:`_tile_split` ``(*args)`` unless it is
-    None or a split of the same tile grid dealt to the same units is already kept whose
-    arrays' sub-tiles match the ``rows × cols`` array at least as well (the split is only
-    built when kept). The core
+    """Keep (with its :func:`_fit`) the arguments of the split :func:`_tile_split`
+    ``(*args)`` unless it is None or a split of the same tile grid dealt to the same units is
+    already kept whose arrays' sub-tiles match the ``rows × cols`` array at least as well (the
+    split is built only for the arguments kept at the end, by :func:`own_splits`: most offers
+    are displaced by a better fit, and building each cost a quarter of a new shape's
+    enumeration). The core
     loads its tile's X and W blocks once whatever the sub-grid (the same bytes cross its
     port), so of one core tile's sub-grids the one whose sub-tiles fold best is kept."""
     _, _, batch, m, n, pb, pm, pn, qm, qn, units = args
@@ -463,7 +486,7 @@ def _offer(best: dict, args: tuple, rows: int, cols: int) -> None:
     a, b = ms / rows, ns / cols
     fit = min(a, b) / max(a, b)
     if cur is None or fit > cur[0]:   # (cur[0]: the kept split's _fit, of its m and n)
-        best[key] = (fit, _tile_split(*args))
+        best[key] = (fit, args)       # built once kept for good (:func:`own_splits`)
 
 
 def _fit(m: int, n: int, rows: int, cols: int) -> float:

@@ -277,3 +277,16 @@ def test_split_k_more_bandwidth_or_scratchpad_never_slower(chip, m, k, n, shared
     only, so more bandwidth or scratchpad is still never slower."""
     check_more_bandwidth_or_scratchpad(
         Gemm(name="g", m=m, k=k, n=n, batch=1, b_is_weight=shared), chip, SLACK)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 1 << 14), st.integers(1, 1 << 14), st.integers(1, 1 << 16),
+       st.sampled_from([3, 33, 66, 132, 528, 100, 7]))
+def test_wave_grids_are_the_filtered_product(batch, m, n, units):
+    """The wave grids the split enumeration offers (its loops stopping at the limit) are
+    exactly, and in the order of, the whole power-of-two product filtered by the rule
+    (more tiles than units, at most MAX_WAVES per unit, not a multiple of the units)."""
+    lim = MP.MAX_WAVES * units
+    want = [(pb, pm, pn) for pb in MP._pow2(batch) for pm in MP._pow2(m) for pn in MP._pow2(n)
+            if units < pb * pm * pn <= lim and (pb * pm * pn) % units]
+    assert list(MP.wave_grids(batch, m, n, units)) == want
