@@ -18,10 +18,11 @@ RSS, each beside its target, and the load average.
    ahead-of-time alternative, ``diptych warmup`` on a fresh Numba cache, then the headline;
    with the result cache (an empty one, then the same command again), whose JSON must equal
    the uncached run's. The same with ``--execution sum`` (the summed model, the default before
-   issue 9): its JSON must equal ``benchmarks/headline_compare.json`` (re-pinned from commit
-   05cc611, whose output has three keys more than 7e4bb80's pin, ``energy_breakdown_j``,
-   ``verdicts`` and ``warnings``, and every number of that pin identical; 7e4bb80 was before
-   the second speed pass: the model changed on purpose since the first pin, 450f107), and
+   issue 9): its JSON must equal ``benchmarks/headline_compare.json`` (re-pinned on
+   2026-12-03 from the tree after issue 21's sequence parallelism in one-node training runs,
+   e219bf5, which moved the training phase on purpose: train-2026 MFU 0.686 -> 0.805 at TP8,
+   the norms and residual adds on the sequence shard; earlier pins 05cc611 and 7e4bb80; the
+   golden set, tests/sim/golden_set.py, is the bit-identity guard of speed work), and
    the default (the schedule) may cost at most 20 % more CPU than it (issue 9 item 9).
    ``--only install`` (not in the default set: it builds a wheel, ~1 min, and pip fetches the
    build requirements unless they are in its cache): the first run as a ``pip install`` from
