@@ -41,6 +41,27 @@ def _engine(name):
     return fn
 
 
+#: Chips by everything the op-level models read (all compared fields but ``overheads``): the
+#: first chip seen stands for the others (see :func:`op_chip`).
+_OP_CHIPS: dict = {}
+
+
+@lru_cache(maxsize=256)
+def op_chip(chip):
+    """The chip that times ``chip``'s ops: the first one seen that differs from it at most in
+    ``[overheads]`` (launch and sync costs, which the program scheduler charges and no
+    op-level model reads: sim/gemm, mapper, engine, dram, vector and limits never look at
+    them). The waterfall's variants zero those costs (``variant_chip``); with this their
+    GEMMs and vector ops are the memo hits they are, not mapper searches run again (issue 27;
+    tests/sim/test_op_chip.py compares the shared results with a fresh simulation of the
+    variant chip)."""
+    key = tuple(getattr(chip, f.name) for f in dataclasses.fields(chip)
+                if f.compare and f.name != "overheads")
+    if len(_OP_CHIPS) > 1024:
+        _OP_CHIPS.clear()
+    return _OP_CHIPS.setdefault(key, chip)
+
+
 @lru_cache(maxsize=4096)
 def _gemm_cached(shape: Gemm, chip, dataflow) -> OpStats:
     check_gemm(shape, chip)  # refuse, stating the limit, what would run for hours
@@ -67,12 +88,12 @@ def simulate(op, chip, *, dataflow: str | None = None) -> OpStats:
     if isinstance(op, Gemm):
         check_dataflows(chip, dataflow)
         shape = dataclasses.replace(op, name="", tags=())
-        st = _gemm_cached(shape, chip, dataflow)
+        st = _gemm_cached(shape, op_chip(chip), dataflow)
     elif isinstance(op, VectorOp):
         # a backward pass keeps its tag: a stack's kernel rate may depend on the direction
         shape = dataclasses.replace(op, name="", tags=tuple(t for t in op.tags
                                                             if t == BACKWARD_TAG))
-        st = _vector_cached(shape, chip)
+        st = _vector_cached(shape, op_chip(chip))
     elif isinstance(op, Collective):
         raise ValueError("collectives are not timed by simulate(); they belong to the "
                          "interconnect model")

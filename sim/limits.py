@@ -55,8 +55,22 @@ MAX_REPLICAS = 4096
 MAX_REFINE = 256                   # plans re-simulated by `plan` (~0.4 s each, warm)
 
 
+@lru_cache(maxsize=1024)
 def _grid(extent: int) -> np.ndarray:
-    """Candidate block extents: powers of √2 up to ``extent``, and ``extent`` itself."""
+    """Candidate block extents: powers of √2 up to ``extent``, and ``extent`` itself, ascending
+    and distinct (read-only: memoised per extent). The same array as :func:`_grid_ref`
+    (``np.unique``, which imports ``numpy.ma``, ~45 ms of a command's start-up; compared in
+    tests/sim/test_limits_memo.py)."""
+    top = max(0.0, math.log2(extent))
+    pts = np.exp2(np.arange(0.0, top + 0.5, 0.5))
+    g = np.sort(np.append(np.minimum(np.floor(pts), extent), extent))
+    g = g[np.concatenate(([True], g[1:] != g[:-1]))]
+    g.setflags(write=False)
+    return g
+
+
+def _grid_ref(extent: int) -> np.ndarray:
+    """The reference of :func:`_grid`."""
     top = max(0.0, math.log2(extent))
     pts = np.exp2(np.arange(0.0, top + 0.5, 0.5))
     return np.unique(np.append(np.minimum(np.floor(pts), extent), extent))

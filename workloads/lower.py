@@ -149,7 +149,25 @@ def check_tp(m: ModelConfig, tp: int) -> None:
 
 
 def valid_tp_degrees(m: ModelConfig, limit: int = 1024) -> list[int]:
-    """Tensor-parallel degrees that split ``m``, ascending, up to ``limit``."""
+    """Tensor-parallel degrees that split ``m``, ascending, up to ``limit``. Only the
+    divisors of the attention heads are tried (:func:`check_tp` refuses any other ``tp > 1``):
+    the same list as :func:`valid_tp_degrees_ref`, which tries every degree (issue 27: the
+    reference raised and caught ~1,000 ValueErrors per call; tests/workloads/test_tp_degrees.py
+    compares the two)."""
+    return [t for t in range(1, limit + 1)
+            if (t == 1 or m.heads % t == 0) and _splits(m, t)]
+
+
+def _splits(m: ModelConfig, tp: int) -> bool:
+    try:
+        check_tp(m, tp)
+    except ValueError:
+        return False
+    return True
+
+
+def valid_tp_degrees_ref(m: ModelConfig, limit: int = 1024) -> list[int]:
+    """The reference of :func:`valid_tp_degrees`: every degree up to ``limit`` checked."""
     out = []
     for t in range(1, limit + 1):
         try:
