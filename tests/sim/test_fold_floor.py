@@ -22,7 +22,8 @@ from test_plan_fast_path import CHIPS, _decision, _shapes
 
 
 def _chip(rows, cols, cores, load_rows, swap, sb):
-    return small_chip(rows=rows, cols=cols, cores=cores, arrays=2, spad_mib=0.05, base="infer-2026",
+    return small_chip(rows=rows, cols=cols, cores=cores, arrays=2, spad_mib=0.05,
+                      base="infer-2026",
                       sb_mib=0.5 if sb else None, load_rows=load_rows, swap=swap)
 
 
@@ -31,7 +32,8 @@ def _chip(rows, cols, cores, load_rows, swap, sb):
        cores=st.sampled_from([1, 3, 4]), load_rows=st.sampled_from([1, 4]),
        swap=st.sampled_from(["wave", "global"]), sb=st.booleans(),
        m=st.integers(1, 70), k=st.integers(1, 300), n=st.integers(1, 90),
-       batch=st.integers(1, 4), weight=st.booleans(), dtype=st.sampled_from(["bf16", "fp8", "int4"]))
+       batch=st.integers(1, 4), weight=st.booleans(),
+       dtype=st.sampled_from(["bf16", "fp8", "int4"]))
 def test_fold_floor_bounds_every_candidate_and_the_engine(rows, cols, cores, load_rows, swap,
                                                           sb, m, k, n, batch, weight, dtype):
     chip = _chip(rows, cols, cores, load_rows, swap, sb)
