@@ -84,6 +84,7 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     own = set(MP.own_splits(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols, batch,
                             m_total, op.n, k))
     sps = MP.splits(chip, batch, m_total, op.n, k)
+    seen: dict = {}
     for split, (peak_bpc, floor) in zip(sps, MP.split_floors(chip, layout, flows[0], sps, op.k,
                                                                rates, pin)):
         # split-K: the reduction's cycles follow the partial products (a constant per split,
@@ -94,7 +95,12 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
             extra = math.floor((r.read_bytes + r.write_bytes) * chip.clock_hz / pin)
         old = floor + extra
         for df in flows:
-            folds = MP.split_fold_floor(chip, df, split, op.k, rates) * (1.0 - 1e-9)
+            # (memoised per op: many splits give the arrays the same batch, m, n and k)
+            key = (df, split.batch, split.m, split.n, split.k if split.pk > 1 else 0)
+            folds = seen.get(key)
+            if folds is None:
+                folds = seen[key] = MP.split_fold_floor(chip, df, split, op.k, rates) * (
+                    1.0 - 1e-9)
             groups.append([max(floor, folds) + extra, len(groups), None, split, peak_bpc,
                            extra, df, (view, m_total, layout), split in own, old, None])
     return groups
