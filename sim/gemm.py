@@ -63,13 +63,15 @@ def engine_dram_inputs(chip):
 
 def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     """The mapper's (split, dataflow) groups of ``op``, each ``[floor, position, problem,
-    split, peak bytes per cycle, extra cycles, dataflow, layout, own]``: the floor bounds every
-    candidate of the group (its table is built only when the search reaches it); ``own``: a
-    split of the chip's own (:func:`mapper.own_splits`), not only of a sub-chip's. The floor
-    does not depend on the dataflow (:func:`mapper.group_floor`: the MACs, and A's, B's and
-    C's bytes, whichever operand is stationary), so it is computed once per split
-    (:func:`mapper.split_floor`, without orienting the problem), and a group's problem
-    (``None`` until then) is oriented when its table is built."""
+    split, peak bytes per cycle, extra cycles, dataflow, layout, own, bytes floor, verdict]``:
+    the floor bounds every candidate of the group (its table is built only when the search
+    reaches it); ``own``: a split of the chip's own (:func:`mapper.own_splits`), not only of
+    a sub-chip's. The floor is the larger of the bytes-and-MACs floor (:func:`mapper.group_floor`,
+    which does not depend on the dataflow, computed once per split by
+    :func:`mapper.split_floor`, without orienting the problem) and the fold count's
+    (:func:`mapper.split_fold_floor`, per dataflow); the bytes floor alone is kept too
+    (``plan`` reports the candidates of the groups it would have opened). A group's problem
+    (``None`` until then) is oriented when its table is built; ``verdict``: ``plan``'s."""
     view = _as_oriented(op, m_total, batch)
     layout = MP.op_layout(view, m_total, chip.tensor_cores, chip)
     groups = []
@@ -82,6 +84,7 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     own = set(MP.own_splits(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols, batch,
                             m_total, op.n, k))
     sps = MP.splits(chip, batch, m_total, op.n, k)
+    seen: dict = {}
     for split, (peak_bpc, floor) in zip(sps, MP.split_floors(chip, layout, flows[0], sps, op.k,
                                                                rates, pin)):
         # split-K: the reduction's cycles follow the partial products (a constant per split,
@@ -90,10 +93,16 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
         if split.pk > 1:
             r = _reduction_op(op, split.pk)
             extra = math.floor((r.read_bytes + r.write_bytes) * chip.clock_hz / pin)
-        floor = floor + extra
+        old = floor + extra
         for df in flows:
-            groups.append([floor, len(groups), None, split, peak_bpc, extra, df,
-                           (view, m_total, layout), split in own])
+            # (memoised per op: many splits give the arrays the same batch, m, n and k)
+            key = (df, split.batch, split.m, split.n, split.k if split.pk > 1 else 0)
+            folds = seen.get(key)
+            if folds is None:
+                folds = seen[key] = MP.split_fold_floor(chip, df, split, op.k, rates) * (
+                    1.0 - 1e-9)
+            groups.append([max(floor, folds) + extra, len(groups), None, split, peak_bpc,
+                           extra, df, (view, m_total, layout), split in own, old, None])
     return groups
 
 
@@ -119,6 +128,15 @@ def plan(op, chip, dataflow=None, reference: bool = False):
     # that floor cannot beat the best; the order is the same as with every table built.
     groups = _groups(op, chip, rates, flows, m_total, batch)
     pending = sorted(groups, key=lambda g: (g[0], g[1]))
+    # The floors count the array's folds (mapper.fold_floor), so fewer groups are opened; the
+    # search replays which groups the bytes-and-MACs floors alone (g[9]) would have opened and
+    # when (``shadow``, in the order of those floors), so that ``candidates`` and
+    # ``budget_hit`` are reported as before: a group is decided once the search has simulated
+    # every candidate of an estimate below its old floor (the same candidates, in the same
+    # order, with either floor: each is below every estimate and bound of its group).
+    shadow = sorted(groups, key=lambda g: (g[9], g[1]))
+    sh = [0, True]      # next shadow group, the old search still opening groups
+    sizes = {}          # group position -> its table's candidates (tables built)
     built = []          # [group, table, est order, est sorted, lb sorted, pointer, engine base]
     heads = []          # heap of (est, group position, local index, built index): each built
     #                     group's next candidate (lazily checked against the threshold)
@@ -133,6 +151,24 @@ def plan(op, chip, dataflow=None, reference: bool = False):
     spent = own_spent = 0
     dram = engine_dram_inputs(chip)
     budget_hit = False   # the search left candidates out on MAX_SIMULATED_BLOCKS
+
+    def decide(limit: float, thr: float) -> None:
+        # the old search's pops of groups whose old floor is at most ``limit``: opened
+        # (verdict 1) below the threshold unless the budget leaves a sub-chip's split out
+        # (verdict 0); its first group at or above the threshold stops it for good
+        nonlocal budget_hit
+        while sh[1] and sh[0] < len(shadow) and shadow[sh[0]][9] <= limit:
+            g = shadow[sh[0]]
+            if g[9] >= thr:
+                sh[1] = False
+                return
+            if not g[8] and best is not None and spent >= MP.MAX_SIMULATED_BLOCKS:
+                budget_hit = True
+                g[10] = 0
+            else:
+                g[10] = 1
+            sh[0] += 1
+
     while True:
         thr = math.inf if best is None else best[0] * (1.0 - MP.PRUNE_TOLERANCE)
         # the head: the least (est, group, local) among the groups' next candidates whose
@@ -150,10 +186,11 @@ def plan(op, chip, dataflow=None, reference: bool = False):
         head = heads[0] if heads else None
         if pending and pending[0][0] < thr and (head is None or pending[0][0] <= head[0]):
             g = pending.pop(0)
-            if not g[8] and best is not None and spent >= MP.MAX_SIMULATED_BLOCKS:
-                budget_hit = True
+            decide(g[0], thr)
+            assert g[10] is not None, "a group opened before the old floors decided it"
+            if not g[10]:
                 continue
-            _, _, pb, split, peak_bpc, extra, df, (view, mt, layout), _ = g
+            _, _, pb, split, peak_bpc, extra, df, (view, mt, layout), *_ = g
             if pb is None:
                 g[2] = pb = MP.orient(view, df, split, mt, chip.tensor_cores, layout)
             if split.pk > 1:
@@ -169,8 +206,9 @@ def plan(op, chip, dataflow=None, reference: bool = False):
             b = [g, cs, order, est[order], lb[order], 0, None, len(built)]
             built.append(b)
             heapq.heappush(heads, (b[3][0], g[1], int(order[0]), b[7]))
-            n_cands += len(cs)
+            sizes[g[1]] = len(cs)
             continue
+        decide(math.inf if head is None else head[0], thr)
         if head is None:
             break
         if best is not None and spent >= MP.MAX_SIMULATED_BLOCKS and (
@@ -216,6 +254,15 @@ def plan(op, chip, dataflow=None, reference: bool = False):
             best = (key[0], gpos, local, pb, cs[local], out, split)
     if best is None:
         raise errors[0]
+    for g in groups:          # the candidates of every group the old floors opened
+        if g[10] == 1:
+            n = sizes.get(g[1])
+            if n is None:
+                _, _, pb, split, _, _, df, (view, mt, layout), *_ = g
+                if pb is None:
+                    pb = MP.orient(view, df, split, mt, chip.tensor_cores, layout)
+                n = MP.candidate_count(chip, pb, rates, split)
+            n_cands += n
     _, _, _, pb, blk, out, split = best
     return dict(rates=rates, split=split, problem=pb, blocks=blk, out=out,
                 candidates=n_cands, simulated=sims, dtype=dtype, budget_hit=budget_hit)

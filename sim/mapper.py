@@ -1008,6 +1008,65 @@ def group_floor(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float) 
     return max(busy, pb.batch * (x + w + o) * split.dram_weight() / peak_bpc) * (1.0 - 1e-9)
 
 
+def fold_floor(R: int, C: int, dataflow: str, batch: int, m: int, k: int, n: int,
+               rates: Rates) -> int:
+    """The fewest memory-free cycles any blocking of a ``batch × (m × k) · (k × n)`` problem
+    (oriented: IS passes Cᵀ's m and n) can take on an ``R × C`` array: a bound on
+    :func:`period_cycles`, hence on :func:`compute_cycles`, the estimate and the lower bound
+    of every candidate of its group (and on the engine's cycles). It counts the array's folds,
+    which ``MACs / peak`` does not for few-row or short problems:
+
+    * OS: every output tile takes ``ceil(m / R) · ceil(n / C)`` folds at least (a sum of
+      ceilings bounds the ceiling of the sum), each K chain at least
+      ``max(os_fold_steps(k), R)`` steps (each fold's period is ``max(ke, R)``).
+    * WS/IS: ``ceil(k / Rk) · ceil(n / C)`` weight installs at least, each streaming the
+      M blocks at least ``ws_period(ws_fold_rows(m))`` (each fold's period is
+      ``max(install path, me)``, and the install path does not depend on ``me``).
+
+    A fold's fill and drain only add to its period (``compute_cycles`` ≥ ``period_cycles``;
+    tests/sim/test_fold_floor.py checks it against the engine and the candidate tables)."""
+    if dataflow == "os":
+        return batch * _cdiv(m, R) * _cdiv(n, C) * T.os_period(
+            R, T.os_fold_steps(k, rates.os_num, rates.os_den))
+    return batch * _cdiv(k, rates.stationary_rows) * _cdiv(n, C) * _ws_period(
+        R, C, T.ws_fold_rows(m, rates.ws_num, rates.ws_den), rates)
+
+
+def split_fold_floor(chip, dataflow: str, split: Split, k_total: int, rates: Rates) -> int:
+    """:func:`fold_floor` of the problem ``orient`` gives ``split`` for ``dataflow`` (the
+    array's share of K with split-K; IS transposes M and N)."""
+    arr = chip.core.array
+    k = split.k if split.pk > 1 else k_total
+    m, n = (split.n, split.m) if dataflow == "is" else (split.m, split.n)
+    return fold_floor(arr.rows, arr.cols, dataflow, split.batch, m, k, n, rates)
+
+
+def candidate_count(chip, pb: Problem, rates: Rates, split: Split) -> int:
+    """``len`` of :func:`candidate_table`'s table (0 where no blocking fits, where it raises)
+    without its numbers: the search reports the candidates of every group its bounds
+    would have opened before :func:`fold_floor` (``gemm.plan``)."""
+    arr = chip.core.array
+    cap, acc = capacity(chip, split, pb.resident_per_core)
+    kbase = arr.rows if pb.dataflow == "os" else rates.stationary_rows
+    sv, sb_cap = _sb_vector(chip, pb, split) if chip.shared_buffer is not None else (None, 0.0)
+    return _candidate_count(arr.rows, arr.cols, kbase, pb.m, pb.k, pb.n, pb.x_cap_bits,
+                            pb.w_cap_bits, pb.acc_bits, cap, acc, pb.x_cdup, pb.w_cdup,
+                            None if sv is None else tuple(sv.tolist()), sb_cap)
+
+
+@lru_cache(maxsize=1 << 16)
+def _candidate_count(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc, xcd, wcd,
+                     sv: tuple | None, sb_cap: float) -> int:
+    """:func:`candidate_count` of its integer inputs (memoised: the groups of one op's
+    splits, and of a run's ops, repeat them)."""
+    mb, kb, nb, order = MK.blockings(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc,
+                                     xcd, wcd)
+    if len(mb) == 0 or sv is None:
+        return len(mb)
+    return len(MK.shared_buffer_variants(mb, kb, nb, order, np.array(sv, dtype=np.int64),
+                                         sb_cap)[0])
+
+
 def split_floor(chip, layout: tuple, dataflow: str, split: Split, k_total: int, rates: Rates,
                 peak_bpc: float) -> float:
     """:func:`group_floor` of ``orient(op, dataflow, split, ...)`` (``layout``: its
