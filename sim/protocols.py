@@ -80,6 +80,15 @@ def ring_fraction(kind: str, n: int) -> tuple[float, int]:
     return (n - 1) / n, n - 1
 
 
+def sent_bytes(kind: str, nbytes: float, n: int) -> float:
+    """Bytes one rank's kernel sends in a ``kind`` collective on a ``nbytes`` buffer (the
+    :class:`~diptych.workloads.ops.Collective` convention) over ``n`` ranks, as a ring moves
+    them (:func:`ring_fraction`); a ``"send"`` sends all of it."""
+    if kind == "send":
+        return float(nbytes)
+    return ring_fraction(kind, n)[0] * nbytes
+
+
 def ring_seconds(kind: str, nbytes: float, n: int, simple_bytes_per_s: float,
                  proto: Protocol) -> float:
     """A ring of ``n`` ranks in one domain by ``proto``: ``base + steps·hop +

@@ -34,17 +34,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from .. import energy_parts as EP
-from .collectives import ring_fraction
+from ..protocols import sent_bytes
 
 PARTS = ("compute", "optimizer", "link", "idle_static")
-
-
-def sent_bytes(kind: str, nbytes: float, group: int) -> float:
-    """Bytes one rank sends in a ``kind`` collective of ``nbytes`` per rank over ``group``
-    ranks (module docstring)."""
-    if kind == "send":
-        return float(nbytes)
-    return ring_fraction(kind, group)[0] * nbytes
 
 
 def link_joules(chip, colls: Iterable[tuple[str, float, int]]) -> float:

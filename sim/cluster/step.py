@@ -96,7 +96,8 @@ from .plan import Plan, check_positive, check_plan
 from .schedule import PipelineRun, fast_pipeline_seconds, simulate_pipeline
 from .timing import LayerTime, TpLinks, layer_times, resident
 from ..run.tp_overlap import OverlapCost, costs as overlap_costs, gather_share
-from ..run.interference import beside_s, collectives_factor, sent_bytes, tax_s, two_streams
+from ..protocols import sent_bytes
+from ..run.interference import beside_s, collectives_factor, tax_s, two_streams
 from .topology import GroupShape, Network, bind, group_ranks, group_shape, stage_peer
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")

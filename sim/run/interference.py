@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..protocols import sent_bytes  # noqa: F401  (re-exported: the bytes its callers pass)
 from .tp_overlap import bulk_held_s, requantised_s
 
 #: the peers a pipeline exchange sends to and receives from at once (Megatron-Core's batched
@@ -174,7 +175,6 @@ def two_streams(segments: Sequence[tuple[float, float, float]]) -> float:
     return max(t, comm_end)
 
 
-
 def collectives_factor(chip, colls: Iterable[tuple[str, float, float, bool]],
                        groups: Sequence[Loads]) -> float:
     """:func:`group_slowdown` of the compute ``groups`` beside the collectives ``colls``
@@ -194,15 +194,3 @@ def tax_s(compute_s: float, comm_s: float, factor: float) -> float:
     """Seconds a collective of ``comm_s`` beside a compute of ``compute_s`` adds beyond the
     ideal overlap ``max(compute, comm)`` (:func:`beside_s`)."""
     return beside_s(compute_s, comm_s, factor) - max(compute_s, comm_s)
-
-
-def sent_bytes(kind: str, nbytes: float, n: int) -> float:
-    """Bytes one member's kernel sends in a collective of ``kind`` on a ``nbytes`` buffer
-    (the :class:`~diptych.workloads.ops.Collective` convention) over ``n`` members, as a ring
-    moves them: ``2(n−1)/n`` of it (all-reduce), ``(n−1)/n`` (reduce-scatter, all-gather,
-    all-to-all), all of it (a send)."""
-    if kind == "send":
-        return nbytes
-    if n <= 1:
-        return 0.0
-    return (2.0 if kind == "all_reduce" else 1.0) * (n - 1) / n * nbytes
