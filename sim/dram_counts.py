@@ -96,6 +96,26 @@ def _md(x, d, sh):
     return x & (d - 1) if sh >= 0 else x % d
 
 
+@jit(inline="always")
+def _open_page(pc, bank, row, tid, open_row, stamp, bank_cnt, acts, bank_max):
+    """The per-bank open-row rule: ``row`` of ``bank`` on pseudo-channel ``pc`` is touched;
+    an activation unless it is the bank's open row in this transfer (``stamp == tid``), and
+    ``bank_max`` the most any bank needed."""
+    if stamp[pc, bank] != tid:
+        stamp[pc, bank] = tid
+        open_row[pc, bank] = row
+        bank_cnt[pc, bank] = 1
+        acts[pc] += 1
+        if bank_max[pc] < 1:
+            bank_max[pc] = 1
+    elif open_row[pc, bank] != row:
+        open_row[pc, bank] = row
+        bank_cnt[pc, bank] += 1
+        acts[pc] += 1
+        if bank_cnt[pc, bank] > bank_max[pc]:
+            bank_max[pc] = bank_cnt[pc, bank]
+
+
 @jit
 def count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
                   acts, bank_max):
@@ -161,40 +181,14 @@ def count_pattern(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, 
                     g = _dv(lo, page, page_sh)
                     bank = _md(g, banks, banks_sh)
                     row = _dv(g, banks, banks_sh)
-                # (inlined _touch)
-                if stamp[pc, bank] != tid:
-                    stamp[pc, bank] = tid
-                    open_row[pc, bank] = row
-                    bank_cnt[pc, bank] = 1
-                    acts[pc] += 1
-                    if bank_max[pc] < 1:
-                        bank_max[pc] = 1
-                elif open_row[pc, bank] != row:
-                    open_row[pc, bank] = row
-                    bank_cnt[pc, bank] += 1
-                    acts[pc] += 1
-                    if bank_cnt[pc, bank] > bank_max[pc]:
-                        bank_max[pc] = bank_cnt[pc, bank]
+                _open_page(pc, bank, row, tid, open_row, stamp, bank_cnt, acts, bank_max)
             else:
                 bursts[pc] += _dv(hi + burst - 1, burst, burst_sh) - _dv(lo, burst, burst_sh)
                 g = _dv(lo, page, page_sh)
                 g_last = _dv(hi - 1, page, page_sh)
                 while g <= g_last:
-                    bk = _md(g, banks, banks_sh)
-                    rw = _dv(g, banks, banks_sh)
-                    if stamp[pc, bk] != tid:
-                        stamp[pc, bk] = tid
-                        open_row[pc, bk] = rw
-                        bank_cnt[pc, bk] = 1
-                        acts[pc] += 1
-                        if bank_max[pc] < 1:
-                            bank_max[pc] = 1
-                    elif open_row[pc, bk] != rw:
-                        open_row[pc, bk] = rw
-                        bank_cnt[pc, bk] += 1
-                        acts[pc] += 1
-                        if bank_cnt[pc, bk] > bank_max[pc]:
-                            bank_max[pc] = bank_cnt[pc, bk]
+                    _open_page(pc, _md(g, banks, banks_sh), _dv(g, banks, banks_sh), tid,
+                               open_row, stamp, bank_cnt, acts, bank_max)
                     g += 1
             a += take
             off = 0
@@ -286,21 +280,8 @@ def count_walk(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid
                         g += 1
             else:
                 while g <= g_last:
-                    bk = _md(g, banks, banks_sh)
-                    rw = _dv(g, banks, banks_sh)
-                    if stamp[pc, bk] != tid:
-                        stamp[pc, bk] = tid
-                        open_row[pc, bk] = rw
-                        bank_cnt[pc, bk] = 1
-                        acts[pc] += 1
-                        if bank_max[pc] < 1:
-                            bank_max[pc] = 1
-                    elif open_row[pc, bk] != rw:
-                        open_row[pc, bk] = rw
-                        bank_cnt[pc, bk] += 1
-                        acts[pc] += 1
-                        if bank_cnt[pc, bk] > bank_max[pc]:
-                            bank_max[pc] = bank_cnt[pc, bk]
+                    _open_page(pc, _md(g, banks, banks_sh), _dv(g, banks, banks_sh), tid,
+                               open_row, stamp, bank_cnt, acts, bank_max)
                     g += 1
             left -= take
             off = 0
