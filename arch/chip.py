@@ -912,6 +912,30 @@ class CommKernels:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SplitAccumulator:
+    """How the chip runs a GEMM whose training recipe asks for a split accumulator
+    (optional ``[split_accumulator]`` table; docs/precision.md, "The split accumulator").
+
+    Hopper's tensor cores accumulate FP8 products in a limited-precision accumulator; with
+    cuBLAS's fast accumulation off (Transformer Engine's ``use_split_accumulator=True``, its
+    default for the dgrad and wgrad GEMMs) the kernel adds the tensor cores' partial sum into
+    an FP32 accumulator on the CUDA cores every ``promotion_interval_k`` elements of K and
+    starts the next partial sum from zero. Each promotion is one FP32 add per output element
+    on the vector unit (:data:`~diptych.workloads.quant.PROMOTE_OPS_PER_ELEMENT`), of
+    which the share ``overlap`` hides under the matrix products (another warpgroup's MMAs
+    running meanwhile) and the rest adds to the GEMM's time. Absent: a split-accumulator GEMM
+    costs its MACs alone (the chip accumulates in full precision, or nothing asks)."""
+
+    promotion_interval_k: int = f(min=1, max=65536,
+                                  doc="elements of K between promotions of the partial sum "
+                                      "(integer 1..65536)")
+    overlap: float = f(default=0.0,
+                       doc="share of the promotions' time hidden under the matrix products "
+                           "(0: none; 1: all of it)",
+                       **bound(0.001, 1.0, "a fraction: 1 hides all of it", zero=True))
+
+
+@dataclass(frozen=True, kw_only=True)
 class Chip:
     """A whole accelerator chip. Derived peaks are properties; physical views (area, die
     geometry, package, NoC, cost, power) are functions of a loaded chip in the modules above
@@ -990,6 +1014,10 @@ class Chip:
                                              "library's kernels take from the compute "
                                              "beside them (cores held, DRAM bandwidth); "
                                              "absent = nothing")
+    split_accumulator: SplitAccumulator | None = f(
+        default=None, doc="optional table of how a split-accumulator GEMM (FP8 training's "
+                          "dgrad and wgrad) promotes its partial sums: interval and overlap; "
+                          "absent = no cost")
 
     def _validate(self, source, path):
         supported = self.core.array.dtypes

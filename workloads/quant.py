@@ -23,6 +23,16 @@ DEQUANT_OPS_PER_ELEMENT = 2.0
 #: scales, add it to the FP32 sum (the scale product itself is shared by a whole row/column
 #: of the block and not counted).
 RESCALE_OPS_PER_ELEMENT = 2.0
+#: Vector ops per output element per promotion of a split-accumulator GEMM's partial sum
+#: (a chip's ``[split_accumulator]``) [counted: NVIDIA/cutlass
+#: include/cutlass/gemm/collective/fp8_accumulation.hpp ``promote_core``, ``accum_(i) +=
+#: accum_temp_(i)``: one FP32 add; the next MMA starts its partial sum from zero].
+PROMOTE_OPS_PER_ELEMENT = 1.0
+#: The tag of a precision op whose time the matrix products of its GEMM wait out (a split
+#: accumulator's exposed promotions: the share its kernel does not hide under other MMAs): the
+#: program scheduler holds the arrays for it as well as the vector unit, so no other array
+#: work hides it a second time (sim/run/scheduled.py).
+HOLDS_ARRAY_TAG = "holds_array"
 #: Vector ops per output element to quantise a product's output to a block-scaled dtype
 #: [assumption, counted from the conversion of OCP MX v1.0 §6.3: the shared exponent is
 #: floor(log2(max |V_i|)) − emax of the element format, P_i = quantize(V_i / X)]: |x| and
@@ -54,9 +64,9 @@ def _quant_op(name: str, elements: int, blocks: int, dtype: str, write_bytes: fl
 
 
 #: Vector-op kinds whose output is not block-quantised by :func:`vector_quant_op`: copies
-#: and gathers (a KV-cache write, an embedding lookup, an MoE permute) move their input's blocks with their
-#: scales, top-k writes routing indices and weights that no product reads, and the
-#: precision ops themselves.
+#: and gathers (a KV-cache write, an embedding lookup, an MoE permute) move their input's
+#: blocks with their scales, top-k writes routing indices and weights that no product reads,
+#: and the precision ops themselves.
 _NO_OUTPUT_QUANT = ("copy", "embedding", "topk", "optimizer", "dequant", "scale", "permute")
 
 

@@ -80,6 +80,16 @@ BF16_LINEARS = ("lm_head", "router", "indexer_weights_proj")
 #: its input is cast row-wise only and its output gradient arrives in ``n`` sequence shards
 #: (:func:`quantize_records`, :func:`backward_gemms`).
 SP_TAG = "sp_row:"
+#: The tag of a GEMM the recipe runs with a split accumulator (cuBLAS's fast accumulation
+#: off): the data- and weight-gradient GEMMs of every FP8 linear, not the forward one [S:
+#: NVIDIA/TransformerEngine v1.11 (c27ee60) transformer_engine/pytorch/module/base.py
+#: ``_2X_ACC_FPROP = False``, ``_2X_ACC_DGRAD = True``, ``_2X_ACC_WGRAD = True``, passed as
+#: ``use_split_accumulator`` by ``linear.py``, ``layernorm_linear.py`` and
+#: ``grouped_linear.py``; v2.2-v2.5 common/recipe/__init__.py ``Float8CurrentScaling``:
+#: ``fp8_gemm_fprop = MMParams(use_split_accumulator=False)``, dgrad and wgrad ``True``]. What
+#: a promotion costs is the chip's (``[split_accumulator]``,
+#: :mod:`diptych.sim.run.precision_ops`).
+SPLIT_ACC_TAG = "split_acc"
 
 
 def sp_shards(op) -> int:
@@ -264,7 +274,8 @@ def quantize_records(records: list, tensors: dict, p: Precision, sp: int = 1
 def backward_gemms(op: Gemm, p: Precision) -> list:
     """The backward ops of an FP8 recipe's linear GEMM ``op``, in order: the cast of its
     output gradient (with current scaling an amax pass first), then dgrad ``dX = dY·W`` and
-    wgrad ``dW = dYᵀ·X`` on FP8 operands.
+    wgrad ``dW = dYᵀ·X`` on FP8 operands, both with a split accumulator
+    (:data:`SPLIT_ACC_TAG`).
 
     A row-parallel GEMM under sequence parallelism (``sp_row:<n>``, :func:`quantize_records`)
     gets its output gradient in ``n`` sequence shards: TE casts the rank's shard row-wise only
@@ -288,11 +299,11 @@ def backward_gemms(op: Gemm, p: Precision) -> list:
     da = Gemm(name=f"{op.name}.dgrad", m=op.m, k=op.n, n=op.k, batch=op.batch,
               a_dtype=p.linear, b_dtype=op.b_dtype, c_dtype=p.activations,
               acc_dtype=op.acc_dtype, b_is_weight=op.b_is_weight,
-              tags=op.tags + ("dgrad",))
+              tags=op.tags + ("dgrad", SPLIT_ACC_TAG))
     if "x_transpose" in op.tags:
         da = (da, transpose_op(f"{op.name}.x.transpose", op.batch * op.m * op.k, p))
     db = Gemm(name=f"{op.name}.wgrad", m=op.k, k=op.m, n=op.n, batch=op.batch,
               a_dtype=op.a_dtype, b_dtype=p.linear, c_dtype=p.grads, acc_dtype=op.acc_dtype,
               b_is_weight=op.batch == 1, c_accumulate=True,
-              tags=tuple(t for t in op.tags if t != "weight") + ("wgrad",))
+              tags=tuple(t for t in op.tags if t != "weight") + ("wgrad", SPLIT_ACC_TAG))
     return out + (list(da) if isinstance(da, tuple) else [da]) + [db]

@@ -21,6 +21,18 @@ times (docs/precision.md, "The precision ops"):
   partial sum is written to the scratchpad by the array and read back by the vector unit at
   the accumulator's width: on-chip bytes at the core's scratchpad bandwidth. With ``"pe"``
   the datapath applies the scale (an exponent add for E8M0) at no extra time.
+* ``<gemm>.promote`` (kind ``scale``), only for a GEMM its training recipe runs with a split
+  accumulator (tag :data:`~diptych.workloads.recipe.SPLIT_ACC_TAG`: the FP8 recipes' dgrad and
+  wgrad) on a chip with a ``[split_accumulator]`` table: the tensor cores' partial sum is added
+  into an FP32 accumulator on the vector unit every ``promotion_interval_k`` elements of K,
+  :data:`PROMOTE_OPS_PER_ELEMENT` ops per output element per promotion (``batch × m × n ×
+  ceil(k / promotion_interval_k)`` elements), of which the table's ``overlap`` hides under
+  the matrix products: the op carries the rest, ``(1 − overlap) ×`` those ops (and only
+  those in its energy). That rest is time the GEMM's matrix products wait, so the op is
+  tagged :data:`~diptych.workloads.quant.HOLDS_ARRAY_TAG` and a schedule holds the arrays
+  for it too (no other GEMM hides it). Partial sums cross the scratchpad as a rescale's do.
+  A block-scaled product whose rescale runs on the vector unit already promotes there: no
+  second op.
 * ``<gemm>.dequant`` (kind ``dequant``): a GEMM whose B operand is narrower than its A
   operand computes in A's dtype, so B's elements are expanded to it: a weight GEMM (W4A16,
   W4A8, W8A16) or attention over a KV cache narrower than the activations (an FP8, INT8, INT4
@@ -81,8 +93,10 @@ from ...workloads.program import Access, Block, Use
 from ...workloads.ops import Gemm, VectorOp
 from ...workloads.program import Tensor
 from ...workloads.serving_step import base_name
-from ...workloads.quant import (DEQUANT_OPS_PER_ELEMENT, RESCALE_OPS_PER_ELEMENT, _quant_op,
+from ...workloads.quant import (DEQUANT_OPS_PER_ELEMENT, HOLDS_ARRAY_TAG,
+                                PROMOTE_OPS_PER_ELEMENT, RESCALE_OPS_PER_ELEMENT, _quant_op,
                                 columnwise_quant_op, rescale_block, vector_quant_op)
+from ...workloads.recipe import SPLIT_ACC_TAG
 from ..support import dequant_place, expanded_b_bits
 
 
@@ -93,6 +107,21 @@ def _on_chip(name: str, kind: str, elements: int, ops: float, nbytes: float, dty
     return VectorOp(name=name, kind=kind, elements=elements, ops_per_element=ops,
                     read_bytes=nbytes, write_bytes=nbytes, scratchpad_read_bytes=nbytes,
                     scratchpad_write_bytes=nbytes, dtype=dtype, tags=("precision",))
+
+
+def promote_op(g: Gemm, chip) -> VectorOp | None:
+    """The exposed promotions of split-accumulator GEMM ``g`` on ``chip`` (module docstring,
+    ``<gemm>.promote``), or None: ``g`` not tagged :data:`~diptych.workloads.recipe.
+    SPLIT_ACC_TAG`, ``chip`` without a ``[split_accumulator]`` table, or all of it hidden
+    (``overlap = 1``)."""
+    table = chip.split_accumulator
+    if table is None or SPLIT_ACC_TAG not in g.tags or table.overlap >= 1.0:
+        return None
+    e = g.batch * g.m * g.n * math.ceil(g.k / table.promotion_interval_k)
+    op = _on_chip(f"{g.name}.promote", "scale", e, PROMOTE_OPS_PER_ELEMENT * (1.0 - table.overlap),
+                  0.0 if chip.core.vector.on_array_output_path
+                  else e * element_bits(g.acc_dtype) / 8, "fp32")
+    return dataclasses.replace(op, tags=op.tags + (HOLDS_ARRAY_TAG,))
 
 
 def precision_ops(g: Gemm, chip, *, scales: bool = True, dequant: bool = True
@@ -117,6 +146,10 @@ def precision_ops(g: Gemm, chip, *, scales: bool = True, dequant: bool = True
         out.append(_on_chip(f"{g.name}.rescale", "scale", e, RESCALE_OPS_PER_ELEMENT,
                             0.0 if vec.on_array_output_path
                             else e * element_bits(g.acc_dtype) / 8, "fp32"))
+    else:
+        promote = promote_op(g, chip)
+        if promote is not None:
+            out.append(promote)
     if dequant and dequant_place(chip, g) == "vector":
         # the expanded copy goes through the scratchpad at A's width unless the vector unit
         # feeds the array (the mapper sizes its tiles by the same rule)

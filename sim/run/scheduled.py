@@ -55,6 +55,7 @@ from collections.abc import Callable
 from types import SimpleNamespace
 
 from ...workloads.ops import Collective, Gemm, VectorOp, launch_group
+from ...workloads.quant import HOLDS_ARRAY_TAG
 from ...workloads.program import NODE_UNITS
 from ..vector import stream_fraction
 from ..program import FusedOps, capacities, fuse_program, op_demand, plan_residency
@@ -226,14 +227,18 @@ class _Timer:
             (op, ()) if isinstance(op, Gemm) else (None, (op,)))
         if gemm is None:
             st = self.sim(op, chip)
+            # work its GEMM's matrix products wait out holds the arrays too (quant.py)
+            held = HOLDS_ARRAY_TAG in getattr(op, "tags", ())
             return SimpleNamespace(kind=st.kind, seconds=st.seconds,
                                    compute_seconds=_compute_seconds(st, chip),
                                    dram_bytes=st.dram_read_bytes + st.dram_write_bytes,
-                                   vector_seconds=0.0, energy_j=st.energy_j,
+                                   vector_seconds=st.seconds if held else 0.0,
+                                   energy_j=st.energy_j,
                                    energy_parts=EP.of_stats(st), bound=st.bound,
                                    utilization=st.utilization, flops=st.flops,
                                    bandwidth=min(getattr(st, "dram_bytes_per_s", 0.0), peak_bw),
-                                   unit="vector", weight_bytes=0.0, dtype=None,
+                                   unit="array" if held else "vector", weight_bytes=0.0,
+                                   dtype=None,
                                    holds_dram=isinstance(op, VectorOp)
                                    and stream_fraction(op, chip) < 1.0)
         st = self.sim(gemm, chip)

@@ -15,7 +15,7 @@ MFU add up to 1 (the peak) exactly:
 3. ``non_gemm``: the vector-unit work (norms, activations, softmax, RoPE, permutes, the
    optimizer, embedding lookups);
 4. ``recipe``: the ops a precision recipe or a block-scaled format adds (casts, amax
-   passes, block quantisation);
+   passes, block quantisation, a split accumulator's exposed promotions);
 5. ``launches``: kernel launches, collective launches and step syncs;
 6. ``communication``: the collectives' exposed time;
 7. ``power``: the clock the chip's TDP sustains (0 when the limit does not bind).

@@ -37,8 +37,8 @@ def _del(path):
 KNOWN_TOP = ("area, area_budget_mm2, attention, attention_fa2, clock_ghz, collectives, "
              "comm_kernels, core, cost, default_dtype, description, die, dma, dram, dram2, dram3, "
              "elementwise_kernels, elementwise_kernels_megatron, energy, "
-             "interconnect, name, noc, overheads, package, power, residency, shared_buffer, tdp_w, "
-             "tensor_cores, tp_overlap")
+             "interconnect, name, noc, overheads, package, power, residency, shared_buffer, "
+             "split_accumulator, tdp_w, tensor_cores, tp_overlap")
 
 BROKEN = [
     ("misspelt key", _set("clock_gz", 1.0),
