@@ -749,6 +749,14 @@ class ResidencyPolicy:
                                         "over 95 % leaves nothing to keep", zero=True))
 
 
+def _copy_fraction(what: str):
+    """A field of :class:`ElementwiseKernels`: the fraction of the copy rate ``what``
+    reaches, 1 by default."""
+    return f(default=1.0, doc=f"fraction of the copy rate reached by {what}",
+             **bound(0.01, 1.0, "1 = the copy rate; a kernel at under 1 % of its memory's "
+                     "rate is a bug, not a rate"))
+
+
 @dataclass(frozen=True, kw_only=True)
 class ElementwiseKernels:
     """The DRAM rate a software stack's own elementwise kernels reach, as a fraction of the
@@ -766,10 +774,22 @@ class ElementwiseKernels:
     swiglu_bwd: float = f(default=1.0,
                           doc="fraction of the copy rate a SwiGLU backward reaches",
                           **bound(0.01, 1.0, "as swiglu"))
+    # the LM loss's passes (workloads/loss.py's bytes), by implementation and direction
+    cross_entropy: float = _copy_fraction("the fused cross-entropy's forward passes")
+    cross_entropy_bwd: float = _copy_fraction("the fused cross-entropy's backward")
+    cross_entropy_unfused: float = _copy_fraction("the eager cross-entropy's forward kernels")
+    cross_entropy_unfused_bwd: float = _copy_fraction("the eager cross-entropy's backward "
+                                                      "kernels")
 
-    def fraction(self, kind: str, backward: bool) -> float:
+    def fraction(self, kind: str, backward: bool, loss: str | None = None) -> float:
         """The fraction for a vector op of ``kind`` (its forward, or its ``backward``
-        pass); 1 for a kind the table does not list."""
+        pass), or for a pass of the LM loss of implementation ``loss`` (``"fused"`` or
+        ``"unfused"``, workloads/loss.py: whatever its kind); 1 for a kind the table does
+        not list."""
+        if loss == "fused":
+            return self.cross_entropy_bwd if backward else self.cross_entropy
+        if loss == "unfused":
+            return self.cross_entropy_unfused_bwd if backward else self.cross_entropy_unfused
         if kind == "swiglu":
             return self.swiglu_bwd if backward else self.swiglu
         return 1.0

@@ -32,6 +32,20 @@ HBM3", BF16), from its scripts ``benchmark/scripts/benchmark_megatron_swiglu.py`
   H100 bandwidth nobody publishes that we found): a check of the RMSNorm's bytes and rate
   only. Forward rows only (their backward rows also time the forward and the sum).
 
+* ``megatron_cross_entropy`` (2026-06-15, ``benchmark/scripts/
+  benchmark_megatron_cross_entropy.py``, TP 1, BF16 logits ``[2048, 4, V]``: 8,192 rows,
+  V = 4,096-131,072), providers ``megatron-fused`` (Megatron-Core's
+  ``fused_vocab_parallel_cross_entropy``: ``cross_entropy_loss_fusion: true``, the Llama
+  runs' loss) and ``megatron-unfused`` (``vocab_parallel_cross_entropy``, eager PyTorch: the
+  GPT-3 and Grok-1 runs' loss), each a fixed loop of 50 calls timed with CUDA events, median
+  of five. Its "backward" row re-runs the forward before every backward (the script's own
+  convention: "subtract the forward row"); the ``sum()`` before it is over the per-token loss
+  (8,192 values), nothing beside the logits' passes. So the backward alone is the row less
+  the forward row: no confound. Both paths' passes are diptych's loss ops
+  (workloads/loss.py: 22 + 10 B per logit fused, 38 + 14 unfused, at the copy rate with
+  ``elementwise_kernels`` ``default``), calibrated [C] on V ≥ 16,384 (≥ 2.9 GB a forward):
+  the preset's ``cross_entropy*`` fractions.
+
 Bytes per element (BF16, 2 B): SwiGLU forward reads gate and up, writes the product (3 per
 output element); its backward reads the output gradient and the saved ``gate_up`` and writes
 ``d gate_up`` (5), as Megatron's ``swiglu_back`` and diptych's ``swiglu.bwd`` do. RMSNorm
@@ -54,6 +68,7 @@ from diptych.arch.loader import load_chip
 from diptych.sim.api import simulate
 from diptych.sim.run.stack import stack_chip
 from diptych.workloads.lower import VECTOR_OPS_PER_ELEMENT
+from diptych.workloads import loss
 from diptych.workloads.ops import VectorOp
 
 SRC = "linkedin/Liger-Kernel@ead96b61 benchmark/data/all_benchmark_data.csv (H100 80GB HBM3, BF16)"
@@ -66,6 +81,15 @@ SWIGLU = {1024: (0.0232, 0.1469, 0.0233), 2048: (0.0604, 0.3385, 0.0396),
 #: the points the preset's [C] rates are calibrated on (≥ 200 MB a pass: launch-free)
 CALIBRATION = (4096, 8192, 16384, 32768)
 RMS_TOKENS = 4096
+CE_ROWS = 2048 * 4
+#: ms (median) per vocabulary V: forward, forward + backward (the "backward" row), per path
+CE = {"fused": {4096: (0.3122, 0.5311), 8192: (0.6359, 1.0505), 16384: (1.3467, 2.1581),
+                32768: (2.8313, 4.4489), 65536: (5.7631, 8.9818), 131072: (11.8098, 18.2319)},
+      "unfused": {4096: (0.5585, 0.7693), 8192: (1.0782, 1.4540), 16384: (2.0663, 2.7811),
+                  32768: (4.0231, 5.4121), 65536: (7.9344, 10.6697),
+                  131072: (15.8124, 21.2467)}}
+#: the vocabularies the preset's [C] cross-entropy rates are calibrated on
+CE_CALIBRATION = (16384, 32768, 65536, 131072)
 #: ms (median) per hidden: torch.nn.RMSNorm forward, Liger forward
 RMSNORM = {1024: (0.0128, 0.0122), 2048: (0.0190, 0.0176), 4096: (0.0325, 0.0292),
            8192: (0.0745, 0.0509), 16384: (0.1492, 0.0950)}
@@ -126,6 +150,48 @@ def rmsnorm_rows(chip) -> list[str]:
     return rows
 
 
+def ce_ops(impl: str, vocab: int, rows: int = CE_ROWS):
+    """The loss's forward passes and backward kernels of ``impl`` over ``rows × vocab`` BF16
+    logits, as diptych lowers them (workloads/loss.py)."""
+    fw = loss.forward_ops(rows, vocab, A, impl)
+    return fw, loss.backward_ops(fw[-1])
+
+
+def ce_ms(impl: str, vocab: int, chip) -> tuple[float, float]:
+    """diptych's forward and backward ms of the loss (each pass alone, summed)."""
+    fw, bw = ce_ops(impl, vocab)
+    return sum(ms(o, chip) for o in fw), sum(ms(o, chip) for o in bw)
+
+
+def ce_rows(chip, tuned) -> list[str]:
+    rows = []
+    for impl, table in CE.items():
+        for v, (m_fwd, m_all) in table.items():
+            fw, bw = ce_ops(impl, v)
+            mark = "*" if v in CE_CALIBRATION else ""
+            for part, ops, m, d, t in (("fwd", fw, m_fwd, *(x[0] for x in (ce_ms(impl, v, chip),
+                                                                          ce_ms(impl, v, tuned)))),
+                                       ("bwd", bw, m_all - m_fwd,
+                                        *(x[1] for x in (ce_ms(impl, v, chip),
+                                                         ce_ms(impl, v, tuned))))):
+                b = sum(o.read_bytes + o.write_bytes for o in ops)
+                rows.append(f"| CE {impl} {part}, V {v}{mark} | {b / 1e6:.0f} | {m:.4f} "
+                            f"({b / m / 1e9:.2f}) | | {d:.4f} | {t:.4f} | {t / m:.2f} |")
+    return rows
+
+
+def ce_fractions(chip, impl: str) -> tuple[float, float]:
+    """The copy-rate time over the published time of ``impl``'s forward and backward, mean
+    over :data:`CE_CALIBRATION`: what the preset's ``cross_entropy*`` are set from."""
+    fw, bw = [], []
+    for v in CE_CALIBRATION:
+        m_fwd, m_all = CE[impl][v]
+        d_fwd, d_bwd = ce_ms(impl, v, chip)
+        fw.append(d_fwd / m_fwd)
+        bw.append(d_bwd / (m_all - m_fwd))
+    return sum(fw) / len(fw), sum(bw) / len(bw)
+
+
 def calibrated_fractions(chip) -> tuple[float, float]:
     """The copy-rate time over the published time, mean over :data:`CALIBRATION`, of
     Megatron's SwiGLU: the forward (what the preset's ``swiglu`` is set from) and the
@@ -146,19 +212,27 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     chip = load_chip("h100")
     tuned = stack_chip(chip, elementwise_kernels="megatron")
-    head = ["| kernel (8,192 tokens; RMSNorm 4,096) | MB moved | Megatron / torch ms (TB/s) | "
-            "Liger ms (TB/s) | diptych default ms | diptych megatron ms | megatron / "
+    head = ["| kernel (8,192 tokens or rows; RMSNorm 4,096) | MB moved | Megatron / torch ms "
+            "(TB/s) | Liger ms (TB/s) | diptych default ms | diptych megatron ms | megatron / "
             "published |", "|---|---:|---:|---:|---:|---:|---:|"]
     fw, bw = calibrated_fractions(chip)
     rates = tuned.elementwise_kernels
-    lines = [f"Source: {SRC}.", ""] + head + swiglu_rows(chip, tuned) + rmsnorm_rows(chip) + [
+    ce = {impl: ce_fractions(chip, impl) for impl in CE}
+    lines = [f"Source: {SRC}.", ""] + head + swiglu_rows(chip, tuned) + rmsnorm_rows(chip) + \
+        ce_rows(chip, tuned) + [
         "", "† the benchmark's backward row less its forward row and the sum's pass: a "
         "confounded reading (swiglu_back fed the stride-0 gradient of out.sum()), printed "
         "beside diptych, not a calibration point.",
         f"Copy-rate time / published time over the rows marked *: forward {fw:.3f}, "
         f"calibrated (the preset's swiglu = {rates.swiglu:g}); the backward reading "
         f"{bw:.3f}, not a calibration (the preset's swiglu_bwd = {rates.swiglu_bwd:g}, the "
-        f"forward's fraction [assumption])."]
+        f"forward's fraction [assumption]).",
+        "Cross-entropy (Megatron-Core's, rows marked * calibrate): copy-rate time / published "
+        f"time, fused forward {ce['fused'][0]:.3f}, backward {ce['fused'][1]:.3f} (the "
+        f"preset's cross_entropy = {rates.cross_entropy:g}, cross_entropy_bwd = "
+        f"{rates.cross_entropy_bwd:g}); unfused forward {ce['unfused'][0]:.3f}, backward "
+        f"{ce['unfused'][1]:.3f} (cross_entropy_unfused = {rates.cross_entropy_unfused:g}, "
+        f"cross_entropy_unfused_bwd = {rates.cross_entropy_unfused_bwd:g})."]
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -9,6 +9,7 @@ from typing import Protocol
 from . import cache
 from .capacity import capacities
 from .limits import check_gemm, check_vector
+from ..workloads import loss
 from ..workloads.ops import BACKWARD_TAG, Collective, Gemm, VectorOp
 from .support import check_dataflows
 from .stats import OpStats
@@ -69,6 +70,16 @@ def _gemm_cached(shape: Gemm, chip, dataflow) -> OpStats:
                         lambda: _engine("gemm_stats")(shape, chip, dataflow))
 
 
+#: The tags that may change a vector op's rate (sim/vector.py ``stream_fraction``): the
+#: direction and the LM loss's passes with their implementation (workloads/loss.py).
+RATE_TAGS = frozenset((BACKWARD_TAG, loss.TAG, *loss.IMPLEMENTATIONS))
+
+
+def _vector_shape(op: VectorOp) -> VectorOp:
+    """``op`` as its result is keyed: no name, only its :data:`RATE_TAGS`."""
+    return dataclasses.replace(op, name="", tags=tuple(t for t in op.tags if t in RATE_TAGS))
+
+
 @lru_cache(maxsize=4096)
 def _vector_cached(shape: VectorOp, chip) -> OpStats:
     check_vector(shape, chip)
@@ -90,9 +101,9 @@ def simulate(op, chip, *, dataflow: str | None = None) -> OpStats:
         shape = dataclasses.replace(op, name="", tags=())
         st = _gemm_cached(shape, op_chip(chip), dataflow)
     elif isinstance(op, VectorOp):
-        # a backward pass keeps its tag: a stack's kernel rate may depend on the direction
-        shape = dataclasses.replace(op, name="", tags=tuple(t for t in op.tags
-                                                            if t == BACKWARD_TAG))
+        # a backward pass and a loss pass keep their tags: a stack's kernel rate may depend
+        # on the direction and the loss's implementation (sim/vector.py stream_fraction)
+        shape = _vector_shape(op)
         st = _vector_cached(shape, op_chip(chip))
     elif isinstance(op, Collective):
         raise ValueError("collectives are not timed by simulate(); they belong to the "
@@ -120,8 +131,8 @@ def simulate_many(ops, chip, *, dataflow: str | None = None,
     import multiprocessing as mp
 
     ops = list(ops)
-    keys = [dataclasses.replace(op, name="", tags=()) if isinstance(op, (Gemm, VectorOp)) else op
-            for op in ops]
+    keys = [dataclasses.replace(op, name="", tags=()) if isinstance(op, Gemm)
+            else _vector_shape(op) if isinstance(op, VectorOp) else op for op in ops]
     unique = list(dict.fromkeys(keys))
     workers = (os.cpu_count() or 1) if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:

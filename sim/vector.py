@@ -23,6 +23,7 @@ import math
 from ..arch.dtypes import dtype_bytes
 from .dram import FastDram
 from .fabric import fabric
+from ..workloads import loss
 from ..workloads.ops import BACKWARD_TAG, VectorOp
 from .regime import memory_roof_bytes_per_s, regime
 from .stats import OpStats
@@ -66,10 +67,13 @@ def norm_op(name: str, rows: int, cols: int, kind: str = "rmsnorm", dtype: str =
 def stream_fraction(op: VectorOp, chip) -> float:
     """The fraction of the copy rate at which ``chip``'s software stack streams ``op``'s DRAM
     bytes: its ``[elementwise_kernels]`` entry for the op's kind and direction (a backward
-    pass carries :data:`BACKWARD_TAG`; arch/chip.py ``ElementwiseKernels``), 1 without the
-    table."""
+    pass carries :data:`BACKWARD_TAG`; arch/chip.py ``ElementwiseKernels``), or for the LM
+    loss's implementation when ``op`` is one of its passes (workloads/loss.py), 1 without
+    the table."""
     rates = getattr(chip, "elementwise_kernels", None)
-    return rates.fraction(op.kind, BACKWARD_TAG in op.tags) if rates is not None else 1.0
+    if rates is None:
+        return 1.0
+    return rates.fraction(op.kind, BACKWARD_TAG in op.tags, loss.implementation_of(op.tags))
 
 
 def vector_stats(op: VectorOp, chip, cores: int | None = None) -> OpStats:

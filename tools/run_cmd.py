@@ -253,10 +253,10 @@ def _curve_table(curve: dict):
 @click.option("--elementwise-kernels", type=click.Choice(["default", "megatron"]),
               default="default", show_default=True,
               help="Elementwise kernels: the chip's own ([elementwise_kernels]; absent: the "
-                   "vector unit's copy rate) or Megatron-Core's torch.compile'd fusions at "
-                   "their measured rates ([elementwise_kernels_megatron]; h100: SwiGLU, "
-                   "bias_activation_fusion). docs/validation-published.md, \"Elementwise "
-                   "kernels\".")
+                   "vector unit's copy rate) or Megatron-Core's kernels at their measured "
+                   "rates ([elementwise_kernels_megatron]; h100: SwiGLU "
+                   "(bias_activation_fusion) and the fused and eager cross-entropy). "
+                   "docs/validation-published.md, \"Elementwise kernels\".")
 @click.option("--kernel-order", type=click.Choice(["default", *KERNEL_ORDERS]),
               default="default", show_default=True,
               help="Scheduled runs: the compute kernels' order, the chip's own ([overheads] "

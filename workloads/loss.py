@@ -113,8 +113,18 @@ def check_implementation(impl) -> str:
     return impl
 
 
-#: Tag of every loss pass; the pass that saves the softmax also carries ``"saved"``.
+#: Tag of every loss pass, beside its implementation's name (:data:`IMPLEMENTATIONS`: a
+#: stack's kernels of the two paths stream at their own rates, sim/vector.py); the pass that
+#: saves the softmax also carries ``"saved"``.
 TAG = "loss"
+
+
+def implementation_of(tags) -> str | None:
+    """The loss implementation a pass with ``tags`` belongs to (:data:`IMPLEMENTATIONS`), or
+    None for an op that is not a loss pass."""
+    if TAG not in tags:
+        return None
+    return next((t for t in tags if t in IMPLEMENTATIONS), None)
 
 
 def forward_ops(rows: int, vocab: int, a_bytes: float,
@@ -132,7 +142,7 @@ saved_bytes` counts what it reads, the FP32 buffer it normalises in place)."""
         out.append(VectorOp(name=name, kind=kind, elements=n, ops_per_element=ops,
                             read_bytes=n * (a_bytes if rd == "a" else rd),
                             write_bytes=n * wr + rows * (row_wr + (FP32_BYTES if last else 0)),
-                            dtype="fp32", tags=(TAG, "saved") if last else (TAG,)))
+                            dtype="fp32", tags=(TAG, impl, "saved") if last else (TAG, impl)))
     return out
 
 
@@ -155,5 +165,5 @@ def backward_ops(op: VectorOp) -> list[VectorOp]:
     d_loss = op.write_bytes - n * FP32_BYTES      # the loss's gradient, one FP32 per row
     return [VectorOp(name=name, kind=kind, elements=n, ops_per_element=ops,
                      read_bytes=n * rd + (d_loss if i == 0 else 0.0), write_bytes=n * wr,
-                     dtype=op.dtype, tags=(TAG, "bwd"))
+                     dtype=op.dtype, tags=(TAG, impl, "bwd"))
             for i, (name, kind, rd, wr, ops) in enumerate(BACKWARD_PASSES[impl])]

@@ -19,8 +19,9 @@ source there; none is a constant of its own:
   sequence-parallel path, NCCL collectives (sim/run/tp_overlap.py, ``nccl_sub_block``).
 * ``elementwise_kernels``: ``"default"`` runs the elementwise kernels by the chip's
   ``[elementwise_kernels]`` table (absent: at the vector unit's copy rate); ``"megatron"``
-  by its ``[elementwise_kernels_megatron]`` table (Megatron-Core's own ``torch.compile``'d
-  fusions, ``bias_activation_fusion``: on h100 SwiGLU's forward and backward).
+  by its ``[elementwise_kernels_megatron]`` table (Megatron-Core's own kernels: on h100 the
+  ``torch.compile``'d SwiGLU of ``bias_activation_fusion``, forward and backward, and the
+  LM loss's fused and eager cross-entropy passes, workloads/loss.py).
 * ``kernel_order``: ``"default"`` runs the compute kernels in the order the chip's
   ``[overheads] kernel_order`` names (absent: ``dataflow``); ``"issue"`` on one in-order
   stream (a PyTorch eager step, Megatron-Core and Transformer Engine included, issues every

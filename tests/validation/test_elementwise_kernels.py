@@ -1,6 +1,6 @@
-"""Megatron-Core's own SwiGLU at its measured rates (the h100 preset's
+"""Megatron-Core's own SwiGLU and cross-entropy at their measured rates (the h100 preset's
 ``[elementwise_kernels_megatron]``, selected by the stack setting ``elementwise_kernels``)
-against Liger-Kernel's kernel benchmarks of that very function (issue 21 component check;
+against Liger-Kernel's kernel benchmarks of those very functions (issue 21 component check;
 benchmarks/validate_elementwise.py holds the published figures and prints the whole table),
 and the bytes every elementwise kernel of a training layer moves against closed forms.
 """
@@ -62,13 +62,58 @@ def test_the_rate_slows_the_dram_stream_of_its_kind_and_direction_only():
     assert MEGATRON.elementwise_kernels == H100.elementwise_kernels_megatron
 
 
+@pytest.mark.parametrize("impl", ["fused", "unfused"])
+@pytest.mark.parametrize("vocab", ve.CE_CALIBRATION)
+def test_megatron_cross_entropy_matches_its_published_kernel_times(impl, vocab):
+    """Megatron-Core's fused and eager vocab-parallel cross-entropy over 8,192 rows of BF16
+    logits: diptych's loss passes (workloads/loss.py) at the preset's rates within 6 % of the
+    published forward and backward (the row less the forward) at every calibration point,
+    where the copy rate is 8-45 % faster than the kernels."""
+    m_fwd, m_all = ve.CE[impl][vocab]
+    d_fwd, d_bwd = ve.ce_ms(impl, vocab, MEGATRON)
+    assert d_fwd == pytest.approx(m_fwd, rel=0.06)
+    assert d_bwd == pytest.approx(m_all - m_fwd, rel=0.06)
+    c_fwd, c_bwd = ve.ce_ms(impl, vocab, H100)
+    assert c_fwd < 0.92 * m_fwd and c_bwd < 0.92 * (m_all - m_fwd)
+
+
+def test_the_loss_rate_follows_its_implementation_not_its_kind():
+    """A loss pass streams at its implementation's fraction, forward and backward (the
+    ``bwd`` tag); the same shapes without the loss's tags (a softmax, a copy) keep the copy
+    rate, bit for bit the default chip's."""
+    bw = lambda op, c: simulate(op, c).dram_bytes_per_s   # noqa: E731
+    rates = MEGATRON.elementwise_kernels
+    for impl, fwd_f, bwd_f in (("fused", rates.cross_entropy, rates.cross_entropy_bwd),
+                               ("unfused", rates.cross_entropy_unfused,
+                                rates.cross_entropy_unfused_bwd)):
+        fw, back = ve.ce_ops(impl, 65536)
+        for op, want in [(o, fwd_f) for o in fw] + [(o, bwd_f) for o in back]:
+            assert bw(op, MEGATRON) / bw(op, H100) == pytest.approx(want, rel=0.01), op.name
+            plain = dataclasses.replace(op, tags=tuple(t for t in op.tags if t == "bwd"))
+            assert simulate(plain, MEGATRON).seconds == simulate(plain, H100).seconds
+    assert (rates.cross_entropy, rates.cross_entropy_bwd) != (
+        rates.cross_entropy_unfused, rates.cross_entropy_unfused_bwd)
+
+
+def test_timing_a_list_keeps_the_tags_a_rate_depends_on():
+    """``simulate_many`` keys its distinct shapes as ``simulate`` does: a loss pass and a
+    backward keep the tags their rates are chosen by (stripped, they would run at the copy
+    rate)."""
+    from diptych.sim import simulate_many
+    fw, back = ve.ce_ops("fused", 16384)
+    ops = [*fw, *back, ve.swiglu_ops(8192, 4096)[1]]
+    assert simulate_many(ops, MEGATRON, workers=1) == [simulate(o, MEGATRON) for o in ops]
+
+
 def test_a_slow_kernel_does_not_hide_beside_independent_work(tmp_path):
     """One stream runs a layer's kernels one at a time: the slow SwiGLU backward may not
     stream beside the independent weight-gradient GEMMs in the list schedule (without that
     rule this step came out 0.14 ms shorter with the slow kernels than with the copy-rate
     ones). A one-layer Llama (hidden 2,048, FFN 8,192, 8,192 tokens: gate_up is 268 MB,
     beyond the 50 MB L2): the scheduled step grows by what the ops alone grow by (execution
-    "sum"), T·f·(3 + 5)·(1/0.61 − 1)·2 B at the copy rate (forward and backward at 0.61)."""
+    "sum"), T·f·(3 + 5)·(1/0.61 − 1)·2 B at the copy rate (forward and backward at 0.61),
+    and the fused loss's T·V·(22·(1/0.69 − 1) + 10·(1/0.55 − 1)) B (its passes at their
+    own rates, workloads/loss.py bytes)."""
     cfg = {**TINY, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 4,
            "head_dim": 128, "intermediate_size": 8192, "num_hidden_layers": 1,
            "max_position_embeddings": 8192}
@@ -78,8 +123,9 @@ def test_a_slow_kernel_does_not_hide_beside_independent_work(tmp_path):
         return run_workload("h100", path, Scenario.of(
             phase="train", seq=8192, elementwise_kernels=ek, execution=ex)).seconds
     summed = step("megatron", "sum") - step("default", "sum")
-    assert summed == pytest.approx(8192 * 8192 * (3 + 5) * (1 / 0.61 - 1) * 2 / 3.02e12,
-                                   rel=0.03)
+    swiglu = 8192 * 8192 * (3 + 5) * (1 / 0.61 - 1) * 2
+    ce = 8192 * TINY["vocab_size"] * (22 * (1 / 0.69 - 1) + 10 * (1 / 0.55 - 1))
+    assert summed == pytest.approx((swiglu + ce) / 3.02e12, rel=0.03)
     assert step("megatron", "schedule") - step("default", "schedule") == pytest.approx(
         summed, rel=0.01)
 
