@@ -599,6 +599,28 @@ class CollectiveProtocol:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PointToPoint:
+    """The library's point-to-point path (``[collectives.p2p]``): an all-to-all is ``n−1``
+    grouped sends that progress at once (NCCL's ``ncclGroupStart``/``ncclSend``/``ncclRecv``;
+    NCCL's tuner has no cost model for them, src/graph/tuning.cc times collectives only), so
+    it is timed by what nccl-tests' ``alltoall_perf`` measures: one call costs
+    ``base_latency_us`` (the whole fixed cost of a call, its launch included; a call that
+    crosses the network adds one network step) plus its busiest port's bytes at
+    ``scale_up_bus_fraction`` of the links' sustained bandwidth (``bus_efficiency``) and its
+    busiest NIC's at ``scale_out_bus_fraction`` of the cluster's (docs/cluster.md,
+    "Collectives")."""
+
+    base_latency_us: float = f(doc="fixed latency of one all-to-all call in microseconds",
+                               **LINK_LATENCY_US, zero_ok=True)
+    scale_up_bus_fraction: float = f(default=1.0,
+                                     doc="fraction of the scale-up links' sustained bandwidth "
+                                         "an all-to-all reaches, in (0, 1]", **BUS_EFFICIENCY)
+    scale_out_bus_fraction: float = f(default=1.0,
+                                      doc="fraction of the NICs' sustained bandwidth an "
+                                          "all-to-all reaches, in (0, 1]", **BUS_EFFICIENCY)
+
+
+@dataclass(frozen=True, kw_only=True)
 class CollectiveLibrary:
     """The collective library the chip's software runs on its links (optional
     ``[collectives]`` table; docs/cluster.md, "Collectives"): the algorithms its tuner
@@ -617,6 +639,9 @@ class CollectiveLibrary:
     ll: CollectiveProtocol | None = f(default=None, doc="the LL protocol table")
     ll128: CollectiveProtocol | None = f(default=None, doc="the LL128 protocol table")
     simple: CollectiveProtocol | None = f(default=None, doc="the Simple protocol table")
+    p2p: PointToPoint | None = f(default=None,
+                                 doc="the point-to-point table (all-to-all); absent: the "
+                                     "links' plain rule")
 
     def _validate(self, source, path):
         where = f"{path}." if path else ""

@@ -65,6 +65,27 @@ def _protocols(lib) -> tuple[Protocol, ...]:
                  for name, p in lib.table())
 
 
+@dataclass(frozen=True)
+class P2P:
+    """A library's point-to-point path (an all-to-all: grouped sends), resolved: the whole
+    fixed cost of one call in seconds and the fractions of the sustained bandwidth it reaches
+    on the scale-up links and on the NICs (:class:`~diptych.arch.chip.PointToPoint`)."""
+
+    base_s: float
+    up_fraction: float
+    out_fraction: float
+
+
+def chip_p2p(chip) -> P2P | None:
+    """The point-to-point table of ``chip``'s collective library (``[collectives.p2p]``);
+    None: the chip has none, its all-to-alls keep the links' plain rule."""
+    lib = getattr(chip, "collectives", None)
+    t = None if lib is None else lib.p2p
+    if t is None:
+        return None
+    return P2P(t.base_latency_us * 1e-6, t.scale_up_bus_fraction, t.scale_out_bus_fraction)
+
+
 def chip_algorithms(chip) -> tuple[str, ...]:
     """The algorithms ``chip``'s library considers (empty: no library table)."""
     lib = getattr(chip, "collectives", None)

@@ -43,8 +43,13 @@ fixed latency and per-step latencies (scale-up hops and network hops) replace th
 latency above, and its bandwidth fraction (LL ½, LL128 0.92, Simple 1, LL capped) multiplies
 what Simple sustains on each link class; inside one domain NCCL's tree is a chain (``2(n−1)``
 steps, ``2·bytes`` per port) and NVLS runs Simple only; ``hierarchical`` only where the
-library lists it. All-to-all and sends (NCCL's point-to-point) keep the plain rule. A torus
-never takes the library (TPU ICI collectives are XLA's, per dimension, above).
+library lists it. Sends keep the plain rule; an all-to-all (NCCL's grouped point-to-point)
+keeps the direct rule's bytes, but where the library has a point-to-point table
+(``[collectives.p2p]``, measured by nccl-tests' ``alltoall_perf``) it pays that table's
+per-call latency (plus one network step when it crosses domains: the cluster's scale-out
+latency) in place of the hop latencies, at its fractions of each link class's sustained
+bandwidth. A torus never takes the library (TPU ICI collectives are XLA's, per dimension,
+above).
 
 :func:`collective` evaluates every algorithm that applies and keeps the fastest, as NCCL's
 tuner does from its own cost model, so small buffers pick latency-lean protocols and trees
@@ -211,8 +216,11 @@ def _plain(kind: str, nbytes: float, shape: GroupShape, net: Network) -> list[Co
                           out=nbytes)]
         bw = net.link_bytes_per_s if net.torus else net.port_bytes_per_s
         return [_cost(kind, "p2p", nbytes / bw, net.up_latency_s, nbytes, shape, up=nbytes)]
+    p2p = net.p2p if kind == "all_to_all" else None
     if nd == 1:
         bw_s, lat_s, up = _intra(kind, nbytes, shape, net)
+        if p2p:                   # the library's measured call: its fixed cost, its share
+            bw_s, lat_s = bw_s / p2p.up_fraction, p2p.base_s
         out.append(_cost(kind, "direct" if kind == "all_to_all" else "ring", bw_s, lat_s,
                          nbytes, shape, up=up))
         if kind == "all_reduce" and not net.torus:
@@ -227,6 +235,11 @@ def _plain(kind: str, nbytes: float, shape: GroupShape, net: Network) -> list[Co
     if kind == "all_to_all":
         bw_i, lat_i, up = _intra(kind, nbytes * nl / n, shape, net)
         inter = (n - nl) / n * nbytes
+        if p2p:                   # its fixed cost and one network step
+            out.append(_cost(kind, "direct", max(bw_i / p2p.up_fraction,
+                                                 inter / (nic * p2p.out_fraction)),
+                             p2p.base_s + net.out_latency_s, nbytes, shape, up=up, out=inter))
+            return out
         out.append(_cost(kind, "direct", max(bw_i, inter / nic),
                          max(lat_i, net.out_latency_s), nbytes, shape, up=up, out=inter))
         return out

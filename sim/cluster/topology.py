@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ...arch.chip import Chip
 from ...arch.cluster import Cluster
-from ..protocols import Protocol, chip_algorithms, chip_protocols
+from ..protocols import P2P, Protocol, chip_algorithms, chip_p2p, chip_protocols
 from .plan import Plan
 
 
@@ -48,6 +48,7 @@ class Network:
     up_efficiency: float = 1.0        # link_bytes_per_s ÷ the raw link bandwidth
     protocols: tuple[Protocol, ...] = ()   # the chip's collective library (switch fabrics)
     algorithms: tuple[str, ...] = ()       # the algorithms its tuner considers (() : all)
+    p2p: P2P | None = None                 # its point-to-point table (all-to-all; switch fabrics)
 
     @property
     def chips(self) -> int:
@@ -78,7 +79,8 @@ def bind(cluster: Cluster, chip: Chip) -> Network:
     collectives sustain (the chip's ``bus_efficiency`` on the scale-up links, the scale-out
     table's on the NICs), and a switch fabric reduces in the network at the chip's
     ``in_network_reduction``; on a switch fabric the chip's collective library
-    (``[collectives]``: its protocols and algorithms; a torus keeps the links' own rule,
+    (``[collectives]``: its protocols, algorithms and point-to-point table; a torus keeps
+    the links' own rule,
     TPU ICI collectives are not NCCL's). Raises ValueError when the
     chip has no links and the cluster does not give them, or when a torus needs more links
     per chip (two per dimension) than the chip has."""
@@ -112,7 +114,8 @@ def bind(cluster: Cluster, chip: Chip) -> Network:
                    nvls_latency_s=ic.in_network_reduction_latency_us * 1e-6,
                    up_efficiency=ic.bus_efficiency,
                    protocols=chip_protocols(chip) if up.fabric == "switch" else (),
-                   algorithms=chip_algorithms(chip) if up.fabric == "switch" else ())
+                   algorithms=chip_algorithms(chip) if up.fabric == "switch" else (),
+                   p2p=chip_p2p(chip) if up.fabric == "switch" else None)
 
 
 def single_domain(chip: Chip, chips: int) -> Cluster:

@@ -22,7 +22,9 @@ times slower. The same rules as a one-domain cluster (:mod:`diptych.sim.cluster.
   NCCL point-to-point: the plain rule above), at the protocol's latency and share of the bandwidth
   (:mod:`diptych.sim.protocols`), and takes the fastest; its fixed latency (NCCL's
   ``baseLat``) holds the collective's launch, so such a collective pays no separate
-  ``collective_launch_us`` (:func:`collective_launch_seconds`);
+  ``collective_launch_us`` (:func:`collective_launch_seconds`); an all-to-all on such a chip
+  with a point-to-point table (``[collectives.p2p]``) pays its measured per-call latency
+  (launch included) instead of one hop, at its share of the sustained bandwidth;
 * on a chip whose links end in a switch that reduces in the network
   (``interconnect.in_network_reduction`` > 0: NVLink SHARP), an all-reduce may take the
   in-switch reduction: ``bytes ÷ (raw bandwidth × in_network_reduction)`` + its fixed
@@ -37,8 +39,8 @@ from __future__ import annotations
 
 from ...arch.chip import Chip
 from ...workloads.ops import Collective
-from ..protocols import (chain_seconds, chip_algorithms, chip_protocols, ring_fraction,
-                         ring_seconds, slice_spans, torus_bucket, torus_slice)
+from ..protocols import (chain_seconds, chip_algorithms, chip_p2p, chip_protocols,
+                         ring_fraction, ring_seconds, slice_spans, torus_bucket, torus_slice)
 
 
 def ring_bytes_and_steps(kind: str, nbytes: float, n: int) -> tuple[float, int]:
@@ -73,9 +75,13 @@ def collective_options(op: Collective, chip: Chip) -> dict[str, float]:
                 out[f"tree/{p.name}"] = chain_seconds(op.bytes, op.group, bw, p)
     elif op.kind == "all_to_all" and not ic.torus_dims:
         # NCCL's all-to-all is grouped point-to-point: its n−1 sends "progress independently"
-        # (NCCL user guide, "Point-to-point communication"), as NVSHMEM puts do: one hop of
-        # latency, each port carrying its (n−1)/n share, as the cluster's direct rule
-        out["direct"] = sent / bw + ic.latency_us * 1e-6
+        # (NCCL user guide, "Point-to-point communication"), as NVSHMEM puts do: each port
+        # carrying its (n−1)/n share, as the cluster's direct rule; one hop of latency, or
+        # with the library's point-to-point table its measured per-call cost and share of
+        # the sustained bandwidth (:func:`p2p_timed`)
+        p2p = chip_p2p(chip)
+        out["direct"] = (p2p.base_s + sent / (bw * p2p.up_fraction) if p2p
+                         else sent / bw + ic.latency_us * 1e-6)
     else:
         out["ring"] = sent / bw + steps * ic.latency_us * 1e-6
     nvls_ok = not protos or "nvls" in chip_algorithms(chip)
@@ -128,12 +134,22 @@ def library_timed(kind: str, chip: Chip) -> bool:
             and not (ic is not None and ic.torus_dims))
 
 
+def p2p_timed(kind: str, chip: Chip) -> bool:
+    """Whether a ``kind`` collective on ``chip``'s links is an all-to-all timed by its
+    library's point-to-point table (``[collectives.p2p]``, links not a torus), whose
+    ``base_latency_us`` is a whole measured call (nccl-tests' ``alltoall_perf``, launch
+    included)."""
+    ic = chip.interconnect
+    return (kind == "all_to_all" and chip_p2p(chip) is not None
+            and not (ic is not None and ic.torus_dims))
+
+
 def collective_launch_seconds(kind: str, chip: Chip) -> float:
     """The fixed issue cost charged beside a ``kind`` collective's time on the links: the
     chip's ``[overheads] collective_launch_us``, except for a collective its library times
-    (:func:`library_timed`), whose fixed latency already holds it (charging both would count
-    one kernel launch twice)."""
-    if library_timed(kind, chip):
+    (:func:`library_timed`, :func:`p2p_timed`), whose fixed latency already holds it
+    (charging both would count one kernel launch twice)."""
+    if library_timed(kind, chip) or p2p_timed(kind, chip):
         return 0.0
     return chip.fixed_costs.collective_launch_us * 1e-6
 

@@ -1,9 +1,10 @@
 """Collective latency counted once (issue 21): a collective a library times by its protocols
 (h100: NCCL, whose fixed latency ``baseLat`` is the whole fixed cost of a call) pays no
-separate ``collective_launch_us``; one timed by the links' plain rule (all-to-all, sends, chips
-without a library, ``--ideal`` links) still does. An all-to-all on a switch is every pair at
-once (NCCL's grouped sends progress independently): one hop of latency, in ``diptych run`` as
-in the cluster step."""
+separate ``collective_launch_us``, nor does an all-to-all its point-to-point table times (a
+measured whole call); one timed by the links' plain rule (sends, chips without a library,
+``--ideal`` links) still does. An all-to-all on a switch is every pair at once (NCCL's grouped
+sends progress independently): without the point-to-point table, one hop of latency, in
+``diptych run`` as in the cluster step (tests/cluster/test_p2p_alltoall.py: with it)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from diptych.workloads.program import Block
 
 H100 = load_chip("h100")
 PLAIN = dataclasses.replace(H100, collectives=None)     # h100's links without NCCL's table
+NO_P2P = dataclasses.replace(H100, collectives=dataclasses.replace(H100.collectives, p2p=None))
 LAUNCH = 3.0e-6                                         # h100.toml [overheads]
 BUS = 450e9 * 0.82                                      # h100.toml [interconnect]
 HOP = 1.0e-6
@@ -36,7 +38,7 @@ def _one(kind: str, nbytes: float = 64 * 2**10, n: int = 8) -> Workload:
 
 
 @pytest.mark.parametrize("kind,launch", [("all_reduce", 0.0), ("all_gather", 0.0),
-                                         ("reduce_scatter", 0.0), ("all_to_all", LAUNCH)])
+                                         ("reduce_scatter", 0.0), ("all_to_all", 0.0)])
 def test_the_schedule_charges_a_launch_only_outside_the_librarys_fixed_latency(kind, launch):
     r = schedule_workload(_one(kind), H100, simulate=roofline)
     assert r["launch_s"] == pytest.approx(launch, abs=1e-15)
@@ -45,7 +47,7 @@ def test_the_schedule_charges_a_launch_only_outside_the_librarys_fixed_latency(k
         pytest.approx(LAUNCH))
 
 
-@pytest.mark.parametrize("kind,launch", [("all_reduce", 0.0), ("all_to_all", LAUNCH)])
+@pytest.mark.parametrize("kind,launch", [("all_reduce", 0.0), ("all_to_all", 0.0)])
 def test_the_summed_model_charges_the_same_launches(kind, launch):
     (b,) = block_costs(_one(kind), H100, roofline, fixed_costs=True)
     (bare,) = block_costs(_one(kind), H100, roofline)
@@ -76,8 +78,8 @@ def test_dropping_the_library_brings_the_launch_back():
 def test_all_to_all_on_a_switch_is_one_hop_in_run_and_in_the_cluster(n, nbytes):
     op = Collective(name="c", kind="all_to_all", bytes=nbytes, group=n)
     want = (n - 1) / n * nbytes / BUS + HOP           # every pair at once: one hop
-    got = collective_options(op, H100)
+    got = collective_options(op, NO_P2P)
     assert got == {"direct": pytest.approx(want)}
-    dgx = bind(load_cluster("dgx-h100"), H100)
+    dgx = bind(load_cluster("dgx-h100"), NO_P2P)
     c = collective("all_to_all", nbytes, GroupShape(n, n, 1), dgx)
     assert c.algorithm == "direct" and c.seconds == pytest.approx(want, rel=1e-12)

@@ -19,7 +19,7 @@ from diptych.sim.cluster.collectives import torus_all_to_all_link_bytes
 DGX_NCCL = bind(load_cluster("dgx-h100"), load_chip("h100"))
 #: the plain rules (one protocol at the links' per-hop latency: a chip without a [collectives]
 #: table); the library's protocols are tested in test_collective_protocols.py
-DGX = dataclasses.replace(DGX_NCCL, protocols=(), algorithms=())
+DGX = dataclasses.replace(DGX_NCCL, protocols=(), algorithms=(), p2p=None)
 #: what collectives sustain on a DGX H100 (h100.toml, dgx-h100.toml: nccl-tests bus bandwidth)
 PORT, NIC = 450e9 * 0.82, 50e9 * 0.97
 POD = bind(load_cluster("tpu-v4-pod"), load_chip("tpu-v4"))

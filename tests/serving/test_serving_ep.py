@@ -44,8 +44,9 @@ def test_one_expert_per_rank_is_the_dense_step_plus_the_all_to_all_closed_form(a
     """Eight experts, top-8 (every token uses every expert: no sampling noise), EP 8: each
     rank runs one expert over the eight ranks' tokens, T·k rows; the step is the same step
     without its all-to-alls plus, per MoE layer, a dispatch and a combine of T·k·d
-    activations: (n−1)/n of them over the chip's links plus one hop (every pair at once, as
-    NCCL's grouped sends run; docs/cluster.md "Collectives")."""
+    activations: (n−1)/n of them over the chip's links (every pair at once, as NCCL's grouped
+    sends run) at the share of their sustained bandwidth its point-to-point table gives, plus
+    that table's measured per-call latency (docs/cluster.md "Collectives")."""
     m = dataclasses.replace(load_model(MOE), experts=8, experts_per_token=8)
     n = 8
     r = _replica(m, EpSpec(n, attention))
@@ -61,9 +62,10 @@ def test_one_expert_per_rank_is_the_dense_step_plus_the_all_to_all_closed_form(a
         for b in w.blocks), tokens=w.tokens, batch=w.batch)
     s0, _ = combine_parts(block_costs(dense, r.chip, roofline, fixed_costs=False), {}, {},
                           overlap=False)
-    ic = r.chip.interconnect
+    ic, p2p = r.chip.interconnect, r.chip.collectives.p2p   # h100: NCCL's measured call
     a2a = ((n - 1) / n * tokens * 8 * m.hidden_size * r.precision.a_bytes
-           / ic.sustained_bytes_per_s_per_direction + ic.latency_us * 1e-6)
+           / (ic.sustained_bytes_per_s_per_direction * p2p.scale_up_bus_fraction)
+           + p2p.base_latency_us * 1e-6)
     got = DirectStepTimer(r, roofline).cost(share).seconds
     assert got == pytest.approx(s0 + 2 * m.moe_layers * a2a, rel=1e-9)
 
