@@ -21,6 +21,7 @@ from diptych.sim.array import array_rates
 from diptych.workloads.ops import Gemm
 
 from simtest_helpers import small_chip
+from test_plan_fast_path import CHIPS, _shapes
 
 
 def _check_groups(chip, op, per_group: int, stride: int, rng: random.Random) -> int:
@@ -85,3 +86,26 @@ def test_chain_bound_on_preset_serving_shapes(chip_name, m, k, n):
     rng = random.Random(m + k + n)
     op = Gemm(name="p", m=m, k=k, n=n)
     assert _check_groups(chip, op, 2, 40, rng) > 0
+
+
+@pytest.mark.parametrize("name,budget", [(n, None) for n in sorted(CHIPS)] + [("h100", 3000)])
+def test_search_with_chains_decides_as_without(name, budget, monkeypatch):
+    """The same decision, budget verdict and candidate count, fewer runs; also where a small
+    budget stops the search (the skipped runs count against it as before)."""
+    if budget is not None:
+        monkeypatch.setattr(MP, "MAX_SIMULATED_BLOCKS", budget)
+    chip = CHIPS[name]()
+    fewer = hits = 0
+    for op in _shapes(11 + sorted(CHIPS).index(name), 8):
+        with_ = G.plan(op, chip)
+        without = G.plan(op, chip, chains=False)
+        for key in ("split", "problem", "blocks", "candidates", "budget_hit"):
+            assert with_[key] == without[key], (name, op, key)
+        assert with_["out"].tolist() == without["out"].tolist()
+        assert with_["simulated"] <= without["simulated"]
+        fewer += with_["simulated"] < without["simulated"]
+        hits += with_["budget_hit"]
+    if name == "h100":
+        assert fewer > 0        # (the bound rules runs out where DMA setups dominate)
+    if budget is not None:
+        assert hits > 0         # (the case is one where the budget stops searches)
