@@ -1226,7 +1226,8 @@ def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: flo
 _IV_ORDER = (MK.K_OS, MK.K_R, MK.K_C, MK.K_RK, MK.K_OS_NUM, MK.K_OS_DEN, MK.K_WS_NUM,
              MK.K_WS_DEN, MK.K_M, MK.K_K, MK.K_N, MK.K_BATCH, MK.K_XBITS, MK.K_WBITS,
              MK.K_OBITS, MK.K_XDUP, MK.K_WDUP, MK.K_SETUP, MK.K_ENGINES, MK.K_XSRC, MK.K_WSRC,
-             MK.K_ODST, MK.K_XCDUP, MK.K_WCDUP, MK.K_WS_LOAD_P, MK.K_WS_WAVE)
+             MK.K_ODST, MK.K_XCDUP, MK.K_WCDUP, MK.K_WS_LOAD_P, MK.K_WS_WAVE, MK.K_TRANS,
+             MK.K_XLD, MK.K_WLD, MK.K_BURST)
 _FV_ORDER = (MK.G_PEAK, MK.G_GHZ, MK.G_LAT, MK.G_TREFI, MK.G_BLACKOUT, MK.G_PER_ENGINE,
              MK.G_SB_BPC, MK.G_SP_BPC, MK.G_DRAM_W, MK.G_TAIL_R, MK.G_FABRIC)
 assert _IV_ORDER == tuple(range(MK.N_K)) and _FV_ORDER == tuple(range(MK.N_G))
@@ -1237,7 +1238,7 @@ def _chip_consts(chip) -> tuple:
     """The chip-only inputs of a candidate table, derived once per chip: (setup cycles,
     clock GHz, DRAM latency tRCD + tCL in cycles, tREFI ns, refresh blackout ns, pin bytes
     per cycle, shared-buffer bytes per cycle and capacity bytes (0 without one), the NoC/D2D
-    latency of a DRAM descriptor in cycles)."""
+    latency of a DRAM descriptor in cycles, the DRAM burst bytes)."""
     t = dram_timing(chip)
     sb = chip.shared_buffer
     return (chip.dma.setup_cycles, chip.clock_ghz, (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz,
@@ -1245,7 +1246,7 @@ def _chip_consts(chip) -> tuple:
             pin_bytes_per_s(chip) / chip.clock_hz,
             fabric(chip).shared_buffer_bytes_per_cycle if sb is not None else 0.0,
             float(sb.capacity_bytes) if sb is not None else 0.0,
-            fabric(chip).dram_setup_ns * chip.clock_ghz)
+            fabric(chip).dram_setup_ns * chip.clock_ghz, t.burst_bytes)
 
 
 def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float):
@@ -1253,7 +1254,7 @@ def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: floa
     :data:`_FV_ORDER`)."""
     arr = chip.core.array
     engines, per_engine = dma_share(chip, split)
-    setup, ghz, lat, trefi, blackout, _, sb_total, _, fab_lat = _chip_consts(chip)
+    setup, ghz, lat, trefi, blackout, _, sb_total, _, fab_lat, burst = _chip_consts(chip)
     # (shared_buffer_bpc without its look-ups: the buffer's bytes per cycle over the active)
     sb_bpc = sb_total / split.active if chip.shared_buffer is not None else 0.0
     iv = np.array((1 if pb.dataflow == "os" else 0, arr.rows, arr.cols, rates.stationary_rows,
@@ -1261,7 +1262,8 @@ def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: floa
                    pb.m, pb.k, pb.n, pb.batch, pb.x_bits, pb.w_bits, pb.o_bits,
                    pb.x_dup, pb.w_dup, setup, engines,
                    pb.x_src, pb.w_src, pb.o_dst, pb.x_cdup, pb.w_cdup,
-                   rates.ws_load_rows_per_cycle, rates.ws_wave), dtype=np.int64)
+                   rates.ws_load_rows_per_cycle, rates.ws_wave, 1 if pb.transposed else 0,
+                   pb.x_ld, pb.w_ld, burst), dtype=np.int64)
     fv = np.array((peak_bpc, ghz, lat, trefi, blackout,
                    per_engine, sb_bpc, scratchpad_bpc(chip, split),
                    split.dram_weight(), split.tail_ratio(), fab_lat), dtype=np.float64)

@@ -36,8 +36,10 @@ CHAIN_MARGIN = 1e-9
 # integer inputs of table_numbers
 (K_OS, K_R, K_C, K_RK, K_OS_NUM, K_OS_DEN, K_WS_NUM, K_WS_DEN, K_M, K_K, K_N, K_BATCH,
  K_XBITS, K_WBITS, K_OBITS, K_XDUP, K_WDUP, K_SETUP, K_ENGINES, K_XSRC, K_WSRC, K_ODST,
- K_XCDUP, K_WCDUP, K_WS_LOAD_P, K_WS_WAVE, N_K) = range(27)
-# K_WS_LOAD_P, K_WS_WAVE: the WS weight-install path (engine.P_WS_LOAD_P, P_WS_WAVE)
+ K_XCDUP, K_WCDUP, K_WS_LOAD_P, K_WS_WAVE, K_TRANS, K_XLD, K_WLD, K_BURST, N_K) = range(31)
+# K_WS_LOAD_P, K_WS_WAVE: the WS weight-install path (engine.P_WS_LOAD_P, P_WS_WAVE);
+# K_TRANS, K_XLD, K_WLD: the operands' layout (Problem.transposed, x_ld, w_ld: a block's DMA
+# descriptor rows and their pitch); K_BURST: the DRAM burst bytes
 # float inputs (G_DRAM_W: Split.dram_weight, G_TAIL_R: Split.tail_ratio, G_FABRIC: the
 # NoC/D2D latency every DRAM descriptor adds to its setup, engine.F_DRAM_SETUP_NS, in cycles)
 (G_PEAK, G_GHZ, G_LAT, G_TREFI, G_BLACKOUT, G_PER_ENGINE, G_SB_BPC, G_SP_BPC, G_DRAM_W,
@@ -102,22 +104,36 @@ def blockings(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc, xcd, wcd
 
 
 @jit(inline="always")
-def _load_chain(src, mode, loads, loaded, dup, cdup, setup, fabric_lat, peak, tail_r,
-                per_engine, sp_bpc):
+def _load_chain(src, mode, loads, loaded, rows, burst, dup, cdup, setup, fabric_lat, peak,
+                tail_r, per_engine, sp_bpc):
     """Σ over one operand's loads of the cycles from a load's request to its data being
     ready (the ``D_u`` of :func:`chain_bound`): ``loads`` descriptors of ``loaded`` bytes in
     all (this array's blocks before the ``dup``/``cdup`` division). Through the DMA (DRAM or
     the shared buffer) each waits its setup, then its port time; from DRAM (a shared-buffer
-    mode below 2) also the NoC latency, tRCD + tCL and its bytes at its share of the pins
-    (refresh and bank conflicts only add). From the scratchpad: its bytes at the core's
-    scratchpad share (the local server)."""
+    mode below 2) also the NoC latency, tRCD + tCL and its bursts at its share of the pins
+    (refresh and bank conflicts only add): at least its bytes over ``burst``, and at least
+    one burst per descriptor row where its ``rows`` rows (in all; 0: not counted) touch
+    disjoint bursts. From the scratchpad: its bytes at the core's scratchpad share (the
+    local server)."""
     if src == 1:
         return loaded / cdup / sp_bpc
     port = loaded / cdup / per_engine
     if src == 0 and mode < 2:
-        return loads * setup + max(loads * fabric_lat + loaded / (dup if mode > 0 else cdup)
-                                   * tail_r / peak, port)
+        return loads * setup + max(loads * fabric_lat + max(loaded, rows * burst)
+                                   / (dup if mode > 0 else cdup) * tail_r / peak, port)
     return loads * setup + port
+
+
+@jit(inline="always")
+def _rows(loads, per, extent, row_bytes, pitch, burst):
+    """The DMA descriptor rows of ``loads`` loads of an operand whose blocks' rows run along
+    a dimension of ``extent`` cut into ``per`` blocks, each loaded equally often
+    (``loads / per · extent`` rows), when no two rows share a burst or merge into one
+    descriptor row (``pitch`` ≥ ``row_bytes`` + ``burst``, ``row_bytes``: the full block's);
+    else 0."""
+    if pitch < row_bytes + burst:
+        return 0
+    return loads // per * extent
 
 
 @jit(inline="always")
@@ -181,10 +197,20 @@ def chain_bound(os, R, C, m, k, n, batch, mbi, kbi, nbi, order, xsb, wsb, per, i
     sp = fv[G_SP_BPC]
     xs, ws, ods = iv[K_XSRC], iv[K_WSRC], iv[K_ODST]
     xcd, wcd = iv[K_XCDUP], iv[K_WCDUP]
-    dx = _load_chain(xs, xsb, batch * tx, batch * xt, iv[K_XDUP], xcd, setup, fab_lat, peak,
-                     tail_r, pe, sp)
-    dw = _load_chain(ws, wsb, batch * tw, batch * wt, iv[K_WDUP], wcd, setup, fab_lat, peak,
-                     tail_r, pe, sp)
+    # the blocks' descriptor rows (engine._descriptor): X's along M (IS: along K), W's along
+    # K (IS: along N), each at most the full block's row bytes
+    burst = iv[K_BURST]
+    k0, m0, n0 = min(kbi, k), min(mbi, m), min(nbi, n)
+    if iv[K_TRANS] == 0:
+        xr = _rows(tx, nm, m, _cd(k0 * iv[K_XBITS], 8), iv[K_XLD], burst)
+        wr = _rows(tw, nk, k, _cd(n0 * iv[K_WBITS], 8), iv[K_WLD], burst)
+    else:
+        xr = _rows(tx, nk, k, _cd(m0 * iv[K_XBITS], 8), iv[K_XLD], burst)
+        wr = _rows(tw, nn, n, _cd(k0 * iv[K_WBITS], 8), iv[K_WLD], burst)
+    dx = _load_chain(xs, xsb, batch * tx, batch * xt, batch * xr, burst, iv[K_XDUP], xcd,
+                     setup, fab_lat, peak, tail_r, pe, sp)
+    dw = _load_chain(ws, wsb, batch * tw, batch * wt, batch * wr, burst, iv[K_WDUP], wcd,
+                     setup, fab_lat, peak, tail_r, pe, sp)
     d = max(dx, dw)
     if iv[K_ENGINES] == 1 and tx == nm * nn * nk and tw == tx and xs != 1 and ws != 1:
         d = max(d, blocks * setup + batch * (xt / xcd + wt / wcd) / pe)
