@@ -25,8 +25,11 @@
    width beside its slots. Each candidate has a valid lower
    bound (busy cycles; DRAM bytes at peak share) and an estimate; candidates are simulated in
    order of the estimate and pruned when their lower bound cannot beat the best so far (a run
-   also stops as soon as it cannot), within a budget of :data:`MAX_SIMULATED_BLOCKS`. The fastest simulated candidate wins; ties break on
-   the candidate order, so the choice is deterministic.
+   also stops as soon as it cannot), within a budget of :data:`MAX_SIMULATED_BLOCKS`; a
+   candidate whose load-chain bound (:func:`mapper_kernels.chain_bound`) exceeds the best so
+   far is not run (it could not win nor tie; the search's decisions are unchanged). The
+   fastest simulated candidate wins; ties break on the candidate order, so the choice is
+   deterministic.
 """
 
 from __future__ import annotations
@@ -1199,7 +1202,9 @@ def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: flo
     bytes at the array's share of the pin bandwidth, all loads and write-backs at the array's
     DMA port rate, shared-buffer re-reads at the array's share of its bandwidth); ``est`` =
     max(memory-free cycles, DRAM bytes at 90 % of the pin share, the port time, re-reads at
-    90 % of the shared-buffer share) + one DMA setup per block per engine.
+    90 % of the shared-buffer share) + one DMA setup per block per engine. The table's rows
+    also hold each candidate's :func:`mapper_kernels.chain_bound` (``MK.T_CHAIN``), at most
+    its engine cycles, which ``gemm.plan`` uses to skip runs that cannot win.
     """
     arr = chip.core.array
     cap, acc = capacity(chip, split, pb.resident_per_core)
