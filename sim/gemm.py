@@ -106,7 +106,7 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     return groups
 
 
-def plan(op, chip, dataflow=None, reference: bool = False):
+def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
     """Choose the split, dataflow and blocking for ``op``; returns a dict of the decision
     (``budget_hit``: the search stopped on :data:`mapper.MAX_SIMULATED_BLOCKS` with candidates
     left that could have won; otherwise its answer is within :data:`mapper.PRUNE_TOLERANCE`
@@ -114,7 +114,13 @@ def plan(op, chip, dataflow=None, reference: bool = False):
 
     ``reference``: each candidate's engine run made the plain way (its :class:`mapper.Blocks`
     built, :func:`run_engine` filling fresh vectors), the reference that tests compare the
-    default path with (:func:`_run_candidate`: the same runs, the same answer and counts)."""
+    default path with (:func:`_run_candidate`: the same runs, the same answer and counts).
+
+    ``chains``: skip the engine run of a candidate whose load-chain bound
+    (:func:`mapper_kernels.chain_bound`, at most its engine cycles) is above the best cycles
+    so far: it cannot win, not even a tie, so the search makes the same decisions and returns
+    the same mapping, budget and candidate count with fewer runs (``simulated`` counts the
+    runs made); False runs it as before (tests compare the two)."""
     dtype = op.compute_dtype
     rates = array_rates(chip, dtype)
     flows = check_dataflows(chip, dataflow)
@@ -237,6 +243,8 @@ def plan(op, chip, dataflow=None, reference: bool = False):
         cut = 0 if best is None else int(best[0] * (1.0 - MP.PRUNE_TOLERANCE)) + 1
         if best is not None and cut - extra <= 1:
             continue                       # the reduction alone cannot beat the best
+        if chains and best is not None and cs.rows[local, MK.T_CHAIN] + extra > best[0]:
+            continue    # its load chains alone exceed the best: it could not even tie
         if reference:
             out, _, _ = run_engine(chip, pb, blk, rates, split, True,
                                    cutoff=cut - extra if cut else 0,

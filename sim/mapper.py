@@ -25,8 +25,11 @@
    width beside its slots. Each candidate has a valid lower
    bound (busy cycles; DRAM bytes at peak share) and an estimate; candidates are simulated in
    order of the estimate and pruned when their lower bound cannot beat the best so far (a run
-   also stops as soon as it cannot), within a budget of :data:`MAX_SIMULATED_BLOCKS`. The fastest simulated candidate wins; ties break on
-   the candidate order, so the choice is deterministic.
+   also stops as soon as it cannot), within a budget of :data:`MAX_SIMULATED_BLOCKS`; a
+   candidate whose load-chain bound (:func:`mapper_kernels.chain_bound`) exceeds the best so
+   far is not run (it could not win nor tie; the search's decisions are unchanged). The
+   fastest simulated candidate wins; ties break on the candidate order, so the choice is
+   deterministic.
 """
 
 from __future__ import annotations
@@ -1199,7 +1202,9 @@ def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: flo
     bytes at the array's share of the pin bandwidth, all loads and write-backs at the array's
     DMA port rate, shared-buffer re-reads at the array's share of its bandwidth); ``est`` =
     max(memory-free cycles, DRAM bytes at 90 % of the pin share, the port time, re-reads at
-    90 % of the shared-buffer share) + one DMA setup per block per engine.
+    90 % of the shared-buffer share) + one DMA setup per block per engine. The table's rows
+    also hold each candidate's :func:`mapper_kernels.chain_bound` (``MK.T_CHAIN``), at most
+    its engine cycles, which ``gemm.plan`` uses to skip runs that cannot win.
     """
     arr = chip.core.array
     cap, acc = capacity(chip, split, pb.resident_per_core)
@@ -1226,9 +1231,10 @@ def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: flo
 _IV_ORDER = (MK.K_OS, MK.K_R, MK.K_C, MK.K_RK, MK.K_OS_NUM, MK.K_OS_DEN, MK.K_WS_NUM,
              MK.K_WS_DEN, MK.K_M, MK.K_K, MK.K_N, MK.K_BATCH, MK.K_XBITS, MK.K_WBITS,
              MK.K_OBITS, MK.K_XDUP, MK.K_WDUP, MK.K_SETUP, MK.K_ENGINES, MK.K_XSRC, MK.K_WSRC,
-             MK.K_ODST, MK.K_XCDUP, MK.K_WCDUP, MK.K_WS_LOAD_P, MK.K_WS_WAVE)
+             MK.K_ODST, MK.K_XCDUP, MK.K_WCDUP, MK.K_WS_LOAD_P, MK.K_WS_WAVE, MK.K_TRANS,
+             MK.K_XLD, MK.K_WLD, MK.K_BURST)
 _FV_ORDER = (MK.G_PEAK, MK.G_GHZ, MK.G_LAT, MK.G_TREFI, MK.G_BLACKOUT, MK.G_PER_ENGINE,
-             MK.G_SB_BPC, MK.G_SP_BPC, MK.G_DRAM_W, MK.G_TAIL_R)
+             MK.G_SB_BPC, MK.G_SP_BPC, MK.G_DRAM_W, MK.G_TAIL_R, MK.G_FABRIC)
 assert _IV_ORDER == tuple(range(MK.N_K)) and _FV_ORDER == tuple(range(MK.N_G))
 
 
@@ -1236,14 +1242,16 @@ assert _IV_ORDER == tuple(range(MK.N_K)) and _FV_ORDER == tuple(range(MK.N_G))
 def _chip_consts(chip) -> tuple:
     """The chip-only inputs of a candidate table, derived once per chip: (setup cycles,
     clock GHz, DRAM latency tRCD + tCL in cycles, tREFI ns, refresh blackout ns, pin bytes
-    per cycle, shared-buffer bytes per cycle and capacity bytes (0 without one))."""
+    per cycle, shared-buffer bytes per cycle and capacity bytes (0 without one), the NoC/D2D
+    latency of a DRAM descriptor in cycles, the DRAM burst bytes)."""
     t = dram_timing(chip)
     sb = chip.shared_buffer
     return (chip.dma.setup_cycles, chip.clock_ghz, (t.t_rcd_ns + t.t_cl_ns) * chip.clock_ghz,
             t.t_refi_ns, t.t_rfc_ns + t.t_rcd_ns + t.t_cl_ns,
             pin_bytes_per_s(chip) / chip.clock_hz,
             fabric(chip).shared_buffer_bytes_per_cycle if sb is not None else 0.0,
-            float(sb.capacity_bytes) if sb is not None else 0.0)
+            float(sb.capacity_bytes) if sb is not None else 0.0,
+            fabric(chip).dram_setup_ns * chip.clock_ghz, t.burst_bytes)
 
 
 def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float):
@@ -1251,7 +1259,7 @@ def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: floa
     :data:`_FV_ORDER`)."""
     arr = chip.core.array
     engines, per_engine = dma_share(chip, split)
-    setup, ghz, lat, trefi, blackout, _, sb_total, _ = _chip_consts(chip)
+    setup, ghz, lat, trefi, blackout, _, sb_total, _, fab_lat, burst = _chip_consts(chip)
     # (shared_buffer_bpc without its look-ups: the buffer's bytes per cycle over the active)
     sb_bpc = sb_total / split.active if chip.shared_buffer is not None else 0.0
     iv = np.array((1 if pb.dataflow == "os" else 0, arr.rows, arr.cols, rates.stationary_rows,
@@ -1259,10 +1267,11 @@ def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: floa
                    pb.m, pb.k, pb.n, pb.batch, pb.x_bits, pb.w_bits, pb.o_bits,
                    pb.x_dup, pb.w_dup, setup, engines,
                    pb.x_src, pb.w_src, pb.o_dst, pb.x_cdup, pb.w_cdup,
-                   rates.ws_load_rows_per_cycle, rates.ws_wave), dtype=np.int64)
+                   rates.ws_load_rows_per_cycle, rates.ws_wave, 1 if pb.transposed else 0,
+                   pb.x_ld, pb.w_ld, burst), dtype=np.int64)
     fv = np.array((peak_bpc, ghz, lat, trefi, blackout,
                    per_engine, sb_bpc, scratchpad_bpc(chip, split),
-                   split.dram_weight(), split.tail_ratio()), dtype=np.float64)
+                   split.dram_weight(), split.tail_ratio(), fab_lat), dtype=np.float64)
     return iv, fv
 
 
@@ -1277,7 +1286,7 @@ def _sb_vector(chip, pb: Problem, split: Split) -> tuple[np.ndarray, float]:
     """The inputs of :func:`mapper_kernels.shared_buffer_variants`
     (:func:`shared_buffer_modes` compiled) for ``pb`` on ``split``: its integer vector (in
     :data:`_SV_ORDER`) and the buffer's capacity in bytes."""
-    pin_bpc, sb_total, sb_cap = _chip_consts(chip)[5:]
+    pin_bpc, sb_total, sb_cap = _chip_consts(chip)[5:8]
     sv = np.array((pb.m, pb.k, pb.n, pb.x_bits, pb.w_bits, pb.x_dup, pb.w_dup, split.active,
                    sb_total >= pb.x_dup * pin_bpc, sb_total >= pb.w_dup * pin_bpc,
                    pb.x_src != 0, pb.w_src != 0, pb.x_cdup, pb.w_cdup), dtype=np.int64)

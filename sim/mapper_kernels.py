@@ -26,16 +26,24 @@ invalidate_stale_cache(__file__, *(_os.path.join(_here, f) for f in ("jit.py", "
                                     "os_last_output", "ws_period", "ws_first_row",
                                     "ws_row_output"))
 
-# the integer columns of table_numbers' rows
-(T_MB, T_KB, T_NB, T_ORDER, T_XSB, T_WSB, T_PERIODS, T_TRAFFIC, T_BLOCKS, N_T) = range(10)
+#: The chain bound is lowered by this fraction before it is floored (float rounding of the
+#: ns/cycle conversions the engine makes must not lift it above the engine's cycles).
+CHAIN_MARGIN = 1e-9
+
+# the integer columns of table_numbers' rows (T_CHAIN: chain_bound, whole cycles)
+(T_MB, T_KB, T_NB, T_ORDER, T_XSB, T_WSB, T_PERIODS, T_TRAFFIC, T_BLOCKS, T_CHAIN,
+ N_T) = range(11)
 # integer inputs of table_numbers
 (K_OS, K_R, K_C, K_RK, K_OS_NUM, K_OS_DEN, K_WS_NUM, K_WS_DEN, K_M, K_K, K_N, K_BATCH,
  K_XBITS, K_WBITS, K_OBITS, K_XDUP, K_WDUP, K_SETUP, K_ENGINES, K_XSRC, K_WSRC, K_ODST,
- K_XCDUP, K_WCDUP, K_WS_LOAD_P, K_WS_WAVE, N_K) = range(27)
-# K_WS_LOAD_P, K_WS_WAVE: the WS weight-install path (engine.P_WS_LOAD_P, P_WS_WAVE)
-# float inputs (G_DRAM_W: Split.dram_weight, G_TAIL_R: Split.tail_ratio)
+ K_XCDUP, K_WCDUP, K_WS_LOAD_P, K_WS_WAVE, K_TRANS, K_XLD, K_WLD, K_BURST, N_K) = range(31)
+# K_WS_LOAD_P, K_WS_WAVE: the WS weight-install path (engine.P_WS_LOAD_P, P_WS_WAVE);
+# K_TRANS, K_XLD, K_WLD: the operands' layout (Problem.transposed, x_ld, w_ld: a block's DMA
+# descriptor rows and their pitch); K_BURST: the DRAM burst bytes
+# float inputs (G_DRAM_W: Split.dram_weight, G_TAIL_R: Split.tail_ratio, G_FABRIC: the
+# NoC/D2D latency every DRAM descriptor adds to its setup, engine.F_DRAM_SETUP_NS, in cycles)
 (G_PEAK, G_GHZ, G_LAT, G_TREFI, G_BLACKOUT, G_PER_ENGINE, G_SB_BPC, G_SP_BPC, G_DRAM_W,
- G_TAIL_R, N_G) = range(11)
+ G_TAIL_R, G_FABRIC, N_G) = range(12)
 
 
 @jit(inline="always")
@@ -95,12 +103,135 @@ def blockings(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc, xcd, wcd
     return mb[:c], kb[:c], nb[:c], order[:c]
 
 
+@jit(inline="always")
+def _load_chain(src, mode, loads, loaded, rows, burst, dup, cdup, setup, fabric_lat, peak,
+                tail_r, per_engine, sp_bpc):
+    """Σ over one operand's loads of the cycles from a load's request to its data being
+    ready (the ``D_u`` of :func:`chain_bound`): ``loads`` descriptors of ``loaded`` bytes in
+    all (this array's blocks before the ``dup``/``cdup`` division). Through the DMA (DRAM or
+    the shared buffer) each waits its setup, then its port time; from DRAM (a shared-buffer
+    mode below 2) also the NoC latency, tRCD + tCL and its bursts at its share of the pins
+    (refresh and bank conflicts only add): at least its bytes over ``burst``, and at least
+    one burst per descriptor row where its ``rows`` rows (in all; 0: not counted) touch
+    disjoint bursts. From the scratchpad: its bytes at the core's scratchpad share (the
+    local server)."""
+    if src == 1:
+        return loaded / cdup / sp_bpc
+    port = loaded / cdup / per_engine
+    if src == 0 and mode < 2:
+        return loads * setup + max(loads * fabric_lat + max(loaded, rows * burst)
+                                   / (dup if mode > 0 else cdup) * tail_r / peak, port)
+    return loads * setup + port
+
+
+@jit(inline="always")
+def _rows(loads, per, extent, row_bytes, pitch, burst):
+    """The DMA descriptor rows of ``loads`` loads of an operand whose blocks' rows run along
+    a dimension of ``extent`` cut into ``per`` blocks, each loaded equally often
+    (``loads / per · extent`` rows), when no two rows share a burst or merge into one
+    descriptor row (``pitch`` ≥ ``row_bytes`` + ``burst``, ``row_bytes``: the full block's);
+    else 0."""
+    if pitch < row_bytes + burst:
+        return 0
+    return loads // per * extent
+
+
+@jit(inline="always")
+def chain_bound(os, R, C, m, k, n, batch, mbi, kbi, nbi, order, xsb, wsb, per, iv, fv):
+    """A lower bound on the engine's cycles of one candidate (``per``: the sum of its fold
+    periods) from its double-buffered load chains (docs/engine.md, "Mapper"):
+
+    An operand's load into a slot is requested when the last block using that slot has
+    presented its last input (``consume``), so with loads at the first blocks of runs
+    ``0 … T−1`` and ``c_u`` the consume of run ``u − 1``'s last block,
+    ``c_{u+1} ≥ c_{u−1} + D_u + S_u`` (``D_u``: the load's request-to-ready cycles, ``S_u``:
+    the run's blocks' spans ``consume − start``, each at least the block's fold periods less
+    ``period − steps + 1`` of its first fold, the engine's issue rules), and runs 0 and 1
+    are requested at cycle 0. The last consume is at least each parity's sum, so at least
+    half of ``Σ (D_u + S_u)``. With one DMA engine and both operands loaded at every block,
+    the two loads of a block share its port (``D_u`` ≥ setup + both blocks' port time).
+    Then the last block drains (OS ``2R + C − 1``, WS ``R + C`` cycles after its last
+    input) and the last output tile's write-back follows (setup, latency, bytes)."""
+    nm = _cd(m, mbi)
+    nk = _cd(k, kbi)
+    nn = _cd(n, nbi)
+    mf, mr = m // mbi, m % mbi
+    kf, kr = k // kbi, k % kbi
+    if os == 1:
+        ke = _os_fold_steps(kbi, iv[K_OS_NUM], iv[K_OS_DEN])
+        slack = kf * (_os_period(R, ke) - ke + 1)
+        if kr > 0:
+            ke = _os_fold_steps(kr, iv[K_OS_NUM], iv[K_OS_DEN])
+            slack += _os_period(R, ke) - ke + 1
+        slack *= batch * nm * nn
+        drain = _os_last_output(np.int64(0), R, C) + 1
+    else:
+        wp, wv = iv[K_WS_LOAD_P], iv[K_WS_WAVE]
+        me = _ws_fold_rows(mbi, iv[K_WS_NUM], iv[K_WS_DEN])
+        slack = mf * (_ws_period(R, C, me, wp, wv) - me + 1)
+        if mr > 0:
+            me = _ws_fold_rows(mr, iv[K_WS_NUM], iv[K_WS_DEN])
+            slack += _ws_period(R, C, me, wp, wv) - me + 1
+        slack *= batch * nk * nn
+        drain = _ws_row_output(np.int64(0), R, C) + 1
+    span = per - slack
+    blocks = batch * nm * nk * nn
+    x = m * k * iv[K_XBITS] / 8
+    w = k * n * iv[K_WBITS] / 8
+    # loads and loaded bytes of each operand (mapper.traffic_bytes' reuse rule)
+    if order == 0:     # M outermost
+        tx = nm * nn * nk if nk > 1 else nm
+        xt = x * (nn if nk > 1 else 1)
+        tw = 1 if (nk == 1 and nn == 1) else nm * nn * nk
+        wt = w * (1 if (nk == 1 and nn == 1) else nm)
+    else:
+        tw = nm * nn * nk if nk > 1 else nn
+        wt = w * (nm if nk > 1 else 1)
+        tx = 1 if (nk == 1 and nm == 1) else nm * nn * nk
+        xt = x * (1 if (nk == 1 and nm == 1) else nn)
+    setup = iv[K_SETUP]
+    fab_lat = fv[G_FABRIC] + fv[G_LAT]
+    peak = fv[G_PEAK]
+    tail_r = min(1.0, fv[G_TAIL_R])
+    pe = fv[G_PER_ENGINE]
+    sp = fv[G_SP_BPC]
+    xs, ws, ods = iv[K_XSRC], iv[K_WSRC], iv[K_ODST]
+    xcd, wcd = iv[K_XCDUP], iv[K_WCDUP]
+    # the blocks' descriptor rows (engine._descriptor): X's along M (IS: along K), W's along
+    # K (IS: along N), each at most the full block's row bytes
+    burst = iv[K_BURST]
+    k0, m0, n0 = min(kbi, k), min(mbi, m), min(nbi, n)
+    if iv[K_TRANS] == 0:
+        xr = _rows(tx, nm, m, _cd(k0 * iv[K_XBITS], 8), iv[K_XLD], burst)
+        wr = _rows(tw, nk, k, _cd(n0 * iv[K_WBITS], 8), iv[K_WLD], burst)
+    else:
+        xr = _rows(tx, nk, k, _cd(m0 * iv[K_XBITS], 8), iv[K_XLD], burst)
+        wr = _rows(tw, nn, n, _cd(k0 * iv[K_WBITS], 8), iv[K_WLD], burst)
+    dx = _load_chain(xs, xsb, batch * tx, batch * xt, batch * xr, burst, iv[K_XDUP], xcd,
+                     setup, fab_lat, peak, tail_r, pe, sp)
+    dw = _load_chain(ws, wsb, batch * tw, batch * wt, batch * wr, burst, iv[K_WDUP], wcd,
+                     setup, fab_lat, peak, tail_r, pe, sp)
+    d = max(dx, dw)
+    if iv[K_ENGINES] == 1 and tx == nm * nn * nk and tw == tx and xs != 1 and ws != 1:
+        d = max(d, blocks * setup + batch * (xt / xcd + wt / wcd) / pe)
+    # the last output tile's write-back (its descriptor's bytes at least these)
+    ol = (m - (nm - 1) * mbi) * (n - (nn - 1) * nbi) * iv[K_OBITS] / 8
+    if ods == 0:
+        wb = setup + max(fab_lat + ol * tail_r / peak, ol / pe)
+    elif ods == 2:
+        wb = setup + ol / pe
+    else:
+        wb = ol / sp
+    return ((d + span) / 2 + drain + wb) * (1.0 - CHAIN_MARGIN)
+
+
 @jit
 def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
     """(rows, est, lb) of the candidates, as :func:`~diptych.sim.mapper.candidate_table`:
     one row of integers per candidate (``T_*``: its blocking, the sum of its fold periods,
     its traffic, ``int`` of :func:`~diptych.sim.mapper.traffic_bytes`, the engine's
-    ``P_TRAFFIC``, and the blocks of its schedule; one array to box instead of nine)."""
+    ``P_TRAFFIC``, the blocks of its schedule and the floor of its :func:`chain_bound`; one
+    array to box instead of ten)."""
     nc = mb.shape[0]
     rows = np.empty((nc, N_T), dtype=np.int64)
     est = np.empty(nc, dtype=np.float64)
@@ -220,6 +351,9 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
             es = max(es, spb / fv[G_SP_BPC])
         est[i] = es + batch * nm * nk * nn * setup / engines
         lb[i] = lo
+        rows[i, T_CHAIN] = int(math.floor(chain_bound(
+            iv[K_OS], R, C, m, k, n, batch, mbi, kbi, nbi, order[i], xsb[i], wsb[i], per, iv,
+            fv)))
     return rows, est, lb
 
 
