@@ -15,6 +15,47 @@ import numba
 JIT = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
 
 
+def _load_cached_without_refresh() -> bool:
+    """Make Numba's on-disk cache loads skip the target context's ``refresh()``.
+
+    Numba's ``Cache.load_overload`` refreshes the CPU target context before every load: the
+    first one in a process imports and installs every implementation registry (numba.cpython,
+    numba.np, numba.typed, the third-party entry points, ...), ~0.17-0.27 s CPU of each command
+    that only runs cached kernels (measured: docs/engine.md, Speed). A cached kernel does not
+    need them: its machine code is linked against the process's C helpers (registered when
+    Numba is imported) and the NRT (its symbols registered by ``rtsys.initialize``, which this
+    load still calls); the registries only serve typing and lowering, i.e. compilation, and
+    Numba's compiler refreshes the context itself before it compiles (``CompilerBase``), so a
+    cache miss compiles exactly as before. The same machine code runs: results are identical
+    (golden set, tests/sim/golden_set.py). Returns whether the load was replaced (not when
+    this Numba's ``Cache`` lacks the private methods the replacement calls: then nothing
+    changes but time)."""
+    from numba.core import caching
+    from numba.core.runtime import nrt
+
+    cache = caching.Cache
+    if getattr(cache.load_overload, "_diptych_no_refresh", False):
+        return True
+    if not (hasattr(cache, "_load_overload") and hasattr(cache, "_guard_against_spurious_io_errors")
+            and hasattr(nrt, "rtsys")):
+        return False
+
+    def load_overload(self, sig, target_context):
+        nrt.rtsys.initialize(target_context)     # the NRT's symbols, as refresh() would
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+        # None when the guard swallowed an I/O error: the caller compiles
+
+    load_overload._diptych_no_refresh = True
+    load_overload.__doc__ = caching.Cache.load_overload.__doc__
+    cache.load_overload = load_overload
+    return True
+
+
+#: Whether cached kernels load without the context refresh (:func:`_load_cached_without_refresh`).
+LOAD_WITHOUT_REFRESH = (not numba.config.DISABLE_JIT) and _load_cached_without_refresh()
+
+
 def jit(fn=None, **overrides):
     """``numba.njit`` with :data:`JIT` flags; usable as ``@jit`` or ``@jit(boundscheck=True)``."""
     opts = {**JIT, **overrides}
