@@ -76,8 +76,9 @@ class _Main(LazyGroup):
         from .errors import one_line_warnings
         from .interrupt import install
 
-        from .gc_pause import release
+        from .gc_pause import freeze_at_exit, release
 
+        freeze_at_exit()
         restore = install()
         restore_warnings = one_line_warnings()
         try:

@@ -2,6 +2,8 @@
 CLI hands the frozen objects back when the command ends."""
 
 import gc
+import subprocess
+import sys
 
 from click.testing import CliRunner
 
@@ -57,3 +59,17 @@ def test_a_command_freezes_its_imports_and_leaves_nothing_frozen(monkeypatch):
     assert r.exit_code == 2, r.output
     assert frozen_at_release and frozen_at_release[0] > 1000
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_freeze_at_exit_freezes_every_object_when_the_process_ends():
+    """Registered once; at exit (before the finalization's collection) every object is in
+    the permanent generation. A handler registered before it runs after it (LIFO)."""
+    code = ("import atexit, gc\n"
+            "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 1000))\n"
+            "from diptych.tools import gc_pause\n"
+            "n = atexit._ncallbacks()\n"
+            "gc_pause.freeze_at_exit(); gc_pause.freeze_at_exit()\n"
+            "print('registered', atexit._ncallbacks() - n, 'now', gc.get_freeze_count())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split("\n")
+    assert out[:2] == ["registered 1 now 0", "frozen True"]
