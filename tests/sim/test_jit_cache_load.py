@@ -62,3 +62,21 @@ def test_cached_load_skips_refresh_and_a_miss_still_compiles(tmp_path):
     registries, fresh = rest.rsplit(" ", 1)
     assert registries == "[]", "the cache load refreshed the context (imported registries)"
     assert fresh == "True"
+
+
+def _plain(x):
+    return x + 1
+
+
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="no compiled kernels")
+def test_only_diptych_kernels_load_without_refresh():
+    """Other Numba code in the process keeps Numba's own cache (and its refresh)."""
+    from numba.core.caching import FunctionCache
+
+    from diptych.sim.dram_counts import count_c
+    from diptych.sim.jit import LOAD_WITHOUT_REFRESH, jit
+
+    assert type(numba.njit(cache=True)(_plain)._cache) is FunctionCache
+    for ours in (jit(_plain), count_c):
+        assert isinstance(ours._cache, FunctionCache)
+        assert (type(ours._cache) is not FunctionCache) == LOAD_WITHOUT_REFRESH
