@@ -33,7 +33,14 @@ RSS, each beside its target, and the load average.
    < 2 s).
 Peak RSS < 500 MB throughout.
 
-    python benchmarks/bench_cli.py [--repeat N] [--no-cold] [--only startup,headline,run,install]
+The headline and ``run`` are measured as the start-up commands are, with the package's
+bytecode written (an installed copy has it); ``--no-bytecode`` measures them as this
+development machine runs them by default (``PYTHONDONTWRITEBYTECODE=1`` and no
+``__pycache__``: every process compiles diptych's ~100 modules again, ~0.1-0.35 s CPU more
+per command), as every figure before 2026-12-03's issue 27 round did.
+
+    python benchmarks/bench_cli.py [--repeat N] [--no-cold] [--no-bytecode]
+                                   [--only startup,headline,run,install]
 """
 
 from __future__ import annotations
@@ -155,7 +162,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--no-cold", action="store_true", help="skip the cold Numba cache run")
     ap.add_argument("--only", default="startup,headline,run")
+    ap.add_argument("--no-bytecode", action="store_true",
+                    help="headline and run without bytecode (PYTHONDONTWRITEBYTECODE as set)")
     a = ap.parse_args()
+    # the headline's and run's environment: bytecode written and read, as installed
+    bc = {} if a.no_bytecode else BYTECODE
     parts = set(a.only.split(","))
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
           f"(CPU seconds exclude other processes)")
@@ -172,15 +183,16 @@ def main() -> None:
                  f"  Numba imported: {'yes' if numba else 'no'}")
     if "headline" in parts:
         want = json.loads((HERE / "headline_compare.json").read_text())
-        print("headline: diptych compare train-2026 infer-2026 --model llama-3-70b")
-        measure(["--no-cache", *HEADLINE])           # make sure the Numba cache is warm
+        print("headline: diptych compare train-2026 infer-2026 --model llama-3-70b"
+              + (" (no bytecode)" if a.no_bytecode else " (bytecode written)"))
+        measure(["--no-cache", *HEADLINE], bc)       # the Numba cache warm, the bytecode written
         (cpu_s, wall, rss, out, _), _ = best(["--no-cache", *HEADLINE, "--execution", "sum"],
-                                             a.repeat)
+                                             a.repeat, bc)
         same = json.loads(out) == want
         line("--execution sum, warm Numba cache, no result cache", cpu_s, wall, rss,
              WARM_HEADLINE_S,
              f"  output identical to the pinned one: {'yes' if same else 'NO'}")
-        (cpu, wall, rss, out, _), _ = best(["--no-cache", *HEADLINE], a.repeat)
+        (cpu, wall, rss, out, _), _ = best(["--no-cache", *HEADLINE], a.repeat, bc)
         rss_max = max(rss_max, rss)
         want = json.loads(out)        # the default's own output, for the cached runs below
         line("warm Numba cache, no result cache", cpu, wall, rss, WARM_HEADLINE_S,
@@ -189,12 +201,12 @@ def main() -> None:
         if not a.no_cold:
             with tempfile.TemporaryDirectory() as nc, tempfile.TemporaryDirectory() as rc:
                 cpu, wall, rss, out, _ = measure(HEADLINE, {"NUMBA_CACHE_DIR": nc,
-                                                            "DIPTYCH_CACHE_DIR": rc})
+                                                            "DIPTYCH_CACHE_DIR": rc, **bc})
             rss_max = max(rss_max, rss)
             line("first run: fresh Numba cache, empty result cache", cpu, wall, rss,
                  10, f"  identical: {'yes' if json.loads(out) == want else 'NO'}")
             with tempfile.TemporaryDirectory() as nc:
-                env = {"NUMBA_CACHE_DIR": nc}
+                env = {"NUMBA_CACHE_DIR": nc, **bc}
                 cpu_w, wall_w, rss, _, _ = measure(["warmup"], env)
                 rss_max = max(rss_max, rss)
                 line("ahead of time: diptych warmup, fresh Numba cache", cpu_w, wall_w, rss)
@@ -205,7 +217,7 @@ def main() -> None:
             print(f"    earlier (docs/engine.md, Speed): {COLD_REFERENCE}; "
                   "benchmarks/bench_compile.py lists the kernels' compile time")
         with tempfile.TemporaryDirectory() as rc:
-            env = {"DIPTYCH_CACHE_DIR": rc}
+            env = {"DIPTYCH_CACHE_DIR": rc, **bc}
             cpu, wall, rss, out, _ = measure(HEADLINE, env)
             line("result cache on, empty (writes every op)", cpu, wall, rss,
                  extra=f"  identical: {'yes' if json.loads(out) == want else 'NO'}")
@@ -216,10 +228,11 @@ def main() -> None:
     if "install" in parts:
         rss_max = max(rss_max, installed_first_run())
     if "run" in parts:
-        print("diptych run of one phase (warm Numba cache, no result cache):")
+        print("diptych run of one phase (warm Numba cache, no result cache"
+              + (", no bytecode):" if a.no_bytecode else ", bytecode written):"))
         for label, args in RUNS:
-            measure(["--no-cache", *args])
-            (cpu, wall, rss, _, _), _ = best(["--no-cache", *args], a.repeat)
+            measure(["--no-cache", *args], bc)
+            (cpu, wall, rss, _, _), _ = best(["--no-cache", *args], a.repeat, bc)
             rss_max = max(rss_max, rss)
             line(label, cpu, wall, rss, RUN_PHASE_S)
     print(f"peak RSS of any command {rss_max:.0f} MB (target < 500 MB: "

@@ -56,10 +56,10 @@ import os as _os
 import numba
 import numpy as np
 from llvmlite import ir
-from numba import carray, cfunc, types
+from numba import carray, types
 from numba.extending import intrinsic
 
-from .jit import invalidate_stale_cache, jit
+from .jit import cached_cfunc, invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
 invalidate_stale_cache(__file__, _os.path.join(_here, "jit.py"))
@@ -589,7 +589,7 @@ def _count_c(addr, rows, row_bytes, stride, ip_a, open_a, stamp_a, bank_a, tid, 
 #: compile). Built at import, not on first use: compiled later in a process (after the
 #: mapper's kernels) the same kernels cost ~2 s more CPU in the cold headline (measured,
 #: cause not found; docs/limits.md "First run").
-count_c = None if numba.config.DISABLE_JIT else cfunc(COUNT_C_SIG, cache=True)(_count_c)
+count_c = None if numba.config.DISABLE_JIT else cached_cfunc(COUNT_C_SIG, _count_c)
 
 
 @intrinsic

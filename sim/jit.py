@@ -15,12 +15,77 @@ import numba
 JIT = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
 
 
+def _no_refresh_cache_class():
+    """Numba's on-disk cache of one kernel, whose loads skip the target context's
+    ``refresh()``; None when this Numba's cache lacks the private methods it calls (then the
+    kernels keep Numba's own and nothing changes but time).
+
+    Numba's ``Cache.load_overload`` refreshes the CPU target context before every load: the
+    first one in a process imports and installs every implementation registry (numba.cpython,
+    numba.np, numba.typed, the third-party entry points, ...), 0.16-0.27 s CPU of each command
+    that only runs cached kernels (measured: docs/engine.md, Speed). A cached kernel does not
+    need them: its machine code is linked against the process's C helpers (registered when
+    Numba is imported) and the NRT (its symbols registered by ``rtsys.initialize``, which this
+    load still calls); the registries serve typing and lowering, i.e. compilation, and Numba's
+    compiler refreshes the context itself before it compiles (``CompilerBase``), so a cache
+    miss compiles exactly as before. The same machine code runs: results are identical
+    (golden set, tests/sim/golden_set.py). Only diptych's kernels get it (:func:`jit`,
+    :func:`cached_cfunc`): other Numba code in the process loads as Numba has it."""
+    from numba.core import caching
+    from numba.core.runtime import nrt
+
+    base = caching.FunctionCache
+    if not (hasattr(base, "_load_overload") and hasattr(base, "_guard_against_spurious_io_errors")
+            and hasattr(nrt, "rtsys")):
+        return None
+
+    class LoadWithoutRefresh(base):
+        def load_overload(self, sig, target_context):
+            nrt.rtsys.initialize(target_context)     # the NRT's symbols, as refresh() would
+            with self._guard_against_spurious_io_errors():
+                return self._load_overload(sig, target_context)
+            # None when the guard swallowed an I/O error: the caller compiles
+
+    LoadWithoutRefresh.__doc__ = _no_refresh_cache_class.__doc__
+    return LoadWithoutRefresh
+
+
+_NO_REFRESH = None if numba.config.DISABLE_JIT else _no_refresh_cache_class()
+
+#: Whether diptych's kernels load from Numba's cache without the context refresh.
+LOAD_WITHOUT_REFRESH = _NO_REFRESH is not None
+
+
+def _loads_without_refresh(kernel):
+    """``kernel`` (a dispatcher or cfunc) with :data:`_NO_REFRESH` as its cache's class (the
+    subclass adds no state); unchanged when it has no on-disk cache."""
+    if _NO_REFRESH is not None and type(getattr(kernel, "_cache", None)) is _NO_REFRESH.__base__:
+        kernel._cache.__class__ = _NO_REFRESH
+    return kernel
+
+
 def jit(fn=None, **overrides):
     """``numba.njit`` with :data:`JIT` flags; usable as ``@jit`` or ``@jit(boundscheck=True)``."""
     opts = {**JIT, **overrides}
     if fn is None:
-        return lambda f: numba.njit(**opts)(f)
-    return numba.njit(**opts)(fn)
+        return lambda f: _loads_without_refresh(numba.njit(**opts)(f))
+    return _loads_without_refresh(numba.njit(**opts)(fn))
+
+
+def cached_cfunc(sig, fn):
+    """``numba.cfunc(sig, cache=True)(fn)``, its cache loading as :func:`jit`'s kernels do
+    (built here: Numba's decorator loads or compiles before a caller could change its
+    cache). With ``NUMBA_DISABLE_JIT=1`` Numba's own decorator."""
+    if _NO_REFRESH is None:
+        return numba.cfunc(sig, cache=True)(fn)
+    from numba.core import sigutils
+    from numba.core.ccallback import CFunc
+
+    res = CFunc(fn, sigutils.normalize_signature(sig), locals={}, options={})
+    res.enable_caching()
+    _loads_without_refresh(res)
+    res.compile()
+    return res
 
 
 _REGISTERED: set = set()

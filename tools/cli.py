@@ -76,11 +76,15 @@ class _Main(LazyGroup):
         from .errors import one_line_warnings
         from .interrupt import install
 
+        from .gc_pause import freeze_at_exit, release
+
+        freeze_at_exit()
         restore = install()
         restore_warnings = one_line_warnings()
         try:
             return super().main(*args, **kwargs)
         finally:
+            release()      # a command's frozen objects back to the collector
             restore_warnings()
             restore()
 

@@ -163,8 +163,12 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
     the ratio of every chip to the first. Example: diptych compare train-2026 infer-2026
     --model llama-3-70b --report out/ (add --cluster-chips 1024 to train at cluster scale).
     """
-    from .dse.compare import DEFAULT_CLUSTER, CompareSettings
-    from .dse.compare import compare as run_compare
+    from .gc_pause import imports
+
+    with imports():       # the engine's modules, without the collector (tools/gc_pause.py)
+        from ..sim import run as _sim_run  # noqa: F401 - every compare runs it
+        from .dse.compare import DEFAULT_CLUSTER, CompareSettings
+        from .dse.compare import compare as run_compare
     from .precision_spec import parse_precision
     from .progress import progress_display
 

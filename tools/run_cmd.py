@@ -351,8 +351,11 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     ZeRO, expert and context parallelism over the cluster's topology (docs/cluster.md).
     """
 
-    from ..sim.run import Scenario, run_curve
-    from ..sim.run.variant import IDEAL
+    from .gc_pause import imports
+
+    with imports():       # the engine's modules, without the collector (tools/gc_pause.py)
+        from ..sim.run import Scenario, run_curve
+        from ..sim.run.variant import IDEAL
     from .precision_spec import run_dtypes
     from .progress import progress_display
     from .run_cluster import plan_flags_given, run_plan

@@ -1,0 +1,75 @@
+"""tools/gc_pause.py: a command's imports run without cyclic collections and end frozen; the
+CLI hands the frozen objects back when the command ends."""
+
+import gc
+import subprocess
+import sys
+
+from click.testing import CliRunner
+
+from diptych.tools import gc_pause
+from diptych.tools.cli import main
+
+
+class _Cycle:
+    def __init__(self):
+        self.me = self
+
+
+def test_imports_pause_then_freeze_and_release_unfreezes():
+    assert gc.isenabled()
+    before = gc.get_freeze_count()
+    collections = gc.get_stats()[0]["collections"]
+    with gc_pause.imports():
+        assert not gc.isenabled()
+        junk = [_Cycle() for _ in range(20_000)]   # far past the 700 that trigger a collection
+        assert gc.get_stats()[0]["collections"] == collections
+    assert gc.isenabled()
+    assert gc.get_freeze_count() >= before + len(junk)
+    gc_pause.release()
+    assert gc.get_freeze_count() == 0
+    gc_pause.release()              # idempotent
+    assert gc.get_freeze_count() == 0
+
+
+def test_imports_keep_a_disabled_collector_disabled():
+    gc.disable()
+    try:
+        with gc_pause.imports():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc_pause.release()
+        gc.enable()
+
+
+def test_a_command_freezes_its_imports_and_leaves_nothing_frozen(monkeypatch):
+    """`compare` pauses the collector for its imports (tools/compare_cmd.py); once the CLI
+    returns, the process collects as before (an unknown chip: the command stops early, after
+    its imports)."""
+    frozen_at_release = []
+    release = gc_pause.release
+
+    def spy():
+        frozen_at_release.append(gc.get_freeze_count())
+        release()
+    monkeypatch.setattr(gc_pause, "release", spy)
+    r = CliRunner().invoke(main, ["--no-cache", "compare", "no-such-chip", "h100", "--model",
+                                  "llama-3-8b"])
+    assert r.exit_code == 2, r.output
+    assert frozen_at_release and frozen_at_release[0] > 1000
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_freeze_at_exit_freezes_every_object_when_the_process_ends():
+    """Registered once; at exit (before the finalization's collection) every object is in
+    the permanent generation. A handler registered before it runs after it (LIFO)."""
+    code = ("import atexit, gc\n"
+            "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 1000))\n"
+            "from diptych.tools import gc_pause\n"
+            "n = atexit._ncallbacks()\n"
+            "gc_pause.freeze_at_exit(); gc_pause.freeze_at_exit()\n"
+            "print('registered', atexit._ncallbacks() - n, 'now', gc.get_freeze_count())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split("\n")
+    assert out[:2] == ["registered 1 now 0", "frozen True"]

@@ -1,0 +1,71 @@
+"""Python's garbage collector while a command imports the engine (issue 27).
+
+CPython's cyclic collector runs after every 700 net allocations of container objects
+(generation 0) and scans the older generations every 10 collections of the younger one
+[S] https://docs.python.org/3/library/gc.html#gc.set_threshold. Importing NumPy, Numba and
+the simulator creates ~70 k long-lived objects (modules, classes, functions, Numba types) and
+many short-lived ones: ~190 collections, the older ones scanning every object made so far,
+40-110 ms CPU of each `run` or `compare` (measured with ``gc.callbacks``: docs/engine.md,
+Speed). They free nothing that matters: the modules live until the process ends.
+
+:func:`imports` pauses the collector for the command's imports, then moves every object
+alive to the permanent generation with ``gc.freeze()``, which no collection scans
+[S] https://docs.python.org/3/library/gc.html#gc.freeze, so that the simulation's
+collections scan only its own objects. :func:`release` (the CLI's ``main``, once the command
+ends) hands those objects back with ``gc.unfreeze()``: a process that runs several commands
+(the tests' ``CliRunner``) collects as before.
+
+At exit, Python's finalization clears every module and collects the cycles that leaves: with
+the engine loaded, 0.1-0.15 s CPU of a `run` after its output is written (measured against
+the same command ending in ``gc.freeze()``, docs/engine.md, Speed). :func:`freeze_at_exit`
+registers an exit handler that freezes every object first, so that finalization collects
+none of them: the memory goes back to the system with the process. Python does not promise
+to finalize objects that are alive at exit anyway ("It is not guaranteed that __del__()
+methods are called for objects that still exist when the interpreter exits"
+[S] https://docs.python.org/3/reference/datamodel.html#object.__del__); acyclic objects are
+still freed by reference counting as the modules are cleared, and the standard streams are
+flushed as before. Nothing here changes a result, only when Python looks for garbage cycles.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+from contextlib import contextmanager
+
+_frozen = False
+_at_exit = False
+
+
+@contextmanager
+def imports():
+    """Run the ``with`` block (a command's imports) without cyclic collections, then freeze
+    every object alive into the permanent generation; the collector is on again after it
+    (if it was before)."""
+    global _frozen
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        _frozen = True
+        if was:
+            gc.enable()
+
+
+def release() -> None:
+    """Undo :func:`imports`' freeze (the objects join the oldest generation again)."""
+    global _frozen
+    if _frozen:
+        gc.unfreeze()
+        _frozen = False
+
+
+def freeze_at_exit() -> None:
+    """Freeze every object when the interpreter exits (registered once per process; exit
+    handlers run before the finalization's collection)."""
+    global _at_exit
+    if not _at_exit:
+        atexit.register(gc.freeze)
+        _at_exit = True
