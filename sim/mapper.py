@@ -1041,32 +1041,6 @@ def split_fold_floor(chip, dataflow: str, split: Split, k_total: int, rates: Rat
     return fold_floor(arr.rows, arr.cols, dataflow, split.batch, m, k, n, rates)
 
 
-def candidate_count(chip, pb: Problem, rates: Rates, split: Split) -> int:
-    """``len`` of :func:`candidate_table`'s table (0 where no blocking fits, where it raises)
-    without its numbers: the search reports the candidates of every group its bounds
-    would have opened before :func:`fold_floor` (``gemm.plan``)."""
-    arr = chip.core.array
-    cap, acc = capacity(chip, split, pb.resident_per_core)
-    kbase = arr.rows if pb.dataflow == "os" else rates.stationary_rows
-    sv, sb_cap = _sb_vector(chip, pb, split) if chip.shared_buffer is not None else (None, 0.0)
-    return _candidate_count(arr.rows, arr.cols, kbase, pb.m, pb.k, pb.n, pb.x_cap_bits,
-                            pb.w_cap_bits, pb.acc_bits, cap, acc, pb.x_cdup, pb.w_cdup,
-                            None if sv is None else tuple(sv.tolist()), sb_cap)
-
-
-@lru_cache(maxsize=1 << 16)
-def _candidate_count(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc, xcd, wcd,
-                     sv: tuple | None, sb_cap: float) -> int:
-    """:func:`candidate_count` of its integer inputs (memoised: the groups of one op's
-    splits, and of a run's ops, repeat them)."""
-    mb, kb, nb, order = MK.blockings(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc,
-                                     xcd, wcd)
-    if len(mb) == 0 or sv is None:
-        return len(mb)
-    return len(MK.shared_buffer_variants(mb, kb, nb, order, np.array(sv, dtype=np.int64),
-                                         sb_cap)[0])
-
-
 def split_floor(chip, layout: tuple, dataflow: str, split: Split, k_total: int, rates: Rates,
                 peak_bpc: float) -> float:
     """:func:`group_floor` of ``orient(op, dataflow, split, ...)`` (``layout``: its
