@@ -86,8 +86,10 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
                             m_total, op.n, k))
     sps = MP.splits(chip, batch, m_total, op.n, k)
     seen: dict = {}
+    ctx = (view, m_total, layout)
     for split, (peak_bpc, floor) in zip(sps, MP.split_floors(chip, layout, flows[0], sps, op.k,
                                                                rates, pin)):
+        mine = split in own          # (hashed once per split, not per dataflow)
         # split-K: the reduction's cycles follow the partial products (a constant per split,
         # timed when the group's table is built; until then its bytes at the pins bound it)
         extra = 0
@@ -103,7 +105,7 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
                 folds = seen[key] = MP.split_fold_floor(chip, df, split, op.k, rates) * (
                     1.0 - 1e-9)
             groups.append([max(floor, folds) + extra, len(groups), None, split, peak_bpc,
-                           extra, df, (view, m_total, layout), split in own, old])
+                           extra, df, ctx, mine, old])
     return groups
 
 

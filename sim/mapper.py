@@ -382,10 +382,14 @@ def own_splits(cores: int, per_core: int, R: int, C: int, batch: int, m: int, n:
     top = min(batch, arrays)
     for pb in _ways(top):
         rest = arrays // pb
+        bs = -(-batch // pb)
         for pn in _ways(rest):
+            nu = -(-n // pn)
             for pm in _ways(min(rest // pn, m)):
-                # (the split's batch, m, n: the grid fits the arrays in one wave)
-                key = (_cdiv(batch, pb), max(1, _cdiv(m, pm)), _cdiv(n, pn))
+                # (the split's batch, m, n: the grid fits the arrays in one wave; the
+                # ceiling divisions written out and hoisted, as this loop runs ~10^3 times
+                # per new shape; ``or 1``: max(1, ·) of a non-negative count)
+                key = (bs, -(-m // pm) or 1, nu)
                 if key not in out:
                     out[key] = _tile_split(cores, per_core, batch, m, n, pb, pm, pn, 1, 1,
                                            arrays)
