@@ -116,3 +116,23 @@ def test_split_fold_floor_transposes_for_input_stationary():
     R, C = chip.core.array.rows, chip.core.array.cols
     assert MP.split_fold_floor(chip, "is", sp, 64, rates) == MP.fold_floor(
         R, C, "ws", sp.batch, 20, 64, 300, rates)
+
+
+@pytest.mark.parametrize("name,budget", [("infer-2026", 100), ("h100", 3000),
+                                         ("small-sb", 300)])
+def test_budget_hit_is_the_search_leaving_candidates_out(name, budget, monkeypatch):
+    """``budget_hit`` False: the search with the budget is the search without one (the same
+    mapping, engine runs and tables; the reference: ``MAX_SIMULATED_BLOCKS`` unbounded), so
+    a result not flagged is the exhaustive search's (up to its tolerance)."""
+    chip = CHIPS[name]()
+    shapes = _shapes(3 + sorted(CHIPS).index(name), 4) + [
+        Gemm(name="qk", m=4, k=128, n=1500, batch=8, b_is_weight=False)]
+    monkeypatch.setattr(MP, "MAX_SIMULATED_BLOCKS", 1 << 62)
+    free = [G.plan(op, chip) for op in shapes]
+    monkeypatch.setattr(MP, "MAX_SIMULATED_BLOCKS", budget)
+    capped = [G.plan(op, chip) for op in shapes]
+    for op, a, b in zip(shapes, capped, free):
+        if not a["budget_hit"]:
+            assert _decision(a) == _decision(b), (name, op)
+    hit = [p["budget_hit"] for p in capped]
+    assert any(hit) and not all(hit) and not any(p["budget_hit"] for p in free)
