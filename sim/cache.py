@@ -419,7 +419,9 @@ def store_result(k: str, result: dict) -> None:
         fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".json")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"result": result, "sha256": mac}, fh)
+                # (dumps, then one write: the same text as json.dump, whose chunked
+                # encoding is pure Python; dumps uses the C encoder)
+                fh.write(json.dumps({"result": result, "sha256": mac}))
             os.replace(tmp, p)
         except BaseException:
             try:

@@ -63,15 +63,16 @@ def engine_dram_inputs(chip):
 
 def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     """The mapper's (split, dataflow) groups of ``op``, each ``[floor, position, problem,
-    split, peak bytes per cycle, extra cycles, dataflow, layout, own, bytes floor, verdict]``:
+    split, peak bytes per cycle, extra cycles, dataflow, layout, own, bytes floor]``:
     the floor bounds every candidate of the group (its table is built only when the search
     reaches it); ``own``: a split of the chip's own (:func:`mapper.own_splits`), not only of
     a sub-chip's. The floor is the larger of the bytes-and-MACs floor (:func:`mapper.group_floor`,
     which does not depend on the dataflow, computed once per split by
     :func:`mapper.split_floor`, without orienting the problem) and the fold count's
     (:func:`mapper.split_fold_floor`, per dataflow); the bytes floor alone is kept too
-    (``plan`` reports the candidates of the groups it would have opened). A group's problem
-    (``None`` until then) is oriented when its table is built; ``verdict``: ``plan``'s."""
+    (``plan`` leaves a sub-chip's split out by the budget when the search has passed its
+    bytes floor with the budget spent). A group's problem (``None`` until then) is oriented
+    when its table is built."""
     view = _as_oriented(op, m_total, batch)
     layout = MP.op_layout(view, m_total, chip.tensor_cores, chip)
     groups = []
@@ -85,8 +86,10 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
                             m_total, op.n, k))
     sps = MP.splits(chip, batch, m_total, op.n, k)
     seen: dict = {}
+    ctx = (view, m_total, layout)
     for split, (peak_bpc, floor) in zip(sps, MP.split_floors(chip, layout, flows[0], sps, op.k,
                                                                rates, pin)):
+        mine = split in own          # (hashed once per split, not per dataflow)
         # split-K: the reduction's cycles follow the partial products (a constant per split,
         # timed when the group's table is built; until then its bytes at the pins bound it)
         extra = 0
@@ -102,15 +105,17 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
                 folds = seen[key] = MP.split_fold_floor(chip, df, split, op.k, rates) * (
                     1.0 - 1e-9)
             groups.append([max(floor, folds) + extra, len(groups), None, split, peak_bpc,
-                           extra, df, (view, m_total, layout), split in own, old, None])
+                           extra, df, ctx, mine, old])
     return groups
 
 
 def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
     """Choose the split, dataflow and blocking for ``op``; returns a dict of the decision
     (``budget_hit``: the search stopped on :data:`mapper.MAX_SIMULATED_BLOCKS` with candidates
-    left that could have won; otherwise its answer is within :data:`mapper.PRUNE_TOLERANCE`
-    of the best candidate's cycles).
+    left that could have won, a group or a group's rest it left out for the budget; otherwise
+    its answer is within :data:`mapper.PRUNE_TOLERANCE` of the best candidate's cycles;
+    ``candidates``: the candidates of the groups whose tables the search built, those its
+    floors opened; ``simulated``: the engine runs made).
 
     ``reference``: each candidate's engine run made the plain way (its :class:`mapper.Blocks`
     built, :func:`run_engine` filling fresh vectors), the reference that tests compare the
@@ -134,20 +139,19 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
     # that floor cannot beat the best; the order is the same as with every table built.
     groups = _groups(op, chip, rates, flows, m_total, batch)
     pending = sorted(groups, key=lambda g: (g[0], g[1]))
-    # The floors count the array's folds (mapper.fold_floor), so fewer groups are opened; the
-    # search replays which groups the bytes-and-MACs floors alone (g[9]) would have opened and
-    # when (``shadow``, in the order of those floors), so that ``candidates`` and
-    # ``budget_hit`` are reported as before: a group is decided once the search has simulated
-    # every candidate of an estimate below its old floor (the same candidates, in the same
-    # order, with either floor: each is below every estimate and bound of its group).
-    shadow = sorted(groups, key=lambda g: (g[9], g[1]))
-    sh = [0, True]      # next shadow group, the old search still opening groups
-    sizes = {}          # group position -> its table's candidates (tables built)
+    # The budget leaves a sub-chip's split out where the search passed the group's
+    # bytes-and-MACs floor (g[9]) with the budget spent, as it did before the floors counted
+    # the array's folds (mapper.fold_floor), which open a group later: ``reach`` is the
+    # highest estimate the search has reached, ``cross`` its value when the budget was first
+    # found spent (a group of a bytes floor above it is left out; its fold floor would only
+    # have postponed the same verdict, so the chosen mappings do not depend on fold floors).
+    reach = -math.inf
+    cross = math.inf
     built = []          # [group, table, est order, est sorted, lb sorted, pointer, engine base]
     heads = []          # heap of (est, group position, local index, built index): each built
     #                     group's next candidate (lazily checked against the threshold)
     errors = []
-    n_cands = 0
+    n_cands = 0         # the candidates of the tables built (the groups the search opened)
     best = None
     sims = 0
     # the budget: the chip's own splits' candidates are searched until their blocks reach it,
@@ -156,24 +160,7 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
     # tolerance) and cost at most one more budget
     spent = own_spent = 0
     dram = engine_dram_inputs(chip)
-    budget_hit = False   # the search left candidates out on MAX_SIMULATED_BLOCKS
-
-    def decide(limit: float, thr: float) -> None:
-        # the old search's pops of groups whose old floor is at most ``limit``: opened
-        # (verdict 1) below the threshold unless the budget leaves a sub-chip's split out
-        # (verdict 0); its first group at or above the threshold stops it for good
-        nonlocal budget_hit
-        while sh[1] and sh[0] < len(shadow) and shadow[sh[0]][9] <= limit:
-            g = shadow[sh[0]]
-            if g[9] >= thr:
-                sh[1] = False
-                return
-            if not g[8] and best is not None and spent >= MP.MAX_SIMULATED_BLOCKS:
-                budget_hit = True
-                g[10] = 0
-            else:
-                g[10] = 1
-            sh[0] += 1
+    budget_hit = False   # the search itself left candidates out on MAX_SIMULATED_BLOCKS
 
     while True:
         thr = math.inf if best is None else best[0] * (1.0 - MP.PRUNE_TOLERANCE)
@@ -190,11 +177,13 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
                 b[5] += int(ahead[0])
                 heapq.heappush(heads, (b[3][b[5]], b[0][1], int(b[2][b[5]]), b[7]))
         head = heads[0] if heads else None
+        if cross == math.inf and best is not None and spent >= MP.MAX_SIMULATED_BLOCKS:
+            cross = reach
         if pending and pending[0][0] < thr and (head is None or pending[0][0] <= head[0]):
             g = pending.pop(0)
-            decide(g[0], thr)
-            assert g[10] is not None, "a group opened before the old floors decided it"
-            if not g[10]:
+            reach = max(reach, g[0])
+            if not g[8] and g[9] > cross:
+                budget_hit = True
                 continue
             _, _, pb, split, peak_bpc, extra, df, (view, mt, layout), *_ = g
             if pb is None:
@@ -212,11 +201,11 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
             b = [g, cs, order, est[order], lb[order], 0, None, len(built)]
             built.append(b)
             heapq.heappush(heads, (b[3][0], g[1], int(order[0]), b[7]))
-            sizes[g[1]] = len(cs)
+            n_cands += len(cs)
             continue
-        decide(math.inf if head is None else head[0], thr)
         if head is None:
             break
+        reach = max(reach, head[0])
         if best is not None and spent >= MP.MAX_SIMULATED_BLOCKS and (
                 own_spent >= MP.MAX_SIMULATED_BLOCKS or not built[head[3]][0][8]):
             budget_hit = True
@@ -262,15 +251,6 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
             best = (key[0], gpos, local, pb, cs[local], out, split)
     if best is None:
         raise errors[0]
-    for g in groups:          # the candidates of every group the old floors opened
-        if g[10] == 1:
-            n = sizes.get(g[1])
-            if n is None:
-                _, _, pb, split, _, _, df, (view, mt, layout), *_ = g
-                if pb is None:
-                    pb = MP.orient(view, df, split, mt, chip.tensor_cores, layout)
-                n = MP.candidate_count(chip, pb, rates, split)
-            n_cands += n
     _, _, _, pb, blk, out, split = best
     return dict(rates=rates, split=split, problem=pb, blocks=blk, out=out,
                 candidates=n_cands, simulated=sims, dtype=dtype, budget_hit=budget_hit)

@@ -385,10 +385,14 @@ def own_splits(cores: int, per_core: int, R: int, C: int, batch: int, m: int, n:
     top = min(batch, arrays)
     for pb in _ways(top):
         rest = arrays // pb
+        bs = -(-batch // pb)
         for pn in _ways(rest):
+            nu = -(-n // pn)
             for pm in _ways(min(rest // pn, m)):
-                # (the split's batch, m, n: the grid fits the arrays in one wave)
-                key = (_cdiv(batch, pb), max(1, _cdiv(m, pm)), _cdiv(n, pn))
+                # (the split's batch, m, n: the grid fits the arrays in one wave; the
+                # ceiling divisions written out and hoisted, as this loop runs ~10^3 times
+                # per new shape; ``or 1``: max(1, ·) of a non-negative count)
+                key = (bs, -(-m // pm) or 1, nu)
                 if key not in out:
                     out[key] = _tile_split(cores, per_core, batch, m, n, pb, pm, pn, 1, 1,
                                            arrays)
@@ -1042,32 +1046,6 @@ def split_fold_floor(chip, dataflow: str, split: Split, k_total: int, rates: Rat
     k = split.k if split.pk > 1 else k_total
     m, n = (split.n, split.m) if dataflow == "is" else (split.m, split.n)
     return fold_floor(arr.rows, arr.cols, dataflow, split.batch, m, k, n, rates)
-
-
-def candidate_count(chip, pb: Problem, rates: Rates, split: Split) -> int:
-    """``len`` of :func:`candidate_table`'s table (0 where no blocking fits, where it raises)
-    without its numbers: the search reports the candidates of every group its bounds
-    would have opened before :func:`fold_floor` (``gemm.plan``)."""
-    arr = chip.core.array
-    cap, acc = capacity(chip, split, pb.resident_per_core)
-    kbase = arr.rows if pb.dataflow == "os" else rates.stationary_rows
-    sv, sb_cap = _sb_vector(chip, pb, split) if chip.shared_buffer is not None else (None, 0.0)
-    return _candidate_count(arr.rows, arr.cols, kbase, pb.m, pb.k, pb.n, pb.x_cap_bits,
-                            pb.w_cap_bits, pb.acc_bits, cap, acc, pb.x_cdup, pb.w_cdup,
-                            None if sv is None else tuple(sv.tolist()), sb_cap)
-
-
-@lru_cache(maxsize=1 << 16)
-def _candidate_count(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc, xcd, wcd,
-                     sv: tuple | None, sb_cap: float) -> int:
-    """:func:`candidate_count` of its integer inputs (memoised: the groups of one op's
-    splits, and of a run's ops, repeat them)."""
-    mb, kb, nb, order = MK.blockings(R, C, kbase, m, k, n, x_bits, w_bits, acc_bits, cap, acc,
-                                     xcd, wcd)
-    if len(mb) == 0 or sv is None:
-        return len(mb)
-    return len(MK.shared_buffer_variants(mb, kb, nb, order, np.array(sv, dtype=np.int64),
-                                         sb_cap)[0])
 
 
 def split_floor(chip, layout: tuple, dataflow: str, split: Split, k_total: int, rates: Rates,
