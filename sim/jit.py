@@ -15,6 +15,24 @@ import numba
 JIT = dict(cache=True, nogil=True, fastmath=False, error_model="numpy")
 
 
+#: The Numba releases (major, minor), from inclusive to exclusive, whose
+#: ``FunctionCache.load_overload`` is exactly "``target_context.refresh()``, then
+#: ``_load_overload`` under ``_guard_against_spurious_io_errors``" (read in
+#: numba/core/caching.py of 0.68.1, the installed one): :func:`_no_refresh_cache_class`
+#: reimplements that body without the refresh, so it is used only with these; any other
+#: Numba (a later one may add locking or index checks there) keeps its own load.
+_VERIFIED_NUMBA = ((0, 68), (0, 69))
+
+
+def _numba_minor() -> tuple:
+    """(major, minor) of the imported Numba; (0, 0) when its version does not parse."""
+    try:
+        major, minor = numba.__version__.split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return (0, 0)
+
+
 def _no_refresh_cache_class():
     """Numba's on-disk cache of one kernel, whose loads skip the target context's
     ``refresh()``; None when this Numba's cache lacks the private methods it calls (then the
@@ -30,10 +48,13 @@ def _no_refresh_cache_class():
     compiler refreshes the context itself before it compiles (``CompilerBase``), so a cache
     miss compiles exactly as before. The same machine code runs: results are identical
     (golden set, tests/sim/golden_set.py). Only diptych's kernels get it (:func:`jit`,
-    :func:`cached_cfunc`): other Numba code in the process loads as Numba has it."""
+    :func:`cached_cfunc`): other Numba code in the process loads as Numba has it. None too
+    outside :data:`_VERIFIED_NUMBA` (the load it replaces is Numba's private code)."""
     from numba.core import caching
     from numba.core.runtime import nrt
 
+    if not _VERIFIED_NUMBA[0] <= _numba_minor() < _VERIFIED_NUMBA[1]:
+        return None
     base = caching.FunctionCache
     if not (hasattr(base, "_load_overload") and hasattr(base, "_guard_against_spurious_io_errors")
             and hasattr(nrt, "rtsys")):
@@ -75,14 +96,18 @@ def jit(fn=None, **overrides):
 def cached_cfunc(sig, fn):
     """``numba.cfunc(sig, cache=True)(fn)``, its cache loading as :func:`jit`'s kernels do
     (built here: Numba's decorator loads or compiles before a caller could change its
-    cache). With ``NUMBA_DISABLE_JIT=1`` Numba's own decorator."""
+    cache). Numba's own decorator with ``NUMBA_DISABLE_JIT=1``, outside the verified Numba
+    releases, or when Numba's private ``CFunc`` constructor no longer takes these arguments."""
     if _NO_REFRESH is None:
         return numba.cfunc(sig, cache=True)(fn)
-    from numba.core import sigutils
-    from numba.core.ccallback import CFunc
+    try:     # Numba's private constructor: if it changed, Numba's own decorator
+        from numba.core import sigutils
+        from numba.core.ccallback import CFunc
 
-    res = CFunc(fn, sigutils.normalize_signature(sig), locals={}, options={})
-    res.enable_caching()
+        res = CFunc(fn, sigutils.normalize_signature(sig), locals={}, options={})
+        res.enable_caching()
+    except (TypeError, AttributeError, ImportError):
+        return numba.cfunc(sig, cache=True)(fn)
     _loads_without_refresh(res)
     res.compile()
     return res

@@ -70,19 +70,24 @@ class LazyGroup(click.Group):
 class _Main(LazyGroup):
     """The root group: Ctrl-C ends any command within a second with exit code 130 and one
     line (see :mod:`diptych.tools.interrupt`); the result cache's warnings print as one line
-    (:func:`diptych.tools.errors.one_line_warnings`)."""
+    (:func:`diptych.tools.errors.one_line_warnings`). As the console command
+    (:func:`_is_console`) it also freezes every object at exit
+    (:func:`diptych.tools.gc_pause.freeze_at_exit`)."""
 
-    def main(self, *args, **kwargs):
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
+             **kwargs):
         from .errors import one_line_warnings
         from .interrupt import install
 
         from .gc_pause import freeze_at_exit, release
 
-        freeze_at_exit()
+        if _is_console(args, standalone_mode):
+            freeze_at_exit()
         restore = install()
         restore_warnings = one_line_warnings()
         try:
-            return super().main(*args, **kwargs)
+            return super().main(args=args, prog_name=prog_name, complete_var=complete_var,
+                                standalone_mode=standalone_mode, **kwargs)
         finally:
             release()      # a command's frozen objects back to the collector
             restore_warnings()
@@ -118,6 +123,16 @@ def main(ctx: click.Context, debug: bool, no_cache: bool):
         os.environ["DIPTYCH_NO_CACHE"] = "1"
     if ctx.invoked_subcommand in SIMULATING and not ctx.resilient_parsing:
         _first_run_notice()
+
+
+def _is_console(args, standalone_mode) -> bool:
+    """Whether ``main`` runs as the process's own command: the ``diptych`` console script
+    (``[project.scripts]``: ``sys.exit(main())``) and ``python -m diptych.tools.cli`` call it
+    with no arguments, so that click reads ``sys.argv`` and ends the process itself
+    (standalone mode). An in-process caller (click's ``CliRunner``, a notebook, a host
+    application) passes its arguments, or ``standalone_mode=False``: its interpreter is not
+    the command's to finish."""
+    return args is None and bool(standalone_mode)
 
 
 def _print_version(ctx: click.Context) -> None:

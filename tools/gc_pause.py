@@ -13,13 +13,18 @@ alive to the permanent generation with ``gc.freeze()``, which no collection scan
 [S] https://docs.python.org/3/library/gc.html#gc.freeze, so that the simulation's
 collections scan only its own objects. :func:`release` (the CLI's ``main``, once the command
 ends) hands those objects back with ``gc.unfreeze()``: a process that runs several commands
-(the tests' ``CliRunner``) collects as before.
+(the tests' ``CliRunner``) collects as before. ``gc.unfreeze()`` thaws every frozen object, so
+when the process had frozen objects of its own before the command (a host application that
+calls the CLI and uses ``gc.freeze()`` itself) :func:`release` leaves the permanent
+generation alone: the host's objects stay frozen (and the command's with them).
 
 At exit, Python's finalization clears every module and collects the cycles that leaves: with
 the engine loaded, 0.1-0.15 s CPU of a `run` after its output is written (measured against
 the same command ending in ``gc.freeze()``, docs/engine.md, Speed). :func:`freeze_at_exit`
 registers an exit handler that freezes every object first, so that finalization collects
-none of them: the memory goes back to the system with the process. Python does not promise
+none of them: the memory goes back to the system with the process. Only the console command
+registers it (:mod:`diptych.tools.cli`: ``diptych``, ``python -m diptych.tools.cli``), never a
+CLI called in-process, whose interpreter is not the command's to finish. Python does not promise
 to finalize objects that are alive at exit anyway ("It is not guaranteed that __del__()
 methods are called for objects that still exist when the interpreter exits"
 [S] https://docs.python.org/3/reference/datamodel.html#object.__del__); acyclic objects are
@@ -34,6 +39,7 @@ import gc
 from contextlib import contextmanager
 
 _frozen = False
+_unfreeze = False     # whether release() may unfreeze: nothing was frozen before imports()
 _at_exit = False
 
 
@@ -42,12 +48,14 @@ def imports():
     """Run the ``with`` block (a command's imports) without cyclic collections, then freeze
     every object alive into the permanent generation; the collector is on again after it
     (if it was before)."""
-    global _frozen
+    global _frozen, _unfreeze
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        if not _frozen:       # the first freeze since release(): was anything frozen before?
+            _unfreeze = gc.get_freeze_count() == 0
         gc.freeze()
         _frozen = True
         if was:
@@ -55,10 +63,13 @@ def imports():
 
 
 def release() -> None:
-    """Undo :func:`imports`' freeze (the objects join the oldest generation again)."""
+    """Undo :func:`imports`' freeze (the objects join the oldest generation again), unless
+    objects were frozen before it (``gc.get_freeze_count()`` > 0): ``gc.unfreeze()`` would
+    thaw those too, so then everything stays frozen."""
     global _frozen
     if _frozen:
-        gc.unfreeze()
+        if _unfreeze:
+            gc.unfreeze()
         _frozen = False
 
 

@@ -15,6 +15,8 @@ import textwrap
 import numba
 import pytest
 
+from diptych.sim.jit import LOAD_WITHOUT_REFRESH
+
 KERNEL = textwrap.dedent('''
     from diptych.sim.jit import jit
 
@@ -51,6 +53,8 @@ def _child(tmp, env, compile_fresh):
 
 
 @pytest.mark.skipif(numba.config.DISABLE_JIT, reason="no compiled kernels")
+@pytest.mark.skipif(not LOAD_WITHOUT_REFRESH,
+                    reason="this Numba is outside sim/jit.py _VERIFIED_NUMBA: its own load")
 def test_cached_load_skips_refresh_and_a_miss_still_compiles(tmp_path):
     (tmp_path / "kern.py").write_text(KERNEL)
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "nc")}
@@ -80,3 +84,55 @@ def test_only_diptych_kernels_load_without_refresh():
     for ours in (jit(_plain), count_c):
         assert isinstance(ours._cache, FunctionCache)
         assert (type(ours._cache) is not FunctionCache) == LOAD_WITHOUT_REFRESH
+
+
+def _poly(x, n):
+    t = 0.0
+    for i in range(n):
+        t = t * x + (i % 3) - 0.5
+    return t
+
+
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="no compiled kernels")
+def test_outside_the_verified_numba_kernels_are_plain_numba(monkeypatch, tmp_path):
+    """The switch off (a Numba outside ``_VERIFIED_NUMBA``, or its private API changed):
+    ``jit`` and ``cached_cfunc`` give Numba's own kernels, with Numba's own cache, and the
+    plain Python function's results (the reference)."""
+    from numba.core.caching import FunctionCache
+
+    from diptych.sim import jit as J
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))   # not the tests' folder
+    newer = (J._VERIFIED_NUMBA[1][0], J._VERIFIED_NUMBA[1][1])
+    monkeypatch.setattr(J, "_numba_minor", lambda: newer)
+    assert J._no_refresh_cache_class() is None
+    monkeypatch.setattr(J, "_NO_REFRESH", None)
+    k = J.jit(_poly)
+    assert type(k._cache) is FunctionCache
+    assert k(1.25, 40) == _poly(1.25, 40)
+    c = J.cached_cfunc("float64(float64, int64)", _poly)
+    assert type(c._cache) is FunctionCache
+    assert c.ctypes(0.75, 33) == _poly(0.75, 33)
+
+
+@pytest.mark.skipif(numba.config.DISABLE_JIT, reason="no compiled kernels")
+def test_cached_cfunc_falls_back_when_numbas_constructor_changed(monkeypatch, tmp_path):
+    """Numba's private ``CFunc(...)`` refusing diptych's call (TypeError): Numba's own
+    ``numba.cfunc(sig, cache=True)``, same results as the Python function."""
+    from numba.core import ccallback
+    from numba.core.caching import FunctionCache
+
+    from diptych.sim import jit as J
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
+    real, calls = ccallback.CFunc, []
+
+    def changed(*args, **kwargs):     # the first call (diptych's) fails, Numba's own works
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise TypeError("CFunc() got an unexpected keyword argument 'locals'")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(ccallback, "CFunc", changed)
+    c = J.cached_cfunc("float64(float64, int64)", _poly)
+    assert len(calls) == 2 and type(c._cache) is FunctionCache
+    assert c.ctypes(-1.5, 17) == _poly(-1.5, 17)

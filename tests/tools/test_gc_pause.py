@@ -73,3 +73,53 @@ def test_freeze_at_exit_freezes_every_object_when_the_process_ends():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split("\n")
     assert out[:2] == ["registered 1 now 0", "frozen True"]
+
+
+def test_an_in_process_command_registers_no_exit_freeze(monkeypatch):
+    """CliRunner calls ``main`` with its arguments: the interpreter is not the command's, so
+    no exit handler is registered (the console command's is, see the subprocess test below)."""
+    import atexit
+
+    registered, register = [], atexit.register
+
+    def spy(f, *args, **kwargs):
+        registered.append(f)
+        return register(f, *args, **kwargs)
+    monkeypatch.setattr(atexit, "register", spy)
+    monkeypatch.setattr(gc_pause, "_at_exit", False)
+    r = CliRunner().invoke(main, ["chips", "list"])
+    assert r.exit_code == 0, r.output
+    assert gc.freeze not in registered
+    assert not gc_pause._at_exit
+
+
+def test_the_console_command_freezes_at_exit():
+    """``main()`` reading ``sys.argv``, as the ``diptych`` script and ``python -m
+    diptych.tools.cli`` call it, registers the exit freeze: at exit every object is in the
+    permanent generation."""
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 1000))\n"
+            "sys.argv = ['diptych', 'chips', 'list']\n"
+            "from diptych.tools.cli import main\n"
+            "main()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.rstrip().split("\n")[-1] == "frozen True"
+
+
+def test_a_hosts_own_frozen_objects_stay_frozen_after_a_command():
+    """A host that froze its objects (``gc.freeze()``) before calling the CLI: the command's
+    release must not ``gc.unfreeze()`` them (an unknown chip: `compare` stops after its
+    imports, which it froze)."""
+    host = [_Cycle() for _ in range(1000)]
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        r = CliRunner().invoke(main, ["--no-cache", "compare", "no-such-chip", "h100",
+                                      "--model", "llama-3-8b"])
+        assert r.exit_code == 2, r.output
+        assert gc.get_freeze_count() >= frozen    # gc.unfreeze() would have made it 0
+        assert len(host) == 1000
+    finally:
+        gc.unfreeze()
+    assert not gc_pause._frozen
