@@ -10,7 +10,7 @@ from . import cache
 from .capacity import capacities
 from .limits import check_gemm, check_vector
 from ..workloads import loss
-from ..workloads.ops import BACKWARD_TAG, Collective, Gemm, VectorOp
+from ..workloads.ops import Collective, Gemm, VectorOp
 from .support import check_dataflows
 from .stats import OpStats
 
@@ -70,14 +70,11 @@ def _gemm_cached(shape: Gemm, chip, dataflow) -> OpStats:
                         lambda: _engine("gemm_stats")(shape, chip, dataflow))
 
 
-#: The tags that may change a vector op's rate (sim/vector.py ``stream_fraction``): the
-#: direction and the LM loss's passes with their implementation (workloads/loss.py).
-RATE_TAGS = frozenset((BACKWARD_TAG, loss.TAG, *loss.IMPLEMENTATIONS))
-
-
 def _vector_shape(op: VectorOp) -> VectorOp:
-    """``op`` as its result is keyed: no name, only its :data:`RATE_TAGS`."""
-    return dataclasses.replace(op, name="", tags=tuple(t for t in op.tags if t in RATE_TAGS))
+    """``op`` as its result is keyed: no name, only its rate tags (workloads/loss.py
+    :data:`~diptych.workloads.loss.RATE_TAGS`)."""
+    return dataclasses.replace(op, name="",
+                               tags=tuple(t for t in op.tags if t in loss.RATE_TAGS))
 
 
 @lru_cache(maxsize=4096)

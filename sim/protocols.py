@@ -75,6 +75,12 @@ class P2P:
     up_fraction: float
     out_fraction: float
 
+    def bandwidth_seconds(self, up_s: float, out_s: float = 0.0) -> float:
+        """The bandwidth part of one call whose bytes take ``up_s`` seconds on the scale-up
+        links and ``out_s`` on the NICs at their sustained rates (the two run at once): each
+        at the library's share of it. The call's fixed cost, :attr:`base_s`, comes on top."""
+        return max(up_s / self.up_fraction, out_s / self.out_fraction)
+
 
 def chip_p2p(chip) -> P2P | None:
     """The point-to-point table of ``chip``'s collective library (``[collectives.p2p]``);

@@ -220,7 +220,7 @@ def _plain(kind: str, nbytes: float, shape: GroupShape, net: Network) -> list[Co
     if nd == 1:
         bw_s, lat_s, up = _intra(kind, nbytes, shape, net)
         if p2p:                   # the library's measured call: its fixed cost, its share
-            bw_s, lat_s = bw_s / p2p.up_fraction, p2p.base_s
+            bw_s, lat_s = p2p.bandwidth_seconds(bw_s), p2p.base_s
         out.append(_cost(kind, "direct" if kind == "all_to_all" else "ring", bw_s, lat_s,
                          nbytes, shape, up=up))
         if kind == "all_reduce" and not net.torus:
@@ -236,8 +236,7 @@ def _plain(kind: str, nbytes: float, shape: GroupShape, net: Network) -> list[Co
         bw_i, lat_i, up = _intra(kind, nbytes * nl / n, shape, net)
         inter = (n - nl) / n * nbytes
         if p2p:                   # its fixed cost and one network step
-            out.append(_cost(kind, "direct", max(bw_i / p2p.up_fraction,
-                                                 inter / (nic * p2p.out_fraction)),
+            out.append(_cost(kind, "direct", p2p.bandwidth_seconds(bw_i, inter / nic),
                              p2p.base_s + net.out_latency_s, nbytes, shape, up=up, out=inter))
             return out
         out.append(_cost(kind, "direct", max(bw_i, inter / nic),

@@ -80,7 +80,7 @@ def collective_options(op: Collective, chip: Chip) -> dict[str, float]:
         # with the library's point-to-point table its measured per-call cost and share of
         # the sustained bandwidth (:func:`p2p_timed`)
         p2p = chip_p2p(chip)
-        out["direct"] = (p2p.base_s + sent / (bw * p2p.up_fraction) if p2p
+        out["direct"] = (p2p.base_s + p2p.bandwidth_seconds(sent / bw) if p2p
                          else sent / bw + ic.latency_us * 1e-6)
     else:
         out["ring"] = sent / bw + steps * ic.latency_us * 1e-6
