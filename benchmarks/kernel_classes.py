@@ -13,7 +13,8 @@ linear layers, the LM head, MoE experts and router), fused attention (the ring-a
 calls of a CP rank), the activation (SwiGLU, GeLU, GeGLU), norms, RoPE, the residual adds,
 TE's ring-attention bookkeeping (``cp_merge``), FP8 casts and transposes, the split
 accumulator's exposed promotions in the FP8 dgrad and wgrad GEMMs (``<gemm>.promote``), MoE
-permute and combine, the loss and the embedding (the gather, its gradient's zeroing and accumulation).
+permute and combine, the loss and the embedding (the gather, its gradient's zeroing and
+accumulation).
 Collectives are not ops of a layer (the cluster step times them on the topology).
 
 ``--steps`` also runs each row's cluster step (:func:`validate_system.run_row`, ~20 s a row)
