@@ -11,8 +11,10 @@ TP > 1), every op timed alone as the ``"sum"`` execution times it
 runs beside it). A class is the sum over its ops, forward and backward: the GEMMs (the
 linear layers, the LM head, MoE experts and router), fused attention (the ring-attention
 calls of a CP rank), the activation (SwiGLU, GeLU, GeGLU), norms, RoPE, the residual adds,
-TE's ring-attention bookkeeping (``cp_merge``), FP8 casts and transposes, MoE permute and
-combine, the loss and the embedding (the gather, its gradient's zeroing and accumulation).
+TE's ring-attention bookkeeping (``cp_merge``), FP8 casts and transposes, the split
+accumulator's exposed promotions in the FP8 dgrad and wgrad GEMMs (``<gemm>.promote``), MoE
+permute and combine, the loss and the embedding (the gather, its gradient's zeroing and
+accumulation).
 Collectives are not ops of a layer (the cluster step times them on the topology).
 
 ``--steps`` also runs each row's cluster step (:func:`validate_system.run_row`, ~20 s a row)
@@ -45,7 +47,8 @@ import validate_system as vs  # noqa: E402
 
 #: The classes, in the order the tables print them.
 CLASSES = ("gemm", "attention", "activation", "norms", "rope", "residual adds",
-           "cp bookkeeping", "fp8 casts", "moe routing", "loss", "embedding")
+           "cp bookkeeping", "fp8 casts", "split accumulator", "moe routing", "loss",
+           "embedding")
 _ACTIVATIONS = ("swiglu", "geglu", "gelu", "silu")
 _MOE = ("experts_permute", "experts_combine", "topk")
 _CASTS = ("cast", "transpose", "amax", "fp8")
@@ -56,6 +59,8 @@ def op_class(name: str, kind: str) -> str:
     :data:`CLASSES`; ValueError naming the op for one no class covers (a new op: name its
     class here)."""
     base = name.lower().split(".")[0]
+    if name.endswith(".promote"):
+        return "split accumulator"
     if "cp_merge" in name:
         return "cp bookkeeping"
     if kind == "attention" or base.startswith("attention (fused)"):

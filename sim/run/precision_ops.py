@@ -23,7 +23,8 @@ times (docs/precision.md, "The precision ops"):
   the datapath applies the scale (an exponent add for E8M0) at no extra time.
 * ``<gemm>.promote`` (kind ``scale``), only for a GEMM its training recipe runs with a split
   accumulator (tag :data:`~diptych.workloads.recipe.SPLIT_ACC_TAG`: the FP8 recipes' dgrad and
-  wgrad) on a chip with a ``[split_accumulator]`` table: the tensor cores' partial sum is added
+  wgrad) whose operands are both plain FP8 (no block scale) on a chip with a
+  ``[split_accumulator]`` table: the tensor cores' partial sum is added
   into an FP32 accumulator on the vector unit every ``promotion_interval_k`` elements of K,
   :data:`PROMOTE_OPS_PER_ELEMENT` ops per output element per promotion (``batch × m × n ×
   ceil(k / promotion_interval_k)`` elements), of which the table's ``overlap`` hides under
@@ -31,8 +32,9 @@ times (docs/precision.md, "The precision ops"):
   those in its energy). That rest is time the GEMM's matrix products wait, so the op is
   tagged :data:`~diptych.workloads.quant.HOLDS_ARRAY_TAG` and a schedule holds the arrays
   for it too (no other GEMM hides it). Partial sums cross the scratchpad as a rescale's do.
-  A block-scaled product whose rescale runs on the vector unit already promotes there: no
-  second op.
+  A block-scaled product gets no such op: its rescale on the vector unit already promotes
+  there, and with ``block_scale = "pe"`` the datapath applies the scales as it accumulates
+  ([assumption]: in FP32, as a block-scaled MMA does, so nothing left to promote).
 * ``<gemm>.dequant`` (kind ``dequant``): a GEMM whose B operand is narrower than its A
   operand computes in A's dtype, so B's elements are expanded to it: a weight GEMM (W4A16,
   W4A8, W8A16) or attention over a KV cache narrower than the activations (an FP8, INT8, INT4
@@ -109,18 +111,37 @@ def _on_chip(name: str, kind: str, elements: int, ops: float, nbytes: float, dty
                     scratchpad_write_bytes=nbytes, dtype=dtype, tags=("precision",))
 
 
+def _partial_sums(g: Gemm, chip, interval_k: int) -> tuple[int, float]:
+    """The partial sums GEMM ``g`` hands the vector unit once every ``interval_k`` elements of
+    K (a rescale's K-block, a promotion interval): their count (``batch × m × n ×
+    ceil(k / interval_k)``) and the bytes each of the scratchpad's write and read moves at the
+    accumulator's width (0 when the vector unit reads the accumulators directly,
+    ``core.vector.on_array_output_path``)."""
+    e = g.batch * g.m * g.n * math.ceil(g.k / interval_k)
+    return e, (0.0 if chip.core.vector.on_array_output_path
+               else e * element_bits(g.acc_dtype) / 8)
+
+
+def _plain_fp8(dtype: str) -> bool:
+    """Whether ``dtype`` is 8-bit floating point without a block scale."""
+    f = fmt(dtype)
+    return f.element == "fp8" and f.element_bits == 8 and not f.block_scaled
+
+
 def promote_op(g: Gemm, chip) -> VectorOp | None:
     """The exposed promotions of split-accumulator GEMM ``g`` on ``chip`` (module docstring,
     ``<gemm>.promote``), or None: ``g`` not tagged :data:`~diptych.workloads.recipe.
-    SPLIT_ACC_TAG`, ``chip`` without a ``[split_accumulator]`` table, or all of it hidden
+    SPLIT_ACC_TAG`, an operand that is not plain 8-bit floating point (a BF16 or a
+    block-scaled product: the split accumulator is FP8 tensor cores' fast accumulation turned
+    off), ``chip`` without a ``[split_accumulator]`` table, or all of it hidden
     (``overlap = 1``)."""
     table = chip.split_accumulator
-    if table is None or SPLIT_ACC_TAG not in g.tags or table.overlap >= 1.0:
+    if (table is None or SPLIT_ACC_TAG not in g.tags or table.overlap >= 1.0
+            or not (_plain_fp8(g.a_dtype) and _plain_fp8(g.b_dtype))):
         return None
-    e = g.batch * g.m * g.n * math.ceil(g.k / table.promotion_interval_k)
+    e, nbytes = _partial_sums(g, chip, table.promotion_interval_k)
     op = _on_chip(f"{g.name}.promote", "scale", e, PROMOTE_OPS_PER_ELEMENT * (1.0 - table.overlap),
-                  0.0 if chip.core.vector.on_array_output_path
-                  else e * element_bits(g.acc_dtype) / 8, "fp32")
+                  nbytes, "fp32")
     return dataclasses.replace(op, tags=op.tags + (HOLDS_ARRAY_TAG,))
 
 
@@ -139,14 +160,12 @@ def precision_ops(g: Gemm, chip, *, scales: bool = True, dequant: bool = True
         out.append(VectorOp(name=f"{g.name}.scales", kind="copy", elements=max(1, n),
                             ops_per_element=0.0, read_bytes=rd, write_bytes=wr,
                             dtype=g.c_dtype, tags=("precision",)))
-    vec = chip.core.vector
     block = rescale_block(g)
     if block and chip.core.array.block_scale == "vector":
-        e = g.batch * g.m * g.n * math.ceil(g.k / block)
-        out.append(_on_chip(f"{g.name}.rescale", "scale", e, RESCALE_OPS_PER_ELEMENT,
-                            0.0 if vec.on_array_output_path
-                            else e * element_bits(g.acc_dtype) / 8, "fp32"))
-    else:
+        e, nbytes = _partial_sums(g, chip, block)
+        out.append(_on_chip(f"{g.name}.rescale", "scale", e, RESCALE_OPS_PER_ELEMENT, nbytes,
+                            "fp32"))
+    elif not block:
         promote = promote_op(g, chip)
         if promote is not None:
             out.append(promote)

@@ -1,7 +1,8 @@
 """The per-kernel-class breakdown of the H100 system checks (benchmarks/kernel_classes.py,
 issue 21): every op of the rows' layers falls in a named class, and the classes behave as the
 FP8 recipe says they must (docs/precision.md, "Training recipes": Transformer Engine's
-per-tensor FP8 touches the linear layers' GEMMs, their casts and the norms' outputs; attention,
+per-tensor FP8 touches the linear layers' GEMMs, their casts, the dgrad and wgrad GEMMs' split
+accumulator and the norms' outputs; attention,
 RoPE, the residual adds, TE's ring-attention bookkeeping, the loss and the embedding stay
 BF16 kernels of the same bytes)."""
 
@@ -35,6 +36,9 @@ def test_the_fp8_recipe_moves_only_the_classes_it_touches(llama8b):
     bf, f8 = llama8b["BF16"]["layers"], llama8b["FP8"]["layers"]
     assert set(bf) <= set(kc.CLASSES) and set(f8) <= set(kc.CLASSES)
     assert "fp8 casts" in f8 and "fp8 casts" not in bf
+    # TE's split accumulator: the FP8 dgrad and wgrad GEMMs' exposed promotions
+    assert "split accumulator" in f8 and "split accumulator" not in bf
+    assert kc.op_class("down_proj.dgrad.promote", "scale") == "split accumulator"
     for c in ("attention", "rope", "residual adds", "cp bookkeeping", "activation"):
         assert f8[c] == pytest.approx(bf[c], rel=1e-9), c
     assert f8["gemm"] < 0.6 * bf["gemm"]          # FP8 operands at twice the MAC rate

@@ -127,3 +127,22 @@ def test_a_step_moves_by_the_closed_form_of_its_promotions(execution):
                for i, o in ((d, qkv), (d, d), (d, 2 * f), (f, d)))
     want = m.layers * adds * 0.5 / (SMS * LANES * CLOCK_HZ)
     assert with_.seconds - without.seconds == pytest.approx(want, rel=1e-6)
+
+
+def test_only_plain_fp8_products_promote():
+    """The split accumulator is FP8 tensor cores' fast accumulation turned off: a BF16 GEMM
+    and an MXFP8 product whose block scales the PEs apply (``block_scale = "pe"``) get no
+    promotion even when tagged, on a chip with the table; a plain FP8 one on it does."""
+    d = to_dict(load_chip("train-2026"))
+    assert d["core"]["array"]["block_scale"] == "pe"
+    d["split_accumulator"] = to_dict(load_chip("h100"))["split_accumulator"]
+    chip = chip_from_dict(d, source="train-2026-split")
+    mx = Gemm(name="fc2.dgrad", m=4096, k=14336, n=4096, a_dtype="mxfp8", b_dtype="mxfp8",
+              tags=("quantized", "dgrad", SPLIT_ACC_TAG))
+    bf16 = Gemm(name="fc2.dgrad", m=4096, k=14336, n=4096, a_dtype="bf16", b_dtype="bf16",
+                tags=("dgrad", SPLIT_ACC_TAG))
+    for g in (mx, bf16):
+        assert promote_op(g, chip) is None, g.a_dtype
+        assert not [x for x in precision_ops(g, chip) if x.name.endswith(".promote")], g.a_dtype
+    assert [x.name for x in precision_ops(_dgrad(4096, 14336, 4096), chip)
+            if x.name.endswith(".promote")] == ["fc2.dgrad.promote"]
