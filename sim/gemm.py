@@ -219,8 +219,6 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
         if b[5] < len(b[4]):
             heapq.heappush(heads, (b[3][b[5]], gpos, int(b[2][b[5]]), bi))
         pb, split, cs, extra = b[0][2], b[0][3], b[1], b[0][5]
-        if b[6] is None:
-            b[6] = MP.engine_base(chip, pb, rates, split, True)
         if reference:
             blk = cs[local]
             blocks = pb.batch * MP._cdiv(pb.m, blk.mb) * MP._cdiv(pb.k, blk.kb) * \
@@ -234,6 +232,8 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
             continue                       # the reduction alone cannot beat the best
         if chains and best is not None and cs.rows[local, MK.T_CHAIN] + extra > best[0]:
             continue    # its load chains alone exceed the best: it could not even tie
+        if b[6] is None:     # built at the group's first engine run (none if all are skipped)
+            b[6] = MP.engine_base(chip, pb, rates, split, True)
         if reference:
             out, _, _ = run_engine(chip, pb, blk, rates, split, True,
                                    cutoff=cut - extra if cut else 0,

@@ -137,9 +137,32 @@ def _rows(loads, per, extent, row_bytes, pitch, burst):
 
 
 @jit(inline="always")
-def chain_bound(os, R, C, m, k, n, batch, mbi, kbi, nbi, order, xsb, wsb, per, iv, fv):
+def _reuse(order, nm, nk, nn, x, w):
+    """(tx, xt, tw, wt): the loads of X and the bytes they move in all, then W's, of a
+    blocking of ``nm``·``nk``·``nn`` blocks in loop ``order`` (0: M outermost) and operands
+    of ``x`` and ``w`` bytes (:func:`~diptych.sim.mapper.traffic_bytes`' reuse rule; one copy
+    for the table's traffic and its :func:`chain_bound`)."""
+    if order == 0:     # M outermost
+        tx = nm * nn * nk if nk > 1 else nm
+        xt = x * (nn if nk > 1 else 1)
+        tw = 1 if (nk == 1 and nn == 1) else nm * nn * nk
+        wt = w * (1 if (nk == 1 and nn == 1) else nm)
+    else:
+        tw = nm * nn * nk if nk > 1 else nn
+        wt = w * (nm if nk > 1 else 1)
+        tx = 1 if (nk == 1 and nm == 1) else nm * nn * nk
+        xt = x * (1 if (nk == 1 and nm == 1) else nn)
+    return tx, xt, tw, wt
+
+
+@jit(inline="always")
+def chain_bound(os, R, C, m, k, n, batch, mbi, kbi, nbi, nm, nk, nn, tx, xt, tw, wt, ol, xsb,
+                wsb, per, iv, fv):
     """A lower bound on the engine's cycles of one candidate (``per``: the sum of its fold
-    periods) from its double-buffered load chains (docs/engine.md, "Mapper"):
+    periods; ``nm``, ``nk``, ``nn``: its blocks along M, K, N; ``tx``, ``xt``, ``tw``,
+    ``wt``: its :func:`_reuse`; ``ol``: its last output tile's bytes, all as
+    :func:`table_numbers` computes them) from its double-buffered load chains
+    (docs/engine.md, "Mapper"):
 
     An operand's load into a slot is requested when the last block using that slot has
     presented its last input (``consume``), so with loads at the first blocks of runs
@@ -152,9 +175,6 @@ def chain_bound(os, R, C, m, k, n, batch, mbi, kbi, nbi, order, xsb, wsb, per, i
     the two loads of a block share its port (``D_u`` ≥ setup + both blocks' port time).
     Then the last block drains (OS ``2R + C − 1``, WS ``R + C`` cycles after its last
     input) and the last output tile's write-back follows (setup, latency, bytes)."""
-    nm = _cd(m, mbi)
-    nk = _cd(k, kbi)
-    nn = _cd(n, nbi)
     mf, mr = m // mbi, m % mbi
     kf, kr = k // kbi, k % kbi
     if os == 1:
@@ -176,19 +196,6 @@ def chain_bound(os, R, C, m, k, n, batch, mbi, kbi, nbi, order, xsb, wsb, per, i
         drain = _ws_row_output(np.int64(0), R, C) + 1
     span = per - slack
     blocks = batch * nm * nk * nn
-    x = m * k * iv[K_XBITS] / 8
-    w = k * n * iv[K_WBITS] / 8
-    # loads and loaded bytes of each operand (mapper.traffic_bytes' reuse rule)
-    if order == 0:     # M outermost
-        tx = nm * nn * nk if nk > 1 else nm
-        xt = x * (nn if nk > 1 else 1)
-        tw = 1 if (nk == 1 and nn == 1) else nm * nn * nk
-        wt = w * (1 if (nk == 1 and nn == 1) else nm)
-    else:
-        tw = nm * nn * nk if nk > 1 else nn
-        wt = w * (nm if nk > 1 else 1)
-        tx = 1 if (nk == 1 and nm == 1) else nm * nn * nk
-        xt = x * (1 if (nk == 1 and nm == 1) else nn)
     setup = iv[K_SETUP]
     fab_lat = fv[G_FABRIC] + fv[G_LAT]
     peak = fv[G_PEAK]
@@ -214,8 +221,7 @@ def chain_bound(os, R, C, m, k, n, batch, mbi, kbi, nbi, order, xsb, wsb, per, i
     d = max(dx, dw)
     if iv[K_ENGINES] == 1 and tx == nm * nn * nk and tw == tx and xs != 1 and ws != 1:
         d = max(d, blocks * setup + batch * (xt / xcd + wt / wcd) / pe)
-    # the last output tile's write-back (its descriptor's bytes at least these)
-    ol = (m - (nm - 1) * mbi) * (n - (nn - 1) * nbi) * iv[K_OBITS] / 8
+    # the last output tile's write-back (its descriptor's bytes at least ``ol``)
     if ods == 0:
         wb = setup + max(fab_lat + ol * tail_r / peak, ol / pe)
     elif ods == 2:
@@ -295,12 +301,7 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
             mel = _ws_fold_rows(ml, iv[K_WS_NUM], iv[K_WS_DEN])
             comp = _ws_row_output(ws_first + per - _ws_period(R, C, mel, wp, wv) + mel - 1,
                                   R, C) + 1
-        if order[i] == 0:
-            xt = x * (nn if nk > 1 else 1)
-            wt = w * (1 if (nk == 1 and nn == 1) else nm)
-        else:
-            wt = w * (nm if nk > 1 else 1)
-            xt = x * (1 if (nk == 1 and nm == 1) else nn)
+        tx, xt, tw, wt = _reuse(order[i], nm, nk, nn, x, w)
         xcd = iv[K_XCDUP]
         wcd = iv[K_WCDUP]
         xdiv = iv[K_XDUP] if xsb[i] > 0 else xcd
@@ -322,7 +323,8 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
                        + (o if od == 1 else 0.0))
         e_in = ((0.0 if xs else m0 * k0 * iv[K_XBITS] / xdiv)
                 + (0.0 if ws else k0 * n0 * iv[K_WBITS] / wdiv)) / 8
-        e_out = 0.0 if od else ml * nl * iv[K_OBITS] / 8
+        ol = ml * nl * iv[K_OBITS] / 8        # the last output tile's bytes
+        e_out = 0.0 if od else ol
         if xs == 0 and ws == 0 and od == 0:   # every operand in DRAM
             edge = (2 * setup + max(e_in / peak, lat)
                     + max(e_out * fv[G_TAIL_R] / peak, lat))
@@ -352,8 +354,8 @@ def table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv):
         est[i] = es + batch * nm * nk * nn * setup / engines
         lb[i] = lo
         rows[i, T_CHAIN] = int(math.floor(chain_bound(
-            iv[K_OS], R, C, m, k, n, batch, mbi, kbi, nbi, order[i], xsb[i], wsb[i], per, iv,
-            fv)))
+            iv[K_OS], R, C, m, k, n, batch, mbi, kbi, nbi, nm, nk, nn, tx, xt, tw, wt, ol,
+            xsb[i], wsb[i], per, iv, fv)))
     return rows, est, lb
 
 
