@@ -35,7 +35,6 @@ from diptych.arch import load_chip
 from diptych.sim.cluster.layers import layer_ops, layer_order
 from diptych.sim.run.node import default_precision
 from diptych.sim.run.precision_ops import with_precision_ops
-from diptych.sim.run.scenario import Scenario
 from diptych.sim.run.stack import scenario_chip
 from diptych.sim.run.summed import simulate_workload
 from diptych.workloads.graph import Workload
@@ -86,18 +85,11 @@ def op_class(name: str, kind: str) -> str:
     raise ValueError(f"op {name!r} ({kind}) has no kernel class: add it to op_class")
 
 
-def scenario(r: vs.Row) -> Scenario:
-    """Row ``r``'s scenario, as :func:`validate_system.run_row` builds it."""
-    return Scenario.of(phase="train", batch=r.batch, seq=r.seq, chips=r.chips, micro_batch=1,
-                       recipe="fp8-delayed" if r.fp8 else None, **r.degrees, **r.routing,
-                       **r.stack)
-
-
 def class_seconds(r: vs.Row) -> dict[str, dict[str, float]]:
     """Seconds of each class (:data:`CLASSES`) in one micro-batch on one rank of row ``r``,
     by layer kind (the lowering's block names, ``head``, ``embedding``); each op timed
     alone, forward and backward."""
-    s = scenario(r)
+    s = vs.scenario(r)
     chip = scenario_chip(load_chip("h100"), s)
     model = load_model(r.model)
     p = default_precision(chip, "train", s.weights_dtype, s.act_dtype, s.kv_dtype, s.recipe,

@@ -153,11 +153,17 @@ def run_row(r: Row, waterfall: bool = False, published: bool = True):
     its efficiency waterfall when asked; ``published``: with the run's software settings
     (:data:`STACKS`), else the chip's defaults (NVLS, its own attention kernel, TE's
     userbuffers)."""
-    s = Scenario.of(phase="train", batch=r.batch, seq=r.seq, chips=r.chips, micro_batch=1,
-                    recipe="fp8-delayed" if r.fp8 else None, **r.degrees, **r.routing,
-                    **(r.stack if published else {}))
+    s = scenario(r, published)
     return run_cluster_step("h100", r.model, s, cluster="dgx-h100",
                             plan=build_plan(s, **r.plan), waterfall=waterfall)
+
+
+def scenario(r: Row, published: bool = True) -> Scenario:
+    """Row ``r``'s scenario (micro-batch 1, its recipe, degrees and routing; ``published``:
+    with the run's software settings, :data:`STACKS`)."""
+    return Scenario.of(phase="train", batch=r.batch, seq=r.seq, chips=r.chips, micro_batch=1,
+                       recipe="fp8-delayed" if r.fp8 else None, **r.degrees, **r.routing,
+                       **(r.stack if published else {}))
 
 
 #: The waterfall table's columns: the mechanisms, in their order.
