@@ -30,8 +30,8 @@ OUTPUT_QUANT_PLACES: tuple[str, ...] = ("vector", "array")
 WEIGHT_SWAPS: tuple[str, ...] = ("wave", "global")
 #: Vector-op kinds a GEMM kernel can apply on its output path (epilogue) or, for the norms,
 #: while it loads its operand (prologue): the fusion pass's kinds (docs/program.md, "Fusion").
-FUSABLE_KINDS: tuple[str, ...] = ("elementwise", "add", "mul", "silu", "gelu", "swiglu", "rope",
-                                  "rmsnorm", "layernorm", "copy")
+FUSABLE_KINDS: tuple[str, ...] = ("elementwise", "add", "mul", "silu", "gelu", "geglu", "swiglu",
+                                  "rope", "rmsnorm", "layernorm", "copy")
 DRAM_KINDS: tuple[str, ...] = ("hbm2", "hbm2e", "hbm3", "hbm3e", "hbm4", "ddr3", "ddr4",
                                "ddr5", "lpddr5", "lpddr5x", "gddr6", "gddr7")
 #: DRAM kinds a second memory tier (``[dram2]``) may be: package-attached memories with a
@@ -791,7 +791,9 @@ class ElementwiseKernels:
     setting ``elementwise_kernels``, :mod:`diptych.sim.run.stack`). The op's DRAM stream
     takes ``1 / fraction`` times as long; its ALU work, on-chip bytes and launch are
     unchanged. 1 (the default): at the copy rate. Each fraction comes from kernel-level
-    measurements of the stack's own kernel (cited where the preset sets it)."""
+    measurements of the stack's own kernel, or of its closest measured twin where the preset
+    says so (cited where the preset sets it). Kinds: ``swiglu`` and ``geglu`` (the gated
+    activations, workloads/lower.py), the LM loss's passes by implementation."""
 
     swiglu: float = f(default=1.0, doc="fraction of the copy rate a SwiGLU forward reaches",
                       **bound(0.01, 1.0, "1 = the copy rate; a kernel at under 1 % of its "
@@ -799,6 +801,8 @@ class ElementwiseKernels:
     swiglu_bwd: float = f(default=1.0,
                           doc="fraction of the copy rate a SwiGLU backward reaches",
                           **bound(0.01, 1.0, "as swiglu"))
+    geglu: float = _copy_fraction("a (tanh-)GeGLU forward")
+    geglu_bwd: float = _copy_fraction("a GeGLU backward")
     # the LM loss's passes (workloads/loss.py's bytes), by implementation and direction
     cross_entropy: float = _copy_fraction("the fused cross-entropy's forward passes")
     cross_entropy_bwd: float = _copy_fraction("the fused cross-entropy's backward")
@@ -817,6 +821,8 @@ class ElementwiseKernels:
             return self.cross_entropy_unfused_bwd if backward else self.cross_entropy_unfused
         if kind == "swiglu":
             return self.swiglu_bwd if backward else self.swiglu
+        if kind == "geglu":
+            return self.geglu_bwd if backward else self.geglu
         return 1.0
 
 

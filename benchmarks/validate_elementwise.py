@@ -95,14 +95,16 @@ RMSNORM = {1024: (0.0128, 0.0122), 2048: (0.0190, 0.0176), 4096: (0.0325, 0.0292
            8192: (0.0745, 0.0509), 16384: (0.1492, 0.0950)}
 
 
-def swiglu_ops(tokens: int, width: int) -> tuple[VectorOp, VectorOp, VectorOp]:
-    """SwiGLU's forward, its backward and the benchmark's ``out.sum()`` pass, as diptych
-    lowers them (workloads/lower.py ``_dense_mlp``, workloads/train.py ``backward_ops``)."""
+def swiglu_ops(tokens: int, width: int, kind: str = "swiglu"
+               ) -> tuple[VectorOp, VectorOp, VectorOp]:
+    """SwiGLU's (or another gated activation ``kind``'s: ``geglu``) forward, its backward and
+    the benchmark's ``out.sum()`` pass, as diptych lowers them (workloads/lower.py
+    ``_dense_mlp``, workloads/train.py ``backward_ops``)."""
     n = tokens * width
-    ops = VECTOR_OPS_PER_ELEMENT["swiglu"]
-    fwd = VectorOp(name="swiglu", kind="swiglu", elements=n, ops_per_element=ops,
+    ops = VECTOR_OPS_PER_ELEMENT[kind]
+    fwd = VectorOp(name=kind, kind=kind, elements=n, ops_per_element=ops,
                    read_bytes=2 * n * A, write_bytes=n * A, dtype="bf16")
-    bwd = VectorOp(name="swiglu.bwd", kind="swiglu", elements=n, ops_per_element=2 * ops,
+    bwd = VectorOp(name=f"{kind}.bwd", kind=kind, elements=n, ops_per_element=2 * ops,
                    read_bytes=3 * n * A, write_bytes=2 * n * A, dtype="bf16", tags=("bwd",))
     total = VectorOp(name="sum", kind="add", elements=n, ops_per_element=1.0,
                      read_bytes=n * A, write_bytes=A, dtype="bf16")
@@ -227,6 +229,10 @@ def main(argv=None) -> int:
         f"calibrated (the preset's swiglu = {rates.swiglu:g}); the backward reading "
         f"{bw:.3f}, not a calibration (the preset's swiglu_bwd = {rates.swiglu_bwd:g}, the "
         f"forward's fraction [assumption]).",
+        "GeGLU (Megatron-Core's bias_geglu_impl, Grok-1's and Gemma's activation): no "
+        "published H100 measurement of that kernel; the preset's geglu = "
+        f"{rates.geglu:g}, geglu_bwd = {rates.geglu_bwd:g}, its compiled twin's (SwiGLU) "
+        "rates [assumption: same bytes, same torch.compile pattern; arch/chips/h100.toml].",
         "Cross-entropy (Megatron-Core's, rows marked * calibrate): copy-rate time / published "
         f"time, fused forward {ce['fused'][0]:.3f}, backward {ce['fused'][1]:.3f} (the "
         f"preset's cross_entropy = {rates.cross_entropy:g}, cross_entropy_bwd = "

@@ -72,13 +72,16 @@ class Row:
 #: SwiGLU: the Llama runs call Megatron-Core's own ``bias_swiglu_impl`` (35a9aec
 #: llama3.1_8b.yaml and llama3.1_70b.yaml: ``activation: fast-swiglu``,
 #: ``bias_activation_fusion: true``), timed at the rates the h100 preset measured for it
-#: (``[elementwise_kernels_megatron]``); GPT-3's GeLU and Grok-1's GeGLU have no published
-#: measurement of Megatron's kernel: the copy rate. Every run computes its loss with
-#: Megatron-Core's cross-entropy, fused or eager (``cross_entropy`` below), whose kernels the
-#: same table times at their measured rates: GPT-3 sets ``elementwise_kernels="megatron"``
-#: too (its GeLU has no entry: only its loss moves). Grok-1 does not: its experts' GeGLU is
-#: lowered as a SwiGLU (benchmarks/models/grok-1.json), which the table would time at
-#: Megatron's SwiGLU rate, a kernel that run does not call; its loss stays at the copy rate.
+#: (``[elementwise_kernels_megatron]``). Grok-1's experts call Megatron-Core's own GeGLU
+#: (143b90d grok1_314b.yaml: ``activation: fast-geglu``, ``openai_gelu: false``,
+#: ``bias_activation_fusion: true``; NeMo's ``activation_to_func`` makes it a gated
+#: ``F.gelu``, which Megatron-Core's ``MLP.forward`` runs as ``bias_geglu_impl``, the experts'
+#: SequentialMLP too): its own kind, ``geglu`` (benchmarks/models/grok-1.json), which the table
+#: times at Megatron's SwiGLU rate [assumption: its compiled twin; h100.toml says why].
+#: GPT-3's GeLU has no published measurement of Megatron's kernel: the copy rate. Every run
+#: computes its loss with Megatron-Core's cross-entropy, fused or eager (``cross_entropy``
+#: below), whose kernels the same table times at their measured rates: GPT-3 and Grok-1 set
+#: ``elementwise_kernels="megatron"`` too (GPT-3's GeLU has no entry: only its loss moves).
 #: The MoE routing of the published runs (the model's recipe, not the chip's stack, so
 #: ``--stack-defaults`` keeps it; workloads/moe.py ``Routing``). Grok-1, NVIDIA/dgxc-benchmarking
 #: 143b90d grok1/grok1_314b.yaml [S]: ``moe_expert_capacity_factor: 1.0``,
@@ -108,7 +111,8 @@ STACKS = {"llama": dict(nvls=False, cross_entropy="fused", elementwise_kernels="
           "gpt3": dict(nvls=False, attention_kernel="fa2", cross_entropy="unfused",
                        elementwise_kernels="megatron", kernel_order="one_queue"),
           "grok": dict(nvls=False, attention_kernel="fa2", tp_comm_overlap=True,
-                       cross_entropy="unfused", kernel_order="issue")}
+                       cross_entropy="unfused", elementwise_kernels="megatron",
+                       kernel_order="issue")}
 
 
 def _rows() -> list[Row]:

@@ -35,8 +35,8 @@ CHUNK_BYTES = 64 * 1024
 #: RMSNorm = square, sum, rsqrt-scale, weight multiply; LayerNorm = sum, subtract, square,
 #: sum, scale, weight multiply, bias add.
 OPS_PER_ELEMENT = {"softmax": 5.0, "rmsnorm": 4.0, "layernorm": 7.0, "elementwise": 1.0,
-                   "add": 1.0, "mul": 1.0, "silu": 4.0, "gelu": 8.0, "swiglu": 5.0, "rope": 6.0,
-                   "copy": 0.0}
+                   "add": 1.0, "mul": 1.0, "silu": 4.0, "gelu": 8.0, "geglu": 9.0, "swiglu": 5.0,
+                   "rope": 6.0, "copy": 0.0}
 
 
 def elementwise_op(name: str, elements: int, *, inputs: int = 1, kind: str = "elementwise",

@@ -254,7 +254,7 @@ def _curve_table(curve: dict):
               default="default", show_default=True,
               help="Elementwise kernels: the chip's own ([elementwise_kernels]; absent: the "
                    "vector unit's copy rate) or Megatron-Core's kernels at their measured "
-                   "rates ([elementwise_kernels_megatron]; h100: SwiGLU "
+                   "rates ([elementwise_kernels_megatron]; h100: SwiGLU and GeGLU "
                    "(bias_activation_fusion) and the fused and eager cross-entropy). "
                    "docs/validation-published.md, \"Elementwise kernels\".")
 @click.option("--kernel-order", type=click.Choice(["default", *KERNEL_ORDERS]),

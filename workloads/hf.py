@@ -303,10 +303,15 @@ def _qwen_moe_layers(f: Fields, cfg: dict) -> dict:
 
 
 def _mixtral(f: Fields, arch: str) -> dict:
+    """Mixtral: top-k of ``num_local_experts`` in every layer; each expert gates
+    ``ACT2FN[hidden_act](w1 x) * w3 x`` (HF ``MixtralBlockSparseTop2MLP``), so a GELU
+    ``hidden_act`` is a GeGLU (e.g. Grok-1's shapes in this schema, benchmarks/models)."""
     cfg = _core(f, arch)
-    _activation(f, arch, ("hidden_act",), _SILU, "silu")
+    act = _activation(f, arch, ("hidden_act",), _SILU + _GELU_TANH, "silu")
     e, k = _experts(f, "num_local_experts")
     cfg.update(experts=e, experts_per_token=k, moe_intermediate_size=cfg["intermediate_size"])
+    if act in _GELU_TANH:
+        cfg["activation"] = "geglu"
     return cfg
 
 

@@ -114,7 +114,7 @@ def dgrad_all_reduce_group(op) -> int:
 
 
 #: Lowering kinds the op language (``sim.ops.VECTOR_KINDS``) names differently.
-_SIM_KIND = {"geglu": "gelu", "swiglu_clamped": "swiglu", "softcap": "elementwise"}
+_SIM_KIND = {"swiglu_clamped": "swiglu", "softcap": "elementwise"}
 
 
 def _pos(name: str, v) -> None:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from ..arch.dtypes import check_dtype, dtype_bytes, element_bits, scale_bytes
 
-VECTOR_KINDS = ("elementwise", "add", "mul", "silu", "gelu", "swiglu", "rope", "softmax",
-                "rmsnorm", "layernorm", "embedding", "optimizer", "copy", "topk", "dequant",
-                "scale", "permute")
+VECTOR_KINDS = ("elementwise", "add", "mul", "silu", "gelu", "geglu", "swiglu", "rope",
+                "softmax", "rmsnorm", "layernorm", "embedding", "optimizer", "copy", "topk",
+                "dequant", "scale", "permute")
 COLLECTIVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 #: Where an operand of an op lives (the residency planner's locations, docs/program.md):
 #: DRAM (the default: streamed through the DMA engines), or kept on chip between ops in the

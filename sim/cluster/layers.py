@@ -43,7 +43,7 @@ from ...workloads.train import (backward_ops, extra_backward_collectives, table_
 #: Vector ops whose outputs selective recomputation drops (recomputed from their saved
 #: input): norms and activation functions (Megatron-Core ``--recompute-modules layernorm
 #: moe_act``).
-SELECTIVE_KINDS = ("rmsnorm", "layernorm", "swiglu", "gelu")
+SELECTIVE_KINDS = ("rmsnorm", "layernorm", "swiglu", "gelu", "geglu")
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ source there; none is a constant of its own:
 * ``elementwise_kernels``: ``"default"`` runs the elementwise kernels by the chip's
   ``[elementwise_kernels]`` table (absent: at the vector unit's copy rate); ``"megatron"``
   by its ``[elementwise_kernels_megatron]`` table (Megatron-Core's own kernels: on h100 the
-  ``torch.compile``'d SwiGLU of ``bias_activation_fusion``, forward and backward, and the
-  LM loss's fused and eager cross-entropy passes, workloads/loss.py).
+  ``torch.compile``'d SwiGLU and GeGLU of ``bias_activation_fusion``, forward and backward,
+  and the LM loss's fused and eager cross-entropy passes, workloads/loss.py).
 * ``kernel_order``: ``"default"`` runs the compute kernels in the order the chip's
   ``[overheads] kernel_order`` names (absent: ``dataflow``); ``"issue"`` on one in-order
   stream (a PyTorch eager step, Megatron-Core and Transformer Engine included, issues every
