@@ -18,7 +18,10 @@
 3. **the pipeline** over devices and micro-batches (:mod:`diptych.sim.cluster.schedule`): the
    event-level simulation (``golden=True``) or its closed form, with the activation send
    between stages (``micro_batch × seq/cp × hidden`` activations, ÷ tp with sequence
-   parallelism) on the link between the two stages' ranks;
+   parallelism) on the link between the two stages' ranks; an interleaved schedule on a chip
+   whose kernels run in issue order (``kernel_order`` ``issue`` or ``one_queue``: a
+   Megatron-Core stack) is played in Megatron-Core's own issue order, its sends meeting
+   their peers' receives (:mod:`diptych.sim.cluster.megatron_p2p`);
 4. **after the last backward**, per device: the gradient reduction (all-reduce under ZeRO-0,
    reduce-scatter under ZeRO-1/2; routed experts over their expert-data-parallel group),
    bucketed per layer and started as each layer's last backward finishes (``overlap_dp``),
@@ -80,7 +83,7 @@ from ..run.offload import (OFFLOAD_KINDS, check_offload, offload_capacity_bytes,
 from ..run.placed import tier2_chip, tier3_chip
 from ..run.scenario import Scenario
 from ..run.summed import simulate_workload
-from ..run.stack import scenario_chip, stack_info
+from ..run.stack import chip_kernel_order, scenario_chip, stack_info
 from ..run.variant import Variant, variant_chip, variant_cluster, variant_timer
 from ...workloads.recipe import amax_collectives, quantized, weight_cast_op
 from ...workloads.train import (ADAMW_CHUNK, adamw_op, grad_norm_op, grad_zero_op,
@@ -89,6 +92,7 @@ from .collectives import CommCost, collective
 from .. import energy_parts as EP
 from .energy import busy_power_w, step_energy, step_energy_parts
 from .layers import forward_workload
+from .megatron_p2p import simulate_megatron_pipeline
 from .memory import (ClusterMemory, chunk_layers, device_chunks, plan_memory,
                      require_sram_fit)
 from .params import layer_params
@@ -97,7 +101,8 @@ from .schedule import PipelineRun, fast_pipeline_seconds, simulate_pipeline
 from .timing import LayerTime, TpLinks, layer_times, resident
 from ..run.tp_overlap import OverlapCost, costs as overlap_costs, gather_share
 from ..protocols import sent_bytes
-from ..run.interference import beside_s, collectives_factor, tax_s, two_streams
+from ..run.interference import (PIPELINE_PEERS, beside_s, collectives_factor,
+                                group_slowdown, tax_s, two_streams)
 from .topology import GroupShape, Network, bind, group_ranks, group_shape, stage_peer
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
@@ -790,7 +795,14 @@ def _pipeline(st: _Setup) -> _Pipe:
             run = simulate_pipeline(fwd, [[0.0] * v for _ in range(P)], m, schedule="gpipe",
                                     send_s=send)
     elif st.golden:
-        run = simulate_pipeline(fwd, bwd, m, schedule=sched, send_s=send)
+        order = chip_kernel_order(st.chip)
+        if sched == "interleaved" and P > 1 and order in ("issue", "one_queue"):
+            # a Megatron-Core stack: its issue order, the sends' rendezvous, one queue or not
+            run = simulate_megatron_pipeline(fwd, bwd, m, send_s=send,
+                                             one_queue=order == "one_queue",
+                                             hold_f=_hold_factor(st) if sent else None)
+        else:
+            run = simulate_pipeline(fwd, bwd, m, schedule=sched, send_s=send)
         t_pipe, finish, busy = run.seconds, list(run.finish_s), list(run.busy_s)
         pp_exposed = t_pipe - (simulate_pipeline(fwd, bwd, m, schedule=sched).seconds
                                if send else t_pipe)
@@ -804,6 +816,30 @@ def _pipeline(st: _Setup) -> _Pipe:
         busy = [m * (F[s] + B[s]) for s in range(P)]
         pp_exposed = 2 * (P - 1) * send
     return _Pipe(fwd, bwd, act, send, t_pipe, finish, busy, pp_exposed, run, sched, taxed)
+
+
+def _hold_factor(st: _Setup):
+    """``hold_f`` of :func:`~.megatron_p2p.simulate_megatron_pipeline`: how many times
+    longer a chunk's compute takes beside ``n`` p2p kernels of its rank waiting for their
+    peers, each holding its channels' cores and moving no data (``interference.
+    group_slowdown`` with no DRAM share); None on a chip without ``[comm_kernels]``."""
+    table = st.chip.comm_kernels
+    if table is None:
+        return None
+    P = st.plan.pp
+    memo: dict[tuple, float] = {}
+
+    def f(kind: str, s: int, c: int, n: int) -> float:
+        vs = c * P + s
+        key = (vs, kind, min(n, PIPELINE_PEERS))
+        if key not in memo:
+            kinds = list(st.chunks[vs]) + (["embedding"] if vs == 0 else []) \
+                + (["head"] if vs == st.last_chunk else [])
+            loads = [st.lt[k].fwd_loads if kind == "F" else st.lt[k].bwd_loads for k in kinds]
+            memo[key] = group_slowdown(loads, table.p2p_cores_per_peer * key[2],
+                                       st.chip.tensor_cores, 0.0)
+        return memo[key]
+    return f
 
 
 @dataclass
