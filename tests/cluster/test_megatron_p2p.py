@@ -95,3 +95,30 @@ def test_compute_beside_a_waiting_kernel_runs_at_its_held_rate():
             alone = (fwd if kind == "F" else bwd)[s][c]
             assert work == pytest.approx(alone, rel=1e-9)
     assert slowed > 0
+
+
+def test_the_cluster_step_plays_megatrons_order_on_a_megatron_stack():
+    """An interleaved plan on an issue-order stack (a Megatron-Core run) is played in its
+    issue order, never faster than the data-flow pipeline of the same chunk times; the
+    default data-flow chip keeps the data-flow simulation."""
+    from roofline_double import roofline
+
+    from diptych.sim.cluster import Plan, simulate_cluster_step
+    from diptych.sim.cluster.megatron_p2p import QueuedRun
+    from diptych.sim.run import Scenario
+
+    plan = Plan(tp=2, pp=2, dp=1, schedule="interleaved", virtual_stages=2)
+    runs = {}
+    for order in ("dataflow", "one_queue"):
+        runs[order] = simulate_cluster_step(
+            "llama-3-8b", "h100", "dgx-h100", plan,
+            Scenario.of(phase="train", batch=4, seq=2048, execution="sum",
+                        kernel_order=order), simulate=roofline)
+    assert not isinstance(runs["dataflow"].pipeline, QueuedRun)
+    queued = runs["one_queue"]
+    assert isinstance(queued.pipeline, QueuedRun)
+    lay = queued.layout
+    flow = simulate_pipeline(lay["fwd"], lay["bwd"], queued.micro_batches,
+                             schedule="interleaved", send_s=lay["send_s"])
+    assert lay["send_s"] > 0.0
+    assert lay["pipeline_s"] >= flow.seconds - 1e-12
