@@ -309,6 +309,9 @@ def _group_shapes(layout: Plan, net: Network) -> dict[str, GroupShape]:
     shapes = {k: group_shape(group_ranks(layout, k), net)
               for k in ("tp", "cp", "dp", "ep", "edp", "zs", "zr", "ezs", "amax")}
     shapes["pp"] = group_shape([0, stage_peer(layout)] if layout.pp > 1 else [0], net)
+    # the embedding group: rank 0 and its peer on the last stage (tied embeddings)
+    shapes["emb"] = group_shape([0, (layout.pp - 1) * stage_peer(layout)] if layout.pp > 1
+                                else [0], net)
     return shapes
 
 
@@ -856,6 +859,7 @@ class _Tail:
     step_colls: list
     opt_parts: list
     tier2_bytes: list = field(default_factory=list)   # what each device's second tier moves
+    emb_s: list = field(default_factory=list)   # the tied embedding's gradient sync, waited
 
 
 def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
@@ -972,8 +976,35 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
                         else _exposed(ag, first, plan.overlap_dp))
         else:
             ag_s.append(0.0)
-    ends = [pipe.finish[s] + tails[s] + opt_s[s] + ag_s[s] for s in range(P)]
-    return _Tail(tails, opt_s, opt_j, ag_s, ends, step_colls, opt_parts, tier2)
+    emb = _tied_embedding_sync(st, pipe, tails, logged, step_colls)
+    ends = [pipe.finish[s] + tails[s] + emb[s] + opt_s[s] + ag_s[s] for s in range(P)]
+    return _Tail(tails, opt_s, opt_j, ag_s, ends, step_colls, opt_parts, tier2, emb)
+
+
+def _tied_embedding_sync(st: _Setup, pipe: _Pipe, tails, logged, step_colls) -> list[float]:
+    """Per device, what the all-reduce of a tied word embedding's gradient adds before its
+    optimizer step (0 elsewhere): with tied embeddings and more than one stage the first
+    stage's embedding and the last stage's head copy are kept in sync by an all-reduce of
+    their gradient (``vocab × hidden ÷ tp`` at the gradient's bytes) over the embedding group,
+    those two ranks, after the data-parallel gradient sync and before the optimizer; both
+    wait for the later of the two [S: Megatron-LM core_r0.9.0 (1afee592)
+    ``megatron/core/distributed/finalize_model_grads.py``: ``finish_grad_sync`` L111-112,
+    then ``_allreduce_word_embedding_grads`` L13-36, a blocking ``all_reduce`` on
+    ``get_embedding_group()``; NeMo v2.0.0 (e938df3) ``megatron_gpt_model.py`` without
+    Megatron-Core's distributed optimizer: ``_finish_bucket_grad_sync`` then
+    ``allreduce_first_last_embeddings``, L898-932, L1068-1100, the same all-reduce]."""
+    plan, m = st.plan, st.model
+    P = plan.pp
+    emb = [0.0] * P
+    if not (st.train and P > 1 and m.tie_word_embeddings):
+        return emb
+    nbytes = m.vocab_size * m.hidden_size / plan.tp * st.precision.g_bytes
+    ar = logged(0, "emb", "all_reduce", nbytes, "pp tied embedding grad all_reduce")
+    step_colls[P - 1].append(step_colls[0][-1])
+    ready = max(pipe.finish[s] + tails[s] for s in (0, P - 1))
+    for s in (0, P - 1):
+        emb[s] = ready + ar - (pipe.finish[s] + tails[s])
+    return emb
 
 
 def _exposed_on(st: _Setup, pipe: _Pipe, tail: _Tail, worst: int) -> dict[str, float]:
@@ -987,6 +1018,7 @@ def _exposed_on(st: _Setup, pipe: _Pipe, tail: _Tail, worst: int) -> dict[str, f
             exposed[kk] += x * m
     exposed["pp"] += max(0.0, pipe.pp_exposed) + (pipe.pp_tax[worst] if pipe.pp_tax else 0.0)
     exposed["dp"] += tail.tails[worst] + tail.ag_s[worst]
+    exposed["pp"] += tail.emb_s[worst] if tail.emb_s else 0.0
     return exposed
 
 
@@ -1071,7 +1103,8 @@ def _info(st: _Setup, pipe: _Pipe) -> dict:
             "golden_pipeline": bool(st.golden or not st.train),
             "groups": {k: {"ranks": s.n, "per_domain": s.n_local, "domains": s.n_dom}
                        for k, s in st.comm.shapes.items()
-                       if k != "amax" or st.precision.quantized},   # an FP8 recipe's only
+                       if (k != "amax" or st.precision.quantized)   # an FP8 recipe's only
+                       and (k != "emb" or "pp tied embedding grad all_reduce" in st.comm.log)},
             "identical_layers_simulated_once": True,
             # the stack's comm-GEMM overlap of the layers' TP all-reduces (tp_overlap.py)
             "tp_overlap": (dataclasses.asdict(st.chip.tp_overlap) if any(

@@ -122,3 +122,4 @@ def test_the_cluster_step_plays_megatrons_order_on_a_megatron_stack():
                              schedule="interleaved", send_s=lay["send_s"])
     assert lay["send_s"] > 0.0
     assert lay["pipeline_s"] >= flow.seconds - 1e-12
+
