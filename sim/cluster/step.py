@@ -25,9 +25,10 @@
 4. **after the last backward**, per device: the gradient reduction (all-reduce under ZeRO-0,
    reduce-scatter under ZeRO-1/2; routed experts over their expert-data-parallel group),
    bucketed per layer and started as each layer's last backward finishes (``overlap_dp``),
-   then AdamW over the rank's shard (timed with the lowering's own AdamW op), then ZeRO-1/2's
-   all-gather of the updated weights, hidden behind the next step's first forward with
-   ``overlap_dp``. The step ends when the slowest device is done.
+   then (tied embeddings over more than one stage) the first and last stage's all-reduce of
+   the embedding's gradient, then AdamW over the rank's shard (timed with the lowering's own
+   AdamW op), then ZeRO-1/2's all-gather of the updated weights, hidden behind the next
+   step's first forward with ``overlap_dp``. The step ends when the slowest device is done.
 
 **Communication beside compute** (a chip's ``[comm_kernels]``, :mod:`diptych.sim.run.
 interference`): every collective of items 2-4 that runs beside compute (ring attention's
@@ -1077,6 +1078,7 @@ def _result(st: _Setup, pipe: _Pipe, tail: _Tail) -> ClusterResult:
         layers=st.steps, pipeline=pipe.run,
         layout={"fwd": pipe.fwd, "bwd": pipe.bwd, "send_s": pipe.send, "chunks": st.chunks,
                 "finish": pipe.finish, "tails": tail.tails, "optimizer": tail.opt_s,
+                "embedding_sync": tail.emb_s,
                 "param_ag": tail.ag_s, "pipeline_s": pipe.t_pipe},
         info={**_info(st, pipe), **({"offload": tier_report(
             chip, plan.offload, st.mem.breakdown, tail.tier2_bytes[worst], st.share3)}

@@ -7,6 +7,7 @@ import pytest
 from roofline_double import roofline
 
 from diptych.sim.cluster import Plan, simulate_cluster_step
+from diptych.sim.cluster.trace import perfetto_trace
 from diptych.sim.run import Scenario
 from diptych.workloads import load_model
 
@@ -33,3 +34,6 @@ def test_a_tied_embedding_syncs_its_gradient_between_first_and_last_stage():
     for x in st:
         assert x["end_s"] == pytest.approx(ready + c["seconds"] + x["optimizer_s"]
                                            + x["param_all_gather_exposed_s"], rel=1e-12)
+    spans = [e for e in perfetto_trace(tied)["traceEvents"]
+             if e.get("name") == "tied embedding gradient all-reduce (waited)"]
+    assert spans and min(e["dur"] for e in spans) >= c["seconds"] * 1e6 * (1 - 1e-9)
