@@ -18,13 +18,17 @@
 3. **the pipeline** over devices and micro-batches (:mod:`diptych.sim.cluster.schedule`): the
    event-level simulation (``golden=True``) or its closed form, with the activation send
    between stages (``micro_batch × seq/cp × hidden`` activations, ÷ tp with sequence
-   parallelism) on the link between the two stages' ranks;
+   parallelism) on the link between the two stages' ranks; an interleaved schedule on a chip
+   whose kernels run in issue order (``kernel_order`` ``issue`` or ``one_queue``: a
+   Megatron-Core stack) is played in Megatron-Core's own issue order, its sends meeting
+   their peers' receives (:mod:`diptych.sim.cluster.megatron_p2p`);
 4. **after the last backward**, per device: the gradient reduction (all-reduce under ZeRO-0,
    reduce-scatter under ZeRO-1/2; routed experts over their expert-data-parallel group),
    bucketed per layer and started as each layer's last backward finishes (``overlap_dp``),
-   then AdamW over the rank's shard (timed with the lowering's own AdamW op), then ZeRO-1/2's
-   all-gather of the updated weights, hidden behind the next step's first forward with
-   ``overlap_dp``. The step ends when the slowest device is done.
+   then (tied embeddings over more than one stage) the first and last stage's all-reduce of
+   the embedding's gradient, then AdamW over the rank's shard (timed with the lowering's own
+   AdamW op), then ZeRO-1/2's all-gather of the updated weights, hidden behind the next
+   step's first forward with ``overlap_dp``. The step ends when the slowest device is done.
 
 **Communication beside compute** (a chip's ``[comm_kernels]``, :mod:`diptych.sim.run.
 interference`): every collective of items 2-4 that runs beside compute (ring attention's
@@ -80,7 +84,7 @@ from ..run.offload import (OFFLOAD_KINDS, check_offload, offload_capacity_bytes,
 from ..run.placed import tier2_chip, tier3_chip
 from ..run.scenario import Scenario
 from ..run.summed import simulate_workload
-from ..run.stack import scenario_chip, stack_info
+from ..run.stack import chip_kernel_order, scenario_chip, stack_info
 from ..run.variant import Variant, variant_chip, variant_cluster, variant_timer
 from ...workloads.recipe import amax_collectives, quantized, weight_cast_op
 from ...workloads.train import (ADAMW_CHUNK, adamw_op, grad_norm_op, grad_zero_op,
@@ -89,6 +93,7 @@ from .collectives import CommCost, collective
 from .. import energy_parts as EP
 from .energy import busy_power_w, step_energy, step_energy_parts
 from .layers import forward_workload
+from .megatron_p2p import simulate_megatron_pipeline
 from .memory import (ClusterMemory, chunk_layers, device_chunks, plan_memory,
                      require_sram_fit)
 from .params import layer_params
@@ -97,7 +102,8 @@ from .schedule import PipelineRun, fast_pipeline_seconds, simulate_pipeline
 from .timing import LayerTime, TpLinks, layer_times, resident
 from ..run.tp_overlap import OverlapCost, costs as overlap_costs, gather_share
 from ..protocols import sent_bytes
-from ..run.interference import beside_s, collectives_factor, tax_s, two_streams
+from ..run.interference import (PIPELINE_PEERS, beside_s, collectives_factor,
+                                group_slowdown, tax_s, two_streams)
 from .topology import GroupShape, Network, bind, group_ranks, group_shape, stage_peer
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
@@ -304,6 +310,9 @@ def _group_shapes(layout: Plan, net: Network) -> dict[str, GroupShape]:
     shapes = {k: group_shape(group_ranks(layout, k), net)
               for k in ("tp", "cp", "dp", "ep", "edp", "zs", "zr", "ezs", "amax")}
     shapes["pp"] = group_shape([0, stage_peer(layout)] if layout.pp > 1 else [0], net)
+    # the embedding group: rank 0 and its peer on the last stage (tied embeddings)
+    shapes["emb"] = group_shape([0, (layout.pp - 1) * stage_peer(layout)] if layout.pp > 1
+                                else [0], net)
     return shapes
 
 
@@ -790,7 +799,14 @@ def _pipeline(st: _Setup) -> _Pipe:
             run = simulate_pipeline(fwd, [[0.0] * v for _ in range(P)], m, schedule="gpipe",
                                     send_s=send)
     elif st.golden:
-        run = simulate_pipeline(fwd, bwd, m, schedule=sched, send_s=send)
+        order = chip_kernel_order(st.chip)
+        if sched == "interleaved" and P > 1 and order in ("issue", "one_queue"):
+            # a Megatron-Core stack: its issue order, the sends' rendezvous, one queue or not
+            run = simulate_megatron_pipeline(fwd, bwd, m, send_s=send,
+                                             one_queue=order == "one_queue",
+                                             hold_f=_hold_factor(st) if sent else None)
+        else:
+            run = simulate_pipeline(fwd, bwd, m, schedule=sched, send_s=send)
         t_pipe, finish, busy = run.seconds, list(run.finish_s), list(run.busy_s)
         pp_exposed = t_pipe - (simulate_pipeline(fwd, bwd, m, schedule=sched).seconds
                                if send else t_pipe)
@@ -804,6 +820,30 @@ def _pipeline(st: _Setup) -> _Pipe:
         busy = [m * (F[s] + B[s]) for s in range(P)]
         pp_exposed = 2 * (P - 1) * send
     return _Pipe(fwd, bwd, act, send, t_pipe, finish, busy, pp_exposed, run, sched, taxed)
+
+
+def _hold_factor(st: _Setup):
+    """``hold_f`` of :func:`~.megatron_p2p.simulate_megatron_pipeline`: how many times
+    longer a chunk's compute takes beside ``n`` p2p kernels of its rank waiting for their
+    peers, each holding its channels' cores and moving no data (``interference.
+    group_slowdown`` with no DRAM share); None on a chip without ``[comm_kernels]``."""
+    table = st.chip.comm_kernels
+    if table is None:
+        return None
+    P = st.plan.pp
+    memo: dict[tuple, float] = {}
+
+    def f(kind: str, s: int, c: int, n: int) -> float:
+        vs = c * P + s
+        key = (vs, kind, min(n, PIPELINE_PEERS))
+        if key not in memo:
+            kinds = list(st.chunks[vs]) + (["embedding"] if vs == 0 else []) \
+                + (["head"] if vs == st.last_chunk else [])
+            loads = [st.lt[k].fwd_loads if kind == "F" else st.lt[k].bwd_loads for k in kinds]
+            memo[key] = group_slowdown(loads, table.p2p_cores_per_peer * key[2],
+                                       st.chip.tensor_cores, 0.0)
+        return memo[key]
+    return f
 
 
 @dataclass
@@ -820,6 +860,7 @@ class _Tail:
     step_colls: list
     opt_parts: list
     tier2_bytes: list = field(default_factory=list)   # what each device's second tier moves
+    emb_s: list = field(default_factory=list)   # the tied embedding's gradient sync, waited
 
 
 def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
@@ -936,8 +977,35 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
                         else _exposed(ag, first, plan.overlap_dp))
         else:
             ag_s.append(0.0)
-    ends = [pipe.finish[s] + tails[s] + opt_s[s] + ag_s[s] for s in range(P)]
-    return _Tail(tails, opt_s, opt_j, ag_s, ends, step_colls, opt_parts, tier2)
+    emb = _tied_embedding_sync(st, pipe, tails, logged, step_colls)
+    ends = [pipe.finish[s] + tails[s] + emb[s] + opt_s[s] + ag_s[s] for s in range(P)]
+    return _Tail(tails, opt_s, opt_j, ag_s, ends, step_colls, opt_parts, tier2, emb)
+
+
+def _tied_embedding_sync(st: _Setup, pipe: _Pipe, tails, logged, step_colls) -> list[float]:
+    """Per device, what the all-reduce of a tied word embedding's gradient adds before its
+    optimizer step (0 elsewhere): with tied embeddings and more than one stage the first
+    stage's embedding and the last stage's head copy are kept in sync by an all-reduce of
+    their gradient (``vocab × hidden ÷ tp`` at the gradient's bytes) over the embedding group,
+    those two ranks, after the data-parallel gradient sync and before the optimizer; both
+    wait for the later of the two [S: Megatron-LM core_r0.9.0 (1afee592)
+    ``megatron/core/distributed/finalize_model_grads.py``: ``finish_grad_sync`` L111-112,
+    then ``_allreduce_word_embedding_grads`` L13-36, a blocking ``all_reduce`` on
+    ``get_embedding_group()``; NeMo v2.0.0 (e938df3) ``megatron_gpt_model.py`` without
+    Megatron-Core's distributed optimizer: ``_finish_bucket_grad_sync`` then
+    ``allreduce_first_last_embeddings``, L898-932, L1068-1100, the same all-reduce]."""
+    plan, m = st.plan, st.model
+    P = plan.pp
+    emb = [0.0] * P
+    if not (st.train and P > 1 and m.tie_word_embeddings):
+        return emb
+    nbytes = m.vocab_size * m.hidden_size / plan.tp * st.precision.g_bytes
+    ar = logged(0, "emb", "all_reduce", nbytes, "pp tied embedding grad all_reduce")
+    step_colls[P - 1].append(step_colls[0][-1])
+    ready = max(pipe.finish[s] + tails[s] for s in (0, P - 1))
+    for s in (0, P - 1):
+        emb[s] = ready + ar - (pipe.finish[s] + tails[s])
+    return emb
 
 
 def _exposed_on(st: _Setup, pipe: _Pipe, tail: _Tail, worst: int) -> dict[str, float]:
@@ -951,6 +1019,7 @@ def _exposed_on(st: _Setup, pipe: _Pipe, tail: _Tail, worst: int) -> dict[str, f
             exposed[kk] += x * m
     exposed["pp"] += max(0.0, pipe.pp_exposed) + (pipe.pp_tax[worst] if pipe.pp_tax else 0.0)
     exposed["dp"] += tail.tails[worst] + tail.ag_s[worst]
+    exposed["pp"] += tail.emb_s[worst] if tail.emb_s else 0.0
     return exposed
 
 
@@ -1009,6 +1078,7 @@ def _result(st: _Setup, pipe: _Pipe, tail: _Tail) -> ClusterResult:
         layers=st.steps, pipeline=pipe.run,
         layout={"fwd": pipe.fwd, "bwd": pipe.bwd, "send_s": pipe.send, "chunks": st.chunks,
                 "finish": pipe.finish, "tails": tail.tails, "optimizer": tail.opt_s,
+                "embedding_sync": tail.emb_s,
                 "param_ag": tail.ag_s, "pipeline_s": pipe.t_pipe},
         info={**_info(st, pipe), **({"offload": tier_report(
             chip, plan.offload, st.mem.breakdown, tail.tier2_bytes[worst], st.share3)}
@@ -1035,7 +1105,8 @@ def _info(st: _Setup, pipe: _Pipe) -> dict:
             "golden_pipeline": bool(st.golden or not st.train),
             "groups": {k: {"ranks": s.n, "per_domain": s.n_local, "domains": s.n_dom}
                        for k, s in st.comm.shapes.items()
-                       if k != "amax" or st.precision.quantized},   # an FP8 recipe's only
+                       if (k != "amax" or st.precision.quantized)   # an FP8 recipe's only
+                       and (k != "emb" or "pp tied embedding grad all_reduce" in st.comm.log)},
             "identical_layers_simulated_once": True,
             # the stack's comm-GEMM overlap of the layers' TP all-reduces (tp_overlap.py)
             "tp_overlap": (dataclasses.asdict(st.chip.tp_overlap) if any(

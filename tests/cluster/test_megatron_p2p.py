@@ -1,0 +1,125 @@
+"""Megatron-Core's issue order of the interleaved pipeline (sim/cluster/megatron_p2p.py)
+against hand-derived timelines, the interleaved closed form and the data dependencies."""
+
+import pytest
+
+from diptych.sim.cluster.megatron_p2p import issue_order, simulate_megatron_pipeline
+from diptych.sim.cluster.schedule import simulate_pipeline, stage_order
+
+
+def _toy(f0=1.0, f1=3.0, b=2.0):
+    """Two stages, two chunks, four micro-batches; stage 1's forward slow."""
+    return [[f0, f0], [f1, f1]], [[b, b], [b, b]]
+
+
+def test_issue_order_runs_every_unit_in_the_schedules_order():
+    for p, m, v in ((2, 4, 2), (4, 8, 3), (3, 6, 2)):
+        for s in range(p):
+            units = [o[1:] for o in issue_order(p, m, v, s) if o[0] == "C"]
+            assert units == stage_order("interleaved", p, m, v, s)
+    # m == p: Megatron runs every forward first on every rank (all_warmup_microbatches)
+    for s in range(4):
+        kinds = [o[1] for o in issue_order(4, 4, 2, s) if o[0] == "C"]
+        assert kinds == ["F"] * 8 + ["B"] * 8
+
+
+def test_the_sender_pays_its_transfer_and_meets_its_peers_receive():
+    """Hand-derived: stage 0 runs F(0, c0) on [0, 1]; its output goes to stage 1, whose
+    blocking receive was posted at 0, so the transfer runs [1, 1.5]; stage 0 waits on its
+    send before F(1, c0): [1.5, 2.5] (the data-flow model starts it at 1). Stage 1 runs
+    F(0, c0) on [1.5, 4.5] and only then posts the receive of stage 0's second send, posted
+    at 2.5: that transfer runs [4.5, 5.0]."""
+    fwd, bwd = _toy()
+    run = simulate_megatron_pipeline(fwd, bwd, 4, send_s=0.5)
+    assert run.units[0][0][3:] == (0.0, 1.0)
+    assert run.units[0][1][3:] == (1.5, 2.5)
+    assert run.units[1][0][3:] == (1.5, 4.5)
+    sends = [x for x in run.p2p[0] if x[0] == "S"]
+    assert sends[0][2:] == (1.0, 1.5)
+    assert sends[1][2:] == (2.5, 5.0)
+    flow = simulate_pipeline(fwd, bwd, 4, schedule="interleaved", send_s=0.5)
+    assert flow.units[0][1][3] == 1.0
+
+
+@pytest.mark.parametrize("p,m,v", [(2, 4, 2), (4, 8, 2), (4, 16, 3), (8, 8, 2)])
+def test_equal_stages_without_transfer_time_keep_the_interleaved_closed_form(p, m, v):
+    """(v·m + p − 1)(f + b) for equal chunks (Narayanan et al. 2021), rendezvous or not."""
+    fwd = [[1.0] * v for _ in range(p)]
+    bwd = [[2.0] * v for _ in range(p)]
+    for one_queue in (True, False):
+        run = simulate_megatron_pipeline(fwd, bwd, m, send_s=0.0, one_queue=one_queue)
+        assert run.seconds == pytest.approx((v * m + p - 1) * 3.0, rel=1e-12)
+
+
+def test_every_unit_starts_after_its_input_arrived():
+    """The issue order never runs a unit before the data-flow model allows: its producer's
+    end plus the transfer."""
+    fwd = [[1.0, 1.2], [0.9, 1.6], [1.1, 1.0], [1.0, 2.5]]
+    bwd = [[2.0, 2.2], [1.9, 3.1], [2.1, 2.0], [2.0, 4.0]]
+    p, v, m, send = 4, 2, 8, 0.3
+    run = simulate_megatron_pipeline(fwd, bwd, m, send_s=send, one_queue=True)
+    end = {(k, mb, c * p + s): e for s in range(p) for k, mb, c, _, e in run.units[s]}
+    V = p * v
+    for s in range(p):
+        for k, mb, c, start, _ in run.units[s]:
+            vs = c * p + s
+            dep = ("F", mb, vs - 1) if k == "F" else ("B", mb, vs + 1)
+            if (k == "F" and vs > 0) or (k == "B" and vs < V - 1):
+                assert start >= end[dep] + send - 1e-12
+    flow = simulate_pipeline(fwd, bwd, m, schedule="interleaved", send_s=send)
+    assert run.seconds >= flow.seconds - 1e-12
+
+
+def test_compute_beside_a_waiting_kernel_runs_at_its_held_rate():
+    """Slow reference: each unit's work, integrated over its span at rate 1/f while any of
+    its rank's p2p kernels waits for its peer (from dispatch to the transfer's start) and 1
+    otherwise, equals the unit's seconds alone."""
+    fwd = [[1.0, 1.0], [1.0, 1.0], [1.0, 3.0]]
+    bwd = [[2.0, 2.0], [2.0, 2.0], [2.0, 5.0]]
+    send, f = 0.25, 1.5
+    run = simulate_megatron_pipeline(fwd, bwd, 6, send_s=send,
+                                     hold_f=lambda kind, s, c, n: f)
+    plain = simulate_megatron_pipeline(fwd, bwd, 6, send_s=send)
+    assert sum(run.busy_s) > sum(plain.busy_s)
+    slowed = 0
+    for s, units in enumerate(run.units):
+        waits = [(a, e - send) for _, _, a, e in run.p2p[s] if e - send > a]
+        for kind, _, c, start, end in units:
+            cuts = sorted({start, end} | {x for w in waits for x in w if start < x < end})
+            work = 0.0
+            for a, b in zip(cuts, cuts[1:]):
+                mid = (a + b) / 2
+                held = any(w0 <= mid < w1 for w0, w1 in waits)
+                work += (b - a) / (f if held else 1.0)
+                slowed += held
+            alone = (fwd if kind == "F" else bwd)[s][c]
+            assert work == pytest.approx(alone, rel=1e-9)
+    assert slowed > 0
+
+
+def test_the_cluster_step_plays_megatrons_order_on_a_megatron_stack():
+    """An interleaved plan on an issue-order stack (a Megatron-Core run) is played in its
+    issue order, never faster than the data-flow pipeline of the same chunk times; the
+    default data-flow chip keeps the data-flow simulation."""
+    from roofline_double import roofline
+
+    from diptych.sim.cluster import Plan, simulate_cluster_step
+    from diptych.sim.cluster.megatron_p2p import QueuedRun
+    from diptych.sim.run import Scenario
+
+    plan = Plan(tp=2, pp=2, dp=1, schedule="interleaved", virtual_stages=2)
+    runs = {}
+    for order in ("dataflow", "one_queue"):
+        runs[order] = simulate_cluster_step(
+            "llama-3-8b", "h100", "dgx-h100", plan,
+            Scenario.of(phase="train", batch=4, seq=2048, execution="sum",
+                        kernel_order=order), simulate=roofline)
+    assert not isinstance(runs["dataflow"].pipeline, QueuedRun)
+    queued = runs["one_queue"]
+    assert isinstance(queued.pipeline, QueuedRun)
+    lay = queued.layout
+    flow = simulate_pipeline(lay["fwd"], lay["bwd"], queued.micro_batches,
+                             schedule="interleaved", send_s=lay["send_s"])
+    assert lay["send_s"] > 0.0
+    assert lay["pipeline_s"] >= flow.seconds - 1e-12
+
