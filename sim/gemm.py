@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from functools import lru_cache
 
 import numpy as np
@@ -138,7 +139,8 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
     # reaches the group's floor (a bound below every estimate and bound in it), and never when
     # that floor cannot beat the best; the order is the same as with every table built.
     groups = _groups(op, chip, rates, flows, m_total, batch)
-    pending = sorted(groups, key=lambda g: (g[0], g[1]))
+    pending = sorted(groups, key=_FLOOR_KEY)
+    npend = 0           # the groups pending[npend:] are not opened yet
     # The budget leaves a sub-chip's split out where the search passed the group's
     # bytes-and-MACs floor (g[9]) with the budget spent, as it did before the floors counted
     # the array's folds (mapper.fold_floor), which open a group later: ``reach`` is the
@@ -149,7 +151,8 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
     cross = math.inf
     built = []          # [group, table, est order, est sorted, lb sorted, pointer, engine base]
     heads = []          # heap of (est, group position, local index, built index): each built
-    #                     group's next candidate (lazily checked against the threshold)
+    #                     group's next candidate (lazily checked against the threshold); Python
+    #                     floats and ints (ndarray.item: cheaper to compare than NumPy scalars)
     errors = []
     n_cands = 0         # the candidates of the tables built (the groups the search opened)
     best = None
@@ -161,6 +164,12 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
     spent = own_spent = 0
     dram = engine_dram_inputs(chip)
     budget_hit = False   # the search itself left candidates out on MAX_SIMULATED_BLOCKS
+    # an opened group's table, its estimates and bounds in estimate order, made from the
+    # split's fields (mapper.split_table; the reference orients the problem first: the same
+    # numbers); ``inputs``: what the search's tables share (mapper.search_inputs)
+    inputs = None
+    reduction: dict = {}     # split-K ways -> the reduction's cycles
+    run = None          # the engine's compiled entry point (engine_entry), at the first run
 
     while True:
         thr = math.inf if best is None else best[0] * (1.0 - MP.PRUNE_TOLERANCE)
@@ -169,43 +178,56 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
         while heads:
             b = built[heads[0][3]]
             lbs = b[4]
-            if lbs[b[5]] < thr:
+            if lbs.item(b[5]) < thr:
                 break
-            heapq.heappop(heads)
-            ahead = np.flatnonzero(lbs[b[5]:] < thr)
-            if ahead.size:
-                b[5] += int(ahead[0])
-                heapq.heappush(heads, (b[3][b[5]], b[0][1], int(b[2][b[5]]), b[7]))
+            ahead = lbs[b[5]:] < thr
+            i = int(ahead.argmax())          # (the first candidate that can, if any)
+            if ahead[i]:          # (pop and push in one: the heap's keys are distinct)
+                b[5] += i
+                heapq.heapreplace(heads, (b[3].item(b[5]), b[0][1], b[2].item(b[5]), b[7]))
+            else:
+                heapq.heappop(heads)
         head = heads[0] if heads else None
         if cross == math.inf and best is not None and spent >= MP.MAX_SIMULATED_BLOCKS:
             cross = reach
-        if pending and pending[0][0] < thr and (head is None or pending[0][0] <= head[0]):
-            g = pending.pop(0)
-            reach = max(reach, g[0])
+        if npend < len(pending) and pending[npend][0] < thr and (
+                head is None or pending[npend][0] <= head[0]):
+            g = pending[npend]
+            npend += 1
+            if g[0] > reach:
+                reach = g[0]
             if not g[8] and g[9] > cross:
                 budget_hit = True
                 continue
             _, _, pb, split, peak_bpc, extra, df, (view, mt, layout), *_ = g
-            if pb is None:
-                g[2] = pb = MP.orient(view, df, split, mt, chip.tensor_cores, layout)
             if split.pk > 1:
-                g[5] = extra = split_k_reduction(op, chip, split).cycles
+                extra = reduction.get(split.pk)
+                if extra is None:      # (the same reduction for every split of pk ways)
+                    extra = reduction[split.pk] = split_k_reduction(op, chip, split).cycles
+                g[5] = extra
             try:
-                cs, est, lb = MP.candidate_table(chip, pb, rates, split, peak_bpc)
+                if reference:
+                    if pb is None:
+                        g[2] = pb = MP.orient(view, df, split, mt, chip.tensor_cores, layout)
+                    cs, order, est, lb = MP.group_table_reference(chip, pb, rates, split,
+                                                                  peak_bpc, extra)
+                else:      # (oriented at the group's first engine run, if it has one)
+                    if inputs is None:       # (one view and layout per search)
+                        inputs = MP.search_inputs(chip, rates, layout, view.k)
+                    cs, order, est, lb = MP.split_table(chip, rates, inputs, view, df, split,
+                                                        mt, layout, peak_bpc, extra)
             except ValueError as exc:
                 errors.append(exc)
                 continue
-            if extra:
-                est, lb = est + extra, lb + extra
-            order = np.argsort(est, kind="stable")
-            b = [g, cs, order, est[order], lb[order], 0, None, len(built)]
+            b = [g, cs, order, est, lb, 0, None, len(built)]
             built.append(b)
-            heapq.heappush(heads, (b[3][0], g[1], int(order[0]), b[7]))
+            heapq.heappush(heads, (est.item(0), g[1], order.item(0), b[7]))
             n_cands += len(cs)
             continue
         if head is None:
             break
-        reach = max(reach, head[0])
+        if head[0] > reach:
+            reach = head[0]
         if best is not None and spent >= MP.MAX_SIMULATED_BLOCKS and (
                 own_spent >= MP.MAX_SIMULATED_BLOCKS or not built[head[3]][0][8]):
             budget_hit = True
@@ -213,27 +235,34 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
                 break
             heapq.heappop(heads)     # the rest of this sub-chip split's group is left out
             continue
-        _, gpos, local, bi = heapq.heappop(heads)
+        _, gpos, local, bi = head
         b = built[bi]
         b[5] += 1
         if b[5] < len(b[4]):
-            heapq.heappush(heads, (b[3][b[5]], gpos, int(b[2][b[5]]), bi))
+            heapq.heapreplace(heads, (b[3].item(b[5]), gpos, b[2].item(b[5]), bi))
+        else:
+            heapq.heappop(heads)
         pb, split, cs, extra = b[0][2], b[0][3], b[1], b[0][5]
         if reference:
             blk = cs[local]
             blocks = pb.batch * MP._cdiv(pb.m, blk.mb) * MP._cdiv(pb.k, blk.kb) * \
                 MP._cdiv(pb.n, blk.nb)
         else:
-            blocks = int(cs.rows[local, MK.T_BLOCKS])
+            blocks = cs.rows.item(local, MK.T_BLOCKS)
         spent += blocks
         own_spent += blocks if b[0][8] else 0
         cut = 0 if best is None else int(best[0] * (1.0 - MP.PRUNE_TOLERANCE)) + 1
         if best is not None and cut - extra <= 1:
             continue                       # the reduction alone cannot beat the best
-        if chains and best is not None and cs.rows[local, MK.T_CHAIN] + extra > best[0]:
+        if chains and best is not None and cs.rows.item(local, MK.T_CHAIN) + extra > best[0]:
             continue    # its load chains alone exceed the best: it could not even tie
         if b[6] is None:     # built at the group's first engine run (none if all are skipped)
+            if pb is None:
+                _, _, _, _, _, _, df, (view, mt, layout), *_ = b[0]
+                b[0][2] = pb = MP.orient(view, df, split, mt, chip.tensor_cores, layout)
             b[6] = MP.engine_base(chip, pb, rates, split, True)
+            if run is None:  # (the same argument types for every group of the search)
+                run = engine_entry(b[6], dram)
         if reference:
             out, _, _ = run_engine(chip, pb, blk, rates, split, True,
                                    cutoff=cut - extra if cut else 0,
@@ -242,7 +271,7 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
                                    dram=dram)
         else:
             out = _run_candidate(b[6], cs, local, cut - extra if cut else 0,
-                                 0 if best is None else best[0] - extra, dram)
+                                 0 if best is None else best[0] - extra, dram, run)
         sims += 1
         if out[E.O_ABORTED]:
             continue
@@ -256,6 +285,8 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
                 candidates=n_cands, simulated=sims, dtype=dtype, budget_hit=budget_hit)
 
 
+_FLOOR_KEY = operator.itemgetter(0, 1)    # a group's (floor, position)
+
 #: The engine parameters of a candidate table's row (``mapper_kernels.T_*``) in its order
 #: (P_PERIODS, P_TRAFFIC, P_BEST are read only with a cutoff).
 _ROW_PARAMS = np.array((E.P_MB, E.P_KB, E.P_NB, E.P_ORDER, E.P_X_SB, E.P_W_SB, E.P_PERIODS,
@@ -265,17 +296,62 @@ assert (MK.T_MB, MK.T_KB, MK.T_NB, MK.T_ORDER, MK.T_XSB, MK.T_WSB, MK.T_PERIODS,
         MK.T_TRAFFIC) == tuple(range(_N_ROW_PARAMS))
 
 
-def _run_candidate(base, cs, local: int, cutoff: int, best: int, dram) -> np.ndarray:
+def engine_entry(base, dram):
+    """:func:`engine.run_schedule` for untraced runs of a group's ``base`` vectors and a
+    chip's ``dram`` inputs (:func:`engine_dram_inputs`): its compiled entry point for these
+    argument types, which skips Numba's dispatcher's typing of the arguments on every call
+    (measured on a run that stops at once: 4.3 us through the dispatcher, 3.5 us through
+    the entry point, which unboxes the same 16 arrays). The same
+    machine code runs, so results are identical (``plan(reference=True)`` calls the
+    dispatcher; the tests compare them). The dispatcher itself when Numba is off
+    (``NUMBA_DISABLE_JIT=1``) or its ``overloads``/``compile`` are not as in the Numba
+    releases read (0.68: ``Dispatcher.overloads[argument types].entry_point``)."""
+    fn = E.run_schedule
+    args = (base[0], base[1], *dram[:3], _NO_TRACE_BLOCKS, _NO_TRACE_SPANS)
+    # (Numba's typeof of the pattern cache's tuple costs ~0.2 ms: looked up once per set of
+    # array properties that decide Numba's array types)
+    key = tuple(_array_key(a) if isinstance(a, np.ndarray) else tuple(map(_array_key, a))
+                for a in args)
+    entry = _ENTRIES.get(key)
+    if entry is not None:
+        return entry
+    try:
+        from numba import typeof
+        sig = tuple(typeof(a) for a in args)
+        cres = fn.overloads.get(sig)
+        if cres is None:
+            fn.compile(sig)            # (loads it from Numba's cache, or compiles it)
+            cres = fn.overloads[sig]
+        entry = cres.entry_point
+    except (AttributeError, KeyError, TypeError, ImportError):
+        entry = fn
+    _ENTRIES[key] = entry
+    return entry
+
+
+_ENTRIES: dict = {}
+
+
+def _array_key(a: np.ndarray) -> tuple:
+    """What decides Numba's type of array ``a`` (dtype, dimensions, layout, writable,
+    aligned)."""
+    f = a.flags
+    return (a.dtype.str, a.ndim, f.c_contiguous, f.f_contiguous, f.writeable, f.aligned)
+
+
+def _run_candidate(base, cs, local: int, cutoff: int, best: int, dram,
+                   run=E.run_schedule) -> np.ndarray:
     """:func:`run_engine` of candidate ``local`` of table ``cs`` with ``memory`` on, writing
     its blocking and bounds into the group's :func:`mapper.engine_base` integer vector in
     place (the engine only reads it; every entry a run reads is set here or in the base) and
     taking the table's periods and traffic (``int(mapper.traffic_bytes)``, computed with the
-    table): no :class:`mapper.Blocks` is built per run. Returns the output vector."""
+    table): no :class:`mapper.Blocks` is built per run. ``run``: :func:`engine.run_schedule`
+    or its :func:`engine_entry`. Returns the output vector."""
     ip = base[0]
     ip[_ROW_PARAMS] = cs.rows[local, :_N_ROW_PARAMS]
     ip[E.P_CUTOFF], ip[E.P_BEST] = cutoff, best
     dip, dfp, pcache = dram
-    return E.run_schedule(ip, base[1], dip, dfp, pcache, _NO_TRACE_BLOCKS, _NO_TRACE_SPANS)
+    return run(ip, base[1], dip, dfp, pcache, _NO_TRACE_BLOCKS, _NO_TRACE_SPANS)
 
 
 def split_k_reduction(op, chip, split) -> OpStats:

@@ -602,7 +602,9 @@ def orient(op, dataflow: str, split: Split, m_total: int, tensor_cores: int = 1,
     """The per-array problem for ``dataflow`` (IS transposes), with DRAM layout strides and
     the op's residency (``a_source``, ``b_source``, ``c_dest``, ``resident_bytes`` spread
     over ``tensor_cores``; absent: all in DRAM). ``layout``: :func:`op_layout` of the same
-    arguments, if already computed."""
+    arguments, if already computed. (:func:`split_table` makes a candidate table's inputs
+    from the same fields without the Problem: a change here goes there too;
+    tests/sim/test_group_table.py compares them.)"""
     (a_src, b_src, o_dst, res, ab, bb, accb, a_ld, b_ld, a_bs, b_bs, b_base, c_base,
      outs, b_slot) = layout or op_layout(op, m_total, tensor_cores)
     # split-K: partial sums leave at the accumulator's precision
@@ -1204,6 +1206,96 @@ def candidate_table(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: flo
     return cs, est, lb
 
 
+
+def search_inputs(chip, rates: Rates, layout: tuple, k_total: int) -> tuple:
+    """What :func:`split_table` reads of the chip, the rates and the op (its
+    :func:`op_layout` ``layout`` and its K), derived once per search."""
+    (a_src, b_src, o_dst, res, ab, bb, accb, a_ld, b_ld, _, _, _, _, outs,
+     b_slot) = layout
+    arr = chip.core.array
+    sp = chip.core.scratchpad
+    core = int(sp.capacity_mib * 2**20)
+    setup, ghz, lat, trefi, blackout, pin_bpc, sb_total, sb_cap, fab_lat, burst = \
+        _chip_consts(chip)
+    return (arr.rows, arr.cols, rates.stationary_rows, rates.os_num, rates.os_den,
+            rates.ws_num, rates.ws_den, setup, rates.ws_load_rows_per_cycle, rates.ws_wave,
+            burst, a_src, b_src, o_dst, res, ab, bb, accb, a_ld, b_ld, outs[0][0], outs[1][0],
+            b_slot, k_total, core, int(core * chip.residency_policy.reserve_fraction),
+            int(sp.accumulator_mib * 2**20), chip.dma.engines,
+            chip.dma.bytes_per_cycle * chip.dma.engines, sp.bytes_per_cycle, ghz, lat, trefi,
+            blackout, fab_lat, chip.shared_buffer is not None, sb_total, pin_bpc, sb_cap)
+
+
+def split_table(chip, rates: Rates, inputs: tuple, op, dataflow: str, split: Split,
+                m_total: int, layout: tuple, peak_bpc: float, extra: int = 0):
+    """An opened group's table: :func:`candidate_table` of ``op`` (the search's view,
+    :func:`orient`'s argument) on ``split`` in ``dataflow``, ``extra`` cycles (a split-K
+    reduction's) added to its estimates and bounds, and their stable order by estimate:
+    (BlockTable, order, est[order], lb[order]), the numbers of :func:`group_table_reference`
+    on :func:`orient`'s problem (the tests compare them). The problem is not oriented: the
+    kernels' inputs are made from the split's fields and the search's ``inputs``
+    (:func:`search_inputs` of ``layout``, the op's :func:`op_layout`) with the operations of
+    :func:`orient`, :func:`capacity`, :func:`dma_share`, :func:`_table_vectors` and
+    :func:`_sb_vector`. ValueError (:func:`candidates`') when no blocking fits."""
+    (R, C, RK, os_num, os_den, ws_num, ws_den, setup, ws_lp, ws_wave, burst, a_src, b_src,
+     o_dst, res, ab, bb, accb, a_ld, b_ld, cb, pbits, b_slot, k_total, core, reserve,
+     acc_total, dma_engines, dma_total, sp_bpc, ghz, lat, trefi, blackout, fab_lat, sb_on,
+     sb_total, pin_bpc, sb_cap) = inputs
+    sp = split
+    a_dup = sp.a_dup or sp.pn * sp.qn
+    b_dup = sp.b_dup or sp.pm * sp.qm
+    k = sp.k if sp.pk > 1 else k_total
+    if dataflow == "is":      # X = Bᵀ, W = Aᵀ
+        m, n, xb, wb, xld, wld, xsrc, wsrc = sp.n, sp.m, bb, ab, b_ld, a_ld, b_src, a_src
+        xdup, wdup, xcd, wcd = b_dup, a_dup, sp.qm, sp.qn
+        xcap, wcap, trans = b_slot or bb, ab, 1
+    else:
+        m, n, xb, wb, xld, wld, xsrc, wsrc = sp.m, sp.n, ab, bb, a_ld, b_ld, a_src, b_src
+        xdup, wdup, xcd, wcd = a_dup, b_dup, sp.qn, sp.qm
+        xcap, wcap, trans = ab, b_slot or bb, 0
+    apc = max(1, sp.arrays_per_core)
+    engines = max(1, dma_engines // apc)
+    if res:
+        core = max(core - res, reserve)
+    iv = np.array((1 if dataflow == "os" else 0, R, C, RK, os_num, os_den, ws_num, ws_den,
+                   m, k, n, sp.batch, xb, wb, pbits if sp.pk > 1 else cb, xdup, wdup, setup,
+                   engines, xsrc, wsrc, o_dst, xcd, wcd, ws_lp, ws_wave, trans, xld, wld, burst),
+                  dtype=np.int64)
+    fv = np.array((peak_bpc, ghz, lat, trefi, blackout, dma_total / (apc * engines),
+                   sb_total / sp.active if sb_on else 0.0, sp_bpc / apc, sp.dram_weight(),
+                   sp.tail_ratio(), fab_lat), dtype=np.float64)
+    mb, kb, nb, order = MK.blockings(R, C, R if dataflow == "os" else RK, m, k, n, xcap,
+                                     wcap, accb, core // apc, acc_total // apc, xcd, wcd)
+    if len(mb) == 0:    # raises the explanatory ValueError
+        candidates(chip, orient(op, dataflow, split, m_total, chip.tensor_cores, layout),
+                   rates, split)
+    if sb_on:
+        sv = np.array((m, k, n, xb, wb, xdup, wdup, sp.active, sb_total >= xdup * pin_bpc,
+                       sb_total >= wdup * pin_bpc, xsrc != 0, wsrc != 0, xcd, wcd),
+                      dtype=np.int64)
+        idx, xsb, wsb = MK.shared_buffer_variants(mb, kb, nb, order, sv, sb_cap)
+        mb, kb, nb, order = mb[idx], kb[idx], nb[idx], order[idx]
+    else:
+        xsb = wsb = np.zeros(len(mb), dtype=np.int64)      # (read only)
+    rows, est, lb = MK.table_numbers(mb, kb, nb, order, xsb, wsb, iv, fv)
+    if extra:
+        est, lb = est + extra, lb + extra
+    srt = np.argsort(est, kind="stable")
+    return BlockTable.of_rows(rows), srt, est[srt], lb[srt]
+
+
+def group_table_reference(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float,
+                          extra: int = 0):
+    """:func:`split_table` made the plain way on the oriented problem ``pb``:
+    :func:`candidate_table`, ``extra`` cycles added to ``est`` and ``lb``, a stable NumPy
+    argsort; (BlockTable, order, est[order], lb[order]) (``gemm.plan(reference=True)``)."""
+    cs, est, lb = candidate_table(chip, pb, rates, split, peak_bpc)
+    if extra:
+        est, lb = est + extra, lb + extra
+    order = np.argsort(est, kind="stable")
+    return cs, order, est[order], lb[order]
+
+
 #: The order of :func:`mapper_kernels.table_numbers`' integer and float inputs, as
 #: :func:`_table_vectors` lists them (one array built from a list: it runs once per group).
 _IV_ORDER = (MK.K_OS, MK.K_R, MK.K_C, MK.K_RK, MK.K_OS_NUM, MK.K_OS_DEN, MK.K_WS_NUM,
@@ -1234,7 +1326,7 @@ def _chip_consts(chip) -> tuple:
 
 def _table_vectors(chip, pb: Problem, rates: Rates, split: Split, peak_bpc: float):
     """The scalar inputs of :func:`mapper_kernels.table_numbers` (in :data:`_IV_ORDER`,
-    :data:`_FV_ORDER`)."""
+    :data:`_FV_ORDER`; the search's :func:`split_table` makes the same ones)."""
     arr = chip.core.array
     engines, per_engine = dma_share(chip, split)
     setup, ghz, lat, trefi, blackout, _, sb_total, _, fab_lat, burst = _chip_consts(chip)
