@@ -79,7 +79,10 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     are computed over all of them at once (:func:`mapper.split_floor_arrays`,
     :func:`mapper.split_fold_floor_array`): the same groups, bit for bit, as
     :func:`_groups_ref` (tests/sim/test_split_kernels.py), which this falls back to where
-    a split's integer products are too large for float64 to hold exactly."""
+    a split's integer products are too large for float64 to hold exactly, and where
+    :func:`mapper.splits` has been replaced (tests force the search's splits so)."""
+    if MP.splits is not _SPLITS:
+        return _groups_ref(op, chip, rates, flows, m_total, batch)
     view = _as_oriented(op, m_total, batch)
     layout = MP.op_layout(view, m_total, chip.tensor_cores, chip)
     pin = pin_bytes_per_s(chip)
@@ -112,11 +115,19 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
             for d, df in enumerate(flows)]
 
 
-def _groups_ref(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
-    """:func:`_groups` the plain way, split by split (:func:`mapper.splits_ref`,
-    :func:`mapper.split_floors`, :func:`mapper.split_fold_floor`): the reference the tests
-    compare it with, and its path where a product of a split's integers is too large for
-    float64 to hold exactly. The mapper's (split, dataflow) groups of ``op``, each ``[floor, position, problem,
+#: The mapper's own :func:`mapper.splits` (:func:`_groups` takes the reference path when it
+#: has been replaced).
+_SPLITS = MP.splits
+
+
+def _groups_ref(op, chip, rates, flows, m_total: int, batch: int,
+                splits_of=None) -> list[list]:
+    """:func:`_groups` the plain way, split by split (``splits_of``, default
+    :func:`mapper.splits`, as it is when called; :func:`mapper.split_floors`,
+    :func:`mapper.split_fold_floor`): the reference the tests compare it with (with
+    ``splits_of`` = :func:`mapper.splits_ref`), and its path where a product of a split's
+    integers is too large for float64 to hold exactly. The mapper's (split, dataflow) groups
+    of ``op``, each ``[floor, position, problem,
     split, peak bytes per cycle, extra cycles, dataflow, layout, own, bytes floor]``:
     the floor bounds every candidate of the group (its table is built only when the search
     reaches it); ``own``: a split of the chip's own (:func:`mapper.own_splits`), not only of
@@ -138,7 +149,7 @@ def _groups_ref(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     arr = chip.core.array
     own = set(MP.own_splits(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols, batch,
                             m_total, op.n, k))
-    sps = MP.splits_ref(chip, batch, m_total, op.n, k)
+    sps = (splits_of or MP.splits)(chip, batch, m_total, op.n, k)
     seen: dict = {}
     ctx = (view, m_total, layout)
     for split, (peak_bpc, floor) in zip(sps, MP.split_floors(chip, layout, flows[0], sps, op.k,

@@ -225,6 +225,12 @@ class Split:
 
 
 _SPLIT_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Split)))
+# The fields' defaults are not left as class attributes (the dataclass's ``__init__`` keeps
+# its own copies): a split of :func:`lazy_splits` must reach ``__getattr__`` on its first read
+# of any field, a default-valued one too (``pk`` read first would otherwise be the default).
+for _f in dataclasses.fields(Split):
+    if _f.name in Split.__dict__:
+        delattr(Split, _f.name)
 assert SK.FIELDS == tuple(f.name for f in dataclasses.fields(Split))
 
 

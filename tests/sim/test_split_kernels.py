@@ -12,6 +12,7 @@ import dataclasses
 import pickle
 import random
 import struct
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -87,7 +88,7 @@ def test_groups_equal_the_split_by_split_reference(name):
         m_total, b = (op.m * op.batch, 1) if folded else (op.m, op.batch)
         flows = tuple(arr_df for arr_df in chip.core.array.dataflows)
         got = G._groups(op, chip, rates, flows, m_total, b)
-        want = G._groups_ref(op, chip, rates, flows, m_total, b)
+        want = G._groups_ref(op, chip, rates, flows, m_total, b, MP.splits_ref)
         assert [_group_key(g) for g in got] == [_group_key(g) for g in want], (name, op)
 
 
@@ -120,8 +121,20 @@ def test_groups_too_large_for_float64_take_the_reference_path():
     assert MP.split_floor_arrays(chip, layout, "os", rows, op.k, rates,
                                  pin_bytes_per_s(chip)) is None
     got = G._groups(op, chip, rates, ("os",), op.m, 1)
-    want = G._groups_ref(op, chip, rates, ("os",), op.m, 1)
+    want = G._groups_ref(op, chip, rates, ("os",), op.m, 1, MP.splits_ref)
     assert [_group_key(g) for g in got] == [_group_key(g) for g in want]
+
+
+def test_a_replaced_splits_is_the_one_the_search_asks():
+    """Tests force the search's splits by replacing ``mapper.splits``: ``_groups`` then
+    asks it (the reference path), as it always did."""
+    chip = CHIPS["h100"]()
+    rates = array_rates(chip, "bf16")
+    op = Gemm(name="g", m=512, k=512, n=512)
+    forced = MP.splits(chip, 1, 512, 512, 512)[-1]
+    with mock.patch.object(MP, "splits", lambda *a: [forced]):
+        got = G._groups(op, chip, rates, ("os",), 512, 1)
+    assert [g[3] for g in got] == [forced]
 
 
 def test_a_lazy_split_is_the_split_it_reads():
@@ -131,6 +144,10 @@ def test_a_lazy_split_is_the_split_it_reads():
     rows, _ = MP.split_rows(chip, 2, 3000, 5000, 8192)
     built = MP.splits_ref(chip, 2, 3000, 5000, 8192)
     lazy = MP.lazy_splits(rows)
+    # a defaulted field read first is the row's, not the default (split-K: pk, k)
+    sk = [i for i, r in enumerate(rows.tolist()) if r[-2] > 1]
+    assert sk and all((lazy[i].pk, lazy[i].k) == (built[i].pk, built[i].k) for i in sk)
+    assert MP.Split(1, 1, 1, 1, 8, 8, 1, 1).pk == 1       # the constructor's defaults hold
     assert hash(lazy[3]) == hash(built[3])
     assert lazy == built
     fresh = MP.lazy_splits(rows)
