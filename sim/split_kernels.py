@@ -139,48 +139,29 @@ def _tile_split(row, cores, per_core, batch, m, n, pb, pm, pn, qm, qn, units):
 
 
 @jit
-def own_split_rows(cores, per_core, R, C, batch, m, n, k, min_split_k, max_waves):
-    """:func:`diptych.sim.mapper.own_splits` as rows (:data:`FIELDS`), the same order;
-    ``min_split_k``, ``max_waves``: the mapper's ``MIN_SPLIT_K`` and ``MAX_WAVES``.
-
-    Each loop nest runs twice: once counting (the arrays are then allocated to size), once
-    filling."""
+def _grids(cores, per_core, batch, m, n, max_waves, offers):
+    """The tile grids ``own_split_rows`` considers, as rows (pb, pm, pn, qm, qn, units) in
+    the mapper's order: with ``offers`` 0 its part 1 (one wave, one tile per array), else
+    with 1 the grids it offers (2: one wave over the cores, each core's arrays sharing its tile, for
+    every factorisation ``qm × qn`` of the core's arrays; 3: waves, the mapper's
+    ``wave_grids``). The loops run twice: counting (the array is then allocated), filling."""
     arrays = cores * per_core
     w0 = np.empty(64, dtype=np.int64)
     w1 = np.empty(64, dtype=np.int64)
     w2 = np.empty(64, dtype=np.int64)
-    # 1. one wave, one tile per array, keyed by the per-array share (first kept); part 1's
-    # candidates (pb, pm, pn) listed first
-    n1 = 0
-    one = np.empty((0, 3), dtype=np.int64)
-    for fill in range(2):
-        if fill:
-            one = np.empty((n1, 3), dtype=np.int64)
-            n1 = 0
-        n0 = _ways(min(batch, arrays), w0)
-        for i0 in range(n0):
-            rest = arrays // w0[i0]
-            nw1 = _ways(rest, w1)
-            for i1 in range(nw1):
-                nw2 = _ways(min(rest // w1[i1], m), w2)
-                if fill:
-                    for i2 in range(nw2):
-                        one[n1 + i2, 0], one[n1 + i2, 1], one[n1 + i2, 2] = \
-                            w0[i0], w2[i2], w1[i1]
-                n1 += nw2
-    # the grids offered (2: one wave over the cores, 3: waves): (pb, pm, pn, qm, qn, units)
     ng = 0
     grids = np.empty((0, 6), dtype=np.int64)
     for fill in range(2):
         if fill:
             grids = np.empty((ng + 1, 6), dtype=np.int64)
             ng = 0
-        for qm in range(1, per_core + 1):
-            if per_core == 1 or per_core % qm:
+        for qm in range(1, per_core + 1):     # 1: one wave over the arrays (offers False)
+            if offers and (per_core == 1 or per_core % qm) or not offers and qm > 1:
                 continue
-            n0 = _ways(min(batch, cores), w0)
+            qn, units = (per_core // qm, cores) if offers else (1, arrays)
+            n0 = _ways(min(batch, units), w0)
             for i0 in range(n0):
-                rest = cores // w0[i0]
+                rest = units // w0[i0]
                 nw1 = _ways(rest, w1)
                 for i1 in range(nw1):
                     nw2 = _ways(min(rest // w1[i1], m), w2)
@@ -188,9 +169,9 @@ def own_split_rows(cores, per_core, R, C, batch, m, n, k, min_split_k, max_waves
                         for i2 in range(nw2):
                             g = grids[ng + i2]
                             g[0], g[1], g[2] = w0[i0], w2[i2], w1[i1]
-                            g[3], g[4], g[5] = qm, per_core // qm, cores
+                            g[3], g[4], g[5] = qm, qn, units
                     ng += nw2
-        for sub in range(per_core + 1):     # 0: over the arrays; qm > 0: over the cores
+        for sub in range(per_core + 1 if offers else 0):   # 0: over the arrays, else cores
             if sub == 0:
                 qm, qn, units = 1, 1, arrays
             elif per_core == 1 or per_core % sub:
@@ -221,6 +202,23 @@ def own_split_rows(cores, per_core, R, C, batch, m, n, k, min_split_k, max_waves
                                 g[0], g[1], g[2] = w0[i0], w1[i1], w2[i2]
                                 g[3], g[4], g[5] = qm, qn, units
                             ng += 1
+    return grids[:ng]
+
+
+@jit
+def own_split_rows(cores, per_core, R, C, batch, m, n, k, min_split_k, max_waves):
+    """:func:`diptych.sim.mapper.own_splits` as rows (:data:`FIELDS`), the same order;
+    ``min_split_k``, ``max_waves``: the mapper's ``MIN_SPLIT_K`` and ``MAX_WAVES``."""
+    arrays = cores * per_core
+    # 1. one wave, one tile per array, keyed by the per-array share (first kept)
+    one = grids = np.empty((0, 6), dtype=np.int64)
+    for part in range(2):      # (one call site: one compiled signature)
+        g = _grids(cores, per_core, batch, m, n, max_waves, part)
+        if part:
+            grids = g
+        else:
+            one = g
+    n1, ng = len(one), len(grids)
     out = np.empty((2 * n1 + ng + 1, N_F), dtype=np.int64)
     keys = np.empty((n1 + 1, 3), dtype=np.int64)
     slots = _table(n1 + 1)
@@ -231,7 +229,8 @@ def own_split_rows(cores, per_core, R, C, batch, m, n, k, min_split_k, max_waves
         j = _lookup(slots, keys, no)
         if j < 0:
             slots[-1 - j] = no
-            _tile_split(out[no], cores, per_core, batch, m, n, pb, pm, pn, 1, 1, arrays)
+            _tile_split(out[no], cores, per_core, batch, m, n, pb, pm, pn, one[i, 3],
+                        one[i, 4], one[i, 5])     # (qm = qn = 1, units = arrays)
             no += 1
     n_one = no
     # 2, 3: the offers (the mapper's _offer): the best-fitting grid kept per key
