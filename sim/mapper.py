@@ -277,15 +277,20 @@ def splits(chip, batch: int, m: int, n: int, k: int = 0) -> list[Split]:
     (:func:`packing_dominates`).
 
     **Sub-chips.** A mapping may leave cores idle: the splits of the chip with half its
-    tensor cores (when the count is even) are splits of this chip too. A :class:`Split` carries every number the engine
-    reads of the arrays it uses (``active``, ``arrays_per_core``, waves, sub-tiles; the
-    scratchpad, DMA and DRAM shares follow from them), so it runs the same on either chip.
+    tensor cores (when the count is even) are splits of this chip too. A :class:`Split`
+    carries every number the engine reads of the arrays it uses (``active``,
+    ``arrays_per_core``, waves, sub-tiles; the scratchpad, DMA and DRAM shares follow from
+    them), so it runs the same on either chip.
     A chip's splits therefore contain those of the chip with ``cores / 2^i`` cores:
     doubling the core count (all else equal) only adds candidates,
     and the search, exhaustive up to its pruning tolerance on problems within its budget,
     is never slower on the bigger chip (docs/engine.md, "More hardware is never slower").
     A chip's own splits are not nested that way: the largest ways that fit, the packing of
     a split's arrays onto the cores, the core splits kept and the wave grids are its own.
+
+    Enumerated by the compiled :func:`split_kernels.chip_split_rows` (:func:`split_rows`);
+    :func:`splits_ref` is the same in plain Python (:func:`own_splits`, :func:`_splits`),
+    the reference the tests compare it with.
     """
     return list(split_objects(chip, batch, m, n, k))
 
@@ -388,7 +393,8 @@ def packing_dominates(a: Split, b: Split, engines: int) -> bool:
     share of the scratchpad, accumulator and scratchpad bandwidth), at least as many DMA
     engines and at least the per-engine rate (:func:`dma_share` on cores of ``engines``
     engines). Every blocking that fits ``b`` fits ``a`` and runs no slower there (the engine
-    is monotone in those shares: tested, not proven, tests/sim/test_monotone_resources.py). A thinner packing
+    is monotone in those shares: tested, not proven, tests/sim/test_monotone_resources.py).
+    A thinner packing
     does not always dominate: 3 arrays on a core of 4 engines get one engine at 4/3
     of an engine's rate each, 2 arrays two engines at one engine's rate."""
     pa, pb = a.arrays_per_core, b.arrays_per_core
@@ -451,7 +457,8 @@ def own_splits(cores: int, per_core: int, R: int, C: int, batch: int, m: int, n:
 
     4. **Split-K** (with ``k`` given): a one-wave split of 1 whose tiles are fewer than the
        arrays also splits K over the idle arrays, the most ``pk`` ways (a power of two) that
-       fit with each share at least :data:`MIN_SPLIT_K` deep; every array writes its partial output tile at the
+       fit with each share at least :data:`MIN_SPLIT_K` deep; every array writes its partial
+       output tile at the
        accumulator's precision and a reduction (:func:`diptych.sim.gemm.split_k_reduction`)
        adds them.
 

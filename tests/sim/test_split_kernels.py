@@ -14,7 +14,6 @@ import random
 import struct
 from unittest import mock
 
-import numpy as np
 import pytest
 
 from diptych.arch import load_chip
