@@ -169,11 +169,13 @@ class Split:
         """A split made by :func:`lazy_splits` fills its fields from its row on first read
         (only then: a search reads the splits of the groups it opens, a third of them);
         otherwise the attribute is missing."""
-        src = self.__dict__.pop("_row", None)
+        d = self.__dict__
+        src = d.get("_row")
         if src is None:
             raise AttributeError(name)
         rows, i = src
-        self.__dict__.update(zip(SK.FIELDS, rows[i].tolist()))
+        d.update(zip(SK.FIELDS, rows[i].tolist()))
+        d.pop("_row", None)     # (after the fields: a reader in another thread sees either)
         return getattr(self, name)
 
     def __hash__(self) -> int:
