@@ -57,34 +57,16 @@ def _ways(top, out):
 
 
 @jit
-def _hash(row, width):
-    """A 48-bit FNV-style hash of ``row[:width]`` (non-negative entries; the same in Python
-    with ``NUMBA_DISABLE_JIT=1``: the product's low bits do not depend on the overflow)."""
-    h = 0xCBF29CE484222
-    for i in range(width):
-        h = ((h ^ int(row[i])) * 1099511628211) & 0xFFFFFFFFFFFF
-        h ^= h >> 29
-    return h
-
-
-@jit
-def _same(a, b, width):
-    for i in range(width):
-        if a[i] != b[i]:
-            return False
-    return True
-
-
-@jit
 def _lookup(slots, keys, at):
     """The index ``i`` whose row ``keys[i]`` equals ``keys[at]`` in the open-addressing table
     ``slots`` (``-1``: free; at most half full), or ``-1 - slot``: the free slot to store
-    ``at`` in."""
+    ``at`` in. The hash is 48-bit FNV-style on non-negative entries (the same in Python with
+    ``NUMBA_DISABLE_JIT=1``: the product's low bits do not depend on the overflow)."""
     width = keys.shape[1]
     mask = len(slots) - 1
     h = 0xCBF29CE484222
     for c in range(width):
-        h = ((h ^ keys[at, c]) * 1099511628211) & 0xFFFFFFFFFFFF
+        h = ((h ^ int(keys[at, c])) * 1099511628211) & 0xFFFFFFFFFFFF
         h ^= h >> 29
     s = h & mask
     while True:
