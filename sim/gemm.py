@@ -13,6 +13,7 @@ from ..arch.dtypes import DTYPE_BYTES
 from . import engine as E
 from . import mapper as MP
 from . import mapper_kernels as MK
+from . import split_kernels as SK
 from .array import array_rates
 from .dram import dram_timing, pattern_cache, pin_bytes_per_s
 from .fabric import dram_vectors, fabric
@@ -64,6 +65,70 @@ def engine_dram_inputs(chip):
 
 def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     """The mapper's (split, dataflow) groups of ``op``, each ``[floor, position, problem,
+    split, peak bytes per cycle, extra cycles, dataflow, layout, own, bytes floor]``, in
+    split order then ``flows`` order: the floor bounds every candidate of the group (its
+    table is built only when the search reaches it); ``own``: a split of the chip's own
+    (:func:`mapper.own_splits`), not only of a sub-chip's. The floor is the larger of the
+    bytes-and-MACs floor (:func:`mapper.group_floor`, which does not depend on the dataflow,
+    computed once per split without orienting the problem) and the fold count's
+    (:func:`mapper.split_fold_floor`, per dataflow); the bytes floor alone is kept too
+    (``plan`` leaves a sub-chip's split out by the budget when the search has passed its
+    bytes floor with the budget spent). A group's problem (``None`` until then) is oriented
+    when its table is built.
+
+    The splits come from the compiled enumeration (:func:`mapper.split_rows`) and the floors
+    are computed over all of them at once (:func:`mapper.split_floor_arrays`,
+    :func:`mapper.split_fold_floor_array`): the same groups, bit for bit, as
+    :func:`_groups_ref` (tests/sim/test_split_kernels.py), which this falls back to where
+    a split's integer products are too large for float64 to hold exactly, and where
+    :func:`mapper.splits` has been replaced (tests force the search's splits so)."""
+    if MP.splits is not _SPLITS:
+        return _groups_ref(op, chip, rates, flows, m_total, batch)
+    view = _as_oriented(op, m_total, batch)
+    layout = MP.op_layout(view, m_total, chip.tensor_cores, chip)
+    pin = pin_bytes_per_s(chip)
+    # split-K writes partial tiles to DRAM and reduces them there: only for an op whose
+    # result goes to DRAM (not on an all-SRAM chip, not a result kept on chip)
+    partials_ok = chip.has_dram and getattr(op, "c_dest", "dram") == "dram"
+    k = op.k if partials_ok else 0
+    rows, own = MP.split_rows(chip, batch, m_total, op.n, k)
+    floors = MP.split_floor_arrays(chip, layout, flows[0], rows, op.k, rates, pin)
+    folds = [MP.split_fold_floor_array(chip, df, rows, op.k, rates) for df in flows]
+    if floors is None or any(f is None for f in folds):
+        return _groups_ref(op, chip, rates, flows, m_total, batch)
+    peak, floor = floors
+    # split-K: the reduction's cycles follow the partial products (a constant per split,
+    # timed when the group's table is built; until then its bytes at the pins bound it)
+    pk = rows[:, SK.F_PK]
+    extra = np.zeros(len(rows), dtype=np.int64)
+    for p in np.unique(pk[pk > 1]).tolist():
+        r = _reduction_op(op, p)
+        extra[pk == p] = math.floor((r.read_bytes + r.write_bytes) * chip.clock_hz / pin)
+    # (group floors split-major, dataflow-minor: the groups' order)
+    gfloor = np.stack([np.maximum(floor, f * (1.0 - 1e-9)) + extra for f in folds],
+                      axis=1).ravel().tolist()
+    ctx = (view, m_total, layout)
+    nf = len(flows)
+    sps = MP.lazy_splits(rows)    # (a split's fields are read only if its group opens)
+    return [[gfloor[i * nf + d], i * nf + d, None, sp, pb, ex, df, ctx, mine, old]
+            for i, (sp, pb, ex, mine, old) in enumerate(zip(
+                sps, peak.tolist(), extra.tolist(), own.tolist(), (floor + extra).tolist()))
+            for d, df in enumerate(flows)]
+
+
+#: The mapper's own :func:`mapper.splits` (:func:`_groups` takes the reference path when it
+#: has been replaced).
+_SPLITS = MP.splits
+
+
+def _groups_ref(op, chip, rates, flows, m_total: int, batch: int,
+                splits_of=None) -> list[list]:
+    """:func:`_groups` the plain way, split by split (``splits_of``, default
+    :func:`mapper.splits`, as it is when called; :func:`mapper.split_floors`,
+    :func:`mapper.split_fold_floor`): the reference the tests compare it with (with
+    ``splits_of`` = :func:`mapper.splits_ref`), and its path where a product of a split's
+    integers is too large for float64 to hold exactly. The mapper's (split, dataflow) groups
+    of ``op``, each ``[floor, position, problem,
     split, peak bytes per cycle, extra cycles, dataflow, layout, own, bytes floor]``:
     the floor bounds every candidate of the group (its table is built only when the search
     reaches it); ``own``: a split of the chip's own (:func:`mapper.own_splits`), not only of
@@ -85,7 +150,7 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     arr = chip.core.array
     own = set(MP.own_splits(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols, batch,
                             m_total, op.n, k))
-    sps = MP.splits(chip, batch, m_total, op.n, k)
+    sps = (splits_of or MP.splits)(chip, batch, m_total, op.n, k)
     seen: dict = {}
     ctx = (view, m_total, layout)
     for split, (peak_bpc, floor) in zip(sps, MP.split_floors(chip, layout, flows[0], sps, op.k,

@@ -44,6 +44,7 @@ import numpy as np
 from ..arch.dtypes import element_bits
 from . import engine as E
 from . import mapper_kernels as MK
+from . import split_kernels as SK
 from . import timing as T
 from .array import Rates
 from .dram import dram_timing, pin_bytes_per_s
@@ -164,6 +165,19 @@ class Split:
     pk: int = 1          # split-K: K ways; each array writes FP32 partial sums, reduced after
     k: int = 0           # its share of K (with pk > 1)
 
+    def __getattr__(self, name: str):
+        """A split made by :func:`lazy_splits` fills its fields from its row on first read
+        (only then: a search reads the splits of the groups it opens, a third of them);
+        otherwise the attribute is missing."""
+        d = self.__dict__
+        src = d.get("_row")
+        if src is None:
+            raise AttributeError(name)
+        rows, i = src
+        d.update(zip(SK.FIELDS, rows[i].tolist()))
+        d.pop("_row", None)     # (after the fields: a reader in another thread sees either)
+        return getattr(self, name)
+
     def __hash__(self) -> int:
         """The dataclass's hash (of the fields' tuple), computed once per object: a search
         hashes each split several times (de-duplication, the chip's own splits)."""
@@ -213,6 +227,13 @@ class Split:
 
 
 _SPLIT_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Split)))
+# The fields' defaults are not left as class attributes (the dataclass's ``__init__`` keeps
+# its own copies): a split of :func:`lazy_splits` must reach ``__getattr__`` on its first read
+# of any field, a default-valued one too (``pk`` read first would otherwise be the default).
+for _f in dataclasses.fields(Split):
+    if _f.name in Split.__dict__:
+        delattr(Split, _f.name)
+assert SK.FIELDS == tuple(f.name for f in dataclasses.fields(Split))
 
 
 def _split(**fields) -> Split:
@@ -258,24 +279,93 @@ def splits(chip, batch: int, m: int, n: int, k: int = 0) -> list[Split]:
     (:func:`packing_dominates`).
 
     **Sub-chips.** A mapping may leave cores idle: the splits of the chip with half its
-    tensor cores (when the count is even) are splits of this chip too. A :class:`Split` carries every number the engine
-    reads of the arrays it uses (``active``, ``arrays_per_core``, waves, sub-tiles; the
-    scratchpad, DMA and DRAM shares follow from them), so it runs the same on either chip.
+    tensor cores (when the count is even) are splits of this chip too. A :class:`Split`
+    carries every number the engine reads of the arrays it uses (``active``,
+    ``arrays_per_core``, waves, sub-tiles; the scratchpad, DMA and DRAM shares follow from
+    them), so it runs the same on either chip.
     A chip's splits therefore contain those of the chip with ``cores / 2^i`` cores:
     doubling the core count (all else equal) only adds candidates,
     and the search, exhaustive up to its pruning tolerance on problems within its budget,
     is never slower on the bigger chip (docs/engine.md, "More hardware is never slower").
     A chip's own splits are not nested that way: the largest ways that fit, the packing of
     a split's arrays onto the cores, the core splits kept and the wave grids are its own.
+
+    Enumerated by the compiled :func:`split_kernels.chip_split_rows` (:func:`split_rows`);
+    :func:`splits_ref` is the same in plain Python (:func:`own_splits`, :func:`_splits`),
+    the reference the tests compare it with.
     """
+    return list(split_objects(chip, batch, m, n, k))
+
+
+def splits_ref(chip, batch: int, m: int, n: int, k: int = 0) -> list[Split]:
+    """:func:`splits` the plain Python way (:func:`own_splits` per sub-chip, merged, then
+    filtered): the reference that tests compare the compiled enumeration
+    (:func:`split_rows`) with."""
     arr = chip.core.array
-    return list(_chip_splits(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols,
-                             chip.dma.engines, batch, m, n, k))
+    return list(_chip_splits_ref(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols,
+                                 chip.dma.engines, batch, m, n, k))
+
+
+def split_rows(chip, batch: int, m: int, n: int, k: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`splits` as integer rows (the :class:`Split` fields in order,
+    :data:`split_kernels.FIELDS`; read-only, memoised) and whether each split is one of the
+    chip's own (:func:`own_splits` of its cores, not only a sub-chip's), from the compiled
+    enumeration :func:`split_kernels.chip_split_rows` (the same splits in the same order as
+    :func:`splits_ref`)."""
+    arr = chip.core.array
+    return _split_rows(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols,
+                       chip.dma.engines, batch, m, n, k)
+
+
+def split_objects(chip, batch: int, m: int, n: int, k: int = 0) -> tuple[Split, ...]:
+    """The :class:`Split` of each of :func:`split_rows` (memoised: the same objects while the
+    shape stays in the cache)."""
+    arr = chip.core.array
+    return _split_objects(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols,
+                          chip.dma.engines, batch, m, n, k)
+
+
+def lazy_splits(rows: np.ndarray) -> list[Split]:
+    """A :class:`Split` for each of ``rows`` (:func:`split_rows`' rows), each filling its
+    fields from its row when one is first read (equal, and hashing alike, to the split built
+    with every field: they are read through the attributes)."""
+    new = object.__new__
+    out = []
+    for i in range(len(rows)):
+        sp = new(Split)
+        sp.__dict__["_row"] = (rows, i)
+        out.append(sp)
+    return out
 
 
 @lru_cache(maxsize=4096)
-def _chip_splits(cores: int, per_core: int, R: int, C: int, engines: int, batch: int, m: int,
-                 n: int, k: int) -> tuple[Split, ...]:
+def _split_rows(cores: int, per_core: int, R: int, C: int, engines: int, batch: int, m: int,
+                n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    rows, own = SK.chip_split_rows(cores, per_core, R, C, engines, batch, m, n, k,
+                                   MIN_SPLIT_K, MAX_WAVES)
+    rows.setflags(write=False)
+    own.setflags(write=False)
+    return rows, own
+
+
+@lru_cache(maxsize=4096)
+def _split_objects(*args) -> tuple[Split, ...]:
+    # (:func:`_split` written out, the fields unpacked in order: ~500 splits per new shape)
+    new = object.__new__
+    out = []
+    for r in _split_rows(*args)[0].tolist():
+        sp = new(Split)
+        d = sp.__dict__
+        (d["pb"], d["pm"], d["pn"], d["batch"], d["m"], d["n"], d["active"],
+         d["arrays_per_core"], d["waves"], d["tail_active"], d["qm"], d["qn"], d["a_dup"],
+         d["b_dup"], d["pk"], d["k"]) = r
+        out.append(sp)
+    return tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def _chip_splits_ref(cores: int, per_core: int, R: int, C: int, engines: int, batch: int,
+                     m: int, n: int, k: int) -> tuple[Split, ...]:
     """:func:`_splits` less the dominated packings (:func:`packing_dominates`; a dropped split
     has a kept dominator, so the nesting of sub-chips survives the filter)."""
     every = _splits(cores, per_core, R, C, batch, m, n, k)
@@ -305,7 +395,8 @@ def packing_dominates(a: Split, b: Split, engines: int) -> bool:
     share of the scratchpad, accumulator and scratchpad bandwidth), at least as many DMA
     engines and at least the per-engine rate (:func:`dma_share` on cores of ``engines``
     engines). Every blocking that fits ``b`` fits ``a`` and runs no slower there (the engine
-    is monotone in those shares: tested, not proven, tests/sim/test_monotone_resources.py). A thinner packing
+    is monotone in those shares: tested, not proven, tests/sim/test_monotone_resources.py).
+    A thinner packing
     does not always dominate: 3 arrays on a core of 4 engines get one engine at 4/3
     of an engine's rate each, 2 arrays two engines at one engine's rate."""
     pa, pb = a.arrays_per_core, b.arrays_per_core
@@ -368,7 +459,8 @@ def own_splits(cores: int, per_core: int, R: int, C: int, batch: int, m: int, n:
 
     4. **Split-K** (with ``k`` given): a one-wave split of 1 whose tiles are fewer than the
        arrays also splits K over the idle arrays, the most ``pk`` ways (a power of two) that
-       fit with each share at least :data:`MIN_SPLIT_K` deep; every array writes its partial output tile at the
+       fit with each share at least :data:`MIN_SPLIT_K` deep; every array writes its partial
+       output tile at the
        accumulator's precision and a reduction (:func:`diptych.sim.gemm.split_k_reduction`)
        adds them.
 
@@ -1120,6 +1212,87 @@ def split_floors(chip, layout: tuple, dataflow: str, splits, k_total: int, rates
         out.append((peak_bpc, max(busy, batch * (x + w + o) * split.dram_weight() / peak_bpc)
                     * (1.0 - 1e-9)))
     return out
+
+
+#: Integers at most this large convert to float64 exactly: :func:`split_floor_arrays` and
+#: :func:`split_fold_floor_array` compute in int64 and float64 only below it (so that their
+#: numbers equal the Python scalars' bit for bit; above it the callers use the scalars).
+EXACT_INT = 2 ** 53
+
+
+def split_floor_arrays(chip, layout: tuple, dataflow: str, rows: np.ndarray, k_total: int,
+                       rates: Rates, pin_bytes_s: float):
+    """:func:`split_floors` of the splits given as :func:`split_rows`' rows, vectorised:
+    (peak bytes per cycle, floor) as two float64 arrays, the same numbers (each element
+    takes the same IEEE operations in the same order: tests/sim/test_split_kernels.py
+    compares them bit for bit); None when a product of the split's integers reaches
+    :data:`EXACT_INT` (the caller then uses :func:`split_floors`)."""
+    (a_src, b_src, o_dst, _, ab, bb, _, _, _, _, _, _, _, outs, _) = layout
+    arr = chip.core.array
+    rate = arr.rows * arr.cols * rates.rate
+    sb = chip.shared_buffer is not None
+    r = rows.T
+    pk, qm, qn, active = r[SK.F_PK], r[SK.F_QM], r[SK.F_QN], r[SK.F_ACTIVE]
+    split_k = pk > 1
+    k = np.where(split_k, r[SK.F_K], k_total)
+    cb = np.where(split_k, outs[1][0], outs[0][0])
+    a_dup = np.where(r[SK.F_ADUP] != 0, r[SK.F_ADUP], r[SK.F_PN] * qn)
+    b_dup = np.where(r[SK.F_BDUP] != 0, r[SK.F_BDUP], r[SK.F_PM] * qm)
+    batch, m, n = r[SK.F_BATCH], r[SK.F_M], r[SK.F_N]
+    if dataflow == "is":
+        m, n, x_bits, w_bits, x_src, w_src = n, m, bb, ab, b_src, a_src
+        x_dup, w_dup, x_cdup, w_cdup = b_dup, a_dup, qm, qn
+    else:
+        x_bits, w_bits, x_src, w_src = ab, bb, a_src, b_src
+        x_dup, w_dup, x_cdup, w_cdup = a_dup, b_dup, qn, qm
+    # (every integer below EXACT_INT: the int64 products are exact and convert exactly)
+    top = max(ab, bb, int(cb.max(initial=0)), 1)
+    if len(rows) and float(batch.max()) * float(m.max()) * float(k.max()) * float(n.max()) \
+            * top >= EXACT_INT / 2:
+        return None
+    peak = pin_bytes_s / chip.clock_hz / active
+    busy = (batch * m * k * n) / rate
+    x = np.zeros(len(rows)) if x_src else (m * k * x_bits) / 8
+    w = np.zeros(len(rows)) if w_src else (k * n * w_bits) / 8
+    o = np.zeros(len(rows)) if o_dst else (m * n * cb) / 8
+    if sb:
+        x, w = x / x_dup, w / w_dup
+    else:
+        x, w = x / x_cdup, w / w_cdup
+    waves, tail = r[SK.F_WAVES], r[SK.F_TAIL]
+    weight = np.where(tail != 0, ((waves - 1) + tail / active) / waves, 1.0)
+    floor = np.maximum(busy, batch * (x + w + o) * weight / peak) * (1.0 - 1e-9)
+    return peak, floor
+
+
+def split_fold_floor_array(chip, dataflow: str, rows: np.ndarray, k_total: int,
+                           rates: Rates) -> np.ndarray | None:
+    """:func:`split_fold_floor` of each split of :func:`split_rows`' rows (int64), the
+    timing closed forms evaluated once per distinct K (OS) or M (WS, IS); None when a product
+    reaches :data:`EXACT_INT`."""
+    arr = chip.core.array
+    R, C = arr.rows, arr.cols
+    r = rows.T
+    k = np.where(r[SK.F_PK] > 1, r[SK.F_K], k_total)
+    batch, m, n = r[SK.F_BATCH], r[SK.F_M], r[SK.F_N]
+    if dataflow == "is":
+        m, n = n, m
+    if not len(rows):
+        return np.zeros(0, dtype=np.int64)
+    if dataflow == "os":
+        ks, inv = np.unique(k, return_inverse=True)
+        per = np.array([T.os_period(R, T.os_fold_steps(v, rates.os_num, rates.os_den))
+                        for v in ks.tolist()], dtype=np.int64)[inv.ravel()]
+        a, b = -(-m // R), -(-n // C)
+    else:
+        ms, inv = np.unique(m, return_inverse=True)
+        per = np.array([_ws_period(R, C, T.ws_fold_rows(v, rates.ws_num, rates.ws_den), rates)
+                        for v in ms.tolist()], dtype=np.int64)[inv.ravel()]
+        a, b = -(-k // rates.stationary_rows), -(-n // C)
+    if float(batch.max()) * float(a.max()) * float(b.max()) * float(per.max()) >= \
+            EXACT_INT / 2:
+        return None
+    return batch * a * b * per
 
 
 class BlockTable:

@@ -10,7 +10,7 @@ import numba
 
 #: The modules whose kernels the engine compiles (each ``@jit`` dispatcher in them).
 KERNEL_MODULES = ("diptych.sim.engine", "diptych.sim.dram", "diptych.sim.dram_counts",
-                  "diptych.sim.mapper_kernels")
+                  "diptych.sim.mapper_kernels", "diptych.sim.split_kernels")
 
 
 def cold_kernels() -> list[str]:

@@ -8,6 +8,7 @@ and leaving no more out for the budget."""
 
 import dataclasses
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -96,7 +97,9 @@ def test_search_with_fold_floors_equals_search_without(name, budget, monkeypatch
         monkeypatch.setattr(MP, "MAX_SIMULATED_BLOCKS", budget)
     new = [G.plan(op, chip) for op in shapes]
     with monkeypatch.context() as mp:
-        mp.setattr(MP, "split_fold_floor", lambda *a: 0)
+        mp.setattr(MP, "split_fold_floor", lambda *a: 0)     # (the reference groups')
+        mp.setattr(MP, "split_fold_floor_array",
+                   lambda chip, df, rows, k, rates: np.zeros(len(rows), dtype=np.int64))
         old = [G.plan(op, chip) for op in shapes]
     for op, a, b in zip(shapes, new, old):
         # the same mapping and runs; the candidates of the tables built and the budget's
