@@ -445,19 +445,21 @@ def load_result(k: str, check_result=None) -> dict | None:
     return entry["result"]
 
 
-#: Shard directories this process made (or found) with their parents: each store would
-#: otherwise repeat three ``mkdir`` calls; one that is gone is made again (store_result).
-_made: set[Path] = set()
+#: Shard directories this process made (or found), as strings: each store would otherwise
+#: repeat three ``mkdir`` calls; one that is gone is made again (store_result).
+_made: set[str] = set()
 
 
 def _make_dirs(shard: Path) -> None:
-    """Make the cache directory, ``results/`` and ``shard`` (mode 0700; no error when they
-    exist), once per process for each shard."""
-    if shard in _made:
+    """Make the cache directory, ``results/`` and ``shard`` (each mode 0700, in turn, as
+    the first store in a shard does; no error when they exist), once per process for each
+    shard."""
+    s = str(shard)
+    if s in _made:
         return
     for d in (shard.parent.parent, shard.parent, shard):
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _made.add(shard)
+    _made.add(s)
 
 
 def store(k: str, stats) -> None:
@@ -481,7 +483,7 @@ def store_result(k: str, result: dict) -> None:
             fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".json")
         except (FileNotFoundError, NotADirectoryError):
             # removed (``cache clear``, a person) or replaced since this process made it
-            _made.discard(p.parent)
+            _made.clear()
             _make_dirs(p.parent)
             fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".json")
         try:
