@@ -80,16 +80,28 @@ _state = {"enabled": None}
 
 def cache_dir() -> Path:
     """The cache directory (it may not exist yet)."""
-    d = os.environ.get(ENV_DIR)
+    env = os.environ
+    return _cache_dir_for(env.get(ENV_DIR), env.get("XDG_CACHE_HOME"), env.get("HOME"),
+                          env.get("USERPROFILE"))
+
+
+@lru_cache(maxsize=16)
+def _cache_dir_for(d, xdg, home, userprofile) -> Path:
+    """:func:`cache_dir` for these values of ``$DIPTYCH_CACHE_DIR``, ``$XDG_CACHE_HOME`` and
+    the variables ``~`` expands to (memoised: a store asks for it several times)."""
     if d:
         return Path(d).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "diptych"
 
 
 def _results_dir() -> Path:
-    return cache_dir() / "results"
+    return _results_of(cache_dir())
+
+
+@lru_cache(maxsize=16)
+def _results_of(directory: Path) -> Path:
+    return directory / "results"
 
 
 def enabled() -> bool:
@@ -143,8 +155,43 @@ def code_hash() -> str:
     return h.hexdigest()
 
 
+def _canonical_reference(obj):
+    """A JSON-ready, order-independent form of dataclasses, tuples, dicts and scalars: the
+    definition :func:`_canonical` computes faster (tests/sim/test_cache_speed.py compares)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: _canonical_reference(getattr(obj, f.name))
+                for f in dataclasses.fields(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [_canonical_reference(x) for x in obj]
+    if isinstance(obj, dict):
+        return {str(k): _canonical_reference(v) for k, v in obj.items()}
+    if isinstance(obj, float):
+        return repr(obj)           # exact, and tells 1.0 from 1
+    return obj
+
+
+#: Exact types :func:`_canonical` returns as they are (none is a dataclass, a list, a tuple,
+#: a dict or a float, so the reference returns them unchanged too).
+_AS_IS = frozenset({str, int, bool, type(None)})
+
+
 def _canonical(obj):
-    """A JSON-ready, order-independent form of dataclasses, tuples, dicts and scalars."""
+    """:func:`_canonical_reference`, equal in value and type: the exact types ``str``,
+    ``int``, ``bool``, ``None``, ``float``, ``dict``, ``list`` and ``tuple`` are handled
+    inline (no dataclass check, one call per container); anything else (a dataclass, a
+    subclass such as a numpy float) takes the reference's own branches, whose parts come
+    back here."""
+    t = type(obj)
+    if t in _AS_IS:
+        return obj
+    if t is float:
+        return repr(obj)
+    if t is dict:
+        return {str(k): (v if type(v) in _AS_IS else repr(v) if type(v) is float
+                         else _canonical(v)) for k, v in obj.items()}
+    if t is list or t is tuple:
+        return [x if type(x) in _AS_IS else repr(x) if type(x) is float else _canonical(x)
+                for x in obj]
     if dataclasses.is_dataclass(obj):
         return {f.name: _canonical(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
@@ -152,7 +199,7 @@ def _canonical(obj):
     if isinstance(obj, dict):
         return {str(k): _canonical(v) for k, v in obj.items()}
     if isinstance(obj, float):
-        return repr(obj)           # exact, and tells 1.0 from 1
+        return repr(obj)
     return obj
 
 
@@ -169,7 +216,7 @@ def key(kind: str, shape, chip, dataflow) -> str:
 
 
 def _path(k: str) -> Path:
-    return _results_dir() / k[:2] / f"{k}.json"
+    return _results_dir().joinpath(k[:2], f"{k}.json")
 
 
 class _Unreadable(Exception):
@@ -398,6 +445,23 @@ def load_result(k: str, check_result=None) -> dict | None:
     return entry["result"]
 
 
+#: Shard directories this process made (or found), as strings: each store would otherwise
+#: repeat three ``mkdir`` calls; one that is gone is made again (store_result).
+_made: set[str] = set()
+
+
+def _make_dirs(shard: Path) -> None:
+    """Make the cache directory, ``results/`` and ``shard`` (each mode 0700, in turn, as
+    the first store in a shard does; no error when they exist), once per process for each
+    shard."""
+    s = str(shard)
+    if s in _made:
+        return
+    for d in (shard.parent.parent, shard.parent, shard):
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _made.add(s)
+
+
 def store(k: str, stats) -> None:
     """Write ``stats`` under key ``k`` atomically; on failure the cache turns itself off."""
     store_result(k, stats.to_dict())
@@ -411,12 +475,17 @@ def store_result(k: str, result: dict) -> None:
         set_enabled(False)
         return
     try:
-        for d in (cache_dir(), _results_dir(), p.parent):
-            d.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _make_dirs(p.parent)
         mac = _checksum(k, result)
         if mac is None:
             raise OSError("the cache's key cannot be created")
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".json")
+        try:
+            fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".json")
+        except (FileNotFoundError, NotADirectoryError):
+            # removed (``cache clear``, a person) or replaced since this process made it
+            _made.clear()
+            _make_dirs(p.parent)
+            fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=".tmp-", suffix=".json")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 # (dumps, then one write: the same text as json.dump, whose chunked

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+
+from .plain import as_plain_dict
 
 
 @dataclass(frozen=True)
@@ -49,5 +51,6 @@ class OpStats:
         return self.dram_read_bytes + self.dram_write_bytes
 
     def to_dict(self) -> dict:
-        """JSON-ready dict of every field."""
-        return asdict(self)
+        """JSON-ready dict of every field: exactly ``dataclasses.asdict(self)``, copied
+        faster (:func:`~diptych.sim.plain.as_plain_dict`)."""
+        return as_plain_dict(self)
