@@ -336,15 +336,20 @@ def play_one(start_ns, is_write, share, tp, bus_free, last_dir, a0, a1, a2, a3, 
         f2 = max(start_ns, a2 + tfaw)
         f3 = max(start_ns, a3 + tfaw)
         if na >= 4:   # activation j (0-based) at first[j % 4] + (j // 4)·tFAW; keep the last 4
-            first = (f0, f1, f2, f3)
-            j = na - 4
-            a0 = first[j % 4] + (j // 4) * tfaw
-            j += 1
-            a1 = first[j % 4] + (j // 4) * tfaw
-            j += 1
-            a2 = first[j % 4] + (j // 4) * tfaw
-            j += 1
-            a3 = first[j % 4] + (j // 4) * tfaw
+            # (j = na − 4 .. na − 1; spelled per j % 4 without indexing a tuple: the same sums)
+            j = np.int64(na) - 4
+            q = j >> 2
+            r = j & 3
+            u = (q + 1) * tfaw
+            v = q * tfaw
+            if r == 0:
+                a0, a1, a2, a3 = f0 + v, f1 + v, f2 + v, f3 + v
+            elif r == 1:
+                a0, a1, a2, a3 = f1 + v, f2 + v, f3 + v, f0 + u
+            elif r == 2:
+                a0, a1, a2, a3 = f2 + v, f3 + v, f0 + u, f1 + u
+            else:
+                a0, a1, a2, a3 = f3 + v, f0 + u, f1 + u, f2 + u
         elif na == 1:   # the ring shifts by na
             a0, a1, a2, a3 = a1, a2, a3, f0
         elif na == 2:

@@ -324,21 +324,53 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     wb_end_cyc = 0
     periods_done = 0
     cutoff = ip[P_CUTOFF]
+    order = ip[P_ORDER]
+    # block indices (batch, i, j, k) of the next block to issue, stepped block by block (K
+    # innermost, then N (order 0) or M (order 1)): the same sequence as dividing the block
+    # number, without a division; the block issued last (p_*) and the block being computed
+    # (c_*) keep their own
+    n_bt = zero
+    n_i = zero
+    n_j = zero
+    n_k = zero
+    p_bt = zero
+    p_i = zero
+    p_j = zero
+    p_k = zero
+    c_bt = zero
+    c_i = zero
+    c_j = zero
+    c_k = zero
     # pending loads for block b are issued at iteration b-1 (b = 0 before the loop)
     for b in range(-1, total):
         # ---- issue the loads of block b+1 -------------------------------------------------
         nb_ = b + 1
         if nb_ < total:
-            bt = nb_ // per_batch
-            r = nb_ % per_batch
-            k = r % nkb
-            q = r // nkb
-            if ip[P_ORDER] == 0:
-                i = q // nnb
-                j = q % nnb
-            else:
-                j = q // nmb
-                i = q % nmb
+            bt = n_bt
+            i = n_i
+            j = n_j
+            k = n_k
+            p_bt = bt
+            p_i = i
+            p_j = j
+            p_k = k
+            n_k += 1
+            if n_k == nkb:
+                n_k = zero
+                if order == 0:
+                    n_j += 1
+                    if n_j == nnb:
+                        n_j = zero
+                        n_i += 1
+                else:
+                    n_i += 1
+                    if n_i == nmb:
+                        n_i = zero
+                        n_j += 1
+                if (n_i == nmb) if order == 0 else (n_j == nnb):
+                    n_i = zero
+                    n_j = zero
+                    n_bt += 1
             mb = min(Mb, M - i * Mb)
             kb = min(Kb, K - k * Kb)
             nbb = min(Nb, N - j * Nb)
@@ -389,18 +421,20 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             w_ready = nxt_w_ready
             x_key = nxt_x_key
             w_key = nxt_w_key
+            c_bt = p_bt
+            c_i = p_i
+            c_j = p_j
+            c_k = p_k
             continue
         # ---- compute block b ----------------------------------------------------------------
-        bt = b // per_batch
-        r = b % per_batch
-        k = r % nkb
-        q = r // nkb
-        if ip[P_ORDER] == 0:
-            i = q // nnb
-            j = q % nnb
-        else:
-            j = q // nmb
-            i = q % nmb
+        bt = c_bt
+        i = c_i
+        j = c_j
+        k = c_k
+        c_bt = p_bt      # (block b+1's indices, current at the next iteration)
+        c_i = p_i
+        c_j = p_j
+        c_k = p_k
         mb = min(Mb, M - i * Mb)
         kb = min(Kb, K - k * Kb)
         nbb = min(Nb, N - j * Nb)
