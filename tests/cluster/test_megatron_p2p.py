@@ -123,3 +123,16 @@ def test_the_cluster_step_plays_megatrons_order_on_a_megatron_stack():
     assert lay["send_s"] > 0.0
     assert lay["pipeline_s"] >= flow.seconds - 1e-12
 
+
+
+def test_odd_ranks_issue_the_receive_before_the_send():
+    """Megatron-Core ``_p2p_ops`` (core_r0.9.0 L181-229): within one call an even rank
+    issues its send first, an odd rank its receive. One call's send and receive are
+    adjacent and face opposite peers (send next / receive prev, or the reverse); the
+    ops of two calls in a row face the same peer at their boundary."""
+    for s in range(4):
+        ops = issue_order(4, 8, 2, s)
+        pairs = [(a[0], b[0]) for a, b in zip(ops, ops[1:])
+                 if {a[0], b[0]} == {"S", "R"} and a[1] != b[1]]
+        assert pairs, s
+        assert set(pairs) == ({("S", "R")} if s % 2 == 0 else {("R", "S")})
