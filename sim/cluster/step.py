@@ -753,7 +753,13 @@ class _Pipe:
 
 
 def _pipeline(st: _Setup) -> _Pipe:
-    """Phase 2: the pipeline over devices and micro-batches (event level or closed form)."""
+    """Phase 2: the pipeline over devices and micro-batches (event level or closed form).
+
+    On an ``issue``/``one_queue`` stack only an interleaved plan is played in Megatron-Core's
+    issue order (sends meet their peers' receives, waiting kernels hold cores); a 1F1B or
+    GPipe plan keeps the data-flow simulation, where a send costs its sender nothing
+    (Megatron's non-interleaved 1F1B is not modelled), so it is timed more favourably than an
+    interleaved plan of the same chunk times (docs/cluster.md, "Pipeline schedules")."""
     plan, steps, chunks, last_vs, m = st.plan, st.steps, st.chunks, st.last_chunk, \
         st.micro_batches
 
