@@ -47,7 +47,7 @@ class BuildPyWithKernels(build_py):
         env["PYTHONPATH"] = os.pathsep.join(p for p in (lib, os.environ.get("PYTHONPATH"))
                                             if p)
         env["DIPTYCH_NO_CACHE"] = "1"       # the result cache would skip the kernels
-        print("diptych: compiling the engine's kernels into the wheel (~15-25 s of CPU; "
+        print("diptych: compiling the engine's kernels into the wheel (~20-30 s of CPU; "
               "DIPTYCH_BUILD_NO_WARMUP=1 skips it)", flush=True)
         try:
             r = subprocess.run([sys.executable, "-c", _WARMUP, lib], env=env, cwd=lib,

@@ -172,6 +172,9 @@ class Split:
         d = self.__dict__
         src = d.get("_row")
         if src is None:
+            # another thread may have filled the fields between this read's miss and here
+            if name in d:
+                return d[name]
             raise AttributeError(name)
         rows, i = src
         d.update(zip(SK.FIELDS, rows[i].tolist()))

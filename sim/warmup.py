@@ -17,7 +17,7 @@ def cold_kernels() -> list[str]:
     """The kernel modules (:data:`KERNEL_MODULES`, short names) with no kernel compiled for
     this machine on disk (a fresh install, an edited kernel module, another Python, Numba or
     CPU: a wheel's cache built elsewhere, setup.py): the first simulation compiles them,
-    ~15-25 s of CPU on 2 cores (issue 27; docs/limits.md, "First run"). A module counts as
+    ~20-30 s of CPU on 2 cores (issue 27; docs/limits.md, "First run"). A module counts as
     warm when one of its kernels' cache indexes, in a folder where Numba looks for this
     module's cache, is of this Numba and Python, stamped with the module's source as it is
     now, and has an entry for this host's code generator (``magic_tuple``: target triple, CPU

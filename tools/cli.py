@@ -163,7 +163,7 @@ def _first_run_notice() -> None:
         return
     if cold:
         click.echo("note: first run: compiling the engine's kernels (once per install, "
-                   "~15-25 s of CPU; `diptych warmup` does it ahead)", err=True)
+                   "~20-30 s of CPU; `diptych warmup` does it ahead)", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,7 +10,7 @@ from .errors import friendly
 @click.command("warmup")
 @friendly
 def warmup():
-    """Compile the engine's Numba kernels now (once per install; ~15-25 s of CPU), so that
+    """Compile the engine's Numba kernels now (once per install; ~20-30 s of CPU), so that
     the first `run`, `compare` or `serve` starts at once. Compiled code is cached on disk
     (next to the sources, or under NUMBA_CACHE_DIR); docs/limits.md, "First run"."""
     from ..sim.warmup import cold_kernels, warmup as do_warmup

@@ -14,8 +14,9 @@ core_r0.9.0 (1afee592) ``megatron/core/pipeline_parallel/schedules.py``
 
 * warm-up unit ``k``: wait on the previous forward's handles, forward ``k``, then
   ``isend`` its output to the next rank and ``irecv`` the next input from the previous one
-  (the forward handles); after the last warm-up forward also ``irecv`` the first output
-  gradient (the backward handles). Before the loop a blocking ``recv_forward`` (not on rank 0);
+  (the forward handles; odd ranks issue the receive first, ``_p2p_ops``); after the last
+  warm-up forward also ``irecv`` the first output gradient (the backward handles). Before
+  the loop a blocking ``recv_forward`` (not on rank 0);
 * steady-state ``k``: wait on the forward handles, forward, ``isend``/``irecv`` forward
   (new forward handles), wait on the backward handles, backward, ``isend`` its input gradient
   to the previous rank and ``irecv`` the next output gradient (new backward handles);
@@ -88,8 +89,12 @@ def issue_order(p: int, m: int, v: int, s: int) -> list[Op]:
         return _unit(k, p, v, kind == "B")[1] * p + s
 
     def p2p(send_dir: str | None, recv_dir: str | None) -> list[int]:
+        # [S: Megatron-LM core_r0.9.0 (1afee592) p2p_communication.py ``_p2p_ops``
+        # L181-229] even ranks issue send_next before recv_prev and send_prev before
+        # recv_next, odd ranks each receive before its send
         got = []
-        for op, d in (("S", send_dir), ("R", recv_dir)):
+        pair = (("S", send_dir), ("R", recv_dir))
+        for op, d in (pair if s % 2 == 0 else pair[::-1]):
             if d is not None:
                 got.append(next(h))
                 ops.append((op, d, got[-1]))

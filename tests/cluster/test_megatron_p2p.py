@@ -123,3 +123,50 @@ def test_the_cluster_step_plays_megatrons_order_on_a_megatron_stack():
     assert lay["send_s"] > 0.0
     assert lay["pipeline_s"] >= flow.seconds - 1e-12
 
+
+
+def test_odd_ranks_issue_the_receive_before_the_send():
+    """Megatron-Core ``_p2p_ops`` (core_r0.9.0 L181-229): within one call an even rank
+    issues its send first, an odd rank its receive. One call's send and receive are
+    adjacent and face opposite peers (send next / receive prev, or the reverse); the
+    ops of two calls in a row face the same peer at their boundary."""
+    for s in range(4):
+        ops = issue_order(4, 8, 2, s)
+        pairs = [(a[0], b[0]) for a, b in zip(ops, ops[1:])
+                 if {a[0], b[0]} == {"S", "R"} and a[1] != b[1]]
+        assert pairs, s
+        assert set(pairs) == ({("S", "R")} if s % 2 == 0 else {("R", "S")})
+
+
+def test_pp_exposed_time_is_measured_against_the_same_issue_order(monkeypatch):
+    """The cluster step's exposed pp time on a Megatron stack is the issue-order run less
+    the same issue order with free sends and no held cores (the transfers and the waits
+    they cause), never the data-flow pipeline in its default order."""
+    from roofline_double import roofline
+
+    from diptych.sim.cluster import Plan, simulate_cluster_step
+    from diptych.sim.cluster import step as S
+    from diptych.sim.run import Scenario
+
+    calls = []
+
+    def spy(*a, **kw):
+        run = simulate_megatron_pipeline(*a, **kw)
+        calls.append((kw, run.seconds))
+        return run
+
+    def flow(*a, **kw):
+        raise AssertionError("the data-flow pipeline ran on a Megatron stack")
+
+    monkeypatch.setattr(S, "simulate_megatron_pipeline", spy)
+    monkeypatch.setattr(S, "simulate_pipeline", flow)
+    simulate_cluster_step(
+        "llama-3-8b", "h100", "dgx-h100",
+        Plan(tp=2, pp=2, dp=1, schedule="interleaved", virtual_stages=2),
+        Scenario.of(phase="train", batch=4, seq=2048, execution="sum",
+                    kernel_order="one_queue"), simulate=roofline)
+    (real, t_real), (base, t_base) = calls
+    assert real["send_s"] > 0.0 and real["hold_f"] is not None
+    assert base["send_s"] == 0.0 and base.get("hold_f") is None
+    assert base["one_queue"] is real["one_queue"] is True
+    assert t_real >= t_base

@@ -80,7 +80,10 @@ def test_split_table_raises_the_references_error():
 
 
 def test_engine_entry_runs_as_the_dispatcher():
-    """The compiled entry point gives the dispatcher's outputs, with and without a cutoff."""
+    """The compiled entry point gives the dispatcher's outputs, with and without a cutoff;
+    with Numba on, the entry is the compiled overload's, not the dispatcher it falls back
+    to."""
+    import numba
     chip = load_chip("h100")
     op = Gemm(name="x", m=512, k=4096, n=1024)
     p = G.plan(op, chip)
@@ -89,6 +92,9 @@ def test_engine_entry_runs_as_the_dispatcher():
     dram = G.engine_dram_inputs(chip)
     run = G.engine_entry(base, dram)
     assert G.engine_entry(base, dram) is run           # looked up once per argument types
+    if not numba.config.DISABLE_JIT:
+        assert run is not E.run_schedule
+        assert any(run is c.entry_point for c in E.run_schedule.overloads.values())
     ip = base[0]
     ip[E.P_PERIODS] = MP.period_cycles(chip, p["problem"], p["blocks"], p["rates"])
     ip[E.P_TRAFFIC] = int(MP.traffic_bytes(p["problem"], p["blocks"]))

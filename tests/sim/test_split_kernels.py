@@ -156,3 +156,20 @@ def test_a_lazy_split_is_the_split_it_reads():
     assert fresh[8].tiles == built[8].tiles and repr(fresh[9]) == repr(built[9])
     with pytest.raises(AttributeError):
         fresh[5].not_a_field
+
+
+def test_a_read_racing_the_fill_finds_the_filled_field():
+    """A thread whose attribute lookup missed while the row was pending reaches
+    ``__getattr__`` after another thread filled the fields and dropped the row: it returns
+    the filled field (the state reproduced without threads) and a missing name still
+    raises."""
+    chip = CHIPS["h100"]()
+    rows, _ = MP.split_rows(chip, 2, 3000, 5000, 8192)
+    built = MP.splits_ref(chip, 2, 3000, 5000, 8192)
+    sp = MP.lazy_splits(rows)[4]
+    assert sp.pk == built[4].pk                            # the other thread's fill
+    assert "_row" not in sp.__dict__
+    for f in dataclasses.fields(MP.Split):
+        assert sp.__getattr__(f.name) == getattr(built[4], f.name)
+    with pytest.raises(AttributeError):
+        sp.__getattr__("not_a_field")
