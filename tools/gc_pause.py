@@ -29,7 +29,19 @@ to finalize objects that are alive at exit anyway ("It is not guaranteed that __
 methods are called for objects that still exist when the interpreter exits"
 [S] https://docs.python.org/3/reference/datamodel.html#object.__del__); acyclic objects are
 still freed by reference counting as the modules are cleared, and the standard streams are
-flushed as before. Nothing here changes a result, only when Python looks for garbage cycles.
+flushed as before.
+
+While a command runs (:func:`fewer_collections`, the CLI's ``main``), generation 0 is
+collected after :data:`COMMAND_THRESHOLD0` net allocations instead of CPython's 700: a
+simulation allocates millions of short-lived tuples, lists and NumPy scalars that reference
+counting frees, and the collector's passes over them find almost no cycles. Measured on the
+examples' trace cold (``serve --trace examples/trace-small.csv``, llama-3-8b on h100, load
+~1): 29.3-29.9 s user CPU at 700, 27.5 at 20,000, 27.4 with the collector off, peak RSS
+315-317 MB in all three (docs/engine.md, Speed). The older generations keep their thresholds
+(each still runs after 10 collections of the younger one), and the previous thresholds come
+back when the command ends.
+
+Nothing here changes a result, only when Python looks for garbage cycles.
 """
 
 from __future__ import annotations
@@ -37,6 +49,9 @@ from __future__ import annotations
 import atexit
 import gc
 from contextlib import contextmanager
+
+#: Generation-0 threshold while a command runs (:func:`fewer_collections`).
+COMMAND_THRESHOLD0 = 20_000
 
 _frozen = False
 _unfreeze = False     # whether release() may unfreeze: nothing was frozen before imports()
@@ -60,6 +75,21 @@ def imports():
         _frozen = True
         if was:
             gc.enable()
+
+
+@contextmanager
+def fewer_collections():
+    """Run the ``with`` block (a whole command) with generation 0 collected every
+    :data:`COMMAND_THRESHOLD0` allocations (CPython's default is 700), unless the process set
+    a larger threshold or turned automatic collection off (threshold 0); the thresholds as
+    they were come back after it."""
+    old = gc.get_threshold()
+    if 0 < old[0] < COMMAND_THRESHOLD0:
+        gc.set_threshold(COMMAND_THRESHOLD0, *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
 
 
 def release() -> None:

@@ -123,3 +123,54 @@ def test_a_hosts_own_frozen_objects_stay_frozen_after_a_command():
     finally:
         gc.unfreeze()
     assert not gc_pause._frozen
+
+
+def test_fewer_collections_raises_generation_0_and_restores_it():
+    """Inside the block generation 0 waits for COMMAND_THRESHOLD0 allocations (5,000 cyclic
+    objects trigger no collection at that threshold, where 700 would trigger ~7); the
+    thresholds as they were come back after it, also when the block raises."""
+    old = gc.get_threshold()
+    assert old[0] < gc_pause.COMMAND_THRESHOLD0
+    collections = gc.get_stats()[0]["collections"]
+    try:
+        with gc_pause.fewer_collections():
+            assert gc.get_threshold() == (gc_pause.COMMAND_THRESHOLD0, *old[1:])
+            gc.collect(0)
+            collections = gc.get_stats()[0]["collections"]
+            junk = [_Cycle() for _ in range(gc_pause.COMMAND_THRESHOLD0 // 4)]
+            assert gc.get_stats()[0]["collections"] == collections
+            raise RuntimeError("leaves the block")
+    except RuntimeError:
+        pass
+    assert gc.get_threshold() == old
+    del junk
+
+
+def test_fewer_collections_keeps_a_larger_or_disabled_threshold():
+    old = gc.get_threshold()
+    try:
+        for t0 in (0, 10 * gc_pause.COMMAND_THRESHOLD0):
+            gc.set_threshold(t0, *old[1:])
+            with gc_pause.fewer_collections():
+                assert gc.get_threshold()[0] == t0
+            assert gc.get_threshold()[0] == t0
+    finally:
+        gc.set_threshold(*old)
+
+
+def test_a_command_runs_with_fewer_collections(monkeypatch):
+    """The CLI's ``main`` wraps the command: `compare`'s imports see the raised threshold;
+    after the CLI returns the process has its own threshold again."""
+    seen = []
+    imports = gc_pause.imports
+
+    def spy():
+        seen.append(gc.get_threshold()[0])
+        return imports()
+    monkeypatch.setattr(gc_pause, "imports", spy)
+    old = gc.get_threshold()
+    r = CliRunner().invoke(main, ["--no-cache", "compare", "no-such-chip", "h100", "--model",
+                                  "llama-3-8b"])
+    assert r.exit_code == 2, r.output
+    assert seen == [gc_pause.COMMAND_THRESHOLD0]
+    assert gc.get_threshold() == old
