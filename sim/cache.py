@@ -1,5 +1,8 @@
 """A persistent cache of op results (:class:`~diptych.sim.OpStats`) shared by processes.
 
+``diptych.sim.api.simulate`` writes its GEMMs' results here; vector ops are memoised in memory
+only (their closed form costs less than reading an entry back: ``api._vector_cached``).
+
 ``simulate`` remembers results in memory for the life of a process; this cache remembers them
 on disk, so that a notebook loop, a second ``diptych run`` or the workers of a sweep do not
 simulate the same op on the same chip again.
