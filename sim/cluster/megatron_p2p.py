@@ -59,6 +59,7 @@ dispatch costs nothing itself.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -79,11 +80,10 @@ def issue_order(p: int, m: int, v: int, s: int) -> list[Op]:
     every = m == p                                   # all_warmup_microbatches
     w = n if every else warmup("interleaved", p, m, v, s)
     ops: list[Op] = []
-    h = iter(range(10 ** 9))
+    h = itertools.count()
 
     def chunk_of(k: int, forward: bool) -> int:      # get_model_chunk_id
-        c = (k % (p * v)) // p
-        return c if forward else v - 1 - c
+        return _unit(k, p, v, not forward)[1]
 
     def vstage(kind: str, k: int) -> int:
         return _unit(k, p, v, kind == "B")[1] * p + s
@@ -160,11 +160,9 @@ def _comm(p: int, s: int, op: str, direction: str) -> tuple:
 @dataclass
 class QueuedRun(PipelineRun):
     """:class:`~.schedule.PipelineRun` of :func:`simulate_megatron_pipeline`, with each
-    rank's time its compute stream spent waiting on a send or receive (``wait_s``) and its
-    sends and receives, ``("S" | "R", "next" | "prev", dispatched, ended)`` in issue order
+    rank's sends and receives, ``("S" | "R", "next" | "prev", dispatched, ended)`` in issue order
     (``p2p``: a kernel holds its SMs from dispatch to end, its peer's wait included)."""
 
-    wait_s: list[float] | None = None
     p2p: list[list[tuple]] | None = None
 
 
@@ -223,10 +221,7 @@ def simulate_megatron_pipeline(fwd: list[list[float]], bwd: list[list[float]], m
             if op[0] == "C":
                 _, kind, mb, c = op
                 r.run = [kind, mb, c, t, fwd[r.s][c] if kind == "F" else bwd[r.s][c]]
-            elif op[0] == "W":
-                r.wait_s += t - r.idle_since
-                r.idle_since = t
-            else:
+            elif op[0] != "W":
                 post(r, op)
             r.dispatch(i)
             moved = True
@@ -266,7 +261,6 @@ def simulate_megatron_pipeline(fwd: list[list[float]], bwd: list[list[float]], m
                      busy_s=[r.busy for r in ranks], finish_s=[r.free for r in ranks],
                      peak_units=[r.peak for r in ranks],
                      peak_weight=[float(r.peak) for r in ranks],
-                     wait_s=[r.wait_s for r in ranks],
                      p2p=[[(k, d, t0, end[(r.s, h)]) for k, d, h, t0 in r.p2p] for r in ranks])
 
 
@@ -281,11 +275,13 @@ class _Rank:
         self.head = 0                            # first op not dispatched (one queue)
         self.streams: dict = {}                  # stream -> its ops' indices, in order
         self.stream_prev: list[int | None] = []
+        self.stream_of: list = []                # each op's stream
         self.compute_before: list[int] = []      # last compute-stream op issued before
         last_compute, last_on = -1, {}
         for i, op in enumerate(ops):
             stream = "compute" if op[0] in "CW" else _comm(p, s, op[0], op[1])
             self.streams.setdefault(stream, []).append(i)
+            self.stream_of.append(stream)
             self.stream_prev.append(last_on.get(stream))
             last_on[stream] = i
             self.compute_before.append(last_compute)
@@ -295,8 +291,8 @@ class _Rank:
         self.run: list | None = None
         self.running_index = -1                  # op index of the compute under way
         self.completed = -1                      # last compute-stream op completed
-        self.free = self.idle_since = 0.0
-        self.busy = self.wait_s = 0.0
+        self.free = 0.0
+        self.busy = 0.0
         self.units: list = []
         self.p2p: list = []
         self.waiting: set[int] = set()
@@ -325,12 +321,7 @@ class _Rank:
     def dispatch(self, i: int) -> None:
         self.dispatched[i] = True
         op = self.ops[i]
-        stream = "compute" if op[0] in "CW" else None
-        for name, idx in self.streams.items():
-            if (stream == name or stream is None) and self.pos[name] < len(idx) \
-                    and idx[self.pos[name]] == i:
-                self.pos[name] += 1
-                break
+        self.pos[self.stream_of[i]] += 1         # an op is dispatched at its stream's head
         while self.head < len(self.ops) and self.dispatched[self.head]:
             self.head += 1
         if op[0] == "C":
@@ -354,4 +345,4 @@ class _Rank:
             self.peak = max(self.peak, self.live)
             self.completed = self.running_index
             self.run = None
-            self.free = self.idle_since = t_new
+            self.free = t_new

@@ -103,7 +103,7 @@ from .timing import LayerTime, TpLinks, layer_times, resident
 from ..run.tp_overlap import OverlapCost, costs as overlap_costs, gather_share
 from ..protocols import sent_bytes
 from ..run.interference import (PIPELINE_PEERS, beside_s, collectives_factor,
-                                group_slowdown, tax_s, two_streams)
+                                group_slowdown, held_cores, tax_s, two_streams)
 from .topology import GroupShape, Network, bind, group_ranks, group_shape, stage_peer
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
@@ -515,11 +515,16 @@ def _per_param(model, chip, p, simulate, what: str = "adamw", offload: str = "no
     return (secs / op.elements, joules / op.elements, EP.scaled(parts, 1.0 / op.elements))
 
 
+def _chunk_kinds(chunks, vs: int, last: int) -> list[str]:
+    """Layer kinds of chunk ``vs`` of the pipeline (``last``: the last chunk's index): its
+    layers, the embedding on the first chunk and the head on the last."""
+    return list(chunks[vs]) + (["embedding"] if vs == 0 else []) \
+        + (["head"] if vs == last else [])
+
+
 def _stage_kinds(plan: Plan, chunks, s: int) -> list[str]:
     """Layer kinds of pipeline device ``s``'s chunks (embedding and head included)."""
-    last = plan.chunks - 1
-    return [k for c in device_chunks(plan, s) for k in
-            list(chunks[c]) + (["embedding"] if c == 0 else []) + (["head"] if c == last else [])]
+    return [k for c in device_chunks(plan, s) for k in _chunk_kinds(chunks, c, plan.chunks - 1)]
 
 
 def _energy(chip, plan: Plan, lt, steps, chunks, comm: "_Comm", m: int, train: bool,
@@ -775,8 +780,7 @@ def _pipeline(st: _Setup) -> _Pipe:
     factors: dict[tuple, float] = {}           # per chunk's layer kinds and pass
 
     def chunk_time(vs: int, fwd: bool) -> float:
-        kinds = list(chunks[vs]) + (["embedding"] if vs == 0 else []) \
-            + (["head"] if vs == last_vs else [])
+        kinds = _chunk_kinds(chunks, vs, last_vs)
         t = sum(steps[k].fwd if fwd else steps[k].bwd for k in kinds)
         if sent and st.chip.comm_kernels is not None:
             # the pipeline's send and receive beside the chunk (sim/run/interference.py)
@@ -847,10 +851,9 @@ def _hold_factor(st: _Setup):
         vs = c * P + s
         key = (vs, kind, min(n, PIPELINE_PEERS))
         if key not in memo:
-            kinds = list(st.chunks[vs]) + (["embedding"] if vs == 0 else []) \
-                + (["head"] if vs == st.last_chunk else [])
-            loads = [st.lt[k].fwd_loads if kind == "F" else st.lt[k].bwd_loads for k in kinds]
-            memo[key] = group_slowdown(loads, table.p2p_cores_per_peer * key[2],
+            loads = [st.lt[k].fwd_loads if kind == "F" else st.lt[k].bwd_loads
+                     for k in _chunk_kinds(st.chunks, vs, st.last_chunk)]
+            memo[key] = group_slowdown(loads, held_cores(table, "send", False, key[2]),
                                        st.chip.tensor_cores, 0.0)
         return memo[key]
     return f
@@ -869,8 +872,8 @@ class _Tail:
     ends: list
     step_colls: list
     opt_parts: list
+    emb_s: list                # the tied embedding's gradient sync, waited
     tier2_bytes: list = field(default_factory=list)   # what each device's second tier moves
-    emb_s: list = field(default_factory=list)   # the tied embedding's gradient sync, waited
 
 
 def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
@@ -989,7 +992,11 @@ def _after_pipeline(st: _Setup, pipe: _Pipe) -> _Tail:
             ag_s.append(0.0)
     emb = _tied_embedding_sync(st, pipe, tails, logged, step_colls)
     ends = [pipe.finish[s] + tails[s] + emb[s] + opt_s[s] + ag_s[s] for s in range(P)]
-    return _Tail(tails, opt_s, opt_j, ag_s, ends, step_colls, opt_parts, tier2, emb)
+    return _Tail(tails, opt_s, opt_j, ag_s, ends, step_colls, opt_parts, emb, tier2)
+
+
+#: The tied embedding's gradient all-reduce as the step's communication log names it.
+TIED_EMBEDDING_LABEL = "pp tied embedding grad all_reduce"
 
 
 def _tied_embedding_sync(st: _Setup, pipe: _Pipe, tails, logged, step_colls) -> list[float]:
@@ -1010,8 +1017,8 @@ def _tied_embedding_sync(st: _Setup, pipe: _Pipe, tails, logged, step_colls) -> 
     if not (st.train and P > 1 and m.tie_word_embeddings):
         return emb
     nbytes = m.vocab_size * m.hidden_size / plan.tp * st.precision.g_bytes
-    ar = logged(0, "emb", "all_reduce", nbytes, "pp tied embedding grad all_reduce")
-    step_colls[P - 1].append(step_colls[0][-1])
+    ar = logged(0, "emb", "all_reduce", nbytes, TIED_EMBEDDING_LABEL)
+    step_colls[P - 1].append(("all_reduce", nbytes, st.comm.shapes["emb"].n))   # its peer
     ready = max(pipe.finish[s] + tails[s] for s in (0, P - 1))
     for s in (0, P - 1):
         emb[s] = ready + ar - (pipe.finish[s] + tails[s])
@@ -1029,7 +1036,7 @@ def _exposed_on(st: _Setup, pipe: _Pipe, tail: _Tail, worst: int) -> dict[str, f
             exposed[kk] += x * m
     exposed["pp"] += max(0.0, pipe.pp_exposed) + (pipe.pp_tax[worst] if pipe.pp_tax else 0.0)
     exposed["dp"] += tail.tails[worst] + tail.ag_s[worst]
-    exposed["pp"] += tail.emb_s[worst] if tail.emb_s else 0.0
+    exposed["pp"] += tail.emb_s[worst]
     return exposed
 
 
@@ -1116,7 +1123,7 @@ def _info(st: _Setup, pipe: _Pipe) -> dict:
             "groups": {k: {"ranks": s.n, "per_domain": s.n_local, "domains": s.n_dom}
                        for k, s in st.comm.shapes.items()
                        if (k != "amax" or st.precision.quantized)   # an FP8 recipe's only
-                       and (k != "emb" or "pp tied embedding grad all_reduce" in st.comm.log)},
+                       and (k != "emb" or TIED_EMBEDDING_LABEL in st.comm.log)},
             "identical_layers_simulated_once": True,
             # the stack's comm-GEMM overlap of the layers' TP all-reduces (tp_overlap.py)
             "tp_overlap": (dataclasses.asdict(st.chip.tp_overlap) if any(

@@ -118,16 +118,15 @@ def perfetto_trace(res: ClusterResult, *, max_ranks: int = 64,
                            "ts": end * 1e6, "dur": send * 1e6, "tid": _TRACKS["pp"]})
         fin = res.layout["finish"][s]
         t = fin
-        emb = res.layout.get("embedding_sync") or [0.0] * len(res.layout["tails"])
-        for name, secs in (("gradient reduction (exposed)", res.layout["tails"][s]),
-                           ("tied embedding gradient all-reduce (waited)", emb[s]),
-                           ("optimizer", res.layout["optimizer"][s]),
-                           ("parameter all-gather (exposed)", res.layout["param_ag"][s])):
+        lay = res.layout
+        for name, secs, track in (
+                ("gradient reduction (exposed)", lay["tails"][s], "dp"),
+                ("tied embedding gradient all-reduce (waited)", lay["embedding_sync"][s], "pp"),
+                ("optimizer", lay["optimizer"][s], "compute"),
+                ("parameter all-gather (exposed)", lay["param_ag"][s], "dp")):
             if secs > 0:
-                tid = _TRACKS["compute"] if name == "optimizer" else \
-                    _TRACKS["pp" if name.startswith("tied") else "dp"]
                 ev.append({"name": name, "cat": "step", "ph": "X", "ts": t * 1e6,
-                           "dur": secs * 1e6, "tid": tid})
+                           "dur": secs * 1e6, "tid": _TRACKS[track]})
                 t += secs
         per_stage.append(ev)
     events: list[dict] = []
