@@ -782,6 +782,12 @@ def _copy_fraction(what: str):
                      "rate is a bug, not a rate"))
 
 
+#: :class:`ElementwiseKernels`' fields by what they rate: a vector-op kind's forward is the
+#: field of its name, its backward ``<name>_bwd``; a loss pass by implementation likewise.
+_RATED_KINDS = frozenset({"swiglu", "geglu"})
+_LOSS_FIELDS = {"fused": "cross_entropy", "unfused": "cross_entropy_unfused"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ElementwiseKernels:
     """The DRAM rate a software stack's own elementwise kernels reach, as a fraction of the
@@ -815,15 +821,10 @@ class ElementwiseKernels:
         pass), or for a pass of the LM loss of implementation ``loss`` (``"fused"`` or
         ``"unfused"``, workloads/loss.py: whatever its kind); 1 for a kind the table does
         not list."""
-        if loss == "fused":
-            return self.cross_entropy_bwd if backward else self.cross_entropy
-        if loss == "unfused":
-            return self.cross_entropy_unfused_bwd if backward else self.cross_entropy_unfused
-        if kind == "swiglu":
-            return self.swiglu_bwd if backward else self.swiglu
-        if kind == "geglu":
-            return self.geglu_bwd if backward else self.geglu
-        return 1.0
+        stem = _LOSS_FIELDS.get(loss) or (kind if kind in _RATED_KINDS else None)
+        if stem is None:
+            return 1.0
+        return getattr(self, stem + "_bwd" if backward else stem)
 
 
 @dataclass(frozen=True, kw_only=True)
