@@ -171,14 +171,13 @@ def ce_rows(chip, tuned) -> list[str]:
         for v, (m_fwd, m_all) in table.items():
             fw, bw = ce_ops(impl, v)
             mark = "*" if v in CE_CALIBRATION else ""
-            for part, ops, m, d, t in (("fwd", fw, m_fwd, *(x[0] for x in (ce_ms(impl, v, chip),
-                                                                          ce_ms(impl, v, tuned)))),
-                                       ("bwd", bw, m_all - m_fwd,
-                                        *(x[1] for x in (ce_ms(impl, v, chip),
-                                                         ce_ms(impl, v, tuned))))):
+            d, t = ce_ms(impl, v, chip), ce_ms(impl, v, tuned)
+            for part, ops, m, i in (("fwd", fw, m_fwd, 0), ("bwd", bw, m_all - m_fwd, 1)):
+                d_part, t_part = d[i], t[i]
                 b = sum(o.read_bytes + o.write_bytes for o in ops)
                 rows.append(f"| CE {impl} {part}, V {v}{mark} | {b / 1e6:.0f} | {m:.4f} "
-                            f"({b / m / 1e9:.2f}) | | {d:.4f} | {t:.4f} | {t / m:.2f} |")
+                            f"({b / m / 1e9:.2f}) | | {d_part:.4f} | {t_part:.4f} | "
+                            f"{t_part / m:.2f} |")
     return rows
 
 
