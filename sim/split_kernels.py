@@ -193,18 +193,14 @@ def own_split_rows(cores, per_core, R, C, batch, m, n, k, min_split_k, max_waves
     ``min_split_k``, ``max_waves``: the mapper's ``MIN_SPLIT_K`` and ``MAX_WAVES``."""
     arrays = cores * per_core
     # 1. one wave, one tile per array, keyed by the per-array share (first kept)
-    one = grids = np.empty((0, 6), dtype=np.int64)
-    for part in range(2):      # (one call site: one compiled signature)
-        g = _grids(cores, per_core, batch, m, n, max_waves, part)
-        if part:
-            grids = g
-        else:
-            one = g
+    # (the flags as int64, not literals: one compiled signature of _grids)
+    one = _grids(cores, per_core, batch, m, n, max_waves, np.int64(0))
+    grids = _grids(cores, per_core, batch, m, n, max_waves, np.int64(1))
     n1, ng = len(one), len(grids)
     out = np.empty((2 * n1 + ng + 1, N_F), dtype=np.int64)
     keys = np.empty((n1 + 1, 3), dtype=np.int64)
     slots = _table(n1 + 1)
-    no = 0
+    no = np.int64(0)           # (an int64 from the start: one signature of _lookup)
     for i in range(n1):
         pb, pm, pn = one[i, 0], one[i, 1], one[i, 2]
         keys[no, 0], keys[no, 1], keys[no, 2] = _cd(batch, pb), max(1, _cd(m, pm)), _cd(n, pn)
@@ -289,20 +285,18 @@ def chip_split_rows(cores, per_core, R, C, engines, batch, m, n, k, min_split_k,
     less the packings another split of the same fields dominates (the mapper's
     ``packing_dominates`` on cores of ``engines`` DMA engines)."""
     top = own_split_rows(cores, per_core, R, C, batch, m, n, k, min_split_k, max_waves)
-    total = len(top)
+    parts = [top]
     c = cores
     while c % 2 == 0:
         c //= 2
-        total += len(own_split_rows(c, per_core, R, C, batch, m, n, k, min_split_k,
+        parts.append(own_split_rows(c, per_core, R, C, batch, m, n, k, min_split_k,
                                     max_waves))
+    total = np.int64(0)
+    for part in parts:
+        total += len(part)
     every = np.empty((total, N_F), dtype=np.int64)
-    for i in range(len(top)):
-        for f in range(N_F):
-            every[i, f] = top[i, f]
-    c, at = cores, len(top)
-    while c % 2 == 0:     # (the halves again: cheaper than keeping each part's array)
-        c //= 2
-        part = own_split_rows(c, per_core, R, C, batch, m, n, k, min_split_k, max_waves)
+    at = 0
+    for part in parts:
         for i in range(len(part)):
             for f in range(N_F):
                 every[at, f] = part[i, f]
@@ -316,7 +310,7 @@ def chip_split_rows(cores, per_core, R, C, engines, batch, m, n, k, min_split_k,
     first = np.empty(total, dtype=np.int64)   # its group's first member
     nxt = np.full(total, -1, dtype=np.int64)  # the next member of its group
     last = np.empty(total, dtype=np.int64)    # (of a group's first: its last member)
-    ne = 0
+    ne = np.int64(0)
     for i in range(total):
         if i > ne:
             for f in range(N_F):
