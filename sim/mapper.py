@@ -297,7 +297,8 @@ def splits(chip, batch: int, m: int, n: int, k: int = 0) -> list[Split]:
     :func:`splits_ref` is the same in plain Python (:func:`own_splits`, :func:`_splits`),
     the reference the tests compare it with.
     """
-    return list(split_objects(chip, batch, m, n, k))
+    return [_split(**dict(zip(SK.FIELDS, r)))
+            for r in split_rows(chip, batch, m, n, k)[0].tolist()]
 
 
 def splits_ref(chip, batch: int, m: int, n: int, k: int = 0) -> list[Split]:
@@ -318,14 +319,6 @@ def split_rows(chip, batch: int, m: int, n: int, k: int = 0) -> tuple[np.ndarray
     arr = chip.core.array
     return _split_rows(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols,
                        chip.dma.engines, batch, m, n, k)
-
-
-def split_objects(chip, batch: int, m: int, n: int, k: int = 0) -> tuple[Split, ...]:
-    """The :class:`Split` of each of :func:`split_rows` (memoised: the same objects while the
-    shape stays in the cache)."""
-    arr = chip.core.array
-    return _split_objects(chip.tensor_cores, chip.core.arrays, arr.rows, arr.cols,
-                          chip.dma.engines, batch, m, n, k)
 
 
 def lazy_splits(rows: np.ndarray) -> list[Split]:
@@ -349,21 +342,6 @@ def _split_rows(cores: int, per_core: int, R: int, C: int, engines: int, batch: 
     rows.setflags(write=False)
     own.setflags(write=False)
     return rows, own
-
-
-@lru_cache(maxsize=4096)
-def _split_objects(*args) -> tuple[Split, ...]:
-    # (:func:`_split` written out, the fields unpacked in order: ~500 splits per new shape)
-    new = object.__new__
-    out = []
-    for r in _split_rows(*args)[0].tolist():
-        sp = new(Split)
-        d = sp.__dict__
-        (d["pb"], d["pm"], d["pn"], d["batch"], d["m"], d["n"], d["active"],
-         d["arrays_per_core"], d["waves"], d["tail_active"], d["qm"], d["qn"], d["a_dup"],
-         d["b_dup"], d["pk"], d["k"]) = r
-        out.append(sp)
-    return tuple(out)
 
 
 @lru_cache(maxsize=4096)
