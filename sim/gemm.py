@@ -405,7 +405,7 @@ def _array_key(a: np.ndarray) -> tuple:
 
 
 def _run_candidate(base, cs, local: int, cutoff: int, best: int, dram,
-                   run=E.run_schedule) -> np.ndarray:
+                   run) -> np.ndarray:
     """:func:`run_engine` of candidate ``local`` of table ``cs`` with ``memory`` on, writing
     its blocking and bounds into the group's :func:`mapper.engine_base` integer vector in
     place (the engine only reads it; every entry a run reads is set here or in the base) and
