@@ -3,8 +3,10 @@ docs/validation.md.
 
     python benchmarks/scalesim_crosscheck.py [--scalesim-python /tmp/ss/bin/python] [--out FILE]
 
-SCALE-Sim is not a dependency. Install it in a scratch venv (it needs NumPy < 2):
-``python -m venv /tmp/ss && /tmp/ss/bin/pip install scalesim "numpy<2"``. With
+SCALE-Sim is not a dependency. Install it in a scratch venv (it needs NumPy < 2, hence a
+pandas built for it): ``python -m venv /tmp/ss && /tmp/ss/bin/pip install scalesim "numpy<2"
+"pandas<2.3"``. Each GEMM is one SCALE-Sim run of its own, timed (``bench_gemm.py`` reads the
+times). With
 ``--scalesim-python`` (or ``scalesim`` importable here) its "Total Cycles" (COMPUTE_REPORT.csv,
 ideal memory) are measured; without it the SCALE-Sim column is filled from its closed form and
 marked as such. Either way every row checks ``ours − scalesim == closed-form difference``:
@@ -36,7 +38,7 @@ SHAPES = [(256, 256, 256), (100, 300, 40), (1, 4096, 1024), (8, 512, 512), (64, 
 R, C = 16, 8   # a non-square array shows which dimension maps where
 
 _CHILD = r'''
-import csv, json, os, shutil, sys
+import csv, json, os, shutil, sys, time
 from scalesim.scale_sim import scalesim
 R, C, shapes, work = int(sys.argv[1]), int(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
 cfg = """[general]
@@ -75,20 +77,24 @@ UseRamulatorTrace: False
 """
 os.chdir(work)
 open("layout.csv", "w").write("Layer name, x,\n")
-with open("topo.csv", "w") as fh:
-    fh.write("Layer, M, N, K,\n")
-    for i, (m, k, n) in enumerate(shapes):
-        fh.write(f"l{i}, {m}, {n}, {k},\n")
-out = {}
+out, seconds = {}, {}
 for df in ("os", "ws", "is"):
     open("c.cfg", "w").write(cfg.format(R=R, C=C, df=df))
-    shutil.rmtree("out", ignore_errors=True)
-    s = scalesim(save_disk_space=True, verbose=False, config="c.cfg", topology="topo.csv",
-                 input_type_gemm=True, layout="layout.csv")
-    s.run_scale(top_path="out")
-    rep = os.listdir("out")[0]
-    rows = list(csv.reader(open(f"out/{rep}/COMPUTE_REPORT.csv")))[1:]
-    out[df] = [int(r[2]) for r in rows]
+    out[df], seconds[df] = [], []
+    for i, (m, k, n) in enumerate(shapes):     # one run per GEMM, so each is timed on its own
+        with open("topo.csv", "w") as fh:
+            fh.write("Layer, M, N, K,\n")
+            fh.write(f"l{i}, {m}, {n}, {k},\n")
+        shutil.rmtree("out", ignore_errors=True)
+        t = time.perf_counter()
+        s = scalesim(save_disk_space=True, verbose=False, config="c.cfg", topology="topo.csv",
+                     input_type_gemm=True, layout="layout.csv")
+        s.run_scale(top_path="out")
+        seconds[df].append(time.perf_counter() - t)
+        rep = os.listdir("out")[0]
+        rows = list(csv.reader(open(f"out/{rep}/COMPUTE_REPORT.csv")))[1:]
+        out[df].append(int(rows[0][2]))
+out["seconds"] = seconds
 print("RESULT" + json.dumps(out))
 '''
 
