@@ -874,6 +874,12 @@ class AttentionKernel:
                          "backward call's tile work reaches, beyond the whole diagonal blocks "
                          "and the per-tile costs the rule charges (1: the same rate)",
         **bound(0.01, 1.0, "a fraction of the unmasked rate"))
+    dropout_cost: float = f(
+        default=0.0, doc="extra share of a call's compute time when it drops attention "
+                         "probabilities (its mask drawn inside the kernel, forward and "
+                         "backward; workloads/dropout.py); 0: free or unmeasured",
+        **bound(0.001, 10.0, "a share of the kernel's time: a thousandth is below any "
+                "measured cost, ten times the kernel far above", zero=True))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,7 @@ Every row is a published, measured step time (NVIDIA/dgxc-benchmarking v24.11, N
 (GPT-3), 24.09 / 24.11 and dev containers, "last step" times of the weak-scaling tables; FP8
 is Transformer Engine's delayed scaling, NeMo's default then) beside what ``diptych run
 --cluster dgx-h100`` predicts with the published parallel layout and the runs' software
-settings (:data:`STACKS`: NVLS off, the attention kernel, TE's userbuffers or not;
+settings (:data:`STACKS`: NVLS off, the attention kernel, TE's userbuffers or not, dropout;
 ``--stack-defaults`` leaves them out). These rows are **checks only**: no constant anywhere
 is set from them (the mechanisms are calibrated on component measurements, each cited where
 its number lives). Ratio = diptych ÷ published step time: < 1 means diptych is too fast.
@@ -106,10 +106,17 @@ ROUTING = {"grok": dict(moe_capacity_factor=1.0, moe_pad=True)}
 #: ``PRE_CMD``; 35a9aec nemo_megatron/launch.sh, on the python command), one hardware queue
 #: for every stream: ``"one_queue"``. Grok-1's configure.sh (143b90d) does not set it (CUDA's
 #: default, 8 connections): ``"issue"``.
+#: Dropout (workloads/dropout.py): 35a9aec nemo_megatron/gpt3_175b_hydra.yaml sets
+#: ``hidden_dropout: 0.1`` and ``attention_dropout: 0.1`` (L66-67, the same at 143b90d and
+#: 8f5cbb3; ``bias_dropout_add_fusion: true``, L79; ``bias`` is not set, so NeMo's default);
+#: llama3.1_8b.yaml, llama3.1_70b.yaml (35a9aec) and grok1_314b.yaml (143b90d) set
+#: ``hidden_dropout: 0.0``, ``attention_dropout: 0.0``, ``ffn_dropout: 0.0`` (Grok ``0``) and
+#: ``bias: false``: no dropout (the defaults, 0).
 STACKS = {"llama": dict(nvls=False, cross_entropy="fused", elementwise_kernels="megatron",
                         kernel_order="one_queue"),
           "gpt3": dict(nvls=False, attention_kernel="fa2", cross_entropy="unfused",
-                       elementwise_kernels="megatron", kernel_order="one_queue"),
+                       elementwise_kernels="megatron", kernel_order="one_queue",
+                       hidden_dropout=0.1, attention_dropout=0.1),
           "grok": dict(nvls=False, attention_kernel="fa2", tp_comm_overlap=True,
                        cross_entropy="unfused", elementwise_kernels="megatron",
                        kernel_order="issue")}

@@ -174,7 +174,11 @@ def stack_text(info: dict) -> str | None:
                               "cross_entropy" in st),
                              (f"sequence parallelism "
                               f"{'on' if st.get('sequence_parallel') else 'off'}",
-                              "sequence_parallel" in st))
+                              "sequence_parallel" in st),
+                             (f"hidden dropout {st.get('hidden_dropout')}",
+                              bool(st.get("hidden_dropout"))),
+                             (f"attention dropout {st.get('attention_dropout')}",
+                              bool(st.get("attention_dropout"))))
              if on]
     return ", ".join(words) or None
 

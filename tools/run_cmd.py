@@ -270,6 +270,14 @@ def _curve_table(curve: dict):
                    "cross-entropy (cross_entropy_loss_fusion: true; the default) or the "
                    "unfused one, a PyTorch kernel per operation (docs/workloads.md, \"The "
                    "loss, the embedding gradient and the optimizer\").")
+@click.option("--hidden-dropout", type=float, default=None, metavar="P",
+              help="Training: the bias-dropout-adds' dropout probability (NeMo's "
+                   "hidden_dropout; default 0): each writes a bool mask its backward reads "
+                   "(docs/workloads.md, \"Dropout\").")
+@click.option("--attention-dropout", type=float, default=None, metavar="P",
+              help="Training: the fused attention kernel's dropout probability (NeMo's "
+                   "attention_dropout; default 0): the mask drawn inside the kernel at the "
+                   "attention table's measured dropout_cost.")
 @click.option("--nvls/--no-nvls", default=True, show_default=True,
               help="All-reduces through the switch's in-network reduction where the chip has "
                    "one (NVLink SHARP); --no-nvls is NCCL_NVLS_ENABLE=0: the ring.")
@@ -336,7 +344,7 @@ def _curve_table(curve: dict):
 def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp, ep, cp, zero,
         zero_shards, schedule, virtual_stages, precision, weights_dtype, act_dtype, kv_dtype,
         recipe, overlap, recompute, attention, attention_kernel, elementwise_kernels,
-        kernel_order, cross_entropy, nvls,
+        kernel_order, cross_entropy, hidden_dropout, attention_dropout, nvls,
         collective_algorithms, tp_layout,
         tp_comm_overlap, sequence_parallel, moe_skew, moe_capacity_factor, moe_pad, offload,
         micro_batch, execution, fusion, topology, ideal, waterfall, as_json, trace):
@@ -371,6 +379,14 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                              f"implementation; {'a --topology file' if topology else phase} "
                              f"has no loss")
         stack["cross_entropy"] = cross_entropy
+    for name, value in (("hidden_dropout", hidden_dropout),
+                        ("attention_dropout", attention_dropout)):
+        if value is None:
+            continue
+        if topology:
+            raise ValueError(f"--{name.replace('_', '-')} {value} applies to a model's "
+                             f"training step; a --topology file lowers no dropout")
+        stack[name] = value
     if sequence_parallel is not None:
         flag = "--sequence-parallel" if sequence_parallel else "--no-sequence-parallel"
         if phase != "train" or topology:

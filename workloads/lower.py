@@ -57,7 +57,7 @@ from .program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .recipe import BF16_LINEARS, quantize_records
 from .fused_attention import AttnCall, fuse
-from . import cp_attention, embedding_grad, loss
+from . import cp_attention, dropout, embedding_grad, loss
 from .gated_deltanet import linear_attention
 from .sparse_attention import CORE_OPS as DSA_CORES, attended_layer, indexer_ops
 from .mamba2 import CORE_OPS as SSM_CORES, ssm_mixer
@@ -472,7 +472,9 @@ def _attend(c: _Ctx, scores: Gemm, softmax: VectorOp, pv: Gemm, heads: int,
                                [(out, 1.0)])]
     op = fuse("attention (fused)", scores, softmax, pv, keys_stored=stored,
               heads_rows=rows, kv_shared=kv_shared, stats=c.phase == "train",
-              kv_cache=c.phase == "decode", tags=("attn",), calls=attention_calls(c),
+              kv_cache=c.phase == "decode",
+              tags=("attn",) + ((dropout.TAG,) if c.phase == "train" and c.p.attention_dropout
+                                else ()), calls=attention_calls(c),
               groups=c.batch * heads)
     if ring:                     # the rank keeps only its own K/V chunk for backward
         op = replace(op, saved_kv_bytes=chunk)
@@ -975,8 +977,14 @@ def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: s
         cur, deps = f"{name}_pn", ()
     op = c.vec(f"{name}_residual", "add", T * d / c.sp, reads=2.0,
                tags=c.sp_tags + (RESIDUAL_ADD,))
-    fl.vec(op, [(cur, f), (resid, f)], [(fl.t(out or f"{name}_sum", T * d * a), f)],
-           deps=deps)
+    writes = [(fl.t(out or f"{name}_sum", T * d * a), f)]
+    if c.phase == "train" and c.p.hidden_dropout:
+        # the bias-dropout-add also writes its bool mask, saved for the backward
+        # (workloads/dropout.py): 1 B per element; the compare and the scale on the lanes
+        op = replace(op, write_bytes=op.write_bytes + op.elements * dropout.MASK_BYTES,
+                     ops_per_element=op.ops_per_element + 2.0, tags=op.tags + (dropout.TAG,))
+        writes.append((fl.t(f"{name}_dropout_mask", T * d * dropout.MASK_BYTES), f))
+    fl.vec(op, [(cur, f), (resid, f)], writes, deps=deps)
     ops.append(op)
     return ops
 

@@ -14,7 +14,8 @@ the defaults) + saved activations, with or without full recomputation:
   probabilities are recomputed in backward, not stored (fused attention also keeps its softmax
   statistics, 2 FP32 values per query row and head). For GPT-3 this is Korthikanti et al.
   2022's ``34·s·b·h`` per layer without the ``5·a·s²·b`` score term and the ``2·s·b·h`` of
-  dropout masks: ``32·s·b·h``;
+  dropout masks: ``32·s·b·h``; a step with hidden dropout also keeps the bias-dropout-adds'
+  bool masks (:mod:`~diptych.workloads.dropout`), Korthikanti's ``2·s·b·h``;
 * with full recomputation each layer keeps only its input (``s·b·h``) and one layer's
   activations are live at a time during backward.
 
@@ -37,6 +38,7 @@ from .program import Block
 from .lower import SP_SHARD, _pos, valid_tp_degrees
 from .params import kv_cache_bytes, params_per_chip, state_bytes_per_sequence
 from .precision import Precision
+from . import dropout
 
 
 def saved_bytes(block: Block, kv_scale: float = 1.0) -> float:
@@ -53,6 +55,8 @@ def saved_bytes(block: Block, kv_scale: float = 1.0) -> float:
                 total += op.b_bytes * kv_scale
         elif isinstance(op, VectorOp) and "saved" in op.tags:
             total += op.read_bytes
+        elif isinstance(op, VectorOp) and dropout.TAG in op.tags:   # the bool mask it saved
+            total += op.elements * dropout.MASK_BYTES
         elif isinstance(op, FusedAttention):   # Q, stats; K and V over the full sequence
             total += op.saved_bytes + op.saved_kv_bytes
     return total

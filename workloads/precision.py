@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from ..arch.dtypes import check_dtype, dtype_bytes
 from .loss import DEFAULT as LOSS_DEFAULT, check_implementation
+from . import dropout
 
 #: Training precision recipes. Per-tensor FP8 (Transformer Engine's names: delayed scaling,
 #: the TE default, and current scaling), and MXFP8 (block-scaled storage, modelled as MXFP8
@@ -66,6 +67,8 @@ class Precision:
     ``cross_entropy``: the training loss's implementation (:data:`~diptych.workloads.loss.\
 IMPLEMENTATIONS`: Megatron-Core's ``fused`` FP32 cross-entropy or its eager ``unfused`` one),
     which decides the FP32 copies of the logits a step writes and reads.
+    ``hidden_dropout``, ``attention_dropout``: the training step's dropout probabilities
+    (:mod:`~diptych.workloads.dropout`; 0 by default: none lowered), in [0, 1).
     """
 
     weights: str = "bf16"
@@ -78,9 +81,13 @@ IMPLEMENTATIONS`: Megatron-Core's ``fused`` FP32 cross-entropy or its eager ``un
     linear: str | None = None
     recipe: str | None = None
     cross_entropy: str = LOSS_DEFAULT
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
 
     def __post_init__(self):
         check_implementation(self.cross_entropy)
+        for name in dropout.FIELDS:
+            dropout.check_probability(name, getattr(self, name))
         for name in ("weights", "activations", "kv", "accumulation", "grads", "moments"):
             check_dtype(getattr(self, name), f"{name} dtype")
         if self.master is not None:
@@ -130,7 +137,8 @@ IMPLEMENTATIONS`: Megatron-Core's ``fused`` FP32 cross-entropy or its eager ``un
         return {"weights": self.weights, "activations": self.activations, "kv": self.kv,
                 "accumulation": self.accumulation, "grads": self.grads, "master": self.master,
                 "moments": self.moments, "recipe": self.recipe, "linear": self.linear,
-                "cross_entropy": self.cross_entropy}
+                "cross_entropy": self.cross_entropy,
+                **{n: getattr(self, n) for n in dropout.FIELDS if getattr(self, n)}}
 
     def describe(self) -> str:
         out = (f"W {self.weights} / A {self.activations} / KV {self.kv} / "

@@ -35,7 +35,7 @@ from .program import Carry, Tensor
 from .config import ModelConfig
 from .fused_attention import FusedAttention, fused_backward
 from .graph import Workload
-from . import embedding_grad as emb, loss
+from . import dropout, embedding_grad as emb, loss
 from .cp_attention import RingMerge
 from .program import Access, Block, Use
 from .lower import (REGATHER, RESIDUAL_ADD, _check_common, _Ctx, _layer_blocks,
@@ -115,11 +115,15 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
     if isinstance(op, VectorOp):
         # its output gradient is BF16 even where its forward wrote FP8 (recipe.py)
         out_bytes = op.write_bytes / (rowwise_share(p) if "fp8_rowwise" in op.tags else 1.0)
+        drop = dropout_backward(op)
+        if drop is not None:
+            out_bytes = drop.write_bytes     # the stream's gradient, not the mask
         read, write = vector_backward_bytes(op, out_bytes)
-        return [VectorOp(name=f"{op.name}.bwd", kind=op.kind, elements=op.elements,
-                         ops_per_element=2.0 * op.ops_per_element,
-                         read_bytes=read, write_bytes=write,
-                         dtype=op.dtype, tags=op.tags + (BACKWARD_TAG,))]
+        return ([drop] if drop is not None else []) + [
+            VectorOp(name=f"{op.name}.bwd", kind=op.kind, elements=op.elements,
+                     ops_per_element=2.0 * op.ops_per_element,
+                     read_bytes=read, write_bytes=write,
+                     dtype=op.dtype, tags=op.tags + (BACKWARD_TAG,))]
     # the adjoint of an all-gather is a reduce-scatter of the same buffer (each rank gets its
     # chunk's gradient summed over the ranks): context parallelism's K/V all-gather, whose
     # backward sums every rank's dK/dV onto the chunk's owner [S: NVIDIA/TransformerEngine
@@ -162,10 +166,16 @@ def vector_backward_bytes(op: VectorOp, out_bytes: float) -> tuple[float, float]
       bias-dropout-add) moves no bytes of its own backward: autograd hands the output
       gradient to both inputs as it is (PyTorch ``tools/autograd/derivatives.yaml``
       ``add.Tensor``: ``self: grad``, ``other: maybe_multiply(grad, alpha)``, alpha 1; the
-      dropout in front of it is the identity at ``hidden_dropout`` 0 [assumption: the
-      published Llama-family configs train without hidden dropout]) [S: NVIDIA/Megatron-LM
+      dropout in front of it is the identity at ``hidden_dropout`` 0, which the Llama 3.1
+      and Grok-1 configs set [S: NVIDIA/dgxc-benchmarking 35a9aec llama3.1/llama3.1_8b.yaml
+      and llama3.1_70b.yaml L65-67, llama3.1_405b.yaml L67-69, 143b90d grok1/grok1_314b.yaml
+      L72-74: ``hidden_dropout: 0.0``, ``attention_dropout: 0.0``, ``ffn_dropout: 0.0``
+      (Grok ``0``), and ``bias: false``]; GPT-3's gpt3_175b_hydra.yaml (35a9aec L66-67)
+      sets ``hidden_dropout: 0.1``, whose mask and backward kernel
+      :func:`dropout_backward` adds (workloads/dropout.py)) [S: NVIDIA/Megatron-LM
       core_r0.9.0 (1afee592) megatron/core/fusions/fused_bias_dropout.py L36-37 ``out =
-      dropout(x, p=prob, ...)``, ``out = residual + out``, no bias in the published configs].
+      dropout(x, p=prob, ...)``, ``out = residual + out``; GPT-3's biases (NeMo's default, the
+      yaml sets none) are not lowered].
       The kernel is where the two gradient paths of the residual stream meet: the stream
       the add read (``x``, ``h1``) is also the norm's input, and autograd's input buffer sums
       the norm's input gradient into the one the add passed through (PyTorch
@@ -178,6 +188,23 @@ def vector_backward_bytes(op: VectorOp, out_bytes: float) -> tuple[float, float]
     if RESIDUAL_ADD in op.tags:
         return op.read_bytes, out_bytes
     return op.read_bytes + out_bytes, op.read_bytes
+
+
+def dropout_backward(op: VectorOp) -> VectorOp | None:
+    """The dropout's own backward kernel of a residual add that drops (tagged
+    :data:`~diptych.workloads.dropout.TAG`; None for any other op): ``grad · mask · scale``
+    over the stream, reading the output gradient and the saved bool mask and writing the
+    sub-block output's gradient (``a + 1`` read, ``a`` written per element;
+    :mod:`~diptych.workloads.dropout`). It runs before the add's own backward, the stream's
+    gradient accumulation (:func:`vector_backward_bytes`)."""
+    if dropout.TAG not in op.tags or RESIDUAL_ADD not in op.tags:
+        return None
+    mask = op.elements * dropout.MASK_BYTES
+    grad = op.write_bytes - mask
+    return VectorOp(name=f"{op.name}.dropout_bwd", kind="elementwise", elements=op.elements,
+                    ops_per_element=2.0, read_bytes=grad + mask, write_bytes=grad,
+                    dtype=op.dtype,
+                    tags=tuple(t for t in op.tags if t != RESIDUAL_ADD) + (BACKWARD_TAG,))
 
 
 def extra_backward_collectives(ops, p: Precision) -> tuple[Collective, ...]:
@@ -332,7 +359,18 @@ def _quantized_backward(op: Gemm, a: Access, d_out: list, deps, dep_grads, gr: "
     return out
 
 
-def _residual_backward_uses(reads, d_out: list, outs, gr: "_Grads") -> tuple[tuple, tuple]:
+def _dropout_backward_access(reads, d_out: list, a: Access, gr: _Grads) -> Access:
+    """Tensor uses of a dropping residual add's dropout backward (:func:`dropout_backward`):
+    it reads the output gradient and the saved mask and writes the gradient of the
+    sub-block's output (the add's first operand)."""
+    *inp, _ = [u for u in reads if u.role != "dep"]
+    masks = [u for u in a.of(mode="write") if u.tensor.endswith("_dropout_mask")]
+    return Access((*d_out, *(Use(u.tensor, "read", u.share) for u in masks),
+                   *(x for u in inp for x in gr.contribute(u.tensor, u.share, ""))))
+
+
+def _residual_backward_uses(reads, d_out: list, outs, gr: "_Grads", inputs: bool = True
+                            ) -> tuple[tuple, tuple]:
     """Tensor uses of a residual add's backward, the residual stream's gradient accumulation
     (:func:`vector_backward_bytes`): the sub-block's output (the add's first operand) gets
     the output gradient as it is (a write of no bytes, ordering only), the stream (its
@@ -342,12 +380,14 @@ def _residual_backward_uses(reads, d_out: list, outs, gr: "_Grads") -> tuple[tup
     It reads no saved input, so an ordering-only read of the add's forward output ``outs``
     keeps it behind its forward (an output's gradient exists only after the output: else a
     layer's forward-and-backward program, which the cluster step times as one
-    (sim/cluster/timing.py, "Execution"), would start the backward beside the forward)."""
+    (sim/cluster/timing.py, "Execution"), would start the backward beside the forward).
+    ``inputs`` False: the sub-block's output took its gradient from the dropout's backward
+    (:func:`_dropout_backward_access`), so this adds no ordering-only one."""
     *inp, resid = [u for u in reads if u.role != "dep"]
     uses = (*(u for u in reads if u.role == "dep"),
             *(dataclasses.replace(u, share=2.0 * u.share) for u in d_out),
             *(Use(w, "read", 0.0, "dep") for w in outs))
-    grads = (*(x for u in inp for x in gr.contribute(u.tensor, 0.0, "")),
+    grads = (*(x for u in (inp if inputs else ()) for x in gr.contribute(u.tensor, 0.0, "")),
              *gr.contribute(resid.tensor, resid.share, ""))
     return uses, grads
 
@@ -470,7 +510,12 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
         elif isinstance(op, VectorOp) and op.kind == "rope":   # reads the gradient only
             uses = (*(u for u in reads if u.role == "dep"), *d_out)
         elif isinstance(op, VectorOp) and RESIDUAL_ADD in op.tags:
-            uses, grads = _residual_backward_uses(reads, d_out, a.writes, gr)
+            dropped = dropout.TAG in op.tags
+            if dropped:    # the dropout's backward first (its own kernel, dropout_backward)
+                next(it)
+                access.append(_dropout_backward_access(reads, d_out, a, gr))
+            uses, grads = _residual_backward_uses(reads, d_out, a.writes, gr,
+                                                  inputs=not dropped)
             access.append(Access(uses + grads + tuple(dep_grads)))
             continue
         else:

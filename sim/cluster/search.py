@@ -31,7 +31,7 @@ from ...workloads.config import ModelConfig
 from ...workloads.lower import valid_tp_degrees
 from ...workloads.registry import load_model
 from ..api import OpTimer
-from ..run.node import default_precision
+from ..run.node import default_precision, dropout_of
 from ..run.offload import OFFLOADS, check_offload, offload_capacity_bytes
 from ..run.scenario import Scenario
 from .estimate import roofline_simulate
@@ -202,12 +202,12 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
         raise ValueError(f"chips ({chips}) exceeds the cluster's {cluster.chips} chips "
                          f"({cluster.name})")
     p = default_precision(chip, "train", weights_dtype, act_dtype, kv_dtype, recipe,
-                          scenario.cross_entropy)
+                          scenario.cross_entropy, **dropout_of(scenario))
     check_supported(chip, p)
     base = Scenario(phase="train", batch=batch, seq=seq, weights_dtype=weights_dtype,
                     act_dtype=act_dtype, kv_dtype=kv_dtype, recipe=recipe,
                     attention=scenario.attention, cross_entropy=scenario.cross_entropy,
-                    execution=scenario.execution)
+                    execution=scenario.execution, **dropout_of(scenario))
     screen_scenario = dataclasses.replace(base, execution="sum")
     limit = max_tp or min(cluster.scale_up.chips, 64)
     given = dict(space)

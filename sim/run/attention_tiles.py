@@ -20,6 +20,10 @@ from that (Shah et al., FlashAttention-3, arXiv 2407.08608, §3 and Figs. 5–6)
 * **the MMA instructions' rate**: the matrix products take ``1 / mma_fraction`` of the
   engine's time (a kernel written for an older instruction set, FlashAttention-2's
   ``mma.sync`` on Hopper, reaches a fraction of the cores' rate; 1 for a native kernel);
+* **attention dropout**: a call that drops probabilities (tagged ``dropout``,
+  :mod:`~diptych.workloads.dropout`) draws its mask with Philox inside the kernel, forward and
+  backward, and moves no more bytes; it takes ``1 + dropout_cost`` of the tile time, the
+  kernel's measured share;
 * **the masked backward's rate**: a backward call under a mask (causal, windowed, chunked)
   runs its share of the tile work at ``bwd_causal_fraction`` of the unmasked rate. Measured
   causal backward kernels run at 0.82-0.96 of their unmasked rate per useful FLOP at 4k-16k
@@ -43,6 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...workloads import dropout
 from ...workloads.fused_attention import AttnCall, FusedAttention
 from ...workloads.ops import Gemm, VectorOp
 
@@ -205,5 +210,7 @@ def tiled_compute_seconds(op: FusedAttention, chip, part_stats, compute_seconds)
     # waves of the shortest (exact for equal tiles)
     pair = work * cores / pairs
     ov = overhead / clock
-    return max(work + tiles * ov / cores, longest * pair + ov,
-               math.ceil(tiles / cores) * (shortest * pair + ov))
+    t = max(work + tiles * ov / cores, longest * pair + ov,
+            math.ceil(tiles / cores) * (shortest * pair + ov))
+    # a kernel that drops probabilities draws its mask inside, at its measured cost
+    return t * (1.0 + at.dropout_cost) if dropout.TAG in op.tags else t

@@ -36,6 +36,7 @@ from ...arch import Chip, load_chip
 from ...workloads.config import ModelConfig
 from ...workloads.graph import Workload
 from ...workloads.loss import DEFAULT as LOSS_DEFAULT
+from ...workloads.dropout import FIELDS as DROPOUT_FIELDS
 from ...workloads.lower import decode_mean, prefill
 from ...workloads.memory import MemoryReport, inference_memory, train_memory
 from ...workloads.hf import quantised_weights
@@ -130,15 +131,22 @@ class RunResult:
         return d
 
 
+def dropout_of(s: Scenario) -> dict:
+    """Scenario ``s``'s dropout probabilities as :func:`default_precision`'s keywords."""
+    return {n: getattr(s, n) for n in DROPOUT_FIELDS}
+
+
 def default_precision(chip: Chip, phase: str, weights_dtype=None, act_dtype=None,
                       kv_dtype=None, recipe: str | None = None,
-                      cross_entropy: str = LOSS_DEFAULT) -> Precision:
+                      cross_entropy: str = LOSS_DEFAULT, *, hidden_dropout: float = 0.0,
+                      attention_dropout: float = 0.0) -> Precision:
     """Inference: the chip's default dtype for weights and activations, KV as activations.
     Training: BF16 (FP16 if the chip lacks BF16) with FP32 master copy and moments; FP8
     weights and activations (or a named ``recipe``) train with a recipe
     (:func:`~diptych.workloads.precision.recipe_for`): per-tensor FP8 linear layers over BF16
     storage, or MXFP8 storage; the loss runs as ``cross_entropy`` names
-    (:data:`~diptych.workloads.loss.IMPLEMENTATIONS`)."""
+    (:data:`~diptych.workloads.loss.IMPLEMENTATIONS`), with the step's dropout probabilities
+    (:mod:`~diptych.workloads.dropout`)."""
     if phase == "train":
         base = next((d for d in ("bf16", "fp16") if chip.supports(d)), None)
         r = recipe_for(weights_dtype, act_dtype, recipe)
@@ -148,14 +156,16 @@ def default_precision(chip: Chip, phase: str, weights_dtype=None, act_dtype=None
                                  f"bf16 or fp16; chip {chip.name!r} supports neither "
                                  f"({', '.join(chip.dtypes)})")
             return Precision(weights=base, activations=base, kv=kv_dtype or base, grads=base,
-                             linear="fp8", recipe=r, cross_entropy=cross_entropy)
+                             linear="fp8", recipe=r, cross_entropy=cross_entropy,
+                             hidden_dropout=hidden_dropout, attention_dropout=attention_dropout)
         if base is None and act_dtype is None and r is None:
             raise ValueError(f"chip {chip.name!r} supports neither bf16 nor fp16 "
                              f"({', '.join(chip.dtypes)}); pass --act-dtype for training")
         a = act_dtype or ("mxfp8" if r == "mxfp8" else base)
         w = weights_dtype or a
         return Precision(weights=w, activations=a, kv=kv_dtype or a, grads=a, recipe=r,
-                         cross_entropy=cross_entropy)
+                         cross_entropy=cross_entropy, hidden_dropout=hidden_dropout,
+                         attention_dropout=attention_dropout)
     if recipe is not None:
         raise ValueError(f"recipe {recipe!r} is a training recipe; {phase} takes the dtypes "
                          f"(--weights-dtype, --act-dtype, --kv-dtype)")
@@ -292,7 +302,7 @@ def _validate(chip: Chip, s: Scenario) -> _Setup:
     check_offload(s.offload, chip=chip, phase=s.phase, execution=s.execution)
     tp, dp = resolve_parallelism(s.phase, s.parallelism)
     p = default_precision(chip, s.phase, s.weights_dtype, s.act_dtype, s.kv_dtype, s.recipe,
-                          s.cross_entropy)
+                          s.cross_entropy, **dropout_of(s))
     return _Setup(tp, dp, p, check_supported(chip, p), sequence_parallel_on(s, tp))
 
 

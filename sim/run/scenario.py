@@ -28,6 +28,7 @@ from ...workloads.lower import ATTENTION_MODES, check_attention
 from ...workloads.moe import Routing
 from ...workloads.tp2d import INFERENCE_ONLY, LAYOUTS as TP_LAYOUTS
 from ...workloads.loss import DEFAULT as LOSS_DEFAULT, check_implementation
+from ...workloads import dropout
 from ...workloads.precision import recipe_for
 from ..limits import check_sizes
 from .offload import check_offload
@@ -152,6 +153,10 @@ class Scenario:
     ``cross_entropy``: the training loss's implementation (``fused`` or ``unfused``,
     :data:`~diptych.workloads.loss.IMPLEMENTATIONS`: Megatron-Core's
     ``cross_entropy_loss_fusion`` on or off), lowered into the step's passes.
+    ``hidden_dropout``, ``attention_dropout``: the training step's dropout probabilities, as
+    NeMo's model config names them (:mod:`~diptych.workloads.dropout`: the
+    bias-dropout-adds' masks, the attention kernel's in-kernel draw), each in [0, 1); 0, the
+    default, lowers none. Training only; attention dropout needs fused attention.
     ``offload``: training state placed in the chip's second memory tier, ``none``,
     ``optimizer`` or ``params`` (:mod:`~diptych.sim.run.offload`, ZeRO-Offload-style).
     ``sequence_parallel``: Megatron-Core's sequence parallelism over the tensor-parallel
@@ -184,6 +189,8 @@ class Scenario:
     offload: str = "none"
     collective_algorithms: str | None = None
     cross_entropy: str = LOSS_DEFAULT
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
     elementwise_kernels: str = "default"
     kernel_order: str = "default"
     sequence_parallel: bool | None = None
@@ -234,11 +241,25 @@ class Scenario:
         if self.tp_layout == "2d" and self.phase == "train":
             raise ValueError(INFERENCE_ONLY)
         check_implementation(self.cross_entropy)
+        self._check_dropout()
         _degree("batch", self.batch)
         for n in ("prompt", "gen", "seq", "micro_batch"):
             _degree(n, getattr(self, n))
         check_sizes(batch=self.batch, micro_batch=self.micro_batch, prompt=self.prompt,
                     gen=self.gen, seq=self.seq)
+
+    def _check_dropout(self) -> None:
+        """ValueError naming the field unless each dropout probability is in [0, 1), and
+        nonzero only in training (and, for ``attention_dropout``, with fused attention)."""
+        for n in dropout.FIELDS:
+            p = dropout.check_probability(n, getattr(self, n))
+            if p and self.phase != "train":
+                raise ValueError(f"{n}={p!r} applies to training; {self.phase} drops nothing "
+                                 f"(leave it 0)")
+        if self.attention_dropout and self.attention != "fused":
+            raise ValueError(f"attention_dropout={self.attention_dropout!r} is modelled in the "
+                             f"fused attention kernel only, not with attention "
+                             f"{self.attention!r}")
 
     @classmethod
     def of(cls, **fields) -> "Scenario":

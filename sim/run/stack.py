@@ -156,7 +156,8 @@ def chip_kernel_order(chip) -> str:
 def stack_info(s, sequence_parallel: bool | None = None) -> dict:
     """Scenario ``s``'s stack settings as a result's ``info["stack"]`` (every run states
     them, defaults included; a training run also its loss implementation,
-    ``cross_entropy``, and, when the run resolved it, whether it runs Megatron-Core's
+    ``cross_entropy``, its dropout probabilities (``hidden_dropout``, ``attention_dropout``;
+    workloads/dropout.py), and, when the run resolved it, whether it runs Megatron-Core's
     ``sequence_parallel``)."""
     out = {"nvls": s.nvls, "attention_kernel": s.attention_kernel,
            "tp_comm_overlap": s.tp_comm_overlap,
@@ -165,6 +166,8 @@ def stack_info(s, sequence_parallel: bool | None = None) -> dict:
            "kernel_order": s.kernel_order}
     if s.phase == "train":
         out["cross_entropy"] = s.cross_entropy
+        out["hidden_dropout"] = s.hidden_dropout
+        out["attention_dropout"] = s.attention_dropout
         if sequence_parallel is not None:
             out["sequence_parallel"] = sequence_parallel
     return out
