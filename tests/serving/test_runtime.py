@@ -213,6 +213,7 @@ def test_step_rule():
 @pytest.mark.parametrize("text, match", [
     ("step_host_fixed_us = -1.0", "step_host_fixed_us: expected"),
     ("overlap = 3", "overlap: expected"),
+    ('split_prompts = "no"', "split_prompts: expected true or false, got 'no'"),
     ("step_host_per_token_us = 1.0", "unknown key"),
 ])
 def test_bad_profile_file_names_the_field(tmp_path, text, match):
