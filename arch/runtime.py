@@ -21,9 +21,13 @@ A :class:`RuntimeProfile` holds, with units in the field names:
 * the tensor-parallel all-reduce: ``all_reduce`` "nccl" (NCCL's kernels, the chip's
   ``[collectives]``), or the engine's own custom kernels where its source takes them ("vllm",
   "trtllm": :mod:`diptych.arch.engine_allreduce`), on the device, not the host.
-* scheduling: ``chunked_prefill`` as the named engine schedules prompts (true: split into
-  chunks mixed into decode steps, vLLM V1; false: whole prompts in steps of their own while
-  the decodes wait, vLLM V0's default); unset, the run's own setting.
+* scheduling: ``chunked_prefill`` as the named engine schedules prompts (true: mixed into
+  decode steps, vLLM V1; false: whole prompts in steps of their own while the decodes wait,
+  vLLM V0's default); unset, the run's own setting. ``split_prompts`` (with
+  ``chunked_prefill``): true, a prompt may be split across steps to fill the token budget
+  (vLLM V1, TensorRT-LLM with ``enable_chunked_context``); false, a prompt joins a decode
+  step only whole, and waits when it does not fit (TensorRT-LLM's in-flight batching without
+  context chunking); unset, split.
 
 Profiles ship as TOML files in ``arch/runtimes/`` (each number with its source);
 ``ideal`` is all zeros: the chip alone, every number as without a runtime.
@@ -80,9 +84,14 @@ class RuntimeProfile:
                         doc="the engine's tensor-parallel all-reduce: nccl, or its own "
                             "custom kernels below their size limits (vllm, trtllm)")
     chunked_prefill: bool | None = f(default=None,
-                                     doc="true: prompts split into chunks mixed into decode "
-                                         "steps; false: whole prompts in steps of their own "
-                                         "(prefill first); unset: the run's setting")
+                                     doc="true: prompts mixed into decode steps (split to "
+                                         "fill the budget unless split_prompts is false); "
+                                         "false: whole prompts in steps of their own (prefill "
+                                         "first); unset: the run's setting")
+    split_prompts: bool | None = f(default=None,
+                                   doc="with chunked_prefill: true, a prompt may be split "
+                                       "across steps; false, it joins a decode step only "
+                                       "whole; unset: split")
 
     @property
     def is_ideal(self) -> bool:

@@ -21,7 +21,8 @@ Defaults and their sources:
   (``[overheads] serving_runtime``: h100 ``vllm-v1``; ``ideal``, no host costs, for chips
   that name none); :mod:`diptych.arch.runtime` and ``arch/runtimes/*.toml`` hold the
   profiles and their sources. ``chunked_prefill`` None: as the runtime schedules prompts
-  (its ``chunked_prefill``), else chunked. :meth:`ServeConfig.resolved` makes both concrete.
+  (its ``chunked_prefill``), else chunked; ``split_prompts`` None: as the runtime does (its
+  ``split_prompts``), else split. :meth:`ServeConfig.resolved` makes them concrete.
 """
 
 from __future__ import annotations
@@ -163,13 +164,17 @@ class ServeConfig:
     its SLOs when its TTFT and its TPOT are both within them. ``runtime``: the serving
     runtime's host costs per step and per request (:class:`~diptych.arch.runtime.
     RuntimeProfile`; None: the chip's, :meth:`resolved`). ``chunked_prefill`` None: the
-    runtime's policy.
+    runtime's policy. ``split_prompts`` (with ``chunked_prefill``): True, a prompt may be
+    split to fill a step's ``max_batched_tokens``; False, it joins a decode step only whole
+    and waits while it does not fit (TensorRT-LLM's in-flight batching without context
+    chunking); None: the runtime's policy, else True.
     """
 
     scheduler: str = "continuous"
     max_batch: int = 1024
     max_batched_tokens: int = 8192
     chunked_prefill: bool | None = None
+    split_prompts: bool | None = None
     kv_block_tokens: int = 16
     preemption: str = "recompute"
     kv_offload: str = "auto"
@@ -223,6 +228,9 @@ class ServeConfig:
         if self.chunked_prefill not in (None, True, False):
             raise ValueError(f"chunked_prefill must be true, false or None, not "
                              f"{self.chunked_prefill!r}")
+        if self.split_prompts not in (None, True, False):
+            raise ValueError(f"split_prompts must be true, false or None, not "
+                             f"{self.split_prompts!r}")
         if self.scheduler == "static" and (self.speculative or self.prefix_share):
             raise ValueError("the static scheduler runs plain fixed batches; speculative "
                              "decoding and prefix caching need --scheduler continuous")
@@ -230,13 +238,16 @@ class ServeConfig:
     def resolved(self, runtime: RuntimeProfile = IDEAL) -> "ServeConfig":
         """This configuration made concrete: ``runtime`` None becomes ``runtime`` (the
         deployment's chip's, :func:`~.serve.deployment_runtime`; ideal by default),
-        ``chunked_prefill`` None the runtime's policy (chunked if it states none).
-        Idempotent."""
+        ``chunked_prefill`` None the runtime's policy (chunked if it states none), and
+        ``split_prompts`` None likewise (split if it states none). Idempotent."""
         rt = self.runtime if self.runtime is not None else runtime
         ch = self.chunked_prefill
         if ch is None:
             ch = rt.chunked_prefill if rt.chunked_prefill is not None else True
-        return replace(self, runtime=rt, chunked_prefill=ch)
+        sp = self.split_prompts
+        if sp is None:
+            sp = rt.split_prompts if rt.split_prompts is not None else True
+        return replace(self, runtime=rt, chunked_prefill=ch, split_prompts=sp)
 
     @property
     def decode_queries(self) -> int:

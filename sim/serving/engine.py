@@ -418,7 +418,9 @@ class Instance:
         if not preempted:
             budget = self._admit_swapped(dec, chunks, budget)
             if not self.swapped:
-                self._admit_waiting(chunks, budget, chunked=True)
+                # split_prompts False: a prompt joins the step whole or waits (TensorRT-LLM's
+                # in-flight batching without context chunking)
+                self._admit_waiting(chunks, budget, chunked=self.cfg.split_prompts is not False)
         return self._make_step(dec, chunks)
 
     def _admit_swapped(self, dec, chunks, budget: int) -> int:

@@ -530,7 +530,7 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             budget -= need
             (decodes.append(r) if is_decode else chunks.append((r, need)))
         if cfg.chunked_prefill and not swapped:
-            admit(chunks, budget, whole=False)
+            admit(chunks, budget, whole=cfg.split_prompts is False)
         return decodes, chunks
 
     def out_of_tiers(r):

@@ -430,6 +430,9 @@ def scheduling_text(cfg: ServeConfig) -> str:
     """How a (resolved) configuration schedules prompts, in words (``info.scheduling``)."""
     if cfg.scheduler == "static":
         return "static batches, prompts padded to the longest"
+    if cfg.chunked_prefill and cfg.split_prompts is False:
+        return (f"continuous; whole prompts batched into decode steps "
+                f"({cfg.max_batched_tokens} tokens a step, a prompt that does not fit waits)")
     if cfg.chunked_prefill:
         return (f"continuous; prompts chunked into decode steps ({cfg.max_batched_tokens} "
                 f"tokens a step)")
@@ -455,7 +458,8 @@ def _check_fit(pr, out, shared, cfg: ServeConfig, budgets) -> None:
         free = b.pool_blocks - int(shared.max()) // cfg.kv_block_tokens * lay.units_per_block
         if lay.per_request:     # the most a request holds in a step (windows free the rest;
             #                     a linear-attention state takes its blocks whatever the length)
-            whole = cfg.scheduler == "static" or not cfg.chunked_prefill
+            whole = (cfg.scheduler == "static" or not cfg.chunked_prefill
+                     or cfg.split_prompts is False)
             most = [lay.max_blocks(int(p + g), int(s), int(p + g) if whole
                                    else min(cfg.max_batched_tokens, int(p + g)))
                     for p, g, s in zip(pr, out, shared)]
@@ -474,13 +478,17 @@ def _check_fit(pr, out, shared, cfg: ServeConfig, budgets) -> None:
                              f"needs {int(need[i])} tokens of KV cache, more than the "
                              f"{per_seq} one {role} replica holds; use more chips (--tp) or "
                              f"shorter requests")
-    if not cfg.chunked_prefill and cfg.scheduler == "continuous":
+    split = cfg.chunked_prefill and cfg.split_prompts is not False
+    if cfg.scheduler == "continuous" and not split:
         longest = int((pr + out).max())
         if longest > cfg.max_batched_tokens:
-            raise ValueError(f"without chunked prefill a step must hold a whole prompt (and a "
-                             f"recomputed sequence): --max-batched-tokens "
-                             f"{cfg.max_batched_tokens} is below the longest request's "
-                             f"{longest} tokens; raise it or use --chunked-prefill")
+            how = ("without chunked prefill" if not cfg.chunked_prefill else
+                   "with whole prompts (split_prompts false)")
+            fix = "--chunked-prefill" if not cfg.chunked_prefill else "--split-prompts"
+            raise ValueError(f"{how} a step must hold a whole prompt (and a recomputed "
+                             f"sequence): --max-batched-tokens {cfg.max_batched_tokens} is "
+                             f"below the longest request's {longest} tokens; raise it or use "
+                             f"{fix}")
 
 
 def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budgets, link,

@@ -79,6 +79,10 @@ CLOSED = Load(concurrency=8, prompt=P("uniform:lo=100,hi=900"), gen=P("uniform:l
 GOLDEN_CASES = {
     "chunked": (ServeConfig(), OPEN),
     "whole-prompts": (ServeConfig(chunked_prefill=False), OPEN),
+    # a burst under a 2,048-token budget: prompts wait whole where split ones would be cut
+    "whole-prompts-mixed": (ServeConfig(max_batched_tokens=2048, split_prompts=False),
+                            Load(qps=200, prompt=P("lognormal:mean=700,sigma=0.6"),
+                                 gen=P("uniform:lo=1,hi=200"), requests=80)),
     "swap": (ServeConfig(max_batched_tokens=512, kv_reserve_fraction=0.78, preemption="swap"),
              Load(qps=40, prompt=P("lognormal:mean=800,sigma=0.6"),
                   gen=P("uniform:lo=1,hi=600"), requests=80)),
@@ -135,6 +139,70 @@ def test_shipped_profiles_load_and_state_their_model():
     assert load_runtime("vllm-v1").chunked_prefill is True
 
 
+def _at_once(tmp_path, n, prompt, gen):
+    p = tmp_path / "burst.csv"
+    p.write_text("arrival_s,prompt_tokens,output_tokens\n"
+                 + f"0,{prompt},{gen}\n" * n)
+    return str(p)
+
+
+def test_whole_prompts_mixed_closed_form(tmp_path):
+    """TensorRT-LLM's in-flight batching without context chunking (`split_prompts` false): a
+    prompt joins a step whole or waits. Ten 300-token prompts at once (one output token each,
+    so no decodes) under a 1,000-token budget run as steps of 3, 3, 3 and 1 whole prompts;
+    split, the same 3,000 tokens fill three steps of 1,000, each with a partial prompt."""
+    trace = _at_once(tmp_path, 10, 300, 1)
+    o = DirectStepTimer(DEP8.pool.replica, roofline)
+    three = o.cost(Step(prefill=((300, 0),) * 3)).seconds
+    one = o.cost(Step(prefill=((300, 0),))).seconds
+    ends = np.cumsum([three, three, three, one])
+    cfg = ServeConfig(max_batched_tokens=1000, split_prompts=False, runtime=IDEAL)
+    res = serve(DEP8, Load(trace=trace), cfg, oracles=StepTimerCache("direct", roofline))
+    assert list(res.instances[0].rec_dt) == pytest.approx([three, three, three, one],
+                                                          rel=1e-12)
+    assert sorted(r.first_t for r in res.reqs) == pytest.approx(
+        [ends[i // 3] for i in range(10)], rel=1e-12)
+    assert "whole prompts batched into decode steps" in res.info["scheduling"]
+    split = serve(DEP8, Load(trace=trace), dataclasses.replace(cfg, split_prompts=True),
+                  oracles=StepTimerCache("direct", roofline))
+    assert len(split.instances[0].rec_dt) == 3
+
+
+def test_whole_prompts_equal_split_when_every_prompt_fits():
+    """When no step's prompts exceed the budget (the validation rows at QPS 2-16: at most
+    three 467-token prompts a step), whole and split prompts plan the same steps: the same
+    floats, request by request."""
+    load = Load(qps=6, prompt=P("fixed:467"), gen=P("fixed:40"), requests=40)
+    key = lambda res: [(r.rid, r.first_t, r.finish_t) for r in res.reqs]  # noqa: E731
+    a = serve(DEP8, load, ServeConfig(split_prompts=True), oracles=_ORACLES)
+    b = serve(DEP8, load, ServeConfig(split_prompts=False), oracles=_ORACLES)
+    assert key(a) == key(b)
+    assert list(a.instances[0].rec_dt) == list(b.instances[0].rec_dt)
+
+
+def test_split_prompts_checked_and_stated():
+    rt = load_runtime("trtllm-triton")
+    # the tensorrtllm backend 0.14's default: context chunking off, contexts beside decodes
+    assert rt.chunked_prefill is True and rt.split_prompts is False
+    assert ServeConfig(runtime=rt).resolved().split_prompts is False
+    assert ServeConfig().resolved().split_prompts is True
+    assert load_runtime("vllm-v1").split_prompts is None
+    with pytest.raises(ValueError, match="split_prompts must be true, false or None, not 'no'"):
+        ServeConfig(split_prompts="no")
+    long = Load(qps=2, prompt=P("fixed:3000"), gen=P("fixed:8"), requests=4)
+    with pytest.raises(ValueError, match="whole prompts.*3008 tokens.*--split-prompts"):
+        serve(DEP8, long, ServeConfig(max_batched_tokens=2048, split_prompts=False),
+              oracles=_ORACLES)
+
+
+def test_cli_split_prompts_flag(cli):
+    d = json.loads(cli(*BASE, "--runtime", "trtllm-triton", "--json").output)
+    assert d["config"]["split_prompts"] is False and "whole prompts" in d["info"]["scheduling"]
+    s = json.loads(cli(*BASE, "--runtime", "trtllm-triton", "--split-prompts",
+                       "--json").output)
+    assert s["config"]["split_prompts"] is True and "chunked" in s["info"]["scheduling"]
+
+
 def test_step_rule():
     assert SYNC.step_s(0.01, 3) == pytest.approx(0.01 + 700e-6 + 45e-6 + 0.0007 + 50e-6)
     assert OVERLAP.step_s(0.01, 3) == pytest.approx(0.01 + 50e-6)   # host hidden, gap not
@@ -145,6 +213,7 @@ def test_step_rule():
 @pytest.mark.parametrize("text, match", [
     ("step_host_fixed_us = -1.0", "step_host_fixed_us: expected"),
     ("overlap = 3", "overlap: expected"),
+    ('split_prompts = "no"', "split_prompts: expected true or false, got 'no'"),
     ("step_host_per_token_us = 1.0", "unknown key"),
 ])
 def test_bad_profile_file_names_the_field(tmp_path, text, match):
