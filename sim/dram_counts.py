@@ -57,9 +57,10 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba import carray, types
-from numba.extending import intrinsic
+from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic, overload
 
-from .jit import cached_cfunc, invalidate_stale_cache, jit
+from .jit import JIT, cached_cfunc, invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
 invalidate_stale_cache(__file__, _os.path.join(_here, "jit.py"))
@@ -291,6 +292,171 @@ def count_walk(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid
                 q += 1
 
 
+#: Pseudo-channels per mask word of :func:`count_rows` (32: masks stay non-negative in an
+#: int64, in compiled code and plain Python alike).
+MASK_BITS = 32
+MASK_SH = 5
+
+
+def _ctz(x):
+    """Trailing zero bits of a mask ``x`` > 0 (plain Python with NUMBA_DISABLE_JIT)."""
+    x = int(x)
+    return (x & -x).bit_length() - 1
+
+
+@overload(_ctz, jit_options=dict(JIT))
+def _ctz_jit(x):
+    return lambda x: trailing_zeros(x)
+
+
+@jit(inline="always")
+def _set_channels(msk, lo, hi):
+    """Set the bits of pseudo-channels ``lo .. hi − 1`` in the mask words ``msk``."""
+    w = lo >> MASK_SH
+    last = (hi - 1) >> MASK_SH
+    b = w << MASK_SH
+    if w == last:          # (most ranges: a few channels in one word)
+        msk[w] |= ((1 << (hi - lo)) - 1) << (lo - b)
+        return
+    msk[w] |= ((1 << (b + MASK_BITS - lo)) - 1) << (lo - b)
+    for full in range(w + 1, last):
+        msk[full] = (1 << MASK_BITS) - 1
+    b = last << MASK_SH
+    msk[last] |= (1 << (hi - b)) - 1
+
+
+@jit(inline="always")
+def _add_channels(diff, s, n, v, p_n):
+    """Add ``v`` to the ``n`` < ``p_n`` pseudo-channels from ``s`` on (cyclic) in the
+    difference array ``diff`` (a pseudo-channel's total is the prefix sum)."""
+    e = s + n
+    diff[s] += v
+    if e < p_n:
+        diff[e] -= v
+    elif e > p_n:
+        diff[0] += v
+        diff[e - p_n] -= v
+
+
+@jit(inline="always")
+def _flush_page(g, msk, words, stamp, cnt, tid, p_n, banks, banks_sh):
+    """One page's touched pseudo-channels (the bits of ``msk``): one more distinct page on
+    bank ``g mod banks`` of each (``cnt[bank·P + channel]``; a bank's counts are zeroed at its
+    first page in this transfer, marked in ``stamp[0, bank]``); ``msk`` is cleared. Compiled
+    once, not inlined (called once a page, not once a row)."""
+    bk = _md(g, banks, banks_sh)
+    base = bk * p_n
+    if stamp[0, bk] != tid:
+        stamp[0, bk] = tid
+        for pc in range(base, base + p_n):
+            cnt[pc] = 0
+    for w in range(words):
+        m = msk[w]
+        while m != 0:
+            cnt[base + (w << MASK_SH) + _ctz(m)] += 1
+            m &= m - 1
+        msk[w] = 0
+
+
+@jit
+def count_rows(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
+               acts, bank_max):
+    """:func:`count_pattern`'s numbers (same arguments and state arrays) row by row instead of
+    piece by piece, for increasing rows (``stride >= row_bytes``) when interleave chunks lie
+    inside pages (``page % interleave == 0``) and there are at least two banks.
+
+    Then chunk ``c``'s page is ``c // (P · page / interleave)`` on every pseudo-channel (the
+    local address ``(c // P)·I + off`` is in page ``(c // P) // (G / I)``), so a row's part in
+    one page touches a cyclic range of pseudo-channels, and (fact 2 of the module docstring)
+    the transfer visits the pages in non-decreasing order: each pseudo-channel's activations
+    are the pages in which it is touched. Per row: its bursts as a difference array over the
+    pseudo-channels (the first and last pieces, and a range of whole chunks), its
+    pseudo-channels as bits of the current page's mask; when the page changes, each set bit
+    counts one page on that pseudo-channel's bank of the page. O(rows + activations +
+    banks·P) instead of the walk's O(pieces). The state arrays are scratch (C-contiguous):
+    ``open_row`` holds the difference array and the mask words, ``bank_cnt`` the counts per
+    (bank, pseudo-channel), ``stamp[0, :]`` marks the banks touched.
+    ``tests/sim/test_dram_counts.py`` compares it with :func:`count_pattern`. Outputs must be
+    zero on entry."""
+    p_n = ip[I_P]
+    il = ip[I_INTERLEAVE]
+    burst = ip[I_BURST]
+    banks = ip[I_BANKS]
+    per_page = p_n * (ip[I_PAGE] // il)     # chunks of one page (all pseudo-channels)
+    fb = il // burst                         # bursts of a whole chunk
+    il_sh = _log2(il)
+    burst_sh = _log2(burst)
+    banks_sh = _log2(banks)
+    p_sh = _log2(p_n)
+    pp_sh = _log2(per_page)
+    words = (p_n + MASK_BITS - 1) >> MASK_SH
+    scratch = open_row.reshape(p_n * banks)
+    cnt = bank_cnt.reshape(p_n * banks)
+    diff = scratch[:p_n]
+    msk = scratch[p_n:p_n + words]
+    diff[:] = 0
+    msk[:] = 0
+    every = 0                                # bursts added to every pseudo-channel
+    gc = -1                                  # the current page (its channels in msk)
+    a = addr
+    for _ in range(rows):
+        end = a + row_bytes
+        c1 = _dv(a, il, il_sh)
+        c2 = _dv(end - 1, il, il_sh)
+        off = a - c1 * il
+        p1 = _md(c1, p_n, p_sh)
+        if c1 == c2:
+            bursts[p1] += _dv(end - c1 * il + burst - 1, burst, burst_sh) - _dv(off, burst,
+                                                                                  burst_sh)
+        else:
+            bursts[p1] += fb - _dv(off, burst, burst_sh)
+            bursts[_md(c2, p_n, p_sh)] += _dv(end - c2 * il + burst - 1, burst, burst_sh)
+            full = c2 - c1 - 1
+            if full >= p_n:
+                rounds = full // p_n
+                every += rounds * fb
+                full -= rounds * p_n
+            if full > 0:
+                _add_channels(diff, p1 + 1 if p1 + 1 < p_n else 0, full, fb, p_n)
+        # the row's pseudo-channels, page by page (most rows: one page, fewer chunks than P)
+        g1 = _dv(c1, per_page, pp_sh)
+        g2 = _dv(c2, per_page, pp_sh)
+        one = g1 == g2 and c2 - c1 < p_n
+        for g in range(g1, g2 + 1):
+            if g != gc:
+                if gc >= 0:
+                    _flush_page(gc, msk, words, stamp, cnt, tid, p_n, banks, banks_sh)
+                gc = g
+            if one:
+                lo = p1
+                e = p1 + c2 - c1 + 1
+            else:
+                cs = max(c1, g * per_page)
+                e = min(c2, g * per_page + per_page - 1) - cs + 1     # (chunks, for now)
+                lo = 0 if e >= p_n else _md(cs, p_n, p_sh)
+                e = p_n if e >= p_n else lo + e
+            while True:              # the cyclic range lo .. e − 1: one or two ranges
+                _set_channels(msk, lo, min(e, p_n))
+                if e <= p_n:
+                    break
+                lo = 0
+                e -= p_n
+        a += stride
+    _flush_page(gc, msk, words, stamp, cnt, tid, p_n, banks, banks_sh)
+    run = every
+    for pc in range(p_n):
+        run += diff[pc]
+        bursts[pc] += run
+    for bk in range(banks):
+        if stamp[0, bk] == tid:
+            base = bk * p_n
+            for pc in range(p_n):
+                v = cnt[base + pc]
+                acts[pc] += v
+                if v > bank_max[pc]:
+                    bank_max[pc] = v
+
+
 @jit(inline="always")
 def _gcd(a, b):
     while b:
@@ -331,6 +497,17 @@ MAX_NEAR_PERIOD = 1024
 #: of the reference walk, and a segment (sorting, merging, banks) of the drift walk.
 PIECE_COST = 2.5
 SEGMENT_COST = 10
+
+#: :func:`count_rows` serves geometries of at most this many pseudo-channels (two mask words):
+#: measured on the fill keys of bench_gemm.py (tpu-v4, 64) it takes 4.5 µs a fill where the
+#: walk takes 6.2; on train-2026's (192) and infer-2026's (256) it is no faster (10.3 / 12.8
+#: against 10.7 / 11.7 µs: a page's flush and the final pass grow with the channels).
+ROWS_MAX_CHANNELS = 64
+
+#: :func:`count_rows`' cost per row in :func:`near_period`'s units: the drift walk is taken
+#: where its cost is below ``rows · ROW_COST`` (on bench_gemm.py's 148 k fill keys, 0 / 5 / 10
+#: / 20 gave 5.3 / 5.2 / 6.1 / 11.4 µs a fill; the walk and drift as before, 7.4).
+ROW_COST = 4
 
 
 @jit(inline="always")
@@ -529,12 +706,22 @@ def count_transfer(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt,
     if rows == 1:
         count_row(addr, row_bytes, ip, bursts, acts, bank_max)
         return
-    unit = min(ip[I_INTERLEAVE], ip[I_PAGE])
-    if stride >= row_bytes and unit % ip[I_BURST] == 0:
-        t_rows, eps, cost = near_period(rows, row_bytes, stride, ip)
-        direct = rows * (row_bytes // unit + 2) * PIECE_COST
-        if cost < direct:
-            count_drift(addr, rows, row_bytes, stride, t_rows, eps, ip, bursts, acts, bank_max)
+    if stride >= row_bytes:
+        il = ip[I_INTERLEAVE]
+        unit = min(il, ip[I_PAGE])
+        by_rows = (ip[I_PAGE] % il == 0 and ip[I_BANKS] >= 2
+                   and ip[I_P] <= ROWS_MAX_CHANNELS)
+        if unit % ip[I_BURST] == 0:
+            t_rows, eps, cost = near_period(rows, row_bytes, stride, ip)
+            direct = (rows * ROW_COST if by_rows
+                      else rows * (row_bytes // unit + 2) * PIECE_COST)
+            if cost < direct:
+                count_drift(addr, rows, row_bytes, stride, t_rows, eps, ip, bursts, acts,
+                            bank_max)
+                return
+        if by_rows:
+            count_rows(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid,
+                       bursts, acts, bank_max)
             return
     count_walk(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
                acts, bank_max)

@@ -150,3 +150,31 @@ def test_the_fast_walk_equals_the_reference_over_a_shared_state(g, data):
         got = [np.zeros(p, dtype=COUNT_DTYPE) for _ in range(3)]
         count_walk(addr, rows, row_bytes, stride, g.ip, *mine, tid, *got)
         assert [o.tolist() for o in got] == want, (g.ip.tolist(), addr, rows, row_bytes, stride)
+
+
+@settings(max_examples=150, deadline=None)
+@given(p=st.sampled_from([1, 2, 3, 31, 32, 33, 63, 64, 65, 100, 192]),
+       il_b=st.sampled_from([1, 2, 8]), burst=st.sampled_from([8, 32]),
+       page_mult=st.sampled_from([1, 2, 4]), banks=st.integers(2, 17), data=st.data())
+def test_the_row_walk_equals_the_reference_over_a_shared_state(p, il_b, burst, page_mult, banks,
+                                                                data):
+    """count_rows (rows as pseudo-channel ranges and page masks, for chunks inside pages)
+    gives count_pattern's numbers for increasing rows, on one set of state arrays reused by a
+    sequence of transfers (the pattern cache's), with one to seven mask words, rows of one
+    chunk to several rounds of every pseudo-channel, and rows that cross pages."""
+    from diptych.sim.dram_counts import count_rows
+
+    il = il_b * burst
+    g = Geometry(p, il, il * page_mult, burst, banks)
+    mine = [np.full((p, banks), -1, dtype=np.int64), np.zeros((p, banks), dtype=np.int64),
+            np.zeros((p, banks), dtype=np.int64)]
+    for tid in range(1, data.draw(st.integers(1, 5)) + 1):
+        addr = data.draw(st.integers(0, 1 << 22))
+        rows = data.draw(st.integers(1, 120))
+        row_bytes = data.draw(st.integers(1, data.draw(st.sampled_from([300, 3 * p * il]))))
+        stride = row_bytes + data.draw(st.integers(0, data.draw(st.sampled_from(
+            [0, 1000, 10 * p * il * page_mult]))))
+        want = g.counts(count_pattern, addr, rows, row_bytes, stride)
+        got = [np.zeros(p, dtype=COUNT_DTYPE) for _ in range(3)]
+        count_rows(addr, rows, row_bytes, stride, g.ip, *mine, tid, *got)
+        assert [o.tolist() for o in got] == want, (g.ip.tolist(), addr, rows, row_bytes, stride)
