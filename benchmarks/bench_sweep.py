@@ -1,9 +1,11 @@
 """Benchmark: the 1000-point sweep (examples/sweep-1000.toml) on a local process pool.
 
 Prints the number of points, wall and CPU time, points per second, the distribution of
-per-point evaluation time and the failures. Target: 1000 points in under 2 minutes on 2 cores
-(issue 14; it was 10 minutes in issue 6), i.e. under 240 CPU seconds for the two workers. The
-persistent result cache is off unless ``--with-cache`` (then it starts empty).
+per-point evaluation time and the failures. Target (issue 27): the 1000 points in under 120 CPU
+seconds in total (this process and its workers; ~480 s when the issue was filed); the wall time
+projected on otherwise idle cores (CPU / jobs) is printed too, as an extra line (issue 14's
+reading: 1000 points in under 2 minutes on 2 cores). The persistent result cache is off unless
+``--with-cache`` (then it starts empty).
 
     python benchmarks/bench_sweep.py [--spec FILE] [--jobs N] [--limit N] [--evaluator MOD:FN]
 """
@@ -84,9 +86,11 @@ def main() -> None:
     print(f"failed points   {len(errors)}")
     for e in sorted(set(errors))[:5]:
         print(f"  {errors.count(e)} x {e}")
-    proj = 1000 * cpu / n / args.jobs
-    print(f"projected 1000  {1000 * wall / n:.0f} s wall; {proj:.0f} s on {args.jobs} otherwise "
-          f"idle cores (CPU / jobs; target < 120 s: {'OK' if proj < 120 else 'MISSED'})")
+    total = 1000 * cpu / n
+    print(f"CPU for 1000    {total:.0f} s CPU in total (target < 120 s CPU in total, issue 27: "
+          f"{'OK' if total < 120 else 'MISSED'})")
+    print(f"projected 1000  {1000 * wall / n:.0f} s wall; {total / args.jobs:.0f} s on "
+          f"{args.jobs} otherwise idle cores (CPU / jobs)")
     print(f"peak RSS        {resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024:.0f} MB"
           f" per worker (target < 500 MB)")
     if args.spec == ap.get_default("spec") and not args.limit and args.jobs == 2:

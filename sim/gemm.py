@@ -432,10 +432,12 @@ def split_k_reduction(op, chip, split) -> OpStats:
 
 @lru_cache(maxsize=256)
 def _reduction_stats(op, chip, pk: int) -> OpStats:
-    from .vector import vector_stats
+    from .vector import vector_floor_cycles, vector_stats
     r = _reduction_op(op, pk)
     best = None
     for cores in MP.core_counts(chip.tensor_cores):
+        if best is not None and vector_floor_cycles(r, chip, cores) >= best.cycles:
+            continue     # (a lower bound: this core count cannot beat the best, not even tie)
         st = vector_stats(r, chip, cores)
         if best is None or st.cycles < best.cycles:
             best = st

@@ -19,6 +19,7 @@ helper constructors give the op counts we assume per element.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from ..arch.dtypes import dtype_bytes
 from .dram import FastDram
@@ -76,12 +77,28 @@ def stream_fraction(op: VectorOp, chip) -> float:
     return rates.fraction(op.kind, BACKWARD_TAG in op.tags, loss.implementation_of(op.tags))
 
 
-def vector_stats(op: VectorOp, chip, cores: int | None = None) -> OpStats:
-    """Time a vector op on ``chip`` (uncached; see :func:`diptych.sim.simulate`), spread over
-    ``cores`` of its tensor cores (default: all of them)."""
-    cores = chip.tensor_cores if cores is None else cores
-    if not 1 <= cores <= chip.tensor_cores:
-        raise ValueError(f"cores must be 1..{chip.tensor_cores}, not {cores!r}")
+@lru_cache(maxsize=4096)
+def stream_ns(dram, fabric_ns_per_byte: float, read_bytes: int, write_bytes: int,
+              chunk: int) -> float:
+    """When a vector op's DRAM streams finish (ns) on a fresh :class:`~.dram.FastDram` of
+    ``dram`` (with the fabric cap ``fabric_ns_per_byte``): the read stream from address 0,
+    then the write stream from 2^40, ``chunk`` bytes at a time (0.0 when both are empty).
+    Memoised: a fresh model's streams are a function of these arguments alone (its pattern
+    cache holds exact counts), and a sweep's chips share their DRAM and their vector ops'
+    sizes (layer norms, activations, split-K reductions: the same streams on every chip of
+    the same DRAM, and again in the power limit's re-run at another clock)."""
+    model = FastDram(dram, fabric_ns_per_byte)
+    done = 0.0
+    for addr, total, write in ((0, read_bytes, False), (1 << 40, write_bytes, True)):
+        if total > 0:
+            done = model.stream(0.0, addr, total, chunk, write)
+    return done
+
+
+def _sizes(op: VectorOp, chip, cores: int) -> tuple:
+    """What :func:`vector_stats` derives without the DRAM model: (ALU ops, vector-unit
+    cycles, resident bytes, DRAM read bytes, DRAM write bytes, DMA bytes per cycle) of
+    ``op`` on ``cores`` tensor cores."""
     v = chip.core.vector
     ops = op.elements * op.ops_per_element
     compute = math.ceil(ops / (cores * v.lanes * v.ops_per_lane_per_cycle))
@@ -91,23 +108,46 @@ def vector_stats(op: VectorOp, chip, cores: int | None = None) -> OpStats:
         rd, wr = op.dram_read_bytes, op.dram_write_bytes
     else:
         rd, wr = float(op.read_bytes), float(op.write_bytes)
+    return ops, compute, on_chip, rd, wr, chip.dma.engines * chip.dma.bytes_per_cycle * cores
+
+
+def _setup_cycles(chip, fab, dram_bytes: float) -> int:
+    """The DMA setup (and NoC/D2D latency) cycles of a vector op moving ``dram_bytes``."""
+    if dram_bytes <= 0:
+        return 0
+    return chip.dma.setup_cycles + (math.ceil(fab.dram_setup_ns * chip.clock_ghz)
+                                    if fab.dram_setup_ns else 0)
+
+
+def vector_floor_cycles(op: VectorOp, chip, cores: int) -> int:
+    """A lower bound of ``vector_stats(op, chip, cores).cycles`` that runs no DRAM model:
+    :func:`vector_stats` with the DRAM stream's time taken as 0 (its memory cycles are the
+    larger of the stream's and the DMA ports', plus the setup, and at least the resident
+    bytes' cycles, so they are at least the ports' plus the setup; its cycles,
+    ``max(compute, mem) + ceil(min(compute, mem) / chunks)``, do not fall as ``mem`` rises).
+    ``split_k_reduction`` skips a core count whose floor cannot beat the best so far."""
+    _, compute, on_chip, rd, wr, dma_bpc = _sizes(op, chip, cores)
+    mem = math.ceil((rd + wr) / dma_bpc) + _setup_cycles(chip, fabric(chip), rd + wr)
+    nchunks = max(1, math.ceil((rd + wr + on_chip) / (CHUNK_BYTES * cores)))
+    return max(max(compute, mem) + math.ceil(min(compute, mem) / nchunks), 1)
+
+
+def vector_stats(op: VectorOp, chip, cores: int | None = None) -> OpStats:
+    """Time a vector op on ``chip`` (uncached; see :func:`diptych.sim.simulate`), spread over
+    ``cores`` of its tensor cores (default: all of them)."""
+    cores = chip.tensor_cores if cores is None else cores
+    if not 1 <= cores <= chip.tensor_cores:
+        raise ValueError(f"cores must be 1..{chip.tensor_cores}, not {cores!r}")
+    ops, compute, on_chip, rd, wr, dma_bpc = _sizes(op, chip, cores)
     fab = fabric(chip)
     chunk = CHUNK_BYTES * cores
-    # the read stream from address 0, then the write stream from 2^40, chunk by chunk
     done = 0.0
     if rd + wr > 0:
-        dram = FastDram(chip.dram, fab.ns_per_byte)
-        for addr, total, write in ((0, int(math.ceil(rd)), False),
-                                   (1 << 40, int(math.ceil(wr)), True)):
-            if total > 0:
-                done = dram.stream(0.0, addr, total, chunk, write)
+        done = stream_ns(chip.dram, fab.ns_per_byte, int(math.ceil(rd)), int(math.ceil(wr)),
+                         chunk)
     # the stack's own kernel of this kind may stream below the copy rate
     mem_ns = done / stream_fraction(op, chip)
-    dma_bpc = chip.dma.engines * chip.dma.bytes_per_cycle * cores
-    setup = 0
-    if rd + wr > 0:
-        setup = chip.dma.setup_cycles + (math.ceil(fab.dram_setup_ns * chip.clock_ghz)
-                                         if fab.dram_setup_ns else 0)
+    setup = _setup_cycles(chip, fab, rd + wr)
     mem = max(math.ceil(mem_ns * chip.clock_ghz), math.ceil((rd + wr) / dma_bpc)) + setup
     if on_chip:
         # resident bytes at the scratchpads' bandwidth (every core) and the shared buffer's
