@@ -1,6 +1,7 @@
-"""The interleaved pipeline as Megatron-Core issues it: each rank's compute, p2p sends and
-receives and stream waits in host order, the sends' rendezvous with their peers' receives,
-and (optionally) one hardware queue that dispatches them all in that order.
+"""The interleaved and the non-interleaved 1F1B pipeline as Megatron-Core issues them: each
+rank's compute, p2p sends and receives and stream waits in host order, the sends' rendezvous
+with their peers' receives, and (optionally) one hardware queue that dispatches them all in
+that order.
 
 :func:`~.schedule.simulate_pipeline` lets a unit start once its device is free and its input
 has arrived ``send_s`` after its producer ended: a send costs its sender nothing. Megatron-Core's
@@ -52,6 +53,24 @@ The semantics each op gets, from its source:
   step's ``interference.group_slowdown`` without a DRAM share); the transfer itself is
   already charged in the chunk's time (docs/cluster.md, "Communication beside compute").
 
+The non-interleaved 1F1B (:func:`issue_order_1f1b`,
+``forward_backward_pipelining_without_interleaving`` L1274-1545) calls blocking
+``recv_forward`` / ``send_forward`` (warm-up), ``send_forward_recv_backward`` /
+``send_backward_recv_forward`` (steady state), ``recv_backward`` / ``send_backward``
+(cool-down): ``_communicate`` with ``wait_on_reqs=True`` (p2p_communication.py L381-384), the
+compute stream waiting on the call's requests at once. Megatron-LM sets ``batch_p2p_comm``
+for it (``batch_p2p_comm = not overlap_p2p_comm``, and ``overlap_p2p_comm`` False without
+interleaving: megatron/training/arguments.py L286-289, L671): each call one
+``batch_isend_irecv`` launch (``_batched_p2p_ops`` L121-156) on the pipeline group's own
+communicator and stream (``ProcessGroupNCCL::pointToPoint``: "For batch P2P, we need to
+treat it like a collective when selecting communicator"), its ops dispatched together, the
+launch over when all its transfers are; ``batch_p2p_sync``'s ``torch.cuda.synchronize()``
+after it (L386-389) adds nothing here (no launch gaps; the pipeline's simulation has no
+other stream to wait for). Unbatched (``_p2p_ops``), a call's send and receive with the
+same peer share the pair's communicator and run in turn. As every call is waited on at
+once, a rank's compute never runs beside its own waiting p2p kernel: ``hold_f`` never
+applies to 1F1B; the wait itself is its cost.
+
 Assumed [assumption]: the host issues far ahead of the GPU (no launch gaps), and a wait or a
 dispatch costs nothing itself.
 """
@@ -89,16 +108,7 @@ def issue_order(p: int, m: int, v: int, s: int) -> list[Op]:
         return _unit(k, p, v, kind == "B")[1] * p + s
 
     def p2p(send_dir: str | None, recv_dir: str | None) -> list[int]:
-        # [S: Megatron-LM core_r0.9.0 (1afee592) p2p_communication.py ``_p2p_ops``
-        # L181-229] even ranks issue send_next before recv_prev and send_prev before
-        # recv_next, odd ranks each receive before its send
-        got = []
-        pair = (("S", send_dir), ("R", recv_dir))
-        for op, d in (pair if s % 2 == 0 else pair[::-1]):
-            if d is not None:
-                got.append(next(h))
-                ops.append((op, d, got[-1]))
-        return got
+        return _call(ops, h, s, send_dir, recv_dir)
 
     def compute(kind: str, k: int) -> None:
         mb, c = _unit(k, p, v, kind == "B")
@@ -146,6 +156,85 @@ def issue_order(p: int, m: int, v: int, s: int) -> list[Op]:
     return [o for o in ops if o[0] != "W" or o[1]]
 
 
+#: [S: Megatron-LM core_r0.9.0 (1afee592) p2p_communication.py ``_p2p_ops`` L181-229] the
+#: order one ``_communicate`` call issues its ops in: even ranks send_next, recv_prev,
+#: send_prev, recv_next; odd ranks recv_prev, send_next, recv_next, send_prev
+_P2P_ORDER = ((("S", "next"), ("R", "prev"), ("S", "prev"), ("R", "next")),
+              (("R", "prev"), ("S", "next"), ("R", "next"), ("S", "prev")))
+
+
+def _call(ops: list[Op], h, s: int, send_dir: str | None, recv_dir: str | None,
+          group: int | None = None) -> list[int]:
+    """Append one ``_communicate`` call's send (towards ``send_dir``) and receive (from
+    ``recv_dir``) to ``ops`` in ``_p2p_ops``'s order for rank ``s``, each with a new handle
+    from ``h``; ``group``: the call's number when its ops are one ``batch_isend_irecv``
+    launch (``_batched_p2p_ops``), else None. Returns the handles."""
+    got = []
+    for op, d in _P2P_ORDER[s % 2]:
+        if d == (send_dir if op == "S" else recv_dir):
+            got.append(next(h))
+            ops.append((op, d, got[-1]) if group is None else (op, d, got[-1], group))
+    return got
+
+
+def issue_order_1f1b(p: int, m: int, s: int, batched: bool = True) -> list[Op]:
+    """Rank ``s``'s ops in Megatron-Core's host order of the non-interleaved 1F1B
+    [S: Megatron-LM core_r0.9.0 (1afee592) ``schedules.py``
+    ``forward_backward_pipelining_without_interleaving`` L1274-1545, transcribed]: warm-up
+    (L1391-1421) ``recv_forward``, forward, ``send_forward``; before the steady state
+    (L1427-1428) ``recv_forward``; steady state (L1431-1497) forward,
+    ``send_forward_recv_backward``, backward, ``send_backward_recv_forward`` (the last
+    iteration ``send_backward``); cool-down (L1499-1521) ``recv_backward``, backward,
+    ``send_backward``. Every call is a blocking ``_communicate`` (``wait_on_reqs`` True,
+    p2p_communication.py L381-384): the compute stream waits on all its requests at once.
+    The first stage neither receives activations nor sends gradients, the last neither
+    sends activations nor receives gradients (``is_pipeline_first_stage`` /
+    ``is_pipeline_last_stage``, p2p_communication.py L410-545). ``batched``:
+    ``batch_p2p_comm`` (``_batched_p2p_ops``, L121-156: one call's ops one launch on the
+    pipeline group's communicator), else ``_p2p_ops``."""
+    _check("1f1b", p, m, 1)
+    w = warmup("1f1b", p, m, 1, s)
+    first, last = s == 0, s == p - 1
+    ops: list[Op] = []
+    h, calls = itertools.count(), itertools.count()
+
+    def comm(send_dir: str | None, recv_dir: str | None) -> None:
+        if first:                                    # no previous stage
+            send_dir = None if send_dir == "prev" else send_dir
+            recv_dir = None if recv_dir == "prev" else recv_dir
+        if last:                                     # no next stage
+            send_dir = None if send_dir == "next" else send_dir
+            recv_dir = None if recv_dir == "next" else recv_dir
+        got = _call(ops, h, s, send_dir, recv_dir, next(calls) if batched else None)
+        if got:
+            ops.append(("W", got))
+
+    for i in range(w):                               # warm-up
+        comm(None, "prev")                           # recv_forward
+        ops.append(("C", "F", i, 0))
+        comm("next", None)                           # send_forward
+    if m - w > 0:
+        comm(None, "prev")                           # recv_forward
+    for i in range(m - w):                           # steady state
+        ops.append(("C", "F", w + i, 0))
+        comm("next", "next")                         # send_forward_recv_backward
+        ops.append(("C", "B", i, 0))
+        comm("prev", None if i == m - w - 1 else "prev")  # send_backward(_recv_forward)
+    for i in range(m - w, m):                        # cool-down
+        comm(None, "next")                           # recv_backward
+        ops.append(("C", "B", i, 0))
+        comm("prev", None)                           # send_backward
+    return ops
+
+
+def _stream(p: int, s: int, op: Op) -> tuple:
+    """The stream rank ``s``'s send or receive ``op`` runs on: its communicator's
+    (:func:`_comm`), or, for an op of a ``batch_isend_irecv`` launch, the pipeline group's
+    own communicator (PyTorch ``ProcessGroupNCCL::pointToPoint``: "For batch P2P, we need
+    to treat it like a collective when selecting communicator", ``getKeyFromDevice``)."""
+    return ("pp-batch",) if len(op) == 4 else _comm(p, s, op[0], op[1])
+
+
 def _comm(p: int, s: int, op: str, direction: str) -> tuple:
     """The communicator (and so the stream) rank ``s``'s send or receive runs on: the
     two-rank communicator of the peer pair in the pipeline group; with two stages the one
@@ -168,10 +257,13 @@ class QueuedRun(PipelineRun):
 
 def simulate_megatron_pipeline(fwd: list[list[float]], bwd: list[list[float]], m: int, *,
                                send_s: float, one_queue: bool = True,
-                               hold_f: Callable[[str, int, int, int], float] | None = None
+                               hold_f: Callable[[str, int, int, int], float] | None = None,
+                               schedule: str = "interleaved", batched: bool = True
                                ) -> QueuedRun:
-    """The interleaved pipeline played in Megatron-Core's issue order (module docstring), in
-    time order. ``fwd[s][c]``/``bwd[s][c]``: seconds of chunk ``c`` on rank ``s`` per
+    """The pipeline played in Megatron-Core's issue order (module docstring), in time order:
+    ``schedule`` "interleaved" (:func:`issue_order`) or "1f1b" (:func:`issue_order_1f1b`,
+    its calls one ``batch_isend_irecv`` launch each when ``batched``; a launch ends when all
+    its transfers have). ``fwd[s][c]``/``bwd[s][c]``: seconds of chunk ``c`` on rank ``s`` per
     micro-batch; ``send_s``: one transfer's time once both its kernels run; ``one_queue``:
     one hardware queue dispatches every rank's ops in issue order, else each stream runs on
     its own (its ops in order, each after what it waits on). ``hold_f(kind, s, c, n)``: how
@@ -179,7 +271,14 @@ def simulate_megatron_pipeline(fwd: list[list[float]], bwd: list[list[float]], m
     ``n`` of its p2p kernels that wait for their peers (None: 1). RuntimeError if the order
     deadlocks."""
     p, v = len(fwd), len(fwd[0])
-    ranks = [_Rank(s, p, issue_order(p, m, v, s)) for s in range(p)]
+    if schedule == "1f1b":
+        _check(schedule, p, m, v)
+        orders = [issue_order_1f1b(p, m, s, batched) for s in range(p)]
+    elif schedule == "interleaved":
+        orders = [issue_order(p, m, v, s) for s in range(p)]
+    else:
+        raise ValueError(f"schedule must be 'interleaved' or '1f1b', not {schedule!r}")
+    ranks = [_Rank(s, p, o) for s, o in enumerate(orders)]
     end: dict[tuple[int, int], float] = {}       # (rank, handle) -> transfer's end
     posted: dict[tuple, list] = {}               # (comm, src, dst, op) -> [(rank, handle)]
     matched: dict[tuple, int] = {}
@@ -189,9 +288,9 @@ def simulate_megatron_pipeline(fwd: list[list[float]], bwd: list[list[float]], m
 
     def post(r: _Rank, op: Op) -> None:
         """Dispatch a send or receive at ``t``; start the transfer if its peer's is there."""
-        kind, direction, handle = op
+        kind, direction, handle = op[:3]
         peer = (r.s + 1) % p if direction == "next" else (r.s - 1) % p
-        comm = _comm(p, r.s, kind, direction)
+        comm = _stream(p, r.s, op)
         key = (comm, r.s, peer) if kind == "S" else (comm, peer, r.s)
         r.waiting.add(handle)
         r.p2p.append((kind, direction, handle, t))
@@ -233,9 +332,9 @@ def simulate_megatron_pipeline(fwd: list[list[float]], bwd: list[list[float]], m
             return r.run is None
         if op[0] == "W":
             return r.run is None and all(done(r, h) for h in op[1])
-        before = r.stream_prev[i]                # the previous op on its comm stream
+        before = r.stream_prev[i]                # the previous op (launch) on its stream
         return (r.run is None or r.compute_before[i] < r.running_index) and \
-            (before is None or done(r, r.ops[before][2])) and r.compute_done(i)
+            all(done(r, r.ops[j][2]) for j in before) and r.compute_done(i)
 
     while not all(r.finished() for r in ranks):
         while any([step(r) for r in ranks]):
@@ -274,15 +373,24 @@ class _Rank:
         self.dispatched = [False] * len(ops)
         self.head = 0                            # first op not dispatched (one queue)
         self.streams: dict = {}                  # stream -> its ops' indices, in order
-        self.stream_prev: list[int | None] = []
+        self.stream_prev: list[tuple] = []       # the previous op (launch) on its stream
         self.stream_of: list = []                # each op's stream
         self.compute_before: list[int] = []      # last compute-stream op issued before
         last_compute, last_on = -1, {}
         for i, op in enumerate(ops):
-            stream = "compute" if op[0] in "CW" else _comm(p, s, op[0], op[1])
+            stream = "compute" if op[0] in "CW" else _stream(p, s, op)
             self.streams.setdefault(stream, []).append(i)
             self.stream_of.append(stream)
-            self.stream_prev.append(last_on.get(stream))
+            before = last_on.get(stream)
+            if before is None:
+                self.stream_prev.append(())
+            elif len(op) == 4 and ops[before][3:] == op[3:]:
+                self.stream_prev.append(self.stream_prev[before])  # one launch: together
+            elif len(ops[before]) == 4:              # after the whole previous launch
+                self.stream_prev.append(tuple(j for j in self.streams[stream][:-1]
+                                              if ops[j][3:] == ops[before][3:]))
+            else:
+                self.stream_prev.append((before,))
             last_on[stream] = i
             self.compute_before.append(last_compute)
             if stream == "compute":

@@ -250,9 +250,9 @@ def search_plans(model: "ModelConfig | str", chip: "Chip | str", cluster: "Clust
         progress(len(fitting), len(fitting), "screen")
     scored.sort(key=lambda x: x[0])
     best = []
-    # (on an issue/one_queue stack the golden run plays interleaved finalists in Megatron's
-    # issue order but 1F1B ones in the data-flow model, whose sends cost their senders
-    # nothing: a bias toward 1F1B, step._pipeline; docs/cluster.md "Pipeline schedules")
+    # (on an issue/one_queue stack the golden run plays interleaved and 1F1B finalists alike
+    # in Megatron's issue order, step._pipeline; GPipe ones, which Megatron-Core does not
+    # run, keep the data-flow model; docs/cluster.md "Pipeline schedules")
     for i, (_, q) in enumerate(scored[:refine]):
         if progress:
             progress(i, min(refine, len(scored)), "refine")

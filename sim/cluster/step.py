@@ -18,8 +18,8 @@
 3. **the pipeline** over devices and micro-batches (:mod:`diptych.sim.cluster.schedule`): the
    event-level simulation (``golden=True``) or its closed form, with the activation send
    between stages (``micro_batch × seq/cp × hidden`` activations, ÷ tp with sequence
-   parallelism) on the link between the two stages' ranks; an interleaved schedule on a chip
-   whose kernels run in issue order (``kernel_order`` ``issue`` or ``one_queue``: a
+   parallelism) on the link between the two stages' ranks; an interleaved or 1F1B schedule on
+   a chip whose kernels run in issue order (``kernel_order`` ``issue`` or ``one_queue``: a
    Megatron-Core stack) is played in Megatron-Core's own issue order, its sends meeting
    their peers' receives (:mod:`diptych.sim.cluster.megatron_p2p`);
 4. **after the last backward**, per device: the gradient reduction (all-reduce under ZeRO-0,
@@ -760,11 +760,11 @@ class _Pipe:
 def _pipeline(st: _Setup) -> _Pipe:
     """Phase 2: the pipeline over devices and micro-batches (event level or closed form).
 
-    On an ``issue``/``one_queue`` stack only an interleaved plan is played in Megatron-Core's
-    issue order (sends meet their peers' receives, waiting kernels hold cores); a 1F1B or
-    GPipe plan keeps the data-flow simulation, where a send costs its sender nothing
-    (Megatron's non-interleaved 1F1B is not modelled), so it is timed more favourably than an
-    interleaved plan of the same chunk times (docs/cluster.md, "Pipeline schedules")."""
+    On an ``issue``/``one_queue`` stack an interleaved or 1F1B plan is played in
+    Megatron-Core's issue order (sends meet their peers' receives, waiting kernels hold
+    cores; 1F1B's calls batched, as Megatron-LM sets ``batch_p2p_comm`` without
+    interleaving); a GPipe plan keeps the data-flow simulation, where a send costs its
+    sender nothing (docs/cluster.md, "Pipeline schedules")."""
     plan, steps, chunks, last_vs, m = st.plan, st.steps, st.chunks, st.last_chunk, \
         st.micro_batches
 
@@ -810,15 +810,18 @@ def _pipeline(st: _Setup) -> _Pipe:
                                     send_s=send)
     elif st.golden:
         order = chip_kernel_order(st.chip)
-        if sched == "interleaved" and P > 1 and order in ("issue", "one_queue"):
-            # a Megatron-Core stack: its issue order, the sends' rendezvous, one queue or not
-            run = simulate_megatron_pipeline(fwd, bwd, m, send_s=send,
-                                             one_queue=order == "one_queue",
+        if sched in ("interleaved", "1f1b") and P > 1 and order in ("issue", "one_queue"):
+            # a Megatron-Core stack: its issue order, the sends' rendezvous, one queue or not;
+            # 1F1B's calls batched: Megatron-LM sets batch_p2p_comm = not overlap_p2p_comm
+            # and overlap_p2p_comm False without interleaving [S: Megatron-LM core_r0.9.0
+            # (1afee592) megatron/training/arguments.py L286-289, L671]
+            mega = dict(one_queue=order == "one_queue", schedule=sched, batched=True)
+            run = simulate_megatron_pipeline(fwd, bwd, m, send_s=send, **mega,
                                              hold_f=_hold_factor(st) if sent else None)
             # pp's exposed time against the same issue order with free sends (and no held
             # cores), so it counts only the transfers and the waits they cause
-            no_send = (lambda: simulate_megatron_pipeline(
-                fwd, bwd, m, send_s=0.0, one_queue=order == "one_queue").seconds)
+            no_send = (lambda: simulate_megatron_pipeline(fwd, bwd, m, send_s=0.0,
+                                                          **mega).seconds)
         else:
             run = simulate_pipeline(fwd, bwd, m, schedule=sched, send_s=send)
             no_send = (lambda: simulate_pipeline(fwd, bwd, m, schedule=sched).seconds)

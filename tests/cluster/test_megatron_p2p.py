@@ -170,3 +170,206 @@ def test_pp_exposed_time_is_measured_against_the_same_issue_order(monkeypatch):
     assert base["send_s"] == 0.0 and base.get("hold_f") is None
     assert base["one_queue"] is real["one_queue"] is True
     assert t_real >= t_base
+
+
+# --- the non-interleaved 1F1B (forward_backward_pipelining_without_interleaving) ---------
+
+def test_1f1b_issue_order_is_megatrons_calls():
+    """Megatron-Core core_r0.9.0 schedules.py L1391-1521: every unit in the 1F1B order,
+    every call waited on at once, the first rank never receiving activations nor sending
+    gradients, the last never sending activations nor receiving gradients; one call's
+    send and receive with the same peer, unbatched, in ``_p2p_ops``'s order (send first
+    towards the next rank, receive first from the previous one, either parity)."""
+    from diptych.sim.cluster.megatron_p2p import issue_order_1f1b
+    for p, m in ((2, 3), (4, 8), (3, 2), (4, 2)):
+        for s in range(p):
+            ops = issue_order_1f1b(p, m, s, batched=False)
+            units = [o[1:] for o in ops if o[0] == "C"]
+            assert units == stage_order("1f1b", p, m, 1, s)
+            comm = [o for o in ops if o[0] in "SR"]
+            assert ("R", "prev") not in {o[:2] for o in comm} or s > 0
+            assert ("S", "prev") not in {o[:2] for o in comm} or s > 0
+            assert ("S", "next") not in {o[:2] for o in comm} or s < p - 1
+            assert ("R", "next") not in {o[:2] for o in comm} or s < p - 1
+            # m sends and m receives per neighbour
+            if s > 0:
+                assert sum(o[:2] == ("R", "prev") for o in comm) == m
+                assert sum(o[:2] == ("S", "prev") for o in comm) == m
+            if s < p - 1:
+                assert sum(o[:2] == ("S", "next") for o in comm) == m
+                assert sum(o[:2] == ("R", "next") for o in comm) == m
+            # each call's ops are followed by one wait on all of them (wait_on_reqs)
+            i = 0
+            while i < len(ops):
+                if ops[i][0] in "SR":
+                    j = i
+                    while ops[j][0] in "SR":
+                        j += 1
+                    assert ops[j] == ("W", [o[2] for o in ops[i:j]])
+                    pair = [o[:2] for o in ops[i:j]]
+                    if len(pair) == 2 and pair[0][1] == pair[1][1]:
+                        assert pair == ([("S", "next"), ("R", "next")] if pair[0][1] == "next"
+                                        else [("R", "prev"), ("S", "prev")])
+                    i = j
+                i += 1
+            batched = issue_order_1f1b(p, m, s, batched=True)
+            assert [o[:3] for o in batched] == [o[:3] for o in ops]
+
+
+def _units(run):
+    return [[u[3:] for u in units] for units in run.units]
+
+
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize("one_queue", [False, True])
+def test_1f1b_two_stages_by_hand(batched, one_queue):
+    """P = 2, m = 3, F = 1 s, B = 2 s, send 0.5 s, worked by hand from the issue order.
+    Rank 0: F0 [0, 1]; send_forward meets rank 1's recv_forward (posted at 0): [1, 1.5];
+    F1 [1.5, 2.5]; send_forward_recv_backward posted at 2.5 meets rank 1's
+    send_backward_recv_forward, posted after its B0 (rank 1: F0 [1.5, 2.5], B0 [2.5, 4.5]):
+    both transfers [4.5, 5]; rank 0 B0 [5, 7], F2 [7, 8]; rank 1 F1 [5, 6], B1 [6, 8], its
+    next call at 8 meets rank 0's (posted at 8): [8, 8.5]; rank 0 B1 [8.5, 10.5], rank 1
+    F2 [8.5, 9.5], B2 [9.5, 11.5]; rank 0's recv_backward (posted at 10.5) meets rank 1's
+    send_backward at 11.5: B2 [12, 14]. With two stages a call's two ops run on two
+    communicators (``_p2p_ops``' world group) or in one launch: batched or not, the same."""
+    run = simulate_megatron_pipeline([[1.0], [1.0]], [[2.0], [2.0]], 3, send_s=0.5,
+                                     schedule="1f1b", batched=batched, one_queue=one_queue)
+    assert _units(run) == [[(0.0, 1.0), (1.5, 2.5), (5.0, 7.0), (7.0, 8.0), (8.5, 10.5),
+                            (12.0, 14.0)],
+                           [(1.5, 2.5), (2.5, 4.5), (5.0, 6.0), (6.0, 8.0), (8.5, 9.5),
+                            (9.5, 11.5)]]
+    assert run.seconds == 14.0
+    # the data-flow model starts rank 0's F1 at 1 and rank 1's F1 at 4.5
+    flow = simulate_pipeline([[1.0], [1.0]], [[2.0], [2.0]], 3, schedule="1f1b", send_s=0.5)
+    assert flow.units[0][1][3] == 1.0 and flow.units[1][2][3] == 4.5
+
+
+@pytest.mark.parametrize("one_queue", [False, True])
+def test_1f1b_three_stages_by_hand_batched_or_not(one_queue):
+    """P = 3, m = 2, F = 1 s, B = 2 s, send 0.5 s, by hand. Rank 1's one steady-state call,
+    send_forward_recv_backward (posted at 4.5, after F1 [3.5, 4.5]), faces rank 2's
+    send_backward_recv_forward (posted at 6, after B0 [4, 6]). Unbatched both ops share
+    the pair's two-rank communicator, so they run in turn: [6, 6.5] then [6.5, 7]; rank 1's
+    B0 [7, 9], ..., the step 15 s. Batched (one launch each) they run together: [6, 6.5],
+    B0 [6.5, 8.5], the step 14.5 s."""
+    fwd, bwd = [[1.0]] * 3, [[2.0]] * 3
+    plain = simulate_megatron_pipeline(fwd, bwd, 2, send_s=0.5, schedule="1f1b",
+                                       batched=False, one_queue=one_queue)
+    assert _units(plain) == [[(0.0, 1.0), (1.5, 2.5), (9.5, 11.5), (13.0, 15.0)],
+                             [(1.5, 2.5), (3.5, 4.5), (7.0, 9.0), (10.5, 12.5)],
+                             [(3.0, 4.0), (4.0, 6.0), (7.0, 8.0), (8.0, 10.0)]]
+    batched = simulate_megatron_pipeline(fwd, bwd, 2, send_s=0.5, schedule="1f1b",
+                                         batched=True, one_queue=one_queue)
+    assert _units(batched) == [[(0.0, 1.0), (1.5, 2.5), (9.0, 11.0), (12.5, 14.5)],
+                               [(1.5, 2.5), (3.5, 4.5), (6.5, 8.5), (10.0, 12.0)],
+                               [(3.0, 4.0), (4.0, 6.0), (6.5, 7.5), (7.5, 9.5)]]
+    assert (plain.seconds, batched.seconds) == (15.0, 14.5)
+
+
+@pytest.mark.parametrize("p,m", [(2, 3), (4, 8), (4, 4), (8, 16), (4, 2)])
+def test_1f1b_equal_stages_without_transfer_time_keep_the_closed_form(p, m):
+    """(m + p − 1)(f + b) for equal stages, m ≥ p (Narayanan et al. 2021); fewer
+    micro-batches than stages: m·f + (p − 1)·f + m·b + (p − 1)·b as well (each unit waits
+    only for its producer)."""
+    fwd, bwd = [[1.0]] * p, [[2.0]] * p
+    for batched in (False, True):
+        for one_queue in (True, False):
+            run = simulate_megatron_pipeline(fwd, bwd, m, send_s=0.0, schedule="1f1b",
+                                             batched=batched, one_queue=one_queue)
+            assert run.seconds == pytest.approx((m + p - 1) * 3.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_1f1b_every_unit_starts_after_its_input_arrived(batched):
+    """Never before the data-flow model allows (producer's end plus the transfer), never
+    faster than the data-flow pipeline of the same stage times."""
+    fwd = [[1.0], [0.9], [1.1], [1.6], [0.7]]
+    bwd = [[2.0], [1.9], [2.1], [3.0], [1.5]]
+    p, m, send = 5, 9, 0.3
+    for one_queue in (True, False):
+        run = simulate_megatron_pipeline(fwd, bwd, m, send_s=send, schedule="1f1b",
+                                         batched=batched, one_queue=one_queue)
+        end = {(k, mb, s): e for s in range(p) for k, mb, _, _, e in run.units[s]}
+        for s in range(p):
+            assert len(run.units[s]) == 2 * m
+            for k, mb, _, start, _ in run.units[s]:
+                dep = ("F", mb, s - 1) if k == "F" else ("B", mb, s + 1)
+                if dep[2] in range(p):
+                    assert start >= end[dep] + send - 1e-12
+                if k == "B":
+                    assert start >= end[("F", mb, s)] - 1e-12
+        flow = simulate_pipeline(fwd, bwd, m, schedule="1f1b", send_s=send)
+        assert run.seconds >= flow.seconds - 1e-12
+
+
+def test_1f1b_compute_beside_a_waiting_kernel_runs_at_its_held_rate():
+    """The slow reference of the interleaved case, on a 1F1B run: each unit's work,
+    integrated over its span at 1/f while one of its rank's p2p kernels waits for its peer,
+    equals its seconds alone."""
+    fwd, bwd = [[1.0], [1.0], [3.0]], [[2.0], [2.0], [5.0]]
+    send, f = 0.25, 1.5
+    run = simulate_megatron_pipeline(fwd, bwd, 6, send_s=send, schedule="1f1b",
+                                     hold_f=lambda kind, s, c, n: f)
+    slowed = 0
+    for s, units in enumerate(run.units):
+        waits = [(a, e - send) for _, _, a, e in run.p2p[s] if e - send > a]
+        for kind, _, c, start, end in units:
+            cuts = sorted({start, end} | {x for w in waits for x in w if start < x < end})
+            work = 0.0
+            for a, b in zip(cuts, cuts[1:]):
+                held = any(w0 <= (a + b) / 2 < w1 for w0, w1 in waits)
+                work += (b - a) / (f if held else 1.0)
+                slowed += held
+            assert work == pytest.approx((fwd if kind == "F" else bwd)[s][c], rel=1e-9)
+    # every call is waited on at once, so a rank's compute never runs beside its own
+    # waiting kernel: the held rate never applies
+    assert slowed == 0
+
+
+def test_simulate_megatron_pipeline_rejects_an_unknown_schedule():
+    with pytest.raises(ValueError, match="schedule"):
+        simulate_megatron_pipeline([[1.0]], [[1.0]], 1, send_s=0.0, schedule="gpipe")
+    with pytest.raises(ValueError, match="v"):
+        simulate_megatron_pipeline([[1.0, 1.0]], [[1.0, 1.0]], 1, send_s=0.0,
+                                   schedule="1f1b")
+
+
+def test_the_cluster_step_plays_megatrons_1f1b_on_a_megatron_stack(monkeypatch):
+    """A 1F1B plan with PP > 1 on an issue-order stack is played in Megatron's 1F1B issue
+    order, batched (Megatron-LM arguments.py: batch_p2p_comm = not overlap_p2p_comm, which
+    it sets False without interleaving), its exposed pp time against the same order with
+    free sends; never faster than the data-flow pipeline of the same stage times. The
+    data-flow chip keeps the data-flow simulation."""
+    from roofline_double import roofline
+
+    from diptych.sim.cluster import Plan, simulate_cluster_step
+    from diptych.sim.cluster import step as S
+    from diptych.sim.cluster.megatron_p2p import QueuedRun
+    from diptych.sim.run import Scenario
+
+    calls = []
+
+    def spy(*a, **kw):
+        run = simulate_megatron_pipeline(*a, **kw)
+        calls.append(kw)
+        return run
+
+    monkeypatch.setattr(S, "simulate_megatron_pipeline", spy)
+    plan = Plan(tp=2, pp=2, dp=1, schedule="1f1b")
+    runs = {}
+    for order in ("dataflow", "one_queue"):
+        runs[order] = simulate_cluster_step(
+            "llama-3-8b", "h100", "dgx-h100", plan,
+            Scenario.of(phase="train", batch=4, seq=2048, execution="sum",
+                        kernel_order=order), simulate=roofline)
+    assert not isinstance(runs["dataflow"].pipeline, QueuedRun)
+    queued = runs["one_queue"]
+    assert isinstance(queued.pipeline, QueuedRun)
+    real, base = calls
+    assert real["schedule"] == base["schedule"] == "1f1b"
+    assert real["batched"] is base["batched"] is True
+    assert real["send_s"] > 0.0 and base["send_s"] == 0.0 and base.get("hold_f") is None
+    lay = queued.layout
+    flow = simulate_pipeline(lay["fwd"], lay["bwd"], queued.micro_batches, schedule="1f1b",
+                             send_s=lay["send_s"])
+    assert lay["pipeline_s"] >= flow.seconds - 1e-12
