@@ -46,6 +46,23 @@ working directory if there is one [S] numba/core/config.py of Numba 0.68.1 (``_H
 in-process). :func:`skip_yaml_for_numba` makes that one import fail, as if PyYAML were not
 installed, when there is no such file (with one, nothing changes); any other import of
 ``yaml``, before or after, is untouched.
+
+**No transparent huge pages.** Linux backs a large anonymous allocation with 2 MiB pages when
+transparent huge pages are ``always`` on (this machine: ``/sys/kernel/mm/transparent_hugepage
+/enabled``), and zeroes a whole 2 MiB page on the first touch of any byte in it
+[S] https://docs.kernel.org/admin-guide/mm/transhuge.html. The engine's DRAM pattern caches
+are such allocations (:func:`diptych.sim.dram.pattern_cache`: up to 64 MiB per DRAM geometry,
+rows of per-pseudo-channel counts filled at hashed entries), so a command that fills a few
+thousand entries has the kernel zero most of them: ``clear_page_erms`` was 9.3 % of `perf`'s
+samples of the headline ``compare``, its system time 0.12-0.27 s. Touching 20,000 random
+768-byte rows of four 12.6 MB arrays takes 0.128 s of system time with huge pages and 0.021 s
+without (measured here). :func:`no_huge_pages` turns them off for the process
+(``prctl(PR_SET_THP_DISABLE)``, inherited by its children [S]
+https://man7.org/linux/man-pages/man2/PR_SET_THP_DISABLE.2const.html); elsewhere, or if the
+call fails, nothing changes. Replaying the headline's 162 GEMM searches in one process, the
+engine's CPU with cold pattern caches falls from 1.09-1.11 s to 0.89-0.91 s and with warm
+ones stays within the noise (0.69-0.73 s both), as do bench_gemm.py's 1000 mixed GEMMs
+(3.30-3.47 s both; docs/engine.md, Speed).
 """
 
 from __future__ import annotations
@@ -234,9 +251,25 @@ def skip_yaml_for_numba() -> bool:
     return True
 
 
+#: ``prctl`` option: this process and its children get no transparent huge pages.
+PR_SET_THP_DISABLE = 41
+
+
+def no_huge_pages() -> bool:
+    """Turn transparent huge pages off for this process (Linux; see above); True when done."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def prepare() -> None:
     """Everything above, for the console command's process (called before the command
     imports anything heavy)."""
     single_threaded_blas()
     cache_dataclass_code()
     skip_yaml_for_numba()
+    no_huge_pages()

@@ -279,3 +279,27 @@ def test_only_numbas_config_is_refused_yaml(tmp_path):
             "import yaml\n"
             "print(yaml.__name__, startup._NoYamlForNumbaConfig in sys.meta_path)\n")
     assert _run(code, cwd=tmp_path).split() == ["True", "yaml", "False"]
+
+
+def _thp_enabled(status: str):
+    for line in status.splitlines():
+        if line.startswith("THP_enabled:"):
+            return line.split()[1]
+    return None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_no_huge_pages_for_the_process_and_its_children():
+    """The kernel reports the process's flag in /proc/PID/status (Linux 5.0 and later)."""
+    code = ("import subprocess, sys\nfrom diptych.tools import startup\n"
+            "print(open('/proc/self/status').read())\n"
+            "print('@@', startup.no_huge_pages(), '@@')\n"
+            "print(open('/proc/self/status').read())\n"
+            "print('@@')\n"
+            "print(subprocess.run(['cat', '/proc/self/status'], capture_output=True, "
+            "text=True).stdout)\n")
+    before, done, after, child = _run(code).split("@@")
+    if _thp_enabled(before) is None:
+        pytest.skip("this kernel does not report THP_enabled")
+    assert done.split()[0] == "True"
+    assert (_thp_enabled(before), _thp_enabled(after), _thp_enabled(child)) == ("1", "0", "0")
