@@ -28,7 +28,7 @@ keeps the compiled code of those sources on disk, beside this module's own bytec
 (:func:`importlib.util.cache_from_source`, so ``PYTHONPYCACHEPREFIX`` and ``-O`` apply, and
 written only when Python writes bytecode: not with ``PYTHONDONTWRITEBYTECODE``), keyed by the
 source text itself: a hit runs the code compiled from exactly that text, by this Python (the
-file starts with :data:`importlib.util.MAGIC_NUMBER`), with the flags ``exec`` of a string
+file starts with :data:`importlib.util.MAGIC_NUMBER` and a format tag), with the flags ``exec`` of a string
 uses there (``dont_inherit``: dataclasses.py has no ``__future__`` import), so every class
 gets the same methods, bit for bit, and a changed class simply misses. It is
 installed as the ``exec`` that dataclasses.py looks up in its module's globals (it calls
@@ -97,7 +97,9 @@ class CodeCache:
     module's docstring): :meth:`exec` is a drop-in ``exec(source, globals, locals)`` for a
     ``str`` source; :meth:`save` writes the file back when this process compiled a source
     that was not in it. A file that is missing, unreadable or not one of this Python's is
-    treated as empty."""
+    treated as empty. ``codes`` maps a source to its code marshalled, unmarshalled on a hit
+    only: reading the file is then ~1 ms, not the ~17 ms of building every code object (a
+    command that creates few dataclasses, ``models show``, pays for those few)."""
 
     def __init__(self, path: str | None):
         self.path = path
@@ -112,16 +114,23 @@ class CodeCache:
                 codes = marshal.load(fh) if magic == _MAGIC else {}
         except (OSError, EOFError, ValueError, TypeError):
             codes = {}
-        if isinstance(codes, dict):
+        if isinstance(codes, dict) and all(isinstance(v, bytes) for v in codes.values()):
             self.codes = codes
 
     def exec(self, source, globals=None, locals=None):
         """``exec(source, globals, locals)``, the code of a ``str`` source compiled once."""
         if not isinstance(source, str):
             return builtins.exec(source, globals, locals)  # noqa: S102 - dataclasses' own call
-        code = self.codes.get(source)
+        code = None
+        blob = self.codes.get(source)
+        if blob is not None:
+            try:
+                code = marshal.loads(blob)
+            except (EOFError, ValueError, TypeError):     # (a damaged entry: compiled again)
+                code = None
         if code is None:
-            code = self.codes[source] = compile(source, "<string>", "exec", dont_inherit=True)
+            code = compile(source, "<string>", "exec", dont_inherit=True)
+            self.codes[source] = marshal.dumps(code)
             self.new += 1
         self.used.add(source)
         return builtins.exec(code, globals, locals)  # noqa: S102 - compiled from its text
@@ -158,7 +167,9 @@ def _magic() -> bytes:
     return MAGIC_NUMBER
 
 
-_MAGIC = _magic()
+#: The file's first bytes: this Python's bytecode magic number and this format's tag (values
+#: are marshalled code objects).
+_MAGIC = _magic() + b"dc2\n"
 
 
 def cache_path() -> str | None:

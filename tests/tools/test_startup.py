@@ -62,12 +62,22 @@ class Bare:
 
 DUMP = r'''
 import dataclasses, json, marshal, sys
+ATTRS = ("co_code", "co_names", "co_varnames", "co_freevars", "co_cellvars", "co_filename",
+         "co_name", "co_qualname", "co_firstlineno", "co_linetable", "co_exceptiontable",
+         "co_flags", "co_argcount", "co_posonlyargcount", "co_kwonlyargcount", "co_stacksize",
+         "co_nlocals")
+def fingerprint(code):
+    """Every attribute of a code object that defines it, nested code objects included (its
+    marshalled bytes also depend on reference counts, so they are not compared)."""
+    consts = tuple(fingerprint(c) if hasattr(c, "co_code") else (type(c).__name__, repr(c))
+                   for c in code.co_consts)
+    return repr((consts,) + tuple(getattr(code, a) for a in ATTRS if hasattr(code, a)))
 def methods(cls):
     out = {}
     for name, fn in sorted(vars(cls).items()):
         code = getattr(fn, "__code__", None)
         if code is not None:
-            out[name] = marshal.dumps(code).hex()
+            out[name] = fingerprint(code)
     return out
 '''
 
@@ -149,7 +159,8 @@ def test_a_broken_or_foreign_cache_file_is_ignored_and_rewritten(tmp_path):
     bad = tmp_path / "bad"
     bad.write_bytes(startup._MAGIC + b"\x00garbage")
     other = tmp_path / "other"
-    other.write_bytes(b"\x00\x00\x0d\x0a" + marshal.dumps({"x = 1": compile("x = 2", "", "exec")}))
+    other.write_bytes(b"\x00\x00\x0d\x0a"
+                      + marshal.dumps({"x = 1": marshal.dumps(compile("x = 2", "", "exec"))}))
     for p in (bad, other):
         c = startup.CodeCache(str(p))
         assert c.codes == {}
@@ -303,3 +314,12 @@ def test_no_huge_pages_for_the_process_and_its_children():
         pytest.skip("this kernel does not report THP_enabled")
     assert done.split()[0] == "True"
     assert (_thp_enabled(before), _thp_enabled(after), _thp_enabled(child)) == ("1", "0", "0")
+
+
+def test_a_damaged_entry_is_compiled_again(tmp_path):
+    p = tmp_path / "c"
+    p.write_bytes(startup._MAGIC + marshal.dumps({"x = 1": b"\x00\x01not code"}))
+    c = startup.CodeCache(str(p))
+    ns = {}
+    c.exec("x = 1", ns)
+    assert ns["x"] == 1 and c.new == 1
