@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 from ..arch.chip import MAX_RATE_DENOMINATOR
 from . import timing as T
@@ -35,8 +36,11 @@ class Rates:
     ws_wave: int = 1
 
 
+@lru_cache(maxsize=256)
 def array_rates(chip, dtype: str) -> Rates:
-    """The rate parameters of ``chip``'s array in ``dtype``; ValueError if unsupported."""
+    """The rate parameters of ``chip``'s array in ``dtype``; ValueError if unsupported.
+    Memoised (a search asks once per GEMM; three ``Fraction`` reductions each, issue 27):
+    ``Rates`` is frozen."""
     arr = chip.core.array
     r = arr.macs_per_pe_per_cycle[dtype]
     if r <= 0:

@@ -202,6 +202,10 @@ def run_state(p):
             np.zeros(2))
 
 
+#: :func:`run_state` as plain Python (its ``py_func``; itself with ``NUMBA_DISABLE_JIT=1``).
+_RUN_STATE = getattr(run_state, "py_func", run_state)
+
+
 @jit
 def advance(t, work, trefi, blk):
     """Finish time of ``work`` ns of data-bus time started at ``t``, skipping the refresh
@@ -569,7 +573,9 @@ class FastDram:
 
     def __init__(self, dram, fabric_ns_per_byte: float = 0.0):
         self.timing = DramTiming.from_dram(dram)
-        self.state = run_state(self.timing.pseudo_channels)
+        # the kernel's own Python (the same NumPy arrays): a process that times vector ops
+        # needs no compiled run_state of its own (its cache load, ~4 ms, issue 27)
+        self.state = _RUN_STATE(self.timing.pseudo_channels)
         # the shared pattern cache of this DRAM geometry (exact counts: sharing changes no
         # result; a fresh one per model cost a quarter of a millisecond per vector op)
         self.patterns = pattern_cache(self.timing)

@@ -73,16 +73,20 @@ class _Main(LazyGroup):
     (:func:`diptych.tools.errors.one_line_warnings`); the command runs with generation 0
     collected less often (:func:`diptych.tools.gc_pause.fewer_collections`). As the console
     command (:func:`_is_console`) it also freezes every object at exit
-    (:func:`diptych.tools.gc_pause.freeze_at_exit`)."""
+    (:func:`diptych.tools.gc_pause.freeze_at_exit`) and prepares the process before the
+    command imports NumPy (:func:`diptych.tools.startup.prepare`: one BLAS thread, the
+    dataclasses' code cache, Numba without PyYAML, no transparent huge pages)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              **kwargs):
         from .errors import one_line_warnings
+        from .gc_pause import fewer_collections, freeze_at_exit, release
         from .interrupt import install
 
-        from .gc_pause import fewer_collections, freeze_at_exit, release
-
         if _is_console(args, standalone_mode):
+            from .startup import prepare
+
+            prepare()
             freeze_at_exit()
         restore = install()
         restore_warnings = one_line_warnings()
