@@ -74,8 +74,8 @@ class _Main(LazyGroup):
     collected less often (:func:`diptych.tools.gc_pause.fewer_collections`). As the console
     command (:func:`_is_console`) it also freezes every object at exit
     (:func:`diptych.tools.gc_pause.freeze_at_exit`) and prepares the process before the
-    command imports NumPy (:func:`diptych.tools.startup.prepare`: one BLAS thread, the
-    dataclasses' code cache, Numba without PyYAML, no transparent huge pages)."""
+    command imports NumPy (:func:`diptych.tools.startup.prepare`: one BLAS thread, no
+    transparent huge pages)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True,
              **kwargs):
