@@ -49,6 +49,11 @@ import math
 TAG = "dropout"
 #: Bytes per element of a saved dropout mask: PyTorch's ``bool`` (``native_dropout``).
 MASK_BYTES = 1.0
+#: Lane ops per element a residual add that drops adds to its forward: the compare that
+#: draws the mask and the scale (``bool_mask * input * (1 / (1 - p))``). Its backward,
+#: ``grad · mask · scale``, is the dropout's own kernel (workloads/train.py
+#: ``dropout_backward``); the add's own backward is the add's as at p = 0.
+DROP_OPS = 2.0
 #: The probabilities a run sets (``Scenario``, ``Precision``), as NeMo names them.
 FIELDS = ("hidden_dropout", "attention_dropout")
 

@@ -59,6 +59,14 @@ def test_bias_dropout_add_writes_its_mask_and_its_backward_reads_it(tp, sp):
         assert (o.read_bytes, o.write_bytes) == (3 * e, 2 * e)
     acc = [(o.read_bytes, o.write_bytes) for o in b.ops if o.name.endswith("_residual.bwd")]
     assert acc == [(4 * e, 2 * e)] * 2
+    # lane ops per element (review finding 2): the add is 1, the dropout's compare and scale
+    # 2 more in the forward; its backward grad·mask·scale 2 in dropout_bwd; the add's own
+    # backward 2 as at p = 0 (not 2 × 3 = 6) and untagged, so the dropout is charged once
+    assert [o.ops_per_element for o in adds] == [3.0, 3.0]
+    assert [o.ops_per_element for o in drops] == [2.0, 2.0]
+    bwds = [o for o in b.ops if o.name.endswith("_residual.bwd")]
+    assert [o.ops_per_element for o in bwds] == [2.0, 2.0]
+    assert all("dropout" not in o.tags for o in bwds)
     # nothing else moves: the step's other ops are the p = 0 step's
     rest = lambda blk: [o for o in blk.ops if "_residual" not in o.name]
     assert rest(b) == rest(b0) and rest(f) == rest(f0)
