@@ -171,3 +171,23 @@ def test_a_training_run_states_its_dropout():
                                             attention_dropout=0.1))}
     assert "hidden dropout 0.1" in stack_text(info)
     assert "attention dropout 0.1" in stack_text(info)
+
+
+@pytest.mark.parametrize("chip, kernel, cost", [("h100", "default", 0.034),
+                                                ("h100", "fa2", 0.047),
+                                                ("infer-2026", "default", 0.0)])
+def test_a_run_states_whether_its_attention_dropout_is_charged(chip, kernel, cost):
+    # review finding 5: only an [attention] table's dropout_cost charges attention dropout
+    # (h100.toml's cuDNN 0.034 and FA2 0.047); infer-2026 has no such table: free, and said
+    r = CliRunner().invoke(main, ["run", "--chip", chip, "--model", "llama-3-8b", "--phase",
+                                  "train", "--seq", "128", "--attention-dropout", "0.1",
+                                  "--attention-kernel", kernel, "--json"])
+    assert r.exit_code == 0, r.output
+    import json
+    from diptych.tools.fmt import stack_text
+    info = json.loads(r.output)["info"]
+    assert info["stack"]["attention_dropout_cost"] == cost
+    text = stack_text(info)
+    assert "attention dropout 0.1" in text
+    assert ("not charged: the chip has no attention table with a dropout_cost" in text) \
+        == (cost == 0.0)
