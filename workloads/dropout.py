@@ -43,6 +43,7 @@ vector_backward_bytes`). The masks are saved activations: ``1`` B per element, `
 from __future__ import annotations
 
 import math
+import numbers
 
 #: Tag of a forward op that drops: a residual add that also writes its mask, a fused
 #: attention kernel that draws one inside.
@@ -61,7 +62,9 @@ FIELDS = ("hidden_dropout", "attention_dropout")
 def check_probability(name: str, p) -> float:
     """``p`` as a float if it is a real number in [0, 1), else ValueError naming ``name``,
     the value and what was expected (1 would drop everything: no training step)."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or math.isnan(p) \
+    # numbers.Real: NumPy's floats and integers too (np.float32(0.1) from a sweep); a bool
+    # (a Real through int) is not a probability, nor NumPy's (not a Real)
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or math.isnan(p) \
             or not 0.0 <= p < 1.0:
         raise ValueError(f"{name} must be a probability in [0, 1), not {p!r}")
     return float(p)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from diptych.arch import load_chip
 from diptych.sim.run import Scenario
 from diptych.tools.cli import main
 from diptych.workloads import load_model
+from diptych.workloads.dropout import check_probability
 from diptych.workloads.memory import saved_bytes
 from diptych.workloads.precision import Precision
 from diptych.workloads.train import train_forward, train_step
@@ -132,13 +134,26 @@ def test_a_dropping_attention_kernel_takes_its_measured_share_longer(kernel, tab
 @pytest.mark.parametrize("field,value", [("hidden_dropout", 1.0), ("hidden_dropout", -0.1),
                                          ("attention_dropout", math.nan),
                                          ("attention_dropout", "0.1"),
-                                         ("hidden_dropout", True)])
+                                         ("hidden_dropout", True),
+                                         ("hidden_dropout", np.bool_(True)),
+                                         ("attention_dropout", np.float64(1.0)),
+                                         ("hidden_dropout", np.float32("nan"))])
 def test_a_probability_outside_0_1_is_refused_naming_it(field, value):
     match = f"{field} must be a probability in \\[0, 1\\), not"
     with pytest.raises(ValueError, match=match):
         Scenario.of(phase="train", seq=128, **{field: value})
     with pytest.raises(ValueError, match=match):
         Precision(**{field: value})
+
+
+@pytest.mark.parametrize("value", [np.float32(0.1), np.float64(0.1), np.int64(0)])
+def test_a_numpy_probability_is_taken_as_its_float(value):
+    # review finding 9: numbers.Real, not (int, float); stored as a float (JSON, hashing)
+    s = Scenario.of(phase="train", seq=128, hidden_dropout=value, attention_dropout=value)
+    p = Precision(hidden_dropout=value, attention_dropout=value)
+    for x in (s.hidden_dropout, s.attention_dropout, p.hidden_dropout, p.attention_dropout):
+        assert type(x) is float and x == float(value)
+    assert check_probability("hidden_dropout", np.float32(0.5)) == 0.5
 
 
 def test_dropout_is_refused_outside_training_and_attention_dropout_unfused():
