@@ -177,7 +177,10 @@ def stack_text(info: dict) -> str | None:
                               "sequence_parallel" in st),
                              (f"hidden dropout {st.get('hidden_dropout')}",
                               bool(st.get("hidden_dropout"))),
-                             (f"attention dropout {st.get('attention_dropout')}",
+                             (f"attention dropout {st.get('attention_dropout')}"
+                              + (" (not charged: the chip has no attention table with a "
+                                 "dropout_cost)"
+                                 if st.get("attention_dropout_cost", 1.0) == 0.0 else ""),
                               bool(st.get("attention_dropout"))))
              if on]
     return ", ".join(words) or None

@@ -165,6 +165,10 @@ def echo_why(res: dict) -> None:
 @click.option("--prompts", "policies", type=BoolList(), default="chunked,whole",
               show_default=True, help="Prompt policies to try: chunked into decode steps, "
                                       "or whole prefill steps.")
+@click.option("--split-prompts/--no-split-prompts", default=None,
+              help="The chunked plans: split a prompt to fill a step's budget, or let it join "
+                   "a decode step only whole (as `diptych serve --split-prompts`). Default: "
+                   "as the runtime's engine does (trtllm-triton: whole), else split.")
 @click.option("--no-disagg", is_flag=True, help="Colocated plans only.")
 @click.option("--ep", type=IntList(), help="Expert-parallel degrees to try on a mixture-of-"
               "experts model (default: every degree up to --chips that divides its experts).")
@@ -200,7 +204,7 @@ def echo_why(res: dict) -> None:
 @scheduler_option("the plans")
 @friendly
 def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_tpot, tp,
-               max_batched_tokens, policies, no_disagg, ep, no_ep, ep_attention, moe_skew,
+               max_batched_tokens, policies, split_prompts, no_disagg, ep, no_ep, ep_attention, moe_skew,
                redundant_experts, weights_dtype, act_dtype, kv_dtype,
                runtime, seed, top, as_json, exhaustive, jobs, scheduler):
     """Deploy each chip design at its best: search pool sizes and the prefill:decode split,
@@ -233,6 +237,7 @@ def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_t
     load = Load(qps=qps, prompt=parse_length(prompt, "prompt"), gen=parse_length(gen, "gen"),
                 requests=requests)
     cfg = ServeConfig(slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, seed=seed,
+                      split_prompts=split_prompts,
                       runtime=load_runtime(runtime) if runtime else None)
     prec = tuple((k, v) for k, v in (("weights_dtype", weights_dtype),
                                      ("act_dtype", act_dtype), ("kv_dtype", kv_dtype)) if v)

@@ -43,12 +43,18 @@ vector_backward_bytes`). The masks are saved activations: ``1`` B per element, `
 from __future__ import annotations
 
 import math
+import numbers
 
 #: Tag of a forward op that drops: a residual add that also writes its mask, a fused
 #: attention kernel that draws one inside.
 TAG = "dropout"
 #: Bytes per element of a saved dropout mask: PyTorch's ``bool`` (``native_dropout``).
 MASK_BYTES = 1.0
+#: Lane ops per element a residual add that drops adds to its forward: the compare that
+#: draws the mask and the scale (``bool_mask * input * (1 / (1 - p))``). Its backward,
+#: ``grad · mask · scale``, is the dropout's own kernel (workloads/train.py
+#: ``dropout_backward``); the add's own backward is the add's as at p = 0.
+DROP_OPS = 2.0
 #: The probabilities a run sets (``Scenario``, ``Precision``), as NeMo names them.
 FIELDS = ("hidden_dropout", "attention_dropout")
 
@@ -56,7 +62,9 @@ FIELDS = ("hidden_dropout", "attention_dropout")
 def check_probability(name: str, p) -> float:
     """``p`` as a float if it is a real number in [0, 1), else ValueError naming ``name``,
     the value and what was expected (1 would drop everything: no training step)."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or math.isnan(p) \
+    # numbers.Real: NumPy's floats and integers too (np.float32(0.1) from a sweep); a bool
+    # (a Real through int) is not a probability, nor NumPy's (not a Real)
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or math.isnan(p) \
             or not 0.0 <= p < 1.0:
         raise ValueError(f"{name} must be a probability in [0, 1), not {p!r}")
     return float(p)

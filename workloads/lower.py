@@ -982,7 +982,8 @@ def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: s
         # the bias-dropout-add also writes its bool mask, saved for the backward
         # (workloads/dropout.py): 1 B per element; the compare and the scale on the lanes
         op = replace(op, write_bytes=op.write_bytes + op.elements * dropout.MASK_BYTES,
-                     ops_per_element=op.ops_per_element + 2.0, tags=op.tags + (dropout.TAG,))
+                     ops_per_element=op.ops_per_element + dropout.DROP_OPS,
+                     tags=op.tags + (dropout.TAG,))
         writes.append((fl.t(f"{name}_dropout_mask", T * d * dropout.MASK_BYTES), f))
     fl.vec(op, [(cur, f), (resid, f)], writes, deps=deps)
     ops.append(op)

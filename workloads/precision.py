@@ -87,7 +87,8 @@ IMPLEMENTATIONS`: Megatron-Core's ``fused`` FP32 cross-entropy or its eager ``un
     def __post_init__(self):
         check_implementation(self.cross_entropy)
         for name in dropout.FIELDS:
-            dropout.check_probability(name, getattr(self, name))
+            # a NumPy number stored as the float it is (hashes, JSON)
+            object.__setattr__(self, name, dropout.check_probability(name, getattr(self, name)))
         for name in ("weights", "activations", "kv", "accumulation", "grads", "moments"):
             check_dtype(getattr(self, name), f"{name} dtype")
         if self.master is not None:

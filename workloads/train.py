@@ -119,11 +119,17 @@ def backward_ops(op: Op, p: Precision, table_elements: float = 0.0) -> list[Op]:
         if drop is not None:
             out_bytes = drop.write_bytes     # the stream's gradient, not the mask
         read, write = vector_backward_bytes(op, out_bytes)
+        # a residual add that drops: its forward's compare and scale (DROP_OPS) are the
+        # dropout's, whose backward is ``drop``'s kernel; the add's own backward is the
+        # add's as at p = 0, untagged
+        ops, tags = ((op.ops_per_element - dropout.DROP_OPS,
+                      tuple(t for t in op.tags if t != dropout.TAG)) if drop is not None
+                     else (op.ops_per_element, op.tags))
         return ([drop] if drop is not None else []) + [
             VectorOp(name=f"{op.name}.bwd", kind=op.kind, elements=op.elements,
-                     ops_per_element=2.0 * op.ops_per_element,
+                     ops_per_element=2.0 * ops,
                      read_bytes=read, write_bytes=write,
-                     dtype=op.dtype, tags=op.tags + (BACKWARD_TAG,))]
+                     dtype=op.dtype, tags=tags + (BACKWARD_TAG,))]
     # the adjoint of an all-gather is a reduce-scatter of the same buffer (each rank gets its
     # chunk's gradient summed over the ranks): context parallelism's K/V all-gather, whose
     # backward sums every rank's dK/dV onto the chunk's owner [S: NVIDIA/TransformerEngine

@@ -1119,7 +1119,7 @@ def _info(st: _Setup, pipe: _Pipe) -> dict:
     return {"schedule": pipe.sched, "pipeline_s": pipe.t_pipe, "send_s": pipe.send,
             "execution": sc.execution,
             "compute_dtype": st.compute_dtype,
-            "stack": stack_info(sc, plan.sequence_parallel and plan.tp > 1),
+            "stack": stack_info(sc, plan.sequence_parallel and plan.tp > 1, st.chip),
             "decode": decode,
             "layers_per_chunk": list(st.layers_per_chunk),
             "golden_pipeline": bool(st.golden or not st.train),

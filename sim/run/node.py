@@ -496,7 +496,7 @@ def _metrics(chip: Chip, model: ModelConfig, s: Scenario, setup: _Setup, w: Work
                 compute_dtype=setup.compute_dtype, simulated_ops=w.op_count(),
                 vector_ops=w.vector_ops * n_chips, collective_bytes=w.collective_bytes,
                 identical_layers_simulated_once=True,
-                stack=stack_info(s, setup.sequence_parallel))
+                stack=stack_info(s, setup.sequence_parallel, chip))
     if "dram_tiers" in t:      # where the state lives and what the slower tiers moved
         info["memory_tiers"] = memory_tiers_info(chip, t, n_chips)
     if s.offload != "none":    # per chip: which tensors live where, the tier's time and energy

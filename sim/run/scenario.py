@@ -253,6 +253,7 @@ class Scenario:
         nonzero only in training (and, for ``attention_dropout``, with fused attention)."""
         for n in dropout.FIELDS:
             p = dropout.check_probability(n, getattr(self, n))
+            object.__setattr__(self, n, p)      # a NumPy number stored as the float it is
             if p and self.phase != "train":
                 raise ValueError(f"{n}={p!r} applies to training; {self.phase} drops nothing "
                                  f"(leave it 0)")

@@ -153,12 +153,14 @@ def chip_kernel_order(chip) -> str:
     return chip.overheads.kernel_order if chip.overheads is not None else "dataflow"
 
 
-def stack_info(s, sequence_parallel: bool | None = None) -> dict:
+def stack_info(s, sequence_parallel: bool | None = None, chip=None) -> dict:
     """Scenario ``s``'s stack settings as a result's ``info["stack"]`` (every run states
     them, defaults included; a training run also its loss implementation,
     ``cross_entropy``, its dropout probabilities (``hidden_dropout``, ``attention_dropout``;
     workloads/dropout.py), and, when the run resolved it, whether it runs Megatron-Core's
-    ``sequence_parallel``)."""
+    ``sequence_parallel``). With attention dropout and ``chip`` (the stacked chip the run
+    timed) also ``attention_dropout_cost``: its attention table's ``dropout_cost``, the share
+    a dropping call runs longer (0: not charged; a chip without ``[attention]`` 0 too)."""
     out = {"nvls": s.nvls, "attention_kernel": s.attention_kernel,
            "tp_comm_overlap": s.tp_comm_overlap,
            "collective_algorithms": s.collective_algorithms,
@@ -168,6 +170,9 @@ def stack_info(s, sequence_parallel: bool | None = None) -> dict:
         out["cross_entropy"] = s.cross_entropy
         out["hidden_dropout"] = s.hidden_dropout
         out["attention_dropout"] = s.attention_dropout
+        if s.attention_dropout and chip is not None:
+            at = chip.attention
+            out["attention_dropout_cost"] = at.dropout_cost if at is not None else 0.0
         if sequence_parallel is not None:
             out["sequence_parallel"] = sequence_parallel
     return out

@@ -33,7 +33,8 @@ from ...arch.runtime import IDEAL, load_runtime
 from .config import ServeConfig
 from .deployment import fit_tp
 from .requests import Load, check_rate, check_request_count, parse_length
-from .search import Plan, SearchSpace, _key, binding, candidates, design_name, search
+from .search import (Plan, SearchSpace, _key, binding, candidates, design_name, search,
+                     splits_prompts)
 from .study import ServingSettings
 
 #: The batch-token limits (= prefill chunk sizes) the default space tries: vLLM's defaults
@@ -124,7 +125,7 @@ def fixed_plans(designs, model, s: BestDeploySettings) -> dict[str, Plan]:
             continue
         if n % tps[d] == 0:
             out[d] = Plan((("mixed", d, tps[d], n, 1, "tp", 0),), cfg.max_batched_tokens,
-                          _runtime_chunked(d, cfg))
+                          _runtime_chunked(d, cfg), splits_prompts(d, cfg))
     half = n // 2
     for a in tps:
         for b in tps:
@@ -132,7 +133,7 @@ def fixed_plans(designs, model, s: BestDeploySettings) -> dict[str, Plan]:
                 continue
             p = Plan((("prefill", a, tps[a], half, 1, "tp", 0),
                       ("decode", b, tps[b], half, 1, "tp", 0)), cfg.max_batched_tokens,
-                     _runtime_chunked(a, cfg))
+                     _runtime_chunked(a, cfg), splits_prompts(a, cfg))
             out[p.design] = p
     return out
 

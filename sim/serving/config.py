@@ -167,7 +167,8 @@ class ServeConfig:
     runtime's policy. ``split_prompts`` (with ``chunked_prefill``): True, a prompt may be
     split to fill a step's ``max_batched_tokens``; False, it joins a decode step only whole
     and waits while it does not fit (TensorRT-LLM's in-flight batching without context
-    chunking); None: the runtime's policy, else True.
+    chunking); None: the runtime's policy, else True. Set with ``chunked_prefill`` False or
+    the static scheduler (where it would do nothing) it is refused.
     """
 
     scheduler: str = "continuous"
@@ -231,6 +232,15 @@ class ServeConfig:
         if self.split_prompts not in (None, True, False):
             raise ValueError(f"split_prompts must be true, false or None, not "
                              f"{self.split_prompts!r}")
+        if self.split_prompts is not None and (self.chunked_prefill is False
+                                               or self.scheduler == "static"):
+            # a prompt is whole in every step of its own already: the setting would do nothing
+            how = ("the static scheduler runs whole prompts in fixed batches"
+                   if self.scheduler == "static" else
+                   "chunked_prefill false runs whole prompts in steps of their own")
+            raise ValueError(f"split_prompts {str(self.split_prompts).lower()}: it applies to "
+                             f"chunked prefill under --scheduler continuous, and {how}; drop "
+                             f"--split-prompts/--no-split-prompts")
         if self.scheduler == "static" and (self.speculative or self.prefix_share):
             raise ValueError("the static scheduler runs plain fixed batches; speculative "
                              "decoding and prefix caching need --scheduler continuous")
@@ -239,13 +249,22 @@ class ServeConfig:
         """This configuration made concrete: ``runtime`` None becomes ``runtime`` (the
         deployment's chip's, :func:`~.serve.deployment_runtime`; ideal by default),
         ``chunked_prefill`` None the runtime's policy (chunked if it states none), and
-        ``split_prompts`` None likewise (split if it states none). Idempotent."""
+        ``split_prompts`` None likewise (split if it states none) where prompts are chunked
+        under the continuous scheduler, and None where they are not (whole in steps of
+        their own: the runtime's value does not apply; an explicit one is refused, here when
+        the runtime's policy runs prefill first). Idempotent."""
         rt = self.runtime if self.runtime is not None else runtime
         ch = self.chunked_prefill
         if ch is None:
             ch = rt.chunked_prefill if rt.chunked_prefill is not None else True
         sp = self.split_prompts
-        if sp is None:
+        if not ch or self.scheduler == "static":
+            if sp is not None:      # chunked_prefill False from the runtime's policy
+                raise ValueError(f"split_prompts {str(sp).lower()}: it applies to chunked "
+                                 f"prefill, and the runtime {rt.name} runs prefill first "
+                                 f"(chunked_prefill false); drop --split-prompts/"
+                                 f"--no-split-prompts or add --chunked-prefill")
+        elif sp is None:
             sp = rt.split_prompts if rt.split_prompts is not None else True
         return replace(self, runtime=rt, chunked_prefill=ch, split_prompts=sp)
 

@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from ...arch import load_chip
+from ...arch.runtime import IDEAL, load_runtime
 from ...workloads import load_model
 from ...workloads.lower import valid_tp_degrees
 from ..run.scenario import Scenario
@@ -157,6 +158,9 @@ class Plan:
     roles: tuple[Role, ...]
     max_batched_tokens: int
     chunked_prefill: bool
+    #: with chunked prefill: whether a prompt may be split to fill a step, or joins one only
+    #: whole (the runtime's policy, :func:`splits_prompts`; ``ServeConfig.split_prompts``)
+    split_prompts: bool = True
 
     @property
     def disaggregated(self) -> bool:
@@ -177,8 +181,9 @@ class Plan:
     def describe(self) -> str:
         pools = ", ".join(f"{r[0]} {r[3] // group_chips(r)} x {r[1]} ({layout_words(r)})"
                           for r in self.roles)
-        return (f"{pools}; max {self.max_batched_tokens} tokens per step, prompts "
-                f"{'chunked into' if self.chunked_prefill else 'apart from'} decode steps")
+        how = ("whole prompts batched into" if self.chunked_prefill and not self.split_prompts
+               else "prompts chunked into" if self.chunked_prefill else "prompts apart from")
+        return f"{pools}; max {self.max_batched_tokens} tokens per step, {how} decode steps"
 
     def to_dict(self) -> dict:
         return {"design": self.design, "disaggregated": self.disaggregated,
@@ -187,7 +192,23 @@ class Plan:
                            "redundant_experts": r[6]}
                           for r in self.roles],
                 "chips": self.chips, "max_batched_tokens": self.max_batched_tokens,
-                "chunked_prefill": self.chunked_prefill, "plan": self.describe()}
+                "chunked_prefill": self.chunked_prefill,
+                "split_prompts": self.split_prompts if self.chunked_prefill else None,
+                "plan": self.describe()}
+
+
+def splits_prompts(design: str, cfg: ServeConfig) -> bool:
+    """Whether ``cfg`` with chunked prefill splits a prompt to fill a step on ``design``
+    (``cfg.split_prompts`` when set, else its runtime's policy: ``cfg.runtime``, else the
+    serving runtime the chip names; :meth:`ServeConfig.resolved`), or lets it join a step
+    only whole (TensorRT-LLM's in-flight batching without context chunking)."""
+    if cfg.split_prompts is not None:
+        return cfg.split_prompts
+    rt = cfg.runtime
+    if rt is None:
+        chip = load_chip(design)
+        rt = load_runtime(chip.overheads.serving_runtime if chip.overheads else IDEAL.name)
+    return rt.split_prompts is not False
 
 
 def _degrees(design: str, model, space: SearchSpace, cfg: ServeConfig) -> list[int]:
@@ -289,7 +310,10 @@ def candidates(model, space: SearchSpace, cfg: ServeConfig | None = None) -> lis
                             shapes += [(("prefill", a, ta, n_a, ea, aa, xa),
                                         ("decode", b, tb, n_b, eb, ab, xb))
                                        for n_b in range(gb, n - n_a + 1, gb)]
-    out = [Plan(s, k, c) for s in shapes for k in space.max_batched_tokens
+    # the prompt split as the runtime runs it (the prefill pool's chip's: a pair of chips
+    # naming two runtimes cannot be built without --runtime)
+    split = {d: splits_prompts(d, cfg) for d in space.designs}
+    out = [Plan(s, k, c, split[s[0][1]]) for s in shapes for k in space.max_batched_tokens
            for c in space.chunked_prefill]
     if len(out) > MAX_CANDIDATES:
         raise ValueError(f"the search space holds {len(out):,} plans, more than "
@@ -344,7 +368,8 @@ def evaluate(plan: Plan, model, space: SearchSpace, load: Load, cfg: ServeConfig
     try:
         dep = _deployment(plan, model, space, replicas)
         c = replace(cfg, max_batched_tokens=plan.max_batched_tokens,
-                    chunked_prefill=plan.chunked_prefill)
+                    chunked_prefill=plan.chunked_prefill,
+                    split_prompts=plan.split_prompts if plan.chunked_prefill else None)
         r = serve(dep, load, c, oracles=oracles)
     except ValueError as exc:
         return {**row, "error": str(exc), "meets_slo": False}

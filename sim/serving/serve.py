@@ -484,10 +484,13 @@ def _check_fit(pr, out, shared, cfg: ServeConfig, budgets) -> None:
         if longest > cfg.max_batched_tokens:
             how = ("without chunked prefill" if not cfg.chunked_prefill else
                    "with whole prompts (split_prompts false)")
-            fix = "--chunked-prefill" if not cfg.chunked_prefill else "--split-prompts"
+            # serve's flags; serve-plan has --split-prompts too and tries chunked prefill
+            # as its --prompts policy
+            fix = ("chunk prompts (serve --chunked-prefill, serve-plan --prompts chunked)"
+                   if not cfg.chunked_prefill else "split them (--split-prompts)")
             raise ValueError(f"{how} a step must hold a whole prompt (and a recomputed "
                              f"sequence): --max-batched-tokens {cfg.max_batched_tokens} is "
-                             f"below the longest request's {longest} tokens; raise it or use "
+                             f"below the longest request's {longest} tokens; raise it or "
                              f"{fix}")
 
 

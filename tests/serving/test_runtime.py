@@ -195,6 +195,41 @@ def test_split_prompts_checked_and_stated():
               oracles=_ORACLES)
 
 
+@pytest.mark.parametrize("kw, why", [
+    (dict(chunked_prefill=False, split_prompts=False), "chunked_prefill false"),
+    (dict(chunked_prefill=False, split_prompts=True), "chunked_prefill false"),
+    (dict(scheduler="static", split_prompts=False), "static scheduler"),
+    (dict(scheduler="static", chunked_prefill=True, split_prompts=True), "static scheduler")])
+def test_split_prompts_refused_where_it_would_do_nothing(kw, why):
+    # review finding 3: prompts are whole there anyway, so an explicit value is an error
+    with pytest.raises(ValueError, match=f"split_prompts {str(kw['split_prompts']).lower()}"
+                                         f": it applies to chunked prefill.*{why}"):
+        ServeConfig(**kw)
+
+
+def test_split_prompts_inherited_where_it_does_not_apply_stays_silent():
+    trt, v0 = load_runtime("trtllm-triton"), load_runtime("vllm-v0")
+    # trtllm-triton's whole prompts do not apply to a static or a prefill-first run
+    for cfg in (ServeConfig(scheduler="static", runtime=trt),
+                ServeConfig(chunked_prefill=False, runtime=trt)):
+        r = cfg.resolved()
+        assert r.split_prompts is None and r.resolved() == r
+    assert ServeConfig(runtime=v0).resolved().split_prompts is None
+    # vllm-v0's prefill-first policy makes an explicit value do nothing: refused
+    with pytest.raises(ValueError, match="runtime vllm-v0 runs prefill first"):
+        ServeConfig(split_prompts=False, runtime=v0).resolved()
+    assert ServeConfig(split_prompts=False, chunked_prefill=True,
+                       runtime=v0).resolved().split_prompts is False
+
+
+@pytest.mark.parametrize("args", [("--no-chunked-prefill", "--no-split-prompts"),
+                                  ("--scheduler", "static", "--no-split-prompts"),
+                                  ("--runtime", "vllm-v0", "--split-prompts")])
+def test_cli_refuses_split_prompts_that_would_do_nothing(cli, args):
+    r = cli(*BASE, *args, "--json")
+    assert r.exit_code == 2 and "split_prompts" in r.output, r.output
+
+
 def test_cli_split_prompts_flag(cli):
     d = json.loads(cli(*BASE, "--runtime", "trtllm-triton", "--json").output)
     assert d["config"]["split_prompts"] is False and "whole prompts" in d["info"]["scheduling"]

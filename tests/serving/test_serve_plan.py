@@ -199,3 +199,44 @@ def test_a_pair_of_chips_with_different_runtimes_needs_one_named(result, oracles
                  oracles=oracles, prune=False)
     pairs = [r for r in res["evaluated"] if r["design"] == "prefill h100 + decode infer-2026"]
     assert pairs and all("error" not in r and r["ttft_p99_s"] > 0 for r in pairs)
+
+
+def test_the_plans_state_whole_prompts_when_the_runtime_runs_them(oracles):
+    """Review finding 4: trtllm-triton batches whole prompts (split_prompts false); its
+    chunked plans say so, run so (the same numbers as serve with that runtime) and a
+    prefill-first plan is unchanged; --split-prompts (cfg.split_prompts) overrides it."""
+    from dataclasses import replace
+    from diptych.arch.runtime import load_runtime
+    from diptych.sim.serving.deployment import colocated
+    trt = replace(CFG, runtime=load_runtime("trtllm-triton"))
+    space = replace(SPACE, designs=("h100",), disaggregated=False,
+                    max_batched_tokens=(4096,))
+    plans = candidates("llama-3-8b", space, trt)
+    assert {(p.chunked_prefill, p.split_prompts) for p in plans} == {(True, False),
+                                                                    (False, False)}
+    for p in plans:
+        text = p.describe()
+        assert ("whole prompts batched into decode steps" in text) == p.chunked_prefill
+        assert ("prompts apart from decode steps" in text) == (not p.chunked_prefill)
+        assert p.to_dict()["split_prompts"] is (False if p.chunked_prefill else None)
+    assert all(p.split_prompts for p in candidates("llama-3-8b", space, CFG))
+    assert all(p.split_prompts for p in candidates(
+        "llama-3-8b", space, replace(trt, split_prompts=True)))
+    res = search("llama-3-8b", replace(space, chunked_prefill=(True,)), LOAD, trt,
+                 oracles=oracles, prune=False)
+    row = res["evaluated"][0]
+    assert row["pools"][0]["replicas"] == 1 and "whole prompts" in row["plan"]
+    r = serve(colocated("h100", "llama-3-8b", tp=1), LOAD,
+              replace(trt, max_batched_tokens=4096), oracles=oracles)
+    assert "whole prompts" in r.info["scheduling"]
+    assert row["ttft_p99_s"] == r.ttft_s["p99"] and row["tpot_p99_s"] == r.tpot_s["p99"]
+
+
+def test_serve_plan_takes_split_prompts_and_its_error_names_a_flag_it_has(cli):
+    args = ("serve-plan", "--model", "llama-3-8b", "--chip", "h100", "--chips", 1, "--qps", 2,
+            "--requests", 20, "--prompt", 3000, "--gen", 8, "--max-batched-tokens", 2048,
+            "--prompts", "chunked", "--runtime", "trtllm-triton", "--no-disagg", "--json")
+    r = cli(*args)
+    assert r.exit_code == 2 and "whole prompts" in r.output and "--split-prompts" in r.output
+    d = json.loads(cli(*args, "--split-prompts").output)
+    assert d["best"]["split_prompts"] is True and "chunked into" in d["best"]["plan"]

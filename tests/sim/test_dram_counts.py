@@ -153,15 +153,17 @@ def test_the_fast_walk_equals_the_reference_over_a_shared_state(g, data):
 
 
 @settings(max_examples=150, deadline=None)
-@given(p=st.sampled_from([1, 2, 3, 31, 32, 33, 63, 64, 65, 100, 192]),
+@given(p=st.sampled_from([1, 2, 3, 31, 32, 33, 63, 64, 65, 100, 192, 200]),
        il_b=st.sampled_from([1, 2, 8]), burst=st.sampled_from([8, 32]),
-       page_mult=st.sampled_from([1, 2, 4]), banks=st.integers(2, 17), data=st.data())
+       page_mult=st.sampled_from([1, 2, 3, 4]), banks=st.integers(2, 17), data=st.data())
 def test_the_row_walk_equals_the_reference_over_a_shared_state(p, il_b, burst, page_mult, banks,
                                                                 data):
     """count_rows (rows as pseudo-channel ranges and page masks, for chunks inside pages)
     gives count_pattern's numbers for increasing rows, on one set of state arrays reused by a
-    sequence of transfers (the pattern cache's), with one to seven mask words, rows of one
-    chunk to several rounds of every pseudo-channel, and rows that cross pages."""
+    sequence of transfers (the pattern cache's), with one to seven mask words of 32
+    pseudo-channels (P = 200 the seventh), rows of one chunk to several rounds of every
+    pseudo-channel, rows that cross pages, and pages of 3 interleaves (not a power of two
+    where the interleave is)."""
     from diptych.sim.dram_counts import count_rows
 
     il = il_b * burst

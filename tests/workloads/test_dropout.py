@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from diptych.arch import load_chip
 from diptych.sim.run import Scenario
 from diptych.tools.cli import main
 from diptych.workloads import load_model
+from diptych.workloads.dropout import check_probability
 from diptych.workloads.memory import saved_bytes
 from diptych.workloads.precision import Precision
 from diptych.workloads.train import train_forward, train_step
@@ -59,6 +61,14 @@ def test_bias_dropout_add_writes_its_mask_and_its_backward_reads_it(tp, sp):
         assert (o.read_bytes, o.write_bytes) == (3 * e, 2 * e)
     acc = [(o.read_bytes, o.write_bytes) for o in b.ops if o.name.endswith("_residual.bwd")]
     assert acc == [(4 * e, 2 * e)] * 2
+    # lane ops per element (review finding 2): the add is 1, the dropout's compare and scale
+    # 2 more in the forward; its backward grad·mask·scale 2 in dropout_bwd; the add's own
+    # backward 2 as at p = 0 (not 2 × 3 = 6) and untagged, so the dropout is charged once
+    assert [o.ops_per_element for o in adds] == [3.0, 3.0]
+    assert [o.ops_per_element for o in drops] == [2.0, 2.0]
+    bwds = [o for o in b.ops if o.name.endswith("_residual.bwd")]
+    assert [o.ops_per_element for o in bwds] == [2.0, 2.0]
+    assert all("dropout" not in o.tags for o in bwds)
     # nothing else moves: the step's other ops are the p = 0 step's
     rest = lambda blk: [o for o in blk.ops if "_residual" not in o.name]
     assert rest(b) == rest(b0) and rest(f) == rest(f0)
@@ -124,13 +134,26 @@ def test_a_dropping_attention_kernel_takes_its_measured_share_longer(kernel, tab
 @pytest.mark.parametrize("field,value", [("hidden_dropout", 1.0), ("hidden_dropout", -0.1),
                                          ("attention_dropout", math.nan),
                                          ("attention_dropout", "0.1"),
-                                         ("hidden_dropout", True)])
+                                         ("hidden_dropout", True),
+                                         ("hidden_dropout", np.bool_(True)),
+                                         ("attention_dropout", np.float64(1.0)),
+                                         ("hidden_dropout", np.float32("nan"))])
 def test_a_probability_outside_0_1_is_refused_naming_it(field, value):
     match = f"{field} must be a probability in \\[0, 1\\), not"
     with pytest.raises(ValueError, match=match):
         Scenario.of(phase="train", seq=128, **{field: value})
     with pytest.raises(ValueError, match=match):
         Precision(**{field: value})
+
+
+@pytest.mark.parametrize("value", [np.float32(0.1), np.float64(0.1), np.int64(0)])
+def test_a_numpy_probability_is_taken_as_its_float(value):
+    # review finding 9: numbers.Real, not (int, float); stored as a float (JSON, hashing)
+    s = Scenario.of(phase="train", seq=128, hidden_dropout=value, attention_dropout=value)
+    p = Precision(hidden_dropout=value, attention_dropout=value)
+    for x in (s.hidden_dropout, s.attention_dropout, p.hidden_dropout, p.attention_dropout):
+        assert type(x) is float and x == float(value)
+    assert check_probability("hidden_dropout", np.float32(0.5)) == 0.5
 
 
 def test_dropout_is_refused_outside_training_and_attention_dropout_unfused():
@@ -163,3 +186,23 @@ def test_a_training_run_states_its_dropout():
                                             attention_dropout=0.1))}
     assert "hidden dropout 0.1" in stack_text(info)
     assert "attention dropout 0.1" in stack_text(info)
+
+
+@pytest.mark.parametrize("chip, kernel, cost", [("h100", "default", 0.034),
+                                                ("h100", "fa2", 0.047),
+                                                ("infer-2026", "default", 0.0)])
+def test_a_run_states_whether_its_attention_dropout_is_charged(chip, kernel, cost):
+    # review finding 5: only an [attention] table's dropout_cost charges attention dropout
+    # (h100.toml's cuDNN 0.034 and FA2 0.047); infer-2026 has no such table: free, and said
+    r = CliRunner().invoke(main, ["run", "--chip", chip, "--model", "llama-3-8b", "--phase",
+                                  "train", "--seq", "128", "--attention-dropout", "0.1",
+                                  "--attention-kernel", kernel, "--json"])
+    assert r.exit_code == 0, r.output
+    import json
+    from diptych.tools.fmt import stack_text
+    info = json.loads(r.output)["info"]
+    assert info["stack"]["attention_dropout_cost"] == cost
+    text = stack_text(info)
+    assert "attention dropout 0.1" in text
+    assert ("not charged: the chip has no attention table with a dropout_cost" in text) \
+        == (cost == 0.0)
