@@ -163,15 +163,20 @@ def issue_order(p: int, m: int, v: int, s: int) -> list[Op]:
 _P2P_ORDER = ((("S", "next"), ("R", "prev"), ("S", "prev"), ("R", "next")),
               (("R", "prev"), ("S", "next"), ("R", "next"), ("S", "prev")))
 
+#: [S: Megatron-LM core_r0.9.0 (1afee592) p2p_communication.py ``_batched_p2p_ops``
+#: L121-156] the order one ``batch_isend_irecv`` launch lists its ops in, either parity:
+#: send_prev, recv_prev, send_next, recv_next
+_BATCHED_ORDER = (("S", "prev"), ("R", "prev"), ("S", "next"), ("R", "next"))
+
 
 def _call(ops: list[Op], h, s: int, send_dir: str | None, recv_dir: str | None,
           group: int | None = None) -> list[int]:
     """Append one ``_communicate`` call's send (towards ``send_dir``) and receive (from
     ``recv_dir``) to ``ops`` in ``_p2p_ops``'s order for rank ``s``, each with a new handle
     from ``h``; ``group``: the call's number when its ops are one ``batch_isend_irecv``
-    launch (``_batched_p2p_ops``), else None. Returns the handles."""
+    launch, in ``_batched_p2p_ops``'s order, else None. Returns the handles."""
     got = []
-    for op, d in _P2P_ORDER[s % 2]:
+    for op, d in _P2P_ORDER[s % 2] if group is None else _BATCHED_ORDER:
         if d == (send_dir if op == "S" else recv_dir):
             got.append(next(h))
             ops.append((op, d, got[-1], group))

@@ -212,8 +212,23 @@ def test_1f1b_issue_order_is_megatrons_calls():
                                         else [("R", "prev"), ("S", "prev")])
                     i = j
                 i += 1
+            # batched: each call's ops in _batched_p2p_ops's order (core_r0.9.0 L121-156):
+            # send_prev, recv_prev, send_next, recv_next, either parity
             batched = issue_order_1f1b(p, m, s, batched=True)
-            assert [o[:3] for o in batched] == [o[:3] for o in ops]
+            rank = {("S", "prev"): 0, ("R", "prev"): 1, ("S", "next"): 2, ("R", "next"): 3}
+            want, call = [], []
+            for o in ops + [("W", [])]:
+                if o[0] in "SR":
+                    call.append(o[:2])
+                    continue
+                want += sorted(call, key=rank.__getitem__)
+                call = []
+                want.append(o)
+            got = [o[:2] if o[0] in "SR" else o for o in batched]
+            assert [o[:2] if o[0] == "W" else o for o in got] == \
+                [o[:2] if o[0] == "W" else o for o in want[:-1]]
+            assert len({o[3] for o in batched if o[0] in "SR"}) == \
+                sum(o[0] == "W" for o in batched)
 
 
 def _units(run):
