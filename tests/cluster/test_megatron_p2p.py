@@ -352,8 +352,8 @@ def test_simulate_megatron_pipeline_rejects_an_unknown_schedule():
 def test_the_cluster_step_plays_megatrons_1f1b_on_a_megatron_stack(monkeypatch):
     """A 1F1B plan with PP > 1 on an issue-order stack is played in Megatron's 1F1B issue
     order, batched (Megatron-LM arguments.py: batch_p2p_comm = not overlap_p2p_comm, which
-    it sets False without interleaving), its exposed pp time against the same order with
-    free sends; never faster than the data-flow pipeline of the same stage times. The
+    it sets False without interleaving), without held cores, its exposed pp time against
+    the same order with free sends; never faster than the data-flow pipeline of the same stage times. The
     data-flow chip keeps the data-flow simulation."""
     from roofline_double import roofline
 
@@ -384,6 +384,9 @@ def test_the_cluster_step_plays_megatrons_1f1b_on_a_megatron_stack(monkeypatch):
     assert real["schedule"] == base["schedule"] == "1f1b"
     assert real["batched"] is base["batched"] is True
     assert real["send_s"] > 0.0 and base["send_s"] == 0.0 and base.get("hold_f") is None
+    # no held cores: every 1F1B call is waited on at once (the interleaved run gets them,
+    # test_pp_exposed_time_is_measured_against_the_same_issue_order)
+    assert real["hold_f"] is None
     lay = queued.layout
     flow = simulate_pipeline(lay["fwd"], lay["bwd"], queued.micro_batches, schedule="1f1b",
                              send_s=lay["send_s"])
