@@ -86,7 +86,9 @@ def stream_ns(dram, fabric_ns_per_byte: float, read_bytes: int, write_bytes: int
     Memoised: a fresh model's streams are a function of these arguments alone (its pattern
     cache holds exact counts), and a sweep's chips share their DRAM and their vector ops'
     sizes (layer norms, activations, split-K reductions: the same streams on every chip of
-    the same DRAM, and again in the power limit's re-run at another clock)."""
+    the same DRAM and fabric cap, and again in the power limit's re-run at another clock on
+    chips whose fabric cap does not bind; where a NoC cap binds, ``fabric_ns_per_byte``
+    follows the clock, ``arch/noc.py``, and a re-run's streams are new)."""
     model = FastDram(dram, fabric_ns_per_byte)
     done = 0.0
     for addr, total, write in ((0, read_bytes, False), (1 << 40, write_bytes, True)):

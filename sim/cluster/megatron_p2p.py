@@ -85,7 +85,8 @@ from dataclasses import dataclass
 from .schedule import PipelineRun, _check, _unit, warmup
 
 #: an op of a rank's host order: ("C", kind, micro-batch, chunk) computes;
-#: ("S" | "R", direction, handle) sends or receives towards "next" or "prev";
+#: ("S" | "R", direction, handle, launch) sends or receives towards "next" or "prev"
+#: (``launch``: the number of the ``batch_isend_irecv`` launch it is part of, else None);
 #: ("W", handles) makes the compute stream wait for those ops.
 Op = tuple
 
@@ -162,18 +163,23 @@ def issue_order(p: int, m: int, v: int, s: int) -> list[Op]:
 _P2P_ORDER = ((("S", "next"), ("R", "prev"), ("S", "prev"), ("R", "next")),
               (("R", "prev"), ("S", "next"), ("R", "next"), ("S", "prev")))
 
+#: [S: Megatron-LM core_r0.9.0 (1afee592) p2p_communication.py ``_batched_p2p_ops``
+#: L121-156] the order one ``batch_isend_irecv`` launch lists its ops in, either parity:
+#: send_prev, recv_prev, send_next, recv_next
+_BATCHED_ORDER = (("S", "prev"), ("R", "prev"), ("S", "next"), ("R", "next"))
+
 
 def _call(ops: list[Op], h, s: int, send_dir: str | None, recv_dir: str | None,
           group: int | None = None) -> list[int]:
     """Append one ``_communicate`` call's send (towards ``send_dir``) and receive (from
     ``recv_dir``) to ``ops`` in ``_p2p_ops``'s order for rank ``s``, each with a new handle
     from ``h``; ``group``: the call's number when its ops are one ``batch_isend_irecv``
-    launch (``_batched_p2p_ops``), else None. Returns the handles."""
+    launch, in ``_batched_p2p_ops``'s order, else None. Returns the handles."""
     got = []
-    for op, d in _P2P_ORDER[s % 2]:
+    for op, d in _P2P_ORDER[s % 2] if group is None else _BATCHED_ORDER:
         if d == (send_dir if op == "S" else recv_dir):
             got.append(next(h))
-            ops.append((op, d, got[-1]) if group is None else (op, d, got[-1], group))
+            ops.append((op, d, got[-1], group))
     return got
 
 
@@ -232,7 +238,7 @@ def _stream(p: int, s: int, op: Op) -> tuple:
     (:func:`_comm`), or, for an op of a ``batch_isend_irecv`` launch, the pipeline group's
     own communicator (PyTorch ``ProcessGroupNCCL::pointToPoint``: "For batch P2P, we need
     to treat it like a collective when selecting communicator", ``getKeyFromDevice``)."""
-    return ("pp-batch",) if len(op) == 4 else _comm(p, s, op[0], op[1])
+    return ("pp-batch",) if op[3] is not None else _comm(p, s, op[0], op[1])
 
 
 def _comm(p: int, s: int, op: str, direction: str) -> tuple:
@@ -373,25 +379,27 @@ class _Rank:
         self.dispatched = [False] * len(ops)
         self.head = 0                            # first op not dispatched (one queue)
         self.streams: dict = {}                  # stream -> its ops' indices, in order
-        self.stream_prev: list[tuple] = []       # the previous op (launch) on its stream
+        self.stream_prev: list[tuple] = []       # a send's or receive's previous op
+        #                                          (launch) on its stream; () for the rest
         self.stream_of: list = []                # each op's stream
         self.compute_before: list[int] = []      # last compute-stream op issued before
-        last_compute, last_on = -1, {}
+        last_compute = -1
+        last_launch: dict = {}                   # stream -> (launch, its ops' indices)
         for i, op in enumerate(ops):
-            stream = "compute" if op[0] in "CW" else _stream(p, s, op)
+            if op[0] in "CW":
+                stream, prev = "compute", ()
+            else:
+                stream, launch = _stream(p, s, op), op[3]
+                last = last_launch.get(stream)
+                if last is not None and launch is not None and last[0] == launch:
+                    prev = self.stream_prev[last[1][0]]          # one launch: together
+                    last[1].append(i)
+                else:                            # after the whole previous launch (op)
+                    prev = () if last is None else tuple(last[1])
+                    last_launch[stream] = (launch, [i])
             self.streams.setdefault(stream, []).append(i)
             self.stream_of.append(stream)
-            before = last_on.get(stream)
-            if before is None:
-                self.stream_prev.append(())
-            elif len(op) == 4 and ops[before][3:] == op[3:]:
-                self.stream_prev.append(self.stream_prev[before])  # one launch: together
-            elif len(ops[before]) == 4:              # after the whole previous launch
-                self.stream_prev.append(tuple(j for j in self.streams[stream][:-1]
-                                              if ops[j][3:] == ops[before][3:]))
-            else:
-                self.stream_prev.append((before,))
-            last_on[stream] = i
+            self.stream_prev.append(prev)
             self.compute_before.append(last_compute)
             if stream == "compute":
                 last_compute = i

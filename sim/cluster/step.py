@@ -816,8 +816,10 @@ def _pipeline(st: _Setup) -> _Pipe:
             # and overlap_p2p_comm False without interleaving [S: Megatron-LM core_r0.9.0
             # (1afee592) megatron/training/arguments.py L286-289, L671]
             mega = dict(one_queue=order == "one_queue", schedule=sched, batched=True)
-            run = simulate_megatron_pipeline(fwd, bwd, m, send_s=send, **mega,
-                                             hold_f=_hold_factor(st) if sent else None)
+            # held cores only beside the interleaved schedule's waiting kernels: 1F1B waits
+            # on every call at once, so its compute never runs beside one (megatron_p2p)
+            held = _hold_factor(st) if sent and sched == "interleaved" else None
+            run = simulate_megatron_pipeline(fwd, bwd, m, send_s=send, **mega, hold_f=held)
             # pp's exposed time against the same issue order with free sends (and no held
             # cores), so it counts only the transfers and the waits they cause
             no_send = (lambda: simulate_megatron_pipeline(fwd, bwd, m, send_s=0.0,

@@ -212,8 +212,23 @@ def test_1f1b_issue_order_is_megatrons_calls():
                                         else [("R", "prev"), ("S", "prev")])
                     i = j
                 i += 1
+            # batched: each call's ops in _batched_p2p_ops's order (core_r0.9.0 L121-156):
+            # send_prev, recv_prev, send_next, recv_next, either parity
             batched = issue_order_1f1b(p, m, s, batched=True)
-            assert [o[:3] for o in batched] == [o[:3] for o in ops]
+            rank = {("S", "prev"): 0, ("R", "prev"): 1, ("S", "next"): 2, ("R", "next"): 3}
+            want, call = [], []
+            for o in ops + [("W", [])]:
+                if o[0] in "SR":
+                    call.append(o[:2])
+                    continue
+                want += sorted(call, key=rank.__getitem__)
+                call = []
+                want.append(o)
+            got = [o[:2] if o[0] in "SR" else o for o in batched]
+            assert [o[:2] if o[0] == "W" else o for o in got] == \
+                [o[:2] if o[0] == "W" else o for o in want[:-1]]
+            assert len({o[3] for o in batched if o[0] in "SR"}) == \
+                sum(o[0] == "W" for o in batched)
 
 
 def _units(run):
@@ -337,8 +352,8 @@ def test_simulate_megatron_pipeline_rejects_an_unknown_schedule():
 def test_the_cluster_step_plays_megatrons_1f1b_on_a_megatron_stack(monkeypatch):
     """A 1F1B plan with PP > 1 on an issue-order stack is played in Megatron's 1F1B issue
     order, batched (Megatron-LM arguments.py: batch_p2p_comm = not overlap_p2p_comm, which
-    it sets False without interleaving), its exposed pp time against the same order with
-    free sends; never faster than the data-flow pipeline of the same stage times. The
+    it sets False without interleaving), without held cores, its exposed pp time against
+    the same order with free sends; never faster than the data-flow pipeline of the same stage times. The
     data-flow chip keeps the data-flow simulation."""
     from roofline_double import roofline
 
@@ -369,7 +384,84 @@ def test_the_cluster_step_plays_megatrons_1f1b_on_a_megatron_stack(monkeypatch):
     assert real["schedule"] == base["schedule"] == "1f1b"
     assert real["batched"] is base["batched"] is True
     assert real["send_s"] > 0.0 and base["send_s"] == 0.0 and base.get("hold_f") is None
+    # no held cores: every 1F1B call is waited on at once (the interleaved run gets them,
+    # test_pp_exposed_time_is_measured_against_the_same_issue_order)
+    assert real["hold_f"] is None
     lay = queued.layout
     flow = simulate_pipeline(lay["fwd"], lay["bwd"], queued.micro_batches, schedule="1f1b",
                              send_s=lay["send_s"])
     assert lay["pipeline_s"] >= flow.seconds - 1e-12
+
+
+# --- the ranks' streams, against a frozen copy of earlier results -------------------------
+
+def _frozen_cases(n=24, seed=2026):
+    """Seeded random pipelines: interleaved and 1F1B, with and without transfer time, held
+    cores, one queue, batched launches."""
+    import random
+    rng = random.Random(seed)
+    for _ in range(n):
+        sched = "1f1b" if rng.random() < 0.3 else "interleaved"
+        p = rng.choice([2, 3, 4, 8])
+        v = 1 if sched == "1f1b" else rng.choice([2, 3])
+        m = rng.choice([1, 2, p, 2 * p + 1]) if sched == "1f1b" else p * rng.choice([1, 2, 3])
+        fwd = [[round(rng.uniform(0.5, 2.0), 3) for _ in range(v)] for _ in range(p)]
+        bwd = [[round(rng.uniform(1.0, 4.0), 3) for _ in range(v)] for _ in range(p)]
+        send = rng.choice([0.0, 0.1, 0.7, 2.5])
+        hold = rng.choice([None, 1.2])
+        yield dict(schedule=sched, fwd=fwd, bwd=bwd, m=m, send_s=send,
+                   one_queue=rng.random() < 0.5,
+                   hold_f=None if hold is None else (lambda k, s, c, n, a=hold: a ** n),
+                   batched=rng.random() < 0.5)
+
+
+#: sha256 (first 16 hex digits) of (seconds, units, each rank's p2p sorted) of each
+#: :func:`_frozen_cases` case, computed with commit 1317969's module (interleaved) and
+#: integ 5320cf9's (1F1B), before each rank's streams were built in one pass
+_FROZEN = ['d4251a4992ac3604', 'bc6bfa71df8816e1', '5698b2d9e45e210c', '79d455e873b2ac96',
+           'ddd1938a49c3663c', '1096cdb6ac82d205', '33809a9a993a7739', '670a981eecd7638b',
+           '225a16646872bca7', 'a5dffab0d82a15b1', '76b4a6c1488d5a8c', '6d82b86545a05884',
+           'a42851432f688e24', 'ab7c3d8396737e57', '074fd9d23f9228b3', '1477c085309511fd',
+           '63d5eab8cfccb4c6', '80569a4312894422', '207187bfe26486b8', 'ea8560c76300ad3d',
+           'b04780945f3bd96c', '602c2b1cecb69a17', 'b559b08f64385aed', 'ca629d82e59c1b6d']
+
+
+def test_timelines_are_those_of_the_frozen_module():
+    import hashlib
+    got = []
+    for c in _frozen_cases():
+        fwd, bwd, m = c.pop("fwd"), c.pop("bwd"), c.pop("m")
+        run = simulate_megatron_pipeline(fwd, bwd, m, **c)
+        rows = (run.seconds, run.units, [sorted(x) for x in run.p2p])
+        got.append(hashlib.sha256(repr(rows).encode()).hexdigest()[:16])
+    assert got == _FROZEN
+
+
+def test_each_send_and_receive_waits_for_its_streams_previous_op_or_launch():
+    """Reference by rescanning: a send's or receive's predecessors are the op before it on
+    its stream, or every op of that op's launch; the ops of one launch share their first
+    op's. Computes and waits (compute stream, ordered by the queue) have none."""
+    from diptych.sim.cluster.megatron_p2p import _Rank, _stream, issue_order_1f1b
+    orders = [(p, s, issue_order(p, m, v, s)) for p, m, v in ((2, 4, 2), (4, 8, 3), (3, 6, 2))
+              for s in range(p)]
+    orders += [(p, s, issue_order_1f1b(p, m, s, b)) for p, m in ((2, 3), (4, 8), (3, 5))
+               for s in range(p) for b in (False, True)]
+    for p, s, ops in orders:
+        r = _Rank(s, p, ops)
+        for i, op in enumerate(ops):
+            if op[0] in "CW":
+                assert r.stream_prev[i] == ()
+                continue
+            same = [j for j in range(i) if ops[j][0] in "SR"
+                    and _stream(p, s, ops[j]) == _stream(p, s, op)]
+            launch = op[3]
+            if launch is not None and same and ops[same[-1]][3] == launch:
+                first = min(j for j in same if ops[j][3] == launch)
+                assert r.stream_prev[i] == r.stream_prev[first]
+            elif not same:
+                assert r.stream_prev[i] == ()
+            elif ops[same[-1]][3] is None:
+                assert r.stream_prev[i] == (same[-1],)
+            else:
+                assert r.stream_prev[i] == tuple(j for j in same
+                                                 if ops[j][3] == ops[same[-1]][3])
