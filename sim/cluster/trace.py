@@ -6,7 +6,11 @@ runs the same timeline) or, for plans of at most ``max_ranks`` chips, every rank
 compute (each layer's forward or backward compute inside each pipeline unit, and the
 ``bubble`` spans where the device waits), one track per communication kind (tp, cp, ep: each
 collective of each layer, starting with the layer; dp: ZeRO-3 gathers per layer and the
-gradient reduction, optimizer and parameter all-gather after the pipeline), and pipeline sends.
+gradient reduction, optimizer and parameter all-gather after the pipeline), and pipeline sends:
+at their producers' end for a data-flow run; for a Megatron issue-order run
+(:class:`~.megatron_p2p.QueuedRun`) each send and receive where the simulation runs it, its
+transfer from its rendezvous to its end and its kernel's wait for its peer from its dispatch,
+one track per kind and direction (docs/cluster.md, "Traces").
 When the layer-level expansion would exceed ``max_events``, units are drawn whole.
 
 :func:`export_chakra` writes one execution trace per rank in the Chakra format ASTRA-sim reads
@@ -29,6 +33,9 @@ from .step import ClusterResult
 from .topology import group_of, rank_coords
 
 _TRACKS = {"compute": 1, "tp": 2, "cp": 3, "ep": 4, "dp": 5, "pp": 6}
+#: a Megatron issue-order run's p2p ops, one track per kind and direction (each in its
+#: stream's order, so a track's spans never overlap)
+_P2P_TRACKS = {"pp send next": 7, "pp recv prev": 8, "pp send prev": 9, "pp recv next": 10}
 
 
 def _pipeline_ranks(res: ClusterResult, max_ranks: int) -> list[int]:
@@ -61,6 +68,8 @@ def perfetto_trace(res: ClusterResult, *, max_ranks: int = 64,
     detail = len(ranks) * res.micro_batches * 2 * n_layers * 3 <= max_events
     per_stage: list[list[dict]] = []
     send = res.layout["send_s"]
+    p2p = getattr(run, "p2p", None)      # a Megatron issue-order run's sends and receives
+    tracks = dict(_TRACKS, **(_P2P_TRACKS if p2p is not None and send > 0 else {}))
     for s in range(P):
         ev: list[dict] = []
         prev_end = 0.0
@@ -111,11 +120,14 @@ def perfetto_trace(res: ClusterResult, *, max_ranks: int = 64,
                         track_t[ck] = ts + secs
                     t += comp + sum(exp.values())
             V = plan.chunks
-            if send > 0 and ((kind == "F" and vs < V - 1) or (kind == "B" and vs > 0
-                                                                and res.phase == "train")):
+            if send > 0 and p2p is None and (
+                    (kind == "F" and vs < V - 1) or (kind == "B" and vs > 0
+                                                     and res.phase == "train")):
                 what = "activations" if kind == "F" else "gradients"
                 ev.append({"name": f"send {what} mb{mb}", "cat": "pp", "ph": "X",
                            "ts": end * 1e6, "dur": send * 1e6, "tid": _TRACKS["pp"]})
+        if p2p is not None and send > 0:
+            ev += _p2p_events(p2p[s], send)
         fin = res.layout["finish"][s]
         t = fin
         lay = res.layout
@@ -134,7 +146,7 @@ def perfetto_trace(res: ClusterResult, *, max_ranks: int = 64,
         s = rank_coords(plan, r)["pp"]
         events.append({"name": "process_name", "ph": "M", "pid": r,
                        "args": {"name": f"rank {r} (stage {s})"}})
-        for name, tid in _TRACKS.items():
+        for name, tid in tracks.items():
             events.append({"name": "thread_name", "ph": "M", "pid": r, "tid": tid,
                            "args": {"name": name}})
         for e in per_stage[s]:
@@ -143,6 +155,28 @@ def perfetto_trace(res: ClusterResult, *, max_ranks: int = 64,
             "plan": res.plan.describe(), "seconds": res.seconds,
             "ranks_shown": "all" if len(ranks) == plan.chips else "one per pipeline stage"}
     return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": meta}
+
+
+def _p2p_events(records: list[tuple], send: float) -> list[dict]:
+    """One rank's sends and receives of a Megatron issue-order run
+    (:class:`~.megatron_p2p.QueuedRun` ``p2p``: kind, direction, dispatched, ended): each op's
+    transfer from its rendezvous with its peer (its end less the transfer's ``send`` seconds,
+    the run's model) to its end and, before it, its kernel waiting for the peer from its
+    dispatch, on the track of its kind and direction."""
+    ev = []
+    for kind, direction, posted, ended in records:
+        what = "activations" if (direction == "next") == (kind == "S") else "gradients"
+        name = f"{'send' if kind == 'S' else 'receive'} {what}"
+        tid = _P2P_TRACKS[f"pp {'send' if kind == 'S' else 'recv'} {direction}"]
+        met = ended - send
+        args = {"dispatched_s": posted, "rendezvous_s": met, "end_s": ended}
+        if met > posted + 1e-12:
+            ev.append({"name": f"{name}: waits for its peer", "cat": "pp wait", "ph": "X",
+                       "ts": posted * 1e6, "dur": (met - posted) * 1e6, "tid": tid,
+                       "args": args})
+        ev.append({"name": name, "cat": "pp", "ph": "X", "ts": met * 1e6,
+                   "dur": send * 1e6, "tid": tid, "args": args})
+    return ev
 
 
 def write_perfetto_trace(res: ClusterResult, path, **kw) -> None:

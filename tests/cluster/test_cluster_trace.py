@@ -10,6 +10,7 @@ import pytest
 from roofline_double import roofline
 
 from diptych.sim.cluster import Plan, simulate_cluster_step
+from diptych.sim.cluster.topology import rank_coords
 from diptych.sim.cluster.trace import export_chakra, perfetto_trace
 from diptych.sim.run import Scenario
 
@@ -145,3 +146,129 @@ def test_chakra_traces_read_back(res, tmp_path):
 def test_chakra_refuses_too_many_ranks(res, tmp_path):
     with pytest.raises(ValueError, match="the plan has 8 ranks, more than max_ranks \\(4\\)"):
         export_chakra(res, tmp_path, max_ranks=4)
+
+
+# --- a Megatron issue-order run: p2p ops drawn where the simulation runs them ---------------
+
+def _p2p_spans(tr, pid, tid):
+    """(start, end) in seconds of the transfers and of the waits on one track."""
+    sp = [e for e in tr["traceEvents"] if e.get("ph") == "X" and e["pid"] == pid
+          and e["tid"] == tid]
+    xfer = [(e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6) for e in sp if e["cat"] == "pp"]
+    wait = [(e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6) for e in sp if e["cat"] == "pp wait"]
+    return xfer, wait
+
+
+def _close(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g == pytest.approx(w, rel=1e-12, abs=1e-12)
+
+
+def _no_overlap(tr):
+    """Spans on one (pid, tid) track nest or follow each other (Perfetto's JSON import
+    drops improperly nested slices); here the p2p tracks' spans never overlap."""
+    by: dict = {}
+    for e in tr["traceEvents"]:
+        if e.get("ph") == "X" and e["tid"] >= 7:
+            by.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    assert by
+    for spans in by.values():
+        spans.sort()
+        for (_, e0), (s1, _) in zip(spans, spans[1:]):
+            assert s1 >= e0 - 1e-6
+
+
+@pytest.fixture(scope="module")
+def f1b_megatron():
+    return simulate_cluster_step(
+        "llama-3-8b", "h100", "dgx-h100", Plan(tp=2, pp=2, dp=1, schedule="1f1b"),
+        Scenario.of(phase="train", batch=4, seq=2048, execution="sum",
+                    kernel_order="one_queue"), simulate=roofline)
+
+
+def test_perfetto_draws_megatron_p2p_at_its_rendezvous_worked_by_hand(f1b_megatron):
+    """The P = 2, m = 3 1F1B pipeline of tests/cluster/test_megatron_p2p.py (F = 1 s, B = 2 s,
+    send 0.5 s), worked by hand from Megatron's issue order, put in a cluster step's result.
+    Rank 0 (first stage): send_forward after F0 meets rank 1's recv_forward (posted at 0):
+    [1, 1.5]; send_forward_recv_backward posted at 2.5 meets rank 1's
+    send_backward_recv_forward (posted after its B0 at 4.5): [4.5, 5]; the next one posted at
+    8 meets rank 1's at 8: [8, 8.5]; its recv_backward posted at 10.5 meets rank 1's last
+    send_backward at 11.5: [11.5, 12]. The old drawing put each send at its producer's end
+    (rank 1's first gradient send at B0's end, 4.5, but rank 0's second send at F1's end,
+    2.5, two seconds before it runs)."""
+    import dataclasses
+
+    from diptych.sim.cluster.megatron_p2p import simulate_megatron_pipeline
+
+    run = simulate_megatron_pipeline([[1.0], [1.0]], [[2.0], [2.0]], 3, send_s=0.5,
+                                     schedule="1f1b", batched=True, one_queue=True)
+    res = dataclasses.replace(f1b_megatron, pipeline=run, micro_batches=3,
+                              layout={**f1b_megatron.layout, "send_s": 0.5})
+    tr = json.loads(json.dumps(perfetto_trace(res, max_events=0)))
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in tr["traceEvents"]
+             if e.get("name") == "thread_name"}
+    assert names[(0, 7)] == "pp send next" and names[(0, 8)] == "pp recv prev"
+    assert names[(0, 9)] == "pp send prev" and names[(0, 10)] == "pp recv next"
+    send0, wait0 = _p2p_spans(tr, 0, 7)
+    _close(send0, [(1.0, 1.5), (4.5, 5.0), (8.0, 8.5)])
+    _close(wait0, [(2.5, 4.5)])
+    recv0, rwait0 = _p2p_spans(tr, 0, 10)
+    _close(recv0, [(4.5, 5.0), (8.0, 8.5), (11.5, 12.0)])
+    _close(rwait0, [(2.5, 4.5), (10.5, 11.5)])
+    r1 = next(r for r in range(res.plan.chips) if rank_coords(res.plan, r)["pp"] == 1)
+    send1, wait1 = _p2p_spans(tr, r1, 9)
+    _close(send1, [(4.5, 5.0), (8.0, 8.5), (11.5, 12.0)])
+    assert wait1 == []
+    recv1, rwait1 = _p2p_spans(tr, r1, 8)
+    _close(recv1, [(1.0, 1.5), (4.5, 5.0), (8.0, 8.5)])
+    _close(rwait1, [(0.0, 1.0)])
+    # the spans are the simulation's records: dispatched, rendezvous (end - send), end
+    for s, r, tid, kind in ((0, 0, 7, "S"), (0, 0, 10, "R"), (1, r1, 9, "S"), (1, r1, 8, "R")):
+        rec = [x for x in run.p2p[s] if x[0] == kind]
+        _close(_p2p_spans(tr, r, tid)[0], [(e - 0.5, e) for _, _, _, e in rec])
+    # no send drawn at its producer's end on the old pp track
+    assert not [e for e in tr["traceEvents"] if e.get("tid") == 6
+                and e["name"].startswith("send ")]
+    _no_overlap(tr)
+
+
+@pytest.mark.parametrize("schedule,v", [("1f1b", 1), ("interleaved", 2)])
+def test_perfetto_megatron_cluster_step_p2p_spans_are_the_runs_records(schedule, v):
+    """A cluster step on an issue-order stack: every rank's p2p spans are its run's records
+    (the transfer ``send_s`` long, ending at the record's end; a wait from dispatch to the
+    rendezvous), the tracks' spans never overlap and the JSON round-trips. The data-flow
+    stack keeps the old drawing (sends at their producers' end, no p2p tracks)."""
+    from diptych.sim.cluster.megatron_p2p import QueuedRun
+
+    plan = Plan(tp=2, pp=2, dp=1, schedule=schedule, virtual_stages=v)
+    out = {}
+    for order in ("dataflow", "one_queue"):
+        out[order] = simulate_cluster_step(
+            "llama-3-8b", "h100", "dgx-h100", plan,
+            Scenario.of(phase="train", batch=4, seq=2048, execution="sum",
+                        kernel_order=order), simulate=roofline)
+    res = out["one_queue"]
+    assert isinstance(res.pipeline, QueuedRun)
+    send = res.layout["send_s"]
+    assert send > 0
+    tr = json.loads(json.dumps(perfetto_trace(res)))
+    tids = {"S": {"next": 7, "prev": 9}, "R": {"prev": 8, "next": 10}}
+    waited = 0
+    for r in range(plan.chips):
+        s = rank_coords(plan, r)["pp"]
+        for kind in "SR":
+            for d, tid in tids[kind].items():
+                rec = [x for x in res.pipeline.p2p[s] if x[:2] == (kind, d)]
+                xfer, wait = _p2p_spans(tr, r, tid)
+                _close(xfer, [(e - send, e) for *_, e in rec])
+                want = [(a, e - send) for *_, a, e in rec if e - send > a + 1e-12]
+                _close(wait, want)
+                waited += len(want)
+    assert waited > 0
+    _no_overlap(tr)
+    flow = perfetto_trace(out["dataflow"])
+    assert not isinstance(out["dataflow"].pipeline, QueuedRun)
+    assert {e["tid"] for e in flow["traceEvents"] if "tid" in e} == set(range(1, 7))
+    assert [e for e in flow["traceEvents"] if e.get("tid") == 6
+            and e["name"].startswith("send activations")]
