@@ -241,11 +241,16 @@ def _stream(p: int, s: int, op: Op) -> tuple:
     return ("pp-batch",) if op[3] is not None else _comm(p, s, op[0], op[1])
 
 
+def _peer(p: int, s: int, direction: str) -> int:
+    """The rank stage ``s`` of ``p`` sends to or receives from towards ``direction``."""
+    return (s + 1) % p if direction == "next" else (s - 1) % p
+
+
 def _comm(p: int, s: int, op: str, direction: str) -> tuple:
     """The communicator (and so the stream) rank ``s``'s send or receive runs on: the
     two-rank communicator of the peer pair in the pipeline group; with two stages the one
     direction Megatron routes over the world group (``_p2p_ops``)."""
-    peer = (s + 1) % p if direction == "next" else (s - 1) % p
+    peer = _peer(p, s, direction)
     group = "pp"
     if p == 2 and (op == "S") != (s % 2 == 0):      # even ranks receive, odd ones send, there
         group = "world"
@@ -295,7 +300,7 @@ def simulate_megatron_pipeline(fwd: list[list[float]], bwd: list[list[float]], m
     def post(r: _Rank, op: Op) -> None:
         """Dispatch a send or receive at ``t``; start the transfer if its peer's is there."""
         kind, direction, handle = op[:3]
-        peer = (r.s + 1) % p if direction == "next" else (r.s - 1) % p
+        peer = _peer(p, r.s, direction)
         comm = _stream(p, r.s, op)
         key = (comm, r.s, peer) if kind == "S" else (comm, peer, r.s)
         r.waiting.add(handle)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from cluster_orders import cluster_step, step_both_orders
 from roofline_double import roofline
 
 from diptych.sim.cluster import Plan, simulate_cluster_step
@@ -181,10 +182,7 @@ def _no_overlap(tr):
 
 @pytest.fixture(scope="module")
 def f1b_megatron():
-    return simulate_cluster_step(
-        "llama-3-8b", "h100", "dgx-h100", Plan(tp=2, pp=2, dp=1, schedule="1f1b"),
-        Scenario.of(phase="train", batch=4, seq=2048, execution="sum",
-                    kernel_order="one_queue"), simulate=roofline)
+    return cluster_step(Plan(tp=2, pp=2, dp=1, schedule="1f1b"), "one_queue")
 
 
 def test_perfetto_draws_megatron_p2p_at_its_rendezvous_worked_by_hand(f1b_megatron):
@@ -242,12 +240,7 @@ def test_perfetto_megatron_cluster_step_p2p_spans_are_the_runs_records(schedule,
     from diptych.sim.cluster.megatron_p2p import QueuedRun
 
     plan = Plan(tp=2, pp=2, dp=1, schedule=schedule, virtual_stages=v)
-    out = {}
-    for order in ("dataflow", "one_queue"):
-        out[order] = simulate_cluster_step(
-            "llama-3-8b", "h100", "dgx-h100", plan,
-            Scenario.of(phase="train", batch=4, seq=2048, execution="sum",
-                        kernel_order=order), simulate=roofline)
+    out = step_both_orders(plan)
     res = out["one_queue"]
     assert isinstance(res.pipeline, QueuedRun)
     send = res.layout["send_s"]

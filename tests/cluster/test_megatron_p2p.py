@@ -101,19 +101,13 @@ def test_the_cluster_step_plays_megatrons_order_on_a_megatron_stack():
     """An interleaved plan on an issue-order stack (a Megatron-Core run) is played in its
     issue order, never faster than the data-flow pipeline of the same chunk times; the
     default data-flow chip keeps the data-flow simulation."""
-    from roofline_double import roofline
+    from cluster_orders import step_both_orders
 
-    from diptych.sim.cluster import Plan, simulate_cluster_step
+    from diptych.sim.cluster import Plan
     from diptych.sim.cluster.megatron_p2p import QueuedRun
-    from diptych.sim.run import Scenario
 
     plan = Plan(tp=2, pp=2, dp=1, schedule="interleaved", virtual_stages=2)
-    runs = {}
-    for order in ("dataflow", "one_queue"):
-        runs[order] = simulate_cluster_step(
-            "llama-3-8b", "h100", "dgx-h100", plan,
-            Scenario.of(phase="train", batch=4, seq=2048, execution="sum",
-                        kernel_order=order), simulate=roofline)
+    runs = step_both_orders(plan)
     assert not isinstance(runs["dataflow"].pipeline, QueuedRun)
     queued = runs["one_queue"]
     assert isinstance(queued.pipeline, QueuedRun)
@@ -142,11 +136,10 @@ def test_pp_exposed_time_is_measured_against_the_same_issue_order(monkeypatch):
     """The cluster step's exposed pp time on a Megatron stack is the issue-order run less
     the same issue order with free sends and no held cores (the transfers and the waits
     they cause), never the data-flow pipeline in its default order."""
-    from roofline_double import roofline
+    from cluster_orders import cluster_step
 
-    from diptych.sim.cluster import Plan, simulate_cluster_step
+    from diptych.sim.cluster import Plan
     from diptych.sim.cluster import step as S
-    from diptych.sim.run import Scenario
 
     calls = []
 
@@ -160,11 +153,8 @@ def test_pp_exposed_time_is_measured_against_the_same_issue_order(monkeypatch):
 
     monkeypatch.setattr(S, "simulate_megatron_pipeline", spy)
     monkeypatch.setattr(S, "simulate_pipeline", flow)
-    simulate_cluster_step(
-        "llama-3-8b", "h100", "dgx-h100",
-        Plan(tp=2, pp=2, dp=1, schedule="interleaved", virtual_stages=2),
-        Scenario.of(phase="train", batch=4, seq=2048, execution="sum",
-                    kernel_order="one_queue"), simulate=roofline)
+    cluster_step(Plan(tp=2, pp=2, dp=1, schedule="interleaved", virtual_stages=2),
+                 "one_queue")
     (real, t_real), (base, t_base) = calls
     assert real["send_s"] > 0.0 and real["hold_f"] is not None
     assert base["send_s"] == 0.0 and base.get("hold_f") is None
@@ -355,12 +345,11 @@ def test_the_cluster_step_plays_megatrons_1f1b_on_a_megatron_stack(monkeypatch):
     it sets False without interleaving), without held cores, its exposed pp time against
     the same order with free sends; never faster than the data-flow pipeline of the same stage times. The
     data-flow chip keeps the data-flow simulation."""
-    from roofline_double import roofline
+    from cluster_orders import step_both_orders
 
-    from diptych.sim.cluster import Plan, simulate_cluster_step
+    from diptych.sim.cluster import Plan
     from diptych.sim.cluster import step as S
     from diptych.sim.cluster.megatron_p2p import QueuedRun
-    from diptych.sim.run import Scenario
 
     calls = []
 
@@ -371,12 +360,7 @@ def test_the_cluster_step_plays_megatrons_1f1b_on_a_megatron_stack(monkeypatch):
 
     monkeypatch.setattr(S, "simulate_megatron_pipeline", spy)
     plan = Plan(tp=2, pp=2, dp=1, schedule="1f1b")
-    runs = {}
-    for order in ("dataflow", "one_queue"):
-        runs[order] = simulate_cluster_step(
-            "llama-3-8b", "h100", "dgx-h100", plan,
-            Scenario.of(phase="train", batch=4, seq=2048, execution="sum",
-                        kernel_order=order), simulate=roofline)
+    runs = step_both_orders(plan)
     assert not isinstance(runs["dataflow"].pipeline, QueuedRun)
     queued = runs["one_queue"]
     assert isinstance(queued.pipeline, QueuedRun)
