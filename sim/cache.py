@@ -181,9 +181,8 @@ _AS_IS = frozenset({str, int, bool, type(None)})
 def _canonical(obj):
     """:func:`_canonical_reference`, equal in value and type: the exact types ``str``,
     ``int``, ``bool``, ``None``, ``float``, ``dict``, ``list`` and ``tuple`` are handled
-    inline (no dataclass check, one call per container); anything else (a dataclass, a
-    subclass such as a numpy float) takes the reference's own branches, whose parts come
-    back here."""
+    inline (no dataclass check, one call per container), a dataclass's fields come back
+    here; anything else (a subclass such as a numpy float) is the reference's."""
     t = type(obj)
     if t in _AS_IS:
         return obj
@@ -197,13 +196,7 @@ def _canonical(obj):
                 for x in obj]
     if dataclasses.is_dataclass(obj):
         return {f.name: _canonical(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, (list, tuple)):
-        return [_canonical(x) for x in obj]
-    if isinstance(obj, dict):
-        return {str(k): _canonical(v) for k, v in obj.items()}
-    if isinstance(obj, float):
-        return repr(obj)
-    return obj
+    return _canonical_reference(obj)
 
 
 @lru_cache(maxsize=256)

@@ -233,7 +233,6 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
     # split's fields (mapper.split_table; the reference orients the problem first: the same
     # numbers); ``inputs``: what the search's tables share (mapper.search_inputs)
     inputs = None
-    reduction: dict = {}     # split-K ways -> the reduction's cycles
     run = None          # the engine's compiled entry point (engine_entry), at the first run
     # (looked up once: the loop runs ~50 times per GEMM, ~8,400 times in the headline)
     keep = 1.0 - MP.PRUNE_TOLERANCE
@@ -270,11 +269,8 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
                 budget_hit = True
                 continue
             _, _, pb, split, peak_bpc, extra, df, (view, mt, layout), *_ = g
-            if split.pk > 1:
-                extra = reduction.get(split.pk)
-                if extra is None:      # (the same reduction for every split of pk ways)
-                    extra = reduction[split.pk] = split_k_reduction(op, chip, split).cycles
-                g[5] = extra
+            if split.pk > 1:   # (memoised per ways: _reduction_stats)
+                g[5] = extra = split_k_reduction(op, chip, split).cycles
             try:
                 if reference:
                     if pb is None:
