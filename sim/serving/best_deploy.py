@@ -27,14 +27,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ...arch import load_chip
 from ...arch.cluster import load_cluster
-from ...arch.runtime import IDEAL, load_runtime
 from .config import ServeConfig
 from .deployment import fit_tp
 from .requests import Load, check_rate, check_request_count, parse_length
-from .search import (Plan, SearchSpace, _key, binding, candidates, design_name, search,
-                     splits_prompts)
+from .search import (Plan, SearchSpace, _key, binding, candidates, chip_runtime, design_name,
+                     search, splits_prompts)
 from .study import ServingSettings
 
 #: The batch-token limits (= prefill chunk sizes) the default space tries: vLLM's defaults
@@ -103,9 +101,7 @@ class BestDeploySettings:
 
 def _runtime_chunked(design: str, cfg: ServeConfig) -> bool:
     """The prompt policy ``cfg`` resolves to on ``design``'s serving runtime."""
-    chip = load_chip(design)
-    name = chip.overheads.serving_runtime if chip.overheads else IDEAL.name
-    return bool(cfg.resolved(load_runtime(name)).chunked_prefill)
+    return bool(cfg.resolved(chip_runtime(design)).chunked_prefill)
 
 
 def fixed_plans(designs, model, s: BestDeploySettings) -> dict[str, Plan]:

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from ...arch import load_chip
-from ...arch.runtime import IDEAL, load_runtime
+from ...arch.runtime import IDEAL, RuntimeProfile, load_runtime
 from ...workloads import load_model
 from ...workloads.lower import valid_tp_degrees
 from ..run.scenario import Scenario
@@ -204,11 +204,15 @@ def splits_prompts(design: str, cfg: ServeConfig) -> bool:
     only whole (TensorRT-LLM's in-flight batching without context chunking)."""
     if cfg.split_prompts is not None:
         return cfg.split_prompts
-    rt = cfg.runtime
-    if rt is None:
-        chip = load_chip(design)
-        rt = load_runtime(chip.overheads.serving_runtime if chip.overheads else IDEAL.name)
+    rt = cfg.runtime if cfg.runtime is not None else chip_runtime(design)
     return rt.split_prompts is not False
+
+
+def chip_runtime(design: str) -> RuntimeProfile:
+    """The serving runtime ``design``'s chip names (``[overheads] serving_runtime``; ideal
+    where it names none)."""
+    chip = load_chip(design)
+    return load_runtime(chip.overheads.serving_runtime if chip.overheads else IDEAL.name)
 
 
 def _degrees(design: str, model, space: SearchSpace, cfg: ServeConfig) -> list[int]:
