@@ -33,7 +33,7 @@ from pathlib import Path
 
 from diptych.arch import load_chip
 from diptych.sim.cluster.layers import layer_ops, layer_order
-from diptych.sim.run.node import default_precision, dropout_of
+from diptych.sim.run.node import scenario_precision
 from diptych.sim.run.precision_ops import with_precision_ops
 from diptych.sim.run.stack import scenario_chip
 from diptych.sim.run.summed import simulate_workload
@@ -92,8 +92,7 @@ def class_seconds(r: vs.Row) -> dict[str, dict[str, float]]:
     s = vs.scenario(r)
     chip = scenario_chip(load_chip("h100"), s)
     model = load_model(r.model)
-    p = default_precision(chip, "train", s.weights_dtype, s.act_dtype, s.kv_dtype, s.recipe,
-                          s.cross_entropy, **dropout_of(s))
+    p = scenario_precision(chip, s)
     tp, cp, ep = (r.degrees.get(k, 1) for k in ("tp", "cp", "ep"))
     ops = layer_ops(model, p, phase="train", tp=tp, cp=cp, ep=ep, micro_batch=1, seq=r.seq,
                     sequence_parallel=tp > 1, routing=s.routing)

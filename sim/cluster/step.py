@@ -77,7 +77,7 @@ from ...workloads.lower import decode_mean, prefill
 from ...workloads.params import params_per_chip
 from ...workloads.registry import load_model
 from ..api import OpTimer
-from ..run.node import default_precision, dropout_of
+from ..run.node import scenario_precision
 from ..run.offload import (OFFLOAD_KINDS, check_offload, offload_capacity_bytes,
                            optimizer_tier_bytes, optimizer_tier_share, param_fetch_seconds,
                            third_tier_share, tier_report)
@@ -706,8 +706,7 @@ def _setup(model: ModelConfig, chip: Chip, cluster: Cluster, plan: Plan, sc: Sce
                       phase=phase, cluster_chips=cluster.chips)
     m, lpc = info["micro_batches"], info["layers_per_chunk"]
     net = bind(cluster, chip)
-    p = default_precision(chip, phase, sc.weights_dtype, sc.act_dtype, sc.kv_dtype, sc.recipe,
-                          sc.cross_entropy, **dropout_of(sc))
+    p = scenario_precision(chip, sc)
     comp = check_supported(chip, p)
     # memory per chip against DRAM, or an all-SRAM chip's SRAM (where the stage must fit: the
     # layer times below hold every tensor resident, sim/cluster/timing.py)

@@ -136,6 +136,13 @@ def dropout_of(s: Scenario) -> dict:
     return {n: getattr(s, n) for n in DROPOUT_FIELDS}
 
 
+def scenario_precision(chip: Chip, s: Scenario) -> Precision:
+    """:func:`default_precision` for scenario ``s`` (its phase, dtypes, recipe, loss and
+    dropout)."""
+    return default_precision(chip, s.phase, s.weights_dtype, s.act_dtype, s.kv_dtype, s.recipe,
+                             s.cross_entropy, **dropout_of(s))
+
+
 def default_precision(chip: Chip, phase: str, weights_dtype=None, act_dtype=None,
                       kv_dtype=None, recipe: str | None = None,
                       cross_entropy: str = LOSS_DEFAULT, *, hidden_dropout: float = 0.0,
@@ -301,8 +308,7 @@ def _validate(chip: Chip, s: Scenario) -> _Setup:
                          "--ep, --zero, which run on one domain of the chip's links)")
     check_offload(s.offload, chip=chip, phase=s.phase, execution=s.execution)
     tp, dp = resolve_parallelism(s.phase, s.parallelism)
-    p = default_precision(chip, s.phase, s.weights_dtype, s.act_dtype, s.kv_dtype, s.recipe,
-                          s.cross_entropy, **dropout_of(s))
+    p = scenario_precision(chip, s)
     return _Setup(tp, dp, p, check_supported(chip, p), sequence_parallel_on(s, tp))
 
 
