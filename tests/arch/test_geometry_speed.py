@@ -58,3 +58,26 @@ def test_the_pruned_fit_probe_agrees_with_the_scan(area, hbm, links, d2d, blocke
     assert fast[2] == full[2]
     if full[2]:
         assert fast == full
+
+
+@settings(max_examples=400, deadline=None)
+@given(w=lengths, h=lengths, hbm=st.integers(0, 12), links=st.integers(0, 40), d2d=d2d_edges,
+       blocked=st.lists(st.sampled_from(EDGES), max_size=2, unique=True),
+       hbm_edges=st.integers(1, 4), per_phy=st.floats(0.5, 12.0), per_link=st.floats(0.0, 3.0),
+       keepout=st.floats(0.0, 2.0), depth=st.floats(0.0, 3.0), tier=st.integers(0, 10),
+       per_tier=st.floats(0.5, 8.0))
+def test_shortfall_scan_is_edge_shortfall(w, h, hbm, links, d2d, blocked, hbm_edges, per_phy,
+                                          per_link, keepout, depth, tier, per_tier):
+    """The scan's per-outline shortfall (arch/geometry.py ``shortfall_scan``, what
+    ``_outline`` asks at each ratio) is ``_shortfall_mm`` of :func:`edge_shortfall` exactly,
+    on dies of either orientation, one scan asked about several outlines in turn."""
+    from diptych.arch.geometry import _shortfall_mm, shortfall_scan
+
+    spec = dataclasses.replace(DEFAULT_DIE, hbm_edges=hbm_edges, mm_edge_per_hbm_phy=per_phy,
+                               mm_edge_per_link=per_link, corner_keepout_mm=keepout)
+    kw = dict(hbm_phys=hbm, links=links, d2d=d2d, blocked=tuple(blocked), phy_depth_mm=depth,
+              link_depth_mm=depth / 2, d2d_depth_mm=depth / 3, tier_phys=tier,
+              tier_mm=per_tier, tier_depth_mm=depth / 4)
+    miss = shortfall_scan(spec, **kw)
+    for ww, hh in ((w, h), (h, w), (w * 1.5, h), (w, h * 0.5)):
+        assert miss(ww, hh) == _shortfall_mm(edge_shortfall(ww, hh, spec, **kw), spec)
