@@ -637,7 +637,7 @@ def dies(chip: "Chip") -> list[DieGeometry]:
     return list(_dies(chip))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=1024)   # a sweep's chips, inherited by its workers (noc.py)
 def _dies(chip: "Chip") -> tuple[DieGeometry, ...]:
     from .package import die_contents, tier_phys
 
