@@ -263,6 +263,83 @@ def edge_shortfall(w: float, h: float, spec: DieSpec, *, hbm_phys: int, links: i
             "links": short_links, "d2d": short_d2d}
 
 
+def shortfall_scan(spec: DieSpec, *, hbm_phys: int, links: int, d2d: dict[str, float],
+                   phy_depth_mm: float = 0.0, link_depth_mm: float = 0.0,
+                   d2d_depth_mm: float = 0.0, blocked: tuple[str, ...] = (),
+                   tier_phys: int = 0, tier_mm: float = 0.0, tier_depth_mm: float = 0.0):
+    """``miss(w, h)``: ``_shortfall_mm(edge_shortfall(w, h, spec, ...), spec)`` for one die's
+    interfaces, what :func:`_outline`'s scan over aspect ratios asks at every ratio (issue
+    27: ~400 k calls for a 500-chip sweep). Everything that does not depend on the outline
+    (the corner, the D2D takes, the eligible edges, the links' edge order) is worked out once;
+    edges are list indices instead of dict keys; a placement loop stops at the first
+    interface that finds no edge (nothing changes after it, so every later one is short
+    too). The same greedy placement in the same order and float arithmetic, so the same
+    number: ``tests/arch/test_geometry_speed.py`` compares it with :func:`edge_shortfall`."""
+    k = spec.corner_keepout_mm
+    corner = max([k, phy_depth_mm if hbm_phys else 0.0, link_depth_mm if links else 0.0,
+                  d2d_depth_mm if any(d2d.values()) else 0.0,
+                  tier_depth_mm if tier_phys else 0.0])
+    idx = {e: i for i, e in enumerate(EDGES)}
+    is_long = [e in LONG_EDGES for e in EDGES]
+    takes = [(idx[e], mm) for e, mm in d2d.items() if not mm <= 0]
+    eligible = [idx[e] for e in EDGES if not d2d.get(e) and e not in blocked]
+    hbm_edges_n = spec.hbm_edges
+    long_first = eligible[:hbm_edges_n]          # w >= h: EDGES is already longest first
+    open_edges = [idx[e] for e in EDGES if e not in blocked]
+    per_phy, per_link = spec.mm_edge_per_hbm_phy, spec.mm_edge_per_link
+    sl = per_link
+    place_links = bool(links and sl > 0)
+    need_phy, need_tier, need_link = per_phy - 1e-9, tier_mm - 1e-9, sl - 1e-9
+
+    def take(edges, free, n, need, length, used):
+        for j in range(n):
+            best = -1
+            for e in edges:
+                if best < 0 or free[e] > free[best]:
+                    best = e
+            if best < 0 or free[best] < need:
+                return n - j         # nothing changes from here: every later one is short
+            used.append(best)
+            free[best] -= length
+        return 0
+
+    def miss(w: float, h: float) -> float:
+        long_ = max(0.0, w - 2 * k)
+        short_ = max(0.0, h - 2 * corner)
+        free = [long_ if lg else short_ for lg in is_long]
+        short_d2d = 0.0
+        for e, mm in takes:
+            take_mm = min(mm, free[e])
+            short_d2d += mm - take_mm
+            free[e] -= take_mm
+        if w < h:
+            el = sorted(eligible, key=lambda e: -(w if is_long[e] else h))[:hbm_edges_n]
+        else:
+            el = long_first
+        used: list[int] = []
+        short_hbm = take(el, free, hbm_phys, need_phy, per_phy, used)
+        short_tier = take(open_edges, free, tier_phys, need_tier, tier_mm, [])
+        short_links = 0
+        if place_links:
+            open_ = [(e, e not in used) for e in open_edges]
+            for j in range(links):
+                best, b_fit, b_nophy, b_free = -1, False, False, 0.0
+                for e, nophy in open_:
+                    fe = free[e]
+                    fit = fe >= need_link
+                    if best < 0 or fit > b_fit or (fit == b_fit and (
+                            nophy > b_nophy or (nophy == b_nophy and fe > b_free))):
+                        best, b_fit, b_nophy, b_free = e, fit, nophy, fe
+                if best < 0 or free[best] < need_link:
+                    short_links = links - j
+                    break
+                free[best] -= sl
+        return (short_hbm * per_phy + short_links * per_link + short_d2d
+                + short_tier * tier_mm)
+
+    return miss
+
+
 def _take(edges, free: dict, n: int, length: float, used: set) -> int:
     """Place ``n`` interfaces of ``length`` mm one at a time on the edge of ``edges`` with the
     most ``free`` length (the first of equal ones, as ``max()``), updating ``free`` and adding
@@ -397,12 +474,12 @@ def _outline(area: float, spec: DieSpec, n: int, *, hbm_phys: int, links: int,
     if fits_only and _phys_cannot_fit(area, lo, hi, spec, hbm_phys, d2d, blocked):
         return (*_dims(area, lo), False)
     best, best_r = math.inf, lo
+    shortfall = shortfall_scan(spec, hbm_phys=hbm_phys, links=links, d2d=d2d, blocked=blocked,
+                               tier_phys=tier_phys, tier_mm=tier_mm, **depths)
     for i in range(n + 1):
         r = lo + (hi - lo) * i / n if hi > lo else lo
         w, h = _dims(area, r)
-        miss = _shortfall_mm(edge_shortfall(w, h, spec, hbm_phys=hbm_phys, links=links,
-                                            d2d=d2d, blocked=blocked, tier_phys=tier_phys,
-                                            tier_mm=tier_mm, **depths), spec)
+        miss = shortfall(w, h)
         if miss <= 1e-9:
             return w, h, True
         if miss < best - 1e-9:
@@ -560,7 +637,7 @@ def dies(chip: "Chip") -> list[DieGeometry]:
     return list(_dies(chip))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=1024)   # a sweep's chips, inherited by its workers (noc.py)
 def _dies(chip: "Chip") -> tuple[DieGeometry, ...]:
     from .package import die_contents, tier_phys
 

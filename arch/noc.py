@@ -246,7 +246,11 @@ def noc_report_ref(chip: "Chip") -> NocReport | None:
                      latency_cycles / chip.clock_ghz, bottleneck)
 
 
-_noc_report = functools.lru_cache(maxsize=256)(noc_report_ref)
+#: (1024 chips: a sweep's parent fills it for every chip it builds, chip_columns, before it
+#: forks the workers, which inherit it: a 500-chip sweep's workers then derive no report of
+#: their own but the power limit's re-runs at another clock; with 256 they derived the first
+#: 244 chips' again, ~1.4 ms each with their die outlines, issue 27)
+_noc_report = functools.lru_cache(maxsize=1024)(noc_report_ref)
 
 
 def noc_columns(chip: "Chip") -> dict:

@@ -30,6 +30,7 @@ import dataclasses
 import warnings as _warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from ...arch import Chip, load_chip
@@ -248,24 +249,41 @@ def lower_workload(model: ModelConfig, s: Scenario, *, precision: Precision, tp:
                    ) -> tuple[Workload, int]:
     """The per-chip workload of ``s``'s phase and the context length its memory must hold;
     a training step under Megatron's ``sequence_parallel`` when asked (``tp > 1``);
-    ``grid``: the 2-D layout's (:func:`tp_grid`), None for Megatron's 1-D layout."""
-    if s.phase == "prefill":
-        if s.prompt is None:
+    ``grid``: the 2-D layout's (:func:`tp_grid`), None for Megatron's 1-D layout.
+
+    Memoised on what the lowering reads (the model, the scenario's phase, sizes, attention,
+    routing, recomputation and micro-batch, the precision and the degrees): no chip enters
+    it, so a sweep's chips, the power limit's re-runs at another clock and the model-FLOPs
+    reference of :func:`_metrics` share one lowering per (model, phase, precision) instead
+    of lowering every layer again (issue 27). The workload is immutable (its ``info`` is
+    read, never written: every reader copies it)."""
+    return _lowered(model, s.phase, s.batch, s.prompt, s.gen, s.seq, s.attention, s.routing,
+                    s.recompute, s.micro_batch, precision, tp, dp, sequence_parallel, grid)
+
+
+@lru_cache(maxsize=64)
+def _lowered(model: ModelConfig, phase: str, batch: int, prompt: int | None, gen: int | None,
+             seq: int | None, attention: str, routing: Routing, recompute: str,
+             micro_batch: int | None, precision: Precision, tp: int, dp: int,
+             sequence_parallel: bool, grid) -> tuple[Workload, int]:
+    """:func:`lower_workload` of the scenario fields it reads (the memo's key)."""
+    if phase == "prefill":
+        if prompt is None:
             raise ValueError("prefill needs --prompt (prompt length in tokens)")
-        return prefill(model, s.batch, s.prompt, precision=precision, tp=tp,
-                       attention=s.attention, routing=s.routing, tp_grid=grid), s.prompt
-    if s.phase == "decode":
-        if s.prompt is None:
+        return prefill(model, batch, prompt, precision=precision, tp=tp,
+                       attention=attention, routing=routing, tp_grid=grid), prompt
+    if phase == "decode":
+        if prompt is None:
             raise ValueError("decode needs --prompt (context before generation)")
-        g = 1 if s.gen is None else s.gen
-        return decode_mean(model, s.batch, s.prompt, g, precision=precision, tp=tp,
-                           attention=s.attention, routing=s.routing, tp_grid=grid), s.prompt + g
-    seq = s.seq if s.seq is not None else s.prompt
+        g = 1 if gen is None else gen
+        return decode_mean(model, batch, prompt, g, precision=precision, tp=tp,
+                           attention=attention, routing=routing, tp_grid=grid), prompt + g
+    seq = seq if seq is not None else prompt
     if seq is None:
         raise ValueError("train needs --seq (sequence length in tokens)")
-    return train_step(model, s.batch, seq, precision=precision, tp=tp, dp=dp,
-                      recompute=s.recompute == "full", micro_batch=s.micro_batch,
-                      attention=s.attention, routing=s.routing,
+    return train_step(model, batch, seq, precision=precision, tp=tp, dp=dp,
+                      recompute=recompute == "full", micro_batch=micro_batch,
+                      attention=attention, routing=routing,
                       sequence_parallel=sequence_parallel), seq
 
 

@@ -16,21 +16,29 @@ d2d_edges = st.dictionaries(st.sampled_from(EDGES), st.floats(min_value=0.0, max
                             max_size=2)
 
 
+@st.composite
+def dies(draw):
+    """A die (w, h: either orientation), its spec and its interfaces (edge_shortfall's
+    keyword arguments)."""
+    spec = dataclasses.replace(DEFAULT_DIE, hbm_edges=draw(st.integers(1, 4)),
+                               mm_edge_per_hbm_phy=draw(st.floats(0.5, 12.0)),
+                               mm_edge_per_link=draw(st.floats(0.0, 3.0)),
+                               corner_keepout_mm=draw(st.floats(0.0, 2.0)))
+    depth = draw(st.floats(0.0, 3.0))
+    kw = dict(hbm_phys=draw(st.integers(0, 12)), links=draw(st.integers(0, 40)),
+              d2d=draw(d2d_edges),
+              blocked=tuple(draw(st.lists(st.sampled_from(EDGES), max_size=2, unique=True))),
+              phy_depth_mm=depth, link_depth_mm=depth / 2, d2d_depth_mm=depth / 3,
+              tier_phys=draw(st.integers(0, 10)), tier_mm=draw(st.floats(0.5, 8.0)),
+              tier_depth_mm=depth / 4)
+    return draw(lengths), draw(lengths), spec, kw
+
+
 @settings(max_examples=400, deadline=None)
-@given(w=lengths, h=lengths, hbm=st.integers(0, 12), links=st.integers(0, 40), d2d=d2d_edges,
-       blocked=st.lists(st.sampled_from(EDGES), max_size=2, unique=True),
-       hbm_edges=st.integers(1, 4), per_phy=st.floats(0.5, 12.0), per_link=st.floats(0.0, 3.0),
-       keepout=st.floats(0.0, 2.0), depth=st.floats(0.0, 3.0), tier=st.integers(0, 10),
-       per_tier=st.floats(0.5, 8.0))
-def test_edge_shortfall_is_assign_edges_shortfall(w, h, hbm, links, d2d, blocked, hbm_edges,
-                                                  per_phy, per_link, keepout, depth, tier,
-                                                  per_tier):
+@given(die=dies())
+def test_edge_shortfall_is_assign_edges_shortfall(die):
+    w, h, spec, kw = die
     w, h = max(w, h), min(w, h)
-    spec = dataclasses.replace(DEFAULT_DIE, hbm_edges=hbm_edges, mm_edge_per_hbm_phy=per_phy,
-                               mm_edge_per_link=per_link, corner_keepout_mm=keepout)
-    kw = dict(hbm_phys=hbm, links=links, d2d=d2d, blocked=tuple(blocked), phy_depth_mm=depth,
-              link_depth_mm=depth / 2, d2d_depth_mm=depth / 3, tier_phys=tier,
-              tier_mm=per_tier, tier_depth_mm=depth / 4)
     _, want = assign_edges(w, h, spec, **kw)
     assert edge_shortfall(w, h, spec, **kw) == want
 
@@ -58,3 +66,17 @@ def test_the_pruned_fit_probe_agrees_with_the_scan(area, hbm, links, d2d, blocke
     assert fast[2] == full[2]
     if full[2]:
         assert fast == full
+
+
+@settings(max_examples=400, deadline=None)
+@given(die=dies())
+def test_shortfall_scan_is_edge_shortfall(die):
+    """The scan's per-outline shortfall (arch/geometry.py ``shortfall_scan``, what
+    ``_outline`` asks at each ratio) is ``_shortfall_mm`` of :func:`edge_shortfall` exactly,
+    on dies of either orientation, one scan asked about several outlines in turn."""
+    from diptych.arch.geometry import _shortfall_mm, shortfall_scan
+
+    w, h, spec, kw = die
+    miss = shortfall_scan(spec, **kw)
+    for ww, hh in ((w, h), (h, w), (w * 1.5, h), (w, h * 0.5)):
+        assert miss(ww, hh) == _shortfall_mm(edge_shortfall(ww, hh, spec, **kw), spec)
