@@ -38,8 +38,9 @@ from .graph import Workload
 from . import dropout, embedding_grad as emb, loss
 from .cp_attention import RingMerge
 from .program import Access, Block, Use
-from .lower import (REGATHER, RESIDUAL_ADD, _check_common, _Ctx, _layer_blocks,
-                    check_attention, check_cp, check_ep, check_routing, dgrad_all_reduce_group,
+from .lower import (AUTOGRAD_COLLECTIVE, REGATHER, RESIDUAL_ADD, _check_common, _Ctx,
+                    _layer_blocks, check_attention, check_cp, check_ep, check_routing,
+                    dgrad_all_reduce_group,
                     embedding_block, forward_blocks, head_block, keys_info, layer_kinds,
                     routing_info)
 from .moe import Routing
@@ -509,7 +510,14 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
         if f != 1.0:
             reads = tuple(dataclasses.replace(u, share=u.share * f) for u in reads)
         if isinstance(op, Collective):     # the mirrored collective moves the gradient only
-            uses: tuple = tuple(d_out)
+            uses = tuple(d_out)
+            if AUTOGRAD_COLLECTIVE in op.tags:
+                # after the consuming linear's whole backward: an ordering-only read of the
+                # weight gradients its last backward op updated (lower.py AUTOGRAD_COLLECTIVE)
+                last = next((x for x in reversed(access)
+                             if any(u.mode == "update" for u in x.uses)), None)
+                uses += tuple(Use(u.tensor, "read", 0.0, "dep") for u in
+                              (last.uses if last is not None else ()) if u.mode == "update")
         elif isinstance(op, FusedAttention):  # reads O and the softmax statistics it saved
             uses = (*reads, *(Use(u.tensor, "read", u.share) for u in a.of(mode="write")),
                     *d_out)

@@ -1,0 +1,125 @@
+"""A MoE layer's tensor-parallel collectives as Megatron-Core's all-to-all token dispatcher
+runs them (workloads/lower.py ``alltoall_tp``): under sequence parallelism with the experts
+split over the tensor-parallel group, the rank routes its sequence shard, all-gathers what
+the dispatch all-to-all brought and reduce-scatters the experts' partial sums before the
+combine (core_v0.10.0 token_dispatcher.py ``MoEAlltoAllTokenDispatcher``), and autograd
+runs each as a node of its own, after the consuming linear's whole backward."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from roofline_double import roofline
+
+from diptych.arch import load_chip
+from diptych.arch.cluster import load_cluster
+from diptych.sim.cluster import Plan
+from diptych.sim.cluster.collectives import collective
+from diptych.sim.cluster.timing import TpLinks, layer_times
+from diptych.sim.cluster.topology import bind, group_ranks, group_shape
+from diptych.workloads import load_model
+from diptych.workloads.lower import EP_TP_GATHER, EP_TP_SCATTER
+from diptych.workloads.moe import Routing
+from diptych.workloads.ops import Collective
+from diptych.workloads.precision import Precision
+from diptych.workloads.train import _backward_block, train_forward
+
+PAD = Routing(capacity_factor=1.0, pad=True)
+
+
+def _moe_block(w):
+    (b,) = [b for b in w.blocks if any(o.name == "experts_gate_up" for o in b.ops)]
+    return b
+
+
+def _ops(w):
+    return {o.name: o for o in _moe_block(w).ops}
+
+
+def test_grok_layout_gathers_and_scatters_the_experts_rows():
+    # Grok-1's published layout on Mixtral's routing shape (8 experts top-2, hidden 4096):
+    # TP4 (sequence parallel) CP2 EP8, capacity factor 1, padded. Each tensor-parallel rank
+    # routes its 8192/2/4 = 1,024 tokens: capacity ⌈1,024·2/8⌉ = 256 rows per expert, 2,048
+    # rows sent; its one local expert runs 256·4·8 = 8,192 rows, which the group gathers and
+    # scatters back: 8,192 × 4,096 × 2 B each, twice the dense layer's T·d (4,096 tokens)
+    m = load_model("mixtral-8x7b")
+    d, T, tp = m.hidden_size, 8192 // 2, 4
+    ops = _ops(train_forward(m, 1, 8192, tp=tp, cp=2, ep=8, routing=PAD,
+                             sequence_parallel=True))
+    rows = math.ceil(T // tp * 2 / 8) * tp * 8
+    assert rows == 8192
+    ag, rs = ops[EP_TP_GATHER], ops[EP_TP_SCATTER]
+    assert (ag.kind, rs.kind) == ("all_gather", "reduce_scatter")
+    assert ag.bytes == rs.bytes == rows * d * 2 == 2 * T * d * 2
+    assert ag.group == rs.group == tp and "tp" in ag.tags and "ep" not in ag.tags
+    # no MLP all-reduce: the combine's output is the reduced shard; attention keeps its own
+    assert "mlp_all_reduce" not in ops and "attn_all_reduce" in ops
+    names = list(ops)
+    assert (names.index("ep_dispatch") < names.index(EP_TP_GATHER)
+            < names.index("experts_gate_up"))
+    assert (names.index("experts_down") < names.index(EP_TP_SCATTER)
+            < names.index("ep_combine") < names.index("experts_combine"))
+    # the router on the shard; the unpermute reads the shard's 2,048 pairs, writes its
+    # 1,024 tokens (restore_shape = the shard's hidden_shape_before_permute)
+    assert ops["router"].m == T // tp
+    comb = ops["experts_combine"]
+    assert comb.elements == T // tp * 2 * d
+    assert comb.write_bytes == T // tp * d * 2
+
+
+def test_dropless_gathers_what_the_busiest_rank_s_experts_run():
+    m = load_model("mixtral-8x7b")
+    ops = _ops(train_forward(m, 1, 8192, tp=4, cp=2, ep=8, sequence_parallel=True))
+    up = ops["experts_gate_up"]
+    assert ops[EP_TP_GATHER].bytes == up.m * up.batch * m.hidden_size * 2
+    assert ops[EP_TP_GATHER].bytes == 4 * ops["ep_dispatch"].bytes
+
+
+@pytest.mark.parametrize("kw", [dict(tp=4, cp=2, ep=1), dict(tp=1, cp=2, ep=8),
+                                dict(tp=4, cp=2, ep=8, sequence_parallel=False)])
+def test_other_layouts_keep_the_layer_s_all_reduce(kw):
+    # without expert parallelism, tensor parallelism or sequence parallelism the layer's
+    # collectives are as before: no dispatcher all-gather or reduce-scatter
+    m = load_model("mixtral-8x7b")
+    kw = {"sequence_parallel": kw["tp"] > 1, **kw}
+    ops = _ops(train_forward(m, 1, 8192, routing=PAD, **kw))
+    assert EP_TP_GATHER not in ops and EP_TP_SCATTER not in ops
+    assert ("mlp_all_reduce" in ops) == (kw["tp"] > 1)
+
+
+def test_the_gathers_backward_waits_for_the_expert_weight_gradient():
+    # autograd: the gathered input's gradient is reduce-scattered only once the expert
+    # linear's backward (data and weight gradient) has returned
+    m = load_model("mixtral-8x7b")
+    fwd = _moe_block(train_forward(m, 1, 8192, tp=4, cp=2, ep=8, routing=PAD,
+                                   sequence_parallel=True))
+    bwd = _backward_block(fwd, Precision())
+    acc = dict(zip((o.name for o in bwd.ops), bwd.access))
+    rs = acc[f"{EP_TP_GATHER}.bwd"]
+    assert bwd.ops[[o.name for o in bwd.ops].index(f"{EP_TP_GATHER}.bwd")].kind \
+        == "reduce_scatter"
+    assert any(u.tensor == "g.w_experts_gate_up" and u.share == 0.0 for u in rs.uses)
+
+
+def test_scheduled_layer_exposes_all_four_dispatcher_collectives():
+    # one node, TP4 EP2 (8 GPUs), capacity factor 2 padded: the dispatcher's collectives
+    # move 4·T·d each, twice the bytes of the attention's all-reduce; forward and backward
+    # each run an all-gather and a reduce-scatter on the chain, none beside a GEMM (the
+    # input gradient's reduce-scatter waits for the expert's weight gradient)
+    m = load_model("mixtral-8x7b")
+    chip = load_chip("h100")
+    net = bind(load_cluster("dgx-h100"), chip)
+    plan = Plan(tp=4, dp=2, ep=2)
+    shape = group_shape(group_ranks(plan, "tp"), net)
+    lt = layer_times(m, chip, Precision(), phase="train", tp=4, cp=1, ep=2, micro_batch=1,
+                     seq=2048, sequence_parallel=True, simulate=roofline,
+                     execution="schedule", tp_links=TpLinks(shape, net),
+                     routing=Routing(capacity_factor=2.0, pad=True))
+    (t,) = [t for t in lt.values() if t.ops.moe]
+    secs = {c.name: collective(c.kind, c.bytes, shape, net).seconds for c in t.ops.tp}
+    disp = secs[EP_TP_GATHER] + secs[EP_TP_SCATTER]
+    assert secs[EP_TP_GATHER] > secs["attn_all_reduce"]
+    assert t.tp_exposed_fwd_s == pytest.approx(disp + secs["attn_all_reduce"], rel=1e-6)
+    assert disp - 1e-9 <= t.tp_exposed_bwd_s <= disp + secs["attn_all_reduce"] + 1e-9
+    assert isinstance(next(o for o in t.ops.tp if o.name == EP_TP_GATHER), Collective)
