@@ -840,9 +840,10 @@ EP_TP_SCATTER = "ep_tp_reduce_scatter"
 #: both before it returns; PyTorch's synchronous NCCL call then waits for the stream), so
 #: it hides behind neither (workloads/train.py ``_named_backward``) [S: NVIDIA/Megatron-LM
 #: core_v0.10.0 megatron/core/tensor_parallel/mappings.py ``_GatherFromSequenceParallelRegion
-#: .backward`` → ``_reduce_scatter_along_first_dim``, a plain ``torch.distributed.
-#: _reduce_scatter_base``; against TE's and Megatron's own linears, which reduce-scatter
-#: the input gradient asynchronously beside the weight-gradient GEMM].
+#: .backward`` → ``_reduce_scatter_along_first_dim``: ``dist_reduce_scatter_func(output,
+#: input_.contiguous(), group=group)``, no ``async_op``; against TE's and Megatron's own
+#: linears, which reduce-scatter the input gradient asynchronously beside the
+#: weight-gradient GEMM].
 AUTOGRAD_COLLECTIVE = "autograd_collective"
 
 
