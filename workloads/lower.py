@@ -834,9 +834,10 @@ def expert_groups(m: ModelConfig, tokens: int, ep: int = 1, routing: Routing = R
 #: reduce-scatter of the experts' partial sums before the combine.
 EP_TP_GATHER = "ep_tp_all_gather"
 EP_TP_SCATTER = "ep_tp_reduce_scatter"
-#: The tag of a collective that autograd runs as a node of its own after the linear that
-#: consumes its output: its backward (the gradient's collective) starts only when that
-#: linear's whole backward, data and weight gradient, is done (one autograd node computes
+#: The tag of a collective that autograd runs as a node of its own after the linears that
+#: consume its output (the dispatcher's all-gather: every expert group's first linear): its
+#: backward (the gradient's collective) starts only when each such linear's whole backward,
+#: data and weight gradient, is done (one autograd node computes
 #: both before it returns; PyTorch's synchronous NCCL call then waits for the stream), so
 #: it hides behind neither (workloads/train.py ``_named_backward``) [S: NVIDIA/Megatron-LM
 #: core_v0.10.0 megatron/core/tensor_parallel/mappings.py ``_GatherFromSequenceParallelRegion
@@ -879,6 +880,13 @@ def alltoall_tp(c: _Ctx) -> bool:
     return (c.phase == "train" and c.sequence_parallel and c.layer.moe and c.ep > 1
             and c.tp > 1 and etp == c.tp and not c.tp_shape and not m.shared_experts
             and not m.shared_expert_gate)
+
+
+def _dispatcher_tp(c: _Ctx, name: str, nbytes: float, *tags: str) -> Collective:
+    """One of :func:`alltoall_tp`'s tensor-parallel collectives (``name``: :data:`EP_TP_GATHER`
+    or :data:`EP_TP_SCATTER`) over ``nbytes``, the rows this rank's experts run."""
+    kind = "all_gather" if name == EP_TP_GATHER else "reduce_scatter"
+    return Collective(name=name, kind=kind, bytes=nbytes, group=c.tp, tags=("tp", *tags))
 
 
 def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") -> list[Op]:
@@ -940,8 +948,7 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
         if mega:
             # the tensor-parallel group gathers what each rank's dispatch brought: every rank
             # runs its expert slice (÷ tp) on the group's rows
-            op = Collective(name=EP_TP_GATHER, kind="all_gather", bytes=rows * d * a,
-                            group=c.tp, tags=("tp", AUTOGRAD_COLLECTIVE))
+            op = _dispatcher_tp(c, EP_TP_GATHER, rows * d * a, AUTOGRAD_COLLECTIVE)
             fl.vec(op, [("ep_in", 1.0)], [(fl.t("ep_in_tp", rows * d * a), 1.0)])
             ops.append(op)
             src, pairs_in = "ep_in_tp", rows
@@ -970,8 +977,7 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
         if mega:
             # the expert slices' partial sums reduce-scattered back over the group: each
             # rank keeps the rows its own dispatch brought
-            op = Collective(name=EP_TP_SCATTER, kind="reduce_scatter", bytes=rows * d * a,
-                            group=c.tp, tags=("tp", AUTOGRAD_COLLECTIVE))
+            op = _dispatcher_tp(c, EP_TP_SCATTER, rows * d * a)
             fl.vec(op, downs, [(fl.t("ep_red", rows * d * a), 1.0 / c.tp)])
             ops.append(op)
             downs = [("ep_red", 1.0 / c.tp)]
@@ -986,7 +992,7 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
         downs, back = [("ep_out", etp * own / rows)], own
     # the tokens the unpermute writes, and its routing indices and weights (those of the
     # pairs this rank routed: its sequence shard's under Megatron's dispatcher)
-    t_out, routed = (te / c.tp, share) if mega else (te, 1.0)
+    t_out, routed = (tr, share) if mega else (te, 1.0)
     op = c.vec("experts_combine", "permute", back * d, writes=t_out * d / (back * d),
                extra_read_bytes=T * k * routed * (INDEX_BYTES + ROUTING_WEIGHT_BYTES),
                ops=VECTOR_OPS_PER_ELEMENT["mul"])
@@ -1130,7 +1136,7 @@ def layer_ops(c: _Ctx, *, flow=None) -> list[Op]:
         ops += _dense_mlp(c, "", c.m.intermediate_size, flow=flow)
         out, extra = "mlp_out", ()
     ops += _residual(c, "mlp", flow=flow, inp=out, resid="h1", out="y", extra=extra,
-                     reduced=c.layer.moe and alltoall_tp(c))
+                     reduced=alltoall_tp(c))
     return ops
 
 

@@ -420,7 +420,12 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
     # the loss's input (the logits): its one backward kernel writes their gradient
     loss_in = next((a.of(mode="read")[0].tensor for op, a in zip(b.ops, b.access)
                     if loss.TAG in op.tags), None)
+    spans: dict[int, tuple[int, int]] = {}   # forward op → the span of its backward accesses
+    mark = None
     for op, a in reversed(list(zip(b.ops, b.access))):
+        if mark is not None:
+            spans[mark[0]] = (mark[1], len(access))
+        mark = (id(op), len(access))
         if "recipe" in op.tags:
             continue
         if emb.TAG in op.tags:
@@ -512,12 +517,16 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
         if isinstance(op, Collective):     # the mirrored collective moves the gradient only
             uses = tuple(d_out)
             if AUTOGRAD_COLLECTIVE in op.tags:
-                # after the consuming linear's whole backward: an ordering-only read of the
-                # weight gradients its last backward op updated (lower.py AUTOGRAD_COLLECTIVE)
-                last = next((x for x in reversed(access)
-                             if any(u.mode == "update" for u in x.uses)), None)
-                uses += tuple(Use(u.tensor, "read", 0.0, "dep") for u in
-                              (last.uses if last is not None else ()) if u.mode == "update")
+                # after the whole backward of every linear that reads its output (through an
+                # FP8 cast): an ordering-only read of each weight gradient their backward ops
+                # updated (lower.py AUTOGRAD_COLLECTIVE)
+                users = [id(o) for o, x in zip(b.ops, b.access) if isinstance(o, Gemm)
+                         and any(cast_of.get(u.tensor, u.tensor) in a.writes
+                                 for u in x.of(role="a"))]
+                done = dict.fromkeys(u.tensor for i in users
+                                     for x in access[slice(*spans.get(i, (0, 0)))]
+                                     for u in x.uses if u.mode == "update")
+                uses += tuple(Use(t, "read", 0.0, "dep") for t in done)
         elif isinstance(op, FusedAttention):  # reads O and the softmax statistics it saved
             uses = (*reads, *(Use(u.tensor, "read", u.share) for u in a.of(mode="write")),
                     *d_out)

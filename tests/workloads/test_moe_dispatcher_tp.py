@@ -29,8 +29,8 @@ PAD = Routing(capacity_factor=1.0, pad=True)
 
 
 def _moe_block(w):
-    (b,) = [b for b in w.blocks if any(o.name == "experts_gate_up" for o in b.ops)]
-    return b
+    return next(b for b in w.blocks if any(o.name.startswith("experts_gate_up")
+                                           for o in b.ops))
 
 
 def _ops(w):
@@ -102,6 +102,34 @@ def test_the_gathers_backward_waits_for_the_expert_weight_gradient():
     assert any(u.tensor == "g.w_experts_gate_up" and u.share == 0.0 for u in rs.uses)
 
 
+def _dispatcher_backward(precision, ep, routing):
+    m = load_model("mixtral-8x7b")
+    fwd = _moe_block(train_forward(m, 1, 8192, tp=4, cp=2, ep=ep, routing=routing,
+                                   sequence_parallel=True, precision=precision))
+    bwd = _backward_block(fwd, precision)
+    return fwd, dict(zip((o.name for o in bwd.ops), bwd.access))
+
+
+def _deps(access):
+    return {u.tensor for u in access.uses if u.role == "dep"}
+
+
+def test_the_gathers_backward_waits_for_every_expert_group():
+    # dropless EP2 (4 local experts): the busiest rank's pairs split unevenly, one expert with
+    # one row more than the other three: two GEMM groups read the gathered rows, and the
+    # gradient's reduce-scatter waits for both weight gradients, and only for them; the
+    # dispatcher's reduce-scatter feeds the combine all-to-all, not a linear: its backward
+    # (an all-gather) waits for nothing but its gradient
+    fwd, acc = _dispatcher_backward(Precision(), 2, Routing())
+    ups = [o for o in fwd.ops if o.name.startswith("experts_gate_up")]
+    assert [(o.name, o.batch) for o in ups] == [("experts_gate_up[0]", 1),
+                                                 ("experts_gate_up[1]", 3)]
+    assert _deps(acc[f"{EP_TP_GATHER}.bwd"]) == {"g.w_experts_gate_up[0]",
+                                                  "g.w_experts_gate_up[1]"}
+    assert _deps(acc[f"{EP_TP_SCATTER}.bwd"]) == set()
+
+
+
 def test_scheduled_layer_exposes_all_four_dispatcher_collectives():
     # one node, TP4 EP2 (8 GPUs), capacity factor 2 padded: the dispatcher's collectives
     # move 4·T·d each, twice the bytes of the attention's all-reduce; forward and backward
@@ -123,3 +151,4 @@ def test_scheduled_layer_exposes_all_four_dispatcher_collectives():
     assert t.tp_exposed_fwd_s == pytest.approx(disp + secs["attn_all_reduce"], rel=1e-6)
     assert disp - 1e-9 <= t.tp_exposed_bwd_s <= disp + secs["attn_all_reduce"] + 1e-9
     assert isinstance(next(o for o in t.ops.tp if o.name == EP_TP_GATHER), Collective)
+
