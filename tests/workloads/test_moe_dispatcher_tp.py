@@ -152,3 +152,44 @@ def test_scheduled_layer_exposes_all_four_dispatcher_collectives():
     assert disp - 1e-9 <= t.tp_exposed_bwd_s <= disp + secs["attn_all_reduce"] + 1e-9
     assert isinstance(next(o for o in t.ops.tp if o.name == EP_TP_GATHER), Collective)
 
+
+def test_fp8_casts_the_gathered_rows_and_the_expert_down_projection_is_not_row_parallel():
+    # TE's delayed-scaling recipe at Grok's layout on Mixtral (hidden 4,096): the cast reads
+    # the 8,192 gathered rows (256 per expert per source × 4 × 8); the experts' down
+    # projection is not a sequence-parallel row-parallel linear (its output goes to the
+    # dispatcher's reduce-scatter, not the layer's): neither the shard tag nor the
+    # transpose of a row-wise-only input that o_proj, the attention's row-parallel linear,
+    # carries; the gradient's reduce-scatter waits for the expert weight gradient through
+    # the cast
+    p = Precision(linear="fp8", recipe="fp8-delayed")
+    fwd, acc = _dispatcher_backward(p, 8, PAD)
+    ops = {o.name: o for o in fwd.ops}
+    assert ops["ep_in_tp.cast"].elements == 8192 * 4096
+    assert {"sp_row:4", "x_transpose"} <= set(ops["o_proj"].tags)
+    assert not {"sp_row:4", "x_transpose"} & set(ops["experts_down"].tags)
+    assert "quantized" in ops["experts_down"].tags
+    assert _deps(acc[f"{EP_TP_GATHER}.bwd"]) == {"g.w_experts_gate_up"}
+
+
+def test_scheduled_layer_exposes_all_four_dispatcher_collectives():
+    # one node, TP4 EP2 (8 GPUs), capacity factor 2 padded: the dispatcher's collectives
+    # move 4·T·d each, twice the bytes of the attention's all-reduce; forward and backward
+    # each run an all-gather and a reduce-scatter on the chain, none beside a GEMM (the
+    # input gradient's reduce-scatter waits for the expert's weight gradient)
+    m = load_model("mixtral-8x7b")
+    chip = load_chip("h100")
+    net = bind(load_cluster("dgx-h100"), chip)
+    plan = Plan(tp=4, dp=2, ep=2)
+    shape = group_shape(group_ranks(plan, "tp"), net)
+    lt = layer_times(m, chip, Precision(), phase="train", tp=4, cp=1, ep=2, micro_batch=1,
+                     seq=2048, sequence_parallel=True, simulate=roofline,
+                     execution="schedule", tp_links=TpLinks(shape, net),
+                     routing=Routing(capacity_factor=2.0, pad=True))
+    (t,) = [t for t in lt.values() if t.ops.moe]
+    secs = {c.name: collective(c.kind, c.bytes, shape, net).seconds for c in t.ops.tp}
+    disp = secs[EP_TP_GATHER] + secs[EP_TP_SCATTER]
+    assert secs[EP_TP_GATHER] > secs["attn_all_reduce"]
+    assert t.tp_exposed_fwd_s == pytest.approx(disp + secs["attn_all_reduce"], rel=1e-6)
+    assert disp - 1e-9 <= t.tp_exposed_bwd_s <= disp + secs["attn_all_reduce"] + 1e-9
+    assert isinstance(next(o for o in t.ops.tp if o.name == EP_TP_GATHER), Collective)
+
