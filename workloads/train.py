@@ -40,9 +40,8 @@ from .cp_attention import RingMerge
 from .program import Access, Block, Use
 from .lower import (AUTOGRAD_COLLECTIVE, REGATHER, RESIDUAL_ADD, _check_common, _Ctx,
                     _layer_blocks, check_attention, check_cp, check_ep, check_routing,
-                    dgrad_all_reduce_group,
-                    embedding_block, forward_blocks, head_block, keys_info, layer_kinds,
-                    routing_info)
+                    dgrad_all_reduce_group, embedding_block, forward_blocks, head_block,
+                    keys_info, layer_kinds, routing_info)
 from .moe import Routing
 from .params import params_per_chip, weight_tensors
 from .precision import Precision
@@ -778,9 +777,12 @@ def train_forward(m: ModelConfig, micro_batch: int, seq_len: int, *,
     each sequence and ``experts / ep`` routed experts; the context- and expert-parallel
     collectives are ops of the blocks, tagged ``cp`` and ``ep``). ``sequence_parallel``
     (``tp > 1``): what an FP8 recipe's row-parallel linears quantise changes
-    (:func:`~diptych.workloads.recipe.quantize_records`); nothing else. These are the blocks
-    :func:`train_step` repeats per micro-batch (at ``cp = ep = 1``) and what the cluster
-    layer (:mod:`diptych.sim.cluster.layers`) times per pipeline stage."""
+    (:func:`~diptych.workloads.recipe.quantize_records`), and a MoE layer with ``ep > 1`` and
+    its experts split over ``tp`` runs Megatron-Core's all-to-all dispatcher: the router and
+    unpermute on the sequence shard, the dispatcher's own TP all-gather and reduce-scatter
+    in place of the MLP all-reduce (:func:`~diptych.workloads.lower.alltoall_tp`). These are
+    the blocks :func:`train_step` repeats per micro-batch (at ``cp = ep = 1``) and what the
+    cluster layer (:mod:`diptych.sim.cluster.layers`) times per pipeline stage."""
     _check_common(m, micro_batch, tp, seq_len=seq_len)
     check_attention(attention)
     check_cp(cp, seq_len, m=m)
