@@ -851,7 +851,7 @@ AUTOGRAD_COLLECTIVE = "autograd_collective"
 def alltoall_tp(c: _Ctx) -> bool:
     """Whether a MoE layer runs Megatron-Core's all-to-all token dispatcher with its experts
     split over the tensor-parallel group under sequence parallelism (training, ``ep > 1``,
-    the routed experts ÷ ``tp > 1``, Megatron's 1-D layout, no shared experts): each rank
+    the routed experts ÷ ``tp > 1``, Megatron's 1-D layout): each rank
     routes its sequence shard (the MoE layer's input is the pre-MLP norm's shard), permutes
     its pairs, exchanges them over the expert-parallel group, then **all-gathers** what
     arrived over the tensor-parallel group (every rank runs its ``1/tp`` slice of the local
@@ -873,13 +873,22 @@ def alltoall_tp(c: _Ctx) -> bool:
     ``tp`` by default); experts.py ``SequentialMLP`` / ``MLP(..., is_expert=True)``: the
     expert linears' own communication is off (``explicit_expert_comm``,
     extensions/transformer_engine.py), so TE's userbuffers do not overlap these]. Shared
-    experts (Megatron's ``SharedExpertMLP`` gathers and scatters the shard itself) keep the
-    layer's all-reduce [assumption: not read further]."""
-    m = c.m
+    experts run beside the dispatcher as the plain sequence-parallel MLP Megatron's
+    ``SharedExpertMLP(MLP)`` is, with the dense MLP's all-reduce of ``tokens × hidden``
+    (:func:`_moe_mlp`; its gate, Qwen's, on the shard) [S: core_v0.10.0
+    megatron/core/transformer/moe/shared_experts.py, moe_layer.py ``output +=
+    self.shared_experts(hidden_states)``]; that all-reduce is not one of the sub-blocks a
+    ``[tp_overlap]`` stack overlaps (sim/run/tp_overlap.py ``OVERLAP_SUB_BLOCKS``): NCCL
+    [assumption: whether TE's userbuffers serve the shared expert's linears not read].
+    Dropless (no capacity factor): Megatron passes the split sizes to PyTorch's list
+    all-to-all and all-gathers the token counts over ``tp × ep`` first; the collectives are
+    modelled as the same rings over the busiest rank's rows, the counts' all-gather not
+    at all [assumption]. Without expert parallelism (``ep = 1``) the layer is modelled as
+    Megatron's ``allgather`` dispatcher: its all-gather and reduce-scatter of the
+    ``tokens × hidden`` shard are the layer's all-reduce as a dense MLP has it."""
     etp = c.tp if c.expert_tp is None else c.expert_tp
     return (c.phase == "train" and c.sequence_parallel and c.layer.moe and c.ep > 1
-            and c.tp > 1 and etp == c.tp and not c.tp_shape and not m.shared_experts
-            and not m.shared_expert_gate)
+            and c.tp > 1 and etp == c.tp and not c.tp_shape)
 
 
 def _dispatcher_tp(c: _Ctx, name: str, nbytes: float, *tags: str) -> Collective:
@@ -1000,31 +1009,51 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
                          / INDEX_BYTES)],
            [(fl.t(out, T * d * a), 1.0 / c.tp if mega else 1.0)])
     ops.append(op)
+    shared, f_out = "shared_out", 1.0
     if m.shared_experts:
         ops += _dense_mlp(c, "shared_", m.shared_width, flow=flow, inp=inp, out="shared_out")
+        if mega:
+            # Megatron's SharedExpertMLP is a plain MLP beside the dispatcher: its linears
+            # all-gather the shard and reduce-scatter their partial sums back to it, the
+            # collectives a dense layer's MLP has (its all-reduce stands for them, as the
+            # layer's own does: _residual) [S: NVIDIA/Megatron-LM core_v0.10.0
+            # megatron/core/transformer/moe/shared_experts.py ``SharedExpertMLP(MLP)``,
+            # ``forward``: ``output, _ = super().forward(hidden_states)``; moe_layer.py
+            # ``output += self.shared_experts(hidden_states)`` after ``token_unpermutation``,
+            # without ``moe_shared_expert_overlap``, its default]
+            (op,) = c.all_reduce("shared_all_reduce", T * d)
+            fl.vec(op, [("shared_out", 1.0)], [(fl.t(SHARED_REDUCED, T * d * a), 1.0 / c.tp)])
+            ops.append(op)
+            shared, f_out = SHARED_REDUCED, 1.0 / c.tp
     if m.shared_expert_gate:
         # Qwen2-MoE / Qwen3-Next: sigmoid(x·w_gate) scales the shared expert's output (a
-        # d → 1 linear, then the sigmoid and the product per element: 4 ops)
-        g = c.gemm("shared_expert_gate", T, d, 1, tags=("moe",))
-        fl.gemm(g, [(inp, 1.0)], [(fl.t("w_shared_expert_gate", d * wb, "weight"), 1.0)],
-                [(fl.t("shared_gate", T * a), 1.0)])
-        op = c.vec("shared_gate_scale", "mul", T * d, reads=1.0, extra_read_bytes=T * a,
+        # d → 1 linear, then the sigmoid and the product per element: 4 ops); on the
+        # sequence shard under Megatron's dispatcher (shared_experts.py ``forward``: the gate
+        # reads ``hidden_states``, the shard, and scales the reduce-scattered output)
+        g = c.gemm("shared_expert_gate", tr, d, 1, tags=("moe",))
+        fl.gemm(g, [(inp, tr / T)], [(fl.t("w_shared_expert_gate", d * wb, "weight"), 1.0)],
+                [(fl.t("shared_gate", tr * a), 1.0)])
+        op = c.vec("shared_gate_scale", "mul", tr * d, reads=1.0, extra_read_bytes=tr * a,
                    ops=4.0, tags=("saved",))
-        fl.vec(op, [("shared_out", 1.0), ("shared_gate", 1.0)],
-               [(fl.t(SHARED_GATED, T * d * a), 1.0)])
+        fl.vec(op, [(shared, f_out), ("shared_gate", 1.0)],
+               [(fl.t(SHARED_GATED, T * d * a), f_out)])
         ops += [g, op]
     return ops
 
 
 #: The gated shared expert's output (Qwen3-Next), summed into the MoE output.
 SHARED_GATED = "shared_gated"
+#: The shared experts' output reduced to the sequence shard (:func:`alltoall_tp`).
+SHARED_REDUCED = "shared_red"
 
 
-def _shared_output(m: ModelConfig) -> tuple[str, ...]:
+def _shared_output(c: _Ctx) -> tuple[str, ...]:
     """The shared experts' output tensor the MoE output is summed with (none without)."""
-    if not m.shared_experts:
+    if not c.m.shared_experts:
         return ()
-    return (SHARED_GATED,) if m.shared_expert_gate else ("shared_out",)
+    if c.m.shared_expert_gate:
+        return (SHARED_GATED,)
+    return (SHARED_REDUCED,) if alltoall_tp(c) else ("shared_out",)
 
 
 def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: str = "x",
@@ -1131,7 +1160,7 @@ def layer_ops(c: _Ctx, *, flow=None) -> list[Op]:
     ops.append(c.stream_norm(fl, "mlp_norm", "h1", "h_mlp"))   # the sequence shard (SP)
     if c.layer.moe:
         ops += _moe_mlp(c, flow=flow)
-        out, extra = "moe_out", _shared_output(c.m)
+        out, extra = "moe_out", _shared_output(c)
     else:
         ops += _dense_mlp(c, "", c.m.intermediate_size, flow=flow)
         out, extra = "mlp_out", ()

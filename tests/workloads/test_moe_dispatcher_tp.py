@@ -189,3 +189,39 @@ def test_scheduled_layer_exposes_all_four_dispatcher_collectives():
     assert disp - 1e-9 <= t.tp_exposed_bwd_s <= disp + secs["attn_all_reduce"] + 1e-9
     assert isinstance(next(o for o in t.ops.tp if o.name == EP_TP_GATHER), Collective)
 
+
+def _shared_ops(name, precision=None):
+    m = load_model(name)
+    w = train_forward(m, 1, 4096, tp=4, ep=8, routing=PAD, sequence_parallel=True,
+                      precision=precision or Precision())
+    fwd = _moe_block(w)
+    return m, {o.name: o for o in fwd.ops}, {o.name: a for o, a in zip(fwd.ops, fwd.access)}
+
+
+def test_shared_experts_run_beside_the_dispatcher_as_a_sequence_parallel_mlp():
+    # GLM-4.5-Air (one shared expert, hidden 4,096) at TP4 EP8: the routed experts through
+    # the dispatcher's all-gather and reduce-scatter, the shared MLP with a dense layer's
+    # all-reduce of its 4,096 tokens × 4,096 × 2 B = 33,554,432 B (Megatron's SharedExpertMLP
+    # is a plain MLP: shared_experts.py), summed on the shard into the residual; no MLP
+    # all-reduce of the routed output. Under FP8 the shared down projection is the
+    # sequence-parallel row-parallel linear a dense layer's is, the experts' is not
+    m, ops, acc = _shared_ops("glm-4.5-air")
+    assert EP_TP_GATHER in ops and EP_TP_SCATTER in ops and "mlp_all_reduce" not in ops
+    ar = ops["shared_all_reduce"]
+    assert (ar.kind, ar.group, ar.bytes) == ("all_reduce", 4, 33_554_432)
+    assert ops["router"].m == 1_024
+    assert {u.tensor for u in acc["mlp_residual"].uses if u.role == "dep"} == {"shared_red"}
+    _, ops8, _ = _shared_ops("glm-4.5-air", Precision(linear="fp8", recipe="fp8-delayed"))
+    assert "sp_row:4" in ops8["shared_down_proj"].tags
+    assert "sp_row:4" not in ops8["experts_down"].tags
+
+
+def test_gated_shared_expert_gates_the_shard():
+    # Qwen3-Next (hidden 2,048, a sigmoid-gated shared expert): the gate reads the rank's
+    # 4,096 / 4 = 1,024-token shard and scales the reduced shard, 1,024 × 2,048 elements
+    m, ops, acc = _shared_ops("qwen3-next-80b-a3b")
+    assert m.hidden_size == 2048
+    assert ops["shared_expert_gate"].m == 1_024
+    assert ops["shared_gate_scale"].elements == 1_024 * 2_048
+    assert ops["shared_all_reduce"].bytes == 4096 * 2048 * 2
+    assert any(u.tensor == "shared_red" for u in acc["shared_gate_scale"].uses)
