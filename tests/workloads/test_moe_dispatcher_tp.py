@@ -2,8 +2,9 @@
 runs them (workloads/lower.py ``alltoall_tp``): under sequence parallelism with the experts
 split over the tensor-parallel group, the rank routes its sequence shard, all-gathers what
 the dispatch all-to-all brought and reduce-scatters the experts' partial sums before the
-combine (core_v0.10.0 token_dispatcher.py ``MoEAlltoAllTokenDispatcher``), and autograd
-runs each as a node of its own, after the consuming linear's whole backward."""
+combine (core_v0.10.0 token_dispatcher.py ``MoEAlltoAllTokenDispatcher``); autograd runs
+the all-gather as a node of its own, after the whole backward of every linear that reads
+its output; shared experts run beside it as a sequence-parallel MLP (shared_experts.py)."""
 
 from __future__ import annotations
 
