@@ -91,7 +91,9 @@ class Row:
 #: capacity × num_experts``, ``capacity × tp × ep`` rows per local expert), so the busiest
 #: rank runs exactly its share and no popularity skew can lengthen the step;
 #: ``moe_token_dispatcher_type: alltoall`` (diptych's dispatch/combine all-to-alls, the
-#: capacity-padded rows: ``C·T·k`` = ``T·k`` at C = 1); ``moe_grouped_gemm: false``
+#: capacity-padded rows: ``C·T·k`` = ``T·k`` at C = 1, and at TP4 under sequence parallelism the
+#: dispatcher's own tensor-parallel all-gather and reduce-scatter of the rows the expert runs:
+#: workloads/lower.py ``alltoall_tp``); ``moe_grouped_gemm: false``
 #: (SequentialMLP: one GEMM pair per local expert; at EP 8 of 8 experts each rank holds one,
 #: the same single GEMM a grouped GEMM would run); ``moe_aux_loss_coeff: 0.01`` with
 #: Megatron-Core's default ``moe_router_load_balancing_type: aux_loss`` (a sum over

@@ -32,7 +32,9 @@ Conventions (all documented in docs/workloads.md):
 * Context and expert parallelism (:class:`_Ctx`'s ``cp`` and ``ep``): one rank's
   ``seq / cp`` tokens attending the whole sequence over K/V all-gathered from the ring, its
   ``experts / ep`` experts between two all-to-alls; the collectives are ops tagged ``cp`` and
-  ``ep`` (as tensor parallelism's are tagged ``tp``).
+  ``ep`` (as tensor parallelism's are tagged ``tp``). In training under sequence parallelism
+  with the experts split over ``tp``, the MoE layer's tensor-parallel collectives are those of
+  Megatron-Core's all-to-all dispatcher (:func:`alltoall_tp`).
 
 * The 2-D weight-stationary layout (``tp_grid``, :mod:`~diptych.workloads.tp2d`, inference on
   a torus): the FFN's and attention's weights split over an ``X × YZ`` grid of the torus
@@ -827,6 +829,75 @@ def expert_groups(m: ModelConfig, tokens: int, ep: int = 1, routing: Routing = R
     return [(n, t) for n, t in ((r, q + 1), (n_exp - r, q)) if n and t]
 
 
+#: The tensor-parallel collectives of Megatron-Core's all-to-all token dispatcher
+#: (:func:`alltoall_tp`): the all-gather of what the dispatch brought, and the
+#: reduce-scatter of the experts' partial sums before the combine.
+EP_TP_GATHER = "ep_tp_all_gather"
+EP_TP_SCATTER = "ep_tp_reduce_scatter"
+#: The tag of a collective that autograd runs as a node of its own after the linears that
+#: consume its output (the dispatcher's all-gather: every expert group's first linear): its
+#: backward (the gradient's collective) starts only when each such linear's whole backward,
+#: data and weight gradient, is done (one autograd node computes
+#: both before it returns; PyTorch's synchronous NCCL call then waits for the stream), so
+#: it hides behind neither (workloads/train.py ``_named_backward``) [S: NVIDIA/Megatron-LM
+#: core_v0.10.0 megatron/core/tensor_parallel/mappings.py ``_GatherFromSequenceParallelRegion
+#: .backward`` → ``_reduce_scatter_along_first_dim``: ``dist_reduce_scatter_func(output,
+#: input_.contiguous(), group=group)``, no ``async_op``; against TE's and Megatron's own
+#: linears, which reduce-scatter the input gradient asynchronously beside the
+#: weight-gradient GEMM].
+AUTOGRAD_COLLECTIVE = "autograd_collective"
+
+
+def alltoall_tp(c: _Ctx) -> bool:
+    """Whether a MoE layer runs Megatron-Core's all-to-all token dispatcher with its experts
+    split over the tensor-parallel group under sequence parallelism (training, ``ep > 1``,
+    the routed experts ÷ ``tp > 1``, Megatron's 1-D layout): each rank
+    routes its sequence shard (the MoE layer's input is the pre-MLP norm's shard), permutes
+    its pairs, exchanges them over the expert-parallel group, then **all-gathers** what
+    arrived over the tensor-parallel group (every rank runs its ``1/tp`` slice of the local
+    experts on the group's rows) and **reduce-scatters** the experts' partial sums before
+    the combine all-to-all; the unpermute writes the shard, which the residual add takes
+    as it is. So the layer has no MLP all-reduce (the dense layer's stand-in for sequence
+    parallelism's reduce-scatter and all-gather of ``tokens × hidden``): its tensor-parallel
+    collectives each move the rows the rank's experts run, ``C·T·k`` of them at capacity
+    factor ``C`` (Grok-1's recipe: twice the dense layer's ``T``), on NCCL beside nothing,
+    since each one's output is the next kernel's input [S: NVIDIA/Megatron-LM core_v0.10.0
+    megatron/core/transformer/moe/token_dispatcher.py ``MoEAlltoAllTokenDispatcher``:
+    "permute->A2A(EP)->AG(TP)->sort_chunk" and "sort_chunk->RS(TP)->A2A(EP)->unpermute";
+    ``token_permutation``: ``all_to_all(self.ep_group, ...)`` then ``if self.tp_size > 1:
+    global_input_tokens = gather_from_sequence_parallel_region(global_input_tokens,
+    group=self.tp_group, ...)``; ``token_unpermutation``: ``reduce_scatter_to_sequence_
+    parallel_region(hidden_states, group=self.tp_group, ...)`` then the all-to-all and
+    ``unpermute(..., restore_shape=self.hidden_shape_before_permute)``, the shard's shape;
+    the same in core_v0.9.0 and core_v0.11.0 (``tp_size`` = expert tensor parallelism, =
+    ``tp`` by default); experts.py ``SequentialMLP`` / ``MLP(..., is_expert=True)``: the
+    expert linears' own communication is off (``explicit_expert_comm``,
+    extensions/transformer_engine.py), so TE's userbuffers do not overlap these]. Shared
+    experts run beside the dispatcher as the plain sequence-parallel MLP Megatron's
+    ``SharedExpertMLP(MLP)`` is, with the dense MLP's all-reduce of ``tokens × hidden``
+    (:func:`_moe_mlp`; its gate, Qwen's, on the shard) [S: core_v0.10.0
+    megatron/core/transformer/moe/shared_experts.py, moe_layer.py ``output +=
+    self.shared_experts(hidden_states)``]; that all-reduce is not one of the sub-blocks a
+    ``[tp_overlap]`` stack overlaps (sim/run/tp_overlap.py ``OVERLAP_SUB_BLOCKS``): NCCL
+    [assumption: whether TE's userbuffers serve the shared expert's linears not read].
+    Dropless (no capacity factor): Megatron passes the split sizes to PyTorch's list
+    all-to-all and all-gathers the token counts over ``tp × ep`` first; the collectives are
+    modelled as the same rings over the busiest rank's rows, the counts' all-gather not
+    at all [assumption]. Without expert parallelism (``ep = 1``) the layer is modelled as
+    Megatron's ``allgather`` dispatcher: its all-gather and reduce-scatter of the
+    ``tokens × hidden`` shard are the layer's all-reduce as a dense MLP has it."""
+    etp = c.tp if c.expert_tp is None else c.expert_tp
+    return (c.phase == "train" and c.sequence_parallel and c.layer.moe and c.ep > 1
+            and c.tp > 1 and etp == c.tp and not c.tp_shape)
+
+
+def _dispatcher_tp(c: _Ctx, name: str, nbytes: float, *tags: str) -> Collective:
+    """One of :func:`alltoall_tp`'s tensor-parallel collectives (``name``: :data:`EP_TP_GATHER`
+    or :data:`EP_TP_SCATTER`) over ``nbytes``, the rows this rank's experts run."""
+    kind = "all_gather" if name == EP_TP_GATHER else "reduce_scatter"
+    return Collective(name=name, kind=kind, bytes=nbytes, group=c.tp, tags=("tp", *tags))
+
+
 def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") -> list[Op]:
     """Router, top-k, the permute that sorts the token-expert pairs by expert (a gather at
     memory rate, with the routing indices), the routed experts (this rank's ``experts / ep``
@@ -847,14 +918,20 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
     f = m.moe_intermediate_size // etp
     fl = flow or NOFLOW
     a, wb = c.p.a_bytes, c.p.w_bytes
+    # Megatron-Core's all-to-all dispatcher under sequence parallelism (:func:`alltoall_tp`):
+    # the router runs on the rank's sequence shard, and the tensor-parallel group's
+    # collectives are the dispatcher's own (an all-gather of what the dispatch brought, a
+    # reduce-scatter before the combine), not the layer's all-reduce
+    mega = alltoall_tp(c)
+    tr = -(-T // c.tp) if mega else T        # tokens this rank routes
     # padded capacity counts per source rank: Megatron's tensor-parallel ranks each route
     # their sequence-parallel share when the experts are split over them
     groups = expert_groups(m, te, c.ep, c.routing, sources=c.tp if etp == c.tp else 1)
     rows = sum(n * per for n, per in groups)  # pairs this rank's experts run
-    router = c.gemm("router", T, d, e, tags=("moe",))
-    topk = c.vec("topk", "topk", T * e, writes=k / e)
-    fl.gemm(router, [(inp, 1.0)], [(fl.t("w_router", d * e * wb, "weight"), 1.0)],
-            [(fl.t("router_logits", T * e * a), 1.0)])
+    router = c.gemm("router", tr, d, e, tags=("moe",))
+    topk = c.vec("topk", "topk", tr * e, writes=k / e)
+    fl.gemm(router, [(inp, tr / T)], [(fl.t("w_router", d * e * wb, "weight"), 1.0)],
+            [(fl.t("router_logits", tr * e * a), 1.0)])
     fl.vec(topk, [("router_logits", 1.0)], [(fl.t("topk", topk.write_bytes), 1.0)])
     ops: list[Op] = [router, topk]
     # the pairs this rank sorts: all of them without EP (dropped or padded as routed); with
@@ -877,6 +954,13 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
         fl.vec(op, [("experts_in", 1.0)], [(fl.t("ep_in", a2a), 1.0)])
         ops.append(op)
         src, pairs_in = "ep_in", rows / etp
+        if mega:
+            # the tensor-parallel group gathers what each rank's dispatch brought: every rank
+            # runs its expert slice (÷ tp) on the group's rows
+            op = _dispatcher_tp(c, EP_TP_GATHER, rows * d * a, AUTOGRAD_COLLECTIVE)
+            fl.vec(op, [("ep_in", 1.0)], [(fl.t("ep_in_tp", rows * d * a), 1.0)])
+            ops.append(op)
+            src, pairs_in = "ep_in_tp", rows
     sfxs = [f"[{i}]" if len(groups) > 1 else "" for i in range(len(groups))]
     for (n_exp, per), sfx in zip(groups, sfxs):
         op = c.gemm(f"experts_gate_up{sfx}", per, d, 2 * f, batch=n_exp,
@@ -899,51 +983,88 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
     downs = [(f"experts_down{sfx}", 1.0) for sfx in sfxs]
     back = min(rows, T * k)                   # the pairs the unpermute reads (no padding)
     if c.ep > 1:
+        if mega:
+            # the expert slices' partial sums reduce-scattered back over the group: each
+            # rank keeps the rows its own dispatch brought
+            op = _dispatcher_tp(c, EP_TP_SCATTER, rows * d * a)
+            fl.vec(op, downs, [(fl.t("ep_red", rows * d * a), 1.0 / c.tp)])
+            ops.append(op)
+            downs = [("ep_red", 1.0 / c.tp)]
         op = Collective(name="ep_combine", kind="all_to_all", bytes=a2a, group=c.ep,
                         tags=("ep",))
-        fl.vec(op, scaled(downs, 1.0 / c.tp), [(fl.t("ep_out", a2a), 1.0)])
+        fl.vec(op, downs if mega else scaled(downs, 1.0 / c.tp),
+               [(fl.t("ep_out", a2a), 1.0)])
         ops.append(op)
-        # back at the source rank: its own tokens' pairs (the busiest rank sent more)
-        downs, back = [("ep_out", etp * te * k / rows)], te * k
-    op = c.vec("experts_combine", "permute", back * d, writes=te * d / (back * d),
-               extra_read_bytes=T * k * (INDEX_BYTES + ROUTING_WEIGHT_BYTES),
+        # back at the source rank: its own tokens' pairs (the busiest rank sent more); under
+        # Megatron's dispatcher those of its sequence shard, unpermuted into the shard
+        own = te * k / (c.tp if mega else 1)
+        downs, back = [("ep_out", etp * own / rows)], own
+    # the tokens the unpermute writes, and its routing indices and weights (those of the
+    # pairs this rank routed: its sequence shard's under Megatron's dispatcher)
+    t_out, routed = (tr, share) if mega else (te, 1.0)
+    op = c.vec("experts_combine", "permute", back * d, writes=t_out * d / (back * d),
+               extra_read_bytes=T * k * routed * (INDEX_BYTES + ROUTING_WEIGHT_BYTES),
                ops=VECTOR_OPS_PER_ELEMENT["mul"])
-    fl.vec(op, downs + [("topk", idx * (INDEX_BYTES + ROUTING_WEIGHT_BYTES) / INDEX_BYTES)],
-           [(fl.t(out, T * d * a), 1.0)])
+    fl.vec(op, downs + [("topk", idx * routed * (INDEX_BYTES + ROUTING_WEIGHT_BYTES)
+                         / INDEX_BYTES)],
+           [(fl.t(out, T * d * a), 1.0 / c.tp if mega else 1.0)])
     ops.append(op)
+    shared, f_out = "shared_out", 1.0
     if m.shared_experts:
         ops += _dense_mlp(c, "shared_", m.shared_width, flow=flow, inp=inp, out="shared_out")
+        if mega:
+            # Megatron's SharedExpertMLP is a plain MLP beside the dispatcher: its linears
+            # all-gather the shard and reduce-scatter their partial sums back to it, the
+            # collectives a dense layer's MLP has (its all-reduce stands for them, as the
+            # layer's own does: _residual) [S: NVIDIA/Megatron-LM core_v0.10.0
+            # megatron/core/transformer/moe/shared_experts.py ``SharedExpertMLP(MLP)``,
+            # ``forward``: ``output, _ = super().forward(hidden_states)``; moe_layer.py
+            # ``output += self.shared_experts(hidden_states)`` after ``token_unpermutation``,
+            # without ``moe_shared_expert_overlap``, its default]
+            (op,) = c.all_reduce("shared_all_reduce", T * d)
+            fl.vec(op, [("shared_out", 1.0)], [(fl.t(SHARED_REDUCED, T * d * a), 1.0 / c.tp)])
+            ops.append(op)
+            shared, f_out = SHARED_REDUCED, 1.0 / c.tp
     if m.shared_expert_gate:
         # Qwen2-MoE / Qwen3-Next: sigmoid(x·w_gate) scales the shared expert's output (a
-        # d → 1 linear, then the sigmoid and the product per element: 4 ops)
-        g = c.gemm("shared_expert_gate", T, d, 1, tags=("moe",))
-        fl.gemm(g, [(inp, 1.0)], [(fl.t("w_shared_expert_gate", d * wb, "weight"), 1.0)],
-                [(fl.t("shared_gate", T * a), 1.0)])
-        op = c.vec("shared_gate_scale", "mul", T * d, reads=1.0, extra_read_bytes=T * a,
+        # d → 1 linear, then the sigmoid and the product per element: 4 ops); on the
+        # sequence shard under Megatron's dispatcher (shared_experts.py ``forward``: the gate
+        # reads ``hidden_states``, the shard, and scales the reduce-scattered output)
+        g = c.gemm("shared_expert_gate", tr, d, 1, tags=("moe",))
+        fl.gemm(g, [(inp, tr / T)], [(fl.t("w_shared_expert_gate", d * wb, "weight"), 1.0)],
+                [(fl.t("shared_gate", tr * a), 1.0)])
+        op = c.vec("shared_gate_scale", "mul", tr * d, reads=1.0, extra_read_bytes=tr * a,
                    ops=4.0, tags=("saved",))
-        fl.vec(op, [("shared_out", 1.0), ("shared_gate", 1.0)],
-               [(fl.t(SHARED_GATED, T * d * a), 1.0)])
+        fl.vec(op, [(shared, f_out), ("shared_gate", 1.0)],
+               [(fl.t(SHARED_GATED, T * d * a), f_out)])
         ops += [g, op]
     return ops
 
 
 #: The gated shared expert's output (Qwen3-Next), summed into the MoE output.
 SHARED_GATED = "shared_gated"
+#: The shared experts' output reduced to the sequence shard (:func:`alltoall_tp`).
+SHARED_REDUCED = "shared_red"
 
 
-def _shared_output(m: ModelConfig) -> tuple[str, ...]:
+def _shared_output(c: _Ctx) -> tuple[str, ...]:
     """The shared experts' output tensor the MoE output is summed with (none without)."""
-    if not m.shared_experts:
+    if not c.m.shared_experts:
         return ()
-    return (SHARED_GATED,) if m.shared_expert_gate else ("shared_out",)
+    if c.m.shared_expert_gate:
+        return (SHARED_GATED,)
+    return (SHARED_REDUCED,) if alltoall_tp(c) else ("shared_out",)
 
 
 def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: str = "x",
-              out: str | None = None, extra: tuple[str, ...] = ()) -> list[Op]:
+              out: str | None = None, extra: tuple[str, ...] = (), reduced: bool = False
+              ) -> list[Op]:
     """TP all-reduce of a sub-block's output, its post-norm (sandwich norms) and the residual
     add. With a ``flow``: ``inp`` the sub-block's output, ``resid`` the residual stream,
     ``out`` the sum; ``extra`` outputs summed into ``inp`` (the shared experts': the sum is
-    not an op of its own, an ordering-only read of the first op).
+    not an op of its own, an ordering-only read of the first op); ``reduced``: ``inp`` is
+    already the reduced sequence shard (a MoE layer under Megatron's all-to-all dispatcher,
+    :func:`alltoall_tp`): no all-reduce.
 
     Under sequence parallelism the all-reduce stands for Megatron's reduce-scatter (the
     cluster step times it so, sim/cluster/step.py) and what follows it runs on the rank's
@@ -965,8 +1086,9 @@ def _residual(c: _Ctx, name: str, *, flow=None, inp: str | None = None, resid: s
     a = c.p.a_bytes
     f = 1.0 / c.sp
     cur, deps = inp, extra
-    # the 2-D layout: o_proj's or the FFN's partial sums reduce-scattered over YZ (tp2d.py)
-    ops = ([output_reduce_scatter(c, name)] if c.tp_shape else
+    # the 2-D layout: o_proj's or the FFN's partial sums reduce-scattered over YZ (tp2d.py);
+    # none after a MoE layer whose dispatcher reduce-scattered its output (alltoall_tp)
+    ops = ([] if reduced else [output_reduce_scatter(c, name)] if c.tp_shape else
            c.all_reduce(f"{name}_all_reduce", T * d))
     for op in ops:
         fl.vec(op, [(cur, 1.0)], [(fl.t(f"{name}_red", T * d * a),
@@ -1038,11 +1160,12 @@ def layer_ops(c: _Ctx, *, flow=None) -> list[Op]:
     ops.append(c.stream_norm(fl, "mlp_norm", "h1", "h_mlp"))   # the sequence shard (SP)
     if c.layer.moe:
         ops += _moe_mlp(c, flow=flow)
-        out, extra = "moe_out", _shared_output(c.m)
+        out, extra = "moe_out", _shared_output(c)
     else:
         ops += _dense_mlp(c, "", c.m.intermediate_size, flow=flow)
         out, extra = "mlp_out", ()
-    ops += _residual(c, "mlp", flow=flow, inp=out, resid="h1", out="y", extra=extra)
+    ops += _residual(c, "mlp", flow=flow, inp=out, resid="h1", out="y", extra=extra,
+                     reduced=alltoall_tp(c))
     return ops
 
 

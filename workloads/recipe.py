@@ -221,7 +221,9 @@ def quantize_records(records: list, tensors: dict, p: Precision, sp: int = 1
              and all(quantized(r) and role == "a" for r, role in readers.get(t, ()))}
     row = set()
     if sp > 1 and p.recipe == "fp8-delayed":
-        row = {id(op) for op, a in records if quantized(op)
+        # (an expert's down projection, whose output Megatron's all-to-all dispatcher
+        # reduce-scatters itself, workloads/lower.py ``alltoall_tp``, is not one: above)
+        row = {id(op) for op, a in records if quantized(op) and "expert" not in op.tags
                and any(isinstance(r, Collective) and "tp" in r.tags
                        for t in a.writes for r, _ in readers.get(t, ()))}
     rowwise = {t for t, rs in readers.items() if t not in fused

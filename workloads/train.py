@@ -38,10 +38,10 @@ from .graph import Workload
 from . import dropout, embedding_grad as emb, loss
 from .cp_attention import RingMerge
 from .program import Access, Block, Use
-from .lower import (REGATHER, RESIDUAL_ADD, _check_common, _Ctx, _layer_blocks,
-                    check_attention, check_cp, check_ep, check_routing, dgrad_all_reduce_group,
-                    embedding_block, forward_blocks, head_block, keys_info, layer_kinds,
-                    routing_info)
+from .lower import (AUTOGRAD_COLLECTIVE, REGATHER, RESIDUAL_ADD, _check_common, _Ctx,
+                    _layer_blocks, check_attention, check_cp, check_ep, check_routing,
+                    dgrad_all_reduce_group, embedding_block, forward_blocks, head_block,
+                    keys_info, layer_kinds, routing_info)
 from .moe import Routing
 from .params import params_per_chip, weight_tensors
 from .precision import Precision
@@ -419,7 +419,12 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
     # the loss's input (the logits): its one backward kernel writes their gradient
     loss_in = next((a.of(mode="read")[0].tensor for op, a in zip(b.ops, b.access)
                     if loss.TAG in op.tags), None)
+    spans: dict[int, tuple[int, int]] = {}   # forward op → the span of its backward accesses
+    mark = None
     for op, a in reversed(list(zip(b.ops, b.access))):
+        if mark is not None:
+            spans[mark[0]] = (mark[1], len(access))
+        mark = (id(op), len(access))
         if "recipe" in op.tags:
             continue
         if emb.TAG in op.tags:
@@ -509,7 +514,18 @@ def _named_backward(b: Block, bops: list[Op], p: Precision) -> Block:
         if f != 1.0:
             reads = tuple(dataclasses.replace(u, share=u.share * f) for u in reads)
         if isinstance(op, Collective):     # the mirrored collective moves the gradient only
-            uses: tuple = tuple(d_out)
+            uses = tuple(d_out)
+            if AUTOGRAD_COLLECTIVE in op.tags:
+                # after the whole backward of every linear that reads its output (through an
+                # FP8 cast): an ordering-only read of each weight gradient their backward ops
+                # updated (lower.py AUTOGRAD_COLLECTIVE)
+                users = [id(o) for o, x in zip(b.ops, b.access) if isinstance(o, Gemm)
+                         and any(cast_of.get(u.tensor, u.tensor) in a.writes
+                                 for u in x.of(role="a"))]
+                done = dict.fromkeys(u.tensor for i in users
+                                     for x in access[slice(*spans.get(i, (0, 0)))]
+                                     for u in x.uses if u.mode == "update")
+                uses += tuple(Use(t, "read", 0.0, "dep") for t in done)
         elif isinstance(op, FusedAttention):  # reads O and the softmax statistics it saved
             uses = (*reads, *(Use(u.tensor, "read", u.share) for u in a.of(mode="write")),
                     *d_out)
@@ -761,9 +777,12 @@ def train_forward(m: ModelConfig, micro_batch: int, seq_len: int, *,
     each sequence and ``experts / ep`` routed experts; the context- and expert-parallel
     collectives are ops of the blocks, tagged ``cp`` and ``ep``). ``sequence_parallel``
     (``tp > 1``): what an FP8 recipe's row-parallel linears quantise changes
-    (:func:`~diptych.workloads.recipe.quantize_records`); nothing else. These are the blocks
-    :func:`train_step` repeats per micro-batch (at ``cp = ep = 1``) and what the cluster
-    layer (:mod:`diptych.sim.cluster.layers`) times per pipeline stage."""
+    (:func:`~diptych.workloads.recipe.quantize_records`), and a MoE layer with ``ep > 1`` and
+    its experts split over ``tp`` runs Megatron-Core's all-to-all dispatcher: the router and
+    unpermute on the sequence shard, the dispatcher's own TP all-gather and reduce-scatter
+    in place of the MLP all-reduce (:func:`~diptych.workloads.lower.alltoall_tp`). These are
+    the blocks :func:`train_step` repeats per micro-batch (at ``cp = ep = 1``) and what the
+    cluster layer (:mod:`diptych.sim.cluster.layers`) times per pipeline stage."""
     _check_common(m, micro_batch, tp, seq_len=seq_len)
     check_attention(attention)
     check_cp(cp, seq_len, m=m)
