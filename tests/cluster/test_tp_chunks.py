@@ -95,7 +95,7 @@ def test_the_engine_s_chunk_penalty_against_xla_s_measured_table():
     """Component check (benchmarks/validate_tp_chunks.py): four chunks' seconds over the
     whole GEMM's on the h100 engine against XLA's measured sm_90 BF16 table (the same ratio
     of single GEMMs), for every whole GEMM whose quarter the table holds. Tolerance: each
-    within -18 %/+5 % of the measured ratio, their median within 6 % (diptych 0.82-1.03,
+    within -20 %/+5 % of the measured ratio, their median within 6 % (diptych 0.82-1.03,
     median 0.955: the engine charges about two thirds of the measured extra time)."""
     got = ratios(load_chip("h100"))
     assert len(got) == 9
