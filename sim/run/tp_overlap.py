@@ -41,8 +41,9 @@ transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp]:
 ``UbufCommOverlap::split_overlap_rs`` (the pipelined reduce-scatter) takes ``m = A.size(0)``,
 ``m_chunk = m / _num_splits`` and multiplies ``input_a_chunk {m_chunk, k}`` by the whole
 ``B`` (L450-L485), where ``A`` is the weight (``fp8_gemm(weight_fp8._data, ...)``,
-module/linear.py L206-207): a chunk of the weight's output features against all the
-tokens; ``UbufP2PCommOverlap::split_overlap_ag`` (the ring exchange, ``aggregate`` off: TE's
+module/linear.py L206-207; ``gemm(weight, ...)`` on the BF16 path, L274-275): a chunk of
+the weight's output features against all the tokens;
+``UbufP2PCommOverlap::split_overlap_ag`` (the ring exchange, ``aggregate`` off: TE's
 default, module/base.py L252) runs ``tp_size`` GEMMs of the whole ``A`` (the weight) against
 ``_ubufs[send_chunk_id]``, one rank's ``n_chunk`` rows of the input (L1018-L1042). The chunk
 GEMMs are issued round-robin on ``min(num_max_streams, chunks)`` compute streams
@@ -55,8 +56,8 @@ wave leaves idle. :func:`chunked_s` models that as the chunks' tiles dealt to th
 launch order, each chunk after the previous one on its stream (:func:`pooled_waves`:
 ``ceil(chunks · tiles / units)`` waves whenever a chunk fills a wave) [assumption: one tile
 per core at a time (cuBLAS's Hopper GEMMs hold most of an SM's shared memory) and a chunk's
-fixed costs not hidden by the next one]. Checked against XLA's measured H100 GEMM table (benchmarks/validate_tp_chunks.py,
-docs/cluster.md "Tensor-parallel overlap").
+fixed costs not hidden by the next one]. Checked against XLA's measured H100 GEMM table
+(benchmarks/validate_tp_chunks.py, docs/cluster.md "Tensor-parallel overlap").
 """
 
 from __future__ import annotations
@@ -91,9 +92,21 @@ UB_MAX_STREAMS = 3
 def chunk_op(op: Gemm, *, rows: int = 1, cols: int = 1) -> Gemm:
     """One of the equal chunks Transformer Engine splits GEMM ``op`` into (module docstring,
     "The chunks"): its rows (tokens) in ``rows`` parts (the ring exchange), or its output
-    columns in ``cols`` parts (the pipelined reduce-scatter); a part that does not divide
-    rounds up (TE requires it to divide)."""
+    columns in ``cols`` parts (the pipelined reduce-scatter). TE truncates a part that does
+    not divide (``m_chunk = m / _num_splits``, v1.11 comm_gemm_overlap.h L450; the ring's
+    buffers ``sample.size(0) / tp_size`` rows, L708/L716): its chunks then leave the
+    remainder out; ``diptych`` rounds up instead, so that the chunks cover the whole GEMM
+    (the same where it divides)."""
+    for name, parts in (("rows", rows), ("cols", cols)):
+        if parts <= 0:
+            raise ValueError(f"chunk_op: {name} must be a positive number of parts, got {parts}")
     return replace(op, m=-(-op.m // rows), n=-(-op.n // cols))
+
+
+def _units(mapping: dict, cores: int) -> int:
+    """The units a GEMM's tiles are dealt to on ``cores`` cores: a core each (``units`` =
+    ``"cores"``) or its ``arrays_per_core`` arrays, per the engine's ``mapping``."""
+    return cores * (1 if mapping.get("units") == "cores" else mapping.get("arrays_per_core", 1))
 
 
 def pooled_waves(chunks: int, tiles: int, units: int, streams: int) -> int:
@@ -103,6 +116,8 @@ def pooled_waves(chunks: int, tiles: int, units: int, streams: int) -> int:
     block scheduler serves kernels in launch order); one tile per unit at a time, a wave the
     time of one tile. ``ceil(chunks · tiles / units)`` whenever ``tiles >= units`` and
     ``streams >= 2`` (no unit waits on a stream then)."""
+    if units <= 0:
+        raise ValueError(f"pooled_waves: units must be positive, got {units}")
     left, done, t = [tiles] * chunks, [-1] * chunks, 0
     while min(done) < 0:
         free = units
@@ -128,8 +143,7 @@ def chunked_s(chunk_s: float, mapping: dict | None, chunks: int, cores: int) -> 
         return chunk_s
     if not mapping or not mapping.get("waves"):
         return chunks * chunk_s
-    per_core = 1 if mapping.get("units") == "cores" else mapping.get("arrays_per_core", 1)
-    units = max(cores * per_core, mapping["busy_units"])
+    units = max(_units(mapping, cores), mapping["busy_units"])
     waves = pooled_waves(chunks, mapping["tiles"], units, min(UB_MAX_STREAMS, chunks))
     return chunk_s * min(waves, chunks * mapping["waves"]) / mapping["waves"]
 
@@ -181,8 +195,7 @@ def requantised_s(gemm_s: float, mapping: dict | None, held: int, total_cores: i
         return gemm_s
     if not mapping or not mapping.get("waves"):
         return gemm_s * total_cores / left
-    per_core = 1 if mapping.get("units") == "cores" else mapping.get("arrays_per_core", 1)
-    units_left = left * per_core
+    units_left = _units(mapping, left)
     if mapping["busy_units"] <= units_left:
         return gemm_s
     return gemm_s * math.ceil(mapping["tiles"] / units_left) / mapping["waves"]

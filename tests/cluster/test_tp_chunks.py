@@ -34,8 +34,18 @@ def test_chunks_are_te_s_splits():
         (512, 12288, 9216)
     assert (chunk_op(g, cols=4).m, chunk_op(g, cols=4).n) == (2048, 2304)
     assert chunk_op(g, rows=4).a_dtype == "fp8"
-    assert chunk_op(g, rows=3).m == 683        # rounds up
+    assert chunk_op(g, rows=3).m == 683        # rounds up (TE truncates: 682)
     assert UB_MAX_STREAMS == 3
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda g: chunk_op(g, rows=0), r"rows must be a positive number of parts, got 0"),
+    (lambda g: chunk_op(g, cols=-2), r"cols must be a positive number of parts, got -2"),
+    (lambda g: pooled_waves(4, 10, 0, 3), r"units must be positive, got 0"),
+])
+def test_bad_splits_and_units_are_refused(call, match):
+    with pytest.raises(ValueError, match=match):
+        call(Gemm(name="g", m=64, k=64, n=64))
 
 
 def _events(chunks, tiles, units, streams):
