@@ -1,11 +1,12 @@
 """Transformer Engine's comm-GEMM overlap as chunk GEMMs (sim/run/tp_overlap.py, "The chunks"):
-the chunk shapes TE's source gives, the chunks' waves on TE's three streams against an
-event-level reference and hand-counted cases, the h100 engine's chunk penalty against XLA's
-measured H100 GEMM table (benchmarks/validate_tp_chunks.py), and the sub-block's cost
+the chunk shapes TE's source gives, the chunks' waves on TE's three streams against a
+continuous-time list-scheduling reference and hand-counted cases, the h100 engine's chunk
+penalty against XLA's measured H100 GEMM table (benchmarks/validate_tp_chunks.py), and the sub-block's cost
 charging the chunks exactly."""
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 import pathlib
@@ -48,41 +49,53 @@ def test_bad_splits_and_units_are_refused(call, match):
         call(Gemm(name="g", m=64, k=64, n=64))
 
 
-def _events(chunks, tiles, units, streams):
-    """Tile-by-tile: each time step every free unit takes the next tile of the earliest
-    chunk that may run (its stream's previous chunk done); one step per tile."""
-    left, done, t = [tiles] * chunks, [None] * chunks, 0
-    while None in done:
-        free = units
-        for c in range(chunks):
-            ready = c < streams or (done[c - streams] is not None and done[c - streams] <= t)
-            take = min(free, left[c]) if ready else 0
-            left[c] -= take
-            free -= take
-        t += 1
-        done = [d if d is not None else (t if left[c] == 0 else None)
-                for c, d in enumerate(done)]
-    return t
+def _list_schedule(chunks, tiles, units, streams):
+    """Continuous-time reference for the contract of ``pooled_waves``: a heap of each unit's
+    free time; the tiles dispatched one by one in launch order (chunk 0's, then chunk 1's,
+    ...: the block scheduler serves kernels in launch order), each to the unit free
+    earliest, starting when that unit is free and its chunk is ready (chunk ``c`` on stream
+    ``c mod streams``: ready when chunk ``c − streams`` has finished, its last tile's end);
+    a tile takes one unit of time. Returns when the last tile ends."""
+    free = [0.0] * units
+    heapq.heapify(free)
+    end = []
+    for c in range(chunks):
+        ready = end[c - streams] if c >= streams else 0.0
+        last = 0.0
+        for _ in range(tiles):
+            start = max(heapq.heappop(free), ready)
+            heapq.heappush(free, start + 1.0)
+            last = max(last, start + 1.0)
+        end.append(last)
+    return max(end)
 
 
 def test_pooled_waves_against_the_closed_form_and_hand_counts():
     """With a chunk at least one full wave and two or more streams no unit waits on a
-    stream: ``ceil(chunks · tiles / units)`` waves (checked against the tile-by-tile
-    reference too); smaller chunks wait on their stream, counted by hand."""
+    stream: ``ceil(chunks · tiles / units)`` waves (checked against the continuous-time
+    list-scheduling reference too); smaller chunks wait on their stream, counted by hand."""
     rng = random.Random(5)
     for _ in range(400):
         chunks, units = rng.choice([2, 3, 4, 8]), rng.choice([16, 108, 116, 132])
         tiles, streams = rng.randint(units, 5 * units), rng.choice([2, 3])
         want = math.ceil(chunks * tiles / units)
         assert pooled_waves(chunks, tiles, units, streams) == want
-        assert _events(chunks, tiles, units, streams) == want
+        assert _list_schedule(chunks, tiles, units, streams) == want
     for _ in range(400):            # any size, one stream or many: the reference
         chunks, units = rng.choice([1, 2, 3, 4, 8]), rng.choice([4, 16, 132])
         tiles, streams = rng.randint(1, 3 * units), rng.choice([1, 2, 3])
         assert pooled_waves(chunks, tiles, units, streams) == \
-            _events(chunks, tiles, units, streams)
+            _list_schedule(chunks, tiles, units, streams)
+    # chunks smaller than a wave (tiles < units), by hand:
     # 4 chunks of 10 tiles on 132 units, 3 streams: three at once, the fourth after the first
     assert pooled_waves(4, 10, 132, 3) == 2
+    # 3 chunks of 50 on 132, 3 streams: 50 + 50 + 32 | 18
+    assert pooled_waves(3, 50, 132, 3) == 2
+    # 6 chunks of 40 on 132, 2 streams: 0+1 (52 units idle: 2 waits for 0) | 2+3 | 4+5;
+    # the closed form would say ceil(240 / 132) = 2
+    assert pooled_waves(6, 40, 132, 2) == 3
+    # 3 chunks of 1 tile on 4 units, 1 stream: one after another
+    assert pooled_waves(3, 1, 4, 1) == 3
     # 8 chunks of 64 on 116 units, 2 streams: 0+1 | 1,2 | 3,4 | 4,5 | 6,7 | 7
     assert pooled_waves(8, 64, 116, 2) == 6
     # one stream: serial, each chunk its own wave
