@@ -255,14 +255,22 @@ class SubBlockGemms:
 class OverlapCost:
     """Seconds the overlapped collectives of one sub-block add beyond its GEMMs' own time:
     ``fwd_s``/``bwd_s`` in all, of which ``fwd_tax_s``/``bwd_tax_s`` is the GEMMs' slowdown
-    on the cores the collectives take and ``chunk_s`` (forward and backward together) the
-    chunk GEMMs' time beyond the whole GEMMs' on the same cores (:func:`chunked_s`)."""
+    on the cores the collectives take and ``chunk_fwd_s``/``chunk_bwd_s`` the chunk GEMMs'
+    time beyond the whole GEMMs' on the same cores (:func:`chunked_s`): a GEMM cost, which
+    stays when the collectives take no time (a free-communication variant, the waterfall's
+    GEMM step)."""
 
     fwd_s: float
     bwd_s: float
     fwd_tax_s: float
     bwd_tax_s: float
-    chunk_s: float = 0.0
+    chunk_fwd_s: float = 0.0
+    chunk_bwd_s: float = 0.0
+
+    @property
+    def chunk_s(self) -> float:
+        """The chunks' extra time, forward and backward together."""
+        return self.chunk_fwd_s + self.chunk_bwd_s
 
 
 def nccl_sub_block(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s: float,
@@ -303,27 +311,30 @@ def sub_block_overlap(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s
     ``all_gather_s``/``reduce_scatter_s`` the collectives of the sub-block's activation on
     the group of ``ranks``; ``dgrad_cores``/``wgrad_cores`` the cores the backward's bulk
     all-gather and reduce-scatter take. Each split GEMM runs as its chunks do
-    (``g.*_chunked_s``, where timed) while there is a collective to split it for."""
-    def split(whole: float, chunked: float, comm_s: float) -> float:
-        return chunked if chunked > 0.0 and comm_s > 0.0 and ranks > 1 else whole
+    (``g.*_chunked_s``, where timed) on a group of ``ranks`` > 1, whatever its collective
+    takes: with the collectives at 0 s (a free-communication variant) the cost is the
+    chunks' extra time alone (``chunk_fwd_s``/``chunk_bwd_s``; the pipelined GEMM's as on
+    its margin, the margin itself being the collective's)."""
+    def split(whole: float, chunked: float) -> float:
+        return chunked if chunked > 0.0 and ranks > 1 else whole
 
-    col = split(g.col_fprop_s, g.col_fprop_chunked_s, all_gather_s)
-    dgrad = split(g.row_dgrad_s, g.row_dgrad_chunked_s, all_gather_s)
+    col = split(g.col_fprop_s, g.col_fprop_chunked_s)
+    dgrad = split(g.row_dgrad_s, g.row_dgrad_chunked_s)
+    margin = split(g.row_fprop_margin_s, g.row_fprop_margin_chunked_s)
     ag = ring_exchange_s(col, all_gather_s, ranks) - g.col_fprop_s
-    chunk = col - g.col_fprop_s + dgrad - g.row_dgrad_s
+    chunk_fwd = col - g.col_fprop_s + margin - g.row_fprop_margin_s
     if reduce_scatter_s > 0.0:      # the margin is taken only while there is one to run
-        margin = split(g.row_fprop_margin_s, g.row_fprop_margin_chunked_s, reduce_scatter_s)
         rs = pipelined_s(margin, reduce_scatter_s, splits) - g.row_fprop_s
         fwd_tax = g.row_fprop_margin_s - g.row_fprop_s
-        chunk += margin - g.row_fprop_margin_s
     else:
-        rs = fwd_tax = 0.0
+        rs, fwd_tax = margin - g.row_fprop_margin_s, 0.0
     dy = ring_exchange_s(dgrad, all_gather_s, ranks) - g.row_dgrad_s
     x = bulk_s(g.col_dgrad_s, all_gather_s, dgrad_cores, total_cores) - g.col_dgrad_s
     dx = bulk_s(g.col_wgrad_s, reduce_scatter_s, wgrad_cores, total_cores) - g.col_wgrad_s
     bwd_tax = (min(x, all_gather_s * dgrad_cores / total_cores)
                + min(dx, reduce_scatter_s * wgrad_cores / total_cores))
-    return OverlapCost(ag + rs, dy + x + dx, fwd_tax, bwd_tax, chunk)
+    return OverlapCost(ag + rs, dy + x + dx, fwd_tax, bwd_tax, chunk_fwd,
+                       dgrad - g.row_dgrad_s)
 
 
 #: The sub-blocks whose tensor-parallel all-reduce (``<sub-block>_all_reduce``) a chip's

@@ -147,7 +147,8 @@ def test_the_engine_s_chunk_penalty_against_xla_s_measured_table():
 def test_a_sub_block_charges_its_chunks():
     """Compute-bound (each ring step shorter than a chunk, each reduce-scatter piece shorter
     than a pipeline chunk): the forward costs exactly the chunks' extra time plus the
-    pipeline's last piece; without collectives, or on one rank, the whole GEMMs'."""
+    pipeline's last piece; with the collectives at 0 s the chunks' extra time alone; whole
+    GEMMs without collectives, or on one rank, nothing."""
     g = SubBlockGemms(col_fprop_s=4.0, row_fprop_s=2.0, row_fprop_margin_s=2.2,
                       col_dgrad_s=4.0, col_wgrad_s=4.0, row_dgrad_s=2.0,
                       col_fprop_chunked_s=5.0, row_fprop_margin_chunked_s=2.6,
@@ -163,7 +164,15 @@ def test_a_sub_block_charges_its_chunks():
     assert c.fwd_s - w.fwd_s == pytest.approx(1.0 + 0.4)
     assert c.bwd_s - w.bwd_s == pytest.approx(0.5)
     assert w.chunk_s == 0.0
-    none = sub_block_overlap(g, all_gather_s=0.0, reduce_scatter_s=0.0, **kw)
+    assert (c.chunk_fwd_s, c.chunk_bwd_s) == pytest.approx((1.0 + 0.4, 0.5))
+    # collectives at 0 s (a free-communication variant, the waterfall's GEMM step): TE still
+    # splits the GEMMs, the cost is the chunks' extra time alone
+    free = sub_block_overlap(g, all_gather_s=0.0, reduce_scatter_s=0.0, **kw)
+    assert (free.fwd_s, free.bwd_s) == pytest.approx((1.0 + 0.4, 0.5))
+    assert (free.chunk_fwd_s, free.chunk_bwd_s) == pytest.approx((c.chunk_fwd_s,
+                                                                    c.chunk_bwd_s))
+    assert (free.fwd_tax_s, free.bwd_tax_s) == (0.0, 0.0)
+    none = sub_block_overlap(whole, all_gather_s=0.0, reduce_scatter_s=0.0, **kw)
     assert (none.fwd_s, none.bwd_s, none.chunk_s) == (0.0, 0.0, 0.0)
     one = sub_block_overlap(g, all_gather_s=0.3, reduce_scatter_s=0.4,
                             **{**kw, "ranks": 1})
@@ -196,3 +205,48 @@ def test_the_layer_s_split_gemms_are_timed_as_their_chunks():
     nccl = dataclasses.replace(h100, tp_overlap=dataclasses.replace(h100.tp_overlap,
                                                                     userbuffers=False))
     assert all(x.col_fprop_chunked_s == 0.0 for x in overlap_gemms(lo, nccl, None, 4).values())
+
+
+@pytest.mark.parametrize("execution", ["sum", "schedule"])
+def test_the_chunks_stay_when_the_collectives_are_free(execution):
+    """The chunks' extra time is a GEMM cost: with every collective at 0 s (the waterfall's
+    free-communication levels) a TP4 step's layer still carries it, exactly each
+    sub-block's ``chunk_fwd_s``/``chunk_bwd_s``, so the waterfall books it under ``gemm``
+    and not ``communication``."""
+    import dataclasses
+
+    from diptych.sim.cluster import Plan, simulate_cluster_step
+    from diptych.sim.cluster.layers import layer_ops
+    from diptych.sim.cluster.timing import overlap_gemms
+    from diptych.sim.run import Scenario
+    from diptych.sim.run.node import default_precision
+    from diptych.sim.run.tp_overlap import OVERLAP_SUB_BLOCKS
+    from diptych.sim.run.variant import Variant
+    from diptych.workloads import load_model
+
+    h100 = load_chip("h100")
+
+    def step(chip, variant=None):
+        return simulate_cluster_step("llama-3-8b", chip, "dgx-h100",
+                                     Plan(tp=4, micro_batch=1, sequence_parallel=True),
+                                     Scenario.of(phase="train", batch=8, seq=2048,
+                                                 execution=execution),
+                                     variant=variant)
+
+    free = step(h100, Variant(free_comm=True)).layers["layers"]
+    lo = layer_ops(load_model("llama-3-8b"), default_precision(h100, "train"), phase="train",
+                   tp=4, cp=1, ep=1, micro_batch=1, seq=2048)
+    gemms, table = overlap_gemms(lo["layers"], h100, None, 4), h100.tp_overlap
+    cost = {sub: sub_block_overlap(gemms[sub], all_gather_s=0.0, reduce_scatter_s=0.0,
+                                   ranks=4, splits=table.splits,
+                                   dgrad_cores=table.cores()[dgrad],
+                                   wgrad_cores=table.cores()[wgrad], total_cores=132)
+            for sub, (_, dgrad, wgrad) in OVERLAP_SUB_BLOCKS.items()}
+    want_f = sum(c.chunk_fwd_s for c in cost.values())
+    want_b = sum(c.chunk_bwd_s for c in cost.values())
+    assert want_f > 0 and want_b > 0
+    assert free.exposed_fwd["tp"] == pytest.approx(want_f, rel=1e-9)
+    assert free.exposed_bwd["tp"] == pytest.approx(want_b, rel=1e-9)
+    # without the table nothing is split: a free-communication step exposes nothing
+    bare = step(dataclasses.replace(h100, tp_overlap=None), Variant(free_comm=True))
+    assert bare.layers["layers"].exposed_fwd.get("tp", 0.0) == 0.0
