@@ -142,24 +142,26 @@ ACCOUNTS = {
                "GEMMs at ~0.71-0.75 of BF16 peak since the SM's four tensor cores share its "
                "tiles (8192^3 at 0.92 of cuBLAS, validation-published.md); the layer's TP4 "
                "communication overlapped with its GEMMs as Transformer Engine does "
-               "([tp_overlap]: 1.2 s of the 42.8 s step, mostly the SMs the reduce-scatters "
-               "take from the projections; 4.1 s exposed when they sat on the chain); what "
+               "([tp_overlap]: 3.4 s of the 43.9 s step: 2.2 s the chunk GEMMs TE splits the "
+               "overlapped GEMMs into, beyond the whole GEMMs' time, the rest mostly the SMs "
+               "the reduce-scatters take from the projections); what "
                "the published 0.47 pays "
                "beyond that (kernels below the GEMM rate, stragglers, data loading) is not "
                "modelled",
     "gpt3-4608": "as at 96 GPUs, plus a 14 % bubble (m = 8 micro-batches per replica) and "
                  "0.15 s of exposed DP traffic over 144 nodes (mostly the ZeRO-1 parameter "
-                 "all-gather); published 47 -> 42 % (-11 %), diptych 58.4 -> 44.5 % (-24 %)",
+                 "all-gather); published 47 -> 42 % (-11 %), diptych 60.4 -> 44.5 % (-26 %)",
     "llama-8k": "optimistic for the same reasons as GPT-3: the TP8 communication overlapped with "
                 "the GEMMs as the h100's stack does ([tp_overlap]; Meta's stack is not "
-                "published, [assumption]) costs 0.27 s (0.98 s exposed on the chain); "
+                "published, [assumption]) costs 0.52 s, half of it the chunk GEMMs' own time "
+                "(0.98 s exposed on the chain before the overlap); "
                 "bubble 10.5 %; "
                 "does NOT fit in 80 GB as simulated (interleaved 1F1B keeps 79 model chunks "
                 "of activations on stage 0; Meta's modified schedule is not modelled)",
     "llama-16k": "as at 8,192 GPUs with half the micro-batches: bubble 19 % (published "
-                 "43 -> 41 %, diptych 51.8 -> 46.7 %)",
+                 "43 -> 41 %, diptych 57.1 -> 51.0 %)",
     "llama-128k": "the ring-attention K/V exchange hides behind attention (0 s exposed); "
-                  "the overlapped TP8 communication costs 0.14 s; HFU > MFU by FlashAttention backward's "
+                  "the overlapped TP8 communication costs 0.26 s; HFU > MFU by FlashAttention backward's "
                   "recomputed scores; same bubble as at 8K; MFU counts causal attention (if "
                   "the published figure counts unmasked attention it is inflated at 128K)",
     "palm": "close: the tpu-v4 preset's weight-stationary arrays run PaLM's GEMMs near peak, "

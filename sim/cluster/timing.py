@@ -209,12 +209,14 @@ def _split(r: dict, tp_names: frozenset, stage: str | None = None
             EP.summed((x["energy_breakdown_j"], x["repeat"]) for x in compute))
 
 
-def overlap_gemms(ops: LayerOps, chip: Chip, simulate) -> dict[str, SubBlockGemms]:
-    """:func:`~diptych.sim.run.tp_overlap.overlap_gemms` of a layer kind (each GEMM timed
-    alone as ``execution="sum"`` times it, :func:`_sum`)."""
+def overlap_gemms(ops: LayerOps, chip: Chip, simulate, tp: int = 1
+                  ) -> dict[str, SubBlockGemms]:
+    """:func:`~diptych.sim.run.tp_overlap.overlap_gemms` of a layer kind on a
+    tensor-parallel group of ``tp`` (each GEMM timed alone as ``execution="sum"`` times it,
+    :func:`_sum`)."""
     return run_overlap_gemms(ops.forward, ops.backward, {c.name for c in ops.tp}, chip,
                              lambda op, on: _sum((op,), on, simulate, "forward")[0],
-                             gemm_mapping(simulate))
+                             gemm_mapping(simulate), tp)
 
 
 def _loads(records, ops, chip: Chip, simulate) -> Loads:
@@ -277,7 +279,7 @@ def layer_times(m: ModelConfig, chip: Chip, p: Precision, *, phase: str, tp: int
         sim = simulate or _default_simulate()
     out = {}
     for kind, ops in lo.items():
-        tpg = overlap_gemms(ops, chip, simulate) if tp > 1 and phase == "train" else {}
+        tpg = overlap_gemms(ops, chip, simulate, tp) if tp > 1 and phase == "train" else {}
         sel, _, _, se, sp = _sum(ops.selective_ops, chip, simulate, "recompute")
         loaded = chip.comm_kernels is not None and chip.has_dram    # (interference.py)
         rec_f: list | None = [] if loaded else None

@@ -12,12 +12,15 @@ the row-parallel GEMM's output and an all-gather of the next column-parallel GEM
 hides them inside the GEMMs by three methods, chosen per GEMM (the chip's ``[tp_overlap]``
 table, :class:`~diptych.arch.chip.TpOverlap`, holds a stack's choice):
 
-* **ring exchange** (:func:`ring_exchange_s`): the GEMM is split into one chunk per rank;
+* **ring exchange** (:func:`ring_exchange_s`): the GEMM is split into one chunk per rank
+  along its rows (tokens: ``rows / ranks`` each, every chunk multiplying the whole weight);
   each rank starts on its own piece and computes each next chunk as its piece arrives over
   the ring, copied by the copy engines (no cores taken);
 * **pipelined** (:func:`pipelined_s`): the GEMM is split into ``splits`` chunks along its
-  rows, each chunk's reduce-scatter sent while the next is computed, the GEMM running on the
-  cores the reduce-scatter's kernels leave it (TE's ``_math_sms = sm_count - num_sm``);
+  output columns (the weight's output features: ``n / splits`` each, every chunk reading
+  the whole input), each chunk's reduce-scatter sent while the next is computed, the GEMM
+  running on the cores the reduce-scatter's kernels leave it (TE's ``_math_sms = sm_count -
+  num_sm``);
 * **bulk** (:func:`bulk_s`): the collective runs beside an independent GEMM launched on all
   the cores; its kernels take ``cores`` of them (a communication CTA does not share an SM
   with a compute kernel: NCCL's maintainer, NVIDIA/nccl#689) for as long as it runs.
@@ -27,9 +30,34 @@ Per sub-block (attention: ``qkv`` then ``proj``; MLP: ``fc1`` then ``fc2``) and 
 and to the backward beyond the GEMMs' own time on the whole chip (the cores' tax and what the
 chunks leave exposed), the time ``diptych`` charges as the layer's exposed tensor-parallel
 communication. The backward carries the all-gather of the saved input that sequence
-parallelism repeats for the weight gradient (Korthikanti et al., §4.2.2). Each chunk is
-assumed to run at the whole GEMM's rate [assumption: the chunks of these configurations are
-≥ 512 rows, where H100 GEMMs keep their rate].
+parallelism repeats for the weight gradient (Korthikanti et al., §4.2.2).
+
+**The chunks** (:func:`chunk_op`, :func:`chunked_s`) are GEMMs of their own, each timed by
+the engine at its own shape (``SubBlockGemms.*_chunked_s``): a smaller GEMM pays its own tile
+waves and fixed costs, and each ring-exchange chunk streams the whole weight again. How
+Transformer Engine splits them [S: NVIDIA/TransformerEngine v1.11 (c27ee60)
+transformer_engine/pytorch/csrc/comm_gemm_overlap.h; the same in v1.13 (e5edd6c)
+transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp]:
+``UbufCommOverlap::split_overlap_rs`` (the pipelined reduce-scatter) takes ``m = A.size(0)``,
+``m_chunk = m / _num_splits`` and multiplies ``input_a_chunk {m_chunk, k}`` by the whole
+``B`` (L450-L485), where ``A`` is the weight (``fp8_gemm(weight_fp8._data, ...)``,
+module/linear.py L206-207; ``gemm(weight, ...)`` on the BF16 path, L274-275): a chunk of
+the weight's output features against all the tokens;
+``UbufP2PCommOverlap::split_overlap_ag`` (the ring exchange, ``aggregate`` off: TE's
+default, module/base.py L252) runs ``tp_size`` GEMMs of the whole ``A`` (the weight) against
+``_ubufs[send_chunk_id]``, one rank's ``n_chunk`` rows of the input (L1018-L1042). The chunk
+GEMMs are issued round-robin on ``min(num_max_streams, chunks)`` compute streams
+(L196-L199, L723-L727), ``num_max_streams = _NUM_MAX_UB_STREAMS = 3`` (module/base.py L50,
+L323, L343), a stream waiting only for its own chunk's input (L1050-L1053; the pipelined
+chunks only for the GEMM's start, L465-L466; cpp_extensions/gemm.py L83-L89, L146-L147: ``A``
+passed as is): consecutive
+chunks may run at once, so a chunk's tiles can take the cores the previous chunk's last
+wave leaves idle. :func:`chunked_s` models that as the chunks' tiles dealt to the cores in
+launch order, each chunk after the previous one on its stream (:func:`pooled_waves`:
+``ceil(chunks · tiles / units)`` waves whenever a chunk fills a wave) [assumption: one tile
+per core at a time (cuBLAS's Hopper GEMMs hold most of an SM's shared memory) and a chunk's
+fixed costs not hidden by the next one]. Checked against XLA's measured H100 GEMM table
+(benchmarks/validate_tp_chunks.py, docs/cluster.md "Tensor-parallel overlap").
 """
 
 from __future__ import annotations
@@ -53,6 +81,83 @@ def ring_exchange_s(gemm_s: float, comm_s: float, ranks: int) -> float:
         return gemm_s
     chunk, step = gemm_s / ranks, comm_s / (ranks - 1)
     return chunk + (ranks - 1) * max(chunk, step)
+
+
+#: The compute streams Transformer Engine issues one overlapped GEMM's chunks on, round-robin
+#: [S: NVIDIA/TransformerEngine v1.11 transformer_engine/pytorch/module/base.py L50
+#: ``_NUM_MAX_UB_STREAMS = 3``, passed as ``num_max_streams`` to both overlap classes].
+UB_MAX_STREAMS = 3
+
+
+def chunk_op(op: Gemm, *, rows: int = 1, cols: int = 1) -> Gemm:
+    """One of the equal chunks Transformer Engine splits GEMM ``op`` into (module docstring,
+    "The chunks"): its rows (tokens) in ``rows`` parts (the ring exchange), or its output
+    columns in ``cols`` parts (the pipelined reduce-scatter). TE truncates a part that does
+    not divide (``m_chunk = m / _num_splits``, v1.11 comm_gemm_overlap.h L450; the ring's
+    buffers ``sample.size(0) / tp_size`` rows, L708/L716): its chunks then leave the
+    remainder out; ``diptych`` rounds up instead, so that the chunks cover the whole GEMM
+    (the same where it divides)."""
+    for name, parts in (("rows", rows), ("cols", cols)):
+        if parts <= 0:
+            raise ValueError(f"chunk_op: {name} must be a positive number of parts, got {parts}")
+    return replace(op, m=-(-op.m // rows), n=-(-op.n // cols))
+
+
+def _units(mapping: dict, cores: int) -> int:
+    """The units a GEMM's tiles are dealt to on ``cores`` cores: a core each (``units`` =
+    ``"cores"``) or its ``arrays_per_core`` arrays, per the engine's ``mapping``."""
+    return cores * (1 if mapping.get("units") == "cores" else mapping.get("arrays_per_core", 1))
+
+
+def pooled_waves(chunks: int, tiles: int, units: int, streams: int) -> int:
+    """Waves in which ``chunks`` GEMMs of ``tiles`` equal tiles each run on ``units`` units
+    when issued round-robin on ``streams`` streams: a chunk may start once the previous chunk
+    on its stream is done; free units take the earliest available chunk's next tiles (the
+    block scheduler serves kernels in launch order); one tile per unit at a time, a wave the
+    time of one tile. ``ceil(chunks · tiles / units)`` whenever ``tiles >= units`` and
+    ``streams >= 2`` (no unit waits on a stream then)."""
+    if units <= 0:
+        raise ValueError(f"pooled_waves: units must be positive, got {units}")
+    left, done, t = [tiles] * chunks, [-1] * chunks, 0
+    while min(done) < 0:
+        free = units
+        for c in range(chunks):
+            if left[c] and free and (c < streams or 0 <= done[c - streams] <= t):
+                k = min(free, left[c])
+                left[c] -= k
+                free -= k
+        t += 1
+        for c in range(chunks):
+            if done[c] < 0 and not left[c]:
+                done[c] = t
+    return t
+
+
+def chunked_s(chunk_s: float, mapping: dict | None, chunks: int, cores: int) -> float:
+    """Seconds of ``chunks`` equal chunk GEMMs of ``chunk_s`` each, issued round-robin on
+    ``min(UB_MAX_STREAMS, chunks)`` streams on ``cores`` cores: a chunk's tiles take the
+    units the previous chunk's last wave leaves idle (:func:`pooled_waves`), each wave as long
+    as one of a chunk's (``chunk_s / waves``). ``mapping``: the engine's mapping of the chunk
+    (:func:`requantised_s`); without one, ``chunks · chunk_s``."""
+    if chunks <= 1:
+        return chunk_s
+    if not mapping or not mapping.get("waves"):
+        return chunks * chunk_s
+    units = max(_units(mapping, cores), mapping["busy_units"])
+    waves = pooled_waves(chunks, mapping["tiles"], units, min(UB_MAX_STREAMS, chunks))
+    return chunk_s * min(waves, chunks * mapping["waves"]) / mapping["waves"]
+
+
+def split_s(ops, chip, alone: Callable, mapping: Callable | None, *, rows: int = 1,
+            cols: int = 1) -> float:
+    """Seconds of GEMMs ``ops`` on ``chip`` as Transformer Engine's overlap splits each
+    (:func:`chunk_op`: ``rows`` or ``cols`` chunks), each chunk timed alone at its shape
+    (``alone(op, chip)``) and the chunks on TE's streams (:func:`chunked_s`, from
+    ``mapping(op, chip)``, the engine's mapping, or None)."""
+    n = max(rows, cols)
+    return sum(chunked_s(alone(c, chip), mapping(c, chip) if mapping else None, n,
+                         chip.tensor_cores)
+               for c in (chunk_op(o, rows=rows, cols=cols) for o in ops))
 
 
 def pipelined_s(gemm_s: float, comm_s: float, splits: int) -> float:
@@ -90,8 +195,7 @@ def requantised_s(gemm_s: float, mapping: dict | None, held: int, total_cores: i
         return gemm_s
     if not mapping or not mapping.get("waves"):
         return gemm_s * total_cores / left
-    per_core = 1 if mapping.get("units") == "cores" else mapping.get("arrays_per_core", 1)
-    units_left = left * per_core
+    units_left = _units(mapping, left)
     if mapping["busy_units"] <= units_left:
         return gemm_s
     return gemm_s * math.ceil(mapping["tiles"] / units_left) / mapping["waves"]
@@ -128,7 +232,11 @@ class SubBlockGemms:
     data and weight gradients) and the row-parallel one (``row_*``), with
     ``row_fprop_margin_s`` its forward on the cores the pipelined reduce-scatter leaves;
     ``col_dgrad_held_s``/``col_wgrad_held_s`` the gradient GEMMs with the NCCL kernels'
-    cores held (:func:`requantised_s`; 0: not timed, the cores' share)."""
+    cores held (:func:`requantised_s`; 0: not timed, the cores' share). The ``*_chunked_s``
+    are the same GEMMs as Transformer Engine's overlap runs them, in chunks each timed at its
+    own shape (:func:`chunked_s`): the column-parallel forward and the row-parallel data
+    gradient in ring-exchange chunks, the row-parallel forward in the pipeline's chunks on
+    the margin (0: not timed, the chunks at the whole GEMM's rate)."""
 
     col_fprop_s: float
     row_fprop_s: float
@@ -138,18 +246,31 @@ class SubBlockGemms:
     row_dgrad_s: float = 0.0
     col_dgrad_held_s: float = 0.0
     col_wgrad_held_s: float = 0.0
+    col_fprop_chunked_s: float = 0.0
+    row_fprop_margin_chunked_s: float = 0.0
+    row_dgrad_chunked_s: float = 0.0
 
 
 @dataclass(frozen=True)
 class OverlapCost:
     """Seconds the overlapped collectives of one sub-block add beyond its GEMMs' own time:
     ``fwd_s``/``bwd_s`` in all, of which ``fwd_tax_s``/``bwd_tax_s`` is the GEMMs' slowdown
-    on the cores the collectives take."""
+    on the cores the collectives take and ``chunk_fwd_s``/``chunk_bwd_s`` the chunk GEMMs'
+    time beyond the whole GEMMs' on the same cores (:func:`chunked_s`): a GEMM cost, which
+    stays when the collectives take no time (a free-communication variant, the waterfall's
+    GEMM step)."""
 
     fwd_s: float
     bwd_s: float
     fwd_tax_s: float
     bwd_tax_s: float
+    chunk_fwd_s: float = 0.0
+    chunk_bwd_s: float = 0.0
+
+    @property
+    def chunk_s(self) -> float:
+        """The chunks' extra time, forward and backward together."""
+        return self.chunk_fwd_s + self.chunk_bwd_s
 
 
 def nccl_sub_block(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s: float,
@@ -189,19 +310,31 @@ def sub_block_overlap(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s
     """The overlapped tensor-parallel communication of one sub-block (module docstring):
     ``all_gather_s``/``reduce_scatter_s`` the collectives of the sub-block's activation on
     the group of ``ranks``; ``dgrad_cores``/``wgrad_cores`` the cores the backward's bulk
-    all-gather and reduce-scatter take."""
-    ag = ring_exchange_s(g.col_fprop_s, all_gather_s, ranks) - g.col_fprop_s
+    all-gather and reduce-scatter take. Each split GEMM runs as its chunks do
+    (``g.*_chunked_s``, where timed) on a group of ``ranks`` > 1, whatever its collective
+    takes: with the collectives at 0 s (a free-communication variant) the cost is the
+    chunks' extra time alone (``chunk_fwd_s``/``chunk_bwd_s``; the pipelined GEMM's as on
+    its margin, the margin itself being the collective's)."""
+    def split(whole: float, chunked: float) -> float:
+        return chunked if chunked > 0.0 and ranks > 1 else whole
+
+    col = split(g.col_fprop_s, g.col_fprop_chunked_s)
+    dgrad = split(g.row_dgrad_s, g.row_dgrad_chunked_s)
+    margin = split(g.row_fprop_margin_s, g.row_fprop_margin_chunked_s)
+    ag = ring_exchange_s(col, all_gather_s, ranks) - g.col_fprop_s
+    chunk_fwd = col - g.col_fprop_s + margin - g.row_fprop_margin_s
     if reduce_scatter_s > 0.0:      # the margin is taken only while there is one to run
-        rs = pipelined_s(g.row_fprop_margin_s, reduce_scatter_s, splits) - g.row_fprop_s
+        rs = pipelined_s(margin, reduce_scatter_s, splits) - g.row_fprop_s
         fwd_tax = g.row_fprop_margin_s - g.row_fprop_s
     else:
-        rs = fwd_tax = 0.0
-    dy = ring_exchange_s(g.row_dgrad_s, all_gather_s, ranks) - g.row_dgrad_s
+        rs, fwd_tax = margin - g.row_fprop_margin_s, 0.0
+    dy = ring_exchange_s(dgrad, all_gather_s, ranks) - g.row_dgrad_s
     x = bulk_s(g.col_dgrad_s, all_gather_s, dgrad_cores, total_cores) - g.col_dgrad_s
     dx = bulk_s(g.col_wgrad_s, reduce_scatter_s, wgrad_cores, total_cores) - g.col_wgrad_s
     bwd_tax = (min(x, all_gather_s * dgrad_cores / total_cores)
                + min(dx, reduce_scatter_s * wgrad_cores / total_cores))
-    return OverlapCost(ag + rs, dy + x + dx, fwd_tax, bwd_tax)
+    return OverlapCost(ag + rs, dy + x + dx, fwd_tax, bwd_tax, chunk_fwd,
+                       dgrad - g.row_dgrad_s)
 
 
 #: The sub-blocks whose tensor-parallel all-reduce (``<sub-block>_all_reduce``) a chip's
@@ -256,14 +389,16 @@ def gather_share(forward, tp_names, sub: str, p: Precision, sequence_parallel: b
 
 
 def overlap_gemms(forward, backward, tp_names, chip, alone: Callable,
-                  mapping: Callable | None = None) -> dict[str, SubBlockGemms]:
+                  mapping: Callable | None = None, ranks: int = 1
+                  ) -> dict[str, SubBlockGemms]:
     """The GEMM seconds :func:`sub_block_overlap` needs for each sub-block of a training
     layer whose all-reduce the chip's ``[tp_overlap]`` stack overlaps: ``alone(op, chip)``
     times one op by itself (as the summed execution does); the row-parallel forward also on
     the cores its pipelined reduce-scatter leaves; with userbuffers off, the gradient GEMMs
     beside the NCCL collectives with their waves re-quantised (:func:`requantised_s`, from
-    ``mapping(op, chip)``, the engine's mapping of a GEMM, or None). Empty without the
-    table."""
+    ``mapping(op, chip)``, the engine's mapping of a GEMM, or None). With userbuffers on a
+    group of ``ranks`` > 1, the split GEMMs also as TE's chunks (:func:`chunk_op`,
+    :func:`chunked_s`). Empty without the table."""
     table = chip.tp_overlap
     if table is None:
         return {}
@@ -287,6 +422,14 @@ def overlap_gemms(forward, backward, tp_names, chip, alone: Callable,
             continue
         if table.userbuffers:
             margin = replace(chip, tensor_cores=chip.tensor_cores - cores[fprop])
+            if ranks > 1:
+                def chunks(ops, on, *, rows=1, cols=1) -> float:
+                    return split_s(ops, on, alone, mapping, rows=rows, cols=cols)
+                grads.update(
+                    col_fprop_chunked_s=chunks(col, chip, rows=ranks),
+                    row_fprop_margin_chunked_s=chunks([row], margin, cols=table.splits),
+                    row_dgrad_chunked_s=chunks([by_name[f"{row.name}.dgrad"]], chip,
+                                               rows=ranks))
         else:                               # Megatron's NCCL path: no margin, waves held
             margin = chip
 
@@ -349,7 +492,7 @@ def one_node_overlap(w: Workload, chip, t: dict, *, overlap: bool, scheduled: bo
         if b.stage != "forward" or bwd is None or not tps or tps[0].group < 2:
             continue
         names = {o.name for o in tps}
-        gemms = overlap_gemms(b.ops, bwd.ops, names, chip, alone, mapping)
+        gemms = overlap_gemms(b.ops, bwd.ops, names, chip, alone, mapping, tps[0].group)
         if not gemms:
             continue
         by = {o.name: o for o in tps}

@@ -9,7 +9,8 @@ MFU add up to 1 (the peak) exactly:
 1. ``recomputation``: hardware FLOPs above the model's (recomputed activations, work every
    tensor-parallel rank repeats) at the peak rate;
 2. ``gemm``: the GEMMs and fused attention as the engine runs them, alone (tile and wave
-   quantisation, operand streaming and memory stalls, memory-bound GEMVs);
+   quantisation, operand streaming and memory stalls, memory-bound GEMVs; the GEMMs a
+   tensor-parallel overlap splits, as their chunks: :mod:`~diptych.sim.run.tp_overlap`);
    ``pipeline_bubble`` (a parallel plan's step only): the idle share of the pipeline's
    busiest stage at that level, split out of it;
 3. ``non_gemm``: the vector-unit work (norms, activations, softmax, RoPE, permutes, the

@@ -173,7 +173,7 @@ def test_the_step_without_userbuffers_charges_the_nccl_path():
     st = r.layers["layers"]
     lo = layer_ops(load_model("llama-3-8b"), default_precision(h100, "train"), phase="train",
                    tp=4, cp=1, ep=1, micro_batch=1, seq=2048)
-    gemms = overlap_gemms(lo["layers"], h100, roofline)
+    gemms = overlap_gemms(lo["layers"], h100, roofline, 4)
     want_f = want_b = 0.0
     for sub in OVERLAP_SUB_BLOCKS:
         ag = r.comm[f"tp overlapped {sub} all-gather"]["seconds"]
@@ -200,7 +200,7 @@ def test_the_step_charges_the_overlap_of_each_sub_block(execution):
     st = r.layers["layers"]
     lo = layer_ops(load_model("llama-3-8b"), default_precision(h100, "train"), phase="train",
                    tp=4, cp=1, ep=1, micro_batch=1, seq=2048)
-    gemms = overlap_gemms(lo["layers"], h100, roofline)
+    gemms = overlap_gemms(lo["layers"], h100, roofline, 4)
     table, want_f, want_b = h100.tp_overlap, 0.0, 0.0
     assert set(gemms) == {"attn", "mlp"}
     for sub, (_, dgrad, wgrad) in OVERLAP_SUB_BLOCKS.items():
