@@ -265,8 +265,11 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     """Play one array's block schedule; returns the output vector (see ``O_*``).
 
     With ``ip[P_CUTOFF]`` > 0 the run stops as soon as it cannot finish before that cycle
-    (``ip[P_PERIODS]`` must then hold the sum of all fold periods); ``out[O_ABORTED]`` is 1 and
-    ``out[O_CYCLES]`` a lower bound.
+    (``ip[P_PERIODS]`` must then hold the sum of all fold periods), or, with ``ip[P_BEST]``
+    > 0, once a bound is above that many cycles (it can neither win nor tie); the bound is
+    tested after each block's timing, before and after the next block's loads are issued
+    (docs/engine.md, "Engine"). ``out[O_ABORTED]`` is then 1 and ``out[O_CYCLES]`` a lower
+    bound; the other outputs of a stopped run are partial.
 
     ``pat`` is the DRAM pattern cache (:func:`diptych.sim.dram.pattern_cache`): counts are
     exact, so it may be shared between runs on the same DRAM geometry."""
