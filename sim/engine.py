@@ -76,7 +76,7 @@ import numpy as np
 import os as _os
 
 from . import timing as T
-from .dram import F_BLACKOUT, F_TREFI, S_AGG, S_BUSY, dram_transfer, run_state
+from .dram import F_BLACKOUT, F_LAT, F_TREFI, S_AGG, S_BUSY, dram_transfer, run_state
 from .jit import borrowed, compile_pure, invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
@@ -260,6 +260,31 @@ def _rem_ns(ip, fp, dip, dfp, out, p_n):
     return ((rem - rt) * fp[F_SHARE] + rt * fp[F_SHARE_TAIL]) / dip[3] * dfp[0] / p_n
 
 
+@jit(inline="always")
+def _last_writeback_ns(ip, fp, dfp, nmb, nnb):
+    """A lower bound on the last output tile's write-back, from its request (its tile's last
+    output + 1) to its completion, ns: to DRAM its DMA setup and the NoC latency, then the
+    longer of the DRAM latency (tRCD + tCL) and its port time; to the shared buffer its setup,
+    then the longer of its port and buffer times; to the scratchpad its bytes at this array's
+    share (:func:`_dma`, :func:`_local`). The run's cycles are at least its completion."""
+    Mb = ip[P_MB]
+    Nb = ip[P_NB]
+    a, rows, rb, st = _descriptor(ip[P_O_BASE], ip[P_O_LD], ip[P_O_BITS], ip[P_O_T],
+                                  ip[P_O_BSTRIDE], ip[P_BATCH] - 1, (nmb - 1) * Mb,
+                                  (nnb - 1) * Nb, ip[P_M] - (nmb - 1) * Mb,
+                                  ip[P_N] - (nnb - 1) * Nb)
+    nbytes = rows * rb
+    ghz = fp[F_GHZ]
+    dst = ip[P_O_DST]
+    if dst == 1:
+        return nbytes / (fp[F_SP_BPC] * ghz) if fp[F_SP_BPC] > 0.0 else 0.0
+    port = nbytes / (fp[F_DMA_BPC] * ghz) if fp[F_DMA_BPC] > 0.0 else 0.0
+    if dst == 2:
+        buf = nbytes / (fp[F_SB_BPC] * ghz) if fp[F_SB_BPC] > 0.0 else 0.0
+        return ip[P_SETUP] / ghz + max(port, buf)
+    return ip[P_SETUP] / ghz + fp[F_DRAM_SETUP_NS] + max(port, dfp[F_LAT])
+
+
 @jit
 def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     """Play one array's block schedule; returns the output vector (see ``O_*``).
@@ -354,6 +379,13 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     wb_end_cyc = 0
     periods_done = 0
     cutoff = ip[P_CUTOFF]
+    # against the best: the last tile's write-back follows the last output (cycles, less one
+    # for the ns round trip), so the run ends at least this much after it
+    # (OS only: there L advances by at least a period per fold, so the compute part of the
+    # bound is at most the last output + 1; WS's is not, see its comment)
+    wb_min = -1.0
+    if cutoff > 0 and memory == 1 and ip[P_BEST] > 0 and df == 0:
+        wb_min = _last_writeback_ns(ip, fp, dfp, nmb, nnb) * ghz - 1.0
     order = ip[P_ORDER]
     # block indices (batch, i, j, k) of the next block to issue, stepped block by block (K
     # innermost, then N (order 0) or M (order 1)): the same sequence as dividing the block
@@ -439,6 +471,9 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 # stop the run at this block too) ...
                 proj = _proj_compute(df, consume, ip[P_PERIODS] - periods_done, R, C)
                 stop = proj >= cutoff
+                if not stop and wb_min >= 0.0:
+                    # ... or the last output's bound plus the last write-back above the best
+                    stop = proj + wb_min > ip[P_BEST]
                 if not stop and memory == 1 and ip[P_BEST] > 0:
                     # ... or the bound with the DRAM part as it stands (every byte not yet
                     # moved, block b+1's included, at its share of the pins) above the best:
