@@ -381,11 +381,16 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     cutoff = ip[P_CUTOFF]
     # against the best: the last tile's write-back follows the last output (cycles, less one
     # for the ns round trip), so the run ends at least this much after it
-    # (OS only: there L advances by at least a period per fold, so the compute part of the
-    # bound is at most the last output + 1; WS's is not, see its comment)
+    # WS: a fold's first row is at least its predecessor's period after the predecessor's
+    # (ws_weight_load, ws_first_row, ws_period), so the last row is at least the remaining
+    # periods less the last fold's ``period − rows`` after this block's last row
     wb_min = -1.0
-    if cutoff > 0 and memory == 1 and ip[P_BEST] > 0 and df == 0:
+    ws_slack = 0
+    if cutoff > 0 and memory == 1 and ip[P_BEST] > 0:
         wb_min = _last_writeback_ns(ip, fp, dfp, nmb, nnb) * ghz - 1.0
+        if df != 0:
+            me_l = _ws_fold_rows(M - (nmb - 1) * Mb, ip[P_WS_NUM], ip[P_WS_DEN])
+            ws_slack = _ws_period(R, C, me_l, ip[P_WS_LOAD_P], ip[P_WS_WAVE]) - me_l
     order = ip[P_ORDER]
     # block indices (batch, i, j, k) of the next block to issue, stepped block by block (K
     # innermost, then N (order 0) or M (order 1)): the same sequence as dividing the block
@@ -472,8 +477,15 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 proj = _proj_compute(df, consume, ip[P_PERIODS] - periods_done, R, C)
                 stop = proj >= cutoff
                 if not stop and wb_min >= 0.0:
-                    # ... or the last output's bound plus the last write-back above the best
-                    stop = proj + wb_min > ip[P_BEST]
+                    # ... or a bound on the last output + 1 (OS: the compute part, as L
+                    # advances at least a period per fold; WS: the last row's, then its
+                    # drain) plus the last write-back above the best
+                    if df == 0:
+                        lo1 = proj
+                    else:
+                        lo1 = _ws_row_output(consume + (ip[P_PERIODS] - periods_done) - ws_slack,
+                                             R, C) + 1
+                    stop = lo1 + wb_min > ip[P_BEST]
                 if not stop and memory == 1 and ip[P_BEST] > 0:
                     # ... or the bound with the DRAM part as it stands (every byte not yet
                     # moved, block b+1's included, at its share of the pins) above the best:

@@ -117,7 +117,8 @@ def test_cutoff_runs_against_runs_to_the_end(base, rows, cols, cores, arrays, lo
 @pytest.mark.parametrize("chip_name,m,k,n", [
     ("h100", 16, 4096, 28672), ("h100", 128, 14336, 4096), ("infer-2026", 8, 8192, 1024),
     ("infer-2026", 2048, 4096, 1024), ("tpu-v4", 512, 1100, 2100),
-    ("train-2026", 8, 8192, 1024), ("train-2026", 32, 8192, 8192)])
+    ("train-2026", 8, 8192, 1024), ("train-2026", 32, 8192, 8192), ("tpu-v4", 4, 4096, 1100),
+    ("tpu-v4", 64, 3000, 1000)])
 def test_cutoff_on_preset_shapes(chip_name, m, k, n):
     """Preset chips (many pseudo-channels, refresh, waves, sub-chips): the rules hold and
     runs do stop, some within 5 % of their final cycles (the bound is tight near the end,
@@ -126,3 +127,60 @@ def test_cutoff_on_preset_shapes(chip_name, m, k, n):
     checked, stopped, near = _check(chip, Gemm(name="p", m=m, k=k, n=n), 2, 40,
                                     random.Random(m + k + n))
     assert checked > 0 and stopped > 0 and near > 0
+
+
+def _ws_lemma(chip, op, picks: int, rng: random.Random) -> tuple[int, int]:
+    """The WS lemma behind the write-back bound, on every block of traced full runs: the
+    run's last output + 1 is at least block b's + the fold periods after it less the last
+    fold's ``period − rows`` (``lo_final + 1 ≥ lo_b + 1 + rem_b − slack``; ``lo + 1 = last row
+    + R + C``). Returns (blocks checked, blocks where it would fail without the slack)."""
+    from diptych.sim import timing as T
+    rates = array_rates(chip, op.compute_dtype)
+    groups = G._groups(op, chip, rates, ("ws",), op.m, op.batch)
+    checked = tight = 0
+    for g in groups[::max(1, len(groups) // 6)]:
+        split, peak, (view, mt, layout) = g[3], g[4], g[7]
+        pb = MP.orient(view, "ws", split, mt, chip.tensor_cores, layout)
+        try:
+            cs, _, _ = MP.candidate_table(chip, pb, rates, split, peak)
+        except ValueError:
+            continue
+        for i in {0, len(cs) - 1} | {rng.randrange(len(cs)) for _ in range(picks)}:
+            blk = cs[i]
+            ip = MP.engine_base(chip, pb, rates, split, True)[0]
+            R, C = int(ip[E.P_R]), int(ip[E.P_C])
+            num, den, rk = int(ip[E.P_WS_NUM]), int(ip[E.P_WS_DEN]), int(ip[E.P_RK])
+            p, wave = int(ip[E.P_WS_LOAD_P]), int(ip[E.P_WS_WAVE])
+            nblk = pb.batch * -(-pb.m // blk.mb) * -(-pb.k // blk.kb) * -(-pb.n // blk.nb)
+            out, tb, _ = G.run_engine(chip, pb, blk, rates, split, True, trace_blocks=nblk)
+            pers = []
+            for row in tb:
+                mb = min(blk.mb, pb.m - int(row[E.T_I]) * blk.mb)
+                kb = min(blk.kb, pb.k - int(row[E.T_K]) * blk.kb)
+                nb = min(blk.nb, pb.n - int(row[E.T_J]) * blk.nb)
+                me = T.ws_fold_rows(mb, num, den)
+                pers.append((-(-kb // rk) * -(-nb // C) * T.ws_period(R, C, me, p, wave), me))
+            # (the engine's P_PERIODS, which the bound's ``rem`` comes from, is their sum)
+            assert sum(x[0] for x in pers) == MP.period_cycles(chip, pb, blk, rates)
+            slack = T.ws_period(R, C, pers[-1][1], p, wave) - pers[-1][1]
+            last = int(tb[-1, E.T_CE])
+            rem = 0
+            for b in range(nblk - 1, -1, -1):
+                want = int(tb[b, E.T_CE]) + rem - slack
+                assert last >= want, (chip.name, op, split, blk, b, last, want)
+                tight += last - want < slack
+                checked += 1
+                rem += pers[b][0]
+    return checked, tight
+
+
+@pytest.mark.parametrize("chip_name,m,k,n", [
+    ("tpu-v4", 4, 4096, 1100), ("tpu-v4", 200, 1000, 700), ("train-2026", 8, 2048, 1024),
+    ("groq-lpu", 8, 1024, 640)])
+def test_ws_last_row_lemma(chip_name, m, k, n):
+    """Holds on every block (and the periods' sum is the engine's ``P_PERIODS``)."""
+    chip = load_chip(chip_name)
+    dt = "int8" if chip_name == "groq-lpu" else "bf16"
+    checked, _ = _ws_lemma(chip, Gemm(name="w", m=m, k=k, n=n, a_dtype=dt, b_dtype=dt,
+                                      c_dtype=dt), 2, random.Random(m + k + n))
+    assert checked > 0
