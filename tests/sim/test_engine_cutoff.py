@@ -13,7 +13,10 @@ split-K reduction's cycles):
   write-back after the last output) never exceed the final cycles either.
 
 On random small chips (shared buffers, residencies, waves, tails, WS install paths) and on
-preset shapes, many candidates per group and cutoffs from far below to above ``F``."""
+preset shapes, many candidates per group and cutoffs from far below to above ``F``. The WS
+step of the write-back bound (the last row at least the remaining fold periods less the
+last fold's ``period − rows`` after a block's last row) is checked on its own, on every
+block of traced full runs."""
 
 import random
 
