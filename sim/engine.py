@@ -76,7 +76,7 @@ import numpy as np
 import os as _os
 
 from . import timing as T
-from .dram import F_BLACKOUT, F_TREFI, S_AGG, S_BUSY, dram_transfer, run_state
+from .dram import F_BLACKOUT, F_LAT, F_TREFI, S_AGG, S_BUSY, dram_transfer, run_state
 from .jit import borrowed, compile_pure, invalidate_stale_cache, jit
 
 _here = _os.path.dirname(_os.path.abspath(__file__))
@@ -233,13 +233,68 @@ def _operand(src, mode, touched, dup, cdup, share, req_ns, addr, rows, rb, st, m
                 fp, dip, dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
 
 
+@jit(inline="always")
+def _proj_compute(df, consume, periods_left, R, C):
+    """The compute part of :func:`run_schedule`'s bound after a block whose last input is at
+    ``consume``, with ``periods_left`` cycles of fold periods still to play: OS, ``L``
+    advances by at least a period per fold and the last output is ``2R + C − 1`` cycles after
+    the last input; WS, the last row of the last fold is at least ``periods_left − R + 1``
+    after this one (a short last fold can take less than its period)."""
+    if df == 0:
+        return _os_last_output(consume + periods_left, R, C) + 1
+    return consume + periods_left - R + 2
+
+
+@jit(inline="always")
+def _rem_ns(ip, fp, dip, dfp, out, p_n):
+    """The DRAM part of :func:`run_schedule`'s bound: the bytes not yet moved
+    (``P_TRAFFIC`` less those counted) at this array's share of the pins on the aggregate
+    server, ns."""
+    rem = ip[P_TRAFFIC] - (out[O_DRAM_RD] + out[O_DRAM_WR])
+    if ip[P_TAIL_BT] >= ip[P_BATCH]:
+        return rem / dip[3] * dfp[0] * fp[F_SHARE] / p_n
+    # the last wave's bytes (the batch elements from P_TAIL_BT on, moved last) at its own
+    # share
+    tail = ip[P_TRAFFIC] / ip[P_BATCH] * (ip[P_BATCH] - ip[P_TAIL_BT])
+    rt = min(max(rem, 0.0), tail)
+    return ((rem - rt) * fp[F_SHARE] + rt * fp[F_SHARE_TAIL]) / dip[3] * dfp[0] / p_n
+
+
+@jit(inline="always")
+def _last_writeback_ns(ip, fp, dfp, nmb, nnb):
+    """A lower bound on the last output tile's write-back, from its request (its tile's last
+    output + 1) to its completion, ns: to DRAM its DMA setup and the NoC latency, then the
+    longer of the DRAM latency (tRCD + tCL) and its port time; to the shared buffer its setup,
+    then the longer of its port and buffer times; to the scratchpad its bytes at this array's
+    share (:func:`_dma`, :func:`_local`). The run's cycles are at least its completion."""
+    Mb = ip[P_MB]
+    Nb = ip[P_NB]
+    a, rows, rb, st = _descriptor(ip[P_O_BASE], ip[P_O_LD], ip[P_O_BITS], ip[P_O_T],
+                                  ip[P_O_BSTRIDE], ip[P_BATCH] - 1, (nmb - 1) * Mb,
+                                  (nnb - 1) * Nb, ip[P_M] - (nmb - 1) * Mb,
+                                  ip[P_N] - (nnb - 1) * Nb)
+    nbytes = rows * rb
+    ghz = fp[F_GHZ]
+    dst = ip[P_O_DST]
+    if dst == 1:
+        return nbytes / (fp[F_SP_BPC] * ghz) if fp[F_SP_BPC] > 0.0 else 0.0
+    port = nbytes / (fp[F_DMA_BPC] * ghz) if fp[F_DMA_BPC] > 0.0 else 0.0
+    if dst == 2:
+        buf = nbytes / (fp[F_SB_BPC] * ghz) if fp[F_SB_BPC] > 0.0 else 0.0
+        return ip[P_SETUP] / ghz + max(port, buf)
+    return ip[P_SETUP] / ghz + fp[F_DRAM_SETUP_NS] + max(port, dfp[F_LAT])
+
+
 @jit
 def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     """Play one array's block schedule; returns the output vector (see ``O_*``).
 
     With ``ip[P_CUTOFF]`` > 0 the run stops as soon as it cannot finish before that cycle
-    (``ip[P_PERIODS]`` must then hold the sum of all fold periods); ``out[O_ABORTED]`` is 1 and
-    ``out[O_CYCLES]`` a lower bound.
+    (``ip[P_PERIODS]`` must then hold the sum of all fold periods), or, with ``ip[P_BEST]``
+    > 0, once a bound is above that many cycles (it can neither win nor tie); the bound is
+    tested after each block's timing, before and after the next block's loads are issued
+    (docs/engine.md, "Engine"). ``out[O_ABORTED]`` is then 1 and ``out[O_CYCLES]`` a lower
+    bound; the other outputs of a stopped run are partial.
 
     ``pat`` is the DRAM pattern cache (:func:`diptych.sim.dram.pattern_cache`): counts are
     exact, so it may be shared between runs on the same DRAM geometry."""
@@ -324,6 +379,18 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     wb_end_cyc = 0
     periods_done = 0
     cutoff = ip[P_CUTOFF]
+    # against the best: the last tile's write-back follows the last output (cycles, less one
+    # for the ns round trip), so the run ends at least this much after it
+    # WS: a fold's first row is at least its predecessor's period after the predecessor's
+    # (ws_weight_load, ws_first_row, ws_period), so the last row is at least the remaining
+    # periods less the last fold's ``period − rows`` after this block's last row
+    wb_min = -1.0
+    ws_slack = 0
+    if cutoff > 0 and memory == 1 and ip[P_BEST] > 0:
+        wb_min = _last_writeback_ns(ip, fp, dfp, nmb, nnb) * ghz - 1.0
+        if df != 0:
+            me_l = _ws_fold_rows(M - (nmb - 1) * Mb, ip[P_WS_NUM], ip[P_WS_DEN])
+            ws_slack = _ws_period(R, C, me_l, ip[P_WS_LOAD_P], ip[P_WS_WAVE]) - me_l
     order = ip[P_ORDER]
     # block indices (batch, i, j, k) of the next block to issue, stepped block by block (K
     # innermost, then N (order 0) or M (order 1)): the same sequence as dividing the block
@@ -343,17 +410,103 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
     c_k = zero
     # pending loads for block b are issued at iteration b-1 (b = 0 before the loop)
     for b in range(-1, total):
+        if b >= 0:
+            # ---- block b's timing (its statistics are counted after block b+1's loads) ----
+            # It reads nothing that block b+1's loads write, so the early-out test below can
+            # run before they are issued (and their DRAM patterns counted).
+            bt = c_bt
+            i = c_i
+            j = c_j
+            k = c_k
+            mb = min(Mb, M - i * Mb)
+            kb = min(Kb, K - k * Kb)
+            nbb = min(Nb, N - j * Nb)
+            ready = 0
+            ofree = 0
+            if memory == 1:
+                ready_c = max(x_ready, w_ready) * ghz
+                if not ready_c < MAX_CYCLES_F:
+                    raise ValueError("engine: a block's operand ready time (ns x GHz) is not a "
+                                     "cycle count below 2**62: the op is too large to simulate")
+                ready = int(math.ceil(ready_c))
+                if k == 0:
+                    ofree = int(out_free[n_out % 2])
+            ncf = _cdiv(nbb, C)
+            if df == 0:
+                nf = _cdiv(mb, R) * ncf
+                ke = _os_fold_steps(kb, ip[P_OS_NUM], ip[P_OS_DEN])
+                per = _os_period(R, ke)
+                if L == neg:
+                    first = max(ready, ofree)
+                    Ln = first + ke - 1
+                    delay = first
+                else:
+                    first = max(L + 1, ready, ofree)
+                    Ln = _os_last_step(first, ke, L, R)
+                    delay = Ln - (L + per)
+                start_c = first
+                L = Ln + (nf - 1) * per
+                consume = L
+                lo = _os_last_output(L, R, C)
+            else:
+                nkf = _cdiv(kb, ip[P_RK])
+                nf = nkf * ncf
+                me = _ws_fold_rows(mb, ip[P_WS_NUM], ip[P_WS_DEN])
+                wp, wv = ip[P_WS_LOAD_P], ip[P_WS_WAVE]
+                per = _ws_period(R, C, me, wp, wv)
+                if s_first == neg:
+                    w = ready
+                    s0 = max(_ws_first_row(w, neg, R, wp), ofree)
+                    delay = s0 - _ws_first_row(zero, neg, R, wp)
+                else:
+                    w_nd = _ws_weight_load(s_first, R, C, wv)
+                    s0_nd = _ws_first_row(w_nd, s_last, R, wp)
+                    w = max(w_nd, ready)
+                    s0 = max(_ws_first_row(w, s_last, R, wp), ofree, ready)
+                    delay = s0 - s0_nd
+                start_c = w
+                s_first = s0 + (nf - 1) * per
+                s_last = s_first + me - 1
+                consume = s_last
+                lo = _ws_row_output(s_last, R, C)
+            periods_done += nf * per
+            if cutoff > 0:
+                # the early out, before block b+1's loads: the compute part of the bound
+                # below (the bound after those loads is at least this, so that test would
+                # stop the run at this block too) ...
+                proj = _proj_compute(df, consume, ip[P_PERIODS] - periods_done, R, C)
+                stop = proj >= cutoff
+                if not stop and wb_min >= 0.0:
+                    # ... or a bound on the last output + 1 (OS: the compute part, as L
+                    # advances at least a period per fold; WS: the last row's, then its
+                    # drain) plus the last write-back above the best
+                    if df == 0:
+                        lo1 = proj
+                    else:
+                        lo1 = _ws_row_output(consume + (ip[P_PERIODS] - periods_done) - ws_slack,
+                                             R, C) + 1
+                    stop = lo1 + wb_min > ip[P_BEST]
+                if not stop and memory == 1 and ip[P_BEST] > 0:
+                    # ... or the bound with the DRAM part as it stands (every byte not yet
+                    # moved, block b+1's included, at its share of the pins) above the best:
+                    # the run cannot win nor tie, whether or not it would have gone on
+                    pm = (ds[S_AGG][0] + _rem_ns(ip, fp, dip, dfp, out, p_n)) * ghz
+                    stop = max(proj, pm) > ip[P_BEST]
+                if stop:
+                    out[O_CYCLES] = proj
+                    out[O_ABORTED] = 1
+                    return out_own
         # ---- issue the loads of block b+1 -------------------------------------------------
         nb_ = b + 1
         if nb_ < total:
-            bt = n_bt
-            i = n_i
-            j = n_j
-            k = n_k
-            p_bt = bt
-            p_i = i
-            p_j = j
-            p_k = k
+            bt1 = n_bt
+            i1 = n_i
+            j1 = n_j
+            k1 = n_k
+            p_bt = bt1
+            p_i = i1
+            p_j = j1
+            p_k = k1
             n_k += 1
             if n_k == nkb:
                 n_k = zero
@@ -371,43 +524,43 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                     n_i = zero
                     n_j = zero
                     n_bt += 1
-            mb = min(Mb, M - i * Mb)
-            kb = min(Kb, K - k * Kb)
-            nbb = min(Nb, N - j * Nb)
-            xk = (bt * nmb + i) * nkb + k
-            wk = (bt * nkb + k) * nnb + j
+            mb1 = min(Mb, M - i1 * Mb)
+            kb1 = min(Kb, K - k1 * Kb)
+            nbb1 = min(Nb, N - j1 * Nb)
+            xk = (bt1 * nmb + i1) * nkb + k1
+            wk = (bt1 * nkb + k1) * nnb + j1
             x_load = xk != x_key
             w_load = wk != w_key
             nxt_x_key = xk
             nxt_w_key = wk
             if x_load:
                 a, rows, rb, st = _descriptor(ip[P_X_BASE], ip[P_X_LD], ip[P_X_BITS], ip[P_X_T],
-                                              ip[P_X_BSTRIDE], bt, i * Mb, k * Kb, mb, kb)
-                s0, d0 = _operand(ip[P_X_SRC], ip[P_X_SB], j > 0, fp[F_X_DUP], fp[F_X_CDUP],
-                                  share if bt < ip[P_TAIL_BT] else fp[F_SHARE_TAIL],
+                                              ip[P_X_BSTRIDE], bt1, i1 * Mb, k1 * Kb, mb1, kb1)
+                s1, d1 = _operand(ip[P_X_SRC], ip[P_X_SB], j1 > 0, fp[F_X_DUP], fp[F_X_CDUP],
+                                  share if bt1 < ip[P_TAIL_BT] else fp[F_SHARE_TAIL],
                                   x_free[1 - x_cur] / ghz, a, rows, rb, st, memory, ip, fp, dip,
                                   dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                 if memory == 1:
-                    nxt_x_ready = d0
+                    nxt_x_ready = d1
                     if nb_ < tr_blocks.shape[0]:
-                        tr_blocks[nb_, T_XS] = s0
-                        tr_blocks[nb_, T_XE] = d0
+                        tr_blocks[nb_, T_XS] = s1
+                        tr_blocks[nb_, T_XE] = d1
                 else:
                     nxt_x_ready = 0.0
             else:
                 nxt_x_ready = x_ready
             if w_load:
                 a, rows, rb, st = _descriptor(ip[P_W_BASE], ip[P_W_LD], ip[P_W_BITS], ip[P_W_T],
-                                              ip[P_W_BSTRIDE], bt, k * Kb, j * Nb, kb, nbb)
-                s0, d0 = _operand(ip[P_W_SRC], ip[P_W_SB], i > 0, fp[F_W_DUP], fp[F_W_CDUP],
-                                  share if bt < ip[P_TAIL_BT] else fp[F_SHARE_TAIL],
+                                              ip[P_W_BSTRIDE], bt1, k1 * Kb, j1 * Nb, kb1, nbb1)
+                s1, d1 = _operand(ip[P_W_SRC], ip[P_W_SB], i1 > 0, fp[F_W_DUP], fp[F_W_CDUP],
+                                  share if bt1 < ip[P_TAIL_BT] else fp[F_SHARE_TAIL],
                                   w_free[1 - w_cur] / ghz, a, rows, rb, st, memory, ip, fp, dip,
                                   dfp, ds, pat, eng, sbs, pc_s, pc_e, tr_pc, out)
                 if memory == 1:
-                    nxt_w_ready = d0
+                    nxt_w_ready = d1
                     if nb_ < tr_blocks.shape[0]:
-                        tr_blocks[nb_, T_WS] = s0
-                        tr_blocks[nb_, T_WE] = d0
+                        tr_blocks[nb_, T_WS] = s1
+                        tr_blocks[nb_, T_WE] = d1
                 else:
                     nxt_w_ready = 0.0
             else:
@@ -426,73 +579,20 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
             c_j = p_j
             c_k = p_k
             continue
-        # ---- compute block b ----------------------------------------------------------------
-        bt = c_bt
-        i = c_i
-        j = c_j
-        k = c_k
+        # ---- block b's statistics and the bound -------------------------------------------
         c_bt = p_bt      # (block b+1's indices, current at the next iteration)
         c_i = p_i
         c_j = p_j
         c_k = p_k
-        mb = min(Mb, M - i * Mb)
-        kb = min(Kb, K - k * Kb)
-        nbb = min(Nb, N - j * Nb)
-        ready = 0
-        ofree = 0
-        if memory == 1:
-            ready_c = max(x_ready, w_ready) * ghz
-            if not ready_c < MAX_CYCLES_F:
-                raise ValueError("engine: a block's operand ready time (ns x GHz) is not a "
-                                 "cycle count below 2**62: the op is too large to simulate")
-            ready = int(math.ceil(ready_c))
-            if k == 0:
-                ofree = int(out_free[n_out % 2])
         xbits = ip[P_X_BITS]
         wbits = ip[P_W_BITS]
-        ncf = _cdiv(nbb, C)
         if df == 0:
-            nf = _cdiv(mb, R) * ncf
-            ke = _os_fold_steps(kb, ip[P_OS_NUM], ip[P_OS_DEN])
-            per = _os_period(R, ke)
-            if L == neg:
-                first = max(ready, ofree)
-                Ln = first + ke - 1
-                delay = first
-            else:
-                first = max(L + 1, ready, ofree)
-                Ln = _os_last_step(first, ke, L, R)
-                delay = Ln - (L + per)
-            start_c = first
-            L = Ln + (nf - 1) * per
-            consume = L
-            lo = _os_last_output(L, R, C)
             out[O_BUSY] += nf * ke
             out[O_SRAM_RD] += mb * kb * xbits / 8.0 * ncf + kb * nbb * wbits / 8.0 * _cdiv(mb, R)
             out[O_SRAM_WR] += mb * nbb * acc_bytes
             if k > 0:
                 out[O_SRAM_RD] += mb * nbb * acc_bytes
         else:
-            nkf = _cdiv(kb, ip[P_RK])
-            nf = nkf * ncf
-            me = _ws_fold_rows(mb, ip[P_WS_NUM], ip[P_WS_DEN])
-            wp, wv = ip[P_WS_LOAD_P], ip[P_WS_WAVE]
-            per = _ws_period(R, C, me, wp, wv)
-            if s_first == neg:
-                w = ready
-                s0 = max(_ws_first_row(w, neg, R, wp), ofree)
-                delay = s0 - _ws_first_row(zero, neg, R, wp)
-            else:
-                w_nd = _ws_weight_load(s_first, R, C, wv)
-                s0_nd = _ws_first_row(w_nd, s_last, R, wp)
-                w = max(w_nd, ready)
-                s0 = max(_ws_first_row(w, s_last, R, wp), ofree, ready)
-                delay = s0 - s0_nd
-            start_c = w
-            s_first = s0 + (nf - 1) * per
-            s_last = s_first + me - 1
-            consume = s_last
-            lo = _ws_row_output(s_last, R, C)
             out[O_BUSY] += nf * me
             out[O_SRAM_RD] += mb * kb * xbits / 8.0 * ncf + kb * nbb * wbits / 8.0
             out[O_SRAM_WR] += mb * nbb * acc_bytes * nkf
@@ -504,28 +604,15 @@ def run_schedule(ip, fp, dip, dfp, pat, tr_blocks, tr_pc):
                 out[O_WB_STALL] += delay
         out[O_FOLDS] += nf
         out[O_BLOCKS] += 1
-        periods_done += nf * per
         if cutoff > 0:
             # branch and bound: every remaining fold adds at least its period, every remaining
             # byte at least its share of the pin bandwidth on the aggregate server
             # OS: L advances by at least a period per fold, the last output is 2R + C − 1
             # cycles after the last input; WS: the last row of the last fold is at least
             # ``rem − R + 1`` after this one (a short last fold can take less than its period)
-            if df == 0:
-                proj = _os_last_output(consume + (ip[P_PERIODS] - periods_done), R, C) + 1
-            else:
-                proj = consume + (ip[P_PERIODS] - periods_done) - R + 2
+            proj = _proj_compute(df, consume, ip[P_PERIODS] - periods_done, R, C)
             if memory == 1:
-                rem = ip[P_TRAFFIC] - (out[O_DRAM_RD] + out[O_DRAM_WR])
-                if ip[P_TAIL_BT] >= ip[P_BATCH]:
-                    rem_ns = rem / dip[3] * dfp[0] * fp[F_SHARE] / p_n
-                else:
-                    # the last wave's bytes (the batch elements from P_TAIL_BT on, moved last)
-                    # at its own share
-                    tail = ip[P_TRAFFIC] / ip[P_BATCH] * (ip[P_BATCH] - ip[P_TAIL_BT])
-                    rt = min(max(rem, 0.0), tail)
-                    rem_ns = ((rem - rt) * fp[F_SHARE] + rt * fp[F_SHARE_TAIL]) / dip[3] * \
-                        dfp[0] / p_n
+                rem_ns = _rem_ns(ip, fp, dip, dfp, out, p_n)
                 pm = (ds[S_AGG][0] + rem_ns) * ghz
                 if pm > proj:
                     proj = pm

@@ -281,7 +281,8 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
                     if inputs is None:       # (one view and layout per search)
                         inputs = MP.search_inputs(chip, rates, layout, view.k)
                     cs, order, est, lb = MP.split_table(chip, rates, inputs, view, df, split,
-                                                        mt, layout, peak_bpc, extra)
+                                                        mt, layout, peak_bpc, extra,
+                                                        explain=False)
             except ValueError as exc:
                 errors.append(exc)
                 continue
@@ -344,8 +345,9 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
         key = (int(out.item(E.O_CYCLES)) + extra, gpos, local)
         if best is None or key < best[:3]:
             best = (key[0], gpos, local, pb, cs[local], out, split)
-    if best is None:
-        raise errors[0]
+    if best is None:   # (the first group's error; a NoFit's message is built here)
+        exc = errors[0]
+        raise exc.explained() if isinstance(exc, MP.NoFit) else exc
     _, _, _, pb, blk, out, split = best
     return dict(rates=rates, split=split, problem=pb, blocks=blk, out=out,
                 candidates=n_cands, simulated=sims, dtype=dtype, budget_hit=budget_hit)

@@ -1380,8 +1380,29 @@ def search_inputs(chip, rates: Rates, layout: tuple, k_total: int) -> tuple:
             blackout, fab_lat, chip.shared_buffer is not None, sb_total, pin_bpc, sb_cap)
 
 
+class NoFit(ValueError):
+    """No blocking of a group fits its scratchpad share (:func:`split_table` with
+    ``explain=False``): the explanatory ValueError of :func:`candidates` is only built when it
+    is raised (:meth:`explained`), since a search that finds another group's mapping never
+    shows it (its Python loop over the blockings was ~10 % of a sweep point's time on chips
+    with little SRAM)."""
+
+    def __init__(self, build):
+        super().__init__("no blocking fits the scratchpad (NoFit.explained: the message)")
+        self.build = build
+
+    def explained(self) -> ValueError:
+        """The explanatory ValueError itself (:func:`candidates`')."""
+        try:
+            self.build()
+        except ValueError as exc:
+            return exc
+        raise AssertionError("candidates() found a blocking that blockings() did not")
+
+
 def split_table(chip, rates: Rates, inputs: tuple, op, dataflow: str, split: Split,
-                m_total: int, layout: tuple, peak_bpc: float, extra: int = 0):
+                m_total: int, layout: tuple, peak_bpc: float, extra: int = 0,
+                explain: bool = True):
     """An opened group's table: :func:`candidate_table` of ``op`` (the search's view,
     :func:`orient`'s argument) on ``split`` in ``dataflow``, ``extra`` cycles (a split-K
     reduction's) added to its estimates and bounds, and their stable order by estimate:
@@ -1390,7 +1411,8 @@ def split_table(chip, rates: Rates, inputs: tuple, op, dataflow: str, split: Spl
     kernels' inputs are made from the split's fields and the search's ``inputs``
     (:func:`search_inputs` of ``layout``, the op's :func:`op_layout`) with the operations of
     :func:`orient`, :func:`capacity`, :func:`dma_share`, :func:`_table_vectors` and
-    :func:`_sb_vector`. ValueError (:func:`candidates`') when no blocking fits."""
+    :func:`_sb_vector`. ValueError (:func:`candidates`') when no blocking fits; with
+    ``explain`` False a :class:`NoFit` instead, which builds that error only when asked."""
     (R, C, RK, os_num, os_den, ws_num, ws_den, setup, ws_lp, ws_wave, burst, a_src, b_src,
      o_dst, res, ab, bb, accb, a_ld, b_ld, cb, pbits, b_slot, k_total, core, reserve,
      acc_total, dma_engines, dma_total, sp_bpc, ghz, lat, trefi, blackout, fab_lat, sb_on,
@@ -1420,9 +1442,13 @@ def split_table(chip, rates: Rates, inputs: tuple, op, dataflow: str, split: Spl
                    sp.tail_ratio(), fab_lat), dtype=np.float64)
     mb, kb, nb, order = MK.blockings(R, C, R if dataflow == "os" else RK, m, k, n, xcap,
                                      wcap, accb, core // apc, acc_total // apc, xcd, wcd)
-    if len(mb) == 0:    # raises the explanatory ValueError
-        candidates(chip, orient(op, dataflow, split, m_total, chip.tensor_cores, layout),
-                   rates, split)
+    if len(mb) == 0:    # raises the explanatory ValueError (or a NoFit that builds it)
+        def build():
+            candidates(chip, orient(op, dataflow, split, m_total, chip.tensor_cores, layout),
+                       rates, split)
+        if not explain:
+            raise NoFit(build)
+        build()
     if sb_on:
         sv = np.array((m, k, n, xb, wb, xdup, wdup, sp.active, sb_total >= xdup * pin_bpc,
                        sb_total >= wdup * pin_bpc, xsrc != 0, wsrc != 0, xcd, wcd),

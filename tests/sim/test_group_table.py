@@ -75,8 +75,21 @@ def test_split_table_raises_the_references_error():
                            df, split, m, layout, peak)
         assert str(got.value) == str(want.value)
         assert "scratchpad too small" in str(want.value)
+        # the search's lazy form: a NoFit whose explained() is the same error
+        with pytest.raises(MP.NoFit) as lazy:
+            MP.split_table(chip, rates, MP.search_inputs(chip, rates, layout, view.k), view,
+                           df, split, m, layout, peak, explain=False)
+        exp = lazy.value.explained()
+        assert type(exp) is ValueError and str(exp) == str(want.value)
         n += 1
     assert n >= 3
+    # plan raises the explained error, as the reference path does
+    with pytest.raises(ValueError) as fast:
+        G.plan(op, chip)
+    with pytest.raises(ValueError) as ref:
+        G.plan(op, chip, reference=True)
+    assert type(fast.value) is ValueError and str(fast.value) == str(ref.value)
+    assert "scratchpad too small" in str(fast.value)
 
 
 def test_engine_entry_runs_as_the_dispatcher():
