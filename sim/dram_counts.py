@@ -342,8 +342,9 @@ def _add_channels(diff, s, n, v, p_n):
 def _flush_page(g, msk, words, stamp, cnt, tid, p_n, banks, banks_sh):
     """One page's touched pseudo-channels (the bits of ``msk``): one more distinct page on
     bank ``g mod banks`` of each (``cnt[bank·P + channel]``; a bank's counts are zeroed at its
-    first page in this transfer, marked in ``stamp[0, bank]``); ``msk`` is cleared. Compiled
-    once, not inlined (called once a page, not once a row)."""
+    first page in this transfer, marked in ``stamp[0, bank]``); ``msk`` is cleared. Inlined
+    (``inline="always"``) at its two call sites in :func:`count_rows`; it runs once a page,
+    not once a row."""
     bk = _md(g, banks, banks_sh)
     base = bk * p_n
     if stamp[0, bk] != tid:
