@@ -342,8 +342,9 @@ def _add_channels(diff, s, n, v, p_n):
 def _flush_page(g, msk, words, stamp, cnt, tid, p_n, banks, banks_sh):
     """One page's touched pseudo-channels (the bits of ``msk``): one more distinct page on
     bank ``g mod banks`` of each (``cnt[bank·P + channel]``; a bank's counts are zeroed at its
-    first page in this transfer, marked in ``stamp[0, bank]``); ``msk`` is cleared. Compiled
-    once, not inlined (called once a page, not once a row)."""
+    first page in this transfer, marked in ``stamp[0, bank]``); ``msk`` is cleared. Inlined
+    (``inline="always"``) at its two call sites in :func:`count_rows`; it runs once a page,
+    not once a row."""
     bk = _md(g, banks, banks_sh)
     base = bk * p_n
     if stamp[0, bk] != tid:
@@ -405,36 +406,41 @@ def count_rows(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid
         c2 = _dv(end - 1, il, il_sh)
         off = a - c1 * il
         p1 = _md(c1, p_n, p_sh)
-        if c1 == c2:
-            bursts[p1] += _dv(end - c1 * il + burst - 1, burst, burst_sh) - _dv(off, burst,
-                                                                                  burst_sh)
-        else:
-            bursts[p1] += fb - _dv(off, burst, burst_sh)
-            bursts[_md(c2, p_n, p_sh)] += _dv(end - c2 * il + burst - 1, burst, burst_sh)
-            full = c2 - c1 - 1
-            if full >= p_n:
-                rounds = full // p_n
-                every += rounds * fb
-                full -= rounds * p_n
-            if full > 0:
-                _add_channels(diff, p1 + 1 if p1 + 1 < p_n else 0, full, fb, p_n)
+        # without a branch on c1 == c2: chunks c1 .. c2 − 1 count whole (fb bursts), then
+        # chunk c1 loses its bursts before ``off`` and chunk c2 gains those up to ``end``
+        bursts[p1] -= _dv(off, burst, burst_sh)
+        bursts[_md(c2, p_n, p_sh)] += _dv(end - c2 * il + burst - 1, burst, burst_sh)
+        full = c2 - c1
+        if full >= p_n:
+            rounds = _dv(full, p_n, p_sh)
+            every += rounds * fb
+            full -= rounds * p_n
+        _add_channels(diff, p1, full, fb, p_n)
         # the row's pseudo-channels, page by page (most rows: one page, fewer chunks than P)
         g1 = _dv(c1, per_page, pp_sh)
         g2 = _dv(c2, per_page, pp_sh)
-        one = g1 == g2 and c2 - c1 < p_n
+        if g1 == g2 and c2 - c1 < p_n:     # (most rows: one page, fewer chunks than P)
+            if g1 != gc:
+                if gc >= 0:
+                    _flush_page(gc, msk, words, stamp, cnt, tid, p_n, banks, banks_sh)
+                gc = g1
+            e = p1 + c2 - c1 + 1
+            if e <= p_n:
+                _set_channels(msk, p1, e)
+            else:
+                _set_channels(msk, p1, p_n)
+                _set_channels(msk, 0, e - p_n)
+            a += stride
+            continue
         for g in range(g1, g2 + 1):
             if g != gc:
                 if gc >= 0:
                     _flush_page(gc, msk, words, stamp, cnt, tid, p_n, banks, banks_sh)
                 gc = g
-            if one:
-                lo = p1
-                e = p1 + c2 - c1 + 1
-            else:
-                cs = max(c1, g * per_page)
-                e = min(c2, g * per_page + per_page - 1) - cs + 1     # (chunks, for now)
-                lo = 0 if e >= p_n else _md(cs, p_n, p_sh)
-                e = p_n if e >= p_n else lo + e
+            cs = max(c1, g * per_page)
+            e = min(c2, g * per_page + per_page - 1) - cs + 1     # (chunks, for now)
+            lo = 0 if e >= p_n else _md(cs, p_n, p_sh)
+            e = p_n if e >= p_n else lo + e
             while True:              # the cyclic range lo .. e − 1: one or two ranges
                 _set_channels(msk, lo, min(e, p_n))
                 if e <= p_n:

@@ -164,19 +164,48 @@ def test_the_row_walk_equals_the_reference_over_a_shared_state(p, il_b, burst, p
     pseudo-channels (P = 200 the seventh), rows of one chunk to several rounds of every
     pseudo-channel, rows that cross pages, and pages of 3 interleaves (not a power of two
     where the interleave is)."""
-    from diptych.sim.dram_counts import count_rows
-
     il = il_b * burst
-    g = Geometry(p, il, il * page_mult, burst, banks)
-    mine = [np.full((p, banks), -1, dtype=np.int64), np.zeros((p, banks), dtype=np.int64),
-            np.zeros((p, banks), dtype=np.int64)]
-    for tid in range(1, data.draw(st.integers(1, 5)) + 1):
+    transfers = []
+    for _ in range(data.draw(st.integers(1, 5))):
         addr = data.draw(st.integers(0, 1 << 22))
         rows = data.draw(st.integers(1, 120))
         row_bytes = data.draw(st.integers(1, data.draw(st.sampled_from([300, 3 * p * il]))))
         stride = row_bytes + data.draw(st.integers(0, data.draw(st.sampled_from(
             [0, 1000, 10 * p * il * page_mult]))))
+        transfers.append((addr, rows, row_bytes, stride))
+    _rows_match_over_shared_state(Geometry(p, il, il * page_mult, burst, banks), transfers)
+
+
+def _rows_match_over_shared_state(g, transfers):
+    """count_rows on each transfer in turn, over one set of state arrays (as the pattern cache
+    shares them), gives count_pattern's numbers on fresh state."""
+    from diptych.sim.dram_counts import count_rows
+
+    p, banks = g.p, g.banks
+    mine = [np.full((p, banks), -1, dtype=np.int64), np.zeros((p, banks), dtype=np.int64),
+            np.zeros((p, banks), dtype=np.int64)]
+    for tid, (addr, rows, row_bytes, stride) in enumerate(transfers, 1):
         want = g.counts(count_pattern, addr, rows, row_bytes, stride)
         got = [np.zeros(p, dtype=COUNT_DTYPE) for _ in range(3)]
         count_rows(addr, rows, row_bytes, stride, g.ip, *mine, tid, *got)
         assert [o.tolist() for o in got] == want, (g.ip.tolist(), addr, rows, row_bytes, stride)
+
+
+@settings(max_examples=200, deadline=None)
+@given(p=st.sampled_from([1, 2, 5, 16, 31, 32, 33, 64]), il_b=st.sampled_from([1, 2, 8]),
+       page_mult=st.sampled_from([1, 2, 4]), banks=st.sampled_from([2, 3, 16]), data=st.data())
+def test_the_row_walk_on_fill_shaped_transfers(p, il_b, page_mult, banks, data):
+    """count_rows equals count_pattern on transfers shaped like the engine's cache fills
+    (benchmarks/bench_dram_fills.py: hundreds of rows of a few chunks at a stride that is no
+    multiple of the interleave), so that rows of one chunk, of two, rows inside one page whose
+    channel range wraps past P − 1 or crosses a mask word (count_rows' straight path), and rows
+    that cross a page all occur within one transfer; over a shared state."""
+    burst = 32
+    il = il_b * burst
+    transfers = []
+    for _ in range(data.draw(st.integers(1, 3))):
+        row_bytes = data.draw(st.integers(1, max(1, p * il)))
+        transfers.append((data.draw(st.integers(0, 1 << 24)), data.draw(st.integers(2, 600)),
+                          row_bytes,
+                          row_bytes + data.draw(st.integers(0, 4 * p * il * page_mult))))
+    _rows_match_over_shared_state(Geometry(p, il, il * page_mult, burst, banks), transfers)
