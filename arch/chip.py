@@ -929,6 +929,18 @@ class TpOverlap:
                         doc="cores an NCCL tensor-parallel all-gather or reduce-scatter takes "
                             "beside a gradient GEMM when userbuffers is off (Megatron's own "
                             "sequence-parallel path)")
+    qkv_fprop_aggregate: bool = f(default=False,
+                                  doc="the QKV forward's ring exchange runs TE's aggregate "
+                                      "variant (tp/2 chunks of 2x rows; sim/run/tp_overlap.py)")
+    proj_dgrad_aggregate: bool = f(default=False,
+                                   doc="the output projection's data-gradient ring exchange "
+                                       "runs TE's aggregate variant")
+    fc1_fprop_aggregate: bool = f(default=False,
+                                  doc="the up projection's forward ring exchange runs TE's "
+                                      "aggregate variant")
+    fc2_dgrad_aggregate: bool = f(default=False,
+                                  doc="the down projection's data-gradient ring exchange runs "
+                                      "TE's aggregate variant")
     userbuffers: bool = f(default=True,
                           doc="the stack runs Transformer Engine's userbuffers overlap (false: "
                               "Megatron's NCCL sequence-parallel path; a run setting, "
@@ -939,6 +951,11 @@ class TpOverlap:
         return {"proj_fprop": self.proj_fprop_cores, "fc2_fprop": self.fc2_fprop_cores,
                 "qkv_dgrad": self.qkv_dgrad_cores, "qkv_wgrad": self.qkv_wgrad_cores,
                 "fc1_dgrad": self.fc1_dgrad_cores, "fc1_wgrad": self.fc1_wgrad_cores}
+
+    def aggregate(self) -> dict[str, bool]:
+        """Whether each ring-exchange GEMM runs TE's ``aggregate`` variant, by TE GEMM name."""
+        return {"qkv_fprop": self.qkv_fprop_aggregate, "proj_dgrad": self.proj_dgrad_aggregate,
+                "fc1_fprop": self.fc1_fprop_aggregate, "fc2_dgrad": self.fc2_dgrad_aggregate}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -64,6 +64,15 @@ class Row:
 #: userbuffers settings (TE v1.11 module/base.py ``get_default_config``: pipeline and bulk
 #: overlaps on 16 SMs, no SM margin), which the h100 ``[tp_overlap]`` table (the 70B's
 #: settings) does not spell out [assumption: the chip's table stands in, as for GPT-3].
+#: TE's userbuffers settings (``tp_overlap_config``, sim/run/stack.py) where the run's
+#: ``ub_tp_comm_overlap_cfg`` differs from the h100 ``[tp_overlap]`` table (the 70B's,
+#: 35a9aec llama3.1/llama3.1_70b.yaml L178-230): GPT-3 175B, 35a9aec
+#: nemo_megatron/gpt3_175b_hydra.yaml L182-186 ``qkv_wgrad: method: bulk, num_sm: 8``,
+#: L206-208 ``fc2_dgrad: method: ring_exchange, aggregate: 1``, L215-220 ``fc2_fprop: method:
+#: pipeline, num_sm: 20, num_splits: 4, set_sm_margin: 1`` (the rest, L177-214, as the
+#: table). Llama-3.1-8B runs TP1 (``ub_tp_comm_overlap: false``, llama3.1_8b.yaml L127), so has
+#: none; Grok-1's ``ub_tp_comm_overlap_cfg: null`` (TE's defaults) is left to the table, above.
+GPT3_UB = "qkv_wgrad_cores=8,fc2_fprop_cores=20,fc2_dgrad_aggregate=1"
 #: The loss (workloads/loss.py): llama3.1_8b.yaml and llama3.1_70b.yaml set
 #: ``cross_entropy_loss_fusion: true``; gpt3_175b_hydra.yaml (35a9aec) and grok1_314b.yaml
 #: (143b90d) do not set it, so NeMo's ``build_transformer_config`` leaves Megatron-Core's
@@ -118,7 +127,7 @@ STACKS = {"llama": dict(nvls=False, cross_entropy="fused", elementwise_kernels="
                         kernel_order="one_queue"),
           "gpt3": dict(nvls=False, attention_kernel="fa2", cross_entropy="unfused",
                        elementwise_kernels="megatron", kernel_order="one_queue",
-                       hidden_dropout=0.1, attention_dropout=0.1),
+                       hidden_dropout=0.1, attention_dropout=0.1, tp_overlap_config=GPT3_UB),
           "grok": dict(nvls=False, attention_kernel="fa2", tp_comm_overlap=True,
                        cross_entropy="unfused", elementwise_kernels="megatron",
                        kernel_order="issue")}

@@ -166,6 +166,8 @@ def stack_text(info: dict) -> str | None:
                               st.get("elementwise_kernels", "default") != "default"),
                              (f"kernel order: {st.get('kernel_order')}",
                               st.get("kernel_order", "default") != "default"),
+                             (f"TE userbuffers settings {st.get('tp_overlap_config')}",
+                              st.get("tp_overlap_config") is not None),
                              (f"collective algorithms {st.get('collective_algorithms')} "
                               f"(NCCL_ALGO)", st.get("collective_algorithms") is not None),
                              (f"loss: {st.get('cross_entropy')} cross-entropy "

@@ -285,6 +285,11 @@ def _curve_table(curve: dict):
               help="NCCL_ALGO: a comma list of the algorithms the chip's collective library "
                    "may use (ring, tree, nvls, hierarchical; those its [collectives] table "
                    "lists). Default: all of them, the fastest by message size.")
+@click.option("--tp-overlap-config", metavar="LIST",
+              help="The run's own Transformer Engine userbuffers settings over the chip's "
+                   "[tp_overlap] table: a comma list of key=value (splits, *_cores, the "
+                   "ring exchanges' *_aggregate 0/1; e.g. fc2_fprop_cores=20,"
+                   "fc2_dgrad_aggregate=1). Default: the chip's table.")
 @click.option("--tp-layout", type=click.Choice(["1d", "2d"]), default="1d", show_default=True,
               help="Inference on a torus chip: Megatron's 1-D tensor-parallel split or Pope "
                    "et al.'s 2-D weight-stationary FFN (d_model over X, d_ff over YZ of the "
@@ -345,7 +350,7 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
         zero_shards, schedule, virtual_stages, precision, weights_dtype, act_dtype, kv_dtype,
         recipe, overlap, recompute, attention, attention_kernel, elementwise_kernels,
         kernel_order, cross_entropy, hidden_dropout, attention_dropout, nvls,
-        collective_algorithms, tp_layout,
+        collective_algorithms, tp_overlap_config, tp_layout,
         tp_comm_overlap, sequence_parallel, moe_skew, moe_capacity_factor, moe_pad, offload,
         micro_batch, execution, fusion, topology, ideal, waterfall, as_json, trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
@@ -372,7 +377,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     moe = dict(moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad)
     stack = dict(attention_kernel=attention_kernel, nvls=nvls, tp_comm_overlap=tp_comm_overlap,
                  offload=offload, collective_algorithms=collective_algorithms,
-                 elementwise_kernels=elementwise_kernels, kernel_order=kernel_order)
+                 elementwise_kernels=elementwise_kernels, kernel_order=kernel_order,
+                 tp_overlap_config=tp_overlap_config)
     if cross_entropy is not None:
         if phase != "train" or topology:
             raise ValueError(f"--cross-entropy {cross_entropy} is a training loss's "
@@ -422,7 +428,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
                               ("--kernel-order", kernel_order != "default"),
                               ("--no-nvls", not nvls),
                               ("--collective-algorithms", collective_algorithms is not None),
-                              ("--no-tp-comm-overlap", not tp_comm_overlap)) if v]
+                              ("--no-tp-comm-overlap", not tp_comm_overlap),
+                              ("--tp-overlap-config", tp_overlap_config is not None)) if v]
         if odd:
             raise ValueError(f"{odd[0]} sets a model's attention, kernels or collectives; a "
                              f"--topology file runs GEMMs only")

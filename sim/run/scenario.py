@@ -145,7 +145,7 @@ class Scenario:
     sustains. ``routing``: a mixture-of-experts model's routing (popularity skew, capacity
     factor; :class:`~diptych.workloads.moe.Routing`, default balanced and dropless).
     ``nvls``, ``attention_kernel``, ``tp_comm_overlap``, ``collective_algorithms``,
-    ``elementwise_kernels``, ``kernel_order``: the software stack's settings
+    ``elementwise_kernels``, ``kernel_order``, ``tp_overlap_config``: the software stack's settings
     (:mod:`~diptych.sim.run.stack`: NCCL's in-switch all-reduce, the fused-attention kernel,
     Transformer Engine's userbuffers overlap, ``NCCL_ALGO``, whose elementwise kernels, the
     compute kernels on one in-order stream or not),
@@ -193,6 +193,9 @@ class Scenario:
     attention_dropout: float = 0.0
     elementwise_kernels: str = "default"
     kernel_order: str = "default"
+    #: the run's own TE userbuffers settings over the chip's ``[tp_overlap]`` table
+    #: (:func:`~diptych.sim.run.stack.tp_overlap_settings`; None: the table's)
+    tp_overlap_config: str | None = None
     sequence_parallel: bool | None = None
     #: the tensor-parallel layout: Megatron's ``1d`` or Pope et al.'s ``2d`` weight-stationary
     #: FFN split over a torus (:mod:`~diptych.workloads.tp2d`; inference on a torus chip)
@@ -226,7 +229,8 @@ class Scenario:
                     tp_comm_overlap=self.tp_comm_overlap,
                     collective_algorithms=self.collective_algorithms,
                     elementwise_kernels=self.elementwise_kernels,
-                    kernel_order=self.kernel_order)
+                    kernel_order=self.kernel_order,
+                    tp_overlap_config=self.tp_overlap_config)
         check_offload(self.offload, phase=self.phase)
         if self.sequence_parallel is not None:
             _flag("sequence_parallel", self.sequence_parallel)

@@ -17,6 +17,13 @@ source there; none is a constant of its own:
 * ``tp_comm_overlap``: Transformer Engine's comm-GEMM overlap (userbuffers, the chip's
   ``[tp_overlap]`` table; NeMo's ``ub_tp_comm_overlap``). ``False``: Megatron's own
   sequence-parallel path, NCCL collectives (sim/run/tp_overlap.py, ``nccl_sub_block``).
+* ``tp_overlap_config``: the run's own userbuffers settings, a comma list of
+  ``key=value`` overriding the chip's ``[tp_overlap]`` table, which stays the default (None:
+  the table as it is): ``splits``, the ``*_cores`` (``proj_fprop_cores`` ... ``fc1_wgrad_cores``,
+  NeMo's ``num_sm`` of a pipelined or bulk GEMM) and the ``*_aggregate`` flags of the
+  ring-exchange GEMMs (``qkv_fprop``, ``proj_dgrad``, ``fc1_fprop``, ``fc2_dgrad``: NeMo's
+  ``aggregate``, 0 or 1). A training run's ``ub_tp_comm_overlap_cfg`` is its software's
+  setting, not the chip's (e.g. GPT-3 175B's, benchmarks/validate_system.py).
 * ``elementwise_kernels``: ``"default"`` runs the elementwise kernels by the chip's
   ``[elementwise_kernels]`` table (absent: at the vector unit's copy rate); ``"megatron"``
   by its ``[elementwise_kernels_megatron]`` table (Megatron-Core's own kernels: on h100 the
@@ -73,8 +80,47 @@ def algorithm_names(collective_algorithms: str | None) -> tuple[str, ...] | None
     return names
 
 
+#: The ``[tp_overlap]`` keys a run's ``tp_overlap_config`` may set (integers: ``splits`` at
+#: least 1, the cores at least 0; the aggregate flags 0 or 1).
+TP_OVERLAP_KEYS = ("splits", "proj_fprop_cores", "fc2_fprop_cores", "qkv_dgrad_cores",
+                   "qkv_wgrad_cores", "fc1_dgrad_cores", "fc1_wgrad_cores",
+                   "qkv_fprop_aggregate", "proj_dgrad_aggregate", "fc1_fprop_aggregate",
+                   "fc2_dgrad_aggregate")
+
+
+def tp_overlap_settings(tp_overlap_config: str | None) -> dict:
+    """``"fc2_fprop_cores=20,fc2_dgrad_aggregate=1"`` as ``{"fc2_fprop_cores": 20,
+    "fc2_dgrad_aggregate": True}`` (None: ``{}``); ValueError naming ``tp_overlap_config``,
+    the entry and what was expected."""
+    if tp_overlap_config is None:
+        return {}
+    if not isinstance(tp_overlap_config, str):
+        raise ValueError(f"tp_overlap_config must be a comma list of key=value, not "
+                         f"{tp_overlap_config!r}")
+    out = {}
+    for entry in tp_overlap_config.split(","):
+        key, eq, value = (x.strip() for x in entry.partition("="))
+        if not eq or key not in TP_OVERLAP_KEYS:
+            raise ValueError(f"tp_overlap_config: {entry.strip()!r} is not key=value with a key "
+                             f"of {', '.join(TP_OVERLAP_KEYS)}")
+        if key in out:
+            raise ValueError(f"tp_overlap_config: {key} is given twice")
+        lo = 1 if key == "splits" else 0
+        hi = 1 if key.endswith("_aggregate") else 1024 if key == "splits" else 1_000_000
+        try:
+            n = int(value)
+        except ValueError:
+            n = None
+        if n is None or not lo <= n <= hi:
+            raise ValueError(f"tp_overlap_config: {key}={value!r}; expected an integer in "
+                             f"{lo}..{hi}")
+        out[key] = bool(n) if key.endswith("_aggregate") else n
+    return out
+
+
 def check_stack(*, nvls, attention_kernel, tp_comm_overlap, collective_algorithms=None,
-                elementwise_kernels="default", kernel_order="default") -> None:
+                elementwise_kernels="default", kernel_order="default",
+                tp_overlap_config=None) -> None:
     """ValueError naming the field unless ``nvls``/``tp_comm_overlap`` are bools,
     ``attention_kernel`` one of :data:`ATTENTION_KERNELS`, ``collective_algorithms`` None
     or a comma list of known algorithms, ``elementwise_kernels`` one of
@@ -92,11 +138,13 @@ def check_stack(*, nvls, attention_kernel, tp_comm_overlap, collective_algorithm
         raise ValueError(f"kernel_order must be one of {', '.join(KERNEL_ORDER_CHOICES)}, "
                          f"not {kernel_order!r}")
     algorithm_names(collective_algorithms)
+    tp_overlap_settings(tp_overlap_config)
 
 
 def stack_chip(chip, *, nvls: bool = True, attention_kernel: str = "default",
                tp_comm_overlap: bool = True, collective_algorithms: str | None = None,
-               elementwise_kernels: str = "default", kernel_order: str = "default"):
+               elementwise_kernels: str = "default", kernel_order: str = "default",
+               tp_overlap_config: str | None = None):
     """``chip`` as the stack settings (module docstring) run it: without its in-network
     all-reduce (``nvls`` False), with its ``[attention_fa2]`` kernel in place of
     ``[attention]`` (``attention_kernel="fa2"``; ValueError on a chip without that table),
@@ -107,10 +155,19 @@ def stack_chip(chip, *, nvls: bool = True, attention_kernel: str = "default",
     with its ``[elementwise_kernels_megatron]`` rates in place of ``[elementwise_kernels]``
     (``elementwise_kernels="megatron"``; ValueError on a chip without that table), with its
     ``[overheads] kernel_order`` set to ``kernel_order`` unless that is ``"default"`` (a chip
-    without the table gets one of zero fixed costs). The defaults return ``chip`` itself."""
+    without the table gets one of zero fixed costs), with its ``[tp_overlap]`` keys set as
+    ``tp_overlap_config`` says (ValueError on a chip without that table). The defaults
+    return ``chip`` itself."""
     check_stack(nvls=nvls, attention_kernel=attention_kernel, tp_comm_overlap=tp_comm_overlap,
                 collective_algorithms=collective_algorithms,
-                elementwise_kernels=elementwise_kernels, kernel_order=kernel_order)
+                elementwise_kernels=elementwise_kernels, kernel_order=kernel_order,
+                tp_overlap_config=tp_overlap_config)
+    ub = tp_overlap_settings(tp_overlap_config)
+    if ub:
+        if chip.tp_overlap is None:
+            raise ValueError(f"tp_overlap_config {tp_overlap_config!r} needs a [tp_overlap] "
+                             f"table in chip {chip.name!r}, which has none")
+        chip = dataclasses.replace(chip, tp_overlap=dataclasses.replace(chip.tp_overlap, **ub))
     names = algorithm_names(collective_algorithms)
     if names is not None:
         lib = chip.collectives
@@ -166,6 +223,8 @@ def stack_info(s, sequence_parallel: bool | None = None, chip=None) -> dict:
            "collective_algorithms": s.collective_algorithms,
            "elementwise_kernels": s.elementwise_kernels,
            "kernel_order": s.kernel_order}
+    if s.tp_overlap_config is not None:
+        out["tp_overlap_config"] = s.tp_overlap_config
     if s.phase == "train":
         out["cross_entropy"] = s.cross_entropy
         out["hidden_dropout"] = s.hidden_dropout
@@ -183,4 +242,5 @@ def scenario_chip(chip, s):
     return stack_chip(chip, nvls=s.nvls, attention_kernel=s.attention_kernel,
                       tp_comm_overlap=s.tp_comm_overlap,
                       collective_algorithms=s.collective_algorithms,
-                      elementwise_kernels=s.elementwise_kernels, kernel_order=s.kernel_order)
+                      elementwise_kernels=s.elementwise_kernels, kernel_order=s.kernel_order,
+                      tp_overlap_config=s.tp_overlap_config)

@@ -45,7 +45,13 @@ module/linear.py L206-207; ``gemm(weight, ...)`` on the BF16 path, L274-275): a 
 the weight's output features against all the tokens;
 ``UbufP2PCommOverlap::split_overlap_ag`` (the ring exchange, ``aggregate`` off: TE's
 default, module/base.py L252) runs ``tp_size`` GEMMs of the whole ``A`` (the weight) against
-``_ubufs[send_chunk_id]``, one rank's ``n_chunk`` rows of the input (L1018-L1042). The chunk
+``_ubufs[send_chunk_id]``, one rank's ``n_chunk`` rows of the input (L1018-L1042); with
+``aggregate`` (``_aggregate2``, NeMo's ``aggregate: 1``, passed by module/base.py L267, L322)
+it first swaps one piece with its neighbour (L955-L968: ``comm_bytes``, the first GEMM's
+stream waiting for it), then runs ``num_steps = _tp_size / 2`` GEMMs of the whole ``A``
+against ``{n_chunk * 2, k}`` rows (L953, L974-L996), each next one after a
+``comm_bytes * 2`` exchange with the rank two away (L998-L1008) (:func:`aggregate_s`,
+:func:`ring_chunks`). The chunk
 GEMMs are issued round-robin on ``min(num_max_streams, chunks)`` compute streams
 (L196-L199, L723-L727), ``num_max_streams = _NUM_MAX_UB_STREAMS = 3`` (module/base.py L50,
 L323, L343), a stream waiting only for its own chunk's input (L1050-L1053; the pipelined
@@ -81,6 +87,30 @@ def ring_exchange_s(gemm_s: float, comm_s: float, ranks: int) -> float:
         return gemm_s
     chunk, step = gemm_s / ranks, comm_s / (ranks - 1)
     return chunk + (ranks - 1) * max(chunk, step)
+
+
+def aggregate_s(gemm_s: float, comm_s: float, ranks: int) -> float:
+    """:func:`ring_exchange_s` as Transformer Engine's ``aggregate`` variant runs it (module
+    docstring, "The chunks"): a first exchange of one rank's piece with the neighbour, then
+    ``ranks / 2`` chunks of two pieces' rows each, every next chunk after a two-piece exchange
+    with the rank two away (``ranks - 1`` pieces moved in all, as the plain ring). The first
+    chunk waits for the first exchange: nothing is computed on the local piece alone."""
+    if ranks <= 1 or comm_s <= 0.0:
+        return gemm_s
+    steps = ranks // 2
+    chunk, step = gemm_s / steps, comm_s / (ranks - 1)
+    return step + chunk + (steps - 1) * max(chunk, 2 * step)
+
+
+def ring_s(gemm_s: float, comm_s: float, ranks: int, aggregate: bool) -> float:
+    """:func:`aggregate_s` when ``aggregate``, else :func:`ring_exchange_s`."""
+    return (aggregate_s if aggregate else ring_exchange_s)(gemm_s, comm_s, ranks)
+
+
+def ring_chunks(ranks: int, aggregate: bool) -> int:
+    """The chunk GEMMs a ring exchange over ``ranks`` ranks splits its GEMM's rows into:
+    ``ranks``, or ``ranks // 2`` (two pieces each) under TE's ``aggregate``."""
+    return max(1, ranks // 2) if aggregate else ranks
 
 
 #: The compute streams Transformer Engine issues one overlapped GEMM's chunks on, round-robin
@@ -306,7 +336,8 @@ def nccl_sub_block(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s: f
 
 def sub_block_overlap(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s: float,
                       ranks: int, splits: int, dgrad_cores: int, wgrad_cores: int,
-                      total_cores: int) -> OverlapCost:
+                      total_cores: int, fprop_aggregate: bool = False,
+                      dgrad_aggregate: bool = False) -> OverlapCost:
     """The overlapped tensor-parallel communication of one sub-block (module docstring):
     ``all_gather_s``/``reduce_scatter_s`` the collectives of the sub-block's activation on
     the group of ``ranks``; ``dgrad_cores``/``wgrad_cores`` the cores the backward's bulk
@@ -314,21 +345,23 @@ def sub_block_overlap(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s
     (``g.*_chunked_s``, where timed) on a group of ``ranks`` > 1, whatever its collective
     takes: with the collectives at 0 s (a free-communication variant) the cost is the
     chunks' extra time alone (``chunk_fwd_s``/``chunk_bwd_s``; the pipelined GEMM's as on
-    its margin, the margin itself being the collective's)."""
+    its margin, the margin itself being the collective's). ``fprop_aggregate``/
+    ``dgrad_aggregate``: the column-parallel forward's / row-parallel data gradient's ring
+    exchange runs TE's ``aggregate`` variant (:func:`aggregate_s`)."""
     def split(whole: float, chunked: float) -> float:
         return chunked if chunked > 0.0 and ranks > 1 else whole
 
     col = split(g.col_fprop_s, g.col_fprop_chunked_s)
     dgrad = split(g.row_dgrad_s, g.row_dgrad_chunked_s)
     margin = split(g.row_fprop_margin_s, g.row_fprop_margin_chunked_s)
-    ag = ring_exchange_s(col, all_gather_s, ranks) - g.col_fprop_s
+    ag = ring_s(col, all_gather_s, ranks, fprop_aggregate) - g.col_fprop_s
     chunk_fwd = col - g.col_fprop_s + margin - g.row_fprop_margin_s
     if reduce_scatter_s > 0.0:      # the margin is taken only while there is one to run
         rs = pipelined_s(margin, reduce_scatter_s, splits) - g.row_fprop_s
         fwd_tax = g.row_fprop_margin_s - g.row_fprop_s
     else:
         rs, fwd_tax = margin - g.row_fprop_margin_s, 0.0
-    dy = ring_exchange_s(dgrad, all_gather_s, ranks) - g.row_dgrad_s
+    dy = ring_s(dgrad, all_gather_s, ranks, dgrad_aggregate) - g.row_dgrad_s
     x = bulk_s(g.col_dgrad_s, all_gather_s, dgrad_cores, total_cores) - g.col_dgrad_s
     dx = bulk_s(g.col_wgrad_s, reduce_scatter_s, wgrad_cores, total_cores) - g.col_wgrad_s
     bwd_tax = (min(x, all_gather_s * dgrad_cores / total_cores)
@@ -342,6 +375,9 @@ def sub_block_overlap(g: SubBlockGemms, *, all_gather_s: float, reduce_scatter_s
 #: (pipelined forward, bulk data gradient, bulk weight gradient).
 OVERLAP_SUB_BLOCKS = {"attn": ("proj_fprop", "qkv_dgrad", "qkv_wgrad"),
                       "mlp": ("fc2_fprop", "fc1_dgrad", "fc1_wgrad")}
+#: The TE names of each sub-block's ring-exchange GEMMs: (column-parallel forward,
+#: row-parallel data gradient).
+RING_SUB_BLOCKS = {"attn": ("qkv_fprop", "proj_dgrad"), "mlp": ("fc1_fprop", "fc2_dgrad")}
 
 
 def sub_block_ops(forward, tp_names, sub: str) -> tuple[list[Gemm], Gemm] | None:
@@ -425,11 +461,13 @@ def overlap_gemms(forward, backward, tp_names, chip, alone: Callable,
             if ranks > 1:
                 def chunks(ops, on, *, rows=1, cols=1) -> float:
                     return split_s(ops, on, alone, mapping, rows=rows, cols=cols)
+                agg = table.aggregate()
+                fp, dg = RING_SUB_BLOCKS[sub]
                 grads.update(
-                    col_fprop_chunked_s=chunks(col, chip, rows=ranks),
+                    col_fprop_chunked_s=chunks(col, chip, rows=ring_chunks(ranks, agg[fp])),
                     row_fprop_margin_chunked_s=chunks([row], margin, cols=table.splits),
                     row_dgrad_chunked_s=chunks([by_name[f"{row.name}.dgrad"]], chip,
-                                               rows=ranks))
+                                               rows=ring_chunks(ranks, agg[dg])))
         else:                               # Megatron's NCCL path: no margin, waves held
             margin = chip
 
@@ -459,7 +497,9 @@ def costs(gemms: dict[str, SubBlockGemms], chip, ranks: int, collectives: dict
         out[sub] = sub_block_overlap(
             g, all_gather_s=ag, reduce_scatter_s=rs, ranks=ranks, splits=table.splits,
             dgrad_cores=table.cores()[dgrad], wgrad_cores=table.cores()[wgrad],
-            total_cores=chip.tensor_cores)
+            total_cores=chip.tensor_cores,
+            fprop_aggregate=table.aggregate()[RING_SUB_BLOCKS[sub][0]],
+            dgrad_aggregate=table.aggregate()[RING_SUB_BLOCKS[sub][1]])
     return out
 
 

@@ -98,7 +98,7 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
         attention_kernel: str = "default", nvls: bool = True, tp_comm_overlap: bool = True,
         offload: str = "none", collective_algorithms: str | None = None,
         elementwise_kernels: str = "default", kernel_order: str = "default",
-        ideal: bool = False,
+        tp_overlap_config: str | None = None, ideal: bool = False,
         waterfall: bool = True, sequence_parallel: bool | None = None) -> "RunResult":
     """Simulate one phase of ``model`` on ``chip``, as ``diptych run`` does for one batch size.
 
@@ -118,9 +118,10 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     ``--execution sum``); ``fusion``: as ``--fusion/--no-fusion``. ``moe_skew``,
     ``moe_capacity_factor``, ``moe_pad``: a MoE model's routing (docs/workloads.md, "Mixture of
     experts"). ``attention_kernel``, ``nvls``, ``tp_comm_overlap``, ``collective_algorithms``,
-    ``elementwise_kernels``, ``kernel_order``: the software stack's settings, as
-    ``--attention-kernel``, ``--no-nvls``, ``--no-tp-comm-overlap``,
-    ``--collective-algorithms``, ``--elementwise-kernels``, ``--kernel-order``
+    ``elementwise_kernels``, ``kernel_order``, ``tp_overlap_config``: the software stack's
+    settings, as ``--attention-kernel``, ``--no-nvls``, ``--no-tp-comm-overlap``,
+    ``--collective-algorithms``, ``--elementwise-kernels``, ``--kernel-order``,
+    ``--tp-overlap-config``
     (sim/run/stack.py).
     ``offload``: training state in the chip's second memory tier, ``"none"``, ``"optimizer"``
     or ``"params"`` (``--offload``; docs/chips.md, "Training state in the second tier").
@@ -145,7 +146,7 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
                     tp_comm_overlap=tp_comm_overlap, offload=offload,
                     collective_algorithms=collective_algorithms,
                     elementwise_kernels=elementwise_kernels, kernel_order=kernel_order,
-                    sequence_parallel=sequence_parallel)
+                    tp_overlap_config=tp_overlap_config, sequence_parallel=sequence_parallel)
     if ideal and r:
         raise ValueError(f"ideal=True leaves every precision recipe's overheads out; recipe "
                          f"{r!r} names one's: give one of them")
