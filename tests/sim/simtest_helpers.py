@@ -7,7 +7,7 @@ import dataclasses
 from diptych.arch import load_chip
 from diptych.sim import mapper as MP
 from diptych.sim.array import array_rates
-from diptych.sim.gemm import run_engine
+from diptych.sim.gemm import _groups, run_engine
 from diptych.workloads.ops import Gemm
 
 
@@ -91,3 +91,24 @@ def check_more_bandwidth_or_scratchpad(op, chip, slack: float) -> None:
     big = dataclasses.replace(chip, core=dataclasses.replace(
         chip.core, scratchpad=dataclasses.replace(sp, capacity_mib=sp.capacity_mib * 2)))
     assert gemm_stats(op, big).cycles <= base
+
+
+def picked_candidates(chip, op, per_group: int, stride: int, rng):
+    """The mapper's candidates a test plays on ``chip`` for GEMM ``op``: of every
+    ``stride``-th group of the search, the first, the last and ``per_group`` random rows of
+    its candidate table (groups whose scratchpad fits no blocking skipped). Yields
+    ``(placed block, candidate, rates, split)``, the arguments ``gemm.run_engine`` takes."""
+    rates = array_rates(chip, op.compute_dtype)
+    folded = op.b_is_weight and op.batch > 1
+    m_total, b = (op.m * op.batch, 1) if folded else (op.m, op.batch)
+    groups = _groups(op, chip, rates, chip.core.array.dataflows, m_total, b)
+    for g in groups[::stride]:
+        split, peak, df, (view, mt, layout) = g[3], g[4], g[6], g[7]
+        pb = MP.orient(view, df, split, mt, chip.tensor_cores, layout)
+        try:
+            cs, _, _ = MP.candidate_table(chip, pb, rates, split, peak)
+        except ValueError:
+            continue
+        picks = {0, len(cs) - 1} | {rng.randrange(len(cs)) for _ in range(per_group)}
+        for i in picks:
+            yield pb, cs, i, rates, split, df

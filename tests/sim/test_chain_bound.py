@@ -17,36 +17,23 @@ from diptych.sim import engine as E
 from diptych.sim import gemm as G
 from diptych.sim import mapper as MP
 from diptych.sim import mapper_kernels as MK
-from diptych.sim.array import array_rates
 from diptych.workloads.ops import Gemm
 
-from simtest_helpers import small_chip
+from simtest_helpers import picked_candidates, small_chip
 from test_plan_fast_path import CHIPS, _shapes
 
 
 def _check_groups(chip, op, per_group: int, stride: int, rng: random.Random) -> int:
     """Assert chain ≤ engine cycles on ``per_group`` candidates of every ``stride``-th group
     of ``op`` on ``chip``; returns the candidates checked."""
-    rates = array_rates(chip, op.compute_dtype)
-    folded = op.b_is_weight and op.batch > 1
-    m_total, b = (op.m * op.batch, 1) if folded else (op.m, op.batch)
-    groups = G._groups(op, chip, rates, chip.core.array.dataflows, m_total, b)
     checked = 0
-    for g in groups[::stride]:
-        split, peak, df, (view, mt, layout) = g[3], g[4], g[6], g[7]
-        pb = MP.orient(view, df, split, mt, chip.tensor_cores, layout)
-        try:
-            cs, _, _ = MP.candidate_table(chip, pb, rates, split, peak)
-        except ValueError:
-            continue
-        picks = {0, len(cs) - 1} | {rng.randrange(len(cs)) for _ in range(per_group)}
-        for i in picks:
-            out, _, _ = G.run_engine(chip, pb, cs[i], rates, split, True)
-            assert not out[E.O_ABORTED]
-            chain = int(cs.rows[i, MK.T_CHAIN])
-            assert 0 < chain <= out[E.O_CYCLES], (chip.name, op, split, df, cs[i], chain,
-                                                 out[E.O_CYCLES])
-            checked += 1
+    for pb, cs, i, rates, split, df in picked_candidates(chip, op, per_group, stride, rng):
+        out, _, _ = G.run_engine(chip, pb, cs[i], rates, split, True)
+        assert not out[E.O_ABORTED]
+        chain = int(cs.rows[i, MK.T_CHAIN])
+        assert 0 < chain <= out[E.O_CYCLES], (chip.name, op, split, df, cs[i], chain,
+                                             out[E.O_CYCLES])
+        checked += 1
     return checked
 
 

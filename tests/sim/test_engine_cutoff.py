@@ -31,7 +31,7 @@ from diptych.sim import mapper as MP
 from diptych.sim.array import array_rates
 from diptych.workloads.ops import Gemm
 
-from simtest_helpers import small_chip
+from simtest_helpers import picked_candidates, small_chip
 
 
 def _cuts(f: int, rng: random.Random) -> list[tuple[int, int]]:
@@ -56,39 +56,27 @@ def _check(chip, op, per_group: int, stride: int, rng: random.Random) -> tuple[i
     """Check the rules above on ``per_group`` candidates of every ``stride``-th group of
     ``op``; returns (runs checked, runs stopped, runs stopped within 5 % of their final
     cycles)."""
-    rates = array_rates(chip, op.compute_dtype)
-    folded = op.b_is_weight and op.batch > 1
-    m_total, b = (op.m * op.batch, 1) if folded else (op.m, op.batch)
-    groups = G._groups(op, chip, rates, chip.core.array.dataflows, m_total, b)
     checked = stopped = near = 0
-    for g in groups[::stride]:
-        split, peak, df, (view, mt, layout) = g[3], g[4], g[6], g[7]
-        pb = MP.orient(view, df, split, mt, chip.tensor_cores, layout)
-        try:
-            cs, _, _ = MP.candidate_table(chip, pb, rates, split, peak)
-        except ValueError:
-            continue
-        picks = {0, len(cs) - 1} | {rng.randrange(len(cs)) for _ in range(per_group)}
-        for i in picks:
-            full, _, _ = G.run_engine(chip, pb, cs[i], rates, split, True)
-            assert not full[E.O_ABORTED]
-            f = int(full[E.O_CYCLES])
-            for c, best in _cuts(f, rng):
-                out, _, _ = G.run_engine(chip, pb, cs[i], rates, split, True, cutoff=c,
-                                         best=best)
-                what = (chip.name, op, split, df, cs[i], f, c, best)
-                if out[E.O_ABORTED]:
-                    stopped += 1
-                    near += f < c * 1.05 or f < best * 1.05
-                    if c > best + 1:   # (only the bounds against the best could stop it;
-                        assert f > best, what   # the refresh one reports the cutoff)
-                    else:
-                        assert f >= c and out[E.O_CYCLES] <= f, what
+    for pb, cs, i, rates, split, df in picked_candidates(chip, op, per_group, stride, rng):
+        full, _, _ = G.run_engine(chip, pb, cs[i], rates, split, True)
+        assert not full[E.O_ABORTED]
+        f = int(full[E.O_CYCLES])
+        for c, best in _cuts(f, rng):
+            out, _, _ = G.run_engine(chip, pb, cs[i], rates, split, True, cutoff=c,
+                                     best=best)
+            what = (chip.name, op, split, df, cs[i], f, c, best)
+            if out[E.O_ABORTED]:
+                stopped += 1
+                near += f < c * 1.05 or f < best * 1.05
+                if c > best + 1:   # (only the bounds against the best could stop it;
+                    assert f > best, what   # the refresh one reports the cutoff)
                 else:
-                    assert out.tolist() == full.tolist(), what
-                if f < c and f <= best:
-                    assert not out[E.O_ABORTED], what
-                checked += 1
+                    assert f >= c and out[E.O_CYCLES] <= f, what
+            else:
+                assert out.tolist() == full.tolist(), what
+            if f < c and f <= best:
+                assert not out[E.O_ABORTED], what
+            checked += 1
     return checked, stopped, near
 
 
