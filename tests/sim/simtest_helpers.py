@@ -112,3 +112,38 @@ def picked_candidates(chip, op, per_group: int, stride: int, rng):
         picks = {0, len(cs) - 1} | {rng.randrange(len(cs)) for _ in range(per_group)}
         for i in picks:
             yield pb, cs, i, rates, split, df
+
+
+def _gemm_case_draws() -> dict:
+    from hypothesis import strategies as st
+    return dict(base=st.sampled_from(["infer-2026", "h100", "tpu-v4"]),
+                rows=st.sampled_from([4, 8, 16]), cols=st.sampled_from([4, 8, 16]),
+                cores=st.sampled_from([1, 3, 4]), arrays=st.sampled_from([1, 2, 4]),
+                load_rows=st.sampled_from([1, 4]), swap=st.sampled_from(["wave", "global"]),
+                sb=st.booleans(), m=st.integers(1, 70), k=st.integers(1, 300),
+                n=st.integers(1, 90), batch=st.integers(1, 4), weight=st.booleans(),
+                dtype=st.sampled_from(["bf16", "int8", "fp8", "int4"]),
+                res=st.sampled_from(["dram", "a_sp", "c_sp", "b_sb", "c_sb"]))
+
+
+#: hypothesis strategies for :func:`random_gemm_case`'s arguments (``@given(**GEMM_CASE_DRAWS)``)
+GEMM_CASE_DRAWS = _gemm_case_draws()
+
+
+def random_gemm_case(base, rows, cols, cores, arrays, load_rows, swap, sb, m, k, n, batch,
+                     weight, dtype, res):
+    """A small chip derived from preset ``base`` and a GEMM on it, from a property test's
+    draws: ``dtype`` mapped to one ``base`` supports, ``res`` the operand residency
+    (``dram``, ``a_sp``/``c_sp`` scratchpad, ``b_sb``/``c_sb`` shared buffer, the latter
+    only with ``sb``). Returns ``(chip, op)``."""
+    if base != "infer-2026":
+        dtype = {"fp8": "bf16" if base == "tpu-v4" else "fp8", "int4": "int8"}.get(dtype, dtype)
+    chip = small_chip(rows=rows, cols=cols, cores=cores, arrays=arrays, spad_mib=0.05,
+                      base=base, sb_mib=0.5 if sb else None, load_rows=load_rows, swap=swap)
+    kw = {"a_sp": dict(a_source="scratchpad", resident_bytes=1 << 12),
+          "c_sp": dict(c_dest="scratchpad", resident_bytes=1 << 12),
+          "b_sb": dict(b_source="shared_buffer"), "c_sb": dict(c_dest="shared_buffer"),
+          "dram": {}}[res if sb or res[2:] != "sb" else "dram"]
+    op = Gemm(name="g", m=m, k=k, n=n, batch=batch, b_is_weight=weight, a_dtype=dtype,
+              b_dtype=dtype, c_dtype="bf16", **kw)
+    return chip, op

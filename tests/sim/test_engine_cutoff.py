@@ -22,7 +22,6 @@ import random
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from diptych.arch import load_chip
 from diptych.sim import engine as E
@@ -31,7 +30,7 @@ from diptych.sim import mapper as MP
 from diptych.sim.array import array_rates
 from diptych.workloads.ops import Gemm
 
-from simtest_helpers import picked_candidates, small_chip
+from simtest_helpers import GEMM_CASE_DRAWS, picked_candidates, random_gemm_case
 
 
 def _cuts(f: int, rng: random.Random) -> list[tuple[int, int]]:
@@ -81,26 +80,11 @@ def _check(chip, op, per_group: int, stride: int, rng: random.Random) -> tuple[i
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)
-@given(base=st.sampled_from(["infer-2026", "h100", "tpu-v4"]),
-       rows=st.sampled_from([4, 8, 16]), cols=st.sampled_from([4, 8, 16]),
-       cores=st.sampled_from([1, 3, 4]), arrays=st.sampled_from([1, 2, 4]),
-       load_rows=st.sampled_from([1, 4]), swap=st.sampled_from(["wave", "global"]),
-       sb=st.booleans(), m=st.integers(1, 70), k=st.integers(1, 300), n=st.integers(1, 90),
-       batch=st.integers(1, 4), weight=st.booleans(),
-       dtype=st.sampled_from(["bf16", "int8", "fp8", "int4"]),
-       res=st.sampled_from(["dram", "a_sp", "c_sp", "b_sb", "c_sb"]))
+@given(**GEMM_CASE_DRAWS)
 def test_cutoff_runs_against_runs_to_the_end(base, rows, cols, cores, arrays, load_rows, swap,
                                              sb, m, k, n, batch, weight, dtype, res):
-    if base != "infer-2026":
-        dtype = {"fp8": "bf16" if base == "tpu-v4" else "fp8", "int4": "int8"}.get(dtype, dtype)
-    chip = small_chip(rows=rows, cols=cols, cores=cores, arrays=arrays, spad_mib=0.05,
-                      base=base, sb_mib=0.5 if sb else None, load_rows=load_rows, swap=swap)
-    kw = {"a_sp": dict(a_source="scratchpad", resident_bytes=1 << 12),
-          "c_sp": dict(c_dest="scratchpad", resident_bytes=1 << 12),
-          "b_sb": dict(b_source="shared_buffer"), "c_sb": dict(c_dest="shared_buffer"),
-          "dram": {}}[res if sb or res[2:] != "sb" else "dram"]
-    op = Gemm(name="g", m=m, k=k, n=n, batch=batch, b_is_weight=weight, a_dtype=dtype,
-              b_dtype=dtype, c_dtype="bf16", **kw)
+    chip, op = random_gemm_case(base, rows, cols, cores, arrays, load_rows, swap, sb, m, k,
+                                n, batch, weight, dtype, res)
     checked, _, _ = _check(chip, op, 2, 3, random.Random(m * 1000 + k))
     assert checked > 0
 
