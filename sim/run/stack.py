@@ -107,10 +107,7 @@ def tp_overlap_settings(tp_overlap_config: str | None) -> dict:
             raise ValueError(f"tp_overlap_config: {key} is given twice")
         lo = 1 if key == "splits" else 0
         hi = 1 if key.endswith("_aggregate") else 1024 if key == "splits" else 1_000_000
-        try:
-            n = int(value)
-        except ValueError:
-            n = None
+        n = int(value) if value.isascii() and value.isdigit() else None
         if n is None or not lo <= n <= hi:
             raise ValueError(f"tp_overlap_config: {key}={value!r}; expected an integer in "
                              f"{lo}..{hi}")
@@ -167,6 +164,11 @@ def stack_chip(chip, *, nvls: bool = True, attention_kernel: str = "default",
         if chip.tp_overlap is None:
             raise ValueError(f"tp_overlap_config {tp_overlap_config!r} needs a [tp_overlap] "
                              f"table in chip {chip.name!r}, which has none")
+        for key, n in ub.items():
+            if key.endswith("_cores") and n >= chip.tensor_cores:
+                raise ValueError(f"tp_overlap_config: {key}={n}; expected fewer than chip "
+                                 f"{chip.name!r}'s {chip.tensor_cores} tensor cores (the GEMM "
+                                 f"beside the collective runs on the cores it leaves)")
         chip = dataclasses.replace(chip, tp_overlap=dataclasses.replace(chip.tp_overlap, **ub))
     names = algorithm_names(collective_algorithms)
     if names is not None:

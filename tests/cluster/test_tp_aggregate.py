@@ -139,6 +139,8 @@ def test_the_default_is_the_chip_s_table():
     ("fc2_dgrad_aggregate=2", "fc2_dgrad_aggregate='2'; expected an integer in 0..1"),
     ("qkv_wgrad_cores=x", "qkv_wgrad_cores='x'"),
     ("splits=2,splits=4", "splits is given twice"),
+    ("splits=+3", "splits='+3'; expected an integer"),
+    ("splits=1_0", "splits='1_0'; expected an integer"),
 ])
 def test_bad_settings_name_the_field(value, needle):
     with pytest.raises(ValueError, match="tp_overlap_config") as e:
@@ -147,6 +149,21 @@ def test_bad_settings_name_the_field(value, needle):
     from diptych.tools.cli import main
     r = CliRunner().invoke(main, ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",
                                   "train", "--seq", "128", "--tp-overlap-config", value])
+    assert r.exit_code == 2 and "Traceback" not in r.output, (r.output, r.exception)
+    assert "tp_overlap_config" in r.output
+
+
+@pytest.mark.parametrize("cores", [132, 500])
+def test_cores_at_or_above_the_chips_are_refused(cores):
+    """h100 has 132 SMs: a collective taking all of them leaves the GEMM none (the chip
+    file's own rule, arch/chip.py), refused naming the setting, not a ZeroDivisionError."""
+    with pytest.raises(ValueError, match=f"tp_overlap_config: fc2_fprop_cores={cores}; "
+                                         "expected fewer than chip 'h100'.s 132"):
+        stack_chip(load_chip("h100"), tp_overlap_config=f"fc2_fprop_cores={cores}")
+    from diptych.tools.cli import main
+    r = CliRunner().invoke(main, ["run", "--chip", "h100", "--model", "llama-3-8b", "--phase",
+                                  "train", "--seq", "2048", "--tp", "4", "--chips", "4",
+                                  "--tp-overlap-config", f"fc2_fprop_cores={cores}"])
     assert r.exit_code == 2 and "Traceback" not in r.output, (r.output, r.exception)
     assert "tp_overlap_config" in r.output
 
