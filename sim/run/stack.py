@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ...arch.chip import KERNEL_ORDERS, LIBRARY_ALGORITHMS, Overheads
+from ...arch.chip import KERNEL_ORDERS, LIBRARY_ALGORITHMS, Overheads, TpOverlap
 
 #: Fused-attention kernels a run may choose (``Scenario.attention_kernel``).
 ATTENTION_KERNELS = ("default", "fa2")
@@ -80,12 +80,15 @@ def algorithm_names(collective_algorithms: str | None) -> tuple[str, ...] | None
     return names
 
 
-#: The ``[tp_overlap]`` keys a run's ``tp_overlap_config`` may set (integers: ``splits`` at
-#: least 1, the cores at least 0; the aggregate flags 0 or 1).
-TP_OVERLAP_KEYS = ("splits", "proj_fprop_cores", "fc2_fprop_cores", "qkv_dgrad_cores",
-                   "qkv_wgrad_cores", "fc1_dgrad_cores", "fc1_wgrad_cores",
-                   "qkv_fprop_aggregate", "proj_dgrad_aggregate", "fc1_fprop_aggregate",
-                   "fc2_dgrad_aggregate")
+#: The ``[tp_overlap]`` keys a run's ``tp_overlap_config`` may set, each with its integer
+#: range (:class:`~diptych.arch.chip.TpOverlap`'s fields and their bounds; the aggregate
+#: flags 0 or 1): all but ``nccl_cores`` (Megatron's NCCL path, not TE's settings) and
+#: ``userbuffers`` (the run's ``tp_comm_overlap``).
+TP_OVERLAP_RANGES = {fl.name: (0, 1) if fl.type == "bool" else
+                     (fl.metadata["min"], fl.metadata["max"])
+                     for fl in dataclasses.fields(TpOverlap)
+                     if fl.name not in ("nccl_cores", "userbuffers")}
+TP_OVERLAP_KEYS = tuple(TP_OVERLAP_RANGES)
 
 
 def tp_overlap_settings(tp_overlap_config: str | None) -> dict:
@@ -105,8 +108,7 @@ def tp_overlap_settings(tp_overlap_config: str | None) -> dict:
                              f"of {', '.join(TP_OVERLAP_KEYS)}")
         if key in out:
             raise ValueError(f"tp_overlap_config: {key} is given twice")
-        lo = 1 if key == "splits" else 0
-        hi = 1 if key.endswith("_aggregate") else 1024 if key == "splits" else 1_000_000
+        lo, hi = TP_OVERLAP_RANGES[key]
         n = int(value) if value.isascii() and value.isdigit() else None
         if n is None or not lo <= n <= hi:
             raise ValueError(f"tp_overlap_config: {key}={value!r}; expected an integer in "
