@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import random
 import time
 
 import numpy as np
@@ -26,13 +25,10 @@ def record(n_gemms: int):
     from diptych.arch import load_chip
     from diptych.sim import dram as D
     from diptych.sim.gemm import gemm_stats
-    from diptych.workloads.ops import Gemm
+
+    from bench_gemm import mixed_gemms      # the GEMMs bench_gemm times (benchmarks/)
     chip = load_chip("tpu-v4")
-    rng = random.Random(0)           # bench_gemm's GEMMs
-    dims = [1, 8, 64, 128, 512, 1024, 2048, 4096, 8192]
-    ops = [Gemm(name=f"g{i}", m=rng.choice(dims), k=rng.choice(dims[2:]) + rng.randrange(0, 64),
-                n=rng.choice(dims[2:]) + rng.randrange(0, 64)) for i in range(1000)]
-    for o in ops[:n_gemms]:
+    for o in mixed_gemms()[:n_gemms]:
         gemm_stats(o, chip)
     (key, c), = [(k, c) for k, c in D._PATTERN_CACHES.items()]
     keys = c[D.C_KEYS]
