@@ -416,14 +416,14 @@ def count_rows(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid
             every += rounds * fb
             full -= rounds * p_n
         _add_channels(diff, p1, full, fb, p_n)
-        # the row's pseudo-channels, page by page (most rows: one page, fewer chunks than P)
+        # the row's pseudo-channels, page by page, from its first page on
         g1 = _dv(c1, per_page, pp_sh)
         g2 = _dv(c2, per_page, pp_sh)
+        if g1 != gc:
+            if gc >= 0:
+                _flush_page(gc, msk, words, stamp, cnt, tid, p_n, banks, banks_sh)
+            gc = g1
         if g1 == g2 and c2 - c1 < p_n:     # (most rows: one page, fewer chunks than P)
-            if g1 != gc:
-                if gc >= 0:
-                    _flush_page(gc, msk, words, stamp, cnt, tid, p_n, banks, banks_sh)
-                gc = g1
             e = p1 + c2 - c1 + 1
             if e <= p_n:
                 _set_channels(msk, p1, e)
