@@ -291,6 +291,11 @@ class _Ctx:
     tp_x_axis: int = 0
 
     @property
+    def etp(self) -> int:
+        """The routed experts' tensor-parallel split (:attr:`expert_tp`; None: ``tp``)."""
+        return self.tp if self.expert_tp is None else self.expert_tp
+
+    @property
     def tp_x(self) -> int:
         """The 2-D layout's ``X`` (0 under the 1-D layout)."""
         return self.tp_shape[self.tp_x_axis] if self.tp_shape else 0
@@ -886,7 +891,7 @@ def alltoall_tp(c: _Ctx) -> bool:
     at all [assumption]. Without expert parallelism (``ep = 1``) the layer is modelled as
     Megatron's ``allgather`` dispatcher: its all-gather and reduce-scatter of the
     ``tokens × hidden`` shard are the layer's all-reduce as a dense MLP has it."""
-    etp = c.tp if c.expert_tp is None else c.expert_tp
+    etp = c.etp
     return (c.phase == "train" and c.sequence_parallel and c.layer.moe and c.ep > 1
             and c.tp > 1 and etp == c.tp and not c.tp_shape)
 
@@ -913,7 +918,7 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
     # the experts' split: ÷ tp (Megatron), or whole on each chip of a tensor-parallel group
     # whose chips are the expert-parallel ranks (expert_tp = 1): each then routes the pairs of
     # its sequence-parallel share of the tokens, Te = ⌈T/tp⌉
-    etp = c.tp if c.expert_tp is None else c.expert_tp
+    etp = c.etp
     te = T if etp == c.tp else -(-T // c.tp)
     f = m.moe_intermediate_size // etp
     fl = flow or NOFLOW
