@@ -152,14 +152,17 @@ def test_a_preset_above_its_tdp_runs_at_the_clock_it_can_sustain(name):
     lower clock, its time longer by at most the clock ratio."""
     c = load_chip(name)
     hot = _run(c, phase="prefill", batch=1, prompt=2048)
-    assert hot.info["power_limit"]["clock_ghz"] == c.clock_ghz    # fits today
+    # infer-2026 fits its TDP; h100's prefill is held just under its nominal clock already
+    # (its energies measured on a power-limited GH100: arch/chips/h100.toml [energy])
+    f_hot = hot.info["power_limit"]["clock_ghz"]
+    assert f_hot <= c.clock_ghz
     power = hot.energy_j / hot.seconds / hot.chips
     tdp = 0.7 * power
     low = _run(dataclasses.replace(c, tdp_w=tdp), phase="prefill", batch=1, prompt=2048)
     lim = low.info["power_limit"]
-    assert lim["clock_ghz"] < c.clock_ghz
+    assert lim["clock_ghz"] < f_hot
     assert low.energy_j / low.seconds / low.chips <= tdp * (1 + 1e-3)
-    assert hot.seconds < low.seconds <= hot.seconds * c.clock_ghz / lim["clock_ghz"] * (1 + 1e-9)
+    assert hot.seconds < low.seconds <= hot.seconds * f_hot / lim["clock_ghz"] * (1 + 1e-9)
 
 
 def test_gating_makes_decode_cheaper_on_the_presets():
@@ -175,19 +178,24 @@ def test_gating_makes_decode_cheaper_on_the_presets():
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])
-def test_h100_large_gemm_draws_the_measured_power(dtype):
-    """The h100's energy per MAC is calibrated on the power of an 8192³ cuBLAS burn, held at
-    its 700 W limit in BF16 and FP8 (huggingface/gpu-fryer README; arch/chips/h100.toml
-    [energy]); the idle floor on nvidia-smi's 140-145 W with memory allocated (gpu-burn
-    #114). The engine's GEMM at the nominal clock draws that power within 2 %, and at the
-    rate the same burn measures (730 / 1530 TFLOPS) within 10 %."""
+def test_h100_large_gemm_is_held_by_its_power_limit(dtype):
+    """The h100's energies are calibrated on 8192³ GEMMs held by the 700 W limit of a real
+    GH100 (arch/chips/h100.toml [energy]): at the nominal clock the engine's GEMM draws more
+    than the TDP (so the power limit binds, as measured), and at the clock the TDP sustains it
+    runs at the measured 667.6 / 1258.5 TFLOPS; the idle floor is nvidia-smi's 140-145 W."""
+    from diptych.arch.power import PowerSplit, sustained_clock
     from diptych.sim.api import simulate
     from diptych.workloads.ops import Gemm
 
     c = load_chip("h100")
     st = simulate(Gemm(name="g", m=8192, k=8192, n=8192, a_dtype=dtype, b_dtype=dtype,
                        c_dtype="bf16"), c)
-    assert st.energy_j / st.seconds == pytest.approx(700.0, rel=0.02)
-    tflops = 2 * 8192 ** 3 / st.seconds / 1e12
-    assert tflops == pytest.approx({"bf16": 730.0, "fp8": 1530.0}[dtype], rel=0.10)
+    assert st.energy_j / st.seconds > c.tdp_w * 1.1
+    eb, t = st.energy_breakdown, st.seconds
+    split = PowerSplit((eb["mac"] + eb["sram"] + eb["vector"]) / t, eb["dram"] / t,
+                       eb["static"] / t)
+    f = sustained_clock(c, st.energy_j, t, split=split)
+    assert f < c.clock_ghz
+    tflops = 2 * 8192 ** 3 / t / 1e12 * f / c.clock_ghz
+    assert tflops == pytest.approx({"bf16": 667.6, "fp8": 1258.5}[dtype], rel=0.01)
     assert 140.0 <= c.energy.static_w <= 145.0
