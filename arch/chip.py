@@ -880,6 +880,13 @@ class AttentionKernel:
                          "backward; workloads/dropout.py); 0: free or unmeasured",
         **bound(0.001, 10.0, "a share of the kernel's time: a thousandth is below any "
                 "measured cost, ten times the kernel far above", zero=True))
+    pj_per_mac: float = f(
+        default=0.0, doc="energy per MAC of the kernel's matrix products beyond the chip's "
+                         "[energy] pj_per_mac, in pJ at the nominal clock (what a block's "
+                         "products cost beyond a long-K GEMM's: its score tile turned over "
+                         "every block, P converted and re-laid out in registers); 0: none",
+        **bound(0.001, 100.0, "pJ: a thousandth is below any measurable share, 100 above "
+                "any MAC's energy", zero=True))
 
 
 @dataclass(frozen=True, kw_only=True)

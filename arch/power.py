@@ -113,7 +113,7 @@ def sustained_clock(chip: "Chip", energy_j: float, seconds: float, *,
 
 def chip_at_clock(chip: "Chip", clock_ghz: float) -> "Chip":
     """``chip`` run at ``clock_ghz`` (≤ its clock): the core domain's energies per event (MACs,
-    SRAM bytes, vector ops) scaled by ``(V(clock)/V(chip.clock))²`` and no ``[power]`` table
+    the fused attention kernels' extra energy per MAC, SRAM bytes, vector ops) scaled by ``(V(clock)/V(chip.clock))²`` and no ``[power]`` table
     (the chip a power-limited step re-runs on). DRAM, link and static figures stay; so does
     a ``[noc]`` table's energy per byte [assumption: a small share, slightly overstating the
     power of the slowed chip]. Raises ValueError for a clock above the chip's or not > 0."""
@@ -125,7 +125,10 @@ def chip_at_clock(chip: "Chip", clock_ghz: float) -> "Chip":
     macs = dataclasses.replace(e.pj_per_mac, **{d: v * v2 for d, v in e.pj_per_mac.items()})
     energy = dataclasses.replace(e, pj_per_mac=macs, pj_per_sram_byte=e.pj_per_sram_byte * v2,
                                  pj_per_vector_op=e.pj_per_vector_op * v2)
-    return dataclasses.replace(chip, clock_ghz=clock_ghz, power=None, energy=energy)
+    kernels = {k: dataclasses.replace(a, pj_per_mac=a.pj_per_mac * v2)
+               for k in ("attention", "attention_fa2")
+               if (a := getattr(chip, k, None)) is not None and a.pj_per_mac}
+    return dataclasses.replace(chip, clock_ghz=clock_ghz, power=None, energy=energy, **kernels)
 
 
 def arrays_leakage_share(chip: "Chip") -> float:

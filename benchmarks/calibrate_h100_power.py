@@ -21,6 +21,10 @@ place of HBM3; docs/validation-published.md, "Measured on Hopper") and what each
   (:func:`validate_power.capped_tflops`, the chip's V/f curve) must run at their mean. int8
   and fp16 take the delivery of their operand width, fp32 twice the 16-bit one (as before:
   the datapath energies of ``[energy]``'s comment plus the delivery the fit gives).
+* ``[attention] pj_per_mac``: cuDNN's fused attention, forward and backward back to back
+  (Llama-3-70B's heads at TP4: 16 of 128, 8k tokens, causal), drew 691 W, power-limited at
+  1.76 GHz: diptych's kernel of that shape, at that clock, must draw the same (the other
+  seven measured kernels check it: ``validate_measured_hopper.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from validate_measured_hopper import attention_power_w
 from validate_power import capped_tflops
 
 from diptych.arch import load_chip
@@ -41,6 +46,8 @@ DATA = Path(__file__).parent / "gpu" / "h200-2026-12-04"
 #: the MAC datapath energies (pJ) of the h100 ``[energy]`` comment (TPUv4i Table 2 × 0.7)
 DATAPATH = {"int8": 0.07, "fp8": 0.14, "bf16": 0.41, "fp16": 0.50, "fp32": 1.18}
 SHAPE = 8192
+#: the attention case that calibrates ``[attention] pj_per_mac`` (the others check it)
+ATTENTION_CASE = "llama-3-70b TP4"
 
 
 def measured() -> dict:
@@ -59,6 +66,9 @@ def measured() -> dict:
                                       if b["dtype"] == dt and b["m"] == b["n"] == SHAPE]
         out[f"{dt}_tflops"] = statistics.fmean(runs)
         out[f"{dt}_runs"] = runs
+    att = json.loads((DATA / "attention_power.json").read_text())["attention_power"]
+    out["attention"] = next(a for a in att if a["backend"] == "cudnn"
+                            and a["case"] == ATTENTION_CASE)
     return out
 
 
@@ -108,6 +118,14 @@ def calibrate(chip=None) -> tuple[dict, object]:
         bf16 = bisect(lambda p: rate("bf16", p), 0.2, 5.0, m["bf16_tflops"], rising=False)
         fp8 = bisect(lambda p: rate("fp8", p), 0.15, 5.0, m["fp8_tflops"], rising=False)
     out = with_energy(chip, pj_per_dram_bit=bit, pj_per_mac=macs_table(chip, bf16, fp8))
+    # the fused attention's energy per MAC beyond the GEMMs' (cuDNN, the calibration case)
+    case = m["attention"]
+
+    def watts(pj):
+        c = dataclasses.replace(out, attention=dataclasses.replace(out.attention, pj_per_mac=pj))
+        return attention_power_w(c, case["seq"], case["q_heads"], case["sm_mhz_mean"] / 1e3)[0]
+    pj = round(bisect(watts, 0.0, 10.0, case["energy_power_w"]), 3)
+    out = dataclasses.replace(out, attention=dataclasses.replace(out.attention, pj_per_mac=pj))
     return m, out
 
 
@@ -128,6 +146,12 @@ def main() -> int:
         tf, f = capped_tflops(chip, SHAPE, SHAPE, SHAPE, dt, chip.tdp_w)
         print(f"  check: {SHAPE}^3 {dt.upper()} at {chip.tdp_w:.0f} W: {tf:.1f} TFLOPS at {f:.3f} GHz")
     print(f"  check: GEMV {gemv_pj_per_bit(chip):.2f} pJ per DRAM bit above static")
+    a = m["attention"]
+    w, tf = attention_power_w(chip, a["seq"], a["q_heads"], a["sm_mhz_mean"] / 1e3)
+    print(f"h100 [attention]:\n  pj_per_mac = {chip.attention.pj_per_mac}")
+    print(f"  check: cuDNN fwd+bwd, {a['case']}, at the measured {a['sm_mhz_mean'] / 1e3:.3f} "
+          f"GHz: {w:.1f} W (measured {a['energy_power_w']:.1f} W), {tf:.0f} TFLOPS "
+          f"(measured {a['fwd_bwd_tflops']:.0f})")
     return 0
 
 

@@ -126,12 +126,38 @@ def stream_table(chip) -> str:
     return "\n".join(lines) + f"\n\nidle with a CUDA context: {idle:.1f} W\n"
 
 
+def attention_power_w(chip, seq: int, heads: int, clock_ghz: float, kernel: str = "default"
+                      ) -> tuple[float, float]:
+    """(W, TFLOPS) of one causal fused attention call's forward and backward back to back on
+    ``chip`` run at ``clock_ghz`` (:func:`~diptych.arch.power.chip_at_clock`), ``heads``
+    heads of 128 (MHA), ``seq`` tokens, batch 1; ``kernel`` ``"fa2"``: the chip's
+    ``[attention_fa2]``. FLOPs as FlashAttention's benchmark counts them (3.5 × forward)."""
+    import dataclasses
+
+    from diptych.arch.power import chip_at_clock
+    from diptych.sim.run.attention import fused_stats
+    from diptych.workloads.fused_attention import FusedAttention, fused_backward
+    from diptych.workloads.precision import Precision
+    from diptych.workloads.train import backward_ops, train_forward
+    from validate_attention import attention_model
+
+    c = dataclasses.replace(chip, attention=chip.attention_fa2) if kernel == "fa2" else chip
+    c = chip_at_clock(c, min(clock_ghz, c.clock_ghz))
+    w = train_forward(attention_model(seq, heads), 1, seq)
+    fwd = next(o for b in w.blocks for o in b.ops if isinstance(o, FusedAttention))
+    bwd = fused_backward(fwd, lambda o: backward_ops(o, Precision()))
+    a, b = fused_stats(fwd, c, simulate), fused_stats(bwd, c, simulate)
+    t = a.seconds + b.seconds
+    return (a.energy_j + b.energy_j) / t, 3.5 * 4 * heads * seq * seq * 128 / 2 / t / 1e12
+
+
 def attention_table(chip) -> str:
     rate = {(a["case"], a["backend"]): a for a in _load("attention.json")["attention"]}
     pw = {(a["case"], a["backend"]): a for a in
           _load("attention_power.json")["attention_power"]}
     lines = ["| causal attention, BF16, hdim 128 (GQA expanded) | kernel | fwd TFLOPS: measured, "
-             "diptych | bwd TFLOPS: measured, diptych | fwd+bwd back to back: W, clock |",
+             "diptych | bwd TFLOPS: measured, diptych | fwd+bwd back to back: measured W at "
+             "its clock; diptych W at that clock |",
              "|---|---|---|---|---|"]
     for (case, be), a in rate.items():
         if "error" in a:
@@ -139,8 +165,13 @@ def attention_table(chip) -> str:
         f, b = kernel_tflops(1, a["seq"], True, heads=a["q_heads"], chip=chip.name,
                              kernel="fa2" if be == "flash" else "default")
         p = pw.get((case, be), {})
-        pwr = (f"{p['energy_power_w']:.0f} W, {p['sm_mhz_mean'] / 1e3:.2f} GHz"
-               if "energy_power_w" in p else "—")
+        if "energy_power_w" in p:
+            w, _ = attention_power_w(chip, a["seq"], a["q_heads"], p["sm_mhz_mean"] / 1e3,
+                                     "fa2" if be == "flash" else "default")
+            pwr = (f"{p['energy_power_w']:.0f} W at {p['sm_mhz_mean'] / 1e3:.2f} GHz; "
+                   f"{w:.0f} W ({w / p['energy_power_w']:.2f})")
+        else:
+            pwr = "—"
         lines.append(f"| {case}, seq {a['seq']}, {a['q_heads']} heads | "
                      f"{'cuDNN' if be == 'cudnn' else 'FlashAttention-2'} | "
                      f"{a['fwd_tflops']:.0f}, {f:.0f} ({f / a['fwd_tflops']:.2f}) | "

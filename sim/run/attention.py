@@ -20,6 +20,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ...workloads.fused_attention import FusedAttention, on_chip
+from ...workloads.ops import Gemm
 from .. import energy_parts as EP
 from ..regime import roof_regime
 from .attention_tiles import tile_shaped_parts, tiled, tiled_compute_seconds, work_scale
@@ -39,6 +40,16 @@ def _compute_seconds(st, chip) -> float:
     if cc is None:               # a test double without an unlimited-bandwidth schedule
         return st.seconds
     return cc / chip.clock_hz
+
+
+def _kernel_mac_energy_j(op: FusedAttention, chip, shaped, work: float) -> float:
+    """The tiled kernel's energy per MAC beyond the chip's (``[attention] pj_per_mac``) over
+    the MACs its tiles compute: the matrix-product parts' MACs scaled by the tile rule's
+    work (whole key blocks), J; 0 for a chip without a tiled kernel or that energy."""
+    if not tiled(op, chip) or not chip.attention.pj_per_mac:
+        return 0.0
+    macs = sum(p.batch * p.m * p.n * p.k for p in shaped if isinstance(p, Gemm))
+    return macs * work * chip.attention.pj_per_mac * 1e-12
 
 
 def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
@@ -93,6 +104,9 @@ def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
                           * chip.energy.pj_per_sram_byte * 1e-12)
             energy += resident_j
             parts["sram"] += resident_j
+        extra = _kernel_mac_energy_j(op, chip, shaped, work)
+        energy += extra
+        parts["mac"] += extra
     else:                        # a test double: no breakdown to re-cost
         energy = sum(st.energy_j for st in sts)
     peak = chip.peak_ops_per_s[op.compute_dtype]

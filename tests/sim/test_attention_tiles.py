@@ -327,3 +327,41 @@ def test_unmasked_record_holds_every_score():
     assert call_blocks(full.calls[0], 128, 128).pairs == n * n
     assert call_blocks(op.calls[0], 128, 128).pairs == n * (n + 1) // 2
     assert (full.read_bytes, full.write_bytes) == (op.read_bytes, op.write_bytes)
+
+
+def _llama_attention(seq: int = 4096, heads: int = 16):
+    from diptych.workloads.config import model_from_hf
+    from diptych.workloads.train import train_forward
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+           "hidden_size": heads * 128, "intermediate_size": 4 * heads * 128,
+           "num_attention_heads": heads, "num_key_value_heads": heads,
+           "num_hidden_layers": 1, "vocab_size": 32000, "max_position_embeddings": seq,
+           "hidden_act": "silu"}
+    w = train_forward(model_from_hf(cfg, name=f"attn-energy-{heads}-{seq}"), 1, seq)
+    return next(o for b in w.blocks for o in b.ops if isinstance(o, FusedAttention))
+
+
+def test_the_kernels_energy_per_mac_adds_per_tile_mac_and_takes_no_time():
+    """``[attention] pj_per_mac`` adds that energy per MAC of the products the tiles compute
+    (whole key blocks: the parts' MACs × the tile rule's work scale), and nothing to the time;
+    on a chip at a lower clock it scales by (V(f)/V(f0))² like the other core energies."""
+    from diptych.arch.power import chip_at_clock, core_energy_scale
+    from diptych.sim import simulate
+    from diptych.sim.run.attention import fused_stats
+    from diptych.sim.run.attention_tiles import tile_shaped_parts, work_scale
+
+    op = _llama_attention()
+    c = load_chip("h100")
+    zero = dataclasses.replace(c, attention=dataclasses.replace(c.attention, pj_per_mac=0.0))
+    one = dataclasses.replace(c, attention=dataclasses.replace(c.attention, pj_per_mac=1.0))
+    a, b = fused_stats(op, zero, simulate), fused_stats(op, one, simulate)
+    assert a.seconds == b.seconds
+    macs = sum(p.batch * p.m * p.n * p.k for p in tile_shaped_parts(op, c)
+               if isinstance(p, Gemm))
+    assert b.energy_j - a.energy_j == pytest.approx(macs * work_scale(op, c) * 1e-12, rel=1e-9)
+    assert b.energy_parts["mac"] - a.energy_parts["mac"] == pytest.approx(
+        b.energy_j - a.energy_j, rel=1e-9)
+    f = 1.5
+    lo0, lo1 = (fused_stats(op, chip_at_clock(x, f), simulate) for x in (zero, one))
+    assert lo1.energy_j - lo0.energy_j == pytest.approx(
+        (b.energy_j - a.energy_j) * core_energy_scale(c, f), rel=1e-9)

@@ -44,3 +44,16 @@ def test_split_accumulator_costs_what_the_measured_pairs_do():
         if line.startswith("| measured, time × clock") or line.startswith("| diptych"):
             med[line.split("|")[1].strip()[:8]] = float(line.split("|")[2].split()[0])
     assert med["diptych "] == pytest.approx(med["measured"], abs=0.01)
+
+
+@pytest.mark.parametrize("case", ["llama-3-8b TP1", "grok-1 TP4"])
+def test_fused_attention_draws_the_measured_power(case):
+    """``[attention] pj_per_mac`` is set on cuDNN's Llama-3-70B kernel; the other two 8k-token
+    cuDNN kernels, each at the clock the GH100 held it at, draw their measured power within
+    8 %."""
+    import json
+    att = json.loads((vm.DATA / "attention_power.json").read_text())["attention_power"]
+    m = next(a for a in att if a["case"] == case and a["backend"] == "cudnn")
+    w, _ = vm.attention_power_w(load_chip("h100"), m["seq"], m["q_heads"],
+                                m["sm_mhz_mean"] / 1e3)
+    assert w == pytest.approx(m["energy_power_w"], rel=0.08)
