@@ -48,8 +48,10 @@ def rows() -> list[tuple[float, str]]:
     for dt in ("bf16", "fp8"):
         st = simulate(Gemm(name="g", m=8192, k=8192, n=8192, a_dtype=dt, b_dtype=dt,
                            c_dtype="bf16"), chip)
+        tf, f = capped_tflops(chip, 8192, 8192, 8192, dt, chip.tdp_w)
         out.append((st.energy_j / st.seconds,
-                    f"{2 * 8192 ** 3 / st.seconds / 1e12:.0f} TFLOPS at 1.83 GHz"))
+                    f"{2 * 8192 ** 3 / st.seconds / 1e12:.0f} TFLOPS at 1.83 GHz; held to "
+                    f"{chip.tdp_w:.0f} W: {tf:.0f} TFLOPS at {f:.2f} GHz"))
     st = simulate(VectorOp(name="copy", kind="copy", elements=2 ** 29, ops_per_element=0.0,
                            read_bytes=2.0 ** 30, write_bytes=2.0 ** 30), chip)
     out.append((st.energy_j / st.seconds, f"{2 ** 31 / st.seconds / 1e12:.2f} TB/s"))

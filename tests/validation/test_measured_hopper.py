@@ -57,3 +57,19 @@ def test_fused_attention_draws_the_measured_power(case):
     w, _ = vm.attention_power_w(load_chip("h100"), m["seq"], m["q_heads"],
                                 m["sm_mhz_mean"] / 1e3)
     assert w == pytest.approx(m["energy_power_w"], rel=0.08)
+
+
+def test_the_h100_energies_are_what_the_calibration_gives():
+    """arch/chips/h100.toml's [energy] and [attention] energies are the ones
+    benchmarks/calibrate_h100_power.py solves from the measurements on this engine (to the
+    digits the preset carries): a change to the engine that moves a GEMM's, a GEMV's or the
+    attention kernel's time or energy must recalibrate them, not leave them stale."""
+    import calibrate_h100_power as cal
+
+    _, got = cal.calibrate()
+    want = load_chip("h100")
+    assert got.energy.pj_per_dram_bit == pytest.approx(want.energy.pj_per_dram_bit, abs=0.011)
+    for dt in ("int8", "fp8", "bf16", "fp16", "fp32"):
+        assert getattr(got.energy.pj_per_mac, dt) == pytest.approx(
+            getattr(want.energy.pj_per_mac, dt), abs=0.0011), dt
+    assert got.attention.pj_per_mac == pytest.approx(want.attention.pj_per_mac, abs=0.011)
