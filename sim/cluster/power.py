@@ -13,12 +13,14 @@ lower clock (:func:`~diptych.arch.power.chip_at_clock`: the core's energies per 
 1. the first clock assumes the busy power is core power above the static floor scaling as
    ``f·V(f)²`` (:func:`~diptych.arch.power.sustained_clock`); DRAM and links do not slow
    down with the clock, so that guess is too high and the step is still above the TDP;
-2. each further clock is the secant through the last two (clock, power) points, at least
-   0.1 % below the last, never below ``min_clock_ghz``, until one is within the TDP (+0.1 %);
-3. a clock within the TDP whose busy power is more than :data:`SETTLE` below it (the secant
-   overshot) is refined by the secant between it and the lowest clock above the TDP, kept
-   inside that bracket, up to :data:`MAX_PASSES` re-runs in all; the highest clock within
-   the TDP is the one reported.
+2. each further clock solves the busy power on a two-term model fitted to the nominal step
+   and the latest re-run (:func:`_fitted_clock`: the core's share scaling as ``f·V(f)²``,
+   DRAM and links as ``f``, aiming at the middle of the :data:`SETTLE` band under the TDP;
+   the secant through the last two points where the fit is degenerate), at least 0.1 %
+   below the last clock, never below ``min_clock_ghz``, until one is within the TDP (+0.1 %);
+3. a clock within the TDP whose busy power is more than :data:`SETTLE` below it is refined
+   the same way inside the bracket it forms with the lowest clock above the TDP, up to
+   :data:`MAX_PASSES` re-runs in all; the highest clock within the TDP is the one reported.
 
 Every chip of the step runs at that clock (the pipeline waits for its slowest stage; a colder
 stage gains nothing from its own higher clock but the energy, not modelled). MFU and HFU stay
@@ -61,6 +63,46 @@ def _report(res, chip, clock_ghz: float, hot_w: float, passes: int, note: str):
                                warnings=list(res.warnings) + [note])
 
 
+def _fitted_clock(chip, pts: list, target_w: float, f_min: float) -> float | None:
+    """The clock at which the busy power reaches ``target_w`` on a two-term model fitted to
+    the nominal point and the latest re-run (``pts``: (clock GHz, busy W), nominal first):
+    ``P(f) = static + C·(f/f0)·(V(f)/V(f0))² + I·(f/f0)``, the core's energies at V² and its
+    pace, the DRAM and links at the pace only (:func:`~diptych.arch.power.power_at`'s
+    terms), C and I the two points' solution. None when the fit is degenerate (a negative
+    term, the two points at one clock) or the target lies below ``f_min``."""
+    (f0, p0), (f1, p1) = pts[0], pts[-1]
+    if f1 >= f0:
+        return None
+    t = power_table(chip)
+    v0 = t.volts(f0)
+
+    def g(f):
+        return f / f0 * (t.volts(f) / v0) ** 2
+
+    static = chip.energy.static_w
+    h1, g1 = f1 / f0, g(f1)
+    if g1 == h1:
+        return None
+    core = ((p1 - static) - (p0 - static) * h1) / (g1 - h1)
+    io = p0 - static - core
+    if core <= 0 or io < 0:
+        return None
+
+    def power(f):
+        return static + core * g(f) + io * f / f0
+
+    if power(f_min) > target_w:
+        return None
+    lo, hi = f_min, f0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if power(mid) > target_w:
+            hi = mid
+        else:
+            lo = mid
+    return lo
+
+
 def limit_step_power(res, chip, rerun: Callable):
     """``res`` (a cluster step at ``chip``'s nominal clock) at the clock its hottest stage can
     sustain within the TDP (module docstring); ``rerun(chip_at_clock)`` runs the same step on
@@ -90,18 +132,23 @@ def limit_step_power(res, chip, rerun: Callable):
             best = (f, p, cur, n)
         if best is not None and best[1] >= tdp * (1 - SETTLE):
             break
+        if best is None and f <= f_min * (1 + 1e-9):
+            break
+        model = _fitted_clock(chip, pts, tdp * (1 - SETTLE / 2), f_min)
         if best is None:
-            if f <= f_min * (1 + 1e-9):
-                break
             (f1, p1), (f2, p2) = pts[-2], pts[-1]
             f = f2 + (tdp - p2) * (f2 - f1) / (p2 - p1) if p2 != p1 else f2 * 0.98
+            if model is not None:
+                f = model
         else:
-            # bracketed: the secant between the best clock within the TDP and the lowest
-            # clock above it, kept strictly inside the bracket
+            # bracketed between the best clock within the TDP and the lowest clock above it:
+            # the fitted clock (else the secant), kept strictly inside the bracket
             f_hi, p_hi = min((q for q in pts if q[1] > tdp * (1 + TDP_TOLERANCE)),
                              key=lambda q: q[0])
             f_lo, p_lo = best[0], best[1]
             f = f_lo + (tdp - p_lo) * (f_hi - f_lo) / (p_hi - p_lo) if p_hi != p_lo else f_lo
+            if model is not None:
+                f = model
             f = min(max(f, f_lo + 0.1 * (f_hi - f_lo)), f_hi - 0.1 * (f_hi - f_lo))
     if best is not None:
         f, p, cur, n = best
