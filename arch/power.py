@@ -113,8 +113,9 @@ def sustained_clock(chip: "Chip", energy_j: float, seconds: float, *,
 
 def chip_at_clock(chip: "Chip", clock_ghz: float) -> "Chip":
     """``chip`` run at ``clock_ghz`` (≤ its clock): the core domain's energies per event (MACs,
-    the fused attention kernels' extra energy per MAC, SRAM bytes, vector ops) scaled by ``(V(clock)/V(chip.clock))²`` and no ``[power]`` table
-    (the chip a power-limited step re-runs on). DRAM, link and static figures stay; so does
+    the fused attention kernels' extra energy per MAC, SRAM bytes, vector ops) scaled by
+    ``(V(clock)/V(chip.clock))²`` and no ``[power]`` table (the chip a power-limited step
+    re-runs on). DRAM, link and static figures stay; so does
     a ``[noc]`` table's energy per byte [assumption: a small share, slightly overstating the
     power of the slowed chip]. Raises ValueError for a clock above the chip's or not > 0."""
     if not 0.0 < clock_ghz <= chip.clock_ghz * (1 + 1e-12):

@@ -30,19 +30,14 @@ place of HBM3; docs/validation-published.md, "Measured on Hopper") and what each
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 import sys
-from pathlib import Path
 
-from validate_measured_hopper import attention_power_w
+from validate_measured_hopper import attention_power_w, gemv_pj_per_bit, load
 from validate_power import capped_tflops
 
 from diptych.arch import load_chip
-from diptych.sim.api import simulate
-from diptych.workloads.ops import Gemm
 
-DATA = Path(__file__).parent / "gpu" / "h200-2026-12-04"
 #: the MAC datapath energies (pJ) of the h100 ``[energy]`` comment (TPUv4i Table 2 × 0.7)
 DATAPATH = {"int8": 0.07, "fp8": 0.14, "bf16": 0.41, "fp16": 0.50, "fp32": 1.18}
 SHAPE = 8192
@@ -51,11 +46,11 @@ ATTENTION_CASE = "llama-3-70b TP4"
 
 
 def measured() -> dict:
-    """The calibration targets read from :data:`DATA`."""
-    gem = json.loads((DATA / "gemms.json").read_text())
-    sus = json.loads((DATA / "sustain.json").read_text())
-    acc = json.loads((DATA / "accum_power.json").read_text())
-    st = json.loads((DATA / "stream_power.json").read_text())
+    """The calibration targets read from :data:`validate_measured_hopper.DATA`."""
+    gem = load("gemms.json")
+    sus = load("sustain.json")
+    acc = load("accum_power.json")
+    st = load("stream_power.json")
     idle = gem["meta"]["idle"]["energy_power_w"]
     gemv = st["gemv_b1_8gib"]
     out = {"idle_w": idle, "tdp_w": gem["meta"]["power_limit_w"],
@@ -66,7 +61,7 @@ def measured() -> dict:
                                       if b["dtype"] == dt and b["m"] == b["n"] == SHAPE]
         out[f"{dt}_tflops"] = statistics.fmean(runs)
         out[f"{dt}_runs"] = runs
-    att = json.loads((DATA / "attention_power.json").read_text())["attention_power"]
+    att = load("attention_power.json")["attention_power"]
     out["attention"] = next(a for a in att if a["backend"] == "cudnn"
                             and a["case"] == ATTENTION_CASE)
     return out
@@ -81,12 +76,6 @@ def macs_table(chip, bf16: float, fp8: float) -> dict:
     table = {"int8": DATAPATH["int8"] + d8, "fp8": fp8, "bf16": bf16,
              "fp16": DATAPATH["fp16"] + d16, "fp32": DATAPATH["fp32"] + 2 * d16}
     return dataclasses.replace(chip.energy.pj_per_mac, **{k: round(v, 3) for k, v in table.items()})
-
-
-def gemv_pj_per_bit(chip) -> float:
-    """diptych's dynamic energy per DRAM bit of the measured GEMV's shape on ``chip``."""
-    st = simulate(Gemm(name="gemv", m=1, k=32768, n=131072), chip)
-    return (st.energy_j - chip.energy.static_w * st.seconds) / (st.dram_bytes * 8) * 1e12
 
 
 def bisect(f, lo: float, hi: float, target: float, rising: bool = True, n: int = 50) -> float:

@@ -133,6 +133,18 @@ def unmasked(op: FusedAttention, seq: int) -> FusedAttention:
     return dataclasses.replace(op, parts=tuple(parts), calls=calls)
 
 
+def kernel_calls(batch: int, seq: int, causal: bool = True, *, heads: int = HEADS,
+                 kv_heads: int | None = None) -> tuple[FusedAttention, FusedAttention]:
+    """(forward, backward) fused attention records of one kernel call of ``batch`` sequences
+    of ``seq`` tokens, ``heads`` query heads (``kv_heads`` KV heads) of 128, causal or not."""
+    w = train_forward(attention_model(seq, heads, kv_heads), batch, seq)
+    fwd = next(o for b in w.blocks for o in b.ops if isinstance(o, FusedAttention))
+    if not causal:
+        fwd = unmasked(fwd, seq)
+    p = Precision()
+    return fwd, fused_backward(fwd, lambda o: backward_ops(o, p))
+
+
 def kernel_tflops(batch: int, seq: int, causal: bool, *, heads: int = HEADS,
                   kv_heads: int | None = None, chip: str = "h100", clock_ghz: float | None = None,
                   kernel: str = "default") -> tuple[float, float]:
@@ -146,12 +158,7 @@ def kernel_tflops(batch: int, seq: int, causal: bool, *, heads: int = HEADS,
         c = dataclasses.replace(c, attention=c.attention_fa2)
     if clock_ghz is not None:
         c = dataclasses.replace(c, clock_ghz=clock_ghz)
-    w = train_forward(attention_model(seq, heads, kv_heads), batch, seq)
-    fwd = next(o for b in w.blocks for o in b.ops if isinstance(o, FusedAttention))
-    if not causal:
-        fwd = unmasked(fwd, seq)
-    p = Precision()
-    bwd = fused_backward(fwd, lambda o: backward_ops(o, p))
+    fwd, bwd = kernel_calls(batch, seq, causal, heads=heads, kv_heads=kv_heads)
     flops = 4 * batch * seq * seq * heads * HEAD_DIM / (2 if causal else 1)
     return (flops / fused_stats(fwd, c, simulate).seconds / 1e12,
             2.5 * flops / fused_stats(bwd, c, simulate).seconds / 1e12)

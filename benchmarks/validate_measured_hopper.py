@@ -19,24 +19,35 @@ curve), what a GEMM run back to back sustains; the measured clock is NVML's.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
 from pathlib import Path
 
-from validate_attention import kernel_tflops
+from validate_attention import kernel_calls, kernel_tflops
 from validate_power import capped_tflops
 from validate_split_accumulator import slowdowns
 
 from diptych.arch import load_chip
+from diptych.arch.power import chip_at_clock
 from diptych.sim.api import simulate
+from diptych.sim.run.attention import fused_stats
 from diptych.workloads.ops import Gemm
 
 DATA = Path(__file__).parent / "gpu" / "h200-2026-12-04"
 
 
-def _load(name: str):
+def load(name: str):
+    """One measurement file of :data:`DATA`, parsed."""
     return json.loads((DATA / name).read_text())
+
+
+def gemv_pj_per_bit(chip) -> float:
+    """diptych's dynamic energy (above ``static_w``) per DRAM bit of the measured GEMV's shape
+    on ``chip`` (a BF16 8 GiB matrix times a vector)."""
+    st = simulate(Gemm(name="gemv", m=1, k=32768, n=131072), chip)
+    return (st.energy_j - chip.energy.static_w * st.seconds) / (st.dram_bytes * 8) * 1e12
 
 
 def _q(xs) -> str:
@@ -49,12 +60,12 @@ def gemm_rows(chip) -> list[dict]:
     """Per measured GEMM (BF16 all kinds; FP8 with fast accumulation, from the pairs): the
     measured and diptych's sustained TFLOPS."""
     out = []
-    for g in _load("gemms.json")["gemms"]:
+    for g in load("gemms.json")["gemms"]:
         if g["dtype"] != "bf16" or "tflops" not in g or g["n"] % 16:
             continue        # (GPT-3's unpadded 12,565-wide head: a cuBLAS fallback kernel)
         tf, f = capped_tflops(chip, g["m"], g["n"], g["k"], "bf16", chip.tdp_w)
         out.append(dict(g, diptych=tf, diptych_ghz=f))
-    for w in _load("accum_power.json")["fast_accum"]:
+    for w in load("accum_power.json")["fast_accum"]:
         fast = w["fast"]
         flops = 2 * w["m"] * w["n"] * w["k"]
         tf, f = capped_tflops(chip, w["m"], w["n"], w["k"], "fp8", chip.tdp_w)
@@ -78,7 +89,7 @@ def gemm_table(chip, full: bool = False) -> str:
                      f"{statistics.median(r['sm_mhz_mean'] for r in rs) / 1e3:.2f} GHz | "
                      f"{_q([r['diptych'] / r['tflops'] for r in rs])} | "
                      f"{statistics.median(r['diptych_ghz'] for r in rs):.2f} GHz |")
-    sus = _load("sustain.json")
+    sus = load("sustain.json")
     for dt in ("bf16", "fp8"):
         tf, f = capped_tflops(chip, 8192, 8192, 8192, dt, chip.tdp_w)
         s = sus[dt]
@@ -96,7 +107,7 @@ def gemm_table(chip, full: bool = False) -> str:
 
 
 def accum_table(chip) -> str:
-    d = _load("accum_power.json")["fast_accum"]
+    d = load("accum_power.json")["fast_accum"]
     shapes = [(w["m"], w["k"], w["n"]) for w in d]
     cyc = [w["split"]["seconds_per_iter"] * w["split"]["sm_mhz_mean"]
            / (w["fast"]["seconds_per_iter"] * w["fast"]["sm_mhz_mean"]) for w in d]
@@ -110,10 +121,10 @@ def accum_table(chip) -> str:
 
 
 def stream_table(chip) -> str:
-    idle = _load("gemms.json")["meta"]["idle"]["energy_power_w"]
-    st = _load("stream_power.json")
+    idle = load("gemms.json")["meta"]["idle"]["energy_power_w"]
+    st = load("stream_power.json")
     g = simulate(Gemm(name="gemv", m=1, k=32768, n=131072), chip)
-    dip = (g.energy_j - chip.energy.static_w * g.seconds) / (g.dram_bytes * 8) * 1e12
+    dip = gemv_pj_per_bit(chip)
     lines = ["| HBM streaming (8 GiB) | TB/s | board W | clock | pJ per bit above idle |",
              "|---|---|---|---|---|"]
     for name, r in st.items():
@@ -132,29 +143,18 @@ def attention_power_w(chip, seq: int, heads: int, clock_ghz: float, kernel: str 
     ``chip`` run at ``clock_ghz`` (:func:`~diptych.arch.power.chip_at_clock`), ``heads``
     heads of 128 (MHA), ``seq`` tokens, batch 1; ``kernel`` ``"fa2"``: the chip's
     ``[attention_fa2]``. FLOPs as FlashAttention's benchmark counts them (3.5 × forward)."""
-    import dataclasses
-
-    from diptych.arch.power import chip_at_clock
-    from diptych.sim.run.attention import fused_stats
-    from diptych.workloads.fused_attention import FusedAttention, fused_backward
-    from diptych.workloads.precision import Precision
-    from diptych.workloads.train import backward_ops, train_forward
-    from validate_attention import attention_model
-
     c = dataclasses.replace(chip, attention=chip.attention_fa2) if kernel == "fa2" else chip
     c = chip_at_clock(c, min(clock_ghz, c.clock_ghz))
-    w = train_forward(attention_model(seq, heads), 1, seq)
-    fwd = next(o for b in w.blocks for o in b.ops if isinstance(o, FusedAttention))
-    bwd = fused_backward(fwd, lambda o: backward_ops(o, Precision()))
+    fwd, bwd = kernel_calls(1, seq, heads=heads)
     a, b = fused_stats(fwd, c, simulate), fused_stats(bwd, c, simulate)
     t = a.seconds + b.seconds
     return (a.energy_j + b.energy_j) / t, 3.5 * 4 * heads * seq * seq * 128 / 2 / t / 1e12
 
 
 def attention_table(chip) -> str:
-    rate = {(a["case"], a["backend"]): a for a in _load("attention.json")["attention"]}
+    rate = {(a["case"], a["backend"]): a for a in load("attention.json")["attention"]}
     pw = {(a["case"], a["backend"]): a for a in
-          _load("attention_power.json")["attention_power"]}
+          load("attention_power.json")["attention_power"]}
     lines = ["| causal attention, BF16, hdim 128 (GQA expanded) | kernel | fwd TFLOPS: measured, "
              "diptych | bwd TFLOPS: measured, diptych | fwd+bwd back to back: measured W at "
              "its clock; diptych W at that clock |",

@@ -34,7 +34,8 @@ import dataclasses
 import warnings as _warnings
 from typing import Callable
 
-from ...arch.power import TDP_TOLERANCE, chip_at_clock, power_table, sustained_clock
+from ...arch.power import (TDP_TOLERANCE, PowerSplit, chip_at_clock, core_energy_scale,
+                           power_table, sustained_clock)
 
 #: Re-runs of the step at most (each is a whole step at a new clock).
 MAX_PASSES = 6
@@ -63,44 +64,30 @@ def _report(res, chip, clock_ghz: float, hot_w: float, passes: int, note: str):
                                warnings=list(res.warnings) + [note])
 
 
-def _fitted_clock(chip, pts: list, target_w: float, f_min: float) -> float | None:
+def _fitted_clock(chip, pts: list, target_w: float) -> float | None:
     """The clock at which the busy power reaches ``target_w`` on a two-term model fitted to
-    the nominal point and the latest re-run (``pts``: (clock GHz, busy W), nominal first):
-    ``P(f) = static + C·(f/f0)·(V(f)/V(f0))² + I·(f/f0)``, the core's energies at V² and its
-    pace, the DRAM and links at the pace only (:func:`~diptych.arch.power.power_at`'s
-    terms), C and I the two points' solution. None when the fit is degenerate (a negative
-    term, the two points at one clock) or the target lies below ``f_min``."""
+    the nominal point and the latest re-run (``pts``: (clock GHz, busy W), the nominal clock
+    first): :func:`~diptych.arch.power.power_at` of a :class:`~diptych.arch.power.PowerSplit`
+    whose core and I/O watts are the two points' solution, solved by
+    :func:`~diptych.arch.power.sustained_clock`. None when the fit is degenerate (a negative
+    term, the two points at one clock) or the target lies below ``min_clock_ghz``."""
     (f0, p0), (f1, p1) = pts[0], pts[-1]
     if f1 >= f0:
         return None
-    t = power_table(chip)
-    v0 = t.volts(f0)
-
-    def g(f):
-        return f / f0 * (t.volts(f) / v0) ** 2
-
-    static = chip.energy.static_w
-    h1, g1 = f1 / f0, g(f1)
-    if g1 == h1:
+    pace = f1 / f0
+    core_pace = core_energy_scale(chip, f1) * pace
+    if core_pace == pace:
         return None
-    core = ((p1 - static) - (p0 - static) * h1) / (g1 - h1)
+    static = chip.energy.static_w
+    core = ((p1 - static) - (p0 - static) * pace) / (core_pace - pace)
     io = p0 - static - core
     if core <= 0 or io < 0:
         return None
-
-    def power(f):
-        return static + core * g(f) + io * f / f0
-
-    if power(f_min) > target_w:
+    try:
+        return sustained_clock(dataclasses.replace(chip, tdp_w=target_w), 0.0, 1.0,
+                               split=PowerSplit(core, io, static))
+    except ValueError:
         return None
-    lo, hi = f_min, f0
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if power(mid) > target_w:
-            hi = mid
-        else:
-            lo = mid
-    return lo
 
 
 def limit_step_power(res, chip, rerun: Callable):
@@ -134,7 +121,7 @@ def limit_step_power(res, chip, rerun: Callable):
             break
         if best is None and f <= f_min * (1 + 1e-9):
             break
-        model = _fitted_clock(chip, pts, tdp * (1 - SETTLE / 2), f_min)
+        model = _fitted_clock(chip, pts, tdp * (1 - SETTLE / 2))
         if best is None:
             (f1, p1), (f2, p2) = pts[-2], pts[-1]
             f = f2 + (tdp - p2) * (f2 - f1) / (p2 - p1) if p2 != p1 else f2 * 0.98

@@ -329,18 +329,6 @@ def test_unmasked_record_holds_every_score():
     assert (full.read_bytes, full.write_bytes) == (op.read_bytes, op.write_bytes)
 
 
-def _llama_attention(seq: int = 4096, heads: int = 16):
-    from diptych.workloads.config import model_from_hf
-    from diptych.workloads.train import train_forward
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-           "hidden_size": heads * 128, "intermediate_size": 4 * heads * 128,
-           "num_attention_heads": heads, "num_key_value_heads": heads,
-           "num_hidden_layers": 1, "vocab_size": 32000, "max_position_embeddings": seq,
-           "hidden_act": "silu"}
-    w = train_forward(model_from_hf(cfg, name=f"attn-energy-{heads}-{seq}"), 1, seq)
-    return next(o for b in w.blocks for o in b.ops if isinstance(o, FusedAttention))
-
-
 def test_the_kernels_energy_per_mac_adds_per_tile_mac_and_takes_no_time():
     """``[attention] pj_per_mac`` adds that energy per MAC of the products the tiles compute
     (whole key blocks: the parts' MACs × the tile rule's work scale), and nothing to the time;
@@ -350,7 +338,9 @@ def test_the_kernels_energy_per_mac_adds_per_tile_mac_and_takes_no_time():
     from diptych.sim.run.attention import fused_stats
     from diptych.sim.run.attention_tiles import tile_shaped_parts, work_scale
 
-    op = _llama_attention()
+    import validate_attention as va
+
+    op, _ = va.kernel_calls(1, 4096)
     c = load_chip("h100")
     zero = dataclasses.replace(c, attention=dataclasses.replace(c.attention, pj_per_mac=0.0))
     one = dataclasses.replace(c, attention=dataclasses.replace(c.attention, pj_per_mac=1.0))

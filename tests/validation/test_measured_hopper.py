@@ -51,8 +51,7 @@ def test_fused_attention_draws_the_measured_power(case):
     """``[attention] pj_per_mac`` is set on cuDNN's Llama-3-70B kernel; the other two 8k-token
     cuDNN kernels, each at the clock the GH100 held it at, draw their measured power within
     8 %."""
-    import json
-    att = json.loads((vm.DATA / "attention_power.json").read_text())["attention_power"]
+    att = vm.load("attention_power.json")["attention_power"]
     m = next(a for a in att if a["case"] == case and a["backend"] == "cudnn")
     w, _ = vm.attention_power_w(load_chip("h100"), m["seq"], m["q_heads"],
                                 m["sm_mhz_mean"] / 1e3)
