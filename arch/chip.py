@@ -49,6 +49,11 @@ TIER_ATTACH: tuple[str, ...] = ("package", "cxl", "pcie", "c2c")
 #: (``issue``, and every node, collectives and transfers included, dispatched in issue order
 #: from one hardware queue: ``CUDA_DEVICE_MAX_CONNECTIONS=1``).
 KERNEL_ORDERS: tuple[str, ...] = ("dataflow", "issue", "one_queue")
+#: How a fused attention kernel's tiles reach the cores (``[attention] dispatch``):
+#: ``balanced`` (spread evenly, the rule's bounds: mean load, longest tile, waves) or ``grid``
+#: (a GPU's hardware block scheduler: one tile per core at a time, handed out in the launch
+#: grid's order to whichever core frees first; sim/run/attention_tiles.py).
+TILE_DISPATCH: tuple[str, ...] = ("balanced", "grid")
 #: The fastest data rate per pin (Gb/s) a part of each DRAM kind is specified or shipped at:
 #: a faster one is a typo or another kind (issue 23 item 6). [S] HBM2 2.4 (Samsung Aquabolt;
 #: JESD235A says 2.0), HBM2E 3.6 (SK hynix), HBM3 6.4 (JESD238), HBM3E 9.8 (Samsung, SK hynix
@@ -880,6 +885,13 @@ class AttentionKernel:
                          "backward; workloads/dropout.py); 0: free or unmeasured",
         **bound(0.001, 10.0, "a share of the kernel's time: a thousandth is below any "
                 "measured cost, ten times the kernel far above", zero=True))
+    dispatch: str = f(
+        default="balanced", choices=TILE_DISPATCH,
+        doc="how the tiles reach the cores: balanced (spread evenly: the time is the mean "
+            "load, the longest tile or the waves of the shortest) or grid (the hardware "
+            "block scheduler hands them out in launch-grid order, query tile fastest, then "
+            "sequence, then head, to whichever core frees first; the backward's key blocks "
+            "longest first)")
     pj_per_mac: float = f(
         default=0.0, doc="energy per MAC of the kernel's matrix products beyond the chip's "
                          "[energy] pj_per_mac, in pJ at the nominal clock (what a block's "

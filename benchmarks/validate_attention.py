@@ -7,8 +7,9 @@ The published setup (Shah et al., "FlashAttention-3", arXiv 2407.08608, Figs. 5-
 SXM5, BF16; the same sizes in pytorch/benchmark PR #2391): batch × sequence = 16k tokens,
 hidden 2048 = 16 heads of 128, sequence 512 to 16k. FLOPs as FlashAttention's benchmark counts
 them: forward 4·b·s²·h·d, halved under a causal mask; backward 2.5 × forward (the recomputed
-QKᵀ included). diptych's figure: one layer of such a model trained (`run_workload`, the
-`attention (fused)` record and its `.bwd`), its time at the nominal clock, those FLOPs over it.
+QKᵀ included). diptych's figure: one kernel call of the benchmark's batch (:func:`kernel_tflops`),
+its time at the nominal clock, those FLOPs over it (a training run at micro-batch 1 calls the
+kernel once per sequence, a smaller grid: :func:`diptych_tflops`).
 The published forward rows are causal (what an LLM trains with); the backward figure is the
 paper's only backward panel for head dim 128, which does not say causal (non-causal, as the
 paper's forward panels without "causal" in the title): diptych's backward column is that shape
@@ -183,8 +184,9 @@ def diptych_tflops(seq: int, chip: str = "h100", kernel: str = "default"
 
 def table(chip: str = "h100", kernel: str = "default") -> str:
     """The Markdown table: per sequence length, diptych's and the published TFLOPS (the
-    forward causal, a training run's record; the backward without a mask, one kernel call,
-    as the paper's panel, and diptych's causal backward beside it); with ``kernel="fa2"``
+    forward causal and the backward without a mask, each one kernel call of the batch, as the
+    paper's panels, and diptych's causal backward beside it; a training run's records, one
+    sequence per call at micro-batch 1, are :func:`diptych_tflops`); with ``kernel="fa2"``
     diptych runs the chip's FlashAttention-2 table and the ratios are to the FA2 column (its
     calibration), not cuDNN's and FA3's."""
     if kernel == "fa2":
@@ -195,7 +197,7 @@ def table(chip: str = "h100", kernel: str = "default") -> str:
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
     body = []
     for i, s in enumerate(SEQS):
-        f, bc = diptych_tflops(s, chip, kernel)
+        f, bc = kernel_tflops(TOKENS // s, s, True, chip=chip, kernel=kernel)
         _, b = kernel_tflops(TOKENS // s, s, False, chip=chip, kernel=kernel)
         ff = [FWD_CAUSAL[k][i] for k in FWD_CAUSAL]
         bb = [BWD[k][i] for k in BWD]
@@ -212,7 +214,7 @@ def _fa2_table(chip: str) -> str:
             "| ratio | bwd causal: diptych (fa2) |\n|---|---|---|---|---|---|---|---|\n")
     body = []
     for i, s in enumerate(SEQS):
-        f, bc = diptych_tflops(s, chip, "fa2")
+        f, bc = kernel_tflops(TOKENS // s, s, True, chip=chip, kernel="fa2")
         _, b = kernel_tflops(TOKENS // s, s, False, chip=chip, kernel="fa2")
         ff, bb = FWD_CAUSAL["FlashAttention-2"][i], BWD["FlashAttention-2"][i]
         body.append(f"| {s} | {f:.0f} | {ff} | {f / ff:.2f} | {b:.0f} | {bb} | {b / bb:.2f} | "

@@ -42,6 +42,7 @@ side is unchanged (:func:`~diptych.sim.run.attention.fused_stats` takes the larg
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 
@@ -81,18 +82,24 @@ def _visible(call: AttnCall, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.maximum(lo, k0), hi
 
 
-def call_blocks(call: AttnCall, block_q: int, block_k: int) -> Blocks:
-    """The tiling of ``call`` for one head (see :class:`Blocks`): each tile visits every key
-    block from the one holding its first row's lowest visible key to the one holding its
-    last row's highest (the visible range only grows with the position)."""
+def tile_blocks(call: AttnCall, block_q: int, block_k: int) -> np.ndarray:
+    """Key blocks each query tile of ``call`` visits (one head), in query order: every block
+    from the one holding its first row's lowest visible key to the one holding its last
+    row's highest (the visible range only grows with the position)."""
     tiles = math.ceil(call.q_len / block_q)
     j = np.arange(tiles, dtype=np.int64)
     first = call.past + j * block_q
     last = call.past + np.minimum((j + 1) * block_q, call.q_len) - 1
     lo, _ = _visible(call, first)
     _, hi = _visible(call, last)
-    nb = np.where(hi >= lo, (hi - call.kv_start) // block_k - (lo - call.kv_start) // block_k
-                  + 1, 0)
+    return np.where(hi >= lo, (hi - call.kv_start) // block_k - (lo - call.kv_start) // block_k
+                    + 1, 0)
+
+
+def call_blocks(call: AttnCall, block_q: int, block_k: int) -> Blocks:
+    """The tiling of ``call`` for one head (see :class:`Blocks`, :func:`tile_blocks`)."""
+    nb = tile_blocks(call, block_q, block_k)
+    tiles = len(nb)
     rows = call.past + np.arange(call.q_len, dtype=np.int64)
     rlo, rhi = _visible(call, rows)
     return Blocks(tiles=tiles, pairs=int(nb.sum()), longest=int(nb.max(initial=0)),
@@ -210,7 +217,36 @@ def tiled_compute_seconds(op: FusedAttention, chip, part_stats, compute_seconds)
     # waves of the shortest (exact for equal tiles)
     pair = work * cores / pairs
     ov = overhead / clock
-    t = max(work + tiles * ov / cores, longest * pair + ov,
-            math.ceil(tiles / cores) * (shortest * pair + ov))
+    if at.dispatch == "grid":
+        t = grid_makespan(op, chip, pair, ov, reverse=bwd)
+    else:
+        t = max(work + tiles * ov / cores, longest * pair + ov,
+                math.ceil(tiles / cores) * (shortest * pair + ov))
     # a kernel that drops probabilities draws its mask inside, at its measured cost
     return t * (1.0 + at.dropout_cost) if dropout.TAG in op.tags else t
+
+
+def grid_makespan(op: FusedAttention, chip, pair_s: float, tile_s: float, *,
+                  reverse: bool = False) -> float:
+    """Seconds until the last core finishes ``op``'s tiles handed out as a GPU's hardware
+    block scheduler hands out a grid of one tile per block (``[attention] dispatch =
+    "grid"``): in launch order, query tile fastest, then call (sequence), then head
+    (FlashAttention-2's forward grid ``(m_block, batch, head)`` [S: Dao-AILab/flash-attention
+    csrc/flash_attn/src/flash_fwd_launch_template.h, ``dim3 grid(num_m_block, params.b,
+    params.h)``; flash_fwd_kernel.h ``m_block = blockIdx.x``]), each to whichever core frees
+    first; a tile of ``n`` key blocks holds its core ``n·pair_s + tile_s``. ``reverse``: each
+    call's tiles longest first (the backward kernels' grid is over key blocks, ``(n_block,
+    batch, head)``, and under a causal mask the first key block is the longest; diptych
+    keeps the forward's query tiles and reverses their order). Greedy list scheduling, the
+    core loads kept in a heap."""
+    at = chip.attention
+    head: list[float] = []
+    for c in op.calls:
+        nb = tile_blocks(c, at.block_q, at.block_k)
+        head.extend((nb[::-1] if reverse else nb).tolist())
+    times = [n * pair_s + tile_s for n in head]
+    loads = [0.0] * chip.tensor_cores
+    for _ in range(op.groups):
+        for t in times:
+            heapq.heapreplace(loads, loads[0] + t)
+    return max(loads)
