@@ -33,10 +33,13 @@ from that (Shah et al., FlashAttention-3, arXiv 2407.08608, §3 and Figs. 5–6)
   kernels, so it is one measured fraction per kernel (docs/validation-published.md, "The
   causal backward").
 
-The cores share the tiles: the time is the largest of the mean load (the core work plus the
-tiles' fixed cost, over the cores), the longest tile on one core, and the waves of the
-shortest (exact when every tile is alike), the core work being the matrix products plus the
-softmax's unhidden share (all of it hidden, at 1: the larger of the two). The DRAM
+The cores share the tiles by the table's ``dispatch``: ``balanced``, the time is the largest
+of the mean load (the core work plus the tiles' fixed cost, over the cores), the longest tile
+on one core, and the waves of the shortest (exact when every tile is alike); ``grid``, as a
+GPU's block scheduler hands out a grid of one tile per block, in launch order to whichever
+core frees first (:func:`grid_makespan`: a small grid ends on a ragged round, its last and
+longest causal tiles running while other cores idle). The core work is the matrix products
+plus the softmax's unhidden share (all of it hidden, at 1: the larger of the two). The DRAM
 side is unchanged (:func:`~diptych.sim.run.attention.fused_stats` takes the larger).
 """
 
