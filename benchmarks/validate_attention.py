@@ -146,6 +146,12 @@ def kernel_calls(batch: int, seq: int, causal: bool = True, *, heads: int = HEAD
     return fwd, fused_backward(fwd, lambda o: backward_ops(o, p))
 
 
+def fwd_flops(batch: int, seq: int, causal: bool, heads: int = HEADS) -> float:
+    """A call's forward FLOPs as FlashAttention's benchmark counts them, ``4·b·s²·h·d``,
+    halved under a causal mask (its backward counts 2.5 times as many)."""
+    return 4 * batch * seq * seq * heads * HEAD_DIM / (2 if causal else 1)
+
+
 def kernel_tflops(batch: int, seq: int, causal: bool, *, heads: int = HEADS,
                   kv_heads: int | None = None, chip: str = "h100", clock_ghz: float | None = None,
                   kernel: str = "default") -> tuple[float, float]:
@@ -160,7 +166,7 @@ def kernel_tflops(batch: int, seq: int, causal: bool, *, heads: int = HEADS,
     if clock_ghz is not None:
         c = dataclasses.replace(c, clock_ghz=clock_ghz)
     fwd, bwd = kernel_calls(batch, seq, causal, heads=heads, kv_heads=kv_heads)
-    flops = 4 * batch * seq * seq * heads * HEAD_DIM / (2 if causal else 1)
+    flops = fwd_flops(batch, seq, causal, heads)
     return (flops / fused_stats(fwd, c, simulate).seconds / 1e12,
             2.5 * flops / fused_stats(bwd, c, simulate).seconds / 1e12)
 
@@ -178,7 +184,7 @@ def diptych_tflops(seq: int, chip: str = "h100", kernel: str = "default"
               if r["op"] == "attention (fused)")
     bwd = sum(r["seconds"] * r.get("repeat", 1) for r in res.layers
               if r["op"] == "attention (fused).bwd")
-    flops_fwd = 4 * batch * seq * seq * HEADS * HEAD_DIM / 2     # causal
+    flops_fwd = fwd_flops(batch, seq, True)
     return flops_fwd / fwd / 1e12, 2.5 * flops_fwd / bwd / 1e12
 
 
