@@ -715,11 +715,15 @@ class Overheads:
     """Fixed costs that no bandwidth or FLOP count explains (optional ``[overheads]`` table).
 
     ``op_launch_us``: issue cost of every op (a GPU kernel launch: the gap between dependent
-    kernels); ``step_sync_us``: once per program step (graph launch, host synchronisation,
-    hand-over of the sampled tokens); ``collective_launch_us``: per collective, on top of the
-    interconnect's per-hop latency. Absent, all are zero, so results without the table do not
-    move. The program scheduler (:mod:`diptych.sim.program`) charges them as their own
-    intervals; they are never folded into a bandwidth. ``serving_runtime``: the serving
+    kernels; an op that stands for several kernels pays it once per kernel,
+    workloads/host_work.py); ``step_sync_us``: once per program step (graph launch, host
+    synchronisation, hand-over of the sampled tokens); ``collective_launch_us``: per
+    collective, on top of the interconnect's per-hop latency; ``host_sync_us``: per host
+    synchronisation an op makes inside a step (a ``masked_select`` reading its size back:
+    workloads/host_work.py), the device idling until the host has launched the next
+    kernels. Absent, all are zero, so results without the table do not move. The program
+    scheduler (:mod:`diptych.sim.program`) charges them as their own intervals; they are
+    never folded into a bandwidth. ``serving_runtime``: the serving
     stack (:mod:`diptych.arch.runtime`, ``arch/runtimes/*.toml``) whose host costs ``diptych
     serve`` charges a deployment of this chip unless another is named; ``ideal`` (the
     default) charges none. ``kernel_order``: the order the program scheduler runs the chip's
@@ -739,6 +743,11 @@ class Overheads:
     collective_launch_us: float = f(default=0.0,
                                     doc="fixed cost per collective in microseconds",
                                     **bound(1e-4, 1000.0, FIXED_US, zero=True))
+    host_sync_us: float = f(default=0.0,
+                            doc="cost of one host synchronisation inside a step in "
+                                "microseconds (the device idles while the host, having "
+                                "waited for it, launches the next kernels)",
+                            **bound(1e-4, 1e5, FIXED_US, zero=True))
     serving_runtime: str = f(default="ideal",
                              doc="serving runtime profile a deployment runs by default (a "
                                  "name of arch/runtimes/*.toml)")
@@ -789,7 +798,10 @@ def _copy_fraction(what: str):
 
 #: :class:`ElementwiseKernels`' fields by what they rate: a vector-op kind's forward is the
 #: field of its name, its backward ``<name>_bwd``; a loss pass by implementation likewise.
-_RATED_KINDS = frozenset({"swiglu", "geglu"})
+_RATED_KINDS = frozenset({"swiglu", "geglu", "gelu"})
+#: The stem of the fields that rate a residual add that drops (Megatron's bias-dropout-add,
+#: tagged ``dropout``: workloads/dropout.py) and the dropout's own backward kernel.
+_DROPOUT_ADD = "dropout_add"
 _LOSS_FIELDS = {"fused": "cross_entropy", "unfused": "cross_entropy_unfused"}
 
 
@@ -804,7 +816,9 @@ class ElementwiseKernels:
     unchanged. 1 (the default): at the copy rate. Each fraction comes from kernel-level
     measurements of the stack's own kernel, or of its closest measured twin where the preset
     says so (cited where the preset sets it). Kinds: ``swiglu`` and ``geglu`` (the gated
-    activations, workloads/lower.py), the LM loss's passes by implementation."""
+    activations, workloads/lower.py), ``gelu``, a residual add that drops and the dropout's
+    backward kernel (``dropout_add``, workloads/dropout.py), the LM loss's passes by
+    implementation."""
 
     swiglu: float = f(default=1.0, doc="fraction of the copy rate a SwiGLU forward reaches",
                       **bound(0.01, 1.0, "1 = the copy rate; a kernel at under 1 % of its "
@@ -814,6 +828,10 @@ class ElementwiseKernels:
                           **bound(0.01, 1.0, "as swiglu"))
     geglu: float = _copy_fraction("a (tanh-)GeGLU forward")
     geglu_bwd: float = _copy_fraction("a GeGLU backward")
+    gelu: float = _copy_fraction("a (tanh-)GeLU forward (with its bias)")
+    gelu_bwd: float = _copy_fraction("a GeLU backward")
+    dropout_add: float = _copy_fraction("a residual add that drops (bias-dropout-add)")
+    dropout_add_bwd: float = _copy_fraction("the dropout's backward kernel")
     # the LM loss's passes (workloads/loss.py's bytes), by implementation and direction
     cross_entropy: float = _copy_fraction("the fused cross-entropy's forward passes")
     cross_entropy_bwd: float = _copy_fraction("the fused cross-entropy's backward")
@@ -821,12 +839,15 @@ class ElementwiseKernels:
     cross_entropy_unfused_bwd: float = _copy_fraction("the eager cross-entropy's backward "
                                                       "kernels")
 
-    def fraction(self, kind: str, backward: bool, loss: str | None = None) -> float:
+    def fraction(self, kind: str, backward: bool, loss: str | None = None,
+                 dropout: bool = False) -> float:
         """The fraction for a vector op of ``kind`` (its forward, or its ``backward``
         pass), or for a pass of the LM loss of implementation ``loss`` (``"fused"`` or
-        ``"unfused"``, workloads/loss.py: whatever its kind); 1 for a kind the table does
-        not list."""
-        stem = _LOSS_FIELDS.get(loss) or (kind if kind in _RATED_KINDS else None)
+        ``"unfused"``, workloads/loss.py: whatever its kind), or for an op that drops
+        (``dropout``: a bias-dropout-add forward, or the dropout's backward kernel); 1 for
+        a kind the table does not list."""
+        stem = (_LOSS_FIELDS.get(loss) or (_DROPOUT_ADD if dropout else None)
+                or (kind if kind in _RATED_KINDS else None))
         if stem is None:
             return 1.0
         return getattr(self, stem + "_bwd" if backward else stem)

@@ -105,10 +105,14 @@ GPT3_UB = "qkv_wgrad_cores=8,fc2_fprop_cores=20,fc2_dgrad_aggregate=1"
 #: workloads/lower.py ``alltoall_tp``); ``moe_grouped_gemm: false``
 #: (SequentialMLP: one GEMM pair per local expert; at EP 8 of 8 experts each rank holds one,
 #: the same single GEMM a grouped GEMM would run); ``moe_aux_loss_coeff: 0.01`` with
-#: Megatron-Core's default ``moe_router_load_balancing_type: aux_loss`` (a sum over
-#: ``T × E`` probabilities and an all-reduce of E counts per layer, not modelled: ~0.1 % of the
-#: step [assumption]); the router a plain BF16 linear (``params_dtype``), as diptych runs it.
-ROUTING = {"grok": dict(moe_capacity_factor=1.0, moe_pad=True)}
+#: Megatron-Core's default ``moe_router_load_balancing_type: aux_loss``; the router a plain
+#: BF16 linear (``params_dtype``), as diptych runs it. Megatron-Core's router and dispatcher
+#: run as its PyTorch code (``moe_dispatcher="megatron"``: their small kernels, the two
+#: ``masked_select`` host synchronisations a layer, the unfused unpermute;
+#: workloads/moe.py ``MEGATRON_DISPATCH``, measured at this row's shard); the aux loss's
+#: all-reduce of E counts over TP × CP is not modelled (an 8-rank NVLink call of 32 bytes,
+#: ~10-20 us a layer by nccl-tests' small sizes [assumption]).
+ROUTING = {"grok": dict(moe_capacity_factor=1.0, moe_pad=True, moe_dispatcher="megatron")}
 #: Kernel order: every run is a PyTorch eager step of Megatron-Core with Transformer Engine,
 #: which issues each rank's compute kernels on the current CUDA stream, where they execute
 #: in issue order (CUDA C++ Programming Guide, "Streams"); only NCCL (its own streams), TE's

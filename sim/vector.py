@@ -25,6 +25,7 @@ from ..arch.dtypes import dtype_bytes
 from .dram import FastDram
 from .fabric import fabric
 from ..workloads import loss
+from ..workloads.dropout import TAG as DROPOUT_TAG
 from ..workloads.ops import BACKWARD_TAG, VectorOp
 from .regime import memory_roof_bytes_per_s, regime
 from .stats import OpStats
@@ -74,7 +75,8 @@ def stream_fraction(op: VectorOp, chip) -> float:
     rates = getattr(chip, "elementwise_kernels", None)
     if rates is None:
         return 1.0
-    return rates.fraction(op.kind, BACKWARD_TAG in op.tags, loss.implementation_of(op.tags))
+    return rates.fraction(op.kind, BACKWARD_TAG in op.tags, loss.implementation_of(op.tags),
+                          dropout=DROPOUT_TAG in op.tags)
 
 
 @lru_cache(maxsize=4096)

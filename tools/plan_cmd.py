@@ -9,6 +9,7 @@ import click
 from ..workloads.precision import RECIPES
 from . import fmt
 from .errors import friendly
+from ..workloads.moe import DISPATCHERS
 from .moe_skew import MOE_SKEW
 
 
@@ -139,6 +140,11 @@ class NameList(click.ParamType):
               help="MoE: expert capacity over its mean tokens (default: dropless).")
 @click.option("--moe-pad", is_flag=True, default=None,
               help="MoE: pad every expert to its capacity (needs --moe-capacity-factor).")
+@click.option("--moe-dispatcher", type=click.Choice(list(DISPATCHERS)), default=None,
+              help="MoE: how the router and the token permutation run: fused (default: one "
+                   "top-k, one gather each way) or megatron (Megatron-Core's PyTorch code: "
+                   "its small kernels and two host synchronisations a layer; "
+                   "docs/workloads.md, \"Mixture of experts\").")
 @click.option("--sequence-parallel/--no-sequence-parallel", "sequence_parallel", default=None,
               help="Megatron-Core's sequence parallelism in every plan with tp > 1 "
                    "(default on; --no-sequence-parallel ranks the plans without it).")
@@ -156,7 +162,8 @@ class NameList(click.ParamType):
 @friendly
 def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention, tp, pp, cp,
          ep, zero, micro_batch, virtual_stages, schedule, recompute, offload, recipe, moe_skew,
-         moe_capacity_factor, moe_pad, sequence_parallel, as_json, trace, export_et, execution):
+         moe_capacity_factor, moe_pad, moe_dispatcher, sequence_parallel, as_json, trace,
+         export_et, execution):
     """Search tp × pp × dp × cp × ep, ZeRO stage, schedule, micro-batch and recomputation
     for a training step on a cluster; rank the plans that fit by simulated step time.
 
@@ -199,7 +206,7 @@ def plan(model, chip, cluster, chips, batch, seq, top, refine, max_tp, attention
         s = Scenario.of(phase="train", chips=chips, batch=batch, seq=seq, recipe=recipe,
                         attention=attention, execution=execution, moe_skew=moe_skew,
                         moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad,
-                        sequence_parallel=sequence_parallel)
+                        moe_dispatcher=moe_dispatcher, sequence_parallel=sequence_parallel)
         res = search_plans(model, chip, cluster, s, refine=max(refine, top), max_tp=max_tp,
                            progress=progress, **space)
     if not res.plans:

@@ -15,6 +15,7 @@ from .errors import echo_err, friendly
 from .jsonout import dumps
 from .result_check import check_result
 from .precision_spec import describe
+from ..workloads.moe import DISPATCHERS
 from .moe_skew import MOE_SKEW
 
 
@@ -314,6 +315,11 @@ def _curve_table(curve: dict):
                    "rest (default: dropless).")
 @click.option("--moe-pad", is_flag=True, default=None,
               help="MoE: pad every expert to its capacity (needs --moe-capacity-factor).")
+@click.option("--moe-dispatcher", type=click.Choice(list(DISPATCHERS)), default=None,
+              help="MoE: how the router and the token permutation run: fused (default: one "
+                   "top-k, one gather each way) or megatron (Megatron-Core's PyTorch code: "
+                   "its small kernels and two host synchronisations a layer; "
+                   "docs/workloads.md, \"Mixture of experts\").")
 @click.option("--offload", type=click.Choice(["none", "optimizer", "params"]),
               default="none", show_default=True,
               help="Training on a chip with a second memory tier ([dram2]): none, optimizer "
@@ -351,7 +357,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
         recipe, overlap, recompute, attention, attention_kernel, elementwise_kernels,
         kernel_order, cross_entropy, hidden_dropout, attention_dropout, nvls,
         collective_algorithms, tp_overlap_config, tp_layout,
-        tp_comm_overlap, sequence_parallel, moe_skew, moe_capacity_factor, moe_pad, offload,
+        tp_comm_overlap, sequence_parallel, moe_skew, moe_capacity_factor, moe_pad,
+        moe_dispatcher, offload,
         micro_batch, execution, fusion, topology, ideal, waterfall, as_json, trace):
     """Simulate a model phase (prefill, decode, train) or a topology file on a chip.
 
@@ -374,7 +381,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
     from .run_cluster import plan_flags_given, run_plan
 
     con = _LazyConsole()
-    moe = dict(moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad)
+    moe = dict(moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad,
+               moe_dispatcher=moe_dispatcher)
     stack = dict(attention_kernel=attention_kernel, nvls=nvls, tp_comm_overlap=tp_comm_overlap,
                  offload=offload, collective_algorithms=collective_algorithms,
                  elementwise_kernels=elementwise_kernels, kernel_order=kernel_order,

@@ -59,6 +59,7 @@ Which recipe runs which path is the run's choice (``Scenario.cross_entropy``, ``
 
 from __future__ import annotations
 
+from .dropout import TAG as DROPOUT_TAG
 from .ops import BACKWARD_TAG, VectorOp
 
 #: Bytes of an FP32 logit: ``calculate_logits_max`` casts the logits with ``.float()``.
@@ -118,9 +119,10 @@ def check_implementation(impl) -> str:
 #: saves the softmax also carries ``"saved"``.
 TAG = "loss"
 #: The tags that may change a vector op's rate (sim/vector.py ``stream_fraction`` reads
-#: them): the direction and the LM loss's passes with their implementation. A vector op's
-#: result is keyed on these tags and no others (sim/api.py).
-RATE_TAGS = frozenset((BACKWARD_TAG, TAG, *IMPLEMENTATIONS))
+#: them): the direction, the LM loss's passes with their implementation, and a dropout's
+#: (workloads/dropout.py). A vector op's result is keyed on these tags and no others
+#: (sim/api.py).
+RATE_TAGS = frozenset((BACKWARD_TAG, TAG, DROPOUT_TAG, *IMPLEMENTATIONS))
 
 
 def implementation_of(tags) -> str | None:

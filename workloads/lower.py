@@ -66,8 +66,9 @@ from .mamba2 import CORE_OPS as SSM_CORES, ssm_mixer
 from .graph import Workload
 from .tp2d import check_2d, ffn_2d, grid_problems, output_reduce_scatter, sub_slice
 from .program import Block
-from .moe import (Routing, dropped_fraction, expected_experts_touched, expert_load,
-                  rank_load_factor)
+from . import host_work
+from .moe import (MEGATRON_DISPATCH, UNFUSED_UNPERMUTE, Routing, dropped_fraction,
+                  expected_experts_touched, expert_load, rank_load_factor)
 from .params import kv_heads_per_rank, mtp_projection_split
 from .precision import Precision
 
@@ -939,6 +940,16 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
             [(fl.t("router_logits", tr * e * a), 1.0)])
     fl.vec(topk, [("router_logits", 1.0)], [(fl.t("topk", topk.write_bytes), 1.0)])
     ops: list[Op] = [router, topk]
+    megatron = c.routing.dispatcher == "megatron"
+    if megatron:
+        # Megatron-Core's router and dispatcher in PyTorch (workloads/moe.py
+        # MEGATRON_DISPATCH): their small kernels over the routing map and the two host
+        # synchronisations of masked_select, one op of that many launches on the logits
+        op = c.vec("moe_dispatch_bookkeeping", "elementwise", tr * e, writes=1.0,
+                   ops=VECTOR_OPS_PER_ELEMENT["mul"],
+                   tags=("moe",) + host_work.tags(**MEGATRON_DISPATCH))
+        fl.vec(op, [("router_logits", 1.0)], [(fl.t("routing_map", op.write_bytes), 1.0)])
+        ops.append(op)
     # the pairs this rank sorts: all of them without EP (dropped or padded as routed); with
     # EP its sequence-parallel share of its own tokens' pairs (÷ tp), before the dispatch
     share = 1.0 if c.ep == 1 else 1.0 / c.tp
@@ -947,7 +958,8 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
                extra_read_bytes=T * k * share * INDEX_BYTES, ops=0.0)
     idx = T * k * INDEX_BYTES / topk.write_bytes      # the routing map, per byte of topk
     fl.vec(op, [(inp, share), ("topk", idx * share)],
-           [(fl.t("experts_in", sent * d * a), 1.0)])
+           [(fl.t("experts_in", sent * d * a), 1.0)],
+           deps=("routing_map",) if megatron else ())
     ops.append(op)
     src, pairs_in = "experts_in", rows
     a2a = rows * d * a / etp                  # the busiest rank's all-to-all bytes each way
@@ -1007,7 +1019,12 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
     # the tokens the unpermute writes, and its routing indices and weights (those of the
     # pairs this rank routed: its sequence shard's under Megatron's dispatcher)
     t_out, routed = (tr, share) if mega else (te, 1.0)
-    op = c.vec("experts_combine", "permute", back * d, writes=t_out * d / (back * d),
+    # Megatron-Core's unpermute unfused: the product by the probabilities reads and writes
+    # the rows again, torch.zeros writes the output before scatter_add_ (UNFUSED_UNPERMUTE)
+    more_r, more_w = UNFUSED_UNPERMUTE if megatron else (0.0, 0.0)
+    op = c.vec("experts_combine", "permute", back * d,
+               reads=1.0 + more_r,
+               writes=(t_out * d * (2.0 if megatron else 1.0)) / (back * d) + more_w,
                extra_read_bytes=T * k * routed * (INDEX_BYTES + ROUTING_WEIGHT_BYTES),
                ops=VECTOR_OPS_PER_ELEMENT["mul"])
     fl.vec(op, downs + [("topk", idx * routed * (INDEX_BYTES + ROUTING_WEIGHT_BYTES)
@@ -1447,10 +1464,10 @@ def check_ep(m: ModelConfig, ep: int) -> None:
 
 
 def check_routing(m: ModelConfig, routing: Routing) -> Routing:
-    """``routing`` when ``m`` can take it: a dense model takes only the balanced default."""
+    """``routing`` when ``m`` can take it: a dense model takes only the default."""
     if not isinstance(routing, Routing):
         raise ValueError(f"routing must be a Routing, not {type(routing).__name__}")
-    if not routing.balanced and not m.is_moe:
+    if not routing.default and not m.is_moe:
         raise ValueError(f"MoE routing ({routing.describe()}) needs a mixture-of-experts "
                          f"model; {m.name} is dense")
     return routing
@@ -1465,6 +1482,7 @@ def routing_info(c: _Ctx) -> dict:
     e, k = m.experts, m.experts_per_token
     return {"moe_routing": {
         "skew": r.skew, "capacity_factor": r.capacity_factor, "pad": r.pad,
+        "dispatcher": r.dispatcher,
         "busiest_rank_load": rank_load_factor(r, e, k, c.tokens, c.ep),
         "dropped_fraction": dropped_fraction(r, e, k, c.tokens)}}
 

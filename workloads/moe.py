@@ -49,6 +49,45 @@ def expert_load(experts: int, top_k: int, tokens: int) -> list[tuple[int, int]]:
 #: Largest popularity skew accepted (a coefficient of variation; 10 already sends most of a
 #: step's tokens to a handful of experts).
 MAX_SKEW = 10.0
+#: How a framework runs the router and the token permutation (:attr:`Routing.dispatcher`).
+#: ``fused``: the router's top-k one kernel and the permute and unpermute one gather each, the
+#: host never waiting (DeepSeek's, Transformer Engine's fused permutation; diptych's lowering
+#: before this choice existed). ``megatron``: Megatron-Core 0.9-0.11's PyTorch code
+#: (:data:`MEGATRON_DISPATCH`).
+DISPATCHERS = ("fused", "megatron")
+
+#: Megatron-Core's router and token dispatcher as PyTorch runs them, per MoE layer and
+#: micro-batch, beyond the router GEMM, the top-k and the two gathers a fused dispatch runs:
+#: ``kernels`` more launches forward, ``bwd_kernels`` backward, ``host_syncs`` host
+#: synchronisations forward (workloads/host_work.py), and the unpermute's unfused kernels
+#: (:data:`UNFUSED_UNPERMUTE`). [S] the code, NVIDIA/Megatron-LM core_v0.10.0
+#: megatron/core/transformer/moe/router.py ``TopKRouter`` (``aux_loss_load_balancing``,
+#: ``apply_load_balancing_loss``), moe_utils.py (``topk_softmax_with_capacity``,
+#: ``switch_load_balancing_loss_func``, ``save_to_aux_losses_tracker``, ``permute``:
+#: ``token_indices.masked_select(routing_map)``, ``unpermute``:
+#: ``probs.T.contiguous().masked_select(routing_map.T.contiguous())``, the product by the
+#: probabilities, ``torch.zeros``, ``scatter_add_``); a ``masked_select`` sizes its output from
+#: the mask, so the host reads the count back and waits: two synchronisations a forward.
+#: [C] the counts from torch.profiler on a GH100 (H200, PyTorch 2.11;
+#: benchmarks/gpu/measure_moe_dispatch.py, results in benchmarks/gpu/h200-2026-12-04/
+#: moe_dispatch.json), Grok-1's shard (1,024 tokens × 6,144, 8 experts top-2, capacity 256
+#: padded, aux loss): the layer's forward launches 63 kernels against 13 with the same GEMMs
+#: and one gather and one index-add (+50, of which the router GEMM and the top-k are 2 launches
+#: diptych lowers already: 48), the backward 62 against 35 (+27, less the router's two
+#: gradient GEMMs and the top-k's backward: 24). The path measured is the drop-and-pad one
+#: (``moe_pad_expert_input_to_capacity``); the dropless one adds a stream synchronisation
+#: (``cuda_sync_point``, token_dispatcher.py ``preprocess``) and other small kernels
+#: [assumption: the same counts].
+MEGATRON_DISPATCH = {"kernels": 48, "bwd_kernels": 24, "host_syncs": 2}
+
+#: Bytes per element of the unpermuted rows that Megatron-Core's unfused unpermute moves
+#: beyond one fused weighted gather (reads, writes), in units of the activations' bytes:
+#: the product by the probabilities reads the rows and writes their product (``+1, +1``) and
+#: ``torch.zeros`` writes the output before ``scatter_add_`` (``+t/rows`` written, counted
+#: by the caller) [S: moe_utils.py ``unpermute``, core_v0.10.0]. The backward follows the
+#: general rule (workloads/train.py ``vector_backward_bytes``).
+UNFUSED_UNPERMUTE = (1.0, 1.0)
+
 #: Largest capacity factor accepted (``E/k`` is the most any expert can receive; 64 covers
 #: every published recipe, which use 1.0–2.0).
 MAX_CAPACITY_FACTOR = 64.0
@@ -67,11 +106,15 @@ class Routing:
     ``capacity_factor × T·k/E`` of a rank's ``T`` tokens and drops the rest
     (Switch/GShard-style; ``--moe-expert-capacity-factor``). ``pad``: every expert is padded
     to its capacity (``--moe-pad-expert-input-to-capacity``: static shapes, the expert GEMMs
-    run ``capacity_factor × T·k`` rows whatever the routing)."""
+    run ``capacity_factor × T·k`` rows whatever the routing). ``dispatcher``: how the
+    framework runs the router and the permutation, one of :data:`DISPATCHERS` (``fused``,
+    the default; ``megatron``: Megatron-Core's PyTorch code, its extra kernels and host
+    synchronisations, :data:`MEGATRON_DISPATCH`)."""
 
     skew: float = 0.0
     capacity_factor: float | None = None
     pad: bool = False
+    dispatcher: str = "fused"
 
     def __post_init__(self):
         s = self.skew
@@ -88,16 +131,24 @@ class Routing:
         if self.pad and c is None:
             raise ValueError("moe pad (--moe-pad) needs a capacity factor: padding fills each "
                              "expert to its capacity (--moe-capacity-factor)")
+        if self.dispatcher not in DISPATCHERS:
+            raise ValueError(f"moe dispatcher (--moe-dispatcher) must be one of "
+                             f"{', '.join(DISPATCHERS)}, not {self.dispatcher!r}")
 
     @property
     def balanced(self) -> bool:
-        """True for the default: no skew, dropless."""
+        """True for no skew, dropless (whatever the dispatcher)."""
         return self.skew == 0 and self.capacity_factor is None
+
+    @property
+    def default(self) -> bool:
+        """True for the default routing: balanced, the fused dispatcher."""
+        return self.balanced and self.dispatcher == "fused"
 
     def describe(self) -> str:
         cap = ("dropless" if self.capacity_factor is None else
                f"capacity factor {self.capacity_factor:g}" + (", padded" if self.pad else ""))
-        return f"skew {self.skew:g}, {cap}"
+        return f"skew {self.skew:g}, {cap}, {self.dispatcher} dispatcher"
 
 
 @lru_cache(maxsize=None)

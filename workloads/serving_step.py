@@ -161,7 +161,7 @@ class Experts:
 
     def ctx(self, c: _Ctx) -> _Ctx:
         """``c`` with this expert layout."""
-        if self.ep == 1 and self.routing.balanced:
+        if self.ep == 1 and self.routing.default:
             return c
         return replace(c, ep=self.ep, routing=self.routing,
                        expert_tp=1 if self.whole else None)

@@ -93,7 +93,8 @@ def sequence_parallel_on(s: "Scenario", tp: int) -> bool:
 
 
 #: Flat keywords of :meth:`Scenario.of` that make its :class:`~diptych.workloads.moe.Routing`.
-MOE_KEYWORDS: tuple[str, ...] = ("moe_skew", "moe_capacity_factor", "moe_pad")
+MOE_KEYWORDS: tuple[str, ...] = ("moe_skew", "moe_capacity_factor", "moe_pad",
+                                  "moe_dispatcher")
 
 #: The degrees of :class:`Parallelism`, in the order ``tp × pp × dp × cp`` fills ``chips``.
 DEGREES: tuple[str, ...] = ("chips", "tp", "dp", "pp", "cp", "ep")
@@ -271,9 +272,9 @@ class Scenario:
         """A scenario from flat keywords, as the command line and the facade spell it: the
         degrees (``chips``, ``tp``, ``dp``, ``pp``, ``cp``, ``ep``) go into its
         :class:`Parallelism`, the MoE routing's (``moe_skew``, ``moe_capacity_factor``,
-        ``moe_pad``; None: the default) into its :class:`~diptych.workloads.moe.Routing`,
-        every other keyword is a field (``recompute`` may be a bool; ``execution`` None is
-        the default)."""
+        ``moe_pad``, ``moe_dispatcher``; None: the default) into its
+        :class:`~diptych.workloads.moe.Routing`, every other keyword is a field
+        (``recompute`` may be a bool; ``execution`` None is the default)."""
         par = {k: fields.pop(k) for k in DEGREES if k in fields}
         moe = {k[4:]: fields.pop(k) for k in MOE_KEYWORDS if k in fields}
         moe = {k: v for k, v in moe.items() if v is not None}

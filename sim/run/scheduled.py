@@ -54,6 +54,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import SimpleNamespace
 
+from ...workloads.host_work import host_sync_count, kernel_count
 from ...workloads.ops import Collective, Gemm, VectorOp, launch_group
 from ...workloads.quant import HOLDS_ARRAY_TAG
 from ...workloads.program import NODE_UNITS
@@ -275,18 +276,22 @@ class _Timer:
             dtype=gemm.compute_dtype)
 
 
-def _launch(op, op_launch: float, coll_launch: Callable[[str], float]) -> float:
+def _launch(op, op_launch: float, coll_launch: Callable[[str], float],
+            host_sync: float = 0.0) -> float:
     """An op's fixed issue cost: a collective's (``coll_launch(kind)``: none where its
-    library's fixed latency holds it, :func:`~.links.collective_launch_seconds`), an op's, or
-    none for the scale and dequant ops of :mod:`.quant` (they run inside their GEMM's
-    kernel)."""
+    library's fixed latency holds it, :func:`~.links.collective_launch_seconds`), an op's
+    (one launch per kernel it stands for, and ``host_sync`` per host synchronisation it
+    makes: :mod:`diptych.workloads.host_work`), or none for the scale and dequant ops of
+    :mod:`.quant` (they run inside their GEMM's kernel)."""
     if isinstance(op, Collective):
         return coll_launch(op.kind)
-    return 0.0 if "precision" in getattr(op, "tags", ()) else op_launch
+    if "precision" in getattr(op, "tags", ()):
+        return 0.0
+    return op_launch * kernel_count(op) + host_sync * host_sync_count(op)
 
 
-def _block_launches(prog, bi: int, op_launch: float, coll_launch: Callable[[str], float]
-                    ) -> dict[str, float]:
+def _block_launches(prog, bi: int, op_launch: float, coll_launch: Callable[[str], float],
+                    host_sync: float = 0.0) -> dict[str, float]:
     """Launch seconds of each node of block ``bi`` per copy: :func:`_launch` of its op, except
     that the nodes of one launch group pay it once, on the first of them in the block's
     topological order (the scheduler's priority, so the first to start when they share their
@@ -302,7 +307,7 @@ def _block_launches(prog, bi: int, op_launch: float, coll_launch: Callable[[str]
             continue
         if g is not None:
             seen.add(g)
-        out[n.name] = _launch(n.payload, op_launch, coll_launch)
+        out[n.name] = _launch(n.payload, op_launch, coll_launch, host_sync)
     return out
 
 
@@ -378,7 +383,7 @@ def _placed_pieces(w: Workload, chip, timer: "_Timer", fuse: bool,
 
 
 def _schedule_piece(piece, prog, ops: dict, timer: "_Timer", space: int, stream: float,
-                    launches: tuple[float, Callable[[str], float]], sync: float):
+                    launches: tuple[float, Callable[[str], float], float], sync: float):
     """List-schedule one piece's program: each node's demand from its timed op (a weight
     prefetch where it fits ``space``: from the first DRAM at its achieved stream, or, for
     weights in the second tier, at the tier's achieved stream, the highest the engine reached
@@ -621,7 +626,8 @@ def schedule_workload(w: Workload, chip, *, simulate: Callable, fusion: bool = T
     :func:`~diptych.sim.run.offload.third_tier_share`): every op's second-tier share is split,
     that share of it streaming from the third tier, and the tiers' held bytes likewise."""
     fc = chip.fixed_costs
-    launches = (fc.op_launch_us * 1e-6, lambda kind: collective_launch_seconds(kind, chip))
+    launches = (fc.op_launch_us * 1e-6, lambda kind: collective_launch_seconds(kind, chip),
+                fc.host_sync_us * 1e-6)
     sync = fc.step_sync_us * 1e-6
     fuse = (fusion and chip.core.vector.on_array_output_path
             and bool(chip.core.vector.gemm_fused_kinds))

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ...workloads.fused_attention import FusedAttention
 from ...workloads.graph import Workload
+from ...workloads.host_work import host_sync_count, kernel_count
 from ...workloads.ops import Collective, Gemm, Op
 from ...workloads.serving_step import base_name
 from .. import energy_parts as EP
@@ -157,6 +158,14 @@ def launch_seconds(chip) -> tuple[float, float]:
     return fc.op_launch_us * 1e-6, fc.collective_launch_us * 1e-6
 
 
+def _op_launch_s(op, op_s: float, sync_s: float) -> float:
+    """One op's launches (a kernel each it stands for) and host synchronisations
+    (:mod:`diptych.workloads.host_work`); one launch for an op not found by name."""
+    if op is None:
+        return op_s
+    return op_s * kernel_count(op) + sync_s * host_sync_count(op)
+
+
 def step_sync_seconds(chip) -> float:
     """The chip's fixed cost per step (``[overheads] step_sync_us``) in seconds."""
     return chip.fixed_costs.step_sync_us * 1e-6
@@ -182,6 +191,7 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
 
     t = simulate_workload(w, chip, simulate=simulate, collective_time=collective_time)
     inside = {op.name for b in w.blocks for op in b.ops if "precision" in op.tags}
+    by_name = {base_name(op.name): op for b in w.blocks for op in b.ops}
     acc: dict[str, dict] = {}
     names: dict[str, set] = {}
     order: list[str] = []
@@ -208,9 +218,11 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
             names[b].add(("c" if comm else "o", base_name(r["op"]), r["kind"] if comm else ""))
     if fixed_costs:
         op_s = launch_seconds(chip)[0]
+        sync_s = chip.fixed_costs.host_sync_us * 1e-6
         static = chip.energy.static_w
         for b in order:
-            ops_s = op_s * sum(1 for k, _, _ in names[b] if k == "o")
+            ops_s = sum(_op_launch_s(by_name.get(n), op_s, sync_s)
+                        for k, n, _ in names[b] if k == "o")
             colls_s = sum(collective_launch_seconds(kind, chip)
                           for k, _, kind in names[b] if k == "c")
             acc[b]["compute_s"] += ops_s

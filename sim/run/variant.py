@@ -27,10 +27,11 @@ class Variant:
     ``free_vector``: vector-unit ops (norms, activations, softmax, permutes, the optimizer,
     embedding lookups; inside fused attention too) take no time; ``free_recipe``: the ops a
     precision recipe or a block-scaled format adds take no time; ``no_launches``: no kernel
-    launch, collective launch or step-sync cost; ``free_comm``: collectives take no time;
-    ``raw_links``: collectives run at the links' raw bandwidth (``bus_efficiency`` 1, no
-    in-network-reduction latency, no collective library's protocols: one protocol at the
-    links' per-hop latency) instead of what a library sustains; ``no_power_limit``:
+    launch, collective launch, host synchronisation or step-sync cost; ``free_comm``:
+    collectives take no time; ``raw_links``: collectives run at the links' raw bandwidth
+    (``bus_efficiency`` 1, no in-network-reduction latency, no collective library's
+    protocols: one protocol at the links' per-hop latency) instead of what a library
+    sustains; ``no_power_limit``:
     the chip runs at its nominal clock whatever its power."""
 
     free_vector: bool = False
@@ -93,7 +94,8 @@ def variant_chip(chip, v: Variant):
     raw bandwidth (``raw_links``)."""
     if v.no_launches and chip.overheads is not None:
         chip = dataclasses.replace(chip, overheads=dataclasses.replace(
-            chip.overheads, op_launch_us=0.0, step_sync_us=0.0, collective_launch_us=0.0))
+            chip.overheads, op_launch_us=0.0, step_sync_us=0.0, collective_launch_us=0.0,
+            host_sync_us=0.0))
     if v.raw_links and chip.interconnect is not None:
         chip = dataclasses.replace(chip, interconnect=dataclasses.replace(
             chip.interconnect, bus_efficiency=1.0, in_network_reduction_latency_us=0.0),

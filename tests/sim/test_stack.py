@@ -53,11 +53,11 @@ def test_fa2_runs_the_chips_fa2_table():
 
 
 def test_megatron_elementwise_kernels_run_the_chips_megatron_table():
-    """The h100 preset offers Megatron-Core's SwiGLU rates; a chip without the table refuses
-    the setting, naming it."""
+    """The h100 preset offers Megatron-Core's fusions' rates (SwiGLU's forward at the copy
+    rate, its backward below it); a chip without the table refuses the setting, naming it."""
     c = stack_chip(H100, elementwise_kernels="megatron")
     assert c.elementwise_kernels == H100.elementwise_kernels_megatron
-    assert c.elementwise_kernels.swiglu < 1.0 and c.elementwise_kernels.swiglu_bwd < 1.0
+    assert c.elementwise_kernels.swiglu == 1.0 and c.elementwise_kernels.swiglu_bwd < 1.0
     assert stack_chip(H100, elementwise_kernels="default") is H100
     with pytest.raises(ValueError, match=r"elementwise_kernels 'megatron'.*"
                                          r"\[elementwise_kernels_megatron\]"):

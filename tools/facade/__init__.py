@@ -95,6 +95,7 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
         attention: str = "fused", cluster=None, plan=None, execution: str | None = None,
         fusion: bool = True, moe_skew: float | None = None,
         moe_capacity_factor: float | None = None, moe_pad: bool | None = None,
+        moe_dispatcher: str | None = None,
         attention_kernel: str = "default", nvls: bool = True, tp_comm_overlap: bool = True,
         offload: str = "none", collective_algorithms: str | None = None,
         elementwise_kernels: str = "default", kernel_order: str = "default",
@@ -116,12 +117,12 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
     ``"selective"`` (a plan only), ``"full"`` or a bool. ``execution``: ``"schedule"`` (default: the
     program's list schedule, docs/program.md) or ``"sum"`` (every op alone from DRAM, as
     ``--execution sum``); ``fusion``: as ``--fusion/--no-fusion``. ``moe_skew``,
-    ``moe_capacity_factor``, ``moe_pad``: a MoE model's routing (docs/workloads.md, "Mixture of
-    experts"). ``attention_kernel``, ``nvls``, ``tp_comm_overlap``, ``collective_algorithms``,
-    ``elementwise_kernels``, ``kernel_order``, ``tp_overlap_config``: the software stack's
-    settings, as ``--attention-kernel``, ``--no-nvls``, ``--no-tp-comm-overlap``,
-    ``--collective-algorithms``, ``--elementwise-kernels``, ``--kernel-order``,
-    ``--tp-overlap-config``
+    ``moe_capacity_factor``, ``moe_pad``, ``moe_dispatcher``: a MoE model's routing
+    (docs/workloads.md, "Mixture of experts"). ``attention_kernel``, ``nvls``,
+    ``tp_comm_overlap``, ``collective_algorithms``, ``elementwise_kernels``, ``kernel_order``,
+    ``tp_overlap_config``: the software stack's settings, as ``--attention-kernel``,
+    ``--no-nvls``, ``--no-tp-comm-overlap``, ``--collective-algorithms``,
+    ``--elementwise-kernels``, ``--kernel-order``, ``--tp-overlap-config``
     (sim/run/stack.py).
     ``offload``: training state in the chip's second memory tier, ``"none"``, ``"optimizer"``
     or ``"params"`` (``--offload``; docs/chips.md, "Training state in the second tier").
@@ -142,7 +143,7 @@ def run(chip: "str | Chip", model: "str | ModelConfig", *, phase: str, batch: in
                     overlap=overlap, recompute=recompute, micro_batch=micro_batch,
                     attention=attention, execution=execution, fusion=fusion,
                     moe_skew=moe_skew, moe_capacity_factor=moe_capacity_factor, moe_pad=moe_pad,
-                    attention_kernel=attention_kernel, nvls=nvls,
+                    moe_dispatcher=moe_dispatcher, attention_kernel=attention_kernel, nvls=nvls,
                     tp_comm_overlap=tp_comm_overlap, offload=offload,
                     collective_algorithms=collective_algorithms,
                     elementwise_kernels=elementwise_kernels, kernel_order=kernel_order,
