@@ -22,10 +22,12 @@ is the identity, PyTorch's ``F.dropout`` with ``p=0`` returns its input).
   norm's as without dropout (workloads/train.py :func:`~diptych.workloads.train.\
 vector_backward_bytes`). The masks are saved activations: ``1`` B per element, ``2·s·b·h``
   per layer (Korthikanti et al. 2022's dropout-mask term; ``÷ tp`` under sequence
-  parallelism, where the bias-dropout-adds run on the rank's shard). The random draw itself
-  is not charged: the kernels are timed by their bytes at the vector unit's rate
-  [assumption: hidden under the stream; no component measurement of Megatron's compiled
-  bias-dropout-add at p > 0 on H100 was found].
+  parallelism, where the bias-dropout-adds run on the rank's shard). The kernels are timed by
+  their bytes at the vector unit's rate, or, under a stack table with ``dropout_add`` rates
+  (arch/chip.py ``ElementwiseKernels``: the op's :data:`TAG` picks them), at the rate measured
+  for Megatron's compiled kernel, the random draw included (h100: 0.38 of the copy rate
+  forward on GPT-3's shard, 0.63 for the dropout's backward; measured on a GH100,
+  arch/chips/h100.toml).
   The embedding's dropout (Megatron-Core's ``LanguageModelEmbedding.embedding_dropout``, the
   same ``hidden_dropout``, once per micro-batch on the first stage against two per layer) is
   not lowered.
