@@ -172,6 +172,24 @@ def gh100_kernels(path: Path = GH100_RESULTS) -> tuple[float, list[tuple[str, st
     return d["copy_Bps"], out
 
 
+#: Megatron-Core's fused cross-entropy on the GH100, compiled for the rows' shapes
+#: (benchmarks/gpu/measure_cross_entropy.py): a check of the preset's Liger-calibrated rates
+GH100_CE = GH100_RESULTS.with_name("cross_entropy.json")
+
+
+def gh100_ce_fractions(path: Path = GH100_CE) -> list[tuple[str, float, float]]:
+    """[(case, forward, backward fraction of the GH100's copy rate at diptych's bytes of the
+    fused loss, 22 and 10 B per logit), ...]."""
+    import json
+    d = json.loads(path.read_text())
+    out = []
+    for r in d["cross_entropy"]:
+        n = r["rows"] * r["vocab"]
+        out.append((r["name"], n * 22 / r["forward_s"] / d["copy_Bps"],
+                    n * 10 / r["backward_s"] / d["copy_Bps"]))
+    return out
+
+
 def measured_fractions(path: Path = GH100_RESULTS) -> dict[str, float]:
     """Each rated field's measured fraction of the GH100's copy rate (diptych's bytes of the
     op over the measured time, over the copy rate), the mean over its shapes: what the
@@ -310,6 +328,11 @@ def main(argv=None) -> int:
         "", "Measured fraction of the copy rate, mean over each field's shapes (the preset, "
         "rounded, at most 1): " + ", ".join(
             f"{k} {v:.3f} ({getattr(rates, k):g})" for k, v in fr.items()) + ".",
+        "", "Megatron-Core's fused cross-entropy on the GH100, compiled for one shape (check of "
+        "the rates set from Liger's rows below): " + "; ".join(
+            f"{n} forward {f:.2f}, backward {b:.2f}" for n, f, b in gh100_ce_fractions()) +
+        f" of the copy rate (the preset's cross_entropy {rates.cross_entropy:g}, "
+        f"cross_entropy_bwd {rates.cross_entropy_bwd:g}).",
         "", f"Checks: {SRC}.", ""] + head + swiglu_rows(chip, tuned) + rmsnorm_rows(chip) + \
         ce_rows(chip, tuned) + [
         "", "* Liger's SwiGLU rows after its first point time the dynamic-shape kernel "
