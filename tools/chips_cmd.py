@@ -132,7 +132,8 @@ def chips_show(chip: str, as_json: bool, as_toml: bool):
                   f"({c.default_dtype})")
     o = c.fixed_costs
     t.add_row("fixed costs", f"op launch {o.op_launch_us:g} µs, step sync {o.step_sync_us:g} µs, "
-              f"collective launch {o.collective_launch_us:g} µs")
+              f"collective launch {o.collective_launch_us:g} µs, host sync "
+              f"{o.host_sync_us:g} µs")
     for block, mm2 in area_breakdown_mm2(c).items():
         t.add_row(f"area: {block}", f"{mm2:.1f} mm²")
     t.add_row("die area", f"{die_area_mm2(c):.1f} mm²"

@@ -14,7 +14,16 @@ many small kernels, or that makes the host wait for the device, says so in its t
   host launches the next kernels (arch/chip.py ``Overheads``). Backward passes run no
   synchronisation of the forward's.
 
-Absent tags: one launch, no synchronisation, as before these tags existed.
+Absent tags: one launch, no synchronisation, as before these tags existed. An op with
+either is never fused into a GEMM's prologue or epilogue (sim/program/fusion.py).
+
+The scheduler charges both as the op's fixed issue cost, on the op's own unit
+(sim/run/scheduled.py ``_launch``; sim/program/demand.py ``launch``). A synchronisation is
+therefore not a barrier: under the chip's ``kernel_order`` ``dataflow`` independent work may
+run beside it, which a host that waits could not have launched [assumption]; with ``issue``
+or ``one_queue`` (every PyTorch step's, and the system rows') the stream is in order and it
+is exact. The summed model (``--execution sum``) charges no fixed costs at all, these
+included.
 """
 
 from __future__ import annotations

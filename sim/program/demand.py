@@ -14,8 +14,10 @@ bandwidth): prefetching never slows the ops it overlaps.
 :func:`op_demand` builds the phases of one op from the engine's standalone result (docs in
 docs/program.md, "Node model"):
 
-* ``launch``: the chip's fixed per-op cost (``[overheads] op_launch_us``, or
-  ``collective_launch_us`` for a collective), holding the op's unit;
+* ``launch``: the chip's fixed per-op cost (``[overheads] op_launch_us``, once per kernel of
+  an op that stands for several, plus ``host_sync_us`` per host synchronisation it makes:
+  :mod:`diptych.workloads.host_work`; ``collective_launch_us`` for a collective), holding the
+  op's unit;
 * ``prefetch`` (early, DRAM only): of the op's DRAM-stall time ``seconds - compute_seconds``,
   the part its prefetchable bytes (weights in DRAM) explain at the streaming bandwidth,
   ``min(prefetch_bytes / stream, seconds - compute_seconds)`` (weights in a second DRAM tier:

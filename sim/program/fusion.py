@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ...arch.chip import FUSABLE_KINDS
+from ...workloads.host_work import host_sync_count, kernel_count
 from ...workloads.ops import Gemm, VectorOp
 from ...workloads.program import Block, Node, Program, _topo_order
 
@@ -125,11 +126,19 @@ def _readers(nodes: list[Node], t: str) -> list[int]:
     return [k for k, n in enumerate(nodes) if t in n.reads or t in n.updates]
 
 
+def _host_work(op) -> bool:
+    """True for an op that stands for several kernels or makes the host wait
+    (:mod:`diptych.workloads.host_work`): a framework's run of small kernels, which no GEMM's
+    prologue or epilogue absorbs."""
+    return kernel_count(op) > 1 or host_sync_count(op) > 0
+
+
 def _prologue(nodes: list[Node], ext: set[str], updated: set[str], kinds) -> bool:
     for i, n in enumerate(nodes):
         op = n.payload
         if not isinstance(op, VectorOp) or op.kind not in kinds or n.updates \
-                or not n.writes or any(t in ext for t in n.writes) or set(n.reads) & updated:
+                or not n.writes or any(t in ext for t in n.writes) or set(n.reads) & updated \
+                or _host_work(op):
             continue
         users = {k for t in n.writes for k in _readers(nodes, t)}
         if len(users) != 1:
@@ -157,7 +166,7 @@ def _epilogue(nodes: list[Node], ext: set[str], updated: set[str], kinds) -> boo
     for i, n in enumerate(nodes):
         op = n.payload
         if not isinstance(op, VectorOp) or op.kind not in kinds or n.updates \
-                or set(n.reads) & updated:
+                or set(n.reads) & updated or _host_work(op):
             continue
         src = sorted({prod[t] for t in n.reads if t in prod and _gemm(nodes[prod[t]])})
         # the GEMM whose output it waits for last: none of its other inputs depends on it

@@ -178,7 +178,9 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
     records (the one place step times come from).
 
     With ``fixed_costs`` each block also pays the chip's launch costs (``[overheads]``): one
-    ``op_launch_us`` per distinct op of the block (a serving engine runs the attention of all
+    ``op_launch_us`` per distinct op of the block, or per kernel of an op that stands for
+    several, and ``host_sync_us`` per host synchronisation it makes
+    (:mod:`diptych.workloads.host_work`; a serving engine runs the attention of all
     the step's sequences as one kernel, so records of one op name, group marks aside, are one
     launch; a GEMM's precision ops, :func:`~diptych.sim.run.precision_ops.with_precision_ops`, run
     inside its kernel and launch nothing, as in a schedule) on its compute side and one
