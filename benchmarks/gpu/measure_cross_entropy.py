@@ -31,7 +31,7 @@ import statistics
 
 import torch
 
-from measure_megatron_kernels import own_code, smi
+from measure_megatron_kernels import launch_gap, own_code, smi
 
 # --- Megatron-Core core_v0.10.0 (restated) ---------------------------------------------------
 
@@ -122,44 +122,6 @@ def device_seconds(fn, flush, calls=10):
     return sum(e.device_time for e in keep) / 1e6 / calls, len(keep) / calls
 
 
-def launch_gap(n=200, gemms=4):
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    x = torch.zeros(1, device="cuda")
-
-    def run(tail):
-        for _ in range(2):
-            for _ in range(gemms):
-                torch.mm(a, a)
-            tail()
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(gemms):
-            torch.mm(a, a)
-        tail()
-        e.record()
-        torch.cuda.synchronize()
-        return s.elapsed_time(e) / 1e3
-
-    def eager():
-        for _ in range(n):
-            x.add_(1)
-
-    base = statistics.median(run(lambda: None) for _ in range(7))
-    with_eager = statistics.median(run(eager) for _ in range(7))
-    g = torch.cuda.CUDAGraph()
-    st = torch.cuda.Stream()
-    st.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(st):
-        eager()
-    torch.cuda.current_stream().wait_stream(st)
-    with torch.cuda.graph(g):
-        eager()
-    with_graph = statistics.median(run(g.replay) for _ in range(7))
-    return {"kernels": n, "gemms_s": base, "eager_per_kernel_us": (with_eager - base) / n * 1e6,
-            "graph_per_kernel_us": (with_graph - base) / n * 1e6}
-
-
 def copy_rate(flush) -> float:
     """The device's copy rate, B/s (read + written): a 1 GiB clone's kernels."""
     x = torch.empty(2 ** 30 // 2, device="cuda", dtype=torch.bfloat16).normal_()
@@ -222,7 +184,7 @@ def main():
               f"{r['backward_TBps_at_10B']:.2f} TB/s at 10 B)  rounds "
               f"{[round(t * 1e3, 3) for t in r['forward_rounds_s']]}", flush=True)
     res["cross_entropy"] = rows
-    res["launch"] = launch_gap()
+    res["launch"] = launch_gap(n=200, gemms=4, warm=2, runs=7)
     print("launch", res["launch"], flush=True)
     with open(os.path.join(args.out, "cross_entropy.json"), "w") as fh:
         json.dump(res, fh, indent=1)

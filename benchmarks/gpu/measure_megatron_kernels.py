@@ -9,22 +9,23 @@ core_r0.9.0 and core_r0.11.0): ``megatron/core/fusions/fused_bias_swiglu.py`` (`
 ``swiglu_back``), ``fused_bias_geglu.py`` (``geglu``, ``geglu_back``), ``fused_bias_gelu.py``
 (``bias_gelu``, ``bias_gelu_back``) and ``fused_bias_dropout.py``
 (``bias_dropout_add_fused_train``), each compiled as ``megatron/core/jit.py`` compiles it
-(``jit_fuser = torch.compile`` from torch 2.2). Each case is compiled on a code
-object of its own, for its one shape (static), as each rank of a run sees one shape, and timed with the L2
-flushed before every call (a 256 MiB read, so
-that nothing dirty is left to write back), CUDA events around the call alone, in
-``--rounds`` rounds over all cases (each queues 20 calls, each after the flush, with no synchronisation between them, and
-takes the Triton kernels' own device time from torch.profiler: what the GPU spends, not the
-host), the median of the rounds, with NVML's SM clock over each window. The backward functions get a dense gradient, as training passes.
+(``jit_fuser = torch.compile`` from torch 2.2). Each case is compiled on a code object of
+its own, for its one shape (static), as each rank of a run sees one shape (a second shape
+through one code object recompiles it with dynamic shapes, a slower kernel). Timing: in
+``--rounds`` rounds over all cases, each case queues 20 calls, each behind a 256 MiB read that
+flushes L2 (clean lines: nothing dirty left to write back), with no synchronisation between
+them, and takes the Triton kernels' own device time from torch.profiler (what the GPU
+spends, not the host); the median of the rounds, with NVML's SM clock over each window.
+Round 0 also times one call by CUDA events, the compiled and the eager function (host
+included). The backward functions get a dense gradient, as training passes.
 
 ``copy`` is a device-to-device clone of 1 GiB (bytes read + written over time): the rate
 diptych's vector unit streams at, against which each kernel's fraction is taken with
-diptych's own byte count of the op (``BYTES``).
+diptych's own byte count of the op (each case's bytes).
 
-``launch``: ``N`` dependent one-element kernels (``x.add_(1)``) queued behind GEMMs long
-enough that the CPU is ahead, so the GPU runs them back to back: (time − GEMMs' time) / N is
-a kernel's cost on a busy stream (launch gap + execution), eager, and once more replayed from
-a CUDA graph.
+``launch`` (:func:`launch_gap`): dependent one-element kernels queued behind GEMMs,
+(time − GEMMs' time) per kernel, eager and replayed from a CUDA graph; at this script's 2,000
+the launch queue fills and the host sets the pace (measure_cross_entropy.py runs 200).
 """
 
 from __future__ import annotations
@@ -163,17 +164,20 @@ def copy_rate(reps, flush):
     return 2 * x.numel() * 2 / med
 
 
-def launch_gap(n=2000):
+def launch_gap(n=2000, gemms=16, warm=3, runs=5):
+    """``n`` dependent one-element kernels (``x.add_(1)``) queued behind ``gemms`` 8192³
+    GEMMs, eager and replayed from a CUDA graph: (time − the GEMMs' time) / n, the median of
+    ``runs``. With the launch queue never full (``n`` a few hundred) it is the device's own gap
+    between dependent kernels; at ``n`` 2,000 the queue fills and the host sets the pace."""
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     x = torch.zeros(1, device="cuda")
-    gemms = 16
 
     def head():
         for _ in range(gemms):
             torch.mm(a, a)
 
     def run(tail):
-        for _ in range(3):
+        for _ in range(warm):
             head()
             tail()
         torch.cuda.synchronize()
@@ -189,8 +193,8 @@ def launch_gap(n=2000):
         for _ in range(n):
             x.add_(1)
 
-    base = statistics.median(run(lambda: None) for _ in range(5))
-    with_eager = statistics.median(run(eager) for _ in range(5))
+    base = statistics.median(run(lambda: None) for _ in range(runs))
+    with_eager = statistics.median(run(eager) for _ in range(runs))
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -199,7 +203,7 @@ def launch_gap(n=2000):
     torch.cuda.current_stream().wait_stream(s)
     with torch.cuda.graph(g):
         eager()
-    with_graph = statistics.median(run(g.replay) for _ in range(5))
+    with_graph = statistics.median(run(g.replay) for _ in range(runs))
     return {"kernels": n, "gemms_s": base, "eager_per_kernel_us": (with_eager - base) / n * 1e6,
             "graph_per_kernel_us": (with_graph - base) / n * 1e6}
 
