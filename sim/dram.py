@@ -65,8 +65,8 @@ T_FAW_NS = 30.0
 LOOKAHEAD_BURSTS = 64
 
 #: Bytes of the pattern cache shared by engine runs on one DRAM geometry: per entry and
-#: pseudo-channel three int32 counts and the touched list (16 bytes), so 16,384 entries at 256
-#: pseudo-channels and 65,536 at 64.
+#: pseudo-channel a record of four int32 (the channel and its three counts: 16 bytes), so
+#: 16,384 entries at 256 pseudo-channels and 65,536 at 64.
 PERSISTENT_CACHE_BYTES = 64 << 20
 
 #: Pattern caches kept (one per DRAM geometry and thread, least recently used dropped).
@@ -134,12 +134,18 @@ class DramTiming:
 
 
 #: Indices of the pattern-cache tuple (:func:`pattern_cache`): the reference's per-bank state
-#: (open row, stamp, activations), the transfer counter, then per entry the key, the dense
-#: per-pseudo-channel counts, (touched pseudo-channels, total bursts) and the touched list.
-#: The counter holds [transfer id, address of the counting function
+#: (open row, stamp, activations), the transfer counter, the key of each entry, the dense
+#: per-pseudo-channel counts of the last fill (one row: the counting function's outputs),
+#: then per entry (touched pseudo-channels, total bursts) and its records, one per touched
+#: pseudo-channel in channel order: (channel, bursts, activations, most on one bank). The
+#: records keep a hit's reads (and a fill's writes) to ``16 · touched`` contiguous bytes of
+#: the entry; dense counts per entry were four rows of ``4 · P`` bytes, mostly cache misses
+#: at 256 pseudo-channels. The counter holds [transfer id, address of the counting function
 #: (:data:`~diptych.sim.dram_counts.count_c`, called on misses)].
 (C_OPEN, C_STAMP, C_BANK, C_COUNTER, C_KEYS, C_BURSTS, C_ACTS, C_BMAX, C_META,
- C_PCS) = range(10)
+ C_RECS) = range(10)
+#: Fields of a record (the last axis of ``C_RECS``).
+R_PC, R_BURSTS, R_ACTS, R_BMAX = range(4)
 
 #: Indices of the run-state tuple (:func:`run_state`): per pseudo-channel bus-free time, last
 #: direction, the last four activations, busy time; the aggregate servers' free times (the
@@ -160,9 +166,9 @@ def new_pattern_cache(timing: DramTiming, entries: int):
     return (np.full((p, b), -1, dtype=np.int64), z((p, b), dtype=np.int64),
             z((p, b), dtype=np.int64),
             np.array([0, 0 if _PURE_PYTHON else count_c.address], dtype=np.int64),
-            np.full((entries, 4), -1, dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE),
-            z((entries, p), dtype=COUNT_DTYPE), z((entries, p), dtype=COUNT_DTYPE),
-            z((entries, 2), dtype=np.int64), z((entries, p), dtype=COUNT_DTYPE))
+            np.full((entries, 4), -1, dtype=np.int64), z((1, p), dtype=COUNT_DTYPE),
+            z((1, p), dtype=COUNT_DTYPE), z((1, p), dtype=COUNT_DTYPE),
+            z((entries, 2), dtype=np.int64), z((entries, p, 4), dtype=COUNT_DTYPE))
 
 
 def persistent_entries(pseudo_channels: int) -> int:
@@ -224,15 +230,15 @@ def advance(t, work, trefi, blk):
 
 @jit
 def refresh_window(t, trefi, blk):
-    """The part of :func:`advance` that depends on the start ``t`` only: ``t`` moved past the
-    refresh window it falls in (if any) and the start of the next window, ``(t', next)`` in
-    ns. ``advance(t, work)`` is ``t' + work`` when that is at most ``next``, else
-    ``advance(next + blk, work − (next − t'))`` (its own next step): :func:`play_one` uses
-    this to reuse the window of a start it has already seen. Compiled once (scalars)."""
+    """The part of :func:`advance` that depends on the start ``t`` only, as two numbers: the
+    end of the refresh window ``t`` falls in or last passed, ``k·trefi + blk`` with
+    ``k = floor(t / trefi)`` (``-inf`` when ``k`` < 1: no window before it), and the start of
+    the next one, ``(k + 1)·trefi``; in ns. ``t`` moved past its window is the larger of ``t``
+    and the first; ``advance(t, work)`` is that plus ``work`` when it is at most the second,
+    else ``advance(next + blk, work − (next − t'))`` (its own next step): :func:`play_one`
+    uses this to reuse the window of a start it has already seen. Compiled once (scalars)."""
     k = math.floor(t / trefi)
-    if k >= 1 and t < k * trefi + blk:
-        t = k * trefi + blk
-    return t, (k + 1) * trefi
+    return (k * trefi + blk if k >= 1 else -math.inf), (k + 1) * trefi
 
 
 @jit
@@ -248,13 +254,9 @@ def _fill_entry(h, a_mod, rows, row_bytes, stride, ip, pat):
     p_n = ip[I_P]
     counter = pat[C_COUNTER]
     counter[0] += 1
-    bursts = pat[C_BURSTS][h]
-    acts = pat[C_ACTS][h]
-    bmax = pat[C_BMAX][h]
-    for p in range(p_n):
-        bursts[p] = 0
-        acts[p] = 0
-        bmax[p] = 0
+    bursts = pat[C_BURSTS][0]     # (zero between fills: each is cleared as it is copied)
+    acts = pat[C_ACTS][0]
+    bmax = pat[C_BMAX][0]
     if _PURE_PYTHON:   # NUMBA_DISABLE_JIT: no function pointers
         count_transfer(a_mod, rows, row_bytes, stride, ip, pat[C_OPEN], pat[C_STAMP],
                        pat[C_BANK], counter[0], bursts, acts, bmax)
@@ -269,12 +271,19 @@ def _fill_entry(h, a_mod, rows, row_bytes, stride, ip, pat):
     keys[h, 3] = stride
     n = 0
     tot = 0
-    pcs = pat[C_PCS]
+    recs = pat[C_RECS][h]
     for p in range(p_n):
-        if bursts[p] > 0:
-            pcs[h, n] = p
+        nb = bursts[p]
+        if nb > 0:
+            recs[n, R_PC] = p
+            recs[n, R_BURSTS] = nb
+            recs[n, R_ACTS] = acts[p]
+            recs[n, R_BMAX] = bmax[p]
+            bursts[p] = 0
+            acts[p] = 0
+            bmax[p] = 0
             n += 1
-            tot += bursts[p]
+            tot += nb
     pat[C_META][h, 0] = n
     pat[C_META][h, 1] = tot
 
@@ -295,8 +304,9 @@ def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
     return h
 
 
-#: :func:`play_one`'s memo before any walk (``nan`` never equals a start).
-NO_MEMO = (math.nan, 0.0, 0.0, math.nan, 0.0)
+#: :func:`play_one`'s memo before any walk (``nan`` never equals a start; the empty window
+#: interval ``[inf, -inf]`` holds none).
+NO_MEMO = (math.nan, math.nan, 0.0, math.inf, -math.inf, 0.0, 0.0)
 
 
 @jit(inline="always")
@@ -309,31 +319,44 @@ def play_one(start_ns, is_write, share, tp, bus_free, last_dir, a0, a1, a2, a3, 
     the new four activations, memo). Scalars only: an array argument of an inlined helper
     costs two atomic reference-count updates per call.
 
-    ``memo``: (start, start past its refresh window, next window, work, finish) of the last
-    refresh walk (:func:`advance`, a pure function; :data:`NO_MEMO` for none). The channels
-    of one transfer mostly start at the same time (95 % of the headline's channel plays start
-    with their predecessor's): with the same work too, the finish is reused; with other work
-    (channels with other counts), the start's window (:func:`refresh_window`) is, so only a
-    data time that crosses into the next window walks on. Both give :func:`advance`'s number
-    bit for bit (``tests/sim/test_dram_play_memo.py``); the walk's division and call were most
-    of a channel's cost."""
+    ``memo``: (start, work, finish) of the last refresh walk (:func:`advance`, a pure
+    function), then ``[lo, hi]``, starts known to fall in one refresh window, and that
+    window's ``k·tREFI + blackout`` (``-inf`` for the first, ``k`` = 0) and next window
+    ``(k + 1)·tREFI`` (:data:`NO_MEMO` for none). The channels of one transfer mostly start
+    at the same time (95 % of the headline's channel plays start with their predecessor's):
+    with the same work too, the finish is reused; with other work (channels with other
+    counts), the start's window (:func:`refresh_window`) is, so only a data time that crosses
+    into the next window walks on. A start between two starts of one window is in that
+    window too (``floor(t / tREFI)``, a correctly rounded division and a floor, is
+    non-decreasing in ``t``), so busy channels, whose starts differ, skip the division as
+    well. All give :func:`advance`'s number bit for bit (``tests/sim/test_dram_play_memo.py``);
+    the walk's division and call were most of a channel's cost."""
     tb, lat, tfaw, twtr, trtw, trc, trefi, blk = tp
     ta = 0.0
     if last_dir >= 0 and last_dir != is_write:
         ta = twtr if last_dir == 1 else trtw
     d0 = max(start_ns + lat, bus_free + ta)
     work = nb * tb * share
-    m_d0, t1, nxt, m_work, m_end = memo
+    m_d0, m_work, m_end, lo, hi, w0, nxt = memo
     if d0 == m_d0 and work == m_work:
         end = m_end
     else:
-        if d0 != m_d0:
-            t1, nxt = refresh_window(d0, trefi, blk)
+        if not (lo <= d0 <= hi):
+            w1, n1 = refresh_window(d0, trefi, blk)
+            if n1 == nxt:            # the same window: widen its interval
+                lo = min(lo, d0)
+                hi = max(hi, d0)
+            else:
+                lo = d0
+                hi = d0
+                w0 = w1
+                nxt = n1
+        t1 = max(d0, w0)
         if t1 + work <= nxt:
             end = t1 + work
         else:
             end = advance(nxt + blk, work - (nxt - t1), trefi, blk)
-        memo = (d0, t1, nxt, work, end)
+        memo = (d0, work, end, lo, hi, w0, nxt)
     if na > 0:
         f0 = max(start_ns, a0 + tfaw)
         f1 = max(start_ns, a1 + tfaw)
@@ -373,9 +396,9 @@ def play_params(fp):
 
 
 @jit(inline="always")
-def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_start, pc_end):
-    """The per-channel part of a transfer on channels ``pcs[:n]`` with the given counts
-    (indexed by channel); updates the run state and returns the latest data end (ns, at least
+def _play(start_ns, is_write, share, fp, st, recs, n, pc_start, pc_end):
+    """The per-channel part of a transfer on the channels of its records ``recs[:n]`` (channel
+    and counts, ``R_*``); updates the run state and returns the latest data end (ns, at least
     ``start_ns``). ``pc_start``/``pc_end`` (unless empty) get each channel's data interval."""
     bus_free = st[S_BUS]
     last_dir = st[S_DIR]
@@ -386,11 +409,12 @@ def _play(start_ns, is_write, share, fp, st, pcs, n, bursts, acts, bmax, pc_star
     finish = start_ns
     memo = NO_MEMO
     for t in range(n):
-        p = pcs[t]
+        p = np.uint64(recs[t, R_PC])     # (unsigned: no negative-index wraparound)
         d0, end, a0, a1, a2, a3, memo = play_one(start_ns, is_write, share, tp, bus_free[p],
                                                  last_dir[p], act_ring[p, 0], act_ring[p, 1],
-                                                 act_ring[p, 2], act_ring[p, 3], bursts[p],
-                                                 acts[p], bmax[p], memo)
+                                                 act_ring[p, 2], act_ring[p, 3],
+                                                 recs[t, R_BURSTS], recs[t, R_ACTS],
+                                                 recs[t, R_BMAX], memo)
         act_ring[p, 0] = a0
         act_ring[p, 1] = a1
         act_ring[p, 2] = a2
@@ -442,8 +466,7 @@ def dram_transfer(start_ns, addr, rows, row_bytes, stride, is_write, share, ip, 
         for p in range(p_n):
             pc_start[p] = -1.0
             pc_end[p] = -1.0
-    finish = _play(start_ns, is_write, share, fp, st, pat[C_PCS][h], touched, pat[C_BURSTS][h],
-                   pat[C_ACTS][h], pat[C_BMAX][h], pc_start, pc_end)
+    finish = _play(start_ns, is_write, share, fp, st, pat[C_RECS][h], touched, pc_start, pc_end)
     return max(finish, agg_end)
 
 
@@ -506,10 +529,12 @@ def stream_classes(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, s
         size = chunk_bytes if k < period else last
         h = pattern_entry(a, np.int64(1), size, size, ip, pat)
         tot[k] = pat[C_META][h, 1]
-        for p in range(p_n):
-            cnt[0, k, p] = pat[C_BURSTS][h, p]
-            cnt[1, k, p] = pat[C_ACTS][h, p]
-            cnt[2, k, p] = pat[C_BMAX][h, p]
+        recs = pat[C_RECS][h]
+        for t in range(pat[C_META][h, 0]):
+            p = recs[t, R_PC]
+            cnt[0, k, p] = recs[t, R_BURSTS]
+            cnt[1, k, p] = recs[t, R_ACTS]
+            cnt[2, k, p] = recs[t, R_BMAX]
     # classes: equal state and counts (compared with each class's first member)
     bus_free = st[S_BUS]
     last_dir = st[S_DIR]
@@ -535,13 +560,16 @@ def stream_classes(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, s
         if rep[pa] == pa:
             firsts[nfirst] = pa
             nfirst += 1
-    # per chunk pattern, the representatives it touches
-    reps = np.empty((nk, p_n), dtype=COUNT_DTYPE)
+    # per chunk pattern, the records of the representatives it touches
+    reps = np.empty((nk, p_n, 4), dtype=COUNT_DTYPE)
     nrep = np.zeros(nk, dtype=np.int64)
     for k in range(nk):
         for p in range(p_n):
             if rep[p] == p and cnt[0, k, p] > 0:
-                reps[k, nrep[k]] = p
+                reps[k, nrep[k], R_PC] = p
+                reps[k, nrep[k], R_BURSTS] = cnt[0, k, p]
+                reps[k, nrep[k], R_ACTS] = cnt[1, k, p]
+                reps[k, nrep[k], R_BMAX] = cnt[2, k, p]
                 nrep[k] += 1
     # play the chunks on the representatives (and the aggregate server), as dram_transfer does
     share = 1.0
@@ -551,8 +579,7 @@ def stream_classes(start_ns, addr, total_bytes, chunk_bytes, is_write, ip, fp, s
     for c in range(n):
         k = c % period if c < n - 1 else period
         agg_end = _aggregate(start_ns, tot[k], share, ip, fp, st[S_AGG])
-        finish = _play(start_ns, is_write, share, fp, st, reps[k], nrep[k], cnt[0, k],
-                       cnt[1, k], cnt[2, k], no_spans, no_spans)
+        finish = _play(start_ns, is_write, share, fp, st, reps[k], nrep[k], no_spans, no_spans)
     # the other members copy their representative's state
     for p in range(p_n):
         r = rep[p]

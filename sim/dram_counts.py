@@ -339,12 +339,21 @@ def _add_channels(diff, s, n, v, p_n):
 
 
 @jit(inline="always")
-def _flush_page(g, msk, words, stamp, cnt, tid, p_n, banks, banks_sh):
+def _flush_page(g, msk, words, stamp, cnt, tid, p_n, banks, banks_sh, one, acts):
     """One page's touched pseudo-channels (the bits of ``msk``): one more distinct page on
     bank ``g mod banks`` of each (``cnt[bank·P + channel]``; a bank's counts are zeroed at its
-    first page in this transfer, marked in ``stamp[0, bank]``); ``msk`` is cleared. Inlined
-    (``inline="always"``) at its two call sites in :func:`count_rows`; it runs once a page,
+    first page in this transfer, marked in ``stamp[0, bank]``), or with ``one`` (no bank
+    sees two pages) one more activation of each (``acts``); ``msk`` is cleared. Inlined
+    (``inline="always"``) at its call sites in :func:`_count_rows`; it runs once a page,
     not once a row."""
+    if one:
+        for w in range(words):
+            m = msk[w]
+            while m != 0:
+                acts[(w << MASK_SH) + _ctz(m)] += 1
+                m &= m - 1
+            msk[w] = 0
+        return
     bk = _md(g, banks, banks_sh)
     base = bk * p_n
     if stamp[0, bk] != tid:
@@ -357,6 +366,13 @@ def _flush_page(g, msk, words, stamp, cnt, tid, p_n, banks, banks_sh):
             cnt[base + (w << MASK_SH) + _ctz(m)] += 1
             m &= m - 1
         msk[w] = 0
+
+
+@jit(inline="always")
+def _page_span(addr, rows, row_bytes, stride, il, per_page):
+    """Pages (of every pseudo-channel: ``per_page`` interleave chunks each, chunks inside
+    pages) from the one of a transfer's first byte to the one of its last, less one."""
+    return (addr + (rows - 1) * stride + row_bytes - 1) // il // per_page - addr // il // per_page
 
 
 @jit
@@ -379,6 +395,29 @@ def count_rows(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid
     (bank, pseudo-channel), ``stamp[0, :]`` marks the banks touched.
     ``tests/sim/test_dram_counts.py`` compares it with :func:`count_pattern`. Outputs must be
     zero on entry."""
+    _count_rows(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts, acts,
+                bank_max, False)
+
+
+@jit
+def count_rows_one(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts,
+                   acts, bank_max):
+    """:func:`count_rows` for a transfer that spans fewer pages (of every pseudo-channel, from
+    its first byte's to its last's: :func:`_page_span`) than there are banks: no bank sees two
+    of its pages, so a pseudo-channel's activations are the pages it is touched in, at most
+    one on any bank, and no per-bank counts are kept (no bank's row of ``P`` counts zeroed,
+    no final pass over them: at 256 pseudo-channels, 2.8 µs a fill of sweep-1000's instead of
+    the walk's 4.1; at 64 the counts per bank are as fast, so :func:`count_transfer` takes
+    this only above :data:`ROWS_MAX_CHANNELS`). Outputs must be zero on entry."""
+    _count_rows(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts, acts,
+                bank_max, True)
+
+
+@jit(inline="always")
+def _count_rows(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid, bursts, acts,
+                bank_max, one):
+    """The body of :func:`count_rows` (``one`` False) and :func:`count_rows_one` (True), inlined
+    into each with ``one`` a constant, whose branches the compiler removes."""
     p_n = ip[I_P]
     il = ip[I_INTERLEAVE]
     burst = ip[I_BURST]
@@ -421,7 +460,8 @@ def count_rows(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid
         g2 = _dv(c2, per_page, pp_sh)
         if g1 != gc:
             if gc >= 0:
-                _flush_page(gc, msk, words, stamp, cnt, tid, p_n, banks, banks_sh)
+                _flush_page(gc, msk, words, stamp, cnt, tid, p_n, banks, banks_sh, one,
+                            acts)
             gc = g1
         if g1 == g2 and c2 - c1 < p_n:     # (most rows: one page, fewer chunks than P)
             e = p1 + c2 - c1 + 1
@@ -435,7 +475,8 @@ def count_rows(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid
         for g in range(g1, g2 + 1):
             if g != gc:
                 if gc >= 0:
-                    _flush_page(gc, msk, words, stamp, cnt, tid, p_n, banks, banks_sh)
+                    _flush_page(gc, msk, words, stamp, cnt, tid, p_n, banks, banks_sh, one,
+                                acts)
                 gc = g
             cs = max(c1, g * per_page)
             e = min(c2, g * per_page + per_page - 1) - cs + 1     # (chunks, for now)
@@ -448,11 +489,16 @@ def count_rows(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid
                 lo = 0
                 e -= p_n
         a += stride
-    _flush_page(gc, msk, words, stamp, cnt, tid, p_n, banks, banks_sh)
+    _flush_page(gc, msk, words, stamp, cnt, tid, p_n, banks, banks_sh, one, acts)
     run = every
     for pc in range(p_n):
         run += diff[pc]
         bursts[pc] += run
+    if one:
+        for pc in range(p_n):
+            if acts[pc] > 0:
+                bank_max[pc] = 1
+        return
     for bk in range(banks):
         if stamp[0, bk] == tid:
             base = bk * p_n
@@ -507,7 +553,9 @@ SEGMENT_COST = 10
 #: :func:`count_rows` serves geometries of at most this many pseudo-channels (two mask words):
 #: measured on the fill keys of bench_gemm.py (tpu-v4, 64) it takes 4.5 µs a fill where the
 #: walk takes 6.2; on train-2026's (192) and infer-2026's (256) it is no faster (10.3 / 12.8
-#: against 10.7 / 11.7 µs: a page's flush and the final pass grow with the channels).
+#: against 10.7 / 11.7 µs: a page's flush and the final pass grow with the channels). Above
+#: it, a transfer spanning fewer pages than banks is counted by :func:`count_rows_one`, which
+#: has neither.
 ROWS_MAX_CHANNELS = 64
 
 #: :func:`count_rows`' cost per row in :func:`near_period`'s units: the drift walk is taken
@@ -535,10 +583,13 @@ def _jrange(lo, hi, x0, eps, n):
 
 
 @jit
-def near_period(rows, row_bytes, stride, ip):
+def near_period(rows, row_bytes, stride, ip, limit=-1.0):
     """(T, ε, cost): the rows per step of the reduced frame (fact 3), ``T·S ≡ ε (mod W)``
     with ``|ε| ≤ W/2``, minimising the bursts the drift walk visits (``cost``). The search
-    stops once the fixed part of the cost, ``T·(L + 2·unit)/B``, exceeds the best found."""
+    stops once the fixed part of the cost, ``T·(L + 2·unit)/B``, exceeds the best found, or
+    reaches ``limit`` (when ≥ 0: the cost of counting otherwise, :func:`count_transfer`), past
+    which no ``T`` is cheaper than that: the answer is the same whenever its cost is below
+    ``limit``."""
     w = ip[I_PERIOD]
     unit = min(ip[I_INTERLEAVE], ip[I_PAGE])
     burst = ip[I_BURST]
@@ -549,7 +600,7 @@ def near_period(rows, row_bytes, stride, ip):
     best = -1
     r = 0
     for t in range(1, min(rows, MAX_NEAR_PERIOD) + 1):
-        if best >= 0 and t * fixed > best:
+        if best >= 0 and (t * fixed > best or (limit >= 0.0 and t * fixed >= limit)):
             break
         r += s_mod
         if r >= w:
@@ -715,16 +766,24 @@ def count_transfer(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt,
     if stride >= row_bytes:
         il = ip[I_INTERLEAVE]
         unit = min(il, ip[I_PAGE])
-        by_rows = (ip[I_PAGE] % il == 0 and ip[I_BANKS] >= 2
-                   and ip[I_P] <= ROWS_MAX_CHANNELS)
+        by_rows = ip[I_PAGE] % il == 0 and ip[I_BANKS] >= 2
+        one = by_rows and ip[I_P] > ROWS_MAX_CHANNELS
+        if one:    # (fewer pages than banks: count_rows_one; else the walk)
+            one = _page_span(addr, rows, row_bytes, stride, il,
+                             ip[I_P] * (ip[I_PAGE] // il)) < ip[I_BANKS]
+            by_rows = one
         if unit % ip[I_BURST] == 0:
-            t_rows, eps, cost = near_period(rows, row_bytes, stride, ip)
             direct = (rows * ROW_COST if by_rows
                       else rows * (row_bytes // unit + 2) * PIECE_COST)
+            t_rows, eps, cost = near_period(rows, row_bytes, stride, ip, direct)
             if cost < direct:
                 count_drift(addr, rows, row_bytes, stride, t_rows, eps, ip, bursts, acts,
                             bank_max)
                 return
+        if one:
+            count_rows_one(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid,
+                           bursts, acts, bank_max)
+            return
         if by_rows:
             count_rows(addr, rows, row_bytes, stride, ip, open_row, stamp, bank_cnt, tid,
                        bursts, acts, bank_max)

@@ -209,3 +209,53 @@ def test_the_row_walk_on_fill_shaped_transfers(p, il_b, page_mult, banks, data):
                           row_bytes,
                           row_bytes + data.draw(st.integers(0, 4 * p * il * page_mult))))
     _rows_match_over_shared_state(Geometry(p, il, il * page_mult, burst, banks), transfers)
+
+
+@settings(max_examples=200, deadline=None)
+@given(p=st.sampled_from([65, 100, 128, 192, 256]), il_b=st.sampled_from([1, 2, 8]),
+       page_mult=st.sampled_from([1, 2, 4]), banks=st.sampled_from([2, 3, 16, 48]),
+       data=st.data())
+def test_wide_geometries_count_by_rows_within_a_bank_round(p, il_b, page_mult, banks, data):
+    """Above ``ROWS_MAX_CHANNELS`` pseudo-channels, ``count_transfer`` counts by rows
+    (``count_rows_one``: its pages are at most one a bank) when a transfer spans fewer pages
+    than banks, and walks otherwise: either way count_pattern's numbers (and count_rows',
+    and count_rows_one's where it applies), on fill-shaped transfers (sweep-1000's: a few
+    hundred rows of a chunk or two at strides of tens of chunks) that fall on both sides of
+    that line, over one shared state."""
+    from diptych.sim.dram_counts import count_rows, count_rows_one
+    burst = 32
+    il = il_b * burst
+    g = Geometry(p, il, il * page_mult, burst, banks)
+    page_bytes = p * il * page_mult          # the address span of one page of every channel
+    mine = [np.full((p, banks), -1, dtype=np.int64), np.zeros((p, banks), dtype=np.int64),
+            np.zeros((p, banks), dtype=np.int64)]
+    for tid in range(1, data.draw(st.integers(1, 4)) + 1):
+        row_bytes = data.draw(st.integers(1, 4 * il))
+        rows = data.draw(st.integers(2, 400))
+        stride = row_bytes + data.draw(st.integers(0, data.draw(st.sampled_from(
+            [il, 64 * il, 2 * page_bytes * banks // rows + 1]))))
+        addr = data.draw(st.integers(0, 1 << 26))
+        want = g.counts(count_pattern, addr, rows, row_bytes, stride)
+        span = (addr + (rows - 1) * stride + row_bytes - 1) // page_bytes - addr // page_bytes
+        fns = (count_transfer, count_rows) + ((count_rows_one,) if span < banks else ())
+        for i, fn in enumerate(fns):
+            got = [np.zeros(p, dtype=COUNT_DTYPE) for _ in range(3)]
+            fn(addr, rows, row_bytes, stride, g.ip, *mine, 3 * tid + i, *got)
+            assert [o.tolist() for o in got] == want, (fn, g.ip.tolist(), addr, rows,
+                                                       row_bytes, stride)
+
+
+@settings(max_examples=300, deadline=None)
+@given(g=geometries, rows=st.integers(2, 2000), row_bytes=st.integers(1, 3000),
+       gap=st.integers(0, 1 << 20), limit=st.integers(0, 20000))
+def test_near_period_with_a_limit_answers_as_without_below_it(g, rows, row_bytes, gap, limit):
+    """``near_period``'s search stopped at ``limit`` (count_transfer's cost of the other path)
+    gives the unlimited search's (T, ε, cost) whenever that cost is below the limit, and a
+    cost of at least the limit otherwise (so count_transfer picks the same path)."""
+    stride = row_bytes + gap
+    full = near_period(rows, row_bytes, stride, g.ip)
+    cut = near_period(rows, row_bytes, stride, g.ip, float(limit))
+    if full[2] < limit:
+        assert cut == full
+    else:
+        assert cut[2] >= limit

@@ -22,12 +22,11 @@ def _transfer_ref(m, start, addr, rows, row_bytes, stride, write, share):
     tp = D.play_params.py_func(fp)
     finish = start
     for t in range(touched):
-        p = pat[D.C_PCS][h, t]
+        p, nb, na, bm = pat[D.C_RECS][h, t]
         ring = s[D.S_ACT][p]
         d0, end, a0, a1, a2, a3, _ = D.play_one.py_func(
             start, write, share, tp, s[D.S_BUS][p], s[D.S_DIR][p], ring[0], ring[1], ring[2],
-            ring[3], pat[D.C_BURSTS][h, p], pat[D.C_ACTS][h, p], pat[D.C_BMAX][h, p],
-            D.NO_MEMO)
+            ring[3], nb, na, bm, D.NO_MEMO)
         ring[:] = (a0, a1, a2, a3)
         s[D.S_BUSY][p] += end - d0
         s[D.S_BUS][p] = end
@@ -76,3 +75,34 @@ def test_the_window_memo_equals_the_refresh_walk(chip, plays):
                                                -1e18, -1e18, nb, 0, 0, memo)
         assert d0 == start + lat
         assert end == D.advance.py_func(d0, nb * tb * 1.0, trefi, blk)
+
+
+#: Offsets into a refresh window (ns from its start ``k·tREFI``), its edges included: the
+#: blackout's end and the next window's start, a nanosecond and a rounding step either side.
+_EDGES = st.one_of(st.floats(0.0, 4000.0), st.sampled_from(["blk", "next"]).flatmap(
+    lambda edge: st.tuples(st.just(edge), st.sampled_from([-60.0, -1.0, -1e-9, 0.0, 1e-9, 1.0,
+                                                           60.0]))))
+
+
+@settings(max_examples=150, deadline=None)
+@given(chip=st.sampled_from(["h100", "infer-2026"]),
+       plays=st.lists(st.tuples(st.integers(0, 3), _EDGES, st.integers(0, 4000)),
+                      min_size=2, max_size=60))
+def test_starts_inside_a_known_window_skip_the_division(chip, plays):
+    """Many channels of a transfer start at different times of a few refresh windows (busy
+    channels): a start between two starts already seen in one window reuses that window
+    (``floor(t / tREFI)`` is non-decreasing in ``t``); the finish equals a fresh
+    :func:`dram.advance` bit for bit, for starts anywhere in the windows and around their
+    edges (the blackout's end, the next window's start)."""
+    fp = D.DramTiming.from_dram(load_chip(chip).dram).fparams()
+    tp = D.play_params.py_func(fp)
+    tb, lat, trefi, blk = tp[0], tp[1], tp[6], tp[7]
+    memo = D.NO_MEMO
+    for k, off, nb in plays:
+        if isinstance(off, tuple):
+            edge, eps = off
+            off = (blk if edge == "blk" else trefi) + eps
+        d0 = max(0.0, k * trefi + off)
+        got_d0, end, *_, memo = D.play_one.py_func(d0 - lat, 0, 1.0, tp, -1e18, -1, -1e18,
+                                                   -1e18, -1e18, -1e18, nb, 0, 0, memo)
+        assert end == D.advance.py_func(got_d0, nb * tb * 1.0, trefi, blk)
