@@ -82,8 +82,53 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     :func:`_groups_ref` (tests/sim/test_split_kernels.py), which this falls back to where
     a split's integer products are too large for float64 to hold exactly, and where
     :func:`mapper.splits` has been replaced (tests force the search's splits so)."""
-    if MP.splits is not _SPLITS:
+    lazy = _lazy_groups(op, chip, rates, flows, m_total, batch)
+    if lazy is None:
         return _groups_ref(op, chip, rates, flows, m_total, batch)
+    return [lazy.group(i) for i in range(len(lazy.floors))]
+
+
+class _LazyGroups:
+    """:func:`_groups`' groups, each built when it is first asked for (:meth:`group`; a
+    search opens ~10 % of them), from the numbers computed for all of them at once;
+    ``floors`` holds every group's floor (its first field)."""
+
+    __slots__ = ("floors", "_flows", "_ctx", "_sps", "_peak", "_extra", "_own", "_old")
+
+    def __init__(self, floors, flows, ctx, sps, peak, extra, own, old):
+        self.floors, self._flows, self._ctx, self._sps = floors, flows, ctx, sps
+        self._peak, self._extra, self._own, self._old = peak, extra, own, old
+
+    def group(self, i: int) -> list:
+        """Group ``i`` (split-major, dataflow-minor), a new list."""
+        s, d = divmod(i, len(self._flows))
+        return [self.floors[i], i, None, self._sps[s], self._peak[s], self._extra[s],
+                self._flows[d], self._ctx, self._own[s], self._old[s]]
+
+    def pending(self):
+        """(floors, group of position ``k``) in the search's order, ``sorted(groups,
+        key=_FLOOR_KEY)``'s: by floor, ties in group order (a stable sort of the positions by
+        floor; None when a floor is NaN, for which the two orders could differ). A group is
+        built once, at its first request."""
+        f = self.floors
+        if any(x != x for x in f):
+            return None
+        order = sorted(range(len(f)), key=f.__getitem__)
+        made: dict = {}
+
+        def get(k: int) -> list:
+            g = made.get(k)
+            if g is None:
+                g = made[k] = self.group(order[k])
+            return g
+        return [f[i] for i in order], get
+
+
+def _lazy_groups(op, chip, rates, flows, m_total: int, batch: int):
+    """The numbers of :func:`_groups` as a :class:`_LazyGroups`; None where :func:`_groups`
+    takes the reference path."""
+    if MP.splits is not _SPLITS:
+        return None
     view = _as_oriented(op, m_total, batch)
     layout = MP.op_layout(view, m_total, chip.tensor_cores, chip)
     pin = pin_bytes_per_s(chip)
@@ -95,7 +140,7 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     floors = MP.split_floor_arrays(chip, layout, flows[0], rows, op.k, rates, pin)
     folds = [MP.split_fold_floor_array(chip, df, rows, op.k, rates) for df in flows]
     if floors is None or any(f is None for f in folds):
-        return _groups_ref(op, chip, rates, flows, m_total, batch)
+        return None
     peak, floor = floors
     # split-K: the reduction's cycles follow the partial products (a constant per split,
     # timed when the group's table is built; until then its bytes at the pins bound it)
@@ -108,12 +153,9 @@ def _groups(op, chip, rates, flows, m_total: int, batch: int) -> list[list]:
     gfloor = np.stack([np.maximum(floor, f * (1.0 - 1e-9)) + extra for f in folds],
                       axis=1).ravel().tolist()
     ctx = (view, m_total, layout)
-    nf = len(flows)
     sps = MP.lazy_splits(rows)    # (a split's fields are read only if its group opens)
-    return [[gfloor[i * nf + d], i * nf + d, None, sp, pb, ex, df, ctx, mine, old]
-            for i, (sp, pb, ex, mine, old) in enumerate(zip(
-                sps, peak.tolist(), extra.tolist(), own.tolist(), (floor + extra).tolist()))
-            for d, df in enumerate(flows)]
+    return _LazyGroups(gfloor, tuple(flows), ctx, sps, peak.tolist(), extra.tolist(),
+                       own.tolist(), (floor + extra).tolist())
 
 
 #: The mapper's own :func:`mapper.splits` (:func:`_groups` takes the reference path when it
@@ -203,8 +245,15 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
     # the best. A group's table is built lazily: only once the next candidate's estimate
     # reaches the group's floor (a bound below every estimate and bound in it), and never when
     # that floor cannot beat the best; the order is the same as with every table built.
-    groups = _groups(op, chip, rates, flows, m_total, batch)
-    pending = sorted(groups, key=_FLOOR_KEY)
+    # (:func:`_groups`' groups, in that order; built as the search reaches them)
+    lazy = _lazy_groups(op, chip, rates, flows, m_total, batch)
+    pend = None if lazy is None else lazy.pending()
+    if pend is None:
+        groups = (_groups_ref(op, chip, rates, flows, m_total, batch) if lazy is None
+                  else [lazy.group(i) for i in range(len(lazy.floors))])
+        pending = sorted(groups, key=_FLOOR_KEY)
+        pend = [g[0] for g in pending], pending.__getitem__
+    pfloor, pget = pend
     npend = 0           # the groups pending[npend:] are not opened yet
     # The budget leaves a sub-chip's split out where the search passed the group's
     # bytes-and-MACs floor (g[9]) with the budget spent, as it did before the floors counted
@@ -259,9 +308,9 @@ def plan(op, chip, dataflow=None, reference: bool = False, chains: bool = True):
         head = heads[0] if heads else None
         if cross == math.inf and best is not None and spent >= budget:
             cross = reach
-        if npend < len(pending) and pending[npend][0] < thr and (
-                head is None or pending[npend][0] <= head[0]):
-            g = pending[npend]
+        if npend < len(pfloor) and pfloor[npend] < thr and (
+                head is None or pfloor[npend] <= head[0]):
+            g = pget(npend)
             npend += 1
             if g[0] > reach:
                 reach = g[0]

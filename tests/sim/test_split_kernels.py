@@ -91,6 +91,27 @@ def test_groups_equal_the_split_by_split_reference(name):
         assert [_group_key(g) for g in got] == [_group_key(g) for g in want], (name, op)
 
 
+@pytest.mark.parametrize("name", sorted(CHIPS))
+def test_the_searchs_lazy_groups_come_in_the_sorted_groups_order(name):
+    """``plan`` builds a group only when its search reaches it (``_LazyGroups.pending``): the
+    floors and groups it hands out, position by position, are those of ``sorted(_groups(...),
+    key=_FLOOR_KEY)``, ties (equal floors) included."""
+    chip = CHIPS[name]()
+    rng = random.Random(200 + sorted(CHIPS).index(name))
+    dt = chip.default_dtype
+    for i, (batch, m, n, k) in enumerate(_dims(rng, 6)):
+        op = Gemm(name="g", m=m, k=max(k, 8), n=n, batch=min(batch, 40), a_dtype=dt,
+                  b_dtype=dt, c_dtype=dt, acc_dtype="fp32", b_is_weight=i % 2 == 0)
+        rates = array_rates(chip, dt)
+        flows = tuple(chip.core.array.dataflows)
+        want = sorted(G._groups(op, chip, rates, flows, op.m, op.batch), key=G._FLOOR_KEY)
+        floors, get = G._lazy_groups(op, chip, rates, flows, op.m, op.batch).pending()
+        assert _bits(floors) == _bits([g[0] for g in want])
+        got = [get(j) for j in range(len(want))]
+        assert [_group_key(g) for g in got] == [_group_key(g) for g in want], (name, op)
+        assert get(0) is got[0]            # (built once: the search mutates its groups)
+
+
 @pytest.mark.parametrize("df", ["os", "ws", "is"])
 def test_floor_arrays_equal_the_scalar_floors(df):
     chip = CHIPS["small-sb"]()
