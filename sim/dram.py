@@ -304,9 +304,9 @@ def pattern_entry(addr, rows, row_bytes, stride, ip, pat):
     return h
 
 
-#: :func:`play_one`'s memo before any walk (``nan`` never equals a start; the empty window
-#: interval ``[inf, -inf]`` holds none).
-NO_MEMO = (math.nan, math.nan, 0.0, math.inf, -math.inf, 0.0, 0.0)
+#: :func:`play_one`'s memo before any walk (``nan`` never equals a start nor a window's
+#: next start; the empty window interval ``[inf, -inf]`` holds none).
+NO_MEMO = (math.nan, math.nan, 0.0, math.inf, -math.inf, -math.inf, math.nan)
 
 
 @jit(inline="always")
