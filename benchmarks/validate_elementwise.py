@@ -59,6 +59,7 @@ docs/validation-published.md, "Elementwise kernels", says what they show.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -145,7 +146,6 @@ def gh100_kernels(path: Path = GH100_RESULTS) -> tuple[float, list[tuple[str, st
     """(the GH100's copy rate in B/s, [(measured case, the preset's field, diptych's op of
     that shape, measured seconds), ...]) from the measurement's JSON; the dropout's backward
     alone is the 2,048-token forward-and-backward less the forward."""
-    import json
     d = json.loads(path.read_text())
     t = {r["name"]: r["seconds"] for r in d["kernels"]}
     out = []
@@ -180,7 +180,6 @@ GH100_CE = GH100_RESULTS.with_name("cross_entropy.json")
 def gh100_ce_fractions(path: Path = GH100_CE) -> list[tuple[str, float, float]]:
     """[(case, forward, backward fraction of the GH100's copy rate at diptych's bytes of the
     fused loss, 22 and 10 B per logit), ...]."""
-    import json
     d = json.loads(path.read_text())
     out = []
     for r in d["cross_entropy"]:

@@ -1022,9 +1022,10 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
     # Megatron-Core's unpermute unfused: the product by the probabilities reads and writes
     # the rows again, torch.zeros writes the output before scatter_add_ (UNFUSED_UNPERMUTE)
     more_r, more_w = UNFUSED_UNPERMUTE if megatron else (0.0, 0.0)
+    zeros = 1.0 if megatron else 0.0          # torch.zeros writes the output once more
     op = c.vec("experts_combine", "permute", back * d,
                reads=1.0 + more_r,
-               writes=(t_out * d * (2.0 if megatron else 1.0)) / (back * d) + more_w,
+               writes=(t_out * d * (1.0 + zeros)) / (back * d) + more_w,
                extra_read_bytes=T * k * routed * (INDEX_BYTES + ROUTING_WEIGHT_BYTES),
                ops=VECTOR_OPS_PER_ELEMENT["mul"])
     fl.vec(op, downs + [("topk", idx * routed * (INDEX_BYTES + ROUTING_WEIGHT_BYTES)

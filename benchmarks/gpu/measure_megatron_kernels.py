@@ -137,18 +137,14 @@ def cases_bda(dev, t=2048, h=12288):
             torch.randn(t, 1, h, device=dev, dtype=torch.bfloat16), 0.1)
 
 
-def time_call(fn, args, reps, flush, write=False):
+def time_call(fn, args, reps, flush):
     """Median and best seconds of ``fn(*args)`` over ``reps`` calls, each after reading
     ``flush`` (L2 left holding clean lines of another buffer: none of the call's data and
-    nothing dirty to write back; ``write``: writing ``flush`` instead, which leaves L2's
-    lines dirty, a cost the call then pays)."""
+    nothing dirty to write back), CUDA events around the call (host included)."""
     ts = []
     sink = torch.empty((), device=flush.device)
     for _ in range(reps):
-        if write:
-            flush.fill_(1.0)
-        else:
-            torch.sum(flush, 0, out=sink)
+        torch.sum(flush, 0, out=sink)
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         fn(*args)
@@ -253,7 +249,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     flush = torch.empty(2 ** 28 // 4, device="cuda")
     res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "smi": smi()}
-    h, sampler = start_sampler()
+    _, sampler = start_sampler()
     res["copy_Bps"] = copy_rate(args.reps, flush)
     print(f"copy {res['copy_Bps'] / 1e12:.3f} TB/s", flush=True)
     compiled = []

@@ -193,7 +193,6 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
 
     t = simulate_workload(w, chip, simulate=simulate, collective_time=collective_time)
     inside = {op.name for b in w.blocks for op in b.ops if "precision" in op.tags}
-    by_name = {base_name(op.name): op for b in w.blocks for op in b.ops}
     acc: dict[str, dict] = {}
     names: dict[str, set] = {}
     order: list[str] = []
@@ -219,6 +218,7 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
             comm = r["bound"] == "communication"
             names[b].add(("c" if comm else "o", base_name(r["op"]), r["kind"] if comm else ""))
     if fixed_costs:
+        by_name = {base_name(op.name): op for b in w.blocks for op in b.ops}
         op_s = launch_seconds(chip)[0]
         sync_s = chip.fixed_costs.host_sync_us * 1e-6
         static = chip.energy.static_w

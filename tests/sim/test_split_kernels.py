@@ -68,6 +68,13 @@ def _bits(x) -> tuple:
     return tuple(struct.pack("<d", v) if isinstance(v, float) else (type(v), v) for v in x)
 
 
+def _gemm(i: int, dims, dt: str) -> Gemm:
+    """The ``i``-th random GEMM of ``dims`` (batch, m, n, k), every other one a weight."""
+    batch, m, n, k = dims
+    return Gemm(name="g", m=m, k=max(k, 8), n=n, batch=min(batch, 40), a_dtype=dt,
+                b_dtype=dt, c_dtype=dt, acc_dtype="fp32", b_is_weight=i % 2 == 0)
+
+
 def _group_key(g) -> tuple:
     return _bits((g[0], g[1], g[4], g[5], g[8], g[9])) + (g[3], g[6], g[2], g[7][1:])
 
@@ -77,9 +84,8 @@ def test_groups_equal_the_split_by_split_reference(name):
     chip = CHIPS[name]()
     rng = random.Random(100 + sorted(CHIPS).index(name))
     dt = chip.default_dtype
-    for i, (batch, m, n, k) in enumerate(_dims(rng, 8)):
-        op = Gemm(name="g", m=m, k=max(k, 8), n=n, batch=min(batch, 40), a_dtype=dt,
-                  b_dtype=dt, c_dtype=dt, acc_dtype="fp32", b_is_weight=i % 2 == 0)
+    for i, dims in enumerate(_dims(rng, 8)):
+        op = _gemm(i, dims, dt)
         if i % 4 == 3 and chip.has_dram:
             op = dataclasses.replace(op, a_source="scratchpad", resident_bytes=int(op.a_bytes))
         rates = array_rates(chip, dt)
@@ -99,9 +105,8 @@ def test_the_searchs_lazy_groups_come_in_the_sorted_groups_order(name):
     chip = CHIPS[name]()
     rng = random.Random(200 + sorted(CHIPS).index(name))
     dt = chip.default_dtype
-    for i, (batch, m, n, k) in enumerate(_dims(rng, 6)):
-        op = Gemm(name="g", m=m, k=max(k, 8), n=n, batch=min(batch, 40), a_dtype=dt,
-                  b_dtype=dt, c_dtype=dt, acc_dtype="fp32", b_is_weight=i % 2 == 0)
+    for i, dims in enumerate(_dims(rng, 6)):
+        op = _gemm(i, dims, dt)
         rates = array_rates(chip, dt)
         flows = tuple(chip.core.array.dataflows)
         want = sorted(G._groups(op, chip, rates, flows, op.m, op.batch), key=G._FLOOR_KEY)

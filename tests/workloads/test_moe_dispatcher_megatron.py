@@ -133,9 +133,8 @@ def test_grok1s_dispatch_costs_what_it_measured_on_the_gh100():
         for op in _moe_block(dispatcher).ops:
             for x in [op] + backward_ops(op, Precision()):
                 if isinstance(x, VectorOp):
-                    s += vector_stats(x, H100).seconds + (
-                        o.op_launch_us * host_work.kernel_count(x)
-                        + o.host_sync_us * host_work.host_sync_count(x)) * 1e-6
+                    s += vector_stats(x, H100).seconds + _op_launch_s(
+                        x, o.op_launch_us * 1e-6, o.host_sync_us * 1e-6)
         return s
 
     assert cost("megatron") - cost("fused") == pytest.approx(measured, rel=0.10)
