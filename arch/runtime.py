@@ -28,6 +28,11 @@ A :class:`RuntimeProfile` holds, with units in the field names:
   (vLLM V1, TensorRT-LLM with ``enable_chunked_context``); false, a prompt joins a decode
   step only whole, and waits when it does not fit (TensorRT-LLM's in-flight batching without
   context chunking); unset, split.
+* KV admission: ``kv_admission`` "on-demand" (a request's KV blocks are allocated as its
+  tokens are written; when a running sequence needs a block and none is free, one is
+  preempted: vLLM) or "reserve" (a request is admitted only when the blocks of its whole
+  prompt + output fit beside what every running request may still claim, and nothing is ever
+  preempted: TensorRT-LLM's ``GUARANTEED_NO_EVICT`` capacity scheduler); unset, on demand.
 
 Profiles ship as TOML files in ``arch/runtimes/`` (each number with its source);
 ``ideal`` is all zeros: the chip alone, every number as without a runtime.
@@ -44,6 +49,8 @@ from .engine_allreduce import ENGINE_ALL_REDUCES
 from .schema import ConfigError, bound, build, f, read_config_file
 
 DEFAULT_RUNTIME = "ideal"
+#: How a serving engine admits requests into its KV cache (module docstring).
+KV_ADMISSIONS = ("on-demand", "reserve")
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,11 @@ class RuntimeProfile:
                                    doc="with chunked_prefill: true, a prompt may be split "
                                        "across steps; false, it joins a decode step only "
                                        "whole; unset: split")
+    kv_admission: str | None = f(default=None, choices=KV_ADMISSIONS,
+                                 doc="on-demand: KV blocks allocated as tokens are written, a "
+                                     "shortage preempts; reserve: a request admitted only "
+                                     "when its whole prompt + output fits, never preempted; "
+                                     "unset: on demand")
 
     @property
     def is_ideal(self) -> bool:

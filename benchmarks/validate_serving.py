@@ -19,8 +19,11 @@ the commit below):
   467 input / 256 output tokens at a given QPS (``INF``: all at once); mean TTFT, mean ITL,
   output tokens/s.
 * "Throughput Measurements": TensorRT-LLM 0.17, FP8 weights and KV cache, ``trtllm-bench
-  throughput`` (requests queued at an infinite rate; 3000 requests of 1000/1000 and 2048/128,
-  max batch 4096 sequences, max 8192 tokens per step, 95 % of free memory for the KV cache).
+  throughput`` (requests queued at an infinite rate, the request count by lengths as the page
+  lists it, 95 % of free memory for the KV cache) on an engine built by ``trtllm-bench build
+  --dataset``, whose tuning sets the engine's max batch and max tokens per step from the
+  dataset's lengths (:func:`trtllm_bench_engine`); output tokens/s. Three rows by default;
+  ``--grid`` adds every H100 row of Llama 3.1 8B (TP1) and 70B (TP1, 2, 4, 8) on the page.
 
 Each row runs with the serving runtime its measurement used (docs/serving.md, "Runtime host
 costs"): ``trtllm-triton`` for the Online rows (TensorRT-LLM 0.14 behind Triton),
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import time
 
@@ -70,11 +74,96 @@ class Case:
     runtime: str = "trtllm-triton"       # the serving runtime the measurement used
 
 
-#: trtllm-bench's run (perf-overview.md "Running the Benchmark"): max batch 4096, 8192 tokens
-#: per step, --kv_cache_free_gpu_mem_fraction 0.95
-TRTLLM_BENCH = {"max_batch": 4096, "max_batched_tokens": 8192, "kv_reserve_fraction": 0.05}
 #: the runtime of the Throughput rows: trtllm-bench feeds the C++ executor in-process
 BENCH = "trtllm-bench"
+#: what NVML reports as an H100 80GB HBM3's memory (``nvidia-smi``: 81,559 MiB), GiB: what
+#: ``trtllm-bench build`` sizes the engine with (tensorrt_llm/bench/build/utils.py
+#: ``get_device_memory``: ``nvmlDeviceGetMemoryInfo(...).total / 1024**3``)
+H100_NVML_GIB = 81559 / 1024
+
+
+def trtllm_bench_engine(model: str, tp: int, isl: int, osl: int, fp8: bool = True,
+                        device_gib: float = H100_NVML_GIB) -> dict:
+    """The serving settings of a ``trtllm-bench throughput`` run on an engine built by
+    ``trtllm-bench build --tp_size TP --quantization FP8 --dataset ...`` (the page's
+    "Commands"): the build's tuning heuristics set the engine's max batch and max tokens per
+    step from the dataset's lengths, and ``throughput`` runs the engine's own settings
+    (``runtime_max_bs = engine_bs``, ``max_num_tokens`` the engine's) with
+    ``--kv_cache_free_gpu_mem_fraction 0.95`` ("In majority of cases, we also use a higher KV
+    cache percentage by setting ... 0.95"). [S: NVIDIA/TensorRT-LLM
+    tensorrt_llm/bench/build/tuning.py ``calc_engine_setting`` / ``finetune_setting`` in the
+    version without the NVFP4 and hybrid-model branches (the later one read computes the same
+    for these models); tensorrt_llm/bench/benchmark/throughput.py.] Returns
+    ``ServeConfig`` keywords. diptych keeps its own KV sizing (HBM less weights, a step's
+    activations and ``kv_reserve_fraction`` 0.05 of HBM, where TensorRT-LLM takes 0.95 of what
+    the loaded engine leaves free), which is not the heuristic's estimate either."""
+    from diptych.workloads import load_model
+    from diptych.workloads.params import params_per_chip
+    m = load_model(model)
+    byte = 1 if fp8 else 2
+    # every rank holds at least one KV head; bytes per token in GiB, as the heuristic counts
+    per_token = 2 * m.layers * max(tp, m.kv_heads) * m.head_dim * byte / 1024 ** 3
+    engine_gb = params_per_chip(m, 1, 1) / 1000 ** 3 * byte    # (its GB against GiB)
+    cache = (device_gib * tp - engine_gb) * 0.95
+    requests = cache / per_token / (isl + osl)
+    raw_bs = min(requests, 4096)                    # (pp 1)
+    raw_tokens = min(raw_bs * (1 + isl / osl), 32768)
+    if raw_bs < 256:
+        bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        bs = 256 * math.ceil(raw_bs / 256)
+    if raw_tokens < 4096:
+        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
+    elif raw_tokens < 8192:
+        tokens = 512 * math.ceil(raw_tokens / 512)
+    else:
+        tokens = 1024 * math.ceil(raw_tokens / 1024)
+    return {"max_batch": bs, "max_batched_tokens": tokens, "kv_reserve_fraction": 0.05}
+
+
+#: trtllm-bench's request counts by lengths (perf-overview.md, "Preparing a Dataset")
+BENCH_REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (2048, 128): 3000,
+                  (2048, 2048): 1500, (5000, 500): 1500, (1000, 1000): 3000,
+                  (500, 2000): 3000, (20000, 2000): 1000}
+
+
+def _bench(model: str, tp: int, isl: int, osl: int, published: float) -> Case:
+    name = "8B" if model == "llama-3-8b" else "70B"
+    par = f"{tp}x H100" + (f" TP{tp}" if tp > 1 else "")
+    return Case(f"Llama-3.1-{name} FP8, {par}, {isl}/{osl}, max load: output tok/s", model,
+                tp, isl, osl, None, BENCH_REQUESTS[(isl, osl)], "out_tok_s", published,
+                OFFLINE, fp8=True, cfg=trtllm_bench_engine(model, tp, isl, osl),
+                runtime=BENCH)
+
+
+#: every H100 80GB HBM3 row of Llama 3.1 8B and 70B on the page (tokens/s; the 70B TP1
+#: 2048/2048 and 20000/2000 cells are empty there)
+GRID = {("llama-3-8b", 1): {(128, 128): 28836.77, (128, 2048): 21109.38, (128, 4096): 13593.65,
+                            (500, 2000): 16500.69, (1000, 1000): 15244.78, (2048, 128): 3556.73,
+                            (2048, 2048): 9488.42, (5000, 500): 3559.36,
+                            (20000, 2000): 1401.31},
+        ("llama-3-70b", 1): {(128, 128): 3378.03, (128, 2048): 911.62, (128, 4096): 426.32,
+                             (500, 2000): 775.57, (1000, 1000): 839.97, (2048, 128): 343.29,
+                             (5000, 500): 245.34},
+        ("llama-3-70b", 2): {(128, 128): 6645.12, (128, 2048): 6169.58, (128, 4096): 3897.06,
+                             (500, 2000): 4972.57, (1000, 1000): 4390.53, (2048, 128): 772.66,
+                             (2048, 2048): 2898.16, (5000, 500): 919.73,
+                             (20000, 2000): 443.01},
+        ("llama-3-70b", 4): {(128, 128): 11127.53, (128, 2048): 11511.93,
+                             (128, 4096): 7439.41, (500, 2000): 9836.7, (1000, 1000): 7430.99,
+                             (2048, 128): 1302.6, (2048, 2048): 5480.03, (5000, 500): 1602.78,
+                             (20000, 2000): 920.19},
+        ("llama-3-70b", 8): {(128, 128): 14730.69, (128, 2048): 17061.82,
+                             (128, 4096): 14171.43, (500, 2000): 14679.33,
+                             (1000, 1000): 11451.16, (2048, 128): 1923.41,
+                             (2048, 2048): 8801.95, (5000, 500): 2457.42,
+                             (20000, 2000): 1512.6}}
+#: the grid's rows run by default (one per kind of step: KV-streaming decode, compute-bound
+#: mixed steps, a two-GPU group)
+DEFAULT_BENCH = (("llama-3-8b", 1, 1000, 1000), ("llama-3-8b", 1, 2048, 128),
+                 ("llama-3-70b", 2, 1000, 1000))
 
 CASES = [
     Case("Llama-3.1-8B, 1x H100, 467/256, QPS 2: mean TTFT", "llama-3-8b", 1, 467, 256, 2.0,
@@ -99,16 +188,10 @@ CASES = [
          8.0, 500, "itl_ms", 32, ONLINE),
     Case("Llama-3.1-70B, 4x H100 TP4, 467/256, all at once: output tok/s", "llama-3-70b", 4,
          467, 256, None, 500, "out_tok_s", 4103, ONLINE),
-    Case("Llama-3.1-8B FP8, 1x H100, 1000/1000, max load: output tok/s", "llama-3-8b", 1, 1000,
-         1000, None, 3000, "out_tok_s", 15244.78, OFFLINE, fp8=True, cfg=TRTLLM_BENCH,
-         runtime=BENCH),
-    Case("Llama-3.1-8B FP8, 1x H100, 2048/128, max load: output tok/s", "llama-3-8b", 1, 2048,
-         128, None, 3000, "out_tok_s", 3556.73, OFFLINE, fp8=True, cfg=TRTLLM_BENCH,
-         runtime=BENCH),
-    Case("Llama-3.1-70B FP8, 2x H100 TP2, 1000/1000, max load: output tok/s", "llama-3-70b", 2,
-         1000, 1000, None, 3000, "out_tok_s", 4390.53, OFFLINE, fp8=True, cfg=TRTLLM_BENCH,
-         runtime=BENCH),
-]
+] + [_bench(m, tp, i, o, GRID[(m, tp)][(i, o)]) for m, tp, i, o in DEFAULT_BENCH]
+#: the rest of the grid (``--grid``)
+GRID_CASES = [_bench(m, tp, i, o, v) for (m, tp), row in GRID.items() for (i, o), v in row.items()
+              if (m, tp, i, o) not in DEFAULT_BENCH]
 
 #: an arrival rate standing for "all at once" (the requests arrive within microseconds)
 ALL_AT_ONCE_QPS = 1e9
@@ -121,7 +204,11 @@ def _run(case: Case, oracles: StepTimerCache, execution: str | None = None,
     dep = colocated("h100", case.model, tp=case.tp, execution=execution, **dt)
     load = Load(qps=case.qps or ALL_AT_ONCE_QPS, prompt=LengthDist("fixed", case.isl),
                 gen=LengthDist("fixed", case.osl), requests=case.requests)
-    cfg = ServeConfig(**case.cfg, runtime=load_runtime(runtime or case.runtime))
+    # the `ideal` column is the row without host costs: it keeps the row's own engine's KV
+    # admission (trtllm-*: reserve), which `ideal`, naming no engine, leaves on demand
+    own = load_runtime(case.runtime).kv_admission
+    cfg = ServeConfig(**case.cfg, runtime=load_runtime(runtime or case.runtime),
+                      kv_admission=own if runtime in (None, "ideal") else None)
     return serve(dep, load, cfg, oracles=oracles)
 
 
@@ -150,6 +237,8 @@ def main(argv=None) -> int:
                     help="only the rows whose name contains TEXT (repeatable)")
     ap.add_argument("--requests", type=int, metavar="N",
                     help="cap every row's request count at N (the row then says so)")
+    ap.add_argument("--grid", action="store_true",
+                    help="also every other H100 Throughput row of Llama 3.1 8B and 70B")
     ap.add_argument("--runtime", choices=runtime_names(),
                     help="run every row with this serving runtime (default: each row's own)")
     args = ap.parse_args(argv)
@@ -160,7 +249,7 @@ def main(argv=None) -> int:
              "ideal runtime (ratio) | source |", "|---|---|---|---|---|---|---|"]
     cache: dict = {}
     t0 = time.perf_counter()
-    for c in CASES:
+    for c in CASES + (GRID_CASES if args.grid else []):
         if args.quick and not c.low_load:
             continue
         if args.only and not any(t in c.name for t in args.only):

@@ -213,6 +213,12 @@ def _ep_layouts(ep, attention, redundant, skew, prefill_ep, decode_ep, disaggreg
                    "join a decode step only whole (it waits when it does not fit: "
                    "TensorRT-LLM's in-flight batching without context chunking). Default: as "
                    "the runtime's engine does (trtllm-triton: whole), else split.")
+@click.option("--kv-admission", type=click.Choice(["on-demand", "reserve"]), default=None,
+              help="How requests enter the KV cache: on-demand (blocks allocated as tokens "
+                   "are written, a shortage preempts: vLLM) or reserve (admitted only when "
+                   "the whole prompt + output fits beside the running requests' "
+                   "reservations, never preempted: TensorRT-LLM's GUARANTEED_NO_EVICT). "
+                   "Default: as the runtime's engine does (trtllm-*: reserve), else on demand.")
 @click.option("--kv-block", type=int, default=16, show_default=True,
               help="Tokens per KV-cache block.")
 @click.option("--preemption", type=click.Choice(["recompute", "swap"]), default="recompute",
@@ -300,8 +306,8 @@ def _ep_layouts(ep, attention, redundant, skew, prefill_ep, decode_ep, disaggreg
 @friendly
 def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, prompt, gen,
           requests, duration, scheduler, max_batch, max_batched_tokens, chunked_prefill,
-          split_prompts, kv_block, preemption, kv_offload, kv_prefetch, slo_ttft, slo_tpot,
-          weights_dtype, act_dtype, kv_dtype,
+          split_prompts, kv_admission, kv_block, preemption, kv_offload, kv_prefetch, slo_ttft,
+          slo_tpot, weights_dtype, act_dtype, kv_dtype,
           attention, prefill_chip, prefill_chips, decode_chip, decode_chips, ep, ep_attention,
           redundant_experts, moe_skew, prefill_ep, decode_ep, speculative,
           prefix_share, prefixes, seed, runtime, sweep_qps, plot, export_profile, oracle,
@@ -326,7 +332,8 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
 
     cfg = ServeConfig(scheduler=scheduler, max_batch=max_batch,
                       max_batched_tokens=max_batched_tokens, chunked_prefill=chunked_prefill,
-                      split_prompts=split_prompts, kv_block_tokens=kv_block,
+                      split_prompts=split_prompts, kv_admission=kv_admission,
+                      kv_block_tokens=kv_block,
                       preemption=preemption, kv_offload=kv_offload, kv_prefetch=kv_prefetch,
                       prefix_share=prefix_share, prefixes=prefixes, slo_ttft_s=slo_ttft,
                       slo_tpot_s=slo_tpot,

@@ -169,6 +169,9 @@ def echo_why(res: dict) -> None:
               help="The chunked plans: split a prompt to fill a step's budget, or let it join "
                    "a decode step only whole (as `diptych serve --split-prompts`). Default: "
                    "as the runtime's engine does (trtllm-triton: whole), else split.")
+@click.option("--kv-admission", type=click.Choice(["on-demand", "reserve"]), default=None,
+              help="How requests enter the KV cache (as `diptych serve --kv-admission`). "
+                   "Default: as the runtime's engine does (trtllm-*: reserve), else on demand.")
 @click.option("--no-disagg", is_flag=True, help="Colocated plans only.")
 @click.option("--ep", type=IntList(), help="Expert-parallel degrees to try on a mixture-of-"
               "experts model (default: every degree up to --chips that divides its experts).")
@@ -204,8 +207,8 @@ def echo_why(res: dict) -> None:
 @scheduler_option("the plans")
 @friendly
 def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_tpot, tp,
-               max_batched_tokens, policies, split_prompts, no_disagg, ep, no_ep, ep_attention, moe_skew,
-               redundant_experts, weights_dtype, act_dtype, kv_dtype,
+               max_batched_tokens, policies, split_prompts, kv_admission, no_disagg, ep, no_ep,
+               ep_attention, moe_skew, redundant_experts, weights_dtype, act_dtype, kv_dtype,
                runtime, seed, top, as_json, exhaustive, jobs, scheduler):
     """Deploy each chip design at its best: search pool sizes and the prefill:decode split,
     tensor parallelism per pool (and, for a mixture-of-experts model, expert parallelism with
@@ -237,7 +240,7 @@ def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_t
     load = Load(qps=qps, prompt=parse_length(prompt, "prompt"), gen=parse_length(gen, "gen"),
                 requests=requests)
     cfg = ServeConfig(slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, seed=seed,
-                      split_prompts=split_prompts,
+                      split_prompts=split_prompts, kv_admission=kv_admission,
                       runtime=load_runtime(runtime) if runtime else None)
     prec = tuple((k, v) for k, v in (("weights_dtype", weights_dtype),
                                      ("act_dtype", act_dtype), ("kv_dtype", kv_dtype)) if v)

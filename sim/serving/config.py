@@ -22,7 +22,9 @@ Defaults and their sources:
   that name none); :mod:`diptych.arch.runtime` and ``arch/runtimes/*.toml`` hold the
   profiles and their sources. ``chunked_prefill`` None: as the runtime schedules prompts
   (its ``chunked_prefill``), else chunked; ``split_prompts`` None: as the runtime does (its
-  ``split_prompts``), else split. :meth:`ServeConfig.resolved` makes them concrete.
+  ``split_prompts``), else split; ``kv_admission`` None: as the runtime admits requests
+  into the KV cache (its ``kv_admission``), else on demand. :meth:`ServeConfig.resolved`
+  makes them concrete.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ...arch.runtime import IDEAL, RuntimeProfile
+from ...arch.runtime import IDEAL, KV_ADMISSIONS, RuntimeProfile
 from ...workloads.mtp import MTP_ACCEPT
 from .kv_tier import OFFLOAD
 
@@ -168,7 +170,14 @@ class ServeConfig:
     split to fill a step's ``max_batched_tokens``; False, it joins a decode step only whole
     and waits while it does not fit (TensorRT-LLM's in-flight batching without context
     chunking); None: the runtime's policy, else True. Set with ``chunked_prefill`` False or
-    the static scheduler (where it would do nothing) it is refused.
+    the static scheduler (where it would do nothing) it is refused. ``kv_admission``:
+    "on-demand", a request's KV blocks are allocated as its tokens are written and a shortage
+    preempts (``preemption``; vLLM); "reserve", a request is admitted only when the blocks of
+    its whole prompt + output fit in the free blocks less what every running request may
+    still claim, so nothing is ever preempted (TensorRT-LLM's ``GUARANTEED_NO_EVICT``);
+    None: the runtime's policy, else on demand. "reserve" applies to a deployment's mixed
+    replicas (a disaggregated pool admits on demand) and is refused with speculative
+    decoding, prefix caching and a KV cache across memory tiers, which it does not model.
     """
 
     scheduler: str = "continuous"
@@ -176,6 +185,7 @@ class ServeConfig:
     max_batched_tokens: int = 8192
     chunked_prefill: bool | None = None
     split_prompts: bool | None = None
+    kv_admission: str | None = None
     kv_block_tokens: int = 16
     preemption: str = "recompute"
     kv_offload: str = "auto"
@@ -241,6 +251,9 @@ class ServeConfig:
             raise ValueError(f"split_prompts {str(self.split_prompts).lower()}: it applies to "
                              f"chunked prefill under --scheduler continuous, and {how}; drop "
                              f"--split-prompts/--no-split-prompts")
+        if self.kv_admission is not None and self.kv_admission not in KV_ADMISSIONS:
+            raise ValueError(f"kv_admission must be one of {', '.join(KV_ADMISSIONS)}, not "
+                             f"{self.kv_admission!r}")
         if self.scheduler == "static" and (self.speculative or self.prefix_share):
             raise ValueError("the static scheduler runs plain fixed batches; speculative "
                              "decoding and prefix caching need --scheduler continuous")
@@ -248,11 +261,12 @@ class ServeConfig:
     def resolved(self, runtime: RuntimeProfile = IDEAL) -> "ServeConfig":
         """This configuration made concrete: ``runtime`` None becomes ``runtime`` (the
         deployment's chip's, :func:`~.serve.deployment_runtime`; ideal by default),
-        ``chunked_prefill`` None the runtime's policy (chunked if it states none), and
-        ``split_prompts`` None likewise (split if it states none) where prompts are chunked
-        under the continuous scheduler, and None where they are not (whole in steps of
-        their own: the runtime's value does not apply; an explicit one is refused, here when
-        the runtime's policy runs prefill first). Idempotent."""
+        ``kv_admission`` None the runtime's (on demand if it states none; "reserve" refused
+        beside what it does not model), ``chunked_prefill`` None the runtime's policy
+        (chunked if it states none), and ``split_prompts`` None likewise (split if it states
+        none) where prompts are chunked under the continuous scheduler, and None where they
+        are not (whole in steps of their own: the runtime's value does not apply; an explicit
+        one is refused, here when the runtime's policy runs prefill first). Idempotent."""
         rt = self.runtime if self.runtime is not None else runtime
         ch = self.chunked_prefill
         if ch is None:
@@ -266,7 +280,20 @@ class ServeConfig:
                                  f"--no-split-prompts or add --chunked-prefill")
         elif sp is None:
             sp = rt.split_prompts if rt.split_prompts is not None else True
-        return replace(self, runtime=rt, chunked_prefill=ch, split_prompts=sp)
+        adm = self.kv_admission or rt.kv_admission or "on-demand"
+        if adm == "reserve":
+            clash = [what for what, on in (
+                ("speculative decoding", self.speculative is not None),
+                ("prefix caching (--prefix-share)", bool(self.prefix_share)),
+                ("a KV cache across memory tiers (--kv-offload tier or swap)",
+                 self.kv_offload in ("tier", "swap"))) if on]
+            if clash:
+                src = ("" if self.kv_admission else
+                       f" (the runtime {rt.name}'s policy; --kv-admission on-demand overrides it)")
+                raise ValueError(f"kv_admission reserve{src} is not modelled with "
+                                 f"{' or '.join(clash)}; use --kv-admission on-demand")
+        return replace(self, runtime=rt, chunked_prefill=ch, split_prompts=sp,
+                       kv_admission=adm)
 
     @property
     def decode_queries(self) -> int:

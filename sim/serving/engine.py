@@ -71,7 +71,7 @@ class Req:
     __slots__ = ("rid", "arrival", "prompt", "output", "shared", "computed", "target",
                  "generated", "first_t", "finish_t", "last_t", "blocks", "preemptions",
                  "client", "pf_start", "pf_end", "swapped", "reserved", "done", "inst", "pid",
-                 "pref")
+                 "pref", "claim")
 
     def __init__(self, rid: int, arrival: float, prompt: int, output: int, shared: int = 0,
                  client: int = -1):
@@ -97,6 +97,7 @@ class Req:
         self.inst = -1                 # the instance it was dispatched to on arrival
         self.pid = -1                  # its prefix in a prefix cache (prefix_cache.py), or -1
         self.pref = False              # it holds a reference to that prefix's cached blocks
+        self.claim = 0                 # kv_admission reserve: the blocks it reserved
 
 
 class Instance:
@@ -141,6 +142,13 @@ class Instance:
         self.total_blocks = blocks
         self.prefix_blocks = prefix_blocks
         self.free = blocks - prefix_blocks
+        # kv_admission "reserve" (TensorRT-LLM's GUARANTEED_NO_EVICT): a mixed replica admits
+        # a request only while the running requests' reservations (each its whole prompt +
+        # output, :meth:`_static_blocks`) and its own fit the cache; a request's blocks never
+        # exceed its reservation, so nothing is ever preempted. ``claimed``: their sum.
+        self.reserve = (cfg.kv_admission == "reserve" and role == "mixed"
+                        and cfg.scheduler == "continuous")
+        self.claimed = 0
         self.block_bytes = block_bytes
         self.static_w = static_w
         self.rng = rng
@@ -488,11 +496,18 @@ class Instance:
             rest = r.target - r.computed
             if rest > budget and not chunked:
                 break
+            if self.reserve:
+                claim = self._static_blocks(r.prompt, r.output)
+                if self.claimed + claim > self.total_blocks - self.prefix_blocks:
+                    break
             need = min(rest, budget, self.chunk) if chunked else rest
             total = self.blocks_for(r, r.computed + need)
             if total > self.free and not self._reclaim(total):
                 break
             wq.popleft()
+            if self.reserve:
+                r.claim = claim
+                self.claimed += claim
             self.free -= total
             r.blocks = total
             self.running.append(r)
@@ -728,6 +743,8 @@ class Instance:
         r.done = True
         self.free += r.blocks
         r.blocks = 0
+        self.claimed -= r.claim
+        r.claim = 0
         if r.pref:
             self._unref(r)
 

@@ -461,6 +461,9 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
         return layout.max_blocks(p + g, 0, p)
 
     cap = cfg.max_batched_tokens // ranks        # one rank's budget: a chunk's most tokens
+    # kv_admission "reserve" (TensorRT-LLM's GUARANTEED_NO_EVICT): a request is admitted only
+    # when every running request's whole prompt + output and its own fit the cache
+    reserve = cfg.kv_admission == "reserve" and cfg.scheduler == "continuous"
 
     def plan_continuous(swap_time):
         budget = cfg.max_batched_tokens
@@ -585,6 +588,9 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                     r.shared = r.computed = 0
                 break
             need = rest if whole else min(rest, budget, cap)
+            if reserve and (sum(static_blocks(x.prompt, x.output) for x in running)
+                            + static_blocks(r.prompt, r.output) > blocks - prefix_blocks):
+                break        # its whole prompt + output does not fit beside the reservations
             load = pb if kind in ("hit2", "hit3") else 0
             if not get_room(blocks_needed(r, r.computed + need, r.computed) + load,
                             r.pid):

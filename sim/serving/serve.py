@@ -172,6 +172,8 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
         raise ValueError(f"the shared prefix ({prefix_blocks} blocks) does not fit the KV "
                          f"cache of {r.name} ({budget.blocks} blocks); lower --prefix-share")
     mode = resolve_offload(cfg.kv_offload, r.chip, cfg.scheduler)
+    if cfg.kv_admission == "reserve" and role == "mixed":
+        mode = "none"     # reserve keeps the cache in the first tier (explicit tiers refused)
     if r.dp > 1 and (mode != "none" or prefix_tokens):
         # data-parallel attention ranks keep a cache each; the tiers and the prefix cache are
         # one engine-wide pool, so they are not split over ranks yet
@@ -427,16 +429,22 @@ def setup_info(dep: Deployment, cfg: ServeConfig) -> dict:
 
 
 def scheduling_text(cfg: ServeConfig) -> str:
-    """How a (resolved) configuration schedules prompts, in words (``info.scheduling``)."""
+    """How a (resolved) configuration schedules prompts and admits them into the KV cache, in
+    words (``info.scheduling``)."""
     if cfg.scheduler == "static":
         return "static batches, prompts padded to the longest"
     if cfg.chunked_prefill and cfg.split_prompts is False:
-        return (f"continuous; whole prompts batched into decode steps "
-                f"({cfg.max_batched_tokens} tokens a step, a prompt that does not fit waits)")
-    if cfg.chunked_prefill:
-        return (f"continuous; prompts chunked into decode steps ({cfg.max_batched_tokens} "
-                f"tokens a step)")
-    return "continuous; prefill first (whole prompts in steps of their own, decodes wait)"
+        how = (f"continuous; whole prompts batched into decode steps "
+               f"({cfg.max_batched_tokens} tokens a step, a prompt that does not fit waits)")
+    elif cfg.chunked_prefill:
+        how = (f"continuous; prompts chunked into decode steps ({cfg.max_batched_tokens} "
+               f"tokens a step)")
+    else:
+        how = "continuous; prefill first (whole prompts in steps of their own, decodes wait)"
+    if cfg.kv_admission == "reserve":
+        how += ("; KV reserved for each request's whole prompt + output on admission, "
+                "never preempted")
+    return how
 
 
 def short_stream_warning(n: int, fraction: float, fill_s: float) -> str:
