@@ -48,6 +48,7 @@ from diptych.sim.serving.config import ServeConfig
 from diptych.sim.serving.requests import LengthDist
 from diptych.arch.runtime import load_runtime, runtime_names
 from diptych.sim.serving.serve import Load, StepTimerCache, colocated, serve
+from diptych.workloads import load_model
 
 SRC = ("TensorRT-LLM docs/source/performance/perf-overview.md, "
        "https://github.com/NVIDIA/TensorRT-LLM/blob/258c7540c03517def55d9a5aadfa9288af474e1b/"
@@ -74,6 +75,8 @@ class Case:
     runtime: str = "trtllm-triton"       # the serving runtime the measurement used
 
 
+#: Llama 3.1's context (its config.json ``max_position_embeddings``)
+LLAMA_31_CONTEXT = 131072
 #: the runtime of the Throughput rows: trtllm-bench feeds the C++ executor in-process
 BENCH = "trtllm-bench"
 #: what NVML reports as an H100 80GB HBM3's memory (``nvidia-smi``: 81,559 MiB), GiB: what
@@ -201,7 +204,13 @@ def _run(case: Case, oracles: StepTimerCache, execution: str | None = None,
          runtime: str | None = None):
     dt = {"weights_dtype": "fp8", "act_dtype": "fp8", "kv_dtype": "fp8"} if case.fp8 else \
         {"weights_dtype": "bf16", "act_dtype": "bf16", "kv_dtype": "bf16"}
-    dep = colocated("h100", case.model, tp=case.tp, execution=execution, **dt)
+    model = load_model(case.model)
+    if case.isl + case.osl > model.max_position_embeddings:
+        # the built-in Llama 3 configs hold 8,192 positions; Llama 3.1, which the rows ran,
+        # the same shapes with 131,072 (meta-llama/Llama-3.1-8B and -70B config.json
+        # "max_position_embeddings": 131072): its 20000/2000 rows need that context
+        model = dataclasses.replace(model, max_position_embeddings=LLAMA_31_CONTEXT)
+    dep = colocated("h100", model, tp=case.tp, execution=execution, **dt)
     load = Load(qps=case.qps or ALL_AT_ONCE_QPS, prompt=LengthDist("fixed", case.isl),
                 gen=LengthDist("fixed", case.osl), requests=case.requests)
     # the `ideal` column is the row without host costs: it keeps the row's own engine's KV
