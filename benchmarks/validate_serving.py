@@ -95,8 +95,10 @@ def trtllm_bench_engine(model: str, tp: int, isl: int, osl: int, fp8: bool = Tru
     ``--kv_cache_free_gpu_mem_fraction 0.95`` ("In majority of cases, we also use a higher KV
     cache percentage by setting ... 0.95"). [S: NVIDIA/TensorRT-LLM
     tensorrt_llm/bench/build/tuning.py ``calc_engine_setting`` / ``finetune_setting`` in the
-    version without the NVFP4 and hybrid-model branches (the later one read computes the same
-    for these models); tensorrt_llm/bench/benchmark/throughput.py.] Returns
+    version without the NVFP4 and hybrid-model branches, which sizes the engine as
+    ``params / 1000**3`` bytes (later versions divide by ``1024**3``, which would change seven
+    of the 70B grid rows' settings; which one 0.17 shipped is an [assumption]: the earlier);
+    tensorrt_llm/bench/benchmark/throughput.py.] Returns
     ``ServeConfig`` keywords. diptych keeps its own KV sizing (HBM less weights, a step's
     activations and ``kv_reserve_fraction`` 0.05 of HBM, where TensorRT-LLM takes 0.95 of what
     the loaded engine leaves free), which is not the heuristic's estimate either."""

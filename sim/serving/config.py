@@ -177,7 +177,9 @@ class ServeConfig:
     still claim, so nothing is ever preempted (TensorRT-LLM's ``GUARANTEED_NO_EVICT``);
     None: the runtime's policy, else on demand. "reserve" applies to a deployment's mixed
     replicas (a disaggregated pool admits on demand) and is refused with speculative
-    decoding, prefix caching and a KV cache across memory tiers, which it does not model.
+    decoding, prefix caching and a KV cache across memory tiers, which it does not model,
+    and, given explicitly, with the static scheduler, whose batches reserve whole sequences
+    already (inherited from a runtime there, it resolves to None: it does not apply).
     """
 
     scheduler: str = "continuous"
@@ -254,6 +256,9 @@ class ServeConfig:
         if self.kv_admission is not None and self.kv_admission not in KV_ADMISSIONS:
             raise ValueError(f"kv_admission must be one of {', '.join(KV_ADMISSIONS)}, not "
                              f"{self.kv_admission!r}")
+        if self.kv_admission == "reserve" and self.scheduler == "static":
+            raise ValueError("kv_admission reserve: a static batch reserves each sequence's "
+                             "whole prompt + output already; drop --kv-admission")
         if self.scheduler == "static" and (self.speculative or self.prefix_share):
             raise ValueError("the static scheduler runs plain fixed batches; speculative "
                              "decoding and prefix caching need --scheduler continuous")
@@ -280,7 +285,9 @@ class ServeConfig:
                                  f"--no-split-prompts or add --chunked-prefill")
         elif sp is None:
             sp = rt.split_prompts if rt.split_prompts is not None else True
-        adm = self.kv_admission or rt.kv_admission or "on-demand"
+        # (a static batch reserves whole sequences anyway: the setting does not apply)
+        adm = (None if self.scheduler == "static" else
+               self.kv_admission or rt.kv_admission or "on-demand")
         if adm == "reserve":
             clash = [what for what, on in (
                 ("speculative decoding", self.speculative is not None),

@@ -144,7 +144,7 @@ class Instance:
         self.free = blocks - prefix_blocks
         # kv_admission "reserve" (TensorRT-LLM's GUARANTEED_NO_EVICT): a mixed replica admits
         # a request only while the running requests' reservations (each its whole prompt +
-        # output, :meth:`_static_blocks`) and its own fit the cache; a request's blocks never
+        # output, :meth:`_claim`) and its own fit the cache; a request's blocks never
         # exceed its reservation, so nothing is ever preempted. ``claimed``: their sum.
         self.reserve = (cfg.kv_admission == "reserve" and role == "mixed"
                         and cfg.scheduler == "continuous")
@@ -222,7 +222,19 @@ class Instance:
             return -(-(prompt + output) // self.bs)
         return self._win.max_blocks(prompt + output, 0, prompt)
 
+    def _claim(self, r: Req, chunked: bool) -> int:
+        """The blocks kv_admission "reserve" claims for ``r`` to its completion: its whole
+        prompt + output (TensorRT-LLM's ``getRemainingBlocksToCompletion``); a windowed
+        layout, the most it holds in any step, of at most its whole prompt, or of one chunk
+        when prompts are chunked (:meth:`~diptych.sim.serving.kv.KvLayout.max_blocks`)."""
+        if self._win is None:
+            return -(-(r.prompt + r.output) // self.bs)
+        step = min(r.prompt, self.chunk) if chunked else r.prompt
+        return self._win.max_blocks(r.prompt + r.output, 0, step)
+
     def _preempt(self, victim: Req) -> None:
+        self.claimed -= victim.claim     # (never under reserve: its blocks stay within it)
+        victim.claim = 0
         self.free += victim.blocks
         victim.preemptions += 1
         self.preemptions += 1
@@ -497,7 +509,7 @@ class Instance:
             if rest > budget and not chunked:
                 break
             if self.reserve:
-                claim = self._static_blocks(r.prompt, r.output)
+                claim = self._claim(r, chunked)
                 if self.claimed + claim > self.total_blocks - self.prefix_blocks:
                     break
             need = min(rest, budget, self.chunk) if chunked else rest

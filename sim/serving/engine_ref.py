@@ -464,6 +464,15 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     # kv_admission "reserve" (TensorRT-LLM's GUARANTEED_NO_EVICT): a request is admitted only
     # when every running request's whole prompt + output and its own fit the cache
     reserve = cfg.kv_admission == "reserve" and cfg.scheduler == "continuous"
+    claims: dict = {}       # rid -> the blocks its admission reserved
+
+    def claim(r, whole):
+        """Ids reserved for ``r`` to its completion: its whole prompt + output (a windowed
+        layout: the most it holds in a step of its whole prompt, or of one chunk)."""
+        if layout is None or not layout.per_request:
+            return math.ceil((r.prompt + r.output) / bs)
+        return layout.max_blocks(r.prompt + r.output, 0, r.prompt if whole
+                                 else min(r.prompt, cap))
 
     def plan_continuous(swap_time):
         budget = cfg.max_batched_tokens
@@ -588,8 +597,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
                     r.shared = r.computed = 0
                 break
             need = rest if whole else min(rest, budget, cap)
-            if reserve and (sum(static_blocks(x.prompt, x.output) for x in running)
-                            + static_blocks(r.prompt, r.output) > blocks - prefix_blocks):
+            if reserve and (sum(claims[x.rid] for x in running) + claim(r, whole)
+                            > blocks - prefix_blocks):
                 break        # its whole prompt + output does not fit beside the reservations
             load = pb if kind in ("hit2", "hit3") else 0
             if not get_room(blocks_needed(r, r.computed + need, r.computed) + load,
@@ -602,6 +611,8 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
             elif kind:
                 take_prefix(r, kind)
             waiting.pop(0)
+            if reserve:
+                claims[r.rid] = claim(r, whole)
             grow(r, r.computed + need, r.computed)
             running.append(r)
             chunks.append((r, need))

@@ -422,15 +422,16 @@ SETUP_KEYS = ("scheduler", "scheduling", "runtime", "execution", "pools")
 
 def setup_info(dep: Deployment, cfg: ServeConfig) -> dict:
     """:data:`SETUP_KEYS` of ``dep`` served under the resolved ``cfg``."""
-    return {"scheduler": cfg.scheduler, "scheduling": scheduling_text(cfg),
+    return {"scheduler": cfg.scheduler,
+            "scheduling": scheduling_text(cfg, disaggregated=dep.disaggregated),
             "runtime": cfg.runtime.name,
             "execution": ", ".join(dict.fromkeys(p.replica.execution for p in dep.pools)),
             "pools": [pool.to_dict(role) for role, pool in dep.roles]}
 
 
-def scheduling_text(cfg: ServeConfig) -> str:
+def scheduling_text(cfg: ServeConfig, disaggregated: bool = False) -> str:
     """How a (resolved) configuration schedules prompts and admits them into the KV cache, in
-    words (``info.scheduling``)."""
+    words (``info.scheduling``; a disaggregated deployment's pools admit on demand)."""
     if cfg.scheduler == "static":
         return "static batches, prompts padded to the longest"
     if cfg.chunked_prefill and cfg.split_prompts is False:
@@ -441,7 +442,7 @@ def scheduling_text(cfg: ServeConfig) -> str:
                f"tokens a step)")
     else:
         how = "continuous; prefill first (whole prompts in steps of their own, decodes wait)"
-    if cfg.kv_admission == "reserve":
+    if cfg.kv_admission == "reserve" and not disaggregated:
         how += ("; KV reserved for each request's whole prompt + output on admission, "
                 "never preempted")
     return how

@@ -84,9 +84,48 @@ def test_reserve_fast_loop_equals_golden_twin(case):
     assert max(lazy.instances[0].rec_run) > max(res.instances[0].rec_run)
 
 
+#: a model with sliding-window layers (gpt-oss: 12 of its 24 layers keep a 128-token window),
+#: on a cache of ~5,500 blocks
+DEPW = colocated("h100", "gpt-oss-20b", power_limit=False)
+TIGHT_W = dict(kv_reserve_fraction=0.486, max_batched_tokens=2048,
+               runtime=load_runtime("ideal"))
+
+
+def test_reserve_claims_a_windowed_request_by_its_chunks(tmp_path):
+    """A sliding-window layer holds at most a chunk and its window, so a 60,000-token prompt
+    chunked into 2,048-token steps claims what it can hold then, not what a whole-prompt step
+    would (review finding: the whole-prompt claim exceeded the cache and the run stalled)."""
+    load = Load(trace=_burst(tmp_path, 1, 60000, 100))
+    res = serve(DEPW, load, ServeConfig(kv_admission="reserve", **TIGHT_W), oracles=_ORACLES)
+    inst = res.instances[0]
+    lay = inst.layout
+    assert inst._claim(res.reqs[0], chunked=True) == lay.max_blocks(60100, 0, 2048)
+    assert lay.max_blocks(60100, 0, 60000) > inst.total_blocks     # the whole-prompt bound
+    assert max(inst.rec_used) <= lay.max_blocks(60100, 0, 2048) and res.preemptions == 0
+
+
+@pytest.mark.parametrize("whole", [False, True], ids=["chunked", "whole-prompts"])
+def test_reserve_fast_loop_equals_golden_twin_with_windows(whole):
+    # chunked: 2,048-token steps, so a prompt's claim is its chunk's (whole: 8,192, a step
+    # holding the longest prompt)
+    cfg = ServeConfig(kv_admission="reserve", split_prompts=not whole,
+                      **{**TIGHT_W, "max_batched_tokens": 8192 if whole else 2048})
+    load = Load(qps=80, prompt=P("lognormal:mean=1500,sigma=0.5"), gen=P("uniform:lo=1,hi=600"),
+                requests=70)
+    res = serve(DEPW, load, cfg, oracles=_ORACLES)
+    g = _golden_of(res, DEPW, cfg, load, _ORACLES)
+    assert {r.rid: (r.first_t, r.finish_t) for r in res.reqs} == \
+        {r.rid: (r.first_t, r.finish_t) for r in g.requests}
+    assert list(res.instances[0].rec_dt) == [s[1] for s in g.steps]
+    assert res.preemptions == g.preemptions == 0
+    lazy = serve(DEPW, load, dataclasses.replace(cfg, kv_admission="on-demand"),
+                 oracles=_ORACLES)
+    assert max(lazy.instances[0].rec_run) > max(res.instances[0].rec_run)
+
+
 def test_reserve_changes_nothing_when_every_request_fits():
-    """The validation rows' Online loads fit whole (500 x 723 tokens in ~1.1 M): reserving
-    plans the same steps, to the last float."""
+    """The validation rows' Online loads fit whole (500 x 723 = 361,500 tokens in the 8B's
+    ~461,000): reserving plans the same steps, to the last float."""
     load = Load(qps=8, prompt=P("fixed:467"), gen=P("fixed:64"), requests=60)
     key = lambda res: [(r.rid, r.first_t, r.finish_t) for r in res.reqs]  # noqa: E731
     a = serve(DEP8, load, ServeConfig(kv_admission="reserve"), oracles=_ORACLES)
@@ -124,6 +163,15 @@ def test_reserve_refused_beside_what_it_does_not_model(kw, what):
                        **kw).resolved().kv_admission == "on-demand"
 
 
+def test_reserve_refused_with_static_batches_and_not_stated_for_disaggregated_pools():
+    with pytest.raises(ValueError, match="static batch reserves each sequence's whole"):
+        ServeConfig(kv_admission="reserve", scheduler="static")
+    from diptych.sim.serving.serve import scheduling_text
+    cfg = ServeConfig(kv_admission="reserve").resolved()
+    assert "KV reserved" in scheduling_text(cfg)
+    assert "KV reserved" not in scheduling_text(cfg, disaggregated=True)
+
+
 def test_bad_admission_named():
     with pytest.raises(ValueError, match="kv_admission must be one of on-demand, reserve, "
                                          "not 'lazy'"):
@@ -153,6 +201,8 @@ def test_serve_plan_takes_kv_admission(cli):
             "--prompts", "chunked", "--no-disagg", "--json")
     ok = cli(*args, "--kv-admission", "reserve")
     assert ok.exit_code == 0, ok.output
-    assert json.loads(ok.output)["best"] is not None
+    assert "KV reserved" in json.loads(ok.output)["best"]["setup"]["scheduling"]
+    plain = json.loads(cli(*args).output)              # h100's vllm-v1: on demand
+    assert "KV reserved" not in plain["best"]["setup"]["scheduling"]
     bad = cli(*args, "--kv-admission", "lazy")
     assert bad.exit_code == 2 and "--kv-admission" in bad.output
