@@ -489,7 +489,11 @@ def _check_fit(pr, out, shared, cfg: ServeConfig, budgets) -> None:
                              f"shorter requests")
     split = cfg.chunked_prefill and cfg.split_prompts is not False
     if cfg.scheduler == "continuous" and not split:
-        longest = int((pr + out).max())
+        # a preempted sequence is recomputed whole (prompt + what it generated); under
+        # kv_admission reserve a mixed replica preempts nothing, so its prompts alone must fit
+        recompute = not (cfg.kv_admission == "reserve"
+                         and all(role == "mixed" for role, _ in budgets))
+        longest = int((pr + out).max() if recompute else pr.max())
         if longest > cfg.max_batched_tokens:
             how = ("without chunked prefill" if not cfg.chunked_prefill else
                    "with whole prompts (split_prompts false)")
@@ -497,10 +501,12 @@ def _check_fit(pr, out, shared, cfg: ServeConfig, budgets) -> None:
             # as its --prompts policy
             fix = ("chunk prompts (serve --chunked-prefill, serve-plan --prompts chunked)"
                    if not cfg.chunked_prefill else "split them (--split-prompts)")
-            raise ValueError(f"{how} a step must hold a whole prompt (and a recomputed "
-                             f"sequence): --max-batched-tokens {cfg.max_batched_tokens} is "
-                             f"below the longest request's {longest} tokens; raise it or "
-                             f"{fix}")
+            what = ("a whole prompt (and a recomputed sequence)" if recompute else
+                    "a whole prompt")
+            unit = "request's" if recompute else "prompt's"
+            raise ValueError(f"{how} a step must hold {what}: --max-batched-tokens "
+                             f"{cfg.max_batched_tokens} is below the longest {unit} "
+                             f"{longest} tokens; raise it or {fix}")
 
 
 def _result(dep: Deployment, load: Load, cfg: ServeConfig, instances, done, budgets, link,

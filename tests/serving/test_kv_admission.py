@@ -206,3 +206,18 @@ def test_serve_plan_takes_kv_admission(cli):
     assert "KV reserved" not in plain["best"]["setup"]["scheduling"]
     bad = cli(*args, "--kv-admission", "lazy")
     assert bad.exit_code == 2 and "--kv-admission" in bad.output
+
+
+def test_reserve_steps_need_hold_whole_prompts_only():
+    """Whole prompts: on demand a step must hold a recomputed sequence (prompt + output);
+    reserved, nothing is recomputed, so a 1,500-token prompt with 1,000 output tokens runs
+    under a 2,048-token step."""
+    load = Load(qps=2, prompt=P("fixed:1500"), gen=P("fixed:1000"), requests=2)
+    cfg = ServeConfig(max_batched_tokens=2048, split_prompts=False, runtime=load_runtime("ideal"))
+    with pytest.raises(ValueError, match="recomputed sequence.*longest request's 2500 tokens"):
+        serve(DEP8, load, dataclasses.replace(cfg, kv_admission="on-demand"), oracles=_ORACLES)
+    res = serve(DEP8, load, dataclasses.replace(cfg, kv_admission="reserve"), oracles=_ORACLES)
+    assert len(res.reqs) == 2 and res.preemptions == 0
+    long = Load(qps=2, prompt=P("fixed:3000"), gen=P("fixed:8"), requests=2)
+    with pytest.raises(ValueError, match="must hold a whole prompt: .*longest prompt's 3000"):
+        serve(DEP8, long, dataclasses.replace(cfg, kv_admission="reserve"), oracles=_ORACLES)
