@@ -89,6 +89,9 @@ def assignment_table(res: dict):
 @click.option("--runtime", help="Serving runtime's host costs for every plan (as `diptych "
               "serve --runtime`; default: the first --chip's, so that the assignments differ "
               "only in the hardware).")
+@click.option("--kv-admission", type=click.Choice(["on-demand", "reserve"]), default=None,
+              help="How requests enter the KV cache (as `diptych serve --kv-admission`). "
+                   "Default: as the runtime's engine does (trtllm-*: reserve), else on demand.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
 @click.option("--top", type=int, default=10, show_default=True,
               help="Rows of the Pareto front to print.")
@@ -96,7 +99,7 @@ def assignment_table(res: dict):
 @friendly
 def serve_plan_afd(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_tpot,
                    attention_chips, ffn_chips, afd_microbatches, afd_attention, weights_dtype,
-                   act_dtype, kv_dtype, runtime, seed, top, as_json):
+                   act_dtype, kv_dtype, runtime, kv_admission, seed, top, as_json):
     """Search the attention:FFN ratio: the attention pool's size and layout (tp or dp), the FFN
     pool's size and the micro-batches, for both assignments of two designs to the roles;
     serve the same request stream on every plan at --qps; rank the plans that meet the p99
@@ -117,6 +120,7 @@ def serve_plan_afd(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, s
     load = Load(qps=qps, prompt=parse_length(prompt, "prompt"), gen=parse_length(gen, "gen"),
                 requests=requests)
     cfg = ServeConfig(slo_ttft_s=slo_ttft, slo_tpot_s=slo_tpot, seed=seed,
+                      kv_admission=kv_admission,
                       runtime=load_runtime(runtime) if runtime else None)
     prec = tuple((k, v) for k, v in (("weights_dtype", weights_dtype),
                                      ("act_dtype", act_dtype), ("kv_dtype", kv_dtype)) if v)

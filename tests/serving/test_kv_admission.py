@@ -221,3 +221,14 @@ def test_reserve_steps_need_hold_whole_prompts_only():
     long = Load(qps=2, prompt=P("fixed:3000"), gen=P("fixed:8"), requests=2)
     with pytest.raises(ValueError, match="must hold a whole prompt: .*longest prompt's 3000"):
         serve(DEP8, long, dataclasses.replace(cfg, kv_admission="reserve"), oracles=_ORACLES)
+
+
+def test_serve_plan_afd_takes_kv_admission(cli):
+    args = ("serve-plan-afd", "--model", "qwen3-30b-a3b", "--chip", "h100", "--chip",
+            "infer-2026", "--qps", 40, "--requests", 20, "--prompt", 256, "--gen", 8,
+            "--afd-microbatches", 2, "--chips", 2, "--json")
+    ok = cli(*args, "--kv-admission", "reserve")
+    assert ok.exit_code == 0, ok.output
+    assert "KV reserved" in json.loads(ok.output)["best"]["setup"]["scheduling"]
+    bad = cli(*args, "--kv-admission", "lazy")
+    assert bad.exit_code == 2 and "--kv-admission" in bad.output
