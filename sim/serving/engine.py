@@ -227,10 +227,9 @@ class Instance:
         prompt + output (TensorRT-LLM's ``getRemainingBlocksToCompletion``); a windowed
         layout, the most it holds in any step, of at most its whole prompt, or of one chunk
         when prompts are chunked (:meth:`~diptych.sim.serving.kv.KvLayout.max_blocks`)."""
-        if self._win is None:
-            return -(-(r.prompt + r.output) // self.bs)
-        step = min(r.prompt, self.chunk) if chunked else r.prompt
-        return self._win.max_blocks(r.prompt + r.output, 0, step)
+        if self._win is None or not chunked:
+            return self._static_blocks(r.prompt, r.output)
+        return self._win.max_blocks(r.prompt + r.output, 0, min(r.prompt, self.chunk))
 
     def _preempt(self, victim: Req) -> None:
         self.claimed -= victim.claim     # (never under reserve: its blocks stay within it)

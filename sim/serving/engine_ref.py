@@ -469,10 +469,9 @@ def golden_serve(reqs: list[GoldenRequest], oracle, cfg: ServeConfig, blocks: in
     def claim(r, whole):
         """Ids reserved for ``r`` to its completion: its whole prompt + output (a windowed
         layout: the most it holds in a step of its whole prompt, or of one chunk)."""
-        if layout is None or not layout.per_request:
-            return math.ceil((r.prompt + r.output) / bs)
-        return layout.max_blocks(r.prompt + r.output, 0, r.prompt if whole
-                                 else min(r.prompt, cap))
+        if layout is None or not layout.per_request or whole:
+            return static_blocks(r.prompt, r.output)
+        return layout.max_blocks(r.prompt + r.output, 0, min(r.prompt, cap))
 
     def plan_continuous(swap_time):
         budget = cfg.max_batched_tokens

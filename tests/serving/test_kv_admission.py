@@ -68,20 +68,25 @@ GOLDEN = {
 }
 
 
-@pytest.mark.parametrize("case", list(GOLDEN))
-def test_reserve_fast_loop_equals_golden_twin(case):
-    cfg, load = GOLDEN[case]
-    res = serve(DEP8, load, cfg, oracles=_ORACLES)
-    g = _golden_of(res, DEP8, cfg, load, _ORACLES)
+def _equals_twin_and_binds(dep, cfg, load):
+    """The fast loop under ``cfg`` (reserve) equals its golden twin request by request and
+    step by step, preempting nothing, and the reservations bind: the same load on demand
+    runs more sequences at once."""
+    res = serve(dep, load, cfg, oracles=_ORACLES)
+    g = _golden_of(res, dep, cfg, load, _ORACLES)
     fast = {r.rid: (r.arrival, r.first_t, r.finish_t) for r in res.reqs}
     gold = {r.rid: (r.arrival, r.first_t, r.finish_t) for r in g.requests}
     assert fast == gold
     assert list(res.instances[0].rec_dt) == [s[1] for s in g.steps]
     assert res.preemptions == g.preemptions == 0
-    # the reservations bound the batch: the same load on demand runs differently
-    lazy = serve(DEP8, load, dataclasses.replace(cfg, kv_admission="on-demand"),
+    lazy = serve(dep, load, dataclasses.replace(cfg, kv_admission="on-demand"),
                  oracles=_ORACLES)
     assert max(lazy.instances[0].rec_run) > max(res.instances[0].rec_run)
+
+
+@pytest.mark.parametrize("case", list(GOLDEN))
+def test_reserve_fast_loop_equals_golden_twin(case):
+    _equals_twin_and_binds(DEP8, *GOLDEN[case])
 
 
 #: a model with sliding-window layers (gpt-oss: 12 of its 24 layers keep a 128-token window),
@@ -112,15 +117,7 @@ def test_reserve_fast_loop_equals_golden_twin_with_windows(whole):
                       **{**TIGHT_W, "max_batched_tokens": 8192 if whole else 2048})
     load = Load(qps=80, prompt=P("lognormal:mean=1500,sigma=0.5"), gen=P("uniform:lo=1,hi=600"),
                 requests=70)
-    res = serve(DEPW, load, cfg, oracles=_ORACLES)
-    g = _golden_of(res, DEPW, cfg, load, _ORACLES)
-    assert {r.rid: (r.first_t, r.finish_t) for r in res.reqs} == \
-        {r.rid: (r.first_t, r.finish_t) for r in g.requests}
-    assert list(res.instances[0].rec_dt) == [s[1] for s in g.steps]
-    assert res.preemptions == g.preemptions == 0
-    lazy = serve(DEPW, load, dataclasses.replace(cfg, kv_admission="on-demand"),
-                 oracles=_ORACLES)
-    assert max(lazy.instances[0].rec_run) > max(res.instances[0].rec_run)
+    _equals_twin_and_binds(DEPW, cfg, load)
 
 
 def test_reserve_changes_nothing_when_every_request_fits():
