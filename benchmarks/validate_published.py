@@ -165,7 +165,14 @@ def llama2_70b():
     return _llama("llama-2-70b", 80, 8192, 64, 8, 28672)
 
 
-FP8 = dict(weights_dtype="fp8", act_dtype="fp8", kv_dtype="fp8")
+#: TensorRT-LLM's FP8 engines: a ModelOpt FP8 checkpoint (FP8 linear layers with calibrated
+#: per-tensor scales, FP16/BF16 activations, embedding and LM head) with an FP8 KV cache
+#: (docs/precision.md, "Inference recipes")
+FP8 = dict(recipe="fp8-static", kv_dtype="fp8")
+#: how an FP8 row's account names the mechanism that last moved it
+RECIPE = ("the fp8-static recipe (TensorRT-LLM's FP8 engine: FP8 linears over 16-bit "
+          "activations, all-reduces, embedding and LM head) moved it from {old}, every "
+          "activation in FP8 before")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,51 +324,54 @@ def case_h100_inference(execution=None):
     return [
         Row("H100 Llama-2-7B TTFT, 128 tokens, FP8", "ttft_7b_128",
             prefill_ms(h, l7, 128, execution=execution, **FP8),
-            "diptych optimistic by ~3.7 ms: weight streaming (6.6 GB from HBM, 0.61 of peak "
-            "over the step) plus 0.79 ms of launches and step sync (a kernel per GEMM, norm, "
-            "RoPE, activation and residual add), which cost more than the activations kept in "
-            "L2 save (sum 2.69 ms); tokenisation, host scheduling and sampling of the "
-            "measured request are not modelled"),
+            "diptych optimistic by ~3.3 ms: weight streaming (7.0 GB from HBM: FP8 linears, "
+            "the BF16 embedding and LM head) plus 0.79 ms of launches and step sync (a kernel "
+            "per GEMM, norm, RoPE, activation, cast and residual add), which cost more than "
+            "the activations kept in L2 save (sum 3.07 ms); " + RECIPE.format(old="0.48") +
+            "; tokenisation, host scheduling and sampling of the measured request are not "
+            "modelled"),
         Row("H100 Llama-2-7B TTFT, 2048 tokens, FP8", "ttft_7b_2048",
             prefill_ms(h, l7, 2048, execution=execution, **FP8),
             "diptych optimistic: compute-bound (as NVIDIA states), its GEMMs at ~0.72 of FP8 "
             "peak (an SM's four tensor cores share its tiles) and the prefill at 0.64 MFU, "
             "against 0.39 measured; activations in L2 cut HBM traffic 30.6 -> 20.7 GB, "
-            "about what 0.79 ms of launches and step sync cost (sum 21.8 ms); host work and "
-            "the measured engine's real kernel efficiency are not modelled"),
+            "about what 0.79 ms of launches and step sync cost; " + RECIPE.format(old="0.66") +
+            " (attention's score and value products now run at the BF16 rate, as an FP16 "
+            "context FMHA does); host work and the measured engine's real kernel efficiency "
+            "are not modelled"),
         Row("H100 Llama-2-70B TTFT, 2048 tokens, FP8, TP4", "ttft_70b_2048",
             prefill_ms(h, l70, 2048, tp=4, execution=execution, **FP8),
             "diptych optimistic: compute-bound, GEMMs at ~0.70 of FP8 peak; the TP4 "
-            "all-reduces (16 MiB each: NVLS at 87 us, the ring paying NCCL's Simple latency "
-            "since issue 21's protocols, 12.4 ms before) sit on the dependency chain (14.5 "
-            "ms exposed; the sum hid them behind compute) and launches and step sync cost "
-            "2.4 ms; host work and real kernel efficiency are not modelled"),
+            "all-reduces (now 32 MiB each in BF16, twice the FP8 bytes) sit on the dependency "
+            "chain (the sum hides them behind compute) and launches and step sync cost "
+            "2.4 ms; " + RECIPE.format(old="0.68") + "; host work and real kernel "
+            "efficiency are not modelled"),
         Row("H100 Llama-2-7B offline, batch 768, 128/128, FP8", "thr_7b_768",
             offline_throughput(h, l7, 768, 128, 128, execution=execution, **FP8),
             "diptych optimistic: the prefill (a quarter of the time) runs its GEMMs at ~0.73 "
             "of FP8 peak; the decode steps stream the KV cache at ~0.9 of peak (decode "
             "kernels measure 0.78-0.84, row below); L2 residency saves about what the "
-            "launches cost (53 -> 48 GB per decode step; sum 1.33); no in-flight batching "
+            "launches cost; " + RECIPE.format(old="1.27") + "; no in-flight batching "
             "scheduler or host overheads"),
         Row("H100 Llama-2-7B offline, batch 48, 2048/2048, FP8", "thr_7b_48",
             offline_throughput(h, l7, 48, 2048, 2048, execution=execution, **FP8),
             "decode steps dominated by KV streaming (12.9 of 15.4 ms, at ~0.9 of peak where "
             "measured decode kernels reach 0.78-0.84); launches and step sync add 0.79 ms per "
-            "step (sum 1.12); no scheduler overheads"),
+            "step; " + RECIPE.format(old="1.06") + "; no scheduler overheads"),
         Row("H100 Llama-2-70B offline, batch 1024, 128/128, FP8, TP2", "thr_70b_1024",
             offline_throughput(h, l70, 1024, 128, 128, tp=2, execution=execution, **FP8),
-            "diptych optimistic by 65 %: prefill (46 % of the time) and batch-1024 decode "
-            "steps are both compute-bound with GEMMs at ~0.70 of FP8 peak; the exposed TP2 "
-            "all-reduces (0.47 s of prefill, 6.6 ms a decode step: 4.5 ms before NCCL's "
-            "Simple-protocol latency) and 2.4 ms of launches a step are charged; real kernel "
-            "efficiency, the scheduler and host work are not modelled"),
+            "diptych optimistic by a third: prefill and batch-1024 decode steps are both "
+            "compute-bound with GEMMs at ~0.70 of FP8 peak; the exposed TP2 all-reduces (in "
+            "BF16 now: twice the bytes) and 2.4 ms of launches a step are charged; " +
+            RECIPE.format(old="1.52") + "; real kernel efficiency, the scheduler and host "
+            "work are not modelled"),
         Row("H100 Llama-3.3-70B ITL, concurrency 1, 500/2000, FP8, TP2 (NIM)", "nim_70b_itl",
             decode_tpot_ms(h, "llama-3-70b", 1, 500, 2000, tp=2, execution=execution, **FP8),
             "diptych optimistic by an additive ~4 ms per token: the schedule adds the "
             "per-kernel launches and the step sync (2.43 ms) and the exposed TP2 all-reduces "
             "(1.27 ms: 161 of 16 KiB on NCCL's ring/LL, 7.9 us each, its launch inside NCCL's "
-            "fixed latency; 0.81 ms at 1 us per hop before) to the sum's 11.7 ms of weight "
-            "and KV streaming; "
+            "fixed latency; 0.81 ms at 1 us per hop before) to the sum's 12.0 ms of weight "
+            "and KV streaming; " + RECIPE.format(old="0.79") + "; "
             "what remains is the serving stack's per-token work (HTTP streaming, scheduler, "
             "sampling, detokenisation), not modelled by `run` (Llama-3.3-70B has "
             "Llama-3-70B's shapes)"),

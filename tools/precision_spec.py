@@ -9,12 +9,15 @@ One spec pins one phase or all of them; ``compare`` takes several (``--precision
     train:bf16                one phase only (train, prefill, decode; infer = prefill + decode)
     infer:w=fp8,a=fp8
     train:fp8-current         a training recipe by name (also recipe=NAME among the tensors)
+    infer:recipe=fp8-static,kv=fp8   an inference recipe (prefill and decode only)
 
 A tensor the spec leaves out keeps the default of :func:`diptych.sim.run.node.default_precision`
 (inference: the chip's default dtype; training: bf16; weights and KV follow the activations).
 Training with FP8 or MXFP8 weights and activations runs a named recipe
 (:func:`diptych.workloads.precision.recipe_for`; ``fp8`` is ``fp8-delayed`` unless
-``fp8-current`` is named).
+``fp8-current`` is named); inference runs one only when it is named
+(:data:`~diptych.workloads.precision.INFERENCE_RECIPES`). A spec for every phase that names a
+recipe applies it to the phases it is for and the dtypes to all.
 Accumulation is FP32 in every run and cannot be pinned. :func:`resolve` gives what a chip
 will run and whether it can (an unsupported pin is reported, not raised).
 """
@@ -25,7 +28,10 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from ..arch.dtypes import DTYPE_BYTES, DTYPES
-from ..workloads.precision import RECIPES
+from ..workloads.precision import INFERENCE_RECIPES, RECIPES
+
+#: Every recipe a spec may name: training's, then inference's.
+ALL_RECIPES = RECIPES + INFERENCE_RECIPES
 
 PHASES = ("train", "prefill", "decode")
 _PHASE_ALIASES = {"train": ("train",), "prefill": ("prefill",), "decode": ("decode",),
@@ -59,9 +65,9 @@ class PrecisionChoice:
 
 
 def _recipe(text: str, spec: str) -> str:
-    if text not in RECIPES:
-        raise ValueError(f"--precision {spec!r}: {text!r} is not a training recipe; expected "
-                         f"one of {', '.join(RECIPES)}")
+    if text not in ALL_RECIPES:
+        raise ValueError(f"--precision {spec!r}: {text!r} is not a recipe; expected one of "
+                         f"{', '.join(ALL_RECIPES)}")
     return text
 
 
@@ -80,7 +86,7 @@ def parse_choice(text: str, spec: str | None = None) -> PrecisionChoice:
         raise ValueError(f"--precision {spec!r}: empty; expected a dtype ({', '.join(DTYPES)}) "
                          f"or w=DTYPE,a=DTYPE,kv=DTYPE")
     if "=" not in text:
-        if text in RECIPES and text not in DTYPE_BYTES:   # mxfp8 is a dtype first
+        if text in ALL_RECIPES and text not in DTYPE_BYTES:   # mxfp8 is a dtype first
             return PrecisionChoice(recipe=text)
         d = _dtype(text, spec)
         return PrecisionChoice(weights=d, activations=d, kv=d)
@@ -123,11 +129,16 @@ def parse_precision(specs: str | Iterable[str]) -> dict[str, PrecisionChoice]:
             choice = parse_choice(rest, spec)
         else:
             phases, choice = PHASES, parse_choice(spec)
-        if choice.recipe and sep and "train" not in phases:
-            raise ValueError(f"--precision {spec!r}: a recipe is how training runs FP8; "
-                             f"{head.strip()} takes the dtypes")
+        if choice.recipe:
+            own = ("train",) if choice.recipe in RECIPES else ("prefill", "decode")
+            if sep and not set(phases) & set(own):
+                kind = "training" if own == ("train",) else "inference"
+                raise ValueError(f"--precision {spec!r}: {choice.recipe} is "
+                                 f"{'a' if kind == 'training' else 'an'} {kind} recipe; "
+                                 f"{head.strip()} takes "
+                                 f"{'the dtypes' if kind == 'training' else 'a training one'}")
         for ph in phases:
-            if choice.recipe and ph != "train":   # a recipe is training's; the dtypes hold
+            if choice.recipe and ph not in own:   # a recipe is its phases'; the dtypes hold
                 if choice == PrecisionChoice(recipe=choice.recipe):
                     continue
                 choice_ph = replace(choice, recipe=None)
@@ -204,8 +215,8 @@ def _short(p: dict) -> str:
 
 def describe(p: dict) -> str:
     """``W/A/KV fp8 · acc fp32``, ``W int4 · A/KV bf16 · acc fp32``, ``fp8-delayed recipe (fp8
-    linear layers) · W/A/KV bf16 · acc fp32``: a :func:`resolve` (or a run's ``precision``) dict in one
-    line."""
+    linear layers) · W/A/KV bf16 · acc fp32``: a :func:`resolve` (or a run's ``precision``)
+    dict in one line."""
     head = (f"{p['recipe']} recipe ({p['linear']} linear layers) · " if p.get("linear")
             else f"{p['recipe']} recipe · " if p.get("recipe") else "")
     return f"{head}{_short(p)} · acc {p.get('accumulation') or '–'}"

@@ -9,7 +9,7 @@ import click
 from ..arch.chip import KERNEL_ORDERS
 from ..arch.dtypes import DTYPES
 from ..workloads.loss import IMPLEMENTATIONS as LOSS_IMPLEMENTATIONS
-from ..workloads.precision import RECIPES
+from ..workloads.precision import INFERENCE_RECIPES, RECIPES
 from . import fmt
 from .errors import echo_err, friendly
 from .jsonout import dumps
@@ -234,9 +234,11 @@ def _curve_table(curve: dict):
 @click.option("--weights-dtype", type=click.Choice(DTYPES), help="Weight precision.")
 @click.option("--act-dtype", type=click.Choice(DTYPES), help="Activation precision.")
 @click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
-@click.option("--recipe", type=click.Choice(RECIPES),
-              help="Training precision recipe (docs/precision.md): fp8-delayed (the default "
-                   "for FP8 weights and activations), fp8-current or mxfp8.")
+@click.option("--recipe", type=click.Choice(RECIPES + INFERENCE_RECIPES),
+              help="Precision recipe (docs/precision.md). Training: fp8-delayed (the default "
+                   "for FP8 weights and activations), fp8-current or mxfp8. Prefill and "
+                   "decode: fp8-static or fp8-dynamic (FP8 linear layers over 16-bit "
+                   "activations, embedding and LM head).")
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="Overlap collectives with compute.")
 @click.option("--recompute", type=click.Choice(["none", "selective", "full"]), is_flag=False,
@@ -442,8 +444,8 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
             raise ValueError(f"{odd[0]} sets a model's attention, kernels or collectives; a "
                              f"--topology file runs GEMMs only")
         if recipe:
-            raise ValueError(f"--recipe {recipe} trains a model; a --topology file runs its "
-                             f"GEMMs in one dtype (--act-dtype)")
+            raise ValueError(f"--recipe {recipe} quantises a model's layers; a --topology file "
+                             f"runs its GEMMs in one dtype (--act-dtype)")
         _run_topology(con, chip, topology, weights_dtype, act_dtype, kv_dtype, execution,
                       fusion, as_json, trace)
         return

@@ -12,6 +12,7 @@ import click
 
 from ..arch.dtypes import DTYPES
 from . import serve_report as report
+from .recipe_option import inference_recipe_option
 from .errors import friendly
 from .jsonout import dumps
 from .serve_afd import afd_from_flags, afd_options, afd_requested
@@ -240,6 +241,7 @@ def _ep_layouts(ep, attention, redundant, skew, prefill_ep, decode_ep, disaggreg
 @click.option("--weights-dtype", type=click.Choice(DTYPES), help="Weight precision.")
 @click.option("--act-dtype", type=click.Choice(DTYPES), help="Activation precision.")
 @click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
+@inference_recipe_option
 @click.option("--attention", type=click.Choice(["fused", "unfused"]), default="fused",
               show_default=True, help="Fused (FlashAttention-style) or unfused attention.")
 @click.option("--prefill-chip", help="Disaggregated: chip of the prefill pool (default "
@@ -307,7 +309,7 @@ def _ep_layouts(ep, attention, redundant, skew, prefill_ep, decode_ep, disaggreg
 def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, prompt, gen,
           requests, duration, scheduler, max_batch, max_batched_tokens, chunked_prefill,
           split_prompts, kv_admission, kv_block, preemption, kv_offload, kv_prefetch, slo_ttft,
-          slo_tpot, weights_dtype, act_dtype, kv_dtype,
+          slo_tpot, weights_dtype, act_dtype, kv_dtype, recipe,
           attention, prefill_chip, prefill_chips, decode_chip, decode_chips, ep, ep_attention,
           redundant_experts, moe_skew, prefill_ep, decode_ep, speculative,
           prefix_share, prefixes, seed, runtime, sweep_qps, plot, export_profile, oracle,
@@ -343,7 +345,8 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
         from ..workloads import load_model
         from ..workloads.mtp import check_mtp
         check_mtp(load_model(model))
-    precision = {"weights_dtype": weights_dtype, "act_dtype": act_dtype, "kv_dtype": kv_dtype}
+    precision = {"weights_dtype": weights_dtype, "act_dtype": act_dtype, "kv_dtype": kv_dtype,
+                 **({"recipe": recipe} if recipe else {})}
     execution = {"execution": execution, "fusion": fusion}
     # the load first: its bounds (--requests, rates, lengths) are refused before any chip is
     # loaded or a replica sized

@@ -10,6 +10,7 @@ import sys
 import click
 
 from ..arch.dtypes import DTYPES
+from .recipe_option import inference_recipe_option
 from .errors import friendly
 from .jsonout import dumps
 from .plan_cmd import IntList
@@ -86,6 +87,7 @@ def assignment_table(res: dict):
 @click.option("--weights-dtype", type=click.Choice(DTYPES), help="Weight precision.")
 @click.option("--act-dtype", type=click.Choice(DTYPES), help="Activation precision.")
 @click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
+@inference_recipe_option
 @click.option("--runtime", help="Serving runtime's host costs for every plan (as `diptych "
               "serve --runtime`; default: the first --chip's, so that the assignments differ "
               "only in the hardware).")
@@ -99,7 +101,7 @@ def assignment_table(res: dict):
 @friendly
 def serve_plan_afd(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_tpot,
                    attention_chips, ffn_chips, afd_microbatches, afd_attention, weights_dtype,
-                   act_dtype, kv_dtype, runtime, kv_admission, seed, top, as_json):
+                   act_dtype, kv_dtype, recipe, runtime, kv_admission, seed, top, as_json):
     """Search the attention:FFN ratio: the attention pool's size and layout (tp or dp), the FFN
     pool's size and the micro-batches, for both assignments of two designs to the roles;
     serve the same request stream on every plan at --qps; rank the plans that meet the p99
@@ -123,7 +125,8 @@ def serve_plan_afd(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, s
                       kv_admission=kv_admission,
                       runtime=load_runtime(runtime) if runtime else None)
     prec = tuple((k, v) for k, v in (("weights_dtype", weights_dtype),
-                                     ("act_dtype", act_dtype), ("kv_dtype", kv_dtype)) if v)
+                                     ("act_dtype", act_dtype), ("kv_dtype", kv_dtype),
+                                     ("recipe", recipe)) if v)
     space = AfdSearchSpace(designs=tuple(dict.fromkeys(chips_)), chips=chips,
                            attention_chips=attention_chips, ffn_chips=ffn_chips,
                            microbatches=afd_microbatches, attention_layouts=afd_attention,

@@ -9,6 +9,7 @@ import click
 
 from ..arch.dtypes import DTYPES
 from .dse.pool_map import scheduler_option
+from .recipe_option import inference_recipe_option
 from .errors import echo_err, friendly
 from .jsonout import dumps
 from .plan_cmd import IntList
@@ -190,6 +191,7 @@ def echo_why(res: dict) -> None:
 @click.option("--weights-dtype", type=click.Choice(DTYPES), help="Weight precision.")
 @click.option("--act-dtype", type=click.Choice(DTYPES), help="Activation precision.")
 @click.option("--kv-dtype", type=click.Choice(DTYPES), help="KV-cache precision.")
+@inference_recipe_option
 @click.option("--runtime", help="Serving runtime's host costs for every plan (as `diptych "
               "serve --runtime`). Default: each chip's own; a prefill/decode pair of chips "
               "that name different runtimes cannot be built without it.")
@@ -209,7 +211,7 @@ def echo_why(res: dict) -> None:
 def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_tpot, tp,
                max_batched_tokens, policies, split_prompts, kv_admission, no_disagg, ep, no_ep,
                ep_attention, moe_skew, redundant_experts, weights_dtype, act_dtype, kv_dtype,
-               runtime, seed, top, as_json, exhaustive, jobs, scheduler):
+               recipe, runtime, seed, top, as_json, exhaustive, jobs, scheduler):
     """Deploy each chip design at its best: search pool sizes and the prefill:decode split,
     tensor parallelism per pool (and, for a mixture-of-experts model, expert parallelism with
     data- or tensor-parallel attention and redundant hot experts), batch-token limits and
@@ -243,7 +245,8 @@ def serve_plan(model, chips_, chips, qps, prompt, gen, requests, slo_ttft, slo_t
                       split_prompts=split_prompts, kv_admission=kv_admission,
                       runtime=load_runtime(runtime) if runtime else None)
     prec = tuple((k, v) for k, v in (("weights_dtype", weights_dtype),
-                                     ("act_dtype", act_dtype), ("kv_dtype", kv_dtype)) if v)
+                                     ("act_dtype", act_dtype), ("kv_dtype", kv_dtype),
+                                     ("recipe", recipe)) if v)
     space = SearchSpace(designs=tuple(dict.fromkeys(chips_)), chips=chips, tp=tp,
                         max_batched_tokens=max_batched_tokens, chunked_prefill=policies,
                         disaggregated=not no_disagg, precision=prec,

@@ -24,7 +24,7 @@ def causal_conv(c, fl, *, name: str, prefix: str, channels: int, src: Pieces, ou
     bias) and, after a past or in decode, the sequences' ``<prefix>conv_state`` (kind
     ``kv_cache``); writes ``out`` and, in inference, ``<prefix>conv_state_new``. Tagged
     ``state`` when it moves a state (left out of the peak working set)."""
-    T, B, a, wb = c.tokens, c.batch, c.p.a_bytes, c.p.w_bytes
+    T, B, a, wb = c.tokens, c.batch, c.p.a_bytes, c.p.uw_bytes   # (no recipe quantises it)
     kernel = c.m.linear_conv_kernel if c.layer.linear else c.m.ssm_conv_kernel
     inference = c.phase != "train"
     state = B * channels * (kernel - 1) * a

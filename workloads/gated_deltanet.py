@@ -124,6 +124,7 @@ def linear_attention(c, *, flow=None, x: str = "x", out: str = "attn_out") -> li
     W = s["qkvz"]
     fl = flow or NOFLOW
     a, wb = c.p.a_bytes, c.p.w_bytes
+    uw = c.p.uw_bytes           # the gates' and the norm's weights: no recipe quantises them
     sb = dtype_bytes(m.state_dtype)
     inference = c.phase != "train"
     reads_state = c.phase == "decode" or (inference and c.past > 0)
@@ -136,9 +137,9 @@ def linear_attention(c, *, flow=None, x: str = "x", out: str = "attn_out") -> li
     fl.gemm(ba, [("h_attn", 1.0)], [(fl.t("w_ba", d * 2 * hv * wb, "weight"), 1.0)],
             [(fl.t("ba", T * 2 * hv * a), 1.0)])
     gates = VectorOp(name="gdn_gates", kind="mul", elements=T * 2 * hv, ops_per_element=GATE_OPS,
-                     read_bytes=T * 2 * hv * a + 2 * hv * wb, write_bytes=T * 2 * hv * 4.0,
+                     read_bytes=T * 2 * hv * a + 2 * hv * uw, write_bytes=T * 2 * hv * 4.0,
                      dtype=c.p.activations, tags=("saved",))
-    fl.vec(gates, [("ba", 1.0), (fl.t("w_gdn_gates", 2 * hv * wb, "weight"), 1.0)],
+    fl.vec(gates, [("ba", 1.0), (fl.t("w_gdn_gates", 2 * hv * uw, "weight"), 1.0)],
            [(fl.t("gates", T * 2 * hv * 4.0), 1.0)])
     ops: list[Op] = [norm, qkvz, ba, gates]
 
@@ -161,10 +162,10 @@ def linear_attention(c, *, flow=None, x: str = "x", out: str = "attn_out") -> li
     else:
         ops += _chunked(c, s, fl, state if inference else 0.0, reads_state)
 
-    gn = c.vec("gated_norm", "rmsnorm", T * V, reads=2.0, extra_read_bytes=dv * wb,
+    gn = c.vec("gated_norm", "rmsnorm", T * V, reads=2.0, extra_read_bytes=dv * uw,
                ops=GATED_NORM_OPS, tags=("saved",))
     fl.vec(gn, [("gdn_core", 1.0), ("qkvz", V / W),
-                (fl.t("w_gated_norm", dv * wb, "weight"), 1.0)],
+                (fl.t("w_gated_norm", dv * uw, "weight"), 1.0)],
            [(fl.t("gdn_normed", T * V * a), 1.0)])
     o = c.gemm("out_proj", T, V, d, tags=("attn",))
     fl.gemm(o, [("gdn_normed", 1.0)], [(fl.t("w_out", V * d * wb, "weight"), 1.0)],

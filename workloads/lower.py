@@ -339,13 +339,15 @@ class _Ctx:
              ) -> Gemm:
         """A GEMM; a linear layer's (``weight``) takes FP8 operands under an FP8 recipe
         (tagged ``quantized``; the LM head and the router stay in BF16:
-        :mod:`diptych.workloads.recipe`)."""
+        :mod:`diptych.workloads.recipe`; under an inference recipe their weights are stored in
+        its ``unquantized_weights`` dtype)."""
         p = self.p
         fp8 = weight and p.linear is not None and name not in BF16_LINEARS
         a = p.linear if fp8 else p.activations
         return Gemm(name=name, m=m, k=k, n=n, batch=batch, a_dtype=a,
                     b_dtype=b_dtype or (p.linear if fp8 else
-                                        p.weights if weight else p.activations),
+                                        (p.unquantized_weights or p.weights) if weight
+                                        else p.activations),
                     c_dtype=p.activations, acc_dtype=p.accumulation,
                     b_is_weight=(batch == 1 or weight) if shared_b is None else shared_b,
                     tags=(("weight",) if weight else ()) + tags + (("quantized",) if fp8 else ()))
@@ -410,7 +412,7 @@ class _Ctx:
         tags: tuple[str, ...] = ("saved",)
         if sharded and self.sp > 1:
             rows, tags = rows / self.sp, tags + self.sp_tags
-        wb = width * self.p.w_bytes * weights * (2 if kind == "layernorm" else 1)
+        wb = width * self.p.uw_bytes * weights * (2 if kind == "layernorm" else 1)
         return self.vec(name, kind, rows * width, reads=1.0, extra_read_bytes=wb, ops=ops,
                         tags=tags)
 
@@ -936,7 +938,7 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
     rows = sum(n * per for n, per in groups)  # pairs this rank's experts run
     router = c.gemm("router", tr, d, e, tags=("moe",))
     topk = c.vec("topk", "topk", tr * e, writes=k / e)
-    fl.gemm(router, [(inp, tr / T)], [(fl.t("w_router", d * e * wb, "weight"), 1.0)],
+    fl.gemm(router, [(inp, tr / T)], [(fl.t("w_router", d * e * c.p.uw_bytes, "weight"), 1.0)],
             [(fl.t("router_logits", tr * e * a), 1.0)])
     fl.vec(topk, [("router_logits", 1.0)], [(fl.t("topk", topk.write_bytes), 1.0)])
     ops: list[Op] = [router, topk]
@@ -1054,7 +1056,8 @@ def _moe_mlp(c: _Ctx, *, flow=None, inp: str = "h_mlp", out: str = "moe_out") ->
         # sequence shard under Megatron's dispatcher (shared_experts.py ``forward``: the gate
         # reads ``hidden_states``, the shard, and scales the reduce-scattered output)
         g = c.gemm("shared_expert_gate", tr, d, 1, tags=("moe",))
-        fl.gemm(g, [(inp, tr / T)], [(fl.t("w_shared_expert_gate", d * wb, "weight"), 1.0)],
+        fl.gemm(g, [(inp, tr / T)], [(fl.t("w_shared_expert_gate", d * c.p.uw_bytes, "weight"),
+                                      1.0)],
                 [(fl.t("shared_gate", tr * a), 1.0)])
         op = c.vec("shared_gate_scale", "mul", tr * d, reads=1.0, extra_read_bytes=tr * a,
                    ops=4.0, tags=("saved",))
@@ -1209,7 +1212,7 @@ def _embedding(c: _Ctx, *, flow=None, out: str = "emb") -> list[Op]:
     (L107-126 ``scatter_to_sequence_parallel_region``, a split), as without it."""
     d, T = c.m.hidden_size, c.tokens
     fl = flow or NOFLOW
-    a, wb = c.p.a_bytes, c.p.w_bytes
+    a, wb = c.p.a_bytes, c.p.uw_bytes           # (no recipe quantises the embedding)
     table = fl.t("w_embed", -(-c.m.vocab_size // c.tp) * d * wb, "weight", program=True)
     spec: list = [(c.vec("embed_tokens", "embedding", T * d, reads=0.0,
                          extra_read_bytes=T * d * wb, tags=(embedding_grad.TAG,)),
@@ -1280,7 +1283,7 @@ def _head(c: _Ctx, *, flow=None, inp: str = "hidden") -> list[Op]:
     v = -(-c.m.vocab_size // c.tp)
     rows = c.tokens if c.phase == "train" else c.batch
     fl = flow or NOFLOW
-    a, wb = c.p.a_bytes, c.p.w_bytes
+    a, wb = c.p.a_bytes, c.p.uw_bytes           # (no recipe quantises the LM head)
     # training under sequence parallelism: the final norm on the rank's sequence shard, its
     # output all-gathered for the column-parallel output layer [S: NVIDIA/Megatron-LM
     # core_r0.9.0 (1afee592) megatron/core/transformer/transformer_block.py L493-494

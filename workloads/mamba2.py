@@ -104,7 +104,7 @@ def ssm_mixer(c, *, flow=None, inp: str = "h_attn", out: str = "ssm_out") -> lis
         ops += _chunked(c, s, fl, state if inference else 0.0, reads_state)
 
     norm = NORM_OPS if m.ssm_rms_norm else 0.0
-    nw = d_ssm * wb if m.ssm_rms_norm else 0.0
+    nw = d_ssm * c.p.uw_bytes if m.ssm_rms_norm else 0.0     # (no recipe quantises it)
     gate = c.vec("ssm_gate", "mul", T * d_ssm, reads=2.0, extra_read_bytes=nw,
                  ops=GATE_OPS + norm, tags=("saved",))
     rd = [("ssm_y", 1.0), ("ssm_in", d_ssm / w_in)]

@@ -36,7 +36,8 @@ from .fused_attention import FusedAttention
 from .graph import Workload
 from .program import Block
 from .lower import SP_SHARD, _pos, valid_tp_degrees
-from .params import kv_cache_bytes, params_per_chip, state_bytes_per_sequence
+from .params import (kv_cache_bytes, params_per_chip, state_bytes_per_sequence,
+                     weight_bytes_per_chip)
 from .precision import Precision
 from . import dropout
 
@@ -159,7 +160,7 @@ def inference_breakdown(m: ModelConfig, p: Precision, tp: int, batch: int, conte
     a ``YZ``-way head split."""
     kv = (-(-batch // kv_grid[0]) * kv_cache_bytes(m, p.kv, context, kv_grid[1]) if kv_grid
           else batch * kv_cache_bytes(m, p.kv, context, tp))
-    bd = {"weights": params_per_chip(m, tp) * p.w_bytes,
+    bd = {"weights": weight_bytes_per_chip(m, tp, p),
           "kv_cache": kv,
           "activations": activations}
     if m.state_layers:

@@ -225,6 +225,38 @@ def params_per_chip(m: ModelConfig, tp: int, ep: int = 1, *, whole_experts: bool
     return sum(share(t) for t in weight_tensors(m))
 
 
+#: Groups of the weight tensors an inference recipe quantises (biases and the names in
+#: :data:`UNQUANTIZED_LINEARS` excepted): the linear layers' (:mod:`diptych.workloads.precision`).
+QUANTIZED_GROUPS = ("attn", "mlp", "expert", "shared_expert", "mtp")
+#: Linear weights of those groups that a recipe keeps in 16 bits (the lowering's
+#: ``indexer_weights_proj``, :data:`diptych.workloads.recipe.BF16_LINEARS`).
+UNQUANTIZED_LINEARS = ("indexer.weights_proj",)
+
+
+def is_quantized(t: Tensor) -> bool:
+    """Whether an inference recipe stores weight tensor ``t`` in its linear dtype."""
+    return (t.group in QUANTIZED_GROUPS and "bias" not in t.name
+            and t.name not in UNQUANTIZED_LINEARS)
+
+
+def weight_bytes_per_chip(m: ModelConfig, tp: int, p, ep: int = 1, *,
+                          whole_experts: bool = False) -> float:
+    """Bytes of the weights one tensor-parallel rank holds (:func:`params_per_chip`'s shares)
+    in precision ``p`` (a :class:`~diptych.workloads.precision.Precision`): every weight at
+    ``p.w_bytes``, except under an inference recipe, whose unquantised weights (embedding,
+    LM head, router, norms, biases: :func:`is_quantized`) are ``p.uw_bytes`` each."""
+    if p.unquantized_weights is None:
+        return params_per_chip(m, tp, ep, whole_experts=whole_experts) * p.w_bytes
+    total = 0.0
+    for t in weight_tensors(m):
+        if t.group == "expert":
+            n = t.total / ep / (1 if whole_experts or not t.split else tp)
+        else:
+            n = t.total / tp if t.split else t.total
+        total += n * (p.w_bytes if is_quantized(t) else p.uw_bytes)
+    return total
+
+
 def kv_elements_per_token(m: ModelConfig) -> int:
     """KV-cache elements per token, all layers that cache K/V (``L`` = ``kv_layers``: a
     linear-attention layer has a fixed state instead, :func:`state_bytes_per_sequence`):

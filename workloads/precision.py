@@ -12,6 +12,27 @@ else (attention, norms, activations, embedding, LM head, router, loss, optimizer
 stays in BF16/FP32; ``mxfp8`` stores weights and activations in MXFP8 (the block-scaled
 path, :mod:`diptych.sim.run.precision_ops`). :func:`recipe_for` names the recipe a training
 run's dtypes ask for.
+
+**Inference recipes** (:data:`INFERENCE_RECIPES`, docs/precision.md "Inference recipes"):
+post-training FP8 as serving engines run a quantised checkpoint. The linear layers' weights
+are stored in FP8 (``weights`` = ``linear``) and their GEMMs take FP8 inputs, quantised per
+tensor from the 16-bit activations, which everything else keeps: the residual stream, the
+tensor-parallel collectives, attention's queries, the logits. The weights a quantiser leaves
+alone (the embedding, the LM head, the MoE router and shared-expert gate, norms, biases,
+convolutions) stay 16-bit (``unquantized_weights``) [S: NVIDIA/TensorRT-Model-Optimizer
+modelopt/torch/quantization/config.py ``FP8_DEFAULT_CFG``: ``*weight_quantizer`` and
+``*input_quantizer`` ``num_bits (4, 3)``, ``axis None`` (per tensor), ``algorithm "max"``
+(a calibrated, static scale), with ``_default_disabled_quantizer_cfg`` disabling
+``*lm_head*``, ``*router*``, ``*mlp.gate.*``, ``*mlp.shared_expert_gate.*``,
+``*mixer.conv1d*``; only ``nn.Linear``-like modules carry quantizers]. ``fp8-static``: the
+input scale is the checkpoint's (TensorRT-LLM's ``FP8Linear``/``FP8RowLinear``: a
+``quantize(x, activation_scaling_factor, 'fp8')`` in front of the FP8 GEMM, which the engine
+builder fuses into a normalisation that produces ``x``); ``fp8-dynamic``: the scale is the
+input's own max, found by a pass of its own before each cast (vLLM's online FP8, where
+``scaled_fp8_quant`` without a scale runs ``dynamic_scaled_fp8_quant``: a
+``segmented_max_reduction`` kernel, then ``scaled_fp8_quant_kernel`` [S: vllm-project/vllm
+csrc/quantization/fp8/common.cu]; no norm writes FP8 [assumption: vLLM's RMSNorm-quant fusion
+pass, off by default, not modelled]).
 """
 
 from __future__ import annotations
@@ -28,6 +49,30 @@ from . import dropout
 RECIPES: tuple[str, ...] = ("fp8-delayed", "fp8-current", "mxfp8")
 #: The recipes whose linear GEMMs take per-tensor FP8 operands quantised from BF16.
 FP8_RECIPES: tuple[str, ...] = ("fp8-delayed", "fp8-current")
+#: Inference precision recipes (module docstring): FP8 linear layers (weights stored in FP8,
+#: inputs quantised with a static or a dynamic per-tensor scale) over 16-bit activations.
+INFERENCE_RECIPES: tuple[str, ...] = ("fp8-static", "fp8-dynamic")
+#: The recipes whose scale of a linear's input comes from a pass over the input itself.
+AMAX_RECIPES: tuple[str, ...] = ("fp8-current", "fp8-dynamic")
+
+
+def check_inference_recipe(recipe: str | None, weights: str | None, activations: str | None
+                           ) -> None:
+    """ValueError naming the recipe when ``recipe`` is not an inference recipe, or when the
+    dtypes given (None: not given) contradict it: its linear weights are FP8, its
+    activations 16-bit."""
+    if recipe is None:
+        return
+    if recipe not in INFERENCE_RECIPES:
+        kind = "a training recipe" if recipe in RECIPES else "not a recipe"
+        raise ValueError(f"recipe {recipe!r} is {kind}; inference takes "
+                         f"{', '.join(INFERENCE_RECIPES)} (or the dtypes alone)")
+    if weights not in (None, "fp8"):
+        raise ValueError(f"recipe {recipe!r} stores the linear layers' weights in fp8, not "
+                         f"weights {weights}; drop --weights-dtype or the recipe")
+    if activations is not None and dtype_bytes(activations) != 2:
+        raise ValueError(f"recipe {recipe!r} keeps the activations in 16 bits (bf16 or "
+                         f"fp16), not {activations}; drop --act-dtype or the recipe")
 
 
 def recipe_for(weights: str | None, activations: str | None, recipe: str | None) -> str | None:
@@ -36,7 +81,8 @@ def recipe_for(weights: str | None, activations: str | None, recipe: str | None)
     unless ``fp8-current`` is named; MXFP8 ones are ``mxfp8``; a named recipe with no dtypes
     implies its own. ValueError naming the recipe when it contradicts the dtypes."""
     if recipe is not None and recipe not in RECIPES:
-        raise ValueError(f"recipe must be one of {', '.join(RECIPES)}, not {recipe!r}")
+        kind = " is an inference recipe;" if recipe in INFERENCE_RECIPES else ":"
+        raise ValueError(f"recipe {recipe!r}{kind} training takes one of {', '.join(RECIPES)}")
     given = {d for d in (weights, activations) if d is not None}
     if recipe is None:
         if given == {"fp8"} and weights == activations:
@@ -69,6 +115,9 @@ IMPLEMENTATIONS`: Megatron-Core's ``fused`` FP32 cross-entropy or its eager ``un
     which decides the FP32 copies of the logits a step writes and reads.
     ``hidden_dropout``, ``attention_dropout``: the training step's dropout probabilities
     (:mod:`~diptych.workloads.dropout`; 0 by default: none lowered), in [0, 1).
+    ``unquantized_weights``: under an inference recipe (:data:`INFERENCE_RECIPES`), the dtype
+    of the weights it leaves unquantised (embedding, LM head, router, norms, biases; module
+    docstring), ``weights`` being the linear layers' (= ``linear``); None otherwise.
     """
 
     weights: str = "bf16"
@@ -83,6 +132,7 @@ IMPLEMENTATIONS`: Megatron-Core's ``fused`` FP32 cross-entropy or its eager ``un
     cross_entropy: str = LOSS_DEFAULT
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
+    unquantized_weights: str | None = None
 
     def __post_init__(self):
         check_implementation(self.cross_entropy)
@@ -93,17 +143,40 @@ IMPLEMENTATIONS`: Megatron-Core's ``fused`` FP32 cross-entropy or its eager ``un
             check_dtype(getattr(self, name), f"{name} dtype")
         if self.master is not None:
             check_dtype(self.master, "master dtype")
-        if self.recipe is not None and self.recipe not in RECIPES:
-            raise ValueError(f"recipe must be one of {', '.join(RECIPES)}, not {self.recipe!r}")
-        if (self.linear is not None) != (self.recipe in FP8_RECIPES):
-            raise ValueError(f"linear {self.linear!r} goes with an FP8 recipe "
-                             f"({', '.join(FP8_RECIPES)}), not recipe {self.recipe!r}")
+        if self.recipe is not None and self.recipe not in RECIPES + INFERENCE_RECIPES:
+            raise ValueError(f"recipe must be one of {', '.join(RECIPES + INFERENCE_RECIPES)}, "
+                             f"not {self.recipe!r}")
+        per_tensor = FP8_RECIPES + INFERENCE_RECIPES
+        if (self.linear is not None) != (self.recipe in per_tensor):
+            raise ValueError(f"linear {self.linear!r} goes with a per-tensor FP8 recipe "
+                             f"({', '.join(per_tensor)}), not recipe {self.recipe!r}")
         if self.linear is not None:
             check_dtype(self.linear, "linear dtype")
+        inference = self.recipe in INFERENCE_RECIPES
+        if inference != (self.unquantized_weights is not None):
+            raise ValueError(f"unquantized_weights {self.unquantized_weights!r} goes with an "
+                             f"inference recipe ({', '.join(INFERENCE_RECIPES)}), not recipe "
+                             f"{self.recipe!r}")
+        if inference:
+            check_dtype(self.unquantized_weights, "unquantized_weights dtype")
+            if self.weights != self.linear:
+                raise ValueError(f"recipe {self.recipe!r} stores the linear weights in its "
+                                 f"linear dtype {self.linear}, not weights {self.weights}")
 
     @property
     def w_bytes(self) -> float:
         return dtype_bytes(self.weights)
+
+    @property
+    def uw_bytes(self) -> float:
+        """Bytes of a weight an inference recipe leaves unquantised (embedding, LM head,
+        router, norms, biases); :attr:`w_bytes` without one."""
+        return dtype_bytes(self.unquantized_weights or self.weights)
+
+    @property
+    def inference_recipe(self) -> bool:
+        """Whether an inference recipe (:data:`INFERENCE_RECIPES`) quantises the linears."""
+        return self.recipe in INFERENCE_RECIPES
 
     @property
     def a_bytes(self) -> float:
@@ -139,9 +212,14 @@ IMPLEMENTATIONS`: Megatron-Core's ``fused`` FP32 cross-entropy or its eager ``un
                 "accumulation": self.accumulation, "grads": self.grads, "master": self.master,
                 "moments": self.moments, "recipe": self.recipe, "linear": self.linear,
                 "cross_entropy": self.cross_entropy,
-                **{n: getattr(self, n) for n in dropout.FIELDS if getattr(self, n)}}
+                **{n: getattr(self, n) for n in dropout.FIELDS if getattr(self, n)},
+                **({"unquantized_weights": self.unquantized_weights}
+                   if self.unquantized_weights else {})}
 
     def describe(self) -> str:
         out = (f"W {self.weights} / A {self.activations} / KV {self.kv} / "
                f"acc {self.accumulation}")
+        if self.unquantized_weights:
+            return out + (f" / {self.recipe} (linear {self.linear}, other weights "
+                          f"{self.unquantized_weights})")
         return out + (f" / {self.recipe} (linear {self.linear})" if self.linear else "")

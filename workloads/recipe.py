@@ -51,7 +51,7 @@ import dataclasses
 
 from ..arch.dtypes import dtype_bytes
 from .ops import Collective, Gemm, VectorOp
-from .precision import Precision
+from .precision import AMAX_RECIPES, Precision
 from .program import Access, Tensor, Use
 
 #: ALU ops per element of a per-tensor FP8 cast [counted]: scale multiply, convert, and the
@@ -74,8 +74,25 @@ AMAX_BYTES = 4.0
 #: transformer_engine/pytorch/module/linear.py ``_Linear.forward``, module/base.py
 #: ``grad_output_preprocess``]: neither is fused.
 FUSABLE_PRODUCERS = ("rmsnorm", "layernorm")
-#: Linear GEMMs that stay in BF16 under a per-tensor recipe.
-BF16_LINEARS = ("lm_head", "router", "indexer_weights_proj")
+#: Linear GEMMs that stay in BF16 under a per-tensor recipe: the LM head, the MoE router and
+#: the shared expert's gate (Megatron-Core's ``SharedExpertMLP`` holds the gate as a plain
+#: parameter, not a TE module [S: NVIDIA/Megatron-LM megatron/core/transformer/moe/
+#: shared_experts.py ``SharedExpertMLP.__init__``: ``self.gate_weight =
+#: torch.nn.Parameter(torch.empty((1, self.config.hidden_size)))``];
+#: ModelOpt's FP8 configs disable ``*lm_head*``, ``*router*``, ``*mlp.gate.*``,
+#: ``*mlp.shared_expert_gate.*`` [S: NVIDIA/TensorRT-Model-Optimizer
+#: modelopt/torch/quantization/config.py ``_default_disabled_quantizer_cfg``]), DeepSeek's
+#: indexer weights (:mod:`~diptych.workloads.sparse_attention`).
+BF16_LINEARS = ("lm_head", "router", "shared_expert_gate", "indexer_weights_proj")
+#: Producers of a linear's input that an inference engine writes in FP8 under the static
+#: recipe: TensorRT builds an explicitly quantised network's quantize layer into the
+#: normalisation before it [S: NVIDIA TensorRT developer guide, "Explicit Quantization", Q/DQ
+#: layer fusion: a Q node is fused into the preceding layer's output where the layer supports
+#: a quantised output; TensorRT-LLM ``FP8Linear.forward`` quantizes ``x`` unless it already
+#: arrives in fp8, tensorrt_llm/quantization/layers.py]. The attention kernel's output and
+#: the gated activation's are cast by a kernel of their own [assumption: not checked in an
+#: engine's layer profile].
+STATIC_FUSABLE_PRODUCERS = FUSABLE_PRODUCERS
 #: The tag of a row-parallel linear's FP8 GEMM under sequence parallelism, ``sp_row:<n>``:
 #: its input is cast row-wise only and its output gradient arrives in ``n`` sequence shards
 #: (:func:`quantize_records`, :func:`backward_gemms`).
@@ -205,7 +222,13 @@ def quantize_records(records: list, tensors: dict, p: Precision, sp: int = 1
     ``self.sequence_parallel = (self.tp_size > 1) and sequence_parallel`` is False for them:
     their GEMMs' outputs go to the expert all-to-all, not a tensor-parallel collective].
     Current scaling (TE 2.x) keeps its casts [assumption: TE 2.x's quantizer usage under
-    sequence parallelism not read]."""
+    sequence parallelism not read].
+
+    Under an inference recipe (:data:`~diptych.workloads.precision.INFERENCE_RECIPES`) no
+    backward reads a column-wise copy: every cast writes the row-wise FP8 copy only (read
+    2 B, write 1 B per element), a norm's output is written in FP8 by the norm under
+    ``fp8-static`` (:data:`STATIC_FUSABLE_PRODUCERS`), every input gets an amax pass before
+    its cast under ``fp8-dynamic``, and the weights are stored in FP8 already (read whole)."""
     if not p.quantized:
         return records, tensors
     producer = {t: op for op, a in records for t in a.writes}
@@ -216,8 +239,9 @@ def quantize_records(records: list, tensors: dict, p: Precision, sp: int = 1
             if u.mode == "read" and u.share > 0:
                 readers.setdefault(u.tensor, []).append((op, u.role))
     fused = {t for t, op in producer.items()
-             if isinstance(op, VectorOp) and op.kind in FUSABLE_PRODUCERS
-             and p.recipe == "fp8-delayed" and len(writes[id(op)]) == 1
+             if isinstance(op, VectorOp) and op.kind in (
+                 STATIC_FUSABLE_PRODUCERS if p.inference_recipe else FUSABLE_PRODUCERS)
+             and p.recipe in ("fp8-delayed", "fp8-static") and len(writes[id(op)]) == 1
              and all(quantized(r) and role == "a" for r, role in readers.get(t, ()))}
     row = set()
     if sp > 1 and p.recipe == "fp8-delayed":
@@ -227,8 +251,8 @@ def quantize_records(records: list, tensors: dict, p: Precision, sp: int = 1
                and any(isinstance(r, Collective) and "tp" in r.tags
                        for t in a.writes for r, _ in readers.get(t, ()))}
     rowwise = {t for t, rs in readers.items() if t not in fused
-               and any(id(r) in row for r, _ in rs)
-               and all(id(r) in row for r, _ in rs if quantized(r))}
+               and (p.inference_recipe or any(id(r) in row for r, _ in rs))
+               and all(p.inference_recipe or id(r) in row for r, _ in rs if quantized(r))}
     out, tables, cast = [], dict(tensors), {}
     half = _ratio(p, p.activations)
     for op, a in records:
@@ -242,7 +266,8 @@ def quantize_records(records: list, tensors: dict, p: Precision, sp: int = 1
             continue
         if id(op) in row:
             op = dataclasses.replace(op, tags=op.tags + (f"{SP_TAG}{sp}",))
-        if any(u.role == "a" and u.tensor in fused | rowwise for u in a.uses):
+        if not p.inference_recipe and any(u.role == "a" and u.tensor in fused | rowwise
+                                           for u in a.uses):
             op = dataclasses.replace(op, tags=op.tags + ("x_transpose",))
         uses = []
         for u in a.uses:
@@ -260,7 +285,7 @@ def quantize_records(records: list, tensors: dict, p: Precision, sp: int = 1
                 token = f"{t}.fp8"
                 tables[token] = Tensor(token, e * copies * dtype_bytes(p.linear))
                 pre: tuple[Use, ...] = ()
-                if p.recipe == "fp8-current":
+                if p.recipe in AMAX_RECIPES:
                     tables[f"{t}.amax"] = Tensor(f"{t}.amax", AMAX_BYTES)
                     out.append((amax_op(f"{t}.amax", e, p),
                                 Access((Use(t, "read"), Use(f"{t}.amax", "write")))))

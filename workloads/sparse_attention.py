@@ -84,14 +84,16 @@ def indexer_ops(c, *, flow=None, q_latent: str = "q_a_n", x: str = "h_attn"
 
     def lin(name: str, src: str, k_: int, n_: int, dst: str) -> Gemm:
         op = c.gemm(name, T, k_, n_, tags=tags)
-        return fl.gemm(op, [(src, 1.0)], [(fl.t(f"w_{name}", k_ * n_ * wb, "weight"), 1.0)],
+        b = wb if "quantized" in op.tags or not p.unquantized_weights else p.uw_bytes
+        return fl.gemm(op, [(src, 1.0)], [(fl.t(f"w_{name}", k_ * n_ * b, "weight"), 1.0)],
                        [(fl.t(dst, T * n_ * a), 1.0)])
 
     pre: list[Op] = [lin("indexer_wq_b", q_latent, m.q_lora_rank, hi * di, "idx_q"),
                      lin("indexer_wk", x, d, di, "idx_k")]
-    op = c.vec("indexer_k_norm", "layernorm", T * di, extra_read_bytes=2 * di * wb)
-    pre.append(fl.vec(op, [("idx_k", 1.0), (fl.t("w_indexer_k_norm", 2 * di * wb, "weight"),
-                                           1.0)], [(fl.t("idx_k_n", T * di * a), 1.0)]))
+    nw = 2 * di * p.uw_bytes            # the norm's weight and bias (no recipe quantises them)
+    op = c.vec("indexer_k_norm", "layernorm", T * di, extra_read_bytes=nw)
+    pre.append(fl.vec(op, [("idx_k", 1.0), (fl.t("w_indexer_k_norm", nw, "weight"), 1.0)],
+                      [(fl.t("idx_k_n", T * di * a), 1.0)]))
     pre.append(lin("indexer_weights_proj", x, d, hi, "idx_w"))
     op = c.vec("indexer_rope", "rope", T * (hi + 1) * rope)
     pre.append(fl.vec(op, [("idx_q", rope / di), ("idx_k_n", rope / di)],

@@ -143,6 +143,10 @@ def plan_memory(model: ModelConfig, plan: Plan, p: Precision, *, phase: str, seq
             bd["activations"] = act
         else:
             bd = {"weights": total * p.w_bytes}
+            if p.unquantized_weights:   # an inference recipe: only the linears' in FP8
+                q = layer_params(model, plan.tp, plan.ep, plan.pp, linear=True).stage(
+                    nd, nm, first, last)[0]
+                bd["weights"] = q * p.w_bytes + (total - q) * p.uw_bytes
             per_layer = kv_bytes_per_token_per_layer(model, p.kv, plan.tp)
             # each layer caches what its kind needs: the context, a window, or a chunk
             specs = model.layer_specs()

@@ -42,7 +42,8 @@ from ...workloads.lower import decode_mean, prefill
 from ...workloads.memory import MemoryReport, inference_memory, train_memory
 from ...workloads.hf import quantised_weights
 from ...workloads.moe import Routing
-from ...workloads.precision import FP8_RECIPES, Precision, recipe_for
+from ...workloads.precision import (FP8_RECIPES, Precision, check_inference_recipe,
+                                   recipe_for)
 from ...workloads.registry import load_model
 from ...workloads.program import Block
 from ...workloads.train import train_step
@@ -152,7 +153,10 @@ def default_precision(chip: Chip, phase: str, weights_dtype=None, act_dtype=None
     Training: BF16 (FP16 if the chip lacks BF16) with FP32 master copy and moments; FP8
     weights and activations (or a named ``recipe``) train with a recipe
     (:func:`~diptych.workloads.precision.recipe_for`): per-tensor FP8 linear layers over BF16
-    storage, or MXFP8 storage; the loss runs as ``cross_entropy`` names
+    storage, or MXFP8 storage; inference under a named ``recipe`` (an inference one,
+    :data:`~diptych.workloads.precision.INFERENCE_RECIPES`) stores the linear layers' weights
+    in FP8 and keeps the activations and the other weights in BF16 (FP16 without it), KV as
+    the activations unless ``kv_dtype``; the loss runs as ``cross_entropy`` names
     (:data:`~diptych.workloads.loss.IMPLEMENTATIONS`), with the step's dropout probabilities
     (:mod:`~diptych.workloads.dropout`)."""
     if phase == "train":
@@ -175,8 +179,13 @@ def default_precision(chip: Chip, phase: str, weights_dtype=None, act_dtype=None
                          cross_entropy=cross_entropy, hidden_dropout=hidden_dropout,
                          attention_dropout=attention_dropout)
     if recipe is not None:
-        raise ValueError(f"recipe {recipe!r} is a training recipe; {phase} takes the dtypes "
-                         f"(--weights-dtype, --act-dtype, --kv-dtype)")
+        check_inference_recipe(recipe, weights_dtype, act_dtype)
+        a = act_dtype or next((d for d in ("bf16", "fp16") if chip.supports(d)), None)
+        if a is None:
+            raise ValueError(f"recipe {recipe!r} keeps the activations in bf16 or fp16; chip "
+                             f"{chip.name!r} supports neither ({', '.join(chip.dtypes)})")
+        return Precision(weights="fp8", activations=a, kv=kv_dtype or a, linear="fp8",
+                         recipe=recipe, unquantized_weights=a)
     a = act_dtype or chip.default_dtype
     w = weights_dtype or a
     return Precision(weights=w, activations=a, kv=kv_dtype or a)

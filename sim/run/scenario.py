@@ -29,7 +29,7 @@ from ...workloads.moe import Routing
 from ...workloads.tp2d import INFERENCE_ONLY, LAYOUTS as TP_LAYOUTS
 from ...workloads.loss import DEFAULT as LOSS_DEFAULT, check_implementation
 from ...workloads import dropout
-from ...workloads.precision import recipe_for
+from ...workloads.precision import check_inference_recipe, recipe_for
 from ..limits import check_sizes
 from .offload import check_offload
 from .stack import check_stack
@@ -136,7 +136,9 @@ class Scenario:
     ``weights_dtype``/``act_dtype``/``kv_dtype``: the precision asked for (None: the chip's
     default for inference, BF16 for training); ``recipe``: a training precision recipe
     (:data:`~diptych.workloads.precision.RECIPES`; FP8 weights and activations alone mean
-    ``fp8-delayed``). ``parallelism``: the degrees.
+    ``fp8-delayed``) or, in prefill and decode, an inference one
+    (:data:`~diptych.workloads.precision.INFERENCE_RECIPES`: FP8 linear layers over 16-bit
+    activations). ``parallelism``: the degrees.
     ``attention``: ``fused`` (FlashAttention-style) or ``unfused``. ``execution``:
     ``schedule`` (the program's list schedule) or ``sum`` (every op alone from DRAM, times
     added); ``fusion``: fuse elementwise ops into GEMMs (schedule only); ``overlap``: overlap
@@ -218,10 +220,10 @@ class Scenario:
         for n in ("weights_dtype", "act_dtype", "kv_dtype"):
             if getattr(self, n) is not None:
                 check_dtype(getattr(self, n))
-        if self.recipe is not None and self.phase != "train":
-            raise ValueError(f"recipe {self.recipe!r} is a training recipe; {self.phase} takes "
-                             f"the dtypes (--weights-dtype, --act-dtype, --kv-dtype)")
-        recipe_for(self.weights_dtype, self.act_dtype, self.recipe)   # ValueError if they clash
+        if self.phase != "train":     # ValueError if a recipe is a training one or clashes
+            check_inference_recipe(self.recipe, self.weights_dtype, self.act_dtype)
+        else:
+            recipe_for(self.weights_dtype, self.act_dtype, self.recipe)
         if not isinstance(self.routing, Routing):
             raise ValueError(f"routing must be a Routing, not {type(self.routing).__name__}")
         for n in ("fusion", "overlap", "power_limit"):

@@ -40,8 +40,10 @@ class Pool:
         """The pool as a serving result states it (``info.pools``): ``role`` (mixed, prefill
         or decode), ``chip``, ``tp`` (chips per replica), ``replicas``, ``chips`` (in the
         pool), ``precision`` (the dtypes of the weights, activations, KV cache and
-        accumulation) and ``ep``, ``attention``, ``moe_skew`` (the experts' load spread after
-        any redundant experts; docs/serving.md "Expert parallelism"), ``expert_slots``."""
+        accumulation; under an inference recipe its name, ``linear`` and
+        ``unquantized_weights``) and ``ep``, ``attention``, ``moe_skew`` (the experts' load
+        spread after any redundant experts; docs/serving.md "Expert parallelism"),
+        ``expert_slots``."""
         r, p = self.replica, self.replica.precision
         x = r.experts
         return {"role": role, "chip": r.chip.name, "tp": r.tp, "replicas": self.replicas,
@@ -50,7 +52,10 @@ class Pool:
                 **({"moe_skew": x.routing.skew, "expert_slots": r.model.experts}
                    if r.model.is_moe else {}),
                 "precision": {"weights": p.weights, "activations": p.activations, "kv": p.kv,
-                              "accumulation": p.accumulation}}
+                              "accumulation": p.accumulation,
+                              **({"recipe": p.recipe, "linear": p.linear,
+                                  "unquantized_weights": p.unquantized_weights}
+                                 if p.inference_recipe else {})}}
 
 
 @dataclass(frozen=True)

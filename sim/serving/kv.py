@@ -5,9 +5,10 @@ Per chip: ``HBM − weights − activations − reserve``, divided into blocks o
 layout). A model whose layers have windows (sliding or chunked attention) has a
 :class:`KvLayout` of several kinds: a block then holds ``kv_block_tokens`` tokens of
 ``unit_layers`` layers of one kind, and a layer with a window keeps only the blocks its next
-query can still attend (vLLM's hybrid allocator, :class:`KvLayout`). Weights are the replica's share (:func:`~diptych.workloads.params.params_per_chip`,
-plus a draft model's when speculating); activations are the peak working set of the largest
-step the scheduler can form (a prefill chunk of ``max_batched_tokens`` tokens, as
+query can still attend (vLLM's hybrid allocator, :class:`KvLayout`). Weights are the
+replica's share (:func:`~diptych.workloads.params.weight_bytes_per_chip`, plus a draft
+model's when speculating); activations are the peak working set of the largest step the
+scheduler can form (a prefill chunk of ``max_batched_tokens`` tokens, as
 :func:`~diptych.workloads.memory.inference_memory` counts it: the largest single op's
 footprint plus one hidden state per token); the reserve is ``kv_reserve_fraction`` of HBM
 (runtime, communication buffers, fragmentation). A draft model's cache shares the blocks, so a
@@ -23,8 +24,8 @@ from dataclasses import dataclass, replace
 
 from ...workloads.config import ModelConfig
 from ...workloads.memory import peak_working_bytes
-from ...workloads.params import (kv_bytes_per_token_per_chip, kv_groups, params_per_chip,
-                                 state_bytes_per_sequence)
+from ...workloads.params import (kv_bytes_per_token_per_chip, kv_groups,
+                                 state_bytes_per_sequence, weight_bytes_per_chip)
 from ...workloads.serving_step import Step, lower_step
 from .afd_split import part_weight_bytes
 from .step_time import Replica
@@ -201,17 +202,17 @@ def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
     left for the cache."""
     cap = float(r.chip.dram.capacity_bytes)
     w = (part_weight_bytes(r, "attention", r.tp) if r.afd_side else    # AFD: no FFN
-         params_per_chip(r.model, r.tp, r.experts.ep,
-                         whole_experts=r.experts.whole) * r.precision.w_bytes)
+         weight_bytes_per_chip(r.model, r.tp, r.precision, r.experts.ep,
+                               whole_experts=r.experts.whole))
     per_tok = kv_bytes_per_token_per_chip(r.model, r.precision.kv, r.tp)
     act = activation_bytes(r, max_batched_tokens)
     if draft is not None:      # an MTP draft: every one of the target's MTP modules resident
         copies = r.model.mtp_layers if draft.model.mtp_module else 1
         # an AFD attention pool's MTP draft holds its non-FFN part (the FFN pool the rest)
         w += copies * (part_weight_bytes(draft, "attention", draft.tp) if draft.afd_side else
-                       params_per_chip(draft.model, draft.tp, draft.experts.ep,
-                                       whole_experts=draft.experts.whole)
-                       * draft.precision.w_bytes)
+                       weight_bytes_per_chip(draft.model, draft.tp, draft.precision,
+                                             draft.experts.ep,
+                                             whole_experts=draft.experts.whole))
         per_tok += copies * kv_bytes_per_token_per_chip(draft.model, draft.precision.kv, draft.tp)
         act = max(act, activation_bytes(draft, max_batched_tokens))
     state = state_bytes_per_sequence(r.model, r.precision.activations, r.tp)

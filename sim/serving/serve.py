@@ -286,9 +286,10 @@ def _draft_replica(cfg: ServeConfig, target: Replica) -> Replica | None:
         return replace(target, model=mtp_module(target.model))
     p = target.precision
     d = make_replica(target.chip, s.draft,
-                     Scenario.of(phase="decode", tp=target.tp, weights_dtype=p.weights,
-                                 act_dtype=p.activations, kv_dtype=p.kv,
-                                 attention=target.attention))
+                     Scenario.of(phase="decode", tp=target.tp, kv_dtype=p.kv,
+                                 attention=target.attention,
+                                 **({"recipe": p.recipe} if p.inference_recipe else
+                                    {"weights_dtype": p.weights, "act_dtype": p.activations})))
     # the draft runs as its target does: its variant and all-reduce, beside each
     # data-parallel rank
     return replace(d, variant=target.variant, dp=target.dp, all_reduce=target.all_reduce)

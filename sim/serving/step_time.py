@@ -209,7 +209,7 @@ def make_replica(chip, model, scenario: Scenario | None = None, *,
     chip = load_chip(chip)
     model = load_model(model)
     check_tp(model, tp)
-    p = default_precision(chip, "decode", s.weights_dtype, s.act_dtype, s.kv_dtype)
+    p = default_precision(chip, "decode", s.weights_dtype, s.act_dtype, s.kv_dtype, s.recipe)
     check_supported(chip, p)
     return Replica(chip=chip, model=model, tp=tp, precision=p, attention=s.attention,
                    overlap=s.overlap, fixed_costs=fixed_costs, execution=s.execution,

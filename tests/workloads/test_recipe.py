@@ -45,7 +45,8 @@ def test_the_dtypes_name_one_recipe(w, a, r, want):
     ("mxfp8", None, "fp8-current", "fp8 weights and activations, not weights mxfp8"),
     ("bf16", "fp8", "fp8-delayed", "not weights bf16, activations fp8"),
     (None, "fp8", "mxfp8", "mxfp8 weights and activations"),
-    (None, None, "fp8-late", "recipe must be one of fp8-delayed, fp8-current, mxfp8")])
+    (None, None, "fp8-late", "training takes one of fp8-delayed, fp8-current, mxfp8"),
+    (None, None, "fp8-static", "'fp8-static' is an inference recipe; training takes")])
 def test_a_recipe_that_contradicts_the_dtypes_is_refused(w, a, r, says):
     with pytest.raises(ValueError, match=says):
         recipe_for(w, a, r)
@@ -58,7 +59,7 @@ def test_training_precision_of_each_recipe():
     mx = default_precision(load_chip("train-2026"), "train", recipe="mxfp8")
     assert (mx.weights, mx.activations, mx.recipe, mx.linear) == ("mxfp8", "mxfp8", "mxfp8",
                                                                   None)
-    with pytest.raises(ValueError, match="training recipe; decode takes the dtypes"):
+    with pytest.raises(ValueError, match="training recipe; inference takes fp8-static"):
         default_precision(h100, "decode", recipe="fp8-current")
 
 
@@ -217,15 +218,17 @@ RUN = ["run", "--chip", "h100", "--model", M, "--json"]
 @pytest.mark.parametrize("args,says", [
     (["--phase", "train", "--seq", "256", "--recipe", "fp9"], "'fp9' is not one of"),
     (["--phase", "decode", "--prompt", "64", "--recipe", "fp8-current"],
-     "recipe 'fp8-current' is a training recipe; decode takes the dtypes"),
+     "recipe 'fp8-current' is a training recipe; inference takes fp8-static, fp8-dynamic"),
+    (["--phase", "train", "--seq", "256", "--recipe", "fp8-static"],
+     "'fp8-static' is an inference recipe; training takes one of"),
     (["--phase", "train", "--seq", "256", "--recipe", "fp8-current", "--weights-dtype",
       "mxfp8"], "trains with fp8 weights and activations, not weights mxfp8"),
     (["--phase", "train", "--seq", "256", "--precision", "recipe=fp7"],
-     "'fp7' is not a training recipe"),
+     "'fp7' is not a recipe"),
     (["--phase", "train", "--seq", "256", "--precision", "train:fp8-current", "--recipe",
       "fp8-delayed"], "both set the recipe"),
     (["--phase", "prefill", "--prompt", "64", "--precision", "infer:recipe=mxfp8"],
-     "a recipe is how training runs FP8")])
+     "mxfp8 is a training recipe; infer takes the dtypes")])
 def test_bad_recipes_exit_2_naming_them(args, says):
     r = CliRunner().invoke(main, RUN + args)
     assert r.exit_code == 2, r.output

@@ -232,8 +232,8 @@ def serve(chip: "str | Chip", model: "str | ModelConfig", *, tp: int | None = No
     from diptych.sim.serving.step_time import make_replica
     from diptych.tools.precision_spec import run_dtypes
 
-    w, a, kv, _ = run_dtypes(precision, "decode", None, None, None, None)
-    dtypes = {"weights_dtype": w, "act_dtype": a, "kv_dtype": kv}
+    w, a, kv, r = run_dtypes(precision, "decode", None, None, None, None)
+    dtypes = {"weights_dtype": w, "act_dtype": a, "kv_dtype": kv, **({"recipe": r} if r else {})}
     cfg = ServeConfig(**config, seed=seed,
                       runtime=load_runtime(runtime) if runtime else None)
     c, m = load_chip(chip), load_model(model)
