@@ -58,6 +58,9 @@ from .config import LayerSpec, ModelConfig
 from .program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .recipe import BF16_LINEARS, quantize_records
+
+#: The attention GEMMs of every attention kind (scores ``Q·Kᵀ`` and ``P·V``).
+ATTENTION_GEMMS = ("attn_scores", "attn_pv")
 from .fused_attention import AttnCall, fuse
 from . import cp_attention, dropout, embedding_grad, loss
 from .gated_deltanet import linear_attention
@@ -343,7 +346,10 @@ class _Ctx:
         its ``unquantized_weights`` dtype)."""
         p = self.p
         fp8 = weight and p.linear is not None and name not in BF16_LINEARS
-        a = p.linear if fp8 else p.activations
+        if self.fp8_attention(name):        # Q·Kᵀ and P·V from the FP8 cache, in FP8
+            a = b_dtype = p.linear
+        else:
+            a = p.linear if fp8 else p.activations
         return Gemm(name=name, m=m, k=k, n=n, batch=batch, a_dtype=a,
                     b_dtype=b_dtype or (p.linear if fp8 else
                                         (p.unquantized_weights or p.weights) if weight
@@ -351,6 +357,15 @@ class _Ctx:
                     c_dtype=p.activations, acc_dtype=p.accumulation,
                     b_is_weight=(batch == 1 or weight) if shared_b is None else shared_b,
                     tags=(("weight",) if weight else ()) + tags + (("quantized",) if fp8 else ()))
+
+    def fp8_attention(self, name: str) -> bool:
+        """Whether the attention GEMM ``name`` takes FP8 queries and probabilities: a prefill
+        under the ``fp8-static`` recipe over an FP8 KV cache, as TensorRT-LLM's FP8 context
+        FMHA runs it (:data:`~diptych.workloads.recipe.FP8_CONTEXT_FMHA`); decode's
+        attention computes in 16 bits over the FP8 cache (XQA)."""
+        p = self.p
+        return (name in ATTENTION_GEMMS and self.phase == "prefill"
+                and p.recipe == "fp8-static" and p.kv == p.linear)
 
     def vec(self, name: str, kind: str, elements: float, *, reads: float = 1.0,
             writes: float = 1.0, extra_read_bytes: float = 0.0, write_dtype_bytes=None,

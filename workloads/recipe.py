@@ -50,6 +50,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..arch.dtypes import dtype_bytes
+from .fused_attention import FusedAttention
 from .ops import Collective, Gemm, VectorOp
 from .precision import AMAX_RECIPES, Precision
 from .program import Access, Tensor, Use
@@ -86,13 +87,24 @@ FUSABLE_PRODUCERS = ("rmsnorm", "layernorm")
 BF16_LINEARS = ("lm_head", "router", "shared_expert_gate", "indexer_weights_proj")
 #: Producers of a linear's input that an inference engine writes in FP8 under the static
 #: recipe: TensorRT builds an explicitly quantised network's quantize layer into the
-#: normalisation before it [S: NVIDIA TensorRT developer guide, "Explicit Quantization", Q/DQ
-#: layer fusion: a Q node is fused into the preceding layer's output where the layer supports
-#: a quantised output; TensorRT-LLM ``FP8Linear.forward`` quantizes ``x`` unless it already
-#: arrives in fp8, tensorrt_llm/quantization/layers.py]. The attention kernel's output and
-#: the gated activation's are cast by a kernel of their own [assumption: not checked in an
-#: engine's layer profile].
-STATIC_FUSABLE_PRODUCERS = FUSABLE_PRODUCERS
+#: normalisation or the pointwise activation before it [S: NVIDIA TensorRT developer guide,
+#: "Explicit Quantization", Q/DQ fusion: a quantizable operator is fused with its input DQ
+#: and output Q nodes (the guide's element-wise example), TensorRT fusing pointwise chains
+#: into one kernel; TensorRT-LLM ``FP8Linear.forward`` quantizes ``x`` unless it already
+#: arrives in fp8, tensorrt_llm/quantization/layers.py]. Decode attention's output is cast
+#: by a kernel of its own [assumption: the XQA plugin's output quantisation not read].
+STATIC_FUSABLE_PRODUCERS = FUSABLE_PRODUCERS + ("swiglu", "gelu", "geglu")
+#: TensorRT-LLM's FP8 context FMHA under ``fp8-static`` with an FP8 KV cache: the prefill's
+#: attention quantises Q (and P) to FP8, runs its MMAs in FP8 and writes its output in FP8
+#: for the next linear (no cast) [S: NVIDIA/TensorRT-LLM tensorrt_llm/bench/build/build.py
+#: ``build_config.plugin_config.use_fp8_context_fmha = True if quant_algo == QuantAlgo.FP8``
+#: beside ``use_paged_context_fmha = True``; tensorrt_llm/builder.py turns FP8 context FMHA
+#: on whenever paged context FMHA meets an FP8 KV cache ("FP8 Context FMHA is enabled by
+#: default to support FP8 Paged Context FMHA")]. The generation phase's XQA kernel computes
+#: in FP16/BF16 over the FP8 cache [S: TensorRT-LLM docs/source/advanced/gpt-attention.md,
+#: "Support matrix of the XQA optimization: FP16 / BF16 compute data type; FP16 / BF16 / FP8
+#: / INT8 KV cache data type"]: decode attention stays 16-bit, its output cast.
+FP8_CONTEXT_FMHA = "fp8-static"
 #: The tag of a row-parallel linear's FP8 GEMM under sequence parallelism, ``sp_row:<n>``:
 #: its input is cast row-wise only and its output gradient arrives in ``n`` sequence shards
 #: (:func:`quantize_records`, :func:`backward_gemms`).
@@ -226,8 +238,10 @@ def quantize_records(records: list, tensors: dict, p: Precision, sp: int = 1
 
     Under an inference recipe (:data:`~diptych.workloads.precision.INFERENCE_RECIPES`) no
     backward reads a column-wise copy: every cast writes the row-wise FP8 copy only (read
-    2 B, write 1 B per element), a norm's output is written in FP8 by the norm under
-    ``fp8-static`` (:data:`STATIC_FUSABLE_PRODUCERS`), every input gets an amax pass before
+    2 B, write 1 B per element), a norm's or a pointwise activation's output is written in
+    FP8 by its kernel under ``fp8-static`` (:data:`STATIC_FUSABLE_PRODUCERS`), as is the
+    prefill attention's over an FP8 cache (:data:`FP8_CONTEXT_FMHA`), every input gets an
+    amax pass before
     its cast under ``fp8-dynamic``, and the weights are stored in FP8 already (read whole)."""
     if not p.quantized:
         return records, tensors
@@ -238,10 +252,17 @@ def quantize_records(records: list, tensors: dict, p: Precision, sp: int = 1
         for u in a.uses:
             if u.mode == "read" and u.share > 0:
                 readers.setdefault(u.tensor, []).append((op, u.role))
+    def fusable(op) -> bool:
+        if isinstance(op, VectorOp):
+            return op.kind in (STATIC_FUSABLE_PRODUCERS if p.inference_recipe
+                               else FUSABLE_PRODUCERS)
+        # FP8 context FMHA writes its output in FP8 (its GEMMs take FP8 inputs)
+        return (p.recipe == FP8_CONTEXT_FMHA and isinstance(op, FusedAttention)
+                and any(g.a_dtype == p.linear for g in op.gemms))
+
     fused = {t for t, op in producer.items()
-             if isinstance(op, VectorOp) and op.kind in (
-                 STATIC_FUSABLE_PRODUCERS if p.inference_recipe else FUSABLE_PRODUCERS)
-             and p.recipe in ("fp8-delayed", "fp8-static") and len(writes[id(op)]) == 1
+             if fusable(op) and p.recipe in ("fp8-delayed", "fp8-static")
+             and len(writes[id(op)]) == 1
              and all(quantized(r) and role == "a" for r, role in readers.get(t, ()))}
     row = set()
     if sp > 1 and p.recipe == "fp8-delayed":

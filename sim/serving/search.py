@@ -635,7 +635,9 @@ def search(model, space: SearchSpace, load: Load, cfg: ServeConfig | None = None
                       "redundant_experts": list(space.redundant_experts),
                       "max_batched_tokens": list(space.max_batched_tokens),
                       "chunked_prefill": list(space.chunked_prefill),
-                      "disaggregated": space.disaggregated},
+                      "disaggregated": space.disaggregated,
+                      # the precision keywords every plan ran with (None: each chip's default)
+                      "precision": dict(space.precision) or None},
             "load": {"qps": load.qps, "requests": load.requests},
             "slo": {"ttft_s": cfg.slo_ttft_s, "tpot_s": cfg.slo_tpot_s},
             "candidates": len(plans), "run": len(plans) - pruned, "pruned": pruned,

@@ -64,10 +64,10 @@ def test_the_linears_run_in_fp8_and_the_rest_in_bf16():
 
 @pytest.mark.parametrize("name", ["fp8-static", "fp8-dynamic"])
 def test_the_casts_follow_the_closed_form(name):
-    """Per layer: the static recipe's norms write their output in FP8 (1 B/element) and two
-    inputs get a row-wise cast (attention's output, the gated activation's: read 2 B, write
-    1 B); the dynamic recipe casts all four linear inputs, each after an amax pass, and its
-    norms write BF16. Nothing is cast column-wise and no weight is cast."""
+    """Per decode layer: the static recipe's norms and gated activation write their output
+    in FP8 (1 B/element) and one input gets a row-wise cast (attention's output: read 2 B,
+    write 1 B); the dynamic recipe casts all four linear inputs, each after an amax pass,
+    and its norms and activation write BF16. Nothing is cast column-wise, no weight is cast."""
     m = load_model(M)
     b, tp = 6, 2
     w = decode(m, b, 300, precision=recipe(name), tp=tp)
@@ -76,21 +76,25 @@ def test_the_casts_follow_the_closed_form(name):
     layers = [blk for blk in w.blocks if blk.name == "layers"][0]
     casts = {o.name: o for o in layers.ops if "cast" in o.tags}
     amax = {o.name: o for o in layers.ops if "amax" in o.tags}
-    norms = {o.name: o for o in layers.ops if isinstance(o, VectorOp) and o.kind == "rmsnorm"}
-    inputs = {"attn": b * q, "act": b * f}
+    producers = {o.name: o for o in layers.ops if isinstance(o, VectorOp)
+                 and o.kind in ("rmsnorm", "swiglu")}
+    out = {"attn_norm": b * d, "mlp_norm": b * d, "swiglu": b * f}
+    inputs = {"attn": b * q}
     if name == "fp8-dynamic":
-        inputs |= {"h_attn": b * d, "h_mlp": b * d}
+        inputs |= {"h_attn": b * d, "h_mlp": b * d, "act": b * f}
     assert set(casts) == {f"{t}.cast" for t in inputs}
     for t, e in inputs.items():
         c = casts[f"{t}.cast"]
         assert (c.elements, c.read_bytes, c.write_bytes) == (e, 2 * e, e)
     if name == "fp8-static":
         assert amax == {}
-        assert all(n.write_bytes == b * d and "fp8_rowwise" in n.tags for n in norms.values())
+        assert {k: (o.write_bytes, "fp8_rowwise" in o.tags) for k, o in producers.items()} \
+            == {k: (e, True) for k, e in out.items()}
     else:
         assert {k: (o.read_bytes, o.write_bytes) for k, o in amax.items()} == \
             {f"{t}.amax": (2 * e, 4.0) for t, e in inputs.items()}
-        assert all(n.write_bytes == 2 * b * d for n in norms.values())
+        assert {k: o.write_bytes for k, o in producers.items()} == \
+            {k: 2 * e for k, e in out.items()}
     assert not any(t in o.tags for o in layers.ops for t in ("x_transpose", "transpose"))
 
 
@@ -142,14 +146,30 @@ def test_llama_weights_by_hand():
         (param_count(m) - unq) * 1 + unq * 2
 
 
-def test_prefill_runs_the_recipe_too():
+@pytest.mark.parametrize("kv", ["fp8", "bf16"])
+def test_prefill_attention_runs_as_fp8_context_fmha(kv):
+    """A prefill under fp8-static over an FP8 cache: the attention's GEMMs take FP8 queries,
+    keys, probabilities and values and the attention writes its output in FP8 (TensorRT-LLM's
+    FP8 context FMHA), so the step has no cast at all; over a BF16 cache the attention
+    computes in BF16 and its output gets a cast. Decode attention never runs in FP8."""
+    from diptych.workloads.fused_attention import FusedAttention
     m = load_model(M)
-    w = prefill(m, 2, 256, precision=recipe("fp8-static"))
+    t = 2 * 256
+    w = prefill(m, 2, 256, precision=recipe("fp8-static", kv=kv))
     gemms = {o.name: o for _, o in _ops(w, Gemm)}
     assert gemms["gate_up_proj"].a_dtype == "fp8" and gemms["lm_head"].b_dtype == "bf16"
-    act = [o for _, o in _ops(w, VectorOp) if o.name == "act.cast"]
-    e = 2 * 256 * m.intermediate_size
-    assert [(o.read_bytes, o.write_bytes) for o in act] == [(2 * e, e)]
+    (_, att), = [(b, o) for b, o in _ops(w, FusedAttention) if b.name == "layers"]
+    q = m.heads * m.head_dim
+    casts = [o.name for _, o in _ops(w, VectorOp) if "cast" in o.tags]
+    if kv == "fp8":
+        assert {(g.a_dtype, g.b_dtype) for g in att.gemms} == {("fp8", "fp8")}
+        assert att.write_bytes == t * q and casts == []
+    else:
+        assert {(g.a_dtype, g.b_dtype) for g in att.gemms} == {("bf16", "bf16")}
+        assert att.write_bytes == 2 * t * q and casts == ["attn.cast"]
+    dec = decode(m, 2, 256, precision=recipe("fp8-static"))
+    (_, datt), = [(b, o) for b, o in _ops(dec, FusedAttention) if b.name == "layers"]
+    assert {(g.a_dtype, g.b_dtype) for g in datt.gemms} == {("bf16", "fp8")}
 
 
 def test_the_precision_each_phase_runs():
@@ -245,3 +265,28 @@ def test_serving_kv_budget_counts_bf16_head_and_embedding():
     assert budgets["static"].weights_bytes - budgets["w8a16"].weights_bytes == unq
     assert budgets["static"].activation_bytes == budgets["w8a16"].activation_bytes
     assert budgets["static"].kv_bytes == budgets["w8a16"].kv_bytes - unq
+
+
+def test_serve_runs_the_recipe_and_states_it():
+    import json
+    args = ["serve", "--chip", "h100", "--model", M, "--qps", "5", "--requests", "30",
+            "--prompt", "200", "--gen", "20", "--kv-dtype", "fp8", "--json"]
+    r = CliRunner().invoke(main, args + ["--recipe", "fp8-static"])
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.output)["info"]["pools"][0]["precision"]
+    assert (p["recipe"], p["weights"], p["activations"], p["unquantized_weights"]) == \
+        ("fp8-static", "fp8", "bf16", "bf16")
+    bad = CliRunner().invoke(main, args + ["--recipe", "fp8-static", "--act-dtype", "fp8"])
+    assert bad.exit_code == 2 and "keeps the activations in 16 bits" in bad.output, bad.output
+
+
+def test_serve_plan_searches_under_the_recipe():
+    import json
+    r = CliRunner().invoke(main, ["serve-plan", "--model", M, "--chip", "h100", "--chips", "1",
+                                  "--qps", "2", "--requests", "40", "--no-disagg", "--recipe",
+                                  "fp8-dynamic", "--kv-dtype", "fp8", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["space"]["precision"] == {"kv_dtype": "fp8", "recipe": "fp8-dynamic"}
+    assert {row["setup"]["pools"][0]["precision"]["recipe"] for row in d["evaluated"]} == \
+        {"fp8-dynamic"}
