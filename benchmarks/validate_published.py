@@ -336,9 +336,9 @@ def case_h100_inference(execution=None):
             "peak (an SM's four tensor cores share its tiles) and the prefill at 0.64 MFU, "
             "against 0.39 measured; activations in L2 cut HBM traffic 30.6 -> 20.7 GB, "
             "about what 0.79 ms of launches and step sync cost; " + RECIPE.format(old="0.66") +
-            " (attention's score and value products now run at the BF16 rate, as an FP16 "
-            "context FMHA does); host work and the measured engine's real kernel efficiency "
-            "are not modelled"),
+            " (its attention as FP8 context FMHA, which this v0.5 engine may have run in "
+            "FP16: a few per cent of the prefill); host work and the measured engine's real "
+            "kernel efficiency are not modelled"),
         Row("H100 Llama-2-70B TTFT, 2048 tokens, FP8, TP4", "ttft_70b_2048",
             prefill_ms(h, l70, 2048, tp=4, execution=execution, **FP8),
             "diptych optimistic: compute-bound, GEMMs at ~0.70 of FP8 peak; the TP4 "

@@ -33,6 +33,11 @@ PROMOTE_OPS_PER_ELEMENT = 1.0
 #: program scheduler holds the arrays for it as well as the vector unit, so no other array
 #: work hides it a second time (sim/run/scheduled.py).
 HOLDS_ARRAY_TAG = "holds_array"
+#: The tag of a precision op that runs inside its fused attention kernel: a stored KV
+#: cache's expansion converted in registers on its way into the MMA
+#: (:func:`diptych.sim.run.precision_ops._in_kernel`); a schedule does not make the attention
+#: wait for it, the summed model adds its time to the attention's compute term.
+IN_KERNEL_TAG = "in_kernel"
 #: Vector ops per output element to quantise a product's output to a block-scaled dtype
 #: [assumption, counted from the conversion of OCP MX v1.0 §6.3: the shared exponent is
 #: floor(log2(max |V_i|)) − emax of the element format, P_i = quantize(V_i / X)]: |x| and

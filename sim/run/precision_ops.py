@@ -95,7 +95,7 @@ from ...workloads.program import Access, Block, Use
 from ...workloads.ops import Gemm, VectorOp
 from ...workloads.program import Tensor
 from ...workloads.serving_step import base_name
-from ...workloads.quant import (DEQUANT_OPS_PER_ELEMENT, HOLDS_ARRAY_TAG,
+from ...workloads.quant import (DEQUANT_OPS_PER_ELEMENT, HOLDS_ARRAY_TAG, IN_KERNEL_TAG,
                                 PROMOTE_OPS_PER_ELEMENT, RESCALE_OPS_PER_ELEMENT, _quant_op,
                                 columnwise_quant_op, rescale_block, vector_quant_op)
 from ...workloads.recipe import SPLIT_ACC_TAG
@@ -224,6 +224,21 @@ def _ordering_reads(op, acc: Access, kinds: dict, made: set) -> tuple[Use, ...]:
     return tuple(Use(u.tensor, "read", 0.0, "dep") for u in uses if u.tensor in made)
 
 
+def _in_kernel(op, x: VectorOp, chip) -> bool:
+    """Whether fused attention ``op`` runs beside its precision op ``x`` rather than after it:
+    ``x`` expands its KV cache (a dequant op) on a chip whose vector unit hands operands to
+    the array directly (``core.vector.on_array_input_path``).
+    There the attention kernel converts each cache entry in registers on its way into the
+    MMA, overlapped with its own loads of the cache (vLLM's paged attention
+    ``fp8::scaled_convert``; TensorRT-LLM's XQA over an FP8 cache, which computes in FP16/BF16
+    "reducing data loading and conversion" [S: NVIDIA/TensorRT-LLM docs/source/blogs/
+    XQA-kernel.md; docs/source/advanced/gpt-attention.md, XQA support matrix]): the op keeps
+    its vector-unit time and energy, which bound the step on a unit too slow for the stream,
+    and the attention does not wait for it."""
+    return (isinstance(op, FusedAttention) and x.kind == "dequant"
+            and chip.core.vector.on_array_input_path)
+
+
 def _with_ops(b: Block, chip) -> Block:
     ops, access, tensors = [], [], list(b.tensors)
     kinds = {t.name: t.kind for t in b.tensors + b.program_tensors}
@@ -237,14 +252,19 @@ def _with_ops(b: Block, chip) -> Block:
         if extra:
             changed = True
         for x in extra:
+            inside = _in_kernel(op, x, chip)
+            if inside:
+                x = dataclasses.replace(x, tags=x.tags + (IN_KERNEL_TAG,))
             ops.append(x)
             if acc is not None:
                 # ordering reads only (_ordering_reads); writes a token (named as the
-                # precision op) the GEMM waits for
+                # precision op) the GEMM waits for, unless it is a stored cache's expansion
+                # in an attention kernel's register path (:func:`_in_kernel`)
                 tensors.append(Tensor(x.name, 0.0))
                 access.append(Access(_ordering_reads(op, acc, kinds, made)
                                      + (Use(x.name, "write"),)))
-                acc = Access(acc.uses + (Use(x.name, "read", 0.0, "dep"),), acc.rmw)
+                if not inside:
+                    acc = Access(acc.uses + (Use(x.name, "read", 0.0, "dep"),), acc.rmw)
         ops.append(op)
         if acc is not None:
             access.append(acc)

@@ -22,6 +22,7 @@ from ...workloads.fused_attention import FusedAttention
 from ...workloads.graph import Workload
 from ...workloads.host_work import host_sync_count, kernel_count
 from ...workloads.ops import Collective, Gemm, Op
+from ...workloads.quant import IN_KERNEL_TAG
 from ...workloads.serving_step import base_name
 from .. import energy_parts as EP
 from .attention import fused_stats
@@ -193,9 +194,11 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
 
     t = simulate_workload(w, chip, simulate=simulate, collective_time=collective_time)
     inside = {op.name for b in w.blocks for op in b.ops if "precision" in op.tags}
+    in_kernel = {op.name for b in w.blocks for op in b.ops if IN_KERNEL_TAG in op.tags}
     acc: dict[str, dict] = {}
     names: dict[str, set] = {}
     order: list[str] = []
+    kernel: dict[str, float] = {}     # seconds of in-kernel precision ops per block
     for r in t["layers"]:
         b = r["block"]
         if b not in acc:
@@ -205,7 +208,9 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
             names[b] = set()
             order.append(b)
         a = acc[b]
-        if r["bound"] == "communication":
+        if r["op"] in in_kernel:      # inside the attention kernel: its compute term's
+            kernel[b] = kernel.get(b, 0.0) + r["seconds"]
+        elif r["bound"] == "communication":
             a["comm_s"] += r["seconds"]
         else:
             a["compute_s"] += r["seconds"]
@@ -217,6 +222,11 @@ def block_costs(w: Workload, chip, simulate: Callable | None = None, *,
         if fixed_costs and r["op"] not in inside:
             comm = r["bound"] == "communication"
             names[b].add(("c" if comm else "o", base_name(r["op"]), r["kind"] if comm else ""))
+    for b, k in kernel.items():      # the attention's max(compute + conversion, memory)
+        a = acc[b]
+        c, m = a["attention_compute_s"], a["attention_memory_s"]
+        a["compute_s"] += max(c + k, m) - max(c, m)
+        a["attention_compute_s"] = c + k
     if fixed_costs:
         by_name = {base_name(op.name): op for b in w.blocks for op in b.ops}
         op_s = launch_seconds(chip)[0]

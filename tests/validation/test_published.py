@@ -165,9 +165,9 @@ def test_h100_long_prefill_is_compute_bound():
     # attention and vector work together, within 4 % of the fraction of peak that the best
     # measured H100 GEMM reaches alone (798 of 989 TFLOPS BF16 = 0.81,
     # vp.PUBLISHED["h100_gemm"]): faster would need GEMMs faster than any measured one.
-    # Today diptych is at 28.4 ms (0.49 MFU: its linear GEMMs at 0.72 of FP8 peak since an
-    # SM's four tensor cores share its tiles, attention and the 16-bit vector work of the
-    # fp8-static recipe at their own rates), against the measured 0.39 MFU: optimistic, by
+    # Today diptych is at 26.4 ms (0.53 MFU: its linear GEMMs at 0.72 of FP8 peak since an
+    # SM's four tensor cores share its tiles, the 16-bit vector work of the fp8-static recipe
+    # at its own rate), against the measured 0.39 MFU: optimistic, by
     # a cost of the measured engine diptych does not time (docs/validation-published.md,
     # "H100: the GEMM engine agrees; the FP8 end-to-end rows are optimistic"); the bound is
     # the one set when tile waves landed, not widened since.

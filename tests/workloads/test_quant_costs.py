@@ -369,3 +369,43 @@ def test_expanded_b_block_in_the_mapping_and_only_for_vector_dequant():
                 place = None
             want = place == "vector" and not c.core.vector.on_array_input_path
             assert (MP.expanded_b_bits(c, x) > 0) == want, (name, a, b)
+
+
+@pytest.mark.parametrize("register_path", [True, False])
+def test_kv_expansion_in_the_attention_kernels_register_path(register_path):
+    """On a chip whose vector unit feeds the array from registers (h100's
+    ``on_array_input_path``) the fused attention converts its cache in the kernel: its
+    dequant op is tagged ``in_kernel`` and the attention does not wait for it; the summed
+    model adds its time to the attention's compute term, ``max(compute + conversion,
+    memory)``. Without the register path the attention waits for the expanded cache and the
+    summed model adds the op after it."""
+    from diptych.sim.run.summed import block_costs, simulate_workload
+    from diptych.workloads.quant import IN_KERNEL_TAG
+    chip = _chip("h100", {"on_array_input_path": register_path})
+    p = Precision(weights="bf16", activations="bf16", kv="fp8")
+    s = Scenario.of(phase="decode", batch=64, prompt=2048, gen=1)
+    w = with_precision_ops(lower_workload(load_model("llama-3-8b"), s, precision=p, tp=1,
+                                          dp=1)[0], chip)
+    (b,) = [b for b in w.blocks if b.name == "layers"]
+    deq = [i for i, o in enumerate(b.ops) if o.name.endswith(".dequant")]
+    att = [i for i, o in enumerate(b.ops) if o.name == "attention (fused)"][0]
+    assert len(deq) == 2
+    assert all((IN_KERNEL_TAG in b.ops[i].tags) == register_path for i in deq)
+    waits = {u.tensor for u in b.access[att].uses if u.role == "dep"}
+    assert waits.isdisjoint({b.ops[i].name for i in deq}) == register_path
+    recs = [r for r in simulate_workload(w, chip, simulate=roofline)["layers"]
+            if r["block"] == "layers"]
+    k = sum(r["seconds"] for r in recs if r["op"].endswith(".dequant"))
+    (a,) = [r for r in recs if r["kind"] == "attention"]
+    rest = sum(r["seconds"] for r in recs if r["bound"] != "communication"
+               and not r["op"].endswith(".dequant"))
+    (cost,) = [c for c in block_costs(w, chip, roofline) if c.name == "layers"]
+    if register_path:
+        assert cost.attention_compute_s == pytest.approx(a["compute_seconds"] + k, rel=1e-12)
+        assert cost.compute_s == pytest.approx(
+            rest - a["seconds"] + max(a["compute_seconds"] + k, a["memory_seconds"]),
+            rel=1e-12)
+        assert cost.compute_s < rest + k          # the conversion hides under the loads
+    else:
+        assert cost.attention_compute_s == pytest.approx(a["compute_seconds"], rel=1e-12)
+        assert cost.compute_s == pytest.approx(rest + k, rel=1e-12)
