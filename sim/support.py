@@ -102,7 +102,8 @@ def check_supported(chip: Chip, p: Precision) -> str:
                              f"--weights-dtype/--kv-dtype among those")
     # weights, and a KV cache (decode), narrower than the activations: expanded somewhere
     # (a recipe's linears take inputs in their weights' dtype; its other weights are wide)
-    for b, tags in (((p.weights, ("weight",)),) if p.linear is None else ()) + ((p.kv, ()),):
+    narrow = [(p.kv, ())] if p.linear else [(p.weights, ("weight",)), (p.kv, ())]
+    for b, tags in narrow:
         if dtype_bytes(b) < dtype_bytes(p.activations):
             dequant_place(chip, Gemm(name="w", m=1, k=1, n=1, a_dtype=p.activations,
                                      b_dtype=b, tags=tags))

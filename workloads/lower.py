@@ -57,10 +57,7 @@ from .ops import Collective, Gemm, Op, VectorOp
 from .config import LayerSpec, ModelConfig
 from .program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
-from .recipe import BF16_LINEARS, quantize_records
-
-#: The attention GEMMs of every attention kind (scores ``Q·Kᵀ`` and ``P·V``).
-ATTENTION_GEMMS = ("attn_scores", "attn_pv")
+from .recipe import BF16_LINEARS, FP8_CONTEXT_FMHA, quantize_records
 from .fused_attention import AttnCall, fuse
 from . import cp_attention, dropout, embedding_grad, loss
 from .gated_deltanet import linear_attention
@@ -85,6 +82,8 @@ VECTOR_OPS_PER_ELEMENT = {
     "add": 1.0, "copy": 0.0, "embedding": 0.0, "topk": 2.0, "mul": 2.0, "permute": 0.0,
     "geglu": 9.0, "swiglu_clamped": 10.0, "softcap": 3.0,
 }
+#: The attention GEMMs of every attention kind (scores ``Q·Kᵀ`` and ``P·V``).
+ATTENTION_GEMMS = ("attn_scores", "attn_pv")
 #: Bytes of one token-expert pair's routing index (an int32 row) that a permute or unpermute
 #: reads beside the rows it moves, and of its FP32 routing weight, which the unpermute reads.
 INDEX_BYTES = 4
@@ -365,7 +364,7 @@ class _Ctx:
         attention computes in 16 bits over the FP8 cache (XQA)."""
         p = self.p
         return (name in ATTENTION_GEMMS and self.phase == "prefill"
-                and p.recipe == "fp8-static" and p.kv == p.linear)
+                and p.recipe == FP8_CONTEXT_FMHA and p.kv == p.linear)
 
     def vec(self, name: str, kind: str, elements: float, *, reads: float = 1.0,
             writes: float = 1.0, extra_read_bytes: float = 0.0, write_dtype_bytes=None,

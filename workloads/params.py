@@ -218,11 +218,14 @@ def params_per_chip(m: ModelConfig, tp: int, ep: int = 1, *, whole_experts: bool
     """Parameters one tensor-parallel rank holds (split tensors ÷ tp, the rest replicated);
     with ``ep`` expert-parallel ranks the routed experts ÷ ep too (``whole_experts``: not ÷ tp,
     each of the tp chips an expert-parallel rank holding whole experts)."""
-    def share(t) -> float:
-        if t.group == "expert":
-            return t.total / ep / (1 if whole_experts or not t.split else tp)
-        return t.total / tp if t.split else t.total
-    return sum(share(t) for t in weight_tensors(m))
+    return sum(_chip_share(t, tp, ep, whole_experts) for t in weight_tensors(m))
+
+
+def _chip_share(t: Tensor, tp: int, ep: int = 1, whole_experts: bool = False) -> float:
+    """The elements of weight tensor ``t`` one rank holds (:func:`params_per_chip`)."""
+    if t.group == "expert":
+        return t.total / ep / (1 if whole_experts or not t.split else tp)
+    return t.total / tp if t.split else t.total
 
 
 #: Groups of the weight tensors an inference recipe quantises (biases and the names in
@@ -239,22 +242,22 @@ def is_quantized(t: Tensor) -> bool:
             and t.name not in UNQUANTIZED_LINEARS)
 
 
+def weight_bytes(shares, p) -> float:
+    """Bytes of ``shares`` (``(Tensor, elements)`` pairs) in precision ``p`` (a
+    :class:`~diptych.workloads.precision.Precision`): every element at ``p.w_bytes``, except
+    under an inference recipe, whose unquantised weights (embedding, LM head, router, norms,
+    biases: :func:`is_quantized`) are ``p.uw_bytes`` each."""
+    if p.unquantized_weights is None:
+        return sum(n for _, n in shares) * p.w_bytes
+    return sum(n * (p.w_bytes if is_quantized(t) else p.uw_bytes) for t, n in shares)
+
+
 def weight_bytes_per_chip(m: ModelConfig, tp: int, p, ep: int = 1, *,
                           whole_experts: bool = False) -> float:
     """Bytes of the weights one tensor-parallel rank holds (:func:`params_per_chip`'s shares)
-    in precision ``p`` (a :class:`~diptych.workloads.precision.Precision`): every weight at
-    ``p.w_bytes``, except under an inference recipe, whose unquantised weights (embedding,
-    LM head, router, norms, biases: :func:`is_quantized`) are ``p.uw_bytes`` each."""
-    if p.unquantized_weights is None:
-        return params_per_chip(m, tp, ep, whole_experts=whole_experts) * p.w_bytes
-    total = 0.0
-    for t in weight_tensors(m):
-        if t.group == "expert":
-            n = t.total / ep / (1 if whole_experts or not t.split else tp)
-        else:
-            n = t.total / tp if t.split else t.total
-        total += n * (p.w_bytes if is_quantized(t) else p.uw_bytes)
-    return total
+    in precision ``p`` (:func:`weight_bytes`)."""
+    return weight_bytes([(t, _chip_share(t, tp, ep, whole_experts)) for t in weight_tensors(m)],
+                        p)
 
 
 def kv_elements_per_token(m: ModelConfig) -> int:

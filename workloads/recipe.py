@@ -241,8 +241,8 @@ def quantize_records(records: list, tensors: dict, p: Precision, sp: int = 1
     2 B, write 1 B per element), a norm's or a pointwise activation's output is written in
     FP8 by its kernel under ``fp8-static`` (:data:`STATIC_FUSABLE_PRODUCERS`), as is the
     prefill attention's over an FP8 cache (:data:`FP8_CONTEXT_FMHA`), every input gets an
-    amax pass before
-    its cast under ``fp8-dynamic``, and the weights are stored in FP8 already (read whole)."""
+    amax pass before its cast under ``fp8-dynamic``, and the weights are stored in FP8 already
+    (read whole)."""
     if not p.quantized:
         return records, tensors
     producer = {t: op for op, a in records for t in a.writes}
@@ -253,16 +253,15 @@ def quantize_records(records: list, tensors: dict, p: Precision, sp: int = 1
             if u.mode == "read" and u.share > 0:
                 readers.setdefault(u.tensor, []).append((op, u.role))
     def fusable(op) -> bool:
+        if p.recipe not in ("fp8-delayed", FP8_CONTEXT_FMHA):
+            return False
         if isinstance(op, VectorOp):
             return op.kind in (STATIC_FUSABLE_PRODUCERS if p.inference_recipe
                                else FUSABLE_PRODUCERS)
         # FP8 context FMHA writes its output in FP8 (its GEMMs take FP8 inputs)
-        return (p.recipe == FP8_CONTEXT_FMHA and isinstance(op, FusedAttention)
-                and any(g.a_dtype == p.linear for g in op.gemms))
+        return isinstance(op, FusedAttention) and any(g.a_dtype == p.linear for g in op.gemms)
 
-    fused = {t for t, op in producer.items()
-             if fusable(op) and p.recipe in ("fp8-delayed", "fp8-static")
-             and len(writes[id(op)]) == 1
+    fused = {t for t, op in producer.items() if fusable(op) and len(writes[id(op)]) == 1
              and all(quantized(r) and role == "a" for r, role in readers.get(t, ()))}
     row = set()
     if sp > 1 and p.recipe == "fp8-delayed":

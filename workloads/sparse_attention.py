@@ -84,7 +84,7 @@ def indexer_ops(c, *, flow=None, q_latent: str = "q_a_n", x: str = "h_attn"
 
     def lin(name: str, src: str, k_: int, n_: int, dst: str) -> Gemm:
         op = c.gemm(name, T, k_, n_, tags=tags)
-        b = wb if "quantized" in op.tags or not p.unquantized_weights else p.uw_bytes
+        b = wb if "quantized" in op.tags else p.uw_bytes     # (uw_bytes: wb without a recipe)
         return fl.gemm(op, [(src, 1.0)], [(fl.t(f"w_{name}", k_ * n_ * b, "weight"), 1.0)],
                        [(fl.t(dst, T * n_ * a), 1.0)])
 
