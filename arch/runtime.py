@@ -33,6 +33,10 @@ A :class:`RuntimeProfile` holds, with units in the field names:
   preempted: vLLM) or "reserve" (a request is admitted only when the blocks of its whole
   prompt + output fit beside what every running request may still claim, and nothing is ever
   preempted: TensorRT-LLM's ``GUARANTEED_NO_EVICT`` capacity scheduler); unset, on demand.
+* batch size: ``batch_size_tuning`` true caps the batch at what TensorRT-LLM's dynamic
+  batch-size tuner picks for the KV capacity at the requests' mean lengths (a table of sizes;
+  ``trtllm-bench`` turns it on: :mod:`diptych.sim.serving.batch_tuning`); false, the run's
+  ``max_batch``.
 
 Profiles ship as TOML files in ``arch/runtimes/`` (each number with its source);
 ``ideal`` is all zeros: the chip alone, every number as without a runtime.
@@ -104,6 +108,10 @@ class RuntimeProfile:
                                      "shortage preempts; reserve: a request admitted only "
                                      "when its whole prompt + output fits, never preempted; "
                                      "unset: on demand")
+    batch_size_tuning: bool = f(default=False,
+                                doc="true: the batch capped at TensorRT-LLM's dynamic "
+                                    "batch-size tuner's size for the KV capacity at the "
+                                    "requests' mean lengths; false: the run's max_batch")
 
     @property
     def is_ideal(self) -> bool:

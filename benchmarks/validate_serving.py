@@ -85,6 +85,14 @@ BENCH = "trtllm-bench"
 H100_NVML_GIB = 81559 / 1024
 
 
+#: tokens per KV block of the Throughput rows' engines: [S] NVIDIA/TensorRT-LLM
+#: tensorrt_llm/plugin/plugin.py ``PluginConfig._tokens_per_block`` default 32 ("Define how
+#: many tokens are contained in each paged kv cache block"), in the version whose GEMM plugin
+#: already offers nvfp4 [assumption: 0.17's; an earlier one, with ``_enable_xqa`` still a
+#: plugin option, defaults to 64]. The Online rows (0.14) keep ServeConfig's 16.
+TRTLLM_BLOCK_TOKENS = 32
+
+
 def trtllm_bench_engine(model: str, tp: int, isl: int, osl: int, fp8: bool = True,
                         device_gib: float = H100_NVML_GIB) -> dict:
     """The serving settings of a ``trtllm-bench throughput`` run on an engine built by
@@ -124,7 +132,8 @@ def trtllm_bench_engine(model: str, tp: int, isl: int, osl: int, fp8: bool = Tru
         tokens = 512 * math.ceil(raw_tokens / 512)
     else:
         tokens = 1024 * math.ceil(raw_tokens / 1024)
-    return {"max_batch": bs, "max_batched_tokens": tokens, "kv_reserve_fraction": 0.05}
+    return {"max_batch": bs, "max_batched_tokens": tokens, "kv_reserve_fraction": 0.05,
+            "kv_block_tokens": TRTLLM_BLOCK_TOKENS}
 
 
 #: trtllm-bench's request counts by lengths (perf-overview.md, "Preparing a Dataset")
@@ -215,11 +224,15 @@ def _run(case: Case, oracles: StepTimerCache, execution: str | None = None,
     dep = colocated("h100", model, tp=case.tp, execution=execution, **dt)
     load = Load(qps=case.qps or ALL_AT_ONCE_QPS, prompt=LengthDist("fixed", case.isl),
                 gen=LengthDist("fixed", case.osl), requests=case.requests)
-    # the `ideal` column is the row without host costs: it keeps the row's own engine's KV
-    # admission (trtllm-*: reserve), which `ideal`, naming no engine, leaves on demand
-    own = load_runtime(case.runtime).kv_admission
-    cfg = ServeConfig(**case.cfg, runtime=load_runtime(runtime or case.runtime),
-                      kv_admission=own if runtime in (None, "ideal") else None)
+    # the `ideal` column is the row without host costs: it keeps the row's own engine's
+    # scheduling, its KV admission (trtllm-*: reserve) and batch-size tuning (trtllm-bench),
+    # which `ideal`, naming no engine, leaves off
+    own = load_runtime(case.runtime)
+    rt = load_runtime(runtime or case.runtime)
+    if runtime == "ideal":
+        rt = dataclasses.replace(rt, batch_size_tuning=own.batch_size_tuning)
+    cfg = ServeConfig(**case.cfg, runtime=rt,
+                      kv_admission=own.kv_admission if runtime in (None, "ideal") else None)
     return serve(dep, load, cfg, oracles=oracles)
 
 

@@ -19,6 +19,7 @@ from .. import energy_parts as EP
 from .config import ServeConfig
 from .deployment import Deployment, Pool, colocated, fit_tp, kv_transfer
 from .engine import Instance, Req, run_loop
+from .batch_tuning import tuned_max_batch
 from .kv import KvBudget, kv_budget
 from .kv_tier import (KvTier, check_offload, kv_tiers_info, resolve_offload, tier_blocks,
                       tier_spec)
@@ -154,8 +155,12 @@ class StepTimerCache:
 
 def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache, start: int,
                prefix_blocks: int, draft: Replica | None, rng,
-               prefix_tokens: int = 0, afd: AfdLayout | None = None
+               prefix_tokens: int = 0, afd: AfdLayout | None = None,
+               lengths: tuple[int, int] | None = None
                ) -> tuple[list[Instance], KvBudget]:
+    """The instances of ``pool`` in ``role`` and their KV budget. ``lengths``: the requests'
+    mean prompt and output lengths, by which a runtime with ``batch_size_tuning`` caps the
+    batch (:mod:`.batch_tuning`)."""
     r = pool.replica
     draft_timer = None
     if draft is not None:
@@ -200,6 +205,9 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
     out = []
     # data-parallel attention ranks: each its own cache and step budget (the budget is one
     # rank's); the replica's engine holds the ranks' sum (:mod:`.ep`)
+    tuned = _batch_tuning(cfg, budget, lengths)
+    if tuned is not None:
+        cfg = replace(cfg, max_batch=tuned[1])
     rcfg = cfg if r.dp == 1 else replace(cfg, max_batched_tokens=cfg.max_batched_tokens * r.dp,
                                          max_batch=cfg.max_batch * r.dp)
     oracle = oracles.get(r) if afd is None else oracles.get_afd(r, afd)
@@ -226,6 +234,17 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
                             power=(None if r.variant.no_power_limit or r.chip.power is None
                                    or afd is not None else StepPowerLimit(r.chip))))
     return out, budget
+
+
+def _batch_tuning(cfg: ServeConfig, budget: KvBudget, lengths: tuple[int, int] | None
+                  ) -> tuple[int, int] | None:
+    """``(requests the cache holds, runtime max batch)`` under a runtime with
+    ``batch_size_tuning`` (:mod:`.batch_tuning`): requests of the mean ``lengths`` (prompt,
+    output) in the first tier's blocks (one rank's cache, as the budget); None without it."""
+    if not cfg.runtime.batch_size_tuning or lengths is None:
+        return None
+    per = budget.layout.max_blocks(sum(lengths), 0, lengths[0])
+    return tuned_max_batch(cfg.max_batch, budget.blocks, per)
 
 
 def _afd_draft(draft: Replica, afd: AfdLayout, oracles: StepTimerCache):
@@ -355,6 +374,8 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
     spec_rng = np.random.default_rng([cfg.seed, 1])
 
     check_offload(cfg.kv_offload, [p.replica.chip for p in deployment.pools], cfg.scheduler)
+    # the tuner's moving averages, cast to integers as the executor casts them
+    lengths = (int(pr.mean()), int(out.mean())) if n else None
     instances: list[Instance] = []
     budgets: list[tuple[str, KvBudget]] = []
     prefill_pool = decode_pool = None
@@ -362,7 +383,7 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
         for pool, role in ((deployment.prefill, "prefill"), (deployment.decode, "decode")):
             d = _draft_replica(cfg, pool.replica) if role == "decode" else None
             inst, b = _instances(pool, role, cfg, oracles, len(instances), prefix_blocks, d,
-                                 spec_rng)
+                                 spec_rng, lengths=lengths)
             instances += inst
             budgets.append((role, b))
         prefill_pool = [i for i in instances if i.role == "prefill"]
@@ -371,10 +392,16 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
         pool = deployment.pool
         afd = deployment.afd
         inst, b = _instances(pool, "mixed", cfg, oracles, 0, prefix_blocks,
-                             _draft_replica(cfg, pool.replica), spec_rng, prefix_tokens, afd)
+                             _draft_replica(cfg, pool.replica), spec_rng, prefix_tokens, afd,
+                             lengths=lengths)
         instances += inst
         budgets.append(("mixed", b))
     _check_fit(pr, out, shared, cfg, budgets)
+    tuning = {role: t for role, b in budgets
+              if (t := _batch_tuning(cfg, b, lengths)) is not None}
+    if tuning:
+        info = {**info, "batch_size_tuning": {
+            role: {"requests_fit": fit, "max_batch": mb} for role, (fit, mb) in tuning.items()}}
 
     reqs = [Req(i, float(arr[i]), int(pr[i]), int(out[i]), int(shared[i])) for i in range(n)]
     if pid is not None:
