@@ -20,6 +20,12 @@ class Tensor:
     """``count`` copies (one per layer using it) of a weight tensor of ``elements`` elements.
 
     ``active`` is the fraction of the copies a token uses (``k / E`` for routed experts).
+    ``grouped``: ``(elements, groups)``, a split copy's ``groups`` groups of ``elements``
+    each (KV heads, Mamba-2's B and C groups) that ranks share out whole: ``groups / tp`` each
+    when ``tp`` divides them, else as ``undivided`` says, ``"one"`` (a rank holds one: KV heads
+    replicated when ``tp`` exceeds them, :func:`kv_heads_per_rank`) or ``"all"`` (every rank
+    holds them all: Mamba-2's groups, :func:`diptych.workloads.mamba2.shapes`); ``(0, 1)``:
+    none.
     """
 
     name: str
@@ -29,10 +35,29 @@ class Tensor:
     group: str   # attn | sink | mlp | expert | shared_expert | router | norm | embed | head
     #              | mtp (an MTP module's eh_proj)
     active: float = 1.0
+    grouped: tuple[int, int] = (0, 1)
+    undivided: str = "all"
 
     @property
     def total(self) -> int:
         return self.elements * self.count
+
+    def rank_elements(self, tp: int) -> float:
+        """Elements of one copy a rank of ``tp`` tensor-parallel ranks holds: the whole of a
+        tensor not split; of a split one its ``1/tp`` share, except its ``grouped`` groups
+        when ``tp`` does not divide them (one or all of them whole, ``undivided``)."""
+        if not self.split:
+            return self.elements
+        if not self.divides(tp):
+            e, groups = self.grouped
+            held = 1 if self.undivided == "one" else groups
+            return (self.elements - e * groups) / tp + e * held
+        return self.elements / tp
+
+    def divides(self, tp: int) -> bool:
+        """Whether ``tp`` ranks split the copy evenly (no ``grouped`` groups held whole)."""
+        e, groups = self.grouped
+        return not e or groups % tp == 0
 
 
 def _linear_attention_tensors(m: ModelConfig) -> list[Tensor]:
@@ -63,21 +88,24 @@ def _ssm_tensors(m: ModelConfig) -> list[Tensor]:
     B and C of ``G·N`` each, dt of ``H``; a bias with ``mamba_proj_bias``), the depthwise
     ``conv1d`` over x/B/C (and its bias), ``dt_bias``, ``A_log`` and ``D`` (one per head),
     the gated RMSNorm's weight (``mamba_rms_norm``) and ``out_proj`` (a bias with
-    ``projectors_bias``). Heads split over tensor-parallel ranks."""
+    ``projectors_bias``). Heads split over tensor-parallel ranks; B and C by group, whole on
+    every rank when the ranks do not divide the groups (``grouped``)."""
     n = sum(s.ssm for s in m.layer_specs())
     if not n:
         return []
     d, d_ssm = m.hidden_size, m.ssm_heads * m.ssm_head_dim
     conv = d_ssm + 2 * m.ssm_groups * m.ssm_state_size
     w_in = d_ssm + conv + m.ssm_heads
-    out = [Tensor("ssm_in_proj", d * w_in, n, True, "attn"),
-           Tensor("ssm_conv1d", conv * m.ssm_conv_kernel, n, True, "norm"),
+    bc, g = 2 * m.ssm_state_size, m.ssm_groups      # one group's B and C channels
+    out = [Tensor("ssm_in_proj", d * w_in, n, True, "attn", grouped=(d * bc, g)),
+           Tensor("ssm_conv1d", conv * m.ssm_conv_kernel, n, True, "norm",
+                  grouped=(bc * m.ssm_conv_kernel, g)),
            Tensor("ssm_dt_bias_A_log_D", 3 * m.ssm_heads, n, True, "norm"),
            Tensor("ssm_out_proj", d_ssm * d, n, True, "attn")]
     if m.ssm_in_bias:
-        out.append(Tensor("ssm_in_proj_bias", w_in, n, True, "attn"))
+        out.append(Tensor("ssm_in_proj_bias", w_in, n, True, "attn", grouped=(bc, g)))
     if m.ssm_conv_bias:
-        out.append(Tensor("ssm_conv1d_bias", conv, n, True, "norm"))
+        out.append(Tensor("ssm_conv1d_bias", conv, n, True, "norm", grouped=(bc, g)))
     if m.ssm_rms_norm:
         out.append(Tensor("ssm_norm", d_ssm, n, True, "norm"))
     if m.ssm_out_bias:
@@ -125,10 +153,15 @@ def _attention_tensors(m: ModelConfig) -> list[Tensor]:
         return out + _indexer_tensors(m)
     q, kv = h * m.head_dim, m.kv_heads * m.head_dim
     gate = 2 if m.attn_output_gate else 1         # q_proj also emits the output gate
-    out += [Tensor("q_proj", d * q * gate, L, True, "attn"), Tensor("k_proj", d * kv, L, True, "attn"),
-            Tensor("v_proj", d * kv, L, True, "attn"), Tensor("o_proj", q * d, L, True, "attn")]
+    # K and V by head: a rank holds one when the ranks outnumber the heads (kv_heads_per_rank)
+    head = dict(grouped=(d * m.head_dim, m.kv_heads), undivided="one")
+    out += [Tensor("q_proj", d * q * gate, L, True, "attn"),
+            Tensor("k_proj", d * kv, L, True, "attn", **head),
+            Tensor("v_proj", d * kv, L, True, "attn", **head),
+            Tensor("o_proj", q * d, L, True, "attn")]
     if m.qkv_bias:
-        out.append(Tensor("qkv_bias", q + 2 * kv, L, True, "attn"))
+        out.append(Tensor("qkv_bias", q + 2 * kv, L, True, "attn",
+                          grouped=(2 * m.head_dim, m.kv_heads), undivided="one"))
     if m.out_bias:
         out.append(Tensor("o_bias", d, L, False, "attn"))
     if m.qk_norm == "rmsnorm":           # one head_dim weight each for q and k, shared by heads
@@ -218,13 +251,15 @@ def params_per_chip(m: ModelConfig, tp: int, ep: int = 1, *, whole_experts: bool
     """Parameters one tensor-parallel rank holds (split tensors ÷ tp, the rest replicated);
     with ``ep`` expert-parallel ranks the routed experts ÷ ep too (``whole_experts``: not ÷ tp,
     each of the tp chips an expert-parallel rank holding whole experts)."""
-    return sum(_chip_share(t, tp, ep, whole_experts) for t in weight_tensors(m))
+    return sum(chip_share(t, tp, ep, whole_experts) for t in weight_tensors(m))
 
 
-def _chip_share(t: Tensor, tp: int, ep: int = 1, whole_experts: bool = False) -> float:
+def chip_share(t: Tensor, tp: int, ep: int = 1, whole_experts: bool = False) -> float:
     """The elements of weight tensor ``t`` one rank holds (:func:`params_per_chip`)."""
     if t.group == "expert":
         return t.total / ep / (1 if whole_experts or not t.split else tp)
+    if t.split and not t.divides(tp):
+        return t.rank_elements(tp) * t.count
     return t.total / tp if t.split else t.total
 
 
@@ -256,7 +291,7 @@ def weight_bytes_per_chip(m: ModelConfig, tp: int, p, ep: int = 1, *,
                           whole_experts: bool = False) -> float:
     """Bytes of the weights one tensor-parallel rank holds (:func:`params_per_chip`'s shares)
     in precision ``p`` (:func:`weight_bytes`)."""
-    return weight_bytes([(t, _chip_share(t, tp, ep, whole_experts)) for t in weight_tensors(m)],
+    return weight_bytes([(t, chip_share(t, tp, ep, whole_experts)) for t in weight_tensors(m)],
                         p)
 
 

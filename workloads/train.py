@@ -643,7 +643,7 @@ def linear_params_per_chip(m: ModelConfig, tp: int) -> float:
     n = 0.0
     for t in weight_tensors(m):
         if t.group in ("attn", "mlp", "expert", "shared_expert") and "bias" not in t.name:
-            e = t.elements / tp if t.split else t.elements
+            e = t.rank_elements(tp)
             n += e * t.count * (m.experts if t.group == "expert" else 1)
     return n
 
@@ -721,7 +721,7 @@ def layer_params_per_chip(m: ModelConfig, tp: int) -> dict[str, float]:
     :func:`~diptych.workloads.params.params_per_chip`."""
     out = {"dense": 0.0, "moe": 0.0, "embedding": 0.0, "head": 0.0}
     for t in weight_tensors(m):
-        n = t.elements / tp if t.split else t.elements
+        n = t.rank_elements(tp)
         if t.group == "embed":
             out["embedding"] += n
         elif t.group == "head" or t.name == "final_norm":

@@ -68,7 +68,7 @@ def layer_params(m: ModelConfig, tp: int, ep: int = 1, pp: int = 1, *,
             continue
         if linear and (t.group not in LINEAR_GROUPS or "bias" in t.name):
             continue
-        per = t.elements / tp if t.split else float(t.elements)
+        per = float(t.rank_elements(tp))
         if t.name == "final_norm":
             head += per
         elif t.group in _EVERY:

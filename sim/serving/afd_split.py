@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from ...workloads.graph import Workload
 from ...workloads.ops import Collective
-from ...workloads.params import weight_bytes, weight_tensors
+from ...workloads.params import chip_share, weight_bytes, weight_tensors
 from ...workloads.serving_step import base_name
 
 #: Ops between ``mlp_norm`` and ``mlp_residual`` that stay on the attention pool.
@@ -71,7 +71,7 @@ def part_weight_bytes(r, side: str, chips: int) -> float:
     """Weight bytes per chip of ``r.model``'s pool-``side`` part on ``chips`` chips: pool A
     every group but :data:`FFN_GROUPS` (split tensors ÷ n), pool B those (routed experts
     whole, ÷ m; dense and shared MLPs ÷ m)."""
-    return weight_bytes([(t, t.total / chips if (t.split or t.group == "expert") else t.total)
+    return weight_bytes([(t, chip_share(t, chips, chips, whole_experts=True))
                          for t in weight_tensors(r.model)
                          if (t.group in FFN_GROUPS) == (side == "ffn")], r.precision)
 

@@ -118,10 +118,7 @@ def _not_lowered(t) -> bool:
 
 @pytest.mark.parametrize("name,tp", [
     (n, tp) for n in ("gpt-oss-20b", "qwen3-next-80b-a3b", "deepseek-v3.2-exp", "glm-4.5-air",
-                      "gemma-2-9b") for tp in (1, 4)]
-    # Falcon-H1's Mamba mixer at tp > 1 lowers other shares than the inventory splits, with
-    # or without a recipe (a known gap of the plain lowering, not the recipe's)
-    + [("falcon-h1-0.5b", 1)])
+                      "gemma-2-9b", "falcon-h1-0.5b") for tp in (1, 4)])
 def test_the_unquantised_weights_are_the_inventorys(name, tp):
     """Every model family: what the recipe adds to the weights read over W8A16 is one byte
     per unquantised parameter the inventory lists (norms, convolutions, gates, router,
@@ -130,11 +127,34 @@ def test_the_unquantised_weights_are_the_inventorys(name, tp):
     added = _weight_bytes(decode(m, 1, 100, precision=recipe("fp8-static"), tp=tp)) \
         - _weight_bytes(decode(m, 1, 100, precision=W8_A16, tp=tp))
     unq = [t for t in weight_tensors(m) if not is_quantized(t)]
-    assert added == sum(t.total / tp if t.split else t.total for t in unq
-                        if not _not_lowered(t))
+    assert added == pytest.approx(sum(t.rank_elements(tp) * t.count for t in unq
+                                      if not _not_lowered(t)), rel=1e-12)
     assert weight_bytes_per_chip(m, tp, recipe("fp8-static")) - \
-        weight_bytes_per_chip(m, tp, W8_A16) == sum(t.total / tp if t.split else t.total
-                                                    for t in unq)
+        weight_bytes_per_chip(m, tp, W8_A16) == pytest.approx(
+            sum(t.rank_elements(tp) * t.count for t in unq), rel=1e-12)
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_mamba_b_and_c_are_whole_on_every_rank_when_the_ranks_do_not_divide_the_groups(tp):
+    """Falcon-H1-0.5B has one group (B and C of 128 state channels each, shared by its 24
+    heads): at tp > 1 each rank holds its 24/tp heads' z, x and dt but B and C whole, as vLLM's
+    MambaMixer2 replicates groups the ranks do not divide, and as the lowering runs them; the
+    inventory's per-rank share says the same (closed form below), and the weights a decode
+    step reads add up to it."""
+    m = load_model("falcon-h1-0.5b")
+    d, h, p_, n, k = 1024, 24, 64, 128, 4
+    assert (m.hidden_size, m.ssm_heads, m.ssm_head_dim, m.ssm_state_size, m.ssm_groups,
+            m.ssm_conv_kernel) == (d, h, p_, n, 1, k)
+    inproj = {t.name: t for t in weight_tensors(m)}["ssm_in_proj"]
+    conv = {t.name: t for t in weight_tensors(m)}["ssm_conv1d"]
+    assert inproj.rank_elements(tp) == d * ((2 * h * p_ + h) / tp + 2 * n)
+    assert conv.rank_elements(tp) == k * (h * p_ / tp + 2 * n)
+    for prec in (recipe("fp8-static"), W8_A16):
+        assert _weight_bytes(decode(m, 1, 100, precision=prec, tp=tp)) == pytest.approx(
+            weight_bytes_per_chip(m, tp, prec) - sum(
+                t.rank_elements(tp) * t.count * (prec.w_bytes if is_quantized(t)
+                                                 else prec.uw_bytes)
+                for t in weight_tensors(m) if _not_lowered(t)), rel=1e-12)
 
 
 def test_llama_weights_by_hand():

@@ -97,6 +97,27 @@ def test_weights_named_once_each_add_up_to_the_parameters():
         assert total == params_per_chip(m, tp) * 1.0
 
 
+@pytest.mark.parametrize("tp", [1, 2, 4, 8, 16])
+def test_ranks_beyond_the_kv_heads_each_hold_one_head(tp):
+    """Llama-3-8B with two KV heads: beyond two ranks each holds one K and one V head whole
+    (replicated, as the lowering runs them: ``kv_heads_per_rank``), so a rank's parameters are
+    its ``1/tp`` share of the rest plus ``2 · d · head_dim`` per layer, and the weights a
+    decode step reads add up to them; before, the inventory split the heads as if they
+    divided, short of the lowering by the replicated part."""
+    m = dataclasses.replace(load_model("llama-3-8b"), kv_heads=2)
+    d, hd, L = m.hidden_size, m.head_dim, m.layers
+    kv = 2 * d * hd * L                      # one K and one V head's projections, every layer
+    norms = 2 * d * L + d                    # every rank's whole: two per layer, the final
+    rest = params_per_chip(m, 1) - norms - 2 * kv
+    expect = norms + rest / tp + (2 * kv / tp if tp <= 2 else kv)
+    assert params_per_chip(m, tp) == pytest.approx(expect, rel=1e-12)
+    w = decode(m, 1, 100, precision=Precision(weights="fp8"), tp=tp)
+    total = sum(b.repeat * t.bytes for b in w.blocks for t in b.tensors if t.kind == "weight")
+    total += sum(t.bytes for t in {t for b in w.blocks for t in b.program_tensors
+                                   if t.kind == "weight"})
+    assert total == pytest.approx(params_per_chip(m, tp), rel=1e-12)
+
+
 def test_decode_kv_cache_and_new_entries():
     m = load_model("llama-3-70b")
     B, ctx, tp = 4, 2048, 8
