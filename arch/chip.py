@@ -8,6 +8,7 @@ interconnect and technology tables for energy and area. Load one with
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 
 from .dtypes import BLOCK_DTYPES, DTYPE_BYTES, DTYPES
@@ -522,7 +523,10 @@ class Interconnect:
     goes up once, the sum comes down once), 0 for none, with its own fixed latency
     (``in_network_reduction_latency_us``: its protocol's, in place of the per-hop steps); a
     switch-domain all-reduce takes it when it is faster than the ring (docs/cluster.md,
-    "Collectives")."""
+    "Collectives"). ``in_network_reduction_ramp``: measured segments ``(from MiB, to MiB,
+    fraction)`` of a message whose bytes move at ``fraction`` of the links' bandwidth instead
+    (an in-switch all-reduce reaches its full rate only on large messages); bytes outside
+    every segment at ``in_network_reduction``."""
 
     links: int = f(min=0, max=1024, doc="links (integer 0..1024)")
     gb_per_s_per_link_per_direction: float = f(doc="GB/s per link per direction",
@@ -540,6 +544,10 @@ class Interconnect:
                                                doc="fixed latency of an in-switch-reduced "
                                                    "all-reduce in microseconds",
                                                **LINK_LATENCY_US, zero_ok=True)
+    in_network_reduction_ramp: tuple[tuple[float, ...], ...] = f(
+        default=(), doc="segments [from MiB, to MiB, fraction] of an in-switch-reduced "
+                        "all-reduce's bytes that move at that fraction of the link bandwidth "
+                        "(the rest at in_network_reduction)")
     torus_dims: int = f(default=0, min=0, max=8,
                         doc="dimensions of the torus the links form, two links per "
                             "dimension (integer 0..8; 0: the links end in a switch or a full "
@@ -549,6 +557,18 @@ class Interconnect:
         if 2 * self.torus_dims > self.links:
             fail(source, f"{path}.torus_dims" if path else "torus_dims", self.torus_dims,
                  f"at most links / 2 = {self.links // 2} (two links per dimension)")
+        where = f"{path}.in_network_reduction_ramp" if path else "in_network_reduction_ramp"
+        if self.in_network_reduction_ramp and not self.in_network_reduction:
+            fail(source, where, list(map(list, self.in_network_reduction_ramp)),
+                 "no segments without in_network_reduction > 0")
+        end = 0.0
+        for i, seg in enumerate(self.in_network_reduction_ramp):
+            if (len(seg) != 3 or not end <= seg[0] < seg[1] or not 0.0 < seg[2] <= 1.0
+                    or not math.isfinite(seg[1])):
+                fail(source, f"{where}[{i}]", list(seg),
+                     f"[from MiB, to MiB, fraction] with {end:g} <= from < to and 0 < "
+                     f"fraction <= 1 (segments in order, not overlapping)")
+            end = seg[1]
 
     @property
     def bytes_per_s_per_direction(self) -> float:

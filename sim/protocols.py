@@ -116,6 +116,24 @@ def sent_bytes(kind: str, nbytes: float, n: int) -> float:
     return ring_fraction(kind, n)[0] * nbytes
 
 
+MIB = 2**20
+
+
+def nvls_bandwidth_seconds(nbytes: float, rate: float, raw: float, ramp) -> float:
+    """Seconds the bytes of an all-reduce through the switch's in-network reduction take
+    (its fixed latency apart): ``nbytes / rate`` (bytes/s), except the parts of the message
+    inside ``ramp``'s segments ``(from MiB, to MiB, fraction)``, which move at ``fraction``
+    of ``raw`` (the links' raw bandwidth): ``Interconnect.in_network_reduction_ramp``."""
+    if not ramp:
+        return nbytes / rate
+    t, rest = 0.0, nbytes
+    for lo, hi, frac in ramp:
+        part = max(0.0, min(nbytes, hi * MIB) - lo * MIB)
+        t += part / (raw * frac)
+        rest -= part
+    return t + rest / rate
+
+
 def ring_seconds(kind: str, nbytes: float, n: int, simple_bytes_per_s: float,
                  proto: Protocol) -> float:
     """A ring of ``n`` ranks in one domain by ``proto``: ``base + steps·hop +

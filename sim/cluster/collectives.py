@@ -163,7 +163,7 @@ def _library(kind: str, nbytes: float, shape: GroupShape, net: Network) -> list[
                 out.append(CommCost(kind, "tree", chain_seconds(nbytes, n, port, p), nbytes, n,
                                     {"scale_up": 2.0 * nbytes, "scale_out": 0.0}, p.name))
         if kind == "all_reduce" and "nvls" in algos and net.nvls_bytes_per_s:
-            out.append(CommCost(kind, "nvls", nbytes / net.nvls_bytes_per_s + net.nvls_latency_s,
+            out.append(CommCost(kind, "nvls", net.nvls_seconds(nbytes) + net.nvls_latency_s,
                                 nbytes, n, {"scale_up": nbytes, "scale_out": 0.0}, "simple"))
         return out
     nic = nic_bytes_per_s(net, shape)
@@ -229,7 +229,7 @@ def _plain(kind: str, nbytes: float, shape: GroupShape, net: Network) -> list[Co
                              2 * math.ceil(math.log2(n)) * net.up_latency_s, nbytes, shape,
                              up=b))
             if net.nvls_bytes_per_s:          # up to the switch once, the sum down once
-                out.append(_cost(kind, "nvls", nbytes / net.nvls_bytes_per_s,
+                out.append(_cost(kind, "nvls", net.nvls_seconds(nbytes),
                                  net.nvls_latency_s, nbytes, shape, up=nbytes))
         return out
     if kind == "all_to_all":

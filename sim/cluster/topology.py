@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from ...arch.chip import Chip
 from ...arch.cluster import Cluster
-from ..protocols import P2P, Protocol, chip_algorithms, chip_p2p, chip_protocols
+from ..protocols import (P2P, Protocol, chip_algorithms, chip_p2p, chip_protocols,
+                         nvls_bandwidth_seconds)
 from .plan import Plan
 
 
@@ -45,6 +46,7 @@ class Network:
     rail_group_domains: int
     nvls_fraction: float = 0.0        # in-switch-reduced all-reduce ÷ the raw port bandwidth
     nvls_latency_s: float = 0.0       # its fixed latency
+    nvls_ramp: tuple = ()             # its measured segments (Interconnect's, MiB and fractions)
     up_efficiency: float = 1.0        # link_bytes_per_s ÷ the raw link bandwidth
     protocols: tuple[Protocol, ...] = ()   # the chip's collective library (switch fabrics)
     algorithms: tuple[str, ...] = ()       # the algorithms its tuner considers (() : all)
@@ -67,6 +69,12 @@ class Network:
         if self.torus or not self.nvls_fraction:
             return 0.0
         return self.port_bytes_per_s / self.up_efficiency * self.nvls_fraction
+
+    def nvls_seconds(self, nbytes: float) -> float:
+        """The bandwidth seconds of an ``nbytes`` all-reduce through the in-network reduction,
+        its ramp's segments at their own rates (:func:`..protocols.nvls_bandwidth_seconds`)."""
+        return nvls_bandwidth_seconds(nbytes, self.nvls_bytes_per_s,
+                                      self.port_bytes_per_s / self.up_efficiency, self.nvls_ramp)
 
     @property
     def torus(self) -> bool:
@@ -112,6 +120,7 @@ def bind(cluster: Cluster, chip: Chip) -> Network:
                    rail_group_domains=so.rail_group_domains,
                    nvls_fraction=ic.in_network_reduction if up.fabric == "switch" else 0.0,
                    nvls_latency_s=ic.in_network_reduction_latency_us * 1e-6,
+                   nvls_ramp=ic.in_network_reduction_ramp,
                    up_efficiency=ic.bus_efficiency,
                    protocols=chip_protocols(chip) if up.fabric == "switch" else (),
                    algorithms=chip_algorithms(chip) if up.fabric == "switch" else (),

@@ -40,7 +40,8 @@ from __future__ import annotations
 from ...arch.chip import Chip
 from ...workloads.ops import Collective
 from ..protocols import (chain_seconds, chip_algorithms, chip_p2p, chip_protocols,
-                         ring_fraction, ring_seconds, slice_spans, torus_bucket, torus_slice)
+                         nvls_bandwidth_seconds, ring_fraction, ring_seconds, slice_spans,
+                         torus_bucket, torus_slice)
 
 
 def ring_bytes_and_steps(kind: str, nbytes: float, n: int) -> tuple[float, int]:
@@ -86,7 +87,9 @@ def collective_options(op: Collective, chip: Chip) -> dict[str, float]:
         out["ring"] = sent / bw + steps * ic.latency_us * 1e-6
     nvls_ok = not protos or "nvls" in chip_algorithms(chip)
     if op.kind == "all_reduce" and ic.in_network_reduction and nvls_ok:
-        out["nvls"] = (op.bytes / (ic.bytes_per_s_per_direction * ic.in_network_reduction)
+        raw = ic.bytes_per_s_per_direction
+        out["nvls"] = (nvls_bandwidth_seconds(op.bytes, raw * ic.in_network_reduction, raw,
+                                              ic.in_network_reduction_ramp)
                        + ic.in_network_reduction_latency_us * 1e-6)
     if protos and "ring" not in chip_algorithms(chip):     # NCCL_ALGO without the ring
         rest = {k: v for k, v in out.items() if not k.startswith("ring")}

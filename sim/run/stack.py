@@ -187,7 +187,8 @@ def stack_chip(chip, *, nvls: bool = True, attention_kernel: str = "default",
             lib, algorithms=tuple(dict.fromkeys(names))))
     if not nvls and chip.interconnect is not None and chip.interconnect.in_network_reduction:
         chip = dataclasses.replace(chip, interconnect=dataclasses.replace(
-            chip.interconnect, in_network_reduction=0.0, in_network_reduction_latency_us=0.0))
+            chip.interconnect, in_network_reduction=0.0, in_network_reduction_latency_us=0.0,
+            in_network_reduction_ramp=()))
     if attention_kernel == "fa2":
         if chip.attention_fa2 is None:
             raise ValueError(f"attention_kernel 'fa2' needs an [attention_fa2] table in chip "

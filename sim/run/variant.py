@@ -98,7 +98,8 @@ def variant_chip(chip, v: Variant):
             host_sync_us=0.0))
     if v.raw_links and chip.interconnect is not None:
         chip = dataclasses.replace(chip, interconnect=dataclasses.replace(
-            chip.interconnect, bus_efficiency=1.0, in_network_reduction_latency_us=0.0),
+            chip.interconnect, bus_efficiency=1.0, in_network_reduction_latency_us=0.0,
+            in_network_reduction_ramp=()),
             collectives=None)
     return chip
 

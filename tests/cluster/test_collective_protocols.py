@@ -77,6 +77,35 @@ def test_nccl_switches_from_ring_ll_to_nvls_between_1_and_2_mib():
     assert collective("all_reduce", 2 * MiB, node, DGX).algorithm == "nvls"
 
 
+#: stas00/ml-engineering network/benchmarks/results/all-reduce-8xH200.md: an all-reduce of
+#: MiB on 8 H200s, algbw in GB/s (NCCL 2.27.7 runs NVLS/Simple from 2 MiB)
+SWEEP = {2: 36.87, 4: 61.23, 8: 88.87, 16: 125.65, 32: 157.62, 64: 198.01, 128: 229.67,
+         256: 249.23}
+
+
+def test_nvls_follows_the_measured_sweep_up_to_its_constant_overhead():
+    """From 2 MiB on, the sweep's time (B / algbw) and diptych's NVLS all-reduce differ by
+    the same 18-26 us at every size: the harness's per-call overhead (one torch.distributed
+    call timed by CUDA events), with the measured ramp of the rate (h100.toml
+    ``in_network_reduction_ramp``: 160-215 GB/s for the bytes between 2 and 32 MiB, ~270
+    beyond). Without the ramp the gap grows from 24 us at 2 MiB to 63 us at 64 MiB. The run
+    and the cluster paths time it alike."""
+    gaps = []
+    for mib, algbw in SWEEP.items():
+        b = mib * MiB
+        c = collective("all_reduce", b, GroupShape(8, 8, 1), DGX)
+        assert c.algorithm == "nvls"
+        assert c.seconds == pytest.approx(collective_seconds(op("all_reduce", b, 8), H100),
+                                          rel=1e-12)
+        gaps.append(b / (algbw * 1e9) - c.seconds)
+    assert max(gaps) - min(gaps) < 8e-6, gaps          # 18-26 us
+    assert 15e-6 < min(gaps) and max(gaps) < 35e-6, gaps
+    flat = dataclasses.replace(H100, interconnect=dataclasses.replace(
+        H100.interconnect, in_network_reduction_ramp=()))
+    b = 64 * MiB
+    assert b / (SWEEP[64] * 1e9) - collective_seconds(op("all_reduce", b, 8), flat) > 55e-6
+
+
 SIZES = st.floats(1.0, 4e9)
 GROUPS = st.sampled_from([(2, 2, 1), (4, 4, 1), (8, 8, 1), (16, 8, 2), (64, 8, 8), (32, 1, 32),
                           (16, 2, 8)])
@@ -188,6 +217,13 @@ def _h100_dict():
     (("collectives", "ll", "bus_fraction"), 0.0, "collectives.ll.bus_fraction"),
     (("collectives", "simple", "bus_fraction"), 1.5, "collectives.simple.bus_fraction"),
     (("interconnect", "torus_dims"), 10, "interconnect.torus_dims"),
+    (("interconnect", "in_network_reduction_ramp"), [[2, 4, 0.4], [3, 8, 0.4]],
+     "interconnect.in_network_reduction_ramp"),                    # overlapping
+    (("interconnect", "in_network_reduction_ramp"), [[2, 4, 1.5]],
+     "interconnect.in_network_reduction_ramp"),                    # a fraction above 1
+    (("interconnect", "in_network_reduction_ramp"), [[2, 4]],
+     "interconnect.in_network_reduction_ramp"),                    # not a triple
+    (("interconnect", "in_network_reduction"), 0.0, "interconnect.in_network_reduction_ramp"),
 ])
 def test_bad_library_tables_are_refused_by_name(path, value, needle):
     d = _h100_dict()
