@@ -18,8 +18,8 @@ import numpy as np
 from .. import energy_parts as EP
 from .config import ServeConfig
 from .deployment import Deployment, Pool, colocated, fit_tp, kv_transfer
-from .engine import Instance, Req, run_loop
 from .batch_tuning import tuned_max_batch
+from .engine import Instance, Req, run_loop
 from .kv import KvBudget, kv_budget
 from .kv_tier import (KvTier, check_offload, kv_tiers_info, resolve_offload, tier_blocks,
                       tier_spec)
@@ -203,11 +203,11 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
     if prefix_tokens:
         _check_prefixes(cfg, budget, prefix_tokens, r.name)
     out = []
-    # data-parallel attention ranks: each its own cache and step budget (the budget is one
-    # rank's); the replica's engine holds the ranks' sum (:mod:`.ep`)
-    tuned = _batch_tuning(cfg, budget, lengths)
+    tuned = _batch_tuning(cfg, budget, lengths)     # the executor's runtime max batch
     if tuned is not None:
         cfg = replace(cfg, max_batch=tuned[1])
+    # data-parallel attention ranks: each its own cache and step budget (the budget is one
+    # rank's); the replica's engine holds the ranks' sum (:mod:`.ep`)
     rcfg = cfg if r.dp == 1 else replace(cfg, max_batched_tokens=cfg.max_batched_tokens * r.dp,
                                          max_batch=cfg.max_batch * r.dp)
     oracle = oracles.get(r) if afd is None else oracles.get_afd(r, afd)
