@@ -258,8 +258,9 @@ def chip_share(t: Tensor, tp: int, ep: int = 1, whole_experts: bool = False) -> 
     """The elements of weight tensor ``t`` one rank holds (:func:`params_per_chip`)."""
     if t.group == "expert":
         return t.total / ep / (1 if whole_experts or not t.split else tp)
-    if t.split and not t.divides(tp):
+    if t.split and not t.divides(tp):      # some groups held whole (Tensor.rank_elements)
         return t.rank_elements(tp) * t.count
+    # (total / tp, not rank_elements(tp) * count: the rounding every count has had)
     return t.total / tp if t.split else t.total
 
 

@@ -94,6 +94,9 @@ BF16_LINEARS = ("lm_head", "router", "shared_expert_gate", "indexer_weights_proj
 #: arrives in fp8, tensorrt_llm/quantization/layers.py]. Decode attention's output is cast
 #: by a kernel of its own [assumption: the XQA plugin's output quantisation not read].
 STATIC_FUSABLE_PRODUCERS = FUSABLE_PRODUCERS + ("swiglu", "gelu", "geglu")
+#: The recipes whose casts fuse into the producer of a linear's input, and those producers'
+#: kinds (the others cast in a kernel of their own).
+FUSED_CASTS = {"fp8-delayed": FUSABLE_PRODUCERS, "fp8-static": STATIC_FUSABLE_PRODUCERS}
 #: TensorRT-LLM's FP8 context FMHA under ``fp8-static`` with an FP8 KV cache: the prefill's
 #: attention quantises Q (and P) to FP8, runs its MMAs in FP8 and writes its output in FP8
 #: for the next linear (no cast) [S: NVIDIA/TensorRT-LLM tensorrt_llm/bench/build/build.py
@@ -252,12 +255,13 @@ def quantize_records(records: list, tensors: dict, p: Precision, sp: int = 1
         for u in a.uses:
             if u.mode == "read" and u.share > 0:
                 readers.setdefault(u.tensor, []).append((op, u.role))
+    producers = FUSED_CASTS.get(p.recipe)
+
     def fusable(op) -> bool:
-        if p.recipe not in ("fp8-delayed", FP8_CONTEXT_FMHA):
+        if producers is None:
             return False
         if isinstance(op, VectorOp):
-            return op.kind in (STATIC_FUSABLE_PRODUCERS if p.inference_recipe
-                               else FUSABLE_PRODUCERS)
+            return op.kind in producers
         # FP8 context FMHA writes its output in FP8 (its GEMMs take FP8 inputs)
         return isinstance(op, FusedAttention) and any(g.a_dtype == p.linear for g in op.gemms)
 
