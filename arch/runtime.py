@@ -33,6 +33,10 @@ A :class:`RuntimeProfile` holds, with units in the field names:
   preempted: vLLM) or "reserve" (a request is admitted only when the blocks of its whole
   prompt + output fit beside what every running request may still claim, and nothing is ever
   preempted: TensorRT-LLM's ``GUARANTEED_NO_EVICT`` capacity scheduler); unset, on demand.
+* the engine's sampler: ``sampler`` "none", or the kernels the named engine runs over each
+  step's logits after its LM head ("trtllm": an FP32 cast, a penalty pass, a softmax and a
+  top-k stage over the whole vocabulary; :mod:`diptych.arch.sampler`), on the device like
+  ``all_reduce``.
 * batch size: ``batch_size_tuning`` true caps the batch at what TensorRT-LLM's dynamic
   batch-size tuner picks for the KV capacity at the requests' mean lengths (a table of sizes;
   ``trtllm-bench`` turns it on: :mod:`diptych.sim.serving.batch_tuning`); false, the run's
@@ -50,6 +54,7 @@ from pathlib import Path
 
 from .bounds import HOST_US
 from .engine_allreduce import ENGINE_ALL_REDUCES
+from .sampler import DEFAULT_SAMPLER, SAMPLERS
 from .schema import ConfigError, bound, build, f, read_config_file
 
 DEFAULT_RUNTIME = "ideal"
@@ -108,6 +113,9 @@ class RuntimeProfile:
                                      "shortage preempts; reserve: a request admitted only "
                                      "when its whole prompt + output fits, never preempted; "
                                      "unset: on demand")
+    sampler: str = f(default=DEFAULT_SAMPLER, choices=tuple(SAMPLERS),
+                     doc="the engine's sampling kernels over each step's logits, on the "
+                         "device: none, or the named engine's (trtllm)")
     batch_size_tuning: bool = f(default=False,
                                 doc="true: the batch capped at TensorRT-LLM's dynamic "
                                     "batch-size tuner's size for the KV capacity at the "

@@ -59,7 +59,7 @@ from .program import Carry
 from .dataflow import NOFLOW, Flow, Pieces, scaled
 from .recipe import BF16_LINEARS, FP8_CONTEXT_FMHA, quantize_records
 from .fused_attention import AttnCall, fuse
-from . import cp_attention, dropout, embedding_grad, loss
+from . import cp_attention, dropout, embedding_grad, loss, sampling
 from .gated_deltanet import linear_attention
 from .sparse_attention import CORE_OPS as DSA_CORES, attended_layer, indexer_ops
 from .mamba2 import CORE_OPS as SSM_CORES, ssm_mixer
@@ -292,6 +292,10 @@ class _Ctx:
     #: FFN's d_model is split over (``X``; the others are ``YZ``)
     tp_shape: tuple[int, ...] = ()
     tp_x_axis: int = 0
+    #: inference: the serving engine's sampling kernels after the head (a runtime profile's
+    #: ``sampler``, :data:`~diptych.arch.sampler.SAMPLERS`; "none": the head's logits are the
+    #: step's output)
+    sampler: str = "none"
 
     @property
     def etp(self) -> int:
@@ -1362,12 +1366,19 @@ def _head(c: _Ctx, *, flow=None, inp: str = "hidden") -> list[Op]:
             else:
                 buf, row = out, None
         ops += passes
-    elif c.tp > 1:
-        op = Collective(name="logits_all_gather", kind="all_gather",
-                        bytes=rows * c.m.vocab_size * c.p.a_bytes, group=c.tp, tags=("tp",))
-        fl.vec(op, [(cur, 1.0)], [(fl.t("logits_all", op.bytes, live_out=True), 1.0)])
-        ops.append(op)
     else:
+        if c.tp > 1:
+            op = Collective(name="logits_all_gather", kind="all_gather",
+                            bytes=rows * c.m.vocab_size * c.p.a_bytes, group=c.tp, tags=("tp",))
+            fl.vec(op, [(cur, 1.0)], [(fl.t("logits_all", op.bytes), 1.0)])
+            ops.append(op)
+            cur = "logits_all"
+        # the engine's sampling kernels over the gathered logits, each reading the buffer
+        # the one before wrote (workloads/sampling.py)
+        for op in sampling.sampler_ops(rows, c.m.vocab_size, a, c.sampler):
+            fl.vec(op, [(cur, 1.0)], [(fl.t(op.name, op.write_bytes), 1.0)])
+            ops.append(op)
+            cur = op.name
         fl.live_out(cur)
     return ops
 

@@ -281,22 +281,24 @@ def _layer_blocks(c: _Ctx, cores: dict[str, list[Op]]) -> list[Block]:
 
 
 def _blocks(m: ModelConfig, p: Precision, tp: int, attention: str, tokens: int, rows: int,
-            cores: dict[str, list[Op]], experts: Experts = NO_EP) -> list[Block]:
+            cores: dict[str, list[Op]], experts: Experts = NO_EP,
+            sampler: str = "none") -> list[Block]:
     c = experts.ctx(_Ctx(m, p, tp, tokens, 1, 0, "decode", attention))
-    h = _Ctx(m, p, tp, rows, 1, 0, "decode", attention)
+    h = _Ctx(m, p, tp, rows, 1, 0, "decode", attention, sampler=sampler)
     return ([Block.of_ops("embedding", 1, tuple(_embedding(c)))] + _layer_blocks(c, cores)
             + [Block.of_ops("head", 1, tuple(_head(h)))])
 
 
 def frame(m: ModelConfig, tokens: int, rows: int, *, precision: Precision, tp: int,
-          attention: str = "fused", experts: Experts = NO_EP) -> Workload:
+          attention: str = "fused", experts: Experts = NO_EP,
+          sampler: str = "none") -> Workload:
     """The step without its cores: embedding, the layers' token-parallel ops over ``tokens``
-    rows, and the head over ``rows`` rows; the MoE layers' experts spread as ``experts``
-    says."""
+    rows, and the head over ``rows`` rows (with the engine's ``sampler`` after it); the MoE
+    layers' experts spread as ``experts`` says."""
     _check(m, tp, attention)
     experts.check(m, tp)
     return Workload("decode", tuple(_blocks(m, precision, tp, attention, tokens, rows, {},
-                                            experts)),
+                                            experts, sampler)),
                     tokens=tokens, batch=rows, info={"tp": tp, "attention": attention})
 
 
@@ -422,8 +424,10 @@ def _named_head(h: _Ctx, tokens: int) -> Block:
 
 
 def lower_step(m: ModelConfig, step: Step, *, precision: Precision | None = None, tp: int = 1,
-               attention: str = "fused", experts: Experts = NO_EP) -> Workload:
-    """The workload of one serving ``step`` for one of ``tp`` ranks (module docstring), with
+               attention: str = "fused", experts: Experts = NO_EP,
+               sampler: str = "none") -> Workload:
+    """The workload of one serving ``step`` for one of ``tp`` ranks (module docstring; the
+    engine's ``sampler`` after the head, :mod:`~diptych.workloads.sampling`), with
     its tensors named as :func:`~diptych.workloads.lower.decode`'s are, so that the program
     scheduler (residency, fusion) sees a step as it sees ``diptych run``'s phases: a step of
     decode sequences of one context is exactly ``decode()``'s workload, tensors included."""
@@ -432,7 +436,7 @@ def lower_step(m: ModelConfig, step: Step, *, precision: Precision | None = None
     p = precision or Precision()
     groups = _step_records(m, step, precision=p, tp=tp, attention=attention)
     c = experts.ctx(_Ctx(m, p, tp, step.tokens, 1, 0, "decode", attention))
-    h = _Ctx(m, p, tp, step.rows, 1, 0, "decode", attention)
+    h = _Ctx(m, p, tp, step.rows, 1, 0, "decode", attention, sampler=sampler)
     layers = [_named_layer(name, rep, ck, entry, exit_, groups)
               for (name, rep, ck), (entry, exit_) in zip(layer_kinds(c), layer_exits(c))]
     phase = "prefill" if step.prefill else "decode"
@@ -460,11 +464,11 @@ def core_workload(cores: dict[str, tuple[Op, ...]]) -> Workload:
 
 
 def step_parts(m: ModelConfig, step: Step, *, precision: Precision, tp: int,
-               attention: str = "fused", experts: Experts = NO_EP
+               attention: str = "fused", experts: Experts = NO_EP, sampler: str = "none"
                ) -> tuple[Workload, list[dict[str, tuple[Op, ...]]]]:
     """The frame of ``step`` and the cores of each of its sequence groups."""
     return (frame(m, step.tokens, step.rows, precision=precision, tp=tp, attention=attention,
-                  experts=experts),
+                  experts=experts, sampler=sampler),
             step_cores(m, step, precision=precision, tp=tp, attention=attention))
 
 

@@ -395,7 +395,7 @@ def exact_parts_cost(replica: Replica, step: Step, simulate: Callable | None = N
     decomposition to that)."""
     r = replica
     fr, groups = step_parts(r.model, step, precision=r.precision, tp=r.tp,
-                            attention=r.attention, experts=r.experts)
+                            attention=r.attention, experts=r.experts, sampler=r.sampler)
     comp: dict[str, float] = {}
     energy: dict[str, float] = {}
     parts: dict[str, dict] = {}

@@ -311,7 +311,8 @@ def _draft_replica(cfg: ServeConfig, target: Replica) -> Replica | None:
                                     {"weights_dtype": p.weights, "act_dtype": p.activations})))
     # the draft runs as its target does: its variant and all-reduce, beside each
     # data-parallel rank
-    return replace(d, variant=target.variant, dp=target.dp, all_reduce=target.all_reduce)
+    return replace(d, variant=target.variant, dp=target.dp, all_reduce=target.all_reduce,
+                   sampler=target.sampler)
 
 
 def resolve_config(deployment: Deployment, cfg: ServeConfig | None = None) -> ServeConfig:
@@ -348,7 +349,9 @@ def _serve(deployment: Deployment, load: Load, cfg: ServeConfig, oracles: StepTi
            progress) -> ServeResult:
     """:func:`serve` of a resolved ``cfg`` on ``oracles`` (no waterfall)."""
     # the runtime's engine runs the tensor-parallel all-reduces (its custom kernels or NCCL)
-    deployment = deployment.with_replicas(all_reduce=cfg.runtime.all_reduce)
+    # and samples each step's tokens with its own kernels
+    deployment = deployment.with_replicas(all_reduce=cfg.runtime.all_reduce,
+                                          sampler=cfg.runtime.sampler)
     model = deployment.model
     rng = np.random.default_rng(cfg.seed)
     arr, pr, out, info = draw_requests(load, model.max_position_embeddings, rng)

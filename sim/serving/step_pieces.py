@@ -128,7 +128,8 @@ class StepPieces:
         tpu-v5e, infer-2026) and a vertex has one row."""
         if self._head_precision is None:
             r = self.replica
-            w = frame(r.model, 1, 1, precision=r.precision, tp=r.tp, attention=r.attention)
+            w = frame(r.model, 1, 1, precision=r.precision, tp=r.tp, attention=r.attention,
+                      sampler=r.sampler)
             wp = with_precision_ops(w, r.chip)
             self._head_precision = any(a is not b for a, b in zip(w.blocks, wp.blocks)
                                        if a.name == "head")

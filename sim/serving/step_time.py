@@ -40,6 +40,7 @@ from .. import energy_parts as EP
 from .afd_split import split_workload
 from ..run.variant import Variant, collective_timer, variant_chip, variant_timer
 from ...arch.engine_allreduce import check_engine
+from ...arch.sampler import check_sampler
 from .engine_allreduce import engine_timer
 
 
@@ -99,10 +100,14 @@ class Replica:
     #: the engine's tensor-parallel all-reduce (a runtime profile's ``all_reduce``): "nccl",
     #: or the engine's custom kernels where its source takes them (:mod:`.engine_allreduce`)
     all_reduce: str = "nccl"
+    #: the engine's sampling kernels after the head (a runtime profile's ``sampler``,
+    #: :data:`~diptych.arch.sampler.SAMPLERS`; device work, :mod:`~diptych.workloads.sampling`)
+    sampler: str = "none"
 
     def __post_init__(self):
         from ..run.scenario import EXECUTIONS, default_execution
         check_engine(self.all_reduce)
+        check_sampler(self.sampler)
         if isinstance(self.dp, bool) or not isinstance(self.dp, int) or self.dp < 1:
             raise ValueError(f"dp (data-parallel attention ranks) must be a positive integer, "
                              f"not {self.dp!r}")
@@ -150,14 +155,16 @@ class Replica:
         """``step`` lowered (:func:`~diptych.workloads.serving_step.lower_step`)."""
         return self._side(with_precision_ops(
             lower_step(self.model, step, precision=self.precision, tp=self.tp,
-                       attention=self.attention, experts=self.experts), self.chip))
+                       attention=self.attention, experts=self.experts,
+                       sampler=self.sampler), self.chip))
 
     def frame_workload(self, tokens: int, rows: int) -> Workload:
         """The frame of ``tokens`` tokens and ``rows`` logits rows
         (:func:`~diptych.workloads.serving_step.frame`)."""
         return self._side(with_precision_ops(
             frame(self.model, tokens, rows, precision=self.precision, tp=self.tp,
-                  attention=self.attention, experts=self.experts), self.chip))
+                  attention=self.attention, experts=self.experts, sampler=self.sampler),
+            self.chip))
 
     def _side(self, w: Workload) -> Workload:
         """``w``, or its attention-pool part when the replica is one (``afd_side``)."""

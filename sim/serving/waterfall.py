@@ -78,9 +78,10 @@ def serving_waterfall(result, deployment, load, cfg, rerun: Callable) -> dict:
     base = deployment.pools[0].replica.variant
     levels = _levels(base)
     # the levels below ``host`` run without the runtime's host costs, its engine's all-reduce
-    # kept (a device mechanism: it enters with ``communication``)
+    # and sampler kept (device mechanisms: they enter with ``communication`` and the
+    # non-GEMM work)
     ideal_cfg = dataclasses.replace(cfg, runtime=dataclasses.replace(
-        IDEAL_RUNTIME, all_reduce=cfg.runtime.all_reduce))
+        IDEAL_RUNTIME, all_reduce=cfg.runtime.all_reduce, sampler=cfg.runtime.sampler))
     rows = [_metrics(rerun(with_variant(deployment, v), ideal_cfg)) for v in levels]
     rows.append(_metrics(result))
     final = rows[-1]["busy_s"]
