@@ -62,6 +62,38 @@ SAMPLERS: dict[str, tuple[tuple[str, str, float | str, float, float], ...]] = {
 #: What a runtime charges unless its profile names a sampler.
 DEFAULT_SAMPLER = "none"
 
+#: ``name → (FP32 buffers of one engine batch slot × the padded vocabulary, bytes per slot
+#: besides)`` that the engine allocates on every rank before it sizes its KV cache from the
+#: memory left free (docs/serving.md, "The engine's sampler"). TensorRT-LLM's
+#: ``TrtGptModelInflightBatching`` creates its runtime buffers and its decoder before the KV
+#: cache manager measures free memory (batch_manager/trtGptModelInflightBatching.cpp
+#: @00825c4e L270-278 ``createBuffers``, ``createDecoder``, then L311-312
+#: ``calculateFreeMemBytes`` and L332 ``createKvCacheManager``; the same order in a
+#: v0.16/0.17-era copy of the then closed source and in the v0.11-era one [assumption: 0.17,
+#: closed, is the same]; docs/source/reference/memory.md: "Before KV cache blocks are
+#: allocated, some amount of GPU memory are pre-allocated by C++ runtime"). Its five
+#: ``[max batch, vocab]`` 4-byte buffers: the engine's ``logits`` output sized by the max
+#: batch when no logits are gathered (runtimeBuffers.cpp @092a5a15 L103, L362); the decoding
+#: workspace's runtime logits (runtime/decodingLayerWorkspace.cpp @1a43c7d6 L27-30); its
+#: scratch space, the largest layer's, top-k's ``sizeof(T)·B·Vpad`` + 2·B·1024·8·4 bytes
+#: (``getTopKWorkspaceSizes``, ``TOP_K_MAX`` 1024; the 65,536 bytes a slot); PenaltyLayer's
+#: int32 occurrence workspace ``[B, vocab]`` (the default TopKTopP mode includes the
+#: penalties); GptDecoderBatched's ``embeddingBias`` ``[B, Vpad]``. Buffers of ``B ×
+#: max_seq_len`` integers (cache indirection, ids, log-probs) are not counted (~10 MB).
+#: trtllm-bench's page logs more for Llama-2-7B at max batch 4,096 in 0.12 (runtime buffers
+#: 1.14 GB + decoder 4.35 GB, where these five come to 2.6 GB of its 32,000-token
+#: vocabulary): an older release's extra copies, not taken.
+ENGINE_BUFFERS: dict[str, tuple[int, int]] = {"none": (0, 0), "trtllm": (5, 65536)}
+
+
+def engine_buffer_bytes(sampler: str, max_batch: int, vocab: int, tp: int) -> float:
+    """Bytes per rank of ``sampler``'s engine buffers (:data:`ENGINE_BUFFERS`) for an engine
+    of ``max_batch`` sequences, ``vocab`` tokens padded to a multiple of ``tp``
+    (``vocabSizePadded``)."""
+    n, per_slot = ENGINE_BUFFERS[check_sampler(sampler)]
+    padded = -(-vocab // tp) * tp
+    return float(max_batch * (n * 4 * padded + per_slot))
+
 
 def check_sampler(name) -> str:
     """``name`` if it is one of :data:`SAMPLERS`, else ValueError naming it and the known

@@ -108,8 +108,9 @@ def trtllm_bench_engine(model: str, tp: int, isl: int, osl: int, fp8: bool = Tru
     of the 70B grid rows' settings; which one 0.17 shipped is an [assumption]: the earlier);
     tensorrt_llm/bench/benchmark/throughput.py.] Returns
     ``ServeConfig`` keywords. diptych keeps its own KV sizing (HBM less weights, a step's
-    activations and ``kv_reserve_fraction`` 0.05 of HBM, where TensorRT-LLM takes 0.95 of what
-    the loaded engine leaves free), which is not the heuristic's estimate either."""
+    activations, the engine's logits buffers for this max batch and ``kv_reserve_fraction``
+    0.05 of HBM, where TensorRT-LLM takes 0.95 of what the loaded engine leaves free), which
+    is not the heuristic's estimate either."""
     from diptych.workloads.params import params_per_chip
     m = load_model(model)
     byte = 1 if fp8 else 2

@@ -142,6 +142,9 @@ class KvBudget:
     tier2_blocks: int = 0
     #: blocks the chip's third tier adds to it (``[dram3]`` under ``--kv-offload tier``)
     tier3_blocks: int = 0
+    #: bytes the engine allocates before it sizes its cache (the runtime's sampler's
+    #: logits buffers, :func:`~diptych.arch.sampler.engine_buffer_bytes`)
+    engine_bytes: float = 0.0
 
     @property
     def pool_blocks(self) -> int:
@@ -151,7 +154,7 @@ class KvBudget:
     @property
     def kv_bytes(self) -> float:
         return self.capacity_bytes - self.weights_bytes - self.activation_bytes \
-            - self.reserve_bytes
+            - self.reserve_bytes - self.engine_bytes
 
     @property
     def tokens(self) -> int:
@@ -166,6 +169,7 @@ class KvBudget:
     def to_dict(self) -> dict:
         return {"capacity_bytes": self.capacity_bytes, "weights_bytes": self.weights_bytes,
                 "activation_bytes": self.activation_bytes, "reserve_bytes": self.reserve_bytes,
+                **({"engine_bytes": self.engine_bytes} if self.engine_bytes else {}),
                 "kv_bytes": self.kv_bytes, "bytes_per_token": self.bytes_per_token,
                 "block_tokens": self.block_tokens, "blocks": self.blocks, "tokens": self.tokens,
                 "block_layers": self.layout.unit_layers,
@@ -195,11 +199,13 @@ def activation_bytes(r: Replica, max_tokens: int) -> float:
 
 
 def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
-              reserve_fraction: float, draft: Replica | None = None) -> KvBudget:
+              reserve_fraction: float, draft: Replica | None = None,
+              engine_bytes: float = 0.0) -> KvBudget:
     """The KV capacity of replica ``r`` (module docstring). With a ``draft`` model, whose
     cache shares the target's blocks, a block holds every layer of both and keeps every
-    token (no window frees blocks). Raises ValueError naming the shortfall when nothing is
-    left for the cache."""
+    token (no window frees blocks). ``engine_bytes``: what the engine allocates per chip
+    before sizing its cache besides weights and activations (its sampler's buffers). Raises
+    ValueError naming the shortfall when nothing is left for the cache."""
     cap = float(r.chip.dram.capacity_bytes)
     w = (part_weight_bytes(r, "attention", r.tp) if r.afd_side else    # AFD: no FFN
          weight_bytes_per_chip(r.model, r.tp, r.precision, r.experts.ep,
@@ -227,17 +233,19 @@ def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
     if state:
         layout = replace(layout, state_blocks=state_blocks(state, unit))
     reserve = reserve_fraction * cap
-    free = cap - w - act - reserve
+    free = cap - w - act - reserve - engine_bytes
     blocks = int(math.floor(free / unit)) if free > 0 else 0
     if blocks < layout.units_per_block + layout.state_blocks:
         gib = 2.0 ** 30
         raise ValueError(
             f"no room for a KV cache: {r.model.name} on {r.chip.name} at tp={r.tp} needs "
             f"{w / gib:.1f} GiB of weights + {act / gib:.1f} GiB of activations + "
-            f"{reserve / gib:.1f} GiB reserve per chip, and the chip has {cap / gib:.1f} GiB; "
+            + (f"{engine_bytes / gib:.1f} GiB of the engine's buffers + " if engine_bytes
+               else "")
+            + f"{reserve / gib:.1f} GiB reserve per chip, and the chip has {cap / gib:.1f} GiB; "
             f"use more chips ({'--attention-chips' if r.afd_side else '--tp'}), narrower "
             f"weights (--weights-dtype) or a smaller "
             f"--max-batched-tokens")
     return KvBudget(capacity_bytes=cap, weights_bytes=w, activation_bytes=act,
                     reserve_bytes=reserve, bytes_per_token=per_tok, block_tokens=block_tokens,
-                    blocks=blocks, layout=layout)
+                    blocks=blocks, layout=layout, engine_bytes=engine_bytes)

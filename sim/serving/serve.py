@@ -34,6 +34,7 @@ from .afd import (AfdLayout, AfdTimer, FfnSide, OnAttentionPool, afd_info,
 from .ep import ExpertPart, LockstepTimer
 from .grid_timer import GridStepTimer, GridSpec
 from .requests import Load, draw_requests
+from ...arch.sampler import engine_buffer_bytes
 from ...workloads.mtp import mtp_module
 
 __all__ = ["Deployment", "Load", "StepTimerCache", "Pool", "ServeResult", "colocated", "fit_tp",
@@ -169,9 +170,12 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
         mtp = (replace(afd.ffn, model=draft.model) if draft is not None
                and draft.model.mtp_module else None)
         check_ffn_fits(afd.ffn, afd.spec, cfg.kv_reserve_fraction, draft=mtp)
+    # the engine's sampler's buffers, allocated for its max batch before it sizes the cache
     budget = kv_budget(r, block_tokens=cfg.kv_block_tokens,
                        max_batched_tokens=cfg.max_batched_tokens,
-                       reserve_fraction=cfg.kv_reserve_fraction, draft=draft)
+                       reserve_fraction=cfg.kv_reserve_fraction, draft=draft,
+                       engine_bytes=engine_buffer_bytes(r.sampler, cfg.max_batch,
+                                                        r.model.vocab_size, r.tp))
     prefix_blocks *= budget.layout.units_per_block     # the pinned prefix: every layer
     if prefix_blocks >= budget.blocks:
         raise ValueError(f"the shared prefix ({prefix_blocks} blocks) does not fit the KV "

@@ -134,3 +134,48 @@ def test_the_oracles_pieces_carry_the_sampler(tp):
     assert GridStepTimer(s, roofline).cost(v).seconds == pytest.approx(
         exact_parts_cost(s, v, roofline).seconds, rel=1e-9)
     assert GridStepTimer(s, roofline).cost(v).seconds > GridStepTimer(r, roofline).cost(v).seconds
+
+
+# -- the engine's buffers (allocated for its max batch before it sizes its KV cache) ----------
+
+def test_trtllm_engine_buffers_are_five_fp32_vocab_rows_a_slot():
+    from diptych.arch.sampler import engine_buffer_bytes
+    # logits output, runtime logits, top-k scratch (+ 2·1024·8·4 B), penalty counts, bias
+    assert engine_buffer_bytes("trtllm", 4096, 128256, 1) == 4096 * (5 * 4 * 128256 + 65536)
+    # the vocabulary padded to a multiple of tp (vocabSizePadded)
+    assert engine_buffer_bytes("trtllm", 10, 32001, 2) == 10 * (5 * 4 * 32002 + 65536)
+    assert engine_buffer_bytes("none", 4096, 128256, 1) == 0.0
+    with pytest.raises(ValueError, match="sampler must be one of"):
+        engine_buffer_bytes("vllm", 1, 1, 1)
+
+
+def test_kv_budget_leaves_the_engines_buffers_out():
+    from diptych.sim.serving.kv import kv_budget
+    r = make_replica("h100", "llama-3-8b", Scenario.of(phase="decode"))
+    kw = dict(block_tokens=32, max_batched_tokens=2048, reserve_fraction=0.05)
+    a, b = kv_budget(r, **kw), kv_budget(r, engine_bytes=10e9, **kw)
+    assert a.engine_bytes == 0.0 and "engine_bytes" not in a.to_dict()
+    assert b.to_dict()["engine_bytes"] == 10e9
+    assert b.kv_bytes == pytest.approx(a.kv_bytes - 10e9, rel=1e-12)
+    free = a.kv_bytes - 10e9
+    assert b.blocks == int(free // a.block_bytes)
+    with pytest.raises(ValueError, match=r"GiB of the engine's buffers \+"):
+        kv_budget(r, engine_bytes=a.kv_bytes, **kw)
+
+
+def test_serve_sizes_the_cache_after_the_runtimes_engine_buffers():
+    from diptych.arch.sampler import engine_buffer_bytes
+    from diptych.sim.serving.config import ServeConfig
+    from diptych.sim.serving.requests import parse_length as P
+    from diptych.sim.serving.serve import Load, StepTimerCache, colocated, serve
+
+    dep = colocated("h100", "llama-3-8b", tp=2)
+    load = Load(concurrency=2, prompt=P("64"), gen=P("4"), requests=2)
+    oc = StepTimerCache("direct", roofline)
+    kv = {name: serve(dep, load, ServeConfig(runtime=load_runtime(name), max_batch=640),
+                      oracles=oc).kv[0] for name in ("trtllm-bench", "ideal")}
+    want = 640 * (5 * 4 * 128256 + 65536)           # per rank, whatever the tp
+    assert want == engine_buffer_bytes("trtllm", 640, 128256, 2)
+    assert kv["trtllm-bench"]["engine_bytes"] == want and "engine_bytes" not in kv["ideal"]
+    assert kv["trtllm-bench"]["kv_bytes"] == pytest.approx(kv["ideal"]["kv_bytes"] - want,
+                                                          rel=1e-12)
