@@ -23,7 +23,8 @@ its prompt already in the KV cache (its *past*). The lowering:
   and writes each sequence's state once, whatever its past; a prefill chunk runs the chunked
   algorithm over its own tokens, starting from the state its past left (no past K/V read).
 * **Logits** are computed for ``logits_rows`` rows: each decode query row and each chunk that
-  completes its prompt.
+  completes its prompt; a ``sampler`` (a runtime's engine, :mod:`~diptych.workloads.sampling`)
+  adds its passes over them after the head.
 
 With only decode sequences of one context, the step is exactly
 :func:`~diptych.workloads.lower.decode`'s workload; with only whole prompts of one length,
