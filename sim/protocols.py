@@ -119,11 +119,13 @@ def sent_bytes(kind: str, nbytes: float, n: int) -> float:
 MIB = 2**20
 
 
-def nvls_bandwidth_seconds(nbytes: float, rate: float, raw: float, ramp) -> float:
+def nvls_bandwidth_seconds(nbytes: float, raw: float, fraction: float, ramp) -> float:
     """Seconds the bytes of an all-reduce through the switch's in-network reduction take
-    (its fixed latency apart): ``nbytes / rate`` (bytes/s), except the parts of the message
-    inside ``ramp``'s segments ``(from MiB, to MiB, fraction)``, which move at ``fraction``
-    of ``raw`` (the links' raw bandwidth): ``Interconnect.in_network_reduction_ramp``."""
+    (its fixed latency apart): ``nbytes`` at ``fraction`` of ``raw`` (the links' raw
+    bandwidth, bytes/s), except the parts of the message inside ``ramp``'s segments ``(from
+    MiB, to MiB, fraction)``, which move at their own fraction of ``raw``:
+    ``Interconnect.in_network_reduction`` and ``in_network_reduction_ramp``."""
+    rate = raw * fraction
     if not ramp:
         return nbytes / rate
     t, rest = 0.0, nbytes

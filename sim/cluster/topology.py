@@ -73,8 +73,8 @@ class Network:
     def nvls_seconds(self, nbytes: float) -> float:
         """The bandwidth seconds of an ``nbytes`` all-reduce through the in-network reduction,
         its ramp's segments at their own rates (:func:`..protocols.nvls_bandwidth_seconds`)."""
-        return nvls_bandwidth_seconds(nbytes, self.nvls_bytes_per_s,
-                                      self.port_bytes_per_s / self.up_efficiency, self.nvls_ramp)
+        return nvls_bandwidth_seconds(nbytes, self.port_bytes_per_s / self.up_efficiency,
+                                      self.nvls_fraction, self.nvls_ramp)
 
     @property
     def torus(self) -> bool:

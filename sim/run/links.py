@@ -87,8 +87,8 @@ def collective_options(op: Collective, chip: Chip) -> dict[str, float]:
         out["ring"] = sent / bw + steps * ic.latency_us * 1e-6
     nvls_ok = not protos or "nvls" in chip_algorithms(chip)
     if op.kind == "all_reduce" and ic.in_network_reduction and nvls_ok:
-        raw = ic.bytes_per_s_per_direction
-        out["nvls"] = (nvls_bandwidth_seconds(op.bytes, raw * ic.in_network_reduction, raw,
+        out["nvls"] = (nvls_bandwidth_seconds(op.bytes, ic.bytes_per_s_per_direction,
+                                              ic.in_network_reduction,
                                               ic.in_network_reduction_ramp)
                        + ic.in_network_reduction_latency_us * 1e-6)
     if protos and "ring" not in chip_algorithms(chip):     # NCCL_ALGO without the ring
