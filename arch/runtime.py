@@ -37,6 +37,12 @@ A :class:`RuntimeProfile` holds, with units in the field names:
   step's logits after its LM head ("trtllm": an FP32 cast, a penalty pass, a softmax and a
   top-k stage over the whole vocabulary; :mod:`diptych.arch.sampler`), on the device like
   ``all_reduce``.
+* KV memory: ``kv_sizing`` "capacity" (the cache is the chip's capacity less weights,
+  activations, the engine's buffers and ``kv_reserve_fraction`` of the capacity: vLLM's
+  ``gpu_memory_utilization``) or "free" (``1 − kv_reserve_fraction`` of what is free once the
+  engine has loaded: TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction``); either way
+  ``process_gib`` per chip first, the memory the engine's process holds beyond what diptych
+  lists (CUDA's context and libraries, what the driver never reports).
 * batch size: ``batch_size_tuning`` true caps the batch at what TensorRT-LLM's dynamic
   batch-size tuner picks for the KV capacity at the requests' mean lengths (a table of sizes;
   ``trtllm-bench`` turns it on: :mod:`diptych.sim.serving.batch_tuning`); false, the run's
@@ -60,6 +66,8 @@ from .schema import ConfigError, bound, build, f, read_config_file
 DEFAULT_RUNTIME = "ideal"
 #: How a serving engine admits requests into its KV cache (module docstring).
 KV_ADMISSIONS = ("on-demand", "reserve")
+#: How a serving engine sizes its KV cache from the chip's memory (module docstring).
+KV_SIZINGS = ("capacity", "free")
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,16 @@ class RuntimeProfile:
     sampler: str = f(default=DEFAULT_SAMPLER, choices=tuple(SAMPLERS),
                      doc="the engine's sampling kernels over each step's logits, on the "
                          "device: none, or the named engine's (trtllm)")
+    kv_sizing: str = f(default="capacity", choices=KV_SIZINGS,
+                       doc="capacity: the cache is what weights, activations and buffers "
+                           "leave less kv_reserve_fraction of the capacity; free: "
+                           "1 - kv_reserve_fraction of what is free after the engine loads")
+    process_gib: float = f(default=0.0,
+                           doc="memory per chip the engine's process holds besides weights, "
+                               "activations and its buffers (CUDA context, libraries, what "
+                               "the driver does not report), in GiB",
+                           **bound(0.001, 64.0, "GiB: 0 = none; 1 MiB is below any CUDA "
+                                   "context, 64 GiB above any chip's runtime", zero=True))
     batch_size_tuning: bool = f(default=False,
                                 doc="true: the batch capped at TensorRT-LLM's dynamic "
                                     "batch-size tuner's size for the KV capacity at the "

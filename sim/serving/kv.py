@@ -11,7 +11,13 @@ model's when speculating); activations are the peak working set of the largest s
 scheduler can form (a prefill chunk of ``max_batched_tokens`` tokens, as
 :func:`~diptych.workloads.memory.inference_memory` counts it: the largest single op's
 footprint plus one hidden state per token); the reserve is ``kv_reserve_fraction`` of HBM
-(runtime, communication buffers, fragmentation). A draft model's cache shares the blocks, so a
+(runtime, communication buffers, fragmentation: vLLM's ``gpu_memory_utilization``), or, with
+the runtime's ``kv_sizing`` "free", ``kv_reserve_fraction`` of what is free once the engine
+has loaded (TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction``: ``BaseKVCacheManager::
+calculateMaxNumBlocks`` takes that fraction of ``cudaMemGetInfo``'s free bytes after the
+engine, its execution context, runtime buffers and decoder are allocated). Either way the
+runtime's ``process_gib`` (CUDA's context and libraries, memory the driver never reports)
+comes off first. A draft model's cache shares the blocks, so a
 block's bytes are the target's plus the draft's. An MTP draft (``--speculative draft=mtp``,
 :mod:`diptych.workloads.mtp`) holds all of the target's ``mtp_layers`` modules and their caches
 (one attention layer each), the embedding and head being the target's.
@@ -145,6 +151,8 @@ class KvBudget:
     #: bytes the engine allocates before it sizes its cache (the runtime's sampler's
     #: logits buffers, :func:`~diptych.arch.sampler.engine_buffer_bytes`)
     engine_bytes: float = 0.0
+    #: bytes the engine's process holds besides them (the runtime's ``process_gib``)
+    process_bytes: float = 0.0
 
     @property
     def pool_blocks(self) -> int:
@@ -154,7 +162,7 @@ class KvBudget:
     @property
     def kv_bytes(self) -> float:
         return self.capacity_bytes - self.weights_bytes - self.activation_bytes \
-            - self.reserve_bytes - self.engine_bytes
+            - self.reserve_bytes - self.engine_bytes - self.process_bytes
 
     @property
     def tokens(self) -> int:
@@ -170,6 +178,7 @@ class KvBudget:
         return {"capacity_bytes": self.capacity_bytes, "weights_bytes": self.weights_bytes,
                 "activation_bytes": self.activation_bytes, "reserve_bytes": self.reserve_bytes,
                 **({"engine_bytes": self.engine_bytes} if self.engine_bytes else {}),
+                **({"process_bytes": self.process_bytes} if self.process_bytes else {}),
                 "kv_bytes": self.kv_bytes, "bytes_per_token": self.bytes_per_token,
                 "block_tokens": self.block_tokens, "blocks": self.blocks, "tokens": self.tokens,
                 "block_layers": self.layout.unit_layers,
@@ -200,12 +209,16 @@ def activation_bytes(r: Replica, max_tokens: int) -> float:
 
 def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
               reserve_fraction: float, draft: Replica | None = None,
-              engine_bytes: float = 0.0) -> KvBudget:
+              engine_bytes: float = 0.0, sizing: str = "capacity",
+              process_bytes: float = 0.0) -> KvBudget:
     """The KV capacity of replica ``r`` (module docstring). With a ``draft`` model, whose
     cache shares the target's blocks, a block holds every layer of both and keeps every
     token (no window frees blocks). ``engine_bytes``: what the engine allocates per chip
-    before sizing its cache besides weights and activations (its sampler's buffers). Raises
-    ValueError naming the shortfall when nothing is left for the cache."""
+    before sizing its cache besides weights and activations (its sampler's buffers);
+    ``process_bytes``: what its process holds besides (CUDA's context, libraries). ``sizing``
+    "capacity": the reserve is ``reserve_fraction`` of the chip's capacity; "free": of what is
+    left once everything else is allocated (module docstring). Raises ValueError naming the
+    shortfall when nothing is left for the cache."""
     cap = float(r.chip.dram.capacity_bytes)
     w = (part_weight_bytes(r, "attention", r.tp) if r.afd_side else    # AFD: no FFN
          weight_bytes_per_chip(r.model, r.tp, r.precision, r.experts.ep,
@@ -232,8 +245,13 @@ def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
     unit = _block_bytes(block_tokens, per_tok, layout)
     if state:
         layout = replace(layout, state_blocks=state_blocks(state, unit))
-    reserve = reserve_fraction * cap
-    free = cap - w - act - reserve - engine_bytes
+    if sizing not in ("capacity", "free"):
+        raise ValueError(f"KV sizing {sizing!r}: expected 'capacity' or 'free'")
+    if sizing == "capacity":
+        reserve = reserve_fraction * cap
+    else:                               # a fraction of what the loaded engine leaves free
+        reserve = reserve_fraction * max(cap - w - act - engine_bytes - process_bytes, 0.0)
+    free = cap - w - act - reserve - engine_bytes - process_bytes
     blocks = int(math.floor(free / unit)) if free > 0 else 0
     if blocks < layout.units_per_block + layout.state_blocks:
         gib = 2.0 ** 30
@@ -242,10 +260,13 @@ def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
             f"{w / gib:.1f} GiB of weights + {act / gib:.1f} GiB of activations + "
             + (f"{engine_bytes / gib:.1f} GiB of the engine's buffers + " if engine_bytes
                else "")
+            + (f"{process_bytes / gib:.1f} GiB of the engine's process + " if process_bytes
+               else "")
             + f"{reserve / gib:.1f} GiB reserve per chip, and the chip has {cap / gib:.1f} GiB; "
             f"use more chips ({'--attention-chips' if r.afd_side else '--tp'}), narrower "
             f"weights (--weights-dtype) or a smaller "
             f"--max-batched-tokens")
     return KvBudget(capacity_bytes=cap, weights_bytes=w, activation_bytes=act,
                     reserve_bytes=reserve, bytes_per_token=per_tok, block_tokens=block_tokens,
-                    blocks=blocks, layout=layout, engine_bytes=engine_bytes)
+                    blocks=blocks, layout=layout, engine_bytes=engine_bytes,
+                    process_bytes=process_bytes)

@@ -170,12 +170,15 @@ def _instances(pool: Pool, role: str, cfg: ServeConfig, oracles: StepTimerCache,
         mtp = (replace(afd.ffn, model=draft.model) if draft is not None
                and draft.model.mtp_module else None)
         check_ffn_fits(afd.ffn, afd.spec, cfg.kv_reserve_fraction, draft=mtp)
-    # the engine's sampler's buffers, allocated for its max batch before it sizes the cache
+    # the engine's sampler's buffers, allocated for its max batch before it sizes the cache,
+    # and the cache sized as the runtime's engine sizes it
     budget = kv_budget(r, block_tokens=cfg.kv_block_tokens,
                        max_batched_tokens=cfg.max_batched_tokens,
                        reserve_fraction=cfg.kv_reserve_fraction, draft=draft,
                        engine_bytes=engine_buffer_bytes(r.sampler, cfg.max_batch,
-                                                        r.model.vocab_size, r.tp))
+                                                        r.model.vocab_size, r.tp),
+                       sizing=cfg.runtime.kv_sizing,
+                       process_bytes=cfg.runtime.process_gib * 2.0 ** 30)
     prefix_blocks *= budget.layout.units_per_block     # the pinned prefix: every layer
     if prefix_blocks >= budget.blocks:
         raise ValueError(f"the shared prefix ({prefix_blocks} blocks) does not fit the KV "

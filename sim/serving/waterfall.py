@@ -79,9 +79,12 @@ def serving_waterfall(result, deployment, load, cfg, rerun: Callable) -> dict:
     levels = _levels(base)
     # the levels below ``host`` run without the runtime's host costs, its engine's all-reduce
     # and sampler kept (device mechanisms: they enter with ``communication`` and the
-    # non-GEMM work)
+    # non-GEMM work), its KV sizing and batch-size tuning kept (every level holds the same
+    # requests in the same batches)
+    rt = cfg.runtime
     ideal_cfg = dataclasses.replace(cfg, runtime=dataclasses.replace(
-        IDEAL_RUNTIME, all_reduce=cfg.runtime.all_reduce, sampler=cfg.runtime.sampler))
+        IDEAL_RUNTIME, all_reduce=rt.all_reduce, sampler=rt.sampler, kv_sizing=rt.kv_sizing,
+        process_gib=rt.process_gib, batch_size_tuning=rt.batch_size_tuning))
     rows = [_metrics(rerun(with_variant(deployment, v), ideal_cfg)) for v in levels]
     rows.append(_metrics(result))
     final = rows[-1]["busy_s"]

@@ -250,6 +250,9 @@ def test_step_rule():
     ("overlap = 3", "overlap: expected"),
     ('split_prompts = "no"', "split_prompts: expected true or false, got 'no'"),
     ("step_host_per_token_us = 1.0", "unknown key"),
+    ('kv_sizing = "spare"', "kv_sizing: expected one of"),
+    ("process_gib = -1.0", "process_gib: expected"),
+    ("process_gib = 100.0", "process_gib: expected"),
 ])
 def test_bad_profile_file_names_the_field(tmp_path, text, match):
     p = tmp_path / "mine.toml"

@@ -172,8 +172,12 @@ def test_serve_sizes_the_cache_after_the_runtimes_engine_buffers():
     dep = colocated("h100", "llama-3-8b", tp=2)
     load = Load(concurrency=2, prompt=P("64"), gen=P("4"), requests=2)
     oc = StepTimerCache("direct", roofline)
-    kv = {name: serve(dep, load, ServeConfig(runtime=load_runtime(name), max_batch=640),
-                      oracles=oc).kv[0] for name in ("trtllm-bench", "ideal")}
+    # the engine's cache sizing left as ideal's, so the buffers alone differ (the sizing:
+    # test_kv_sizing.py)
+    bench = dataclasses.replace(load_runtime("trtllm-bench"), kv_sizing="capacity",
+                                process_gib=0.0)
+    kv = {rt.name: serve(dep, load, ServeConfig(runtime=rt, max_batch=640),
+                         oracles=oc).kv[0] for rt in (bench, load_runtime("ideal"))}
     want = 640 * (5 * 4 * 128256 + 65536)           # per rank, whatever the tp
     assert want == engine_buffer_bytes("trtllm", 640, 128256, 2)
     assert kv["trtllm-bench"]["engine_bytes"] == want and "engine_bytes" not in kv["ideal"]
