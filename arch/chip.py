@@ -241,6 +241,13 @@ class VectorUnit:
                                       "directly (registers into the MMA), so a tile it expands "
                                       "(dequantised weights or KV cache) does not go back "
                                       "through the scratchpad (default false: it does)")
+    in_kernel_expand_stream: float = f(
+        default=1.0,
+        doc="with on_array_input_path: the fraction of its streaming rate a fused attention "
+            "keeps while it expands a cache narrower than its queries in registers on the way "
+            "into the arrays (1, the default: the conversion hides entirely under the loads)",
+        **bound(0.01, 1.0, "1 = the conversion is free; a kernel at under 1 % of its stream "
+                "is a bug, not a rate"))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,9 @@ fused kernel's own DRAM traffic; the rule (:func:`fused_stats`)::
 where a part's compute time is the engine's ``compute_cycles`` (the same schedule with
 unlimited DRAM bandwidth, fill and drain included) ÷ the clock, and the streaming bandwidth is
 the highest DRAM bandwidth the engine achieves on any of the parts (the same kind of data
-movement at larger size; capped at the chip's peak). On a chip with an ``[attention]`` table a
+movement at larger size; capped at the chip's peak), × ``core.vector.in_kernel_expand_stream``
+when the kernel expands a KV cache narrower than its queries in registers
+(:func:`expand_stream_fraction`). On a chip with an ``[attention]`` table a
 record with kernel calls (training, prefill) takes the compute time of its tiles instead
 (:mod:`diptych.sim.run.attention_tiles`: whole key blocks, a fixed cost per tile, the
 exponentials on the special-function units, overlapped or not).
@@ -21,9 +23,23 @@ from types import SimpleNamespace
 
 from ...workloads.fused_attention import FusedAttention, on_chip
 from ...workloads.ops import Gemm
+from ..support import dequant_place
 from .. import energy_parts as EP
 from ..regime import roof_regime
 from .attention_tiles import tile_shaped_parts, tiled, tiled_compute_seconds, work_scale
+
+
+def expand_stream_fraction(op: FusedAttention, chip) -> float:
+    """The share of its streaming rate ``op`` keeps on ``chip``: the chip's
+    ``core.vector.in_kernel_expand_stream`` when the kernel expands a cache narrower than its
+    queries in registers on the way into the arrays (a part whose B operand the vector unit
+    dequantises, ``core.vector.on_array_input_path``: :mod:`.precision_ops`), else 1."""
+    v = chip.core.vector
+    if v.in_kernel_expand_stream == 1.0 or not v.on_array_input_path:
+        return 1.0
+    if any(dequant_place(chip, g) == "vector" for g in op.gemms):
+        return v.in_kernel_expand_stream
+    return 1.0
 
 
 def on_chip_seconds(op: FusedAttention, chip) -> float:
@@ -70,7 +86,7 @@ def fused_stats(op: FusedAttention, chip, simulate) -> SimpleNamespace:
     peak_bw = chip.dram_bytes_per_s
     achieved = [min(st.dram_bytes_per_s, peak_bw) for st in sts
                 if getattr(st, "dram_bytes_per_s", 0.0) > 0.0]
-    bw = max(achieved) if achieved else peak_bw
+    bw = (max(achieved) if achieved else peak_bw) * expand_stream_fraction(op, chip)
     t_mem = op.dram_bytes / bw if op.dram_bytes else 0.0
     if op.scratchpad_bytes or op.shared_buffer_bytes:   # resident operands (per operand)
         t_mem = max(t_mem, on_chip_seconds(op, chip))

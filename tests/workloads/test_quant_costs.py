@@ -409,3 +409,38 @@ def test_kv_expansion_in_the_attention_kernels_register_path(register_path):
     else:
         assert cost.attention_compute_s == pytest.approx(a["compute_seconds"], rel=1e-12)
         assert cost.compute_s == pytest.approx(rest + k, rel=1e-12)
+
+
+#: TensorRT-LLM's XQA decode kernel on an H200 (NVIDIA/TensorRT-LLM @319f5114, blog16
+#: "Decode Baseline"): TB/s over an FP8 and a BF16 cache at 16k and 64k keys
+XQA_TBS = {"fp8": (4.03, 4.10), "bf16": (4.31, 4.37)}
+
+
+def _decode_attention(chip, kv):
+    from diptych.workloads.fused_attention import FusedAttention
+    p = Precision(weights="bf16", activations="bf16", kv=kv)
+    s = Scenario.of(phase="decode", batch=64, prompt=2048, gen=1)
+    w = lower_workload(load_model("llama-3-8b"), s, precision=p, tp=1, dp=1)[0]
+    return next(op for b, op in w.items() if isinstance(op, FusedAttention))
+
+
+def test_an_in_kernel_cache_expansion_costs_the_stream_xqa_measures():
+    """h100's ``in_kernel_expand_stream`` is XQA's FP8-over-BF16 bandwidth (0.935, 0.938);
+    a decode attention over an FP8 cache streams at that share of the rate it reaches over a
+    BF16 one, a BF16 cache and a chip without the register path (whose attention waits for
+    the expanded cache instead) not at all."""
+    from diptych.sim.run.attention import expand_stream_fraction, fused_stats
+    h100 = load_chip("h100")
+    share = h100.core.vector.in_kernel_expand_stream
+    measured = [f / b for f, b in zip(XQA_TBS["fp8"], XQA_TBS["bf16"])]
+    assert min(measured) - 0.005 <= share <= max(measured) + 0.005
+    free = _chip("h100", {"in_kernel_expand_stream": 1.0})
+    fp8, bf16 = _decode_attention(h100, "fp8"), _decode_attention(h100, "bf16")
+    a, b = fused_stats(fp8, h100, simulate), fused_stats(fp8, free, simulate)
+    assert a.stream_bytes_per_s == pytest.approx(share * b.stream_bytes_per_s, rel=1e-12)
+    assert a.memory_seconds == pytest.approx(b.memory_seconds / share, rel=1e-12)
+    assert a.seconds > b.seconds                        # memory-bound: the step pays it
+    assert expand_stream_fraction(bf16, h100) == 1.0
+    assert fused_stats(bf16, h100, simulate) == fused_stats(bf16, free, simulate)
+    no_path = _chip("h100", {"on_array_input_path": False})
+    assert expand_stream_fraction(fp8, no_path) == 1.0
