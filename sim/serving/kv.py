@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ...arch.runtime import KV_SIZINGS
 from ...workloads.config import ModelConfig
 from ...workloads.memory import peak_working_bytes
 from ...workloads.params import (kv_bytes_per_token_per_chip, kv_groups,
@@ -245,8 +246,8 @@ def kv_budget(r: Replica, *, block_tokens: int, max_batched_tokens: int,
     unit = _block_bytes(block_tokens, per_tok, layout)
     if state:
         layout = replace(layout, state_blocks=state_blocks(state, unit))
-    if sizing not in ("capacity", "free"):
-        raise ValueError(f"KV sizing {sizing!r}: expected 'capacity' or 'free'")
+    if sizing not in KV_SIZINGS:
+        raise ValueError(f"KV sizing {sizing!r}: expected one of {', '.join(KV_SIZINGS)}")
     if sizing == "capacity":
         reserve = reserve_fraction * cap
     else:                               # a fraction of what the loaded engine leaves free

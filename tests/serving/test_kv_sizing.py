@@ -47,7 +47,7 @@ def test_free_sizing_takes_the_fraction_of_what_the_loaded_engine_leaves():
 
 def test_the_rule_and_the_process_are_checked_and_named():
     r = _replica()
-    with pytest.raises(ValueError, match="KV sizing 'spare'"):
+    with pytest.raises(ValueError, match="KV sizing 'spare': expected one of capacity, free"):
         kv_budget(r, reserve_fraction=0.05, sizing="spare", **KW)
     whole = kv_budget(r, reserve_fraction=0.0, **KW)
     with pytest.raises(ValueError, match=r"GiB of the engine's process \+"):
