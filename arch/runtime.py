@@ -54,7 +54,8 @@ Profiles ship as TOML files in ``arch/runtimes/`` (each number with its source);
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from importlib import resources
 from pathlib import Path
 
@@ -68,6 +69,10 @@ DEFAULT_RUNTIME = "ideal"
 KV_ADMISSIONS = ("on-demand", "reserve")
 #: How a serving engine sizes its KV cache from the chip's memory (module docstring).
 KV_SIZINGS = ("capacity", "free")
+#: The fields that charge host time (per step or per request); every other field is the
+#: engine's device work, memory or scheduling.
+HOST_FIELDS = ("step_host_fixed_us", "step_host_per_seq_us", "step_host_device_fraction",
+               "step_exposed_us", "request_in_us", "tokenize_us_per_token", "token_out_us")
 
 
 @dataclass(frozen=True)
@@ -139,12 +144,15 @@ class RuntimeProfile:
                                     "batch-size tuner's size for the KV capacity at the "
                                     "requests' mean lengths; false: the run's max_batch")
 
-    @property
+    @cached_property
     def is_ideal(self) -> bool:
-        """No host cost at all: every time is the chip's alone."""
-        return not (self.step_host_fixed_us or self.step_host_per_seq_us
-                    or self.step_host_device_fraction or self.step_exposed_us
-                    or self.request_in_us or self.tokenize_us_per_token or self.token_out_us)
+        """No host cost at all (:data:`HOST_FIELDS`): every time is the chip's alone."""
+        return not any(getattr(self, name) for name in HOST_FIELDS)
+
+    def without_host(self) -> "RuntimeProfile":
+        """This profile with every host cost (:data:`HOST_FIELDS`) zero: the engine's device
+        work, memory sizing and scheduling kept."""
+        return replace(self, **{name: 0.0 for name in HOST_FIELDS})
 
     def request_in_s(self, prompt_tokens: int) -> float:
         """Seconds from a request's arrival to its being schedulable, for a prompt of

@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from ...arch.runtime import IDEAL as IDEAL_RUNTIME
 from ..run.variant import Variant
 
 #: The mechanisms, in the order they are added, with what each stands for.
@@ -81,10 +80,7 @@ def serving_waterfall(result, deployment, load, cfg, rerun: Callable) -> dict:
     # and sampler kept (device mechanisms: they enter with ``communication`` and the
     # non-GEMM work), its KV sizing and batch-size tuning kept (every level holds the same
     # requests in the same batches)
-    rt = cfg.runtime
-    ideal_cfg = dataclasses.replace(cfg, runtime=dataclasses.replace(
-        IDEAL_RUNTIME, all_reduce=rt.all_reduce, sampler=rt.sampler, kv_sizing=rt.kv_sizing,
-        process_gib=rt.process_gib, batch_size_tuning=rt.batch_size_tuning))
+    ideal_cfg = dataclasses.replace(cfg, runtime=cfg.runtime.without_host())
     rows = [_metrics(rerun(with_variant(deployment, v), ideal_cfg)) for v in levels]
     rows.append(_metrics(result))
     final = rows[-1]["busy_s"]
