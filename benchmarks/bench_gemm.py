@@ -42,7 +42,10 @@ def scalesim_speed(python: str) -> None:
     subprocess, its start-up excluded; diptych: ``gemm_stats`` with the full mapper search,
     after one warm-up call of the same shape on the same chip, the result cache off), and the
     speed-up is the geometric mean of the per-GEMM ratios (issue 27's ">= 5,000x geo-mean";
-    the ratio of the mean times is printed beside it)."""
+    the ratio of the mean times is printed beside it). Then the ceiling (:func:`_engine_share`):
+    the same searches with only their engine runs' own simulation counted, every line of the
+    search's Python and every run's call cost left out: what no rewrite of the search around
+    the same runs could beat."""
     import math
     import os
     import sys
@@ -79,6 +82,7 @@ def scalesim_speed(python: str) -> None:
             pb = MP.orient(Gemm(name="s", m=m, k=k, n=n), df, split, m)
             run_engine(one, pb, MP.Blocks(pb.m, pb.k, pb.n, 0), rates, split, True)
     tf = (time.perf_counter() - t) / (3 * len(shapes))
+    call, ceil = _engine_share(one, shapes, sec)
     ts, td = sum(ts_all) / len(ts_all), sum(td_all) / len(td_all)
     geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
     print(f"SCALE-Sim v3: {ts:.3f} s per GEMM (mean; {min(ts_all):.3f}-{max(ts_all):.3f} s). "
@@ -89,6 +93,52 @@ def scalesim_speed(python: str) -> None:
           f"{geo:,.0f}x faster, geometric mean of the {len(ratios)} per-GEMM ratios "
           f"({min(ratios):,.0f}-{max(ratios):,.0f}x; target >= 5,000x: "
           f"{'OK' if geo >= 5000 else 'MISSED'}); ratio of the means {ts / td:,.0f}x")
+    print(f"  the ceiling: the searches' engine runs alone, less {call * 1e6:.1f} us of call cost "
+          f"per run (no Python around them): {ceil:,.0f}x geo-mean")
+
+
+def _engine_share(chip, shapes, sec) -> tuple[float, float]:
+    """(a run's call cost in seconds, the geo-mean ratio to SCALE-Sim's ``sec`` of the
+    searches' engine time alone): each search of :func:`scalesim_speed` again with every
+    engine run (``gemm._run_candidate``) timed; the call cost is the least mean of five
+    batches of 400 calls of the first run of the 64³ OS search with a one-cycle cutoff (the
+    engine stops before its first block)."""
+    import math
+    from diptych.sim import gemm as G
+
+    orig = G._run_candidate
+    acc = [0.0, 0]
+    first = []
+
+    def timed(*a):
+        if not first:
+            first.append(a)
+        t = time.perf_counter()
+        out = orig(*a)
+        acc[0] += time.perf_counter() - t
+        acc[1] += 1
+        return out
+
+    G._run_candidate = timed
+    try:
+        gemm_stats(Gemm(name="c", m=64, k=64, n=64), chip, "os")
+        base, cs, local, _, _, dram, run = first[0]
+        call = math.inf
+        for _ in range(5):
+            t = time.perf_counter()
+            for _ in range(400):
+                orig(base, cs, local, 1, 0, dram, run)
+            call = min(call, (time.perf_counter() - t) / 400)
+        logs = []
+        for df in ("os", "ws", "is"):
+            for i, (m, k, n) in enumerate(shapes):
+                acc[:] = [0.0, 0]
+                gemm_stats(Gemm(name="s", m=m, k=k, n=n), chip, df)
+                own = max(acc[0] - acc[1] * call, 1e-9)
+                logs.append(math.log(sec[df][i] / own))
+    finally:
+        G._run_candidate = orig
+    return call, math.exp(sum(logs) / len(logs))
 
 
 def _cpu(children: bool = False) -> float:

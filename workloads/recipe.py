@@ -32,10 +32,13 @@ Transformer Engine's ``DelayedScaling`` (the default recipe, ``fp8-delayed``) an
   both in backward (:func:`quantize_records`, :func:`backward_gemms`).
 * **Weights** are cast once per optimizer step (cached across micro-batches:
   ``is_first_microbatch``): :func:`weight_cast_op`.
-* **Scale synchronisation** (delayed only): one all-reduce (MAX) of every amax at the end of
-  the forward pass and one in the backward pass, over the tensor-, data- and
+* **Scale synchronisation** (delayed only): an all-reduce (MAX) of the amaxes on every exit
+  from ``fp8_autocast`` and one in the matching backward, over the tensor-, data- and
   context-parallel ranks (Megatron's amax reduction group): latency-bound, 4 B per tensor
-  (TE reduces on every autocast exit, per micro-batch and model chunk: not modelled).
+  (:func:`amax_collectives`); Megatron-Core enters the autocast once per forward of each
+  model chunk, so a step makes two per micro-batch and chunk (the single-chip step,
+  :func:`~diptych.workloads.train.recipe_blocks`, and the cluster step,
+  :mod:`diptych.sim.cluster.step`, repeat them so).
 
 In the dataflow a norm's FP8 output is the row-wise half of the BF16-sized tensor it writes
 (the GEMM reads it; the transpose reads it and writes the column-wise copy as a tensor of its
