@@ -304,6 +304,11 @@ def _ep_layouts(ep, attention, redundant, skew, prefill_ep, decode_ep, disaggreg
 @click.option("--waterfall", is_flag=True,
               help="Where the device time and latency go, mechanism by mechanism (the load "
                    "served six more times; docs/serving.md, \"Serving waterfall\").")
+@click.option("--ideal", is_flag=True,
+              help="The deployment's bound: every overhead left out (recipe and format ops, "
+                   "kernel launches and step syncs, the collective library's losses, the "
+                   "power limit and the runtime's host costs); the work itself stays "
+                   "(docs/serving.md, \"Serving waterfall\").")
 @afd_options
 @friendly
 def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, prompt, gen,
@@ -313,7 +318,7 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
           attention, prefill_chip, prefill_chips, decode_chip, decode_chips, ep, ep_attention,
           redundant_experts, moe_skew, prefill_ep, decode_ep, speculative,
           prefix_share, prefixes, seed, runtime, sweep_qps, plot, export_profile, oracle,
-          execution, fusion, as_json, trace_out, waterfall, **afd):
+          execution, fusion, as_json, trace_out, waterfall, ideal, **afd):
     """Simulate an LLM serving engine: arrivals, continuous batching, chunked prefill, paged
     KV cache, preemption; TTFT, TPOT, throughput, goodput under SLOs, tokens per joule.
 
@@ -376,6 +381,9 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
                               decode_ep, chips is not None)
         dep = _pools(chips, chip, model, tp, replicas, prefill_chips, decode_chips, precision,
                      attention, execution, cfg, layouts)
+    if ideal:
+        from ..sim.serving.ideal import ideal as ideal_of
+        dep, cfg = ideal_of(dep, cfg)
     show = not as_json and sys.stderr.isatty()
     bar = _LazyProgress(show)
     oracles = StepTimerCache(oracle, progress=bar.grid)

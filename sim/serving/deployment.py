@@ -3,7 +3,7 @@ between a prefill pool and a decode pool (docs/serving.md)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 from ...arch.runtime import IDEAL, RuntimeProfile, load_runtime
 from ...workloads.params import (kv_bytes_per_token, kv_cache_bytes, kv_groups,
@@ -43,7 +43,9 @@ class Pool:
         accumulation; under an inference recipe its name, ``linear`` and
         ``unquantized_weights``) and ``ep``, ``attention``, ``moe_skew`` (the experts' load
         spread after any redundant experts; docs/serving.md "Expert parallelism"),
-        ``expert_slots``."""
+        ``expert_slots``, and ``variant`` (what the replica leaves out,
+        :class:`~diptych.sim.run.variant.Variant`'s fields) when it leaves anything out
+        (``serve --ideal``, :mod:`.ideal`)."""
         r, p = self.replica, self.replica.precision
         x = r.experts
         return {"role": role, "chip": r.chip.name, "tp": r.tp, "replicas": self.replicas,
@@ -55,7 +57,8 @@ class Pool:
                               "accumulation": p.accumulation,
                               **({"recipe": p.recipe, "linear": p.linear,
                                   "unquantized_weights": p.unquantized_weights}
-                                 if p.inference_recipe else {})}}
+                                 if p.inference_recipe else {})},
+                **({} if r.variant.is_default else {"variant": asdict(r.variant)})}
 
 
 @dataclass(frozen=True)

@@ -210,7 +210,7 @@ def serve(chip: "str | Chip", model: "str | ModelConfig", *, tp: int | None = No
           trace: str | None = None, prompt: str = "1000", gen: str = "200",
           requests: int | None = None, duration: float | None = None,
           precision: str | None = None, runtime: str | None = None, seed: int = 0,
-          oracle: str = "grid", waterfall: bool = False, **config):
+          oracle: str = "grid", waterfall: bool = False, ideal: bool = False, **config):
     """Serve ``model`` on ``replicas`` × ``tp`` chips of ``chip`` under one load, as ``diptych
     serve`` does (colocated): exactly one of ``qps`` (open loop), ``concurrency`` (closed
     loop) or ``trace`` (a CSV); ``prompt``/``gen`` length specs as ``--prompt``/``--gen``
@@ -219,8 +219,9 @@ def serve(chip: "str | Chip", model: "str | ModelConfig", *, tp: int | None = No
     ``precision`` a spec as ``--precision``; ``runtime`` a profile name or path (None: the
     chip's). ``config``: any :class:`~diptych.sim.serving.config.ServeConfig` field
     (``max_batch``, ``chunked_prefill``, ``scheduler``, ``slo_ttft_s`` ...). ``waterfall``:
-    the serving waterfall (``result.waterfall``). Returns the ``ServeResult`` whose
-    ``to_dict()`` is ``diptych serve --json`` (its ``energy_breakdown_j`` and
+    the serving waterfall (``result.waterfall``); ``ideal``: the deployment's bound, every
+    overhead left out (``--ideal``, :func:`diptych.sim.serving.ideal.ideal`). Returns the
+    ``ServeResult`` whose ``to_dict()`` is ``diptych serve --json`` (its ``energy_breakdown_j`` and
     ``energy_breakdown_j_per_token``: the energy by component, in all and per output
     token)."""
     from diptych.arch.runtime import load_runtime
@@ -244,6 +245,9 @@ def serve(chip: "str | Chip", model: "str | ModelConfig", *, tp: int | None = No
     load = Load(qps=qps, concurrency=concurrency, trace=trace,
                 prompt=parse_length(prompt, "prompt"), gen=parse_length(gen, "gen"),
                 requests=requests, duration_s=duration)
+    if ideal:
+        from diptych.sim.serving.ideal import ideal as ideal_of
+        dep, cfg = ideal_of(dep, cfg)
     return _serve(dep, load, cfg, oracle=oracle, waterfall=waterfall)
 
 

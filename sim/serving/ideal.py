@@ -1,0 +1,48 @@
+"""A deployment's bound: every overhead left out (``serve --ideal``; issue 21 item 7).
+
+What ``run --ideal`` is to one phase (:data:`~diptych.sim.run.variant.IDEAL`: no recipe or
+precision-format ops, no kernel launches, collective launches or step syncs, the links at
+their raw bandwidth instead of what a collective library sustains, no power limit), this is
+to a serving deployment, with the serving runtime's host costs left out too (the ``ideal``
+runtime, :data:`~diptych.arch.runtime.IDEAL`). The work itself stays: the GEMMs, attention,
+the vector-unit ops, the collectives at line rate, the same scheduler and KV cache. The
+served result is the bound of the deployment's work; beside the run with its overheads it
+shows the distance to it (``serve --waterfall`` splits that distance by mechanism).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ...arch.runtime import IDEAL as IDEAL_RUNTIME
+from ..run.variant import IDEAL
+from .config import ServeConfig
+from .deployment import Deployment
+
+
+def ideal(deployment: Deployment, cfg: ServeConfig | None = None
+          ) -> tuple[Deployment, ServeConfig]:
+    """``(deployment, cfg)`` with every overhead left out (module docstring): every replica
+    (an attention-FFN layout's FFN replica and a speculative draft too, which run as their
+    target does) on :data:`~diptych.sim.run.variant.IDEAL`, and ``cfg`` (None: the defaults)
+    on the ``ideal`` runtime when it names none.
+
+    ValueError when ``cfg`` names a runtime with host costs (a profile whose host fields are
+    not all zero: the bound has none), or a pool runs an inference precision recipe (a recipe
+    is a set of overheads; FP8 dtypes without one run FP8 GEMMs without its casts), naming
+    it."""
+    cfg = ServeConfig() if cfg is None else cfg
+    if cfg.runtime is not None and not cfg.runtime.is_ideal:
+        raise ValueError(f"--ideal leaves every overhead out, the serving runtime's host costs "
+                         f"too; --runtime {cfg.runtime.name} charges them: give one of them "
+                         f"(--runtime ideal alone keeps the chip's own overheads)")
+    for role, pool in deployment.roles:
+        recipe = pool.replica.precision.recipe
+        if recipe is not None:
+            who = "" if role == "mixed" else f" (the {role} pool)"
+            raise ValueError(f"--ideal leaves every precision recipe's overheads out; --recipe "
+                             f"{recipe}{who} names one's: give one of them (FP8 dtypes "
+                             f"without a recipe run FP8 GEMMs without its casts)")
+    if cfg.runtime is None:
+        cfg = dataclasses.replace(cfg, runtime=IDEAL_RUNTIME)
+    return deployment.with_replicas(variant=IDEAL), cfg
