@@ -151,12 +151,17 @@ def render_table(cmp) -> "object":
               help="Add each chip's efficiency waterfall (peak to MFU by mechanism) for "
                    "training, the first prompt and the reference decode point (re-runs "
                    "those four or five times; docs/workloads.md, \"Efficiency waterfall\").")
+@click.option("--ideal", is_flag=True,
+              help="Every run's bound: every overhead left out (recipe and format ops, kernel "
+                   "launches and step syncs, the collective library's losses, the power "
+                   "limit), as `diptych run --ideal`; not with the serving comparisons "
+                   "(`diptych serve --ideal` bounds one deployment).")
 @friendly
 def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_batch,
             train_seq, infer_tp, context, prompts, batches, contexts, ref_batch, cluster_chips,
             cluster, cluster_batch, serving, no_search, serving_search, serving_chips,
             serving_qps, serving_requests, serving_jobs, serving_afd, execution, fusion,
-            waterfall):
+            waterfall, ideal):
     """Compare CHIPS (presets or TOML paths) on one model: training, prefill, decode.
 
     States the precision each chip runs in per phase, the parallel plan of training, and
@@ -172,6 +177,13 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
     from .precision_spec import parse_precision
     from .progress import progress_display
 
+    if ideal and (serving or serving_search or serving_afd or no_search):
+        flag = next(f for f, v in (("--serving", serving), ("--serving-search", serving_search),
+                                   ("--serving-afd", serving_afd), ("--no-search", no_search))
+                    if v)
+        raise ValueError(f"--ideal bounds the training, prefill and decode runs; {flag} "
+                         f"deploys each chip with its overheads (`diptych serve --ideal` gives "
+                         f"one deployment's bound): give one of them")
     both = _ints(context, "--context")
     s = CompareSettings(train_tp=train_tp, train_dp=train_dp, train_batch=train_batch,
                         train_seq=train_seq, infer_tp=infer_tp,
@@ -180,7 +192,7 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
                         contexts=_ints(contexts, "--contexts") or both, ref_batch=ref_batch,
                         precision=parse_precision(precision), cluster_chips=cluster_chips,
                         cluster=cluster, cluster_batch=cluster_batch, execution=execution,
-                        fusion=fusion, waterfall=waterfall)
+                        fusion=fusion, waterfall=waterfall, ideal=ideal)
     if serving_search:
         echo_err("note: --serving-search is deprecated: --serving now deploys each chip at "
                  "its best (the deployment search); use --serving")

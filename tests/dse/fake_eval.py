@@ -41,12 +41,13 @@ def roofline_eval(chip, workload):
     return result_metrics(chip, run_phase(chip, workload, simulate=roofline))
 
 
-def roofline_run(chip, model, **kw):
-    """``run_workload`` with the engine replaced by :func:`roofline` (for compare tests)."""
+def roofline_run(chip, model, *, variant=None, **kw):
+    """``run_workload`` with the engine replaced by :func:`roofline` (for compare tests),
+    under ``variant`` (None: as it is)."""
     from diptych.sim.run import Scenario, run_workload
     from roofline_double import roofline
 
-    return run_workload(chip, model, Scenario.of(**kw), simulate=roofline)
+    return run_workload(chip, model, Scenario.of(**kw), simulate=roofline, variant=variant)
 
 
 # ---- evaluators that misbehave, for the reliability tests

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -522,3 +523,60 @@ def test_the_report_s_every_run_table_reads_in_units_with_its_flags_first(cmp, t
     tr = next(r for r in rows if r["phase"] == "train")
     summ = cmp.summary(tr["chip"])
     assert tr["tokens_per_s_per_chip"] == pytest.approx(summ["train"]["tokens_per_s"])
+
+
+def test_ideal_runs_every_point_without_its_overheads(tiny):
+    """``ideal`` (``--ideal``): every run is ``run_workload``'s own under IDEAL (values equal
+    the direct runs), no slower than the run as it is, and faster where overheads exist (the
+    h100's launches); the cluster path re-runs the plan the search found under IDEAL."""
+    from diptych.sim.cluster.search import search_plans
+    from diptych.sim.run.variant import IDEAL
+    from roofline_double import roofline
+
+    one = CompareSettings(prompts=(512,), batches=(1,), contexts=(1024,), ref_batch=1,
+                          train_seq=1024)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        real = compare(["h100"], MODEL, one, run=fake_eval.roofline_run)
+        bound = compare(["h100"], MODEL, replace(one, ideal=True), run=fake_eval.roofline_run)
+        want = fake_eval.roofline_run("h100", MODEL, phase="decode", batch=1, prompt=1024,
+                                      gen=1, variant=IDEAL)
+    r, b = real.to_json(), bound.to_json()
+    assert "ideal" not in r and b["ideal"] is True
+    assert b["chips"]["h100"]["decode"][0]["tpot_s"] == want.tpot_s
+    for ph, key in (("prefill", "ttft_s"), ("decode", "tpot_s")):
+        assert b["chips"]["h100"][ph][0][key] < r["chips"]["h100"][ph][0][key]
+    assert b["chips"]["h100"]["train"]["step_s"] < r["chips"]["h100"]["train"]["step_s"]
+    assert bound.chips["h100"].train["info"]["variant"]["no_launches"] is True
+    assert "ideal: recipe and format ops" in bound.settings.describe()
+    assert "ideal" not in real.settings.describe()
+    # the plan search's best plan, re-run under IDEAL
+    s = CompareSettings(prompts=(256,), batches=(1,), contexts=(256,), ref_batch=1,
+                        train_seq=512, train_tp=2, train_batch=4, cluster_chips=4, ideal=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cmp = compare(["h100"], tiny, s, run=fake_eval.roofline_run, search=roofline_search)
+        sc = Scenario.of(phase="train", chips=4, batch=8, seq=512)
+        best = search_plans(tiny, "h100", "dgx-h100", sc, refine=compare_mod.PLAN_REFINE,
+                            simulate=roofline).plans[0]
+    from diptych.sim.cluster.run import run_cluster_step
+    again = run_cluster_step("h100", tiny, sc, cluster="dgx-h100", plan=best.plan,
+                             simulate=roofline, variant=IDEAL)
+    tr = cmp.to_json()["chips"]["h100"]["train"]
+    assert tr["step_s"] == pytest.approx(again.seconds, rel=1e-12) and again.seconds < best.seconds
+
+
+def test_ideal_bad_input_names_what_contradicts_it(monkeypatch):
+    from diptych.tools.precision_spec import PrecisionChoice
+
+    with pytest.raises(ValueError, match="pins the fp8-delayed recipe for train"):
+        CompareSettings(ideal=True, precision={"train": PrecisionChoice(recipe="fp8-delayed")})
+    monkeypatch.setattr(compare_mod, "_default_run", fake_eval.roofline_run)
+    args = ["compare", "h100", "--model", MODEL, "--prompts", "512", "--batches", "1",
+            "--contexts", "1024", "--ref-batch", "1", "--train-seq", "1024", "--ideal"]
+    for extra in (["--serving"], ["--serving-afd"]):
+        r = CliRunner().invoke(main, args + extra)
+        assert r.exit_code == 2 and "--ideal" in r.output and extra[0] in r.output, r.output
+    r = CliRunner().invoke(main, args + ["--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["ideal"] is True

@@ -38,6 +38,7 @@ from typing import Any, Callable
 from ...arch import load_chip
 from ...arch.area import die_area_mm2
 from ...sim import energy_parts as EP
+from ...sim.run.variant import IDEAL
 from ..precision_spec import PHASES, PrecisionChoice, describe, resolve
 from .evaluate import power_metrics, tier_metrics
 from ...arch.geometry import check
@@ -92,7 +93,11 @@ class CompareSettings:
     ``cluster_chips`` (its refined plans; None: the schedule). ``waterfall``: the efficiency
     waterfall (:mod:`diptych.sim.run.waterfall`) of each chip's reference points (training on
     one node, or the best plan's step with ``cluster_chips``; the first prompt; decode at
-    ``ref_batch`` and the first context)."""
+    ``ref_batch`` and the first context). ``ideal``: every run's bound, every overhead left out
+    (:data:`~diptych.sim.run.variant.IDEAL`, ``--ideal``: recipe and format ops, launches and
+    syncs, the collective library's losses, the power limit; with ``cluster_chips`` the plan
+    the search finds with its overheads, re-run without them); a pinned precision naming a
+    recipe contradicts it (ValueError)."""
 
     train_tp: int = 8
     train_dp: int = 1
@@ -111,6 +116,7 @@ class CompareSettings:
     execution: str | None = None
     fusion: bool = True
     waterfall: bool = False
+    ideal: bool = False
 
     def __post_init__(self):
         if self.execution not in (None, "sum", "schedule"):
@@ -161,6 +167,10 @@ class CompareSettings:
             if ph not in PHASES or not isinstance(c, PrecisionChoice):
                 raise ValueError(f"precision must map phases ({', '.join(PHASES)}) to "
                                  f"PrecisionChoice, not {ph!r}: {c!r}")
+            if self.ideal and c.recipe:
+                raise ValueError(f"--ideal leaves every precision recipe's overheads out; "
+                                 f"--precision pins the {c.recipe} recipe for {ph}: give one "
+                                 f"of them")
 
     def for_model(self, model) -> "CompareSettings":
         """These settings with unset prompts/contexts derived from ``model``'s window."""
@@ -199,8 +209,10 @@ class CompareSettings:
             for c, phs in groups.items())
                if self.precision else "; precision: each chip's defaults")
         ctx = f", context {self.contexts[0]}" if self.contexts else ""
+        ideal = ("; ideal: recipe and format ops, launches and syncs, the collective "
+                 "library's losses and the power limit left out" if self.ideal else "")
         return (f"{self.train_text()}; inference: TP={self.infer_tp}; "
-                f"tokens/J and decode bottleneck at batch {self.ref_batch}{ctx}{pin}")
+                f"tokens/J and decode bottleneck at batch {self.ref_batch}{ctx}{pin}{ideal}")
 
 
 @dataclass
@@ -414,7 +426,8 @@ class Comparison:
         issue 6, with ``precision`` and ``train.mfu_peak_dtype`` added per chip, and every
         caveat of :meth:`warnings` (each cell that could not be computed among them)."""
         return {"model": self.model, "chips": {n: self.summary(n) for n in self.chips},
-                "verdicts": self.verdicts(), "warnings": self.warnings()}
+                "verdicts": self.verdicts(), "warnings": self.warnings(),
+                **({"ideal": True} if self.settings.ideal else {})}
 
     def details(self) -> dict:
         """:meth:`to_json` plus the settings, the warnings, and per run: fits, power and TDP
@@ -589,22 +602,23 @@ def _per_chip(res: dict) -> float | None:
     return None if v is None else v / res.get("chips", 1)
 
 
-def _default_run(chip, model, *, waterfall: bool = False, **kw):
+def _default_run(chip, model, *, waterfall: bool = False, variant=None, **kw):
     """``run_workload`` of the scenario the keywords spell (:meth:`Scenario.of`), with its
-    efficiency waterfall when asked."""
+    efficiency waterfall when asked, under ``variant`` (None: as it is)."""
     from ...sim.run import Scenario, run_workload
-    return run_workload(chip, model, Scenario.of(**kw), waterfall=waterfall)
+    return run_workload(chip, model, Scenario.of(**kw), variant=variant, waterfall=waterfall)
 
 
 def _default_search(chip, model, cluster, *, chips: int, batch: int, seq: int,
                     weights_dtype=None, act_dtype=None, kv_dtype=None, simulate=None,
-                    execution=None, waterfall: bool = False):
+                    execution=None, waterfall: bool = False, variant=None):
     """The best plan of :func:`diptych.sim.cluster.search.search_plans` as a result dict
     (its ``to_dict``, with ``search``: candidates and plans that fit); raises ValueError
     when no plan fits. ``simulate`` replaces the engine (tests); ``execution``: how the
     refined plans' layers are timed (None: the schedule); ``waterfall``: the best plan's
     step re-run with its efficiency waterfall (:func:`~diptych.sim.cluster.run.
-    run_cluster_step`, the power-limited clock included)."""
+    run_cluster_step`, the power-limited clock included); ``variant``: that step re-run
+    under it (``--ideal``: the plan found with its overheads, run without them)."""
     from ...sim.cluster.run import run_cluster_step
     from ...sim.cluster.search import search_plans
     from ...sim.run import Scenario
@@ -617,9 +631,9 @@ def _default_search(chip, model, cluster, *, chips: int, batch: int, seq: int,
         raise ValueError(f"no parallel plan fits {chips} chips of "
                          f"{getattr(cluster, 'name', cluster)} ({res.candidates} candidates)")
     best = res.plans[0]
-    if waterfall:
+    if waterfall or variant is not None:
         best = run_cluster_step(chip, model, scenario, cluster=cluster, plan=best.plan,
-                                simulate=simulate, waterfall=True)
+                                simulate=simulate, variant=variant, waterfall=waterfall)
     return {**best.to_dict(),
             "search": {"candidates": res.candidates, "fitting": res.fitting}}
 
@@ -681,6 +695,8 @@ def compare(chips, model, settings: CompareSettings | None = None, *,
         tell(done, total, f"{cr.chip.name}: {label}")
         if ref and s.waterfall:
             kw["waterfall"] = True
+        if s.ideal:
+            kw["variant"] = IDEAL
         if s.execution is not None:
             kw["execution"] = s.execution
         if not s.fusion:
@@ -703,7 +719,8 @@ def compare(chips, model, settings: CompareSettings | None = None, *,
                             cr.precision["train"], s.precision.get("train"), phase="train",
                             chips=s.cluster_chips, batch=s.global_batch, seq=s.train_seq,
                             **({"execution": s.execution} if s.execution else {}),
-                            **({"waterfall": True} if s.waterfall else {}))
+                            **({"waterfall": True} if s.waterfall else {}),
+                            **({"variant": IDEAL} if s.ideal else {}))
             done += 1
         for p in s.prompts:
             cr.prefill[p] = one(cr, f"prefill {p}", "prefill", p == s.prompts[0], batch=1,

@@ -168,7 +168,8 @@ def compare(chips: Sequence["str | Chip"], model: "str | ModelConfig", *,
             train_batch: int | None = None, train_seq: int | None = None,
             infer_tp: int | None = None, cluster_chips: int | None = None,
             cluster: str | None = None, cluster_batch: int | None = None,
-            execution: str | None = None, fusion: bool = True,
+            execution: str | None = None, fusion: bool = True, waterfall: bool = False,
+            ideal: bool = False,
             progress: Callable[[int, int, str], None] | None = None) -> "Comparison":
     """The headline study of ``diptych compare``: ``model`` trained, prefilled and decoded on
     each of ``chips``. Every setting left out keeps :class:`CompareSettings`' default (the
@@ -177,7 +178,9 @@ def compare(chips: Sequence["str | Chip"], model: "str | ModelConfig", *,
     parallel plan for that many chips of ``cluster`` (default ``dgx-h100``);
     ``precision`` pins the precision for every chip (specs as ``--precision``: ``"bf16"``,
     or a list such as ``["train:bf16", "infer:fp8"]``); ``execution``/``fusion`` as
-    :func:`run`'s, for every single-node run. ``progress(done, total, label)`` is
+    :func:`run`'s, for every single-node run; ``waterfall``: each chip's efficiency
+    waterfall at the reference points (``--waterfall``); ``ideal``: every run's bound, every
+    overhead left out (``--ideal``). ``progress(done, total, label)`` is
     called before every run. Returns a :class:`Comparison`: ``to_json()`` (``--json``),
     ``rows()`` (one dict per run), ``summary(name)``, ``warnings()``; :func:`write_report`
     writes its HTML report."""
@@ -193,7 +196,7 @@ def compare(chips: Sequence["str | Chip"], model: "str | ModelConfig", *,
                  batches=tuple(batches) if batches is not None else None)
     s = CompareSettings(**{k: v for k, v in given.items() if v is not None},
                         precision=parse_precision(precision or []), execution=execution,
-                        fusion=fusion)
+                        fusion=fusion, waterfall=waterfall, ideal=ideal)
     return _compare(list(chips), load_model(model), s, progress=progress)
 
 
