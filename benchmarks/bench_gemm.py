@@ -93,8 +93,9 @@ def scalesim_speed(python: str) -> None:
           f"{geo:,.0f}x faster, geometric mean of the {len(ratios)} per-GEMM ratios "
           f"({min(ratios):,.0f}-{max(ratios):,.0f}x; target >= 5,000x: "
           f"{'OK' if geo >= 5000 else 'MISSED'}); ratio of the means {ts / td:,.0f}x")
-    print(f"  the ceiling: the searches' engine runs alone, less {call * 1e6:.1f} us of call cost "
-          f"per run (no Python around them): {ceil:,.0f}x geo-mean")
+    print(f"  the ceiling: the searches' engine runs alone, less {call * 1e6:.1f} us per run (a "
+          f"run cut off at its first cycle: the call and the engine's setup; no Python around "
+          f"them, an upper bound): {ceil:,.0f}x geo-mean")
 
 
 def _engine_share(chip, shapes, sec) -> tuple[float, float]:

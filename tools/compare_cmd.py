@@ -177,13 +177,6 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
     from .precision_spec import parse_precision
     from .progress import progress_display
 
-    if ideal and (serving or serving_search or serving_afd or no_search):
-        flag = next(f for f, v in (("--serving", serving), ("--serving-search", serving_search),
-                                   ("--serving-afd", serving_afd), ("--no-search", no_search))
-                    if v)
-        raise ValueError(f"--ideal bounds the training, prefill and decode runs; {flag} "
-                         f"deploys each chip with its overheads (`diptych serve --ideal` gives "
-                         f"one deployment's bound): give one of them")
     both = _ints(context, "--context")
     s = CompareSettings(train_tp=train_tp, train_dp=train_dp, train_batch=train_batch,
                         train_seq=train_seq, infer_tp=infer_tp,
@@ -202,6 +195,12 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
     if no_search and not serving:
         raise ValueError("--no-search chooses the fixed deployments of --serving; add "
                          "--serving")
+    if ideal and (serving or serving_afd):
+        flag = "--serving-afd" if serving_afd and not serving else (
+            "--serving-search" if serving_search else "--serving")
+        raise ValueError(f"--ideal bounds the training, prefill and decode runs; {flag} "
+                         f"deploys each chip with its overheads (`diptych serve --ideal` gives "
+                         f"one deployment's bound): give one of them")
     afd_chips = serving_chips or 4
     if serving_afd and len(chips) < 2:
         raise ValueError("--serving-afd puts two chips in the attention and FFN roles; give "

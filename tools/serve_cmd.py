@@ -362,6 +362,10 @@ def serve(chip, model, tp, replicas, qps, burstiness, concurrency, trace_file, p
                             duration, burstiness)
     if sweep_qps and waterfall:
         raise ValueError("--waterfall explains one run; drop it with --sweep-qps")
+    if ideal and export_profile:
+        raise ValueError("--export-profile writes the replica's step-time tables as its engine "
+                         "times them, overheads included; --ideal's bound is not exported: "
+                         "give one of them")
     if plot and not sweep_qps:
         raise ValueError("--plot draws a --sweep-qps curve; add --sweep-qps LO:HI:N")
     if afd_requested(afd):

@@ -14,6 +14,7 @@ from .afd import AfdLayout, AfdSpec
 from .config import ServeConfig
 from .kv import kv_budget
 from ..run.scenario import Scenario
+from ..run.variant import IDEAL as IDEAL_VARIANT
 from .step_time import Replica, make_replica
 
 
@@ -136,6 +137,12 @@ class Deployment:
         return load_runtime(next(iter(names.values())))
 
     def describe(self) -> str:
+        """The deployment in words (a sweep's plot title, ``deployment`` in the JSON),
+        ``(ideal)`` after it when every replica leaves every overhead out (``--ideal``)."""
+        ideal = all(p.replica.variant == IDEAL_VARIANT for _, p in self.roles)
+        return self._describe() + (" (ideal)" if ideal else "")
+
+    def _describe(self) -> str:
         if self.afd is not None:
             a, f = self.pool.replica, self.afd.ffn
             fp = f"ep {f.experts.ep}" if f.experts.ep > 1 else f"tp {f.tp}"

@@ -574,9 +574,12 @@ def test_ideal_bad_input_names_what_contradicts_it(monkeypatch):
     monkeypatch.setattr(compare_mod, "_default_run", fake_eval.roofline_run)
     args = ["compare", "h100", "--model", MODEL, "--prompts", "512", "--batches", "1",
             "--contexts", "1024", "--ref-batch", "1", "--train-seq", "1024", "--ideal"]
-    for extra in (["--serving"], ["--serving-afd"]):
+    for extra in (["--serving"], ["--serving-afd"], ["--serving-search"],
+                  ["--serving", "--no-search"]):
         r = CliRunner().invoke(main, args + extra)
         assert r.exit_code == 2 and "--ideal" in r.output and extra[0] in r.output, r.output
+    r = CliRunner().invoke(main, args + ["--no-search"])     # its own error first
+    assert r.exit_code == 2 and "add --serving" in r.output
     r = CliRunner().invoke(main, args + ["--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["ideal"] is True
