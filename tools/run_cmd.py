@@ -426,10 +426,13 @@ def run(chip, model, phase, batch, prompt, gen, seq, chips, tp, dp, cluster, pp,
         if model:
             raise ValueError("give either --model or --topology, not both")
         given = [f"--{k.replace('_', '-')}" for k, v in moe.items() if v is not None]
-        given += [f for f, v in (("--ideal", ideal), ("--waterfall", waterfall)) if v]
         if given:
             raise ValueError(f"{given[0]} routes a mixture-of-experts model; a --topology "
                              f"file has no router")
+        given = [f for f, v in (("--ideal", ideal), ("--waterfall", waterfall)) if v]
+        if given:
+            raise ValueError(f"{given[0]} explains a model's run (its overheads, the "
+                             f"waterfall's mechanisms); a --topology file runs its GEMMs only")
         if offload != "none":
             raise ValueError(f"--offload {offload} places a model's training state; a "
                              f"--topology file has none")

@@ -8,6 +8,7 @@ the peak rate), and its shares against the definition: they and the MFU add up t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -123,6 +124,11 @@ def test_cli_prints_the_waterfall_and_refuses_contradictions():
     assert bad.exit_code == 2 and "--ideal" in bad.output and "--recipe" in bad.output
     clus = r.invoke(main, args + ["--cluster", "dgx-h100", "--tp", "2", "--ideal"])
     assert clus.exit_code == 0 and "efficiency: peak 100.0 %" in clus.output
+    for flag in ("--ideal", "--waterfall"):     # a topology file: GEMMs only, no model's run
+        csv = Path(__file__).resolve().parents[2] / "examples" / "resnet50-conv.csv"
+        topo = r.invoke(main, ["run", "--chip", "tpu-v1", "--topology", str(csv), flag])
+        assert topo.exit_code == 2 and flag in topo.output and "GEMMs only" in topo.output
+        assert "router" not in topo.output
 
 
 def test_a_cluster_step_has_a_waterfall_with_its_pipeline_bubble():
