@@ -195,10 +195,10 @@ def compare(chips, model, as_json, report, precision, train_tp, train_dp, train_
     if no_search and not serving:
         raise ValueError("--no-search chooses the fixed deployments of --serving; add "
                          "--serving")
-    if ideal and (serving or serving_afd):
-        flag = "--serving-afd" if serving_afd and not serving else (
-            "--serving-search" if serving_search else "--serving")
-        raise ValueError(f"--ideal bounds the training, prefill and decode runs; {flag} "
+    given = [f for f, v in (("--serving-search", serving_search), ("--serving", serving),
+                            ("--serving-afd", serving_afd)) if v]
+    if ideal and given:
+        raise ValueError(f"--ideal bounds the training, prefill and decode runs; {given[0]} "
                          f"deploys each chip with its overheads (`diptych serve --ideal` gives "
                          f"one deployment's bound): give one of them")
     afd_chips = serving_chips or 4

@@ -118,6 +118,20 @@ _MECHANISM = {"recomputation": "recomputation", "gemm": "GEMMs below peak",
               "power": "power-limited clock"}
 
 
+#: What each flag of a run's variant leaves out, in words (``info.variant``,
+#: ``info.pools[].variant``: :class:`~diptych.sim.run.variant.Variant`'s fields).
+LEFT_OUT = {"free_vector": "vector-unit ops", "free_recipe": "recipe and format ops",
+            "no_launches": "launches and syncs", "free_comm": "collectives",
+            "raw_links": "the collective library's losses (links at line rate)",
+            "no_power_limit": "the power limit"}
+
+
+def left_out(variant: dict) -> str:
+    """What a run's ``variant`` (its fields as a dict) leaves out, in words (``--ideal``:
+    every overhead)."""
+    return ", ".join(text for key, text in LEFT_OUT.items() if variant.get(key))
+
+
 def waterfall_line(wf: dict) -> str:
     """``efficiency: peak 100 % − GEMMs below peak 25.8 % − … = MFU 66.0 %`` (steps that take
     less than 0.05 % left out)."""

@@ -566,8 +566,7 @@ def _show_curve(con, curve: dict, chip, overlap: bool, as_json: bool, trace) -> 
     if last.waterfall:
         con.print(fmt.waterfall_line(last.waterfall))
     if last.info.get("variant"):
-        con.print("ideal: recipe and format ops, launches and syncs, the collective library's "
-                  "losses and the power limit left out (--ideal)")
+        con.print(f"ideal: {fmt.left_out(last.info['variant'])} left out (--ideal)")
     if d["usd_per_mtok"] is not None:
         c = the_chip.cost
         con.print(f"cost: {fmt.money(d['cost_usd'])} per chip (manufacturing); "

@@ -31,23 +31,11 @@ def setup_rows(info: dict) -> list[tuple[str, str]]:
         f"{who(p)}{d}" for p, d in zip(pools, precs))
     rows = [("scheduler", info["scheduling"]), ("runtime", info["runtime"]),
             ("parallelism", par), ("precision", prec)]
-    left = [left_out(p["variant"]) for p in pools if p.get("variant")]
+    left = [fmt.left_out(p["variant"]) for p in pools if p.get("variant")]
     if left:
         rows.append(("left out", "; ".join(dict.fromkeys(left))))
     return rows
 
-
-#: What each of a replica's variant flags leaves out, in words (``info.pools[].variant``:
-#: :class:`~diptych.sim.run.variant.Variant`'s fields).
-LEFT_OUT = {"free_vector": "vector-unit ops", "free_recipe": "recipe and format ops",
-            "no_launches": "launches and syncs", "free_comm": "collectives",
-            "raw_links": "the collective library's losses (links at line rate)",
-            "no_power_limit": "the power limit"}
-
-
-def left_out(variant: dict) -> str:
-    """What a pool's ``variant`` leaves out, in words (``serve --ideal``: every overhead)."""
-    return ", ".join(text for key, text in LEFT_OUT.items() if variant.get(key))
 
 
 def setup_line(info: dict) -> str:

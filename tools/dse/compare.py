@@ -32,13 +32,14 @@ gives the ``--json`` structure of issue 6 through :meth:`Comparison.to_json`.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable
 
 from ...arch import load_chip
 from ...arch.area import die_area_mm2
 from ...sim import energy_parts as EP
 from ...sim.run.variant import IDEAL
+from ..fmt import left_out
 from ..precision_spec import PHASES, PrecisionChoice, describe, resolve
 from .evaluate import power_metrics, tier_metrics
 from ...arch.geometry import check
@@ -209,8 +210,7 @@ class CompareSettings:
             for c, phs in groups.items())
                if self.precision else "; precision: each chip's defaults")
         ctx = f", context {self.contexts[0]}" if self.contexts else ""
-        ideal = ("; ideal: recipe and format ops, launches and syncs, the collective "
-                 "library's losses and the power limit left out" if self.ideal else "")
+        ideal = f"; ideal: {left_out(asdict(IDEAL))} left out" if self.ideal else ""
         return (f"{self.train_text()}; inference: TP={self.infer_tp}; "
                 f"tokens/J and decode bottleneck at batch {self.ref_batch}{ctx}{pin}{ideal}")
 
